@@ -1,0 +1,42 @@
+# `make demo` and `make test` work on a fresh clone: they create .venv and install what is missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+MODEL_DIR := $(abspath ../shared/models/all-MiniLM-L6-v2-onnx)
+
+# The shipped model, when it sits beside the checkout (this machine has no model hub).
+ifneq ($(wildcard $(MODEL_DIR)/model.onnx),)
+export FITTEST_EMBEDDING_MODEL_PATH ?= $(MODEL_DIR)
+endif
+
+.PHONY: install demo test test-fast test-slow up clean bench-selection
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/fittest demo
+
+up: $(STAMP)
+	$(BIN)/fittest up
+
+# Fast tests first, then the slow chaos and bench smoke tests, so a quick failure shows early.
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" -q
+	$(BIN)/python -m pytest -m slow -q; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" -q -x
+
+bench-selection: $(STAMP)
+	$(BIN)/fittest bench selection --tools ../shared/data/metatool/tools.json \
+	  --queries ../shared/data/metatool/queries_dev.csv --json bench-selection.json
+
+clean:
+	rm -rf $(VENV) .fittest build *.egg-info

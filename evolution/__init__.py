@@ -1,0 +1,1 @@
+"""Versioning, mutators, verification cascade, promotion and rollback rules."""

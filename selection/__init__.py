@@ -1,0 +1,1 @@
+"""Pure decision logic: manifests, registry, context analysis, scoring, ranking, learner math."""

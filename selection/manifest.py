@@ -1,0 +1,190 @@
+"""Tool manifests: the YAML a team writes to offer a tool version to fittest.
+
+A manifest is validated by pydantic so that a bad one is refused with the file, the field and
+the reason, while the other manifests of the directory still load.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import semver
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+
+Phase = Literal["specification", "pseudocode", "architecture", "refinement", "completion"]
+TaskType = Literal[
+    "code_generation",
+    "modification",
+    "bug_fix",
+    "refactoring",
+    "testing",
+    "documentation",
+    "analysis",
+    "deployment",
+    "general",
+]
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be used; the message names the file, the field and the reason."""
+
+    def __init__(self, path: str | Path, field: str, reason: str) -> None:
+        self.path = str(path)
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{self.path}: field '{field}': {reason}")
+
+
+class SparcMetadata(BaseModel):
+    """Where a tool is meant to be used; absent fields mean 'any' and score neutral."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    phases: list[Phase] = Field(default_factory=list)
+    languages: list[str] = Field(default_factory=list)
+    task_types: list[TaskType] = Field(default_factory=list)
+    complexity_min: float = Field(0.0, ge=0.0, le=1.0)
+    complexity_max: float = Field(1.0, ge=0.0, le=1.0)
+
+    @field_validator("languages")
+    @classmethod
+    def _lower(cls, v: list[str]) -> list[str]:
+        return [x.strip().lower() for x in v if x.strip()]
+
+    @model_validator(mode="after")
+    def _range(self) -> SparcMetadata:
+        if self.complexity_min > self.complexity_max:
+            raise ValueError("complexity_min is greater than complexity_max")
+        return self
+
+
+class PythonImplementation(BaseModel):
+    """A function `module:function` in a file beside the manifest (or an importable module)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["python"]
+    entrypoint: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class ExecutableImplementation(BaseModel):
+    """A program run with an argv list (never a shell): JSON on stdin, JSON on stdout."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["executable"]
+    argv: list[str] = Field(min_length=1)
+
+
+class HttpImplementation(BaseModel):
+    """A service that takes the input as a JSON POST body and answers JSON."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["http"]
+    url: str = Field(pattern=r"^https?://")
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+Implementation = Annotated[
+    PythonImplementation | ExecutableImplementation | HttpImplementation,
+    Field(discriminator="kind"),
+]
+
+
+class TestCase(BaseModel):
+    """An input and what its output must satisfy; used by verification before any promotion."""
+
+    __test__ = False  # not a pytest class
+    model_config = ConfigDict(extra="forbid")
+
+    input: dict[str, Any]
+    expect: Any = None  # exact output, when given
+    expect_keys: list[str] = Field(default_factory=list)  # keys the output object must have
+    expect_error: bool = False  # the tool must fail on this input
+
+
+class ToolManifest(BaseModel):
+    """One tool version. `name` is the namespace (a capability), `version` one implementation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN)
+    version: str = "1.0.0"
+    description: str = Field(min_length=1, max_length=4000)
+    examples: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    sparc: SparcMetadata | None = None
+    implementation: Implementation
+    timeout_s: float = Field(10.0, gt=0, le=600)
+    test_cases: list[TestCase] = Field(default_factory=list)
+    parent_version: str | None = None  # set on evolved versions
+    deprecated: bool = False
+    # Where the manifest was loaded from; runners resolve {tool_dir} and python files against it.
+    tool_dir: str | None = None
+    evolved_file: str | None = None
+
+    @field_validator("version", "parent_version")
+    @classmethod
+    def _semver(cls, v: str | None) -> str | None:
+        if v is not None and not semver.Version.is_valid(v):
+            raise ValueError(f"'{v}' is not a semantic version (MAJOR.MINOR.PATCH)")
+        return v
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: list[str]) -> list[str]:
+        return sorted({t.strip().lower() for t in v if t.strip()})
+
+    @property
+    def key(self) -> str:
+        """`name@version`: the identity of a tool version everywhere (Redis, Qdrant, results)."""
+        return tool_key(self.name, self.version)
+
+    def match_text(self) -> str:
+        """The text embedded for semantic matching: the description and the examples."""
+        return " ".join([self.description, *self.examples])
+
+
+def tool_key(name: str, version: str) -> str:
+    return f"{name}@{version}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    name, _, version = key.partition("@")
+    return name, version
+
+
+def _first_error(exc: ValidationError) -> tuple[str, str]:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(manifest)"
+    return loc, err["msg"]
+
+
+def parse_manifest(data: Any, path: str | Path, tool_dir: str | Path | None = None) -> ToolManifest:
+    """Validate one manifest document; raise ManifestError naming the file and field."""
+    if not isinstance(data, dict):
+        raise ManifestError(path, "(manifest)", "the document is not a mapping")
+    if tool_dir is not None:
+        data = {**data, "tool_dir": str(tool_dir)}
+    try:
+        return ToolManifest.model_validate(data)
+    except ValidationError as exc:
+        field, reason = _first_error(exc)
+        raise ManifestError(path, field, reason) from exc
+
+
+def load_manifest(path: str | Path) -> ToolManifest:
+    """Read and validate a YAML manifest file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ManifestError(path, "(yaml)", str(exc).splitlines()[0]) from exc
+    except OSError as exc:
+        raise ManifestError(path, "(file)", exc.strerror or str(exc)) from exc
+    return parse_manifest(data, path, tool_dir=path.parent.resolve())

@@ -1,0 +1,272 @@
+"""The payloads that cross every boundary: task arguments, plans, attempts and call results.
+
+They are pydantic models so that a foreign service needs only the JSON schema
+(`fittest schema`) to send a job, and so that a bad payload is refused with the field named.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from selection.manifest import ToolManifest
+
+MAX_SCENARIO_CHARS = 4000
+
+
+class FailureClass(str, Enum):
+    timeout = "timeout"
+    crash = "crash"
+    bad_input = "bad_input"
+    bad_output = "bad_output"
+    unavailable = "unavailable"
+
+
+class Severity(str, Enum):
+    low = "low"
+    medium = "medium"
+    high = "high"
+
+
+# How hard a failure of each class counts against a tool version's quality. A crash says the
+# most about the tool; bad input and an unavailable upstream say more about the call or the world.
+SEVERITY_BY_CLASS: dict[FailureClass, Severity] = {
+    FailureClass.crash: Severity.high,
+    FailureClass.bad_output: Severity.medium,
+    FailureClass.timeout: Severity.medium,
+    FailureClass.bad_input: Severity.low,
+    FailureClass.unavailable: Severity.low,
+}
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class CallRequest(BaseModel):
+    """What a service asks for: a job described in words, its input, and limits on the search."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scenario: str = Field(min_length=1, max_length=MAX_SCENARIO_CHARS)
+    input: dict[str, Any] = Field(default_factory=dict)
+    tags: list[str] = Field(default_factory=list, max_length=32)
+    namespace: str | None = Field(None, max_length=64)
+    version: str | None = None
+    use_evolved: bool = True
+    max_attempts: int = Field(5, ge=1, le=20)
+    context: dict[str, Any] = Field(default_factory=dict)
+    exclude: list[str] = Field(default_factory=list, max_length=256)
+    call_id: str = Field(default_factory=new_id, pattern=r"^[A-Za-z0-9_.:-]{1,128}$")
+    after_evolution: bool = False
+
+    @field_validator("scenario")
+    @classmethod
+    def _scenario_text(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("scenario is blank")
+        return v
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: list[str]) -> list[str]:
+        return sorted({t.strip().lower() for t in v if t.strip()})
+
+    @field_validator("input", "context")
+    @classmethod
+    def _finite(cls, v: dict[str, Any]) -> dict[str, Any]:
+        _check_json_value(v, depth=0)
+        return v
+
+
+def _check_json_value(value: Any, depth: int) -> None:
+    """Refuse NaN/Infinity and absurd nesting: they are not JSON and break every consumer."""
+    if depth > 32:
+        raise ValueError("nested deeper than 32 levels")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("contains a non-finite number (NaN or Infinity)")
+    if isinstance(value, dict):
+        for item in value.values():
+            _check_json_value(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_json_value(item, depth + 1)
+
+
+class ScoreBreakdown(BaseModel):
+    """Why a candidate got its score: every factor, so a person can check the arithmetic."""
+
+    base: float = 0.0  # promoted 1.0, original 0.9, semantic 0.8 x similarity
+    source: Literal["promoted", "original", "semantic", "requested", "version"] = "semantic"
+    similarity: float = 0.0
+    quality: float = 1.0
+    failure_penalty: float = 1.0  # 0.7 ** similar past failures
+    similar_failures: int = 0
+    feedback: float = 0.0  # -50..50 points
+    sparc: float = 0.5
+    sparc_components: dict[str, float] = Field(default_factory=dict)
+    extra: dict[str, float] = Field(default_factory=dict)  # policy-specific terms
+    rationale: str = ""
+
+
+class Candidate(BaseModel):
+    """A tool version the plan may run, with the manifest it runs by and why it ranks where it does."""
+
+    key: str
+    manifest: ToolManifest
+    score: float
+    probability: float = 1.0  # with which the policy put it in this place
+    breakdown: ScoreBreakdown = Field(default_factory=ScoreBreakdown)
+
+
+class ToolExecutionResult(BaseModel):
+    """One attempt's outcome; every attempt yields exactly one."""
+
+    attempt_id: str
+    call_id: str
+    tool: str
+    version: str
+    success: bool
+    result: Any = None
+    error_class: FailureClass | None = None
+    error_message: str | None = None
+    execution_time_ms: float = 0.0
+    timestamp: float = Field(default_factory=time.time)
+    complexity: float = 0.0
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.tool}@{self.version}"
+
+
+class CallPlan(BaseModel):
+    """A call on its way through the queues: the request, the ranked candidates, what happened."""
+
+    request: CallRequest
+    candidates: list[Candidate]
+    attempts: list[ToolExecutionResult] = Field(default_factory=list)
+    features: dict[str, Any] = Field(default_factory=dict)  # context analysis of the call
+    policy: str = "seed"
+    degraded: list[str] = Field(default_factory=list)  # parts of selection that were unavailable
+    evolved: bool = False
+    evolution_report: dict[str, Any] | None = None
+    started_at: float = Field(default_factory=time.time)
+
+
+CallStatus = Literal["success", "failed", "invalid", "no_candidates"]
+
+
+class AttemptSummary(BaseModel):
+    tool: str
+    version: str
+    outcome: Literal["success", "failure"]
+    error_class: FailureClass | None = None
+    error_message: str | None = None
+    execution_time_ms: float = 0.0
+
+
+class RankedSummary(BaseModel):
+    key: str
+    score: float
+    probability: float
+    breakdown: ScoreBreakdown
+
+
+class CallResult(BaseModel):
+    """What the caller's AsyncResult resolves to, wherever the work went."""
+
+    call_id: str
+    status: CallStatus
+    output: Any = None
+    tool: str | None = None
+    version: str | None = None
+    attempts: list[AttemptSummary] = Field(default_factory=list)
+    ranking: list[RankedSummary] = Field(default_factory=list)
+    errors: list[dict[str, Any]] = Field(default_factory=list)  # validation errors when invalid
+    message: str = ""
+    degraded: list[str] = Field(default_factory=list)
+    evolution: dict[str, Any] | None = None
+    elapsed_ms: float = 0.0
+
+    @classmethod
+    def from_plan(cls, plan: CallPlan, status: CallStatus, message: str = "") -> CallResult:
+        last = plan.attempts[-1] if plan.attempts else None
+        ok = status == "success" and last is not None and last.success
+        return cls(
+            call_id=plan.request.call_id,
+            status=status,
+            output=last.result if ok else None,
+            tool=last.tool if ok else None,
+            version=last.version if ok else None,
+            attempts=[
+                AttemptSummary(
+                    tool=a.tool,
+                    version=a.version,
+                    outcome="success" if a.success else "failure",
+                    error_class=a.error_class,
+                    error_message=a.error_message,
+                    execution_time_ms=a.execution_time_ms,
+                )
+                for a in plan.attempts
+            ],
+            ranking=[
+                RankedSummary(key=c.key, score=c.score, probability=c.probability, breakdown=c.breakdown)
+                for c in plan.candidates
+            ],
+            message=message,
+            degraded=plan.degraded,
+            evolution=plan.evolution_report,
+            elapsed_ms=(time.time() - plan.started_at) * 1000.0,
+        )
+
+
+class Promotion(BaseModel):
+    """Which version of a namespace is served; `on_trial` shares traffic until it proves itself."""
+
+    namespace: str
+    evolved_version: str
+    original_version: str
+    reason: str = ""
+    mutation: str = ""
+    promoted_at: float = Field(default_factory=time.time)
+    status: Literal["on_trial", "active", "rolled_back"] = "on_trial"
+
+
+class FailureMark(BaseModel):
+    """Payload of `fittest.mark_failure`: one failed attempt to apply once."""
+
+    attempt_id: str
+    call_id: str
+    tool: str
+    version: str
+    scenario: str
+    error_class: FailureClass
+    error_message: str = ""
+    severity: Severity | None = None
+    input: dict[str, Any] = Field(default_factory=dict)
+    features: dict[str, Any] = Field(default_factory=dict)
+    timestamp: float = Field(default_factory=time.time)
+
+    @property
+    def key(self) -> str:
+        return f"{self.tool}@{self.version}"
+
+    def effective_severity(self) -> Severity:
+        return self.severity or SEVERITY_BY_CLASS[self.error_class]
+
+
+class OutcomeRecord(BaseModel):
+    """Payload of `fittest.record_outcome`: a finished call's attempts, to learn from once."""
+
+    call_id: str
+    scenario: str
+    features: dict[str, Any] = Field(default_factory=dict)
+    attempts: list[ToolExecutionResult]
+    policy: str = "seed"
+    probabilities: dict[str, float] = Field(default_factory=dict)

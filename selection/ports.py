@@ -1,0 +1,178 @@
+"""What selection and evolution need from storage, as small Protocols.
+
+`workers/` implements them against Redis, Qdrant and fastembed; unit tests may use in-memory
+implementations, and each port has one contract suite that runs against every real adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+from selection.models import Promotion, Severity
+
+# Collections of the vector memory (each adapter prefixes them, e.g. `fittest_tools`).
+TOOLS = "tools"
+FEEDBACK = "feedback"
+FAILURES = "failures"
+EVOLUTIONS = "evolutions"
+EXECUTIONS = "executions"
+COLLECTIONS = (TOOLS, FEEDBACK, FAILURES, EVOLUTIONS, EXECUTIONS)
+
+# Payload fields that filters use; every adapter creates a keyword index on them.
+INDEXED_FIELDS: dict[str, tuple[str, ...]] = {
+    TOOLS: ("tool", "name", "tags", "deprecated"),
+    FEEDBACK: ("tool", "name", "positive"),
+    FAILURES: ("tool", "name", "error_class", "tags"),
+    EVOLUTIONS: ("name", "outcome"),
+    EXECUTIONS: ("tool", "name", "success"),
+}
+
+
+class Match(BaseModel):
+    """One filter condition: payload field `key` equals any of `any_of` (for a list field: contains)."""
+
+    key: str
+    any_of: list[str | int | bool]
+
+
+class VectorFilter(BaseModel):
+    """All of `must` hold and none of `must_not` does."""
+
+    must: list[Match] = Field(default_factory=list)
+    must_not: list[Match] = Field(default_factory=list)
+
+    @classmethod
+    def where(cls, **fields: Any) -> VectorFilter:
+        return cls(must=[Match(key=k, any_of=v if isinstance(v, list) else [v]) for k, v in fields.items()])
+
+
+class VectorPoint(BaseModel):
+    """A stored vector; `id` is any string, adapters map it to a stable UUID (upsert is idempotent)."""
+
+    id: str
+    vector: list[float]
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class VectorHit(BaseModel):
+    id: str
+    score: float  # cosine similarity
+    payload: dict[str, Any]
+
+
+@runtime_checkable
+class VectorMemory(Protocol):
+    """Tool descriptions, feedback, failure records, evolution patterns, execution contexts."""
+
+    dim: int
+
+    def ensure_collections(self) -> None: ...
+
+    def upsert(self, collection: str, points: Sequence[VectorPoint]) -> None: ...
+
+    def search(
+        self,
+        collection: str,
+        vector: Sequence[float],
+        limit: int = 10,
+        filter: VectorFilter | None = None,
+        score_threshold: float | None = None,
+    ) -> list[VectorHit]: ...
+
+    def scroll(
+        self, collection: str, filter: VectorFilter | None = None, limit: int = 1000
+    ) -> list[VectorPoint]: ...
+
+    def count(self, collection: str, filter: VectorFilter | None = None) -> int: ...
+
+    def delete(self, collection: str, filter: VectorFilter) -> None: ...
+
+    def drop_all(self) -> None:
+        """Remove this memory's collections (only those with its prefix)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+    def embed_one(self, text: str) -> list[float]: ...
+
+
+class ToolStats(BaseModel):
+    quality: float = 1.0
+    successes: int = 0
+    failures: int = 0
+
+
+class FailureApplied(BaseModel):
+    applied: bool  # False when this attempt id had been applied before
+    quality: float
+    failures: int
+
+
+class SelectionWeights(BaseModel):
+    """Weights of the SPARC components; versioned so selection can tell when they changed."""
+
+    version: int = 0
+    weights: dict[str, float] = Field(
+        default_factory=lambda: {
+            "phase": 0.2,
+            "language": 0.2,
+            "complexity": 0.2,
+            "task_type": 0.2,
+            "history": 0.2,
+        }
+    )
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    updated_at: float = 0.0
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    """Quality, counters, promotions, weights: every read-modify-write is atomic in the store."""
+
+    def stats(self, keys: Sequence[str]) -> dict[str, ToolStats]: ...
+
+    def set_quality(self, key: str, quality: float) -> None: ...
+
+    def mark_failure(self, key: str, attempt_id: str, severity: Severity) -> FailureApplied: ...
+
+    def record_success(self, key: str, attempt_id: str) -> bool:
+        """Count a success once per attempt id; False when it was counted before."""
+        ...
+
+    def promotion(self, namespace: str) -> Promotion | None: ...
+
+    def promote(self, promotion: Promotion) -> None:
+        """Set the namespace's promotion and append it to its history, atomically."""
+        ...
+
+    def promotion_history(self, namespace: str) -> list[Promotion]: ...
+
+    def weights(self) -> SelectionWeights: ...
+
+    def set_weights(self, weights: SelectionWeights) -> SelectionWeights:
+        """Store new weights with the next version number and keep the old ones in history."""
+        ...
+
+    def weights_history(self, limit: int = 20) -> list[SelectionWeights]: ...
+
+    def state_version(self) -> int:
+        """A counter that grows with every change of quality, promotion or weights (cache key)."""
+        ...
+
+    def once(self, effect: str, attempt_id: str) -> bool:
+        """Claim the right to apply `effect` for `attempt_id`; True the first time only."""
+        ...
+
+    def clear(self) -> None:
+        """Remove every key of this store's prefix."""
+        ...

@@ -1,0 +1,114 @@
+"""Shared fixtures: real services, owned per test run.
+
+Each pytest session starts a private `redis-server` on a free port (so tests never meet another
+session's workers or keys), unless FITTEST_TEST_REDIS_URL names one to use. Each test gets its
+own key and collection prefix and removes only those.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_MODEL = ROOT.parent / "shared" / "models" / "all-MiniLM-L6-v2-onnx"
+EXAMPLE_TOOLS = ROOT / "examples" / "tools"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_redis(workdir: Path, port: int | None = None, appendonly: bool = False) -> tuple[subprocess.Popen, str]:
+    """Start a private redis-server; returns the process and its URL once it answers PING."""
+    port = port or free_port()
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not on PATH")
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "yes" if appendonly else "no", "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    for _ in range(200):
+        try:
+            if client.ping():
+                return proc, url
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"private redis-server on port {port} did not start")
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    given = os.environ.get("FITTEST_TEST_REDIS_URL")
+    if given:
+        yield given
+        return
+    proc, url = start_redis(tmp_path_factory.mktemp("redis"))
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url)
+
+
+@pytest.fixture
+def run_prefix() -> str:
+    """A key/collection prefix owned by one test."""
+    return f"t{uuid.uuid4().hex[:10]}_"
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    given = os.environ.get("FITTEST_EMBEDDING_MODEL_PATH")
+    path = Path(given) if given else SHARED_MODEL
+    if not (path / "model.onnx").exists():
+        pytest.fail(f"embedding model not found at {path}: set FITTEST_EMBEDDING_MODEL_PATH")
+    return path
+
+
+@pytest.fixture(scope="session")
+def embedder(model_path: Path):
+    from workers.embedder import FastEmbedder
+
+    return FastEmbedder(model_path=model_path)
+
+
+@pytest.fixture
+def settings_env(monkeypatch: pytest.MonkeyPatch, redis_url: str, run_prefix: str, tmp_path: Path, model_path: Path):
+    """Environment for a test's own fittest settings (and any worker it starts)."""
+    env = {
+        "FITTEST_REDIS_URL": redis_url,
+        "FITTEST_KEY_PREFIX": f"{run_prefix}:",
+        "FITTEST_COLLECTION_PREFIX": run_prefix,
+        "FITTEST_DATA_DIR": str(tmp_path / "data"),
+        "FITTEST_TOOLS_DIR": str(EXAMPLE_TOOLS),
+        "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    from workers.settings import get_settings
+
+    get_settings.cache_clear()
+    yield env
+    get_settings.cache_clear()
