@@ -7,7 +7,7 @@ implementations, and each port has one contract suite that runs against every re
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -29,6 +29,9 @@ INDEXED_FIELDS: dict[str, tuple[str, ...]] = {
     EVOLUTIONS: ("name", "outcome"),
     EXECUTIONS: ("tool", "name", "success"),
 }
+# Of those, the fields that hold booleans: they get a bool index instead, as a keyword index skips
+# boolean values and leaves filters on them to a full scan.
+BOOL_FIELDS = frozenset({"deprecated", "positive", "success"})
 
 
 class Match(BaseModel):
@@ -135,6 +138,11 @@ class SelectionWeights(BaseModel):
     updated_at: float = 0.0
 
 
+# A circuit breaker's state: "half_open" once an open breaker's cool-down has passed (it may be tried
+# again; the next outcome closes or re-opens it). The store does not limit how many probes go.
+BreakerState = Literal["closed", "open", "half_open"]
+
+
 @runtime_checkable
 class StateStore(Protocol):
     """Quality, counters, promotions, weights: every read-modify-write is atomic in the store."""
@@ -175,4 +183,32 @@ class StateStore(Protocol):
 
     def clear(self) -> None:
         """Remove every key of this store's prefix."""
+        ...
+
+    # Circuit breakers per tool version.
+    def breaker_record(self, key: str, success: bool, threshold: int, cooldown_s: float) -> BreakerState:
+        """Feed one outcome: `threshold` consecutive failures open the breaker for `cooldown_s`
+        (a failure once it is half open re-opens it); a success closes it. Returns the new state."""
+        ...
+
+    def breaker_states(self, keys: Sequence[str]) -> dict[str, BreakerState]:
+        """State of each key's breaker ("closed" when never recorded), in one round trip."""
+        ...
+
+    # Recent run durations per tool version (adaptive timeouts).
+    def record_duration(self, key: str, ms: float, keep: int = 50) -> None:
+        """Append a run duration, keeping the `keep` most recent."""
+        ...
+
+    def durations(self, keys: Sequence[str]) -> dict[str, list[float]]:
+        """Recent durations (ms) of each key, oldest first ([] when none), in one round trip."""
+        ...
+
+    # Namespace locks.
+    def acquire_lock(self, name: str, owner: str, ttl_s: float) -> bool:
+        """Take the lock for `ttl_s` seconds; False while anyone (the same owner too) holds it."""
+        ...
+
+    def release_lock(self, name: str, owner: str) -> bool:
+        """Release the lock only if `owner` holds it; False otherwise."""
         ...

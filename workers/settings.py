@@ -37,7 +37,7 @@ class Settings(BaseSettings):
     embedding_cache_size: int = Field(4096, ge=0, description="Scenario embeddings kept in the LRU cache")
 
     # Selection
-    policy: str = Field("fittest", description="Selection policy: fittest (default) or seed")
+    policy: str = Field("seed", description="Selection policy (seed until the learning policy lands)")
     max_candidates: int = Field(8, ge=1, le=50, description="Candidates a plan keeps")
     failure_similarity: float = Field(0.7, description="A past failure this similar to the scenario demotes a candidate")
     selection_cache_ttl_s: float = Field(30.0, ge=0, description="Selection cache TTL; also how soon new weights are used")

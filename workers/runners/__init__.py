@@ -1,0 +1,48 @@
+"""Tool runners: run one tool version on one input, within a timeout and limits.
+
+`run_tool` is the only entry point the execution task needs. It never raises for anything the
+tool does: every failure comes back as a `RunOutcome` with a failure class and a message, and
+every outcome carries the attempt's wall-clock time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from selection.manifest import ToolManifest
+from selection.models import FailureClass
+from workers.runners.base import RunLimits, RunOutcome, encode_input
+from workers.runners.executable import run_executable
+from workers.runners.http import run_http
+from workers.runners.python import run_python
+
+Runner = Callable[..., RunOutcome]
+
+RUNNERS: dict[str, Runner] = {
+    "python": run_python,
+    "executable": run_executable,
+    "http": run_http,
+}
+
+__all__ = ["RUNNERS", "RunLimits", "RunOutcome", "run_tool"]
+
+
+def run_tool(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float, limits: RunLimits) -> RunOutcome:
+    """Run `manifest`'s implementation on `input`.
+
+    The tool gets its own copy of the input (a python tool that mutates it cannot change what
+    the call replays to the next candidate); an input that is not JSON is bad_input before any
+    tool runs.
+    """
+    started = time.perf_counter()
+    try:
+        own_input = json.loads(encode_input(input))
+    except (TypeError, ValueError) as exc:
+        outcome = RunOutcome.fail(FailureClass.bad_input, f"input is not JSON-serialisable: {exc}")
+    else:
+        outcome = RUNNERS[manifest.implementation.kind](manifest, own_input, timeout_s=timeout_s, limits=limits)
+    outcome.elapsed_ms = (time.perf_counter() - started) * 1000.0
+    return outcome

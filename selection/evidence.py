@@ -1,0 +1,48 @@
+"""What is known about one candidate when a call is ranked.
+
+Workers gather it from the stores; policies turn it into an order. Keeping the two apart lets a
+policy be tested, benchmarked and replayed without any service.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from selection.manifest import ToolManifest
+
+Source = Literal["promoted", "original", "semantic", "requested", "version"]
+
+# Base scores of the seed design: the served version first, then the original, then look-alikes.
+BASE_SCORE: dict[str, float] = {"promoted": 1.0, "version": 1.0, "requested": 1.0, "original": 0.9}
+SEMANTIC_FACTOR = 0.8
+FAILURE_DEMOTION = 0.7
+
+
+class CandidateEvidence(BaseModel):
+    manifest: ToolManifest
+    source: Source = "semantic"
+    similarity: float = 0.0  # cosine of the scenario to the tool's served description
+    quality: float = 1.0
+    successes: int = 0
+    failures: int = 0
+    failure_similarities: list[float] = Field(default_factory=list)  # past failures of this version
+    success_similarities: list[float] = Field(default_factory=list)  # past successes of this version
+    feedback_points: float = 0.0  # -50..50
+    sparc: float = 0.5
+    sparc_components: dict[str, float] = Field(default_factory=dict)
+    sparc_rationale: str = ""
+    on_trial: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.manifest.key
+
+    def base_score(self) -> float:
+        if self.source == "semantic":
+            return SEMANTIC_FACTOR * self.similarity
+        return BASE_SCORE[self.source]
+
+    def similar_failures(self, threshold: float) -> int:
+        return sum(1 for s in self.failure_similarities if s > threshold)

@@ -1,0 +1,43 @@
+"""Selection policies: turn the evidence about candidates into an ordered plan.
+
+A policy is an online learner in River's sense: `rank` is its predict, and it learns only through
+the stores that the outcome-recording code updates, so the same object serves every call.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Protocol
+
+from selection.evidence import CandidateEvidence
+from selection.models import Candidate
+from selection.policies.seed import SeedPolicy
+
+
+class Policy(Protocol):
+    name: str
+
+    def rank(
+        self, evidence: list[CandidateEvidence], features: dict[str, Any], rng: random.Random
+    ) -> list[Candidate]:
+        """Order the candidates, best first; each carries the probability it was placed with."""
+        ...
+
+
+_POLICIES: dict[str, type] = {"seed": SeedPolicy}
+
+
+def register_policy(name: str, factory: type) -> None:
+    _POLICIES[name] = factory
+
+
+def get_policy(name: str, **options: Any) -> Policy:
+    try:
+        factory = _POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown selection policy '{name}' (known: {', '.join(sorted(_POLICIES))})") from None
+    return factory(**options)
+
+
+def policy_names() -> list[str]:
+    return sorted(_POLICIES)

@@ -1,0 +1,52 @@
+"""The `seed` policy: the formulas of the design documents, faithfully, and deterministic.
+
+score = base (promoted 1.0, original 0.9, semantic 0.8 x similarity) x quality
+        x 0.7 per past failure of that version whose scenario is > 0.7 similar
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from selection.evidence import FAILURE_DEMOTION, CandidateEvidence
+from selection.models import Candidate, ScoreBreakdown
+
+
+class SeedPolicy:
+    name = "seed"
+
+    def __init__(self, failure_similarity: float = 0.7) -> None:
+        self.failure_similarity = failure_similarity
+
+    def score(self, e: CandidateEvidence) -> tuple[float, ScoreBreakdown]:
+        n_fail = e.similar_failures(self.failure_similarity)
+        penalty = FAILURE_DEMOTION**n_fail
+        base = e.base_score()
+        score = base * e.quality * penalty
+        return score, ScoreBreakdown(
+            base=base,
+            source=e.source,
+            similarity=e.similarity,
+            quality=e.quality,
+            failure_penalty=penalty,
+            similar_failures=n_fail,
+            feedback=e.feedback_points,
+            sparc=e.sparc,
+            sparc_components=e.sparc_components,
+            rationale=(
+                f"{e.source} base {base:.2f} x quality {e.quality:.2f}"
+                + (f" x 0.7^{n_fail} similar failures" if n_fail else "")
+            ),
+        )
+
+    def rank(
+        self, evidence: list[CandidateEvidence], features: dict[str, Any], rng: random.Random
+    ) -> list[Candidate]:
+        scored = [(self.score(e), e) for e in evidence]
+        # Ties break by key so that the seed policy is reproducible.
+        scored.sort(key=lambda item: (-item[0][0], item[1].key))
+        return [
+            Candidate(key=e.key, manifest=e.manifest, score=s, probability=1.0, breakdown=b)
+            for (s, b), e in scored
+        ]

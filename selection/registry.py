@@ -1,0 +1,207 @@
+"""The tool registry: every manifest of the tools directories, indexed the ways selection asks.
+
+Loading never stops at the first bad manifest: each bad file becomes a `ManifestError` in
+`registry.errors` (naming the file, the field and the reason) and the others still load, so one
+team's typo does not take every tool offline.
+
+A manifest may only refer to files inside its own tool directory. The directory is what an
+operator reviews and what evolution copies; a path that leaves it (`..`, an absolute path, a
+symlink pointing elsewhere) would let a manifest run code nobody reviewed, so it is refused at
+load time rather than discovered at the first call.
+"""
+
+from __future__ import annotations
+
+import string
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import semver
+
+from selection.manifest import (
+    ExecutableImplementation,
+    ManifestError,
+    PythonImplementation,
+    ToolManifest,
+    load_manifest,
+)
+
+MANIFEST_SUFFIXES = (".yaml", ".yml")
+TOOL_DIR_PLACEHOLDER = "tool_dir"
+
+
+def _semver_key(manifest: ToolManifest) -> semver.Version:
+    return semver.Version.parse(manifest.version)
+
+
+def _sorted(manifests: Iterable[ToolManifest]) -> list[ToolManifest]:
+    """Name, then semantic version: the order every listing of the registry uses."""
+    return sorted(manifests, key=lambda m: (m.name, _semver_key(m)))
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """Whether `path`, with every symlink and `..` resolved, is `root` or lies below it."""
+    return path.resolve().is_relative_to(root.resolve())
+
+
+def python_module_file(manifest: ToolManifest) -> Path | None:
+    """The file a python entrypoint names inside the tool directory (`a.b:f` → `a/b.py`).
+
+    None when the manifest has no tool directory; the file need not exist (the entrypoint is then
+    an importable module).
+    """
+    impl = manifest.implementation
+    if not isinstance(impl, PythonImplementation) or manifest.tool_dir is None:
+        return None
+    module = impl.entrypoint.partition(":")[0]
+    return Path(manifest.tool_dir, *module.split(".")).with_suffix(".py")
+
+
+def _tool_dir_paths(arg: str) -> Iterable[tuple[str, str]]:
+    """For each `{tool_dir}` in one argv entry: (the rest of the entry, the next placeholder or '').
+
+    Everything after `{tool_dir}` up to the end of the argument is taken as the path, so
+    `--script={tool_dir}/run.py` yields `/run.py`.
+    """
+    parts = list(string.Formatter().parse(arg))
+    for i, (_, field, _, _) in enumerate(parts):
+        if field != TOOL_DIR_PLACEHOLDER:
+            continue
+        rest = parts[i + 1 :]
+        tail = "".join(lit for lit, _, _, _ in rest)
+        following = next((f for _, f, _, _ in rest if f is not None), "")
+        yield tail, following
+
+
+def check_paths(manifest: ToolManifest, source: str | Path) -> None:
+    """Refuse a manifest whose files lie outside its tool directory (see the module docstring).
+
+    Checked: the python entrypoint's file, every `{tool_dir}/...` path of an executable argv
+    (which must exist and must not contain another placeholder, since an input value could then
+    choose the file), and `evolved_file`.
+    """
+    if manifest.tool_dir is None:
+        return
+    root = Path(manifest.tool_dir)
+    impl = manifest.implementation
+
+    module_file = python_module_file(manifest)
+    if module_file is not None and (module_file.exists() or module_file.is_symlink()):
+        if not _inside(module_file, root):
+            raise ManifestError(source, "implementation.entrypoint", f"{module_file} leads outside the tool directory {root}")
+
+    if isinstance(impl, ExecutableImplementation):
+        for i, arg in enumerate(impl.argv):
+            try:
+                paths = list(_tool_dir_paths(arg))
+            except ValueError as exc:
+                raise ManifestError(source, f"implementation.argv.{i}", f"bad placeholder syntax: {exc}") from exc
+            for tail, following in paths:
+                field = f"implementation.argv.{i}"
+                if following:
+                    raise ManifestError(source, field, f"'{{{following}}}' inside a {{tool_dir}} path would let a value choose the file")
+                target = root / tail.lstrip("/")
+                if not _inside(target, root):
+                    raise ManifestError(source, field, f"'{arg}' leads outside the tool directory {root}")
+                if not target.exists():
+                    raise ManifestError(source, field, f"'{arg}': {target} does not exist")
+
+    if manifest.evolved_file is not None:
+        target = root / manifest.evolved_file  # an absolute evolved_file replaces root here
+        if not _inside(target, root):
+            raise ManifestError(source, "evolved_file", f"{manifest.evolved_file} leads outside the tool directory {root}")
+
+
+class ToolRegistry:
+    """Tool versions by key (`name@version`), with the indexes selection filters on.
+
+    Deprecated versions stay in every listing and index (they can still be called by exact
+    version); skipping them when ranking is selection's decision.
+    """
+
+    def __init__(self) -> None:
+        self._tools: dict[str, ToolManifest] = {}
+        self._sources: dict[str, str] = {}
+        # index name -> value -> keys; kept on add so per-call lookups do not scan every version
+        self._index: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        self.errors: list[ManifestError] = []
+
+    @classmethod
+    def load(cls, dirs: Sequence[Path]) -> ToolRegistry:
+        """Read every `*.yaml` / `*.yml` below `dirs` (recursively, in a stable order)."""
+        registry = cls()
+        for root in dirs:
+            root = Path(root)
+            if not root.is_dir():
+                registry.errors.append(ManifestError(root, "(directory)", "not a directory"))
+                continue
+            files = sorted(p for p in root.rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+            for path in files:
+                try:
+                    registry.add(load_manifest(path), source=path)
+                except ManifestError as exc:
+                    registry.errors.append(exc)
+        return registry
+
+    def add(self, manifest: ToolManifest, source: str | Path | None = None) -> None:
+        """Register one tool version; raises ManifestError on a duplicate key or a path escape."""
+        origin = str(source) if source is not None else f"<{manifest.key}>"
+        check_paths(manifest, origin)
+        previous = self._sources.get(manifest.key)
+        if previous is not None:
+            raise ManifestError(origin, "version", f"{manifest.key} is already defined by {previous}")
+        self._tools[manifest.key] = manifest
+        self._sources[manifest.key] = origin
+        sparc = manifest.sparc
+        for index, values in (
+            ("name", [manifest.name]),
+            ("tag", manifest.tags),
+            ("phase", sparc.phases if sparc else []),
+            ("language", sparc.languages if sparc else []),
+            ("task_type", sparc.task_types if sparc else []),
+        ):
+            for value in values:
+                self._index[index][value].add(manifest.key)
+
+    def _lookup(self, index: str, value: str) -> list[ToolManifest]:
+        return _sorted(self._tools[k] for k in self._index[index].get(value, ()))
+
+    def source(self, key: str) -> str | None:
+        """Where a tool version came from (its manifest file), for messages and `fittest show`."""
+        return self._sources.get(key)
+
+    def get(self, key: str) -> ToolManifest | None:
+        return self._tools.get(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def all(self) -> list[ToolManifest]:
+        return _sorted(self._tools.values())
+
+    def namespaces(self) -> list[str]:
+        return sorted(self._index["name"])
+
+    def versions(self, name: str) -> list[ToolManifest]:
+        """Every version of a namespace, lowest semantic version first."""
+        return self._lookup("name", name)
+
+    def original(self, name: str) -> ToolManifest | None:
+        """The namespace's first registered implementation: the lowest version with no parent."""
+        return next((m for m in self.versions(name) if m.parent_version is None), None)
+
+    def by_tag(self, tag: str) -> list[ToolManifest]:
+        return self._lookup("tag", tag.strip().lower())
+
+    def by_phase(self, phase: str) -> list[ToolManifest]:
+        return self._lookup("phase", phase)
+
+    def by_language(self, language: str) -> list[ToolManifest]:
+        return self._lookup("language", language.strip().lower())
+
+    def by_task_type(self, task_type: str) -> list[ToolManifest]:
+        return self._lookup("task_type", task_type)

@@ -1,0 +1,51 @@
+"""The hard timeout of one attempt, adapted to how long a tool version really takes.
+
+A tool's declared `timeout_s` is its author's estimate of the worst case. Once the tool has run
+a few times, its recent run times say more: a tool that always answers in 80 ms and now hangs
+should be cut off in well under its declared 10 s, so the call falls back quickly; a tool that is
+in practice a little slower than its author thought should get that room instead of failing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+MIN_RUNS = 5  # fewer recent runs than this say too little; the declared timeout holds
+HEADROOM = 1.2  # p95 × 1.2: a run as slow as the slowest usual one still finishes
+MAX_GROWTH = 2.0  # recent runs may stretch the declared timeout at most this much
+
+
+def p95(values: Sequence[float]) -> float:
+    """The 95th percentile by nearest rank: an observed value, never an interpolated one.
+
+    With fewer than 20 values this is the maximum, which is the cautious choice for a timeout.
+    """
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def adaptive_timeout(recent_ms: Sequence[float], declared_s: float, min_s: float, max_s: float) -> float:
+    """Seconds to allow the next attempt of a tool version.
+
+    The rule:
+    - fewer than 5 usable recent run times (finite, ≥ 0, in milliseconds): the declared timeout;
+    - otherwise p95 × 1.2 of them, but at most twice the declared timeout: it can shrink a timeout
+      to what the tool really needs, or grow it, but the author's figure still bounds it, so a
+      "longer timeout" evolution of `timeout_s` keeps its meaning;
+    - either way within the operator's bounds [min_s, max_s], min_s winning over everything
+      (a timeout below process start-up time only produces false timeouts).
+
+    Callers should include runs that timed out, at their elapsed time: otherwise a tool that keeps
+    timing out would only ever be judged by its fast runs and its timeout would never grow.
+    """
+    if declared_s <= 0:
+        raise ValueError(f"declared timeout must be positive, got {declared_s}")
+    if min_s <= 0 or min_s > max_s:
+        raise ValueError(f"bounds must satisfy 0 < min_s <= max_s, got [{min_s}, {max_s}]")
+    usable = [ms for ms in recent_ms if math.isfinite(ms) and ms >= 0]
+    if len(usable) < MIN_RUNS:
+        chosen = declared_s
+    else:
+        chosen = min(p95(usable) / 1000.0 * HEADROOM, declared_s * MAX_GROWTH)
+    return max(min_s, min(chosen, max_s))

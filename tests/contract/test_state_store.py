@@ -1,0 +1,389 @@
+"""Contract of the StateStore port (selection/ports.py): one suite, every implementation.
+
+Runs against RedisStateStore on the session's private Redis (with a bytes client and with a
+decode_responses client, the test's own prefix, cleared at the end) and InMemoryStateStore.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+
+from selection.models import Promotion, Severity
+from selection.ports import SelectionWeights, StateStore, ToolStats
+from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
+from tests.fakes_state import InMemoryStateStore
+from workers.state.redis import RedisStateStore
+
+KEY = "translate_text@1.0.0"
+
+
+@pytest.fixture(params=["redis", "redis-decoded", "memory"])
+def store(request: pytest.FixtureRequest):
+    if request.param == "memory":
+        yield InMemoryStateStore()
+        return
+    url = request.getfixturevalue("redis_url")
+    prefix = request.getfixturevalue("run_prefix")
+    client = redis.Redis.from_url(url, decode_responses=request.param == "redis-decoded")
+    s = RedisStateStore(client, prefix)
+    try:
+        yield s
+    finally:
+        s.clear()
+        assert list(client.scan_iter(match=prefix + "*")) == []
+        client.close()
+
+
+def aid() -> str:
+    return uuid.uuid4().hex
+
+
+def expected_chain(severities: list[Severity]) -> list[tuple[int, int]]:
+    """(quality bp, failures) after each failure, applied one by one with selection/quality.py."""
+    q, f, out = FULL_QUALITY_BP, 0, []
+    for s in severities:
+        q, f = apply_failure_bp(q, f, s)
+        out.append((q, f))
+    return out
+
+
+def test_implements_the_port(store):
+    assert isinstance(store, StateStore)
+
+
+# Quality --------------------------------------------------------------------------------------
+
+
+def test_default_stats_for_unknown_keys(store):
+    assert store.stats([KEY, "other@2.0.0"]) == {KEY: ToolStats(), "other@2.0.0": ToolStats()}
+    assert store.stats([KEY])[KEY].quality == 1.0
+    assert store.stats([]) == {}
+
+
+@pytest.mark.parametrize(("severity", "quality"), [(Severity.low, 0.99), (Severity.medium, 0.95), (Severity.high, 0.90)])
+def test_one_failure_costs_its_severity(store, severity, quality):
+    result = store.mark_failure(KEY, aid(), severity)
+    assert (result.applied, result.quality, result.failures) == (True, quality, 1)
+    assert store.stats([KEY])[KEY] == ToolStats(quality=quality, successes=0, failures=1)
+
+
+def test_extra_penalty_past_5_and_past_10_failures(store):
+    qualities = [store.mark_failure(KEY, aid(), Severity.low).quality for _ in range(12)]
+    # 1..5: -0.01 each; 6..10: -0.01 - 0.05 each; 11 on: -0.01 - 0.10 each (not -0.15).
+    assert qualities[4] == 0.95
+    assert qualities[5] == 0.89
+    assert qualities[9] == 0.65
+    assert qualities[10] == 0.54
+    assert qualities[11] == 0.43
+    assert store.stats([KEY])[KEY].failures == 12
+
+
+def test_mixed_severities_match_quality_rule_step_by_step(store):
+    severities = [list(Severity)[(i * 7 + i // 3) % 3] for i in range(25)]
+    got = []
+    for s in severities:
+        r = store.mark_failure(KEY, aid(), s)
+        got.append((round(r.quality * FULL_QUALITY_BP), r.failures))
+    assert got == expected_chain(severities)
+
+
+def test_quality_floors_at_zero(store):
+    for _ in range(15):
+        r = store.mark_failure(KEY, aid(), Severity.high)
+    assert (r.quality, r.failures) == (0.0, 15)
+    assert store.stats([KEY])[KEY].quality == 0.0
+
+
+def test_same_attempt_id_applies_once(store):
+    attempt = aid()
+    first = store.mark_failure(KEY, attempt, Severity.high)
+    version = store.state_version()
+    again = store.mark_failure(KEY, attempt, Severity.high)
+    other_severity = store.mark_failure(KEY, attempt, Severity.low)
+    assert first.applied and not again.applied and not other_severity.applied
+    assert (again.quality, again.failures) == (0.9, 1) == (other_severity.quality, other_severity.failures)
+    assert store.stats([KEY])[KEY] == ToolStats(quality=0.9, failures=1)
+    assert store.state_version() == version
+
+
+def test_record_success_counts_once_and_keeps_quality(store):
+    store.mark_failure(KEY, aid(), Severity.medium)
+    version = store.state_version()
+    attempt = aid()
+    assert store.record_success(KEY, attempt) is True
+    assert store.record_success(KEY, attempt) is False
+    assert store.record_success(KEY, aid()) is True
+    assert store.stats([KEY])[KEY] == ToolStats(quality=0.95, successes=2, failures=1)
+    assert store.state_version() == version  # a success changes no quality: caches stay valid
+
+
+def test_success_and_failure_guards_are_separate(store):
+    attempt = aid()
+    assert store.record_success(KEY, attempt)
+    assert store.mark_failure(KEY, attempt, Severity.low).applied
+    assert store.once("record_outcome", attempt)
+
+
+def test_once(store):
+    attempt = aid()
+    assert store.once("store_failure_record", attempt) is True
+    assert store.once("store_failure_record", attempt) is False
+    assert store.once("send_feedback", attempt) is True
+    assert store.once("store_failure_record", aid()) is True
+
+
+def test_set_quality(store):
+    v0 = store.state_version()
+    store.set_quality(KEY, 0.73)
+    assert store.state_version() > v0
+    assert store.stats([KEY])[KEY] == ToolStats(quality=0.73)
+    assert store.mark_failure(KEY, aid(), Severity.low).quality == 0.72
+    for bad in (1.5, -0.1, float("nan")):
+        with pytest.raises(ValueError):
+            store.set_quality(KEY, bad)
+
+
+def test_stats_of_many_keys(store):
+    keys = [f"tool_{i}@1.0.0" for i in range(30)]
+    for i, key in enumerate(keys[:10]):
+        for _ in range(i):
+            store.mark_failure(key, aid(), Severity.low)
+        store.record_success(key, aid())
+    stats = store.stats(keys)
+    assert list(stats) == keys
+    for i, key in enumerate(keys[:10]):
+        assert stats[key] == ToolStats(quality=bp_to_quality(expected_chain([Severity.low] * i)[-1][0]) if i else 1.0, successes=1, failures=i)
+    assert all(stats[key] == ToolStats() for key in keys[10:])
+
+
+def test_concurrent_failures_from_threads_lose_nothing(store):
+    def work(t: int) -> None:
+        for j in range(40):
+            store.mark_failure(KEY, f"th{t}-{j}", Severity.low)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert store.stats([KEY])[KEY].failures == 240
+    assert store.stats([KEY])[KEY].quality == bp_to_quality(expected_chain([Severity.low] * 240)[-1][0])
+
+
+# Promotions -----------------------------------------------------------------------------------
+
+
+def promotion(ns: str, evolved: str, status: str = "on_trial") -> Promotion:
+    return Promotion(namespace=ns, evolved_version=evolved, original_version="1.0.0", reason="all failed",
+                     mutation="timeout", status=status)
+
+
+def test_promote_and_history(store):
+    assert store.promotion("translate_text") is None
+    assert store.promotion_history("translate_text") == []
+    v0 = store.state_version()
+    first = promotion("translate_text", "1.1.0")
+    second = promotion("translate_text", "1.2.0", status="active")
+    store.promote(first)
+    store.promote(second)
+    store.promote(promotion("summarise", "2.1.0"))
+    assert store.promotion("translate_text") == second
+    assert store.promotion_history("translate_text") == [first, second]
+    assert [p.evolved_version for p in store.promotion_history("summarise")] == ["2.1.0"]
+    assert store.state_version() == v0 + 3
+
+
+# Weights --------------------------------------------------------------------------------------
+
+
+def test_weights_default_versioning_and_history(store):
+    assert store.weights() == SelectionWeights()
+    assert store.weights().version == 0
+    assert store.weights_history() == []
+    v0 = store.state_version()
+
+    w1 = store.set_weights(SelectionWeights(version=99, weights={"phase": 0.5, "language": 0.5}, evidence={"n": 12}))
+    w2 = store.set_weights(SelectionWeights(weights={"phase": 0.1, "history": 0.9}, updated_at=123.5))
+    assert (w1.version, w2.version) == (1, 2)  # the store numbers versions; the caller's is ignored
+    assert w1.weights == {"phase": 0.5, "language": 0.5} and w1.evidence == {"n": 12} and w1.updated_at > 0
+    assert w2.updated_at == 123.5
+    assert store.weights() == w2
+    assert store.weights_history(10) == [w2, w1]
+    assert store.weights_history(1) == [w2]
+    assert store.state_version() == v0 + 2
+
+    with pytest.raises(ValueError):
+        store.set_weights(SelectionWeights(weights={"phase": float("inf")}))
+    assert store.weights() == w2
+
+
+def test_state_version_grows_with_every_change(store):
+    seen = [store.state_version()]
+
+    def changed() -> None:
+        seen.append(store.state_version())
+        assert seen[-1] > seen[-2]
+
+    store.mark_failure(KEY, aid(), Severity.low)
+    changed()
+    store.set_quality(KEY, 0.5)
+    changed()
+    store.promote(promotion("translate_text", "1.1.0"))
+    changed()
+    store.set_weights(SelectionWeights())
+    changed()
+    store.breaker_record(KEY, False, threshold=1, cooldown_s=30)
+    changed()  # a breaker opening changes what selection may offer
+    store.breaker_record(KEY, True, threshold=1, cooldown_s=30)
+    changed()
+
+
+# Circuit breakers -----------------------------------------------------------------------------
+
+
+def test_breaker_opens_half_opens_and_closes(store):
+    other = "other@1.0.0"
+    assert store.breaker_states([KEY, other]) == {KEY: "closed", other: "closed"}
+    assert store.breaker_record(KEY, False, threshold=3, cooldown_s=0.3) == "closed"
+    assert store.breaker_record(KEY, False, threshold=3, cooldown_s=0.3) == "closed"
+    assert store.breaker_record(KEY, False, threshold=3, cooldown_s=0.3) == "open"
+    assert store.breaker_states([KEY, other]) == {KEY: "open", other: "closed"}
+    time.sleep(0.45)
+    assert store.breaker_states([KEY]) == {KEY: "half_open"}
+    assert store.breaker_record(KEY, False, threshold=3, cooldown_s=0.3) == "open"  # the probe failed
+    assert store.breaker_states([KEY]) == {KEY: "open"}
+    time.sleep(0.45)
+    assert store.breaker_states([KEY]) == {KEY: "half_open"}
+    assert store.breaker_record(KEY, True, threshold=3, cooldown_s=0.3) == "closed"
+    assert store.breaker_states([KEY]) == {KEY: "closed"}
+    # closed again: it takes `threshold` consecutive failures to open it anew
+    assert store.breaker_record(KEY, False, threshold=3, cooldown_s=0.3) == "closed"
+
+
+def test_breaker_counts_consecutive_failures_only(store):
+    for _ in range(2):
+        store.breaker_record(KEY, False, threshold=3, cooldown_s=30)
+    store.breaker_record(KEY, True, threshold=3, cooldown_s=30)
+    for _ in range(2):
+        assert store.breaker_record(KEY, False, threshold=3, cooldown_s=30) == "closed"
+    assert store.breaker_states([KEY]) == {KEY: "closed"}
+
+
+def test_breaker_late_failures_do_not_extend_the_cool_down(store):
+    store.breaker_record(KEY, False, threshold=1, cooldown_s=0.4)
+    time.sleep(0.25)
+    assert store.breaker_record(KEY, False, threshold=1, cooldown_s=0.4) == "open"
+    time.sleep(0.3)
+    assert store.breaker_states([KEY]) == {KEY: "half_open"}
+
+
+def test_breaker_rejects_bad_arguments(store):
+    with pytest.raises(ValueError):
+        store.breaker_record(KEY, False, threshold=0, cooldown_s=1)
+    with pytest.raises(ValueError):
+        store.breaker_record(KEY, False, threshold=1, cooldown_s=-1)
+
+
+# Durations ------------------------------------------------------------------------------------
+
+
+def test_durations_are_capped_and_oldest_first(store):
+    for ms in [10.0, 20.5, 30.25, 40.0, 50.125, 60.0, 12.345]:
+        store.record_duration(KEY, ms, keep=5)
+    assert store.durations([KEY, "never@1.0.0"]) == {KEY: [30.25, 40.0, 50.125, 60.0, 12.345], "never@1.0.0": []}
+    for _ in range(60):
+        store.record_duration("many@1.0.0", 1.5)
+    assert store.durations(["many@1.0.0"])["many@1.0.0"] == [1.5] * 50
+    for bad in (float("nan"), -1.0):
+        with pytest.raises(ValueError):
+            store.record_duration(KEY, bad)
+
+
+# Locks ----------------------------------------------------------------------------------------
+
+
+def test_lock_is_exclusive_and_released_only_by_its_owner(store):
+    assert store.acquire_lock("evolve:translate_text", "worker-a", ttl_s=30)
+    assert not store.acquire_lock("evolve:translate_text", "worker-b", ttl_s=30)
+    assert not store.acquire_lock("evolve:translate_text", "worker-a", ttl_s=30)  # not re-entrant
+    assert store.acquire_lock("evolve:summarise", "worker-b", ttl_s=30)  # locks are per name
+    assert not store.release_lock("evolve:translate_text", "worker-b")
+    assert not store.acquire_lock("evolve:translate_text", "worker-b", ttl_s=30)
+    assert store.release_lock("evolve:translate_text", "worker-a")
+    assert not store.release_lock("evolve:translate_text", "worker-a")
+    assert store.acquire_lock("evolve:translate_text", "worker-b", ttl_s=30)
+
+
+def test_lock_expires(store):
+    assert store.acquire_lock("evolve:x", "worker-a", ttl_s=0.2)
+    time.sleep(0.35)
+    assert store.acquire_lock("evolve:x", "worker-b", ttl_s=30)
+    assert not store.release_lock("evolve:x", "worker-a")  # its lock expired; b's is left alone
+    assert store.release_lock("evolve:x", "worker-b")
+
+
+# Clear ----------------------------------------------------------------------------------------
+
+
+def populate(store) -> None:
+    store.mark_failure(KEY, aid(), Severity.high)
+    store.record_success(KEY, aid())
+    store.once("effect", aid())
+    store.promote(promotion("translate_text", "1.1.0"))
+    store.set_weights(SelectionWeights())
+    store.breaker_record(KEY, False, threshold=1, cooldown_s=30)
+    store.record_duration(KEY, 5.0)
+    store.acquire_lock("evolve:translate_text", "a", ttl_s=30)
+
+
+def test_clear_resets_everything(store):
+    populate(store)
+    store.clear()
+    assert store.stats([KEY])[KEY] == ToolStats()
+    assert store.promotion("translate_text") is None and store.promotion_history("translate_text") == []
+    assert store.weights() == SelectionWeights() and store.weights_history() == []
+    assert store.state_version() == 0
+    assert store.breaker_states([KEY]) == {KEY: "closed"}
+    assert store.durations([KEY]) == {KEY: []}
+    assert store.acquire_lock("evolve:translate_text", "b", ttl_s=30)
+
+
+def test_clear_removes_only_its_own_prefix(redis_client: redis.Redis, run_prefix: str):
+    def under(prefix: str) -> list[bytes]:
+        return [k for k in redis_client.scan_iter(match=f"{run_prefix}*") if k.startswith(prefix.encode())]
+
+    neighbour_prefix = run_prefix[:-1] + "X"  # same length, differs in the last character
+    foreign = [f"foreign_{run_prefix}", f"{neighbour_prefix}tool:{KEY}", run_prefix[:-1]]
+    # A prefix of glob characters: unescaped, its SCAN pattern would match `lookalike` and miss
+    # the store's own keys.
+    glob_store = RedisStateStore(redis_client, f"{run_prefix}*?[x]\\:")
+    lookalike = f"{run_prefix}Zsx:tool:{KEY}"
+    mine = RedisStateStore(redis_client, run_prefix)
+    try:
+        for key in [*foreign, lookalike]:
+            redis_client.set(key, "not yours")
+        populate(glob_store)
+        assert len(under(glob_store.prefix)) >= 8
+
+        glob_store.clear()
+        assert under(glob_store.prefix) == []
+        assert all(redis_client.get(k) == b"not yours" for k in [*foreign, lookalike])
+
+        populate(mine)
+        mine.clear()
+        assert under(run_prefix) == []
+        assert all(redis_client.get(k) == b"not yours" for k in foreign)
+    finally:
+        redis_client.delete(*foreign, lookalike)
+        glob_store.clear()
+        mine.clear()
+
+
+def test_empty_prefix_is_refused(redis_client: redis.Redis):
+    with pytest.raises(ValueError):
+        RedisStateStore(redis_client, "")

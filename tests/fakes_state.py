@@ -1,0 +1,235 @@
+"""InMemoryStateStore: the StateStore port in pure Python, for unit tests of pure logic.
+
+Same behaviour as workers/state/redis.py (the contract suite in tests/contract/test_state_store.py
+runs against both): quality by selection/quality.py in basis points, idempotency per attempt id,
+JSON round trips for promotions and weights, breakers with a cool-down, capped durations, locks
+with a TTL. One lock makes every method atomic. `clock` (seconds) can be injected.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from selection.models import Promotion, Severity
+from selection.ports import BreakerState, FailureApplied, SelectionWeights, ToolStats
+from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
+
+DAY_S = 24 * 3600
+
+
+@dataclass
+class _Tool:
+    quality_bp: int = FULL_QUALITY_BP
+    successes: int = 0
+    failures: int = 0
+
+
+@dataclass
+class _Breaker:
+    fails: int = 0
+    open_until: float | None = None
+
+
+@dataclass
+class _State:
+    tools: dict[str, _Tool] = field(default_factory=dict)
+    guards: dict[str, float] = field(default_factory=dict)  # key -> expiry
+    promotions: dict[str, str] = field(default_factory=dict)
+    promotion_history: dict[str, list[str]] = field(default_factory=dict)
+    weights: str | None = None
+    weights_version: int = 0
+    weights_history: list[str] = field(default_factory=list)  # newest first
+    state_version: int = 0
+    breakers: dict[str, _Breaker] = field(default_factory=dict)
+    durations: dict[str, list[float]] = field(default_factory=dict)
+    locks: dict[str, tuple[str, float]] = field(default_factory=dict)  # name -> (owner, expiry)
+
+
+class InMemoryStateStore:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        idempotency_ttl_s: int = 7 * DAY_S,
+        promotion_history_limit: int = 1000,
+        weights_history_limit: int = 100,
+    ) -> None:
+        self.clock = clock
+        self.idempotency_ttl_s = idempotency_ttl_s
+        self.promotion_history_limit = promotion_history_limit
+        self.weights_history_limit = weights_history_limit
+        self._lock = threading.RLock()
+        self._s = _State()
+
+    def _claim(self, key: str) -> bool:
+        now = self.clock()
+        expiry = self._s.guards.get(key)
+        if expiry is not None and expiry > now:
+            return False
+        self._s.guards[key] = now + self.idempotency_ttl_s
+        return True
+
+    # Quality and counters
+    def stats(self, keys: Sequence[str]) -> dict[str, ToolStats]:
+        with self._lock:
+            out = {}
+            for key in keys:
+                t = self._s.tools.get(key, _Tool())
+                out[key] = ToolStats(quality=bp_to_quality(t.quality_bp), successes=t.successes, failures=t.failures)
+            return out
+
+    def set_quality(self, key: str, quality: float) -> None:
+        if not math.isfinite(quality) or not 0.0 <= quality <= 1.0:
+            raise ValueError(f"quality must be within 0..1, got {quality!r}")
+        with self._lock:
+            self._s.tools.setdefault(key, _Tool()).quality_bp = round(quality * FULL_QUALITY_BP)
+            self._s.state_version += 1
+
+    def mark_failure(self, key: str, attempt_id: str, severity: Severity) -> FailureApplied:
+        severity = Severity(severity)
+        with self._lock:
+            applied = self._claim(f"applied:failure:{attempt_id}")
+            t = self._s.tools.setdefault(key, _Tool())
+            if applied:
+                t.quality_bp, t.failures = apply_failure_bp(t.quality_bp, t.failures, severity)
+                self._s.state_version += 1
+            return FailureApplied(applied=applied, quality=bp_to_quality(t.quality_bp), failures=t.failures)
+
+    def record_success(self, key: str, attempt_id: str) -> bool:
+        with self._lock:
+            if not self._claim(f"applied:success:{attempt_id}"):
+                return False
+            self._s.tools.setdefault(key, _Tool()).successes += 1
+            return True
+
+    def once(self, effect: str, attempt_id: str) -> bool:
+        with self._lock:
+            return self._claim(f"once:{effect}:{attempt_id}")
+
+    # Promotions
+    def promotion(self, namespace: str) -> Promotion | None:
+        with self._lock:
+            raw = self._s.promotions.get(namespace)
+        return None if raw is None else Promotion.model_validate_json(raw)
+
+    def promote(self, promotion: Promotion) -> None:
+        raw = promotion.model_dump_json()
+        with self._lock:
+            self._s.promotions[promotion.namespace] = raw
+            history = self._s.promotion_history.setdefault(promotion.namespace, [])
+            history.append(raw)
+            del history[: max(0, len(history) - self.promotion_history_limit)]
+            self._s.state_version += 1
+
+    def promotion_history(self, namespace: str) -> list[Promotion]:
+        with self._lock:
+            raws = list(self._s.promotion_history.get(namespace, []))
+        return [Promotion.model_validate_json(r) for r in raws]
+
+    # Weights
+    def weights(self) -> SelectionWeights:
+        with self._lock:
+            raw = self._s.weights
+        return SelectionWeights() if raw is None else SelectionWeights.model_validate_json(raw)
+
+    def set_weights(self, weights: SelectionWeights) -> SelectionWeights:
+        for name, value in weights.weights.items():
+            if not math.isfinite(value):
+                raise ValueError(f"weight {name!r} is not finite: {value!r}")
+        with self._lock:
+            self._s.weights_version += 1
+            stored = weights.model_copy(
+                update={"version": self._s.weights_version, "updated_at": weights.updated_at or self.clock()}
+            )
+            raw = stored.model_dump_json()
+            self._s.weights = raw
+            self._s.weights_history.insert(0, raw)
+            del self._s.weights_history[self.weights_history_limit :]
+            self._s.state_version += 1
+        return SelectionWeights.model_validate_json(raw)
+
+    def weights_history(self, limit: int = 20) -> list[SelectionWeights]:
+        with self._lock:
+            raws = self._s.weights_history[: max(0, limit)]
+        return [SelectionWeights.model_validate_json(r) for r in raws]
+
+    def state_version(self) -> int:
+        with self._lock:
+            return self._s.state_version
+
+    # Circuit breakers
+    def breaker_record(self, key: str, success: bool, threshold: int, cooldown_s: float) -> BreakerState:
+        if threshold < 1:
+            raise ValueError("threshold must be at least 1")
+        if not math.isfinite(cooldown_s) or cooldown_s < 0:
+            raise ValueError("cooldown_s must be a finite number >= 0")
+        with self._lock:
+            now = self.clock()
+            b = self._s.breakers.get(key)
+            if success:
+                self._s.breakers.pop(key, None)
+                if b is not None and b.open_until is not None:
+                    self._s.state_version += 1
+                return "closed"
+            b = self._s.breakers.setdefault(key, _Breaker())
+            b.fails += 1
+            if b.fails < threshold:
+                return "closed"
+            if b.open_until is not None and now < b.open_until:
+                return "open"
+            b.open_until = now + cooldown_s
+            self._s.state_version += 1
+            return "open"
+
+    def breaker_states(self, keys: Sequence[str]) -> dict[str, BreakerState]:
+        with self._lock:
+            now = self.clock()
+            out: dict[str, BreakerState] = {}
+            for key in keys:
+                b = self._s.breakers.get(key)
+                if b is None or b.open_until is None:
+                    out[key] = "closed"
+                else:
+                    out[key] = "open" if now < b.open_until else "half_open"
+            return out
+
+    # Durations
+    def record_duration(self, key: str, ms: float, keep: int = 50) -> None:
+        if not math.isfinite(ms) or ms < 0:
+            raise ValueError(f"duration must be a finite number >= 0, got {ms!r}")
+        if keep < 1:
+            raise ValueError("keep must be at least 1")
+        with self._lock:
+            values = self._s.durations.setdefault(key, [])
+            values.append(float(ms))
+            del values[: max(0, len(values) - keep)]
+
+    def durations(self, keys: Sequence[str]) -> dict[str, list[float]]:
+        with self._lock:
+            return {key: list(self._s.durations.get(key, [])) for key in keys}
+
+    # Locks
+    def acquire_lock(self, name: str, owner: str, ttl_s: float) -> bool:
+        with self._lock:
+            now = self.clock()
+            held = self._s.locks.get(name)
+            if held is not None and held[1] > now:
+                return False
+            self._s.locks[name] = (owner, now + max(0.001, ttl_s))
+            return True
+
+    def release_lock(self, name: str, owner: str) -> bool:
+        with self._lock:
+            held = self._s.locks.get(name)
+            if held is None or held[1] <= self.clock() or held[0] != owner:
+                return False
+            del self._s.locks[name]
+            return True
+
+    def clear(self) -> None:
+        with self._lock:
+            self._s = _State()

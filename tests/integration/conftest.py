@@ -1,0 +1,77 @@
+"""A real stack for pipeline tests: Celery workers on the private Redis broker, real Qdrant Edge
+under a temporary data directory, real fastembed with the shipped model."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from workers.settings import Settings
+
+TEST_TOOLS = Path(__file__).parent / "tools"
+
+
+@dataclass
+class Pipeline:
+    env: dict[str, str]
+    settings: Settings
+    stack: Any
+    client: Any
+
+    def call(self, timeout: float = 60.0, **payload: Any) -> dict[str, Any]:
+        return self.client.call(timeout=timeout, **payload)
+
+    def state(self):
+        from workers.state import open_state_store
+
+        return open_state_store(self.settings)
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.1)
+        raise AssertionError("condition not reached in time")
+
+
+def start_pipeline(tmp: Path, redis_url: str, model_path: Path, tools_dir: Path,
+                   roles: tuple[str, ...] = ("memory", "executor", "evolver"), **extra: str) -> Pipeline:
+    from workers.client import FittestClient
+    from workers.stack import Stack
+
+    prefix = f"t{uuid.uuid4().hex[:8]}_"
+    env = {
+        "FITTEST_REDIS_URL": redis_url,
+        "FITTEST_KEY_PREFIX": f"{prefix}:",
+        "FITTEST_COLLECTION_PREFIX": prefix,
+        "FITTEST_DATA_DIR": str(tmp / "data"),
+        "FITTEST_TOOLS_DIR": str(tools_dir),
+        "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+        **extra,
+    }
+    settings = Settings(**{k.removeprefix("FITTEST_").lower(): v for k, v in env.items()})
+    stack = Stack(settings, env=env, log_dir=tmp / "logs")
+    stack.start_roles(roles)
+    stack.wait_for_workers(roles)
+    return Pipeline(env=env, settings=settings, stack=stack, client=FittestClient(settings))
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[Pipeline]:
+    tmp = tmp_path_factory.mktemp("pipeline")
+    p = start_pipeline(tmp, redis_url, model_path, TEST_TOOLS)
+    try:
+        yield p
+    finally:
+        p.stack.stop_all()
+        p.state().clear()
+        # Celery's own keys for this run's queues are on the private per-session Redis.
+        redis.Redis.from_url(redis_url).close()

@@ -1,0 +1,93 @@
+"""The whole call path on real services: a Celery worker per role, Redis broker, Qdrant Edge,
+fastembed with the shipped model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+CSV_RAGGED = "a,b,c\n1,2,3\n4,5\n"
+
+
+def test_success_on_first_candidate(pipeline):
+    result = pipeline.call(scenario="parse this csv text into rows", input={"text": "a,b\n1,2\n"},
+                           namespace="csv_strict")
+    assert result["status"] == "success", result
+    assert result["tool"] == "csv_strict"
+    assert result["output"] == [{"a": "1", "b": "2"}]
+    assert len(result["attempts"]) == 1
+    top = result["ranking"][0]
+    assert top["key"] == "csv_strict@1.0.0"
+    assert top["breakdown"]["source"] == "original" and top["breakdown"]["base"] == 0.9
+
+
+def test_fallback_to_second_candidate_and_demotion(pipeline):
+    before = pipeline.state().stats(["csv_strict@1.0.0"])["csv_strict@1.0.0"]
+    result = pipeline.call(scenario="parse this csv text into json rows", input={"text": CSV_RAGGED},
+                           namespace="csv_strict")
+    assert result["status"] == "success", result
+    assert [a["tool"] for a in result["attempts"]] == ["csv_strict", "csv_lenient"]
+    assert result["attempts"][0]["outcome"] == "failure"
+    assert result["attempts"][0]["error_class"] == "crash"
+    assert "ragged row" in result["attempts"][0]["error_message"]
+    assert result["output"] == [{"a": "1", "b": "2", "c": "3"}, {"a": "4", "b": "5", "c": ""}]
+    # mark_failure runs on the feedback queue: a crash is high severity, -0.10.
+    pipeline.wait_for(lambda: pipeline.state().stats(["csv_strict@1.0.0"])["csv_strict@1.0.0"].failures
+                      == before.failures + 1)
+    after = pipeline.state().stats(["csv_strict@1.0.0"])["csv_strict@1.0.0"]
+    assert round(before.quality - after.quality, 4) == 0.10
+
+
+def test_all_candidates_fail(pipeline):
+    result = pipeline.call(scenario="lunar phase calculator for a date", input={"date": "2026-11-22"},
+                           namespace="moon_a", max_attempts=2)
+    assert result["status"] == "failed", result
+    assert {a["tool"] for a in result["attempts"]} == {"moon_a", "moon_b"}
+    assert all(a["outcome"] == "failure" and a["error_class"] == "crash" for a in result["attempts"])
+    assert "failed" in result["message"]
+    keys = ["moon_a@1.0.0", "moon_b@1.0.0"]
+    pipeline.wait_for(lambda: all(s.failures >= 1 for s in pipeline.state().stats(keys).values()))
+    assert all(s.quality < 1.0 for s in pipeline.state().stats(keys).values())
+
+
+def test_invalid_payload_names_the_field_and_worker_stays_up(pipeline):
+    bad = pipeline.client.wait(pipeline.client.send("resilient_tool_call", scenario="", input="not an object", max_attempts=-3), 30)
+    assert bad["status"] == "invalid"
+    fields = {e["field"] for e in bad["errors"]}
+    assert {"scenario", "input", "max_attempts"} <= fields
+    good = pipeline.call(scenario="parse csv text", input={"text": "x\n1\n"}, namespace="csv_lenient")
+    assert good["status"] == "success"
+
+
+def test_shell_metacharacters_reach_the_program_as_one_argument(pipeline):
+    nasty = "; rm -rf / && echo $(whoami) | cat > /tmp/pwned"
+    result = pipeline.call(scenario="show which argv the program gets", input={"text": nasty}, namespace="echo_args")
+    assert result["status"] == "success", result
+    assert result["output"] == {"argv": [nasty]}
+
+
+def test_foreign_service_sends_by_task_name(pipeline, tmp_path):
+    """A process that does not import fittest: only celery, the broker URL and the task name."""
+    script = textwrap.dedent(
+        """
+        import json, sys
+        from celery import Celery
+        url = sys.argv[1]
+        app = Celery("foreign", broker=url, backend=url)
+        app.conf.update(task_serializer="json", accept_content=["json"], result_accept_content=["json"])
+        r = app.send_task("fittest.resilient_tool_call", queue="selection",
+                          kwargs={"scenario": "parse csv text into rows", "input": {"text": "k,v\\n1,2\\n"},
+                                  "namespace": "csv_lenient"})
+        print(json.dumps(r.get(timeout=60)))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script, pipeline.settings.redis_url], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=90,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"})
+    assert out.returncode == 0, out.stderr
+    assert "workers" not in out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["status"] == "success"
+    assert result["output"] == [{"k": "1", "v": "2"}]

@@ -1,0 +1,637 @@
+"""Runners against real code: in-process python tools, real subprocesses, real HTTP servers.
+
+Every failure a tool can have must come back as an outcome with the right class, never as an
+exception, and an executable's processes must never outlive its attempt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from selection.manifest import TestCase, ToolManifest
+from selection.models import FailureClass
+from selection.registry import ToolRegistry
+from tests.conftest import EXAMPLE_TOOLS, free_port
+from workers.runners import RunLimits, RunOutcome, run_tool
+
+LIMITS = RunLimits()
+
+
+def make_tool(tool_dir: Path, name: str, implementation: dict[str, Any], files: dict[str, str] | None = None) -> ToolManifest:
+    """A manifest as the registry would load it: its files written into its own directory."""
+    tool_dir.mkdir(parents=True, exist_ok=True)
+    for filename, code in (files or {}).items():
+        (tool_dir / filename).write_text(textwrap.dedent(code))
+    return ToolManifest.model_validate(
+        {"name": name, "description": name, "implementation": implementation, "tool_dir": str(tool_dir)}
+    )
+
+
+def assert_failure(outcome: RunOutcome, error_class: FailureClass, *fragments: str) -> None:
+    assert not outcome.success, outcome
+    assert outcome.error_class == error_class, outcome
+    for fragment in fragments:
+        assert fragment in (outcome.error_message or ""), outcome.error_message
+    assert outcome.output is None
+
+
+# --------------------------------------------------------------------------- python
+
+PY_TOOLS = """
+import time
+
+CALLS = []
+
+def ok(input):
+    CALLS.append(1)
+    return {"doubled": input["n"] * 2, "calls": len(CALLS)}
+
+def mutate(input):
+    input["items"].append("changed")
+    return {"seen": list(input["items"])}
+
+def bad_value(input):
+    raise ValueError("n must be positive")
+
+def missing_key(input):
+    return input["nope"]
+
+def crash(input):
+    raise RuntimeError("internal bug")
+
+def exits(input):
+    raise SystemExit(3)
+
+def refused(input):
+    raise ConnectionRefusedError(111, "Connection refused")
+
+def slow(input):
+    time.sleep(input.get("seconds", 5))
+    return {"done": True}
+
+def returns_none(input):
+    return None
+
+def returns_set(input):
+    return {"s": {1, 2}}
+
+def returns_nan(input):
+    return {"x": float("nan")}
+
+def big(input):
+    return {"blob": "x" * input["size"]}
+
+def tuple_out(input):
+    return (1, 2)
+"""
+
+
+@pytest.fixture
+def py_tool(tmp_path: Path):
+    def make(function: str, name: str | None = None) -> ToolManifest:
+        return make_tool(
+            tmp_path / "pytool",
+            name or f"py_{function}",
+            {"kind": "python", "entrypoint": f"tools:{function}"},
+            {"tools.py": PY_TOOLS},
+        )
+
+    return make
+
+
+def test_python_success_and_module_cached_per_version(py_tool) -> None:
+    tool = py_tool("ok")
+    first = run_tool(tool, {"n": 21}, timeout_s=5, limits=LIMITS)
+    second = run_tool(tool, {"n": 1}, timeout_s=5, limits=LIMITS)
+    assert first.success and first.output == {"doubled": 42, "calls": 1}
+    assert second.output == {"doubled": 2, "calls": 2}  # same module object: loaded once
+    assert first.error_class is None and first.elapsed_ms > 0
+    other_version = py_tool("ok", name="py_ok_other")
+    assert run_tool(other_version, {"n": 1}, timeout_s=5, limits=LIMITS).output == {"doubled": 2, "calls": 1}
+
+
+def test_python_tool_gets_its_own_copy_of_the_input(py_tool) -> None:
+    data = {"items": ["a"]}
+    outcome = run_tool(py_tool("mutate"), data, timeout_s=5, limits=LIMITS)
+    assert outcome.output == {"seen": ["a", "changed"]}
+    assert data == {"items": ["a"]}
+
+
+@pytest.mark.parametrize(
+    ("function", "error_class", "fragment"),
+    [
+        ("bad_value", FailureClass.bad_input, "ValueError: n must be positive"),
+        ("missing_key", FailureClass.bad_input, "KeyError: 'nope'"),
+        ("crash", FailureClass.crash, "RuntimeError: internal bug (at tools.py:"),
+        ("exits", FailureClass.crash, "SystemExit"),
+        ("refused", FailureClass.unavailable, "ConnectionRefusedError"),
+        ("returns_none", FailureClass.bad_output, "empty output"),
+        ("returns_set", FailureClass.bad_output, "not JSON-serialisable"),
+        ("returns_nan", FailureClass.bad_output, "not JSON-serialisable"),
+    ],
+)
+def test_python_failures_are_classified(py_tool, function: str, error_class: FailureClass, fragment: str) -> None:
+    assert_failure(run_tool(py_tool(function), {"n": 1}, timeout_s=5, limits=LIMITS), error_class, fragment)
+
+
+def test_python_output_cap_and_json_normalisation(py_tool) -> None:
+    small = RunLimits(output_limit_bytes=1000)
+    assert_failure(run_tool(py_tool("big"), {"size": 5000}, timeout_s=5, limits=small), FailureClass.bad_output, "exceeds the limit")
+    assert run_tool(py_tool("big"), {"size": 10}, timeout_s=5, limits=small).success
+    assert run_tool(py_tool("tuple_out"), {}, timeout_s=5, limits=LIMITS).output == [1, 2]
+
+
+def test_python_timeout_abandons_the_call(py_tool) -> None:
+    started = time.monotonic()
+    outcome = run_tool(py_tool("slow"), {"seconds": 3}, timeout_s=0.3, limits=LIMITS)
+    assert time.monotonic() - started < 1.5
+    assert_failure(outcome, FailureClass.timeout, "abandoned")
+
+
+def test_python_load_failures(tmp_path: Path) -> None:
+    broken = make_tool(tmp_path / "b", "broken", {"kind": "python", "entrypoint": "tool:run"}, {"tool.py": "def run(:\n"})
+    assert_failure(run_tool(broken, {}, timeout_s=5, limits=LIMITS), FailureClass.crash, "SyntaxError")
+    no_func = make_tool(tmp_path / "c", "no_func", {"kind": "python", "entrypoint": "tool:absent"}, {"tool.py": "x = 1\n"})
+    assert_failure(run_tool(no_func, {}, timeout_s=5, limits=LIMITS), FailureClass.crash, "no function 'absent'")
+    nowhere = make_tool(tmp_path / "d", "nowhere", {"kind": "python", "entrypoint": "fittest_no_such_module:run"})
+    assert_failure(run_tool(nowhere, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "not found")
+
+
+def test_python_import_that_hangs_is_a_timeout(tmp_path: Path) -> None:
+    tool = make_tool(tmp_path / "h", "hangs", {"kind": "python", "entrypoint": "tool:run"},
+                     {"tool.py": "import time\ntime.sleep(3)\ndef run(i): return i\n"})
+    assert_failure(run_tool(tool, {}, timeout_s=0.3, limits=LIMITS), FailureClass.timeout)
+
+
+def test_python_importable_module_when_no_file(tmp_path: Path) -> None:
+    tool = make_tool(tmp_path / "e", "importable", {"kind": "python", "entrypoint": "copy:deepcopy"})
+    assert run_tool(tool, {"a": [1]}, timeout_s=5, limits=LIMITS).output == {"a": [1]}
+
+
+def test_non_json_input_is_bad_input_before_anything_runs(py_tool) -> None:
+    assert_failure(run_tool(py_tool("ok"), {"n": {1, 2}}, timeout_s=5, limits=LIMITS), FailureClass.bad_input, "input is not JSON")
+
+
+# --------------------------------------------------------------------------- executable
+
+EXE_TOOLS = {
+    "echo.py": """
+        import json, sys
+        json.dump({"got": json.load(sys.stdin), "argv": sys.argv[1:]}, sys.stdout)
+    """,
+    "env.py": """
+        import json, os, sys
+        sys.stdin.read()
+        json.dump({"env": dict(os.environ), "cwd": os.getcwd()}, sys.stdout)
+    """,
+    "fail.py": """
+        import sys
+        sys.stdin.read()
+        print("something broke: details here", file=sys.stderr)
+        sys.exit(int(sys.argv[1]))
+    """,
+    "fork_and_sleep.py": """
+        import os, sys, time
+        child = os.fork()
+        if child == 0:
+            time.sleep(120)
+            os._exit(0)
+        print(f"pids {os.getpid()} {child}", file=sys.stderr, flush=True)
+        time.sleep(120)
+    """,
+    "daemonize.py": """
+        import json, os, sys, time
+        if os.fork() == 0:  # a straggler that keeps stdout open after the leader exits
+            time.sleep(120)
+            os._exit(0)
+        json.dump({"leader": os.getpid()}, sys.stdout)
+        sys.stdout.flush()
+    """,
+    "print.py": """
+        import sys
+        sys.stdout.write(sys.argv[1])
+    """,
+    "flood.py": """
+        import sys
+        while True:
+            sys.stdout.write("x" * 65536)
+    """,
+    "ignore_stdin.py": """
+        print('{"ignored": true}')
+    """,
+    "limits.py": """
+        import json, os, sys
+        what = sys.argv[1]
+        if what == "memory":
+            blob = bytearray(400 * 1024 * 1024)
+        elif what == "file":
+            with open("big.bin", "wb") as f:
+                f.write(b"x" * (3 * 1024 * 1024))
+        elif what == "files":
+            handles = [open(os.devnull) for _ in range(200)]
+        elif what == "cpu":
+            while True:
+                pass
+        elif what == "processes":
+            import subprocess
+            procs = [subprocess.Popen(["sleep", "5"]) for _ in range(40)]
+        print(json.dumps({"survived": what}))
+    """,
+}
+
+
+@pytest.fixture
+def exe_dir(tmp_path: Path) -> Path:
+    tool_dir = tmp_path / "exetool"
+    tool_dir.mkdir()
+    for filename, code in EXE_TOOLS.items():
+        (tool_dir / filename).write_text(textwrap.dedent(code))
+    return tool_dir
+
+
+def exe(tool_dir: Path, *argv: str, name: str = "exe_tool") -> ToolManifest:
+    return make_tool(tool_dir, name, {"kind": "executable", "argv": ["{python}", *argv]})
+
+
+def test_executable_success(exe_dir: Path) -> None:
+    outcome = run_tool(exe(exe_dir, "{tool_dir}/echo.py", "--mode", "{mode}"), {"mode": "fast", "n": [1, 2]}, timeout_s=10, limits=LIMITS)
+    assert outcome.success, outcome
+    assert outcome.output == {"got": {"mode": "fast", "n": [1, 2]}, "argv": ["--mode", "fast"]}
+
+
+def test_executable_large_input_and_output_pass_through_pipes(exe_dir: Path) -> None:
+    data = {"text": "é" * 600_000}  # far beyond a pipe buffer, both ways
+    outcome = run_tool(exe(exe_dir, "{tool_dir}/echo.py"), data, timeout_s=10, limits=RunLimits(output_limit_bytes=5_000_000))
+    assert outcome.success and outcome.output["got"] == data
+
+
+def test_shell_metacharacters_reach_the_program_as_one_literal_argument(exe_dir: Path) -> None:
+    payload = "; rm -rf / && echo $(whoami) | cat `id` > /tmp/x {python} 'quoted' \"dq\"\n"
+    outcome = run_tool(exe(exe_dir, "{tool_dir}/echo.py", "{payload}", "pre-{payload}"), {"payload": payload}, timeout_s=10, limits=LIMITS)
+    assert outcome.success, outcome
+    assert outcome.output["argv"] == [payload, "pre-" + payload]
+
+
+def test_builtin_placeholders_win_over_input_keys(exe_dir: Path) -> None:
+    outcome = run_tool(exe(exe_dir, "{tool_dir}/echo.py", "{tool_dir}", "{{literal}}"), {"tool_dir": "/etc"}, timeout_s=10, limits=LIMITS)
+    assert outcome.output["argv"] == [str(exe_dir), "{literal}"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["{tool_dir}/echo.py", "{missing}"], "unknown placeholder {missing}"),
+        (["{tool_dir}/echo.py", "{evolved_file}"], "placeholder {evolved_file} has no value"),
+        (["{tool_dir}/echo.py", "{python.__class__}"], "only plain {name}"),
+        (["{tool_dir}/echo.py", "{mode!r}"], "only plain {name}"),
+        (["{tool_dir}/echo.py", "{unclosed"], "bad argv template"),
+    ],
+)
+def test_bad_placeholders_are_bad_input(exe_dir: Path, argv: list[str], fragment: str) -> None:
+    outcome = run_tool(exe(exe_dir, *argv), {"mode": "x"}, timeout_s=10, limits=LIMITS)
+    assert_failure(outcome, FailureClass.bad_input, fragment)
+
+
+def test_nul_byte_in_a_value_is_bad_input(exe_dir: Path) -> None:
+    assert_failure(run_tool(exe(exe_dir, "{tool_dir}/echo.py", "{v}"), {"v": "a\0b"}, timeout_s=10, limits=LIMITS), FailureClass.bad_input, "NUL")
+
+
+def test_evolved_file_placeholder_resolves_in_the_tool_directory(exe_dir: Path) -> None:
+    tool = exe(exe_dir, "{evolved_file}").model_copy(update={"evolved_file": "echo.py"})
+    outcome = run_tool(tool, {"a": 1}, timeout_s=10, limits=LIMITS)
+    assert outcome.success and outcome.output["got"] == {"a": 1}
+
+
+def test_environment_is_an_allow_list_and_workdir_is_fresh(exe_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FITTEST_REDIS_URL", "redis://secret@host/0")
+    monkeypatch.setenv("FITTEST_QDRANT_API_KEY", "secret")
+    monkeypatch.setenv("REDIS_PASSWORD", "secret")
+    monkeypatch.setenv("PYTHONPATH", "/somewhere")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    outcome = run_tool(exe(exe_dir, "{tool_dir}/env.py"), {}, timeout_s=10, limits=LIMITS)
+    assert outcome.success, outcome
+    env, cwd = outcome.output["env"], outcome.output["cwd"]
+    assert not [k for k in env if k.startswith("FITTEST_") or "REDIS" in k or k in ("PYTHONPATH", "AWS_SECRET_ACCESS_KEY")]
+    assert "secret" not in json.dumps(env)
+    assert env["HOME"] == env["TMPDIR"] == cwd
+    assert Path(cwd).name.startswith("fittest-run-") and cwd != str(exe_dir)
+    assert not Path(cwd).exists()  # removed after the run
+    assert set(env) <= {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME", "TMPDIR", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING"}
+
+
+@pytest.mark.parametrize(
+    ("code", "error_class", "fragment"),
+    [
+        ("3", FailureClass.crash, "exit status 3"),
+        ("1", FailureClass.crash, "something broke: details here"),
+        ("65", FailureClass.bad_input, "refused its input (exit 65)"),
+    ],
+)
+def test_non_zero_exit(exe_dir: Path, code: str, error_class: FailureClass, fragment: str) -> None:
+    outcome = run_tool(exe(exe_dir, "{tool_dir}/fail.py", code), {}, timeout_s=10, limits=LIMITS)
+    assert_failure(outcome, error_class, fragment, "stderr: something broke")
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [("hello world", "not JSON"), ("", "empty output"), ("   \n", "empty output"), ("null", "empty output"), ('{"a": 1} trailing', "not JSON")],
+)
+def test_bad_stdout_is_bad_output(exe_dir: Path, text: str, fragment: str) -> None:
+    outcome = run_tool(exe(exe_dir, "{tool_dir}/print.py", "{text}"), {"text": text}, timeout_s=10, limits=LIMITS)
+    assert_failure(outcome, FailureClass.bad_output, fragment)
+
+
+def test_output_cap_kills_the_tool(exe_dir: Path) -> None:
+    started = time.monotonic()
+    outcome = run_tool(exe(exe_dir, "{tool_dir}/flood.py"), {}, timeout_s=20, limits=RunLimits(output_limit_bytes=100_000))
+    assert time.monotonic() - started < 10  # stopped at the cap, not at the timeout
+    assert_failure(outcome, FailureClass.bad_output, "exceeded the limit of 100000 bytes")
+
+
+def live_members(pgid: int) -> list[int]:
+    """Processes of a process group that are still alive (zombies are dead, awaiting reaping by init)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        state, group = fields[0], int(fields[2])
+        if group == pgid and state not in ("Z", "X"):
+            found.append(int(stat.parent.name))
+    return found
+
+
+def gone(pgid: int, within_s: float = 2.0) -> bool:
+    """Whether the group has no live member, allowing for SIGKILL's asynchronous delivery:
+    a killed process can still be on its way out for a moment after kill() returns."""
+    deadline = time.monotonic() + within_s
+    while live_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_timeout_kills_the_whole_process_group(exe_dir: Path) -> None:
+    started = time.monotonic()
+    outcome = run_tool(exe(exe_dir, "{tool_dir}/fork_and_sleep.py"), {}, timeout_s=1.0, limits=LIMITS)
+    assert time.monotonic() - started < 5
+    assert_failure(outcome, FailureClass.timeout, "process group killed", "pids ")
+    leader, child = (int(p) for p in outcome.error_message.split("pids ")[1].split()[:2])  # type: ignore[union-attr]
+    assert gone(leader)
+    state = Path(f"/proc/{child}/stat")
+    assert not state.exists() or state.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def test_stragglers_do_not_hold_up_a_finished_tool(exe_dir: Path) -> None:
+    started = time.monotonic()
+    outcome = run_tool(exe(exe_dir, "{tool_dir}/daemonize.py"), {}, timeout_s=10, limits=LIMITS)
+    assert outcome.success, outcome
+    assert time.monotonic() - started < 5  # did not wait for the timeout
+    assert gone(outcome.output["leader"])
+
+
+def test_tool_that_ignores_stdin(exe_dir: Path) -> None:
+    outcome = run_tool(exe(exe_dir, "{tool_dir}/ignore_stdin.py"), {"big": "x" * 500_000}, timeout_s=10, limits=LIMITS)
+    assert outcome.success and outcome.output == {"ignored": True}
+
+
+def test_missing_program_is_unavailable(tmp_path: Path) -> None:
+    tool = make_tool(tmp_path / "m", "missing", {"kind": "executable", "argv": ["fittest-no-such-program"]})
+    assert_failure(run_tool(tool, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "cannot start")
+
+
+@pytest.mark.parametrize(
+    ("what", "limits", "error_class", "fragment"),
+    [
+        ("memory", RunLimits(memory_mb=200), FailureClass.crash, "MemoryError"),
+        ("file", RunLimits(max_file_mb=1), FailureClass.crash, "File too large"),
+        ("files", RunLimits(max_open_files=64), FailureClass.crash, "Too many open files"),
+        ("cpu", RunLimits(cpu_s=1), FailureClass.timeout, "CPU time limit of 1s exceeded"),
+    ],
+)
+def test_resource_limits(exe_dir: Path, what: str, limits: RunLimits, error_class: FailureClass, fragment: str) -> None:
+    outcome = run_tool(exe(exe_dir, "{tool_dir}/limits.py", what), {}, timeout_s=20, limits=limits)
+    assert_failure(outcome, error_class, fragment)
+    assert run_tool(exe(exe_dir, "{tool_dir}/limits.py", what + "-not"), {}, timeout_s=20, limits=limits).success
+
+
+SPAWN_SH = """\
+for i in $(seq 1 40); do sleep 5 & done
+echo '{"spawned": 40}'
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
+def test_process_limit_applies_when_the_worker_is_not_root(tmp_path: Path) -> None:
+    """RLIMIT_NPROC is ignored for root, so the runner sets it only for other users. A forked
+    copy of this test process becomes `nobody` and runs a tool that starts 40 processes under a
+    limit of 10."""
+    import pwd
+
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user 'nobody'")
+    tool_dir = Path(tempfile.mkdtemp(prefix="fittest-nproc-"))  # readable by nobody, unlike tmp_path
+    try:
+        os.chmod(tool_dir, 0o755)
+        (tool_dir / "spawn.sh").write_text(SPAWN_SH)
+        tool = make_tool(tool_dir, "nproc", {"kind": "executable", "argv": ["/bin/sh", "{tool_dir}/spawn.sh"]})
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child never returns into pytest
+            try:
+                os.close(read_end)
+                os.setgid(nobody.pw_gid)
+                os.setuid(nobody.pw_uid)
+                outcomes = [run_tool(tool, {}, timeout_s=20, limits=RunLimits(max_processes=n)) for n in (10, 100)]
+                os.write(write_end, json.dumps([o.model_dump(mode="json") for o in outcomes]).encode())
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as pipe:
+            data = pipe.read()
+        os.waitpid(pid, 0)
+        limited, roomy = (RunOutcome.model_validate(o) for o in json.loads(data))
+        assert_failure(limited, FailureClass.crash, "fork")
+        assert roomy.success and roomy.output == {"spawned": 40}
+    finally:
+        shutil.rmtree(tool_dir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- http
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        routes = {
+            "/echo": (200, json.dumps({"got": json.loads(body), "ctype": self.headers["Content-Type"], "token": self.headers.get("X-Token")}).encode()),
+            "/500": (500, b'{"error": "database down"}'),
+            "/503": (503, b"maintenance"),
+            "/400": (400, b'{"error": "bad field x"}'),
+            "/429": (429, b"slow down"),
+            "/html": (200, b"<html>hello</html>"),
+            "/null": (200, b"null"),
+            "/big": (200, json.dumps({"blob": "x" * 200_000}).encode()),
+        }
+        if self.path == "/slow":
+            time.sleep(3)
+            status, data = 200, b"{}"
+        else:
+            status, data = routes.get(self.path, (404, b"{}"))
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def http_base() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), _Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def http_tool(url: str, **headers: str) -> ToolManifest:
+    return ToolManifest.model_validate({"name": "web", "description": "d", "implementation": {"kind": "http", "url": url, "headers": headers}})
+
+
+def test_http_success(http_base: str) -> None:
+    outcome = run_tool(http_tool(f"{http_base}/echo", **{"X-Token": "t1"}), {"q": "ü"}, timeout_s=5, limits=LIMITS)
+    assert outcome.success, outcome
+    assert outcome.output == {"got": {"q": "ü"}, "ctype": "application/json", "token": "t1"}
+
+
+@pytest.mark.parametrize(
+    ("path", "error_class", "fragment"),
+    [
+        ("/500", FailureClass.unavailable, "HTTP 500"),
+        ("/503", FailureClass.unavailable, "maintenance"),
+        ("/429", FailureClass.unavailable, "HTTP 429"),
+        ("/400", FailureClass.bad_input, "bad field x"),
+        ("/missing", FailureClass.bad_input, "HTTP 404"),
+        ("/html", FailureClass.bad_output, "not JSON"),
+        ("/null", FailureClass.bad_output, "empty output"),
+    ],
+)
+def test_http_failures_are_classified(http_base: str, path: str, error_class: FailureClass, fragment: str) -> None:
+    assert_failure(run_tool(http_tool(http_base + path), {}, timeout_s=5, limits=LIMITS), error_class, fragment)
+
+
+def test_http_response_cap(http_base: str) -> None:
+    outcome = run_tool(http_tool(f"{http_base}/big"), {}, timeout_s=5, limits=RunLimits(output_limit_bytes=10_000))
+    assert_failure(outcome, FailureClass.bad_output, "exceeds the limit")
+
+
+def test_http_read_timeout_is_timeout(http_base: str) -> None:
+    started = time.monotonic()
+    outcome = run_tool(http_tool(f"{http_base}/slow"), {}, timeout_s=0.5, limits=LIMITS)
+    assert time.monotonic() - started < 2.5
+    assert_failure(outcome, FailureClass.timeout)
+
+
+def test_http_connection_refused_is_unavailable() -> None:
+    outcome = run_tool(http_tool(f"http://127.0.0.1:{free_port()}/x"), {}, timeout_s=5, limits=LIMITS)
+    assert_failure(outcome, FailureClass.unavailable, "cannot connect")
+
+
+# --------------------------------------------------------------------------- example tools
+
+
+@pytest.fixture(scope="module")
+def example_service() -> Iterator[int]:
+    """examples/tools/http_server.py on a free port, as an operator would start it."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(EXAMPLE_TOOLS / "http_server.py")],
+        env={**os.environ, "FITTEST_EXAMPLE_HTTP_PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            pytest.fail("the example HTTP service did not start")
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _example_cases() -> list[Any]:
+    registry = ToolRegistry.load([EXAMPLE_TOOLS])
+    return [
+        pytest.param(m, case, id=f"{m.key}-{i}")
+        for m in registry.all()
+        for i, case in enumerate(m.test_cases)
+    ]
+
+
+def _on_port(manifest: ToolManifest, port: int) -> ToolManifest:
+    impl = manifest.implementation
+    url = impl.url.replace(":8765/", f":{port}/")  # type: ignore[union-attr]
+    return manifest.model_copy(update={"implementation": impl.model_copy(update={"url": url})})
+
+
+@pytest.mark.parametrize(("manifest", "case"), _example_cases())
+def test_example_tools_pass_their_own_test_cases(manifest: ToolManifest, case: TestCase, request: pytest.FixtureRequest) -> None:
+    if manifest.implementation.kind == "http":
+        manifest = _on_port(manifest, request.getfixturevalue("example_service"))
+    outcome = run_tool(manifest, case.input, timeout_s=manifest.timeout_s, limits=LIMITS)
+    if case.expect_error:
+        assert not outcome.success and outcome.error_class is not None, outcome
+        return
+    assert outcome.success, outcome
+    if case.expect is not None:
+        assert outcome.output == case.expect
+    for key in case.expect_keys:
+        assert key in outcome.output
+
+
+def test_slow_sorter_times_out_where_fast_sort_succeeds() -> None:
+    """The demo's fallback, for real: a large list is too much for the quadratic sorter."""
+    registry = ToolRegistry.load([EXAMPLE_TOOLS])
+    numbers = list(range(40_000, 0, -1))
+    slow = registry.get("sort_numbers@1.0.0")
+    fast = registry.get("fast_sort@1.0.0")
+    assert slow is not None and fast is not None
+    assert_failure(run_tool(slow, {"numbers": numbers}, timeout_s=slow.timeout_s, limits=LIMITS), FailureClass.timeout)
+    outcome = run_tool(fast, {"numbers": numbers}, timeout_s=fast.timeout_s, limits=LIMITS)
+    assert outcome.success and outcome.output["numbers"][:3] == [1, 2, 3]
+
+
+def test_csv_to_json_crashes_on_ragged_rows() -> None:
+    tool = ToolRegistry.load([EXAMPLE_TOOLS]).get("csv_to_json@1.0.0")
+    assert tool is not None
+    outcome = run_tool(tool, {"csv": "a,b\n1,2\n3\n"}, timeout_s=tool.timeout_s, limits=LIMITS)
+    assert_failure(outcome, FailureClass.crash, "RaggedRowError", "line 3 has 1 fields")

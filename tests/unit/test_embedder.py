@@ -1,0 +1,108 @@
+"""The fastembed adapter: cache, normalisation, dimension, and a clear error without a model."""
+
+from __future__ import annotations
+
+import math
+import threading
+from pathlib import Path
+
+import pytest
+
+from selection.ports import Embedder
+from workers.embedder import EmbedderUnavailable, FastEmbedder, open_embedder
+from workers.settings import Settings
+
+
+class CountingModel:
+    """Wraps the fastembed model to record what reaches it."""
+
+    def __init__(self, model: object) -> None:
+        self.model = model
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts: list[str], **kwargs: object) -> object:
+        self.calls.append(list(texts))
+        return self.model.embed(texts, **kwargs)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def counted(model_path: Path) -> tuple[FastEmbedder, CountingModel]:
+    embedder = FastEmbedder(model_path=model_path, cache_size=3)
+    spy = CountingModel(embedder._model)
+    embedder._model = spy  # type: ignore[assignment]
+    return embedder, spy
+
+
+def test_implements_the_port_with_384_dims(embedder: FastEmbedder) -> None:
+    assert isinstance(embedder, Embedder)
+    assert embedder.dim == 384
+    vector = embedder.embed_one("translate API docs, keep code blocks")
+    assert len(vector) == 384
+    assert all(isinstance(x, float) for x in vector)
+
+
+def test_vectors_are_unit_length(embedder: FastEmbedder) -> None:
+    for vector in embedder.embed(["a", "summarise a long legal contract in plain English", "x" * 5000]):
+        assert math.sqrt(sum(x * x for x in vector)) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_cache_hits_do_not_reach_the_model(counted: tuple[FastEmbedder, CountingModel]) -> None:
+    embedder, spy = counted
+    first = embedder.embed_one("resize images")
+    assert embedder.embed_one("resize images") == first
+    assert spy.calls == [["resize images"]]
+    # One model call for the misses of a batch, each text once; hits and repeats come from the cache.
+    batch = embedder.embed(["resize images", "crop photos", "crop photos", "resize images", "blur faces"])
+    assert spy.calls[1:] == [["crop photos", "blur faces"]]
+    assert batch[0] == first and batch[3] == first and batch[1] == batch[2]
+    assert embedder.cache_info() == (4, 3, 3, 3)  # hits, misses, size, maxsize
+
+
+def test_the_cache_forgets_the_least_recently_used(counted: tuple[FastEmbedder, CountingModel]) -> None:
+    embedder, spy = counted
+    embedder.embed(["a", "b", "c"])
+    embedder.embed_one("a")  # now b is the oldest
+    embedder.embed_one("d")
+    embedder.embed(["a", "c", "d"])
+    assert len(spy.calls) == 2
+    embedder.embed_one("b")
+    assert spy.calls[-1] == ["b"]
+
+
+def test_a_returned_vector_cannot_change_the_cache(embedder: FastEmbedder) -> None:
+    vector = embedder.embed_one("stable text")
+    vector[0] = 42.0
+    assert embedder.embed_one("stable text")[0] != 42.0
+
+
+def test_threads_get_the_same_vectors(embedder: FastEmbedder) -> None:
+    texts = [f"scenario {i}: translate document number {i}" for i in range(40)]
+    expected = FastEmbedder(model_path=embedder.model_path, cache_size=0).embed(texts)
+    results: dict[int, list[list[float]]] = {}
+
+    def work(worker: int) -> None:
+        results[worker] = embedder.embed(texts[worker::4])
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for worker, vectors in results.items():
+        for got, want in zip(vectors, expected[worker::4]):
+            assert got == pytest.approx(want, abs=1e-5)
+
+
+def test_a_bad_model_path_names_the_setting_and_the_path(tmp_path: Path) -> None:
+    missing = tmp_path / "no-model-here"
+    with pytest.raises(EmbedderUnavailable) as info:
+        FastEmbedder(model_path=missing)
+    assert "FITTEST_EMBEDDING_MODEL_PATH" in str(info.value)
+    assert str(missing) in str(info.value)
+
+
+def test_open_embedder_loads_once_per_process(model_path: Path) -> None:
+    settings = Settings(embedding_model_path=model_path, embedding_cache_size=16)
+    first = open_embedder(settings)
+    assert open_embedder(Settings(embedding_model_path=model_path)) is first
+    assert first.cache_info().maxsize == 16

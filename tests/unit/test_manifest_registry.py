@@ -1,0 +1,196 @@
+"""The registry: loading the example tools, surviving bad manifests, refusing path escapes, indexes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from selection.manifest import ManifestError, ToolManifest
+from selection.registry import ToolRegistry
+from tests.conftest import EXAMPLE_TOOLS
+
+EXAMPLE_NAMES = {"convert_units", "csv_to_json", "fast_sort", "hash_text", "slugify", "sort_numbers", "word_stats"}
+
+
+def write_tool(root: Path, folder: str, manifest: dict[str, Any], files: dict[str, str] | None = None) -> Path:
+    tool_dir = root / folder
+    tool_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in (files or {}).items():
+        (tool_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (tool_dir / name).write_text(text)
+    path = tool_dir / "tool.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    return path
+
+
+def python_tool(name: str = "echo", version: str = "1.0.0", **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "version": version,
+        "description": f"{name} tool",
+        "implementation": {"kind": "python", "entrypoint": "tool:run"},
+        **extra,
+    }
+
+
+def executable_tool(argv: list[str], name: str = "exe") -> dict[str, Any]:
+    return {"name": name, "description": "an executable", "implementation": {"kind": "executable", "argv": argv}}
+
+
+@pytest.fixture(scope="module")
+def examples() -> ToolRegistry:
+    return ToolRegistry.load([EXAMPLE_TOOLS])
+
+
+def test_all_examples_load_without_errors(examples: ToolRegistry) -> None:
+    assert examples.errors == []
+    assert set(examples.namespaces()) == EXAMPLE_NAMES
+    for manifest in examples.all():
+        assert manifest.tool_dir is not None and Path(manifest.tool_dir).is_dir()
+        assert len(manifest.examples) >= 2 and manifest.test_cases, manifest.key
+        assert examples.source(manifest.key) == str(Path(manifest.tool_dir) / "tool.yaml")
+
+
+def test_examples_cover_every_kind_and_a_shared_capability(examples: ToolRegistry) -> None:
+    kinds = {m.implementation.kind for m in examples.all()}
+    assert kinds == {"python", "executable", "http"}
+    assert [m.name for m in examples.by_tag("sorting")] == ["fast_sort", "sort_numbers"]
+
+
+def test_missing_field_names_file_and_field_and_others_still_load(tmp_path: Path) -> None:
+    write_tool(tmp_path, "good", python_tool("good"), {"tool.py": "def run(i): return i\n"})
+    broken = python_tool("broken")
+    del broken["description"]
+    bad_path = write_tool(tmp_path, "broken", broken)
+    (tmp_path / "garbled").mkdir()
+    (tmp_path / "garbled" / "tool.yml").write_text("name: [unclosed\n")
+
+    registry = ToolRegistry.load([tmp_path])
+
+    assert [m.key for m in registry.all()] == ["good@1.0.0"]
+    assert len(registry.errors) == 2
+    by_file = {Path(e.path).parent.name: e for e in registry.errors}
+    assert by_file["broken"].path == str(bad_path)
+    assert by_file["broken"].field == "description"
+    assert str(bad_path) in str(by_file["broken"]) and "description" in str(by_file["broken"])
+    assert by_file["garbled"].field == "(yaml)"
+
+
+def test_missing_directory_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    registry = ToolRegistry.load([tmp_path / "nope", EXAMPLE_TOOLS])
+    assert len(registry.errors) == 1 and registry.errors[0].field == "(directory)"
+    assert set(registry.namespaces()) == EXAMPLE_NAMES
+
+
+def test_duplicate_version_names_both_files(tmp_path: Path) -> None:
+    first = write_tool(tmp_path, "a", python_tool("dup"))
+    second = write_tool(tmp_path, "b", python_tool("dup"))
+    write_tool(tmp_path, "c", python_tool("dup", "1.1.0", parent_version="1.0.0"))
+
+    registry = ToolRegistry.load([tmp_path])
+
+    assert [m.key for m in registry.all()] == ["dup@1.0.0", "dup@1.1.0"]
+    assert registry.source("dup@1.0.0") == str(first)
+    (error,) = registry.errors
+    assert error.path == str(second) and str(first) in error.reason and "dup@1.0.0" in error.reason
+    with pytest.raises(ManifestError, match="already defined"):
+        registry.add(registry.get("dup@1.0.0"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("argv", "reason"),
+    [
+        (["{python}", "{tool_dir}/../outside.py"], "outside the tool directory"),
+        (["{python}", "--script={tool_dir}/sub/../../outside.py"], "outside the tool directory"),
+        (["{python}", "{tool_dir}/{script}"], "would let a value choose the file"),
+        (["{python}", "{tool_dir}/missing.py"], "does not exist"),
+        (["{python}", "{tool_dir}/link_out.py"], "outside the tool directory"),
+        (["{python}", "{tool_dir}/linked_dir/outside.py"], "outside the tool directory"),
+        (["{python}", "{tool_dir"], "bad placeholder syntax"),
+    ],
+)
+def test_executable_paths_must_stay_in_the_tool_directory(tmp_path: Path, argv: list[str], reason: str) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "outside.py").write_text("print('{}')\n")
+    (tmp_path / "tools" / "t").mkdir(parents=True)
+    os.symlink(outside / "outside.py", tmp_path / "tools" / "t" / "link_out.py")
+    os.symlink(outside, tmp_path / "tools" / "t" / "linked_dir")
+    write_tool(tmp_path / "tools", "t", executable_tool(argv))
+
+    registry = ToolRegistry.load([tmp_path / "tools"])
+
+    assert len(registry) == 0
+    (error,) = registry.errors
+    assert error.field == "implementation.argv.1" and reason in error.reason
+
+
+def test_paths_inside_the_tool_directory_are_accepted(tmp_path: Path) -> None:
+    argv = ["/usr/bin/env", "{python}", "{tool_dir}/run.py", "--lib={tool_dir}/lib", "{tool_dir}/lib/link.py", "{tool_dir}"]
+    path = write_tool(tmp_path, "t", executable_tool(argv), {"run.py": "", "lib/helper.py": ""})
+    os.symlink(path.parent / "lib" / "helper.py", path.parent / "lib" / "link.py")  # a symlink that stays inside
+
+    registry = ToolRegistry.load([tmp_path])
+
+    assert registry.errors == []
+    assert registry.namespaces() == ["exe"]
+
+
+def test_python_entrypoint_symlinked_outside_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "evil.py").write_text("def run(i): return i\n")
+    write_tool(tmp_path / "tools", "t", python_tool())
+    os.symlink(tmp_path / "evil.py", tmp_path / "tools" / "t" / "tool.py")
+
+    registry = ToolRegistry.load([tmp_path / "tools"])
+
+    (error,) = registry.errors
+    assert error.field == "implementation.entrypoint" and "outside the tool directory" in error.reason
+
+
+@pytest.mark.parametrize("evolved_file", ["../other/echo_v1_1_0.py", "/etc/passwd"])
+def test_evolved_file_outside_is_refused(tmp_path: Path, evolved_file: str) -> None:
+    write_tool(tmp_path, "t", python_tool(evolved_file=evolved_file))
+    registry = ToolRegistry.load([tmp_path])
+    (error,) = registry.errors
+    assert error.field == "evolved_file"
+
+
+def test_add_checks_paths_of_manifests_built_in_memory(tmp_path: Path) -> None:
+    registry = ToolRegistry()
+    manifest = ToolManifest.model_validate(
+        {**executable_tool(["{python}", "{tool_dir}/../x.py"]), "tool_dir": str(tmp_path)}
+    )
+    with pytest.raises(ManifestError, match="outside the tool directory"):
+        registry.add(manifest)
+    assert len(registry) == 0
+
+
+def test_versions_sort_by_semver_and_original_is_lowest_without_parent(tmp_path: Path) -> None:
+    registry = ToolRegistry()
+    for version, parent in [("1.10.0", "1.9.0"), ("1.2.0", "1.0.0"), ("1.9.0", "1.2.0"), ("2.0.0", None), ("1.0.0", None)]:
+        registry.add(ToolManifest.model_validate(python_tool("t", version, parent_version=parent)))
+    registry.add(ToolManifest.model_validate(python_tool("only_evolved", "1.1.0", parent_version="1.0.0")))
+
+    assert [m.version for m in registry.versions("t")] == ["1.0.0", "1.2.0", "1.9.0", "1.10.0", "2.0.0"]
+    assert registry.original("t").version == "1.0.0"  # type: ignore[union-attr]
+    assert registry.original("only_evolved") is None
+    assert registry.original("unknown") is None and registry.versions("unknown") == []
+    assert registry.get("t@1.10.0") is not None and registry.get("t@3.0.0") is None
+    assert "t@1.9.0" in registry and len(registry) == 6
+    assert registry.namespaces() == ["only_evolved", "t"]
+
+
+def test_indexes(examples: ToolRegistry) -> None:
+    def keys(ms: list[ToolManifest]) -> list[str]:
+        return [m.name for m in ms]
+
+    assert keys(examples.by_tag("text")) == ["hash_text", "slugify", "word_stats"]
+    assert keys(examples.by_tag(" TEXT ")) == keys(examples.by_tag("text"))
+    assert keys(examples.by_phase("completion")) == ["slugify", "word_stats"]
+    assert keys(examples.by_language("Python")) == ["csv_to_json"]
+    assert keys(examples.by_task_type("analysis")) == ["csv_to_json", "fast_sort", "sort_numbers", "word_stats"]
+    assert examples.by_tag("no-such-tag") == [] and examples.by_phase("pseudocode") == []

@@ -1,0 +1,49 @@
+"""The adaptive timeout rule (see selection.timeouts.adaptive_timeout)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from selection.timeouts import adaptive_timeout, p95
+
+
+def test_declared_timeout_until_five_runs_are_known() -> None:
+    assert adaptive_timeout([], 10.0, 0.5, 120.0) == 10.0
+    assert adaptive_timeout([100, 100, 100, 100], 10.0, 0.5, 120.0) == 10.0
+
+
+def test_shrinks_to_p95_times_1_2_once_five_runs_are_known() -> None:
+    # 20 runs: nearest-rank p95 is the 19th smallest value
+    runs = [1000.0] * 18 + [2000.0, 9000.0]
+    assert p95(runs) == 2000.0
+    assert adaptive_timeout(runs, 10.0, 0.5, 120.0) == pytest.approx(2.4)
+
+
+def test_few_runs_use_their_maximum() -> None:
+    assert adaptive_timeout([800, 900, 1000, 1100, 1500], 10.0, 0.5, 120.0) == pytest.approx(1.8)
+
+
+def test_grows_past_declared_but_at_most_twice_it() -> None:
+    assert adaptive_timeout([3000.0] * 10, 3.0, 0.5, 120.0) == pytest.approx(3.6)
+    assert adaptive_timeout([60_000.0] * 10, 3.0, 0.5, 120.0) == pytest.approx(6.0)
+
+
+def test_operator_bounds_hold() -> None:
+    assert adaptive_timeout([5.0] * 10, 10.0, 0.5, 120.0) == 0.5  # fast tool: floor
+    assert adaptive_timeout([], 300.0, 0.5, 120.0) == 120.0  # declared above the ceiling
+    assert adaptive_timeout([], 0.1, 0.5, 120.0) == 0.5  # declared below the floor
+    assert adaptive_timeout([100_000.0] * 10, 100.0, 0.5, 60.0) == 60.0
+
+
+def test_unusable_run_times_are_ignored() -> None:
+    runs = [math.nan, math.inf, -5.0, 1000, 1000, 1000, 1000]
+    assert adaptive_timeout(runs, 10.0, 0.5, 120.0) == 10.0  # only four usable
+    assert adaptive_timeout([*runs, 1000], 10.0, 0.5, 120.0) == pytest.approx(1.2)
+
+
+@pytest.mark.parametrize(("declared", "lo", "hi"), [(0.0, 0.5, 1.0), (1.0, 0.0, 1.0), (1.0, 2.0, 1.0)])
+def test_bad_arguments_are_refused(declared: float, lo: float, hi: float) -> None:
+    with pytest.raises(ValueError):
+        adaptive_timeout([], declared, lo, hi)

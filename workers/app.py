@@ -1,0 +1,87 @@
+"""The Celery app: five queues, JSON only, late acks, routes by task name.
+
+Every process (worker role, beat, CLI, client) builds the app from the same Settings, so they all
+agree on broker, backend and routes.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Queue
+
+from workers.settings import Settings, get_settings
+
+QUEUES = ("selection", "execution", "feedback", "evolution", "learning")
+
+TASK_ROUTES: dict[str, dict[str, str]] = {
+    "fittest.resilient_tool_call": {"queue": "selection"},
+    "fittest.call_tool": {"queue": "selection"},
+    "fittest.explain": {"queue": "selection"},
+    "fittest.execute": {"queue": "execution"},
+    "fittest.mark_failure": {"queue": "feedback"},
+    "fittest.record_outcome": {"queue": "feedback"},
+    "fittest.record_evolution": {"queue": "feedback"},
+    "fittest.evolve": {"queue": "evolution"},
+    "fittest.learn": {"queue": "learning"},
+    "fittest.retrain_weights": {"queue": "learning"},
+}
+
+# Redis emulates priorities with one list per step; kombu pops lower numbers first.
+PRIORITY_HIGH = 0
+PRIORITY_NORMAL = 5
+PRIORITY_LOW = 9
+
+# The broker must not hand an unacked message to another worker while the first may still run it:
+# longer than the longest attempt (max_timeout_s) plus evolution's verification.
+VISIBILITY_MARGIN_S = 600
+
+
+def make_app(settings: Settings | None = None) -> Celery:
+    settings = settings or get_settings()
+    app = Celery("fittest", include=["workers.tasks"])
+    app.conf.update(
+        broker_url=settings.redis_url,
+        result_backend=settings.backend_url,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        task_queues=[Queue(q) for q in QUEUES],
+        task_default_queue="selection",
+        task_routes=TASK_ROUTES,
+        task_default_priority=PRIORITY_NORMAL,
+        broker_transport_options={
+            "visibility_timeout": int(settings.max_timeout_s) + VISIBILITY_MARGIN_S,
+            "priority_steps": list(range(10)),
+            "sep": ":",
+            "queue_order_strategy": "priority",
+        },
+        result_backend_transport_options={"retry_policy": {"timeout": 5.0}},
+        broker_connection_retry_on_startup=True,
+        broker_connection_max_retries=None,
+        # Guards against a consumer that stops fetching after a broker reconnect.
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        result_expires=24 * 3600,
+        result_extended=True,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        worker_hijack_root_logger=False,
+        timezone="UTC",
+        redbeat_redis_url=settings.redis_url,
+        redbeat_key_prefix=f"{settings.key_prefix}redbeat:",
+        beat_schedule={
+            "retrain-weights": {
+                "task": "fittest.retrain_weights",
+                "schedule": settings.retrain_interval_s,
+                "options": {"queue": "learning"},
+            },
+        },
+    )
+    return app
+
+
+app = make_app()

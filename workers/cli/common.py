@@ -1,0 +1,36 @@
+"""What every CLI module shares: the console, JSON output, and clear errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+console = Console()
+err_console = Console(stderr=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def fail(message: str, code: int = 1) -> None:
+    err_console.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+def parse_json_option(text: str | None, option: str) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail(f"{option} is not valid JSON: {exc}")
+    if not isinstance(value, dict):
+        fail(f"{option} must be a JSON object")
+    return value

@@ -1,0 +1,72 @@
+"""`fittest tools` and `fittest schema`: what is registered, and how to send a job."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from workers.cli.common import JsonOpt, console, err_console, fail, print_json
+
+app = typer.Typer()
+
+# --------------------------------------------------------------------------------------- tools
+@app.command()
+def tools(json_out: JsonOpt = False) -> None:
+    """List every tool version with its quality and counters."""
+    from workers.runtime import runtime
+
+    rt = runtime()
+    registry = rt.registry
+    for error in registry.errors:
+        err_console.print(f"[yellow]skipped[/yellow] {error}")
+    manifests = registry.all()
+    stats = rt.state.stats([m.key for m in manifests])
+    rows = [
+        {
+            "name": m.name,
+            "version": m.version,
+            "description": m.description,
+            "tags": m.tags,
+            "kind": m.implementation.kind,
+            "quality": round(stats[m.key].quality, 4),
+            "successes": stats[m.key].successes,
+            "failures": stats[m.key].failures,
+        }
+        for m in manifests
+    ]
+    if json_out:
+        print_json(rows)
+        return
+    console.print(tools_table(rows))
+
+
+def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
+    table = Table(title=title)
+    for col in ("tool", "kind", "quality", "successes", "failures", "tags"):
+        table.add_column(col, justify="right" if col in ("quality", "successes", "failures") else "left")
+    for r in rows:
+        q = r["quality"]
+        color = "green" if q >= 0.9 else "yellow" if q >= 0.7 else "red"
+        table.add_row(f"{r['name']}@{r['version']}", r["kind"], f"[{color}]{q:.2f}[/{color}]",
+                      str(r["successes"]), str(r["failures"]), ", ".join(r["tags"]))
+    return table
+
+
+@app.command()
+def schema(
+    task: Annotated[Optional[str], typer.Argument(help="resilient_tool_call, call_tool or result; all when omitted.")] = None,
+) -> None:
+    """Print the JSON schema of the task payloads (what a foreign service needs to send_task)."""
+    from workers.client import payload_schemas
+
+    schemas = payload_schemas()
+    if task:
+        if task not in schemas:
+            fail(f"unknown schema '{task}' (known: {', '.join(schemas)})")
+        print_json(schemas[task])
+    else:
+        print_json(schemas)
+
+

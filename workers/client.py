@@ -1,0 +1,63 @@
+"""A thin client for services that install fittest: send a call by task name, wait for its result.
+
+It needs only the broker URL; it imports no task code, so it behaves exactly like a foreign
+service using `send_task`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from celery.result import AsyncResult
+from pydantic import BaseModel
+
+from selection.models import CallRequest, CallResult
+from workers.settings import Settings, get_settings
+
+
+class CallToolPayload(BaseModel):
+    """Keyword arguments of `fittest.call_tool`."""
+
+    name: str
+    input: dict[str, Any] = {}
+    version: str | None = None
+    use_evolved: bool = True
+
+
+def payload_schemas() -> dict[str, dict[str, Any]]:
+    return {
+        "resilient_tool_call": CallRequest.model_json_schema(),
+        "call_tool": CallToolPayload.model_json_schema(),
+        "result": CallResult.model_json_schema(),
+    }
+
+
+class FittestClient:
+    def __init__(self, settings: Settings | None = None) -> None:
+        settings = settings or get_settings()
+        self.celery = Celery("fittest-client", broker=settings.redis_url, backend=settings.backend_url)
+        self.celery.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json",
+                                result_accept_content=["json"])
+
+    def send(self, task: str, **kwargs: Any) -> AsyncResult:
+        return self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue="selection")
+
+    @staticmethod
+    def wait(result: AsyncResult, timeout: float = 120.0) -> dict[str, Any]:
+        """The call's final result, wherever the work went (every hop keeps the task id)."""
+        try:
+            return result.get(timeout=timeout)
+        finally:
+            # Unsubscribe now, while the broker is surely up, not in AsyncResult.__del__ later.
+            if result.backend is not None:
+                result.backend.remove_pending_result(result)
+                result.backend = None
+
+    def call(self, scenario: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **kwargs: Any) -> dict[str, Any]:
+        """Run `fittest.resilient_tool_call` and return its CallResult as a dict."""
+        return self.wait(self.send("resilient_tool_call", scenario=scenario, input=input or {}, **kwargs), timeout)
+
+    def call_tool(self, name: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **kwargs: Any) -> dict[str, Any]:
+        """Run `fittest.call_tool`: the namespace's promoted version, or the original."""
+        return self.wait(self.send("call_tool", name=name, input=input or {}, **kwargs), timeout)

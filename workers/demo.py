@@ -1,0 +1,127 @@
+"""`fittest demo`: the newcomer's end-to-end run on real workers.
+
+It starts Redis (when none answers), the worker roles and the example HTTP tool, registers
+`examples/tools`, sends a stream of calls built from the tools' own examples and test inputs
+(some of which fail on purpose), and shows what the system did: quality per tool, and a few
+calls attempt by attempt.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from selection.registry import ToolRegistry
+from workers.settings import Settings
+from workers.stack import ROOT, Stack
+
+DEMO_ROLES = ("memory", "executor", "evolver")
+
+
+def demo_settings(settings: Settings) -> Settings:
+    """The demo keeps its own keys, collections and files, so it never touches real state."""
+    return settings.model_copy(
+        update={
+            "key_prefix": f"{settings.key_prefix}demo:",
+            "collection_prefix": f"{settings.collection_prefix}demo_",
+            "data_dir": settings.data_dir / "demo",
+        }
+    )
+
+
+def demo_calls(registry: ToolRegistry, n: int, seed: int = 7) -> list[dict[str, Any]]:
+    """Calls from the tools' examples and test inputs, half by namespace and half by scenario only."""
+    rng = random.Random(seed)
+    pool: list[dict[str, Any]] = []
+    for m in registry.all():
+        scenarios = m.examples or [m.description]
+        for case in m.test_cases:
+            for i, scenario in enumerate(scenarios):
+                call: dict[str, Any] = {"scenario": scenario, "input": case.input}
+                if i % 2 == 0:
+                    call["namespace"] = m.name
+                pool.append(call)
+    rng.shuffle(pool)
+    return [pool[i % len(pool)] for i in range(n)] if pool else []
+
+
+def reset_state(settings: Settings) -> None:
+    from workers.memory import open_vector_memory
+    from workers.state import open_state_store
+
+    open_state_store(settings).clear()
+    memory = open_vector_memory(settings)
+    memory.drop_all()
+    memory.close()
+
+
+def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> int:
+    from workers.cli.calls import show_call
+    from workers.cli.tools import tools_table
+    from workers.client import FittestClient
+    from workers.state import open_state_store
+
+    settings = demo_settings(settings)
+    registry = ToolRegistry.load([settings.tools_dir])
+    for error in registry.errors:
+        console.print(f"[yellow]skipped manifest[/yellow] {error}")
+    env = {
+        "FITTEST_KEY_PREFIX": settings.key_prefix,
+        "FITTEST_COLLECTION_PREFIX": settings.collection_prefix,
+        "FITTEST_DATA_DIR": str(settings.data_dir.resolve()),
+        "FITTEST_TOOLS_DIR": str(settings.tools_dir.resolve()),
+    }
+    if settings.embedding_model_path:
+        env["FITTEST_EMBEDDING_MODEL_PATH"] = str(Path(settings.embedding_model_path).resolve())
+    with Stack(settings, env=env, log_dir=settings.data_dir / "logs") as stack:
+        console.print("[bold]1.[/bold] starting Redis (if needed), the workers and the example HTTP tool …")
+        stack.ensure_redis()
+        settings = settings.model_copy(update={"redis_url": stack.redis_url})
+        if fresh:
+            reset_state(settings)
+        stack.start("toolserver", [sys.executable, str(ROOT / "examples" / "tools" / "http_server.py")])
+        stack.start_roles(DEMO_ROLES)
+        stack.wait_for_workers(DEMO_ROLES, timeout=120)
+        console.print(f"    workers up; logs in {settings.data_dir / 'logs'}")
+
+        client = FittestClient(settings)
+        plan = demo_calls(registry, calls)
+        console.print(f"[bold]2.[/bold] sending {len(plan)} calls built from {len(registry.all())} example tools")
+        results: list[dict[str, Any]] = []
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console) as progress:
+            task = progress.add_task("calls", total=len(plan))
+            for call in plan:
+                result = client.call(timeout=180, **call)
+                result["_request"] = call
+                results.append(result)
+                progress.advance(task)
+
+        state = open_state_store(settings)
+        keys = [m.key for m in registry.all()]
+        time.sleep(1.0)  # the feedback queue applies the last failures and successes
+        stats = state.stats(keys)
+        rows = [
+            {"name": m.name, "version": m.version, "kind": m.implementation.kind, "tags": m.tags,
+             "quality": stats[m.key].quality, "successes": stats[m.key].successes, "failures": stats[m.key].failures}
+            for m in registry.all()
+        ]
+        console.print("[bold]3.[/bold] what the calls did to the tools")
+        console.print(tools_table(rows, title="tools after the demo (quality starts at 1.00)"))
+        ok = sum(r["status"] == "success" for r in results)
+        fell_back = [r for r in results if r["status"] == "success" and len(r["attempts"]) > 1]
+        console.print(f"    {ok}/{len(results)} calls succeeded, {len(fell_back)} of them after a fallback")
+        console.print("[bold]4.[/bold] a few calls, attempt by attempt")
+        shown = fell_back[:2] + [r for r in results if r["status"] != "success"][:1] + results[:1]
+        for r in shown[:4]:
+            req = r["_request"]
+            console.print(f"\n[dim]scenario:[/dim] {req['scenario']!r}  [dim]namespace:[/dim] {req.get('namespace')}")
+            show_call(r)
+        console.print("\nNext: `fittest tools`, `fittest call \"…\" --input '{…}'`, `fittest up` for the full stack.")
+    return 0 if ok else 1

@@ -1,0 +1,115 @@
+"""What every runner shares: the limits of a run, the outcome it yields, and how output is judged.
+
+One judgement of output for all kinds of tool (python, executable, http) means a tool's failure
+class depends on what it did, not on how it happens to be implemented.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from selection.models import FailureClass
+from workers.settings import Settings
+
+MAX_MESSAGE_CHARS = 2000  # error messages travel in task payloads and failure records
+STDERR_TAIL_BYTES = 2048
+
+
+class RunLimits(BaseModel):
+    """Limits of one attempt beyond its timeout.
+
+    `output_limit_bytes` applies to every kind of tool; the others bound an executable's process
+    (an in-process python tool cannot be limited per call, see `workers.runners.python`).
+    """
+
+    output_limit_bytes: int = Field(1_000_000, ge=1)
+    memory_mb: int = Field(1024, ge=16)
+    cpu_s: int = Field(60, ge=1)
+    max_processes: int = Field(64, ge=1)
+    max_file_mb: int = Field(64, ge=0)
+    max_open_files: int = Field(256, ge=16)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RunLimits:
+        """The limits the operator configured; those settings does not offer keep their defaults."""
+        return cls(
+            output_limit_bytes=settings.output_limit_bytes,
+            memory_mb=settings.tool_memory_mb,
+            cpu_s=settings.tool_cpu_s,
+        )
+
+
+class RunOutcome(BaseModel):
+    """The result of one attempt: an output, or a failure class and a message saying why."""
+
+    success: bool
+    output: Any = None
+    error_class: FailureClass | None = None
+    error_message: str | None = None
+    elapsed_ms: float = 0.0
+
+    @classmethod
+    def ok(cls, output: Any) -> RunOutcome:
+        return cls(success=True, output=output)
+
+    @classmethod
+    def fail(cls, error_class: FailureClass, message: str) -> RunOutcome:
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = message[: MAX_MESSAGE_CHARS - 15] + " …(truncated)"
+        return cls(success=False, error_class=error_class, error_message=message)
+
+
+def encode_input(input: dict[str, Any]) -> bytes:
+    """The input as the UTF-8 JSON a tool receives; raises TypeError or ValueError if it is not JSON."""
+    return json.dumps(input, allow_nan=False, ensure_ascii=False).encode("utf-8")
+
+
+def judge_output(value: Any, limit_bytes: int) -> RunOutcome:
+    """Accept a tool's return value only if it is non-null JSON within the size cap.
+
+    The value is returned as it reads back from its JSON text, so the caller sees exactly what a
+    consumer of the Celery result (JSON) will see, tuples and all.
+    """
+    if value is None:
+        return RunOutcome.fail(FailureClass.bad_output, "empty output (null)")
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        return RunOutcome.fail(FailureClass.bad_output, f"output is not JSON-serialisable: {exc}")
+    size = len(text.encode("utf-8"))
+    if size > limit_bytes:
+        return RunOutcome.fail(FailureClass.bad_output, f"output of {size} bytes exceeds the limit of {limit_bytes} bytes")
+    return RunOutcome.ok(json.loads(text))
+
+
+def judge_json_bytes(data: bytes, limit_bytes: int, what: str = "output") -> RunOutcome:
+    """Parse a JSON document received from a process or a service, then judge it as output."""
+    if len(data) > limit_bytes:
+        return RunOutcome.fail(FailureClass.bad_output, f"{what} exceeds the limit of {limit_bytes} bytes")
+    if not data.strip():
+        return RunOutcome.fail(FailureClass.bad_output, f"empty output ({what} is empty)")
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return RunOutcome.fail(FailureClass.bad_output, f"{what} is not JSON ({exc}): {preview(data)}")
+    return judge_output(value, limit_bytes)
+
+
+def preview(data: bytes | str, limit: int = 200) -> str:
+    """The start of some text, for a message that shows what came back without flooding logs."""
+    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
+    text = text.strip()
+    return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
+def tail(data: bytes, limit: int = STDERR_TAIL_BYTES) -> str:
+    """The end of a process's stderr: where a traceback puts the line that explains it."""
+    text = data[-limit:].decode("utf-8", errors="replace").strip()
+    return ("…" + text) if len(data) > limit else text
+
+
+def with_stderr(message: str, stderr: bytes) -> str:
+    return f"{message}; stderr: {tail(stderr)}" if stderr.strip() else message

@@ -1,0 +1,304 @@
+"""The `executable` runner: a program started from an argv list, JSON on stdin, JSON on stdout.
+
+Never a shell. Each argv entry is a template: `{tool_dir}`, `{evolved_file}`, `{python}` (this
+worker's interpreter) and `{<key>}` (str() of a top-level key of the input) are substituted
+within that one entry, so a value full of spaces, quotes, `;` or `$(...)` reaches the program as
+one literal argument. An unknown placeholder is refused (bad_input), never replaced by '';
+`{{` and `}}` stand for literal braces. The built-in names win over input keys of the same name.
+
+Isolation, and why each part is there:
+- a fresh temporary working directory, also HOME and TMPDIR: the tool sees no other run's files
+  and leaves nothing behind;
+- an environment reduced to an allow-list: the worker's secrets (`FITTEST_*`, broker URLs, API
+  keys) are never passed to tools;
+- a new session and process group: the whole tree the tool starts can be killed as one;
+- resource limits set in the child before exec (`preexec_fn`): CPU seconds, address space, file
+  size, open files, and processes. `preexec_fn` is documented as unsafe with threads because
+  the child may need a lock another thread held at fork; ours only calls `setrlimit` with
+  precomputed values, which takes no such lock. RLIMIT_NPROC counts every process of the user,
+  not of the tool, and the kernel ignores it for root; so it is set only when the worker does not
+  run as root, and a dedicated user for workers is what makes it meaningful.
+  These limits stop accidents (runaway loops, memory, disk), not a hostile tool running as root,
+  which could raise them again: that needs a container;
+- a hard timeout after which the process group is killed with SIGKILL and the leader reaped.
+  The group is killed after every run, not only on timeout: no process of a tool outlives its
+  attempt. Killed grandchildren are reaped by init, so run workers under one that reaps
+  (`docker run --init`, tini).
+
+Exit status convention: 0 with one JSON document on stdout is success; 65 (EX_DATAERR from
+sysexits.h) means "the input was bad" (bad_input); any other exit or a signal is a crash, except
+SIGXCPU (CPU limit) which is a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import selectors
+import signal
+import string
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from selection.manifest import ExecutableImplementation, ToolManifest
+from selection.models import FailureClass
+from workers.runners.base import RunLimits, RunOutcome, encode_input, judge_json_bytes, with_stderr
+
+EX_DATAERR = 65
+INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+READ_CHUNK = 65536
+POLL_S = 0.05  # how often the exchange looks whether the tool has exited
+
+
+class ArgvError(ValueError):
+    """An argv template that cannot be filled in for this input."""
+
+
+def build_argv(manifest: ToolManifest, input: dict[str, Any]) -> list[str]:
+    """Fill each argv template strictly: one template, one argument, every placeholder known."""
+    impl = manifest.implementation
+    assert isinstance(impl, ExecutableImplementation)
+    builtins: dict[str, str | None] = {
+        "tool_dir": manifest.tool_dir,
+        "evolved_file": _evolved_path(manifest),
+        "python": sys.executable,
+    }
+    argv: list[str] = []
+    for template in impl.argv:
+        try:
+            parts = list(string.Formatter().parse(template))
+        except ValueError as exc:
+            raise ArgvError(f"bad argv template {template!r}: {exc}") from exc
+        arg: list[str] = []
+        for literal, name, spec, conversion in parts:
+            arg.append(literal)
+            if name is None:
+                continue
+            if not name.isidentifier() or spec or conversion:
+                raise ArgvError(f"placeholder {{{name}}} in {template!r}: only plain {{name}} is allowed")
+            if name in builtins:
+                value = builtins[name]
+                if value is None:
+                    raise ArgvError(f"placeholder {{{name}}} has no value for {manifest.key}")
+            elif name in input:
+                value = str(input[name])
+            else:
+                raise ArgvError(f"unknown placeholder {{{name}}} in {template!r}: not a built-in and not an input key")
+            arg.append(value)
+        text = "".join(arg)
+        if "\0" in text:
+            raise ArgvError(f"argument from {template!r} contains a NUL byte")
+        argv.append(text)
+    return argv
+
+
+def _evolved_path(manifest: ToolManifest) -> str | None:
+    if manifest.evolved_file is None or manifest.tool_dir is None:
+        return manifest.evolved_file
+    return os.path.join(manifest.tool_dir, manifest.evolved_file)
+
+
+def tool_env(workdir: str) -> dict[str, str]:
+    """The whole environment a tool gets: the allow-list, with home and temp in its workdir."""
+    env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
+    env.setdefault("PATH", DEFAULT_PATH)
+    env.update(
+        HOME=workdir,
+        TMPDIR=workdir,
+        PYTHONDONTWRITEBYTECODE="1",  # tool directories may be read-only and are shared
+        PYTHONIOENCODING="utf-8",  # JSON is UTF-8 whatever the locale
+    )
+    return env
+
+
+def _rlimits(limits: RunLimits) -> list[tuple[int, int]]:
+    """(resource, limit) pairs, each capped at the worker's own hard limit (which only root may raise)."""
+    mb = 1024 * 1024
+    wanted = [
+        (resource.RLIMIT_AS, limits.memory_mb * mb),
+        (resource.RLIMIT_FSIZE, limits.max_file_mb * mb),
+        (resource.RLIMIT_NOFILE, limits.max_open_files),
+    ]
+    if os.geteuid() != 0:
+        wanted.append((resource.RLIMIT_NPROC, limits.max_processes))
+    capped = []
+    for res, value in wanted:
+        hard = resource.getrlimit(res)[1]
+        capped.append((res, value if hard == resource.RLIM_INFINITY else min(value, hard)))
+    return capped
+
+
+def _limiter(limits: RunLimits) -> Any:
+    """The `preexec_fn`: sets precomputed limits and nothing else (see the module docstring)."""
+    pairs = _rlimits(limits)
+    cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    cpu = limits.cpu_s if cpu_hard == resource.RLIM_INFINITY else min(limits.cpu_s, cpu_hard)
+    # SIGXCPU at the soft limit (the tool may report it), SIGKILL one second later.
+    cpu_pair = (cpu, cpu + 1 if cpu_hard == resource.RLIM_INFINITY else cpu_hard)
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, cpu_pair)
+        for res, value in pairs:
+            resource.setrlimit(res, (value, value))
+
+    return apply
+
+
+@dataclass
+class _Exchange:
+    """What passed between the worker and the tool's process."""
+
+    stdout: bytearray = field(default_factory=bytearray)
+    stderr: bytearray = field(default_factory=bytearray)
+    timed_out: bool = False
+    overflow: bool = False
+
+
+def _exited(pid: int) -> bool:
+    """Whether the leader has exited, without reaping it: a zombie leader keeps its process-group
+    id reserved, so the group can still be killed safely after this says True."""
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    return info is not None
+
+
+def _exchange(proc: subprocess.Popen[bytes], data: bytes, deadline: float, limits: RunLimits) -> _Exchange:
+    """Write stdin and read stdout/stderr together (no pipe can fill and block the tool), until
+    the leader exits, the deadline passes, or stdout exceeds the cap."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    result = _Exchange()
+    sel = selectors.DefaultSelector()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        os.set_blocking(stream.fileno(), False)
+    pending = memoryview(data)
+    if pending:
+        sel.register(proc.stdin, selectors.EVENT_WRITE)
+    else:
+        proc.stdin.close()
+    sel.register(proc.stdout, selectors.EVENT_READ, result.stdout)
+    sel.register(proc.stderr, selectors.EVENT_READ, result.stderr)
+
+    def read(key: selectors.SelectorKey) -> bool:
+        """Read one chunk; False when the pipe had nothing (yet) or reached its end."""
+        try:
+            chunk = os.read(key.fd, READ_CHUNK)
+        except BlockingIOError:
+            return False
+        if not chunk:
+            sel.unregister(key.fileobj)
+            return False
+        buf: bytearray = key.data
+        buf += chunk
+        if key.fileobj is proc.stderr and len(buf) > 2 * READ_CHUNK:
+            del buf[: len(buf) - READ_CHUNK]  # only the tail of stderr is ever shown
+        if key.fileobj is proc.stdout and len(buf) > limits.output_limit_bytes:
+            result.overflow = True
+        return True
+
+    try:
+        while not result.overflow:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                result.timed_out = True
+                break
+            if not sel.get_map():  # all pipes closed, the tool may still be running
+                if _exited(proc.pid):
+                    break
+                time.sleep(min(POLL_S / 5, remaining))
+                continue
+            for key, _ in sel.select(timeout=min(POLL_S, remaining)):
+                if key.fileobj is not proc.stdin:
+                    read(key)
+                    continue
+                try:
+                    pending = pending[os.write(key.fd, pending[:READ_CHUNK]) :]
+                except BlockingIOError:
+                    continue
+                except BrokenPipeError:
+                    pending = pending[:0]  # a tool may ignore its input; its exit status will tell
+                if not pending:
+                    sel.unregister(proc.stdin)
+                    proc.stdin.close()
+            if _exited(proc.pid):
+                # Take what is already in the pipes; a straggler holding them open is not waited for.
+                for key in [k for k in sel.get_map().values() if k.fileobj is not proc.stdin]:
+                    while not result.overflow and read(key):
+                        pass
+                break
+    finally:
+        sel.close()
+    return result
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the tool's whole process group, then reap the leader."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None and not stream.closed:
+            stream.close()
+
+
+def _classify_exit(returncode: int, ex: _Exchange, limits: RunLimits) -> RunOutcome:
+    stderr = bytes(ex.stderr)
+    if returncode == 0:
+        outcome = judge_json_bytes(bytes(ex.stdout), limits.output_limit_bytes, what="stdout")
+        if not outcome.success and outcome.error_message is not None:
+            outcome.error_message = with_stderr(outcome.error_message, stderr)
+        return outcome
+    if returncode == EX_DATAERR:
+        return RunOutcome.fail(FailureClass.bad_input, with_stderr(f"the tool refused its input (exit {EX_DATAERR})", stderr))
+    if returncode == -signal.SIGXCPU:
+        return RunOutcome.fail(FailureClass.timeout, with_stderr(f"CPU time limit of {limits.cpu_s}s exceeded", stderr))
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return RunOutcome.fail(FailureClass.crash, with_stderr(f"killed by {name}", stderr))
+    return RunOutcome.fail(FailureClass.crash, with_stderr(f"exit status {returncode}", stderr))
+
+
+def run_executable(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float, limits: RunLimits) -> RunOutcome:
+    """Run an executable tool; every failure is an outcome, never an exception."""
+    try:
+        argv = build_argv(manifest, input)
+    except ArgvError as exc:
+        return RunOutcome.fail(FailureClass.bad_input, str(exc))
+    data = encode_input(input)
+    deadline = time.monotonic() + timeout_s
+    with tempfile.TemporaryDirectory(prefix="fittest-run-", ignore_cleanup_errors=True) as workdir:
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=workdir,
+                env=tool_env(workdir),
+                start_new_session=True,
+                preexec_fn=_limiter(limits),
+                close_fds=True,
+            )
+        except OSError as exc:  # program missing, not executable, or limits refused
+            return RunOutcome.fail(FailureClass.unavailable, f"cannot start {argv[0]!r}: {exc.strerror or exc}")
+        try:
+            ex = _exchange(proc, data, deadline, limits)
+        finally:
+            _kill_group(proc)
+    stderr = bytes(ex.stderr)
+    if ex.timed_out:
+        return RunOutcome.fail(FailureClass.timeout, with_stderr(f"no result within {timeout_s:.3g}s; process group killed", stderr))
+    if ex.overflow:
+        return RunOutcome.fail(
+            FailureClass.bad_output,
+            with_stderr(f"stdout exceeded the limit of {limits.output_limit_bytes} bytes; process group killed", stderr),
+        )
+    return _classify_exit(proc.returncode, ex, limits)

@@ -1,0 +1,161 @@
+"""The `python` runner: call `function(input)` of a module, in this process.
+
+The module is the file `<tool_dir>/<module path>.py` when it exists (loaded under a module name
+unique to the tool version, so two versions of one tool never share module state), else an
+importable module of that name. Loaded modules are cached per process: a tool version's code
+never changes (evolution makes a new version), and importing on every call would cost more than
+most tools take to run.
+
+The call runs in a daemon thread so the attempt can have a hard timeout. Python cannot stop a
+thread: on timeout the thread is abandoned and runs on until the function returns, its result
+discarded. An in-process tool also shares the worker's memory and has no resource limits, so a
+tool that can hang, loop or eat memory belongs in an `executable` manifest, whose process is
+limited and killed.
+
+Exceptions map to failure classes by convention (see `examples/tools/README.md`):
+ValueError / TypeError / KeyError → bad_input; connection errors → unavailable; anything else →
+crash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import socket
+import sys
+import threading
+import traceback
+import urllib.error
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import httpx
+
+from selection.manifest import PythonImplementation, ToolManifest
+from selection.models import FailureClass
+from selection.registry import python_module_file
+from workers.runners.base import RunLimits, RunOutcome, judge_output
+
+ToolFunction = Callable[[dict[str, Any]], Any]
+
+_cache: dict[tuple[str, str], ToolFunction] = {}
+_load_locks: dict[tuple[str, str], threading.Lock] = {}
+_locks_lock = threading.Lock()
+
+
+class ToolLoadError(Exception):
+    """The tool's code could not be loaded; carries the failure class to report."""
+
+    def __init__(self, error_class: FailureClass, message: str) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+
+
+def _module_name(manifest: ToolManifest, path: Path) -> str:
+    """A module name no other tool version (or real package) uses, stable for one file."""
+    digest = hashlib.sha1(f"{manifest.key}\0{path}".encode()).hexdigest()[:12]
+    return f"fittest_tool_{manifest.name}_{digest}"
+
+
+def _load_file(manifest: ToolManifest, path: Path) -> ModuleType:
+    name = _module_name(manifest, path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ToolLoadError(FailureClass.crash, f"cannot load {path} as a python module")
+    module = importlib.util.module_from_spec(spec)
+    # Registered before executing so that dataclasses, pickling and typing can find the module.
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def load_function(manifest: ToolManifest) -> ToolFunction:
+    """The tool's function, loaded once per process; raises ToolLoadError."""
+    impl = manifest.implementation
+    assert isinstance(impl, PythonImplementation)
+    module_name, _, func_name = impl.entrypoint.partition(":")
+    path = python_module_file(manifest)
+    cache_key = (manifest.key, str(path) if path is not None else impl.entrypoint)
+    with _locks_lock:
+        lock = _load_locks.setdefault(cache_key, threading.Lock())
+    # One import per tool version even when threads call it at once; a lock per version, so an
+    # import that hangs holds up only its own tool.
+    with lock:
+        cached = _cache.get(cache_key)
+        if cached is not None:
+            return cached
+        try:
+            if path is not None and path.is_file():
+                module = _load_file(manifest, path)
+            else:
+                module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            raise ToolLoadError(FailureClass.unavailable, f"module '{module_name}' not found: {exc}") from exc
+        except Exception as exc:  # the tool's own code failed while importing
+            raise ToolLoadError(FailureClass.crash, f"importing '{module_name}' failed: {_describe(exc)}") from exc
+        func = getattr(module, func_name, None)
+        if not callable(func):
+            raise ToolLoadError(FailureClass.crash, f"'{module_name}' has no function '{func_name}'")
+        _cache[cache_key] = func
+        return func
+
+
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    ConnectionError,
+    TimeoutError,  # a socket or upstream that did not answer in time
+    socket.gaierror,
+    httpx.TransportError,
+)
+
+
+def classify_exception(exc: BaseException) -> FailureClass:
+    """The failure class of an exception a tool raised (the convention in the module docstring)."""
+    if isinstance(exc, (ValueError, TypeError, KeyError)):
+        return FailureClass.bad_input
+    if isinstance(exc, _UNAVAILABLE):
+        return FailureClass.unavailable
+    if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError):
+        return FailureClass.unavailable  # urllib wraps refused / unresolvable connections
+    return FailureClass.crash
+
+
+def _describe(exc: BaseException) -> str:
+    """`Type: message` and the innermost frame, which is usually in the tool's own code."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def run_python(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float, limits: RunLimits) -> RunOutcome:
+    """Run a python tool; every failure is an outcome, never an exception.
+
+    Loading happens in the timed thread too: module code that hangs at import is a timeout.
+    """
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["value"] = load_function(manifest)(input)
+        except ToolLoadError as exc:
+            box["load_error"] = exc
+        except BaseException as exc:  # a tool's SystemExit must not end the thread unreported
+            box["error"] = exc
+
+    thread = threading.Thread(target=call, name=f"tool:{manifest.key}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        return RunOutcome.fail(FailureClass.timeout, f"no result within {timeout_s:.3g}s (the call's thread was abandoned)")
+    if "load_error" in box:
+        return RunOutcome.fail(box["load_error"].error_class, str(box["load_error"]))
+    if "error" in box:
+        exc = box["error"]
+        return RunOutcome.fail(classify_exception(exc), _describe(exc))
+    return judge_output(box.get("value"), limits.output_limit_bytes)

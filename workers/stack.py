@@ -1,0 +1,218 @@
+"""Run the whole stack on one machine: Redis when none answers, the worker roles, beat, Flower.
+
+`fittest up` hands the roles to honcho (the Procfile's process manager); `fittest demo` and the
+pipeline tests start only the roles they need, as child processes they stop afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import redis
+
+from workers.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+PROCFILE = ROOT / "Procfile"
+
+
+class StackError(RuntimeError):
+    pass
+
+
+def redis_answers(url: str, timeout: float = 1.0) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout).ping())
+    except (redis.RedisError, OSError, ValueError):
+        return False
+
+
+def find_redis_server() -> str:
+    """redis-server from PATH, or from a pip-installed `redis-server` package's binary."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redis_server  # type: ignore[import-not-found]
+
+        return str(redis_server.REDIS_SERVER_PATH)
+    except ImportError as exc:
+        raise StackError(
+            "no Redis answers at FITTEST_REDIS_URL and no redis-server binary was found: install "
+            "redis-server (apt) or the `redis-server` PyPI package, or set FITTEST_REDIS_URL"
+        ) from exc
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_private_redis(data_dir: Path, port: int | None = None) -> tuple[subprocess.Popen, str]:
+    """A redis-server with the append-only file on, keeping its data under the data directory."""
+    workdir = data_dir / "redis"
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = port or _free_port()
+    proc = subprocess.Popen(
+        [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--appendonly", "yes",
+         "--save", "", "--dir", str(workdir.resolve())],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if redis_answers(url, 0.2):
+            return proc, url
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    raise StackError(f"the private redis-server on port {port} did not start")
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    command: list[str]
+
+
+def celery_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "celery", "-A", "workers.app", *args]
+
+
+# One entry per Procfile line; the Procfile is written from the same commands (see `procfile_text`).
+ROLES: dict[str, Role] = {
+    "memory": Role("memory", celery_cmd("worker", "-Q", "selection,feedback,learning", "-P", "threads",
+                                        "-c", "4", "-n", "memory@%h", "--without-gossip", "--without-mingle")),
+    "executor": Role("executor", celery_cmd("worker", "-Q", "execution", "-P", "prefork", "-c", "2",
+                                            "-n", "executor@%h", "--without-gossip", "--without-mingle")),
+    "evolver": Role("evolver", celery_cmd("worker", "-Q", "evolution", "-P", "prefork", "-c", "1",
+                                          "-n", "evolver@%h", "--without-gossip", "--without-mingle")),
+}
+
+
+@dataclass
+class Stack:
+    """Child processes of one run; a context manager that stops them all, Redis last."""
+
+    settings: Settings
+    env: dict[str, str] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    log_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.env = {**os.environ, **self.env}
+        self.env.setdefault("FITTEST_REDIS_URL", self.settings.redis_url)
+
+    @property
+    def redis_url(self) -> str:
+        return self.env["FITTEST_REDIS_URL"]
+
+    def ensure_redis(self) -> str:
+        if redis_answers(self.redis_url):
+            return self.redis_url
+        if "FITTEST_REDIS_URL" in os.environ and urlparse(self.redis_url).hostname not in ("127.0.0.1", "localhost"):
+            raise StackError(f"Redis at FITTEST_REDIS_URL ({self.redis_url}) does not answer")
+        proc, url = start_private_redis(self.settings.data_dir)
+        self.procs["redis"] = proc
+        self.env["FITTEST_REDIS_URL"] = url
+        return url
+
+    def start(self, name: str, command: list[str]) -> subprocess.Popen:
+        out = subprocess.DEVNULL
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        proc = subprocess.Popen(command, env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def start_roles(self, roles: Iterable[str]) -> None:
+        for role in roles:
+            self.start(role, ROLES[role].command)
+
+    def wait_for_workers(self, names: Iterable[str], timeout: float = 60.0) -> None:
+        """Block until every named worker answers a ping (so no test races a starting worker)."""
+        from workers.app import make_app
+
+        app = make_app(self.settings.model_copy(update={"redis_url": self.redis_url, "result_backend": None}))
+        wanted = set(names)
+        deadline = time.monotonic() + timeout
+        seen: set[str] = set()
+        while time.monotonic() < deadline:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None and name != "redis":
+                    raise StackError(f"{name} exited with code {proc.returncode} while starting")
+            replies = app.control.ping(timeout=0.5) or []
+            seen = {host.split("@")[0] for reply in replies for host in reply}
+            if wanted <= seen:
+                return
+        raise StackError(f"workers {sorted(wanted - seen)} did not answer within {timeout:.0f}s")
+
+    def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+    def stop_all(self) -> None:
+        for name in [n for n in self.procs if n != "redis"]:
+            self.stop(name)
+        if "redis" in self.procs:
+            self.stop("redis")
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+
+
+
+def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
+    """`fittest up`: every Procfile role under honcho, with Redis started first when needed."""
+    from honcho.environ import parse_procfile
+    from honcho.manager import Manager
+
+    procfile = parse_procfile(PROCFILE.read_text())
+    unknown = (without or set()) - set(procfile.processes)
+    if unknown:
+        raise StackError(f"no Procfile role named {', '.join(sorted(unknown))}")
+    stack = Stack(settings)
+    stack.ensure_redis()
+    env = dict(stack.env)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    manager = Manager()
+    for name, cmd in procfile.processes.items():
+        if name in (without or set()):
+            continue
+        if name == "flower" and settings.flower_password is not None:
+            cmd += f" --basic-auth={settings.flower_user}:{settings.flower_password.get_secret_value()}"
+        manager.add_process(name, cmd, env=env, cwd=str(ROOT))
+    try:
+        manager.loop()
+    finally:
+        stack.stop_all()
+    return manager.returncode or 0

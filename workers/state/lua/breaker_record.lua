@@ -1,0 +1,32 @@
+-- breaker_record: feed one outcome of a tool version into its circuit breaker.
+-- KEYS[1] breaker hash {fails: consecutive failures, open_until: ms since epoch};
+-- KEYS[2] state version counter.
+-- ARGV[1] '1' success | '0' failure; ARGV[2] threshold (consecutive failures that open it);
+-- ARGV[3] cool-down in ms. Time is the Redis server's clock (TIME), shared by every worker.
+-- Atomically: a success deletes the breaker (closed). A failure increments `fails`; at or past the
+-- threshold it (re)opens the breaker until now + cool-down, unless it is open and still cooling
+-- down (late failures do not extend it). Opening and closing an open breaker INCR the state version.
+-- Returns 'closed' or 'open' (the state after this outcome).
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local open_until = tonumber(redis.call('HGET', KEYS[1], 'open_until'))
+
+if ARGV[1] == '1' then
+  redis.call('DEL', KEYS[1])
+  if open_until then
+    redis.call('INCR', KEYS[2])
+  end
+  return 'closed'
+end
+
+local fails = redis.call('HINCRBY', KEYS[1], 'fails', 1)
+if fails < tonumber(ARGV[2]) then
+  return 'closed'
+end
+if open_until and now < open_until then
+  return 'open'
+end
+redis.call('HSET', KEYS[1], 'open_until', string.format('%d', now + tonumber(ARGV[3])))
+redis.call('INCR', KEYS[2])
+return 'open'

@@ -1,0 +1,35 @@
+-- mark_failure: demote a tool version for one failed attempt, at most once per attempt id.
+-- KEYS[1] tool hash {quality_bp, successes, failures}; KEYS[2] idempotency key of this attempt's
+--         failure; KEYS[3] state version counter.
+-- ARGV[1] idempotency TTL (s); ARGV[2] quality bp of a version never scored (full quality);
+-- ARGV[3] base penalty bp of the severity; ARGV[4..] pairs (from_failure_count, extra_bp), ascending.
+-- Atomically: SET NX the idempotency key (a second delivery changes nothing); failures += 1;
+-- quality -= base + the extra of the last pair whose from_failure_count <= failures; floor 0;
+-- INCR the state version. The numbers come from selection/quality.py; this file holds none.
+-- Returns {applied 1|0, quality bp, failures} (current values when not applied).
+
+local function current()
+  local v = redis.call('HMGET', KEYS[1], 'quality_bp', 'failures')
+  return tonumber(v[1]) or tonumber(ARGV[2]), tonumber(v[2]) or 0
+end
+
+if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then
+  local q, f = current()
+  return {0, q, f}
+end
+
+local q, f = current()
+f = f + 1
+local extra = 0
+for i = 4, #ARGV - 1, 2 do
+  if f >= tonumber(ARGV[i]) then
+    extra = tonumber(ARGV[i + 1])
+  end
+end
+q = q - tonumber(ARGV[3]) - extra
+if q < 0 then
+  q = 0
+end
+redis.call('HSET', KEYS[1], 'quality_bp', string.format('%d', q), 'failures', string.format('%d', f))
+redis.call('INCR', KEYS[3])
+return {1, q, f}

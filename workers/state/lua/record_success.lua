@@ -1,0 +1,13 @@
+-- record_success: count one successful attempt of a tool version, at most once per attempt id.
+-- KEYS[1] tool hash {quality_bp, successes, failures}; KEYS[2] idempotency key of this attempt's
+--         success.
+-- ARGV[1] idempotency TTL (s).
+-- Atomically: SET NX the idempotency key and, only when it was set, HINCRBY successes 1.
+-- Quality does not change on success, so the state version is left alone.
+-- Returns 1 when counted, 0 when this attempt id was counted before.
+
+if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then
+  return 0
+end
+redis.call('HINCRBY', KEYS[1], 'successes', 1)
+return 1

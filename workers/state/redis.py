@@ -1,0 +1,296 @@
+"""The state store on Redis: quality and counters per tool version, promotions, selection weights,
+circuit breakers, recent durations, idempotency guards and namespace locks.
+
+Every read-modify-write is one Lua script (the `.lua` files in `lua/` beside this module, each
+headed by the KEYS and ARGV it takes) or one MULTI, so N workers updating one tool at once lose no
+update. Quality is kept in integer basis points (selection/quality.py); the penalty numbers are
+passed to the scripts as ARGV so they live in Python only.
+
+Key layout (P = the store's prefix, e.g. `fittest:`); the fixed type word comes before any
+caller-supplied part, so no two kinds of key can collide:
+
+    P tool:{key}             hash   quality_bp, successes, failures (absent field: default)
+    P applied:failure:{aid}  string idempotency key of mark_failure (TTL, 7 days by default)
+    P applied:success:{aid}  string idempotency key of record_success (TTL)
+    P once:{effect}:{aid}    string generic guard of `once` (TTL)
+    P promotion:{ns}         string current Promotion JSON
+    P promotions:{ns}        list   Promotion JSON history, oldest first (capped)
+    P weights:current        string SelectionWeights JSON, with its version
+    P weights:version        int    last weights version handed out
+    P weights:history        list   SelectionWeights JSON, newest first (capped)
+    P state:version          int    grows with every change of quality, promotion, weights, breaker
+    P breaker:{key}          hash   fails (consecutive), open_until (ms, Redis server clock)
+    P durations:{key}        list   recent run durations in ms, oldest first (capped)
+    P lock:{name}            string owner token (PX TTL)
+
+For Redis Cluster, give the prefix a hash tag (`{fittest}:`) so each script's keys share a slot.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from selection.models import Promotion, Severity
+from selection.ports import BreakerState, FailureApplied, SelectionWeights, ToolStats
+from selection.quality import FULL_QUALITY_BP, SEVERITY_PENALTY_BP, bp_to_quality, failure_penalty_bp
+
+_SCRIPTS: dict[str, str] = {
+    path.stem: path.read_text() for path in (Path(__file__).parent / "lua").glob("*.lua")
+}
+
+DAY_S = 24 * 3600
+_GLOB_SPECIALS = frozenset("\\*?[]")
+
+
+def _extra_steps(horizon: int = 1000) -> tuple[tuple[int, int], ...]:
+    """The extra penalty of selection/quality.py as steps (from_failure_count, extra_bp).
+
+    Read off `failure_penalty_bp` itself, so the Lua script applies exactly the Python rule
+    (today: 500 bp from the 6th failure, 1000 bp instead from the 11th) without repeating it.
+    """
+    steps: list[tuple[int, int]] = []
+    previous = 0
+    for n in range(1, horizon + 1):
+        extras = {failure_penalty_bp(s, n) - SEVERITY_PENALTY_BP[s] for s in Severity}
+        if len(extras) != 1:
+            raise RuntimeError("failure_penalty_bp is no longer base(severity) + extra(count)")
+        (extra,) = extras
+        if extra != previous:
+            steps.append((n, extra))
+            previous = extra
+    return tuple(steps)
+
+
+EXTRA_STEPS = _extra_steps()
+_EXTRA_ARGV: list[int] = [x for step in EXTRA_STEPS for x in step]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return default if value is None else int(value)
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in _GLOB_SPECIALS else c for c in text)
+
+
+def quality_to_bp(quality: float) -> int:
+    if not math.isfinite(quality) or not 0.0 <= quality <= 1.0:
+        raise ValueError(f"quality must be within 0..1, got {quality!r}")
+    return round(quality * FULL_QUALITY_BP)
+
+
+def weights_body(weights: SelectionWeights) -> str:
+    """The weights as JSON without their version (the store assigns it); refuses non-finite values."""
+    for name, value in weights.weights.items():
+        if not math.isfinite(value):
+            raise ValueError(f"weight {name!r} is not finite: {value!r}")
+    updated_at = weights.updated_at or time.time()
+    body = weights.model_copy(update={"updated_at": updated_at}).model_dump_json(exclude={"version"})
+    if not body.startswith("{") or body == "{}":  # set_weights.lua splices the version in after '{'
+        raise RuntimeError(f"unexpected weights JSON: {body[:80]!r}")
+    return body
+
+
+class RedisStateStore:
+    """StateStore (selection/ports.py) on Redis. Works with clients with or without decode_responses."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str,
+        *,
+        idempotency_ttl_s: int = 7 * DAY_S,
+        promotion_history_limit: int = 1000,
+        weights_history_limit: int = 100,
+    ) -> None:
+        if not prefix:
+            raise ValueError("a RedisStateStore needs a non-empty key prefix (clear() deletes by it)")
+        if idempotency_ttl_s < 1 or promotion_history_limit < 1 or weights_history_limit < 1:
+            raise ValueError("TTL and history limits must be at least 1")
+        self.client = client
+        self.prefix = prefix
+        self.idempotency_ttl_s = int(idempotency_ttl_s)
+        self.promotion_history_limit = int(promotion_history_limit)
+        self.weights_history_limit = int(weights_history_limit)
+        self.scripts = {name: client.register_script(text) for name, text in _SCRIPTS.items()}
+
+    # Keys ------------------------------------------------------------------------------------
+
+    def _k(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    @property
+    def _state_key(self) -> str:
+        return self._k("state", "version")
+
+    # Quality and counters ---------------------------------------------------------------------
+
+    def stats(self, keys: Sequence[str]) -> dict[str, ToolStats]:
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hmget(self._k("tool", key), "quality_bp", "successes", "failures")
+        out: dict[str, ToolStats] = {}
+        for key, (q, s, f) in zip(keys, pipe.execute()):
+            out[key] = ToolStats(
+                quality=bp_to_quality(_int(q, FULL_QUALITY_BP)), successes=_int(s), failures=_int(f)
+            )
+        return out
+
+    def set_quality(self, key: str, quality: float) -> None:
+        bp = quality_to_bp(quality)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(self._k("tool", key), "quality_bp", bp)
+        pipe.incr(self._state_key)
+        pipe.execute()
+
+    def mark_failure(self, key: str, attempt_id: str, severity: Severity) -> FailureApplied:
+        severity = Severity(severity)
+        applied, q, f = self.scripts["mark_failure"](
+            keys=[self._k("tool", key), self._k("applied", "failure", attempt_id), self._state_key],
+            args=[self.idempotency_ttl_s, FULL_QUALITY_BP, SEVERITY_PENALTY_BP[severity], *_EXTRA_ARGV],
+        )
+        return FailureApplied(applied=bool(applied), quality=bp_to_quality(int(q)), failures=int(f))
+
+    def record_success(self, key: str, attempt_id: str) -> bool:
+        counted = self.scripts["record_success"](
+            keys=[self._k("tool", key), self._k("applied", "success", attempt_id)],
+            args=[self.idempotency_ttl_s],
+        )
+        return bool(counted)
+
+    def once(self, effect: str, attempt_id: str) -> bool:
+        return bool(self.client.set(self._k("once", effect, attempt_id), 1, nx=True, ex=self.idempotency_ttl_s))
+
+    # Promotions -------------------------------------------------------------------------------
+
+    def promotion(self, namespace: str) -> Promotion | None:
+        raw = self.client.get(self._k("promotion", namespace))
+        return None if raw is None else Promotion.model_validate_json(raw)
+
+    def promote(self, promotion: Promotion) -> None:
+        ns = promotion.namespace
+        self.scripts["promote"](
+            keys=[self._k("promotion", ns), self._k("promotions", ns), self._state_key],
+            args=[promotion.model_dump_json(), self.promotion_history_limit],
+        )
+
+    def promotion_history(self, namespace: str) -> list[Promotion]:
+        return [Promotion.model_validate_json(raw) for raw in self.client.lrange(self._k("promotions", namespace), 0, -1)]
+
+    # Weights ----------------------------------------------------------------------------------
+
+    def weights(self) -> SelectionWeights:
+        raw = self.client.get(self._k("weights", "current"))
+        return SelectionWeights() if raw is None else SelectionWeights.model_validate_json(raw)
+
+    def set_weights(self, weights: SelectionWeights) -> SelectionWeights:
+        doc = self.scripts["set_weights"](
+            keys=[
+                self._k("weights", "version"),
+                self._k("weights", "current"),
+                self._k("weights", "history"),
+                self._state_key,
+            ],
+            args=[weights_body(weights), self.weights_history_limit],
+        )
+        return SelectionWeights.model_validate_json(doc)
+
+    def weights_history(self, limit: int = 20) -> list[SelectionWeights]:
+        if limit <= 0:
+            return []
+        raws = self.client.lrange(self._k("weights", "history"), 0, limit - 1)
+        return [SelectionWeights.model_validate_json(raw) for raw in raws]
+
+    def state_version(self) -> int:
+        return _int(self.client.get(self._state_key))
+
+    # Circuit breakers -------------------------------------------------------------------------
+
+    def breaker_record(self, key: str, success: bool, threshold: int, cooldown_s: float) -> BreakerState:
+        if threshold < 1:
+            raise ValueError("threshold must be at least 1")
+        if not math.isfinite(cooldown_s) or cooldown_s < 0:
+            raise ValueError("cooldown_s must be a finite number >= 0")
+        state = self.scripts["breaker_record"](
+            keys=[self._k("breaker", key), self._state_key],
+            args=["1" if success else "0", int(threshold), round(cooldown_s * 1000)],
+        )
+        return _text(state)  # type: ignore[return-value]
+
+    def breaker_states(self, keys: Sequence[str]) -> dict[str, BreakerState]:
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        for key in keys:
+            pipe.hget(self._k("breaker", key), "open_until")
+        (seconds, micros), *opens = pipe.execute()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        out: dict[str, BreakerState] = {}
+        for key, open_until in zip(keys, opens):
+            if open_until is None:
+                out[key] = "closed"
+            else:
+                out[key] = "open" if now_ms < int(open_until) else "half_open"
+        return out
+
+    # Durations --------------------------------------------------------------------------------
+
+    def record_duration(self, key: str, ms: float, keep: int = 50) -> None:
+        if not math.isfinite(ms) or ms < 0:
+            raise ValueError(f"duration must be a finite number >= 0, got {ms!r}")
+        if keep < 1:
+            raise ValueError("keep must be at least 1")
+        name = self._k("durations", key)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.rpush(name, repr(float(ms)))
+        pipe.ltrim(name, -keep, -1)
+        pipe.execute()
+
+    def durations(self, keys: Sequence[str]) -> dict[str, list[float]]:
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.lrange(self._k("durations", key), 0, -1)
+        return {key: [float(v) for v in values] for key, values in zip(keys, pipe.execute())}
+
+    # Locks ------------------------------------------------------------------------------------
+
+    def acquire_lock(self, name: str, owner: str, ttl_s: float) -> bool:
+        """Take the lock for `ttl_s` unless anyone (the same owner included) holds it."""
+        ttl_ms = max(1, round(ttl_s * 1000))
+        return bool(self.client.set(self._k("lock", name), owner, nx=True, px=ttl_ms))
+
+    def release_lock(self, name: str, owner: str) -> bool:
+        return bool(self.scripts["release_lock"](keys=[self._k("lock", name)], args=[owner]))
+
+    # Housekeeping -----------------------------------------------------------------------------
+
+    def clear(self) -> None:
+        batch: list[Any] = []
+        for name in self.client.scan_iter(match=_glob_escape(self.prefix) + "*", count=1000):
+            batch.append(name)
+            if len(batch) >= 500:
+                self.client.unlink(*batch)
+                batch.clear()
+        if batch:
+            self.client.unlink(*batch)
+
+    def __repr__(self) -> str:
+        return f"RedisStateStore(prefix={self.prefix!r})"

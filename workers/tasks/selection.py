@@ -1,0 +1,83 @@
+"""The `selection` queue: validate a call, rank its candidates, hand it to execution."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Task
+from pydantic import ValidationError
+
+from selection.models import CallPlan, CallRequest, CallResult
+from workers.app import app
+from workers.runtime import runtime
+from workers.tasks.common import invalid_result
+
+log = logging.getLogger(__name__)
+
+# Positional arguments of fittest.resilient_tool_call, in order (send_task(args=[...]) works too).
+CALL_ARGS = ("scenario", "input", "tags", "namespace", "max_attempts", "context")
+TOOL_ARGS = ("name", "input", "version", "use_evolved")
+
+
+def _payload(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    if len(args) > len(names):
+        return {**kwargs, "__too_many_positional_arguments__": list(args[len(names) :])}
+    return {**dict(zip(names, args)), **kwargs}
+
+
+def start_call(task: Task, request: CallRequest) -> Any:
+    """Rank the candidates and replace this task with the first attempt (or end the call)."""
+    from workers.tasks.execution import execute
+
+    plan = runtime().selector.plan(request)
+    if not plan.candidates:
+        return CallResult.from_plan(
+            plan, "no_candidates", message="no tool matches this scenario, namespace and tags"
+        ).model_dump(mode="json")
+    return task.replace(execute.si(plan.model_dump(mode="json"), 0))
+
+
+@app.task(bind=True, name="fittest.resilient_tool_call")
+def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
+    """Run the fittest tool for `scenario` on `input`, falling back and evolving as needed."""
+    payload = _payload(args, kwargs, CALL_ARGS)
+    try:
+        request = CallRequest.model_validate(payload)
+    except ValidationError as exc:
+        return invalid_result(exc, str(payload.get("call_id") or self.request.id or ""))
+    if not kwargs.get("call_id") and self.request.id:
+        request = request.model_copy(update={"call_id": self.request.id})
+    return start_call(self, request)
+
+
+@app.task(bind=True, name="fittest.call_tool")
+def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
+    """Call a namespace by name: its promoted version, or the original, or an explicit version."""
+    payload = _payload(args, kwargs, TOOL_ARGS)
+    name = payload.pop("name", None)
+    registry = runtime().registry
+    original = registry.original(name) if isinstance(name, str) else None
+    scenario = payload.pop("scenario", None) or (original.description if original else f"call {name}")
+    try:
+        request = CallRequest.model_validate(
+            {**payload, "namespace": name, "scenario": scenario, "call_id": payload.get("call_id") or self.request.id}
+        )
+    except ValidationError as exc:
+        return invalid_result(exc, str(self.request.id or ""))
+    if original is None:
+        return CallResult(
+            call_id=request.call_id, status="no_candidates", message=f"no tool named '{name}'"
+        ).model_dump(mode="json")
+    return start_call(self, request)
+
+
+@app.task(name="fittest.explain")
+def explain(**kwargs: Any) -> dict[str, Any]:
+    """The ranking a call would get, with every component, without running anything."""
+    try:
+        request = CallRequest.model_validate(kwargs)
+    except ValidationError as exc:
+        return invalid_result(exc)
+    plan: CallPlan = runtime().selector.plan(request)
+    return CallResult.from_plan(plan, "success", message="ranking only; nothing was run").model_dump(mode="json")
