@@ -44,7 +44,7 @@ class InMemoryVectorMemory:
         with self._lock:
             candidates = [p for p in self._collection(collection).values() if _matches(p.payload, filter)]
         hits = [
-            VectorHit(id=p.id, score=sum(a * b for a, b in zip(query, p.vector)), payload=dict(p.payload))
+            VectorHit(id=p.id, score=sum(a * b for a, b in zip(query, p.vector, strict=True)), payload=dict(p.payload))
             for p in candidates
         ]
         if score_threshold is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from celery import Celery
 from kombu import Queue
 
+from workers.logging import install as install_logging
 from workers.settings import Settings, get_settings
 
 QUEUES = ("selection", "execution", "feedback", "evolution", "learning")
@@ -84,4 +85,5 @@ def make_app(settings: Settings | None = None) -> Celery:
     return app
 
 
+install_logging()
 app = make_app()

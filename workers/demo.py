@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -35,20 +36,32 @@ def demo_settings(settings: Settings) -> Settings:
     )
 
 
-def demo_calls(registry: ToolRegistry, n: int, seed: int = 7) -> list[dict[str, Any]]:
-    """Calls from the tools' examples and test inputs, half by namespace and half by scenario only."""
-    rng = random.Random(seed)
-    pool: list[dict[str, Any]] = []
-    for m in registry.all():
-        scenarios = m.examples or [m.description]
-        for case in m.test_cases:
-            for i, scenario in enumerate(scenarios):
-                call: dict[str, Any] = {"scenario": scenario, "input": case.input}
-                if i % 2 == 0:
-                    call["namespace"] = m.name
-                pool.append(call)
-    rng.shuffle(pool)
-    return [pool[i % len(pool)] for i in range(n)] if pool else []
+DEMO_CALLS = ROOT / "examples" / "demo_calls.yaml"
+
+
+def demo_calls(n: int, path: Path = DEMO_CALLS) -> list[dict[str, Any]]:
+    """The first n calls of rounds over the curated list; `{range: N}` expands to a shuffled list."""
+    templates = yaml.safe_load(path.read_text())
+    rng = random.Random(7)
+    calls = []
+    for i in range(n):
+        call = dict(templates[i % len(templates)])
+        numbers = call.get("input", {}).get("numbers")
+        if isinstance(numbers, dict):
+            values = list(range(numbers["range"]))
+            rng.shuffle(values)
+            call["input"] = {**call["input"], "numbers": values}
+        calls.append(call)
+    return calls
+
+
+def _abridge(output: Any) -> Any:
+    """Long lists (the big sort) are shown by their length, not printed whole."""
+    if isinstance(output, dict):
+        return {k: _abridge(v) for k, v in output.items()}
+    if isinstance(output, list) and len(output) > 12:
+        return [*output[:5], f"… {len(output) - 5} more"]
+    return output
 
 
 def reset_state(settings: Settings) -> None:
@@ -79,6 +92,13 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
     }
     if settings.embedding_model_path:
         env["FITTEST_EMBEDDING_MODEL_PATH"] = str(Path(settings.embedding_model_path).resolve())
+    from workers.embedder import EmbedderUnavailable, open_embedder
+
+    try:  # fail before starting anything when the model cannot load
+        open_embedder(settings)
+    except EmbedderUnavailable as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
     with Stack(settings, env=env, log_dir=settings.data_dir / "logs") as stack:
         console.print("[bold]1.[/bold] starting Redis (if needed), the workers and the example HTTP tool …")
         stack.ensure_redis()
@@ -91,7 +111,7 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
         console.print(f"    workers up; logs in {settings.data_dir / 'logs'}")
 
         client = FittestClient(settings)
-        plan = demo_calls(registry, calls)
+        plan = demo_calls(calls)
         console.print(f"[bold]2.[/bold] sending {len(plan)} calls built from {len(registry.all())} example tools")
         results: list[dict[str, Any]] = []
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -122,6 +142,7 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
         for r in shown[:4]:
             req = r["_request"]
             console.print(f"\n[dim]scenario:[/dim] {req['scenario']!r}  [dim]namespace:[/dim] {req.get('namespace')}")
+            r = {**r, "output": _abridge(r.get("output"))}
             show_call(r)
         console.print("\nNext: `fittest tools`, `fittest call \"…\" --input '{…}'`, `fittest up` for the full stack.")
     return 0 if ok else 1

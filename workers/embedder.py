@@ -75,7 +75,7 @@ class FastEmbedder:
             self._hits += len(texts) - len(missing)
             self._misses += len(missing)
         if missing:
-            computed = dict(zip(missing, self._run(missing)))
+            computed = dict(zip(missing, self._run(missing), strict=True))
             known.update(computed)
             self._remember(computed)
         return [list(known[t]) for t in texts]

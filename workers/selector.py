@@ -183,6 +183,8 @@ class Selector:
             )
         best: dict[str, float] = {}
         for hit in hits:
+            if hit.score < self.settings.min_similarity:
+                continue  # a fallback that has nothing to do with the job is no fallback
             key = hit.payload["tool"]
             best[key] = max(best.get(key, -1.0), hit.score)
         return best

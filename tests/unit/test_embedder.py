@@ -89,7 +89,7 @@ def test_threads_get_the_same_vectors(embedder: FastEmbedder) -> None:
     for t in threads:
         t.join()
     for worker, vectors in results.items():
-        for got, want in zip(vectors, expected[worker::4]):
+        for got, want in zip(vectors, expected[worker::4], strict=True):
             assert got == pytest.approx(want, abs=1e-5)
 
 

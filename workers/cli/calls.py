@@ -49,8 +49,11 @@ def show_call(result: dict[str, Any]) -> None:
     if result.get("tool"):
         title += f" by {result['tool']}@{result['version']}"
     table = Table(title=title, show_lines=False)
-    for col in ("#", "tool", "outcome", "error", "ms"):
-        table.add_column(col)
+    table.add_column("#")
+    table.add_column("tool", no_wrap=True)
+    table.add_column("outcome")
+    table.add_column("error")
+    table.add_column("ms", justify="right")
     for i, a in enumerate(result.get("attempts", []), 1):
         err = f"{a.get('error_class') or ''} {a.get('error_message') or ''}".strip()
         table.add_row(str(i), f"{a['tool']}@{a['version']}",

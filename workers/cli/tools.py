@@ -44,8 +44,11 @@ def tools(json_out: JsonOpt = False) -> None:
 
 def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
     table = Table(title=title)
-    for col in ("tool", "kind", "quality", "successes", "failures", "tags"):
-        table.add_column(col, justify="right" if col in ("quality", "successes", "failures") else "left")
+    table.add_column("tool", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    for col in ("quality", "successes", "failures"):
+        table.add_column(col, justify="right")
+    table.add_column("tags")
     for r in rows:
         q = r["quality"]
         color = "green" if q >= 0.9 else "yellow" if q >= 0.7 else "red"

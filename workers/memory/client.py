@@ -15,6 +15,7 @@ from selection.ports import COLLECTIONS, VectorFilter, VectorHit, VectorPoint
 from workers.memory.common import (
     VectorMemoryUnavailable,
     batched,
+    check_prefix,
     check_vector,
     collection_name,
     indexed_fields,
@@ -63,9 +64,7 @@ class ClientVectorMemory:
         dim: int = 384,
         client: QdrantClient | None = None,
     ) -> None:
-        for collection in COLLECTIONS:
-            collection_name(prefix, collection)  # refuse a bad prefix now, not at first use
-        self.prefix = prefix
+        self.prefix = check_prefix(prefix)
         self.dim = dim
         self._owns_client = client is None
         self._client = client if client is not None else _connect(url, path, api_key)
@@ -84,7 +83,9 @@ class ClientVectorMemory:
         name = self._name(collection)
         for chunk in batched(points, UPSERT_BATCH):
             structs = [
-                models.PointStruct(id=point_uuid(p.id), vector=check_vector(p.vector, self.dim), payload=stored_payload(p))
+                models.PointStruct(
+                    id=point_uuid(p.id), vector=check_vector(p.vector, self.dim), payload=stored_payload(p)
+                )
                 for p in chunk
             ]
             with self._guard:

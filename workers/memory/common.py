@@ -40,12 +40,17 @@ class PointLike(Protocol):
     def payload(self) -> dict[str, Any] | None: ...
 
 
+def check_prefix(prefix: str) -> str:
+    """The prefix becomes part of collection names and, embedded, of directory names."""
+    if not _PREFIX.match(prefix):
+        raise ValueError(f"collection prefix {prefix!r} may use only letters, digits, '_', '.' and '-'")
+    return prefix
+
+
 def collection_name(prefix: str, collection: str) -> str:
     """The engine-side name; refusing unknown collections here catches typos before they create stores."""
     if collection not in COLLECTIONS:
         raise ValueError(f"unknown collection {collection!r}; expected one of {', '.join(COLLECTIONS)}")
-    if not _PREFIX.match(prefix):
-        raise ValueError(f"collection prefix {prefix!r} may use only letters, digits, '_', '.' and '-'")
     return prefix + collection
 
 

@@ -51,6 +51,7 @@ from selection.ports import COLLECTIONS, VectorFilter, VectorHit, VectorPoint
 from workers.memory.common import (
     VectorMemoryUnavailable,
     batched,
+    check_prefix,
     check_vector,
     collection_name,
     indexed_fields,
@@ -103,13 +104,11 @@ class EdgeVectorMemory:
 
     def __init__(self, path: Path, prefix: str, dim: int = 384) -> None:
         self.path = Path(path)
-        self.prefix = prefix
+        self.prefix = check_prefix(prefix)
         self.dim = dim
         self._lock = threading.Lock()
         self._shards: dict[str, _Shard] = {}
         self._closed = False
-        for collection in COLLECTIONS:
-            collection_name(prefix, collection)  # refuse a bad prefix now, not at first use
 
     def ensure_collections(self) -> None:
         for collection in COLLECTIONS:

@@ -13,7 +13,7 @@ from typing import Any
 
 from celery import Task
 
-from selection.models import CallPlan, CallResult, FailureMark, OutcomeRecord, ToolExecutionResult
+from selection.models import CallPlan, CallResult, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.timeouts import adaptive_timeout
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
 from workers.runners import RunLimits, run_tool
@@ -52,7 +52,8 @@ def run_attempt(plan: CallPlan, index: int) -> ToolExecutionResult:
         metadata={"attempt": index, "timeout_s": round(timeout_s, 3), "policy": plan.policy},
     )
     rt.state.record_duration(candidate.key, outcome.elapsed_ms)
-    rt.state.breaker_record(candidate.key, outcome.success, BREAKER_THRESHOLD, BREAKER_COOLDOWN_S)
+    if outcome.error_class is not FailureClass.bad_input:  # the caller's fault is not the tool's
+        rt.state.breaker_record(candidate.key, outcome.success, BREAKER_THRESHOLD, BREAKER_COOLDOWN_S)
     log.info(
         "attempt",
         extra={
@@ -125,4 +126,4 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
         from workers.tasks.evolution import evolve
 
         return self.replace(evolve.si(plan.model_dump(mode="json")))
-    return finish(plan, "failed", message=f"all {len(plan.attempts)} attempts failed")
+    return finish(plan, "failed", message=f"every candidate failed ({len(plan.attempts)} attempts)")
