@@ -196,8 +196,8 @@ class EdgeVectorMemory:
         config = self._config()
         try:
             if directory.is_dir() and any(directory.iterdir()):
-                # Passing the config checks the stored vectors against it and applies our current
-                # index and optimizer settings to shards made by an older version.
+                # Passing the config checks the stored vectors against it, and applies the index
+                # and optimizer settings above to a shard made with other ones.
                 engine = EdgeShard.load(str(directory), config)
             else:
                 engine = EdgeShard.create(str(directory), config)
