@@ -17,6 +17,7 @@ COPY pyproject.toml README.md ./
 COPY selection ./selection
 COPY evolution ./evolution
 COPY workers ./workers
+COPY fittest ./fittest
 COPY examples ./examples
 COPY Procfile ./
 RUN pip install --no-cache-dir . \

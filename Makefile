@@ -10,7 +10,7 @@ ifneq ($(wildcard $(MODEL_DIR)/model.onnx),)
 export FITTEST_EMBEDDING_MODEL_PATH ?= $(MODEL_DIR)
 endif
 
-.PHONY: install demo test test-fast test-slow up clean bench-selection
+.PHONY: install demo test test-fast test-slow up clean bench-selection bench-evolution
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,9 @@ test-fast: $(STAMP)
 bench-selection: $(STAMP)
 	$(BIN)/fittest bench selection --tools ../shared/data/metatool/tools.json \
 	  --queries ../shared/data/metatool/queries_dev.csv --json bench-selection.json
+
+bench-evolution: $(STAMP)
+	$(BIN)/fittest bench evolution --json bench-evolution.json
 
 clean:
 	rm -rf $(VENV) .fittest build *.egg-info

@@ -29,6 +29,8 @@ class CandidateEvidence(BaseModel):
     failures: int = 0
     failure_similarities: list[float] = Field(default_factory=list)  # past failures of this version
     success_similarities: list[float] = Field(default_factory=list)  # past successes of this version
+    # Past successes of the namespace, any version (this one included): what a new version inherits.
+    namespace_success_similarities: list[float] = Field(default_factory=list)
     feedback_points: float = 0.0  # -50..50
     sparc: float = 0.5
     sparc_components: dict[str, float] = Field(default_factory=dict)

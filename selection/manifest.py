@@ -107,6 +107,28 @@ class TestCase(BaseModel):
     expect_keys: list[str] = Field(default_factory=list)  # keys the output object must have
     expect_error: bool = False  # the tool must fail on this input
 
+    def check(self, success: bool, output: Any) -> str | None:
+        """Whether a run of this input satisfies the case: None when it does, else why not.
+
+        The one reading of a test case, shared by verification, the tests and the demo, so a
+        case cannot pass in one place and fail in another.
+        """
+        if self.expect_error:
+            return None if not success else f"expected an error, got output {_short(output)}"
+        if not success:
+            return "expected an output, the tool failed"
+        if self.expect is not None and output != self.expect:
+            return f"expected {_short(self.expect)}, got {_short(output)}"
+        missing = [k for k in self.expect_keys if not isinstance(output, dict) or k not in output]
+        if missing:
+            return f"output lacks key(s) {', '.join(missing)}: {_short(output)}"
+        return None
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
 
 class ToolManifest(BaseModel):
     """One tool version. `name` is the namespace (a capability), `version` one implementation."""

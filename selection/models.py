@@ -14,9 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from selection.context import check_context
 from selection.manifest import ToolManifest
 
 MAX_SCENARIO_CHARS = 4000
+CALL_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 
 
 class FailureClass(str, Enum):
@@ -62,7 +64,7 @@ class CallRequest(BaseModel):
     max_attempts: int = Field(5, ge=1, le=20)
     context: dict[str, Any] = Field(default_factory=dict)
     exclude: list[str] = Field(default_factory=list, max_length=256)
-    call_id: str = Field(default_factory=new_id, pattern=r"^[A-Za-z0-9_.:-]{1,128}$")
+    call_id: str = Field(default_factory=new_id, pattern=CALL_ID_PATTERN)
     after_evolution: bool = False
 
     @field_validator("scenario")
@@ -81,6 +83,12 @@ class CallRequest(BaseModel):
     @classmethod
     def _finite(cls, v: dict[str, Any]) -> dict[str, Any]:
         _check_json_value(v, depth=0)
+        return v
+
+    @field_validator("context")
+    @classmethod
+    def _context_values(cls, v: dict[str, Any]) -> dict[str, Any]:
+        check_context(v)  # explicit phase, languages, complexity, task type, testing (selection/context.py)
         return v
 
 
@@ -156,6 +164,7 @@ class CallPlan(BaseModel):
     degraded: list[str] = Field(default_factory=list)  # parts of selection that were unavailable
     evolved: bool = False
     evolution_report: dict[str, Any] | None = None
+    variants: dict[str, str] = Field(default_factory=dict)  # tool key -> description variant that matched
     started_at: float = Field(default_factory=time.time)
 
 
@@ -232,6 +241,7 @@ class Promotion(BaseModel):
     namespace: str
     evolved_version: str
     original_version: str
+    parent_version: str | None = None  # what a rollback serves again (None: the original)
     reason: str = ""
     mutation: str = ""
     promoted_at: float = Field(default_factory=time.time)
@@ -252,6 +262,9 @@ class FailureMark(BaseModel):
     input: dict[str, Any] = Field(default_factory=dict)
     features: dict[str, Any] = Field(default_factory=dict)
     timestamp: float = Field(default_factory=time.time)
+    # The call was meant for this tool: it asked for its namespace, or (by scenario) tried it first.
+    # False for a fallback on another tool's job, whose input evolution must not try to "fix".
+    targeted: bool = True
 
     @property
     def key(self) -> str:
@@ -270,3 +283,23 @@ class OutcomeRecord(BaseModel):
     attempts: list[ToolExecutionResult]
     policy: str = "seed"
     probabilities: dict[str, float] = Field(default_factory=dict)
+    input: dict[str, Any] = Field(default_factory=dict)  # replayed when an evolved version is verified
+    variants: dict[str, str] = Field(default_factory=dict)  # tool key -> description variant served
+    namespace: str | None = None  # the namespace the call asked for (a trial counts that traffic)
+    components: dict[str, dict[str, float]] = Field(default_factory=dict)  # tool key -> SPARC components ranked with
+
+    @classmethod
+    def from_plan(cls, plan: CallPlan) -> OutcomeRecord:
+        """What a finished call hands the feedback queue (the workers and the selection bench alike)."""
+        return cls(
+            call_id=plan.request.call_id,
+            scenario=plan.request.scenario,
+            features=plan.features,
+            attempts=plan.attempts,
+            policy=plan.policy,
+            probabilities={c.key: c.probability for c in plan.candidates},
+            input=plan.request.input,
+            variants=plan.variants,
+            namespace=plan.request.namespace,
+            components={c.key: c.breakdown.sparc_components for c in plan.candidates},
+        )

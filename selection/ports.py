@@ -163,6 +163,16 @@ class StateStore(Protocol):
         """Set the namespace's promotion and append it to its history, atomically."""
         ...
 
+    def promote_if(self, promotion: Promotion, expect_version: str, expect_status: Sequence[str]) -> bool:
+        """`promote`, but only while the current promotion is for `expect_version` in one of
+        `expect_status` (compare-and-set); False when it changed meanwhile."""
+        ...
+
+    def promotions(self, namespaces: Sequence[str]) -> dict[str, Promotion | None]:
+        """The current promotion of each namespace (None when never promoted), in one round trip:
+        selection asks for every namespace its candidates come from."""
+        ...
+
     def promotion_history(self, namespace: str) -> list[Promotion]: ...
 
     def weights(self) -> SelectionWeights: ...
@@ -195,9 +205,19 @@ class StateStore(Protocol):
         """State of each key's breaker ("closed" when never recorded), in one round trip."""
         ...
 
+    def stats_and_breakers(self, keys: Sequence[str]) -> tuple[dict[str, ToolStats], dict[str, BreakerState]]:
+        """`stats` and `breaker_states` of the same keys in one round trip (what selection asks)."""
+        ...
+
     # Recent run durations per tool version (adaptive timeouts).
     def record_duration(self, key: str, ms: float, keep: int = 50) -> None:
         """Append a run duration, keeping the `keep` most recent."""
+        ...
+
+    def record_run(self, key: str, ms: float, success: bool | None, threshold: int, cooldown_s: float,
+                   keep: int = 50) -> BreakerState | None:
+        """After one run: `record_duration`, and `breaker_record` unless `success` is None (an
+        outcome that says nothing about the tool), in one round trip. Returns the breaker state."""
         ...
 
     def durations(self, keys: Sequence[str]) -> dict[str, list[float]]:

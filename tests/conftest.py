@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from workers.stack import die_with_parent
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_MODEL = ROOT.parent / "shared" / "models" / "all-MiniLM-L6-v2-onnx"
 EXAMPLE_TOOLS = ROOT / "examples" / "tools"
@@ -40,6 +42,7 @@ def start_redis(workdir: Path, port: int | None = None, appendonly: bool = False
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
          "--appendonly", "yes" if appendonly else "no", "--dir", str(workdir)],
+        preexec_fn=die_with_parent,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -116,6 +116,9 @@ class InMemoryStateStore:
             raw = self._s.promotions.get(namespace)
         return None if raw is None else Promotion.model_validate_json(raw)
 
+    def promotions(self, namespaces: Sequence[str]) -> dict[str, Promotion | None]:
+        return {ns: self.promotion(ns) for ns in dict.fromkeys(namespaces)}
+
     def promote(self, promotion: Promotion) -> None:
         raw = promotion.model_dump_json()
         with self._lock:
@@ -124,6 +127,14 @@ class InMemoryStateStore:
             history.append(raw)
             del history[: max(0, len(history) - self.promotion_history_limit)]
             self._s.state_version += 1
+
+    def promote_if(self, promotion: Promotion, expect_version: str, expect_status: Sequence[str]) -> bool:
+        with self._lock:
+            current = self.promotion(promotion.namespace)
+            if current is None or current.evolved_version != expect_version or current.status not in expect_status:
+                return False
+            self.promote(promotion)
+            return True
 
     def promotion_history(self, namespace: str) -> list[Promotion]:
         with self._lock:
@@ -197,7 +208,15 @@ class InMemoryStateStore:
                     out[key] = "open" if now < b.open_until else "half_open"
             return out
 
+    def stats_and_breakers(self, keys: Sequence[str]) -> tuple[dict[str, ToolStats], dict[str, BreakerState]]:
+        return self.stats(keys), self.breaker_states(keys)
+
     # Durations
+    def record_run(self, key: str, ms: float, success: bool | None, threshold: int, cooldown_s: float,
+                   keep: int = 50) -> BreakerState | None:
+        self.record_duration(key, ms, keep)
+        return None if success is None else self.breaker_record(key, success, threshold, cooldown_s)
+
     def record_duration(self, key: str, ms: float, keep: int = 50) -> None:
         if not math.isfinite(ms) or ms < 0:
             raise ValueError(f"duration must be a finite number >= 0, got {ms!r}")

@@ -22,6 +22,9 @@ TASK_ROUTES: dict[str, dict[str, str]] = {
     "fittest.mark_failure": {"queue": "feedback"},
     "fittest.record_outcome": {"queue": "feedback"},
     "fittest.record_evolution": {"queue": "feedback"},
+    "fittest.record_feedback": {"queue": "feedback"},
+    "fittest.feedback_report": {"queue": "feedback"},
+    "fittest.prepare_evolution": {"queue": "selection"},
     "fittest.evolve": {"queue": "evolution"},
     "fittest.learn": {"queue": "learning"},
     "fittest.retrain_weights": {"queue": "learning"},
@@ -32,14 +35,17 @@ PRIORITY_HIGH = 0
 PRIORITY_NORMAL = 5
 PRIORITY_LOW = 9
 
-# The broker must not hand an unacked message to another worker while the first may still run it:
-# longer than the longest attempt (max_timeout_s) plus evolution's verification.
-VISIBILITY_MARGIN_S = 600
+# How often each worker looks for messages a crashed worker took and never acknowledged (they come
+# back once the visibility timeout has passed); kombu's own default sweep runs every 100 s.
+RESTORE_SWEEP_S = 5
+# A broker connection that is dead or half-open is dropped within seconds, not minutes.
+BROKER_SOCKET_TIMEOUT_S = 15.0
+BROKER_HEALTH_CHECK_S = 10
 
 
 def make_app(settings: Settings | None = None) -> Celery:
     settings = settings or get_settings()
-    app = Celery("fittest", include=["workers.tasks"])
+    app = Celery("fittest", include=["workers.tasks", "workers.health"])
     app.conf.update(
         broker_url=settings.redis_url,
         result_backend=settings.backend_url,
@@ -56,16 +62,31 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_routes=TASK_ROUTES,
         task_default_priority=PRIORITY_NORMAL,
         broker_transport_options={
-            "visibility_timeout": int(settings.max_timeout_s) + VISIBILITY_MARGIN_S,
+            "visibility_timeout": settings.visibility_timeout,
+            "unacked_restore_interval": RESTORE_SWEEP_S,
+            "unacked_restore_throttle": 1,
+            "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
+            "socket_connect_timeout": 5.0,
+            "socket_keepalive": True,
+            "health_check_interval": BROKER_HEALTH_CHECK_S,
             "priority_steps": list(range(10)),
             "sep": ":",
             "queue_order_strategy": "priority",
         },
-        result_backend_transport_options={"retry_policy": {"timeout": 5.0}},
+        broker_use_ssl=settings.redis_tls() or None,
+        redis_backend_use_ssl=settings.redis_tls(settings.backend_url) or None,
+        redbeat_redis_use_ssl=settings.redis_tls() or None,
+        # A result stored while Redis restarts is retried for as long as a restart takes.
+        result_backend_transport_options={"retry_policy": {"max_retries": 60, "interval_max": 1, "timeout": 60.0}},
+        redis_socket_timeout=BROKER_SOCKET_TIMEOUT_S,
+        redis_socket_connect_timeout=5.0,
+        redis_retry_on_timeout=True,
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,
-        # Guards against a consumer that stops fetching after a broker reconnect.
-        worker_cancel_long_running_tasks_on_connection_loss=True,
+        # Running tasks are left to finish when the broker connection drops: their effects are
+        # keyed by attempt id, and cancelling them would crash the memory worker's thread pool
+        # (it cannot kill a job) and delay every call in flight by a visibility timeout.
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         result_expires=24 * 3600,
         result_extended=True,
         worker_send_task_events=True,

@@ -38,10 +38,12 @@ class FittestClient:
         settings = settings or get_settings()
         self.celery = Celery("fittest-client", broker=settings.redis_url, backend=settings.backend_url)
         self.celery.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json",
-                                result_accept_content=["json"])
+                                result_accept_content=["json"], broker_use_ssl=settings.redis_tls() or None,
+                                redis_backend_use_ssl=settings.redis_tls(settings.backend_url) or None)
 
-    def send(self, task: str, **kwargs: Any) -> AsyncResult:
-        return self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue="selection")
+    def send(self, task: str, *, queue: str = "selection", **kwargs: Any) -> AsyncResult:
+        """Send `fittest.{task}` with `kwargs` to `queue` (workers/app.py TASK_ROUTES names each task's)."""
+        return self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue)
 
     @staticmethod
     def wait(result: AsyncResult, timeout: float = 120.0) -> dict[str, Any]:

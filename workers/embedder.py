@@ -142,12 +142,18 @@ def open_embedder(settings: Settings) -> FastEmbedder:
         return embedder
 
 
+_INHERITED: list[dict[tuple[str, str | None], FastEmbedder]] = []
+
+
 def _forget_after_fork() -> None:
     """A forked child must load its own model: the parent's ONNX Runtime threads do not survive
     a fork, and a session used across it can hang. The lock is renewed in case a parent thread
-    held it at the fork."""
-    global _OPEN_LOCK
-    _OPEN.clear()
+    held it at the fork. The parent's embedders are set aside, never destroyed here: a session's
+    destructor waits for ONNX Runtime threads the child does not have, which hung every
+    subprocess started with a preexec_fn (the tool sandbox) from a process holding a model."""
+    global _OPEN, _OPEN_LOCK
+    _INHERITED.append(_OPEN)
+    _OPEN = {}
     _OPEN_LOCK = threading.Lock()
 
 

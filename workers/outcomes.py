@@ -6,10 +6,17 @@ through the same code without Celery.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from evolution.models import bounded_input
+from selection.feedback import FeedbackRecord, outcome_value
+from selection.learner import ExecutionRecord
 from selection.models import FailureMark, OutcomeRecord
-from selection.ports import FAILURES, FailureApplied, VectorPoint
+from selection.ports import EXECUTIONS, FAILURES, FailureApplied, VectorPoint
+from workers.feedback_store import write_feedback
+from workers.evolution_memory import apply_evolution_outcome
+from workers.pending import upsert_or_keep
 
 if TYPE_CHECKING:
     from workers.runtime import Runtime
@@ -21,12 +28,13 @@ def apply_failure(rt: Runtime, mark: FailureMark, vector: list[float] | None = N
     The vector's id is the attempt id, so a redelivery rewrites the same point, never a second one.
     """
     applied = rt.state.mark_failure(mark.key, mark.attempt_id, mark.effective_severity())
-    rt.memory.upsert(
+    upsert_or_keep(  # kept in Redis and written later when the vector memory is unavailable
+        rt,
         FAILURES,
         [
             VectorPoint(
                 id=mark.attempt_id,
-                vector=vector if vector is not None else rt.embedder.embed_one(mark.scenario),
+                vector=vector or [],  # empty: embedded from the scenario by upsert_or_keep
                 payload={
                     "tool": mark.key,
                     "name": mark.tool,
@@ -37,14 +45,86 @@ def apply_failure(rt: Runtime, mark: FailureMark, vector: list[float] | None = N
                     "message": mark.error_message[:500],
                     "call_id": mark.call_id,
                     "timestamp": mark.timestamp,
+                    "input": bounded_input(mark.input),  # replayed when evolution verifies a fix
+                    "targeted": mark.targeted,
                 },
             )
         ],
+        texts=[mark.scenario],
     )
     return applied
 
 
-def apply_outcome(rt: Runtime, record: OutcomeRecord, vector: list[float] | None = None) -> dict[str, Any]:
-    """Count the successful attempt of a finished call (once per attempt id)."""
+Learn = Callable[[list[ExecutionRecord]], None]
+
+
+def apply_outcome(rt: Runtime, record: OutcomeRecord, vector: list[float] | None = None,
+                  learn: Learn | None = None) -> dict[str, Any]:
+    """Count the successful attempt of a finished call, give every attempt's exact version its
+    feedback (the failed attempts of a call that later succeeded too), and hand the execution
+    records to the learner (`learn`: the workers send them to `fittest.learn`; a bench without
+    Celery stores them at once). All of it once per attempt id."""
     counted = [a.attempt_id for a in record.attempts if a.success and rt.state.record_success(a.key, a.attempt_id)]
-    return {"call_id": record.call_id, "successes_counted": counted}
+    apply_evolution_outcome(rt, record)
+    feedback = outcome_feedback(rt, record)
+    write_feedback(rt, feedback, [vector] * len(feedback) if vector is not None else None)
+    if learn is not None:
+        learn(execution_records(record))
+    return {"call_id": record.call_id, "successes_counted": counted, "feedback": len(feedback)}
+
+
+def outcome_feedback(rt: Runtime, record: OutcomeRecord) -> list[FeedbackRecord]:
+    """The design's rules: a failure is negative; a success is strong positive when its version's
+    quality is at least 0.7, positive at 0.5, nothing below."""
+    stats = rt.state.stats([a.key for a in record.attempts])
+    out = []
+    for a in record.attempts:
+        value = outcome_value(a.success, stats[a.key].quality)
+        if value is None:
+            continue
+        reason = "succeeded" if a.success else f"failed: {a.error_class.value if a.error_class else 'error'}"
+        out.append(FeedbackRecord(id=f"outcome:{a.attempt_id}", tool=a.tool, version=a.version, scenario=record.scenario,
+                                  value=value, reason=reason, source="outcome", call_id=record.call_id,
+                                  timestamp=a.timestamp))
+    return out
+
+
+def execution_records(record: OutcomeRecord) -> list[ExecutionRecord]:
+    return [
+        ExecutionRecord(
+            attempt_id=a.attempt_id,
+            call_id=record.call_id,
+            tool=a.tool,
+            version=a.version,
+            scenario=record.scenario,
+            features=record.features,
+            components=record.components.get(a.key, {}),
+            success=a.success,
+            error_class=a.error_class.value if a.error_class else None,
+            probability=record.probabilities.get(a.key, 1.0),
+            policy=record.policy,
+            execution_time_ms=a.execution_time_ms,
+            timestamp=a.timestamp,
+        )
+        for a in record.attempts
+    ]
+
+
+def store_executions(rt: Runtime, records: Sequence[ExecutionRecord], vectors: Sequence[list[float]] | None = None) -> int:
+    """What `fittest.learn` does with a batch: each record as a vector of its scenario (EXECUTIONS,
+    the evidence the learned policy ranks by) and in the learner's recent window (Redis). Returns
+    how many records were new to the window."""
+    if not records:
+        return 0
+    points = [
+        VectorPoint(
+            id=r.attempt_id,
+            vector=vectors[i] if vectors else [],
+            payload={"tool": r.key, "name": r.tool, "version": r.version, "success": r.success,
+                     "error_class": r.error_class, "call_id": r.call_id, "policy": r.policy,
+                     "probability": r.probability, "timestamp": r.timestamp, "scenario": r.scenario[:500]},
+        )
+        for i, r in enumerate(records)
+    ]
+    upsert_or_keep(rt, EXECUTIONS, points, texts=[r.scenario for r in records])
+    return rt.learning.push(records)

@@ -7,29 +7,71 @@ so each is opened only when a task that needs it first runs.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from workers.settings import Settings, get_settings
 
 if TYPE_CHECKING:
+    from redis import Redis
+
     from selection.ports import Embedder, StateStore, VectorMemory
     from selection.registry import ToolRegistry
+    from workers.metrics import MetricsRecorder
     from workers.selector import Selector
+    from workers.state.evolution import EvolutionState
+    from workers.state.learning import LearningState
+
+
+log = logging.getLogger("fittest.runtime")
 
 
 class Runtime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._lock = threading.RLock()
+        self._memory: VectorMemory | None = None
+        self._memory_ready = False  # opened, and after an outage the tool index synced again
+        self._memory_error = ""  # why the last open failed; "" when it did not
+        self._memory_retry_at = 0.0
+
+    @cached_property
+    def redis(self) -> Redis:
+        """The process's Redis client (one connection pool for the state store and the metrics)."""
+        from workers.state import redis_client
+
+        with self._lock:
+            return redis_client(self.settings)
 
     @cached_property
     def state(self) -> StateStore:
         from workers.state import open_state_store
 
         with self._lock:
-            return open_state_store(self.settings)
+            return open_state_store(self.settings, client=self.redis)
+
+    @cached_property
+    def evolution(self) -> EvolutionState:
+        """Changelog, trials, recent successes and description variants (workers/state/evolution.py)."""
+        from workers.state.evolution import EvolutionState
+
+        return EvolutionState(self.redis, self.settings.key_prefix)
+
+    @cached_property
+    def learning(self) -> LearningState:
+        """The window of recent execution records the weights are learned from (workers/state/learning.py)."""
+        from workers.state.learning import LearningState
+
+        return LearningState(self.redis, self.settings.key_prefix, self.settings.learner_window)
+
+    @cached_property
+    def metrics(self) -> MetricsRecorder:
+        from workers.metrics import MetricsRecorder
+
+        return MetricsRecorder(self.redis, self.settings.key_prefix)
 
     @cached_property
     def embedder(self) -> Embedder:
@@ -38,12 +80,59 @@ class Runtime:
         with self._lock:
             return open_embedder(self.settings)
 
-    @cached_property
+    @property
     def memory(self) -> VectorMemory:
-        from workers.memory import open_vector_memory
+        """The vector memory, opened on first use. A failure to open it is not kept for the
+        process's life: for FITTEST_MEMORY_RETRY_S the same error is raised at once (callers
+        degrade: workers/degraded.py, workers/pending.py), then opening is tried again. Each open
+        replays the vector writes kept meanwhile, and one that follows a failure brings the tool
+        index up to date."""
+        if self._memory_ready:
+            return self._memory  # type: ignore[return-value]
+        from workers.memory import VectorMemoryUnavailable, open_vector_memory
 
-        with self._lock:
-            return open_vector_memory(self.settings)
+        with self._lock:  # reentrant: the sync below uses the memory from this thread
+            if self._memory is not None:
+                return self._memory
+            if self._memory_error and time.monotonic() < self._memory_retry_at:
+                raise VectorMemoryUnavailable(self._memory_error)
+            try:
+                memory = open_vector_memory(self.settings)
+            except Exception as exc:
+                self._memory_error = str(exc) or type(exc).__name__
+                self._memory_retry_at = time.monotonic() + self.settings.memory_retry_s
+                raise
+            recovered, self._memory_error, self._memory = bool(self._memory_error), "", memory
+            if recovered and "selector" in self.__dict__:  # other threads wait: none sees a half-built index
+                self._sync_tools_after_outage()
+            self._memory_ready = True
+        threading.Thread(target=self._replay_pending, args=(memory,), name="fittest-pending-replay", daemon=True).start()
+        return memory
+
+    def _sync_tools_after_outage(self) -> None:
+        from workers.degraded import is_store_failure
+
+        try:
+            synced = self.selector.sync_tools()
+        except Exception as exc:
+            if not is_store_failure(exc):
+                raise
+            log.warning("tool index not synced, the vector memory failed again: %s", exc)
+            return
+        log.info("vector memory open again: %d tool texts indexed", synced, extra={"event": "memory_recovered", "synced": synced})
+
+    def _replay_pending(self, memory: VectorMemory) -> None:
+        """Writes kept while the store was down, replayed beside the calls: with clients of its own,
+        never this runtime's properties, whose lock the thread that opened the store may still hold."""
+        from workers.embedder import open_embedder
+        from workers.pending import PendingWrites
+        from workers.state import redis_client
+
+        client = redis_client(self.settings)
+        try:
+            PendingWrites(client, self.settings.key_prefix).replay(memory, lambda texts: open_embedder(self.settings).embed(texts))
+        finally:
+            client.close()
 
     @cached_property
     def registry(self) -> ToolRegistry:
@@ -56,14 +145,21 @@ class Runtime:
     def selector(self) -> Selector:
         from workers.selector import Selector
 
+        from workers.degraded import is_store_failure
+
         with self._lock:
             selector = Selector(self)
-            selector.sync_tools()
+            try:
+                selector.sync_tools()
+            except Exception as exc:  # served degraded; synced when the store is back (`memory`)
+                if not is_store_failure(exc):
+                    raise
+                log.warning("tool index not synced, the vector memory is unavailable: %s", exc)
             return selector
 
     def close(self) -> None:
-        if "memory" in self.__dict__:
-            self.memory.close()
+        if self._memory is not None:
+            self._memory.close()
 
 
 _runtime: Runtime | None = None

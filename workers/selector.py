@@ -7,20 +7,46 @@ the state store. What it hands the policy is plain evidence (selection/evidence.
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
+import threading
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from evolution.trial import served_version
+from evolution.versioning import MANIFEST_FILE, version_stem
+from selection.cache import TTLCache
+from selection.context import ContextFeatures, analyse
 from selection.evidence import CandidateEvidence, Source
-from selection.manifest import ToolManifest
-from selection.models import CallPlan, CallRequest
+from selection.feedback import MIN_SIMILARITY, points_by_tool, similarity_weight
+from selection.manifest import ManifestError, ToolManifest, load_manifest, tool_key
+from selection.models import Candidate, CallPlan, CallRequest, Promotion
 from selection.policies import get_policy
-from selection.ports import FAILURES, TOOLS, Match, VectorFilter, VectorPoint
+from selection.ports import (
+    EXECUTIONS,
+    FAILURES,
+    FEEDBACK,
+    TOOLS,
+    BreakerState,
+    Match,
+    SelectionWeights,
+    VectorFilter,
+    VectorHit,
+    VectorPoint,
+)
+from selection.sparc import sparc_score
+from workers.degraded import is_store_failure, registry_similarities
+from workers.tool_catalog import evolved_dir
+from workers.variants import VariantBook
 
 if TYPE_CHECKING:
     from workers.runtime import Runtime
 
+log = logging.getLogger("fittest.selection")
+
 SEARCH_DEPTH = 4  # tool points searched per candidate kept (descriptions and examples)
+SUCCESS_NEIGHBOURS = 32  # successful past scenarios consulted per selection (their tools become candidates)
+FEEDBACK_LIMIT = 200  # feedback entries of the candidates consulted per selection
 EMBED_BATCH = 256
 
 
@@ -41,6 +67,14 @@ class Selector:
         self.settings = rt.settings
         self.policy = get_policy(self.settings.policy)
         self.rng = random.Random()
+        self.variants = VariantBook(rt)
+        self._add_lock = threading.Lock()
+        # Vector-memory answers by (search, state version): a repeated scenario is not searched again
+        # while nothing that ranks it changed; the TTL bounds how old the memory it saw can be.
+        self.cache: TTLCache[list[VectorHit]] = TTLCache(self.settings.selection_cache_ttl_s, maxsize=4096)
+        self._local = threading.local()
+        self._weights: SelectionWeights | None = None
+        self._weights_version = -1
 
     # ----------------------------------------------------------------- tool index
     def sync_tools(self, manifests: list[ToolManifest] | None = None) -> int:
@@ -85,21 +119,51 @@ class Selector:
 
     # ----------------------------------------------------------------- planning
     def plan(self, request: CallRequest, features: dict[str, Any] | None = None) -> CallPlan:
-        vector = self.rt.embedder.embed_one(request.scenario)
-        evidence = self.gather(request, vector)
-        ranked = self.policy.rank(evidence, features or {}, self.rng)
+        """`features`: the call's context analysis (selection/context.py), made here when None."""
+        if features is None:
+            features = analyse(request.scenario, request.context, request.input).model_dump(mode="json")
+        self._local.version = self.rt.state.state_version()
+        degraded: list[str] = []
+        try:
+            evidence = self._evidence(request, features, degraded)
+        finally:
+            self._local.version = None
+        ranked = self.policy.rank(evidence, features, self.rng)
+        ranked = self._evolved_first(request, ranked)
         keep = max(self.settings.max_candidates, request.max_attempts)
         return CallPlan(
             request=request,
             candidates=ranked[:keep],
-            features=features or {},
+            variants=self.variants.served_for(request, [c.key for c in ranked[:keep]]),
+            features=features,
             policy=self.policy.name,
+            degraded=degraded,
         )
 
-    def gather(self, request: CallRequest, vector: list[float]) -> list[CandidateEvidence]:
+    def _evidence(self, request: CallRequest, features: dict[str, Any], degraded: list[str]) -> list[CandidateEvidence]:
+        """What the stores know; when the embedder or the vector memory fails, what the registry and
+        Redis know (workers/degraded.py), and why, appended to `degraded`."""
+        try:
+            return self.gather(request, self.rt.embedder.embed_one(request.scenario), features)
+        except Exception as exc:
+            if not is_store_failure(exc):
+                raise
+            degraded.append(f"vector memory unavailable ({type(exc).__name__}: {str(exc)[:300]}); "
+                            "ranked by registry and Redis scores only, without similarity, feedback or failure memory")
+            log.warning("selection degraded: %s", exc, extra={"event": "selection_degraded", "call_id": request.call_id})
+            return self.gather(request, None, features)
+
+    def gather(self, request: CallRequest, vector: list[float] | None,
+               features: dict[str, Any] | None = None) -> list[CandidateEvidence]:
+        """`vector` None: the vector memory is not asked (degraded selection)."""
         registry = self.rt.registry
-        similarity = self._similarities(request, vector)
+        similarity = self._similarities(request, vector) if vector is not None else registry_similarities(request, registry)
+        successes = self._successes(request, vector, similarity) if vector is not None else []
         sources: dict[str, Source] = {}
+        # Every namespace's promotion in one round trip (a semantic search touches dozens).
+        promotions = self.rt.state.promotions(
+            ([request.namespace] if request.namespace else []) + [k.partition("@")[0] for k in similarity]
+        ) if request.use_evolved and not request.version else {}
 
         if request.namespace:
             versions = registry.versions(request.namespace)
@@ -110,7 +174,7 @@ class Selector:
                 original = registry.original(request.namespace)
                 if original is not None:
                     sources[original.key] = "original"
-                served = self._promoted(request.namespace) if request.use_evolved else None
+                served = self._promoted(request.namespace, request, promotions) if request.use_evolved else None
                 if served is not None:
                     sources[served.key] = "promoted"
                 for m in versions:
@@ -124,7 +188,7 @@ class Selector:
                 best_by_ns[name] = max(best_by_ns[name], sim)
             for key in list(similarity):
                 name = key.partition("@")[0]
-                served = self._promoted(name) if request.use_evolved else None
+                served = self._promoted(name, request, promotions) if request.use_evolved else None
                 if served is not None and served.key != key and served.key not in request.exclude:
                     similarity[served.key] = max(similarity.get(served.key, 0.0), best_by_ns[name])
                     sources.setdefault(served.key, "semantic")
@@ -139,11 +203,11 @@ class Selector:
             keys = [k for k in keys if set(request.tags) <= set(registry.get(k).tags)]  # type: ignore[union-attr]
         if not keys:
             return []
-        open_breakers = {k for k, s in self.rt.state.breaker_states(keys).items() if s == "open"}
-        keys = [k for k in keys if k not in open_breakers]
-        stats = self.rt.state.stats(keys)
-        failures = self._failure_similarities(keys, vector)
-        return [
+        stats, breakers = self.rt.state.stats_and_breakers(keys)
+        blocked = self._breaker_blocked(breakers, request)
+        keys = [k for k in keys if k not in blocked]
+        failures = self._failure_similarities(keys, vector) if vector is not None else {}
+        evidence = [
             CandidateEvidence(
                 manifest=registry.get(k),  # type: ignore[arg-type]
                 source=sources[k],
@@ -155,15 +219,29 @@ class Selector:
             )
             for k in keys
         ]
+        return self._with_outcomes(evidence, successes, vector, features or {})
 
-    def _promoted(self, namespace: str) -> ToolManifest | None:
-        promotion = self.rt.state.promotion(namespace)
-        if promotion is None or promotion.status == "rolled_back":
-            return None
-        return self.rt.registry.get(f"{namespace}@{promotion.evolved_version}")
+    def _breaker_blocked(self, breakers: dict[str, BreakerState], request: CallRequest) -> set[str]:
+        """Versions whose circuit breaker keeps them out of this call: every open one, and a half-open
+        one unless this call takes its single probe (a lock held for one cool-down)."""
+        blocked = set()
+        for key, state in breakers.items():
+            if state == "open" or (state == "half_open" and not self.rt.state.acquire_lock(
+                    f"probe:{key}", request.call_id, self.settings.breaker_cooldown_s)):
+                blocked.add(key)
+        return blocked
+
+    def _promoted(self, namespace: str, request: CallRequest, promotions: dict[str, Promotion | None]) -> ToolManifest | None:
+        """The version this call is served first: the promoted one, or while it is on trial, it for
+        a share of the calls (always for the retry of a call that evolved it) and its parent for
+        the rest (evolution/trial.py)."""
+        promotion = promotions.get(namespace)
+        version = served_version(promotion, request.call_id, request.after_evolution, self.settings.trial_share)
+        return None if version is None else self.ensure_version(namespace, version)
 
     def _similarities(self, request: CallRequest, vector: list[float]) -> dict[str, float]:
         """Best cosine per tool version over its description and examples."""
+        self.variants.snapshot()  # embeds description variants added since the last look, before searching
         must = [Match(key="tags", any_of=[t]) for t in request.tags]
         if request.namespace and request.version:
             must.append(Match(key="tool", any_of=[f"{request.namespace}@{request.version}"]))
@@ -171,16 +249,17 @@ class Selector:
         if request.exclude:
             must_not.append(Match(key="tool", any_of=list(request.exclude)))
         limit = max(self.settings.max_candidates, request.max_attempts) * SEARCH_DEPTH
-        hits = self.rt.memory.search(
+        hits = self._search(
             TOOLS, vector, limit=limit, filter=VectorFilter(must=must, must_not=must_not)
         )
         if request.namespace and not request.version:
-            hits += self.rt.memory.search(
+            hits += self._search(
                 TOOLS,
                 vector,
                 limit=limit,
                 filter=VectorFilter(must=[*must, Match(key="name", any_of=[request.namespace])], must_not=must_not),
             )
+        hits = self.variants.filter_hits(hits, request)
         best: dict[str, float] = {}
         for hit in hits:
             if hit.score < self.settings.min_similarity:
@@ -190,7 +269,7 @@ class Selector:
         return best
 
     def _failure_similarities(self, keys: list[str], vector: list[float]) -> dict[str, list[float]]:
-        hits = self.rt.memory.search(
+        hits = self._search(
             FAILURES,
             vector,
             limit=200,
@@ -201,3 +280,114 @@ class Selector:
         for hit in hits:
             out[hit.payload["tool"]].append(hit.score)
         return out
+
+    # ----------------------------------------------------------------- what outcomes taught
+    def _search(self, collection: str, vector: list[float], limit: int = 10, filter: VectorFilter | None = None,
+                score_threshold: float | None = None) -> list[VectorHit]:
+        """`memory.search`, answered from the selection cache for the same search at the same state
+        version (set by `plan` for its thread; outside a plan nothing is cached)."""
+        version = getattr(self._local, "version", None)
+        if version is None:
+            return self.rt.memory.search(collection, vector, limit=limit, filter=filter, score_threshold=score_threshold)
+        key = (collection, hash(tuple(vector)), limit, filter.model_dump_json() if filter else "", score_threshold, version)
+        hits = self.cache.get(key)
+        if hits is None:
+            hits = self.rt.memory.search(collection, vector, limit=limit, filter=filter, score_threshold=score_threshold)
+            self.cache.put(key, hits)
+        return hits
+
+    def _successes(self, request: CallRequest, vector: list[float], similarity: dict[str, float]) -> list[VectorHit]:
+        """The successful past scenarios nearest to this one (EXECUTIONS). The tool versions that
+        succeeded there join the candidates of a scenario-only call, with their description's
+        similarity: what worked for similar jobs is worth trying even when its description does not
+        say so."""
+        hits = self._search(EXECUTIONS, vector, limit=SUCCESS_NEIGHBOURS, filter=VectorFilter.where(success=True))
+        if request.namespace or request.version:
+            return hits
+        new = sorted({h.payload["tool"] for h in hits} - set(similarity) - set(request.exclude))
+        if new:
+            found = self._search(TOOLS, vector, limit=len(new) * SEARCH_DEPTH,
+                                 filter=VectorFilter(must=[Match(key="tool", any_of=new)]))
+            for hit in self.variants.filter_hits(found, request):
+                similarity[hit.payload["tool"]] = max(similarity.get(hit.payload["tool"], -1.0), hit.score)
+        return hits
+
+    def weights(self) -> SelectionWeights:
+        """The learner's current SPARC weights, read again only when the state version moved."""
+        version = getattr(self._local, "version", None)
+        if self._weights is None or version is None or version != self._weights_version:
+            self._weights, self._weights_version = self.rt.state.weights(), -1 if version is None else version
+        return self._weights
+
+    def _with_outcomes(self, evidence: list[CandidateEvidence], successes: list[VectorHit],
+                       vector: list[float] | None, features: dict[str, Any]) -> list[CandidateEvidence]:
+        """Add what outcomes taught about each candidate: successes of it and of its namespace
+        nearby, its feedback score, and its SPARC score with breakdown and rationale."""
+        if not evidence:
+            return evidence
+        feedback = self._feedback(evidence, vector) if vector is not None else {}
+        context = ContextFeatures.model_validate(features) if features else ContextFeatures()
+        weights = self.weights().weights
+        by_tool: dict[str, list[float]] = defaultdict(list)
+        by_name: dict[str, list[float]] = defaultdict(list)
+        for h in successes:
+            by_tool[h.payload.get("tool", "")].append(h.score)
+            by_name[h.payload.get("name", "")].append(h.score)
+        for e in evidence:
+            key = e.key
+            e.success_similarities = by_tool.get(key, [])
+            e.namespace_success_similarities = by_name.get(e.manifest.name, [])
+            e.feedback_points = round(feedback.get(key, 0.0), 3)
+            sparc = sparc_score(
+                e.manifest, context, weights,
+                successes=sum(similarity_weight(s) for s in e.success_similarities),
+                failures=sum(similarity_weight(s) for s in e.failure_similarities),
+            )
+            e.sparc, e.sparc_components, e.sparc_rationale = sparc.score, sparc.components, sparc.rationale
+        return evidence
+
+    def _feedback(self, evidence: list[CandidateEvidence], vector: list[float]) -> dict[str, float]:
+        """Feedback points per candidate version from its stored feedback (FEEDBACK) near this scenario."""
+        hits = self._search(FEEDBACK, vector, limit=FEEDBACK_LIMIT, score_threshold=MIN_SIMILARITY,
+                            filter=VectorFilter(must=[Match(key="tool", any_of=[e.key for e in evidence])]))
+        return points_by_tool(hits, self.settings.feedback_half_life_days * 86400.0)
+
+    # ----------------------------------------------------------------- evolved versions
+    def _evolved_first(self, request: CallRequest, ranked: list[Candidate]) -> list[Candidate]:
+        """A call retried after its evolution tries the version just promoted before any other."""
+        if not request.after_evolution:
+            return ranked
+        promotions = self.rt.state.promotions([c.manifest.name for c in ranked])
+
+        def is_new(c: Candidate) -> bool:
+            p = promotions[c.manifest.name]
+            return p is not None and p.status != "rolled_back" and p.evolved_version == c.manifest.version
+
+        return sorted(ranked, key=lambda c: not is_new(c))
+
+    def ensure_version(self, namespace: str, version: str) -> ToolManifest | None:
+        """A version of the namespace, loaded from the evolved directory if this process has not
+        seen it yet (another worker evolved it a moment ago)."""
+        manifest = self.rt.registry.get(tool_key(namespace, version))
+        if manifest is not None:
+            return manifest
+        path = evolved_dir(self.settings) / version_stem(namespace, version) / MANIFEST_FILE
+        if not path.is_file():
+            return None
+        try:
+            found = load_manifest(path)
+        except ManifestError:
+            return None
+        if found.key != tool_key(namespace, version):
+            return None
+        return self.ensure_tool(found)
+
+    def ensure_tool(self, manifest: ToolManifest) -> ToolManifest | None:
+        """`add_tool` unless the version is known already; None when its manifest is refused."""
+        with self._add_lock:
+            if manifest.key not in self.rt.registry:
+                try:
+                    self.add_tool(manifest)
+                except ManifestError:
+                    return None
+        return self.rt.registry.get(manifest.key)

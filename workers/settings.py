@@ -4,10 +4,13 @@ optional TOML file (`FITTEST_CONFIG`), then defaults. One model, so all processe
 from __future__ import annotations
 
 import os
+import ssl
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -16,16 +19,25 @@ from pydantic_settings import (
 )
 
 
+# The broker must not hand an unacknowledged message to another worker while the first may still
+# run it: longer than the longest attempt (max_timeout_s) plus evolution's verification.
+VISIBILITY_MARGIN_S = 600
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FITTEST_", extra="ignore")
 
     # Services
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Broker, state store, and result backend unless FITTEST_RESULT_BACKEND is set")
     result_backend: str | None = Field(None, description="Celery result backend; defaults to FITTEST_REDIS_URL")
+    redis_tls_ca: Path | None = Field(None, description="CA certificate(s) that sign the Redis server's certificate; used with rediss:// URLs by broker, backend and state store")
+    redis_tls_cert: Path | None = Field(None, description="Client certificate for Redis mutual TLS (rediss://)")
+    redis_tls_key: Path | None = Field(None, description="Private key of FITTEST_REDIS_TLS_CERT")
     qdrant_url: str | None = Field(None, description="Qdrant server URL; unset: Qdrant Edge embedded under the data directory")
     qdrant_api_key: SecretStr | None = Field(None, description="API key for the Qdrant server")
     key_prefix: str = Field("fittest:", description="Prefix of every Redis key fittest writes")
     collection_prefix: str = Field("fittest_", description="Prefix of every Qdrant collection")
+    memory_retry_s: float = Field(10.0, gt=0, description="After the vector store failed to open, seconds before the next try (calls are served degraded meanwhile)")
 
     # Files
     data_dir: Path = Field(Path(".fittest"), description="Embedded vector store, evolved tool files, private Redis data")
@@ -37,7 +49,7 @@ class Settings(BaseSettings):
     embedding_cache_size: int = Field(4096, ge=0, description="Scenario embeddings kept in the LRU cache")
 
     # Selection
-    policy: str = Field("seed", description="Selection policy (seed until the learning policy lands)")
+    policy: str = Field("learned", description="Selection policy: learned (ranks by what outcomes taught; explores near-ties) or seed (the design's formulas)")
     max_candidates: int = Field(8, ge=1, le=50, description="Candidates a plan keeps")
     min_similarity: float = Field(0.2, ge=-1, le=1, description="Semantic matches less similar than this are not candidates")
     failure_similarity: float = Field(0.7, description="A past failure this similar to the scenario demotes a candidate")
@@ -50,22 +62,39 @@ class Settings(BaseSettings):
     max_timeout_s: float = Field(120.0, gt=0, description="Upper bound of a tool's adaptive timeout")
     tool_memory_mb: int = Field(1024, ge=64, description="Address-space limit of a tool subprocess")
     tool_cpu_s: int = Field(60, ge=1, description="CPU-seconds limit of a tool subprocess")
+    breaker_threshold: int = Field(5, ge=1, description="Consecutive failures of a tool version that open its circuit breaker (shared by all workers)")
+    breaker_cooldown_s: float = Field(60.0, gt=0, description="How long an open breaker keeps its tool version out of selection; then one probe call may try it")
+    visibility_timeout_s: float | None = Field(None, gt=0, description="Seconds before the broker gives an unacknowledged call step to another worker (a crashed worker's work); default FITTEST_MAX_TIMEOUT_S + 600; must exceed FITTEST_MAX_TIMEOUT_S")
 
     # Evolution
     evolution_enabled: bool = Field(True, description="Evolve a new version when every candidate fails")
-    llm_url: str | None = Field(None, description="OpenAI-compatible endpoint for the code mutator; unset: off")
+    llm_url: str | None = Field(None, description="OpenAI-compatible endpoint for the code mutator (e.g. http://host:8000/v1); unset: off")
     llm_model: str = Field("gpt-4o-mini", description="Model name sent to the code mutator's endpoint")
+    llm_api_key: SecretStr | None = Field(None, description="Bearer key for FITTEST_LLM_URL (environment only; never printed)")
+    llm_timeout_s: float = Field(60.0, gt=0, description="Time allowed for one reply of the code mutator's endpoint")
     ab_test_probability: float = Field(0.1, ge=0, le=1, description="Chance of serving a testing description variant")
+    trial_share: float = Field(0.25, ge=0, le=1, description="Share of a namespace's calls served by a version on trial (the parent serves the rest)")
+    trial_successes: int = Field(5, ge=1, description="Successes (K) an evolved version needs on trial, at a success rate no worse than its parent's, to become active")
+    evolution_quality_threshold: float = Field(0.5, ge=0, le=1, description="A served version whose quality falls below this is evolved off the call path")
+    evolution_cooldown_s: float = Field(600.0, ge=0, description="Quality-triggered evolution runs at most once per namespace per this many seconds")
+    evolution_budget_s: float = Field(240.0, gt=0, description="Time one evolution may spend proposing and verifying candidates")
+    evolution_lock_wait_s: float = Field(60.0, ge=0, description="How long a failed call waits for another evolution of its namespace before giving up")
+    evolution_similar_reason: float = Field(0.85, ge=0, le=1, description="A mutation that failed verification for a reason this similar is not tried again")
+    verify_static_timeout_s: float = Field(30.0, gt=0, description="Hard timeout of the static verification stage (compile and import in a subprocess)")
+    verify_stage_timeout_s: float = Field(120.0, gt=0, description="Hard timeout of each verification stage that runs the candidate (test cases, replay)")
+    verify_replay_successes: int = Field(5, ge=0, description="Recent successful inputs of the parent replayed against a candidate (N)")
+    variant_min_trials: int = Field(10, ge=1, description="First-attempt matches a testing description variant needs before it is promoted or retired")
 
     # Learning
     retrain_interval_s: float = Field(300.0, gt=0, description="Beat interval of fittest.retrain_weights")
     feedback_half_life_days: float = Field(14.0, gt=0, description="Half-life of feedback weight")
+    learner_window: int = Field(2000, ge=10, description="Most recent execution records the SPARC weights are learned from (and `fittest recommend` reads)")
 
     # Operations
     flower_user: str = Field("admin", description="Flower basic-auth user")
     flower_password: SecretStr | None = Field(None, description="Flower basic-auth password; set: Flower asks for it")
-    metrics_port: int = Field(9808, description="Prometheus metrics port of `fittest up`")
-    log_json: bool = Field(True, description="Structured JSON logs")
+    metrics_port: int = Field(9808, description="Port of the Prometheus endpoint `fittest metrics` (a Procfile role)")
+    log_json: bool = Field(True, description="Worker logs as one JSON object per line; false: Celery's text format")
 
     @field_validator("data_dir", "tools_dir")
     @classmethod
@@ -75,6 +104,39 @@ class Settings(BaseSettings):
     @property
     def backend_url(self) -> str:
         return self.result_backend or self.redis_url
+
+    def __repr_args__(self) -> Any:
+        """URLs in a repr (a traceback, a log line) show no password; SecretStr fields show none anyway."""
+        for name, value in super().__repr_args__():
+            yield name, redact_url(value) if isinstance(value, str) and name.endswith(("_url", "result_backend")) else value
+
+    @model_validator(mode="after")
+    def _visibility_covers_attempts(self) -> Settings:
+        if self.visibility_timeout_s is not None and self.visibility_timeout_s <= self.max_timeout_s:
+            raise ValueError(
+                f"visibility_timeout_s ({self.visibility_timeout_s:g}) must exceed max_timeout_s "
+                f"({self.max_timeout_s:g}): a running attempt would be handed to a second worker"
+            )
+        return self
+
+    @property
+    def visibility_timeout(self) -> int:
+        """Seconds an unacknowledged message stays with the worker that took it (see the field)."""
+        return int(self.visibility_timeout_s or self.max_timeout_s + VISIBILITY_MARGIN_S)
+
+    def redis_tls(self, url: str | None = None) -> dict[str, Any]:
+        """redis-py's TLS keyword arguments for a rediss:// `url` (default: FITTEST_REDIS_URL); {} for
+        any other scheme. The server's certificate is always verified, against FITTEST_REDIS_TLS_CA
+        or the system's CAs; the same arguments serve the broker, the result backend and the state
+        store."""
+        if not (url or self.redis_url).startswith("rediss://"):
+            return {}
+        tls: dict[str, Any] = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+        for option, path in (("ssl_ca_certs", self.redis_tls_ca), ("ssl_certfile", self.redis_tls_cert),
+                             ("ssl_keyfile", self.redis_tls_key)):
+            if path is not None:
+                tls[option] = str(path)
+        return tls
 
     @classmethod
     def settings_customise_sources(
@@ -90,6 +152,16 @@ class Settings(BaseSettings):
         if toml_path:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
         return tuple(sources)
+
+
+def redact_url(url: str) -> str:
+    """`url` with its password (if any) shown as `**`: for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}:" if parts.username else ":"
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}**@{host}"))
 
 
 @lru_cache(maxsize=1)

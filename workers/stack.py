@@ -16,11 +16,13 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import redis
+from kombu.exceptions import OperationalError
 
-from workers.settings import Settings
+from workers.settings import Settings, redact_url
 
 ROOT = Path(__file__).resolve().parent.parent
 PROCFILE = ROOT / "Procfile"
@@ -30,9 +32,10 @@ class StackError(RuntimeError):
     pass
 
 
-def redis_answers(url: str, timeout: float = 1.0) -> bool:
+def redis_answers(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = None) -> bool:
+    """Whether Redis at `url` answers PING; `tls`: redis-py's TLS arguments (Settings.redis_tls)."""
     try:
-        return bool(redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout).ping())
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout, **(tls or {})).ping())
     except (redis.RedisError, OSError, ValueError):
         return False
 
@@ -70,6 +73,7 @@ def start_private_redis(data_dir: Path, port: int | None = None) -> tuple[subpro
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        preexec_fn=die_with_parent,
     )
     url = f"redis://127.0.0.1:{port}/0"
     deadline = time.monotonic() + 10
@@ -81,6 +85,18 @@ def start_private_redis(data_dir: Path, port: int | None = None) -> tuple[subpro
         time.sleep(0.05)
     proc.kill()
     raise StackError(f"the private redis-server on port {port} did not start")
+
+
+def die_with_parent() -> None:
+    """Children get SIGTERM when the process that started them dies, even by SIGKILL, so a
+    killed demo or test run leaves no workers behind (Linux; elsewhere a no-op)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 @dataclass(frozen=True)
@@ -96,7 +112,7 @@ def celery_cmd(*args: str) -> list[str]:
 # One entry per Procfile line; the Procfile is written from the same commands (see `procfile_text`).
 ROLES: dict[str, Role] = {
     "memory": Role("memory", celery_cmd("worker", "-Q", "selection,feedback,learning", "-P", "threads",
-                                        "-c", "4", "-n", "memory@%h", "--without-gossip", "--without-mingle")),
+                                        "-c", "4", "--prefetch-multiplier", "16", "-n", "memory@%h", "--without-gossip", "--without-mingle")),
     "executor": Role("executor", celery_cmd("worker", "-Q", "execution", "-P", "prefork", "-c", "2",
                                             "-n", "executor@%h", "--without-gossip", "--without-mingle")),
     "evolver": Role("evolver", celery_cmd("worker", "-Q", "evolution", "-P", "prefork", "-c", "1",
@@ -122,10 +138,10 @@ class Stack:
         return self.env["FITTEST_REDIS_URL"]
 
     def ensure_redis(self) -> str:
-        if redis_answers(self.redis_url):
+        if redis_answers(self.redis_url, tls=self.settings.redis_tls(self.redis_url)):
             return self.redis_url
         if "FITTEST_REDIS_URL" in os.environ and urlparse(self.redis_url).hostname not in ("127.0.0.1", "localhost"):
-            raise StackError(f"Redis at FITTEST_REDIS_URL ({self.redis_url}) does not answer")
+            raise StackError(f"Redis at FITTEST_REDIS_URL ({redact_url(self.redis_url)}) does not answer")
         proc, url = start_private_redis(self.settings.data_dir)
         self.procs["redis"] = proc
         self.env["FITTEST_REDIS_URL"] = url
@@ -137,7 +153,7 @@ class Stack:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         proc = subprocess.Popen(command, env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=die_with_parent)
         self.procs[name] = proc
         return proc
 
@@ -157,25 +173,40 @@ class Stack:
             for name, proc in self.procs.items():
                 if proc.poll() is not None and name != "redis":
                     raise StackError(f"{name} exited with code {proc.returncode} while starting")
-            replies = app.control.ping(timeout=0.5) or []
+            try:
+                replies = app.control.ping(timeout=0.5) or []
+            except (redis.RedisError, OSError, OperationalError):  # the broker is restarting: ask again
+                time.sleep(0.5)
+                continue
             seen = {host.split("@")[0] for reply in replies for host in reply}
             if wanted <= seen:
                 return
         raise StackError(f"workers {sorted(wanted - seen)} did not answer within {timeout:.0f}s")
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
+        """Stop a role: SIGKILL goes to its whole process group (a crash); any other signal to its
+        main process only, as `docker stop` does, so that a worker's warm shutdown lets its pool
+        finish the running tasks (a pool process that got SIGTERM itself would die mid-task).
+        After `timeout`, or once the main process is gone, whatever is left of the group is killed."""
         proc = self.procs.pop(name, None)
         if proc is None or proc.poll() is not None:
             return
         try:
-            os.killpg(proc.pid, sig)
+            if sig == signal.SIGKILL:
+                os.killpg(proc.pid, sig)
+            else:
+                os.kill(proc.pid, sig)
         except ProcessLookupError:
             return
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            pass
+        try:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=5)
 
     def stop_all(self) -> None:
         for name in [n for n in self.procs if n != "redis"]:
@@ -189,6 +220,15 @@ class Stack:
     def __exit__(self, *exc: object) -> None:
         self.stop_all()
 
+
+
+def flower_env(settings: Settings) -> dict[str, str]:
+    """Flower's basic auth when FITTEST_FLOWER_PASSWORD is set, as Flower's own FLOWER_BASIC_AUTH
+    variable: in the environment of the Flower process only, never on its command line, which
+    every user of the machine can read (`ps`)."""
+    if settings.flower_password is None:
+        return {}
+    return {"FLOWER_BASIC_AUTH": f"{settings.flower_user}:{settings.flower_password.get_secret_value()}"}
 
 
 def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
@@ -208,9 +248,7 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
     for name, cmd in procfile.processes.items():
         if name in (without or set()):
             continue
-        if name == "flower" and settings.flower_password is not None:
-            cmd += f" --basic-auth={settings.flower_user}:{settings.flower_password.get_secret_value()}"
-        manager.add_process(name, cmd, env=env, cwd=str(ROOT))
+        manager.add_process(name, cmd, env={**env, **flower_env(settings)} if name == "flower" else env, cwd=str(ROOT))
     try:
         manager.loop()
     finally:

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from selection.evidence import CandidateEvidence
 from selection.models import Candidate
+from selection.policies.learned import LearnedPolicy
 from selection.policies.seed import SeedPolicy
 
 
@@ -24,7 +25,7 @@ class Policy(Protocol):
         ...
 
 
-_POLICIES: dict[str, type] = {"seed": SeedPolicy}
+_POLICIES: dict[str, type] = {"seed": SeedPolicy, "learned": LearnedPolicy}
 
 
 def register_policy(name: str, factory: type) -> None:

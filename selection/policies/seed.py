@@ -2,6 +2,8 @@
 
 score = base (promoted 1.0, original 0.9, semantic 0.8 x similarity) x quality
         x 0.7 per past failure of that version whose scenario is > 0.7 similar
+        x (1 + feedback points / 100)   (points within ±50: at most ±50%)
+        x (0.5 + SPARC score)           (neutral 0.5: x1; from x0.5 to x1.5)
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ class SeedPolicy:
         n_fail = e.similar_failures(self.failure_similarity)
         penalty = FAILURE_DEMOTION**n_fail
         base = e.base_score()
-        score = base * e.quality * penalty
+        score = base * e.quality * penalty * (1.0 + e.feedback_points / 100.0) * (0.5 + e.sparc)
         return score, ScoreBreakdown(
             base=base,
             source=e.source,
@@ -37,6 +39,8 @@ class SeedPolicy:
             rationale=(
                 f"{e.source} base {base:.2f} x quality {e.quality:.2f}"
                 + (f" x 0.7^{n_fail} similar failures" if n_fail else "")
+                + (f" x feedback {e.feedback_points:+.0f}%" if abs(e.feedback_points) >= 0.5 else "")
+                + f" x SPARC {0.5 + e.sparc:.2f} ({e.sparc_rationale or 'neutral'})"
             ),
         )
 

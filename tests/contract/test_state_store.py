@@ -198,6 +198,44 @@ def test_promote_and_history(store):
     assert store.state_version() == v0 + 3
 
 
+def test_promote_if_changes_only_the_promotion_it_was_decided_on(store):
+    assert not store.promote_if(promotion("translate_text", "1.1.0", "active"), "1.1.0", ["on_trial"])  # none yet
+    trial = promotion("translate_text", "1.1.0")
+    store.promote(trial)
+    v0 = store.state_version()
+    active = promotion("translate_text", "1.1.0", status="active")
+    assert not store.promote_if(active, "1.0.5", ["on_trial"])  # another version
+    assert not store.promote_if(active, "1.1.0", ["active", "rolled_back"])  # another status
+    assert store.state_version() == v0 and store.promotion("translate_text") == trial
+    assert store.promote_if(active, "1.1.0", ["on_trial"])
+    assert not store.promote_if(promotion("translate_text", "1.1.0", "rolled_back"), "1.1.0", ["on_trial"])  # decided already
+    assert store.promotion("translate_text") == active
+    assert store.promotion_history("translate_text") == [trial, active]
+    assert store.state_version() == v0 + 1
+
+
+def test_promote_if_is_atomic_under_concurrent_verdicts(store):
+    store.promote(promotion("translate_text", "1.1.0"))
+    verdicts = [promotion("translate_text", "1.1.0", status=s) for s in ("active", "rolled_back") * 8]
+    won: list[bool] = []
+    threads = [threading.Thread(target=lambda p=p: won.append(store.promote_if(p, "1.1.0", ["on_trial"]))) for p in verdicts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert won.count(True) == 1
+    assert len(store.promotion_history("translate_text")) == 2
+
+
+def test_promotions_of_many_namespaces_at_once(store):
+    assert store.promotions([]) == {}
+    current = promotion("translate_text", "1.2.0", status="active")
+    store.promote(promotion("translate_text", "1.1.0"))
+    store.promote(current)
+    got = store.promotions(["translate_text", "never_promoted", "translate_text"])
+    assert got == {"translate_text": current, "never_promoted": None}
+
+
 # Weights --------------------------------------------------------------------------------------
 
 
@@ -387,3 +425,24 @@ def test_clear_removes_only_its_own_prefix(redis_client: redis.Redis, run_prefix
 def test_empty_prefix_is_refused(redis_client: redis.Redis):
     with pytest.raises(ValueError):
         RedisStateStore(redis_client, "")
+
+
+def test_stats_and_breakers_in_one_call_agree_with_each_alone(store):
+    other = "summarise@2.0.0"
+    store.mark_failure(KEY, aid(), Severity.high)
+    for _ in range(2):
+        store.breaker_record(other, False, threshold=2, cooldown_s=60)
+    stats, breakers = store.stats_and_breakers([KEY, other, KEY])
+    assert stats == store.stats([KEY, other])
+    assert breakers == store.breaker_states([KEY, other]) == {KEY: "closed", other: "open"}
+    assert store.stats_and_breakers([]) == ({}, {})
+
+
+def test_record_run_appends_the_duration_and_feeds_the_breaker(store):
+    assert store.record_run(KEY, 12.5, False, threshold=2, cooldown_s=60) == "closed"
+    assert store.record_run(KEY, 7.0, None, threshold=2, cooldown_s=60) is None  # breaker untouched
+    assert store.breaker_states([KEY]) == {KEY: "closed"}
+    assert store.record_run(KEY, 3.0, False, threshold=2, cooldown_s=60) == "open"
+    assert store.durations([KEY]) == {KEY: [12.5, 7.0, 3.0]}
+    assert store.record_run(KEY, 1.0, True, threshold=2, cooldown_s=60, keep=2) == "closed"
+    assert store.durations([KEY]) == {KEY: [3.0, 1.0]}

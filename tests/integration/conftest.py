@@ -42,6 +42,20 @@ class Pipeline:
         raise AssertionError("condition not reached in time")
 
 
+def purge_queues(redis_url: str) -> None:
+    """Drop the messages an earlier module's workers left on the session's broker (feedback,
+    learning batches, evolutions not yet taken when they stopped): this pipeline's workers would
+    otherwise apply them under its own keys and collections."""
+    from workers.app import QUEUES
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        names = [k for q in QUEUES for k in client.scan_iter(match=f"{q}*") if client.type(k) == b"list"]
+        client.delete(*names, "unacked", "unacked_index")
+    finally:
+        client.close()
+
+
 def start_pipeline(tmp: Path, redis_url: str, model_path: Path, tools_dir: Path,
                    roles: tuple[str, ...] = ("memory", "executor", "evolver"), **extra: str) -> Pipeline:
     from workers.client import FittestClient
@@ -58,6 +72,7 @@ def start_pipeline(tmp: Path, redis_url: str, model_path: Path, tools_dir: Path,
         **extra,
     }
     settings = Settings(**{k.removeprefix("FITTEST_").lower(): v for k, v in env.items()})
+    purge_queues(redis_url)
     stack = Stack(settings, env=env, log_dir=tmp / "logs")
     stack.start_roles(roles)
     stack.wait_for_workers(roles)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from workers.cli import bench, calls, stack, tools
+from workers.cli import bench, calls, evolution, learning, ops, stack, tools
 
 app = typer.Typer(
     help="fittest: call a tool by what you need done; get the fittest tool that can do it.",
@@ -15,9 +15,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-for module in (calls, tools, stack):
+for module in (calls, tools, stack, ops, evolution, learning):
     app.registered_commands += module.app.registered_commands
 app.add_typer(bench.app, name="bench", help="Benchmarks: each prints a table and writes --json.")
+app.add_typer(learning.feedback_app, name="feedback", help="Feedback on tool versions: add a judgement, show a tool's entries and trend.")
 
 
 def main() -> None:

@@ -2,6 +2,247 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from pydantic import BaseModel
 
 app = typer.Typer(no_args_is_help=True)
+
+
+def write_json(path: Path | None, result: BaseModel) -> None:
+    if path is not None:
+        path.write_text(result.model_dump_json(indent=2) + "\n")
+
+
+# --------------------------------------------------------------------------------------- throughput
+@app.command()
+def throughput(
+    calls: Annotated[int, typer.Option("--calls", "-n", min=1, help="Timed calls of each kind (pipeline and baseline).")] = 300,
+    concurrency: Annotated[int, typer.Option(min=1, help="Client threads, each with one call in flight.")] = 8,
+    rounds: Annotated[int, typer.Option(min=1, help="Alternating baseline/pipeline rounds the calls are split into.")] = 3,
+    warmup: Annotated[int, typer.Option(min=0, help="Untimed calls of each kind first (model load, caches).")] = 30,
+    scenarios: Annotated[int, typer.Option(min=1, help="Distinct scenario texts the calls cycle through.")] = 16,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.")] = None,
+) -> None:
+    """The full pipeline against three chained no-op Celery tasks, same broker and workers, one run.
+
+    Starts a private redis-server and the memory and executor workers, calls a trivial tool by
+    scenario, and reports calls/s of both, their ratio (target >= 0.75) and pipeline latency."""
+    from rich.table import Table
+
+    from workers.bench.throughput import run_throughput
+    from workers.cli.common import console
+    from workers.settings import get_settings
+
+    result = run_throughput(get_settings(), calls, concurrency, rounds, warmup, scenarios,
+                            progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    table = Table(title=f"throughput: {result.calls} calls, concurrency {result.concurrency}")
+    for col in ("", "calls/s", "p50 ms", "p99 ms"):
+        table.add_column(col, justify="left" if not col else "right")
+    table.add_row("pipeline", f"{result.pipeline_calls_per_s:.1f}", f"{result.p50_ms:.1f}", f"{result.p99_ms:.1f}")
+    table.add_row("baseline (3 no-op tasks)", f"{result.baseline_calls_per_s:.1f}", f"{result.baseline_p50_ms:.1f}",
+                  f"{result.baseline_p99_ms:.1f}")
+    console.print(table)
+    color = "green" if result.ratio >= result.target_ratio else "red"
+    console.print(f"ratio [{color}]{result.ratio:.2f}[/{color}] (target >= {result.target_ratio}); "
+                  f"failed pipeline calls: {result.pipeline_failed}")
+    write_json(json_path, result)
+
+
+# --------------------------------------------------------------------------------------- scale
+def _levels(text: str, option: str) -> list[int]:
+    try:
+        levels = sorted({int(x.replace("_", "").replace(",", "")) for x in text.split()})
+    except ValueError:
+        raise typer.BadParameter(f"{option} takes whole numbers separated by spaces, got {text!r}") from None
+    if not levels or levels[0] < 1:
+        raise typer.BadParameter(f"{option} needs at least one level, each at least 1")
+    return levels
+
+
+@app.command()
+def scale(
+    tools: Annotated[str, typer.Option(help="Tool counts to measure, space-separated.")] = "10 1000 10000",
+    vectors: Annotated[str, typer.Option(help="Stored feedback+failure vector counts, space-separated.")] = "1000 10000 100000 1000000",
+    max_vectors: Annotated[int | None, typer.Option(help="Drop vector levels above this (quick runs).")] = None,
+    client_max_vectors: Annotated[int, typer.Option(help="Largest level for the qdrant-client store (local mode scans in Python).")] = 10_000,
+    store: Annotated[list[str] | None, typer.Option(help="edge and/or client (repeatable); default both.")] = None,
+    queries: Annotated[int, typer.Option(min=10, help="Timed selections per cell.")] = 200,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.")] = None,
+) -> None:
+    """Selection latency (p50, p99) by number of tools and stored vectors, Qdrant Edge vs qdrant-client.
+
+    Times the workers' own Selector.plan with the scenario's embedding cached; shows how p99
+    grows per 10x more vectors or tools, and the size past which a Qdrant server is advised."""
+    from rich.table import Table
+
+    from workers.bench.scale import run_scale
+    from workers.cli.common import console
+    from workers.settings import get_settings
+
+    stores = store or ["edge", "client"]
+    if set(stores) - {"edge", "client"}:
+        raise typer.BadParameter("--store is edge or client")
+    vector_levels = [v for v in _levels(vectors, "--vectors") if max_vectors is None or v <= max_vectors]
+    if not vector_levels:
+        raise typer.BadParameter("--max-vectors leaves no vector level")
+    result = run_scale(get_settings(), _levels(tools, "--tools"), vector_levels, stores, queries, client_max_vectors,
+                       progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    table = Table(title=f"selection latency, {result.queries_per_cell} queries per cell (ms, embedding cached)")
+    for col in ("tools", "vectors", *[f"{s} {q}" for s in stores for q in ("p50", "p99", "CPU p99")]):
+        table.add_column(col, justify="right")
+    by = {(c.store, c.tools, c.vectors): c for c in result.cells}
+    for v in result.vector_levels:
+        for t in result.tool_levels:
+            cells = [by.get((s, t, v)) for s in stores]
+            table.add_row(f"{t:,}", f"{v:,}", *[f"{x:.2f}" if c else "–" for c in cells
+                                                for x in ((c.p50_ms, c.p99_ms, c.cpu_p99_ms) if c else (0, 0, 0))])
+    console.print(table)
+    console.print(f"  load average at the end: {' '.join(map(str, result.load_average))} "
+                  f"({os.cpu_count()} cores); wall-clock p99 includes waiting for the CPU")
+    for g in result.growth:
+        console.print(f"  {g.store}: p99 x{' x'.join(map(str, g.factors))} per 10x {g.along} "
+                      f"(at {g.at:,} {'tools' if g.along == 'vectors' else 'vectors'}; log-log slope {g.slope}; "
+                      f"p50 added {', '.join(f'{a:+.1f}' for a in g.added_p50_ms[1:])} ms)")
+    for s in result.skipped:
+        console.print(f"  [yellow]skipped[/yellow] {s}")
+    if result.edge_p99_ms_at_100k is not None:
+        color = "green" if result.meets_target else "red"
+        console.print(f"edge p99 at 100k vectors: [{color}]{result.edge_p99_ms_at_100k:.2f} ms[/{color}] "
+                      f"(target <= {result.target_p99_ms} ms)")
+    if result.server_advised_above is not None:
+        console.print(f"past {result.server_advised_above:,} stored vectors the embedded p99 exceeds the target: run a Qdrant server")
+    elif result.meets_target is False:
+        console.print("the embedded p99 exceeds the target at every size measured: the cost is not the vectors'")
+    write_json(json_path, result)
+
+
+# --------------------------------------------------------------------------------------- selection
+@app.command()
+def selection(
+    tools: Annotated[Path, typer.Option(help="Tools as a JSON object {name: description} (MetaTool's tools.json).")],
+    queries: Annotated[Path, typer.Option(help="CSV with the columns Query,Tool (MetaTool's queries).")],
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N queries of the shuffled stream.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the stream order (and of the policy's draws).")] = 0,
+    policy: Annotated[str, typer.Option(help="Policy under test (the `seed` policy always runs as the baseline).")] = "learned",
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.")] = None,
+) -> None:
+    """How often selection picks the right tool, and how much it learns, on an external benchmark.
+
+    Registers every tool as one version in a fresh private state (its own Redis key prefix and
+    Qdrant Edge collections, removed afterwards; a private redis-server when FITTEST_REDIS_URL does
+    not answer) and streams the queries in a seeded order through the workers' selection and
+    outcome-recording code: an attempt succeeds iff the tool's name is the row's Tool, up to 5
+    attempts per query, each query learning from every earlier one. Three streams: the policy,
+    the policy with learning off (zero-shot), and `seed`. Needs the embedding model
+    (FITTEST_EMBEDDING_MODEL_PATH)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.table import Table
+
+    from workers.bench.selection import BenchInputError, run_selection_bench
+    from workers.cli.common import console, fail
+    from workers.settings import get_settings
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=console, transient=True) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(stream: str, done: int, total: int) -> None:
+            if stream not in tasks:
+                tasks[stream] = bar.add_task(stream, total=total)
+            if done % 50 == 0 or done == total:
+                bar.update(tasks[stream], completed=done)
+
+        try:
+            result = run_selection_bench(get_settings(), tools, queries, limit, seed, policy, progress)
+        except BenchInputError as exc:
+            fail(str(exc))
+    table = Table(title=f"selection: {result.queries} queries, {result.tools} tools, seed {result.seed}")
+    for col in ("stream", "top-1", "top-1 1st half", "top-1 2nd half", "resolved ≤5", "mean attempts",
+                "p50 ms", "p99 ms", "P(first)"):
+        table.add_column(col, justify="left" if col == "stream" else "right")
+    for s in result.streams:
+        table.add_row(s.name, f"{s.top1:.3f}", f"{s.top1_first_half:.3f}", f"{s.top1_second_half:.3f}",
+                      f"{s.resolved_within_5:.3f}", f"{s.mean_attempts:.2f}", f"{s.p50_select_ms:.1f}",
+                      f"{s.p99_select_ms:.1f}", f"{s.mean_first_probability:.2f}")
+    console.print(table)
+    measured = {"top1_second_half": result.top1_second_half, "resolved_within_5": result.resolved_within_5,
+                "mean_attempts": result.mean_attempts, "p99_select_ms": result.p99_select_ms}
+    for key, target in result.targets.items():
+        ok = measured[key] <= target if key in ("mean_attempts", "p99_select_ms") else measured[key] >= target
+        sign = "<=" if key in ("mean_attempts", "p99_select_ms") else ">="
+        console.print(f"  {key}: [{'green' if ok else 'red'}]{measured[key]:g}[/] (target {sign} {target:g})")
+    console.print(f"  vs zero-shot top-1 {result.zero_shot_top1:.3f}, seed top-1 2nd half {result.seed_top1_second_half:.3f}; "
+                  f"{result.elapsed_s:.0f} s")
+    write_json(json_path, result)
+
+
+# --------------------------------------------------------------------------------------- evolution
+@app.command()
+def evolution(
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.")] = None,
+) -> None:
+    """Broken example tools (examples/broken), calls that fail on them, and what evolution makes of them.
+
+    Starts a private redis-server and the workers, sends each tool's calls before and after its
+    evolution, and reports broken and fixed calls, false promotions, rollbacks, unfixable tools
+    reported and the mean time of an evolution."""
+    from rich.table import Table
+
+    from workers.bench.evolution import FLAKY_PORT_ENV, flaky_port_free, run_evolution_bench
+    from workers.cli.common import console, fail
+    from workers.settings import get_settings
+
+    if not flaky_port_free():
+        fail(f"the flaky upstream's port is in use (set {FLAKY_PORT_ENV} and the exchange_rate manifest's URL to a free one)")
+    result = run_evolution_bench(get_settings(), progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    table = Table(title=f"evolution bench: {result.tools} broken tools, {result.calls} calls")
+    for col in ("tool", "failed before", "fixed after", "evolution", "mutation", "s", "parent/evolved ok"):
+        table.add_column(col, justify="right" if col in ("failed before", "fixed after", "s") else "left")
+    for t in result.per_tool:
+        checked = f"{t.parent_successes}/{t.evolved_successes}" if t.evolved_successes is not None else ""
+        table.add_row(t.name, str(t.failed_before), str(t.fixed), f"{t.evolution_status or '-'} {t.version or ''}",
+                      (t.mutation or t.message or "")[:48], f"{t.evolve_s:.1f}" if t.evolve_s is not None else "", checked)
+    console.print(table)
+    console.print(f"broken {result.broken}, fixed {result.fixed}, false promotions {result.false_promotions}, "
+                  f"rollbacks {result.rollbacks}, unfixable reported {result.unfixable_reported}/{result.unfixable_tools}, "
+                  f"mean evolve {result.mean_evolve_s}s")
+    write_json(json_path, result)
+
+
+# --------------------------------------------------------------------------------------- chaos
+@app.command()
+def chaos(
+    calls: Annotated[int, typer.Option("--calls", "-n", min=20, help="Calls in the stream, split evenly over the five phases.")] = 120,
+    nap_ms: Annotated[int, typer.Option(min=0, help="How long each call's tool runs (attempts must be running when a worker dies).")] = 150,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.")] = None,
+) -> None:
+    """Calls streamed while an execution worker is killed, Redis restarts and the vector store is down.
+
+    Starts a private Redis (append-only file) and the memory and executor workers, then audits every
+    call's result and the stores: lost calls, effects applied twice and effects missing (all target
+    0), and how long the workers took to serve again after the Redis restart. Exit code 1 when a
+    call was lost or an effect applied twice or not at all."""
+    from rich.table import Table
+
+    from workers.bench.chaos import run_chaos
+    from workers.cli.common import console
+    from workers.settings import get_settings
+
+    result = run_chaos(get_settings(), calls, nap_ms, progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    table = Table(title=f"chaos: {result.calls} calls in {result.elapsed_s:.0f} s")
+    for col in ("phase", "calls", "completed", "failed with result", "lost", "degraded"):
+        table.add_column(col, justify="left" if col == "phase" else "right")
+    for p in result.phases:
+        table.add_row(p.name, str(p.calls), str(p.completed), str(p.failed_with_result), str(p.lost), str(p.degraded))
+    console.print(table)
+    bad = result.lost or result.double_applied or result.effects_missing
+    color = "red" if bad else "green"
+    console.print(f"[{color}]lost {result.lost}, double applied {result.double_applied}, effects missing "
+                  f"{result.effects_missing}[/{color}]; recovery after the Redis restart {result.recovery_s:.2f} s; "
+                  f"quality {result.quality_stored:.4f} (expected {result.quality_expected:.4f})")
+    write_json(json_path, result)
+

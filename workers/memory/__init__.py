@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from selection.ports import VectorMemory
 from workers.memory.common import VectorMemoryUnavailable
-from workers.settings import Settings
+from workers.settings import Settings, redact_url
 
 __all__ = ["VectorMemoryUnavailable", "open_vector_memory"]
 
@@ -41,5 +41,5 @@ def _construct(settings: Settings, dim: int) -> VectorMemory:
 
 def _describe(settings: Settings) -> str:
     if settings.qdrant_url:
-        return f"the Qdrant server at {settings.qdrant_url} (FITTEST_QDRANT_URL)"
+        return f"the Qdrant server at {redact_url(settings.qdrant_url)} (FITTEST_QDRANT_URL)"
     return f"Qdrant Edge under {settings.data_dir / 'qdrant'} (FITTEST_DATA_DIR; FITTEST_QDRANT_URL selects a server)"

@@ -17,6 +17,7 @@ from selection.models import FailureClass
 from workers.runners.base import RunLimits, RunOutcome, encode_input
 from workers.runners.executable import run_executable
 from workers.runners.http import run_http
+from workers.runners.isolated import is_isolated, run_python_isolated
 from workers.runners.python import run_python
 
 Runner = Callable[..., RunOutcome]
@@ -35,7 +36,7 @@ def run_tool(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float,
 
     The tool gets its own copy of the input (a python tool that mutates it cannot change what
     the call replays to the next candidate); an input that is not JSON is bad_input before any
-    tool runs.
+    tool runs. An evolved python version runs in a limited subprocess (workers/runners/isolated.py).
     """
     started = time.perf_counter()
     try:
@@ -43,6 +44,7 @@ def run_tool(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float,
     except (TypeError, ValueError) as exc:
         outcome = RunOutcome.fail(FailureClass.bad_input, f"input is not JSON-serialisable: {exc}")
     else:
-        outcome = RUNNERS[manifest.implementation.kind](manifest, own_input, timeout_s=timeout_s, limits=limits)
+        runner = run_python_isolated if is_isolated(manifest) else RUNNERS[manifest.implementation.kind]
+        outcome = runner(manifest, own_input, timeout_s=timeout_s, limits=limits)
     outcome.elapsed_ms = (time.perf_counter() - started) * 1000.0
     return outcome

@@ -26,8 +26,9 @@ Isolation, and why each part is there:
   (`docker run --init`, tini).
 
 Exit status convention: 0 with one JSON document on stdout is success; 65 (EX_DATAERR from
-sysexits.h) means "the input was bad" (bad_input); any other exit or a signal is a crash, except
-SIGXCPU (CPU limit) which is a timeout.
+sysexits.h) means "the input was bad" (bad_input); 69 (EX_UNAVAILABLE) means "something the tool
+needs could not be reached" (unavailable); any other exit or a signal is a crash, except SIGXCPU
+(CPU limit) which is a timeout.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from selection.models import FailureClass
 from workers.runners.base import RunLimits, RunOutcome, encode_input, judge_json_bytes, with_stderr
 
 EX_DATAERR = 65
+EX_UNAVAILABLE = 69
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 READ_CHUNK = 65536
@@ -255,6 +257,8 @@ def _classify_exit(returncode: int, ex: _Exchange, limits: RunLimits) -> RunOutc
         return outcome
     if returncode == EX_DATAERR:
         return RunOutcome.fail(FailureClass.bad_input, with_stderr(f"the tool refused its input (exit {EX_DATAERR})", stderr))
+    if returncode == EX_UNAVAILABLE:
+        return RunOutcome.fail(FailureClass.unavailable, with_stderr(f"the tool could not reach what it needs (exit {EX_UNAVAILABLE})", stderr))
     if returncode == -signal.SIGXCPU:
         return RunOutcome.fail(FailureClass.timeout, with_stderr(f"CPU time limit of {limits.cpu_s}s exceeded", stderr))
     if returncode < 0:

@@ -10,7 +10,8 @@ The call runs in a daemon thread so the attempt can have a hard timeout. Python 
 thread: on timeout the thread is abandoned and runs on until the function returns, its result
 discarded. An in-process tool also shares the worker's memory and has no resource limits, so a
 tool that can hang, loop or eat memory belongs in an `executable` manifest, whose process is
-limited and killed.
+limited and killed. Evolved versions never run here: fittest wrote their code, so they run in a
+limited subprocess (workers/runners/isolated.py).
 
 Exceptions map to failure classes by convention (see `examples/tools/README.md`):
 ValueError / TypeError / KeyError → bad_input; connection errors → unavailable; anything else →
@@ -22,22 +23,18 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import socket
 import sys
 import threading
-import traceback
-import urllib.error
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import httpx
-
 from selection.manifest import PythonImplementation, ToolManifest
 from selection.models import FailureClass
 from selection.registry import python_module_file
 from workers.runners.base import RunLimits, RunOutcome, judge_output
+from workers.runners.python_host import classify, describe
 
 ToolFunction = Callable[[dict[str, Any]], Any]
 
@@ -99,7 +96,7 @@ def load_function(manifest: ToolManifest) -> ToolFunction:
         except ModuleNotFoundError as exc:
             raise ToolLoadError(FailureClass.unavailable, f"module '{module_name}' not found: {exc}") from exc
         except Exception as exc:  # the tool's own code failed while importing
-            raise ToolLoadError(FailureClass.crash, f"importing '{module_name}' failed: {_describe(exc)}") from exc
+            raise ToolLoadError(FailureClass.crash, f"importing '{module_name}' failed: {describe(exc)}") from exc
         func = getattr(module, func_name, None)
         if not callable(func):
             raise ToolLoadError(FailureClass.crash, f"'{module_name}' has no function '{func_name}'")
@@ -107,30 +104,10 @@ def load_function(manifest: ToolManifest) -> ToolFunction:
         return func
 
 
-_UNAVAILABLE: tuple[type[BaseException], ...] = (
-    ConnectionError,
-    TimeoutError,  # a socket or upstream that did not answer in time
-    socket.gaierror,
-    httpx.TransportError,
-)
-
-
 def classify_exception(exc: BaseException) -> FailureClass:
-    """The failure class of an exception a tool raised (the convention in the module docstring)."""
-    if isinstance(exc, (ValueError, TypeError, KeyError)):
-        return FailureClass.bad_input
-    if isinstance(exc, _UNAVAILABLE):
-        return FailureClass.unavailable
-    if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError):
-        return FailureClass.unavailable  # urllib wraps refused / unresolvable connections
-    return FailureClass.crash
-
-
-def _describe(exc: BaseException) -> str:
-    """`Type: message` and the innermost frame, which is usually in the tool's own code."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-    return f"{type(exc).__name__}: {exc}{where}"
+    """The failure class of an exception a tool raised (the convention in the module docstring),
+    the same in this process as in an isolated one (workers/runners/python_host.py)."""
+    return FailureClass(classify(exc))
 
 
 def run_python(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float, limits: RunLimits) -> RunOutcome:
@@ -157,5 +134,5 @@ def run_python(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: floa
         return RunOutcome.fail(box["load_error"].error_class, str(box["load_error"]))
     if "error" in box:
         exc = box["error"]
-        return RunOutcome.fail(classify_exception(exc), _describe(exc))
+        return RunOutcome.fail(classify_exception(exc), describe(exc))
     return judge_output(box.get("value"), limits.output_limit_bytes)

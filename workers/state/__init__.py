@@ -17,7 +17,7 @@ __all__ = ["RedisStateStore", "open_state_store", "redis_client"]
 SOCKET_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 5.0
 HEALTH_CHECK_INTERVAL_S = 30
-RETRIES = 5
+RETRIES = 20  # ~30 s of backoff: a Redis restart is ridden out, not turned into failed calls
 
 
 def redis_client(settings: Settings, **overrides) -> Redis:
@@ -25,9 +25,10 @@ def redis_client(settings: Settings, **overrides) -> Redis:
 
     The URL carries the scheme (`redis://`, `rediss://` for TLS, `unix://`), the credentials
     (`redis://user:password@host:port/db`) and any redis-py option as a query parameter
-    (`?ssl_cert_reqs=none`), which wins over the defaults here. Connection and timeout errors are
-    retried with exponential backoff (50 ms doubling, at most 2 s, 5 times); idle pooled
-    connections are checked with PING after 30 s. `overrides` go to `redis.Redis.from_url`.
+    (`?ssl_cert_reqs=none`), which wins over the defaults here; a rediss:// URL gets the
+    FITTEST_REDIS_TLS_* files. Connection and timeout errors are retried with exponential backoff
+    (50 ms doubling, at most 2 s, 20 times: about 30 s); idle pooled connections are checked with
+    PING after 30 s. `overrides` go to `redis.Redis.from_url`.
     """
     options: dict = {
         "socket_timeout": SOCKET_TIMEOUT_S,
@@ -36,6 +37,7 @@ def redis_client(settings: Settings, **overrides) -> Redis:
         "retry": Retry(ExponentialBackoff(cap=2.0, base=0.05), RETRIES),
         "retry_on_error": [RedisConnectionError, RedisTimeoutError],
         "client_name": "fittest",
+        **settings.redis_tls(),
     }
     options.update(overrides)
     return Redis.from_url(settings.redis_url, **options)

@@ -142,12 +142,27 @@ class RedisStateStore:
         pipe = self.client.pipeline(transaction=False)
         for key in keys:
             pipe.hmget(self._k("tool", key), "quality_bp", "successes", "failures")
-        out: dict[str, ToolStats] = {}
-        for key, (q, s, f) in zip(keys, pipe.execute()):
-            out[key] = ToolStats(
-                quality=bp_to_quality(_int(q, FULL_QUALITY_BP)), successes=_int(s), failures=_int(f)
-            )
-        return out
+        return self._parse_stats(keys, pipe.execute())
+
+    @staticmethod
+    def _parse_stats(keys: list[str], rows: list[Any]) -> dict[str, ToolStats]:
+        return {
+            key: ToolStats(quality=bp_to_quality(_int(q, FULL_QUALITY_BP)), successes=_int(s), failures=_int(f))
+            for key, (q, s, f) in zip(keys, rows)
+        }
+
+    def stats_and_breakers(self, keys: Sequence[str]) -> tuple[dict[str, ToolStats], dict[str, BreakerState]]:
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            return {}, {}
+        flat = self.scripts["stats_and_breakers"](
+            keys=[self._k("tool", k) for k in keys] + [self._k("breaker", k) for k in keys], args=[]
+        )
+        n = len(keys)
+        values = [None if v is None else _text(v) for v in flat[1 : 3 * n + 1]]  # Lua false -> None
+        rows = [values[3 * i : 3 * i + 3] for i in range(n)]
+        opens = [None if v is None else _text(v) for v in flat[3 * n + 1 :]]
+        return self._parse_stats(keys, rows), self._breakers_at(int(flat[0]), keys, opens)
 
     def set_quality(self, key: str, quality: float) -> None:
         bp = quality_to_bp(quality)
@@ -180,12 +195,29 @@ class RedisStateStore:
         raw = self.client.get(self._k("promotion", namespace))
         return None if raw is None else Promotion.model_validate_json(raw)
 
+    def promotions(self, namespaces: Sequence[str]) -> dict[str, Promotion | None]:
+        names = list(dict.fromkeys(namespaces))
+        if not names:
+            return {}
+        raws = self.client.mget([self._k("promotion", ns) for ns in names])
+        return {ns: None if raw is None else Promotion.model_validate_json(raw) for ns, raw in zip(names, raws)}
+
     def promote(self, promotion: Promotion) -> None:
         ns = promotion.namespace
         self.scripts["promote"](
             keys=[self._k("promotion", ns), self._k("promotions", ns), self._state_key],
             args=[promotion.model_dump_json(), self.promotion_history_limit],
         )
+
+    def promote_if(self, promotion: Promotion, expect_version: str, expect_status: Sequence[str]) -> bool:
+        if not expect_status or any("," in s for s in expect_status):
+            raise ValueError(f"expected statuses must be non-empty words, got {list(expect_status)!r}")
+        ns = promotion.namespace
+        changed = self.scripts["promote_if"](
+            keys=[self._k("promotion", ns), self._k("promotions", ns), self._state_key],
+            args=[expect_version, ",".join(expect_status), promotion.model_dump_json(), self.promotion_history_limit],
+        )
+        return bool(changed)
 
     def promotion_history(self, namespace: str) -> list[Promotion]:
         return [Promotion.model_validate_json(raw) for raw in self.client.lrange(self._k("promotions", namespace), 0, -1)]
@@ -220,26 +252,33 @@ class RedisStateStore:
     # Circuit breakers -------------------------------------------------------------------------
 
     def breaker_record(self, key: str, success: bool, threshold: int, cooldown_s: float) -> BreakerState:
+        return _text(self._breaker_script(self.client, key, success, threshold, cooldown_s))  # type: ignore[return-value]
+
+    def _breaker_script(self, client: Any, key: str, success: bool, threshold: int, cooldown_s: float) -> Any:
+        """Run (or queue on a pipeline) breaker_record.lua."""
         if threshold < 1:
             raise ValueError("threshold must be at least 1")
         if not math.isfinite(cooldown_s) or cooldown_s < 0:
             raise ValueError("cooldown_s must be a finite number >= 0")
-        state = self.scripts["breaker_record"](
+        return self.scripts["breaker_record"](
             keys=[self._k("breaker", key), self._state_key],
             args=["1" if success else "0", int(threshold), round(cooldown_s * 1000)],
+            client=client,
         )
-        return _text(state)  # type: ignore[return-value]
 
     def breaker_states(self, keys: Sequence[str]) -> dict[str, BreakerState]:
         keys = list(dict.fromkeys(keys))
         if not keys:
             return {}
         pipe = self.client.pipeline(transaction=False)
-        pipe.time()
+        pipe.time()  # the Redis server's clock, which breaker_record.lua also uses
         for key in keys:
             pipe.hget(self._k("breaker", key), "open_until")
         (seconds, micros), *opens = pipe.execute()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        return self._breakers_at(int(seconds) * 1000 + int(micros) // 1000, keys, opens)
+
+    @staticmethod
+    def _breakers_at(now_ms: int, keys: list[str], opens: list[Any]) -> dict[str, BreakerState]:
         out: dict[str, BreakerState] = {}
         for key, open_until in zip(keys, opens):
             if open_until is None:
@@ -251,15 +290,27 @@ class RedisStateStore:
     # Durations --------------------------------------------------------------------------------
 
     def record_duration(self, key: str, ms: float, keep: int = 50) -> None:
+        pipe = self.client.pipeline(transaction=True)
+        self._queue_duration(pipe, key, ms, keep)
+        pipe.execute()
+
+    def _queue_duration(self, pipe: Any, key: str, ms: float, keep: int) -> None:
         if not math.isfinite(ms) or ms < 0:
             raise ValueError(f"duration must be a finite number >= 0, got {ms!r}")
         if keep < 1:
             raise ValueError("keep must be at least 1")
         name = self._k("durations", key)
-        pipe = self.client.pipeline(transaction=True)
         pipe.rpush(name, repr(float(ms)))
         pipe.ltrim(name, -keep, -1)
-        pipe.execute()
+
+    def record_run(self, key: str, ms: float, success: bool | None, threshold: int, cooldown_s: float,
+                   keep: int = 50) -> BreakerState | None:
+        pipe = self.client.pipeline(transaction=True)
+        self._queue_duration(pipe, key, ms, keep)
+        if success is not None:
+            self._breaker_script(pipe, key, success, threshold, cooldown_s)
+        results = pipe.execute()
+        return None if success is None else _text(results[-1])  # type: ignore[return-value]
 
     def durations(self, keys: Sequence[str]) -> dict[str, list[float]]:
         keys = list(dict.fromkeys(keys))

@@ -1,3 +1,3 @@
 """Celery tasks, one module per queue. Importing this package registers every `fittest.*` task."""
 
-from workers.tasks import evolution, execution, feedback, selection  # noqa: F401
+from workers.tasks import evolution, execution, feedback, learning, selection  # noqa: F401

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from pydantic import ValidationError
 
-from selection.models import CallResult
+from selection.models import CALL_ID_PATTERN, CallRequest, CallResult
+
+CALL_ID = re.compile(CALL_ID_PATTERN)
 
 
-def invalid_result(exc: ValidationError, call_id: str = "") -> dict[str, Any]:
+def invalid_result(exc: ValidationError | list[dict[str, str]], call_id: str = "") -> dict[str, Any]:
     """A bad payload ends the call with a result naming every bad field; the worker stays up."""
-    errors = [
+    errors = exc if isinstance(exc, list) else [
         {"field": ".".join(str(p) for p in e["loc"]) or "(payload)", "message": e["msg"], "type": e["type"]}
         for e in exc.errors(include_url=False, include_input=False)
     ]
@@ -22,3 +26,23 @@ def invalid_result(exc: ValidationError, call_id: str = "") -> dict[str, Any]:
         errors=errors,
         message=f"invalid payload: {fields}",
     ).model_dump(mode="json")
+
+
+def oversized(request: CallRequest, limit_bytes: int) -> dict[str, Any] | None:
+    """The invalid result of a call whose input or context is larger than FITTEST_INPUT_LIMIT_BYTES
+    as UTF-8 JSON (what a tool would receive), or None when both fit."""
+    errors = []
+    for field in ("input", "context"):
+        size = len(json.dumps(getattr(request, field), ensure_ascii=False).encode("utf-8"))
+        if size > limit_bytes:
+            errors.append({"field": field, "type": "too_large",
+                           "message": f"{field} is {size:,} bytes of JSON; the limit is {limit_bytes:,} (FITTEST_INPUT_LIMIT_BYTES)"})
+    return invalid_result(errors, request.call_id) if errors else None
+
+
+def result_call_id(payload: dict[str, Any], task_id: str | None) -> str:
+    """The id an invalid call's result carries: the caller's call_id when it is one, else the task id."""
+    given = payload.get("call_id")
+    if isinstance(given, str) and CALL_ID.fullmatch(given):
+        return given
+    return task_id or ""

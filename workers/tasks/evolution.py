@@ -1,19 +1,99 @@
-"""The `evolution` queue: make, verify and promote a new version when every candidate failed."""
+"""Evolution's tasks: prepare the job where the memory is, evolve where the sandbox is, and hand the
+call back to selection when a verified version is on trial.
+
+    execute (every candidate failed)
+      → replace with prepare_evolution(plan)    selection queue: the memory worker gathers evidence
+      → replace with evolve(job)                evolution queue: mutate, verify, promote on trial
+      → replace with resilient_tool_call(request, after_evolution=True)   the new version first
+        or end the call as failed, with the evolution's report
+
+`fittest evolve NAME` sends prepare_evolution with a namespace; quality-triggered evolutions
+are sent straight to evolve by the feedback worker (workers/evolution_memory.py).
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import Task
 
-from selection.models import CallPlan
+from evolution.models import EvolutionJob, EvolutionRecord, EvolutionReport
+from selection.models import CallPlan, CallResult
 from workers.app import app
-from workers.tasks.execution import finish
+from workers.evolution_memory import EvolutionUnavailable, build_job
+from workers.evolver import Evolver
+from workers.runtime import runtime
+from workers.settings import get_settings
+from workers.tasks.execution import finish, send_outcome
+
+log = logging.getLogger("fittest.evolution")
+
+# A hard stop above the evolution budget: the last candidate's three stages may run past it.
+EVOLVE_TIME_LIMIT_S = int(get_settings().evolution_budget_s) + 600
+
+_evolver: Evolver | None = None
 
 
-@app.task(bind=True, name="fittest.evolve")
-def evolve(self: Task, plan_data: dict[str, Any]) -> Any:
-    plan = CallPlan.model_validate(plan_data)
+def _publish(record: EvolutionRecord) -> None:
+    from workers.tasks.feedback import record_evolution
+
+    record_evolution.apply_async(args=[record.model_dump(mode="json")])
+
+
+def evolver() -> Evolver:
+    """This process's evolver (mutators are loaded once)."""
+    global _evolver
+    if _evolver is None:
+        rt = runtime()
+        _evolver = Evolver(rt.settings, rt.state, rt.evolution, _publish)
+    return _evolver
+
+
+def _end_call(plan: CallPlan, report: dict[str, Any]) -> dict[str, Any]:
     plan.evolved = True
-    plan.evolution_report = {"status": "unavailable", "reason": "no mutator produced a verified version"}
-    return finish(plan, "failed", message=f"all {len(plan.attempts)} attempts failed; evolution found no fix")
+    plan.evolution_report = report
+    return finish(plan, "failed", message=f"all {len(plan.attempts)} attempts failed; evolution: {report.get('message', '')}")
+
+
+@app.task(bind=True, name="fittest.prepare_evolution")
+def prepare_evolution(
+    self: Task, plan_data: dict[str, Any] | None = None, namespace: str | None = None,
+    version: str | None = None, reason: str = "",
+) -> Any:
+    """Gather what memory knows about the failure and hand the job to the evolution queue."""
+    plan = CallPlan.model_validate(plan_data) if plan_data is not None else None
+    try:
+        job = build_job(runtime(), "call" if plan else "manual", plan=plan, namespace=namespace, version=version, reason=reason)
+    except Exception as exc:  # a call must end with a result even when memory fails here
+        if not isinstance(exc, EvolutionUnavailable):
+            log.exception("preparing an evolution failed")
+        message = f"evolution could not be prepared: {exc}"
+        if plan is not None:
+            return _end_call(plan, {"status": "no_fix", "message": message})
+        return {"status": "no_fix", "namespace": namespace, "message": message}
+    return self.replace(evolve.si(job.model_dump(mode="json")))
+
+
+@app.task(bind=True, name="fittest.evolve", time_limit=EVOLVE_TIME_LIMIT_S)
+def evolve(self: Task, job_data: dict[str, Any]) -> Any:
+    """Make, verify and promote a new version; a call whose job this is is retried or ended."""
+    job = EvolutionJob.model_validate(job_data)
+    try:
+        report = evolver().run(job)
+    except Exception as exc:  # the call still gets a result; the worker keeps serving
+        log.exception("evolution of %s failed", job.parent_key)
+        report = EvolutionReport(job_id=job.job_id, namespace=job.namespace, trigger=job.trigger, status="no_fix",
+                                 parent=job.parent_key, message=f"evolution failed: {type(exc).__name__}: {exc}")
+    data = report.model_dump(mode="json")
+    plan = job.plan
+    if plan is None:
+        return data
+    data["failed_attempts"] = [a.model_dump(mode="json") for a in CallResult.from_plan(plan, "failed").attempts]
+    if report.status not in ("evolved", "reused"):
+        return _end_call(plan, data)
+    send_outcome(plan)  # the first round's attempts are learned from like any others
+    from workers.tasks.selection import resilient_tool_call
+
+    request = plan.request.model_copy(update={"after_evolution": True})
+    return self.replace(resilient_tool_call.si(**request.model_dump(mode="json"), evolution_report=data))

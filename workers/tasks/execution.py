@@ -21,13 +21,13 @@ from workers.runtime import runtime
 
 log = logging.getLogger("fittest.attempt")
 
-BREAKER_THRESHOLD = 5  # consecutive failures that open a tool version's breaker
-BREAKER_COOLDOWN_S = 60.0
 
 
 def attempt_id(plan: CallPlan, index: int) -> str:
-    """Stable across redeliveries of the same attempt, so its effects apply once."""
-    return f"{plan.request.call_id}:{index}"
+    """Stable across redeliveries of the same attempt, so its effects apply once; the retry of a
+    call after its evolution numbers its attempts apart (`e0`, `e1`, ...)."""
+    round_ = "e" if plan.request.after_evolution else ""
+    return f"{plan.request.call_id}:{round_}{index}"
 
 
 def run_attempt(plan: CallPlan, index: int) -> ToolExecutionResult:
@@ -51,9 +51,11 @@ def run_attempt(plan: CallPlan, index: int) -> ToolExecutionResult:
         complexity=float(plan.features.get("complexity", 0.0) or 0.0),
         metadata={"attempt": index, "timeout_s": round(timeout_s, 3), "policy": plan.policy},
     )
-    rt.state.record_duration(candidate.key, outcome.elapsed_ms)
-    if outcome.error_class is not FailureClass.bad_input:  # the caller's fault is not the tool's
-        rt.state.breaker_record(candidate.key, outcome.success, BREAKER_THRESHOLD, BREAKER_COOLDOWN_S)
+    # The caller's fault is not the tool's; a redelivered attempt feeds the breaker once.
+    feeds_breaker = outcome.error_class is not FailureClass.bad_input and rt.state.once("breaker", result.attempt_id)
+    rt.state.record_run(candidate.key, outcome.elapsed_ms, outcome.success if feeds_breaker else None,
+                        settings.breaker_threshold, settings.breaker_cooldown_s)
+    rt.metrics.attempt(result, quality=candidate.breakdown.quality)
     log.info(
         "attempt",
         extra={
@@ -65,6 +67,8 @@ def run_attempt(plan: CallPlan, index: int) -> ToolExecutionResult:
             "outcome": "success" if result.success else "failure",
             "error_class": result.error_class.value if result.error_class else None,
             "execution_time_ms": round(result.execution_time_ms, 2),
+            "policy": plan.policy,
+            "probability": candidate.probability,  # with which the policy put this candidate in this place
         },
     )
     return result
@@ -73,14 +77,7 @@ def run_attempt(plan: CallPlan, index: int) -> ToolExecutionResult:
 def send_outcome(plan: CallPlan) -> None:
     from workers.tasks.feedback import record_outcome
 
-    record = OutcomeRecord(
-        call_id=plan.request.call_id,
-        scenario=plan.request.scenario,
-        features=plan.features,
-        attempts=plan.attempts,
-        policy=plan.policy,
-        probabilities={c.key: c.probability for c in plan.candidates},
-    )
+    record = OutcomeRecord.from_plan(plan)
     record_outcome.apply_async(args=[record.model_dump(mode="json")], priority=PRIORITY_LOW)
 
 
@@ -97,13 +94,16 @@ def send_failure(plan: CallPlan, result: ToolExecutionResult) -> None:
         error_message=result.error_message or "",
         input=plan.request.input,
         features=plan.features,
+        targeted=plan.request.namespace == result.tool or (not plan.request.namespace and result.metadata.get("attempt") == 0),
     )
     mark_failure.apply_async(args=[mark.model_dump(mode="json")], priority=PRIORITY_HIGH)
 
 
 def finish(plan: CallPlan, status: str, message: str = "") -> dict[str, Any]:
     send_outcome(plan)
-    return CallResult.from_plan(plan, status, message=message).model_dump(mode="json")  # type: ignore[arg-type]
+    result = CallResult.from_plan(plan, status, message=message)  # type: ignore[arg-type]
+    runtime().metrics.call(result.status, len(result.attempts), result.elapsed_ms, result.tool)
+    return result.model_dump(mode="json")
 
 
 @app.task(bind=True, name="fittest.execute")
@@ -123,7 +123,7 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
         return self.replace(execute.si(plan.model_dump(mode="json"), index + 1))
     settings = runtime().settings
     if settings.evolution_enabled and not plan.request.after_evolution and not plan.evolved:
-        from workers.tasks.evolution import evolve
+        from workers.tasks.evolution import prepare_evolution
 
-        return self.replace(evolve.si(plan.model_dump(mode="json")))
+        return self.replace(prepare_evolution.si(plan.model_dump(mode="json")))
     return finish(plan, "failed", message=f"every candidate failed ({len(plan.attempts)} attempts)")

@@ -2,21 +2,81 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from evolution.models import EvolutionJob, EvolutionRecord
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from selection.models import FailureMark, OutcomeRecord
 from workers.app import app
+from workers.evolution_memory import apply_evolution_record, maybe_evolve_for_quality
 from workers.outcomes import apply_failure, apply_outcome
+from workers.feedback_store import feedback_report, feedback_score, record_tool_feedback
 from workers.runtime import runtime
+from workers.tasks.common import invalid_result
+
+
+def _send_evolution(job: EvolutionJob) -> None:
+    from workers.tasks.evolution import evolve
+
+    evolve.apply_async(args=[job.model_dump(mode="json")])
 
 
 @app.task(name="fittest.mark_failure")
 def mark_failure(mark_data: dict[str, Any]) -> dict[str, Any]:
-    """Demote the version that failed and remember the failure (once per attempt)."""
-    return apply_failure(runtime(), FailureMark.model_validate(mark_data)).model_dump()
+    """Demote the version that failed and remember the failure (once per attempt); evolve a served
+    version whose quality fell below the threshold (at most once per namespace per cool-down)."""
+    rt = runtime()
+    mark = FailureMark.model_validate(mark_data)
+    applied = apply_failure(rt, mark)
+    maybe_evolve_for_quality(rt, mark, applied, send=_send_evolution)
+    return applied.model_dump()
 
 
 @app.task(name="fittest.record_outcome")
 def record_outcome(record_data: dict[str, Any]) -> dict[str, Any]:
     """Learn from a finished call: successes, feedback and the learner's record (once per attempt)."""
-    return apply_outcome(runtime(), OutcomeRecord.model_validate(record_data))
+    from workers.tasks.learning import send_learn
+
+    return apply_outcome(runtime(), OutcomeRecord.model_validate(record_data), learn=send_learn)
+
+
+class FeedbackRequest(BaseModel):
+    """Keyword arguments of `fittest.record_feedback`: a person's judgement of a tool."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str = Field(min_length=1, max_length=64)
+    sentiment: Literal["positive", "negative"]
+    version: str | None = None  # default: the version the namespace serves now
+    scenario: str | None = Field(None, max_length=4000)  # default: about the tool in general
+    reason: str = Field("", max_length=500)
+    quality: float = Field(1.0, ge=0.0, le=1.0)
+
+
+@app.task(name="fittest.record_feedback")
+def record_feedback(**kwargs: Any) -> dict[str, Any]:
+    """Store a person's positive or negative feedback on the exact version of a tool."""
+    try:
+        req = FeedbackRequest.model_validate(kwargs)
+    except ValidationError as exc:
+        return {"status": "invalid", "errors": invalid_result(exc)["errors"]}
+    rt = runtime()
+    try:
+        record = record_tool_feedback(rt, req.tool, req.version, req.scenario, req.sentiment, req.reason, req.quality)
+    except LookupError as exc:
+        return {"status": "invalid", "errors": [{"field": "tool", "message": str(exc)}]}
+    score = feedback_score(rt, record.tool, record.version, record.scenario)
+    return {"status": "recorded", "feedback": record.model_dump(mode="json"), "score_now": round(score, 2)}
+
+
+@app.task(name="fittest.feedback_report")
+def feedback_report_task(tool: str, limit: int = 50) -> dict[str, Any]:
+    """A tool's feedback entries (newest first) and their trend per day."""
+    return feedback_report(runtime(), tool, limit).model_dump(mode="json")
+
+
+@app.task(name="fittest.record_evolution")
+def record_evolution(record_data: dict[str, Any]) -> dict[str, Any]:
+    """Serve an evolved version from now on and store the evolution patterns (failed ones included)."""
+    return apply_evolution_record(runtime(), EvolutionRecord.model_validate(record_data))

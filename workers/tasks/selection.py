@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from selection.models import CallPlan, CallRequest, CallResult
 from workers.app import app
 from workers.runtime import runtime
-from workers.tasks.common import invalid_result
+from workers.tasks.common import invalid_result, oversized, result_call_id
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +26,14 @@ def _payload(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ..
     return {**dict(zip(names, args)), **kwargs}
 
 
-def start_call(task: Task, request: CallRequest) -> Any:
+def start_call(task: Task, request: CallRequest, evolution_report: dict[str, Any] | None = None) -> Any:
     """Rank the candidates and replace this task with the first attempt (or end the call)."""
     from workers.tasks.execution import execute
 
     plan = runtime().selector.plan(request)
+    if evolution_report is not None:  # the retry of a call after its evolution reports it
+        plan.evolved, plan.evolution_report = True, evolution_report
+    runtime().metrics.selection(plan.policy, found=bool(plan.candidates))
     if not plan.candidates:
         return CallResult.from_plan(
             plan, "no_candidates", message="no tool matches this scenario, namespace and tags"
@@ -40,15 +43,20 @@ def start_call(task: Task, request: CallRequest) -> Any:
 
 @app.task(bind=True, name="fittest.resilient_tool_call")
 def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
-    """Run the fittest tool for `scenario` on `input`, falling back and evolving as needed."""
+    """Run the fittest tool for `scenario` on `input`, falling back and evolving as needed.
+
+    `evolution_report` is passed by fittest itself when it retries a call after evolving."""
+    evolution_report = kwargs.pop("evolution_report", None)
     payload = _payload(args, kwargs, CALL_ARGS)
     try:
         request = CallRequest.model_validate(payload)
     except ValidationError as exc:
-        return invalid_result(exc, str(payload.get("call_id") or self.request.id or ""))
+        return invalid_result(exc, result_call_id(payload, self.request.id))
     if not kwargs.get("call_id") and self.request.id:
         request = request.model_copy(update={"call_id": self.request.id})
-    return start_call(self, request)
+    if (too_large := oversized(request, runtime().settings.input_limit_bytes)) is not None:
+        return too_large
+    return start_call(self, request, evolution_report if isinstance(evolution_report, dict) else None)
 
 
 @app.task(bind=True, name="fittest.call_tool")
@@ -65,6 +73,8 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
         )
     except ValidationError as exc:
         return invalid_result(exc, str(self.request.id or ""))
+    if (too_large := oversized(request, runtime().settings.input_limit_bytes)) is not None:
+        return too_large
     if original is None:
         return CallResult(
             call_id=request.call_id, status="no_candidates", message=f"no tool named '{name}'"

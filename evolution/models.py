@@ -1,0 +1,209 @@
+"""What evolution works on and what it leaves behind: the job, the evidence, candidates, the stage
+results kept with each candidate, the report, and the changelog entry.
+
+The job is a Celery payload: everything the evolution worker needs from the vector memory is in it
+(the worker never opens the embedder or the embedded store), and what evolution learns goes back
+to the memory side as an `EvolutionRecord`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from selection.manifest import ToolManifest
+from selection.models import CallPlan, FailureClass, new_id
+
+Trigger = Literal["call", "quality", "manual"]
+Stage = Literal["static", "tests", "replay"]
+KEPT_INPUT_BYTES = 16_384  # inputs larger than this are not kept for replay
+
+
+def bounded_input(value: dict[str, Any], limit: int = KEPT_INPUT_BYTES) -> dict[str, Any] | None:
+    """The input when its JSON is small enough to keep and replay, else None."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return value if len(text.encode("utf-8")) <= limit else None
+
+
+def shape_of(value: Any) -> str:
+    """The shape an output must keep under a new version: its JSON type, and an object's keys."""
+    if isinstance(value, dict):
+        return "object:" + ",".join(sorted(str(k) for k in value))
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "null"
+
+
+class FailedRun(BaseModel):
+    """A failure a candidate must fix: its input is replayed in stage 3 and must succeed."""
+
+    version: str
+    input: dict[str, Any]
+    error_class: FailureClass
+    error_message: str = ""
+    scenario: str = ""
+
+
+class PastFailure(BaseModel):
+    """A failure of this namespace remembered in the vector memory, similar to the current one."""
+
+    version: str
+    scenario: str
+    error_class: FailureClass
+    message: str = ""
+    similarity: float = 0.0
+
+
+class FailedMutation(BaseModel):
+    """A mutation that failed verification before, for a reason similar to the current failure."""
+
+    mutator: str
+    mutation: str
+    reason: str = ""
+    similarity: float = 0.0
+
+
+class SuccessfulRun(BaseModel):
+    """A recent success of the parent: a scenario for the description, an input for replay."""
+
+    scenario: str
+    input: dict[str, Any] | None = None  # None when it was too large to keep
+    shape: str = ""  # shape_of(the parent's output)
+
+
+class Evidence(BaseModel):
+    failures: list[FailedRun] = Field(default_factory=list)
+    similar_failures: list[PastFailure] = Field(default_factory=list)
+    failed_mutations: list[FailedMutation] = Field(default_factory=list)
+    successes: list[SuccessfulRun] = Field(default_factory=list)
+
+    def classes(self) -> list[FailureClass]:
+        """The failure classes seen, most frequent first (the current failures count double)."""
+        counts: Counter[FailureClass] = Counter()
+        for f in self.failures:
+            counts[f.error_class] += 2
+        for p in self.similar_failures:
+            counts[p.error_class] += 1
+        return [c for c, _ in counts.most_common()]
+
+    def dominant_class(self) -> FailureClass | None:
+        classes = self.classes()
+        return classes[0] if classes else None
+
+    def failed_before(self, mutator: str, mutation: str, threshold: float) -> FailedMutation | None:
+        """The earlier failure of this exact mutation for a similar reason, if any."""
+        return next(
+            (m for m in self.failed_mutations if m.mutator == mutator and m.mutation == mutation and m.similarity >= threshold),
+            None,
+        )
+
+
+class EvolutionJob(BaseModel):
+    """Payload of `fittest.evolve`: which version to improve, why, and what memory knows about it."""
+
+    job_id: str = Field(default_factory=new_id)
+    namespace: str
+    parent_version: str
+    served_version: str | None = None  # served when the job was prepared (a later change means someone else evolved it)
+    trigger: Trigger
+    reason: str = ""
+    pattern: str = ""  # the failure in words: what the evolution pattern vector is made of
+    evidence: Evidence = Field(default_factory=Evidence)
+    plan: CallPlan | None = None  # the call to retry after a successful evolution
+    created_at: float = Field(default_factory=time.time)
+
+    @property
+    def parent_key(self) -> str:
+        return f"{self.namespace}@{self.parent_version}"
+
+
+class CandidateVersion(BaseModel):
+    """A proposed version: its manifest (without a tool directory yet) and every file of its folder."""
+
+    mutator: str
+    mutation: str  # one line: what changed, for people
+    manifest: ToolManifest
+    files: dict[str, bytes]
+    changes_behaviour: bool = True  # False: same code (a description); failing inputs are not replayed
+
+
+class StageResult(BaseModel):
+    stage: Stage
+    passed: bool
+    checked: int = 0
+    problems: list[str] = Field(default_factory=list)
+    elapsed_ms: float = 0.0
+
+
+class CandidateReport(BaseModel):
+    mutator: str
+    mutation: str
+    outcome: Literal["verified", "failed", "skipped"]
+    reason: str = ""
+    stages: list[StageResult] = Field(default_factory=list)
+
+
+EvolutionStatus = Literal["evolved", "no_fix", "locked", "reused", "disabled"]
+
+
+class EvolutionReport(BaseModel):
+    """What one evolution did; it travels in the call's result (`evolution`) and in the changelog."""
+
+    job_id: str
+    namespace: str
+    trigger: Trigger
+    status: EvolutionStatus
+    parent: str  # key of the version evolved from
+    version: str | None = None  # the version now on trial (or served, when reused)
+    mutation: str | None = None
+    candidates: list[CandidateReport] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)  # mutators that proposed nothing, and why
+    message: str = ""
+    elapsed_s: float = 0.0
+
+
+ChangelogEvent = Literal[
+    "verified", "failed", "skipped", "promoted", "activated", "rolled_back", "no_fix", "locked"
+]
+
+
+class ChangelogEntry(BaseModel):
+    """One line of a namespace's history: a candidate's verdict, a promotion, a rollback."""
+
+    namespace: str
+    event: ChangelogEvent
+    version: str | None = None
+    parent: str | None = None
+    mutator: str = ""
+    mutation: str = ""
+    reason: str = ""
+    stages: list[StageResult] = Field(default_factory=list)
+    trigger: str = ""
+    job_id: str = ""
+    by: Literal["fittest", "operator"] = "fittest"
+    elapsed_s: float | None = None
+    time: float = Field(default_factory=time.time)
+
+
+class EvolutionRecord(BaseModel):
+    """Payload of `fittest.record_evolution`: what the memory side stores after an evolution."""
+
+    job_id: str
+    namespace: str
+    pattern: str
+    candidates: list[CandidateReport]
+    promoted_version: str | None = None
+    manifest_path: str | None = None  # the new version's manifest, relative to the evolved directory

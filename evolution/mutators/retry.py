@@ -1,0 +1,37 @@
+"""unavailable → retries with jittered exponential backoff, in generated wrapper code.
+
+The retry policy is written into the evolved version's module (evolution/wrapper.py) where an
+operator can read it, and it runs with tenacity. Retries stop well inside the version's timeout,
+so a retried call still ends as a clean failure, not as a timeout.
+"""
+
+from __future__ import annotations
+
+from evolution.models import CandidateVersion
+from evolution.mutation import MutationContext, MutatorConfig, Proposal
+from evolution.wrapper import RetryPolicy, can_wrap, wrap
+from selection.models import FailureClass
+
+BUDGET_SHARE = 0.7  # of the timeout, for all attempts together
+ATTEMPTS = 5
+
+
+class RetryMutator:
+    name = "retry"
+    handles = frozenset({FailureClass.unavailable})
+    cost = 1
+
+    def __init__(self, config: MutatorConfig) -> None:
+        self.config = config
+
+    def propose(self, ctx: MutationContext) -> Proposal:
+        parent = ctx.parent.manifest
+        if not any(f.error_class is FailureClass.unavailable for f in ctx.evidence.failures):
+            return Proposal.none("no unavailable upstream among the failures to fix")
+        if not can_wrap(parent, retry=True):
+            return Proposal.none("an unavailable executable is a program that cannot start; retrying it does not help")
+        budget = round(max(0.2, parent.timeout_s * BUDGET_SHARE), 3)
+        policy = RetryPolicy(attempts=ATTEMPTS, multiplier_s=0.05, max_wait_s=round(min(1.0, budget / 4), 3), budget_s=budget)
+        mutation = policy.describe()
+        manifest, files = wrap(ctx.parent, ctx.version, mutation, retry=policy)
+        return Proposal(candidates=[CandidateVersion(mutator=self.name, mutation=mutation, manifest=manifest, files=files)])

@@ -1,0 +1,96 @@
+"""Trial and rollback rules: who serves a namespace while an evolved version proves itself.
+
+A promoted version starts `on_trial`: it serves `share` of the namespace's calls (chosen by a hash
+of the call id, so one call always lands on the same side, and a call retried after its own
+evolution always gets the new version) and the parent serves the rest. The outcomes of both
+during the trial decide:
+
+- activate once the version has K successes and a success rate no worse than the parent's;
+- roll back once it has K runs and a success rate more than TOLERANCE below the parent's, or 4K
+  runs without ever reaching the parent's rate: the parent is served again.
+
+The parent's rate is its rate during the trial when it has run at least `min_parent_runs` times
+there, else its rate over its whole history (which includes the failures that started the
+evolution).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from selection.models import Promotion
+
+TOLERANCE = 0.1
+Verdict = Literal["activate", "rollback", "continue"]
+
+
+class TrialCounts(BaseModel):
+    evolved_successes: int = 0
+    evolved_failures: int = 0
+    parent_successes: int = 0
+    parent_failures: int = 0
+
+
+class TrialRules(BaseModel):
+    successes: int = Field(5, ge=1)  # K
+    min_parent_runs: int = Field(3, ge=1)
+
+
+def _rate(successes: int, failures: int) -> float | None:
+    runs = successes + failures
+    return successes / runs if runs else None
+
+
+def parent_rate(counts: TrialCounts, history_successes: int, history_failures: int, rules: TrialRules) -> float:
+    if counts.parent_successes + counts.parent_failures >= rules.min_parent_runs:
+        return _rate(counts.parent_successes, counts.parent_failures) or 0.0
+    return _rate(history_successes, history_failures) or 0.0
+
+
+def decide(counts: TrialCounts, parent: float, rules: TrialRules) -> Verdict:
+    """The verdict on a trial, given the parent's success rate (`parent_rate`)."""
+    runs = counts.evolved_successes + counts.evolved_failures
+    rate = _rate(counts.evolved_successes, counts.evolved_failures)
+    if rate is None:
+        return "continue"
+    if counts.evolved_successes >= rules.successes and rate >= parent:
+        return "activate"
+    if runs >= rules.successes and rate < parent - TOLERANCE:
+        return "rollback"
+    if runs >= 4 * rules.successes and rate < parent:
+        return "rollback"
+    return "continue"
+
+
+def in_share(call_id: str, salt: str, share: float) -> bool:
+    """Whether a call falls into a `share` of traffic; the same call and salt always answer the same."""
+    digest = hashlib.sha1(f"{call_id}\0{salt}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < share
+
+
+def fallback_version(promotion: Promotion) -> str | None:
+    """What is served when the promoted version is not: its parent (None: the original)."""
+    parent = promotion.parent_version
+    return parent if parent is not None and parent != promotion.original_version else None
+
+
+def head_version(promotion: Promotion | None) -> str | None:
+    """The newest version a promotion stands for: the promoted one, or after a rollback the one it
+    fell back to (None: the original)."""
+    if promotion is None:
+        return None
+    return fallback_version(promotion) if promotion.status == "rolled_back" else promotion.evolved_version
+
+
+def served_version(promotion: Promotion | None, call_id: str, after_evolution: bool, share: float) -> str | None:
+    """The version of a namespace to serve this call first (None: the original)."""
+    if promotion is None:
+        return None
+    if promotion.status == "rolled_back":
+        return fallback_version(promotion)
+    if promotion.status == "active" or after_evolution or in_share(call_id, promotion.namespace, share):
+        return promotion.evolved_version
+    return fallback_version(promotion)

@@ -1,0 +1,145 @@
+"""The verification cascade: nothing is served before it passes all three stages.
+
+1. static: the manifest validates, its files stay in its folder, every python file compiles, a
+   python tool imports and has its function;
+2. tests: the tool's own test cases (`TestCase.check`);
+3. replay: the failing inputs that started the evolution must now succeed, and up to N recent
+   successful inputs of the parent must still succeed with an output of the same shape (the same
+   JSON type, and for an object the same keys).
+
+Each stage runs in its own subprocess with a hard timeout and the runner's limits (the `Sandbox`,
+implemented by workers/sandbox.py); a candidate that hangs is killed there and fails its stage. The
+first failed stage ends the cascade, and every stage's result is kept with the candidate.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+from evolution.models import Evidence, Stage, StageResult, shape_of
+from selection.manifest import ToolManifest
+from selection.models import FailureClass
+
+STARTUP_S = 10.0  # a stage's subprocess start-up (interpreter and imports), on a busy machine
+PER_RUN_SLACK = 1.5  # each run may take its timeout and a half before the stage is killed
+
+
+class RunResult(Protocol):
+    """One run of the candidate, as the sandbox reports it (workers.runners.RunOutcome fits)."""
+
+    success: bool
+    output: Any
+    error_class: FailureClass | None
+    error_message: str | None
+
+
+class StageRun(BaseModel):
+    """What a stage's subprocess returned: one result per input, or why the subprocess died."""
+
+    results: list[Any] = Field(default_factory=list)  # RunResult objects, in input order
+    died: str | None = None
+    elapsed_ms: float = 0.0
+
+
+class Sandbox(Protocol):
+    def static(self, manifest: ToolManifest, timeout_s: float) -> StageResult:
+        """Stage 1 in a subprocess: validate, compile, import."""
+        ...
+
+    def run(self, manifest: ToolManifest, inputs: list[dict[str, Any]], timeout_s: float) -> StageRun:
+        """Run the candidate on each input (each within its own timeout_s) in one subprocess,
+        killed after `timeout_s` of the whole stage."""
+        ...
+
+
+class VerifyConfig(BaseModel):
+    static_timeout_s: float = 30.0
+    stage_timeout_s: float = 120.0  # the most any stage that runs the candidate may take
+    replay_successes: int = 5  # N
+
+
+def stage_timeout(manifest: ToolManifest, runs: int, cap_s: float) -> float:
+    """The hard timeout of a stage of `runs` runs: enough for each to use its own timeout, no more."""
+    return min(cap_s, STARTUP_S + runs * manifest.timeout_s * PER_RUN_SLACK)
+
+
+def _error(result: Any) -> str:
+    cls = result.error_class.value if result.error_class else "error"
+    return f"{cls}: {(result.error_message or '')[:300]}"
+
+
+def _dedupe(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: set[str] = set()
+    out = []
+    for value in inputs:
+        key = json.dumps(value, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            out.append(value)
+    return out
+
+
+def _run_stage(stage: Stage, sandbox: Sandbox, manifest: ToolManifest, inputs: list[dict[str, Any]], cap_s: float) -> tuple[StageRun, StageResult | None]:
+    """Run the inputs; a dead stage is returned as its failed result."""
+    run = sandbox.run(manifest, inputs, stage_timeout(manifest, len(inputs), cap_s))
+    if run.died is not None:
+        return run, StageResult(stage=stage, passed=False, checked=0, problems=[run.died], elapsed_ms=run.elapsed_ms)
+    if len(run.results) != len(inputs):
+        problem = f"the sandbox returned {len(run.results)} results for {len(inputs)} inputs"
+        return run, StageResult(stage=stage, passed=False, problems=[problem], elapsed_ms=run.elapsed_ms)
+    return run, None
+
+
+def verify(
+    manifest: ToolManifest,
+    evidence: Evidence,
+    sandbox: Sandbox,
+    config: VerifyConfig,
+    *,
+    changes_behaviour: bool = True,
+) -> list[StageResult]:
+    """Run the cascade on a candidate whose files are in `manifest.tool_dir`; stop at the first failure."""
+    results = [sandbox.static(manifest, config.static_timeout_s)]
+    if not results[-1].passed:
+        return results
+
+    cases = manifest.test_cases
+    if cases:
+        run, dead = _run_stage("tests", sandbox, manifest, [c.input for c in cases], config.stage_timeout_s)
+        if dead is not None:
+            return [*results, dead]
+        problems = []
+        for i, (case, result) in enumerate(zip(cases, run.results)):
+            why = case.check(result.success, result.output)
+            if why is not None:
+                detail = f"; {_error(result)}" if not result.success else ""
+                problems.append(f"test case {i + 1} {json.dumps(case.input, default=str)[:120]}: {why}{detail}")
+        results.append(StageResult(stage="tests", passed=not problems, checked=len(cases), problems=problems, elapsed_ms=run.elapsed_ms))
+    else:
+        results.append(StageResult(stage="tests", passed=True, checked=0, problems=["the tool has no test cases"]))
+    if not results[-1].passed:
+        return results
+
+    failing = _dedupe([f.input for f in evidence.failures]) if changes_behaviour else []
+    kept = [s for s in evidence.successes if s.input is not None][: config.replay_successes]
+    inputs = failing + [s.input for s in kept if s.input is not None]
+    if not inputs:
+        results.append(StageResult(stage="replay", passed=True, checked=0, problems=["nothing to replay"]))
+        return results
+    run, dead = _run_stage("replay", sandbox, manifest, inputs, config.stage_timeout_s)
+    if dead is not None:
+        return [*results, dead]
+    problems = []
+    for value, result in zip(failing, run.results):
+        if not result.success:
+            problems.append(f"failing input {json.dumps(value, default=str)[:120]} still fails: {_error(result)}")
+    for success, result in zip(kept, run.results[len(failing):]):
+        if not result.success:
+            problems.append(f"successful input {json.dumps(success.input, default=str)[:120]} now fails: {_error(result)}")
+        elif success.shape and shape_of(result.output) != success.shape:
+            problems.append(f"successful input {json.dumps(success.input, default=str)[:120]}: output shape {shape_of(result.output)} instead of {success.shape}")
+    results.append(StageResult(stage="replay", passed=not problems, checked=len(inputs), problems=problems, elapsed_ms=run.elapsed_ms))
+    return results

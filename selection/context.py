@@ -1,0 +1,268 @@
+"""What a call's context says about the job: SPARC phase, languages, complexity, task type, tests.
+
+Tools may declare where they fit (manifest `sparc:`); the SPARC score (selection/sparc.py) compares
+that with these features. Detection is deliberately plain (keywords, file names, extensions,
+indentation) so that a person can predict it, and every value the caller states explicitly in the
+call's `context` wins over what is detected. `source` records which values were detected and which
+were given, so `fittest explain` can show why.
+
+Recognised `context` keys (all optional): `phase`, `language` or `languages`, `complexity` (0..1),
+`task_type`, `testing` (none | present | failing | passing), and `files`: a list of paths, or a
+mapping of path to content (content makes complexity measurable).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from pathlib import PurePosixPath
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from selection.manifest import Phase, TaskType
+
+Testing = Literal["none", "present", "failing", "passing"]
+PHASES: tuple[str, ...] = get_args(Phase)
+TASK_TYPES: tuple[str, ...] = get_args(TaskType)
+
+# Keywords per phase, strongest signal first; whole words, case-insensitive.
+PHASE_KEYWORDS: dict[str, tuple[str, ...]] = {
+    "specification": ("specification", "spec", "requirements", "requirement", "user story", "user stories",
+                      "acceptance criteria", "scope"),
+    "pseudocode": ("pseudocode", "pseudo-code", "algorithm outline", "outline the algorithm", "sketch the logic"),
+    "architecture": ("architecture", "architect", "system design", "component diagram", "data model",
+                     "interfaces", "module layout", "design the"),
+    "refinement": ("refine", "refactor", "optimise", "optimize", "improve", "fix", "debug", "tdd", "iterate",
+                   "unit test", "unit tests", "failing test"),
+    "completion": ("deploy", "deployment", "release", "ship", "production", "finalise", "finalize", "package",
+                   "publish", "ci pipeline"),
+}
+
+# Keywords per task type; the type with most hits wins, ties go to the earlier entry.
+TASK_KEYWORDS: dict[str, tuple[str, ...]] = {
+    "bug_fix": ("bug", "fix", "error", "crash", "crashes", "broken", "exception", "traceback", "regression",
+                "fails", "failing"),
+    "testing": ("test", "tests", "unit test", "coverage", "pytest", "jest", "assert", "test case"),
+    "refactoring": ("refactor", "refactoring", "clean up", "cleanup", "restructure", "simplify", "rename",
+                    "extract method", "deduplicate"),
+    "documentation": ("document", "documentation", "docs", "readme", "docstring", "docstrings", "comment",
+                      "comments", "explain"),
+    "deployment": ("deploy", "deployment", "release", "docker", "kubernetes", "helm", "terraform", "ci",
+                   "pipeline", "production"),
+    "analysis": ("analyse", "analyze", "analysis", "review", "audit", "profile", "measure", "statistics",
+                 "count", "summarise", "summarize", "inspect", "compare"),
+    "modification": ("change", "modify", "update", "convert", "extend", "adapt", "migrate", "replace",
+                     "transform", "translate"),
+    "code_generation": ("write", "create", "generate", "implement", "build", "scaffold", "new function",
+                        "new class", "boilerplate"),
+}
+
+EXTENSIONS: dict[str, str] = {
+    ".py": "python", ".pyi": "python", ".ts": "typescript", ".tsx": "typescript", ".js": "javascript",
+    ".jsx": "javascript", ".mjs": "javascript", ".go": "go", ".rs": "rust", ".java": "java", ".kt": "kotlin",
+    ".rb": "ruby", ".php": "php", ".cs": "csharp", ".cpp": "cpp", ".cc": "cpp", ".hpp": "cpp", ".c": "c",
+    ".h": "c", ".swift": "swift", ".scala": "scala", ".sh": "bash", ".bash": "bash", ".sql": "sql",
+    ".r": "r", ".lua": "lua", ".html": "html", ".css": "css",
+}
+FENCE_ALIASES: dict[str, str] = {"py": "python", "python3": "python", "ts": "typescript", "js": "javascript",
+                                 "golang": "go", "rs": "rust", "sh": "bash", "shell": "bash", "c++": "cpp",
+                                 "cs": "csharp", "c#": "csharp"}
+# Languages recognised when named in the scenario ("... in Rust"); short or common-word names
+# (go, c, r) only from files, fences or explicit context.
+NAMED_LANGUAGES: tuple[str, ...] = ("python", "typescript", "javascript", "golang", "rust", "java", "kotlin",
+                                    "ruby", "php", "csharp", "c#", "c++", "swift", "scala", "bash", "sql")
+
+TEST_FILE = re.compile(r"(^|/)(tests?/|test_[^/]*$|[^/]*_test\.[a-z]+$|[^/]*\.(spec|test)\.[a-z]+$|conftest\.py$)")
+DEPLOY_FILE = re.compile(
+    r"(^|/)(dockerfile|docker-compose[^/]*\.ya?ml|procfile|\.github/workflows/|\.gitlab-ci\.ya?ml|jenkinsfile|"
+    r"k8s/|kubernetes/|helm/|charts/|[^/]*\.tf$|serverless\.ya?ml|fly\.toml|app\.ya?ml)",
+    re.IGNORECASE,
+)
+DESIGN_FILE = re.compile(r"(^|/)(architecture|design|adr)[^/]*|\.(puml|plantuml|drawio|mmd)$|openapi[^/]*\.(ya?ml|json)$",
+                         re.IGNORECASE)
+SPEC_FILE = re.compile(r"(^|/)(spec|specification|requirements|user[_-]?stories)[^/]*\.(md|txt|rst)$", re.IGNORECASE)
+FENCE = re.compile(r"```([A-Za-z0-9_+#-]+)")
+
+# Complexity: log10 of the lines given (10k lines -> 1.0) and nesting depth (8 levels -> 1.0).
+LINES_FOR_FULL = 10_000
+NESTING_FOR_FULL = 8
+
+
+class ContextFeatures(BaseModel):
+    """The SPARC features of one call; `None`/empty means "unknown" and scores neutral."""
+
+    phase: Phase | None = None
+    languages: list[str] = Field(default_factory=list)
+    complexity: float = Field(0.0, ge=0.0, le=1.0)
+    task_type: TaskType = "general"
+    testing: Testing = "none"
+    source: dict[str, Literal["explicit", "detected", "default"]] = Field(default_factory=dict)
+
+
+class ExplicitContext(BaseModel):
+    """The values a caller may state in `context`; anything else in `context` is left alone."""
+
+    phase: Phase | None = None
+    languages: list[str] | None = None
+    complexity: float | None = Field(None, ge=0.0, le=1.0)
+    task_type: TaskType | None = None
+    testing: Testing | None = None
+
+    @field_validator("languages")
+    @classmethod
+    def _lower(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else sorted({x.strip().lower() for x in v if x.strip()})
+
+
+def explicit_context(context: Mapping[str, Any]) -> ExplicitContext:
+    """The recognised keys of a call's context, validated (a ValidationError names the bad key)."""
+    given = {k: context[k] for k in ("phase", "complexity", "task_type", "testing") if k in context}
+    languages = context.get("languages", context.get("language"))
+    if languages is not None:
+        given["languages"] = [languages] if isinstance(languages, str) else languages
+    return ExplicitContext.model_validate(given)
+
+
+def check_context(context: Mapping[str, Any]) -> None:
+    """Raise ValueError naming the first bad recognised key (for CallRequest validation)."""
+    try:
+        explicit_context(context)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ValueError(f"context.{where}: {err['msg']}") from None
+
+
+def _files(context: Mapping[str, Any]) -> dict[str, str]:
+    """Paths given in `context["files"]`, with their content when the caller sent it."""
+    files = context.get("files")
+    if isinstance(files, Mapping):
+        return {str(k): v if isinstance(v, str) else "" for k, v in files.items()}
+    if isinstance(files, (list, tuple)):
+        return {str(f): "" for f in files if isinstance(f, str)}
+    return {}
+
+
+def _words(text: str) -> str:
+    """Lower-cased text with single spaces, padded, so whole-word phrases match with ' kw '."""
+    return " " + " ".join(re.findall(r"[a-z0-9#+\-]+", text.lower())) + " "
+
+
+def _hits(words: str, keywords: tuple[str, ...]) -> int:
+    return sum(1 for kw in keywords if f" {kw} " in words)
+
+
+def detect_phase(words: str, paths: list[str]) -> Phase | None:
+    """Keywords in the scenario first; then what the files say about how far the work is."""
+    best = max(PHASE_KEYWORDS, key=lambda p: _hits(words, PHASE_KEYWORDS[p]))
+    if _hits(words, PHASE_KEYWORDS[best]):
+        return best  # type: ignore[return-value]
+    if any(DEPLOY_FILE.search(p) for p in paths):
+        return "completion"
+    if any(TEST_FILE.search(p) for p in paths):
+        return "refinement"
+    if any(PurePosixPath(p).suffix.lower() in EXTENSIONS for p in paths):
+        return "refinement"  # code exists: the work is implementing it
+    if any(DESIGN_FILE.search(p) for p in paths):
+        return "architecture"
+    if any(SPEC_FILE.search(p) for p in paths):
+        return "specification"
+    return None
+
+
+def detect_languages(scenario: str, words: str, paths: list[str]) -> list[str]:
+    found = {EXTENSIONS[s] for p in paths if (s := PurePosixPath(p).suffix.lower()) in EXTENSIONS}
+    for fence in FENCE.findall(scenario):
+        name = fence.lower()
+        found.add(FENCE_ALIASES.get(name, name))
+    for name in NAMED_LANGUAGES:
+        if f" {name} " in words:
+            found.add(FENCE_ALIASES.get(name, name))
+    return sorted(found)
+
+
+def detect_task_type(words: str) -> TaskType:
+    counts = {t: _hits(words, kws) for t, kws in TASK_KEYWORDS.items()}
+    best = max(counts, key=lambda t: counts[t])  # first of the ties: the dict's order
+    return best if counts[best] else "general"  # type: ignore[return-value]
+
+
+def detect_testing(words: str, paths: list[str]) -> Testing:
+    if any(f" {kw} " in words for kw in ("failing test", "failing tests", "tests fail", "test fails", "red tests")):
+        return "failing"
+    if any(f" {kw} " in words for kw in ("tests pass", "passing tests", "all green", "green tests")):
+        return "passing"
+    return "present" if any(TEST_FILE.search(p) for p in paths) else "none"
+
+
+def nesting_depth(text: str) -> int:
+    """Deepest nesting of a source text: brackets, or indentation steps where there are none."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}" and depth:
+            depth -= 1
+    indents = [len(line) - len(line.lstrip(" \t")) for line in text.splitlines() if line.strip()]
+    steps = sorted({i for i in indents if i})
+    unit = steps[0] if steps else 0
+    by_indent = max(indents) // unit if unit else 0
+    return max(deepest, by_indent)
+
+
+def json_depth(value: Any) -> int:
+    if isinstance(value, Mapping):
+        return 1 + max((json_depth(v) for v in value.values()), default=0)
+    if isinstance(value, (list, tuple)):
+        return 1 + max((json_depth(v) for v in value), default=0)
+    return 0
+
+
+def complexity_of(lines: int, depth: int) -> float:
+    """0..1 from size (log scale, LINES_FOR_FULL lines = 1) and nesting (NESTING_FOR_FULL = 1), averaged."""
+    size = min(1.0, math.log10(1 + max(0, lines)) / math.log10(1 + LINES_FOR_FULL))
+    nesting = min(1.0, depth / NESTING_FOR_FULL)
+    return round((size + nesting) / 2, 4)
+
+
+def detect_complexity(files: dict[str, str], input: Mapping[str, Any]) -> float:
+    """From the file contents given; without any, from the call's input (its size and nesting)."""
+    contents = [c for c in files.values() if c]
+    if contents:
+        lines = sum(c.count("\n") + 1 for c in contents)
+        return complexity_of(lines, max(nesting_depth(c) for c in contents))
+    if not input:
+        return 0.0
+    text = json.dumps(input, default=str)
+    return complexity_of(text.count("\n") + len(text) // 80 + 1, json_depth(input))
+
+
+def analyse(scenario: str, context: Mapping[str, Any] | None = None, input: Mapping[str, Any] | None = None) -> ContextFeatures:
+    """The features of one call: explicit `context` values first, detection for the rest."""
+    context = context or {}
+    explicit = explicit_context(context)
+    files = _files(context)
+    paths = [p.replace("\\", "/") for p in files]
+    words = _words(scenario)
+    source: dict[str, Literal["explicit", "detected", "default"]] = {}
+
+    def pick(name: str, given: Any, detect: Any, empty: Any) -> Any:
+        if given is not None:
+            source[name] = "explicit"
+            return given
+        value = detect()
+        source[name] = "default" if value == empty else "detected"
+        return value
+
+    return ContextFeatures(
+        phase=pick("phase", explicit.phase, lambda: detect_phase(words, paths), None),
+        languages=pick("languages", explicit.languages, lambda: detect_languages(scenario, words, paths), []),
+        complexity=pick("complexity", explicit.complexity, lambda: detect_complexity(files, input or {}), 0.0),
+        task_type=pick("task_type", explicit.task_type, lambda: detect_task_type(words), "general"),
+        testing=pick("testing", explicit.testing, lambda: detect_testing(words, paths), "none"),
+        source=source,
+    )

@@ -1,0 +1,160 @@
+"""Feedback math: how much a stored judgement about a tool version counts for the current scenario.
+
+A feedback entry is a signed value in [-1, 1] about one exact tool version in one scenario. Its
+weight here is the product of two things a person would agree with: how similar its scenario is
+to this one (`similarity_weight`, the same kernel the learned policy uses for every piece of
+outcome evidence) and how recent it is (halved every half-life). The score is the weighted mean
+value, shrunk towards 0 by one pseudo-entry of weight PRIOR_WEIGHT (one identical-scenario
+judgement moves it half-way), times 50: so it stays within ±50 by construction, and grows with
+the amount and closeness of agreeing evidence.
+
+Which outcome becomes which feedback follows the design's rules (`outcome_value`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from selection.ports import VectorHit
+
+MAX_POINTS = 50.0
+# Cosine distance over which evidence from another scenario loses a factor e: at 0.1 a scenario
+# 0.9 similar counts 0.37, one 0.7 similar 0.05. The one scale for all outcome evidence.
+BANDWIDTH = 0.1
+PRIOR_WEIGHT = 1.0
+# Entries from scenarios so far away that they weigh under 1% of a same-scenario judgement need
+# not be fetched: the similarity below which a search may stop.
+MIN_SIMILARITY = 1.0 + BANDWIDTH * math.log(0.01)
+STRONG_QUALITY = 0.7  # success of a version at least this good: strong positive
+POSITIVE_QUALITY = 0.5  # at least this good: positive; below it a success teaches nothing
+STRONG_VALUE = 1.0
+POSITIVE_VALUE = 0.5
+NEGATIVE_VALUE = -1.0
+
+
+def similarity_weight(similarity: float, bandwidth: float = BANDWIDTH) -> float:
+    """exp(-(1 - cosine) / bandwidth): 1 for the same scenario, falling fast with distance."""
+    return math.exp(-(1.0 - min(1.0, similarity)) / bandwidth)
+
+
+def decay(age_s: float, half_life_s: float) -> float:
+    return 0.5 ** (max(0.0, age_s) / half_life_s)
+
+
+def outcome_value(success: bool, quality: float) -> float | None:
+    """The feedback a finished attempt gives its exact version, or None when it gives none."""
+    if not success:
+        return NEGATIVE_VALUE
+    if quality >= STRONG_QUALITY:
+        return STRONG_VALUE
+    if quality >= POSITIVE_QUALITY:
+        return POSITIVE_VALUE
+    return None
+
+
+class FeedbackEntry(BaseModel):
+    """One stored judgement as selection sees it: its value, its scenario's similarity, its time."""
+
+    value: float = Field(ge=-1.0, le=1.0)
+    similarity: float
+    timestamp: float
+
+
+def feedback_points(
+    entries: Iterable[FeedbackEntry],
+    half_life_s: float,
+    now: float | None = None,
+    bandwidth: float = BANDWIDTH,
+) -> float:
+    """The feedback score of one tool version for the current scenario, in [-50, 50]."""
+    now = time.time() if now is None else now
+    total = weight = 0.0
+    for e in entries:
+        w = similarity_weight(e.similarity, bandwidth) * decay(now - e.timestamp, half_life_s)
+        total += w * e.value
+        weight += w
+    points = MAX_POINTS * total / (weight + PRIOR_WEIGHT)
+    return max(-MAX_POINTS, min(MAX_POINTS, points))
+
+
+def points_by_tool(hits: Iterable[VectorHit], half_life_s: float, now: float | None = None) -> dict[str, float]:
+    """Feedback points per tool version from FEEDBACK search hits (payload `tool`, `value`,
+    `timestamp`; a payload with only `positive` counts as ±1)."""
+    entries: dict[str, list[FeedbackEntry]] = defaultdict(list)
+    for h in hits:
+        value = h.payload.get("value", 1.0 if h.payload.get("positive") else -1.0)
+        entries[h.payload["tool"]].append(FeedbackEntry(
+            value=max(-1.0, min(1.0, float(value))), similarity=h.score, timestamp=float(h.payload.get("timestamp", 0.0))))
+    return {key: feedback_points(items, half_life_s, now) for key, items in entries.items()}
+
+
+class FeedbackRecord(BaseModel):
+    """One judgement of an exact tool version in a scenario, as stored (FEEDBACK) with its vector.
+
+    `value` is in [-1, 1]: a person's positive/negative with a quality, or an outcome's rule."""
+
+    id: str = Field(default_factory=lambda: f"manual:{uuid.uuid4().hex}")
+    tool: str = Field(min_length=1)
+    version: str = Field(min_length=1)
+    scenario: str = Field(min_length=1, max_length=4000)
+    value: float = Field(ge=-1.0, le=1.0)
+    reason: str = Field("", max_length=500)
+    source: Literal["manual", "outcome"] = "manual"
+    call_id: str | None = None
+    timestamp: float = Field(default_factory=time.time)
+
+    @property
+    def key(self) -> str:
+        return f"{self.tool}@{self.version}"
+
+    @classmethod
+    def manual(cls, tool: str, version: str, scenario: str, sentiment: Literal["positive", "negative"],
+               reason: str = "", quality: float = 1.0) -> FeedbackRecord:
+        if not 0.0 <= quality <= 1.0:
+            raise ValueError(f"quality must be within 0..1, got {quality!r}")
+        return cls(tool=tool, version=version, scenario=scenario, reason=reason,
+                   value=quality if sentiment == "positive" else -quality)
+
+    def payload(self) -> dict[str, Any]:
+        return {"tool": self.key, "name": self.tool, "version": self.version, "value": self.value,
+                "positive": self.value > 0, "reason": self.reason, "source": self.source, "call_id": self.call_id,
+                "scenario": self.scenario[:1000], "timestamp": self.timestamp}
+
+    @classmethod
+    def from_payload(cls, point_id: str, payload: dict[str, Any]) -> FeedbackRecord:
+        """Back from a stored point (a payload with only `positive` counts as ±1)."""
+        value = payload.get("value", 1.0 if payload.get("positive") else -1.0)
+        return cls(id=point_id, tool=payload.get("name") or str(payload.get("tool", "?")).partition("@")[0],
+                   version=payload.get("version") or str(payload.get("tool", "?@?")).partition("@")[2] or "?",
+                   scenario=payload.get("scenario") or "(no scenario)", value=max(-1.0, min(1.0, float(value))),
+                   reason=payload.get("reason", ""), source=payload.get("source", "manual"),
+                   call_id=payload.get("call_id"), timestamp=float(payload.get("timestamp", 0.0)))
+
+
+class TrendPoint(BaseModel):
+    """Feedback of one period: how much, how it split, and its mean value (-1..1)."""
+
+    start: float
+    count: int
+    positive: int
+    negative: int
+    mean_value: float
+
+
+def trend(records: Iterable[FeedbackRecord], bucket_s: float) -> list[TrendPoint]:
+    """Feedback per period of `bucket_s` seconds, oldest first; periods without any are left out."""
+    buckets: dict[int, list[float]] = defaultdict(list)
+    for r in records:
+        buckets[int(r.timestamp // bucket_s)].append(r.value)
+    return [
+        TrendPoint(start=b * bucket_s, count=len(v), positive=sum(1 for x in v if x > 0),
+                   negative=sum(1 for x in v if x < 0), mean_value=round(sum(v) / len(v), 4))
+        for b, v in sorted(buckets.items())
+    ]

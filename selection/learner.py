@@ -1,0 +1,127 @@
+"""The weight learner: how strongly each SPARC component predicts that an attempt succeeds.
+
+An online learner in River's style (`learn_one`, `predict_one`): it keeps, per component, the
+running means, variances and covariance with the outcome (Welford's updates, numerically stable,
+one pass, constant memory), so it can learn from a stream of execution records of any length.
+A component's weight is its correlation with success, negatives cut to 0, normalised to sum 1:
+a component that does not vary, or varies against success, stops steering selection; one that
+tracks success steers it in proportion. With fewer than MIN_RECORDS records, or when no component
+correlates positively, the weights are left as they were.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from selection.ports import SelectionWeights
+from selection.sparc import COMPONENTS, normalised
+
+MIN_RECORDS = 10
+
+
+class ExecutionRecord(BaseModel):
+    """One attempt as the learner keeps it: the context features, the chosen tool version and the
+    SPARC components it was chosen with, the outcome and when. Stored with its scenario's vector
+    (EXECUTIONS) and in the recent window the weights are learned from."""
+
+    attempt_id: str
+    call_id: str
+    tool: str
+    version: str
+    scenario: str
+    features: dict[str, Any] = Field(default_factory=dict)
+    components: dict[str, float] = Field(default_factory=dict)
+    success: bool
+    error_class: str | None = None
+    probability: float = 1.0
+    policy: str = ""
+    execution_time_ms: float = 0.0
+    timestamp: float = Field(default_factory=time.time)
+
+    @property
+    def key(self) -> str:
+        return f"{self.tool}@{self.version}"
+
+
+class _Moments(BaseModel):
+    n: int = 0
+    mean_x: float = 0.0
+    mean_y: float = 0.0
+    m2_x: float = 0.0
+    m2_y: float = 0.0
+    c_xy: float = 0.0
+
+    def update(self, x: float, y: float) -> None:
+        self.n += 1
+        dx = x - self.mean_x
+        self.mean_x += dx / self.n
+        dy = y - self.mean_y
+        self.mean_y += dy / self.n
+        self.m2_x += dx * (x - self.mean_x)
+        self.m2_y += dy * (y - self.mean_y)
+        self.c_xy += dx * (y - self.mean_y)
+
+    def correlation(self) -> float:
+        if self.m2_x <= 1e-12 or self.m2_y <= 1e-12:
+            return 0.0
+        return self.c_xy / math.sqrt(self.m2_x * self.m2_y)
+
+
+class WeightLearner:
+    """learn_one(components, success) / predict_one(components) -> the SPARC score under the
+    learned weights, i.e. how promising the learner finds a candidate with these components."""
+
+    def __init__(self, initial: Mapping[str, float] | None = None) -> None:
+        self._moments = {c: _Moments() for c in COMPONENTS}
+        self._initial = normalised(initial or {})
+        self.n = 0
+        self.successes = 0
+
+    def learn_one(self, x: Mapping[str, float], y: bool) -> None:
+        self.n += 1
+        self.successes += int(y)
+        for c, m in self._moments.items():
+            m.update(float(x.get(c, 0.5)), 1.0 if y else 0.0)
+
+    def correlations(self) -> dict[str, float]:
+        return {c: round(m.correlation(), 4) for c, m in self._moments.items()}
+
+    def weights(self) -> dict[str, float]:
+        """Positive correlations normalised; the initial weights until there is enough evidence."""
+        positive = {c: max(0.0, r) for c, r in self.correlations().items()}
+        if self.n < MIN_RECORDS or sum(positive.values()) <= 0:
+            return dict(self._initial)
+        return {c: round(v, 4) for c, v in normalised(positive).items()}
+
+    def predict_one(self, x: Mapping[str, float]) -> float:
+        w = self.weights()
+        return sum(w[c] * float(x.get(c, 0.5)) for c in COMPONENTS)
+
+
+def retrain(records: Iterable[ExecutionRecord], current: SelectionWeights) -> tuple[SelectionWeights | None, dict[str, Any]]:
+    """New weights from a window of execution records, or None (and why) when they stay as they are.
+
+    The evidence (record count, success rate, correlation of each component) is returned either
+    way, so an operator can see why the weights did or did not move."""
+    learner = WeightLearner(current.weights)
+    for record in records:
+        learner.learn_one(record.components, record.success)
+    evidence: dict[str, Any] = {
+        "records": learner.n,
+        "success_rate": round(learner.successes / learner.n, 4) if learner.n else None,
+        "correlations": learner.correlations(),
+        "min_records": MIN_RECORDS,
+    }
+    if learner.n < MIN_RECORDS:
+        evidence["unchanged"] = f"{learner.n} records, fewer than {MIN_RECORDS}"
+        return None, evidence
+    if all(r <= 0 for r in evidence["correlations"].values()):
+        evidence["unchanged"] = "no component correlates positively with success"
+        return None, evidence
+    weights = SelectionWeights(weights=learner.weights(), evidence=evidence, updated_at=time.time())
+    return weights, evidence

@@ -1,0 +1,75 @@
+"""Improvement recommendations: tool versions that do badly in some context, with the evidence.
+
+A context is one value of one SPARC feature of the calls (task type, phase, language, testing
+status), or "any". For each tool version and context with at least `min_runs` recent attempts,
+the success rate is compared with `max_rate`; a version that falls below it there is worth
+evolving, narrowing with a `not-for-…` tag, or documenting. The evidence says how many runs, how
+they failed, how the version does elsewhere, and a few scenarios that failed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+
+from pydantic import BaseModel
+
+from selection.learner import ExecutionRecord
+
+FACETS = ("task_type", "phase", "languages", "testing")
+EXAMPLES = 3
+
+
+class Recommendation(BaseModel):
+    tool: str  # name@version
+    context: str  # e.g. "task_type=bug_fix", or "any"
+    runs: int
+    success_rate: float
+    elsewhere_rate: float | None  # the same version outside this context (None: never ran elsewhere)
+    error_classes: dict[str, int]
+    failed_scenarios: list[str]
+    advice: str
+
+
+def _contexts(record: ExecutionRecord) -> list[str]:
+    out = ["any"]
+    for facet in FACETS:
+        value = record.features.get(facet)
+        values = value if isinstance(value, list) else [value]
+        out += [f"{facet}={v}" for v in values if v not in (None, "", "general", "none")]
+    return out
+
+
+def recommendations(records: Iterable[ExecutionRecord], min_runs: int = 5, max_rate: float = 0.5) -> list[Recommendation]:
+    """Versions whose success rate in some context is below `max_rate`, worst first."""
+    runs: dict[tuple[str, str], list[ExecutionRecord]] = defaultdict(list)
+    totals: Counter[str] = Counter()
+    successes: Counter[str] = Counter()
+    for r in records:
+        totals[r.key] += 1
+        successes[r.key] += int(r.success)
+        for context in _contexts(r):
+            runs[(r.key, context)].append(r)
+    out = []
+    for (key, context), rs in runs.items():
+        n = len(rs)
+        ok = sum(r.success for r in rs)
+        rate = ok / n
+        if n < min_runs or rate >= max_rate:
+            continue
+        if context != "any" and n == totals[key]:
+            continue  # the same runs as "any": nothing context-specific to say
+        other_n = totals[key] - n
+        elsewhere = round((successes[key] - ok) / other_n, 4) if other_n else None
+        errors = Counter(r.error_class or "unknown" for r in rs if not r.success)
+        failed = list(dict.fromkeys(r.scenario[:200] for r in rs if not r.success))[:EXAMPLES]
+        top_error = errors.most_common(1)[0][0] if errors else "failure"
+        if context == "any":
+            advice = f"fails in general (mostly {top_error}): evolve it or retire it"
+        elif elsewhere is not None and elsewhere >= max_rate:
+            advice = f"fails where {context} (mostly {top_error}) but not elsewhere: tag it not-for-{context.split('=')[1]} or evolve it for this context"
+        else:
+            advice = f"fails where {context} (mostly {top_error}): evolve it"
+        out.append(Recommendation(tool=key, context=context, runs=n, success_rate=round(rate, 4), elsewhere_rate=elsewhere,
+                                  error_classes=dict(errors), failed_scenarios=failed, advice=advice))
+    return sorted(out, key=lambda r: (r.success_rate, -r.runs, r.tool, r.context))

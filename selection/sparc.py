@@ -1,0 +1,117 @@
+"""SPARC score: how well a tool version fits the call's context, with a breakdown and a rationale.
+
+Five components, each 0..1, where 0.5 means "nothing known" (a tool without SPARC metadata, or a
+context that says nothing about that aspect) so that missing metadata neither helps nor hurts:
+
+- phase: 1 when the tool lists the call's phase, less the further its nearest phase is (0 at 4 apart);
+- language: the share of the call's languages the tool supports;
+- complexity: 1 inside the tool's range, falling to 0 at 0.5 outside it;
+- task_type: 1 when the tool lists it, 0.5 when it lists "general", else 0;
+- history: the tool version's success rate in similar past scenarios, kernel-weighted
+  (selection/feedback.py), with one pseudo-observation at 0.5.
+
+The score is the weighted mean of the components under the learner's weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import BaseModel, Field
+
+from selection.context import PHASES, ContextFeatures
+from selection.manifest import SparcMetadata, ToolManifest
+
+NEUTRAL = 0.5
+COMPONENTS = ("phase", "language", "complexity", "task_type", "history")
+PHASE_SPAN = len(PHASES) - 1
+COMPLEXITY_FALLOFF = 2.0  # per unit of distance outside the tool's range
+HISTORY_PRIOR = 1.0  # pseudo-observations at NEUTRAL
+
+
+class SparcScore(BaseModel):
+    score: float = Field(ge=0.0, le=1.0)
+    components: dict[str, float]
+    rationale: str
+
+
+def phase_component(meta: SparcMetadata | None, features: ContextFeatures) -> tuple[float, str]:
+    if meta is None or not meta.phases or features.phase is None:
+        return NEUTRAL, "phase unknown" if features.phase is None else "no phase metadata"
+    at = PHASES.index(features.phase)
+    gap = min(abs(PHASES.index(p) - at) for p in meta.phases)
+    if gap == 0:
+        return 1.0, f"{features.phase} phase fits"
+    return max(0.0, 1.0 - gap / PHASE_SPAN), f"{features.phase} phase is {gap} from its phases"
+
+
+def language_component(meta: SparcMetadata | None, features: ContextFeatures) -> tuple[float, str]:
+    if meta is None or not meta.languages or not features.languages:
+        return NEUTRAL, "language unknown" if not features.languages else "no language metadata"
+    shared = sorted(set(meta.languages) & set(features.languages))
+    share = len(shared) / len(features.languages)
+    if not shared:
+        return 0.0, f"no support for {', '.join(features.languages)}"
+    return share, f"supports {', '.join(shared)}"
+
+
+def complexity_component(meta: SparcMetadata | None, features: ContextFeatures) -> tuple[float, str]:
+    if meta is None or (meta.complexity_min, meta.complexity_max) == (0.0, 1.0):
+        return NEUTRAL, "any complexity"
+    c = features.complexity
+    lo, hi = meta.complexity_min, meta.complexity_max
+    distance = max(lo - c, c - hi, 0.0)
+    value = max(0.0, 1.0 - COMPLEXITY_FALLOFF * distance)
+    where = "within" if distance == 0 else "outside"
+    return value, f"complexity {c:.2f} {where} {lo:.1f}-{hi:.1f}"
+
+
+def task_component(meta: SparcMetadata | None, features: ContextFeatures) -> tuple[float, str]:
+    if meta is None or not meta.task_types or features.task_type == "general":
+        return NEUTRAL, "task unknown" if features.task_type == "general" else "no task metadata"
+    if features.task_type in meta.task_types:
+        return 1.0, f"made for {features.task_type}"
+    if "general" in meta.task_types:
+        return NEUTRAL, f"general-purpose for {features.task_type}"
+    return 0.0, f"not made for {features.task_type}"
+
+
+def history_component(successes: float, failures: float) -> tuple[float, str]:
+    """`successes`/`failures`: kernel-weighted counts of this version's outcomes in similar scenarios."""
+    value = (successes + NEUTRAL * HISTORY_PRIOR) / (successes + failures + HISTORY_PRIOR)
+    if successes + failures < 0.01:
+        return value, "no history nearby"
+    return value, f"history {value:.2f} ({successes:.2f} successes, {failures:.2f} failures nearby)"
+
+
+def normalised(weights: Mapping[str, float]) -> dict[str, float]:
+    """The weights of COMPONENTS summing to 1 (equal when none is positive)."""
+    positive = {c: max(0.0, float(weights.get(c, 0.0))) for c in COMPONENTS}
+    total = sum(positive.values())
+    if total <= 0:
+        return {c: 1.0 / len(COMPONENTS) for c in COMPONENTS}
+    return {c: v / total for c, v in positive.items()}
+
+
+def sparc_score(
+    manifest: ToolManifest,
+    features: ContextFeatures,
+    weights: Mapping[str, float],
+    successes: float = 0.0,
+    failures: float = 0.0,
+) -> SparcScore:
+    meta = manifest.sparc
+    parts = {
+        "phase": phase_component(meta, features),
+        "language": language_component(meta, features),
+        "complexity": complexity_component(meta, features),
+        "task_type": task_component(meta, features),
+        "history": history_component(successes, failures),
+    }
+    w = normalised(weights)
+    components = {c: round(v, 4) for c, (v, _) in parts.items()}
+    score = sum(w[c] * parts[c][0] for c in COMPONENTS)
+    # The rationale names what moved the score: the components away from neutral, strongest first.
+    telling = sorted((c for c in COMPONENTS if abs(parts[c][0] - NEUTRAL) > 1e-9), key=lambda c: -w[c] * abs(parts[c][0] - NEUTRAL))
+    reasons = [parts[c][1] for c in telling] or ["no SPARC metadata or history: neutral"]
+    return SparcScore(score=round(min(1.0, max(0.0, score)), 4), components=components, rationale="; ".join(reasons))

@@ -1,0 +1,2 @@
+def run(value):
+    return {"greeting": f"Good day, {value['person']}."}

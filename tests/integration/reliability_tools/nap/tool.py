@@ -1,0 +1,17 @@
+"""A tool that takes its time: it logs each run to `input["log"]` (one line: pid), sleeps
+`input["ms"]`, then returns, or raises when `input["fail"]` is set. Tests kill workers while it
+sleeps and count its runs from the log."""
+
+import os
+import time
+
+
+def run(payload):
+    log = payload.get("log")
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"{os.getpid()}\n")
+    time.sleep(payload.get("ms", 0) / 1000.0)
+    if payload.get("fail"):
+        raise RuntimeError("nap was told to fail")
+    return {"n": payload.get("n"), "pid": os.getpid()}

@@ -1,0 +1,174 @@
+"""Access: a Redis that demands TLS and a password, JSON only on the wire, Flower behind basic
+auth, and secrets that never show up in logs, results or command output.
+
+The Redis here speaks only TLS (a private CA made for the test) and requires a password; broker,
+result backend and state store must all honour FITTEST_REDIS_URL (rediss://:password@...) and
+FITTEST_REDIS_TLS_CA, or nothing below would work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from celery import Celery
+
+from tests.conftest import free_port
+from tests.integration.conftest import TEST_TOOLS, Pipeline, start_pipeline
+from workers.stack import ROOT, celery_cmd, flower_env
+
+PASSWORD = "redis-pw-7f3a9c"
+SECRETS = {
+    "FITTEST_LLM_API_KEY": "llm-key-51d0e2",
+    "FITTEST_QDRANT_API_KEY": "qdrant-key-a8b4c1",
+    "FITTEST_FLOWER_PASSWORD": "flower-pw-0c9e77",
+}
+
+
+def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for 127.0.0.1 signed by it: (ca, server cert, server key)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not on PATH")
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=fittest-test-ca")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+    (directory / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.crt",
+        "-days", "2", "-extfile", "san.cnf")
+    return directory / "ca.crt", directory / "server.crt", directory / "server.key"
+
+
+@pytest.fixture(scope="module")
+def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    directory = tmp_path_factory.mktemp("tls")
+    ca, cert, key = make_certificates(directory)
+    port = free_port()
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not on PATH")
+    proc = subprocess.Popen(
+        [binary, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--tls-cert-file", str(cert),
+         "--tls-key-file", str(key), "--tls-ca-cert-file", str(ca), "--tls-auth-clients", "no",
+         "--requirepass", PASSWORD, "--save", "", "--dir", str(directory)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"rediss://:{PASSWORD}@127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url, ssl_ca_certs=str(ca), ssl_cert_reqs="required")
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                pytest.skip("this redis-server does not support TLS")
+            time.sleep(0.05)
+    yield url, ca
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory, tls_redis: tuple[str, Path], model_path: Path) -> Iterator[Pipeline]:
+    url, ca = tls_redis
+    p = start_pipeline(tmp_path_factory.mktemp("access"), url, model_path, TEST_TOOLS, roles=("memory", "executor"),
+                       FITTEST_REDIS_TLS_CA=str(ca), FITTEST_EVOLUTION_ENABLED="false", **SECRETS)
+    try:
+        yield p
+    finally:
+        p.stack.stop_all()
+
+
+def test_broker_backend_and_state_store_work_over_tls_with_a_password(pipeline: Pipeline, tls_redis: tuple[str, Path]) -> None:
+    url, ca = tls_redis
+    result = pipeline.call(scenario="parse csv text into rows", input={"text": "k,v\n1,2\n"}, namespace="csv_lenient")
+    assert result["status"] == "success" and result["output"] == [{"k": "1", "v": "2"}]
+    pipeline.wait_for(lambda: pipeline.state().stats(["csv_lenient@1.0.0"])["csv_lenient@1.0.0"].successes == 1)
+    port = url.rpartition(":")[2].partition("/")[0]
+    with pytest.raises(redis.ConnectionError):  # the server speaks TLS only
+        redis.Redis.from_url(f"redis://:{PASSWORD}@127.0.0.1:{port}/0", socket_timeout=2).ping()
+    with pytest.raises(redis.AuthenticationError):  # and wants the password
+        redis.Redis.from_url(f"rediss://127.0.0.1:{port}/0", ssl_ca_certs=str(ca), ssl_cert_reqs="required").ping()
+
+
+def test_a_pickled_message_is_refused_and_never_unpickled(pipeline: Pipeline, tmp_path: Path, tls_redis: tuple[str, Path]) -> None:
+    marker = tmp_path / "unpickled"
+
+    class Evil:
+        def __reduce__(self):  # what an attacker's payload does when unpickled: run code
+            return (open, (str(marker), "w"))
+
+    url, ca = tls_redis
+    attacker = Celery("attacker", broker=url)
+    attacker.conf.update(task_serializer="pickle", accept_content=["pickle", "json"], broker_use_ssl={"ssl_ca_certs": str(ca), "ssl_cert_reqs": 2})
+    attacker.send_task("fittest.resilient_tool_call", kwargs={"scenario": Evil()}, queue="selection")
+    attacker.close()
+    after = pipeline.call(scenario="parse csv text into rows", input={"text": "a\n1\n"}, namespace="csv_lenient")
+    assert after["status"] == "success"  # the queue moved past the pickled message
+    log = Path(pipeline.stack.log_dir or ".", "memory.log")
+    pipeline.wait_for(lambda: "Refusing to deserialize untrusted content of type pickle" in log.read_text())
+    assert not marker.exists()
+    assert all(proc.poll() is None for proc in pipeline.stack.procs.values())
+
+
+def test_no_module_of_fittest_uses_pickle() -> None:
+    offenders = [str(path.relative_to(ROOT)) for package in ("selection", "evolution", "workers")
+                 for path in (ROOT / package).rglob("*.py") if "import pickle" in path.read_text() or "pickle." in path.read_text()]
+    assert offenders == []
+
+
+def test_secrets_are_never_printed(pipeline: Pipeline, tmp_path: Path) -> None:
+    results = [
+        pipeline.call(scenario="parse csv text into rows", input={"text": "a\n1\n"}, namespace="csv_lenient"),
+        pipeline.call(scenario="lunar phase calculator for a date", input={"date": "2026-11-22"}, namespace="moon_a", max_attempts=2),
+        pipeline.client.wait(pipeline.client.send("resilient_tool_call", scenario="", max_attempts=-1), 30),
+        pipeline.call(scenario="show which argv the program gets", input={"text": "$FITTEST_REDIS_URL"}, namespace="echo_args"),
+    ]
+    env = {**os.environ, **pipeline.env}
+    commands = [["settings", "--json"], ["health", "--json", "--timeout", "10"], ["tools", "--json"]]
+    fittest = str(Path(sys.executable).parent / "fittest")
+    outputs = [subprocess.run([fittest, *c], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120) for c in commands]
+    assert all(o.returncode in (0, 1) for o in outputs), [o.stderr[-2000:] for o in outputs]
+    logs = [path.read_text() for path in (pipeline.stack.log_dir or tmp_path).glob("*.log")]
+    haystack = "\n".join([json.dumps(results), *(o.stdout + o.stderr for o in outputs), *logs, repr(pipeline.settings)])
+    assert len(haystack) > 10_000  # the logs and outputs really were read
+    leaked = [name for name, secret in {"redis password": PASSWORD, **SECRETS}.items() if secret in haystack]
+    assert leaked == []
+
+
+def test_flower_asks_for_the_password_which_is_not_on_its_command_line(pipeline: Pipeline) -> None:
+    port = free_port()
+    env = {**pipeline.stack.env, **flower_env(pipeline.settings)}
+    proc = subprocess.Popen(celery_cmd("flower", f"--port={port}", "--address=127.0.0.1"), env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}/"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                anonymous = httpx.get(base, timeout=2)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None, "flower did not start"
+                time.sleep(0.2)
+        assert anonymous.status_code == 401
+        password = SECRETS["FITTEST_FLOWER_PASSWORD"]
+        assert httpx.get(base, auth=("admin", "wrong"), timeout=5).status_code == 401
+        assert httpx.get(base, auth=("admin", password), timeout=10).status_code == 200
+        assert password not in Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace")
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait(timeout=10)

@@ -1,0 +1,49 @@
+"""`fittest bench selection` on a 300-query slice of the MetaTool development queries: the command
+runs end to end on private state and writes its keys, and learning beats zero-shot on the slice.
+A smoke test of the bench, not a timing test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import redis
+from typer.testing import CliRunner
+
+from tests.conftest import ROOT
+
+DATA = ROOT.parent / "shared" / "data" / "metatool"
+KEYS = {"queries", "policy", "top1_first_half", "top1_second_half", "resolved_within_5", "mean_attempts",
+        "zero_shot_top1", "seed_top1_second_half", "p50_select_ms", "p99_select_ms"}
+
+
+@pytest.mark.slow
+def test_selection_bench_on_a_slice(monkeypatch: pytest.MonkeyPatch, redis_url: str, model_path: Path,
+                                    tmp_path: Path) -> None:
+    if not (DATA / "tools.json").exists():
+        pytest.skip(f"the MetaTool data is not at {DATA}")
+    from workers.cli import app
+    from workers.settings import get_settings
+
+    monkeypatch.setenv("FITTEST_REDIS_URL", redis_url)
+    monkeypatch.setenv("FITTEST_EMBEDDING_MODEL_PATH", str(model_path))
+    get_settings.cache_clear()
+    before = set(redis.Redis.from_url(redis_url).scan_iter("bench*"))
+    out = tmp_path / "bench.json"
+    try:
+        result = CliRunner().invoke(app, ["bench", "selection", "--tools", str(DATA / "tools.json"), "--queries",
+                                          str(DATA / "queries_dev.csv"), "--limit", "300", "--json", str(out)])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert KEYS <= set(data)
+    assert data["queries"] == 300 and data["policy"] == "learned"
+    streams = {s["name"]: s for s in data["streams"]}
+    assert streams["learned zero-shot"]["top1"] == data["zero_shot_top1"]
+    assert streams["learned"]["top1"] > data["zero_shot_top1"]  # learning helps already within 300 queries
+    assert 0 < data["p50_select_ms"] <= data["p99_select_ms"]
+    # The bench's private state is gone.
+    assert set(redis.Redis.from_url(redis_url).scan_iter("bench*")) == before
+    assert "top1_second_half" in result.output

@@ -1,0 +1,88 @@
+"""Description variants on real services (Redis, Qdrant Edge, fastembed), through the selector and
+the outcome bookkeeping the workers run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from selection.models import CallRequest, OutcomeRecord, ToolExecutionResult
+from workers.outcomes import apply_outcome
+from workers.runtime import Runtime
+from workers.settings import Settings
+
+TOOLS = {
+    "roman": "Utility.",
+    "reverse_words": "Reverse the order of the words in a sentence.",
+    "word_lengths": "Measure how long each word of a text is.",
+}
+SCENARIO = "write the year 1666 in roman numerals"
+
+
+@pytest.fixture
+def rt(settings_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    for name, description in TOOLS.items():
+        folder = tmp_path / "tools" / name
+        folder.mkdir(parents=True)
+        (folder / "tool.yaml").write_text(yaml.safe_dump({
+            "name": name, "description": description, "implementation": {"kind": "python", "entrypoint": "json:dumps"},
+        }))
+    monkeypatch.setenv("FITTEST_TOOLS_DIR", str(tmp_path / "tools"))
+    monkeypatch.setenv("FITTEST_VARIANT_MIN_TRIALS", "3")
+    monkeypatch.setenv("FITTEST_SELECTION_CACHE_TTL_S", "0")  # a new variant is matched within one TTL
+    runtime = Runtime(Settings())
+    yield runtime
+    runtime.state.clear()
+    runtime.close()
+
+
+def plan(rt: Runtime, call_id: str):
+    rt.selector.variants._read_at = float("-inf")  # read the variants now, not within REFRESH_S
+    return rt.selector.plan(CallRequest(scenario=SCENARIO, call_id=call_id))
+
+
+def roman_similarity(p) -> float:
+    return next(c.breakdown.similarity for c in p.candidates if c.key == "roman@1.0.0")
+
+
+def first_attempt(rt: Runtime, call_id: str, served: dict[str, str], ok: bool) -> None:
+    attempt = ToolExecutionResult(attempt_id=f"{call_id}:0", call_id=call_id, tool="roman", version="1.0.0", success=ok,
+                                  result={"roman": "MDCLXVI"} if ok else None)
+    apply_outcome(rt, OutcomeRecord(call_id=call_id, scenario=SCENARIO, attempts=[attempt], variants=served))
+
+
+def test_a_testing_variant_is_served_by_chance_matched_by_its_own_text_and_promoted_when_better(rt: Runtime) -> None:
+    manifest_only = plan(rt, "c0")
+    assert manifest_only.variants == {}  # no variants: the manifest's description, as always
+    variant = rt.evolution.add_variant("roman@1.0.0", "Write an integer in Roman numerals, e.g. 1994 as MCMXCIV.",
+                                       TOOLS["roman"])
+    assert variant.id == "1" and variant.status == "testing"
+
+    rt.settings.ab_test_probability = 1.0
+    tested = plan(rt, "c1")
+    assert tested.variants["roman@1.0.0"] == "1"
+    assert tested.candidates[0].key == "roman@1.0.0"
+    rt.settings.ab_test_probability = 0.0
+    incumbent = plan(rt, "c2")  # "Utility." matches nothing: the bad description keeps the tool out
+    assert "roman@1.0.0" not in [c.key for c in incumbent.candidates] and incumbent.variants == {}
+    assert roman_similarity(tested) > 0.5
+
+    for i in range(3):
+        first_attempt(rt, f"t{i}", {"roman@1.0.0": "1"}, ok=True)
+    first_attempt(rt, "t0", {"roman@1.0.0": "1"}, ok=True)  # a redelivery is credited once
+    variants = {v.id: v for v in rt.evolution.variants("roman@1.0.0")}
+    assert (variants["1"].status, variants["1"].trials, variants["1"].successes) == ("active", 3, 3)
+    assert variants["0"].status == "active" and variants["1"].effectiveness > variants["0"].effectiveness
+    assert plan(rt, "c3").variants["roman@1.0.0"] == "1"  # the better one is served now, without any test
+
+
+def test_a_worse_testing_variant_is_retired(rt: Runtime) -> None:
+    rt.evolution.add_variant("roman@1.0.0", "Reverse the words of a sentence.", TOOLS["roman"])
+    for i in range(3):
+        first_attempt(rt, f"w{i}", {"roman@1.0.0": "1"}, ok=False)
+    variants = {v.id: v for v in rt.evolution.variants("roman@1.0.0")}
+    assert variants["1"].status == "deprecated" and variants["1"].accesses == 3
+    rt.settings.ab_test_probability = 1.0  # a retired variant is never served, not even on test
+    assert plan(rt, "c4").variants == {}

@@ -1,0 +1,160 @@
+"""Trial, rollback, locking and memory of evolution on real services (Redis, Qdrant Edge, fastembed,
+the subprocess sandbox), without Celery: the functions the feedback and evolution tasks run."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from evolution.models import EvolutionJob, EvolutionRecord, Evidence, FailedRun, StageResult
+from evolution.verification import StageRun
+from evolution.trial import TrialCounts, served_version
+from selection.models import FailureClass, FailureMark, OutcomeRecord, Promotion, Severity, ToolExecutionResult
+from workers.evolution_memory import apply_evolution_record, build_job, maybe_evolve_for_quality
+from workers.evolver import Evolver
+from workers.outcomes import apply_failure, apply_outcome
+from workers.runners import RunOutcome
+from workers.runtime import Runtime
+from workers.settings import Settings
+
+SLOW = "import time\ndef run(value):\n    time.sleep(value['n'] / 10)\n    return {'n': value['n']}\n"
+
+
+def write_tool(tools: Path, name: str, code: str, **manifest: Any) -> None:
+    folder = tools / name
+    folder.mkdir(parents=True)
+    (folder / "tool.py").write_text(code)
+    doc = {"name": name, "description": f"the {name} tool", "implementation": {"kind": "python", "entrypoint": "tool:run"},
+           "timeout_s": 0.3, **manifest}
+    (folder / "tool.yaml").write_text(yaml.safe_dump(doc))
+
+
+@pytest.fixture
+def rt(settings_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    tools = tmp_path / "tools"
+    write_tool(tools, "slowish", SLOW, test_cases=[{"input": {"n": 1}, "expect": {"n": 1}}])
+    monkeypatch.setenv("FITTEST_TOOLS_DIR", str(tools))
+    monkeypatch.setenv("FITTEST_EVOLUTION_QUALITY_THRESHOLD", "0.97")
+    runtime = Runtime(Settings())
+    yield runtime
+    runtime.state.clear()
+    runtime.close()
+
+
+def attempt(key: str, ok: bool, aid: str) -> ToolExecutionResult:
+    name, _, version = key.partition("@")
+    return ToolExecutionResult(attempt_id=aid, call_id=aid, tool=name, version=version, success=ok,
+                               result={"n": 1} if ok else None, error_class=None if ok else FailureClass.crash)
+
+
+def outcome(*attempts: ToolExecutionResult) -> OutcomeRecord:
+    return OutcomeRecord(call_id=attempts[0].call_id, scenario="count slowly", attempts=list(attempts), input={"n": 1})
+
+
+def on_trial(rt: Runtime, parent_successes: int, parent_failures: int) -> None:
+    for i in range(parent_successes):
+        rt.state.record_success("slowish@1.0.0", f"ps{i}")
+    for i in range(parent_failures):
+        rt.state.mark_failure("slowish@1.0.0", f"pf{i}", Severity.high)
+    rt.state.promote(Promotion(namespace="slowish", evolved_version="1.1.0", original_version="1.0.0", parent_version="1.0.0"))
+
+
+def test_a_better_version_on_trial_becomes_active(rt: Runtime) -> None:
+    on_trial(rt, parent_successes=3, parent_failures=3)
+    for i in range(4):
+        apply_outcome(rt, outcome(attempt("slowish@1.1.0", True, f"a{i}")))
+    apply_outcome(rt, outcome(attempt("slowish@1.1.0", True, "a0")))  # a redelivery counts once
+    fallback = [attempt("other@1.0.0", False, "x0"), attempt("slowish@1.1.0", False, "x1")]
+    apply_outcome(rt, OutcomeRecord(call_id="x", scenario="s", namespace="other", attempts=fallback))  # not its traffic
+    assert rt.state.promotion("slowish").status == "on_trial"
+    assert rt.evolution.trial_counts("slowish", "1.1.0") == TrialCounts(evolved_successes=4)
+    apply_outcome(rt, outcome(attempt("slowish@1.1.0", True, "a4")))
+    assert rt.state.promotion("slowish").status == "active"
+    assert [e.event for e in rt.evolution.changelog("slowish")] == ["activated"]
+    assert len(rt.evolution.recent_successes("slowish@1.1.0")) == 5
+
+
+def test_a_worse_version_on_trial_is_rolled_back_and_the_parent_served_again(rt: Runtime) -> None:
+    on_trial(rt, parent_successes=9, parent_failures=1)
+    results = [True, False, True, False, False]
+    for i, ok in enumerate(results):
+        apply_outcome(rt, outcome(attempt("slowish@1.1.0", ok, f"w{i}")))
+    promotion = rt.state.promotion("slowish")
+    assert promotion.status == "rolled_back"
+    assert served_version(promotion, "any-call", after_evolution=True, share=1.0) is None  # the original, the parent
+    (entry,) = rt.evolution.changelog("slowish")
+    assert entry.event == "rolled_back" and "2/5 successes" in entry.reason
+
+
+def slow_job(trigger: str, served: str | None = None) -> EvolutionJob:
+    failure = FailedRun(version="1.0.0", input={"n": 5}, error_class=FailureClass.timeout, error_message="no result within 0.3s")
+    return EvolutionJob(namespace="slowish", parent_version="1.0.0", served_version=served, trigger=trigger,  # type: ignore[arg-type]
+                        pattern="timeout: no result within 0.3s", evidence=Evidence(failures=[failure]))
+
+
+class SlowSandbox:
+    """Passes every stage after a pause. Sandboxes fork with preexec_fn, which is unsafe in a
+    threaded process such as this test; the lock, not verification, is under test here."""
+
+    def static(self, manifest: Any, timeout_s: float) -> StageResult:
+        time.sleep(1.5)
+        return StageResult(stage="static", passed=True, checked=1)
+
+    def run(self, manifest: Any, inputs: list[dict[str, Any]], timeout_s: float) -> StageRun:
+        return StageRun(results=[RunOutcome.ok({"n": 1}) for _ in inputs])
+
+
+def test_a_concurrent_evolution_of_the_same_namespace_skips_or_waits(rt: Runtime) -> None:
+    records: list[EvolutionRecord] = []
+    evolver = Evolver(rt.settings, rt.state, rt.evolution, records.append, sandbox=SlowSandbox())
+    reports: dict[str, Any] = {}
+    first = threading.Thread(target=lambda: reports.setdefault("first", evolver.run(slow_job("call"))))
+    first.start()
+    deadline = time.monotonic() + 20  # until the first evolution holds the namespace's lock
+    while time.monotonic() < deadline and rt.state.acquire_lock("evolve:slowish", "probe", 0.05):
+        rt.state.release_lock("evolve:slowish", "probe")
+        time.sleep(0.02)
+    manual = evolver.run(slow_job("manual"))
+    waiting = evolver.run(slow_job("call"))  # waits for the first, then takes what it made
+    first.join(60)
+    assert reports["first"].status == "evolved" and reports["first"].version == "1.1.0"
+    assert manual.status == "locked" and "another evolution of slowish is running" in manual.message
+    assert waiting.status == "reused" and waiting.version == "1.1.0"
+    assert [r.promoted_version for r in records] == ["1.1.0"]
+    events = [e.event for e in rt.evolution.changelog("slowish")]
+    assert events.count("promoted") == 1 and "locked" in events
+    evolved = rt.settings.data_dir / "evolved" / "slowish_v1_1_0"
+    assert (evolved / "tool.yaml").is_file() and (evolved / "tool.py").is_file()
+    assert yaml.safe_load((evolved / "tool.yaml").read_text())["timeout_s"] == 1.2
+    assert rt.state.stats(["slowish@1.1.0"])["slowish@1.1.0"].quality == rt.state.stats(["slowish@1.0.0"])["slowish@1.0.0"].quality
+
+
+def test_quality_trigger_and_a_mutation_that_failed_before_is_not_tried_again(rt: Runtime) -> None:
+    sent: list[EvolutionJob] = []
+    fallback = FailureMark(attempt_id="f0", call_id="f0", tool="slowish", version="1.0.0", scenario="parse this csv",
+                           error_class=FailureClass.timeout, input={"csv": "a,b"}, targeted=False)
+    apply_failure(rt, fallback)  # tried as a fallback on another tool's job: not its input to fix
+    for i in range(2):
+        mark = FailureMark(attempt_id=f"q{i}", call_id=f"q{i}", tool="slowish", version="1.0.0", scenario="count slowly to fifty",
+                           error_class=FailureClass.timeout, error_message="no result within 0.3s", input={"n": 50 + i})
+        maybe_evolve_for_quality(rt, mark, apply_failure(rt, mark), sent.append)
+    (job,) = sent  # the second failure is inside the cool-down
+    assert job.trigger == "quality" and job.parent_version == "1.0.0" and "fell to 0.90" in job.reason
+    assert [f.input for f in job.evidence.failures] == [{"n": 50}]  # remembered with its input
+
+    records: list[EvolutionRecord] = []
+    report = Evolver(rt.settings, rt.state, rt.evolution, records.append).run(job)
+    assert report.status == "no_fix"  # 50 × 0.1 s does not fit even in the longer timeout
+    assert [c.outcome for c in report.candidates] == ["failed"] and report.candidates[0].reason.startswith("replay:")
+    apply_evolution_record(rt, records[0])
+
+    again = build_job(rt, "manual", namespace="slowish")
+    assert [(m.mutator, m.mutation) for m in again.evidence.failed_mutations] == [("timeout", "timeout_s 0.3s → 1.2s")]
+    second = Evolver(rt.settings, rt.state, rt.evolution, records.append).run(again)
+    assert [c.outcome for c in second.candidates] == ["skipped"]
+    assert "failed verification before for a similar reason" in second.candidates[0].reason

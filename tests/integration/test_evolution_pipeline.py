@@ -1,0 +1,116 @@
+"""Evolution on the real pipeline: Celery workers per role on the Redis broker, Qdrant Edge,
+fastembed; every candidate verified in the sandbox by the evolution worker."""
+
+from __future__ import annotations
+
+import gc
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.integration.conftest import Pipeline, start_pipeline
+
+TOOLS = Path(__file__).parent / "evolution_tools"
+STAGE_TIMEOUT_S = 6
+
+
+@pytest.fixture(scope="module")
+def evo(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[Pipeline]:
+    tmp = tmp_path_factory.mktemp("evolution")
+    p = start_pipeline(tmp, redis_url, model_path, TOOLS, FITTEST_VERIFY_STAGE_TIMEOUT_S=str(STAGE_TIMEOUT_S))
+    try:
+        yield p
+        gc.collect()  # results of replaced tasks unsubscribe now, while the broker answers
+    finally:
+        p.stack.stop_all()
+        p.state().clear()
+
+
+def cli(evo: Pipeline, *args: str) -> tuple[int, str]:
+    from workers.cli import app
+    from workers.settings import get_settings
+
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, list(args), env=evo.env)
+    finally:
+        get_settings.cache_clear()
+    return result.exit_code, result.output
+
+
+def test_a_candidate_that_hangs_in_stage_2_is_killed_and_the_call_ends_with_a_report(evo: Pipeline) -> None:
+    result = evo.call(scenario="check whether the text is all a's with the pattern", input={"txt": "aaa"},
+                      namespace="check_pattern", timeout=240)
+    assert result["status"] == "failed", result
+    assert all(a["outcome"] == "failure" for a in result["attempts"])
+    report = result["evolution"]
+    assert report["status"] == "no_fix" and report["trigger"] == "call"
+    (candidate,) = report["candidates"]
+    assert candidate["mutation"] == "input coercion: rename txt→text" and candidate["outcome"] == "failed"
+    static, tests = candidate["stages"]
+    assert static["passed"] and not tests["passed"]
+    assert tests["elapsed_ms"] < STAGE_TIMEOUT_S * 1000  # killed within the candidate's own 1 s
+    assert tests["problems"][0].startswith('test case 2 {"text": "aaaa')
+    assert "timeout: no result within 1s; process group killed" in tests["problems"][0]
+    assert not (Path(evo.settings.data_dir) / "evolved" / "check_pattern_v1_1_0").exists()
+
+
+def test_all_candidates_fail_evolution_fixes_the_tool_and_the_same_call_succeeds(evo: Pipeline) -> None:
+    sent = evo.client.send("resilient_tool_call", scenario="say hello to the new user", input={"username": "Ada"},
+                           namespace="greet_user")
+    result = evo.client.wait(sent, 240)
+    assert result["status"] == "success", result
+    assert result["call_id"] == sent.id
+    assert (result["tool"], result["version"], result["output"]) == ("greet_user", "1.1.0", {"greeting": "Hello, Ada!"})
+    assert result["attempts"][0]["version"] == "1.1.0" and len(result["attempts"]) == 1
+    report = result["evolution"]
+    assert report["status"] == "evolved" and report["version"] == "1.1.0"
+    assert report["mutation"] == "input coercion: rename username→name"
+    assert {s["stage"]: s["passed"] for s in report["candidates"][-1]["stages"]} == {"static": True, "tests": True, "replay": True}
+    before = report["failed_attempts"]
+    assert len(before) >= 2 and {"greet_user", "greet_formal"} <= {a["tool"] for a in before}
+    assert all(a["outcome"] == "failure" and a["error_class"] == "bad_input" for a in before)
+
+    state = evo.state()
+    promotion = state.promotion("greet_user")
+    assert (promotion.evolved_version, promotion.status, promotion.parent_version) == ("1.1.0", "on_trial", "1.0.0")
+    wrapper = Path(evo.settings.data_dir) / "evolved" / "greet_user_v1_1_0" / "greet_user_v1_1_0.py"
+    assert "RENAMES = {'username': 'name'}" in wrapper.read_text()
+    # The new version serves any later call that sends the renamed key.
+    again = evo.call(scenario="say hello to the new user", input={"username": "Grace"}, namespace="greet_user", timeout=120)
+    assert again["status"] == "success" and again["output"] == {"greeting": "Hello, Grace!"}
+
+
+def test_show_prints_the_lineage_with_quality_and_status(evo: Pipeline) -> None:
+    code, out = cli(evo, "show", "greet_user", "--json")
+    assert code == 0, out
+    data = json.loads(out)
+    rows = {r["version"]: r for r in data["versions"]}
+    assert rows["1.0.0"]["status"] == "original" and rows["1.0.0"]["parent"] is None
+    assert rows["1.1.0"]["parent"] == "1.0.0" and rows["1.1.0"]["status"] == "on_trial"
+    assert rows["1.1.0"]["mutation"] == "input coercion: rename username→name"
+    assert 0 < rows["1.1.0"]["quality"] <= 1
+    events = [e["event"] for e in data["changelog"]]
+    assert events[:2] == ["verified", "promoted"]
+    code, text = cli(evo, "show", "greet_user")
+    assert code == 0 and "1.1.0" in text and "on_trial" in text and "rename username→name" in text
+
+
+def test_rollback_and_promote_by_hand(evo: Pipeline) -> None:
+    code, out = cli(evo, "rollback", "greet_user")
+    assert code == 0, out
+    assert "greet_user@1.0.0 is served again" in out
+    assert evo.state().promotion("greet_user").status == "rolled_back"
+    code, out = cli(evo, "rollback", "greet_user")
+    assert code == 1 and "no promoted version to roll back" in out
+    code, out = cli(evo, "promote", "greet_user", "9.9.9")
+    assert code == 1 and "has no version 9.9.9" in out
+    code, out = cli(evo, "promote", "greet_user", "1.1.0")
+    assert code == 0, out
+    promotion = evo.state().promotion("greet_user")
+    assert (promotion.evolved_version, promotion.status) == ("1.1.0", "active")
+    result = evo.call(scenario="say hello", input={"username": "Alan"}, namespace="greet_user", timeout=120)
+    assert (result["status"], result["version"]) == ("success", "1.1.0")

@@ -1,0 +1,138 @@
+"""Learning on the running system: real Celery workers on the Redis broker store execution records in
+batches, relearn the weights on a celery-redbeat schedule, and the CLI explains, takes feedback,
+shows weights and recommends, asking the workers for what lives in the vector memory."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from typer.testing import CliRunner
+
+from tests.integration.conftest import TEST_TOOLS, Pipeline, start_pipeline
+
+CSV = {"text": "a,b\n1,2\n"}
+
+
+@pytest.fixture(scope="module")
+def learning(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[Pipeline]:
+    p = start_pipeline(tmp_path_factory.mktemp("learning"), redis_url, model_path, TEST_TOOLS,
+                       roles=("memory", "executor"), FITTEST_EVOLUTION_ENABLED="false")
+    try:
+        yield p
+    finally:
+        p.stack.stop_all()
+        p.state().clear()
+
+
+@pytest.fixture
+def cli(learning: Pipeline, monkeypatch: pytest.MonkeyPatch):
+    """Run `fittest …` with the pipeline's settings, as an operator's shell would."""
+    from workers.cli import app
+    from workers.settings import get_settings
+
+    def run(*args: str):
+        for key, value in learning.env.items():
+            monkeypatch.setenv(key, value)
+        get_settings.cache_clear()
+        try:
+            return CliRunner().invoke(app, list(args))
+        finally:
+            get_settings.cache_clear()
+
+    return run
+
+
+def recent(p: Pipeline) -> list:
+    from workers.state import redis_client
+    from workers.state.learning import LearningState
+
+    return LearningState(redis_client(p.settings), p.settings.key_prefix, p.settings.learner_window).recent()
+
+
+def test_calls_reach_the_learner_in_batches_and_weights_are_retrained(learning: Pipeline) -> None:
+    sent = [learning.client.send("resilient_tool_call", scenario=f"parse csv text into rows, batch {i}", input=CSV,
+                                 namespace="csv_lenient") for i in range(6)]
+    sent += [learning.client.send("resilient_tool_call", scenario=f"lunar phase for day {i}", input={"date": "x"},
+                                  namespace="moon_a", max_attempts=2) for i in range(3)]
+    results = [learning.client.wait(r, 60) for r in sent]
+    assert [r["status"] for r in results] == ["success"] * 6 + ["failed"] * 3
+    # 6 + 3 x 2 attempts, each once in the learner's window, with the policy's probability.
+    learning.wait_for(lambda: len(recent(learning)) >= 12, timeout=30)
+    records = recent(learning)
+    assert len({r.attempt_id for r in records}) == len(records) == 12
+    assert {r.policy for r in records} == {"learned"} and all(0 < r.probability <= 1 for r in records)
+    answer = learning.client.wait(learning.client.send("retrain_weights", queue="learning"), 30)
+    assert answer["evidence"]["records"] == 12
+    if answer["changed"]:
+        assert learning.state().weights().version == answer["version"] >= 1
+
+
+def test_beat_sends_retrain_weights_through_redbeat(learning: Pipeline, tmp_path: Path) -> None:
+    from workers.stack import Stack, celery_cmd
+
+    backend = redis.Redis.from_url(learning.settings.redis_url)
+    before = set(backend.scan_iter("celery-task-meta-*"))
+    beat = Stack(learning.settings, env={**learning.env, "FITTEST_RETRAIN_INTERVAL_S": "1"}, log_dir=tmp_path)
+    beat.start("beat", celery_cmd("beat", "-S", "redbeat.RedBeatScheduler", "--loglevel", "INFO"))
+    try:
+        def retrained() -> bool:
+            for key in set(backend.scan_iter("celery-task-meta-*")) - before:
+                meta = json.loads(backend.get(key) or b"{}")
+                if meta.get("name") == "fittest.retrain_weights" and meta.get("status") == "SUCCESS":
+                    return True
+            return False
+
+        learning.wait_for(retrained, timeout=40)
+        entry = backend.hgetall(f"{learning.settings.key_prefix}redbeat:retrain-weights")
+        assert json.loads(entry[b"definition"])["task"] == "fittest.retrain_weights"
+    finally:
+        beat.stop_all()
+
+
+def test_cli_explains_takes_feedback_shows_weights_and_recommends(learning: Pipeline, cli) -> None:
+    first = cli("feedback", "add", "csv_lenient", "positive", "--scenario", "parse csv text into rows",
+                "--reason", "handles ragged rows", "--json")
+    assert first.exit_code == 0, first.output
+    added = json.loads(first.output)
+    assert added["status"] == "recorded" and added["feedback"]["version"] == "1.0.0" and added["score_now"] > 0
+
+    shown = cli("feedback", "show", "csv_lenient", "--json")
+    assert shown.exit_code == 0, shown.output
+    report = json.loads(shown.output)
+    assert report["entries"][0]["reason"] == "handles ragged rows"
+    assert report["total"] >= 1 and report["trend"][-1]["count"] >= 1
+
+    unknown = cli("feedback", "add", "no_such_tool", "negative")
+    assert unknown.exit_code == 1 and "no tool named 'no_such_tool'" in unknown.output
+
+    explained = cli("explain", "parse csv text into rows", "--context", '{"language": "python"}', "--json")
+    assert explained.exit_code == 0, explained.output
+    ranking = json.loads(explained.output)["ranking"]
+    assert ranking[0]["key"].startswith("csv_")
+    lenient = next(r for r in ranking if r["key"] == "csv_lenient@1.0.0")["breakdown"]
+    assert lenient["feedback"] > 0 and set(lenient["sparc_components"]) == {"phase", "language", "complexity",
+                                                                             "task_type", "history"}
+    assert lenient["rationale"] and 0 < ranking[0]["probability"] <= 1
+    table = cli("explain", "parse csv text into rows")
+    assert table.exit_code == 0 and "csv_lenient@1.0.0" in table.output
+
+    weights = cli("weights", "--json")
+    assert weights.exit_code == 0, weights.output
+    assert set(json.loads(weights.output)["current"]["weights"]) == {"phase", "language", "complexity", "task_type",
+                                                                     "history"}
+
+    if len(recent(learning)) < 6:  # this test alone: give the moon tools a record to recommend on
+        for i in range(3):
+            learning.call(scenario=f"lunar phase for day {i}", input={"date": "x"}, namespace="moon_a", max_attempts=2)
+        learning.wait_for(lambda: len(recent(learning)) >= 6, timeout=30)
+    advice = cli("recommend", "--min-runs", "3", "--json")
+    assert advice.exit_code == 0, advice.output
+    found = {(r["tool"], r["context"]): r for r in json.loads(advice.output)["recommendations"]}
+    moon = found[("moon_a@1.0.0", "any")]
+    assert moon["success_rate"] == 0.0 and moon["runs"] >= 3 and moon["error_classes"] == {"crash": moon["runs"]}
+    assert not any(tool.startswith("csv_lenient") for tool, _ in found)

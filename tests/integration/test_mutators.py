@@ -1,0 +1,344 @@
+"""Each built-in mutator on a tool it can fix and on one it cannot, judged by the real verification
+cascade: every stage in a subprocess of the sandbox. The code mutator talks to a small
+OpenAI-compatible server on loopback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from evolution.models import Evidence, FailedRun, StageResult, SuccessfulRun, Trigger, shape_of
+from evolution.mutation import MutationContext, MutatorConfig, Proposal
+from evolution.mutators.coercion import CoercionMutator
+from evolution.mutators.description import DescriptionMutator
+from evolution.mutators.retry import RetryMutator
+from evolution.mutators.timeout import TimeoutMutator
+from evolution.verification import VerifyConfig, verify
+from selection.manifest import ToolManifest, load_manifest
+from selection.models import FailureClass
+from workers.evolver import read_parent, write_version
+from workers.llm import code_mutator
+from workers.runners import RunLimits
+from workers.sandbox import SubprocessSandbox
+
+SANDBOX = SubprocessSandbox(RunLimits())
+CONFIG = VerifyConfig(static_timeout_s=30, stage_timeout_s=30, replay_successes=3)
+
+
+def make_tool(root: Path, name: str, code: str, **manifest: Any) -> ToolManifest:
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "tool.py").write_text(textwrap.dedent(code))
+    doc = {"name": name, "description": f"the {name} tool", "implementation": {"kind": "python", "entrypoint": "tool:run"},
+           "timeout_s": 2, **manifest}
+    (folder / "tool.yaml").write_text(yaml.safe_dump(doc))
+    return load_manifest(folder / "tool.yaml")
+
+
+def failing(error_class: FailureClass, message: str = "", **input: Any) -> FailedRun:
+    return FailedRun(version="1.0.0", input=input, error_class=error_class, error_message=message)
+
+
+def propose(mutator: Any, parent: ToolManifest, evidence: Evidence, trigger: Trigger = "call") -> Proposal:
+    return mutator.propose(MutationContext(parent=read_parent(parent), evidence=evidence, version="1.1.0", trigger=trigger))
+
+
+def verified(proposal: Proposal, evidence: Evidence, tmp: Path) -> list[list[StageResult]]:
+    """The stage results of every candidate, each verified from its own folder."""
+    results = []
+    for i, candidate in enumerate(proposal.candidates):
+        staged = write_version(tmp / f"candidate{i}", candidate.manifest, candidate.files)
+        results.append(verify(staged, evidence, SANDBOX, CONFIG, changes_behaviour=candidate.changes_behaviour))
+    return results
+
+
+def passed(stages: list[StageResult]) -> bool:
+    return [s.stage for s in stages] == ["static", "tests", "replay"] and all(s.passed for s in stages)
+
+
+def all_passed(results: list[list[StageResult]]) -> bool:
+    return bool(results) and all(passed(stages) for stages in results)
+
+
+# ------------------------------------------------------------------------------------ timeout
+SLOW = """
+import time
+def run(value):
+    time.sleep(value["n"] / 10)
+    return {"n": value["n"]}
+"""
+
+
+def test_timeout_mutator_gives_a_slow_tool_the_time_it_needs(tmp_path: Path) -> None:
+    parent = make_tool(tmp_path, "slowish", SLOW, timeout_s=0.3, test_cases=[{"input": {"n": 1}, "expect": {"n": 1}}])
+    evidence = Evidence(failures=[failing(FailureClass.timeout, "no result within 0.3s", n=6)])
+    proposal = propose(TimeoutMutator(MutatorConfig(max_timeout_s=120)), parent, evidence)
+    assert [c.mutation for c in proposal.candidates] == ["timeout_s 0.3s → 1.2s"]
+    assert proposal.candidates[0].manifest.timeout_s == 1.2
+    assert all_passed(verified(proposal, evidence, tmp_path))
+
+
+def test_timeout_mutator_cannot_fix_a_tool_that_hangs(tmp_path: Path) -> None:
+    parent = make_tool(tmp_path, "hangs", "def run(value):\n    while True:\n        pass\n", timeout_s=0.3)
+    evidence = Evidence(failures=[failing(FailureClass.timeout, n=1)])
+    (stages,) = verified(propose(TimeoutMutator(MutatorConfig()), parent, evidence), evidence, tmp_path)
+    assert stages[-1].stage == "replay" and not stages[-1].passed
+    assert "still fails: timeout" in stages[-1].problems[0]
+    at_bound = propose(TimeoutMutator(MutatorConfig(max_timeout_s=0.3)), parent, evidence)
+    assert not at_bound.candidates and "already at the bound" in at_bound.note
+
+
+# ------------------------------------------------------------------------------------ retry
+FLAKY = """
+import itertools
+_calls = itertools.count(1)
+def run(value):
+    if next(_calls) % 2:
+        raise ConnectionError("upstream refused the connection")
+    return {"echo": value["x"]}
+"""
+
+
+def test_retry_mutator_fixes_a_flaky_upstream_with_generated_inspectable_code(tmp_path: Path) -> None:
+    parent = make_tool(tmp_path, "flaky", FLAKY, test_cases=[{"input": {"x": 1}, "expect": {"echo": 1}}])
+    evidence = Evidence(failures=[failing(FailureClass.unavailable, "ConnectionError", x=2)])
+    proposal = propose(RetryMutator(MutatorConfig()), parent, evidence)
+    (candidate,) = proposal.candidates
+    source = candidate.files["flaky_v1_1_0.py"].decode()
+    assert "RETRY = {'attempts': 5" in source and "wait_random_exponential" in source
+    assert candidate.files["parent/tool.py"] == (tmp_path / "flaky" / "tool.py").read_bytes()
+    assert candidate.manifest.implementation.entrypoint == "flaky_v1_1_0:run"  # type: ignore[union-attr]
+    assert all_passed(verified(proposal, evidence, tmp_path))
+
+
+def test_retry_mutator_cannot_fix_an_upstream_that_is_always_down(tmp_path: Path) -> None:
+    parent = make_tool(tmp_path, "down", "def run(value):\n    raise ConnectionError('refused')\n", timeout_s=1)
+    evidence = Evidence(failures=[failing(FailureClass.unavailable, x=1)])
+    (stages,) = verified(propose(RetryMutator(MutatorConfig()), parent, evidence), evidence, tmp_path)
+    # Retrying cannot make it pass: the replay still fails (unavailable, or the retries run into
+    # the tool's timeout on a loaded machine), so the candidate is never served.
+    assert not stages[-1].passed and "still fails" in stages[-1].problems[0]
+
+
+FLAKY_SERVER = """
+import itertools, json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+count = itertools.count(1)
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        status, answer = (503, {"error": "busy"}) if next(count) % 2 else (200, {"double": body["x"] * 2})
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def log_message(self, *args):
+        pass
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+@pytest.fixture
+def flaky_http() -> Iterator[str]:
+    """An upstream that answers 503 to every other request, in a process of its own (the sandbox
+    forks with preexec_fn, which a server thread in this process could deadlock)."""
+    proc = subprocess.Popen([sys.executable, "-c", FLAKY_SERVER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        yield f"http://127.0.0.1:{int(proc.stdout.readline())}/double"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_retry_mutator_wraps_an_http_tool(tmp_path: Path, flaky_http: str) -> None:
+    folder = tmp_path / "doubler"
+    folder.mkdir()
+    (folder / "tool.yaml").write_text(yaml.safe_dump({
+        "name": "doubler", "description": "double x", "implementation": {"kind": "http", "url": flaky_http},
+        "timeout_s": 2, "test_cases": [{"input": {"x": 2}, "expect": {"double": 4}}],
+    }))
+    parent = load_manifest(folder / "tool.yaml")
+    evidence = Evidence(failures=[failing(FailureClass.unavailable, "HTTP 503", x=5)])
+    proposal = propose(RetryMutator(MutatorConfig()), parent, evidence)
+    assert proposal.candidates[0].manifest.implementation.kind == "python"
+    assert all_passed(verified(proposal, evidence, tmp_path))
+
+
+# ------------------------------------------------------------------------------------ coercion
+WORDS = """
+def run(value):
+    text = value["text"]
+    if not isinstance(text, str):
+        raise TypeError("text must be a string")
+    return {"words": len(text.split())}
+"""
+
+
+def test_coercion_mutator_maps_a_renamed_key(tmp_path: Path) -> None:
+    parent = make_tool(tmp_path, "words", WORDS, test_cases=[{"input": {"text": "a b"}, "expect": {"words": 2}}])
+    evidence = Evidence(failures=[failing(FailureClass.bad_input, "KeyError: 'text'", content="one two three")])
+    proposal = propose(CoercionMutator(MutatorConfig()), parent, evidence)
+    assert [c.mutation for c in proposal.candidates] == ["input coercion: rename content→text"]
+    assert all_passed(verified(proposal, evidence, tmp_path))
+
+
+def test_coercion_that_breaks_an_expected_error_fails_the_test_cases(tmp_path: Path) -> None:
+    cases = [{"input": {"text": "a b"}, "expect": {"words": 2}}, {"input": {"text": 42}, "expect_error": True}]
+    parent = make_tool(tmp_path, "strict", WORDS, test_cases=cases)
+    evidence = Evidence(failures=[failing(FailureClass.bad_input, "TypeError", text=7)])
+    proposal = propose(CoercionMutator(MutatorConfig()), parent, evidence)
+    assert [c.mutation for c in proposal.candidates] == ["input coercion: text as str"]
+    (stages,) = verified(proposal, evidence, tmp_path)
+    assert stages[-1].stage == "tests" and not stages[-1].passed
+    assert "expected an error" in stages[-1].problems[0]
+
+
+def test_coercion_mutator_proposes_nothing_without_test_cases(tmp_path: Path) -> None:
+    parent = make_tool(tmp_path, "bare", WORDS)
+    proposal = propose(CoercionMutator(MutatorConfig()), parent, Evidence(failures=[failing(FailureClass.bad_input, content="x")]))
+    assert not proposal.candidates and "no valid test cases" in proposal.note
+
+
+# ------------------------------------------------------------------------------------ description
+def test_description_mutator_adds_successful_scenarios_as_examples(tmp_path: Path) -> None:
+    parent = make_tool(tmp_path, "roman", "def run(v):\n    return {'roman': 'IV' if v['n'] == 4 else 'X'}\n",
+                       test_cases=[{"input": {"n": 4}, "expect": {"roman": "IV"}}])
+    successes = [SuccessfulRun(scenario="write 4 in roman numerals", input={"n": 4}, shape=shape_of({"roman": "IV"})),
+                 SuccessfulRun(scenario="roman numeral for ten", input={"n": 10}, shape=shape_of({"roman": "X"}))]
+    evidence = Evidence(successes=successes)
+    proposal = propose(DescriptionMutator(MutatorConfig()), parent, evidence, trigger="manual")
+    (candidate,) = proposal.candidates
+    assert candidate.manifest.examples == ["write 4 in roman numerals", "roman numeral for ten"]
+    assert not candidate.changes_behaviour
+    (stages,) = verified(proposal, evidence, tmp_path)
+    assert passed(stages) and stages[-1].checked == 2  # both successes replayed with their shape
+
+
+def test_description_mutator_cannot_fix_a_failing_input_or_add_nothing_new(tmp_path: Path) -> None:
+    parent = make_tool(tmp_path, "same", "def run(v):\n    return 1\n", examples=["count things"])
+    on_call = propose(DescriptionMutator(MutatorConfig()), parent, Evidence(successes=[SuccessfulRun(scenario="new words")]))
+    assert not on_call.candidates and "cannot make a failing input succeed" in on_call.note
+    known = propose(DescriptionMutator(MutatorConfig()), parent, Evidence(successes=[SuccessfulRun(scenario="Count  things")]), "manual")
+    assert not known.candidates and "no successful scenario" in known.note
+
+
+# ------------------------------------------------------------------------------------ code (LLM)
+class ChatServer:
+    """An OpenAI-compatible chat completions endpoint on loopback, answering from a script."""
+
+    def __init__(self) -> None:
+        self.replies: list[tuple[int, str]] = []
+        self.requests: list[dict[str, Any]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                status, content = server.replies.pop(0)
+                answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]} if status == 200 else {"error": "down"}
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def chat() -> Iterator[ChatServer]:
+    server = ChatServer()
+    yield server
+    server.stop()
+
+
+BUGGY = "def run(value):\n    return {'mean': sum(value['xs']) / len(value['xs'])}\n"
+FIXED = "def run(value):\n    xs = value['xs']\n    return {'mean': sum(xs) / len(xs) if xs else 0.0}\n"
+
+
+def code_parent(tmp_path: Path) -> tuple[ToolManifest, Evidence]:
+    parent = make_tool(tmp_path, "mean", BUGGY, test_cases=[{"input": {"xs": [1, 2, 3]}, "expect": {"mean": 2.0}}])
+    return parent, Evidence(failures=[failing(FailureClass.crash, "ZeroDivisionError: division by zero", xs=[])])
+
+
+def test_code_mutator_takes_the_fixed_code_from_the_reply(tmp_path: Path, chat: ChatServer) -> None:
+    chat.replies = [(500, ""), (200, f"Guarded the empty list.\n```python\n{FIXED}```\n")]  # one retried 500 first
+    mutator = code_mutator(MutatorConfig(llm_url=chat.url, llm_model="test-model", llm_api_key="sk-test"))
+    parent, evidence = code_parent(tmp_path)
+    proposal = propose(mutator, parent, evidence)
+    (candidate,) = proposal.candidates
+    assert candidate.files["tool.py"].decode() == FIXED
+    assert candidate.mutation == "tool.py rewritten by test-model: Guarded the empty list."
+    request = chat.requests[-1]
+    assert request["path"] == "/v1/chat/completions" and request["auth"] == "Bearer sk-test"
+    assert request["body"]["model"] == "test-model"
+    prompt = request["body"]["messages"][-1]["content"]
+    assert BUGGY.strip() in prompt and "ZeroDivisionError" in prompt and '"xs": []' in prompt
+    chat.stop()  # no server thread while the sandbox forks
+    assert all_passed(verified(proposal, evidence, tmp_path))
+
+
+def test_code_mutator_with_a_reply_without_code_proposes_nothing(tmp_path: Path, chat: ChatServer) -> None:
+    chat.replies = [(200, "You should check whether the list is empty before dividing.")]
+    parent, evidence = code_parent(tmp_path)
+    proposal = propose(code_mutator(MutatorConfig(llm_url=chat.url)), parent, evidence)
+    assert not proposal.candidates and "no usable code" in proposal.note
+
+
+def test_code_mutator_is_off_without_a_url() -> None:
+    assert code_mutator(MutatorConfig()) is None
+
+
+# ------------------------------------------------------------------------------------ hung candidates
+EVIL = "import re\nEVIL = re.compile(r'^(a+)+$')\ndef run(value):\n    return {'ok': bool(EVIL.match(value['s']))}\n"
+
+
+def test_a_candidate_that_hangs_is_killed_within_the_time_of_its_stage(tmp_path: Path) -> None:
+    """Catastrophic regex backtracking runs in C holding the GIL: only killing its process stops it."""
+    parent = make_tool(tmp_path, "evil", EVIL, timeout_s=5, test_cases=[{"input": {"s": "a" * 40 + "!"}, "expect": {"ok": False}}])
+    proposal = propose(TimeoutMutator(MutatorConfig()), parent, Evidence(failures=[failing(FailureClass.timeout, s="a")]))
+    assert proposal.candidates[0].manifest.timeout_s == 20
+    staged = write_version(tmp_path / "c", proposal.candidates[0].manifest, proposal.candidates[0].files)
+    started = time.monotonic()
+    stages = verify(staged, Evidence(), SANDBOX, VerifyConfig(stage_timeout_s=4))
+    assert time.monotonic() - started < 20  # static, then the tests stage cut to its 4 s
+    assert stages[-1].stage == "tests" and not stages[-1].passed
+    assert "timeout" in stages[-1].problems[0] and "process group killed" in stages[-1].problems[0]
+
+
+def test_a_candidate_that_hangs_at_import_is_killed_at_the_static_stage_timeout(tmp_path: Path) -> None:
+    hang = "import re\nre.match(r'^(a+)+$', 'a' * 40 + '!')\ndef run(value):\n    return 1\n"
+    parent = make_tool(tmp_path, "hangs_at_import", hang, timeout_s=1)
+    proposal = propose(TimeoutMutator(MutatorConfig()), parent, Evidence(failures=[failing(FailureClass.timeout, s="a")]))
+    staged = write_version(tmp_path / "c", proposal.candidates[0].manifest, proposal.candidates[0].files)
+    stages = verify(staged, Evidence(), SANDBOX, VerifyConfig(static_timeout_s=3))
+    assert [s.stage for s in stages] == ["static"] and not stages[0].passed
+    assert stages[0].problems == ["the stage did not finish within 3s; its process group was killed"]

@@ -1,0 +1,86 @@
+"""Watching a running system: health probes, Prometheus metrics, JSON attempt logs and the Python
+client, against real workers on the Redis broker."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import free_port
+
+
+@pytest.fixture
+def cli(pipeline, monkeypatch):
+    """Run `fittest …` with the pipeline's settings, as an operator's shell would."""
+    from workers.cli import app
+    from workers.settings import get_settings
+
+    def run(*args: str, **env: str):
+        for key, value in {**pipeline.env, **env}.items():
+            monkeypatch.setenv(key, value)
+        get_settings.cache_clear()
+        try:
+            return CliRunner().invoke(app, list(args))
+        finally:
+            get_settings.cache_clear()
+
+    return run
+
+
+def test_health_is_ok_with_every_role_up_and_checks_store_and_model_live(cli) -> None:
+    result = cli("health", "--json", "--timeout", "5")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert {name: c["status"] for name, c in checks.items()} == {"redis": "ok", "workers": "ok", "store": "ok", "model": "ok"}
+    assert "384-dim" in checks["model"]["detail"] and "checked by memory@" in checks["model"]["detail"]
+    assert "tool vectors" in checks["store"]["detail"]
+    roles = {node.partition("@")[0]: answer["queues"] for node, answer in report["workers"].items()}
+    assert roles["executor"] == ["execution"] and "selection" in roles["memory"]
+
+
+def test_health_fails_for_a_missing_worker_and_when_redis_is_down(cli) -> None:
+    missing = cli("health", "--check", "workers", "--worker", "executor", "--worker", "nosuchrole", "--timeout", "2")
+    assert missing.exit_code == 1
+    assert "nosuchrole" in missing.output
+    down = cli("health", "--json", "--timeout", "1", FITTEST_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
+    assert down.exit_code == 1
+    checks = {c["name"]: c for c in json.loads(down.output)["checks"]}
+    assert checks["redis"]["status"] == "fail" and "FITTEST_REDIS_URL" in checks["redis"]["detail"]
+    assert checks["workers"]["status"] == "fail"
+
+
+def test_a_call_shows_in_metrics_and_in_the_json_attempt_log(pipeline, cli) -> None:
+    from fittest.client import CallResult, FittestClient
+
+    with FittestClient(pipeline.settings.redis_url, settings=pipeline.settings) as client:
+        result = client.run("parse this csv text into rows", input={"text": "a,b\n1,2\n"}, namespace="csv_lenient")
+    assert isinstance(result, CallResult) and result.status == "success" and result.tool == "csv_lenient"
+
+    def counted() -> bool:
+        text = cli("metrics", "--once").output
+        return 'fittest_attempts_total{error_class="",outcome="success",tool="csv_lenient",version="1.0.0"}' in text
+
+    pipeline.wait_for(counted)
+    text = cli("metrics", "--once").output
+    assert 'fittest_selections_total{outcome="ranked",policy=' in text
+    assert 'fittest_queue_length{priority="0",queue="execution"}' in text
+
+    log = (pipeline.stack.log_dir / "executor.log").read_text()
+    events = [json.loads(line) for line in log.splitlines() if line.startswith("{") and '"event": "attempt"' in line]
+    mine = [e for e in events if e["call_id"] == result.call_id]
+    assert len(mine) == 1
+    assert mine[0]["tool"] == "csv_lenient" and mine[0]["version"] == "1.0.0" and mine[0]["outcome"] == "success"
+    assert mine[0]["execution_time_ms"] >= 0 and mine[0]["task_name"] == "fittest.execute"
+
+
+def test_the_client_refuses_a_bad_payload_before_sending(pipeline) -> None:
+    from pydantic import ValidationError
+
+    from fittest.client import FittestClient
+
+    with FittestClient(pipeline.settings.redis_url, settings=pipeline.settings) as client, \
+            pytest.raises(ValidationError, match="max_attempts"):
+        client.submit("parse csv", input={}, max_attempts=0)

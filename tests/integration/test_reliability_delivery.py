@@ -1,0 +1,142 @@
+"""At-least-once delivery without double effects, with real workers killed for real.
+
+Each test breaks an execution worker in the middle of an attempt of `nap` (a tool that logs each
+run, then sleeps), and checks what a user would: the call still ends with its result, the tool
+ran again only because a run was cut short, and the tool's counters and quality are exactly what
+one delivery gives.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from celery import Celery
+
+from selection.manifest import load_manifest
+from selection.models import CallPlan, CallRequest, Candidate
+from tests.integration.conftest import Pipeline, start_pipeline
+
+pytestmark = pytest.mark.slow
+
+TOOLS = Path(__file__).parent / "reliability_tools"
+NAP = "nap@1.0.0"
+VISIBILITY_S = 12  # > FITTEST_MAX_TIMEOUT_S: how long a crashed worker's message stays with it
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[Pipeline]:
+    p = start_pipeline(
+        tmp_path_factory.mktemp("delivery"), redis_url, model_path, TOOLS, roles=("memory", "executor"),
+        FITTEST_EVOLUTION_ENABLED="false", FITTEST_MIN_TIMEOUT_S="8", FITTEST_MAX_TIMEOUT_S="8",
+        FITTEST_VISIBILITY_TIMEOUT_S=str(VISIBILITY_S),
+    )
+    try:  # a first call loads the model and the store, so no test below waits on that
+        assert p.call(scenario="take a nap", namespace="nap", input={}, timeout=180)["status"] == "success"
+        yield p
+    finally:
+        p.stack.stop_all()
+        p.state().clear()
+
+
+def runs(log: Path) -> list[int]:
+    """The pids of every run of `nap` that logged to `log` (one line each, written before it sleeps)."""
+    return [int(line) for line in log.read_text().split()] if log.exists() else []
+
+
+def wait_runs(p: Pipeline, log: Path, n: int, timeout: float = 90) -> list[int]:
+    p.wait_for(lambda: len(runs(log)) >= n, timeout=timeout)
+    return runs(log)
+
+
+def assert_one_delivery(p: Pipeline, key: str, successes: int, failures: int, quality: float) -> None:
+    """Counters settle (the feedback queue has caught up) at exactly these values and stay there."""
+    p.wait_for(lambda: (lambda s: (s.successes, s.failures) == (successes, failures))(p.state().stats([key])[key]), timeout=60)
+    time.sleep(1.0)  # a second application would land now
+    stats = p.state().stats([key])[key]
+    assert (stats.successes, stats.failures, round(stats.quality, 4)) == (successes, failures, quality)
+
+
+def restart_executor(p: Pipeline) -> None:
+    p.stack.start_roles(["executor"])
+    p.stack.wait_for_workers(["executor"])
+
+
+def nap_call(p: Pipeline, log: Path, ms: int, **extra: object):
+    return p.client.send("resilient_tool_call", scenario="take a nap and report the process id", namespace="nap",
+                         version="1.0.0", max_attempts=1, input={"ms": ms, "log": str(log), **extra})
+
+
+def test_killed_pool_process_attempt_is_taken_over(pipeline: Pipeline, tmp_path: Path) -> None:
+    """kill -9 of the process running the attempt: the worker rejects the message back to the queue."""
+    p, log = pipeline, tmp_path / "runs.log"
+    before = p.state().stats([NAP])[NAP]
+    sent = nap_call(p, log, 3000)
+    (victim,) = wait_runs(p, log, 1)
+    os.kill(victim, signal.SIGKILL)
+    result = p.client.wait(sent, 60)
+    assert result["status"] == "success", result
+    first, second = runs(log)
+    assert first == victim and second != victim and result["output"]["pid"] == second
+    assert_one_delivery(p, NAP, before.successes + 1, before.failures, before.quality)
+
+
+def test_killed_worker_attempt_is_taken_over_by_a_new_worker(pipeline: Pipeline, tmp_path: Path) -> None:
+    """kill -9 of the whole execution worker (as a lost machine): its unacknowledged message comes
+    back after the visibility timeout and a worker started afterwards completes the call."""
+    p, log = pipeline, tmp_path / "runs.log"
+    before = p.state().stats([NAP])[NAP]
+    sent = nap_call(p, log, 3000)
+    wait_runs(p, log, 1)
+    p.stack.stop("executor", signal.SIGKILL)
+    restart_executor(p)
+    result = p.client.wait(sent, VISIBILITY_S + 60)
+    assert result["status"] == "success", result
+    assert len(runs(log)) == 2
+    assert_one_delivery(p, NAP, before.successes + 1, before.failures, before.quality)
+
+
+def test_an_attempt_delivered_twice_applies_its_effects_once(pipeline: Pipeline, tmp_path: Path) -> None:
+    """What a lost acknowledgement causes: the same attempt runs twice; quality, counters and the
+    failure record change once."""
+    p, log = pipeline, tmp_path / "runs.log"
+    scenario = f"a nap that fails, delivered twice {uuid.uuid4().hex[:6]}"
+    manifest = load_manifest(TOOLS / "nap" / "tool.yaml")
+    request = CallRequest(scenario=scenario, namespace="nap", version="1.0.0", max_attempts=1,
+                          input={"ms": 0, "fail": True, "log": str(log)})
+    plan = CallPlan(request=request, candidates=[Candidate(key=NAP, manifest=manifest, score=1.0)]).model_dump(mode="json")
+    before = p.state().stats([NAP])[NAP]
+    sender = Celery("foreign", broker=p.settings.redis_url, backend=p.settings.redis_url)
+    sender.conf.update(task_serializer="json", accept_content=["json"], result_accept_content=["json"])
+    deliveries = [sender.send_task("fittest.execute", args=[plan, 0], queue="execution") for _ in range(2)]
+    outcomes = [p.client.wait(d, 60) for d in deliveries]
+    sender.close()
+    assert [o["status"] for o in outcomes] == ["failed", "failed"]
+    assert len(runs(log)) == 2
+    assert_one_delivery(p, NAP, before.successes, before.failures + 1, round(before.quality - 0.10, 4))
+    ranked = p.client.wait(p.client.send("explain", scenario=scenario, namespace="nap", version="1.0.0"), 30)
+    assert ranked["ranking"][0]["breakdown"]["similar_failures"] == 1  # one failure record, not two
+
+
+def test_sigterm_lets_running_attempts_finish_and_returns_the_rest(pipeline: Pipeline, tmp_path: Path) -> None:
+    p, log = pipeline, tmp_path / "runs.log"
+    before = p.state().stats([NAP])[NAP]
+    sent = [nap_call(p, log, 3000, n=i) for i in range(4)]
+    wait_runs(p, log, 2)  # both pool processes busy; two calls wait in the queue
+    proc = p.stack.procs["executor"]
+    started = time.monotonic()
+    p.stack.stop("executor", signal.SIGTERM, timeout=30)
+    stopped_in = time.monotonic() - started
+    assert proc.returncode == 0  # a warm shutdown, not the kill after the timeout
+    assert stopped_in < 3 + 8  # the running naps' rest, well within their 8 s hard timeout
+    assert len(runs(log)) == 2  # nothing else was started
+    restart_executor(p)
+    results = [p.client.wait(s, 60) for s in sent]
+    assert [r["status"] for r in results] == ["success"] * 4
+    assert len(runs(log)) == 4  # each call ran exactly once
+    assert_one_delivery(p, NAP, before.successes + 4, before.failures, before.quality)

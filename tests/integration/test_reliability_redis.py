@@ -1,0 +1,105 @@
+"""Redis, which is broker, result backend and state store at once, restarts during a stream of calls.
+
+The private Redis runs with the append-only file on, as the embedded default does. It is stopped
+while calls are in flight and started again on the same data, twice (the known Celery hang showed
+on a second reconnect). The workers must reconnect by themselves and keep consuming; every call
+ends with a result; no promotion, quality score or counter is lost or applied twice.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from selection.models import Promotion, Severity
+from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
+from tests.conftest import free_port, start_redis
+from tests.integration.conftest import Pipeline, start_pipeline
+
+pytestmark = pytest.mark.slow
+
+TOOLS = Path(__file__).parent / "reliability_tools"
+NAP = "nap@1.0.0"
+
+
+class RestartableRedis:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir, self.port = workdir, free_port()
+        self.proc, self.url = start_redis(workdir, self.port, appendonly=True)
+
+    def restart(self) -> None:
+        """SIGTERM (Redis writes its append-only file and exits), then a new server on the same data."""
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=20)
+        self.proc, _ = start_redis(self.workdir, self.port, appendonly=True)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestartableRedis]:
+    server = RestartableRedis(tmp_path_factory.mktemp("aof"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_server: RestartableRedis, model_path: Path) -> Iterator[Pipeline]:
+    p = start_pipeline(tmp_path_factory.mktemp("restart"), redis_server.url, model_path, TOOLS, roles=("memory", "executor"),
+                       FITTEST_EVOLUTION_ENABLED="false", FITTEST_MIN_TIMEOUT_S="5", FITTEST_BREAKER_THRESHOLD="1000")
+    try:
+        yield p
+    finally:
+        p.stack.stop_all()
+
+
+def send_naps(p: Pipeline, start: int, count: int) -> list[tuple[int, Any]]:
+    """Calls of `nap`; every fourth one is told to fail (a crash, -0.10 quality)."""
+    return [
+        (i, p.client.send("resilient_tool_call", scenario="take a nap", namespace="nap", version="1.0.0", max_attempts=1,
+                          input={"ms": 300, "n": i, "fail": i % 4 == 0}))
+        for i in range(start, start + count)
+    ]
+
+
+def test_redis_restarts_during_a_stream_lose_no_call_and_no_state(pipeline: Pipeline, redis_server: RestartableRedis) -> None:
+    p = pipeline
+    promotion = Promotion(namespace="hostile", evolved_version="1.7.0", original_version="1.0.0", reason="restart test")
+    p.state().promote(promotion)
+
+    sent: list[tuple[int, Any]] = []
+    for round_ in range(2):
+        sent += send_naps(p, len(sent), 16)
+        p.wait_for(lambda: p.state().stats([NAP])[NAP].successes + p.state().stats([NAP])[NAP].failures >= len(sent) - 12,
+                   timeout=60)  # calls are in flight: some done, the rest queued or running
+        redis_server.restart()
+        sent += send_naps(p, len(sent), 8)  # sent after the restart: the workers must consume again
+
+    results = {i: p.client.wait(r, 90) for i, r in sent}
+    statuses = {i: r["status"] for i, r in results.items()}
+    assert statuses == {i: "failed" if i % 4 == 0 else "success" for i, _ in sent}, statuses
+    failed = [r for r in results.values() if r["status"] == "failed"]
+    assert all(r["attempts"][0]["error_message"].startswith("RuntimeError: nap was told to fail") for r in failed)
+
+    # Every attempt counted once: the counters match the results exactly, and the quality is the
+    # rule applied once per failure.
+    quality_bp, failures = FULL_QUALITY_BP, 0
+    for _ in failed:
+        quality_bp, failures = apply_failure_bp(quality_bp, failures, Severity.high)
+    p.wait_for(lambda: p.state().stats([NAP])[NAP].failures == len(failed)
+               and p.state().stats([NAP])[NAP].successes == len(sent) - len(failed), timeout=30)
+    stats = p.state().stats([NAP])[NAP]
+    assert (stats.successes, stats.failures, stats.quality) == (len(sent) - len(failed), len(failed), bp_to_quality(quality_bp))
+    assert p.state().promotion("hostile") == promotion
+    assert p.state().promotion_history("hostile") == [promotion]
+    assert all(proc.poll() is None for proc in p.stack.procs.values())  # no worker died on the way

@@ -1,0 +1,177 @@
+"""The tool sandbox and the circuit breaker, on real processes.
+
+Evolved python versions are code fittest wrote itself: they run in a limited subprocess, so a
+version that forks, eats memory, fills the disk or reads the environment is stopped or sees
+nothing, and the worker that ran it does not notice. The runner-level tests show each limit;
+the pipeline tests show it through a real execution worker, whose pool processes survive.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from selection.manifest import load_manifest
+from selection.models import FailureClass
+from tests.integration.conftest import Pipeline, start_pipeline
+from tests.integration.test_runners import assert_failure, gone, live_members
+from workers.runners import RunLimits, run_tool
+
+TOOLS = Path(__file__).parent / "reliability_tools"
+HOSTILE = TOOLS / "hostile"
+SECRET = "hunter2-must-not-leak"
+
+
+def evolved(version: str):
+    manifest = load_manifest(HOSTILE / f"v{version.replace('.', '_')}.yaml")
+    assert manifest.parent_version is not None  # served as an evolved version
+    return manifest
+
+
+# --------------------------------------------------------------------------- runner level
+def test_evolved_python_tool_runs_in_another_process_with_the_same_results() -> None:
+    original = load_manifest(HOSTILE / "v1_0_0.yaml")
+    inside = run_tool(original, {}, timeout_s=10, limits=RunLimits())
+    outside = run_tool(evolved("1.7.0"), {"text": "é ✓", "n": [1, 2.5, None]}, timeout_s=10, limits=RunLimits())
+    assert inside.success and inside.output == {"ok": True}
+    assert outside.success and outside.output == {"text": "é ✓", "n": [1, 2.5, None]}
+
+
+def test_evolved_tool_sees_an_allow_listed_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FITTEST_REDIS_URL", f"redis://:{SECRET}@127.0.0.1:6379/0")
+    monkeypatch.setenv("FITTEST_LLM_API_KEY", SECRET)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    outcome = run_tool(evolved("1.4.0"), {}, timeout_s=10, limits=RunLimits())
+    assert outcome.success, outcome
+    env = outcome.output["env"]
+    assert SECRET not in json.dumps(outcome.output)
+    assert not [k for k in env if k.startswith(("FITTEST_", "AWS_")) or "REDIS" in k]
+    assert Path(outcome.output["cwd"]).name.startswith("fittest-run-")
+    assert outcome.output["pid"] != __import__("os").getpid()
+
+
+@pytest.mark.parametrize(
+    ("version", "limits", "error_class", "fragment"),
+    [
+        ("1.2.0", RunLimits(memory_mb=200), FailureClass.crash, "MemoryError"),
+        ("1.3.0", RunLimits(max_file_mb=2), FailureClass.crash, "File too large"),
+    ],
+)
+def test_evolved_tool_is_stopped_by_its_limits(version: str, limits: RunLimits, error_class: FailureClass, fragment: str) -> None:
+    outcome = run_tool(evolved(version), {}, timeout_s=20, limits=limits)
+    assert_failure(outcome, error_class, fragment)
+
+
+def test_evolved_tool_that_forks_loses_its_whole_process_group_at_the_timeout() -> None:
+    started = time.monotonic()
+    outcome = run_tool(evolved("1.1.0"), {"children": 8}, timeout_s=2.0, limits=RunLimits())
+    assert time.monotonic() - started < 10
+    assert_failure(outcome, FailureClass.timeout, "process group killed", "pids ")
+    pids = [int(p) for p in outcome.error_message.split("pids ")[1].split()[:9]]  # type: ignore[union-attr]
+    assert len(pids) == 9
+    assert gone(pids[0]) and not live_members(pids[0])
+
+
+@pytest.mark.parametrize(
+    ("payload", "error_class", "fragment"),
+    [
+        ({"kind": "value"}, FailureClass.bad_input, "ValueError: told to raise"),
+        ({"kind": "connection"}, FailureClass.unavailable, "ConnectionRefusedError"),
+        ({"kind": "runtime"}, FailureClass.crash, "RuntimeError: told to raise"),
+        ({"kind": "exit"}, FailureClass.crash, "SystemExit"),
+    ],
+)
+def test_evolved_tool_failures_keep_their_class(payload: dict[str, Any], error_class: FailureClass, fragment: str) -> None:
+    assert_failure(run_tool(evolved("1.5.0"), payload, timeout_s=10, limits=RunLimits()), error_class, fragment)
+
+
+@pytest.mark.parametrize(("what", "fragment"), [("none", "empty output"), ("set", "not JSON"), ("nan", "not JSON")])
+def test_evolved_tool_output_is_judged_like_any_output(what: str, fragment: str) -> None:
+    assert_failure(run_tool(evolved("1.6.0"), {"what": what}, timeout_s=10, limits=RunLimits()), FailureClass.bad_output, fragment)
+    assert run_tool(evolved("1.6.0"), {"what": "tuple"}, timeout_s=10, limits=RunLimits()).output == [1, "a"]
+
+
+# --------------------------------------------------------------------------- through a worker
+@pytest.fixture(scope="module")
+def sandbox_pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[Pipeline]:
+    p = start_pipeline(
+        tmp_path_factory.mktemp("sandbox"), redis_url, model_path, TOOLS, roles=("memory", "executor"),
+        FITTEST_EVOLUTION_ENABLED="false", FITTEST_TOOL_MEMORY_MB="256", FITTEST_OUTPUT_LIMIT_BYTES="10000",
+        FITTEST_BREAKER_THRESHOLD="3", FITTEST_BREAKER_COOLDOWN_S="3", FITTEST_LLM_API_KEY=SECRET,
+    )
+    try:
+        yield p
+    finally:
+        p.stack.stop_all()
+        p.state().clear()
+
+
+def pool_processes(p: Pipeline) -> list[int]:
+    from workers.app import make_app
+
+    app = make_app(p.settings)
+    stats = app.control.inspect(timeout=5).stats() or {}
+    app.close()
+    (executor,) = [s for node, s in stats.items() if node.startswith("executor@")]
+    return sorted(executor["pool"]["processes"])
+
+
+def test_hostile_evolved_versions_do_not_harm_the_execution_worker(sandbox_pipeline: Pipeline) -> None:
+    p = sandbox_pipeline
+    before = pool_processes(p)
+    expected = {"1.1.0": "timeout", "1.2.0": "crash", "1.3.0": "crash"}
+    sent = {v: p.client.send("resilient_tool_call", scenario="misbehave", namespace="hostile", version=v,
+                             input={"children": 5}, max_attempts=1) for v in expected}
+    for version, error_class in expected.items():
+        result = p.client.wait(sent[version], 60)
+        assert result["status"] == "failed", result
+        assert result["attempts"][0]["error_class"] == error_class, result["attempts"]
+    spy = p.call(scenario="read the environment", namespace="hostile", version="1.4.0", max_attempts=1)
+    assert spy["status"] == "success", spy
+    assert SECRET not in json.dumps(spy)
+    assert not [k for k in spy["output"]["env"] if k.startswith("FITTEST_") or "REDIS" in k]
+    assert spy["output"]["pid"] not in before  # ran in a process of its own
+    polite = p.call(scenario="answer politely", namespace="hostile", version="1.0.0", max_attempts=1)
+    assert polite["status"] == "success" and polite["output"] == {"ok": True}
+    assert pool_processes(p) == before  # no pool process died or was replaced
+    assert all(proc.poll() is None for proc in p.stack.procs.values())
+
+
+def test_output_over_the_limit_fails_the_attempt_with_a_clear_error(sandbox_pipeline: Pipeline) -> None:
+    result = sandbox_pipeline.call(scenario="say a lot", namespace="hostile", version="1.7.0", input={"big": "x" * 20000},
+                                   max_attempts=1)
+    assert result["status"] == "failed"
+    (attempt,) = result["attempts"]
+    assert attempt["error_class"] == "bad_output"
+    assert "the limit of 10000 bytes" in attempt["error_message"]
+
+
+def test_circuit_breaker_opens_skips_probes_once_and_closes(sandbox_pipeline: Pipeline) -> None:
+    p = sandbox_pipeline
+    key = "brittle@1.0.0"
+    call = {"scenario": "a tool that crashes when told to fail", "namespace": "brittle", "version": "1.0.0", "max_attempts": 1}
+    for _ in range(3):  # FITTEST_BREAKER_THRESHOLD consecutive failures
+        assert p.call(input={"fail": True}, **call)["status"] == "failed"
+    assert p.state().breaker_states([key])[key] == "open"
+
+    skipped = p.call(input={}, **call)  # selection (memory worker) reads the state the executor wrote
+    assert skipped["status"] == "no_candidates", skipped
+
+    p.wait_for(lambda: p.state().breaker_states([key])[key] == "half_open", timeout=10)
+    explain = {k: v for k, v in call.items() if k != "max_attempts"}
+    first = p.client.wait(p.client.send("explain", **explain), 30)
+    second = p.client.wait(p.client.send("explain", **explain), 30)
+    assert [r["key"] for r in first["ranking"]] == [key]  # the one probe
+    assert second["ranking"] == []  # no second probe while the first is out
+
+    p.wait_for(lambda: p.state().acquire_lock(f"probe:{key}", "test", 0.1), timeout=10)  # the probe slot expired
+    time.sleep(0.2)
+    probe = p.call(input={}, **call)
+    assert probe["status"] == "success", probe
+    assert p.state().breaker_states([key])[key] == "closed"
+    assert p.call(input={}, **call)["status"] == "success"

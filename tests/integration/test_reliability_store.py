@@ -1,0 +1,78 @@
+"""The vector store cannot be opened: calls are still served, degraded, and nothing is lost.
+
+The test process opens the embedded store first; its shard directories are then locked, so the
+memory worker cannot open them, exactly as when a store is unreachable or broken. Selection falls
+back to the registry and the Redis scores and says so in the result; the failure record of a
+failed attempt waits in Redis; once the test lets go of the store, the worker opens it on its next
+try, writes what waited, and the record is there for the next selection.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.integration.conftest import Pipeline, start_pipeline
+from workers.memory.edge import EdgeVectorMemory
+
+pytestmark = pytest.mark.slow
+
+TOOLS = Path(__file__).parent / "reliability_tools"
+
+
+@pytest.fixture(scope="module")
+def held(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[tuple[Pipeline, EdgeVectorMemory]]:
+    tmp = tmp_path_factory.mktemp("store")
+    prefix = f"t{uuid.uuid4().hex[:8]}_"
+    holder = EdgeVectorMemory(tmp / "data" / "qdrant", prefix)
+    holder.ensure_collections()  # locks every shard directory of the worker's collections
+    p = start_pipeline(tmp, redis_url, model_path, TOOLS, roles=("memory", "executor"), FITTEST_COLLECTION_PREFIX=prefix,
+                       FITTEST_EVOLUTION_ENABLED="false", FITTEST_MEMORY_RETRY_S="1")
+    try:
+        yield p, holder
+    finally:
+        holder.close()
+        p.stack.stop_all()
+        p.state().clear()
+
+
+def test_selection_degrades_and_failure_records_wait_until_the_store_is_back(held: tuple[Pipeline, EdgeVectorMemory]) -> None:
+    p, holder = held
+    pending = redis.Redis.from_url(p.settings.redis_url)
+    pending_key = f"{p.settings.key_prefix}pending:vectors"
+
+    by_namespace = p.call(scenario="take a nap", namespace="nap", input={"ms": 0}, max_attempts=1)
+    by_words = p.call(scenario="take a short nap and report the process id", input={"ms": 0}, max_attempts=1)
+    for result in (by_namespace, by_words):
+        assert result["status"] == "success", result
+        assert result["tool"] == "nap"
+        (reason,) = result["degraded"]
+        assert "vector memory unavailable" in reason and "registry and Redis scores" in reason
+
+    scenario = "a brittle tool that crashes when told to fail, store down"
+    failed = p.call(scenario=scenario, namespace="brittle", version="1.0.0", input={"fail": True}, max_attempts=1)
+    assert failed["status"] == "failed" and failed["degraded"], failed
+    def kept_failure_records() -> list[dict]:
+        writes = [json.loads(raw) for raw in pending.lrange(pending_key, 0, -1)]
+        return [w for w in writes if w["collection"] == "failures" and w["payload"]["call_id"] == failed["call_id"]]
+
+    p.wait_for(lambda: len(kept_failure_records()) == 1, timeout=60)  # the failure record, kept in Redis
+    stats = p.state().stats(["brittle@1.0.0"])["brittle@1.0.0"]
+    assert stats.failures == 1 and stats.quality == 0.9  # the Redis side applied at once
+
+    holder.close()  # the store is back
+    p.wait_for(lambda: p.call(scenario="take a nap", namespace="nap", input={"ms": 0}, max_attempts=1)["degraded"] == [],
+               timeout=30)
+    p.wait_for(lambda: pending.llen(pending_key) == 0, timeout=60)  # replayed
+
+    ranked = p.client.wait(p.client.send("explain", scenario=scenario, namespace="brittle", version="1.0.0"), 30)
+    assert ranked["degraded"] == []
+    assert ranked["ranking"][0]["breakdown"]["similar_failures"] == 1  # the record written late is used
+    semantic = p.call(scenario="take a short nap and report the process id", input={"ms": 0}, max_attempts=1)
+    assert semantic["status"] == "success" and semantic["degraded"] == []
+    assert all(proc.poll() is None for proc in p.stack.procs.values())

@@ -1,0 +1,167 @@
+"""Selection that learns, on real stores without Celery: the workers' Selector and outcome code on the
+private Redis, Qdrant Edge in a temporary directory and fastembed with the shipped model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from selection.manifest import ToolManifest
+from selection.models import CallRequest, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
+from selection.ports import SelectionWeights
+
+TOOLS = {
+    "currency_rates": "Current exchange rates between world currencies, and conversions of amounts.",
+    "stock_quotes": "Live stock prices, market data and company financials for ticker symbols.",
+    "weather_now": "Current weather conditions and the forecast for a city.",
+    "py_linter": "Checks source code for style problems and bugs.",
+    "doc_writer": "Writes documentation for source code.",
+}
+SPARC = {"py_linter": {"languages": ["python"], "task_types": ["analysis", "bug_fix"], "phases": ["refinement"]},
+         "doc_writer": {"languages": ["java"], "task_types": ["documentation"], "phases": ["completion"]}}
+
+
+@pytest.fixture
+def rt(tmp_path: Path, redis_url: str, run_prefix: str, model_path: Path) -> Iterator:
+    from workers.runtime import Runtime
+    from workers.settings import Settings
+
+    (tmp_path / "tools").mkdir()
+    settings = Settings(redis_url=redis_url, key_prefix=f"{run_prefix}:", collection_prefix=run_prefix,
+                        data_dir=tmp_path / "data", tools_dir=tmp_path / "tools", embedding_model_path=model_path)
+    runtime = Runtime(settings)
+    for name, description in TOOLS.items():
+        runtime.registry.add(ToolManifest(name=name, description=description, sparc=SPARC.get(name),
+                                          implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+    runtime.selector  # noqa: B018 - syncs the tool index
+    try:
+        yield runtime
+    finally:
+        runtime.state.clear()
+        runtime.memory.drop_all()
+        runtime.close()
+
+
+def run_call(rt, scenario: str, right: str, call_id: str) -> list[str]:
+    """Plan a call and play its attempts until `right` is tried, recording what each teaches."""
+    from workers.outcomes import apply_failure, apply_outcome, store_executions
+
+    plan = rt.selector.plan(CallRequest(scenario=scenario, call_id=call_id))
+    vector = rt.embedder.embed_one(scenario)
+    for k, c in enumerate(plan.candidates[:5]):
+        ok = c.manifest.name == right
+        plan.attempts.append(ToolExecutionResult(attempt_id=f"{call_id}:{k}", call_id=call_id, tool=c.manifest.name,
+                                                 version=c.manifest.version, success=ok,
+                                                 error_class=None if ok else FailureClass.bad_output))
+        if not ok:
+            apply_failure(rt, FailureMark(attempt_id=f"{call_id}:{k}", call_id=call_id, tool=c.manifest.name,
+                                          version=c.manifest.version, scenario=scenario,
+                                          error_class=FailureClass.bad_output))
+        if ok:
+            break
+    apply_outcome(rt, OutcomeRecord.from_plan(plan), learn=lambda records: store_executions(rt, records))
+    return [a.tool for a in plan.attempts]
+
+
+def test_outcomes_teach_the_next_similar_call(rt) -> None:
+    scenario = "how many yen do I get for 200 dollars today"
+    first = rt.selector.plan(CallRequest(scenario=scenario))
+    assert first.candidates[0].manifest.name == "currency_rates" and first.candidates[0].probability > 0
+    # Suppose the stock tool is what served such questions, and the currency tool failed them.
+    for i, text in enumerate(["what is 200 dollars in yen", "convert 50 euros to yen", "yen for 80 dollars now"]):
+        run_call(rt, text, "stock_quotes", f"c{i}")
+    after = rt.selector.plan(CallRequest(scenario=scenario))
+    top = after.candidates[0]
+    assert top.manifest.name == "stock_quotes"
+    assert top.breakdown.extra["successes_nearby"] > 0
+    assert top.breakdown.feedback > 0  # outcome feedback: strong positive at quality 1.0
+    currency = next(c for c in after.candidates if c.manifest.name == "currency_rates")
+    assert currency.breakdown.extra["failures_nearby"] > 0 and currency.breakdown.feedback < 0
+    assert currency.breakdown.quality < 1.0
+    # Every attempt reached the learner's window once, with the components it was ranked with.
+    records = rt.learning.recent()
+    assert {r.call_id for r in records} == {"c0", "c1", "c2"}
+    assert all(set(r.components) == {"phase", "language", "complexity", "task_type", "history"} for r in records)
+
+
+def test_context_features_and_sparc_in_the_plan(rt) -> None:
+    plan = rt.selector.plan(CallRequest(scenario="review this code for bugs",
+                                        context={"files": ["app/main.py", "tests/test_main.py"]}))
+    assert plan.features["languages"] == ["python"] and plan.features["phase"] == "refinement"
+    by_name = {c.manifest.name: c for c in plan.candidates}
+    linter, writer = by_name["py_linter"].breakdown, by_name["doc_writer"].breakdown
+    assert linter.sparc_components["language"] == 1.0 and writer.sparc_components["language"] == 0.0
+    assert linter.sparc > 0.5 > writer.sparc
+    assert "supports python" in linter.rationale
+    weather = by_name.get("weather_now")
+    assert weather is None or weather.breakdown.sparc == 0.5  # no metadata: neutral, not zero
+
+
+def test_cache_serves_repeats_until_the_state_changes_and_new_weights_apply(rt, monkeypatch) -> None:
+    searches: list[str] = []
+    real_search = rt.memory.search
+
+    def counting(collection, *args, **kwargs):
+        searches.append(collection)
+        return real_search(collection, *args, **kwargs)
+
+    monkeypatch.setattr(rt.memory, "search", counting)
+    request = CallRequest(scenario="weather forecast for Oslo tomorrow")
+    rt.selector.plan(request)
+    cold = len(searches)
+    assert cold >= 3
+    rt.selector.plan(request)
+    assert len(searches) == cold  # the same scenario at the same state version: from the cache
+    rt.state.set_quality("weather_now@1.0.0", 0.9)  # any state change invalidates
+    rt.selector.plan(request)
+    assert len(searches) == 2 * cold
+    rt.state.set_weights(SelectionWeights(weights={"phase": 0, "language": 0, "complexity": 0, "task_type": 0,
+                                                   "history": 1.0}))
+    plan = rt.selector.plan(request)
+    assert len(searches) == 3 * cold
+    for c in plan.candidates:  # all weight on history: the SPARC score is the history component
+        assert c.breakdown.sparc == pytest.approx(c.breakdown.sparc_components["history"], abs=1e-3)
+
+
+def test_feedback_score_weights_similar_scenarios_more(rt) -> None:
+    from workers.feedback_store import feedback_report, feedback_score, record_tool_feedback
+
+    record = record_tool_feedback(rt, "weather_now", None, "rain forecast for Paris this weekend", "positive",
+                                  reason="accurate", quality=1.0)
+    assert record.version == "1.0.0" and record.value == 1.0
+    near = feedback_score(rt, "weather_now", "1.0.0", "rain forecast for Paris on Saturday")
+    far = feedback_score(rt, "weather_now", "1.0.0", "stock price of a tech company")
+    assert 0 <= far < near <= 50
+    record_tool_feedback(rt, "weather_now", "1.0.0", "rain forecast for Paris this weekend", "negative", quality=0.5)
+    report = feedback_report(rt, "weather_now")
+    assert report.total == 2 and [e.value for e in report.entries] == [-0.5, 1.0]
+    assert report.trend[-1].count == 2
+    with pytest.raises(LookupError):
+        record_tool_feedback(rt, "no_such_tool", None, None, "positive")
+
+
+def test_retrain_needs_ten_records_and_stores_a_new_version(rt) -> None:
+    from selection.learner import ExecutionRecord
+    from workers.outcomes import store_executions
+    from workers.tasks.learning import retrain_now
+
+    def record(i: int) -> ExecutionRecord:
+        phase = 1.0 if i % 2 else 0.0
+        return ExecutionRecord(attempt_id=f"a{i}", call_id=f"c{i}", tool="weather_now", version="1.0.0",
+                               scenario=f"weather in city {i}", success=bool(i % 2),
+                               components={"phase": phase, "language": 0.5, "complexity": 0.5, "task_type": 0.5,
+                                           "history": 0.5})
+
+    assert store_executions(rt, [record(i) for i in range(9)]) == 9
+    assert store_executions(rt, [record(0)]) == 0  # a redelivered record is not counted twice
+    unchanged = retrain_now(rt)
+    assert unchanged["changed"] is False and rt.state.weights().version == 0
+    store_executions(rt, [record(i) for i in range(9, 12)])
+    changed = retrain_now(rt)
+    assert changed["changed"] is True
+    weights = rt.state.weights()
+    assert weights.version == 1 and weights.weights["phase"] == 1.0
+    assert weights.evidence["records"] == 12
+    assert [w.version for w in rt.state.weights_history()] == [1]

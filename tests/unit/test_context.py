@@ -1,0 +1,113 @@
+"""The context analyser: phase, languages, complexity, task type, testing status; explicit wins."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from selection.context import analyse
+from selection.models import CallRequest
+
+
+@pytest.mark.parametrize(
+    ("scenario", "phase"),
+    [
+        ("write the requirements and user stories for the billing service", "specification"),
+        ("give me pseudocode for the retry loop", "pseudocode"),
+        ("propose a system design with a component diagram for ingestion", "architecture"),
+        ("refactor the parser and fix the flaky unit tests", "refinement"),
+        ("deploy the service to production and publish the release", "completion"),
+    ],
+)
+def test_phase_from_keywords(scenario: str, phase: str) -> None:
+    features = analyse(scenario)
+    assert features.phase == phase
+    assert features.source["phase"] == "detected"
+
+
+@pytest.mark.parametrize(
+    ("files", "phase"),
+    [
+        (["src/app.py", "tests/test_app.py"], "refinement"),
+        (["Dockerfile", "src/app.py"], "completion"),
+        ([".github/workflows/ci.yml"], "completion"),
+        (["docs/architecture.md"], "architecture"),
+        (["SPEC.md"], "specification"),
+    ],
+)
+def test_phase_from_file_patterns(files: list[str], phase: str) -> None:
+    assert analyse("look at these", {"files": files}).phase == phase
+
+
+def test_no_signal_means_unknown_phase() -> None:
+    features = analyse("hello there")
+    assert features.phase is None
+    assert features.source["phase"] == "default"
+
+
+def test_languages_from_extensions_fences_and_names() -> None:
+    assert analyse("check", {"files": ["a.py", "b.ts", "c.go"]}).languages == ["go", "python", "typescript"]
+    assert analyse("why does this fail?\n```rust\nfn main() {}\n```").languages == ["rust"]
+    assert analyse("port this module to Kotlin").languages == ["kotlin"]
+    assert analyse("sort a list").languages == []
+
+
+def test_explicit_context_wins_over_detection() -> None:
+    features = analyse(
+        "deploy the service to production",
+        {"phase": "architecture", "language": "Java", "complexity": 0.9, "task_type": "analysis",
+         "testing": "failing", "files": ["Dockerfile", "x.py"]},
+    )
+    assert (features.phase, features.languages, features.complexity, features.task_type, features.testing) == (
+        "architecture", ["java"], 0.9, "analysis", "failing")
+    assert set(features.source.values()) == {"explicit"}
+
+
+def test_complexity_grows_with_size_and_nesting() -> None:
+    flat = "x = 1\n" * 20
+    nested = "def f():\n" + "".join("    " * d + "if x:\n" for d in range(1, 7)) + "    " * 7 + "pass\n"
+    big = "x = 1\n" * 5000
+    c_flat = analyse("review", {"files": {"a.py": flat}}).complexity
+    c_nested = analyse("review", {"files": {"a.py": nested}}).complexity
+    c_big = analyse("review", {"files": {"a.py": big}}).complexity
+    assert 0.0 < c_flat < c_nested <= 1.0
+    assert c_flat < c_big <= 1.0
+    # Without files, the input's size and nesting stand in.
+    assert analyse("sort", input={"a": {"b": {"c": [1, 2, [3]]}}}).complexity > analyse("sort", input={"a": 1}).complexity
+    assert analyse("sort").complexity == 0.0
+
+
+@pytest.mark.parametrize(
+    ("scenario", "task_type"),
+    [
+        ("fix the crash when the config file is missing", "bug_fix"),
+        ("write pytest unit tests with full coverage", "testing"),
+        ("refactor and simplify this module", "refactoring"),
+        ("add docstrings and a readme", "documentation"),
+        ("deploy with docker and kubernetes", "deployment"),
+        ("analyse the statistics of these logs", "analysis"),
+        ("convert the config from yaml and update the keys", "modification"),
+        ("implement a new class that generates invoices", "code_generation"),
+        ("hello", "general"),
+    ],
+)
+def test_task_type(scenario: str, task_type: str) -> None:
+    assert analyse(scenario).task_type == task_type
+
+
+def test_testing_status() -> None:
+    assert analyse("the failing tests in ci").testing == "failing"
+    assert analyse("all tests pass now").testing == "passing"
+    assert analyse("look", {"files": ["tests/test_a.py"]}).testing == "present"
+    assert analyse("look").testing == "none"
+
+
+def test_bad_explicit_value_is_refused_naming_the_key() -> None:
+    with pytest.raises(ValidationError) as info:
+        CallRequest(scenario="x", context={"phase": "coding"})
+    assert "context.phase" in str(info.value)
+    with pytest.raises(ValidationError) as info:
+        CallRequest(scenario="x", context={"complexity": 3})
+    assert "context.complexity" in str(info.value)
+    # Keys the analyser does not know are the caller's business.
+    assert CallRequest(scenario="x", context={"ticket": "ABC-1"}).context == {"ticket": "ABC-1"}

@@ -1,0 +1,108 @@
+"""Pure pieces of the reliability work: degraded matching, what counts as a store failure, the
+settings that keep secrets out of sight and TLS and timeouts consistent."""
+
+from __future__ import annotations
+
+import ssl
+
+import pytest
+from pydantic import ValidationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from selection.models import CallRequest
+from selection.registry import ToolRegistry
+from tests.conftest import EXAMPLE_TOOLS
+from workers.degraded import is_store_failure, registry_similarities, words
+from workers.memory import VectorMemoryUnavailable
+from workers.settings import Settings, redact_url
+from workers.stack import flower_env
+
+
+@pytest.fixture(scope="module")
+def registry() -> ToolRegistry:
+    return ToolRegistry.load([EXAMPLE_TOOLS])
+
+
+def test_words_are_stemmed_content_words() -> None:
+    assert words("Parsing the CSV files, and sorting numbers!") == {"pars", "csv", "fil", "sort", "numb"}
+    assert words("parse a number of sorted file") == words("parsing numbers of sorting files")
+
+
+def test_registry_matching_ranks_the_tool_whose_words_match(registry: ToolRegistry) -> None:
+    sims = registry_similarities(CallRequest(scenario="sort a list of numbers quickly"), registry)
+    assert sims and max(sims, key=sims.get).partition("@")[0] in {"fast_sort", "sort_numbers"}
+    assert all(0 < s <= 1 for s in sims.values())
+
+
+def test_registry_matching_honours_tags_exclusions_and_versions(registry: ToolRegistry) -> None:
+    everything = registry_similarities(CallRequest(scenario="sort numbers"), registry)
+    key = max(everything, key=everything.get)
+    assert key not in registry_similarities(CallRequest(scenario="sort numbers", exclude=[key]), registry)
+    assert registry_similarities(CallRequest(scenario="sort numbers", tags=["no-such-tag"]), registry) == {}
+    name, _, version = key.partition("@")
+    pinned = registry_similarities(CallRequest(scenario="sort numbers", namespace=name, version=version), registry)
+    assert list(pinned) == [key]
+    assert registry_similarities(CallRequest(scenario="the a of"), registry) == {}
+
+
+@pytest.mark.parametrize(
+    ("exc", "store_failure"),
+    [
+        (VectorMemoryUnavailable("locked"), True),
+        (RuntimeError("engine"), True),
+        (OSError("disk"), True),
+        (TimeoutError(), True),
+        (RedisConnectionError("redis down"), False),  # Redis is the fallback, not the store
+        (ValueError("bad vector"), False),  # a bug is never hidden by degrading
+        (KeyError("tool"), False),
+        (KeyboardInterrupt(), False),
+    ],
+)
+def test_what_counts_as_a_store_failure(exc: BaseException, store_failure: bool) -> None:
+    assert is_store_failure(exc) is store_failure
+
+
+def test_urls_and_secrets_are_hidden_in_the_settings_repr() -> None:
+    s = Settings(redis_url="rediss://:pw-1@h:6380/0", result_backend="redis://user:pw-2@h/1", llm_url="http://k:pw-3@llm/v1",
+                 llm_api_key="pw-4", qdrant_api_key="pw-5", flower_password="pw-6")
+    text = repr(s) + str(s)
+    assert not [f"pw-{i}" for i in range(1, 7) if f"pw-{i}" in text]
+    assert "rediss://:**@h:6380/0" in text and "redis://user:**@h/1" in text
+    assert s.redis_url == "rediss://:pw-1@h:6380/0"  # the value itself is intact
+    assert redact_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+
+
+def test_redis_tls_arguments_only_for_rediss_urls(tmp_path) -> None:
+    plain = Settings(redis_url="redis://h/0", redis_tls_ca=tmp_path / "ca.pem")
+    assert plain.redis_tls() == {}
+    tls = Settings(redis_url="rediss://h/0", redis_tls_ca=tmp_path / "ca.pem", redis_tls_cert=tmp_path / "c.pem",
+                   redis_tls_key=tmp_path / "k.pem")
+    assert tls.redis_tls() == {"ssl_cert_reqs": ssl.CERT_REQUIRED, "ssl_ca_certs": str(tmp_path / "ca.pem"),
+                               "ssl_certfile": str(tmp_path / "c.pem"), "ssl_keyfile": str(tmp_path / "k.pem")}
+    assert Settings(redis_url="rediss://h/0").redis_tls() == {"ssl_cert_reqs": ssl.CERT_REQUIRED}  # system CAs
+    assert tls.redis_tls("redis://other/1") == {}  # e.g. a plain result backend beside a TLS broker
+
+
+def test_celery_app_uses_tls_and_a_visibility_timeout_longer_than_any_attempt(tmp_path) -> None:
+    from workers.app import make_app
+
+    s = Settings(redis_url="rediss://h/0", redis_tls_ca=tmp_path / "ca.pem", max_timeout_s=30)
+    conf = make_app(s).conf
+    assert conf.broker_use_ssl["ssl_ca_certs"] == str(tmp_path / "ca.pem")
+    assert conf.redis_backend_use_ssl["ssl_cert_reqs"] == ssl.CERT_REQUIRED
+    assert conf.broker_transport_options["visibility_timeout"] == 30 + 600
+    assert conf.accept_content == ["json"] and conf.task_serializer == "json"
+    assert conf.task_acks_late and conf.task_reject_on_worker_lost
+    assert not conf.worker_cancel_long_running_tasks_on_connection_loss
+    assert make_app(Settings()).conf.broker_use_ssl is None
+
+
+def test_visibility_timeout_must_exceed_the_longest_attempt() -> None:
+    with pytest.raises(ValidationError, match="must exceed max_timeout_s"):
+        Settings(max_timeout_s=60, visibility_timeout_s=60)
+    assert Settings(max_timeout_s=60, visibility_timeout_s=61).visibility_timeout == 61
+
+
+def test_flower_password_goes_to_its_environment_only() -> None:
+    assert flower_env(Settings()) == {}
+    assert flower_env(Settings(flower_user="ops", flower_password="s3cret")) == {"FLOWER_BASIC_AUTH": "ops:s3cret"}

@@ -1,0 +1,182 @@
+"""The pure rules of evolution: versions, test-case predicates, input coercion, mutator order,
+trial verdicts, serving shares and description variants."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evolution.descriptions import DescriptionVariant, judge, served
+from evolution.models import Evidence, FailedRun, PastFailure
+from evolution.mutation import MutatorConfig, load_mutators, order_for
+from evolution.mutators.code import extract_code
+from evolution.mutators.coercion import Schema, infer_rules
+from evolution.trial import TrialCounts, TrialRules, decide, head_version, in_share, served_version
+from evolution.versioning import next_version, version_dir, version_stem
+from selection.manifest import TestCase, ToolManifest
+from selection.models import FailureClass, Promotion
+
+
+def tool(**fields) -> ToolManifest:
+    return ToolManifest.model_validate(
+        {"name": "t", "description": "d", "implementation": {"kind": "python", "entrypoint": "m:run"}, **fields}
+    )
+
+
+# ------------------------------------------------------------------------------------ versions
+def test_minor_bump_above_every_existing_version_of_the_major_line() -> None:
+    assert next_version("1.0.0", []) == "1.1.0"
+    assert next_version("1.0.0", ["1.0.0", "1.1.0"]) == "1.2.0"
+    assert next_version("1.1.0", ["1.0.0", "1.1.0", "1.3.0", "2.0.0"]) == "1.4.0"
+    assert next_version("2.0.0", ["1.9.0"]) == "2.1.0"
+
+
+def test_version_folder_is_named_after_the_version_and_stays_inside(tmp_path: Path) -> None:
+    assert version_stem("word_count", "1.1.0") == "word_count_v1_1_0"
+    assert version_dir(tmp_path, "word_count", "1.1.0") == (tmp_path / "word_count_v1_1_0").resolve()
+    with pytest.raises(ValueError):
+        version_dir(tmp_path, "../../etc", "1.1.0")
+
+
+# ------------------------------------------------------------------------------------ test cases
+@pytest.mark.parametrize(
+    ("case", "success", "output", "ok"),
+    [
+        (TestCase(input={}, expect={"a": 1}), True, {"a": 1}, True),
+        (TestCase(input={}, expect={"a": 1}), True, {"a": 1.0}, True),
+        (TestCase(input={}, expect={"a": 1}), True, {"a": 2}, False),
+        (TestCase(input={}, expect={"a": 1}), False, None, False),
+        (TestCase(input={}, expect_keys=["a", "b"]), True, {"a": 1, "b": 2, "c": 3}, True),
+        (TestCase(input={}, expect_keys=["a", "b"]), True, {"a": 1}, False),
+        (TestCase(input={}, expect_keys=["a"]), True, [1], False),
+        (TestCase(input={}, expect_error=True), False, None, True),
+        (TestCase(input={}, expect_error=True), True, {"a": 1}, False),
+        (TestCase(input={}), True, "anything", True),
+    ],
+)
+def test_test_case_check(case: TestCase, success: bool, output: object, ok: bool) -> None:
+    why = case.check(success, output)
+    assert (why is None) == ok, why
+
+
+# ------------------------------------------------------------------------------------ coercion
+CASES = [
+    {"input": {"text": "a b", "digits": 2, "limit": 3}, "expect": 1},
+    {"input": {"text": "c", "digits": 2, "limit": 1.5}, "expect": 1},
+    {"input": {"text": "d", "digits": 0, "limit": 2}, "expect": 1},
+    {"input": {"text": 5}, "expect_error": True},
+]
+
+
+def test_rename_type_and_default_are_inferred_from_what_the_failing_input_gets_wrong() -> None:
+    schema = Schema(tool(test_cases=CASES))
+    assert schema.required == {"text", "digits", "limit"}
+    assert schema.kinds == {"text": "str", "digits": "int", "limit": "float"}
+    failing = FailedRun(version="1.0.0", input={"Text": "x y", "limit": "4"}, error_class=FailureClass.bad_input)
+    rules = infer_rules(schema, [failing])
+    assert rules.renames == {"Text": "text"}
+    assert rules.types == {"limit": "float"}
+    assert rules.defaults == {"digits": 2}  # the most common value of the valid cases
+
+
+def test_only_key_left_unknown_maps_to_only_key_missing() -> None:
+    schema = Schema(tool(test_cases=[{"input": {"text": "a"}, "expect": 1}]))
+    rules = infer_rules(schema, [FailedRun(version="1.0.0", input={"content": "x"}, error_class=FailureClass.bad_input)])
+    assert rules.renames == {"content": "text"} and not rules.defaults
+
+
+def test_text_is_never_made_up_as_a_default() -> None:
+    schema = Schema(tool(test_cases=[{"input": {"text": "a long sentence that is the payload of the call"}, "expect": 1}]))
+    rules = infer_rules(schema, [FailedRun(version="1.0.0", input={}, error_class=FailureClass.bad_input)])
+    assert not rules
+
+
+# ------------------------------------------------------------------------------------ mutators
+def test_builtin_mutators_are_entry_points_and_the_code_mutator_is_off_without_a_url() -> None:
+    names = {m.name for m in load_mutators(MutatorConfig())[0]}
+    assert names == {"timeout", "retry", "coerce", "describe"}
+    with_llm = {m.name for m in load_mutators(MutatorConfig(llm_url="http://127.0.0.1:9/v1"))[0]}
+    assert with_llm == names | {"code"}
+
+
+def test_mutators_are_chosen_by_failure_class_cheapest_last_for_any_class() -> None:
+    mutators, _ = load_mutators(MutatorConfig(llm_url="http://127.0.0.1:9/v1"))
+    evidence = Evidence(
+        failures=[FailedRun(version="1.0.0", input={}, error_class=FailureClass.timeout)],
+        similar_failures=[PastFailure(version="1.0.0", scenario="s", error_class=FailureClass.unavailable)],
+    )
+    assert [m.name for m in order_for(mutators, evidence)] == ["timeout", "retry", "describe", "code"]
+
+
+def test_code_is_taken_from_the_fenced_block_of_a_reply() -> None:
+    assert extract_code("Fixed it.\n```python\ndef run(i):\n    return 1\n```\n") == "def run(i):\n    return 1\n"
+    assert extract_code("```\nx = 1\n```") == "x = 1\n"
+    assert extract_code("I would rewrite the loop to use a dict instead.") is None
+    assert extract_code("```json\n{\"a\": 1}\n```") is None
+
+
+# ------------------------------------------------------------------------------------ trial
+RULES = TrialRules(successes=5)
+
+
+@pytest.mark.parametrize(
+    ("counts", "parent", "verdict"),
+    [
+        (TrialCounts(evolved_successes=5), 0.5, "activate"),
+        (TrialCounts(evolved_successes=4), 0.5, "continue"),
+        (TrialCounts(evolved_successes=9, evolved_failures=1), 0.9, "activate"),
+        (TrialCounts(evolved_successes=2, evolved_failures=3), 0.9, "rollback"),
+        (TrialCounts(evolved_successes=5, evolved_failures=1), 0.9, "continue"),  # 0.83: within tolerance
+        (TrialCounts(evolved_successes=17, evolved_failures=3), 0.9, "rollback"),  # 4K runs, never reached it
+        (TrialCounts(), 0.9, "continue"),
+    ],
+)
+def test_trial_verdicts(counts: TrialCounts, parent: float, verdict: str) -> None:
+    assert decide(counts, parent, RULES) == verdict
+
+
+def test_trial_share_is_stable_per_call_and_close_to_the_setting() -> None:
+    calls = [f"call-{i}" for i in range(4000)]
+    picked = [in_share(c, "ns", 0.25) for c in calls]
+    assert 0.22 < sum(picked) / len(picked) < 0.28
+    assert picked == [in_share(c, "ns", 0.25) for c in calls]
+
+
+def test_served_version_follows_the_promotion() -> None:
+    trial = Promotion(namespace="ns", evolved_version="1.2.0", original_version="1.0.0", parent_version="1.1.0")
+    assert served_version(trial, "any", after_evolution=True, share=0.0) == "1.2.0"
+    assert served_version(trial, "any", after_evolution=False, share=0.0) == "1.1.0"
+    assert served_version(trial, "any", after_evolution=False, share=1.0) == "1.2.0"
+    assert served_version(trial.model_copy(update={"status": "active"}), "any", False, 0.0) == "1.2.0"
+    rolled = trial.model_copy(update={"status": "rolled_back"})
+    assert served_version(rolled, "any", True, 1.0) == "1.1.0" and head_version(rolled) == "1.1.0"
+    first = trial.model_copy(update={"status": "rolled_back", "parent_version": "1.0.0"})
+    assert served_version(first, "any", True, 1.0) is None and head_version(first) is None
+    assert served_version(None, "any", True, 1.0) is None
+
+
+# ------------------------------------------------------------------------------------ variants
+def variant(id: str, status: str, trials: int = 0, successes: int = 0, environment: str = "any", at: float = 0.0) -> DescriptionVariant:
+    return DescriptionVariant(id=id, text=f"text {id}", status=status, trials=trials, successes=successes,
+                              environment=environment, created_at=at)  # type: ignore[arg-type]
+
+
+def test_best_active_variant_is_served_and_a_testing_one_with_the_ab_probability() -> None:
+    variants = [variant("0", "active", 10, 5), variant("1", "active", 10, 8, at=1), variant("2", "testing", at=2)]
+    assert served(variants, "c", "t@1", None, 0.0) == "1"
+    share = [served(variants, f"c{i}", "t@1", None, 0.3) for i in range(2000)]
+    assert 0.25 < share.count("2") / len(share) < 0.35 and set(share) == {"1", "2"}
+    assert served([], "c", "t@1", None, 0.3) == "0"  # the manifest's description
+
+
+def test_a_variant_for_another_environment_is_not_served() -> None:
+    variants = [variant("0", "active", 10, 5), variant("1", "active", 10, 9, environment="staging", at=1)]
+    assert served(variants, "c", "t@1", "production", 0.0) == "0"
+    assert served(variants, "c", "t@1", "staging", 0.0) == "1"
+
+
+def test_a_better_testing_variant_is_promoted_and_a_worse_one_retired() -> None:
+    variants = [variant("0", "active", 20, 10), variant("1", "testing", 10, 9), variant("2", "testing", 10, 2),
+                variant("3", "testing", 3, 3)]
+    assert judge(variants, min_trials=10) == {"1": "active", "2": "deprecated"}

@@ -1,0 +1,60 @@
+"""Feedback score: similarity-weighted, age-decayed, capped at ±50; the outcome rules; the trend."""
+
+from __future__ import annotations
+
+import pytest
+
+from selection.feedback import MAX_POINTS, FeedbackEntry, FeedbackRecord, feedback_points, outcome_value, trend
+
+DAY = 86_400.0
+NOW = 1_000 * DAY
+
+
+def entry(value: float, similarity: float, age_days: float = 0.0) -> FeedbackEntry:
+    return FeedbackEntry(value=value, similarity=similarity, timestamp=NOW - age_days * DAY)
+
+
+def points(*entries: FeedbackEntry, half_life_days: float = 14.0) -> float:
+    return feedback_points(entries, half_life_days * DAY, now=NOW)
+
+
+def test_similar_scenario_moves_the_score_more_than_a_dissimilar_one() -> None:
+    assert points(entry(1.0, 0.95)) > points(entry(1.0, 0.7)) > 0
+    assert points(entry(-1.0, 0.95)) < points(entry(-1.0, 0.7)) < 0
+    assert points() == 0.0
+
+
+def test_older_feedback_counts_less() -> None:
+    fresh, old = points(entry(1.0, 0.9, 0)), points(entry(1.0, 0.9, 28))
+    assert fresh > old > 0
+    # Two half-lives: the entry's weight is a quarter.
+    assert points(entry(1.0, 1.0, 28)) == pytest.approx(MAX_POINTS * 0.25 / 1.25)
+
+
+def test_score_is_capped_at_50() -> None:
+    many_good = [entry(1.0, 1.0) for _ in range(1000)]
+    many_bad = [entry(-1.0, 1.0) for _ in range(1000)]
+    assert 49.0 < points(*many_good) <= MAX_POINTS
+    assert -MAX_POINTS <= points(*many_bad) < -49.0
+
+
+def test_outcome_rules() -> None:
+    assert outcome_value(True, 0.9) == 1.0  # strong positive
+    assert outcome_value(True, 0.6) == 0.5  # positive
+    assert outcome_value(True, 0.3) is None  # a success of a bad version teaches nothing
+    assert outcome_value(False, 0.9) == -1.0
+
+
+def test_manual_record_and_trend() -> None:
+    good = FeedbackRecord.manual("t", "1.0.0", "do a thing", "positive", quality=0.8)
+    bad = FeedbackRecord.manual("t", "1.0.0", "do a thing", "negative")
+    assert (good.value, bad.value) == (0.8, -1.0)
+    with pytest.raises(ValueError):
+        FeedbackRecord.manual("t", "1.0.0", "x", "positive", quality=2.0)
+    records = [good.model_copy(update={"timestamp": 0.5 * DAY}), bad.model_copy(update={"timestamp": 0.6 * DAY}),
+               good.model_copy(update={"timestamp": 2.1 * DAY})]
+    days = trend(records, DAY)
+    assert [(t.count, t.positive, t.negative) for t in days] == [(2, 1, 1), (1, 1, 0)]
+    assert days[0].mean_value == pytest.approx(-0.1)
+    back = FeedbackRecord.from_payload(good.id, good.payload())
+    assert back == good

@@ -1,0 +1,77 @@
+"""The JSON log formatter: one parseable object per record, extras kept, wired by Celery's signal."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+from celery.signals import after_setup_logger
+
+from workers.logging import EVENT_LOGGER, JsonFormatter, install
+
+
+def emit(logger: logging.Logger, **extra: object) -> dict:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger.addHandler(handler)
+    try:
+        logger.info("attempt", extra=extra)
+    finally:
+        logger.removeHandler(handler)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1
+    return json.loads(lines[0])
+
+
+def test_an_attempt_event_is_one_json_object_with_its_fields() -> None:
+    logger = logging.getLogger("fittest.attempt.test")
+    logger.setLevel(logging.INFO)
+    doc = emit(logger, event="attempt", call_id="c1", tool="slugify", version="1.0.0", outcome="failure",
+               error_class="bad_input", execution_time_ms=2.5)
+    assert doc["message"] == "attempt" and doc["level"] == "info" and doc["logger"] == "fittest.attempt.test"
+    assert {k: doc[k] for k in ("event", "call_id", "tool", "version", "outcome", "error_class", "execution_time_ms")} == {
+        "event": "attempt", "call_id": "c1", "tool": "slugify", "version": "1.0.0", "outcome": "failure",
+        "error_class": "bad_input", "execution_time_ms": 2.5}
+    assert doc["time"].endswith("Z") and "T" in doc["time"]
+    assert "task_id" not in doc  # logged outside any Celery task
+
+
+def test_exceptions_and_unserialisable_values_still_give_valid_json() -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("fittest.test.exc")
+    logger.addHandler(handler)
+    try:
+        try:
+            raise ValueError("bad \"quote\"\nand newline")
+        except ValueError:
+            logger.exception("failed", extra={"obj": object()})
+    finally:
+        logger.removeHandler(handler)
+    (line,) = stream.getvalue().splitlines()  # the traceback stays inside the one line
+    doc = json.loads(line)
+    assert doc["level"] == "error" and "ValueError: bad" in doc["exc"] and doc["obj"].startswith("<object")
+
+
+@pytest.mark.parametrize("log_json", [True, False])
+def test_celery_logging_signal_sets_the_formatter_only_when_asked(monkeypatch, log_json: bool) -> None:
+    from workers.settings import get_settings
+
+    monkeypatch.setenv("FITTEST_LOG_JSON", str(log_json).lower())
+    get_settings.cache_clear()
+    install()
+    root = logging.Logger("celery-root-under-test")  # noqa: LOG001 - a logger of its own, unregistered
+    handler = logging.StreamHandler(io.StringIO())
+    plain = logging.Formatter("%(message)s")
+    handler.setFormatter(plain)
+    root.addHandler(handler)
+    try:
+        after_setup_logger.send(sender=None, logger=root, loglevel=logging.WARNING, logfile=None, format="", colorize=False)
+        assert isinstance(handler.formatter, JsonFormatter) is log_json
+        assert logging.getLogger(EVENT_LOGGER).level == logging.INFO  # events pass a WARNING worker
+    finally:
+        get_settings.cache_clear()

@@ -1,0 +1,71 @@
+"""The weight learner: weights follow the component that predicts success; too few records change
+nothing; the beat entry that runs it exists."""
+
+from __future__ import annotations
+
+import random
+
+from selection.learner import MIN_RECORDS, ExecutionRecord, WeightLearner, retrain
+from selection.ports import SelectionWeights
+from selection.sparc import COMPONENTS
+
+
+def records(n: int, predictive: str, seed: int = 0) -> list[ExecutionRecord]:
+    """Outcomes driven by one component (plus 10% noise); the others are random."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        components = {c: rng.random() for c in COMPONENTS}
+        success = components[predictive] > 0.5
+        if rng.random() < 0.1:
+            success = not success
+        out.append(ExecutionRecord(attempt_id=f"a{i}", call_id=f"c{i}", tool="t", version="1.0.0", scenario="s",
+                                   components=components, success=success))
+    return out
+
+
+def test_weights_move_towards_the_predictive_component() -> None:
+    current = SelectionWeights()
+    for predictive in ("phase", "history"):
+        new, evidence = retrain(records(200, predictive), current)
+        assert new is not None
+        assert new.weights[predictive] > current.weights[predictive]
+        assert max(new.weights, key=new.weights.get) == predictive
+        assert abs(sum(new.weights.values()) - 1.0) < 1e-3
+        assert evidence["records"] == 200 and evidence["correlations"][predictive] > 0.5
+
+
+def test_fewer_than_min_records_leave_the_weights_unchanged() -> None:
+    current = SelectionWeights(weights={"phase": 0.5, "language": 0.5, "complexity": 0, "task_type": 0, "history": 0})
+    new, evidence = retrain(records(MIN_RECORDS - 1, "phase"), current)
+    assert new is None
+    assert "fewer than" in evidence["unchanged"]
+    assert WeightLearner(current.weights).weights() == {"phase": 0.5, "language": 0.5, "complexity": 0.0,
+                                                        "task_type": 0.0, "history": 0.0}
+
+
+def test_no_positive_correlation_leaves_the_weights_unchanged() -> None:
+    flat = [r.model_copy(update={"components": {c: 0.5 for c in COMPONENTS}}) for r in records(50, "phase")]
+    new, evidence = retrain(flat, SelectionWeights())
+    assert new is None and "no component" in evidence["unchanged"]
+
+
+def test_learn_one_predict_one() -> None:
+    learner = WeightLearner()
+    for r in records(300, "language"):
+        learner.learn_one(r.components, r.success)
+    likely = learner.predict_one({"language": 0.9, "phase": 0.5, "complexity": 0.5, "task_type": 0.5, "history": 0.5})
+    unlikely = learner.predict_one({"language": 0.1, "phase": 0.5, "complexity": 0.5, "task_type": 0.5, "history": 0.5})
+    assert likely > unlikely
+
+
+def test_beat_schedule_runs_retrain_weights_on_the_learning_queue() -> None:
+    from workers.app import make_app
+    from workers.settings import Settings
+
+    app = make_app(Settings(retrain_interval_s=123.0))
+    entry = app.conf.beat_schedule["retrain-weights"]
+    assert entry["task"] == "fittest.retrain_weights"
+    assert entry["schedule"] == 123.0
+    assert app.conf.task_routes["fittest.retrain_weights"]["queue"] == "learning"
+    assert app.conf.task_routes["fittest.learn"]["queue"] == "learning"

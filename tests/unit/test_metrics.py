@@ -1,0 +1,118 @@
+"""The Redis-backed metrics: what workers count (from any process) is what a scrape shows."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from selection.models import FailureClass, Promotion, Severity, ToolExecutionResult
+from workers.metrics import MetricsReader, MetricsRecorder, RedisCollector
+from tests.conftest import free_port
+from workers.state.redis import RedisStateStore
+
+
+def attempt(tool: str, ok: bool, error: FailureClass | None = None, ms: float = 3.0) -> ToolExecutionResult:
+    return ToolExecutionResult(attempt_id=f"a{time.time_ns()}", call_id="c", tool=tool, version="1.0.0",
+                               success=ok, error_class=error, execution_time_ms=ms)
+
+
+@pytest.fixture
+def prefix(run_prefix: str, redis_client):
+    yield f"{run_prefix}:"
+    RedisStateStore(redis_client, f"{run_prefix}:").clear()
+
+
+def scrape(reader: MetricsReader) -> dict[tuple[str, tuple], float]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RedisCollector(reader))
+    text = generate_latest(registry).decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_counts_from_two_processes_add_up_in_one_scrape(redis_client, redis_url, prefix) -> None:
+    import redis
+
+    worker_a = MetricsRecorder(redis_client, prefix)
+    worker_b = MetricsRecorder(redis.Redis.from_url(redis_url, decode_responses=True), prefix)  # another client
+    worker_a.attempt(attempt("slugify", False, FailureClass.bad_input), quality=1.0)
+    worker_b.attempt(attempt("slugify", False, FailureClass.bad_input), quality=0.99)
+    worker_b.attempt(attempt("slugify", True), quality=0.98)
+    worker_a.selection("seed", found=True)
+    worker_a.selection("seed", found=False)
+    worker_b.call("success", attempts=2, elapsed_ms=40.0, tool="slugify")
+    worker_a.flush()
+    worker_b.flush()
+
+    queue = f"{prefix}q"
+    redis_client.rpush(queue, "m1", "m2")  # kombu: priority 0 is the bare queue name ...
+    redis_client.rpush(f"{queue}:9", "m3")  # ... and step N is "{queue}:{N}"
+    state = RedisStateStore(redis_client, prefix)
+    state.mark_failure("slugify@1.0.0", "x1", Severity.high)
+    state.promote(Promotion(namespace="slugify", evolved_version="1.1.0", original_version="1.0.0"))
+    state.promote(Promotion(namespace="slugify", evolved_version="1.1.0", original_version="1.0.0", status="rolled_back"))
+
+    got = scrape(MetricsReader(redis_client, prefix, queues=[queue], priority_steps=range(10)))
+    tool = (("tool", "slugify"), ("version", "1.0.0"))
+    assert got[("fittest_attempts_total", (("error_class", "bad_input"), ("outcome", "failure"), *tool))] == 2
+    assert got[("fittest_attempts_total", (("error_class", ""), ("outcome", "success"), *tool))] == 1
+    assert got[("fittest_selections_total", (("outcome", "ranked"), ("policy", "seed")))] == 1
+    assert got[("fittest_selections_total", (("outcome", "no_candidates"), ("policy", "seed")))] == 1
+    assert got[("fittest_calls_total", (("status", "success"),))] == 1
+    assert got[("fittest_tool_quality", tool)] == pytest.approx(0.9)
+    assert got[("fittest_tool_failures_total", tool)] == 1
+    assert got[("fittest_evolutions_total", (("namespace", "slugify"),))] == 1
+    assert got[("fittest_rollbacks_total", (("namespace", "slugify"),))] == 1
+    assert got[("fittest_promotion", (("namespace", "slugify"), ("status", "rolled_back"), ("version", "1.1.0")))] == 1
+    assert got[("fittest_queue_length", (("priority", "0"), ("queue", queue)))] == 2
+    assert got[("fittest_queue_length", (("priority", "9"), ("queue", queue)))] == 1
+    assert got[("fittest_queue_length", (("priority", "5"), ("queue", queue)))] == 0
+
+
+def test_series_are_capped_and_read_back_in_order(redis_client, prefix, monkeypatch) -> None:
+    from workers import metrics
+
+    monkeypatch.setattr(metrics, "ATTEMPT_SERIES_LIMIT", 3)
+    recorder = MetricsRecorder(redis_client, prefix)
+    for i in range(5):
+        recorder.attempt(attempt("hash_text", i % 2 == 0, None if i % 2 == 0 else FailureClass.timeout, ms=i), quality=1 - i / 10)
+        if i == 1:
+            recorder.flush()  # the cap holds across flushes, not only within one
+    recorder.flush()
+    reader = MetricsReader(redis_client, prefix)
+    assert reader.attempt_keys() == ["hash_text@1.0.0"]
+    points = reader.attempts("hash_text@1.0.0")
+    assert [p.ms for p in points] == [2.0, 3.0, 4.0]  # the oldest two were dropped
+    assert [p.error_class for p in points] == [None, "timeout", None]
+    assert [p.quality for p in points] == pytest.approx([0.8, 0.7, 0.6])
+
+
+def test_counts_wait_in_the_process_and_reach_redis_by_themselves(redis_client, prefix) -> None:
+    recorder = MetricsRecorder(redis_client, prefix, flush_interval_s=0.2)
+    reader = MetricsReader(redis_client, prefix)
+    recorder.attempt(attempt("word_stats", True), quality=1.0)
+    recorder.call("success", 1, 5.0, "word_stats")
+    assert reader.counters() == {} and reader.calls() == []  # nothing sent on the call's path
+    deadline = time.monotonic() + 10
+    while not reader.calls() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [c.status for c in reader.calls()] == ["success"]
+    assert sum(n for _, n in reader.counters()["attempts"]) == 1
+
+
+def test_a_failed_flush_keeps_the_counts_for_the_next_one(redis_url, redis_client, prefix) -> None:
+    import redis
+
+    down = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2)
+    recorder = MetricsRecorder(down, prefix, flush_interval_s=3600)
+    recorder.selection("seed", found=True)
+    with pytest.raises(redis.ConnectionError):
+        recorder.flush()
+    recorder.selection("seed", found=True)
+    recorder.client = redis_client
+    recorder.flush()
+    counters = MetricsReader(redis_client, prefix).counters()
+    assert counters["selections"] == [({"outcome": "ranked", "policy": "seed"}, 2)]

@@ -1,0 +1,92 @@
+"""The policies on plain evidence: what `learned` learns from outcomes, how it explores, what it logs;
+and that `seed` applies the design's formulas."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from selection.evidence import CandidateEvidence
+from selection.manifest import ToolManifest
+from selection.policies import get_policy, policy_names
+
+
+def ev(name: str, similarity: float, version: str = "1.0.0", **fields) -> CandidateEvidence:
+    manifest = ToolManifest(name=name, version=version, description=name,
+                            implementation={"kind": "http", "url": "http://x"})
+    return CandidateEvidence(manifest=manifest, similarity=similarity, **fields)
+
+
+def rank(evidence: list[CandidateEvidence], policy: str = "learned", seed: int = 0) -> list[str]:
+    return [c.key for c in get_policy(policy).rank(evidence, {}, random.Random(seed))]
+
+
+def test_default_is_registered_beside_seed() -> None:
+    from workers.settings import Settings
+
+    assert {"learned", "seed"} <= set(policy_names())
+    assert Settings().policy == "learned"
+
+
+def test_without_outcomes_the_description_decides() -> None:
+    assert rank([ev("a", 0.3), ev("b", 0.6)]) == ["b@1.0.0", "a@1.0.0"]
+
+
+def test_successes_nearby_are_evidence_for_a_tool() -> None:
+    # b's description matches better, but a succeeded on a near-identical scenario.
+    order = rank([ev("a", 0.3, namespace_success_similarities=[0.95]), ev("b", 0.6)])
+    assert order[0] == "a@1.0.0"
+    # A far-away success is weak evidence: the description still decides.
+    assert rank([ev("a", 0.3, namespace_success_similarities=[0.4]), ev("b", 0.6)])[0] == "b@1.0.0"
+
+
+def test_failures_nearby_are_evidence_against_it() -> None:
+    assert rank([ev("a", 0.5, failure_similarities=[0.9, 0.85]), ev("b", 0.45)])[0] == "b@1.0.0"
+    # ...and outweigh its earlier successes when they are as close and more numerous.
+    assert rank([ev("a", 0.5, namespace_success_similarities=[0.9], failure_similarities=[0.9, 0.9, 0.9]),
+                 ev("b", 0.45, namespace_success_similarities=[0.9])])[0] == "b@1.0.0"
+
+
+def test_an_evolved_version_inherits_successes_not_failures() -> None:
+    """Where the parent failed, the new version is the one tried first."""
+    parent = ev("lookup", 0.6, "1.0.0", namespace_success_similarities=[0.8], failure_similarities=[0.92, 0.9])
+    child = ev("lookup", 0.6, "1.1.0", namespace_success_similarities=[0.8])
+    other = ev("other", 0.5)
+    assert rank([parent, child, other]) == ["lookup@1.1.0", "lookup@1.0.0", "other@1.0.0"]
+
+
+def test_near_ties_are_explored_and_every_choice_has_its_probability() -> None:
+    policy = get_policy("learned")
+    near = [ev("a", 0.600), ev("b", 0.601)]
+    firsts = Counter()
+    for seed in range(400):
+        ranked = policy.rank(near, {}, random.Random(seed))
+        firsts[ranked[0].key] += 1
+        assert 0.0 < ranked[0].probability < 1.0
+        assert ranked[1].probability == 1.0  # the last one left is placed for sure
+    assert firsts["a@1.0.0"] > 40 and firsts["b@1.0.0"] > firsts["a@1.0.0"]
+    # A clearly better candidate is chosen every time, with probability ~1.
+    clear = policy.rank([ev("a", 0.3), ev("b", 0.7)], {}, random.Random(1))
+    assert clear[0].key == "b@1.0.0" and clear[0].probability > 0.999
+
+
+def test_breakdown_says_why() -> None:
+    c = get_policy("learned").rank([ev("a", 0.5, namespace_success_similarities=[0.9], failure_similarities=[0.8])],
+                                   {}, random.Random(0))[0]
+    b = c.breakdown
+    assert b.extra["successes_nearby"] > 0 and b.extra["failures_nearby"] > 0
+    assert "successes of a" in b.rationale and "SPARC" in b.rationale
+
+
+def test_seed_formulas() -> None:
+    policy = get_policy("seed")
+    plain = policy.score(ev("a", 0.5))[0]
+    assert plain == pytest.approx(0.8 * 0.5)
+    assert policy.score(ev("a", 0.5, quality=0.5, failure_similarities=[0.8, 0.9, 0.6]))[0] == pytest.approx(
+        0.8 * 0.5 * 0.5 * 0.7**2)
+    assert policy.score(ev("a", 0.5, feedback_points=50.0))[0] == pytest.approx(plain * 1.5)
+    assert policy.score(ev("a", 0.5, feedback_points=-50.0))[0] == pytest.approx(plain * 0.5)
+    assert policy.score(ev("a", 0.5, sparc=1.0))[0] == pytest.approx(plain * 1.5)
+    assert policy.score(ev("a", 0.5, source="original"))[0] == pytest.approx(0.9)

@@ -1,0 +1,74 @@
+"""`fittest report`: one HTML file, every plot embedded as a PNG, the numbers in the table."""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from selection.models import FailureClass, Promotion, ToolExecutionResult
+from workers.metrics import MetricsReader, MetricsRecorder
+from workers.report import write_report
+from workers.state.redis import RedisStateStore
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def prefix(run_prefix: str, redis_client):
+    yield f"{run_prefix}:"
+    RedisStateStore(redis_client, f"{run_prefix}:").clear()
+
+
+def images(html: str) -> list[bytes]:
+    return [base64.b64decode(m) for m in re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", html)]
+
+
+def test_report_of_a_busy_history_embeds_every_plot(redis_client, prefix, tmp_path) -> None:
+    recorder = MetricsRecorder(redis_client, prefix)
+    state = RedisStateStore(redis_client, prefix)
+    start = time.time() - 600
+    for i in range(30):
+        ok = i % 3 != 0
+        result = ToolExecutionResult(attempt_id=f"a{i}", call_id=f"c{i}", tool="csv_to_json", version="1.0.0",
+                                     success=ok, error_class=None if ok else FailureClass.crash,
+                                     execution_time_ms=10.0 + i, timestamp=start + 20 * i)
+        recorder.attempt(result, quality=1.0 - 0.01 * i)
+        recorder.call("success" if ok else "failed", 1 if ok else 2, 30.0, "csv_to_json" if ok else None)
+    recorder.flush()
+    state.promote(Promotion(namespace="csv_to_json", evolved_version="1.1.0", original_version="1.0.0",
+                            promoted_at=start + 300))
+    state.promote(Promotion(namespace="csv_to_json", evolved_version="1.1.0", original_version="1.0.0",
+                            status="rolled_back", promoted_at=start + 500))
+
+    path = write_report(MetricsReader(redis_client, prefix), tmp_path / "out")
+    html = path.read_text()
+    assert path.name == "index.html"
+    pngs = images(html)
+    assert len(pngs) == 4 and all(p.startswith(PNG_MAGIC) and len(p) > 5_000 for p in pngs)
+    for heading in ("Quality per tool version", "Feedback per tool version", "Attempts per call", "Evolutions and rollbacks"):
+        assert f"<h2>{heading}</h2>" in html
+    assert "csv_to_json@1.0.0" in html
+    assert "<b>30</b>" in html  # calls
+    assert "<b>67%</b>" in html  # 20 of 30 succeeded
+    assert "src='http" not in html and "<script" not in html  # self-contained: opens offline
+
+
+def test_report_command_on_an_empty_history_still_writes_a_page(redis_url, prefix, tmp_path, monkeypatch) -> None:
+    from workers.cli import app
+    from workers.settings import get_settings
+
+    monkeypatch.setenv("FITTEST_REDIS_URL", redis_url)
+    monkeypatch.setenv("FITTEST_KEY_PREFIX", prefix)
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, ["report", "--out", str(tmp_path / "r")])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    html = (tmp_path / "r" / "index.html").read_text()
+    assert len(images(html)) == 4
+    assert "calls<b>0</b>" in html and "succeeded<b>–</b>" in html

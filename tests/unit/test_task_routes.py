@@ -1,0 +1,14 @@
+"""Every fittest task is named and routed to its queue, so Flower and the metrics can tell them apart
+and no task lands on the default queue by accident."""
+
+from __future__ import annotations
+
+from workers.app import QUEUES, TASK_ROUTES, app
+
+
+def test_every_registered_fittest_task_has_a_route_to_a_known_queue() -> None:
+    app.loader.import_default_modules()
+    names = {n for n in app.tasks if n.startswith("fittest.")}
+    assert {"fittest.resilient_tool_call", "fittest.call_tool", "fittest.execute", "fittest.record_outcome"} <= names
+    assert sorted(names - set(TASK_ROUTES)) == []
+    assert {route["queue"] for route in TASK_ROUTES.values()} <= set(QUEUES)

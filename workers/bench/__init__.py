@@ -1,0 +1,1 @@
+"""Benches: commands that measure the system against a baseline in the same run (`fittest bench …`)."""

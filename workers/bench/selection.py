@@ -1,0 +1,254 @@
+"""`fittest bench selection`: how well selection picks the right tool, and how much it learns, on an
+external benchmark (MetaTool: `{name: description}` tools and `Query,Tool` rows).
+
+Each tool becomes one registered version; the queries stream in a seeded random order through the
+workers' own code: `Selector.plan` for the ranking, then `workers/outcomes.py` (`apply_failure` per
+failed attempt, `apply_outcome` per call, execution records stored as `fittest.learn` stores them),
+with Celery bypassed. An attempt succeeds iff the tool's name is the row's `Tool`
+(case-insensitive); a call has up to 5 attempts. Three streams of the same queries, each on a
+fresh private state (its own Redis key prefix and Qdrant Edge collections in a temporary
+directory, removed afterwards), nothing learned before a stream starts:
+
+- the policy under test, learning from every earlier query;
+- the same policy with learning off (zero-shot: nothing is recorded);
+- the `seed` policy, learning the same way (the baseline to beat).
+
+A wrong tool is recorded as a `bad_output` failure of that tool: it ran, and its output did not
+serve the query. Selection time covers the whole `Selector.plan` of one query, embedding
+included (each query is new to the embedder's cache).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from selection.manifest import ToolManifest
+from selection.models import CallRequest, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
+from workers.bench.throughput import percentile
+from workers.outcomes import apply_failure, apply_outcome, store_executions
+from workers.settings import Settings
+
+MAX_ATTEMPTS = 5
+BENCH_URL = "http://127.0.0.1:9/never-called"  # the bench decides outcomes; no tool runs
+TARGETS = {"top1_second_half": 0.80, "resolved_within_5": 0.95, "mean_attempts": 1.5, "p99_select_ms": 15.0}
+
+Progress = Callable[[str, int, int], None]
+
+
+class BenchInputError(ValueError):
+    """The tools or queries file cannot be used; the message names the file, row and problem."""
+
+
+class StreamResult(BaseModel):
+    name: str
+    policy: str
+    learning: bool
+    queries: int
+    top1: float
+    top1_first_half: float
+    top1_second_half: float
+    resolved_within_5: float
+    mean_attempts: float
+    p50_select_ms: float
+    p99_select_ms: float
+    mean_first_probability: float  # how sure the policy was of its first choice, on average
+    elapsed_s: float
+
+
+class SelectionBenchResult(BaseModel):
+    queries: int
+    policy: str
+    seed: int
+    tools: int
+    top1_first_half: float
+    top1_second_half: float
+    resolved_within_5: float
+    mean_attempts: float
+    zero_shot_top1: float
+    seed_top1_second_half: float
+    p50_select_ms: float
+    p99_select_ms: float
+    targets: dict[str, float]
+    streams: list[StreamResult]
+    elapsed_s: float
+
+
+def namespace_of(name: str) -> str:
+    """A benchmark tool name as a fittest namespace (`PDF&URLTool` -> `pdf_urltool`)."""
+    slug = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+    return slug if slug[:1].isalpha() else f"t_{slug}"
+
+
+def load_tools(path: Path) -> tuple[list[ToolManifest], dict[str, str]]:
+    """Manifests from `{name: description}`, and namespace -> the benchmark's name (lower case)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BenchInputError(f"{path}: cannot read the tools JSON: {exc}") from exc
+    if not isinstance(data, dict) or not data:
+        raise BenchInputError(f"{path}: expected a non-empty JSON object {{name: description}}")
+    manifests, names = [], {}
+    for name, description in data.items():
+        if not isinstance(description, str) or not description.strip():
+            raise BenchInputError(f"{path}: tool {name!r} has no description")
+        ns = namespace_of(name)
+        if ns in names:
+            raise BenchInputError(f"{path}: tools {names[ns]!r} and {name!r} map to the same namespace {ns!r}")
+        names[ns] = name.lower()
+        manifests.append(ToolManifest(name=ns, description=description.strip()[:4000],
+                                      implementation={"kind": "http", "url": BENCH_URL}))
+    return manifests, names
+
+
+def load_queries(path: Path, known: set[str]) -> list[tuple[str, str]]:
+    """(query, tool name lower-cased) rows; every tool must be one of `known`."""
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if not reader.fieldnames or not {"Query", "Tool"} <= set(reader.fieldnames):
+                raise BenchInputError(f"{path}: expected the columns Query,Tool, found {reader.fieldnames}")
+            rows = []
+            for line, row in enumerate(reader, start=2):
+                query, tool = (row.get("Query") or "").strip(), (row.get("Tool") or "").strip().lower()
+                if not query or not tool:
+                    raise BenchInputError(f"{path}, row {line}: empty Query or Tool")
+                if tool not in known:
+                    raise BenchInputError(f"{path}, row {line}: tool {row['Tool']!r} is not in the tools file")
+                rows.append((query[:4000], tool))
+    except OSError as exc:
+        raise BenchInputError(f"{path}: cannot read the queries CSV: {exc}") from exc
+    if not rows:
+        raise BenchInputError(f"{path}: no queries")
+    return rows
+
+
+def _private_settings(base: Settings, redis_url: str, data_dir: Path, policy: str) -> Settings:
+    run = f"bench{random.getrandbits(40):010x}"
+    tools_dir = data_dir / "tools"
+    tools_dir.mkdir(parents=True, exist_ok=True)
+    return base.model_copy(update={
+        "redis_url": redis_url, "result_backend": None, "qdrant_url": None, "key_prefix": f"{run}:",
+        "collection_prefix": f"{run}_", "data_dir": data_dir, "tools_dir": tools_dir, "policy": policy,
+    })
+
+
+def run_stream(base: Settings, redis_url: str, manifests: list[ToolManifest], names: dict[str, str],
+               rows: list[tuple[str, str]], policy: str, learning: bool, seed: int, name: str,
+               progress: Progress | None = None) -> StreamResult:
+    """One pass of `rows` on a fresh private state, removed afterwards."""
+    from workers.runtime import Runtime
+
+    started = time.perf_counter()
+    data_dir = Path(tempfile.mkdtemp(prefix="fittest-bench-"))
+    rt = Runtime(_private_settings(base, redis_url, data_dir, policy))
+    try:
+        for m in manifests:
+            rt.registry.add(m)
+        selector = rt.selector  # embeds the tool descriptions
+        selector.rng = random.Random(seed)
+        first: list[bool] = []
+        attempts_used: list[int] = []
+        resolved: list[bool] = []
+        select_ms: list[float] = []
+        first_probability: list[float] = []
+        for i, (query, label) in enumerate(rows):
+            request = CallRequest(scenario=query, max_attempts=MAX_ATTEMPTS, call_id=f"q{i}")
+            t0 = time.perf_counter()
+            plan = selector.plan(request)
+            select_ms.append((time.perf_counter() - t0) * 1000.0)
+            vector = rt.embedder.embed_one(query)  # the plan's own embedding, from the cache
+            for k, candidate in enumerate(plan.candidates[:MAX_ATTEMPTS]):
+                ok = names.get(candidate.manifest.name) == label
+                attempt = ToolExecutionResult(
+                    attempt_id=f"{request.call_id}:{k}", call_id=request.call_id, tool=candidate.manifest.name,
+                    version=candidate.manifest.version, success=ok,
+                    error_class=None if ok else FailureClass.bad_output,
+                    error_message=None if ok else "not the tool this query needs", metadata={"attempt": k})
+                plan.attempts.append(attempt)
+                if not ok and learning:
+                    apply_failure(rt, FailureMark(attempt_id=attempt.attempt_id, call_id=request.call_id,
+                                                  tool=attempt.tool, version=attempt.version, scenario=query,
+                                                  error_class=FailureClass.bad_output,
+                                                  error_message=attempt.error_message or ""), vector)
+                if ok:
+                    break
+            if learning:
+                apply_outcome(rt, OutcomeRecord.from_plan(plan), vector,
+                              learn=lambda records: store_executions(rt, records, [vector] * len(records)))
+            hit = bool(plan.attempts) and plan.attempts[-1].success
+            first.append(bool(plan.attempts) and plan.attempts[0].success)
+            resolved.append(hit)
+            attempts_used.append(len(plan.attempts) if plan.attempts else MAX_ATTEMPTS)
+            first_probability.append(plan.candidates[0].probability if plan.candidates else 0.0)
+            if progress is not None:
+                progress(name, i + 1, len(rows))
+    finally:
+        try:
+            rt.state.clear()
+            rt.memory.drop_all()
+        finally:
+            rt.close()
+            shutil.rmtree(data_dir, ignore_errors=True)
+    half = len(rows) // 2
+    return StreamResult(
+        name=name, policy=policy, learning=learning, queries=len(rows),
+        top1=_mean(first), top1_first_half=_mean(first[:half]), top1_second_half=_mean(first[half:]),
+        resolved_within_5=_mean(resolved), mean_attempts=_mean(attempts_used),
+        p50_select_ms=round(percentile(select_ms, 0.50), 3), p99_select_ms=round(percentile(select_ms, 0.99), 3),
+        mean_first_probability=_mean(first_probability), elapsed_s=round(time.perf_counter() - started, 1),
+    )
+
+
+def _mean(values: list[float] | list[bool] | list[int]) -> float:
+    return round(sum(values) / len(values), 4) if values else 0.0
+
+
+def run_selection_bench(base: Settings, tools: Path, queries: Path, limit: int | None = None, seed: int = 0,
+                        policy: str = "learned", progress: Progress | None = None) -> SelectionBenchResult:
+    from selection.policies import policy_names
+    from workers.stack import redis_answers, start_private_redis
+
+    if policy not in policy_names():
+        raise BenchInputError(f"unknown policy {policy!r} (known: {', '.join(policy_names())})")
+    manifests, names = load_tools(tools)
+    rows = load_queries(queries, set(names.values()))
+    random.Random(seed).shuffle(rows)
+    rows = rows[:limit] if limit else rows
+    started = time.perf_counter()
+    redis_dir = None
+    proc = None
+    redis_url = base.redis_url
+    if not redis_answers(redis_url):
+        redis_dir = Path(tempfile.mkdtemp(prefix="fittest-bench-redis-"))
+        proc, redis_url = start_private_redis(redis_dir)
+    try:
+        streams = [
+            run_stream(base, redis_url, manifests, names, rows, policy, True, seed, f"{policy}", progress),
+            run_stream(base, redis_url, manifests, names, rows, policy, False, seed, f"{policy} zero-shot", progress),
+            run_stream(base, redis_url, manifests, names, rows, "seed", True, seed, "seed", progress),
+        ]
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=10)
+        if redis_dir is not None:
+            shutil.rmtree(redis_dir, ignore_errors=True)
+    main, zero, baseline = streams
+    return SelectionBenchResult(
+        queries=len(rows), policy=policy, seed=seed, tools=len(manifests),
+        top1_first_half=main.top1_first_half, top1_second_half=main.top1_second_half,
+        resolved_within_5=main.resolved_within_5, mean_attempts=main.mean_attempts,
+        zero_shot_top1=zero.top1, seed_top1_second_half=baseline.top1_second_half,
+        p50_select_ms=main.p50_select_ms, p99_select_ms=main.p99_select_ms,
+        targets=TARGETS, streams=streams, elapsed_s=round(time.perf_counter() - started, 1),
+    )

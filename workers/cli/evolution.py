@@ -1,0 +1,230 @@
+"""`fittest show`, `evolve`, `rollback`, `promote`, `describe`: a namespace's versions and how they
+came to be, and the by-hand controls over which one is served."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+from rich.tree import Tree
+
+from workers.cli.common import JsonOpt, console, fail, print_json
+
+app = typer.Typer()
+
+
+def _stores() -> tuple[Any, Any, Any]:
+    """The registry (tools and evolved directories), the state store and the evolution state."""
+    from workers.settings import get_settings
+    from workers.state import open_state_store, redis_client
+    from workers.state.evolution import EvolutionState
+    from workers.tool_catalog import load_registry
+
+    settings = get_settings()
+    client = redis_client(settings)
+    return load_registry(settings), open_state_store(settings, client=client), EvolutionState(client, settings.key_prefix)
+
+
+def _when(t: float) -> str:
+    return dt.datetime.fromtimestamp(t).strftime("%m-%d %H:%M:%S")
+
+
+def lineage(namespace: str) -> dict[str, Any]:
+    """Every version of a namespace with its parent, status, quality and variants, and the changelog."""
+    from evolution.trial import head_version
+
+    registry, state, ledger = _stores()
+    versions = registry.versions(namespace)
+    if not versions:
+        fail(f"no tool named {namespace!r}")
+    promotion = state.promotion(namespace)
+    history = state.promotion_history(namespace)
+    stats = state.stats([m.key for m in versions])
+    variants = ledger.all_variants([m.key for m in versions])
+    changelog = ledger.changelog(namespace)
+    original = registry.original(namespace)
+    head = head_version(promotion) or (original.version if original else None)
+    mutations = {e.version: e.mutation for e in changelog if e.event == "promoted"}
+    last_status = {p.evolved_version: p.status for p in history}
+    rows = []
+    for m in versions:
+        status = last_status.get(m.version) or ("original" if m.parent_version is None else "not promoted")
+        if promotion is not None and promotion.status == "rolled_back" and m.version == head and m.parent_version:
+            status = "active"  # served again after its child was rolled back
+        rows.append({
+            "version": m.version,
+            "parent": m.parent_version,
+            "status": status,
+            "served": m.version == head,
+            "quality": round(stats[m.key].quality, 4),
+            "successes": stats[m.key].successes,
+            "failures": stats[m.key].failures,
+            "mutation": mutations.get(m.version, ""),
+            "variants": [v.model_dump(include={"id", "status", "environment", "trials", "successes", "accesses", "text"})
+                         | {"effectiveness": round(v.effectiveness, 3)} for v in variants.get(m.key, [])],
+        })
+    return {
+        "namespace": namespace,
+        "promotion": promotion.model_dump(mode="json") if promotion else None,
+        "versions": rows,
+        "changelog": [e.model_dump(mode="json") for e in changelog],
+    }
+
+
+STATUS_COLOR = {"active": "green", "on_trial": "yellow", "rolled_back": "red", "original": "cyan", "not promoted": "dim"}
+
+
+@app.command()
+def show(
+    name: Annotated[str, typer.Argument(help="The namespace (tool name).")],
+    events: Annotated[int, typer.Option(help="Changelog entries to print (newest last).")] = 15,
+    json_out: JsonOpt = False,
+) -> None:
+    """The lineage of a tool: its versions as a tree with status, quality and mutation, and its changelog.
+
+    Each version shows whether it is served, its status (original, on_trial, active, rolled_back,
+    not promoted), quality and success/failure counters, the mutation that made it and its
+    description variants; the changelog lists every verdict, promotion and rollback."""
+    data = lineage(name)
+    if json_out:
+        print_json(data)
+        return
+    tree = Tree(f"[bold]{name}[/bold]")
+    nodes: dict[str | None, Tree] = {}
+    for row in data["versions"]:  # lowest version first, so a parent is placed before its children
+        color = STATUS_COLOR.get(row["status"], "white")
+        served = " [bold]◀ served[/bold]" if row["served"] else ""
+        label = (f"{row['version']}  [{color}]{row['status']}[/{color}]{served}  quality {row['quality']:.2f}  "
+                 f"{row['successes']}✓ {row['failures']}✗")
+        if row["mutation"]:
+            label += f"\n[dim]{row['mutation']}[/dim]"
+        node = nodes.get(row["parent"], tree).add(label)
+        for v in row["variants"]:
+            node.add(f"[dim]description #{v['id']} {v['status']} ({v['environment']}) effectiveness {v['effectiveness']:.2f} "
+                     f"trials {v['trials']} accesses {v['accesses']}: {v['text'][:70]}[/dim]")
+        nodes[row["version"]] = node
+    console.print(tree)
+    entries = data["changelog"][-events:]
+    if entries:
+        table = Table(title=f"changelog of {name}")
+        for col in ("time", "event", "version", "by", "mutation", "reason"):
+            table.add_column(col)
+        for e in entries:
+            table.add_row(_when(e["time"]), e["event"], e["version"] or "", e["by"], (e["mutation"] or "")[:50], (e["reason"] or "")[:80])
+        console.print(table)
+
+
+@app.command()
+def evolve(
+    name: Annotated[str, typer.Argument(help="The namespace to evolve.")],
+    version: Annotated[Optional[str], typer.Option(help="The version to evolve from (default: the one served).")] = None,
+    reason: Annotated[str, typer.Option(help="Why, for the changelog.")] = "evolved by hand",
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the evolution's report.")] = 600.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Evolve a tool now and print the evolution's report (exit code 0 when a version was made).
+
+    The workers gather its remembered failures and successes, ask the mutators, verify every
+    candidate (static checks, test cases, replay) and put the first verified one on trial."""
+    from workers.client import FittestClient
+
+    client = FittestClient()
+    report = client.wait(client.send("prepare_evolution", namespace=name, version=version, reason=reason), timeout)
+    if json_out:
+        print_json(report)
+    else:
+        show_report(report)
+    raise typer.Exit(0 if report.get("status") == "evolved" else 1)
+
+
+def show_report(report: dict[str, Any]) -> None:
+    color = "green" if report.get("status") == "evolved" else "red"
+    console.print(f"evolution of {report.get('parent') or report.get('namespace')}: [{color}]{report.get('status')}[/{color}] "
+                  f"in {report.get('elapsed_s', 0):.1f}s — {report.get('message', '')}")
+    candidates = report.get("candidates") or []
+    if candidates:
+        table = Table()
+        for col in ("mutator", "mutation", "outcome", "stages", "reason"):
+            table.add_column(col)
+        for c in candidates:
+            stages = " ".join(f"{s['stage']}{'✓' if s['passed'] else '✗'}" for s in c.get("stages", []))
+            table.add_row(c["mutator"], c["mutation"][:60], c["outcome"], stages, (c.get("reason") or "")[:80])
+        console.print(table)
+    for note in report.get("notes") or []:
+        console.print(f"  [dim]{note}[/dim]")
+
+
+@app.command()
+def rollback(
+    name: Annotated[str, typer.Argument(help="The namespace.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Roll back the promoted version of a tool: its parent is served again."""
+    from workers.promotions import PromotionError
+    from workers.promotions import rollback as do_rollback
+
+    _, state, ledger = _stores()
+    try:
+        promotion = do_rollback(state, ledger, name)
+    except PromotionError as exc:
+        fail(str(exc))
+    if json_out:
+        print_json(promotion.model_dump(mode="json"))
+    else:
+        back = promotion.parent_version or promotion.original_version
+        console.print(f"{name}@{promotion.evolved_version} rolled back; {name}@{back} is served again")
+
+
+@app.command()
+def promote(
+    name: Annotated[str, typer.Argument(help="The namespace.")],
+    version: Annotated[str, typer.Argument(help="The version to serve.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Serve a version of a tool (active, no trial), whatever is served now."""
+    from workers.promotions import PromotionError, promote_by_hand
+
+    registry, state, ledger = _stores()
+    try:
+        promotion = promote_by_hand(state, ledger, registry, name, version)
+    except PromotionError as exc:
+        fail(str(exc))
+    if json_out:
+        print_json(promotion.model_dump(mode="json"))
+    else:
+        console.print(f"{name}@{version} is served (active)")
+
+
+@app.command()
+def describe(
+    name: Annotated[str, typer.Argument(help="The namespace.")],
+    text: Annotated[str, typer.Argument(help="The new description to try.")],
+    version: Annotated[Optional[str], typer.Option(help="The version it describes (default: the one served).")] = None,
+    environment: Annotated[str, typer.Option(help="Only for calls whose context.environment is this ('any': all).")] = "any",
+    json_out: JsonOpt = False,
+) -> None:
+    """Try a new description of a tool: a variant matched by a share of calls, kept if it does better.
+
+    The variant is on test: FITTEST_AB_TEST_PROBABILITY of the calls are matched by it instead of
+    the best active description; after FITTEST_VARIANT_MIN_TRIALS first attempts it is promoted if
+    its calls succeed more often, and retired otherwise."""
+    from evolution.trial import head_version
+
+    registry, state, ledger = _stores()
+    original = registry.original(name)
+    if original is None:
+        fail(f"no tool named {name!r}")
+    version = version or head_version(state.promotion(name)) or original.version
+    manifest = registry.get(f"{name}@{version}")
+    if manifest is None:
+        fail(f"{name} has no version {version}")
+    try:
+        variant = ledger.add_variant(manifest.key, text, manifest.description, environment=environment)
+    except ValueError as exc:
+        fail(str(exc))
+    if json_out:
+        print_json(variant.model_dump(mode="json"))
+    else:
+        console.print(f"description #{variant.id} of {manifest.key} is on test")

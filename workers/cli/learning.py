@@ -1,0 +1,198 @@
+"""`fittest explain`, `feedback add|show`, `weights`, `recommend`: why selection ranks as it does and
+what it learned. What needs the vector memory is asked of the workers (the embedded store belongs
+to the memory worker); weights and execution records are read from Redis directly."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from workers.cli.common import JsonOpt, console, fail, parse_json_option, print_json
+
+app = typer.Typer()
+feedback_app = typer.Typer(no_args_is_help=True)
+
+TimeoutOpt = Annotated[float, typer.Option(help="Seconds to wait for the workers' answer.")]
+
+
+class Sentiment(str, enum.Enum):
+    positive = "positive"
+    negative = "negative"
+
+
+def _ask(task: str, queue: str, timeout: float, **kwargs: Any) -> dict[str, Any]:
+    """Send a task to the workers and wait for its answer, or fail with a message that says why."""
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    from workers.client import FittestClient
+
+    client = FittestClient()
+    try:
+        return client.wait(client.send(task, queue=queue, **kwargs), timeout)
+    except CeleryTimeout:
+        fail(f"no worker answered fittest.{task} within {timeout:g} s: is the memory worker running (`fittest up`)?")
+    raise AssertionError("unreachable")
+
+
+def _when(t: float) -> str:
+    return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M")
+
+
+# --------------------------------------------------------------------------------------- explain
+@app.command()
+def explain(
+    scenario: Annotated[str, typer.Argument(help="The job, in words, as a call would describe it.")],
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Rank as a call to this namespace.")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="Only tools with this tag (repeatable).")] = None,
+    context: Annotated[str | None, typer.Option(help="Call context as JSON: phase, language(s), complexity, task_type, testing, files.")] = None,
+    max_attempts: Annotated[int, typer.Option(min=1, max=20, help="Attempts the call would allow.")] = 5,
+    timeout: TimeoutOpt = 30.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """The ranking a call would get, with every component, without running anything."""
+    result = _ask("explain", "selection", timeout, scenario=scenario, namespace=namespace, tags=tag or [],
+                  context=parse_json_option(context, "--context"), max_attempts=max_attempts)
+    if json_out:
+        print_json(result)
+        return
+    if result.get("status") == "invalid":
+        fail("; ".join(f"{e['field']}: {e['message']}" for e in result.get("errors", [])))
+    table = Table(title=f"ranking for {scenario[:60]!r}")
+    for col in ("#", "tool", "score", "P", "source", "sim", "quality", "feedback", "SPARC"):
+        table.add_column(col, justify="left" if col in ("tool", "source") else "right", no_wrap=col == "tool")
+    ranking = result.get("ranking", [])
+    for i, r in enumerate(ranking, 1):
+        b = r["breakdown"]
+        table.add_row(str(i), r["key"], f"{r['score']:.3g}", f"{r['probability']:.2f}", b["source"],
+                      f"{b['similarity']:.2f}", f"{b['quality']:.2f}", f"{b['feedback']:+.0f}", f"{b['sparc']:.2f}")
+    console.print(table)
+    for i, r in enumerate(ranking, 1):
+        b = r["breakdown"]
+        sparc = ", ".join(f"{k} {v:.2f}" for k, v in b.get("sparc_components", {}).items())
+        console.print(f"{i}. [bold]{r['key']}[/bold]: {b['rationale']}" + (f" [dim](SPARC components: {sparc})[/dim]" if sparc else ""))
+    for note in result.get("degraded", []):
+        console.print(f"[yellow]degraded:[/yellow] {note}")
+
+
+# --------------------------------------------------------------------------------------- feedback
+@feedback_app.command("add")
+def feedback_add(
+    tool: Annotated[str, typer.Argument(help="NAME or NAME@VERSION (NAME: the version it serves now).")],
+    sentiment: Annotated[Sentiment, typer.Argument(help="positive or negative.")],
+    scenario: Annotated[str | None, typer.Option(help="The job it was (or was not) good for; default: the tool in general.")] = None,
+    reason: Annotated[str, typer.Option(help="Why, in a few words.")] = "",
+    quality: Annotated[float, typer.Option(min=0.0, max=1.0, help="How strongly (0..1).")] = 1.0,
+    timeout: TimeoutOpt = 30.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Record a judgement of a tool version; selection weighs it by similarity and age (±50 points)."""
+    name, _, version = tool.partition("@")
+    result = _ask("record_feedback", "feedback", timeout, tool=name, version=version or None,
+                  sentiment=sentiment.value, scenario=scenario, reason=reason, quality=quality)
+    if json_out:
+        print_json(result)
+    if result.get("status") != "recorded":
+        fail("; ".join(f"{e['field']}: {e['message']}" for e in result.get("errors", [])) or "not recorded")
+    if not json_out:
+        f = result["feedback"]
+        console.print(f"recorded {sentiment.value} feedback ({f['value']:+.2f}) for {f['tool']}@{f['version']}; "
+                      f"its feedback score for that scenario is now {result['score_now']:+.1f}")
+
+
+@feedback_app.command("show")
+def feedback_show(
+    tool: Annotated[str, typer.Argument(help="Tool name (all its versions).")],
+    limit: Annotated[int, typer.Option(min=1, help="Entries listed, newest first.")] = 20,
+    timeout: TimeoutOpt = 30.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """A tool's feedback entries, newest first, and the trend per day."""
+    report = _ask("feedback_report", "feedback", timeout, tool=tool, limit=limit)
+    if json_out:
+        print_json(report)
+        return
+    table = Table(title=f"feedback on {tool}: {report['total']} entries")
+    for col in ("when", "version", "value", "source", "reason", "scenario"):
+        table.add_column(col, justify="right" if col == "value" else "left", overflow="fold")
+    for e in report["entries"]:
+        color = "green" if e["value"] > 0 else "red"
+        table.add_row(_when(e["timestamp"]), e["version"], f"[{color}]{e['value']:+.2f}[/{color}]", e["source"],
+                      e["reason"], e["scenario"][:80])
+    console.print(table)
+    if report["trend"]:
+        trend = Table(title="trend per day")
+        for col in ("day", "entries", "positive", "negative", "mean"):
+            trend.add_column(col, justify="left" if col == "day" else "right")
+        for t in report["trend"]:
+            trend.add_row(_when(t["start"])[:10], str(t["count"]), str(t["positive"]), str(t["negative"]),
+                          f"{t['mean_value']:+.2f}")
+        console.print(trend)
+
+
+# --------------------------------------------------------------------------------------- weights
+@app.command()
+def weights(
+    history: Annotated[int, typer.Option(min=0, help="Earlier versions listed.")] = 10,
+    json_out: JsonOpt = False,
+) -> None:
+    """The SPARC weights selection uses now, their evidence, and their history (newest first)."""
+    from selection.sparc import COMPONENTS
+    from workers.settings import get_settings
+    from workers.state import open_state_store
+
+    state = open_state_store(get_settings())
+    current = state.weights()
+    past = state.weights_history(history) if history else []
+    if json_out:
+        print_json({"current": current.model_dump(mode="json"), "history": [w.model_dump(mode="json") for w in past]})
+        return
+    table = Table(title=f"SPARC weights v{current.version}" + ("" if current.version else " (defaults: never learned)"))
+    for col in ("version", "updated", *COMPONENTS, "records", "success rate"):
+        table.add_column(col, justify="left" if col in ("version", "updated") else "right")
+    for w in [current, *[p for p in past if p.version != current.version]]:
+        ev = w.evidence
+        table.add_row(f"v{w.version}", _when(w.updated_at) if w.updated_at else "-",
+                      *[f"{w.weights.get(c, 0.0):.2f}" for c in COMPONENTS], str(ev.get("records", "-")),
+                      f"{ev['success_rate']:.2f}" if ev.get("success_rate") is not None else "-")
+    console.print(table)
+    if current.evidence.get("correlations"):
+        corr = ", ".join(f"{c} {r:+.2f}" for c, r in current.evidence["correlations"].items())
+        console.print(f"correlation of each component with success: {corr}")
+
+
+# --------------------------------------------------------------------------------------- recommend
+@app.command()
+def recommend(
+    min_runs: Annotated[int, typer.Option(min=1, help="Attempts a version needs in a context to be judged there.")] = 5,
+    max_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Success rate below which it is listed.")] = 0.5,
+    json_out: JsonOpt = False,
+) -> None:
+    """Tool versions with low success in some context (task type, phase, language), with the evidence."""
+    from selection.recommend import recommendations
+    from workers.settings import get_settings
+    from workers.state import redis_client
+    from workers.state.learning import LearningState
+
+    settings = get_settings()
+    records = LearningState(redis_client(settings), settings.key_prefix, settings.learner_window).recent()
+    found = recommendations(records, min_runs, max_rate)
+    if json_out:
+        print_json({"records": len(records), "recommendations": [r.model_dump(mode="json") for r in found]})
+        return
+    if not found:
+        console.print(f"nothing to recommend: no version below {max_rate:.0%} success with {min_runs}+ runs "
+                      f"in any context ({len(records)} recent records)")
+        return
+    table = Table(title=f"recommendations from {len(records)} recent attempts")
+    for col in ("tool", "context", "runs", "success", "elsewhere", "errors", "advice", "failed on"):
+        table.add_column(col, justify="right" if col in ("runs", "success", "elsewhere") else "left", overflow="fold")
+    for r in found:
+        table.add_row(r.tool, r.context, str(r.runs), f"{r.success_rate:.0%}",
+                      "-" if r.elsewhere_rate is None else f"{r.elsewhere_rate:.0%}",
+                      ", ".join(f"{k} {v}" for k, v in r.error_classes.items()), r.advice,
+                      " | ".join(s[:60] for s in r.failed_scenarios))
+    console.print(table)

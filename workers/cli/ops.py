@@ -1,0 +1,140 @@
+"""`fittest health`, `fittest metrics`, `fittest report`, `fittest settings`: run it and watch it."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from workers.cli.common import JsonOpt, console, fail, print_json
+from workers.settings import Settings, get_settings, redact_url
+
+app = typer.Typer()
+
+CHECKS = ("redis", "workers", "store", "model")
+
+
+# --------------------------------------------------------------------------------------- health
+@app.command()
+def health(
+    check: Annotated[list[str] | None, typer.Option("--check", "-c", help=f"Only these checks (repeatable): {', '.join(CHECKS)}.")] = None,
+    worker: Annotated[list[str] | None, typer.Option("--worker", "-w", help="Workers that must answer: a role (memory, executor, evolver) or a node name (executor@host). Repeatable; default: every role.")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for Redis, the store and the workers' answers.")] = 2.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check Redis, the vector store, the embedding model and the workers.
+
+    Exit code 0 when healthy, 1 when any check failed: use it as a liveness or readiness probe
+    (docker compose healthcheck, Kubernetes exec probe). The embedded store and the model are
+    checked live by the memory worker that owns them; a Qdrant server is asked directly."""
+    from workers.health import ROLES
+    from workers.health import health as run_health
+
+    checks = check or list(CHECKS)
+    unknown = sorted(set(checks) - set(CHECKS))
+    if unknown:
+        fail(f"unknown check {', '.join(unknown)} (known: {', '.join(CHECKS)})", code=2)
+    report = run_health(get_settings(), checks, list(worker or ROLES), timeout)
+    if json_out:
+        print_json(report.model_dump())
+    else:
+        table = Table(title="fittest health: " + ("[green]healthy[/green]" if report.healthy else "[red]unhealthy[/red]"))
+        for col in ("check", "status", "ms", "detail"):
+            table.add_column(col, justify="right" if col == "ms" else "left")
+        colors = {"ok": "green", "fail": "red", "skip": "yellow"}
+        for c in report.checks:
+            table.add_row(c.name, f"[{colors[c.status]}]{c.status}[/{colors[c.status]}]", f"{c.ms:.0f}", c.detail)
+        console.print(table)
+    raise typer.Exit(0 if report.healthy else 1)
+
+
+# --------------------------------------------------------------------------------------- metrics
+@app.command()
+def metrics(
+    port: Annotated[int | None, typer.Option(help="Port of the /metrics endpoint (default FITTEST_METRICS_PORT).")] = None,
+    addr: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    once: Annotated[bool, typer.Option("--once", help="Print the metrics once in Prometheus text format and exit.")] = False,
+) -> None:
+    """Serve Prometheus metrics on /metrics.
+
+    Selections, attempts by outcome and failure class, calls, evolutions, rollbacks, quality per
+    tool version and queue lengths, read from Redis at each scrape: one endpoint covers every
+    worker process on every host."""
+    from workers.metrics import exposition, serve
+
+    settings = get_settings()
+    if once:
+        typer.echo(exposition(settings).decode(), nl=False)
+        return
+    server, _ = serve(settings, port, addr)
+    console.print(f"metrics on http://{addr}:{server.server_port}/metrics (Ctrl-C stops)")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.shutdown()
+
+
+# --------------------------------------------------------------------------------------- report
+@app.command()
+def report(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write index.html into.")] = Path("fittest-report"),
+    hours: Annotated[float | None, typer.Option(help="Only the last HOURS of attempts and calls.")] = None,
+    top: Annotated[int, typer.Option(help="Tool versions plotted (the busiest); the table lists all.")] = 8,
+) -> None:
+    """Write an HTML report of how the tools did.
+
+    Plots of quality and feedback per tool version over time, attempts per call, evolutions and
+    rollbacks, with the PNG images embedded: one file to open or mail."""
+    from workers.metrics import reader_for
+    from workers.report import write_report
+
+    since = time.time() - hours * 3600 if hours is not None else None
+    path = write_report(reader_for(get_settings()), out, since=since, top=top)
+    console.print(f"report written to {path}")
+
+
+# --------------------------------------------------------------------------------------- settings
+def settings_rows() -> list[dict[str, str]]:
+    """Every FITTEST_ variable with its default and meaning, from the Settings model itself."""
+    rows = []
+    for name, field in Settings.model_fields.items():
+        default: Any = field.default
+        rows.append({
+            "variable": f"FITTEST_{name.upper()}",
+            "default": "" if default is None else str(default).lower() if isinstance(default, bool) else str(default),
+            "meaning": field.description or "",
+        })
+    rows.append({"variable": "FITTEST_CONFIG", "default": "",
+                 "meaning": "Optional TOML file of the same settings (lower-case names); the environment wins"})
+    return rows
+
+
+@app.command("settings")
+def show_settings(
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the table of every variable, default and meaning as Markdown.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show every FITTEST_ setting: its current value (secrets hidden), default and meaning."""
+    current = get_settings().model_dump()
+    rows = settings_rows()
+    for row in rows:
+        value = current.get(row["variable"].removeprefix("FITTEST_").lower(), os.environ.get(row["variable"]))
+        row["value"] = "" if value is None else "***" if "SecretStr" in type(value).__name__ else redact_url(str(value))
+    if markdown:
+        lines = ["| variable | default | meaning |", "|---|---|---|"]
+        lines += [f"| `{r['variable']}` | {('`' + r['default'] + '`') if r['default'] else '(unset)'} | {r['meaning']} |" for r in rows]
+        typer.echo("\n".join(lines))
+    elif json_out:
+        print_json(rows)
+    else:
+        table = Table(title="fittest settings (FITTEST_CONFIG names an optional TOML file)")
+        for col in ("variable", "value", "default", "meaning"):
+            table.add_column(col, overflow="fold")
+        for r in rows:
+            table.add_row(r["variable"], r["value"], r["default"], r["meaning"])
+        console.print(table)

@@ -1,0 +1,275 @@
+"""Evolution's side of the memory worker: what it gathers before an evolution, and what it keeps
+after one, and after each call.
+
+The evolution worker never opens the embedder or the embedded vector store, so this module, run
+by the process that owns them, does both ends:
+- `build_job`: the failure evidence of a call (or of a namespace, for a manual or quality trigger):
+  its failing inputs, similar past failures (FAILURES), mutations that failed before for a
+  similar reason (vector match on EVOLUTIONS), and the parent's recent successful runs;
+- `apply_evolution_record` (`fittest.record_evolution`): registers the new version for selection
+  and stores the evolution pattern of every verified or failed candidate as a vector;
+- `apply_evolution_outcome` (from `fittest.record_outcome`): counts the trial of a version on
+  trial (activating it or rolling it back), remembers successful runs for later replay, credits
+  description variants;
+- `maybe_evolve_for_quality` (from `fittest.mark_failure`): evolution off the call path when a
+  served version's quality falls below the threshold, at most once per namespace per cool-down.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from evolution.models import (
+    Evidence,
+    EvolutionJob,
+    EvolutionRecord,
+    FailedMutation,
+    FailedRun,
+    PastFailure,
+    SuccessfulRun,
+    Trigger,
+    bounded_input,
+    shape_of,
+)
+from evolution.trial import TrialRules, decide, head_version, parent_rate
+from selection.manifest import ManifestError, load_manifest
+from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord
+from selection.ports import EVOLUTIONS, FAILURES, FailureApplied, Match, VectorFilter, VectorPoint
+from workers.promotions import conclude_trial
+from workers.tool_catalog import evolved_dir
+from workers.variants import credit_variants
+
+if TYPE_CHECKING:
+    from workers.runtime import Runtime
+
+log = logging.getLogger("fittest.evolution")
+
+SIMILAR_FAILURE = 0.5  # past failures at least this similar are shown to mutators
+PAST_FAILURES = 5  # failing inputs taken from memory when no call brought any
+FAILURE_SCAN = 200
+
+
+class EvolutionUnavailable(ValueError):
+    """Nothing to evolve: the namespace or version is unknown."""
+
+
+def pattern_text(failures: list[FailedRun], fallback: str) -> str:
+    """The failure in words, as embedded for the evolution pattern (class and message)."""
+    if not failures:
+        return fallback
+    classes = Counter(f.error_class for f in failures)
+    top = classes.most_common(1)[0][0]
+    message = next(f.error_message for f in failures if f.error_class is top)
+    return f"{top.value}: {message[:400]}"
+
+
+def _call_failures(plan: CallPlan, served: str | None) -> tuple[str, str | None, list[FailedRun]]:
+    """(namespace, parent version, failures) of a call whose candidates all failed.
+
+    The namespace is the one the call asked for, else the tool tried first. When none of its
+    versions ran (an open circuit breaker kept them out), the parent is left to the caller and
+    the failures come from memory.
+    """
+    failed = [a for a in plan.attempts if not a.success and a.error_class is not None]
+    namespace = plan.request.namespace or (failed[0].tool if failed else None)
+    if namespace is None:
+        raise EvolutionUnavailable(f"call {plan.request.call_id} has no failed attempt to learn from")
+    mine = [a for a in failed if a.tool == namespace]
+    if not mine:
+        return namespace, None, []
+    parent = served if any(a.version == served for a in mine) else mine[0].version
+    runs = [
+        FailedRun(version=a.version, input=plan.request.input, error_class=a.error_class,  # type: ignore[arg-type]
+                  error_message=a.error_message or "", scenario=plan.request.scenario)
+        for a in mine
+    ]
+    return namespace, parent, runs
+
+
+def _remembered_failures(rt: Runtime, key: str) -> list[FailedRun]:
+    """Recent failures of a version with their inputs, of its most frequent failure class.
+
+    Only failures of calls meant for the tool count: as a fallback on another tool's job it was
+    given an input that is not its to fix (a mutator would "fix" the tool for the wrong job).
+    """
+    points = rt.memory.scroll(FAILURES, VectorFilter.where(tool=key), limit=FAILURE_SCAN)
+    points = sorted(points, key=lambda p: p.payload.get("timestamp", 0.0), reverse=True)
+    runs = [
+        FailedRun(version=p.payload.get("version", ""), input=p.payload["input"], error_class=FailureClass(p.payload["error_class"]),
+                  error_message=p.payload.get("message", ""), scenario=p.payload.get("scenario", ""))
+        for p in points
+        if isinstance(p.payload.get("input"), dict) and p.payload.get("targeted", True)
+    ]
+    if not runs:
+        return []
+    top = Counter(r.error_class for r in runs).most_common(1)[0][0]
+    return [r for r in runs if r.error_class is top][:PAST_FAILURES]
+
+
+def build_job(
+    rt: Runtime,
+    trigger: Trigger,
+    *,
+    plan: CallPlan | None = None,
+    namespace: str | None = None,
+    version: str | None = None,
+    reason: str = "",
+) -> EvolutionJob:
+    """The evolution job of a failed call (`plan`) or of a namespace (manual, quality)."""
+    scenario = ""
+    exclude_call = ""
+    failures: list[FailedRun] = []
+    if plan is not None:
+        served = head_version(rt.state.promotion(plan.request.namespace)) if plan.request.namespace else None
+        namespace, version, failures = _call_failures(plan, served)
+        scenario = plan.request.scenario
+        exclude_call = plan.request.call_id
+        reason = reason or f"all {len(plan.attempts)} attempts of call {plan.request.call_id} failed"
+    if namespace is None:
+        raise EvolutionUnavailable("a namespace or a call is needed")
+    original = rt.registry.original(namespace)
+    if original is None:
+        raise EvolutionUnavailable(f"no tool named {namespace!r}")
+    parent_version = version or head_version(rt.state.promotion(namespace)) or original.version
+    if rt.selector.ensure_version(namespace, parent_version) is None:
+        raise EvolutionUnavailable(f"{namespace} has no version {parent_version}")
+    if not failures:
+        failures = _remembered_failures(rt, f"{namespace}@{parent_version}")
+    pattern = pattern_text(failures, f"{trigger}: {reason}")
+    pattern_vector = rt.embedder.embed_one(pattern)
+    similar = rt.memory.search(
+        FAILURES, rt.embedder.embed_one(scenario) if scenario else pattern_vector, limit=10,
+        filter=VectorFilter(must=[Match(key="name", any_of=[namespace])]), score_threshold=SIMILAR_FAILURE,
+    )
+    earlier = rt.memory.search(
+        EVOLUTIONS, pattern_vector, limit=20,
+        filter=VectorFilter.where(name=namespace, outcome="failed"), score_threshold=rt.settings.evolution_similar_reason,
+    )
+    evidence = Evidence(
+        failures=failures,
+        similar_failures=[
+            PastFailure(version=h.payload.get("version", ""), scenario=h.payload.get("scenario", ""),
+                        error_class=FailureClass(h.payload["error_class"]), message=h.payload.get("message", ""), similarity=h.score)
+            for h in similar
+            if h.payload.get("call_id") != exclude_call
+        ],
+        failed_mutations=[
+            FailedMutation(mutator=h.payload.get("mutator", ""), mutation=h.payload.get("mutation", ""),
+                           reason=h.payload.get("reason", ""), similarity=h.score)
+            for h in earlier
+        ],
+        successes=rt.evolution.recent_successes(f"{namespace}@{parent_version}"),
+    )
+    return EvolutionJob(
+        namespace=namespace,
+        parent_version=parent_version,
+        served_version=head_version(rt.state.promotion(namespace)),
+        trigger=trigger,
+        reason=reason,
+        pattern=pattern,
+        evidence=evidence,
+        plan=plan,
+    )
+
+
+def apply_evolution_record(rt: Runtime, record: EvolutionRecord) -> dict[str, Any]:
+    """Serve the new version from now on and remember every verdict as an evolution pattern."""
+    registered = None
+    if record.promoted_version and record.manifest_path:
+        root = evolved_dir(rt.settings).resolve()
+        path = (root / record.manifest_path).resolve()
+        if not path.is_relative_to(root):
+            raise ValueError(f"manifest path {record.manifest_path!r} leads outside {root}")
+        try:
+            manifest = rt.selector.ensure_tool(load_manifest(path))
+            registered = manifest.key if manifest else None
+        except ManifestError as exc:
+            log.error("evolved manifest refused: %s", exc)
+    judged = [(i, c) for i, c in enumerate(record.candidates) if c.outcome in ("verified", "failed")]
+    if judged:
+        vector = rt.embedder.embed_one(record.pattern)
+        rt.memory.upsert(
+            EVOLUTIONS,
+            [
+                VectorPoint(
+                    id=f"{record.job_id}:{i}",
+                    vector=vector,
+                    payload={"name": record.namespace, "outcome": c.outcome, "mutator": c.mutator, "mutation": c.mutation,
+                             "reason": c.reason[:500], "pattern": record.pattern[:500], "job_id": record.job_id,
+                             "version": record.promoted_version if c.outcome == "verified" else None},
+                )
+                for i, c in judged
+            ],
+        )
+    return {"job_id": record.job_id, "registered": registered, "patterns": len(judged)}
+
+
+def account_trials(rt: Runtime, record: OutcomeRecord) -> None:
+    """Count each attempt of a version on trial, or of its parent, and act on the verdict.
+
+    Only the namespace's own traffic counts: calls that asked for it, or scenario-only calls whose
+    first attempt selection gave to it. A version tried as a fallback for another job would be
+    judged on work it was never meant for, and its parent would not be.
+    """
+    if not record.attempts:
+        return
+    namespace = record.namespace or record.attempts[0].tool
+    rules = TrialRules(successes=rt.settings.trial_successes)
+    promotions = rt.state.promotions([namespace])
+    for attempt in record.attempts:
+        if attempt.tool != namespace:
+            continue
+        promotion = promotions[attempt.tool]
+        if promotion is None or promotion.status != "on_trial":
+            continue
+        parent = promotion.parent_version or promotion.original_version
+        role = "evolved" if attempt.version == promotion.evolved_version else "parent" if attempt.version == parent else None
+        if role is None:
+            continue
+        counted, counts = rt.evolution.trial_record(attempt.tool, promotion.evolved_version, role, attempt.success, attempt.attempt_id)
+        if not counted:
+            continue
+        history = rt.state.stats([f"{attempt.tool}@{parent}"])[f"{attempt.tool}@{parent}"]
+        rate = parent_rate(counts, history.successes, history.failures, rules)
+        verdict = decide(counts, rate, rules)
+        runs = counts.evolved_successes + counts.evolved_failures
+        reason = f"{counts.evolved_successes}/{runs} successes on trial against the parent's rate of {rate:.2f}"
+        if conclude_trial(rt.state, rt.evolution, promotion, verdict, reason):
+            promotions = rt.state.promotions([namespace])
+
+
+def apply_evolution_outcome(rt: Runtime, record: OutcomeRecord) -> None:
+    """What evolution learns from a finished call: trials, replayable successes, variant credit."""
+    account_trials(rt, record)
+    kept = bounded_input(record.input)
+    for attempt in record.attempts:
+        if attempt.success:
+            run = SuccessfulRun(scenario=record.scenario[:1000], input=kept, shape=shape_of(attempt.result))
+            rt.evolution.push_success(attempt.key, attempt.attempt_id, run)
+    credit_variants(rt, record)
+
+
+def maybe_evolve_for_quality(rt: Runtime, mark: FailureMark, applied: FailureApplied,
+                             send: Callable[[EvolutionJob], None]) -> EvolutionJob | None:
+    """Start an evolution of a served version whose quality fell below the threshold."""
+    settings = rt.settings
+    if not (settings.evolution_enabled and applied.applied and applied.quality < settings.evolution_quality_threshold):
+        return None
+    promotion = rt.state.promotion(mark.tool)
+    if promotion is not None and promotion.status == "on_trial":
+        return None  # the trial decides about it
+    original = rt.registry.original(mark.tool)
+    served = head_version(promotion) or (original.version if original else None)
+    if mark.version != served or not rt.evolution.cooldown(f"evolve:{mark.tool}", settings.evolution_cooldown_s):
+        return None
+    reason = f"quality of {mark.key} fell to {applied.quality:.2f} (threshold {settings.evolution_quality_threshold:.2f})"
+    try:
+        job = build_job(rt, "quality", namespace=mark.tool, version=mark.version, reason=reason)
+        send(job)
+    except Exception:  # the failure itself is applied; a lost trigger waits for the next cool-down
+        log.exception("quality-triggered evolution of %s could not be started", mark.key)
+        return None
+    return job

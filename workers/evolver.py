@@ -1,0 +1,273 @@
+"""One evolution, on the evolution worker: lock the namespace, ask the mutators, verify each
+candidate in the sandbox, install and promote the first one that passes, and report.
+
+What this worker may touch: the tool files (it reads the parent's folder, stages candidates under
+`data_dir/evolving/` and installs the winner under `data_dir/evolved/name_v1_1_0/`), Redis (lock,
+changelog, promotion) and subprocesses. It never opens the embedder or the vector store: what it
+needs from memory is in the job, and what memory should learn leaves as an `EvolutionRecord`
+(`publish`, which the task sends to `fittest.record_evolution`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from evolution.models import (
+    CandidateReport,
+    CandidateVersion,
+    ChangelogEntry,
+    EvolutionJob,
+    EvolutionRecord,
+    EvolutionReport,
+    EvolutionStatus,
+)
+from evolution.mutation import MutationContext, Mutator, MutatorConfig, ParentTool, load_mutators, order_for
+from evolution.trial import head_version
+from evolution.verification import Sandbox, VerifyConfig, verify
+from evolution.versioning import MANIFEST_FILE, next_version, version_dir
+from selection.manifest import ToolManifest, load_manifest
+from selection.ports import StateStore
+from selection.registry import MANIFEST_SUFFIXES
+from workers.promotions import promote_on_trial
+from workers.runners import RunLimits
+from workers.sandbox import SubprocessSandbox
+from workers.settings import Settings
+from workers.state.evolution import EvolutionState
+from workers.tool_catalog import evolved_dir, load_registry
+
+log = logging.getLogger("fittest.evolution")
+
+MAX_PARENT_BYTES = 20_000_000  # a tool folder larger than this is not copied into a new version
+LOCK_MARGIN_S = 120.0
+LOCK_POLL_S = 0.5
+SKIPPED_DIRS = {"__pycache__", ".git"}
+
+Publish = Callable[[EvolutionRecord], None]
+
+
+class ParentTooLarge(ValueError):
+    pass
+
+
+def read_parent(manifest: ToolManifest) -> ParentTool:
+    """The parent's folder as files (manifests, caches and hidden files left out)."""
+    files: dict[str, bytes] = {}
+    if manifest.tool_dir is None:
+        return ParentTool(manifest=manifest)
+    root = Path(manifest.tool_dir)
+    total = 0
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if any(part in SKIPPED_DIRS or part.startswith(".") for part in rel.parts):
+            continue
+        if not path.is_file() or path.suffix in MANIFEST_SUFFIXES or not path.resolve().is_relative_to(root.resolve()):
+            continue
+        total += path.stat().st_size
+        if total > MAX_PARENT_BYTES:
+            raise ParentTooLarge(f"the folder of {manifest.key} holds more than {MAX_PARENT_BYTES} bytes")
+        files[rel.as_posix()] = path.read_bytes()
+    return ParentTool(manifest=manifest, files=files)
+
+
+def write_version(folder: Path, manifest: ToolManifest, files: dict[str, bytes]) -> ToolManifest:
+    """Write a version's files and manifest into `folder`; the manifest as loaded from there."""
+    folder.mkdir(parents=True, exist_ok=False)
+    for rel, data in files.items():
+        target = (folder / rel).resolve()
+        if not target.is_relative_to(folder.resolve()):
+            raise ValueError(f"file {rel!r} of {manifest.key} would land outside {folder}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    doc = manifest.model_dump(mode="json", exclude={"tool_dir"}, exclude_none=True)
+    (folder / MANIFEST_FILE).write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return load_manifest(folder / MANIFEST_FILE)
+
+
+def mutator_config(settings: Settings) -> MutatorConfig:
+    return MutatorConfig(
+        min_timeout_s=settings.min_timeout_s,
+        max_timeout_s=settings.max_timeout_s,
+        llm_url=settings.llm_url,
+        llm_model=settings.llm_model,
+        llm_api_key=settings.llm_api_key,
+        llm_timeout_s=settings.llm_timeout_s,
+    )
+
+
+class Evolver:
+    def __init__(
+        self,
+        settings: Settings,
+        state: StateStore,
+        ledger: EvolutionState,
+        publish: Publish,
+        *,
+        mutators: list[Mutator] | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> None:
+        self.settings = settings
+        self.state = state
+        self.ledger = ledger
+        self.publish = publish
+        self.load_errors: list[str] = []
+        if mutators is None:
+            mutators, self.load_errors = load_mutators(mutator_config(settings))
+        self.mutators = mutators
+        self.sandbox = sandbox or SubprocessSandbox(RunLimits.from_settings(settings))
+        self.verify_config = VerifyConfig(
+            static_timeout_s=settings.verify_static_timeout_s,
+            stage_timeout_s=settings.verify_stage_timeout_s,
+            replay_successes=settings.verify_replay_successes,
+        )
+
+    # ----------------------------------------------------------------------------- locking
+    def run(self, job: EvolutionJob) -> EvolutionReport:
+        """Evolve `job.parent_key` unless the namespace is being evolved already.
+
+        A call waits (up to FITTEST_EVOLUTION_LOCK_WAIT_S) for the other evolution, then retries
+        with what it produced, or evolves itself if it produced nothing; a manual or quality
+        trigger is skipped at once.
+        """
+        started = time.monotonic()
+        if not self.settings.evolution_enabled:
+            return self._report(job, "disabled", started, message="evolution is off (FITTEST_EVOLUTION_ENABLED=false)")
+        lock = f"evolve:{job.namespace}"
+        ttl = self.settings.evolution_budget_s + LOCK_MARGIN_S
+        wait_until = started + (self.settings.evolution_lock_wait_s if job.trigger == "call" else 0.0)
+        while not self.state.acquire_lock(lock, job.job_id, ttl):
+            if time.monotonic() >= wait_until:
+                message = f"another evolution of {job.namespace} is running; this one was skipped"
+                self.ledger.log(ChangelogEntry(namespace=job.namespace, event="locked", parent=job.parent_version,
+                                               reason=message, job_id=job.job_id, trigger=job.trigger))
+                return self._report(job, "locked", started, message=message)
+            time.sleep(LOCK_POLL_S)
+        try:
+            head = head_version(self.state.promotion(job.namespace))
+            tried = {a.version for a in job.plan.attempts if a.tool == job.namespace} if job.plan else set()
+            if job.trigger == "call" and head is not None and (head != job.served_version or head not in tried):
+                # Promoted meanwhile, or promoted before but not tried in this call: try it first.
+                return self._report(job, "reused", started, version=head,
+                                    message=f"{job.namespace}@{head} is promoted and was not tried; the call retries with it")
+            return self._evolve(job, started)
+        finally:
+            self.state.release_lock(lock, job.job_id)
+
+    # ----------------------------------------------------------------------------- evolving
+    def _evolve(self, job: EvolutionJob, started: float) -> EvolutionReport:
+        registry = load_registry(self.settings)  # a fresh view: other processes may have added versions
+        parent = registry.get(job.parent_key)
+        original = registry.original(job.namespace)
+        if parent is None or original is None:
+            return self._finish(job, started, [], [f"{job.parent_key} is not registered"], None)
+        root = evolved_dir(self.settings)
+        version = next_version(parent.version, [m.version for m in registry.versions(job.namespace)])
+        while version_dir(root, job.namespace, version).exists():  # a folder a failed load left behind
+            version = next_version(version, [version])
+        try:
+            ctx = MutationContext(parent=read_parent(parent), evidence=job.evidence, version=version, trigger=job.trigger)
+        except (OSError, ParentTooLarge) as exc:
+            return self._finish(job, started, [], [f"cannot read {parent.key}'s files: {exc}"], None)
+
+        notes = list(self.load_errors)
+        reports: list[CandidateReport] = []
+        staging = self.settings.data_dir / "evolving" / job.job_id
+        try:
+            for mutator in order_for(self.mutators, job.evidence):
+                try:
+                    proposal = mutator.propose(ctx)
+                except Exception as exc:  # a mutator's bug ends its proposal, not the evolution
+                    log.exception("mutator %s failed", mutator.name)
+                    notes.append(f"{mutator.name}: failed: {type(exc).__name__}: {exc}")
+                    continue
+                if not proposal.candidates:
+                    notes.append(f"{mutator.name}: {proposal.note}")
+                for candidate in proposal.candidates:
+                    if time.monotonic() - started > self.settings.evolution_budget_s:
+                        notes.append(f"budget of {self.settings.evolution_budget_s:g}s spent; {candidate.mutator} not verified")
+                        return self._finish(job, started, reports, notes, None)
+                    report, installed = self._try(job, candidate, staging / str(len(reports)), root)
+                    reports.append(report)
+                    if installed is not None:
+                        promote_on_trial(self.state, self.ledger, installed, parent, original.version,
+                                         reason=job.reason or job.pattern, mutation=candidate.mutation,
+                                         job_id=job.job_id, trigger=job.trigger,
+                                         elapsed_s=round(time.monotonic() - started, 3))
+                        return self._finish(job, started, reports, notes, installed)
+            return self._finish(job, started, reports, notes, None)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _try(self, job: EvolutionJob, candidate: CandidateVersion, stage_dir: Path, root: Path) -> tuple[CandidateReport, ToolManifest | None]:
+        """Skip, or verify in a staging folder and install; the report, and the installed manifest."""
+        entry = ChangelogEntry(namespace=job.namespace, event="skipped", version=candidate.manifest.version,
+                               parent=job.parent_version, mutator=candidate.mutator, mutation=candidate.mutation,
+                               job_id=job.job_id, trigger=job.trigger)
+        earlier = job.evidence.failed_before(candidate.mutator, candidate.mutation, self.settings.evolution_similar_reason)
+        if earlier is not None:
+            reason = f"failed verification before for a similar reason ({earlier.similarity:.2f}): {earlier.reason}"
+            self.ledger.log(entry.model_copy(update={"reason": reason}))
+            return CandidateReport(mutator=candidate.mutator, mutation=candidate.mutation, outcome="skipped", reason=reason), None
+        try:
+            staged = write_version(stage_dir, candidate.manifest, candidate.files)
+        except Exception as exc:  # a candidate whose manifest or files cannot even be written
+            reason = f"static: cannot write the candidate: {type(exc).__name__}: {exc}"
+            self.ledger.log(entry.model_copy(update={"event": "failed", "reason": reason}))
+            return CandidateReport(mutator=candidate.mutator, mutation=candidate.mutation, outcome="failed", reason=reason), None
+        stages = verify(staged, job.evidence, self.sandbox, self.verify_config, changes_behaviour=candidate.changes_behaviour)
+        failed = next((s for s in stages if not s.passed), None)
+        if failed is not None:
+            reason = f"{failed.stage}: {failed.problems[0] if failed.problems else 'failed'}"
+            self.ledger.log(entry.model_copy(update={"event": "failed", "reason": reason, "stages": stages}))
+            return CandidateReport(mutator=candidate.mutator, mutation=candidate.mutation, outcome="failed", reason=reason, stages=stages), None
+        final = version_dir(root, job.namespace, candidate.manifest.version)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(stage_dir, final)
+        installed = load_manifest(final / MANIFEST_FILE)
+        self.ledger.log(entry.model_copy(update={"event": "verified", "reason": "passed static, tests and replay", "stages": stages}))
+        report = CandidateReport(mutator=candidate.mutator, mutation=candidate.mutation, outcome="verified", stages=stages)
+        return report, installed
+
+    # ----------------------------------------------------------------------------- reporting
+    def _finish(self, job: EvolutionJob, started: float, reports: list[CandidateReport], notes: list[str],
+                installed: ToolManifest | None) -> EvolutionReport:
+        root = evolved_dir(self.settings).resolve()
+        self.publish(
+            EvolutionRecord(
+                job_id=job.job_id,
+                namespace=job.namespace,
+                pattern=job.pattern,
+                candidates=reports,
+                promoted_version=installed.version if installed else None,
+                manifest_path=str(Path(installed.tool_dir, MANIFEST_FILE).relative_to(root)) if installed and installed.tool_dir else None,
+            )
+        )
+        if installed is not None:
+            winner = reports[-1]
+            return self._report(job, "evolved", started, version=installed.version, mutation=winner.mutation,
+                                candidates=reports, notes=notes,
+                                message=f"{installed.key} ({winner.mutation}) passed verification and is on trial")
+        tried = sum(r.outcome == "failed" for r in reports)
+        message = (
+            f"no verified version of {job.parent_key}: {tried} candidate(s) failed verification, "
+            f"{sum(r.outcome == 'skipped' for r in reports)} skipped as failed before"
+            if reports
+            else f"no mutator could propose a version of {job.parent_key}"
+        )
+        self.ledger.log(ChangelogEntry(namespace=job.namespace, event="no_fix", parent=job.parent_version,
+                                       reason="; ".join([message, *notes])[:2000], job_id=job.job_id, trigger=job.trigger,
+                                       elapsed_s=round(time.monotonic() - started, 3)))
+        return self._report(job, "no_fix", started, candidates=reports, notes=notes, message=message)
+
+    def _report(self, job: EvolutionJob, status: EvolutionStatus, started: float, **fields: object) -> EvolutionReport:
+        report = EvolutionReport(job_id=job.job_id, namespace=job.namespace, trigger=job.trigger, status=status,
+                                 parent=job.parent_key, elapsed_s=round(time.monotonic() - started, 3), **fields)  # type: ignore[arg-type]
+        log.info("evolution", extra={"event": "evolution", "namespace": job.namespace, "status": status,
+                                     "parent": job.parent_key, "version": report.version, "elapsed_s": report.elapsed_s})
+        return report

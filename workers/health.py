@@ -1,0 +1,189 @@
+"""Health of a running system: Redis, the vector store, the embedding model and the workers.
+
+The embedded vector store and the model live inside the memory worker, and a second process must
+not open the store (its shard directories are locked by their owner). So the memory worker answers
+for them itself: `fittest_health` is a Celery remote-control command, answered by every worker's
+consumer like `ping` (even while its pool is busy), and a worker that consumes the `selection`
+queue adds a live check of its store and model to the answer. A Qdrant server is checked directly.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import httpx
+from celery.worker.control import inspect_command
+from pydantic import BaseModel, Field
+from redis.exceptions import RedisError
+
+from workers.settings import Settings
+
+Status = Literal["ok", "fail", "skip"]
+CONTROL_COMMAND = "fittest_health"
+MEMORY_QUEUE = "selection"  # the worker consuming it owns the embedder and the embedded store
+ROLES = ("memory", "executor", "evolver")
+PROBE_TEXT = "fittest health check"
+
+
+class Check(BaseModel):
+    name: str
+    status: Status
+    detail: str = ""
+    ms: float = 0.0
+
+
+class HealthReport(BaseModel):
+    healthy: bool
+    checks: list[Check]
+    workers: dict[str, dict[str, Any]] = Field(default_factory=dict)  # node name -> its answer
+
+
+# ------------------------------------------------------------------------------ worker side
+def _local_services() -> dict[str, Any]:
+    """What this worker process can say about its store and model (it owns them)."""
+    from selection.ports import TOOLS
+    from workers.runtime import runtime
+
+    rt = runtime()
+    out: dict[str, Any] = {}
+    started = time.perf_counter()
+    try:
+        out["store"] = {"status": "ok", "detail": f"{rt.memory.count(TOOLS)} tool vectors"}
+    except Exception as exc:  # noqa: BLE001 - a probe reports every failure as data
+        out["store"] = {"status": "fail", "detail": f"{type(exc).__name__}: {exc}"}
+    out["store"]["ms"] = (time.perf_counter() - started) * 1000
+    started = time.perf_counter()
+    try:
+        vector = rt.embedder.embed_one(PROBE_TEXT)
+        out["model"] = {"status": "ok", "detail": f"{len(vector)}-dim vectors"}
+    except Exception as exc:  # noqa: BLE001
+        out["model"] = {"status": "fail", "detail": f"{type(exc).__name__}: {exc}"}
+    out["model"]["ms"] = (time.perf_counter() - started) * 1000
+    return out
+
+
+@inspect_command(name=CONTROL_COMMAND)
+def fittest_health(state: Any, **_: Any) -> dict[str, Any]:
+    """fittest's health probe: the queues this worker consumes, and its store and model when it owns them."""
+    queues = sorted(q.name for q in state.consumer.task_consumer.queues) if state.consumer.task_consumer else []
+    answer: dict[str, Any] = {"queues": queues}
+    if MEMORY_QUEUE in queues:
+        answer.update(_local_services())
+    return answer
+
+
+# ------------------------------------------------------------------------------ probe side
+def _timed(name: str, fn: Any) -> Check:
+    started = time.perf_counter()
+    try:
+        status, detail = fn()
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a failed check
+        status, detail = "fail", f"{type(exc).__name__}: {exc}"
+    return Check(name=name, status=status, detail=detail, ms=round((time.perf_counter() - started) * 1000, 2))
+
+
+def check_redis(settings: Settings, timeout: float) -> Check:
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from workers.state import redis_client
+
+    def probe() -> tuple[Status, str]:
+        client = redis_client(settings, socket_timeout=timeout, socket_connect_timeout=timeout,
+                              retry=Retry(NoBackoff(), 0), health_check_interval=0)
+        try:
+            client.ping()
+            return "ok", f"redis {client.info('server').get('redis_version', '?')}"
+        except RedisError as exc:
+            return "fail", f"cannot reach Redis (FITTEST_REDIS_URL): {exc}"
+        finally:
+            client.close()
+
+    return _timed("redis", probe)
+
+
+def ask_workers(settings: Settings, timeout: float, destination: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Every worker's answer to the health command (node name -> answer) within `timeout`."""
+    from workers.app import make_app
+
+    app = make_app(settings)
+    try:
+        replies = app.control.broadcast(CONTROL_COMMAND, reply=True, timeout=timeout, destination=destination) or []
+    finally:
+        app.close()
+    return {node: answer for reply in replies for node, answer in reply.items()}
+
+
+def _matches(node: str, wanted: str) -> bool:
+    """A role (`memory`) matches every node of it (`memory@host`); a node name matches itself."""
+    return node == wanted if "@" in wanted else node.partition("@")[0] == wanted
+
+
+def check_workers(answers: dict[str, dict[str, Any]], wanted: list[str]) -> Check:
+    missing = [w for w in wanted if not any(_matches(node, w) for node in answers)]
+    nodes = ", ".join(sorted(answers)) or "none"
+    if missing:
+        return Check(name="workers", status="fail", detail=f"no answer from {', '.join(missing)} (answered: {nodes})")
+    return Check(name="workers", status="ok", detail=f"answered: {nodes}")
+
+
+def check_qdrant_server(settings: Settings, timeout: float) -> Check:
+    def probe() -> tuple[Status, str]:
+        headers = {"api-key": settings.qdrant_api_key.get_secret_value()} if settings.qdrant_api_key else {}
+        url = settings.qdrant_url.rstrip("/") + "/readyz"  # type: ignore[union-attr]
+        response = httpx.get(url, headers=headers, timeout=timeout)
+        if response.status_code == 200:
+            return "ok", f"Qdrant server at {settings.qdrant_url} is ready"
+        return "fail", f"Qdrant server at {settings.qdrant_url} answered {response.status_code}"
+
+    return _timed("store", probe)
+
+
+def _from_memory_worker(name: str, answers: dict[str, dict[str, Any]]) -> Check | None:
+    owners = {node: a[name] for node, a in answers.items() if name in a}
+    if not owners:
+        return None
+    failed = {node: c for node, c in owners.items() if c["status"] != "ok"}
+    node, check = next(iter(failed.items())) if failed else next(iter(owners.items()))
+    return Check(name=name, status=check["status"], detail=f"{check['detail']} (checked by {node})",
+                 ms=round(check["ms"], 2))
+
+
+def check_model_files(settings: Settings) -> Check:
+    path = settings.embedding_model_path
+    if path is None:
+        return Check(name="model", status="skip", detail="no memory worker answered; FITTEST_EMBEDDING_MODEL_PATH unset")
+    missing = [f for f in ("model.onnx", "tokenizer.json", "config.json") if not (path / f).is_file()]
+    if missing:
+        return Check(name="model", status="fail", detail=f"{path} lacks {', '.join(missing)} (FITTEST_EMBEDDING_MODEL_PATH)")
+    return Check(name="model", status="ok", detail=f"files present in {path}; not loaded (no memory worker answered)")
+
+
+def health(settings: Settings, checks: list[str], workers: list[str], timeout: float) -> HealthReport:
+    """Run the named checks (redis, workers, store, model); healthy when none failed."""
+    results: list[Check] = []
+    redis_check = check_redis(settings, timeout)
+    if "redis" in checks:
+        results.append(redis_check)
+    answers: dict[str, dict[str, Any]] = {}
+    if redis_check.status == "ok" and {"workers", "store", "model"} & set(checks):
+        exact = [w for w in workers if "@" in w]
+        destination = exact if exact and len(exact) == len(workers) else None
+        answers = ask_workers(settings, timeout, destination)
+    if "workers" in checks:
+        if redis_check.status != "ok":
+            results.append(Check(name="workers", status="fail", detail="not asked: Redis is down"))
+        else:
+            results.append(check_workers(answers, workers))
+    if "store" in checks:
+        if settings.qdrant_url:
+            results.append(check_qdrant_server(settings, timeout))
+        else:
+            results.append(_from_memory_worker("store", answers) or Check(
+                name="store", status="fail",
+                detail=f"embedded store under {settings.data_dir / 'qdrant'}: no memory worker answered for it "
+                "(only the process that owns it can open it)"))
+    if "model" in checks:
+        results.append(_from_memory_worker("model", answers) or check_model_files(settings))
+    return HealthReport(healthy=all(c.status != "fail" for c in results), checks=results, workers=answers)

@@ -1,0 +1,334 @@
+"""Metrics for Prometheus, counted in Redis so every worker process on every host adds to one total.
+
+Why Redis and not prometheus_client's own counters: an executor runs prefork children, `docker
+compose up --scale executor=8` runs them on several hosts, and children come and go. Counters in
+process memory would need one scrape target per process (or prometheus_client's multiprocess mode,
+which only sees processes sharing one directory on one host). Instead each worker process buffers
+its counts and adds them to one Redis hash twice a second, and `fittest metrics` serves them with
+a collector that reads Redis at scrape time: what the state store knows already (quality and
+counters per tool version, promotions and rollbacks) is read from the state itself, never counted
+twice, and queue lengths come from the broker's lists (Flower shows none).
+
+Written here as well: the short time series `fittest report` plots (attempts per tool version,
+finished calls), each a capped Redis list of JSON entries.
+
+Keys (P = FITTEST_KEY_PREFIX):
+
+    P metrics:counters          hash  field = JSON [metric name, {label: value}], value = count
+    P series:attempts:{key}     list  attempts of one tool version, oldest first (capped)
+    P series:calls              list  finished calls, oldest first (capped)
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from pydantic import BaseModel
+from redis import Redis
+from redis.exceptions import RedisError
+
+from selection.manifest import split_key
+from selection.models import Promotion, ToolExecutionResult
+from selection.quality import FULL_QUALITY_BP, bp_to_quality
+from workers.state.redis import _glob_escape
+
+log = logging.getLogger("fittest.metrics")
+
+FLUSH_INTERVAL_S = 0.5
+ATTEMPT_SERIES_LIMIT = 2000
+CALL_SERIES_LIMIT = 10_000
+SCAN_COUNT = 1000
+
+# Counters that workers add to (metric name without the `fittest_` namespace and `_total`).
+SELECTIONS = "selections"
+ATTEMPTS = "attempts"
+CALLS = "calls"
+_HELP = {
+    SELECTIONS: "Calls ranked by the selector, by policy and whether any candidate was found",
+    ATTEMPTS: "Attempts run, by tool version, outcome and failure class",
+    CALLS: "Calls finished, by status",
+}
+
+
+def _field(name: str, labels: dict[str, str]) -> str:
+    return json.dumps([name, dict(sorted(labels.items()))], separators=(",", ":"))
+
+
+class AttemptPoint(BaseModel):
+    """One attempt of a tool version, as the report plots it."""
+
+    t: float
+    ok: bool
+    quality: float  # the version's quality when the call was ranked
+    ms: float
+    error_class: str | None = None
+
+
+class CallPoint(BaseModel):
+    """One finished call, as the report plots it."""
+
+    t: float
+    status: str
+    attempts: int
+    ms: float
+    tool: str | None = None
+
+
+class MetricsRecorder:
+    """The writing side, used by the workers. Counts and series points are buffered in the process
+    and sent in one pipeline at most every `flush_interval_s` by a background thread, so a call's
+    hot path makes no Redis round trip for metrics (they showed up in its profile). What a process
+    buffered in its last interval before it is killed may be lost; a flush that fails is kept and
+    sent again (in MULTI, so a failed one applied nothing, unless the connection broke after EXEC)."""
+
+    def __init__(self, client: Redis, prefix: str, flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.counters_key = f"{prefix}metrics:counters"
+        self.flush_interval_s = flush_interval_s
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        """A fresh buffer and no flusher: at construction, and in a forked child (whose copy of the
+        parent's buffer is the parent's to send)."""
+        self._pid = os.getpid()
+        self._counts: Counter[str] = Counter()
+        self._points: dict[str, tuple[int, list[str]]] = {}  # list key -> (cap, JSON points)
+        self._flusher: threading.Thread | None = None
+
+    def count(self, name: str, n: int = 1, **labels: str) -> None:
+        with self._buffer():
+            self._counts[_field(name, labels)] += n
+
+    def selection(self, policy: str, found: bool) -> None:
+        self.count(SELECTIONS, policy=policy, outcome="ranked" if found else "no_candidates")
+
+    def attempt(self, result: ToolExecutionResult, quality: float) -> None:
+        error_class = result.error_class.value if result.error_class else ""
+        point = AttemptPoint(
+            t=result.timestamp, ok=result.success, quality=quality, ms=round(result.execution_time_ms, 3),
+            error_class=error_class or None,
+        )
+        with self._buffer():
+            self._counts[_field(ATTEMPTS, {"tool": result.tool, "version": result.version, "error_class": error_class,
+                                           "outcome": "success" if result.success else "failure"})] += 1
+            self._point(f"{self.prefix}series:attempts:{result.key}", point, ATTEMPT_SERIES_LIMIT)
+
+    def call(self, status: str, attempts: int, elapsed_ms: float, tool: str | None) -> None:
+        point = CallPoint(t=time.time(), status=status, attempts=attempts, ms=round(elapsed_ms, 3), tool=tool)
+        with self._buffer():
+            self._counts[_field(CALLS, {"status": status})] += 1
+            self._point(f"{self.prefix}series:calls", point, CALL_SERIES_LIMIT)
+
+    def _point(self, key: str, point: BaseModel, cap: int) -> None:
+        self._points.setdefault(key, (cap, []))[1].append(point.model_dump_json())
+
+    @contextmanager
+    def _buffer(self) -> Iterator[None]:
+        with self._lock:
+            if self._pid != os.getpid():
+                self._reset()
+            yield
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._run, name="fittest-metrics", daemon=True)
+                self._flusher.start()
+                atexit.register(self.flush)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.flush_interval_s)
+            try:
+                self.flush()
+            except RedisError as exc:  # kept in the buffer; sent when Redis answers again
+                log.warning("metrics not flushed: %s", exc)
+
+    def flush(self) -> None:
+        """Send what is buffered now, in one pipeline."""
+        with self._lock:
+            if self._pid != os.getpid():
+                return
+            counts, points = self._counts, self._points
+            self._counts, self._points = Counter(), {}
+        if not counts and not points:
+            return
+        pipe = self.client.pipeline(transaction=True)
+        for field, n in counts.items():
+            pipe.hincrby(self.counters_key, field, n)
+        for key, (cap, values) in points.items():
+            pipe.rpush(key, *values)
+            pipe.ltrim(key, -cap, -1)
+        try:
+            pipe.execute()
+        except RedisError:
+            with self._lock:  # put it back (counts add up; points stay in order before newer ones)
+                self._counts.update(counts)
+                for key, (cap, values) in points.items():
+                    self._points[key] = (cap, values + self._points.get(key, (cap, []))[1])
+            raise
+
+
+class MetricsReader:
+    """The reading side, for the collector and the report: counters, the state's own numbers,
+    the series and the broker's queue lengths."""
+
+    def __init__(self, client: Redis, prefix: str, queues: Iterable[str] = (), priority_steps: Iterable[int] = (0,),
+                 sep: str = ":") -> None:
+        self.client = client
+        self.prefix = prefix
+        self.queues = tuple(queues)
+        self.priority_steps = tuple(priority_steps)
+        self.sep = sep
+
+    def _scan(self, pattern: str) -> Iterator[str]:
+        for raw in self.client.scan_iter(match=_glob_escape(self.prefix) + pattern, count=SCAN_COUNT):
+            yield (raw.decode() if isinstance(raw, bytes) else raw)[len(self.prefix) :]
+
+    def counters(self) -> dict[str, list[tuple[dict[str, str], int]]]:
+        out: dict[str, list[tuple[dict[str, str], int]]] = defaultdict(list)
+        for field, value in self.client.hgetall(f"{self.prefix}metrics:counters").items():
+            name, labels = json.loads(field)
+            out[name].append((labels, int(value)))
+        return out
+
+    def tool_stats(self) -> dict[str, tuple[float, int, int]]:
+        """(quality, successes, failures) of every tool version the state has touched."""
+        keys = [k.removeprefix("tool:") for k in self._scan("tool:*")]
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hmget(f"{self.prefix}tool:{key}", "quality_bp", "successes", "failures")
+        out = {}
+        for key, (q, s, f) in zip(keys, pipe.execute()):
+            out[key] = (bp_to_quality(int(q) if q is not None else FULL_QUALITY_BP), int(s or 0), int(f or 0))
+        return out
+
+    def promotions(self) -> dict[str, list[Promotion]]:
+        """Every namespace's promotion history, oldest first: evolutions, activations, rollbacks."""
+        names = [k.removeprefix("promotions:") for k in self._scan("promotions:*")]
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.lrange(f"{self.prefix}promotions:{name}", 0, -1)
+        return {name: [Promotion.model_validate_json(r) for r in raws] for name, raws in zip(names, pipe.execute())}
+
+    def queue_lengths(self) -> dict[tuple[str, int], int]:
+        """Messages waiting per queue and priority step (kombu keeps one list per step)."""
+        pairs = [(q, p) for q in self.queues for p in self.priority_steps]
+        pipe = self.client.pipeline(transaction=False)
+        for queue, priority in pairs:
+            pipe.llen(queue if priority == 0 else f"{queue}{self.sep}{priority}")
+        return dict(zip(pairs, pipe.execute()))
+
+    def unacked(self) -> int:
+        """Messages delivered to a worker and not yet acknowledged (kombu's `unacked` hash)."""
+        return int(self.client.hlen("unacked"))
+
+    def attempt_keys(self) -> list[str]:
+        return sorted(k.removeprefix("series:attempts:") for k in self._scan("series:attempts:*"))
+
+    def attempts(self, key: str) -> list[AttemptPoint]:
+        raws = self.client.lrange(f"{self.prefix}series:attempts:{key}", 0, -1)
+        return [AttemptPoint.model_validate_json(r) for r in raws]
+
+    def calls(self) -> list[CallPoint]:
+        return [CallPoint.model_validate_json(r) for r in self.client.lrange(f"{self.prefix}series:calls", 0, -1)]
+
+
+def evolution_events(history: list[Promotion]) -> tuple[list[Promotion], list[Promotion]]:
+    """(evolutions, rollbacks) of one namespace: each new version put on trial, each rollback."""
+    evolutions = [p for p in history if p.status == "on_trial"]
+    rollbacks = [p for p in history if p.status == "rolled_back"]
+    return evolutions, rollbacks
+
+
+class RedisCollector(Collector):
+    """Reads every metric from Redis at scrape time (see the module docstring)."""
+
+    def __init__(self, reader: MetricsReader) -> None:
+        self.reader = reader
+
+    def collect(self) -> Iterator[Metric]:
+        r = self.reader
+        for name, rows in sorted(r.counters().items()):
+            labels = sorted({k for row_labels, _ in rows for k in row_labels})
+            family = CounterMetricFamily(f"fittest_{name}", _HELP.get(name, name), labels=labels)
+            for row_labels, value in rows:
+                family.add_metric([row_labels.get(k, "") for k in labels], value)
+            yield family
+
+        quality = GaugeMetricFamily("fittest_tool_quality", "Quality score per tool version (0..1)",
+                                    labels=["tool", "version"])
+        successes = CounterMetricFamily("fittest_tool_successes", "Successful attempts counted per tool version",
+                                        labels=["tool", "version"])
+        failures = CounterMetricFamily("fittest_tool_failures", "Failed attempts applied per tool version",
+                                       labels=["tool", "version"])
+        for key, (q, s, f) in sorted(r.tool_stats().items()):
+            labels = list(split_key(key))
+            quality.add_metric(labels, q)
+            successes.add_metric(labels, s)
+            failures.add_metric(labels, f)
+        yield from (quality, successes, failures)
+
+        evolutions = CounterMetricFamily("fittest_evolutions", "Evolved versions promoted on trial",
+                                         labels=["namespace"])
+        rollbacks = CounterMetricFamily("fittest_rollbacks", "Promotions rolled back", labels=["namespace"])
+        served = GaugeMetricFamily("fittest_promotion", "The namespace's current promotion (1), by version and status",
+                                   labels=["namespace", "version", "status"])
+        for namespace, history in sorted(r.promotions().items()):
+            evolved, rolled_back = evolution_events(history)
+            evolutions.add_metric([namespace], len(evolved))
+            rollbacks.add_metric([namespace], len(rolled_back))
+            if history:
+                served.add_metric([namespace, history[-1].evolved_version, history[-1].status], 1)
+        yield from (evolutions, rollbacks, served)
+
+        queued = GaugeMetricFamily("fittest_queue_length", "Messages waiting in a Celery queue, per priority step",
+                                   labels=["queue", "priority"])
+        for (queue, priority), n in r.queue_lengths().items():
+            queued.add_metric([queue, str(priority)], n)
+        yield queued
+        yield GaugeMetricFamily("fittest_unacked_messages", "Messages delivered to workers and not yet acknowledged",
+                                value=r.unacked())
+
+
+def reader_for(settings: Any, client: Redis | None = None) -> MetricsReader:
+    """A reader of `settings`' Redis, knowing the app's queues and priority steps."""
+    from workers.app import QUEUES, make_app
+    from workers.state import redis_client
+
+    options = make_app(settings).conf.broker_transport_options
+    return MetricsReader(
+        client if client is not None else redis_client(settings),
+        settings.key_prefix,
+        queues=QUEUES,
+        priority_steps=options.get("priority_steps", [0]),
+        sep=options.get("sep", ":"),
+    )
+
+
+def serve(settings: Any, port: int | None = None, addr: str = "0.0.0.0") -> Any:
+    """Start the /metrics HTTP endpoint in a background thread; returns (server, thread)."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RedisCollector(reader_for(settings)))
+    return start_http_server(port if port is not None else settings.metrics_port, addr=addr, registry=registry)
+
+
+def exposition(settings: Any) -> bytes:
+    """The metrics as Prometheus text, once (what a scrape would return)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RedisCollector(reader_for(settings)))
+    return generate_latest(registry)

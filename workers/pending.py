@@ -1,0 +1,163 @@
+"""Vector writes the vector memory could not take, kept in Redis until it takes them.
+
+Failure and feedback records are vectors. When the store cannot be opened, or a write (or the
+embedding before it) fails, the write goes to one Redis list, `{prefix}pending:vectors`, instead
+of being lost, and the call that caused it goes on. The list is replayed, oldest first, when the
+store answers again: by the process that opens it after a failure, and after any later write that
+succeeds. Point ids are stable (an attempt id), so a write replayed twice leaves one point; items
+are removed from the list only after the store took them, so a crash during a replay repeats
+some writes and loses none. One replay runs at a time (a lock in Redis), because two replays
+trimming the same list would each remove what the other wrote.
+
+A point's vector travels as base64 float32 (1.5 kB for 384 dimensions, a quarter of JSON floats);
+a point whose vector could not be computed keeps its text and is embedded at replay. At most
+MAX_PENDING writes are kept; past that the oldest are dropped, and counted in the log.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pydantic import BaseModel, ValidationError
+from redis import Redis
+
+from selection.ports import VectorMemory, VectorPoint
+from workers.degraded import is_store_failure
+from workers.state.redis import RedisStateStore
+
+if TYPE_CHECKING:
+    from workers.runtime import Runtime
+
+log = logging.getLogger("fittest.pending")
+
+MAX_PENDING = 100_000
+REPLAY_BATCH = 200
+REPLAY_LOCK = "pending:vectors:replay"
+REPLAY_LOCK_S = 300.0
+
+
+class PendingWrite(BaseModel):
+    """One point for one collection; `vector_b64` empty means "embed `text` first"."""
+
+    collection: str
+    id: str
+    payload: dict[str, Any]
+    vector_b64: str = ""
+    text: str = ""
+
+    @classmethod
+    def of(cls, collection: str, point: VectorPoint, text: str) -> PendingWrite:
+        packed = base64.b64encode(np.asarray(point.vector, dtype="<f4").tobytes()).decode() if point.vector else ""
+        return cls(collection=collection, id=point.id, payload=point.payload, vector_b64=packed, text=text)
+
+    def vector(self) -> list[float]:
+        return np.frombuffer(base64.b64decode(self.vector_b64), dtype="<f4").astype(float).tolist() if self.vector_b64 else []
+
+
+class PendingWrites:
+    """The list of writes waiting for the vector memory. It holds its own Redis client, so a replay
+    can run beside (not inside) a Runtime that is still opening its services."""
+
+    def __init__(self, client: Redis, prefix: str) -> None:
+        self.client = client
+        self.key = f"{prefix}pending:vectors"
+        self._locks = RedisStateStore(client, prefix)
+
+    def __len__(self) -> int:
+        return int(self.client.llen(self.key))
+
+    def keep(self, writes: Sequence[PendingWrite]) -> None:
+        if not writes:
+            return
+        pipe = self.client.pipeline(transaction=True)
+        pipe.rpush(self.key, *[w.model_dump_json() for w in writes])
+        pipe.llen(self.key)
+        _, length = pipe.execute()
+        if length > MAX_PENDING:
+            self.client.ltrim(self.key, length - MAX_PENDING, -1)
+            log.error("pending vector writes over the limit: dropped the %d oldest", length - MAX_PENDING,
+                      extra={"event": "pending_dropped", "dropped": length - MAX_PENDING})
+
+    def replay(self, memory: VectorMemory, embed: Callable[[list[str]], list[list[float]]]) -> int:
+        """Write what waits, oldest first; the number written (0 when another replay runs or the
+        store failed again, in which case the rest waits for the next time)."""
+        owner = uuid.uuid4().hex
+        if not self._locks.acquire_lock(REPLAY_LOCK, owner, REPLAY_LOCK_S):
+            return 0
+        written = 0
+        try:
+            while raws := self.client.lrange(self.key, 0, REPLAY_BATCH - 1):
+                try:
+                    _write(memory, embed, self._parse(raws))
+                except Exception as exc:
+                    if not is_store_failure(exc):
+                        raise
+                    log.warning("replay of pending vector writes stopped: %s", exc, extra={"event": "pending_replay_failed"})
+                    break
+                self.client.ltrim(self.key, len(raws), -1)
+                written += len(raws)
+        finally:
+            self._locks.release_lock(REPLAY_LOCK, owner)
+        if written:
+            log.info("replayed %d pending vector writes", written, extra={"event": "pending_replayed", "written": written})
+        return written
+
+    @staticmethod
+    def _parse(raws: list[Any]) -> list[PendingWrite]:
+        writes = []
+        for raw in raws:
+            try:
+                writes.append(PendingWrite.model_validate_json(raw))
+            except ValidationError:
+                log.error("dropped an unreadable pending vector write: %r", raw[:200])
+        return writes
+
+
+
+def _write(memory: VectorMemory, embed: Callable[[list[str]], list[list[float]]], writes: list[PendingWrite]) -> None:
+    texts = [w.text for w in writes if not w.vector_b64]
+    vectors = iter(embed(texts) if texts else [])
+    by_collection: dict[str, list[VectorPoint]] = defaultdict(list)
+    for w in writes:
+        vector = w.vector() or next(vectors)
+        by_collection[w.collection].append(VectorPoint(id=w.id, vector=vector, payload=w.payload))
+    for collection, points in by_collection.items():
+        memory.upsert(collection, points)
+
+
+_replaying = threading.Lock()
+
+
+def upsert_or_keep(rt: Runtime, collection: str, points: Sequence[VectorPoint], texts: Sequence[str]) -> bool:
+    """Write `points` (each embedded from its text in `texts` when its vector is empty); when the
+    embedder or the store fails, keep them in the pending list instead. Never raises for those
+    failures: True when written now, False when kept."""
+    pending = PendingWrites(rt.redis, rt.settings.key_prefix)
+    try:
+        missing = [i for i, p in enumerate(points) if not p.vector]
+        if missing:
+            vectors = rt.embedder.embed([texts[i] for i in missing])
+            points = list(points)
+            for i, vector in zip(missing, vectors):
+                points[i] = points[i].model_copy(update={"vector": vector})
+        rt.memory.upsert(collection, points)
+    except Exception as exc:
+        if not is_store_failure(exc):
+            raise
+        pending.keep([PendingWrite.of(collection, p, t) for p, t in zip(points, texts)])
+        log.warning("vector memory unavailable; kept %d %s write(s) for later: %s", len(points), collection, exc,
+                    extra={"event": "pending_kept", "collection": collection})
+        return False
+    if len(pending) and _replaying.acquire(blocking=False):  # the store is back: catch up
+        try:
+            pending.replay(rt.memory, rt.embedder.embed)
+        finally:
+            _replaying.release()
+    return True

@@ -1,0 +1,116 @@
+"""Changing which version of a namespace is served: on trial, activated, rolled back, by hand.
+
+Every change is one atomic Redis operation (`promote`, or `promote_if` when it must not overwrite
+a change made meanwhile) and one changelog entry. The evolution worker promotes on trial, the
+feedback worker concludes trials, and the CLI rolls back or promotes by hand, all through here.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from evolution.models import ChangelogEntry
+from evolution.trial import Verdict
+from selection.manifest import ToolManifest
+from selection.models import Promotion
+from selection.ports import StateStore
+from selection.registry import ToolRegistry
+from workers.state.evolution import EvolutionState
+
+
+class PromotionError(ValueError):
+    """A by-hand change that cannot be made; the message says why."""
+
+
+def promote_on_trial(
+    state: StateStore,
+    ledger: EvolutionState,
+    new: ToolManifest,
+    parent: ToolManifest,
+    original_version: str,
+    *,
+    reason: str,
+    mutation: str,
+    job_id: str,
+    trigger: str,
+    elapsed_s: float | None = None,
+) -> Promotion:
+    """Serve `new` on trial; it starts with its parent's quality."""
+    quality = state.stats([parent.key])[parent.key].quality
+    state.set_quality(new.key, quality)
+    promotion = Promotion(
+        namespace=new.name,
+        evolved_version=new.version,
+        original_version=original_version,
+        parent_version=parent.version,
+        reason=reason[:500],
+        mutation=mutation[:500],
+        status="on_trial",
+    )
+    state.promote(promotion)
+    ledger.log(
+        ChangelogEntry(
+            namespace=new.name, event="promoted", version=new.version, parent=parent.version, mutation=mutation,
+            reason=f"on trial with quality {quality:.2f} inherited from {parent.key}", job_id=job_id, trigger=trigger,
+            elapsed_s=elapsed_s,
+        )
+    )
+    return promotion
+
+
+def conclude_trial(state: StateStore, ledger: EvolutionState, current: Promotion, verdict: Verdict, reason: str) -> bool:
+    """Activate or roll back a trial, unless someone changed the promotion meanwhile."""
+    if verdict == "continue":
+        return False
+    status: Literal["active", "rolled_back"] = "active" if verdict == "activate" else "rolled_back"
+    new = current.model_copy(update={"status": status, "reason": reason[:500], "promoted_at": time.time()})
+    if not state.promote_if(new, current.evolved_version, ["on_trial"]):
+        return False
+    ledger.log(
+        ChangelogEntry(
+            namespace=current.namespace, event="activated" if status == "active" else "rolled_back",
+            version=current.evolved_version, parent=current.parent_version, reason=reason,
+        )
+    )
+    return True
+
+
+def rollback(state: StateStore, ledger: EvolutionState, namespace: str, reason: str = "rolled back by hand") -> Promotion:
+    """Stop serving the promoted version; its parent is served again."""
+    current = state.promotion(namespace)
+    if current is None or current.status == "rolled_back":
+        raise PromotionError(f"{namespace} has no promoted version to roll back (the original is served)")
+    new = current.model_copy(update={"status": "rolled_back", "reason": reason, "promoted_at": time.time()})
+    if not state.promote_if(new, current.evolved_version, [current.status]):
+        raise PromotionError(f"the promotion of {namespace} changed meanwhile; look again with `fittest show {namespace}`")
+    ledger.log(
+        ChangelogEntry(namespace=namespace, event="rolled_back", version=current.evolved_version,
+                       parent=current.parent_version, reason=reason, by="operator")
+    )
+    return new
+
+
+def promote_by_hand(state: StateStore, ledger: EvolutionState, registry: ToolRegistry, namespace: str, version: str) -> Promotion:
+    """Serve `namespace@version` as active, whatever is served now."""
+    manifest = registry.get(f"{namespace}@{version}")
+    original = registry.original(namespace)
+    if original is None:
+        raise PromotionError(f"no tool named {namespace!r}")
+    if manifest is None:
+        known = ", ".join(m.version for m in registry.versions(namespace))
+        raise PromotionError(f"{namespace} has no version {version} (known: {known})")
+    if manifest.deprecated:
+        raise PromotionError(f"{manifest.key} is deprecated")
+    promotion = Promotion(
+        namespace=namespace,
+        evolved_version=version,
+        original_version=original.version,
+        parent_version=manifest.parent_version,
+        reason="promoted by hand",
+        status="active",
+    )
+    state.promote(promotion)
+    ledger.log(ChangelogEntry(namespace=namespace, event="activated", version=version, parent=manifest.parent_version,
+                              reason="promoted by hand", by="operator"))
+    return promotion

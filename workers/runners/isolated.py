@@ -1,0 +1,42 @@
+"""Evolved python tools run in a subprocess, with the limits of an executable tool.
+
+An original python tool was written and reviewed by a team and runs in the worker's process (fast,
+see workers/runners/python.py). An evolved version is code fittest made itself (a wrapper, or a
+new implementation from the code mutator): it must not be able to take the worker down, read its
+memory or its environment, or outlive its timeout. So it runs as `python -I python_host.py ...`
+through the executable runner: a new session and process group, resource limits (CPU, address
+space, file size, open files, processes), a fresh temporary working directory, an allow-listed
+environment, and the whole group killed at the timeout. The host maps the tool's exceptions to
+the same failure classes as in-process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from selection.manifest import ExecutableImplementation, PythonImplementation, ToolManifest
+from workers.runners.base import RunLimits, RunOutcome
+from workers.runners.executable import run_executable
+
+HOST = Path(__file__).with_name("python_host.py")
+
+
+def is_isolated(manifest: ToolManifest) -> bool:
+    """Whether this python tool runs in a subprocess: every evolved version does."""
+    return isinstance(manifest.implementation, PythonImplementation) and manifest.parent_version is not None
+
+
+def _literal(text: str) -> str:
+    """An argv template entry that stands for exactly `text`."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def run_python_isolated(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float, limits: RunLimits) -> RunOutcome:
+    """Run a python tool's function in a sandboxed subprocess; every failure is an outcome."""
+    impl = manifest.implementation
+    assert isinstance(impl, PythonImplementation)
+    module, _, function = impl.entrypoint.partition(":")
+    argv = ["{python}", "-I", _literal(str(HOST)), "{tool_dir}" if manifest.tool_dir else "", module, function]
+    host = manifest.model_copy(update={"implementation": ExecutableImplementation(kind="executable", argv=argv)})
+    return run_executable(host, input, timeout_s=timeout_s, limits=limits)

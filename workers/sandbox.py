@@ -1,0 +1,147 @@
+"""The verification sandbox: each stage of the cascade in its own subprocess, killed at its deadline.
+
+`SubprocessSandbox` (the evolution/verification.py `Sandbox`) starts `python -m workers.sandbox`
+through the executable runner, so a stage gets what every executable tool gets: a fresh working
+directory, an allow-listed environment, resource limits, and its whole process group killed at
+the stage's hard timeout. Inside, the candidate runs through the ordinary runners (`run_tool`), each
+run within the candidate's own timeout, cut to what is left of the stage's time: the runners kill
+a run's own process group (an evolved python version runs in one, workers/runners/isolated.py), so
+the stage ends on its own before its deadline. The hard kill at the deadline is the last resort,
+for a candidate that hangs inside this subprocess (at import, in the static stage); nothing runs
+in the evolution worker, so no candidate can hang it.
+
+The subprocess reads one JSON request on stdin and writes one JSON answer on stdout:
+    {"mode": "static", "manifest": {...}, "tool_dir": "..."}        -> {"problems": [...]}
+    {"mode": "run", "manifest": {...}, "tool_dir": "...", "inputs": [...], "limits": {...},
+     "budget_s": seconds for all runs}                                -> {"outcomes": [RunOutcome...]}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from evolution.models import StageResult
+from evolution.verification import StageRun
+from selection.manifest import ManifestError, PythonImplementation, ToolManifest, parse_manifest
+from selection.models import FailureClass
+from selection.registry import check_paths
+from workers.runners import RunLimits, RunOutcome, run_tool
+
+SANDBOX = ToolManifest(
+    name="fittest_sandbox",
+    description="the verification sandbox of evolution",
+    implementation={"kind": "executable", "argv": ["{python}", "-m", "workers.sandbox"]},  # type: ignore[arg-type]
+    timeout_s=600,
+)
+ANSWER_LIMIT_BYTES = 64_000_000
+START_ALLOWANCE_S = 3.0  # of a stage's time, for this subprocess to start and answer
+LAST_RUN_MIN_S = 0.2  # less time than this left for a run: it is not started
+
+
+class SubprocessSandbox:
+    """Runs verification stages as subprocesses with the runner's limits."""
+
+    def __init__(self, limits: RunLimits) -> None:
+        self.limits = limits
+
+    def _launch(self, request: dict[str, Any], timeout_s: float) -> tuple[RunOutcome, float]:
+        started = time.perf_counter()
+        limits = self.limits.model_copy(update={"output_limit_bytes": ANSWER_LIMIT_BYTES})
+        outcome = run_tool(SANDBOX, request, timeout_s=timeout_s, limits=limits)
+        return outcome, (time.perf_counter() - started) * 1000.0
+
+    @staticmethod
+    def _died(outcome: RunOutcome, timeout_s: float) -> str:
+        if outcome.error_class is FailureClass.timeout:
+            return f"the stage did not finish within {timeout_s:.3g}s; its process group was killed"
+        return f"the stage's subprocess failed: {outcome.error_class.value if outcome.error_class else 'error'}: {outcome.error_message}"
+
+    def static(self, manifest: ToolManifest, timeout_s: float) -> StageResult:
+        request = {"mode": "static", "manifest": _manifest_doc(manifest), "tool_dir": manifest.tool_dir}
+        outcome, ms = self._launch(request, timeout_s)
+        if not outcome.success:
+            return StageResult(stage="static", passed=False, problems=[self._died(outcome, timeout_s)], elapsed_ms=ms)
+        problems = list(outcome.output.get("problems", []))
+        return StageResult(stage="static", passed=not problems, checked=1, problems=problems, elapsed_ms=ms)
+
+    def run(self, manifest: ToolManifest, inputs: list[dict[str, Any]], timeout_s: float) -> StageRun:
+        request = {
+            "mode": "run",
+            "manifest": _manifest_doc(manifest),
+            "tool_dir": manifest.tool_dir,
+            "inputs": inputs,
+            "limits": self.limits.model_dump(),
+            "budget_s": max(0.0, timeout_s - START_ALLOWANCE_S),
+        }
+        outcome, ms = self._launch(request, timeout_s)
+        if not outcome.success:
+            return StageRun(died=self._died(outcome, timeout_s), elapsed_ms=ms)
+        return StageRun(results=[RunOutcome.model_validate(o) for o in outcome.output["outcomes"]], elapsed_ms=ms)
+
+
+def _manifest_doc(manifest: ToolManifest) -> dict[str, Any]:
+    return manifest.model_dump(mode="json", exclude={"tool_dir"})
+
+
+# ----------------------------------------------------------------------------- inside the subprocess
+
+
+def _static(doc: dict[str, Any], tool_dir: str) -> list[str]:
+    """Validate the manifest and its paths, compile every python file, import a python tool."""
+    from workers.runners.python import ToolLoadError, load_function
+
+    source = Path(tool_dir) / "tool.yaml"
+    try:
+        manifest = parse_manifest(doc, source, tool_dir=tool_dir)
+        check_paths(manifest, source)
+    except ManifestError as exc:
+        return [str(exc)]
+    problems = []
+    for path in sorted(Path(tool_dir).rglob("*.py")):
+        try:
+            compile(path.read_bytes(), str(path), "exec")
+        except (SyntaxError, ValueError) as exc:
+            problems.append(f"{path.relative_to(tool_dir)} does not compile: {exc}")
+    if not problems and isinstance(manifest.implementation, PythonImplementation):
+        try:
+            load_function(manifest)
+        except ToolLoadError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def _runs(doc: dict[str, Any], tool_dir: str, inputs: list[dict[str, Any]], limits: dict[str, Any], budget_s: float) -> list[dict[str, Any]]:
+    """Each input within the candidate's timeout, cut to the stage's time that is left."""
+    manifest = parse_manifest(doc, Path(tool_dir) / "tool.yaml", tool_dir=tool_dir)
+    run_limits = RunLimits.model_validate(limits)
+    deadline = time.monotonic() + budget_s
+    outcomes = []
+    for value in inputs:
+        left = deadline - time.monotonic()
+        if left < LAST_RUN_MIN_S:
+            outcome = RunOutcome.fail(FailureClass.timeout, "not run: the stage's time ran out")
+        else:
+            outcome = run_tool(manifest, value, timeout_s=min(manifest.timeout_s, left), limits=run_limits)
+        outcomes.append(outcome.model_dump(mode="json"))
+    return outcomes
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.buffer.read())
+    if request["mode"] == "static":
+        answer: dict[str, Any] = {"problems": _static(request["manifest"], request["tool_dir"])}
+    else:
+        answer = {"outcomes": _runs(request["manifest"], request["tool_dir"], request["inputs"], request["limits"], request["budget_s"])}
+    sys.stdout.write(json.dumps(answer))
+    sys.stdout.flush()
+    # A candidate's abandoned thread (a python run that timed out) must not keep this process up.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

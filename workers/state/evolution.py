@@ -1,0 +1,200 @@
+"""Evolution's state on Redis: the changelog per namespace, trial counts, recent successes per tool
+version, cool-downs, and description variants with their effectiveness.
+
+Every count is applied once per attempt (or per call) by a Lua script with an idempotency key,
+like the quality scores in workers/state/redis.py; promotions themselves stay there.
+
+Key layout (P = the key prefix, shared with RedisStateStore; the type word comes first):
+
+    P changelog:{ns}            list   ChangelogEntry JSON, oldest first (capped)
+    P trial:{ns}@{version}      hash   es, ef, ps, pf: evolved / parent successes and failures
+    P applied:trial:{aid}       string idempotency key of a trial count (TTL)
+    P recent:{key}              list   SuccessfulRun JSON of a tool version, newest first (capped)
+    P applied:recent:{aid}      string idempotency key of a recent success (TTL)
+    P cooldown:{name}           string set while a cool-down runs (EX)
+    P variants:index            set    tool keys that have description variants
+    P variants:{key}            hash   variant id -> {text, environment, source, created_at} JSON
+    P variant_status:{key}      hash   variant id -> active | testing | deprecated
+    P variant_stats:{key}       hash   "{id}:accesses" / "{id}:trials" / "{id}:successes" -> count
+    P variant_seq:{key}         int    last variant id handed out
+    P applied:variant:{cid}:{key} string idempotency key of a call's variant credit (TTL)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import redis
+
+from evolution.descriptions import MANIFEST_VARIANT, DescriptionVariant, VariantStatus
+from evolution.models import ChangelogEntry, SuccessfulRun
+from evolution.trial import TrialCounts
+
+_LUA = Path(__file__).parent / "lua"
+_SCRIPT_NAMES = ("trial_record", "push_recent", "variant_record", "variant_status")
+DAY_S = 24 * 3600
+_TRIAL_FIELDS = {("evolved", True): "es", ("evolved", False): "ef", ("parent", True): "ps", ("parent", False): "pf"}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class EvolutionState:
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str,
+        *,
+        idempotency_ttl_s: int = 7 * DAY_S,
+        changelog_limit: int = 1000,
+        recent_limit: int = 20,
+    ) -> None:
+        if not prefix:
+            raise ValueError("EvolutionState needs a non-empty key prefix")
+        self.client = client
+        self.prefix = prefix
+        self.idempotency_ttl_s = idempotency_ttl_s
+        self.changelog_limit = changelog_limit
+        self.recent_limit = recent_limit
+        self.scripts = {n: client.register_script((_LUA / f"{n}.lua").read_text()) for n in _SCRIPT_NAMES}
+
+    def _k(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    # Changelog --------------------------------------------------------------------------------
+
+    def log(self, entry: ChangelogEntry) -> None:
+        name = self._k("changelog", entry.namespace)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.rpush(name, entry.model_dump_json())
+        pipe.ltrim(name, -self.changelog_limit, -1)
+        pipe.execute()
+
+    def changelog(self, namespace: str) -> list[ChangelogEntry]:
+        return [ChangelogEntry.model_validate_json(raw) for raw in self.client.lrange(self._k("changelog", namespace), 0, -1)]
+
+    # Cool-downs -------------------------------------------------------------------------------
+
+    def cooldown(self, name: str, seconds: float) -> bool:
+        """Start a cool-down unless one is running; True when this call started it."""
+        if seconds <= 0:
+            return True
+        return bool(self.client.set(self._k("cooldown", name), 1, nx=True, px=max(1, round(seconds * 1000))))
+
+    # Trials -----------------------------------------------------------------------------------
+
+    def trial_record(
+        self, namespace: str, evolved_version: str, role: Literal["evolved", "parent"], success: bool, attempt_id: str
+    ) -> tuple[bool, TrialCounts]:
+        """Count one attempt in the trial of `namespace@evolved_version`; (counted now?, counts)."""
+        counted, es, ef, ps, pf = self.scripts["trial_record"](
+            keys=[self._k("trial", f"{namespace}@{evolved_version}"), self._k("applied", "trial", attempt_id)],
+            args=[self.idempotency_ttl_s, _TRIAL_FIELDS[(role, success)]],
+        )
+        counts = TrialCounts(evolved_successes=es, evolved_failures=ef, parent_successes=ps, parent_failures=pf)
+        return bool(counted), counts
+
+    def trial_counts(self, namespace: str, evolved_version: str) -> TrialCounts:
+        es, ef, ps, pf = self.client.hmget(self._k("trial", f"{namespace}@{evolved_version}"), "es", "ef", "ps", "pf")
+        return TrialCounts(
+            evolved_successes=int(es or 0), evolved_failures=int(ef or 0), parent_successes=int(ps or 0), parent_failures=int(pf or 0)
+        )
+
+    # Recent successes -------------------------------------------------------------------------
+
+    def push_success(self, key: str, attempt_id: str, run: SuccessfulRun) -> bool:
+        pushed = self.scripts["push_recent"](
+            keys=[self._k("recent", key), self._k("applied", "recent", attempt_id)],
+            args=[self.idempotency_ttl_s, run.model_dump_json(), self.recent_limit],
+        )
+        return bool(pushed)
+
+    def recent_successes(self, key: str, limit: int | None = None) -> list[SuccessfulRun]:
+        end = (limit or self.recent_limit) - 1
+        return [SuccessfulRun.model_validate_json(raw) for raw in self.client.lrange(self._k("recent", key), 0, end)]
+
+    # Description variants ---------------------------------------------------------------------
+
+    def add_variant(
+        self,
+        key: str,
+        text: str,
+        manifest_description: str,
+        *,
+        environment: str = "any",
+        source: Literal["operator", "fittest"] = "operator",
+        status: VariantStatus = "testing",
+    ) -> DescriptionVariant:
+        """Add a variant to a tool version; the first one also records the manifest's description
+        as variant "0" (active), so the incumbent is measured like its challengers."""
+        text = " ".join(text.split())
+        if not text:
+            raise ValueError("a description variant needs some text")
+        if len(text) > 4000:
+            raise ValueError("a description variant is limited to 4000 characters")
+        manifest = DescriptionVariant(id=MANIFEST_VARIANT, text=manifest_description, status="active", source="manifest")
+        variant_id = str(self.client.incr(self._k("variant_seq", key)))
+        variant = DescriptionVariant(id=variant_id, text=text, status=status, environment=environment, source=source)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hsetnx(self._k("variants", key), MANIFEST_VARIANT, self._variant_json(manifest))
+        pipe.hsetnx(self._k("variant_status", key), MANIFEST_VARIANT, "active")
+        pipe.hset(self._k("variants", key), variant_id, self._variant_json(variant))
+        pipe.hset(self._k("variant_status", key), variant_id, status)
+        pipe.sadd(self._k("variants", "index"), key)
+        pipe.execute()
+        return variant
+
+    @staticmethod
+    def _variant_json(v: DescriptionVariant) -> str:
+        return json.dumps({"text": v.text, "environment": v.environment, "source": v.source, "created_at": v.created_at})
+
+    def variants(self, key: str) -> list[DescriptionVariant]:
+        return self.all_variants([key]).get(key, [])
+
+    def all_variants(self, keys: list[str] | None = None) -> dict[str, list[DescriptionVariant]]:
+        """Every variant of the given tool versions (all that have any, by default), in one round trip."""
+        if keys is None:
+            keys = sorted(_text(k) for k in self.client.smembers(self._k("variants", "index")))
+        if not keys:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(self._k("variants", key))
+            pipe.hgetall(self._k("variant_status", key))
+            pipe.hgetall(self._k("variant_stats", key))
+        raw = pipe.execute()
+        out: dict[str, list[DescriptionVariant]] = {}
+        for i, key in enumerate(keys):
+            docs, statuses, stats = raw[3 * i], raw[3 * i + 1], raw[3 * i + 2]
+            statuses = {_text(k): _text(v) for k, v in statuses.items()}
+            stats = {_text(k): int(v) for k, v in stats.items()}
+            found = []
+            for vid, doc in docs.items():
+                vid = _text(vid)
+                data = json.loads(doc)
+                found.append(
+                    DescriptionVariant(
+                        id=vid,
+                        status=statuses.get(vid, "testing"),
+                        accesses=stats.get(f"{vid}:accesses", 0),
+                        trials=stats.get(f"{vid}:trials", 0),
+                        successes=stats.get(f"{vid}:successes", 0),
+                        **data,
+                    )
+                )
+            if found:
+                out[key] = sorted(found, key=lambda v: int(v.id))
+        return out
+
+    def record_variant(self, key: str, variant_id: str, call_id: str, first: bool, success: bool) -> bool:
+        credited = self.scripts["variant_record"](
+            keys=[self._k("variant_stats", key), self._k("applied", "variant", call_id, key)],
+            args=[self.idempotency_ttl_s, variant_id, "1" if first else "0", "1" if success else "0"],
+        )
+        return bool(credited)
+
+    def set_variant_status(self, key: str, variant_id: str, expected: VariantStatus, new: VariantStatus) -> bool:
+        return bool(self.scripts["variant_status"](keys=[self._k("variant_status", key)], args=[variant_id, expected, new]))

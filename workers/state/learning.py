@@ -1,0 +1,60 @@
+"""The learner's state on Redis: the window of recent execution records the weights are learned
+from (and `fittest recommend` reads). The weights themselves, with their versions and history,
+live in RedisStateStore (`weights:*`), where selection reads them.
+
+Key layout (P = the key prefix, shared with RedisStateStore; the type word comes first):
+
+    P learning:recent          list   ExecutionRecord JSON, newest first (capped at the window)
+    P applied:learn:{aid}      string idempotency key of a record (TTL): a redelivered record is
+                                      not counted twice
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import redis
+from pydantic import ValidationError
+
+from selection.learner import ExecutionRecord
+
+_PUSH_RECENT = (Path(__file__).parent / "lua" / "push_recent.lua").read_text()
+DAY_S = 24 * 3600
+
+
+class LearningState:
+    def __init__(self, client: redis.Redis, prefix: str, window: int, idempotency_ttl_s: int = 7 * DAY_S) -> None:
+        if not prefix:
+            raise ValueError("LearningState needs a non-empty key prefix")
+        if window < 1:
+            raise ValueError("the learning window must hold at least 1 record")
+        self.client = client
+        self.prefix = prefix
+        self.window = window
+        self.idempotency_ttl_s = idempotency_ttl_s
+        self._push = client.register_script(_PUSH_RECENT)
+
+    def _k(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    def push(self, records: Sequence[ExecutionRecord]) -> int:
+        """Add records to the window (once per attempt id, in one round trip); how many were new."""
+        if not records:
+            return 0
+        pipe = self.client.pipeline(transaction=False)
+        for r in records:
+            self._push(keys=[self._k("learning", "recent"), self._k("applied", "learn", r.attempt_id)],
+                       args=[self.idempotency_ttl_s, r.model_dump_json(), self.window], client=pipe)
+        return sum(int(x) for x in pipe.execute())
+
+    def recent(self, limit: int | None = None) -> list[ExecutionRecord]:
+        """The newest records first; unreadable entries (an older format) are skipped."""
+        raws = self.client.lrange(self._k("learning", "recent"), 0, (limit or self.window) - 1)
+        out = []
+        for raw in raws:
+            try:
+                out.append(ExecutionRecord.model_validate_json(raw))
+            except ValidationError:
+                continue
+        return out

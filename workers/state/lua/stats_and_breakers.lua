@@ -1,0 +1,23 @@
+-- stats_and_breakers: what selection reads about N candidate tool versions, in one command.
+-- KEYS[1..N] tool hashes {quality_bp, successes, failures}; KEYS[N+1..2N] the same versions'
+--            breaker hashes {fails, open_until}, in the same order.
+-- ARGV none.
+-- Reads only (one command instead of 2N+1 in a pipeline: each costs the client ~30 us to pack and
+-- parse, which showed up in selection's profile). Time is the Redis server's clock, as in
+-- breaker_record.lua.
+-- Returns {now_ms, q_1, s_1, f_1, ..., q_N, s_N, f_N, open_until_1, ..., open_until_N}, each value
+-- a string or false when absent.
+
+local t = redis.call('TIME')
+local out = {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
+local n = #KEYS / 2
+for i = 1, n do
+  local v = redis.call('HMGET', KEYS[i], 'quality_bp', 'successes', 'failures')
+  out[#out + 1] = v[1]
+  out[#out + 1] = v[2]
+  out[#out + 1] = v[3]
+end
+for i = n + 1, 2 * n do
+  out[#out + 1] = redis.call('HGET', KEYS[i], 'open_until')
+end
+return out

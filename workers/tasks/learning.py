@@ -1,0 +1,81 @@
+"""The `learning` queue: store execution records in bulk, and relearn the SPARC weights on a beat.
+
+`fittest.learn` is a celery-batches task: the worker buffers its messages and stores up to
+FLUSH_EVERY records with one embedding call, one vector upsert and one Redis round trip, or what
+arrived within FLUSH_INTERVAL_S. Buffered messages stay unacknowledged until their batch ran, so
+the memory worker runs with a prefetch multiplier large enough to hold a batch beside its other
+work (Procfile: --prefetch-multiplier 16); a record delivered twice is stored once (its attempt id).
+
+`fittest.retrain_weights` runs on the beat schedule (workers/app.py, celery-redbeat, every
+FITTEST_RETRAIN_INTERVAL_S): it learns the weights from the window of recent records and stores
+them with a new version, which changes the state version, so selection uses them on its next call.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from celery_batches import Batches, SimpleRequest
+from pydantic import ValidationError
+
+from selection.learner import ExecutionRecord, retrain
+from workers.app import PRIORITY_LOW, app
+from workers.outcomes import store_executions
+from workers.runtime import Runtime, runtime
+
+log = logging.getLogger("fittest.learning")
+
+FLUSH_EVERY = 32
+FLUSH_INTERVAL_S = 1.0
+RETRAIN_LOCK_S = 120.0
+
+
+def send_learn(records: Sequence[ExecutionRecord]) -> None:
+    """Hand execution records to `fittest.learn` (the `learn` of workers/outcomes.apply_outcome)."""
+    for record in records:
+        learn.apply_async(args=[record.model_dump(mode="json")], priority=PRIORITY_LOW)
+
+
+@app.task(base=Batches, name="fittest.learn", flush_every=FLUSH_EVERY, flush_interval=FLUSH_INTERVAL_S,
+          ignore_result=True)
+def learn(requests: list[SimpleRequest]) -> int:
+    """Store a batch of execution records: vectors (EXECUTIONS) and the learner's window (Redis)."""
+    records = []
+    for request in requests:
+        data = request.args[0] if request.args else request.kwargs
+        try:
+            records.append(ExecutionRecord.model_validate(data))
+        except ValidationError as exc:  # one bad message must not lose the batch
+            log.error("fittest.learn dropped an invalid record: %s", exc.errors(include_url=False)[:3],
+                      extra={"event": "learn_invalid", "task_id": request.id})
+    stored = store_executions(runtime(), records)
+    log.info("learned %d execution records (%d new)", len(records), stored,
+             extra={"event": "learn", "records": len(records), "new": stored})
+    return stored
+
+
+def retrain_now(rt: Runtime) -> dict[str, Any]:
+    """Relearn the weights from the recent window; one retrain at a time (a lock in Redis)."""
+    owner = uuid.uuid4().hex
+    if not rt.state.acquire_lock("retrain", owner, RETRAIN_LOCK_S):
+        return {"changed": False, "reason": "another retrain is running"}
+    try:
+        current = rt.state.weights()
+        new, evidence = retrain(rt.learning.recent(), current)
+        if new is None:
+            return {"changed": False, "version": current.version, "weights": current.weights, "evidence": evidence}
+        stored = rt.state.set_weights(new)
+    finally:
+        rt.state.release_lock("retrain", owner)
+    log.info("selection weights v%d: %s", stored.version, stored.weights,
+             extra={"event": "weights", "version": stored.version, "weights": stored.weights})
+    return {"changed": True, "version": stored.version, "weights": stored.weights, "evidence": evidence}
+
+
+@app.task(name="fittest.retrain_weights")
+def retrain_weights() -> dict[str, Any]:
+    """Measure how strongly each SPARC component predicts success and store normalised weights."""
+    return retrain_now(runtime())

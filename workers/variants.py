@@ -1,0 +1,135 @@
+"""Description variants at work: which one a call is matched by, and what its outcome teaches.
+
+Each variant of a tool version is embedded as its own point in the tools collection
+(`name@version#v<id>`, beside the manifest's description `#d`, which is variant "0"). For a tool
+with variants, a call keeps only the hits of the variant it is served (evolution/descriptions.py:
+the best active one, or with probability FITTEST_AB_TEST_PROBABILITY a testing one), so the
+served description is the one matched; examples match as always. A tool without variants is
+matched by its manifest's description, as before any variant existed.
+
+The selector reads the variants from Redis at most every REFRESH_S seconds (a snapshot, not a
+round trip per call) and embeds a variant the first time it sees it; searches the selection cache
+answers see a new variant's point within one FITTEST_SELECTION_CACHE_TTL_S. The outcome of a call credits
+the variants it was served: an access for each, and for the tool tried first a trial that counts
+its first-attempt success; enough trials promote a testing variant or retire it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from evolution.descriptions import DescriptionVariant, judge, served
+from selection.models import CallRequest, OutcomeRecord
+from selection.ports import TOOLS, VectorHit, VectorPoint
+
+if TYPE_CHECKING:
+    from workers.runtime import Runtime
+
+REFRESH_S = 2.0
+
+
+def variant_point_id(key: str, variant_id: str) -> str:
+    return f"{key}#v{variant_id}"
+
+
+def _hit_variant(hit: VectorHit) -> str | None:
+    """The variant a tools-collection hit is a description of; None for an example."""
+    part = hit.id.rpartition("#")[2]
+    if part == "d":
+        return "0"
+    if part.startswith("v"):
+        return part[1:]
+    return None
+
+
+class VariantBook:
+    """The selector's view of description variants (one per memory-side process)."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self._lock = threading.Lock()
+        self._snapshot: dict[str, list[DescriptionVariant]] = {}
+        self._read_at = float("-inf")
+        self._embedded: set[str] = set()
+
+    def snapshot(self) -> dict[str, list[DescriptionVariant]]:
+        with self._lock:
+            if time.monotonic() - self._read_at >= REFRESH_S:
+                self._snapshot = self.rt.evolution.all_variants()
+                self._read_at = time.monotonic()
+                self._embed_new(self._snapshot)
+            return self._snapshot
+
+    def _embed_new(self, snapshot: dict[str, list[DescriptionVariant]]) -> None:
+        todo = [
+            (key, v)
+            for key, variants in snapshot.items()
+            for v in variants
+            if v.id != "0" and variant_point_id(key, v.id) not in self._embedded and self.rt.registry.get(key) is not None
+        ]
+        if not todo:
+            return
+        vectors = self.rt.embedder.embed([v.text for _, v in todo])
+        points = []
+        for (key, v), vector in zip(todo, vectors):
+            m = self.rt.registry.get(key)
+            assert m is not None
+            points.append(
+                VectorPoint(
+                    id=variant_point_id(key, v.id),
+                    vector=vector,
+                    payload={
+                        "tool": key, "name": m.name, "version": m.version, "tags": m.tags, "deprecated": m.deprecated,
+                        "text_hash": hashlib.sha1(v.text.encode()).hexdigest()[:16], "text": v.text[:500], "variant": v.id,
+                    },
+                )
+            )
+        self.rt.memory.upsert(TOOLS, points)
+        self._embedded.update(p.id for p in points)
+
+    def _served(self, variants: list[DescriptionVariant], request: CallRequest, key: str) -> str:
+        environment = request.context.get("environment")
+        return served(variants, request.call_id, key, environment if isinstance(environment, str) else None,
+                      self.rt.settings.ab_test_probability)
+
+    def filter_hits(self, hits: list[VectorHit], request: CallRequest) -> list[VectorHit]:
+        """Drop the description hits of every variant this call is not served."""
+        snapshot = self.snapshot()
+        if not snapshot:
+            return hits
+        chosen: dict[str, str] = {}
+        kept = []
+        for hit in hits:
+            key = hit.payload.get("tool")
+            variants = snapshot.get(key) if isinstance(key, str) else None
+            variant = _hit_variant(hit)
+            if variants is None or variant is None:
+                kept.append(hit)
+                continue
+            if key not in chosen:
+                chosen[key] = self._served(variants, request, key)
+            if variant == chosen[key]:
+                kept.append(hit)
+        return kept
+
+    def served_for(self, request: CallRequest, keys: list[str]) -> dict[str, str]:
+        """The variant each of these tool versions was served in this call (those that have variants)."""
+        snapshot = self.snapshot()
+        return {k: self._served(snapshot[k], request, k) for k in keys if k in snapshot}
+
+
+def credit_variants(rt: Runtime, record: OutcomeRecord) -> None:
+    """Count the call for the variants it was served; judge a testing variant tried enough."""
+    if not record.variants:
+        return
+    first = record.attempts[0] if record.attempts else None
+    for key, variant_id in record.variants.items():
+        is_first = first is not None and first.key == key
+        credited = rt.evolution.record_variant(key, variant_id, record.call_id, is_first, bool(is_first and first and first.success))
+        if not (credited and is_first):
+            continue
+        for vid, status in judge(rt.evolution.variants(key), rt.settings.variant_min_trials).items():
+            rt.evolution.set_variant_status(key, vid, "testing", status)
