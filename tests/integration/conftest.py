@@ -3,6 +3,7 @@ under a temporary data directory, real fastembed with the shipped model."""
 
 from __future__ import annotations
 
+import gc
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,6 +34,14 @@ class Pipeline:
 
         return open_state_store(self.settings)
 
+    def close(self) -> None:
+        """Stop the workers. The client goes first, with the results it still tracks, while Redis
+        answers their unsubscribe: collected later, each one retries against a stopped Redis."""
+        self.client.celery.close()
+        self.client = None
+        gc.collect()
+        self.stack.stop_all()
+
     def wait_for(self, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -42,13 +51,14 @@ class Pipeline:
         raise AssertionError("condition not reached in time")
 
 
-def purge_queues(redis_url: str) -> None:
+def purge_queues(settings: Settings) -> None:
     """Drop the messages an earlier module's workers left on the session's broker (feedback,
     learning batches, evolutions not yet taken when they stopped): this pipeline's workers would
     otherwise apply them under its own keys and collections."""
     from workers.app import QUEUES
+    from workers.state import redis_client
 
-    client = redis.Redis.from_url(redis_url)
+    client = redis_client(settings)  # honours the TLS settings of a rediss:// URL
     try:
         names = [k for q in QUEUES for k in client.scan_iter(match=f"{q}*") if client.type(k) == b"list"]
         client.delete(*names, "unacked", "unacked_index")
@@ -72,7 +82,7 @@ def start_pipeline(tmp: Path, redis_url: str, model_path: Path, tools_dir: Path,
         **extra,
     }
     settings = Settings(**{k.removeprefix("FITTEST_").lower(): v for k, v in env.items()})
-    purge_queues(redis_url)
+    purge_queues(settings)
     stack = Stack(settings, env=env, log_dir=tmp / "logs")
     stack.start_roles(roles)
     stack.wait_for_workers(roles)
@@ -86,7 +96,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_pat
     try:
         yield p
     finally:
-        p.stack.stop_all()
+        p.close()
         p.state().clear()
         # Celery's own keys for this run's queues are on the private per-session Redis.
         redis.Redis.from_url(redis_url).close()

@@ -89,7 +89,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory, tls_redis: tuple[str, Pat
     try:
         yield p
     finally:
-        p.stack.stop_all()
+        p.close()
 
 
 def test_broker_backend_and_state_store_work_over_tls_with_a_password(pipeline: Pipeline, tls_redis: tuple[str, Path]) -> None:

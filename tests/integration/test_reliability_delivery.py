@@ -40,7 +40,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_pat
         assert p.call(scenario="take a nap", namespace="nap", input={}, timeout=180)["status"] == "success"
         yield p
     finally:
-        p.stack.stop_all()
+        p.close()
         p.state().clear()
 
 

@@ -60,7 +60,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_server: Restartable
     try:
         yield p
     finally:
-        p.stack.stop_all()
+        p.close()
 
 
 def send_naps(p: Pipeline, start: int, count: int) -> list[tuple[int, Any]]:

@@ -107,7 +107,7 @@ def sandbox_pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, m
     try:
         yield p
     finally:
-        p.stack.stop_all()
+        p.close()
         p.state().clear()
 
 

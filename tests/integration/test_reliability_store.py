@@ -37,7 +37,7 @@ def held(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: P
         yield p, holder
     finally:
         holder.close()
-        p.stack.stop_all()
+        p.close()
         p.state().clear()
 
 

@@ -119,7 +119,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_pat
     try:
         yield p
     finally:
-        p.stack.stop_all()
+        p.close()
         p.state().clear()
 
 

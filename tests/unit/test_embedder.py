@@ -101,7 +101,10 @@ def test_a_bad_model_path_names_the_setting_and_the_path(tmp_path: Path) -> None
     assert str(missing) in str(info.value)
 
 
-def test_open_embedder_loads_once_per_process(model_path: Path) -> None:
+def test_open_embedder_loads_once_per_process(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import workers.embedder
+
+    monkeypatch.setattr(workers.embedder, "_OPEN", {})  # as in a fresh process, whatever ran before
     settings = Settings(embedding_model_path=model_path, embedding_cache_size=16)
     first = open_embedder(settings)
     assert open_embedder(Settings(embedding_model_path=model_path)) is first
