@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from selection.models import FailureClass, Promotion, Severity, ToolExecutionResult
-from workers.metrics import MetricsReader, MetricsRecorder, RedisCollector
 from tests.conftest import free_port
+from workers.metrics import MetricsReader, MetricsRecorder, RedisCollector
 from workers.state.redis import RedisStateStore
 
 
