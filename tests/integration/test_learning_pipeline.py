@@ -55,11 +55,10 @@ def recent(p: Pipeline) -> list:
 
 
 def test_calls_reach_the_learner_in_batches_and_weights_are_retrained(learning: Pipeline) -> None:
-    sent = [learning.client.send("resilient_tool_call", scenario=f"parse csv text into rows, batch {i}", input=CSV,
-                                 namespace="csv_lenient") for i in range(6)]
-    sent += [learning.client.send("resilient_tool_call", scenario=f"lunar phase for day {i}", input={"date": "x"},
-                                  namespace="moon_a", max_attempts=2) for i in range(3)]
-    results = [learning.client.wait(r, 60) for r in sent]
+    results = [learning.call(scenario=f"parse csv text into rows, batch {i}", input=CSV, namespace="csv_lenient")
+               for i in range(6)]
+    results += [learning.call(scenario=f"lunar phase for day {i}", input={"date": "x"}, namespace="moon_a",
+                              max_attempts=2) for i in range(3)]
     assert [r["status"] for r in results] == ["success"] * 6 + ["failed"] * 3
     # 6 + 3 x 2 attempts, each once in the learner's window, with the policy's probability.
     learning.wait_for(lambda: len(recent(learning)) >= 12, timeout=30)
