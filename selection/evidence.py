@@ -36,6 +36,7 @@ class CandidateEvidence(BaseModel):
     sparc_components: dict[str, float] = Field(default_factory=dict)
     sparc_rationale: str = ""
     on_trial: bool = False
+    timeout_s: float | None = None  # the adaptive timeout of its attempt (selection/timeouts.py)
 
     @property
     def key(self) -> str:

@@ -130,6 +130,9 @@ class Candidate(BaseModel):
     score: float
     probability: float = 1.0  # with which the policy put it in this place
     breakdown: ScoreBreakdown = Field(default_factory=ScoreBreakdown)
+    # The attempt's hard timeout (selection/timeouts.py), from the version's recent run times as
+    # they stood at selection; None: the executor works it out itself.
+    timeout_s: float | None = None
 
 
 class ToolExecutionResult(BaseModel):

@@ -113,6 +113,10 @@ class ToolStats(BaseModel):
     quality: float = 1.0
     successes: int = 0
     failures: int = 0
+    # Recent run durations, summarised for the attempt's adaptive timeout (selection/timeouts.py):
+    # how many are kept, and their 95th percentile by nearest rank (None without runs).
+    recent_runs: int = 0
+    recent_p95_ms: float | None = None
 
 
 class FailureApplied(BaseModel):
@@ -206,7 +210,8 @@ class StateStore(Protocol):
         ...
 
     def stats_and_breakers(self, keys: Sequence[str]) -> tuple[dict[str, ToolStats], dict[str, BreakerState]]:
-        """`stats` and `breaker_states` of the same keys in one round trip (what selection asks)."""
+        """`stats` and `breaker_states` of the same keys in one round trip (what selection asks);
+        these stats also summarise the recent durations (`recent_runs`, `recent_p95_ms`)."""
         ...
 
     # Recent run durations per tool version (adaptive timeouts).
@@ -215,9 +220,11 @@ class StateStore(Protocol):
         ...
 
     def record_run(self, key: str, ms: float, success: bool | None, threshold: int, cooldown_s: float,
-                   keep: int = 50) -> BreakerState | None:
+                   keep: int = 50, attempt_id: str | None = None) -> BreakerState | None:
         """After one run: `record_duration`, and `breaker_record` unless `success` is None (an
-        outcome that says nothing about the tool), in one round trip. Returns the breaker state."""
+        outcome that says nothing about the tool), in one round trip. With `attempt_id` the breaker
+        is fed at most once per attempt (as `once("breaker", attempt_id)` would allow it); a
+        repeated attempt returns None. Returns the breaker state."""
         ...
 
     def durations(self, keys: Sequence[str]) -> dict[str, list[float]]:

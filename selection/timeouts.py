@@ -39,13 +39,19 @@ def adaptive_timeout(recent_ms: Sequence[float], declared_s: float, min_s: float
     Callers should include runs that timed out, at their elapsed time: otherwise a tool that keeps
     timing out would only ever be judged by its fast runs and its timeout would never grow.
     """
+    usable = [ms for ms in recent_ms if math.isfinite(ms) and ms >= 0]
+    return timeout_from_p95(p95(usable) if usable else None, len(usable), declared_s, min_s, max_s)
+
+
+def timeout_from_p95(p95_ms: float | None, runs: int, declared_s: float, min_s: float, max_s: float) -> float:
+    """`adaptive_timeout` from a summary of the recent runs (their count and 95th percentile), as
+    the state store hands it to selection, so that the timeout travels in the call's plan."""
     if declared_s <= 0:
         raise ValueError(f"declared timeout must be positive, got {declared_s}")
     if min_s <= 0 or min_s > max_s:
         raise ValueError(f"bounds must satisfy 0 < min_s <= max_s, got [{min_s}, {max_s}]")
-    usable = [ms for ms in recent_ms if math.isfinite(ms) and ms >= 0]
-    if len(usable) < MIN_RUNS:
+    if runs < MIN_RUNS or p95_ms is None:
         chosen = declared_s
     else:
-        chosen = min(p95(usable) / 1000.0 * HEADROOM, declared_s * MAX_GROWTH)
+        chosen = min(p95_ms / 1000.0 * HEADROOM, declared_s * MAX_GROWTH)
     return max(min_s, min(chosen, max_s))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from selection.models import Promotion, Severity
 from selection.ports import BreakerState, FailureApplied, SelectionWeights, ToolStats
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
+from selection.timeouts import p95
 
 DAY_S = 24 * 3600
 
@@ -209,13 +210,19 @@ class InMemoryStateStore:
             return out
 
     def stats_and_breakers(self, keys: Sequence[str]) -> tuple[dict[str, ToolStats], dict[str, BreakerState]]:
-        return self.stats(keys), self.breaker_states(keys)
+        stats = self.stats(keys)
+        for key, runs in self.durations(keys).items():
+            stats[key].recent_runs = len(runs)
+            stats[key].recent_p95_ms = p95(runs) if runs else None
+        return stats, self.breaker_states(keys)
 
     # Durations
     def record_run(self, key: str, ms: float, success: bool | None, threshold: int, cooldown_s: float,
-                   keep: int = 50) -> BreakerState | None:
+                   keep: int = 50, attempt_id: str | None = None) -> BreakerState | None:
         self.record_duration(key, ms, keep)
-        return None if success is None else self.breaker_record(key, success, threshold, cooldown_s)
+        if success is None or (attempt_id is not None and not self.once("breaker", attempt_id)):
+            return None
+        return self.breaker_record(key, success, threshold, cooldown_s)
 
     def record_duration(self, key: str, ms: float, keep: int = 50) -> None:
         if not math.isfinite(ms) or ms < 0:

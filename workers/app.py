@@ -88,7 +88,6 @@ def make_app(settings: Settings | None = None) -> Celery:
         # (it cannot kill a job) and delay every call in flight by a visibility timeout.
         worker_cancel_long_running_tasks_on_connection_loss=False,
         result_expires=24 * 3600,
-        result_extended=True,
         worker_send_task_events=True,
         task_send_sent_event=True,
         worker_hijack_root_logger=False,

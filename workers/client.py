@@ -33,6 +33,18 @@ def payload_schemas() -> dict[str, dict[str, Any]]:
     }
 
 
+def detach(result: AsyncResult) -> None:
+    """Cut a fetched result, and the results of the hops it carries (one per `Task.replace`), off
+    their backend. Otherwise each one, when garbage-collected, unsubscribes through the backend,
+    which retries for many seconds if Redis has gone away by then; a process that fetched many
+    calls would hang on its way out."""
+    children = (result._cache or {}).get("children") or []  # what get() fetched, without asking again
+    result.backend = None
+    for child in children:
+        if isinstance(child, AsyncResult):
+            detach(child)
+
+
 class FittestClient:
     def __init__(self, settings: Settings | None = None) -> None:
         settings = settings or get_settings()
@@ -54,7 +66,7 @@ class FittestClient:
             # Unsubscribe now, while the broker is surely up, not in AsyncResult.__del__ later.
             if result.backend is not None:
                 result.backend.remove_pending_result(result)
-                result.backend = None
+            detach(result)
 
     def call(self, scenario: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **kwargs: Any) -> dict[str, Any]:
         """Run `fittest.resilient_tool_call` and return its CallResult as a dict."""

@@ -30,11 +30,13 @@ from selection.ports import (
     BreakerState,
     Match,
     SelectionWeights,
+    ToolStats,
     VectorFilter,
     VectorHit,
     VectorPoint,
 )
 from selection.sparc import sparc_score
+from selection.timeouts import timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
 from workers.tool_catalog import evolved_dir
 from workers.variants import VariantBook
@@ -130,6 +132,9 @@ class Selector:
             self._local.version = None
         ranked = self.policy.rank(evidence, features, self.rng)
         ranked = self._evolved_first(request, ranked)
+        timeouts = {e.key: e.timeout_s for e in evidence}
+        for c in ranked:
+            c.timeout_s = timeouts.get(c.key)
         keep = max(self.settings.max_candidates, request.max_attempts)
         return CallPlan(
             request=request,
@@ -216,10 +221,16 @@ class Selector:
                 successes=stats[k].successes,
                 failures=stats[k].failures,
                 failure_similarities=failures.get(k, []),
+                timeout_s=self._timeout(registry.get(k), stats[k]),  # type: ignore[arg-type]
             )
             for k in keys
         ]
         return self._with_outcomes(evidence, successes, vector, features or {})
+
+    def _timeout(self, manifest: ToolManifest, stats: ToolStats) -> float:
+        s = self.settings
+        return round(timeout_from_p95(stats.recent_p95_ms, stats.recent_runs, manifest.timeout_s,
+                                      s.min_timeout_s, s.max_timeout_s), 3)
 
     def _breaker_blocked(self, breakers: dict[str, BreakerState], request: CallRequest) -> set[str]:
         """Versions whose circuit breaker keeps them out of this call: every open one, and a half-open

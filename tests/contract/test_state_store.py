@@ -16,6 +16,7 @@ import redis
 from selection.models import Promotion, Severity
 from selection.ports import SelectionWeights, StateStore, ToolStats
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
+from selection.timeouts import p95
 from tests.fakes_state import InMemoryStateStore
 from workers.state.redis import RedisStateStore
 
@@ -446,3 +447,23 @@ def test_record_run_appends_the_duration_and_feeds_the_breaker(store):
     assert store.durations([KEY]) == {KEY: [12.5, 7.0, 3.0]}
     assert store.record_run(KEY, 1.0, True, threshold=2, cooldown_s=60, keep=2) == "closed"
     assert store.durations([KEY]) == {KEY: [3.0, 1.0]}
+
+
+def test_selection_reads_the_recent_run_summary_the_timeout_is_made_of(store):
+    """stats_and_breakers carries each version's run count and p95, the figures the attempt's
+    adaptive timeout is computed from, so the executor need not read the durations again."""
+    runs = [float(ms) for ms in range(10, 210, 10)]  # 20 runs: p95 by nearest rank is the 19th
+    for ms in runs:
+        store.record_run(KEY, ms, True, threshold=2, cooldown_s=60)
+    stats, _ = store.stats_and_breakers([KEY, "never@1.0.0"])
+    assert (stats[KEY].recent_runs, stats[KEY].recent_p95_ms) == (20, 190.0)
+    assert stats[KEY].recent_p95_ms == p95(store.durations([KEY])[KEY])
+    assert (stats["never@1.0.0"].recent_runs, stats["never@1.0.0"].recent_p95_ms) == (0, None)
+
+
+def test_record_run_feeds_the_breaker_once_per_attempt(store):
+    """A redelivered attempt adds its duration again but cannot count as a second failure."""
+    assert store.record_run(KEY, 5.0, False, threshold=2, cooldown_s=60, attempt_id="c1:0") == "closed"
+    assert store.record_run(KEY, 5.0, False, threshold=2, cooldown_s=60, attempt_id="c1:0") is None
+    assert store.breaker_states([KEY]) == {KEY: "closed"}
+    assert store.record_run(KEY, 5.0, False, threshold=2, cooldown_s=60, attempt_id="c1:1") == "open"

@@ -19,6 +19,26 @@ from workers.settings import Settings
 TEST_TOOLS = Path(__file__).parent / "tools"
 
 
+def cli_runner(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> Callable[..., Any]:
+    """Run `fittest …` in-process with `env` (and per-call extra variables) set, as an operator's
+    shell would; settings are read afresh for each command."""
+    from typer.testing import CliRunner
+
+    from workers.cli import app
+    from workers.settings import get_settings
+
+    def run(*args: str, **extra: str) -> Any:
+        for key, value in {**env, **extra}.items():
+            monkeypatch.setenv(key, value)
+        get_settings.cache_clear()
+        try:
+            return CliRunner().invoke(app, list(args))
+        finally:
+            get_settings.cache_clear()
+
+    return run
+
+
 @dataclass
 class Pipeline:
     env: dict[str, str]

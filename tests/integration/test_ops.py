@@ -6,27 +6,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 from tests.conftest import free_port
+from tests.integration.conftest import cli_runner
 
 
 @pytest.fixture
 def cli(pipeline, monkeypatch):
     """Run `fittest …` with the pipeline's settings, as an operator's shell would."""
-    from workers.cli import app
-    from workers.settings import get_settings
-
-    def run(*args: str, **env: str):
-        for key, value in {**pipeline.env, **env}.items():
-            monkeypatch.setenv(key, value)
-        get_settings.cache_clear()
-        try:
-            return CliRunner().invoke(app, list(args))
-        finally:
-            get_settings.cache_clear()
-
-    return run
+    return cli_runner(monkeypatch, pipeline.env)
 
 
 def test_health_is_ok_with_every_role_up_and_checks_store_and_model_live(cli) -> None:

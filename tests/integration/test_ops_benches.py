@@ -6,27 +6,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
+
+from tests.integration.conftest import cli_runner
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def cli(monkeypatch, model_path, tmp_path):
-    from workers.cli import app
-    from workers.settings import get_settings
-
-    monkeypatch.setenv("FITTEST_EMBEDDING_MODEL_PATH", str(model_path))
-    monkeypatch.setenv("FITTEST_DATA_DIR", str(tmp_path / "data"))
-
-    def run(*args: str):
-        get_settings.cache_clear()
-        try:
-            return CliRunner().invoke(app, list(args))
-        finally:
-            get_settings.cache_clear()
-
-    return run
+    return cli_runner(monkeypatch, {"FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+                                    "FITTEST_DATA_DIR": str(tmp_path / "data")})
 
 
 def test_throughput_bench_writes_its_keys(cli, tmp_path) -> None:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from selection.timeouts import adaptive_timeout, p95
+from selection.timeouts import adaptive_timeout, p95, timeout_from_p95
 
 
 def test_declared_timeout_until_five_runs_are_known() -> None:
@@ -47,3 +47,11 @@ def test_unusable_run_times_are_ignored() -> None:
 def test_bad_arguments_are_refused(declared: float, lo: float, hi: float) -> None:
     with pytest.raises(ValueError):
         adaptive_timeout([], declared, lo, hi)
+
+
+@pytest.mark.parametrize("runs", [[], [50.0] * 4, [float(v) for v in range(1, 40)], [900.0] * 30, [1.0] * 8])
+def test_the_timeout_from_a_run_summary_is_the_timeout_from_the_runs(runs):
+    """Selection computes the timeout from the store's (count, p95) summary; it must agree with the
+    rule applied to the runs themselves."""
+    summary = timeout_from_p95(p95(runs) if runs else None, len(runs), 10.0, 0.5, 120.0)
+    assert summary == adaptive_timeout(runs, 10.0, 0.5, 120.0)

@@ -139,6 +139,7 @@ def selection(
     attempts per query, each query learning from every earlier one. Three streams: the policy,
     the policy with learning off (zero-shot), and `seed`. Needs the embedding model
     (FITTEST_EMBEDDING_MODEL_PATH)."""
+    from rich import box
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
     from rich.table import Table
 
@@ -160,10 +161,12 @@ def selection(
             result = run_selection_bench(get_settings(), tools, queries, limit, seed, policy, progress)
         except BenchInputError as exc:
             fail(str(exc))
-    table = Table(title=f"selection: {result.queries} queries, {result.tools} tools, seed {result.seed}")
-    for col in ("stream", "top-1", "top-1 1st half", "top-1 2nd half", "resolved ≤5", "mean attempts",
-                "p50 ms", "p99 ms", "P(first)"):
-        table.add_column(col, justify="left" if col == "stream" else "right")
+    table = Table(title=f"selection: {result.queries} queries, {result.tools} tools, seed {result.seed}",
+                  caption="top1 of each half; ≤5: resolved within 5 attempts; tries: mean attempts; "
+                          "ms: whole selection of one query; P1: mean probability of the first choice",
+                  box=box.SIMPLE_HEAD)
+    for col in ("stream", "top1", "1st half", "2nd half", "≤5", "tries", "p50 ms", "p99 ms", "P1"):
+        table.add_column(col, justify="left" if col == "stream" else "right", no_wrap=col == "stream")
     for s in result.streams:
         table.add_row(s.name, f"{s.top1:.3f}", f"{s.top1_first_half:.3f}", f"{s.top1_second_half:.3f}",
                       f"{s.resolved_within_5:.3f}", f"{s.mean_attempts:.2f}", f"{s.p50_select_ms:.1f}",

@@ -9,8 +9,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-console = Console()
-err_console = Console(stderr=True)
+# Piped or redirected output has no terminal width to follow; 140 columns keep the bench tables
+# whole in logs and CI output instead of truncating their numbers to "0.7…".
+PIPED_WIDTH = 140
+console = Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 

@@ -156,13 +156,20 @@ class RedisStateStore:
         if not keys:
             return {}, {}
         flat = self.scripts["stats_and_breakers"](
-            keys=[self._k("tool", k) for k in keys] + [self._k("breaker", k) for k in keys], args=[]
+            keys=[self._k("tool", k) for k in keys] + [self._k("breaker", k) for k in keys]
+            + [self._k("durations", k) for k in keys],
+            args=[],
         )
         n = len(keys)
-        values = [None if v is None else _text(v) for v in flat[1 : 3 * n + 1]]  # Lua false -> None
+        values = [None if v is None else _text(v) for v in flat[1:]]  # Lua false -> None
         rows = [values[3 * i : 3 * i + 3] for i in range(n)]
-        opens = [None if v is None else _text(v) for v in flat[3 * n + 1 :]]
-        return self._parse_stats(keys, rows), self._breakers_at(int(flat[0]), keys, opens)
+        opens = values[3 * n : 4 * n]
+        stats = self._parse_stats(keys, rows)
+        for i, key in enumerate(keys):
+            runs, p95 = values[4 * n + 2 * i : 4 * n + 2 * i + 2]
+            stats[key].recent_runs = _int(runs)
+            stats[key].recent_p95_ms = None if p95 is None else float(p95)
+        return stats, self._breakers_at(int(flat[0]), keys, opens)
 
     def set_quality(self, key: str, quality: float) -> None:
         bp = quality_to_bp(quality)
@@ -254,17 +261,19 @@ class RedisStateStore:
     def breaker_record(self, key: str, success: bool, threshold: int, cooldown_s: float) -> BreakerState:
         return _text(self._breaker_script(self.client, key, success, threshold, cooldown_s))  # type: ignore[return-value]
 
-    def _breaker_script(self, client: Any, key: str, success: bool, threshold: int, cooldown_s: float) -> Any:
-        """Run (or queue on a pipeline) breaker_record.lua."""
+    def _breaker_script(self, client: Any, key: str, success: bool, threshold: int, cooldown_s: float,
+                        attempt_id: str | None = None) -> Any:
+        """Run (or queue on a pipeline) breaker_record.lua; with `attempt_id`, once per attempt."""
         if threshold < 1:
             raise ValueError("threshold must be at least 1")
         if not math.isfinite(cooldown_s) or cooldown_s < 0:
             raise ValueError("cooldown_s must be a finite number >= 0")
-        return self.scripts["breaker_record"](
-            keys=[self._k("breaker", key), self._state_key],
-            args=["1" if success else "0", int(threshold), round(cooldown_s * 1000)],
-            client=client,
-        )
+        keys = [self._k("breaker", key), self._state_key]
+        args: list[Any] = ["1" if success else "0", int(threshold), round(cooldown_s * 1000)]
+        if attempt_id is not None:
+            keys.append(self._k("once", "breaker", attempt_id))
+            args.append(self.idempotency_ttl_s)
+        return self.scripts["breaker_record"](keys=keys, args=args, client=client)
 
     def breaker_states(self, keys: Sequence[str]) -> dict[str, BreakerState]:
         keys = list(dict.fromkeys(keys))
@@ -304,13 +313,14 @@ class RedisStateStore:
         pipe.ltrim(name, -keep, -1)
 
     def record_run(self, key: str, ms: float, success: bool | None, threshold: int, cooldown_s: float,
-                   keep: int = 50) -> BreakerState | None:
+                   keep: int = 50, attempt_id: str | None = None) -> BreakerState | None:
         pipe = self.client.pipeline(transaction=True)
         self._queue_duration(pipe, key, ms, keep)
         if success is not None:
-            self._breaker_script(pipe, key, success, threshold, cooldown_s)
+            self._breaker_script(pipe, key, success, threshold, cooldown_s, attempt_id)
         results = pipe.execute()
-        return None if success is None else _text(results[-1])  # type: ignore[return-value]
+        state = None if success is None else _text(results[-1])
+        return None if state == "skipped" else state  # type: ignore[return-value]
 
     def durations(self, keys: Sequence[str]) -> dict[str, list[float]]:
         keys = list(dict.fromkeys(keys))

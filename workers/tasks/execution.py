@@ -35,8 +35,10 @@ def run_attempt(plan: CallPlan, index: int) -> ToolExecutionResult:
     settings = rt.settings
     candidate = plan.candidates[index]
     manifest = candidate.manifest
-    recent = rt.state.durations([candidate.key]).get(candidate.key, [])
-    timeout_s = adaptive_timeout(recent, manifest.timeout_s, settings.min_timeout_s, settings.max_timeout_s)
+    timeout_s = candidate.timeout_s
+    if timeout_s is None:  # a plan made without the state store's summary
+        recent = rt.state.durations([candidate.key]).get(candidate.key, [])
+        timeout_s = adaptive_timeout(recent, manifest.timeout_s, settings.min_timeout_s, settings.max_timeout_s)
     outcome = run_tool(manifest, plan.request.input, timeout_s=timeout_s, limits=RunLimits.from_settings(settings))
     result = ToolExecutionResult(
         attempt_id=attempt_id(plan, index),
@@ -52,9 +54,9 @@ def run_attempt(plan: CallPlan, index: int) -> ToolExecutionResult:
         metadata={"attempt": index, "timeout_s": round(timeout_s, 3), "policy": plan.policy},
     )
     # The caller's fault is not the tool's; a redelivered attempt feeds the breaker once.
-    feeds_breaker = outcome.error_class is not FailureClass.bad_input and rt.state.once("breaker", result.attempt_id)
+    feeds_breaker = outcome.error_class is not FailureClass.bad_input
     rt.state.record_run(candidate.key, outcome.elapsed_ms, outcome.success if feeds_breaker else None,
-                        settings.breaker_threshold, settings.breaker_cooldown_s)
+                        settings.breaker_threshold, settings.breaker_cooldown_s, attempt_id=result.attempt_id)
     rt.metrics.attempt(result, quality=candidate.breakdown.quality)
     log.info(
         "attempt",

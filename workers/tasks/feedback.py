@@ -22,7 +22,7 @@ def _send_evolution(job: EvolutionJob) -> None:
     evolve.apply_async(args=[job.model_dump(mode="json")])
 
 
-@app.task(name="fittest.mark_failure")
+@app.task(name="fittest.mark_failure", ignore_result=True)  # fire and forget: nobody waits on it
 def mark_failure(mark_data: dict[str, Any]) -> dict[str, Any]:
     """Demote the version that failed and remember the failure (once per attempt); evolve a served
     version whose quality fell below the threshold (at most once per namespace per cool-down)."""
@@ -33,7 +33,7 @@ def mark_failure(mark_data: dict[str, Any]) -> dict[str, Any]:
     return applied.model_dump()
 
 
-@app.task(name="fittest.record_outcome")
+@app.task(name="fittest.record_outcome", ignore_result=True)  # fire and forget: nobody waits on it
 def record_outcome(record_data: dict[str, Any]) -> dict[str, Any]:
     """Learn from a finished call: successes, feedback and the learner's record (once per attempt)."""
     from workers.tasks.learning import send_learn
@@ -76,7 +76,7 @@ def feedback_report_task(tool: str, limit: int = 50) -> dict[str, Any]:
     return feedback_report(runtime(), tool, limit).model_dump(mode="json")
 
 
-@app.task(name="fittest.record_evolution")
+@app.task(name="fittest.record_evolution", ignore_result=True)  # fire and forget: nobody waits on it
 def record_evolution(record_data: dict[str, Any]) -> dict[str, Any]:
     """Serve an evolved version from now on and store the evolution patterns (failed ones included)."""
     return apply_evolution_record(runtime(), EvolutionRecord.model_validate(record_data))

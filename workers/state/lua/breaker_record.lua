@@ -1,12 +1,19 @@
 -- breaker_record: feed one outcome of a tool version into its circuit breaker.
 -- KEYS[1] breaker hash {fails: consecutive failures, open_until: ms since epoch};
--- KEYS[2] state version counter.
+-- KEYS[2] state version counter; KEYS[3] (optional) the attempt's idempotency key.
 -- ARGV[1] '1' success | '0' failure; ARGV[2] threshold (consecutive failures that open it);
--- ARGV[3] cool-down in ms. Time is the Redis server's clock (TIME), shared by every worker.
+-- ARGV[3] cool-down in ms; ARGV[4] (with KEYS[3]) seconds the idempotency key is kept.
+-- Time is the Redis server's clock (TIME), shared by every worker.
+-- With KEYS[3]: an attempt delivered twice feeds the breaker once (SET NX of that key, in the
+-- same atomic step); the second time nothing changes and 'skipped' is returned.
 -- Atomically: a success deletes the breaker (closed). A failure increments `fails`; at or past the
 -- threshold it (re)opens the breaker until now + cool-down, unless it is open and still cooling
 -- down (late failures do not extend it). Opening and closing an open breaker INCR the state version.
 -- Returns 'closed' or 'open' (the state after this outcome).
+
+if KEYS[3] and not redis.call('SET', KEYS[3], 1, 'NX', 'EX', tonumber(ARGV[4])) then
+  return 'skipped'
+end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
