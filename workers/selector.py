@@ -130,12 +130,13 @@ class Selector:
             evidence = self._evidence(request, features, degraded)
         finally:
             self._local.version = None
-        ranked = self.policy.rank(evidence, features, self.rng)
+        keep = max(self.settings.max_candidates, request.max_attempts)
+        # The retry after an evolution moves the new version to the front, wherever it placed.
+        ranked = self.policy.rank(evidence, features, self.rng, limit=None if request.after_evolution else keep)
         ranked = self._evolved_first(request, ranked)
         timeouts = {e.key: e.timeout_s for e in evidence}
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)
-        keep = max(self.settings.max_candidates, request.max_attempts)
         return CallPlan(
             request=request,
             candidates=ranked[:keep],

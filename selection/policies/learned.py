@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any
+from typing import Any, NamedTuple
 
 from selection.evidence import CandidateEvidence
 from selection.feedback import BANDWIDTH, similarity_weight
@@ -43,6 +43,15 @@ PRIOR_STRENGTH = 0.1  # a: the prior is worth this many identical-scenario obser
 TEMPERATURE = 0.02  # of the log-utility: a 2% better candidate is ~2.7x as likely to go first
 FLOOR = 1e-12
 CUTOFF = 30.0  # e^-30: a placement this unlikely is not drawn
+
+
+class _Terms(NamedTuple):
+    utility: float  # log(mass * rate * feedback and SPARC factor)
+    prior: float
+    successes: float  # kernel-weighted successes of the namespace nearby (S)
+    failures: float  # kernel-weighted failures of this version nearby (F)
+    mass: float
+    rate: float
 
 
 class LearnedPolicy:
@@ -59,7 +68,8 @@ class LearnedPolicy:
     def _kernel_sum(self, similarities: list[float]) -> float:
         return sum(similarity_weight(s, self.bandwidth) for s in similarities)
 
-    def score(self, evidence: list[CandidateEvidence]) -> list[tuple[float, ScoreBreakdown]]:
+    def _terms(self, evidence: list[CandidateEvidence]) -> list[_Terms]:
+        """The numbers each candidate's utility is made of (cheap: no models, no strings)."""
         logits = [e.base_score() / self.bandwidth for e in evidence]
         top = max(logits)
         exps = [math.exp(v - top) for v in logits]
@@ -73,43 +83,53 @@ class LearnedPolicy:
             mass = a * prior * e.quality + s
             rate = (a + s) / (a + s + f)
             factor = (1.0 + e.feedback_points / 100.0) * (0.5 + e.sparc)
-            utility = math.log(max(mass * rate * factor, FLOOR))
-            out.append((utility, ScoreBreakdown(
-                base=e.base_score(),
-                source=e.source,
-                similarity=e.similarity,
-                quality=e.quality,
-                failure_penalty=round(rate, 4),
-                similar_failures=len(e.failure_similarities),
-                feedback=e.feedback_points,
-                sparc=e.sparc,
-                sparc_components=e.sparc_components,
-                extra={"prior": round(prior, 4), "successes_nearby": round(s, 4), "failures_nearby": round(f, 4),
-                       "mass": round(mass, 4), "success_rate": round(rate, 4)},
-                rationale=(
-                    f"{s:.2f} successes of {e.manifest.name} and {f:.2f} failures of this version nearby "
-                    f"(rate {rate:.2f}), prior {prior:.2f} ({e.source} {e.base_score():.2f}) x quality {e.quality:.2f}"
-                    + (f"; feedback {e.feedback_points:+.0f}" if abs(e.feedback_points) >= 0.5 else "")
-                    + f"; SPARC {e.sparc:.2f}: {e.sparc_rationale or 'neutral'}"
-                ),
-            )))
+            out.append(_Terms(math.log(max(mass * rate * factor, FLOOR)), prior, s, f, mass, rate))
         return out
 
+    @staticmethod
+    def _breakdown(e: CandidateEvidence, t: _Terms) -> ScoreBreakdown:
+        return ScoreBreakdown(
+            base=e.base_score(),
+            source=e.source,
+            similarity=e.similarity,
+            quality=e.quality,
+            failure_penalty=round(t.rate, 4),
+            similar_failures=len(e.failure_similarities),
+            feedback=e.feedback_points,
+            sparc=e.sparc,
+            sparc_components=e.sparc_components,
+            extra={"prior": round(t.prior, 4), "successes_nearby": round(t.successes, 4),
+                   "failures_nearby": round(t.failures, 4), "mass": round(t.mass, 4), "success_rate": round(t.rate, 4)},
+            rationale=(
+                f"{t.successes:.2f} successes of {e.manifest.name} and {t.failures:.2f} failures of this version nearby "
+                f"(rate {t.rate:.2f}), prior {t.prior:.2f} ({e.source} {e.base_score():.2f}) x quality {e.quality:.2f}"
+                + (f"; feedback {e.feedback_points:+.0f}" if abs(e.feedback_points) >= 0.5 else "")
+                + f"; SPARC {e.sparc:.2f}: {e.sparc_rationale or 'neutral'}"
+            ),
+        )
+
+    def score(self, evidence: list[CandidateEvidence]) -> list[tuple[float, ScoreBreakdown]]:
+        """Each candidate's log-utility and its breakdown."""
+        return [(t.utility, self._breakdown(e, t)) for e, t in zip(evidence, self._terms(evidence))]
+
     def rank(
-        self, evidence: list[CandidateEvidence], features: dict[str, Any], rng: random.Random
+        self, evidence: list[CandidateEvidence], features: dict[str, Any], rng: random.Random,
+        limit: int | None = None,
     ) -> list[Candidate]:
         if not evidence:
             return []
-        scored = self.score(evidence)
-        # Plackett-Luce: draw the first place from softmax(utility / T), then the next from the rest.
-        remaining = sorted(range(len(evidence)), key=lambda i: (-scored[i][0], evidence[i].key))
+        terms = self._terms(evidence)
+        # Plackett-Luce: draw the first place from softmax(utility / T), then the next from the rest,
+        # for as many places as the plan keeps; only the placed candidates get a breakdown.
+        remaining = sorted(range(len(evidence)), key=lambda i: (-terms[i].utility, evidence[i].key))
+        places = len(remaining) if limit is None else min(limit, len(remaining))
         ranked: list[Candidate] = []
-        while remaining:
-            pick, probability = self._draw([scored[i][0] for i in remaining], rng)
+        while len(ranked) < places:
+            pick, probability = self._draw([terms[i].utility for i in remaining], rng)
             i = remaining.pop(pick)
-            utility, breakdown = scored[i]
-            ranked.append(Candidate(key=evidence[i].key, manifest=evidence[i].manifest, score=round(math.exp(utility), 6),
-                                    probability=round(probability, 6), breakdown=breakdown))
+            e, t = evidence[i], terms[i]
+            ranked.append(Candidate(key=e.key, manifest=e.manifest, score=round(math.exp(t.utility), 6),
+                                    probability=round(probability, 6), breakdown=self._breakdown(e, t)))
         return ranked
 
     def _draw(self, utilities: list[float], rng: random.Random) -> tuple[int, float]:

@@ -45,12 +45,13 @@ class SeedPolicy:
         )
 
     def rank(
-        self, evidence: list[CandidateEvidence], features: dict[str, Any], rng: random.Random
+        self, evidence: list[CandidateEvidence], features: dict[str, Any], rng: random.Random,
+        limit: int | None = None,
     ) -> list[Candidate]:
         scored = [(self.score(e), e) for e in evidence]
         # Ties break by key so that the seed policy is reproducible.
         scored.sort(key=lambda item: (-item[0][0], item[1].key))
         return [
             Candidate(key=e.key, manifest=e.manifest, score=s, probability=1.0, breakdown=b)
-            for (s, b), e in scored
+            for (s, b), e in scored[:limit]
         ]

@@ -73,12 +73,14 @@ def stored_payload(point: VectorPoint) -> dict[str, Any]:
 def _split(stored: PointLike) -> tuple[str, dict[str, Any]]:
     payload = dict(stored.payload or {})
     # A point written by something other than this adapter has no ID_KEY; its UUID is the best id.
-    return str(payload.pop(ID_KEY, stored.id)), payload
+    # (`stored.id` builds a UUID object: only asked for when needed, it showed in selection's profile.)
+    return str(payload.pop(ID_KEY) if ID_KEY in payload else stored.id), payload
 
 
 def to_hit(scored: PointLike, score: float) -> VectorHit:
     point_id, payload = _split(scored)
-    return VectorHit(id=point_id, score=score, payload=payload)
+    # Built without validation: the id, score and payload come from our own store, dozens per search.
+    return VectorHit.model_construct(id=point_id, score=float(score), payload=payload)
 
 
 def to_point(record: PointLike, vector: Sequence[float] | None) -> VectorPoint:
