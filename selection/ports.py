@@ -191,10 +191,6 @@ class StateStore(Protocol):
         """A counter that grows with every change of quality, promotion or weights (cache key)."""
         ...
 
-    def once(self, effect: str, attempt_id: str) -> bool:
-        """Claim the right to apply `effect` for `attempt_id`; True the first time only."""
-        ...
-
     def clear(self) -> None:
         """Remove every key of this store's prefix."""
         ...

@@ -107,10 +107,6 @@ class InMemoryStateStore:
             self._s.tools.setdefault(key, _Tool()).successes += 1
             return True
 
-    def once(self, effect: str, attempt_id: str) -> bool:
-        with self._lock:
-            return self._claim(f"once:{effect}:{attempt_id}")
-
     # Promotions
     def promotion(self, namespace: str) -> Promotion | None:
         with self._lock:
@@ -220,8 +216,12 @@ class InMemoryStateStore:
     def record_run(self, key: str, ms: float, success: bool | None, threshold: int, cooldown_s: float,
                    keep: int = 50, attempt_id: str | None = None) -> BreakerState | None:
         self.record_duration(key, ms, keep)
-        if success is None or (attempt_id is not None and not self.once("breaker", attempt_id)):
+        if success is None:
             return None
+        if attempt_id is not None:
+            with self._lock:
+                if not self._claim(f"once:breaker:{attempt_id}"):
+                    return None
         return self.breaker_record(key, success, threshold, cooldown_s)
 
     def record_duration(self, key: str, ms: float, keep: int = 50) -> None:

@@ -139,15 +139,16 @@ def _without_spinning(model: TextEmbedding) -> None:
     thread counts."""
     holder = getattr(model, "model", None)
     session = getattr(holder, "model", None)
-    if not isinstance(session, ort.InferenceSession):
-        return  # a fastembed whose internals moved: keep its session as it is
+    path = getattr(session, "_model_path", None)
+    if not isinstance(session, ort.InferenceSession) or not path:
+        return  # a fastembed or onnxruntime whose internals moved: keep its session as it is
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = MODEL_THREADS
     options.inter_op_num_threads = MODEL_THREADS
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    holder.model = ort.InferenceSession(session._model_path, sess_options=options, providers=session.get_providers())
+    holder.model = ort.InferenceSession(path, sess_options=options, providers=session.get_providers())
 
 
 _OPEN: dict[tuple[str, str | None], FastEmbedder] = {}

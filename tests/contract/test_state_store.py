@@ -127,15 +127,7 @@ def test_success_and_failure_guards_are_separate(store):
     attempt = aid()
     assert store.record_success(KEY, attempt)
     assert store.mark_failure(KEY, attempt, Severity.low).applied
-    assert store.once("record_outcome", attempt)
-
-
-def test_once(store):
-    attempt = aid()
-    assert store.once("store_failure_record", attempt) is True
-    assert store.once("store_failure_record", attempt) is False
-    assert store.once("send_feedback", attempt) is True
-    assert store.once("store_failure_record", aid()) is True
+    assert store.record_run(KEY, 1.0, False, threshold=5, cooldown_s=60, attempt_id=attempt) == "closed"
 
 
 def test_set_quality(store):
@@ -372,7 +364,7 @@ def test_lock_expires(store):
 def populate(store) -> None:
     store.mark_failure(KEY, aid(), Severity.high)
     store.record_success(KEY, aid())
-    store.once("effect", aid())
+    store.record_run(KEY, 1.0, False, threshold=5, cooldown_s=60, attempt_id="populate:0")  # an idempotency key
     store.promote(promotion("translate_text", "1.1.0"))
     store.set_weights(SelectionWeights())
     store.breaker_record(KEY, False, threshold=1, cooldown_s=30)
@@ -390,6 +382,7 @@ def test_clear_resets_everything(store):
     assert store.breaker_states([KEY]) == {KEY: "closed"}
     assert store.durations([KEY]) == {KEY: []}
     assert store.acquire_lock("evolve:translate_text", "b", ttl_s=30)
+    assert store.record_run(KEY, 1.0, False, threshold=5, cooldown_s=60, attempt_id="populate:0") == "closed"
 
 
 def test_clear_removes_only_its_own_prefix(redis_client: redis.Redis, run_prefix: str):

@@ -193,9 +193,6 @@ class RedisStateStore:
         )
         return bool(counted)
 
-    def once(self, effect: str, attempt_id: str) -> bool:
-        return bool(self.client.set(self._k("once", effect, attempt_id), 1, nx=True, ex=self.idempotency_ttl_s))
-
     # Promotions -------------------------------------------------------------------------------
 
     def promotion(self, namespace: str) -> Promotion | None:

@@ -36,7 +36,7 @@ def run_attempt(plan: CallPlan, index: int) -> ToolExecutionResult:
     candidate = plan.candidates[index]
     manifest = candidate.manifest
     timeout_s = candidate.timeout_s
-    if timeout_s is None:  # a plan made without the state store's summary
+    if timeout_s is None:  # a plan queued by a worker from before the timeout travelled in the plan
         recent = rt.state.durations([candidate.key]).get(candidate.key, [])
         timeout_s = adaptive_timeout(recent, manifest.timeout_s, settings.min_timeout_s, settings.max_timeout_s)
     outcome = run_tool(manifest, plan.request.input, timeout_s=timeout_s, limits=RunLimits.from_settings(settings))
