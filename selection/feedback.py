@@ -18,7 +18,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
@@ -59,10 +59,11 @@ def outcome_value(success: bool, quality: float) -> float | None:
     return None
 
 
-class FeedbackEntry(BaseModel):
-    """One stored judgement as selection sees it: its value, its scenario's similarity, its time."""
+class FeedbackEntry(NamedTuple):
+    """One stored judgement as selection sees it: its value (-1..1), its scenario's similarity, its
+    time. A tuple, not a model: a selection builds up to 200 of them from its own store's hits."""
 
-    value: float = Field(ge=-1.0, le=1.0)
+    value: float
     similarity: float
     timestamp: float
 

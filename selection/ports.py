@@ -83,7 +83,11 @@ class VectorMemory(Protocol):
         limit: int = 10,
         filter: VectorFilter | None = None,
         score_threshold: float | None = None,
-    ) -> list[VectorHit]: ...
+        fields: Sequence[str] | None = None,
+    ) -> list[VectorHit]:
+        """The nearest points by cosine, best first. `fields`: the payload keys the caller reads
+        (None: the whole payload); a store answers faster when it does not copy payloads nobody reads."""
+        ...
 
     def scroll(
         self, collection: str, filter: VectorFilter | None = None, limit: int = 1000

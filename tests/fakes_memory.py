@@ -39,12 +39,14 @@ class InMemoryVectorMemory:
         limit: int = 10,
         filter: VectorFilter | None = None,
         score_threshold: float | None = None,
+        fields: Sequence[str] | None = None,
     ) -> list[VectorHit]:
         query = _unit(self._checked(vector))
         with self._lock:
             candidates = [p for p in self._collection(collection).values() if _matches(p.payload, filter)]
         hits = [
-            VectorHit(id=p.id, score=sum(a * b for a, b in zip(query, p.vector, strict=True)), payload=dict(p.payload))
+            VectorHit(id=p.id, score=sum(a * b for a, b in zip(query, p.vector, strict=True)),
+                      payload={k: v for k, v in p.payload.items() if fields is None or k in fields})
             for p in candidates
         ]
         if score_threshold is not None:

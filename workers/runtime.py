@@ -13,6 +13,7 @@ import time
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from workers.heap import settle as settle_heap
 from workers.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -155,6 +156,7 @@ class Runtime:
                 if not is_store_failure(exc):
                     raise
                 log.warning("tool index not synced, the vector memory is unavailable: %s", exc)
+            settle_heap()  # what the selector loaded stays for the process's life
             return selector
 
     def close(self) -> None:

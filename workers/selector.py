@@ -51,6 +51,13 @@ SUCCESS_NEIGHBOURS = 32  # successful past scenarios consulted per selection (th
 FEEDBACK_LIMIT = 200  # feedback entries of the candidates consulted per selection
 EMBED_BATCH = 256
 
+# The payload keys each search of a plan reads: a feedback or failure point also stores its
+# scenario and reason, which selection never looks at and which the store would copy for each hit.
+TOOL_FIELDS = ("tool",)
+EXECUTION_FIELDS = ("tool", "name")
+FAILURE_FIELDS = ("tool",)
+FEEDBACK_FIELDS = ("tool", "value", "positive", "timestamp")
+
 
 def _text_hash(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
@@ -262,7 +269,7 @@ class Selector:
             must_not.append(Match(key="tool", any_of=list(request.exclude)))
         limit = max(self.settings.max_candidates, request.max_attempts) * SEARCH_DEPTH
         hits = self._search(
-            TOOLS, vector, limit=limit, filter=VectorFilter(must=must, must_not=must_not)
+            TOOLS, vector, limit=limit, filter=VectorFilter(must=must, must_not=must_not), fields=TOOL_FIELDS
         )
         if request.namespace and not request.version:
             hits += self._search(
@@ -270,6 +277,7 @@ class Selector:
                 vector,
                 limit=limit,
                 filter=VectorFilter(must=[*must, Match(key="name", any_of=[request.namespace])], must_not=must_not),
+                fields=TOOL_FIELDS,
             )
         hits = self.variants.filter_hits(hits, request)
         best: dict[str, float] = {}
@@ -287,6 +295,7 @@ class Selector:
             limit=200,
             filter=VectorFilter(must=[Match(key="tool", any_of=list(keys))]),
             score_threshold=self.settings.failure_similarity,
+            fields=FAILURE_FIELDS,
         )
         out: dict[str, list[float]] = defaultdict(list)
         for hit in hits:
@@ -295,16 +304,19 @@ class Selector:
 
     # ----------------------------------------------------------------- what outcomes taught
     def _search(self, collection: str, vector: list[float], limit: int = 10, filter: VectorFilter | None = None,
-                score_threshold: float | None = None) -> list[VectorHit]:
+                score_threshold: float | None = None, fields: tuple[str, ...] | None = None) -> list[VectorHit]:
         """`memory.search`, answered from the selection cache for the same search at the same state
         version (set by `plan` for its thread; outside a plan nothing is cached)."""
         version = getattr(self._local, "version", None)
         if version is None:
-            return self.rt.memory.search(collection, vector, limit=limit, filter=filter, score_threshold=score_threshold)
-        key = (collection, hash(tuple(vector)), limit, filter.model_dump_json() if filter else "", score_threshold, version)
+            return self.rt.memory.search(collection, vector, limit=limit, filter=filter, score_threshold=score_threshold,
+                                         fields=fields)
+        key = (collection, hash(tuple(vector)), limit, filter.model_dump_json() if filter else "", score_threshold,
+               fields, version)
         hits = self.cache.get(key)
         if hits is None:
-            hits = self.rt.memory.search(collection, vector, limit=limit, filter=filter, score_threshold=score_threshold)
+            hits = self.rt.memory.search(collection, vector, limit=limit, filter=filter, score_threshold=score_threshold,
+                                         fields=fields)
             self.cache.put(key, hits)
         return hits
 
@@ -313,13 +325,14 @@ class Selector:
         succeeded there join the candidates of a scenario-only call, with their description's
         similarity: what worked for similar jobs is worth trying even when its description does not
         say so."""
-        hits = self._search(EXECUTIONS, vector, limit=SUCCESS_NEIGHBOURS, filter=VectorFilter.where(success=True))
+        hits = self._search(EXECUTIONS, vector, limit=SUCCESS_NEIGHBOURS, filter=VectorFilter.where(success=True),
+                            fields=EXECUTION_FIELDS)
         if request.namespace or request.version:
             return hits
         new = sorted({h.payload["tool"] for h in hits} - set(similarity) - set(request.exclude))
         if new:
             found = self._search(TOOLS, vector, limit=len(new) * SEARCH_DEPTH,
-                                 filter=VectorFilter(must=[Match(key="tool", any_of=new)]))
+                                 filter=VectorFilter(must=[Match(key="tool", any_of=new)]), fields=TOOL_FIELDS)
             for hit in self.variants.filter_hits(found, request):
                 similarity[hit.payload["tool"]] = max(similarity.get(hit.payload["tool"], -1.0), hit.score)
         return hits
@@ -361,7 +374,8 @@ class Selector:
     def _feedback(self, evidence: list[CandidateEvidence], vector: list[float]) -> dict[str, float]:
         """Feedback points per candidate version from its stored feedback (FEEDBACK) near this scenario."""
         hits = self._search(FEEDBACK, vector, limit=FEEDBACK_LIMIT, score_threshold=MIN_SIMILARITY,
-                            filter=VectorFilter(must=[Match(key="tool", any_of=[e.key for e in evidence])]))
+                            filter=VectorFilter(must=[Match(key="tool", any_of=[e.key for e in evidence])]),
+                            fields=FEEDBACK_FIELDS)
         return points_by_tool(hits, self.settings.feedback_half_life_days * 86400.0)
 
     # ----------------------------------------------------------------- evolved versions

@@ -111,6 +111,16 @@ def test_search_orders_by_cosine_and_returns_ids_and_payloads(memory: VectorMemo
     assert ids(memory.search(TOOLS, [5.0, 0.0, 0.0, 0.0], limit=1)) == ["tool:a@1.0.0"]
 
 
+def test_search_returns_only_the_payload_fields_asked_for(memory: VectorMemory) -> None:
+    memory.upsert(TOOLS, POINTS)
+    hits = memory.search(TOOLS, QUERY, limit=5, fields=("tool", "deprecated"))
+    # The ranking and the ids do not depend on the fields; a key a point lacks is simply absent.
+    assert ids(hits) == ids(memory.search(TOOLS, QUERY, limit=5))
+    assert hits[0].payload == {"tool": "a@1.0.0", "deprecated": False}
+    assert hits[-1].payload == {"tool": "e@1.0.0"}
+    assert memory.search(TOOLS, QUERY, limit=1, fields=())[0].payload == {}
+
+
 def test_upsert_by_the_same_id_replaces_the_point(memory: VectorMemory) -> None:
     memory.upsert(TOOLS, POINTS)
     memory.upsert(TOOLS, [pt("tool:a@1.0.0", [0.0, 0.0, 0.0, 1.0], tool="a@1.0.0", name="a", tags=["moved"])])

@@ -136,8 +136,8 @@ class _Routed:
         self._of(collection).upsert(collection, points)
 
     def search(self, collection: str, vector: Sequence[float], limit: int = 10, filter: VectorFilter | None = None,
-               score_threshold: float | None = None) -> list[VectorHit]:
-        return self._of(collection).search(collection, vector, limit, filter, score_threshold)
+               score_threshold: float | None = None, fields: Sequence[str] | None = None) -> list[VectorHit]:
+        return self._of(collection).search(collection, vector, limit, filter, score_threshold, fields)
 
     def scroll(self, collection: str, filter: VectorFilter | None = None, limit: int = 1000) -> list[VectorPoint]:
         return self._of(collection).scroll(collection, filter, limit)

@@ -19,6 +19,7 @@ from workers.memory.common import (
     check_vector,
     collection_name,
     indexed_fields,
+    payload_keys,
     point_uuid,
     scroll_pages,
     stored_payload,
@@ -98,6 +99,7 @@ class ClientVectorMemory:
         limit: int = 10,
         filter: VectorFilter | None = None,
         score_threshold: float | None = None,
+        fields: Sequence[str] | None = None,
     ) -> list[VectorHit]:
         name = self._name(collection)
         query = check_vector(vector, self.dim)
@@ -108,7 +110,7 @@ class ClientVectorMemory:
                 query_filter=translate_filter(filter, _CONDITIONS),
                 limit=limit,
                 score_threshold=score_threshold,
-                with_payload=True,
+                with_payload=payload_keys(fields),
             )
         return [to_hit(p, p.score) for p in response.points]
 

@@ -70,6 +70,11 @@ def stored_payload(point: VectorPoint) -> dict[str, Any]:
     return {**point.payload, ID_KEY: point.id}
 
 
+def payload_keys(fields: Sequence[str] | None) -> bool | list[str]:
+    """The engines' `with_payload` for the keys a caller reads, and the point id kept in the payload."""
+    return True if fields is None else [*dict.fromkeys(fields), ID_KEY]
+
+
 def _split(stored: PointLike) -> tuple[str, dict[str, Any]]:
     payload = dict(stored.payload or {})
     # A point written by something other than this adapter has no ID_KEY; its UUID is the best id.

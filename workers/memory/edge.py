@@ -55,6 +55,7 @@ from workers.memory.common import (
     check_vector,
     collection_name,
     indexed_fields,
+    payload_keys,
     point_uuid,
     scroll_pages,
     stored_payload,
@@ -130,13 +131,14 @@ class EdgeVectorMemory:
         limit: int = 10,
         filter: VectorFilter | None = None,
         score_threshold: float | None = None,
+        fields: Sequence[str] | None = None,
     ) -> list[VectorHit]:
         request = QueryRequest(
             limit=limit,
             query=Query.Nearest(check_vector(vector, self.dim)),
             filter=translate_filter(filter, _CONDITIONS),
             score_threshold=score_threshold,
-            with_payload=True,
+            with_payload=payload_keys(fields),
         )
         return [to_hit(p, p.score) for p in self._shard(collection).engine.query(request)]
 
