@@ -99,10 +99,6 @@ class Evidence(BaseModel):
             counts[p.error_class] += 1
         return [c for c, _ in counts.most_common()]
 
-    def dominant_class(self) -> FailureClass | None:
-        classes = self.classes()
-        return classes[0] if classes else None
-
     def failed_before(self, mutator: str, mutation: str, threshold: float) -> FailedMutation | None:
         """The earlier failure of this exact mutation for a similar reason, if any."""
         return next(

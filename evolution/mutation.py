@@ -32,7 +32,6 @@ log = logging.getLogger(__name__)
 class MutatorConfig(BaseModel):
     """What mutators may depend on; built from the settings by the evolution worker."""
 
-    min_timeout_s: float = 0.5
     max_timeout_s: float = 120.0
     llm_url: str | None = None
     llm_model: str = "gpt-4o-mini"

@@ -21,25 +21,15 @@ from pydantic import BaseModel, Field
 
 from evolution.models import Evidence, Stage, StageResult, shape_of
 from selection.manifest import ToolManifest
-from selection.models import FailureClass
 
 STARTUP_S = 10.0  # a stage's subprocess start-up (interpreter and imports), on a busy machine
 PER_RUN_SLACK = 1.5  # each run may take its timeout and a half before the stage is killed
 
 
-class RunResult(Protocol):
-    """One run of the candidate, as the sandbox reports it (workers.runners.RunOutcome fits)."""
-
-    success: bool
-    output: Any
-    error_class: FailureClass | None
-    error_message: str | None
-
-
 class StageRun(BaseModel):
     """What a stage's subprocess returned: one result per input, or why the subprocess died."""
 
-    results: list[Any] = Field(default_factory=list)  # RunResult objects, in input order
+    results: list[Any] = Field(default_factory=list)  # one run's outcome per input, in input order (workers.runners.RunOutcome)
     died: str | None = None
     elapsed_ms: float = 0.0
 

@@ -117,7 +117,9 @@ def wrap(
     header = _HEADER.substitute(
         key=f"{manifest.name}@{version}",
         parent_key=manifest.key,
-        mutation=mutation.replace('"""', "'''"),
+        # The text goes into the module's docstring: a backslash (`\N`, `\x` in an input's key)
+        # would be read as an escape and a triple quote would end it.
+        mutation=mutation.replace("\\", "\\\\").replace('"""', "'''"),
     )
     lines = [header, f"PARENT = {_literal(parent_ref)}"]
     lines += [f"{name} = {_literal(value)}" for name, value in constants.items()]
@@ -246,7 +248,8 @@ def run(value: dict[str, Any]) -> Any:
     if hit:
         return result
     result = _call(value)
-    _remember(value, json.dumps(result))
+    if CACHE_SIZE:  # a wrapper that does not cache does not serialise every result for nothing
+        _remember(value, json.dumps(result))
     return result
 '''
 
@@ -262,6 +265,9 @@ def _load_parent() -> Any:
         module = importlib.import_module(PARENT["module"])
     else:
         path = HERE / PARENT["file"]
+        # The parent's own sibling modules import as they did when it ran unwrapped.
+        if str(HERE / "parent") not in sys.path:
+            sys.path.insert(0, str(HERE / "parent"))
         name = "fittest_parent_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
         module = sys.modules.get(name)
         if module is None:

@@ -26,7 +26,6 @@ from selection.manifest import Phase, TaskType
 
 Testing = Literal["none", "present", "failing", "passing"]
 PHASES: tuple[str, ...] = get_args(Phase)
-TASK_TYPES: tuple[str, ...] = get_args(TaskType)
 
 # Keywords per phase, strongest signal first; whole words, case-insensitive.
 PHASE_KEYWORDS: dict[str, tuple[str, ...]] = {

@@ -6,13 +6,10 @@ policy be tested, benchmarked and replayed without any service.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field
 
 from selection.manifest import ToolManifest
-
-Source = Literal["promoted", "original", "semantic", "requested", "version"]
+from selection.models import Source
 
 # Base scores of the seed design: the served version first, then the original, then look-alikes.
 BASE_SCORE: dict[str, float] = {"promoted": 1.0, "version": 1.0, "requested": 1.0, "original": 0.9}
@@ -25,8 +22,6 @@ class CandidateEvidence(BaseModel):
     source: Source = "semantic"
     similarity: float = 0.0  # cosine of the scenario to the tool's served description
     quality: float = 1.0
-    successes: int = 0
-    failures: int = 0
     failure_similarities: list[float] = Field(default_factory=list)  # past failures of this version
     success_similarities: list[float] = Field(default_factory=list)  # past successes of this version
     # Past successes of the namespace, any version (this one included): what a new version inherits.
@@ -35,7 +30,6 @@ class CandidateEvidence(BaseModel):
     sparc: float = 0.5
     sparc_components: dict[str, float] = Field(default_factory=dict)
     sparc_rationale: str = ""
-    on_trial: bool = False
     timeout_s: float | None = None  # the adaptive timeout of its attempt (selection/timeouts.py)
 
     @property

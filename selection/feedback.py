@@ -85,14 +85,19 @@ def feedback_points(
     return max(-MAX_POINTS, min(MAX_POINTS, points))
 
 
+def payload_value(payload: dict[str, Any]) -> float:
+    """A stored judgement's value in [-1, 1] (a payload with only `positive` counts as ±1)."""
+    value = payload.get("value", 1.0 if payload.get("positive") else -1.0)
+    return max(-1.0, min(1.0, float(value)))
+
+
 def points_by_tool(hits: Iterable[VectorHit], half_life_s: float, now: float | None = None) -> dict[str, float]:
     """Feedback points per tool version from FEEDBACK search hits (payload `tool`, `value`,
     `timestamp`; a payload with only `positive` counts as ±1)."""
     entries: dict[str, list[FeedbackEntry]] = defaultdict(list)
     for h in hits:
-        value = h.payload.get("value", 1.0 if h.payload.get("positive") else -1.0)
-        entries[h.payload["tool"]].append(FeedbackEntry(
-            value=max(-1.0, min(1.0, float(value))), similarity=h.score, timestamp=float(h.payload.get("timestamp", 0.0))))
+        entries[h.payload["tool"]].append(
+            FeedbackEntry(payload_value(h.payload), h.score, float(h.payload.get("timestamp", 0.0))))
     return {key: feedback_points(items, half_life_s, now) for key, items in entries.items()}
 
 
@@ -130,11 +135,10 @@ class FeedbackRecord(BaseModel):
 
     @classmethod
     def from_payload(cls, point_id: str, payload: dict[str, Any]) -> FeedbackRecord:
-        """Back from a stored point (a payload with only `positive` counts as ±1)."""
-        value = payload.get("value", 1.0 if payload.get("positive") else -1.0)
+        """Back from a stored point."""
         return cls(id=point_id, tool=payload.get("name") or str(payload.get("tool", "?")).partition("@")[0],
                    version=payload.get("version") or str(payload.get("tool", "?@?")).partition("@")[2] or "?",
-                   scenario=payload.get("scenario") or "(no scenario)", value=max(-1.0, min(1.0, float(value))),
+                   scenario=payload.get("scenario") or "(no scenario)", value=payload_value(payload),
                    reason=payload.get("reason", ""), source=payload.get("source", "manual"),
                    call_id=payload.get("call_id"), timestamp=float(payload.get("timestamp", 0.0)))
 

@@ -106,14 +106,18 @@ def _check_json_value(value: Any, depth: int) -> None:
             _check_json_value(item, depth + 1)
 
 
+# Why a version is a candidate: the served one, the namespace's original, a look-alike, or asked for.
+Source = Literal["promoted", "original", "semantic", "requested", "version"]
+
+
 class ScoreBreakdown(BaseModel):
     """Why a candidate got its score: every factor, so a person can check the arithmetic."""
 
     base: float = 0.0  # promoted 1.0, original 0.9, semantic 0.8 x similarity
-    source: Literal["promoted", "original", "semantic", "requested", "version"] = "semantic"
+    source: Source = "semantic"
     similarity: float = 0.0
     quality: float = 1.0
-    failure_penalty: float = 1.0  # 0.7 ** similar past failures
+    failure_penalty: float = 1.0  # what failures nearby multiply it by (seed: 0.7 ** similar_failures; learned: success rate)
     similar_failures: int = 0
     feedback: float = 0.0  # -50..50 points
     sparc: float = 0.5

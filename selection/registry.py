@@ -123,8 +123,7 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, ToolManifest] = {}
         self._sources: dict[str, str] = {}
-        # index name -> value -> keys; kept on add so per-call lookups do not scan every version
-        self._index: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        self._by_name: dict[str, set[str]] = defaultdict(set)  # namespace -> its version keys
         self.errors: list[ManifestError] = []
 
     @classmethod
@@ -153,19 +152,7 @@ class ToolRegistry:
             raise ManifestError(origin, "version", f"{manifest.key} is already defined by {previous}")
         self._tools[manifest.key] = manifest
         self._sources[manifest.key] = origin
-        sparc = manifest.sparc
-        for index, values in (
-            ("name", [manifest.name]),
-            ("tag", manifest.tags),
-            ("phase", sparc.phases if sparc else []),
-            ("language", sparc.languages if sparc else []),
-            ("task_type", sparc.task_types if sparc else []),
-        ):
-            for value in values:
-                self._index[index][value].add(manifest.key)
-
-    def _lookup(self, index: str, value: str) -> list[ToolManifest]:
-        return _sorted(self._tools[k] for k in self._index[index].get(value, ()))
+        self._by_name[manifest.name].add(manifest.key)
 
     def source(self, key: str) -> str | None:
         """Where a tool version came from (its manifest file), for messages and `fittest show`."""
@@ -184,24 +171,12 @@ class ToolRegistry:
         return _sorted(self._tools.values())
 
     def namespaces(self) -> list[str]:
-        return sorted(self._index["name"])
+        return sorted(self._by_name)
 
     def versions(self, name: str) -> list[ToolManifest]:
         """Every version of a namespace, lowest semantic version first."""
-        return self._lookup("name", name)
+        return _sorted(self._tools[k] for k in self._by_name.get(name, ()))
 
     def original(self, name: str) -> ToolManifest | None:
         """The namespace's first registered implementation: the lowest version with no parent."""
         return next((m for m in self.versions(name) if m.parent_version is None), None)
-
-    def by_tag(self, tag: str) -> list[ToolManifest]:
-        return self._lookup("tag", tag.strip().lower())
-
-    def by_phase(self, phase: str) -> list[ToolManifest]:
-        return self._lookup("phase", phase)
-
-    def by_language(self, language: str) -> list[ToolManifest]:
-        return self._lookup("language", language.strip().lower())
-
-    def by_task_type(self, task_type: str) -> list[ToolManifest]:
-        return self._lookup("task_type", task_type)

@@ -92,7 +92,6 @@ def write_version(folder: Path, manifest: ToolManifest, files: dict[str, bytes])
 
 def mutator_config(settings: Settings) -> MutatorConfig:
     return MutatorConfig(
-        min_timeout_s=settings.min_timeout_s,
         max_timeout_s=settings.max_timeout_s,
         llm_url=settings.llm_url,
         llm_model=settings.llm_model,

@@ -17,10 +17,10 @@ from evolution.trial import served_version
 from evolution.versioning import MANIFEST_FILE, version_stem
 from selection.cache import TTLCache
 from selection.context import ContextFeatures, analyse
-from selection.evidence import CandidateEvidence, Source
+from selection.evidence import CandidateEvidence
 from selection.feedback import MIN_SIMILARITY, points_by_tool, similarity_weight
 from selection.manifest import ManifestError, ToolManifest, load_manifest, tool_key
-from selection.models import Candidate, CallPlan, CallRequest, Promotion
+from selection.models import Candidate, CallPlan, CallRequest, Promotion, Source
 from selection.policies import get_policy
 from selection.ports import (
     EXECUTIONS,
@@ -226,8 +226,6 @@ class Selector:
                 source=sources[k],
                 similarity=similarity.get(k, 0.0),
                 quality=stats[k].quality,
-                successes=stats[k].successes,
-                failures=stats[k].failures,
                 failure_similarities=failures.get(k, []),
                 timeout_s=self._timeout(registry.get(k), stats[k]),  # type: ignore[arg-type]
             )

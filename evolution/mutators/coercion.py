@@ -31,11 +31,12 @@ from selection.models import FailureClass
 
 CLOSE_SPELLING = 0.6
 MAX_DEFAULT_CHARS = 32
-# (kind given, kind wanted) pairs the wrapper's _coerce converts.
+# (kind given, kind wanted) pairs the wrapper's _coerce converts. An int given for a float needs
+# no rule (JSON numbers are both), and a bool is never converted (True is no list and no number).
 CONVERTIBLE = {
     ("str", "int"), ("str", "float"), ("str", "bool"), ("str", "list"),
-    ("int", "str"), ("float", "str"), ("float", "int"), ("int", "float"),
-    ("int", "list"), ("float", "list"), ("bool", "list"), ("object", "list"),
+    ("int", "str"), ("float", "str"), ("float", "int"),
+    ("int", "list"), ("float", "list"), ("object", "list"),
 }
 _QUOTED = re.compile(r"'([A-Za-z_][\w-]*)'")
 

@@ -30,10 +30,6 @@ class Policy(Protocol):
 _POLICIES: dict[str, type] = {"seed": SeedPolicy, "learned": LearnedPolicy}
 
 
-def register_policy(name: str, factory: type) -> None:
-    _POLICIES[name] = factory
-
-
 def get_policy(name: str, **options: Any) -> Policy:
     try:
         factory = _POLICIES[name]

@@ -108,10 +108,6 @@ class LearnedPolicy:
             ),
         )
 
-    def score(self, evidence: list[CandidateEvidence]) -> list[tuple[float, ScoreBreakdown]]:
-        """Each candidate's log-utility and its breakdown."""
-        return [(t.utility, self._breakdown(e, t)) for e, t in zip(evidence, self._terms(evidence))]
-
     def rank(
         self, evidence: list[CandidateEvidence], features: dict[str, Any], rng: random.Random,
         limit: int | None = None,

@@ -5,7 +5,6 @@ shows weights and recommends, asking the workers for what lives in the vector me
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 

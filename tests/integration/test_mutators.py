@@ -197,6 +197,16 @@ def test_coercion_mutator_maps_a_renamed_key(tmp_path: Path) -> None:
     assert all_passed(verified(proposal, evidence, tmp_path))
 
 
+def test_a_wrapped_tool_still_imports_its_sibling_modules(tmp_path: Path) -> None:
+    parent = make_tool(tmp_path, "counter", "from counting import count\ndef run(value):\n    return count(value)\n",
+                       test_cases=[{"input": {"text": "a b"}, "expect": {"words": 2}}])
+    (tmp_path / "counter" / "counting.py").write_text(textwrap.dedent(WORDS).replace("def run(", "def count("))
+    evidence = Evidence(failures=[failing(FailureClass.bad_input, "KeyError: 'text'", content="one two three")])
+    proposal = propose(CoercionMutator(MutatorConfig()), parent, evidence)
+    assert [c.mutation for c in proposal.candidates] == ["input coercion: rename content→text"]
+    assert all_passed(verified(proposal, evidence, tmp_path))
+
+
 def test_coercion_that_breaks_an_expected_error_fails_the_test_cases(tmp_path: Path) -> None:
     cases = [{"input": {"text": "a b"}, "expect": {"words": 2}}, {"input": {"text": 42}, "expect_error": True}]
     parent = make_tool(tmp_path, "strict", WORDS, test_cases=cases)

@@ -49,7 +49,6 @@ def run_call(rt, scenario: str, right: str, call_id: str) -> list[str]:
     from workers.outcomes import apply_failure, apply_outcome, store_executions
 
     plan = rt.selector.plan(CallRequest(scenario=scenario, call_id=call_id))
-    vector = rt.embedder.embed_one(scenario)
     for k, c in enumerate(plan.candidates[:5]):
         ok = c.manifest.name == right
         plan.attempts.append(ToolExecutionResult(attempt_id=f"{call_id}:{k}", call_id=call_id, tool=c.manifest.name,

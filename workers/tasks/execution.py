@@ -8,7 +8,6 @@ or ends the call with every attempt listed.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from celery import Task
