@@ -165,7 +165,14 @@ def open_embedder(settings: Settings) -> FastEmbedder:
             embedder = _OPEN[key] = FastEmbedder(
                 settings.embedding_model, path, cache_size=settings.embedding_cache_size
             )
-        return embedder
+    if embedder.dim != settings.embedding_dim:
+        # Caught here, not at the first write: the vector store is made for FITTEST_EMBEDDING_DIM.
+        raise EmbedderUnavailable(
+            f"embedding model {settings.embedding_model!r} makes {embedder.dim}-dimensional vectors but "
+            f"FITTEST_EMBEDDING_DIM is {settings.embedding_dim}; set it to {embedder.dim} (and use a fresh "
+            "vector store: vectors of different sizes cannot share one)"
+        )
+    return embedder
 
 
 _INHERITED: list[dict[tuple[str, str | None], FastEmbedder]] = []

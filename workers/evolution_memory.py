@@ -38,6 +38,7 @@ from evolution.trial import TrialRules, decide, head_version, parent_rate
 from selection.manifest import ManifestError, load_manifest
 from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord
 from selection.ports import EVOLUTIONS, FAILURES, FailureApplied, Match, VectorFilter, VectorPoint
+from workers.pending import upsert_or_keep
 from workers.promotions import conclude_trial
 from workers.tool_catalog import evolved_dir
 from workers.variants import credit_variants
@@ -190,20 +191,17 @@ def apply_evolution_record(rt: Runtime, record: EvolutionRecord) -> dict[str, An
             log.error("evolved manifest refused: %s", exc)
     judged = [(i, c) for i, c in enumerate(record.candidates) if c.outcome in ("verified", "failed")]
     if judged:
-        vector = rt.embedder.embed_one(record.pattern)
-        rt.memory.upsert(
-            EVOLUTIONS,
-            [
-                VectorPoint(
-                    id=f"{record.job_id}:{i}",
-                    vector=vector,
-                    payload={"name": record.namespace, "outcome": c.outcome, "mutator": c.mutator, "mutation": c.mutation,
-                             "reason": c.reason[:500], "pattern": record.pattern[:500], "job_id": record.job_id,
-                             "version": record.promoted_version if c.outcome == "verified" else None},
-                )
-                for i, c in judged
-            ],
-        )
+        # Embedded when written; kept in the pending list and replayed when the store is down.
+        upsert_or_keep(rt, EVOLUTIONS, [
+            VectorPoint(
+                id=f"{record.job_id}:{i}",
+                vector=[],
+                payload={"name": record.namespace, "outcome": c.outcome, "mutator": c.mutator, "mutation": c.mutation,
+                         "reason": c.reason[:500], "pattern": record.pattern[:500], "job_id": record.job_id,
+                         "version": record.promoted_version if c.outcome == "verified" else None},
+            )
+            for i, c in judged
+        ], texts=[record.pattern] * len(judged))
     return {"job_id": record.job_id, "registered": registered, "patterns": len(judged)}
 
 

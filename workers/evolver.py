@@ -138,7 +138,7 @@ class Evolver:
         if not self.settings.evolution_enabled:
             return self._report(job, "disabled", started, message="evolution is off (FITTEST_EVOLUTION_ENABLED=false)")
         lock = f"evolve:{job.namespace}"
-        ttl = self.settings.evolution_budget_s + LOCK_MARGIN_S
+        ttl = self.settings.evolution_time_limit_s + LOCK_MARGIN_S  # outlives the task's hard stop
         wait_until = started + (self.settings.evolution_lock_wait_s if job.trigger == "call" else 0.0)
         while not self.state.acquire_lock(lock, job.job_id, ttl):
             if time.monotonic() >= wait_until:

@@ -160,8 +160,10 @@ class Runtime:
             return selector
 
     def close(self) -> None:
-        if self._memory is not None:
-            self._memory.close()
+        with self._lock:
+            if self._memory is not None:
+                self._memory.close()
+            self._memory, self._memory_ready = None, False  # a later use opens the store again
 
 
 _runtime: Runtime | None = None
@@ -176,11 +178,3 @@ def runtime() -> Runtime:
             _runtime = Runtime(get_settings())
         return _runtime
 
-
-def reset_runtime() -> None:
-    """Forget the process's services (tests, and after a fork)."""
-    global _runtime
-    with _runtime_lock:
-        if _runtime is not None:
-            _runtime.close()
-        _runtime = None

@@ -6,7 +6,6 @@ the state store. What it hands the policy is plain evidence (selection/evidence.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import random
 import threading
@@ -33,12 +32,11 @@ from selection.ports import (
     ToolStats,
     VectorFilter,
     VectorHit,
-    VectorPoint,
 )
 from selection.sparc import sparc_score
 from selection.timeouts import timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
-from workers.tool_catalog import evolved_dir
+from workers.tool_catalog import evolved_dir, text_hash, tool_point
 from workers.variants import VariantBook
 
 if TYPE_CHECKING:
@@ -57,10 +55,6 @@ TOOL_FIELDS = ("tool",)
 EXECUTION_FIELDS = ("tool", "name")
 FAILURE_FIELDS = ("tool",)
 FEEDBACK_FIELDS = ("tool", "value", "positive", "timestamp")
-
-
-def _text_hash(text: str) -> str:
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
 
 
 def tool_texts(manifest: ToolManifest) -> list[tuple[str, str]]:
@@ -95,30 +89,12 @@ class Selector:
             (pid, text, m)
             for m in manifests
             for pid, text in tool_texts(m)
-            if known.get(pid) != _text_hash(text)
+            if known.get(pid) != text_hash(text)
         ]
         for start in range(0, len(todo), EMBED_BATCH):
             chunk = todo[start : start + EMBED_BATCH]
             vectors = embedder.embed([text for _, text, _ in chunk])
-            memory.upsert(
-                TOOLS,
-                [
-                    VectorPoint(
-                        id=pid,
-                        vector=vec,
-                        payload={
-                            "tool": m.key,
-                            "name": m.name,
-                            "version": m.version,
-                            "tags": m.tags,
-                            "deprecated": m.deprecated,
-                            "text_hash": _text_hash(text),
-                            "text": text[:500],
-                        },
-                    )
-                    for (pid, text, m), vec in zip(chunk, vectors)
-                ],
-            )
+            memory.upsert(TOOLS, [tool_point(pid, text, m, vec) for (pid, text, m), vec in zip(chunk, vectors)])
         return len(todo)
 
     def add_tool(self, manifest: ToolManifest) -> None:

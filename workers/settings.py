@@ -20,8 +20,10 @@ from pydantic_settings import (
 
 
 # The broker must not hand an unacknowledged message to another worker while the first may still
-# run it: longer than the longest attempt (max_timeout_s) plus evolution's verification.
-VISIBILITY_MARGIN_S = 600
+# run it: longer than the longest step, an attempt (max_timeout_s) or an evolution (its time limit).
+VISIBILITY_MARGIN_S = 120
+# An evolution's hard time limit past its budget: the last candidate's three stages may run past it.
+EVOLUTION_OVERRUN_S = 600
 
 
 class Settings(BaseSettings):
@@ -46,6 +48,7 @@ class Settings(BaseSettings):
     # Embeddings
     embedding_model: str = Field("sentence-transformers/all-MiniLM-L6-v2", description="fastembed model name")
     embedding_model_path: Path | None = Field(None, description="Local model directory (fastembed specific_model_path); needed without internet")
+    embedding_dim: int = Field(384, ge=1, description="Vector size of the embedding model (384 for all-MiniLM-L6-v2); the vector store is made for it")
     embedding_cache_size: int = Field(4096, ge=0, description="Scenario embeddings kept in the LRU cache")
 
     # Selection
@@ -64,13 +67,13 @@ class Settings(BaseSettings):
     tool_cpu_s: int = Field(60, ge=1, description="CPU-seconds limit of a tool subprocess")
     breaker_threshold: int = Field(5, ge=1, description="Consecutive failures of a tool version that open its circuit breaker (shared by all workers)")
     breaker_cooldown_s: float = Field(60.0, gt=0, description="How long an open breaker keeps its tool version out of selection; then one probe call may try it")
-    visibility_timeout_s: float | None = Field(None, gt=0, description="Seconds before the broker gives an unacknowledged call step to another worker (a crashed worker's work); default FITTEST_MAX_TIMEOUT_S + 600; must exceed FITTEST_MAX_TIMEOUT_S")
+    visibility_timeout_s: float | None = Field(None, gt=0, description="Seconds before the broker gives an unacknowledged call step to another worker (a crashed worker's work); default the longest step (FITTEST_MAX_TIMEOUT_S, or an evolution: FITTEST_EVOLUTION_BUDGET_S + 600) + 120; must exceed FITTEST_MAX_TIMEOUT_S")
 
     # Evolution
     evolution_enabled: bool = Field(True, description="Evolve a new version when every candidate fails")
     llm_url: str | None = Field(None, description="OpenAI-compatible endpoint for the code mutator (e.g. http://host:8000/v1); unset: off")
     llm_model: str = Field("gpt-4o-mini", description="Model name sent to the code mutator's endpoint")
-    llm_api_key: SecretStr | None = Field(None, description="Bearer key for FITTEST_LLM_URL (environment only; never printed)")
+    llm_api_key: SecretStr | None = Field(None, description="Bearer key for FITTEST_LLM_URL (never printed; better set in the environment than in FITTEST_CONFIG)")
     llm_timeout_s: float = Field(60.0, gt=0, description="Time allowed for one reply of the code mutator's endpoint")
     ab_test_probability: float = Field(0.1, ge=0, le=1, description="Chance of serving a testing description variant")
     trial_share: float = Field(0.25, ge=0, le=1, description="Share of a namespace's calls served by a version on trial (the parent serves the rest)")
@@ -120,9 +123,15 @@ class Settings(BaseSettings):
         return self
 
     @property
+    def evolution_time_limit_s(self) -> float:
+        """The hard stop of one evolution task (its lock and the broker's visibility outlast it)."""
+        return self.evolution_budget_s + EVOLUTION_OVERRUN_S
+
+    @property
     def visibility_timeout(self) -> int:
         """Seconds an unacknowledged message stays with the worker that took it (see the field)."""
-        return int(self.visibility_timeout_s or self.max_timeout_s + VISIBILITY_MARGIN_S)
+        longest = max(self.max_timeout_s, self.evolution_time_limit_s)
+        return int(self.visibility_timeout_s or longest + VISIBILITY_MARGIN_S)
 
     def redis_tls(self, url: str | None = None) -> dict[str, Any]:
         """redis-py's TLS keyword arguments for a rediss:// `url` (default: FITTEST_REDIS_URL); {} for

@@ -109,7 +109,8 @@ def celery_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "celery", "-A", "workers.app", *args]
 
 
-# One entry per Procfile line; the Procfile is written from the same commands (see `procfile_text`).
+# The Procfile's worker roles as the benches and `fittest demo` start them (tests/unit/test_task_routes.py
+# checks that the two agree).
 ROLES: dict[str, Role] = {
     "memory": Role("memory", celery_cmd("worker", "-Q", "selection,feedback,learning", "-P", "threads",
                                         "-c", "4", "--prefetch-multiplier", "16", "-n", "memory@%h", "--without-gossip", "--without-mingle")),

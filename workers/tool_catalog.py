@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
+from typing import Any
 
+from selection.manifest import ToolManifest
+from selection.ports import VectorPoint
 from selection.registry import ToolRegistry
 from workers.settings import Settings
 
 
 def evolved_dir(settings: Settings) -> Path:
     return settings.data_dir / "evolved"
+
+
+def text_hash(text: str) -> str:
+    """What a stored tool point was embedded from: the index re-embeds a text whose hash changed."""
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+
+
+def tool_point(point_id: str, text: str, manifest: ToolManifest, vector: list[float], **extra: Any) -> VectorPoint:
+    """One text of a tool version (description, example, description variant) in the TOOLS collection."""
+    return VectorPoint(id=point_id, vector=vector, payload={
+        "tool": manifest.key, "name": manifest.name, "version": manifest.version, "tags": manifest.tags,
+        "deprecated": manifest.deprecated, "text_hash": text_hash(text), "text": text[:500], **extra,
+    })
 
 
 def load_registry(settings: Settings) -> ToolRegistry:

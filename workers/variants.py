@@ -16,17 +16,21 @@ its first-attempt success; enough trials promote a testing variant or retire it.
 
 from __future__ import annotations
 
-import hashlib
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING
 
 from evolution.descriptions import DescriptionVariant, judge, served
 from selection.models import CallRequest, OutcomeRecord
-from selection.ports import TOOLS, VectorHit, VectorPoint
+from selection.ports import TOOLS, VectorHit
+from workers.degraded import is_store_failure
+from workers.tool_catalog import tool_point
 
 if TYPE_CHECKING:
     from workers.runtime import Runtime
+
+log = logging.getLogger("fittest.selection")
 
 REFRESH_S = 2.0
 
@@ -72,22 +76,17 @@ class VariantBook:
         ]
         if not todo:
             return
-        vectors = self.rt.embedder.embed([v.text for _, v in todo])
-        points = []
-        for (key, v), vector in zip(todo, vectors):
-            m = self.rt.registry.get(key)
-            assert m is not None
-            points.append(
-                VectorPoint(
-                    id=variant_point_id(key, v.id),
-                    vector=vector,
-                    payload={
-                        "tool": key, "name": m.name, "version": m.version, "tags": m.tags, "deprecated": m.deprecated,
-                        "text_hash": hashlib.sha1(v.text.encode()).hexdigest()[:16], "text": v.text[:500], "variant": v.id,
-                    },
-                )
-            )
-        self.rt.memory.upsert(TOOLS, points)
+        try:
+            vectors = self.rt.embedder.embed([v.text for _, v in todo])
+            points = [tool_point(variant_point_id(key, v.id), v.text, self.rt.registry.get(key), vector, variant=v.id)  # type: ignore[arg-type]
+                      for (key, v), vector in zip(todo, vectors)]
+            self.rt.memory.upsert(TOOLS, points)
+        except Exception as exc:
+            if not is_store_failure(exc):
+                raise
+            # Selection goes on without the new variants' points; the next refresh embeds them.
+            log.warning("description variants not indexed, the embedder or vector memory failed: %s", exc)
+            return
         self._embedded.update(p.id for p in points)
 
     def _served(self, variants: list[DescriptionVariant], request: CallRequest, key: str) -> str:

@@ -90,7 +90,8 @@ def test_celery_app_uses_tls_and_a_visibility_timeout_longer_than_any_attempt(tm
     conf = make_app(s).conf
     assert conf.broker_use_ssl["ssl_ca_certs"] == str(tmp_path / "ca.pem")
     assert conf.redis_backend_use_ssl["ssl_cert_reqs"] == ssl.CERT_REQUIRED
-    assert conf.broker_transport_options["visibility_timeout"] == 30 + 600
+    # The longest step is an evolution (budget 240 s + 600 s past it), not an attempt (30 s).
+    assert conf.broker_transport_options["visibility_timeout"] == 240 + 600 + 120
     assert conf.accept_content == ["json"] and conf.task_serializer == "json"
     assert conf.task_acks_late and conf.task_reject_on_worker_lost
     assert not conf.worker_cancel_long_running_tasks_on_connection_loss

@@ -109,3 +109,11 @@ def test_open_embedder_loads_once_per_process(model_path: Path, monkeypatch: pyt
     first = open_embedder(settings)
     assert open_embedder(Settings(embedding_model_path=model_path)) is first
     assert first.cache_info().maxsize == 16
+
+
+def test_a_model_of_another_size_than_the_setting_is_refused_at_load(model_path: Path) -> None:
+    settings = Settings(embedding_model_path=model_path, embedding_dim=768)
+    with pytest.raises(EmbedderUnavailable) as info:
+        open_embedder(settings)
+    assert "384-dimensional" in str(info.value) and "FITTEST_EMBEDDING_DIM is 768" in str(info.value)
+    assert open_embedder(settings.model_copy(update={"embedding_dim": 384})).dim == 384

@@ -248,4 +248,6 @@ def chaos(
                   f"{result.effects_missing}[/{color}]; recovery after the Redis restart {result.recovery_s:.2f} s; "
                   f"quality {result.quality_stored:.4f} (expected {result.quality_expected:.4f})")
     write_json(json_path, result)
+    if bad:
+        raise typer.Exit(1)
 

@@ -10,9 +10,10 @@ from workers.settings import Settings, redact_url
 __all__ = ["VectorMemoryUnavailable", "open_vector_memory"]
 
 
-def open_vector_memory(settings: Settings, dim: int = 384) -> VectorMemory:
+def open_vector_memory(settings: Settings, dim: int | None = None) -> VectorMemory:
     """Open the configured store with all its collections, or fail with a message that names the
-    store and the setting that chose it. `dim` is the embedder's."""
+    store and the setting that chose it. `dim`: the vector size (default FITTEST_EMBEDDING_DIM)."""
+    dim = settings.embedding_dim if dim is None else dim
     try:
         memory = _construct(settings, dim)
         try:

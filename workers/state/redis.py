@@ -12,7 +12,7 @@ caller-supplied part, so no two kinds of key can collide:
     P tool:{key}             hash   quality_bp, successes, failures (absent field: default)
     P applied:failure:{aid}  string idempotency key of mark_failure (TTL, 7 days by default)
     P applied:success:{aid}  string idempotency key of record_success (TTL)
-    P once:{effect}:{aid}    string generic guard of `once` (TTL)
+    P once:breaker:{aid}     string an attempt feeds its breaker once (breaker_record.lua, TTL)
     P promotion:{ns}         string current Promotion JSON
     P promotions:{ns}        list   Promotion JSON history, oldest first (capped)
     P weights:current        string SelectionWeights JSON, with its version

@@ -29,8 +29,7 @@ from workers.tasks.execution import finish, send_outcome
 
 log = logging.getLogger("fittest.evolution")
 
-# A hard stop above the evolution budget: the last candidate's three stages may run past it.
-EVOLVE_TIME_LIMIT_S = int(get_settings().evolution_budget_s) + 600
+EVOLVE_TIME_LIMIT_S = int(get_settings().evolution_time_limit_s)
 
 _evolver: Evolver | None = None
 

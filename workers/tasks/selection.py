@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from celery import Task
@@ -13,7 +12,6 @@ from workers.app import app
 from workers.runtime import runtime
 from workers.tasks.common import invalid_result, oversized, result_call_id
 
-log = logging.getLogger(__name__)
 
 # Positional arguments of fittest.resilient_tool_call, in order (send_task(args=[...]) works too).
 CALL_ARGS = ("scenario", "input", "tags", "namespace", "max_attempts", "context")
