@@ -10,19 +10,21 @@ from typing import Any
 
 from celery import Celery
 from celery.result import AsyncResult
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from selection.models import CallRequest, CallResult
 from workers.settings import Settings, get_settings
 
 
 class CallToolPayload(BaseModel):
-    """Keyword arguments of `fittest.call_tool`."""
+    """Keyword arguments of `fittest.call_tool`. The other fields of `resilient_tool_call`'s payload
+    (call_id, tags, context, max_attempts) are accepted too and mean the same; `namespace` is `name`."""
 
-    name: str
+    name: str = Field(min_length=1)
     input: dict[str, Any] = {}
     version: str | None = None
     use_evolved: bool = True
+    scenario: str | None = None  # what the call is for; default the tool's description
 
 
 def payload_schemas() -> dict[str, dict[str, Any]]:

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
 
-from selection.feedback import MIN_SIMILARITY, FeedbackRecord, TrendPoint, points_by_tool, trend
-from selection.ports import FEEDBACK, Match, VectorFilter, VectorPoint
+from evolution.trial import head_version
+from selection.feedback import FeedbackRecord, TrendPoint, trend
+from selection.manifest import tool_key
+from selection.ports import FEEDBACK, VectorFilter, VectorPoint
 from workers.pending import upsert_or_keep
 
 if TYPE_CHECKING:
@@ -30,14 +32,13 @@ def write_feedback(rt: Runtime, records: Sequence[FeedbackRecord], vectors: Sequ
 
 
 def served_version(rt: Runtime, name: str) -> str:
-    """The version a namespace serves now: its promoted one, else its original."""
+    """The version a namespace stands for now (`fittest show`'s head): the promoted one, after a
+    rollback the one it fell back to, else its original."""
     original = rt.registry.original(name)
     if original is None:
         raise LookupError(f"no tool named '{name}'")
-    promotion = rt.state.promotion(name)
-    if promotion is not None and promotion.status != "rolled_back" and f"{name}@{promotion.evolved_version}" in rt.registry:
-        return promotion.evolved_version
-    return original.version
+    head = head_version(rt.state.promotion(name))
+    return head if head is not None and f"{name}@{head}" in rt.registry else original.version
 
 
 def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: str | None,
@@ -55,10 +56,8 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
 
 def feedback_score(rt: Runtime, tool: str, version: str, scenario: str) -> float:
     """The feedback points of `tool@version` for `scenario`, in [-50, 50], as selection computes them."""
-    key = f"{tool}@{version}"
-    hits = rt.memory.search(FEEDBACK, rt.embedder.embed_one(scenario), limit=200, score_threshold=MIN_SIMILARITY,
-                            filter=VectorFilter(must=[Match(key="tool", any_of=[key])]))
-    return points_by_tool(hits, rt.settings.feedback_half_life_days * 86400.0).get(key, 0.0)
+    key = tool_key(tool, version)
+    return rt.selector.feedback_points([key], rt.embedder.embed_one(scenario)).get(key, 0.0)
 
 
 class FeedbackReport(BaseModel):

@@ -101,7 +101,12 @@ class PendingWrites:
                         raise
                     log.warning("replay of pending vector writes stopped: %s", exc, extra={"event": "pending_replay_failed"})
                     break
-                self.client.ltrim(self.key, len(raws), -1)
+                # Remove exactly what was written: keep() may have trimmed the head meanwhile (the
+                # list over its limit), and an LTRIM by count would then drop writes never replayed.
+                pipe = self.client.pipeline(transaction=False)
+                for raw in raws:
+                    pipe.lrem(self.key, 1, raw)
+                pipe.execute()
                 written += len(raws)
         finally:
             self._locks.release_lock(REPLAY_LOCK, owner)

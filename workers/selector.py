@@ -103,11 +103,13 @@ class Selector:
         self.sync_tools([manifest])
 
     # ----------------------------------------------------------------- planning
-    def plan(self, request: CallRequest, features: dict[str, Any] | None = None) -> CallPlan:
-        """`features`: the call's context analysis (selection/context.py), made here when None."""
+    def plan(self, request: CallRequest, features: dict[str, Any] | None = None, *, run: bool = True) -> CallPlan:
+        """`features`: the call's context analysis (selection/context.py), made here when None.
+        `run` False: the plan is only shown (`fittest explain`), so it takes no breaker's probe."""
         if features is None:
             features = analyse(request.scenario, request.context, request.input).model_dump(mode="json")
         self._local.version = self.rt.state.state_version()
+        self._local.run = run
         degraded: list[str] = []
         try:
             evidence = self._evidence(request, features, degraded)
@@ -216,10 +218,12 @@ class Selector:
 
     def _breaker_blocked(self, breakers: dict[str, BreakerState], request: CallRequest) -> set[str]:
         """Versions whose circuit breaker keeps them out of this call: every open one, and a half-open
-        one unless this call takes its single probe (a lock held for one cool-down)."""
+        one unless this call takes its single probe (a lock held for one cool-down). A plan that is
+        only shown keeps the half-open ones without taking the probe from the next real call."""
+        take_probes = getattr(self._local, "run", True)
         blocked = set()
         for key, state in breakers.items():
-            if state == "open" or (state == "half_open" and not self.rt.state.acquire_lock(
+            if state == "open" or (state == "half_open" and take_probes and not self.rt.state.acquire_lock(
                     f"probe:{key}", request.call_id, self.settings.breaker_cooldown_s)):
                 blocked.add(key)
         return blocked
@@ -324,7 +328,7 @@ class Selector:
         nearby, its feedback score, and its SPARC score with breakdown and rationale."""
         if not evidence:
             return evidence
-        feedback = self._feedback(evidence, vector) if vector is not None else {}
+        feedback = self.feedback_points([e.key for e in evidence], vector) if vector is not None else {}
         context = ContextFeatures.model_validate(features) if features else ContextFeatures()
         weights = self.weights().weights
         by_tool: dict[str, list[float]] = defaultdict(list)
@@ -345,11 +349,11 @@ class Selector:
             e.sparc, e.sparc_components, e.sparc_rationale = sparc.score, sparc.components, sparc.rationale
         return evidence
 
-    def _feedback(self, evidence: list[CandidateEvidence], vector: list[float]) -> dict[str, float]:
-        """Feedback points per candidate version from its stored feedback (FEEDBACK) near this scenario."""
+    def feedback_points(self, keys: list[str], vector: list[float]) -> dict[str, float]:
+        """Feedback points (-50..50) per tool version from its stored feedback (FEEDBACK) near the
+        scenario of `vector`; a version without any is left out."""
         hits = self._search(FEEDBACK, vector, limit=FEEDBACK_LIMIT, score_threshold=MIN_SIMILARITY,
-                            filter=VectorFilter(must=[Match(key="tool", any_of=[e.key for e in evidence])]),
-                            fields=FEEDBACK_FIELDS)
+                            filter=VectorFilter(must=[Match(key="tool", any_of=keys)]), fields=FEEDBACK_FIELDS)
         return points_by_tool(hits, self.settings.feedback_half_life_days * 86400.0)
 
     # ----------------------------------------------------------------- evolved versions

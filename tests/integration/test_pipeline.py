@@ -78,6 +78,16 @@ def test_invalid_payload_names_the_field_and_worker_stays_up(pipeline):
     assert good["status"] == "success"
 
 
+def test_call_tool_by_name_and_without_one(pipeline):
+    result = pipeline.client.call_tool("csv_lenient", input={"text": "x\n1\n"})
+    assert result["status"] == "success" and result["tool"] == "csv_lenient", result
+    assert result["output"] == [{"x": "1"}]
+    nameless = pipeline.client.wait(pipeline.client.send("call_tool", input={"text": "x"}), 30)
+    assert nameless["status"] == "invalid" and [e["field"] for e in nameless["errors"]] == ["name"], nameless
+    unknown = pipeline.client.call_tool("no_such_tool")
+    assert unknown["status"] == "no_candidates" and "no_such_tool" in unknown["message"]
+
+
 def test_shell_metacharacters_reach_the_program_as_one_argument(pipeline):
     nasty = "; rm -rf / && echo $(whoami) | cat > /tmp/pwned"
     result = pipeline.call(scenario="show which argv the program gets", input={"text": nasty}, namespace="echo_args")

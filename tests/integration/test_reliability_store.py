@@ -76,3 +76,32 @@ def test_selection_degrades_and_failure_records_wait_until_the_store_is_back(hel
     semantic = p.call(scenario="take a short nap and report the process id", input={"ms": 0}, max_attempts=1)
     assert semantic["status"] == "success" and semantic["degraded"] == []
     assert all(proc.poll() is None for proc in p.stack.procs.values())
+
+
+def test_a_replay_removes_only_what_it_wrote_when_the_list_is_trimmed_meanwhile(
+        redis_client, run_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import workers.pending as pending_mod
+    from selection.ports import FEEDBACK
+    from tests.fakes_memory import InMemoryVectorMemory
+
+    monkeypatch.setattr(pending_mod, "MAX_PENDING", 3)
+    book = pending_mod.PendingWrites(redis_client, run_prefix)
+    write = lambda i: pending_mod.PendingWrite(collection=FEEDBACK, id=f"w{i}", payload={"i": i}, text=f"text {i}")  # noqa: E731
+    book.keep([write(0), write(1), write(2)])
+    memory = InMemoryVectorMemory(dim=2)
+    arrived = False
+
+    class Busy:  # while the first batch is written, two more writes arrive and the list overflows
+        def __getattr__(self, name: str):
+            return getattr(memory, name)
+
+        def upsert(self, collection: str, points: list) -> None:
+            nonlocal arrived
+            memory.upsert(collection, points)
+            if not arrived:
+                arrived = True
+                book.keep([write(3), write(4)])  # 5 > 3: w0 and w1 are trimmed from the head
+
+    assert book.replay(Busy(), lambda texts: [[1.0, 0.0] for _ in texts]) == 5
+    assert len(book) == 0
+    assert sorted(p.id for p in memory.scroll(FEEDBACK)) == ["w0", "w1", "w2", "w3", "w4"]

@@ -99,8 +99,10 @@ def feedback_add(
         fail("; ".join(f"{e['field']}: {e['message']}" for e in result.get("errors", [])) or "not recorded")
     if not json_out:
         f = result["feedback"]
-        console.print(f"recorded {sentiment.value} feedback ({f['value']:+.2f}) for {f['tool']}@{f['version']}; "
-                      f"its feedback score for that scenario is now {result['score_now']:+.1f}")
+        score = result.get("score_now")
+        effect = (f"its feedback score for that scenario is now {score:+.1f}" if score is not None else
+                  "the vector memory is unavailable: it is kept and applied when the memory is back")
+        console.print(f"recorded {sentiment.value} feedback ({f['value']:+.2f}) for {f['tool']}@{f['version']}; {effect}")
 
 
 @feedback_app.command("show")

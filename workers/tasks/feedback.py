@@ -11,6 +11,7 @@ from selection.models import FailureMark, OutcomeRecord
 from workers.app import app
 from workers.evolution_memory import apply_evolution_record, maybe_evolve_for_quality
 from workers.outcomes import apply_failure, apply_outcome
+from workers.degraded import is_store_failure
 from workers.feedback_store import feedback_report, feedback_score, record_tool_feedback
 from workers.runtime import runtime
 from workers.tasks.common import invalid_result
@@ -66,8 +67,13 @@ def record_feedback(**kwargs: Any) -> dict[str, Any]:
         record = record_tool_feedback(rt, req.tool, req.version, req.scenario, req.sentiment, req.reason, req.quality)
     except LookupError as exc:
         return {"status": "invalid", "errors": [{"field": "tool", "message": str(exc)}]}
-    score = feedback_score(rt, record.tool, record.version, record.scenario)
-    return {"status": "recorded", "feedback": record.model_dump(mode="json"), "score_now": round(score, 2)}
+    try:
+        score: float | None = round(feedback_score(rt, record.tool, record.version, record.scenario), 2)
+    except Exception as exc:
+        if not is_store_failure(exc):
+            raise
+        score = None  # the feedback is kept (workers/pending.py); only its effect cannot be read now
+    return {"status": "recorded", "feedback": record.model_dump(mode="json"), "score_now": score}
 
 
 @app.task(name="fittest.feedback_report")

@@ -62,6 +62,9 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
     """Call a namespace by name: its promoted version, or the original, or an explicit version."""
     payload = _payload(args, kwargs, TOOL_ARGS)
     name = payload.pop("name", None)
+    if not isinstance(name, str) or not name:
+        return invalid_result([{"field": "name", "message": "the tool's name is required (a non-empty string)"}],
+                              str(payload.get("call_id") or self.request.id or ""))
     registry = runtime().registry
     original = registry.original(name) if isinstance(name, str) else None
     scenario = payload.pop("scenario", None) or (original.description if original else f"call {name}")
@@ -87,5 +90,5 @@ def explain(**kwargs: Any) -> dict[str, Any]:
         request = CallRequest.model_validate(kwargs)
     except ValidationError as exc:
         return invalid_result(exc)
-    plan: CallPlan = runtime().selector.plan(request)
+    plan: CallPlan = runtime().selector.plan(request, run=False)
     return CallResult.from_plan(plan, "success", message="ranking only; nothing was run").model_dump(mode="json")
