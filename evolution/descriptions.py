@@ -64,11 +64,12 @@ def served(variants: list[DescriptionVariant], call_id: str, key: str, environme
 
 
 def judge(variants: list[DescriptionVariant], min_trials: int) -> dict[str, VariantStatus]:
-    """New statuses for testing variants that have been tried enough: promoted or retired."""
-    incumbent = best_active(variants)
-    bar = incumbent.effectiveness if incumbent is not None else 0.5
+    """New statuses for testing variants that have been tried enough: promoted or retired. Each is
+    measured against the best active variant served where it is (its environment, or any)."""
     changes: dict[str, VariantStatus] = {}
     for v in variants:
         if v.status == "testing" and v.trials >= min_trials:
+            incumbent = best_active(usable(variants, v.environment))
+            bar = incumbent.effectiveness if incumbent is not None else 0.5
             changes[v.id] = "active" if v.effectiveness > bar else "deprecated"
     return changes

@@ -7,7 +7,7 @@ during the trial decide:
 
 - activate once the version has K successes and a success rate no worse than the parent's;
 - roll back once it has K runs and a success rate more than TOLERANCE below the parent's, or 4K
-  runs without ever reaching the parent's rate: the parent is served again.
+  runs with its rate still below the parent's: the parent is served again.
 
 The parent's rate is its rate during the trial when it has run at least `min_parent_runs` times
 there, else its rate over its whole history (which includes the failures that started the

@@ -19,7 +19,6 @@ CACHE_SIZE. Results the verification computed are already in it when the version
 from __future__ import annotations
 
 import pprint
-from pathlib import PurePosixPath
 from string import Template
 from typing import Any
 
@@ -32,6 +31,7 @@ from selection.manifest import (
     HttpImplementation,
     PythonImplementation,
     ToolManifest,
+    entrypoint_file,
 )
 
 PARENT_DIR = "parent"
@@ -109,7 +109,7 @@ def wrap(
     else:
         assert isinstance(impl, PythonImplementation)
         module, _, function = impl.entrypoint.partition(":")
-        rel = str(PurePosixPath(*module.split("."))) + ".py"
+        rel = entrypoint_file(impl.entrypoint)
         location = f"{PARENT_DIR}/{rel}" if rel in parent.files else None
         parent_ref = {"kind": "python", "file": location, "module": module, "function": function}
         body = _PYTHON + _CACHE + _RUN

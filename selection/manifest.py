@@ -6,7 +6,7 @@ the reason, while the other manifests of the directory still load.
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
 import semver
@@ -174,6 +174,11 @@ class ToolManifest(BaseModel):
 
 def tool_key(name: str, version: str) -> str:
     return f"{name}@{version}"
+
+
+def entrypoint_file(entrypoint: str) -> str:
+    """The file of a python entrypoint's module, relative to the tool's folder (`pkg.mod:f` -> `pkg/mod.py`)."""
+    return str(PurePosixPath(*entrypoint.partition(":")[0].split("."))) + ".py"
 
 
 def split_key(key: str) -> tuple[str, str]:

@@ -3,7 +3,7 @@
 A context is one value of one SPARC feature of the calls (task type, phase, language, testing
 status), or "any". For each tool version and context with at least `min_runs` recent attempts,
 the success rate is compared with `max_rate`; a version that falls below it there is worth
-evolving, narrowing with a `not-for-…` tag, or documenting. The evidence says how many runs, how
+evolving, narrowing (its SPARC metadata), or documenting. The evidence says how many runs, how
 they failed, how the version does elsewhere, and a few scenarios that failed.
 """
 
@@ -67,7 +67,7 @@ def recommendations(records: Iterable[ExecutionRecord], min_runs: int = 5, max_r
         if context == "any":
             advice = f"fails in general (mostly {top_error}): evolve it or retire it"
         elif elsewhere is not None and elsewhere >= max_rate:
-            advice = f"fails where {context} (mostly {top_error}) but not elsewhere: tag it not-for-{context.split('=')[1]} or evolve it for this context"
+            advice = f"fails where {context} (mostly {top_error}) but not elsewhere: narrow its SPARC metadata (phases, languages, task types) so the SPARC score ranks it lower there, or evolve it for this context"
         else:
             advice = f"fails where {context} (mostly {top_error}): evolve it"
         out.append(Recommendation(tool=key, context=context, runs=n, success_rate=round(rate, 4), elsewhere_rate=elsewhere,

@@ -25,6 +25,7 @@ from selection.manifest import (
     PythonImplementation,
     ToolManifest,
     load_manifest,
+    entrypoint_file,
 )
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
@@ -54,8 +55,7 @@ def python_module_file(manifest: ToolManifest) -> Path | None:
     impl = manifest.implementation
     if not isinstance(impl, PythonImplementation) or manifest.tool_dir is None:
         return None
-    module = impl.entrypoint.partition(":")[0]
-    return Path(manifest.tool_dir, *module.split(".")).with_suffix(".py")
+    return Path(manifest.tool_dir, entrypoint_file(impl.entrypoint))
 
 
 def _tool_dir_paths(arg: str) -> Iterable[tuple[str, str]]:

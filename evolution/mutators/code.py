@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from pathlib import PurePosixPath
 
 from evolution.models import CandidateVersion
 from evolution.mutation import MutationContext, Proposal
 from evolution.versioning import evolved_manifest
-from selection.manifest import ExecutableImplementation, PythonImplementation, ToolManifest
+from selection.manifest import ExecutableImplementation, PythonImplementation, ToolManifest, entrypoint_file
 from selection.registry import TOOL_DIR_PLACEHOLDER
 
 Chat = Callable[[list[dict[str, str]]], str]
@@ -36,7 +35,7 @@ def source_file(manifest: ToolManifest, files: dict[str, bytes]) -> str | None:
     """The python file that holds the tool's logic, relative to its folder."""
     impl = manifest.implementation
     if isinstance(impl, PythonImplementation):
-        rel = str(PurePosixPath(*impl.entrypoint.partition(":")[0].split("."))) + ".py"
+        rel = entrypoint_file(impl.entrypoint)
         return rel if rel in files else None
     if isinstance(impl, ExecutableImplementation):
         marker = "{" + TOOL_DIR_PLACEHOLDER + "}/"

@@ -1,8 +1,9 @@
 """unavailable → retries with jittered exponential backoff, in generated wrapper code.
 
 The retry policy is written into the evolved version's module (evolution/wrapper.py) where an
-operator can read it, and it runs with tenacity. Retries stop well inside the version's timeout,
-so a retried call still ends as a clean failure, not as a timeout.
+operator can read it, and it runs with tenacity. No retry starts once the retry budget (a share of
+the version's timeout) is spent, so an upstream that keeps answering "unavailable" ends as a clean
+failure inside the timeout; an attempt that hangs still runs into the version's timeout.
 """
 
 from __future__ import annotations

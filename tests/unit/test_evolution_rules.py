@@ -180,3 +180,11 @@ def test_a_better_testing_variant_is_promoted_and_a_worse_one_retired() -> None:
     variants = [variant("0", "active", 20, 10), variant("1", "testing", 10, 9), variant("2", "testing", 10, 2),
                 variant("3", "testing", 3, 3)]
     assert judge(variants, min_trials=10) == {"1": "active", "2": "deprecated"}
+
+
+def test_a_testing_variant_is_judged_against_the_incumbent_of_its_own_environment() -> None:
+    variants = [variant("0", "active", 20, 10), variant("1", "active", 20, 19, environment="staging", at=1),
+                variant("2", "testing", 10, 7, environment="production", at=2)]
+    # 0.67 beats production's incumbent (the general description, 0.50), not staging's (0.91).
+    assert judge(variants, min_trials=10) == {"2": "active"}
+
