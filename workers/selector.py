@@ -46,7 +46,8 @@ log = logging.getLogger("fittest.selection")
 
 SEARCH_DEPTH = 4  # tool points searched per candidate kept (descriptions and examples)
 SUCCESS_NEIGHBOURS = 32  # successful past scenarios consulted per selection (their tools become candidates)
-FEEDBACK_LIMIT = 200  # feedback entries of the candidates consulted per selection
+FEEDBACK_LIMIT = 64  # feedback entries of the candidates consulted per selection
+FAILURE_LIMIT = 64  # failure records of the candidates consulted per selection
 EMBED_BATCH = 256
 
 # The payload keys each search of a plan reads: a feedback or failure point also stores its
@@ -78,6 +79,7 @@ class Selector:
         self._local = threading.local()
         self._weights: SelectionWeights | None = None
         self._weights_version = -1
+        self._promotions: tuple[int, dict[str, Promotion | None]] = (-1, {})
 
     # ----------------------------------------------------------------- tool index
     def sync_tools(self, manifests: list[ToolManifest] | None = None) -> int:
@@ -151,8 +153,7 @@ class Selector:
         similarity = self._similarities(request, vector) if vector is not None else registry_similarities(request, registry)
         successes = self._successes(request, vector, similarity) if vector is not None else []
         sources: dict[str, Source] = {}
-        # Every namespace's promotion in one round trip (a semantic search touches dozens).
-        promotions = self.rt.state.promotions(
+        promotions = self.promotions(
             ([request.namespace] if request.namespace else []) + [k.partition("@")[0] for k in similarity]
         ) if request.use_evolved and not request.version else {}
 
@@ -270,7 +271,7 @@ class Selector:
         hits = self._search(
             FAILURES,
             vector,
-            limit=200,
+            limit=FAILURE_LIMIT,
             filter=VectorFilter(must=[Match(key="tool", any_of=list(keys))]),
             score_threshold=self.settings.failure_similarity,
             fields=FAILURE_FIELDS,
@@ -314,6 +315,22 @@ class Selector:
             for hit in self.variants.filter_hits(found, request):
                 similarity[hit.payload["tool"]] = max(similarity.get(hit.payload["tool"], -1.0), hit.score)
         return hits
+
+    def promotions(self, namespaces: list[str]) -> dict[str, Promotion | None]:
+        """The namespaces' promotions, asked of Redis only for those not read at this state version:
+        every change of a promotion moves the version (promote.lua, promote_if.lua), and most calls
+        find their candidates' promotions read by an earlier call."""
+        version = getattr(self._local, "version", None)
+        if version is None:
+            return self.rt.state.promotions(namespaces)
+        seen_at, known = self._promotions
+        if seen_at != version:
+            known = {}
+            self._promotions = (version, known)
+        missing = [ns for ns in dict.fromkeys(namespaces) if ns not in known]
+        if missing:
+            known.update(self.rt.state.promotions(missing))
+        return {ns: known[ns] for ns in namespaces}
 
     def weights(self) -> SelectionWeights:
         """The learner's current SPARC weights, read again only when the state version moved."""
