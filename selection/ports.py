@@ -165,6 +165,10 @@ class StateStore(Protocol):
         """Count a success once per attempt id; False when it was counted before."""
         ...
 
+    def record_successes(self, attempts: Sequence[tuple[str, str]]) -> list[bool]:
+        """`record_success` for many (key, attempt id) pairs in one round trip, in order."""
+        ...
+
     def promotion(self, namespace: str) -> Promotion | None: ...
 
     def promote(self, promotion: Promotion) -> None:

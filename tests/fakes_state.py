@@ -107,6 +107,9 @@ class InMemoryStateStore:
             self._s.tools.setdefault(key, _Tool()).successes += 1
             return True
 
+    def record_successes(self, attempts: Sequence[tuple[str, str]]) -> list[bool]:
+        return [self.record_success(key, attempt_id) for key, attempt_id in attempts]
+
     # Promotions
     def promotion(self, namespace: str) -> Promotion | None:
         with self._lock:

@@ -8,7 +8,7 @@ by the process that owns them, does both ends:
   similar reason (vector match on EVOLUTIONS), and the parent's recent successful runs;
 - `apply_evolution_record` (`fittest.record_evolution`): registers the new version for selection
   and stores the evolution pattern of every verified or failed candidate as a vector;
-- `apply_evolution_outcome` (from `fittest.record_outcome`): counts the trial of a version on
+- `apply_evolution_outcomes` (from `fittest.record_outcome`): counts the trial of a version on
   trial (activating it or rolling it back), remembers successful runs for later replay, credits
   description variants;
 - `maybe_evolve_for_quality` (from `fittest.mark_failure`): evolution off the call path when a
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from evolution.models import (
@@ -36,7 +36,7 @@ from evolution.models import (
 )
 from evolution.trial import TrialRules, decide, head_version, parent_rate
 from selection.manifest import ManifestError, load_manifest
-from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord
+from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord, Promotion
 from selection.ports import EVOLUTIONS, FAILURES, FailureApplied, Match, VectorFilter, VectorPoint
 from workers.pending import upsert_or_keep
 from workers.promotions import conclude_trial
@@ -205,18 +205,23 @@ def apply_evolution_record(rt: Runtime, record: EvolutionRecord) -> dict[str, An
     return {"job_id": record.job_id, "registered": registered, "patterns": len(judged)}
 
 
-def account_trials(rt: Runtime, record: OutcomeRecord) -> None:
+def traffic_namespace(record: OutcomeRecord) -> str | None:
+    """The namespace whose traffic a call was: the one it asked for, else the tool tried first."""
+    return record.namespace or (record.attempts[0].tool if record.attempts else None)
+
+
+def account_trials(rt: Runtime, record: OutcomeRecord, promotions: dict[str, Promotion | None]) -> None:
     """Count each attempt of a version on trial, or of its parent, and act on the verdict.
 
     Only the namespace's own traffic counts: calls that asked for it, or scenario-only calls whose
     first attempt selection gave to it. A version tried as a fallback for another job would be
-    judged on work it was never meant for, and its parent would not be.
+    judged on work it was never meant for, and its parent would not be. `promotions` holds the
+    namespace's current promotion, and is updated here when a verdict changes it.
     """
-    if not record.attempts:
+    namespace = traffic_namespace(record)
+    if namespace is None:
         return
-    namespace = record.namespace or record.attempts[0].tool
     rules = TrialRules(successes=rt.settings.trial_successes)
-    promotions = rt.state.promotions([namespace])
     for attempt in record.attempts:
         if attempt.tool != namespace:
             continue
@@ -236,18 +241,21 @@ def account_trials(rt: Runtime, record: OutcomeRecord) -> None:
         runs = counts.evolved_successes + counts.evolved_failures
         reason = f"{counts.evolved_successes}/{runs} successes on trial against the parent's rate of {rate:.2f}"
         if conclude_trial(rt.state, rt.evolution, promotion, verdict, reason):
-            promotions = rt.state.promotions([namespace])
+            promotions.update(rt.state.promotions([namespace]))
 
 
-def apply_evolution_outcome(rt: Runtime, record: OutcomeRecord) -> None:
-    """What evolution learns from a finished call: trials, replayable successes, variant credit."""
-    account_trials(rt, record)
-    kept = bounded_input(record.input)
-    for attempt in record.attempts:
-        if attempt.success:
-            run = SuccessfulRun(scenario=record.scenario[:1000], input=kept, shape=shape_of(attempt.result))
-            rt.evolution.push_success(attempt.key, attempt.attempt_id, run)
-    credit_variants(rt, record)
+def apply_evolution_outcomes(rt: Runtime, records: Sequence[OutcomeRecord]) -> None:
+    """What evolution learns from finished calls: trials, replayable successes, variant credit.
+    The namespaces' promotions are read once for all the calls."""
+    promotions = rt.state.promotions([ns for r in records if (ns := traffic_namespace(r)) is not None])
+    runs = []
+    for record in records:
+        account_trials(rt, record, promotions)
+        kept = bounded_input(record.input)
+        runs += [(a.key, a.attempt_id, SuccessfulRun(scenario=record.scenario[:1000], input=kept, shape=shape_of(a.result)))
+                 for a in record.attempts if a.success]
+        credit_variants(rt, record)
+    rt.evolution.push_successes(runs)
 
 
 def maybe_evolve_for_quality(rt: Runtime, mark: FailureMark, applied: FailureApplied,

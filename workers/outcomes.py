@@ -6,7 +6,7 @@ through the same code without Celery.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from evolution.models import bounded_input
@@ -15,7 +15,7 @@ from selection.learner import ExecutionRecord
 from selection.models import FailureMark, OutcomeRecord
 from selection.ports import EXECUTIONS, FAILURES, FailureApplied, VectorPoint
 from workers.feedback_store import write_feedback
-from workers.evolution_memory import apply_evolution_outcome
+from workers.evolution_memory import apply_evolution_outcomes
 from workers.pending import upsert_or_keep
 
 if TYPE_CHECKING:
@@ -55,31 +55,45 @@ def apply_failure(rt: Runtime, mark: FailureMark, vector: list[float] | None = N
     return applied
 
 
-Learn = Callable[[list[ExecutionRecord]], None]
+def apply_outcome(rt: Runtime, record: OutcomeRecord, vector: list[float] | None = None) -> dict[str, Any]:
+    """`apply_outcomes` for one call; `vector`: its scenario's, when the caller has it."""
+    return apply_outcomes(rt, [record], None if vector is None else [vector])[0]
 
 
-def apply_outcome(rt: Runtime, record: OutcomeRecord, vector: list[float] | None = None,
-                  learn: Learn | None = None) -> dict[str, Any]:
-    """Count the successful attempt of a finished call, give every attempt's exact version its
-    feedback (the failed attempts of a call that later succeeded too), and hand the execution
-    records to the learner (`learn`: the workers send them to `fittest.learn`; a bench without
-    Celery stores them at once). All of it once per attempt id."""
-    counted = [a.attempt_id for a in record.attempts if a.success and rt.state.record_success(a.key, a.attempt_id)]
-    apply_evolution_outcome(rt, record)
-    feedback = outcome_feedback(rt, record)
-    write_feedback(rt, feedback, [vector] * len(feedback) if vector is not None else None)
-    if learn is not None:
-        learn(execution_records(record))
-    return {"call_id": record.call_id, "successes_counted": counted, "feedback": len(feedback)}
+def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord],
+                   vectors: Sequence[list[float]] | None = None) -> list[dict[str, Any]]:
+    """Count the successful attempts of finished calls and give every attempt's exact version its
+    feedback (the failed attempts of a call that later succeeded too), once per attempt id. The
+    calls' execution records are the learner's (`store_executions`, what `fittest.learn` runs).
+
+    Many calls at once (`fittest.record_outcome` is batched): the quality of every version and the
+    promotions of every namespace are read once, and the feedback is written in one upsert."""
+    successes = [(i, a) for i, record in enumerate(records) for a in record.attempts if a.success]
+    counted = rt.state.record_successes([(a.key, a.attempt_id) for _, a in successes])
+    out: list[dict[str, Any]] = [{"call_id": r.call_id, "successes_counted": [], "feedback": 0} for r in records]
+    for (i, a), was_counted in zip(successes, counted):
+        if was_counted:
+            out[i]["successes_counted"].append(a.attempt_id)
+    apply_evolution_outcomes(rt, records)
+    quality = {key: s.quality for key, s in rt.state.stats([a.key for r in records for a in r.attempts]).items()}
+    feedback: list[FeedbackRecord] = []
+    feedback_vectors: list[list[float]] = []
+    for i, record in enumerate(records):
+        given = outcome_feedback(record, quality)
+        out[i]["feedback"] = len(given)
+        feedback += given
+        if vectors is not None:
+            feedback_vectors += [vectors[i]] * len(given)
+    write_feedback(rt, feedback, feedback_vectors if vectors is not None else None)
+    return out
 
 
-def outcome_feedback(rt: Runtime, record: OutcomeRecord) -> list[FeedbackRecord]:
+def outcome_feedback(record: OutcomeRecord, quality: Mapping[str, float]) -> list[FeedbackRecord]:
     """The design's rules: a failure is negative; a success is strong positive when its version's
     quality is at least 0.7, positive at 0.5, nothing below."""
-    stats = rt.state.stats([a.key for a in record.attempts])
     out = []
     for a in record.attempts:
-        value = outcome_value(a.success, stats[a.key].quality)
+        value = outcome_value(a.success, quality[a.key])
         if value is None:
             continue
         reason = "succeeded" if a.success else f"failed: {a.error_class.value if a.error_class else 'error'}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import logging
 import threading
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -138,6 +139,10 @@ def _write(memory: VectorMemory, embed: Callable[[list[str]], list[list[float]]]
 
 
 _replaying = threading.Lock()
+# After a write the store took, the pending list is looked at for writes to catch up on at most this
+# often (per process): a look is a Redis round trip, and the memory worker writes on every outcome.
+PENDING_CHECK_S = 1.0
+_next_check = 0.0
 
 
 def upsert_or_keep(rt: Runtime, collection: str, points: Sequence[VectorPoint], texts: Sequence[str]) -> bool:
@@ -160,9 +165,13 @@ def upsert_or_keep(rt: Runtime, collection: str, points: Sequence[VectorPoint], 
         log.warning("vector memory unavailable; kept %d %s write(s) for later: %s", len(points), collection, exc,
                     extra={"event": "pending_kept", "collection": collection})
         return False
-    if len(pending) and _replaying.acquire(blocking=False):  # the store is back: catch up
-        try:
-            pending.replay(rt.memory, rt.embedder.embed)
-        finally:
-            _replaying.release()
+    global _next_check
+    now = time.monotonic()
+    if now >= _next_check:
+        _next_check = now + PENDING_CHECK_S
+        if len(pending) and _replaying.acquire(blocking=False):  # the store is back: catch up
+            try:
+                pending.replay(rt.memory, rt.embedder.embed)
+            finally:
+                _replaying.release()
     return True

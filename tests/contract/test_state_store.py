@@ -21,6 +21,7 @@ from tests.fakes_state import InMemoryStateStore
 from workers.state.redis import RedisStateStore
 
 KEY = "translate_text@1.0.0"
+OTHER = "summarise_text@1.0.0"
 
 
 @pytest.fixture(params=["redis", "redis-decoded", "memory"])
@@ -121,6 +122,15 @@ def test_record_success_counts_once_and_keeps_quality(store):
     assert store.record_success(KEY, aid()) is True
     assert store.stats([KEY])[KEY] == ToolStats(quality=0.95, successes=2, failures=1)
     assert store.state_version() == version  # a success changes no quality: caches stay valid
+
+
+def test_record_successes_counts_each_attempt_once_in_order(store):
+    first, second, other = aid(), aid(), aid()
+    assert store.record_successes([]) == []
+    assert store.record_successes([(KEY, first), (KEY, second), (KEY, first), (OTHER, other)]) == [True, True, False, True]
+    assert store.record_successes([(KEY, second), (OTHER, other)]) == [False, False]  # a redelivered batch
+    stats = store.stats([KEY, OTHER])
+    assert (stats[KEY].successes, stats[OTHER].successes) == (2, 1)
 
 
 def test_success_and_failure_guards_are_separate(store):

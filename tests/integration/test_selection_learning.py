@@ -46,7 +46,7 @@ def rt(tmp_path: Path, redis_url: str, run_prefix: str, model_path: Path) -> Ite
 
 def run_call(rt, scenario: str, right: str, call_id: str) -> list[str]:
     """Plan a call and play its attempts until `right` is tried, recording what each teaches."""
-    from workers.outcomes import apply_failure, apply_outcome, store_executions
+    from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
 
     plan = rt.selector.plan(CallRequest(scenario=scenario, call_id=call_id))
     for k, c in enumerate(plan.candidates[:5]):
@@ -60,7 +60,9 @@ def run_call(rt, scenario: str, right: str, call_id: str) -> list[str]:
                                           error_class=FailureClass.bad_output))
         if ok:
             break
-    apply_outcome(rt, OutcomeRecord.from_plan(plan), learn=lambda records: store_executions(rt, records))
+    outcome = OutcomeRecord.from_plan(plan)
+    apply_outcome(rt, outcome)
+    store_executions(rt, execution_records(outcome))
     return [a.tool for a in plan.attempts]
 
 

@@ -35,7 +35,7 @@ from pydantic import BaseModel
 from selection.manifest import ToolManifest
 from selection.models import CallRequest, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from workers.bench.throughput import percentile
-from workers.outcomes import apply_failure, apply_outcome, store_executions
+from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
 from workers.settings import Settings
 
 MAX_ATTEMPTS = 5
@@ -183,8 +183,10 @@ def run_stream(base: Settings, redis_url: str, manifests: list[ToolManifest], na
                 if ok:
                     break
             if learning:
-                apply_outcome(rt, OutcomeRecord.from_plan(plan), vector,
-                              learn=lambda records: store_executions(rt, records, [vector] * len(records)))
+                outcome = OutcomeRecord.from_plan(plan)
+                apply_outcome(rt, outcome, vector)
+                records = execution_records(outcome)
+                store_executions(rt, records, [vector] * len(records))
             hit = bool(plan.attempts) and plan.attempts[-1].success
             first.append(bool(plan.attempts) and plan.attempts[0].success)
             resolved.append(hit)

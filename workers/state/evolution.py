@@ -23,6 +23,7 @@ Key layout (P = the key prefix, shared with RedisStateStore; the type word comes
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -106,11 +107,20 @@ class EvolutionState:
     # Recent successes -------------------------------------------------------------------------
 
     def push_success(self, key: str, attempt_id: str, run: SuccessfulRun) -> bool:
-        pushed = self.scripts["push_recent"](
-            keys=[self._k("recent", key), self._k("applied", "recent", attempt_id)],
-            args=[self.idempotency_ttl_s, run.model_dump_json(), self.recent_limit],
-        )
-        return bool(pushed)
+        return self.push_successes([(key, attempt_id, run)])[0]
+
+    def push_successes(self, runs: Sequence[tuple[str, str, SuccessfulRun]]) -> list[bool]:
+        """`push_success` for many (key, attempt id, run) in one round trip, in order."""
+        if not runs:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for key, attempt_id, run in runs:
+            self.scripts["push_recent"](
+                keys=[self._k("recent", key), self._k("applied", "recent", attempt_id)],
+                args=[self.idempotency_ttl_s, run.model_dump_json(), self.recent_limit],
+                client=pipe,
+            )
+        return [bool(pushed) for pushed in pipe.execute()]
 
     def recent_successes(self, key: str, limit: int | None = None) -> list[SuccessfulRun]:
         end = (limit or self.recent_limit) - 1

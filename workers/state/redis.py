@@ -187,11 +187,19 @@ class RedisStateStore:
         return FailureApplied(applied=bool(applied), quality=bp_to_quality(int(q)), failures=int(f))
 
     def record_success(self, key: str, attempt_id: str) -> bool:
-        counted = self.scripts["record_success"](
-            keys=[self._k("tool", key), self._k("applied", "success", attempt_id)],
-            args=[self.idempotency_ttl_s],
-        )
-        return bool(counted)
+        return self.record_successes([(key, attempt_id)])[0]
+
+    def record_successes(self, attempts: Sequence[tuple[str, str]]) -> list[bool]:
+        if not attempts:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for key, attempt_id in attempts:
+            self.scripts["record_success"](
+                keys=[self._k("tool", key), self._k("applied", "success", attempt_id)],
+                args=[self.idempotency_ttl_s],
+                client=pipe,
+            )
+        return [bool(counted) for counted in pipe.execute()]
 
     # Promotions -------------------------------------------------------------------------------
 

@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
+from celery_batches import Batches, SimpleRequest
 from evolution.models import EvolutionJob, EvolutionRecord
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from selection.models import FailureMark, OutcomeRecord
 from workers.app import app
 from workers.evolution_memory import apply_evolution_record, maybe_evolve_for_quality
-from workers.outcomes import apply_failure, apply_outcome
+from workers.outcomes import apply_failure, apply_outcomes, execution_records
 from workers.degraded import is_store_failure
 from workers.feedback_store import feedback_report, feedback_score, record_tool_feedback
 from workers.runtime import runtime
 from workers.tasks.common import invalid_result
+
+log = logging.getLogger("fittest.feedback")
+
+OUTCOME_FLUSH_EVERY = 16
+OUTCOME_FLUSH_INTERVAL_S = 0.25
 
 
 def _send_evolution(job: EvolutionJob) -> None:
@@ -34,12 +41,28 @@ def mark_failure(mark_data: dict[str, Any]) -> dict[str, Any]:
     return applied.model_dump()
 
 
-@app.task(name="fittest.record_outcome", ignore_result=True)  # fire and forget: nobody waits on it
-def record_outcome(record_data: dict[str, Any]) -> dict[str, Any]:
-    """Learn from a finished call: successes, feedback and the learner's record (once per attempt)."""
+@app.task(base=Batches, name="fittest.record_outcome", flush_every=OUTCOME_FLUSH_EVERY,
+          flush_interval=OUTCOME_FLUSH_INTERVAL_S, ignore_result=True)  # fire and forget: nobody waits on it
+def record_outcome(requests: list[SimpleRequest]) -> int:
+    """Learn from finished calls: successes, feedback and trial counts (once per attempt), then
+    hand the calls' execution records to `fittest.learn`, in one message for the whole batch.
+
+    Batched (celery-batches): an outcome is one message per call, and each message as a task of
+    its own cost the memory-side worker about as much Celery work (tracing, events) as applying
+    it, and a message per call to the learner as much again."""
+    records = []
+    for request in requests:
+        data = request.args[0] if request.args else request.kwargs
+        try:
+            records.append(OutcomeRecord.model_validate(data))
+        except ValidationError as exc:  # one bad message must not lose the batch
+            log.error("fittest.record_outcome dropped an invalid outcome: %s", exc.errors(include_url=False)[:3],
+                      extra={"event": "outcome_invalid", "task_id": request.id})
     from workers.tasks.learning import send_learn
 
-    return apply_outcome(runtime(), OutcomeRecord.model_validate(record_data), learn=send_learn)
+    applied = apply_outcomes(runtime(), records)
+    send_learn([r for record in records for r in execution_records(record)])
+    return len(applied)
 
 
 class FeedbackRequest(BaseModel):

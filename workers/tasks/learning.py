@@ -1,7 +1,8 @@
 """The `learning` queue: store execution records in bulk, and relearn the SPARC weights on a beat.
 
-`fittest.learn` is a celery-batches task: the worker buffers its messages and stores up to
-FLUSH_EVERY records with one embedding call, one vector upsert and one Redis round trip, or what
+`fittest.learn` is a celery-batches task: the worker buffers its messages (each carrying the
+records of the calls one `fittest.record_outcome` batch applied) and stores up to FLUSH_EVERY
+messages' records with one embedding call, one vector upsert and one Redis round trip, or what
 arrived within FLUSH_INTERVAL_S. Buffered messages stay unacknowledged until their batch ran, so
 the memory worker runs with a prefetch multiplier large enough to hold a batch beside its other
 work (Procfile: --prefetch-multiplier 16); a record delivered twice is stored once (its attempt id).
@@ -29,28 +30,30 @@ from workers.runtime import Runtime, runtime
 log = logging.getLogger("fittest.learning")
 
 FLUSH_EVERY = 32
-FLUSH_INTERVAL_S = 1.0
+FLUSH_INTERVAL_S = 0.25
 RETRAIN_LOCK_S = 120.0
 
 
 def send_learn(records: Sequence[ExecutionRecord]) -> None:
-    """Hand execution records to `fittest.learn` (the `learn` of workers/outcomes.apply_outcome)."""
-    for record in records:
-        learn.apply_async(args=[record.model_dump(mode="json")], priority=PRIORITY_LOW)
+    """Hand execution records to `fittest.learn`, in one message."""
+    if records:
+        learn.apply_async(args=[[record.model_dump(mode="json") for record in records]], priority=PRIORITY_LOW)
 
 
 @app.task(base=Batches, name="fittest.learn", flush_every=FLUSH_EVERY, flush_interval=FLUSH_INTERVAL_S,
           ignore_result=True)
 def learn(requests: list[SimpleRequest]) -> int:
-    """Store a batch of execution records: vectors (EXECUTIONS) and the learner's window (Redis)."""
+    """Store a batch of execution records: vectors (EXECUTIONS) and the learner's window (Redis).
+    A message carries one record or a list of them."""
     records = []
     for request in requests:
         data = request.args[0] if request.args else request.kwargs
-        try:
-            records.append(ExecutionRecord.model_validate(data))
-        except ValidationError as exc:  # one bad message must not lose the batch
-            log.error("fittest.learn dropped an invalid record: %s", exc.errors(include_url=False)[:3],
-                      extra={"event": "learn_invalid", "task_id": request.id})
+        for item in data if isinstance(data, list) else [data]:
+            try:
+                records.append(ExecutionRecord.model_validate(item))
+            except ValidationError as exc:  # one bad record must not lose the batch
+                log.error("fittest.learn dropped an invalid record: %s", exc.errors(include_url=False)[:3],
+                          extra={"event": "learn_invalid", "task_id": request.id})
     stored = store_executions(runtime(), records)
     log.info("learned %d execution records (%d new)", len(records), stored,
              extra={"event": "learn", "records": len(records), "new": stored})
