@@ -3,14 +3,37 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from celery_batches import SimpleRequest
+from pydantic import BaseModel, ValidationError
 
 from selection.models import CALL_ID_PATTERN, CallRequest, CallResult
 
 CALL_ID = re.compile(CALL_ID_PATTERN)
+
+log = logging.getLogger("fittest.tasks")
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def batch_payloads(requests: Sequence[SimpleRequest], model: type[M], task: str) -> list[M]:
+    """The payloads of a celery-batches batch as `model`s, in order; a message holding a list gives
+    each of its items. An invalid payload is logged and dropped: one bad message must not lose the
+    batch."""
+    out = []
+    for request in requests:
+        data = request.args[0] if request.args else request.kwargs
+        for item in data if isinstance(data, list) else [data]:
+            try:
+                out.append(model.model_validate(item))
+            except ValidationError as exc:
+                log.error("%s dropped an invalid payload: %s", task, exc.errors(include_url=False)[:3],
+                          extra={"event": "batch_payload_invalid", "task": task, "task_id": request.id})
+    return out
 
 
 def invalid_result(exc: ValidationError | list[dict[str, str]], call_id: str = "") -> dict[str, Any]:

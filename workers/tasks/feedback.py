@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Literal
 
 from celery_batches import Batches, SimpleRequest
@@ -16,9 +15,7 @@ from workers.outcomes import apply_failure, apply_outcomes, execution_records
 from workers.degraded import is_store_failure
 from workers.feedback_store import feedback_report, feedback_score, record_tool_feedback
 from workers.runtime import runtime
-from workers.tasks.common import invalid_result
-
-log = logging.getLogger("fittest.feedback")
+from workers.tasks.common import batch_payloads, invalid_result
 
 OUTCOME_FLUSH_EVERY = 16
 OUTCOME_FLUSH_INTERVAL_S = 0.25
@@ -50,16 +47,9 @@ def record_outcome(requests: list[SimpleRequest]) -> int:
     Batched (celery-batches): an outcome is one message per call, and each message as a task of
     its own cost the memory-side worker about as much Celery work (tracing, events) as applying
     it, and a message per call to the learner as much again."""
-    records = []
-    for request in requests:
-        data = request.args[0] if request.args else request.kwargs
-        try:
-            records.append(OutcomeRecord.model_validate(data))
-        except ValidationError as exc:  # one bad message must not lose the batch
-            log.error("fittest.record_outcome dropped an invalid outcome: %s", exc.errors(include_url=False)[:3],
-                      extra={"event": "outcome_invalid", "task_id": request.id})
     from workers.tasks.learning import send_learn
 
+    records = batch_payloads(requests, OutcomeRecord, "fittest.record_outcome")
     applied = apply_outcomes(runtime(), records)
     send_learn([r for record in records for r in execution_records(record)])
     return len(applied)

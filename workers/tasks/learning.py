@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery_batches import Batches, SimpleRequest
-from pydantic import ValidationError
 
 from selection.learner import ExecutionRecord, retrain
 from workers.app import PRIORITY_LOW, app
 from workers.outcomes import store_executions
 from workers.runtime import Runtime, runtime
+from workers.tasks.common import batch_payloads
 
 log = logging.getLogger("fittest.learning")
 
@@ -45,15 +45,7 @@ def send_learn(records: Sequence[ExecutionRecord]) -> None:
 def learn(requests: list[SimpleRequest]) -> int:
     """Store a batch of execution records: vectors (EXECUTIONS) and the learner's window (Redis).
     A message carries one record or a list of them."""
-    records = []
-    for request in requests:
-        data = request.args[0] if request.args else request.kwargs
-        for item in data if isinstance(data, list) else [data]:
-            try:
-                records.append(ExecutionRecord.model_validate(item))
-            except ValidationError as exc:  # one bad record must not lose the batch
-                log.error("fittest.learn dropped an invalid record: %s", exc.errors(include_url=False)[:3],
-                          extra={"event": "learn_invalid", "task_id": request.id})
+    records = batch_payloads(requests, ExecutionRecord, "fittest.learn")
     stored = store_executions(runtime(), records)
     log.info("learned %d execution records (%d new)", len(records), stored,
              extra={"event": "learn", "records": len(records), "new": stored})
