@@ -233,6 +233,11 @@ class MetricsReader:
         """Messages delivered to a worker and not yet acknowledged (kombu's `unacked` hash)."""
         return int(self.client.hlen("unacked"))
 
+    def broker_idle(self) -> bool:
+        """No message waits in any queue and none is delivered but unacknowledged (acks are late,
+        so a running task and a message held in a batch count as not done)."""
+        return self.unacked() == 0 and not any(self.queue_lengths().values())
+
     def attempt_keys(self) -> list[str]:
         return sorted(k.removeprefix("series:attempts:") for k in self._scan("series:attempts:*"))
 

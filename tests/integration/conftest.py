@@ -54,6 +54,13 @@ class Pipeline:
 
         return open_state_store(self.settings)
 
+    def settled(self, timeout: float = 30.0) -> None:
+        """Wait until the broker is idle: every message taken and acknowledged, so the bookkeeping
+        of the calls made so far (outcomes and learning are batched) has been applied."""
+        from workers.metrics import reader_for
+
+        self.wait_for(reader_for(self.settings).broker_idle, timeout=timeout)
+
     def close(self) -> None:
         """Stop the workers. The client goes first, with the results it still tracks, while Redis
         answers their unsubscribe: collected later, each one retries against a stopped Redis."""

@@ -75,6 +75,7 @@ def nap_call(p: Pipeline, log: Path, ms: int, **extra: object):
 def test_killed_pool_process_attempt_is_taken_over(pipeline: Pipeline, tmp_path: Path) -> None:
     """kill -9 of the process running the attempt: the worker rejects the message back to the queue."""
     p, log = pipeline, tmp_path / "runs.log"
+    p.settled()  # the bookkeeping of earlier calls is applied before the counters are read
     before = p.state().stats([NAP])[NAP]
     sent = nap_call(p, log, 3000)
     (victim,) = wait_runs(p, log, 1)
@@ -90,6 +91,7 @@ def test_killed_worker_attempt_is_taken_over_by_a_new_worker(pipeline: Pipeline,
     """kill -9 of the whole execution worker (as a lost machine): its unacknowledged message comes
     back after the visibility timeout and a worker started afterwards completes the call."""
     p, log = pipeline, tmp_path / "runs.log"
+    p.settled()  # the bookkeeping of earlier calls is applied before the counters are read
     before = p.state().stats([NAP])[NAP]
     sent = nap_call(p, log, 3000)
     wait_runs(p, log, 1)
@@ -110,6 +112,7 @@ def test_an_attempt_delivered_twice_applies_its_effects_once(pipeline: Pipeline,
     request = CallRequest(scenario=scenario, namespace="nap", version="1.0.0", max_attempts=1,
                           input={"ms": 0, "fail": True, "log": str(log)})
     plan = CallPlan(request=request, candidates=[Candidate(key=NAP, manifest=manifest, score=1.0)]).model_dump(mode="json")
+    p.settled()  # the bookkeeping of earlier calls is applied before the counters are read
     before = p.state().stats([NAP])[NAP]
     sender = Celery("foreign", broker=p.settings.redis_url, backend=p.settings.redis_url)
     sender.conf.update(task_serializer="json", accept_content=["json"], result_accept_content=["json"])
@@ -125,6 +128,7 @@ def test_an_attempt_delivered_twice_applies_its_effects_once(pipeline: Pipeline,
 
 def test_sigterm_lets_running_attempts_finish_and_returns_the_rest(pipeline: Pipeline, tmp_path: Path) -> None:
     p, log = pipeline, tmp_path / "runs.log"
+    p.settled()  # the bookkeeping of earlier calls is applied before the counters are read
     before = p.state().stats([NAP])[NAP]
     sent = [nap_call(p, log, 3000, n=i) for i in range(4)]
     wait_runs(p, log, 2)  # both pool processes busy; two calls wait in the queue

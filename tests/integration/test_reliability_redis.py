@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from selection.models import Promotion, Severity
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
 from tests.conftest import free_port, start_redis
+from workers.state.learning import LearningState
 from tests.integration.conftest import Pipeline, start_pipeline
 
 pytestmark = pytest.mark.slow
@@ -102,4 +104,10 @@ def test_redis_restarts_during_a_stream_lose_no_call_and_no_state(pipeline: Pipe
     assert (stats.successes, stats.failures, stats.quality) == (len(sent) - len(failed), len(failed), bp_to_quality(quality_bp))
     assert p.state().promotion("hostile") == promotion
     assert p.state().promotion_history("hostile") == [promotion]
+    # The learner got each call's execution record once: the batched tasks (record_outcome, then
+    # learn) kept flushing after the reconnects, with what they held when the connection dropped.
+    learned = LearningState(redis.Redis.from_url(p.settings.redis_url), p.settings.key_prefix, window=1000)
+    p.wait_for(lambda: len(learned.recent()) >= len(sent), timeout=30)
+    calls = sorted(r.call_id for r in learned.recent())
+    assert calls == sorted(r["call_id"] for r in results.values())
     assert all(proc.poll() is None for proc in p.stack.procs.values())  # no worker died on the way

@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from workers.client import FittestClient
-from workers.metrics import MetricsReader, reader_for
+from workers.metrics import reader_for
 from workers.settings import Settings
 
 TOOLS_DIR = Path(__file__).parent / "tools"
@@ -127,11 +127,6 @@ def drive(send: Callable[[FittestClient, int], Any], check: Callable[[Any], bool
     into.wall_s += time.perf_counter() - started
 
 
-def broker_idle(reader: MetricsReader) -> bool:
-    """No message waits in any queue and none is delivered but unacknowledged (acks are late, so a
-    running task and a buffered `learn` batch count as not done)."""
-    return reader.unacked() == 0 and not any(reader.queue_lengths().values())
-
 
 def run_throughput(
     settings: Settings, calls: int, concurrency: int = 8, rounds: int = 3, warmup: int = 30, n_scenarios: int = 16,
@@ -162,10 +157,7 @@ def run_throughput(
                 stack.start(role, [*STACK_ROLES[role].command, "-I", "workers.bench.baseline"])
             stack.wait_for_workers(ROLES, timeout=120)
             clients = [FittestClient(bench) for _ in range(concurrency)]
-            reader = reader_for(bench)
-
-            def idle() -> bool:
-                return broker_idle(reader)
+            idle = reader_for(bench).broker_idle
 
             def send_pipeline(client: FittestClient, i: int) -> Any:
                 return client.send("resilient_tool_call", scenario=texts[i % len(texts)], input={"n": i})

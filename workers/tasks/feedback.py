@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from celery_batches import Batches, SimpleRequest
+from celery_batches import SimpleRequest
 from evolution.models import EvolutionJob, EvolutionRecord
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -15,6 +15,7 @@ from workers.outcomes import apply_failure, apply_outcomes, execution_records
 from workers.degraded import is_store_failure
 from workers.feedback_store import feedback_report, feedback_score, record_tool_feedback
 from workers.runtime import runtime
+from workers.tasks.batches import Batches
 from workers.tasks.common import batch_payloads, invalid_result
 
 OUTCOME_FLUSH_EVERY = 16

@@ -19,12 +19,13 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from celery_batches import Batches, SimpleRequest
+from celery_batches import SimpleRequest
 
 from selection.learner import ExecutionRecord, retrain
 from workers.app import PRIORITY_LOW, app
 from workers.outcomes import store_executions
 from workers.runtime import Runtime, runtime
+from workers.tasks.batches import Batches
 from workers.tasks.common import batch_payloads
 
 log = logging.getLogger("fittest.learning")
