@@ -8,6 +8,9 @@ the messages buffered at that moment, and those that follow, were applied only o
 `flush_every` of them had arrived, and never on a quiet worker (seen in the Redis-restart test:
 outcomes of calls that had returned were never counted). The consumer builds each task's strategy
 again when it starts after a reconnect; that is where the timer is re-armed here.
+
+Upstream: clokep/celery-batches#107 (the same analysis), fixed the same way by #108, merged after
+0.11, the newest release on PyPI; drop this class when a release carries the fix.
 """
 
 from __future__ import annotations
