@@ -7,7 +7,7 @@ implementations, and each port has one contract suite that runs against every re
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -60,7 +60,11 @@ class VectorPoint(BaseModel):
     payload: dict[str, Any] = Field(default_factory=dict)
 
 
-class VectorHit(BaseModel):
+class VectorHit(NamedTuple):
+    """A search result. A tuple, not a model: a selection reads a few hundred of them, straight
+    from our own store, and a model costs an object, a dict and a fields set each (validation
+    included) for nothing the store has not already checked."""
+
     id: str
     score: float  # cosine similarity
     payload: dict[str, Any]

@@ -85,8 +85,7 @@ def _split(stored: PointLike) -> tuple[str, dict[str, Any]]:
 
 def to_hit(scored: PointLike, score: float) -> VectorHit:
     point_id, payload = _split(scored)
-    # Built without validation: the id, score and payload come from our own store, dozens per search.
-    return VectorHit.model_construct(id=point_id, score=float(score), payload=payload)
+    return VectorHit(point_id, float(score), payload)
 
 
 def to_point(record: PointLike, vector: Sequence[float] | None) -> VectorPoint:
