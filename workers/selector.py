@@ -6,8 +6,8 @@ the state store. What it hands the policy is plain evidence (selection/evidence.
 
 from __future__ import annotations
 
-import itertools
 import logging
+import marshal
 import random
 import threading
 from collections import defaultdict
@@ -76,7 +76,7 @@ class Selector:
         self._add_lock = threading.Lock()
         # Vector-memory answers by (search, state version): a repeated scenario is not searched again
         # while nothing that ranks it changed; the TTL bounds how old the memory it saw can be.
-        self.cache: TTLCache[tuple[tuple[Any, ...], ...]] = TTLCache(
+        self.cache: TTLCache[bytes] = TTLCache(
             self.settings.selection_cache_ttl_s, maxsize=4096)
         self._local = threading.local()
         self._weights: SelectionWeights | None = None
@@ -296,15 +296,13 @@ class Selector:
                fields, version)
         cached = self.cache.get(key)
         if cached is not None:
-            return [VectorHit(flat[0], flat[1], dict(zip(flat[2::2], flat[3::2], strict=True))) for flat in cached]
+            return [VectorHit(*hit) for hit in marshal.loads(cached)]
         hits = self.rt.memory.search(collection, vector, limit=limit, filter=filter, score_threshold=score_threshold,
                                      fields=fields)
-        # Each hit kept as one flat tuple (id, score, key, value, key, value, ...): the garbage
-        # collector stops tracking a tuple of plain values at its first pass over it, but never a
-        # NamedTuple, a tuple holding a dict, or (for several passes) nested tuples; the thousands
-        # of cached hits it walked on every older-generation pass made those passes take 60-200 ms
-        # in `fittest bench scale`.
-        self.cache.put(key, tuple((hit.id, hit.score, *itertools.chain.from_iterable(hit.payload.items())) for hit in hits))
+        # Kept as marshalled bytes, which the garbage collector never looks at: as objects, the
+        # thousands of cached hits (and their payload dicts) were walked by every young and older
+        # collection, which then took 10-200 ms in `fittest bench scale`.
+        self.cache.put(key, marshal.dumps([tuple(hit) for hit in hits]))
         return hits
 
     def _successes(self, request: CallRequest, vector: list[float], similarity: dict[str, float]) -> list[VectorHit]:
