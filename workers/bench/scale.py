@@ -375,9 +375,11 @@ def _summarise(cells: list[Cell], tool_levels: list[int], vector_levels: list[in
 
 
 def _last_within(edge: list[Cell], over: list[int]) -> int | None:
-    """The largest measured vector level whose p99 is within the target at every tool level, when
-    a larger level exceeds it; None when no level exceeds it, or when even the smallest does (the
-    cost is then not the vectors')."""
-    within = sorted({c.vectors for c in edge} - set(over))
-    below = [v for v in within if over and v < over[0]]
-    return below[-1] if below else None
+    """The largest vector level within the target at every tool level, above which every measured
+    level exceeds it at some tool level; None when the largest level is within the target (no limit
+    measured) or none is. Scanned from the top, so one slow cell at a small level (a stall of the
+    machine) does not hide the limit the larger levels show."""
+    levels = sorted({c.vectors for c in edge})
+    if not levels or levels[-1] not in over:
+        return None
+    return next((v for v in reversed(levels) if v not in over), None)
