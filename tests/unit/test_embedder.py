@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,13 @@ def test_a_model_of_another_size_than_the_setting_is_refused_at_load(model_path:
         open_embedder(settings)
     assert "384-dimensional" in str(info.value) and "FITTEST_EMBEDDING_DIM is 768" in str(info.value)
     assert open_embedder(settings.model_copy(update={"embedding_dim": 384})).dim == 384
+
+
+def test_the_model_uses_no_cpu_between_runs(embedder: FastEmbedder) -> None:
+    """A memory-side worker searches and talks to Redis right after embedding: threads of the model
+    still busy-waiting then would take the machine's cores from that work."""
+    for i in range(5):
+        embedder.embed([f"convert the quarterly sales report number {i} to a PDF and mail it"])
+        started = time.process_time()
+        time.sleep(0.05)
+        assert (time.process_time() - started) * 1000 < 10, "the model's threads kept running after the run"
