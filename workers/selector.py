@@ -76,8 +76,7 @@ class Selector:
         self._add_lock = threading.Lock()
         # Vector-memory answers by (search, state version): a repeated scenario is not searched again
         # while nothing that ranks it changed; the TTL bounds how old the memory it saw can be.
-        self.cache: TTLCache[bytes] = TTLCache(
-            self.settings.selection_cache_ttl_s, maxsize=4096)
+        self.cache: TTLCache[bytes] = TTLCache(self.settings.selection_cache_ttl_s, maxsize=4096)
         self._local = threading.local()
         self._weights: SelectionWeights | None = None
         self._weights_version = -1
@@ -301,7 +300,7 @@ class Selector:
                                      fields=fields)
         # Kept as marshalled bytes, which the garbage collector never looks at: as objects, the
         # thousands of cached hits (and their payload dicts) were walked by every young and older
-        # collection, which then took 10-200 ms in `fittest bench scale`.
+        # collection, which then took 7-200 ms in `fittest bench scale`.
         self.cache.put(key, marshal.dumps([tuple(hit) for hit in hits]))
         return hits
 

@@ -20,8 +20,8 @@ import redis
 from selection.models import Promotion, Severity
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
 from tests.conftest import free_port, start_redis
-from workers.state.learning import LearningState
 from tests.integration.conftest import Pipeline, start_pipeline
+from workers.state.learning import LearningState
 
 pytestmark = pytest.mark.slow
 

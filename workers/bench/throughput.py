@@ -15,8 +15,8 @@ into the next round and be charged to the other kind:
 
 `ratio` = pipeline calls/s ÷ baseline calls/s; 0.75 means selection, memory and bookkeeping cost
 at most a third more than Celery's own work for a call. A pipeline round's drain includes the wait
-for the last partial `learn` batch (celery-batches flushes it within FLUSH_INTERVAL_S), which
-long rounds amortise.
+for the last partial `record_outcome` and `learn` batches (celery-batches flushes each within
+0.25 s), which long rounds amortise.
 """
 
 from __future__ import annotations
@@ -125,7 +125,6 @@ def drive(send: Callable[[FittestClient, int], Any], check: Callable[[Any], bool
                 raise RuntimeError(f"the broker did not drain within {DRAIN_TIMEOUT_S:.0f} s after a round")
             time.sleep(DRAIN_POLL_S)
     into.wall_s += time.perf_counter() - started
-
 
 
 def run_throughput(
