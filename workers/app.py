@@ -76,8 +76,15 @@ def make_app(settings: Settings | None = None) -> Celery:
         broker_use_ssl=settings.redis_tls() or None,
         redis_backend_use_ssl=settings.redis_tls(settings.backend_url) or None,
         redbeat_redis_use_ssl=settings.redis_tls() or None,
-        # A result stored while Redis restarts is retried for as long as a restart takes.
+        # A result stored while Redis restarts is retried for as long as a restart takes. The
+        # transport's retry policy covers the write; storing also reads the task's current state
+        # first, and without `always_retry` a refused read there made a call whose tool had run
+        # end with a ConnectionError as its result (seen once in the Redis-restart test).
         result_backend_transport_options={"retry_policy": {"max_retries": 60, "interval_max": 1, "timeout": 60.0}},
+        result_backend_always_retry=True,
+        result_backend_max_retries=60,
+        result_backend_base_sleep_between_retries_ms=50,
+        result_backend_max_sleep_between_retries_ms=1000,
         redis_socket_timeout=BROKER_SOCKET_TIMEOUT_S,
         redis_socket_connect_timeout=5.0,
         redis_retry_on_timeout=True,
