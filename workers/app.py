@@ -41,6 +41,8 @@ RESTORE_SWEEP_S = 5
 # A broker connection that is dead or half-open is dropped within seconds, not minutes.
 BROKER_SOCKET_TIMEOUT_S = 15.0
 BROKER_HEALTH_CHECK_S = 10
+# kombu's retry of a publish (reconnecting first): 0, 0.25, 0.5, 0.75 s, then every second.
+PUBLISH_RETRY_POLICY = {"max_retries": 40, "interval_start": 0, "interval_step": 0.25, "interval_max": 1.0}
 
 
 def make_app(settings: Settings | None = None) -> Celery:
@@ -81,6 +83,11 @@ def make_app(settings: Settings | None = None) -> Celery:
         # first, and without `always_retry` a refused read there made a call whose tool had run
         # end with a ConnectionError as its result (seen once in the Redis-restart test).
         result_backend_transport_options={"retry_policy": {"max_retries": 60, "interval_max": 1, "timeout": 60.0}},
+        # A message sent while Redis restarts (an attempt's outcome or failure, the next attempt, a
+        # batch's learn message) waits for it, ~40 s at most; Celery's default gave up after 0.6 s,
+        # and a worker's task that could not send its message then failed with the call or the
+        # outcome in it.
+        task_publish_retry_policy=PUBLISH_RETRY_POLICY,
         result_backend_always_retry=True,
         result_backend_max_retries=60,
         result_backend_base_sleep_between_retries_ms=50,

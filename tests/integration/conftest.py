@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import time
 import uuid
+from contextlib import contextmanager
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,17 @@ import redis
 from workers.settings import Settings
 
 TEST_TOOLS = Path(__file__).parent / "tools"
+
+
+@contextmanager
+def runtime_in_use(runtime: Any) -> Iterator[Any]:
+    """A test's own Runtime, its Redis keys, collections and clients removed afterwards."""
+    try:
+        yield runtime
+    finally:
+        runtime.state.clear()
+        runtime.memory.drop_all()
+        runtime.close()
 
 
 def cli_runner(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> Callable[..., Any]:

@@ -11,6 +11,7 @@ import pytest
 from selection.manifest import ToolManifest
 from selection.models import CallRequest, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import SelectionWeights
+from tests.integration.conftest import runtime_in_use
 
 TOOLS = {
     "currency_rates": "Current exchange rates between world currencies, and conversions of amounts.",
@@ -36,12 +37,8 @@ def rt(tmp_path: Path, redis_url: str, run_prefix: str, model_path: Path) -> Ite
         runtime.registry.add(ToolManifest(name=name, description=description, sparc=SPARC.get(name),
                                           implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
     runtime.selector  # noqa: B018 - syncs the tool index
-    try:
+    with runtime_in_use(runtime):
         yield runtime
-    finally:
-        runtime.state.clear()
-        runtime.memory.drop_all()
-        runtime.close()
 
 
 def run_call(rt, scenario: str, right: str, call_id: str) -> list[str]:

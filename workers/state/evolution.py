@@ -28,10 +28,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import redis
+from redis.client import Pipeline
 
 from evolution.descriptions import MANIFEST_VARIANT, DescriptionVariant, VariantStatus
 from evolution.models import ChangelogEntry, SuccessfulRun
 from evolution.trial import TrialCounts
+from workers.state.pipelined import execute_scripts
 
 _LUA = Path(__file__).parent / "lua"
 _SCRIPT_NAMES = ("trial_record", "push_recent", "variant_record", "variant_status")
@@ -113,14 +115,15 @@ class EvolutionState:
         """`push_success` for many (key, attempt id, run) in one round trip, in order."""
         if not runs:
             return []
-        pipe = self.client.pipeline(transaction=False)
-        for key, attempt_id, run in runs:
-            self.scripts["push_recent"](
-                keys=[self._k("recent", key), self._k("applied", "recent", attempt_id)],
-                args=[self.idempotency_ttl_s, run.model_dump_json(), self.recent_limit],
-                client=pipe,
-            )
-        return [bool(pushed) for pushed in pipe.execute()]
+        def queue(pipe: Pipeline) -> None:
+            for key, attempt_id, run in runs:
+                self.scripts["push_recent"](
+                    keys=[self._k("recent", key), self._k("applied", "recent", attempt_id)],
+                    args=[self.idempotency_ttl_s, run.model_dump_json(), self.recent_limit],
+                    client=pipe,
+                )
+
+        return [bool(pushed) for pushed in execute_scripts(self.client, queue)]
 
     def recent_successes(self, key: str, limit: int | None = None) -> list[SuccessfulRun]:
         end = (limit or self.recent_limit) - 1

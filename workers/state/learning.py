@@ -15,9 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import redis
+from redis.client import Pipeline
 from pydantic import ValidationError
 
 from selection.learner import ExecutionRecord
+from workers.state.pipelined import execute_scripts
 
 _PUSH_RECENT = (Path(__file__).parent / "lua" / "push_recent.lua").read_text()
 DAY_S = 24 * 3600
@@ -42,11 +44,12 @@ class LearningState:
         """Add records to the window (once per attempt id, in one round trip); how many were new."""
         if not records:
             return 0
-        pipe = self.client.pipeline(transaction=False)
-        for r in records:
-            self._push(keys=[self._k("learning", "recent"), self._k("applied", "learn", r.attempt_id)],
-                       args=[self.idempotency_ttl_s, r.model_dump_json(), self.window], client=pipe)
-        return sum(int(x) for x in pipe.execute())
+        def queue(pipe: Pipeline) -> None:
+            for r in records:
+                self._push(keys=[self._k("learning", "recent"), self._k("applied", "learn", r.attempt_id)],
+                           args=[self.idempotency_ttl_s, r.model_dump_json(), self.window], client=pipe)
+
+        return sum(int(x) for x in execute_scripts(self.client, queue))
 
     def recent(self, limit: int | None = None) -> list[ExecutionRecord]:
         """The newest records first; unreadable entries (an older format) are skipped."""

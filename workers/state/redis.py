@@ -35,10 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.client import Pipeline
 
 from selection.models import Promotion, Severity
 from selection.ports import BreakerState, FailureApplied, SelectionWeights, ToolStats
 from selection.quality import FULL_QUALITY_BP, SEVERITY_PENALTY_BP, bp_to_quality, failure_penalty_bp
+from workers.state.pipelined import execute_scripts
 
 _SCRIPTS: dict[str, str] = {
     path.stem: path.read_text() for path in (Path(__file__).parent / "lua").glob("*.lua")
@@ -192,14 +194,15 @@ class RedisStateStore:
     def record_successes(self, attempts: Sequence[tuple[str, str]]) -> list[bool]:
         if not attempts:
             return []
-        pipe = self.client.pipeline(transaction=False)
-        for key, attempt_id in attempts:
-            self.scripts["record_success"](
-                keys=[self._k("tool", key), self._k("applied", "success", attempt_id)],
-                args=[self.idempotency_ttl_s],
-                client=pipe,
-            )
-        return [bool(counted) for counted in pipe.execute()]
+        def queue(pipe: Pipeline) -> None:
+            for key, attempt_id in attempts:
+                self.scripts["record_success"](
+                    keys=[self._k("tool", key), self._k("applied", "success", attempt_id)],
+                    args=[self.idempotency_ttl_s],
+                    client=pipe,
+                )
+
+        return [bool(counted) for counted in execute_scripts(self.client, queue)]
 
     # Promotions -------------------------------------------------------------------------------
 
