@@ -21,29 +21,24 @@ Keys (P = FITTEST_KEY_PREFIX):
 
 from __future__ import annotations
 
-import atexit
 import json
-import logging
-import os
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from pydantic import BaseModel
 from redis import Redis
-from redis.exceptions import RedisError
+from redis.client import Pipeline
 
 from selection.manifest import split_key
 from selection.models import Promotion, ToolExecutionResult
 from selection.quality import FULL_QUALITY_BP, bp_to_quality
+from workers.buffered import BufferedWrites
 from workers.state.redis import _glob_escape
 
-log = logging.getLogger("fittest.metrics")
 
 FLUSH_INTERVAL_S = 0.5
 ATTEMPT_SERIES_LIMIT = 2000
@@ -85,32 +80,49 @@ class CallPoint(BaseModel):
     tool: str | None = None
 
 
-class MetricsRecorder:
+class _Buffer:
+    """Counts and series points a process has not sent yet."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.points: dict[str, tuple[int, list[str]]] = {}  # list key -> (cap, JSON points)
+
+    def __bool__(self) -> bool:
+        return bool(self.counts or self.points)
+
+
+class MetricsRecorder(BufferedWrites[_Buffer]):
     """The writing side, used by the workers. Counts and series points are buffered in the process
-    and sent in one pipeline at most every `flush_interval_s` by a background thread, so a call's
-    hot path makes no Redis round trip for metrics (they showed up in its profile). What a process
-    buffered in its last interval before it is killed may be lost; a flush that fails is kept and
-    sent again (in MULTI, so a failed one applied nothing, unless the connection broke after EXEC)."""
+    and sent in one pipeline at most every `flush_interval_s` (workers/buffered.py), so a call's
+    hot path makes no Redis round trip for metrics (they showed up in its profile)."""
+
+    name = "metrics"
 
     def __init__(self, client: Redis, prefix: str, flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
-        self.client = client
         self.prefix = prefix
         self.counters_key = f"{prefix}metrics:counters"
-        self.flush_interval_s = flush_interval_s
-        self._lock = threading.Lock()
-        self._reset()
+        super().__init__(client, flush_interval_s)
 
-    def _reset(self) -> None:
-        """A fresh buffer and no flusher: at construction, and in a forked child (whose copy of the
-        parent's buffer is the parent's to send)."""
-        self._pid = os.getpid()
-        self._counts: Counter[str] = Counter()
-        self._points: dict[str, tuple[int, list[str]]] = {}  # list key -> (cap, JSON points)
-        self._flusher: threading.Thread | None = None
+    def _new_buffer(self) -> _Buffer:
+        return _Buffer()
+
+    def _write(self, pipe: Pipeline, buffer: _Buffer) -> None:
+        for field, n in buffer.counts.items():
+            pipe.hincrby(self.counters_key, field, n)
+        for key, (cap, values) in buffer.points.items():
+            pipe.rpush(key, *values)
+            pipe.ltrim(key, -cap, -1)
+
+    def _put_back(self, failed: _Buffer, newer: _Buffer) -> _Buffer:
+        """Counts add up; points stay in order before newer ones."""
+        failed.counts.update(newer.counts)
+        for key, (cap, values) in newer.points.items():
+            failed.points[key] = (cap, failed.points.get(key, (cap, []))[1] + values)
+        return failed
 
     def count(self, name: str, n: int = 1, **labels: str) -> None:
-        with self._buffer():
-            self._counts[_field(name, labels)] += n
+        with self._buffer() as buffer:
+            buffer.counts[_field(name, labels)] += n
 
     def selection(self, policy: str, found: bool) -> None:
         self.count(SELECTIONS, policy=policy, outcome="ranked" if found else "no_candidates")
@@ -121,62 +133,20 @@ class MetricsRecorder:
             t=result.timestamp, ok=result.success, quality=quality, ms=round(result.execution_time_ms, 3),
             error_class=error_class or None,
         )
-        with self._buffer():
-            self._counts[_field(ATTEMPTS, {"tool": result.tool, "version": result.version, "error_class": error_class,
-                                           "outcome": "success" if result.success else "failure"})] += 1
-            self._point(f"{self.prefix}series:attempts:{result.key}", point, ATTEMPT_SERIES_LIMIT)
+        with self._buffer() as buffer:
+            buffer.counts[_field(ATTEMPTS, {"tool": result.tool, "version": result.version, "error_class": error_class,
+                                            "outcome": "success" if result.success else "failure"})] += 1
+            _point(buffer, f"{self.prefix}series:attempts:{result.key}", point, ATTEMPT_SERIES_LIMIT)
 
     def call(self, status: str, attempts: int, elapsed_ms: float, tool: str | None) -> None:
         point = CallPoint(t=time.time(), status=status, attempts=attempts, ms=round(elapsed_ms, 3), tool=tool)
-        with self._buffer():
-            self._counts[_field(CALLS, {"status": status})] += 1
-            self._point(f"{self.prefix}series:calls", point, CALL_SERIES_LIMIT)
+        with self._buffer() as buffer:
+            buffer.counts[_field(CALLS, {"status": status})] += 1
+            _point(buffer, f"{self.prefix}series:calls", point, CALL_SERIES_LIMIT)
 
-    def _point(self, key: str, point: BaseModel, cap: int) -> None:
-        self._points.setdefault(key, (cap, []))[1].append(point.model_dump_json())
 
-    @contextmanager
-    def _buffer(self) -> Iterator[None]:
-        with self._lock:
-            if self._pid != os.getpid():
-                self._reset()
-            yield
-            if self._flusher is None:
-                self._flusher = threading.Thread(target=self._run, name="fittest-metrics", daemon=True)
-                self._flusher.start()
-                atexit.register(self.flush)
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(self.flush_interval_s)
-            try:
-                self.flush()
-            except RedisError as exc:  # kept in the buffer; sent when Redis answers again
-                log.warning("metrics not flushed: %s", exc)
-
-    def flush(self) -> None:
-        """Send what is buffered now, in one pipeline."""
-        with self._lock:
-            if self._pid != os.getpid():
-                return
-            counts, points = self._counts, self._points
-            self._counts, self._points = Counter(), {}
-        if not counts and not points:
-            return
-        pipe = self.client.pipeline(transaction=True)
-        for field, n in counts.items():
-            pipe.hincrby(self.counters_key, field, n)
-        for key, (cap, values) in points.items():
-            pipe.rpush(key, *values)
-            pipe.ltrim(key, -cap, -1)
-        try:
-            pipe.execute()
-        except RedisError:
-            with self._lock:  # put it back (counts add up; points stay in order before newer ones)
-                self._counts.update(counts)
-                for key, (cap, values) in points.items():
-                    self._points[key] = (cap, values + self._points.get(key, (cap, []))[1])
-            raise
+def _point(buffer: _Buffer, key: str, point: BaseModel, cap: int) -> None:
+    buffer.points.setdefault(key, (cap, []))[1].append(point.model_dump_json())
 
 
 class MetricsReader:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from workers.metrics import MetricsRecorder
     from workers.selector import Selector
     from workers.state.evolution import EvolutionState
+    from workers.state.inflight import InflightCalls
     from workers.state.learning import LearningState
 
 
@@ -67,6 +68,13 @@ class Runtime:
         from workers.state.learning import LearningState
 
         return LearningState(self.redis, self.settings.key_prefix, self.settings.learner_window)
+
+    @cached_property
+    def inflight(self) -> InflightCalls:
+        """The step each call was last handed on to (workers/state/inflight.py, workers/rescue.py)."""
+        from workers.state.inflight import InflightCalls
+
+        return InflightCalls(self.redis, self.settings.key_prefix)
 
     @cached_property
     def metrics(self) -> MetricsRecorder:

@@ -7,7 +7,8 @@ call is told to fail) in five phases of equal size:
 - steady: nothing breaks;
 - crash: the execution worker is killed with SIGKILL (its whole process group) while attempts
   run, and a new one is started; what the dead worker held comes back after the visibility
-  timeout;
+  timeout, and a step it had taken off the queue but not yet recorded is sent again by the
+  workers' rescue sweep (workers/rescue.py) a little later;
 - restart: Redis is stopped (SIGTERM) while calls are in flight and started again on the same
   data; `recovery_s` is the time from Redis answering again to the first call sent after it
   completing;

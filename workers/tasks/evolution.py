@@ -23,6 +23,7 @@ from selection.models import CallPlan, CallResult
 from workers.app import app
 from workers.evolution_memory import EvolutionUnavailable, build_job
 from workers.evolver import Evolver
+from workers.rescue import hand_on
 from workers.runtime import runtime
 from workers.settings import get_settings
 from workers.tasks.execution import finish, send_outcome
@@ -71,7 +72,7 @@ def prepare_evolution(
         if plan is not None:
             return _end_call(plan, {"status": "no_fix", "message": message})
         return {"status": "no_fix", "namespace": namespace, "message": message}
-    return self.replace(evolve.si(job.model_dump(mode="json")))
+    return hand_on(self, evolve.si(job.model_dump(mode="json")))
 
 
 @app.task(bind=True, name="fittest.evolve", time_limit=EVOLVE_TIME_LIMIT_S)
@@ -95,4 +96,4 @@ def evolve(self: Task, job_data: dict[str, Any]) -> Any:
     from workers.tasks.selection import resilient_tool_call
 
     request = plan.request.model_copy(update={"after_evolution": True})
-    return self.replace(resilient_tool_call.si(**request.model_dump(mode="json"), evolution_report=data))
+    return hand_on(self, resilient_tool_call.si(**request.model_dump(mode="json"), evolution_report=data))

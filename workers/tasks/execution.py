@@ -15,6 +15,7 @@ from celery import Task
 from selection.models import CallPlan, CallResult, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.timeouts import adaptive_timeout
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
+from workers.rescue import call_ended, hand_on
 from workers.runners import RunLimits, run_tool
 from workers.runtime import runtime
 
@@ -102,6 +103,7 @@ def send_failure(plan: CallPlan, result: ToolExecutionResult) -> None:
 
 def finish(plan: CallPlan, status: str, message: str = "") -> dict[str, Any]:
     send_outcome(plan)
+    call_ended()
     result = CallResult.from_plan(plan, status, message=message)  # type: ignore[arg-type]
     runtime().metrics.call(result.status, len(result.attempts), result.elapsed_ms, result.tool)
     return result.model_dump(mode="json")
@@ -121,10 +123,10 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
     send_failure(plan, result)
     last = min(len(plan.candidates), plan.request.max_attempts) - 1
     if index < last:
-        return self.replace(execute.si(plan.model_dump(mode="json"), index + 1))
+        return hand_on(self, execute.si(plan.model_dump(mode="json"), index + 1))
     settings = runtime().settings
     if settings.evolution_enabled and not plan.request.after_evolution and not plan.evolved:
         from workers.tasks.evolution import prepare_evolution
 
-        return self.replace(prepare_evolution.si(plan.model_dump(mode="json")))
+        return hand_on(self, prepare_evolution.si(plan.model_dump(mode="json")))
     return finish(plan, "failed", message=f"every candidate failed ({len(plan.attempts)} attempts)")

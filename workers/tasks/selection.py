@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from selection.models import CallPlan, CallRequest, CallResult
 from workers.app import app
+from workers.rescue import hand_on
 from workers.runtime import runtime
 from workers.tasks.common import invalid_result, oversized, result_call_id
 
@@ -36,7 +37,7 @@ def start_call(task: Task, request: CallRequest, evolution_report: dict[str, Any
         return CallResult.from_plan(
             plan, "no_candidates", message="no tool matches this scenario, namespace and tags"
         ).model_dump(mode="json")
-    return task.replace(execute.si(plan.model_dump(mode="json"), 0))
+    return hand_on(task, execute.si(plan.model_dump(mode="json"), 0))
 
 
 @app.task(bind=True, name="fittest.resilient_tool_call")

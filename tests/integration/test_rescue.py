@@ -1,0 +1,128 @@
+"""A call whose next step was lost (taken off the queue by a worker killed before it recorded the
+message as unacknowledged) is sent on again, and only such a call: not one whose step waits in its
+queue, is held by a worker, or has ended.
+
+The sweep runs against a private Redis with no worker, so what it sends stays visible in the
+queue; the last test runs the real workers, whose own sweep rescues a call."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import start_redis
+from tests.integration.conftest import Pipeline, runtime_in_use
+from workers.app import make_app
+from workers.rescue import sweep
+from workers.settings import Settings
+from workers.state.inflight import HandedOnStep
+
+
+@pytest.fixture
+def private(tmp_path: Path, model_path: Path) -> Iterator[tuple]:
+    from workers.runtime import Runtime
+
+    proc, url = start_redis(tmp_path / "redis")
+    settings = Settings(redis_url=url, key_prefix="rescue:", collection_prefix="rescue_", data_dir=tmp_path / "data",
+                        tools_dir=tmp_path / "tools", embedding_model_path=model_path, visibility_timeout_s=600)
+    (tmp_path / "tools").mkdir()
+    try:
+        with runtime_in_use(Runtime(settings)) as rt:
+            yield make_app(settings), rt, redis.Redis.from_url(url)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def lost(rt, task: str = "fittest.execute", **kwargs) -> HandedOnStep:
+    """A step handed on long enough ago to be overdue, whose message went nowhere."""
+    step = HandedOnStep(task_id=str(uuid.uuid4()), task=task, args=[{"plan": "p"}, 1], kwargs=kwargs)
+    rt.inflight.handed_on(step, due_in_s=-1.0)
+    rt.inflight.flush()
+    return step
+
+
+def queued(client: redis.Redis, queue: str) -> dict[str, list]:
+    """Task id -> positional arguments of the messages waiting in `queue` (any priority)."""
+    out = {}
+    for key in client.keys(f"{queue}*"):
+        for raw in client.lrange(key, 0, -1):
+            message = json.loads(raw)
+            out[message["headers"]["id"]] = json.loads(base64.b64decode(message["body"]))[0]
+    return out
+
+
+def test_an_overdue_step_that_is_nowhere_is_sent_again_under_the_calls_task_id(private) -> None:
+    celery, rt, client = private
+    step = lost(rt)
+    assert sweep(celery, rt) == [step.task_id]
+    assert queued(client, "execution") == {step.task_id: [{"plan": "p"}, 1]}
+    assert rt.inflight.overdue() == []  # due again one visibility timeout later, not at the next sweep
+    assert rt.inflight.count() == 1
+
+
+def test_a_step_waiting_in_its_queue_or_held_by_a_worker_or_ended_is_not_sent_again(private) -> None:
+    celery, rt, client = private
+    celery.send_task("fittest.execute", args=[{}, 0], queue="execution", task_id="someone-elses")
+    waiting = lost(rt)
+    assert sweep(celery, rt) == []  # the queue holds a message: the step may be that one
+    assert list(queued(client, "execution")) == ["someone-elses"]
+
+    client.delete(*client.keys("execution*"))
+    held = lost(rt)
+    client.hset("unacked", "tag1", json.dumps([{"headers": {"id": held.task_id}, "body": ""}, "", "execution"]))
+    ended = lost(rt)
+    celery.backend.store_result(ended.task_id, {"status": "success"}, "SUCCESS")
+    client.delete(*client.keys("rescue:lock:*"))  # the next sweep at once, not one interval later
+    rt.inflight.postpone(waiting.task_id, -1.0)
+    resent = sweep(celery, rt)
+    assert resent == [waiting.task_id]  # its queue is empty now
+    assert held.task_id not in resent and ended.task_id not in resent
+    assert rt.inflight.overdue() == []
+    assert {s.task_id for s in rt.inflight.overdue(now=10**12)} == {waiting.task_id, held.task_id}  # ended: cleared
+
+
+def test_one_sweep_per_interval_across_workers(private) -> None:
+    celery, rt, _ = private
+    first = lost(rt)
+    assert sweep(celery, rt) == [first.task_id]
+    lost(rt)
+    assert sweep(celery, rt) == []  # another worker's sweep within the interval holds the lock
+
+
+def test_the_workers_rescue_a_call_whose_step_was_lost_and_forget_it_once_it_ends(pipeline: Pipeline) -> None:
+    from workers.state.inflight import InflightCalls
+
+    inflight = InflightCalls(redis.Redis.from_url(pipeline.settings.redis_url), pipeline.settings.key_prefix)
+    step = HandedOnStep(task_id=str(uuid.uuid4()), task="fittest.resilient_tool_call",
+                        kwargs={"scenario": "show which argv the program gets", "namespace": "echo_args",
+                                "input": {"text": "rescued"}})
+    inflight.handed_on(step, due_in_s=-1.0)  # never sent: as if a killed worker had taken it
+    inflight.flush()
+    result = pipeline.client.wait(pipeline.client.celery.AsyncResult(step.task_id), 60)
+    assert (result["status"], result["output"], result["call_id"]) == ("success", {"argv": ["rescued"]}, step.task_id), result
+    pipeline.wait_for(lambda: inflight.count() == 0, timeout=20)
+
+
+def test_a_hand_on_that_reaches_redis_after_the_calls_end_is_not_recorded(private) -> None:
+    """The selection worker and the executor flush their buffers on their own clocks."""
+    from workers.state.inflight import InflightCalls
+
+    _, rt, client = private
+    ender = InflightCalls(client, rt.settings.key_prefix)
+    step = HandedOnStep(task_id=str(uuid.uuid4()), task="fittest.execute", args=[{}, 0])
+    ender.finished(step.task_id)
+    ender.flush()
+    rt.inflight.handed_on(step, due_in_s=60.0)
+    rt.inflight.flush()
+    assert rt.inflight.count() == 0
+    other = HandedOnStep(task_id=str(uuid.uuid4()), task="fittest.execute", args=[{}, 0])
+    rt.inflight.handed_on(other, due_in_s=60.0)
+    rt.inflight.flush()
+    assert rt.inflight.count() == 1  # a call that has not ended is recorded

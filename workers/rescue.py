@@ -1,0 +1,134 @@
+"""Calls whose next step was lost are sent on again: at-least-once delivery of every step.
+
+A call moves through its steps by replacing its task (`Task.replace`: selection -> attempt ->
+attempt ... -> evolution). A step held by a worker that dies comes back by itself after the
+visibility timeout (late acks), but one that a worker killed with SIGKILL had taken off the queue
+and not yet recorded as unacknowledged is gone (workers/state/inflight.py). So each hand-on is
+recorded with a due time past the visibility timeout (`hand_on`), the call's end clears it
+(`call_ended`), and every worker runs `sweep` every SWEEP_INTERVAL_S (one at a time across the
+cluster: a lock in Redis). An overdue step is sent again, under the call's task id, only when it
+is nowhere else: the call has no result, and the step is neither waiting in its queue nor held by
+a worker. A step sent twice runs its attempt twice at worst (at-least-once, as a redelivery
+does); the attempt id keeps its effects applied once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Any
+
+from celery import Celery, Task, bootsteps, current_task
+from celery.canvas import Signature
+from celery.states import READY_STATES
+from redis import Redis
+
+from workers.app import PRIORITY_HIGH, QUEUES, TASK_ROUTES, app
+from workers.metrics import MetricsReader
+from workers.runtime import Runtime, runtime
+from workers.state.inflight import HandedOnStep
+
+log = logging.getLogger("fittest.rescue")
+
+SWEEP_INTERVAL_S = 5.0
+# Past the visibility timeout (after which the broker gives back a step a dead worker held) by
+# this much: the sweep only acts on steps the broker will not bring back.
+STEP_MARGIN_S = 30.0
+UNACKED_KEY = "unacked"  # kombu's Redis transport: delivery tag -> [message, exchange, routing key]
+PRIORITY_STEPS = 10  # workers/app.py: priority_steps 0..9, one list each ("queue", "queue:1", ...)
+
+
+def due_in_s(rt: Runtime) -> float:
+    return rt.settings.visibility_timeout + STEP_MARGIN_S
+
+
+def hand_on(task: Task, sig: Signature) -> Any:
+    """`task.replace(sig)`, with the step recorded first so that it can be sent again if lost."""
+    if task.request.id:
+        rt = runtime()
+        step = HandedOnStep(task_id=task.request.id, task=sig.task, args=list(sig.args), kwargs=dict(sig.kwargs))
+        rt.inflight.handed_on(step, due_in_s(rt))
+    return task.replace(sig)
+
+
+def call_ended() -> None:
+    """The running task returns its call's result: nothing to watch any more."""
+    task = current_task
+    if task is not None and task.request.id:
+        runtime().inflight.finished(task.request.id)
+
+
+def _queue_of(task_name: str) -> str:
+    return TASK_ROUTES.get(task_name, {}).get("queue", QUEUES[0])
+
+
+def _queued(client: Redis, queue: str) -> bool:
+    lengths = MetricsReader(client, "", queues=(queue,), priority_steps=range(PRIORITY_STEPS)).queue_lengths()
+    return any(lengths.values())
+
+
+def _held(client: Redis, task_id: str) -> bool:
+    """Whether a worker holds a message of `task_id` (reserved, running, or waiting for the
+    visibility timeout after its worker died)."""
+    for raw in client.hvals(UNACKED_KEY):
+        try:
+            message = json.loads(raw)[0]
+        except (ValueError, IndexError, TypeError):
+            continue
+        if isinstance(message, dict) and message.get("headers", {}).get("id") == task_id:
+            return True
+    return False
+
+
+def sweep(celery: Celery, rt: Runtime) -> list[str]:
+    """Send again the overdue steps that are nowhere else; returns their call task ids."""
+    if not rt.state.acquire_lock("rescue", uuid.uuid4().hex, SWEEP_INTERVAL_S * 0.8):
+        return []  # another worker swept within this interval
+    rt.inflight.flush()  # this process's own hand-ons and ends first
+    resent = []
+    for step in rt.inflight.overdue():
+        if celery.AsyncResult(step.task_id).state in READY_STATES:
+            rt.inflight.finished(step.task_id)  # ended without clearing (a worker died right after)
+            continue
+        if _held(rt.redis, step.task_id):
+            rt.inflight.postpone(step.task_id, due_in_s(rt))  # the broker gives it back if its worker died
+            continue
+        if _queued(rt.redis, _queue_of(step.task)):
+            rt.inflight.postpone(step.task_id, SWEEP_INTERVAL_S)  # it may be waiting there: look again
+            continue
+        celery.send_task(step.task, args=step.args, kwargs=step.kwargs, task_id=step.task_id,
+                         queue=_queue_of(step.task), priority=PRIORITY_HIGH)
+        rt.inflight.handed_on(step, due_in_s(rt))
+        log.warning("call %s: its step %s was lost; sent again", step.task_id, step.task,
+                    extra={"event": "step_resent", "task_id": step.task_id, "task": step.task})
+        resent.append(step.task_id)
+    rt.inflight.flush()
+    return resent
+
+
+class RescueSweep(bootsteps.StartStopStep):
+    """Runs `sweep` on the worker's timer."""
+
+    requires = {"celery.worker.components:Timer"}
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        self.tref: Any = None
+
+    def start(self, worker: Any) -> None:
+        self.tref = worker.timer.call_repeatedly(SWEEP_INTERVAL_S, self._sweep, (worker.app,), priority=10)
+
+    def stop(self, worker: Any) -> None:
+        if self.tref is not None:
+            self.tref.cancel()
+            self.tref = None
+
+    @staticmethod
+    def _sweep(celery: Celery) -> None:
+        try:
+            sweep(celery, runtime())
+        except Exception as exc:  # Redis away: the next sweep tries again; the worker keeps serving
+            log.warning("rescue sweep failed: %s: %s", type(exc).__name__, exc)
+
+
+app.steps["worker"].add(RescueSweep)
