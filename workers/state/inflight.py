@@ -39,7 +39,6 @@ class HandedOnStep(BaseModel):
     task: str
     args: list[Any] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
-    handed_on_at: float = Field(default_factory=time.time)
 
 
 # A call's step or end, buffered: the step as JSON and its due time, or None once the call ended.
