@@ -34,6 +34,7 @@ TASK_ROUTES: dict[str, dict[str, str]] = {
 PRIORITY_HIGH = 0
 PRIORITY_NORMAL = 5
 PRIORITY_LOW = 9
+PRIORITY_STEPS = list(range(10))  # one list per step: "queue", "queue:1", ... "queue:9"
 
 # How often each worker looks for messages a crashed worker took and never acknowledged (they come
 # back once the visibility timeout has passed); kombu's own default sweep runs every 100 s.
@@ -71,7 +72,7 @@ def make_app(settings: Settings | None = None) -> Celery:
             "socket_connect_timeout": 5.0,
             "socket_keepalive": True,
             "health_check_interval": BROKER_HEALTH_CHECK_S,
-            "priority_steps": list(range(10)),
+            "priority_steps": PRIORITY_STEPS,
             "sep": ":",
             "queue_order_strategy": "priority",
         },

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from redis import Redis
 from redis.client import Pipeline
@@ -48,9 +48,6 @@ class BufferedWrites(Generic[B]):
 
     def _put_back(self, failed: B, newer: B) -> B:
         raise NotImplementedError
-
-    def _is_empty(self, buffer: Any) -> bool:
-        return not buffer
 
     def _reset(self) -> None:
         """A fresh buffer and no flusher: at construction, and in a forked child (whose copy of the
@@ -85,7 +82,7 @@ class BufferedWrites(Generic[B]):
             if self._pid != os.getpid():
                 return
             taken, self._data = self._data, self._new_buffer()
-        if self._is_empty(taken):
+        if not taken:  # an empty buffer is falsy
             return
         pipe = self.client.pipeline(transaction=True)
         self._write(pipe, taken)

@@ -41,6 +41,7 @@ from workers.state.redis import _glob_escape
 
 
 FLUSH_INTERVAL_S = 0.5
+UNACKED_KEY = "unacked"  # kombu's Redis transport: delivery tag -> [message, exchange, routing key]
 ATTEMPT_SERIES_LIMIT = 2000
 CALL_SERIES_LIMIT = 10_000
 SCAN_COUNT = 1000
@@ -201,7 +202,7 @@ class MetricsReader:
 
     def unacked(self) -> int:
         """Messages delivered to a worker and not yet acknowledged (kombu's `unacked` hash)."""
-        return int(self.client.hlen("unacked"))
+        return int(self.client.hlen(UNACKED_KEY))
 
     def broker_idle(self) -> bool:
         """No message waits in any queue and none is delivered but unacknowledged (acks are late,

@@ -24,8 +24,8 @@ from celery.canvas import Signature
 from celery.states import READY_STATES
 from redis import Redis
 
-from workers.app import PRIORITY_HIGH, QUEUES, TASK_ROUTES, app
-from workers.metrics import MetricsReader
+from workers.app import PRIORITY_HIGH, PRIORITY_STEPS, QUEUES, TASK_ROUTES, app
+from workers.metrics import UNACKED_KEY, MetricsReader
 from workers.runtime import Runtime, runtime
 from workers.state.inflight import HandedOnStep
 
@@ -35,8 +35,6 @@ SWEEP_INTERVAL_S = 5.0
 # Past the visibility timeout (after which the broker gives back a step a dead worker held) by
 # this much: the sweep only acts on steps the broker will not bring back.
 STEP_MARGIN_S = 30.0
-UNACKED_KEY = "unacked"  # kombu's Redis transport: delivery tag -> [message, exchange, routing key]
-PRIORITY_STEPS = 10  # workers/app.py: priority_steps 0..9, one list each ("queue", "queue:1", ...)
 
 
 def due_in_s(rt: Runtime) -> float:
@@ -64,7 +62,7 @@ def _queue_of(task_name: str) -> str:
 
 
 def _queued(client: Redis, queue: str) -> bool:
-    lengths = MetricsReader(client, "", queues=(queue,), priority_steps=range(PRIORITY_STEPS)).queue_lengths()
+    lengths = MetricsReader(client, "", queues=(queue,), priority_steps=PRIORITY_STEPS).queue_lengths()
     return any(lengths.values())
 
 
