@@ -128,3 +128,86 @@ def test_the_model_uses_no_cpu_between_runs(embedder: FastEmbedder) -> None:
         started = time.process_time()
         time.sleep(0.05)
         assert (time.process_time() - started) * 1000 < 10, "the model's threads kept running after the run"
+
+
+# ------------------------------------------------------------------ the int8 copy of the model
+SCENARIOS = [
+    "convert the quarterly sales report to a PDF",
+    "what is the weather in Paris tomorrow",
+    "find a cheap flight from Berlin to Rome",
+    "translate this paragraph into Spanish",
+    "sort these numbers in ascending order",
+]
+TOOL_TEXTS = [
+    "Turns documents and spreadsheets into PDF files",
+    "Weather forecasts for any city",
+    "Searches airline tickets and compares fares",
+    "Translates text between languages",
+    "Sorts a list of numbers",
+]
+
+
+@pytest.fixture(scope="module")
+def int8_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("model-cache")
+
+
+@pytest.fixture(scope="module")
+def int8_embedder(model_path: Path, int8_dir: Path) -> FastEmbedder:
+    return FastEmbedder(model_path=model_path, cache_size=0, int8_dir=int8_dir)
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def test_the_int8_copy_keeps_the_vectors_and_their_order(int8_embedder: FastEmbedder, embedder: FastEmbedder) -> None:
+    assert int8_embedder.precision == "int8" and embedder.precision == "fp32"
+    int8 = int8_embedder.embed(SCENARIOS + TOOL_TEXTS)
+    fp32 = embedder.embed(SCENARIOS + TOOL_TEXTS)
+    assert all(_cosine(a, b) > 0.98 for a, b in zip(int8, fp32, strict=True))
+    assert int8 != fp32  # it is the quantised model that ran, not the file as it is
+    for vectors in (int8, fp32):
+        scenarios, tools = vectors[: len(SCENARIOS)], vectors[len(SCENARIOS) :]
+        best = [max(range(len(tools)), key=lambda j: _cosine(s, tools[j])) for s in scenarios]
+        assert best == list(range(len(SCENARIOS)))
+
+
+def test_the_int8_copy_is_made_once_and_named_by_its_source(
+    model_path: Path, int8_dir: Path, int8_embedder: FastEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import onnxruntime.quantization
+
+    from workers.int8_model import int8_copy
+
+    copies = list(int8_dir.glob("*.int8.onnx"))
+    assert len(copies) == 1 and not list(int8_dir.glob(".*.tmp"))
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("quantised again although the copy exists")
+
+    monkeypatch.setattr(onnxruntime.quantization, "quantize_dynamic", refuse)
+    assert int8_copy(model_path / "model.onnx", int8_dir) == copies[0]
+    assert FastEmbedder(model_path=model_path, int8_dir=int8_dir).precision == "int8"
+
+
+def test_a_cache_dir_that_cannot_be_written_leaves_the_model_in_fp32(
+    model_path: Path, embedder: FastEmbedder, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    with caplog.at_level("WARNING", logger="fittest.embedder"):
+        fallback = FastEmbedder(model_path=model_path, cache_size=0, int8_dir=blocked / "models")
+    assert fallback.precision == "fp32"
+    assert "runs in fp32" in caplog.text and str(blocked) in caplog.text
+    for got, want in zip(fallback.embed(SCENARIOS), embedder.embed(SCENARIOS), strict=True):
+        assert got == pytest.approx(want, abs=1e-6)
+
+
+def test_the_settings_choose_the_precision(model_path: Path, int8_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import workers.embedder
+
+    monkeypatch.setattr(workers.embedder, "_OPEN", {})
+    on = open_embedder(Settings(embedding_model_path=model_path, model_cache_dir=int8_dir))
+    off = open_embedder(Settings(embedding_model_path=model_path, embedding_int8=False))
+    assert (on.precision, off.precision) == ("int8", "fp32")

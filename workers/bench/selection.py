@@ -15,7 +15,8 @@ directory, removed afterwards), nothing learned before a stream starts:
 
 A wrong tool is recorded as a `bad_output` failure of that tool: it ran, and its output did not
 serve the query. Selection time covers the whole `Selector.plan` of one query, embedding
-included (each query is new to the embedder's cache).
+included (each query is new to the embedder's cache); the result names the embedding precision
+that ran (FITTEST_EMBEDDING_INT8).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class StreamResult(BaseModel):
     p50_select_ms: float
     p99_select_ms: float
     mean_first_probability: float  # how sure the policy was of its first choice, on average
+    embedding_precision: str  # the embedding model that ran: its int8 copy or the fp32 file
     elapsed_s: float
 
 
@@ -78,6 +80,7 @@ class SelectionBenchResult(BaseModel):
     seed_top1_second_half: float
     p50_select_ms: float
     p99_select_ms: float
+    embedding_precision: str
     targets: dict[str, float]
     streams: list[StreamResult]
     elapsed_s: float
@@ -207,7 +210,8 @@ def run_stream(base: Settings, redis_url: str, manifests: list[ToolManifest], na
         top1=_mean(first), top1_first_half=_mean(first[:half]), top1_second_half=_mean(first[half:]),
         resolved_within_5=_mean(resolved), mean_attempts=_mean(attempts_used),
         p50_select_ms=round(percentile(select_ms, 0.50), 3), p99_select_ms=round(percentile(select_ms, 0.99), 3),
-        mean_first_probability=_mean(first_probability), elapsed_s=round(time.perf_counter() - started, 1),
+        mean_first_probability=_mean(first_probability),
+        embedding_precision=getattr(rt.embedder, "precision", "fp32"), elapsed_s=round(time.perf_counter() - started, 1),
     )
 
 
@@ -252,5 +256,5 @@ def run_selection_bench(base: Settings, tools: Path, queries: Path, limit: int |
         resolved_within_5=main.resolved_within_5, mean_attempts=main.mean_attempts,
         zero_shot_top1=zero.top1, seed_top1_second_half=baseline.top1_second_half,
         p50_select_ms=main.p50_select_ms, p99_select_ms=main.p99_select_ms,
-        targets=TARGETS, streams=streams, elapsed_s=round(time.perf_counter() - started, 1),
+        embedding_precision=main.embedding_precision, targets=TARGETS, streams=streams, elapsed_s=round(time.perf_counter() - started, 1),
     )

@@ -163,7 +163,8 @@ def selection(
             result = run_selection_bench(get_settings(), tools, queries, limit, seed, policy, progress)
         except BenchInputError as exc:
             fail(str(exc))
-    table = Table(title=f"selection: {result.queries} queries, {result.tools} tools, seed {result.seed}",
+    table = Table(title=f"selection: {result.queries} queries, {result.tools} tools, seed {result.seed}, "
+                        f"{result.embedding_precision} embedding model",
                   caption="top1 of each half; ≤5: resolved within 5 attempts; tries: mean attempts; "
                           "ms: whole selection of one query; P1: mean probability of the first choice",
                   box=box.SIMPLE_HEAD)

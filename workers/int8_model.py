@@ -1,0 +1,58 @@
+"""An int8 copy of the embedding model, made once from the model file and kept on disk.
+
+Embedding the scenario is most of a selection's time (the selection bench: 5.8 of 11.4 ms on
+average, 12.6 of 20.5 ms in the slowest 2 %), and all of it is the model's matrix
+multiplications. ONNX Runtime's dynamic quantisation turns their weights into int8 with one scale
+per output channel; activations are quantised per run. Measured on 3,000 MetaTool queries: a run
+takes half the time (p50 4.2 -> 2.3 ms, p99 10.2 -> 5.3 ms), vectors stay at cosine 0.995 to the
+fp32 model's (0.975 at worst), and zero-shot top-1, top-5 and nearest-neighbour accuracy do not
+move. One scale per tensor instead (the quantiser's default) is as fast but drifts to cosine 0.965
+and loses a point of accuracy, so the per-channel recipe is the one used. The word-embedding table
+stays fp32: it is a lookup, not compute.
+
+The copy is named by a digest of the source file, the recipe and the ONNX Runtime version, so a
+changed model or runtime makes a new copy and never reuses a stale one. It is written to a
+temporary file and renamed into place: processes that start together each may quantise, and each
+sees either no copy or a whole one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import onnxruntime as ort
+
+RECIPE = "int8-per-channel-matmul-v1"
+
+
+def int8_copy(source: Path, cache_dir: Path) -> Path:
+    """The int8 copy of the ONNX model `source` in `cache_dir`, made on first use.
+
+    Raises OSError when the cache directory cannot be written, and whatever the quantiser raises
+    for a model it cannot handle; the caller then runs the model as it is."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # imports onnx: only when needed
+
+    target = cache_dir / f"{source.stem}-{_digest(source)}.int8.onnx"
+    if target.is_file():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    fd, scratch = tempfile.mkstemp(dir=cache_dir, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        quantize_dynamic(source, scratch, weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"])
+        os.replace(scratch, target)
+    finally:
+        Path(scratch).unlink(missing_ok=True)
+    return target
+
+
+def _digest(source: Path) -> str:
+    h = hashlib.sha256()
+    with source.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    h.update(f"{RECIPE} onnxruntime {ort.__version__}".encode())
+    return h.hexdigest()[:16]
