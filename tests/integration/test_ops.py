@@ -24,6 +24,7 @@ def test_health_is_ok_with_every_role_up_and_checks_store_and_model_live(cli) ->
     checks = {c["name"]: c for c in report["checks"]}
     assert {name: c["status"] for name, c in checks.items()} == {"redis": "ok", "workers": "ok", "store": "ok", "model": "ok"}
     assert "384-dim" in checks["model"]["detail"] and "checked by memory@" in checks["model"]["detail"]
+    assert "int8 model" in checks["model"]["detail"]  # the memory worker runs the model's int8 copy by default
     assert "tool vectors" in checks["store"]["detail"]
     roles = {node.partition("@")[0]: answer["queues"] for node, answer in report["workers"].items()}
     assert roles["executor"] == ["execution"] and "selection" in roles["memory"]
