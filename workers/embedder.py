@@ -155,12 +155,6 @@ def _reopen_session(model: TextEmbedding, int8_dir: Path | None) -> str:
     path = getattr(session, "_model_path", None)
     if not isinstance(session, ort.InferenceSession) or not path:
         return "fp32"  # a fastembed or onnxruntime whose internals moved: keep its session as it is
-    precision = "fp32"
-    if int8_dir is not None:
-        try:
-            path, precision = str(int8_copy(Path(path), int8_dir)), "int8"
-        except Exception as exc:  # an optimisation only: the model as it is still serves
-            log.warning("embedding model %s runs in fp32: its int8 copy could not be made in %s: %s", path, int8_dir, exc)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = MODEL_THREADS
@@ -168,8 +162,17 @@ def _reopen_session(model: TextEmbedding, int8_dir: Path | None) -> str:
     options.add_session_config_entry("session.intra_op.allow_spinning", "1")
     options.add_session_config_entry("session.inter_op.allow_spinning", "1")
     options.add_session_config_entry("session.force_spinning_stop", "1")
-    holder.model = ort.InferenceSession(path, sess_options=options, providers=session.get_providers())
-    return precision
+    providers = session.get_providers()
+    if int8_dir is not None:
+        try:
+            holder.model = ort.InferenceSession(str(int8_copy(Path(path), int8_dir)), sess_options=options,
+                                                providers=providers)
+            return "int8"
+        except Exception as exc:  # an optimisation only: the model as it is still serves
+            log.warning("embedding model %s runs in fp32: its int8 copy could not be made or opened in %s: %s",
+                        path, int8_dir, exc)
+    holder.model = ort.InferenceSession(path, sess_options=options, providers=providers)
+    return "fp32"
 
 
 _OPEN: dict[tuple[str, str | None, bool], FastEmbedder] = {}

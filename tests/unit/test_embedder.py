@@ -211,3 +211,17 @@ def test_the_settings_choose_the_precision(model_path: Path, int8_dir: Path, mon
     on = open_embedder(Settings(embedding_model_path=model_path, model_cache_dir=int8_dir))
     off = open_embedder(Settings(embedding_model_path=model_path, embedding_int8=False))
     assert (on.precision, off.precision) == ("int8", "fp32")
+
+
+def test_a_damaged_int8_copy_leaves_the_model_in_fp32(
+    model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import workers.embedder
+
+    damaged = tmp_path / "model-0123.int8.onnx"
+    damaged.write_bytes(b"\x08\x07 not an onnx graph")
+    monkeypatch.setattr(workers.embedder, "int8_copy", lambda source, cache_dir: damaged)
+    with caplog.at_level("WARNING", logger="fittest.embedder"):
+        fallback = FastEmbedder(model_path=model_path, cache_size=0, int8_dir=tmp_path)
+    assert fallback.precision == "fp32" and "runs in fp32" in caplog.text
+    assert len(fallback.embed_one("resize images")) == 384
