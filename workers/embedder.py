@@ -52,7 +52,7 @@ class FastEmbedder:
     session serves concurrent runs), so a hit never waits for another thread's miss.
 
     `int8_dir`: run the model's int8 copy, made in (or read from) this directory; None runs the
-    model file as it is. `precision` says which one runs: a copy that cannot be made leaves fp32."""
+    model file as it is. `precision` says which one runs: a copy that cannot be made or opened leaves fp32."""
 
     def __init__(
         self,

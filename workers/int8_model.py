@@ -1,7 +1,7 @@
 """An int8 copy of the embedding model, made once from the model file and kept on disk.
 
 Embedding the scenario is most of a selection's time (the selection bench: 5.8 of 11.4 ms on
-average, 12.6 of 20.5 ms in the slowest 2 %), and all of it is the model's matrix
+average, 12.6 of 20.5 ms in the slowest 2 %), and most of a run is the model's matrix
 multiplications. ONNX Runtime's dynamic quantisation turns their weights into int8 with one scale
 per output channel; activations are quantised per run. Measured on 3,000 MetaTool queries: a run
 takes half the time (p50 4.2 -> 2.3 ms, p99 10.2 -> 5.3 ms), vectors stay at cosine 0.995 to the
