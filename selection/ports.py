@@ -155,6 +155,12 @@ class SelectionWeights(BaseModel):
 BreakerState = Literal["closed", "open", "half_open"]
 
 
+class StateVersions(NamedTuple):
+    state: int  # grows with every change of quality, promotion or weights
+    promotions: int  # grows with every change of a promotion
+    weights: int  # the version of the current weights (0: the defaults)
+
+
 @runtime_checkable
 class StateStore(Protocol):
     """Quality, counters, promotions, weights: every read-modify-write is atomic in the store."""
@@ -201,6 +207,12 @@ class StateStore(Protocol):
 
     def state_version(self) -> int:
         """A counter that grows with every change of quality, promotion or weights (cache key)."""
+        ...
+
+    def versions(self) -> StateVersions:
+        """The state version with the promotions' and the weights' own counters, in one read: a
+        selector keeps what it read of promotions and weights across the many quality changes
+        that move only the state version."""
         ...
 
     def clear(self) -> None:

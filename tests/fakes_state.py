@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from selection.models import Promotion, Severity
-from selection.ports import BreakerState, FailureApplied, SelectionWeights, ToolStats
+from selection.ports import BreakerState, FailureApplied, SelectionWeights, StateVersions, ToolStats
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
 from selection.timeouts import p95
 
@@ -45,6 +45,7 @@ class _State:
     weights_version: int = 0
     weights_history: list[str] = field(default_factory=list)  # newest first
     state_version: int = 0
+    promotions_version: int = 0
     breakers: dict[str, _Breaker] = field(default_factory=dict)
     durations: dict[str, list[float]] = field(default_factory=dict)
     locks: dict[str, tuple[str, float]] = field(default_factory=dict)  # name -> (owner, expiry)
@@ -127,6 +128,7 @@ class InMemoryStateStore:
             history.append(raw)
             del history[: max(0, len(history) - self.promotion_history_limit)]
             self._s.state_version += 1
+            self._s.promotions_version += 1
 
     def promote_if(self, promotion: Promotion, expect_version: str, expect_status: Sequence[str]) -> bool:
         with self._lock:
@@ -171,6 +173,10 @@ class InMemoryStateStore:
     def state_version(self) -> int:
         with self._lock:
             return self._s.state_version
+
+    def versions(self) -> StateVersions:
+        with self._lock:
+            return StateVersions(self._s.state_version, self._s.promotions_version, self._s.weights_version)
 
     # Circuit breakers
     def breaker_record(self, key: str, success: bool, threshold: int, cooldown_s: float) -> BreakerState:

@@ -111,13 +111,14 @@ class Selector:
         `run` False: the plan is only shown (`fittest explain`), so it takes no breaker's probe."""
         if features is None:
             features = analyse(request.scenario, request.context, request.input).model_dump(mode="json")
-        self._local.version = self.rt.state.state_version()
+        self._local.versions = self.rt.state.versions()
+        self._local.version = self._local.versions.state
         self._local.run = run
         degraded: list[str] = []
         try:
             evidence = self._evidence(request, features, degraded)
         finally:
-            self._local.version = None
+            self._local.version = self._local.versions = None
         keep = max(self.settings.max_candidates, request.max_attempts)
         # The retry after an evolution moves the new version to the front, wherever it placed.
         ranked = self.policy.rank(evidence, features, self.rng, limit=None if request.after_evolution else keep)
@@ -322,12 +323,14 @@ class Selector:
         return hits
 
     def promotions(self, namespaces: list[str]) -> dict[str, Promotion | None]:
-        """The namespaces' promotions, asked of Redis only for those not read at this state version:
-        every change of a promotion moves the version (promote.lua, promote_if.lua), and most calls
-        find their candidates' promotions read by an earlier call."""
-        version = getattr(self._local, "version", None)
-        if version is None:
+        """The namespaces' promotions, asked of Redis only for those not read at this promotions
+        version: every change of a promotion moves it (promote.lua, promote_if.lua), while the
+        quality changes of every outcome do not, so most calls find their candidates' promotions
+        read by an earlier call."""
+        versions = getattr(self._local, "versions", None)
+        if versions is None:
             return self.rt.state.promotions(namespaces)
+        version = versions.promotions
         seen_at, known = self._promotions
         if seen_at != version:
             known = {}
@@ -338,8 +341,9 @@ class Selector:
         return {ns: known[ns] for ns in namespaces}
 
     def weights(self) -> SelectionWeights:
-        """The learner's current SPARC weights, read again only when the state version moved."""
-        version = getattr(self._local, "version", None)
+        """The learner's current SPARC weights, read again only when their version moved."""
+        versions = getattr(self._local, "versions", None)
+        version = None if versions is None else versions.weights
         if self._weights is None or version is None or version != self._weights_version:
             self._weights, self._weights_version = self.rt.state.weights(), -1 if version is None else version
         return self._weights

@@ -470,3 +470,25 @@ def test_record_run_feeds_the_breaker_once_per_attempt(store):
     assert store.record_run(KEY, 5.0, False, threshold=2, cooldown_s=60, attempt_id="c1:0") is None
     assert store.breaker_states([KEY]) == {KEY: "closed"}
     assert store.record_run(KEY, 5.0, False, threshold=2, cooldown_s=60, attempt_id="c1:1") == "open"
+
+
+def test_versions_move_promotions_and_weights_only_with_their_own_changes(store):
+    """A selector keeps the promotions and weights it read while only quality moves."""
+    v0 = store.versions()
+    assert v0.state == store.state_version()
+    store.mark_failure(KEY, aid(), Severity.low)
+    store.set_quality(KEY, 0.5)
+    v1 = store.versions()
+    assert v1.state == v0.state + 2 and (v1.promotions, v1.weights) == (v0.promotions, v0.weights)
+    store.promote(promotion("translate_text", "1.1.0"))
+    v2 = store.versions()
+    assert (v2.state, v2.promotions, v2.weights) == (v1.state + 1, v1.promotions + 1, v1.weights)
+    trial = store.promotion("translate_text")
+    assert not store.promote_if(trial.model_copy(update={"status": "active"}), "9.9.9", ["on_trial"])
+    assert store.versions() == v2  # a compare-and-set that did not apply moves nothing
+    assert store.promote_if(trial.model_copy(update={"status": "active"}), trial.evolved_version, [trial.status])
+    v3 = store.versions()
+    assert (v3.state, v3.promotions, v3.weights) == (v2.state + 1, v2.promotions + 1, v2.weights)
+    stored = store.set_weights(SelectionWeights(weights={"phase": 1.0}))
+    v4 = store.versions()
+    assert (v4.state, v4.promotions, v4.weights) == (v3.state + 1, v3.promotions, stored.version)

@@ -84,7 +84,11 @@ def test_outcomes_teach_the_next_similar_call(rt) -> None:
     assert all(set(r.components) == {"phase", "language", "complexity", "task_type", "history"} for r in records)
 
 
-def test_context_features_and_sparc_in_the_plan(rt) -> None:
+def test_context_features_and_sparc_in_the_plan(rt, monkeypatch) -> None:
+    # Every tool a candidate, however weak its description's match: "Writes documentation for source
+    # code." is ~0.20 similar to the scenario, at the default floor, and which side of it falls with
+    # the int8 model depends on the batch the description was embedded in.
+    monkeypatch.setattr(rt.selector.settings, "min_similarity", -1.0)
     plan = rt.selector.plan(CallRequest(scenario="review this code for bugs",
                                         context={"files": ["app/main.py", "tests/test_main.py"]}))
     assert plan.features["languages"] == ["python"] and plan.features["phase"] == "refinement"
@@ -121,6 +125,33 @@ def test_cache_serves_repeats_until_the_state_changes_and_new_weights_apply(rt, 
     assert len(searches) == 3 * cold
     for c in plan.candidates:  # all weight on history: the SPARC score is the history component
         assert c.breakdown.sparc == pytest.approx(c.breakdown.sparc_components["history"], abs=1e-3)
+
+
+def test_promotions_are_read_again_only_when_a_promotion_changes(rt, monkeypatch) -> None:
+    from selection.models import Promotion
+
+    reads: list[list[str]] = []
+    real_promotions = rt.state.promotions
+
+    def counting(namespaces):
+        reads.append(list(namespaces))
+        return real_promotions(namespaces)
+
+    monkeypatch.setattr(rt.state, "promotions", counting)
+    rt.selector.plan(CallRequest(scenario="weather forecast for Oslo tomorrow"))
+    assert len(reads) == 1
+    rt.state.set_quality("weather_now@1.0.0", 0.9)  # the outcome of a call: quality moves, promotions do not
+    rt.selector.plan(CallRequest(scenario="weather forecast for Bergen tomorrow"))
+    assert len(reads) == 1
+    rt.registry.add(ToolManifest(name="weather_now", version="1.1.0", description=TOOLS["weather_now"],
+                                 implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+    plan = rt.selector.plan(CallRequest(scenario="weather forecast for Bergen tomorrow"))
+    assert "weather_now@1.1.0" not in [c.key for c in plan.candidates] and len(reads) == 1
+    rt.state.promote(Promotion(namespace="weather_now", evolved_version="1.1.0", original_version="1.0.0",
+                               reason="test", mutation="timeout", status="active"))
+    plan = rt.selector.plan(CallRequest(scenario="weather forecast for Bergen tomorrow"))
+    assert len(reads) == 2  # the promotion is seen by the very next plan
+    assert "weather_now@1.1.0" in [c.key for c in plan.candidates]  # served in place of the version that matched
 
 
 def test_feedback_score_weights_similar_scenarios_more(rt) -> None:

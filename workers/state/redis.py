@@ -38,7 +38,7 @@ import redis
 from redis.client import Pipeline
 
 from selection.models import Promotion, Severity
-from selection.ports import BreakerState, FailureApplied, SelectionWeights, ToolStats
+from selection.ports import BreakerState, FailureApplied, SelectionWeights, StateVersions, ToolStats
 from selection.quality import FULL_QUALITY_BP, SEVERITY_PENALTY_BP, bp_to_quality, failure_penalty_bp
 from workers.state.pipelined import execute_scripts
 
@@ -135,6 +135,10 @@ class RedisStateStore:
     def _state_key(self) -> str:
         return self._k("state", "version")
 
+    @property
+    def _promotions_version_key(self) -> str:
+        return self._k("state", "promotions")
+
     # Quality and counters ---------------------------------------------------------------------
 
     def stats(self, keys: Sequence[str]) -> dict[str, ToolStats]:
@@ -220,7 +224,7 @@ class RedisStateStore:
     def promote(self, promotion: Promotion) -> None:
         ns = promotion.namespace
         self.scripts["promote"](
-            keys=[self._k("promotion", ns), self._k("promotions", ns), self._state_key],
+            keys=[self._k("promotion", ns), self._k("promotions", ns), self._state_key, self._promotions_version_key],
             args=[promotion.model_dump_json(), self.promotion_history_limit],
         )
 
@@ -229,7 +233,7 @@ class RedisStateStore:
             raise ValueError(f"expected statuses must be non-empty words, got {list(expect_status)!r}")
         ns = promotion.namespace
         changed = self.scripts["promote_if"](
-            keys=[self._k("promotion", ns), self._k("promotions", ns), self._state_key],
+            keys=[self._k("promotion", ns), self._k("promotions", ns), self._state_key, self._promotions_version_key],
             args=[expect_version, ",".join(expect_status), promotion.model_dump_json(), self.promotion_history_limit],
         )
         return bool(changed)
@@ -263,6 +267,12 @@ class RedisStateStore:
 
     def state_version(self) -> int:
         return _int(self.client.get(self._state_key))
+
+    def versions(self) -> StateVersions:
+        state, promotions, weights = self.client.mget(
+            [self._state_key, self._promotions_version_key, self._k("weights", "version")]
+        )
+        return StateVersions(_int(state), _int(promotions), _int(weights))
 
     # Circuit breakers -------------------------------------------------------------------------
 

@@ -1,12 +1,14 @@
 -- promote: set which version of a namespace is served, and remember it.
 -- KEYS[1] current promotion of the namespace (string, JSON); KEYS[2] promotion history of the
---         namespace (list, oldest first); KEYS[3] state version counter.
+--         namespace (list, oldest first); KEYS[3] state version counter; KEYS[4] promotions
+--         version counter.
 -- ARGV[1] promotion JSON; ARGV[2] how many history entries to keep.
 -- Atomically: SET the current promotion, RPUSH it onto the history, LTRIM the history to the
--- newest ARGV[2] entries, INCR the state version.
+-- newest ARGV[2] entries, INCR the state version and the promotions version.
 -- Returns the new state version.
 
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('RPUSH', KEYS[2], ARGV[1])
 redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)
+redis.call('INCR', KEYS[4])
 return redis.call('INCR', KEYS[3])
