@@ -173,6 +173,14 @@ def test_the_int8_copy_keeps_the_vectors_and_their_order(int8_embedder: FastEmbe
         assert best == list(range(len(SCENARIOS)))
 
 
+def test_an_int8_vector_does_not_depend_on_the_texts_embedded_with_it(int8_embedder: FastEmbedder) -> None:
+    """A scenario stored by the memory worker (in a batch) must match the same scenario embedded
+    alone by the selection worker: the int8 model scales a run's activations over its whole batch."""
+    alone = [int8_embedder.embed([t])[0] for t in TOOL_TEXTS]
+    batched = int8_embedder.embed(TOOL_TEXTS + ["a much longer text " * 20])[: len(TOOL_TEXTS)]
+    assert batched == alone
+
+
 def test_the_int8_copy_is_made_once_and_named_by_its_source(
     model_path: Path, int8_dir: Path, int8_embedder: FastEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
