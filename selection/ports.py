@@ -205,14 +205,10 @@ class StateStore(Protocol):
 
     def weights_history(self, limit: int = 20) -> list[SelectionWeights]: ...
 
-    def state_version(self) -> int:
-        """A counter that grows with every change of quality, promotion or weights (cache key)."""
-        ...
-
     def versions(self) -> StateVersions:
-        """The state version with the promotions' and the weights' own counters, in one read: a
-        selector keeps what it read of promotions and weights across the many quality changes
-        that move only the state version."""
+        """The state version (the selection cache's key) with the promotions' and the weights' own
+        counters, in one read: a selector keeps what it read of promotions and weights across the
+        many quality changes that move only the state version."""
         ...
 
     def clear(self) -> None:

@@ -170,10 +170,6 @@ class InMemoryStateStore:
             raws = self._s.weights_history[: max(0, limit)]
         return [SelectionWeights.model_validate_json(r) for r in raws]
 
-    def state_version(self) -> int:
-        with self._lock:
-            return self._s.state_version
-
     def versions(self) -> StateVersions:
         with self._lock:
             return StateVersions(self._s.state_version, self._s.promotions_version, self._s.weights_version)

@@ -104,24 +104,24 @@ def test_quality_floors_at_zero(store):
 def test_same_attempt_id_applies_once(store):
     attempt = aid()
     first = store.mark_failure(KEY, attempt, Severity.high)
-    version = store.state_version()
+    version = store.versions().state
     again = store.mark_failure(KEY, attempt, Severity.high)
     other_severity = store.mark_failure(KEY, attempt, Severity.low)
     assert first.applied and not again.applied and not other_severity.applied
     assert (again.quality, again.failures) == (0.9, 1) == (other_severity.quality, other_severity.failures)
     assert store.stats([KEY])[KEY] == ToolStats(quality=0.9, failures=1)
-    assert store.state_version() == version
+    assert store.versions().state == version
 
 
 def test_record_success_counts_once_and_keeps_quality(store):
     store.mark_failure(KEY, aid(), Severity.medium)
-    version = store.state_version()
+    version = store.versions().state
     attempt = aid()
     assert store.record_success(KEY, attempt) is True
     assert store.record_success(KEY, attempt) is False
     assert store.record_success(KEY, aid()) is True
     assert store.stats([KEY])[KEY] == ToolStats(quality=0.95, successes=2, failures=1)
-    assert store.state_version() == version  # a success changes no quality: caches stay valid
+    assert store.versions().state == version  # a success changes no quality: caches stay valid
 
 
 def test_record_successes_counts_each_attempt_once_in_order(store):
@@ -141,9 +141,9 @@ def test_success_and_failure_guards_are_separate(store):
 
 
 def test_set_quality(store):
-    v0 = store.state_version()
+    v0 = store.versions().state
     store.set_quality(KEY, 0.73)
-    assert store.state_version() > v0
+    assert store.versions().state > v0
     assert store.stats([KEY])[KEY] == ToolStats(quality=0.73)
     assert store.mark_failure(KEY, aid(), Severity.low).quality == 0.72
     for bad in (1.5, -0.1, float("nan")):
@@ -189,7 +189,7 @@ def promotion(ns: str, evolved: str, status: str = "on_trial") -> Promotion:
 def test_promote_and_history(store):
     assert store.promotion("translate_text") is None
     assert store.promotion_history("translate_text") == []
-    v0 = store.state_version()
+    v0 = store.versions().state
     first = promotion("translate_text", "1.1.0")
     second = promotion("translate_text", "1.2.0", status="active")
     store.promote(first)
@@ -198,23 +198,23 @@ def test_promote_and_history(store):
     assert store.promotion("translate_text") == second
     assert store.promotion_history("translate_text") == [first, second]
     assert [p.evolved_version for p in store.promotion_history("summarise")] == ["2.1.0"]
-    assert store.state_version() == v0 + 3
+    assert store.versions().state == v0 + 3
 
 
 def test_promote_if_changes_only_the_promotion_it_was_decided_on(store):
     assert not store.promote_if(promotion("translate_text", "1.1.0", "active"), "1.1.0", ["on_trial"])  # none yet
     trial = promotion("translate_text", "1.1.0")
     store.promote(trial)
-    v0 = store.state_version()
+    v0 = store.versions().state
     active = promotion("translate_text", "1.1.0", status="active")
     assert not store.promote_if(active, "1.0.5", ["on_trial"])  # another version
     assert not store.promote_if(active, "1.1.0", ["active", "rolled_back"])  # another status
-    assert store.state_version() == v0 and store.promotion("translate_text") == trial
+    assert store.versions().state == v0 and store.promotion("translate_text") == trial
     assert store.promote_if(active, "1.1.0", ["on_trial"])
     assert not store.promote_if(promotion("translate_text", "1.1.0", "rolled_back"), "1.1.0", ["on_trial"])  # decided already
     assert store.promotion("translate_text") == active
     assert store.promotion_history("translate_text") == [trial, active]
-    assert store.state_version() == v0 + 1
+    assert store.versions().state == v0 + 1
 
 
 def test_promote_if_is_atomic_under_concurrent_verdicts(store):
@@ -246,7 +246,7 @@ def test_weights_default_versioning_and_history(store):
     assert store.weights() == SelectionWeights()
     assert store.weights().version == 0
     assert store.weights_history() == []
-    v0 = store.state_version()
+    v0 = store.versions().state
 
     w1 = store.set_weights(SelectionWeights(version=99, weights={"phase": 0.5, "language": 0.5}, evidence={"n": 12}))
     w2 = store.set_weights(SelectionWeights(weights={"phase": 0.1, "history": 0.9}, updated_at=123.5))
@@ -256,7 +256,7 @@ def test_weights_default_versioning_and_history(store):
     assert store.weights() == w2
     assert store.weights_history(10) == [w2, w1]
     assert store.weights_history(1) == [w2]
-    assert store.state_version() == v0 + 2
+    assert store.versions().state == v0 + 2
 
     with pytest.raises(ValueError):
         store.set_weights(SelectionWeights(weights={"phase": float("inf")}))
@@ -264,10 +264,10 @@ def test_weights_default_versioning_and_history(store):
 
 
 def test_state_version_grows_with_every_change(store):
-    seen = [store.state_version()]
+    seen = [store.versions().state]
 
     def changed() -> None:
-        seen.append(store.state_version())
+        seen.append(store.versions().state)
         assert seen[-1] > seen[-2]
 
     store.mark_failure(KEY, aid(), Severity.low)
@@ -388,7 +388,7 @@ def test_clear_resets_everything(store):
     assert store.stats([KEY])[KEY] == ToolStats()
     assert store.promotion("translate_text") is None and store.promotion_history("translate_text") == []
     assert store.weights() == SelectionWeights() and store.weights_history() == []
-    assert store.state_version() == 0
+    assert store.versions().state == 0
     assert store.breaker_states([KEY]) == {KEY: "closed"}
     assert store.durations([KEY]) == {KEY: []}
     assert store.acquire_lock("evolve:translate_text", "b", ttl_s=30)
@@ -475,7 +475,6 @@ def test_record_run_feeds_the_breaker_once_per_attempt(store):
 def test_versions_move_promotions_and_weights_only_with_their_own_changes(store):
     """A selector keeps the promotions and weights it read while only quality moves."""
     v0 = store.versions()
-    assert v0.state == store.state_version()
     store.mark_failure(KEY, aid(), Severity.low)
     store.set_quality(KEY, 0.5)
     v1 = store.versions()

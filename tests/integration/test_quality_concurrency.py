@@ -101,7 +101,7 @@ def test_concurrent_mark_failure_is_exact_and_idempotent(redis_url: str, run_pre
     store = open_state_store(Settings(redis_url=redis_url, key_prefix=run_prefix))
     run = uuid.uuid4().hex[:8]
     try:
-        version_before = store.state_version()
+        version_before = store.versions().state
         calls = run_workers(redis_url, run_prefix, run)
 
         # Every call applied, each at its own position 1..2000.
@@ -129,13 +129,13 @@ def test_concurrent_mark_failure_is_exact_and_idempotent(redis_url: str, run_pre
         assert q == expected_bp
         stats = store.stats([KEY])[KEY]
         assert (round(stats.quality * FULL_QUALITY_BP), stats.failures, stats.successes) == (expected_bp, n, 0)
-        assert store.state_version() == version_before + n
+        assert store.versions().state == version_before + n
 
         # Redelivery of all 2,000 attempts, again from 8 processes: nothing changes.
         replay = run_workers(redis_url, run_prefix, run)
         assert not any(applied for _, _, applied, _, _ in replay)
         assert {(q_, f_) for _, _, _, q_, f_ in replay} == {(expected_bp, n)}
         assert store.stats([KEY])[KEY] == stats
-        assert store.state_version() == version_before + n
+        assert store.versions().state == version_before + n
     finally:
         store.clear()

@@ -265,9 +265,6 @@ class RedisStateStore:
         raws = self.client.lrange(self._k("weights", "history"), 0, limit - 1)
         return [SelectionWeights.model_validate_json(raw) for raw in raws]
 
-    def state_version(self) -> int:
-        return _int(self.client.get(self._state_key))
-
     def versions(self) -> StateVersions:
         state, promotions, weights = self.client.mget(
             [self._state_key, self._promotions_version_key, self._k("weights", "version")]
