@@ -112,13 +112,12 @@ class Selector:
         if features is None:
             features = analyse(request.scenario, request.context, request.input).model_dump(mode="json")
         self._local.versions = self.rt.state.versions()
-        self._local.version = self._local.versions.state
         self._local.run = run
         degraded: list[str] = []
         try:
             evidence = self._evidence(request, features, degraded)
         finally:
-            self._local.version = self._local.versions = None
+            self._local.versions = None
         keep = max(self.settings.max_candidates, request.max_attempts)
         # The retry after an evolution moves the new version to the front, wherever it placed.
         ranked = self.policy.rank(evidence, features, self.rng, limit=None if request.after_evolution else keep)
@@ -288,12 +287,12 @@ class Selector:
                 score_threshold: float | None = None, fields: tuple[str, ...] | None = None) -> list[VectorHit]:
         """`memory.search`, answered from the selection cache for the same search at the same state
         version (set by `plan` for its thread; outside a plan nothing is cached)."""
-        version = getattr(self._local, "version", None)
-        if version is None:
+        versions = getattr(self._local, "versions", None)
+        if versions is None:
             return self.rt.memory.search(collection, vector, limit=limit, filter=filter, score_threshold=score_threshold,
                                          fields=fields)
         key = (collection, hash(tuple(vector)), limit, filter.model_dump_json() if filter else "", score_threshold,
-               fields, version)
+               fields, versions.state)
         cached = self.cache.get(key)
         if cached is not None:
             return [VectorHit(*hit) for hit in marshal.loads(cached)]

@@ -139,6 +139,10 @@ class RedisStateStore:
     def _promotions_version_key(self) -> str:
         return self._k("state", "promotions")
 
+    @property
+    def _weights_version_key(self) -> str:
+        return self._k("weights", "version")
+
     # Quality and counters ---------------------------------------------------------------------
 
     def stats(self, keys: Sequence[str]) -> dict[str, ToolStats]:
@@ -250,7 +254,7 @@ class RedisStateStore:
     def set_weights(self, weights: SelectionWeights) -> SelectionWeights:
         doc = self.scripts["set_weights"](
             keys=[
-                self._k("weights", "version"),
+                self._weights_version_key,
                 self._k("weights", "current"),
                 self._k("weights", "history"),
                 self._state_key,
@@ -267,7 +271,7 @@ class RedisStateStore:
 
     def versions(self) -> StateVersions:
         state, promotions, weights = self.client.mget(
-            [self._state_key, self._promotions_version_key, self._k("weights", "version")]
+            [self._state_key, self._promotions_version_key, self._weights_version_key]
         )
         return StateVersions(_int(state), _int(promotions), _int(weights))
 
