@@ -14,6 +14,7 @@ call is told to fail) in five phases of equal size:
   completing;
 - store down: the memory worker is restarted while the bench holds the embedded vector store's
   lock, so it cannot open the store: calls are served degraded and failure records wait in Redis;
+  the lock is held until every call of the phase has its result;
 - store back: the bench lets go of the store; the worker opens it and writes what waited.
 
 Then every call's result is collected, and the stores are audited against the results: each
@@ -197,7 +198,10 @@ def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Calla
             try:
                 start("memory")
                 stream("store down", per_phase[3])
-                time.sleep(1.0)  # let some of them be served while the store is down
+                # Held until the phase's calls are answered: a fixed wait let a slow worker (loading
+                # its model) reach them only after the store was back, so none was served degraded.
+                for _, handle in sent[-per_phase[3]:]:
+                    client.wait(handle, 120)
             finally:
                 holder.close()
             time.sleep(1.5)  # past the worker's FITTEST_MEMORY_RETRY_S: its next call opens the store
