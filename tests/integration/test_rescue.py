@@ -8,6 +8,7 @@ queue; the last test runs the real workers, whose own sweep rescues a call."""
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import uuid
 from collections.abc import Iterator
@@ -36,6 +37,9 @@ def private(tmp_path: Path, model_path: Path) -> Iterator[tuple]:
         with runtime_in_use(Runtime(settings)) as rt:
             yield make_app(settings), rt, redis.Redis.from_url(url)
     finally:
+        # A result of this app left in a reference cycle unsubscribes when it is collected: now,
+        # while its Redis answers, not in a later module's collection, which retried for ~60 s.
+        gc.collect()
         proc.terminate()
         proc.wait(timeout=10)
 
