@@ -111,6 +111,7 @@ class VectorMemory(Protocol):
 @runtime_checkable
 class Embedder(Protocol):
     dim: int
+    precision: str  # the model that runs: "int8" (its quantised copy) or "fp32"; shown by health and benches
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 

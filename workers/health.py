@@ -56,8 +56,7 @@ def _local_services() -> dict[str, Any]:
     started = time.perf_counter()
     try:
         vector = rt.embedder.embed_one(PROBE_TEXT)
-        precision = getattr(rt.embedder, "precision", "fp32")  # int8 unless its copy could not be made
-        out["model"] = {"status": "ok", "detail": f"{len(vector)}-dim vectors, {precision} model"}
+        out["model"] = {"status": "ok", "detail": f"{len(vector)}-dim vectors, {rt.embedder.precision} model"}
     except Exception as exc:  # noqa: BLE001
         out["model"] = {"status": "fail", "detail": f"{type(exc).__name__}: {exc}"}
     out["model"]["ms"] = (time.perf_counter() - started) * 1000

@@ -40,6 +40,7 @@ from selection.ports import (
     FAILURES,
     FEEDBACK,
     TOOLS,
+    Embedder,
     VectorFilter,
     VectorHit,
     VectorMemory,
@@ -158,8 +159,8 @@ class _Routed:
 class _Precomputed:
     """The real embedder, except for the synthetic tool texts, whose vectors are given."""
 
-    def __init__(self, real: Any, given: dict[str, list[float]]) -> None:
-        self.real, self.given, self.dim = real, given, real.dim
+    def __init__(self, real: Embedder, given: dict[str, list[float]]) -> None:
+        self.real, self.given, self.dim, self.precision = real, given, real.dim, real.precision
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         missing = [t for t in texts if t not in self.given]

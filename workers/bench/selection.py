@@ -211,7 +211,7 @@ def run_stream(base: Settings, redis_url: str, manifests: list[ToolManifest], na
         resolved_within_5=_mean(resolved), mean_attempts=_mean(attempts_used),
         p50_select_ms=round(percentile(select_ms, 0.50), 3), p99_select_ms=round(percentile(select_ms, 0.99), 3),
         mean_first_probability=_mean(first_probability),
-        embedding_precision=getattr(rt.embedder, "precision", "fp32"), elapsed_s=round(time.perf_counter() - started, 1),
+        embedding_precision=rt.embedder.precision, elapsed_s=round(time.perf_counter() - started, 1),
     )
 
 
