@@ -10,10 +10,12 @@ move. One scale per tensor instead (the quantiser's default) is as fast but drif
 and loses a point of accuracy, so the per-channel recipe is the one used. The word-embedding table
 stays fp32: it is a lookup, not compute.
 
-The copy is named by a digest of the source file, the recipe and the ONNX Runtime version, so a
-changed model or runtime makes a new copy and never reuses a stale one. It is written to a
-temporary file and renamed into place: processes that start together each may quantise, and each
-sees either no copy or a whole one.
+The copy is named by the source's path and a digest of the source file, the recipe and the ONNX
+Runtime version, so a changed model or runtime makes a new copy and never reuses a stale one; the
+copies made before it from the same path are then removed (a process still running one keeps it
+open: the file goes once the last one closes). Models at other paths (fastembed names every model
+`model.onnx`) keep theirs. A copy is written to a temporary file and renamed into place:
+processes that start together each may quantise, and each sees either no copy or a whole one.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ def int8_copy(source: Path, cache_dir: Path) -> Path:
     for a model it cannot handle; the caller then runs the model as it is."""
     from onnxruntime.quantization import QuantType, quantize_dynamic  # imports onnx: only when needed
 
-    target = cache_dir / f"{source.stem}-{_digest(source)}.int8.onnx"
+    family = f"{source.stem}-{hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:8]}"
+    target = cache_dir / f"{family}-{_digest(source)}.int8.onnx"
     if target.is_file():
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -46,6 +49,9 @@ def int8_copy(source: Path, cache_dir: Path) -> Path:
         os.replace(scratch, target)
     finally:
         Path(scratch).unlink(missing_ok=True)
+    for stale in cache_dir.glob(f"{family}-*.int8.onnx"):
+        if stale != target:
+            stale.unlink(missing_ok=True)
     return target
 
 

@@ -199,6 +199,27 @@ def test_the_int8_copy_is_made_once_and_named_by_its_source(
     assert FastEmbedder(model_path=model_path, int8_dir=int8_dir).precision == "int8"
 
 
+def test_a_new_int8_copy_replaces_the_stale_copies_of_its_model_only(
+    model_path: Path, int8_dir: Path, int8_embedder: FastEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A changed model file, recipe or ONNX Runtime makes a new copy; the old ones of the same
+    model file are of no more use, while another model's copy (also `model.onnx`) still is."""
+    import shutil
+
+    import workers.int8_model
+    from workers.int8_model import int8_copy
+
+    cache = tmp_path / "cache"
+    shutil.copytree(int8_dir, cache)
+    (current,) = cache.glob("*.int8.onnx")
+    other_model = cache / "model-0badc0de-0123456789abcdef.int8.onnx"
+    other_model.write_bytes(b"another model's copy")
+    monkeypatch.setattr(workers.int8_model, "RECIPE", "int8-per-channel-matmul-v2")
+    new = int8_copy(model_path / "model.onnx", cache)
+    assert new != current and new.is_file()
+    assert sorted(cache.glob("*.int8.onnx")) == sorted([new, other_model])
+
+
 def test_a_cache_dir_that_cannot_be_written_leaves_the_model_in_fp32(
     model_path: Path, embedder: FastEmbedder, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
