@@ -388,7 +388,7 @@ def test_clear_resets_everything(store):
     assert store.stats([KEY])[KEY] == ToolStats()
     assert store.promotion("translate_text") is None and store.promotion_history("translate_text") == []
     assert store.weights() == SelectionWeights() and store.weights_history() == []
-    assert store.versions().state == 0
+    assert store.versions() == (0, 0, 0)  # state, promotions and weights versions start again
     assert store.breaker_states([KEY]) == {KEY: "closed"}
     assert store.durations([KEY]) == {KEY: []}
     assert store.acquire_lock("evolve:translate_text", "b", ttl_s=30)
