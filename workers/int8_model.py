@@ -16,6 +16,10 @@ copies made before it from the same path are then removed (a process still runni
 open: the file goes once the last one closes). Models at other paths (fastembed names every model
 `model.onnx`) keep theirs. A copy is written to a temporary file and renamed into place:
 processes that start together each may quantise, and each sees either no copy or a whole one.
+The quantiser is handed the loaded graph, not the file's path: given a path, it writes a
+shape-inferred `model-inferred.onnx` beside the source and deletes it after reading it back, so
+two workers starting together removed each other's file and one ran in fp32 (seen when two
+benches started at once), and a model in a directory the worker cannot write never got its copy.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ def int8_copy(source: Path, cache_dir: Path) -> Path:
 
     Raises OSError when the cache directory cannot be written, and whatever the quantiser raises
     for a model it cannot handle; the caller then runs the model as it is."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic  # imports onnx: only when needed
+    import onnx  # only when a copy is made
+    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     family = f"{source.stem}-{hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:8]}"
     target = cache_dir / f"{family}-{_digest(source)}.int8.onnx"
@@ -45,7 +50,8 @@ def int8_copy(source: Path, cache_dir: Path) -> Path:
     fd, scratch = tempfile.mkstemp(dir=cache_dir, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        quantize_dynamic(source, scratch, weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"])
+        quantize_dynamic(onnx.load(source), scratch, weight_type=QuantType.QInt8, per_channel=True,
+                         op_types_to_quantize=["MatMul"])
         os.replace(scratch, target)
     finally:
         Path(scratch).unlink(missing_ok=True)

@@ -203,11 +203,24 @@ def test_a_new_int8_copy_replaces_the_stale_copies_of_its_model_only(
     model_path: Path, int8_dir: Path, int8_embedder: FastEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A changed model file, recipe or ONNX Runtime makes a new copy; the old ones of the same
-    model file are of no more use, while another model's copy (also `model.onnx`) still is."""
+    model file are of no more use, while another model's copy (also `model.onnx`) still is. Making
+    it writes nothing beside the model: workers starting together used to delete each other's
+    scratch file there."""
     import shutil
+
+    import onnx.shape_inference
 
     import workers.int8_model
     from workers.int8_model import int8_copy
+
+    written: list[Path] = []
+    infer = onnx.shape_inference.infer_shapes_path
+
+    def recording(source: str, output: str, *args: object, **kwargs: object) -> None:
+        written.append(Path(output))
+        infer(source, output, *args, **kwargs)
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes_path", recording)
 
     cache = tmp_path / "cache"
     shutil.copytree(int8_dir, cache)
@@ -218,6 +231,7 @@ def test_a_new_int8_copy_replaces_the_stale_copies_of_its_model_only(
     new = int8_copy(model_path / "model.onnx", cache)
     assert new != current and new.is_file()
     assert sorted(cache.glob("*.int8.onnx")) == sorted([new, other_model])
+    assert written and not [p for p in written if p.parent == model_path.resolve() or p.parent == model_path]
 
 
 def test_a_cache_dir_that_cannot_be_written_leaves_the_model_in_fp32(
