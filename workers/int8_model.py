@@ -13,9 +13,12 @@ stays fp32: it is a lookup, not compute.
 The copy is named by the source's path and a digest of the source file, the recipe and the ONNX
 Runtime version, so a changed model or runtime makes a new copy and never reuses a stale one; the
 copies made before it from the same path are then removed (a process still running one keeps it
-open: the file goes once the last one closes). Models at other paths (fastembed names every model
-`model.onnx`) keep theirs. A copy is written to a temporary file and renamed into place:
-processes that start together each may quantise, and each sees either no copy or a whole one.
+open: the file goes once the last one closes), and so are copies named as before the path was
+part of the name (`model-{digest}.int8.onnx`), which nothing reads any more. Models at other paths
+(fastembed names every model `model.onnx`) keep theirs. A copy is written to a temporary file and
+renamed into place: processes that start together each may quantise, and each sees either no copy
+or a whole one.
+
 The quantiser is handed the loaded graph, not the file's path: given a path, it writes a
 shape-inferred `model-inferred.onnx` beside the source and deletes it after reading it back, so
 two workers starting together removed each other's file and one ran in fp32 (seen when two
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -55,8 +59,9 @@ def int8_copy(source: Path, cache_dir: Path) -> Path:
         os.replace(scratch, target)
     finally:
         Path(scratch).unlink(missing_ok=True)
-    for stale in cache_dir.glob(f"{family}-*.int8.onnx"):
-        if stale != target:
+    old_scheme = re.compile(rf"{re.escape(source.stem)}-[0-9a-f]{{16}}\.int8\.onnx")
+    for stale in cache_dir.glob(f"{source.stem}-*.int8.onnx"):
+        if stale != target and (stale.name.startswith(f"{family}-") or old_scheme.fullmatch(stale.name)):
             stale.unlink(missing_ok=True)
     return target
 

@@ -227,6 +227,8 @@ def test_a_new_int8_copy_replaces_the_stale_copies_of_its_model_only(
     (current,) = cache.glob("*.int8.onnx")
     other_model = cache / "model-0badc0de-0123456789abcdef.int8.onnx"
     other_model.write_bytes(b"another model's copy")
+    old_scheme = cache / "model-fedcba9876543210.int8.onnx"  # named before the path was in the name
+    old_scheme.write_bytes(b"a copy nothing reads any more")
     monkeypatch.setattr(workers.int8_model, "RECIPE", "int8-per-channel-matmul-v2")
     new = int8_copy(model_path / "model.onnx", cache)
     assert new != current and new.is_file()
