@@ -196,7 +196,8 @@ class Stack:
     def stop_all(self, timeout: float = 15.0) -> None:
         """Stop every role at once (their warm shutdowns take ~3 s each and overlap), Redis last,
         once no worker still needs it to finish its tasks."""
-        signalled = [p for name in [n for n in self.procs if n != "redis"] if (p := self._signal(name)) is not None]
+        roles = [name for name in self.procs if name != "redis"]
+        signalled = [proc for proc in map(self._signal, roles) if proc is not None]
         deadline = time.monotonic() + timeout
         for proc in signalled:
             _reap(proc, max(0.0, deadline - time.monotonic()))
@@ -222,7 +223,6 @@ class Stack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop_all()
-
 
 
 def _reap(proc: subprocess.Popen, timeout: float) -> None:
