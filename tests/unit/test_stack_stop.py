@@ -50,6 +50,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _gone_soon(pid: int, within_s: float = 5.0) -> bool:
+    """A SIGKILL is delivered at once but acted on by the kernel a moment later."""
+    deadline = time.monotonic() + within_s
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def test_stop_all_lets_each_role_shut_down_and_kills_what_outlives_the_deadline(tmp_path: Path) -> None:
     stubborn, child_pid = _role(STUBBORN)
     warm_a, _ = _role(WARM, str(tmp_path / "a"))
@@ -60,7 +70,7 @@ def test_stop_all_lets_each_role_shut_down_and_kills_what_outlives_the_deadline(
     assert stack.procs == {}
     assert (warm_a.returncode, warm_b.returncode) == (0, 0)  # their own shutdown, not a kill
     assert stubborn.returncode == -9
-    assert not _alive(int(child_pid))  # the role's whole group went with it
+    assert _gone_soon(int(child_pid))  # the role's whole group went with it
     # Every role is asked at once: the last one is not kept waiting behind the stubborn one's
     # 4 s, as it was when the roles were stopped one after the other.
     assert float((tmp_path / "b").read_text()) - asked < 2.5
