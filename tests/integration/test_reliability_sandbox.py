@@ -19,7 +19,8 @@ import pytest
 from selection.manifest import load_manifest
 from selection.models import FailureClass
 from tests.integration.conftest import Pipeline, start_pipeline
-from tests.integration.test_runners import assert_failure, gone, live_members
+from tests.integration.test_runners import assert_failure
+from tests.process_groups import gone, live_members
 from workers.runners import RunLimits, run_tool
 
 TOOLS = Path(__file__).parent / "reliability_tools"

@@ -27,6 +27,7 @@ from selection.manifest import TestCase, ToolManifest
 from selection.models import FailureClass
 from selection.registry import ToolRegistry
 from tests.conftest import EXAMPLE_TOOLS, free_port
+from tests.process_groups import gone
 from workers.runners import RunLimits, RunOutcome, run_tool
 
 LIMITS = RunLimits()
@@ -361,31 +362,6 @@ def test_output_cap_kills_the_tool(exe_dir: Path) -> None:
     outcome = run_tool(exe(exe_dir, "{tool_dir}/flood.py"), {}, timeout_s=20, limits=RunLimits(output_limit_bytes=100_000))
     assert time.monotonic() - started < 10  # stopped at the cap, not at the timeout
     assert_failure(outcome, FailureClass.bad_output, "exceeded the limit of 100000 bytes")
-
-
-def live_members(pgid: int) -> list[int]:
-    """Processes of a process group that are still alive (zombies are dead, awaiting reaping by init)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        state, group = fields[0], int(fields[2])
-        if group == pgid and state not in ("Z", "X"):
-            found.append(int(stat.parent.name))
-    return found
-
-
-def gone(pgid: int, within_s: float = 2.0) -> bool:
-    """Whether the group has no live member, allowing for SIGKILL's asynchronous delivery:
-    a killed process can still be on its way out for a moment after kill() returns."""
-    deadline = time.monotonic() + within_s
-    while live_members(pgid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_timeout_kills_the_whole_process_group(exe_dir: Path) -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from tests.process_groups import gone
 from workers.settings import Settings
 from workers.stack import Stack
 
@@ -16,7 +16,7 @@ STUBBORN = """
 import signal, subprocess, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-print(child.pid, flush=True)
+print("ready", flush=True)
 time.sleep(60)
 """
 # A role that takes a moment to shut down once asked, as a worker finishing its tasks does.
@@ -32,45 +32,26 @@ time.sleep(60)
 """
 
 
-def _role(code: str, *args: str) -> tuple[subprocess.Popen, str]:
+def _role(code: str, *args: str) -> subprocess.Popen:
+    """A role in its own process group, as the stack starts them, once it is ready."""
     proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True,
                             start_new_session=True)
-    first_line = proc.stdout.readline().strip()  # type: ignore[union-attr]
-    return proc, first_line
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is gone for good; only its parent's wait is missing
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
-
-
-def _gone_soon(pid: int, within_s: float = 5.0) -> bool:
-    """A SIGKILL is delivered at once but acted on by the kernel a moment later."""
-    deadline = time.monotonic() + within_s
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    proc.stdout.close()
+    return proc
 
 
 def test_stop_all_lets_each_role_shut_down_and_kills_what_outlives_the_deadline(tmp_path: Path) -> None:
-    stubborn, child_pid = _role(STUBBORN)
-    warm_a, _ = _role(WARM, str(tmp_path / "a"))
-    warm_b, _ = _role(WARM, str(tmp_path / "b"))
+    stubborn = _role(STUBBORN)
+    warm_a = _role(WARM, str(tmp_path / "a"))
+    warm_b = _role(WARM, str(tmp_path / "b"))
     stack = Stack(Settings(data_dir=tmp_path), procs={"memory": warm_a, "executor": stubborn, "evolver": warm_b})
     asked = time.time()
     stack.stop_all(timeout=4.0)
     assert stack.procs == {}
     assert (warm_a.returncode, warm_b.returncode) == (0, 0)  # their own shutdown, not a kill
     assert stubborn.returncode == -9
-    assert _gone_soon(int(child_pid))  # the role's whole group went with it
+    assert gone(stubborn.pid)  # the role's whole group, its child too, went with it
     # Every role is asked at once: the last one is not kept waiting behind the stubborn one's
     # 4 s, as it was when the roles were stopped one after the other.
     assert float((tmp_path / "b").read_text()) - asked < 2.5
