@@ -157,9 +157,15 @@ BreakerState = Literal["closed", "open", "half_open"]
 
 
 class StateVersions(NamedTuple):
+    """What a reader compares to know whether what it cached is still what the store holds."""
+
     state: int  # grows with every change of quality, promotion or weights
     promotions: int  # grows with every change of a promotion
     weights: int  # the version of the current weights (0: the defaults)
+    # The life of the store the counters count in. A store that lost its keys (a Redis restart with
+    # nothing on disk, `clear`) counts again from 0 under a new epoch, so a version read before the
+    # loss is never taken for the same number reached after it.
+    epoch: str
 
 
 @runtime_checkable

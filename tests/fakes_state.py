@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -46,6 +47,7 @@ class _State:
     weights_history: list[str] = field(default_factory=list)  # newest first
     state_version: int = 0
     promotions_version: int = 0
+    epoch: str = field(default_factory=lambda: uuid.uuid4().hex)  # a new one with every clear()
     breakers: dict[str, _Breaker] = field(default_factory=dict)
     durations: dict[str, list[float]] = field(default_factory=dict)
     locks: dict[str, tuple[str, float]] = field(default_factory=dict)  # name -> (owner, expiry)
@@ -172,7 +174,8 @@ class InMemoryStateStore:
 
     def versions(self) -> StateVersions:
         with self._lock:
-            return StateVersions(self._s.state_version, self._s.promotions_version, self._s.weights_version)
+            return StateVersions(self._s.state_version, self._s.promotions_version, self._s.weights_version,
+                                 self._s.epoch)
 
     # Circuit breakers
     def breaker_record(self, key: str, success: bool, threshold: int, cooldown_s: float) -> BreakerState:

@@ -78,9 +78,9 @@ class Selector:
         # while nothing that ranks it changed; the TTL bounds how old the memory it saw can be.
         self.cache: TTLCache[bytes] = TTLCache(self.settings.selection_cache_ttl_s, maxsize=4096)
         self._local = threading.local()
-        self._weights: SelectionWeights | None = None
-        self._weights_version = -1
-        self._promotions: tuple[int, dict[str, Promotion | None]] = (-1, {})
+        # The weights and promotions read last, with the (epoch, version) they were read at.
+        self._weights: tuple[tuple[str, int], SelectionWeights] | None = None
+        self._promotions: tuple[tuple[str, int], dict[str, Promotion | None]] = (("", -1), {})
 
     # ----------------------------------------------------------------- tool index
     def sync_tools(self, manifests: list[ToolManifest] | None = None) -> int:
@@ -292,7 +292,7 @@ class Selector:
             return self.rt.memory.search(collection, vector, limit=limit, filter=filter, score_threshold=score_threshold,
                                          fields=fields)
         key = (collection, hash(tuple(vector)), limit, filter.model_dump_json() if filter else "", score_threshold,
-               fields, versions.state)
+               fields, versions.epoch, versions.state)
         cached = self.cache.get(key)
         if cached is not None:
             return [VectorHit(*hit) for hit in marshal.loads(cached)]
@@ -329,7 +329,7 @@ class Selector:
         versions = getattr(self._local, "versions", None)
         if versions is None:
             return self.rt.state.promotions(namespaces)
-        version = versions.promotions
+        version = (versions.epoch, versions.promotions)
         seen_at, known = self._promotions
         if seen_at != version:
             known = {}
@@ -342,10 +342,12 @@ class Selector:
     def weights(self) -> SelectionWeights:
         """The learner's current SPARC weights, read again only when their version moved."""
         versions = getattr(self._local, "versions", None)
-        version = None if versions is None else versions.weights
-        if self._weights is None or version is None or version != self._weights_version:
-            self._weights, self._weights_version = self.rt.state.weights(), -1 if version is None else version
-        return self._weights
+        if versions is None:
+            return self.rt.state.weights()
+        version = (versions.epoch, versions.weights)
+        if self._weights is None or self._weights[0] != version:
+            self._weights = (version, self.rt.state.weights())
+        return self._weights[1]
 
     def _with_outcomes(self, evidence: list[CandidateEvidence], successes: list[VectorHit],
                        vector: list[float] | None, features: dict[str, Any]) -> list[CandidateEvidence]:

@@ -384,11 +384,14 @@ def populate(store) -> None:
 
 def test_clear_resets_everything(store):
     populate(store)
+    before = store.versions()
     store.clear()
     assert store.stats([KEY])[KEY] == ToolStats()
     assert store.promotion("translate_text") is None and store.promotion_history("translate_text") == []
     assert store.weights() == SelectionWeights() and store.weights_history() == []
-    assert store.versions() == (0, 0, 0)  # state, promotions and weights versions start again
+    after = store.versions()
+    assert (after.state, after.promotions, after.weights) == (0, 0, 0)  # the versions start again...
+    assert after.epoch and after.epoch != before.epoch  # ...under a new epoch
     assert store.breaker_states([KEY]) == {KEY: "closed"}
     assert store.durations([KEY]) == {KEY: []}
     assert store.acquire_lock("evolve:translate_text", "b", ttl_s=30)
@@ -470,6 +473,15 @@ def test_record_run_feeds_the_breaker_once_per_attempt(store):
     assert store.record_run(KEY, 5.0, False, threshold=2, cooldown_s=60, attempt_id="c1:0") is None
     assert store.breaker_states([KEY]) == {KEY: "closed"}
     assert store.record_run(KEY, 5.0, False, threshold=2, cooldown_s=60, attempt_id="c1:1") == "open"
+
+
+def test_the_epoch_stays_while_the_store_keeps_its_keys(store):
+    v0 = store.versions()
+    assert v0.epoch
+    store.promote(promotion("translate_text", "1.1.0"))
+    store.set_weights(SelectionWeights(weights={"phase": 1.0}))
+    store.mark_failure(KEY, aid(), Severity.low)
+    assert store.versions().epoch == v0.epoch
 
 
 def test_versions_move_promotions_and_weights_only_with_their_own_changes(store):

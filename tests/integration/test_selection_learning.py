@@ -153,6 +153,32 @@ def test_promotions_are_read_again_only_when_a_promotion_changes(rt, monkeypatch
     assert "weather_now@1.1.0" in [c.key for c in plan.candidates]  # served in place of the version that matched
 
 
+def test_promotions_read_before_the_state_was_lost_are_not_served_after_it(rt) -> None:
+    """A Redis with nothing on disk restarts empty and counts its versions again from 0 (here: clear)."""
+    from selection.models import Promotion
+
+    for version in ("1.1.0", "1.2.0"):
+        rt.registry.add(ToolManifest(name="weather_now", version=version, description=TOOLS["weather_now"],
+                                     implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+
+    def served() -> list[str]:
+        plan = rt.selector.plan(CallRequest(scenario="weather forecast for Bergen tomorrow"))
+        return [c.key for c in plan.candidates if c.manifest.name == "weather_now"]
+
+    def promote(version: str) -> None:
+        rt.state.promote(Promotion(namespace="weather_now", evolved_version=version, original_version="1.0.0",
+                                   reason="test", mutation="timeout", status="active"))
+
+    promote("1.1.0")
+    assert "weather_now@1.1.0" in served()
+    seen = rt.state.versions()
+    rt.state.clear()
+    promote("1.2.0")
+    assert rt.state.versions()[:3] == seen[:3]  # the same counts as when 1.1.0 was read
+    now = served()
+    assert "weather_now@1.2.0" in now and "weather_now@1.1.0" not in now
+
+
 def test_feedback_score_weights_similar_scenarios_more(rt) -> None:
     from workers.feedback_store import feedback_report, feedback_score, record_tool_feedback
 

@@ -19,6 +19,9 @@ caller-supplied part, so no two kinds of key can collide:
     P weights:version        int    last weights version handed out
     P weights:history        list   SelectionWeights JSON, newest first (capped)
     P state:version          int    grows with every change of quality, promotion, weights, breaker
+    P state:promotions       int    grows with every change of a promotion
+    P state:epoch            string names this life of the counters; made by the first versions()
+                                    that finds it gone (a Redis restart with nothing on disk, clear)
     P breaker:{key}          hash   fails (consecutive), open_until (ms, Redis server clock)
     P durations:{key}        list   recent run durations in ms, oldest first (capped)
     P lock:{name}            string owner token (PX TTL)
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -134,6 +138,10 @@ class RedisStateStore:
     @property
     def _state_key(self) -> str:
         return self._k("state", "version")
+
+    @property
+    def _epoch_key(self) -> str:
+        return self._k("state", "epoch")
 
     @property
     def _promotions_version_key(self) -> str:
@@ -270,10 +278,12 @@ class RedisStateStore:
         return [SelectionWeights.model_validate_json(raw) for raw in raws]
 
     def versions(self) -> StateVersions:
-        state, promotions, weights = self.client.mget(
-            [self._state_key, self._promotions_version_key, self._weights_version_key]
-        )
-        return StateVersions(_int(state), _int(promotions), _int(weights))
+        keys = [self._state_key, self._promotions_version_key, self._weights_version_key, self._epoch_key]
+        state, promotions, weights, epoch = self.client.mget(keys)
+        if epoch is None:  # a new store, or one that lost its keys: its counters start a new epoch
+            self.client.set(self._epoch_key, uuid.uuid4().hex, nx=True)  # the first reader names it
+            state, promotions, weights, epoch = self.client.mget(keys)
+        return StateVersions(_int(state), _int(promotions), _int(weights), _text(epoch))
 
     # Circuit breakers -------------------------------------------------------------------------
 
