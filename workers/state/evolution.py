@@ -108,11 +108,9 @@ class EvolutionState:
 
     # Recent successes -------------------------------------------------------------------------
 
-    def push_success(self, key: str, attempt_id: str, run: SuccessfulRun) -> bool:
-        return self.push_successes([(key, attempt_id, run)])[0]
-
     def push_successes(self, runs: Sequence[tuple[str, str, SuccessfulRun]]) -> list[bool]:
-        """`push_success` for many (key, attempt id, run) in one round trip, in order."""
+        """Keep each run among its tool version's recent successes, once per attempt id, in one
+        round trip; True for each run pushed now, False for one pushed before."""
         if not runs:
             return []
         def queue(pipe: Pipeline) -> None:
