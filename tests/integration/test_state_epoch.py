@@ -8,13 +8,14 @@ that cached promotions at version N would take the N reached after the restart f
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 import redis
 
 from selection.models import Promotion
-from tests.conftest import start_redis
+from selection.ports import StateVersions
+from tests.conftest import free_port, start_redis
 from workers.state.redis import RedisStateStore
 
 
@@ -23,12 +24,14 @@ def promotion(version: str) -> Promotion:
                      reason="test", mutation="timeout", status="active")
 
 
-def restarted(tmp_path: Path, appendonly: bool, between) -> tuple[tuple, tuple]:
+def restarted(tmp_path: Path, appendonly: bool,
+              between: Callable[[RedisStateStore], object]) -> tuple[StateVersions, StateVersions]:
     """Versions after one promotion, then after a restart of the server and `between(store)`."""
-    proc, url = start_redis(tmp_path, appendonly=appendonly)
-    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    port = free_port()
+    proc, url = start_redis(tmp_path, port, appendonly=appendonly)
+    client = redis.Redis.from_url(url)
     try:
-        store = RedisStateStore(redis.Redis.from_url(url), "fittest-test:")
+        store = RedisStateStore(client, "fittest-test:")
         store.promote(promotion("1.1.0"))
         before = store.versions()
         proc.send_signal(signal.SIGTERM)  # Redis writes its append-only file, if it keeps one, and exits
@@ -37,6 +40,7 @@ def restarted(tmp_path: Path, appendonly: bool, between) -> tuple[tuple, tuple]:
         between(store)
         return before, store.versions()
     finally:
+        client.close()
         proc.terminate()
         proc.wait(timeout=20)
 
