@@ -65,10 +65,16 @@ class FittestClient:
         try:
             return result.get(timeout=timeout)
         finally:
-            # Unsubscribe now, while the broker is surely up, not in AsyncResult.__del__ later.
-            if result.backend is not None:
-                result.backend.remove_pending_result(result)
-            detach(result)
+            FittestClient.release(result)
+
+    @staticmethod
+    def release(result: AsyncResult) -> None:
+        """Stop tracking a sent call, whether or not it was waited for: unsubscribe now, while the
+        broker is surely up, not in AsyncResult.__del__ later (which retries for many seconds per
+        result once Redis has gone away)."""
+        if result.backend is not None:
+            result.backend.remove_pending_result(result)
+        detach(result)
 
     def call(self, scenario: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **kwargs: Any) -> dict[str, Any]:
         """Run `fittest.resilient_tool_call` and return its CallResult as a dict."""

@@ -4,23 +4,34 @@ The private Redis runs with the append-only file on, as the embedded default doe
 while calls are in flight and started again on the same data, twice (the known Celery hang showed
 on a second reconnect). The workers must reconnect by themselves and keep consuming; every call
 ends with a result; no promotion, quality score or counter is lost or applied twice.
+
+The visibility timeout is 30 s here (the default is the longest step + 120 s): a step that a
+worker held when its connection dropped comes back through the broker, or the rescue sweep, within
+the test's wait. A call that still has no result is reported with where it is: its result's
+state, the queues or unacknowledged messages that carry it, its in-flight record, and the workers'
+warnings.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from celery.exceptions import TimeoutError as ResultTimeout
 
 from selection.models import Promotion, Severity
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
 from tests.conftest import free_port, start_redis
 from tests.integration.conftest import Pipeline, start_pipeline
+from workers.app import QUEUES
+from workers.metrics import UNACKED_KEY
 from workers.state.learning import LearningState
 
 pytestmark = pytest.mark.slow
@@ -58,7 +69,8 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Restartab
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_server: RestartableRedis, model_path: Path) -> Iterator[Pipeline]:
     p = start_pipeline(tmp_path_factory.mktemp("restart"), redis_server.url, model_path, TOOLS, roles=("memory", "executor"),
-                       FITTEST_EVOLUTION_ENABLED="false", FITTEST_MIN_TIMEOUT_S="5", FITTEST_BREAKER_THRESHOLD="1000")
+                       FITTEST_EVOLUTION_ENABLED="false", FITTEST_MIN_TIMEOUT_S="5", FITTEST_MAX_TIMEOUT_S="10",
+                       FITTEST_VISIBILITY_TIMEOUT_S="30", FITTEST_BREAKER_THRESHOLD="1000")
     try:
         yield p
     finally:
@@ -74,20 +86,66 @@ def send_naps(p: Pipeline, start: int, count: int) -> list[tuple[int, Any]]:
     ]
 
 
+def whereabouts(p: Pipeline, task_id: str) -> str:
+    """Where a call without a result is: for the failure message."""
+    client = redis.Redis.from_url(p.settings.redis_url, decode_responses=True)
+    try:
+        places = [f"result {json.loads(client.get(f'celery-task-meta-{task_id}') or '{}').get('status', 'none')}"]
+        for key in (k for q in QUEUES for k in client.scan_iter(match=f"{q}*") if client.type(k) == "list"):
+            places += [f"queued in {key} as {json.loads(raw)['headers']['task']}"
+                       for raw in client.lrange(key, 0, -1) if task_id in raw]
+        places += [f"held unacknowledged as {json.loads(raw)[0]['headers']['task']}"
+                   for raw in client.hvals(UNACKED_KEY) if task_id in raw]
+        step = client.hget(f"{p.settings.key_prefix}inflight:steps", task_id)
+        due = client.zscore(f"{p.settings.key_prefix}inflight:due", task_id)
+        places.append(f"in flight as {json.loads(step)['task']}, due in {due - time.time():.0f} s" if step and due else "not in flight")
+        return f"{task_id}: " + "; ".join(places)
+    finally:
+        client.close()
+
+
+def worker_warnings(p: Pipeline, last: int = 15) -> str:
+    lines: list[str] = []
+    for log in sorted(p.stack.log_dir.glob("*.log")) if p.stack.log_dir else []:
+        lines += [f"{log.stem}: {line[:240]}" for line in log.read_text(errors="replace").splitlines()
+                  if ('"level": "warning"' in line or '"level": "error"' in line) and '"py.warnings"' not in line][-last:]
+    return "\n".join(lines)
+
+
+def results_of(p: Pipeline, sent: list[tuple[int, Any]], timeout: float) -> dict[int, dict[str, Any]]:
+    """Every call's result within `timeout` overall; the calls without one are reported with their
+    whereabouts."""
+    deadline, results, missing = time.monotonic() + timeout, {}, []
+    for i, r in sent:
+        try:
+            results[i] = p.client.wait(r, max(1.0, deadline - time.monotonic()))
+        except ResultTimeout:
+            missing.append(whereabouts(p, r.id))
+    assert not missing, "calls without a result:\n" + "\n".join(missing) + "\nworker warnings:\n" + worker_warnings(p)
+    return results
+
+
 def test_redis_restarts_during_a_stream_lose_no_call_and_no_state(pipeline: Pipeline, redis_server: RestartableRedis) -> None:
     p = pipeline
     promotion = Promotion(namespace="hostile", evolved_version="1.7.0", original_version="1.0.0", reason="restart test")
     p.state().promote(promotion)
 
     sent: list[tuple[int, Any]] = []
-    for round_ in range(2):
-        sent += send_naps(p, len(sent), 16)
-        p.wait_for(lambda: p.state().stats([NAP])[NAP].successes + p.state().stats([NAP])[NAP].failures >= len(sent) - 12,
-                   timeout=60)  # calls are in flight: some done, the rest queued or running
-        redis_server.restart()
-        sent += send_naps(p, len(sent), 8)  # sent after the restart: the workers must consume again
-
-    results = {i: p.client.wait(r, 90) for i, r in sent}
+    try:
+        for round_ in range(2):
+            sent += send_naps(p, len(sent), 16)
+            p.wait_for(lambda: p.state().stats([NAP])[NAP].successes + p.state().stats([NAP])[NAP].failures >= len(sent) - 12,
+                       timeout=60)  # calls are in flight: some done, the rest queued or running
+            redis_server.restart()
+            sent += send_naps(p, len(sent), 8)  # sent after the restart: the workers must consume again
+        results = results_of(p, sent, timeout=150)
+    finally:
+        # Every sent call released, waited for or not: after a failure here, its results would
+        # otherwise each retry against the stopped Redis for many seconds in a later test's
+        # garbage collection (the one CI run where this test failed took ~13 minutes longer than
+        # usual, which would explain it).
+        for _, r in sent:
+            p.client.release(r)
     statuses = {i: r["status"] for i, r in results.items()}
     assert statuses == {i: "failed" if i % 4 == 0 else "success" for i, _ in sent}, statuses
     failed = [r for r in results.values() if r["status"] == "failed"]
