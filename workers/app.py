@@ -10,6 +10,7 @@ from celery import Celery
 from kombu import Queue
 
 from workers.logging import install as install_logging
+from workers.publishing import ReconnectSafeAMQP
 from workers.settings import Settings, get_settings
 
 QUEUES = ("selection", "execution", "feedback", "evolution", "learning")
@@ -48,7 +49,7 @@ PUBLISH_RETRY_POLICY = {"max_retries": 40, "interval_start": 0, "interval_step":
 
 def make_app(settings: Settings | None = None) -> Celery:
     settings = settings or get_settings()
-    app = Celery("fittest", include=["workers.tasks", "workers.health"])
+    app = Celery("fittest", include=["workers.tasks", "workers.health"], amqp=ReconnectSafeAMQP)
     app.conf.update(
         broker_url=settings.redis_url,
         result_backend=settings.backend_url,

@@ -13,6 +13,7 @@ from celery.result import AsyncResult
 from pydantic import BaseModel, Field
 
 from selection.models import CallRequest, CallResult
+from workers.publishing import ReconnectSafeAMQP
 from workers.settings import Settings, get_settings
 
 
@@ -50,7 +51,8 @@ def detach(result: AsyncResult) -> None:
 class FittestClient:
     def __init__(self, settings: Settings | None = None) -> None:
         settings = settings or get_settings()
-        self.celery = Celery("fittest-client", broker=settings.redis_url, backend=settings.backend_url)
+        self.celery = Celery("fittest-client", broker=settings.redis_url, backend=settings.backend_url,
+                             amqp=ReconnectSafeAMQP)
         self.celery.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json",
                                 result_accept_content=["json"], broker_use_ssl=settings.redis_tls() or None,
                                 redis_backend_use_ssl=settings.redis_tls(settings.backend_url) or None)
