@@ -106,17 +106,19 @@ def sweep(celery: Celery, rt: Runtime) -> list[str]:
 
 
 class RescueSweep(bootsteps.StartStopStep):
-    """Runs `sweep` on the worker's timer."""
+    """Runs `sweep` on the worker's timer. A step of the consumer, not of the worker: when the broker
+    connection drops, Celery clears every timer of the event loop and starts the consumer's steps
+    again once it reconnects, so the sweep is armed again there (as a worker step it stopped for
+    good at the first Redis restart)."""
 
-    requires = {"celery.worker.components:Timer"}
-
-    def __init__(self, worker: Any, **kwargs: Any) -> None:
+    def __init__(self, consumer: Any, **kwargs: Any) -> None:
         self.tref: Any = None
 
-    def start(self, worker: Any) -> None:
-        self.tref = worker.timer.call_repeatedly(SWEEP_INTERVAL_S, self._sweep, (worker.app,), priority=10)
+    def start(self, consumer: Any) -> None:
+        self.stop(consumer)
+        self.tref = consumer.timer.call_repeatedly(SWEEP_INTERVAL_S, self._sweep, (consumer.app,), priority=10)
 
-    def stop(self, worker: Any) -> None:
+    def stop(self, consumer: Any) -> None:
         if self.tref is not None:
             self.tref.cancel()
             self.tref = None
@@ -129,4 +131,4 @@ class RescueSweep(bootsteps.StartStopStep):
             log.warning("rescue sweep failed: %s: %s", type(exc).__name__, exc)
 
 
-app.steps["worker"].add(RescueSweep)
+app.steps["consumer"].add(RescueSweep)

@@ -18,6 +18,7 @@ import json
 import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from tests.conftest import free_port, start_redis
 from tests.integration.conftest import Pipeline, start_pipeline
 from workers.app import QUEUES
 from workers.metrics import UNACKED_KEY
+from workers.state.inflight import HandedOnStep, InflightCalls
 from workers.state.learning import LearningState
 
 pytestmark = pytest.mark.slow
@@ -169,3 +171,18 @@ def test_redis_restarts_during_a_stream_lose_no_call_and_no_state(pipeline: Pipe
     calls = sorted(r.call_id for r in learned.recent())
     assert calls == sorted(r["call_id"] for r in results.values())
     assert all(proc.poll() is None for proc in p.stack.procs.values())  # no worker died on the way
+
+
+def test_the_workers_still_rescue_lost_steps_after_redis_restarted(pipeline: Pipeline, redis_server: RestartableRedis) -> None:
+    """Celery clears the event loop's timers when the broker connection drops; the rescue sweep
+    must run again once the workers reconnect, or a step lost after any Redis restart stays lost."""
+    redis_server.restart()
+    p = pipeline
+    assert p.call(scenario="take a nap", namespace="nap", version="1.0.0", input={"ms": 1})["status"] == "success"  # reconnected
+    inflight = InflightCalls(redis.Redis.from_url(p.settings.redis_url), p.settings.key_prefix)
+    step = HandedOnStep(task_id=str(uuid.uuid4()), task="fittest.resilient_tool_call",
+                        kwargs={"scenario": "take a nap", "namespace": "nap", "version": "1.0.0", "input": {"ms": 1, "n": -1}})
+    inflight.handed_on(step, due_in_s=-1.0)  # never sent: as if a killed worker had taken it
+    inflight.flush()
+    result = p.client.wait(p.client.celery.AsyncResult(step.task_id), 60)
+    assert (result["status"], result["call_id"]) == ("success", step.task_id), result
