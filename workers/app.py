@@ -10,7 +10,7 @@ from celery import Celery
 from kombu import Queue
 
 from workers.logging import install as install_logging
-from workers.publishing import ReconnectSafeAMQP
+from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.settings import Settings, get_settings
 
 QUEUES = ("selection", "execution", "feedback", "evolution", "learning")
@@ -43,8 +43,6 @@ RESTORE_SWEEP_S = 5
 # A broker connection that is dead or half-open is dropped within seconds, not minutes.
 BROKER_SOCKET_TIMEOUT_S = 15.0
 BROKER_HEALTH_CHECK_S = 10
-# kombu's retry of a publish (reconnecting first): 0, 0.25, 0.5, 0.75 s, then every second.
-PUBLISH_RETRY_POLICY = {"max_retries": 40, "interval_start": 0, "interval_step": 0.25, "interval_max": 1.0}
 
 
 def make_app(settings: Settings | None = None) -> Celery:

@@ -13,7 +13,7 @@ from celery.result import AsyncResult
 from pydantic import BaseModel, Field
 
 from selection.models import CallRequest, CallResult
-from workers.publishing import ReconnectSafeAMQP
+from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.settings import Settings, get_settings
 
 
@@ -53,7 +53,9 @@ class FittestClient:
         settings = settings or get_settings()
         self.celery = Celery("fittest-client", broker=settings.redis_url, backend=settings.backend_url,
                              amqp=ReconnectSafeAMQP)
+        # A call sent while Redis restarts waits for it, as the workers' own messages do.
         self.celery.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json",
+                                task_publish_retry_policy=PUBLISH_RETRY_POLICY,
                                 result_accept_content=["json"], broker_use_ssl=settings.redis_tls() or None,
                                 redis_backend_use_ssl=settings.redis_tls(settings.backend_url) or None)
 

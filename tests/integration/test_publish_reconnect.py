@@ -1,16 +1,21 @@
-"""A message published while the broker connection drops inside its queue declare is published once,
-after the reconnect, instead of failing (a step handed on, or a call sent, while Redis restarts)."""
+"""A message published while Redis restarts waits for it and is published once: a call a service
+sends, and a publish whose connection drops inside its queue declare (a step handed on)."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
+from pathlib import Path
 
 import pytest
 import redis
 from kombu.transport import redis as kombu_redis
 
+from tests.conftest import start_redis
 from workers.app import PRIORITY_NORMAL, make_app
 from workers.client import FittestClient
 from workers.settings import Settings
@@ -61,3 +66,43 @@ def test_a_publish_whose_declare_loses_the_connection_is_sent_once_after_the_rec
         celery.close()
     assert drop_first_declare == [queue]  # the drop happened, inside this publish
     assert queued_ids(redis_url, queue) == [result.id]
+
+
+@pytest.mark.parametrize("fire_and_forget", [False, True])
+def test_a_call_sent_while_redis_restarts_waits_for_it_and_is_queued_once(tmp_path: Path, fire_and_forget: bool) -> None:
+    """A call whose result is awaited first subscribes to it, and that waits for the result store;
+    one sent without a result (ignore_result) only publishes, and its publish retry waits."""
+    proc, url = start_redis(tmp_path / "redis")
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    client = FittestClient(Settings(redis_url=url))
+    client.celery.send_task("fittest.resilient_tool_call", kwargs={"scenario": "s"}, queue="early", ignore_result=True)
+    proc.terminate()
+    proc.wait(timeout=10)
+    sent: dict[str, Any] = {}
+
+    def send() -> None:  # a service's call, while Redis is down
+        started = time.monotonic()
+        try:
+            kwargs = {"scenario": "convert 3 miles to km", "input": {"value": 3}}
+            sent["result"] = (client.celery.send_task("fittest.resilient_tool_call", kwargs=kwargs, queue="selection",
+                                                      ignore_result=True)
+                              if fire_and_forget else client.send("resilient_tool_call", **kwargs))
+        except Exception as exc:
+            sent["error"] = exc
+        sent["waited"] = time.monotonic() - started
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    time.sleep(2.0)
+    proc, _ = start_redis(tmp_path / "redis", port)  # from this thread: the server dies with the thread that started it
+    try:
+        sender.join(timeout=60)
+        assert "error" not in sent, sent.get("error")
+        assert sent["waited"] >= 1.5, sent  # it waited for the restart
+        assert queued_ids(url, "selection") == [sent["result"].id]
+    finally:
+        if "result" in sent:
+            client.release(sent["result"])
+        client.celery.close()
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -7,7 +7,7 @@ raised, so a batch that raised lost every outcome it held. Redis restarting is w
 raise: a CI run of the Redis-restart test found the learner short of execution records. The
 store's client rides out a restart by itself (workers/state: ~30 s of reconnects; pipelined
 scripts sent again after NOSCRIPT, workers/state/pipelined.py) and so do messages the batch sends
-(workers/app.py: PUBLISH_RETRY_POLICY); a batch that still meets an unavailable Redis is run again,
+(workers/publishing.py: PUBLISH_RETRY_POLICY); a batch that still meets an unavailable Redis is run again,
 for up to UNAVAILABLE_RETRY_S in all. Every effect of both tasks is keyed by attempt id, so running
 a batch again applies nothing twice.
 
