@@ -1,13 +1,15 @@
 """Publishing that survives a broker connection lost in the middle of a publish's queue declare.
 
-kombu's `Producer._publish` takes its channel, then declares the message's queue under its own
-retry; when the connection drops during that declare, the declare's retry closes the connection's
-channel, reconnects and succeeds, and the publish goes on with the channel it took before: closed,
-so it fails with an AttributeError (kombu 5.7; the channel's `connection` is None). The publish's
-own retry policy never sees a connection error, so a step handed on while Redis restarts, or an
-outcome sent then, failed with "'NoneType' object has no attribute …" instead of waiting for Redis
-(seen in a test that restarted Redis six times in 4 s). Nothing was sent on the closed channel,
-so reporting it as the connection error it is lets the retry reconnect and publish once.
+kombu's `Producer._publish` takes its channel, then declares the message's queue (the first
+publish to it on a connection, and again after every reconnect) under its own retry; when the
+connection drops during that declare, the declare's retry closes the connection's channel,
+reconnects and succeeds, and the publish goes on with the channel it took before: closed, so it
+fails with an AttributeError (kombu 5.7; the channel's `connection` is None). The publish's own
+retry policy never sees a connection error, so a step handed on while Redis restarts failed the
+call with "'NoneType' object has no attribute 'client'" instead of waiting for Redis (seen when
+Redis was restarted six times in 4 s under a stream of calls). Nothing was sent on the closed
+channel, so reporting it as the connection error it is lets the retry reconnect and publish once.
+Drop this module when a kombu release takes the channel after the declare.
 """
 
 from __future__ import annotations
