@@ -179,10 +179,11 @@ def test_the_workers_still_rescue_lost_steps_after_redis_restarted(pipeline: Pip
     redis_server.restart()
     p = pipeline
     assert p.call(scenario="take a nap", namespace="nap", version="1.0.0", input={"ms": 1})["status"] == "success"  # reconnected
-    inflight = InflightCalls(redis.Redis.from_url(p.settings.redis_url), p.settings.key_prefix)
     step = HandedOnStep(task_id=str(uuid.uuid4()), task="fittest.resilient_tool_call",
                         kwargs={"scenario": "take a nap", "namespace": "nap", "version": "1.0.0", "input": {"ms": 1, "n": -1}})
-    inflight.handed_on(step, due_in_s=-1.0)  # never sent: as if a killed worker had taken it
-    inflight.flush()
+    with redis.Redis.from_url(p.settings.redis_url) as client:
+        inflight = InflightCalls(client, p.settings.key_prefix)
+        inflight.handed_on(step, due_in_s=-1.0)  # never sent: as if a killed worker had taken it
+        inflight.flush()
     result = p.client.wait(p.client.celery.AsyncResult(step.task_id), 60)
     assert (result["status"], result["call_id"]) == ("success", step.task_id), result
