@@ -3,7 +3,6 @@ sends, and a publish whose connection drops inside its queue declare (a step han
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -15,6 +14,7 @@ import pytest
 import redis
 from kombu.transport import redis as kombu_redis
 
+from tests.broker import queued_messages
 from tests.conftest import free_port, start_redis
 from workers.app import make_app
 from workers.client import FittestClient
@@ -48,12 +48,8 @@ def drop_first_declare(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def queued_ids(redis_url: str, queue: str) -> list[str]:
-    client = redis.Redis.from_url(redis_url)
-    try:
-        return [json.loads(raw)["headers"]["id"] for key in client.keys(f"{queue}*") if client.type(key) == b"list"
-                for raw in client.lrange(key, 0, -1)]
-    finally:
-        client.close()
+    with redis.Redis.from_url(redis_url) as client:
+        return [message["headers"]["id"] for _, message in queued_messages(client, queue)]
 
 
 @pytest.mark.parametrize("sender", ["worker", "client"])

@@ -29,6 +29,7 @@ from celery.exceptions import TimeoutError as ResultTimeout
 
 from selection.models import Promotion, Severity
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
+from tests.broker import queued_messages
 from tests.conftest import free_port, start_redis
 from tests.integration.conftest import Pipeline, start_pipeline
 from workers.app import QUEUES
@@ -93,9 +94,8 @@ def whereabouts(p: Pipeline, task_id: str) -> str:
     client = redis.Redis.from_url(p.settings.redis_url, decode_responses=True)
     try:
         places = [f"result {json.loads(client.get(f'celery-task-meta-{task_id}') or '{}').get('status', 'none')}"]
-        for key in (k for q in QUEUES for k in client.scan_iter(match=f"{q}*") if client.type(k) == "list"):
-            places += [f"queued in {key} as {json.loads(raw)['headers']['task']}"
-                       for raw in client.lrange(key, 0, -1) if task_id in raw]
+        places += [f"queued in {key} as {message['headers']['task']}"
+                   for q in QUEUES for key, message in queued_messages(client, q) if message["headers"]["id"] == task_id]
         places += [f"held unacknowledged as {json.loads(raw)[0]['headers']['task']}"
                    for raw in client.hvals(UNACKED_KEY) if task_id in raw]
         step = client.hget(f"{p.settings.key_prefix}inflight:steps", task_id)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.broker import queued_messages
 from tests.conftest import start_redis
 from tests.integration.conftest import Pipeline, runtime_in_use
 from workers.app import make_app
@@ -54,12 +55,7 @@ def lost(rt, task: str = "fittest.execute", **kwargs) -> HandedOnStep:
 
 def queued(client: redis.Redis, queue: str) -> dict[str, list]:
     """Task id -> positional arguments of the messages waiting in `queue` (any priority)."""
-    out = {}
-    for key in client.keys(f"{queue}*"):
-        for raw in client.lrange(key, 0, -1):
-            message = json.loads(raw)
-            out[message["headers"]["id"]] = json.loads(base64.b64decode(message["body"]))[0]
-    return out
+    return {m["headers"]["id"]: json.loads(base64.b64decode(m["body"]))[0] for _, m in queued_messages(client, queue)}
 
 
 def test_an_overdue_step_that_is_nowhere_is_sent_again_under_the_calls_task_id(private) -> None:
