@@ -31,6 +31,9 @@ class CandidateEvidence(BaseModel):
     sparc_components: dict[str, float] = Field(default_factory=dict)
     sparc_rationale: str = ""
     timeout_s: float | None = None  # the adaptive timeout of its attempt (selection/timeouts.py)
+    # The tool classifier's score of its namespace for the scenario (selection/classifier.py); None
+    # when no classifier has been fitted (or it is off).
+    classifier_score: float | None = None
 
     @property
     def key(self) -> str:

@@ -149,6 +149,8 @@ class SelectionWeights(BaseModel):
     )
     evidence: dict[str, Any] = Field(default_factory=dict)
     updated_at: float = 0.0
+    # Revision of the tool classifier (selection/classifier.py) stored with these weights; "" none.
+    classifier: str = ""
 
 
 # A circuit breaker's state: "half_open" once an open breaker's cool-down has passed (it may be tried
@@ -206,8 +208,14 @@ class StateStore(Protocol):
 
     def weights(self) -> SelectionWeights: ...
 
-    def set_weights(self, weights: SelectionWeights) -> SelectionWeights:
-        """Store new weights with the next version number and keep the old ones in history."""
+    def set_weights(self, weights: SelectionWeights, classifier: str | None = None) -> SelectionWeights:
+        """Store new weights with the next version number and keep the old ones in history;
+        `classifier` (a refitted tool classifier as text, whose revision `weights.classifier` names)
+        replaces the stored one in the same step, so no reader sees one without the other."""
+        ...
+
+    def classifier(self) -> str | None:
+        """The tool classifier stored with the latest weights that had one (None: never fitted)."""
         ...
 
     def weights_history(self, limit: int = 20) -> list[SelectionWeights]: ...

@@ -45,6 +45,7 @@ class _State:
     weights: str | None = None
     weights_version: int = 0
     weights_history: list[str] = field(default_factory=list)  # newest first
+    classifier: str | None = None
     state_version: int = 0
     promotions_version: int = 0
     epoch: str = field(default_factory=lambda: uuid.uuid4().hex)  # a new one with every clear()
@@ -151,7 +152,7 @@ class InMemoryStateStore:
             raw = self._s.weights
         return SelectionWeights() if raw is None else SelectionWeights.model_validate_json(raw)
 
-    def set_weights(self, weights: SelectionWeights) -> SelectionWeights:
+    def set_weights(self, weights: SelectionWeights, classifier: str | None = None) -> SelectionWeights:
         for name, value in weights.weights.items():
             if not math.isfinite(value):
                 raise ValueError(f"weight {name!r} is not finite: {value!r}")
@@ -164,8 +165,14 @@ class InMemoryStateStore:
             self._s.weights = raw
             self._s.weights_history.insert(0, raw)
             del self._s.weights_history[self.weights_history_limit :]
+            if classifier:
+                self._s.classifier = classifier
             self._s.state_version += 1
         return SelectionWeights.model_validate_json(raw)
+
+    def classifier(self) -> str | None:
+        with self._lock:
+            return self._s.classifier
 
     def weights_history(self, limit: int = 20) -> list[SelectionWeights]:
         with self._lock:

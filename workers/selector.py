@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from evolution.trial import served_version
 from evolution.versioning import MANIFEST_FILE, version_stem
 from selection.cache import TTLCache
+from selection.classifier import ToolClassifier
 from selection.context import ContextFeatures, analyse
 from selection.evidence import CandidateEvidence
 from selection.feedback import MIN_SIMILARITY, points_by_tool, similarity_weight
@@ -80,6 +81,7 @@ class Selector:
         self._local = threading.local()
         # The weights and promotions read last, with the (epoch, version) they were read at.
         self._weights: tuple[tuple[str, int], SelectionWeights] | None = None
+        self._classifier: tuple[str, ToolClassifier | None] = ("", None)  # by the revision the weights name
         self._promotions: tuple[tuple[str, int], dict[str, Promotion | None]] = (("", -1), {})
 
     # ----------------------------------------------------------------- tool index
@@ -211,6 +213,12 @@ class Selector:
             )
             for k in keys
         ]
+        # The classifier ranks the candidates found; it finds none of its own: making the 8 namespaces
+        # it scores highest candidates too changed nothing on the selection bench but the time.
+        if vector is not None and (classifier := self.classifier()) is not None:
+            scores = classifier.predict_one(vector)
+            for e in evidence:
+                e.classifier_score = round(classifier.score(scores, e.manifest.name, e.similarity), 4)
         return self._with_outcomes(evidence, successes, vector, features or {})
 
     def _timeout(self, manifest: ToolManifest, stats: ToolStats) -> float:
@@ -348,6 +356,22 @@ class Selector:
         if self._weights is None or self._weights[0] != version:
             self._weights = (version, self.rt.state.weights())
         return self._weights[1]
+
+    def classifier(self) -> ToolClassifier | None:
+        """The tool classifier the current weights name (None: off, or never fitted), read again only
+        when they name another."""
+        if not self.settings.tool_classifier:
+            return None
+        revision = self.weights().classifier
+        if revision != self._classifier[0]:
+            text = self.rt.state.classifier() if revision else None
+            try:
+                loaded = ToolClassifier.from_text(text) if text else None
+            except ValueError as exc:
+                log.warning("tool classifier %s is unreadable; ranking without it: %s", revision, exc)
+                loaded = None
+            self._classifier = (revision, loaded if loaded is None or loaded.dim == self.rt.embedder.dim else None)
+        return self._classifier[1]
 
     def _with_outcomes(self, evidence: list[CandidateEvidence], successes: list[VectorHit],
                        vector: list[float] | None, features: dict[str, Any]) -> list[CandidateEvidence]:

@@ -14,7 +14,14 @@ For each candidate the policy weighs three kinds of evidence, all by the same si
 
     mass = a * prior * quality + S            which tool similar jobs were served by (Dirichlet)
     rate = (a + S) / (a + S + F)              how often this version works around here (Beta)
-    utility = log(mass * rate * (1 + feedback/100) * (0.5 + sparc))
+    utility = log(mass * rate * (1 + feedback/100) * (0.5 + sparc)) + c * log p
+    p = softmax of the tool classifier's scores over the candidates (selection/classifier.py),
+        floored at e^-3
+
+The classifier (refitted on the beat from every success) knows the shape of each namespace's
+region as a whole, where S knows only the neighbours of this one scenario; the two disagree on
+the scenarios between two tools, and there the two together are right more often than either
+(the selection bench: README). Before the first refit the term is absent.
 
 With no evidence a candidate keeps its prior; one success on a near-identical scenario outweighs
 the best description match; failures nearby push a version down until untried candidates come
@@ -26,7 +33,8 @@ temperature, so candidates within a few percent of each other are tried in eithe
 clearly better one is chosen every time; the probability of each placement is logged on the
 candidate (and with every attempt). The three hyper-parameters (kernel bandwidth, a, temperature)
 are round values chosen on one half of the development queries of the selection bench and checked
-on the other half; none is fitted to any label.
+on the other half; none is fitted to any label. The classifier's weight c and its floor are round
+values chosen on the bench's stream in the order of seed 0 and checked in the order of seed 1.
 """
 
 from __future__ import annotations
@@ -43,6 +51,8 @@ PRIOR_STRENGTH = 0.1  # a: the prior is worth this many identical-scenario obser
 TEMPERATURE = 0.02  # of the log-utility: a 2% better candidate is ~2.7x as likely to go first
 FLOOR = 1e-12
 CUTOFF = 30.0  # e^-30: a placement this unlikely is not drawn
+CLASSIFIER_WEIGHT = 0.3  # c: the weight of the classifier's log-probability in the utility
+CLASSIFIER_LOG_FLOOR = -3.0  # log p below this counts as this: its doubt costs at most e^(-3c) (0.41)
 
 
 class _Terms(NamedTuple):
@@ -52,18 +62,20 @@ class _Terms(NamedTuple):
     failures: float  # kernel-weighted failures of this version nearby (F)
     mass: float
     rate: float
+    classifier: float | None  # p of the tool classifier over the candidates
 
 
 class LearnedPolicy:
     name = "learned"
 
     def __init__(self, bandwidth: float = BANDWIDTH, prior_strength: float = PRIOR_STRENGTH,
-                 temperature: float = TEMPERATURE) -> None:
-        if bandwidth <= 0 or prior_strength <= 0 or temperature < 0:
-            raise ValueError("bandwidth and prior_strength must be > 0, temperature >= 0")
+                 temperature: float = TEMPERATURE, classifier_weight: float = CLASSIFIER_WEIGHT) -> None:
+        if bandwidth <= 0 or prior_strength <= 0 or temperature < 0 or classifier_weight < 0:
+            raise ValueError("bandwidth and prior_strength must be > 0, temperature and classifier_weight >= 0")
         self.bandwidth = bandwidth
         self.prior_strength = prior_strength
         self.temperature = temperature
+        self.classifier_weight = classifier_weight
 
     def _kernel_sum(self, similarities: list[float]) -> float:
         return sum(similarity_weight(s, self.bandwidth) for s in similarities)
@@ -75,16 +87,33 @@ class LearnedPolicy:
         exps = [math.exp(v - top) for v in logits]
         total = sum(exps)
         a = self.prior_strength
+        log_p = self._classifier_log_p(evidence)
         out = []
-        for e, x in zip(evidence, exps):
+        for e, x, lp in zip(evidence, exps, log_p, strict=True):
             prior = x / total
             s = self._kernel_sum(e.namespace_success_similarities)
             f = self._kernel_sum(e.failure_similarities)
             mass = a * prior * e.quality + s
             rate = (a + s) / (a + s + f)
             factor = (1.0 + e.feedback_points / 100.0) * (0.5 + e.sparc)
-            out.append(_Terms(math.log(max(mass * rate * factor, FLOOR)), prior, s, f, mass, rate))
+            utility = math.log(max(mass * rate * factor, FLOOR)) + self.classifier_weight * (lp or 0.0)
+            out.append(_Terms(utility, prior, s, f, mass, rate, None if lp is None else math.exp(lp)))
         return out
+
+    @staticmethod
+    def _classifier_log_p(evidence: list[CandidateEvidence]) -> list[float | None]:
+        """log softmax of the classifier's scores over the candidates (None where it gave none), floored:
+        the classifier may vouch for a candidate as strongly as it likes, but its doubt is bounded,
+        so among the candidates it doubts the neighbours' evidence still decides (unbounded, at
+        c = 0.5, it took 1.4 points of resolved_within_5 off the selection bench; floored, at
+        c = 0.3, resolved stayed where it was: +0.4 points at seed 0, -0.1 at seed 1)."""
+        scores = [e.classifier_score for e in evidence if e.classifier_score is not None]
+        if not scores:
+            return [None] * len(evidence)
+        top = max(scores)
+        log_total = top + math.log(sum(math.exp(v - top) for v in scores))
+        return [None if e.classifier_score is None else max(e.classifier_score - log_total, CLASSIFIER_LOG_FLOOR)
+                for e in evidence]
 
     @staticmethod
     def _breakdown(e: CandidateEvidence, t: _Terms) -> ScoreBreakdown:
@@ -99,10 +128,12 @@ class LearnedPolicy:
             sparc=e.sparc,
             sparc_components=e.sparc_components,
             extra={"prior": round(t.prior, 4), "successes_nearby": round(t.successes, 4),
-                   "failures_nearby": round(t.failures, 4), "mass": round(t.mass, 4), "success_rate": round(t.rate, 4)},
+                   "failures_nearby": round(t.failures, 4), "mass": round(t.mass, 4), "success_rate": round(t.rate, 4),
+                   **({} if t.classifier is None else {"classifier_p": round(t.classifier, 4)})},
             rationale=(
                 f"{t.successes:.2f} successes of {e.manifest.name} and {t.failures:.2f} failures of this version nearby "
                 f"(rate {t.rate:.2f}), prior {t.prior:.2f} ({e.source} {e.base_score():.2f}) x quality {e.quality:.2f}"
+                + ("" if t.classifier is None else f"; classifier p {t.classifier:.2f}")
                 + (f"; feedback {e.feedback_points:+.0f}" if abs(e.feedback_points) >= 0.5 else "")
                 + f"; SPARC {e.sparc:.2f}: {e.sparc_rationale or 'neutral'}"
             ),

@@ -263,6 +263,20 @@ def test_weights_default_versioning_and_history(store):
     assert store.weights() == w2
 
 
+def test_the_tool_classifier_is_stored_with_its_weights(store):
+    assert store.classifier() is None
+    w1 = store.set_weights(SelectionWeights(classifier="rev1"), classifier="model text 1")
+    assert (w1.classifier, store.classifier()) == ("rev1", "model text 1")
+    # Weights stored without a classifier keep the stored one (they name it again).
+    w2 = store.set_weights(SelectionWeights(weights={"phase": 1.0}, classifier="rev1"))
+    assert (w2.version, store.weights().classifier, store.classifier()) == (2, "rev1", "model text 1")
+    store.set_weights(SelectionWeights(classifier="rev2"), classifier="model text 2")
+    assert store.classifier() == "model text 2"
+    assert [w.classifier for w in store.weights_history(3)] == ["rev2", "rev1", "rev1"]
+    store.clear()
+    assert store.classifier() is None
+
+
 def test_state_version_grows_with_every_change(store):
     seen = [store.versions().state]
 

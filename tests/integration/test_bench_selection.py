@@ -33,7 +33,8 @@ def test_selection_bench_on_a_slice(monkeypatch: pytest.MonkeyPatch, redis_url: 
     out = tmp_path / "bench.json"
     try:
         result = CliRunner().invoke(app, ["bench", "selection", "--tools", str(DATA / "tools.json"), "--queries",
-                                          str(DATA / "queries_dev.csv"), "--limit", "300", "--json", str(out)])
+                                          str(DATA / "queries_dev.csv"), "--limit", "300", "--retrain-every", "100",
+                                          "--json", str(out)])
     finally:
         get_settings.cache_clear()
     assert result.exit_code == 0, result.output
@@ -43,6 +44,9 @@ def test_selection_bench_on_a_slice(monkeypatch: pytest.MonkeyPatch, redis_url: 
     streams = {s["name"]: s for s in data["streams"]}
     assert streams["learned zero-shot"]["top1"] == data["zero_shot_top1"]
     assert streams["learned"]["top1"] > data["zero_shot_top1"]  # learning helps already within 300 queries
+    # The beat's retrains ran inside the learning streams (weights and tool classifier), not the zero-shot one.
+    assert data["retrain_every"] == 100 and streams["learned"]["retrains"] >= 1
+    assert streams["learned zero-shot"]["retrains"] == 0
     assert 0 < data["p50_select_ms"] <= data["p99_select_ms"]
     # The bench's private state is gone.
     assert set(redis.Redis.from_url(redis_url).scan_iter("bench*")) == before

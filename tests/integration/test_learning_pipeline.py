@@ -123,3 +123,31 @@ def test_cli_explains_takes_feedback_shows_weights_and_recommends(learning: Pipe
     moon = found[("moon_a@1.0.0", "any")]
     assert moon["success_rate"] == 0.0 and moon["runs"] >= 3 and moon["error_classes"] == {"crash": moon["runs"]}
     assert not any(tool.startswith("csv_lenient") for tool, _ in found)
+
+
+def test_the_retrain_task_refits_the_tool_classifier_that_explain_then_shows(learning: Pipeline, cli) -> None:
+    """On the running workers: successful calls reach the vector memory through `fittest.learn`, the
+    retrain task refits the classifier on them, and the next ranking carries its probabilities."""
+    results = [learning.call(scenario=f"turn this csv export into rows, file {i}", input=CSV, namespace="csv_lenient")
+               for i in range(10)]
+    assert [r["status"] for r in results] == ["success"] * 10
+    learning.wait_for(lambda: sum(r.success for r in recent(learning)) >= 10, timeout=30)
+
+    answers: list[dict] = []
+
+    def refitted() -> bool:  # the last records may still be on their way to the vector memory
+        answers.append(learning.client.wait(learning.client.send("retrain_weights", queue="learning"), 60))
+        return bool(answers[-1].get("classifier"))
+
+    learning.wait_for(refitted, timeout=60)
+    answer = answers[-1]
+    fit = answer["evidence"]["classifier"]
+    assert fit["successes"] >= 10 and fit["revision"] == answer["classifier"]
+    shown = json.loads(cli("weights", "--json").output)["current"]
+    assert shown["classifier"] == answer["classifier"] and shown["evidence"]["classifier"]["successes"] >= 10
+
+    explained = cli("explain", "turn this csv export into rows", "--json")
+    assert explained.exit_code == 0, explained.output
+    ranking = json.loads(explained.output)["ranking"]
+    p = {r["key"]: r["breakdown"]["extra"]["classifier_p"] for r in ranking}
+    assert p["csv_lenient@1.0.0"] == max(p.values()) and "classifier p" in ranking[0]["breakdown"]["rationale"]

@@ -219,3 +219,39 @@ def test_retrain_needs_ten_records_and_stores_a_new_version(rt) -> None:
     assert weights.version == 1 and weights.weights["phase"] == 1.0
     assert weights.evidence["records"] == 12
     assert [w.version for w in rt.state.weights_history()] == [1]
+
+
+def test_retrain_refits_the_tool_classifier_and_selection_ranks_by_it(rt) -> None:
+    """Successes teach the classifier which tool serves a kind of job (here, against the descriptions:
+    conversions served by stock_quotes); the retrain stores it with the weights, and the next plan's
+    breakdown carries its probabilities."""
+    from selection.learner import ExecutionRecord
+    from workers.outcomes import store_executions
+    from workers.tasks.learning import retrain_now
+
+    amounts = ["100 euros", "250 dollars", "40 pounds", "3,000 yen", "75 francs", "12 euros", "90 dollars",
+               "600 kronor", "15 pounds", "8,000 yen", "55 euros", "320 dollars"]
+    records = [ExecutionRecord(attempt_id=f"a{i}", call_id=f"c{i}", tool="stock_quotes", version="1.0.0",
+                               scenario=f"convert {amount} into another currency", success=True)
+               for i, amount in enumerate(amounts)]
+    assert retrain_now(rt)["changed"] is False  # nothing learned yet: no classifier
+    assert rt.state.classifier() is None
+
+    def classifier_p(plan) -> dict[str, float]:
+        return {c.manifest.name: c.breakdown.extra.get("classifier_p") for c in plan.candidates}
+
+    scenario = "convert 42 euros to swiss francs"
+    assert all(p is None for p in classifier_p(rt.selector.plan(CallRequest(scenario=scenario))).values())
+
+    store_executions(rt, records)
+    answer = retrain_now(rt)
+    assert answer["changed"] is True and answer["classifier"]
+    weights = rt.state.weights()
+    assert weights.classifier == answer["classifier"] and weights.evidence["classifier"]["successes"] == 12
+    assert rt.state.classifier()
+    p = classifier_p(rt.selector.plan(CallRequest(scenario=scenario)))
+    assert p["stock_quotes"] > p["currency_rates"]
+    # Nothing new since: the classifier is not refitted (nor the weights stored again).
+    again = retrain_now(rt)
+    assert again["changed"] is False and again["evidence"]["classifier"]["unchanged"] == "no success since the last refit"
+    assert rt.state.weights().version == weights.version

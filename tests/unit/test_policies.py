@@ -80,6 +80,27 @@ def test_breakdown_says_why() -> None:
     assert "successes of a" in b.rationale and "SPARC" in b.rationale
 
 
+def test_the_tool_classifier_decides_what_the_neighbours_leave_open() -> None:
+    # Equally matched and equally served nearby: the classifier's choice goes first, and says so.
+    evidence = [ev("a", 0.5, namespace_success_similarities=[0.9], classifier_score=2.0),
+                ev("b", 0.5, namespace_success_similarities=[0.9], classifier_score=6.0)]
+    first = get_policy("learned").rank(evidence, {}, random.Random(0))[0]
+    assert first.key == "b@1.0.0"
+    assert first.breakdown.extra["classifier_p"] > 0.9 and "classifier p 0.98" in first.breakdown.rationale
+    # Without a fitted classifier there is no such term.
+    plain = get_policy("learned").rank([ev("a", 0.5)], {}, random.Random(0))[0]
+    assert "classifier_p" not in plain.breakdown.extra and "classifier" not in plain.breakdown.rationale
+
+
+def test_the_classifiers_doubt_is_bounded() -> None:
+    """Successes on near-identical scenarios outweigh any doubt of the classifier (p ~ e^-20 counts
+    as e^-3), though not a weak description match it prefers."""
+    evidence = [ev("a", 0.5, namespace_success_similarities=[0.97, 0.96], classifier_score=0.0),
+                ev("b", 0.5, classifier_score=20.0)]
+    assert rank(evidence)[0] == "a@1.0.0"
+    assert rank([ev("a", 0.5, classifier_score=0.0), ev("b", 0.45, classifier_score=20.0)])[0] == "b@1.0.0"
+
+
 def test_seed_formulas() -> None:
     policy = get_policy("seed")
     plain = policy.score(ev("a", 0.5))[0]

@@ -9,7 +9,8 @@ with Celery bypassed. An attempt succeeds iff the tool's name is the row's `Tool
 fresh private state (its own Redis key prefix and Qdrant Edge collections in a temporary
 directory, removed afterwards), nothing learned before a stream starts:
 
-- the policy under test, learning from every earlier query;
+- the policy under test, learning from every earlier query, and retraining the weights and the
+  tool classifier (`retrain_now`, what the beat runs) every `retrain_every` queries;
 - the same policy with learning off (zero-shot: nothing is recorded);
 - the `seed` policy, learning the same way (the baseline to beat).
 
@@ -40,6 +41,7 @@ from workers.outcomes import apply_failure, apply_outcome, execution_records, st
 from workers.settings import Settings
 
 MAX_ATTEMPTS = 5
+RETRAIN_EVERY = 500  # queries between two retrains of a learning stream: the beat's place in the stream
 BENCH_URL = "http://127.0.0.1:9/never-called"  # the bench decides outcomes; no tool runs
 TARGETS = {"top1_second_half": 0.80, "resolved_within_5": 0.95, "mean_attempts": 1.5, "p99_select_ms": 15.0}
 
@@ -64,6 +66,8 @@ class StreamResult(BaseModel):
     p99_select_ms: float
     mean_first_probability: float  # how sure the policy was of its first choice, on average
     embedding_precision: str  # the embedding model that ran: its int8 copy or the fp32 file
+    retrains: int  # retrains that stored new weights or a new classifier
+    retrain_s: float  # time they took (not part of any selection's)
     elapsed_s: float
 
 
@@ -81,6 +85,7 @@ class SelectionBenchResult(BaseModel):
     p50_select_ms: float
     p99_select_ms: float
     embedding_precision: str
+    retrain_every: int  # queries between two retrains (weights and tool classifier) of a learning stream
     targets: dict[str, float]
     streams: list[StreamResult]
     elapsed_s: float
@@ -147,9 +152,10 @@ def _private_settings(base: Settings, redis_url: str, data_dir: Path, policy: st
 
 def run_stream(base: Settings, redis_url: str, manifests: list[ToolManifest], names: dict[str, str],
                rows: list[tuple[str, str]], policy: str, learning: bool, seed: int, name: str,
-               progress: Progress | None = None) -> StreamResult:
+               progress: Progress | None = None, retrain_every: int = RETRAIN_EVERY) -> StreamResult:
     """One pass of `rows` on a fresh private state, removed afterwards."""
     from workers.runtime import Runtime
+    from workers.tasks.learning import retrain_now
 
     started = time.perf_counter()
     data_dir = Path(tempfile.mkdtemp(prefix="fittest-bench-"))
@@ -164,7 +170,12 @@ def run_stream(base: Settings, redis_url: str, manifests: list[ToolManifest], na
         resolved: list[bool] = []
         select_ms: list[float] = []
         first_probability: list[float] = []
+        retrains, retrain_s = 0, 0.0
         for i, (query, label) in enumerate(rows):
+            if learning and i and i % retrain_every == 0:
+                t0 = time.perf_counter()
+                retrains += bool(retrain_now(rt)["changed"])
+                retrain_s += time.perf_counter() - t0
             request = CallRequest(scenario=query, max_attempts=MAX_ATTEMPTS, call_id=f"q{i}")
             t0 = time.perf_counter()
             plan = selector.plan(request)
@@ -211,7 +222,8 @@ def run_stream(base: Settings, redis_url: str, manifests: list[ToolManifest], na
         resolved_within_5=_mean(resolved), mean_attempts=_mean(attempts_used),
         p50_select_ms=round(percentile(select_ms, 0.50), 3), p99_select_ms=round(percentile(select_ms, 0.99), 3),
         mean_first_probability=_mean(first_probability),
-        embedding_precision=rt.embedder.precision, elapsed_s=round(time.perf_counter() - started, 1),
+        embedding_precision=rt.embedder.precision, retrains=retrains, retrain_s=round(retrain_s, 1),
+        elapsed_s=round(time.perf_counter() - started, 1),
     )
 
 
@@ -220,7 +232,8 @@ def _mean(values: list[float] | list[bool] | list[int]) -> float:
 
 
 def run_selection_bench(base: Settings, tools: Path, queries: Path, limit: int | None = None, seed: int = 0,
-                        policy: str = "learned", progress: Progress | None = None) -> SelectionBenchResult:
+                        policy: str = "learned", progress: Progress | None = None,
+                        retrain_every: int = RETRAIN_EVERY) -> SelectionBenchResult:
     from selection.policies import policy_names
     from workers.stack import redis_answers, start_private_redis
 
@@ -239,9 +252,10 @@ def run_selection_bench(base: Settings, tools: Path, queries: Path, limit: int |
         proc, redis_url = start_private_redis(redis_dir)
     try:
         streams = [
-            run_stream(base, redis_url, manifests, names, rows, policy, True, seed, f"{policy}", progress),
-            run_stream(base, redis_url, manifests, names, rows, policy, False, seed, f"{policy} zero-shot", progress),
-            run_stream(base, redis_url, manifests, names, rows, "seed", True, seed, "seed", progress),
+            run_stream(base, redis_url, manifests, names, rows, policy, True, seed, f"{policy}", progress, retrain_every),
+            run_stream(base, redis_url, manifests, names, rows, policy, False, seed, f"{policy} zero-shot", progress,
+                       retrain_every),
+            run_stream(base, redis_url, manifests, names, rows, "seed", True, seed, "seed", progress, retrain_every),
         ]
     finally:
         if proc is not None:
@@ -256,5 +270,5 @@ def run_selection_bench(base: Settings, tools: Path, queries: Path, limit: int |
         resolved_within_5=main.resolved_within_5, mean_attempts=main.mean_attempts,
         zero_shot_top1=zero.top1, seed_top1_second_half=baseline.top1_second_half,
         p50_select_ms=main.p50_select_ms, p99_select_ms=main.p99_select_ms,
-        embedding_precision=main.embedding_precision, targets=TARGETS, streams=streams, elapsed_s=round(time.perf_counter() - started, 1),
+        embedding_precision=main.embedding_precision, retrain_every=retrain_every, targets=TARGETS, streams=streams, elapsed_s=round(time.perf_counter() - started, 1),
     )

@@ -130,6 +130,7 @@ def selection(
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N queries of the shuffled stream.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the stream order (and of the policy's draws).")] = 0,
     policy: Annotated[str, typer.Option(help="Policy under test (the `seed` policy always runs as the baseline).")] = "learned",
+    retrain_every: Annotated[int, typer.Option(min=1, help="Queries between two retrains of the weights and the tool classifier (the beat's place in the stream).")] = 500,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.")] = None,
 ) -> None:
     """How often selection picks the right tool, and how much it learns, on an external benchmark.
@@ -138,7 +139,8 @@ def selection(
     Qdrant Edge collections, removed afterwards; a private redis-server when FITTEST_REDIS_URL does
     not answer) and streams the queries in a seeded order through the workers' selection and
     outcome-recording code: an attempt succeeds iff the tool's name is the row's Tool, up to 5
-    attempts per query, each query learning from every earlier one. Three streams: the policy,
+    attempts per query, each query learning from every earlier one (and the weights and tool
+    classifier retrained every --retrain-every queries, as the beat would). Three streams: the policy,
     the policy with learning off (zero-shot), and `seed`. Needs the embedding model
     (FITTEST_EMBEDDING_MODEL_PATH)."""
     from rich import box
@@ -160,7 +162,7 @@ def selection(
                 bar.update(tasks[stream], completed=done)
 
         try:
-            result = run_selection_bench(get_settings(), tools, queries, limit, seed, policy, progress)
+            result = run_selection_bench(get_settings(), tools, queries, limit, seed, policy, progress, retrain_every)
         except BenchInputError as exc:
             fail(str(exc))
     table = Table(title=f"selection: {result.queries} queries, {result.tools} tools, seed {result.seed}, "

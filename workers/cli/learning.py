@@ -141,7 +141,8 @@ def weights(
     history: Annotated[int, typer.Option(min=0, help="Earlier versions listed.")] = 10,
     json_out: JsonOpt = False,
 ) -> None:
-    """The SPARC weights selection uses now, their evidence, and their history (newest first)."""
+    """The SPARC weights selection uses now, their evidence, and their history (newest first), with
+    the tool classifier stored with each version (its revision, the successes it was refitted on)."""
     from selection.sparc import COMPONENTS
     from workers.settings import get_settings
     from workers.state import open_state_store
@@ -153,13 +154,15 @@ def weights(
         print_json({"current": current.model_dump(mode="json"), "history": [w.model_dump(mode="json") for w in past]})
         return
     table = Table(title=f"SPARC weights v{current.version}" + ("" if current.version else " (defaults: never learned)"))
-    for col in ("version", "updated", *COMPONENTS, "records", "success rate"):
-        table.add_column(col, justify="left" if col in ("version", "updated") else "right")
+    for col in ("version", "updated", *COMPONENTS, "records", "success rate", "classifier", "successes"):
+        table.add_column(col, justify="left" if col in ("version", "updated", "classifier") else "right")
     for w in [current, *[p for p in past if p.version != current.version]]:
         ev = w.evidence
+        fit = ev.get("classifier") or {}
         table.add_row(f"v{w.version}", _when(w.updated_at) if w.updated_at else "-",
                       *[f"{w.weights.get(c, 0.0):.2f}" for c in COMPONENTS], str(ev.get("records", "-")),
-                      f"{ev['success_rate']:.2f}" if ev.get("success_rate") is not None else "-")
+                      f"{ev['success_rate']:.2f}" if ev.get("success_rate") is not None else "-",
+                      w.classifier or "-", str(fit.get("successes", "-")))
     console.print(table)
     if current.evidence.get("correlations"):
         corr = ", ".join(f"{c} {r:+.2f}" for c, r in current.evidence["correlations"].items())

@@ -18,6 +18,7 @@ caller-supplied part, so no two kinds of key can collide:
     P weights:current        string SelectionWeights JSON, with its version
     P weights:version        int    last weights version handed out
     P weights:history        list   SelectionWeights JSON, newest first (capped)
+    P weights:classifier     string the tool classifier (selection/classifier.py) as base64 text
     P state:version          int    grows with every change of quality, promotion, weights, breaker
     P state:promotions       int    grows with every change of a promotion
     P state:epoch            string names this life of the counters; made by the first versions()
@@ -259,17 +260,22 @@ class RedisStateStore:
         raw = self.client.get(self._k("weights", "current"))
         return SelectionWeights() if raw is None else SelectionWeights.model_validate_json(raw)
 
-    def set_weights(self, weights: SelectionWeights) -> SelectionWeights:
+    def set_weights(self, weights: SelectionWeights, classifier: str | None = None) -> SelectionWeights:
         doc = self.scripts["set_weights"](
             keys=[
                 self._weights_version_key,
                 self._k("weights", "current"),
                 self._k("weights", "history"),
                 self._state_key,
+                self._k("weights", "classifier"),
             ],
-            args=[weights_body(weights), self.weights_history_limit],
+            args=[weights_body(weights), self.weights_history_limit, classifier or ""],
         )
         return SelectionWeights.model_validate_json(doc)
+
+    def classifier(self) -> str | None:
+        raw = self.client.get(self._k("weights", "classifier"))
+        return raw.decode("ascii") if isinstance(raw, bytes) else raw
 
     def weights_history(self, limit: int = 20) -> list[SelectionWeights]:
         if limit <= 0:

@@ -8,13 +8,15 @@ the memory worker runs with a prefetch multiplier large enough to hold a batch b
 work (Procfile: --prefetch-multiplier 16); a record delivered twice is stored once (its attempt id).
 
 `fittest.retrain_weights` runs on the beat schedule (workers/app.py, celery-redbeat, every
-FITTEST_RETRAIN_INTERVAL_S): it learns the weights from the window of recent records and stores
-them with a new version, which changes the state version, so selection uses them on its next call.
+FITTEST_RETRAIN_INTERVAL_S): it learns the weights from the window of recent records, refits the
+tool classifier on the stored successes (workers/tool_classifier.py), and stores both with a new
+version, which changes the state version, so selection uses them on its next call.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -23,10 +25,12 @@ from celery_batches import SimpleRequest
 
 from selection.learner import ExecutionRecord, retrain
 from workers.app import PRIORITY_LOW, app
+from workers.degraded import is_store_failure
 from workers.outcomes import store_executions
 from workers.runtime import Runtime, runtime
 from workers.tasks.batches import Batches
 from workers.tasks.common import batch_payloads
+from workers.tool_classifier import refit, stored_classifier
 
 log = logging.getLogger("fittest.learning")
 
@@ -54,24 +58,44 @@ def learn(requests: list[SimpleRequest]) -> int:
 
 
 def retrain_now(rt: Runtime) -> dict[str, Any]:
-    """Relearn the weights from the recent window; one retrain at a time (a lock in Redis)."""
+    """Relearn the weights from the recent window and refit the tool classifier (when enabled);
+    one retrain at a time (a lock in Redis). New weights, a new classifier or both are stored as
+    the next weights version."""
     owner = uuid.uuid4().hex
     if not rt.state.acquire_lock("retrain", owner, RETRAIN_LOCK_S):
         return {"changed": False, "reason": "another retrain is running"}
     try:
         current = rt.state.weights()
         new, evidence = retrain(rt.learning.recent(), current)
-        if new is None:
+        classifier = None
+        if rt.settings.tool_classifier:
+            since = float(current.evidence.get("classifier", {}).get("newest") or 0.0)
+            try:
+                classifier, evidence["classifier"] = refit(rt, stored_classifier(rt), since)
+            except Exception as exc:  # the weights are still learned; the next beat refits
+                if not is_store_failure(exc):
+                    raise
+                evidence["classifier"] = {"unchanged": f"vector memory unavailable: {type(exc).__name__}: {exc}"}
+        if new is None and classifier is None:
             return {"changed": False, "version": current.version, "weights": current.weights, "evidence": evidence}
-        stored = rt.state.set_weights(new)
+        stored = rt.state.set_weights(
+            (new or current).model_copy(update={
+                "evidence": evidence, "updated_at": time.time(),
+                "classifier": classifier.revision if classifier is not None else current.classifier,
+            }),
+            classifier=classifier.to_text() if classifier is not None else None,
+        )
     finally:
         rt.state.release_lock("retrain", owner)
-    log.info("selection weights v%d: %s", stored.version, stored.weights,
-             extra={"event": "weights", "version": stored.version, "weights": stored.weights})
-    return {"changed": True, "version": stored.version, "weights": stored.weights, "evidence": evidence}
+    log.info("selection weights v%d: %s, classifier %s", stored.version, stored.weights, stored.classifier or "none",
+             extra={"event": "weights", "version": stored.version, "weights": stored.weights,
+                    "classifier": stored.classifier})
+    return {"changed": True, "version": stored.version, "weights": stored.weights, "classifier": stored.classifier,
+            "evidence": evidence}
 
 
 @app.task(name="fittest.retrain_weights")
 def retrain_weights() -> dict[str, Any]:
-    """Measure how strongly each SPARC component predicts success and store normalised weights."""
+    """Measure how strongly each SPARC component predicts success and store normalised weights, with
+    the tool classifier refitted on the successes since."""
     return retrain_now(runtime())

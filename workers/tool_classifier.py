@@ -1,0 +1,66 @@
+"""Refitting the tool classifier (selection/classifier.py) from what the stores hold.
+
+The successes are the execution records of the vector memory (EXECUTIONS, written by
+`fittest.learn`) with their scenario vectors; the columns of namespaces without any start from
+their description's vector. The refit runs with the SPARC weights' retrain (`retrain_now`, on the
+beat), and its result is stored with the weights in one step (set_weights.lua), so the selectors
+load it when the weights' version moves.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from selection.classifier import ToolClassifier
+from selection.learner import MIN_RECORDS
+from selection.ports import EXECUTIONS, VectorFilter
+
+if TYPE_CHECKING:
+    from workers.runtime import Runtime
+
+log = logging.getLogger("fittest.classifier")
+
+
+def description_vectors(rt: Runtime) -> dict[str, list[float]]:
+    """The description vector of each registered namespace (its original version's description)."""
+    manifests = [m for ns in rt.registry.namespaces() if (m := rt.registry.original(ns)) is not None]
+    vectors = rt.embedder.embed([m.description for m in manifests])  # cached by text after the first refit
+    return {m.name: v for m, v in zip(manifests, vectors, strict=True)}
+
+
+def stored_classifier(rt: Runtime) -> ToolClassifier | None:
+    text = rt.state.classifier()
+    if not text:
+        return None
+    try:
+        return ToolClassifier.from_text(text)
+    except ValueError as exc:  # written by a different version of fittest: refit from the descriptions
+        log.warning("the stored tool classifier is unreadable and is refitted from scratch: %s", exc)
+        return None
+
+
+def refit(rt: Runtime, current: ToolClassifier | None, since: float = 0.0) -> tuple[ToolClassifier | None, dict[str, Any]]:
+    """A classifier refitted on the stored successes, or None (and why) when there is nothing new to
+    learn: fewer than MIN_RECORDS successes, or none newer than `since` (the newest success of
+    the last refit) and as many as it had."""
+    started = time.perf_counter()
+    points = rt.memory.scroll(EXECUTIONS, filter=VectorFilter.where(success=True),
+                              limit=rt.settings.classifier_max_records)
+    descriptions = description_vectors(rt)
+    examples = [(p.vector, p.payload["name"]) for p in points if p.vector and p.payload.get("name") in descriptions]
+    newest = max((float(p.payload.get("timestamp") or 0.0) for p in points), default=0.0)
+    evidence: dict[str, Any] = {"successes": len(examples), "namespaces": len(descriptions), "newest": newest}
+    if len(examples) < MIN_RECORDS:
+        evidence["unchanged"] = f"{len(examples)} successes, fewer than {MIN_RECORDS}"
+        return None, evidence
+    if current is not None and newest <= since and len(examples) == current.examples:
+        evidence["unchanged"] = "no success since the last refit"
+        return None, evidence
+    start = current.with_names(descriptions) if current is not None and current.dim == rt.embedder.dim \
+        else ToolClassifier.from_descriptions(descriptions)
+    vectors, names = zip(*examples, strict=True)
+    fitted = start.learn_many(list(vectors), list(names))
+    evidence.update(revision=fitted.revision, fit_s=round(time.perf_counter() - started, 2))
+    return fitted, evidence
