@@ -23,10 +23,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("fittest.classifier")
 
 
-def description_vectors(rt: Runtime) -> dict[str, list[float]]:
-    """The description vector of each registered namespace (its original version's description)."""
-    manifests = [m for ns in rt.registry.namespaces() if (m := rt.registry.original(ns)) is not None]
-    vectors = rt.embedder.embed([m.description for m in manifests])  # cached by text after the first refit
+def description_vectors(rt: Runtime, namespaces: list[str]) -> dict[str, list[float]]:
+    """The description vector of each of these namespaces (its original version's description)."""
+    manifests = [m for ns in namespaces if (m := rt.registry.original(ns)) is not None]
+    vectors = rt.embedder.embed([m.description for m in manifests]) if manifests else []
     return {m.name: v for m, v in zip(manifests, vectors, strict=True)}
 
 
@@ -48,19 +48,24 @@ def refit(rt: Runtime, current: ToolClassifier | None, since: float = 0.0) -> tu
     started = time.perf_counter()
     points = rt.memory.scroll(EXECUTIONS, filter=VectorFilter.where(success=True),
                               limit=rt.settings.classifier_max_records)
-    descriptions = description_vectors(rt)
-    examples = [(p.vector, p.payload["name"]) for p in points if p.vector and p.payload.get("name") in descriptions]
+    registered = rt.registry.namespaces()
+    known = set(registered)
+    examples = [(p.vector, p.payload["name"]) for p in points if p.vector and p.payload.get("name") in known]
     newest = max((float(p.payload.get("timestamp") or 0.0) for p in points), default=0.0)
-    evidence: dict[str, Any] = {"successes": len(examples), "namespaces": len(descriptions), "newest": newest}
+    evidence: dict[str, Any] = {"successes": len(examples), "namespaces": len(registered), "newest": newest}
     if len(examples) < MIN_RECORDS:
         evidence["unchanged"] = f"{len(examples)} successes, fewer than {MIN_RECORDS}"
         return None, evidence
     if current is not None and newest <= since and len(examples) == current.examples:
         evidence["unchanged"] = "no success since the last refit"
         return None, evidence
-    start = current.with_names(descriptions) if current is not None and current.dim == rt.embedder.dim \
-        else ToolClassifier.from_descriptions(descriptions)
-    vectors, names = zip(*examples, strict=True)
+    if current is not None and current.dim == rt.embedder.dim:
+        # Only namespaces registered since the last refit need their description embedded: the
+        # others have a column (embedding all of them each beat would cost ~3 ms per tool).
+        start = current.with_names(description_vectors(rt, [ns for ns in registered if ns not in current.index]))
+    else:
+        start = ToolClassifier.from_descriptions(description_vectors(rt, registered))
+    vectors, names = zip(*[(v, n) for v, n in examples if n in start.index], strict=True)
     fitted = start.learn_many(list(vectors), list(names))
     evidence.update(revision=fitted.revision, fit_s=round(time.perf_counter() - started, 2))
     return fitted, evidence

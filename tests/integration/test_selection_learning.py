@@ -225,6 +225,7 @@ def test_retrain_refits_the_tool_classifier_and_selection_ranks_by_it(rt) -> Non
     """Successes teach the classifier which tool serves a kind of job (here, against the descriptions:
     conversions served by stock_quotes); the retrain stores it with the weights, and the next plan's
     breakdown carries its probabilities."""
+    from selection.classifier import ToolClassifier
     from selection.learner import ExecutionRecord
     from workers.outcomes import store_executions
     from workers.tasks.learning import retrain_now
@@ -255,3 +256,12 @@ def test_retrain_refits_the_tool_classifier_and_selection_ranks_by_it(rt) -> Non
     again = retrain_now(rt)
     assert again["changed"] is False and again["evidence"]["classifier"]["unchanged"] == "no success since the last refit"
     assert rt.state.weights().version == weights.version
+    # A tool registered since gets its column at the next refit, and learns from its successes.
+    rt.selector.add_tool(ToolManifest(name="fx_desk", description="Foreign exchange desk.",
+                                      implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+    store_executions(rt, [ExecutionRecord(attempt_id=f"fx{i}", call_id=f"fx{i}", tool="fx_desk", version="1.0.0",
+                                          scenario=f"convert {amount} at the desk rate", success=True)
+                          for i, amount in enumerate(amounts[:4])])
+    assert retrain_now(rt)["changed"] is True
+    assert "fx_desk" in ToolClassifier.from_text(rt.state.classifier()).names
+    assert classifier_p(rt.selector.plan(CallRequest(scenario="convert 42 euros at the desk rate")))["fx_desk"] > 0
