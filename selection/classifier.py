@@ -1,22 +1,23 @@
 """The tool classifier: which namespace the scenarios like this one were served by, as one model.
 
 The learned policy's neighbour evidence (selection/policies/learned.py) counts the successes of
-each namespace on the past scenarios nearest to a call: it knows what happened close by and
-nothing about the shape of a namespace's region as a whole. A softmax regression over the scenario
-vectors learns that shape from every success at once: where one namespace's scenarios end and the
-next one's begin, and which directions of the vector space matter for it. In the selection bench's stream it
-alone is right first 0.784-0.786 of the time in the 2nd half, as often as the whole policy was
-without it, and the two together 0.798-0.799 (README, benches).
+each namespace on the past scenarios nearest to a call: it knows what happened close by and nothing
+about the shape of a namespace's region as a whole. A softmax regression over the scenario vectors
+learns that shape from every success at once: where one namespace's scenarios end and the next
+one's begin, and which directions of the vector space matter for it. In the selection bench's
+stream it alone is right first 0.784-0.786 of the time in the 2nd half, as often as the whole
+policy was without it, and the two together 0.798-0.799 (README, benches).
 
-It starts where the policy's prior starts: the column of each namespace is its description's
-vector divided by the kernel's bandwidth, so before any success its score is the description match
-the prior is made of, and a namespace it has never seen is scored that way too (`score`). Each
-refit (`learn_many`) goes on from the columns it has, for a fixed number of full passes of Adam
-over the successes it is given: a few passes, not a fit to convergence (offline, 300 passes did a
-little worse than 100), keep it from learning every noisy label by heart; a penalty term would not
-do it here, as it pulls the description columns to zero (an L2 of 1e-3 halved its top-1 offline). It is refitted in batches, on the learning worker's beat, not per outcome: in an offline
-replay of the stream, one pass of per-outcome updates reached 0.783 in the 2nd half where refits
-every 500 queries reached 0.809.
+It starts where the policy's prior starts: the column of each namespace is its description's vector
+divided by the kernel's bandwidth, so before any success its score is the description match the
+prior is made of, and a namespace it has never seen is scored that way too (`score`). Each refit
+(`learn_many`) goes on from the columns it has, for a fixed number of full passes of Adam over the
+successes it is given: a few passes, not a fit to convergence (offline, 300 passes did a little
+worse than 100), keep it from learning every noisy label by heart; a penalty term would not do it
+here, as it pulls the description columns to zero (an L2 of 1e-3 halved its top-1 offline). It is
+refitted in batches, on the learning worker's beat, not per outcome: in an offline replay of the
+stream, one pass of per-outcome updates reached 0.783 in the 2nd half where refits every 500
+queries reached 0.809.
 
 In River's manner it is called without any service: `learn_many(vectors, names)`,
 `predict_one(vector)`; `to_text` / `from_text` carry it through a text-only store.

@@ -39,6 +39,7 @@ from selection.sparc import sparc_score
 from selection.timeouts import timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
 from workers.tool_catalog import evolved_dir, text_hash, tool_point
+from workers.tool_classifier import stored_classifier
 from workers.variants import VariantBook
 
 if TYPE_CHECKING:
@@ -364,13 +365,7 @@ class Selector:
             return None
         revision = self.weights().classifier
         if revision != self._classifier[0]:
-            text = self.rt.state.classifier() if revision else None
-            try:
-                loaded = ToolClassifier.from_text(text) if text else None
-            except ValueError as exc:
-                log.warning("tool classifier %s is unreadable; ranking without it: %s", revision, exc)
-                loaded = None
-            self._classifier = (revision, loaded if loaded is None or loaded.dim == self.rt.embedder.dim else None)
+            self._classifier = (revision, stored_classifier(self.rt) if revision else None)
         return self._classifier[1]
 
     def _with_outcomes(self, evidence: list[CandidateEvidence], successes: list[VectorHit],

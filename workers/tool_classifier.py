@@ -33,17 +33,22 @@ def description_vectors(rt: Runtime, namespaces: list[str]) -> dict[str, list[fl
 
 
 def stored_classifier(rt: Runtime) -> ToolClassifier | None:
+    """The stored classifier, or None when there is none or it cannot be read (written by another
+    version of fittest, or for another embedding model): selection then ranks without it, and the
+    next refit starts again from the descriptions."""
     text = rt.state.classifier()
     if not text:
         return None
     try:
-        return ToolClassifier.from_text(text)
-    except ValueError as exc:  # written by a different version of fittest: refit from the descriptions
-        log.warning("the stored tool classifier is unreadable and is refitted from scratch: %s", exc)
+        classifier = ToolClassifier.from_text(text)
+    except ValueError as exc:
+        log.warning("the stored tool classifier is unreadable: %s", exc)
         return None
+    return classifier if classifier.dim == rt.embedder.dim else None
 
 
-def refit(rt: Runtime, current: ToolClassifier | None, since: float = 0.0) -> tuple[ToolClassifier | None, dict[str, Any]]:
+def refit(rt: Runtime, current: ToolClassifier | None,
+          since: float = 0.0) -> tuple[ToolClassifier | None, dict[str, Any]]:
     """A classifier refitted on the stored successes, or None (and why) when there is nothing new to
     learn: fewer than MIN_RECORDS successes, or none newer than `since` (the newest success of
     the last refit) and as many as it had."""
@@ -61,13 +66,17 @@ def refit(rt: Runtime, current: ToolClassifier | None, since: float = 0.0) -> tu
     if current is not None and newest <= since and len(examples) == current.examples:
         evidence["unchanged"] = "no success since the last refit"
         return None, evidence
-    if current is not None and current.dim == rt.embedder.dim:
+    if current is not None:
         # Only namespaces registered since the last refit need their description embedded: the
         # others have a column (embedding all of them each beat would cost ~3 ms per tool).
         start = current.with_names(description_vectors(rt, [ns for ns in registered if ns not in current.index]))
     else:
         start = ToolClassifier.from_descriptions(description_vectors(rt, registered))
-    vectors, names = zip(*[(v, n) for v, n in examples if n in start.index], strict=True)
+    usable = [(v, n) for v, n in examples if n in start.index]  # a namespace without an original has no column
+    if not usable:
+        evidence["unchanged"] = "no success of a namespace with a description"
+        return None, evidence
+    vectors, names = zip(*usable, strict=True)
     # One BLAS thread: OpenBLAS's threads spin for a while after each product, and beside a worker's
     # selections that took their core. In the bench the plan right after a refit took 20-33 ms with
     # them and 10-17 ms without; the refit of 10,000 successes takes 1.0 s instead of 0.65 s.

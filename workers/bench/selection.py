@@ -252,7 +252,8 @@ def run_selection_bench(base: Settings, tools: Path, queries: Path, limit: int |
         proc, redis_url = start_private_redis(redis_dir)
     try:
         streams = [
-            run_stream(base, redis_url, manifests, names, rows, policy, True, seed, f"{policy}", progress, retrain_every),
+            run_stream(base, redis_url, manifests, names, rows, policy, True, seed, f"{policy}", progress,
+                       retrain_every),
             run_stream(base, redis_url, manifests, names, rows, policy, False, seed, f"{policy} zero-shot", progress,
                        retrain_every),
             run_stream(base, redis_url, manifests, names, rows, "seed", True, seed, "seed", progress, retrain_every),
@@ -270,5 +271,6 @@ def run_selection_bench(base: Settings, tools: Path, queries: Path, limit: int |
         resolved_within_5=main.resolved_within_5, mean_attempts=main.mean_attempts,
         zero_shot_top1=zero.top1, seed_top1_second_half=baseline.top1_second_half,
         p50_select_ms=main.p50_select_ms, p99_select_ms=main.p99_select_ms,
-        embedding_precision=main.embedding_precision, retrain_every=retrain_every, targets=TARGETS, streams=streams, elapsed_s=round(time.perf_counter() - started, 1),
+        embedding_precision=main.embedding_precision, retrain_every=retrain_every, targets=TARGETS, streams=streams,
+        elapsed_s=round(time.perf_counter() - started, 1),
     )
