@@ -259,9 +259,11 @@ def test_retrain_refits_the_tool_classifier_and_selection_ranks_by_it(rt) -> Non
     # A tool registered since gets its column at the next refit, and learns from its successes.
     rt.selector.add_tool(ToolManifest(name="fx_desk", description="Foreign exchange desk.",
                                       implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+    desk = CallRequest(scenario="convert 42 euros at the desk rate")
+    scored_by_description = classifier_p(rt.selector.plan(desk))["fx_desk"]  # no column yet
     store_executions(rt, [ExecutionRecord(attempt_id=f"fx{i}", call_id=f"fx{i}", tool="fx_desk", version="1.0.0",
                                           scenario=f"convert {amount} at the desk rate", success=True)
                           for i, amount in enumerate(amounts[:4])])
     assert retrain_now(rt)["changed"] is True
     assert "fx_desk" in ToolClassifier.from_text(rt.state.classifier()).names
-    assert classifier_p(rt.selector.plan(CallRequest(scenario="convert 42 euros at the desk rate")))["fx_desk"] > 0
+    assert classifier_p(rt.selector.plan(desk))["fx_desk"] > scored_by_description
