@@ -10,7 +10,7 @@ ifneq ($(wildcard $(MODEL_DIR)/model.onnx),)
 export FITTEST_EMBEDDING_MODEL_PATH ?= $(MODEL_DIR)
 endif
 
-.PHONY: install demo test test-fast test-slow up clean bench-selection bench-evolution
+.PHONY: install demo test test-fast test-slow up clean bench-selection bench-supervised bench-evolution
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ test-fast: $(STAMP)
 bench-selection: $(STAMP)
 	$(BIN)/fittest bench selection --tools ../shared/data/metatool/tools.json \
 	  --queries ../shared/data/metatool/queries_dev.csv --json bench-selection.json
+
+bench-supervised: $(STAMP)
+	$(BIN)/fittest bench supervised --tools ../shared/data/metatool/tools.json \
+	  --queries ../shared/data/metatool/queries_dev.csv --json bench-supervised.json
 
 bench-evolution: $(STAMP)
 	$(BIN)/fittest bench evolution --json bench-evolution.json

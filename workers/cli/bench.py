@@ -188,6 +188,48 @@ def selection(
     write_json(json_path, result)
 
 
+@app.command()
+def supervised(
+    tools: Annotated[Path, typer.Option(help="Tools as a JSON object {name: description} (MetaTool's tools.json).")],
+    queries: Annotated[Path, typer.Option(help="CSV with the columns Query,Tool (MetaTool's queries).")],
+    folds: Annotated[int, typer.Option(min=2, help="Folds of the cross-validation: each is ranked by a fit on all the others.")] = 5,
+    seed: Annotated[int, typer.Option(help="Seed of the split into folds.")] = 0,
+    epochs: Annotated[int, typer.Option(min=1, help="Passes of Adam of each fit.")] = 100,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.")] = None,
+) -> None:
+    """How much of the selection benchmark can be learned at all: the reference for its targets.
+
+    The tool classifier of the learned policy, given every label of the other folds (the selection
+    bench's stream starts with none and learns a query's tool only when an attempt found it), ranks
+    each fold; top-1, top-5 (resolved within 5 attempts) and mean attempts are counted as the
+    selection bench counts them, beside the description match alone. No Redis or vector store;
+    needs the embedding model (FITTEST_EMBEDDING_MODEL_PATH)."""
+    from rich import box
+    from rich.table import Table
+
+    from workers.bench.selection import BenchInputError
+    from workers.bench.supervised import run_supervised_bench
+    from workers.cli.common import console, fail
+    from workers.settings import get_settings
+
+    try:
+        result = run_supervised_bench(get_settings(), tools, queries, folds, seed, epochs)
+    except BenchInputError as exc:
+        fail(str(exc))
+    table = Table(title=f"supervised reference: {result.queries} queries, {result.tools} tools, {result.folds} folds, "
+                        f"{result.embedding_precision} embedding model",
+                  caption="≤5: right tool among the first 5; tries: mean attempts (5 when not among them)",
+                  box=box.SIMPLE_HEAD)
+    for col in ("ranking", "top1", "≤5", "tries"):
+        table.add_column(col, justify="left" if col == "ranking" else "right")
+    for name, scores in ((f"classifier on the other folds' labels ({result.epochs} passes)", result.supervised),
+                         ("description match (no label)", result.description)):
+        table.add_row(name, f"{scores.top1:.3f}", f"{scores.top5:.3f}", f"{scores.mean_attempts:.2f}")
+    console.print(table)
+    console.print(f"  fits {result.fit_s:.0f} s, {result.elapsed_s:.0f} s in all")
+    write_json(json_path, result)
+
+
 # --------------------------------------------------------------------------------------- evolution
 @app.command()
 def evolution(
