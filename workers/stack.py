@@ -205,9 +205,14 @@ class Stack:
             self.stop("redis")
 
     def _signal(self, name: str, sig: int = signal.SIGTERM) -> subprocess.Popen | None:
-        """Forget the role and send it `sig`; its process, or None when it had already ended."""
+        """Forget the role and send it `sig`; its process, or None when it had already ended. A
+        role whose main process ended on its own can have left processes in its group (a worker's
+        pool when the worker crashed): those are killed, so that none outlives the stack."""
         proc = self.procs.pop(name, None)
-        if proc is None or proc.poll() is not None:
+        if proc is None:
+            return None
+        if proc.poll() is not None:
+            _kill_group(proc.pid)
             return None
         try:
             if sig == signal.SIGKILL:
@@ -231,11 +236,17 @@ def _reap(proc: subprocess.Popen, timeout: float) -> None:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         pass
+    _kill_group(proc.pid)
+    proc.wait(timeout=5)
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL to what is left of a role's process group. Safe once its leader is reaped: Linux
+    gives no new process a pid that is still some live group's id."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    proc.wait(timeout=5)
 
 
 def flower_env(settings: Settings) -> dict[str, str]:

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.process_groups import gone
+from tests.process_groups import gone, live_members
 from workers.settings import Settings
 from workers.stack import Stack
 
@@ -29,6 +29,14 @@ def shut_down(*_):
 signal.signal(signal.SIGTERM, shut_down)
 print("ready", flush=True)
 time.sleep(60)
+"""
+
+# A role whose main process ends on its own and leaves a child in its process group, as a worker
+# that crashed leaves its pool.
+CRASHING = """
+import subprocess, sys
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+print("ready", flush=True)
 """
 
 
@@ -55,3 +63,13 @@ def test_stop_all_lets_each_role_shut_down_and_kills_what_outlives_the_deadline(
     # Every role is asked at once: the last one is not kept waiting behind the stubborn one's
     # 4 s, as it was when the roles were stopped one after the other.
     assert float((tmp_path / "b").read_text()) - asked < 2.5
+
+
+def test_a_role_that_ended_on_its_own_leaves_nothing_behind(tmp_path: Path) -> None:
+    crashed = _role(CRASHING)
+    crashed.wait(timeout=10)
+    assert live_members(crashed.pid)  # its child lives on in the role's group
+    stack = Stack(Settings(data_dir=tmp_path), procs={"executor": crashed})
+    stack.stop_all(timeout=2.0)
+    assert stack.procs == {}
+    assert gone(crashed.pid)
