@@ -217,7 +217,7 @@ class Selector:
         # The classifier ranks the candidates found; it finds none of its own: making the 8 namespaces
         # it scores highest candidates too changed nothing on the selection bench but the time.
         if vector is not None and (classifier := self.classifier()) is not None:
-            scores = classifier.predict_one(vector)
+            scores = classifier.predict_one(vector, [e.manifest.name for e in evidence])
             for e in evidence:
                 e.classifier_score = round(classifier.score(scores, e.manifest.name, e.similarity), 4)
         return self._with_outcomes(evidence, successes, vector, features or {})

@@ -81,6 +81,7 @@ def refit(rt: Runtime, current: ToolClassifier | None,
     # selections that took their core. In the bench the plan right after a refit took 20-33 ms with
     # them and 10-17 ms without; the refit of 10,000 successes takes 1.0 s instead of 0.65 s.
     with threadpool_limits(limits=1, user_api="blas"):
-        fitted = start.learn_many(list(vectors), list(names))
-    evidence.update(revision=fitted.revision, fit_s=round(time.perf_counter() - started, 2))
+        fitted = start.learn_many(list(vectors), list(names), max_names=rt.settings.classifier_max_namespaces)
+    evidence.update(revision=fitted.revision, fit_s=round(time.perf_counter() - started, 2),
+                    namespaces_fitted=min(len(start.names), rt.settings.classifier_max_namespaces))
     return fitted, evidence

@@ -267,3 +267,30 @@ def test_retrain_refits_the_tool_classifier_and_selection_ranks_by_it(rt) -> Non
     assert retrain_now(rt)["changed"] is True
     assert "fx_desk" in ToolClassifier.from_text(rt.state.classifier()).names
     assert classifier_p(rt.selector.plan(desk))["fx_desk"] > scored_by_description
+
+
+def test_a_refit_past_the_namespace_cap_fits_the_busiest_and_keeps_the_others(rt) -> None:
+    """FITTEST_CLASSIFIER_MAX_NAMESPACES bounds a refit's work: only the namespaces with the most
+    successes are fitted, the others keep the columns they had (here, their descriptions')."""
+    import numpy as np
+
+    from selection.classifier import ToolClassifier
+    from selection.learner import ExecutionRecord
+    from workers.outcomes import store_executions
+    from workers.tasks.learning import retrain_now
+
+    rt.settings = rt.settings.model_copy(update={"classifier_max_namespaces": 2})
+    served = ["stock_quotes"] * 8 + ["weather_now"] * 5 + ["currency_rates"] * 2
+    store_executions(rt, [ExecutionRecord(attempt_id=f"a{i}", call_id=f"c{i}", tool=tool, version="1.0.0",
+                                          scenario=f"job {i} for {tool}", success=True)
+                          for i, tool in enumerate(served)])
+    answer = retrain_now(rt)
+    assert answer["changed"] is True
+    fit = rt.state.weights().evidence["classifier"]
+    assert (fit["successes"], fit["namespaces"], fit["namespaces_fitted"]) == (15, 5, 2)
+    stored = ToolClassifier.from_text(rt.state.classifier())
+    untrained = ToolClassifier.from_descriptions(
+        {name: rt.embedder.embed_one(description) for name, description in TOOLS.items()})
+    for name in TOOLS:
+        same = np.allclose(stored.weights[:, stored.index[name]], untrained.weights[:, untrained.index[name]])
+        assert same == (name not in ("stock_quotes", "weather_now")), name

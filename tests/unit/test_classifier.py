@@ -74,6 +74,32 @@ def test_a_namespace_it_never_saw_is_scored_by_its_description() -> None:
     assert clf.with_names(DESCRIPTIONS) is clf
 
 
+def test_past_max_names_only_the_namespaces_with_most_successes_are_fitted() -> None:
+    clf = ToolClassifier.from_descriptions({**DESCRIPTIONS, "c": unit(0, 0, 0, 1)})
+    examples = jobs_of_b(20) + [DESCRIPTIONS["a"]] * 5 + [unit(0, 0, 0, 1)] * 2
+    names = ["b"] * 20 + ["a"] * 5 + ["c"] * 2
+    capped = clf.learn_many(examples, names, max_names=2)
+    # c, with the fewest successes, keeps its column; a and b are fitted and b learned its region
+    assert np.array_equal(capped.weights[:, 2], clf.weights[:, 2]) and capped.bias[2] == clf.bias[2]
+    assert not np.array_equal(capped.weights[:, :2], clf.weights[:, :2])
+    assert best(capped.predict_one(jobs_of_b(1, seed=99)[0])) == "b"
+    assert capped.examples == 27  # the successes it was given
+    # at or under the cap every namespace is fitted, exactly as without one
+    uncapped, at_cap = clf.learn_many(examples, names), clf.learn_many(examples, names, max_names=3)
+    assert np.array_equal(uncapped.weights, at_cap.weights) and np.array_equal(uncapped.bias, at_cap.bias)
+    assert not np.array_equal(uncapped.weights[:, 2], clf.weights[:, 2])
+
+
+def test_a_plan_gets_the_scores_of_its_candidates_only() -> None:
+    fitted = ToolClassifier.from_descriptions(DESCRIPTIONS).learn_many(jobs_of_b(10), ["b"] * 10)
+    job = jobs_of_b(1, seed=5)[0]
+    every = fitted.predict_one(job)
+    some = fitted.predict_one(job, ["b", "unknown"])
+    assert list(some) == ["b"]  # a namespace it has no column for is left to `score`
+    assert some["b"] == pytest.approx(every["b"], rel=1e-6)
+    assert fitted.predict_one(job, []) == {}
+
+
 def test_it_travels_as_text() -> None:
     fitted = ToolClassifier.from_descriptions(DESCRIPTIONS).learn_many(jobs_of_b(10), ["b"] * 10)
     text = fitted.to_text()
@@ -91,6 +117,8 @@ def test_bad_input_is_named() -> None:
         clf.predict_one([1.0, 0.0])
     with pytest.raises(ValueError, match=r"namespaces without a column: \['zz'\]"):
         clf.learn_many(jobs_of_b(2), ["b", "zz"])
+    with pytest.raises(ValueError, match="max_names must be >= 1"):
+        clf.learn_many(jobs_of_b(2), ["b", "b"], max_names=0)
     with pytest.raises(ValueError, match="expected 3 vectors of 4 dimensions"):
         clf.learn_many(jobs_of_b(2), ["b", "b", "b"])
     with pytest.raises(ValueError, match="not a stored tool classifier"):
