@@ -21,17 +21,19 @@ EVOLUTIONS = "evolutions"
 EXECUTIONS = "executions"
 COLLECTIONS = (TOOLS, FEEDBACK, FAILURES, EVOLUTIONS, EXECUTIONS)
 
-# Payload fields that filters use; every adapter creates a keyword index on them.
+# Payload fields that filters (and ordered scrolls) use; every adapter indexes them.
 INDEXED_FIELDS: dict[str, tuple[str, ...]] = {
     TOOLS: ("tool", "name", "tags", "deprecated"),
     FEEDBACK: ("tool", "name", "positive"),
     FAILURES: ("tool", "name", "error_class", "tags"),
     EVOLUTIONS: ("name", "outcome"),
-    EXECUTIONS: ("tool", "name", "success"),
+    EXECUTIONS: ("tool", "name", "success", "timestamp"),
 }
 # Of those, the fields that hold booleans: they get a bool index instead, as a keyword index skips
 # boolean values and leaves filters on them to a full scan.
 BOOL_FIELDS = frozenset({"deprecated", "positive", "success"})
+# Of those, the numeric fields a scroll can be ordered by: they get a float index.
+FLOAT_FIELDS = frozenset({"timestamp"})
 
 
 class Match(BaseModel):
@@ -94,8 +96,13 @@ class VectorMemory(Protocol):
         ...
 
     def scroll(
-        self, collection: str, filter: VectorFilter | None = None, limit: int = 1000
-    ) -> list[VectorPoint]: ...
+        self, collection: str, filter: VectorFilter | None = None, limit: int = 1000,
+        descending_by: str | None = None,
+    ) -> list[VectorPoint]:
+        """Up to `limit` points with their vectors; with `descending_by` (one of FLOAT_FIELDS),
+        those with the highest values of that payload field, highest first (points without it are
+        left out), else in the store's own order."""
+        ...
 
     def count(self, collection: str, filter: VectorFilter | None = None) -> int: ...
 

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from selection.ports import COLLECTIONS, Match, VectorFilter, VectorHit, VectorPoint
+from selection.ports import COLLECTIONS, FLOAT_FIELDS, Match, VectorFilter, VectorHit, VectorPoint
 
 
 class InMemoryVectorMemory:
@@ -54,9 +54,15 @@ class InMemoryVectorMemory:
         hits.sort(key=lambda h: h.score, reverse=True)
         return hits[:limit]
 
-    def scroll(self, collection: str, filter: VectorFilter | None = None, limit: int = 1000) -> list[VectorPoint]:
+    def scroll(self, collection: str, filter: VectorFilter | None = None, limit: int = 1000,
+               descending_by: str | None = None) -> list[VectorPoint]:
+        if descending_by is not None and descending_by not in FLOAT_FIELDS:
+            raise ValueError(f"a scroll can be ordered by {sorted(FLOAT_FIELDS)} only, not {descending_by!r}")
         with self._lock:
             points = [p for p in self._collection(collection).values() if _matches(p.payload, filter)]
+        if descending_by is not None:
+            points = sorted((p for p in points if isinstance(p.payload.get(descending_by), int | float)),
+                            key=lambda p: -p.payload[descending_by])
         return [p.model_copy(deep=True) for p in points[:limit]]
 
     def count(self, collection: str, filter: VectorFilter | None = None) -> int:

@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     feedback_half_life_days: float = Field(14.0, gt=0, description="Half-life of feedback weight")
     learner_window: int = Field(2000, ge=10, description="Most recent execution records the SPARC weights are learned from (and `fittest recommend` reads)")
     tool_classifier: bool = Field(True, description="Refit the tool classifier (which namespace served scenarios like this one) with the weights, and let the learned policy rank candidates by it (selection/classifier.py)")
-    classifier_max_records: int = Field(20_000, ge=10, description="Most successful execution records one refit of the tool classifier reads (the refit's time grows with them: ~1 s for 10,000 here)")
+    classifier_max_records: int = Field(20_000, ge=10, description="Most successful execution records one refit of the tool classifier reads, the newest (the refit's time grows with them: ~1 s for 10,000 here)")
     classifier_max_namespaces: int = Field(1_000, ge=1, description="Most namespaces one refit of the tool classifier fits (those with the most successes; the others keep their columns): its time and memory grow with successes x namespaces fitted (20,000 successes of 10,000 namespaces, all fitted: 5.9 s a pass, 30 passes a refit, 3.3 GB)")
 
     # Operations

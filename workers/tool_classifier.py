@@ -1,7 +1,8 @@
 """Refitting the tool classifier (selection/classifier.py) from what the stores hold.
 
 The successes are the execution records of the vector memory (EXECUTIONS, written by
-`fittest.learn`) with their scenario vectors; the columns of namespaces without any start from
+`fittest.learn`) with their scenario vectors, the newest first (FITTEST_CLASSIFIER_MAX_RECORDS of
+them), so that what tools serve now outweighs what they served long ago; the columns of namespaces without any start from
 their description's vector. The refit runs with the SPARC weights' retrain (`retrain_now`, on the
 beat), and its result is stored with the weights in one step (set_weights.lua), so the selectors
 load it when the weights' version moves.
@@ -54,7 +55,7 @@ def refit(rt: Runtime, current: ToolClassifier | None,
     the last refit) and as many as it had."""
     started = time.perf_counter()
     points = rt.memory.scroll(EXECUTIONS, filter=VectorFilter.where(success=True),
-                              limit=rt.settings.classifier_max_records)
+                              limit=rt.settings.classifier_max_records, descending_by="timestamp")
     registered = rt.registry.namespaces()
     known = set(registered)
     examples = [(p.vector, p.payload["name"]) for p in points if p.vector and p.payload.get("name") in known]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from qdrant_client import QdrantClient
 
-from selection.ports import FAILURES, FEEDBACK, TOOLS, Embedder, Match, VectorFilter, VectorMemory, VectorPoint
+from selection.ports import EXECUTIONS, FAILURES, FEEDBACK, TOOLS, Embedder, Match, VectorFilter, VectorMemory, VectorPoint
 from tests.conftest import free_port
 from tests.fakes_memory import InMemoryVectorMemory
 from workers.memory import VectorMemoryUnavailable, open_vector_memory
@@ -219,6 +219,24 @@ def test_scroll_and_count_beyond_one_page(memory: VectorMemory) -> None:
     assert memory.count(TOOLS, VectorFilter.where(tool="t1")) == 400
     assert len({p.id for p in memory.scroll(TOOLS, limit=5000)}) == 1200
     assert len(memory.scroll(TOOLS, limit=1000)) == 1000
+
+
+def test_scroll_newest_first(memory: VectorMemory) -> None:
+    """The tool classifier's refit reads the newest successes when there are more than it reads."""
+    import random
+
+    stamps = list(range(1500))
+    random.Random(0).shuffle(stamps)  # stored in another order than their time
+    memory.upsert(EXECUTIONS, [pt(f"exec:{t}", unit(1.0, t / 1500, 0.0, 0.0), name=f"t{t % 3}", success=t % 4 != 0,
+                                  timestamp=1.7e9 + t * 0.25) for t in stamps])
+    successes = VectorFilter.where(success=True)
+    newest = memory.scroll(EXECUTIONS, successes, limit=1100, descending_by="timestamp")
+    expected = sorted((t for t in range(1500) if t % 4 != 0), reverse=True)  # 1,125 successes
+    assert [p.id for p in newest] == [f"exec:{t}" for t in expected[:1100]]
+    assert newest[0].vector == pytest.approx(unit(1.0, 1499 / 1500, 0.0, 0.0), abs=1e-6)
+    assert len(memory.scroll(EXECUTIONS, successes, limit=5000, descending_by="timestamp")) == 1125
+    with pytest.raises(ValueError, match="ordered by"):
+        memory.scroll(EXECUTIONS, descending_by="name")
 
 
 def test_delete_by_filter(memory: VectorMemory) -> None:

@@ -294,3 +294,28 @@ def test_a_refit_past_the_namespace_cap_fits_the_busiest_and_keeps_the_others(rt
     for name in TOOLS:
         same = np.allclose(stored.weights[:, stored.index[name]], untrained.weights[:, untrained.index[name]])
         assert same == (name not in ("stock_quotes", "weather_now")), name
+
+
+def test_past_the_record_cap_a_refit_learns_from_the_newest_successes(rt) -> None:
+    """Conversions were served by currency_rates long ago and by stock_quotes lately; a refit that
+    may read only 12 successes reads the 12 newest, so the classifier follows what serves now."""
+    from selection.learner import ExecutionRecord
+    from workers.outcomes import store_executions
+    from workers.tasks.learning import retrain_now
+
+    rt.settings = rt.settings.model_copy(update={"classifier_max_records": 12})
+    amounts = ["100 euros", "250 dollars", "40 pounds", "3,000 yen", "75 francs", "12 euros", "90 dollars",
+               "600 kronor", "15 pounds", "8,000 yen", "55 euros", "320 dollars"]
+
+    def served(tool: str, at: float) -> list[ExecutionRecord]:
+        return [ExecutionRecord(attempt_id=f"{tool}{i}", call_id=f"{tool}{i}", tool=tool, version="1.0.0",
+                                scenario=f"convert {amount} into another currency", success=True, timestamp=at + i)
+                for i, amount in enumerate(amounts)]
+
+    store_executions(rt, served("currency_rates", at=1_000.0) + served("stock_quotes", at=2_000_000_000.0))
+    assert retrain_now(rt)["changed"] is True
+    fit = rt.state.weights().evidence["classifier"]
+    assert fit["successes"] == 12 and fit["newest"] == 2_000_000_011.0
+    plan = rt.selector.plan(CallRequest(scenario="convert 42 euros to swiss francs"))
+    p = {c.manifest.name: c.breakdown.extra.get("classifier_p") for c in plan.candidates}
+    assert p["stock_quotes"] > p["currency_rates"]

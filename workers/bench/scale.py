@@ -140,8 +140,9 @@ class _Routed:
                score_threshold: float | None = None, fields: Sequence[str] | None = None) -> list[VectorHit]:
         return self._of(collection).search(collection, vector, limit, filter, score_threshold, fields)
 
-    def scroll(self, collection: str, filter: VectorFilter | None = None, limit: int = 1000) -> list[VectorPoint]:
-        return self._of(collection).scroll(collection, filter, limit)
+    def scroll(self, collection: str, filter: VectorFilter | None = None, limit: int = 1000,
+               descending_by: str | None = None) -> list[VectorPoint]:
+        return self._of(collection).scroll(collection, filter, limit, descending_by)
 
     def count(self, collection: str, filter: VectorFilter | None = None) -> int:
         return self._of(collection).count(collection, filter)

@@ -15,12 +15,14 @@ from selection.ports import COLLECTIONS, VectorFilter, VectorHit, VectorPoint
 from workers.memory.common import (
     VectorMemoryUnavailable,
     batched,
+    check_order_field,
     check_prefix,
     check_vector,
     collection_name,
     indexed_fields,
     payload_keys,
     point_uuid,
+    scroll_descending,
     scroll_pages,
     stored_payload,
     to_hit,
@@ -47,6 +49,8 @@ class _ClientConditions:
 
 
 _CONDITIONS = _ClientConditions()
+_INDEX_KINDS = {"bool": models.PayloadSchemaType.BOOL, "float": models.PayloadSchemaType.FLOAT,
+                "keyword": models.PayloadSchemaType.KEYWORD}
 
 
 class ClientVectorMemory:
@@ -114,9 +118,20 @@ class ClientVectorMemory:
             )
         return [to_hit(p, p.score) for p in response.points]
 
-    def scroll(self, collection: str, filter: VectorFilter | None = None, limit: int = 1000) -> list[VectorPoint]:
+    def scroll(self, collection: str, filter: VectorFilter | None = None, limit: int = 1000,
+               descending_by: str | None = None) -> list[VectorPoint]:
+        check_order_field(descending_by)
         name = self._name(collection)
         condition = translate_filter(filter, _CONDITIONS)
+        if descending_by is not None:
+            def ordered(start: float | None, n: int) -> list[VectorPoint]:
+                order = models.OrderBy(key=descending_by, direction=models.Direction.DESC, start_from=start)
+                with self._guard:
+                    records, _ = self._client.scroll(name, scroll_filter=condition, limit=n, order_by=order,
+                                                     with_payload=True, with_vectors=True)
+                return [to_point(r, r.vector) for r in records]  # type: ignore[arg-type]
+
+            return scroll_descending(ordered, descending_by, limit)
 
         def fetch(offset: Any, n: int) -> tuple[list[VectorPoint], Any]:
             with self._guard:
@@ -178,9 +193,8 @@ class ClientVectorMemory:
                     raise
         if self._local:
             return  # local mode ignores payload indexes and warns about each one
-        for field, is_bool in indexed_fields(collection):
-            schema = models.PayloadSchemaType.BOOL if is_bool else models.PayloadSchemaType.KEYWORD
-            self._client.create_payload_index(name, field, schema, wait=True)
+        for field, kind in indexed_fields(collection):
+            self._client.create_payload_index(name, field, _INDEX_KINDS[kind], wait=True)
 
 
 def _connect(url: str | None, path: str | None, api_key: str | None) -> QdrantClient:

@@ -8,11 +8,20 @@ import math
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import numpy as np
 
-from selection.ports import BOOL_FIELDS, COLLECTIONS, INDEXED_FIELDS, Match, VectorFilter, VectorHit, VectorPoint
+from selection.ports import (
+    BOOL_FIELDS,
+    COLLECTIONS,
+    FLOAT_FIELDS,
+    INDEXED_FIELDS,
+    Match,
+    VectorFilter,
+    VectorHit,
+    VectorPoint,
+)
 
 # Payload key that keeps the caller's string id beside the UUID Qdrant needs. Adapters strip it
 # on the way out, so a payload round-trips unchanged.
@@ -55,9 +64,15 @@ def collection_name(prefix: str, collection: str) -> str:
     return prefix + collection
 
 
-def indexed_fields(collection: str) -> list[tuple[str, bool]]:
-    """The payload fields to index in `collection`, each with whether it holds booleans."""
-    return [(field, field in BOOL_FIELDS) for field in INDEXED_FIELDS[collection]]
+def indexed_fields(collection: str) -> list[tuple[str, Literal["bool", "float", "keyword"]]]:
+    """The payload fields to index in `collection`, each with the kind of index it needs."""
+    return [(field, "bool" if field in BOOL_FIELDS else "float" if field in FLOAT_FIELDS else "keyword")
+            for field in INDEXED_FIELDS[collection]]
+
+
+def check_order_field(field: str | None) -> None:
+    if field is not None and field not in FLOAT_FIELDS:
+        raise ValueError(f"a scroll can be ordered by {sorted(FLOAT_FIELDS)} only, not {field!r}")
 
 
 def point_uuid(point_id: str) -> str:
@@ -128,6 +143,29 @@ def scroll_pages(
         points.extend(page)
         if offset is None or not page:
             break
+    return points[:limit]
+
+
+def scroll_descending(fetch: Callable[[float | None, int], list[VectorPoint]], field: str,
+                      limit: int) -> list[VectorPoint]:
+    """Collect up to `limit` points, highest `field` first, from an engine whose ordered scroll
+    pages by value: `fetch(start_from, n)` returns up to n points whose value is at most
+    `start_from`, highest first, and may answer fewer than asked before the end. A page starts at
+    the last value seen, so the points of that value already taken are asked for again and
+    skipped; the scroll ends at a page with nothing new."""
+    points: list[VectorPoint] = []
+    seen: set[str] = set()
+    start: float | None = None
+    while len(points) < limit:
+        at_start = 0 if start is None else sum(1 for p in points if p.payload.get(field) == start)
+        asked = limit - len(points) + at_start
+        page = fetch(start, asked)
+        new = [p for p in page if p.id not in seen]
+        points.extend(new)
+        seen.update(p.id for p in new)
+        if not new:  # the end (or more points of one value than a page holds: the rest of them are left)
+            break
+        start = float(points[-1].payload[field])
     return points[:limit]
 
 

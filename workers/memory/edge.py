@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from qdrant_edge import (
     CountRequest,
+    Direction,
     Distance,
     EdgeConfig,
     EdgeOptimizersConfig,
@@ -39,6 +40,7 @@ from qdrant_edge import (
     HnswIndexConfig,
     MatchAny,
     MatchValue,
+    OrderBy,
     PayloadSchemaType,
     Point,
     Query,
@@ -51,12 +53,14 @@ from selection.ports import COLLECTIONS, VectorFilter, VectorHit, VectorPoint
 from workers.memory.common import (
     VectorMemoryUnavailable,
     batched,
+    check_order_field,
     check_prefix,
     check_vector,
     collection_name,
     indexed_fields,
     payload_keys,
     point_uuid,
+    scroll_descending,
     scroll_pages,
     stored_payload,
     to_hit,
@@ -86,6 +90,7 @@ class _EdgeConditions:
 
 
 _CONDITIONS = _EdgeConditions()
+_INDEX_KINDS = {"bool": PayloadSchemaType.Bool, "float": PayloadSchemaType.Float, "keyword": PayloadSchemaType.Keyword}
 
 
 class _Shard:
@@ -142,9 +147,19 @@ class EdgeVectorMemory:
         )
         return [to_hit(p, p.score) for p in self._shard(collection).engine.query(request)]
 
-    def scroll(self, collection: str, filter: VectorFilter | None = None, limit: int = 1000) -> list[VectorPoint]:
+    def scroll(self, collection: str, filter: VectorFilter | None = None, limit: int = 1000,
+               descending_by: str | None = None) -> list[VectorPoint]:
+        check_order_field(descending_by)
         engine = self._shard(collection).engine
         condition = translate_filter(filter, _CONDITIONS)
+        if descending_by is not None:
+            def ordered(start: float | None, n: int) -> list[VectorPoint]:
+                request = ScrollRequest(limit=n, filter=condition, with_payload=True, with_vector=True,
+                                        order_by=OrderBy(descending_by, Direction.Desc, start))
+                records, _ = engine.scroll(request)
+                return [to_point(r, r.vector) for r in records]  # type: ignore[arg-type]
+
+            return scroll_descending(ordered, descending_by, limit)
 
         def fetch(offset: Any, n: int) -> tuple[list[VectorPoint], Any]:
             request = ScrollRequest(offset=offset, limit=n, filter=condition, with_payload=True, with_vector=True)
@@ -210,10 +225,9 @@ class EdgeVectorMemory:
                 "to share vectors between processes set FITTEST_QDRANT_URL to a Qdrant server."
             ) from exc
         indexed = engine.info().payload_schema
-        for field, is_bool in indexed_fields(collection):
+        for field, kind in indexed_fields(collection):
             if field not in indexed:
-                kind = PayloadSchemaType.Bool if is_bool else PayloadSchemaType.Keyword
-                engine.update(UpdateOperation.create_field_index(field, kind))
+                engine.update(UpdateOperation.create_field_index(field, _INDEX_KINDS[kind]))
         info = engine.info()
         shard = _Shard(engine, info.points_count - info.indexed_vectors_count)
         if shard.unindexed >= INDEX_EVERY:  # left behind by a process that stopped before indexing
