@@ -10,7 +10,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from selection.ports import COLLECTIONS, FLOAT_FIELDS, Match, VectorFilter, VectorHit, VectorPoint
+from selection.ports import COLLECTIONS, FLOAT_FIELDS, INDEXED_FIELDS, Match, VectorFilter, VectorHit, VectorPoint
 
 
 class InMemoryVectorMemory:
@@ -56,8 +56,9 @@ class InMemoryVectorMemory:
 
     def scroll(self, collection: str, filter: VectorFilter | None = None, limit: int = 1000,
                descending_by: str | None = None) -> list[VectorPoint]:
-        if descending_by is not None and descending_by not in FLOAT_FIELDS:
-            raise ValueError(f"a scroll can be ordered by {sorted(FLOAT_FIELDS)} only, not {descending_by!r}")
+        orderable = sorted(FLOAT_FIELDS.intersection(INDEXED_FIELDS.get(collection, ())))
+        if descending_by is not None and descending_by not in orderable:
+            raise ValueError(f"a scroll of {collection!r} can be ordered by {orderable} only, not {descending_by!r}")
         with self._lock:
             points = [p for p in self._collection(collection).values() if _matches(p.payload, filter)]
         if descending_by is not None:

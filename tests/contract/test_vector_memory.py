@@ -235,8 +235,10 @@ def test_scroll_newest_first(memory: VectorMemory) -> None:
     assert [p.id for p in newest] == [f"exec:{t}" for t in expected[:1100]]
     assert newest[0].vector == pytest.approx(unit(1.0, 1499 / 1500, 0.0, 0.0), abs=1e-6)
     assert len(memory.scroll(EXECUTIONS, successes, limit=5000, descending_by="timestamp")) == 1125
-    with pytest.raises(ValueError, match="ordered by"):
+    with pytest.raises(ValueError, match=r"'executions' can be ordered by \['timestamp'\] only, not 'name'"):
         memory.scroll(EXECUTIONS, descending_by="name")
+    with pytest.raises(ValueError, match=r"'tools' can be ordered by \[\] only"):
+        memory.scroll(TOOLS, descending_by="timestamp")
 
 
 def test_delete_by_filter(memory: VectorMemory) -> None:

@@ -120,7 +120,7 @@ class ClientVectorMemory:
 
     def scroll(self, collection: str, filter: VectorFilter | None = None, limit: int = 1000,
                descending_by: str | None = None) -> list[VectorPoint]:
-        check_order_field(descending_by)
+        check_order_field(collection, descending_by)
         name = self._name(collection)
         condition = translate_filter(filter, _CONDITIONS)
         if descending_by is not None:

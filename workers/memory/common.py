@@ -70,9 +70,11 @@ def indexed_fields(collection: str) -> list[tuple[str, Literal["bool", "float", 
             for field in INDEXED_FIELDS[collection]]
 
 
-def check_order_field(field: str | None) -> None:
-    if field is not None and field not in FLOAT_FIELDS:
-        raise ValueError(f"a scroll can be ordered by {sorted(FLOAT_FIELDS)} only, not {field!r}")
+def check_order_field(collection: str, field: str | None) -> None:
+    """An ordered scroll needs the field's float index (a Qdrant server refuses one without it)."""
+    orderable = sorted(FLOAT_FIELDS.intersection(INDEXED_FIELDS.get(collection, ())))
+    if field is not None and field not in orderable:
+        raise ValueError(f"a scroll of {collection!r} can be ordered by {orderable} only, not {field!r}")
 
 
 def point_uuid(point_id: str) -> str:

@@ -149,7 +149,7 @@ class EdgeVectorMemory:
 
     def scroll(self, collection: str, filter: VectorFilter | None = None, limit: int = 1000,
                descending_by: str | None = None) -> list[VectorPoint]:
-        check_order_field(descending_by)
+        check_order_field(collection, descending_by)
         engine = self._shard(collection).engine
         condition = translate_filter(filter, _CONDITIONS)
         if descending_by is not None:
