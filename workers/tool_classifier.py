@@ -64,9 +64,6 @@ def refit(rt: Runtime, current: ToolClassifier | None,
     if len(examples) < MIN_RECORDS:
         evidence["unchanged"] = f"{len(examples)} successes, fewer than {MIN_RECORDS}"
         return None, evidence
-    if current is not None and newest <= since and len(examples) == current.examples:
-        evidence["unchanged"] = "no success since the last refit"
-        return None, evidence
     if current is not None:
         # Only namespaces registered since the last refit need their description embedded: the
         # others have a column (embedding all of them each beat would cost ~3 ms per tool).
@@ -76,6 +73,9 @@ def refit(rt: Runtime, current: ToolClassifier | None,
     usable = [(v, n) for v, n in examples if n in start.index]  # a namespace without an original has no column
     if not usable:
         evidence["unchanged"] = "no success of a namespace with a description"
+        return None, evidence
+    if current is not None and newest <= since and len(usable) == current.examples:
+        evidence["unchanged"] = "no success since the last refit"
         return None, evidence
     vectors, names = zip(*usable, strict=True)
     # One BLAS thread: OpenBLAS's threads spin for a while after each product, and beside a worker's

@@ -319,3 +319,25 @@ def test_past_the_record_cap_a_refit_learns_from_the_newest_successes(rt) -> Non
     plan = rt.selector.plan(CallRequest(scenario="convert 42 euros to swiss francs"))
     p = {c.manifest.name: c.breakdown.extra.get("classifier_p") for c in plan.candidates}
     assert p["stock_quotes"] > p["currency_rates"]
+
+
+def test_successes_of_a_namespace_without_a_column_do_not_make_every_beat_refit(rt) -> None:
+    """A namespace with no original version has no description to start a column from, so its
+    successes are not fitted; with nothing else new, the next beat leaves the classifier alone."""
+    from selection.learner import ExecutionRecord
+    from workers.outcomes import store_executions
+    from workers.tasks.learning import retrain_now
+
+    rt.registry.add(ToolManifest(name="adopted", version="1.0.1", parent_version="1.0.0",
+                                 description="An evolved version whose original is gone.",
+                                 implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+    records = [ExecutionRecord(attempt_id=f"a{i}", call_id=f"c{i}", tool="stock_quotes", version="1.0.0",
+                               scenario=f"price of ticker number {i}", success=True) for i in range(12)]
+    records += [ExecutionRecord(attempt_id=f"o{i}", call_id=f"o{i}", tool="adopted", version="1.0.1",
+                                scenario=f"adopted job {i}", success=True) for i in range(3)]
+    store_executions(rt, records)
+    first = retrain_now(rt)
+    assert first["changed"] is True and first["evidence"]["classifier"]["successes"] == 15
+    again = retrain_now(rt)
+    assert again["changed"] is False
+    assert again["evidence"]["classifier"]["unchanged"] == "no success since the last refit"
