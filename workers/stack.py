@@ -207,12 +207,15 @@ class Stack:
     def _signal(self, name: str, sig: int = signal.SIGTERM) -> subprocess.Popen | None:
         """Forget the role and send it `sig`; its process, or None when it had already ended. A
         role whose main process ended on its own can have left processes in its group (a worker's
-        pool when the worker crashed): those are killed, so that none outlives the stack."""
+        pool when the worker crashed): those are killed, while the unreaped main process still
+        holds the group's id. One reaped earlier is left alone: its id may belong to another
+        process group by now (pids wrap at 32,768 here)."""
         proc = self.procs.pop(name, None)
         if proc is None:
             return None
-        if proc.poll() is not None:
+        if proc.returncode is None and _ended_unreaped(proc.pid):
             _kill_group(proc.pid)
+        if proc.poll() is not None:
             return None
         try:
             if sig == signal.SIGKILL:
@@ -240,9 +243,17 @@ def _reap(proc: subprocess.Popen, timeout: float) -> None:
     proc.wait(timeout=5)
 
 
+def _ended_unreaped(pid: int) -> bool:
+    """Whether our child `pid` has ended, without reaping it: until it is reaped its pid, and with
+    it its process group's id, cannot be given to another process."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return False
+
+
 def _kill_group(pgid: int) -> None:
-    """SIGKILL to what is left of a role's process group. Safe once its leader is reaped: Linux
-    gives no new process a pid that is still some live group's id."""
+    """SIGKILL to what is left of a role's process group."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:

@@ -1,11 +1,11 @@
 """Refitting the tool classifier (selection/classifier.py) from what the stores hold.
 
 The successes are the execution records of the vector memory (EXECUTIONS, written by
-`fittest.learn`) with their scenario vectors, the newest first (FITTEST_CLASSIFIER_MAX_RECORDS of
-them), so that what tools serve now outweighs what they served long ago; the columns of namespaces without any start from
-their description's vector. The refit runs with the SPARC weights' retrain (`retrain_now`, on the
-beat), and its result is stored with the weights in one step (set_weights.lua), so the selectors
-load it when the weights' version moves.
+`fittest.learn`) with their scenario vectors: the newest FITTEST_CLASSIFIER_MAX_RECORDS of them when
+there are more, so that it follows what the tools serve now rather than an arbitrary sample of the
+past. The columns of namespaces without any start from their description's vector. The refit runs
+with the SPARC weights' retrain (`retrain_now`, on the beat), and its result is stored with the
+weights in one step (set_weights.lua), so the selectors load it when the weights' version moves.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -65,11 +66,33 @@ def test_stop_all_lets_each_role_shut_down_and_kills_what_outlives_the_deadline(
     assert float((tmp_path / "b").read_text()) - asked < 2.5
 
 
+def _ended(proc: subprocess.Popen) -> None:
+    """Wait until the role's main process has ended, without reaping it (as the stack finds a crashed role)."""
+    deadline = time.monotonic() + 10
+    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
 def test_a_role_that_ended_on_its_own_leaves_nothing_behind(tmp_path: Path) -> None:
     crashed = _role(CRASHING)
-    crashed.wait(timeout=10)
+    _ended(crashed)
     assert live_members(crashed.pid)  # its child lives on in the role's group
     stack = Stack(Settings(data_dir=tmp_path), procs={"executor": crashed})
     stack.stop_all(timeout=2.0)
-    assert stack.procs == {}
+    assert stack.procs == {} and crashed.returncode == 0
     assert gone(crashed.pid)
+
+
+def test_a_role_reaped_long_ago_is_not_killed_by_group(tmp_path: Path) -> None:
+    """Its pid may name another process group by now: the stack sends that group nothing."""
+    crashed = _role(CRASHING)
+    crashed.wait(timeout=10)  # reaped: its id is free for the kernel to give away
+    child = live_members(crashed.pid)
+    stack = Stack(Settings(data_dir=tmp_path), procs={"executor": crashed})
+    try:
+        stack.stop_all(timeout=2.0)
+        assert live_members(crashed.pid) == child  # left alone
+    finally:
+        for pid in child:
+            os.kill(pid, 9)
