@@ -10,7 +10,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from selection.ports import COLLECTIONS, FLOAT_FIELDS, INDEXED_FIELDS, Match, VectorFilter, VectorHit, VectorPoint
+from selection.ports import COLLECTIONS, Match, VectorFilter, VectorHit, VectorPoint
+from workers.memory.common import check_order_field
 
 
 class InMemoryVectorMemory:
@@ -56,9 +57,7 @@ class InMemoryVectorMemory:
 
     def scroll(self, collection: str, filter: VectorFilter | None = None, limit: int = 1000,
                descending_by: str | None = None) -> list[VectorPoint]:
-        orderable = sorted(FLOAT_FIELDS.intersection(INDEXED_FIELDS.get(collection, ())))
-        if descending_by is not None and descending_by not in orderable:
-            raise ValueError(f"a scroll of {collection!r} can be ordered by {orderable} only, not {descending_by!r}")
+        check_order_field(collection, descending_by)
         with self._lock:
             points = [p for p in self._collection(collection).values() if _matches(p.payload, filter)]
         if descending_by is not None:
