@@ -234,12 +234,13 @@ class Stack:
 
 
 def _reap(proc: subprocess.Popen, timeout: float) -> None:
-    """Wait up to `timeout` for a signalled role, then kill whatever is left of its group."""
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pass
-    _kill_group(proc.pid)
+    """Wait up to `timeout` for a signalled role to end, kill whatever is left of its group while
+    its main process is still unreaped (so the group's id is still the role's), then reap it."""
+    deadline = time.monotonic() + timeout
+    while proc.returncode is None and not _ended_unreaped(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if proc.returncode is None:  # else it was reaped elsewhere and its id is no longer the role's
+        _kill_group(proc.pid)
     proc.wait(timeout=5)
 
 
