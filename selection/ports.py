@@ -100,8 +100,8 @@ class VectorMemory(Protocol):
         descending_by: str | None = None,
     ) -> list[VectorPoint]:
         """Up to `limit` points with their vectors; with `descending_by` (one of FLOAT_FIELDS that
-        the collection indexes), those with the highest values of that payload field, highest first (points without it are
-        left out), else in the store's own order."""
+        the collection indexes), those with the highest values of that payload field, highest
+        first (points without it are left out), else in the store's own order."""
         ...
 
     def count(self, collection: str, filter: VectorFilter | None = None) -> int: ...

@@ -35,4 +35,5 @@ def test_it_stops_at_the_end() -> None:
     fetch, _ = engine(page_size=40)
     assert len({p.id for p in scroll_descending(fetch, "timestamp", limit=1000)}) == 250
     fetch, calls = engine(page_size=1000)
-    assert len(scroll_descending(fetch, "timestamp", limit=1000)) == 250 and len(calls) == 2  # the 2nd finds nothing new
+    assert len(scroll_descending(fetch, "timestamp", limit=1000)) == 250
+    assert len(calls) == 2  # the 2nd page finds nothing new
