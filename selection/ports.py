@@ -187,12 +187,9 @@ class StateStore(Protocol):
 
     def mark_failure(self, key: str, attempt_id: str, severity: Severity) -> FailureApplied: ...
 
-    def record_success(self, key: str, attempt_id: str) -> bool:
-        """Count a success once per attempt id; False when it was counted before."""
-        ...
-
     def record_successes(self, attempts: Sequence[tuple[str, str]]) -> list[bool]:
-        """`record_success` for many (key, attempt id) pairs in one round trip, in order."""
+        """Count each (key, attempt id) success once per attempt id, in one round trip; per pair,
+        in order, False when it was counted before."""
         ...
 
     def promotion(self, namespace: str) -> Promotion | None: ...
@@ -237,32 +234,21 @@ class StateStore(Protocol):
         """Remove every key of this store's prefix."""
         ...
 
-    # Circuit breakers per tool version.
-    def breaker_record(self, key: str, success: bool, threshold: int, cooldown_s: float) -> BreakerState:
-        """Feed one outcome: `threshold` consecutive failures open the breaker for `cooldown_s`
-        (a failure once it is half open re-opens it); a success closes it. Returns the new state."""
-        ...
-
-    def breaker_states(self, keys: Sequence[str]) -> dict[str, BreakerState]:
-        """State of each key's breaker ("closed" when never recorded), in one round trip."""
-        ...
-
+    # Circuit breakers and recent run durations per tool version (adaptive timeouts).
     def stats_and_breakers(self, keys: Sequence[str]) -> tuple[dict[str, ToolStats], dict[str, BreakerState]]:
-        """`stats` and `breaker_states` of the same keys in one round trip (what selection asks);
-        these stats also summarise the recent durations (`recent_runs`, `recent_p95_ms`)."""
-        ...
-
-    # Recent run durations per tool version (adaptive timeouts).
-    def record_duration(self, key: str, ms: float, keep: int = 50) -> None:
-        """Append a run duration, keeping the `keep` most recent."""
+        """`stats` and the state of each key's circuit breaker ("closed" when never fed) in one
+        round trip (what selection asks); these stats also summarise the recent durations
+        (`recent_runs`, `recent_p95_ms`)."""
         ...
 
     def record_run(self, key: str, ms: float, success: bool | None, threshold: int, cooldown_s: float,
                    keep: int = 50, attempt_id: str | None = None) -> BreakerState | None:
-        """After one run: `record_duration`, and `breaker_record` unless `success` is None (an
-        outcome that says nothing about the tool), in one round trip. With `attempt_id` the breaker
-        is fed at most once per attempt (as `once("breaker", attempt_id)` would allow it); a
-        repeated attempt returns None. Returns the breaker state."""
+        """After one run, in one round trip: append its duration, keeping the `keep` most recent,
+        and feed its outcome to the breaker unless `success` is None (an outcome that says nothing
+        about the tool): `threshold` consecutive failures open the breaker for `cooldown_s` (a
+        failure once it is half open re-opens it); a success closes it. With `attempt_id` the
+        breaker is fed at most once per attempt; a repeated attempt returns None. Returns the
+        breaker's new state (None when it was not fed)."""
         ...
 
     def durations(self, keys: Sequence[str]) -> dict[str, list[float]]:

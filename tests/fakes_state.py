@@ -104,15 +104,14 @@ class InMemoryStateStore:
                 self._s.state_version += 1
             return FailureApplied(applied=applied, quality=bp_to_quality(t.quality_bp), failures=t.failures)
 
-    def record_success(self, key: str, attempt_id: str) -> bool:
-        with self._lock:
-            if not self._claim(f"applied:success:{attempt_id}"):
-                return False
-            self._s.tools.setdefault(key, _Tool()).successes += 1
-            return True
-
     def record_successes(self, attempts: Sequence[tuple[str, str]]) -> list[bool]:
-        return [self.record_success(key, attempt_id) for key, attempt_id in attempts]
+        counted = []
+        with self._lock:
+            for key, attempt_id in attempts:
+                counted.append(self._claim(f"applied:success:{attempt_id}"))
+                if counted[-1]:
+                    self._s.tools.setdefault(key, _Tool()).successes += 1
+        return counted
 
     # Promotions
     def promotion(self, namespace: str) -> Promotion | None:
@@ -184,70 +183,57 @@ class InMemoryStateStore:
             return StateVersions(self._s.state_version, self._s.promotions_version, self._s.weights_version,
                                  self._s.epoch)
 
-    # Circuit breakers
-    def breaker_record(self, key: str, success: bool, threshold: int, cooldown_s: float) -> BreakerState:
-        if threshold < 1:
-            raise ValueError("threshold must be at least 1")
-        if not math.isfinite(cooldown_s) or cooldown_s < 0:
-            raise ValueError("cooldown_s must be a finite number >= 0")
-        with self._lock:
-            now = self.clock()
-            b = self._s.breakers.get(key)
-            if success:
-                self._s.breakers.pop(key, None)
-                if b is not None and b.open_until is not None:
-                    self._s.state_version += 1
-                return "closed"
-            b = self._s.breakers.setdefault(key, _Breaker())
-            b.fails += 1
-            if b.fails < threshold:
-                return "closed"
-            if b.open_until is not None and now < b.open_until:
-                return "open"
-            b.open_until = now + cooldown_s
-            self._s.state_version += 1
-            return "open"
-
-    def breaker_states(self, keys: Sequence[str]) -> dict[str, BreakerState]:
-        with self._lock:
-            now = self.clock()
-            out: dict[str, BreakerState] = {}
-            for key in keys:
-                b = self._s.breakers.get(key)
-                if b is None or b.open_until is None:
-                    out[key] = "closed"
-                else:
-                    out[key] = "open" if now < b.open_until else "half_open"
-            return out
-
+    # Circuit breakers and durations
     def stats_and_breakers(self, keys: Sequence[str]) -> tuple[dict[str, ToolStats], dict[str, BreakerState]]:
         stats = self.stats(keys)
         for key, runs in self.durations(keys).items():
             stats[key].recent_runs = len(runs)
             stats[key].recent_p95_ms = p95(runs) if runs else None
-        return stats, self.breaker_states(keys)
+        with self._lock:
+            now = self.clock()
+            breakers: dict[str, BreakerState] = {}
+            for key in keys:
+                b = self._s.breakers.get(key)
+                if b is None or b.open_until is None:
+                    breakers[key] = "closed"
+                else:
+                    breakers[key] = "open" if now < b.open_until else "half_open"
+        return stats, breakers
 
-    # Durations
     def record_run(self, key: str, ms: float, success: bool | None, threshold: int, cooldown_s: float,
                    keep: int = 50, attempt_id: str | None = None) -> BreakerState | None:
-        self.record_duration(key, ms, keep)
-        if success is None:
-            return None
-        if attempt_id is not None:
-            with self._lock:
-                if not self._claim(f"once:breaker:{attempt_id}"):
-                    return None
-        return self.breaker_record(key, success, threshold, cooldown_s)
-
-    def record_duration(self, key: str, ms: float, keep: int = 50) -> None:
         if not math.isfinite(ms) or ms < 0:
             raise ValueError(f"duration must be a finite number >= 0, got {ms!r}")
         if keep < 1:
             raise ValueError("keep must be at least 1")
+        if success is not None and threshold < 1:
+            raise ValueError("threshold must be at least 1")
+        if success is not None and (not math.isfinite(cooldown_s) or cooldown_s < 0):
+            raise ValueError("cooldown_s must be a finite number >= 0")
         with self._lock:
             values = self._s.durations.setdefault(key, [])
             values.append(float(ms))
             del values[: max(0, len(values) - keep)]
+            if success is None or (attempt_id is not None and not self._claim(f"once:breaker:{attempt_id}")):
+                return None
+            return self._feed_breaker(key, success, threshold, self.clock(), cooldown_s)
+
+    def _feed_breaker(self, key: str, success: bool, threshold: int, now: float, cooldown_s: float) -> BreakerState:
+        b = self._s.breakers.get(key)
+        if success:
+            self._s.breakers.pop(key, None)
+            if b is not None and b.open_until is not None:
+                self._s.state_version += 1
+            return "closed"
+        b = self._s.breakers.setdefault(key, _Breaker())
+        b.fails += 1
+        if b.fails < threshold:
+            return "closed"
+        if b.open_until is not None and now < b.open_until:
+            return "open"
+        b.open_until = now + cooldown_s
+        self._s.state_version += 1
+        return "open"
 
     def durations(self, keys: Sequence[str]) -> dict[str, list[float]]:
         with self._lock:

@@ -45,6 +45,19 @@ def aid() -> str:
     return uuid.uuid4().hex
 
 
+def count_success(store, key: str, attempt_id: str) -> bool:
+    return store.record_successes([(key, attempt_id)])[0]
+
+
+def feed(store, key: str, success: bool, threshold: int, cooldown_s: float) -> str | None:
+    """One run of `key` with this outcome, as the executor reports it (its duration is 1 ms)."""
+    return store.record_run(key, 1.0, success, threshold=threshold, cooldown_s=cooldown_s)
+
+
+def breakers(store, keys: list[str]) -> dict[str, str]:
+    return store.stats_and_breakers(keys)[1]
+
+
 def expected_chain(severities: list[Severity]) -> list[tuple[int, int]]:
     """(quality bp, failures) after each failure, applied one by one with selection/quality.py."""
     q, f, out = FULL_QUALITY_BP, 0, []
@@ -113,13 +126,13 @@ def test_same_attempt_id_applies_once(store):
     assert store.versions().state == version
 
 
-def test_record_success_counts_once_and_keeps_quality(store):
+def test_a_success_counts_once_and_keeps_quality(store):
     store.mark_failure(KEY, aid(), Severity.medium)
     version = store.versions().state
     attempt = aid()
-    assert store.record_success(KEY, attempt) is True
-    assert store.record_success(KEY, attempt) is False
-    assert store.record_success(KEY, aid()) is True
+    assert count_success(store, KEY, attempt) is True
+    assert count_success(store, KEY, attempt) is False
+    assert count_success(store, KEY, aid()) is True
     assert store.stats([KEY])[KEY] == ToolStats(quality=0.95, successes=2, failures=1)
     assert store.versions().state == version  # a success changes no quality: caches stay valid
 
@@ -135,7 +148,7 @@ def test_record_successes_counts_each_attempt_once_in_order(store):
 
 def test_success_and_failure_guards_are_separate(store):
     attempt = aid()
-    assert store.record_success(KEY, attempt)
+    assert count_success(store, KEY, attempt)
     assert store.mark_failure(KEY, attempt, Severity.low).applied
     assert store.record_run(KEY, 1.0, False, threshold=5, cooldown_s=60, attempt_id=attempt) == "closed"
 
@@ -156,7 +169,7 @@ def test_stats_of_many_keys(store):
     for i, key in enumerate(keys[:10]):
         for _ in range(i):
             store.mark_failure(key, aid(), Severity.low)
-        store.record_success(key, aid())
+        count_success(store, key, aid())
     stats = store.stats(keys)
     assert list(stats) == keys
     for i, key in enumerate(keys[:10]):
@@ -292,9 +305,9 @@ def test_state_version_grows_with_every_change(store):
     changed()
     store.set_weights(SelectionWeights())
     changed()
-    store.breaker_record(KEY, False, threshold=1, cooldown_s=30)
+    feed(store, KEY, False, threshold=1, cooldown_s=30)
     changed()  # a breaker opening changes what selection may offer
-    store.breaker_record(KEY, True, threshold=1, cooldown_s=30)
+    feed(store, KEY, True, threshold=1, cooldown_s=30)
     changed()
 
 
@@ -303,45 +316,54 @@ def test_state_version_grows_with_every_change(store):
 
 def test_breaker_opens_half_opens_and_closes(store):
     other = "other@1.0.0"
-    assert store.breaker_states([KEY, other]) == {KEY: "closed", other: "closed"}
-    assert store.breaker_record(KEY, False, threshold=3, cooldown_s=0.3) == "closed"
-    assert store.breaker_record(KEY, False, threshold=3, cooldown_s=0.3) == "closed"
-    assert store.breaker_record(KEY, False, threshold=3, cooldown_s=0.3) == "open"
-    assert store.breaker_states([KEY, other]) == {KEY: "open", other: "closed"}
+    assert breakers(store, [KEY, other]) == {KEY: "closed", other: "closed"}
+    assert feed(store, KEY, False, threshold=3, cooldown_s=0.3) == "closed"
+    assert feed(store, KEY, False, threshold=3, cooldown_s=0.3) == "closed"
+    assert feed(store, KEY, False, threshold=3, cooldown_s=0.3) == "open"
+    assert breakers(store, [KEY, other]) == {KEY: "open", other: "closed"}
     time.sleep(0.45)
-    assert store.breaker_states([KEY]) == {KEY: "half_open"}
-    assert store.breaker_record(KEY, False, threshold=3, cooldown_s=0.3) == "open"  # the probe failed
-    assert store.breaker_states([KEY]) == {KEY: "open"}
+    assert breakers(store, [KEY]) == {KEY: "half_open"}
+    assert feed(store, KEY, False, threshold=3, cooldown_s=0.3) == "open"  # the probe failed
+    assert breakers(store, [KEY]) == {KEY: "open"}
     time.sleep(0.45)
-    assert store.breaker_states([KEY]) == {KEY: "half_open"}
-    assert store.breaker_record(KEY, True, threshold=3, cooldown_s=0.3) == "closed"
-    assert store.breaker_states([KEY]) == {KEY: "closed"}
+    assert breakers(store, [KEY]) == {KEY: "half_open"}
+    assert feed(store, KEY, True, threshold=3, cooldown_s=0.3) == "closed"
+    assert breakers(store, [KEY]) == {KEY: "closed"}
     # closed again: it takes `threshold` consecutive failures to open it anew
-    assert store.breaker_record(KEY, False, threshold=3, cooldown_s=0.3) == "closed"
+    assert feed(store, KEY, False, threshold=3, cooldown_s=0.3) == "closed"
 
 
 def test_breaker_counts_consecutive_failures_only(store):
     for _ in range(2):
-        store.breaker_record(KEY, False, threshold=3, cooldown_s=30)
-    store.breaker_record(KEY, True, threshold=3, cooldown_s=30)
+        feed(store, KEY, False, threshold=3, cooldown_s=30)
+    feed(store, KEY, True, threshold=3, cooldown_s=30)
     for _ in range(2):
-        assert store.breaker_record(KEY, False, threshold=3, cooldown_s=30) == "closed"
-    assert store.breaker_states([KEY]) == {KEY: "closed"}
+        assert feed(store, KEY, False, threshold=3, cooldown_s=30) == "closed"
+    assert breakers(store, [KEY]) == {KEY: "closed"}
 
 
 def test_breaker_late_failures_do_not_extend_the_cool_down(store):
-    store.breaker_record(KEY, False, threshold=1, cooldown_s=0.4)
+    feed(store, KEY, False, threshold=1, cooldown_s=0.4)
     time.sleep(0.25)
-    assert store.breaker_record(KEY, False, threshold=1, cooldown_s=0.4) == "open"
+    assert feed(store, KEY, False, threshold=1, cooldown_s=0.4) == "open"
     time.sleep(0.3)
-    assert store.breaker_states([KEY]) == {KEY: "half_open"}
+    assert breakers(store, [KEY]) == {KEY: "half_open"}
 
 
-def test_breaker_rejects_bad_arguments(store):
-    with pytest.raises(ValueError):
-        store.breaker_record(KEY, False, threshold=0, cooldown_s=1)
-    with pytest.raises(ValueError):
-        store.breaker_record(KEY, False, threshold=1, cooldown_s=-1)
+def test_a_run_with_bad_arguments_is_refused_and_changes_nothing(store):
+    with pytest.raises(ValueError, match="threshold"):
+        feed(store, KEY, False, threshold=0, cooldown_s=1)
+    with pytest.raises(ValueError, match="cooldown_s"):
+        feed(store, KEY, False, threshold=1, cooldown_s=-1)
+    for bad in (float("nan"), -1.0):
+        with pytest.raises(ValueError, match="duration"):
+            store.record_run(KEY, bad, False, threshold=1, cooldown_s=1)
+    with pytest.raises(ValueError, match="keep"):
+        store.record_run(KEY, 1.0, None, threshold=1, cooldown_s=1, keep=0)
+    assert store.durations([KEY]) == {KEY: []}
+    assert breakers(store, [KEY]) == {KEY: "closed"}
+    # an outcome that says nothing about the tool does not feed the breaker, so its settings are not asked for
+    assert store.record_run(KEY, 1.0, None, threshold=0, cooldown_s=-1) is None
 
 
 # Durations ------------------------------------------------------------------------------------
@@ -349,14 +371,11 @@ def test_breaker_rejects_bad_arguments(store):
 
 def test_durations_are_capped_and_oldest_first(store):
     for ms in [10.0, 20.5, 30.25, 40.0, 50.125, 60.0, 12.345]:
-        store.record_duration(KEY, ms, keep=5)
+        store.record_run(KEY, ms, None, threshold=1, cooldown_s=0, keep=5)
     assert store.durations([KEY, "never@1.0.0"]) == {KEY: [30.25, 40.0, 50.125, 60.0, 12.345], "never@1.0.0": []}
     for _ in range(60):
-        store.record_duration("many@1.0.0", 1.5)
+        store.record_run("many@1.0.0", 1.5, None, threshold=1, cooldown_s=0)
     assert store.durations(["many@1.0.0"])["many@1.0.0"] == [1.5] * 50
-    for bad in (float("nan"), -1.0):
-        with pytest.raises(ValueError):
-            store.record_duration(KEY, bad)
 
 
 # Locks ----------------------------------------------------------------------------------------
@@ -387,12 +406,11 @@ def test_lock_expires(store):
 
 def populate(store) -> None:
     store.mark_failure(KEY, aid(), Severity.high)
-    store.record_success(KEY, aid())
+    count_success(store, KEY, aid())
     store.record_run(KEY, 1.0, False, threshold=5, cooldown_s=60, attempt_id="populate:0")  # an idempotency key
     store.promote(promotion("translate_text", "1.1.0"))
     store.set_weights(SelectionWeights())
-    store.breaker_record(KEY, False, threshold=1, cooldown_s=30)
-    store.record_duration(KEY, 5.0)
+    feed(store, KEY, False, threshold=1, cooldown_s=30)  # a breaker and a duration
     store.acquire_lock("evolve:translate_text", "a", ttl_s=30)
 
 
@@ -406,7 +424,7 @@ def test_clear_resets_everything(store):
     after = store.versions()
     assert (after.state, after.promotions, after.weights) == (0, 0, 0)  # the versions start again...
     assert after.epoch and after.epoch != before.epoch  # ...under a new epoch
-    assert store.breaker_states([KEY]) == {KEY: "closed"}
+    assert breakers(store, [KEY]) == {KEY: "closed"}
     assert store.durations([KEY]) == {KEY: []}
     assert store.acquire_lock("evolve:translate_text", "b", ttl_s=30)
     assert store.record_run(KEY, 1.0, False, threshold=5, cooldown_s=60, attempt_id="populate:0") == "closed"
@@ -448,21 +466,24 @@ def test_empty_prefix_is_refused(redis_client: redis.Redis):
         RedisStateStore(redis_client, "")
 
 
-def test_stats_and_breakers_in_one_call_agree_with_each_alone(store):
+def test_stats_and_breakers_reads_counters_breakers_and_recent_runs_at_once(store):
     other = "summarise@2.0.0"
     store.mark_failure(KEY, aid(), Severity.high)
     for _ in range(2):
-        store.breaker_record(other, False, threshold=2, cooldown_s=60)
-    stats, breakers = store.stats_and_breakers([KEY, other, KEY])
-    assert stats == store.stats([KEY, other])
-    assert breakers == store.breaker_states([KEY, other]) == {KEY: "closed", other: "open"}
+        feed(store, other, False, threshold=2, cooldown_s=60)
+    stats, states = store.stats_and_breakers([KEY, other, KEY])
+    counters = store.stats([KEY, other])
+    assert {k: (v.quality, v.successes, v.failures) for k, v in stats.items()} == {
+        k: (v.quality, v.successes, v.failures) for k, v in counters.items()}
+    assert (stats[KEY].recent_runs, stats[other].recent_runs) == (0, 2)
+    assert states == {KEY: "closed", other: "open"}
     assert store.stats_and_breakers([]) == ({}, {})
 
 
 def test_record_run_appends_the_duration_and_feeds_the_breaker(store):
     assert store.record_run(KEY, 12.5, False, threshold=2, cooldown_s=60) == "closed"
     assert store.record_run(KEY, 7.0, None, threshold=2, cooldown_s=60) is None  # breaker untouched
-    assert store.breaker_states([KEY]) == {KEY: "closed"}
+    assert breakers(store, [KEY]) == {KEY: "closed"}
     assert store.record_run(KEY, 3.0, False, threshold=2, cooldown_s=60) == "open"
     assert store.durations([KEY]) == {KEY: [12.5, 7.0, 3.0]}
     assert store.record_run(KEY, 1.0, True, threshold=2, cooldown_s=60, keep=2) == "closed"
@@ -485,7 +506,7 @@ def test_record_run_feeds_the_breaker_once_per_attempt(store):
     """A redelivered attempt adds its duration again but cannot count as a second failure."""
     assert store.record_run(KEY, 5.0, False, threshold=2, cooldown_s=60, attempt_id="c1:0") == "closed"
     assert store.record_run(KEY, 5.0, False, threshold=2, cooldown_s=60, attempt_id="c1:0") is None
-    assert store.breaker_states([KEY]) == {KEY: "closed"}
+    assert breakers(store, [KEY]) == {KEY: "closed"}
     assert store.record_run(KEY, 5.0, False, threshold=2, cooldown_s=60, attempt_id="c1:1") == "open"
 
 

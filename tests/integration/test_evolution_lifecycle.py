@@ -58,7 +58,7 @@ def outcome(*attempts: ToolExecutionResult) -> OutcomeRecord:
 
 def on_trial(rt: Runtime, parent_successes: int, parent_failures: int) -> None:
     for i in range(parent_successes):
-        rt.state.record_success("slowish@1.0.0", f"ps{i}")
+        rt.state.record_successes([("slowish@1.0.0", f"ps{i}")])
     for i in range(parent_failures):
         rt.state.mark_failure("slowish@1.0.0", f"pf{i}", Severity.high)
     rt.state.promote(Promotion(namespace="slowish", evolved_version="1.1.0", original_version="1.0.0", parent_version="1.0.0"))

@@ -158,12 +158,12 @@ def test_circuit_breaker_opens_skips_probes_once_and_closes(sandbox_pipeline: Pi
     call = {"scenario": "a tool that crashes when told to fail", "namespace": "brittle", "version": "1.0.0", "max_attempts": 1}
     for _ in range(3):  # FITTEST_BREAKER_THRESHOLD consecutive failures
         assert p.call(input={"fail": True}, **call)["status"] == "failed"
-    assert p.state().breaker_states([key])[key] == "open"
+    assert p.state().stats_and_breakers([key])[1][key] == "open"
 
     skipped = p.call(input={}, **call)  # selection (memory worker) reads the state the executor wrote
     assert skipped["status"] == "no_candidates", skipped
 
-    p.wait_for(lambda: p.state().breaker_states([key])[key] == "half_open", timeout=10)
+    p.wait_for(lambda: p.state().stats_and_breakers([key])[1][key] == "half_open", timeout=10)
     explain = {k: v for k, v in call.items() if k != "max_attempts"}
     for _ in range(2):  # showing the ranking takes no probe from the calls
         assert [r["key"] for r in p.client.wait(p.client.send("explain", **explain), 30)["ranking"]] == [key]
@@ -174,5 +174,5 @@ def test_circuit_breaker_opens_skips_probes_once_and_closes(sandbox_pipeline: Pi
     time.sleep(0.2)
     probe = p.call(input={}, **call)
     assert probe["status"] == "success", probe
-    assert p.state().breaker_states([key])[key] == "closed"
+    assert p.state().stats_and_breakers([key])[1][key] == "closed"
     assert p.call(input={}, **call)["status"] == "success"

@@ -11,7 +11,7 @@ caller-supplied part, so no two kinds of key can collide:
 
     P tool:{key}             hash   quality_bp, successes, failures (absent field: default)
     P applied:failure:{aid}  string idempotency key of mark_failure (TTL, 7 days by default)
-    P applied:success:{aid}  string idempotency key of record_success (TTL)
+    P applied:success:{aid}  string idempotency key of record_successes (record_success.lua, TTL)
     P once:breaker:{aid}     string an attempt feeds its breaker once (breaker_record.lua, TTL)
     P promotion:{ns}         string current Promotion JSON
     P promotions:{ns}        list   Promotion JSON history, oldest first (capped)
@@ -205,9 +205,6 @@ class RedisStateStore:
         )
         return FailureApplied(applied=bool(applied), quality=bp_to_quality(int(q)), failures=int(f))
 
-    def record_success(self, key: str, attempt_id: str) -> bool:
-        return self.record_successes([(key, attempt_id)])[0]
-
     def record_successes(self, attempts: Sequence[tuple[str, str]]) -> list[bool]:
         if not attempts:
             return []
@@ -293,12 +290,9 @@ class RedisStateStore:
 
     # Circuit breakers -------------------------------------------------------------------------
 
-    def breaker_record(self, key: str, success: bool, threshold: int, cooldown_s: float) -> BreakerState:
-        return _text(self._breaker_script(self.client, key, success, threshold, cooldown_s))  # type: ignore[return-value]
-
-    def _breaker_script(self, client: Any, key: str, success: bool, threshold: int, cooldown_s: float,
-                        attempt_id: str | None = None) -> Any:
-        """Run (or queue on a pipeline) breaker_record.lua; with `attempt_id`, once per attempt."""
+    def _queue_breaker(self, pipe: Any, key: str, success: bool, threshold: int, cooldown_s: float,
+                       attempt_id: str | None = None) -> None:
+        """Queue breaker_record.lua on a pipeline; with `attempt_id`, once per attempt."""
         if threshold < 1:
             raise ValueError("threshold must be at least 1")
         if not math.isfinite(cooldown_s) or cooldown_s < 0:
@@ -308,18 +302,7 @@ class RedisStateStore:
         if attempt_id is not None:
             keys.append(self._k("once", "breaker", attempt_id))
             args.append(self.idempotency_ttl_s)
-        return self.scripts["breaker_record"](keys=keys, args=args, client=client)
-
-    def breaker_states(self, keys: Sequence[str]) -> dict[str, BreakerState]:
-        keys = list(dict.fromkeys(keys))
-        if not keys:
-            return {}
-        pipe = self.client.pipeline(transaction=False)
-        pipe.time()  # the Redis server's clock, which breaker_record.lua also uses
-        for key in keys:
-            pipe.hget(self._k("breaker", key), "open_until")
-        (seconds, micros), *opens = pipe.execute()
-        return self._breakers_at(int(seconds) * 1000 + int(micros) // 1000, keys, opens)
+        self.scripts["breaker_record"](keys=keys, args=args, client=pipe)
 
     @staticmethod
     def _breakers_at(now_ms: int, keys: list[str], opens: list[Any]) -> dict[str, BreakerState]:
@@ -332,11 +315,6 @@ class RedisStateStore:
         return out
 
     # Durations --------------------------------------------------------------------------------
-
-    def record_duration(self, key: str, ms: float, keep: int = 50) -> None:
-        pipe = self.client.pipeline(transaction=True)
-        self._queue_duration(pipe, key, ms, keep)
-        pipe.execute()
 
     def _queue_duration(self, pipe: Any, key: str, ms: float, keep: int) -> None:
         if not math.isfinite(ms) or ms < 0:
@@ -352,7 +330,7 @@ class RedisStateStore:
         pipe = self.client.pipeline(transaction=True)
         self._queue_duration(pipe, key, ms, keep)
         if success is not None:
-            self._breaker_script(pipe, key, success, threshold, cooldown_s, attempt_id)
+            self._queue_breaker(pipe, key, success, threshold, cooldown_s, attempt_id)
         results = pipe.execute()
         state = None if success is None else _text(results[-1])
         return None if state == "skipped" else state  # type: ignore[return-value]
