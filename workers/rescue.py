@@ -10,6 +10,13 @@ cluster: a lock in Redis). An overdue step is sent again, under the call's task 
 is nowhere else: the call has no result, and the step is neither waiting in its queue nor held by
 a worker. A step sent twice runs its attempt twice at worst (at-least-once, as a redelivery
 does); the attempt id keeps its effects applied once.
+
+The other way round, a step can come back after its call ended: its worker handed the call on (or
+returned its result) but its acknowledgement was lost with the broker connection ("Couldn't ack"),
+and the broker gives the message back after the visibility timeout. Every step of a call is a
+`CallStep`, which ignores such a delivery when the broker marks it as given back (`redelivered`)
+and the call's result is stored: its tool would run again and its result would replace the one
+the caller has. A first delivery is not checked, so the steps of a call pay nothing for it.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Any
 
 from celery import Celery, Task, bootsteps, current_task
 from celery.canvas import Signature
+from celery.exceptions import Ignore
 from celery.states import READY_STATES
 from redis import Redis
 
@@ -39,6 +47,27 @@ STEP_MARGIN_S = 30.0
 
 def due_in_s(rt: Runtime) -> float:
     return rt.settings.visibility_timeout + STEP_MARGIN_S
+
+
+class CallStep(Task):
+    """The base of every task that is one step of a call (selection, attempt, evolution)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        redelivered = (self.request.delivery_info or {}).get("redelivered", False)
+        if redelivered and self.request.id and _answered(self):
+            log.warning("call %s already has its result: %s delivered again is ignored", self.request.id, self.name,
+                        extra={"event": "step_of_ended_call_ignored", "task_id": self.request.id, "task": self.name})
+            raise Ignore()
+        return super().__call__(*args, **kwargs)
+
+
+def _answered(task: Task) -> bool:
+    """Whether the result backend holds the result of this task id, i.e. of the call (its steps
+    share the call's task id, and only its last step stores a result). Without a result backend
+    nothing tells, and the step runs."""
+    if task.app.conf.result_backend is None:
+        return False
+    return task.AsyncResult(task.request.id).state in READY_STATES
 
 
 def hand_on(task: Task, sig: Signature) -> Any:

@@ -1,26 +1,30 @@
 """At-least-once delivery without double effects, with real workers killed for real.
 
 Each test breaks an execution worker in the middle of an attempt of `nap` (a tool that logs each
-run, then sleeps), and checks what a user would: the call still ends with its result, the tool
-ran again only because a run was cut short, and the tool's counters and quality are exactly what
-one delivery gives.
+run, then sleeps), or delivers an attempt again, and checks what a user would: the call still ends
+with its result, the tool ran again only because a run was cut short, and the tool's counters and
+quality are exactly what one delivery gives.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 from celery import Celery
 
 from selection.manifest import load_manifest
 from selection.models import CallPlan, CallRequest, Candidate
 from tests.integration.conftest import Pipeline, start_pipeline
+from workers.metrics import UNACKED_KEY
 
 pytestmark = pytest.mark.slow
 
@@ -124,6 +128,53 @@ def test_an_attempt_delivered_twice_applies_its_effects_once(pipeline: Pipeline,
     assert_one_delivery(p, NAP, before.successes, before.failures + 1, round(before.quality - 0.10, 4))
     ranked = p.client.wait(p.client.send("explain", scenario=scenario, namespace="nap", version="1.0.0"), 30)
     assert ranked["ranking"][0]["breakdown"]["similar_failures"] == 1  # one failure record, not two
+
+
+PARKED = "parked"  # a queue no worker reads
+
+
+def give_back_unacknowledged(p: Pipeline, sent: Any) -> None:
+    """Make the message just sent to PARKED one that a worker of `execution` took and never
+    acknowledged, a visibility timeout ago: kombu's unacked hash and index, as its Redis transport
+    writes them. The workers' restore sweep then gives it back to `execution` as kombu does with
+    every such message, marked `redelivered`."""
+    client = redis.Redis.from_url(p.settings.redis_url)
+    try:
+        raw = client.rpop(PARKED)
+        assert raw is not None
+        message = json.loads(raw)
+        assert message["headers"]["id"] == sent.id
+        tag = message["properties"]["delivery_tag"]
+        client.hset(UNACKED_KEY, tag, json.dumps([message, "", "execution"]))  # Celery sends to the anon exchange
+        client.zadd(f"{UNACKED_KEY}_index", {tag: time.time() - VISIBILITY_S - 1})
+    finally:
+        client.close()
+
+
+def test_a_step_delivered_again_after_its_call_ended_is_ignored(pipeline: Pipeline, tmp_path: Path) -> None:
+    """What a lost acknowledgement of a call's last step causes ("Couldn't ack"): the broker gives
+    the step back, under the call's task id, after the call returned its result. The tool must not
+    run again, and the caller's result must stay the one it got."""
+    p, log = pipeline, tmp_path / "runs.log"
+    manifest = load_manifest(TOOLS / "nap" / "tool.yaml")
+    request = CallRequest(scenario="take a nap once", namespace="nap", version="1.0.0", max_attempts=1,
+                          input={"ms": 0, "log": str(log)})
+    plan = CallPlan(request=request, candidates=[Candidate(key=NAP, manifest=manifest, score=1.0)]).model_dump(mode="json")
+    p.settled()
+    before = p.state().stats([NAP])[NAP]
+    sender = Celery("foreign", broker=p.settings.redis_url, backend=p.settings.redis_url)
+    sender.conf.update(task_serializer="json", accept_content=["json"], result_accept_content=["json"])
+    task_id = f"call-{uuid.uuid4().hex}"
+    try:
+        first = sender.send_task("fittest.execute", args=[plan, 0], queue="execution", task_id=task_id).get(timeout=60)
+        assert first["status"] == "success" and len(runs(log)) == 1
+        give_back_unacknowledged(p, sender.send_task("fittest.execute", args=[plan, 0], queue=PARKED, task_id=task_id))
+        p.settled(timeout=VISIBILITY_S + 30)  # given back by the broker, taken and acknowledged
+        assert len(runs(log)) == 1  # the tool did not run again
+        assert sender.AsyncResult(task_id).get(timeout=10) == first  # the caller's result is untouched
+    finally:
+        sender.close()
+    assert_one_delivery(p, NAP, before.successes + 1, before.failures, before.quality)
 
 
 def test_sigterm_lets_running_attempts_finish_and_returns_the_rest(pipeline: Pipeline, tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from selection.models import CallPlan, CallResult
 from workers.app import app
 from workers.evolution_memory import EvolutionUnavailable, build_job
 from workers.evolver import Evolver
-from workers.rescue import hand_on
+from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
 from workers.settings import get_settings
 from workers.tasks.execution import finish, send_outcome
@@ -56,7 +56,7 @@ def _end_call(plan: CallPlan, report: dict[str, Any]) -> dict[str, Any]:
     return finish(plan, "failed", message=f"all {len(plan.attempts)} attempts failed; evolution: {report.get('message', '')}")
 
 
-@app.task(bind=True, name="fittest.prepare_evolution")
+@app.task(bind=True, base=CallStep, name="fittest.prepare_evolution")
 def prepare_evolution(
     self: Task, plan_data: dict[str, Any] | None = None, namespace: str | None = None,
     version: str | None = None, reason: str = "",
@@ -75,7 +75,7 @@ def prepare_evolution(
     return hand_on(self, evolve.si(job.model_dump(mode="json")))
 
 
-@app.task(bind=True, name="fittest.evolve", time_limit=EVOLVE_TIME_LIMIT_S)
+@app.task(bind=True, base=CallStep, name="fittest.evolve", time_limit=EVOLVE_TIME_LIMIT_S)
 def evolve(self: Task, job_data: dict[str, Any]) -> Any:
     """Make, verify and promote a new version; a call whose job this is is retried or ended."""
     job = EvolutionJob.model_validate(job_data)

@@ -15,7 +15,7 @@ from celery import Task
 from selection.models import CallPlan, CallResult, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.timeouts import adaptive_timeout
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
-from workers.rescue import call_ended, hand_on
+from workers.rescue import CallStep, call_ended, hand_on
 from workers.runners import RunLimits, run_tool
 from workers.runtime import runtime
 
@@ -109,7 +109,7 @@ def finish(plan: CallPlan, status: str, message: str = "") -> dict[str, Any]:
     return result.model_dump(mode="json")
 
 
-@app.task(bind=True, name="fittest.execute")
+@app.task(bind=True, base=CallStep, name="fittest.execute")
 def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
     plan = CallPlan.model_validate(plan_data)
     # A redelivered attempt finds its own result already in the plan only if a previous delivery

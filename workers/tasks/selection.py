@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from selection.models import CallPlan, CallRequest, CallResult
 from workers.app import app
-from workers.rescue import hand_on
+from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
 from workers.tasks.common import invalid_result, oversized, result_call_id
 
@@ -40,7 +40,7 @@ def start_call(task: Task, request: CallRequest, evolution_report: dict[str, Any
     return hand_on(task, execute.si(plan.model_dump(mode="json"), 0))
 
 
-@app.task(bind=True, name="fittest.resilient_tool_call")
+@app.task(bind=True, base=CallStep, name="fittest.resilient_tool_call")
 def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
     """Run the fittest tool for `scenario` on `input`, falling back and evolving as needed.
 
@@ -58,7 +58,7 @@ def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
     return start_call(self, request, evolution_report if isinstance(evolution_report, dict) else None)
 
 
-@app.task(bind=True, name="fittest.call_tool")
+@app.task(bind=True, base=CallStep, name="fittest.call_tool")
 def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
     """Call a namespace by name: its promoted version, or the original, or an explicit version."""
     payload = _payload(args, kwargs, TOOL_ARGS)
