@@ -36,7 +36,7 @@ test-fast: $(STAMP)
 
 bench-selection: $(STAMP)
 	$(BIN)/fittest bench selection --tools ../shared/data/metatool/tools.json \
-	  --queries ../shared/data/metatool/queries_dev.csv --json bench-selection.json
+	  --queries ../shared/data/metatool/queries_dev.csv --reveal-missed --json bench-selection.json
 
 bench-supervised: $(STAMP)
 	$(BIN)/fittest bench supervised --tools ../shared/data/metatool/tools.json \

@@ -1,5 +1,6 @@
 """`fittest bench selection` on a 300-query slice of the MetaTool development queries: the command
-runs end to end on private state and writes its keys, and learning beats zero-shot on the slice.
+runs end to end on private state and writes its keys, learning beats zero-shot on the slice, and
+--reveal-missed adds its stream.
 A smoke test of the bench, not a timing test."""
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def test_selection_bench_on_a_slice(monkeypatch: pytest.MonkeyPatch, redis_url: 
     try:
         result = CliRunner().invoke(app, ["bench", "selection", "--tools", str(DATA / "tools.json"), "--queries",
                                           str(DATA / "queries_dev.csv"), "--limit", "300", "--retrain-every", "100",
-                                          "--json", str(out)])
+                                          "--reveal-missed", "--json", str(out)])
     finally:
         get_settings.cache_clear()
     assert result.exit_code == 0, result.output
@@ -48,6 +49,10 @@ def test_selection_bench_on_a_slice(monkeypatch: pytest.MonkeyPatch, redis_url: 
     assert data["retrain_every"] == 100 and streams["learned"]["retrains"] >= 1
     assert streams["learned zero-shot"]["retrains"] == 0
     assert 0 < data["p50_select_ms"] <= data["p99_select_ms"]
+    # --reveal-missed: a fourth stream, told the tool of exactly the queries it missed; the others never are.
+    revealed = streams["learned, missed revealed"]
+    assert revealed["revealed"] == round((1 - revealed["resolved_within_5"]) * 300) > 0
+    assert [s["revealed"] for s in data["streams"][:3]] == [0, 0, 0]
     # The bench's private state is gone.
     assert set(redis.Redis.from_url(redis_url).scan_iter("bench*")) == before
     assert "top1_second_half" in result.output

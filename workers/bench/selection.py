@@ -12,7 +12,11 @@ directory, removed afterwards), nothing learned before a stream starts:
 - the policy under test, learning from every earlier query, and retraining the weights and the
   tool classifier (`retrain_now`, what the beat runs) every `retrain_every` queries;
 - the same policy with learning off (zero-shot: nothing is recorded);
-- the `seed` policy, learning the same way (the baseline to beat).
+- the `seed` policy, learning the same way (the baseline to beat);
+- with `reveal_missed`, the policy under test once more, told the right tool of every query its 5
+  attempts missed (recorded as a 6th, successful attempt, which no number counts): what learning
+  from outcomes could reach if a miss taught as much as a hit. The real streams never learn a
+  missed query's tool; this one bounds how much that costs them.
 
 A wrong tool is recorded as a `bad_output` failure of that tool: it ran, and its output did not
 serve the query. Selection time covers the whole `Selector.plan` of one query, embedding
@@ -66,6 +70,7 @@ class StreamResult(BaseModel):
     p99_select_ms: float
     mean_first_probability: float  # how sure the policy was of its first choice, on average
     embedding_precision: str  # the embedding model that ran: its int8 copy or the fp32 file
+    revealed: int = 0  # missed queries whose right tool the stream was told (reveal_missed)
     retrains: int  # retrains that stored new weights or a new classifier
     retrain_s: float  # time they took (not part of any selection's)
     elapsed_s: float
@@ -152,8 +157,10 @@ def _private_settings(base: Settings, redis_url: str, data_dir: Path, policy: st
 
 def run_stream(base: Settings, redis_url: str, manifests: list[ToolManifest], names: dict[str, str],
                rows: list[tuple[str, str]], policy: str, learning: bool, seed: int, name: str,
-               progress: Progress | None = None, retrain_every: int = RETRAIN_EVERY) -> StreamResult:
-    """One pass of `rows` on a fresh private state, removed afterwards."""
+               progress: Progress | None = None, retrain_every: int = RETRAIN_EVERY,
+               reveal_missed: bool = False) -> StreamResult:
+    """One pass of `rows` on a fresh private state, removed afterwards; with `reveal_missed` (and
+    learning), a query whose attempts all missed records its right tool as a success too."""
     from workers.runtime import Runtime
     from workers.tasks.learning import retrain_now
 
@@ -170,7 +177,8 @@ def run_stream(base: Settings, redis_url: str, manifests: list[ToolManifest], na
         resolved: list[bool] = []
         select_ms: list[float] = []
         first_probability: list[float] = []
-        retrains, retrain_s = 0, 0.0
+        retrains, retrain_s, revealed = 0, 0.0, 0
+        by_label = {names[m.name]: m for m in manifests}
         for i, (query, label) in enumerate(rows):
             if learning and i and i % retrain_every == 0:
                 t0 = time.perf_counter()
@@ -196,16 +204,22 @@ def run_stream(base: Settings, redis_url: str, manifests: list[ToolManifest], na
                                                   error_message=attempt.error_message or ""), vector)
                 if ok:
                     break
-            if learning:
-                outcome = OutcomeRecord.from_plan(plan)
-                apply_outcome(rt, outcome, vector)
-                records = execution_records(outcome)
-                store_executions(rt, records, [vector] * len(records))
             hit = bool(plan.attempts) and plan.attempts[-1].success
             first.append(bool(plan.attempts) and plan.attempts[0].success)
             resolved.append(hit)
             attempts_used.append(len(plan.attempts) if plan.attempts else MAX_ATTEMPTS)
             first_probability.append(plan.candidates[0].probability if plan.candidates else 0.0)
+            if learning and reveal_missed and not hit:
+                truth = by_label[label]
+                plan.attempts.append(ToolExecutionResult(
+                    attempt_id=f"{request.call_id}:revealed", call_id=request.call_id, tool=truth.name,
+                    version=truth.version, success=True, metadata={"attempt": MAX_ATTEMPTS}))
+                revealed += 1
+            if learning:
+                outcome = OutcomeRecord.from_plan(plan)
+                apply_outcome(rt, outcome, vector)
+                records = execution_records(outcome)
+                store_executions(rt, records, [vector] * len(records))
             if progress is not None:
                 progress(name, i + 1, len(rows))
     finally:
@@ -222,7 +236,7 @@ def run_stream(base: Settings, redis_url: str, manifests: list[ToolManifest], na
         resolved_within_5=_mean(resolved), mean_attempts=_mean(attempts_used),
         p50_select_ms=round(percentile(select_ms, 0.50), 3), p99_select_ms=round(percentile(select_ms, 0.99), 3),
         mean_first_probability=_mean(first_probability),
-        embedding_precision=rt.embedder.precision, retrains=retrains, retrain_s=round(retrain_s, 1),
+        embedding_precision=rt.embedder.precision, revealed=revealed, retrains=retrains, retrain_s=round(retrain_s, 1),
         elapsed_s=round(time.perf_counter() - started, 1),
     )
 
@@ -233,7 +247,7 @@ def _mean(values: list[float] | list[bool] | list[int]) -> float:
 
 def run_selection_bench(base: Settings, tools: Path, queries: Path, limit: int | None = None, seed: int = 0,
                         policy: str = "learned", progress: Progress | None = None,
-                        retrain_every: int = RETRAIN_EVERY) -> SelectionBenchResult:
+                        retrain_every: int = RETRAIN_EVERY, reveal_missed: bool = False) -> SelectionBenchResult:
     from selection.policies import policy_names
     from workers.stack import redis_answers, start_private_redis
 
@@ -258,13 +272,16 @@ def run_selection_bench(base: Settings, tools: Path, queries: Path, limit: int |
                        retrain_every),
             run_stream(base, redis_url, manifests, names, rows, "seed", True, seed, "seed", progress, retrain_every),
         ]
+        if reveal_missed:
+            streams.append(run_stream(base, redis_url, manifests, names, rows, policy, True, seed,
+                                      f"{policy}, missed revealed", progress, retrain_every, reveal_missed=True))
     finally:
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=10)
         if redis_dir is not None:
             shutil.rmtree(redis_dir, ignore_errors=True)
-    main, zero, baseline = streams
+    main, zero, baseline = streams[:3]
     return SelectionBenchResult(
         queries=len(rows), policy=policy, seed=seed, tools=len(manifests),
         top1_first_half=main.top1_first_half, top1_second_half=main.top1_second_half,

@@ -131,6 +131,7 @@ def selection(
     seed: Annotated[int, typer.Option(help="Seed of the stream order (and of the policy's draws).")] = 0,
     policy: Annotated[str, typer.Option(help="Policy under test (the `seed` policy always runs as the baseline).")] = "learned",
     retrain_every: Annotated[int, typer.Option(min=1, help="Queries between two retrains of the weights and the tool classifier (the beat's place in the stream).")] = 500,
+    reveal_missed: Annotated[bool, typer.Option(help="Also run the policy once more, told the right tool of every query its 5 attempts missed: what learning could reach if a miss taught as much as a hit.")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.")] = None,
 ) -> None:
     """How often selection picks the right tool, and how much it learns, on an external benchmark.
@@ -141,8 +142,8 @@ def selection(
     outcome-recording code: an attempt succeeds iff the tool's name is the row's Tool, up to 5
     attempts per query, each query learning from every earlier one (and the weights and tool
     classifier retrained every --retrain-every queries, as the beat would). Three streams: the policy,
-    the policy with learning off (zero-shot), and `seed`. Needs the embedding model
-    (FITTEST_EMBEDDING_MODEL_PATH)."""
+    the policy with learning off (zero-shot), and `seed`; a fourth with --reveal-missed. Needs the
+    embedding model (FITTEST_EMBEDDING_MODEL_PATH)."""
     from rich import box
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
     from rich.table import Table
@@ -162,7 +163,8 @@ def selection(
                 bar.update(tasks[stream], completed=done)
 
         try:
-            result = run_selection_bench(get_settings(), tools, queries, limit, seed, policy, progress, retrain_every)
+            result = run_selection_bench(get_settings(), tools, queries, limit, seed, policy, progress, retrain_every,
+                                         reveal_missed)
         except BenchInputError as exc:
             fail(str(exc))
     table = Table(title=f"selection: {result.queries} queries, {result.tools} tools, seed {result.seed}, "
