@@ -113,7 +113,8 @@ def finish(plan: CallPlan, status: str, message: str = "") -> dict[str, Any]:
 def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
     plan = CallPlan.model_validate(plan_data)
     # A redelivered attempt finds its own result already in the plan only if a previous delivery
-    # replaced itself; otherwise it runs again under the same attempt id (effects apply once).
+    # replaced itself; otherwise it runs again under the same attempt id (effects apply once),
+    # unless its call has ended meanwhile (CallStep ignores it then).
     plan.attempts = [a for a in plan.attempts if a.metadata.get("attempt", -1) < index]
     result = run_attempt(plan, index)
     plan.attempts.append(result)
