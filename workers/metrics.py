@@ -50,10 +50,15 @@ SCAN_COUNT = 1000
 SELECTIONS = "selections"
 ATTEMPTS = "attempts"
 CALLS = "calls"
+REDELIVERED_STEPS = "redelivered_steps"
+RESENT_STEPS = "resent_steps"
 _HELP = {
     SELECTIONS: "Calls ranked by the selector, by policy and whether any candidate was found",
     ATTEMPTS: "Attempts run, by tool version, outcome and failure class",
     CALLS: "Calls finished, by status",
+    REDELIVERED_STEPS: "Call steps the broker gave back (a worker lost, an acknowledgement lost), by task and "
+                       "whether the step ran or was ignored because its call had ended",
+    RESENT_STEPS: "Call steps the rescue sweep sent again because they were lost, by task",
 }
 
 

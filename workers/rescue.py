@@ -33,7 +33,7 @@ from celery.states import READY_STATES
 from redis import Redis
 
 from workers.app import PRIORITY_HIGH, PRIORITY_STEPS, QUEUES, TASK_ROUTES, app
-from workers.metrics import UNACKED_KEY, MetricsReader
+from workers.metrics import REDELIVERED_STEPS, RESENT_STEPS, UNACKED_KEY, MetricsReader
 from workers.runtime import Runtime, runtime
 from workers.state.inflight import HandedOnStep
 
@@ -54,10 +54,14 @@ class CallStep(Task):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         redelivered = (self.request.delivery_info or {}).get("redelivered", False)
-        if redelivered and self.request.id and _answered(self):
-            log.warning("call %s already has its result: %s delivered again is ignored", self.request.id, self.name,
-                        extra={"event": "step_of_ended_call_ignored", "task_id": self.request.id, "task": self.name})
-            raise Ignore()
+        if redelivered and self.request.id:
+            ended = _answered(self)
+            runtime().metrics.count(REDELIVERED_STEPS, task=self.name, outcome="ignored" if ended else "ran")
+            if ended:
+                log.warning("call %s already has its result: %s delivered again is ignored", self.request.id,
+                            self.name, extra={"event": "step_of_ended_call_ignored", "task_id": self.request.id,
+                                              "task": self.name})
+                raise Ignore()
         return super().__call__(*args, **kwargs)
 
 
@@ -127,6 +131,7 @@ def sweep(celery: Celery, rt: Runtime) -> list[str]:
         celery.send_task(step.task, args=step.args, kwargs=step.kwargs, task_id=step.task_id,
                          queue=_queue_of(step.task), priority=PRIORITY_HIGH)
         rt.inflight.handed_on(step, due_in_s(rt))
+        rt.metrics.count(RESENT_STEPS, task=step.task)
         log.warning("call %s: its step %s was lost; sent again", step.task_id, step.task,
                     extra={"event": "step_resent", "task_id": step.task_id, "task": step.task})
         resent.append(step.task_id)

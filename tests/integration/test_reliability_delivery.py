@@ -24,7 +24,7 @@ from celery import Celery
 from selection.manifest import load_manifest
 from selection.models import CallPlan, CallRequest, Candidate
 from tests.integration.conftest import Pipeline, start_pipeline
-from workers.metrics import UNACKED_KEY
+from workers.metrics import UNACKED_KEY, reader_for
 
 pytestmark = pytest.mark.slow
 
@@ -151,6 +151,11 @@ def give_back_unacknowledged(p: Pipeline, sent: Any) -> None:
         client.close()
 
 
+def ignored_redeliveries(p: Pipeline) -> int:
+    rows = reader_for(p.settings).counters().get("redelivered_steps", [])
+    return sum(n for labels, n in rows if labels == {"task": "fittest.execute", "outcome": "ignored"})
+
+
 def test_a_step_delivered_again_after_its_call_ended_is_ignored(pipeline: Pipeline, tmp_path: Path) -> None:
     """What a lost acknowledgement of a call's last step causes ("Couldn't ack"): the broker gives
     the step back, under the call's task id, after the call returned its result. The tool must not
@@ -165,6 +170,7 @@ def test_a_step_delivered_again_after_its_call_ended_is_ignored(pipeline: Pipeli
     sender = Celery("foreign", broker=p.settings.redis_url, backend=p.settings.redis_url)
     sender.conf.update(task_serializer="json", accept_content=["json"], result_accept_content=["json"])
     task_id = f"call-{uuid.uuid4().hex}"
+    ignored = ignored_redeliveries(p)
     try:
         first = sender.send_task("fittest.execute", args=[plan, 0], queue="execution", task_id=task_id).get(timeout=60)
         assert first["status"] == "success" and len(runs(log)) == 1
@@ -172,6 +178,7 @@ def test_a_step_delivered_again_after_its_call_ended_is_ignored(pipeline: Pipeli
         p.settled(timeout=VISIBILITY_S + 30)  # given back by the broker, taken and acknowledged
         assert len(runs(log)) == 1  # the tool did not run again
         assert sender.AsyncResult(task_id).get(timeout=10) == first  # the caller's result is untouched
+        p.wait_for(lambda: ignored_redeliveries(p) == ignored + 1)  # and operators see it (fittest metrics)
     finally:
         sender.close()
     assert_one_delivery(p, NAP, before.successes + 1, before.failures, before.quality)

@@ -21,6 +21,7 @@ from tests.broker import queued_messages
 from tests.conftest import start_redis
 from tests.integration.conftest import Pipeline, runtime_in_use
 from workers.app import make_app
+from workers.metrics import reader_for
 from workers.rescue import sweep
 from workers.settings import Settings
 from workers.state.inflight import HandedOnStep
@@ -65,6 +66,8 @@ def test_an_overdue_step_that_is_nowhere_is_sent_again_under_the_calls_task_id(p
     assert queued(client, "execution") == {step.task_id: [{"plan": "p"}, 1]}
     assert rt.inflight.overdue() == []  # due again one visibility timeout later, not at the next sweep
     assert rt.inflight.count() == 1
+    rt.metrics.flush()
+    assert reader_for(rt.settings, client).counters()["resent_steps"] == [({"task": "fittest.execute"}, 1)]
 
 
 def test_a_step_waiting_in_its_queue_or_held_by_a_worker_or_ended_is_not_sent_again(private) -> None:
