@@ -11,12 +11,13 @@ is nowhere else: the call has no result, and the step is neither waiting in its 
 a worker. A step sent twice runs its attempt twice at worst (at-least-once, as a redelivery
 does); the attempt id keeps its effects applied once.
 
-The other way round, a step can come back after its call ended: its worker handed the call on (or
-returned its result) but its acknowledgement was lost with the broker connection ("Couldn't ack"),
-and the broker gives the message back after the visibility timeout. Every step of a call is a
-`CallStep`, which ignores such a delivery when the broker marks it as given back (`redelivered`)
-and the call's result is stored: its tool would run again and its result would replace the one
-the caller has. A first delivery is not checked, so the steps of a call pay nothing for it.
+The other way round, a step can come back after its call moved on: its worker handed the call on
+(or returned its result) but its acknowledgement was lost with the broker connection ("Couldn't
+ack"), and the broker gives the message back after the visibility timeout. Every step of a call is
+a `CallStep`, which ignores such a delivery when the broker marks it as given back (`redelivered`)
+and the call's result is stored, or its recorded step is another one: its tool would run again,
+and its result would replace the one the caller has, or a second copy of the call would go on
+beside the first. A first delivery is not checked, so the steps of a call pay nothing for it.
 """
 
 from __future__ import annotations
@@ -55,23 +56,30 @@ class CallStep(Task):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         redelivered = (self.request.delivery_info or {}).get("redelivered", False)
         if redelivered and self.request.id:
-            ended = _answered(self)
-            runtime().metrics.count(REDELIVERED_STEPS, task=self.name, outcome="ignored" if ended else "ran")
-            if ended:
-                log.warning("call %s already has its result: %s delivered again is ignored", self.request.id,
-                            self.name, extra={"event": "step_of_ended_call_ignored", "task_id": self.request.id,
-                                              "task": self.name})
+            passed = _passed(self, list(args), kwargs)
+            runtime().metrics.count(REDELIVERED_STEPS, task=self.name, outcome="ignored" if passed else "ran")
+            if passed:
+                log.warning("call %s: %s delivered again is ignored, %s", self.request.id, self.name, passed,
+                            extra={"event": "passed_step_ignored", "task_id": self.request.id, "task": self.name,
+                                   "reason": passed})
                 raise Ignore()
         return super().__call__(*args, **kwargs)
 
 
-def _answered(task: Task) -> bool:
-    """Whether the result backend holds the result of this task id, i.e. of the call (its steps
-    share the call's task id, and only its last step stores a result). Without a result backend
-    nothing tells, and the step runs."""
-    if task.app.conf.result_backend is None:
-        return False
-    return task.AsyncResult(task.request.id).state in READY_STATES
+def _passed(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None:
+    """Why this delivery of a step of its call is one the call has passed, or None when it is not.
+
+    The call has ended when the result backend holds the result of its task id (its steps share
+    the call's task id, and only its last step stores a result). It has moved on when the step it
+    was last handed on to is another one: a redelivery comes a visibility timeout after its
+    message was taken, long after a hand-on was written. A step nothing is recorded for (the
+    call's first, or one whose record was lost) runs."""
+    if task.app.conf.result_backend is not None and task.AsyncResult(task.request.id).state in READY_STATES:
+        return "its call has ended"
+    current = runtime().inflight.current(task.request.id)
+    if current is not None and (current.task, current.args, current.kwargs) != (task.name, args, kwargs):
+        return f"its call has moved on to {current.task}"
+    return None
 
 
 def hand_on(task: Task, sig: Signature) -> Any:

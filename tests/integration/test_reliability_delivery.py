@@ -66,6 +66,12 @@ def assert_one_delivery(p: Pipeline, key: str, successes: int, failures: int, qu
     assert (stats.successes, stats.failures, round(stats.quality, 4)) == (successes, failures, quality)
 
 
+def redeliveries(p: Pipeline, outcome: str) -> int:
+    """Attempts the broker gave back that ran again or were ignored (`fittest metrics`)."""
+    rows = reader_for(p.settings).counters().get("redelivered_steps", [])
+    return sum(n for labels, n in rows if labels == {"task": "fittest.execute", "outcome": outcome})
+
+
 def restart_executor(p: Pipeline) -> None:
     p.stack.start_roles(["executor"])
     p.stack.wait_for_workers(["executor"])
@@ -97,12 +103,15 @@ def test_killed_worker_attempt_is_taken_over_by_a_new_worker(pipeline: Pipeline,
     p, log = pipeline, tmp_path / "runs.log"
     p.settled()  # the bookkeeping of earlier calls is applied before the counters are read
     before = p.state().stats([NAP])[NAP]
+    ran = redeliveries(p, "ran")
     sent = nap_call(p, log, 3000)
     wait_runs(p, log, 1)
     p.stack.stop("executor", signal.SIGKILL)
     restart_executor(p)
     result = p.client.wait(sent, VISIBILITY_S + 60)
     assert result["status"] == "success", result
+    # it came back through the broker as a redelivery of the call's current step, which runs
+    p.wait_for(lambda: redeliveries(p, "ran") == ran + 1)
     assert len(runs(log)) == 2
     assert_one_delivery(p, NAP, before.successes + 1, before.failures, before.quality)
 
@@ -151,9 +160,6 @@ def give_back_unacknowledged(p: Pipeline, sent: Any) -> None:
         client.close()
 
 
-def ignored_redeliveries(p: Pipeline) -> int:
-    rows = reader_for(p.settings).counters().get("redelivered_steps", [])
-    return sum(n for labels, n in rows if labels == {"task": "fittest.execute", "outcome": "ignored"})
 
 
 def test_a_step_delivered_again_after_its_call_ended_is_ignored(pipeline: Pipeline, tmp_path: Path) -> None:
@@ -170,7 +176,7 @@ def test_a_step_delivered_again_after_its_call_ended_is_ignored(pipeline: Pipeli
     sender = Celery("foreign", broker=p.settings.redis_url, backend=p.settings.redis_url)
     sender.conf.update(task_serializer="json", accept_content=["json"], result_accept_content=["json"])
     task_id = f"call-{uuid.uuid4().hex}"
-    ignored = ignored_redeliveries(p)
+    ignored = redeliveries(p, "ignored")
     try:
         first = sender.send_task("fittest.execute", args=[plan, 0], queue="execution", task_id=task_id).get(timeout=60)
         assert first["status"] == "success" and len(runs(log)) == 1
@@ -178,10 +184,40 @@ def test_a_step_delivered_again_after_its_call_ended_is_ignored(pipeline: Pipeli
         p.settled(timeout=VISIBILITY_S + 30)  # given back by the broker, taken and acknowledged
         assert len(runs(log)) == 1  # the tool did not run again
         assert sender.AsyncResult(task_id).get(timeout=10) == first  # the caller's result is untouched
-        p.wait_for(lambda: ignored_redeliveries(p) == ignored + 1)  # and operators see it (fittest metrics)
+        p.wait_for(lambda: redeliveries(p, "ignored") == ignored + 1)  # and operators see it (fittest metrics)
     finally:
         sender.close()
     assert_one_delivery(p, NAP, before.successes + 1, before.failures, before.quality)
+
+
+def test_a_step_delivered_again_after_its_call_moved_on_is_ignored(pipeline: Pipeline, tmp_path: Path) -> None:
+    """The same, for a step whose call is still in flight: attempt 0 timed out and handed the call
+    on to attempt 1, then its message comes back. Running it would run the tool again and start a
+    second copy of the call."""
+    p, log = pipeline, tmp_path / "runs.log"
+    manifest = load_manifest(TOOLS / "nap" / "tool.yaml")
+    request = CallRequest(scenario="take a long nap, twice if need be", namespace="nap", version="1.0.0",
+                          max_attempts=2, input={"ms": 7000, "log": str(log)})
+    candidates = [Candidate(key=NAP, manifest=manifest, score=1.0, timeout_s=1.0),  # times out
+                  Candidate(key=NAP, manifest=manifest, score=0.9, timeout_s=8.0)]  # sleeps 7 s, succeeds
+    plan = CallPlan(request=request, candidates=candidates).model_dump(mode="json")
+    p.settled()
+    sender = Celery("foreign", broker=p.settings.redis_url, backend=p.settings.redis_url)
+    sender.conf.update(task_serializer="json", accept_content=["json"], result_accept_content=["json"])
+    task_id = f"call-{uuid.uuid4().hex}"
+    ignored = redeliveries(p, "ignored")
+    try:
+        call = sender.send_task("fittest.execute", args=[plan, 0], queue="execution", task_id=task_id)
+        wait_runs(p, log, 2, timeout=30)  # attempt 0 timed out; attempt 1 sleeps
+        give_back_unacknowledged(p, sender.send_task("fittest.execute", args=[plan, 0], queue=PARKED, task_id=task_id))
+        p.wait_for(lambda: redeliveries(p, "ignored") == ignored + 1, timeout=VISIBILITY_S)
+        assert not call.ready()  # ignored while the call was still in attempt 1, not because it had ended
+        result = call.get(timeout=30)
+    finally:
+        sender.close()
+    assert result["status"] == "success" and len(result["attempts"]) == 2, result
+    p.settled()
+    assert len(runs(log)) == 2  # attempt 0 did not run again, and no second copy of the call went on
 
 
 def test_sigterm_lets_running_attempts_finish_and_returns_the_rest(pipeline: Pipeline, tmp_path: Path) -> None:

@@ -97,6 +97,11 @@ class InflightCalls(BufferedWrites[_Pending]):
             self.client.zrem(self.due_key, *missing)
         return [HandedOnStep.model_validate_json(raw) for raw in raws if raw is not None]
 
+    def current(self, task_id: str) -> HandedOnStep | None:
+        """The step the call was last handed on to, as Redis has it (None: none recorded, or ended)."""
+        raw = self.client.hget(self.steps_key, task_id)
+        return None if raw is None else HandedOnStep.model_validate_json(raw)
+
     def postpone(self, task_id: str, due_in_s: float) -> None:
         """Look at the call again `due_in_s` from now (only while it is still in flight)."""
         self.client.zadd(self.due_key, {task_id: time.time() + due_in_s}, xx=True)
