@@ -57,7 +57,7 @@ _HELP = {
     ATTEMPTS: "Attempts run, by tool version, outcome and failure class",
     CALLS: "Calls finished, by status",
     REDELIVERED_STEPS: "Call steps the broker gave back (a worker lost, an acknowledgement lost), by task and "
-                       "whether the step ran or was ignored because its call had ended",
+                       "whether the step ran or was ignored because its call had ended or moved on",
     RESENT_STEPS: "Call steps the rescue sweep sent again because they were lost, by task",
 }
 

@@ -66,15 +66,20 @@ class CallStep(Task):
         return super().__call__(*args, **kwargs)
 
 
+def _has_result(celery: Celery, task_id: str) -> bool:
+    """Whether the result backend holds the result of the call with this task id (its steps share
+    the call's task id, and only its last step stores a result); without one nothing tells."""
+    return celery.conf.result_backend is not None and celery.AsyncResult(task_id).state in READY_STATES
+
+
 def _passed(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None:
     """Why this delivery of a step of its call is one the call has passed, or None when it is not.
 
-    The call has ended when the result backend holds the result of its task id (its steps share
-    the call's task id, and only its last step stores a result). It has moved on when the step it
+    The call has ended when the result backend holds its result. It has moved on when the step it
     was last handed on to is another one: a redelivery comes a visibility timeout after its
     message was taken, long after a hand-on was written. A step nothing is recorded for (the
     call's first, or one whose record was lost) runs."""
-    if task.app.conf.result_backend is not None and task.AsyncResult(task.request.id).state in READY_STATES:
+    if _has_result(task.app, task.request.id):
         return "its call has ended"
     current = runtime().inflight.current(task.request.id)
     if current is not None and (current.task, current.args, current.kwargs) != (task.name, args, kwargs):
@@ -127,7 +132,7 @@ def sweep(celery: Celery, rt: Runtime) -> list[str]:
     rt.inflight.flush()  # this process's own hand-ons and ends first
     resent = []
     for step in rt.inflight.overdue():
-        if celery.AsyncResult(step.task_id).state in READY_STATES:
+        if _has_result(celery, step.task_id):
             rt.inflight.finished(step.task_id)  # ended without clearing (a worker died right after)
             continue
         if _held(rt.redis, step.task_id):
