@@ -56,8 +56,9 @@ _HELP = {
     SELECTIONS: "Calls ranked by the selector, by policy and whether any candidate was found",
     ATTEMPTS: "Attempts run, by tool version, outcome and failure class",
     CALLS: "Calls finished, by status",
-    REDELIVERED_STEPS: "Call steps the broker gave back (a worker lost, an acknowledgement lost), by task and "
-                       "whether the step ran or was ignored because its call had ended or moved on",
+    REDELIVERED_STEPS: "Call steps delivered again, by the broker (a worker lost, an acknowledgement lost) or "
+                       "the rescue sweep, by task and whether the step ran or was ignored because its call had "
+                       "ended or moved on",
     RESENT_STEPS: "Call steps the rescue sweep sent again because they were lost, by task",
 }
 

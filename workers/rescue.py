@@ -9,13 +9,15 @@ recorded with a due time past the visibility timeout (`hand_on`), the call's end
 cluster: a lock in Redis). An overdue step is sent again, under the call's task id, only when it
 is nowhere else: the call has no result, and the step is neither waiting in its queue nor held by
 a worker. A step sent twice runs its attempt twice at worst (at-least-once, as a redelivery
-does); the attempt id keeps its effects applied once.
+does); the attempt id keeps its effects applied once. A step the sweep sends carries the header
+`fittest_resent`, so that the step checks, as a redelivered one does, that its call has not ended
+in the instant between the sweep's look and its sending.
 
 The other way round, a step can come back after its call moved on: its worker handed the call on
 (or returned its result) but its acknowledgement was lost with the broker connection ("Couldn't
 ack"), and the broker gives the message back after the visibility timeout. Every step of a call is
 a `CallStep`, which ignores such a delivery when the broker marks it as given back (`redelivered`)
-and the call's result is stored, or its recorded step is another one: its tool would run again,
+or the sweep sent it, and the call's result is stored, or its recorded step is another one: its tool would run again,
 and its result would replace the one the caller has, or a second copy of the call would go on
 beside the first. A first delivery is not checked, so the steps of a call pay nothing for it.
 """
@@ -44,6 +46,8 @@ SWEEP_INTERVAL_S = 5.0
 # Past the visibility timeout (after which the broker gives back a step a dead worker held) by
 # this much: the sweep only acts on steps the broker will not bring back.
 STEP_MARGIN_S = 30.0
+# The message header (a task request attribute on the worker) that marks a step the sweep sent.
+RESENT_HEADER = "fittest_resent"
 
 
 def due_in_s(rt: Runtime) -> float:
@@ -54,16 +58,27 @@ class CallStep(Task):
     """The base of every task that is one step of a call (selection, attempt, evolution)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        redelivered = (self.request.delivery_info or {}).get("redelivered", False)
-        if redelivered and self.request.id:
+        again = _delivered_again(self)
+        if again and self.request.id:
             passed = _passed(self, list(args), kwargs)
-            runtime().metrics.count(REDELIVERED_STEPS, task=self.name, outcome="ignored" if passed else "ran")
+            runtime().metrics.count(REDELIVERED_STEPS, task=self.name, by=again,
+                                    outcome="ignored" if passed else "ran")
             if passed:
                 log.warning("call %s: %s delivered again is ignored, %s", self.request.id, self.name, passed,
                             extra={"event": "passed_step_ignored", "task_id": self.request.id, "task": self.name,
-                                   "reason": passed})
+                                   "by": again, "reason": passed})
                 raise Ignore()
         return super().__call__(*args, **kwargs)
+
+
+def _delivered_again(task: Task) -> str | None:
+    """Who delivered this step again: "broker" (a message given back), "sweep" (sent again), or None
+    for a first delivery."""
+    if (task.request.delivery_info or {}).get("redelivered", False):
+        return "broker"
+    if getattr(task.request, RESENT_HEADER, False):
+        return "sweep"
+    return None
 
 
 def _has_result(celery: Celery, task_id: str) -> bool:
@@ -141,8 +156,7 @@ def sweep(celery: Celery, rt: Runtime) -> list[str]:
         if _queued(rt.redis, _queue_of(step.task)):
             rt.inflight.postpone(step.task_id, SWEEP_INTERVAL_S)  # it may be waiting there: look again
             continue
-        celery.send_task(step.task, args=step.args, kwargs=step.kwargs, task_id=step.task_id,
-                         queue=_queue_of(step.task), priority=PRIORITY_HIGH)
+        resend(celery, step)
         rt.inflight.handed_on(step, due_in_s(rt))
         rt.metrics.count(RESENT_STEPS, task=step.task)
         log.warning("call %s: its step %s was lost; sent again", step.task_id, step.task,
@@ -150,6 +164,12 @@ def sweep(celery: Celery, rt: Runtime) -> list[str]:
         resent.append(step.task_id)
     rt.inflight.flush()
     return resent
+
+
+def resend(celery: Celery, step: HandedOnStep) -> None:
+    """Send a lost step again, under its call's task id, marked as sent again."""
+    celery.send_task(step.task, args=step.args, kwargs=step.kwargs, task_id=step.task_id,
+                     queue=_queue_of(step.task), priority=PRIORITY_HIGH, headers={RESENT_HEADER: True})
 
 
 class RescueSweep(bootsteps.StartStopStep):

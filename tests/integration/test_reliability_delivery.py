@@ -25,6 +25,8 @@ from selection.manifest import load_manifest
 from selection.models import CallPlan, CallRequest, Candidate
 from tests.integration.conftest import Pipeline, start_pipeline
 from workers.metrics import UNACKED_KEY, reader_for
+from workers.rescue import resend
+from workers.state.inflight import HandedOnStep
 
 pytestmark = pytest.mark.slow
 
@@ -66,10 +68,11 @@ def assert_one_delivery(p: Pipeline, key: str, successes: int, failures: int, qu
     assert (stats.successes, stats.failures, round(stats.quality, 4)) == (successes, failures, quality)
 
 
-def redeliveries(p: Pipeline, outcome: str) -> int:
-    """Attempts the broker gave back that ran again or were ignored (`fittest metrics`)."""
+def redeliveries(p: Pipeline, outcome: str, by: str = "broker") -> int:
+    """Attempts the broker gave back (or the rescue sweep sent again) that ran again or were
+    ignored (`fittest metrics`)."""
     rows = reader_for(p.settings).counters().get("redelivered_steps", [])
-    return sum(n for labels, n in rows if labels == {"task": "fittest.execute", "outcome": outcome})
+    return sum(n for labels, n in rows if labels == {"task": "fittest.execute", "by": by, "outcome": outcome})
 
 
 def restart_executor(p: Pipeline) -> None:
@@ -162,13 +165,15 @@ def give_back_unacknowledged(p: Pipeline, sent: Any) -> None:
 
 
 
-def test_a_step_delivered_again_after_its_call_ended_is_ignored(pipeline: Pipeline, tmp_path: Path) -> None:
-    """What a lost acknowledgement of a call's last step causes ("Couldn't ack"): the broker gives
-    the step back, under the call's task id, after the call returned its result. The tool must not
-    run again, and the caller's result must stay the one it got."""
+@pytest.mark.parametrize("by", ["broker", "sweep"])
+def test_a_step_delivered_again_after_its_call_ended_is_ignored(pipeline: Pipeline, tmp_path: Path, by: str) -> None:
+    """A call's last step comes again after the call returned its result, under the call's task id:
+    - by the broker, after a lost acknowledgement ("Couldn't ack"), a visibility timeout later;
+    - by the rescue sweep, which looked whether the call had its result just before it ended.
+    The tool must not run again, and the caller's result must stay the one it got."""
     p, log = pipeline, tmp_path / "runs.log"
     manifest = load_manifest(TOOLS / "nap" / "tool.yaml")
-    request = CallRequest(scenario="take a nap once", namespace="nap", version="1.0.0", max_attempts=1,
+    request = CallRequest(scenario=f"take a nap once ({by})", namespace="nap", version="1.0.0", max_attempts=1,
                           input={"ms": 0, "log": str(log)})
     plan = CallPlan(request=request, candidates=[Candidate(key=NAP, manifest=manifest, score=1.0)]).model_dump(mode="json")
     p.settled()
@@ -176,15 +181,19 @@ def test_a_step_delivered_again_after_its_call_ended_is_ignored(pipeline: Pipeli
     sender = Celery("foreign", broker=p.settings.redis_url, backend=p.settings.redis_url)
     sender.conf.update(task_serializer="json", accept_content=["json"], result_accept_content=["json"])
     task_id = f"call-{uuid.uuid4().hex}"
-    ignored = redeliveries(p, "ignored")
+    ignored = redeliveries(p, "ignored", by)
     try:
         first = sender.send_task("fittest.execute", args=[plan, 0], queue="execution", task_id=task_id).get(timeout=60)
         assert first["status"] == "success" and len(runs(log)) == 1
-        give_back_unacknowledged(p, sender.send_task("fittest.execute", args=[plan, 0], queue=PARKED, task_id=task_id))
-        p.settled(timeout=VISIBILITY_S + 30)  # given back by the broker, taken and acknowledged
+        if by == "broker":
+            give_back_unacknowledged(p, sender.send_task("fittest.execute", args=[plan, 0], queue=PARKED, task_id=task_id))
+        else:
+            resend(sender, HandedOnStep(task_id=task_id, task="fittest.execute", args=[plan, 0]))
+        # operators see it in `fittest metrics`
+        p.wait_for(lambda: redeliveries(p, "ignored", by) == ignored + 1, timeout=VISIBILITY_S + 30)
+        p.settled()
         assert len(runs(log)) == 1  # the tool did not run again
         assert sender.AsyncResult(task_id).get(timeout=10) == first  # the caller's result is untouched
-        p.wait_for(lambda: redeliveries(p, "ignored") == ignored + 1)  # and operators see it (fittest metrics)
     finally:
         sender.close()
     assert_one_delivery(p, NAP, before.successes + 1, before.failures, before.quality)

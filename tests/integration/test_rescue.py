@@ -22,7 +22,7 @@ from tests.conftest import start_redis
 from tests.integration.conftest import Pipeline, runtime_in_use
 from workers.app import make_app
 from workers.metrics import reader_for
-from workers.rescue import sweep
+from workers.rescue import RESENT_HEADER, sweep
 from workers.settings import Settings
 from workers.state.inflight import HandedOnStep
 
@@ -59,11 +59,17 @@ def queued(client: redis.Redis, queue: str) -> dict[str, list]:
     return {m["headers"]["id"]: json.loads(base64.b64decode(m["body"]))[0] for _, m in queued_messages(client, queue)}
 
 
+def marked_resent(client: redis.Redis, queue: str) -> dict[str, bool]:
+    """Task id -> whether its waiting message is marked as sent again by the sweep."""
+    return {m["headers"]["id"]: m["headers"].get(RESENT_HEADER) is True for _, m in queued_messages(client, queue)}
+
+
 def test_an_overdue_step_that_is_nowhere_is_sent_again_under_the_calls_task_id(private) -> None:
     celery, rt, client = private
     step = lost(rt)
     assert sweep(celery, rt) == [step.task_id]
     assert queued(client, "execution") == {step.task_id: [{"plan": "p"}, 1]}
+    assert marked_resent(client, "execution") == {step.task_id: True}  # so that it checks its call has not ended
     assert rt.inflight.overdue() == []  # due again one visibility timeout later, not at the next sweep
     assert rt.inflight.count() == 1
     rt.metrics.flush()
@@ -106,11 +112,20 @@ def test_the_workers_rescue_a_call_whose_step_was_lost_and_forget_it_once_it_end
     step = HandedOnStep(task_id=str(uuid.uuid4()), task="fittest.resilient_tool_call",
                         kwargs={"scenario": "show which argv the program gets", "namespace": "echo_args",
                                 "input": {"text": "rescued"}})
+
+    def resent_and_ran() -> int:
+        rows = reader_for(pipeline.settings).counters().get("redelivered_steps", [])
+        return sum(n for labels, n in rows
+                   if labels == {"task": "fittest.resilient_tool_call", "by": "sweep", "outcome": "ran"})
+
+    ran = resent_and_ran()
     inflight.handed_on(step, due_in_s=-1.0)  # never sent: as if a killed worker had taken it
     inflight.flush()
     result = pipeline.client.wait(pipeline.client.celery.AsyncResult(step.task_id), 60)
     assert (result["status"], result["output"], result["call_id"]) == ("success", {"argv": ["rescued"]}, step.task_id), result
     pipeline.wait_for(lambda: inflight.count() == 0, timeout=20)
+    # it ran as the call's current step, though it checked that its call had not ended meanwhile
+    pipeline.wait_for(lambda: resent_and_ran() == ran + 1, timeout=20)
 
 
 def test_a_hand_on_that_reaches_redis_after_the_calls_end_is_not_recorded(private) -> None:
