@@ -48,6 +48,9 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_pat
     finally:
         p.close()
         p.state().clear()
+        client = redis.Redis.from_url(redis_url)  # what sending to PARKED declared (no worker reads it)
+        client.delete(PARKED, f"_kombu.binding.{PARKED}")
+        client.close()
 
 
 def runs(log: Path) -> list[int]:
