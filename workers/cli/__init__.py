@@ -14,6 +14,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # a docstring's paragraphs are wrapped to the terminal, not at its line ends
 )
 for module in (calls, tools, stack, ops, evolution, learning):
     app.registered_commands += module.app.registered_commands

@@ -141,8 +141,10 @@ def weights(
     history: Annotated[int, typer.Option(min=0, help="Earlier versions listed.")] = 10,
     json_out: JsonOpt = False,
 ) -> None:
-    """The SPARC weights selection uses now, their evidence, and their history (newest first), with
-    the tool classifier stored with each version (its revision, the successes it was refitted on)."""
+    """The SPARC weights selection uses now, their evidence, and their history (newest first).
+
+    Each version shows the tool classifier stored with it: its revision and the successes it was
+    refitted on."""
     from selection.sparc import COMPONENTS
     from workers.settings import get_settings
     from workers.state import open_state_store
