@@ -16,10 +16,11 @@ in the instant between the sweep's look and its sending.
 The other way round, a step can come back after its call moved on: its worker handed the call on
 (or returned its result) but its acknowledgement was lost with the broker connection ("Couldn't
 ack"), and the broker gives the message back after the visibility timeout. Every step of a call is
-a `CallStep`, which ignores such a delivery when the broker marks it as given back (`redelivered`)
-or the sweep sent it, and the call's result is stored, or its recorded step is another one: its tool would run again,
-and its result would replace the one the caller has, or a second copy of the call would go on
-beside the first. A first delivery is not checked, so the steps of a call pay nothing for it.
+a `CallStep`, which ignores such a delivery (one the broker marks as given back, `redelivered`, or
+one the sweep sent) when the call's result is stored, or its recorded step is another one: its
+tool would run again, and its result would replace the one the caller has, or a second copy of the
+call would go on beside the first. A first delivery is not checked, so the steps of a call pay
+nothing for it.
 """
 
 from __future__ import annotations

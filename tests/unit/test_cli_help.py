@@ -4,7 +4,6 @@ the terminal, not broken where the docstring's lines happen to end."""
 from __future__ import annotations
 
 import inspect
-
 from typing import Any
 
 import pytest
