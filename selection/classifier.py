@@ -6,7 +6,7 @@ about the shape of a namespace's region as a whole. A softmax regression over th
 learns that shape from every success at once: where one namespace's scenarios end and the next
 one's begin, and which directions of the vector space matter for it. In the selection bench's
 stream it alone is right first 0.784-0.786 of the time in the 2nd half, as often as the whole
-policy was without it, and the two together 0.798-0.799 (README, benches).
+policy was without it, and the two together 0.798-0.799 (docs/benches.md).
 
 It starts where the policy's prior starts: the column of each namespace is its description's vector
 divided by the kernel's bandwidth, so before any success its score is the description match the

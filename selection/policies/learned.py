@@ -21,7 +21,7 @@ For each candidate the policy weighs three kinds of evidence, all by the same si
 The classifier (refitted on the beat from every success) knows the shape of each namespace's
 region as a whole, where S knows only the neighbours of this one scenario; the two disagree on
 the scenarios between two tools, and there the two together are right more often than either
-(the selection bench: README). Before the first refit the term is absent.
+(the selection bench: docs/benches.md). Before the first refit the term is absent.
 
 With no evidence a candidate keeps its prior; one success on a near-identical scenario outweighs
 the best description match; failures nearby push a version down until untried candidates come
