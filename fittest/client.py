@@ -9,7 +9,9 @@
 
 It sends by task name and imports no task code, exactly as a service without fittest installed
 would with Celery's `send_task` (see the README); what it adds is the payload validation before
-sending and the typed `CallResult` after.
+sending, the record of each call as in flight once it is sent (so that the workers send it again
+if the worker that took it off its queue is killed before recording it as taken) and the typed
+`CallResult` after.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class FittestClient(_BaseClient):
     def close(self) -> None:
         """Release the broker and backend connections (results of subtasks unsubscribe first)."""
         gc.collect()
-        self.celery.close()
+        super().close()
 
     def __enter__(self) -> Self:
         return self

@@ -1,20 +1,33 @@
 """A thin client for services that install fittest: send a call by task name, wait for its result.
 
-It needs only the broker URL; it imports no task code, so it behaves exactly like a foreign
-service using `send_task`.
+It needs only the broker URL and imports no task code: its calls are the messages a foreign
+service's `send_task` sends. What it adds is the record of each call's first step in the calls in
+flight (workers/state/inflight.py), which lets the workers' rescue sweep send the call again if the
+worker that took it off its queue was killed before recording it as taken (Redis has no reliable
+pop); a call sent by `send_task` alone is lost then.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Any
 
 from celery import Celery
 from celery.result import AsyncResult
 from pydantic import BaseModel, Field
+from redis.exceptions import RedisError
 
 from selection.models import CallRequest, CallResult
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.settings import Settings, get_settings
+from workers.state import redis_client
+from workers.state.inflight import HandedOnStep, InflightCalls, step_due_in_s
+
+log = logging.getLogger("fittest.client")
+
+# The tasks that start a call: what their messages carry is the call's first step.
+CALL_TASKS = ("resilient_tool_call", "call_tool")
 
 
 class CallToolPayload(BaseModel):
@@ -48,9 +61,24 @@ def detach(result: AsyncResult) -> None:
             detach(child)
 
 
+_IN_FLIGHT: dict[tuple[str, str], InflightCalls] = {}
+_IN_FLIGHT_LOCK = threading.Lock()
+
+
+def _calls_in_flight(settings: Settings) -> InflightCalls:
+    """One buffer of sent calls per Redis and key prefix in this process, whatever the number of
+    clients: a service with a client per thread sends one write per flush interval, not one each."""
+    key = (settings.redis_url, settings.key_prefix)
+    with _IN_FLIGHT_LOCK:
+        if key not in _IN_FLIGHT:
+            _IN_FLIGHT[key] = InflightCalls(redis_client(settings), settings.key_prefix)
+        return _IN_FLIGHT[key]
+
+
 class FittestClient:
     def __init__(self, settings: Settings | None = None) -> None:
         settings = settings or get_settings()
+        self.settings = settings
         self.celery = Celery("fittest-client", broker=settings.redis_url, backend=settings.backend_url,
                              amqp=ReconnectSafeAMQP)
         # A call sent while Redis restarts waits for it, as the workers' own messages do.
@@ -59,9 +87,20 @@ class FittestClient:
                                 result_accept_content=["json"], broker_use_ssl=settings.redis_tls() or None,
                                 redis_backend_use_ssl=settings.redis_tls(settings.backend_url) or None)
 
+        self._inflight: InflightCalls | None = None  # this process's, shared by its clients: _calls_in_flight
+
     def send(self, task: str, *, queue: str = "selection", **kwargs: Any) -> AsyncResult:
-        """Send `fittest.{task}` with `kwargs` to `queue` (workers/app.py TASK_ROUTES names each task's)."""
-        return self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue)
+        """Send `fittest.{task}` with `kwargs` to `queue` (workers/app.py TASK_ROUTES names each task's).
+
+        A call (CALL_TASKS) is recorded as in flight once it is sent, in a buffered write (at most
+        0.1 s later, or at `close` or exit)."""
+        result = self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue)
+        if task in CALL_TASKS:
+            if self._inflight is None:
+                self._inflight = _calls_in_flight(self.settings)
+            step = HandedOnStep(task_id=result.id, task=f"fittest.{task}", kwargs=kwargs, queue=queue)
+            self._inflight.sent(step, step_due_in_s(self.settings.visibility_timeout))
+        return result
 
     @staticmethod
     def wait(result: AsyncResult, timeout: float = 120.0) -> dict[str, Any]:
@@ -79,6 +118,16 @@ class FittestClient:
         if result.backend is not None:
             result.backend.remove_pending_result(result)
         detach(result)
+
+    def close(self) -> None:
+        """Write the calls sent but not yet recorded as in flight, and release the broker and
+        backend connections."""
+        if self._inflight is not None:
+            try:
+                self._inflight.flush()
+            except RedisError as exc:  # Redis away: those calls are covered as foreign ones are
+                log.warning("calls sent but not recorded as in flight: %s", exc)
+        self.celery.close()
 
     def call(self, scenario: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **kwargs: Any) -> dict[str, Any]:
         """Run `fittest.resilient_tool_call` and return its CallResult as a dict."""

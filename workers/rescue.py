@@ -4,14 +4,15 @@ A call moves through its steps by replacing its task (`Task.replace`: selection 
 attempt ... -> evolution). A step held by a worker that dies comes back by itself after the
 visibility timeout (late acks), but one that a worker killed with SIGKILL had taken off the queue
 and not yet recorded as unacknowledged is gone (workers/state/inflight.py). So each hand-on is
-recorded with a due time past the visibility timeout (`hand_on`), the call's end clears it
-(`call_ended`), and every worker runs `sweep` every SWEEP_INTERVAL_S (one at a time across the
-cluster: a lock in Redis). An overdue step is sent again, under the call's task id, only when it
-is nowhere else: the call has no result, and the step is neither waiting in its queue nor held by
-a worker. A step sent twice runs its attempt twice at worst (at-least-once, as a redelivery
-does); the attempt id keeps its effects applied once. A step the sweep sends carries the header
-`fittest_resent`, so that the step checks, as a redelivered one does, that its call has not ended
-in the instant between the sweep's look and its sending.
+recorded with a due time past the visibility timeout (`hand_on`; fittest's client records a call's
+first step the same way when it sends it), the call's end clears it (a `CallStep` that returns
+rather than hand the call on returns its result), and every worker runs `sweep` every
+SWEEP_INTERVAL_S (one at a time across the cluster: a lock in Redis). An overdue step is sent again,
+under the call's task id, only when it is nowhere else: the call has no result, and the step is
+neither waiting in its queue nor held by a worker. A step sent twice runs its attempt twice at worst
+(at-least-once, as a redelivery does); the attempt id keeps its effects applied once. A step the
+sweep sends carries the header `fittest_resent`, so that the step checks, as a redelivered one does,
+that its call has not ended in the instant between the sweep's look and its sending.
 
 The other way round, a step can come back after its call moved on: its worker handed the call on
 (or returned its result) but its acknowledgement was lost with the broker connection ("Couldn't
@@ -30,7 +31,7 @@ import logging
 import uuid
 from typing import Any
 
-from celery import Celery, Task, bootsteps, current_task
+from celery import Celery, Task, bootsteps
 from celery.canvas import Signature
 from celery.exceptions import Ignore
 from celery.states import READY_STATES
@@ -39,20 +40,17 @@ from redis import Redis
 from workers.app import PRIORITY_HIGH, PRIORITY_STEPS, QUEUES, TASK_ROUTES, app
 from workers.metrics import REDELIVERED_STEPS, RESENT_STEPS, UNACKED_KEY, MetricsReader
 from workers.runtime import Runtime, runtime
-from workers.state.inflight import HandedOnStep
+from workers.state.inflight import HandedOnStep, step_due_in_s
 
 log = logging.getLogger("fittest.rescue")
 
 SWEEP_INTERVAL_S = 5.0
-# Past the visibility timeout (after which the broker gives back a step a dead worker held) by
-# this much: the sweep only acts on steps the broker will not bring back.
-STEP_MARGIN_S = 30.0
 # The message header (a task request attribute on the worker) that marks a step the sweep sent.
 RESENT_HEADER = "fittest_resent"
 
 
 def due_in_s(rt: Runtime) -> float:
-    return rt.settings.visibility_timeout + STEP_MARGIN_S
+    return step_due_in_s(rt.settings.visibility_timeout)
 
 
 class CallStep(Task):
@@ -69,7 +67,12 @@ class CallStep(Task):
                             extra={"event": "passed_step_ignored", "task_id": self.request.id, "task": self.name,
                                    "by": again, "reason": passed})
                 raise Ignore()
-        return super().__call__(*args, **kwargs)
+        result = super().__call__(*args, **kwargs)
+        # A step that hands its call on raises Ignore in Task.replace; one that returns has returned
+        # the call's result (success, failure, invalid payload...): nothing to watch any more.
+        if self.request.id:
+            runtime().inflight.finished(self.request.id)
+        return result
 
 
 def _delivered_again(task: Task) -> str | None:
@@ -93,8 +96,8 @@ def _passed(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None:
 
     The call has ended when the result backend holds its result. It has moved on when the step it
     was last handed on to is another one: a redelivery comes a visibility timeout after its
-    message was taken, long after a hand-on was written. A step nothing is recorded for (the
-    call's first, or one whose record was lost) runs."""
+    message was taken, long after a hand-on was written. A step nothing is recorded for (the first
+    step of a call sent without fittest's client, or one whose record was lost) runs."""
     if _has_result(task.app, task.request.id):
         return "its call has ended"
     current = runtime().inflight.current(task.request.id)
@@ -112,15 +115,8 @@ def hand_on(task: Task, sig: Signature) -> Any:
     return task.replace(sig)
 
 
-def call_ended() -> None:
-    """The running task returns its call's result: nothing to watch any more."""
-    task = current_task
-    if task is not None and task.request.id:
-        runtime().inflight.finished(task.request.id)
-
-
-def _queue_of(task_name: str) -> str:
-    return TASK_ROUTES.get(task_name, {}).get("queue", QUEUES[0])
+def _queue_of(step: HandedOnStep) -> str:
+    return step.queue or TASK_ROUTES.get(step.task, {}).get("queue", QUEUES[0])
 
 
 def _queued(client: Redis, queue: str) -> bool:
@@ -154,7 +150,7 @@ def sweep(celery: Celery, rt: Runtime) -> list[str]:
         if _held(rt.redis, step.task_id):
             rt.inflight.postpone(step.task_id, due_in_s(rt))  # the broker gives it back if its worker died
             continue
-        if _queued(rt.redis, _queue_of(step.task)):
+        if _queued(rt.redis, _queue_of(step)):
             rt.inflight.postpone(step.task_id, SWEEP_INTERVAL_S)  # it may be waiting there: look again
             continue
         resend(celery, step)
@@ -170,7 +166,7 @@ def sweep(celery: Celery, rt: Runtime) -> list[str]:
 def resend(celery: Celery, step: HandedOnStep) -> None:
     """Send a lost step again, under its call's task id, marked as sent again."""
     celery.send_task(step.task, args=step.args, kwargs=step.kwargs, task_id=step.task_id,
-                     queue=_queue_of(step.task), priority=PRIORITY_HIGH, headers={RESENT_HEADER: True})
+                     queue=_queue_of(step), priority=PRIORITY_HIGH, headers={RESENT_HEADER: True})
 
 
 class RescueSweep(bootsteps.StartStopStep):

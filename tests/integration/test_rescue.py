@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import gc
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,6 +98,59 @@ def test_a_step_waiting_in_its_queue_or_held_by_a_worker_or_ended_is_not_sent_ag
     assert {s.task_id for s in rt.inflight.overdue(now=10**12)} == {waiting.task_id, held.task_id}  # ended: cleared
 
 
+def test_a_call_the_client_sent_is_sent_again_when_the_worker_that_took_it_was_killed(private) -> None:
+    """Redis has no reliable pop: a worker killed between taking a message off its queue and
+    recording it as unacknowledged loses it. For a call's first message only its sender can know."""
+    from workers.client import FittestClient
+
+    celery, rt, client = private
+    kwargs = {"scenario": "sort these numbers", "input": {"numbers": [2, 1]}, "max_attempts": 2}
+    sender = FittestClient(rt.settings)
+    sent = sender.send("resilient_tool_call", **kwargs)
+    sender.close()  # writes what it buffered
+    assert rt.inflight.current(sent.id) == HandedOnStep(task_id=sent.id, task="fittest.resilient_tool_call",
+                                                        kwargs=kwargs, queue="selection")
+    due = client.zscore("rescue:inflight:due", sent.id) - time.time()
+    assert 600 < due <= 630  # the visibility timeout + 30 s: the broker brings back what a worker holds
+    assert list(queued(client, "selection")) == [sent.id]
+
+    client.delete(*client.keys("selection*"))  # taken off the queue by a worker killed at once
+    assert sweep(celery, rt) == []  # not overdue yet
+    rt.inflight.postpone(sent.id, -1.0)
+    client.delete(*client.keys("rescue:lock:*"))
+    assert sweep(celery, rt) == [sent.id]
+    [(_, message)] = queued_messages(client, "selection")
+    assert message["headers"]["id"] == sent.id and message["headers"][RESENT_HEADER] is True
+    assert json.loads(base64.b64decode(message["body"]))[:2] == [[], kwargs]  # the call as it was sent
+
+
+def test_the_clients_record_of_a_call_never_replaces_a_later_step_or_brings_back_an_ended_call(private) -> None:
+    """The client and the worker that hands the call on flush their writes on their own clocks."""
+    _, rt, _ = private
+    first = {"task": "fittest.resilient_tool_call", "kwargs": {"scenario": "s", "input": {}}}
+    moved_on = HandedOnStep(task_id=str(uuid.uuid4()), task="fittest.execute", args=[{}, 0])
+    rt.inflight.handed_on(moved_on, due_in_s=60.0)
+    rt.inflight.flush()
+    rt.inflight.sent(HandedOnStep(task_id=moved_on.task_id, **first), due_in_s=60.0)
+    rt.inflight.flush()
+    assert rt.inflight.current(moved_on.task_id) == moved_on
+
+    ended = str(uuid.uuid4())
+    rt.inflight.finished(ended)
+    rt.inflight.flush()
+    rt.inflight.sent(HandedOnStep(task_id=ended, **first), due_in_s=60.0)
+    rt.inflight.flush()
+    assert rt.inflight.current(ended) is None
+
+    fresh = HandedOnStep(task_id=str(uuid.uuid4()), **first)
+    rt.inflight.sent(fresh, due_in_s=60.0)
+    rt.inflight.flush()
+    assert rt.inflight.current(fresh.task_id) == fresh
+    rt.inflight.handed_on(moved_on.model_copy(update={"task_id": fresh.task_id}), due_in_s=60.0)
+    rt.inflight.flush()
+    assert rt.inflight.current(fresh.task_id).task == "fittest.execute"  # the worker's hand-on replaces it
+
+
 def test_one_sweep_per_interval_across_workers(private) -> None:
     celery, rt, _ = private
     first = lost(rt)
@@ -126,6 +180,25 @@ def test_the_workers_rescue_a_call_whose_step_was_lost_and_forget_it_once_it_end
     pipeline.wait_for(lambda: inflight.count() == 0, timeout=20)
     # it ran as the call's current step, though it checked that its call had not ended meanwhile
     pipeline.wait_for(lambda: resent_and_ran() == ran + 1, timeout=20)
+
+
+def test_a_call_is_forgotten_once_it_ends_wherever_it_ends(pipeline: Pipeline) -> None:
+    """Whether its result comes from an attempt or from its first step (a payload refused there)."""
+    from workers.state.inflight import InflightCalls
+
+    inflight = InflightCalls(redis.Redis.from_url(pipeline.settings.redis_url), pipeline.settings.key_prefix)
+    refused = HandedOnStep(task_id=str(uuid.uuid4()), task="fittest.resilient_tool_call",
+                           kwargs={"scenario": "", "input": {}}, queue="selection")
+    inflight.sent(refused, due_in_s=600.0)  # recorded before it is sent: the worker cannot be first
+    inflight.flush()
+    message = pipeline.client.celery.send_task(refused.task, kwargs=refused.kwargs, task_id=refused.task_id,
+                                               queue="selection")
+    assert pipeline.client.wait(message, 30)["status"] == "invalid"
+    served = pipeline.client.send("resilient_tool_call", scenario="show which argv the program gets",
+                                  namespace="echo_args", input={"text": "served"})
+    assert pipeline.client.wait(served, 60)["status"] == "success"
+    pipeline.wait_for(lambda: inflight.current(refused.task_id) is None and inflight.current(served.id) is None,
+                      timeout=20)
 
 
 def test_a_hand_on_that_reaches_redis_after_the_calls_end_is_not_recorded(private) -> None:

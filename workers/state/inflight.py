@@ -5,7 +5,9 @@ unacknowledged, so a worker killed in between (SIGKILL, the OOM killer) loses th
 good, and with it the call (kombu's Redis transport has no reliable pop; seen in `fittest bench
 chaos`, one call in 100 lost in one run of five). Every time a call hands itself on to its next
 step (`Task.replace`), the step is written here with a due time; the call's end removes it; a
-sweep (workers/rescue.py) sends again the steps of calls that are overdue and nowhere else.
+sweep (workers/rescue.py) sends again the steps of calls that are overdue and nowhere else. A
+call's first step is written by its sender when that is fittest's client (`sent`): a service that
+sends the call with Celery's own `send_task` writes nothing, so that step is not covered.
 
 Keys, under the key prefix: `inflight:due` (sorted set: call task id -> due time, Unix seconds),
 `inflight:steps` (hash: call task id -> the step as JSON) and `inflight:ended:<task id>` (a marker
@@ -25,6 +27,9 @@ from redis.client import Pipeline
 from workers.buffered import BufferedWrites
 
 FLUSH_INTERVAL_S = 0.1
+# A step is overdue this long after the visibility timeout (after which the broker gives back a
+# step a dead worker held): the sweep only acts on steps the broker will not bring back.
+STEP_MARGIN_S = 30.0
 # How long an ended call's marker keeps a late hand-on out: longer than a buffered write can wait
 # (a flush that fails is sent again while Redis is away, ~30 s of the client's retries each).
 ENDED_TTL_S = 600
@@ -39,10 +44,17 @@ class HandedOnStep(BaseModel):
     task: str
     args: list[Any] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    queue: str | None = None  # where its sender sent it; None: where the task is routed
 
 
-# A call's step or end, buffered: the step as JSON and its due time, or None once the call ended.
-_Pending = dict[str, tuple[str, float] | None]
+def step_due_in_s(visibility_timeout: float) -> float:
+    """How long after a step was sent the sweep may send it again."""
+    return visibility_timeout + STEP_MARGIN_S
+
+
+# A call's step or end, buffered: the step as JSON, its due time and whether it is the call's first
+# step (recorded only while none is), or None once the call ended.
+_Pending = dict[str, tuple[str, float, bool] | None]
 
 
 class InflightCalls(BufferedWrites[_Pending]):
@@ -71,7 +83,8 @@ class InflightCalls(BufferedWrites[_Pending]):
             if pending is None:
                 self._end(keys=keys, args=[task_id, ENDED_TTL_S], client=pipe)
             else:
-                self._hand_on(keys=keys, args=[task_id, pending[0], pending[1]], client=pipe)
+                step, due, first = pending
+                self._hand_on(keys=keys, args=[task_id, step, due, int(first)], client=pipe)
 
     def _put_back(self, failed: _Pending, newer: _Pending) -> _Pending:
         return {**failed, **newer}
@@ -79,7 +92,13 @@ class InflightCalls(BufferedWrites[_Pending]):
     def handed_on(self, step: HandedOnStep, due_in_s: float) -> None:
         """Remember `step` as the call's current one, overdue `due_in_s` from now."""
         with self._buffer() as pending:
-            pending[step.task_id] = (step.model_dump_json(), time.time() + due_in_s)
+            pending[step.task_id] = (step.model_dump_json(), time.time() + due_in_s, False)
+
+    def sent(self, step: HandedOnStep, due_in_s: float) -> None:
+        """Remember `step`, a call's first, just sent, unless the call has a step recorded already:
+        the worker that took it may have handed the call on before this write reaches Redis."""
+        with self._buffer() as pending:
+            pending[step.task_id] = (step.model_dump_json(), time.time() + due_in_s, True)
 
     def finished(self, task_id: str) -> None:
         with self._buffer() as pending:

@@ -15,7 +15,7 @@ from celery import Task
 from selection.models import CallPlan, CallResult, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.timeouts import adaptive_timeout
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
-from workers.rescue import CallStep, call_ended, hand_on
+from workers.rescue import CallStep, hand_on
 from workers.runners import RunLimits, run_tool
 from workers.runtime import runtime
 
@@ -103,7 +103,6 @@ def send_failure(plan: CallPlan, result: ToolExecutionResult) -> None:
 
 def finish(plan: CallPlan, status: str, message: str = "") -> dict[str, Any]:
     send_outcome(plan)
-    call_ended()
     result = CallResult.from_plan(plan, status, message=message)  # type: ignore[arg-type]
     runtime().metrics.call(result.status, len(result.attempts), result.elapsed_ms, result.tool)
     return result.model_dump(mode="json")
