@@ -86,7 +86,6 @@ class FittestClient:
                                 task_publish_retry_policy=PUBLISH_RETRY_POLICY,
                                 result_accept_content=["json"], broker_use_ssl=settings.redis_tls() or None,
                                 redis_backend_use_ssl=settings.redis_tls(settings.backend_url) or None)
-
         self._inflight: InflightCalls | None = None  # this process's, shared by its clients: _calls_in_flight
 
     def send(self, task: str, *, queue: str = "selection", **kwargs: Any) -> AsyncResult:
