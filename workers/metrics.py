@@ -7,7 +7,8 @@ which only sees processes sharing one directory on one host). Instead each worke
 its counts and adds them to one Redis hash twice a second, and `fittest metrics` serves them with
 a collector that reads Redis at scrape time: what the state store knows already (quality and
 counters per tool version, promotions and rollbacks) is read from the state itself, never counted
-twice, and queue lengths come from the broker's lists (Flower shows none).
+twice, queue lengths come from the broker's lists (Flower shows none), and the calls in flight
+from the rescue sweep's own record (workers/state/inflight.py).
 
 Written here as well: the short time series `fittest report` plots (attempts per tool version,
 finished calls), each a capped Redis list of JSON entries.
@@ -37,6 +38,7 @@ from selection.manifest import split_key
 from selection.models import Promotion, ToolExecutionResult
 from selection.quality import FULL_QUALITY_BP, bp_to_quality
 from workers.buffered import BufferedWrites
+from workers.state.inflight import due_key
 from workers.state.redis import _glob_escape
 
 
@@ -210,6 +212,15 @@ class MetricsReader:
         """Messages delivered to a worker and not yet acknowledged (kombu's `unacked` hash)."""
         return int(self.client.hlen(UNACKED_KEY))
 
+    def calls_in_flight(self, now: float | None = None) -> tuple[int, int]:
+        """(calls with a step recorded and no result yet, those of them past their step's due time)."""
+        key = due_key(self.prefix)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(key)
+        pipe.zcount(key, "-inf", now if now is not None else time.time())
+        recorded, overdue = pipe.execute()
+        return int(recorded), int(overdue)
+
     def broker_idle(self) -> bool:
         """No message waits in any queue and none is delivered but unacknowledged (acks are late,
         so a running task and a message held in a batch count as not done)."""
@@ -281,6 +292,14 @@ class RedisCollector(Collector):
         yield queued
         yield GaugeMetricFamily("fittest_unacked_messages", "Messages delivered to workers and not yet acknowledged",
                                 value=r.unacked())
+        recorded, overdue = r.calls_in_flight()
+        yield GaugeMetricFamily("fittest_calls_in_flight",
+                                "Calls with a step handed on (or sent by fittest's client) and no result yet",
+                                value=recorded)
+        yield GaugeMetricFamily("fittest_calls_overdue",
+                                "Calls in flight past their step's due time (the visibility timeout + 30 s): the "
+                                "rescue sweep sends their step again unless it is queued or held; a count that stays "
+                                "up means stuck calls", value=overdue)
 
 
 def reader_for(settings: Any, client: Redis | None = None) -> MetricsReader:

@@ -72,6 +72,18 @@ def test_counts_from_two_processes_add_up_in_one_scrape(redis_client, redis_url,
     assert got[("fittest_queue_length", (("priority", "5"), ("queue", queue)))] == 0
 
 
+def test_a_scrape_shows_the_calls_in_flight_and_those_overdue(redis_client, prefix) -> None:
+    from workers.state.inflight import HandedOnStep, InflightCalls
+
+    inflight = InflightCalls(redis_client, prefix)
+    for i, due_in_s in enumerate((-5.0, -1.0, 600.0)):
+        inflight.handed_on(HandedOnStep(task_id=f"call-{i}", task="fittest.execute", args=[{}, 0]), due_in_s)
+    inflight.finished("call-1")  # ended: neither in flight nor overdue
+    inflight.flush()
+    got = scrape(MetricsReader(redis_client, prefix))
+    assert (got[("fittest_calls_in_flight", ())], got[("fittest_calls_overdue", ())]) == (2, 1)
+
+
 def test_series_are_capped_and_read_back_in_order(redis_client, prefix, monkeypatch) -> None:
     from workers import metrics
 

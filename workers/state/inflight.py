@@ -47,6 +47,11 @@ class HandedOnStep(BaseModel):
     queue: str | None = None  # where its sender sent it; None: where the task is routed
 
 
+def due_key(prefix: str) -> str:
+    """The sorted set of calls in flight by due time (also read by the metrics)."""
+    return f"{prefix}inflight:due"
+
+
 def step_due_in_s(visibility_timeout: float) -> float:
     """How long after a step was sent the sweep may send it again."""
     return visibility_timeout + STEP_MARGIN_S
@@ -68,7 +73,7 @@ class InflightCalls(BufferedWrites[_Pending]):
 
     def __init__(self, client: redis.Redis, prefix: str, flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
         self.prefix = prefix
-        self.due_key = f"{prefix}inflight:due"
+        self.due_key = due_key(prefix)
         self.steps_key = f"{prefix}inflight:steps"
         self._hand_on = client.register_script((_LUA / "inflight_hand_on.lua").read_text())
         self._end = client.register_script((_LUA / "inflight_end.lua").read_text())
