@@ -86,7 +86,7 @@ class FittestClient:
                                 task_publish_retry_policy=PUBLISH_RETRY_POLICY,
                                 result_accept_content=["json"], broker_use_ssl=settings.redis_tls() or None,
                                 redis_backend_use_ssl=settings.redis_tls(settings.backend_url) or None)
-        self._inflight: InflightCalls | None = None  # this process's, shared by its clients: _calls_in_flight
+        self._inflight = _calls_in_flight(settings)  # this process's, shared by its clients (no connection yet)
 
     def send(self, task: str, *, queue: str = "selection", **kwargs: Any) -> AsyncResult:
         """Send `fittest.{task}` with `kwargs` to `queue` (workers/app.py TASK_ROUTES names each task's).
@@ -95,8 +95,6 @@ class FittestClient:
         0.1 s later, or at `close` or exit)."""
         result = self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue)
         if task in CALL_TASKS:
-            if self._inflight is None:
-                self._inflight = _calls_in_flight(self.settings)
             step = HandedOnStep(task_id=result.id, task=f"fittest.{task}", kwargs=kwargs, queue=queue)
             self._inflight.sent(step, step_due_in_s(self.settings.visibility_timeout))
         return result
@@ -121,11 +119,10 @@ class FittestClient:
     def close(self) -> None:
         """Write the calls sent but not yet recorded as in flight, and release the broker and
         backend connections."""
-        if self._inflight is not None:
-            try:
-                self._inflight.flush()
-            except RedisError as exc:  # Redis away: those calls are covered as foreign ones are
-                log.warning("calls sent but not recorded as in flight: %s", exc)
+        try:
+            self._inflight.flush()
+        except RedisError as exc:  # Redis away: those calls are covered as foreign ones are
+            log.warning("calls sent but not recorded as in flight: %s", exc)
         self.celery.close()
 
     def call(self, scenario: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **kwargs: Any) -> dict[str, Any]:
