@@ -101,7 +101,7 @@ def _passed(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None:
     if _has_result(task.app, task.request.id):
         return "its call has ended"
     current = runtime().inflight.current(task.request.id)
-    if current is not None and (current.task, current.args, current.kwargs) != (task.name, args, kwargs):
+    if current is not None and not current.carries(task.name, args, kwargs):
         return f"its call has moved on to {current.task}"
     return None
 

@@ -16,6 +16,7 @@ for ENDED_TTL_S after a call ended: lua/inflight_hand_on.lua, lua/inflight_end.l
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,16 @@ class HandedOnStep(BaseModel):
     args: list[Any] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
     queue: str | None = None  # where its sender sent it; None: where the task is routed
+
+    def carries(self, task: str, args: list[Any], kwargs: dict[str, Any]) -> bool:
+        """Whether a delivered message (its task name, args and kwargs as the worker decoded them)
+        is this step. Both are compared as this record is stored, JSON written by pydantic: the
+        record went through it (a tuple came back a list, a datetime as text), and a NaN equals
+        nothing, not even itself, so a step whose input held one would never be recognised and,
+        redelivered, would be ignored as passed every time the sweep sent it."""
+        fields = {"task", "args", "kwargs"}
+        delivered = HandedOnStep(task_id=self.task_id, task=task, args=args, kwargs=kwargs)
+        return json.loads(self.model_dump_json(include=fields)) == json.loads(delivered.model_dump_json(include=fields))
 
 
 def due_key(prefix: str) -> str:
