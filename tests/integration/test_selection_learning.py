@@ -341,3 +341,29 @@ def test_successes_of_a_namespace_without_a_column_do_not_make_every_beat_refit(
     again = retrain_now(rt)
     assert again["changed"] is False
     assert again["evidence"]["classifier"]["unchanged"] == "no success since the last refit"
+
+
+def test_a_beat_with_nothing_new_does_not_read_the_successes_again(rt, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle system's beat looks at how many successes there are and the newest one's time, and
+    reads them with their vectors only when that moved: the next success makes it refit."""
+    from selection.learner import ExecutionRecord
+    from workers.outcomes import store_executions
+    from workers.tasks.learning import retrain_now
+
+    def served(first: int, n: int) -> list[ExecutionRecord]:
+        return [ExecutionRecord(attempt_id=f"a{i}", call_id=f"c{i}", tool="stock_quotes", version="1.0.0",
+                                scenario=f"price of ticker number {i}", success=True) for i in range(first, first + n)]
+
+    store_executions(rt, served(0, 12))
+    assert retrain_now(rt)["changed"] is True
+    scrolled: list[int] = []
+    scroll = rt.memory.scroll
+    monkeypatch.setattr(rt.memory, "scroll", lambda *a, **k: scrolled.append(k.get("limit", 1000)) or scroll(*a, **k))
+    for _ in range(2):
+        again = retrain_now(rt)
+        assert again["changed"] is False and again["evidence"]["classifier"]["unchanged"] == "no success since the last refit"
+    assert scrolled and max(scrolled) == 1  # the newest success only
+    store_executions(rt, served(12, 1))
+    answer = retrain_now(rt)
+    assert answer["changed"] is True and answer["evidence"]["classifier"]["successes"] == 13
+    assert rt.settings.classifier_max_records in scrolled

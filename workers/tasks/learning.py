@@ -69,9 +69,8 @@ def retrain_now(rt: Runtime) -> dict[str, Any]:
         new, evidence = retrain(rt.learning.recent(), current)
         classifier = None
         if rt.settings.tool_classifier:
-            since = float(current.evidence.get("classifier", {}).get("newest") or 0.0)
             try:
-                classifier, evidence["classifier"] = refit(rt, stored_classifier(rt), since)
+                classifier, evidence["classifier"] = refit(rt, stored_classifier(rt), current.evidence.get("classifier", {}))
             except Exception as exc:  # the weights are still learned; the next beat refits
                 if not is_store_failure(exc):
                     raise
