@@ -10,14 +10,15 @@ move. One scale per tensor instead (the quantiser's default) is as fast but drif
 and loses a point of accuracy, so the per-channel recipe is the one used. The word-embedding table
 stays fp32: it is a lookup, not compute.
 
-The copy is named by the source's path and a digest of the source file, the recipe and the ONNX
-Runtime version, so a changed model or runtime makes a new copy and never reuses a stale one; the
-copies made before it from the same path are then removed (a process still running one keeps it
-open: the file goes once the last one closes), and so are copies named as before the path was
-part of the name (`model-{digest}.int8.onnx`), which nothing reads any more. Models at other paths
-(fastembed names every model `model.onnx`) keep theirs. A copy is written to a temporary file and
-renamed into place: processes that start together each may quantise, and each sees either no copy
-or a whole one.
+The copy is named by the source's path and a digest of the source file (remembered beside the
+copies while the file is unchanged), the recipe and the ONNX Runtime version, so a changed model or
+runtime makes a new copy and never reuses a stale one; the copies made before it from the same path
+are then removed (a process still running one keeps it open: the file goes once the last one
+closes), and so are copies named as before the path was part of the name
+(`model-{digest}.int8.onnx`), which nothing reads any more. Models at other paths (fastembed names
+every model `model.onnx`) keep theirs. A copy is written to a temporary file and renamed into
+place: processes that start together each may quantise, and each sees either no copy or a whole
+one.
 
 The quantiser is handed the loaded graph, not the file's path: given a path, it writes a
 shape-inferred `model-inferred.onnx` beside the source and deletes it after reading it back, so
@@ -28,9 +29,11 @@ benches started at once), and a model in a directory the worker cannot write nev
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 
 import onnxruntime as ort
@@ -47,7 +50,7 @@ def int8_copy(source: Path, cache_dir: Path) -> Path:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     family = f"{source.stem}-{hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:8]}"
-    target = cache_dir / f"{family}-{_digest(source)}.int8.onnx"
+    target = cache_dir / f"{family}-{_digest(source, cache_dir / f'{family}.sha256.json')}.int8.onnx"
     if target.is_file():
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -66,10 +69,47 @@ def int8_copy(source: Path, cache_dir: Path) -> Path:
     return target
 
 
-def _digest(source: Path) -> str:
-    h = hashlib.sha256()
-    with source.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    h.update(f"{RECIPE} onnxruntime {ort.__version__}".encode())
-    return h.hexdigest()[:16]
+def _digest(source: Path, memo: Path) -> str:
+    """The copy's name: a digest of the model file's content, the recipe and ONNX Runtime's version.
+
+    Hashing the 90 MB model took ~68 ms of every process's model load, so the content's hash is
+    remembered in `memo` with the file's identity (device, inode, size, modification and change
+    times): any write to the file changes its change time, so an edited or replaced model is hashed
+    again. As git does for its index, a file written in the last second is not remembered, since a
+    second write within the same clock tick would leave its times as they were."""
+    stat = source.stat()
+    identity = [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+    content = _remembered(memo, identity)
+    if content is None:
+        h = hashlib.sha256()
+        with source.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        content = h.hexdigest()
+        if time.time_ns() - max(stat.st_mtime_ns, stat.st_ctime_ns) > 1_000_000_000:
+            _remember(memo, {"identity": identity, "sha256": content})
+    return hashlib.sha256(f"{content} {RECIPE} onnxruntime {ort.__version__}".encode()).hexdigest()[:16]
+
+
+def _remembered(memo: Path, identity: list[int]) -> str | None:
+    try:
+        known = json.loads(memo.read_text())
+        return str(known["sha256"]) if known["identity"] == identity else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _remember(memo: Path, known: dict[str, object]) -> None:
+    """Written whole or not at all (a temporary file renamed into place); a directory that cannot
+    be written only means the next load hashes again."""
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        fd, scratch = tempfile.mkstemp(dir=memo.parent, prefix=f".{memo.name}.", suffix=".tmp")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(known, f)
+        os.replace(scratch, memo)
+    except OSError:
+        Path(scratch).unlink(missing_ok=True)

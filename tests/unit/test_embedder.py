@@ -236,6 +236,43 @@ def test_a_new_int8_copy_replaces_the_stale_copies_of_its_model_only(
     assert written and not [p for p in written if p.parent == model_path.resolve() or p.parent == model_path]
 
 
+def test_the_model_file_is_hashed_again_only_when_it_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each process names the int8 copy by the model's digest; the content's hash is remembered
+    while the file is as it was, and a rewritten model (same size, new content) gets a new name."""
+    import os
+
+    from workers.int8_model import _digest
+
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"first model " * 1000)
+    written_long_ago = time.time() - 60
+    os.utime(model, (written_long_ago, written_long_ago))
+    memo = tmp_path / "cache" / "model.sha256.json"
+    first = _digest(model, memo)
+    assert not memo.exists()  # its change time is this second's: a write in the same tick would not show
+    time.sleep(1.1)
+    assert _digest(model, memo) == first
+    assert memo.is_file()
+
+    opened = Path.open
+
+    def not_the_model(self: Path, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        assert self != model, "the model was hashed again although it did not change"
+        return opened(self, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "open", not_the_model)
+        assert _digest(model, memo) == first
+    model.write_bytes(b"other model " * 1000)
+    os.utime(model, (written_long_ago, written_long_ago))  # as `cp -p` would leave it: only ctime moves
+    second = _digest(model, memo)
+    assert second != first
+    time.sleep(1.1)
+    assert _digest(model, memo) == second
+    memo.unlink()
+    assert _digest(model, memo) == second  # the same as hashing from nothing
+
+
 def test_a_cache_dir_that_cannot_be_written_leaves_the_model_in_fp32(
     model_path: Path, embedder: FastEmbedder, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
