@@ -164,6 +164,7 @@ class Runtime:
                 if not is_store_failure(exc):
                     raise
                 log.warning("tool index not synced, the vector memory is unavailable: %s", exc)
+            selector.lexical_index()  # built here rather than in the first call's selection
             settle_heap()  # what the selector loaded stays for the process's life
             return selector
 

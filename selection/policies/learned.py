@@ -10,7 +10,8 @@ For each candidate the policy weighs three kinds of evidence, all by the same si
   random bonus, is how a new version gets the traffic it can prove itself on);
 - a prior from the description match and the source, as the seed design ranks them (a softmax of
   the seed's base score over the candidates at the kernel's bandwidth), times the version's
-  quality, worth PRIOR_STRENGTH (a) observations.
+  quality, worth PRIOR_STRENGTH (a) observations. A look-alike's description match also counts
+  LEXICAL_WEIGHT of its word match (selection/lexical.py), which the embedding alone misses.
 
     mass = a * prior * quality + S            which tool similar jobs were served by (Dirichlet)
     rate = (a + S) / (a + S + F)              how often this version works around here (Beta)
@@ -34,7 +35,8 @@ clearly better one is chosen every time; the probability of each placement is lo
 candidate (and with every attempt). The three hyper-parameters (kernel bandwidth, a, temperature)
 are round values chosen on one half of the development queries of the selection bench and checked
 on the other half; none is fitted to any label. The classifier's weight c and its floor are round
-values chosen on the bench's stream in the order of seed 0 and checked in the order of seed 1.
+values chosen on the bench's stream in the order of seed 0 and checked in the order of seed 1, and
+so is the word match's weight (a round value; docs/benches.md).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import math
 import random
 from typing import Any, NamedTuple
 
-from selection.evidence import CandidateEvidence
+from selection.evidence import SEMANTIC_FACTOR, CandidateEvidence
 from selection.feedback import BANDWIDTH, similarity_weight
 from selection.models import Candidate, ScoreBreakdown
 
@@ -53,6 +55,7 @@ FLOOR = 1e-12
 CUTOFF = 30.0  # e^-30: a placement this unlikely is not drawn
 CLASSIFIER_WEIGHT = 0.3  # c: the weight of the classifier's log-probability in the utility
 CLASSIFIER_LOG_FLOOR = -3.0  # log p below this counts as this: its doubt costs at most e^(-3c) (0.41)
+LEXICAL_WEIGHT = 0.1  # a look-alike's best word match counts as 0.1 more cosine in its prior
 
 
 class _Terms(NamedTuple):
@@ -69,20 +72,23 @@ class LearnedPolicy:
     name = "learned"
 
     def __init__(self, bandwidth: float = BANDWIDTH, prior_strength: float = PRIOR_STRENGTH,
-                 temperature: float = TEMPERATURE, classifier_weight: float = CLASSIFIER_WEIGHT) -> None:
-        if bandwidth <= 0 or prior_strength <= 0 or temperature < 0 or classifier_weight < 0:
-            raise ValueError("bandwidth and prior_strength must be > 0, temperature and classifier_weight >= 0")
+                 temperature: float = TEMPERATURE, classifier_weight: float = CLASSIFIER_WEIGHT,
+                 lexical_weight: float = LEXICAL_WEIGHT) -> None:
+        if bandwidth <= 0 or prior_strength <= 0 or min(temperature, classifier_weight, lexical_weight) < 0:
+            raise ValueError("bandwidth and prior_strength must be > 0, "
+                             "temperature, classifier_weight and lexical_weight >= 0")
         self.bandwidth = bandwidth
         self.prior_strength = prior_strength
         self.temperature = temperature
         self.classifier_weight = classifier_weight
+        self.lexical_weight = lexical_weight
 
     def _kernel_sum(self, similarities: list[float]) -> float:
         return sum(similarity_weight(s, self.bandwidth) for s in similarities)
 
     def _terms(self, evidence: list[CandidateEvidence]) -> list[_Terms]:
         """The numbers each candidate's utility is made of (cheap: no models, no strings)."""
-        logits = [e.base_score() / self.bandwidth for e in evidence]
+        logits = [self._match(e) / self.bandwidth for e in evidence]
         top = max(logits)
         exps = [math.exp(v - top) for v in logits]
         total = sum(exps)
@@ -99,6 +105,11 @@ class LearnedPolicy:
             utility = math.log(max(mass * rate * factor, FLOOR)) + self.classifier_weight * (lp or 0.0)
             out.append(_Terms(utility, prior, s, f, mass, rate, None if lp is None else math.exp(lp)))
         return out
+
+    def _match(self, e: CandidateEvidence) -> float:
+        """The seed's base score, with a look-alike's word match counted as more similarity."""
+        words = SEMANTIC_FACTOR * self.lexical_weight * e.lexical if e.source == "semantic" else 0.0
+        return e.base_score() + words
 
     @staticmethod
     def _classifier_log_p(evidence: list[CandidateEvidence]) -> list[float | None]:
@@ -127,12 +138,14 @@ class LearnedPolicy:
             feedback=e.feedback_points,
             sparc=e.sparc,
             sparc_components=e.sparc_components,
-            extra={"prior": round(t.prior, 4), "successes_nearby": round(t.successes, 4),
+            extra={"prior": round(t.prior, 4), "lexical": e.lexical, "successes_nearby": round(t.successes, 4),
                    "failures_nearby": round(t.failures, 4), "mass": round(t.mass, 4), "success_rate": round(t.rate, 4),
                    **({} if t.classifier is None else {"classifier_p": round(t.classifier, 4)})},
             rationale=(
                 f"{t.successes:.2f} successes of {e.manifest.name} and {t.failures:.2f} failures of this version nearby "
-                f"(rate {t.rate:.2f}), prior {t.prior:.2f} ({e.source} {e.base_score():.2f}) x quality {e.quality:.2f}"
+                f"(rate {t.rate:.2f}), prior {t.prior:.2f} ({e.source} {e.base_score():.2f}"
+                + (f", word match {e.lexical:.2f}" if e.lexical else "")
+                + f") x quality {e.quality:.2f}"
                 + ("" if t.classifier is None else f"; classifier p {t.classifier:.2f}")
                 + (f"; feedback {e.feedback_points:+.0f}" if abs(e.feedback_points) >= 0.5 else "")
                 + f"; SPARC {e.sparc:.2f}: {e.sparc_rationale or 'neutral'}"

@@ -367,3 +367,18 @@ def test_a_beat_with_nothing_new_does_not_read_the_successes_again(rt, monkeypat
     answer = retrain_now(rt)
     assert answer["changed"] is True and answer["evidence"]["classifier"]["successes"] == 13
     assert rt.settings.classifier_max_records in scrolled
+
+
+def test_a_plan_carries_the_scenarios_word_match_and_follows_new_tools(rt) -> None:
+    """Each candidate's breakdown says how well the scenario's words match its texts (relative to the
+    best match); a tool registered since is matched by its words from the next plan on."""
+    def word_match(scenario: str) -> dict[str, float]:
+        plan = rt.selector.plan(CallRequest(scenario=scenario), run=False)
+        return {c.manifest.name: c.breakdown.extra["lexical"] for c in plan.candidates}
+
+    scores = word_match("the forecast for Lisbon tomorrow")
+    assert scores["weather_now"] == 1.0 and all(v == 0.0 for name, v in scores.items() if name != "weather_now")
+    rt.selector.add_tool(ToolManifest(name="tide_tables", description="Tide tables and the surf forecast for a beach.",
+                                      implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+    scores = word_match("the surf forecast for Nazare beach")
+    assert scores["tide_tables"] == 1.0 and 0.0 < scores["weather_now"] < 1.0

@@ -101,6 +101,16 @@ def test_the_classifiers_doubt_is_bounded() -> None:
     assert rank([ev("a", 0.5, classifier_score=0.0), ev("b", 0.45, classifier_score=20.0)])[0] == "b@1.0.0"
 
 
+def test_a_word_match_tips_a_close_description_match_and_no_more() -> None:
+    """The scenario's words matching a look-alike's texts count as a little more similarity: enough
+    to put it ahead of a description 0.02 closer, not ahead of one 0.2 closer, and only in `learned`."""
+    assert rank([ev("a", 0.50, lexical=1.0), ev("b", 0.52)]) == ["a@1.0.0", "b@1.0.0"]
+    assert rank([ev("a", 0.50, lexical=1.0), ev("b", 0.70)])[0] == "b@1.0.0"
+    assert rank([ev("a", 0.50, lexical=1.0), ev("b", 0.52)], policy="seed")[0] == "b@1.0.0"
+    (first, _) = get_policy("learned").rank([ev("a", 0.50, lexical=1.0), ev("b", 0.52)], {}, random.Random(0))
+    assert first.breakdown.extra["lexical"] == 1.0 and "word match 1.00" in first.breakdown.rationale
+
+
 def test_seed_formulas() -> None:
     policy = get_policy("seed")
     plain = policy.score(ev("a", 0.5))[0]

@@ -97,8 +97,9 @@ class SelectionBenchResult(BaseModel):
 
 
 def namespace_of(name: str) -> str:
-    """A benchmark tool name as a fittest namespace (`PDF&URLTool` -> `pdf_urltool`)."""
-    slug = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+    """A benchmark tool name as a fittest namespace, its words in snake case as fittest's own tool
+    names are written (`PDF&URLTool` -> `pdf_url_tool`, `ResearchHelper` -> `research_helper`)."""
+    slug = "_".join(w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", name))
     return slug if slug[:1].isalpha() else f"t_{slug}"
 
 
