@@ -3,13 +3,14 @@
 The sentence model places a scenario near the tools whose descriptions mean the same thing, and
 misses some whose descriptions share the scenario's rare words (a "PDF", an "SQL query", a place
 name); word matching finds those. The learned policy adds a little of it to the description match
-of its prior (selection/policies/learned.py), which matters most before any outcome is known.
-Measured on the MetaTool development queries (docs/benches.md): zero-shot top-1 0.545 -> 0.568.
+of its prior (selection/policies/learned.py), which matters most before any outcome is known, and
+degraded selection (workers/degraded.py) matches by these words alone when there are no vectors.
 
-BM25 (Lucene's variant, k1 1.2, b 0.75) is bm25s's, over lower-cased words of two or more
-letters without English stop words. A scenario's scores are scaled so the best-matching version
-of the registry scores 1: what counts is how a tool's words compare with the best match, since
-raw BM25 grows with the scenario's length.
+BM25 (Lucene's variant, k1 1.2, b 0.75) is bm25s's, over content words crudely stemmed (`words`).
+A scenario's scores are scaled so the best-matching version of the registry scores 1: what counts
+is how a tool's words compare with the best match, since raw BM25 grows with the scenario's length.
+Zero-shot top-1 on the MetaTool development queries, description cosine plus 0.1 x this score:
+0.546 without it, 0.566 with bm25s's own words (no stemming), 0.581 with these (docs/benches.md).
 """
 
 from __future__ import annotations
@@ -18,14 +19,26 @@ import re
 from collections.abc import Iterable, Mapping
 
 import bm25s
-from bm25s.stopwords import STOPWORDS_EN
 
-_WORD = re.compile(r"(?u)\b\w\w+\b")
-_STOP = frozenset(STOPWORDS_EN)
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset(
+    "the and for with into from this that these those are was were has have its any all not but can "
+    "you your our out per via use using text data".split()
+)
+_SUFFIXES = ("ations", "ation", "ings", "ing", "ers", "er", "ies", "es", "ed", "s")
+
+
+def _stem(word: str) -> str:
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 3 else word
 
 
 def words(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower()) if w not in _STOP]
+    """Content words of a text in order, crudely stemmed (`parse`, `parsing`, `parses` -> `pars`)."""
+    return [_stem(w) for w in _WORD.findall(text.lower()) if len(w) > 2 and w not in _STOP]
 
 
 class LexicalIndex:

@@ -9,22 +9,14 @@ not store failures and propagate.
 
 from __future__ import annotations
 
-import re
-
 from redis.exceptions import RedisError
 
+from selection.lexical import words
 from selection.models import CallRequest
 from selection.registry import ToolRegistry
 
 # Exceptions that mean a bug in fittest rather than an unavailable store: never hidden by degrading.
 _BUGS = (ValueError, TypeError, KeyError, IndexError, AttributeError, AssertionError, NameError)
-
-_WORD = re.compile(r"[a-z0-9]+")
-_STOP = frozenset(
-    "the and for with into from this that these those are was were has have its any all not but can "
-    "you your our out per via use using text data".split()
-)
-_SUFFIXES = ("ations", "ation", "ings", "ing", "ers", "er", "ies", "es", "ed", "s")
 
 
 def is_store_failure(exc: BaseException) -> bool:
@@ -33,23 +25,10 @@ def is_store_failure(exc: BaseException) -> bool:
     return isinstance(exc, Exception) and not isinstance(exc, (RedisError, *_BUGS))
 
 
-def _stem(word: str) -> str:
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            word = word[: -len(suffix)]
-            break
-    return word[:-1] if word.endswith("e") and len(word) > 3 else word
-
-
-def words(text: str) -> set[str]:
-    """Content words of a text, crudely stemmed (`parse`, `parsing`, `parses` → `pars`)."""
-    return {_stem(w) for w in _WORD.findall(text.lower()) if len(w) > 2 and w not in _STOP}
-
-
 def registry_similarities(request: CallRequest, registry: ToolRegistry) -> dict[str, float]:
     """The share of the scenario's words that each tool version's name, description, examples and
     tags contain (0..1), for the versions the request allows; versions sharing no word are left out."""
-    wanted = words(request.scenario)
+    wanted = set(words(request.scenario))
     if not wanted:
         return {}
     exact = f"{request.namespace}@{request.version}" if request.namespace and request.version else None
@@ -59,7 +38,7 @@ def registry_similarities(request: CallRequest, registry: ToolRegistry) -> dict[
             continue
         if request.tags and not set(request.tags) <= set(m.tags):
             continue
-        overlap = len(wanted & words(" ".join([m.name.replace("_", " "), m.match_text(), *m.tags])))
+        overlap = len(wanted & set(words(" ".join([m.name.replace("_", " "), m.match_text(), *m.tags]))))
         if overlap:
             out[m.key] = overlap / len(wanted)
     return out
