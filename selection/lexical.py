@@ -52,9 +52,6 @@ class LexicalIndex:
             self._bm25 = bm25s.BM25(k1=1.2, b=0.75)
             self._bm25.index(documents, show_progress=False)
 
-    def __len__(self) -> int:
-        return len(self._position)
-
     def scores(self, scenario: str, keys: Iterable[str]) -> dict[str, float]:
         """Each of `keys` with its BM25 score for `scenario` over the best version's (0..1); 0 for a
         key the index does not hold, and for every key when the scenario shares no word with any."""
