@@ -13,6 +13,7 @@ import threading
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from evolution.descriptions import MANIFEST_VARIANT
 from evolution.trial import served_version
 from evolution.versioning import MANIFEST_FILE, version_stem
 from selection.cache import TTLCache
@@ -41,7 +42,7 @@ from selection.timeouts import timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
 from workers.tool_catalog import evolved_dir, text_hash, tool_point
 from workers.tool_classifier import stored_classifier
-from workers.variants import VariantBook
+from workers.variants import VariantBook, variant_point_id
 
 if TYPE_CHECKING:
     from workers.runtime import Runtime
@@ -106,12 +107,20 @@ class Selector:
         return len(todo)
 
     def lexical_index(self) -> LexicalIndex:
-        """The word index of the registry's versions (name, description, examples), rebuilt when a
-        version is registered: a registry only grows (10,000 versions take ~0.25 s to index)."""
-        registry = self.rt.registry
-        signature = (id(registry), len(registry))
+        """The word index of the registry's versions (name, description, examples) and of their
+        description variants (name, the variant, examples; by variant point id), as the variants
+        were last read. Rebuilt when a version is registered (a registry only grows) or a variant's
+        text changes; 10,000 versions take ~0.25 s to index."""
+        registry, variants = self.rt.registry, self.variants
+        signature = (id(registry), len(registry), variants.revision)
         if self._lexical is None or self._lexical[0] != signature:
-            texts = {m.key: f"{m.name.replace('_', ' ')} {m.match_text()}" for m in registry.all()}
+            def words_of(m: ToolManifest, description: str) -> str:
+                return " ".join([m.name.replace("_", " "), description, *m.examples])
+
+            texts = {m.key: words_of(m, m.description) for m in registry.all()}
+            for point_id, text in variants.texts.items():
+                if (m := registry.get(point_id.rpartition("#")[0])) is not None:
+                    texts[point_id] = words_of(m, text)
             self._lexical = (signature, LexicalIndex(texts))
         return self._lexical[1]
 
@@ -226,9 +235,12 @@ class Selector:
             )
             for k in keys
         ]
-        lexical = self.lexical_index().scores(request.scenario, keys)
+        # Words are matched against the description each tool is served in this call, as the embedding is.
+        served = self.variants.served_for(request, keys)
+        documents = {k: k if served.get(k, MANIFEST_VARIANT) == MANIFEST_VARIANT else variant_point_id(k, served[k]) for k in keys}
+        lexical = self.lexical_index().scores(request.scenario, documents.values())
         for e in evidence:
-            e.lexical = round(lexical[e.key], 4)
+            e.lexical = round(lexical[documents[e.key]], 4)
         # The classifier ranks the candidates found; it finds none of its own: making the 8 namespaces
         # it scores highest candidates too changed nothing on the selection bench but the time.
         if vector is not None and (classifier := self.classifier()) is not None:

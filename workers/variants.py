@@ -4,7 +4,8 @@ Each variant of a tool version is embedded as its own point in the tools collect
 (`name@version#v<id>`, beside the manifest's description `#d`, which is variant "0"). For a tool
 with variants, a call keeps only the hits of the variant it is served (evolution/descriptions.py:
 the best active one, or with probability FITTEST_AB_TEST_PROBABILITY a testing one), so the
-served description is the one matched; examples match as always. A tool without variants is
+served description is the one matched, by the embedding and by the word match (the selector's
+word index holds each variant as well); examples match as always. A tool without variants is
 matched by its manifest's description, as before any variant existed.
 
 The selector reads the variants from Redis at most every REFRESH_S seconds (a snapshot, not a
@@ -21,7 +22,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from evolution.descriptions import DescriptionVariant, judge, served
+from evolution.descriptions import MANIFEST_VARIANT, DescriptionVariant, judge, served
 from selection.models import CallRequest, OutcomeRecord
 from selection.ports import TOOLS, VectorHit
 from workers.degraded import is_store_failure
@@ -58,6 +59,10 @@ class VariantBook:
         self._snapshot: dict[str, list[DescriptionVariant]] = {}
         self._read_at = float("-inf")
         self._embedded: set[str] = set()
+        # The variants' texts by point id, and a revision that moves when they change, so that the
+        # selector's word index is rebuilt when a variant is added, not at every read.
+        self.texts: dict[str, str] = {}
+        self.revision = 0
 
     def snapshot(self) -> dict[str, list[DescriptionVariant]]:
         with self._lock:
@@ -65,6 +70,10 @@ class VariantBook:
                 self._snapshot = self.rt.evolution.all_variants()
                 self._read_at = time.monotonic()
                 self._embed_new(self._snapshot)
+                texts = {variant_point_id(key, v.id): v.text
+                         for key, variants in self._snapshot.items() for v in variants if v.id != MANIFEST_VARIANT}
+                if texts != self.texts:
+                    self.texts, self.revision = texts, self.revision + 1
             return self._snapshot
 
     def _embed_new(self, snapshot: dict[str, list[DescriptionVariant]]) -> None:

@@ -86,3 +86,20 @@ def test_a_worse_testing_variant_is_retired(rt: Runtime) -> None:
     assert variants["1"].status == "deprecated" and variants["1"].accesses == 3
     rt.settings.ab_test_probability = 1.0  # a retired variant is never served, not even on test
     assert plan(rt, "c4").variants == {}
+
+
+def test_a_call_is_matched_by_the_words_of_the_description_it_is_served(rt: Runtime) -> None:
+    """The word match reads the variant a call is served, as the embedding does: words only the
+    variant has count for the calls it is served, and not for the others."""
+    scenario = "turn 1994 into numerals such as MCMXCIV"
+
+    def word_match(call_id: str) -> dict[str, float]:
+        rt.selector.variants._read_at = float("-inf")
+        p = rt.selector.plan(CallRequest(scenario=scenario, call_id=call_id), run=False)
+        return {c.key: c.breakdown.extra["lexical"] for c in p.candidates}
+
+    rt.evolution.add_variant("roman@1.0.0", "Write an integer in Roman numerals, e.g. 1994 as MCMXCIV.", TOOLS["roman"])
+    rt.settings.ab_test_probability = 1.0
+    assert word_match("v1")["roman@1.0.0"] == 1.0
+    rt.settings.ab_test_probability = 0.0  # "Utility." shares no word with the scenario
+    assert all(score == 0.0 for score in word_match("v2").values())
