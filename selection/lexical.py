@@ -4,7 +4,9 @@ The sentence model places a scenario near the tools whose descriptions mean the 
 misses some whose descriptions share the scenario's rare words (a "PDF", an "SQL query", a place
 name); word matching finds those. The learned policy adds a little of it to the description match
 of its prior (selection/policies/learned.py), which matters most before any outcome is known, and
-degraded selection (workers/degraded.py) matches by these words alone when there are no vectors.
+degraded selection (workers/degraded.py) matches by this score alone when there are no vectors.
+A version is matched by the words of its name, description (or the description variant a call is
+served), examples and tags (`version_text`).
 
 BM25 (Lucene's variant, k1 1.2, b 0.75) is bm25s's, over content words crudely stemmed (`words`).
 A scenario's scores are scaled so the best-matching version of the registry scores 1: what counts
@@ -19,6 +21,8 @@ import re
 from collections.abc import Iterable, Mapping
 
 import bm25s
+
+from selection.manifest import ToolManifest
 
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(
@@ -39,6 +43,13 @@ def _stem(word: str) -> str:
 def words(text: str) -> list[str]:
     """Content words of a text in order, crudely stemmed (`parse`, `parsing`, `parses` -> `pars`)."""
     return [_stem(w) for w in _WORD.findall(text.lower()) if len(w) > 2 and w not in _STOP]
+
+
+def version_text(manifest: ToolManifest, description: str | None = None) -> str:
+    """The text a tool version's words are matched in; `description` in place of the manifest's
+    (a description variant)."""
+    return " ".join([manifest.name.replace("_", " "), manifest.description if description is None else description,
+                     *manifest.examples, *manifest.tags])
 
 
 class LexicalIndex:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from redis.exceptions import RedisError
 
-from selection.lexical import words
+from selection.lexical import LexicalIndex
 from selection.models import CallRequest
 from selection.registry import ToolRegistry
 
@@ -25,20 +25,14 @@ def is_store_failure(exc: BaseException) -> bool:
     return isinstance(exc, Exception) and not isinstance(exc, (RedisError, *_BUGS))
 
 
-def registry_similarities(request: CallRequest, registry: ToolRegistry) -> dict[str, float]:
-    """The share of the scenario's words that each tool version's name, description, examples and
-    tags contain (0..1), for the versions the request allows; versions sharing no word are left out."""
-    wanted = set(words(request.scenario))
-    if not wanted:
-        return {}
+def registry_similarities(request: CallRequest, registry: ToolRegistry, index: LexicalIndex) -> dict[str, float]:
+    """How well the scenario's words match each tool version's name, description, examples and tags
+    (the selector's word index: BM25 over the best-matching version's, 0..1), for the versions the
+    request allows; versions sharing no word are left out."""
     exact = f"{request.namespace}@{request.version}" if request.namespace and request.version else None
-    out: dict[str, float] = {}
-    for m in registry.all():
-        if m.deprecated or m.key in request.exclude or (exact and m.key != exact):
-            continue
-        if request.tags and not set(request.tags) <= set(m.tags):
-            continue
-        overlap = len(wanted & set(words(" ".join([m.name.replace("_", " "), m.match_text(), *m.tags]))))
-        if overlap:
-            out[m.key] = overlap / len(wanted)
-    return out
+    allowed = [
+        m.key for m in registry.all()
+        if not (m.deprecated or m.key in request.exclude or (exact and m.key != exact))
+        and not (request.tags and not set(request.tags) <= set(m.tags))
+    ]
+    return {key: score for key, score in index.scores(request.scenario, allowed).items() if score > 0}

@@ -21,7 +21,7 @@ from selection.classifier import ToolClassifier
 from selection.context import ContextFeatures, analyse
 from selection.evidence import CandidateEvidence
 from selection.feedback import MIN_SIMILARITY, points_by_tool, similarity_weight
-from selection.lexical import LexicalIndex
+from selection.lexical import LexicalIndex, version_text
 from selection.manifest import ManifestError, ToolManifest, load_manifest, tool_key
 from selection.models import Candidate, CallPlan, CallRequest, Promotion, Source
 from selection.policies import get_policy
@@ -107,20 +107,16 @@ class Selector:
         return len(todo)
 
     def lexical_index(self) -> LexicalIndex:
-        """The word index of the registry's versions (name, description, examples) and of their
-        description variants (name, the variant, examples; by variant point id), as the variants
-        were last read. Rebuilt when a version is registered (a registry only grows) or a variant's
-        text changes; 10,000 versions take ~0.25 s to index."""
+        """The word index of the registry's versions and of their description variants (by variant
+        point id; `version_text`), as the variants were last read. Rebuilt when a version is
+        registered (a registry only grows) or a variant's text changes; 10,000 versions take ~0.25 s."""
         registry, variants = self.rt.registry, self.variants
         signature = (id(registry), len(registry), variants.revision)
         if self._lexical is None or self._lexical[0] != signature:
-            def words_of(m: ToolManifest, description: str) -> str:
-                return " ".join([m.name.replace("_", " "), description, *m.examples])
-
-            texts = {m.key: words_of(m, m.description) for m in registry.all()}
+            texts = {m.key: version_text(m) for m in registry.all()}
             for point_id, text in variants.texts.items():
                 if (m := registry.get(point_id.rpartition("#")[0])) is not None:
-                    texts[point_id] = words_of(m, text)
+                    texts[point_id] = version_text(m, text)
             self._lexical = (signature, LexicalIndex(texts))
         return self._lexical[1]
 
@@ -175,7 +171,7 @@ class Selector:
                features: dict[str, Any] | None = None) -> list[CandidateEvidence]:
         """`vector` None: the vector memory is not asked (degraded selection)."""
         registry = self.rt.registry
-        similarity = self._similarities(request, vector) if vector is not None else registry_similarities(request, registry)
+        similarity = self._similarities(request, vector) if vector is not None else registry_similarities(request, registry, self.lexical_index())
         successes = self._successes(request, vector, similarity) if vector is not None else []
         sources: dict[str, Source] = {}
         promotions = self.promotions(

@@ -12,7 +12,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from selection.models import CallRequest
 from selection.registry import ToolRegistry
 from tests.conftest import EXAMPLE_TOOLS
-from selection.lexical import words
+from selection.lexical import LexicalIndex, version_text, words
 from workers.degraded import is_store_failure, registry_similarities
 from workers.memory import VectorMemoryUnavailable
 from workers.settings import Settings, redact_url
@@ -24,26 +24,31 @@ def registry() -> ToolRegistry:
     return ToolRegistry.load([EXAMPLE_TOOLS])
 
 
+@pytest.fixture(scope="module")
+def index(registry: ToolRegistry) -> LexicalIndex:
+    return LexicalIndex({m.key: version_text(m) for m in registry.all()})
+
+
 def test_words_are_stemmed_content_words() -> None:
     assert words("Parsing the CSV files, and sorting numbers!") == ["pars", "csv", "fil", "sort", "numb"]
     assert set(words("parse a number of sorted file")) == set(words("parsing numbers of sorting files"))
 
 
-def test_registry_matching_ranks_the_tool_whose_words_match(registry: ToolRegistry) -> None:
-    sims = registry_similarities(CallRequest(scenario="sort a list of numbers quickly"), registry)
+def test_registry_matching_ranks_the_tool_whose_words_match(registry: ToolRegistry, index: LexicalIndex) -> None:
+    sims = registry_similarities(CallRequest(scenario="sort a list of numbers quickly"), registry, index)
     assert sims and max(sims, key=sims.get).partition("@")[0] in {"fast_sort", "sort_numbers"}
     assert all(0 < s <= 1 for s in sims.values())
 
 
-def test_registry_matching_honours_tags_exclusions_and_versions(registry: ToolRegistry) -> None:
-    everything = registry_similarities(CallRequest(scenario="sort numbers"), registry)
+def test_registry_matching_honours_tags_exclusions_and_versions(registry: ToolRegistry, index: LexicalIndex) -> None:
+    everything = registry_similarities(CallRequest(scenario="sort numbers"), registry, index)
     key = max(everything, key=everything.get)
-    assert key not in registry_similarities(CallRequest(scenario="sort numbers", exclude=[key]), registry)
-    assert registry_similarities(CallRequest(scenario="sort numbers", tags=["no-such-tag"]), registry) == {}
+    assert key not in registry_similarities(CallRequest(scenario="sort numbers", exclude=[key]), registry, index)
+    assert registry_similarities(CallRequest(scenario="sort numbers", tags=["no-such-tag"]), registry, index) == {}
     name, _, version = key.partition("@")
-    pinned = registry_similarities(CallRequest(scenario="sort numbers", namespace=name, version=version), registry)
+    pinned = registry_similarities(CallRequest(scenario="sort numbers", namespace=name, version=version), registry, index)
     assert list(pinned) == [key]
-    assert registry_similarities(CallRequest(scenario="the a of"), registry) == {}
+    assert registry_similarities(CallRequest(scenario="the a of"), registry, index) == {}
 
 
 @pytest.mark.parametrize(
