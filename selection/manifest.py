@@ -167,10 +167,6 @@ class ToolManifest(BaseModel):
         """`name@version`: the identity of a tool version everywhere (Redis, Qdrant, results)."""
         return tool_key(self.name, self.version)
 
-    def match_text(self) -> str:
-        """The text embedded for semantic matching: the description and the examples."""
-        return " ".join([self.description, *self.examples])
-
 
 def tool_key(name: str, version: str) -> str:
     return f"{name}@{version}"
