@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,9 @@ def test_the_labels_of_other_folds_teach_more_than_the_descriptions(cli, tmp_pat
     assert learned["top1"] > described["top1"] + 0.1
     assert learned["mean_attempts"] < described["mean_attempts"]
     assert "classifier on the other folds' labels" in result.output
+    # where it was measured: the JSON names the packages that move such numbers, and so does the printed line
+    assert data["host"]["packages"]["onnxruntime"] == metadata.version("onnxruntime")
+    assert f"onnxruntime {metadata.version('onnxruntime')}" in result.output
 
 
 def test_a_query_of_an_unknown_tool_is_named(cli, tmp_path: Path) -> None:

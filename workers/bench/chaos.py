@@ -38,6 +38,7 @@ from pydantic import BaseModel
 from selection.models import Severity
 from selection.ports import FAILURES, VectorFilter
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
+from workers.bench.host import BenchResult
 from workers.client import FittestClient
 from workers.settings import Settings
 
@@ -60,7 +61,7 @@ class PhaseReport(BaseModel):
     degraded: int = 0
 
 
-class ChaosResult(BaseModel):
+class ChaosResult(BenchResult):
     calls: int
     completed: int  # status success
     failed_with_result: int  # ended with another status and a message (the tool was told to fail)

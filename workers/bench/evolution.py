@@ -40,6 +40,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from selection.manifest import TestCase
+from workers.bench.host import BenchResult
 from workers.settings import Settings
 from workers.stack import ROOT, Stack, start_private_redis
 
@@ -122,7 +123,7 @@ class ToolOutcome(BaseModel):
         return next((e.elapsed_s for e in self.events if e.event in ("promoted", "no_fix")), None)
 
 
-class EvolutionBench(BaseModel):
+class EvolutionBench(BenchResult):
     tools: int
     calls: int
     broken: int

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -47,6 +46,7 @@ from selection.ports import (
     VectorPoint,
 )
 from selection.registry import ToolRegistry
+from workers.bench.host import BenchResult
 from workers.bench.throughput import percentile
 from workers.settings import Settings
 
@@ -92,8 +92,7 @@ class Growth(BaseModel):
     added_p50_ms: list[float]  # p50 at each level minus p50 at the first: what the growth itself costs
 
 
-class ScaleResult(BaseModel):
-    load_average: list[float]  # the machine's 1/5/15-minute load when the run ended: context for p99
+class ScaleResult(BenchResult):
     tool_levels: list[int]
     vector_levels: list[int]
     queries_per_cell: int
@@ -362,7 +361,6 @@ def _summarise(cells: list[Cell], tool_levels: list[int], vector_levels: list[in
     at_target = [c.p99_ms for c in edge if c.vectors == TARGET_VECTORS]
     over = sorted({c.vectors for c in edge if c.p99_ms > TARGET_P99_MS})
     return ScaleResult(
-        load_average=[round(x, 2) for x in os.getloadavg()],
         tool_levels=tool_levels,
         vector_levels=vector_levels,
         queries_per_cell=queries,

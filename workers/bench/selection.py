@@ -40,6 +40,7 @@ from pydantic import BaseModel
 
 from selection.manifest import ToolManifest
 from selection.models import CallRequest, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
+from workers.bench.host import BenchResult
 from workers.bench.throughput import percentile
 from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
 from workers.settings import Settings
@@ -76,7 +77,7 @@ class StreamResult(BaseModel):
     elapsed_s: float
 
 
-class SelectionBenchResult(BaseModel):
+class SelectionBenchResult(BenchResult):
     queries: int
     policy: str
     seed: int

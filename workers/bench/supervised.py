@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from threadpoolctl import threadpool_limits
 
 from selection.classifier import ToolClassifier
+from workers.bench.host import BenchResult
 from workers.bench.selection import MAX_ATTEMPTS, BenchInputError, load_queries, load_tools
 from workers.settings import Settings
 
@@ -35,7 +36,7 @@ class RankingScores(BaseModel):
     mean_attempts: float  # its place in the ranking + 1, 5 when unresolved (as the selection bench counts)
 
 
-class SupervisedBenchResult(BaseModel):
+class SupervisedBenchResult(BenchResult):
     queries: int
     tools: int
     folds: int

@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from workers.bench.host import BenchResult
 from workers.client import FittestClient
 from workers.metrics import reader_for
 from workers.settings import Settings
@@ -54,7 +55,7 @@ class Phase(BaseModel):
         return self.calls / self.wall_s if self.wall_s else 0.0
 
 
-class ThroughputResult(BaseModel):
+class ThroughputResult(BenchResult):
     calls: int
     concurrency: int
     rounds: int

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import BaseModel
+
+from workers.bench.host import BenchResult
 
 app = typer.Typer(no_args_is_help=True)
 
 
-def write_json(path: Path | None, result: BaseModel) -> None:
+def finish(result: BenchResult, path: Path | None) -> None:
+    """The line saying where the numbers were measured, and the JSON with them."""
+    from workers.cli.common import console
+
+    console.print(f"[dim]{result.host.line()}[/dim]")
     if path is not None:
         path.write_text(result.model_dump_json(indent=2) + "\n")
 
@@ -51,7 +55,7 @@ def throughput(
     color = "green" if result.ratio >= result.target_ratio else "red"
     console.print(f"ratio [{color}]{result.ratio:.2f}[/{color}] (target >= {result.target_ratio}); "
                   f"failed pipeline calls: {result.pipeline_failed}")
-    write_json(json_path, result)
+    finish(result, json_path)
 
 
 # --------------------------------------------------------------------------------------- scale
@@ -103,8 +107,7 @@ def scale(
             table.add_row(f"{t:,}", f"{v:,}", *[f"{x:.2f}" if c else "–" for c in cells
                                                 for x in ((c.p50_ms, c.p99_ms, c.cpu_p99_ms) if c else (0, 0, 0))])
     console.print(table)
-    console.print(f"  load average at the end: {' '.join(map(str, result.load_average))} "
-                  f"({os.cpu_count()} cores); wall-clock p99 includes waiting for the CPU")
+    console.print("  wall-clock p99 includes waiting for the CPU: see the load average on the host line")
     for g in result.growth:
         console.print(f"  {g.store}: p99 x{' x'.join(map(str, g.factors))} per 10x {g.along} "
                       f"(at {g.at:,} {'tools' if g.along == 'vectors' else 'vectors'}; log-log slope {g.slope}; "
@@ -119,7 +122,7 @@ def scale(
         console.print(f"past {result.server_advised_above:,} stored vectors the embedded p99 exceeds the target: run a Qdrant server")
     elif result.meets_target is False:
         console.print("the embedded p99 exceeds the target at every size measured: the cost is not the vectors'")
-    write_json(json_path, result)
+    finish(result, json_path)
 
 
 # --------------------------------------------------------------------------------------- selection
@@ -187,7 +190,7 @@ def selection(
         console.print(f"  {key}: [{'green' if ok else 'red'}]{measured[key]:g}[/] (target {sign} {target:g})")
     console.print(f"  vs zero-shot top-1 {result.zero_shot_top1:.3f}, seed top-1 2nd half {result.seed_top1_second_half:.3f}; "
                   f"{result.elapsed_s:.0f} s")
-    write_json(json_path, result)
+    finish(result, json_path)
 
 
 @app.command()
@@ -229,7 +232,7 @@ def supervised(
         table.add_row(name, f"{scores.top1:.3f}", f"{scores.top5:.3f}", f"{scores.mean_attempts:.2f}")
     console.print(table)
     console.print(f"  fits {result.fit_s:.0f} s, {result.elapsed_s:.0f} s in all")
-    write_json(json_path, result)
+    finish(result, json_path)
 
 
 # --------------------------------------------------------------------------------------- evolution
@@ -262,7 +265,7 @@ def evolution(
     console.print(f"broken {result.broken}, fixed {result.fixed}, false promotions {result.false_promotions}, "
                   f"rollbacks {result.rollbacks}, unfixable reported {result.unfixable_reported}/{result.unfixable_tools}, "
                   f"mean evolve {result.mean_evolve_s}s")
-    write_json(json_path, result)
+    finish(result, json_path)
 
 
 # --------------------------------------------------------------------------------------- chaos
@@ -296,7 +299,7 @@ def chaos(
     console.print(f"[{color}]lost {result.lost}, double applied {result.double_applied}, effects missing "
                   f"{result.effects_missing}[/{color}]; recovery after the Redis restart {result.recovery_s:.2f} s; "
                   f"quality {result.quality_stored:.4f} (expected {result.quality_expected:.4f})")
-    write_json(json_path, result)
+    finish(result, json_path)
     if bad:
         raise typer.Exit(1)
 

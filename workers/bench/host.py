@@ -1,0 +1,74 @@
+"""Where a bench ran, written with its numbers.
+
+The same code measured p99 10-14 ms on one host and 23-27 ms on another (docs/benches.md): the
+embedding's int8 model runs much faster on a CPU with VNNI than on one with AVX2 alone, the
+package versions of an unpinned install move the vectors in the last digits, and another job's
+load moves every latency. A bench's JSON therefore says which CPU, which packages and what load
+its numbers were measured on, so two runs are compared only where that makes sense.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+# The packages whose version can move a bench's numbers.
+PACKAGES = ("onnxruntime", "fastembed", "qdrant-edge-py", "qdrant-client", "numpy", "celery", "redis", "bm25s")
+# The CPU extensions ONNX Runtime's int8 and fp32 kernels choose between.
+SIMD_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def _cpu() -> tuple[str, list[str]]:
+    """The CPU's model name and which of SIMD_FLAGS it has (from /proc/cpuinfo where there is one)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine(), []
+    first = text.split("\n\n", 1)[0]  # the first processor's block
+    fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in first.splitlines() if ":" in line)}
+    flags = set(fields.get("flags", "").split())
+    return fields.get("model name", platform.machine()), [f for f in SIMD_FLAGS if f in flags]
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+class HostInfo(BaseModel):
+    cpu: str
+    simd: list[str]  # which of SIMD_FLAGS the CPU has
+    cores: int
+    python: str
+    packages: dict[str, str]  # those of PACKAGES installed, with their versions
+    load_average: list[float]  # 1/5/15-minute load when the run ended
+    finished_at: str  # UTC, ISO 8601
+
+    @classmethod
+    def here(cls) -> HostInfo:
+        cpu, simd = _cpu()
+        return cls(
+            cpu=cpu, simd=simd, cores=os.cpu_count() or 1, python=platform.python_version(),
+            packages={p: v for p in PACKAGES if (v := _version(p)) is not None},
+            load_average=[round(x, 2) for x in os.getloadavg()],
+            finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+
+    def line(self) -> str:
+        """One line for a bench's printed table."""
+        packages = ", ".join(f"{p} {v}" for p, v in self.packages.items() if p in ("onnxruntime", "fastembed", "qdrant-edge-py"))
+        return (f"host: {self.cpu}, {self.cores} cores ({' '.join(self.simd) or 'no AVX2'}); {packages}; "
+                f"load {' '.join(map(str, self.load_average))}")
+
+
+class BenchResult(BaseModel):
+    """What every bench's JSON carries besides its own numbers: the host they were measured on."""
+
+    host: HostInfo = Field(default_factory=HostInfo.here)
