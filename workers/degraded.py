@@ -12,6 +12,7 @@ from __future__ import annotations
 from redis.exceptions import RedisError
 
 from selection.lexical import LexicalIndex
+from selection.manifest import ToolManifest
 from selection.models import CallRequest
 from selection.registry import ToolRegistry
 
@@ -30,9 +31,10 @@ def registry_similarities(request: CallRequest, registry: ToolRegistry, index: L
     (the selector's word index: BM25 over the best-matching version's, 0..1), for the versions the
     request allows; versions sharing no word are left out."""
     exact = f"{request.namespace}@{request.version}" if request.namespace and request.version else None
-    allowed = [
-        m.key for m in registry.all()
-        if not (m.deprecated or m.key in request.exclude or (exact and m.key != exact))
-        and not (request.tags and not set(request.tags) <= set(m.tags))
-    ]
-    return {key: score for key, score in index.scores(request.scenario, allowed).items() if score > 0}
+    tags = set(request.tags)
+
+    def allowed(m: ToolManifest) -> bool:
+        return not (m.deprecated or m.key in request.exclude or (exact and m.key != exact)) and tags <= set(m.tags)
+
+    keys = [m.key for m in registry.all() if allowed(m)]
+    return {key: score for key, score in index.scores(request.scenario, keys).items() if score > 0}
