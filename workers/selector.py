@@ -86,7 +86,7 @@ class Selector:
         self._weights: tuple[tuple[str, int], SelectionWeights] | None = None
         self._classifier: tuple[str, ToolClassifier | None] = ("", None)  # by the revision the weights name
         self._promotions: tuple[tuple[str, int], dict[str, Promotion | None]] = (("", -1), {})
-        self._lexical: tuple[tuple[int, int], LexicalIndex] | None = None  # by (registry, its size)
+        self._lexical: tuple[tuple[int, int, int], LexicalIndex] | None = None  # by (registry, its size, variants' revision)
 
     # ----------------------------------------------------------------- tool index
     def sync_tools(self, manifests: list[ToolManifest] | None = None) -> int:

@@ -1,10 +1,11 @@
 """Where a bench ran, written with its numbers.
 
-The same code measured p99 10-14 ms on one host and 23-27 ms on another (docs/benches.md): the
-embedding's int8 model runs much faster on a CPU with VNNI than on one with AVX2 alone, the
-package versions of an unpinned install move the vectors in the last digits, and another job's
-load moves every latency. A bench's JSON therefore says which CPU, which packages and what load
-its numbers were measured on, so two runs are compared only where that makes sense.
+The same selection code measured p99 10-14 ms on one host and 23-27 ms on another, whose CPU
+shows AVX2 but no AVX-512 or VNNI (ONNX Runtime picks its int8 kernels by these), and its
+zero-shot top-1 moved from 0.541 to 0.545 between the two, with an unpinned install whose package
+versions nobody had written down (docs/benches.md). Another job's load moves every latency. So a
+bench's JSON says which CPU, which packages and what load its numbers were measured on, and two
+runs are compared only where that makes sense.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pydantic import BaseModel, Field
 
 # The packages whose version can move a bench's numbers.
 PACKAGES = ("onnxruntime", "fastembed", "qdrant-edge-py", "qdrant-client", "numpy", "celery", "redis", "bm25s")
-# The CPU extensions ONNX Runtime's int8 and fp32 kernels choose between.
+# CPU extensions ONNX Runtime's kernels are chosen by.
 SIMD_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
 
 
