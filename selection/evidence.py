@@ -21,7 +21,7 @@ class CandidateEvidence(BaseModel):
     manifest: ToolManifest
     source: Source = "semantic"
     similarity: float = 0.0  # cosine of the scenario to the tool's served description
-    lexical: float = 0.0  # BM25 match of the scenario's words to its texts, over the registry's best (0..1)
+    lexical: float = 0.0  # BM25 match of the scenario's words to its texts, over the best-matching text's (0..1)
     quality: float = 1.0
     failure_similarities: list[float] = Field(default_factory=list)  # past failures of this version
     success_similarities: list[float] = Field(default_factory=list)  # past successes of this version
