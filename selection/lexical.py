@@ -10,8 +10,8 @@ served), examples and tags (`version_text`).
 
 BM25 (Lucene's variant, k1 1.2, b 0.75) is bm25s's, over content words crudely stemmed (`words`).
 A scenario's scores are scaled so the best-matching text of the index (a version's, or a
-description variant's) scores 1: what counts
-is how a tool's words compare with the best match, since raw BM25 grows with the scenario's length.
+description variant's) scores 1: what counts is how a tool's words compare with the best match,
+since raw BM25 grows with the scenario's length.
 Zero-shot top-1 on the MetaTool development queries, description cosine plus 0.1 x this score:
 0.546 without it, 0.566 with bm25s's own words (no stemming), 0.581 with these (docs/benches.md).
 """
