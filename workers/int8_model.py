@@ -12,13 +12,15 @@ stays fp32: it is a lookup, not compute.
 
 The copy is named by the source's path and a digest of the source file (remembered beside the
 copies while the file is unchanged), the recipe and the ONNX Runtime version, so a changed model or
-runtime makes a new copy and never reuses a stale one; the copies made before it from the same path
-are then removed (a process still running one keeps it open: the file goes once the last one
-closes), and so are copies named as before the path was part of the name
-(`model-{digest}.int8.onnx`), which nothing reads any more. Models at other paths (fastembed names
-every model `model.onnx`) keep theirs. A copy is written to a temporary file and renamed into
-place: processes that start together each may quantise, and each sees either no copy or a whole
-one.
+runtime makes a new copy and never reuses a stale one. Each load marks its copy used (its
+modification time), and copies that no load has used for UNUSED_FOR_S (a week) are removed, with
+the scratch files of a quantisation that was killed: the copy of a model file since changed, or of
+a hub revision since replaced, goes a week later. Removing a copy at once when another took its
+place, as before, made two installs with different ONNX Runtime versions sharing the directory
+(the default is per user) remove each other's copy and quantise again at every start. A copy
+removed while a process runs it stays readable to that process until it closes it. A copy is
+written to a temporary file and renamed into place: processes that start together each may
+quantise, and each sees either no copy or a whole one.
 
 The quantiser is handed the loaded graph, not the file's path: given a path, it writes a
 shape-inferred `model-inferred.onnx` beside the source and deletes it after reading it back, so
@@ -28,10 +30,10 @@ benches started at once), and a model in a directory the worker cannot write nev
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-import re
 import tempfile
 import time
 from pathlib import Path
@@ -39,6 +41,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 RECIPE = "int8-per-channel-matmul-v1"
+UNUSED_FOR_S = 7 * 24 * 3600
 
 
 def int8_copy(source: Path, cache_dir: Path) -> Path:
@@ -46,15 +49,22 @@ def int8_copy(source: Path, cache_dir: Path) -> Path:
 
     Raises OSError when the cache directory cannot be written, and whatever the quantiser raises
     for a model it cannot handle; the caller then runs the model as it is."""
+    family = f"{source.stem}-{hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:8]}"
+    memo = cache_dir / f"{family}.sha256.json"
+    target = cache_dir / f"{family}-{_digest(source, memo)}.int8.onnx"
+    if not target.is_file():
+        _quantise(source, target)
+    _mark_used(target, memo)
+    _remove_unused(cache_dir)
+    return target
+
+
+def _quantise(source: Path, target: Path) -> None:
     import onnx  # only when a copy is made
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    family = f"{source.stem}-{hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:8]}"
-    target = cache_dir / f"{family}-{_digest(source, cache_dir / f'{family}.sha256.json')}.int8.onnx"
-    if target.is_file():
-        return target
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    fd, scratch = tempfile.mkstemp(dir=cache_dir, prefix=f".{target.name}.", suffix=".tmp")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, scratch = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
     try:
         quantize_dynamic(onnx.load(source), scratch, weight_type=QuantType.QInt8, per_channel=True,
@@ -62,11 +72,22 @@ def int8_copy(source: Path, cache_dir: Path) -> Path:
         os.replace(scratch, target)
     finally:
         Path(scratch).unlink(missing_ok=True)
-    old_scheme = re.compile(rf"{re.escape(source.stem)}-[0-9a-f]{{16}}\.int8\.onnx")
-    for stale in cache_dir.glob(f"{source.stem}-*.int8.onnx"):
-        if stale != target and (stale.name.startswith(f"{family}-") or old_scheme.fullmatch(stale.name)):
-            stale.unlink(missing_ok=True)
-    return target
+
+
+def _mark_used(*paths: Path) -> None:
+    for path in paths:
+        with contextlib.suppress(OSError):  # a read-only cache is only never swept
+            os.utime(path)
+
+
+def _remove_unused(cache_dir: Path) -> None:
+    """Remove the copies, digest memos and quantisation scratch files no load has used for
+    UNUSED_FOR_S. Another process may remove the same file first; that is no error."""
+    cutoff = time.time() - UNUSED_FOR_S
+    for path in [*cache_dir.glob("*.int8.onnx"), *cache_dir.glob("*.sha256.json"), *cache_dir.glob(".*.tmp")]:
+        with contextlib.suppress(OSError):
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
 
 
 def _digest(source: Path, memo: Path) -> str:

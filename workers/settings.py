@@ -51,7 +51,7 @@ class Settings(BaseSettings):
     embedding_dim: int = Field(384, ge=1, description="Vector size of the embedding model (384 for all-MiniLM-L6-v2); the vector store is made for it")
     embedding_cache_size: int = Field(4096, ge=0, description="Scenario embeddings kept in the LRU cache")
     embedding_int8: bool = Field(True, description="Run the embedding model's int8 copy (matrix multiplications quantised per channel, made once into FITTEST_MODEL_CACHE_DIR): ~2x faster, vectors at cosine 0.995 to the fp32 model's; changing it moves every vector a little, so change it with a fresh vector store")
-    model_cache_dir: Path = Field(Path("~/.cache/fittest"), description="Where the int8 copy of the embedding model is kept (a new copy, for a changed model file or ONNX Runtime, replaces the older ones of the same file)")
+    model_cache_dir: Path = Field(Path("~/.cache/fittest"), description="Where the int8 copy of the embedding model is kept (one per model file, recipe and ONNX Runtime version; a copy no process has loaded for a week is removed)")
 
     # Selection
     policy: str = Field("learned", description="Selection policy: learned (ranks by what outcomes taught; explores near-ties) or seed (the design's formulas)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from pathlib import Path
@@ -199,13 +200,13 @@ def test_the_int8_copy_is_made_once_and_named_by_its_source(
     assert FastEmbedder(model_path=model_path, int8_dir=int8_dir).precision == "int8"
 
 
-def test_a_new_int8_copy_replaces_the_stale_copies_of_its_model_only(
+def test_a_new_int8_copy_leaves_copies_in_use_and_writes_nothing_beside_the_model(
     model_path: Path, int8_dir: Path, int8_embedder: FastEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A changed model file, recipe or ONNX Runtime makes a new copy; the old ones of the same
-    model file are of no more use, while another model's copy (also `model.onnx`) still is. Making
-    it writes nothing beside the model: workers starting together used to delete each other's
-    scratch file there."""
+    """A changed model file, recipe or ONNX Runtime makes a new copy. The copy it replaces may still
+    be another install's (another ONNX Runtime sharing the directory): removing it at once made two
+    such installs quantise again at every start. Making it writes nothing beside the model: workers
+    starting together used to delete each other's scratch file there."""
     import shutil
 
     import onnx.shape_inference
@@ -227,13 +228,47 @@ def test_a_new_int8_copy_replaces_the_stale_copies_of_its_model_only(
     (current,) = cache.glob("*.int8.onnx")
     other_model = cache / "model-0badc0de-0123456789abcdef.int8.onnx"
     other_model.write_bytes(b"another model's copy")
-    old_scheme = cache / "model-fedcba9876543210.int8.onnx"  # named before the path was in the name
-    old_scheme.write_bytes(b"a copy nothing reads any more")
     monkeypatch.setattr(workers.int8_model, "RECIPE", "int8-per-channel-matmul-v2")
     new = int8_copy(model_path / "model.onnx", cache)
     assert new != current and new.is_file()
-    assert sorted(cache.glob("*.int8.onnx")) == sorted([new, other_model])
+    assert sorted(cache.glob("*.int8.onnx")) == sorted([new, current, other_model])
     assert written and not [p for p in written if p.parent == model_path.resolve() or p.parent == model_path]
+
+
+def test_copies_no_load_used_for_a_week_are_removed(
+    model_path: Path, int8_dir: Path, int8_embedder: FastEmbedder, tmp_path: Path
+) -> None:
+    """What a load uses is marked used, so a copy in use stays however old it is; a copy of a model
+    since changed, of a hub revision since replaced, or a killed quantisation's scratch file goes
+    once nothing has used it for a week."""
+    import shutil
+
+    import onnxruntime.quantization
+
+    from workers.int8_model import UNUSED_FOR_S, int8_copy
+
+    cache = tmp_path / "cache"
+    shutil.copytree(int8_dir, cache)
+    (current,) = cache.glob("*.int8.onnx")
+    (memo,) = cache.glob("*.sha256.json")
+    recent = cache / "model-0badc0de-0123456789abcdef.int8.onnx"  # another install's, loaded yesterday
+    stale = cache / "model-0badc0de-fedcba9876543210.int8.onnx"  # its model changed since
+    scratch = cache / f".{stale.name}.abc123.tmp"  # a quantisation killed halfway
+    week_ago, yesterday = time.time() - UNUSED_FOR_S - 60, time.time() - 24 * 3600
+    for path, when in [(recent, yesterday), (stale, week_ago), (scratch, week_ago)]:
+        path.write_bytes(b"x")
+        os.utime(path, (when, when))
+    for path in (current, memo):  # in use, though its last load was long ago
+        os.utime(path, (week_ago, week_ago))
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("quantised again although the copy exists")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(onnxruntime.quantization, "quantize_dynamic", refuse)
+        assert int8_copy(model_path / "model.onnx", cache) == current
+    assert sorted(p.name for p in cache.iterdir()) == sorted(p.name for p in (current, memo, recent))
+    assert current.stat().st_mtime > time.time() - 60 and memo.stat().st_mtime > time.time() - 60
 
 
 def test_the_model_file_is_hashed_again_only_when_it_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
