@@ -152,9 +152,10 @@ class Runtime:
 
     @cached_property
     def selector(self) -> Selector:
-        from workers.selector import Selector
+        from redis.exceptions import RedisError
 
         from workers.degraded import is_store_failure
+        from workers.selector import Selector
 
         with self._lock:
             selector = Selector(self)
@@ -164,6 +165,12 @@ class Runtime:
                 if not is_store_failure(exc):
                     raise
                 log.warning("tool index not synced, the vector memory is unavailable: %s", exc)
+            try:
+                selector.variants.snapshot()  # their texts are in the word index, built next
+            except Exception as exc:  # read, and the index rebuilt, at the first plan instead
+                if not (is_store_failure(exc) or isinstance(exc, RedisError)):
+                    raise
+                log.warning("description variants not read, a store is unavailable: %s", exc)
             selector.lexical_index()  # built here rather than in the first call's selection
             settle_heap()  # what the selector loaded stays for the process's life
             return selector

@@ -103,3 +103,15 @@ def test_a_call_is_matched_by_the_words_of_the_description_it_is_served(rt: Runt
     assert word_match("v1")["roman@1.0.0"] == 1.0
     rt.settings.ab_test_probability = 0.0  # "Utility." shares no word with the scenario
     assert all(score == 0.0 for score in word_match("v2").values())
+
+
+def test_a_new_selector_indexes_the_words_of_the_variants_already_stored(rt: Runtime) -> None:
+    """A worker that starts after variants exist builds its word index with them, not within the
+    first call it selects for (10,000 versions take ~0.25 s to index)."""
+    rt.evolution.add_variant("roman@1.0.0", "Write an integer in Roman numerals, e.g. 1994 as MCMXCIV.", TOOLS["roman"])
+    index = rt.selector.lexical_index()
+    assert rt.selector.variants.texts  # read when the selector was made
+    rt.settings.ab_test_probability = 1.0
+    p = rt.selector.plan(CallRequest(scenario="turn 1994 into numerals such as MCMXCIV", call_id="s1"), run=False)
+    assert p.variants == {"roman@1.0.0": "1"}
+    assert rt.selector.lexical_index() is index
