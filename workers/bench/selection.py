@@ -107,8 +107,8 @@ def namespace_of(name: str) -> str:
 def load_tools(path: Path) -> tuple[list[ToolManifest], dict[str, str]]:
     """Manifests from `{name: description}`, and namespace -> the benchmark's name (lower case)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BenchInputError(f"{path}: cannot read the tools JSON: {exc}") from exc
     if not isinstance(data, dict) or not data:
         raise BenchInputError(f"{path}: expected a non-empty JSON object {{name: description}}")
@@ -126,9 +126,10 @@ def load_tools(path: Path) -> tuple[list[ToolManifest], dict[str, str]]:
 
 
 def load_queries(path: Path, known: set[str]) -> list[tuple[str, str]]:
-    """(query, tool name lower-cased) rows; every tool must be one of `known`."""
+    """(query, tool name lower-cased) rows; every tool must be one of `known`. A byte-order mark,
+    which spreadsheet programs write at the start of a UTF-8 CSV, is not part of the first column's name."""
     try:
-        with path.open(newline="", encoding="utf-8") as f:
+        with path.open(newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
             if not reader.fieldnames or not {"Query", "Tool"} <= set(reader.fieldnames):
                 raise BenchInputError(f"{path}: expected the columns Query,Tool, found {reader.fieldnames}")
@@ -140,7 +141,7 @@ def load_queries(path: Path, known: set[str]) -> list[tuple[str, str]]:
                 if tool not in known:
                     raise BenchInputError(f"{path}, row {line}: tool {row['Tool']!r} is not in the tools file")
                 rows.append((query[:4000], tool))
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise BenchInputError(f"{path}: cannot read the queries CSV: {exc}") from exc
     if not rows:
         raise BenchInputError(f"{path}: no queries")

@@ -1,0 +1,76 @@
+"""The selection and supervised benches read a tools JSON and a queries CSV that someone else wrote:
+what they accept, and the error that names the file, row and problem when they cannot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from workers.bench.selection import BenchInputError, load_queries, load_tools
+from workers.cli import app
+
+TOOLS = {"ResearchHelper": "Finds academic papers.", "PDF&URLTool": "Reads PDF files and web pages."}
+
+
+def write(path: Path, text: str, encoding: str = "utf-8") -> Path:
+    path.write_text(text, encoding=encoding)
+    return path
+
+
+def test_tools_become_snake_case_namespaces_named_back_in_lower_case(tmp_path: Path) -> None:
+    manifests, names = load_tools(write(tmp_path / "tools.json", json.dumps(TOOLS)))
+    assert [m.name for m in manifests] == ["research_helper", "pdf_url_tool"]
+    assert names == {"research_helper": "researchhelper", "pdf_url_tool": "pdf&urltool"}
+
+
+def test_queries_match_tool_names_whatever_their_case_and_a_byte_order_mark_is_no_column_name(tmp_path: Path) -> None:
+    """Spreadsheet programs start a UTF-8 CSV with a byte-order mark; MetaTool's file has CRLF lines."""
+    path = write(tmp_path / "q.csv", "Query,Tool\r\nFind papers on bees,researchhelper\r\n\"Read this PDF, please\",PDF&URLTool\r\n",
+                 encoding="utf-8-sig")
+    assert load_queries(path, {"researchhelper", "pdf&urltool"}) == [
+        ("Find papers on bees", "researchhelper"), ("Read this PDF, please", "pdf&urltool")]
+    _, names = load_tools(write(tmp_path / "tools.json", json.dumps(TOOLS), encoding="utf-8-sig"))
+    assert set(names.values()) == {"researchhelper", "pdf&urltool"}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("Question,Answer\nhi,ResearchHelper\n", "expected the columns Query,Tool"),
+    ("Query,Tool\nFind papers,ResearchHelper\n,ResearchHelper\n", "row 3: empty Query or Tool"),
+    ("Query,Tool\nFind papers,WeatherTool\n", "row 2: tool 'WeatherTool' is not in the tools file"),
+    ("Query,Tool\n", "no queries"),
+])
+def test_a_bad_queries_file_is_refused_naming_the_row_and_problem(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path / "q.csv", text)
+    with pytest.raises(BenchInputError, match=message) as caught:
+        load_queries(path, {"researchhelper"})
+    assert str(path) in str(caught.value)
+
+
+def test_a_queries_file_that_is_not_utf8_text_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "q.csv"
+    path.write_bytes(b"Query,Tool\n\xff\xfe caf\xe9,ResearchHelper\n")
+    with pytest.raises(BenchInputError, match="cannot read the queries CSV"):
+        load_queries(path, {"researchhelper"})
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[1, 2]", "expected a non-empty JSON object"),
+    ("{}", "expected a non-empty JSON object"),
+    ('{"ResearchHelper": ""}', "tool 'ResearchHelper' has no description"),
+    ('{"ResearchHelper": "a", "Research_Helper": "b"}', "map to the same namespace 'research_helper'"),
+    ('{"ResearchHelper": ', "cannot read the tools JSON"),
+])
+def test_a_bad_tools_file_is_refused_naming_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(BenchInputError, match=message):
+        load_tools(write(tmp_path / "tools.json", text))
+
+
+def test_the_command_reports_bad_input_before_it_starts_anything(tmp_path: Path) -> None:
+    tools = write(tmp_path / "tools.json", json.dumps(TOOLS))
+    queries = write(tmp_path / "q.csv", "Query,Tool\nWhat is the weather?,WeatherTool\n")
+    result = CliRunner().invoke(app, ["bench", "selection", "--tools", str(tools), "--queries", str(queries)])
+    assert result.exit_code == 1
+    assert "tool 'WeatherTool' is not in the tools file" in result.output
