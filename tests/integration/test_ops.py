@@ -4,8 +4,10 @@ client, against real workers on the Redis broker."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+import redis
 
 from tests.conftest import free_port
 from tests.integration.conftest import cli_runner
@@ -73,3 +75,39 @@ def test_the_client_refuses_a_bad_payload_before_sending(pipeline) -> None:
     with FittestClient(pipeline.settings.redis_url, settings=pipeline.settings) as client, \
             pytest.raises(ValidationError, match="max_attempts"):
         client.submit("parse csv", input={}, max_attempts=0)
+
+
+def words(output: str) -> str:
+    """The command's output as one line: rich wraps titles and messages to the terminal's width."""
+    return " ".join(output.split())
+
+
+def test_the_call_command_refuses_a_bad_payload_before_sending(cli) -> None:
+    blank = cli("call", "   ", "--timeout", "1")
+    assert blank.exit_code == 2 and "scenario: Value error, scenario is blank" in blank.output
+    attempts = cli("call", "sort numbers", "--max-attempts", "0", "--timeout", "1")
+    assert attempts.exit_code == 2 and "max_attempts" in attempts.output
+
+
+def test_a_call_is_shown_again_by_its_id_and_one_nobody_ran_says_so(pipeline, cli, redis_url: str) -> None:
+    sent = cli("call", "parse this csv text into rows", "--namespace", "csv_lenient", "--input", '{"text": "a,b\\n1,2\\n"}',
+               "--json")
+    assert sent.exit_code == 0, sent.output
+    first = json.loads(sent.output)
+    again = cli("result", first["call_id"], "--json")
+    assert again.exit_code == 0 and json.loads(again.output) == first
+    assert f"call {first['call_id']}: success by csv_lenient@1.0.0" in words(cli("result", first["call_id"]).output)
+
+    # A database no worker reads: the call stays queued, and the command says how to find it later.
+    unserved = f"{redis_url.rsplit('/', 1)[0]}/13"
+    waited = cli("call", "parse this csv text into rows", "--timeout", "1", FITTEST_REDIS_URL=unserved,
+                 FITTEST_RESULT_BACKEND=unserved)
+    try:
+        assert waited.exit_code == 1
+        call_id = re.search(r"`fittest result (\S+)`", words(waited.output)).group(1)
+        assert f"no result for call {call_id} within 1 s" in words(waited.output)
+        later = cli("result", call_id, "--timeout", "1", FITTEST_REDIS_URL=unserved, FITTEST_RESULT_BACKEND=unserved)
+        assert later.exit_code == 1 and "queued or running" in later.output
+    finally:
+        redis.Redis.from_url(unserved).flushdb()
+    assert cli("result", "no such id!").exit_code == 2

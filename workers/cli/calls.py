@@ -1,32 +1,49 @@
-"""`fittest call`: send one call and show it attempt by attempt."""
+"""`fittest call`: send one call and show it attempt by attempt; `fittest result`: show one sent earlier."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+import re
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from workers.cli.common import JsonOpt, console, parse_json_option, print_json
+from workers.cli.common import JsonOpt, console, fail, parse_json_option, print_json
+
+if TYPE_CHECKING:
+    from celery.result import AsyncResult
+
+    from workers.client import FittestClient
 
 app = typer.Typer()
+
+# The exit codes of `call` and `result`.
+SUCCEEDED, DID_NOT_SUCCEED, REFUSED = 0, 1, 2
+
 
 # --------------------------------------------------------------------------------------- calls
 @app.command()
 def call(
     scenario: Annotated[str, typer.Argument(help="What you need done, in words.")],
-    input: Annotated[Optional[str], typer.Option("--input", "-i", help="The tool input as a JSON object.")] = None,
-    namespace: Annotated[Optional[str], typer.Option("--namespace", "-n", help="Serve this namespace's promoted version first.")] = None,
-    tag: Annotated[Optional[list[str]], typer.Option("--tag", "-t", help="Only tools with this tag (repeatable; all must match).")] = None,
-    max_attempts: Annotated[int, typer.Option(help="Candidates tried before evolution.")] = 5,
-    context: Annotated[Optional[str], typer.Option(help="Call context (files, language, phase) as JSON.")] = None,
+    input: Annotated[str | None, typer.Option("--input", "-i", help="The tool input as a JSON object.")] = None,
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Serve this namespace's promoted version first.")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="Only tools with this tag (repeatable; all must match).")] = None,
+    max_attempts: Annotated[int, typer.Option(help="Candidates tried before evolution (1-20).")] = 5,
+    context: Annotated[str | None, typer.Option(help="Call context (files, language, phase) as JSON.")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the result.")] = 120.0,
     json_out: JsonOpt = False,
 ) -> None:
-    """Send one fittest.resilient_tool_call to the workers and print its result."""
+    """Send one fittest.resilient_tool_call to the workers and print its result.
+
+    The payload is checked before it is sent. Exit code 0 when a tool succeeded; 1 when the call
+    did not, or when no result came within --timeout (the call stays queued, and `fittest result
+    ID` shows it once a worker has run it); 2 for a payload the workers would refuse."""
+    from pydantic import ValidationError
+
+    from selection.models import CallRequest
     from workers.client import FittestClient
 
-    payload = {
+    payload: dict[str, Any] = {
         "scenario": scenario,
         "input": parse_json_option(input, "--input"),
         "tags": tag or [],
@@ -34,38 +51,75 @@ def call(
         "max_attempts": max_attempts,
         "context": parse_json_option(context, "--context"),
     }
-    result = FittestClient().call(**payload, timeout=timeout)
+    try:
+        CallRequest.model_validate(payload)
+    except ValidationError as exc:
+        fail("; ".join(f"{'.'.join(map(str, e['loc'])) or 'payload'}: {e['msg']}" for e in exc.errors()), REFUSED)
+    client = FittestClient()
+    pending = client.send("resilient_tool_call", **payload)
+    show_when_done(client, pending, timeout, json_out,
+                   f"it stays queued: is a selection worker running (`fittest health`)? `fittest result {pending.id}` "
+                   "shows it once one has run it")
+
+
+@app.command()
+def result(
+    call_id: Annotated[str, typer.Argument(help="The call's id: the task id of its fittest.resilient_tool_call or fittest.call_tool (the id `fittest call` prints).")],
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for it when it has not finished yet.")] = 10.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """The result of a call sent earlier, waiting for it if it has not finished; results are kept
+    for a day. Exit codes as for `call`."""
+    from selection.models import CALL_ID_PATTERN
+    from workers.client import FittestClient
+
+    if not re.fullmatch(CALL_ID_PATTERN, call_id):
+        fail(f"{call_id!r} is not a call id (letters, digits and _.:- only, at most 128)", REFUSED)
+    client = FittestClient()
+    show_when_done(client, client.celery.AsyncResult(call_id), timeout, json_out,
+                   "it is queued or running, or no call with this id was sent in the last day")
+
+
+def show_when_done(client: FittestClient, pending: AsyncResult, timeout: float, json_out: bool, unfinished: str) -> None:
+    """Wait for a call's result and print it, exiting with the call's exit code; `unfinished` says
+    what a timeout means to the user."""
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    try:
+        outcome = client.wait(pending, timeout)
+    except CeleryTimeout:
+        fail(f"no result for call {pending.id} within {timeout:g} s: {unfinished}", DID_NOT_SUCCEED)
     if json_out:
-        print_json(result)
+        print_json(outcome)
     else:
-        show_call(result)
-    raise typer.Exit(0 if result.get("status") == "success" else 1)
+        show_call(outcome)
+    raise typer.Exit(SUCCEEDED if outcome.get("status") == "success" else DID_NOT_SUCCEED)
 
 
-def show_call(result: dict[str, Any]) -> None:
-    status = result.get("status")
+def show_call(outcome: dict[str, Any]) -> None:
+    status = outcome.get("status")
     color = {"success": "green", "failed": "red", "invalid": "yellow"}.get(status or "", "white")
-    title = f"call {result.get('call_id', '')[:12]}: [{color}]{status}[/{color}]"
-    if result.get("tool"):
-        title += f" by {result['tool']}@{result['version']}"
+    title = f"call {outcome.get('call_id', '')}: [{color}]{status}[/{color}]"
+    if outcome.get("tool"):
+        title += f" by {outcome['tool']}@{outcome['version']}"
     table = Table(title=title, show_lines=False)
     table.add_column("#")
     table.add_column("tool", no_wrap=True)
     table.add_column("outcome")
     table.add_column("error")
     table.add_column("ms", justify="right")
-    for i, a in enumerate(result.get("attempts", []), 1):
+    for i, a in enumerate(outcome.get("attempts", []), 1):
         err = f"{a.get('error_class') or ''} {a.get('error_message') or ''}".strip()
         table.add_row(str(i), f"{a['tool']}@{a['version']}",
                       "[green]success[/green]" if a["outcome"] == "success" else "[red]failure[/red]",
                       err[:80], f"{a.get('execution_time_ms', 0):.0f}")
     console.print(table)
-    if result.get("errors"):
-        for e in result["errors"]:
+    if outcome.get("errors"):
+        for e in outcome["errors"]:
             console.print(f"  [yellow]{e['field']}[/yellow]: {e['message']}")
-    if result.get("message"):
-        console.print(f"  {result['message']}")
+    if outcome.get("message"):
+        console.print(f"  {outcome['message']}")
     if status == "success":
-        console.print_json(data=result.get("output"))
+        console.print_json(data=outcome.get("output"))
 
 

@@ -35,7 +35,6 @@ def _ask(task: str, queue: str, timeout: float, **kwargs: Any) -> dict[str, Any]
         return client.wait(client.send(task, queue=queue, **kwargs), timeout)
     except CeleryTimeout:
         fail(f"no worker answered fittest.{task} within {timeout:g} s: is the memory worker running (`fittest up`)?")
-    raise AssertionError("unreachable")
 
 
 def _when(t: float) -> str:
