@@ -10,7 +10,7 @@ ifneq ($(wildcard $(MODEL_DIR)/model.onnx),)
 export FITTEST_EMBEDDING_MODEL_PATH ?= $(MODEL_DIR)
 endif
 
-.PHONY: install demo test test-fast test-slow up clean bench-selection bench-supervised bench-evolution
+.PHONY: install demo test typecheck test-fast test-slow up clean bench-selection bench-supervised bench-evolution
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,9 +31,13 @@ up: $(STAMP)
 # own private Redis, so their workers and keys never meet. Much of a test's time is spent waiting
 # on worker processes, so two test processes nearly halve the run even on two cores.
 TEST_PROCESSES ?= 2
-test: $(STAMP)
+test: $(STAMP) typecheck
 	$(BIN)/python -m pytest -m "not slow" -q -n $(TEST_PROCESSES) --dist loadfile
 	$(BIN)/python -m pytest -m slow -q -n $(TEST_PROCESSES) --dist loadfile; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
+
+# The type hints are checked, as the code's reader relies on them (pyproject.toml's [tool.mypy]).
+typecheck: $(STAMP)
+	$(BIN)/python -m mypy
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" -q -x
@@ -50,4 +54,4 @@ bench-evolution: $(STAMP)
 	$(BIN)/fittest bench evolution --json bench-evolution.json
 
 clean:
-	rm -rf $(VENV) .fittest build *.egg-info
+	rm -rf $(VENV) .fittest build *.egg-info .mypy_cache

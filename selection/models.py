@@ -213,13 +213,13 @@ class CallResult(BaseModel):
     @classmethod
     def from_plan(cls, plan: CallPlan, status: CallStatus, message: str = "") -> CallResult:
         last = plan.attempts[-1] if plan.attempts else None
-        ok = status == "success" and last is not None and last.success
+        won = last if status == "success" and last is not None and last.success else None
         return cls(
             call_id=plan.request.call_id,
             status=status,
-            output=last.result if ok else None,
-            tool=last.tool if ok else None,
-            version=last.version if ok else None,
+            output=won.result if won else None,
+            tool=won.tool if won else None,
+            version=won.version if won else None,
             attempts=[
                 AttemptSummary(
                     tool=a.tool,

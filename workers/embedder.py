@@ -158,7 +158,7 @@ def _reopen_session(model: TextEmbedding, int8_dir: Path | None) -> str:
     holder = getattr(model, "model", None)
     session = getattr(holder, "model", None)
     path = getattr(session, "_model_path", None)
-    if not isinstance(session, ort.InferenceSession) or not path:
+    if holder is None or not isinstance(session, ort.InferenceSession) or not path:
         return "fp32"  # a fastembed or onnxruntime whose internals moved: keep its session as it is
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

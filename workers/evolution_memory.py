@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from evolution.models import (
     Evidence,
@@ -229,7 +229,8 @@ def account_trials(rt: Runtime, record: OutcomeRecord, promotions: dict[str, Pro
         if promotion is None or promotion.status != "on_trial":
             continue
         parent = promotion.parent_version or promotion.original_version
-        role = "evolved" if attempt.version == promotion.evolved_version else "parent" if attempt.version == parent else None
+        role: Literal["evolved", "parent"] | None = (
+            "evolved" if attempt.version == promotion.evolved_version else "parent" if attempt.version == parent else None)
         if role is None:
             continue
         counted, counts = rt.evolution.trial_record(attempt.tool, promotion.evolved_version, role, attempt.success, attempt.attempt_id)

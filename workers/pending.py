@@ -106,7 +106,7 @@ class PendingWrites:
                 # list over its limit), and an LTRIM by count would then drop writes never replayed.
                 pipe = self.client.pipeline(transaction=False)
                 for raw in raws:
-                    pipe.lrem(self.key, 1, raw)
+                    pipe.lrem(self.key, 1, raw)  # type: ignore[arg-type]  # bytes, as read (redis-py's stubs say str)
                 pipe.execute()
                 written += len(raws)
         finally:

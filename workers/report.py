@@ -93,7 +93,7 @@ def plot_quality(data: ReportData, keys: list[str]) -> str:
         points = data.attempts[key]
         times = [_when(p.t) for p in points] + [_when(data.generated_at)]
         quality = [p.quality for p in points] + [data.stats.get(key, (points[-1].quality, 0, 0))[0]]
-        ax.step(times, quality, where="post", label=key, color=PALETTE(i % 10), linewidth=1.8)
+        ax.step(times, quality, where="post", label=key, color=PALETTE(i % 10), linewidth=1.8)  # type: ignore[arg-type]  # dates
     if keys:
         ax.set_ylim(-0.02, 1.05)
         ax.set_ylabel("quality")
@@ -191,7 +191,7 @@ def plot_evolution(data: ReportData) -> str:
             xs = [_when(p.promoted_at) for n in names for p in data.promotions[n] if p.status == status]
             ys = [names.index(n) for n in names for p in data.promotions[n] if p.status == status]
             if xs:
-                ax.scatter(xs, ys, marker=marker, s=70, color=color, label=label, zorder=3)
+                ax.scatter(xs, ys, marker=marker, s=70, color=color, label=label, zorder=3)  # type: ignore[arg-type]  # dates
         for n in names:
             for p in data.promotions[n]:
                 ax.annotate(p.evolved_version, (_when(p.promoted_at), names.index(n)), textcoords="offset points",

@@ -207,33 +207,34 @@ class Selector:
                     sources.setdefault(served.key, "semantic")
                 sources.setdefault(key, "semantic")
 
-        keys = [
-            k
+        wanted = set(request.tags)
+        manifests = {
+            k: found
             for k in sources
-            if k not in request.exclude and (m := registry.get(k)) is not None and not m.deprecated
-        ]
-        if request.tags:
-            keys = [k for k in keys if set(request.tags) <= set(registry.get(k).tags)]  # type: ignore[union-attr]
-        if not keys:
+            if k not in request.exclude and (found := registry.get(k)) is not None and not found.deprecated
+            and wanted <= set(found.tags)
+        }
+        if not manifests:
             return []
-        stats, breakers = self.rt.state.stats_and_breakers(keys)
+        stats, breakers = self.rt.state.stats_and_breakers(list(manifests))
         blocked = self._breaker_blocked(breakers, request)
-        keys = [k for k in keys if k not in blocked]
+        keys = [k for k in manifests if k not in blocked]
         failures = self._failure_similarities(keys, vector) if vector is not None else {}
         evidence = [
             CandidateEvidence(
-                manifest=registry.get(k),  # type: ignore[arg-type]
+                manifest=manifests[k],
                 source=sources[k],
                 similarity=similarity.get(k, 0.0),
                 quality=stats[k].quality,
                 failure_similarities=failures.get(k, []),
-                timeout_s=self._timeout(registry.get(k), stats[k]),  # type: ignore[arg-type]
+                timeout_s=self._timeout(manifests[k], stats[k]),
             )
             for k in keys
         ]
         # Words are matched against the description each tool is served in this call, as the embedding is.
-        served = self.variants.served_for(request, keys)
-        documents = {k: k if served.get(k, MANIFEST_VARIANT) == MANIFEST_VARIANT else variant_point_id(k, served[k]) for k in keys}
+        variants = self.variants.served_for(request, keys)
+        documents = {k: k if variants.get(k, MANIFEST_VARIANT) == MANIFEST_VARIANT else variant_point_id(k, variants[k])
+                     for k in keys}
         lexical = self.lexical_index().scores(request.scenario, documents.values())
         for e in evidence:
             e.lexical = round(lexical[documents[e.key]], 4)

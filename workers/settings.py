@@ -116,7 +116,7 @@ class Settings(BaseSettings):
     def __repr_args__(self) -> Any:
         """URLs in a repr (a traceback, a log line) show no password; SecretStr fields show none anyway."""
         for name, value in super().__repr_args__():
-            yield name, redact_url(value) if isinstance(value, str) and name.endswith(("_url", "result_backend")) else value
+            yield name, redact_url(value) if isinstance(value, str) and (name or "").endswith(("_url", "result_backend")) else value
 
     @model_validator(mode="after")
     def _visibility_covers_attempts(self) -> Settings:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlparse
 
 import redis
@@ -149,7 +149,7 @@ class Stack:
         return url
 
     def start(self, name: str, command: list[str]) -> subprocess.Popen:
-        out = subprocess.DEVNULL
+        out: int | IO[bytes] = subprocess.DEVNULL
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child

@@ -114,7 +114,7 @@ class VariantBook:
             key = hit.payload.get("tool")
             variants = snapshot.get(key) if isinstance(key, str) else None
             variant = _hit_variant(hit)
-            if variants is None or variant is None:
+            if not isinstance(key, str) or variants is None or variant is None:
                 kept.append(hit)
                 continue
             if key not in chosen:

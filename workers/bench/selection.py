@@ -112,7 +112,8 @@ def load_tools(path: Path) -> tuple[list[ToolManifest], dict[str, str]]:
         raise BenchInputError(f"{path}: cannot read the tools JSON: {exc}") from exc
     if not isinstance(data, dict) or not data:
         raise BenchInputError(f"{path}: expected a non-empty JSON object {{name: description}}")
-    manifests, names = [], {}
+    manifests: list[ToolManifest] = []
+    names: dict[str, str] = {}
     for name, description in data.items():
         if not isinstance(description, str) or not description.strip():
             raise BenchInputError(f"{path}: tool {name!r} has no description")

@@ -148,7 +148,7 @@ def selection(
     the policy with learning off (zero-shot), and `seed`; a fourth with --reveal-missed. Needs the
     embedding model (FITTEST_EMBEDDING_MODEL_PATH)."""
     from rich import box
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
     from rich.table import Table
 
     from workers.bench.selection import BenchInputError, run_selection_bench
@@ -157,7 +157,7 @@ def selection(
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=console, transient=True) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def progress(stream: str, done: int, total: int) -> None:
             if stream not in tasks:

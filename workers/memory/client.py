@@ -42,7 +42,7 @@ class _ClientConditions:
         return models.FieldCondition(key=key, match=models.MatchAny(any=values))
 
     def either(self, conditions: list[models.FieldCondition]) -> models.Filter:
-        return models.Filter(should=conditions)
+        return models.Filter(should=[*conditions])
 
     def filter(self, must: list[Any], must_not: list[Any]) -> models.Filter:
         return models.Filter(must=must or None, must_not=must_not or None)

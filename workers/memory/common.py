@@ -8,7 +8,7 @@ import math
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar, overload
 
 import numpy as np
 
@@ -181,6 +181,14 @@ class ConditionBuilder(Protocol, Generic[C, F]):
     def either(self, conditions: list[C]) -> C: ...
 
     def filter(self, must: list[C], must_not: list[C]) -> F: ...
+
+
+@overload
+def translate_filter(vector_filter: VectorFilter, build: ConditionBuilder[C, F]) -> F: ...
+
+
+@overload
+def translate_filter(vector_filter: VectorFilter | None, build: ConditionBuilder[C, F]) -> F | None: ...
 
 
 def translate_filter(vector_filter: VectorFilter | None, build: ConditionBuilder[C, F]) -> F | None:

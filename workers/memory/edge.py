@@ -77,13 +77,13 @@ UPSERT_BATCH = 1_000  # points per engine call; the GIL is released between call
 
 class _EdgeConditions:
     def value(self, key: str, value: str | int | bool) -> FieldCondition:
-        return FieldCondition(key=key, match=MatchValue(np.bool_(value) if isinstance(value, bool) else value))
+        return FieldCondition(key=key, match=MatchValue(np.bool_(value) if isinstance(value, bool) else value))  # type: ignore[arg-type]
 
     def any(self, key: str, values: list[str] | list[int]) -> FieldCondition:
         return FieldCondition(key=key, match=MatchAny(values))
 
     def either(self, conditions: list[FieldCondition]) -> Filter:
-        return Filter(should=conditions)
+        return Filter(should=[*conditions])
 
     def filter(self, must: list[Any], must_not: list[Any]) -> Filter:
         return Filter(must=must or None, must_not=must_not or None)

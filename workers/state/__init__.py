@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from redis import Redis
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -20,7 +22,7 @@ HEALTH_CHECK_INTERVAL_S = 30
 RETRIES = 20  # ~30 s of backoff: a Redis restart is ridden out, not turned into failed calls
 
 
-def redis_client(settings: Settings, **overrides) -> Redis:
+def redis_client(settings: Settings, **overrides: Any) -> Redis:
     """A client for `settings.redis_url`.
 
     The URL carries the scheme (`redis://`, `rediss://` for TLS, `unix://`), the credentials

@@ -122,7 +122,7 @@ class InflightCalls(BufferedWrites[_Pending]):
 
     def overdue(self, now: float | None = None, limit: int = 100) -> list[HandedOnStep]:
         """The steps due before `now`, most overdue first (an id without a step is dropped)."""
-        ids = [i.decode() if isinstance(i, bytes) else i
+        ids = [i.decode() if isinstance(i, bytes) else str(i)
                for i in self.client.zrangebyscore(self.due_key, "-inf", now or time.time(), start=0, num=limit)]
         if not ids:
             return []

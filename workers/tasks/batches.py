@@ -47,6 +47,7 @@ UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, OperationalError)
 
 class Batches(celery_batches.Batches):
     abstract = True
+    _tref: Any  # celery-batches' flush timer (untyped there)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         retrying = Retrying(retry=retry_if_exception_type(UNAVAILABLE), stop=stop_after_delay(UNAVAILABLE_RETRY_S),
