@@ -5,6 +5,8 @@ One module per area registers its commands on the root app; `bench` is a sub-app
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from workers.cli import bench, calls, evolution, learning, ops, stack, tools
@@ -23,4 +25,36 @@ app.add_typer(learning.feedback_app, name="feedback", help="Feedback on tool ver
 
 
 def main() -> None:
-    app()
+    """Run the command. A Redis that still does not answer after the clients' retries (~20-30 s,
+    which ride out a restart) ends the command with one line that says so, not a traceback."""
+    try:
+        app()
+    except Exception as exc:
+        cause = redis_unavailable(exc)
+        if cause is None:
+            raise
+        from workers.cli.common import err_console
+        from workers.settings import get_settings, redact_url
+
+        settings = get_settings()
+        where = f"FITTEST_REDIS_URL is {redact_url(settings.redis_url)}"
+        if settings.backend_url != settings.redis_url:
+            where += f", FITTEST_RESULT_BACKEND {redact_url(settings.backend_url)}"
+        err_console.print(f"[red]error:[/red] Redis does not answer ({cause}); {where}. Is it running? "
+                          "`fittest up` starts one, and `fittest health` checks every part.", highlight=False)
+        sys.exit(1)
+
+
+def redis_unavailable(exc: BaseException) -> BaseException | None:
+    """The connection error behind `exc`, if a Redis that does not answer is what it comes to: redis-py's
+    own, kombu's for the broker, or what Celery's result backend raises after its reconnects."""
+    from kombu.exceptions import OperationalError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (RedisConnectionError, RedisTimeoutError, OperationalError)):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
