@@ -74,3 +74,18 @@ def test_the_command_reports_bad_input_before_it_starts_anything(tmp_path: Path)
     result = CliRunner().invoke(app, ["bench", "selection", "--tools", str(tools), "--queries", str(queries)])
     assert result.exit_code == 1
     assert "tool 'WeatherTool' is not in the tools file" in result.output
+
+
+def test_a_model_that_cannot_load_ends_the_command_with_what_to_set(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    tools = write(tmp_path / "tools.json", json.dumps(TOOLS))
+    queries = write(tmp_path / "q.csv", "Query,Tool\n" + "Find papers on bees,ResearchHelper\n" * 10)
+    env = {**os.environ, "FITTEST_EMBEDDING_MODEL_PATH": str(tmp_path / "no-model")}
+    done = subprocess.run([str(Path(sys.executable).parent / "fittest"), "bench", "supervised", "--tools", str(tools),
+                           "--queries", str(queries)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    said = " ".join(done.stderr.split())
+    assert f"could not be loaded from the directory {tmp_path / 'no-model'}" in said and "Set FITTEST_EMBEDDING_MODEL_PATH" in said

@@ -25,24 +25,39 @@ app.add_typer(learning.feedback_app, name="feedback", help="Feedback on tool ver
 
 
 def main() -> None:
-    """Run the command. A Redis that still does not answer after the clients' retries (~20-30 s,
-    which ride out a restart) ends the command with one line that says so, not a traceback."""
+    """Run the command. What stops it that the operator can mend (a Redis that still does not
+    answer after the clients' retries, ~20-30 s that ride out a restart; an embedding model that
+    cannot load; a stack that cannot start) ends it with one line that says what, not a traceback."""
     try:
         app()
     except Exception as exc:
-        cause = redis_unavailable(exc)
-        if cause is None:
+        message = operator_error(exc)
+        if message is None:
             raise
         from workers.cli.common import err_console
-        from workers.settings import get_settings, redact_url
 
-        settings = get_settings()
-        where = f"FITTEST_REDIS_URL is {redact_url(settings.redis_url)}"
-        if settings.backend_url != settings.redis_url:
-            where += f", FITTEST_RESULT_BACKEND {redact_url(settings.backend_url)}"
-        err_console.print(f"[red]error:[/red] Redis does not answer ({cause}); {where}. Is it running? "
-                          "`fittest up` starts one, and `fittest health` checks every part.", highlight=False)
+        err_console.print(f"[red]error:[/red] {message}", highlight=False)
         sys.exit(1)
+
+
+def operator_error(exc: BaseException) -> str | None:
+    """What to tell the operator about `exc`, or None for an error that is a bug (its traceback is
+    what to report)."""
+    from workers.embedder import EmbedderUnavailable
+    from workers.settings import get_settings, redact_url
+    from workers.stack import StackError
+
+    if isinstance(exc, (EmbedderUnavailable, StackError)):
+        return str(exc)
+    cause = redis_unavailable(exc)
+    if cause is None:
+        return None
+    settings = get_settings()
+    where = f"FITTEST_REDIS_URL is {redact_url(settings.redis_url)}"
+    if settings.backend_url != settings.redis_url:
+        where += f", FITTEST_RESULT_BACKEND {redact_url(settings.backend_url)}"
+    return (f"Redis does not answer ({cause}); {where}. Is it running? `fittest up` starts one, and "
+            "`fittest health` checks every part.")
 
 
 def redis_unavailable(exc: BaseException) -> BaseException | None:
