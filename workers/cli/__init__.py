@@ -26,8 +26,9 @@ app.add_typer(learning.feedback_app, name="feedback", help="Feedback on tool ver
 
 def main() -> None:
     """Run the command. What stops it that the operator can mend (a Redis that still does not
-    answer after the clients' retries, ~20-30 s that ride out a restart; an embedding model that
-    cannot load; a stack that cannot start) ends it with one line that says what, not a traceback."""
+    answer after the clients' retries, ~20-30 s that ride out a restart; workers that do not
+    answer; an embedding model that cannot load; a stack that cannot start) ends it with one line
+    that says what, not a traceback."""
     try:
         app()
     except Exception as exc:
@@ -47,8 +48,13 @@ def operator_error(exc: BaseException) -> str | None:
     from workers.settings import get_settings, redact_url
     from workers.stack import StackError
 
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
     if isinstance(exc, (EmbedderUnavailable, StackError)):
         return str(exc)
+    if isinstance(exc, CeleryTimeout):
+        return ("no answer from the workers within the command's --timeout: are they running? "
+                "`fittest health` checks them, `fittest up` starts them")
     cause = redis_unavailable(exc)
     if cause is None:
         return None

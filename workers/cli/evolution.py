@@ -129,7 +129,14 @@ def evolve(
     The workers gather its remembered failures and successes, ask the mutators, verify every
     candidate (static checks, test cases, replay) and put the first verified one on trial."""
     from workers.client import FittestClient
+    from workers.settings import get_settings
+    from workers.tool_catalog import load_registry
 
+    versions = [m.version for m in load_registry(get_settings()).versions(name)]
+    if not versions:
+        fail(f"no tool named {name!r}")
+    if version is not None and version not in versions:
+        fail(f"{name} has no version {version!r} (it has {', '.join(versions)})")
     client = FittestClient()
     report = client.wait(client.send("prepare_evolution", namespace=name, version=version, reason=reason), timeout)
     if json_out:
