@@ -53,7 +53,8 @@ def evolver() -> Evolver:
 def _end_call(plan: CallPlan, report: dict[str, Any]) -> dict[str, Any]:
     plan.evolved = True
     plan.evolution_report = report
-    return finish(plan, "failed", message=f"all {len(plan.attempts)} attempts failed; evolution: {report.get('message', '')}")
+    tried = "the one attempt" if len(plan.attempts) == 1 else f"all {len(plan.attempts)} attempts"
+    return finish(plan, "failed", message=f"{tried} failed; evolution: {report.get('message', '')}")
 
 
 @app.task(bind=True, base=CallStep, name="fittest.prepare_evolution")
