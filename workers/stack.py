@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import urlparse
+from urllib.parse import quote, unquote, urlparse
 
 import redis
 from kombu.exceptions import OperationalError
@@ -62,20 +62,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_private_redis(data_dir: Path, port: int | None = None) -> tuple[subprocess.Popen, str]:
-    """A redis-server with the append-only file on, keeping its data under the data directory."""
+def start_private_redis(data_dir: Path, port: int | None = None,
+                        password: str | None = None) -> tuple[subprocess.Popen, str]:
+    """A redis-server with the append-only file on, keeping its data under the data directory, on
+    `port` (a free one when None), asking for `password` when one is given."""
     workdir = data_dir / "redis"
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or _free_port()
+    auth = ["--requirepass", password] if password else []
     proc = subprocess.Popen(
         [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--appendonly", "yes",
-         "--save", "", "--dir", str(workdir.resolve())],
+         "--save", "", "--dir", str(workdir.resolve()), *auth],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
         preexec_fn=die_with_parent,
     )
-    url = f"redis://127.0.0.1:{port}/0"
+    credentials = f":{quote(password, safe='')}@" if password else ""
+    url = f"redis://{credentials}127.0.0.1:{port}/0"
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if redis_answers(url, 0.2):
@@ -139,11 +143,22 @@ class Stack:
         return self.env["FITTEST_REDIS_URL"]
 
     def ensure_redis(self) -> str:
+        """The Redis URL the stack uses: FITTEST_REDIS_URL when it answers; else, for a URL on this
+        machine, a private redis-server started on that URL's port, with its password and database,
+        so that commands run elsewhere with the same settings reach it. A port something else
+        holds gets a free one instead (the URL changes; `fittest up` prints the one in use)."""
         if redis_answers(self.redis_url, tls=self.settings.redis_tls(self.redis_url)):
             return self.redis_url
-        if "FITTEST_REDIS_URL" in os.environ and urlparse(self.redis_url).hostname not in ("127.0.0.1", "localhost"):
+        wanted = urlparse(self.redis_url)
+        if "FITTEST_REDIS_URL" in os.environ and wanted.hostname not in ("127.0.0.1", "localhost"):
             raise StackError(f"Redis at FITTEST_REDIS_URL ({redact_url(self.redis_url)}) does not answer")
-        proc, url = start_private_redis(self.settings.data_dir)
+        password = unquote(wanted.password) if wanted.password else None
+        try:
+            proc, url = start_private_redis(self.settings.data_dir, wanted.port or 6379, password)
+        except StackError:  # the port is taken by something that is not this Redis
+            proc, url = start_private_redis(self.settings.data_dir, password=password)
+        database = wanted.path if wanted.path not in ("", "/") else "/0"
+        url = f"{url.rpartition('/')[0]}{database}"
         self.procs["redis"] = proc
         self.env["FITTEST_REDIS_URL"] = url
         return url
@@ -280,7 +295,14 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
     if unknown:
         raise StackError(f"no Procfile role named {', '.join(sorted(unknown))}")
     stack = Stack(settings)
-    stack.ensure_redis()
+    url = stack.ensure_redis()
+    if "redis" not in stack.procs:
+        print(f"fittest up: Redis at {redact_url(url)}", flush=True)
+    else:
+        print(f"fittest up: no Redis answered at {redact_url(settings.redis_url)}; started one at {redact_url(url)} "
+              f"(append-only file in {settings.data_dir / 'redis'}), stopped with the stack", flush=True)
+        if url != settings.redis_url:
+            print(f"fittest up: its port was taken: other shells need FITTEST_REDIS_URL={redact_url(url)}", flush=True)
     env = dict(stack.env)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     manager = Manager()

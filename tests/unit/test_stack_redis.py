@@ -1,0 +1,49 @@
+"""`fittest up` and `fittest demo` start Redis when none answers: where they start it decides
+whether the other shells' commands, with the same settings, find it."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import free_port
+from workers.settings import Settings
+from workers.stack import Stack
+
+
+def stack(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, url: str) -> Stack:
+    monkeypatch.setenv("FITTEST_REDIS_URL", url)
+    return Stack(Settings(redis_url=url, data_dir=tmp_path / "data"))
+
+
+def test_a_private_redis_is_started_where_the_settings_say(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    url = f"redis://:s3cret%2Fpw@127.0.0.1:{free_port()}/3"
+    with stack(monkeypatch, tmp_path, url) as s:
+        assert s.ensure_redis() == url
+        started = s.procs["redis"]
+        client = redis.Redis.from_url(url)  # what a command in another shell opens
+        client.set("k", "v")
+        assert redis.Redis.from_url(url.replace("/3", "/0")).get("k") is None  # database 3, not 0
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis.from_url(url.replace(":s3cret%2Fpw@", "")).get("k")
+        assert (tmp_path / "data" / "redis").is_dir()
+    assert started.poll() is not None  # stopped with the stack
+
+
+def test_a_port_something_else_holds_gets_a_free_one(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        url = f"redis://127.0.0.1:{squatter.getsockname()[1]}/0"
+        with stack(monkeypatch, tmp_path, url) as s:
+            used = s.ensure_redis()
+            assert used != url and used.endswith("/0") and s.env["FITTEST_REDIS_URL"] == used
+            assert redis.Redis.from_url(used).ping()
+
+
+def test_a_redis_that_answers_is_used_as_it_is(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, redis_url: str) -> None:
+    with stack(monkeypatch, tmp_path, redis_url) as s:
+        assert s.ensure_redis() == redis_url and "redis" not in s.procs
