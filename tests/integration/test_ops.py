@@ -111,3 +111,22 @@ def test_a_call_is_shown_again_by_its_id_and_one_nobody_ran_says_so(pipeline, cl
     finally:
         redis.Redis.from_url(unserved).flushdb()
     assert cli("result", "no such id!").exit_code == 2
+
+
+def test_a_new_memory_worker_indexes_the_tools_before_its_first_call(tmp_path, redis_url, model_path, monkeypatch) -> None:
+    from tests.integration.conftest import TEST_TOOLS, start_pipeline
+    from workers.tool_catalog import load_registry
+
+    fresh = start_pipeline(tmp_path, redis_url, model_path, TEST_TOOLS, roles=("memory",))
+    try:
+        texts = sum(1 + len(m.examples) for m in load_registry(fresh.settings).all())
+        health = cli_runner(monkeypatch, fresh.env)
+
+        def indexed() -> bool:
+            result = health("health", "--json", "--check", "store", "--timeout", "5")
+            return {c["name"]: c["detail"] for c in json.loads(result.output)["checks"]}["store"].startswith(f"{texts} tool vectors")
+
+        fresh.wait_for(indexed, timeout=60)  # no call was sent
+    finally:
+        fresh.close()
+        fresh.state().clear()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Any
 
 from celery import Task
+from celery.concurrency.prefork import TaskPool as PreforkPool
+from celery.signals import worker_ready
 from pydantic import ValidationError
 
 from selection.models import CallPlan, CallRequest, CallResult
@@ -12,6 +16,29 @@ from workers.app import app
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
 from workers.tasks.common import invalid_result, oversized, result_call_id
+
+
+log = logging.getLogger("fittest.selection")
+
+
+@worker_ready.connect
+def warm_up(sender: Any = None, **_: Any) -> None:
+    """A worker that serves the selection queue in its own process (the memory role's threads)
+    loads the embedding model and indexes the tools as it starts, rather than in its first call:
+    ~1 s for the example tools, and at a first start with 10,000 tools every description to embed.
+    It runs beside the worker, so calls that arrive meanwhile wait for it as the first call did
+    before, and `fittest health` counts the tools' vectors before any call."""
+    app_ = getattr(sender, "app", None)
+    if app_ is None or "selection" not in app_.amqp.queues.consume_from or isinstance(getattr(sender, "pool", None), PreforkPool):
+        return
+
+    def warm() -> None:
+        try:
+            runtime().selector
+        except Exception:  # the first call tries again, and reports what fails
+            log.warning("selection warm-up failed; the first call will try again", exc_info=True)
+
+    threading.Thread(target=warm, name="fittest-warm-up", daemon=True).start()
 
 
 # Positional arguments of fittest.resilient_tool_call, in order (send_task(args=[...]) works too).
