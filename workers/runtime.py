@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from functools import cached_property
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from workers.heap import settle as settle_heap
 from workers.settings import Settings, get_settings
@@ -30,6 +30,41 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fittest.runtime")
 
+T = TypeVar("T")
+
+
+class once(Generic[T]):  # noqa: N801 - used as a decorator, like functools.cached_property
+    """A property of the runtime computed once, under the runtime's own (reentrant) lock.
+
+    functools.cached_property (Python 3.11) holds a lock of its own per property while it computes
+    one, so a getter that takes the runtime's lock inside it could deadlock against a thread that
+    holds the runtime's lock and asks for that property: the memory worker's warm-up, building the
+    selector (runtime lock held), waited for `redis` while a task thread computing `redis` waited
+    for the runtime lock. With the one lock for every property, no two threads can wait on each
+    other. Once set, the value is read from the instance's dict without any lock."""
+
+    def __init__(self, compute: Callable[[Any], T]) -> None:
+        self.compute = compute
+        self.name = compute.__name__
+        self.__doc__ = compute.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, runtime: None, owner: type | None = None) -> once[T]: ...
+
+    @overload
+    def __get__(self, runtime: Runtime, owner: type | None = None) -> T: ...
+
+    def __get__(self, runtime: Runtime | None, owner: type | None = None) -> once[T] | T:
+        if runtime is None:
+            return self
+        with runtime._lock:
+            if self.name not in runtime.__dict__:
+                runtime.__dict__[self.name] = self.compute(runtime)
+            return runtime.__dict__[self.name]  # type: ignore[no-any-return]
+
 
 class Runtime:
     def __init__(self, settings: Settings) -> None:
@@ -40,54 +75,51 @@ class Runtime:
         self._memory_error = ""  # why the last open failed; "" when it did not
         self._memory_retry_at = 0.0
 
-    @cached_property
+    @once
     def redis(self) -> Redis:
         """The process's Redis client (one connection pool for the state store and the metrics)."""
         from workers.state import redis_client
 
-        with self._lock:
-            return redis_client(self.settings)
+        return redis_client(self.settings)
 
-    @cached_property
+    @once
     def state(self) -> StateStore:
         from workers.state import open_state_store
 
-        with self._lock:
-            return open_state_store(self.settings, client=self.redis)
+        return open_state_store(self.settings, client=self.redis)
 
-    @cached_property
+    @once
     def evolution(self) -> EvolutionState:
         """Changelog, trials, recent successes and description variants (workers/state/evolution.py)."""
         from workers.state.evolution import EvolutionState
 
         return EvolutionState(self.redis, self.settings.key_prefix)
 
-    @cached_property
+    @once
     def learning(self) -> LearningState:
         """The window of recent execution records the weights are learned from (workers/state/learning.py)."""
         from workers.state.learning import LearningState
 
         return LearningState(self.redis, self.settings.key_prefix, self.settings.learner_window)
 
-    @cached_property
+    @once
     def inflight(self) -> InflightCalls:
         """The step each call was last handed on to (workers/state/inflight.py, workers/rescue.py)."""
         from workers.state.inflight import InflightCalls
 
         return InflightCalls(self.redis, self.settings.key_prefix)
 
-    @cached_property
+    @once
     def metrics(self) -> MetricsRecorder:
         from workers.metrics import MetricsRecorder
 
         return MetricsRecorder(self.redis, self.settings.key_prefix)
 
-    @cached_property
+    @once
     def embedder(self) -> Embedder:
         from workers.embedder import open_embedder
 
-        with self._lock:
-            return open_embedder(self.settings)
+        return open_embedder(self.settings)
 
     @property
     def memory(self) -> VectorMemory:
@@ -143,37 +175,35 @@ class Runtime:
         finally:
             client.close()
 
-    @cached_property
+    @once
     def registry(self) -> ToolRegistry:
         from workers.tool_catalog import load_registry
 
-        with self._lock:
-            return load_registry(self.settings)
+        return load_registry(self.settings)
 
-    @cached_property
+    @once
     def selector(self) -> Selector:
         from redis.exceptions import RedisError
 
         from workers.degraded import is_store_failure
         from workers.selector import Selector
 
-        with self._lock:
-            selector = Selector(self)
-            try:
-                selector.sync_tools()
-            except Exception as exc:  # served degraded; synced when the store is back (`memory`)
-                if not is_store_failure(exc):
-                    raise
-                log.warning("tool index not synced, the vector memory is unavailable: %s", exc)
-            try:
-                selector.variants.snapshot()  # their texts are in the word index, built next
-            except Exception as exc:  # read, and the index rebuilt, at the first plan instead
-                if not (is_store_failure(exc) or isinstance(exc, RedisError)):
-                    raise
-                log.warning("description variants not read, a store is unavailable: %s", exc)
-            selector.lexical_index()  # built here rather than in the first call's selection
-            settle_heap()  # what the selector loaded stays for the process's life
-            return selector
+        selector = Selector(self)
+        try:
+            selector.sync_tools()
+        except Exception as exc:  # served degraded; synced when the store is back (`memory`)
+            if not is_store_failure(exc):
+                raise
+            log.warning("tool index not synced, the vector memory is unavailable: %s", exc)
+        try:
+            selector.variants.snapshot()  # their texts are in the word index, built next
+        except Exception as exc:  # read, and the index rebuilt, at the first plan instead
+            if not (is_store_failure(exc) or isinstance(exc, RedisError)):
+                raise
+            log.warning("description variants not read, a store is unavailable: %s", exc)
+        selector.lexical_index()  # built here rather than in the first call's selection
+        settle_heap()  # what the selector loaded stays for the process's life
+        return selector
 
     def close(self) -> None:
         with self._lock:

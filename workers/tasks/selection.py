@@ -34,7 +34,11 @@ def warm_up(sender: Any = None, **_: Any) -> None:
 
     def warm() -> None:
         try:
-            runtime().selector
+            rt = runtime()
+            # What every task opens first is opened before the selector, whose build holds the
+            # runtime's lock for a second or more, so that tasks need not wait for it.
+            for opened in ("redis", "state", "inflight", "metrics", "evolution", "learning", "selector"):
+                getattr(rt, opened)
         except Exception:  # the first call tries again, and reports what fails
             log.warning("selection warm-up failed; the first call will try again", exc_info=True)
 
