@@ -44,11 +44,11 @@ def main() -> None:
 def operator_error(exc: BaseException) -> str | None:
     """What to tell the operator about `exc`, or None for an error that is a bug (its traceback is
     what to report)."""
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
     from workers.embedder import EmbedderUnavailable
     from workers.settings import get_settings, redact_url
     from workers.stack import StackError
-
-    from celery.exceptions import TimeoutError as CeleryTimeout
 
     if isinstance(exc, (EmbedderUnavailable, StackError)):
         return str(exc)
