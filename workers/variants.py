@@ -112,13 +112,12 @@ class VariantBook:
         kept = []
         for hit in hits:
             key = hit.payload.get("tool")
-            variants = snapshot.get(key) if isinstance(key, str) else None
             variant = _hit_variant(hit)
-            if not isinstance(key, str) or variants is None or variant is None:
+            if not isinstance(key, str) or key not in snapshot or variant is None:
                 kept.append(hit)
                 continue
             if key not in chosen:
-                chosen[key] = self._served(variants, request, key)
+                chosen[key] = self._served(snapshot[key], request, key)
             if variant == chosen[key]:
                 kept.append(hit)
         return kept

@@ -4,13 +4,17 @@ came to be, and the by-hand controls over which one is served."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.table import Table
 from rich.tree import Tree
 
 from workers.cli.common import JsonOpt, console, fail, print_json
+
+if TYPE_CHECKING:
+    from selection.manifest import ToolManifest
+    from selection.registry import ToolRegistry
 
 app = typer.Typer()
 
@@ -31,14 +35,20 @@ def _when(t: float) -> str:
     return dt.datetime.fromtimestamp(t).strftime("%m-%d %H:%M:%S")
 
 
+def versions_of(registry: ToolRegistry, namespace: str) -> list[ToolManifest]:
+    """The versions of a namespace, or the command fails naming it."""
+    versions = registry.versions(namespace)
+    if not versions:
+        fail(f"no tool named {namespace!r}")
+    return versions
+
+
 def lineage(namespace: str) -> dict[str, Any]:
     """Every version of a namespace with its parent, status, quality and variants, and the changelog."""
     from evolution.trial import head_version
 
     registry, state, ledger = _stores()
-    versions = registry.versions(namespace)
-    if not versions:
-        fail(f"no tool named {namespace!r}")
+    versions = versions_of(registry, namespace)
     promotion = state.promotion(namespace)
     history = state.promotion_history(namespace)
     stats = state.stats([m.key for m in versions])
@@ -132,9 +142,7 @@ def evolve(
     from workers.settings import get_settings
     from workers.tool_catalog import load_registry
 
-    versions = [m.version for m in load_registry(get_settings()).versions(name)]
-    if not versions:
-        fail(f"no tool named {name!r}")
+    versions = [m.version for m in versions_of(load_registry(get_settings()), name)]
     if version is not None and version not in versions:
         fail(f"{name} has no version {version!r} (it has {', '.join(versions)})")
     client = FittestClient()
