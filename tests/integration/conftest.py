@@ -128,6 +128,18 @@ def start_pipeline(tmp: Path, redis_url: str, model_path: Path, tools_dir: Path,
     return Pipeline(env=env, settings=settings, stack=stack, client=FittestClient(settings))
 
 
+@pytest.fixture
+def unserved_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A private Redis no worker reads: what a command meets when no worker is running. Its own
+    server, so the messages left in its queues are nobody else's to clean up."""
+    from tests.conftest import start_redis
+
+    proc, url = start_redis(tmp_path_factory.mktemp("unserved-redis"))
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[Pipeline]:
     tmp = tmp_path_factory.mktemp("pipeline")

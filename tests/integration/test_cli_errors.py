@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import redis
 
 from tests.conftest import EXAMPLE_TOOLS, free_port
 
@@ -34,10 +33,9 @@ def test_every_kind_of_command_says_redis_does_not_answer_without_a_traceback(mo
 
 
 def test_a_command_no_worker_answers_says_so_and_a_tool_that_does_not_exist_is_refused_first(
-    model_path: Path, redis_url: str, tmp_path: Path
+    model_path: Path, unserved_redis: str, tmp_path: Path
 ) -> None:
-    unserved = f"{redis_url.rsplit('/', 1)[0]}/12"  # a database no worker reads
-    env = {**os.environ, "FITTEST_REDIS_URL": unserved, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+    env = {**os.environ, "FITTEST_REDIS_URL": unserved_redis, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
            "FITTEST_TOOLS_DIR": str(EXAMPLE_TOOLS), "FITTEST_DATA_DIR": str(tmp_path / "data"), "FITTEST_KEY_PREFIX": "cli:"}
     env.pop("FITTEST_RESULT_BACKEND", None)
 
@@ -46,11 +44,8 @@ def test_a_command_no_worker_answers_says_so_and_a_tool_that_does_not_exist_is_r
         assert "Traceback" not in done.stderr, done.stderr
         return done.returncode, " ".join(done.stderr.split())
 
-    try:
-        assert fittest("evolve", "nosuch") == (1, "error: no tool named 'nosuch'")
-        code, said = fittest("evolve", "sort_numbers", "--version", "9.9.9")
-        assert code == 1 and "sort_numbers has no version '9.9.9' (it has 1.0.0)" in said
-        code, said = fittest("evolve", "sort_numbers", "--timeout", "1")
-        assert code == 1 and "no answer from the workers within the command's --timeout" in said
-    finally:
-        redis.Redis.from_url(unserved).flushdb()
+    assert fittest("evolve", "nosuch") == (1, "error: no tool named 'nosuch'")
+    code, said = fittest("evolve", "sort_numbers", "--version", "9.9.9")
+    assert code == 1 and "sort_numbers has no version '9.9.9' (it has 1.0.0)" in said
+    code, said = fittest("evolve", "sort_numbers", "--timeout", "1")
+    assert code == 1 and "no answer from the workers within the command's --timeout" in said
