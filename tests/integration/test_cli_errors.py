@@ -8,28 +8,50 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+import redis
 
 from tests.conftest import EXAMPLE_TOOLS, free_port
 
 FITTEST = Path(sys.executable).parent / "fittest"
 
 
-@pytest.mark.slow  # the retries that ride out a Redis restart take 20-35 s to give up
-def test_every_kind_of_command_says_redis_does_not_answer_without_a_traceback(model_path: Path) -> None:
+def test_every_kind_of_command_says_at_once_that_redis_does_not_answer(model_path: Path) -> None:
     url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
     env = {**os.environ, "FITTEST_REDIS_URL": url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path)}
     env.pop("FITTEST_RESULT_BACKEND", None)
-    commands = [["tools"], ["call", "sort these numbers", "--timeout", "2"]]
+    commands = [["tools"], ["call", "sort these numbers", "--timeout", "2"], ["show", "sort_numbers"],
+                ["feedback", "show", "sort_numbers"], ["weights"]]
     running = [subprocess.Popen([str(FITTEST), *c], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-               for c in commands]  # side by side: each waits out its client's retries
+               for c in commands]
     for command, proc in zip(commands, running, strict=True):
-        output, _ = proc.communicate(timeout=120)
+        # not after the ~30 s of retries with which the clients ride out a restart
+        output, _ = proc.communicate(timeout=25)
         said = " ".join(output.split())
         assert proc.returncode == 1, (command, output)
         assert "Traceback" not in output, (command, output)
         assert "error: Redis does not answer" in said and "Connection refused" in said, (command, output)
         assert "FITTEST_REDIS_URL is redis://:**@127.0.0.1" in said and "hunter2" not in said, (command, output)
+
+
+def test_a_redis_that_refuses_the_password_or_the_database_is_named_as_such(
+    model_path: Path, unserved_redis: str, tmp_path: Path
+) -> None:
+    redis.Redis.from_url(unserved_redis).config_set("requirepass", "sesame")
+    port = unserved_redis.rsplit(":", 1)[1].split("/")[0]
+
+    def tools(url: str) -> tuple[int, str]:
+        env = {**os.environ, "FITTEST_REDIS_URL": url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+               "FITTEST_TOOLS_DIR": str(EXAMPLE_TOOLS), "FITTEST_DATA_DIR": str(tmp_path / "data")}
+        env.pop("FITTEST_RESULT_BACKEND", None)
+        done = subprocess.run([str(FITTEST), "tools"], env=env, capture_output=True, text=True, timeout=25)
+        assert "Traceback" not in done.stderr, done.stderr
+        return done.returncode, " ".join(done.stderr.split())
+
+    code, said = tools(f"redis://:wrong@127.0.0.1:{port}/0")
+    assert code == 1 and "error: Redis refuses the credentials" in said and "wrong" not in said, said
+    code, said = tools(f"redis://:sesame@127.0.0.1:{port}/99")
+    assert code == 1 and "error: Redis refuses the connection (DB index is out of range)" in said, said
+    assert tools(f"redis://:sesame@127.0.0.1:{port}/0")[0] == 0
 
 
 def test_a_command_no_worker_answers_says_so_and_a_tool_that_does_not_exist_is_refused_first(

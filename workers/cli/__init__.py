@@ -25,10 +25,10 @@ app.add_typer(learning.feedback_app, name="feedback", help="Feedback on tool ver
 
 
 def main() -> None:
-    """Run the command. What stops it that the operator can mend (a Redis that still does not
-    answer after the clients' retries, ~20-30 s that ride out a restart; workers that do not
-    answer; an embedding model that cannot load; a stack that cannot start) ends it with one line
-    that says what, not a traceback."""
+    """Run the command. What stops it that the operator can mend (a Redis that does not answer or
+    refuses the URL's credentials or database, found before the command starts; workers that do
+    not answer; an embedding model that cannot load; a stack that cannot start) ends it with one
+    line that says what, not a traceback."""
     try:
         app()
     except Exception as exc:
@@ -45,7 +45,9 @@ def operator_error(exc: BaseException) -> str | None:
     """What to tell the operator about `exc`, or None for an error that is a bug (its traceback is
     what to report)."""
     from celery.exceptions import TimeoutError as CeleryTimeout
+    from redis.exceptions import AuthenticationError
 
+    from workers.cli.common import RedisRefused
     from workers.embedder import EmbedderUnavailable
     from workers.settings import get_settings, redact_url
     from workers.stack import StackError
@@ -62,6 +64,11 @@ def operator_error(exc: BaseException) -> str | None:
     where = f"FITTEST_REDIS_URL is {redact_url(settings.redis_url)}"
     if settings.backend_url != settings.redis_url:
         where += f", FITTEST_RESULT_BACKEND {redact_url(settings.backend_url)}"
+    if isinstance(cause, AuthenticationError):
+        return (f"Redis refuses the credentials ({cause}); {where}. Put the user and password it expects "
+                "in the URL: redis://user:password@host:port/db.")
+    if isinstance(cause, RedisRefused):
+        return f"Redis refuses the connection ({cause}); {where}. Does Redis have that database (16 unless configured), and may the URL's user use it?"
     return (f"Redis does not answer ({cause}); {where}. Is it running? `fittest up` starts one, and "
             "`fittest health` checks every part.")
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from workers.cli.common import JsonOpt, console, fail, parse_json_option, print_json
+from workers.cli.common import JsonOpt, console, fail, needs_redis, parse_json_option, print_json
 
 if TYPE_CHECKING:
     from celery.result import AsyncResult
@@ -23,6 +23,7 @@ SUCCEEDED, DID_NOT_SUCCEED, REFUSED = 0, 1, 2
 
 # --------------------------------------------------------------------------------------- calls
 @app.command()
+@needs_redis
 def call(
     scenario: Annotated[str, typer.Argument(help="What you need done, in words.")],
     input: Annotated[str | None, typer.Option("--input", "-i", help="The tool input as a JSON object.")] = None,
@@ -63,6 +64,7 @@ def call(
 
 
 @app.command()
+@needs_redis
 def result(
     call_id: Annotated[str, typer.Argument(help="The call's id: the task id of its fittest.resilient_tool_call or fittest.call_tool (the id `fittest call` prints).")],
     timeout: Annotated[float, typer.Option(help="Seconds to wait for it when it has not finished yet.")] = 10.0,

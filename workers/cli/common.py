@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
-from typing import Annotated, Any, NoReturn
+from collections.abc import Callable
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from rich.console import Console
 
 # Piped or redirected output has no terminal width to follow; 140 columns keep the bench tables
@@ -14,6 +18,13 @@ from rich.console import Console
 PIPED_WIDTH = 140
 console = Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
+
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+# How long a command waits to learn that Redis answers before it starts: long enough for a loaded
+# host, far short of the ~30 s of retries that the clients spend riding out a restart.
+REDIS_PROBE_TIMEOUT_S = 2.0
+REDIS_PROBE_RETRIES = 3  # 0.1 + 0.2 + 0.4 s apart: a Redis that is starting up is waited for
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 
@@ -37,3 +48,36 @@ def parse_json_option(text: str | None, option: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         fail(f"{option} must be a JSON object")
     return value
+
+
+class RedisRefused(RedisConnectionError):
+    """Redis answered, but refused to set the connection up: a database it does not have, or a
+    command the user's ACL forbids."""
+
+
+def needs_redis(command: Command) -> Command:
+    """Check that Redis answers before the command runs. The clients retry a refused connection for
+    ~30 s so that workers ride out a restart; an operator whose Redis is not running at all would
+    wait that out for every command. A Redis that does not answer raises redis-py's connection
+    error, which `main` turns into one line naming FITTEST_REDIS_URL."""
+
+    @functools.wraps(command)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        from redis.backoff import ExponentialBackoff
+        from redis.retry import Retry
+
+        from workers.settings import get_settings
+        from workers.state import redis_client
+
+        client = redis_client(get_settings(), socket_connect_timeout=REDIS_PROBE_TIMEOUT_S,
+                              socket_timeout=REDIS_PROBE_TIMEOUT_S, health_check_interval=0,
+                              retry=Retry(ExponentialBackoff(cap=0.4, base=0.1), REDIS_PROBE_RETRIES))
+        try:
+            client.ping()
+        except ResponseError as exc:  # raised by the connection's own set-up (SELECT, CLIENT SETNAME)
+            raise RedisRefused(str(exc)) from exc
+        finally:
+            client.close()
+        return command(*args, **kwargs)
+
+    return checked  # type: ignore[return-value]  # functools.wraps keeps the signature Typer reads

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 from rich.tree import Tree
 
-from workers.cli.common import JsonOpt, console, fail, print_json
+from workers.cli.common import JsonOpt, console, fail, needs_redis, print_json
 
 if TYPE_CHECKING:
     from selection.manifest import ToolManifest
@@ -87,6 +87,7 @@ STATUS_COLOR = {"active": "green", "on_trial": "yellow", "rolled_back": "red", "
 
 
 @app.command()
+@needs_redis
 def show(
     name: Annotated[str, typer.Argument(help="The namespace (tool name).")],
     events: Annotated[int, typer.Option(help="Changelog entries to print (newest last).")] = 15,
@@ -127,6 +128,7 @@ def show(
 
 
 @app.command()
+@needs_redis
 def evolve(
     name: Annotated[str, typer.Argument(help="The namespace to evolve.")],
     version: Annotated[Optional[str], typer.Option(help="The version to evolve from (default: the one served).")] = None,
@@ -172,6 +174,7 @@ def show_report(report: dict[str, Any]) -> None:
 
 
 @app.command()
+@needs_redis
 def rollback(
     name: Annotated[str, typer.Argument(help="The namespace.")],
     json_out: JsonOpt = False,
@@ -193,6 +196,7 @@ def rollback(
 
 
 @app.command()
+@needs_redis
 def promote(
     name: Annotated[str, typer.Argument(help="The namespace.")],
     version: Annotated[str, typer.Argument(help="The version to serve.")],
@@ -213,6 +217,7 @@ def promote(
 
 
 @app.command()
+@needs_redis
 def describe(
     name: Annotated[str, typer.Argument(help="The namespace.")],
     text: Annotated[str, typer.Argument(help="The new description to try.")],

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from workers.cli.common import JsonOpt, console, fail, parse_json_option, print_json
+from workers.cli.common import JsonOpt, console, fail, needs_redis, parse_json_option, print_json
 
 app = typer.Typer()
 feedback_app = typer.Typer(no_args_is_help=True)
@@ -43,6 +43,7 @@ def _when(t: float) -> str:
 
 # --------------------------------------------------------------------------------------- explain
 @app.command()
+@needs_redis
 def explain(
     scenario: Annotated[str, typer.Argument(help="The job, in words, as a call would describe it.")],
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Rank as a call to this namespace.")] = None,
@@ -79,6 +80,7 @@ def explain(
 
 # --------------------------------------------------------------------------------------- feedback
 @feedback_app.command("add")
+@needs_redis
 def feedback_add(
     tool: Annotated[str, typer.Argument(help="NAME or NAME@VERSION (NAME: the version it serves now).")],
     sentiment: Annotated[Sentiment, typer.Argument(help="positive or negative.")],
@@ -105,6 +107,7 @@ def feedback_add(
 
 
 @feedback_app.command("show")
+@needs_redis
 def feedback_show(
     tool: Annotated[str, typer.Argument(help="Tool name (all its versions).")],
     limit: Annotated[int, typer.Option(min=1, help="Entries listed, newest first.")] = 20,
@@ -136,6 +139,7 @@ def feedback_show(
 
 # --------------------------------------------------------------------------------------- weights
 @app.command()
+@needs_redis
 def weights(
     history: Annotated[int, typer.Option(min=0, help="Earlier versions listed.")] = 10,
     json_out: JsonOpt = False,
@@ -172,6 +176,7 @@ def weights(
 
 # --------------------------------------------------------------------------------------- recommend
 @app.command()
+@needs_redis
 def recommend(
     min_runs: Annotated[int, typer.Option(min=1, help="Attempts a version needs in a context to be judged there.")] = 5,
     max_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Success rate below which it is listed.")] = 0.5,

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from workers.cli.common import JsonOpt, console, fail, print_json
+from workers.cli.common import JsonOpt, console, fail, needs_redis, print_json
 from workers.settings import Settings, get_settings, redact_url
 
 app = typer.Typer()
@@ -81,6 +81,7 @@ def metrics(
 
 # --------------------------------------------------------------------------------------- report
 @app.command()
+@needs_redis
 def report(
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write index.html into.")] = Path("fittest-report"),
     hours: Annotated[float | None, typer.Option(help="Only the last HOURS of attempts and calls.")] = None,

@@ -7,12 +7,13 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from workers.cli.common import JsonOpt, console, err_console, fail, print_json
+from workers.cli.common import JsonOpt, console, err_console, fail, needs_redis, print_json
 
 app = typer.Typer()
 
 # --------------------------------------------------------------------------------------- tools
 @app.command()
+@needs_redis
 def tools(json_out: JsonOpt = False) -> None:
     """List every tool version with its quality and counters."""
     from workers.runtime import runtime
