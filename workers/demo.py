@@ -25,13 +25,19 @@ from workers.stack import ROOT, Stack
 DEMO_ROLES = ("memory", "executor", "evolver")
 
 
+EXAMPLE_TOOLS = ROOT / "examples" / "tools"
+
+
 def demo_settings(settings: Settings) -> Settings:
-    """The demo keeps its own keys, collections and files, so it never touches real state."""
+    """The demo keeps its own keys, collections and files, so it never touches real state, and
+    serves the example tools its calls are written for, whatever FITTEST_TOOLS_DIR says and
+    wherever it is run from."""
     return settings.model_copy(
         update={
             "key_prefix": f"{settings.key_prefix}demo:",
             "collection_prefix": f"{settings.collection_prefix}demo_",
             "data_dir": settings.data_dir / "demo",
+            "tools_dir": EXAMPLE_TOOLS,
         }
     )
 
@@ -138,8 +144,9 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
         fell_back = [r for r in results if r["status"] == "success" and len(r["attempts"]) > 1]
         console.print(f"    {ok}/{len(results)} calls succeeded, {len(fell_back)} of them after a fallback")
         console.print("[bold]4.[/bold] a few calls, attempt by attempt")
-        shown = fell_back[:2] + [r for r in results if r["status"] != "success"][:1] + results[:1]
-        for r in shown[:4]:
+        picked = fell_back[:2] + [r for r in results if r["status"] != "success"][:1] + results[:1]
+        shown = list({r["call_id"]: r for r in picked}.values())  # each call once (the first may also be the failed one)
+        for r in shown:
             req = r["_request"]
             console.print(f"\n[dim]scenario:[/dim] {req['scenario']!r}  [dim]namespace:[/dim] {req.get('namespace')}")
             r = {**r, "output": _abridge(r.get("output"))}

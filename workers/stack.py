@@ -125,6 +125,18 @@ ROLES: dict[str, Role] = {
 }
 
 
+def absolute_paths(settings: Settings) -> dict[str, str]:
+    """The settings' paths (and FITTEST_CONFIG's file) as absolute FITTEST_* variables. The stack's
+    processes run in the repository, whose files the Procfile's commands name; a relative path
+    given in the shell that started them must still mean what it meant there, as it does for the
+    CLI commands run beside them."""
+    env = {f"FITTEST_{name.upper()}": str(value.resolve())
+           for name in Settings.model_fields if isinstance(value := getattr(settings, name), Path)}
+    if config := os.environ.get("FITTEST_CONFIG"):
+        env["FITTEST_CONFIG"] = str(Path(config).resolve())
+    return env
+
+
 @dataclass
 class Stack:
     """Child processes of one run; a context manager that stops them all, Redis last."""
@@ -135,7 +147,7 @@ class Stack:
     log_dir: Path | None = None
 
     def __post_init__(self) -> None:
-        self.env = {**os.environ, **self.env}
+        self.env = {**os.environ, **absolute_paths(self.settings), **self.env}
         self.env.setdefault("FITTEST_REDIS_URL", self.settings.redis_url)
 
     @property
@@ -295,6 +307,9 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
     if unknown:
         raise StackError(f"no Procfile role named {', '.join(sorted(unknown))}")
     stack = Stack(settings)
+    if not settings.tools_dir.is_dir():
+        print(f"fittest up: FITTEST_TOOLS_DIR ({settings.tools_dir.resolve()}) is not a directory: no tool will be "
+              "served until it is (a relative path is read from the directory you run fittest in)", flush=True)
     url = stack.ensure_redis()
     if "redis" not in stack.procs:
         print(f"fittest up: Redis at {redact_url(url)}", flush=True)
