@@ -71,3 +71,15 @@ def test_a_command_no_worker_answers_says_so_and_a_tool_that_does_not_exist_is_r
     assert code == 1 and "sort_numbers has no version '9.9.9' (it has 1.0.0)" in said
     code, said = fittest("evolve", "sort_numbers", "--timeout", "1")
     assert code == 1 and "no answer from the workers within the command's --timeout" in said
+
+
+def test_a_tools_dir_that_is_not_there_is_named_with_the_path_it_was_read_as(
+    model_path: Path, unserved_redis: str, tmp_path: Path
+) -> None:
+    env = {**os.environ, "FITTEST_REDIS_URL": unserved_redis, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+           "FITTEST_TOOLS_DIR": "mytools", "FITTEST_DATA_DIR": str(tmp_path / "data")}
+    env.pop("FITTEST_RESULT_BACKEND", None)
+    done = subprocess.run([str(FITTEST), "tools", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert f"warning: FITTEST_TOOLS_DIR ({tmp_path / 'mytools'}) is not a directory" in said, said

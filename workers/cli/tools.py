@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -21,7 +22,12 @@ def tools(json_out: JsonOpt = False) -> None:
     rt = runtime()
     registry = rt.registry
     for error in registry.errors:
-        err_console.print(f"[yellow]skipped[/yellow] {error}")
+        if error.field == "(directory)":
+            err_console.print(f"[yellow]warning:[/yellow] FITTEST_TOOLS_DIR ({Path(error.path).resolve()}) is not a "
+                              "directory, so no tool comes from it (a relative path is read from the directory "
+                              "fittest runs in)")
+        else:
+            err_console.print(f"[yellow]skipped[/yellow] {error}")
     manifests = registry.all()
     stats = rt.state.stats([m.key for m in manifests])
     rows = [
