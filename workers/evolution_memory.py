@@ -83,7 +83,7 @@ def _call_failures(plan: CallPlan, served: str | None) -> tuple[str, str | None,
         return namespace, None, []
     parent = served if any(a.version == served for a in mine) else mine[0].version
     runs = [
-        FailedRun(version=a.version, input=plan.request.input, error_class=a.error_class,  # type: ignore[arg-type]
+        FailedRun(version=a.version, input=plan.request.input, error_class=a.error_class,
                   error_message=a.error_message or "", scenario=plan.request.scenario)
         for a in mine
     ]

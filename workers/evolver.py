@@ -266,7 +266,7 @@ class Evolver:
 
     def _report(self, job: EvolutionJob, status: EvolutionStatus, started: float, **fields: object) -> EvolutionReport:
         report = EvolutionReport(job_id=job.job_id, namespace=job.namespace, trigger=job.trigger, status=status,
-                                 parent=job.parent_key, elapsed_s=round(time.monotonic() - started, 3), **fields)  # type: ignore[arg-type]
+                                 parent=job.parent_key, elapsed_s=round(time.monotonic() - started, 3), **fields)
         log.info("evolution", extra={"event": "evolution", "namespace": job.namespace, "status": status,
                                      "parent": job.parent_key, "version": report.version, "elapsed_s": report.elapsed_s})
         return report

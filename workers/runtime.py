@@ -63,7 +63,7 @@ class once(Generic[T]):  # noqa: N801 - used as a decorator, like functools.cach
         with runtime._lock:
             if self.name not in runtime.__dict__:
                 runtime.__dict__[self.name] = self.compute(runtime)
-            return runtime.__dict__[self.name]  # type: ignore[no-any-return]
+            return runtime.__dict__[self.name]
 
 
 class Runtime:

@@ -35,7 +35,7 @@ from workers.runners import RunLimits, RunOutcome, run_tool
 SANDBOX = ToolManifest(
     name="fittest_sandbox",
     description="the verification sandbox of evolution",
-    implementation={"kind": "executable", "argv": ["{python}", "-m", "workers.sandbox"]},  # type: ignore[arg-type]
+    implementation={"kind": "executable", "argv": ["{python}", "-m", "workers.sandbox"]},
     timeout_s=600,
 )
 ANSWER_LIMIT_BYTES = 64_000_000

@@ -46,7 +46,7 @@ def find_redis_server() -> str:
     if found:
         return found
     try:
-        import redis_server  # type: ignore[import-not-found]
+        import redis_server
 
         return str(redis_server.REDIS_SERVER_PATH)
     except ImportError as exc:

@@ -120,7 +120,8 @@ def start_pipeline(tmp: Path, redis_url: str, model_path: Path, tools_dir: Path,
         "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
         **extra,
     }
-    settings = Settings(**{k.removeprefix("FITTEST_").lower(): v for k, v in env.items()})
+    fields: dict[str, Any] = {k.removeprefix("FITTEST_").lower(): v for k, v in env.items()}
+    settings = Settings(**fields)
     purge_queues(settings)
     stack = Stack(settings, env=env, log_dir=tmp / "logs")
     stack.start_roles(roles)

@@ -71,10 +71,12 @@ def test_a_better_version_on_trial_becomes_active(rt: Runtime) -> None:
     apply_outcome(rt, outcome(attempt("slowish@1.1.0", True, "a0")))  # a redelivery counts once
     fallback = [attempt("other@1.0.0", False, "x0"), attempt("slowish@1.1.0", False, "x1")]
     apply_outcome(rt, OutcomeRecord(call_id="x", scenario="s", namespace="other", attempts=fallback))  # not its traffic
-    assert rt.state.promotion("slowish").status == "on_trial"
+    promotion = rt.state.promotion("slowish")
+    assert promotion is not None and promotion.status == "on_trial"
     assert rt.evolution.trial_counts("slowish", "1.1.0") == TrialCounts(evolved_successes=4)
     apply_outcome(rt, outcome(attempt("slowish@1.1.0", True, "a4")))
-    assert rt.state.promotion("slowish").status == "active"
+    promotion = rt.state.promotion("slowish")
+    assert promotion is not None and promotion.status == "active"
     assert [e.event for e in rt.evolution.changelog("slowish")] == ["activated"]
     assert len(rt.evolution.recent_successes("slowish@1.1.0")) == 5
 
@@ -85,7 +87,7 @@ def test_a_worse_version_on_trial_is_rolled_back_and_the_parent_served_again(rt:
     for i, ok in enumerate(results):
         apply_outcome(rt, outcome(attempt("slowish@1.1.0", ok, f"w{i}")))
     promotion = rt.state.promotion("slowish")
-    assert promotion.status == "rolled_back"
+    assert promotion is not None and promotion.status == "rolled_back"
     assert served_version(promotion, "any-call", after_evolution=True, share=1.0) is None  # the original, the parent
     (entry,) = rt.evolution.changelog("slowish")
     assert entry.event == "rolled_back" and "2/5 successes" in entry.reason
@@ -93,7 +95,7 @@ def test_a_worse_version_on_trial_is_rolled_back_and_the_parent_served_again(rt:
 
 def slow_job(trigger: str, served: str | None = None) -> EvolutionJob:
     failure = FailedRun(version="1.0.0", input={"n": 5}, error_class=FailureClass.timeout, error_message="no result within 0.3s")
-    return EvolutionJob(namespace="slowish", parent_version="1.0.0", served_version=served, trigger=trigger,  # type: ignore[arg-type]
+    return EvolutionJob(namespace="slowish", parent_version="1.0.0", served_version=served, trigger=trigger,
                         pattern="timeout: no result within 0.3s", evidence=Evidence(failures=[failure]))
 
 

@@ -101,7 +101,9 @@ def test_a_call_is_shown_again_by_its_id_and_one_nobody_ran_says_so(pipeline, cl
     waited = cli("call", "parse this csv text into rows", "--timeout", "1", FITTEST_REDIS_URL=unserved_redis,
                  FITTEST_RESULT_BACKEND=unserved_redis)
     assert waited.exit_code == 1
-    call_id = re.search(r"`fittest result (\S+)`", words(waited.output)).group(1)
+    found = re.search(r"`fittest result (\S+)`", words(waited.output))
+    assert found is not None, waited.output
+    call_id = found.group(1)
     assert f"no result for call {call_id} within 1 s" in words(waited.output)
     later = cli("result", call_id, "--timeout", "1", FITTEST_REDIS_URL=unserved_redis, FITTEST_RESULT_BACKEND=unserved_redis)
     assert later.exit_code == 1 and "queued or running" in later.output

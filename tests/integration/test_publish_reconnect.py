@@ -35,7 +35,8 @@ def queue(redis_url: str) -> Iterator[str]:
 @pytest.fixture
 def drop_first_declare(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The connection drops while the first queue binding is written (the declare of a publish)."""
-    real_bind, dropped = kombu_redis.Channel._queue_bind, []
+    real_bind = kombu_redis.Channel._queue_bind
+    dropped: list[str] = []
 
     def bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
         if not dropped:
@@ -81,7 +82,7 @@ def test_a_call_sent_while_redis_restarts_waits_for_it_and_is_queued_once(tmp_pa
     def send() -> None:  # a service's call, while Redis is down
         started = time.monotonic()
         try:
-            kwargs = {"scenario": "convert 3 miles to km", "input": {"value": 3}}
+            kwargs: dict[str, Any] = {"scenario": "convert 3 miles to km", "input": {"value": 3}}
             sent["result"] = (client.celery.send_task("fittest.resilient_tool_call", kwargs=kwargs, queue="selection",
                                                       ignore_result=True)
                               if fire_and_forget else client.send("resilient_tool_call", **kwargs))

@@ -156,7 +156,7 @@ def give_back_unacknowledged(p: Pipeline, sent: Any) -> None:
     client = redis.Redis.from_url(p.settings.redis_url)
     try:
         raw = client.rpop(PARKED)
-        assert raw is not None
+        assert isinstance(raw, bytes), raw  # one message (a list only when given a count; None when none)
         message = json.loads(raw)
         assert message["headers"]["id"] == sent.id
         tag = message["properties"]["delivery_tag"]

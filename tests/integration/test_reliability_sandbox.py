@@ -155,7 +155,8 @@ def test_output_over_the_limit_fails_the_attempt_with_a_clear_error(sandbox_pipe
 def test_circuit_breaker_opens_skips_probes_once_and_closes(sandbox_pipeline: Pipeline) -> None:
     p = sandbox_pipeline
     key = "brittle@1.0.0"
-    call = {"scenario": "a tool that crashes when told to fail", "namespace": "brittle", "version": "1.0.0", "max_attempts": 1}
+    call: dict[str, Any] = {"scenario": "a tool that crashes when told to fail", "namespace": "brittle", "version": "1.0.0",
+                            "max_attempts": 1}
     for _ in range(3):  # FITTEST_BREAKER_THRESHOLD consecutive failures
         assert p.call(input={"fail": True}, **call)["status"] == "failed"
     assert p.state().stats_and_breakers([key])[1][key] == "open"

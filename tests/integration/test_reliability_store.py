@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -81,7 +81,7 @@ def test_selection_degrades_and_failure_records_wait_until_the_store_is_back(hel
 def test_a_replay_removes_only_what_it_wrote_when_the_list_is_trimmed_meanwhile(
         redis_client, run_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import workers.pending as pending_mod
-    from selection.ports import FEEDBACK
+    from selection.ports import FEEDBACK, VectorPoint
     from tests.fakes_memory import InMemoryVectorMemory
 
     monkeypatch.setattr(pending_mod, "MAX_PENDING", 3)
@@ -95,7 +95,7 @@ def test_a_replay_removes_only_what_it_wrote_when_the_list_is_trimmed_meanwhile(
         def __getattr__(self, name: str):
             return getattr(memory, name)
 
-        def upsert(self, collection: str, points: list) -> None:
+        def upsert(self, collection: str, points: Sequence[VectorPoint]) -> None:
             nonlocal arrived
             memory.upsert(collection, points)
             if not arrived:

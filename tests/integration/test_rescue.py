@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -104,7 +105,7 @@ def test_a_call_the_client_sent_is_sent_again_when_the_worker_that_took_it_was_k
     from workers.client import FittestClient
 
     celery, rt, client = private
-    kwargs = {"scenario": "sort these numbers", "input": {"numbers": [2, 1]}, "max_attempts": 2}
+    kwargs: dict[str, Any] = {"scenario": "sort these numbers", "input": {"numbers": [2, 1]}, "max_attempts": 2}
     sender = FittestClient(rt.settings)
     sent = sender.send("resilient_tool_call", **kwargs)
     sender.close()  # writes what it buffered

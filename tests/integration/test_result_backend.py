@@ -15,7 +15,8 @@ from workers.settings import Settings
 def test_a_result_stored_while_redis_refuses_connections_is_stored_once_it_answers(redis_url: str,
                                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     backend = make_app(Settings(redis_url=redis_url)).backend
-    real_get, refused = backend.client.get, []
+    real_get = backend.client.get
+    refused: list[str] = []
 
     def get_while_restarting(key: str) -> bytes | None:  # storing reads the task's state first
         if len(refused) < 3:

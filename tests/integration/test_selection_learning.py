@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from selection.manifest import ToolManifest
 from selection.models import CallRequest, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
-from selection.ports import SelectionWeights
+from selection.ports import SelectionWeights, VectorPoint
 from tests.integration.conftest import runtime_in_use
 
 TOOLS = {
@@ -358,7 +359,12 @@ def test_a_beat_with_nothing_new_does_not_read_the_successes_again(rt, monkeypat
     assert retrain_now(rt)["changed"] is True
     scrolled: list[int] = []
     scroll = rt.memory.scroll
-    monkeypatch.setattr(rt.memory, "scroll", lambda *a, **k: scrolled.append(k.get("limit", 1000)) or scroll(*a, **k))
+
+    def recorded_scroll(*args: Any, **kwargs: Any) -> list[VectorPoint]:
+        scrolled.append(kwargs.get("limit", 1000))
+        return scroll(*args, **kwargs)
+
+    monkeypatch.setattr(rt.memory, "scroll", recorded_scroll)
     for _ in range(2):
         again = retrain_now(rt)
         assert again["changed"] is False and again["evidence"]["classifier"]["unchanged"] == "no success since the last refit"

@@ -36,13 +36,13 @@ def test_words_are_stemmed_content_words() -> None:
 
 def test_registry_matching_ranks_the_tool_whose_words_match(registry: ToolRegistry, index: LexicalIndex) -> None:
     sims = registry_similarities(CallRequest(scenario="sort a list of numbers quickly"), registry, index)
-    assert sims and max(sims, key=sims.get).partition("@")[0] in {"fast_sort", "sort_numbers"}
+    assert sims and max(sims, key=sims.__getitem__).partition("@")[0] in {"fast_sort", "sort_numbers"}
     assert all(0 < s <= 1 for s in sims.values())
 
 
 def test_registry_matching_honours_tags_exclusions_and_versions(registry: ToolRegistry, index: LexicalIndex) -> None:
     everything = registry_similarities(CallRequest(scenario="sort numbers"), registry, index)
-    key = max(everything, key=everything.get)
+    key = max(everything, key=everything.__getitem__)
     assert key not in registry_similarities(CallRequest(scenario="sort numbers", exclude=[key]), registry, index)
     assert registry_similarities(CallRequest(scenario="sort numbers", tags=["no-such-tag"]), registry, index) == {}
     name, _, version = key.partition("@")

@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
@@ -217,7 +218,7 @@ def test_a_new_int8_copy_leaves_copies_in_use_and_writes_nothing_beside_the_mode
     written: list[Path] = []
     infer = onnx.shape_inference.infer_shapes_path
 
-    def recording(source: str, output: str, *args: object, **kwargs: object) -> None:
+    def recording(source: str, output: str, *args: Any, **kwargs: Any) -> None:
         written.append(Path(output))
         infer(source, output, *args, **kwargs)
 
@@ -291,7 +292,7 @@ def test_the_model_file_is_hashed_again_only_when_it_changed(tmp_path: Path, mon
 
     opened = Path.open
 
-    def not_the_model(self: Path, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+    def not_the_model(self: Path, *args: Any, **kwargs: Any) -> IO[Any]:
         assert self != model, "the model was hashed again although it did not change"
         return opened(self, *args, **kwargs)
 

@@ -159,7 +159,7 @@ def test_served_version_follows_the_promotion() -> None:
 # ------------------------------------------------------------------------------------ variants
 def variant(id: str, status: str, trials: int = 0, successes: int = 0, environment: str = "any", at: float = 0.0) -> DescriptionVariant:
     return DescriptionVariant(id=id, text=f"text {id}", status=status, trials=trials, successes=successes,
-                              environment=environment, created_at=at)  # type: ignore[arg-type]
+                              environment=environment, created_at=at)
 
 
 def test_best_active_variant_is_served_and_a_testing_one_with_the_ab_probability() -> None:

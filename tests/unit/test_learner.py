@@ -30,7 +30,7 @@ def test_weights_move_towards_the_predictive_component() -> None:
         new, evidence = retrain(records(200, predictive), current)
         assert new is not None
         assert new.weights[predictive] > current.weights[predictive]
-        assert max(new.weights, key=new.weights.get) == predictive
+        assert max(new.weights, key=new.weights.__getitem__) == predictive
         assert abs(sum(new.weights.values()) - 1.0) < 1e-3
         assert evidence["records"] == 200 and evidence["correlations"][predictive] > 0.5
 

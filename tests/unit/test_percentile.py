@@ -4,7 +4,7 @@ from workers.bench.throughput import percentile
 
 
 def test_nearest_rank_is_the_smallest_value_with_q_of_the_values_at_or_below_it() -> None:
-    values = list(range(1, 301))
+    values: list[float] = list(range(1, 301))
     assert percentile(values, 0.99) == 297  # 1 % of 300 values (3) lie above the p99
     assert percentile(list(range(1, 101)), 0.99) == 99  # not the maximum
     assert percentile(list(range(1, 101)), 0.07) == 7

@@ -11,6 +11,7 @@ import pytest
 from selection.evidence import CandidateEvidence
 from selection.manifest import ToolManifest
 from selection.policies import get_policy, policy_names
+from selection.policies.seed import SeedPolicy
 
 
 def ev(name: str, similarity: float, version: str = "1.0.0", **fields) -> CandidateEvidence:
@@ -60,7 +61,7 @@ def test_an_evolved_version_inherits_successes_not_failures() -> None:
 def test_near_ties_are_explored_and_every_choice_has_its_probability() -> None:
     policy = get_policy("learned")
     near = [ev("a", 0.600), ev("b", 0.601)]
-    firsts = Counter()
+    firsts: Counter[str] = Counter()
     for seed in range(400):
         ranked = policy.rank(near, {}, random.Random(seed))
         firsts[ranked[0].key] += 1
@@ -113,6 +114,7 @@ def test_a_word_match_tips_a_close_description_match_and_no_more() -> None:
 
 def test_seed_formulas() -> None:
     policy = get_policy("seed")
+    assert isinstance(policy, SeedPolicy)  # score() is the seed policy's own, not the Policy protocol's
     plain = policy.score(ev("a", 0.5))[0]
     assert plain == pytest.approx(0.8 * 0.5)
     assert policy.score(ev("a", 0.5, quality=0.5, failure_similarities=[0.8, 0.9, 0.6]))[0] == pytest.approx(

@@ -55,12 +55,12 @@ def explain(
 ) -> None:
     """The ranking a call would get, with every component, without running anything.
 
-    Columns: **score**, the policy's utility (only the order matters); **P**, the probability with
+    Columns: score, the policy's utility (only the order matters); P, the probability with
     which the policy put the tool in its place (it explores: a call may be served in another
-    order); **source**, why it is a candidate (semantic match, the namespace's original or
-    promoted version, the version asked for); **sim**, the best cosine of the scenario to the
-    tool's description and examples; **quality**, its score in Redis (1.00 new, down on failures);
-    **feedback**, its feedback points for this scenario (-50..50); **SPARC**, the context match
+    order); source, why it is a candidate (semantic match, the namespace's original or
+    promoted version, the version asked for); sim, the best cosine of the scenario to the
+    tool's description and examples; quality, its score in Redis (1.00 new, down on failures);
+    feedback, its feedback points for this scenario (-50..50); SPARC, the context match
     (0..1, neutral 0.5). A line per tool then says how the policy weighed it.
     """
     result = _ask("explain", "selection", timeout, scenario=scenario, namespace=namespace, tags=tag or [],

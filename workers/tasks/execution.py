@@ -92,7 +92,7 @@ def send_failure(plan: CallPlan, result: ToolExecutionResult) -> None:
         tool=result.tool,
         version=result.version,
         scenario=plan.request.scenario,
-        error_class=result.error_class,  # type: ignore[arg-type]
+        error_class=result.error_class,
         error_message=result.error_message or "",
         input=plan.request.input,
         features=plan.features,
