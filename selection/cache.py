@@ -47,6 +47,12 @@ class TTLCache(Generic[V]):
             while len(self._items) > self.maxsize:
                 self._items.popitem(last=False)
 
+    def clear(self) -> None:
+        """Forget everything: what was cached cannot know of a change the state version does not
+        count (a tool version added to the registry)."""
+        with self._lock:
+            self._items.clear()
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._items)

@@ -158,6 +158,10 @@ class ToolRegistry:
         """Where a tool version came from (its manifest file), for messages and `fittest show`."""
         return self._sources.get(key)
 
+    def source_files(self) -> set[str]:
+        """The manifest files the versions were read from."""
+        return {source for source in list(self._sources.values()) if not source.startswith("<")}
+
     def get(self, key: str) -> ToolManifest | None:
         return self._tools.get(key)
 
@@ -175,7 +179,8 @@ class ToolRegistry:
 
     def versions(self, name: str) -> list[ToolManifest]:
         """Every version of a namespace, lowest semantic version first."""
-        return _sorted(self._tools[k] for k in self._by_name.get(name, ()))
+        keys = tuple(self._by_name.get(name, ()))  # copied at once: a version may be added meanwhile (tool_watch)
+        return _sorted(self._tools[k] for k in keys)
 
     def original(self, name: str) -> ToolManifest | None:
         """The namespace's first registered implementation: the lowest version with no parent."""

@@ -45,6 +45,8 @@ from workers.tool_classifier import stored_classifier
 from workers.variants import VariantBook, variant_point_id
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from workers.runtime import Runtime
 
 log = logging.getLogger("fittest.selection")
@@ -120,10 +122,11 @@ class Selector:
             self._lexical = (signature, LexicalIndex(texts))
         return self._lexical[1]
 
-    def add_tool(self, manifest: ToolManifest) -> None:
-        """Serve a new version (an evolved one) from now on."""
-        self.rt.registry.add(manifest)
+    def add_tool(self, manifest: ToolManifest, source: Path | None = None) -> None:
+        """Serve a new version (an evolved one, or a manifest `source` new in the tools directory) from now on."""
+        self.rt.registry.add(manifest, source=source)
         self.sync_tools([manifest])
+        self.cache.clear()  # searches cached before it was indexed would leave it out for a TTL
 
     # ----------------------------------------------------------------- planning
     def plan(self, request: CallRequest, features: dict[str, Any] | None = None, *, run: bool = True) -> CallPlan:
@@ -456,12 +459,12 @@ class Selector:
             return None
         return self.ensure_tool(found)
 
-    def ensure_tool(self, manifest: ToolManifest) -> ToolManifest | None:
+    def ensure_tool(self, manifest: ToolManifest, source: Path | None = None) -> ToolManifest | None:
         """`add_tool` unless the version is known already; None when its manifest is refused."""
         with self._add_lock:
             if manifest.key not in self.rt.registry:
                 try:
-                    self.add_tool(manifest)
+                    self.add_tool(manifest, source)
                 except ManifestError:
                     return None
         return self.rt.registry.get(manifest.key)

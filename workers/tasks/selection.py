@@ -16,6 +16,7 @@ from workers.app import app
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
 from workers.tasks.common import invalid_result, oversized, result_call_id
+from workers.tool_watch import ToolsDirWatch, watch_in_background
 
 
 log = logging.getLogger("fittest.selection")
@@ -27,7 +28,8 @@ def warm_up(sender: Any = None, **_: Any) -> None:
     loads the embedding model and indexes the tools as it starts, rather than in its first call:
     ~1 s for the example tools, and at a first start with 10,000 tools every description to embed.
     It runs beside the worker, so calls that arrive meanwhile wait for it as the first call did
-    before, and `fittest health` counts the tools' vectors before any call."""
+    before, and `fittest health` counts the tools' vectors before any call. Then it watches the
+    tools directory for new manifests (workers/tool_watch.py)."""
     app_ = getattr(sender, "app", None)
     if app_ is None or "selection" not in app_.amqp.queues.consume_from or isinstance(getattr(sender, "pool", None), PreforkPool):
         return
@@ -41,6 +43,10 @@ def warm_up(sender: Any = None, **_: Any) -> None:
                 getattr(rt, opened)
         except Exception:  # the first call tries again, and reports what fails
             log.warning("selection warm-up failed; the first call will try again", exc_info=True)
+        settings = runtime().settings
+        if settings.tools_rescan_s > 0:  # a selector that failed to build is built again by the first look
+            watch = ToolsDirWatch(settings.tools_dir, runtime().registry, lambda m, path: runtime().selector.ensure_tool(m, path))
+            watch_in_background(watch, settings.tools_rescan_s)
 
     threading.Thread(target=warm, name="fittest-warm-up", daemon=True).start()
 
