@@ -122,11 +122,6 @@ class Selector:
             self._lexical = (signature, LexicalIndex(texts))
         return self._lexical[1]
 
-    def add_tool(self, manifest: ToolManifest, source: Path | None = None) -> None:
-        """Serve a new version (an evolved one, or a manifest `source` new in the tools directory) from now on."""
-        self.rt.registry.add(manifest, source=source)
-        self.sync_tools([manifest])
-        self.cache.clear()  # searches cached before it was indexed would leave it out for a TTL
 
     # ----------------------------------------------------------------- planning
     def plan(self, request: CallRequest, features: dict[str, Any] | None = None, *, run: bool = True) -> CallPlan:
@@ -459,12 +454,28 @@ class Selector:
             return None
         return self.ensure_tool(found)
 
-    def ensure_tool(self, manifest: ToolManifest, source: Path | None = None) -> ToolManifest | None:
-        """`add_tool` unless the version is known already; None when its manifest is refused."""
-        with self._add_lock:
-            if manifest.key not in self.rt.registry:
-                try:
-                    self.add_tool(manifest, source)
-                except ManifestError:
-                    return None
+    def ensure_tool(self, manifest: ToolManifest) -> ToolManifest | None:
+        """Serve this version (an evolved one) from now on, unless it is served already; None when
+        its manifest is refused."""
+        self.ensure_tools([(manifest, None)])
         return self.rt.registry.get(manifest.key)
+
+    def ensure_tools(self, found: list[tuple[ToolManifest, Path | None]]) -> list[ToolManifest]:
+        """Serve these versions (with the manifest file each came from, if any) from now on, those
+        not served yet and not refused (which it returns), indexed in one go: the tools watch adds
+        what appeared in the tools directory since its last look."""
+        with self._add_lock:
+            added = []
+            for manifest, source in found:
+                if manifest.key in self.rt.registry:
+                    continue
+                try:
+                    self.rt.registry.add(manifest, source=source)
+                except ManifestError:
+                    continue
+                added.append(manifest)
+            if added:
+                self.sync_tools(added)
+                self.cache.clear()  # searches cached before they were indexed would leave them out for a TTL
+                self.lexical_index()  # rebuilt by the thread that adds, once, rather than in the next call
+        return added

@@ -27,10 +27,10 @@ Signature = tuple[int, int]  # modification time (ns) and size of a manifest fil
 
 class ToolsDirWatch:
     """What has changed under one tools directory since the last look, registered through `add`
-    (the selector's `ensure_tool`, which also indexes the version's texts)."""
+    (the selector's `ensure_tools`, which also indexes the versions' texts, all in one go)."""
 
     def __init__(self, tools_dir: Path, registry: ToolRegistry,
-                 add: Callable[[ToolManifest, Path], ToolManifest | None]) -> None:
+                 add: Callable[[list[tuple[ToolManifest, Path | None]]], list[ToolManifest]]) -> None:
         self.tools_dir = tools_dir
         self.registry = registry
         self.add = add
@@ -45,7 +45,7 @@ class ToolsDirWatch:
         changed = [Path(path) for path, signature in current.items() if self._seen.get(path) != signature]
         self._seen = current
         self._refused = {path: why for path, why in self._refused.items() if path in current}
-        added = []
+        new: dict[str, tuple[ToolManifest, Path | None]] = {}  # by key: two new files may define one version
         for path in changed:
             try:
                 manifest = load_manifest(path)
@@ -58,19 +58,22 @@ class ToolsDirWatch:
                 continue
             self._refused.pop(str(path), None)
             served = self.registry.get(manifest.key)
-            if served is None:
-                if self.add(manifest, path) is not None:
-                    added.append(manifest.key)
-                    log.info("serving new tool version %s from %s", manifest.key, path,
-                             extra={"event": "tool_added", "tool": manifest.key, "path": str(path)})
-            elif (source := self.registry.source(manifest.key)) != str(path):
-                log.warning("%s refused: %s already defines %s", path, source, manifest.key,
+            if served is None and manifest.key not in new:
+                new[manifest.key] = (manifest, path)
+                continue
+            defined_by = self.registry.source(manifest.key) if served is not None else str(new[manifest.key][1])
+            if defined_by != str(path):
+                log.warning("%s refused: %s already defines %s", path, defined_by, manifest.key,
                             extra={"event": "tool_manifest_refused", "path": str(path)})
             elif served != manifest:
                 log.warning("%s changed in place: the version served stays as it was read until the workers "
                             "restart; give the change a new version to serve it now", manifest.key,
                             extra={"event": "tool_manifest_changed", "tool": manifest.key, "path": str(path)})
-        return added
+        added = self.add(list(new.values())) if new else []
+        for manifest in added:
+            log.info("serving new tool version %s from %s", manifest.key, self.registry.source(manifest.key),
+                     extra={"event": "tool_added", "tool": manifest.key, "path": self.registry.source(manifest.key)})
+        return [m.key for m in added]
 
     def _signatures(self) -> dict[str, Signature]:
         """Every manifest file below the directory, as the registry reads them (symbolic links to

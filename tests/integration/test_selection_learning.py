@@ -258,7 +258,7 @@ def test_retrain_refits_the_tool_classifier_and_selection_ranks_by_it(rt) -> Non
     assert again["changed"] is False and again["evidence"]["classifier"]["unchanged"] == "no success since the last refit"
     assert rt.state.weights().version == weights.version
     # A tool registered since gets its column at the next refit, and learns from its successes.
-    rt.selector.add_tool(ToolManifest(name="fx_desk", description="Foreign exchange desk.",
+    rt.selector.ensure_tool(ToolManifest(name="fx_desk", description="Foreign exchange desk.",
                                       implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
     desk = CallRequest(scenario="convert 42 euros at the desk rate")
     scored_by_description = classifier_p(rt.selector.plan(desk))["fx_desk"]  # no column yet
@@ -384,7 +384,7 @@ def test_a_plan_carries_the_scenarios_word_match_and_follows_new_tools(rt) -> No
 
     scores = word_match("the forecast for Lisbon tomorrow")
     assert scores["weather_now"] == 1.0 and all(v == 0.0 for name, v in scores.items() if name != "weather_now")
-    rt.selector.add_tool(ToolManifest(name="tide_tables", description="Tide tables and the surf forecast for a beach.",
+    rt.selector.ensure_tool(ToolManifest(name="tide_tables", description="Tide tables and the surf forecast for a beach.",
                                       implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
     scores = word_match("the surf forecast for Nazare beach")
     assert scores["tide_tables"] == 1.0 and 0.0 < scores["weather_now"] < 1.0

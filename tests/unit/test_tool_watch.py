@@ -15,15 +15,27 @@ from tests.conftest import EXAMPLE_TOOLS
 from workers.tool_watch import ToolsDirWatch
 
 
-def adding_to(registry: ToolRegistry, added: list[tuple[str, Path]]) -> Callable[[ToolManifest, Path], ToolManifest]:
-    """What the selector's ensure_tool does to the registry, minus the indexing."""
+Found = list[tuple[ToolManifest, Path | None]]
 
-    def add(manifest: ToolManifest, source: Path) -> ToolManifest:
-        registry.add(manifest, source=source)
-        added.append((manifest.key, source))
-        return manifest
+
+def adding_to(registry: ToolRegistry, added: list[tuple[str, Path | None]]) -> Callable[[Found], list[ToolManifest]]:
+    """What the selector's ensure_tools does to the registry, minus the indexing."""
+
+    def add(found: Found) -> list[ToolManifest]:
+        for manifest, source in found:
+            registry.add(manifest, source=source)
+            added.append((manifest.key, source))
+        return [manifest for manifest, _ in found]
 
     return add
+
+
+def watched(tools: Path) -> tuple[ToolRegistry, list[tuple[str, Path | None]], ToolsDirWatch]:
+    """A registry read from `tools` as a worker reads it at start, and the watch that follows it."""
+    tools.mkdir(parents=True, exist_ok=True)
+    registry = ToolRegistry.load([tools])
+    added: list[tuple[str, Path | None]] = []
+    return registry, added, ToolsDirWatch(tools, registry, adding_to(registry, added))
 
 
 def test_new_versions_are_added_and_changed_or_refused_manifests_only_reported(
@@ -31,9 +43,7 @@ def test_new_versions_are_added_and_changed_or_refused_manifests_only_reported(
 ) -> None:
     tools = tmp_path / "tools"
     shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "word_stats")
-    registry = ToolRegistry.load([tools])
-    added: list[tuple[str, Path]] = []
-    watch = ToolsDirWatch(tools, registry, adding_to(registry, added))
+    registry, added, watch = watched(tools)
     caplog.set_level(logging.INFO, logger="fittest.tools")
     assert watch.poll() == [] and not caplog.records  # what the worker read at start is served already
 
@@ -68,9 +78,7 @@ def test_a_manifest_whose_script_comes_later_is_served_once_it_has_come_and_repo
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     tools = tmp_path / "tools"
-    tools.mkdir()
-    registry = ToolRegistry.load([tools])
-    watch = ToolsDirWatch(tools, registry, adding_to(registry, []))
+    _, _, watch = watched(tools)
     (tools / "hash_text").mkdir()
     shutil.copy(EXAMPLE_TOOLS / "hash_text" / "tool.yaml", tools / "hash_text" / "tool.yaml")  # the manifest first
     caplog.set_level(logging.WARNING, logger="fittest.tools")
@@ -78,3 +86,17 @@ def test_a_manifest_whose_script_comes_later_is_served_once_it_has_come_and_repo
     assert len(caplog.records) == 1 and "hash_text.py does not exist" in caplog.records[0].getMessage()
     shutil.copy(EXAMPLE_TOOLS / "hash_text" / "hash_text.py", tools / "hash_text" / "hash_text.py")
     assert watch.poll() == ["hash_text@1.0.0"]
+
+
+def test_two_new_files_of_one_version_serve_the_first_and_refuse_the_second(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tools = tmp_path / "tools"
+    _, added, watch = watched(tools)
+    shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "a")
+    shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "b")
+    caplog.set_level(logging.WARNING, logger="fittest.tools")
+    assert watch.poll() == ["word_stats@1.0.0"] and len(added) == 1
+    (first,) = added
+    second = tools / ("b" if first[1] == tools / "a" / "tool.yaml" else "a") / "tool.yaml"
+    assert [r.getMessage() for r in caplog.records] == [f"{second} refused: {first[1]} already defines word_stats@1.0.0"]

@@ -45,7 +45,7 @@ def warm_up(sender: Any = None, **_: Any) -> None:
             log.warning("selection warm-up failed; the first call will try again", exc_info=True)
         settings = runtime().settings
         if settings.tools_rescan_s > 0:  # a selector that failed to build is built again by the first look
-            watch = ToolsDirWatch(settings.tools_dir, runtime().registry, lambda m, path: runtime().selector.ensure_tool(m, path))
+            watch = ToolsDirWatch(settings.tools_dir, runtime().registry, lambda found: runtime().selector.ensure_tools(found))
             watch_in_background(watch, settings.tools_rescan_s)
 
     threading.Thread(target=warm, name="fittest-warm-up", daemon=True).start()
