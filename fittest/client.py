@@ -6,6 +6,9 @@
         result = fittest.run("convert 3 miles to km", input={"value": 3, "from": "mi", "to": "km"})
         if result.status == "success":
             print(result.output, "by", result.tool, result.version)
+            # later, when the output turned out wrong:
+            fittest.record_feedback(result.tool, "negative", version=result.version,
+                                    scenario="convert 3 miles to km", reason="wrong factor")
 
 It sends by task name and imports no task code, exactly as a service without fittest installed
 would with Celery's `send_task` (see the README); what it adds is the payload validation before
@@ -17,16 +20,16 @@ if the worker that took it off its queue is killed before recording it as taken)
 from __future__ import annotations
 
 import gc
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from celery.result import AsyncResult
 
 from selection.models import CallRequest, CallResult
-from workers.client import CallToolPayload, payload_schemas
+from workers.client import CallToolPayload, FeedbackRequest, payload_schemas
 from workers.client import FittestClient as _BaseClient
 from workers.settings import Settings, get_settings
 
-__all__ = ["CallRequest", "CallResult", "CallToolPayload", "FittestClient", "payload_schemas"]
+__all__ = ["CallRequest", "CallResult", "CallToolPayload", "FeedbackRequest", "FittestClient", "payload_schemas"]
 
 
 class FittestClient(_BaseClient):
@@ -63,6 +66,21 @@ class FittestClient(_BaseClient):
     def run_tool(self, name: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **options: Any) -> CallResult:
         """Call namespace `name` and wait for the result."""
         return self.result(self.submit_tool(name, input, **options), timeout)
+
+    def record_feedback(self, tool: str, sentiment: Literal["positive", "negative"], *, version: str | None = None,
+                        scenario: str | None = None, reason: str = "", quality: float = 1.0,
+                        timeout: float = 30.0) -> dict[str, Any]:
+        """Judge a tool version's work, e.g. the output of a call (`result.tool`, `result.version`,
+        the call's scenario) that a person or a later check accepted or rejected. Selection weighs
+        it for similar scenarios, decayed with age, within ±50 points. Returns the feedback worker's
+        answer (`feedback`, and `score_now`: the version's feedback score for `scenario`); raises
+        ValueError for a payload or a tool the workers refuse."""
+        request = FeedbackRequest.model_validate({"tool": tool, "sentiment": sentiment, "version": version,
+                                                  "scenario": scenario, "reason": reason, "quality": quality})
+        answer = self.wait(self.send("record_feedback", queue="feedback", **request.model_dump(mode="json")), timeout)
+        if answer.get("status") != "recorded":
+            raise ValueError("; ".join(f"{e['field']}: {e['message']}" for e in answer.get("errors", [])) or str(answer))
+        return answer
 
     def close(self) -> None:
         """Release the broker and backend connections (results of subtasks unsubscribe first)."""

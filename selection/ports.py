@@ -230,6 +230,11 @@ class StateStore(Protocol):
         many quality changes that move only the state version."""
         ...
 
+    def invalidate(self) -> None:
+        """Move the state version on for a change kept elsewhere that selection must see at once
+        rather than after the selection cache's TTL: a person's feedback, in the vector memory."""
+        ...
+
     def clear(self) -> None:
         """Remove every key of this store's prefix."""
         ...

@@ -178,6 +178,10 @@ class InMemoryStateStore:
             raws = self._s.weights_history[: max(0, limit)]
         return [SelectionWeights.model_validate_json(r) for r in raws]
 
+    def invalidate(self) -> None:
+        with self._lock:
+            self._s.state_version += 1
+
     def versions(self) -> StateVersions:
         with self._lock:
             return StateVersions(self._s.state_version, self._s.promotions_version, self._s.weights_version,

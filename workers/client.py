@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, Literal
 
 from celery import Celery
 from celery.result import AsyncResult
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
 from selection.models import CallRequest, CallResult
@@ -41,10 +41,25 @@ class CallToolPayload(BaseModel):
     scenario: str | None = None  # what the call is for; default the tool's description
 
 
+class FeedbackRequest(BaseModel):
+    """Keyword arguments of `fittest.record_feedback` (queue `feedback`): a judgement of a tool
+    version's work, which selection weighs by the similarity of its scenario and by its age."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str = Field(min_length=1, max_length=64)
+    sentiment: Literal["positive", "negative"]
+    version: str | None = None  # default: the version the namespace serves now
+    scenario: str | None = Field(None, max_length=4000)  # default: about the tool in general
+    reason: str = Field("", max_length=500)
+    quality: float = Field(1.0, ge=0.0, le=1.0)
+
+
 def payload_schemas() -> dict[str, dict[str, Any]]:
     return {
         "resilient_tool_call": CallRequest.model_json_schema(),
         "call_tool": CallToolPayload.model_json_schema(),
+        "record_feedback": FeedbackRequest.model_json_schema(),
         "result": CallResult.model_json_schema(),
     }
 

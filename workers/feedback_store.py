@@ -51,6 +51,7 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
         raise LookupError(f"no tool version '{tool}@{version}'")
     record = FeedbackRecord.manual(tool, version, scenario or manifest.description, sentiment, reason, quality)
     write_feedback(rt, [record])
+    rt.state.invalidate()  # every selector's cached searches predate it
     return record
 
 

@@ -309,6 +309,11 @@ def test_state_version_grows_with_every_change(store):
     changed()  # a breaker opening changes what selection may offer
     feed(store, KEY, True, threshold=1, cooldown_s=30)
     changed()
+    before = store.versions()
+    store.invalidate()  # a change kept elsewhere (a person's feedback)
+    changed()
+    after = store.versions()
+    assert (after.promotions, after.weights, after.epoch) == (before.promotions, before.weights, before.epoch)
 
 
 # Circuit breakers -----------------------------------------------------------------------------

@@ -76,6 +76,40 @@ def test_the_client_refuses_a_bad_payload_before_sending(pipeline) -> None:
         client.submit("parse csv", input={}, max_attempts=0)
 
 
+def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline, cli) -> None:
+    from pydantic import ValidationError
+
+    from fittest.client import FittestClient
+
+    scenario = "parse this csv text into rows"
+
+    def feedback_in_ranking(key: str) -> float:
+        ranking = json.loads(cli("explain", scenario, "--namespace", "csv_lenient", "--json").output)["ranking"]
+        return next(r["breakdown"]["feedback"] for r in ranking if r["key"] == key)
+
+    with FittestClient(pipeline.settings.redis_url, settings=pipeline.settings) as client:
+        result = client.run(scenario, input={"text": "a,b\n1,2\n"}, namespace="csv_lenient")
+        assert result.tool is not None and result.version is not None
+        key = f"{result.tool}@{result.version}"
+        pipeline.settled()  # the call's own outcome is feedback too (a success: positive)
+        liked = client.record_feedback(result.tool, "positive", version=result.version, scenario=scenario)
+        # the plans of the calls before it cached what they searched: the ranking is not one of those
+        assert feedback_in_ranking(key) == pytest.approx(liked["score_now"], abs=0.01)
+        answer = client.record_feedback(result.tool, "negative", version=result.version, scenario=scenario,
+                                        reason="the rows came back as one")
+        assert answer["feedback"]["tool"] == result.tool and answer["feedback"]["version"] == result.version
+        assert answer["score_now"] < liked["score_now"]
+        assert feedback_in_ranking(key) == pytest.approx(answer["score_now"], abs=0.01)  # at once
+        with pytest.raises(ValidationError, match="sentiment"):
+            client.record_feedback(result.tool, "meh")  # type: ignore[arg-type]  # refused before it is sent
+        with pytest.raises(ValueError, match="no tool named 'nosuch'"):
+            client.record_feedback("nosuch", "positive")
+    shown = json.loads(cli("feedback", "show", result.tool, "--json").output)
+    assert any(e["reason"] == "the rows came back as one" and e["value"] < 0 for e in shown["entries"])
+    schema = json.loads(cli("schema", "record_feedback").output)  # for a service that sends the task itself
+    assert schema["properties"]["sentiment"]["enum"] == ["positive", "negative"]
+
+
 def words(output: str) -> str:
     """The command's output as one line: rich wraps titles and messages to the terminal's width."""
     return " ".join(output.split())

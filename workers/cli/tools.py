@@ -66,7 +66,7 @@ def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
 
 @app.command()
 def schema(
-    task: Annotated[Optional[str], typer.Argument(help="resilient_tool_call, call_tool or result; all when omitted.")] = None,
+    task: Annotated[Optional[str], typer.Argument(help="resilient_tool_call, call_tool, record_feedback or result; all when omitted.")] = None,
 ) -> None:
     """Print the JSON schema of the task payloads (what a foreign service needs to send_task)."""
     from workers.client import payload_schemas

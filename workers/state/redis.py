@@ -280,6 +280,9 @@ class RedisStateStore:
         raws = self.client.lrange(self._k("weights", "history"), 0, limit - 1)
         return [SelectionWeights.model_validate_json(raw) for raw in raws]
 
+    def invalidate(self) -> None:
+        self.client.incr(self._state_key)
+
     def versions(self) -> StateVersions:
         keys = [self._state_key, self._promotions_version_key, self._weights_version_key, self._epoch_key]
         state, promotions, weights, epoch = self.client.mget(keys)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from celery_batches import SimpleRequest
 from evolution.models import EvolutionJob, EvolutionRecord
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from selection.models import FailureMark, OutcomeRecord
 from workers.app import app
+from workers.client import FeedbackRequest
 from workers.evolution_memory import apply_evolution_record, maybe_evolve_for_quality
 from workers.outcomes import apply_failure, apply_outcomes, execution_records
 from workers.degraded import is_store_failure
@@ -54,19 +55,6 @@ def record_outcome(requests: list[SimpleRequest]) -> int:
     applied = apply_outcomes(runtime(), records)
     send_learn([r for record in records for r in execution_records(record)])
     return len(applied)
-
-
-class FeedbackRequest(BaseModel):
-    """Keyword arguments of `fittest.record_feedback`: a person's judgement of a tool."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    tool: str = Field(min_length=1, max_length=64)
-    sentiment: Literal["positive", "negative"]
-    version: str | None = None  # default: the version the namespace serves now
-    scenario: str | None = Field(None, max_length=4000)  # default: about the tool in general
-    reason: str = Field("", max_length=500)
-    quality: float = Field(1.0, ge=0.0, le=1.0)
 
 
 @app.task(name="fittest.record_feedback")
