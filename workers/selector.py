@@ -461,21 +461,21 @@ class Selector:
         return self.rt.registry.get(manifest.key)
 
     def ensure_tools(self, found: list[tuple[ToolManifest, Path | None]]) -> list[ToolManifest]:
-        """Serve these versions (with the manifest file each came from, if any) from now on, those
-        not served yet and not refused (which it returns), indexed in one go: the tools watch adds
-        what appeared in the tools directory since its last look."""
+        """Serve these versions (with the manifest file each came from, if any) from now on, and
+        index their texts in one go; what it returns is served and indexed (those refused are
+        not). The tools watch adds what appeared in the tools directory since its last look, and
+        hands a version whose indexing failed (the vector memory down) in again: it is registered
+        first, so that plans serve it degraded meanwhile, and indexing skips texts indexed already."""
         with self._add_lock:
-            added = []
             for manifest, source in found:
-                if manifest.key in self.rt.registry:
-                    continue
-                try:
-                    self.rt.registry.add(manifest, source=source)
-                except ManifestError:
-                    continue
-                added.append(manifest)
-            if added:
-                self.sync_tools(added)
+                if manifest.key not in self.rt.registry:
+                    try:
+                        self.rt.registry.add(manifest, source=source)
+                    except ManifestError:
+                        continue
+            served = [manifest for manifest, _ in found if manifest.key in self.rt.registry]
+            if served:
+                self.sync_tools(served)
                 self.cache.clear()  # searches cached before they were indexed would leave them out for a TTL
                 self.lexical_index()  # rebuilt by the thread that adds, once, rather than in the next call
-        return added
+        return served

@@ -38,6 +38,7 @@ class ToolsDirWatch:
         read = registry.source_files()
         self._seen = {path: signature for path, signature in self._signatures().items() if path in read}
         self._refused: dict[str, str] = {}  # file -> why, read again at every look (its script may come later)
+        self._unindexed: dict[str, tuple[ToolManifest, Path | None]] = {}  # handed to `add` again at the next look
 
     def poll(self) -> list[str]:
         """Register the versions of new or changed manifest files that are not served yet; their keys."""
@@ -45,7 +46,7 @@ class ToolsDirWatch:
         changed = [Path(path) for path, signature in current.items() if self._seen.get(path) != signature]
         self._seen = current
         self._refused = {path: why for path, why in self._refused.items() if path in current}
-        new: dict[str, tuple[ToolManifest, Path | None]] = {}  # by key: two new files may define one version
+        new = dict(self._unindexed)  # by key: two new files may define one version
         for path in changed:
             try:
                 manifest = load_manifest(path)
@@ -57,19 +58,24 @@ class ToolsDirWatch:
                 del self._seen[str(path)]
                 continue
             self._refused.pop(str(path), None)
-            served = self.registry.get(manifest.key)
-            if served is None and manifest.key not in new:
+            served, pending = self.registry.get(manifest.key), new.get(manifest.key)
+            if served is None and (pending is None or pending[1] == path):
                 new[manifest.key] = (manifest, path)
                 continue
-            defined_by = self.registry.source(manifest.key) if served is not None else str(new[manifest.key][1])
+            defined_by = self.registry.source(manifest.key) if served is not None else str(pending[1]) if pending else None
             if defined_by != str(path):
                 log.warning("%s refused: %s already defines %s", path, defined_by, manifest.key,
                             extra={"event": "tool_manifest_refused", "path": str(path)})
-            elif served != manifest:
+            elif served is not None and served != manifest:
                 log.warning("%s changed in place: the version served stays as it was read until the workers "
                             "restart; give the change a new version to serve it now", manifest.key,
                             extra={"event": "tool_manifest_changed", "tool": manifest.key, "path": str(path)})
-        added = self.add(list(new.values())) if new else []
+        try:
+            added = self.add(list(new.values())) if new else []
+        except Exception:
+            self._unindexed = new  # registered perhaps, but not indexed: tried again at the next look
+            raise
+        self._unindexed = {}
         for manifest in added:
             log.info("serving new tool version %s from %s", manifest.key, self.registry.source(manifest.key),
                      extra={"event": "tool_added", "tool": manifest.key, "path": self.registry.source(manifest.key)})

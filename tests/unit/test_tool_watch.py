@@ -100,3 +100,27 @@ def test_two_new_files_of_one_version_serve_the_first_and_refuse_the_second(
     (first,) = added
     second = tools / ("b" if first[1] == tools / "a" / "tool.yaml" else "a") / "tool.yaml"
     assert [r.getMessage() for r in caplog.records] == [f"{second} refused: {first[1]} already defines word_stats@1.0.0"]
+
+
+def test_a_version_whose_indexing_failed_is_handed_in_again_at_the_next_look(tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    registry, added, watch = watched(tools)
+    register = adding_to(registry, added)
+    handed: list[list[str]] = []
+
+    def add(found: Found) -> list[ToolManifest]:  # as the selector's: registered first, then indexed
+        handed.append([m.key for m, _ in found])
+        for manifest, source in found:
+            if manifest.key not in registry:
+                register([(manifest, source)])
+        if len(handed) == 1:
+            raise ConnectionError("vector memory down")
+        return [m for m, _ in found]
+
+    watch.add = add
+    shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "word_stats")
+    with pytest.raises(ConnectionError):
+        watch.poll()
+    assert "word_stats@1.0.0" in registry  # served (degraded) meanwhile
+    assert watch.poll() == ["word_stats@1.0.0"] and handed == [["word_stats@1.0.0"]] * 2
+    assert watch.poll() == [] and len(handed) == 2
