@@ -84,14 +84,10 @@ def _timed(name: str, fn: Any) -> Check:
 
 
 def check_redis(settings: Settings, timeout: float) -> Check:
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    from workers.state import redis_client
+    from workers.state import probe_client
 
     def probe() -> tuple[Status, str]:
-        client = redis_client(settings, socket_timeout=timeout, socket_connect_timeout=timeout,
-                              retry=Retry(NoBackoff(), 0), health_check_interval=0)
+        client = probe_client(settings, timeout)
         try:
             client.ping()
             return "ok", f"redis {client.info('server').get('redis_version', '?')}"

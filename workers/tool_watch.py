@@ -62,11 +62,11 @@ class ToolsDirWatch:
             if served is None and (pending is None or pending[1] == path):
                 new[manifest.key] = (manifest, path)
                 continue
-            defined_by = self.registry.source(manifest.key) if served is not None else str(pending[1]) if pending else None
+            defined_by = str(pending[1]) if served is None and pending else self.registry.source(manifest.key)
             if defined_by != str(path):
                 log.warning("%s refused: %s already defines %s", path, defined_by, manifest.key,
                             extra={"event": "tool_manifest_refused", "path": str(path)})
-            elif served is not None and served != manifest:
+            elif served != manifest:
                 log.warning("%s changed in place: the version served stays as it was read until the workers "
                             "restart; give the change a new version to serve it now", manifest.key,
                             extra={"event": "tool_manifest_changed", "tool": manifest.key, "path": str(path)})

@@ -24,7 +24,7 @@ Command = TypeVar("Command", bound=Callable[..., Any])
 # How long a command waits to learn that Redis answers before it starts: long enough for a loaded
 # host, far short of the ~30 s of retries that the clients spend riding out a restart.
 REDIS_PROBE_TIMEOUT_S = 2.0
-REDIS_PROBE_RETRIES = 3  # 0.1 + 0.2 + 0.4 s apart: a Redis that is starting up is waited for
+REDIS_PROBE_RETRIES = 3  # a Redis that is starting up is waited for
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 
@@ -63,15 +63,10 @@ def needs_redis(command: Command) -> Command:
 
     @functools.wraps(command)
     def checked(*args: Any, **kwargs: Any) -> Any:
-        from redis.backoff import ExponentialBackoff
-        from redis.retry import Retry
-
         from workers.settings import get_settings
-        from workers.state import redis_client
+        from workers.state import probe_client
 
-        client = redis_client(get_settings(), socket_connect_timeout=REDIS_PROBE_TIMEOUT_S,
-                              socket_timeout=REDIS_PROBE_TIMEOUT_S, health_check_interval=0,
-                              retry=Retry(ExponentialBackoff(cap=0.4, base=0.1), REDIS_PROBE_RETRIES))
+        client = probe_client(get_settings(), REDIS_PROBE_TIMEOUT_S, REDIS_PROBE_RETRIES)
         try:
             client.ping()
         except ResponseError as exc:  # raised by the connection's own set-up (SELECT, CLIENT SETNAME)
