@@ -315,7 +315,7 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
         print(f"fittest up: Redis at {redact_url(url)}", flush=True)
     else:
         print(f"fittest up: no Redis answered at {redact_url(settings.redis_url)}; started one at {redact_url(url)} "
-              f"(append-only file in {settings.data_dir / 'redis'}), stopped with the stack", flush=True)
+              f"(append-only file in {(settings.data_dir / 'redis').resolve()}), stopped with the stack", flush=True)
         if url != settings.redis_url:
             print(f"fittest up: its port was taken: other shells need FITTEST_REDIS_URL={redact_url(url)}", flush=True)
     env = dict(stack.env)
