@@ -301,32 +301,72 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
     """`fittest up`: every Procfile role under honcho, with Redis started first when needed."""
     from honcho.environ import parse_procfile
     from honcho.manager import Manager
+    from honcho.printer import Printer
 
     procfile = parse_procfile(PROCFILE.read_text())
     unknown = (without or set()) - set(procfile.processes)
     if unknown:
         raise StackError(f"no Procfile role named {', '.join(sorted(unknown))}")
     stack = Stack(settings)
+    out = LossyOutput(sys.stdout)
     if not settings.tools_dir.is_dir():
         print(f"fittest up: FITTEST_TOOLS_DIR ({settings.tools_dir.resolve()}) is not a directory: no tool will be "
-              "served until it is (a relative path is read from the directory you run fittest in)", flush=True)
+              "served until it is (a relative path is read from the directory you run fittest in)", file=out, flush=True)
     url = stack.ensure_redis()
-    if "redis" not in stack.procs:
-        print(f"fittest up: Redis at {redact_url(url)}", flush=True)
-    else:
-        print(f"fittest up: no Redis answered at {redact_url(settings.redis_url)}; started one at {redact_url(url)} "
-              f"(append-only file in {(settings.data_dir / 'redis').resolve()}), stopped with the stack", flush=True)
-        if url != settings.redis_url:
-            print(f"fittest up: its port was taken: other shells need FITTEST_REDIS_URL={redact_url(url)}", flush=True)
-    env = dict(stack.env)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    manager = Manager()
-    for name, cmd in procfile.processes.items():
-        if name in (without or set()):
-            continue
-        manager.add_process(name, cmd, env={**env, **flower_env(settings)} if name == "flower" else env, cwd=str(ROOT))
+    manager = Manager(printer=Printer(out))
+
+    def hang_up(signum: int, _frame: Any) -> None:
+        """The terminal closed. honcho starts each role in a session of its own, which the hang-up
+        does not reach, and stops them on SIGINT and SIGTERM only: without this they outlived `up`."""
+        if manager.returncode is None:
+            manager.returncode = 128 + signum
+        manager.terminate()
+
     try:
+        if "redis" not in stack.procs:
+            print(f"fittest up: Redis at {redact_url(url)}", file=out, flush=True)
+        else:
+            print(f"fittest up: no Redis answered at {redact_url(settings.redis_url)}; started one at {redact_url(url)} "
+                  f"(append-only file in {(settings.data_dir / 'redis').resolve()}), stopped with the stack",
+                  file=out, flush=True)
+            if url != settings.redis_url:
+                print(f"fittest up: its port was taken: other shells need FITTEST_REDIS_URL={redact_url(url)}",
+                      file=out, flush=True)
+        env = dict(stack.env)
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        for name, cmd in procfile.processes.items():
+            if name in (without or set()):
+                continue
+            manager.add_process(name, cmd, env={**env, **flower_env(settings)} if name == "flower" else env, cwd=str(ROOT))
+        signal.signal(signal.SIGHUP, hang_up)
         manager.loop()
     finally:
         stack.stop_all()
     return manager.returncode or 0
+
+
+class LossyOutput:
+    """Standard output for honcho's printer that drops what can no longer be written (the terminal
+    closed, the pipe to `head` gone): a failed print would end the loop that stops the roles, and
+    leave them running."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except OSError:
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError:
+            pass
+
+    def isatty(self) -> bool:
+        try:
+            return self.stream.isatty()
+        except (OSError, ValueError):
+            return False

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
 from selection.registry import ToolRegistry
@@ -72,3 +73,59 @@ def test_up_serves_the_tools_dir_of_the_shell_it_runs_in_to_the_commands_run_the
     except redis.ConnectionError:
         stopped = True
     assert stopped, "the Redis `up` started outlived it"
+
+
+def processes_with(entry: str, but: int) -> set[int]:
+    """The processes whose environment holds `entry` (what `up` gave its roles and its Redis)."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == but:
+            continue
+        try:
+            if entry.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                found.add(int(proc.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+@pytest.mark.parametrize("ending", ["terminal closed", "output closed, then stopped"])
+def test_up_stops_its_roles_and_its_redis_however_it_ends(ending: str, model_path: Path, tmp_path: Path) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    ours = f"FITTEST_REDIS_URL={url}"
+    env = {**os.environ, "FITTEST_REDIS_URL": url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+           "FITTEST_DATA_DIR": str(tmp_path / "data"), "FITTEST_TOOLS_DIR": str(EXAMPLE_TOOLS)}
+    env.pop("FITTEST_RESULT_BACKEND", None)
+    up = subprocess.Popen([str(FITTEST), "up", *[f"--without={r}" for r in ("evolver", "beat", "flower", "metrics", "toolserver")]],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while subprocess.run([str(FITTEST), "health", "-w", "memory", "-w", "executor"], env=env, capture_output=True,
+                             timeout=120).returncode != 0:
+            assert time.monotonic() < deadline, "the stack did not come up"
+            time.sleep(2)
+        running = processes_with(ours, but=up.pid)
+        assert len(running) >= 3  # the two roles (their shells and workers) and Redis
+        assert up.stdout is not None
+        if ending == "terminal closed":  # SIGHUP to `up` alone: the roles have sessions of their own
+            up.send_signal(signal.SIGHUP)
+            output = up.stdout.read()
+            assert "Traceback" not in output, output
+        else:  # `fittest up | head`: what it prints next meets a closed pipe
+            up.stdout.close()
+            time.sleep(3)
+            assert up.poll() is None  # still serving
+            up.send_signal(signal.SIGTERM)
+        up.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while (left := processes_with(ours, but=up.pid) & running) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not left, f"outlived `fittest up`: {left}"
+    finally:  # whatever happened, nothing of this stack is left behind
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+        for pid in processes_with(ours, but=up.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
