@@ -302,6 +302,9 @@ class RedisCollector(Collector):
                                 "up means stuck calls", value=overdue)
 
 
+SCRAPE_TIMEOUT_S = 2.0
+
+
 def reader_for(settings: Any, client: Redis | None = None) -> MetricsReader:
     """A reader of `settings`' Redis, knowing the app's queues and priority steps."""
     from workers.app import QUEUES, make_app
@@ -317,19 +320,29 @@ def reader_for(settings: Any, client: Redis | None = None) -> MetricsReader:
     )
 
 
-def serve(settings: Any, port: int | None = None, addr: str = "0.0.0.0") -> Any:
-    """Start the /metrics HTTP endpoint in a background thread; returns (server, thread)."""
-    from prometheus_client import CollectorRegistry, start_http_server
+def scrape_registry(settings: Any) -> Any:
+    """The registry a scrape reads. Its Redis client gives up within seconds (2 s a try, one retry),
+    not after the ~30 s that ride out a restart: a scrape of a Redis that is down fails before
+    Prometheus's own timeout (10 s by default), and `fittest metrics --once` says so at once."""
+    from prometheus_client import CollectorRegistry
+
+    from workers.state import probe_client
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(RedisCollector(reader_for(settings)))
-    return start_http_server(port if port is not None else settings.metrics_port, addr=addr, registry=registry)
+    registry.register(RedisCollector(reader_for(settings, probe_client(settings, SCRAPE_TIMEOUT_S, retries=1))))
+    return registry
+
+
+def serve(settings: Any, port: int | None = None, addr: str = "0.0.0.0") -> Any:
+    """Start the /metrics HTTP endpoint in a background thread; returns (server, thread)."""
+    from prometheus_client import start_http_server
+
+    return start_http_server(port if port is not None else settings.metrics_port, addr=addr,
+                             registry=scrape_registry(settings))
 
 
 def exposition(settings: Any) -> bytes:
     """The metrics as Prometheus text, once (what a scrape would return)."""
-    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import generate_latest
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(RedisCollector(reader_for(settings)))
-    return generate_latest(registry)
+    return generate_latest(scrape_registry(settings))

@@ -20,7 +20,7 @@ def test_every_kind_of_command_says_at_once_that_redis_does_not_answer(model_pat
     env = {**os.environ, "FITTEST_REDIS_URL": url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path)}
     env.pop("FITTEST_RESULT_BACKEND", None)
     commands = [["tools"], ["call", "sort these numbers", "--timeout", "2"], ["show", "sort_numbers"],
-                ["feedback", "show", "sort_numbers"], ["weights"]]
+                ["feedback", "show", "sort_numbers"], ["weights"], ["metrics", "--once"]]
     running = [subprocess.Popen([str(FITTEST), *c], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                for c in commands]
     for command, proc in zip(commands, running, strict=True):
