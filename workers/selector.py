@@ -127,7 +127,6 @@ class Selector:
             self._lexical = (signature, LexicalIndex(texts))
         return self._lexical[1]
 
-
     # ----------------------------------------------------------------- planning
     def plan(self, request: CallRequest, features: dict[str, Any] | None = None, *, run: bool = True) -> CallPlan:
         """`features`: the call's context analysis (selection/context.py), made here when None.
@@ -472,15 +471,17 @@ class Selector:
         hands a version whose indexing failed (the vector memory down) in again: it is registered
         first, so that plans serve it degraded meanwhile, and indexing skips texts indexed already."""
         with self._add_lock:
+            registered = 0
             for manifest, source in found:
                 if manifest.key not in self.rt.registry:
                     try:
                         self.rt.registry.add(manifest, source=source)
                     except ManifestError:
                         continue
+                    registered += 1
             served = [manifest for manifest, _ in found if manifest.key in self.rt.registry]
-            if served:
-                self.sync_tools(served)
+            # A version served and indexed already (a redelivered evolution record) changes nothing.
+            if served and (self.sync_tools(served) or registered):
                 self.cache.clear()  # searches cached before they were indexed would leave them out for a TTL
                 self.lexical_index()  # rebuilt by the thread that adds, once, rather than in the next call
         return served
