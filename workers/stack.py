@@ -20,6 +20,7 @@ from typing import IO, Any
 from urllib.parse import quote, unquote, urlparse
 
 import redis
+from honcho.process import Process as HonchoProcess
 from kombu.exceptions import OperationalError
 
 from workers.settings import Settings, redact_url
@@ -91,16 +92,19 @@ def start_private_redis(data_dir: Path, port: int | None = None,
     raise StackError(f"the private redis-server on port {port} did not start")
 
 
-def die_with_parent() -> None:
-    """Children get SIGTERM when the process that started them dies, even by SIGKILL, so a
-    killed demo or test run leaves no workers behind (Linux; elsewhere a no-op)."""
+def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
+    """The calling process gets `sig` when the process that started it dies, even by SIGKILL, so a
+    killed demo, test run or `fittest up` leaves no workers behind (Linux; elsewhere a no-op). Run
+    it in the child; `parent` (the starter's pid) catches a starter that died before it ran."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
-        pass
+        return
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), sig)
 
 
 @dataclass(frozen=True)
@@ -314,6 +318,7 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
               "served until it is (a relative path is read from the directory you run fittest in)", file=out, flush=True)
     url = stack.ensure_redis()
     manager = Manager(printer=Printer(out))
+    manager._process_ctor = RoleRelay  # honcho's own hook for the class that runs each role
 
     def hang_up(signum: int, _frame: Any) -> None:
         """The terminal closed. honcho starts each role in a session of its own, which the hang-up
@@ -343,6 +348,33 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
     finally:
         stack.stop_all()
     return manager.returncode or 0
+
+
+class RoleRelay(HonchoProcess):
+    """honcho's relay of one role: a fork of `up` that starts the role's shell in a session of its
+    own and passes its output on. It ignores SIGTERM and SIGINT, and nothing told it when `up` was
+    killed (SIGKILL, the OOM killer), so the role outlived `up`. Here the kernel tells it, and it
+    stops its role's session as `up` would have: SIGTERM, which lets a worker finish its tasks."""
+
+    UP_DIED = signal.SIGUSR1
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._up = os.getpid()
+
+    def run(self, events: Any = None, ignore_signals: bool = False) -> None:
+        signal.signal(self.UP_DIED, self._stop_role)
+        die_with_parent(self.UP_DIED, parent=self._up)
+        super().run(events, ignore_signals)
+
+    def _stop_role(self, _signum: int, _frame: Any) -> None:
+        self._events = None  # nobody reads them any more
+        if self._child is None:  # `up` died before this relay started its role
+            os._exit(1)
+        try:
+            os.killpg(self._child.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
 
 
 class LossyOutput:

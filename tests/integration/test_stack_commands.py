@@ -89,7 +89,7 @@ def processes_with(entry: str, but: int) -> set[int]:
     return found
 
 
-@pytest.mark.parametrize("ending", ["terminal closed", "output closed, then stopped"])
+@pytest.mark.parametrize("ending", ["terminal closed", "output closed, then stopped", "killed"])
 def test_up_stops_its_roles_and_its_redis_however_it_ends(ending: str, model_path: Path, tmp_path: Path) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
     ours = f"FITTEST_REDIS_URL={url}"
@@ -111,6 +111,8 @@ def test_up_stops_its_roles_and_its_redis_however_it_ends(ending: str, model_pat
             up.send_signal(signal.SIGHUP)
             output = up.stdout.read()
             assert "Traceback" not in output, output
+        elif ending == "killed":  # SIGKILL (the OOM killer, kill -9): nothing in `up` runs
+            up.kill()
         else:  # `fittest up | head`: what it prints next meets a closed pipe
             up.stdout.close()
             time.sleep(3)
