@@ -125,6 +125,7 @@ class ToolRegistry:
         self._sources: dict[str, str] = {}
         self._by_name: dict[str, set[str]] = defaultdict(set)  # namespace -> its version keys
         self.errors: list[ManifestError] = []
+        self.revision = 0  # moves at every change, for what is built from the whole registry
 
     @classmethod
     def load(cls, dirs: Sequence[Path]) -> ToolRegistry:
@@ -153,6 +154,28 @@ class ToolRegistry:
         self._tools[manifest.key] = manifest
         self._sources[manifest.key] = origin
         self._by_name[manifest.name].add(manifest.key)
+        self.revision += 1
+
+    def replace(self, manifest: ToolManifest, source: str | Path) -> None:
+        """Serve a manifest file's new content for a version it (or a file it moved from) defined,
+        as a restart would read it; raises ManifestError for a version this registry does not hold."""
+        if manifest.key not in self._tools:
+            raise ManifestError(source, "version", f"{manifest.key} is not served, so there is nothing to replace")
+        check_paths(manifest, source)
+        self._tools[manifest.key] = manifest
+        self._sources[manifest.key] = str(source)
+        self.revision += 1
+
+    def remove(self, key: str) -> ToolManifest | None:
+        """Stop serving a version (its manifest file is gone); what it was, or None."""
+        manifest = self._tools.pop(key, None)
+        if manifest is not None:
+            del self._sources[key]
+            self._by_name[manifest.name].discard(key)
+            if not self._by_name[manifest.name]:
+                del self._by_name[manifest.name]
+            self.revision += 1
+        return manifest
 
     def source(self, key: str) -> str | None:
         """Where a tool version came from (its manifest file), for messages and `fittest show`."""
@@ -161,6 +184,10 @@ class ToolRegistry:
     def source_files(self) -> set[str]:
         """The manifest files the versions were read from."""
         return {source for source in list(self._sources.values()) if not source.startswith("<")}
+
+    def defined_by(self, source: str | Path) -> list[str]:
+        """The keys of the versions read from one manifest file."""
+        return [key for key, origin in list(self._sources.items()) if origin == str(source)]
 
     def get(self, key: str) -> ToolManifest | None:
         return self._tools.get(key)
@@ -172,7 +199,7 @@ class ToolRegistry:
         return len(self._tools)
 
     def all(self) -> list[ToolManifest]:
-        return _sorted(self._tools.values())
+        return _sorted(list(self._tools.values()))  # copied at once: the tools watch changes it meanwhile
 
     def namespaces(self) -> list[str]:
         return sorted(self._by_name)
@@ -180,7 +207,7 @@ class ToolRegistry:
     def versions(self, name: str) -> list[ToolManifest]:
         """Every version of a namespace, lowest semantic version first."""
         keys = tuple(self._by_name.get(name, ()))  # copied at once: a version may be added meanwhile (tool_watch)
-        return _sorted(self._tools[k] for k in keys)
+        return _sorted(m for k in keys if (m := self._tools.get(k)) is not None)  # or removed
 
     def original(self, name: str) -> ToolManifest | None:
         """The namespace's first registered implementation: the lowest version with no parent."""

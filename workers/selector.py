@@ -92,7 +92,12 @@ class Selector:
 
     # ----------------------------------------------------------------- tool index
     def sync_tools(self, manifests: list[ToolManifest] | None = None) -> int:
-        """Embed the tool texts that are new or changed since the store last saw them."""
+        """Make the tools collection say what the manifests say; the number of points written.
+        Texts new or changed since the store last saw them are embedded. A version whose tags or
+        `deprecated` changed in place has its points rewritten with them, since searches filter on
+        both: a stale `deprecated` hid a version from every search after it was taken back. An
+        example the version no longer has is marked deprecated, which every search leaves out (the
+        port deletes by payload only, and no field of the payload names one text)."""
         if manifests == []:
             return 0
         memory, embedder = self.rt.memory, self.rt.embedder
@@ -100,25 +105,35 @@ class Selector:
         # in ~1 ms at 10,000 tools, not in the time it took to read all of their points.
         only = None if manifests is None else VectorFilter(must=[Match(key="tool", any_of=[m.key for m in manifests])])
         manifests = manifests if manifests is not None else self.rt.registry.all()
-        known = {p.id: p.payload.get("text_hash") for p in memory.scroll(TOOLS, filter=only, limit=1_000_000)}
-        todo: list[tuple[str, str, ToolManifest]] = [
-            (pid, text, m)
-            for m in manifests
-            for pid, text in tool_texts(m)
-            if known.get(pid) != text_hash(text)
-        ]
+        stored = {p.id: p for p in memory.scroll(TOOLS, filter=only, limit=1_000_000)}
+        texts = {pid: (text, m) for m in manifests for pid, text in tool_texts(m)}
+        todo = [(pid, text, m) for pid, (text, m) in texts.items()
+                if (p := stored.get(pid)) is None or p.payload.get("text_hash") != text_hash(text)]
+        embedded = {pid for pid, _, _ in todo}
+        by_key = {m.key: m for m in manifests}
+        rewrite = []
+        for pid, point in stored.items():
+            m = by_key.get(point.payload.get("tool", ""))
+            if m is None or pid in embedded:  # a version not given, or a text written afresh below
+                continue
+            retired = pid not in texts and not pid.rpartition("#")[2].startswith("v")  # a variant's is its own
+            flags = {"tags": m.tags, "deprecated": m.deprecated or retired}
+            if any(point.payload.get(k) != v for k, v in flags.items()):
+                rewrite.append(point.model_copy(update={"payload": {**point.payload, **flags}}))
+        if rewrite:
+            memory.upsert(TOOLS, rewrite)
         for start in range(0, len(todo), EMBED_BATCH):
             chunk = todo[start : start + EMBED_BATCH]
             vectors = embedder.embed([text for _, text, _ in chunk])
             memory.upsert(TOOLS, [tool_point(pid, text, m, vec) for (pid, text, m), vec in zip(chunk, vectors)])
-        return len(todo)
+        return len(todo) + len(rewrite)
 
     def lexical_index(self) -> LexicalIndex:
         """The word index of the registry's versions and of their description variants (by variant
-        point id; `version_text`), as the variants were last read. Rebuilt when a version is
-        registered (a registry only grows) or a variant's text changes; 10,000 versions take ~0.25 s."""
+        point id; `version_text`), as the variants were last read. Rebuilt when the registry changes
+        or a variant's text does; 10,000 versions take ~0.25 s."""
         registry, variants = self.rt.registry, self.variants
-        signature = (id(registry), len(registry), variants.revision)
+        signature = (id(registry), registry.revision, variants.revision)
         if self._lexical is None or self._lexical[0] != signature:
             texts = {m.key: version_text(m) for m in registry.all()}
             for point_id, text in variants.texts.items():
@@ -485,3 +500,20 @@ class Selector:
                 self.cache.clear()  # searches cached before they were indexed would leave them out for a TTL
                 self.lexical_index()  # rebuilt by the thread that adds, once, rather than in the next call
         return served
+
+    def revise_tools(self, changed: list[tuple[ToolManifest, Path]], removed: list[str]) -> None:
+        """Serve what the tools directory now says of versions it defined, as a restart would read
+        it: a manifest changed in place (or moved) replaces its version, whose texts are indexed
+        again, and the versions in `removed` are no longer served. Their points stay in the store,
+        where searches find them and plans drop them, as after a restart. When the indexing fails
+        the registry has changed already; handing the changed versions to `ensure_tools` indexes them."""
+        with self._add_lock:
+            try:
+                for manifest, source in changed:
+                    self.rt.registry.replace(manifest, source)
+                for key in removed:
+                    self.rt.registry.remove(key)
+                self.sync_tools([manifest for manifest, _ in changed])
+            finally:
+                self.cache.clear()  # cached searches name versions as they were
+                self.lexical_index()

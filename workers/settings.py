@@ -44,7 +44,7 @@ class Settings(BaseSettings):
     # Files
     data_dir: Path = Field(Path(".fittest"), description="Embedded vector store, evolved tool files, private Redis data")
     tools_dir: Path = Field(Path("examples/tools"), description="Directory of tool manifests (*.yaml), searched recursively")
-    tools_rescan_s: float = Field(10.0, ge=0, description="How often the memory worker looks for new manifests under FITTEST_TOOLS_DIR and serves their versions, without a restart (0: only at start)")
+    tools_rescan_s: float = Field(10.0, ge=0, description="How often the memory worker looks for manifests added, changed or removed under FITTEST_TOOLS_DIR and serves what they now say, without a restart (0: only at start)")
 
     # Embeddings
     embedding_model: str = Field("sentence-transformers/all-MiniLM-L6-v2", description="fastembed model name")

@@ -1,12 +1,16 @@
-"""New tool manifests under FITTEST_TOOLS_DIR are served without restarting the workers.
+"""The tools directory as it is now is what the memory worker serves, without a restart.
 
 The memory worker reads the tools directory as it starts. Afterwards a thread beside it looks
-every FITTEST_TOOLS_RESCAN_S for manifest files that are new or changed (by modification time and
-size, one stat per file) and registers each tool version it does not serve yet, embedding its texts
-there rather than in a call. A version is immutable once served: a manifest changed in place is
-reported in the log and read at the next restart, and a removed one is served until then. Giving
-the changed manifest a new version is how a tool changes while the system runs; the new version
-is served beside the old one and competes with it on its outcomes.
+every FITTEST_TOOLS_RESCAN_S for manifest files that are new, changed or gone (by modification
+time and size, one stat per file), and serves what a restart would read:
+- a new version is registered, its texts embedded there rather than in a call;
+- a manifest changed in place replaces the version it defines (texts whose words changed are
+  embedded again; a new `deprecated` or new tags reach the searches at once);
+- the versions of a removed manifest (or one that now names another version) are no longer served.
+A manifest that cannot be read is reported and its file's version stays served as it was last
+read, so a file saved half-edited does not take a tool offline. Outcomes, feedback and quality stay
+keyed to the version: an edit that changes what a version does is better given a new version,
+which is served beside the old one and competes with it on its outcomes.
 """
 
 from __future__ import annotations
@@ -23,17 +27,20 @@ from selection.registry import MANIFEST_SUFFIXES, ToolRegistry, check_paths
 log = logging.getLogger("fittest.tools")
 
 Signature = tuple[int, int]  # modification time (ns) and size of a manifest file
+Found = list[tuple[ToolManifest, Path | None]]
 
 
 class ToolsDirWatch:
-    """What has changed under one tools directory since the last look, registered through `add`
-    (the selector's `ensure_tools`, which also indexes the versions' texts, all in one go)."""
+    """What has changed under one tools directory since the last look, applied through `add` (the
+    selector's `ensure_tools`: registers versions and indexes their texts, all in one go) and
+    `revise` (its `revise_tools`: replaces changed versions and drops removed ones)."""
 
-    def __init__(self, tools_dir: Path, registry: ToolRegistry,
-                 add: Callable[[list[tuple[ToolManifest, Path | None]]], list[ToolManifest]]) -> None:
+    def __init__(self, tools_dir: Path, registry: ToolRegistry, add: Callable[[Found], list[ToolManifest]],
+                 revise: Callable[[list[tuple[ToolManifest, Path]], list[str]], None]) -> None:
         self.tools_dir = tools_dir
         self.registry = registry
         self.add = add
+        self.revise = revise
         # What the registry was read from counts as seen; any other file is read at the first look.
         read = registry.source_files()
         self._seen = {path: signature for path, signature in self._signatures().items() if path in read}
@@ -41,45 +48,70 @@ class ToolsDirWatch:
         self._unindexed: dict[str, tuple[ToolManifest, Path | None]] = {}  # handed to `add` again at the next look
 
     def poll(self) -> list[str]:
-        """Register the versions of new or changed manifest files that are not served yet; their keys."""
+        """Apply what changed since the last look; the keys of the versions newly served."""
         current = self._signatures()
         changed = [Path(path) for path, signature in current.items() if self._seen.get(path) != signature]
+        gone = {path for path in (*self._seen, *self._refused) if path not in current}
         self._seen = current
         self._refused = {path: why for path, why in self._refused.items() if path in current}
         new = dict(self._unindexed)  # by key: two new files may define one version
+        revised: dict[str, tuple[ToolManifest, Path]] = {}
+        dropped = {key: f"{path} is gone" for path in gone for key in self.registry.defined_by(path)}
         for path in changed:
             try:
                 manifest = load_manifest(path)
                 check_paths(manifest, path)
             except ManifestError as exc:
                 if self._refused.get(str(path)) != str(exc):  # reported once for each reason
-                    log.warning("tool manifest refused: %s", exc, extra={"event": "tool_manifest_refused", "path": str(path)})
+                    kept = ", ".join(self.registry.defined_by(path))
+                    log.warning("tool manifest refused: %s%s", exc, f" ({kept} stays served as it was read before)" if kept else "",
+                                extra={"event": "tool_manifest_refused", "path": str(path)})
                 self._refused[str(path)] = str(exc)
                 del self._seen[str(path)]
                 continue
             self._refused.pop(str(path), None)
+            for key in self.registry.defined_by(path):
+                if key != manifest.key:
+                    dropped[key] = f"{path} now defines {manifest.key}"
             served, pending = self.registry.get(manifest.key), new.get(manifest.key)
             if served is None and (pending is None or pending[1] == path):
                 new[manifest.key] = (manifest, path)
                 continue
             defined_by = str(pending[1]) if served is None and pending else self.registry.source(manifest.key)
-            if defined_by != str(path):
+            if defined_by == str(path) or defined_by in gone:  # changed in place, or moved to this file
+                dropped.pop(manifest.key, None)
+                if served != manifest or defined_by != str(path):
+                    revised[manifest.key] = (manifest, path)
+            else:
                 log.warning("%s refused: %s already defines %s", path, defined_by, manifest.key,
                             extra={"event": "tool_manifest_refused", "path": str(path)})
-            elif served != manifest:
-                log.warning("%s changed in place: the version served stays as it was read until the workers "
-                            "restart; give the change a new version to serve it now", manifest.key,
-                            extra={"event": "tool_manifest_changed", "tool": manifest.key, "path": str(path)})
+        retry: dict[str, tuple[ToolManifest, Path | None]] = {}
+        failed: Exception | None = None
+        if revised or dropped:
+            try:
+                self.revise(list(revised.values()), list(dropped))
+            except Exception as exc:  # replaced and dropped, but not indexed: handed to `add` at the next look
+                retry, failed = dict(revised), exc
+            self._report(revised, dropped)
         try:
             added = self.add(list(new.values())) if new else []
         except Exception:
-            self._unindexed = new  # registered perhaps, but not indexed: tried again at the next look
+            self._unindexed = {**new, **retry}  # registered perhaps, but not indexed: tried again at the next look
             raise
-        self._unindexed = {}
+        self._unindexed = retry
         for manifest in added:
             log.info("serving new tool version %s from %s", manifest.key, self.registry.source(manifest.key),
                      extra={"event": "tool_added", "tool": manifest.key, "path": self.registry.source(manifest.key)})
+        if failed is not None:
+            raise failed
         return [m.key for m in added]
+
+    @staticmethod
+    def _report(revised: dict[str, tuple[ToolManifest, Path]], dropped: dict[str, str]) -> None:
+        for key, (_, path) in revised.items():
+            log.info("serving %s as %s now defines it", key, path, extra={"event": "tool_changed", "tool": key, "path": str(path)})
+        for key, why in dropped.items():
+            log.info("no longer serving %s: %s", key, why, extra={"event": "tool_removed", "tool": key})
 
     def _signatures(self) -> dict[str, Signature]:
         """Every manifest file below the directory, as the registry reads them (symbolic links to

@@ -388,3 +388,26 @@ def test_a_plan_carries_the_scenarios_word_match_and_follows_new_tools(rt) -> No
                                       implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
     scores = word_match("the surf forecast for Nazare beach")
     assert scores["tide_tables"] == 1.0 and 0.0 < scores["weather_now"] < 1.0
+
+
+def test_a_version_changed_in_place_is_searched_as_its_manifest_now_reads(rt, tmp_path: Path) -> None:
+    """What the tools watch does when a manifest file changes: the version is searched by its new
+    texts and flags. Taking `deprecated` back must bring it back to the searches, and an example
+    the manifest dropped must no longer match."""
+    source = tmp_path / "tools" / "tide.yaml"
+    tide = ToolManifest(name="tide_tables", description="Tide tables and the surf forecast for a beach.",
+                        examples=["when is low water at Nazare"], implementation={"kind": "http", "url": "http://127.0.0.1:9/x"})
+
+    def similarity(scenario: str) -> float | None:
+        plan = rt.selector.plan(CallRequest(scenario=scenario), run=False)
+        return next((c.breakdown.similarity for c in plan.candidates if c.manifest.name == "tide_tables"), None)
+
+    rt.selector.ensure_tools([(tide.model_copy(update={"deprecated": True}), source)])  # indexed deprecated
+    assert similarity("when is low water at Nazare") is None
+    rt.selector.revise_tools([(tide, source)], [])  # taken back
+    assert (before := similarity("when is low water at Nazare")) is not None and before > 0.99  # its example
+    rt.selector.revise_tools([(tide.model_copy(update={"examples": []}), source)], [])
+    after = similarity("when is low water at Nazare")
+    assert after is None or after < 0.9  # by its description alone
+    rt.selector.revise_tools([], ["tide_tables@1.0.0"])
+    assert similarity("tide tables and the surf forecast for the beach") is None and "tide_tables@1.0.0" not in rt.registry

@@ -1,5 +1,6 @@
-"""A tool added to FITTEST_TOOLS_DIR while the workers run is served without a restart; a manifest
-changed in place or refused is reported in the memory worker's log."""
+"""The tools directory as it is now is served without a restart: a manifest added while the workers
+run is served, one changed in place is served as it now reads (`deprecated` set and taken back),
+one removed is no longer served, and each change is in the memory worker's log."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def events(log: Path) -> list[dict]:
     return found
 
 
-def test_a_manifest_added_while_the_workers_run_is_served_and_a_changed_one_is_reported(
+def test_manifests_added_changed_and_removed_while_the_workers_run_are_served_as_they_now_read(
     tmp_path: Path, redis_url: str, model_path: Path
 ) -> None:
     tools = tmp_path / "tools"
@@ -37,21 +38,31 @@ def test_a_manifest_added_while_the_workers_run_is_served_and_a_changed_one_is_r
         shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
         served: list[dict] = []
 
-        def slugify_served() -> bool:
+        def slugify_served(expected: bool = True) -> bool:
             served.append(p.call(**SLUG_CALL))
-            return served[-1]["tool"] == "slugify"
+            return (served[-1]["tool"] == "slugify") == expected
 
         p.wait_for(slugify_served, timeout=30)
         assert served[-1]["status"] == "success" and served[-1]["output"] == {"slug": "hello-world"}
 
+        slugify = tools / "slugify" / "tool.yaml"
+        as_added = slugify.read_text()
+        slugify.write_text(as_added + "deprecated: true\n")
+        p.wait_for(lambda: slugify_served(expected=False), timeout=30)
+        slugify.write_text(as_added)  # taken back
+        p.wait_for(slugify_served, timeout=30)
+
         manifest = tools / "word_stats" / "tool.yaml"
         manifest.write_text(manifest.read_text().replace("Count the words", "Count all the words"))
         (tools / "broken.yaml").write_text("name: broken\nversion: [not a version\n")
+        slugify.unlink()
+        p.wait_for(lambda: slugify_served(expected=False), timeout=30)
         log = tmp_path / "logs" / "memory.log"
 
         def reported() -> bool:
             seen = {(e.get("event"), e.get("tool") or e.get("path")) for e in events(log)}
-            return {("tool_manifest_changed", "word_stats@1.0.0"), ("tool_manifest_refused", str(tools / "broken.yaml"))} <= seen
+            return {("tool_changed", "word_stats@1.0.0"), ("tool_manifest_refused", str(tools / "broken.yaml")),
+                    ("tool_removed", "slugify@1.0.0")} <= seen
 
         p.wait_for(reported, timeout=30)
         assert ("tool_added", "slugify@1.0.0") in {(e.get("event"), e.get("tool")) for e in events(log)}

@@ -30,15 +30,32 @@ def adding_to(registry: ToolRegistry, added: list[tuple[str, Path | None]]) -> C
     return add
 
 
+def revising(registry: ToolRegistry) -> Callable[[list[tuple[ToolManifest, Path]], list[str]], None]:
+    """What the selector's revise_tools does to the registry, minus the indexing."""
+
+    def revise(changed: list[tuple[ToolManifest, Path]], removed: list[str]) -> None:
+        for manifest, source in changed:
+            registry.replace(manifest, source)
+        for key in removed:
+            registry.remove(key)
+
+    return revise
+
+
 def watched(tools: Path) -> tuple[ToolRegistry, list[tuple[str, Path | None]], ToolsDirWatch]:
     """A registry read from `tools` as a worker reads it at start, and the watch that follows it."""
     tools.mkdir(parents=True, exist_ok=True)
     registry = ToolRegistry.load([tools])
     added: list[tuple[str, Path | None]] = []
-    return registry, added, ToolsDirWatch(tools, registry, adding_to(registry, added))
+    return registry, added, ToolsDirWatch(tools, registry, adding_to(registry, added), revising(registry))
 
 
-def test_new_versions_are_added_and_changed_or_refused_manifests_only_reported(
+def served(registry: ToolRegistry) -> dict[str, str | None]:
+    """Each version served and the file it was read from."""
+    return {m.key: registry.source(m.key) for m in registry.all()}
+
+
+def test_new_versions_are_added_changed_ones_replaced_and_a_second_file_or_a_bad_one_refused(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     tools = tmp_path / "tools"
@@ -53,22 +70,70 @@ def test_new_versions_are_added_and_changed_or_refused_manifests_only_reported(
     assert watch.poll() == []  # nothing new: nothing read again
 
     manifest = tools / "word_stats" / "tool.yaml"
-    manifest.write_text(manifest.read_text().replace("Count the words", "Count all the words"))
+    manifest.write_text(manifest.read_text().replace("Count the words", "Count all the words") + "deprecated: true\n")
     shutil.copy(manifest, tools / "copy.yaml")  # a second file for the same version
     (tools / "broken.yaml").write_text("name: broken\nversion: [1\n")
     caplog.clear()
     assert watch.poll() == []
     said = {(r.levelname, r.getMessage().split(":")[0]) for r in caplog.records}
-    assert ("WARNING", "word_stats@1.0.0 changed in place") in said
+    assert ("INFO", f"serving word_stats@1.0.0 as {manifest} now defines it") in said
     assert ("WARNING", f"{tools / 'copy.yaml'} refused") in said
     assert ("WARNING", "tool manifest refused") in said
-    served = registry.get("word_stats@1.0.0")
-    assert served is not None and served.description.startswith("Count the words")  # served as read
+    now = registry.get("word_stats@1.0.0")
+    assert now is not None and now.description.startswith("Count all the words") and now.deprecated
+    assert served(registry) == {"slugify@1.0.0": str(tools / "slugify" / "tool.yaml"), "word_stats@1.0.0": str(manifest)}
+
+
+def test_a_removed_manifest_is_no_longer_served_and_a_moved_one_still_is(tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    for tool in ("word_stats", "slugify", "hash_text"):
+        shutil.copytree(EXAMPLE_TOOLS / tool, tools / tool)
+    registry, _, watch = watched(tools)
+    (tools / "slugify" / "tool.yaml").unlink()
+    (tools / "hash_text" / "tool.yaml").rename(tools / "hash_text" / "hash.yml")
+    assert watch.poll() == []
+    assert served(registry) == {"hash_text@1.0.0": str(tools / "hash_text" / "hash.yml"),
+                                "word_stats@1.0.0": str(tools / "word_stats" / "tool.yaml")}
+    assert registry.versions("slugify") == [] and "slugify" not in registry.namespaces()
+
+
+def test_a_manifest_that_names_another_version_replaces_the_one_it_named(tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "word_stats")
+    registry, _, watch = watched(tools)
+    manifest = tools / "word_stats" / "tool.yaml"
+    manifest.write_text(manifest.read_text().replace("version: 1.0.0", "version: 1.1.0"))
+    assert watch.poll() == ["word_stats@1.1.0"]
+    assert served(registry) == {"word_stats@1.1.0": str(manifest)}
+
+
+def test_a_manifest_saved_half_edited_keeps_its_version_served_until_it_is_fixed_or_removed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tools = tmp_path / "tools"
+    shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "word_stats")
+    registry, _, watch = watched(tools)
+    manifest = tools / "word_stats" / "tool.yaml"
+    good = manifest.read_text()
+    manifest.write_text(good.replace("version: 1.0.0", "version: [1"))
+    caplog.set_level(logging.WARNING, logger="fittest.tools")
+    assert watch.poll() == []
+    assert "word_stats@1.0.0 stays served as it was read before" in caplog.records[0].getMessage()
+    assert served(registry) == {"word_stats@1.0.0": str(manifest)}
+    manifest.write_text(good.replace("Count the words", "Count all the words"))
+    assert watch.poll() == []
+    now = registry.get("word_stats@1.0.0")
+    assert now is not None and now.description.startswith("Count all the words")
+    manifest.write_text("name: [")
+    watch.poll()
+    manifest.unlink()  # removed while refused: its version goes too
+    watch.poll()
+    assert served(registry) == {}
 
 
 def test_a_tools_dir_that_is_not_there_yet_is_watched_until_it_is(tmp_path: Path) -> None:
     registry = ToolRegistry()
-    watch = ToolsDirWatch(tmp_path / "later", registry, adding_to(registry, []))
+    watch = ToolsDirWatch(tmp_path / "later", registry, adding_to(registry, []), revising(registry))
     assert watch.poll() == []
     shutil.copytree(EXAMPLE_TOOLS / "word_stats", tmp_path / "later" / "word_stats")
     assert watch.poll() == ["word_stats@1.0.0"]
@@ -124,3 +189,29 @@ def test_a_version_whose_indexing_failed_is_handed_in_again_at_the_next_look(tmp
     assert "word_stats@1.0.0" in registry  # served (degraded) meanwhile
     assert watch.poll() == ["word_stats@1.0.0"] and handed == [["word_stats@1.0.0"]] * 2
     assert watch.poll() == [] and len(handed) == 2
+
+
+def test_a_changed_version_whose_indexing_failed_is_handed_in_again_at_the_next_look(tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "word_stats")
+    registry, _, watch = watched(tools)
+    handed: list[list[str]] = []
+    revise = watch.revise
+
+    def failing(changed: list[tuple[ToolManifest, Path]], removed: list[str]) -> None:
+        revise(changed, removed)  # as the selector's: the registry changes first, then the indexing fails
+        raise ConnectionError("vector memory down")
+
+    def add(found: Found) -> list[ToolManifest]:
+        handed.append([m.key for m, _ in found])
+        return [m for m, _ in found]
+
+    watch.revise, watch.add = failing, add
+    manifest = tools / "word_stats" / "tool.yaml"
+    manifest.write_text(manifest.read_text().replace("Count the words", "Count all the words"))
+    with pytest.raises(ConnectionError):
+        watch.poll()
+    now = registry.get("word_stats@1.0.0")
+    assert now is not None and now.description.startswith("Count all the words") and handed == []
+    assert watch.poll() == ["word_stats@1.0.0"] and handed == [["word_stats@1.0.0"]]
+    assert watch.poll() == [] and len(handed) == 1

@@ -29,7 +29,7 @@ def warm_up(sender: Any = None, **_: Any) -> None:
     ~1 s for the example tools, and at a first start with 10,000 tools every description to embed.
     It runs beside the worker, so calls that arrive meanwhile wait for it as the first call did
     before, and `fittest health` counts the tools' vectors before any call. Then it watches the
-    tools directory for new manifests (workers/tool_watch.py)."""
+    tools directory for manifests added, changed or removed (workers/tool_watch.py)."""
     app_ = getattr(sender, "app", None)
     if app_ is None or "selection" not in app_.amqp.queues.consume_from or isinstance(getattr(sender, "pool", None), PreforkPool):
         return
@@ -45,7 +45,8 @@ def warm_up(sender: Any = None, **_: Any) -> None:
             log.warning("selection warm-up failed; the first call will try again", exc_info=True)
         settings = runtime().settings
         if settings.tools_rescan_s > 0:  # a selector that failed to build is built again by the first look
-            watch = ToolsDirWatch(settings.tools_dir, runtime().registry, lambda found: runtime().selector.ensure_tools(found))
+            watch = ToolsDirWatch(settings.tools_dir, runtime().registry, lambda found: runtime().selector.ensure_tools(found),
+                                  lambda changed, removed: runtime().selector.revise_tools(changed, removed))
             watch_in_background(watch, settings.tools_rescan_s)
 
     threading.Thread(target=warm, name="fittest-warm-up", daemon=True).start()
