@@ -128,6 +128,15 @@ class Selector:
             memory.upsert(TOOLS, [tool_point(pid, text, m, vec) for (pid, text, m), vec in zip(chunk, vectors)])
         return len(todo) + len(rewrite)
 
+    def _retire_points(self, keys: list[str]) -> None:
+        """Mark deprecated the points of versions no longer served, so that searches leave them out
+        rather than fill their slots with hits that plans drop; serving one again rewrites them."""
+        if keys:
+            stored = self.rt.memory.scroll(TOOLS, filter=VectorFilter(must=[Match(key="tool", any_of=keys)]), limit=1_000_000)
+            if stale := [p.model_copy(update={"payload": {**p.payload, "deprecated": True}})
+                         for p in stored if p.payload.get("deprecated") is not True]:
+                self.rt.memory.upsert(TOOLS, stale)
+
     def lexical_index(self) -> LexicalIndex:
         """The word index of the registry's versions and of their description variants (by variant
         point id; `version_text`), as the variants were last read. Rebuilt when the registry changes
@@ -504,9 +513,9 @@ class Selector:
     def revise_tools(self, changed: list[tuple[ToolManifest, Path]], removed: list[str]) -> None:
         """Serve what the tools directory now says of versions it defined, as a restart would read
         it: a manifest changed in place (or moved) replaces its version, whose texts are indexed
-        again, and the versions in `removed` are no longer served. Their points stay in the store,
-        where searches find them and plans drop them, as after a restart. When the indexing fails
-        the registry has changed already; handing the changed versions to `ensure_tools` indexes them."""
+        again, and the versions in `removed` are no longer served (their points are kept, marked
+        deprecated). When the indexing fails the registry has changed already; handing the changed
+        versions to `ensure_tools` indexes them."""
         with self._add_lock:
             try:
                 for manifest, source in changed:
@@ -514,6 +523,7 @@ class Selector:
                 for key in removed:
                     self.rt.registry.remove(key)
                 self.sync_tools([manifest for manifest, _ in changed])
+                self._retire_points(removed)
             finally:
                 self.cache.clear()  # cached searches name versions as they were
                 self.lexical_index()

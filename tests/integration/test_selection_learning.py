@@ -11,7 +11,8 @@ import pytest
 
 from selection.manifest import ToolManifest
 from selection.models import CallRequest, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
-from selection.ports import SelectionWeights, VectorPoint
+from selection.ports import TOOLS as TOOLS_COLLECTION
+from selection.ports import Match, SelectionWeights, VectorFilter, VectorPoint
 from tests.integration.conftest import runtime_in_use
 
 TOOLS = {
@@ -409,5 +410,10 @@ def test_a_version_changed_in_place_is_searched_as_its_manifest_now_reads(rt, tm
     rt.selector.revise_tools([(tide.model_copy(update={"examples": []}), source)], [])
     after = similarity("when is low water at Nazare")
     assert after is None or after < 0.9  # by its description alone
-    rt.selector.revise_tools([], ["tide_tables@1.0.0"])
+    rt.selector.revise_tools([], ["tide_tables@1.0.0"])  # its file removed
     assert similarity("tide tables and the surf forecast for the beach") is None and "tide_tables@1.0.0" not in rt.registry
+    searchable = VectorFilter(must=[Match(key="tool", any_of=["tide_tables@1.0.0"])], must_not=[Match(key="deprecated", any_of=[True])])
+    assert rt.memory.count(TOOLS_COLLECTION, searchable) == 0  # its points take no search's slots
+    rt.selector.ensure_tools([(tide, source)])  # and back again
+    assert similarity("tide tables and the surf forecast for the beach") is not None
+    assert rt.memory.count(TOOLS_COLLECTION, searchable) == 2  # its description and its example
