@@ -126,6 +126,11 @@ def test_python_success_and_module_cached_per_version(py_tool) -> None:
     assert run_tool(other_version, {"n": 1}, timeout_s=5, limits=LIMITS).output == {"doubled": 2, "calls": 1}
 
 
+def test_a_version_changed_in_place_to_another_function_runs_that_function(py_tool) -> None:
+    assert run_tool(py_tool("ok", name="py_edited"), {"n": 1}, timeout_s=5, limits=LIMITS).output == {"doubled": 2, "calls": 1}
+    assert run_tool(py_tool("big", name="py_edited"), {"size": 3}, timeout_s=5, limits=LIMITS).output == {"blob": "xxx"}
+
+
 def test_python_tool_gets_its_own_copy_of_the_input(py_tool) -> None:
     data = {"items": ["a"]}
     outcome = run_tool(py_tool("mutate"), data, timeout_s=5, limits=LIMITS)

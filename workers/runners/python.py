@@ -38,7 +38,7 @@ from workers.runners.python_host import classify, describe
 
 ToolFunction = Callable[[dict[str, Any]], Any]
 
-_cache: dict[tuple[str, str], ToolFunction] = {}
+_modules: dict[tuple[str, str], ModuleType] = {}  # by tool version and module file (or name)
 _load_locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_lock = threading.Lock()
 
@@ -74,34 +74,35 @@ def _load_file(manifest: ToolManifest, path: Path) -> ModuleType:
 
 
 def load_function(manifest: ToolManifest) -> ToolFunction:
-    """The tool's function, loaded once per process; raises ToolLoadError."""
+    """The tool's function, from its module loaded once per process; raises ToolLoadError. The
+    function is looked up at each call, so a manifest changed in place to name another function
+    of the same module (the tools watch serves it) runs that one."""
     impl = manifest.implementation
     assert isinstance(impl, PythonImplementation)
     module_name, _, func_name = impl.entrypoint.partition(":")
     path = python_module_file(manifest)
-    cache_key = (manifest.key, str(path) if path is not None else impl.entrypoint)
+    cache_key = (manifest.key, str(path) if path is not None else module_name)
     with _locks_lock:
         lock = _load_locks.setdefault(cache_key, threading.Lock())
     # One import per tool version even when threads call it at once; a lock per version, so an
     # import that hangs holds up only its own tool.
     with lock:
-        cached = _cache.get(cache_key)
-        if cached is not None:
-            return cached
-        try:
-            if path is not None and path.is_file():
-                module = _load_file(manifest, path)
-            else:
-                module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            raise ToolLoadError(FailureClass.unavailable, f"module '{module_name}' not found: {exc}") from exc
-        except Exception as exc:  # the tool's own code failed while importing
-            raise ToolLoadError(FailureClass.crash, f"importing '{module_name}' failed: {describe(exc)}") from exc
-        func = getattr(module, func_name, None)
-        if not callable(func):
-            raise ToolLoadError(FailureClass.crash, f"'{module_name}' has no function '{func_name}'")
-        _cache[cache_key] = func
-        return func
+        module = _modules.get(cache_key)
+        if module is None:
+            try:
+                if path is not None and path.is_file():
+                    module = _load_file(manifest, path)
+                else:
+                    module = importlib.import_module(module_name)
+            except ModuleNotFoundError as exc:
+                raise ToolLoadError(FailureClass.unavailable, f"module '{module_name}' not found: {exc}") from exc
+            except Exception as exc:  # the tool's own code failed while importing
+                raise ToolLoadError(FailureClass.crash, f"importing '{module_name}' failed: {describe(exc)}") from exc
+            _modules[cache_key] = module
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise ToolLoadError(FailureClass.crash, f"'{module_name}' has no function '{func_name}'")
+    return func
 
 
 def classify_exception(exc: BaseException) -> FailureClass:
