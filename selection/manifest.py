@@ -153,9 +153,7 @@ class ToolManifest(BaseModel):
     @field_validator("version", "parent_version")
     @classmethod
     def _semver(cls, v: str | None) -> str | None:
-        if v is not None and not semver.Version.is_valid(v):
-            raise ValueError(f"'{v}' is not a semantic version (MAJOR.MINOR.PATCH)")
-        return v
+        return check_semver(v)
 
     @field_validator("tags")
     @classmethod
@@ -166,6 +164,13 @@ class ToolManifest(BaseModel):
     def key(self) -> str:
         """`name@version`: the identity of a tool version everywhere (Redis, Qdrant, results)."""
         return tool_key(self.name, self.version)
+
+
+def check_semver(version: str | None) -> str | None:
+    """A version as manifests and calls name it; raises ValueError for anything else."""
+    if version is not None and not semver.Version.is_valid(version):
+        raise ValueError(f"'{version}' is not a semantic version (MAJOR.MINOR.PATCH)")
+    return version
 
 
 def tool_key(name: str, version: str) -> str:

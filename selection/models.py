@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from selection.context import check_context
-from selection.manifest import ToolManifest
+from selection.manifest import NAME_PATTERN, ToolManifest, check_semver
 
 MAX_SCENARIO_CHARS = 4000
 CALL_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
@@ -58,7 +58,7 @@ class CallRequest(BaseModel):
     scenario: str = Field(min_length=1, max_length=MAX_SCENARIO_CHARS)
     input: dict[str, Any] = Field(default_factory=dict)
     tags: list[str] = Field(default_factory=list, max_length=32)
-    namespace: str | None = Field(None, max_length=64)
+    namespace: str | None = Field(None, pattern=NAME_PATTERN)  # a name no tool can have finds nothing: refused
     version: str | None = None
     use_evolved: bool = True
     max_attempts: int = Field(5, ge=1, le=20)
@@ -78,6 +78,11 @@ class CallRequest(BaseModel):
     @classmethod
     def _tags(cls, v: list[str]) -> list[str]:
         return sorted({t.strip().lower() for t in v if t.strip()})
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str | None) -> str | None:
+        return check_semver(v)
 
     @field_validator("input", "context")
     @classmethod

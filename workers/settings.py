@@ -22,6 +22,7 @@ from pydantic_settings import (
 # The broker must not hand an unacknowledged message to another worker while the first may still
 # run it: longer than the longest step, an attempt (max_timeout_s) or an evolution (its time limit).
 VISIBILITY_MARGIN_S = 120
+REDIS_SCHEMES = ("redis", "rediss", "unix")
 # An evolution's hard time limit past its budget: the last candidate's three stages may run past it.
 EVOLUTION_OVERRUN_S = 600
 
@@ -105,6 +106,13 @@ class Settings(BaseSettings):
     metrics_port: int = Field(9808, description="Port of the Prometheus endpoint `fittest metrics` (a Procfile role)")
     log_json: bool = Field(True, description="Worker logs as one JSON object per line; false: Celery's text format")
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, v: str) -> str:
+        if urlsplit(v).scheme not in REDIS_SCHEMES:
+            raise ValueError(f"{redact_url(v)!r} is not a Redis URL: it must start with redis://, rediss:// or unix://")
+        return v
+
     @field_validator("data_dir", "tools_dir", "model_cache_dir")
     @classmethod
     def _expand(cls, v: Path) -> Path:
@@ -165,6 +173,8 @@ class Settings(BaseSettings):
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         toml_path = os.environ.get("FITTEST_CONFIG")
         if toml_path:
+            if not Path(toml_path).is_file():  # the TOML source would quietly read nothing
+                raise ValueError(f"FITTEST_CONFIG names {Path(toml_path).resolve()}, which is not a file")
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
         return tuple(sources)
 

@@ -66,6 +66,18 @@ def test_a_call_shows_in_metrics_and_in_the_json_attempt_log(pipeline, cli) -> N
     assert mine[0]["execution_time_ms"] >= 0 and mine[0]["task_name"] == "fittest.execute"
 
 
+def test_calls_that_end_before_any_attempt_are_counted_by_their_status(pipeline, cli) -> None:
+    """A call refused for its payload, or with no tool to try, is a call made all the same."""
+    def calls(status: str) -> float:
+        line = next((x for x in cli("metrics", "--once").output.splitlines() if x.startswith(f'fittest_calls_total{{status="{status}"}}')), "")
+        return float(line.rpartition(" ")[2] or 0)
+
+    before = {status: calls(status) for status in ("invalid", "no_candidates")}
+    assert pipeline.call(scenario="sort these numbers", input={}, max_attempts=0)["status"] == "invalid"
+    assert pipeline.call(scenario="sort these numbers", input={}, tags=["no-tool-has-this-tag"])["status"] == "no_candidates"
+    pipeline.wait_for(lambda: all(calls(status) == before[status] + 1 for status in before))
+
+
 def test_the_client_refuses_a_bad_payload_before_sending(pipeline) -> None:
     from pydantic import ValidationError
 

@@ -70,10 +70,11 @@ def test_all_candidates_fail(pipeline):
 
 
 def test_invalid_payload_names_the_field_and_worker_stays_up(pipeline):
-    bad = pipeline.client.wait(pipeline.client.send("resilient_tool_call", scenario="", input="not an object", max_attempts=-3), 30)
+    bad = pipeline.client.wait(pipeline.client.send("resilient_tool_call", scenario="", input="not an object", max_attempts=-3,
+                                                    namespace="Sort Numbers!", version="latest"), 30)
     assert bad["status"] == "invalid"
     fields = {e["field"] for e in bad["errors"]}
-    assert {"scenario", "input", "max_attempts"} <= fields
+    assert {"scenario", "input", "max_attempts", "namespace", "version"} <= fields  # no tool has such a name or version
     good = pipeline.call(scenario="parse csv text", input={"text": "x\n1\n"}, namespace="csv_lenient")
     assert good["status"] == "success"
 

@@ -113,3 +113,21 @@ def test_visibility_timeout_must_exceed_the_longest_attempt() -> None:
 def test_flower_password_goes_to_its_environment_only() -> None:
     assert flower_env(Settings()) == {}
     assert flower_env(Settings(flower_user="ops", flower_password="s3cret")) == {"FLOWER_BASIC_AUTH": "ops:s3cret"}
+
+
+def test_a_redis_url_without_a_redis_scheme_is_refused_by_name() -> None:
+    with pytest.raises(ValidationError, match="'localhost:6379' is not a Redis URL"):
+        Settings(redis_url="localhost:6379")
+    with pytest.raises(ValidationError) as refused:
+        Settings(redis_url="http://:s3cret@h:1/0")
+    (error,) = refused.value.errors(include_input=False)
+    assert "'http://:**@h:1/0' is not a Redis URL" in error["msg"]  # the password stays out of the message
+    assert Settings(redis_url="unix:///run/redis.sock").redis_url == "unix:///run/redis.sock"
+
+
+def test_a_config_file_that_is_not_there_is_an_error_not_the_defaults(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FITTEST_CONFIG", str(tmp_path / "fittest.toml"))
+    with pytest.raises(ValueError, match=f"FITTEST_CONFIG names {tmp_path / 'fittest.toml'}, which is not a file"):
+        Settings()
+    (tmp_path / "fittest.toml").write_text("max_candidates = 7\n")
+    assert Settings().max_candidates == 7

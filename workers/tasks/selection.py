@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from celery import Task
@@ -72,10 +73,18 @@ def start_call(task: Task, request: CallRequest, evolution_report: dict[str, Any
         plan.evolved, plan.evolution_report = True, evolution_report
     runtime().metrics.selection(plan.policy, found=bool(plan.candidates))
     if not plan.candidates:
-        return CallResult.from_plan(
+        return ended_early(CallResult.from_plan(
             plan, "no_candidates", message="no tool matches this scenario, namespace and tags"
-        ).model_dump(mode="json")
+        ).model_dump(mode="json"), started_at=plan.started_at)
     return hand_on(task, execute.si(plan.model_dump(mode="json"), 0))
+
+
+def ended_early(result: dict[str, Any], started_at: float | None = None) -> dict[str, Any]:
+    """Count a call that ended before any attempt (its payload refused, or no tool to try) with the
+    calls that ran, so that `fittest_calls_total` by status adds up to every call made."""
+    elapsed_ms = (time.time() - started_at) * 1000 if started_at is not None else 0.0
+    runtime().metrics.call(result["status"], 0, elapsed_ms, None)
+    return result
 
 
 @app.task(bind=True, base=CallStep, name="fittest.resilient_tool_call")
@@ -88,11 +97,11 @@ def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
     try:
         request = CallRequest.model_validate(payload)
     except ValidationError as exc:
-        return invalid_result(exc, result_call_id(payload, self.request.id))
+        return ended_early(invalid_result(exc, result_call_id(payload, self.request.id)))
     if not kwargs.get("call_id") and self.request.id:
         request = request.model_copy(update={"call_id": self.request.id})
     if (too_large := oversized(request, runtime().settings.input_limit_bytes)) is not None:
-        return too_large
+        return ended_early(too_large)
     return start_call(self, request, evolution_report if isinstance(evolution_report, dict) else None)
 
 
@@ -102,8 +111,8 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
     payload = _payload(args, kwargs, TOOL_ARGS)
     name = payload.pop("name", None)
     if not isinstance(name, str) or not name:
-        return invalid_result([{"field": "name", "message": "the tool's name is required (a non-empty string)"}],
-                              str(payload.get("call_id") or self.request.id or ""))
+        return ended_early(invalid_result([{"field": "name", "message": "the tool's name is required (a non-empty string)"}],
+                                          str(payload.get("call_id") or self.request.id or "")))
     registry = runtime().registry
     original = registry.original(name) if isinstance(name, str) else None
     scenario = payload.pop("scenario", None) or (original.description if original else f"call {name}")
@@ -112,13 +121,13 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
             {**payload, "namespace": name, "scenario": scenario, "call_id": payload.get("call_id") or self.request.id}
         )
     except ValidationError as exc:
-        return invalid_result(exc, str(self.request.id or ""))
+        return ended_early(invalid_result(exc, str(self.request.id or "")))
     if (too_large := oversized(request, runtime().settings.input_limit_bytes)) is not None:
-        return too_large
+        return ended_early(too_large)
     if original is None:
-        return CallResult(
+        return ended_early(CallResult(
             call_id=request.call_id, status="no_candidates", message=f"no tool named '{name}'"
-        ).model_dump(mode="json")
+        ).model_dump(mode="json"))
     return start_call(self, request)
 
 
