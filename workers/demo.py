@@ -82,6 +82,7 @@ def reset_state(settings: Settings) -> None:
 
 def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> int:
     from workers.cli.calls import show_call
+    from workers.cli.common import literal
     from workers.cli.tools import tools_table
     from workers.client import FittestClient
     from workers.state import open_state_store
@@ -89,7 +90,7 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
     settings = demo_settings(settings)
     registry = ToolRegistry.load([settings.tools_dir])
     for error in registry.errors:
-        console.print(f"[yellow]skipped manifest[/yellow] {error}")
+        console.print(f"[yellow]skipped manifest[/yellow] {literal(error)}")
     env = {
         "FITTEST_KEY_PREFIX": settings.key_prefix,
         "FITTEST_COLLECTION_PREFIX": settings.collection_prefix,
@@ -103,7 +104,7 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
     try:  # fail before starting anything when the model cannot load
         open_embedder(settings)
     except EmbedderUnavailable as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {literal(exc)}")
         return 2
     with Stack(settings, env=env, log_dir=settings.data_dir / "logs") as stack:
         console.print("[bold]1.[/bold] starting Redis (if needed), the workers and the example HTTP tool …")
@@ -114,7 +115,7 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
         stack.start("toolserver", [sys.executable, str(ROOT / "examples" / "tools" / "http_server.py")])
         stack.start_roles(DEMO_ROLES)
         stack.wait_for_workers(DEMO_ROLES, timeout=120)
-        console.print(f"    workers up; logs in {settings.data_dir / 'logs'}")
+        console.print(f"    workers up; logs in {literal(settings.data_dir / 'logs')}")
 
         client = FittestClient(settings)
         plan = demo_calls(calls)
@@ -148,7 +149,8 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
         shown = list({r["call_id"]: r for r in picked}.values())  # each call once (the first may also be the failed one)
         for r in shown:
             req = r["_request"]
-            console.print(f"\n[dim]scenario:[/dim] {req['scenario']!r}  [dim]namespace:[/dim] {req.get('namespace')}")
+            console.print(f"\n[dim]scenario:[/dim] {literal(repr(req['scenario']))}  "
+                          f"[dim]namespace:[/dim] {literal(req.get('namespace'))}")
             r = {**r, "output": _abridge(r.get("output"))}
             show_call(r)
         console.print("\nNext: `fittest tools`, `fittest call \"…\" --input '{…}'`, `fittest up` for the full stack.")

@@ -35,9 +35,9 @@ def main() -> None:
         message = operator_error(exc)
         if message is None:
             raise
-        from workers.cli.common import err_console
+        from workers.cli.common import err_console, literal
 
-        err_console.print(f"[red]error:[/red] {message}", highlight=False)
+        err_console.print(f"[red]error:[/red] {literal(message)}", highlight=False)
         sys.exit(1)
 
 

@@ -14,9 +14,9 @@ app = typer.Typer(no_args_is_help=True)
 
 def finish(result: BenchResult, path: Path | None) -> None:
     """The line saying where the numbers were measured, and the JSON with them."""
-    from workers.cli.common import console
+    from workers.cli.common import console, literal
 
-    console.print(f"[dim]{result.host.line()}[/dim]")
+    console.print(f"[dim]{literal(result.host.line())}[/dim]")
     if path is not None:
         path.write_text(result.model_dump_json(indent=2) + "\n")
 
@@ -40,11 +40,11 @@ def throughput(
     from rich.table import Table
 
     from workers.bench.throughput import run_throughput
-    from workers.cli.common import console
+    from workers.cli.common import console, literal
     from workers.settings import get_settings
 
     result = run_throughput(get_settings(), calls, concurrency, rounds, warmup, scenarios,
-                            progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+                            progress=lambda msg: console.print(f"[dim]{literal(msg)}[/dim]"))
     table = Table(title=f"throughput: {result.calls} calls, concurrency {result.concurrency}")
     for col in ("", "calls/s", "p50 ms", "p99 ms"):
         table.add_column(col, justify="left" if not col else "right")
@@ -86,7 +86,7 @@ def scale(
     from rich.table import Table
 
     from workers.bench.scale import run_scale
-    from workers.cli.common import console
+    from workers.cli.common import console, literal
     from workers.settings import get_settings
 
     stores = store or ["edge", "client"]
@@ -96,7 +96,7 @@ def scale(
     if not vector_levels:
         raise typer.BadParameter("--max-vectors leaves no vector level")
     result = run_scale(get_settings(), _levels(tools, "--tools"), vector_levels, stores, queries, client_max_vectors,
-                       progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+                       progress=lambda msg: console.print(f"[dim]{literal(msg)}[/dim]"))
     table = Table(title=f"selection latency, {result.queries_per_cell} queries per cell (ms, embedding cached)")
     for col in ("tools", "vectors", *[f"{s} {q}" for s in stores for q in ("p50", "p99", "CPU p99")]):
         table.add_column(col, justify="right")
@@ -113,7 +113,7 @@ def scale(
                       f"(at {g.at:,} {'tools' if g.along == 'vectors' else 'vectors'}; log-log slope {g.slope}; "
                       f"p50 added {', '.join(f'{a:+.1f}' for a in g.added_p50_ms[1:])} ms)")
     for s in result.skipped:
-        console.print(f"  [yellow]skipped[/yellow] {s}")
+        console.print(f"  [yellow]skipped[/yellow] {literal(s)}")
     if result.edge_p99_ms_at_100k is not None:
         color = "green" if result.meets_target else "red"
         console.print(f"edge p99 at 100k vectors: [{color}]{result.edge_p99_ms_at_100k:.2f} ms[/{color}] "
@@ -152,7 +152,7 @@ def selection(
     from rich.table import Table
 
     from workers.bench.selection import BenchInputError, run_selection_bench
-    from workers.cli.common import console, fail
+    from workers.cli.common import console, fail, literal
     from workers.settings import get_settings
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -161,7 +161,7 @@ def selection(
 
         def progress(stream: str, done: int, total: int) -> None:
             if stream not in tasks:
-                tasks[stream] = bar.add_task(stream, total=total)
+                tasks[stream] = bar.add_task(literal(stream), total=total)
             if done % 50 == 0 or done == total:
                 bar.update(tasks[stream], completed=done)
 
@@ -178,7 +178,7 @@ def selection(
     for col in ("stream", "top1", "1st half", "2nd half", "≤5", "tries", "p50 ms", "p99 ms", "P1"):
         table.add_column(col, justify="left" if col == "stream" else "right", no_wrap=col == "stream")
     for s in result.streams:
-        table.add_row(s.name, f"{s.top1:.3f}", f"{s.top1_first_half:.3f}", f"{s.top1_second_half:.3f}",
+        table.add_row(literal(s.name), f"{s.top1:.3f}", f"{s.top1_first_half:.3f}", f"{s.top1_second_half:.3f}",
                       f"{s.resolved_within_5:.3f}", f"{s.mean_attempts:.2f}", f"{s.p50_select_ms:.1f}",
                       f"{s.p99_select_ms:.1f}", f"{s.mean_first_probability:.2f}")
     console.print(table)
@@ -248,19 +248,20 @@ def evolution(
     from rich.table import Table
 
     from workers.bench.evolution import FLAKY_PORT_ENV, flaky_port_free, run_evolution_bench
-    from workers.cli.common import console, fail
+    from workers.cli.common import console, fail, literal
     from workers.settings import get_settings
 
     if not flaky_port_free():
         fail(f"the flaky upstream's port is in use (set {FLAKY_PORT_ENV} and the exchange_rate manifest's URL to a free one)")
-    result = run_evolution_bench(get_settings(), progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    result = run_evolution_bench(get_settings(), progress=lambda msg: console.print(f"[dim]{literal(msg)}[/dim]"))
     table = Table(title=f"evolution bench: {result.tools} broken tools, {result.calls} calls")
     for col in ("tool", "failed before", "fixed after", "evolution", "mutation", "s", "parent/evolved ok"):
         table.add_column(col, justify="right" if col in ("failed before", "fixed after", "s") else "left")
     for t in result.per_tool:
         checked = f"{t.parent_successes}/{t.evolved_successes}" if t.evolved_successes is not None else ""
-        table.add_row(t.name, str(t.failed_before), str(t.fixed), f"{t.evolution_status or '-'} {t.version or ''}",
-                      (t.mutation or t.message or "")[:48], f"{t.evolve_s:.1f}" if t.evolve_s is not None else "", checked)
+        table.add_row(literal(t.name), str(t.failed_before), str(t.fixed),
+                      literal(f"{t.evolution_status or '-'} {t.version or ''}"), literal((t.mutation or t.message or "")[:48]),
+                      f"{t.evolve_s:.1f}" if t.evolve_s is not None else "", checked)
     console.print(table)
     console.print(f"broken {result.broken}, fixed {result.fixed}, false promotions {result.false_promotions}, "
                   f"rollbacks {result.rollbacks}, unfixable reported {result.unfixable_reported}/{result.unfixable_tools}, "
@@ -284,10 +285,10 @@ def chaos(
     from rich.table import Table
 
     from workers.bench.chaos import run_chaos
-    from workers.cli.common import console
+    from workers.cli.common import console, literal
     from workers.settings import get_settings
 
-    result = run_chaos(get_settings(), calls, nap_ms, progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    result = run_chaos(get_settings(), calls, nap_ms, progress=lambda msg: console.print(f"[dim]{literal(msg)}[/dim]"))
     table = Table(title=f"chaos: {result.calls} calls in {result.elapsed_s:.0f} s")
     for col in ("phase", "calls", "completed", "failed with result", "lost", "degraded"):
         table.add_column(col, justify="left" if col == "phase" else "right")

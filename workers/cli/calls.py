@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from workers.cli.common import JsonOpt, console, fail, needs_redis, parse_json_option, print_json
+from workers.cli.common import JsonOpt, console, fail, literal, needs_redis, parse_json_option, print_json
 
 if TYPE_CHECKING:
     from celery.result import AsyncResult
@@ -101,9 +101,9 @@ def show_when_done(client: FittestClient, pending: AsyncResult, timeout: float, 
 def show_call(outcome: dict[str, Any]) -> None:
     status = outcome.get("status")
     color = {"success": "green", "failed": "red", "invalid": "yellow"}.get(status or "", "white")
-    title = f"call {outcome.get('call_id', '')}: [{color}]{status}[/{color}]"
+    title = f"call {literal(outcome.get('call_id', ''))}: [{color}]{literal(status)}[/{color}]"
     if outcome.get("tool"):
-        title += f" by {outcome['tool']}@{outcome['version']}"
+        title += f" by {literal(outcome['tool'])}@{literal(outcome['version'])}"
     table = Table(title=title, show_lines=False)
     table.add_column("#")
     table.add_column("tool", no_wrap=True)
@@ -112,15 +112,15 @@ def show_call(outcome: dict[str, Any]) -> None:
     table.add_column("ms", justify="right")
     for i, a in enumerate(outcome.get("attempts", []), 1):
         err = f"{a.get('error_class') or ''} {a.get('error_message') or ''}".strip()
-        table.add_row(str(i), f"{a['tool']}@{a['version']}",
+        table.add_row(str(i), literal(f"{a['tool']}@{a['version']}"),
                       "[green]success[/green]" if a["outcome"] == "success" else "[red]failure[/red]",
-                      err[:80], f"{a.get('execution_time_ms', 0):.0f}")
+                      literal(err[:80]), f"{a.get('execution_time_ms', 0):.0f}")
     console.print(table)
     if outcome.get("errors"):
         for e in outcome["errors"]:
-            console.print(f"  [yellow]{e['field']}[/yellow]: {e['message']}")
+            console.print(f"  [yellow]{literal(e['field'])}[/yellow]: {literal(e['message'])}")
     if outcome.get("message"):
-        console.print(f"  {outcome['message']}")
+        console.print(f"  {literal(outcome['message'])}")
     if status == "success":
         console.print_json(data=outcome.get("output"))
 

@@ -12,12 +12,14 @@ import typer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from rich.console import Console
+from rich.markup import escape
 
 # Piped or redirected output has no terminal width to follow; 140 columns keep the bench tables
 # whole in logs and CI output instead of truncating their numbers to "0.7…".
 PIPED_WIDTH = 140
-console = Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
+# Emoji codes are off: a tool's output or a scenario that says ":warning:" is printed as it is written.
+console = Console(width=None if sys.stdout.isatty() else PIPED_WIDTH, emoji=False)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH, emoji=False)
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
@@ -33,8 +35,25 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
+def literal(value: object) -> str:
+    """`value` as console markup that prints exactly as written. Rich reads `[...]` in whatever it
+    prints (console.print, table titles and cells, tree labels) as markup: a tool's error message,
+    a scenario or a feedback reason that holds `[/x]` would crash the command, and `[red]` or
+    `[a-z]` would be taken for styles. Every text the CLI did not write itself goes through this.
+
+    Trailing backslashes are doubled and closed by an empty style, so that they print as they are
+    whether markup follows them (which they would otherwise escape) or not."""
+    text = str(value)
+    body = text.rstrip("\\")
+    if len(body) == len(text):
+        return escape(text)
+    return escape(body) + "\\" * (2 * (len(text) - len(body))) + "[none][/none]"
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
-    err_console.print(f"[red]error:[/red] {message}")
+    """Print `message` (plain text, often quoting the user's input or a tool's words: it is printed
+    literally) as an error and exit with `code`."""
+    err_console.print(f"[red]error:[/red] {literal(message)}")
     raise typer.Exit(code)
 
 

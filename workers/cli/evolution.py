@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 from rich.tree import Tree
 
-from workers.cli.common import JsonOpt, console, fail, needs_redis, print_json
+from workers.cli.common import JsonOpt, console, fail, literal, needs_redis, print_json
 
 if TYPE_CHECKING:
     from selection.manifest import ToolManifest
@@ -102,28 +102,30 @@ def show(
     if json_out:
         print_json(data)
         return
-    tree = Tree(f"[bold]{name}[/bold]")
+    tree = Tree(f"[bold]{literal(name)}[/bold]")
     nodes: dict[str | None, Tree] = {}
     for row in data["versions"]:  # lowest version first, so a parent is placed before its children
         color = STATUS_COLOR.get(row["status"], "white")
         served = " [bold]◀ served[/bold]" if row["served"] else ""
-        label = (f"{row['version']}  [{color}]{row['status']}[/{color}]{served}  quality {row['quality']:.2f}  "
-                 f"{row['successes']}✓ {row['failures']}✗")
+        label = (f"{literal(row['version'])}  [{color}]{literal(row['status'])}[/{color}]{served}  "
+                 f"quality {row['quality']:.2f}  {row['successes']}✓ {row['failures']}✗")
         if row["mutation"]:
-            label += f"\n[dim]{row['mutation']}[/dim]"
+            label += f"\n[dim]{literal(row['mutation'])}[/dim]"
         node = nodes.get(row["parent"], tree).add(label)
         for v in row["variants"]:
-            node.add(f"[dim]description #{v['id']} {v['status']} ({v['environment']}) effectiveness {v['effectiveness']:.2f} "
-                     f"trials {v['trials']} accesses {v['accesses']}: {v['text'][:70]}[/dim]")
+            node.add(f"[dim]description #{literal(v['id'])} {literal(v['status'])} ({literal(v['environment'])}) "
+                     f"effectiveness {v['effectiveness']:.2f} trials {v['trials']} accesses {v['accesses']}: "
+                     f"{literal(v['text'][:70])}[/dim]")
         nodes[row["version"]] = node
     console.print(tree)
     entries = data["changelog"][-events:]
     if entries:
-        table = Table(title=f"changelog of {name}")
+        table = Table(title=f"changelog of {literal(name)}")
         for col in ("time", "event", "version", "by", "mutation", "reason"):
             table.add_column(col)
         for e in entries:
-            table.add_row(_when(e["time"]), e["event"], e["version"] or "", e["by"], (e["mutation"] or "")[:50], (e["reason"] or "")[:80])
+            table.add_row(_when(e["time"]), literal(e["event"]), literal(e["version"] or ""), literal(e["by"]),
+                          literal((e["mutation"] or "")[:50]), literal((e["reason"] or "")[:80]))
         console.print(table)
 
 
@@ -158,8 +160,9 @@ def evolve(
 
 def show_report(report: dict[str, Any]) -> None:
     color = "green" if report.get("status") == "evolved" else "red"
-    console.print(f"evolution of {report.get('parent') or report.get('namespace')}: [{color}]{report.get('status')}[/{color}] "
-                  f"in {report.get('elapsed_s', 0):.1f}s — {report.get('message', '')}")
+    console.print(f"evolution of {literal(report.get('parent') or report.get('namespace'))}: "
+                  f"[{color}]{literal(report.get('status'))}[/{color}] "
+                  f"in {report.get('elapsed_s', 0):.1f}s — {literal(report.get('message', ''))}")
     candidates = report.get("candidates") or []
     if candidates:
         table = Table()
@@ -167,10 +170,11 @@ def show_report(report: dict[str, Any]) -> None:
             table.add_column(col)
         for c in candidates:
             stages = " ".join(f"{s['stage']}{'✓' if s['passed'] else '✗'}" for s in c.get("stages", []))
-            table.add_row(c["mutator"], c["mutation"][:60], c["outcome"], stages, (c.get("reason") or "")[:80])
+            table.add_row(literal(c["mutator"]), literal(c["mutation"][:60]), literal(c["outcome"]), literal(stages),
+                          literal((c.get("reason") or "")[:80]))
         console.print(table)
     for note in report.get("notes") or []:
-        console.print(f"  [dim]{note}[/dim]")
+        console.print(f"  [dim]{literal(note)}[/dim]")
 
 
 @app.command()
@@ -192,7 +196,8 @@ def rollback(
         print_json(promotion.model_dump(mode="json"))
     else:
         back = promotion.parent_version or promotion.original_version
-        console.print(f"{name}@{promotion.evolved_version} rolled back; {name}@{back} is served again")
+        console.print(f"{literal(name)}@{literal(promotion.evolved_version)} rolled back; "
+                      f"{literal(name)}@{literal(back)} is served again")
 
 
 @app.command()
@@ -213,7 +218,7 @@ def promote(
     if json_out:
         print_json(promotion.model_dump(mode="json"))
     else:
-        console.print(f"{name}@{version} is served (active)")
+        console.print(f"{literal(name)}@{literal(version)} is served (active)")
 
 
 @app.command()
@@ -247,4 +252,4 @@ def describe(
     if json_out:
         print_json(variant.model_dump(mode="json"))
     else:
-        console.print(f"description #{variant.id} of {manifest.key} is on test")
+        console.print(f"description #{variant.id} of {literal(manifest.key)} is on test")

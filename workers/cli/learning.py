@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from workers.cli.common import JsonOpt, console, fail, needs_redis, parse_json_option, print_json
+from workers.cli.common import JsonOpt, console, fail, literal, needs_redis, parse_json_option, print_json
 
 app = typer.Typer()
 feedback_app = typer.Typer(no_args_is_help=True)
@@ -70,21 +70,22 @@ def explain(
         return
     if result.get("status") == "invalid":
         fail("; ".join(f"{e['field']}: {e['message']}" for e in result.get("errors", [])))
-    table = Table(title=f"ranking for {scenario[:60]!r}")
+    table = Table(title=f"ranking for {literal(repr(scenario[:60]))}")
     for col in ("#", "tool", "score", "P", "source", "sim", "quality", "feedback", "SPARC"):
         table.add_column(col, justify="left" if col in ("tool", "source") else "right", no_wrap=col == "tool")
     ranking = result.get("ranking", [])
     for i, r in enumerate(ranking, 1):
         b = r["breakdown"]
-        table.add_row(str(i), r["key"], f"{r['score']:.3g}", f"{r['probability']:.2f}", b["source"],
+        table.add_row(str(i), literal(r["key"]), f"{r['score']:.3g}", f"{r['probability']:.2f}", literal(b["source"]),
                       f"{b['similarity']:.2f}", f"{b['quality']:.2f}", f"{b['feedback']:+.0f}", f"{b['sparc']:.2f}")
     console.print(table)
     for i, r in enumerate(ranking, 1):
         b = r["breakdown"]
         sparc = ", ".join(f"{k} {v:.2f}" for k, v in b.get("sparc_components", {}).items())
-        console.print(f"{i}. [bold]{r['key']}[/bold]: {b['rationale']}" + (f" [dim](SPARC components: {sparc})[/dim]" if sparc else ""))
+        console.print(f"{i}. [bold]{literal(r['key'])}[/bold]: {literal(b['rationale'])}"
+                      + (f" [dim](SPARC components: {literal(sparc)})[/dim]" if sparc else ""))
     for note in result.get("degraded", []):
-        console.print(f"[yellow]degraded:[/yellow] {note}")
+        console.print(f"[yellow]degraded:[/yellow] {literal(note)}")
 
 
 # --------------------------------------------------------------------------------------- feedback
@@ -112,7 +113,8 @@ def feedback_add(
         score = result.get("score_now")
         effect = (f"its feedback score for that scenario is now {score:+.1f}" if score is not None else
                   "the vector memory is unavailable: it is kept and applied when the memory is back")
-        console.print(f"recorded {sentiment.value} feedback ({f['value']:+.2f}) for {f['tool']}@{f['version']}; {effect}")
+        console.print(f"recorded {sentiment.value} feedback ({f['value']:+.2f}) for {literal(f['tool'])}@{literal(f['version'])}; "
+                      f"{effect}")
 
 
 @feedback_app.command("show")
@@ -128,13 +130,13 @@ def feedback_show(
     if json_out:
         print_json(report)
         return
-    table = Table(title=f"feedback on {tool}: {report['total']} entries")
+    table = Table(title=f"feedback on {literal(tool)}: {report['total']} entries")
     for col in ("when", "version", "value", "source", "reason", "scenario"):
         table.add_column(col, justify="right" if col == "value" else "left", overflow="fold")
     for e in report["entries"]:
         color = "green" if e["value"] > 0 else "red"
-        table.add_row(_when(e["timestamp"]), e["version"], f"[{color}]{e['value']:+.2f}[/{color}]", e["source"],
-                      e["reason"], e["scenario"][:80])
+        table.add_row(_when(e["timestamp"]), literal(e["version"]), f"[{color}]{e['value']:+.2f}[/{color}]",
+                      literal(e["source"]), literal(e["reason"]), literal(e["scenario"][:80]))
     console.print(table)
     if report["trend"]:
         trend = Table(title="trend per day")
@@ -176,11 +178,11 @@ def weights(
         table.add_row(f"v{w.version}", _when(w.updated_at) if w.updated_at else "-",
                       *[f"{w.weights.get(c, 0.0):.2f}" for c in COMPONENTS], str(ev.get("records", "-")),
                       f"{ev['success_rate']:.2f}" if ev.get("success_rate") is not None else "-",
-                      w.classifier or "-", str(fit.get("successes", "-")))
+                      literal(w.classifier or "-"), literal(fit.get("successes", "-")))
     console.print(table)
     if current.evidence.get("correlations"):
         corr = ", ".join(f"{c} {r:+.2f}" for c, r in current.evidence["correlations"].items())
-        console.print(f"correlation of each component with success: {corr}")
+        console.print(f"correlation of each component with success: {literal(corr)}")
 
 
 # --------------------------------------------------------------------------------------- recommend
@@ -211,8 +213,8 @@ def recommend(
     for col in ("tool", "context", "runs", "success", "elsewhere", "errors", "advice", "failed on"):
         table.add_column(col, justify="right" if col in ("runs", "success", "elsewhere") else "left", overflow="fold")
     for r in found:
-        table.add_row(r.tool, r.context, str(r.runs), f"{r.success_rate:.0%}",
+        table.add_row(literal(r.tool), literal(r.context), str(r.runs), f"{r.success_rate:.0%}",
                       "-" if r.elsewhere_rate is None else f"{r.elsewhere_rate:.0%}",
-                      ", ".join(f"{k} {v}" for k, v in r.error_classes.items()), r.advice,
-                      " | ".join(s[:60] for s in r.failed_scenarios))
+                      literal(", ".join(f"{k} {v}" for k, v in r.error_classes.items())), literal(r.advice),
+                      literal(" | ".join(s[:60] for s in r.failed_scenarios)))
     console.print(table)

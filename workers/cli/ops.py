@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from workers.cli.common import JsonOpt, console, fail, needs_redis, print_json
+from workers.cli.common import JsonOpt, console, fail, literal, needs_redis, print_json
 from workers.settings import Settings, get_settings, redact_url
 
 app = typer.Typer()
@@ -47,7 +47,7 @@ def health(
             table.add_column(col, justify="right" if col == "ms" else "left")
         colors = {"ok": "green", "fail": "red", "skip": "yellow"}
         for c in report.checks:
-            table.add_row(c.name, f"[{colors[c.status]}]{c.status}[/{colors[c.status]}]", f"{c.ms:.0f}", c.detail)
+            table.add_row(literal(c.name), f"[{colors[c.status]}]{c.status}[/{colors[c.status]}]", f"{c.ms:.0f}", literal(c.detail))
         console.print(table)
     raise typer.Exit(0 if report.healthy else 1)
 
@@ -71,7 +71,7 @@ def metrics(
         typer.echo(exposition(settings).decode(), nl=False)
         return
     server, _ = serve(settings, port, addr)
-    console.print(f"metrics on http://{addr}:{server.server_port}/metrics (Ctrl-C stops)")
+    console.print(f"metrics on http://{literal(addr)}:{server.server_port}/metrics (Ctrl-C stops)")
     try:
         while True:
             time.sleep(3600)
@@ -96,7 +96,7 @@ def report(
 
     since = time.time() - hours * 3600 if hours is not None else None
     path = write_report(reader_for(get_settings()), out, since=since, top=top)
-    console.print(f"report written to {path}")
+    console.print(f"report written to {literal(path)}")
 
 
 # --------------------------------------------------------------------------------------- settings
@@ -137,5 +137,5 @@ def show_settings(
         for col in ("variable", "value", "default", "meaning"):
             table.add_column(col, overflow="fold")
         for r in rows:
-            table.add_row(r["variable"], r["value"], r["default"], r["meaning"])
+            table.add_row(*(literal(r[col]) for col in ("variable", "value", "default", "meaning")))
         console.print(table)

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from workers.cli.common import JsonOpt, console, err_console, fail, needs_redis, print_json
+from workers.cli.common import JsonOpt, console, err_console, fail, literal, needs_redis, print_json
 
 app = typer.Typer()
 
@@ -23,11 +23,11 @@ def tools(json_out: JsonOpt = False) -> None:
     registry = rt.registry
     for error in registry.errors:
         if error.field == "(directory)":
-            err_console.print(f"[yellow]warning:[/yellow] FITTEST_TOOLS_DIR ({Path(error.path).resolve()}) is not a "
+            err_console.print(f"[yellow]warning:[/yellow] FITTEST_TOOLS_DIR ({literal(Path(error.path).resolve())}) is not a "
                               "directory, so no tool comes from it (a relative path is read from the directory "
                               "fittest runs in)")
         else:
-            err_console.print(f"[yellow]skipped[/yellow] {error}")
+            err_console.print(f"[yellow]skipped[/yellow] {literal(error)}")
     manifests = registry.all()
     stats = rt.state.stats([m.key for m in manifests])
     rows = [
@@ -50,6 +50,7 @@ def tools(json_out: JsonOpt = False) -> None:
 
 
 def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
+    """The table of tool versions; `title` is markup (the caller's own words), every cell is printed literally."""
     table = Table(title=title)
     table.add_column("tool", no_wrap=True)
     table.add_column("kind", no_wrap=True)
@@ -59,8 +60,8 @@ def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
     for r in rows:
         q = r["quality"]
         color = "green" if q >= 0.9 else "yellow" if q >= 0.7 else "red"
-        table.add_row(f"{r['name']}@{r['version']}", r["kind"], f"[{color}]{q:.2f}[/{color}]",
-                      str(r["successes"]), str(r["failures"]), ", ".join(r["tags"]))
+        table.add_row(literal(f"{r['name']}@{r['version']}"), literal(r["kind"]), f"[{color}]{q:.2f}[/{color}]",
+                      str(r["successes"]), str(r["failures"]), literal(", ".join(r["tags"])))
     return table
 
 

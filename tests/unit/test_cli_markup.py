@@ -1,0 +1,297 @@
+"""What users, tools and the stores wrote is printed as it is written.
+
+Rich reads `[...]` as markup wherever the CLI prints (console.print, table titles and cells, tree
+labels): a tool error that repeats an input `[/.]` crashed `fittest call`, a feedback reason
+`oops [/x]` crashed every later `fittest feedback show`, and `[a-z]` in a scenario or a manifest
+error's regex vanished. Each test feeds such texts through the real rendering code, without
+services (the check that Redis answers and the workers' answers are stood in for).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import typer
+from rich.text import Text
+from typer.testing import CliRunner
+
+import workers.cli as cli
+from workers.cli import app, calls, evolution, learning, tools
+from workers.cli.common import console, err_console, fail, literal
+
+# What rich would take for markup: a closing tag that matches nothing, styles, a regex's classes,
+# the empty closing tag, a trailing backslash (which escapes the markup after it) and an emoji code.
+TRICKY = [
+    "[/.]",
+    "[red]wrong[/red]",
+    "'^[a-z][a-z0-9_]{0,63}$'",
+    "sort [a-z] numbers [/]",
+    "oops [/x]",
+    "ends with backslash \\",
+    ":warning:",
+]
+WIDE = 1000  # no table cell is folded, whatever the terminal
+
+
+@pytest.fixture(autouse=True)
+def wide_consoles(monkeypatch: pytest.MonkeyPatch) -> None:
+    for c in (console, err_console):
+        monkeypatch.setattr(c, "width", WIDE)
+
+
+@pytest.fixture
+def redis_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check every Redis command makes first passes without a Redis."""
+    monkeypatch.setattr("workers.state.probe_client", lambda *a, **k: SimpleNamespace(ping=lambda: True, close=lambda: None))
+
+
+def plain(output: str) -> str:
+    return Text.from_ansi(output).plain
+
+
+def printed(action: Callable[[], object]) -> str:
+    """What `action` printed on the CLI's consoles, stdout then stderr, as plain text. A markup
+    error propagates: the test fails on it."""
+    with console.capture() as out, err_console.capture() as err:
+        try:
+            action()
+        except (typer.Exit, SystemExit):
+            pass
+    return plain(out.get() + err.get())
+
+
+def invoke(args: list[str]) -> str:
+    result = CliRunner().invoke(app, args)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return plain(result.output)
+
+
+def assert_shown(output: str, *texts: str) -> None:
+    for text in texts:
+        assert text in output, f"{text!r} is not printed as written in:\n{output}"
+
+
+# --------------------------------------------------------------------------------------- helpers
+def test_literal_prints_any_text_as_written_wherever_it_is_put() -> None:
+    texts = [*TRICKY, "\\", "two \\\\", "\\[red]x", "[bold", ""]
+    for text in texts:
+        for template in ("{}", "[dim]{}[/dim]", "[bold]{}[/bold] after", "before {} [dim]x[/dim]"):
+            out = printed(lambda: console.print(template.format(literal(text)), highlight=False))
+            expected = template.replace("[dim]", "").replace("[/dim]", "").replace("[bold]", "").replace("[/bold]", "")
+            assert out == expected.format(text) + "\n"
+
+
+def test_fail_and_the_operator_errors_print_their_message_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    from workers.stack import StackError
+
+    for text in TRICKY:
+        assert_shown(printed(lambda: fail(f"--input is not valid JSON: {text}")), f"error: --input is not valid JSON: {text}")
+
+    def stack_fails() -> None:
+        raise StackError(f"redis-server did not start: {' '.join(TRICKY)}")
+
+    monkeypatch.setattr(cli, "app", stack_fails)
+    assert_shown(printed(cli.main), f"error: redis-server did not start: {' '.join(TRICKY)}")
+
+
+# --------------------------------------------------------------------------------------- call
+def test_call_outcome_shows_the_tools_words_as_written() -> None:
+    outcome = {
+        "call_id": "c1",
+        "status": "failed",
+        "attempts": [
+            {"tool": "slugify", "version": "1.0.0", "outcome": "failure", "error_class": "crash",
+             "error_message": f"no slug in {text}", "execution_time_ms": 3.0}
+            for text in TRICKY
+        ],
+        "errors": [{"field": "input.[/title]", "message": text} for text in TRICKY],
+        "message": f"every candidate failed: {' '.join(TRICKY)}",
+    }
+    out = printed(lambda: calls.show_call(outcome))
+    assert_shown(out, "call c1: failed", *[f"crash no slug in {text}" for text in TRICKY],
+                 *[f"input.[/title]: {text}" for text in TRICKY], f"every candidate failed: {' '.join(TRICKY)}")
+
+    served = {"call_id": "c2", "status": "success", "tool": "slug[/x]", "version": "[/v]", "output": {"slug": "[/.]"},
+              "attempts": [{"tool": "slug[/x]", "version": "[/v]", "outcome": "success", "execution_time_ms": 1.0}]}
+    assert_shown(printed(lambda: calls.show_call(served)), "call c2: success by slug[/x]@[/v]", "│ slug[/x]@[/v]",
+                 '"slug": "[/.]"')
+
+
+# --------------------------------------------------------------------------------------- tools
+def test_tools_prints_manifest_errors_and_tools_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from selection.registry import ToolRegistry
+    from workers.demo import EXAMPLE_TOOLS
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    manifest = (EXAMPLE_TOOLS / "slugify" / "tool.yaml").read_text()
+    (bad / "tool.yaml").write_text(manifest.replace("name: slugify", "name: Bad Name"))
+    missing = tmp_path / "no [/.] dir"
+    registry = ToolRegistry.load([bad, missing])
+    monkeypatch.setattr("workers.runtime.runtime", lambda: SimpleNamespace(
+        registry=registry, state=SimpleNamespace(stats=lambda keys: {})))
+    monkeypatch.setattr("workers.state.probe_client", lambda *a, **k: SimpleNamespace(ping=lambda: True, close=lambda: None))
+
+    out = printed(lambda: tools.tools(json_out=False))
+    assert_shown(out, f"skipped {bad / 'tool.yaml'}: field 'name': String should match pattern '^[a-z][a-z0-9_]{{0,63}}$'",
+                 f"FITTEST_TOOLS_DIR ({missing.resolve()}) is not a directory")
+
+    rows = [{"name": f"t{i}", "version": "1.0.0", "kind": "python", "quality": 0.5, "successes": 1, "failures": 2,
+             "tags": [text, "x"]} for i, text in enumerate(TRICKY)]
+    rows.append({"name": "[red]t[/red]", "version": "2.0.0\\", "kind": "[/kind]", "quality": 1.0, "successes": 0,
+                 "failures": 0, "tags": []})
+    out = printed(lambda: console.print(tools.tools_table(rows)))
+    assert_shown(out, *[f"{text}, x" for text in TRICKY], "[red]t[/red]@2.0.0\\", "[/kind]")
+
+
+def test_demo_prints_manifest_errors_and_the_model_error_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from selection.manifest import ManifestError
+    from workers.demo import run_demo
+    from workers.embedder import EmbedderUnavailable
+    from workers.settings import get_settings
+
+    registry = SimpleNamespace(errors=[ManifestError("tool.yaml", "name", f"String should match pattern {text}") for text in TRICKY])
+    monkeypatch.setattr("workers.demo.ToolRegistry", SimpleNamespace(load=lambda dirs: registry))
+
+    def no_model(settings: Any) -> None:
+        raise EmbedderUnavailable(f"cannot load the model at /models/[/.] {' '.join(TRICKY)}")
+
+    monkeypatch.setattr("workers.embedder.open_embedder", no_model)  # the demo stops here, before starting anything
+    out = printed(lambda: run_demo(get_settings(), calls=1, fresh=False, console=console))
+    assert_shown(out, *[f"skipped manifest tool.yaml: field 'name': String should match pattern {text}" for text in TRICKY],
+                 f"error: cannot load the model at /models/[/.] {' '.join(TRICKY)}")
+
+
+# --------------------------------------------------------------------------------------- learning
+def test_explain_shows_the_scenario_and_the_rationales_as_written(redis_answers: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    breakdown = {"source": "semantic [/x]", "similarity": 0.5, "quality": 1.0, "feedback": 0.0, "sparc": 0.5,
+                 "sparc_components": {"phase": 0.5}}
+    answer = {"status": "ok", "ranking": [
+        {"key": f"tool{i}[/x]@1.0.0", "score": 1.0, "probability": 0.5, "breakdown": {**breakdown, "rationale": f"it said {text}"}}
+        for i, text in enumerate(TRICKY)
+    ], "degraded": TRICKY}
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: answer)
+    out = invoke(["explain", "sort [a-z] numbers [/]"])
+    assert_shown(out, "ranking for 'sort [a-z] numbers [/]'", "semantic [/x]",
+                 *[f"{i}. tool{i - 1}[/x]@1.0.0: it said {text} (SPARC components: phase 0.50)" for i, text in enumerate(TRICKY, 1)],
+                 *[f"│ tool{i}[/x]@1.0.0" for i in range(len(TRICKY))],
+                 *[f"degraded: {text}" for text in TRICKY])
+
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"status": "invalid", "errors": [{"field": "scenario", "message": "[/.]"}]})
+    assert_shown(invoke(["explain", "x"]), "error: scenario: [/.]")
+
+
+def test_feedback_shows_reasons_and_scenarios_as_written(redis_answers: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    entries = [{"timestamp": 0.0, "version": "[/v]1.0.0", "value": -1.0, "source": "[red]operator[/red]", "reason": text,
+                "scenario": f"sort numbers {text}"} for text in TRICKY]
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"total": len(entries), "entries": entries, "trend": []})
+    out = invoke(["feedback", "show", "fast[/x]"])
+    assert_shown(out, f"feedback on fast[/x]: {len(TRICKY)} entries", "[/v]1.0.0", "[red]operator[/red]",
+                 *[f"│ {text}" for text in TRICKY], *[f"sort numbers {text}" for text in TRICKY])
+
+    recorded = {"status": "recorded", "score_now": -1.0,
+                "feedback": {"value": -1.0, "tool": "fast[/x]", "version": "[/v]1.0.0"}}
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: recorded)
+    assert_shown(invoke(["feedback", "add", "fast_sort", "negative", "--reason", "oops [/x]"]), "for fast[/x]@[/v]1.0.0;")
+
+    refused = {"status": "invalid", "errors": [{"field": "reason", "message": text} for text in TRICKY]}
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: refused)
+    assert_shown(invoke(["feedback", "add", "fast_sort", "negative"]), "error: " + "; ".join(f"reason: {t}" for t in TRICKY))
+
+
+def test_recommend_shows_failed_scenarios_as_written(redis_answers: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from selection.recommend import Recommendation
+
+    found = [Recommendation(tool="fast[/x]@1.0.0", context="task_type=[/x]", runs=5, success_rate=0.0, elsewhere_rate=None,
+                            error_classes={"crash[/x]": 5}, failed_scenarios=[f"sort numbers {text}"], advice=f"look at {text}")
+             for text in TRICKY]
+    monkeypatch.setattr("workers.state.redis_client", lambda settings: None)
+    monkeypatch.setattr("workers.state.learning.LearningState", lambda *a: SimpleNamespace(recent=lambda: []))
+    monkeypatch.setattr("selection.recommend.recommendations", lambda *a: found)
+    out = invoke(["recommend"])
+    assert_shown(out, "fast[/x]@1.0.0", "task_type=[/x]", "crash[/x] 5", *[f"sort numbers {text}" for text in TRICKY],
+                 *[f"look at {text}" for text in TRICKY])
+
+
+def test_weights_show_the_stored_classifier_and_correlations_as_written(monkeypatch: pytest.MonkeyPatch, redis_answers: None) -> None:
+    from selection.ports import SelectionWeights
+
+    current = SelectionWeights(version=2, classifier="rev[/x]", evidence={"records": 10, "correlations": {"[/c]": 0.5}})
+    monkeypatch.setattr("workers.state.open_state_store", lambda settings: SimpleNamespace(
+        weights=lambda: current, weights_history=lambda n: [SelectionWeights(version=1, classifier="[red]old[/red]")]))
+    assert_shown(invoke(["weights"]), "rev[/x]", "[red]old[/red]", "correlation of each component with success: [/c] +0.50")
+
+
+# --------------------------------------------------------------------------------------- evolution
+def test_show_prints_mutations_variants_and_the_changelog_as_written(redis_answers: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    variant = {"id": 1, "status": "testing", "environment": "[/env]", "trials": 0, "successes": 0, "accesses": 0,
+               "effectiveness": 0.5}
+    data = {
+        "namespace": "fast_sort",
+        "promotion": None,
+        "versions": [
+            {"version": f"1.0.{i}[/v]", "parent": None if i == 0 else "1.0.0[/v]", "status": "original" if i == 0 else "on_trial",
+             "served": i == 0, "quality": 1.0, "successes": 0, "failures": 0, "mutation": f"mutation {text}",
+             "variants": [{**variant, "text": f"sorts {text}"}]}
+            for i, text in enumerate(TRICKY)
+        ],
+        "changelog": [{"time": 0.0, "event": "[/event]", "version": "[/v]", "by": "[/by]", "mutation": text,
+                       "reason": f"because {text}"} for text in TRICKY],
+    }
+    monkeypatch.setattr(evolution, "lineage", lambda name: data)
+    out = invoke(["show", "fast[/x]"])
+    assert_shown(out, "fast[/x]\n", *[f"1.0.{i}[/v]  " for i in range(len(TRICKY))], "changelog of fast[/x]", "[/event]", "[/v]", "[/by]", *[f"mutation {text}" for text in TRICKY], *[f"sorts {text}" for text in TRICKY], "([/env])",
+                 *[f"because {text}" for text in TRICKY])
+
+
+def test_rollback_and_promote_name_the_versions_as_written(monkeypatch: pytest.MonkeyPatch, redis_answers: None) -> None:
+    from selection.models import Promotion
+
+    promotion = Promotion(namespace="fast[/x]", evolved_version="[/v2]", original_version="1.0.0", parent_version="[/v1]")
+    monkeypatch.setattr(evolution, "_stores", lambda: (None, None, None))
+    monkeypatch.setattr("workers.promotions.rollback", lambda *a: promotion)
+    monkeypatch.setattr("workers.promotions.promote_by_hand", lambda *a: promotion)
+    assert_shown(invoke(["rollback", "fast[/x]"]), "fast[/x]@[/v2] rolled back; fast[/x]@[/v1] is served again")
+    assert_shown(invoke(["promote", "fast[/x]", "[/v2]"]), "fast[/x]@[/v2] is served (active)")
+
+
+def test_evolution_report_prints_candidates_and_notes_as_written() -> None:
+    report = {"namespace": "fast_sort", "parent": "fast[/x]@1.0.0", "status": "[/failed]", "elapsed_s": 1.0,
+              "message": f"no candidate passed: {' '.join(TRICKY)}",
+              "candidates": [{"mutator": "[/llm]", "mutation": f"fix {text}", "outcome": "[/rejected]",
+                              "stages": [{"stage": "[/static]", "passed": False}], "reason": f"test failed: {text}"}
+                             for text in TRICKY],
+              "notes": [f"note {text}" for text in TRICKY]}
+    out = printed(lambda: evolution.show_report(report))
+    assert_shown(out, "evolution of fast[/x]@1.0.0: [/failed] in 1.0s", f"no candidate passed: {' '.join(TRICKY)}",
+                 "[/llm]", "[/rejected]", "[/static]✗", *[f"fix {text}" for text in TRICKY],
+                 *[f"test failed: {text}" for text in TRICKY], *[f"note {text}" for text in TRICKY])
+
+
+# --------------------------------------------------------------------------------------- ops
+def test_health_report_and_settings_print_details_paths_and_values_as_written(monkeypatch: pytest.MonkeyPatch,
+                                                                              redis_answers: None) -> None:
+    from workers.health import Check, HealthReport
+    from workers.settings import get_settings
+
+    report = HealthReport(healthy=False, checks=[Check(name="store", status="fail", detail=f"Qdrant said {text}")
+                                                 for text in TRICKY])
+    monkeypatch.setattr("workers.health.health", lambda *a: report)
+    assert_shown(invoke(["health"]), *[f"Qdrant said {text}" for text in TRICKY])
+
+    monkeypatch.setattr("workers.metrics.reader_for", lambda settings: None)
+    monkeypatch.setattr("workers.report.write_report", lambda reader, out, **k: out / "index.html")
+    assert_shown(invoke(["report", "--out", "out [/.]"]), f"report written to {Path('out [/.]') / 'index.html'}")
+
+    monkeypatch.setenv("FITTEST_LLM_MODEL", "[red]wrong[/red] [/.]")
+    get_settings.cache_clear()
+    try:
+        out = invoke(["settings"])
+    finally:
+        get_settings.cache_clear()
+    assert_shown(out, "[red]wrong[/red] [/.]")
