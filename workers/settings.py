@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import ssl
+import tomllib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -174,9 +175,34 @@ class Settings(BaseSettings):
         toml_path = os.environ.get("FITTEST_CONFIG")
         if toml_path:
             if not Path(toml_path).is_file():  # the TOML source would quietly read nothing
-                raise ValueError(f"FITTEST_CONFIG names {Path(toml_path).resolve()}, which is not a file")
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
+                raise SettingsFileError(f"FITTEST_CONFIG names {Path(toml_path).resolve()}, which is not a file")
+            try:
+                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
+            except tomllib.TOMLDecodeError as exc:
+                raise SettingsFileError(f"FITTEST_CONFIG {Path(toml_path).resolve()} is not valid TOML: {exc}") from exc
         return tuple(sources)
+
+
+class SettingsFileError(ValueError):
+    """FITTEST_CONFIG names no file, or one that is not TOML."""
+
+
+def settings_problem(exc: BaseException) -> str | None:
+    """One line naming each setting that is wrong and why, when `exc` is the settings refusing
+    their values (or their file); None for any other error."""
+    if isinstance(exc, SettingsFileError):
+        return str(exc)
+    if isinstance(exc, ValidationError) and exc.title == Settings.__name__:
+        return "; ".join(f"{_setting_name(e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False, include_input=False))
+    return None
+
+
+def _setting_name(loc: tuple[int | str, ...]) -> str:
+    """A refused field as the environment and FITTEST_CONFIG name it."""
+    if not loc:
+        return "settings"
+    field = str(loc[0])
+    return f"FITTEST_{field.upper()} ({field} in FITTEST_CONFIG)" if os.environ.get("FITTEST_CONFIG") else f"FITTEST_{field.upper()}"
 
 
 def redact_url(url: str) -> str:

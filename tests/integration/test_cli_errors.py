@@ -83,3 +83,34 @@ def test_a_tools_dir_that_is_not_there_is_named_with_the_path_it_was_read_as(
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
     said = " ".join(done.stderr.split())
     assert f"warning: FITTEST_TOOLS_DIR ({tmp_path / 'mytools'}) is not a directory" in said, said
+
+
+def test_settings_the_commands_refuse_are_named_in_one_line(model_path: Path, tmp_path: Path) -> None:
+    (tmp_path / "bad.toml").write_text("max_candidates =\n")
+    cases = [
+        ({"FITTEST_MAX_CANDIDATES": "abc"}, "FITTEST_MAX_CANDIDATES: Input should be a valid integer"),
+        ({"FITTEST_REDIS_URL": "localhost:6379"}, "FITTEST_REDIS_URL: Value error, 'localhost:6379' is not a Redis URL"),
+        ({"FITTEST_CONFIG": str(tmp_path / "none.toml")}, f"FITTEST_CONFIG names {tmp_path / 'none.toml'}, which is not a file"),
+        ({"FITTEST_CONFIG": str(tmp_path / "bad.toml")}, f"FITTEST_CONFIG {tmp_path / 'bad.toml'} is not valid TOML"),
+    ]
+    for setting, says in cases:
+        env = {**os.environ, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path), **setting}
+        done = subprocess.run([str(FITTEST), "tools"], env=env, capture_output=True, text=True, timeout=60)
+        said = " ".join(done.stderr.split())
+        assert done.returncode == 1 and "Traceback" not in done.stderr, (setting, done.stderr)
+        assert said.startswith("error: the settings are refused:") and says in said, (setting, said)
+
+
+def test_metrics_on_a_port_in_use_says_so(model_path: Path, unserved_redis: str) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "FITTEST_REDIS_URL": unserved_redis, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path)}
+        done = subprocess.run([str(FITTEST), "metrics", "--port", str(port), "--addr", "127.0.0.1"], env=env,
+                              capture_output=True, text=True, timeout=60)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in said and "FITTEST_METRICS_PORT" in said, said

@@ -25,10 +25,10 @@ app.add_typer(learning.feedback_app, name="feedback", help="Feedback on tool ver
 
 
 def main() -> None:
-    """Run the command. What stops it that the operator can mend (a Redis that does not answer or
-    refuses the URL's credentials or database, found before the command starts; workers that do
-    not answer; an embedding model that cannot load; a stack that cannot start) ends it with one
-    line that says what, not a traceback."""
+    """Run the command. What stops it that the operator can mend (a setting or FITTEST_CONFIG that
+    is refused; a Redis that does not answer or refuses the URL's credentials or database, found
+    before the command starts; workers that do not answer; an embedding model that cannot load; a
+    stack that cannot start) ends it with one line that says what, not a traceback."""
     try:
         app()
     except Exception as exc:
@@ -49,11 +49,13 @@ def operator_error(exc: BaseException) -> str | None:
 
     from workers.cli.common import RedisRefused
     from workers.embedder import EmbedderUnavailable
-    from workers.settings import get_settings, redact_url
+    from workers.settings import get_settings, redact_url, settings_problem
     from workers.stack import StackError
 
     if isinstance(exc, (EmbedderUnavailable, StackError)):
         return str(exc)
+    if (problem := settings_problem(exc)) is not None:
+        return f"the settings are refused: {problem}"
     if isinstance(exc, CeleryTimeout):
         return ("no answer from the workers within the command's --timeout: are they running? "
                 "`fittest health` checks them, `fittest up` starts them")

@@ -26,11 +26,11 @@ SUCCEEDED, DID_NOT_SUCCEED, REFUSED = 0, 1, 2
 @needs_redis
 def call(
     scenario: Annotated[str, typer.Argument(help="What you need done, in words.")],
-    input: Annotated[str | None, typer.Option("--input", "-i", help="The tool input as a JSON object.")] = None,
+    input: Annotated[str | None, typer.Option("--input", "-i", help="The tool input as a JSON object; @PATH reads it from a file, - from standard input.")] = None,
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Serve this namespace's promoted version first.")] = None,
     tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="Only tools with this tag (repeatable; all must match).")] = None,
     max_attempts: Annotated[int, typer.Option(help="Candidates tried before evolution (1-20).")] = 5,
-    context: Annotated[str | None, typer.Option(help="Call context (files, language, phase) as JSON.")] = None,
+    context: Annotated[str | None, typer.Option(help="Call context (files, language, phase) as a JSON object; @PATH reads it from a file, - from standard input.")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the result.")] = 120.0,
     json_out: JsonOpt = False,
 ) -> None:
@@ -104,18 +104,22 @@ def show_call(outcome: dict[str, Any]) -> None:
     title = f"call {literal(outcome.get('call_id', ''))}: [{color}]{literal(status)}[/{color}]"
     if outcome.get("tool"):
         title += f" by {literal(outcome['tool'])}@{literal(outcome['version'])}"
-    table = Table(title=title, show_lines=False)
-    table.add_column("#")
-    table.add_column("tool", no_wrap=True)
-    table.add_column("outcome")
-    table.add_column("error")
-    table.add_column("ms", justify="right")
-    for i, a in enumerate(outcome.get("attempts", []), 1):
-        err = f"{a.get('error_class') or ''} {a.get('error_message') or ''}".strip()
-        table.add_row(str(i), literal(f"{a['tool']}@{a['version']}"),
-                      "[green]success[/green]" if a["outcome"] == "success" else "[red]failure[/red]",
-                      literal(err[:80]), f"{a.get('execution_time_ms', 0):.0f}")
-    console.print(table)
+    # A line of its own: as a table's title it wrapped to the table's width, splitting the call id
+    # that `fittest result` takes.
+    console.print(title, overflow="ignore", crop=False)
+    if outcome.get("attempts"):
+        table = Table(show_lines=False)
+        table.add_column("#")
+        table.add_column("tool", no_wrap=True)
+        table.add_column("outcome")
+        table.add_column("error")
+        table.add_column("ms", justify="right")
+        for i, a in enumerate(outcome["attempts"], 1):
+            err = f"{a.get('error_class') or ''} {a.get('error_message') or ''}".strip()
+            table.add_row(str(i), literal(f"{a['tool']}@{a['version']}"),
+                          "[green]success[/green]" if a["outcome"] == "success" else "[red]failure[/red]",
+                          literal(err if len(err) <= 300 else err[:300] + "…"), f"{a.get('execution_time_ms', 0):.0f}")
+        console.print(table)
     if outcome.get("errors"):
         for e in outcome["errors"]:
             console.print(f"  [yellow]{literal(e['field'])}[/yellow]: {literal(e['message'])}")

@@ -6,6 +6,7 @@ import functools
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
@@ -58,14 +59,27 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 
 def parse_json_option(text: str | None, option: str) -> dict[str, Any]:
+    """A JSON-object option: the text itself, `@PATH` for a file's content, or `-` for standard
+    input (an input of a megabyte does not fit in a command line). Refused with exit code 2, as
+    the workers would refuse the payload."""
     if not text:
         return {}
+    source = "it"
+    if text == "-":
+        text, source = sys.stdin.read(), "standard input"
+    elif text.startswith("@"):
+        path = text[1:]
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            fail(f"{option} {path}: cannot read it ({exc})", 2)
+        source = path
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        fail(f"{option} is not valid JSON: {exc}")
+        fail(f"{option}: {source} is not valid JSON ({exc})", 2)
     if not isinstance(value, dict):
-        fail(f"{option} must be a JSON object")
+        fail(f"{option}: {source} must be a JSON object, not {type(value).__name__ if value is not None else 'null'}", 2)
     return value
 
 

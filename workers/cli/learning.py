@@ -48,7 +48,7 @@ def explain(
     scenario: Annotated[str, typer.Argument(help="The job, in words, as a call would describe it.")],
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Rank as a call to this namespace.")] = None,
     tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="Only tools with this tag (repeatable).")] = None,
-    context: Annotated[str | None, typer.Option(help="Call context as JSON: phase, language(s), complexity, task_type, testing, files.")] = None,
+    context: Annotated[str | None, typer.Option(help="Call context as a JSON object: phase, language(s), complexity, task_type, testing, files; @PATH reads it from a file, - from standard input.")] = None,
     max_attempts: Annotated[int, typer.Option(min=1, max=20, help="Attempts the call would allow.")] = 5,
     timeout: TimeoutOpt = 30.0,
     json_out: JsonOpt = False,

@@ -70,7 +70,11 @@ def metrics(
     if once:
         typer.echo(exposition(settings).decode(), nl=False)
         return
-    server, _ = serve(settings, port, addr)
+    try:
+        server, _ = serve(settings, port, addr)
+    except OSError as exc:  # the port is taken (another `fittest metrics`), or the address is not ours
+        fail(f"cannot serve metrics on {addr}:{port or settings.metrics_port} ({exc.strerror or exc}); "
+             "--port or FITTEST_METRICS_PORT chooses another port")
     console.print(f"metrics on http://{literal(addr)}:{server.server_port}/metrics (Ctrl-C stops)")
     try:
         while True:
