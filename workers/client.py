@@ -114,6 +114,11 @@ class FittestClient:
             self._inflight.sent(step, step_due_in_s(self.settings.visibility_timeout))
         return result
 
+    def in_flight(self, call_id: str) -> bool:
+        """Whether a call with this id is queued or running: sent by a client, or taken by a worker."""
+        self._inflight.flush()  # this process's own sends count
+        return self._inflight.current(call_id) is not None
+
     @staticmethod
     def wait(result: AsyncResult, timeout: float = 120.0) -> dict[str, Any]:
         """The call's final result, wherever the work went (every hop keeps the task id)."""

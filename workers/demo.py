@@ -153,5 +153,7 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
                           f"[dim]namespace:[/dim] {literal(req.get('namespace'))}")
             r = {**r, "output": _abridge(r.get("output"))}
             show_call(r)
-        console.print("\nNext: `fittest tools`, `fittest call \"…\" --input '{…}'`, `fittest up` for the full stack.")
+        console.print("\nThe demo kept its state apart and stopped its workers. Next: `fittest up` runs the full stack; "
+                      "then, in another shell, `fittest call \"count the words of this text\" --input '{\"text\": \"one two\"}'` "
+                      "and `fittest tools`.")
     return 0 if ok else 1

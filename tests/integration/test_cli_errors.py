@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -57,20 +59,28 @@ def test_a_redis_that_refuses_the_password_or_the_database_is_named_as_such(
 def test_a_command_no_worker_answers_says_so_and_a_tool_that_does_not_exist_is_refused_first(
     model_path: Path, unserved_redis: str, tmp_path: Path
 ) -> None:
-    env = {**os.environ, "FITTEST_REDIS_URL": unserved_redis, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+    fittest = without_workers(model_path, unserved_redis, tmp_path)
+    assert fittest("evolve", "nosuch")[:2] == (1, "error: no tool named 'nosuch'")
+    code, said, _ = fittest("evolve", "sort_numbers", "--version", "9.9.9")
+    assert code == 1 and "sort_numbers has no version '9.9.9' (it has 1.0.0)" in said
+    code, said, _ = fittest("evolve", "sort_numbers", "--timeout", "1")
+    assert code == 1 and "no answer from the workers within the command's --timeout" in said
+
+
+def without_workers(model_path: Path, redis_url: str, tmp_path: Path) -> Callable[..., tuple[int, str, float]]:
+    """`fittest ARGS` on a Redis no worker serves, with the example tools: its exit code, what it
+    said on stderr (one line) and how long it took; never a traceback."""
+    env = {**os.environ, "FITTEST_REDIS_URL": redis_url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
            "FITTEST_TOOLS_DIR": str(EXAMPLE_TOOLS), "FITTEST_DATA_DIR": str(tmp_path / "data"), "FITTEST_KEY_PREFIX": "cli:"}
     env.pop("FITTEST_RESULT_BACKEND", None)
 
-    def fittest(*args: str) -> tuple[int, str]:
+    def fittest(*args: str) -> tuple[int, str, float]:
+        started = time.monotonic()
         done = subprocess.run([str(FITTEST), *args], env=env, capture_output=True, text=True, timeout=120)
         assert "Traceback" not in done.stderr, done.stderr
-        return done.returncode, " ".join(done.stderr.split())
+        return done.returncode, " ".join(done.stderr.split()), time.monotonic() - started
 
-    assert fittest("evolve", "nosuch") == (1, "error: no tool named 'nosuch'")
-    code, said = fittest("evolve", "sort_numbers", "--version", "9.9.9")
-    assert code == 1 and "sort_numbers has no version '9.9.9' (it has 1.0.0)" in said
-    code, said = fittest("evolve", "sort_numbers", "--timeout", "1")
-    assert code == 1 and "no answer from the workers within the command's --timeout" in said
+    return fittest
 
 
 def test_a_tools_dir_that_is_not_there_is_named_with_the_path_it_was_read_as(
@@ -114,3 +124,20 @@ def test_metrics_on_a_port_in_use_says_so(model_path: Path, unserved_redis: str)
     said = " ".join(done.stderr.split())
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"cannot serve metrics on 127.0.0.1:{port}" in said and "FITTEST_METRICS_PORT" in said, said
+
+
+def test_a_call_no_worker_can_take_and_a_result_nobody_sent_are_told_in_seconds(
+    model_path: Path, unserved_redis: str, tmp_path: Path
+) -> None:
+    """Not after the whole --timeout: the command asks whether a result can come at all."""
+    fittest = without_workers(model_path, unserved_redis, tmp_path)
+    code, said, took = fittest("call", "sort these numbers", "--input", '{"numbers": [2, 1]}', "--namespace", "sort_numbrs",
+                               "--timeout", "100")
+    assert code == 1 and took < 60, (code, said, took)
+    assert "warning: no tool is named sort_numbrs: the call is ranked by its scenario alone" in said
+    assert "no worker takes the selection queue" in said and "the call stays queued, and `fittest result" in said
+    call_id = said.split("no result for call ")[1].split(":")[0]
+    code, said, took = fittest("result", call_id, "--timeout", "8")  # queued: waited for, up to --timeout
+    assert code == 1 and "within 8 s: it is queued or running" in said and took > 8, (said, took)
+    code, said, took = fittest("result", "no-such-call", "--timeout", "100")
+    assert code == 1 and took < 60 and "no call with this id is queued or running" in said, (said, took)

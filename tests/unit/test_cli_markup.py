@@ -190,6 +190,8 @@ def test_feedback_shows_reasons_and_scenarios_as_written(redis_answers: None, mo
     entries = [{"timestamp": 0.0, "version": "[/v]1.0.0", "value": -1.0, "source": "[red]operator[/red]", "reason": text,
                 "scenario": f"sort numbers {text}"} for text in TRICKY]
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"total": len(entries), "entries": entries, "trend": []})
+    monkeypatch.setattr("workers.tool_catalog.load_registry", lambda settings: SimpleNamespace(versions=lambda name: [
+        SimpleNamespace(version="1.0.0")]))  # a tool of that name is served
     out = invoke(["feedback", "show", "fast[/x]"])
     assert_shown(out, f"feedback on fast[/x]: {len(TRICKY)} entries", "[/v]1.0.0", "[red]operator[/red]",
                  *[f"│ {text}" for text in TRICKY], *[f"sort numbers {text}" for text in TRICKY])
@@ -253,7 +255,7 @@ def test_rollback_and_promote_name_the_versions_as_written(monkeypatch: pytest.M
     from selection.models import Promotion
 
     promotion = Promotion(namespace="fast[/x]", evolved_version="[/v2]", original_version="1.0.0", parent_version="[/v1]")
-    monkeypatch.setattr(evolution, "_stores", lambda: (None, None, None))
+    monkeypatch.setattr(evolution, "_stores", lambda: (SimpleNamespace(versions=lambda name: [name]), None, None))
     monkeypatch.setattr("workers.promotions.rollback", lambda *a: promotion)
     monkeypatch.setattr("workers.promotions.promote_by_hand", lambda *a: promotion)
     assert_shown(invoke(["rollback", "fast[/x]"]), "fast[/x]@[/v2] rolled back; fast[/x]@[/v1] is served again")

@@ -1,13 +1,21 @@
-"""What the CLI makes of its JSON options and how it shows a call, without services."""
+"""What the CLI makes of its options and how it shows what it was asked about, without services
+(Redis's start-up check, the registry and the state stores are stood in for)."""
 
 from __future__ import annotations
 
 import io
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import typer
+from typer.testing import CliRunner
 
+from selection.manifest import ToolManifest
+from selection.ports import ToolStats
+from selection.registry import ToolRegistry
+from workers.cli import app, evolution, learning
 from workers.cli.calls import show_call
 from workers.cli.common import console, err_console, parse_json_option
 
@@ -45,3 +53,94 @@ def test_the_call_id_is_shown_whole_on_a_line_of_its_own(monkeypatch: pytest.Mon
         show_call({"call_id": CALL_ID, "status": "no_candidates", "attempts": [],
                    "message": "no tool matches this scenario, namespace and tags"})
     assert f"call {CALL_ID}: no_candidates" in out.get().splitlines()[0]
+
+
+# ------------------------------------------------------------- commands on stand-in stores
+HTTP = {"kind": "http", "url": "http://127.0.0.1:9/x"}
+
+
+@pytest.fixture
+def stores(monkeypatch: pytest.MonkeyPatch) -> ToolRegistry:
+    """Redis answers the start-up check; the registry is this one, the state stores are empty."""
+    registry = ToolRegistry()
+    registry.add(ToolManifest(name="fast_sort", description="Sorts numbers.", implementation=HTTP))
+    registry.add(ToolManifest(name="fast_sort", version="1.1.0", description="Sorts numbers.", implementation=HTTP))
+    registry.add(ToolManifest(name="old_sort", description="Sorts numbers slowly.", implementation=HTTP, deprecated=True))
+    monkeypatch.setattr("workers.state.probe_client", lambda *a, **k: SimpleNamespace(ping=lambda: True, close=lambda: None))
+    monkeypatch.setattr("workers.tool_catalog.load_registry", lambda settings: registry)
+    state = SimpleNamespace(promotion=lambda ns: None, promotion_history=lambda ns: [],
+                            stats=lambda keys: {k: ToolStats() for k in keys})
+    ledger = SimpleNamespace(all_variants=lambda keys: {}, changelog=lambda ns: [
+        SimpleNamespace(event="verdict", version="1.1.0", mutation="", model_dump=lambda mode: {
+            "time": 0.0, "event": "verdict", "version": "1.1.0", "by": "fittest", "mutation": "", "reason": "it failed"})])
+    monkeypatch.setattr(evolution, "_stores", lambda: (registry, state, ledger))
+    return registry
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, " ".join(result.output.split())
+
+
+def test_show_says_a_deprecated_version_is_not_served_and_events_0_shows_no_changelog(stores: ToolRegistry) -> None:
+    code, out = run("show", "old_sort", "--events", "0")
+    assert code == 0 and "◀ served" not in out and "deprecated: not offered by selection" in out
+    assert "changelog" not in out
+    code, out = run("show", "fast_sort")
+    assert code == 0 and "1.0.0 original ◀ served" in out and "it failed" in out
+    assert run("show", "fast_sort", "--events", "-1")[0] == 2  # refused by the option's range
+
+
+def test_feedback_show_names_a_tool_or_version_nobody_serves_and_keeps_one_versions_entries(
+    stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entries = [{"timestamp": 0.0, "version": v, "value": 1.0, "source": "person", "reason": f"good {v}", "scenario": "sort"}
+               for v in ("1.0.0", "1.1.0", "1.1.0")]
+    asked: list[dict[str, Any]] = []
+
+    def ask(*_: Any, **kwargs: Any) -> dict[str, Any]:
+        asked.append(kwargs)
+        return {"total": 3, "entries": entries, "trend": []}
+
+    monkeypatch.setattr(learning, "_ask", ask)
+    assert run("feedback", "show", "nosuch") == (1, "error: no tool named 'nosuch'")
+    assert run("feedback", "show", "fast_sort@9.9.9") == (1, "error: fast_sort has no version '9.9.9' (it has 1.0.0, 1.1.0)")
+    assert not asked  # refused before asking the workers
+    code, out = run("feedback", "show", "fast_sort@1.1.0")
+    assert code == 0 and "2 entries (of the tool's 3" in out and "good 1.1.0" in out and "good 1.0.0" not in out
+    assert asked[-1]["tool"] == "fast_sort"
+
+
+def test_feedback_add_refuses_a_name_with_an_empty_version_and_says_what_its_score_is_for(
+    stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorded = {"status": "recorded", "feedback": {"tool": "fast_sort", "version": "1.0.0", "value": -1.0}, "score_now": -25.0}
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: recorded)
+    assert run("feedback", "add", "fast_sort@", "negative")[0] == 2
+    assert "its feedback score in general (no --scenario) is now -25.0" in run("feedback", "add", "fast_sort", "negative")[1]
+    assert "its feedback score for that scenario is now -25.0" in run("feedback", "add", "fast_sort", "negative",
+                                                                        "--scenario", "sort numbers")[1]
+
+
+def test_rollback_of_a_tool_nobody_serves_says_so(stores: ToolRegistry) -> None:
+    assert run("rollback", "nosuch") == (1, "error: no tool named 'nosuch'")
+
+
+def test_explain_with_nothing_to_rank_says_how_a_call_would_end(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"status": "success", "ranking": [], "degraded": []})
+    code, out = run("explain", "sort numbers", "--tag", "nosuch")
+    assert code == 0 and "no tool matches this scenario, namespace and tags: a call would end with no_candidates" in out
+
+
+def test_the_tools_table_marks_a_deprecated_version() -> None:
+    from workers.cli.tools import tools_table
+
+    rows: list[dict[str, Any]] = [{"name": n, "version": "1.0.0", "kind": "http", "quality": 1.0, "successes": 0, "failures": 0, "tags": [],
+             "deprecated": n == "old_sort"} for n in ("fast_sort", "old_sort")]
+    with console.capture() as out:
+        console.print(tools_table(rows))
+    lines = out.get().splitlines()
+    assert any("old_sort@1.0.0 (deprecated)" in line for line in lines)
+    assert not any("fast_sort@1.0.0 (deprecated)" in line for line in lines)

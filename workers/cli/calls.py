@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from workers.cli.common import JsonOpt, console, fail, literal, needs_redis, parse_json_option, print_json
+from workers.cli.common import JsonOpt, console, err_console, fail, literal, needs_redis, parse_json_option, print_json
 
 if TYPE_CHECKING:
     from celery.result import AsyncResult
@@ -56,11 +58,13 @@ def call(
         CallRequest.model_validate(payload)
     except ValidationError as exc:
         fail("; ".join(f"{'.'.join(map(str, e['loc'])) or 'payload'}: {e['msg']}" for e in exc.errors()), REFUSED)
+    if namespace:
+        warn_unknown_namespace(namespace)
     client = FittestClient()
     pending = client.send("resilient_tool_call", **payload)
+    stays = f"the call stays queued, and `fittest result {pending.id}` shows it once a worker has run it"
     show_when_done(client, pending, timeout, json_out,
-                   f"it stays queued: is a selection worker running (`fittest health`)? `fittest result {pending.id}` "
-                   "shows it once one has run it")
+                   f"is a selection worker running (`fittest health`)? {stays}", early=lambda: no_selection_worker(stays))
 
 
 @app.command()
@@ -79,16 +83,66 @@ def result(
         fail(f"{call_id!r} is not a call id (letters, digits and _.:- only, at most 128)", REFUSED)
     client = FittestClient()
     show_when_done(client, client.celery.AsyncResult(call_id), timeout, json_out,
-                   "it is queued or running, or no call with this id was sent in the last day")
+                   "it is queued or running, or no call with this id was sent in the last day",
+                   early=lambda: unknown_call(client, call_id))
 
 
-def show_when_done(client: FittestClient, pending: AsyncResult, timeout: float, json_out: bool, unfinished: str) -> None:
+# How long a command waits for a result before it asks whether one can come at all: a call that
+# the workers take at once has its result by then, and one that cannot is told in seconds, not
+# after the whole --timeout.
+FIRST_LOOK_S = 3.0
+
+
+def no_selection_worker(stays: str) -> str | None:
+    """Why the call's result cannot come (no worker takes the selection queue), or None."""
+    from workers.health import MEMORY_QUEUE, ask_workers
+    from workers.settings import get_settings
+
+    answers = ask_workers(get_settings(), timeout=1.0)
+    if any(MEMORY_QUEUE in answer.get("queues", []) for answer in answers.values()):
+        return None
+    return f"no worker takes the selection queue (`fittest up` starts them, `fittest health` checks them); {stays}"
+
+
+def unknown_call(client: FittestClient, call_id: str) -> str | None:
+    """Why no result can come for `call_id` (no such call is queued or running), or None."""
+    if client.in_flight(call_id):
+        return None
+    return ("no call with this id is queued or running, and none finished in the last day "
+            "(a call sent by send_task alone is known once a worker has taken it)")
+
+
+def warn_unknown_namespace(namespace: str) -> None:
+    """A namespace no tool has is a typo more often than not: the call is ranked by its scenario alone."""
+    from workers.settings import get_settings
+    from workers.tool_catalog import load_registry
+
+    if not load_registry(get_settings()).versions(namespace):
+        err_console.print(f"[yellow]warning:[/yellow] no tool is named {literal(namespace)}: the call is ranked by "
+                          "its scenario alone")
+
+
+def show_when_done(client: FittestClient, pending: AsyncResult, timeout: float, json_out: bool, unfinished: str,
+                   early: Callable[[], str | None] | None = None) -> None:
     """Wait for a call's result and print it, exiting with the call's exit code; `unfinished` says
-    what a timeout means to the user."""
+    what a timeout means to the user. `early`, asked once when no result came within FIRST_LOOK_S,
+    says why none can come (the command then ends at once), or None to wait on."""
     from celery.exceptions import TimeoutError as CeleryTimeout
 
+    deadline = time.monotonic() + timeout
     try:
-        outcome = client.wait(pending, timeout)
+        if early is not None and timeout > FIRST_LOOK_S:
+            try:
+                outcome = pending.get(timeout=FIRST_LOOK_S)
+            except CeleryTimeout:
+                if (why := early()) is not None:
+                    client.release(pending)
+                    fail(f"no result for call {pending.id}: {why}", DID_NOT_SUCCEED)
+                outcome = client.wait(pending, max(deadline - time.monotonic(), 0.1))
+            else:
+                client.release(pending)
+        else:
+            outcome = client.wait(pending, timeout)
     except CeleryTimeout:
         fail(f"no result for call {pending.id} within {timeout:g} s: {unfinished}", DID_NOT_SUCCEED)
     if json_out:

@@ -67,7 +67,8 @@ def lineage(namespace: str) -> dict[str, Any]:
             "version": m.version,
             "parent": m.parent_version,
             "status": status,
-            "served": m.version == head,
+            "served": m.version == head and not m.deprecated,  # selection skips a deprecated version
+            "deprecated": m.deprecated,
             "quality": round(stats[m.key].quality, 4),
             "successes": stats[m.key].successes,
             "failures": stats[m.key].failures,
@@ -90,7 +91,7 @@ STATUS_COLOR = {"active": "green", "on_trial": "yellow", "rolled_back": "red", "
 @needs_redis
 def show(
     name: Annotated[str, typer.Argument(help="The namespace (tool name).")],
-    events: Annotated[int, typer.Option(help="Changelog entries to print (newest last).")] = 15,
+    events: Annotated[int, typer.Option(min=0, help="Changelog entries to print (newest last); 0: none.")] = 15,
     json_out: JsonOpt = False,
 ) -> None:
     """The lineage of a tool: its versions as a tree with status, quality and mutation, and its changelog.
@@ -107,6 +108,8 @@ def show(
     for row in data["versions"]:  # lowest version first, so a parent is placed before its children
         color = STATUS_COLOR.get(row["status"], "white")
         served = " [bold]◀ served[/bold]" if row["served"] else ""
+        if row.get("deprecated"):
+            served += " [dim]deprecated: not offered by selection[/dim]"
         label = (f"{literal(row['version'])}  [{color}]{literal(row['status'])}[/{color}]{served}  "
                  f"quality {row['quality']:.2f}  {row['successes']}✓ {row['failures']}✗")
         if row["mutation"]:
@@ -118,7 +121,7 @@ def show(
                      f"{literal(v['text'][:70])}[/dim]")
         nodes[row["version"]] = node
     console.print(tree)
-    entries = data["changelog"][-events:]
+    entries = data["changelog"][-events:] if events else []
     if entries:
         table = Table(title=f"changelog of {literal(name)}")
         for col in ("time", "event", "version", "by", "mutation", "reason"):
@@ -187,7 +190,8 @@ def rollback(
     from workers.promotions import PromotionError
     from workers.promotions import rollback as do_rollback
 
-    _, state, ledger = _stores()
+    registry, state, ledger = _stores()
+    versions_of(registry, name)  # a name nobody serves is refused as such, not as "nothing promoted"
     try:
         promotion = do_rollback(state, ledger, name)
     except PromotionError as exc:

@@ -84,6 +84,8 @@ def explain(
         sparc = ", ".join(f"{k} {v:.2f}" for k, v in b.get("sparc_components", {}).items())
         console.print(f"{i}. [bold]{literal(r['key'])}[/bold]: {literal(b['rationale'])}"
                       + (f" [dim](SPARC components: {literal(sparc)})[/dim]" if sparc else ""))
+    if not ranking:  # as a call would end: no_candidates
+        console.print("no tool matches this scenario, namespace and tags: a call would end with no_candidates")
     for note in result.get("degraded", []):
         console.print(f"[yellow]degraded:[/yellow] {literal(note)}")
 
@@ -101,7 +103,9 @@ def feedback_add(
     json_out: JsonOpt = False,
 ) -> None:
     """Record a judgement of a tool version; selection weighs it by similarity and age (±50 points)."""
-    name, _, version = tool.partition("@")
+    name, at, version = tool.partition("@")
+    if at and not version:
+        fail(f"{tool!r} names no version: NAME for the version served now, or NAME@VERSION", 2)
     result = _ask("record_feedback", "feedback", timeout, tool=name, version=version or None,
                   sentiment=sentiment.value, scenario=scenario, reason=reason, quality=quality)
     if json_out:
@@ -111,7 +115,8 @@ def feedback_add(
     if not json_out:
         f = result["feedback"]
         score = result.get("score_now")
-        effect = (f"its feedback score for that scenario is now {score:+.1f}" if score is not None else
+        where = "for that scenario" if scenario else "in general (no --scenario)"
+        effect = (f"its feedback score {where} is now {score:+.1f}" if score is not None else
                   "the vector memory is unavailable: it is kept and applied when the memory is back")
         console.print(f"recorded {sentiment.value} feedback ({f['value']:+.2f}) for {literal(f['tool'])}@{literal(f['version'])}; "
                       f"{effect}")
@@ -120,17 +125,32 @@ def feedback_add(
 @feedback_app.command("show")
 @needs_redis
 def feedback_show(
-    tool: Annotated[str, typer.Argument(help="Tool name (all its versions).")],
+    tool: Annotated[str, typer.Argument(help="NAME (all its versions) or NAME@VERSION (that version's entries).")],
     limit: Annotated[int, typer.Option(min=1, help="Entries listed, newest first.")] = 20,
     timeout: TimeoutOpt = 30.0,
     json_out: JsonOpt = False,
 ) -> None:
-    """A tool's feedback entries, newest first, and the trend per day."""
-    report = _ask("feedback_report", "feedback", timeout, tool=tool, limit=limit)
+    """A tool's feedback entries, newest first, and the trend per day (of all its versions)."""
+    from workers.cli.evolution import versions_of
+    from workers.feedback_store import REPORT_SCAN
+    from workers.settings import get_settings
+    from workers.tool_catalog import load_registry
+
+    name, at, version = tool.partition("@")
+    known = [m.version for m in versions_of(load_registry(get_settings()), name)]
+    if at and version not in known:
+        fail(f"{name} has no version {version!r} (it has {', '.join(known)})")
+    # One version's entries are picked from all of the tool's that the report reads.
+    report = _ask("feedback_report", "feedback", timeout, tool=name, limit=REPORT_SCAN if version else limit)
+    shown = f"{report['total']} entries"
+    if version:
+        mine = [e for e in report["entries"] if e["version"] == version]
+        report["entries"] = mine[:limit]
+        shown = f"{len(mine)} entries (of the tool's {report['total']}; the trend is the tool's)"
     if json_out:
         print_json(report)
         return
-    table = Table(title=f"feedback on {literal(tool)}: {report['total']} entries")
+    table = Table(title=f"feedback on {literal(tool)}: {shown}")
     for col in ("when", "version", "value", "source", "reason", "scenario"):
         table.add_column(col, justify="right" if col == "value" else "left", overflow="fold")
     for e in report["entries"]:

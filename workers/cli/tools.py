@@ -40,6 +40,7 @@ def tools(json_out: JsonOpt = False) -> None:
             "quality": round(stats[m.key].quality, 4),
             "successes": stats[m.key].successes,
             "failures": stats[m.key].failures,
+            "deprecated": m.deprecated,
         }
         for m in manifests
     ]
@@ -60,7 +61,8 @@ def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
     for r in rows:
         q = r["quality"]
         color = "green" if q >= 0.9 else "yellow" if q >= 0.7 else "red"
-        table.add_row(literal(f"{r['name']}@{r['version']}"), literal(r["kind"]), f"[{color}]{q:.2f}[/{color}]",
+        key = literal(f"{r['name']}@{r['version']}") + (" [dim](deprecated)[/dim]" if r.get("deprecated") else "")
+        table.add_row(key, literal(r["kind"]), f"[{color}]{q:.2f}[/{color}]",
                       str(r["successes"]), str(r["failures"]), literal(", ".join(r["tags"])))
     return table
 
