@@ -166,6 +166,17 @@ class ToolManifest(BaseModel):
         return tool_key(self.name, self.version)
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What the parser found wrong and where (line and column, from 1), in one line."""
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    context = getattr(exc, "context", None)
+    if problem is None:
+        return str(exc).splitlines()[0]
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{problem}{where}" + (f" ({context})" if context else "")
+
+
 def check_semver(version: str | None) -> str | None:
     """A version as manifests and calls name it; raises ValueError for anything else."""
     if version is not None and not semver.Version.is_valid(version):
@@ -212,7 +223,7 @@ def load_manifest(path: str | Path) -> ToolManifest:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise ManifestError(path, "(yaml)", str(exc).splitlines()[0]) from exc
+        raise ManifestError(path, "(yaml)", _yaml_problem(exc)) from exc
     except OSError as exc:
         raise ManifestError(path, "(file)", exc.strerror or str(exc)) from exc
     return parse_manifest(data, path, tool_dir=path.parent.resolve())

@@ -78,6 +78,7 @@ def test_missing_field_names_file_and_field_and_others_still_load(tmp_path: Path
     assert by_file["broken"].field == "description"
     assert str(bad_path) in str(by_file["broken"]) and "description" in str(by_file["broken"])
     assert by_file["garbled"].field == "(yaml)"
+    assert "at line 2, column 1 (while parsing a flow sequence)" in str(by_file["garbled"])  # where to look
 
 
 def test_missing_directory_is_an_error_not_a_crash(tmp_path: Path) -> None:

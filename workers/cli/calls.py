@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from workers.cli.common import JsonOpt, console, err_console, fail, literal, needs_redis, parse_json_option, print_json
+from workers.cli.common import (
+    JsonOpt,
+    console,
+    fail,
+    literal,
+    needs_redis,
+    parse_json_option,
+    print_json,
+    warn_unknown_namespace,
+)
 
 if TYPE_CHECKING:
     from celery.result import AsyncResult
@@ -31,7 +40,7 @@ def call(
     input: Annotated[str | None, typer.Option("--input", "-i", help="The tool input as a JSON object; @PATH reads it from a file, - from standard input.")] = None,
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Serve this namespace's promoted version first.")] = None,
     tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="Only tools with this tag (repeatable; all must match).")] = None,
-    max_attempts: Annotated[int, typer.Option(help="Candidates tried before evolution (1-20).")] = 5,
+    max_attempts: Annotated[int, typer.Option(min=1, max=20, help="Candidates tried before evolution.")] = 5,
     context: Annotated[str | None, typer.Option(help="Call context (files, language, phase) as a JSON object; @PATH reads it from a file, - from standard input.")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the result.")] = 120.0,
     json_out: JsonOpt = False,
@@ -110,16 +119,6 @@ def unknown_call(client: FittestClient, call_id: str) -> str | None:
         return None
     return ("no call with this id is queued or running, and none finished in the last day "
             "(a call sent by send_task alone is known once a worker has taken it)")
-
-
-def warn_unknown_namespace(namespace: str) -> None:
-    """A namespace no tool has is a typo more often than not: the call is ranked by its scenario alone."""
-    from workers.settings import get_settings
-    from workers.tool_catalog import load_registry
-
-    if not load_registry(get_settings()).versions(namespace):
-        err_console.print(f"[yellow]warning:[/yellow] no tool is named {literal(namespace)}: the call is ranked by "
-                          "its scenario alone")
 
 
 def show_when_done(client: FittestClient, pending: AsyncResult, timeout: float, json_out: bool, unfinished: str,

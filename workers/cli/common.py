@@ -83,6 +83,16 @@ def parse_json_option(text: str | None, option: str) -> dict[str, Any]:
     return value
 
 
+def warn_unknown_namespace(namespace: str) -> None:
+    """A namespace no tool has is a typo more often than not: the call is ranked by its scenario alone."""
+    from workers.settings import get_settings
+    from workers.tool_catalog import load_registry
+
+    if not load_registry(get_settings()).versions(namespace):
+        err_console.print(f"[yellow]warning:[/yellow] no tool is named {literal(namespace)}: the call is ranked by "
+                          "its scenario alone")
+
+
 class RedisRefused(RedisConnectionError):
     """Redis answered, but refused to set the connection up: a database it does not have, or a
     command the user's ACL forbids."""

@@ -23,7 +23,7 @@ CHECKS = ("redis", "workers", "store", "model")
 def health(
     check: Annotated[list[str] | None, typer.Option("--check", "-c", help=f"Only these checks (repeatable): {', '.join(CHECKS)}.")] = None,
     worker: Annotated[list[str] | None, typer.Option("--worker", "-w", help="Workers that must answer: a role (memory, executor, evolver) or a node name (executor@host). Repeatable; default: every role.")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for Redis, the store and the workers' answers.")] = 2.0,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for Redis, the store and the workers' answers.")] = 2.0,
     json_out: JsonOpt = False,
 ) -> None:
     """Check Redis, the vector store, the embedding model and the workers.
