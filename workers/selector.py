@@ -10,7 +10,8 @@ import logging
 import marshal
 import random
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from evolution.descriptions import MANIFEST_VARIANT
@@ -70,6 +71,15 @@ def tool_texts(manifest: ToolManifest) -> list[tuple[str, str]]:
     texts = [(f"{manifest.key}#d", manifest.description)]
     texts += [(f"{manifest.key}#e{i}", ex) for i, ex in enumerate(manifest.examples)]
     return texts
+
+
+@dataclass
+class ServedVersions:
+    """What promotions decide for one call: each namespace's version served first, and the versions
+    rolled back (not tried)."""
+
+    by_namespace: dict[str, str | None] = field(default_factory=dict)
+    rolled_back: set[str] = field(default_factory=set)
 
 
 class Selector:
@@ -162,12 +172,15 @@ class Selector:
         degraded: list[str] = []
         try:
             evidence = self._evidence(request, features, degraded)
+            served = self._served(request, evidence)
         finally:
             self._local.versions = None
         keep = max(self.settings.max_candidates, request.max_attempts)
-        # The retry after an evolution moves the new version to the front, wherever it placed.
-        ranked = self.policy.rank(evidence, features, self.rng, limit=None if request.after_evolution else keep)
-        ranked = self._evolved_first(request, ranked)
+        # The retry after an evolution moves the new version to the front, wherever it placed, and a
+        # namespace's served version moves before its other versions: both need the whole ranking.
+        several = len({e.manifest.name for e in evidence}) < len(evidence)
+        ranked = self.policy.rank(evidence, features, self.rng, limit=None if request.after_evolution or several else keep)
+        ranked = self._evolved_first(request, self._served_first(request, ranked, served))
         timeouts = {e.key: e.timeout_s for e in evidence}
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)
@@ -453,6 +466,43 @@ class Selector:
         return points_by_tool(hits, self.settings.feedback_half_life_days * 86400.0)
 
     # ----------------------------------------------------------------- evolved versions
+    def _served(self, request: CallRequest, evidence: list[CandidateEvidence]) -> ServedVersions:
+        """The version each namespace among the candidates serves this call: the promoted one (or
+        its trial's share of the calls, or after a rollback the version it fell back to), else the
+        original; and the versions rolled back. Nothing for a call that asked for one version."""
+        if request.version:
+            return ServedVersions()
+        candidates = Counter(e.manifest.name for e in evidence)
+        promotions = self.promotions(list(candidates)) if request.use_evolved else {}
+        found = ServedVersions(rolled_back={tool_key(p.namespace, p.evolved_version) for p in promotions.values()
+                                            if p is not None and p.status == "rolled_back"})
+        # Only a namespace with several versions among the candidates, or the one called, has an order to keep.
+        for name in [n for n, count in candidates.items() if count > 1 or n == request.namespace]:
+            version = served_version(promotions.get(name), request.call_id, request.after_evolution, self.settings.trial_share)
+            original = self.rt.registry.original(name)
+            found.by_namespace[name] = version or (original.version if original else None)
+        return found
+
+    def _served_first(self, request: CallRequest, ranked: list[Candidate], served: ServedVersions) -> list[Candidate]:
+        """What `fittest promote`, `rollback` and a trial decide: within a namespace the version it
+        serves this call goes before its other versions (the policy still orders the namespaces,
+        and the other versions stay as fallbacks), a version rolled back is not tried, and a
+        namespace call starts with its namespace's served version. Without this the policy's
+        outcomes ranked a rolled-back version with a better record first, and a trial never ran."""
+        by_namespace = served.by_namespace
+        if not by_namespace and not served.rolled_back:
+            return ranked
+        kept = [c for c in ranked if c.key not in served.rolled_back]
+        by_name: dict[str, list[Candidate]] = defaultdict(list)
+        for c in kept:
+            by_name[c.manifest.name].append(c)
+        queues = {name: iter(sorted(cs, key=lambda c: c.manifest.version != by_namespace.get(name))) for name, cs in by_name.items()}
+        reordered = [next(queues[c.manifest.name]) for c in kept]  # each namespace keeps its places
+        head = by_namespace.get(request.namespace or "")
+        if request.namespace and head:
+            reordered.sort(key=lambda c: c.key != tool_key(request.namespace or "", head))
+        return reordered
+
     def _evolved_first(self, request: CallRequest, ranked: list[Candidate]) -> list[Candidate]:
         """A call retried after its evolution tries the version just promoted before any other."""
         if not request.after_evolution:

@@ -417,3 +417,30 @@ def test_a_version_changed_in_place_is_searched_as_its_manifest_now_reads(rt, tm
     rt.selector.ensure_tools([(tide, source)])  # and back again
     assert similarity("tide tables and the surf forecast for the beach") is not None
     assert rt.memory.count(TOOLS_COLLECTION, searchable) == 2  # its description and its example
+
+
+def test_promotions_decide_which_version_of_a_namespace_is_tried_first(rt) -> None:
+    """The policy orders namespaces by what outcomes taught; within one, `fittest promote`,
+    `rollback` and trials decide. The evolved version here has the better record throughout."""
+    from selection.models import Promotion
+
+    evolved = ToolManifest(name="currency_rates", version="1.1.0", parent_version="1.0.0", description=TOOLS["currency_rates"],
+                           implementation={"kind": "http", "url": "http://127.0.0.1:9/x"})
+    rt.selector.ensure_tool(evolved)
+    rt.state.set_quality("currency_rates@1.0.0", 0.2)
+
+    def order(**call: Any) -> list[str]:
+        plan = rt.selector.plan(CallRequest(scenario="how many yen for 200 dollars", **call), run=False)
+        return [c.key for c in plan.candidates if c.manifest.name == "currency_rates"]
+
+    assert order() == ["currency_rates@1.0.0", "currency_rates@1.1.0"]  # nothing promoted: the original serves
+    promotion = Promotion(namespace="currency_rates", evolved_version="1.1.0", original_version="1.0.0",
+                          parent_version="1.0.0", status="active")
+    rt.state.promote(promotion)
+    rt.state.set_quality("currency_rates@1.1.0", 0.1)  # now the original has the better record
+    assert order() == ["currency_rates@1.1.0", "currency_rates@1.0.0"]
+    plan = rt.selector.plan(CallRequest(scenario="convert currencies", namespace="currency_rates"), run=False)
+    assert plan.candidates[0].key == "currency_rates@1.1.0"  # a namespace call starts with what it serves
+    rt.state.promote(promotion.model_copy(update={"status": "rolled_back"}))
+    assert order() == ["currency_rates@1.0.0"]  # rolled back: not tried
+    assert order(namespace="currency_rates", version="1.1.0")[0] == "currency_rates@1.1.0"  # unless asked for
