@@ -57,6 +57,11 @@ class ReportData(BaseModel):
             queues=dict(queues),
         )
 
+    def ran(self) -> list[CallPoint]:
+        """The calls that tried a tool: one refused for its payload, or with nothing to try, counts
+        as a call made but says nothing about how many attempts a call takes."""
+        return [c for c in self.calls if c.attempts]
+
     def busiest(self, n: int) -> list[str]:
         """The `n` tool versions with the most attempts (the plots show these; the table all)."""
         return sorted(self.attempts, key=lambda k: (-len(self.attempts[k]), k))[:n]
@@ -141,15 +146,16 @@ def plot_feedback(data: ReportData, keys: list[str], buckets: int = 24) -> str:
 def plot_calls(data: ReportData) -> str:
     """Attempts per call: how often the first choice was right, and over time."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [1, 1.6]})
-    if not data.calls:
+    ran = data.ran()
+    if not ran:
         _empty(left, "no calls recorded yet")
         _empty(right, "")
     else:
-        top = max(c.attempts for c in data.calls)
+        top = max(c.attempts for c in ran)
         levels = list(range(1, top + 1))
         bottom = [0] * len(levels)
         for status, color in (("success", OK_COLOR), ("failed", FAIL_COLOR)):
-            counts = Counter(c.attempts for c in data.calls if c.status == status)
+            counts = Counter(c.attempts for c in ran if c.status == status)
             heights = [counts.get(n, 0) for n in levels]
             left.bar(levels, heights, bottom=bottom, color=color, label=status)
             bottom = [b + h for b, h in zip(bottom, heights)]
@@ -159,8 +165,8 @@ def plot_calls(data: ReportData) -> str:
         left.yaxis.set_major_locator(MaxNLocator(integer=True))
         left.legend(fontsize=8)
         left.grid(alpha=0.3, axis="y")
-        window = max(5, len(data.calls) // 10)
-        ordered = sorted(data.calls, key=lambda c: c.t)
+        window = max(5, len(ran) // 10)
+        ordered = sorted(ran, key=lambda c: c.t)
         means = [
             sum(c.attempts for c in ordered[max(0, i - window + 1) : i + 1]) / len(ordered[max(0, i - window + 1) : i + 1])
             for i in range(len(ordered))
@@ -226,13 +232,14 @@ def render(data: ReportData, top: int = 8) -> str:
     keys = data.busiest(top)
     calls = len(data.calls)
     ok = sum(c.status == "success" for c in data.calls)
-    attempts = sum(c.attempts for c in data.calls)
+    ran = data.ran()
+    attempts = sum(c.attempts for c in ran)
     evolutions = sum(len(evolution_events(h)[0]) for h in data.promotions.values())
     rollbacks = sum(len(evolution_events(h)[1]) for h in data.promotions.values())
     cards = [
         ("calls", f"{calls}"),
         ("succeeded", f"{ok / calls:.0%}" if calls else "–"),
-        ("attempts per call", f"{attempts / calls:.2f}" if calls else "–"),
+        ("attempts per call", f"{attempts / len(ran):.2f}" if ran else "–"),
         ("tool versions", f"{len(set(data.stats) | set(data.attempts))}"),
         ("evolutions", f"{evolutions}"),
         ("rollbacks", f"{rollbacks}"),

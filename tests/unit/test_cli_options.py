@@ -147,3 +147,33 @@ def test_the_tools_table_marks_a_deprecated_version() -> None:
     lines = out.get().splitlines()
     assert any("old_sort@1.0.0 (deprecated)" in line for line in lines)
     assert not any("fast_sort@1.0.0 (deprecated)" in line for line in lines)
+
+
+def test_a_long_error_shows_its_start_and_its_end() -> None:
+    traceback = "crash Traceback (most recent call last):\n" + "  File 'x.py', line 1, in f\n" * 40 + "RaggedRowError: line 2 has 3 fields"
+    with console.capture() as out:
+        show_call({"call_id": CALL_ID, "status": "failed", "attempts": [
+            {"tool": "csv_to_json", "version": "1.0.0", "outcome": "failure", "error_class": "crash",
+             "error_message": traceback, "execution_time_ms": 5}]})
+    shown = " ".join(out.get().replace("│", " ").split())
+    assert "crash crash Traceback" in shown and "RaggedRowError: line 2 has 3 fields" in shown and " … " in shown
+
+
+def test_show_calls_a_version_promoted_before_another_superseded(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    from selection.models import Promotion
+
+    first = Promotion(namespace="fast_sort", evolved_version="1.1.0", original_version="1.0.0", status="active")
+    by_hand = Promotion(namespace="fast_sort", evolved_version="1.0.0", original_version="1.0.0", status="active")
+    registry, state, ledger = evolution._stores()
+    monkeypatch.setattr(evolution, "_stores", lambda: (registry, SimpleNamespace(
+        promotion=lambda ns: by_hand, promotion_history=lambda ns: [first, by_hand], stats=state.stats), ledger))
+    code, out = run("show", "fast_sort", "--events", "0")
+    assert code == 0 and "1.0.0 active ◀ served" in out and "1.1.0 superseded" in out
+
+
+def test_explain_shows_a_small_negative_feedback_as_0(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    breakdown = {"source": "semantic", "similarity": 0.5, "quality": 1.0, "feedback": -0.3, "sparc": 0.5, "rationale": "r"}
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"status": "success", "degraded": [], "ranking": [
+        {"key": "fast_sort@1.0.0", "score": 1.0, "probability": 1.0, "breakdown": breakdown}]})
+    code, out = run("explain", "sort numbers")
+    assert code == 0 and "-0" not in out and " +0 " in out

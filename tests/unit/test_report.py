@@ -38,6 +38,7 @@ def test_report_of_a_busy_history_embeds_every_plot(redis_client, prefix, tmp_pa
                                      execution_time_ms=10.0 + i, timestamp=start + 20 * i)
         recorder.attempt(result, quality=1.0 - 0.01 * i)
         recorder.call("success" if ok else "failed", 1 if ok else 2, 30.0, "csv_to_json" if ok else None)
+    recorder.call("invalid", 0, 0.0, None)  # ended before any attempt: a call made, no attempt
     recorder.flush()
     state.promote(Promotion(namespace="csv_to_json", evolved_version="1.1.0", original_version="1.0.0",
                             promoted_at=start + 300))
@@ -52,8 +53,9 @@ def test_report_of_a_busy_history_embeds_every_plot(redis_client, prefix, tmp_pa
     for heading in ("Quality per tool version", "Feedback per tool version", "Attempts per call", "Evolutions and rollbacks"):
         assert f"<h2>{heading}</h2>" in html
     assert "csv_to_json@1.0.0" in html
-    assert "<b>30</b>" in html  # calls
-    assert "<b>67%</b>" in html  # 20 of 30 succeeded
+    assert "<b>31</b>" in html  # calls
+    assert "<b>65%</b>" in html  # 20 of 31 succeeded
+    assert "<b>1.33</b>" in html  # attempts per call that tried a tool: 40 in 30
     assert "src='http" not in html and "<script" not in html  # self-contained: opens offline
 
 

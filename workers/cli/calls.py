@@ -12,6 +12,7 @@ from rich.table import Table
 
 from workers.cli.common import (
     JsonOpt,
+    abridged,
     console,
     fail,
     literal,
@@ -171,7 +172,7 @@ def show_call(outcome: dict[str, Any]) -> None:
             err = f"{a.get('error_class') or ''} {a.get('error_message') or ''}".strip()
             table.add_row(str(i), literal(f"{a['tool']}@{a['version']}"),
                           "[green]success[/green]" if a["outcome"] == "success" else "[red]failure[/red]",
-                          literal(err if len(err) <= 300 else err[:300] + "…"), f"{a.get('execution_time_ms', 0):.0f}")
+                          literal(abridged(err)), f"{a.get('execution_time_ms', 0):.0f}")
         console.print(table)
     if outcome.get("errors"):
         for e in outcome["errors"]:

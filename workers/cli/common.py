@@ -51,6 +51,12 @@ def literal(value: object) -> str:
     return escape(body) + "\\" * (2 * (len(text) - len(body))) + "[none][/none]"
 
 
+def abridged(text: str, head: int = 80, tail: int = 220) -> str:
+    """A long error message's start (what failed) and its end: a crash's message carries the
+    tool's stderr, whose last lines say why (--json has it whole)."""
+    return text if len(text) <= head + tail else f"{text[:head]} … {text[-tail:]}"
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print `message` (plain text, often quoting the user's input or a tool's words: it is printed
     literally) as an error and exit with `code`."""

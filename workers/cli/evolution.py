@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 from rich.tree import Tree
 
-from workers.cli.common import JsonOpt, console, fail, literal, needs_redis, print_json
+from workers.cli.common import JsonOpt, abridged, console, fail, literal, needs_redis, print_json
 
 if TYPE_CHECKING:
     from selection.manifest import ToolManifest
@@ -63,6 +63,8 @@ def lineage(namespace: str) -> dict[str, Any]:
         status = last_status.get(m.version) or ("original" if m.parent_version is None else "not promoted")
         if promotion is not None and promotion.status == "rolled_back" and m.version == head and m.parent_version:
             status = "active"  # served again after its child was rolled back
+        elif status in ("active", "on_trial") and m.version != head:
+            status = "superseded"  # another version was promoted since
         rows.append({
             "version": m.version,
             "parent": m.parent_version,
@@ -84,7 +86,8 @@ def lineage(namespace: str) -> dict[str, Any]:
     }
 
 
-STATUS_COLOR = {"active": "green", "on_trial": "yellow", "rolled_back": "red", "original": "cyan", "not promoted": "dim"}
+STATUS_COLOR = {"active": "green", "on_trial": "yellow", "rolled_back": "red", "original": "cyan", "not promoted": "dim",
+                "superseded": "dim"}
 
 
 @app.command()
@@ -97,7 +100,7 @@ def show(
     """The lineage of a tool: its versions as a tree with status, quality and mutation, and its changelog.
 
     Each version shows whether it is served, its status (original, on_trial, active, rolled_back,
-    not promoted), quality and success/failure counters, the mutation that made it and its
+    not promoted, superseded), quality and success/failure counters, the mutation that made it and its
     description variants; the changelog lists every verdict, promotion and rollback."""
     data = lineage(name)
     if json_out:
@@ -128,7 +131,7 @@ def show(
             table.add_column(col)
         for e in entries:
             table.add_row(_when(e["time"]), literal(e["event"]), literal(e["version"] or ""), literal(e["by"]),
-                          literal((e["mutation"] or "")[:50]), literal((e["reason"] or "")[:80]))
+                          literal((e["mutation"] or "")[:60]), literal(abridged(e["reason"] or "", 100, 100)))
         console.print(table)
 
 

@@ -79,7 +79,7 @@ def explain(
     for i, r in enumerate(ranking, 1):
         b = r["breakdown"]
         table.add_row(str(i), literal(r["key"]), f"{r['score']:.3g}", f"{r['probability']:.2f}", literal(b["source"]),
-                      f"{b['similarity']:.2f}", f"{b['quality']:.2f}", f"{b['feedback']:+.0f}", f"{b['sparc']:.2f}")
+                      f"{b['similarity']:.2f}", f"{b['quality']:.2f}", f"{round(b['feedback']) or 0:+d}", f"{b['sparc']:.2f}")
     console.print(table)
     for i, r in enumerate(ranking, 1):
         b = r["breakdown"]
