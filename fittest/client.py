@@ -69,14 +69,17 @@ class FittestClient(_BaseClient):
 
     def record_feedback(self, tool: str, sentiment: Literal["positive", "negative"], *, version: str | None = None,
                         scenario: str | None = None, reason: str = "", quality: float = 1.0,
-                        timeout: float = 30.0) -> dict[str, Any]:
+                        call_id: str | None = None, timeout: float = 30.0) -> dict[str, Any]:
         """Judge a tool version's work, e.g. the output of a call (`result.tool`, `result.version`,
-        the call's scenario) that a person or a later check accepted or rejected. Selection weighs
-        it for similar scenarios, decayed with age, within ±50 points. Returns the feedback worker's
-        answer (`feedback`, and `score_now`: the version's feedback score for `scenario`); raises
-        ValueError for a payload or a tool the workers refuse."""
+        the call's scenario, `call_id=result.call_id`) that a person or a later check accepted or
+        rejected. With `call_id` the judgement takes the place of the feedback the call's outcome
+        gave the version on its own (a success is positive), whichever is stored first. Selection
+        weighs it for similar scenarios, decayed with age, within ±50 points. Returns the feedback
+        worker's answer (`feedback`, and `score_now`: the version's feedback score for `scenario`);
+        raises ValueError for a payload or a tool the workers refuse."""
         request = FeedbackRequest.model_validate({"tool": tool, "sentiment": sentiment, "version": version,
-                                                  "scenario": scenario, "reason": reason, "quality": quality})
+                                                  "scenario": scenario, "reason": reason, "quality": quality,
+                                                  "call_id": call_id})
         answer = self.wait(self.send("record_feedback", queue="feedback", **request.model_dump(mode="json")), timeout)
         if answer.get("status") != "recorded":
             raise ValueError("; ".join(f"{e['field']}: {e['message']}" for e in answer.get("errors", [])) or str(answer))

@@ -93,9 +93,15 @@ def payload_value(payload: dict[str, Any]) -> float:
 
 def points_by_tool(hits: Iterable[VectorHit], half_life_s: float, now: float | None = None) -> dict[str, float]:
     """Feedback points per tool version from FEEDBACK search hits (payload `tool`, `value`,
-    `timestamp`; a payload with only `positive` counts as ±1)."""
+    `timestamp`, `source`, `call_id`; a payload with only `positive` counts as ±1). A person's
+    judgement of a call's output replaces the feedback that call's outcome gave the same version."""
+    hits = list(hits)
+    judged = {(h.payload["tool"], h.payload.get("call_id")) for h in hits
+              if h.payload.get("source") == "manual" and h.payload.get("call_id")}
     entries: dict[str, list[FeedbackEntry]] = defaultdict(list)
     for h in hits:
+        if h.payload.get("source") == "outcome" and (h.payload["tool"], h.payload.get("call_id")) in judged:
+            continue
         entries[h.payload["tool"]].append(
             FeedbackEntry(payload_value(h.payload), h.score, float(h.payload.get("timestamp", 0.0))))
     return {key: feedback_points(items, half_life_s, now) for key, items in entries.items()}
@@ -122,10 +128,10 @@ class FeedbackRecord(BaseModel):
 
     @classmethod
     def manual(cls, tool: str, version: str, scenario: str, sentiment: Literal["positive", "negative"],
-               reason: str = "", quality: float = 1.0) -> FeedbackRecord:
+               reason: str = "", quality: float = 1.0, call_id: str | None = None) -> FeedbackRecord:
         if not 0.0 <= quality <= 1.0:
             raise ValueError(f"quality must be within 0..1, got {quality!r}")
-        return cls(tool=tool, version=version, scenario=scenario, reason=reason,
+        return cls(tool=tool, version=version, scenario=scenario, reason=reason, call_id=call_id,
                    value=quality if sentiment == "positive" else -quality)
 
     def payload(self) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from celery.result import AsyncResult
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
-from selection.models import CallRequest, CallResult
+from selection.models import CALL_ID_PATTERN, CallRequest, CallResult
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.settings import Settings, get_settings
 from workers.state import redis_client
@@ -53,6 +53,9 @@ class FeedbackRequest(BaseModel):
     scenario: str | None = Field(None, max_length=4000)  # default: about the tool in general
     reason: str = Field("", max_length=500)
     quality: float = Field(1.0, ge=0.0, le=1.0)
+    # The call whose output this judges: the judgement takes the place of the feedback that call's
+    # outcome gave the version automatically (a success that a person found wrong is not a success).
+    call_id: str | None = Field(None, pattern=CALL_ID_PATTERN)
 
 
 def payload_schemas() -> dict[str, dict[str, Any]]:

@@ -42,14 +42,16 @@ def served_version(rt: Runtime, name: str) -> str:
 
 
 def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: str | None,
-                         sentiment: Literal["positive", "negative"], reason: str = "", quality: float = 1.0) -> FeedbackRecord:
+                         sentiment: Literal["positive", "negative"], reason: str = "", quality: float = 1.0,
+                         call_id: str | None = None) -> FeedbackRecord:
     """A person's judgement of `tool@version` (default: the served version) in `scenario` (default:
-    the tool's description, i.e. about the tool in general)."""
+    the tool's description, i.e. about the tool in general); of the output of call `call_id`, if
+    given (it then counts in place of that call's outcome feedback: selection/feedback.py)."""
     version = version or served_version(rt, tool)
     manifest = rt.registry.get(f"{tool}@{version}")
     if manifest is None:
         raise LookupError(f"no tool version '{tool}@{version}'")
-    record = FeedbackRecord.manual(tool, version, scenario or manifest.description, sentiment, reason, quality)
+    record = FeedbackRecord.manual(tool, version, scenario or manifest.description, sentiment, reason, quality, call_id)
     write_feedback(rt, [record])
     rt.state.invalidate()  # every selector's cached searches predate it
     return record

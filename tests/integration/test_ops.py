@@ -112,6 +112,10 @@ def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline
         assert answer["feedback"]["tool"] == result.tool and answer["feedback"]["version"] == result.version
         assert answer["score_now"] < liked["score_now"]
         assert feedback_in_ranking(key) == pytest.approx(answer["score_now"], abs=0.01)  # at once
+        # A judgement of this call's output takes the place of the success its outcome recorded.
+        judged = client.record_feedback(result.tool, "negative", version=result.version, scenario=scenario,
+                                        reason="wrong rows", call_id=result.call_id)
+        assert judged["score_now"] < 0 and feedback_in_ranking(key) == pytest.approx(judged["score_now"], abs=0.01)
         with pytest.raises(ValidationError, match="sentiment"):
             client.record_feedback(result.tool, "meh")  # type: ignore[arg-type]  # refused before it is sent
         with pytest.raises(ValueError, match="no tool named 'nosuch'"):

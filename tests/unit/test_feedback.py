@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from selection.feedback import MAX_POINTS, FeedbackEntry, FeedbackRecord, feedback_points, outcome_value, trend
+from selection.feedback import MAX_POINTS, FeedbackEntry, FeedbackRecord, feedback_points, outcome_value, points_by_tool, trend
+from selection.ports import VectorHit
 
 DAY = 86_400.0
 NOW = 1_000 * DAY
@@ -58,3 +59,19 @@ def test_manual_record_and_trend() -> None:
     assert days[0].mean_value == pytest.approx(-0.1)
     back = FeedbackRecord.from_payload(good.id, good.payload())
     assert back == good
+
+
+def test_a_judgement_of_a_calls_output_takes_the_place_of_that_calls_outcome_feedback() -> None:
+    now = 1_000.0
+
+    def hit(tool: str, value: float, source: str, call_id: str | None) -> VectorHit:
+        return VectorHit(f"{source}:{tool}:{call_id}", 1.0, {"tool": tool, "value": value, "timestamp": now,
+                                                              "source": source, "call_id": call_id})
+
+    hits = [hit("a@1", 1.0, "outcome", "c1"), hit("a@1", 1.0, "outcome", "c2"), hit("b@1", 1.0, "outcome", "c1"),
+            hit("a@1", -1.0, "manual", "c1")]
+    points = points_by_tool(hits, half_life_s=86_400, now=now)
+    assert points["a@1"] == 0.0  # c2's success and the judgement of c1; c1's own success is gone
+    assert points["b@1"] == 25.0  # another version's outcome of the same call stays
+    unjudged = points_by_tool([*hits[:3], hit("a@1", -1.0, "manual", None)], half_life_s=86_400, now=now)
+    assert unjudged["a@1"] > 0  # a judgement of no call in particular replaces nothing

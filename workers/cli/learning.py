@@ -101,6 +101,7 @@ def feedback_add(
     scenario: Annotated[str | None, typer.Option(help="The job it was (or was not) good for; default: the tool in general.")] = None,
     reason: Annotated[str, typer.Option(help="Why, in a few words.")] = "",
     quality: Annotated[float, typer.Option(min=0.0, max=1.0, help="How strongly (0..1).")] = 1.0,
+    call: Annotated[str | None, typer.Option("--call", help="The id of the call whose output this judges: it takes the place of the feedback the call's outcome gave the version.")] = None,
     timeout: TimeoutOpt = 30.0,
     json_out: JsonOpt = False,
 ) -> None:
@@ -109,7 +110,7 @@ def feedback_add(
     if at and not version:
         fail(f"{tool!r} names no version: NAME for the version served now, or NAME@VERSION", 2)
     result = _ask("record_feedback", "feedback", timeout, tool=name, version=version or None,
-                  sentiment=sentiment.value, scenario=scenario, reason=reason, quality=quality)
+                  sentiment=sentiment.value, scenario=scenario, reason=reason, quality=quality, call_id=call)
     if json_out:
         print_json(result)
     if result.get("status") != "recorded":

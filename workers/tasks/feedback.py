@@ -66,7 +66,8 @@ def record_feedback(**kwargs: Any) -> dict[str, Any]:
         return {"status": "invalid", "errors": invalid_result(exc)["errors"]}
     rt = runtime()
     try:
-        record = record_tool_feedback(rt, req.tool, req.version, req.scenario, req.sentiment, req.reason, req.quality)
+        record = record_tool_feedback(rt, req.tool, req.version, req.scenario, req.sentiment, req.reason, req.quality,
+                                      call_id=req.call_id)
     except LookupError as exc:
         return {"status": "invalid", "errors": [{"field": "tool", "message": str(exc)}]}
     try:
