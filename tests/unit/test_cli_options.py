@@ -177,3 +177,23 @@ def test_explain_shows_a_small_negative_feedback_as_0(stores: ToolRegistry, monk
         {"key": "fast_sort@1.0.0", "score": 1.0, "probability": 1.0, "breakdown": breakdown}]})
     code, out = run("explain", "sort numbers")
     assert code == 0 and "-0" not in out and " +0 " in out
+
+
+def test_a_call_retried_after_its_evolution_shows_the_round_that_failed_and_the_evolution() -> None:
+    failed = {"tool": "sort_numbers", "version": "1.0.0", "outcome": "failure", "error_class": "timeout",
+              "error_message": "no result within 2s", "execution_time_ms": 2000.0}
+    retried = {"tool": "sort_numbers", "version": "1.1.0", "outcome": "success", "error_class": None,
+               "error_message": None, "execution_time_ms": 3800.0}
+    evolution = {"status": "evolved", "parent": "sort_numbers@1.0.0", "version": "1.1.0", "message": "timeout_s 2s -> 8s",
+                 "elapsed_s": 6.0, "failed_attempts": [failed]}
+    with console.capture() as out:
+        show_call({"call_id": CALL_ID, "status": "success", "tool": "sort_numbers", "version": "1.1.0",
+                   "attempts": [retried], "evolution": evolution, "output": {"numbers": [1, 2]}})
+    rows = [" ".join(line.replace("│", " ").split()) for line in out.get().splitlines()]
+    assert any(r.startswith("1 sort_numbers@1.0.0 failure timeout no result within 2s 2000") for r in rows)
+    assert any(r.startswith("evolution evolved sort_numbers@1.0.0 → 1.1.0: timeout_s 2s -> 8s 6000") for r in rows)
+    assert any(r.startswith("2 sort_numbers@1.1.0 success") for r in rows)
+    with console.capture() as out:  # a call that ended with its evolution has that round as its attempts
+        show_call({"call_id": CALL_ID, "status": "failed", "attempts": [failed],
+                   "evolution": {**evolution, "status": "no_fix", "version": None}})
+    assert sum("sort_numbers@1.0.0 failure" in " ".join(line.replace("│", " ").split()) for line in out.get().splitlines()) == 1

@@ -152,6 +152,13 @@ def show_when_done(client: FittestClient, pending: AsyncResult, timeout: float, 
     raise typer.Exit(SUCCEEDED if outcome.get("status") == "success" else DID_NOT_SUCCEED)
 
 
+def _attempt_row(table: Table, number: str, a: dict[str, Any]) -> None:
+    err = f"{a.get('error_class') or ''} {a.get('error_message') or ''}".strip()
+    table.add_row(number, literal(f"{a['tool']}@{a['version']}"),
+                  "[green]success[/green]" if a["outcome"] == "success" else "[red]failure[/red]",
+                  literal(abridged(err)), f"{a.get('execution_time_ms', 0):.0f}")
+
+
 def show_call(outcome: dict[str, Any]) -> None:
     status = outcome.get("status")
     color = {"success": "green", "failed": "red", "invalid": "yellow"}.get(status or "", "white")
@@ -161,18 +168,27 @@ def show_call(outcome: dict[str, Any]) -> None:
     # A line of its own: as a table's title it wrapped to the table's width, splitting the call id
     # that `fittest result` takes.
     console.print(title, overflow="ignore", crop=False)
-    if outcome.get("attempts"):
+    attempts = outcome.get("attempts") or []
+    evolution = outcome.get("evolution") or {}
+    # A call retried after its evolution carries only the retry's attempts: the round that failed
+    # and the evolution come first, so the table tells the whole call.
+    before = evolution.get("failed_attempts") or []
+    before = [] if attempts[: len(before)] == before else before
+    if attempts or before or evolution:
         table = Table(show_lines=False)
         table.add_column("#")
         table.add_column("tool", no_wrap=True)
         table.add_column("outcome")
         table.add_column("error")
         table.add_column("ms", justify="right")
-        for i, a in enumerate(outcome["attempts"], 1):
-            err = f"{a.get('error_class') or ''} {a.get('error_message') or ''}".strip()
-            table.add_row(str(i), literal(f"{a['tool']}@{a['version']}"),
-                          "[green]success[/green]" if a["outcome"] == "success" else "[red]failure[/red]",
-                          literal(abridged(err)), f"{a.get('execution_time_ms', 0):.0f}")
+        for i, a in enumerate(before, 1):
+            _attempt_row(table, str(i), a)
+        if evolution:
+            evolved = f"{evolution.get('parent', '')} → {evolution['version']}" if evolution.get("version") else evolution.get("parent", "")
+            table.add_row("", "[bold]evolution[/bold]", literal(evolution.get("status", "")),
+                          literal(abridged(f"{evolved}: {evolution.get('message', '')}")), f"{evolution.get('elapsed_s', 0) * 1000:.0f}")
+        for i, a in enumerate(attempts, len(before) + 1):
+            _attempt_row(table, str(i), a)
         console.print(table)
     if outcome.get("errors"):
         for e in outcome["errors"]:

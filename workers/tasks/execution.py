@@ -129,4 +129,5 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
         from workers.tasks.evolution import prepare_evolution
 
         return hand_on(self, prepare_evolution.si(plan.model_dump(mode="json")))
-    return finish(plan, "failed", message=f"every candidate failed ({len(plan.attempts)} attempts)")
+    tried = len(plan.attempts)
+    return finish(plan, "failed", message=f"every candidate failed ({tried} attempt{'s' if tried != 1 else ''})")
