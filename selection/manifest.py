@@ -107,6 +107,12 @@ class TestCase(BaseModel):
     expect_keys: list[str] = Field(default_factory=list)  # keys the output object must have
     expect_error: bool = False  # the tool must fail on this input
 
+    @model_validator(mode="after")
+    def _one_expectation(self) -> TestCase:
+        if self.expect_error and (self.expect is not None or self.expect_keys):
+            raise ValueError("a case with expect_error: true has no output to check; drop expect and expect_keys")
+        return self
+
     def check(self, success: bool, output: Any) -> str | None:
         """Whether a run of this input satisfies the case: None when it does, else why not.
 

@@ -249,15 +249,16 @@ def render(data: ReportData, top: int = 8) -> str:
     for key in sorted(set(data.stats) | set(data.attempts)):
         q, s, f = data.stats.get(key, (1.0, 0, 0))
         points = data.attempts.get(key, [])
-        mean_ms = sum(p.ms for p in points) / len(points) if points else 0.0
+        mean_ms = f"{sum(p.ms for p in points) / len(points):.1f}" if points else "–"
         rows.append(
             f"<tr><td>{html.escape(key)}</td><td class='{_quality_class(q)}'>{q:.2f}</td><td>{s}</td><td>{f}</td>"
-            f"<td>{len(points)}</td><td>{mean_ms:.1f}</td></tr>"
+            f"<td>{len(points)}</td><td>{mean_ms}</td></tr>"
         )
     stamp = _when(data.generated_at).strftime("%Y-%m-%d %H:%M:%S UTC")
     sections = [
         ("Quality per tool version", plot_quality(data, keys),
-         f"The {len(keys)} busiest tool versions; quality as selection saw it at each attempt, last point now."),
+         f"The {len(keys)} busiest tool versions; quality as selection saw it at each attempt, last point now."
+         if keys else "No attempt recorded in this period."),
         ("Feedback per tool version", plot_feedback(data, keys), "Successful attempts count as positive feedback, failed ones as negative."),
         ("Attempts per call", plot_calls(data), "One attempt means the first choice worked; more mean fallbacks."),
         ("Evolutions and rollbacks", plot_evolution(data), "From each namespace's promotion history."),

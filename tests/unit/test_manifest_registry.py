@@ -184,3 +184,15 @@ def test_versions_sort_by_semver_and_original_is_lowest_without_parent(tmp_path:
     assert "t@1.9.0" in registry and len(registry) == 6
     assert registry.namespaces() == ["only_evolved", "t"]
 
+
+
+def test_a_test_case_cannot_expect_an_error_and_an_output() -> None:
+    from pydantic import ValidationError
+
+    from selection.manifest import TestCase
+
+    with pytest.raises(ValidationError, match="expect_error: true has no output to check"):
+        TestCase(input={}, expect={"a": 1}, expect_error=True)
+    with pytest.raises(ValidationError, match="expect_error: true has no output to check"):
+        TestCase(input={}, expect_keys=["a"], expect_error=True)
+    assert TestCase(input={}).check(True, {"any": "output"}) is None  # no expectation: it must succeed

@@ -68,9 +68,12 @@ def test_report_command_on_an_empty_history_still_writes_a_page(redis_url, prefi
     get_settings.cache_clear()
     try:
         result = CliRunner().invoke(app, ["report", "--out", str(tmp_path / "r")])
+        refused = CliRunner().invoke(app, ["report", "--out", str(tmp_path / "never"), "--hours", "-1"])
     finally:
         get_settings.cache_clear()
     assert result.exit_code == 0, result.output
     html = (tmp_path / "r" / "index.html").read_text()
     assert len(images(html)) == 4
     assert "calls<b>0</b>" in html and "succeeded<b>–</b>" in html
+    assert "No attempt recorded in this period." in html and "The 0 busiest" not in html
+    assert refused.exit_code == 2 and "--hours must be more than 0" in refused.output and not (tmp_path / "never").exists()

@@ -88,8 +88,8 @@ def metrics(
 @needs_redis
 def report(
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write index.html into.")] = Path("fittest-report"),
-    hours: Annotated[float | None, typer.Option(help="Only the last HOURS of attempts and calls.")] = None,
-    top: Annotated[int, typer.Option(help="Tool versions plotted (the busiest); the table lists all.")] = 8,
+    hours: Annotated[float | None, typer.Option(help="Only the last HOURS of attempts and calls (more than 0).")] = None,
+    top: Annotated[int, typer.Option(min=1, help="Tool versions plotted (the busiest); the table lists every version with recorded counters.")] = 8,
 ) -> None:
     """Write an HTML report of how the tools did.
 
@@ -98,6 +98,8 @@ def report(
     from workers.metrics import reader_for
     from workers.report import write_report
 
+    if hours is not None and not hours > 0:
+        fail(f"--hours must be more than 0, not {hours:g}", 2)
     since = time.time() - hours * 3600 if hours is not None else None
     path = write_report(reader_for(get_settings()), out, since=since, top=top)
     console.print(f"report written to {literal(path)}")
