@@ -131,6 +131,13 @@ def words(output: str) -> str:
     return " ".join(output.split())
 
 
+def test_a_call_to_a_namespace_nobody_ranked_says_it_was_ranked_by_its_scenario(pipeline, cli) -> None:
+    sent = cli("call", "parse this csv text into rows", "--namespace", "csv_lenint", "--input", '{"text": "a,b\\n1,2\\n"}')
+    assert "warning: no tool named csv_lenint was ranked: the call was ranked by its scenario alone" in words(sent.output)
+    right = cli("call", "parse this csv text into rows", "--namespace", "csv_lenient", "--input", '{"text": "a,b\\n1,2\\n"}')
+    assert right.exit_code == 0 and "warning" not in right.output
+
+
 def test_the_call_command_refuses_a_bad_payload_before_sending(cli) -> None:
     blank = cli("call", "   ", "--timeout", "1")
     assert blank.exit_code == 2 and "scenario: Value error, scenario is blank" in blank.output

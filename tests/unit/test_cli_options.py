@@ -134,7 +134,7 @@ def test_explain_with_nothing_to_rank_says_how_a_call_would_end(stores: ToolRegi
     assert code == 0 and "no tool matches this scenario, namespace and tags: a call would end with no_candidates" in out
     assert "warning" not in out
     code, out = run("explain", "sort numbers", "--namespace", "fast_srot")
-    assert code == 0 and "warning: no tool is named fast_srot: the call is ranked by its scenario alone" in out
+    assert code == 0 and "warning: no tool named fast_srot was ranked: the call was ranked by its scenario alone" in out
 
 
 def test_the_tools_table_marks_a_deprecated_version() -> None:

@@ -19,7 +19,7 @@ from workers.cli.common import (
     needs_redis,
     parse_json_option,
     print_json,
-    warn_unknown_namespace,
+    warn_if_namespace_unranked,
 )
 
 if TYPE_CHECKING:
@@ -68,13 +68,12 @@ def call(
         CallRequest.model_validate(payload)
     except ValidationError as exc:
         fail("; ".join(f"{'.'.join(map(str, e['loc'])) or 'payload'}: {e['msg']}" for e in exc.errors()), REFUSED)
-    if namespace:
-        warn_unknown_namespace(namespace)
     client = FittestClient()
     pending = client.send("resilient_tool_call", **payload)
     stays = f"the call stays queued, and `fittest result {pending.id}` shows it once a worker has run it"
     show_when_done(client, pending, timeout, json_out,
-                   f"is a selection worker running (`fittest health`)? {stays}", early=lambda: no_selection_worker(stays))
+                   f"is a selection worker running (`fittest health`)? {stays}", early=lambda: no_selection_worker(stays),
+                   namespace=namespace)
 
 
 @app.command()
@@ -123,7 +122,7 @@ def unknown_call(client: FittestClient, call_id: str) -> str | None:
 
 
 def show_when_done(client: FittestClient, pending: AsyncResult, timeout: float, json_out: bool, unfinished: str,
-                   early: Callable[[], str | None] | None = None) -> None:
+                   early: Callable[[], str | None] | None = None, namespace: str | None = None) -> None:
     """Wait for a call's result and print it, exiting with the call's exit code; `unfinished` says
     what a timeout means to the user. `early`, asked once when no result came within FIRST_LOOK_S,
     says why none can come (the command then ends at once), or None to wait on."""
@@ -145,6 +144,7 @@ def show_when_done(client: FittestClient, pending: AsyncResult, timeout: float, 
             outcome = client.wait(pending, timeout)
     except CeleryTimeout:
         fail(f"no result for call {pending.id} within {timeout:g} s: {unfinished}", DID_NOT_SUCCEED)
+    warn_if_namespace_unranked(namespace, outcome)
     if json_out:
         print_json(outcome)
     else:

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from workers.cli.common import JsonOpt, console, fail, literal, needs_redis, parse_json_option, print_json, warn_unknown_namespace
+from workers.cli.common import JsonOpt, console, fail, literal, needs_redis, parse_json_option, print_json, warn_if_namespace_unranked
 
 app = typer.Typer()
 feedback_app = typer.Typer(no_args_is_help=True)
@@ -63,10 +63,9 @@ def explain(
     feedback, its feedback points for this scenario (-50..50); SPARC, the context match
     (0..1, neutral 0.5). A line per tool then says how the policy weighed it.
     """
-    if namespace:
-        warn_unknown_namespace(namespace)
     result = _ask("explain", "selection", timeout, scenario=scenario, namespace=namespace, tags=tag or [],
                   context=parse_json_option(context, "--context"), max_attempts=max_attempts)
+    warn_if_namespace_unranked(namespace, result)
     if json_out:
         print_json(result)
         return
