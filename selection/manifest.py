@@ -6,6 +6,7 @@ the reason, while the other manifests of the directory still load.
 
 from __future__ import annotations
 
+import string
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
@@ -78,6 +79,20 @@ class ExecutableImplementation(BaseModel):
 
     kind: Literal["executable"]
     argv: list[str] = Field(min_length=1)
+
+    @field_validator("argv")
+    @classmethod
+    def _plain_placeholders(cls, argv: list[str]) -> list[str]:
+        """Refused at load, not at the first call: a template that cannot be filled in whatever the input."""
+        for template in argv:
+            try:
+                parts = list(string.Formatter().parse(template))
+            except ValueError as exc:
+                raise ValueError(f"bad argv template {template!r}: {exc}") from exc
+            for _, name, spec, conversion in parts:
+                if name is not None and (not name.isidentifier() or spec or conversion):
+                    raise ValueError(f"placeholder {{{name}}} in {template!r}: only plain {{name}} is allowed")
+        return argv
 
 
 class HttpImplementation(BaseModel):

@@ -92,12 +92,8 @@ def check_paths(manifest: ToolManifest, source: str | Path) -> None:
             raise ManifestError(source, "implementation.entrypoint", f"{module_file} leads outside the tool directory {root}")
 
     if isinstance(impl, ExecutableImplementation):
-        for i, arg in enumerate(impl.argv):
-            try:
-                paths = list(_tool_dir_paths(arg))
-            except ValueError as exc:
-                raise ManifestError(source, f"implementation.argv.{i}", f"bad placeholder syntax: {exc}") from exc
-            for tail, following in paths:
+        for i, arg in enumerate(impl.argv):  # each one parses: the manifest checked it
+            for tail, following in _tool_dir_paths(arg):
                 field = f"implementation.argv.{i}"
                 if following:
                     raise ManifestError(source, field, f"'{{{following}}}' inside a {{tool_dir}} path would let a value choose the file")

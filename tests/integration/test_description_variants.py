@@ -115,3 +115,14 @@ def test_a_new_selector_indexes_the_words_of_the_variants_already_stored(rt: Run
     p = rt.selector.plan(CallRequest(scenario="turn 1994 into numerals such as MCMXCIV", call_id="s1"), run=False)
     assert p.variants == {"roman@1.0.0": "1"}
     assert rt.selector.lexical_index() is index
+
+
+def test_a_variant_must_say_something_its_tool_does_not_say_already(rt: Runtime) -> None:
+    text = "Write an integer in Roman numerals, e.g. 1994 as MCMXCIV."
+    first = rt.evolution.add_variant("roman@1.0.0", text, TOOLS["roman"])
+    with pytest.raises(ValueError, match=f"roman@1.0.0 has this text already \\(variant #{first.id}\\)"):
+        rt.evolution.add_variant("roman@1.0.0", "  Write an integer in Roman numerals,\n e.g. 1994 as MCMXCIV. ", TOOLS["roman"])
+    with pytest.raises(ValueError, match="has this text already \\(the manifest's description\\)"):
+        rt.evolution.add_variant("roman@1.0.0", TOOLS["roman"], TOOLS["roman"])
+    other = rt.evolution.add_variant("roman@1.0.0", text, TOOLS["roman"], environment="staging")  # another audience
+    assert [v.id for v in rt.evolution.variants("roman@1.0.0") if v.text == text] == [first.id, other.id]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -303,14 +304,26 @@ def test_builtin_placeholders_win_over_input_keys(exe_dir: Path) -> None:
     [
         (["{tool_dir}/echo.py", "{missing}"], "unknown placeholder {missing}"),
         (["{tool_dir}/echo.py", "{evolved_file}"], "placeholder {evolved_file} has no value"),
+    ],
+)
+def test_placeholders_this_input_cannot_fill_are_bad_input(exe_dir: Path, argv: list[str], fragment: str) -> None:
+    outcome = run_tool(exe(exe_dir, *argv), {"mode": "x"}, timeout_s=10, limits=LIMITS)
+    assert_failure(outcome, FailureClass.bad_input, fragment)
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
         (["{tool_dir}/echo.py", "{python.__class__}"], "only plain {name}"),
         (["{tool_dir}/echo.py", "{mode!r}"], "only plain {name}"),
         (["{tool_dir}/echo.py", "{unclosed"], "bad argv template"),
     ],
 )
-def test_bad_placeholders_are_bad_input(exe_dir: Path, argv: list[str], fragment: str) -> None:
-    outcome = run_tool(exe(exe_dir, *argv), {"mode": "x"}, timeout_s=10, limits=LIMITS)
-    assert_failure(outcome, FailureClass.bad_input, fragment)
+def test_placeholders_no_input_can_fill_are_refused_with_the_manifest(exe_dir: Path, argv: list[str], fragment: str) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=re.escape(fragment)):
+        exe(exe_dir, *argv)
 
 
 def test_nul_byte_in_a_value_is_bad_input(exe_dir: Path) -> None:

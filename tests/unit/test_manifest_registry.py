@@ -111,7 +111,6 @@ def test_duplicate_version_names_both_files(tmp_path: Path) -> None:
         (["{python}", "{tool_dir}/missing.py"], "does not exist"),
         (["{python}", "{tool_dir}/link_out.py"], "outside the tool directory"),
         (["{python}", "{tool_dir}/linked_dir/outside.py"], "outside the tool directory"),
-        (["{python}", "{tool_dir"], "bad placeholder syntax"),
     ],
 )
 def test_executable_paths_must_stay_in_the_tool_directory(tmp_path: Path, argv: list[str], reason: str) -> None:
@@ -196,3 +195,13 @@ def test_a_test_case_cannot_expect_an_error_and_an_output() -> None:
     with pytest.raises(ValidationError, match="expect_error: true has no output to check"):
         TestCase(input={}, expect_keys=["a"], expect_error=True)
     assert TestCase(input={}).check(True, {"any": "output"}) is None  # no expectation: it must succeed
+
+
+def test_an_argv_template_no_input_can_fill_is_refused_with_the_file_and_the_field(tmp_path: Path) -> None:
+    write_tool(tmp_path, "t", executable_tool(["{python}", "{tool_dir"]))
+    write_tool(tmp_path, "u", executable_tool(["{python}", "{mode!r}"]))
+    registry = ToolRegistry.load([tmp_path])
+    assert len(registry) == 0
+    reasons = {Path(e.path).parent.name: (e.field, e.reason) for e in registry.errors}
+    assert reasons["t"][0].endswith("argv") and "bad argv template '{tool_dir'" in reasons["t"][1]
+    assert reasons["u"][0].endswith("argv") and "placeholder {mode} in '{mode!r}': only plain {name} is allowed" in reasons["u"][1]

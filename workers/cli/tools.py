@@ -77,7 +77,7 @@ def schema(
     schemas = payload_schemas()
     if task:
         if task not in schemas:
-            fail(f"unknown schema '{task}' (known: {', '.join(schemas)})")
+            fail(f"unknown schema '{task}' (known: {', '.join(schemas)})", 2)
         print_json(schemas[task])
     else:
         print_json(schemas)

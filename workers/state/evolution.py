@@ -146,6 +146,10 @@ class EvolutionState:
             raise ValueError("a description variant needs some text")
         if len(text) > 4000:
             raise ValueError("a description variant is limited to 4000 characters")
+        same = next((v for v in self.variants(key) if v.text == text and v.environment == environment), None)
+        if same is not None or text == " ".join(manifest_description.split()):
+            which = f"variant #{same.id}" if same is not None and same.id != MANIFEST_VARIANT else "the manifest's description"
+            raise ValueError(f"{key} has this text already ({which}): a variant must say something else")
         manifest = DescriptionVariant(id=MANIFEST_VARIANT, text=manifest_description, status="active", source="manifest")
         variant_id = str(self.client.incr(self._k("variant_seq", key)))
         variant = DescriptionVariant(id=variant_id, text=text, status=status, environment=environment, source=source)
