@@ -37,6 +37,7 @@ from selection.ports import (
     ToolStats,
     VectorFilter,
     VectorHit,
+    VectorPoint,
 )
 from selection.sparc import sparc_score
 from selection.timeouts import timeout_from_p95
@@ -73,12 +74,19 @@ def tool_texts(manifest: ToolManifest) -> list[tuple[str, str]]:
     return texts
 
 
+def _flagged(points: list[VectorPoint], **flags: Any) -> list[VectorPoint]:
+    """The points whose payload differs from `flags`, with those values: same vector, same text."""
+    return [p.model_copy(update={"payload": {**p.payload, **flags}})
+            for p in points if any(p.payload.get(k) != v for k, v in flags.items())]
+
+
 @dataclass
 class ServedVersions:
-    """What promotions decide for one call: each namespace's version served first, and the versions
-    rolled back (not tried)."""
+    """What promotions decide for one call: each namespace's version served first, the versions
+    promoted (on trial or active) and those rolled back (not tried)."""
 
     by_namespace: dict[str, str | None] = field(default_factory=dict)
+    promoted: set[str] = field(default_factory=set)
     rolled_back: set[str] = field(default_factory=set)
 
 
@@ -127,9 +135,7 @@ class Selector:
             if m is None or pid in embedded:  # a version not given, or a text written afresh below
                 continue
             retired = pid not in texts and not pid.rpartition("#")[2].startswith("v")  # a variant's is its own
-            flags = {"tags": m.tags, "deprecated": m.deprecated or retired}
-            if any(point.payload.get(k) != v for k, v in flags.items()):
-                rewrite.append(point.model_copy(update={"payload": {**point.payload, **flags}}))
+            rewrite += _flagged([point], tags=m.tags, deprecated=m.deprecated or retired)
         if rewrite:
             memory.upsert(TOOLS, rewrite)
         for start in range(0, len(todo), EMBED_BATCH):
@@ -143,8 +149,7 @@ class Selector:
         rather than fill their slots with hits that plans drop; serving one again rewrites them."""
         if keys:
             stored = self.rt.memory.scroll(TOOLS, filter=VectorFilter(must=[Match(key="tool", any_of=keys)]), limit=1_000_000)
-            if stale := [p.model_copy(update={"payload": {**p.payload, "deprecated": True}})
-                         for p in stored if p.payload.get("deprecated") is not True]:
+            if stale := _flagged(stored, deprecated=True):
                 self.rt.memory.upsert(TOOLS, stale)
 
     def lexical_index(self) -> LexicalIndex:
@@ -180,7 +185,7 @@ class Selector:
         # namespace's served version moves before its other versions: both need the whole ranking.
         several = len({e.manifest.name for e in evidence}) < len(evidence)
         ranked = self.policy.rank(evidence, features, self.rng, limit=None if request.after_evolution or several else keep)
-        ranked = self._evolved_first(request, self._served_first(request, ranked, served))
+        ranked = self._evolved_first(request, self._served_first(request, ranked, served), served)
         timeouts = {e.key: e.timeout_s for e in evidence}
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)
@@ -474,8 +479,10 @@ class Selector:
             return ServedVersions()
         candidates = Counter(e.manifest.name for e in evidence)
         promotions = self.promotions(list(candidates)) if request.use_evolved else {}
-        found = ServedVersions(rolled_back={tool_key(p.namespace, p.evolved_version) for p in promotions.values()
-                                            if p is not None and p.status == "rolled_back"})
+        found = ServedVersions()
+        for p in promotions.values():
+            if p is not None:
+                (found.rolled_back if p.status == "rolled_back" else found.promoted).add(tool_key(p.namespace, p.evolved_version))
         # Only a namespace with several versions among the candidates, or the one called, has an order to keep.
         for name in [n for n, count in candidates.items() if count > 1 or n == request.namespace]:
             version = served_version(promotions.get(name), request.call_id, request.after_evolution, self.settings.trial_share)
@@ -503,17 +510,11 @@ class Selector:
             reordered.sort(key=lambda c: c.key != tool_key(request.namespace or "", head))
         return reordered
 
-    def _evolved_first(self, request: CallRequest, ranked: list[Candidate]) -> list[Candidate]:
+    def _evolved_first(self, request: CallRequest, ranked: list[Candidate], served: ServedVersions) -> list[Candidate]:
         """A call retried after its evolution tries the version just promoted before any other."""
         if not request.after_evolution:
             return ranked
-        promotions = self.rt.state.promotions([c.manifest.name for c in ranked])
-
-        def is_new(c: Candidate) -> bool:
-            p = promotions[c.manifest.name]
-            return p is not None and p.status != "rolled_back" and p.evolved_version == c.manifest.version
-
-        return sorted(ranked, key=lambda c: not is_new(c))
+        return sorted(ranked, key=lambda c: c.key not in served.promoted)
 
     def ensure_version(self, namespace: str, version: str) -> ToolManifest | None:
         """A version of the namespace, loaded from the evolved directory if this process has not

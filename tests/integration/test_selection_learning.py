@@ -444,3 +444,20 @@ def test_promotions_decide_which_version_of_a_namespace_is_tried_first(rt) -> No
     rt.state.promote(promotion.model_copy(update={"status": "rolled_back"}))
     assert order() == ["currency_rates@1.0.0"]  # rolled back: not tried
     assert order(namespace="currency_rates", version="1.1.0")[0] == "currency_rates@1.1.0"  # unless asked for
+
+
+def test_a_call_retried_after_its_evolution_tries_the_new_version_before_any_other(rt) -> None:
+    from selection.models import Promotion
+
+    evolved = ToolManifest(name="currency_rates", version="1.1.0", parent_version="1.0.0", description=TOOLS["currency_rates"],
+                           implementation={"kind": "http", "url": "http://127.0.0.1:9/x"})
+    rt.selector.ensure_tool(evolved)
+    rt.state.promote(Promotion(namespace="currency_rates", evolved_version="1.1.0", original_version="1.0.0",
+                               parent_version="1.0.0", status="on_trial"))
+    for key in ("currency_rates@1.0.0", "currency_rates@1.1.0"):
+        rt.state.set_quality(key, 0.01)  # both far behind every other tool on their record
+    scenario = "stock prices and exchange rates for my portfolio"
+    first = rt.selector.plan(CallRequest(scenario=scenario), run=False).candidates[0].key
+    assert first != "currency_rates@1.1.0"
+    retry = rt.selector.plan(CallRequest(scenario=scenario, after_evolution=True), run=False)
+    assert retry.candidates[0].key == "currency_rates@1.1.0"
