@@ -5,7 +5,12 @@
 2. tests: the tool's own test cases (`TestCase.check`);
 3. replay: the failing inputs that started the evolution must now succeed, and up to N recent
    successful inputs of the parent must still succeed with an output of the same shape (the same
-   JSON type, and for an object the same keys).
+   JSON type, and for an object the same keys). One exception: a failing input that failed for
+   another reason (a timeout, an unavailable upstream, a crash) and that the candidate now refuses
+   as bad input, while other inputs succeed. The mutation fixed what failed; what is left is an
+   input the tool refuses on its merits, as it would any caller's. This happens when a
+   scenario-only call tried the tool first on another tool's job: a retry wrapper for a flaky
+   currency service cannot make it convert a roman numeral, and must not be refused for that.
 
 Each stage runs in its own subprocess with a hard timeout and the runner's limits (the `Sandbox`,
 implemented by workers/sandbox.py); a candidate that hangs is killed there and fails its stage. The
@@ -21,6 +26,7 @@ from pydantic import BaseModel, Field
 
 from evolution.models import Evidence, Stage, StageResult, shape_of
 from selection.manifest import ToolManifest
+from selection.models import FailureClass
 
 STARTUP_S = 10.0  # a stage's subprocess start-up (interpreter and imports), on a busy machine
 PER_RUN_SLACK = 1.5  # each run may take its timeout and a half before the stage is killed
@@ -61,11 +67,15 @@ def _error(result: Any) -> str:
     return f"{cls}: {(result.error_message or '')[:300]}"
 
 
+def _key(value: dict[str, Any]) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
 def _dedupe(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     seen: set[str] = set()
     out = []
     for value in inputs:
-        key = json.dumps(value, sort_keys=True, default=str)
+        key = _key(value)
         if key not in seen:
             seen.add(key)
             out.append(value)
@@ -97,10 +107,12 @@ def verify(
         return results
 
     cases = manifest.test_cases
+    worked = False  # the candidate served some input: a refusal is then the input's fault, not the candidate's
     if cases:
         run, dead = _run_stage("tests", sandbox, manifest, [c.input for c in cases], config.stage_timeout_s)
         if dead is not None:
             return [*results, dead]
+        worked = any(r.success for r in run.results)
         problems = []
         for i, (case, result) in enumerate(zip(cases, run.results)):
             why = case.check(result.success, result.output)
@@ -114,6 +126,7 @@ def verify(
         return results
 
     failing = _dedupe([f.input for f in evidence.failures]) if changes_behaviour else []
+    refused_before = {_key(f.input) for f in evidence.failures if f.error_class is FailureClass.bad_input}
     kept = [s for s in evidence.successes if s.input is not None][: config.replay_successes]
     inputs = failing + [s.input for s in kept if s.input is not None]
     if not inputs:
@@ -123,13 +136,20 @@ def verify(
     if dead is not None:
         return [*results, dead]
     problems = []
+    notes = []
+    worked = worked or any(r.success for r in run.results)
     for value, result in zip(failing, run.results):
-        if not result.success:
-            problems.append(f"failing input {json.dumps(value, default=str)[:120]} still fails: {_error(result)}")
+        if result.success:
+            continue
+        text = json.dumps(value, default=str)[:120]
+        if worked and result.error_class is FailureClass.bad_input and _key(value) not in refused_before:
+            notes.append(f"failing input {text} no longer fails as it did; the tool refuses it as bad input: {_error(result)}")
+        else:
+            problems.append(f"failing input {text} still fails: {_error(result)}")
     for success, result in zip(kept, run.results[len(failing):]):
         if not result.success:
             problems.append(f"successful input {json.dumps(success.input, default=str)[:120]} now fails: {_error(result)}")
         elif success.shape and shape_of(result.output) != success.shape:
             problems.append(f"successful input {json.dumps(success.input, default=str)[:120]}: output shape {shape_of(result.output)} instead of {success.shape}")
-    results.append(StageResult(stage="replay", passed=not problems, checked=len(inputs), problems=problems, elapsed_ms=run.elapsed_ms))
+    results.append(StageResult(stage="replay", passed=not problems, checked=len(inputs), problems=problems + notes, elapsed_ms=run.elapsed_ms))
     return results

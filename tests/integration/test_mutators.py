@@ -131,6 +131,52 @@ def test_retry_mutator_cannot_fix_an_upstream_that_is_always_down(tmp_path: Path
     assert not stages[-1].passed and "still fails" in stages[-1].problems[0]
 
 
+FLAKY_AND_PARTICULAR = """
+import itertools
+_calls = itertools.count(1)
+def run(value):
+    if next(_calls) % 2:
+        raise ConnectionError("upstream refused the connection")
+    if "x" not in value:
+        raise ValueError("x is required")
+    return {"echo": value["x"]}
+"""
+
+
+def test_a_fix_is_not_refused_for_an_input_of_another_tools_job(tmp_path: Path) -> None:
+    """A scenario-only call tried this flaky tool first on an input that is not its job: the
+    retry fixes the unavailability, and the tool then refuses that input as bad input, which is
+    its right. The fix passes; the refusal is noted, not counted against it."""
+    parent = make_tool(tmp_path, "particular", FLAKY_AND_PARTICULAR, test_cases=[{"input": {"x": 1}, "expect": {"echo": 1}}])
+    evidence = Evidence(failures=[failing(FailureClass.unavailable, "ConnectionError", x=2),
+                                  failing(FailureClass.unavailable, "ConnectionError", number=49)])
+    (stages,) = verified(propose(RetryMutator(MutatorConfig()), parent, evidence), evidence, tmp_path)
+    assert passed(stages)
+    (note,) = stages[-1].problems
+    assert '{"number": 49}' in note and "refuses it as bad input" in note
+
+
+def test_an_input_refused_before_must_now_succeed(tmp_path: Path) -> None:
+    """The exception is only for inputs that failed for another reason: an input the parent
+    refused must be served by the candidate, or the candidate fixed nothing."""
+    parent = make_tool(tmp_path, "particular", FLAKY_AND_PARTICULAR, test_cases=[{"input": {"x": 1}, "expect": {"echo": 1}}])
+    evidence = Evidence(failures=[failing(FailureClass.unavailable, "ConnectionError", x=2),
+                                  failing(FailureClass.bad_input, "x is required", number=49)])
+    (stages,) = verified(propose(RetryMutator(MutatorConfig()), parent, evidence), evidence, tmp_path)
+    assert stages[-1].stage == "replay" and not stages[-1].passed
+    assert stages[-1].problems == [stages[-1].problems[0]] and "still fails: bad_input" in stages[-1].problems[0]
+
+
+def test_a_candidate_that_refuses_every_input_fails_its_replay(tmp_path: Path) -> None:
+    """Refusing is accepted only from a candidate that serves something: one that refuses every
+    input has not fixed the failure, it has hidden it."""
+    parent = make_tool(tmp_path, "refuser", "def run(value):\n    raise ValueError('no')\n")
+    evidence = Evidence(failures=[failing(FailureClass.unavailable, "ConnectionError", x=2)])
+    (stages,) = verified(propose(RetryMutator(MutatorConfig()), parent, evidence), evidence, tmp_path)
+    assert stages[-1].stage == "replay" and not stages[-1].passed
+    assert "still fails: bad_input" in stages[-1].problems[0]
+
+
 FLAKY_SERVER = """
 import itertools, json, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
