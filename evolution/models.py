@@ -21,15 +21,26 @@ from selection.models import CallPlan, FailureClass, new_id
 Trigger = Literal["call", "quality", "manual"]
 Stage = Literal["static", "tests", "replay"]
 KEPT_INPUT_BYTES = 16_384  # inputs larger than this are not kept for replay
+KEPT_OUTPUT_BYTES = 4_096  # outputs larger than this are judged by their shape alone
+
+
+def _small_enough(value: Any, limit: int) -> bool:
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return len(text.encode("utf-8")) <= limit
 
 
 def bounded_input(value: dict[str, Any], limit: int = KEPT_INPUT_BYTES) -> dict[str, Any] | None:
     """The input when its JSON is small enough to keep and replay, else None."""
-    try:
-        text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):
-        return None
-    return value if len(text.encode("utf-8")) <= limit else None
+    return value if _small_enough(value, limit) else None
+
+
+def kept_output(value: Any, limit: int = KEPT_OUTPUT_BYTES) -> tuple[bool, Any]:
+    """(kept, the output): an output is kept when its JSON is small enough, so that a replay can
+    ask a candidate for the same answer (an output of None is a real answer, hence the flag)."""
+    return (True, value) if _small_enough(value, limit) else (False, None)
 
 
 def shape_of(value: Any) -> str:
@@ -77,11 +88,21 @@ class FailedMutation(BaseModel):
 
 
 class SuccessfulRun(BaseModel):
-    """A recent success of the parent: a scenario for the description, an input for replay."""
+    """A recent success of the parent: a scenario for the description, an input for replay.
+
+    A replayed success must keep its output's shape. When the parent, run again before the
+    candidates are verified, gives the output it gave then (`reproducible`), it answers that input
+    deterministically, and a candidate must give the same answer: a rewrite that returns the right
+    keys with wrong values is not a fix. A tool whose answers vary (a quote, a clock) keeps the
+    shape check alone.
+    """
 
     scenario: str
     input: dict[str, Any] | None = None  # None when it was too large to keep
     shape: str = ""  # shape_of(the parent's output)
+    output_kept: bool = False  # whether `output` holds the parent's output (kept_output)
+    output: Any = None
+    reproducible: bool = False  # the parent gave `output` again on this input before verification
 
 
 class Evidence(BaseModel):

@@ -5,7 +5,8 @@
 2. tests: the tool's own test cases (`TestCase.check`);
 3. replay: the failing inputs that started the evolution must now succeed, and up to N recent
    successful inputs of the parent must still succeed with an output of the same shape (the same
-   JSON type, and for an object the same keys). One exception: a failing input that failed for
+   JSON type, and for an object the same keys); where the parent answers such an input the same
+   way twice (`reproduce_successes`, before the candidates), with the same answer. One exception: a failing input that failed for
    another reason (a timeout, an unavailable upstream, a crash) and that the candidate now refuses
    as bad input, while other inputs succeed. The mutation fixed what failed; what is left is an
    input the tool refuses on its merits, as it would any caller's. This happens when a
@@ -24,7 +25,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from evolution.models import Evidence, Stage, StageResult, shape_of
+from evolution.models import Evidence, Stage, StageResult, SuccessfulRun, shape_of
 from selection.manifest import ToolManifest
 from selection.models import FailureClass
 
@@ -82,6 +83,26 @@ def _dedupe(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _replayed_successes(evidence: Evidence, config: VerifyConfig) -> list[SuccessfulRun]:
+    return [s for s in evidence.successes if s.input is not None][: config.replay_successes]
+
+
+def reproduce_successes(parent: ToolManifest, evidence: Evidence, sandbox: Sandbox, config: VerifyConfig) -> Evidence:
+    """The evidence with each replayed success marked `reproducible` when the parent, run on its
+    input again, gives the output it gave then. Run once per evolution, before its candidates: an
+    answer given twice is the tool's answer, and a candidate must keep it. A parent that fails
+    now, or answers otherwise, leaves the success to the shape check."""
+    kept = [s for s in _replayed_successes(evidence, config) if s.output_kept]
+    if not kept:
+        return evidence
+    run = sandbox.run(parent, [s.input for s in kept if s.input is not None], stage_timeout(parent, len(kept), config.stage_timeout_s))
+    if run.died is not None or len(run.results) != len(kept):
+        return evidence
+    again = {id(s) for s, r in zip(kept, run.results) if r.success and r.output == s.output}
+    successes = [s.model_copy(update={"reproducible": True}) if id(s) in again else s for s in evidence.successes]
+    return evidence.model_copy(update={"successes": successes})
+
+
 def _run_stage(stage: Stage, sandbox: Sandbox, manifest: ToolManifest, inputs: list[dict[str, Any]], cap_s: float) -> tuple[StageRun, StageResult | None]:
     """Run the inputs; a dead stage is returned as its failed result."""
     run = sandbox.run(manifest, inputs, stage_timeout(manifest, len(inputs), cap_s))
@@ -127,7 +148,7 @@ def verify(
 
     failing = _dedupe([f.input for f in evidence.failures]) if changes_behaviour else []
     refused_before = {_key(f.input) for f in evidence.failures if f.error_class is FailureClass.bad_input}
-    kept = [s for s in evidence.successes if s.input is not None][: config.replay_successes]
+    kept = _replayed_successes(evidence, config)
     inputs = failing + [s.input for s in kept if s.input is not None]
     if not inputs:
         results.append(StageResult(stage="replay", passed=True, checked=0, problems=["nothing to replay"]))
@@ -151,5 +172,8 @@ def verify(
             problems.append(f"successful input {json.dumps(success.input, default=str)[:120]} now fails: {_error(result)}")
         elif success.shape and shape_of(result.output) != success.shape:
             problems.append(f"successful input {json.dumps(success.input, default=str)[:120]}: output shape {shape_of(result.output)} instead of {success.shape}")
+        elif success.reproducible and result.output != success.output:
+            problems.append(f"successful input {json.dumps(success.input, default=str)[:120]}: output "
+                            f"{json.dumps(result.output, default=str)[:120]} instead of the parent's {json.dumps(success.output, default=str)[:120]}")
     results.append(StageResult(stage="replay", passed=not problems, checked=len(inputs), problems=problems + notes, elapsed_ms=run.elapsed_ms))
     return results

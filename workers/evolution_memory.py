@@ -32,6 +32,7 @@ from evolution.models import (
     SuccessfulRun,
     Trigger,
     bounded_input,
+    kept_output,
     shape_of,
 )
 from evolution.trial import TrialRules, decide, head_version, parent_rate
@@ -245,6 +246,11 @@ def account_trials(rt: Runtime, record: OutcomeRecord, promotions: dict[str, Pro
             promotions.update(rt.state.promotions([namespace]))
 
 
+def _output_fields(output: Any) -> dict[str, Any]:
+    kept, value = kept_output(output)
+    return {"output_kept": kept, "output": value}
+
+
 def apply_evolution_outcomes(rt: Runtime, records: Sequence[OutcomeRecord]) -> None:
     """What evolution learns from finished calls: trials, replayable successes, variant credit.
     The namespaces' promotions are read once for all the calls."""
@@ -253,7 +259,8 @@ def apply_evolution_outcomes(rt: Runtime, records: Sequence[OutcomeRecord]) -> N
     for record in records:
         account_trials(rt, record, promotions)
         kept = bounded_input(record.input)
-        runs += [(a.key, a.attempt_id, SuccessfulRun(scenario=record.scenario[:1000], input=kept, shape=shape_of(a.result)))
+        runs += [(a.key, a.attempt_id, SuccessfulRun(scenario=record.scenario[:1000], input=kept, shape=shape_of(a.result),
+                                                     **_output_fields(a.result)))
                  for a in record.attempts if a.success]
         credit_variants(rt, record)
     rt.evolution.push_successes(runs)

@@ -30,7 +30,7 @@ from evolution.models import (
 )
 from evolution.mutation import MutationContext, Mutator, MutatorConfig, ParentTool, load_mutators, order_for
 from evolution.trial import head_version
-from evolution.verification import Sandbox, VerifyConfig, verify
+from evolution.verification import Sandbox, VerifyConfig, reproduce_successes, verify
 from evolution.versioning import MANIFEST_FILE, next_version, version_dir
 from selection.manifest import ToolManifest, load_manifest
 from selection.ports import StateStore
@@ -169,6 +169,7 @@ class Evolver:
         version = next_version(parent.version, [m.version for m in registry.versions(job.namespace)])
         while version_dir(root, job.namespace, version).exists():  # a folder a failed load left behind
             version = next_version(version, [version])
+        job = job.model_copy(update={"evidence": reproduce_successes(parent, job.evidence, self.sandbox, self.verify_config)})
         try:
             ctx = MutationContext(parent=read_parent(parent), evidence=job.evidence, version=version, trigger=job.trigger)
         except (OSError, ParentTooLarge) as exc:

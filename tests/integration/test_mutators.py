@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 import yaml
 
-from evolution.models import Evidence, FailedRun, StageResult, SuccessfulRun, Trigger, shape_of
+from evolution.models import CandidateVersion, Evidence, FailedRun, StageResult, SuccessfulRun, Trigger, kept_output, shape_of
 from evolution.mutation import MutationContext, MutatorConfig, Proposal
 from evolution.mutators.coercion import CoercionMutator
 from evolution.mutators.description import DescriptionMutator
 from evolution.mutators.retry import RetryMutator
 from evolution.mutators.timeout import TimeoutMutator
-from evolution.verification import VerifyConfig, verify
+from evolution.verification import VerifyConfig, reproduce_successes, verify
 from selection.manifest import ToolManifest, load_manifest
 from selection.models import FailureClass
 from workers.evolver import read_parent, write_version
@@ -360,6 +360,45 @@ def test_code_mutator_takes_the_fixed_code_from_the_reply(tmp_path: Path, chat: 
     assert BUGGY.strip() in prompt and "ZeroDivisionError" in prompt and '"xs": []' in prompt
     chat.stop()  # no server thread while the sandbox forks
     assert all_passed(verified(proposal, evidence, tmp_path))
+
+
+
+def success(output: Any, **input: Any) -> SuccessfulRun:
+    kept, value = kept_output(output)
+    return SuccessfulRun(scenario="the mean of these", input=input, shape=shape_of(output), output_kept=kept, output=value)
+
+
+def test_a_rewrite_with_the_right_keys_and_wrong_values_is_not_served(tmp_path: Path, chat: ChatServer) -> None:
+    """The test case and the failing input pass and every output has the parent's keys, but the
+    rewrite answers an input the parent served, and answers again the same way, otherwise."""
+    wrong = "def run(value):\n    return {'mean': 2.0}\n"
+    chat.replies = [(200, f"Fixed.\n```python\n{wrong}```\n")]
+    parent, evidence = code_parent(tmp_path)
+    evidence = evidence.model_copy(update={"successes": [success({"mean": 5.0}, xs=[4, 6])]})
+    proposal = propose(code_mutator(MutatorConfig(llm_url=chat.url)), parent, evidence)
+    chat.stop()
+    reproduced = reproduce_successes(parent, evidence, SANDBOX, CONFIG)
+    assert [s.reproducible for s in reproduced.successes] == [True]
+    (stages,) = verified(proposal, reproduced, tmp_path)
+    assert stages[-1].stage == "replay" and not stages[-1].passed
+    assert stages[-1].problems == ['successful input {"xs": [4, 6]}: output {"mean": 2.0} instead of the parent\'s {"mean": 5.0}']
+    (right,) = verified(Proposal(candidates=[proposal.candidates[0].model_copy(update={"files": {"tool.py": FIXED.encode()}})]),
+                        reproduced, tmp_path / "right")
+    assert passed(right)
+
+
+def test_a_tool_whose_answers_vary_is_held_to_the_shape_of_its_output(tmp_path: Path) -> None:
+    """A parent that answers the same input otherwise when run again (here: a counter) is not
+    deterministic there, so its candidates need only keep the output's shape."""
+    parent = make_tool(tmp_path, "ticket", "import itertools\n_n = itertools.count(100)\ndef run(value):\n    return {'ticket': next(_n)}\n")
+    evidence = Evidence(successes=[success({"ticket": 7}, who="ann"), SuccessfulRun(scenario="too big to keep", input={"who": "bob"},
+                                                                                     shape=shape_of({"ticket": 1}))])
+    reproduced = reproduce_successes(parent, evidence, SANDBOX, CONFIG)
+    assert [s.reproducible for s in reproduced.successes] == [False, False]
+    (stages,) = verified(Proposal(candidates=[CandidateVersion(mutator="code", mutation="same code", manifest=parent,
+                                                            files=dict(read_parent(parent).files))]),
+                         reproduced, tmp_path / "same")
+    assert passed(stages)
 
 
 def test_code_mutator_with_a_reply_without_code_proposes_nothing(tmp_path: Path, chat: ChatServer) -> None:
