@@ -57,6 +57,9 @@ class MutationContext(BaseModel):
     evidence: Evidence
     version: str  # the version number a candidate gets
     trigger: Trigger
+    # time.monotonic() at which the evolution's budget (FITTEST_EVOLUTION_BUDGET_S) is spent: a
+    # mutator that waits on something slow (the code mutator's model endpoint) stops by then
+    deadline: float | None = None
 
 
 class Proposal(BaseModel):

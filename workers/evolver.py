@@ -171,7 +171,8 @@ class Evolver:
             version = next_version(version, [version])
         job = job.model_copy(update={"evidence": reproduce_successes(parent, job.evidence, self.sandbox, self.verify_config)})
         try:
-            ctx = MutationContext(parent=read_parent(parent), evidence=job.evidence, version=version, trigger=job.trigger)
+            ctx = MutationContext(parent=read_parent(parent), evidence=job.evidence, version=version, trigger=job.trigger,
+                                  deadline=started + self.settings.evolution_budget_s)
         except (OSError, ParentTooLarge) as exc:
             return self._finish(job, started, [], [f"cannot read {parent.key}'s files: {exc}"], None)
 

@@ -9,6 +9,7 @@ environment (`FITTEST_LLM_API_KEY`) and is sent as a bearer token, never logged.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -23,6 +24,10 @@ ATTEMPTS = 3
 
 class ChatError(RuntimeError):
     """The endpoint answered, but not with a chat completion."""
+
+
+class BudgetSpent(TimeoutError):
+    """The evolution has no time left for another request (not retried)."""
 
 
 def _transient(exc: BaseException) -> bool:
@@ -43,13 +48,21 @@ class ChatClient:
             self.headers["Authorization"] = f"Bearer {api_key}"
         self.timeout_s = timeout_s
 
-    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        with httpx.Client(timeout=self.timeout_s, follow_redirects=False) as client:
+    def _post(self, body: dict[str, Any], deadline: float | None) -> dict[str, Any]:
+        timeout = self.timeout_s
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BudgetSpent("the evolution's budget (FITTEST_EVOLUTION_BUDGET_S) was spent waiting for the model")
+            timeout = min(timeout, left)
+        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
             response = client.post(self.url, json=body, headers=self.headers)
         response.raise_for_status()
         return response.json()
 
-    def complete(self, messages: list[dict[str, str]]) -> str:
+    def complete(self, messages: list[dict[str, str]], deadline: float | None = None) -> str:
+        """The model's reply; each request waits at most FITTEST_LLM_TIMEOUT_S and, with a
+        `deadline` (time.monotonic()), no request waits past it nor starts after it."""
         body = {"model": self.model, "messages": messages, "temperature": 0.2}
         retrying = Retrying(
             retry=retry_if_exception(_transient),
@@ -57,7 +70,7 @@ class ChatClient:
             wait=wait_random_exponential(multiplier=0.5, max=5.0),
             reraise=True,
         )
-        data = retrying(self._post, body)
+        data = retrying(self._post, body, deadline)
         try:
             content = data["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError) as exc:

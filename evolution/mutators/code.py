@@ -18,7 +18,7 @@ from evolution.versioning import evolved_manifest
 from selection.manifest import ExecutableImplementation, PythonImplementation, ToolManifest, entrypoint_file
 from selection.registry import TOOL_DIR_PLACEHOLDER
 
-Chat = Callable[[list[dict[str, str]]], str]
+Chat = Callable[[list[dict[str, str]], float | None], str]  # (messages, deadline on time.monotonic()) -> reply
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 MAX_SOURCE_CHARS = 40_000
@@ -112,7 +112,7 @@ class CodeMutator:
         except UnicodeDecodeError:
             return Proposal.none(f"{target} is not UTF-8 text")
         try:
-            reply = self.chat(self.messages(ctx, target, source))
+            reply = self.chat(self.messages(ctx, target, source), ctx.deadline)
         except Exception as exc:  # the endpoint's failure is a note, not an evolution crash
             return Proposal.none(f"the model endpoint failed: {type(exc).__name__}: {str(exc)[:200]}")
         code = extract_code(reply)

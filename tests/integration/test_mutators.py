@@ -300,12 +300,14 @@ class ChatServer:
     def __init__(self) -> None:
         self.replies: list[tuple[int, str]] = []
         self.requests: list[dict[str, Any]] = []
+        self.delay_s = 0.0  # how long each answer takes
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                time.sleep(server.delay_s)
                 status, content = server.replies.pop(0)
                 answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]} if status == 200 else {"error": "down"}
                 data = json.dumps(answer).encode()
@@ -406,6 +408,23 @@ def test_code_mutator_with_a_reply_without_code_proposes_nothing(tmp_path: Path,
     parent, evidence = code_parent(tmp_path)
     proposal = propose(code_mutator(MutatorConfig(llm_url=chat.url)), parent, evidence)
     assert not proposal.candidates and "no usable code" in proposal.note
+
+
+def test_code_mutator_stops_waiting_when_the_evolution_budget_is_spent(tmp_path: Path, chat: ChatServer) -> None:
+    """FITTEST_LLM_TIMEOUT_S (here 20 s, retried) bounds one request; the evolution's budget bounds
+    them all: a hanging endpoint costs the time left, not 3 x 20 s."""
+    chat.delay_s = 5.0
+    chat.replies = [(200, f"Fixed.\n```python\n{FIXED}```\n")] * 3
+    mutator = code_mutator(MutatorConfig(llm_url=chat.url, llm_timeout_s=20))
+    assert mutator is not None
+    parent, evidence = code_parent(tmp_path)
+    context = MutationContext(parent=read_parent(parent), evidence=evidence, version="1.1.0", trigger="call")
+    started = time.monotonic()
+    proposal = mutator.propose(context.model_copy(update={"deadline": started + 1.0}))
+    assert time.monotonic() - started < 4.0
+    assert not proposal.candidates and "FITTEST_EVOLUTION_BUDGET_S" in proposal.note
+    spent = mutator.propose(context.model_copy(update={"deadline": time.monotonic() - 1}))
+    assert not spent.candidates and "budget" in spent.note and len(chat.requests) == 1
 
 
 def test_code_mutator_is_off_without_a_url() -> None:
