@@ -30,6 +30,7 @@ from selection.registry import ToolRegistry
 from tests.conftest import EXAMPLE_TOOLS, free_port
 from tests.process_groups import gone
 from workers.runners import RunLimits, RunOutcome, run_tool
+from workers.runners.base import MAX_MESSAGE_CHARS
 
 LIMITS = RunLimits()
 
@@ -212,6 +213,14 @@ EXE_TOOLS = {
         print("something broke: details here", file=sys.stderr)
         sys.exit(int(sys.argv[1]))
     """,
+    "chatty.py": """
+        import sys
+        sys.stdin.read()
+        for n in range(40):
+            print(f"processed chunk {n} of the input, all is well so far", file=sys.stderr)
+        print("fatal: THE REAL REASON", file=sys.stderr)
+        sys.exit(1)
+    """,
     "fork_and_sleep.py": """
         import os, sys, time
         child = os.fork()
@@ -365,6 +374,14 @@ def test_non_zero_exit(exe_dir: Path, code: str, error_class: FailureClass, frag
     outcome = run_tool(exe(exe_dir, "{tool_dir}/fail.py", code), {}, timeout_s=10, limits=LIMITS)
     assert_failure(outcome, error_class, fragment, "stderr: something broke")
 
+
+
+def test_a_long_stderr_keeps_its_last_line(exe_dir: Path) -> None:
+    """The tools' README: print why you fail last on stderr. A message cut to travel keeps it."""
+    outcome = run_tool(exe(exe_dir, "{tool_dir}/chatty.py"), {}, timeout_s=10, limits=LIMITS)
+    assert outcome.error_message is not None and len(outcome.error_message) <= MAX_MESSAGE_CHARS
+    assert outcome.error_message.startswith("exit status 1; stderr:")
+    assert outcome.error_message.endswith("fatal: THE REAL REASON")
 
 @pytest.mark.parametrize(
     ("text", "fragment"),

@@ -16,6 +16,7 @@ from workers.settings import Settings
 
 MAX_MESSAGE_CHARS = 2000  # error messages travel in task payloads and failure records
 STDERR_TAIL_BYTES = 2048
+CUT = " …(cut)… "
 
 
 class RunLimits(BaseModel):
@@ -57,8 +58,12 @@ class RunOutcome(BaseModel):
 
     @classmethod
     def fail(cls, error_class: FailureClass, message: str) -> RunOutcome:
+        """A failure; a message too long to travel keeps its start (what failed) and its end
+        (the last lines of stderr, where a tool says why)."""
         if len(message) > MAX_MESSAGE_CHARS:
-            message = message[: MAX_MESSAGE_CHARS - 15] + " …(truncated)"
+            keep = MAX_MESSAGE_CHARS - len(CUT)
+            head = keep // 4
+            message = message[:head] + CUT + message[-(keep - head):]
         return cls(success=False, error_class=error_class, error_message=message)
 
 
