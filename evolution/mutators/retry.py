@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from evolution.models import CandidateVersion
 from evolution.mutation import MutationContext, MutatorConfig, Proposal
-from evolution.wrapper import RetryPolicy, can_wrap, wrap
+from evolution.wrapper import RetryPolicy, wrap
 from selection.models import FailureClass
 
 BUDGET_SHARE = 0.7  # of the timeout, for all attempts together
@@ -29,8 +29,6 @@ class RetryMutator:
         parent = ctx.parent.manifest
         if not any(f.error_class is FailureClass.unavailable for f in ctx.evidence.failures):
             return Proposal.none("no unavailable upstream among the failures to fix")
-        if not can_wrap(parent, retry=True):
-            return Proposal.none("an unavailable executable is a program that cannot start; retrying it does not help")
         budget = round(max(0.2, parent.timeout_s * BUDGET_SHARE), 3)
         policy = RetryPolicy(attempts=ATTEMPTS, multiplier_s=0.05, max_wait_s=round(min(1.0, budget / 4), 3), budget_s=budget)
         mutation = policy.describe()

@@ -177,6 +177,34 @@ def test_a_candidate_that_refuses_every_input_fails_its_replay(tmp_path: Path) -
     assert "still fails: bad_input" in stages[-1].problems[0]
 
 
+BUSY_EXE = """
+import json, sys
+from pathlib import Path
+marker = Path(__file__).with_name("busy")  # every other run finds its upstream busy
+value = json.load(sys.stdin)
+if marker.exists():
+    marker.unlink()
+    json.dump({"echo": value["x"]}, sys.stdout)
+else:
+    marker.touch()
+    print("upstream busy", file=sys.stderr)
+    sys.exit(69)
+"""
+
+
+def test_retry_mutator_retries_an_executable_that_exits_unavailable(tmp_path: Path) -> None:
+    """Exit 69 (EX_UNAVAILABLE) is an executable's "something I need is not there now": the
+    wrapper runs it again with the retry policy, as it retries a python tool's ConnectionError."""
+    parent = make_tool(tmp_path, "busy", BUSY_EXE, implementation={"kind": "executable", "argv": ["{python}", "{tool_dir}/tool.py"]},
+                       test_cases=[{"input": {"x": 1}, "expect": {"echo": 1}}])
+    evidence = Evidence(failures=[failing(FailureClass.unavailable, "the tool could not reach what it needs (exit 69)", x=2)])
+    proposal = propose(RetryMutator(MutatorConfig()), parent, evidence)
+    (candidate,) = proposal.candidates
+    assert candidate.manifest.implementation.kind == "executable"
+    (stages,) = verified(proposal, evidence, tmp_path)
+    assert passed(stages) and stages[-1].checked == 1
+
+
 FLAKY_SERVER = """
 import itertools, json, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
