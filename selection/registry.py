@@ -205,6 +205,15 @@ class ToolRegistry:
         keys = tuple(self._by_name.get(name, ()))  # copied at once: a version may be added meanwhile (tool_watch)
         return _sorted(m for k in keys if (m := self._tools.get(k)) is not None)  # or removed
 
+    def orphans(self, leaving: Iterable[str] = (), coming: Iterable[ToolManifest] = ()) -> list[str]:
+        """The evolved versions no namespace original stands behind, once the versions `leaving`
+        are gone and those `coming` are served: a tool removed from the tools directory takes its
+        evolved versions with it, as a user removing a tool expects (they run copies of its code)."""
+        gone = set(leaving)
+        rooted = {m.name for m in coming if m.parent_version is None}
+        rooted |= {m.name for m in self._tools.values() if m.parent_version is None and m.key not in gone}
+        return sorted(key for key, m in list(self._tools.items()) if key not in gone and m.name not in rooted)
+
     def original(self, name: str) -> ToolManifest | None:
         """The namespace's first registered implementation: the lowest version with no parent."""
         return next((m for m in self.versions(name) if m.parent_version is None), None)

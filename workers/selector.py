@@ -523,7 +523,7 @@ class Selector:
         if manifest is not None:
             return manifest
         path = evolved_dir(self.settings) / version_stem(namespace, version) / MANIFEST_FILE
-        if not path.is_file():
+        if not path.is_file() or self.rt.registry.original(namespace) is None:  # a removed tool's, not served
             return None
         try:
             found = load_manifest(path)

@@ -6,7 +6,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from selection.manifest import ToolManifest
+from selection.manifest import ManifestError, ToolManifest
 from selection.ports import VectorPoint
 from selection.registry import ToolRegistry
 from workers.settings import Settings
@@ -30,7 +30,14 @@ def tool_point(point_id: str, text: str, manifest: ToolManifest, vector: list[fl
 
 
 def load_registry(settings: Settings) -> ToolRegistry:
+    """The tools directory and the evolved versions of its tools; an evolved version whose tool is
+    no longer in the tools directory is not served (and listed among the registry's errors)."""
     dirs = [settings.tools_dir]
     if evolved_dir(settings).is_dir():
         dirs.append(evolved_dir(settings))
-    return ToolRegistry.load(dirs)
+    registry = ToolRegistry.load(dirs)
+    for key in registry.orphans():
+        source = registry.source(key) or key
+        registry.remove(key)
+        registry.errors.append(ManifestError(source, "name", f"{key} is an evolved version of a tool the tools directory no longer has; not served"))
+    return registry

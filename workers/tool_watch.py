@@ -6,7 +6,8 @@ time and size, one stat per file), and serves what a restart would read:
 - a new version is registered, its texts embedded there rather than in a call;
 - a manifest changed in place replaces the version it defines (texts whose words changed are
   embedded again; a new `deprecated` or new tags reach the searches at once);
-- the versions of a removed manifest (or one that now names another version) are no longer served.
+- the versions of a removed manifest (or one that now names another version) are no longer served,
+  nor, when it was the tool's original, the versions evolved from it.
 A manifest that cannot be read is reported and its file's version stays served as it was last
 read, so a file saved half-edited does not take a tool offline. Outcomes, feedback and quality stay
 keyed to the version: an edit that changes what a version does is better given a new version,
@@ -85,6 +86,9 @@ class ToolsDirWatch:
             else:
                 log.warning("%s refused: %s already defines %s", path, defined_by, manifest.key,
                             extra={"event": "tool_manifest_refused", "path": str(path)})
+        coming = [m for m, _ in new.values()] + [m for m, _ in revised.values()]
+        for key in self.registry.orphans(leaving=dropped, coming=coming):
+            dropped[key] = f"the tool it evolved from is no longer in {self.tools_dir}"
         retry: dict[str, tuple[ToolManifest, Path | None]] = {}
         failed: Exception | None = None
         if revised or dropped:

@@ -33,7 +33,10 @@ def evolved_doc(**extra: object) -> dict:
 
 def test_evolved_versions_in_the_data_directory_cannot_reach_outside_their_folder(tmp_path: Path) -> None:
     settings = Settings(tools_dir=tmp_path / "tools", data_dir=tmp_path / "data")
-    (tmp_path / "tools").mkdir()
+    for name in ("ok", "echo", "file", "dirlink"):  # the originals the evolved versions come from
+        write(tmp_path / "tools" / name, {**evolved_doc(), "name": name, "version": "1.0.0", "parent_version": None,
+                                          "implementation": {"kind": "python", "entrypoint": "tool:run"}},
+              {"tool.py": "def run(i): return i\n"})
     secret = tmp_path / "secret.py"
     secret.write_text("def run(i): return open('/etc/hostname').read()\n")
     root = evolved_dir(settings)
@@ -47,7 +50,7 @@ def test_evolved_versions_in_the_data_directory_cannot_reach_outside_their_folde
 
     registry = load_registry(settings)
 
-    assert [m.key for m in registry.all()] == ["ok@1.1.0"]
+    assert [m.key for m in registry.all() if m.parent_version] == ["ok@1.1.0"]
     refused = {(Path(e.path).parent.name, e.field) for e in registry.errors}
     assert refused == {("echo_v1_1_0", "implementation.entrypoint"), ("file_v1_1_0", "evolved_file"),
                        ("dirlink_v1_1_0", "evolved_file")}

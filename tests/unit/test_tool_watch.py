@@ -12,6 +12,10 @@ import pytest
 from selection.manifest import ToolManifest
 from selection.registry import ToolRegistry
 from tests.conftest import EXAMPLE_TOOLS
+from evolution.versioning import evolved_manifest, version_dir
+from workers.evolver import read_parent, write_version
+from workers.settings import Settings
+from workers.tool_catalog import load_registry
 from workers.tool_watch import ToolsDirWatch
 
 
@@ -215,3 +219,37 @@ def test_a_changed_version_whose_indexing_failed_is_handed_in_again_at_the_next_
     assert now is not None and now.description.startswith("Count all the words") and handed == []
     assert watch.poll() == ["word_stats@1.0.0"] and handed == [["word_stats@1.0.0"]]
     assert watch.poll() == [] and len(handed) == 1
+
+
+def evolve_in(registry: ToolRegistry, evolved: Path, name: str) -> str:
+    """Write and register a version evolved from `name`'s original, as the evolver does."""
+    original = registry.original(name)
+    assert original is not None
+    installed = write_version(version_dir(evolved, name, "1.1.0"), evolved_manifest(original, "1.1.0"), dict(read_parent(original).files))
+    registry.add(installed, source=version_dir(evolved, name, "1.1.0") / "tool.yaml")
+    return installed.key
+
+
+def test_a_removed_tool_takes_its_evolved_versions_with_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Its evolved versions run copies of its code: removing the tool from the tools directory
+    stops serving them too, at once and after a restart. A tool whose manifest now names
+    another original version keeps them."""
+    tools, evolved = tmp_path / "tools", tmp_path / "data" / "evolved"
+    for tool in ("slugify", "word_stats"):
+        shutil.copytree(EXAMPLE_TOOLS / tool, tools / tool)
+    registry, _, watch = watched(tools)
+    evolved_keys = [evolve_in(registry, evolved, name) for name in ("slugify", "word_stats")]
+    assert evolved_keys == ["slugify@1.1.0", "word_stats@1.1.0"]
+
+    (tools / "slugify" / "tool.yaml").unlink()
+    manifest = tools / "word_stats" / "tool.yaml"
+    manifest.write_text(manifest.read_text().replace("version: 1.0.0", "version: 2.0.0"))
+    caplog.set_level(logging.INFO, logger="fittest.tools")
+    assert watch.poll() == ["word_stats@2.0.0"]
+    assert sorted(served(registry)) == ["word_stats@1.1.0", "word_stats@2.0.0"]
+    assert f"no longer serving slugify@1.1.0: the tool it evolved from is no longer in {tools}" in caplog.messages
+
+    restarted = load_registry(Settings(tools_dir=tools, data_dir=tmp_path / "data"))
+    assert sorted(m.key for m in restarted.all()) == ["word_stats@1.1.0", "word_stats@2.0.0"]
+    assert [e.reason for e in restarted.errors] == [
+        "slugify@1.1.0 is an evolved version of a tool the tools directory no longer has; not served"]
