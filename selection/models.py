@@ -178,6 +178,15 @@ class CallPlan(BaseModel):
     evolution_report: dict[str, Any] | None = None
     variants: dict[str, str] = Field(default_factory=dict)  # tool key -> description variant that matched
     started_at: float = Field(default_factory=time.time)
+    held_back: list[str] = Field(default_factory=list)  # versions that matched but their circuit breaker is open
+
+    def no_candidates_message(self) -> str:
+        """Why a plan has no candidate, as a caller or an operator needs to read it: a tool that
+        matched but is held back by its circuit breaker is not "no tool matches"."""
+        if self.held_back:
+            return (f"every version that matches is held back by its open circuit breaker ({', '.join(self.held_back)}); "
+                    "one call may probe it after FITTEST_BREAKER_COOLDOWN_S")
+        return "no tool matches this scenario, namespace and tags"
 
 
 CallStatus = Literal["success", "failed", "invalid", "no_candidates"]

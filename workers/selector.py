@@ -174,6 +174,7 @@ class Selector:
             features = analyse(request.scenario, request.context, request.input).model_dump(mode="json")
         self._local.versions = self.rt.state.versions()
         self._local.run = run
+        self._local.held_back = []
         degraded: list[str] = []
         try:
             evidence = self._evidence(request, features, degraded)
@@ -196,6 +197,7 @@ class Selector:
             features=features,
             policy=self.policy.name,
             degraded=degraded,
+            held_back=self._local.held_back if not ranked else [],
         )
 
     def _evidence(self, request: CallRequest, features: dict[str, Any], degraded: list[str]) -> list[CandidateEvidence]:
@@ -262,6 +264,7 @@ class Selector:
             return []
         stats, breakers = self.rt.state.stats_and_breakers(list(manifests))
         blocked = self._breaker_blocked(breakers, request)
+        self._local.held_back = sorted(blocked & set(manifests))
         keys = [k for k in manifests if k not in blocked]
         failures = self._failure_similarities(keys, vector) if vector is not None else {}
         evidence = [

@@ -163,13 +163,15 @@ def test_circuit_breaker_opens_skips_probes_once_and_closes(sandbox_pipeline: Pi
 
     skipped = p.call(input={}, **call)  # selection (memory worker) reads the state the executor wrote
     assert skipped["status"] == "no_candidates", skipped
+    assert skipped["message"].startswith(f"every version that matches is held back by its open circuit breaker ({key})")
 
     p.wait_for(lambda: p.state().stats_and_breakers([key])[1][key] == "half_open", timeout=10)
     explain = {k: v for k, v in call.items() if k != "max_attempts"}
     for _ in range(2):  # showing the ranking takes no probe from the calls
         assert [r["key"] for r in p.client.wait(p.client.send("explain", **explain), 30)["ranking"]] == [key]
     assert p.state().acquire_lock(f"probe:{key}", "a call in flight", 2.0)  # one probe is out...
-    assert p.call(input={}, **call)["status"] == "no_candidates"  # ...so no call sends a second
+    second = p.call(input={}, **call)  # ...so no call sends a second
+    assert second["status"] == "no_candidates" and "held back by its open circuit breaker" in second["message"]
 
     p.wait_for(lambda: p.state().acquire_lock(f"probe:{key}", "test", 0.1), timeout=10)  # the probe slot expired
     time.sleep(0.2)

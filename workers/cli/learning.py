@@ -86,7 +86,8 @@ def explain(
         console.print(f"{i}. [bold]{literal(r['key'])}[/bold]: {literal(b['rationale'])}"
                       + (f" [dim](SPARC components: {literal(sparc)})[/dim]" if sparc else ""))
     if not ranking:  # as a call would end: no_candidates
-        console.print("no tool matches this scenario, namespace and tags: a call would end with no_candidates")
+        console.print(f"{literal(result.get('message') or 'no tool matches this scenario, namespace and tags')}: "
+                      "a call would end with no_candidates")
     for note in result.get("degraded", []):
         console.print(f"[yellow]degraded:[/yellow] {literal(note)}")
 

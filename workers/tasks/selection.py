@@ -73,9 +73,8 @@ def start_call(task: Task, request: CallRequest, evolution_report: dict[str, Any
         plan.evolved, plan.evolution_report = True, evolution_report
     runtime().metrics.selection(plan.policy, found=bool(plan.candidates))
     if not plan.candidates:
-        return ended_early(CallResult.from_plan(
-            plan, "no_candidates", message="no tool matches this scenario, namespace and tags"
-        ).model_dump(mode="json"), started_at=plan.started_at)
+        return ended_early(CallResult.from_plan(plan, "no_candidates", message=plan.no_candidates_message()).model_dump(mode="json"),
+                           started_at=plan.started_at)
     return hand_on(task, execute.si(plan.model_dump(mode="json"), 0))
 
 
@@ -139,4 +138,5 @@ def explain(**kwargs: Any) -> dict[str, Any]:
     except ValidationError as exc:
         return invalid_result(exc)
     plan: CallPlan = runtime().selector.plan(request, run=False)
-    return CallResult.from_plan(plan, "success", message="ranking only; nothing was run").model_dump(mode="json")
+    message = "ranking only; nothing was run" if plan.candidates else plan.no_candidates_message()
+    return CallResult.from_plan(plan, "success", message=message).model_dump(mode="json")
