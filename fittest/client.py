@@ -20,16 +20,42 @@ if the worker that took it off its queue is killed before recording it as taken)
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Literal, Self
 
 from celery.result import AsyncResult
+from kombu.exceptions import OperationalError
+from redis.exceptions import RedisError
 
 from selection.models import CallRequest, CallResult
 from workers.client import CallToolPayload, FeedbackRequest, payload_schemas
 from workers.client import FittestClient as _BaseClient
-from workers.settings import Settings, get_settings
+from workers.settings import Settings, get_settings, redact_url
 
-__all__ = ["CallRequest", "CallResult", "CallToolPayload", "FeedbackRequest", "FittestClient", "payload_schemas"]
+__all__ = ["CallRequest", "CallResult", "CallToolPayload", "FeedbackRequest", "FittestClient", "FittestUnavailable",
+           "payload_schemas"]
+
+
+class FittestUnavailable(ConnectionError):
+    """Redis (the broker, or the result backend) could not be reached in time. A call already
+    sent is not lost by it: the workers finish it, and `result()` (or `fittest result ID`) gets its
+    result once Redis answers again."""
+
+
+@contextmanager
+def _reaching(url: str, doing: str) -> Iterator[None]:
+    """Turn the ways Celery, kombu and redis-py say "Redis is away" into one FittestUnavailable."""
+    try:
+        yield
+    except (RedisError, OperationalError, ConnectionError) as exc:
+        if isinstance(exc, FittestUnavailable):
+            raise
+        raise FittestUnavailable(f"{doing}: Redis at {redact_url(url)} cannot be reached ({type(exc).__name__}: {exc})") from exc
+    except RuntimeError as exc:  # Celery's Redis result backend, once its reconnection retries ran out
+        if "result store backend" not in str(exc):
+            raise
+        raise FittestUnavailable(f"{doing}: the result backend at {redact_url(url)} cannot be reached ({exc})") from exc
 
 
 class FittestClient(_BaseClient):
@@ -49,15 +75,20 @@ class FittestClient(_BaseClient):
         """Enqueue a call and return at once; `result()` waits for it. The payload is checked
         here, so a bad field fails in the caller, not later in a worker."""
         request = CallRequest.model_validate({"scenario": scenario, "input": input or {}, **options})
-        return self.send("resilient_tool_call", **request.model_dump(mode="json", exclude_unset=True))
+        with _reaching(self.settings.redis_url, "sending the call"):
+            return self.send("resilient_tool_call", **request.model_dump(mode="json", exclude_unset=True))
 
     def submit_tool(self, name: str, input: dict[str, Any] | None = None, **options: Any) -> AsyncResult:
         """Enqueue a call of namespace `name` (its promoted version, or the original)."""
         payload = CallToolPayload.model_validate({"name": name, "input": input or {}, **options})
-        return self.send("call_tool", **payload.model_dump(mode="json", exclude_unset=True))
+        with _reaching(self.settings.redis_url, "sending the call"):
+            return self.send("call_tool", **payload.model_dump(mode="json", exclude_unset=True))
 
     def result(self, pending: AsyncResult, timeout: float = 120.0) -> CallResult:
-        return CallResult.model_validate(self.wait(pending, timeout))
+        """The call's result; celery.exceptions.TimeoutError when none came within `timeout`, and
+        FittestUnavailable when Redis cannot be reached (the call itself goes on)."""
+        with _reaching(self.settings.backend_url, f"waiting for call {pending.id}"):
+            return CallResult.model_validate(self.wait(pending, timeout))
 
     def run(self, scenario: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **options: Any) -> CallResult:
         """Call the fittest tool for `scenario` and wait for the result."""
@@ -80,7 +111,8 @@ class FittestClient(_BaseClient):
         request = FeedbackRequest.model_validate({"tool": tool, "sentiment": sentiment, "version": version,
                                                   "scenario": scenario, "reason": reason, "quality": quality,
                                                   "call_id": call_id})
-        answer = self.wait(self.send("record_feedback", queue="feedback", **request.model_dump(mode="json")), timeout)
+        with _reaching(self.settings.redis_url, "recording feedback"):
+            answer = self.wait(self.send("record_feedback", queue="feedback", **request.model_dump(mode="json")), timeout)
         if answer.get("status") != "recorded":
             raise ValueError("; ".join(f"{e['field']}: {e['message']}" for e in answer.get("errors", [])) or str(answer))
         return answer
