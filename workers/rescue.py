@@ -4,9 +4,10 @@ A call moves through its steps by replacing its task (`Task.replace`: selection 
 attempt ... -> evolution). A step held by a worker that dies comes back by itself after the
 visibility timeout (late acks), but one that a worker killed with SIGKILL had taken off the queue
 and not yet recorded as unacknowledged is gone (workers/state/inflight.py). So each hand-on is
-recorded with a due time past the visibility timeout (`hand_on`; fittest's client records a call's
-first step the same way when it sends it), the call's end clears it (a `CallStep` that returns
-rather than hand the call on returns its result), and every worker runs `sweep` every
+recorded with a due time past the visibility timeout and its hop, so that an older hand-on flushed
+late by another process does not replace it (`hand_on`; fittest's client records a call's first
+step the same way when it sends it), the call's end clears it (a `CallStep` that returns rather
+than hand the call on returns its result), and every worker runs `sweep` every
 SWEEP_INTERVAL_S (one at a time across the cluster: a lock in Redis). An overdue step is sent again,
 under the call's task id, only when it is nowhere else: the call has no result, and the step is
 neither waiting in its queue nor held by a worker. A step sent twice runs its attempt twice at worst
@@ -107,10 +108,15 @@ def _passed(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None:
 
 
 def hand_on(task: Task, sig: Signature) -> Any:
-    """`task.replace(sig)`, with the step recorded first so that it can be sent again if lost."""
+    """`task.replace(sig)`, with the step recorded first so that it can be sent again if lost.
+
+    The step is recorded with its hop, the `replaced_task_nesting` that `Task.replace` gives its
+    message (one more than this step's): the hop travels with the call in its messages, so the
+    record of a later step is never replaced by an earlier one that reached Redis last."""
     if task.request.id:
         rt = runtime()
-        step = HandedOnStep(task_id=task.request.id, task=sig.task, args=list(sig.args), kwargs=dict(sig.kwargs))
+        step = HandedOnStep(task_id=task.request.id, task=sig.task, args=list(sig.args), kwargs=dict(sig.kwargs),
+                            hop=(task.request.replaced_task_nesting or 0) + 1)
         rt.inflight.handed_on(step, due_in_s(rt))
     return task.replace(sig)
 
@@ -164,9 +170,11 @@ def sweep(celery: Celery, rt: Runtime) -> list[str]:
 
 
 def resend(celery: Celery, step: HandedOnStep) -> None:
-    """Send a lost step again, under its call's task id, marked as sent again."""
+    """Send a lost step again, under its call's task id, marked as sent again, at its hop (the
+    call's next hand-ons go on counting from there, or their records would be refused)."""
     celery.send_task(step.task, args=step.args, kwargs=step.kwargs, task_id=step.task_id,
-                     queue=_queue_of(step), priority=PRIORITY_HIGH, headers={RESENT_HEADER: True})
+                     queue=_queue_of(step), priority=PRIORITY_HIGH, headers={RESENT_HEADER: True},
+                     replaced_task_nesting=step.hop)
 
 
 class RescueSweep(bootsteps.StartStopStep):

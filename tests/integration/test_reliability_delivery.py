@@ -26,7 +26,7 @@ from selection.models import CallPlan, CallRequest, Candidate
 from tests.integration.conftest import Pipeline, start_pipeline
 from workers.metrics import UNACKED_KEY, reader_for
 from workers.rescue import resend
-from workers.state.inflight import HandedOnStep
+from workers.state.inflight import HandedOnStep, InflightCalls
 
 pytestmark = pytest.mark.slow
 
@@ -95,6 +95,9 @@ def test_killed_pool_process_attempt_is_taken_over(pipeline: Pipeline, tmp_path:
     before = p.state().stats([NAP])[NAP]
     sent = nap_call(p, log, 3000)
     (victim,) = wait_runs(p, log, 1)
+    inflight = InflightCalls(redis.Redis.from_url(p.settings.redis_url), p.settings.key_prefix)
+    step = inflight.current(sent.id)  # the selection worker handed the call on at the message's next hop
+    assert step is not None and (step.task, step.hop) == ("fittest.execute", 1), step
     os.kill(victim, signal.SIGKILL)
     result = p.client.wait(sent, 60)
     assert result["status"] == "success", result

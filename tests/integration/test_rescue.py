@@ -50,7 +50,7 @@ def private(tmp_path: Path, model_path: Path) -> Iterator[tuple]:
 
 def lost(rt, task: str = "fittest.execute", **kwargs) -> HandedOnStep:
     """A step handed on long enough ago to be overdue, whose message went nowhere."""
-    step = HandedOnStep(task_id=str(uuid.uuid4()), task=task, args=[{"plan": "p"}, 1], kwargs=kwargs)
+    step = HandedOnStep(task_id=str(uuid.uuid4()), task=task, args=[{"plan": "p"}, 1], kwargs=kwargs, hop=2)
     rt.inflight.handed_on(step, due_in_s=-1.0)
     rt.inflight.flush()
     return step
@@ -72,6 +72,8 @@ def test_an_overdue_step_that_is_nowhere_is_sent_again_under_the_calls_task_id(p
     assert sweep(celery, rt) == [step.task_id]
     assert queued(client, "execution") == {step.task_id: [{"plan": "p"}, 1]}
     assert marked_resent(client, "execution") == {step.task_id: True}  # so that it checks its call has not ended
+    [(_, message)] = queued_messages(client, "execution")
+    assert message["headers"]["replaced_task_nesting"] == 2  # at its hop: the call's next hand-on counts on
     assert rt.inflight.overdue() == []  # due again one visibility timeout later, not at the next sweep
     assert rt.inflight.count() == 1
     rt.metrics.flush()
@@ -218,3 +220,50 @@ def test_a_hand_on_that_reaches_redis_after_the_calls_end_is_not_recorded(privat
     rt.inflight.handed_on(other, due_in_s=60.0)
     rt.inflight.flush()
     assert rt.inflight.count() == 1  # a call that has not ended is recorded
+
+
+def test_an_older_hand_on_that_reaches_redis_after_a_newer_one_does_not_replace_it(private) -> None:
+    """execute -> prepare_evolution is written by the executor, prepare_evolution -> evolve by the
+    selection worker; each process flushes on its own clock, so the older may come last."""
+    from workers.state.inflight import InflightCalls
+
+    _, rt, client = private
+    executor, selector = InflightCalls(client, rt.settings.key_prefix), InflightCalls(client, rt.settings.key_prefix)
+    call = str(uuid.uuid4())
+    prepare = HandedOnStep(task_id=call, task="fittest.prepare_evolution", args=[{"plan": "p"}], hop=2)
+    evolve = HandedOnStep(task_id=call, task="fittest.evolve", args=[{"job": "j"}], hop=3)
+    executor.handed_on(prepare, due_in_s=60.0)
+    selector.handed_on(evolve, due_in_s=60.0)
+    selector.flush()
+    executor.flush()
+    assert rt.inflight.current(call) == evolve
+    assert rt.inflight.current(call).carries("fittest.evolve", [{"job": "j"}], {})  # delivered again, it runs
+
+    older = HandedOnStep(task_id=str(uuid.uuid4()), task="fittest.execute", args=[{}, 0])
+    client.hset(executor.steps_key, older.task_id, older.model_dump_json(exclude={"hop"}))  # before hops
+    executor.handed_on(older.model_copy(update={"task": "fittest.prepare_evolution", "hop": 1}), due_in_s=60.0)
+    executor.flush()
+    assert rt.inflight.current(older.task_id).task == "fittest.prepare_evolution"  # a record without one counts as 0
+
+    executor.finished(call)
+    executor.finished(older.task_id)
+    executor.flush()
+    assert client.hlen(executor.hops_key) == 0 and rt.inflight.count() == 0
+
+
+def test_a_step_is_recorded_at_the_hop_its_replacing_message_carries(private, monkeypatch) -> None:
+    """The hop is Celery's `replaced_task_nesting`, which `Task.replace` counts in the messages."""
+    from workers.rescue import hand_on
+    from workers.tasks.evolution import evolve, prepare_evolution
+
+    _, rt, _ = private
+    sent: list[Any] = []
+    monkeypatch.setattr("workers.rescue.runtime", lambda: rt)
+    monkeypatch.setattr(prepare_evolution, "on_replace", sent.append)  # instead of sending it
+    prepare_evolution.push_request(id="call-1", replaced_task_nesting=2)
+    try:
+        hand_on(prepare_evolution, evolve.si({"job": "j"}))
+    finally:
+        prepare_evolution.pop_request()
+    rt.inflight.flush()
+    assert rt.inflight.current("call-1").hop == 3 == sent[0].options["replaced_task_nesting"]

@@ -19,10 +19,10 @@ def test_a_step_recognises_its_message_whatever_its_input_holds() -> None:
                                                           "since": datetime.datetime(2026, 11, 24, 9, 30),
                                                           "window": (3, 5)}}
     recorded = HandedOnStep.model_validate_json(
-        HandedOnStep(task_id="c1", task="fittest.resilient_tool_call", kwargs=kwargs).model_dump_json())
+        HandedOnStep(task_id="c1", task="fittest.resilient_tool_call", kwargs=kwargs, hop=2).model_dump_json())
     delivered = as_worker_decodes(kwargs)
     assert recorded.kwargs != delivered  # compared as they are (NaN came back null), it never matched
-    assert recorded.carries("fittest.resilient_tool_call", [], delivered)
+    assert recorded.carries("fittest.resilient_tool_call", [], delivered)  # its hop is not compared
 
 
 def test_a_step_does_not_take_another_step_of_its_call_for_itself() -> None:

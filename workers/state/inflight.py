@@ -9,9 +9,18 @@ sweep (workers/rescue.py) sends again the steps of calls that are overdue and no
 call's first step is written by its sender when that is fittest's client (`sent`): a service that
 sends the call with Celery's own `send_task` writes nothing, so that step is not covered.
 
+The processes that hand a call on flush their writes on their own clocks, so an older hand-on can
+reach Redis after a newer one (execute -> prepare_evolution written by the executor after
+prepare_evolution -> evolve written by the selection worker). Each step carries its hop, how many
+times its call had been handed on when it was sent, and a hand-on is recorded only while no later
+hop of the call is: a number that travels with the call, where the hosts' clocks could not order
+the writes. Without it the call's record said it was at a step it had passed, and its current
+step, delivered again after its worker was killed, was ignored as passed.
+
 Keys, under the key prefix: `inflight:due` (sorted set: call task id -> due time, Unix seconds),
-`inflight:steps` (hash: call task id -> the step as JSON) and `inflight:ended:<task id>` (a marker
-for ENDED_TTL_S after a call ended: lua/inflight_hand_on.lua, lua/inflight_end.lua).
+`inflight:steps` (hash: call task id -> the step as JSON), `inflight:hops` (hash: call task id ->
+the recorded step's hop, compared without decoding the step) and `inflight:ended:<task id>` (a
+marker for ENDED_TTL_S after a call ended: lua/inflight_hand_on.lua, lua/inflight_end.lua).
 """
 
 from __future__ import annotations
@@ -46,6 +55,9 @@ class HandedOnStep(BaseModel):
     args: list[Any] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
     queue: str | None = None  # where its sender sent it; None: where the task is routed
+    # The hop of the call this step is: Celery's `replaced_task_nesting` of its message, 0 for a
+    # call's first step (and for a step recorded before hops were, which any hop may replace).
+    hop: int = 0
 
     def carries(self, task: str, args: list[Any], kwargs: dict[str, Any]) -> bool:
         """Whether a delivered message (its task name, args and kwargs as the worker decoded them)
@@ -68,9 +80,9 @@ def step_due_in_s(visibility_timeout: float) -> float:
     return visibility_timeout + STEP_MARGIN_S
 
 
-# A call's step or end, buffered: the step as JSON, its due time and whether it is the call's first
-# step (recorded only while none is), or None once the call ended.
-_Pending = dict[str, tuple[str, float, bool] | None]
+# A call's step or end, buffered: the step as JSON, its hop, its due time and whether it is the
+# call's first step (recorded only while none is), or None once the call ended.
+_Pending = dict[str, tuple[str, int, float, bool] | None]
 
 
 class InflightCalls(BufferedWrites[_Pending]):
@@ -78,7 +90,8 @@ class InflightCalls(BufferedWrites[_Pending]):
     is due a visibility timeout later, so nothing reads it sooner, and a round trip per hand-on and
     per end cost the throughput bench's pipeline ~6 % of its calls per second (buffered: ~3.5 %).
     The processes that hand a call on and end it flush on their own clocks, so an end may reach
-    Redis first; its marker keeps the late hand-on out."""
+    Redis first; its marker keeps the late hand-on out. A hand-on may reach it after a later one;
+    its hop keeps it out."""
 
     name = "inflight"
 
@@ -86,6 +99,7 @@ class InflightCalls(BufferedWrites[_Pending]):
         self.prefix = prefix
         self.due_key = due_key(prefix)
         self.steps_key = f"{prefix}inflight:steps"
+        self.hops_key = f"{prefix}inflight:hops"
         self._hand_on = client.register_script((_LUA / "inflight_hand_on.lua").read_text())
         self._end = client.register_script((_LUA / "inflight_end.lua").read_text())
         super().__init__(client, flush_interval_s)
@@ -95,26 +109,27 @@ class InflightCalls(BufferedWrites[_Pending]):
 
     def _write(self, pipe: Pipeline, buffer: _Pending) -> None:
         for task_id, pending in buffer.items():
-            keys = [self.steps_key, self.due_key, f"{self.prefix}inflight:ended:{task_id}"]
+            keys = [self.steps_key, self.due_key, f"{self.prefix}inflight:ended:{task_id}", self.hops_key]
             if pending is None:
                 self._end(keys=keys, args=[task_id, ENDED_TTL_S], client=pipe)
             else:
-                step, due, first = pending
-                self._hand_on(keys=keys, args=[task_id, step, due, int(first)], client=pipe)
+                step, hop, due, first = pending
+                self._hand_on(keys=keys, args=[task_id, step, due, int(first), hop], client=pipe)
 
     def _put_back(self, failed: _Pending, newer: _Pending) -> _Pending:
         return {**failed, **newer}
 
     def handed_on(self, step: HandedOnStep, due_in_s: float) -> None:
-        """Remember `step` as the call's current one, overdue `due_in_s` from now."""
+        """Remember `step` as the call's current one, overdue `due_in_s` from now, unless a later
+        hop of the call is recorded already."""
         with self._buffer() as pending:
-            pending[step.task_id] = (step.model_dump_json(), time.time() + due_in_s, False)
+            pending[step.task_id] = (step.model_dump_json(), step.hop, time.time() + due_in_s, False)
 
     def sent(self, step: HandedOnStep, due_in_s: float) -> None:
         """Remember `step`, a call's first, just sent, unless the call has a step recorded already:
         the worker that took it may have handed the call on before this write reaches Redis."""
         with self._buffer() as pending:
-            pending[step.task_id] = (step.model_dump_json(), time.time() + due_in_s, True)
+            pending[step.task_id] = (step.model_dump_json(), step.hop, time.time() + due_in_s, True)
 
     def finished(self, task_id: str) -> None:
         with self._buffer() as pending:
