@@ -261,8 +261,10 @@ class StateStore(Protocol):
         ...
 
     # Namespace locks.
-    def acquire_lock(self, name: str, owner: str, ttl_s: float) -> bool:
-        """Take the lock for `ttl_s` seconds; False while anyone (the same owner too) holds it."""
+    def acquire_lock(self, name: str, owner: str, ttl_s: float, *, reclaim: bool = False) -> bool:
+        """Take the lock for `ttl_s` seconds; False while anyone (the same owner too) holds it.
+        With `reclaim`, `owner` takes it also when it holds it already, for `ttl_s` from now: for
+        an owner that is one piece of work, whose earlier run was killed holding the lock."""
         ...
 
     def release_lock(self, name: str, owner: str) -> bool:

@@ -244,11 +244,11 @@ class InMemoryStateStore:
             return {key: list(self._s.durations.get(key, [])) for key in keys}
 
     # Locks
-    def acquire_lock(self, name: str, owner: str, ttl_s: float) -> bool:
+    def acquire_lock(self, name: str, owner: str, ttl_s: float, *, reclaim: bool = False) -> bool:
         with self._lock:
             now = self.clock()
             held = self._s.locks.get(name)
-            if held is not None and held[1] > now:
+            if held is not None and held[1] > now and not (reclaim and held[0] == owner):
                 return False
             self._s.locks[name] = (owner, now + max(0.001, ttl_s))
             return True

@@ -133,6 +133,12 @@ class Evolver:
         A call waits (up to FITTEST_EVOLUTION_LOCK_WAIT_S) for the other evolution, then retries
         with what it produced, or evolves itself if it produced nothing; a manual or quality
         trigger is skipped at once.
+
+        The lock's owner is the job: a job that finds its own id there was delivered again after
+        the run that took it was killed (the broker gives a message back once its worker is lost,
+        or after the visibility timeout, which outlasts the task's time limit), and takes the lock
+        over at once. Waiting out the TTL, it would end "locked" behind itself, and every other
+        call of the namespace would wait for a dead evolution.
         """
         started = time.monotonic()
         if not self.settings.evolution_enabled:
@@ -140,7 +146,7 @@ class Evolver:
         lock = f"evolve:{job.namespace}"
         ttl = self.settings.evolution_time_limit_s + LOCK_MARGIN_S  # outlives the task's hard stop
         wait_until = started + (self.settings.evolution_lock_wait_s if job.trigger == "call" else 0.0)
-        while not self.state.acquire_lock(lock, job.job_id, ttl):
+        while not self.state.acquire_lock(lock, job.job_id, ttl, reclaim=True):
             if time.monotonic() >= wait_until:
                 message = f"another evolution of {job.namespace} is running; this one was skipped"
                 self.ledger.log(ChangelogEntry(namespace=job.namespace, event="locked", parent=job.parent_version,
@@ -179,6 +185,9 @@ class Evolver:
         notes = list(self.load_errors)
         reports: list[CandidateReport] = []
         staging = self.settings.data_dir / "evolving" / job.job_id
+        # A run of this job that was killed leaves its staging behind, and a candidate cannot be
+        # written over it; this run holds the job's lock, so no other run of the job uses it.
+        shutil.rmtree(staging, ignore_errors=True)
         try:
             for mutator in order_for(self.mutators, job.evidence):
                 try:

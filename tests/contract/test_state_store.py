@@ -398,6 +398,17 @@ def test_lock_is_exclusive_and_released_only_by_its_owner(store):
     assert store.acquire_lock("evolve:translate_text", "worker-b", ttl_s=30)
 
 
+def test_a_lock_is_reclaimed_by_its_own_owner_only(store):
+    """An evolution job delivered again after its run was killed holding the lock goes on at once."""
+    assert store.acquire_lock("evolve:x", "job-a", ttl_s=0.3)
+    assert not store.acquire_lock("evolve:x", "job-b", ttl_s=30, reclaim=True)
+    assert store.acquire_lock("evolve:x", "job-a", ttl_s=30, reclaim=True)
+    time.sleep(0.45)
+    assert not store.acquire_lock("evolve:x", "job-b", ttl_s=30)  # reclaimed with a fresh TTL
+    assert store.release_lock("evolve:x", "job-a")
+    assert store.acquire_lock("evolve:x", "job-b", ttl_s=30, reclaim=True)  # a free lock is taken as ever
+
+
 def test_lock_expires(store):
     assert store.acquire_lock("evolve:x", "worker-a", ttl_s=0.2)
     time.sleep(0.35)

@@ -136,6 +136,22 @@ def test_a_concurrent_evolution_of_the_same_namespace_skips_or_waits(rt: Runtime
     assert rt.state.stats(["slowish@1.1.0"])["slowish@1.1.0"].quality == rt.state.stats(["slowish@1.0.0"])["slowish@1.0.0"].quality
 
 
+def test_a_job_delivered_again_takes_over_the_lock_its_killed_run_held(rt: Runtime) -> None:
+    """The evolver's pool process was killed mid-evolution: the broker gives the job back at once,
+    while the lock and the staging of the dead run are still there."""
+    evolver = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None, sandbox=SlowSandbox())
+    job = slow_job("call")
+    assert rt.state.acquire_lock("evolve:slowish", job.job_id, rt.settings.evolution_time_limit_s)
+    (rt.settings.data_dir / "evolving" / job.job_id / "0").mkdir(parents=True)
+    assert evolver.run(slow_job("manual")).status == "locked"  # another job still finds it locked
+    started = time.monotonic()
+    again = evolver.run(job)
+    assert time.monotonic() - started < rt.settings.evolution_lock_wait_s  # not waiting behind itself
+    assert (again.status, again.version) == ("evolved", "1.1.0"), again
+    assert [c.outcome for c in again.candidates] == ["verified"]  # written over the dead run's staging
+    assert rt.state.acquire_lock("evolve:slowish", "next", 1.0)  # and released when done
+
+
 def test_quality_trigger_and_a_mutation_that_failed_before_is_not_tried_again(rt: Runtime) -> None:
     sent: list[EvolutionJob] = []
     fallback = FailureMark(attempt_id="f0", call_id="f0", tool="slowish", version="1.0.0", scenario="parse this csv",

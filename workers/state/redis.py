@@ -349,9 +349,11 @@ class RedisStateStore:
 
     # Locks ------------------------------------------------------------------------------------
 
-    def acquire_lock(self, name: str, owner: str, ttl_s: float) -> bool:
-        """Take the lock for `ttl_s` unless anyone (the same owner included) holds it."""
+    def acquire_lock(self, name: str, owner: str, ttl_s: float, *, reclaim: bool = False) -> bool:
+        """Take the lock for `ttl_s` unless anyone (the same owner included, unless `reclaim`) holds it."""
         ttl_ms = max(1, round(ttl_s * 1000))
+        if reclaim:
+            return bool(self.scripts["reclaim_lock"](keys=[self._k("lock", name)], args=[owner, ttl_ms]))
         return bool(self.client.set(self._k("lock", name), owner, nx=True, px=ttl_ms))
 
     def release_lock(self, name: str, owner: str) -> bool:
