@@ -8,12 +8,13 @@ to the memory side as an `EvolutionRecord`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections import Counter
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from selection.manifest import ToolManifest
 from selection.models import CallPlan, FailureClass, new_id
@@ -41,6 +42,12 @@ def kept_output(value: Any, limit: int = KEPT_OUTPUT_BYTES) -> tuple[bool, Any]:
     """(kept, the output): an output is kept when its JSON is small enough, so that a replay can
     ask a candidate for the same answer (an output of None is a real answer, hence the flag)."""
     return (True, value) if _small_enough(value, limit) else (False, None)
+
+
+def input_key(value: dict[str, Any]) -> str:
+    """An input's identity: a digest of its canonical JSON. Equal inputs have equal keys whatever
+    their key order; a failed mutation keeps the keys of the inputs it failed on, not the inputs."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode("utf-8")).hexdigest()
 
 
 def shape_of(value: Any) -> str:
@@ -79,12 +86,30 @@ class PastFailure(BaseModel):
 
 
 class FailedMutation(BaseModel):
-    """A mutation that failed verification before, for a reason similar to the current failure."""
+    """A mutation that failed before (its verification, or on trial), for a reason similar to the
+    current failure.
+
+    `identity` says which mutation it was (see `CandidateVersion.identity`). `failed_on` holds the
+    keys (`input_key`) of the failing inputs that alone failed it; it is empty when it failed for
+    a reason of its own (static checks, test cases, a successful input that then failed, a rollback)
+    and for records written before inputs were kept.
+    """
 
     mutator: str
     mutation: str
+    identity: str
     reason: str = ""
+    failed_on: list[str] = Field(default_factory=list)
     similarity: float = 0.0
+
+    def still_applies(self, failing: set[str]) -> bool:
+        """Whether the reason it failed for holds for the current failing inputs (their keys).
+
+        A failure on failing inputs predicts another only while one of those inputs still fails:
+        the mutation would fail its replay on it again. Once they are gone the tool fails for other
+        inputs, which the same mutation may well fix. A failure of its own holds whatever fails now.
+        """
+        return not self.failed_on or not failing.isdisjoint(self.failed_on)
 
 
 class SuccessfulRun(BaseModel):
@@ -120,10 +145,16 @@ class Evidence(BaseModel):
             counts[p.error_class] += 1
         return [c for c, _ in counts.most_common()]
 
-    def failed_before(self, mutator: str, mutation: str, threshold: float) -> FailedMutation | None:
-        """The earlier failure of this exact mutation for a similar reason, if any."""
+    def failed_before(self, mutator: str, identity: str, threshold: float) -> FailedMutation | None:
+        """The earlier failure of this same mutation that predicts it fails again, if any.
+
+        It predicts so when its failure pattern was at least `threshold` similar to the current one
+        and the reason it failed for still applies (`FailedMutation.still_applies`).
+        """
+        failing = {input_key(f.input) for f in self.failures}
         return next(
-            (m for m in self.failed_mutations if m.mutator == mutator and m.mutation == mutation and m.similarity >= threshold),
+            (m for m in self.failed_mutations
+             if m.mutator == mutator and m.identity == identity and m.similarity >= threshold and m.still_applies(failing)),
             None,
         )
 
@@ -155,6 +186,15 @@ class CandidateVersion(BaseModel):
     manifest: ToolManifest
     files: dict[str, bytes]
     changes_behaviour: bool = True  # False: same code (a description); failing inputs are not replayed
+    # What makes two candidates the same mutation, to know it failed before. By default the mutation
+    # text, which says all a rule-based mutator changes; the code mutator's text is the model's prose,
+    # so its identity is a digest of its files.
+    identity: str = ""
+
+    @model_validator(mode="after")
+    def _identity_defaults_to_the_mutation(self) -> CandidateVersion:
+        self.identity = self.identity or self.mutation
+        return self
 
 
 class StageResult(BaseModel):
@@ -163,14 +203,23 @@ class StageResult(BaseModel):
     checked: int = 0
     problems: list[str] = Field(default_factory=list)
     elapsed_ms: float = 0.0
+    # replay: the keys (input_key) of the failing inputs that alone failed the stage; empty when it
+    # passed or when it failed for a reason of its own (a successful input failed or changed shape)
+    failed_inputs: list[str] = Field(default_factory=list)
 
 
 class CandidateReport(BaseModel):
     mutator: str
     mutation: str
+    identity: str = ""  # CandidateVersion.identity
     outcome: Literal["verified", "failed", "skipped"]
     reason: str = ""
     stages: list[StageResult] = Field(default_factory=list)
+
+    @property
+    def failed_on(self) -> list[str]:
+        """The failing inputs (keys) its failure depends on: empty for a failure of its own."""
+        return next((s.failed_inputs for s in self.stages if not s.passed), [])
 
 
 EvolutionStatus = Literal["evolved", "no_fix", "locked", "reused", "disabled"]

@@ -6,9 +6,9 @@
 3. replay: the failing inputs that started the evolution must now succeed, and up to N recent
    successful inputs of the parent must still succeed with an output of the same shape (the same
    JSON type, and for an object the same keys); where the parent answers such an input the same
-   way twice (`reproduce_successes`, before the candidates), with the same answer. One exception: a failing input that failed for
-   another reason (a timeout, an unavailable upstream, a crash) and that the candidate now refuses
-   as bad input, while other inputs succeed. The mutation fixed what failed; what is left is an
+   way twice (`reproduce_successes`, before the candidates), with the same answer. One exception:
+   a failing input that failed for another reason (a timeout, an unavailable upstream, a crash)
+   and that the candidate now refuses as bad input, while other inputs succeed. The mutation fixed what failed; what is left is an
    input the tool refuses on its merits, as it would any caller's. This happens when a
    scenario-only call tried the tool first on another tool's job: a retry wrapper for a flaky
    currency service cannot make it convert a roman numeral, and must not be refused for that.
@@ -16,6 +16,11 @@
 Each stage runs in its own subprocess with a hard timeout and the runner's limits (the `Sandbox`,
 implemented by workers/sandbox.py); a candidate that hangs is killed there and fails its stage. The
 first failed stage ends the cascade, and every stage's result is kept with the candidate.
+
+A replay that only failing inputs failed names them (`StageResult.failed_inputs`): such a failure
+says nothing about other failing inputs, and the same mutation may be tried again once those no
+longer fail (`FailedMutation.still_applies`). A replay whose subprocess died names every failing
+input it replayed, since any of them may have killed it.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from evolution.models import Evidence, Stage, StageResult, SuccessfulRun, shape_of
+from evolution.models import Evidence, Stage, StageResult, SuccessfulRun, input_key, shape_of
 from selection.manifest import ToolManifest
 from selection.models import FailureClass
 
@@ -68,15 +73,11 @@ def _error(result: Any) -> str:
     return f"{cls}: {(result.error_message or '')[:300]}"
 
 
-def _key(value: dict[str, Any]) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
-
-
 def _dedupe(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     seen: set[str] = set()
     out = []
     for value in inputs:
-        key = _key(value)
+        key = input_key(value)
         if key not in seen:
             seen.add(key)
             out.append(value)
@@ -147,7 +148,7 @@ def verify(
         return results
 
     failing = _dedupe([f.input for f in evidence.failures]) if changes_behaviour else []
-    refused_before = {_key(f.input) for f in evidence.failures if f.error_class is FailureClass.bad_input}
+    refused_before = {input_key(f.input) for f in evidence.failures if f.error_class is FailureClass.bad_input}
     kept = _replayed_successes(evidence, config)
     inputs = failing + [s.input for s in kept if s.input is not None]
     if not inputs:
@@ -155,25 +156,30 @@ def verify(
         return results
     run, dead = _run_stage("replay", sandbox, manifest, inputs, config.stage_timeout_s)
     if dead is not None:
-        return [*results, dead]
+        return [*results, dead.model_copy(update={"failed_inputs": [input_key(v) for v in failing]})]
     problems = []
     notes = []
+    still_failing = []
     worked = worked or any(r.success for r in run.results)
     for value, result in zip(failing, run.results):
         if result.success:
             continue
         text = json.dumps(value, default=str)[:120]
-        if worked and result.error_class is FailureClass.bad_input and _key(value) not in refused_before:
+        if worked and result.error_class is FailureClass.bad_input and input_key(value) not in refused_before:
             notes.append(f"failing input {text} no longer fails as it did; the tool refuses it as bad input: {_error(result)}")
         else:
             problems.append(f"failing input {text} still fails: {_error(result)}")
+            still_failing.append(input_key(value))
+    regressions = []
     for success, result in zip(kept, run.results[len(failing):]):
         if not result.success:
-            problems.append(f"successful input {json.dumps(success.input, default=str)[:120]} now fails: {_error(result)}")
+            regressions.append(f"successful input {json.dumps(success.input, default=str)[:120]} now fails: {_error(result)}")
         elif success.shape and shape_of(result.output) != success.shape:
-            problems.append(f"successful input {json.dumps(success.input, default=str)[:120]}: output shape {shape_of(result.output)} instead of {success.shape}")
+            regressions.append(f"successful input {json.dumps(success.input, default=str)[:120]}: output shape {shape_of(result.output)} instead of {success.shape}")
         elif success.reproducible and result.output != success.output:
-            problems.append(f"successful input {json.dumps(success.input, default=str)[:120]}: output "
-                            f"{json.dumps(result.output, default=str)[:120]} instead of the parent's {json.dumps(success.output, default=str)[:120]}")
-    results.append(StageResult(stage="replay", passed=not problems, checked=len(inputs), problems=problems + notes, elapsed_ms=run.elapsed_ms))
+            regressions.append(f"successful input {json.dumps(success.input, default=str)[:120]}: output "
+                               f"{json.dumps(result.output, default=str)[:120]} instead of the parent's {json.dumps(success.output, default=str)[:120]}")
+    problems += regressions
+    results.append(StageResult(stage="replay", passed=not problems, checked=len(inputs), problems=problems + notes, elapsed_ms=run.elapsed_ms,
+                               failed_inputs=[] if regressions else still_failing))
     return results

@@ -5,7 +5,8 @@ The evolution worker never opens the embedder or the embedded vector store, so t
 by the process that owns them, does both ends:
 - `build_job`: the failure evidence of a call (or of a namespace, for a manual or quality trigger):
   its failing inputs, similar past failures (FAILURES), mutations that failed before for a
-  similar reason (vector match on EVOLUTIONS), and the parent's recent successful runs;
+  similar reason (vector match on EVOLUTIONS: those that failed verification, and those verified
+  whose version was rolled back since), and the parent's recent successful runs;
 - `apply_evolution_record` (`fittest.record_evolution`): registers the new version for selection
   and stores the evolution pattern of every verified or failed candidate as a vector;
 - `apply_evolution_outcomes` (from `fittest.record_outcome`): counts the trial of a version on
@@ -38,7 +39,7 @@ from evolution.models import (
 from evolution.trial import TrialRules, decide, head_version, parent_rate
 from selection.manifest import ManifestError, load_manifest
 from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord, Promotion
-from selection.ports import EVOLUTIONS, FAILURES, FailureApplied, Match, VectorFilter, VectorPoint
+from selection.ports import EVOLUTIONS, FAILURES, FailureApplied, Match, VectorFilter, VectorHit, VectorPoint
 from workers.pending import upsert_or_keep
 from workers.promotions import conclude_trial
 from workers.tool_catalog import evolved_dir
@@ -111,6 +112,34 @@ def _remembered_failures(rt: Runtime, key: str) -> list[FailedRun]:
     return [r for r in runs if r.error_class is top][:PAST_FAILURES]
 
 
+def failed_mutations(hits: Sequence[VectorHit], history: Sequence[Promotion]) -> list[FailedMutation]:
+    """The mutations among evolution patterns (`hits`) that failed for that failure.
+
+    Those that failed verification, with the failing inputs that alone failed them (`failed_on`);
+    and those verified whose version was rolled back since, by hand or on trial, as the last word
+    of the namespace's promotion `history` (oldest first) on it. A rollback is a failure of its
+    own: the version did worse on the namespace's traffic, or an operator refused it, whichever
+    inputs fail now, so it is not made again for any similar failure. A payload written before
+    identities and inputs were kept stands for its mutation text, failed for a reason of its own.
+    """
+    last_word = {p.evolved_version: p for p in history}
+    found = []
+    for hit in hits:
+        payload = hit.payload
+        reason, failed_on = payload.get("reason", ""), payload.get("failed_on", [])
+        if payload.get("outcome") == "verified":
+            promotion = last_word.get(payload.get("version") or "")
+            if promotion is None or promotion.status != "rolled_back":
+                continue
+            reason, failed_on = f"{payload.get('version')} rolled back: {promotion.reason}", []
+        found.append(FailedMutation(
+            mutator=payload.get("mutator", ""), mutation=payload.get("mutation", ""),
+            identity=payload.get("identity") or payload.get("mutation", ""),
+            reason=reason, failed_on=failed_on, similarity=hit.score,
+        ))
+    return found
+
+
 def build_job(
     rt: Runtime,
     trigger: Trigger,
@@ -148,7 +177,7 @@ def build_job(
     )
     earlier = rt.memory.search(
         EVOLUTIONS, pattern_vector, limit=20,
-        filter=VectorFilter.where(name=namespace, outcome="failed"), score_threshold=rt.settings.evolution_similar_reason,
+        filter=VectorFilter.where(name=namespace), score_threshold=rt.settings.evolution_similar_reason,
     )
     evidence = Evidence(
         failures=failures,
@@ -158,11 +187,7 @@ def build_job(
             for h in similar
             if h.payload.get("call_id") != exclude_call
         ],
-        failed_mutations=[
-            FailedMutation(mutator=h.payload.get("mutator", ""), mutation=h.payload.get("mutation", ""),
-                           reason=h.payload.get("reason", ""), similarity=h.score)
-            for h in earlier
-        ],
+        failed_mutations=failed_mutations(earlier, rt.state.promotion_history(namespace)),
         successes=rt.evolution.recent_successes(f"{namespace}@{parent_version}"),
     )
     return EvolutionJob(
@@ -198,6 +223,7 @@ def apply_evolution_record(rt: Runtime, record: EvolutionRecord) -> dict[str, An
                 id=f"{record.job_id}:{i}",
                 vector=[],
                 payload={"name": record.namespace, "outcome": c.outcome, "mutator": c.mutator, "mutation": c.mutation,
+                         "identity": c.identity, "failed_on": c.failed_on,
                          "reason": c.reason[:500], "pattern": record.pattern[:500], "job_id": record.job_id,
                          "version": record.promoted_version if c.outcome == "verified" else None},
             )

@@ -215,34 +215,38 @@ class Evolver:
             shutil.rmtree(staging, ignore_errors=True)
 
     def _try(self, job: EvolutionJob, candidate: CandidateVersion, stage_dir: Path, root: Path) -> tuple[CandidateReport, ToolManifest | None]:
-        """Skip, or verify in a staging folder and install; the report, and the installed manifest."""
+        """Skip, or verify in a staging folder and install; the report, and the installed manifest.
+
+        A candidate is skipped when the same mutation (by `identity`) failed before for a similar
+        reason that still applies (`Evidence.failed_before`).
+        """
         entry = ChangelogEntry(namespace=job.namespace, event="skipped", version=candidate.manifest.version,
                                parent=job.parent_version, mutator=candidate.mutator, mutation=candidate.mutation,
                                job_id=job.job_id, trigger=job.trigger)
-        earlier = job.evidence.failed_before(candidate.mutator, candidate.mutation, self.settings.evolution_similar_reason)
+        report = CandidateReport(mutator=candidate.mutator, mutation=candidate.mutation, identity=candidate.identity, outcome="skipped")
+        earlier = job.evidence.failed_before(candidate.mutator, candidate.identity, self.settings.evolution_similar_reason)
         if earlier is not None:
-            reason = f"failed verification before for a similar reason ({earlier.similarity:.2f}): {earlier.reason}"
+            reason = f"failed before for a similar reason ({earlier.similarity:.2f}): {earlier.reason}"
             self.ledger.log(entry.model_copy(update={"reason": reason}))
-            return CandidateReport(mutator=candidate.mutator, mutation=candidate.mutation, outcome="skipped", reason=reason), None
+            return report.model_copy(update={"reason": reason}), None
         try:
             staged = write_version(stage_dir, candidate.manifest, candidate.files)
         except Exception as exc:  # a candidate whose manifest or files cannot even be written
             reason = f"static: cannot write the candidate: {type(exc).__name__}: {exc}"
             self.ledger.log(entry.model_copy(update={"event": "failed", "reason": reason}))
-            return CandidateReport(mutator=candidate.mutator, mutation=candidate.mutation, outcome="failed", reason=reason), None
+            return report.model_copy(update={"outcome": "failed", "reason": reason}), None
         stages = verify(staged, job.evidence, self.sandbox, self.verify_config, changes_behaviour=candidate.changes_behaviour)
         failed = next((s for s in stages if not s.passed), None)
         if failed is not None:
             reason = f"{failed.stage}: {failed.problems[0] if failed.problems else 'failed'}"
             self.ledger.log(entry.model_copy(update={"event": "failed", "reason": reason, "stages": stages}))
-            return CandidateReport(mutator=candidate.mutator, mutation=candidate.mutation, outcome="failed", reason=reason, stages=stages), None
+            return report.model_copy(update={"outcome": "failed", "reason": reason, "stages": stages}), None
         final = version_dir(root, job.namespace, candidate.manifest.version)
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(stage_dir, final)
         installed = load_manifest(final / MANIFEST_FILE)
         self.ledger.log(entry.model_copy(update={"event": "verified", "reason": "passed static, tests and replay", "stages": stages}))
-        report = CandidateReport(mutator=candidate.mutator, mutation=candidate.mutation, outcome="verified", stages=stages)
-        return report, installed
+        return report.model_copy(update={"outcome": "verified", "stages": stages}), installed
 
     # ----------------------------------------------------------------------------- reporting
     def _finish(self, job: EvolutionJob, started: float, reports: list[CandidateReport], notes: list[str],

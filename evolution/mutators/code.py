@@ -4,10 +4,15 @@ It sends the parent's code, the failures to fix and what is known around them (t
 similar past failures, mutations that already failed) and takes the code from the reply's fenced
 block. A reply without a code block, or with code that does not compile, proposes nothing. The
 chat itself is injected (workers/llm.py talks HTTP), so this module stays free of services.
+
+A rewrite is identified by its code (a digest of the candidate's files), never by the reply's
+prose: two rewrites both summed up as "Fixed." are different mutations, and the same code under
+another summary is the same one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable
@@ -55,6 +60,14 @@ def extract_code(reply: str) -> str | None:
         return None
     code = max(chosen, key=len).strip("\n") + "\n"
     return code if code.strip() else None
+
+
+def files_digest(files: dict[str, bytes]) -> str:
+    """A digest of a version's files, names and contents: what a rewrite is, whatever it is called."""
+    digest = hashlib.sha256()
+    for rel in sorted(files):
+        digest.update(rel.encode("utf-8") + b"\0" + hashlib.sha256(files[rel]).digest())
+    return digest.hexdigest()
 
 
 def _summary(reply: str) -> str:
@@ -125,13 +138,15 @@ class CodeMutator:
         if code.strip() == source.strip():
             return Proposal.none("the model returned the parent's code unchanged")
         mutation = f"{target} rewritten by {self.model}: {_summary(reply) or 'no explanation given'}"
+        rewritten = {**files, target: code.encode("utf-8")}
         return Proposal(
             candidates=[
                 CandidateVersion(
                     mutator=self.name,
                     mutation=mutation,
                     manifest=evolved_manifest(ctx.parent.manifest, ctx.version),
-                    files={**files, target: code.encode("utf-8")},
+                    files=rewritten,
+                    identity=f"code:{files_digest(rewritten)}",
                 )
             ]
         )

@@ -11,18 +11,24 @@ from typing import Any
 import pytest
 import yaml
 
-from evolution.models import EvolutionJob, EvolutionRecord, Evidence, FailedRun, StageResult
+from evolution.models import EvolutionJob, EvolutionRecord, EvolutionReport, Evidence, FailedRun, StageResult
+from evolution.mutation import Mutator
+from evolution.mutators.code import CodeMutator
 from evolution.verification import StageRun
 from evolution.trial import TrialCounts, served_version
-from selection.models import FailureClass, FailureMark, OutcomeRecord, Promotion, Severity, ToolExecutionResult
+from selection.models import CallPlan, CallRequest, FailureClass, FailureMark, OutcomeRecord, Promotion, Severity, ToolExecutionResult
 from workers.evolution_memory import apply_evolution_record, build_job, maybe_evolve_for_quality
 from workers.evolver import Evolver
 from workers.outcomes import apply_failure, apply_outcome
+from workers.promotions import rollback
 from workers.runners import RunOutcome
 from workers.runtime import Runtime
 from workers.settings import Settings
 
 SLOW = "import time\ndef run(value):\n    time.sleep(value['n'] / 10)\n    return {'n': value['n']}\n"
+BUGGY = "def run(value):\n    return {'mean': sum(value['xs']) / len(value['xs'])}\n"
+STILL_BUGGY = "def run(value):\n    xs = value['xs']\n    return {'mean': sum(xs) / len(xs)}\n"
+FIXED = "def run(value):\n    xs = value['xs']\n    return {'mean': sum(xs) / len(xs) if xs else 0.0}\n"
 
 
 def write_tool(tools: Path, name: str, code: str, **manifest: Any) -> None:
@@ -38,6 +44,7 @@ def write_tool(tools: Path, name: str, code: str, **manifest: Any) -> None:
 def rt(settings_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     tools = tmp_path / "tools"
     write_tool(tools, "slowish", SLOW, test_cases=[{"input": {"n": 1}, "expect": {"n": 1}}])
+    write_tool(tools, "mean", BUGGY, test_cases=[{"input": {"xs": [1, 2, 3]}, "expect": {"mean": 2.0}}])
     monkeypatch.setenv("FITTEST_TOOLS_DIR", str(tools))
     monkeypatch.setenv("FITTEST_EVOLUTION_QUALITY_THRESHOLD", "0.97")
     runtime = Runtime(Settings())
@@ -175,4 +182,75 @@ def test_quality_trigger_and_a_mutation_that_failed_before_is_not_tried_again(rt
     assert [(m.mutator, m.mutation) for m in again.evidence.failed_mutations] == [("timeout", "timeout_s 0.3s → 1.2s")]
     second = Evolver(rt.settings, rt.state, rt.evolution, records.append).run(again)
     assert [c.outcome for c in second.candidates] == ["skipped"]
-    assert "failed verification before for a similar reason" in second.candidates[0].reason
+    assert "failed before for a similar reason" in second.candidates[0].reason
+
+
+def failed_call(namespace: str, value: dict[str, Any], error_class: FailureClass, message: str) -> CallPlan:
+    """A call whose only attempt, the original version of `namespace`, failed on `value`."""
+    request = CallRequest(scenario=f"use {namespace}", input=value, namespace=namespace)
+    failed = ToolExecutionResult(attempt_id=f"a-{request.call_id}", call_id=request.call_id, tool=namespace, version="1.0.0",
+                                 success=False, error_class=error_class, error_message=message)
+    return CallPlan(request=request, candidates=[], attempts=[failed])
+
+
+def slow_call(n: int) -> CallPlan:
+    return failed_call("slowish", {"n": n}, FailureClass.timeout, "no result within 0.3s")
+
+
+def evolve(rt: Runtime, plan: CallPlan, mutators: list[Mutator] | None = None) -> EvolutionReport:
+    """Evolve for a failed call on the real sandbox, and remember its verdicts as the memory worker does."""
+    records: list[EvolutionRecord] = []
+    report = Evolver(rt.settings, rt.state, rt.evolution, records.append, mutators=mutators).run(build_job(rt, "call", plan=plan))
+    apply_evolution_record(rt, records[0])
+    return report
+
+
+def test_a_mutation_that_failed_on_an_input_is_skipped_while_that_input_fails_and_tried_once_it_does_not(rt: Runtime) -> None:
+    hangs = evolve(rt, slow_call(50))  # 5 s: more than even the longer timeout
+    assert [(c.mutation, c.outcome) for c in hangs.candidates] == [("timeout_s 0.3s → 1.2s", "failed")]
+    assert hangs.candidates[0].reason.startswith('replay: failing input {"n": 50} still fails: timeout')
+    again = evolve(rt, slow_call(50))
+    assert [c.outcome for c in again.candidates] == ["skipped"] and "failed before for a similar reason" in again.candidates[0].reason
+    slower = evolve(rt, slow_call(6))  # the same failure in words, on an input the longer timeout fixes
+    assert slower.status == "evolved" and slower.mutation == "timeout_s 0.3s → 1.2s" and slower.version == "1.1.0"
+
+
+def roll_back_by_hand(rt: Runtime) -> None:
+    rollback(rt.state, rt.evolution, "slowish")
+
+
+def roll_back_on_trial(rt: Runtime) -> None:
+    for i in range(9):
+        rt.state.record_successes([("slowish@1.0.0", f"ps{i}")])
+    rt.state.mark_failure("slowish@1.0.0", "pf0", Severity.high)
+    for i, ok in enumerate([True, False, True, False, False]):
+        apply_outcome(rt, outcome(attempt("slowish@1.1.0", ok, f"w{i}")))
+
+
+@pytest.mark.parametrize("roll_back", [roll_back_by_hand, roll_back_on_trial])
+def test_a_rolled_back_version_is_not_made_again_for_a_similar_failure(rt: Runtime, roll_back: Any) -> None:
+    made = evolve(rt, slow_call(6))
+    assert made.status == "evolved" and made.version == "1.1.0"
+    roll_back(rt)
+    promotion = rt.state.promotion("slowish")
+    assert promotion is not None and promotion.status == "rolled_back"
+    again = evolve(rt, slow_call(7))  # a rollback is no failure on an input: any similar failure counts
+    assert again.status == "no_fix" and [(c.mutation, c.outcome) for c in again.candidates] == [("timeout_s 0.3s → 1.2s", "skipped")]
+    assert "1.1.0 rolled back: " in again.candidates[0].reason
+    assert [e.event for e in rt.evolution.changelog("slowish")].count("promoted") == 1
+
+
+def test_a_rewrite_is_known_by_its_code_not_by_the_words_of_the_reply(rt: Runtime) -> None:
+    replies: list[str] = []
+    mutator = CodeMutator(chat=lambda messages: replies.pop(0), model="test-model")
+
+    def rewrite(summary: str, code: str) -> EvolutionReport:
+        replies.append(f"{summary}\n```python\n{code}```\n")
+        return evolve(rt, failed_call("mean", {"xs": []}, FailureClass.crash, "ZeroDivisionError: division by zero"), [mutator])
+
+    wrong = rewrite("Fixed.", STILL_BUGGY)
+    assert [c.outcome for c in wrong.candidates] == ["failed"] and "ZeroDivisionError" in wrong.candidates[0].reason
+    reworded = rewrite("Made the mean robust.", STILL_BUGGY)
+    assert [c.outcome for c in reworded.candidates] == ["skipped"]
+    right = rewrite("Fixed.", FIXED)
+    assert right.status == "evolved" and right.mutation == "tool.py rewritten by test-model: Fixed."

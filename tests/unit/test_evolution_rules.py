@@ -1,5 +1,6 @@
 """The pure rules of evolution: versions, test-case predicates, input coercion, mutator order,
-trial verdicts, serving shares and description variants."""
+which earlier failures predict a mutation fails again, trial verdicts, serving shares and
+description variants."""
 
 from __future__ import annotations
 
@@ -8,14 +9,18 @@ from pathlib import Path
 import pytest
 
 from evolution.descriptions import DescriptionVariant, judge, served
-from evolution.models import Evidence, FailedRun, PastFailure
+from evolution.models import Evidence, FailedMutation, FailedRun, PastFailure, StageResult, SuccessfulRun, input_key
 from evolution.mutation import MutatorConfig, load_mutators, order_for
 from evolution.mutators.code import extract_code
 from evolution.mutators.coercion import Schema, infer_rules
 from evolution.trial import TrialCounts, TrialRules, decide, head_version, in_share, served_version
+from evolution.verification import StageRun, VerifyConfig, verify
 from evolution.versioning import next_version, version_dir, version_stem
 from selection.manifest import TestCase, ToolManifest
 from selection.models import FailureClass, Promotion
+from selection.ports import VectorHit
+from workers.evolution_memory import failed_mutations
+from workers.runners import RunOutcome
 
 
 def tool(**fields) -> ToolManifest:
@@ -107,6 +112,90 @@ def test_mutators_are_chosen_by_failure_class_cheapest_last_for_any_class() -> N
         similar_failures=[PastFailure(version="1.0.0", scenario="s", error_class=FailureClass.unavailable)],
     )
     assert [m.name for m in order_for(mutators, evidence)] == ["timeout", "retry", "describe", "code"]
+
+
+# ------------------------------------------------------------------------------------ failed before
+LONGER = "timeout_s 1s → 4s"
+EMPTY: dict[str, list[int]] = {"values": []}
+MANY = {"values": list(range(60)), "unit": "s"}
+
+
+def failing_on(*inputs: dict, earlier: list[FailedMutation]) -> Evidence:
+    failures = [FailedRun(version="1.0.0", input=v, error_class=FailureClass.timeout, error_message="no result within 1s") for v in inputs]
+    return Evidence(failures=failures, failed_mutations=earlier)
+
+
+def test_a_mutation_that_failed_on_a_failing_input_predicts_a_failure_only_while_that_input_fails() -> None:
+    on_empty = FailedMutation(mutator="timeout", mutation=LONGER, identity=LONGER, failed_on=[input_key(EMPTY)], similarity=0.97)
+    assert failing_on(MANY, earlier=[on_empty]).failed_before("timeout", LONGER, 0.85) is None
+    assert failing_on(MANY, EMPTY, earlier=[on_empty]).failed_before("timeout", LONGER, 0.85) == on_empty
+    reordered = on_empty.model_copy(update={"failed_on": [input_key({"unit": "s", "values": list(range(60))})]})
+    assert failing_on(MANY, earlier=[reordered]).failed_before("timeout", LONGER, 0.85) == reordered  # keys ignore key order
+
+
+def test_a_mutation_that_failed_for_a_reason_of_its_own_predicts_any_similar_failure_of_the_same_mutation() -> None:
+    own = FailedMutation(mutator="timeout", mutation=LONGER, identity=LONGER, reason="tests: test case 1 failed", similarity=0.9)
+    assert failing_on(MANY, earlier=[own]).failed_before("timeout", LONGER, 0.85) == own
+    assert failing_on(earlier=[own]).failed_before("timeout", LONGER, 0.85) == own
+    assert failing_on(MANY, earlier=[own]).failed_before("timeout", LONGER, 0.95) is None  # not similar enough
+    assert failing_on(MANY, earlier=[own]).failed_before("timeout", "timeout_s 1s → 8s", 0.85) is None
+    assert failing_on(MANY, earlier=[own]).failed_before("code", LONGER, 0.85) is None
+
+
+class ScriptedSandbox:
+    """Passes static checks and returns the given replay results (or dies)."""
+
+    def __init__(self, results: list[RunOutcome], died: str | None = None) -> None:
+        self.results, self.died = results, died
+
+    def static(self, manifest: ToolManifest, timeout_s: float) -> StageResult:
+        return StageResult(stage="static", passed=True, checked=1)
+
+    def run(self, manifest: ToolManifest, inputs: list[dict], timeout_s: float) -> StageRun:
+        return StageRun(results=self.results, died=self.died)
+
+
+def test_a_replay_names_the_failing_inputs_that_alone_failed_it() -> None:
+    evidence = Evidence(
+        failures=[FailedRun(version="1.0.0", input=v, error_class=FailureClass.timeout) for v in (EMPTY, MANY)],
+        successes=[SuccessfulRun(scenario="s", input={"values": [1]}, shape="number")],
+    )
+    hangs = RunOutcome.fail(FailureClass.timeout, "no result within 4s")
+
+    def replay(results: list[RunOutcome], died: str | None = None) -> StageResult:
+        return verify(tool(), evidence, ScriptedSandbox(results, died), VerifyConfig())[-1]
+
+    only_failing = replay([hangs, RunOutcome.ok(1.5), RunOutcome.ok(1)])
+    assert not only_failing.passed and only_failing.failed_inputs == [input_key(EMPTY)]
+    regressed = replay([hangs, RunOutcome.ok(1.5), RunOutcome.ok("1")])  # a successful input changed shape: its own reason
+    assert not regressed.passed and regressed.failed_inputs == []
+    died = replay([], died="the stage did not finish within 20s; its process group was killed")  # any failing input may have killed it
+    assert not died.passed and died.failed_inputs == [input_key(EMPTY), input_key(MANY)]
+
+
+def promotion(version: str, status: str, reason: str = "") -> Promotion:
+    return Promotion.model_validate({"namespace": "t", "evolved_version": version, "original_version": "1.0.0",
+                                     "parent_version": "1.0.0", "status": status, "reason": reason})
+
+
+def test_failed_mutations_are_those_that_failed_verification_and_those_rolled_back_since() -> None:
+    def hit(score: float, outcome: str, mutation: str, **payload: object) -> VectorHit:
+        return VectorHit(id=mutation, score=score, payload={"outcome": outcome, "mutator": "m", "mutation": mutation, **payload})
+
+    hits = [
+        hit(0.99, "failed", LONGER, reason="replay: failing input still fails"),  # written before identities and inputs were kept
+        hit(0.97, "failed", "code rewrite", identity="code:ab12", failed_on=[input_key(EMPTY)], reason="replay: x"),
+        hit(0.95, "verified", "rolled back", identity="rolled back", version="1.1.0"),
+        hit(0.93, "verified", "on trial", identity="on trial", version="1.3.0"),
+        hit(0.91, "verified", "promoted again", identity="promoted again", version="1.2.0"),
+    ]
+    history = [promotion("1.1.0", "on_trial"), promotion("1.1.0", "rolled_back", "rolled back by hand"),
+               promotion("1.2.0", "rolled_back", "1/5 successes"), promotion("1.2.0", "active"), promotion("1.3.0", "on_trial")]
+    assert [(m.identity, m.failed_on, m.reason, m.similarity) for m in failed_mutations(hits, history)] == [
+        (LONGER, [], "replay: failing input still fails", 0.99),
+        ("code:ab12", [input_key(EMPTY)], "replay: x", 0.97),
+        ("rolled back", [], "1.1.0 rolled back: rolled back by hand", 0.95),
+    ]
 
 
 def test_code_is_taken_from_the_fenced_block_of_a_reply() -> None:
