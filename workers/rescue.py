@@ -58,7 +58,7 @@ class CallStep(Task):
     """The base of every task that is one step of a call (selection, attempt, evolution)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        again = _delivered_again(self)
+        again = delivered_again(self)
         if again and self.request.id:
             passed = _passed(self, list(args), kwargs)
             runtime().metrics.count(REDELIVERED_STEPS, task=self.name, by=again,
@@ -76,7 +76,7 @@ class CallStep(Task):
         return result
 
 
-def _delivered_again(task: Task) -> str | None:
+def delivered_again(task: Task) -> str | None:
     """Who delivered this step again: "broker" (a message given back), "sweep" (sent again), or None
     for a first delivery."""
     if (task.request.delivery_info or {}).get("redelivered", False):

@@ -26,12 +26,15 @@ from selection.models import CallPlan, CallRequest, Candidate
 from tests.integration.conftest import Pipeline, start_pipeline
 from workers.metrics import UNACKED_KEY, reader_for
 from workers.rescue import resend
+from workers.state import redis_client
 from workers.state.inflight import HandedOnStep, InflightCalls
+from workers.tasks.execution import CRASH_AFTER_DEATHS
 
 pytestmark = pytest.mark.slow
 
 TOOLS = Path(__file__).parent / "reliability_tools"
 NAP = "nap@1.0.0"
+BRITTLE = "brittle@1.0.0"
 VISIBILITY_S = 12  # > FITTEST_MAX_TIMEOUT_S: how long a crashed worker's message stays with it
 
 
@@ -146,6 +149,73 @@ def test_an_attempt_delivered_twice_applies_its_effects_once(pipeline: Pipeline,
     assert_one_delivery(p, NAP, before.successes, before.failures + 1, round(before.quality - 0.10, 4))
     ranked = p.client.wait(p.client.send("explain", scenario=scenario, namespace="nap", version="1.0.0"), 30)
     assert ranked["ranking"][0]["breakdown"]["similar_failures"] == 1  # one failure record, not two
+
+
+def nap_then_brittle(scenario: str, log: Path, **input: object) -> dict[str, Any]:
+    """A plan whose first candidate is `nap` (told what to do by `input`) and whose second,
+    `brittle`, answers any input without "fail"."""
+    request = CallRequest(scenario=scenario, namespace="nap", max_attempts=2, input={"log": str(log), **input})
+    candidates = [Candidate(key=NAP, manifest=load_manifest(TOOLS / "nap" / "tool.yaml"), score=1.0),
+                  Candidate(key=BRITTLE, manifest=load_manifest(TOOLS / "brittle" / "tool.yaml"), score=0.9)]
+    return CallPlan(request=request, candidates=candidates).model_dump(mode="json")
+
+
+def foreign_sender(p: Pipeline) -> Celery:
+    sender = Celery("foreign", broker=p.settings.redis_url, backend=p.settings.redis_url)
+    sender.conf.update(task_serializer="json", accept_content=["json"], result_accept_content=["json"])
+    return sender
+
+
+@pytest.mark.parametrize("die", ["exit", "segfault"])
+def test_a_tool_that_kills_its_process_fails_as_a_crash_and_the_call_falls_back(
+        pipeline: Pipeline, tmp_path: Path, die: str) -> None:
+    """A python tool runs in the pool process; one that ends it (os._exit, a segfault) used to make
+    the broker give its attempt back for ever, each delivery killing another pool process. Now its
+    second death is its last: the attempt is a crash, recorded once, and the next candidate answers."""
+    p, log = pipeline, tmp_path / "runs.log"
+    plan = nap_then_brittle(f"a nap that kills its process ({die})", log, die=die)
+    p.settled()
+    before = p.state().stats([NAP, BRITTLE])
+    sender = foreign_sender(p)
+    try:
+        result = sender.send_task("fittest.execute", args=[plan, 0], queue="execution").get(timeout=60)
+    finally:
+        sender.close()
+    assert result["status"] == "success" and result["tool"] == "brittle", result
+    first, second = result["attempts"]
+    assert first["error_class"] == "crash" and f"died {CRASH_AFTER_DEATHS} times" in first["error_message"], first
+    assert ("exitcode 3" if die == "exit" else "SIGSEGV") in first["error_message"], first
+    assert second["outcome"] == "success" and second["tool"] == "brittle"
+    assert len(runs(log)) == CRASH_AFTER_DEATHS  # each run killed its process; the tool was not run again
+    assert_one_delivery(p, NAP, before[NAP].successes, before[NAP].failures + 1, round(before[NAP].quality - 0.10, 4))
+    assert p.state().stats([BRITTLE])[BRITTLE].successes == before[BRITTLE].successes + 1
+    # the executor still serves
+    assert p.client.wait(nap_call(p, tmp_path / "after.log", 0), 30)["status"] == "success"
+
+
+def test_a_step_the_sweep_sends_again_after_its_process_died_too_often_is_not_run(
+        pipeline: Pipeline, tmp_path: Path) -> None:
+    """The rescue sweep's copy of a step (`fittest_resent`) reads the deaths of its attempt as a
+    redelivery does: after CRASH_AFTER_DEATHS it is a crash, and the tool does not run."""
+    p, log = pipeline, tmp_path / "runs.log"
+    plan = nap_then_brittle("a nap whose process died twice before the sweep sent it", log)
+    client = redis_client(p.settings)
+    try:
+        inflight = InflightCalls(client, p.settings.key_prefix)
+        for _ in range(CRASH_AFTER_DEATHS):
+            inflight.died(f"{plan['request']['call_id']}:0", "signal 9 (SIGKILL)", 5.0)
+    finally:
+        client.close()
+    sender = foreign_sender(p)
+    task_id = f"call-{uuid.uuid4().hex}"
+    try:
+        resend(sender, HandedOnStep(task_id=task_id, task="fittest.execute", args=[plan, 0]))
+        result = sender.AsyncResult(task_id).get(timeout=60)
+    finally:
+        sender.close()
+    assert result["status"] == "success" and result["tool"] == "brittle", result
+    assert result["attempts"][0]["error_class"] == "crash" and "SIGKILL" in result["attempts"][0]["error_message"]
+    assert runs(log) == []
 
 
 PARKED = "parked"  # a queue no worker reads

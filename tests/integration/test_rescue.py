@@ -26,7 +26,7 @@ from workers.app import make_app
 from workers.metrics import reader_for
 from workers.rescue import RESENT_HEADER, sweep
 from workers.settings import Settings
-from workers.state.inflight import HandedOnStep
+from workers.state.inflight import DIED_TTL_S, AttemptDeaths, HandedOnStep
 
 
 @pytest.fixture
@@ -267,3 +267,16 @@ def test_a_step_is_recorded_at_the_hop_its_replacing_message_carries(private, mo
         prepare_evolution.pop_request()
     rt.inflight.flush()
     assert rt.inflight.current("call-1").hop == 3 == sent[0].options["replaced_task_nesting"]
+
+
+def test_the_deaths_of_an_attempts_process_are_counted_and_expire(private) -> None:
+    """What an execute step's next delivery reads to tell a tool that kills its process from a
+    worker killed once: every death counted, the last one's reason and run time, and a TTL so
+    that no record outlives the steps it concerns."""
+    _, rt, client = private
+    assert rt.inflight.deaths("c1:0") == AttemptDeaths()
+    assert rt.inflight.died("c1:0", "exitcode 3", 12.34) == 1
+    assert rt.inflight.died("c1:0", "signal 11 (SIGSEGV)", 7.0) == 2
+    assert rt.inflight.deaths("c1:0") == AttemptDeaths(count=2, reason="signal 11 (SIGSEGV)", ms=7.0)
+    assert rt.inflight.deaths("c1:1") == AttemptDeaths()  # per attempt
+    assert 0 < client.ttl("rescue:inflight:died:c1:0") <= DIED_TTL_S

@@ -19,8 +19,10 @@ step, delivered again after its worker was killed, was ignored as passed.
 
 Keys, under the key prefix: `inflight:due` (sorted set: call task id -> due time, Unix seconds),
 `inflight:steps` (hash: call task id -> the step as JSON), `inflight:hops` (hash: call task id ->
-the recorded step's hop, compared without decoding the step) and `inflight:ended:<task id>` (a
-marker for ENDED_TTL_S after a call ended: lua/inflight_hand_on.lua, lua/inflight_end.lua).
+the recorded step's hop, compared without decoding the step), `inflight:ended:<task id>` (a marker
+for ENDED_TTL_S after a call ended: lua/inflight_hand_on.lua, lua/inflight_end.lua) and
+`inflight:died:<attempt id>` (hash: how often the worker process running that attempt died, how the
+last one died and after how long; DIED_TTL_S: lua/attempt_died.lua).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ STEP_MARGIN_S = 30.0
 # How long an ended call's marker keeps a late hand-on out: longer than a buffered write can wait
 # (a flush that fails is sent again while Redis is away, ~30 s of the client's retries each).
 ENDED_TTL_S = 600
+# How long the deaths of an attempt's process are remembered: longer than its step can wait in a
+# queue before it is delivered again (a day, as long as the call's result is kept).
+DIED_TTL_S = 24 * 3600
 _LUA = Path(__file__).parent / "lua"
 
 
@@ -68,6 +73,15 @@ class HandedOnStep(BaseModel):
         fields = {"task", "args", "kwargs"}
         delivered = HandedOnStep(task_id=self.task_id, task=task, args=args, kwargs=kwargs)
         return json.loads(self.model_dump_json(include=fields)) == json.loads(delivered.model_dump_json(include=fields))
+
+
+class AttemptDeaths(BaseModel):
+    """How often the worker process running one attempt died (a pool process lost mid-task), how
+    the last one died, and how long it had run."""
+
+    count: int = 0
+    reason: str = ""
+    ms: float = 0.0
 
 
 def due_key(prefix: str) -> str:
@@ -102,6 +116,7 @@ class InflightCalls(BufferedWrites[_Pending]):
         self.hops_key = f"{prefix}inflight:hops"
         self._hand_on = client.register_script((_LUA / "inflight_hand_on.lua").read_text())
         self._end = client.register_script((_LUA / "inflight_end.lua").read_text())
+        self._died = client.register_script((_LUA / "attempt_died.lua").read_text())
         super().__init__(client, flush_interval_s)
 
     def _new_buffer(self) -> _Pending:
@@ -155,6 +170,23 @@ class InflightCalls(BufferedWrites[_Pending]):
     def postpone(self, task_id: str, due_in_s: float) -> None:
         """Look at the call again `due_in_s` from now (only while it is still in flight)."""
         self.client.zadd(self.due_key, {task_id: time.time() + due_in_s}, xx=True)
+
+    def died(self, attempt_id: str, reason: str, ms: float) -> int:
+        """Count a death of the process that was running `attempt_id` (`reason`: how it died, after
+        `ms` of running); returns how many are counted. Written at once, not buffered: the broker
+        gives the step back right after, and its next delivery reads the count."""
+        return int(self._died(keys=[self._died_key(attempt_id)], args=[reason, round(ms, 1), DIED_TTL_S]))
+
+    def deaths(self, attempt_id: str) -> AttemptDeaths:
+        """The deaths counted for `attempt_id` (none: 0)."""
+        raw = self.client.hgetall(self._died_key(attempt_id))
+        fields = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+                  for k, v in raw.items()}
+        return AttemptDeaths(count=int(fields.get("deaths", 0)), reason=fields.get("reason", ""),
+                             ms=float(fields.get("ms", 0.0)))
+
+    def _died_key(self, attempt_id: str) -> str:
+        return f"{self.prefix}inflight:died:{attempt_id}"
 
     def count(self) -> int:
         return int(self.client.zcard(self.due_key))

@@ -3,24 +3,42 @@
 A call never waits on a subtask: success returns the result, a failure reports itself to the
 feedback queue (high priority) and replaces this task with the next attempt, or with evolution,
 or ends the call with every attempt listed.
+
+A python tool runs inside the pool process (workers/runners/python.py), so a tool that kills its
+process (a segfault, `os._exit`) takes the attempt's message with it: the broker gives it back
+(task_reject_on_worker_lost) and the next delivery would run the tool again, and die again, for
+ever. So the worker counts each death of the pool process running an attempt (`ExecuteRequest`,
+in the worker's main process), and an attempt delivered again after CRASH_AFTER_DEATHS of them is
+not run: it is recorded as failed with the class `crash`, and the call goes on as after any
+failed attempt.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import time
 from typing import Any
 
+from billiard.einfo import ExceptionWithTraceback
+from billiard.exceptions import WorkerLostError
 from celery import Task
+from celery.worker.request import Request
 
 from selection.models import CallPlan, CallResult, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.timeouts import adaptive_timeout
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
-from workers.rescue import CallStep, hand_on
-from workers.runners import RunLimits, run_tool
+from workers.rescue import CallStep, delivered_again, hand_on
+from workers.runners import RunLimits, RunOutcome, run_tool
 from workers.runtime import runtime
+from workers.state.inflight import AttemptDeaths
 
 log = logging.getLogger("fittest.attempt")
 
+# An attempt whose pool process died this often is not run again. One death is not the tool's
+# doing for sure (an operator or the OOM killer may kill a pool process; the step must then just
+# run again, as the chaos bench expects); the same attempt killing its process twice is.
+CRASH_AFTER_DEATHS = 2
 
 
 def attempt_id(plan: CallPlan, index: int) -> str:
@@ -40,6 +58,26 @@ def run_attempt(plan: CallPlan, index: int) -> ToolExecutionResult:
         recent = rt.state.durations([candidate.key]).get(candidate.key, [])
         timeout_s = adaptive_timeout(recent, manifest.timeout_s, settings.min_timeout_s, settings.max_timeout_s)
     outcome = run_tool(manifest, plan.request.input, timeout_s=timeout_s, limits=RunLimits.from_settings(settings))
+    return record_attempt(plan, index, outcome, timeout_s=round(timeout_s, 3))
+
+
+def crashed_attempt(plan: CallPlan, index: int, deaths: AttemptDeaths) -> ToolExecutionResult:
+    """The attempt whose tool killed the process running it `deaths.count` times, recorded as a
+    crash without running it again (its run time: that of the last run, cut short)."""
+    outcome = RunOutcome.fail(
+        FailureClass.crash,
+        f"the worker process running this attempt died {deaths.count} times (last: {deaths.reason}); "
+        "not run again (a signal or os._exit in the tool?)",
+    ).model_copy(update={"elapsed_ms": deaths.ms})
+    return record_attempt(plan, index, outcome, deaths=deaths.count)
+
+
+def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: Any) -> ToolExecutionResult:
+    """The attempt's result, with its run time and breaker outcome recorded (once per attempt id)."""
+    rt = runtime()
+    settings = rt.settings
+    candidate = plan.candidates[index]
+    manifest = candidate.manifest
     result = ToolExecutionResult(
         attempt_id=attempt_id(plan, index),
         call_id=plan.request.call_id,
@@ -51,7 +89,7 @@ def run_attempt(plan: CallPlan, index: int) -> ToolExecutionResult:
         error_message=outcome.error_message,
         execution_time_ms=outcome.elapsed_ms,
         complexity=float(plan.features.get("complexity", 0.0) or 0.0),
-        metadata={"attempt": index, "timeout_s": round(timeout_s, 3), "policy": plan.policy},
+        metadata={"attempt": index, **metadata, "policy": plan.policy},
     )
     # The caller's fault is not the tool's; a redelivered attempt feeds the breaker once.
     feeds_breaker = outcome.error_class is not FailureClass.bad_input
@@ -108,14 +146,56 @@ def finish(plan: CallPlan, status: str, message: str = "") -> dict[str, Any]:
     return result.model_dump(mode="json")
 
 
-@app.task(bind=True, base=CallStep, name="fittest.execute")
+class ExecuteRequest(Request):
+    """An execute step as the worker's main process holds it: when the pool process running it
+    dies (WorkerLostError; Celery then gives the message back to the broker), the death is counted
+    for its attempt before the message goes back, so that its next delivery reads it."""
+
+    def on_failure(self, exc_info: Any, send_failed_event: bool = True, return_ok: bool = False) -> Any:
+        exc = exc_info.exception
+        if isinstance(exc, ExceptionWithTraceback):  # how billiard hands over the pool's errors
+            exc = exc.exc
+        if isinstance(exc, WorkerLostError):
+            self._count_death(exc)
+        return super().on_failure(exc_info, send_failed_event=send_failed_event, return_ok=return_ok)
+
+    def _count_death(self, exc: WorkerLostError) -> None:
+        # billiard says "Worker exited prematurely: signal 11 (SIGSEGV) Job: 7."; the middle is the news.
+        how = re.sub(r"^Worker exited prematurely: |\s*Job: \d+\.?$", "", str(exc)) or type(exc).__name__
+        ran_ms = (time.time() - self.time_start) * 1000 if self.time_start else 0.0
+        try:
+            args = dict(zip(("plan_data", "index"), self.args)) | dict(self.kwargs)
+            aid = attempt_id(CallPlan.model_validate(args["plan_data"]), int(args["index"]))
+            deaths = runtime().inflight.died(aid, how, max(ran_ms, 0.0))
+        except Exception as error:  # Redis away, a foreign message: it runs again, as before
+            log.warning("call %s: its pool process died (%s), not counted: %s: %s", self.id, how,
+                        type(error).__name__, error)
+            return
+        log.warning("call %s: the pool process running attempt %s died (%s), %d time(s)", self.id, aid, how, deaths,
+                    extra={"event": "attempt_process_died", "task_id": self.id, "attempt_id": aid, "reason": how,
+                           "deaths": deaths})
+
+
+def _deadly(task: Task, plan: CallPlan, index: int) -> AttemptDeaths | None:
+    """The deaths of this attempt's process when they are too many to run it again, else None.
+    Only a delivery that comes again (given back by the broker, or sent again by the rescue sweep)
+    can follow a death, so a first delivery reads nothing."""
+    if delivered_again(task) is None:
+        return None
+    deaths = runtime().inflight.deaths(attempt_id(plan, index))
+    return deaths if deaths.count >= CRASH_AFTER_DEATHS else None
+
+
+@app.task(bind=True, base=CallStep, name="fittest.execute", Request=ExecuteRequest)
 def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
     plan = CallPlan.model_validate(plan_data)
     # A redelivered attempt finds its own result already in the plan only if a previous delivery
     # replaced itself; otherwise it runs again under the same attempt id (effects apply once),
-    # unless its call has ended meanwhile (CallStep ignores it then).
+    # unless its call has ended meanwhile (CallStep ignores it then), or its tool killed the
+    # process running it too often (recorded as a crash instead, once per attempt id too).
     plan.attempts = [a for a in plan.attempts if a.metadata.get("attempt", -1) < index]
-    result = run_attempt(plan, index)
+    deaths = _deadly(self, plan, index)
+    result = run_attempt(plan, index) if deaths is None else crashed_attempt(plan, index, deaths)
     plan.attempts.append(result)
     if result.success:
         return finish(plan, "success")

@@ -1,7 +1,9 @@
 """A tool that takes its time: it logs each run to `input["log"]` (one line: pid), sleeps
 `input["ms"]`, then returns, or raises when `input["fail"]` is set. Tests kill workers while it
-sleeps and count its runs from the log."""
+sleeps and count its runs from the log. With `input["die"]` it kills its own process instead of
+returning: "exit" (os._exit(3)) or "segfault" (reads address 0)."""
 
+import ctypes
 import os
 import time
 
@@ -12,6 +14,10 @@ def run(payload):
         with open(log, "a", encoding="utf-8") as f:
             f.write(f"{os.getpid()}\n")
     time.sleep(payload.get("ms", 0) / 1000.0)
+    if payload.get("die") == "exit":
+        os._exit(3)
+    if payload.get("die") == "segfault":
+        ctypes.string_at(0)
     if payload.get("fail"):
         raise RuntimeError("nap was told to fail")
     return {"n": payload.get("n"), "pid": os.getpid()}
