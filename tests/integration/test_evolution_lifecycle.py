@@ -242,7 +242,7 @@ def test_a_rolled_back_version_is_not_made_again_for_a_similar_failure(rt: Runti
 
 def test_a_rewrite_is_known_by_its_code_not_by_the_words_of_the_reply(rt: Runtime) -> None:
     replies: list[str] = []
-    mutator = CodeMutator(chat=lambda messages: replies.pop(0), model="test-model")
+    mutator = CodeMutator(chat=lambda messages, deadline: replies.pop(0), model="test-model")
 
     def rewrite(summary: str, code: str) -> EvolutionReport:
         replies.append(f"{summary}\n```python\n{code}```\n")
