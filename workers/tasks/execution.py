@@ -209,5 +209,16 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
         from workers.tasks.evolution import prepare_evolution
 
         return hand_on(self, prepare_evolution.si(plan.model_dump(mode="json")))
-    tried = len(plan.attempts)
-    return finish(plan, "failed", message=f"every candidate failed ({tried} attempt{'s' if tried != 1 else ''})")
+    return finish(plan, "failed", message=f"every candidate failed ({attempts_made(plan)})")
+
+
+def _attempts(n: int) -> str:
+    return f"{n} attempt{'s' if n != 1 else ''}"
+
+
+def attempts_made(plan: CallPlan) -> str:
+    """How many attempts the call made, the round before its evolution included: the result
+    shows that round too (its `evolution.failed_attempts`), and the count should match it."""
+    before = len((plan.evolution_report or {}).get("failed_attempts") or [])
+    after = len(plan.attempts)
+    return f"{_attempts(before)} before the evolution, {_attempts(after)} after it" if before else _attempts(after)
