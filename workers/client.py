@@ -119,8 +119,14 @@ class FittestClient:
 
     def in_flight(self, call_id: str) -> bool:
         """Whether a call with this id is queued or running: sent by a client, or taken by a worker."""
+        return self.step_of(call_id) is not None
+
+    def step_of(self, call_id: str) -> str | None:
+        """The task of the step a call in flight was last handed on to (`fittest.execute`,
+        `fittest.evolve`...), or None when it is not in flight."""
         self._inflight.flush()  # this process's own sends count
-        return self._inflight.current(call_id) is not None
+        step = self._inflight.current(call_id)
+        return None if step is None else step.task
 
     @staticmethod
     def wait(result: AsyncResult, timeout: float = 120.0) -> dict[str, Any]:

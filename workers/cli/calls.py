@@ -121,6 +121,27 @@ def unknown_call(client: FittestClient, call_id: str) -> str | None:
             "(a call sent by send_task alone is known once a worker has taken it)")
 
 
+# What a call in flight is doing at its step, for a user who stopped waiting for it.
+STEP_DOING = {
+    "fittest.resilient_tool_call": "waiting for a selection worker",
+    "fittest.call_tool": "waiting for a selection worker",
+    "fittest.execute": "running a tool",
+    "fittest.prepare_evolution": "preparing an evolution (every candidate failed)",
+    "fittest.evolve": "evolving a new version (every candidate failed; up to FITTEST_EVOLUTION_BUDGET_S)",
+}
+
+
+def _still_running(client: FittestClient, call_id: str) -> str | None:
+    """Where a call that has not finished is, or None when that is not known."""
+    try:
+        step = client.step_of(call_id)
+    except Exception:  # Redis away: the generic message says what can be said
+        return None
+    if step is None:
+        return None
+    return f"it is {STEP_DOING.get(step, step)} ({step}) and goes on; `fittest result {call_id}` shows it when it ends"
+
+
 def show_when_done(client: FittestClient, pending: AsyncResult, timeout: float, json_out: bool, unfinished: str,
                    early: Callable[[], str | None] | None = None, namespace: str | None = None) -> None:
     """Wait for a call's result and print it, exiting with the call's exit code; `unfinished` says
@@ -143,7 +164,7 @@ def show_when_done(client: FittestClient, pending: AsyncResult, timeout: float, 
         else:
             outcome = client.wait(pending, timeout)
     except CeleryTimeout:
-        fail(f"no result for call {pending.id} within {timeout:g} s: {unfinished}", DID_NOT_SUCCEED)
+        fail(f"no result for call {pending.id} within {timeout:g} s: {_still_running(client, pending.id) or unfinished}", DID_NOT_SUCCEED)
     warn_if_namespace_unranked(namespace, outcome)
     if json_out:
         print_json(outcome)
