@@ -7,16 +7,20 @@ feedback worker concludes trials, and the CLI rolls back or promotes by hand, al
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Literal
 
 from evolution.models import ChangelogEntry
-from evolution.trial import Verdict
+from evolution.trial import Verdict, head_version
 from selection.manifest import ToolManifest
 from selection.models import Promotion
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
 from workers.state.evolution import EvolutionState
+
+
+log = logging.getLogger("fittest.evolution")
 
 
 class PromotionError(ValueError):
@@ -73,14 +77,21 @@ def conclude_trial(state: StateStore, ledger: EvolutionState, current: Promotion
             version=current.evolved_version, parent=current.parent_version, reason=reason,
         )
     )
+    key = f"{current.namespace}@{current.evolved_version}"
+    log.info("trial of %s ended: %s (%s)", key, "activated" if status == "active" else "rolled back", reason,
+             extra={"event": "trial_concluded", "tool": key, "verdict": verdict, "reason": reason})
     return True
 
 
 def rollback(state: StateStore, ledger: EvolutionState, namespace: str, reason: str = "rolled back by hand") -> Promotion:
     """Stop serving the promoted version; its parent is served again."""
     current = state.promotion(namespace)
-    if current is None or current.status == "rolled_back":
+    if current is None or current.evolved_version == current.original_version:  # promoting the original serves it
         raise PromotionError(f"{namespace} has no promoted version to roll back (the original is served)")
+    if current.status == "rolled_back":
+        served = head_version(current) or current.original_version  # None: the original
+        raise PromotionError(f"{namespace}@{current.evolved_version} is rolled back already; {namespace}@{served} is served "
+                             f"(to serve another version: fittest promote {namespace} VERSION)")
     new = current.model_copy(update={"status": "rolled_back", "reason": reason, "promoted_at": time.time()})
     if not state.promote_if(new, current.evolved_version, [current.status]):
         raise PromotionError(f"the promotion of {namespace} changed meanwhile; look again with `fittest show {namespace}`")

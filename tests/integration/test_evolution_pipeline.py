@@ -105,7 +105,12 @@ def test_rollback_and_promote_by_hand(evo: Pipeline) -> None:
     assert "greet_user@1.0.0 is served again" in out
     assert evo.state().promotion("greet_user").status == "rolled_back"
     code, out = cli(evo, "rollback", "greet_user")
-    assert code == 1 and "no promoted version to roll back" in out
+    said = " ".join(out.split())
+    assert code == 1 and "greet_user@1.1.0 is rolled back already; greet_user@1.0.0 is served" in said, said
+    code, out = cli(evo, "promote", "greet_user", "1.0.0")  # the original, by hand...
+    assert code == 0, out
+    code, out = cli(evo, "rollback", "greet_user")  # ...is not a promotion to roll back (QA: "1.0.0 rolled back; 1.0.0 served")
+    assert code == 1 and "no promoted version to roll back (the original is served)" in " ".join(out.split()), out
     code, out = cli(evo, "promote", "greet_user", "9.9.9")
     assert code == 1 and "has no version 9.9.9" in out
     code, out = cli(evo, "promote", "greet_user", "1.1.0")
