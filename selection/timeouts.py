@@ -34,7 +34,8 @@ def adaptive_timeout(recent_ms: Sequence[float], declared_s: float, min_s: float
       to what the tool really needs, or grow it, but the author's figure still bounds it, so a
       "longer timeout" evolution of `timeout_s` keeps its meaning;
     - either way within the operator's bounds [min_s, max_s], min_s winning over everything
-      (a timeout below process start-up time only produces false timeouts).
+      (a timeout below process start-up time only produces false timeouts);
+    - a version whose timeout an evolution raised keeps it as a floor (`earned_floor`).
 
     Callers should include runs that timed out, at their elapsed time: otherwise a tool that keeps
     timing out would only ever be judged by its fast runs and its timeout would never grow.
@@ -43,9 +44,12 @@ def adaptive_timeout(recent_ms: Sequence[float], declared_s: float, min_s: float
     return timeout_from_p95(p95(usable) if usable else None, len(usable), declared_s, min_s, max_s)
 
 
-def timeout_from_p95(p95_ms: float | None, runs: int, declared_s: float, min_s: float, max_s: float) -> float:
+def timeout_from_p95(p95_ms: float | None, runs: int, declared_s: float, min_s: float, max_s: float,
+                     *, floor_s: float = 0.0) -> float:
     """`adaptive_timeout` from a summary of the recent runs (their count and 95th percentile), as
-    the state store hands it to selection, so that the timeout travels in the call's plan."""
+    the state store hands it to selection, so that the timeout travels in the call's plan.
+
+    `floor_s`: the least this version is given whatever its recent runs say (`earned_floor`)."""
     if declared_s <= 0:
         raise ValueError(f"declared timeout must be positive, got {declared_s}")
     if min_s <= 0 or min_s > max_s:
@@ -53,5 +57,17 @@ def timeout_from_p95(p95_ms: float | None, runs: int, declared_s: float, min_s: 
     if runs < MIN_RUNS or p95_ms is None:
         chosen = declared_s
     else:
-        chosen = min(p95_ms / 1000.0 * HEADROOM, declared_s * MAX_GROWTH)
+        chosen = max(min(p95_ms / 1000.0 * HEADROOM, declared_s * MAX_GROWTH), floor_s)
     return max(min_s, min(chosen, max_s))
+
+
+def earned_floor(declared_s: float, parent_declared_s: float | None) -> float:
+    """The timeout a version keeps however fast its recent runs were: its declared one when an
+    evolution raised it above its parent's (the timeout mutator's "longer timeout"), else none.
+
+    Why: such a version exists because some inputs need that time. Its usual inputs may be fast,
+    and p95 x 1.2 of fast runs would cut the slow ones off again, undoing the evolution and
+    evolving the next version for the same failure (QA saw 1s -> 4s -> 16s, each cut to 0.5 s)."""
+    if parent_declared_s is not None and declared_s > parent_declared_s:
+        return declared_s
+    return 0.0

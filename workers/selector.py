@@ -40,7 +40,7 @@ from selection.ports import (
     VectorPoint,
 )
 from selection.sparc import sparc_score
-from selection.timeouts import timeout_from_p95
+from selection.timeouts import earned_floor, timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
 from workers.tool_catalog import evolved_dir, text_hash, tool_point
 from workers.tool_classifier import stored_classifier
@@ -295,8 +295,10 @@ class Selector:
 
     def _timeout(self, manifest: ToolManifest, stats: ToolStats) -> float:
         s = self.settings
+        parent = self.rt.registry.get(tool_key(manifest.name, manifest.parent_version)) if manifest.parent_version else None
+        floor = earned_floor(manifest.timeout_s, parent.timeout_s if parent else None)
         return round(timeout_from_p95(stats.recent_p95_ms, stats.recent_runs, manifest.timeout_s,
-                                      s.min_timeout_s, s.max_timeout_s), 3)
+                                      s.min_timeout_s, s.max_timeout_s, floor_s=floor), 3)
 
     def _breaker_blocked(self, breakers: dict[str, BreakerState], request: CallRequest) -> set[str]:
         """Versions whose circuit breaker keeps them out of this call: every open one, and a half-open

@@ -143,6 +143,18 @@ def test_a_concurrent_evolution_of_the_same_namespace_skips_or_waits(rt: Runtime
     assert rt.state.stats(["slowish@1.1.0"])["slowish@1.1.0"].quality == rt.state.stats(["slowish@1.0.0"])["slowish@1.0.0"].quality
 
 
+def test_a_longer_timeout_from_an_evolution_survives_fast_usual_runs(rt: Runtime) -> None:
+    """0.3 s -> 1.2 s for inputs that need it; eight fast calls after, the plan still gives the
+    version its 1.2 s (p95 x 1.2 of 10 ms runs would be the 0.5 s floor, the evolution undone)."""
+    report = evolve(rt, slow_call(6))
+    assert (report.status, report.version) == ("evolved", "1.1.0")
+    for key in ("slowish@1.0.0", "slowish@1.1.0"):
+        for n in range(8):
+            rt.state.record_run(key, 10.0, True, threshold=5, cooldown_s=60.0, attempt_id=f"{key}:{n}")
+    timeouts = {c.key: c.timeout_s for c in rt.selector.plan(CallRequest(scenario="use slowish", namespace="slowish")).candidates}
+    assert timeouts == {"slowish@1.1.0": 1.2, "slowish@1.0.0": 0.5}
+
+
 def test_a_job_delivered_again_takes_over_the_lock_its_killed_run_held(rt: Runtime) -> None:
     """The evolver's pool process was killed mid-evolution: the broker gives the job back at once,
     while the lock and the staging of the dead run are still there."""

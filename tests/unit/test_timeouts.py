@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from selection.timeouts import adaptive_timeout, p95, timeout_from_p95
+from selection.timeouts import adaptive_timeout, earned_floor, p95, timeout_from_p95
 
 
 def test_declared_timeout_until_five_runs_are_known() -> None:
@@ -55,3 +55,15 @@ def test_the_timeout_from_a_run_summary_is_the_timeout_from_the_runs(runs):
     rule applied to the runs themselves."""
     summary = timeout_from_p95(p95(runs) if runs else None, len(runs), 10.0, 0.5, 120.0)
     assert summary == adaptive_timeout(runs, 10.0, 0.5, 120.0)
+
+
+def test_a_timeout_an_evolution_raised_is_kept_however_fast_the_usual_runs_are() -> None:
+    """The timeout mutator gave 1 s -> 4 s for inputs that take 2.5 s; eight fast calls later,
+    p95 x 1.2 would give 0.5 s and cut those inputs off again (QA)."""
+    fast = timeout_from_p95(12.0, 8, 4.0, 0.5, 120.0)
+    assert fast == 0.5
+    assert earned_floor(4.0, 1.0) == 4.0
+    assert timeout_from_p95(12.0, 8, 4.0, 0.5, 120.0, floor_s=earned_floor(4.0, 1.0)) == 4.0
+    assert timeout_from_p95(3000.0, 8, 4.0, 0.5, 120.0, floor_s=4.0) == pytest.approx(4.0)  # slower runs still grow it
+    assert timeout_from_p95(6000.0, 8, 4.0, 0.5, 120.0, floor_s=4.0) == pytest.approx(7.2)
+    assert earned_floor(4.0, 4.0) == earned_floor(4.0, None) == 0.0  # same as its parent's, or an original: no floor
