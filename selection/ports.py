@@ -139,6 +139,11 @@ class FailureApplied(BaseModel):
     applied: bool  # False when this attempt id had been applied before
     quality: float
     failures: int
+    quality_before: float | None = None  # the quality this failure took off from (None: not known)
+
+    def fell_below(self, threshold: float) -> bool:
+        """Whether this failure took the quality from at least `threshold` to under it."""
+        return self.applied and self.quality < threshold and (self.quality_before is None or self.quality_before >= threshold)
 
 
 class SelectionWeights(BaseModel):

@@ -99,10 +99,12 @@ class InMemoryStateStore:
         with self._lock:
             applied = self._claim(f"applied:failure:{attempt_id}")
             t = self._s.tools.setdefault(key, _Tool())
+            before = t.quality_bp
             if applied:
                 t.quality_bp, t.failures = apply_failure_bp(t.quality_bp, t.failures, severity)
                 self._s.state_version += 1
-            return FailureApplied(applied=applied, quality=bp_to_quality(t.quality_bp), failures=t.failures)
+            return FailureApplied(applied=applied, quality=bp_to_quality(t.quality_bp), failures=t.failures,
+                                  quality_before=bp_to_quality(before))
 
     def record_successes(self, attempts: Sequence[tuple[str, str]]) -> list[bool]:
         counted = []

@@ -294,9 +294,14 @@ def apply_evolution_outcomes(rt: Runtime, records: Sequence[OutcomeRecord]) -> N
 
 def maybe_evolve_for_quality(rt: Runtime, mark: FailureMark, applied: FailureApplied,
                              send: Callable[[EvolutionJob], None]) -> EvolutionJob | None:
-    """Start an evolution of a served version whose quality fell below the threshold."""
+    """Start an evolution of a served version whose quality fell below the threshold.
+
+    Only the failure that takes it under the threshold starts one: a version below it already
+    (one that inherited a low quality from its parent, or whose evolution found nothing) would
+    otherwise be evolved again at every failure past each cool-down, however well it serves
+    (QA saw a version at 0.32 after 21 successes and no failure evolved on one bad input)."""
     settings = rt.settings
-    if not (settings.evolution_enabled and applied.applied and applied.quality < settings.evolution_quality_threshold):
+    if not (settings.evolution_enabled and applied.fell_below(settings.evolution_quality_threshold)):
         return None
     promotion = rt.state.promotion(mark.tool)
     if promotion is not None and promotion.status == "on_trial":

@@ -98,6 +98,16 @@ def test_extra_penalty_past_5_and_past_10_failures(store):
     assert store.stats([KEY])[KEY].failures == 12
 
 
+def test_a_failure_says_whether_it_took_the_quality_under_a_threshold(store):
+    """Only the failure that crosses the threshold starts a quality-triggered evolution; a
+    version below it already is not evolved again at every failure."""
+    first = store.mark_failure("t@1", "a1", Severity.high)  # 1.00 -> 0.90
+    assert (first.quality_before, first.quality) == (1.0, 0.9) and first.fell_below(0.95) and not first.fell_below(0.9)
+    second = store.mark_failure("t@1", "a2", Severity.high)  # 0.90 -> 0.80
+    assert second.quality_before == 0.9 and not second.fell_below(0.95) and second.fell_below(0.85)
+    again = store.mark_failure("t@1", "a2", Severity.high)  # a redelivery: nothing applied, nothing crossed
+    assert not again.applied and not again.fell_below(0.85)
+
 def test_mixed_severities_match_quality_rule_step_by_step(store):
     severities = [list(Severity)[(i * 7 + i // 3) % 3] for i in range(25)]
     got = []

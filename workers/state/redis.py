@@ -199,11 +199,12 @@ class RedisStateStore:
 
     def mark_failure(self, key: str, attempt_id: str, severity: Severity) -> FailureApplied:
         severity = Severity(severity)
-        applied, q, f = self.scripts["mark_failure"](
+        applied, q, f, before = self.scripts["mark_failure"](
             keys=[self._k("tool", key), self._k("applied", "failure", attempt_id), self._state_key],
             args=[self.idempotency_ttl_s, FULL_QUALITY_BP, SEVERITY_PENALTY_BP[severity], *_EXTRA_ARGV],
         )
-        return FailureApplied(applied=bool(applied), quality=bp_to_quality(int(q)), failures=int(f))
+        return FailureApplied(applied=bool(applied), quality=bp_to_quality(int(q)), failures=int(f),
+                              quality_before=bp_to_quality(int(before)))
 
     def record_successes(self, attempts: Sequence[tuple[str, str]]) -> list[bool]:
         if not attempts:

@@ -6,7 +6,7 @@
 -- Atomically: SET NX the idempotency key (a second delivery changes nothing); failures += 1;
 -- quality -= base + the extra of the last pair whose from_failure_count <= failures; floor 0;
 -- INCR the state version. The numbers come from selection/quality.py; this file holds none.
--- Returns {applied 1|0, quality bp, failures} (current values when not applied).
+-- Returns {applied 1|0, quality bp, failures, quality bp before} (current values when not applied).
 
 local function current()
   local v = redis.call('HMGET', KEYS[1], 'quality_bp', 'failures')
@@ -15,10 +15,11 @@ end
 
 if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then
   local q, f = current()
-  return {0, q, f}
+  return {0, q, f, q}
 end
 
 local q, f = current()
+local before = q
 f = f + 1
 local extra = 0
 for i = 4, #ARGV - 1, 2 do
@@ -32,4 +33,4 @@ if q < 0 then
 end
 redis.call('HSET', KEYS[1], 'quality_bp', string.format('%d', q), 'failures', string.format('%d', f))
 redis.call('INCR', KEYS[3])
-return {1, q, f}
+return {1, q, f, before}
