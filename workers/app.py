@@ -43,6 +43,14 @@ RESTORE_SWEEP_S = 5
 # A broker connection that is dead or half-open is dropped within seconds, not minutes.
 BROKER_SOCKET_TIMEOUT_S = 15.0
 BROKER_HEALTH_CHECK_S = 10
+# How long beat may sleep between ticks. Each tick extends beat's lock, and a beat that died leaves
+# the lock until it expires (redbeat's default, 5 x Celery's 300 s, kept the next beat idle for
+# 25 min), so the lock's timeout follows this interval: a restarted beat takes over within a minute.
+BEAT_MAX_INTERVAL_S = 10
+BEAT_LOCK_TIMEOUT_S = 5 * BEAT_MAX_INTERVAL_S
+# How long beat retries a Redis call (redbeat's own retry) before it gives up and `fittest up`
+# restarts it: about as long as the workers wait for a Redis restart.
+BEAT_REDIS_RETRY_S = 60
 
 
 def make_app(settings: Settings | None = None) -> Celery:
@@ -108,6 +116,11 @@ def make_app(settings: Settings | None = None) -> Celery:
         timezone="UTC",
         redbeat_redis_url=settings.redis_url,
         redbeat_key_prefix=f"{settings.key_prefix}redbeat:",
+        # The beat runs workers.beat.Scheduler (Procfile), which restores what a Redis restart lost.
+        beat_max_loop_interval=BEAT_MAX_INTERVAL_S,
+        redbeat_lock_timeout=BEAT_LOCK_TIMEOUT_S,
+        redbeat_redis_options={"retry_period": BEAT_REDIS_RETRY_S, "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
+                               "socket_connect_timeout": 5.0, "health_check_interval": BROKER_HEALTH_CHECK_S},
         beat_schedule={
             "retrain-weights": {
                 "task": "fittest.retrain_weights",

@@ -1,0 +1,78 @@
+"""The beat on a Redis that loses its data: it writes its schedule and takes its lock again, so
+`fittest.retrain_weights` keeps running; a beat that died leaves a lock that soon expires."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import redis
+from celery import Celery
+from redbeat.schedulers import acquire_distributed_beat_lock
+
+from tests.conftest import start_redis
+from workers.app import BEAT_LOCK_TIMEOUT_S, BEAT_MAX_INTERVAL_S, make_app
+from workers.beat import Scheduler
+from workers.settings import Settings
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[str]:
+    """A Redis of this test's own: it is flushed, which the shared one must not be."""
+    proc, url = start_redis(tmp_path / "redis")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def started_beat(app: Celery) -> Scheduler:
+    """The scheduler as `celery beat` starts it: schedule written, then the lock taken (beat_init)."""
+    scheduler = Scheduler(app=app)
+    acquire_distributed_beat_lock(sender=SimpleNamespace(scheduler=scheduler))
+    return scheduler
+
+
+def retrains_sent(client: redis.Redis) -> int:
+    """fittest.retrain_weights messages waiting on the learning queue (one list per priority step)."""
+    return sum(client.llen(key) for key in client.scan_iter("learning*") if client.type(key) == b"list")
+
+
+def test_beat_writes_its_schedule_and_takes_its_lock_again_after_redis_lost_its_data(private_redis: str) -> None:
+    interval = 0.5
+    app = make_app(Settings(redis_url=private_redis, retrain_interval_s=interval))
+    client = redis.Redis.from_url(private_redis)
+    beat = started_beat(app)
+    try:
+        assert beat.max_interval == BEAT_MAX_INTERVAL_S and beat.lock_timeout == BEAT_LOCK_TIMEOUT_S
+        # A beat killed now leaves its lock for about a minute, not redbeat's 25 min.
+        assert 0 < client.pttl(beat.lock_key) <= BEAT_LOCK_TIMEOUT_S * 1000
+        time.sleep(interval + 0.1)
+        beat.tick()
+        assert retrains_sent(client) == 1
+
+        client.flushall()  # Redis restarted without its data
+        beat.tick()  # redbeat's own tick raised LockNotOwnedError here, and never wrote the entries again
+        assert beat.lock.owned()
+        assert client.exists(app.redbeat_conf.schedule_key)
+        time.sleep(interval + 0.1)
+        assert beat.tick() <= BEAT_MAX_INTERVAL_S  # the beat goes on
+        assert retrains_sent(client) == 1  # and the weights are retrained again
+    finally:
+        beat.close()
+
+
+def test_a_beat_whose_lock_another_beat_took_stops(private_redis: str) -> None:
+    app = make_app(Settings(redis_url=private_redis))
+    client = redis.Redis.from_url(private_redis)
+    beat = started_beat(app)
+    try:
+        client.set(beat.lock_key, "another beat's token", px=BEAT_LOCK_TIMEOUT_S * 1000)
+        with pytest.raises(redis.exceptions.LockNotOwnedError):
+            beat.tick()
+        assert client.get(beat.lock_key) == b"another beat's token"
+    finally:
+        beat.lock = None  # not ours to release
+        beat.close()

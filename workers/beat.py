@@ -1,0 +1,50 @@
+"""The beat's scheduler: redbeat's, made to ride out a Redis that restarts, even empty.
+
+redbeat keeps the schedule entries and its lock in Redis and writes the entries only when beat
+starts. A Redis that came back empty (restarted without its data, FLUSHALL) took them all: beat
+then had nothing to send, and `fittest.retrain_weights` never ran again; it had also taken the
+lock, whose extension at the next tick raised LockNotOwnedError and ended beat. At each tick
+(every BEAT_MAX_INTERVAL_S at least, workers/app.py) this scheduler writes the entries again when
+their schedule is gone, and takes a lost lock again when no other beat holds it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery.utils.log import get_logger
+from redbeat import RedBeatScheduler
+from redbeat.schedulers import get_redis
+from redis.exceptions import LockNotOwnedError
+
+logger = get_logger("celery.beat")
+
+
+class Scheduler(RedBeatScheduler):
+    """RedBeatScheduler that restores its lock and its schedule entries after Redis lost them."""
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        # The schedule's check goes first: its call is one redbeat retries (workers/app.py,
+        # `retry_period`), so a tick during a Redis restart waits for Redis instead of ending beat.
+        self._keep_schedule()
+        self._keep_lock()
+        return float(super().tick(*args, **kwargs))
+
+    def _keep_lock(self) -> None:
+        """Take the lock again when it is gone (Redis restarted empty, or it expired while Redis
+        was down); redbeat's extension would end beat. Another beat holding it by now ends this
+        one: only one beat may send the schedule."""
+        if self.lock is None or self.lock.owned():
+            return
+        if not self.lock.acquire(blocking=False):
+            raise LockNotOwnedError(f"beat: another beat holds {self.lock_key}")
+        logger.warning("beat: the lock %s was gone (Redis lost its data, or it expired while Redis was down); took it again",
+                       self.lock_key)
+
+    def _keep_schedule(self) -> None:
+        """Write the schedule entries again when their sorted set is gone: redbeat writes them only
+        at start, and reads nothing else to know what is due."""
+        conf = self.app.redbeat_conf
+        if conf.schedule and not get_redis(self.app).exists(conf.schedule_key):
+            logger.warning("beat: the schedule %s was gone (Redis lost its data?); writing it again", conf.schedule_key)
+            self.setup_schedule()
