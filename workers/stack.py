@@ -1,25 +1,31 @@
 """Run the whole stack on one machine: Redis when none answers, the worker roles, beat, Flower.
 
-`fittest up` hands the roles to honcho (the Procfile's process manager); `fittest demo` and the
-pipeline tests start only the roles they need, as child processes they stop afterwards.
+`fittest up` hands the roles to honcho (the Procfile's process manager), which restarts a role
+that ends (Supervisor); `fittest demo` and the pipeline tests start only the roles they need, as
+child processes they stop afterwards.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import queue
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote, unquote, urlparse
 
 import redis
+from honcho.manager import KILL_WAIT, SIGNALS, Manager
+from honcho.printer import Printer
 from honcho.process import Process as HonchoProcess
 from kombu.exceptions import OperationalError
 
@@ -301,23 +307,47 @@ def flower_env(settings: Settings) -> dict[str, str]:
     return {"FLOWER_BASIC_AUTH": f"{settings.flower_user}:{settings.flower_password.get_secret_value()}"}
 
 
+def port_taken(port: int, addr: str = "0.0.0.0") -> bool:
+    """Whether a server could not listen on `addr`:`port` now (as Flower's and the metrics'
+    servers bind it, with SO_REUSEADDR): checked before `up` starts them, since a role that cannot
+    bind its port fails again at every restart."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((addr, port))
+        except OSError:
+            return True
+    return False
+
+
+def check_ports(settings: Settings, roles: Iterable[str]) -> None:
+    """One line naming the setting to change, instead of the role's traceback, for a port in use."""
+    ports = {"flower": ("Flower", settings.flower_port, "FITTEST_FLOWER_PORT"),
+             "metrics": ("the metrics endpoint", settings.metrics_port, "FITTEST_METRICS_PORT")}
+    for role in roles:
+        if role in ports and port_taken(ports[role][1]):
+            what, port, variable = ports[role]
+            raise StackError(f"port {port} of {what} is in use: set {variable} to a free port, "
+                             f"or leave the role out with --without {role}")
+
+
 def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
     """`fittest up`: every Procfile role under honcho, with Redis started first when needed."""
     from honcho.environ import parse_procfile
-    from honcho.manager import Manager
-    from honcho.printer import Printer
 
     procfile = parse_procfile(PROCFILE.read_text())
     unknown = (without or set()) - set(procfile.processes)
     if unknown:
         raise StackError(f"no Procfile role named {', '.join(sorted(unknown))}")
+    roles = [name for name in procfile.processes if name not in (without or set())]
+    check_ports(settings, roles)
     stack = Stack(settings)
     out = LossyOutput(sys.stdout)
     if not settings.tools_dir.is_dir():
         print(f"fittest up: FITTEST_TOOLS_DIR ({settings.tools_dir.resolve()}) is not a directory: no tool will be "
               "served until it is (a relative path is read from the directory you run fittest in)", file=out, flush=True)
     url = stack.ensure_redis()
-    manager = Manager(printer=Printer(out))
+    manager = Supervisor(printer=Printer(out))
     manager._process_ctor = RoleRelay  # honcho's own hook for the class that runs each role
 
     def hang_up(signum: int, _frame: Any) -> None:
@@ -339,15 +369,133 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
                       file=out, flush=True)
         env = dict(stack.env)
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        for name, cmd in procfile.processes.items():
-            if name in (without or set()):
-                continue
-            manager.add_process(name, cmd, env={**env, **flower_env(settings)} if name == "flower" else env, cwd=str(ROOT))
+        # The Procfile's Flower line reads its port from FITTEST_FLOWER_PORT.
+        flower = {**env, "FITTEST_FLOWER_PORT": str(settings.flower_port), **flower_env(settings)}
+        for name in roles:
+            manager.add_process(name, procfile.processes[name], env=flower if name == "flower" else env, cwd=str(ROOT))
         signal.signal(signal.SIGHUP, hang_up)
         manager.loop()
     finally:
         stack.stop_all()
     return manager.returncode or 0
+
+
+# A role that ends while `up` runs is started again after RESTART_BACKOFF_S, doubled for each of
+# its restarts in the last RESTART_WINDOW_S, up to RESTART_BACKOFF_MAX_S. An end past
+# RESTART_LIMIT restarts in that window stops the stack: a role that cannot run (bad settings, a
+# missing binary) is told of within a minute or so (1+2+4+8+16 s of waits, and its failed starts). A beat waits out a Redis
+# restart of up to a minute (workers/app.py), so one restart covers it; the workers ride it out.
+RESTART_LIMIT = 5
+RESTART_WINDOW_S = 300.0
+RESTART_BACKOFF_S = 1.0
+RESTART_BACKOFF_MAX_S = 30.0
+
+
+class Supervisor(Manager):
+    """honcho's Manager, which stopped every role as soon as one ended (a worker killed by the OOM
+    killer, a beat that lost Redis), restarting the role instead: one line per restart, and the
+    whole stack stopped, with one line saying why, once a role ends too often (RESTART_LIMIT).
+    SIGINT, SIGTERM and `terminate()` stop every role as honcho does, none restarted."""
+
+    def __init__(self, printer: Printer, limit: int = RESTART_LIMIT, window_s: float = RESTART_WINDOW_S,
+                 backoff_s: float = RESTART_BACKOFF_S, backoff_max_s: float = RESTART_BACKOFF_MAX_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(printer=printer)
+        self.limit, self.window_s = limit, window_s
+        self.backoff_s, self.backoff_max_s = backoff_s, backoff_max_s
+        self._now = clock
+        self._ends: dict[str, deque[float]] = {}  # role -> when it ended, within the window
+        self._due: dict[str, float] = {}  # role -> when it is started again
+
+    def loop(self) -> None:
+        """honcho's loop (start the roles, print their lines, stop them all on SIGINT/SIGTERM,
+        SIGKILL what is left KILL_WAIT s later), where a role that ends is handed to _ended."""
+        def _terminate(signum: int, _frame: Any) -> None:
+            self._system_print(f"{SIGNALS[signum]['name']} received\n")
+            self.returncode = SIGNALS[signum]["rc"]
+            self.terminate()
+
+        signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGINT, _terminate)
+        self._start()
+        kill_at: float | None = None
+        done = False
+        while True:
+            try:
+                self._handle(self.events.get(timeout=0.1))
+            except queue.Empty:
+                if done:  # every role stopped and nothing left to print
+                    break
+            if self._terminating:
+                self._due.clear()
+                done = self._all_started() and self._all_stopped()
+                kill_at = kill_at if kill_at is not None else self._now() + KILL_WAIT
+                if self._now() > kill_at:
+                    self.kill()
+                    kill_at = float("inf")  # once: a role SIGKILL left is gone
+            else:
+                for name, at in list(self._due.items()):
+                    if self._now() >= at:
+                        del self._due[name]
+                        self._restart(name)
+
+    def _handle(self, msg: Any) -> None:
+        if msg.type == "line":
+            self._printer.write(msg)
+            return
+        role = self._processes[msg.name]
+        if msg.type == "start":
+            role["pid"] = msg.data["pid"]
+            self._system_print(f"{msg.name} started (pid={msg.data['pid']})\n")
+            if self._terminating:  # restarted as the stack began to stop: it stops too
+                self._procmgr.terminate(msg.data["pid"])
+        elif msg.type == "stop":
+            role["returncode"] = msg.data["returncode"]
+            if self._terminating:
+                self._system_print(f"{msg.name} stopped (rc={msg.data['returncode']})\n")
+                if self.returncode is None:
+                    self.returncode = msg.data["returncode"]
+            else:
+                self._ended(msg.name, msg.data["returncode"])
+
+    def _ended(self, name: str, rc: int) -> None:
+        """A role ended while the stack runs: start it again after its backoff, or, when it has
+        ended more than `limit` times within the window, stop the stack."""
+        now = self._now()
+        ends = self._ends.setdefault(name, deque())
+        ends.append(now)
+        while ends[0] < now - self.window_s:
+            ends.popleft()
+        if len(ends) > self.limit:
+            self._system_print(f"{name} stopped (rc={rc}), {len(ends)} times in {self.window_s:g} s: "
+                               "giving up, stopping every role\n")
+            self.returncode = rc if rc > 0 else 1
+            self.terminate()
+            return
+        delay = min(self.backoff_max_s, self.backoff_s * 2 ** (len(ends) - 1))
+        self._due[name] = now + delay
+        self._system_print(f"{name} stopped (rc={rc}): restarting it in {delay:g} s "
+                           f"(restart {len(ends)} of {self.limit} allowed in {self.window_s:g} s)\n")
+
+    def _restart(self, name: str) -> None:
+        """A new relay for the role, as honcho's _start makes them; starting it also reaps the
+        relay that ended (multiprocessing reaps its finished children whenever it starts one)."""
+        role = self._processes[name]
+        del role["returncode"], role["pid"]
+        role["process"] = multiprocessing.Process(name=name, target=role["obj"].run, args=(self.events, True))
+        role["process"].start()
+
+    def _killall(self, force: bool = False) -> None:
+        """honcho's, leaving out a role whose relay has not said its pid yet (it is restarting):
+        its start message, when it comes, has it stopped (_handle)."""
+        for name, role in self._processes.items():
+            if "returncode" in role or "pid" not in role:
+                continue
+            self._system_print(f"sending {'SIGKILL' if force else 'SIGTERM'} to {name} (pid {role['pid']})\n")
+            if force:
+                self._procmgr.kill(role["pid"])
+            else:
+                self._procmgr.terminate(role["pid"])
 
 
 class RoleRelay(HonchoProcess):

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -89,21 +90,50 @@ def processes_with(entry: str, but: int) -> set[int]:
     return found
 
 
-@pytest.mark.parametrize("ending", ["terminal closed", "output closed, then stopped", "killed"])
-def test_up_stops_its_roles_and_its_redis_however_it_ends(ending: str, model_path: Path, tmp_path: Path) -> None:
+def start_up(model_path: Path, tmp_path: Path) -> tuple[subprocess.Popen, dict[str, str], str]:
+    """`fittest up` with the memory worker and the executor only, on a Redis it starts; with its
+    environment, and the entry of it that marks the processes of this stack (processes_with)."""
     url = f"redis://127.0.0.1:{free_port()}/0"
-    ours = f"FITTEST_REDIS_URL={url}"
     env = {**os.environ, "FITTEST_REDIS_URL": url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
            "FITTEST_DATA_DIR": str(tmp_path / "data"), "FITTEST_TOOLS_DIR": str(EXAMPLE_TOOLS)}
     env.pop("FITTEST_RESULT_BACKEND", None)
     up = subprocess.Popen([str(FITTEST), "up", *[f"--without={r}" for r in ("evolver", "beat", "flower", "metrics", "toolserver")]],
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return up, env, f"FITTEST_REDIS_URL={url}"
+
+
+def wait_until_serving(up: subprocess.Popen, env: dict[str, str]) -> None:
+    """Until the memory worker and the executor answer, while `up` runs."""
+    deadline = time.monotonic() + 120
+    while subprocess.run([str(FITTEST), "health", "-w", "memory", "-w", "executor"], env=env, capture_output=True,
+                         timeout=120).returncode != 0:
+        assert up.poll() is None and time.monotonic() < deadline, "the stack is not serving"
+        time.sleep(1)
+
+
+def assert_none_outlived(up: subprocess.Popen, ours: str, running: set[int]) -> None:
+    deadline = time.monotonic() + 30
+    while (left := processes_with(ours, but=up.pid) & running) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"outlived `fittest up`: {left}"
+
+
+def sweep(up: subprocess.Popen, ours: str) -> None:
+    """Whatever happened in a test, nothing of its stack is left behind."""
+    if up.poll() is None:
+        os.killpg(up.pid, signal.SIGKILL)
+    for pid in processes_with(ours, but=up.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.parametrize("ending", ["terminal closed", "output closed, then stopped", "killed"])
+def test_up_stops_its_roles_and_its_redis_however_it_ends(ending: str, model_path: Path, tmp_path: Path) -> None:
+    up, env, ours = start_up(model_path, tmp_path)
     try:
-        deadline = time.monotonic() + 120
-        while subprocess.run([str(FITTEST), "health", "-w", "memory", "-w", "executor"], env=env, capture_output=True,
-                             timeout=120).returncode != 0:
-            assert time.monotonic() < deadline, "the stack did not come up"
-            time.sleep(2)
+        wait_until_serving(up, env)
         running = processes_with(ours, but=up.pid)
         assert len(running) >= 3  # the two roles (their shells and workers) and Redis
         assert up.stdout is not None
@@ -119,15 +149,63 @@ def test_up_stops_its_roles_and_its_redis_however_it_ends(ending: str, model_pat
             assert up.poll() is None  # still serving
             up.send_signal(signal.SIGTERM)
         up.wait(timeout=60)
-        deadline = time.monotonic() + 30
-        while (left := processes_with(ours, but=up.pid) & running) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not left, f"outlived `fittest up`: {left}"
+        assert_none_outlived(up, ours, running)
     finally:  # whatever happened, nothing of this stack is left behind
-        if up.poll() is None:
-            os.killpg(up.pid, signal.SIGKILL)
-        for pid in processes_with(ours, but=up.pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        sweep(up, ours)
+
+
+def role_main(role: str, among: set[int]) -> int | None:
+    """The main process of a worker role (its pool processes are its children, with its command line)."""
+    found = set()
+    for pid in among:
+        try:
+            if f"{role}@%h" in (Path("/proc") / str(pid) / "cmdline").read_bytes().decode().split("\0"):
+                found.add(pid)
+        except OSError:
+            continue
+    for pid in found:
+        try:
+            parent = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError):
+            continue
+        if parent not in found:
+            return pid
+    return None
+
+
+def test_up_restarts_a_role_that_died_and_keeps_the_others(model_path: Path, tmp_path: Path) -> None:
+    """kill -9 of the executor: honcho stopped every role; now the executor alone starts again."""
+    up, env, ours = start_up(model_path, tmp_path)
+    try:
+        wait_until_serving(up, env)
+        memory, executor = (role_main(role, processes_with(ours, but=up.pid)) for role in ("memory", "executor"))
+        assert memory and executor
+        os.kill(executor, signal.SIGKILL)
+        time.sleep(2)
+        wait_until_serving(up, env)
+        restarted = role_main("executor", processes_with(ours, but=up.pid))
+        assert restarted not in (None, executor)
+        assert role_main("memory", processes_with(ours, but=up.pid)) == memory  # never stopped
+        running = processes_with(ours, but=up.pid)
+        up.send_signal(signal.SIGTERM)
+        output, _ = up.communicate(timeout=60)
+        assert "executor stopped (rc=" in output and "restarting it in 1 s (restart 1 of 5" in output, output
+        assert output.count("restarting it") == 1, output
+        assert_none_outlived(up, ours, running)
+    finally:
+        sweep(up, ours)
+
+
+def test_up_refuses_a_flower_port_in_use_in_one_line(tmp_path: Path) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    env = {**os.environ, "FITTEST_REDIS_URL": url, "FITTEST_DATA_DIR": str(tmp_path / "data")}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([str(FITTEST), "up", "--without=toolserver"], env={**env, "FITTEST_FLOWER_PORT": str(port)},
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stdout + done.stderr
+    assert f"port {port} of Flower is in use: set FITTEST_FLOWER_PORT" in done.stdout + done.stderr
+    assert not (tmp_path / "data" / "redis").exists()  # refused before anything started

@@ -1,0 +1,94 @@
+"""`fittest up`'s supervisor: a role that ends is started again, the others keep running, and a
+role that keeps ending stops the stack with one line saying so."""
+
+from __future__ import annotations
+
+import io
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from honcho.printer import Printer
+
+from workers.stack import RoleRelay, Supervisor
+
+
+@pytest.fixture(autouse=True)
+def _keep_signal_handlers() -> Iterator[None]:
+    """The supervisor's loop takes SIGINT and SIGTERM, as `up` does: give them back to pytest."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
+
+def supervisor(out: io.StringIO, **kwargs: float) -> Supervisor:
+    manager = Supervisor(printer=Printer(out), **kwargs)  # type: ignore[arg-type]
+    manager._process_ctor = RoleRelay
+    return manager
+
+
+def when(condition: Path, then: object, within_s: float = 20.0) -> threading.Thread:
+    """Call `then` once the file `condition` exists (from a thread: the loop holds the main one)."""
+    def wait() -> None:
+        deadline = time.monotonic() + within_s
+        while not condition.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        then()  # type: ignore[operator]
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_role_that_ends_is_restarted_and_the_others_keep_running(tmp_path: Path) -> None:
+    out = io.StringIO()
+    manager = supervisor(out, backoff_s=0.1)
+    # steady notes each start; crashing dies as a SIGKILLed worker would (rc 137) the first time only
+    manager.add_process("steady", "echo start >> steady; exec sleep 30", cwd=str(tmp_path))
+    manager.add_process("crashing", "if [ -e crashed ]; then touch back; exec sleep 30; fi; touch crashed; exit 137",
+                        cwd=str(tmp_path))
+    when(tmp_path / "back", manager.terminate)
+    started = time.monotonic()
+    manager.loop()
+    assert time.monotonic() - started < 15, out.getvalue()
+    assert (tmp_path / "back").exists(), out.getvalue()  # crashing came back
+    assert (tmp_path / "steady").read_text() == "start\n"  # steady was never stopped meanwhile
+    assert "crashing stopped (rc=137): restarting it in 0.1 s (restart 1 of 5 allowed in 300 s)" in out.getvalue()
+    assert out.getvalue().count("restarting it") == 1
+
+
+def test_a_role_that_keeps_ending_stops_the_stack(tmp_path: Path) -> None:
+    out = io.StringIO()
+    manager = supervisor(out, limit=2, backoff_s=0.05)
+    manager.add_process("steady", "exec sleep 30", cwd=str(tmp_path))
+    manager.add_process("broken", "echo run >> runs; exit 3", cwd=str(tmp_path))
+    started = time.monotonic()
+    manager.loop()  # returns by itself
+    assert time.monotonic() - started < 15, out.getvalue()
+    assert manager.returncode == 3
+    assert (tmp_path / "runs").read_text().count("run") == 3  # started, restarted twice
+    assert out.getvalue().count("restarting it") == 2
+    assert "broken stopped (rc=3), 3 times in 300 s: giving up, stopping every role" in out.getvalue()
+    assert "sending SIGTERM to steady" in out.getvalue()
+
+
+def test_only_the_ends_within_the_window_count_and_set_the_backoff() -> None:
+    now = [0.0]
+    manager = Supervisor(printer=Printer(io.StringIO()), limit=2, window_s=60.0, backoff_s=1.0,
+                         backoff_max_s=3.0, clock=lambda: now[0])
+    manager._processes["role"] = {}
+    for t, due in ((0.0, 1.0), (10.0, 12.0)):  # 1 s, then 2 s
+        now[0] = t
+        manager._ended("role", 1)
+        assert manager._due.pop("role") == due
+    now[0] = 100.0  # the two ends above are out of the window: a first restart again
+    manager._ended("role", 1)
+    assert manager._due.pop("role") == 101.0 and not manager._terminating
+    for t in (101.0, 102.0):
+        now[0] = t
+        manager._ended("role", 1)
+    assert manager._terminating and manager.returncode == 1  # three ends in 60 s: given up
