@@ -123,5 +123,8 @@ def retrain(records: Iterable[ExecutionRecord], current: SelectionWeights) -> tu
     if all(r <= 0 for r in evidence["correlations"].values()):
         evidence["unchanged"] = "no component correlates positively with success"
         return None, evidence
+    if learner.weights() == current.weights:  # the same window (no new records since): no new version
+        evidence["unchanged"] = "the recent records give the weights in use"
+        return None, evidence
     weights = SelectionWeights(weights=learner.weights(), evidence=evidence, updated_at=time.time())
     return weights, evidence

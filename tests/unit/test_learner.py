@@ -35,6 +35,15 @@ def test_weights_move_towards_the_predictive_component() -> None:
         assert evidence["records"] == 200 and evidence["correlations"][predictive] > 0.5
 
 
+def test_the_same_records_again_make_no_new_weights_version() -> None:
+    """QA saw weights v8 and v9 learned from the same 38 records, equal: a beat that finds no new
+    record changes nothing, and `fittest weights` shows one version for it."""
+    window = records(38, "phase")
+    new, _ = retrain(window, SelectionWeights())
+    assert new is not None
+    again, evidence = retrain(window, new)
+    assert again is None and evidence["unchanged"] == "the recent records give the weights in use"
+
 def test_fewer_than_min_records_leave_the_weights_unchanged() -> None:
     current = SelectionWeights(weights={"phase": 0.5, "language": 0.5, "complexity": 0, "task_type": 0, "history": 0})
     new, evidence = retrain(records(MIN_RECORDS - 1, "phase"), current)
