@@ -163,7 +163,7 @@ def test_a_call_is_shown_again_by_its_id_and_one_nobody_ran_says_so(pipeline, cl
     call_id = found.group(1)
     assert f"no result for call {call_id} within 1 s" in words(waited.output)
     later = cli("result", call_id, "--timeout", "1", FITTEST_REDIS_URL=unserved_redis, FITTEST_RESULT_BACKEND=unserved_redis)
-    assert later.exit_code == 1 and "queued or running" in later.output
+    assert later.exit_code == 1 and "it is waiting for a selection worker (fittest.resilient_tool_call) and goes on" in words(later.output)
     assert cli("result", "no such id!").exit_code == 2
 
 
