@@ -4,11 +4,13 @@ role that keeps ending stops the stack with one line saying so."""
 from __future__ import annotations
 
 import io
+import multiprocessing as mp
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from honcho.printer import Printer
@@ -44,7 +46,25 @@ def when(condition: Path, then: object, within_s: float = 20.0) -> threading.Thr
     return thread
 
 
-def test_a_role_that_ends_is_restarted_and_the_others_keep_running(tmp_path: Path) -> None:
+def in_fresh_process(scenario: Callable[[str], dict[str, Any]], tmp_path: Path) -> dict[str, Any]:
+    """Run a scenario in a new interpreter: the supervisor forks a relay per role, and a fork of
+    this test process, after the suite's integration tests, took ~15 s each."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    child = ctx.Process(target=_report, args=(scenario, str(tmp_path), results))  # not a pool's: a daemon may not fork
+    child.start()
+    try:
+        return results.get(timeout=60)
+    finally:
+        child.join(10)
+
+
+def _report(scenario: Callable[[str], dict[str, Any]], folder: str, results: Any) -> None:
+    results.put(scenario(folder))
+
+
+def restarted(folder: str) -> dict[str, Any]:
+    tmp_path = Path(folder)
     out = io.StringIO()
     manager = supervisor(out, backoff_s=0.1)
     # steady notes each start; crashing dies as a SIGKILLed worker would (rc 137) the first time only
@@ -54,26 +74,38 @@ def test_a_role_that_ends_is_restarted_and_the_others_keep_running(tmp_path: Pat
     when(tmp_path / "back", manager.terminate)
     started = time.monotonic()
     manager.loop()
-    assert time.monotonic() - started < 15, out.getvalue()
-    assert (tmp_path / "back").exists(), out.getvalue()  # crashing came back
+    return {"elapsed_s": time.monotonic() - started, "out": out.getvalue()}
+
+
+def test_a_role_that_ends_is_restarted_and_the_others_keep_running(tmp_path: Path) -> None:
+    run = in_fresh_process(restarted, tmp_path)
+    out = run["out"]
+    assert run["elapsed_s"] < 15, out
+    assert (tmp_path / "back").exists(), out  # crashing came back
     assert (tmp_path / "steady").read_text() == "start\n"  # steady was never stopped meanwhile
-    assert "crashing stopped (rc=137): restarting it in 0.1 s (restart 1 of 5 allowed in 300 s)" in out.getvalue()
-    assert out.getvalue().count("restarting it") == 1
+    assert "crashing stopped (rc=137): restarting it in 0.1 s (restart 1 of 5 allowed in 300 s)" in out
+    assert out.count("restarting it") == 1
+
+
+def given_up(folder: str) -> dict[str, Any]:
+    out = io.StringIO()
+    manager = supervisor(out, limit=2, backoff_s=0.05)
+    manager.add_process("steady", "exec sleep 30", cwd=folder)
+    manager.add_process("broken", "echo run >> runs; exit 3", cwd=folder)
+    started = time.monotonic()
+    manager.loop()  # returns by itself
+    return {"elapsed_s": time.monotonic() - started, "out": out.getvalue(), "returncode": manager.returncode}
 
 
 def test_a_role_that_keeps_ending_stops_the_stack(tmp_path: Path) -> None:
-    out = io.StringIO()
-    manager = supervisor(out, limit=2, backoff_s=0.05)
-    manager.add_process("steady", "exec sleep 30", cwd=str(tmp_path))
-    manager.add_process("broken", "echo run >> runs; exit 3", cwd=str(tmp_path))
-    started = time.monotonic()
-    manager.loop()  # returns by itself
-    assert time.monotonic() - started < 15, out.getvalue()
-    assert manager.returncode == 3
+    run = in_fresh_process(given_up, tmp_path)
+    out = run["out"]
+    assert run["elapsed_s"] < 15, out
+    assert run["returncode"] == 3
     assert (tmp_path / "runs").read_text().count("run") == 3  # started, restarted twice
-    assert out.getvalue().count("restarting it") == 2
-    assert "broken stopped (rc=3), 3 times in 300 s: giving up, stopping every role" in out.getvalue()
-    assert "sending SIGTERM to steady" in out.getvalue()
+    assert out.count("restarting it") == 2
+    assert "broken stopped (rc=3), 3 times in 300 s: giving up, stopping every role" in out
+    assert "sending SIGTERM to steady" in out
 
 
 def test_only_the_ends_within_the_window_count_and_set_the_backoff() -> None:
