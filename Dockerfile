@@ -8,7 +8,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     FITTEST_TOOLS_DIR=/app/examples/tools \
     FITTEST_EMBEDDING_MODEL_PATH=/models/all-MiniLM-L6-v2-onnx
 
-# tini reaps the grandchildren of killed tools (PID 1 in a container does not by default).
+# tini as PID 1 forwards signals and reaps whatever orphan reaches it (PID 1 in a container does not
+# by default); the runners reap the processes of their tools themselves.
 RUN apt-get update && apt-get install -y --no-install-recommends tini \
     && rm -rf /var/lib/apt/lists/*
 

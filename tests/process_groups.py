@@ -1,4 +1,4 @@
-"""Process groups as the tests see them: which members are still alive."""
+"""Process groups as the tests see them: which members are still alive, and which are reaped."""
 
 from __future__ import annotations
 
@@ -25,6 +25,16 @@ def gone(pgid: int, within_s: float = 2.0) -> bool:
     a killed process can still be on its way out for a moment after kill() returns."""
     deadline = time.monotonic() + within_s
     while live_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def reaped(pid: int, within_s: float = 2.0) -> bool:
+    """Whether the process is gone from the process table, not even a zombie: killed and reaped."""
+    deadline = time.monotonic() + within_s
+    while Path(f"/proc/{pid}").exists():
         if time.monotonic() > deadline:
             return False
         time.sleep(0.01)

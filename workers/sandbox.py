@@ -8,7 +8,9 @@ run within the candidate's own timeout, cut to what is left of the stage's time:
 a run's own process group (an evolved python version runs in one, workers/runners/isolated.py), so
 the stage ends on its own before its deadline. The hard kill at the deadline is the last resort,
 for a candidate that hangs inside this subprocess (at import, in the static stage); nothing runs
-in the evolution worker, so no candidate can hang it.
+in the evolution worker, so no candidate can hang it. A candidate's processes, in sessions of
+their own, outlive that kill only until the evolution worker's runner sweeps them as orphans of
+the stage's run (workers/runners/reaper.py).
 
 The subprocess reads one JSON request on stdin and writes one JSON answer on stdout:
     {"mode": "static", "manifest": {...}, "tool_dir": "..."}        -> {"problems": [...]}

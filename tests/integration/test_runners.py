@@ -28,7 +28,7 @@ from selection.manifest import TestCase, ToolManifest
 from selection.models import FailureClass
 from selection.registry import ToolRegistry
 from tests.conftest import EXAMPLE_TOOLS, free_port
-from tests.process_groups import gone
+from tests.process_groups import gone, reaped
 from workers.runners import RunLimits, RunOutcome, run_tool
 from workers.runners.base import MAX_MESSAGE_CHARS
 
@@ -238,6 +238,27 @@ EXE_TOOLS = {
         json.dump({"leader": os.getpid()}, sys.stdout)
         sys.stdout.flush()
     """,
+    "escape.py": """
+        import json, os, sys, time
+        how, end, pidfile = sys.argv[1:4]
+        sys.stdin.read()
+        read_end, write_end = os.pipe()
+        if os.fork() == 0:
+            os.setsid()  # a session and process group of its own: out of reach of the group kill
+            if how == "daemon" and os.fork() != 0:
+                os._exit(0)  # the double fork: the daemon's parent is gone at once
+            os.write(write_end, str(os.getpid()).encode())
+            os.execvp("sleep", ["sleep", "300"])
+        os.close(write_end)
+        escaped = int(os.read(read_end, 32))
+        with open(pidfile, "w") as f:
+            f.write(str(escaped))
+        if end in ("hang", "late"):
+            time.sleep(120 if end == "hang" else 1)
+        elif end == "fail":
+            sys.exit(1)
+        print(json.dumps({"escaped": escaped}))
+    """,
     "print.py": """
         import sys
         sys.stdout.write(sys.argv[1])
@@ -406,8 +427,7 @@ def test_timeout_kills_the_whole_process_group(exe_dir: Path) -> None:
     assert_failure(outcome, FailureClass.timeout, "process group killed", "pids ")
     leader, child = (int(p) for p in outcome.error_message.split("pids ")[1].split()[:2])  # type: ignore[union-attr]
     assert gone(leader)
-    state = Path(f"/proc/{child}/stat")
-    assert not state.exists() or state.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    assert reaped(child)
 
 
 def test_stragglers_do_not_hold_up_a_finished_tool(exe_dir: Path) -> None:
@@ -416,6 +436,61 @@ def test_stragglers_do_not_hold_up_a_finished_tool(exe_dir: Path) -> None:
     assert outcome.success, outcome
     assert time.monotonic() - started < 5  # did not wait for the timeout
     assert gone(outcome.output["leader"])
+
+
+@pytest.mark.parametrize("how", ["setsid", "daemon"])
+@pytest.mark.parametrize("end", ["ok", "fail", "hang"])
+def test_processes_that_left_the_group_do_not_outlive_the_attempt(exe_dir: Path, tmp_path: Path, how: str, end: str) -> None:
+    """The group kill misses a process in a session of its own; it is killed and reaped anyway."""
+    pidfile = tmp_path / "escaped.pid"
+    outcome = run_tool(exe(exe_dir, "{tool_dir}/escape.py", how, end, "{pidfile}"), {"pidfile": str(pidfile)}, timeout_s=2.0, limits=LIMITS)
+    expected = {"ok": None, "fail": FailureClass.crash, "hang": FailureClass.timeout}[end]
+    assert outcome.error_class is expected, outcome
+    assert reaped(int(pidfile.read_text()))
+
+
+def test_children_the_worker_started_itself_are_left_alone(exe_dir: Path) -> None:
+    """Only what appeared during the run is swept: not the worker's own children, not even in
+    a session of their own."""
+    own = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert run_tool(exe(exe_dir, "{tool_dir}/daemonize.py"), {}, timeout_s=10, limits=LIMITS).success
+        assert own.poll() is None
+    finally:
+        own.kill()
+        own.wait()
+
+
+def test_a_run_on_another_thread_keeps_its_process_through_this_runs_sweep(exe_dir: Path, tmp_path: Path) -> None:
+    """Two runs in flight in one process: the one that ends first sweeps its orphans, not the
+    leader of the other, started after it, also a child of this process in a session of its own."""
+    pidfile = tmp_path / "escaped.pid"
+    escaping: list[RunOutcome] = []
+    tool = exe(exe_dir, "{tool_dir}/escape.py", "setsid", "late", "{pidfile}")
+    other = threading.Thread(target=lambda: escaping.append(run_tool(tool, {"pidfile": str(pidfile)}, timeout_s=10, limits=LIMITS)))
+    other.start()
+    time.sleep(0.3)  # that run is in flight: this one's leader starts after it, ends after its sweep
+    slow = run_tool(exe(exe_dir, "-c", "import time; time.sleep(1.5); print('{{}}')"), {}, timeout_s=10, limits=LIMITS)
+    other.join()
+    assert escaping[0].success, escaping[0]
+    assert slow.success and slow.output == {}, slow
+    assert reaped(int(pidfile.read_text()))
+
+
+def test_an_evolved_python_version_cannot_leave_a_process_behind(tmp_path: Path) -> None:
+    """An evolved version runs through the executable runner (workers/runners/isolated.py), so
+    what it starts in a session of its own is swept too."""
+    code = """
+        import subprocess
+
+        def spawn(input):
+            return {"escaped": subprocess.Popen(["sleep", "300"], start_new_session=True).pid}
+    """
+    original = make_tool(tmp_path / "spawner", "spawner", {"kind": "python", "entrypoint": "tool:spawn"}, {"tool.py": code})
+    evolved = original.model_copy(update={"version": "1.1.0", "parent_version": "1.0.0"})
+    outcome = run_tool(evolved, {}, timeout_s=10, limits=LIMITS)
+    assert outcome.success, outcome
+    assert outcome.output["escaped"] != os.getpid() and reaped(outcome.output["escaped"])
 
 
 def test_tool_that_ignores_stdin(exe_dir: Path) -> None:

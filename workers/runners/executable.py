@@ -22,8 +22,11 @@ Isolation, and why each part is there:
   which could raise them again: that needs a container;
 - a hard timeout after which the process group is killed with SIGKILL and the leader reaped.
   The group is killed after every run, not only on timeout: no process of a tool outlives its
-  attempt. Killed grandchildren are reaped by init, so run workers under one that reaps
-  (`docker run --init`, tini).
+  attempt. Nor does one that left the group (setsid, a daemon's double fork): while the run is
+  in flight this process is a child subreaper, so such orphans become its children instead of
+  init's, and after the run they are killed with all below them and reaped (workers/runners/
+  reaper.py). The group's killed members are reaped here too. Run workers under an init that
+  reaps all the same (`docker run --init`, tini): orphans of anything else go to it.
 
 Exit status convention: 0 with one JSON document on stdout is success; 65 (EX_DATAERR from
 sysexits.h) means "the input was bad" (bad_input); 69 (EX_UNAVAILABLE) means "something the tool
@@ -48,6 +51,7 @@ from typing import Any
 from selection.manifest import ExecutableImplementation, ToolManifest
 from selection.models import FailureClass
 from workers.runners.base import RunLimits, RunOutcome, encode_input, judge_json_bytes, with_stderr
+from workers.runners.reaper import Run
 
 EX_DATAERR = 65
 EX_UNAVAILABLE = 69
@@ -272,25 +276,27 @@ def run_executable(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: 
         return RunOutcome.fail(FailureClass.bad_input, str(exc))
     data = encode_input(input)
     deadline = time.monotonic() + timeout_s
-    with tempfile.TemporaryDirectory(prefix="fittest-run-", ignore_cleanup_errors=True) as workdir:
+    with tempfile.TemporaryDirectory(prefix="fittest-run-", ignore_cleanup_errors=True) as workdir, Run() as run:
         try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=workdir,
-                env=tool_env(workdir),
-                start_new_session=True,
-                preexec_fn=_limiter(limits),
-                close_fds=True,
+            proc = run.start(
+                lambda: subprocess.Popen(
+                    argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=workdir,
+                    env=tool_env(workdir),
+                    start_new_session=True,
+                    preexec_fn=_limiter(limits),
+                    close_fds=True,
+                )
             )
         except OSError as exc:  # program missing, not executable, or limits refused
             return RunOutcome.fail(FailureClass.unavailable, f"cannot start {argv[0]!r}: {exc.strerror or exc}")
         try:
             ex = _exchange(proc, data, deadline, limits)
         finally:
-            _kill_group(proc)
+            _kill_group(proc)  # then, leaving `run`, what left the group (workers/runners/reaper.py)
     stderr = bytes(ex.stderr)
     if ex.timed_out:
         return RunOutcome.fail(FailureClass.timeout, with_stderr(f"no result within {timeout_s:.3g}s; process group killed", stderr))

@@ -6,8 +6,8 @@ new implementation from the code mutator): it must not be able to take the worke
 memory or its environment, or outlive its timeout. So it runs as `python -I python_host.py ...`
 through the executable runner: a new session and process group, resource limits (CPU, address
 space, file size, open files, processes), a fresh temporary working directory, an allow-listed
-environment, and the whole group killed at the timeout. The host maps the tool's exceptions to
-the same failure classes as in-process.
+environment, and the whole group killed at the timeout and after the run, with whatever left
+the group. The host maps the tool's exceptions to the same failure classes as in-process.
 """
 
 from __future__ import annotations
