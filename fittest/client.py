@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, Self
 
+from celery.backends.asynchronous import E_RETRY_LIMIT_EXCEEDED
 from celery.result import AsyncResult
 from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
@@ -53,7 +54,7 @@ def _reaching(url: str, doing: str) -> Iterator[None]:
             raise
         raise FittestUnavailable(f"{doing}: Redis at {redact_url(url)} cannot be reached ({type(exc).__name__}: {exc})") from exc
     except RuntimeError as exc:  # Celery's Redis result backend, once its reconnection retries ran out
-        if "result store backend" not in str(exc):
+        if str(exc).strip() != E_RETRY_LIMIT_EXCEEDED.strip():
             raise
         raise FittestUnavailable(f"{doing}: the result backend at {redact_url(url)} cannot be reached ({exc})") from exc
 

@@ -196,7 +196,10 @@ def test_a_call_retried_after_its_evolution_shows_the_round_that_failed_and_the_
     with console.capture() as out:  # a call that ended with its evolution has that round as its attempts
         show_call({"call_id": CALL_ID, "status": "failed", "attempts": [failed],
                    "evolution": {**evolution, "status": "no_fix", "version": None}})
-    assert sum("sort_numbers@1.0.0 failure" in " ".join(line.replace("│", " ").split()) for line in out.get().splitlines()) == 1
+    rows = [" ".join(line.replace("│", " ").split()) for line in out.get().splitlines()]
+    assert sum("sort_numbers@1.0.0 failure" in r for r in rows) == 1
+    attempt = next(i for i, r in enumerate(rows) if r.startswith("1 sort_numbers@1.0.0 failure"))
+    assert rows[attempt + 1].startswith("evolution no_fix")  # the attempt, then what its failure started (QA)
 
 
 def test_the_schema_of_a_task_nobody_serves_is_refused_as_a_bad_argument() -> None:

@@ -192,9 +192,12 @@ def show_call(outcome: dict[str, Any]) -> None:
     attempts = outcome.get("attempts") or []
     evolution = outcome.get("evolution") or {}
     # A call retried after its evolution carries only the retry's attempts: the round that failed
-    # and the evolution come first, so the table tells the whole call.
-    before = evolution.get("failed_attempts") or []
-    before = [] if attempts[: len(before)] == before else before
+    # and the evolution come first, so the table tells the whole call. A call whose evolution
+    # found nothing to retry with carries that round itself: its attempts, then the evolution.
+    before: list[dict[str, Any]] = evolution.get("failed_attempts") or []
+    after: list[dict[str, Any]] = attempts
+    if attempts[: len(before)] == before:
+        before, after = attempts, []
     if attempts or before or evolution:
         table = Table(show_lines=False)
         table.add_column("#")
@@ -208,7 +211,7 @@ def show_call(outcome: dict[str, Any]) -> None:
             evolved = f"{evolution.get('parent', '')} → {evolution['version']}" if evolution.get("version") else evolution.get("parent", "")
             table.add_row("", "[bold]evolution[/bold]", literal(evolution.get("status", "")),
                           literal(abridged(f"{evolved}: {evolution.get('message', '')}")), f"{evolution.get('elapsed_s', 0) * 1000:.0f}")
-        for i, a in enumerate(attempts, len(before) + 1):
+        for i, a in enumerate(after, len(before) + 1):
             _attempt_row(table, str(i), a)
         console.print(table)
     if outcome.get("errors"):

@@ -1,0 +1,31 @@
+"""How the typed client names Redis being away (no service involved: the errors as Celery,
+kombu and redis-py raise them)."""
+
+from __future__ import annotations
+
+import pytest
+from celery.backends.asynchronous import E_RETRY_LIMIT_EXCEEDED
+from kombu.exceptions import OperationalError
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from fittest.client import FittestUnavailable, _reaching
+
+URL = "redis://:secret@redis.internal:6379/0"
+
+
+@pytest.mark.parametrize("raised", [
+    RuntimeError(E_RETRY_LIMIT_EXCEEDED),  # QA: a message on three lines, which a substring test missed
+    RedisConnectionError("Error 111 connecting to redis.internal:6379. Connection refused."),
+    OperationalError("Error 111 connecting to redis.internal:6379. Connection refused."),
+])
+def test_redis_away_is_fittest_unavailable_naming_what_was_done_and_not_the_password(raised: Exception) -> None:
+    with pytest.raises(FittestUnavailable, match="^waiting for call c1: .*redis.internal:6379") as caught:
+        with _reaching(URL, "waiting for call c1"):
+            raise raised
+    assert isinstance(caught.value, ConnectionError) and "secret" not in str(caught.value)
+
+
+def test_other_errors_pass_through() -> None:
+    with pytest.raises(RuntimeError, match="something else"):
+        with _reaching(URL, "sending the call"):
+            raise RuntimeError("something else")
