@@ -129,6 +129,12 @@ class SuccessfulRun(BaseModel):
     output: Any = None
     reproducible: bool = False  # the parent gave `output` again on this input before verification
 
+    @classmethod
+    def of(cls, scenario: str, input: dict[str, Any], output: Any) -> SuccessfulRun:
+        """A success as a call's attempt gave it: what is small enough kept, its shape always."""
+        kept, value = kept_output(output)
+        return cls(scenario=scenario[:1000], input=bounded_input(input), shape=shape_of(output), output_kept=kept, output=value)
+
 
 class Evidence(BaseModel):
     failures: list[FailedRun] = Field(default_factory=list)

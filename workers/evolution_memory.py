@@ -32,9 +32,6 @@ from evolution.models import (
     PastFailure,
     SuccessfulRun,
     Trigger,
-    bounded_input,
-    kept_output,
-    shape_of,
 )
 from evolution.trial import TrialRules, decide, head_version, parent_rate
 from selection.manifest import ManifestError, load_manifest
@@ -272,11 +269,6 @@ def account_trials(rt: Runtime, record: OutcomeRecord, promotions: dict[str, Pro
             promotions.update(rt.state.promotions([namespace]))
 
 
-def _output_fields(output: Any) -> dict[str, Any]:
-    kept, value = kept_output(output)
-    return {"output_kept": kept, "output": value}
-
-
 def apply_evolution_outcomes(rt: Runtime, records: Sequence[OutcomeRecord]) -> None:
     """What evolution learns from finished calls: trials, replayable successes, variant credit.
     The namespaces' promotions are read once for all the calls."""
@@ -284,9 +276,7 @@ def apply_evolution_outcomes(rt: Runtime, records: Sequence[OutcomeRecord]) -> N
     runs = []
     for record in records:
         account_trials(rt, record, promotions)
-        kept = bounded_input(record.input)
-        runs += [(a.key, a.attempt_id, SuccessfulRun(scenario=record.scenario[:1000], input=kept, shape=shape_of(a.result),
-                                                     **_output_fields(a.result)))
+        runs += [(a.key, a.attempt_id, SuccessfulRun.of(record.scenario, record.input, a.result))
                  for a in record.attempts if a.success]
         credit_variants(rt, record)
     rt.evolution.push_successes(runs)

@@ -10,6 +10,7 @@ needs from memory is in the job, and what memory should learn leaves as an `Evol
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -23,6 +24,7 @@ from evolution.models import (
     CandidateReport,
     CandidateVersion,
     ChangelogEntry,
+    Evidence,
     EvolutionJob,
     EvolutionRecord,
     EvolutionReport,
@@ -175,7 +177,6 @@ class Evolver:
         version = next_version(parent.version, [m.version for m in registry.versions(job.namespace)])
         while version_dir(root, job.namespace, version).exists():  # a folder a failed load left behind
             version = next_version(version, [version])
-        job = job.model_copy(update={"evidence": reproduce_successes(parent, job.evidence, self.sandbox, self.verify_config)})
         try:
             ctx = MutationContext(parent=read_parent(parent), evidence=job.evidence, version=version, trigger=job.trigger,
                                   deadline=started + self.settings.evolution_budget_s)
@@ -184,6 +185,13 @@ class Evolver:
 
         notes = list(self.load_errors)
         reports: list[CandidateReport] = []
+
+        @functools.cache
+        def replayed() -> Evidence:
+            """The evidence with the parent's reproducible successes marked: the parent runs them
+            again once per evolution, and only when a candidate that changes behaviour gets that far."""
+            return reproduce_successes(parent, job.evidence, self.sandbox, self.verify_config)
+
         staging = self.settings.data_dir / "evolving" / job.job_id
         # A run of this job that was killed leaves its staging behind, and a candidate cannot be
         # written over it; this run holds the job's lock, so no other run of the job uses it.
@@ -202,7 +210,7 @@ class Evolver:
                     if time.monotonic() - started > self.settings.evolution_budget_s:
                         notes.append(f"budget of {self.settings.evolution_budget_s:g}s spent; {candidate.mutator} not verified")
                         return self._finish(job, started, reports, notes, None)
-                    report, installed = self._try(job, candidate, staging / str(len(reports)), root)
+                    report, installed = self._try(job, candidate, staging / str(len(reports)), root, replayed)
                     reports.append(report)
                     if installed is not None:
                         promote_on_trial(self.state, self.ledger, installed, parent, original.version,
@@ -214,7 +222,8 @@ class Evolver:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
-    def _try(self, job: EvolutionJob, candidate: CandidateVersion, stage_dir: Path, root: Path) -> tuple[CandidateReport, ToolManifest | None]:
+    def _try(self, job: EvolutionJob, candidate: CandidateVersion, stage_dir: Path, root: Path,
+             replayed: Callable[[], Evidence]) -> tuple[CandidateReport, ToolManifest | None]:
         """Skip, or verify in a staging folder and install; the report, and the installed manifest.
 
         A candidate is skipped when the same mutation (by `identity`) failed before for a similar
@@ -235,7 +244,8 @@ class Evolver:
             reason = f"static: cannot write the candidate: {type(exc).__name__}: {exc}"
             self.ledger.log(entry.model_copy(update={"event": "failed", "reason": reason}))
             return report.model_copy(update={"outcome": "failed", "reason": reason}), None
-        stages = verify(staged, job.evidence, self.sandbox, self.verify_config, changes_behaviour=candidate.changes_behaviour)
+        evidence = replayed() if candidate.changes_behaviour else job.evidence  # same code: nothing to compare
+        stages = verify(staged, evidence, self.sandbox, self.verify_config, changes_behaviour=candidate.changes_behaviour)
         failed = next((s for s in stages if not s.passed), None)
         if failed is not None:
             reason = f"{failed.stage}: {failed.problems[0] if failed.problems else 'failed'}"

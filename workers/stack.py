@@ -29,6 +29,7 @@ from honcho.printer import Printer
 from honcho.process import Process as HonchoProcess
 from kombu.exceptions import OperationalError
 
+from workers.prctl import PR_SET_PDEATHSIG, prctl
 from workers.settings import Settings, redact_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,12 +103,7 @@ def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> Non
     """The calling process gets `sig` when the process that started it dies, even by SIGKILL, so a
     killed demo, test run or `fittest up` leaves no workers behind (Linux; elsewhere a no-op). Run
     it in the child; `parent` (the starter's pid) catches a starter that died before it ran."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
+    if not prctl(PR_SET_PDEATHSIG, sig):
         return
     if parent is not None and os.getppid() != parent:
         os.kill(os.getpid(), sig)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from evolution.models import CandidateVersion, Evidence, FailedRun, StageResult, SuccessfulRun, Trigger, kept_output, shape_of
+from evolution.models import CandidateVersion, Evidence, FailedRun, StageResult, SuccessfulRun, Trigger, shape_of
 from evolution.mutation import MutationContext, MutatorConfig, Proposal
 from evolution.mutators.coercion import CoercionMutator
 from evolution.mutators.description import DescriptionMutator
@@ -394,8 +394,7 @@ def test_code_mutator_takes_the_fixed_code_from_the_reply(tmp_path: Path, chat: 
 
 
 def success(output: Any, **input: Any) -> SuccessfulRun:
-    kept, value = kept_output(output)
-    return SuccessfulRun(scenario="the mean of these", input=input, shape=shape_of(output), output_kept=kept, output=value)
+    return SuccessfulRun.of("the mean of these", input, output)
 
 
 def test_a_rewrite_with_the_right_keys_and_wrong_values_is_not_served(tmp_path: Path, chat: ChatServer) -> None:

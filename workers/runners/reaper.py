@@ -30,7 +30,6 @@ group kill remains.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -38,20 +37,11 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
-PR_SET_CHILD_SUBREAPER = 36
+from workers.prctl import PR_SET_CHILD_SUBREAPER, prctl
 
 _lock = threading.Lock()  # guards _leaders, _in_flight, and a run's start against a sweep
 _leaders: set[int] = set()  # pids of the leaders of runs in flight in this process
 _in_flight = 0
-
-
-def _set_subreaper(on: bool) -> None:
-    """Turn this process's child-subreaper flag on or off; a no-op where prctl does not exist."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _process_table() -> dict[int, tuple[int, int]]:
@@ -106,7 +96,7 @@ class Run:
         with _lock:
             self._before = frozenset(_children())
             if _in_flight == 0:
-                _set_subreaper(True)
+                prctl(PR_SET_CHILD_SUBREAPER, 1)
             _in_flight += 1
         return self
 
@@ -163,4 +153,4 @@ class Run:
             with _lock:
                 _in_flight -= 1
                 if _in_flight == 0:
-                    _set_subreaper(False)
+                    prctl(PR_SET_CHILD_SUBREAPER, 0)
