@@ -178,7 +178,9 @@ class CallPlan(BaseModel):
     evolution_report: dict[str, Any] | None = None
     variants: dict[str, str] = Field(default_factory=dict)  # tool key -> description variant that matched
     started_at: float = Field(default_factory=time.time)
-    held_back: list[str] = Field(default_factory=list)  # versions that matched but their circuit breaker is open
+    # Versions that matched but were not tried because their circuit breaker was open: left out by
+    # selection, or passed over at their turn when it opened after the call was planned.
+    held_back: list[str] = Field(default_factory=list)
 
     def no_candidates_message(self) -> str:
         """Why a plan has no candidate, as a caller or an operator needs to read it: a tool that
@@ -221,6 +223,7 @@ class CallResult(BaseModel):
     errors: list[dict[str, Any]] = Field(default_factory=list)  # validation errors when invalid
     message: str = ""
     degraded: list[str] = Field(default_factory=list)
+    held_back: list[str] = Field(default_factory=list)  # not tried: their circuit breaker was open
     evolution: dict[str, Any] | None = None
     elapsed_ms: float = 0.0
 
@@ -251,6 +254,7 @@ class CallResult(BaseModel):
             ],
             message=message,
             degraded=plan.degraded,
+            held_back=plan.held_back,
             evolution=plan.evolution_report,
             elapsed_ms=(time.time() - plan.started_at) * 1000.0,
         )

@@ -179,3 +179,25 @@ def test_circuit_breaker_opens_skips_probes_once_and_closes(sandbox_pipeline: Pi
     assert probe["status"] == "success", probe
     assert p.state().stats_and_breakers([key])[1][key] == "closed"
     assert p.call(input={}, **call)["status"] == "success"
+
+
+def test_a_burst_planned_before_the_breaker_opened_stops_running_the_tool_once_it_opens(sandbox_pipeline: Pipeline) -> None:
+    """Eight calls ranked together while the breaker is closed: the executor's two processes run
+    them two by two, and the third failure opens the breaker; the calls whose turn comes after it
+    are not run (selection would no longer pick the version, and the executor now agrees)."""
+    p = sandbox_pipeline
+    key = "brittle@1.0.0"
+    call: dict[str, Any] = {"scenario": "a tool that crashes when told to fail", "namespace": "brittle", "version": "1.0.0",
+                            "max_attempts": 1, "input": {"fail": True, "sleep": 0.3}}
+    sent = [p.client.send("resilient_tool_call", **call) for _ in range(8)]
+    results = [p.client.wait(task_id, 60) for task_id in sent]
+    ran = [r for r in results if r["attempts"]]
+    held = [r for r in results if not r["attempts"]]
+    assert all(r["status"] == "failed" and r["attempts"][0]["error_class"] == "crash" for r in ran), [r["attempts"] for r in ran]
+    assert 3 <= len(ran) <= 4, [r["status"] for r in results]  # the third failure opens it; the fourth ran beside it
+    assert all(r["status"] == "no_candidates" and r["held_back"] == [key] for r in held), held
+    assert all(r["message"].startswith(f"every version that matches is held back by its open circuit breaker ({key})")
+               for r in held)
+
+    p.wait_for(lambda: p.state().stats_and_breakers([key])[1][key] == "half_open", timeout=10)
+    assert p.call(input={}, **{k: v for k, v in call.items() if k != "input"})["status"] == "success"  # a probe closes it

@@ -207,3 +207,15 @@ def test_the_schema_of_a_task_nobody_serves_is_refused_as_a_bad_argument() -> No
     assert code == 2 and "error: unknown schema 'bogus' (known: resilient_tool_call, call_tool, record_feedback, result)" in out
     code, out = run("schema", "record_feedback")
     assert code == 0 and '"call_id"' in out  # a judgement may name the call it judges
+
+
+def test_a_call_served_past_a_held_back_version_names_it() -> None:
+    served = {"tool": "fast_sort", "version": "1.0.0", "outcome": "success", "execution_time_ms": 3.0}
+    with console.capture() as out:
+        show_call({"call_id": CALL_ID, "status": "success", "tool": "fast_sort", "version": "1.0.0", "attempts": [served],
+                   "held_back": ["sort_numbers@1.0.0"], "output": {"numbers": [1, 2]}})
+    assert "not tried, their circuit breaker was open: sort_numbers@1.0.0" in out.get()
+    with console.capture() as out:  # a call that tried nothing says so in its message, once
+        show_call({"call_id": CALL_ID, "status": "no_candidates", "attempts": [], "held_back": ["sort_numbers@1.0.0"],
+                   "message": "every version that matches is held back by its open circuit breaker (sort_numbers@1.0.0)"})
+    assert out.get().count("sort_numbers@1.0.0") == 1

@@ -219,6 +219,8 @@ def show_call(outcome: dict[str, Any]) -> None:
             console.print(f"  [yellow]{literal(e['field'])}[/yellow]: {literal(e['message'])}")
     if outcome.get("message"):
         console.print(f"  {literal(outcome['message'])}")
+    if outcome.get("held_back") and status != "no_candidates":  # that status's message names them already
+        console.print(f"  not tried, their circuit breaker was open: {literal(', '.join(outcome['held_back']))}")
     if status == "success":
         console.print_json(data=outcome.get("output"))
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from celery_batches import SimpleRequest
 from pydantic import BaseModel, ValidationError
 
-from selection.models import CALL_ID_PATTERN, CallRequest, CallResult
+from selection.models import CALL_ID_PATTERN, CallPlan, CallRequest, CallResult
+from workers.runtime import runtime
 
 CALL_ID = re.compile(CALL_ID_PATTERN)
 
@@ -69,3 +71,18 @@ def result_call_id(payload: dict[str, Any], task_id: str | None) -> str:
     if isinstance(given, str) and CALL_ID.fullmatch(given):
         return given
     return task_id or ""
+
+
+def ended_early(result: dict[str, Any], started_at: float | None = None) -> dict[str, Any]:
+    """Count a call that ended before any attempt (its payload refused, or no tool to try) with the
+    calls that ran, so that `fittest_calls_total` by status adds up to every call made."""
+    elapsed_ms = (time.time() - started_at) * 1000 if started_at is not None else 0.0
+    runtime().metrics.call(result["status"], 0, elapsed_ms, None)
+    return result
+
+
+def no_candidates(plan: CallPlan) -> dict[str, Any]:
+    """The end of a call that has no candidate to try (none matched, or every one that did is held
+    back by its circuit breaker), saying which."""
+    result = CallResult.from_plan(plan, "no_candidates", message=plan.no_candidates_message())
+    return ended_early(result.model_dump(mode="json"), started_at=plan.started_at)

@@ -26,12 +26,14 @@ from celery import Task
 from celery.worker.request import Request
 
 from selection.models import CallPlan, CallResult, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
+from selection.ports import StateStore
 from selection.timeouts import adaptive_timeout
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
 from workers.rescue import CallStep, delivered_again, hand_on
 from workers.runners import RunLimits, RunOutcome, run_tool
 from workers.runtime import runtime
 from workers.state.inflight import AttemptDeaths
+from workers.tasks.common import no_candidates
 
 log = logging.getLogger("fittest.attempt")
 
@@ -194,6 +196,10 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
     # unless its call has ended meanwhile (CallStep ignores it then), or its tool killed the
     # process running it too often (recorded as a crash instead, once per attempt id too).
     plan.attempts = [a for a in plan.attempts if a.metadata.get("attempt", -1) < index]
+    turn = past_open_breakers(plan, index, runtime().state)
+    if turn is None:
+        return after_last_attempt(self, plan)
+    index = turn
     deaths = _deadly(self, plan, index)
     result = run_attempt(plan, index) if deaths is None else crashed_attempt(plan, index, deaths)
     plan.attempts.append(result)
@@ -201,14 +207,52 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
         return finish(plan, "success")
 
     send_failure(plan, result)
-    last = min(len(plan.candidates), plan.request.max_attempts) - 1
-    if index < last:
+    if index < last_index(plan):
         return hand_on(self, execute.si(plan.model_dump(mode="json"), index + 1))
+    return after_last_attempt(self, plan)
+
+
+def last_index(plan: CallPlan) -> int:
+    """The index of the call's last candidate to try: `max_attempts` counts the attempts that ran,
+    so each candidate passed over for its open breaker lets one more through."""
+    return min(len(plan.candidates), plan.request.max_attempts + len(plan.held_back)) - 1
+
+
+def past_open_breakers(plan: CallPlan, index: int, state: StateStore) -> int | None:
+    """The index of the first candidate from `index` on whose circuit breaker is not open now,
+    each one passed over added to `plan.held_back`; None when none is left to try.
+
+    Selection leaves out the versions whose breaker is open, but the calls planned before it opened
+    (a burst of calls to a failing tool, ranked together) would each still run it: checking again
+    at each turn is one read of the store, and stops the burst once the threshold is reached. A
+    half-open breaker (its cool-down over) lets the candidate run: its outcome closes or re-opens
+    it, as a probe's does."""
+    last = last_index(plan)
+    if index > last:
+        return None
+    keys = [c.key for c in plan.candidates[index:]]
+    _, breakers = state.stats_and_breakers(keys)
+    while index <= last_index(plan):
+        key = plan.candidates[index].key
+        if breakers.get(key) != "open":
+            return index
+        plan.held_back.append(key)
+        log.info("call %s: %s passed over, its circuit breaker opened after the call was planned",
+                 plan.request.call_id, key,
+                 extra={"event": "attempt_held_back", "call_id": plan.request.call_id, "tool": key, "attempt": index})
+        index += 1
+    return None
+
+
+def after_last_attempt(task: Task, plan: CallPlan) -> Any:
+    """The call after its last candidate failed or was held back: evolution, or its end."""
+    if not plan.attempts:  # every candidate left was held back by its breaker: nothing ran
+        return no_candidates(plan)
     settings = runtime().settings
     if settings.evolution_enabled and not plan.request.after_evolution and not plan.evolved:
         from workers.tasks.evolution import prepare_evolution
 
-        return hand_on(self, prepare_evolution.si(plan.model_dump(mode="json")))
+        return hand_on(task, prepare_evolution.si(plan.model_dump(mode="json")))
     return finish(plan, "failed", message=f"every candidate failed ({attempts_made(plan)})")
 
 

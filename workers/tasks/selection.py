@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any
 
 from celery import Task
@@ -16,7 +15,7 @@ from selection.models import CallPlan, CallRequest, CallResult
 from workers.app import app
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
-from workers.tasks.common import invalid_result, oversized, result_call_id
+from workers.tasks.common import ended_early, invalid_result, no_candidates, oversized, result_call_id
 from workers.tool_watch import ToolsDirWatch, watch_in_background
 
 
@@ -73,17 +72,8 @@ def start_call(task: Task, request: CallRequest, evolution_report: dict[str, Any
         plan.evolved, plan.evolution_report = True, evolution_report
     runtime().metrics.selection(plan.policy, found=bool(plan.candidates))
     if not plan.candidates:
-        return ended_early(CallResult.from_plan(plan, "no_candidates", message=plan.no_candidates_message()).model_dump(mode="json"),
-                           started_at=plan.started_at)
+        return no_candidates(plan)
     return hand_on(task, execute.si(plan.model_dump(mode="json"), 0))
-
-
-def ended_early(result: dict[str, Any], started_at: float | None = None) -> dict[str, Any]:
-    """Count a call that ended before any attempt (its payload refused, or no tool to try) with the
-    calls that ran, so that `fittest_calls_total` by status adds up to every call made."""
-    elapsed_ms = (time.time() - started_at) * 1000 if started_at is not None else 0.0
-    runtime().metrics.call(result["status"], 0, elapsed_ms, None)
-    return result
 
 
 @app.task(bind=True, base=CallStep, name="fittest.resilient_tool_call")

@@ -1,0 +1,61 @@
+"""A candidate whose circuit breaker opened after its call was planned is passed over at its turn,
+and `max_attempts` still counts the attempts that ran (the executor's side; the pipeline test is in
+tests/integration/test_reliability_sandbox.py)."""
+
+from __future__ import annotations
+
+from selection.manifest import ToolManifest
+from selection.models import CallPlan, CallRequest, Candidate
+from tests.fakes_state import InMemoryStateStore
+from workers.tasks.execution import last_index, past_open_breakers
+
+
+def plan_of(*names: str, max_attempts: int = 5) -> CallPlan:
+    candidates = [Candidate(key=f"{n}@1.0.0", score=1.0, manifest=ToolManifest(
+        name=n, description=n, implementation={"kind": "http", "url": "http://x"})) for n in names]
+    return CallPlan(request=CallRequest(scenario="x", max_attempts=max_attempts), candidates=candidates)
+
+
+def open_breaker(state: InMemoryStateStore, key: str) -> None:
+    for _ in range(3):
+        state.record_run(key, 1.0, False, threshold=3, cooldown_s=60)
+
+
+def test_an_open_breaker_is_passed_over_and_named() -> None:
+    state = InMemoryStateStore()
+    plan = plan_of("a", "b", "c")
+    open_breaker(state, "a@1.0.0")
+    open_breaker(state, "b@1.0.0")
+    assert past_open_breakers(plan, 0, state) == 2
+    assert plan.held_back == ["a@1.0.0", "b@1.0.0"]
+
+
+def test_closed_and_half_open_breakers_let_the_candidate_run() -> None:
+    now = [1000.0]
+    state = InMemoryStateStore(clock=lambda: now[0])
+    plan = plan_of("a", "b")
+    open_breaker(state, "a@1.0.0")
+    assert past_open_breakers(plan, 1, state) == 1  # b's breaker never opened
+    now[0] += 61  # a's cool-down is over: its next run is the probe that closes or re-opens it
+    assert past_open_breakers(plan, 0, state) == 0
+    assert plan.held_back == []
+
+
+def test_held_back_candidates_do_not_use_up_the_attempts() -> None:
+    state = InMemoryStateStore()
+    plan = plan_of("a", "b", "c", "d", max_attempts=2)
+    assert last_index(plan) == 1
+    open_breaker(state, "a@1.0.0")
+    assert past_open_breakers(plan, 0, state) == 1
+    assert last_index(plan) == 2  # b and c may still run: two attempts
+
+
+def test_nothing_left_to_try_when_every_remaining_breaker_is_open() -> None:
+    state = InMemoryStateStore()
+    plan = plan_of("a", "b", max_attempts=1)
+    for key in ("a@1.0.0", "b@1.0.0"):
+        open_breaker(state, key)
+    assert past_open_breakers(plan, 0, state) is None
+    assert plan.held_back == ["a@1.0.0", "b@1.0.0"]  # max_attempts 1: a passed over lets b through
+    assert "held back by its open circuit breaker (a@1.0.0, b@1.0.0)" in plan.no_candidates_message()
+    assert past_open_breakers(plan_of("a"), 1, state) is None  # past the last candidate
