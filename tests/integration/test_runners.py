@@ -87,6 +87,14 @@ def slow(input):
     time.sleep(input.get("seconds", 5))
     return {"done": True}
 
+def spins(input):
+    while True:
+        try:
+            CALLS.append(1)
+            CALLS.pop()
+        except Exception:  # a tool that swallows its errors is stopped all the same
+            pass
+
 def returns_none(input):
     return None
 
@@ -164,11 +172,28 @@ def test_python_output_cap_and_json_normalisation(py_tool) -> None:
     assert run_tool(py_tool("tuple_out"), {}, timeout_s=5, limits=LIMITS).output == [1, 2]
 
 
-def test_python_timeout_abandons_the_call(py_tool) -> None:
+def tool_thread(name: str) -> bool:
+    return any(t.name == f"tool:{name}@1.0.0" for t in threading.enumerate())
+
+
+def test_python_timeout_abandons_a_call_blocked_outside_python(py_tool) -> None:
     started = time.monotonic()
     outcome = run_tool(py_tool("slow"), {"seconds": 3}, timeout_s=0.3, limits=LIMITS)
     assert time.monotonic() - started < 1.5
-    assert_failure(outcome, FailureClass.timeout, "abandoned")
+    assert_failure(outcome, FailureClass.timeout, "blocked outside Python, was abandoned")
+    assert tool_thread("py_slow")  # in time.sleep: stopped when it returns, not run on to its end
+    deadline = time.monotonic() + 5
+    while tool_thread("py_slow") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not tool_thread("py_slow")
+
+
+def test_python_timeout_stops_a_call_that_spins(py_tool) -> None:
+    """A tool in an endless loop held a core of the worker for good, once per timed-out call."""
+    outcome = run_tool(py_tool("spins"), {}, timeout_s=0.3, limits=LIMITS)
+    assert_failure(outcome, FailureClass.timeout, "the call's thread was stopped")
+    assert not tool_thread("py_spins")
+    assert run_tool(py_tool("ok"), {"n": 2}, timeout_s=5, limits=LIMITS).output["doubled"] == 4  # the process serves on
 
 
 def test_python_load_failures(tmp_path: Path) -> None:

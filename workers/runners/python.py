@@ -6,11 +6,14 @@ importable module of that name. Loaded modules are cached per process: a tool ve
 never changes (evolution makes a new version), and importing on every call would cost more than
 most tools take to run.
 
-The call runs in a daemon thread so the attempt can have a hard timeout. Python cannot stop a
-thread: on timeout the thread is abandoned and runs on until the function returns, its result
-discarded. An in-process tool also shares the worker's memory and has no resource limits, so a
-tool that can hang, loop or eat memory belongs in an `executable` manifest, whose process is
-limited and killed. Evolved versions never run here: fittest wrote their code, so they run in a
+The call runs in a daemon thread so the attempt can have a hard timeout. Python cannot kill a
+thread, but it can raise an exception in one: on timeout the thread is sent `ToolStopped`, which
+the interpreter raises at the thread's next Python instruction, so a tool that spins in Python
+code stops there instead of holding a core of the worker for good. A thread blocked in C (a
+socket read without a timeout, a sleep) sees it only when that call returns: it is abandoned
+meanwhile, its result discarded. An in-process tool also shares the worker's memory and has no
+resource limits, so a tool that can hang, loop or eat memory belongs in an `executable` manifest,
+whose process is limited and killed. Evolved versions never run here: fittest wrote their code, so they run in a
 limited subprocess (workers/runners/isolated.py).
 
 Exceptions map to failure classes by convention (see `examples/tools/README.md`):
@@ -20,6 +23,7 @@ crash.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import importlib
 import importlib.util
@@ -41,6 +45,25 @@ ToolFunction = Callable[[dict[str, Any]], Any]
 _modules: dict[tuple[str, str], ModuleType] = {}  # by tool version and module file (or name)
 _load_locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_lock = threading.Lock()
+
+
+# How long a timed-out call's thread is given to end once told to stop: a thread running Python
+# code stops within a switch interval (5 ms), so this only bounds the wait for one that does not.
+STOP_GRACE_S = 0.1
+
+
+class ToolStopped(BaseException):
+    """Raised in a python tool's thread when its attempt timed out. A BaseException, like
+    SystemExit, so that the tool's own `except Exception` does not swallow it."""
+
+
+def stop_thread(thread: threading.Thread) -> bool:
+    """Raise ToolStopped in `thread` at its next Python instruction; True when it ended within
+    STOP_GRACE_S (False: it is blocked in C, and runs on until that call returns)."""
+    if thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(ToolStopped))
+    thread.join(STOP_GRACE_S)
+    return not thread.is_alive()
 
 
 class ToolLoadError(Exception):
@@ -130,7 +153,9 @@ def run_python(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: floa
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():
-        return RunOutcome.fail(FailureClass.timeout, f"no result within {timeout_s:.3g}s (the call's thread was abandoned)")
+        how = ("the call's thread was stopped" if stop_thread(thread) else
+               "the call's thread, blocked outside Python, was abandoned: it stops when that call returns")
+        return RunOutcome.fail(FailureClass.timeout, f"no result within {timeout_s:.3g}s ({how})")
     if "load_error" in box:
         return RunOutcome.fail(box["load_error"].error_class, str(box["load_error"]))
     if "error" in box:
