@@ -12,20 +12,38 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import httpx
 import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from selection.registry import ToolRegistry
 from workers.settings import Settings
-from workers.stack import ROOT, Stack
+from workers.stack import ROOT, Stack, port_taken
 
 DEMO_ROLES = ("memory", "executor", "evolver")
 
 
 EXAMPLE_TOOLS = ROOT / "examples" / "tools"
+
+
+EXAMPLE_SERVICE_PORT = 8765  # the port examples/tools/convert_units/tool.yaml names
+
+
+def example_service(port: int = EXAMPLE_SERVICE_PORT) -> Literal["free", "ours", "other"]:
+    """Whether the example HTTP tool's port is free, held by that service already (an earlier demo's,
+    or one started by hand: the demo uses it), or held by something else, which the demo's own
+    service could not displace (it would exit at start, and the demo with a bare exit code)."""
+    if not port_taken(port, "127.0.0.1"):
+        return "free"
+    try:
+        answer = httpx.post(f"http://127.0.0.1:{port}/convert", json={"value": 1, "from": "km", "to": "m"},
+                            timeout=2.0)
+        return "ours" if answer.status_code == 200 and answer.json() == {"value": 1000.0, "unit": "m"} else "other"
+    except (httpx.HTTPError, ValueError):
+        return "other"
 
 
 def demo_settings(settings: Settings) -> Settings:
@@ -112,7 +130,15 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
         settings = settings.model_copy(update={"redis_url": stack.redis_url})
         if fresh:
             reset_state(settings)
-        stack.start("toolserver", [sys.executable, str(ROOT / "examples" / "tools" / "http_server.py")])
+        service = example_service()
+        if service == "other":
+            console.print(f"[red]error:[/red] port {EXAMPLE_SERVICE_PORT} is in use by something that is not the example "
+                          "HTTP tool (convert_units' manifest names that port): stop it, or run the demo elsewhere")
+            return 2
+        if service == "free":
+            stack.start("toolserver", [sys.executable, str(ROOT / "examples" / "tools" / "http_server.py")])
+        else:
+            console.print(f"    the example HTTP tool already answers on port {EXAMPLE_SERVICE_PORT}: the demo uses it")
         stack.start_roles(DEMO_ROLES)
         stack.wait_for_workers(DEMO_ROLES, timeout=120)
         console.print(f"    workers up; logs in {literal(settings.data_dir / 'logs')}")

@@ -1,0 +1,51 @@
+"""The demo's example HTTP tool: started when its port is free, used when it already answers there,
+and a clear refusal when something else holds the port (its own server would exit at start)."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.conftest import free_port
+from workers.demo import example_service
+from workers.stack import ROOT
+
+
+def example_handler() -> type[BaseHTTPRequestHandler]:
+    spec = importlib.util.spec_from_file_location("example_http_server", ROOT / "examples" / "tools" / "http_server.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.Handler
+
+
+class Stranger(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_free_port_an_example_service_and_a_stranger_are_told_apart() -> None:
+    assert example_service(free_port()) == "free"
+    with serving(example_handler()) as port:
+        assert example_service(port) == "ours"
+    with serving(Stranger) as port:
+        assert example_service(port) == "other"
