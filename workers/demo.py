@@ -12,38 +12,20 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import httpx
 import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from selection.registry import ToolRegistry
 from workers.settings import Settings
-from workers.stack import ROOT, Stack, port_taken
+from workers.stack import EXAMPLE_SERVICE_PORT, ROOT, Stack, example_service
 
 DEMO_ROLES = ("memory", "executor", "evolver")
 
 
 EXAMPLE_TOOLS = ROOT / "examples" / "tools"
-
-
-EXAMPLE_SERVICE_PORT = 8765  # the port examples/tools/convert_units/tool.yaml names
-
-
-def example_service(port: int = EXAMPLE_SERVICE_PORT) -> Literal["free", "ours", "other"]:
-    """Whether the example HTTP tool's port is free, held by that service already (an earlier demo's,
-    or one started by hand: the demo uses it), or held by something else, which the demo's own
-    service could not displace (it would exit at start, and the demo with a bare exit code)."""
-    if not port_taken(port, "127.0.0.1"):
-        return "free"
-    try:
-        answer = httpx.post(f"http://127.0.0.1:{port}/convert", json={"value": 1, "from": "km", "to": "m"},
-                            timeout=2.0)
-        return "ours" if answer.status_code == 200 and answer.json() == {"value": 1000.0, "unit": "m"} else "other"
-    except (httpx.HTTPError, ValueError):
-        return "other"
 
 
 def demo_settings(settings: Settings) -> Settings:

@@ -20,9 +20,10 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 from urllib.parse import quote, unquote, urlparse
 
+import httpx
 import redis
 from honcho.manager import KILL_WAIT, SIGNALS, Manager
 from honcho.printer import Printer
@@ -316,6 +317,23 @@ def port_taken(port: int, addr: str = "0.0.0.0") -> bool:
     return False
 
 
+EXAMPLE_SERVICE_PORT = 8765  # the port examples/tools/convert_units/tool.yaml names
+
+
+def example_service(port: int = EXAMPLE_SERVICE_PORT) -> Literal["free", "ours", "other"]:
+    """Whether the example HTTP tool's port is free, held by that service already (an earlier demo's,
+    or one started by hand: the demo uses it), or held by something else, which the demo's own
+    service could not displace (it would exit at start, and the demo with a bare exit code)."""
+    if not port_taken(port, "127.0.0.1"):
+        return "free"
+    try:
+        answer = httpx.post(f"http://127.0.0.1:{port}/convert", json={"value": 1, "from": "km", "to": "m"},
+                            timeout=2.0)
+        return "ours" if answer.status_code == 200 and answer.json() == {"value": 1000.0, "unit": "m"} else "other"
+    except (httpx.HTTPError, ValueError):
+        return "other"
+
+
 def check_ports(settings: Settings, roles: Iterable[str]) -> None:
     """One line naming the setting to change, instead of the role's traceback, for a port in use."""
     ports = {"flower": ("Flower", settings.flower_port, "FITTEST_FLOWER_PORT"),
@@ -325,6 +343,9 @@ def check_ports(settings: Settings, roles: Iterable[str]) -> None:
             what, port, variable = ports[role]
             raise StackError(f"port {port} of {what} is in use: set {variable} to a free port, "
                              f"or leave the role out with --without {role}")
+    if "toolserver" in roles and example_service() == "other":
+        raise StackError(f"port {EXAMPLE_SERVICE_PORT} of the example HTTP tool (convert_units' manifest names it) is in "
+                         "use by something else: stop it, or leave the role out with --without toolserver")
 
 
 def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
@@ -336,9 +357,13 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
     if unknown:
         raise StackError(f"no Procfile role named {', '.join(sorted(unknown))}")
     roles = [name for name in procfile.processes if name not in (without or set())]
+    out = LossyOutput(sys.stdout)
+    if "toolserver" in roles and example_service() == "ours":  # a second one could not bind its port
+        roles.remove("toolserver")
+        print(f"fittest up: the example HTTP tool already answers on port {EXAMPLE_SERVICE_PORT}: not starting another",
+              file=out, flush=True)
     check_ports(settings, roles)
     stack = Stack(settings)
-    out = LossyOutput(sys.stdout)
     if not settings.tools_dir.is_dir():
         print(f"fittest up: FITTEST_TOOLS_DIR ({settings.tools_dir.resolve()}) is not a directory: no tool will be "
               "served until it is (a relative path is read from the directory you run fittest in)", file=out, flush=True)

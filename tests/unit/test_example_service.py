@@ -1,5 +1,7 @@
-"""The demo's example HTTP tool: started when its port is free, used when it already answers there,
-and a clear refusal when something else holds the port (its own server would exit at start)."""
+"""The example HTTP tool of `fittest demo` and `fittest up`: started when its port is free, used
+when it already answers there, and a clear refusal when something else holds the port (a second
+server would exit at start: the demo stopped with a bare exit code, and `up` restarted the role
+until it gave up the whole stack)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 from tests.conftest import free_port
-from workers.demo import example_service
-from workers.stack import ROOT
+from workers import stack
+from workers.settings import Settings
+from workers.stack import ROOT, StackError, check_ports, example_service
 
 
 def example_handler() -> type[BaseHTTPRequestHandler]:
@@ -49,3 +54,10 @@ def test_a_free_port_an_example_service_and_a_stranger_are_told_apart() -> None:
         assert example_service(port) == "ours"
     with serving(Stranger) as port:
         assert example_service(port) == "other"
+
+
+def test_up_refuses_an_example_port_held_by_something_else_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stack, "example_service", lambda: "other")
+    with pytest.raises(StackError, match="port 8765 of the example HTTP tool .* --without toolserver"):
+        check_ports(Settings(metrics_port=free_port(), flower_port=free_port()), ["memory", "toolserver"])
+    check_ports(Settings(), ["memory", "executor"])  # without the role, the port is nobody's business
