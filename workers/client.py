@@ -130,8 +130,14 @@ class FittestClient:
 
     @staticmethod
     def wait(result: AsyncResult, timeout: float = 120.0) -> dict[str, Any]:
-        """The call's final result, wherever the work went (every hop keeps the task id)."""
+        """The call's final result, wherever the work went (every hop keeps the task id).
+
+        A result already stored is read at once (`ready()` reads it and keeps it): left to `get()`,
+        the Redis backend's result consumer took a second more for each result that arrived while
+        it waited for another (QA: a slow call and four fast ones sent together, each fast one
+        done in 0.1 s, came back at 0.3, 1.3, 2.3 and 3.3 s)."""
         try:
+            result.ready()
             return result.get(timeout=timeout)
         finally:
             FittestClient.release(result)

@@ -201,3 +201,17 @@ def test_a_burst_planned_before_the_breaker_opened_stops_running_the_tool_once_i
 
     p.wait_for(lambda: p.state().stats_and_breakers([key])[1][key] == "half_open", timeout=10)
     assert p.call(input={}, **{k: v for k, v in call.items() if k != "input"})["status"] == "success"  # a probe closes it
+
+
+def test_results_that_finished_while_the_client_waited_for_another_come_at_once(sandbox_pipeline: Pipeline) -> None:
+    """QA: a slow call and four fast ones sent together; waited for in order, each fast one (done
+    long before) came a second after the one before it, from the result consumer's pub/sub."""
+    p = sandbox_pipeline
+    call: dict[str, Any] = {"scenario": "a tool that crashes when told to fail", "namespace": "brittle", "version": "1.0.0",
+                            "max_attempts": 1}
+    slow = p.client.send("resilient_tool_call", input={"sleep": 1.5}, **call)
+    fast = [p.client.send("resilient_tool_call", input={}, **call) for _ in range(4)]
+    assert p.client.wait(slow, 60)["status"] == "success"
+    started = time.monotonic()
+    assert [p.client.wait(r, 60)["status"] for r in fast] == ["success"] * 4
+    assert time.monotonic() - started < 0.9  # one second apart each before: 3 s and more
