@@ -83,7 +83,7 @@ def reset_state(settings: Settings) -> None:
 def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> int:
     from workers.cli.calls import show_call
     from workers.cli.common import literal
-    from workers.cli.tools import tools_table
+    from workers.cli.tools import tool_rows, tools_table
     from workers.client import FittestClient
     from workers.state import open_state_store
 
@@ -139,14 +139,8 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
                 progress.advance(task)
 
         state = open_state_store(settings)
-        keys = [m.key for m in registry.all()]
         time.sleep(1.0)  # the feedback queue applies the last failures and successes
-        stats = state.stats(keys)
-        rows = [
-            {"name": m.name, "version": m.version, "kind": m.implementation.kind, "tags": m.tags,
-             "quality": stats[m.key].quality, "successes": stats[m.key].successes, "failures": stats[m.key].failures}
-            for m in registry.all()
-        ]
+        rows = tool_rows(registry.all(), state)
         console.print("[bold]3.[/bold] what the calls did to the tools")
         console.print(tools_table(rows, title="tools after the demo (quality starts at 1.00)"))
         ok = sum(r["status"] == "success" for r in results)

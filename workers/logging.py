@@ -3,7 +3,8 @@ tool, version and outcome without parsing prose.
 
 The worker roles get it through Celery's logging signals (`install()` connects them; `workers.app`
 calls it), which keep Celery's own handlers, log file and level and only swap their formatter;
-`FITTEST_LOG_JSON=false` leaves Celery's text format. The `fittest` loggers log at INFO whatever
+`FITTEST_LOG_JSON=false` keeps Celery's text format, with the same fields after each line as
+`key=value` (without them an event line said only `attempt`). The `fittest` loggers log at INFO whatever
 the worker's `--loglevel`, because their records are the product's event stream (one `attempt`
 event per attempt), not debugging chatter.
 """
@@ -36,14 +37,34 @@ class JsonFormatter(logging.Formatter):
         if task is not None:
             doc["task_id"] = task.request.id
             doc["task_name"] = task.name
-        for key, value in record.__dict__.items():
-            if key not in _STANDARD and not key.startswith("_"):
-                doc[key] = value
+        doc.update(fields(record))
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
         if record.stack_info:
             doc["stack"] = self.formatStack(record.stack_info)
         return json.dumps(doc, default=str, ensure_ascii=False)
+
+
+class TextWithFields(logging.Formatter):
+    """Celery's text line (its own formatter, kept), followed by the record's `extra=` fields."""
+
+    def __init__(self, inner: logging.Formatter | None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = self.inner.format(record)
+        extra = " ".join(f"{k}={json.dumps(v, default=str, ensure_ascii=False) if not isinstance(v, str) or ' ' in v else v}"
+                         for k, v in fields(record).items() if k != "event")
+        if not extra:
+            return line
+        first, newline, rest = line.partition("\n")  # a traceback stays below the line it belongs to
+        return f"{first} {extra}{newline}{rest}"
+
+
+def fields(record: logging.LogRecord) -> dict[str, Any]:
+    """What `extra=` put on the record (anything a LogRecord does not have by itself)."""
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
 
 
 def _iso(created: float) -> str:
@@ -72,6 +93,10 @@ def _after_setup(logger: logging.Logger, **_: Any) -> None:
     logging.getLogger(EVENT_LOGGER).setLevel(logging.INFO)
     if get_settings().log_json:
         use_json(logger)
+    else:
+        for handler in logger.handlers:
+            if not isinstance(handler.formatter, TextWithFields):
+                handler.setFormatter(TextWithFields(handler.formatter))
 
 
 def install() -> None:

@@ -197,7 +197,7 @@ class Selector:
             features=features,
             policy=self.policy.name,
             degraded=degraded,
-            held_back=self._local.held_back if not ranked else [],
+            held_back=self._local.held_back,
         )
 
     def _evidence(self, request: CallRequest, features: dict[str, Any], degraded: list[str]) -> list[CandidateEvidence]:

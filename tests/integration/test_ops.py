@@ -64,6 +64,7 @@ def test_a_call_shows_in_metrics_and_in_the_json_attempt_log(pipeline, cli) -> N
     assert len(mine) == 1
     assert mine[0]["tool"] == "csv_lenient" and mine[0]["version"] == "1.0.0" and mine[0]["outcome"] == "success"
     assert mine[0]["execution_time_ms"] >= 0 and mine[0]["task_name"] == "fittest.execute"
+    assert mine[0]["breaker"] == "closed"  # what its outcome left its circuit breaker at
 
 
 def test_calls_that_end_before_any_attempt_are_counted_by_their_status(pipeline, cli) -> None:

@@ -59,3 +59,9 @@ def test_nothing_left_to_try_when_every_remaining_breaker_is_open() -> None:
     assert plan.held_back == ["a@1.0.0", "b@1.0.0"]  # max_attempts 1: a passed over lets b through
     assert "held back by its open circuit breaker (a@1.0.0, b@1.0.0)" in plan.no_candidates_message()
     assert past_open_breakers(plan_of("a"), 1, state) is None  # past the last candidate
+
+
+def test_versions_selection_held_back_use_up_no_attempt() -> None:
+    plan = plan_of("a", "b", "c", max_attempts=2)
+    plan.held_back = ["x@1.0.0"]  # held back when the call was planned: not a candidate
+    assert last_index(plan) == 1

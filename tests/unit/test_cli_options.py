@@ -219,3 +219,32 @@ def test_a_call_served_past_a_held_back_version_names_it() -> None:
         show_call({"call_id": CALL_ID, "status": "no_candidates", "attempts": [], "held_back": ["sort_numbers@1.0.0"],
                    "message": "every version that matches is held back by its open circuit breaker (sort_numbers@1.0.0)"})
     assert out.get().count("sort_numbers@1.0.0") == 1
+
+
+def test_explain_names_a_namespace_held_back_by_its_breaker_rather_than_a_typo(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA: a namespace call whose only version's breaker was open said 'no tool named compress_logs
+    was ranked', the warning for a typo."""
+    breakdown = {"source": "semantic", "similarity": 0.5, "quality": 1.0, "feedback": 0.0, "sparc": 0.5, "rationale": "r"}
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"status": "success", "degraded": [], "held_back": ["fast_sort@1.0.0"],
+                                                         "ranking": [{"key": "sort_numbers@1.0.0", "score": 1.0,
+                                                                      "probability": 1.0, "breakdown": breakdown}]})
+    code, out = run("explain", "sort numbers", "--namespace", "fast_sort")
+    assert code == 0 and "no tool named" not in out
+    assert "warning: fast_sort@1.0.0 held back by an open circuit breaker: the call was ranked by its scenario alone" in out
+    assert "held back, their circuit breaker open: fast_sort@1.0.0" in out
+
+
+def test_the_tools_list_shows_each_circuit_breaker() -> None:
+    """QA: no command showed that a version was held back by its open breaker."""
+    from tests.fakes_state import InMemoryStateStore
+    from workers.cli.tools import tool_rows, tools_table
+
+    manifests = [ToolManifest(name=n, description=n, implementation=HTTP) for n in ("fast_sort", "old_sort")]
+    state = InMemoryStateStore()
+    for _ in range(3):
+        state.record_run("old_sort@1.0.0", 1.0, False, threshold=3, cooldown_s=60)
+    rows = tool_rows(manifests, state)
+    assert [(r["name"], r["breaker"], r["failures"]) for r in rows] == [("fast_sort", "closed", 0), ("old_sort", "open", 0)]
+    with console.capture() as out:
+        console.print(tools_table(rows))
+    assert any("old_sort@1.0.0" in line and " open " in line for line in out.get().splitlines())

@@ -73,5 +73,10 @@ def test_celery_logging_signal_sets_the_formatter_only_when_asked(monkeypatch, l
         after_setup_logger.send(sender=None, logger=root, loglevel=logging.WARNING, logfile=None, format="", colorize=False)
         assert isinstance(handler.formatter, JsonFormatter) is log_json
         assert logging.getLogger(EVENT_LOGGER).level == logging.INFO  # events pass a WARNING worker
+        if not log_json:  # Celery's text line, then the event's fields (QA: a line said only "attempt")
+            root.warning("attempt", extra={"event": "attempt", "call_id": "c1", "tool": "fast_sort",
+                                           "error_message": "no result within 2s", "probability": 0.5})
+            assert handler.stream.getvalue().splitlines()[-1] == (
+                'attempt call_id=c1 tool=fast_sort error_message="no result within 2s" probability=0.5')
     finally:
         get_settings.cache_clear()

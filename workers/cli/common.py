@@ -94,7 +94,14 @@ def warn_if_namespace_unranked(namespace: str | None, outcome: dict[str, Any]) -
     call was ranked by its scenario alone): say so. Read from the answer, not from the tools
     directory, which at 10,000 tools takes seconds to load."""
     ranking = outcome.get("ranking") or []
-    if namespace and outcome.get("status") != "invalid" and not any(r["key"].partition("@")[0] == namespace for r in ranking):
+    if not namespace or outcome.get("status") == "invalid" or any(r["key"].partition("@")[0] == namespace for r in ranking):
+        return
+    held = [key for key in outcome.get("held_back") or [] if key.partition("@")[0] == namespace]
+    if held:
+        if outcome.get("status") != "no_candidates":  # whose message names them already
+            err_console.print(f"[yellow]warning:[/yellow] {literal(', '.join(held))} held back by an open circuit breaker: "
+                              "the call was ranked by its scenario alone")
+    else:
         err_console.print(f"[yellow]warning:[/yellow] no tool named {literal(namespace)} was ranked: the call was ranked "
                           "by its scenario alone")
 

@@ -88,6 +88,8 @@ def explain(
     if not ranking:  # as a call would end: no_candidates
         console.print(f"{literal(result.get('message') or 'no tool matches this scenario, namespace and tags')}: "
                       "a call would end with no_candidates")
+    elif result.get("held_back"):
+        console.print(f"held back, their circuit breaker open: {literal(', '.join(result['held_back']))}")
     for note in result.get("degraded", []):
         console.print(f"[yellow]degraded:[/yellow] {literal(note)}")
 

@@ -8,6 +8,8 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
+from selection.manifest import ToolManifest
+from selection.ports import StateStore
 from workers.cli.common import JsonOpt, console, err_console, fail, literal, needs_redis, print_json
 
 app = typer.Typer()
@@ -16,7 +18,8 @@ app = typer.Typer()
 @app.command()
 @needs_redis
 def tools(json_out: JsonOpt = False) -> None:
-    """List every tool version with its quality and counters."""
+    """List every tool version with its quality, counters and circuit breaker (closed; open: held
+    back from calls; half-open: its cool-down is over, and the next call that picks it probes it)."""
     from workers.runtime import runtime
 
     rt = runtime()
@@ -28,9 +31,17 @@ def tools(json_out: JsonOpt = False) -> None:
                               "fittest runs in)")
         else:
             err_console.print(f"[yellow]skipped[/yellow] {literal(error)}")
-    manifests = registry.all()
-    stats = rt.state.stats([m.key for m in manifests])
-    rows = [
+    rows = tool_rows(registry.all(), rt.state)
+    if json_out:
+        print_json(rows)
+        return
+    console.print(tools_table(rows))
+
+
+def tool_rows(manifests: list[ToolManifest], state: StateStore) -> list[dict[str, Any]]:
+    """Each version as `fittest tools --json` shows it: its manifest's summary and its state."""
+    stats, breakers = state.stats_and_breakers([m.key for m in manifests])
+    return [
         {
             "name": m.name,
             "version": m.version,
@@ -40,14 +51,11 @@ def tools(json_out: JsonOpt = False) -> None:
             "quality": round(stats[m.key].quality, 4),
             "successes": stats[m.key].successes,
             "failures": stats[m.key].failures,
+            "breaker": breakers[m.key],
             "deprecated": m.deprecated,
         }
         for m in manifests
     ]
-    if json_out:
-        print_json(rows)
-        return
-    console.print(tools_table(rows))
 
 
 def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
@@ -57,13 +65,16 @@ def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
     table.add_column("kind", no_wrap=True)
     for col in ("quality", "successes", "failures"):
         table.add_column(col, justify="right")
+    table.add_column("breaker", no_wrap=True)
     table.add_column("tags")
     for r in rows:
         q = r["quality"]
         color = "green" if q >= 0.9 else "yellow" if q >= 0.7 else "red"
         key = literal(f"{r['name']}@{r['version']}") + (" [dim](deprecated)[/dim]" if r.get("deprecated") else "")
+        breaker = r.get("breaker", "closed")
+        shown = {"open": "[red]open[/red]", "half_open": "[yellow]half-open[/yellow]"}.get(breaker, "[dim]closed[/dim]")
         table.add_row(key, literal(r["kind"]), f"[{color}]{q:.2f}[/{color}]",
-                      str(r["successes"]), str(r["failures"]), literal(", ".join(r["tags"])))
+                      str(r["successes"]), str(r["failures"]), shown, literal(", ".join(r["tags"])))
     return table
 
 

@@ -95,8 +95,8 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: 
     )
     # The caller's fault is not the tool's; a redelivered attempt feeds the breaker once.
     feeds_breaker = outcome.error_class is not FailureClass.bad_input
-    rt.state.record_run(candidate.key, outcome.elapsed_ms, outcome.success if feeds_breaker else None,
-                        settings.breaker_threshold, settings.breaker_cooldown_s, attempt_id=result.attempt_id)
+    breaker = rt.state.record_run(candidate.key, outcome.elapsed_ms, outcome.success if feeds_breaker else None,
+                                  settings.breaker_threshold, settings.breaker_cooldown_s, attempt_id=result.attempt_id)
     rt.metrics.attempt(result, quality=candidate.breakdown.quality)
     log.info(
         "attempt",
@@ -111,6 +111,7 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: 
             "execution_time_ms": round(result.execution_time_ms, 2),
             "policy": plan.policy,
             "probability": candidate.probability,  # with which the policy put this candidate in this place
+            "breaker": breaker,  # its circuit breaker after this outcome ("open": it is held back now)
         },
     )
     return result
@@ -214,8 +215,11 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
 
 def last_index(plan: CallPlan) -> int:
     """The index of the call's last candidate to try: `max_attempts` counts the attempts that ran,
-    so each candidate passed over for its open breaker lets one more through."""
-    return min(len(plan.candidates), plan.request.max_attempts + len(plan.held_back)) - 1
+    so each candidate passed over for its open breaker lets one more through (the versions that
+    selection held back are not candidates, and use up nothing)."""
+    held = set(plan.held_back)
+    passed_over = sum(1 for c in plan.candidates if c.key in held)
+    return min(len(plan.candidates), plan.request.max_attempts + passed_over) - 1
 
 
 def past_open_breakers(plan: CallPlan, index: int, state: StateStore) -> int | None:
