@@ -215,6 +215,7 @@ class CallResult(BaseModel):
 
     call_id: str
     status: CallStatus
+    scenario: str = ""  # what the call was for ("" when its payload was refused)
     output: Any = None
     tool: str | None = None
     version: str | None = None
@@ -234,6 +235,7 @@ class CallResult(BaseModel):
         return cls(
             call_id=plan.request.call_id,
             status=status,
+            scenario=plan.request.scenario,
             output=won.result if won else None,
             tool=won.tool if won else None,
             version=won.version if won else None,

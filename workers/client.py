@@ -49,12 +49,13 @@ class FeedbackRequest(BaseModel):
 
     tool: str = Field(min_length=1, max_length=64)
     sentiment: Literal["positive", "negative"]
-    version: str | None = None  # default: the version the namespace serves now
-    scenario: str | None = Field(None, max_length=4000)  # default: about the tool in general
+    version: str | None = None  # default: the version of it `call_id` ran, else the one the namespace serves now
+    scenario: str | None = Field(None, max_length=4000)  # default: `call_id`'s scenario, else the tool in general
     reason: str = Field("", max_length=500)
     quality: float = Field(1.0, ge=0.0, le=1.0)
     # The call whose output this judges: the judgement takes the place of the feedback that call's
     # outcome gave the version automatically (a success that a person found wrong is not a success).
+    # The call must be known (its result stored, or its outcome recorded) and have run the tool.
     call_id: str | None = Field(None, pattern=CALL_ID_PATTERN)
 
 

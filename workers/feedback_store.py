@@ -4,8 +4,8 @@ only reads and writes the vector memory (through the pending list when it is una
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
@@ -41,17 +41,56 @@ def served_version(rt: Runtime, name: str) -> str:
     return head if head is not None and f"{name}@{head}" in rt.registry else original.version
 
 
+class JudgedCall(BaseModel):
+    """What a judgement of a call's output needs to know of the call: the versions it ran, in order,
+    and its scenario ("" when only an older result, stored without it, was found)."""
+
+    call_id: str
+    ran: list[str]  # tool keys
+    scenario: str = ""
+
+
+def judged_call(rt: Runtime, call_id: str, result_of: Callable[[str], dict[str, Any] | None]) -> JudgedCall | None:
+    """The call `call_id`, from its stored result (`result_of`: the result backend, under the call's
+    task id, which is its call id unless the caller chose one) or else from the outcome feedback it
+    left (a chosen call id); None when neither knows it."""
+    result = result_of(call_id)
+    if isinstance(result, dict) and isinstance(result.get("attempts"), list):
+        ran = [f"{a['tool']}@{a['version']}" for a in result["attempts"] if isinstance(a, dict) and "tool" in a]
+        return JudgedCall(call_id=call_id, ran=ran, scenario=str(result.get("scenario") or ""))
+    points = rt.memory.scroll(FEEDBACK, filter=VectorFilter.where(call_id=call_id, source="outcome"), limit=50)
+    if not points:
+        return None
+    records = sorted((FeedbackRecord.from_payload(p.id, p.payload) for p in points), key=lambda r: r.timestamp)
+    return JudgedCall(call_id=call_id, ran=[r.key for r in records], scenario=records[0].scenario)
+
+
 def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: str | None,
                          sentiment: Literal["positive", "negative"], reason: str = "", quality: float = 1.0,
-                         call_id: str | None = None) -> FeedbackRecord:
-    """A person's judgement of `tool@version` (default: the served version) in `scenario` (default:
-    the tool's description, i.e. about the tool in general); of the output of call `call_id`, if
-    given (it then counts in place of that call's outcome feedback: selection/feedback.py)."""
+                         call: JudgedCall | None = None) -> FeedbackRecord:
+    """A person's judgement of `tool@version` in `scenario`; of the output of `call`, if given (it then
+    counts in place of that call's outcome feedback: selection/feedback.py).
+
+    Without `call`, the version defaults to the served one and the scenario to the tool's
+    description (the tool in general). With it, the version must be one the call ran (default: the
+    one of that tool it ran last) and the scenario defaults to the call's: a person who marks a
+    call's output wrong means that job, not the tool in general. Raises LookupError for a tool or
+    version that does not exist, ValueError for one the call did not run."""
+    if call is not None:
+        mine = [key for key in call.ran if key.partition("@")[0] == tool]
+        if not mine:
+            ran = ", ".join(call.ran) or "no tool"
+            raise ValueError(f"call {call.call_id} ran {ran}, not {tool}")
+        if version is not None and f"{tool}@{version}" not in mine:
+            raise ValueError(f"call {call.call_id} ran {', '.join(mine)}, not {tool}@{version}")
+        version = version or mine[-1].partition("@")[2]
+        scenario = scenario or call.scenario or None
     version = version or served_version(rt, tool)
     manifest = rt.registry.get(f"{tool}@{version}")
     if manifest is None:
         raise LookupError(f"no tool version '{tool}@{version}'")
-    record = FeedbackRecord.manual(tool, version, scenario or manifest.description, sentiment, reason, quality, call_id)
+    record = FeedbackRecord.manual(tool, version, scenario or manifest.description, sentiment, reason, quality,
+                                   call.call_id if call else None)
     write_feedback(rt, [record])
     rt.state.invalidate()  # every selector's cached searches predate it
     return record

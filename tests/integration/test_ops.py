@@ -117,6 +117,16 @@ def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline
         judged = client.record_feedback(result.tool, "negative", version=result.version, scenario=scenario,
                                         reason="wrong rows", call_id=result.call_id)
         assert judged["score_now"] < 0 and feedback_in_ranking(key) == pytest.approx(judged["score_now"], abs=0.01)
+        # QA: a call judged without a scenario was judged as "the tool in general"; it is the call's job,
+        # and the version it ran.
+        again = client.record_feedback(result.tool, "negative", reason="wrong rows", call_id=result.call_id)
+        assert again["feedback"]["scenario"] == scenario and again["feedback"]["version"] == result.version
+        assert again["score_now"] < judged["score_now"]  # for that job, a second judgement against it
+        # ...and a call that does not exist, or did not run the tool, is refused (QA: both were recorded).
+        with pytest.raises(ValueError, match="no call 0123456789abcdef is known"):
+            client.record_feedback(result.tool, "negative", call_id="0123456789abcdef")
+        with pytest.raises(ValueError, match=f"call {result.call_id} ran {key}, not slugify"):
+            client.record_feedback("slugify", "negative", call_id=result.call_id)
         with pytest.raises(ValidationError, match="sentiment"):
             client.record_feedback(result.tool, "meh")  # type: ignore[arg-type]  # refused before it is sent
         with pytest.raises(ValueError, match="no tool named 'nosuch'"):

@@ -100,10 +100,10 @@ def explain(
 def feedback_add(
     tool: Annotated[str, typer.Argument(help="NAME or NAME@VERSION (NAME: the version it serves now).")],
     sentiment: Annotated[Sentiment, typer.Argument(help="positive or negative.")],
-    scenario: Annotated[str | None, typer.Option(help="The job it was (or was not) good for; default: the tool in general.")] = None,
+    scenario: Annotated[str | None, typer.Option(help="The job it was (or was not) good for; default: the --call's scenario, else the tool in general.")] = None,
     reason: Annotated[str, typer.Option(help="Why, in a few words.")] = "",
     quality: Annotated[float, typer.Option(min=0.0, max=1.0, help="How strongly (0..1).")] = 1.0,
-    call: Annotated[str | None, typer.Option("--call", help="The id of the call whose output this judges: it takes the place of the feedback the call's outcome gave the version.")] = None,
+    call: Annotated[str | None, typer.Option("--call", help="The id of the call whose output this judges: it takes the place of the feedback the call's outcome gave the version. The call must have run TOOL (NAME: the version of it the call ran).")] = None,
     timeout: TimeoutOpt = 30.0,
     json_out: JsonOpt = False,
 ) -> None:
@@ -120,7 +120,7 @@ def feedback_add(
     if not json_out:
         f = result["feedback"]
         score = result.get("score_now")
-        where = "for that scenario" if scenario else "in general (no --scenario)"
+        where = "for that scenario" if scenario else "for the call's scenario" if call else "in general (no --scenario)"
         effect = (f"its feedback score {where} is now {score:+.1f}" if score is not None else
                   "the vector memory is unavailable: it is kept and applied when the memory is back")
         console.print(f"recorded {sentiment.value} feedback ({f['value']:+.2f}) for {literal(f['tool'])}@{literal(f['version'])}; "

@@ -14,7 +14,7 @@ from workers.client import FeedbackRequest
 from workers.evolution_memory import apply_evolution_record, maybe_evolve_for_quality
 from workers.outcomes import apply_failure, apply_outcomes, execution_records
 from workers.degraded import is_store_failure
-from workers.feedback_store import feedback_report, feedback_score, record_tool_feedback
+from workers.feedback_store import feedback_report, feedback_score, judged_call, record_tool_feedback
 from workers.runtime import runtime
 from workers.tasks.batches import Batches
 from workers.tasks.common import batch_payloads, invalid_result
@@ -65,11 +65,27 @@ def record_feedback(**kwargs: Any) -> dict[str, Any]:
     except ValidationError as exc:
         return {"status": "invalid", "errors": invalid_result(exc)["errors"]}
     rt = runtime()
+    call = None
+    if req.call_id is not None:
+        try:
+            call = judged_call(rt, req.call_id, _stored_result)
+        except Exception as exc:
+            if not is_store_failure(exc):
+                raise
+            return {"status": "invalid", "errors": [{"field": "call_id", "message": (
+                f"call {req.call_id}'s result is not stored, and the vector memory that keeps its outcome is "
+                "unavailable now: try again later")}]}
+        if call is None:
+            return {"status": "invalid", "errors": [{"field": "call_id", "message": (
+                f"no call {req.call_id} is known: no result is stored under that id (results are kept 24 h) and no "
+                "outcome of it was recorded; to judge the tool without a call, give a scenario instead")}]}
     try:
         record = record_tool_feedback(rt, req.tool, req.version, req.scenario, req.sentiment, req.reason, req.quality,
-                                      call_id=req.call_id)
+                                      call=call)
     except LookupError as exc:
         return {"status": "invalid", "errors": [{"field": "tool", "message": str(exc)}]}
+    except ValueError as exc:  # a version the call did not run
+        return {"status": "invalid", "errors": [{"field": "call_id", "message": str(exc)}]}
     try:
         score: float | None = round(feedback_score(rt, record.tool, record.version, record.scenario), 2)
     except Exception as exc:
@@ -77,6 +93,12 @@ def record_feedback(**kwargs: Any) -> dict[str, Any]:
             raise
         score = None  # the feedback is kept (workers/pending.py); only its effect cannot be read now
     return {"status": "recorded", "feedback": record.model_dump(mode="json"), "score_now": score}
+
+
+def _stored_result(call_id: str) -> dict[str, Any] | None:
+    """The result the backend holds for the call whose task id this is (None: none, or not final)."""
+    meta = app.backend.get_task_meta(call_id)
+    return meta.get("result") if meta.get("status") == "SUCCESS" else None
 
 
 @app.task(name="fittest.feedback_report")
