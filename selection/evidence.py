@@ -23,6 +23,8 @@ class CandidateEvidence(BaseModel):
     similarity: float = 0.0  # cosine of the scenario to the tool's served description
     lexical: float = 0.0  # BM25 match of the scenario's words to its texts, over the best-matching text's (0..1)
     quality: float = 1.0
+    successes: int = 0  # of this version, anywhere (the state store's counters)
+    failures: int = 0
     failure_similarities: list[float] = Field(default_factory=list)  # past failures of this version
     success_similarities: list[float] = Field(default_factory=list)  # past successes of this version
     # Past successes of the namespace, any version (this one included): what a new version inherits.

@@ -273,6 +273,8 @@ class Selector:
                 source=sources[k],
                 similarity=similarity.get(k, 0.0),
                 quality=stats[k].quality,
+                successes=stats[k].successes,
+                failures=stats[k].failures,
                 failure_similarities=failures.get(k, []),
                 timeout_s=self._timeout(manifests[k], stats[k]),
             )

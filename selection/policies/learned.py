@@ -10,14 +10,20 @@ For each candidate the policy weighs three kinds of evidence, all by the same si
   random bonus, is how a new version gets the traffic it can prove itself on);
 - a prior from the description match and the source, as the seed design ranks them (a softmax of
   the seed's base score over the candidates at the kernel's bandwidth), times the version's
-  quality, worth PRIOR_STRENGTH (a) observations. A look-alike's description match also counts
+  standing, worth PRIOR_STRENGTH (a) observations. A look-alike's description match also counts
   LEXICAL_WEIGHT of its word match (selection/lexical.py), which the embedding alone misses.
 
-    mass = a * prior * quality + S            which tool similar jobs were served by (Dirichlet)
+    mass = a * prior * standing + S           which tool similar jobs were served by (Dirichlet)
+    standing = quality + (1 - quality) * successes / (successes + failures + 1)
     rate = (a + S) / (a + S + F)              how often this version works around here (Beta)
     utility = log(mass * rate * (1 + feedback/100) * (0.5 + sparc)) + c * log p
     p = softmax of the tool classifier's scores over the candidates (selection/classifier.py),
         floored at e^-3
+
+Standing: quality only falls (the design's demotion per failure), so a version that fails at one
+kind of job and serves another well would reach 0 and rank below tools with nothing to do with a
+job it is good at. Its share of successes anywhere gives back part of what its failures took; where
+it fails, F keeps it away all the same.
 
 The classifier (refitted on the beat from every success) knows the shape of each namespace's
 region as a whole, where S knows only the neighbours of this one scenario; the two disagree on
@@ -57,6 +63,11 @@ CUTOFF = 30.0  # e^-30: a placement this unlikely is not drawn
 CLASSIFIER_WEIGHT = 0.3  # c: the weight of the classifier's log-probability in the utility
 CLASSIFIER_LOG_FLOOR = -3.0  # log p below this counts as this: its doubt costs at most e^(-3c) (0.41)
 LEXICAL_WEIGHT = 0.1  # a look-alike's best word match counts as 0.1 more cosine in its prior
+
+
+def standing(e: CandidateEvidence) -> float:
+    """The version's quality, with what its successes anywhere give back of what failures took."""
+    return e.quality + (1.0 - e.quality) * e.successes / (e.successes + e.failures + 1)
 
 
 class _Terms(NamedTuple):
@@ -100,7 +111,7 @@ class LearnedPolicy:
             prior = x / total
             s = self._kernel_sum(e.namespace_success_similarities)
             f = self._kernel_sum(e.failure_similarities)
-            mass = a * prior * e.quality + s
+            mass = a * prior * standing(e) + s
             rate = (a + s) / (a + s + f)
             factor = (1.0 + e.feedback_points / 100.0) * (0.5 + e.sparc)
             utility = math.log(max(mass * rate * factor, FLOOR)) + self.classifier_weight * (lp or 0.0)
@@ -147,6 +158,7 @@ class LearnedPolicy:
                 f"(rate {t.rate:.2f}), prior {t.prior:.2f} ({e.source} {e.base_score():.2f}"
                 + (f", word match {e.lexical:.2f}" if e.lexical else "")
                 + f") x quality {e.quality:.2f}"
+                + (f" ({standing(e):.2f} with its {e.successes} successes)" if e.successes and e.quality < 1 else "")
                 + ("" if t.classifier is None else f"; classifier p {t.classifier:.2f}")
                 + (f"; feedback {e.feedback_points:+.0f}" if abs(e.feedback_points) >= 0.5 else "")
                 + f"; SPARC {e.sparc:.2f}: {e.sparc_rationale or 'neutral'}"

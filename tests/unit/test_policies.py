@@ -123,3 +123,17 @@ def test_seed_formulas() -> None:
     assert policy.score(ev("a", 0.5, feedback_points=-50.0))[0] == pytest.approx(plain * 0.5)
     assert policy.score(ev("a", 0.5, sparc=1.0))[0] == pytest.approx(plain * 1.5)
     assert policy.score(ev("a", 0.5, source="original"))[0] == pytest.approx(0.9)
+
+
+def test_learned_a_version_failing_at_one_job_keeps_its_standing_for_the_jobs_it_serves() -> None:
+    """QA: a formatter with 10 successes (python) and 9 failures (rust) reached quality 0.00, and for
+    a javascript job with no history nearby ranked below a sorting tool 0.12 similar. Its successes
+    anywhere give back part of what its failures took; where it fails, its failures nearby decide."""
+    formatter = ev("code_formatter", 0.69, quality=0.0, successes=10, failures=9)
+    sorter = ev("sort_numbers", 0.12)
+    assert rank([sorter, formatter]) == ["code_formatter@1.0.0", "sort_numbers@1.0.0"]
+    assert rank([sorter, ev("code_formatter", 0.69, quality=0.0, failures=9)]) == ["sort_numbers@1.0.0", "code_formatter@1.0.0"]
+    # Where it failed (a rust job), the other formatter, which served such jobs, goes first.
+    failing_nearby = ev("code_formatter", 0.69, quality=0.0, successes=10, failures=9, failure_similarities=[0.95, 0.93])
+    other = ev("code_formatter_b", 0.66, namespace_success_similarities=[0.9])
+    assert rank([failing_nearby, other, sorter]) == ["code_formatter_b@1.0.0", "code_formatter@1.0.0", "sort_numbers@1.0.0"]
