@@ -12,7 +12,7 @@ import uuid
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from selection.context import check_context
 from selection.manifest import NAME_PATTERN, ToolManifest, check_semver
@@ -95,6 +95,20 @@ class CallRequest(BaseModel):
     def _context_values(cls, v: dict[str, Any]) -> dict[str, Any]:
         check_context(v)  # explicit phase, languages, complexity, task type, testing (selection/context.py)
         return v
+
+    @model_validator(mode="after")
+    def _version_needs_its_namespace(self) -> CallRequest:
+        # QA: a version alone ended no_candidates, "no tool matches this scenario, namespace and tags".
+        if self.version is not None and self.namespace is None:
+            raise ValueError("version is given without namespace: a version is one of a namespace's (fast_sort 1.1.0)")
+        return self
+
+
+def field_errors(exc: ValidationError) -> list[dict[str, str]]:
+    """A validation error as the fields it names and what is wrong with each, in words: pydantic's
+    "Value error, " before a validator's own message is dropped."""
+    return [{"field": ".".join(str(p) for p in e["loc"]) or "(payload)", "message": e["msg"].removeprefix("Value error, "),
+             "type": e["type"]} for e in exc.errors(include_url=False, include_input=False)]
 
 
 def _check_json_value(value: Any, depth: int) -> None:

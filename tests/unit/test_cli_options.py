@@ -248,3 +248,34 @@ def test_the_tools_list_shows_each_circuit_breaker() -> None:
     with console.capture() as out:
         console.print(tools_table(rows))
     assert any("old_sort@1.0.0" in line and " open " in line for line in out.get().splitlines())
+
+
+def test_call_and_explain_refuse_a_bad_payload_alike_before_sending(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA: a bad --context exited 2 from `call` but 1 from `explain`, whose message read "context:
+    Value error, context.phase: ..."; a negative --timeout was taken and misread."""
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: pytest.fail("a refused payload must not be sent"))
+    for command in ("call", "explain"):
+        code, out = run(command, "sort numbers", "--context", '{"phase": "lunch"}')
+        assert code == 2 and "context: context.phase" in out and "Value error" not in out, (command, out)
+        code, out = run(command, "sort numbers", "-n", "fast_sort@")
+        assert code == 2 and "names no version" in out
+    code, out = run("call", "sort numbers", "--timeout", "-1")
+    assert code == 2 and "--timeout" in out
+
+
+def test_a_namespace_option_may_name_a_version(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA: `fittest call` had no way to ask for a version; `-n fast_sort@1.0.0` was refused."""
+    asked: dict[str, Any] = {}
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: asked.update(k) or {"status": "success", "ranking": [], "degraded": []})
+    run("explain", "sort numbers", "-n", "fast_sort@1.1.0")
+    assert asked["namespace"] == "fast_sort" and asked["version"] == "1.1.0"
+
+
+def test_a_version_without_its_namespace_is_refused() -> None:
+    from pydantic import ValidationError
+
+    from selection.models import CallRequest, field_errors
+
+    with pytest.raises(ValidationError) as refused:
+        CallRequest(scenario="sort numbers", version="1.0.0")
+    assert field_errors(refused.value)[0]["message"].startswith("version is given without namespace")

@@ -13,9 +13,11 @@ from rich.table import Table
 from workers.cli.common import (
     JsonOpt,
     abridged,
+    check_call_payload,
     console,
     fail,
     literal,
+    namespace_and_version,
     needs_redis,
     parse_json_option,
     print_json,
@@ -39,11 +41,11 @@ SUCCEEDED, DID_NOT_SUCCEED, REFUSED = 0, 1, 2
 def call(
     scenario: Annotated[str, typer.Argument(help="What you need done, in words.")],
     input: Annotated[str | None, typer.Option("--input", "-i", help="The tool input as a JSON object; @PATH reads it from a file, - from standard input.")] = None,
-    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Serve this namespace's promoted version first.")] = None,
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Serve this namespace's promoted version first; NAME@VERSION: that version.")] = None,
     tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="Only tools with this tag (repeatable; all must match).")] = None,
     max_attempts: Annotated[int, typer.Option(min=1, max=20, help="Candidates tried before evolution.")] = 5,
     context: Annotated[str | None, typer.Option(help="Call context (files, language, phase) as a JSON object; @PATH reads it from a file, - from standard input.")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for the result.")] = 120.0,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for the result.")] = 120.0,
     json_out: JsonOpt = False,
 ) -> None:
     """Send one fittest.resilient_tool_call to the workers and print its result.
@@ -51,11 +53,9 @@ def call(
     The payload is checked before it is sent. Exit code 0 when a tool succeeded; 1 when the call
     did not, or when no result came within --timeout (the call stays queued, and `fittest result
     ID` shows it once a worker has run it); 2 for a payload the workers would refuse."""
-    from pydantic import ValidationError
-
-    from selection.models import CallRequest
     from workers.client import FittestClient
 
+    namespace, version = namespace_and_version(namespace)
     payload: dict[str, Any] = {
         "scenario": scenario,
         "input": parse_json_option(input, "--input"),
@@ -64,10 +64,9 @@ def call(
         "max_attempts": max_attempts,
         "context": parse_json_option(context, "--context"),
     }
-    try:
-        CallRequest.model_validate(payload)
-    except ValidationError as exc:
-        fail("; ".join(f"{'.'.join(map(str, e['loc'])) or 'payload'}: {e['msg']}" for e in exc.errors()), REFUSED)
+    if version is not None:
+        payload["version"] = version
+    check_call_payload(payload)
     client = FittestClient()
     pending = client.send("resilient_tool_call", **payload)
     stays = f"the call stays queued, and `fittest result {pending.id}` shows it once a worker has run it"
@@ -80,7 +79,7 @@ def call(
 @needs_redis
 def result(
     call_id: Annotated[str, typer.Argument(help="The call's id: the task id of its fittest.resilient_tool_call or fittest.call_tool (the id `fittest call` prints).")],
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for it when it has not finished yet.")] = 10.0,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for it when it has not finished yet.")] = 10.0,
     json_out: JsonOpt = False,
 ) -> None:
     """The result of a call sent earlier, waiting for it if it has not finished; results are kept

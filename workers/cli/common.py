@@ -89,6 +89,29 @@ def parse_json_option(text: str | None, option: str) -> dict[str, Any]:
     return value
 
 
+def check_call_payload(payload: dict[str, Any]) -> None:
+    """Check a call's payload as the workers would, before it is sent (or ranked): a bad one ends the
+    command with exit code 2, naming every bad field, whichever command it came to."""
+    from pydantic import ValidationError
+
+    from selection.models import CallRequest, field_errors
+
+    try:
+        CallRequest.model_validate(payload)
+    except ValidationError as exc:
+        fail("; ".join(f"{e['field']}: {e['message']}" for e in field_errors(exc)), 2)
+
+
+def namespace_and_version(namespace: str | None) -> tuple[str | None, str | None]:
+    """`--namespace NAME` or `NAME@VERSION` (that version, as `feedback add` takes it)."""
+    if namespace is None or "@" not in namespace:
+        return namespace, None
+    name, _, version = namespace.partition("@")
+    if not version:
+        fail(f"--namespace {namespace!r} names no version: NAME, or NAME@VERSION", 2)
+    return name, version
+
+
 def warn_if_namespace_unranked(namespace: str | None, outcome: dict[str, Any]) -> None:
     """A namespace none of whose versions the workers ranked is a typo more often than not (the
     call was ranked by its scenario alone): say so. Read from the answer, not from the tools

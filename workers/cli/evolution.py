@@ -141,7 +141,7 @@ def evolve(
     name: Annotated[str, typer.Argument(help="The namespace to evolve.")],
     version: Annotated[Optional[str], typer.Option(help="The version to evolve from (default: the one served).")] = None,
     reason: Annotated[str, typer.Option(help="Why, for the changelog.")] = "evolved by hand",
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for the evolution's report.")] = 600.0,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for the evolution's report.")] = 600.0,
     json_out: JsonOpt = False,
 ) -> None:
     """Evolve a tool now and print the evolution's report (exit code 0 when a version was made).

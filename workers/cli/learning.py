@@ -11,12 +11,23 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from workers.cli.common import JsonOpt, console, fail, literal, needs_redis, parse_json_option, print_json, warn_if_namespace_unranked
+from workers.cli.common import (
+    JsonOpt,
+    check_call_payload,
+    console,
+    fail,
+    literal,
+    namespace_and_version,
+    needs_redis,
+    parse_json_option,
+    print_json,
+    warn_if_namespace_unranked,
+)
 
 app = typer.Typer()
 feedback_app = typer.Typer(no_args_is_help=True)
 
-TimeoutOpt = Annotated[float, typer.Option(help="Seconds to wait for the workers' answer.")]
+TimeoutOpt = Annotated[float, typer.Option(min=0.1, help="Seconds to wait for the workers' answer.")]
 
 
 class Sentiment(str, enum.Enum):
@@ -46,7 +57,7 @@ def _when(t: float) -> str:
 @needs_redis
 def explain(
     scenario: Annotated[str, typer.Argument(help="The job, in words, as a call would describe it.")],
-    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Rank as a call to this namespace.")] = None,
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Rank as a call to this namespace; NAME@VERSION: that version.")] = None,
     tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="Only tools with this tag (repeatable).")] = None,
     context: Annotated[str | None, typer.Option(help="Call context as a JSON object: phase, language(s), complexity, task_type, testing, files; @PATH reads it from a file, - from standard input.")] = None,
     max_attempts: Annotated[int, typer.Option(min=1, max=20, help="Attempts the call would allow.")] = 5,
@@ -63,8 +74,13 @@ def explain(
     feedback, its feedback points for this scenario (-50..50); SPARC, the context match
     (0..1, neutral 0.5). A line per tool then says how the policy weighed it.
     """
-    result = _ask("explain", "selection", timeout, scenario=scenario, namespace=namespace, tags=tag or [],
-                  context=parse_json_option(context, "--context"), max_attempts=max_attempts)
+    namespace, version = namespace_and_version(namespace)
+    payload: dict[str, Any] = {"scenario": scenario, "namespace": namespace, "tags": tag or [],
+                               "context": parse_json_option(context, "--context"), "max_attempts": max_attempts}
+    if version is not None:
+        payload["version"] = version
+    check_call_payload(payload)  # refused as `fittest call` refuses it (exit code 2), before asking
+    result = _ask("explain", "selection", timeout, **payload)
     warn_if_namespace_unranked(namespace, result)
     if json_out:
         print_json(result)

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from celery_batches import SimpleRequest
 from pydantic import BaseModel, ValidationError
 
-from selection.models import CALL_ID_PATTERN, CallPlan, CallRequest, CallResult
+from selection.models import CALL_ID_PATTERN, CallPlan, CallRequest, CallResult, field_errors
 from workers.runtime import runtime
 
 CALL_ID = re.compile(CALL_ID_PATTERN)
@@ -40,10 +40,7 @@ def batch_payloads(requests: Sequence[SimpleRequest], model: type[M], task: str)
 
 def invalid_result(exc: ValidationError | list[dict[str, str]], call_id: str = "") -> dict[str, Any]:
     """A bad payload ends the call with a result naming every bad field; the worker stays up."""
-    errors = exc if isinstance(exc, list) else [
-        {"field": ".".join(str(p) for p in e["loc"]) or "(payload)", "message": e["msg"], "type": e["type"]}
-        for e in exc.errors(include_url=False, include_input=False)
-    ]
+    errors = exc if isinstance(exc, list) else field_errors(exc)
     fields = ", ".join(sorted({e["field"] for e in errors}))
     return CallResult(
         call_id=call_id or "invalid",
