@@ -279,3 +279,18 @@ def test_a_version_without_its_namespace_is_refused() -> None:
     with pytest.raises(ValidationError) as refused:
         CallRequest(scenario="sort numbers", version="1.0.0")
     assert field_errors(refused.value)[0]["message"].startswith("version is given without namespace")
+
+
+def test_explain_shows_the_context_as_analysed_and_takes_the_calls_input(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA: explain could not be given the call's input (its complexity came out 0.00 where the
+    call's was 0.16), nor did it show which context values were detected and which given."""
+    asked: dict[str, Any] = {}
+    context = {"phase": "refinement", "languages": ["python"], "complexity": 0.16, "task_type": "bug_fix", "testing": "none",
+               "source": {"phase": "explicit", "languages": "detected", "complexity": "detected", "task_type": "detected"}}
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: asked.update(k) or {
+        "status": "success", "ranking": [], "degraded": [], "context": context})
+    code, out = run("explain", "fix this python bug", "--input", '{"code": "def f():\\n  return 1"}',
+                    "--context", '{"phase": "refinement"}')
+    assert code == 0 and asked["input"] == {"code": "def f():\n  return 1"}
+    assert ("context as analysed: phase refinement (explicit); languages python (detected); complexity 0.16 (detected); "
+            "task_type bug_fix (detected); testing none (default)") in out

@@ -57,6 +57,7 @@ def _when(t: float) -> str:
 @needs_redis
 def explain(
     scenario: Annotated[str, typer.Argument(help="The job, in words, as a call would describe it.")],
+    input: Annotated[str | None, typer.Option("--input", "-i", help="The input a call would carry, as a JSON object (@PATH, -): its size and nesting count in the complexity, as a call's do.")] = None,
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Rank as a call to this namespace; NAME@VERSION: that version.")] = None,
     tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="Only tools with this tag (repeatable).")] = None,
     context: Annotated[str | None, typer.Option(help="Call context as a JSON object: phase, language(s), complexity, task_type, testing, files; @PATH reads it from a file, - from standard input.")] = None,
@@ -75,8 +76,9 @@ def explain(
     (0..1, neutral 0.5). A line per tool then says how the policy weighed it.
     """
     namespace, version = namespace_and_version(namespace)
-    payload: dict[str, Any] = {"scenario": scenario, "namespace": namespace, "tags": tag or [],
-                               "context": parse_json_option(context, "--context"), "max_attempts": max_attempts}
+    payload: dict[str, Any] = {"scenario": scenario, "input": parse_json_option(input, "--input"), "namespace": namespace,
+                               "tags": tag or [], "context": parse_json_option(context, "--context"),
+                               "max_attempts": max_attempts}
     if version is not None:
         payload["version"] = version
     check_call_payload(payload)  # refused as `fittest call` refuses it (exit code 2), before asking
@@ -87,6 +89,13 @@ def explain(
         return
     if result.get("status") == "invalid":
         fail("; ".join(f"{e['field']}: {e['message']}" for e in result.get("errors", [])))
+    features = result.get("context") or {}
+    if features:
+        source = features.get("source", {})
+        shown = [f"{k} {', '.join(v) if isinstance(v, list) else v if isinstance(v, str) else f'{v:.2f}'}"
+                 f" ({source.get(k, 'default')})" for k, v in features.items()
+                 if k != "source" and v not in (None, [], "")]
+        console.print(f"context as analysed: {literal('; '.join(shown))}")
     table = Table(title=f"ranking for {literal(repr(scenario[:60]))}")
     for col in ("#", "tool", "score", "P", "source", "sim", "quality", "feedback", "SPARC"):
         table.add_column(col, justify="left" if col in ("tool", "source") else "right", no_wrap=col == "tool")

@@ -129,4 +129,6 @@ def explain(**kwargs: Any) -> dict[str, Any]:
         return invalid_result(exc)
     plan: CallPlan = runtime().selector.plan(request, run=False)
     message = "ranking only; nothing was run" if plan.candidates else plan.no_candidates_message()
-    return CallResult.from_plan(plan, "success", message=message).model_dump(mode="json")
+    # With the context as analysed (selection/context.py: each value and where it came from), which
+    # a call's result leaves out: the SPARC column is read against it.
+    return {**CallResult.from_plan(plan, "success", message=message).model_dump(mode="json"), "context": plan.features}
