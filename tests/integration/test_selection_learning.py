@@ -461,3 +461,29 @@ def test_a_call_retried_after_its_evolution_tries_the_new_version_before_any_oth
     assert first != "currency_rates@1.1.0"
     retry = rt.selector.plan(CallRequest(scenario=scenario, after_evolution=True), run=False)
     assert retry.candidates[0].key == "currency_rates@1.1.0"
+
+
+def succeeded(rt, tool: str, scenario: str, call_id: str) -> None:
+    """Record that `tool` served `scenario` (an outcome as a finished call hands it on)."""
+    from workers.outcomes import apply_outcome, execution_records, store_executions
+
+    attempt = ToolExecutionResult(attempt_id=f"{call_id}:0", call_id=call_id, tool=tool, version="1.0.0", success=True)
+    outcome = OutcomeRecord(call_id=call_id, scenario=scenario, attempts=[attempt])
+    apply_outcome(rt, outcome)
+    store_executions(rt, execution_records(outcome))
+    rt.state.invalidate()  # a success moves no state version: cached selections would last their TTL
+
+
+def test_a_past_success_brings_its_tool_in_only_for_a_similar_job(rt) -> None:
+    """QA: in a young system the nearest successes of a job include unrelated ones, and their tools
+    ran (and failed) as its fallbacks. A success brings its tool in as a description match would:
+    from FITTEST_MIN_SIMILARITY on."""
+    scenario = "reindent this javascript program"
+    def candidates() -> list[str]:
+        return [c.manifest.name for c in rt.selector.plan(CallRequest(scenario=scenario, max_attempts=20)).candidates]
+
+    assert "weather_now" not in candidates()  # its description has nothing to do with it
+    succeeded(rt, "weather_now", "sort these numbers", "u0")  # 0.09 similar
+    assert "weather_now" not in candidates()
+    succeeded(rt, "weather_now", "reformat this javascript source file", "u1")
+    assert "weather_now" in candidates()
