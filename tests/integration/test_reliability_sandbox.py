@@ -209,7 +209,8 @@ def test_results_that_finished_while_the_client_waited_for_another_come_at_once(
     p = sandbox_pipeline
     call: dict[str, Any] = {"scenario": "a tool that crashes when told to fail", "namespace": "brittle", "version": "1.0.0",
                             "max_attempts": 1}
-    slow = p.client.send("resilient_tool_call", input={"sleep": 1.5}, **call)
+    # 0.4 s: under the 0.5 s floor of the adaptive timeout, which the burst test's 0.3 s runs set here
+    slow = p.client.send("resilient_tool_call", input={"sleep": 0.4}, **call)
     fast = [p.client.send("resilient_tool_call", input={}, **call) for _ in range(4)]
     assert p.client.wait(slow, 60)["status"] == "success"
     stored = p.client.celery.backend.get_task_meta  # read beside the waited-for results, which it leaves alone
