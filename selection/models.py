@@ -200,8 +200,9 @@ class CallPlan(BaseModel):
         """Why a plan has no candidate, as a caller or an operator needs to read it: a tool that
         matched but is held back by its circuit breaker is not "no tool matches"."""
         if self.held_back:
-            return (f"every version that matches is held back by its open circuit breaker ({', '.join(self.held_back)}); "
-                    "one call may probe it after FITTEST_BREAKER_COOLDOWN_S")
+            return (f"every version that matches is held back by its circuit breaker ({', '.join(self.held_back)}): open, "
+                    "or half-open with another call probing it; one call at a time probes it once "
+                    "FITTEST_BREAKER_COOLDOWN_S has passed")
         return "no tool matches this scenario, namespace and tags"
 
 

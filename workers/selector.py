@@ -167,13 +167,11 @@ class Selector:
         return self._lexical[1]
 
     # ----------------------------------------------------------------- planning
-    def plan(self, request: CallRequest, features: dict[str, Any] | None = None, *, run: bool = True) -> CallPlan:
-        """`features`: the call's context analysis (selection/context.py), made here when None.
-        `run` False: the plan is only shown (`fittest explain`), so it takes no breaker's probe."""
+    def plan(self, request: CallRequest, features: dict[str, Any] | None = None) -> CallPlan:
+        """`features`: the call's context analysis (selection/context.py), made here when None."""
         if features is None:
             features = analyse(request.scenario, request.context, request.input).model_dump(mode="json")
         self._local.versions = self.rt.state.versions()
-        self._local.run = run
         self._local.held_back = []
         degraded: list[str] = []
         try:
@@ -263,7 +261,7 @@ class Selector:
         if not manifests:
             return []
         stats, breakers = self.rt.state.stats_and_breakers(list(manifests))
-        blocked = self._breaker_blocked(breakers, request)
+        blocked = self._breaker_blocked(breakers)
         self._local.held_back = sorted(blocked & set(manifests))
         keys = [k for k in manifests if k not in blocked]
         failures = self._failure_similarities(keys, vector) if vector is not None else {}
@@ -302,17 +300,13 @@ class Selector:
         return round(timeout_from_p95(stats.recent_p95_ms, stats.recent_runs, manifest.timeout_s,
                                       s.min_timeout_s, s.max_timeout_s, floor_s=floor), 3)
 
-    def _breaker_blocked(self, breakers: dict[str, BreakerState], request: CallRequest) -> set[str]:
-        """Versions whose circuit breaker keeps them out of this call: every open one, and a half-open
-        one unless this call takes its single probe (a lock held for one cool-down). A plan that is
-        only shown keeps the half-open ones without taking the probe from the next real call."""
-        take_probes = getattr(self._local, "run", True)
-        blocked = set()
-        for key, state in breakers.items():
-            if state == "open" or (state == "half_open" and take_probes and not self.rt.state.acquire_lock(
-                    f"probe:{key}", request.call_id, self.settings.breaker_cooldown_s)):
-                blocked.add(key)
-        return blocked
+    @staticmethod
+    def _breaker_blocked(breakers: dict[str, BreakerState]) -> set[str]:
+        """Versions whose circuit breaker keeps them out of this call: every open one. A half-open one
+        stays a candidate: its single probe is taken by the call that comes to run it (the executor,
+        workers/tasks/execution.py), not by every call that ranks it, which held it back from all
+        other calls for a cool-down even when the call that took it never ran it."""
+        return {key for key, state in breakers.items() if state == "open"}
 
     def _promoted(self, namespace: str, request: CallRequest, promotions: dict[str, Promotion | None]) -> ToolManifest | None:
         """The version this call is served first: the promoted one, or while it is on trial, it for

@@ -95,7 +95,7 @@ def test_a_call_is_matched_by_the_words_of_the_description_it_is_served(rt: Runt
 
     def word_match(call_id: str) -> dict[str, float]:
         rt.selector.variants._read_at = float("-inf")
-        p = rt.selector.plan(CallRequest(scenario=scenario, call_id=call_id), run=False)
+        p = rt.selector.plan(CallRequest(scenario=scenario, call_id=call_id))
         return {c.key: c.breakdown.extra["lexical"] for c in p.candidates}
 
     rt.evolution.add_variant("roman@1.0.0", "Write an integer in Roman numerals, e.g. 1994 as MCMXCIV.", TOOLS["roman"])
@@ -112,7 +112,7 @@ def test_a_new_selector_indexes_the_words_of_the_variants_already_stored(rt: Run
     index = rt.selector.lexical_index()
     assert rt.selector.variants.texts  # read when the selector was made
     rt.settings.ab_test_probability = 1.0
-    p = rt.selector.plan(CallRequest(scenario="turn 1994 into numerals such as MCMXCIV", call_id="s1"), run=False)
+    p = rt.selector.plan(CallRequest(scenario="turn 1994 into numerals such as MCMXCIV", call_id="s1"))
     assert p.variants == {"roman@1.0.0": "1"}
     assert rt.selector.lexical_index() is index
 

@@ -122,6 +122,10 @@ def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline
         again = client.record_feedback(result.tool, "negative", reason="wrong rows", call_id=result.call_id)
         assert again["feedback"]["scenario"] == scenario and again["feedback"]["version"] == result.version
         assert again["score_now"] < judged["score_now"]  # for that job, a second judgement against it
+        # A call whose caller chose its id is found by its outcome, applied in batches: judged at once
+        # it is looked for again (QA: 5 of 5 such judgements sent as the call returned were refused).
+        chosen = client.run(scenario, input={"text": "x,y\n3,4\n"}, namespace="csv_lenient", call_id="my-service-call-42")
+        assert client.record_feedback(chosen.tool, "positive", call_id="my-service-call-42")["feedback"]["scenario"] == scenario
         # ...and a call that does not exist, or did not run the tool, is refused (QA: both were recorded).
         with pytest.raises(ValueError, match="no call 0123456789abcdef is known"):
             client.record_feedback(result.tool, "negative", call_id="0123456789abcdef")

@@ -163,7 +163,7 @@ def test_circuit_breaker_opens_skips_probes_once_and_closes(sandbox_pipeline: Pi
 
     skipped = p.call(input={}, **call)  # selection (memory worker) reads the state the executor wrote
     assert skipped["status"] == "no_candidates", skipped
-    assert skipped["message"].startswith(f"every version that matches is held back by its open circuit breaker ({key})")
+    assert skipped["message"].startswith(f"every version that matches is held back by its circuit breaker ({key})")
 
     p.wait_for(lambda: p.state().stats_and_breakers([key])[1][key] == "half_open", timeout=10)
     explain = {k: v for k, v in call.items() if k != "max_attempts"}
@@ -171,7 +171,7 @@ def test_circuit_breaker_opens_skips_probes_once_and_closes(sandbox_pipeline: Pi
         assert [r["key"] for r in p.client.wait(p.client.send("explain", **explain), 30)["ranking"]] == [key]
     assert p.state().acquire_lock(f"probe:{key}", "a call in flight", 2.0)  # one probe is out...
     second = p.call(input={}, **call)  # ...so no call sends a second
-    assert second["status"] == "no_candidates" and "held back by its open circuit breaker" in second["message"]
+    assert second["status"] == "no_candidates" and "held back by its circuit breaker" in second["message"]
 
     p.wait_for(lambda: p.state().acquire_lock(f"probe:{key}", "test", 0.1), timeout=10)  # the probe slot expired
     time.sleep(0.2)
@@ -196,7 +196,7 @@ def test_a_burst_planned_before_the_breaker_opened_stops_running_the_tool_once_i
     assert all(r["status"] == "failed" and r["attempts"][0]["error_class"] == "crash" for r in ran), [r["attempts"] for r in ran]
     assert 3 <= len(ran) <= 4, [r["status"] for r in results]  # the third failure opens it; the fourth ran beside it
     assert all(r["status"] == "no_candidates" and r["held_back"] == [key] for r in held), held
-    assert all(r["message"].startswith(f"every version that matches is held back by its open circuit breaker ({key})")
+    assert all(r["message"].startswith(f"every version that matches is held back by its circuit breaker ({key})")
                for r in held)
 
     p.wait_for(lambda: p.state().stats_and_breakers([key])[1][key] == "half_open", timeout=10)

@@ -380,7 +380,7 @@ def test_a_plan_carries_the_scenarios_word_match_and_follows_new_tools(rt) -> No
     """Each candidate's breakdown says how well the scenario's words match its texts (relative to the
     best match); a tool registered since is matched by its words from the next plan on."""
     def word_match(scenario: str) -> dict[str, float]:
-        plan = rt.selector.plan(CallRequest(scenario=scenario), run=False)
+        plan = rt.selector.plan(CallRequest(scenario=scenario))
         return {c.manifest.name: c.breakdown.extra["lexical"] for c in plan.candidates}
 
     scores = word_match("the forecast for Lisbon tomorrow")
@@ -400,7 +400,7 @@ def test_a_version_changed_in_place_is_searched_as_its_manifest_now_reads(rt, tm
                         examples=["when is low water at Nazare"], implementation={"kind": "http", "url": "http://127.0.0.1:9/x"})
 
     def similarity(scenario: str) -> float | None:
-        plan = rt.selector.plan(CallRequest(scenario=scenario), run=False)
+        plan = rt.selector.plan(CallRequest(scenario=scenario))
         return next((c.breakdown.similarity for c in plan.candidates if c.manifest.name == "tide_tables"), None)
 
     rt.selector.ensure_tools([(tide.model_copy(update={"deprecated": True}), source)])  # indexed deprecated
@@ -430,7 +430,7 @@ def test_promotions_decide_which_version_of_a_namespace_is_tried_first(rt) -> No
     rt.state.set_quality("currency_rates@1.0.0", 0.2)
 
     def order(**call: Any) -> list[str]:
-        plan = rt.selector.plan(CallRequest(scenario="how many yen for 200 dollars", **call), run=False)
+        plan = rt.selector.plan(CallRequest(scenario="how many yen for 200 dollars", **call))
         return [c.key for c in plan.candidates if c.manifest.name == "currency_rates"]
 
     assert order() == ["currency_rates@1.0.0", "currency_rates@1.1.0"]  # nothing promoted: the original serves
@@ -439,7 +439,7 @@ def test_promotions_decide_which_version_of_a_namespace_is_tried_first(rt) -> No
     rt.state.promote(promotion)
     rt.state.set_quality("currency_rates@1.1.0", 0.1)  # now the original has the better record
     assert order() == ["currency_rates@1.1.0", "currency_rates@1.0.0"]
-    plan = rt.selector.plan(CallRequest(scenario="convert currencies", namespace="currency_rates"), run=False)
+    plan = rt.selector.plan(CallRequest(scenario="convert currencies", namespace="currency_rates"))
     assert plan.candidates[0].key == "currency_rates@1.1.0"  # a namespace call starts with what it serves
     rt.state.promote(promotion.model_copy(update={"status": "rolled_back"}))
     assert order() == ["currency_rates@1.0.0"]  # rolled back: not tried
@@ -457,9 +457,9 @@ def test_a_call_retried_after_its_evolution_tries_the_new_version_before_any_oth
     for key in ("currency_rates@1.0.0", "currency_rates@1.1.0"):
         rt.state.set_quality(key, 0.01)  # both far behind every other tool on their record
     scenario = "stock prices and exchange rates for my portfolio"
-    first = rt.selector.plan(CallRequest(scenario=scenario), run=False).candidates[0].key
+    first = rt.selector.plan(CallRequest(scenario=scenario)).candidates[0].key
     assert first != "currency_rates@1.1.0"
-    retry = rt.selector.plan(CallRequest(scenario=scenario, after_evolution=True), run=False)
+    retry = rt.selector.plan(CallRequest(scenario=scenario, after_evolution=True))
     assert retry.candidates[0].key == "currency_rates@1.1.0"
 
 

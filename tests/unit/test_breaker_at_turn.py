@@ -26,7 +26,7 @@ def test_an_open_breaker_is_passed_over_and_named() -> None:
     plan = plan_of("a", "b", "c")
     open_breaker(state, "a@1.0.0")
     open_breaker(state, "b@1.0.0")
-    assert past_open_breakers(plan, 0, state) == 2
+    assert past_open_breakers(plan, 0, state, 60) == 2
     assert plan.held_back == ["a@1.0.0", "b@1.0.0"]
 
 
@@ -35,10 +35,15 @@ def test_closed_and_half_open_breakers_let_the_candidate_run() -> None:
     state = InMemoryStateStore(clock=lambda: now[0])
     plan = plan_of("a", "b")
     open_breaker(state, "a@1.0.0")
-    assert past_open_breakers(plan, 1, state) == 1  # b's breaker never opened
-    now[0] += 61  # a's cool-down is over: its next run is the probe that closes or re-opens it
-    assert past_open_breakers(plan, 0, state) == 0
+    assert past_open_breakers(plan, 1, state, 60) == 1  # b's breaker never opened
+    now[0] += 61  # a's cool-down is over: the call that comes to run it probes it...
+    assert past_open_breakers(plan, 0, state, 60) == 0
+    assert past_open_breakers(plan, 0, state, 60) == 0  # ...and takes the probe again if redelivered
     assert plan.held_back == []
+    other = plan_of("a", "b")
+    other.request.call_id = "another-call"
+    assert past_open_breakers(other, 0, state, 60) == 1  # one probe at a time: the others pass it over
+    assert other.held_back == ["a@1.0.0"]
 
 
 def test_held_back_candidates_do_not_use_up_the_attempts() -> None:
@@ -46,7 +51,7 @@ def test_held_back_candidates_do_not_use_up_the_attempts() -> None:
     plan = plan_of("a", "b", "c", "d", max_attempts=2)
     assert last_index(plan) == 1
     open_breaker(state, "a@1.0.0")
-    assert past_open_breakers(plan, 0, state) == 1
+    assert past_open_breakers(plan, 0, state, 60) == 1
     assert last_index(plan) == 2  # b and c may still run: two attempts
 
 
@@ -55,10 +60,10 @@ def test_nothing_left_to_try_when_every_remaining_breaker_is_open() -> None:
     plan = plan_of("a", "b", max_attempts=1)
     for key in ("a@1.0.0", "b@1.0.0"):
         open_breaker(state, key)
-    assert past_open_breakers(plan, 0, state) is None
+    assert past_open_breakers(plan, 0, state, 60) is None
     assert plan.held_back == ["a@1.0.0", "b@1.0.0"]  # max_attempts 1: a passed over lets b through
-    assert "held back by its open circuit breaker (a@1.0.0, b@1.0.0)" in plan.no_candidates_message()
-    assert past_open_breakers(plan_of("a"), 1, state) is None  # past the last candidate
+    assert "held back by its circuit breaker (a@1.0.0, b@1.0.0)" in plan.no_candidates_message()
+    assert past_open_breakers(plan_of("a"), 1, state, 60) is None  # past the last candidate
 
 
 def test_versions_selection_held_back_use_up_no_attempt() -> None:

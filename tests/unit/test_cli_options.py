@@ -217,7 +217,7 @@ def test_a_call_served_past_a_held_back_version_names_it() -> None:
     assert "not tried, their circuit breaker was open: sort_numbers@1.0.0" in out.get()
     with console.capture() as out:  # a call that tried nothing says so in its message, once
         show_call({"call_id": CALL_ID, "status": "no_candidates", "attempts": [], "held_back": ["sort_numbers@1.0.0"],
-                   "message": "every version that matches is held back by its open circuit breaker (sort_numbers@1.0.0)"})
+                   "message": "every version that matches is held back by its circuit breaker (sort_numbers@1.0.0)"})
     assert out.get().count("sort_numbers@1.0.0") == 1
 
 
@@ -230,7 +230,7 @@ def test_explain_names_a_namespace_held_back_by_its_breaker_rather_than_a_typo(s
                                                                       "probability": 1.0, "breakdown": breakdown}]})
     code, out = run("explain", "sort numbers", "--namespace", "fast_sort")
     assert code == 0 and "no tool named" not in out
-    assert "warning: fast_sort@1.0.0 held back by an open circuit breaker: the call was ranked by its scenario alone" in out
+    assert "warning: fast_sort@1.0.0 held back by its circuit breaker: the call was ranked by its scenario alone" in out
     assert "held back, their circuit breaker open: fast_sort@1.0.0" in out
 
 

@@ -122,7 +122,7 @@ def warn_if_namespace_unranked(namespace: str | None, outcome: dict[str, Any]) -
     held = [key for key in outcome.get("held_back") or [] if key.partition("@")[0] == namespace]
     if held:
         if outcome.get("status") != "no_candidates":  # whose message names them already
-            err_console.print(f"[yellow]warning:[/yellow] {literal(', '.join(held))} held back by an open circuit breaker: "
+            err_console.print(f"[yellow]warning:[/yellow] {literal(', '.join(held))} held back by its circuit breaker: "
                               "the call was ranked by its scenario alone")
     else:
         err_console.print(f"[yellow]warning:[/yellow] no tool named {literal(namespace)} was ranked: the call was ranked "

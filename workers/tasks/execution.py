@@ -197,7 +197,7 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
     # unless its call has ended meanwhile (CallStep ignores it then), or its tool killed the
     # process running it too often (recorded as a crash instead, once per attempt id too).
     plan.attempts = [a for a in plan.attempts if a.metadata.get("attempt", -1) < index]
-    turn = past_open_breakers(plan, index, runtime().state)
+    turn = past_open_breakers(plan, index, runtime().state, runtime().settings.breaker_cooldown_s)
     if turn is None:
         return after_last_attempt(self, plan)
     index = turn
@@ -222,28 +222,30 @@ def last_index(plan: CallPlan) -> int:
     return min(len(plan.candidates), plan.request.max_attempts + passed_over) - 1
 
 
-def past_open_breakers(plan: CallPlan, index: int, state: StateStore) -> int | None:
-    """The index of the first candidate from `index` on whose circuit breaker is not open now,
-    each one passed over added to `plan.held_back`; None when none is left to try.
+def past_open_breakers(plan: CallPlan, index: int, state: StateStore, cooldown_s: float) -> int | None:
+    """The index of the first candidate from `index` on that may run now, each one passed over added
+    to `plan.held_back`; None when none is left to try.
 
     Selection leaves out the versions whose breaker is open, but the calls planned before it opened
-    (a burst of calls to a failing tool, ranked together) would each still run it: checking again
-    at each turn is one read of the store, and stops the burst once the threshold is reached. A
-    half-open breaker (its cool-down over) lets the candidate run: its outcome closes or re-opens
-    it, as a probe's does."""
-    last = last_index(plan)
-    if index > last:
+    (a burst of calls to a failing tool, ranked together) would each still run it: reading the
+    breakers again at each turn is one read of the store, and stops the burst once the threshold is
+    reached. A half-open breaker (its cool-down over) lets one call through, the probe whose
+    outcome closes or re-opens it: the call that comes to run it takes the probe (a lock for one
+    cool-down, which a redelivery of the same call takes again), and the others pass it over."""
+    if index > last_index(plan):
         return None
-    keys = [c.key for c in plan.candidates[index:]]
-    _, breakers = state.stats_and_breakers(keys)
+    _, breakers = state.stats_and_breakers([c.key for c in plan.candidates[index:]])
     while index <= last_index(plan):
         key = plan.candidates[index].key
-        if breakers.get(key) != "open":
+        breaker = breakers.get(key, "closed")
+        if breaker == "closed" or (breaker == "half_open" and state.acquire_lock(
+                f"probe:{key}", plan.request.call_id, cooldown_s, reclaim=True)):
             return index
         plan.held_back.append(key)
-        log.info("call %s: %s passed over, its circuit breaker opened after the call was planned",
-                 plan.request.call_id, key,
-                 extra={"event": "attempt_held_back", "call_id": plan.request.call_id, "tool": key, "attempt": index})
+        why = "is open" if breaker == "open" else "is half-open and another call probes it"
+        log.info("call %s: %s passed over, its circuit breaker %s", plan.request.call_id, key, why,
+                 extra={"event": "attempt_held_back", "call_id": plan.request.call_id, "tool": key, "attempt": index,
+                        "breaker": breaker})
         index += 1
     return None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from celery import Task
 from celery_batches import SimpleRequest
 from evolution.models import EvolutionJob, EvolutionRecord
 from pydantic import ValidationError
@@ -57,8 +58,16 @@ def record_outcome(requests: list[SimpleRequest]) -> int:
     return len(applied)
 
 
-@app.task(name="fittest.record_feedback")
-def record_feedback(**kwargs: Any) -> dict[str, Any]:
+# A call judged by an id its caller chose is found by the outcome it left, which the feedback queue
+# applies in batches within about a second of its end: a judgement sent at once is looked for again
+# this often, this far apart, before the call is declared unknown (QA: 5 of 5 such judgements sent
+# as the call returned were refused; 1.5 s later they were recorded).
+CALL_LOOKUPS = 6
+CALL_LOOKUP_INTERVAL_S = 0.5
+
+
+@app.task(bind=True, name="fittest.record_feedback")
+def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
     """Store a person's positive or negative feedback on the exact version of a tool."""
     try:
         req = FeedbackRequest.model_validate(kwargs)
@@ -75,6 +84,8 @@ def record_feedback(**kwargs: Any) -> dict[str, Any]:
             return {"status": "invalid", "errors": [{"field": "call_id", "message": (
                 f"call {req.call_id}'s result is not stored, and the vector memory that keeps its outcome is "
                 "unavailable now: try again later")}]}
+        if call is None and self.request.retries < CALL_LOOKUPS - 1:
+            raise self.retry(countdown=CALL_LOOKUP_INTERVAL_S, max_retries=CALL_LOOKUPS - 1)
         if call is None:
             return {"status": "invalid", "errors": [{"field": "call_id", "message": (
                 f"no call {req.call_id} is known: no result is stored under that id (results are kept 24 h) and no "

@@ -127,7 +127,7 @@ def explain(**kwargs: Any) -> dict[str, Any]:
         request = CallRequest.model_validate(kwargs)
     except ValidationError as exc:
         return invalid_result(exc)
-    plan: CallPlan = runtime().selector.plan(request, run=False)
+    plan: CallPlan = runtime().selector.plan(request)
     message = "ranking only; nothing was run" if plan.candidates else plan.no_candidates_message()
     # With the context as analysed (selection/context.py: each value and where it came from), which
     # a call's result leaves out: the SPARC column is read against it.
