@@ -18,12 +18,17 @@ Zero-shot top-1 on the MetaTool development queries, description cosine plus 0.1
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping
 
 import bm25s
 
 from selection.manifest import ToolManifest
+
+# bm25s logs "Building index from tokens" at DEBUG on a logger of its own, with a handler of its own:
+# a line in every worker log at every index build.
+logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(

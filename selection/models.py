@@ -12,7 +12,7 @@ import uuid
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from selection.context import check_context
 from selection.manifest import NAME_PATTERN, ToolManifest, check_semver
@@ -81,7 +81,11 @@ class CallRequest(BaseModel):
 
     @field_validator("version")
     @classmethod
-    def _version(cls, v: str | None) -> str | None:
+    def _version(cls, v: str | None, info: ValidationInfo) -> str | None:
+        # QA: a version alone ended no_candidates, "no tool matches this scenario, namespace and tags".
+        # A namespace that failed its own check is not in `info.data`: only a missing one is None.
+        if v is not None and "namespace" in info.data and info.data["namespace"] is None:
+            raise ValueError(f"version {v} is given without namespace: name the tool it is a version of")
         return check_semver(v)
 
     @field_validator("input", "context")
@@ -95,14 +99,6 @@ class CallRequest(BaseModel):
     def _context_values(cls, v: dict[str, Any]) -> dict[str, Any]:
         check_context(v)  # explicit phase, languages, complexity, task type, testing (selection/context.py)
         return v
-
-    @model_validator(mode="after")
-    def _version_needs_its_namespace(self) -> CallRequest:
-        # QA: a version alone ended no_candidates, "no tool matches this scenario, namespace and tags".
-        if self.version is not None and self.namespace is None:
-            raise ValueError("version is given without namespace: a version is one of a namespace's (fast_sort 1.1.0)")
-        return self
-
 
 def field_errors(exc: ValidationError) -> list[dict[str, str]]:
     """A validation error as the fields it names and what is wrong with each, in words: pydantic's

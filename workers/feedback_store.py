@@ -91,6 +91,8 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
         raise LookupError(f"no tool version '{tool}@{version}'")
     record = FeedbackRecord.manual(tool, version, scenario or manifest.description, sentiment, reason, quality,
                                    call.call_id if call else None)
+    if call is not None:  # one judgement per call and version: a second one replaces the first (QA: they added up)
+        record.id = f"manual:{call.call_id}:{record.key}"
     write_feedback(rt, [record])
     rt.state.invalidate()  # every selector's cached searches predate it
     return record

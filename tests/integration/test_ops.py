@@ -121,10 +121,12 @@ def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline
         # and the version it ran.
         again = client.record_feedback(result.tool, "negative", reason="wrong rows", call_id=result.call_id)
         assert again["feedback"]["scenario"] == scenario and again["feedback"]["version"] == result.version
-        assert again["score_now"] < judged["score_now"]  # for that job, a second judgement against it
+        assert again["score_now"] == pytest.approx(judged["score_now"], abs=0.01)  # it replaced that judgement
+        assert again["feedback"]["id"] == judged["feedback"]["id"]  # QA: three judgements of one call added up
         # A call whose caller chose its id is found by its outcome, applied in batches: judged at once
         # it is looked for again (QA: 5 of 5 such judgements sent as the call returned were refused).
         chosen = client.run(scenario, input={"text": "x,y\n3,4\n"}, namespace="csv_lenient", call_id="my-service-call-42")
+        assert chosen.tool == "csv_lenient"
         assert client.record_feedback(chosen.tool, "positive", call_id="my-service-call-42")["feedback"]["scenario"] == scenario
         # ...and a call that does not exist, or did not run the tool, is refused (QA: both were recorded).
         with pytest.raises(ValueError, match="no call 0123456789abcdef is known"):
@@ -151,6 +153,10 @@ def test_a_call_to_a_namespace_nobody_ranked_says_it_was_ranked_by_its_scenario(
     assert "warning: no tool named csv_lenint was ranked: the call was ranked by its scenario alone" in words(sent.output)
     right = cli("call", "parse this csv text into rows", "--namespace", "csv_lenient", "--input", '{"text": "a,b\\n1,2\\n"}')
     assert right.exit_code == 0 and "warning" not in right.output
+    # A version that does not exist, of a tool that does (QA: "no tool matches", and the typo warning).
+    missing = cli("call", "parse this csv text into rows", "--namespace", "csv_lenient@9.0.0", "--input", '{"text": "a"}')
+    assert missing.exit_code == 1 and "csv_lenient has no version 9.0.0 (it has 1.0.0" in words(missing.output)
+    assert "warning" not in missing.output
 
 
 def test_the_call_command_refuses_a_bad_payload_before_sending(cli) -> None:

@@ -278,7 +278,8 @@ def test_a_version_without_its_namespace_is_refused() -> None:
 
     with pytest.raises(ValidationError) as refused:
         CallRequest(scenario="sort numbers", version="1.0.0")
-    assert field_errors(refused.value)[0]["message"].startswith("version is given without namespace")
+    assert field_errors(refused.value)[0] == {"field": "version", "type": "value_error",
+                                              "message": "version 1.0.0 is given without namespace: name the tool it is a version of"}
 
 
 def test_explain_shows_the_context_as_analysed_and_takes_the_calls_input(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -294,3 +295,10 @@ def test_explain_shows_the_context_as_analysed_and_takes_the_calls_input(stores:
     assert code == 0 and asked["input"] == {"code": "def f():\n  return 1"}
     assert ("context as analysed: phase refinement (explicit); languages python (detected); complexity 0.16 (detected); "
             "task_type bug_fix (detected); testing none (default)") in out
+
+
+def test_a_version_that_does_not_exist_is_not_taken_for_a_typo_of_the_tool(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"status": "success", "ranking": [], "degraded": [],
+                                                         "message": "fast_sort has no version 9.0.0 (it has 1.0.0, 1.1.0)"})
+    code, out = run("explain", "sort numbers", "-n", "fast_sort@9.0.0")
+    assert "fast_sort has no version 9.0.0 (it has 1.0.0, 1.1.0)" in out and "no tool named" not in out

@@ -119,6 +119,8 @@ def warn_if_namespace_unranked(namespace: str | None, outcome: dict[str, Any]) -
     ranking = outcome.get("ranking") or []
     if not namespace or outcome.get("status") == "invalid" or any(r["key"].partition("@")[0] == namespace for r in ranking):
         return
+    if str(outcome.get("message", "")).startswith(f"{namespace} has no version "):  # it exists: no typo
+        return
     held = [key for key in outcome.get("held_back") or [] if key.partition("@")[0] == namespace]
     if held:
         if outcome.get("status") != "no_candidates":  # whose message names them already

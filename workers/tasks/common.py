@@ -78,8 +78,19 @@ def ended_early(result: dict[str, Any], started_at: float | None = None) -> dict
     return result
 
 
+def why_no_candidates(plan: CallPlan) -> str:
+    """Why a plan has no candidate: none matched, the version asked for does not exist (QA: that was
+    "no tool matches", for a tool that exists), or every one that matched is held back by its
+    circuit breaker."""
+    request = plan.request
+    if request.namespace and request.version and not plan.held_back:
+        known = [m.version for m in runtime().registry.versions(request.namespace)]
+        if known and request.version not in known:
+            return f"{request.namespace} has no version {request.version} (it has {', '.join(known)})"
+    return plan.no_candidates_message()
+
+
 def no_candidates(plan: CallPlan) -> dict[str, Any]:
-    """The end of a call that has no candidate to try (none matched, or every one that did is held
-    back by its circuit breaker), saying which."""
-    result = CallResult.from_plan(plan, "no_candidates", message=plan.no_candidates_message())
+    """The end of a call that has no candidate to try, saying why."""
+    result = CallResult.from_plan(plan, "no_candidates", message=why_no_candidates(plan))
     return ended_early(result.model_dump(mode="json"), started_at=plan.started_at)

@@ -15,7 +15,7 @@ from selection.models import CallPlan, CallRequest, CallResult
 from workers.app import app
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
-from workers.tasks.common import ended_early, invalid_result, no_candidates, oversized, result_call_id
+from workers.tasks.common import ended_early, invalid_result, no_candidates, oversized, result_call_id, why_no_candidates
 from workers.tool_watch import ToolsDirWatch, watch_in_background
 
 
@@ -128,7 +128,7 @@ def explain(**kwargs: Any) -> dict[str, Any]:
     except ValidationError as exc:
         return invalid_result(exc)
     plan: CallPlan = runtime().selector.plan(request)
-    message = "ranking only; nothing was run" if plan.candidates else plan.no_candidates_message()
+    message = "ranking only; nothing was run" if plan.candidates else why_no_candidates(plan)
     # With the context as analysed (selection/context.py: each value and where it came from), which
     # a call's result leaves out: the SPARC column is read against it.
     return {**CallResult.from_plan(plan, "success", message=message).model_dump(mode="json"), "context": plan.features}
