@@ -125,11 +125,15 @@ def test_a_model_of_another_size_than_the_setting_is_refused_at_load(model_path:
 def test_the_model_uses_no_cpu_between_runs(embedder: FastEmbedder) -> None:
     """A memory-side worker searches and talks to Redis right after embedding: threads of the model
     still busy-waiting then would take the machine's cores from that work."""
+    used_ms = []
     for i in range(5):
         embedder.embed([f"convert the quarterly sales report number {i} to a PDF and mail it"])
         started = time.process_time()
         time.sleep(0.05)
-        assert (time.process_time() - started) * 1000 < 10, "the model's threads kept running after the run"
+        used_ms.append((time.process_time() - started) * 1000)
+    # Spinning threads would use ~50 ms of CPU each in every pause; the median leaves out a burst of
+    # another thread of the test process (one pause took 11 ms in a full parallel run).
+    assert sorted(used_ms)[2] < 10, f"the model's threads kept running after the run: {used_ms} ms of CPU"
 
 
 # ------------------------------------------------------------------ the int8 copy of the model
