@@ -70,3 +70,21 @@ def test_versions_selection_held_back_use_up_no_attempt() -> None:
     plan = plan_of("a", "b", "c", max_attempts=2)
     plan.held_back = ["x@1.0.0"]  # held back when the call was planned: not a candidate
     assert last_index(plan) == 1
+
+
+def test_a_scenario_calls_first_attempt_that_ran_is_the_targeted_one() -> None:
+    """A failure of the tool a call was meant for feeds evolution; with the first candidate held back,
+    that is the second candidate, the first that ran (it was the first candidate only, before)."""
+    from selection.models import FailureClass, ToolExecutionResult
+    from workers.tasks.execution import targeted
+
+    plan = plan_of("a", "b", "c")
+    plan.held_back = ["a@1.0.0"]
+    ran = [ToolExecutionResult(attempt_id=f"{plan.request.call_id}:{i}", call_id=plan.request.call_id, tool=n,
+                               version="1.0.0", success=False, error_class=FailureClass.crash) for i, n in ((1, "b"), (2, "c"))]
+    plan.attempts = ran
+    assert targeted(plan, ran[0]) and not targeted(plan, ran[1])
+    by_name = plan_of("a", "b")
+    by_name.request.namespace = "c"
+    by_name.attempts = ran
+    assert targeted(by_name, ran[1]) and not targeted(by_name, ran[0])

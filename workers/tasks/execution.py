@@ -124,6 +124,15 @@ def send_outcome(plan: CallPlan) -> None:
     record_outcome.apply_async(args=[record.model_dump(mode="json")], priority=PRIORITY_LOW)
 
 
+def targeted(plan: CallPlan, result: ToolExecutionResult) -> bool:
+    """Whether the call was meant for the tool that failed: it asked for its namespace, or, by
+    scenario, it was the call's first attempt that ran (candidates held back before it were not).
+    A fallback's failure on another tool's job is not one evolution should try to fix."""
+    if plan.request.namespace:
+        return plan.request.namespace == result.tool
+    return bool(plan.attempts) and plan.attempts[0].attempt_id == result.attempt_id
+
+
 def send_failure(plan: CallPlan, result: ToolExecutionResult) -> None:
     from workers.tasks.feedback import mark_failure
 
@@ -137,7 +146,7 @@ def send_failure(plan: CallPlan, result: ToolExecutionResult) -> None:
         error_message=result.error_message or "",
         input=plan.request.input,
         features=plan.features,
-        targeted=plan.request.namespace == result.tool or (not plan.request.namespace and result.metadata.get("attempt") == 0),
+        targeted=targeted(plan, result),
     )
     mark_failure.apply_async(args=[mark.model_dump(mode="json")], priority=PRIORITY_HIGH)
 
