@@ -138,7 +138,8 @@ class FittestClient:
         it waited for another (QA: a slow call and four fast ones sent together, each fast one
         done in 0.1 s, came back at 0.3, 1.3, 2.3 and 3.3 s)."""
         try:
-            result.ready()
+            if result._cache is None and result.backend is not None:  # not fetched (and detached) already
+                result.ready()
             return result.get(timeout=timeout)
         finally:
             FittestClient.release(result)
