@@ -91,16 +91,26 @@ def payload_value(payload: dict[str, Any]) -> float:
     return max(-1.0, min(1.0, float(value)))
 
 
+def judged_calls(payloads: Iterable[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(tool version, call id) of every call a person judged (stored feedback payloads)."""
+    return {(p["tool"], p["call_id"]) for p in payloads if p.get("source") == "manual" and p.get("call_id")}
+
+
+def replaced(payload: dict[str, Any], judged: set[tuple[str, str]]) -> bool:
+    """Whether this stored feedback is a call's outcome that a person's judgement of the same call and
+    version took the place of: it no longer counts, in scores and in reports alike."""
+    return payload.get("source") == "outcome" and (payload["tool"], payload.get("call_id")) in judged
+
+
 def points_by_tool(hits: Iterable[VectorHit], half_life_s: float, now: float | None = None) -> dict[str, float]:
     """Feedback points per tool version from FEEDBACK search hits (payload `tool`, `value`,
     `timestamp`, `source`, `call_id`; a payload with only `positive` counts as ±1). A person's
     judgement of a call's output replaces the feedback that call's outcome gave the same version."""
     hits = list(hits)
-    judged = {(h.payload["tool"], h.payload.get("call_id")) for h in hits
-              if h.payload.get("source") == "manual" and h.payload.get("call_id")}
+    judged = judged_calls(h.payload for h in hits)
     entries: dict[str, list[FeedbackEntry]] = defaultdict(list)
     for h in hits:
-        if h.payload.get("source") == "outcome" and (h.payload["tool"], h.payload.get("call_id")) in judged:
+        if replaced(h.payload, judged):
             continue
         entries[h.payload["tool"]].append(
             FeedbackEntry(payload_value(h.payload), h.score, float(h.payload.get("timestamp", 0.0))))

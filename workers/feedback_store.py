@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel
 
 from evolution.trial import head_version
-from selection.feedback import FeedbackRecord, TrendPoint, trend
+from selection.feedback import FeedbackRecord, TrendPoint, judged_calls, replaced, trend
 from selection.manifest import tool_key
 from selection.ports import FEEDBACK, VectorFilter, VectorPoint
 from workers.pending import upsert_or_keep
@@ -107,11 +107,17 @@ def feedback_score(rt: Runtime, tool: str, version: str, scenario: str) -> float
 class FeedbackReport(BaseModel):
     tool: str
     entries: list[FeedbackRecord]  # newest first
-    total: int
+    total: int  # entries in force
+    replaced: int = 0  # outcome entries a judgement of their call took the place of (not listed, not in the trend)
     trend: list[TrendPoint]  # oldest first, one per day with entries
 
 
 def feedback_report(rt: Runtime, tool: str, limit: int = 50) -> FeedbackReport:
+    """The entries that count in selection's scores: an outcome entry whose call a person judged is
+    left out, as selection leaves it out."""
     points = rt.memory.scroll(FEEDBACK, filter=VectorFilter.where(name=tool), limit=REPORT_SCAN)
-    records = sorted((FeedbackRecord.from_payload(p.id, p.payload) for p in points), key=lambda r: -r.timestamp)
-    return FeedbackReport(tool=tool, entries=records[:limit], total=len(records), trend=trend(records, TREND_BUCKET_S))
+    judged = judged_calls(p.payload for p in points)
+    in_force = [p for p in points if not replaced(p.payload, judged)]
+    records = sorted((FeedbackRecord.from_payload(p.id, p.payload) for p in in_force), key=lambda r: -r.timestamp)
+    return FeedbackReport(tool=tool, entries=records[:limit], total=len(records), replaced=len(points) - len(in_force),
+                          trend=trend(records, TREND_BUCKET_S))

@@ -139,6 +139,10 @@ def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline
             client.record_feedback("nosuch", "positive")
     shown = json.loads(cli("feedback", "show", result.tool, "--json").output)
     assert any(e["reason"] == "the rows came back as one" and e["value"] < 0 for e in shown["entries"])
+    # The judged call's own success no longer counts, and is not listed as if it did (QA: the trend counted both).
+    of_call = [e for e in shown["entries"] if e["call_id"] == result.call_id]
+    assert [e["source"] for e in of_call] == ["manual"] and shown["replaced"] >= 1
+    assert "left out, replaced by a judgement of their call" in words(cli("feedback", "show", result.tool).output)
     schema = json.loads(cli("schema", "record_feedback").output)  # for a service that sends the task itself
     assert schema["properties"]["sentiment"]["enum"] == ["positive", "negative"]
 

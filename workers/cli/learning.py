@@ -160,7 +160,10 @@ def feedback_show(
     timeout: TimeoutOpt = 30.0,
     json_out: JsonOpt = False,
 ) -> None:
-    """A tool's feedback entries, newest first, and the trend per day (of all its versions)."""
+    """A tool's feedback entries, newest first, and the trend per day (of all its versions).
+
+    Only what counts in selection's scores is shown: a call's outcome entry that a judgement of
+    that call replaced (`feedback add --call`) is left out, and the title says how many were."""
     from workers.cli.evolution import versions_of
     from workers.feedback_store import REPORT_SCAN
     from workers.settings import get_settings
@@ -177,6 +180,8 @@ def feedback_show(
         mine = [e for e in report["entries"] if e["version"] == version]
         report["entries"] = mine[:limit]
         shown = f"{len(mine)} entries (of the tool's {report['total']}; the trend is the tool's)"
+    if report["replaced"]:
+        shown += f"; {report['replaced']} outcome entries left out, replaced by a judgement of their call"
     if json_out:
         print_json(report)
         return
