@@ -78,6 +78,10 @@ def read_parent(manifest: ToolManifest) -> ParentTool:
     return ParentTool(manifest=manifest, files=files)
 
 
+# A file that starts so is run directly by the kernel (a script with its interpreter line, an ELF program).
+RUNNABLE_MAGIC = (b"#!", b"\x7fELF")
+
+
 def write_version(folder: Path, manifest: ToolManifest, files: dict[str, bytes]) -> ToolManifest:
     """Write a version's files and manifest into `folder`; the manifest as loaded from there."""
     folder.mkdir(parents=True, exist_ok=False)
@@ -87,6 +91,8 @@ def write_version(folder: Path, manifest: ToolManifest, files: dict[str, bytes])
             raise ValueError(f"file {rel!r} of {manifest.key} would land outside {folder}")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
+        if data.startswith(RUNNABLE_MAGIC):  # files travel as bytes, without their mode: a script or
+            target.chmod(0o755)  # program an argv may name directly ({tool_dir}/run.sh) must stay runnable
     doc = manifest.model_dump(mode="json", exclude={"tool_dir"}, exclude_none=True)
     (folder / MANIFEST_FILE).write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return load_manifest(folder / MANIFEST_FILE)

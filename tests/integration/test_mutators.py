@@ -5,6 +5,7 @@ OpenAI-compatible server on loopback."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -97,6 +98,23 @@ def test_timeout_mutator_cannot_fix_a_tool_that_hangs(tmp_path: Path) -> None:
     assert "still fails: timeout" in stages[-1].problems[0]
     at_bound = propose(TimeoutMutator(MutatorConfig(max_timeout_s=0.3)), parent, evidence)
     assert not at_bound.candidates and "already at the bound" in at_bound.note
+
+
+def test_timeout_mutator_fixes_a_script_its_argv_runs_directly(tmp_path: Path) -> None:
+    """QA: the evolved copy of `{tool_dir}/run.sh` lost its execute bit (files travel as bytes), so
+    every candidate of such a tool failed its replay with 'Permission denied'."""
+    folder = tmp_path / "sleepy"
+    folder.mkdir()
+    (folder / "run.sh").write_text('#!/bin/sh\ncat >/dev/null\nsleep 0.6\necho \'{"ok": true}\'\n')
+    (folder / "run.sh").chmod(0o755)
+    (folder / "notes.txt").write_text("not a program\n")
+    doc = {"name": "sleepy", "description": "waits, then says ok", "timeout_s": 0.3,
+           "implementation": {"kind": "executable", "argv": ["{tool_dir}/run.sh"]}}
+    (folder / "tool.yaml").write_text(yaml.safe_dump(doc))
+    evidence = Evidence(failures=[failing(FailureClass.timeout, "no result within 0.3s")])
+    proposal = propose(TimeoutMutator(MutatorConfig(max_timeout_s=120)), load_manifest(folder / "tool.yaml"), evidence)
+    assert all_passed(verified(proposal, evidence, tmp_path))
+    assert not os.access(tmp_path / "candidate0" / "notes.txt", os.X_OK)  # a file that is not a program stays plain
 
 
 # ------------------------------------------------------------------------------------ retry
