@@ -7,7 +7,9 @@ time and size, one stat per file), and serves what a restart would read:
 - a manifest changed in place replaces the version it defines (texts whose words changed are
   embedded again; a new `deprecated` or new tags reach the searches at once);
 - the versions of a removed manifest (or one that now names another version) are no longer served,
-  nor, when it was the tool's original, the versions evolved from it.
+  nor, when it was the tool's original, the versions evolved from it;
+- of two files that define one version, the one a restart reads first is served (the tools
+  directory in sorted order); the other is refused, and read again at every look until it wins.
 A manifest that cannot be read is reported and its file's version stays served as it was last
 read, so a file saved half-edited does not take a tool offline. Outcomes, feedback and quality stay
 keyed to the version: an edit that changes what a version does is better given a new version,
@@ -58,34 +60,33 @@ class ToolsDirWatch:
         new = dict(self._unindexed)  # by key: two new files may define one version
         revised: dict[str, tuple[ToolManifest, Path]] = {}
         dropped = {key: f"{path} is gone" for path in gone for key in self.registry.defined_by(path)}
-        for path in changed:
+        for path in sorted(changed):  # in the order a restart reads them: of two files of one version, the first wins
             try:
                 manifest = load_manifest(path)
                 check_paths(manifest, path)
             except ManifestError as exc:
-                if self._refused.get(str(path)) != str(exc):  # reported once for each reason
-                    kept = ", ".join(self.registry.defined_by(path))
-                    log.warning("tool manifest refused: %s%s", exc, f" ({kept} stays served as it was read before)" if kept else "",
-                                extra={"event": "tool_manifest_refused", "path": str(path)})
-                self._refused[str(path)] = str(exc)
-                del self._seen[str(path)]
+                kept = ", ".join(self.registry.defined_by(path))
+                self._refuse(path, str(exc), f" ({kept} stays served as it was read before)" if kept else "")
                 continue
-            self._refused.pop(str(path), None)
             for key in self.registry.defined_by(path):
                 if key != manifest.key:
                     dropped[key] = f"{path} now defines {manifest.key}"
-            served, pending = self.registry.get(manifest.key), new.get(manifest.key)
-            if served is None and (pending is None or pending[1] == path):
-                new[manifest.key] = (manifest, path)
+            owner = self._owner(manifest.key, new, revised, gone)
+            if owner is not None and owner != str(path) and not self._read_before(path, owner):
+                self._refuse(path, f"{path}: {owner} already defines {manifest.key}")
                 continue
-            defined_by = str(pending[1]) if served is None and pending else self.registry.source(manifest.key)
-            if defined_by == str(path) or defined_by in gone:  # changed in place, or moved to this file
+            self._refused.pop(str(path), None)
+            if owner is not None and owner != str(path):  # a restart reads this file first: the other one waits
+                self._refuse(Path(owner), f"{owner}: {path} already defines {manifest.key}")
+                new.pop(manifest.key, None)
+                revised.pop(manifest.key, None)
+            served = self.registry.get(manifest.key)
+            if served is None:
+                new[manifest.key] = (manifest, path)
+            else:  # changed in place, moved to this file, or taken over from a file that comes later
                 dropped.pop(manifest.key, None)
-                if served != manifest or defined_by != str(path):
+                if served != manifest or self.registry.source(manifest.key) != str(path):
                     revised[manifest.key] = (manifest, path)
-            else:
-                log.warning("%s refused: %s already defines %s", path, defined_by, manifest.key,
-                            extra={"event": "tool_manifest_refused", "path": str(path)})
         coming = [m for m, _ in new.values()] + [m for m, _ in revised.values()]
         for key in self.registry.orphans(leaving=dropped, coming=coming):
             dropped[key] = f"the tool it evolved from is no longer in {self.tools_dir}"
@@ -109,6 +110,34 @@ class ToolsDirWatch:
         if failed is not None:
             raise failed
         return [m.key for m in added]
+
+    def _owner(self, key: str, new: dict[str, tuple[ToolManifest, Path | None]],
+               revised: dict[str, tuple[ToolManifest, Path]], gone: set[str]) -> str | None:
+        """The file that serves `key` as this look stands so far (None: no file does, or it is gone);
+        a source that is not a file (an evolved version's) starts with '<'."""
+        if key in revised:
+            return str(revised[key][1])
+        if key in new:
+            pending = new[key][1]
+            return str(pending) if pending is not None else "<evolved>"
+        source = self.registry.source(key)
+        return None if source is None or source in gone else source
+
+    def _read_before(self, path: Path, other: str) -> bool:
+        """Whether a restart reads `path` (a file of the tools directory) before `other`, which then
+        defines its version in vain: the tools directory in sorted order, then the evolved versions."""
+        if other.startswith("<"):  # not read from a file
+            return False
+        return not Path(other).is_relative_to(self.tools_dir) or path < Path(other)
+
+    def _refuse(self, path: Path, why: str, note: str = "") -> None:
+        """Leave a file unserved and read it again at every look (its script may come later, or the
+        file that holds its version may go); each reason is reported once."""
+        if self._refused.get(str(path)) != why:
+            log.warning("tool manifest refused: %s%s", why, note,
+                        extra={"event": "tool_manifest_refused", "path": str(path)})
+        self._refused[str(path)] = why
+        self._seen.pop(str(path), None)
 
     @staticmethod
     def _report(revised: dict[str, tuple[ToolManifest, Path]], dropped: dict[str, str]) -> None:

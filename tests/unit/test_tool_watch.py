@@ -75,14 +75,15 @@ def test_new_versions_are_added_changed_ones_replaced_and_a_second_file_or_a_bad
 
     manifest = tools / "word_stats" / "tool.yaml"
     manifest.write_text(manifest.read_text().replace("Count the words", "Count all the words") + "deprecated: true\n")
-    shutil.copy(manifest, tools / "copy.yaml")  # a second file for the same version
+    shutil.copy(manifest, tools / "zz_copy.yaml")  # a second file for the same version, which a restart reads later
     (tools / "broken.yaml").write_text("name: broken\nversion: [1\n")
     caplog.clear()
     assert watch.poll() == []
-    said = {(r.levelname, r.getMessage().split(":")[0]) for r in caplog.records}
+    said = {(r.levelname, r.getMessage()) for r in caplog.records}
     assert ("INFO", f"serving word_stats@1.0.0 as {manifest} now defines it") in said
-    assert ("WARNING", f"{tools / 'copy.yaml'} refused") in said
-    assert ("WARNING", "tool manifest refused") in said
+    assert ("WARNING", f"tool manifest refused: {tools / 'zz_copy.yaml'}: {manifest} already defines word_stats@1.0.0") in said
+    assert any(level == "WARNING" and message.startswith(f"tool manifest refused: {tools / 'broken.yaml'}: field '(yaml)'")
+               for level, message in said)
     now = registry.get("word_stats@1.0.0")
     assert now is not None and now.description.startswith("Count all the words") and now.deprecated
     assert served(registry) == {"slugify@1.0.0": str(tools / "slugify" / "tool.yaml"), "word_stats@1.0.0": str(manifest)}
@@ -162,13 +163,36 @@ def test_two_new_files_of_one_version_serve_the_first_and_refuse_the_second(
 ) -> None:
     tools = tmp_path / "tools"
     _, added, watch = watched(tools)
-    shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "a")
     shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "b")
+    shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "a")
     caplog.set_level(logging.WARNING, logger="fittest.tools")
-    assert watch.poll() == ["word_stats@1.0.0"] and len(added) == 1
-    (first,) = added
-    second = tools / ("b" if first[1] == tools / "a" / "tool.yaml" else "a") / "tool.yaml"
-    assert [r.getMessage() for r in caplog.records] == [f"{second} refused: {first[1]} already defines word_stats@1.0.0"]
+    assert watch.poll() == ["word_stats@1.0.0"] and added == [("word_stats@1.0.0", tools / "a" / "tool.yaml")]
+    assert watch.poll() == []  # the second is read again at each look, and reported once
+    assert [r.getMessage() for r in caplog.records] == [
+        f"tool manifest refused: {tools / 'b' / 'tool.yaml'}: {tools / 'a' / 'tool.yaml'} already defines word_stats@1.0.0"]
+
+
+def test_of_two_files_of_one_version_the_watch_serves_the_one_a_restart_would(tmp_path: Path) -> None:
+    """QA: a duplicate stayed refused after the file it lost to was removed, and a duplicate that a
+    restart reads first was refused, so the running worker and a restart served different code."""
+    tools = tmp_path / "tools"
+    shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "m")
+    registry, _, watch = watched(tools)
+    shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "z")
+    watch.poll()
+    assert served(registry) == {"word_stats@1.0.0": str(tools / "m" / "tool.yaml")}
+    shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "a")  # a restart reads a/ first
+    watch.poll()
+    assert served(registry) == served(ToolRegistry.load([tools])) == {"word_stats@1.0.0": str(tools / "a" / "tool.yaml")}
+    shutil.rmtree(tools / "a")
+    watch.poll()
+    assert served(registry) == served(ToolRegistry.load([tools])) == {"word_stats@1.0.0": str(tools / "m" / "tool.yaml")}
+    shutil.rmtree(tools / "m")
+    watch.poll()
+    assert served(registry) == {"word_stats@1.0.0": str(tools / "z" / "tool.yaml")}
+    shutil.rmtree(tools / "z")
+    watch.poll()
+    assert served(registry) == {}
 
 
 def test_a_version_whose_indexing_failed_is_handed_in_again_at_the_next_look(tmp_path: Path) -> None:
