@@ -6,6 +6,7 @@ They are pydantic models so that a foreign service needs only the JSON schema
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import uuid
@@ -105,6 +106,18 @@ def field_errors(exc: ValidationError) -> list[dict[str, str]]:
     "Value error, " before a validator's own message is dropped."""
     return [{"field": ".".join(str(p) for p in e["loc"]) or "(payload)", "message": e["msg"].removeprefix("Value error, "),
              "type": e["type"]} for e in exc.errors(include_url=False, include_input=False)]
+
+
+def size_errors(request: CallRequest, limit_bytes: int) -> list[dict[str, str]]:
+    """The input and context of a call that are larger than FITTEST_INPUT_LIMIT_BYTES as UTF-8 JSON
+    (what a tool would receive), as `field_errors` names fields; none when both fit."""
+    errors = []
+    for field in ("input", "context"):
+        size = len(json.dumps(getattr(request, field), ensure_ascii=False).encode("utf-8"))
+        if size > limit_bytes:
+            errors.append({"field": field, "type": "too_large",
+                           "message": f"{field} is {size:,} bytes of JSON; the limit is {limit_bytes:,} (FITTEST_INPUT_LIMIT_BYTES)"})
+    return errors
 
 
 def _check_json_value(value: Any, depth: int) -> None:

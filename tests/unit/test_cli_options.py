@@ -250,10 +250,16 @@ def test_the_tools_list_shows_each_circuit_breaker() -> None:
     assert any("old_sort@1.0.0" in line and " open " in line for line in out.get().splitlines())
 
 
+def never_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither `call` nor `explain` may send anything (the machine's Redis must not get the call)."""
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: pytest.fail("a refused payload must not be sent"))
+    monkeypatch.setattr("workers.client.FittestClient", lambda *a, **k: pytest.fail("a refused payload must not be sent"))
+
+
 def test_call_and_explain_refuse_a_bad_payload_alike_before_sending(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
     """QA: a bad --context exited 2 from `call` but 1 from `explain`, whose message read "context:
     Value error, context.phase: ..."; a negative --timeout was taken and misread."""
-    monkeypatch.setattr(learning, "_ask", lambda *a, **k: pytest.fail("a refused payload must not be sent"))
+    never_sent(monkeypatch)
     for command in ("call", "explain"):
         code, out = run(command, "sort numbers", "--context", '{"phase": "lunch"}')
         assert code == 2 and "context: context.phase" in out and "Value error" not in out, (command, out)
@@ -261,6 +267,21 @@ def test_call_and_explain_refuse_a_bad_payload_alike_before_sending(stores: Tool
         assert code == 2 and "names no version" in out
     code, out = run("call", "sort numbers", "--timeout", "-1")
     assert code == 2 and "--timeout" in out
+
+
+def test_an_input_over_the_limit_is_refused_before_it_is_sent_and_after_alike(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA: a 1.1 MB input was sent, and the workers' refusal exited 1 (--help says 2)."""
+    from workers.cli.calls import exit_code
+    from workers.settings import Settings
+
+    monkeypatch.setattr("workers.settings.get_settings", lambda: Settings(input_limit_bytes=1024))
+    never_sent(monkeypatch)
+    for command in ("call", "explain"):
+        code, out = run(command, "reverse this text", "--input", '{"text": "' + "x" * 2000 + '"}')
+        assert code == 2 and "input: input is 2,012 bytes of JSON; the limit is 1,024 (FITTEST_INPUT_LIMIT_BYTES)" in out, out
+    refused_there = {"call_id": CALL_ID, "status": "invalid", "attempts": [], "errors": [
+        {"field": "input", "type": "too_large", "message": "input is 2,012 bytes of JSON; the limit is 1,024"}]}
+    assert exit_code(refused_there) == 2 and exit_code({"status": "failed"}) == 1 and exit_code({"status": "success"}) == 0
 
 
 def test_a_namespace_option_may_name_a_version(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:

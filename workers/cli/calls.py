@@ -52,7 +52,8 @@ def call(
 
     The payload is checked before it is sent. Exit code 0 when a tool succeeded; 1 when the call
     did not, or when no result came within --timeout (the call stays queued, and `fittest result
-    ID` shows it once a worker has run it); 2 for a payload the workers would refuse."""
+    ID` shows it once a worker has run it); 2 for a payload the workers would refuse (or did:
+    a limit of theirs may differ from this machine's settings)."""
     from workers.client import FittestClient
 
     namespace, version = namespace_and_version(namespace)
@@ -169,7 +170,12 @@ def show_when_done(client: FittestClient, pending: AsyncResult, timeout: float, 
         print_json(outcome)
     else:
         show_call(outcome)
-    raise typer.Exit(SUCCEEDED if outcome.get("status") == "success" else DID_NOT_SUCCEED)
+    raise typer.Exit(exit_code(outcome))
+
+
+def exit_code(outcome: dict[str, Any]) -> int:
+    """A call's exit code: a payload the workers refused (status invalid) exits as one refused here."""
+    return {"success": SUCCEEDED, "invalid": REFUSED}.get(str(outcome.get("status")), DID_NOT_SUCCEED)
 
 
 def _attempt_row(table: Table, number: str, a: dict[str, Any]) -> None:

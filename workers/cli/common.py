@@ -94,12 +94,15 @@ def check_call_payload(payload: dict[str, Any]) -> None:
     command with exit code 2, naming every bad field, whichever command it came to."""
     from pydantic import ValidationError
 
-    from selection.models import CallRequest, field_errors
+    from selection.models import CallRequest, field_errors, size_errors
+    from workers.settings import get_settings
 
     try:
-        CallRequest.model_validate(payload)
+        errors = size_errors(CallRequest.model_validate(payload), get_settings().input_limit_bytes)
     except ValidationError as exc:
-        fail("; ".join(f"{e['field']}: {e['message']}" for e in field_errors(exc)), 2)
+        errors = field_errors(exc)
+    if errors:
+        fail("; ".join(f"{e['field']}: {e['message']}" for e in errors), 2)
 
 
 def namespace_and_version(namespace: str | None) -> tuple[str | None, str | None]:

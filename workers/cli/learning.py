@@ -180,7 +180,7 @@ def feedback_show(
         mine = [e for e in report["entries"] if e["version"] == version]
         report["entries"] = mine[:limit]
         shown = f"{len(mine)} entries (of the tool's {report['total']}; the trend is the tool's)"
-    if report["replaced"]:
+    if report.get("replaced"):  # (a worker of an earlier release does not say)
         shown += f"; {report['replaced']} outcome entries left out, replaced by a judgement of their call"
     if json_out:
         print_json(report)

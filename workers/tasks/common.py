@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -12,7 +11,7 @@ from typing import Any, TypeVar
 from celery_batches import SimpleRequest
 from pydantic import BaseModel, ValidationError
 
-from selection.models import CALL_ID_PATTERN, CallPlan, CallRequest, CallResult, field_errors
+from selection.models import CALL_ID_PATTERN, CallPlan, CallRequest, CallResult, field_errors, size_errors
 from workers.runtime import runtime
 
 CALL_ID = re.compile(CALL_ID_PATTERN)
@@ -51,14 +50,8 @@ def invalid_result(exc: ValidationError | list[dict[str, str]], call_id: str = "
 
 
 def oversized(request: CallRequest, limit_bytes: int) -> dict[str, Any] | None:
-    """The invalid result of a call whose input or context is larger than FITTEST_INPUT_LIMIT_BYTES
-    as UTF-8 JSON (what a tool would receive), or None when both fit."""
-    errors = []
-    for field in ("input", "context"):
-        size = len(json.dumps(getattr(request, field), ensure_ascii=False).encode("utf-8"))
-        if size > limit_bytes:
-            errors.append({"field": field, "type": "too_large",
-                           "message": f"{field} is {size:,} bytes of JSON; the limit is {limit_bytes:,} (FITTEST_INPUT_LIMIT_BYTES)"})
+    """The invalid result of a call whose input or context is too large, or None when both fit."""
+    errors = size_errors(request, limit_bytes)
     return invalid_result(errors, request.call_id) if errors else None
 
 
