@@ -12,6 +12,7 @@ load time rather than discovered at the first call.
 
 from __future__ import annotations
 
+import ast
 import string
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -90,6 +91,9 @@ def check_paths(manifest: ToolManifest, source: str | Path) -> None:
     if module_file is not None and (module_file.exists() or module_file.is_symlink()):
         if not _inside(module_file, root):
             raise ManifestError(source, "implementation.entrypoint", f"{module_file} leads outside the tool directory {root}")
+        if isinstance(impl, PythonImplementation) and module_file.is_file():
+            if (missing := _function_missing(module_file, impl.entrypoint.partition(":")[2])) is not None:
+                raise ManifestError(source, "implementation.entrypoint", missing)
 
     if isinstance(impl, ExecutableImplementation):
         for i, arg in enumerate(impl.argv):  # each one parses: the manifest checked it
@@ -107,6 +111,60 @@ def check_paths(manifest: ToolManifest, source: str | Path) -> None:
         target = root / manifest.evolved_file  # an absolute evolved_file replaces root here
         if not _inside(target, root):
             raise ManifestError(source, "evolved_file", f"{manifest.evolved_file} leads outside the tool directory {root}")
+
+
+def _function_missing(module_file: Path, function: str) -> str | None:
+    """Why the entrypoint's module cannot hold `function`, read without running it (an import runs a
+    tool's code); None when it may. A module that binds names in ways reading cannot follow (a star
+    import, a module `__getattr__`, `globals()`) may hold any name."""
+    try:
+        tree = ast.parse(module_file.read_bytes(), filename=str(module_file))
+    except (SyntaxError, ValueError) as exc:
+        where = f" at line {exc.lineno}" if isinstance(exc, SyntaxError) and exc.lineno else ""
+        return f"{module_file.name} is not valid Python{where}: {exc.msg if isinstance(exc, SyntaxError) else exc}"
+    except OSError as exc:
+        return f"{module_file.name} cannot be read: {exc}"
+    names: set[str] = set()
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:  # the module's own statements, and those of its top-level if / try / with / for blocks
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(alias.name == "*" for alias in node.names):
+                return None
+            names.update((alias.asname or alias.name).partition(".")[0] for alias in node.names)
+        else:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.stmt):
+                    pending.append(child)
+                elif isinstance(child, ast.ExceptHandler):
+                    pending.extend(child.body)
+            targets = [n for t in _targets(node) for n in ast.walk(t)]
+            names.update(n.id for n in targets if isinstance(n, ast.Name))
+    for any_node in ast.walk(tree):  # names bound from anywhere: `global f` in a function, `(f := ...)`
+        if isinstance(any_node, ast.Global):
+            names.update(any_node.names)
+        elif isinstance(any_node, ast.NamedExpr) and isinstance(any_node.target, ast.Name):
+            names.add(any_node.target.id)
+        elif isinstance(any_node, ast.Name) and any_node.id == "globals":
+            return None
+    if function in names or "__getattr__" in names:
+        return None
+    defined = sorted(n for n in names if not n.startswith("_"))
+    return (f"{module_file.name} defines no '{function}'"
+            + (f" (it defines {', '.join(defined[:8])}{', ...' if len(defined) > 8 else ''})" if defined else ""))
+
+
+def _targets(node: ast.stmt) -> list[ast.expr]:
+    """What an assignment-like statement binds."""
+    if isinstance(node, ast.Assign):
+        return list(node.targets)
+    if isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+        return [node.target]
+    if isinstance(node, (ast.With, ast.AsyncWith)):
+        return [item.optional_vars for item in node.items if item.optional_vars is not None]
+    return []
 
 
 class ToolRegistry:

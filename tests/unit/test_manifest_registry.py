@@ -151,6 +151,37 @@ def test_python_entrypoint_symlinked_outside_is_refused(tmp_path: Path) -> None:
     assert error.field == "implementation.entrypoint" and "outside the tool directory" in error.reason
 
 
+@pytest.mark.parametrize(("code", "reason"), [
+    ("def count(value):\n    return value\n\ndef _helper():\n    pass\n", "tool.py defines no 'run' (it defines count)"),
+    ("def run(value)\n    return value\n", "tool.py is not valid Python at line 1: expected ':'"),
+])
+def test_a_python_entrypoint_its_module_cannot_hold_is_refused_at_load(tmp_path: Path, code: str, reason: str) -> None:
+    """QA: a manifest naming a function its module lacks was served, and every call of it crashed."""
+    write_tool(tmp_path, "t", python_tool(), {"tool.py": code})
+    write_tool(tmp_path, "ok", python_tool("fine"), {"tool.py": "def run(value):\n    return value\n"})
+
+    registry = ToolRegistry.load([tmp_path])
+
+    (error,) = registry.errors
+    assert error.field == "implementation.entrypoint" and error.reason == reason
+    assert registry.namespaces() == ["fine"]
+
+
+@pytest.mark.parametrize("code", [
+    "try:\n    from fast import run\nexcept ImportError:\n    def run(value):\n        return value\n",
+    "import json as run\n",
+    "def _impl(value):\n    return value\n\nrun = _impl\n",
+    "if True:\n    with open(__file__) as run:\n        pass\n",
+    "from helpers import *\n",  # reading cannot tell what these bind: the call will
+    "def __getattr__(name):\n    return print\n",
+    "globals()['run'] = print\n",
+    "def setup():\n    global run\n    run = print\n",
+])
+def test_a_module_that_may_bind_the_entrypoint_is_accepted(tmp_path: Path, code: str) -> None:
+    write_tool(tmp_path, "t", python_tool(), {"tool.py": code})
+    assert ToolRegistry.load([tmp_path]).errors == []
+
+
 @pytest.mark.parametrize("evolved_file", ["../other/echo_v1_1_0.py", "/etc/passwd"])
 def test_evolved_file_outside_is_refused(tmp_path: Path, evolved_file: str) -> None:
     write_tool(tmp_path, "t", python_tool(evolved_file=evolved_file))

@@ -43,9 +43,9 @@ def test_evolved_versions_in_the_data_directory_cannot_reach_outside_their_folde
     write(root / "ok_v1_1_0", {**evolved_doc(), "name": "ok"}, {"echo_v1_1_0.py": "def run(i): return i\n"})
     linked = write(root / "echo_v1_1_0", evolved_doc(), {})
     os.symlink(secret, linked.parent / "echo_v1_1_0.py")  # its code is a symlink out of the folder
-    write(root / "file_v1_1_0", {**evolved_doc(evolved_file="../../secret.py"), "name": "file"}, {"echo_v1_1_0.py": ""})
+    write(root / "file_v1_1_0", {**evolved_doc(evolved_file="../../secret.py"), "name": "file"}, {"echo_v1_1_0.py": "def run(i): return i\n"})
     dir_link = write(root / "dirlink_v1_1_0", {**evolved_doc(evolved_file="escape/secret.py"), "name": "dirlink"},
-                     {"echo_v1_1_0.py": ""})
+                     {"echo_v1_1_0.py": "def run(i): return i\n"})
     os.symlink(tmp_path, dir_link.parent / "escape")  # a folder symlinked out, then a path through it
 
     registry = load_registry(settings)
