@@ -130,9 +130,14 @@ def check_context(context: Mapping[str, Any]) -> None:
     try:
         explicit_context(context)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise ValueError(f"context.{where}: {err['msg']}") from None
+        err = exc.errors(include_url=False)[0]
+        loc = [str(p) for p in err["loc"]]
+        message = err["msg"]
+        if loc[0] == "languages":  # named as the caller wrote it: `language` is read as one of them
+            loc[0] = "languages" if "languages" in context else "language"
+            if len(loc) == 1:
+                message = f"a language name or a list of them, not {context[loc[0]]!r}"
+        raise ValueError(f"context.{'.'.join(loc)}: {message}") from None
 
 
 def _files(context: Mapping[str, Any]) -> dict[str, str]:

@@ -219,10 +219,13 @@ def split_key(key: str) -> tuple[str, str]:
     return name, version
 
 
-def _first_error(exc: ValidationError) -> tuple[str, str]:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "(manifest)"
-    return loc, err["msg"]
+def _field_and_reason(exc: ValidationError) -> tuple[str, str]:
+    """The first bad field, and what is wrong with it and with each other bad field: an author
+    mends them all at once rather than one per load (pydantic's "Value error, " left out)."""
+    errors = [(".".join(str(p) for p in e["loc"]) or "(manifest)", e["msg"].removeprefix("Value error, "))
+              for e in exc.errors(include_url=False)]
+    (field, reason), others = errors[0], errors[1:]
+    return field, reason + "".join(f"; field '{where}': {why}" for where, why in others)
 
 
 def parse_manifest(data: Any, path: str | Path, tool_dir: str | Path | None = None) -> ToolManifest:
@@ -234,7 +237,7 @@ def parse_manifest(data: Any, path: str | Path, tool_dir: str | Path | None = No
     try:
         return ToolManifest.model_validate(data)
     except ValidationError as exc:
-        field, reason = _first_error(exc)
+        field, reason = _field_and_reason(exc)
         raise ManifestError(path, field, reason) from exc
 
 

@@ -194,7 +194,7 @@ def settings_problem(exc: BaseException) -> str | None:
     if isinstance(exc, SettingsFileError):
         return str(exc)
     if isinstance(exc, ValidationError) and exc.title == Settings.__name__:
-        return "; ".join(f"{_setting_name(e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False, include_input=False))
+        return "; ".join(f"{_setting_name(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors(include_url=False, include_input=False))
     return None
 
 

@@ -99,7 +99,7 @@ def test_settings_the_commands_refuse_are_named_in_one_line(model_path: Path, tm
     (tmp_path / "bad.toml").write_text("max_candidates =\n")
     cases = [
         ({"FITTEST_MAX_CANDIDATES": "abc"}, "FITTEST_MAX_CANDIDATES: Input should be a valid integer"),
-        ({"FITTEST_REDIS_URL": "localhost:6379"}, "FITTEST_REDIS_URL: Value error, 'localhost:6379' is not a Redis URL"),
+        ({"FITTEST_REDIS_URL": "localhost:6379"}, "FITTEST_REDIS_URL: 'localhost:6379' is not a Redis URL"),
         ({"FITTEST_CONFIG": str(tmp_path / "none.toml")}, f"FITTEST_CONFIG names {tmp_path / 'none.toml'}, which is not a file"),
         ({"FITTEST_CONFIG": str(tmp_path / "bad.toml")}, f"FITTEST_CONFIG {tmp_path / 'bad.toml'} is not valid TOML"),
     ]

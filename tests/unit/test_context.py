@@ -109,5 +109,12 @@ def test_bad_explicit_value_is_refused_naming_the_key() -> None:
     with pytest.raises(ValidationError) as info:
         CallRequest(scenario="x", context={"complexity": 3})
     assert "context.complexity" in str(info.value)
+    # QA: `language: 5` was refused as "context.languages: Input should be a valid list", a key not written.
+    with pytest.raises(ValidationError) as info:
+        CallRequest(scenario="x", context={"language": 5})
+    assert "context.language: a language name or a list of them, not 5" in str(info.value)
+    with pytest.raises(ValidationError) as info:
+        CallRequest(scenario="x", context={"languages": ["go", 7]})
+    assert "context.languages.1: Input should be a valid string" in str(info.value)
     # Keys the analyser does not know are the caller's business.
     assert CallRequest(scenario="x", context={"ticket": "ABC-1"}).context == {"ticket": "ABC-1"}

@@ -81,6 +81,15 @@ def test_missing_field_names_file_and_field_and_others_still_load(tmp_path: Path
     assert "at line 2, column 1 (while parsing a flow sequence)" in str(by_file["garbled"])  # where to look
 
 
+def test_every_bad_field_of_a_manifest_is_named_at_once(tmp_path: Path) -> None:
+    """QA: only the first bad field was named, so an author found the next one at the next load."""
+    write_tool(tmp_path, "t", python_tool(version="1.0", tags=5, timeout_s="fast"))
+    (error,) = ToolRegistry.load([tmp_path]).errors
+    assert error.field == "version" and "Value error" not in str(error)
+    assert error.reason == ("'1.0' is not a semantic version (MAJOR.MINOR.PATCH); field 'tags': Input should be a valid list; "
+                            "field 'timeout_s': Input should be a valid number, unable to parse string as a number")
+
+
 def test_missing_directory_is_an_error_not_a_crash(tmp_path: Path) -> None:
     registry = ToolRegistry.load([tmp_path / "nope", EXAMPLE_TOOLS])
     assert len(registry.errors) == 1 and registry.errors[0].field == "(directory)"
