@@ -3,9 +3,11 @@ optional TOML file (`FITTEST_CONFIG`), then defaults. One model, so all processe
 
 from __future__ import annotations
 
+import difflib
 import os
 import ssl
 import tomllib
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -60,7 +62,7 @@ class Settings(BaseSettings):
     policy: str = Field("learned", description="Selection policy: learned (ranks by what outcomes taught; explores near-ties) or seed (the design's formulas)")
     max_candidates: int = Field(8, ge=1, le=50, description="Candidates a plan keeps")
     min_similarity: float = Field(0.2, ge=-1, le=1, description="Semantic matches less similar than this are not candidates, nor are the tools of past successes less similar than this to the call")
-    failure_similarity: float = Field(0.7, description="A past failure this similar to the scenario demotes a candidate")
+    failure_similarity: float = Field(0.7, ge=-1, le=1, description="A past failure this similar to the scenario demotes a candidate")
     selection_cache_ttl_s: float = Field(30.0, ge=0, description="Selection cache TTL; also how soon new weights are used")
 
     # Execution
@@ -105,7 +107,7 @@ class Settings(BaseSettings):
     flower_user: str = Field("admin", description="Flower basic-auth user")
     flower_password: SecretStr | None = Field(None, description="Flower basic-auth password; set: Flower asks for it")
     flower_port: int = Field(5555, ge=1, le=65535, description="Port of Flower (a Procfile role; `fittest up` checks it is free before it starts)")
-    metrics_port: int = Field(9808, description="Port of the Prometheus endpoint `fittest metrics` (a Procfile role; `fittest up` checks it is free before it starts)")
+    metrics_port: int = Field(9808, ge=1, le=65535, description="Port of the Prometheus endpoint `fittest metrics` (a Procfile role; `fittest up` checks it is free before it starts)")
     log_json: bool = Field(True, description="Worker logs as one JSON object per line; false: Celery's text format")
 
     @field_validator("redis_url")
@@ -113,6 +115,17 @@ class Settings(BaseSettings):
     def _redis_scheme(cls, v: str) -> str:
         if urlsplit(v).scheme not in REDIS_SCHEMES:
             raise ValueError(f"{redact_url(v)!r} is not a Redis URL: it must start with redis://, rediss:// or unix://")
+        return v
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, v: str) -> str:
+        """Refused as the settings are read, not when the first selector is built (QA: `fittest
+        settings` showed FITTEST_POLICY=foo and exited 0)."""
+        from selection.policies import policy_names
+
+        if v not in policy_names():
+            raise ValueError(f"unknown selection policy {v!r} (known: {', '.join(policy_names())})")
         return v
 
     @field_validator("data_dir", "tools_dir", "model_cache_dir")
@@ -130,10 +143,13 @@ class Settings(BaseSettings):
             yield name, redact_url(value) if isinstance(value, str) and (name or "").endswith(("_url", "result_backend")) else value
 
     @model_validator(mode="after")
-    def _visibility_covers_attempts(self) -> Settings:
+    def _consistent(self) -> Settings:
+        """Rules across settings; each message names them as the environment does."""
+        if self.min_timeout_s > self.max_timeout_s:
+            raise ValueError(f"FITTEST_MIN_TIMEOUT_S ({self.min_timeout_s:g}) exceeds FITTEST_MAX_TIMEOUT_S ({self.max_timeout_s:g})")
         if self.visibility_timeout_s is not None and self.visibility_timeout_s <= self.max_timeout_s:
             raise ValueError(
-                f"visibility_timeout_s ({self.visibility_timeout_s:g}) must exceed max_timeout_s "
+                f"FITTEST_VISIBILITY_TIMEOUT_S ({self.visibility_timeout_s:g}) must exceed FITTEST_MAX_TIMEOUT_S "
                 f"({self.max_timeout_s:g}): a running attempt would be handed to a second worker"
             )
         return self
@@ -178,14 +194,35 @@ class Settings(BaseSettings):
             if not Path(toml_path).is_file():  # the TOML source would quietly read nothing
                 raise SettingsFileError(f"FITTEST_CONFIG names {Path(toml_path).resolve()}, which is not a file")
             try:
-                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
+                toml = TomlConfigSettingsSource(settings_cls, toml_file=toml_path)
             except tomllib.TOMLDecodeError as exc:
                 raise SettingsFileError(f"FITTEST_CONFIG {Path(toml_path).resolve()} is not valid TOML: {exc}") from exc
+            _refuse_unknown_keys(toml.toml_data, Path(toml_path), settings_cls.model_fields)
+            sources.append(toml)
         return tuple(sources)
 
 
 class SettingsFileError(ValueError):
-    """FITTEST_CONFIG names no file, or one that is not TOML."""
+    """FITTEST_CONFIG names no file, one that is not TOML, or a setting there is none of."""
+
+
+def _refuse_unknown_keys(data: dict[str, Any], path: Path, known: Iterable[str]) -> None:
+    """A key of FITTEST_CONFIG that names no setting is a typo the operator would never see (the
+    environment may carry anything; the file is ours alone): name it, and what it may have meant."""
+    known = list(known)
+    problems = []
+    for key in data:
+        if key in known:
+            continue
+        wanted = key.lower().removeprefix("fittest_")
+        if wanted in known:
+            problems.append(f"{key!r} (write it as {wanted})")
+        else:
+            close = difflib.get_close_matches(wanted, known, n=1)
+            problems.append(f"{key!r}" + (f" (did you mean {close[0]}?)" if close else ""))
+    if problems:
+        raise SettingsFileError(f"FITTEST_CONFIG {path.resolve()}: no such setting: {', '.join(problems)}; "
+                                "its keys are the settings' lower-case names without FITTEST_, at the top level")
 
 
 def settings_problem(exc: BaseException) -> str | None:
@@ -194,16 +231,18 @@ def settings_problem(exc: BaseException) -> str | None:
     if isinstance(exc, SettingsFileError):
         return str(exc)
     if isinstance(exc, ValidationError) and exc.title == Settings.__name__:
-        return "; ".join(f"{_setting_name(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors(include_url=False, include_input=False))
+        return "; ".join(f"{_setting_name(e['loc'])}{e['msg'].removeprefix('Value error, ')}" for e in exc.errors(include_url=False, include_input=False))
     return None
 
 
 def _setting_name(loc: tuple[int | str, ...]) -> str:
-    """A refused field as the environment and FITTEST_CONFIG name it."""
+    """A refused field as the environment and FITTEST_CONFIG name it, before its message (nothing
+    for a rule across settings, whose message names them)."""
     if not loc:
-        return "settings"
+        return ""
     field = str(loc[0])
-    return f"FITTEST_{field.upper()} ({field} in FITTEST_CONFIG)" if os.environ.get("FITTEST_CONFIG") else f"FITTEST_{field.upper()}"
+    return (f"FITTEST_{field.upper()} ({field} in FITTEST_CONFIG): " if os.environ.get("FITTEST_CONFIG")
+            else f"FITTEST_{field.upper()}: ")
 
 
 def redact_url(url: str) -> str:

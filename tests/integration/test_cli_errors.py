@@ -97,7 +97,15 @@ def test_a_tools_dir_that_is_not_there_is_named_with_the_path_it_was_read_as(
 
 def test_settings_the_commands_refuse_are_named_in_one_line(model_path: Path, tmp_path: Path) -> None:
     (tmp_path / "bad.toml").write_text("max_candidates =\n")
+    (tmp_path / "typo.toml").write_text("max_candidatse = 3\nFITTEST_POLICY = 'seed'\n")
     cases = [
+        # QA: each of these was taken (exit 0), or ended in a traceback at the first port bound.
+        ({"FITTEST_METRICS_PORT": "99999"}, "FITTEST_METRICS_PORT: Input should be less than or equal to 65535"),
+        ({"FITTEST_POLICY": "foo"}, "FITTEST_POLICY: unknown selection policy 'foo' (known: learned, seed)"),
+        ({"FITTEST_MIN_TIMEOUT_S": "50", "FITTEST_MAX_TIMEOUT_S": "5"}, "FITTEST_MIN_TIMEOUT_S (50) exceeds FITTEST_MAX_TIMEOUT_S (5)"),
+        ({"FITTEST_CONFIG": str(tmp_path / "typo.toml")},
+         f"FITTEST_CONFIG {tmp_path / 'typo.toml'}: no such setting: 'max_candidatse' (did you mean max_candidates?), "
+         "'FITTEST_POLICY' (write it as policy)"),
         ({"FITTEST_MAX_CANDIDATES": "abc"}, "FITTEST_MAX_CANDIDATES: Input should be a valid integer"),
         ({"FITTEST_REDIS_URL": "localhost:6379"}, "FITTEST_REDIS_URL: 'localhost:6379' is not a Redis URL"),
         ({"FITTEST_CONFIG": str(tmp_path / "none.toml")}, f"FITTEST_CONFIG names {tmp_path / 'none.toml'}, which is not a file"),

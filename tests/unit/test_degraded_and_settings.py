@@ -105,7 +105,7 @@ def test_celery_app_uses_tls_and_a_visibility_timeout_longer_than_any_attempt(tm
 
 
 def test_visibility_timeout_must_exceed_the_longest_attempt() -> None:
-    with pytest.raises(ValidationError, match="must exceed max_timeout_s"):
+    with pytest.raises(ValidationError, match="must exceed FITTEST_MAX_TIMEOUT_S"):
         Settings(max_timeout_s=60, visibility_timeout_s=60)
     assert Settings(max_timeout_s=60, visibility_timeout_s=61).visibility_timeout == 61
 
