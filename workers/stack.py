@@ -320,10 +320,17 @@ def port_taken(port: int, addr: str = "0.0.0.0") -> bool:
 EXAMPLE_SERVICE_PORT = 8765  # the port examples/tools/convert_units/tool.yaml names
 
 
-def example_service(port: int = EXAMPLE_SERVICE_PORT) -> Literal["free", "ours", "other"]:
+def example_service_port() -> int:
+    """The port the toolserver role serves the example HTTP tool on: FITTEST_EXAMPLE_HTTP_PORT, as
+    examples/tools/http_server.py reads it (for a tools directory whose manifest names another)."""
+    return int(os.environ.get("FITTEST_EXAMPLE_HTTP_PORT") or EXAMPLE_SERVICE_PORT)
+
+
+def example_service(port: int | None = None) -> Literal["free", "ours", "other"]:
     """Whether the example HTTP tool's port is free, held by that service already (an earlier demo's,
     or one started by hand: the demo uses it), or held by something else, which the demo's own
     service could not displace (it would exit at start, and the demo with a bare exit code)."""
+    port = example_service_port() if port is None else port
     if not port_taken(port, "127.0.0.1"):
         return "free"
     try:
@@ -344,8 +351,9 @@ def check_ports(settings: Settings, roles: Iterable[str]) -> None:
             raise StackError(f"port {port} of {what} is in use: set {variable} to a free port, "
                              f"or leave the role out with --without {role}")
     if "toolserver" in roles and example_service() == "other":
-        raise StackError(f"port {EXAMPLE_SERVICE_PORT} of the example HTTP tool (convert_units' manifest names it) is in "
-                         "use by something else: stop it, or leave the role out with --without toolserver")
+        raise StackError(f"port {example_service_port()} of the example HTTP tool (convert_units' manifest names it) is in "
+                         "use by something else: stop it, set FITTEST_EXAMPLE_HTTP_PORT to the port your manifest "
+                         "names, or leave the role out with --without toolserver")
 
 
 def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
@@ -360,7 +368,7 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
     out = LossyOutput(sys.stdout)
     if "toolserver" in roles and example_service() == "ours":  # a second one could not bind its port
         roles.remove("toolserver")
-        print(f"fittest up: the example HTTP tool already answers on port {EXAMPLE_SERVICE_PORT}: not starting another",
+        print(f"fittest up: the example HTTP tool already answers on port {example_service_port()}: not starting another",
               file=out, flush=True)
     check_ports(settings, roles)
     stack = Stack(settings)

@@ -61,3 +61,14 @@ def test_up_refuses_an_example_port_held_by_something_else_in_one_line(monkeypat
     with pytest.raises(StackError, match="port 8765 of the example HTTP tool .* --without toolserver"):
         check_ports(Settings(metrics_port=free_port(), flower_port=free_port()), ["memory", "toolserver"])
     check_ports(Settings(), ["memory", "executor"])  # without the role, the port is nobody's business
+
+
+def test_the_example_port_up_checks_is_the_one_the_toolserver_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA: `up` checked 8765 even with FITTEST_EXAMPLE_HTTP_PORT set, the port the role then served."""
+    with serving(Stranger) as port:
+        monkeypatch.setenv("FITTEST_EXAMPLE_HTTP_PORT", str(port))
+        assert example_service() == "other"
+        with pytest.raises(StackError, match=f"port {port} of the example HTTP tool .*FITTEST_EXAMPLE_HTTP_PORT"):
+            check_ports(Settings(metrics_port=free_port(), flower_port=free_port()), ["toolserver"])
+    monkeypatch.setenv("FITTEST_EXAMPLE_HTTP_PORT", str(free_port()))
+    check_ports(Settings(metrics_port=free_port(), flower_port=free_port()), ["toolserver"])  # free: taken
