@@ -9,6 +9,7 @@ from __future__ import annotations
 from celery import Celery
 from kombu import Queue
 
+from workers.events import use_batch_keeping_dispatcher
 from workers.logging import install as install_logging
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.settings import Settings, get_settings
@@ -56,6 +57,7 @@ BEAT_REDIS_RETRY_S = 60
 def make_app(settings: Settings | None = None) -> Celery:
     settings = settings or get_settings()
     app = Celery("fittest", include=["workers.tasks", "workers.health"], amqp=ReconnectSafeAMQP)
+    use_batch_keeping_dispatcher(app)  # Flower sees every task event of the thread pool (celery#10434)
     app.conf.update(
         broker_url=settings.redis_url,
         result_backend=settings.backend_url,
