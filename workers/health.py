@@ -43,6 +43,7 @@ class HealthReport(BaseModel):
 def _local_services() -> dict[str, Any]:
     """What this worker process can say about its store and model (it owns them)."""
     from selection.ports import TOOLS
+    from workers.pending import PendingWrites, write_refusal
     from workers.runtime import runtime
 
     rt = runtime()
@@ -50,6 +51,13 @@ def _local_services() -> dict[str, Any]:
     started = time.perf_counter()
     try:
         out["store"] = {"status": "ok", "detail": f"{rt.memory.count(TOOLS)} tool vectors"}
+        waiting = len(PendingWrites(rt.redis, rt.settings.key_prefix))
+        if (refusal := write_refusal()) is not None:  # it reads, but takes no write (QA: its files deleted)
+            out["store"] = {"status": "fail", "detail": (
+                f"refuses writes for {time.time() - refusal.since:.0f} s ({waiting} waiting in Redis, replayed "
+                f"once it takes one; a restart of the memory worker opens the store afresh): {refusal.error}")}
+        elif waiting:
+            out["store"]["detail"] += f"; {waiting} vector writes waiting to be replayed"
     except Exception as exc:  # noqa: BLE001 - a probe reports every failure as data
         out["store"] = {"status": "fail", "detail": f"{type(exc).__name__}: {exc}"}
     out["store"]["ms"] = (time.perf_counter() - started) * 1000
@@ -173,8 +181,9 @@ def health(settings: Settings, checks: list[str], workers: list[str], timeout: f
         else:
             results.append(check_workers(answers, workers))
     if "store" in checks:
-        if settings.qdrant_url:
-            results.append(check_qdrant_server(settings, timeout))
+        if settings.qdrant_url:  # the server's own readiness, then whether the memory worker's writes are taken
+            server, worker = check_qdrant_server(settings, timeout), _from_memory_worker("store", answers)
+            results.append(worker if server.status == "ok" and worker is not None and worker.status == "fail" else server)
         else:
             results.append(_from_memory_worker("store", answers) or Check(
                 name="store", status="fail",

@@ -138,6 +138,23 @@ def _write(memory: VectorMemory, embed: Callable[[list[str]], list[list[float]]]
         memory.upsert(collection, points)
 
 
+class WriteRefusal(BaseModel):
+    """The store of this process refuses writes: since when (the first refusal after the last write
+    it took) and what it said last. Health reports it: a store that opens and reads but cannot
+    write (its files deleted under it, a full disk) keeps calls answered but learns nothing."""
+
+    since: float
+    error: str
+
+
+_refusal: WriteRefusal | None = None
+
+
+def write_refusal() -> WriteRefusal | None:
+    """None while the last write of this process's store was taken (or none was tried)."""
+    return _refusal
+
+
 _replaying = threading.Lock()
 # After a write the store took, the pending list is looked at for writes to catch up on at most this
 # often (per process): a look is a Redis round trip, and the memory worker writes on every outcome.
@@ -149,6 +166,7 @@ def upsert_or_keep(rt: Runtime, collection: str, points: Sequence[VectorPoint], 
     """Write `points` (each embedded from its text in `texts` when its vector is empty); when the
     embedder or the store fails, keep them in the pending list instead. Never raises for those
     failures: True when written now, False when kept."""
+    global _next_check, _refusal
     pending = PendingWrites(rt.redis, rt.settings.key_prefix)
     try:
         missing = [i for i, p in enumerate(points) if not p.vector]
@@ -161,11 +179,12 @@ def upsert_or_keep(rt: Runtime, collection: str, points: Sequence[VectorPoint], 
     except Exception as exc:
         if not is_store_failure(exc):
             raise
+        _refusal = WriteRefusal(since=_refusal.since if _refusal else time.time(), error=f"{type(exc).__name__}: {exc}")
         pending.keep([PendingWrite.of(collection, p, t) for p, t in zip(points, texts)])
         log.warning("vector memory unavailable; kept %d %s write(s) for later: %s", len(points), collection, exc,
                     extra={"event": "pending_kept", "collection": collection})
         return False
-    global _next_check
+    _refusal = None
     now = time.monotonic()
     if now >= _next_check:
         _next_check = now + PENDING_CHECK_S

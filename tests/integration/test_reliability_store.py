@@ -10,6 +10,7 @@ try, writes what waited, and the record is there for the next selection.
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -105,3 +106,24 @@ def test_a_replay_removes_only_what_it_wrote_when_the_list_is_trimmed_meanwhile(
     assert book.replay(Busy(), lambda texts: [[1.0, 0.0] for _ in texts]) == 5
     assert len(book) == 0
     assert sorted(p.id for p in memory.scroll(FEEDBACK)) == ["w0", "w1", "w2", "w3", "w4"]
+
+
+def test_a_store_whose_files_are_deleted_under_it_fails_the_health_check(held: tuple[Pipeline, EdgeVectorMemory]) -> None:
+    """QA: with the data directory deleted under the memory worker, every call was still answered and
+    its vector writes waited in Redis, but `fittest health` said the store was ok (it only reads)."""
+    from workers.health import health
+
+    p, _ = held
+    assert health(p.settings, ["store"], ["memory"], 5.0).healthy
+    shutil.rmtree(p.settings.data_dir / "qdrant")  # last in this module: the store stays broken
+    failed = p.call(scenario="a brittle tool that crashes when told to fail, files gone", namespace="brittle",
+                    version="1.0.0", input={"fail": True}, max_attempts=1)
+    assert failed["status"] == "failed", failed  # answered all the same
+
+    def store_check() -> str:
+        (check,) = health(p.settings, ["store"], ["memory"], 5.0).checks
+        return f"{check.status}: {check.detail}"
+
+    p.wait_for(lambda: store_check().startswith("fail: refuses writes"), timeout=60)
+    assert "waiting in Redis" in store_check() and "restart of the memory worker" in store_check()
+    assert all(proc.poll() is None for proc in p.stack.procs.values())
