@@ -6,6 +6,11 @@ A smoke test of the bench, not a timing test."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -56,3 +61,55 @@ def test_selection_bench_on_a_slice(monkeypatch: pytest.MonkeyPatch, redis_url: 
     # The bench's private state is gone.
     assert set(redis.Redis.from_url(redis_url).scan_iter("bench*")) == before
     assert "top1_second_half" in result.output
+
+
+@pytest.mark.slow
+def test_each_stream_embeds_its_queries_itself(monkeypatch: pytest.MonkeyPatch, redis_url: str, model_path: Path) -> None:
+    """QA: a stream run after another read its queries' vectors from the embedder's cache (the
+    process's), so under --limit the later streams' select times left the embedding out."""
+    if not (DATA / "tools.json").exists():
+        pytest.skip(f"the MetaTool data is not at {DATA}")
+    from workers.bench.selection import load_queries, load_tools, run_stream
+    from workers.embedder import open_embedder
+    from workers.settings import get_settings
+
+    monkeypatch.setenv("FITTEST_REDIS_URL", redis_url)
+    monkeypatch.setenv("FITTEST_EMBEDDING_MODEL_PATH", str(model_path))
+    get_settings.cache_clear()
+    try:
+        base = get_settings()
+        manifests, names = load_tools(DATA / "tools.json")
+        rows = load_queries(DATA / "queries_dev.csv", set(names.values()))[:20]
+        run_stream(base, redis_url, manifests, names, rows, "learned", False, 0, "first")
+        before = open_embedder(base).cache_info().misses
+        run_stream(base, redis_url, manifests, names, rows, "learned", False, 0, "second")
+        assert open_embedder(base).cache_info().misses - before >= len(rows)
+    finally:
+        get_settings.cache_clear()
+
+
+@pytest.mark.slow
+def test_a_bench_stopped_by_sigterm_removes_its_private_state(redis_url: str, model_path: Path, tmp_path: Path) -> None:
+    """QA: `timeout 15 fittest bench selection ...` left thousands of the bench's keys in Redis and its
+    store under /tmp (Ctrl-C removed them; SIGTERM skipped the clean-up)."""
+    if not (DATA / "tools.json").exists():
+        pytest.skip(f"the MetaTool data is not at {DATA}")
+    client = redis.Redis.from_url(redis_url)
+    before = set(client.scan_iter("bench*"))
+    env = {**os.environ, "FITTEST_REDIS_URL": redis_url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+           "TMPDIR": str(tmp_path)}
+    bench = subprocess.Popen([str(Path(sys.executable).parent / "fittest"), "bench", "selection", "--tools",
+                              str(DATA / "tools.json"), "--queries", str(DATA / "queries_dev.csv"), "--limit", "3000"],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while set(client.scan_iter("bench*")) == before and time.monotonic() < deadline:  # the stream has begun
+            time.sleep(0.2)
+        time.sleep(1.0)
+        assert bench.poll() is None, bench.stderr.read() if bench.stderr else ""
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        bench.kill()
+    assert set(client.scan_iter("bench*")) == before
+    assert not list(tmp_path.glob("fittest-bench-*"))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -10,6 +12,18 @@ import typer
 from workers.bench.host import BenchResult
 
 app = typer.Typer(no_args_is_help=True)
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+@app.callback()
+def _stop_cleanly() -> None:
+    # A bench stopped by SIGTERM (`timeout`, a cancelled job) removes its private state, as one
+    # stopped by Ctrl-C does: the exit unwinds through the benches' `finally` blocks (QA: `timeout`
+    # left thousands of a selection bench's keys in Redis and its store under /tmp).
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
 
 def finish(result: BenchResult, path: Path | None) -> None:
@@ -131,8 +145,8 @@ def selection(
     tools: Annotated[Path, typer.Option(help="Tools as a JSON object {name: description} (MetaTool's tools.json).")],
     queries: Annotated[Path, typer.Option(help="CSV with the columns Query,Tool (MetaTool's queries).")],
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N queries of the shuffled stream.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the stream order (and of the policy's draws).")] = 0,
-    policy: Annotated[str, typer.Option(help="Policy under test (the `seed` policy always runs as the baseline).")] = "learned",
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the stream order (and of the policy's draws).")] = 0,
+    policy: Annotated[str, typer.Option(help="Policy under test: learned or seed (the `seed` policy always runs as the baseline).")] = "learned",
     retrain_every: Annotated[int, typer.Option(min=1, help="Queries between two retrains of the weights and the tool classifier (the beat's place in the stream).")] = 500,
     reveal_missed: Annotated[bool, typer.Option(help="Also run the policy once more, told the right tool of every query its 5 attempts missed: what learning could reach if a miss taught as much as a hit.")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.")] = None,
@@ -198,7 +212,7 @@ def supervised(
     tools: Annotated[Path, typer.Option(help="Tools as a JSON object {name: description} (MetaTool's tools.json).")],
     queries: Annotated[Path, typer.Option(help="CSV with the columns Query,Tool (MetaTool's queries).")],
     folds: Annotated[int, typer.Option(min=2, help="Folds of the cross-validation: each is ranked by a fit on all the others.")] = 5,
-    seed: Annotated[int, typer.Option(help="Seed of the split into folds.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the split into folds.")] = 0,
     epochs: Annotated[int, typer.Option(min=1, help="Passes of Adam of each fit.")] = 100,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.")] = None,
 ) -> None:
