@@ -243,14 +243,14 @@ class CallResult(BaseModel):
     output: Any = None
     tool: str | None = None
     version: str | None = None
-    attempts: list[AttemptSummary] = Field(default_factory=list)
+    attempts: list[AttemptSummary] = Field(default_factory=list)  # of the last round: one before an evolution is in `evolution.failed_attempts`
     ranking: list[RankedSummary] = Field(default_factory=list)
     errors: list[dict[str, Any]] = Field(default_factory=list)  # validation errors when invalid
     message: str = ""
     degraded: list[str] = Field(default_factory=list)
     held_back: list[str] = Field(default_factory=list)  # not tried: their circuit breaker was open
     evolution: dict[str, Any] | None = None
-    elapsed_ms: float = 0.0
+    elapsed_ms: float = 0.0  # from the call's start to its result, an evolution and its retry included
 
     @classmethod
     def from_plan(cls, plan: CallPlan, status: CallStatus, message: str = "") -> CallResult:

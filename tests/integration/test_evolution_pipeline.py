@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from typer.testing import CliRunner
 
 from tests.integration.conftest import Pipeline, start_pipeline
@@ -73,6 +74,10 @@ def test_all_candidates_fail_evolution_fixes_the_tool_and_the_same_call_succeeds
     before = report["failed_attempts"]
     assert len(before) >= 2 and {"greet_user", "greet_formal"} <= {a["tool"] for a in before}
     assert all(a["outcome"] == "failure" and a["error_class"] == "bad_input" for a in before)
+    # QA: the result timed only the retry, and the report and metrics counted its one attempt.
+    assert result["elapsed_ms"] >= report["elapsed_s"] * 1000
+    evo.wait_for(lambda: any(json.loads(p)["attempts"] == len(before) + 1 for p in redis.Redis.from_url(
+        evo.settings.redis_url).lrange(f"{evo.settings.key_prefix}series:calls", 0, -1)), timeout=10)
 
     state = evo.state()
     promotion = state.promotion("greet_user")

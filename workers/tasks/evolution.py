@@ -91,6 +91,7 @@ def evolve(self: Task, job_data: dict[str, Any]) -> Any:
     if plan is None:
         return data
     data["failed_attempts"] = [a.model_dump(mode="json") for a in CallResult.from_plan(plan, "failed").attempts]
+    data["call_started_at"] = plan.started_at  # the retry's result times the whole call, this round included
     if report.status not in ("evolved", "reused"):
         return _end_call(plan, data)
     send_outcome(plan)  # the first round's attempts are learned from like any others

@@ -154,8 +154,17 @@ def send_failure(plan: CallPlan, result: ToolExecutionResult) -> None:
 def finish(plan: CallPlan, status: str, message: str = "") -> dict[str, Any]:
     send_outcome(plan)
     result = CallResult.from_plan(plan, status, message=message)  # type: ignore[arg-type]
-    runtime().metrics.call(result.status, len(result.attempts), result.elapsed_ms, result.tool)
+    runtime().metrics.call(result.status, len(attempts_before_evolution(plan)) + len(result.attempts),
+                           result.elapsed_ms, result.tool)
     return result.model_dump(mode="json")
+
+
+def attempts_before_evolution(plan: CallPlan) -> list[dict[str, Any]]:
+    """The round a call retried after its evolution made first (its report carries it), so that
+    counts of the call's attempts take both rounds (QA: the report and the metrics counted 1)."""
+    if not plan.request.after_evolution:
+        return []
+    return list((plan.evolution_report or {}).get("failed_attempts") or [])
 
 
 class ExecuteRequest(Request):
@@ -278,6 +287,6 @@ def _attempts(n: int) -> str:
 def attempts_made(plan: CallPlan) -> str:
     """How many attempts the call made, the round before its evolution included: the result
     shows that round too (its `evolution.failed_attempts`), and the count should match it."""
-    before = len((plan.evolution_report or {}).get("failed_attempts") or [])
+    before = len(attempts_before_evolution(plan))
     after = len(plan.attempts)
     return f"{_attempts(before)} before the evolution, {_attempts(after)} after it" if before else _attempts(after)

@@ -68,8 +68,9 @@ def start_call(task: Task, request: CallRequest, evolution_report: dict[str, Any
     from workers.tasks.execution import execute
 
     plan = runtime().selector.plan(request)
-    if evolution_report is not None:  # the retry of a call after its evolution reports it
+    if evolution_report is not None:  # the retry of a call after its evolution reports it, and is timed from the call's start
         plan.evolved, plan.evolution_report = True, evolution_report
+        plan.started_at = float(evolution_report.get("call_started_at") or plan.started_at)
     runtime().metrics.selection(plan.policy, found=bool(plan.candidates))
     if not plan.candidates:
         return no_candidates(plan)
