@@ -24,8 +24,8 @@ COLLECTIONS = (TOOLS, FEEDBACK, FAILURES, EVOLUTIONS, EXECUTIONS)
 # Payload fields that filters (and ordered scrolls) use; every adapter indexes them.
 INDEXED_FIELDS: dict[str, tuple[str, ...]] = {
     TOOLS: ("tool", "name", "tags", "deprecated"),
-    FEEDBACK: ("tool", "name", "positive"),
-    FAILURES: ("tool", "name", "error_class", "tags"),
+    FEEDBACK: ("tool", "name", "positive", "source", "timestamp"),
+    FAILURES: ("tool", "name", "error_class", "tags", "timestamp"),
     EVOLUTIONS: ("name", "outcome"),
     EXECUTIONS: ("tool", "name", "success", "timestamp"),
 }
@@ -43,11 +43,20 @@ class Match(BaseModel):
     any_of: list[str | int | bool]
 
 
+class Range(BaseModel):
+    """Numeric payload field `key` (one of FLOAT_FIELDS) is at least `gte` and below `lt`; None: open."""
+
+    key: str
+    gte: float | None = None
+    lt: float | None = None
+
+
 class VectorFilter(BaseModel):
-    """All of `must` hold and none of `must_not` does."""
+    """All of `must` and `ranges` hold and none of `must_not` does."""
 
     must: list[Match] = Field(default_factory=list)
     must_not: list[Match] = Field(default_factory=list)
+    ranges: list[Range] = Field(default_factory=list)
 
     @classmethod
     def where(cls, **fields: Any) -> VectorFilter:

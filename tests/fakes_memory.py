@@ -10,7 +10,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from selection.ports import COLLECTIONS, Match, VectorFilter, VectorHit, VectorPoint
+from selection.ports import COLLECTIONS, Match, Range, VectorFilter, VectorHit, VectorPoint
 from workers.memory.common import check_order_field
 
 
@@ -104,7 +104,8 @@ def _unit(vector: list[float]) -> list[float]:
 def _matches(payload: dict[str, Any], vector_filter: VectorFilter | None) -> bool:
     if vector_filter is None:
         return True
-    return all(_holds(payload, m) for m in vector_filter.must) and not any(
+    return all(_holds(payload, m) for m in vector_filter.must) and all(
+        _within(payload, r) for r in vector_filter.ranges) and not any(
         _holds(payload, m) for m in vector_filter.must_not
     )
 
@@ -118,3 +119,10 @@ def _holds(payload: dict[str, Any], match: Match) -> bool:
 def _same(a: Any, b: Any) -> bool:
     """Equality as Qdrant sees it: a boolean never equals the integer 1 or 0."""
     return isinstance(a, bool) == isinstance(b, bool) and a == b
+
+
+def _within(payload: dict[str, Any], r: Range) -> bool:
+    value = payload.get(r.key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    return (r.gte is None or value >= r.gte) and (r.lt is None or value < r.lt)

@@ -30,6 +30,7 @@ TASK_ROUTES: dict[str, dict[str, str]] = {
     "fittest.evolve": {"queue": "evolution"},
     "fittest.learn": {"queue": "learning"},
     "fittest.retrain_weights": {"queue": "learning"},
+    "fittest.prune_history": {"queue": "learning"},
 }
 
 # Redis emulates priorities with one list per step; kombu pops lower numbers first.
@@ -126,6 +127,11 @@ def make_app(settings: Settings | None = None) -> Celery:
         beat_schedule={
             "retrain-weights": {
                 "task": "fittest.retrain_weights",
+                "schedule": settings.retrain_interval_s,
+                "options": {"queue": "learning"},
+            },
+            "prune-history": {
+                "task": "fittest.prune_history",
                 "schedule": settings.retrain_interval_s,
                 "options": {"queue": "learning"},
             },

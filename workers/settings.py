@@ -98,6 +98,7 @@ class Settings(BaseSettings):
     # Learning
     retrain_interval_s: float = Field(300.0, gt=0, description="Beat interval of fittest.retrain_weights")
     feedback_half_life_days: float = Field(14.0, gt=0, description="Half-life of feedback weight")
+    history_max_points: int = Field(100_000, ge=1_000, description="Newest records the vector store keeps of each history collection (feedback, failures, executions); the beat deletes older ones every FITTEST_RETRAIN_INTERVAL_S, a person's judgements excepted. The embedded store keeps selection's p99 within 10 ms up to ~100k")
     learner_window: int = Field(2000, ge=10, description="Most recent execution records the SPARC weights are learned from (and `fittest recommend` reads)")
     tool_classifier: bool = Field(True, description="Refit the tool classifier (which namespace served scenarios like this one) with the weights, and let the learned policy rank candidates by it (selection/classifier.py)")
     classifier_max_records: int = Field(20_000, ge=10, description="Most successful execution records one refit of the tool classifier reads, the newest (the refit's time grows with them: ~1 s for 10,000 here)")

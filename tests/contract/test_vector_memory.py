@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from qdrant_client import QdrantClient
 
-from selection.ports import EXECUTIONS, FAILURES, FEEDBACK, TOOLS, Embedder, Match, VectorFilter, VectorMemory, VectorPoint
+from selection.ports import EXECUTIONS, FAILURES, FEEDBACK, TOOLS, Embedder, Match, Range, VectorFilter, VectorMemory, VectorPoint
 from tests.conftest import free_port
 from tests.fakes_memory import InMemoryVectorMemory
 from workers.memory import VectorMemoryUnavailable, open_vector_memory
@@ -239,6 +239,18 @@ def test_scroll_newest_first(memory: VectorMemory) -> None:
         memory.scroll(EXECUTIONS, descending_by="name")
     with pytest.raises(ValueError, match=r"'tools' can be ordered by \[\] only"):
         memory.scroll(TOOLS, descending_by="timestamp")
+
+
+def test_a_range_counts_and_deletes_the_points_of_a_time_span(memory: VectorMemory) -> None:
+    """How the history's retention finds and removes the oldest records (workers/retention.py)."""
+    for collection in (FEEDBACK, FAILURES, EXECUTIONS):
+        memory.upsert(collection, [pt(f"{collection}:{t}", unit(1.0, t / 10, 0.0, 0.0), name="t", timestamp=1.7e9 + t,
+                                      source="manual" if t == 2 else "outcome") for t in range(10)])
+        assert memory.count(collection, VectorFilter(ranges=[Range(key="timestamp", lt=1.7e9 + 4)])) == 4
+        assert memory.count(collection, VectorFilter(ranges=[Range(key="timestamp", gte=1.7e9 + 4, lt=1.7e9 + 6)])) == 2
+        memory.delete(collection, VectorFilter(ranges=[Range(key="timestamp", lt=1.7e9 + 4)],
+                                               must_not=[Match(key="source", any_of=["manual"])]))
+        assert sorted(p.id for p in memory.scroll(collection)) == [f"{collection}:{t}" for t in (2, 4, 5, 6, 7, 8, 9)]
 
 
 def test_delete_by_filter(memory: VectorMemory) -> None:

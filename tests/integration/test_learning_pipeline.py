@@ -77,6 +77,10 @@ def test_beat_sends_retrain_weights_through_redbeat(learning: Pipeline, tmp_path
         learning.wait_for(retrained, timeout=40)
         entry = backend.hgetall(f"{learning.settings.key_prefix}redbeat:retrain-weights")
         assert json.loads(entry[b"definition"])["task"] == "fittest.retrain_weights"
+        pruning = backend.hgetall(f"{learning.settings.key_prefix}redbeat:prune-history")
+        assert json.loads(pruning[b"definition"])["task"] == "fittest.prune_history"
+        # The memory worker runs it: the store's history is far under FITTEST_HISTORY_MAX_POINTS.
+        assert learning.client.wait(learning.client.send("prune_history", queue="learning"), 30) == {}
     finally:
         beat.stop_all()
 

@@ -78,3 +78,5 @@ def test_beat_schedule_runs_retrain_weights_on_the_learning_queue() -> None:
     assert entry["schedule"] == 123.0
     assert app.conf.task_routes["fittest.retrain_weights"]["queue"] == "learning"
     assert app.conf.task_routes["fittest.learn"]["queue"] == "learning"
+    pruning = app.conf.beat_schedule["prune-history"]  # the vector store's retention, on the same beat
+    assert (pruning["task"], pruning["schedule"], pruning["options"]["queue"]) == ("fittest.prune_history", 123.0, "learning")

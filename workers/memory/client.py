@@ -41,6 +41,9 @@ class _ClientConditions:
     def any(self, key: str, values: list[str] | list[int]) -> models.FieldCondition:
         return models.FieldCondition(key=key, match=models.MatchAny(any=values))
 
+    def range(self, key: str, gte: float | None, lt: float | None) -> models.FieldCondition:
+        return models.FieldCondition(key=key, range=models.Range(gte=gte, lt=lt))
+
     def either(self, conditions: list[models.FieldCondition]) -> models.Filter:
         return models.Filter(should=[*conditions])
 

@@ -172,9 +172,11 @@ def scroll_descending(fetch: Callable[[float | None, int], list[VectorPoint]], f
 
 
 class ConditionBuilder(Protocol, Generic[C, F]):
-    """How one engine spells the four shapes a port filter needs."""
+    """How one engine spells the five shapes a port filter needs."""
 
     def value(self, key: str, value: str | int | bool) -> C: ...
+
+    def range(self, key: str, gte: float | None, lt: float | None) -> C: ...
 
     def any(self, key: str, values: list[str] | list[int]) -> C: ...
 
@@ -193,12 +195,13 @@ def translate_filter(vector_filter: VectorFilter | None, build: ConditionBuilder
 
 def translate_filter(vector_filter: VectorFilter | None, build: ConditionBuilder[C, F]) -> F | None:
     """A `Match` is "the field equals any of these values (a list field: contains one of them)";
-    the matches of `must` are ANDed and none of `must_not` may hold. An empty `VectorFilter`
+    the matches of `must` and the `ranges` are ANDed and none of `must_not` may hold. An empty `VectorFilter`
     becomes an empty engine filter, which matches every point."""
     if vector_filter is None:
         return None
     return build.filter(
-        [_condition(m, build) for m in vector_filter.must],
+        [*(_condition(m, build) for m in vector_filter.must),
+         *(build.range(r.key, r.gte, r.lt) for r in vector_filter.ranges)],
         [_condition(m, build) for m in vector_filter.must_not],
     )
 

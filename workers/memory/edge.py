@@ -43,6 +43,7 @@ from qdrant_edge import (
     OrderBy,
     PayloadSchemaType,
     Point,
+    RangeFloat,
     Query,
     QueryRequest,
     ScrollRequest,
@@ -81,6 +82,9 @@ class _EdgeConditions:
 
     def any(self, key: str, values: list[str] | list[int]) -> FieldCondition:
         return FieldCondition(key=key, match=MatchAny(values))
+
+    def range(self, key: str, gte: float | None, lt: float | None) -> FieldCondition:
+        return FieldCondition(key=key, range=RangeFloat(gte=gte, lt=lt))
 
     def either(self, conditions: list[FieldCondition]) -> Filter:
         return Filter(should=[*conditions])

@@ -11,6 +11,9 @@ work (Procfile: --prefetch-multiplier 16); a record delivered twice is stored on
 FITTEST_RETRAIN_INTERVAL_S): it learns the weights from the window of recent records, refits the
 tool classifier on the stored successes (workers/tool_classifier.py), and stores both with a new
 version, which changes the state version, so selection uses them on its next call.
+
+`fittest.prune_history` runs on the same schedule: it keeps the newest records of the vector
+store's history (workers/retention.py).
 """
 
 from __future__ import annotations
@@ -98,3 +101,19 @@ def retrain_weights() -> dict[str, Any]:
     """Measure how strongly each SPARC component predicts success and store normalised weights, with
     the tool classifier refitted on the successes since."""
     return retrain_now(runtime())
+
+
+@app.task(name="fittest.prune_history")
+def prune_history() -> dict[str, int]:
+    """Cut each history collection of the vector store back to its newest FITTEST_HISTORY_MAX_POINTS
+    records (workers/retention.py); the number deleted per collection."""
+    from workers.retention import prune_history as prune
+
+    rt = runtime()
+    try:
+        return prune(rt.memory, rt.settings.history_max_points)
+    except Exception as exc:  # the store is down: the next beat prunes
+        if not is_store_failure(exc):
+            raise
+        log.warning("history not pruned: vector memory unavailable: %s", exc, extra={"event": "history_not_pruned"})
+        return {}
