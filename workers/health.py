@@ -44,13 +44,16 @@ def _local_services() -> dict[str, Any]:
     """What this worker process can say about its store and model (it owns them)."""
     from selection.ports import TOOLS
     from workers.pending import PendingWrites, write_refusal
+    from workers.retention import HISTORY
     from workers.runtime import runtime
 
     rt = runtime()
     out: dict[str, Any] = {}
     started = time.perf_counter()
     try:
-        out["store"] = {"status": "ok", "detail": f"{rt.memory.count(TOOLS)} tool vectors"}
+        history = ", ".join(f"{rt.memory.count(c)} {c}" for c in HISTORY)
+        out["store"] = {"status": "ok", "detail": f"{rt.memory.count(TOOLS)} tool vectors; history {history} "
+                                                  f"(the newest {rt.settings.history_max_points} of each kept)"}
         waiting = len(PendingWrites(rt.redis, rt.settings.key_prefix))
         if (refusal := write_refusal()) is not None:  # it reads, but takes no write (QA: its files deleted)
             out["store"] = {"status": "fail", "detail": (

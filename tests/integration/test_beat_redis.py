@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,8 +37,11 @@ def started_beat(app: Celery) -> Scheduler:
 
 
 def retrains_sent(client: redis.Redis) -> int:
-    """fittest.retrain_weights messages waiting on the learning queue (one list per priority step)."""
-    return sum(client.llen(key) for key in client.scan_iter("learning*") if client.type(key) == b"list")
+    """fittest.retrain_weights messages waiting on the learning queue (one list per priority step;
+    the beat's other entry, fittest.prune_history, goes there too)."""
+    messages = [json.loads(raw) for key in client.scan_iter("learning*") if client.type(key) == b"list"
+                for raw in client.lrange(key, 0, -1)]
+    return sum(1 for m in messages if m["headers"]["task"] == "fittest.retrain_weights")
 
 
 def test_beat_writes_its_schedule_and_takes_its_lock_again_after_redis_lost_its_data(private_redis: str) -> None:
