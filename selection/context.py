@@ -126,18 +126,22 @@ def explicit_context(context: Mapping[str, Any]) -> ExplicitContext:
 
 
 def check_context(context: Mapping[str, Any]) -> None:
-    """Raise ValueError naming the first bad recognised key (for CallRequest validation)."""
+    """Raise ValueError naming every bad recognised key (for CallRequest validation)."""
     try:
         explicit_context(context)
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        loc = [str(p) for p in err["loc"]]
-        message = err["msg"]
-        if loc[0] == "languages":  # named as the caller wrote it: `language` is read as one of them
-            loc[0] = "languages" if "languages" in context else "language"
-            if len(loc) == 1:
-                message = f"a language name or a list of them, not {context[loc[0]]!r}"
-        raise ValueError(f"context.{'.'.join(loc)}: {message}") from None
+        raise ValueError("; ".join(_named(err, context) for err in exc.errors(include_url=False))) from None
+
+
+def _named(err: Any, context: Mapping[str, Any]) -> str:
+    """One refused value, under the key the caller wrote: `language` is read as one of `languages`."""
+    loc = [str(p) for p in err["loc"]]
+    message = err["msg"]
+    if loc[0] == "languages":
+        loc[0] = "languages" if "languages" in context else "language"
+        if len(loc) == 1:
+            message = f"a language name or a list of them, not {context[loc[0]]!r}"
+    return f"context.{'.'.join(loc)}: {message}"
 
 
 def _files(context: Mapping[str, Any]) -> dict[str, str]:

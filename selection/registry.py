@@ -113,10 +113,14 @@ def check_paths(manifest: ToolManifest, source: str | Path) -> None:
             raise ManifestError(source, "evolved_file", f"{manifest.evolved_file} leads outside the tool directory {root}")
 
 
+# Calls through which a module may bind any name: reading cannot tell which, so they are let through.
+DYNAMIC_BINDING = frozenset({"globals", "vars", "setattr", "exec"})
+
+
 def _function_missing(module_file: Path, function: str) -> str | None:
     """Why the entrypoint's module cannot hold `function`, read without running it (an import runs a
     tool's code); None when it may. A module that binds names in ways reading cannot follow (a star
-    import, a module `__getattr__`, `globals()`) may hold any name."""
+    import, a module `__getattr__`, `globals()`, `vars()`, `setattr()`, `exec()`) may hold any name."""
     try:
         tree = ast.parse(module_file.read_bytes(), filename=str(module_file))
     except (SyntaxError, ValueError) as exc:
@@ -126,7 +130,7 @@ def _function_missing(module_file: Path, function: str) -> str | None:
         return f"{module_file.name} cannot be read: {exc}"
     names: set[str] = set()
     pending: list[ast.stmt] = list(tree.body)
-    while pending:  # the module's own statements, and those of its top-level if / try / with / for blocks
+    while pending:  # the module's own statements, and those of its top-level if / try / with / for / match blocks
         node = pending.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
@@ -138,16 +142,17 @@ def _function_missing(module_file: Path, function: str) -> str | None:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.stmt):
                     pending.append(child)
-                elif isinstance(child, ast.ExceptHandler):
+                elif isinstance(child, (ast.ExceptHandler, ast.match_case)):
                     pending.extend(child.body)
-            targets = [n for t in _targets(node) for n in ast.walk(t)]
-            names.update(n.id for n in targets if isinstance(n, ast.Name))
-    for any_node in ast.walk(tree):  # names bound from anywhere: `global f` in a function, `(f := ...)`
+            names.update(name for target in _targets(node) for name in _bound(target))
+    for any_node in ast.walk(tree):  # names bound from anywhere: `global f` in a function, `(f := ...)`, `case f:`
         if isinstance(any_node, ast.Global):
             names.update(any_node.names)
         elif isinstance(any_node, ast.NamedExpr) and isinstance(any_node.target, ast.Name):
             names.add(any_node.target.id)
-        elif isinstance(any_node, ast.Name) and any_node.id == "globals":
+        elif isinstance(any_node, (ast.MatchAs, ast.MatchStar)) and any_node.name:
+            names.add(any_node.name)
+        elif isinstance(any_node, ast.Name) and any_node.id in DYNAMIC_BINDING:
             return None
     if function in names or "__getattr__" in names:
         return None
@@ -157,13 +162,24 @@ def _function_missing(module_file: Path, function: str) -> str | None:
 
 
 def _targets(node: ast.stmt) -> list[ast.expr]:
-    """What an assignment-like statement binds."""
+    """What an assignment-like statement assigns to."""
     if isinstance(node, ast.Assign):
         return list(node.targets)
     if isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
         return [node.target]
     if isinstance(node, (ast.With, ast.AsyncWith)):
         return [item.optional_vars for item in node.items if item.optional_vars is not None]
+    return []
+
+
+def _bound(target: ast.expr) -> list[str]:
+    """The names an assignment target binds (`a`, `a, *b`); `x[k] = ...` and `x.k = ...` bind none."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [name for element in target.elts for name in _bound(element)]
+    if isinstance(target, ast.Starred):
+        return _bound(target.value)
     return []
 
 

@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from selection.registry import ToolRegistry
 from workers.settings import Settings
-from workers.stack import ROOT, Stack, example_service, example_service_port
+from workers.stack import EXAMPLE_SERVICE_PORT, ROOT, Stack, example_service
 
 DEMO_ROLES = ("memory", "executor", "evolver")
 
@@ -96,6 +96,9 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
         "FITTEST_COLLECTION_PREFIX": settings.collection_prefix,
         "FITTEST_DATA_DIR": str(settings.data_dir.resolve()),
         "FITTEST_TOOLS_DIR": str(settings.tools_dir.resolve()),
+        # The demo serves examples/tools, whose convert_units names this port (QA: a port moved for
+        # `fittest up` moved the demo's example service away from its manifest).
+        "FITTEST_EXAMPLE_HTTP_PORT": str(EXAMPLE_SERVICE_PORT),
     }
     if settings.embedding_model_path:
         env["FITTEST_EMBEDDING_MODEL_PATH"] = str(Path(settings.embedding_model_path).resolve())
@@ -112,15 +115,15 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
         settings = settings.model_copy(update={"redis_url": stack.redis_url})
         if fresh:
             reset_state(settings)
-        service = example_service()
+        service = example_service(EXAMPLE_SERVICE_PORT)
         if service == "other":
-            console.print(f"[red]error:[/red] port {example_service_port()} is in use by something that is not the example "
+            console.print(f"[red]error:[/red] port {EXAMPLE_SERVICE_PORT} is in use by something that is not the example "
                           "HTTP tool (convert_units' manifest names that port): stop it, or run the demo elsewhere")
             return 2
         if service == "free":
             stack.start("toolserver", [sys.executable, str(ROOT / "examples" / "tools" / "http_server.py")])
         else:
-            console.print(f"    the example HTTP tool already answers on port {example_service_port()}: the demo uses it")
+            console.print(f"    the example HTTP tool already answers on port {EXAMPLE_SERVICE_PORT}: the demo uses it")
         stack.start_roles(DEMO_ROLES)
         stack.wait_for_workers(DEMO_ROLES, timeout=120)
         console.print(f"    workers up; logs in {literal(settings.data_dir / 'logs')}")

@@ -31,7 +31,7 @@ EVOLUTION_OVERRUN_S = 600
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FITTEST_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="FITTEST_", extra="ignore", allow_inf_nan=False)  # inf and nan refused as read
 
     # Services
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Broker, state store, and result backend unless FITTEST_RESULT_BACKEND is set")

@@ -81,6 +81,15 @@ def test_calls_that_end_before_any_attempt_are_counted_by_their_status(pipeline,
     pipeline.wait_for(lambda: all(calls(status) == before[status] + 1 for status in before))
 
 
+def test_explain_refuses_an_input_a_call_would_refuse(pipeline) -> None:
+    """QA: a call with a 1.1 MB input was refused as invalid while `explain` ranked it."""
+    big = {"text": "x" * (pipeline.settings.input_limit_bytes + 1)}
+    ranked = pipeline.client.wait(pipeline.client.send("explain", scenario="count the words", input=big), 30)
+    called = pipeline.call(scenario="count the words", input=big)
+    assert ranked["status"] == called["status"] == "invalid" and ranked["errors"] == called["errors"], ranked
+    assert ranked["errors"][0]["field"] == "input" and ranked["ranking"] == []
+
+
 def test_the_client_refuses_a_bad_payload_before_sending(pipeline) -> None:
     from pydantic import ValidationError
 

@@ -109,6 +109,9 @@ def test_bad_explicit_value_is_refused_naming_the_key() -> None:
     with pytest.raises(ValidationError) as info:
         CallRequest(scenario="x", context={"complexity": 3})
     assert "context.complexity" in str(info.value)
+    with pytest.raises(ValidationError) as info:  # QA: only the first bad key was named
+        CallRequest(scenario="x", context={"language": 5, "phase": 3, "complexity": 7})
+    assert all(f"context.{key}" in str(info.value) for key in ("language", "phase", "complexity")), str(info.value)
     # QA: `language: 5` was refused as "context.languages: Input should be a valid list", a key not written.
     with pytest.raises(ValidationError) as info:
         CallRequest(scenario="x", context={"language": 5})

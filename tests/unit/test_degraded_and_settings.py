@@ -131,3 +131,13 @@ def test_a_config_file_that_is_not_there_is_an_error_not_the_defaults(tmp_path, 
         Settings()
     (tmp_path / "fittest.toml").write_text("max_candidates = 7\n")
     assert Settings().max_candidates == 7
+
+
+@pytest.mark.parametrize("name", ["max_timeout_s", "visibility_timeout_s", "retrain_interval_s", "failure_similarity"])
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e400"])
+def test_settings_refuse_numbers_that_are_not_finite(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
+    # QA: FITTEST_MAX_TIMEOUT_S=inf was taken, and `fittest call` then ended in an OverflowError traceback
+    # (int(inf) for the visibility timeout); the workers' settings read it the same way.
+    monkeypatch.setenv(f"FITTEST_{name.upper()}", value)
+    with pytest.raises(ValidationError, match="finite number"):
+        Settings()

@@ -163,6 +163,7 @@ def test_python_entrypoint_symlinked_outside_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("code", "reason"), [
     ("def count(value):\n    return value\n\ndef _helper():\n    pass\n", "tool.py defines no 'run' (it defines count)"),
     ("def run(value)\n    return value\n", "tool.py is not valid Python at line 1: expected ':'"),
+    ("table = {}\ntable['run'] = print\n", "tool.py defines no 'run' (it defines table)"),  # a key, not a name
 ])
 def test_a_python_entrypoint_its_module_cannot_hold_is_refused_at_load(tmp_path: Path, code: str, reason: str) -> None:
     """QA: a manifest naming a function its module lacks was served, and every call of it crashed."""
@@ -184,7 +185,11 @@ def test_a_python_entrypoint_its_module_cannot_hold_is_refused_at_load(tmp_path:
     "from helpers import *\n",  # reading cannot tell what these bind: the call will
     "def __getattr__(name):\n    return print\n",
     "globals()['run'] = print\n",
+    "vars()['run'] = print\n",
+    "import sys\nsetattr(sys.modules[__name__], 'run', print)\n",
     "def setup():\n    global run\n    run = print\n",
+    "import sys\nmatch sys.version_info[0]:\n    case 3:\n        def run(value):\n            return value\n",  # QA
+    "first, *run = [1, 2]\n",
 ])
 def test_a_module_that_may_bind_the_entrypoint_is_accepted(tmp_path: Path, code: str) -> None:
     write_tool(tmp_path, "t", python_tool(), {"tool.py": code})

@@ -128,6 +128,8 @@ def explain(**kwargs: Any) -> dict[str, Any]:
         request = CallRequest.model_validate(kwargs)
     except ValidationError as exc:
         return invalid_result(exc)
+    if (too_large := oversized(request, runtime().settings.input_limit_bytes)) is not None:
+        return too_large  # refused as the call would be (QA: explain ranked what a call refused)
     plan: CallPlan = runtime().selector.plan(request)
     message = "ranking only; nothing was run" if plan.candidates else why_no_candidates(plan)
     # With the context as analysed (selection/context.py: each value and where it came from), which
