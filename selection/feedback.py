@@ -98,8 +98,10 @@ def judged_calls(payloads: Iterable[dict[str, Any]]) -> set[tuple[str, str]]:
 
 def replaced(payload: dict[str, Any], judged: set[tuple[str, str]]) -> bool:
     """Whether this stored feedback is a call's outcome that a person's judgement of the same call and
-    version took the place of: it no longer counts, in scores and in reports alike."""
-    return payload.get("source") == "outcome" and (payload["tool"], payload.get("call_id")) in judged
+    version took the place of: it no longer counts, in scores and in reports alike. The judgement
+    flags it (`replaced`), and is recognised among the same entries too, for one flagged late."""
+    return payload.get("source") == "outcome" and (
+        payload.get("replaced") is True or (payload["tool"], payload.get("call_id")) in judged)
 
 
 def points_by_tool(hits: Iterable[VectorHit], half_life_s: float, now: float | None = None) -> dict[str, float]:

@@ -4,6 +4,8 @@ only reads and writes the vector memory (through the pending list when it is una
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -13,10 +15,13 @@ from evolution.trial import head_version
 from selection.feedback import FeedbackRecord, TrendPoint, judged_calls, replaced, trend
 from selection.manifest import tool_key
 from selection.ports import FEEDBACK, VectorFilter, VectorPoint
+from workers.degraded import is_store_failure
 from workers.pending import upsert_or_keep
 
 if TYPE_CHECKING:
     from workers.runtime import Runtime
+
+log = logging.getLogger("fittest.feedback")
 
 REPORT_SCAN = 10_000  # entries of one tool read for a report
 TREND_BUCKET_S = 86_400.0
@@ -94,8 +99,36 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
     if call is not None:  # one judgement per call and version: a second one replaces the first (QA: they added up)
         record.id = f"manual:{call.call_id}:{record.key}"
     write_feedback(rt, [record])
+    if call is not None:
+        mark_replaced(rt, call.call_id, record.key)
     rt.state.invalidate()  # every selector's cached searches predate it
     return record
+
+
+OUTCOME_WAIT_S = 2.5  # a call's outcome is applied in batches, within about a second of its result
+
+
+def mark_replaced(rt: Runtime, call_id: str, key: str, wait_s: float = OUTCOME_WAIT_S) -> int:
+    """Flag the outcome feedback `call_id` gave `key` as replaced by a judgement, so that it stops
+    counting wherever the judgement's own scenario lies: selection sees a judgement only among the
+    entries near the scenario it ranks for, and one given under another scenario never was (QA: the
+    outcome it replaced went on counting, +25). Looked for up to `wait_s` while the outcome is
+    applied; a success below quality 0.5 leaves none. The number of entries flagged."""
+    deadline = time.monotonic() + wait_s
+    mine = VectorFilter.where(call_id=call_id, source="outcome", tool=key)
+    try:
+        while not (points := rt.memory.scroll(FEEDBACK, filter=mine, limit=50)) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        fresh = [p for p in points if not p.payload.get("replaced")]
+        if fresh:
+            rt.memory.upsert(FEEDBACK, [p.model_copy(update={"payload": {**p.payload, "replaced": True}}) for p in fresh])
+    except Exception as exc:  # the judgement is stored (or waits in Redis); near the call's scenario it still replaces
+        if not is_store_failure(exc):
+            raise
+        log.warning("could not flag the outcome feedback of call %s as judged: %s", call_id, exc,
+                    extra={"event": "judged_outcome_unflagged", "call_id": call_id})
+        return 0
+    return len(fresh)
 
 
 def feedback_score(rt: Runtime, tool: str, version: str, scenario: str) -> float:

@@ -64,7 +64,7 @@ EMBED_BATCH = 256
 TOOL_FIELDS = ("tool",)
 EXECUTION_FIELDS = ("tool", "name")
 FAILURE_FIELDS = ("tool",)
-FEEDBACK_FIELDS = ("tool", "value", "positive", "timestamp", "source", "call_id")
+FEEDBACK_FIELDS = ("tool", "value", "positive", "timestamp", "source", "call_id", "replaced")
 
 
 def tool_texts(manifest: ToolManifest) -> list[tuple[str, str]]:

@@ -163,6 +163,28 @@ def words(output: str) -> str:
     return " ".join(output.split())
 
 
+def test_a_judgement_under_another_scenario_still_takes_the_place_of_the_calls_outcome(pipeline, cli) -> None:
+    """QA: a call judged with --scenario far from its own kept its outcome's +25 in the rankings of
+    its own scenario, while `feedback show` said the outcome was replaced."""
+    from fittest.client import FittestClient
+
+    scenario = "turn these semicolon separated records into rows"  # no other test's calls near it
+
+    def feedback_in_ranking() -> float:
+        ranking = json.loads(cli("explain", scenario, "--namespace", "csv_lenient", "--json").output)["ranking"]
+        return next(r["breakdown"]["feedback"] for r in ranking if r["key"] == "csv_lenient@1.0.0")
+
+    with FittestClient(pipeline.settings.redis_url, settings=pipeline.settings) as client:
+        result = client.run(scenario, input={"text": "a;b\n1;2\n"}, namespace="csv_lenient")
+        assert (result.tool, result.version) == ("csv_lenient", "1.0.0"), result
+        pipeline.settled()  # the success's own outcome (+25 here) is applied
+        client.record_feedback("csv_lenient", "negative", version="1.0.0", call_id=result.call_id,
+                               scenario="compute the quarterly tax liability of a corporation in germany")
+    assert abs(feedback_in_ranking()) < 1  # the outcome no longer counts; the judgement is about another job
+    shown = json.loads(cli("feedback", "show", "csv_lenient", "--json").output)
+    assert [e["source"] for e in shown["entries"] if e["call_id"] == result.call_id] == ["manual"]
+
+
 def test_a_call_to_a_namespace_nobody_ranked_says_it_was_ranked_by_its_scenario(pipeline, cli) -> None:
     sent = cli("call", "parse this csv text into rows", "--namespace", "csv_lenint", "--input", '{"text": "a,b\\n1,2\\n"}')
     assert "warning: no tool named csv_lenint was ranked: the call was ranked by its scenario alone" in words(sent.output)

@@ -75,3 +75,13 @@ def test_a_judgement_of_a_calls_output_takes_the_place_of_that_calls_outcome_fee
     assert points["b@1"] == 25.0  # another version's outcome of the same call stays
     unjudged = points_by_tool([*hits[:3], hit("a@1", -1.0, "manual", None)], half_life_s=86_400, now=now)
     assert unjudged["a@1"] > 0  # a judgement of no call in particular replaces nothing
+
+
+def test_an_outcome_flagged_as_judged_does_not_count_without_its_judgement_among_the_hits() -> None:
+    """A judgement given under another scenario is not among the entries near this one: the flag
+    its recording set on the call's outcome is what keeps that outcome out (QA: it counted +25)."""
+    flagged = VectorHit("outcome:c1", 1.0, {"tool": "a@1", "value": 1.0, "timestamp": 1_000.0, "source": "outcome",
+                                            "call_id": "c1", "replaced": True})
+    unflagged = VectorHit("outcome:c2", 1.0, {**flagged.payload, "call_id": "c2", "replaced": False})
+    assert points_by_tool([flagged], half_life_s=86_400, now=1_000.0) == {}
+    assert points_by_tool([flagged, unflagged], half_life_s=86_400, now=1_000.0)["a@1"] == 25.0
