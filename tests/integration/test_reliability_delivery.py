@@ -99,8 +99,13 @@ def test_killed_pool_process_attempt_is_taken_over(pipeline: Pipeline, tmp_path:
     sent = nap_call(p, log, 3000)
     (victim,) = wait_runs(p, log, 1)
     inflight = InflightCalls(redis.Redis.from_url(p.settings.redis_url), p.settings.key_prefix)
-    step = inflight.current(sent.id)  # the selection worker handed the call on at the message's next hop
-    assert step is not None and (step.task, step.hop) == ("fittest.execute", 1), step
+    # The selection worker handed the call on at the message's next hop; its record is buffered and
+    # sent every 0.1 s, later when the worker is busy (a clean-clone run once read it before that).
+    def handed_on() -> bool:
+        step = inflight.current(sent.id)
+        return step is not None and (step.task, step.hop) == ("fittest.execute", 1)
+
+    p.wait_for(handed_on, timeout=2.0)
     os.kill(victim, signal.SIGKILL)
     result = p.client.wait(sent, 60)
     assert result["status"] == "success", result
