@@ -1,7 +1,10 @@
--- push_recent: remember one successful run of a tool version, once per attempt id.
--- KEYS[1] list of recent successful runs (JSON, newest first); KEYS[2] idempotency key.
--- ARGV[1] idempotency TTL (s); ARGV[2] the run as JSON; ARGV[3] how many runs to keep.
--- Atomically: SET NX the idempotency key and, only when it was set, LPUSH the run and LTRIM the
+-- push_recent: push one record onto a capped list of recent records, once per attempt id.
+-- Two lists use it: a tool version's recent successful runs (workers/state/evolution.py,
+-- SuccessfulRun) and the learner's window of execution records, failures included
+-- (workers/state/learning.py, ExecutionRecord).
+-- KEYS[1] the list of recent records (JSON, newest first); KEYS[2] idempotency key.
+-- ARGV[1] idempotency TTL (s); ARGV[2] the record as JSON; ARGV[3] how many records to keep.
+-- Atomically: SET NX the idempotency key and, only when it was set, LPUSH the record and LTRIM the
 -- list to the newest ARGV[3] entries.
 -- Returns 1 when pushed, 0 when this attempt was pushed before.
 
