@@ -25,7 +25,7 @@ from billiard.exceptions import WorkerLostError
 from celery import Task
 from celery.worker.request import Request
 
-from selection.models import CallPlan, CallResult, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
+from selection.models import CallPlan, CallResult, CallStatus, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import StateStore
 from selection.timeouts import adaptive_timeout
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
@@ -151,9 +151,9 @@ def send_failure(plan: CallPlan, result: ToolExecutionResult) -> None:
     mark_failure.apply_async(args=[mark.model_dump(mode="json")], priority=PRIORITY_HIGH)
 
 
-def finish(plan: CallPlan, status: str, message: str = "") -> dict[str, Any]:
+def finish(plan: CallPlan, status: CallStatus, message: str = "") -> dict[str, Any]:
     send_outcome(plan)
-    result = CallResult.from_plan(plan, status, message=message)  # type: ignore[arg-type]
+    result = CallResult.from_plan(plan, status, message=message)
     runtime().metrics.call(result.status, len(attempts_before_evolution(plan)) + len(result.attempts),
                            result.elapsed_ms, result.tool)
     return result.model_dump(mode="json")
