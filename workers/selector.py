@@ -183,7 +183,7 @@ class Selector:
         # The retry after an evolution moves the new version to the front, wherever it placed, and a
         # namespace's served version moves before its other versions: both need the whole ranking.
         several = len({e.manifest.name for e in evidence}) < len(evidence)
-        ranked = self.policy.rank(evidence, features, self.rng, limit=None if request.after_evolution or several else keep)
+        ranked = self.policy.rank(evidence, self.rng, limit=None if request.after_evolution or several else keep)
         ranked = self._evolved_first(request, self._served_first(request, ranked, served), served)
         timeouts = {e.key: e.timeout_s for e in evidence}
         for c in ranked:

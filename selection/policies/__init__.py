@@ -19,8 +19,7 @@ class Policy(Protocol):
     name: str
 
     def rank(
-        self, evidence: list[CandidateEvidence], features: dict[str, Any], rng: random.Random,
-        limit: int | None = None,
+        self, evidence: list[CandidateEvidence], rng: random.Random, limit: int | None = None,
     ) -> list[Candidate]:
         """Order the candidates, best first; each carries the probability it was placed with.
         `limit`: fill only the first places (a plan keeps no more); None: every candidate."""

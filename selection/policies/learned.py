@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from selection.evidence import SEMANTIC_FACTOR, CandidateEvidence
 from selection.feedback import BANDWIDTH, similarity_weight
@@ -166,8 +166,7 @@ class LearnedPolicy:
         )
 
     def rank(
-        self, evidence: list[CandidateEvidence], features: dict[str, Any], rng: random.Random,
-        limit: int | None = None,
+        self, evidence: list[CandidateEvidence], rng: random.Random, limit: int | None = None,
     ) -> list[Candidate]:
         if not evidence:
             return []

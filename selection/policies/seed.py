@@ -9,7 +9,6 @@ score = base (promoted 1.0, original 0.9, semantic 0.8 x similarity) x quality
 from __future__ import annotations
 
 import random
-from typing import Any
 
 from selection.evidence import FAILURE_DEMOTION, CandidateEvidence
 from selection.models import Candidate, ScoreBreakdown
@@ -45,8 +44,7 @@ class SeedPolicy:
         )
 
     def rank(
-        self, evidence: list[CandidateEvidence], features: dict[str, Any], rng: random.Random,
-        limit: int | None = None,
+        self, evidence: list[CandidateEvidence], rng: random.Random, limit: int | None = None,
     ) -> list[Candidate]:
         scored = [(self.score(e), e) for e in evidence]
         # Ties break by key so that the seed policy is reproducible.

@@ -21,7 +21,7 @@ def ev(name: str, similarity: float, version: str = "1.0.0", **fields) -> Candid
 
 
 def rank(evidence: list[CandidateEvidence], policy: str = "learned", seed: int = 0) -> list[str]:
-    return [c.key for c in get_policy(policy).rank(evidence, {}, random.Random(seed))]
+    return [c.key for c in get_policy(policy).rank(evidence, random.Random(seed))]
 
 
 def test_default_is_registered_beside_seed() -> None:
@@ -63,19 +63,19 @@ def test_near_ties_are_explored_and_every_choice_has_its_probability() -> None:
     near = [ev("a", 0.600), ev("b", 0.601)]
     firsts: Counter[str] = Counter()
     for seed in range(400):
-        ranked = policy.rank(near, {}, random.Random(seed))
+        ranked = policy.rank(near, random.Random(seed))
         firsts[ranked[0].key] += 1
         assert 0.0 < ranked[0].probability < 1.0
         assert ranked[1].probability == 1.0  # the last one left is placed for sure
     assert firsts["a@1.0.0"] > 40 and firsts["b@1.0.0"] > firsts["a@1.0.0"]
     # A clearly better candidate is chosen every time, with probability ~1.
-    clear = policy.rank([ev("a", 0.3), ev("b", 0.7)], {}, random.Random(1))
+    clear = policy.rank([ev("a", 0.3), ev("b", 0.7)], random.Random(1))
     assert clear[0].key == "b@1.0.0" and clear[0].probability > 0.999
 
 
 def test_breakdown_says_why() -> None:
     c = get_policy("learned").rank([ev("a", 0.5, namespace_success_similarities=[0.9], failure_similarities=[0.8])],
-                                   {}, random.Random(0))[0]
+                                   random.Random(0))[0]
     b = c.breakdown
     assert b.extra["successes_nearby"] > 0 and b.extra["failures_nearby"] > 0
     assert "successes of a" in b.rationale and "SPARC" in b.rationale
@@ -85,11 +85,11 @@ def test_the_tool_classifier_decides_what_the_neighbours_leave_open() -> None:
     # Equally matched and equally served nearby: the classifier's choice goes first, and says so.
     evidence = [ev("a", 0.5, namespace_success_similarities=[0.9], classifier_score=2.0),
                 ev("b", 0.5, namespace_success_similarities=[0.9], classifier_score=6.0)]
-    first = get_policy("learned").rank(evidence, {}, random.Random(0))[0]
+    first = get_policy("learned").rank(evidence, random.Random(0))[0]
     assert first.key == "b@1.0.0"
     assert first.breakdown.extra["classifier_p"] > 0.9 and "classifier p 0.98" in first.breakdown.rationale
     # Without a fitted classifier there is no such term.
-    plain = get_policy("learned").rank([ev("a", 0.5)], {}, random.Random(0))[0]
+    plain = get_policy("learned").rank([ev("a", 0.5)], random.Random(0))[0]
     assert "classifier_p" not in plain.breakdown.extra and "classifier" not in plain.breakdown.rationale
 
 
@@ -108,7 +108,7 @@ def test_a_word_match_tips_a_close_description_match_and_no_more() -> None:
     assert rank([ev("a", 0.50, lexical=1.0), ev("b", 0.52)]) == ["a@1.0.0", "b@1.0.0"]
     assert rank([ev("a", 0.50, lexical=1.0), ev("b", 0.70)])[0] == "b@1.0.0"
     assert rank([ev("a", 0.50, lexical=1.0), ev("b", 0.52)], policy="seed")[0] == "b@1.0.0"
-    (first, _) = get_policy("learned").rank([ev("a", 0.50, lexical=1.0), ev("b", 0.52)], {}, random.Random(0))
+    (first, _) = get_policy("learned").rank([ev("a", 0.50, lexical=1.0), ev("b", 0.52)], random.Random(0))
     assert first.breakdown.extra["lexical"] == 1.0 and "word match 1.00" in first.breakdown.rationale
 
 
