@@ -1,8 +1,9 @@
 """Run the whole stack on one machine: Redis when none answers, the worker roles, beat, Flower.
 
-`fittest up` hands the roles to honcho (the Procfile's process manager), which restarts a role
-that ends (Supervisor); `fittest demo` and the pipeline tests start only the roles they need, as
-child processes they stop afterwards.
+`fittest up` hands the roles to honcho (the Procfile's process manager) through Supervisor, a
+subclass of honcho's Manager that restarts a role that ends (honcho itself stops every role when
+one ends); `fittest demo` and the pipeline tests start only the roles they need, as child
+processes they stop afterwards.
 """
 
 from __future__ import annotations
