@@ -227,6 +227,20 @@ class AttemptSummary(BaseModel):
     execution_time_ms: float = 0.0
 
 
+class CallEvolution(BaseModel):
+    """The report of a call's evolution, as the call's retry after it carries it (the
+    `evolution_report` argument of fittest.resilient_tool_call) and its result shows it
+    (`evolution`). It arrives in a task payload, so what the retry reads is checked here; the rest
+    of the evolution's report (evolution/models.py EvolutionReport) passes through as it is."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: str
+    message: str = ""
+    failed_attempts: list[AttemptSummary] = Field(default_factory=list)  # the round before the evolution
+    call_started_at: float | None = Field(None, gt=0, allow_inf_nan=False)  # the retry is timed from it
+
+
 class RankedSummary(BaseModel):
     key: str
     score: float

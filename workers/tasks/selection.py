@@ -11,7 +11,7 @@ from celery.concurrency.prefork import TaskPool as PreforkPool
 from celery.signals import worker_ready
 from pydantic import ValidationError
 
-from selection.models import CallPlan, CallRequest, CallResult
+from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, field_errors
 from workers.app import app
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
@@ -63,14 +63,14 @@ def _payload(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ..
     return {**dict(zip(names, args)), **kwargs}
 
 
-def start_call(task: Task, request: CallRequest, evolution_report: dict[str, Any] | None = None) -> Any:
+def start_call(task: Task, request: CallRequest, evolution: CallEvolution | None = None) -> Any:
     """Rank the candidates and replace this task with the first attempt (or end the call)."""
     from workers.tasks.execution import execute
 
     plan = runtime().selector.plan(request)
-    if evolution_report is not None:  # the retry of a call after its evolution reports it, and is timed from the call's start
-        plan.evolved, plan.evolution_report = True, evolution_report
-        plan.started_at = float(evolution_report.get("call_started_at") or plan.started_at)
+    if evolution is not None:  # the retry of a call after its evolution reports it, and is timed from the call's start
+        plan.evolved, plan.evolution_report = True, evolution.model_dump(mode="json")
+        plan.started_at = evolution.call_started_at or plan.started_at
     runtime().metrics.selection(plan.policy, found=bool(plan.candidates))
     if not plan.candidates:
         return no_candidates(plan)
@@ -92,7 +92,13 @@ def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
         request = request.model_copy(update={"call_id": self.request.id})
     if (too_large := oversized(request, runtime().settings.input_limit_bytes)) is not None:
         return ended_early(too_large)
-    return start_call(self, request, evolution_report if isinstance(evolution_report, dict) else None)
+    try:
+        evolution = None if evolution_report is None else CallEvolution.model_validate(evolution_report)
+    except ValidationError as exc:  # named as the payload's field it is, like the request's own
+        errors = [{**e, "field": "evolution_report" + ("" if e["field"] == "(payload)" else "." + e["field"])}
+                  for e in field_errors(exc)]
+        return ended_early(invalid_result(errors, request.call_id))
+    return start_call(self, request, evolution)
 
 
 @app.task(bind=True, base=CallStep, name="fittest.call_tool")
