@@ -15,11 +15,13 @@ from workers.cli.common import JsonOpt, abridged, console, fail, literal, needs_
 if TYPE_CHECKING:
     from selection.manifest import ToolManifest
     from selection.registry import ToolRegistry
+    from workers.state.evolution import EvolutionState
+    from workers.state.redis import RedisStateStore
 
 app = typer.Typer()
 
 
-def _stores() -> tuple[Any, Any, Any]:
+def _stores() -> tuple[ToolRegistry, RedisStateStore, EvolutionState]:
     """The registry (tools and evolved directories), the state store and the evolution state."""
     from workers.settings import get_settings
     from workers.state import open_state_store, redis_client
@@ -60,7 +62,7 @@ def lineage(namespace: str) -> dict[str, Any]:
     last_status = {p.evolved_version: p.status for p in history}
     rows = []
     for m in versions:
-        status = last_status.get(m.version) or ("original" if m.parent_version is None else "not promoted")
+        status: str = last_status.get(m.version) or ("original" if m.parent_version is None else "not promoted")
         if promotion is not None and promotion.status == "rolled_back" and m.version == head and m.parent_version:
             status = "active"  # served again after its child was rolled back
         elif status in ("active", "on_trial") and m.version != head:
