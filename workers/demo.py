@@ -108,7 +108,7 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
         open_embedder(settings)
     except EmbedderUnavailable as exc:
         console.print(f"[red]error:[/red] {literal(exc)}")
-        return 2
+        return 1
     with Stack(settings, env=env, log_dir=settings.data_dir / "logs") as stack:
         console.print("[bold]1.[/bold] starting Redis (if needed), the workers and the example HTTP tool …")
         stack.ensure_redis()
@@ -119,7 +119,7 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
         if service == "other":
             console.print(f"[red]error:[/red] port {EXAMPLE_SERVICE_PORT} is in use by something that is not the example "
                           "HTTP tool (convert_units' manifest names that port): stop it, or run the demo elsewhere")
-            return 2
+            return 1
         if service == "free":
             stack.start("toolserver", [sys.executable, str(ROOT / "examples" / "tools" / "http_server.py")])
         else:

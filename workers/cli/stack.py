@@ -27,7 +27,10 @@ def demo(
     calls: Annotated[int, typer.Option(help="Calls to send.")] = 40,
     fresh: Annotated[bool, typer.Option(help="Forget earlier quality scores and memory first.")] = True,
 ) -> None:
-    """The newcomer's run: start what is needed, load examples/tools, send calls, show what happened."""
+    """The newcomer's run: start what is needed, load examples/tools, send calls, show what happened.
+
+    Exit code 0 when at least one call succeeded; 1 when none did, or when the demo could not start
+    (a model that cannot load, the example HTTP tool's port 8765 held by something else)."""
     from workers.demo import run_demo
 
     raise typer.Exit(run_demo(get_settings(), calls=calls, fresh=fresh, console=console))
