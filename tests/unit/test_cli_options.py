@@ -323,3 +323,10 @@ def test_a_version_that_does_not_exist_is_not_taken_for_a_typo_of_the_tool(store
                                                          "message": "fast_sort has no version 9.0.0 (it has 1.0.0, 1.1.0)"})
     code, out = run("explain", "sort numbers", "-n", "fast_sort@9.0.0")
     assert "fast_sort has no version 9.0.0 (it has 1.0.0, 1.1.0)" in out and "no tool named" not in out
+
+
+def test_a_metrics_port_out_of_range_is_refused_as_a_bad_option_not_a_traceback() -> None:
+    """FITTEST_METRICS_PORT=70000 is refused by the settings; --port 70000 ended in an OverflowError
+    traceback from the socket's bind."""
+    code, out = run("metrics", "--port", "70000")
+    assert code == 2 and "Traceback" not in out and "--port" in out

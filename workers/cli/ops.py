@@ -55,7 +55,7 @@ def health(
 # --------------------------------------------------------------------------------------- metrics
 @app.command()
 def metrics(
-    port: Annotated[int | None, typer.Option(help="Port of the /metrics endpoint (default FITTEST_METRICS_PORT).")] = None,
+    port: Annotated[int | None, typer.Option(min=1, max=65535, help="Port of the /metrics endpoint (default FITTEST_METRICS_PORT).")] = None,
     addr: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
     once: Annotated[bool, typer.Option("--once", help="Print the metrics once in Prometheus text format and exit.")] = False,
 ) -> None:
