@@ -24,7 +24,7 @@ def up(
 
 @app.command()
 def demo(
-    calls: Annotated[int, typer.Option(help="Calls to send.")] = 40,
+    calls: Annotated[int, typer.Option(min=1, help="Calls to send.")] = 40,
     fresh: Annotated[bool, typer.Option(help="Forget earlier quality scores and memory first.")] = True,
 ) -> None:
     """The newcomer's run: start what is needed, load examples/tools, send calls, show what happened.
