@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from evolution.trial import head_version
 from selection.feedback import FeedbackRecord, TrendPoint, judged_calls, replaced, trend
 from selection.manifest import tool_key
-from selection.ports import FEEDBACK, VectorFilter, VectorPoint
+from selection.ports import EXECUTIONS, FEEDBACK, VectorFilter, VectorPoint
 from workers.degraded import is_store_failure
 from workers.pending import upsert_or_keep
 
@@ -101,6 +101,7 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
     write_feedback(rt, [record])
     if call is not None:
         mark_replaced(rt, call.call_id, record.key)
+        mark_judged_execution(rt, call.call_id, record.key, sentiment)
     rt.state.invalidate()  # every selector's cached searches predate it
     return record
 
@@ -129,6 +130,39 @@ def mark_replaced(rt: Runtime, call_id: str, key: str, wait_s: float = OUTCOME_W
                     extra={"event": "judged_outcome_unflagged", "call_id": call_id})
         return 0
     return len(fresh)
+
+
+def mark_judged_execution(rt: Runtime, call_id: str, key: str, sentiment: Literal["positive", "negative"],
+                          wait_s: float = OUTCOME_WAIT_S) -> int:
+    """Make the execution record of `call_id`'s attempt of `key` say what a person judged: an output
+    judged wrong is no success (it brings its tool in for similar jobs, counts among its namespace's
+    successes nearby and in its SPARC history, and teaches the tool classifier only while it stands
+    as one), and a later positive judgement gives the attempt its own outcome back. (QA: 108
+    negative judgements of a converter's wrong answers, its feedback at -46, and it still served
+    every similar call: its judged outputs counted as successes nearby.) The outcome as it ran stays
+    in `outcome_success`. Looked for up to `wait_s` while the call's record is stored; the number
+    of records changed."""
+    deadline = time.monotonic() + wait_s
+    mine = VectorFilter.where(call_id=call_id, tool=key)
+    try:
+        while not (points := rt.memory.scroll(EXECUTIONS, filter=mine, limit=50)) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        changed = []
+        for p in points:
+            ran_ok = bool(p.payload.get("outcome_success", p.payload.get("success")))
+            success = ran_ok and sentiment == "positive"
+            if p.payload.get("success") != success or p.payload.get("judged") != sentiment:
+                changed.append(p.model_copy(update={"payload": {**p.payload, "success": success,
+                                                                "outcome_success": ran_ok, "judged": sentiment}}))
+        if changed:
+            rt.memory.upsert(EXECUTIONS, changed)
+    except Exception as exc:  # the judgement is stored; its feedback counts, the record stays as it ran
+        if not is_store_failure(exc):
+            raise
+        log.warning("could not mark the execution record of call %s as judged: %s", call_id, exc,
+                    extra={"event": "judged_execution_unmarked", "call_id": call_id})
+        return 0
+    return len(changed)
 
 
 def feedback_score(rt: Runtime, tool: str, version: str, scenario: str) -> float:

@@ -487,3 +487,32 @@ def test_a_past_success_brings_its_tool_in_only_for_a_similar_job(rt) -> None:
     assert "weather_now" not in candidates()
     succeeded(rt, "weather_now", "reformat this javascript source file", "u1")
     assert "weather_now" in candidates()
+
+
+def test_an_output_judged_wrong_stops_counting_as_a_success_nearby(rt) -> None:
+    """QA: a converter whose answers were wrong kept every similar call after 108 negative
+    judgements of its calls (feedback -46): each judged output still counted as a success of its
+    namespace nearby, which a feedback factor of at most one half cannot outweigh. A call judged
+    wrong is no success; judged right again, it is its own outcome once more."""
+    from workers.feedback_store import JudgedCall, record_tool_feedback
+
+    scenario = "how many yen do I get for 200 dollars today"
+    def ranking() -> list:
+        return rt.selector.plan(CallRequest(scenario=scenario, max_attempts=20)).candidates
+
+    assert ranking()[0].manifest.name == "currency_rates"
+    jobs = ["what is 200 dollars in yen", "convert 50 euros to yen", "yen for 80 dollars now"]
+    for i, text in enumerate(jobs):
+        succeeded(rt, "weather_now", text, f"w{i}")
+    served = ranking()[0]
+    assert served.manifest.name == "weather_now" and served.breakdown.extra["successes_nearby"] > 0
+    for i, text in enumerate(jobs):
+        record_tool_feedback(rt, "weather_now", None, None, "negative", reason="not a conversion",
+                             call=JudgedCall(call_id=f"w{i}", ran=["weather_now@1.0.0"], scenario=text))
+    after = ranking()
+    assert after[0].manifest.name == "currency_rates"
+    assert all(c.breakdown.extra["successes_nearby"] == 0 for c in after if c.manifest.name == "weather_now")
+    record_tool_feedback(rt, "weather_now", None, None, "positive",
+                         call=JudgedCall(call_id="w0", ran=["weather_now@1.0.0"], scenario=jobs[0]))
+    weather = [c for c in ranking() if c.manifest.name == "weather_now"]
+    assert weather and weather[0].breakdown.extra["successes_nearby"] > 0
