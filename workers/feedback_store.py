@@ -100,8 +100,12 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
         record.id = f"manual:{call.call_id}:{record.key}"
     write_feedback(rt, [record])
     if call is not None:
-        mark_replaced(rt, call.call_id, record.key)
+        # fittest.record_outcome hands a call's execution records to the learner once it has applied
+        # the call's outcome: when they are found, the outcome's feedback entry is stored too, if the
+        # call left one (a success below quality 0.5 leaves none), so that one is not waited for
+        # (QA: 2.6 s per judgement of such a call, waiting for an entry that never came).
         mark_judged_execution(rt, call.call_id, record.key, sentiment)
+        mark_replaced(rt, call.call_id, record.key, wait_s=0.0)
     rt.state.invalidate()  # every selector's cached searches predate it
     return record
 
