@@ -364,7 +364,7 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
     procfile = parse_procfile(PROCFILE.read_text())
     unknown = (without or set()) - set(procfile.processes)
     if unknown:
-        raise StackError(f"no Procfile role named {', '.join(sorted(unknown))}")
+        raise StackError(f"no Procfile role named {', '.join(sorted(unknown))} (roles: {', '.join(procfile.processes)})")
     roles = [name for name in procfile.processes if name not in (without or set())]
     out = LossyOutput(sys.stdout)
     if "toolserver" in roles and example_service() == "ours":  # a second one could not bind its port

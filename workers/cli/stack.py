@@ -14,9 +14,24 @@ app = typer.Typer()
 # --------------------------------------------------------------------------------------- stack
 @app.command()
 def up(
-    without: Annotated[Optional[list[str]], typer.Option(help="Procfile roles not to start (repeatable).")] = None,
+    without: Annotated[Optional[list[str]], typer.Option(
+        help="Procfile role not to start (repeatable): memory, executor, evolver, beat, flower, metrics, toolserver.")] = None,
 ) -> None:
-    """Run the whole stack from the Procfile on this machine (starts Redis when none answers)."""
+    """Run the whole stack from the Procfile on this machine (starts Redis when none answers).
+
+    Roles: memory (selection, feedback and learning queues; the model and the vector store),
+    executor, evolver, beat, flower (FITTEST_FLOWER_PORT), metrics (FITTEST_METRICS_PORT) and
+    toolserver (the example HTTP tool, on FITTEST_EXAMPLE_HTTP_PORT or 8765; an example service
+    already answering there is used). When no Redis answers at FITTEST_REDIS_URL, a private
+    redis-server with the append-only file on is started on that URL's port, under
+    FITTEST_DATA_DIR. A port in use ends `up` before anything starts, with one line naming it.
+
+    A role that ends by itself is started again after 1 s, doubled for each of its restarts in
+    the last 5 minutes (up to 30 s); its sixth end within 5 minutes stops the stack. Ctrl-C,
+    SIGTERM or SIGKILL of `up` stops every role and the Redis it started.
+
+    Exit code: the role's when a role ended the stack; 1 when the stack could not start (a port
+    in use, an unknown role)."""
     from workers.stack import run_procfile
 
     raise typer.Exit(run_procfile(get_settings(), without=set(without or [])))
