@@ -126,3 +126,25 @@ def test_a_variant_must_say_something_its_tool_does_not_say_already(rt: Runtime)
         rt.evolution.add_variant("roman@1.0.0", TOOLS["roman"], TOOLS["roman"])
     other = rt.evolution.add_variant("roman@1.0.0", text, TOOLS["roman"], environment="staging")  # another audience
     assert [v.id for v in rt.evolution.variants("roman@1.0.0") if v.text == text] == [first.id, other.id]
+
+
+def test_the_same_variant_added_twice_at_once_is_stored_once(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two operators (or an operator and an evolution) adding the same text at once: the second
+    write of the text lands between the first one's check and its write."""
+    text = "Write an integer in Roman numerals, e.g. 1994 as MCMXCIV."
+    read = rt.evolution.variants
+    raced: list[str] = []
+
+    def variants_then_the_other_add(key: str):
+        found = read(key)
+        if not raced:
+            raced.append("adding")
+            raced[0] = rt.evolution.add_variant("roman@1.0.0", text, TOOLS["roman"]).id
+        return found
+
+    monkeypatch.setattr(rt.evolution, "variants", variants_then_the_other_add)
+    with pytest.raises(ValueError, match="has this text already \\(variant #1\\)"):  # the other add's
+        rt.evolution.add_variant("roman@1.0.0", text, TOOLS["roman"])
+    assert raced == ["1"]
+    monkeypatch.undo()
+    assert [v.text for v in rt.evolution.variants("roman@1.0.0")].count(text) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import sys
@@ -49,6 +50,11 @@ def literal(value: object) -> str:
     if len(body) == len(text):
         return escape(text)
     return escape(body) + "\\" * (2 * (len(text) - len(body))) + "[none][/none]"
+
+
+def when(t: float) -> str:
+    """A moment as every command prints it: local time, to the second."""
+    return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def abridged(text: str, head: int = 80, tail: int = 220) -> str:

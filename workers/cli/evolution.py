@@ -3,14 +3,13 @@ came to be, and the by-hand controls over which one is served."""
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.table import Table
 from rich.tree import Tree
 
-from workers.cli.common import JsonOpt, abridged, console, fail, literal, needs_redis, print_json
+from workers.cli.common import JsonOpt, abridged, console, fail, literal, needs_redis, print_json, when
 
 if TYPE_CHECKING:
     from selection.manifest import ToolManifest
@@ -31,10 +30,6 @@ def _stores() -> tuple[ToolRegistry, RedisStateStore, EvolutionState]:
     settings = get_settings()
     client = redis_client(settings)
     return load_registry(settings), open_state_store(settings, client=client), EvolutionState(client, settings.key_prefix)
-
-
-def _when(t: float) -> str:
-    return dt.datetime.fromtimestamp(t).strftime("%m-%d %H:%M:%S")
 
 
 def versions_of(registry: ToolRegistry, namespace: str) -> list[ToolManifest]:
@@ -132,7 +127,7 @@ def show(
         for col in ("time", "event", "version", "by", "mutation", "reason"):
             table.add_column(col)
         for e in entries:
-            table.add_row(_when(e["time"]), literal(e["event"]), literal(e["version"] or ""), literal(e["by"]),
+            table.add_row(when(e["time"]), literal(e["event"]), literal(e["version"] or ""), literal(e["by"]),
                           literal((e["mutation"] or "")[:60]), literal(abridged(e["reason"] or "", 100, 100)))
         console.print(table)
 

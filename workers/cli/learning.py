@@ -4,7 +4,6 @@ to the memory worker); weights and execution records are read from Redis directl
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
 from typing import Annotated, Any
 
@@ -22,6 +21,7 @@ from workers.cli.common import (
     parse_json_option,
     print_json,
     warn_if_namespace_unranked,
+    when,
 )
 
 app = typer.Typer()
@@ -46,10 +46,6 @@ def _ask(task: str, queue: str, timeout: float, **kwargs: Any) -> dict[str, Any]
         return client.wait(client.send(task, queue=queue, **kwargs), timeout)
     except CeleryTimeout:
         fail(f"no worker answered fittest.{task} within {timeout:g} s: is the memory worker running (`fittest up`)?")
-
-
-def _when(t: float) -> str:
-    return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M")
 
 
 # --------------------------------------------------------------------------------------- explain
@@ -190,7 +186,7 @@ def feedback_show(
         table.add_column(col, justify="right" if col == "value" else "left", overflow="fold")
     for e in report["entries"]:
         color = "green" if e["value"] > 0 else "red"
-        table.add_row(_when(e["timestamp"]), literal(e["version"]), f"[{color}]{e['value']:+.2f}[/{color}]",
+        table.add_row(when(e["timestamp"]), literal(e["version"]), f"[{color}]{e['value']:+.2f}[/{color}]",
                       literal(e["source"]), literal(e["reason"]), literal(e["scenario"][:80]))
     console.print(table)
     if report["trend"]:
@@ -198,7 +194,7 @@ def feedback_show(
         for col in ("day", "entries", "positive", "negative", "mean"):
             trend.add_column(col, justify="left" if col == "day" else "right")
         for t in report["trend"]:
-            trend.add_row(_when(t["start"])[:10], str(t["count"]), str(t["positive"]), str(t["negative"]),
+            trend.add_row(when(t["start"])[:10], str(t["count"]), str(t["positive"]), str(t["negative"]),
                           f"{t['mean_value']:+.2f}")
         console.print(trend)
 
@@ -230,7 +226,7 @@ def weights(
     for w in [current, *[p for p in past if p.version != current.version]]:
         ev = w.evidence
         fit = ev.get("classifier") or {}
-        table.add_row(f"v{w.version}", _when(w.updated_at) if w.updated_at else "-",
+        table.add_row(f"v{w.version}", when(w.updated_at) if w.updated_at else "-",
                       *[f"{w.weights.get(c, 0.0):.2f}" for c in COMPONENTS], str(ev.get("records", "-")),
                       f"{ev['success_rate']:.2f}" if ev.get("success_rate") is not None else "-",
                       literal(w.classifier or "-"), literal(fit.get("successes", "-")))

@@ -34,15 +34,11 @@ from evolution.descriptions import MANIFEST_VARIANT, DescriptionVariant, Variant
 from evolution.models import ChangelogEntry, SuccessfulRun
 from evolution.trial import TrialCounts
 from workers.state.pipelined import execute_scripts
+from workers.state.redis import IDEMPOTENCY_TTL_S, as_text
 
 _LUA = Path(__file__).parent / "lua"
 _SCRIPT_NAMES = ("trial_record", "push_recent", "variant_record", "variant_status")
-DAY_S = 24 * 3600
 _TRIAL_FIELDS = {("evolved", True): "es", ("evolved", False): "ef", ("parent", True): "ps", ("parent", False): "pf"}
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class EvolutionState:
@@ -51,7 +47,7 @@ class EvolutionState:
         client: redis.Redis,
         prefix: str,
         *,
-        idempotency_ttl_s: int = 7 * DAY_S,
+        idempotency_ttl_s: int = IDEMPOTENCY_TTL_S,
         changelog_limit: int = 1000,
         recent_limit: int = 20,
     ) -> None:
@@ -146,21 +142,30 @@ class EvolutionState:
             raise ValueError("a description variant needs some text")
         if len(text) > 4000:
             raise ValueError("a description variant is limited to 4000 characters")
-        same = next((v for v in self.variants(key) if v.text == text and v.environment == environment), None)
-        if same is not None or text == " ".join(manifest_description.split()):
-            which = f"variant #{same.id}" if same is not None and same.id != MANIFEST_VARIANT else "the manifest's description"
-            raise ValueError(f"{key} has this text already ({which}): a variant must say something else")
+        if text == " ".join(manifest_description.split()):
+            raise ValueError(f"{key} has this text already (the manifest's description): a variant must say something else")
         manifest = DescriptionVariant(id=MANIFEST_VARIANT, text=manifest_description, status="active", source="manifest")
-        variant_id = str(self.client.incr(self._k("variant_seq", key)))
-        variant = DescriptionVariant(id=variant_id, text=text, status=status, environment=environment, source=source)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hsetnx(self._k("variants", key), MANIFEST_VARIANT, self._variant_json(manifest))
-        pipe.hsetnx(self._k("variant_status", key), MANIFEST_VARIANT, "active")
-        pipe.hset(self._k("variants", key), variant_id, self._variant_json(variant))
-        pipe.hset(self._k("variant_status", key), variant_id, status)
-        pipe.sadd(self._k("variants", "index"), key)
-        pipe.execute()
-        return variant
+        added: list[DescriptionVariant] = []
+
+        def add(pipe: Pipeline) -> None:
+            """Check and write under WATCH of the variants: a variant of the same text written
+            between the two (another operator, an evolution) makes the write start again, and
+            the check then finds it."""
+            same = next((v for v in self.variants(key) if v.text == text and v.environment == environment), None)
+            if same is not None:
+                which = f"variant #{same.id}" if same.id != MANIFEST_VARIANT else "the manifest's description"
+                raise ValueError(f"{key} has this text already ({which}): a variant must say something else")
+            variant_id = str(self.client.incr(self._k("variant_seq", key)))
+            added[:] = [DescriptionVariant(id=variant_id, text=text, status=status, environment=environment, source=source)]
+            pipe.multi()
+            pipe.hsetnx(self._k("variants", key), MANIFEST_VARIANT, self._variant_json(manifest))
+            pipe.hsetnx(self._k("variant_status", key), MANIFEST_VARIANT, "active")
+            pipe.hset(self._k("variants", key), variant_id, self._variant_json(added[0]))
+            pipe.hset(self._k("variant_status", key), variant_id, status)
+            pipe.sadd(self._k("variants", "index"), key)
+
+        self.client.transaction(add, self._k("variants", key))
+        return added[0]
 
     @staticmethod
     def _variant_json(v: DescriptionVariant) -> str:
@@ -172,7 +177,7 @@ class EvolutionState:
     def all_variants(self, keys: list[str] | None = None) -> dict[str, list[DescriptionVariant]]:
         """Every variant of the given tool versions (all that have any, by default), in one round trip."""
         if keys is None:
-            keys = sorted(_text(k) for k in self.client.smembers(self._k("variants", "index")))
+            keys = sorted(as_text(k) for k in self.client.smembers(self._k("variants", "index")))
         if not keys:
             return {}
         pipe = self.client.pipeline(transaction=False)
@@ -184,11 +189,11 @@ class EvolutionState:
         out: dict[str, list[DescriptionVariant]] = {}
         for i, key in enumerate(keys):
             docs, statuses, stats = raw[3 * i], raw[3 * i + 1], raw[3 * i + 2]
-            statuses = {_text(k): _text(v) for k, v in statuses.items()}
-            stats = {_text(k): int(v) for k, v in stats.items()}
+            statuses = {as_text(k): as_text(v) for k, v in statuses.items()}
+            stats = {as_text(k): int(v) for k, v in stats.items()}
             found = []
             for vid, doc in docs.items():
-                vid = _text(vid)
+                vid = as_text(vid)
                 data = json.loads(doc)
                 found.append(
                     DescriptionVariant(

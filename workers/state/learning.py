@@ -20,13 +20,13 @@ from pydantic import ValidationError
 
 from selection.learner import ExecutionRecord
 from workers.state.pipelined import execute_scripts
+from workers.state.redis import IDEMPOTENCY_TTL_S
 
 _PUSH_RECENT = (Path(__file__).parent / "lua" / "push_recent.lua").read_text()
-DAY_S = 24 * 3600
 
 
 class LearningState:
-    def __init__(self, client: redis.Redis, prefix: str, window: int, idempotency_ttl_s: int = 7 * DAY_S) -> None:
+    def __init__(self, client: redis.Redis, prefix: str, window: int, idempotency_ttl_s: int = IDEMPOTENCY_TTL_S) -> None:
         if not prefix:
             raise ValueError("LearningState needs a non-empty key prefix")
         if window < 1:

@@ -52,6 +52,7 @@ _SCRIPTS: dict[str, str] = {
 }
 
 DAY_S = 24 * 3600
+IDEMPOTENCY_TTL_S = 7 * DAY_S  # how long an applied id is remembered: a redelivery comes within minutes, a replay of old messages within days
 _GLOB_SPECIALS = frozenset("\\*?[]")
 
 
@@ -78,7 +79,8 @@ EXTRA_STEPS = _extra_steps()
 _EXTRA_ARGV: list[int] = [x for step in EXTRA_STEPS for x in step]
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
+    """A reply of Redis as text, whether the client decodes replies or not."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -116,7 +118,7 @@ class RedisStateStore:
         client: redis.Redis,
         prefix: str,
         *,
-        idempotency_ttl_s: int = 7 * DAY_S,
+        idempotency_ttl_s: int = IDEMPOTENCY_TTL_S,
         promotion_history_limit: int = 1000,
         weights_history_limit: int = 100,
     ) -> None:
@@ -180,7 +182,7 @@ class RedisStateStore:
             args=[],
         )
         n = len(keys)
-        values = [None if v is None else _text(v) for v in flat[1:]]  # Lua false -> None
+        values = [None if v is None else as_text(v) for v in flat[1:]]  # Lua false -> None
         rows = [values[3 * i : 3 * i + 3] for i in range(n)]
         opens = values[3 * n : 4 * n]
         stats = self._parse_stats(keys, rows)
@@ -290,7 +292,7 @@ class RedisStateStore:
         if epoch is None:  # a new store, or one that lost its keys: its counters start a new epoch
             self.client.set(self._epoch_key, uuid.uuid4().hex, nx=True)  # the first reader names it
             state, promotions, weights, epoch = self.client.mget(keys)
-        return StateVersions(_int(state), _int(promotions), _int(weights), _text(epoch))
+        return StateVersions(_int(state), _int(promotions), _int(weights), as_text(epoch))
 
     # Circuit breakers -------------------------------------------------------------------------
 
@@ -336,7 +338,7 @@ class RedisStateStore:
         if success is not None:
             self._queue_breaker(pipe, key, success, threshold, cooldown_s, attempt_id)
         results = pipe.execute()
-        state = None if success is None else _text(results[-1])
+        state = None if success is None else as_text(results[-1])
         return None if state == "skipped" else state  # type: ignore[return-value]
 
     def durations(self, keys: Sequence[str]) -> dict[str, list[float]]:
