@@ -265,4 +265,4 @@ def test_a_rewrite_is_known_by_its_code_not_by_the_words_of_the_reply(rt: Runtim
     reworded = rewrite("Made the mean robust.", STILL_BUGGY)
     assert [c.outcome for c in reworded.candidates] == ["skipped"]
     right = rewrite("Fixed.", FIXED)
-    assert right.status == "evolved" and right.mutation == "tool.py rewritten by test-model: Fixed."
+    assert right.status == "evolved" and right.mutation == "tool.py rewritten by test-model: Fixed.", right.candidates
