@@ -12,15 +12,21 @@ during the trial decide:
 The parent's rate is its rate during the trial when it has run at least `min_parent_runs` times
 there, else its rate over its whole history (which includes the failures that started the
 evolution).
+
+A version that a tool's manifest newly gives it (`manifest_to_trial`) goes on trial the same way,
+against the version its namespace served until then: an operator who gives a manifest a new
+version wants it served, and the trial serves it as soon as its outcomes are no worse.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from selection.manifest import ToolManifest
 from selection.models import Promotion
 
 TOLERANCE = 0.1
@@ -94,3 +100,17 @@ def served_version(promotion: Promotion | None, call_id: str, after_evolution: b
     if promotion.status == "active" or after_evolution or in_share(call_id, promotion.namespace, share):
         return promotion.evolved_version
     return fallback_version(promotion)
+
+
+def manifest_to_trial(versions: Sequence[ToolManifest], current: Promotion | None,
+                      history: Sequence[Promotion]) -> ToolManifest | None:
+    """The version of a namespace to put on trial because its manifest gave it: the newest
+    version no evolution made (`versions` lowest first), when it is not the original and has never
+    been promoted (on trial, active or rolled back: it competes once; `fittest promote` serves it
+    after that). None while another trial runs: that one is decided first."""
+    manual = [m for m in versions if m.parent_version is None]
+    if len(manual) < 2 or (current is not None and current.status == "on_trial"):
+        return None
+    newest = manual[-1]
+    promoted = {p.evolved_version for p in history} | ({current.evolved_version} if current is not None else set())
+    return None if newest.version in promoted else newest

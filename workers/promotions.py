@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from typing import Literal
 
 from evolution.models import ChangelogEntry
-from evolution.trial import Verdict, head_version
+from evolution.trial import Verdict, head_version, manifest_to_trial
 from selection.manifest import ToolManifest
 from selection.models import Promotion
 from selection.ports import StateStore
@@ -61,6 +62,40 @@ def promote_on_trial(
         )
     )
     return promotion
+
+
+def trial_new_manifests(state: StateStore, ledger: EvolutionState, registry: ToolRegistry,
+                        namespaces: Iterable[str]) -> list[Promotion]:
+    """Serve on trial each version that a namespace's manifest newly gives it (evolution/trial.py
+    `manifest_to_trial`), against the version the namespace served until then: it takes
+    FITTEST_TRIAL_SHARE of the namespace's calls, and is served in its place once it has K
+    successes at a rate no worse, or is rolled back. Without this a new version was only ever a
+    fallback (QA: a fixed 2.0.0 dropped into the tools directory ran 11 times in 298 calls of its
+    job, as a fallback of the broken 1.0.0, which went on being served first)."""
+    started = []
+    for namespace in sorted(set(namespaces)):
+        versions = registry.versions(namespace)
+        original = registry.original(namespace)
+        if original is None or sum(m.parent_version is None for m in versions) < 2:  # nothing to read Redis for
+            continue
+        current = state.promotion(namespace)
+        new = manifest_to_trial(versions, current, state.promotion_history(namespace))
+        if new is None:
+            continue
+        served = head_version(current) or original.version
+        promotion = Promotion(namespace=namespace, evolved_version=new.version, original_version=original.version,
+                              parent_version=served, reason=f"a new version of its manifest, on trial against {served}",
+                              mutation="new manifest version", status="on_trial")
+        if current is None:
+            state.promote(promotion)
+        elif not state.promote_if(promotion, current.evolved_version, [current.status]):
+            continue  # changed meanwhile (an evolution, an operator): looked at again at the next change
+        ledger.log(ChangelogEntry(namespace=namespace, event="promoted", version=new.version, parent=served,
+                                  mutation=promotion.mutation, reason=promotion.reason, trigger="manifest"))
+        log.info("%s@%s is on trial against %s@%s: a new version of its manifest", namespace, new.version, namespace,
+                 served, extra={"event": "manifest_trial", "tool": new.key, "parent": served})
+        started.append(promotion)
+    return started
 
 
 def conclude_trial(state: StateStore, ledger: EvolutionState, current: Promotion, verdict: Verdict, reason: str) -> bool:

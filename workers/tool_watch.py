@@ -13,7 +13,8 @@ time and size, one stat per file), and serves what a restart would read:
 A manifest that cannot be read is reported and its file's version stays served as it was last
 read, so a file saved half-edited does not take a tool offline. Outcomes, feedback and quality stay
 keyed to the version: an edit that changes what a version does is better given a new version,
-which is served beside the old one and competes with it on its outcomes.
+which the memory worker then puts on trial against the version its tool serves
+(workers/promotions.py `trial_new_manifests`).
 """
 
 from __future__ import annotations
@@ -168,14 +169,18 @@ class ToolsDirWatch:
         return found
 
 
-def watch_in_background(watch: ToolsDirWatch, every_s: float) -> threading.Event:
-    """Poll `watch` every `every_s` seconds in a daemon thread; set the returned event to stop it."""
+def watch_in_background(watch: ToolsDirWatch, every_s: float,
+                        then: Callable[[list[str]], None] | None = None) -> threading.Event:
+    """Poll `watch` every `every_s` seconds in a daemon thread, handing the keys of the versions
+    newly served to `then`; set the returned event to stop it."""
     stop = threading.Event()
 
     def loop() -> None:
         while not stop.wait(every_s):
             try:
-                watch.poll()
+                served = watch.poll()
+                if served and then is not None:
+                    then(served)
             except Exception:  # a look that failed (a file system hiccup) is tried again at the next
                 log.warning("looking for new tool manifests failed", exc_info=True, extra={"event": "tool_watch_failed"})
 

@@ -69,3 +69,60 @@ def test_manifests_added_changed_and_removed_while_the_workers_run_are_served_as
     finally:
         p.close()
         p.state().clear()
+
+
+def test_a_new_version_given_by_a_manifest_goes_on_trial_and_is_served_once_it_proves_itself(
+    tmp_path: Path, redis_url: str, model_path: Path
+) -> None:
+    """QA: a fixed 2.0.0 dropped into the tools directory ran only as a fallback of the broken
+    1.0.0, which went on being served first. It competes on outcomes, as the README says: on trial
+    against what the namespace served, then served once no worse."""
+    tools = tmp_path / "tools"
+    shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
+    p = start_pipeline(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"),
+                       FITTEST_TOOLS_RESCAN_S="0.3", FITTEST_TRIAL_SHARE="0.5", FITTEST_TRIAL_SUCCESSES="3")
+    try:
+        assert p.call(**SLUG_CALL)["version"] == "1.0.0"
+        shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify_2")
+        manifest = tools / "slugify_2" / "tool.yaml"
+        manifest.write_text(manifest.read_text().replace("version: 1.0.0", "version: 2.0.0"))
+        state = p.state()
+        p.wait_for(lambda: state.promotion("slugify") is not None, timeout=30)
+        trial = state.promotion("slugify")
+        assert trial is not None and (trial.evolved_version, trial.parent_version, trial.status) == ("2.0.0", "1.0.0", "on_trial")
+        served: list[str] = []
+
+        def activated() -> bool:
+            result = p.call(**SLUG_CALL)
+            assert result["status"] == "success", result
+            served.append(result["version"])
+            promotion = state.promotion("slugify")
+            return promotion is not None and promotion.status == "active"
+
+        p.wait_for(activated, timeout=60)
+        assert served.count("2.0.0") >= 3 and set(served) <= {"1.0.0", "2.0.0"}  # its share of the calls (unit-tested)
+        p.settled()
+        assert [p.call(**SLUG_CALL)["version"] for _ in range(3)] == ["2.0.0"] * 3
+        log = tmp_path / "logs" / "memory.log"
+        assert ("manifest_trial", "slugify@2.0.0") in {(e.get("event"), e.get("tool")) for e in events(log)}
+    finally:
+        p.close()
+        p.state().clear()
+
+
+def test_a_new_version_found_at_the_start_goes_on_trial(tmp_path: Path, redis_url: str, model_path: Path) -> None:
+    """A manifest given a new version while no worker ran is put on trial as the memory worker starts."""
+    tools = tmp_path / "tools"
+    for folder, version in (("slugify", "1.0.0"), ("slugify_2", "1.2.0")):
+        shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / folder)
+        manifest = tools / folder / "tool.yaml"
+        manifest.write_text(manifest.read_text().replace("version: 1.0.0", f"version: {version}"))
+    p = start_pipeline(tmp_path, redis_url, model_path, tools, roles=("memory",), FITTEST_TOOLS_RESCAN_S="0")
+    try:
+        state = p.state()
+        p.wait_for(lambda: state.promotion("slugify") is not None, timeout=30)
+        trial = state.promotion("slugify")
+        assert trial is not None and (trial.evolved_version, trial.parent_version, trial.status) == ("1.2.0", "1.0.0", "on_trial")
+    finally:
+        p.close()
+        p.state().clear()

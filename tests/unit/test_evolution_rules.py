@@ -13,7 +13,7 @@ from evolution.models import Evidence, FailedMutation, FailedRun, PastFailure, S
 from evolution.mutation import MutatorConfig, load_mutators, order_for
 from evolution.mutators.code import extract_code
 from evolution.mutators.coercion import Schema, infer_rules
-from evolution.trial import TrialCounts, TrialRules, decide, head_version, in_share, served_version
+from evolution.trial import TrialCounts, TrialRules, decide, head_version, in_share, manifest_to_trial, served_version
 from evolution.verification import StageRun, VerifyConfig, verify
 from evolution.versioning import next_version, version_dir, version_stem
 from selection.manifest import TestCase, ToolManifest
@@ -249,6 +249,22 @@ def test_served_version_follows_the_promotion() -> None:
 def variant(id: str, status: str, trials: int = 0, successes: int = 0, environment: str = "any", at: float = 0.0) -> DescriptionVariant:
     return DescriptionVariant(id=id, text=f"text {id}", status=status, trials=trials, successes=successes,
                               environment=environment, created_at=at)
+
+
+def test_the_newest_version_a_manifest_gives_goes_on_trial_once() -> None:
+    v1, v2, evolved = tool(version="1.0.0"), tool(version="2.0.0"), tool(version="1.1.0", parent_version="1.0.0")
+
+    def promoted(version: str, status: str = "active") -> Promotion:
+        return Promotion(namespace="t", evolved_version=version, original_version="1.0.0", status=status)
+
+    assert manifest_to_trial([v1], None, []) is None  # the original alone: nothing to try
+    assert manifest_to_trial([v1, evolved], promoted("1.1.0"), []) is None  # evolution's versions have their own trials
+    assert manifest_to_trial([v1, evolved, v2], None, []) == v2
+    assert manifest_to_trial([v1, evolved, v2], promoted("1.1.0"), [promoted("1.1.0", "on_trial")]) == v2
+    assert manifest_to_trial([v1, v2], promoted("1.1.0", "on_trial"), []) is None  # that trial is decided first
+    for status in ("on_trial", "active", "rolled_back"):  # it competes once
+        assert manifest_to_trial([v1, v2], promoted("2.0.0", status), []) is None
+    assert manifest_to_trial([v1, v2], promoted("1.0.0"), [promoted("2.0.0", "rolled_back")]) is None
 
 
 def test_best_active_variant_is_served_and_a_testing_one_with_the_ab_probability() -> None:

@@ -57,7 +57,9 @@ def lineage(namespace: str) -> dict[str, Any]:
     last_status = {p.evolved_version: p.status for p in history}
     rows = []
     for m in versions:
-        status: str = last_status.get(m.version) or ("original" if m.parent_version is None else "not promoted")
+        status: str = last_status.get(m.version) or (
+            "not promoted" if m.parent_version is not None
+            else "original" if original is not None and m.version == original.version else "new manifest version")
         if promotion is not None and promotion.status == "rolled_back" and m.version == head and m.parent_version:
             status = "active"  # served again after its child was rolled back
         elif status in ("active", "on_trial") and m.version != head:

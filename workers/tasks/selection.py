@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from celery import Task
@@ -13,6 +14,7 @@ from pydantic import ValidationError
 
 from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, field_errors
 from workers.app import app
+from workers.promotions import trial_new_manifests
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
 from workers.tasks.common import ended_early, invalid_result, no_candidates, oversized, result_call_id, why_no_candidates
@@ -29,7 +31,9 @@ def warm_up(sender: Any = None, **_: Any) -> None:
     ~1 s for the example tools, and at a first start with 10,000 tools every description to embed.
     It runs beside the worker, so calls that arrive meanwhile wait for it as the first call did
     before, and `fittest health` counts the tools' vectors before any call. Then it watches the
-    tools directory for manifests added, changed or removed (workers/tool_watch.py)."""
+    tools directory for manifests added, changed or removed (workers/tool_watch.py), and puts a
+    version that a manifest newly gives its tool on trial (workers/promotions.py
+    `trial_new_manifests`), at the start for what came while no worker watched."""
     app_ = getattr(sender, "app", None)
     if app_ is None or "selection" not in app_.amqp.queues.consume_from or isinstance(getattr(sender, "pool", None), PreforkPool):
         return
@@ -43,13 +47,23 @@ def warm_up(sender: Any = None, **_: Any) -> None:
                 getattr(rt, opened)
         except Exception:  # the first call tries again, and reports what fails
             log.warning("selection warm-up failed; the first call will try again", exc_info=True)
+        try:
+            trial_manifests(runtime().registry.namespaces())
+        except Exception:  # Redis away: the next version the watch serves looks again
+            log.warning("could not look for new manifest versions to put on trial", exc_info=True)
         settings = runtime().settings
         if settings.tools_rescan_s > 0:  # a selector that failed to build is built again by the first look
             watch = ToolsDirWatch(settings.tools_dir, runtime().registry, lambda found: runtime().selector.ensure_tools(found),
                                   lambda changed, removed: runtime().selector.revise_tools(changed, removed))
-            watch_in_background(watch, settings.tools_rescan_s)
+            watch_in_background(watch, settings.tools_rescan_s,
+                                then=lambda keys: trial_manifests(key.partition("@")[0] for key in keys))
 
     threading.Thread(target=warm, name="fittest-warm-up", daemon=True).start()
+
+
+def trial_manifests(namespaces: Iterable[str]) -> None:
+    rt = runtime()
+    trial_new_manifests(rt.state, rt.evolution, rt.registry, namespaces)
 
 
 # Positional arguments of fittest.resilient_tool_call, in order (send_task(args=[...]) works too).
