@@ -36,46 +36,25 @@ from evolution.verification import Sandbox, VerifyConfig, reproduce_successes, v
 from evolution.versioning import MANIFEST_FILE, next_version, version_dir
 from selection.manifest import ToolManifest, load_manifest
 from selection.ports import StateStore
-from selection.registry import MANIFEST_SUFFIXES
 from workers.promotions import promote_on_trial
 from workers.runners import RunLimits
 from workers.sandbox import SubprocessSandbox
 from workers.settings import Settings
 from workers.state.evolution import EvolutionState
 from workers.tool_catalog import evolved_dir, load_registry
+from workers.tool_files import FolderTooLarge, version_files
 
 log = logging.getLogger("fittest.evolution")
 
-MAX_PARENT_BYTES = 20_000_000  # a tool folder larger than this is not copied into a new version
 LOCK_MARGIN_S = 120.0
 LOCK_POLL_S = 0.5
-SKIPPED_DIRS = {"__pycache__", ".git"}
 
 Publish = Callable[[EvolutionRecord], None]
 
 
-class ParentTooLarge(ValueError):
-    pass
-
-
 def read_parent(manifest: ToolManifest) -> ParentTool:
     """The parent's folder as files (manifests, caches and hidden files left out)."""
-    files: dict[str, bytes] = {}
-    if manifest.tool_dir is None:
-        return ParentTool(manifest=manifest)
-    root = Path(manifest.tool_dir)
-    total = 0
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if any(part in SKIPPED_DIRS or part.startswith(".") for part in rel.parts):
-            continue
-        if not path.is_file() or path.suffix in MANIFEST_SUFFIXES or not path.resolve().is_relative_to(root.resolve()):
-            continue
-        total += path.stat().st_size
-        if total > MAX_PARENT_BYTES:
-            raise ParentTooLarge(f"the folder of {manifest.key} holds more than {MAX_PARENT_BYTES} bytes")
-        files[rel.as_posix()] = path.read_bytes()
-    return ParentTool(manifest=manifest, files=files)
+    return ParentTool(manifest=manifest, files=version_files(manifest))
 
 
 # A file that starts so is run directly by the kernel (a script with its interpreter line, an ELF program).
@@ -186,7 +165,7 @@ class Evolver:
         try:
             ctx = MutationContext(parent=read_parent(parent), evidence=job.evidence, version=version, trigger=job.trigger,
                                   deadline=started + self.settings.evolution_budget_s)
-        except (OSError, ParentTooLarge) as exc:
+        except (OSError, FolderTooLarge) as exc:
             return self._finish(job, started, [], [f"cannot read {parent.key}'s files: {exc}"], None)
 
         notes = list(self.load_errors)

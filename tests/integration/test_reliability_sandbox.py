@@ -43,6 +43,38 @@ def test_evolved_python_tool_runs_in_another_process_with_the_same_results() -> 
     assert outside.success and outside.output == {"text": "é ✓", "n": [1, 2.5, None]}
 
 
+def test_an_evolved_version_that_runs_its_originals_code_unchanged_runs_in_the_process(tmp_path: Path) -> None:
+    """QA: a version evolved by a new description ran its original's code in a process of its own,
+    ~100 times as slow (2.9 -> 275 ms a call). Code a mutator changed still runs outside."""
+    from evolution.versioning import version_dir
+    from workers.evolver import read_parent, write_version
+
+    folder = tmp_path / "tools" / "whoami"
+    folder.mkdir(parents=True)
+    (folder / "who.py").write_text("import os\n\ndef run(data):\n    return {'pid': os.getpid()}\n")
+    (folder / "tool.yaml").write_text("name: whoami\nversion: 1.0.0\ndescription: Say which process runs it.\n"
+                                      "implementation: {kind: python, entrypoint: 'who:run'}\n")
+    original = load_manifest(folder / "tool.yaml")
+    files = dict(read_parent(original).files)
+
+    def evolved(version: str, files: dict[str, bytes], **changes: Any):
+        manifest = original.model_copy(update={"version": version, "parent_version": "1.0.0", **changes})
+        return write_version(version_dir(tmp_path / "evolved", "whoami", version), manifest, files)
+
+    described = evolved("1.1.0", files, description="Say which process runs it, by its pid.")
+    rewritten = evolved("1.2.0", {"who.py": files["who.py"] + b"\n# rewritten\n"})
+    me = __import__("os").getpid()
+
+    def pid(manifest) -> int:
+        outcome = run_tool(manifest, {}, timeout_s=10, limits=RunLimits(), original=original)
+        assert outcome.success, outcome
+        return outcome.output["pid"]
+
+    assert pid(original) == me and pid(described) == me
+    assert pid(rewritten) != me
+    assert run_tool(described, {}, timeout_s=10, limits=RunLimits()).output["pid"] != me  # its original unknown: outside
+
+
 def test_evolved_tool_sees_an_allow_listed_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FITTEST_REDIS_URL", f"redis://:{SECRET}@127.0.0.1:6379/0")
     monkeypatch.setenv("FITTEST_LLM_API_KEY", SECRET)

@@ -31,12 +31,14 @@ RUNNERS: dict[str, Runner] = {
 __all__ = ["RUNNERS", "RunLimits", "RunOutcome", "run_tool"]
 
 
-def run_tool(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float, limits: RunLimits) -> RunOutcome:
+def run_tool(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float, limits: RunLimits,
+             original: ToolManifest | None = None) -> RunOutcome:
     """Run `manifest`'s implementation on `input`.
 
     The tool gets its own copy of the input (a python tool that mutates it cannot change what
     the call replays to the next candidate); an input that is not JSON is bad_input before any
-    tool runs. An evolved python version runs in a limited subprocess (workers/runners/isolated.py).
+    tool runs. An evolved python version runs in a limited subprocess (workers/runners/isolated.py),
+    unless it runs the code of `original`, its namespace's original, unchanged.
     """
     started = time.perf_counter()
     try:
@@ -44,7 +46,7 @@ def run_tool(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float,
     except (TypeError, ValueError) as exc:
         outcome = RunOutcome.fail(FailureClass.bad_input, f"input is not JSON-serialisable: {exc}")
     else:
-        runner = run_python_isolated if is_isolated(manifest) else RUNNERS[manifest.implementation.kind]
+        runner = run_python_isolated if is_isolated(manifest, original) else RUNNERS[manifest.implementation.kind]
         outcome = runner(manifest, own_input, timeout_s=timeout_s, limits=limits)
     outcome.elapsed_ms = (time.perf_counter() - started) * 1000.0
     return outcome

@@ -3,7 +3,9 @@
 An original python tool was written and reviewed by a team and runs in the worker's process (fast,
 see workers/runners/python.py). An evolved version is code fittest made itself (a wrapper, or a
 new implementation from the code mutator): it must not be able to take the worker down, read its
-memory or its environment, or outlive its timeout. So it runs as `python -I python_host.py ...`
+memory or its environment, or outlive its timeout. An evolved version that runs its original's
+code unchanged (a new description or timeout) runs in the process as the original does: a
+process of its own cost it ~100 times the original's run time (QA: 2.9 -> 275 ms a call). So it runs as `python -I python_host.py ...`
 through the executable runner: a new session and process group, resource limits (CPU, address
 space, file size, open files, processes), a fresh temporary working directory, an allow-listed
 environment, and the whole group killed at the timeout and after the run, with whatever left
@@ -18,13 +20,17 @@ from typing import Any
 from selection.manifest import ExecutableImplementation, PythonImplementation, ToolManifest
 from workers.runners.base import RunLimits, RunOutcome
 from workers.runners.executable import run_executable
+from workers.tool_files import runs_code_of
 
 HOST = Path(__file__).with_name("python_host.py")
 
 
-def is_isolated(manifest: ToolManifest) -> bool:
-    """Whether this python tool runs in a subprocess: every evolved version does."""
-    return isinstance(manifest.implementation, PythonImplementation) and manifest.parent_version is not None
+def is_isolated(manifest: ToolManifest, original: ToolManifest | None = None) -> bool:
+    """Whether this python tool runs in a subprocess: every evolved version does, unless it runs
+    the code of `original` (its namespace's original, which runs in the process) unchanged."""
+    if not isinstance(manifest.implementation, PythonImplementation) or manifest.parent_version is None:
+        return False
+    return original is None or original.parent_version is not None or not runs_code_of(manifest, original)
 
 
 def _literal(text: str) -> str:

@@ -13,8 +13,8 @@ code stops there instead of holding a core of the worker for good. A thread bloc
 socket read without a timeout, a sleep) sees it only when that call returns: it is abandoned
 meanwhile, its result discarded. An in-process tool also shares the worker's memory and has no
 resource limits, so a tool that can hang, loop or eat memory belongs in an `executable` manifest,
-whose process is limited and killed. Evolved versions never run here: fittest wrote their code, so they run in a
-limited subprocess (workers/runners/isolated.py).
+whose process is limited and killed. An evolved version runs here only when it runs its original's
+code unchanged; code fittest wrote runs in a limited subprocess (workers/runners/isolated.py).
 
 Exceptions map to failure classes by convention (see `examples/tools/README.md`):
 ValueError / TypeError / KeyError → bad_input; connection errors → unavailable; anything else →

@@ -59,7 +59,8 @@ def run_attempt(plan: CallPlan, index: int) -> ToolExecutionResult:
     if timeout_s is None:  # a plan queued by a worker from before the timeout travelled in the plan
         recent = rt.state.durations([candidate.key]).get(candidate.key, [])
         timeout_s = adaptive_timeout(recent, manifest.timeout_s, settings.min_timeout_s, settings.max_timeout_s)
-    outcome = run_tool(manifest, plan.request.input, timeout_s=timeout_s, limits=RunLimits.from_settings(settings))
+    outcome = run_tool(manifest, plan.request.input, timeout_s=timeout_s, limits=RunLimits.from_settings(settings),
+                       original=rt.registry.original(manifest.name) if manifest.parent_version else None)
     return record_attempt(plan, index, outcome, timeout_s=round(timeout_s, 3))
 
 
