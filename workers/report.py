@@ -228,6 +228,16 @@ def _quality_class(q: float) -> str:
     return "good" if q >= 0.9 else "mid" if q >= 0.7 else "bad"
 
 
+def share(part: int, whole: int) -> str:
+    """A percentage that says 100% or 0% only when it is exactly that (QA: 3,138 successes of
+    3,150 calls showed as 100%)."""
+    if not whole:
+        return "–"
+    if part in (0, whole):
+        return f"{part // whole:.0%}"
+    return f"{min(max(100 * part / whole, 0.1), 99.9):.1f}%"
+
+
 def render(data: ReportData, top: int = 8) -> str:
     keys = data.busiest(top)
     calls = len(data.calls)
@@ -238,7 +248,7 @@ def render(data: ReportData, top: int = 8) -> str:
     rollbacks = sum(len(evolution_events(h)[1]) for h in data.promotions.values())
     cards = [
         ("calls", f"{calls}"),
-        ("succeeded", f"{ok / calls:.0%}" if calls else "–"),
+        ("succeeded", share(ok, calls)),
         ("attempts per call", f"{attempts / len(ran):.2f}" if ran else "–"),
         ("tool versions", f"{len(set(data.stats) | set(data.attempts))}"),
         ("evolutions", f"{evolutions}"),
@@ -259,7 +269,8 @@ def render(data: ReportData, top: int = 8) -> str:
         ("Quality per tool version", plot_quality(data, keys),
          f"The {len(keys)} busiest tool versions; quality as selection saw it at each attempt, last point now."
          if keys else "No attempt recorded in this period."),
-        ("Feedback per tool version", plot_feedback(data, keys), "Successful attempts count as positive feedback, failed ones as negative."),
+        ("Feedback per tool version", plot_feedback(data, keys), "Successful attempts count as positive feedback, failed ones as negative; "
+         "a person's judgements are not in it (`fittest feedback show NAME` lists them)."),
         ("Attempts per call", plot_calls(data), "One attempt means the first choice worked; more mean fallbacks."),
         ("Evolutions and rollbacks", plot_evolution(data), "From each namespace's promotion history."),
     ]

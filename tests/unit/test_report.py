@@ -54,7 +54,7 @@ def test_report_of_a_busy_history_embeds_every_plot(redis_client, prefix, tmp_pa
         assert f"<h2>{heading}</h2>" in html
     assert "csv_to_json@1.0.0" in html
     assert "<b>31</b>" in html  # calls
-    assert "<b>65%</b>" in html  # 20 of 31 succeeded
+    assert "<b>64.5%</b>" in html  # 20 of 31 succeeded
     assert "<b>1.33</b>" in html  # attempts per call that tried a tool: 40 in 30
     assert "src='http" not in html and "<script" not in html  # self-contained: opens offline
 
@@ -77,3 +77,10 @@ def test_report_command_on_an_empty_history_still_writes_a_page(redis_url, prefi
     assert "calls<b>0</b>" in html and "succeeded<b>–</b>" in html
     assert "No attempt recorded in this period." in html and "The 0 busiest" not in html
     assert refused.exit_code == 2 and "--hours must be more than 0" in refused.output and not (tmp_path / "never").exists()
+
+
+def test_a_share_says_all_or_none_only_when_it_is() -> None:
+    from workers.report import share
+
+    assert [share(3138, 3150), share(3149, 3150), share(3150, 3150)] == ["99.6%", "99.9%", "100%"]  # QA: 99.6% showed as 100%
+    assert [share(0, 10), share(1, 10_000), share(1, 3), share(0, 0)] == ["0%", "0.1%", "33.3%", "–"]
