@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from evolution.trial import head_version
 from selection.feedback import FeedbackRecord, TrendPoint, judged_calls, replaced, trend
 from selection.manifest import tool_key
-from selection.ports import EXECUTIONS, FEEDBACK, VectorFilter, VectorPoint
+from selection.ports import EXECUTIONS, FEEDBACK, VectorFilter, VectorMemory, VectorPoint
 from workers.degraded import is_store_failure
 from workers.pending import upsert_or_keep
 
@@ -136,28 +136,32 @@ def mark_replaced(rt: Runtime, call_id: str, key: str, wait_s: float = OUTCOME_W
     return len(fresh)
 
 
+def as_judged(point: VectorPoint, sentiment: Literal["positive", "negative"]) -> VectorPoint | None:
+    """An execution record as a person's judgement of its output makes it: an output judged wrong is
+    no success (it would bring its tool in for similar jobs, count among its namespace's successes
+    nearby and in its SPARC history, and teach the tool classifier), and one judged right again is
+    its own outcome once more. The outcome as it ran stays in `outcome_success`. None: it says so
+    already."""
+    ran_ok = bool(point.payload.get("outcome_success", point.payload.get("success")))
+    success = ran_ok and sentiment == "positive"
+    if point.payload.get("success") == success and point.payload.get("judged") == sentiment:
+        return None
+    return point.model_copy(update={"payload": {**point.payload, "success": success, "outcome_success": ran_ok,
+                                                "judged": sentiment}})
+
+
 def mark_judged_execution(rt: Runtime, call_id: str, key: str, sentiment: Literal["positive", "negative"],
                           wait_s: float = OUTCOME_WAIT_S) -> int:
-    """Make the execution record of `call_id`'s attempt of `key` say what a person judged: an output
-    judged wrong is no success (it brings its tool in for similar jobs, counts among its namespace's
-    successes nearby and in its SPARC history, and teaches the tool classifier only while it stands
-    as one), and a later positive judgement gives the attempt its own outcome back. (QA: 108
-    negative judgements of a converter's wrong answers, its feedback at -46, and it still served
-    every similar call: its judged outputs counted as successes nearby.) The outcome as it ran stays
-    in `outcome_success`. Looked for up to `wait_s` while the call's record is stored; the number
-    of records changed."""
+    """Make the execution record of `call_id`'s attempt of `key` say what a person judged (`as_judged`;
+    QA: 108 negative judgements of a converter's wrong answers, its feedback at -46, and it still
+    served every similar call: its judged outputs counted as successes nearby). Looked for up to
+    `wait_s` while the call's record is stored; the number of records changed."""
     deadline = time.monotonic() + wait_s
     mine = VectorFilter.where(call_id=call_id, tool=key)
     try:
         while not (points := rt.memory.scroll(EXECUTIONS, filter=mine, limit=50)) and time.monotonic() < deadline:
             time.sleep(0.25)
-        changed = []
-        for p in points:
-            ran_ok = bool(p.payload.get("outcome_success", p.payload.get("success")))
-            success = ran_ok and sentiment == "positive"
-            if p.payload.get("success") != success or p.payload.get("judged") != sentiment:
-                changed.append(p.model_copy(update={"payload": {**p.payload, "success": success,
-                                                                "outcome_success": ran_ok, "judged": sentiment}}))
+        changed = [judged for p in points if (judged := as_judged(p, sentiment)) is not None]
         if changed:
             rt.memory.upsert(EXECUTIONS, changed)
     except Exception as exc:  # the judgement is stored; its feedback counts, the record stays as it ran
@@ -167,6 +171,35 @@ def mark_judged_execution(rt: Runtime, call_id: str, key: str, sentiment: Litera
                     extra={"event": "judged_execution_unmarked", "call_id": call_id})
         return 0
     return len(changed)
+
+
+def apply_stored_judgements(memory: VectorMemory) -> tuple[int, int]:
+    """What the judgements already stored should have done, done where it was not: flag the outcome
+    entries they replaced, and mark the execution records they judged (`as_judged`). A store an
+    earlier release wrote holds judgements made before either existed (QA: after an upgrade, an old
+    judgement given under another scenario left its call's outcome counting +40 where one made
+    after the upgrade gave +37). Run as the memory worker starts; a person's judgements are few, so
+    one scan of their calls' entries. The numbers of outcome entries flagged and records marked."""
+    manual = [p.payload for p in memory.scroll(FEEDBACK, filter=VectorFilter.where(source="manual"), limit=REPORT_SCAN * 10)]
+    judged = judged_calls(manual)
+    if not judged:
+        return 0, 0
+    sentiments: dict[tuple[str, str], Literal["positive", "negative"]] = {
+        (p["tool"], p["call_id"]): "positive" if p.get("positive") else "negative" for p in manual if p.get("call_id")}
+    calls = sorted({call_id for _, call_id in judged})
+    outcomes = memory.scroll(FEEDBACK, filter=VectorFilter.where(source="outcome", call_id=calls), limit=len(calls) * 50)
+    fresh = [p for p in outcomes if not p.payload.get("replaced") and (p.payload.get("tool"), p.payload.get("call_id")) in judged]
+    if fresh:
+        memory.upsert(FEEDBACK, [p.model_copy(update={"payload": {**p.payload, "replaced": True}}) for p in fresh])
+    records = memory.scroll(EXECUTIONS, filter=VectorFilter.where(call_id=calls), limit=len(calls) * 50)
+    marked = [point for p in records if (key := (str(p.payload.get("tool")), str(p.payload.get("call_id")))) in sentiments
+              and (point := as_judged(p, sentiments[key])) is not None]
+    if marked:
+        memory.upsert(EXECUTIONS, marked)
+    if fresh or marked:
+        log.info("applied judgements stored before this release: %d outcome entries flagged, %d execution records marked",
+                 len(fresh), len(marked), extra={"event": "stored_judgements_applied", "flagged": len(fresh), "marked": len(marked)})
+    return len(fresh), len(marked)
 
 
 def feedback_score(rt: Runtime, tool: str, version: str, scenario: str) -> float:

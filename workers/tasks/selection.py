@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, field_errors
 from workers.app import app
+from workers.feedback_store import apply_stored_judgements
 from workers.promotions import trial_new_manifests
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
@@ -51,6 +52,10 @@ def warm_up(sender: Any = None, **_: Any) -> None:
             trial_manifests(runtime().registry.namespaces())
         except Exception:  # Redis away: the next version the watch serves looks again
             log.warning("could not look for new manifest versions to put on trial", exc_info=True)
+        try:  # judgements an earlier release stored did not flag or mark what they judged
+            apply_stored_judgements(runtime().memory)
+        except Exception:  # the store is down: judgements still replace outcomes near their scenario
+            log.warning("could not apply the judgements stored before this release", exc_info=True)
         settings = runtime().settings
         if settings.tools_rescan_s > 0:  # a selector that failed to build is built again by the first look
             watch = ToolsDirWatch(settings.tools_dir, runtime().registry, lambda found: runtime().selector.ensure_tools(found),
