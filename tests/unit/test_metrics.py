@@ -115,6 +115,19 @@ def test_counts_wait_in_the_process_and_reach_redis_by_themselves(redis_client, 
     assert sum(n for _, n in reader.counters()["attempts"]) == 1
 
 
+def test_a_pool_process_sends_its_counts_as_it_ends(redis_client, prefix) -> None:
+    """A Celery pool process ends with os._exit, past atexit: its last interval's counts are sent
+    on worker_process_shutdown (QA: a stop under load left 2 of 150 calls out of the report)."""
+    from celery.signals import worker_process_shutdown
+
+    recorder = MetricsRecorder(redis_client, prefix, flush_interval_s=3600)
+    reader = MetricsReader(redis_client, prefix)
+    recorder.call("success", 1, 5.0, "word_stats")
+    assert reader.calls() == []
+    worker_process_shutdown.send(sender=None, pid=0, exitcode=0)  # what billiard's process_destructor sends
+    assert [c.status for c in reader.calls()] == ["success"]
+
+
 def test_a_failed_flush_keeps_the_counts_for_the_next_one(redis_url, redis_client, prefix) -> None:
     import redis
 
