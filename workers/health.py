@@ -53,7 +53,7 @@ def _local_services() -> dict[str, Any]:
     try:
         history = ", ".join(f"{rt.memory.count(c)} {c}" for c in HISTORY)
         out["store"] = {"status": "ok", "detail": f"{rt.memory.count(TOOLS)} tool vectors; history {history} "
-                                                  f"(the newest {rt.settings.history_max_points} of each kept)"}
+                                                  f"(the newest {rt.settings.history_max_points} of each kept, and every judgement)"}
         waiting = len(PendingWrites(rt.redis, rt.settings.key_prefix))
         if (refusal := write_refusal()) is not None:  # it reads, but takes no write (QA: its files deleted)
             out["store"] = {"status": "fail", "detail": (

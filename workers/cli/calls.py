@@ -118,7 +118,8 @@ def unknown_call(client: FittestClient, call_id: str) -> str | None:
     if client.in_flight(call_id):
         return None
     return ("no call with this id is queued or running, and none finished in the last day "
-            "(a call sent by send_task alone is known once a worker has taken it)")
+            "(a call sent by send_task alone is known once a worker has taken it; a call_id its caller chose "
+            "is not the task id its result is kept under: ask with the id the send returned)")
 
 
 # What a call in flight is doing at its step, for a user who stopped waiting for it.

@@ -177,7 +177,8 @@ def feedback_show(
         report["entries"] = mine[:limit]
         shown = f"{len(mine)} entries (of the tool's {report['total']}; the trend is the tool's)"
     if report.get("replaced"):  # (a worker of an earlier release does not say)
-        shown += f"; {report['replaced']} outcome entries left out, replaced by a judgement of their call"
+        n = report["replaced"]
+        shown += f"; {n} outcome {'entry' if n == 1 else 'entries'} left out, replaced by a judgement of {'its' if n == 1 else 'their'} call"
     if json_out:
         print_json(report)
         return
