@@ -191,9 +191,8 @@ class StateVersions(NamedTuple):
     epoch: str
 
 
-@runtime_checkable
-class StateStore(Protocol):
-    """Quality, counters, promotions, weights: every read-modify-write is atomic in the store."""
+class QualityScores(Protocol):
+    """Each tool version's quality and its counters of successes and failures."""
 
     def stats(self, keys: Sequence[str]) -> dict[str, ToolStats]: ...
 
@@ -205,6 +204,10 @@ class StateStore(Protocol):
         """Count each (key, attempt id) success once per attempt id, in one round trip; per pair,
         in order, False when it was counted before."""
         ...
+
+
+class Promotions(Protocol):
+    """Which version each namespace serves, and how that changed."""
 
     def promotion(self, namespace: str) -> Promotion | None: ...
 
@@ -224,6 +227,10 @@ class StateStore(Protocol):
 
     def promotion_history(self, namespace: str) -> list[Promotion]: ...
 
+
+class WeightsStore(Protocol):
+    """The learned SPARC weights with their history, and the tool classifier fitted with them."""
+
     def weights(self) -> SelectionWeights: ...
 
     def set_weights(self, weights: SelectionWeights, classifier: str | None = None) -> SelectionWeights:
@@ -237,6 +244,10 @@ class StateStore(Protocol):
         ...
 
     def weights_history(self, limit: int = 20) -> list[SelectionWeights]: ...
+
+
+class StateVersioning(Protocol):
+    """The counters a reader compares to know whether what it cached is still what the store holds."""
 
     def versions(self) -> StateVersions:
         """The state version (the selection cache's key) with the promotions' and the weights' own
@@ -253,7 +264,10 @@ class StateStore(Protocol):
         """Remove every key of this store's prefix."""
         ...
 
-    # Circuit breakers and recent run durations per tool version (adaptive timeouts).
+
+class Breakers(Protocol):
+    """Circuit breakers and recent run durations per tool version (adaptive timeouts)."""
+
     def stats_and_breakers(self, keys: Sequence[str]) -> tuple[dict[str, ToolStats], dict[str, BreakerState]]:
         """`stats` and the state of each key's circuit breaker ("closed" when never fed) in one
         round trip (what selection asks); these stats also summarise the recent durations
@@ -274,7 +288,10 @@ class StateStore(Protocol):
         """Recent durations (ms) of each key, oldest first ([] when none), in one round trip."""
         ...
 
-    # Namespace locks.
+
+class Locks(Protocol):
+    """Named locks with an owner and an expiry (one evolution per namespace, a half-open probe)."""
+
     def acquire_lock(self, name: str, owner: str, ttl_s: float, *, reclaim: bool = False) -> bool:
         """Take the lock for `ttl_s` seconds; False while anyone (the same owner too) holds it.
         With `reclaim`, `owner` takes it also when it holds it already, for `ttl_s` from now: for
@@ -284,3 +301,9 @@ class StateStore(Protocol):
     def release_lock(self, name: str, owner: str) -> bool:
         """Release the lock only if `owner` holds it; False otherwise."""
         ...
+
+
+@runtime_checkable
+class StateStore(QualityScores, Promotions, WeightsStore, StateVersioning, Breakers, Locks, Protocol):
+    """The whole state store, one interface per concept above; every read-modify-write is atomic
+    in the store. A backend implements all of them; a consumer types the concepts it uses."""

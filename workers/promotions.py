@@ -16,7 +16,7 @@ from evolution.models import ChangelogEntry
 from evolution.trial import Verdict, head_version, manifest_to_trial
 from selection.manifest import ToolManifest
 from selection.models import Promotion
-from selection.ports import StateStore
+from selection.ports import Promotions, StateStore
 from selection.registry import ToolRegistry
 from workers.state.evolution import EvolutionState
 
@@ -64,7 +64,7 @@ def promote_on_trial(
     return promotion
 
 
-def trial_new_manifests(state: StateStore, ledger: EvolutionState, registry: ToolRegistry,
+def trial_new_manifests(state: Promotions, ledger: EvolutionState, registry: ToolRegistry,
                         namespaces: Iterable[str]) -> list[Promotion]:
     """Serve on trial each version that a namespace's manifest newly gives it (evolution/trial.py
     `manifest_to_trial`), against the version the namespace served until then: it takes
@@ -98,7 +98,7 @@ def trial_new_manifests(state: StateStore, ledger: EvolutionState, registry: Too
     return started
 
 
-def conclude_trial(state: StateStore, ledger: EvolutionState, current: Promotion, verdict: Verdict, reason: str) -> bool:
+def conclude_trial(state: Promotions, ledger: EvolutionState, current: Promotion, verdict: Verdict, reason: str) -> bool:
     """Activate or roll back a trial, unless someone changed the promotion meanwhile."""
     if verdict == "continue":
         return False
@@ -118,7 +118,7 @@ def conclude_trial(state: StateStore, ledger: EvolutionState, current: Promotion
     return True
 
 
-def rollback(state: StateStore, ledger: EvolutionState, namespace: str, reason: str = "rolled back by hand") -> Promotion:
+def rollback(state: Promotions, ledger: EvolutionState, namespace: str, reason: str = "rolled back by hand") -> Promotion:
     """Stop serving the promoted version; its parent is served again."""
     current = state.promotion(namespace)
     if current is None or current.evolved_version == current.original_version:  # promoting the original serves it
@@ -137,7 +137,7 @@ def rollback(state: StateStore, ledger: EvolutionState, namespace: str, reason: 
     return new
 
 
-def promote_by_hand(state: StateStore, ledger: EvolutionState, registry: ToolRegistry, namespace: str, version: str) -> Promotion:
+def promote_by_hand(state: Promotions, ledger: EvolutionState, registry: ToolRegistry, namespace: str, version: str) -> Promotion:
     """Serve `namespace@version` as active, whatever is served now."""
     manifest = registry.get(f"{namespace}@{version}")
     original = registry.original(namespace)

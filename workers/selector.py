@@ -11,7 +11,6 @@ import marshal
 import random
 import threading
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from evolution.descriptions import MANIFEST_VARIANT
@@ -24,7 +23,7 @@ from selection.evidence import CandidateEvidence
 from selection.feedback import MIN_SIMILARITY, points_by_tool, similarity_weight
 from selection.lexical import LexicalIndex, version_text
 from selection.manifest import ManifestError, ToolManifest, load_manifest, tool_key
-from selection.models import Candidate, CallPlan, CallRequest, Promotion, Source
+from selection.models import CallPlan, CallRequest, Promotion, Source
 from selection.policies import get_policy
 from selection.ports import (
     EXECUTIONS,
@@ -39,6 +38,7 @@ from selection.ports import (
     VectorHit,
     VectorPoint,
 )
+from selection.serving import ServedVersions, evolved_first, served_first
 from selection.sparc import sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
@@ -78,16 +78,6 @@ def _flagged(points: list[VectorPoint], **flags: Any) -> list[VectorPoint]:
     """The points whose payload differs from `flags`, with those values: same vector, same text."""
     return [p.model_copy(update={"payload": {**p.payload, **flags}})
             for p in points if any(p.payload.get(k) != v for k, v in flags.items())]
-
-
-@dataclass
-class ServedVersions:
-    """What promotions decide for one call: each namespace's version served first, the versions
-    promoted (on trial or active) and those rolled back (not tried)."""
-
-    by_namespace: dict[str, str | None] = field(default_factory=dict)
-    promoted: set[str] = field(default_factory=set)
-    rolled_back: set[str] = field(default_factory=set)
 
 
 class Selector:
@@ -184,7 +174,7 @@ class Selector:
         # namespace's served version moves before its other versions: both need the whole ranking.
         several = len({e.manifest.name for e in evidence}) < len(evidence)
         ranked = self.policy.rank(evidence, self.rng, limit=None if request.after_evolution or several else keep)
-        ranked = self._evolved_first(request, self._served_first(request, ranked, served), served)
+        ranked = evolved_first(request, served_first(request, ranked, served), served)
         timeouts = {e.key: e.timeout_s for e in evidence}
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)
@@ -496,32 +486,6 @@ class Selector:
             original = self.rt.registry.original(name)
             found.by_namespace[name] = version or (original.version if original else None)
         return found
-
-    def _served_first(self, request: CallRequest, ranked: list[Candidate], served: ServedVersions) -> list[Candidate]:
-        """What `fittest promote`, `rollback` and a trial decide: within a namespace the version it
-        serves this call goes before its other versions (the policy still orders the namespaces,
-        and the other versions stay as fallbacks), a version rolled back is not tried, and a
-        namespace call starts with its namespace's served version. Without this the policy's
-        outcomes ranked a rolled-back version with a better record first, and a trial never ran."""
-        by_namespace = served.by_namespace
-        if not by_namespace and not served.rolled_back:
-            return ranked
-        kept = [c for c in ranked if c.key not in served.rolled_back]
-        by_name: dict[str, list[Candidate]] = defaultdict(list)
-        for c in kept:
-            by_name[c.manifest.name].append(c)
-        queues = {name: iter(sorted(cs, key=lambda c: c.manifest.version != by_namespace.get(name))) for name, cs in by_name.items()}
-        reordered = [next(queues[c.manifest.name]) for c in kept]  # each namespace keeps its places
-        head = by_namespace.get(request.namespace or "")
-        if request.namespace and head:
-            reordered.sort(key=lambda c: c.key != tool_key(request.namespace or "", head))
-        return reordered
-
-    def _evolved_first(self, request: CallRequest, ranked: list[Candidate], served: ServedVersions) -> list[Candidate]:
-        """A call retried after its evolution tries the version just promoted before any other."""
-        if not request.after_evolution:
-            return ranked
-        return sorted(ranked, key=lambda c: c.key not in served.promoted)
 
     def ensure_version(self, namespace: str, version: str) -> ToolManifest | None:
         """A version of the namespace, loaded from the evolved directory if this process has not

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from selection.manifest import ToolManifest
-from selection.ports import StateStore
+from selection.ports import Breakers
 from workers.cli.common import JsonOpt, console, err_console, fail, literal, needs_redis, print_json
 
 app = typer.Typer()
@@ -38,7 +38,7 @@ def tools(json_out: JsonOpt = False) -> None:
     console.print(tools_table(rows))
 
 
-def tool_rows(manifests: list[ToolManifest], state: StateStore) -> list[dict[str, Any]]:
+def tool_rows(manifests: list[ToolManifest], state: Breakers) -> list[dict[str, Any]]:
     """Each version as `fittest tools --json` shows it: its manifest's summary and its state."""
     stats, breakers = state.stats_and_breakers([m.key for m in manifests])
     return [
