@@ -133,6 +133,7 @@ class FeedbackRecord(BaseModel):
     source: Literal["manual", "outcome"] = "manual"
     call_id: str | None = None
     timestamp: float = Field(default_factory=time.time)
+    replaced: bool = False  # an outcome a person's judgement of its call took the place of (`replaced`)
 
     @property
     def key(self) -> str:
@@ -149,7 +150,7 @@ class FeedbackRecord(BaseModel):
     def payload(self) -> dict[str, Any]:
         return {"tool": self.key, "name": self.tool, "version": self.version, "value": self.value,
                 "positive": self.value > 0, "reason": self.reason, "source": self.source, "call_id": self.call_id,
-                "scenario": self.scenario[:1000], "timestamp": self.timestamp}
+                "scenario": self.scenario[:1000], "timestamp": self.timestamp, **({"replaced": True} if self.replaced else {})}
 
     @classmethod
     def from_payload(cls, point_id: str, payload: dict[str, Any]) -> FeedbackRecord:
@@ -158,7 +159,8 @@ class FeedbackRecord(BaseModel):
                    version=payload.get("version") or str(payload.get("tool", "?@?")).partition("@")[2] or "?",
                    scenario=payload.get("scenario") or "(no scenario)", value=payload_value(payload),
                    reason=payload.get("reason", ""), source=payload.get("source", "manual"),
-                   call_id=payload.get("call_id"), timestamp=float(payload.get("timestamp", 0.0)))
+                   call_id=payload.get("call_id"), timestamp=float(payload.get("timestamp", 0.0)),
+                   replaced=payload.get("replaced") is True)
 
 
 class TrendPoint(BaseModel):

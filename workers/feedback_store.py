@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from evolution.trial import head_version
 from selection.feedback import FeedbackRecord, TrendPoint, judged_calls, replaced, trend
+from selection.learner import ExecutionRecord
 from selection.manifest import tool_key
 from selection.ports import EXECUTIONS, FEEDBACK, VectorFilter, VectorMemory, VectorPoint
 from workers.degraded import is_store_failure
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fittest.feedback")
 
+Sentiment = Literal["positive", "negative"]
 REPORT_SCAN = 10_000  # entries of one tool read for a report
 TREND_BUCKET_S = 86_400.0
 
@@ -71,7 +73,7 @@ def judged_call(rt: Runtime, call_id: str, result_of: Callable[[str], dict[str, 
 
 
 def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: str | None,
-                         sentiment: Literal["positive", "negative"], reason: str = "", quality: float = 1.0,
+                         sentiment: Sentiment, reason: str = "", quality: float = 1.0,
                          call: JudgedCall | None = None) -> FeedbackRecord:
     """A person's judgement of `tool@version` in `scenario`; of the output of `call`, if given (it then
     counts in place of that call's outcome feedback: selection/feedback.py).
@@ -136,7 +138,7 @@ def mark_replaced(rt: Runtime, call_id: str, key: str, wait_s: float = OUTCOME_W
     return len(fresh)
 
 
-def as_judged(point: VectorPoint, sentiment: Literal["positive", "negative"]) -> VectorPoint | None:
+def as_judged(point: VectorPoint, sentiment: Sentiment) -> VectorPoint | None:
     """An execution record as a person's judgement of its output makes it: an output judged wrong is
     no success (it would bring its tool in for similar jobs, count among its namespace's successes
     nearby and in its SPARC history, and teach the tool classifier), and one judged right again is
@@ -150,7 +152,7 @@ def as_judged(point: VectorPoint, sentiment: Literal["positive", "negative"]) ->
                                                 "judged": sentiment}})
 
 
-def mark_judged_execution(rt: Runtime, call_id: str, key: str, sentiment: Literal["positive", "negative"],
+def mark_judged_execution(rt: Runtime, call_id: str, key: str, sentiment: Sentiment,
                           wait_s: float = OUTCOME_WAIT_S) -> int:
     """Make the execution record of `call_id`'s attempt of `key` say what a person judged (`as_judged`;
     QA: 108 negative judgements of a converter's wrong answers, its feedback at -46, and it still
@@ -173,6 +175,37 @@ def mark_judged_execution(rt: Runtime, call_id: str, key: str, sentiment: Litera
     return len(changed)
 
 
+def judgements_of(memory: VectorMemory, call_ids: Sequence[str]) -> dict[tuple[str, str], Sentiment]:
+    """What a person judged of each (tool version, call) among `call_ids`: one read of the few
+    judgements (the `source` index), whichever came first, the judgement or the call's records."""
+    calls = sorted(set(call_ids))
+    if not calls:
+        return {}
+    manual = memory.scroll(FEEDBACK, filter=VectorFilter.where(source="manual", call_id=calls), limit=len(calls) * 5)
+    return {(str(p.payload.get("tool")), str(p.payload.get("call_id"))): "positive" if p.payload.get("positive") else "negative"
+            for p in manual if p.payload.get("call_id")}
+
+
+def judgements_known(rt: Runtime, call_ids: Sequence[str]) -> dict[tuple[str, str], Sentiment]:
+    """`judgements_of` in the store of `rt`, or none when the store cannot be read (the call's
+    records are then kept as they ran; a judgement still replaces its outcome near its scenario,
+    and the memory worker's next start applies it, `apply_stored_judgements`)."""
+    try:
+        return judgements_of(rt.memory, call_ids)
+    except Exception as exc:
+        if not is_store_failure(exc):
+            raise
+        return {}
+
+
+def as_people_judged(records: list[ExecutionRecord], judged: dict[tuple[str, str], Sentiment]) -> list[ExecutionRecord]:
+    """`records` (the learner's window, which Redis keeps as the calls ran) with each output a
+    person judged wrong (`judged`: `judgements_of` their calls) counted as no success, as its
+    stored execution record says (`as_judged`): the weights learn what predicts a right output."""
+    return [r.model_copy(update={"success": False}) if r.success and judged.get((r.key, r.call_id)) == "negative" else r
+            for r in records]
+
+
 def apply_stored_judgements(memory: VectorMemory) -> tuple[int, int]:
     """What the judgements already stored should have done, done where it was not: flag the outcome
     entries they replaced, and mark the execution records they judged (`as_judged`). A store an
@@ -184,7 +217,7 @@ def apply_stored_judgements(memory: VectorMemory) -> tuple[int, int]:
     judged = judged_calls(manual)
     if not judged:
         return 0, 0
-    sentiments: dict[tuple[str, str], Literal["positive", "negative"]] = {
+    sentiments: dict[tuple[str, str], Sentiment] = {
         (p["tool"], p["call_id"]): "positive" if p.get("positive") else "negative" for p in manual if p.get("call_id")}
     calls = sorted({call_id for _, call_id in judged})
     outcomes = memory.scroll(FEEDBACK, filter=VectorFilter.where(source="outcome", call_id=calls), limit=len(calls) * 50)

@@ -14,7 +14,7 @@ from selection.feedback import FeedbackRecord, outcome_value
 from selection.learner import ExecutionRecord
 from selection.models import FailureMark, OutcomeRecord
 from selection.ports import EXECUTIONS, FAILURES, FailureApplied, VectorPoint
-from workers.feedback_store import write_feedback
+from workers.feedback_store import as_judged, judgements_known, write_feedback
 from workers.evolution_memory import apply_evolution_outcomes
 from workers.pending import upsert_or_keep
 
@@ -84,6 +84,10 @@ def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord],
         feedback += given
         if vectors is not None:
             feedback_vectors += [vectors[i]] * len(given)
+    # A judgement that came before its call's outcome was applied (more than OUTCOME_WAIT_S before)
+    # found no entry to flag: the entry knows it as it is written.
+    judged = judgements_known(rt, [r.call_id for r in records]) if feedback else {}
+    feedback = [f.model_copy(update={"replaced": True}) if (f.key, f.call_id) in judged else f for f in feedback]
     write_feedback(rt, feedback, feedback_vectors if vectors is not None else None)
     return out
 
@@ -140,5 +144,7 @@ def store_executions(rt: Runtime, records: Sequence[ExecutionRecord], vectors: S
         )
         for i, r in enumerate(records)
     ]
+    judged = judgements_known(rt, [r.call_id for r in records])  # one made before the records came
+    points = [(as_judged(p, judged[key]) or p) if (key := (r.key, r.call_id)) in judged else p for p, r in zip(points, records)]
     upsert_or_keep(rt, EXECUTIONS, points, texts=[r.scenario for r in records])
     return rt.learning.push(records)

@@ -349,6 +349,7 @@ def test_a_beat_with_nothing_new_does_not_read_the_successes_again(rt, monkeypat
     """An idle system's beat looks at how many successes there are and the newest one's time, and
     reads them with their vectors only when that moved: the next success makes it refit."""
     from selection.learner import ExecutionRecord
+    from selection.ports import EXECUTIONS
     from workers.outcomes import store_executions
     from workers.tasks.learning import retrain_now
 
@@ -361,9 +362,10 @@ def test_a_beat_with_nothing_new_does_not_read_the_successes_again(rt, monkeypat
     scrolled: list[int] = []
     scroll = rt.memory.scroll
 
-    def recorded_scroll(*args: Any, **kwargs: Any) -> list[VectorPoint]:
-        scrolled.append(kwargs.get("limit", 1000))
-        return scroll(*args, **kwargs)
+    def recorded_scroll(collection: str, *args: Any, **kwargs: Any) -> list[VectorPoint]:
+        if collection == EXECUTIONS:  # the successes (the window's judgements are read from FEEDBACK)
+            scrolled.append(kwargs.get("limit", 1000))
+        return scroll(collection, *args, **kwargs)
 
     monkeypatch.setattr(rt.memory, "scroll", recorded_scroll)
     for _ in range(2):
@@ -516,3 +518,21 @@ def test_an_output_judged_wrong_stops_counting_as_a_success_nearby(rt) -> None:
                          call=JudgedCall(call_id="w0", ran=["weather_now@1.0.0"], scenario=jobs[0]))
     weather = [c for c in ranking() if c.manifest.name == "weather_now"]
     assert weather and weather[0].breakdown.extra["successes_nearby"] > 0
+
+
+def test_a_judgement_made_before_its_calls_records_came_applies_to_them(rt) -> None:
+    """A judgement waits OUTCOME_WAIT_S for its call's records (batched); one made earlier (a slow
+    batch, a judgement sent as the call returned) is applied as the records are stored: the outcome
+    entry no longer counts and the execution record is no success."""
+    from selection.ports import EXECUTIONS, FEEDBACK, VectorFilter
+    from workers.feedback_store import JudgedCall, record_tool_feedback
+
+    text = "what is 200 dollars in yen"
+    record_tool_feedback(rt, "weather_now", "1.0.0", text, "negative", reason="not a conversion",  # waits 2.5 s in vain
+                         call=JudgedCall(call_id="late1", ran=["weather_now@1.0.0"], scenario=text))
+    succeeded(rt, "weather_now", text, "late1")
+    mine = VectorFilter.where(call_id="late1", tool="weather_now@1.0.0")
+    (outcome,) = rt.memory.scroll(FEEDBACK, filter=VectorFilter.where(call_id="late1", source="outcome"), limit=5)
+    assert outcome.payload.get("replaced") is True
+    (record,) = rt.memory.scroll(EXECUTIONS, filter=mine, limit=5)
+    assert (record.payload["success"], record.payload.get("judged")) == (False, "negative")

@@ -59,3 +59,18 @@ def test_execution_records_of_outputs_judged_wrong_before_stop_counting_as_succe
     success = {p.id: (p.payload["success"], p.payload.get("judged")) for p in memory.scroll(EXECUTIONS, limit=10)}
     assert success == {"c1:0": (False, "negative"), "c2:0": (True, "positive"), "c3:0": (True, None), "c4:0": (True, None)}
     assert apply_stored_judgements(memory) == (0, 0)
+
+
+def test_the_learner_sees_an_output_judged_wrong_as_no_success(memory: VectorMemory) -> None:
+    from selection.learner import ExecutionRecord
+    from workers.feedback_store import as_people_judged, judgements_of
+
+    def ran(call_id: str, success: bool = True) -> ExecutionRecord:
+        return ExecutionRecord(attempt_id=f"{call_id}:0", call_id=call_id, tool="a", version="1.0.0", scenario="s", success=success)
+
+    window = [ran("c1"), ran("c2"), ran("c3", success=False), ran("c4")]
+    right = entry("manual:c2:a@1.0.0", "manual", "c2")
+    right = right.model_copy(update={"payload": {**right.payload, "value": 1.0, "positive": True}})
+    memory.upsert(FEEDBACK, [entry("manual:c1:a@1.0.0", "manual", "c1"), right, entry("manual:c4:b@1.0.0", "manual", "c4", tool="b@1.0.0")])
+    judged = judgements_of(memory, [r.call_id for r in window])
+    assert [r.success for r in as_people_judged(window, judged)] == [False, True, False, True]

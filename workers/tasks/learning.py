@@ -29,6 +29,7 @@ from celery_batches import SimpleRequest
 from selection.learner import ExecutionRecord, retrain
 from workers.app import PRIORITY_LOW, app
 from workers.degraded import is_store_failure
+from workers.feedback_store import as_people_judged, judgements_known
 from workers.outcomes import store_executions
 from workers.runtime import Runtime, runtime
 from workers.tasks.batches import Batches
@@ -69,7 +70,8 @@ def retrain_now(rt: Runtime) -> dict[str, Any]:
         return {"changed": False, "reason": "another retrain is running"}
     try:
         current = rt.state.weights()
-        new, evidence = retrain(rt.learning.recent(), current)
+        recent = rt.learning.recent()
+        new, evidence = retrain(as_people_judged(recent, judgements_known(rt, [r.call_id for r in recent])), current)
         classifier = None
         if rt.settings.tool_classifier:
             try:
