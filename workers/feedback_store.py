@@ -175,15 +175,19 @@ def mark_judged_execution(rt: Runtime, call_id: str, key: str, sentiment: Sentim
     return len(changed)
 
 
+def _sentiments(judgements: list[VectorPoint]) -> dict[tuple[str, str], Sentiment]:
+    """(tool version, call) -> what a person judged of its output, from stored judgements."""
+    return {(str(p.payload.get("tool")), str(p.payload["call_id"])): "positive" if p.payload.get("positive") else "negative"
+            for p in judgements if p.payload.get("call_id")}
+
+
 def judgements_of(memory: VectorMemory, call_ids: Sequence[str]) -> dict[tuple[str, str], Sentiment]:
     """What a person judged of each (tool version, call) among `call_ids`: one read of the few
     judgements (the `source` index), whichever came first, the judgement or the call's records."""
     calls = sorted(set(call_ids))
     if not calls:
         return {}
-    manual = memory.scroll(FEEDBACK, filter=VectorFilter.where(source="manual", call_id=calls), limit=len(calls) * 5)
-    return {(str(p.payload.get("tool")), str(p.payload.get("call_id"))): "positive" if p.payload.get("positive") else "negative"
-            for p in manual if p.payload.get("call_id")}
+    return _sentiments(memory.scroll(FEEDBACK, filter=VectorFilter.where(source="manual", call_id=calls), limit=len(calls) * 5))
 
 
 def judgements_known(rt: Runtime, call_ids: Sequence[str]) -> dict[tuple[str, str], Sentiment]:
@@ -213,15 +217,13 @@ def apply_stored_judgements(memory: VectorMemory) -> tuple[int, int]:
     judgement given under another scenario left its call's outcome counting +40 where one made
     after the upgrade gave +37). Run as the memory worker starts; a person's judgements are few, so
     one scan of their calls' entries. The numbers of outcome entries flagged and records marked."""
-    manual = [p.payload for p in memory.scroll(FEEDBACK, filter=VectorFilter.where(source="manual"), limit=REPORT_SCAN * 10)]
-    judged = judged_calls(manual)
-    if not judged:
+    sentiments = _sentiments(memory.scroll(FEEDBACK, filter=VectorFilter.where(source="manual"), limit=REPORT_SCAN * 10))
+    if not sentiments:
         return 0, 0
-    sentiments: dict[tuple[str, str], Sentiment] = {
-        (p["tool"], p["call_id"]): "positive" if p.get("positive") else "negative" for p in manual if p.get("call_id")}
-    calls = sorted({call_id for _, call_id in judged})
+    calls = sorted({call_id for _, call_id in sentiments})
     outcomes = memory.scroll(FEEDBACK, filter=VectorFilter.where(source="outcome", call_id=calls), limit=len(calls) * 50)
-    fresh = [p for p in outcomes if not p.payload.get("replaced") and (p.payload.get("tool"), p.payload.get("call_id")) in judged]
+    fresh = [p for p in outcomes
+             if not p.payload.get("replaced") and (str(p.payload.get("tool")), str(p.payload.get("call_id"))) in sentiments]
     if fresh:
         memory.upsert(FEEDBACK, [p.model_copy(update={"payload": {**p.payload, "replaced": True}}) for p in fresh])
     records = memory.scroll(EXECUTIONS, filter=VectorFilter.where(call_id=calls), limit=len(calls) * 50)
