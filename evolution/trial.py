@@ -107,9 +107,11 @@ def manifest_to_trial(versions: Sequence[ToolManifest], current: Promotion | Non
     """The version of a namespace to put on trial because its manifest gave it: the newest
     version no evolution made (`versions` lowest first), when it is not the original and has never
     been promoted (on trial, active or rolled back: it competes once; `fittest promote` serves it
-    after that). None while another trial runs: that one is decided first."""
+    after that). None while another trial runs (that one is decided first), and while an operator's
+    `fittest promote` decides what the namespace serves."""
     manual = [m for m in versions if m.parent_version is None]
-    if len(manual) < 2 or (current is not None and current.status == "on_trial"):
+    if len(manual) < 2 or (current is not None and (current.status == "on_trial"
+                                                     or (current.status == "active" and current.by == "operator"))):
         return None
     newest = manual[-1]
     promoted = {p.evolved_version for p in history} | ({current.evolved_version} if current is not None else set())

@@ -311,6 +311,7 @@ class Promotion(BaseModel):
     mutation: str = ""
     promoted_at: float = Field(default_factory=time.time)
     status: Literal["on_trial", "active", "rolled_back"] = "on_trial"
+    by: Literal["fittest", "operator"] = "fittest"  # operator: `fittest promote` or `rollback`
 
 
 class FailureMark(BaseModel):

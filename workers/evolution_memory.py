@@ -38,7 +38,7 @@ from selection.manifest import ManifestError, load_manifest
 from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord, Promotion
 from selection.ports import EVOLUTIONS, FAILURES, FailureApplied, Match, VectorFilter, VectorHit, VectorPoint
 from workers.pending import upsert_or_keep
-from workers.promotions import conclude_trial
+from workers.promotions import conclude_trial, trial_new_manifests
 from workers.tool_catalog import evolved_dir
 from workers.variants import credit_variants
 
@@ -266,6 +266,7 @@ def account_trials(rt: Runtime, record: OutcomeRecord, promotions: dict[str, Pro
         runs = counts.evolved_successes + counts.evolved_failures
         reason = f"{counts.evolved_successes}/{runs} successes on trial against the parent's rate of {rate:.2f}"
         if conclude_trial(rt.state, rt.evolution, promotion, verdict, reason):
+            trial_new_manifests(rt.state, rt.evolution, rt.registry, [namespace])  # one that waited for this trial
             promotions.update(rt.state.promotions([namespace]))
 
 

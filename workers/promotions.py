@@ -127,7 +127,7 @@ def rollback(state: Promotions, ledger: EvolutionState, namespace: str, reason: 
         served = head_version(current) or current.original_version  # None: the original
         raise PromotionError(f"{namespace}@{current.evolved_version} is rolled back already; {namespace}@{served} is served "
                              f"(to serve another version: fittest promote {namespace} VERSION)")
-    new = current.model_copy(update={"status": "rolled_back", "reason": reason, "promoted_at": time.time()})
+    new = current.model_copy(update={"status": "rolled_back", "reason": reason, "promoted_at": time.time(), "by": "operator"})
     if not state.promote_if(new, current.evolved_version, [current.status]):
         raise PromotionError(f"the promotion of {namespace} changed meanwhile; look again with `fittest show {namespace}`")
     ledger.log(
@@ -155,6 +155,7 @@ def promote_by_hand(state: Promotions, ledger: EvolutionState, registry: ToolReg
         parent_version=manifest.parent_version,
         reason="promoted by hand",
         status="active",
+        by="operator",
     )
     state.promote(promotion)
     ledger.log(ChangelogEntry(namespace=namespace, event="activated", version=version, parent=manifest.parent_version,

@@ -126,3 +126,42 @@ def test_a_new_version_found_at_the_start_goes_on_trial(tmp_path: Path, redis_ur
     finally:
         p.close()
         p.state().clear()
+
+
+def test_a_version_given_while_another_trial_runs_goes_on_trial_once_that_one_is_decided(
+    tmp_path: Path, redis_url: str, model_path: Path
+) -> None:
+    """QA: a slow_cube 2.0.0 dropped in while the evolved 1.1.0 was on trial stayed a fallback after
+    1.1.0's trial ended (activated), and went on trial only at the next restart of the stack."""
+    tools = tmp_path / "tools"
+    shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
+    p = start_pipeline(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"),
+                       FITTEST_TOOLS_RESCAN_S="0.3", FITTEST_TRIAL_SHARE="0.5", FITTEST_TRIAL_SUCCESSES="3")
+    try:
+        state = p.state()
+
+        def add(version: str) -> None:
+            shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / f"slugify_{version}")
+            manifest = tools / f"slugify_{version}" / "tool.yaml"
+            manifest.write_text(manifest.read_text().replace("version: 1.0.0", f"version: {version}"))
+
+        def on_trial(version: str) -> bool:
+            promotion = state.promotion("slugify")
+            return promotion is not None and (promotion.evolved_version, promotion.status) == (version, "on_trial")
+
+        add("2.0.0")
+        p.wait_for(lambda: on_trial("2.0.0"), timeout=30)
+        add("3.0.0")
+        log = tmp_path / "logs" / "memory.log"
+        p.wait_for(lambda: ("tool_added", "slugify@3.0.0") in {(e.get("event"), e.get("tool")) for e in events(log)}, timeout=30)
+        assert on_trial("2.0.0")  # the running trial is decided first
+
+        def next_trial() -> bool:
+            assert p.call(**SLUG_CALL)["status"] == "success"
+            return on_trial("3.0.0")
+
+        p.wait_for(next_trial, timeout=60)
+        assert any((h.evolved_version, h.status) == ("2.0.0", "active") for h in state.promotion_history("slugify"))
+    finally:
+        p.close()
+        p.state().clear()

@@ -265,6 +265,9 @@ def test_the_newest_version_a_manifest_gives_goes_on_trial_once() -> None:
     for status in ("on_trial", "active", "rolled_back"):  # it competes once
         assert manifest_to_trial([v1, v2], promoted("2.0.0", status), []) is None
     assert manifest_to_trial([v1, v2], promoted("1.0.0"), [promoted("2.0.0", "rolled_back")]) is None
+    by_hand = promoted("1.0.0").model_copy(update={"by": "operator"})
+    assert manifest_to_trial([v1, v2], by_hand, [by_hand]) is None  # an operator's choice stands
+    assert manifest_to_trial([v1, v2], by_hand.model_copy(update={"status": "rolled_back"}), []) == v2
 
 
 def test_best_active_variant_is_served_and_a_testing_one_with_the_ab_probability() -> None:

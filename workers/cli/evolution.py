@@ -63,7 +63,9 @@ def lineage(namespace: str) -> dict[str, Any]:
         if promotion is not None and promotion.status == "rolled_back" and m.version == head and m.parent_version:
             status = "active"  # served again after its child was rolled back
         elif status in ("active", "on_trial") and m.version != head:
-            status = "superseded"  # another version was promoted since
+            on_trial_against = promotion is not None and promotion.status == "on_trial" and m.version == promotion.parent_version
+            # another version was promoted since; or, while that one is on trial, it serves the other calls
+            status = "trial's parent" if on_trial_against else "superseded"
         rows.append({
             "version": m.version,
             "parent": m.parent_version,
