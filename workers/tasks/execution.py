@@ -54,6 +54,8 @@ def attempt_id(plan: CallPlan, index: int) -> str:
 
 
 _added_originals: dict[str, ToolManifest] = {}
+_looked_for: dict[str, float] = {}  # namespace -> when the tools directory was last read for it in vain
+LOOK_AGAIN_S = 60.0  # a tools directory of thousands of manifests takes seconds to read
 
 
 def original_of(manifest: ToolManifest, registry: ToolRegistry, tools_dir: Path) -> ToolManifest | None:
@@ -65,8 +67,11 @@ def original_of(manifest: ToolManifest, registry: ToolRegistry, tools_dir: Path)
     if manifest.parent_version is None:
         return None
     original = registry.original(manifest.name) or _added_originals.get(manifest.name)
-    if original is None and (original := ToolRegistry.load([tools_dir]).original(manifest.name)) is not None:
-        _added_originals[manifest.name] = original
+    if original is None and time.monotonic() - _looked_for.get(manifest.name, -LOOK_AGAIN_S) >= LOOK_AGAIN_S:
+        if (original := ToolRegistry.load([tools_dir]).original(manifest.name)) is not None:
+            _added_originals[manifest.name] = original
+        else:  # not there (removed since): run isolated, and read the directory again only after a while
+            _looked_for[manifest.name] = time.monotonic()
     return original
 
 
