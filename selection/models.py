@@ -64,9 +64,20 @@ class CallRequest(BaseModel):
     use_evolved: bool = True
     max_attempts: int = Field(5, ge=1, le=20)
     context: dict[str, Any] = Field(default_factory=dict)
-    exclude: list[str] = Field(default_factory=list, max_length=256)
+    exclude: list[str] = Field(default_factory=list, max_length=256,
+                               description="Tool versions not to try, as NAME@VERSION")
     call_id: str = Field(default_factory=new_id, pattern=CALL_ID_PATTERN)
     after_evolution: bool = False
+
+    @field_validator("exclude")
+    @classmethod
+    def _exclude_versions(cls, v: list[str]) -> list[str]:
+        """Tool versions, as NAME@VERSION: a bare name matched nothing and excluded nothing (QA)."""
+        bare = [key for key in v if "@" not in key or not key.partition("@")[2]]
+        if bare:
+            raise ValueError(f"exclude takes tool versions as NAME@VERSION; {', '.join(map(repr, bare[:5]))} "
+                             "names no version")
+        return v
 
     @field_validator("scenario")
     @classmethod

@@ -121,3 +121,10 @@ def test_bad_explicit_value_is_refused_naming_the_key() -> None:
     assert "context.languages.1: Input should be a valid string" in str(info.value)
     # Keys the analyser does not know are the caller's business.
     assert CallRequest(scenario="x", context={"ticket": "ABC-1"}).context == {"ticket": "ABC-1"}
+
+
+def test_exclude_takes_tool_versions_and_names_a_bare_name() -> None:
+    """QA: exclude=["slow_square"] excluded nothing (it matches NAME@VERSION only), silently."""
+    with pytest.raises(ValidationError, match="exclude takes tool versions as NAME@VERSION; 'slow_square' names no version"):
+        CallRequest(scenario="square this number", exclude=["slow_square"])
+    assert CallRequest(scenario="square this number", exclude=["slow_square@1.0.0"]).exclude == ["slow_square@1.0.0"]
