@@ -107,7 +107,7 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
         # call left one (a success below quality 0.5 leaves none), so that one is not waited for
         # (QA: 2.6 s per judgement of such a call, waiting for an entry that never came).
         mark_judged_execution(rt, call.call_id, record.key, sentiment)
-        mark_replaced(rt, call.call_id, record.key, wait_s=0.0)
+        mark_replaced(rt, call.call_id, record.key)
     rt.state.invalidate()  # every selector's cached searches predate it
     return record
 
@@ -115,18 +115,17 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
 OUTCOME_WAIT_S = 2.5  # a call's outcome is applied in batches, within about a second of its result
 
 
-def mark_replaced(rt: Runtime, call_id: str, key: str, wait_s: float = OUTCOME_WAIT_S) -> int:
+def mark_replaced(rt: Runtime, call_id: str, key: str) -> int:
     """Flag the outcome feedback `call_id` gave `key` as replaced by a judgement, so that it stops
     counting wherever the judgement's own scenario lies: selection sees a judgement only among the
     entries near the scenario it ranks for, and one given under another scenario never was (QA: the
-    outcome it replaced went on counting, +25). Looked for up to `wait_s` while the outcome is
-    applied; a success below quality 0.5 leaves none. The number of entries flagged."""
-    deadline = time.monotonic() + wait_s
+    outcome it replaced went on counting, +25). Not waited for: it is stored before the call's
+    execution records, which `mark_judged_execution` waits for, and one stored later is flagged as
+    it is written (workers/outcomes.py); a success below quality 0.5 leaves none. The number of
+    entries flagged."""
     mine = VectorFilter.where(call_id=call_id, source="outcome", tool=key)
     try:
-        while not (points := rt.memory.scroll(FEEDBACK, filter=mine, limit=50)) and time.monotonic() < deadline:
-            time.sleep(0.25)
-        fresh = [p for p in points if not p.payload.get("replaced")]
+        fresh = [p for p in rt.memory.scroll(FEEDBACK, filter=mine, limit=50) if not p.payload.get("replaced")]
         if fresh:
             rt.memory.upsert(FEEDBACK, [p.model_copy(update={"payload": {**p.payload, "replaced": True}}) for p in fresh])
     except Exception as exc:  # the judgement is stored (or waits in Redis); near the call's scenario it still replaces

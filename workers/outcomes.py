@@ -84,8 +84,8 @@ def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord],
         feedback += given
         if vectors is not None:
             feedback_vectors += [vectors[i]] * len(given)
-    # A judgement that came before its call's outcome was applied (more than OUTCOME_WAIT_S before)
-    # found no entry to flag: the entry knows it as it is written.
+    # A judgement that came before its call's outcome was applied found no entry to flag (it waits
+    # OUTCOME_WAIT_S for the call's records): the entry knows it as it is written.
     judged = judgements_known(rt, [r.call_id for r in records]) if feedback else {}
     feedback = [f.model_copy(update={"replaced": True}) if (f.key, f.call_id) in judged else f for f in feedback]
     write_feedback(rt, feedback, feedback_vectors if vectors is not None else None)
