@@ -32,6 +32,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def whoami_tool(tools_dir: Path):
+    """A python tool that answers with the pid of the process running it, in `tools_dir`/whoami:
+    which process ran a version is what the tests of in-process and isolated runs compare."""
+    from selection.manifest import load_manifest
+
+    folder = tools_dir / "whoami"
+    folder.mkdir(parents=True)
+    (folder / "who.py").write_text("import os\n\ndef run(data):\n    return {'pid': os.getpid()}\n")
+    (folder / "tool.yaml").write_text("name: whoami\nversion: 1.0.0\ndescription: Say which process runs it.\n"
+                                      "implementation: {kind: python, entrypoint: 'who:run'}\n")
+    return load_manifest(folder / "tool.yaml")
+
+
 def start_redis(workdir: Path, port: int | None = None, appendonly: bool = False) -> tuple[subprocess.Popen, str]:
     """Start a private redis-server; returns the process and its URL once it answers PING."""
     port = port or free_port()

@@ -106,35 +106,12 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
         # the call's outcome: when they are found, the outcome's feedback entry is stored too, if the
         # call left one (a success below quality 0.5 leaves none), so that one is not waited for
         # (QA: 2.6 s per judgement of such a call, waiting for an entry that never came).
-        mark_judged_execution(rt, call.call_id, record.key, sentiment)
-        mark_replaced(rt, call.call_id, record.key)
+        apply_judgement(rt, call.call_id, record.key, sentiment)
     rt.state.invalidate()  # every selector's cached searches predate it
     return record
 
 
 OUTCOME_WAIT_S = 2.5  # a call's outcome is applied in batches, within about a second of its result
-
-
-def mark_replaced(rt: Runtime, call_id: str, key: str) -> int:
-    """Flag the outcome feedback `call_id` gave `key` as replaced by a judgement, so that it stops
-    counting wherever the judgement's own scenario lies: selection sees a judgement only among the
-    entries near the scenario it ranks for, and one given under another scenario never was (QA: the
-    outcome it replaced went on counting, +25). Not waited for: it is stored before the call's
-    execution records, which `mark_judged_execution` waits for, and one stored later is flagged as
-    it is written (workers/outcomes.py); a success below quality 0.5 leaves none. The number of
-    entries flagged."""
-    mine = VectorFilter.where(call_id=call_id, source="outcome", tool=key)
-    try:
-        fresh = [p for p in rt.memory.scroll(FEEDBACK, filter=mine, limit=50) if not p.payload.get("replaced")]
-        if fresh:
-            rt.memory.upsert(FEEDBACK, [p.model_copy(update={"payload": {**p.payload, "replaced": True}}) for p in fresh])
-    except Exception as exc:  # the judgement is stored (or waits in Redis); near the call's scenario it still replaces
-        if not is_store_failure(exc):
-            raise
-        log.warning("could not flag the outcome feedback of call %s as judged: %s", call_id, exc,
-                    extra={"event": "judged_outcome_unflagged", "call_id": call_id})
-        return 0
-    return len(fresh)
 
 
 def as_judged(point: VectorPoint, sentiment: Sentiment) -> VectorPoint | None:
@@ -151,27 +128,39 @@ def as_judged(point: VectorPoint, sentiment: Sentiment) -> VectorPoint | None:
                                                 "judged": sentiment}})
 
 
-def mark_judged_execution(rt: Runtime, call_id: str, key: str, sentiment: Sentiment,
-                          wait_s: float = OUTCOME_WAIT_S) -> int:
-    """Make the execution record of `call_id`'s attempt of `key` say what a person judged (`as_judged`;
-    QA: 108 negative judgements of a converter's wrong answers, its feedback at -46, and it still
-    served every similar call: its judged outputs counted as successes nearby). Looked for up to
-    `wait_s` while the call's record is stored; the number of records changed."""
+def apply_judgement(rt: Runtime, call_id: str, key: str, sentiment: Sentiment, wait_s: float = OUTCOME_WAIT_S) -> int:
+    """What a judgement of `call_id`'s output by `key` changes besides being stored:
+    - the call's execution record says what a person judged (`as_judged`; QA: 108 negative
+      judgements of a converter's wrong answers, its feedback at -46, and it still served every
+      similar call: its judged outputs counted as successes nearby);
+    - the outcome feedback the call gave `key` is flagged as replaced, so that it stops counting
+      wherever the judgement's own scenario lies: selection sees a judgement only among the entries
+      near the scenario it ranks for, and one given under another scenario never was (QA: the
+      outcome it replaced went on counting, +25).
+    The execution record is looked for up to `wait_s` while the call's records are stored (in
+    batches); the outcome entry is stored before it, so it is not waited for (a success below
+    quality 0.5 leaves none), and records stored after that are changed as they are written
+    (workers/outcomes.py). The number of records and entries changed."""
     deadline = time.monotonic() + wait_s
-    mine = VectorFilter.where(call_id=call_id, tool=key)
     try:
-        while not (points := rt.memory.scroll(EXECUTIONS, filter=mine, limit=50)) and time.monotonic() < deadline:
+        ran = VectorFilter.where(call_id=call_id, tool=key)
+        while not (records := rt.memory.scroll(EXECUTIONS, filter=ran, limit=50)) and time.monotonic() < deadline:
             time.sleep(0.25)
-        changed = [judged for p in points if (judged := as_judged(p, sentiment)) is not None]
-        if changed:
-            rt.memory.upsert(EXECUTIONS, changed)
-    except Exception as exc:  # the judgement is stored; its feedback counts, the record stays as it ran
+        marked = [judged for p in records if (judged := as_judged(p, sentiment)) is not None]
+        if marked:
+            rt.memory.upsert(EXECUTIONS, marked)
+        outcome = VectorFilter.where(call_id=call_id, source="outcome", tool=key)
+        flagged = [p.model_copy(update={"payload": {**p.payload, "replaced": True}})
+                   for p in rt.memory.scroll(FEEDBACK, filter=outcome, limit=50) if not p.payload.get("replaced")]
+        if flagged:
+            rt.memory.upsert(FEEDBACK, flagged)
+    except Exception as exc:  # the judgement is stored; near the call's scenario it still replaces the outcome
         if not is_store_failure(exc):
             raise
-        log.warning("could not mark the execution record of call %s as judged: %s", call_id, exc,
-                    extra={"event": "judged_execution_unmarked", "call_id": call_id})
+        log.warning("could not apply the judgement of call %s to its records: %s", call_id, exc,
+                    extra={"event": "judgement_unapplied", "call_id": call_id})
         return 0
-    return len(changed)
+    return len(marked) + len(flagged)
 
 
 def _sentiments(judgements: list[VectorPoint]) -> dict[tuple[str, str], Sentiment]:

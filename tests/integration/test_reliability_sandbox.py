@@ -18,6 +18,7 @@ import pytest
 
 from selection.manifest import load_manifest
 from selection.models import FailureClass
+from tests.conftest import whoami_tool
 from tests.integration.conftest import Pipeline, start_pipeline
 from tests.integration.test_runners import assert_failure
 from tests.process_groups import gone, live_members
@@ -49,12 +50,7 @@ def test_an_evolved_version_that_runs_its_originals_code_unchanged_runs_in_the_p
     from evolution.versioning import version_dir
     from workers.evolver import read_parent, write_version
 
-    folder = tmp_path / "tools" / "whoami"
-    folder.mkdir(parents=True)
-    (folder / "who.py").write_text("import os\n\ndef run(data):\n    return {'pid': os.getpid()}\n")
-    (folder / "tool.yaml").write_text("name: whoami\nversion: 1.0.0\ndescription: Say which process runs it.\n"
-                                      "implementation: {kind: python, entrypoint: 'who:run'}\n")
-    original = load_manifest(folder / "tool.yaml")
+    original = whoami_tool(tmp_path / "tools")
     files = dict(read_parent(original).files)
 
     def evolved(version: str, files: dict[str, bytes], **changes: Any):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from selection.manifest import load_manifest
+from tests.conftest import whoami_tool
 from selection.registry import ToolRegistry
 from workers.runners import RunLimits, run_tool
 from workers.tasks.execution import original_of
@@ -14,12 +14,7 @@ def test_the_original_of_a_tool_added_after_the_executor_started_is_read_from_th
     """QA: slow_cube, added while the stack ran, evolved a timeout-only 1.1.0 that ran in a
     subprocess (124 ms a call; 1.9 ms after a restart): the executor's registry, read as it started,
     had no original to compare its code with."""
-    folder = tmp_path / "tools" / "whoami"
-    folder.mkdir(parents=True)
-    (folder / "who.py").write_text("import os\n\ndef run(data):\n    return {'pid': os.getpid()}\n")
-    (folder / "tool.yaml").write_text("name: whoami\nversion: 1.0.0\ndescription: Say which process runs it.\n"
-                                      "implementation: {kind: python, entrypoint: 'who:run'}\n")
-    original = load_manifest(folder / "tool.yaml")
+    original = whoami_tool(tmp_path / "tools")
     evolved = original.model_copy(update={"version": "1.1.0", "parent_version": "1.0.0", "timeout_s": 40.0})
     started_before = ToolRegistry()  # what the executor read when the tool was not there yet
 
