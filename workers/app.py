@@ -31,6 +31,7 @@ TASK_ROUTES: dict[str, dict[str, str]] = {
     "fittest.learn": {"queue": "learning"},
     "fittest.retrain_weights": {"queue": "learning"},
     "fittest.prune_history": {"queue": "learning"},
+    "fittest.recommend": {"queue": "learning"},
 }
 
 # Redis emulates priorities with one list per step; kombu pops lower numbers first.

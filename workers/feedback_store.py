@@ -190,11 +190,17 @@ def judgements_known(rt: Runtime, call_ids: Sequence[str]) -> dict[tuple[str, st
         return {}
 
 
+JUDGED_WRONG = "judged_wrong"  # the error class of a run whose output a person judged wrong
+
+
 def as_people_judged(records: list[ExecutionRecord], judged: dict[tuple[str, str], Sentiment]) -> list[ExecutionRecord]:
     """`records` (the learner's window, which Redis keeps as the calls ran) with each output a
     person judged wrong (`judged`: `judgements_of` their calls) counted as no success, as its
-    stored execution record says (`as_judged`): the weights learn what predicts a right output."""
-    return [r.model_copy(update={"success": False}) if r.success and judged.get((r.key, r.call_id)) == "negative" else r
+    stored execution record says (`as_judged`), with the error class `judged_wrong`: the weights
+    learn what predicts a right output, and `fittest recommend` names the versions whose outputs
+    people reject."""
+    return [r.model_copy(update={"success": False, "error_class": JUDGED_WRONG})
+            if r.success and judged.get((r.key, r.call_id)) == "negative" else r
             for r in records]
 
 

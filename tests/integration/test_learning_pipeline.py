@@ -129,6 +129,31 @@ def test_cli_explains_takes_feedback_shows_weights_and_recommends(learning: Pipe
     assert not any(tool.startswith("csv_lenient") for tool, _ in found)
 
 
+def test_recommend_counts_the_outputs_people_judged_wrong(learning: Pipeline, cli) -> None:
+    """Outputs that ran without an error but that a person judged wrong make their version one to
+    recommend evolving, as they make it a failure for the weights."""
+    from fittest.client import FittestClient
+
+    calls = [learning.call(scenario=f"show me which argv the program gets, run {i}", input={"text": f"a b {i}"},
+                           namespace="echo_args") for i in range(3)]
+    assert [c["status"] for c in calls] == ["success"] * 3
+    learning.wait_for(lambda: sum(r.key == "echo_args@1.0.0" for r in recent(learning)) >= 3, timeout=30)
+    before = json.loads(cli("recommend", "--min-runs", "3", "--json").output)
+    assert not any(r["tool"] == "echo_args@1.0.0" for r in before["recommendations"])
+
+    with FittestClient(settings=learning.settings) as client:
+        for c in calls:
+            client.record_feedback("echo_args", "negative", version=c["version"], reason="quoting lost", call_id=c["call_id"])
+    advice = cli("recommend", "--min-runs", "3", "--json")
+    assert advice.exit_code == 0, advice.output
+    answer = json.loads(advice.output)
+    echo = next(r for r in answer["recommendations"] if (r["tool"], r["context"]) == ("echo_args@1.0.0", "any"))
+    assert echo["success_rate"] == 0.0 and echo["error_classes"] == {"judged_wrong": 3}
+    assert answer["judged_wrong"] >= 3
+    table = cli("recommend", "--min-runs", "3")
+    assert "judged wrong" in table.output and "judged_wrong 3" in table.output
+
+
 def test_the_retrain_task_refits_the_tool_classifier_that_explain_then_shows(learning: Pipeline, cli) -> None:
     """On the running workers: successful calls reach the vector memory through `fittest.learn`, the
     retrain task refits the classifier on them, and the next ranking carries its probabilities."""

@@ -212,9 +212,8 @@ def test_recommend_shows_failed_scenarios_as_written(redis_answers: None, monkey
     found = [Recommendation(tool="fast[/x]@1.0.0", context="task_type=[/x]", runs=5, success_rate=0.0, elsewhere_rate=None,
                             error_classes={"crash[/x]": 5}, failed_scenarios=[f"sort numbers {text}"], advice=f"look at {text}")
              for text in TRICKY]
-    monkeypatch.setattr("workers.state.redis_client", lambda settings: None)
-    monkeypatch.setattr("workers.state.learning.LearningState", lambda *a: SimpleNamespace(recent=lambda: []))
-    monkeypatch.setattr("selection.recommend.recommendations", lambda *a: found)
+    monkeypatch.setattr(learning, "_ask_or_none", lambda *a, **k: {
+        "records": 5, "judged_wrong": 0, "recommendations": [r.model_dump(mode="json") for r in found]})
     out = invoke(["recommend"])
     assert_shown(out, "fast[/x]@1.0.0", "task_type=[/x]", "crash[/x] 5", *[f"sort numbers {text}" for text in TRICKY],
                  *[f"look at {text}" for text in TRICKY])

@@ -1,6 +1,7 @@
 """`fittest explain`, `feedback add|show`, `weights`, `recommend`: why selection ranks as it does and
 what it learned. What needs the vector memory is asked of the workers (the embedded store belongs
-to the memory worker); weights and execution records are read from Redis directly."""
+to the memory worker), `recommend` too (people's judgements of outputs are kept there); the
+weights are read from Redis directly."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from workers.cli.common import (
     JsonOpt,
     check_call_payload,
     console,
+    err_console,
     fail,
     literal,
     namespace_and_version,
@@ -37,15 +39,37 @@ class Sentiment(str, enum.Enum):
 
 def _ask(task: str, queue: str, timeout: float, **kwargs: Any) -> dict[str, Any]:
     """Send a task to the workers and wait for its answer, or fail with a message that says why."""
+    answer = _ask_or_none(task, queue, timeout, **kwargs)
+    if answer is None:
+        fail(f"no worker answered fittest.{task} within {timeout:g} s: is the memory worker running (`fittest up`)?")
+    return answer
+
+
+def _ask_or_none(task: str, queue: str, timeout: float, **kwargs: Any) -> dict[str, Any] | None:
+    """`_ask`, or None when no worker answered within `timeout`."""
     from celery.exceptions import TimeoutError as CeleryTimeout
 
     from workers.client import FittestClient
 
     client = FittestClient()
+    pending = client.send(task, queue=queue, **kwargs)
     try:
-        return client.wait(client.send(task, queue=queue, **kwargs), timeout)
+        return client.wait(pending, timeout)
     except CeleryTimeout:
-        fail(f"no worker answered fittest.{task} within {timeout:g} s: is the memory worker running (`fittest up`)?")
+        return None
+
+
+def _recommend_as_ran(min_runs: int, max_rate: float) -> dict[str, Any]:
+    """`fittest.recommend`'s answer from the learner's window in Redis, as the calls ran."""
+    from selection.recommend import recommendations
+    from workers.settings import get_settings
+    from workers.state import redis_client
+    from workers.state.learning import LearningState
+
+    settings = get_settings()
+    records = LearningState(redis_client(settings), settings.key_prefix, settings.learner_window).recent()
+    return {"records": len(records), "judged_wrong": None,
+            "recommendations": [r.model_dump(mode="json") for r in recommendations(records, min_runs, max_rate)]}
 
 
 # --------------------------------------------------------------------------------------- explain
@@ -243,25 +267,30 @@ def weights(
 def recommend(
     min_runs: Annotated[int, typer.Option(min=1, help="Attempts a version needs in a context to be judged there.")] = 5,
     max_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Success rate below which it is listed.")] = 0.5,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for the memory worker, which applies people's judgements; without its answer the window is read from Redis as the calls ran.")] = 5.0,
     json_out: JsonOpt = False,
 ) -> None:
-    """Tool versions with low success in some context (task type, phase, language), with the evidence."""
-    from selection.recommend import recommendations
-    from workers.settings import get_settings
-    from workers.state import redis_client
-    from workers.state.learning import LearningState
+    """Tool versions with low success in some context (task type, phase, language), with the
+    evidence, from the learner's window of recent attempts. An output a person judged wrong
+    (`feedback add ... --call`) counts as a failure, `judged_wrong`, as it does for the weights."""
+    from selection.recommend import Recommendation
 
-    settings = get_settings()
-    records = LearningState(redis_client(settings), settings.key_prefix, settings.learner_window).recent()
-    found = recommendations(records, min_runs, max_rate)
+    answer = _ask_or_none("recommend", "learning", timeout, min_runs=min_runs, max_rate=max_rate)
+    if answer is None:
+        answer = _recommend_as_ran(min_runs, max_rate)
+        err_console.print(f"[yellow]no memory worker answered within {timeout:g} s: the recent attempts are counted "
+                          "as they ran, without the judgements people made of their outputs[/yellow]", highlight=False)
+    found = [Recommendation.model_validate(r) for r in answer["recommendations"]]
+    records = answer["records"]
     if json_out:
-        print_json({"records": len(records), "recommendations": [r.model_dump(mode="json") for r in found]})
+        print_json(answer)
         return
     if not found:
         console.print(f"nothing to recommend: no version below {max_rate:.0%} success with {min_runs}+ runs "
-                      f"in any context ({len(records)} recent records)")
+                      f"in any context ({records} recent records)")
         return
-    table = Table(title=f"recommendations from {len(records)} recent attempts")
+    judged = f", {answer['judged_wrong']} judged wrong" if answer.get("judged_wrong") else ""
+    table = Table(title=f"recommendations from {records} recent attempts{judged}")
     for col in ("tool", "context", "runs", "success", "elsewhere", "errors", "advice", "failed on"):
         table.add_column(col, justify="right" if col in ("runs", "success", "elsewhere") else "left", overflow="fold")
     for r in found:
