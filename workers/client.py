@@ -111,8 +111,10 @@ class FittestClient:
         """Send `fittest.{task}` with `kwargs` to `queue` (workers/app.py TASK_ROUTES names each task's).
 
         A call (CALL_TASKS) is recorded as in flight once it is sent, in a buffered write (at most
-        0.1 s later, or at `close` or exit)."""
-        result = self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue)
+        0.1 s later, or at `close` or exit). A call whose caller chose its `call_id` is sent with
+        that id as its task id, so its result is kept, and found (`fittest result ID`), under it."""
+        task_id = kwargs.get("call_id") if task in CALL_TASKS else None
+        result = self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue, task_id=task_id)
         if task in CALL_TASKS:
             step = HandedOnStep(task_id=result.id, task=f"fittest.{task}", kwargs=kwargs, queue=queue)
             self._inflight.sent(step, step_due_in_s(self.settings.visibility_timeout))

@@ -138,6 +138,10 @@ def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline
         # it is looked for again (QA: 5 of 5 such judgements sent as the call returned were refused).
         chosen = client.run(scenario, input={"text": "x,y\n3,4\n"}, namespace="csv_lenient", call_id="my-service-call-42")
         assert chosen.tool == "csv_lenient"
+        # Its result is kept under the id its caller chose (QA: `fittest result` knew only the task id).
+        kept = cli("result", "my-service-call-42", "--json")
+        assert kept.exit_code == 0, kept.output
+        assert json.loads(kept.output)["call_id"] == "my-service-call-42" and json.loads(kept.output)["tool"] == "csv_lenient"
         assert client.record_feedback(chosen.tool, "positive", call_id="my-service-call-42")["feedback"]["scenario"] == scenario
         # ...and a call that does not exist, or did not run the tool, is refused (QA: both were recorded).
         with pytest.raises(ValueError, match="no call 0123456789abcdef is known"):

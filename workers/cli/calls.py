@@ -79,7 +79,7 @@ def call(
 @app.command()
 @needs_redis
 def result(
-    call_id: Annotated[str, typer.Argument(help="The call's id: the task id of its fittest.resilient_tool_call or fittest.call_tool (the id `fittest call` prints).")],
+    call_id: Annotated[str, typer.Argument(help="The call's id: the task id of its fittest.resilient_tool_call or fittest.call_tool (the id `fittest call` prints; the call_id its caller chose, for a call sent by fittest's client).")],
     timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for it when it has not finished yet.")] = 10.0,
     json_out: JsonOpt = False,
 ) -> None:
@@ -118,8 +118,8 @@ def unknown_call(client: FittestClient, call_id: str) -> str | None:
     if client.in_flight(call_id):
         return None
     return ("no call with this id is queued or running, and none finished in the last day "
-            "(a call sent by send_task alone is known once a worker has taken it; a call_id its caller chose "
-            "is not the task id its result is kept under: ask with the id the send returned)")
+            "(a call sent by send_task alone is known once a worker has taken it; its result is kept under "
+            "its task id, which is its call_id only when the sender made it so: send_task(..., task_id=call_id))")
 
 
 # What a call in flight is doing at its step, for a user who stopped waiting for it.
