@@ -228,6 +228,20 @@ class Promotions(Protocol):
     def promotion_history(self, namespace: str) -> list[Promotion]: ...
 
 
+class Newcomers(Protocol):
+    """The tools added to a running system: they compete with incumbents that have outcomes where
+    they have none, so selection gives them a trial (selection/serving.py `newcomer_to_try`)."""
+
+    def note_namespaces(self, namespaces: Sequence[str], now: float) -> list[str]:
+        """Remember these namespaces as served; those new to a store that knew others already are
+        newcomers from `now` (returned). The namespaces of a first catalog are not newcomers."""
+        ...
+
+    def newcomers(self) -> dict[str, float]:
+        """Every newcomer namespace and when it came; a change moves the promotions version."""
+        ...
+
+
 class WeightsStore(Protocol):
     """The learned SPARC weights with their history, and the tool classifier fitted with them."""
 
@@ -304,6 +318,6 @@ class Locks(Protocol):
 
 
 @runtime_checkable
-class StateStore(QualityScores, Promotions, WeightsStore, StateVersioning, Breakers, Locks, Protocol):
+class StateStore(QualityScores, Promotions, Newcomers, WeightsStore, StateVersioning, Breakers, Locks, Protocol):
     """The whole state store, one interface per concept above; every read-modify-write is atomic
     in the store. A backend implements all of them; a consumer types the concepts it uses."""

@@ -1,18 +1,25 @@
-"""What promotions decide about one call's ranking, after the policy has ranked it.
+"""What promotions and trials decide about one call's ranking, after the policy has ranked it.
 
 The policy orders candidates by what outcomes taught; promotions (a trial, `fittest promote`,
-`fittest rollback`) decide which version of a namespace goes first. The two meet here, as pure
-functions of the call, the ranking and the versions served (`ServedVersions`, which the selector
-reads from the state store).
+`fittest rollback`) decide which version of a namespace goes first, and a tool added to a running
+system is tried first on a share of the calls it matches (`newcomer_to_try`). They meet here, as
+pure functions of the call, the ranking and what the state store holds (`ServedVersions`, the
+newcomers), which the selector reads.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from selection.evidence import CandidateEvidence
 from selection.manifest import tool_key
 from selection.models import Candidate, CallRequest
+
+# A newcomer is tried when its description matches the job within this much cosine of the best
+# match among the candidates: a tool that does the job about as well as its words say, not any tool.
+NEWCOMER_MARGIN = 0.1
 
 
 @dataclass
@@ -51,3 +58,39 @@ def evolved_first(request: CallRequest, ranked: list[Candidate], served: ServedV
     if not request.after_evolution:
         return ranked
     return sorted(ranked, key=lambda c: c.key not in served.promoted)
+
+
+def newcomer_to_try(request: CallRequest, evidence: list[CandidateEvidence], newcomers: Collection[str],
+                    runs: int) -> CandidateEvidence | None:
+    """The version of a tool added to the running system to try first on this call, if any.
+
+    A tool that comes after others have served for a while has no outcomes, where an incumbent
+    that does the job has successes nearby, so the policy never ranks it first and its own
+    outcomes never come (QA: a `toml2json` added beside a `universal_convert` that kept
+    succeeding ran 0 times in 298 TOML calls). Until it has run `runs` times (FITTEST_TRIAL_SUCCESSES),
+    a newcomer whose description matches the job within NEWCOMER_MARGIN of the best match is
+    tried first on FITTEST_TRIAL_SHARE of such calls (the selector draws the share); after that
+    its outcomes speak for it, as anyone's. Not for a call to a namespace or a version, nor for the
+    retry after an evolution, which name what they want."""
+    if not newcomers or request.namespace or request.version or request.after_evolution:
+        return None
+    semantic = [e for e in evidence if e.source == "semantic"]
+    if not semantic:
+        return None
+    best = max(e.similarity for e in semantic)
+    fresh = [e for e in semantic if e.manifest.name in newcomers and e.successes + e.failures < runs
+             and e.similarity >= best - NEWCOMER_MARGIN]
+    return max(fresh, key=lambda e: (e.similarity, e.key), default=None)
+
+
+def tried_first(ranked: list[Candidate], key: str, probability: float) -> list[Candidate]:
+    """`ranked` with `key` first, placed there with `probability` (the share of calls that try it),
+    as its breakdown says; unchanged when it is first already or not ranked."""
+    chosen = next((c for c in ranked if c.key == key), None)
+    if chosen is None or ranked[0] is chosen:
+        return ranked
+    chosen.probability = round(probability, 6)
+    if chosen.breakdown is not None:
+        chosen.breakdown.rationale += f"; tried first as a tool new to the system ({probability:.0%} of such calls)"
+        chosen.breakdown.extra["newcomer_trial"] = 1.0
+    return [chosen, *(c for c in ranked if c is not chosen)]

@@ -48,6 +48,8 @@ class _State:
     classifier: str | None = None
     state_version: int = 0
     promotions_version: int = 0
+    namespaces: set[str] = field(default_factory=set)
+    newcomers: dict[str, float] = field(default_factory=dict)
     epoch: str = field(default_factory=lambda: uuid.uuid4().hex)  # a new one with every clear()
     breakers: dict[str, _Breaker] = field(default_factory=dict)
     durations: dict[str, list[float]] = field(default_factory=dict)
@@ -133,6 +135,23 @@ class InMemoryStateStore:
             del history[: max(0, len(history) - self.promotion_history_limit)]
             self._s.state_version += 1
             self._s.promotions_version += 1
+
+    # Newcomers
+    def note_namespaces(self, namespaces: Sequence[str], now: float) -> list[str]:
+        with self._lock:
+            had = bool(self._s.namespaces)
+            new = sorted(set(namespaces) - self._s.namespaces)
+            self._s.namespaces |= set(new)
+            if not had or not new:
+                return []
+            self._s.newcomers.update(dict.fromkeys(new, now))
+            self._s.state_version += 1
+            self._s.promotions_version += 1
+            return new
+
+    def newcomers(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._s.newcomers)
 
     def promote_if(self, promotion: Promotion, expect_version: str, expect_status: Sequence[str]) -> bool:
         with self._lock:

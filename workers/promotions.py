@@ -16,7 +16,7 @@ from evolution.models import ChangelogEntry
 from evolution.trial import Verdict, head_version, manifest_to_trial
 from selection.manifest import ToolManifest
 from selection.models import Promotion
-from selection.ports import Promotions, StateStore
+from selection.ports import Newcomers, Promotions, StateStore
 from selection.registry import ToolRegistry
 from workers.state.evolution import EvolutionState
 
@@ -62,6 +62,19 @@ def promote_on_trial(
         )
     )
     return promotion
+
+
+def note_newcomers(state: Newcomers, registry: ToolRegistry) -> list[str]:
+    """Remember the namespaces the registry serves; those added to a store that knew others are
+    newcomers, which selection tries first on a share of the calls they match until they have run
+    FITTEST_TRIAL_SUCCESSES times (selection/serving.py `newcomer_to_try`). Run as the memory
+    worker starts (a tool that came while no worker watched) and whenever the tools watch serves
+    a version."""
+    found = state.note_namespaces(registry.namespaces(), time.time())
+    for namespace in found:
+        log.info("%s is new to the running system: tried first on a share of the calls it matches", namespace,
+                 extra={"event": "tool_newcomer", "namespace": namespace})
+    return found
 
 
 def trial_new_manifests(state: Promotions, ledger: EvolutionState, registry: ToolRegistry,

@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
 from evolution.descriptions import MANIFEST_VARIANT
-from evolution.trial import served_version
+from evolution.trial import in_share, served_version
 from evolution.versioning import MANIFEST_FILE, version_stem
 from selection.cache import TTLCache
 from selection.classifier import ToolClassifier
@@ -38,7 +38,7 @@ from selection.ports import (
     VectorHit,
     VectorPoint,
 )
-from selection.serving import ServedVersions, evolved_first, served_first
+from selection.serving import ServedVersions, evolved_first, newcomer_to_try, served_first, tried_first
 from selection.sparc import sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
@@ -96,6 +96,7 @@ class Selector:
         self._weights: tuple[tuple[str, int], SelectionWeights] | None = None
         self._classifier: tuple[str, ToolClassifier | None] = ("", None)  # by the revision the weights name
         self._promotions: tuple[tuple[str, int], dict[str, Promotion | None]] = (("", -1), {})
+        self._newcomers: tuple[tuple[str, int], frozenset[str]] | None = None
         self._lexical: tuple[tuple[int, int, int], LexicalIndex] | None = None  # by (registry, its size, variants' revision)
 
     # ----------------------------------------------------------------- tool index
@@ -167,14 +168,22 @@ class Selector:
         try:
             evidence = self._evidence(request, features, degraded)
             served = self._served(request, evidence)
+            newcomer = newcomer_to_try(request, evidence, self.newcomers(), self.settings.trial_successes)
         finally:
             self._local.versions = None
+        share = self.settings.trial_share
+        if newcomer is not None and not in_share(request.call_id, f"newcomer:{newcomer.manifest.name}", share):
+            newcomer = None
         keep = max(self.settings.max_candidates, request.max_attempts)
-        # The retry after an evolution moves the new version to the front, wherever it placed, and a
-        # namespace's served version moves before its other versions: both need the whole ranking.
+        # The retry after an evolution moves the new version to the front, wherever it placed, a
+        # namespace's served version moves before its other versions, and a newcomer on trial goes
+        # first: they need the whole ranking.
         several = len({e.manifest.name for e in evidence}) < len(evidence)
-        ranked = self.policy.rank(evidence, self.rng, limit=None if request.after_evolution or several else keep)
+        whole = request.after_evolution or several or newcomer is not None
+        ranked = self.policy.rank(evidence, self.rng, limit=None if whole else keep)
         ranked = evolved_first(request, served_first(request, ranked, served), served)
+        if newcomer is not None:
+            ranked = tried_first(ranked, newcomer.key, share)
         timeouts = {e.key: e.timeout_s for e in evidence}
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)
@@ -412,6 +421,17 @@ class Selector:
         if missing:
             known.update(self.rt.state.promotions(missing))
         return {ns: known[ns] for ns in namespaces}
+
+    def newcomers(self) -> frozenset[str]:
+        """The namespaces added to the running system (selection/serving.py `newcomer_to_try`),
+        read again only when the promotions version moved, which marking one does."""
+        versions = getattr(self._local, "versions", None)
+        if versions is None:
+            return frozenset(self.rt.state.newcomers())
+        version = (versions.epoch, versions.promotions)
+        if self._newcomers is None or self._newcomers[0] != version:
+            self._newcomers = (version, frozenset(self.rt.state.newcomers()))
+        return self._newcomers[1]
 
     def weights(self) -> SelectionWeights:
         """The learner's current SPARC weights, read again only when their version moved."""

@@ -38,7 +38,10 @@ score.
 Exploration: the order is drawn from a Plackett-Luce distribution over the utilities with a small
 temperature, so candidates within a few percent of each other are tried in either order while a
 clearly better one is chosen every time; the probability of each placement is logged on the
-candidate (and with every attempt). The three hyper-parameters (kernel bandwidth, a, temperature)
+candidate (and with every attempt). A tool added to a running system, which has no outcomes where
+the incumbents have successes, is tried first on a share of the calls it matches until it has run
+a few times (selection/serving.py `newcomer_to_try`), outside this policy: the tools the system
+started with are explored by their descriptions alone. The three hyper-parameters (kernel bandwidth, a, temperature)
 are round values chosen on one half of the development queries of the selection bench and checked
 on the other half; none is fitted to any label. The classifier's weight c and its floor are round
 values chosen on the bench's stream in the order of seed 0 and checked in the order of seed 1. The

@@ -201,6 +201,23 @@ def test_concurrent_failures_from_threads_lose_nothing(store):
     assert store.stats([KEY])[KEY].quality == bp_to_quality(expected_chain([Severity.low] * 240)[-1][0])
 
 
+# Newcomers ------------------------------------------------------------------------------------
+
+
+def test_the_first_catalog_has_no_newcomers_and_a_namespace_added_later_is_one(store):
+    assert store.note_namespaces(["slugify", "word_stats"], now=100.0) == []  # the catalog it started with
+    assert store.newcomers() == {}
+    before = store.versions()
+    assert store.note_namespaces(["word_stats", "toml2json", "slugify"], now=200.0) == ["toml2json"]
+    after = store.versions()
+    # Selectors cache what they read per promotions version: a newcomer must move it.
+    assert after.promotions > before.promotions and after.state > before.state
+    assert store.note_namespaces(["toml2json", "slugify"], now=300.0) == []  # once, when it came
+    assert store.versions() == after
+    assert store.newcomers() == {"toml2json": 200.0}
+    assert store.note_namespaces([], now=400.0) == []
+
+
 # Promotions -----------------------------------------------------------------------------------
 
 

@@ -9,6 +9,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from tests.conftest import EXAMPLE_TOOLS
 from tests.integration.conftest import start_pipeline
 
@@ -162,6 +164,53 @@ def test_a_version_given_while_another_trial_runs_goes_on_trial_once_that_one_is
 
         p.wait_for(next_trial, timeout=60)
         assert any((h.evolved_version, h.status) == ("2.0.0", "active") for h in state.promotion_history("slugify"))
+    finally:
+        p.close()
+        p.state().clear()
+
+
+def test_a_tool_added_to_the_running_system_is_tried_first_on_its_share_of_the_calls_it_matches(
+    tmp_path: Path, redis_url: str, model_path: Path
+) -> None:
+    """QA: a tool added beside an incumbent that kept succeeding at its job ran 0 times in 298 calls:
+    with no outcomes of its own it never ranked first. Until it has run FITTEST_TRIAL_SUCCESSES
+    times it is tried first on FITTEST_TRIAL_SHARE of the calls it matches; the tools the system
+    started with are not newcomers."""
+    from evolution.trial import in_share
+
+    tools = tmp_path / "tools"
+    for name in ("word_stats", "slugify"):
+        shutil.copytree(EXAMPLE_TOOLS / name, tools / name)
+    p = start_pipeline(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"),
+                       FITTEST_TOOLS_RESCAN_S="0.3", FITTEST_TRIAL_SHARE="0.5", FITTEST_TRIAL_SUCCESSES="3")
+    call: dict[str, Any] = {"scenario": "how many words are in this paragraph", "input": {"text": "One two three. Four five!"}}
+    try:
+        state = p.state()
+        catalog = redis.Redis.from_url(p.settings.redis_url)
+        p.wait_for(lambda: catalog.scard(f"{p.settings.key_prefix}namespaces") == 2, timeout=30)  # noted at the start
+        assert [p.call(**call)["tool"] for _ in range(4)] == ["word_stats"] * 4
+        assert state.newcomers() == {}
+        shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "word_tally")
+        manifest = tools / "word_tally" / "tool.yaml"
+        manifest.write_text(manifest.read_text().replace("name: word_stats", "name: word_tally").replace(
+            "Count the words, characters, lines and sentences of a text", "Count the words and sentences of a text"))
+        p.wait_for(lambda: "word_tally" in state.newcomers(), timeout=30)
+        p.settled()
+        ids = [f"words-{i}" for i in range(40)]
+        tried = [i for i in ids if in_share(i, "newcomer:word_tally", 0.5)]
+        not_tried = [i for i in ids if i not in tried]
+        # Calls outside its share go on to the incumbent, as the outcomes rank it...
+        assert [p.call(**call, call_id=i)["tool"] for i in not_tried[:2]] == ["word_stats"] * 2
+        # ...and those in it try the newcomer first, saying why, until it has run 3 times.
+        first = [p.call(**call, call_id=i) for i in tried[:3]]
+        assert [r["tool"] for r in first] == ["word_tally"] * 3, first
+        assert all(r["status"] == "success" and "new to the system" in r["ranking"][0]["breakdown"]["rationale"]
+                   for r in first)
+        p.settled()
+        after = p.call(**call, call_id=tried[3])
+        assert "new to the system" not in after["ranking"][0]["breakdown"]["rationale"]
+        log = tmp_path / "logs" / "memory.log"
+        assert ("tool_newcomer", "word_tally") in {(e.get("event"), e.get("namespace")) for e in events(log)}
     finally:
         p.close()
         p.state().clear()

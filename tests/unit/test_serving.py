@@ -1,10 +1,11 @@
-"""What promotions decide about a ranking (selection/serving.py), without any service."""
+"""What promotions and newcomers' trials decide about a ranking (selection/serving.py), without any service."""
 
 from __future__ import annotations
 
+from selection.evidence import CandidateEvidence
 from selection.manifest import ToolManifest
-from selection.models import Candidate, CallRequest
-from selection.serving import ServedVersions, evolved_first, served_first
+from selection.models import Candidate, CallRequest, ScoreBreakdown
+from selection.serving import ServedVersions, evolved_first, newcomer_to_try, served_first, tried_first
 
 
 def candidate(name: str, version: str = "1.0.0") -> Candidate:
@@ -43,3 +44,39 @@ def test_a_call_retried_after_its_evolution_tries_the_promoted_version_first() -
     served = ServedVersions(promoted={"c@1.0.0"})
     assert keys(evolved_first(CallRequest(scenario="x", after_evolution=True), RANKED, served))[0] == "c@1.0.0"
     assert keys(evolved_first(CallRequest(scenario="x"), RANKED, served)) == keys(RANKED)
+
+
+# ------------------------------------------------------------------ a tool new to the running system
+def evidence(name: str, similarity: float, runs: int = 0) -> CandidateEvidence:
+    return CandidateEvidence(manifest=candidate(name).manifest, similarity=similarity, successes=runs)
+
+
+def test_a_newcomer_that_matches_the_job_about_as_well_as_the_best_is_tried() -> None:
+    found = [evidence("universal_convert", 0.62, runs=300), evidence("toml2json", 0.58), evidence("slugify", 0.30)]
+    call = CallRequest(scenario="convert this toml to json")
+    tried = newcomer_to_try(call, found, {"toml2json"}, runs=5)
+    assert tried is not None and tried.key == "toml2json@1.0.0"
+    # Not one that matches far worse than the best, nor one that has run its trial's runs already,
+    # nor a tool of the first catalog.
+    assert newcomer_to_try(call, found, {"slugify"}, runs=5) is None
+    assert newcomer_to_try(call, [found[0], evidence("toml2json", 0.58, runs=5)], {"toml2json"}, runs=5) is None
+    assert newcomer_to_try(call, found, set(), runs=5) is None
+
+
+def test_a_call_that_names_what_it_wants_gets_no_newcomer() -> None:
+    found = [evidence("universal_convert", 0.62, runs=300), evidence("toml2json", 0.61)]
+    for call in (CallRequest(scenario="x", namespace="universal_convert"),
+                 CallRequest(scenario="x", namespace="universal_convert", version="1.0.0"),
+                 CallRequest(scenario="x", after_evolution=True)):
+        assert newcomer_to_try(call, found, {"toml2json"}, runs=5) is None
+
+
+def test_a_newcomer_tried_first_says_so_with_the_share_as_its_probability() -> None:
+    ranked = [candidate("a"), candidate("b"), candidate("c")]
+    for c in ranked:
+        c.breakdown = ScoreBreakdown(rationale="policy")
+    out = tried_first(ranked, "c@1.0.0", 0.25)
+    assert keys(out) == ["c@1.0.0", "a@1.0.0", "b@1.0.0"]
+    assert out[0].probability == 0.25 and "new to the system" in out[0].breakdown.rationale
+    assert keys(tried_first(out, "c@1.0.0", 0.25)) == keys(out)  # first already: unchanged
+    assert keys(tried_first(out, "zzz@1.0.0", 0.25)) == keys(out)  # not ranked: unchanged

@@ -254,6 +254,21 @@ class RedisStateStore:
     def promotion_history(self, namespace: str) -> list[Promotion]:
         return [Promotion.model_validate_json(raw) for raw in self.client.lrange(self._k("promotions", namespace), 0, -1)]
 
+    # Newcomers --------------------------------------------------------------------------------
+
+    def note_namespaces(self, namespaces: Sequence[str], now: float) -> list[str]:
+        names = sorted(set(namespaces))
+        if not names:
+            return []
+        found = self.scripts["note_namespaces"](
+            keys=[self._k("namespaces"), self._k("newcomers"), self._state_key, self._promotions_version_key],
+            args=[now, *names],
+        )
+        return [as_text(name) for name in found]
+
+    def newcomers(self) -> dict[str, float]:
+        return {as_text(name): float(since) for name, since in self.client.hgetall(self._k("newcomers")).items()}
+
     # Weights ----------------------------------------------------------------------------------
 
     def weights(self) -> SelectionWeights:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, field_errors
 from workers.app import app
 from workers.feedback_store import apply_stored_judgements
-from workers.promotions import trial_new_manifests
+from workers.promotions import note_newcomers, trial_new_manifests
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
 from workers.tasks.common import ended_early, invalid_result, no_candidates, oversized, result_call_id, why_no_candidates
@@ -34,7 +34,8 @@ def warm_up(sender: Any = None, **_: Any) -> None:
     before, and `fittest health` counts the tools' vectors before any call. Then it watches the
     tools directory for manifests added, changed or removed (workers/tool_watch.py), and puts a
     version that a manifest newly gives its tool on trial (workers/promotions.py
-    `trial_new_manifests`), at the start for what came while no worker watched."""
+    `trial_new_manifests`), and a tool new to the system on its newcomer's trial (`note_newcomers`),
+    at the start for what came while no worker watched."""
     app_ = getattr(sender, "app", None)
     if app_ is None or "selection" not in app_.amqp.queues.consume_from or isinstance(getattr(sender, "pool", None), PreforkPool):
         return
@@ -49,9 +50,9 @@ def warm_up(sender: Any = None, **_: Any) -> None:
         except Exception:  # the first call tries again, and reports what fails
             log.warning("selection warm-up failed; the first call will try again", exc_info=True)
         try:
-            trial_manifests(runtime().registry.namespaces())
+            served_anew(runtime().registry.namespaces())
         except Exception:  # Redis away: the next version the watch serves looks again
-            log.warning("could not look for new manifest versions to put on trial", exc_info=True)
+            log.warning("could not look for new tools and manifest versions to put on trial", exc_info=True)
         try:  # judgements an earlier release stored did not flag or mark what they judged
             apply_stored_judgements(runtime().memory)
         except Exception:  # the store is down: judgements still replace outcomes near their scenario
@@ -61,14 +62,17 @@ def warm_up(sender: Any = None, **_: Any) -> None:
             watch = ToolsDirWatch(settings.tools_dir, runtime().registry, lambda found: runtime().selector.ensure_tools(found),
                                   lambda changed, removed: runtime().selector.revise_tools(changed, removed))
             watch_in_background(watch, settings.tools_rescan_s,
-                                then=lambda keys: trial_manifests(key.partition("@")[0] for key in keys))
+                                then=lambda keys: served_anew(key.partition("@")[0] for key in keys))
 
     threading.Thread(target=warm, name="fittest-warm-up", daemon=True).start()
 
 
-def trial_manifests(namespaces: Iterable[str]) -> None:
+def served_anew(namespaces: Iterable[str]) -> None:
+    """What a version newly served starts: a trial of a manifest's new version against what its
+    namespace served, and for a tool new to the running system, its newcomer's trial."""
     rt = runtime()
     trial_new_manifests(rt.state, rt.evolution, rt.registry, namespaces)
+    note_newcomers(rt.state, rt.registry)
 
 
 # Positional arguments of fittest.resilient_tool_call, in order (send_task(args=[...]) works too).
