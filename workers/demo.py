@@ -143,7 +143,7 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
 
         state = open_state_store(settings)
         time.sleep(1.0)  # the feedback queue applies the last failures and successes
-        rows = tool_rows(registry.all(), state)
+        rows = tool_rows(registry.all(), state, settings.trial_successes)
         console.print("[bold]3.[/bold] what the calls did to the tools")
         console.print(tools_table(rows, title="tools after the demo (quality starts at 1.00)"))
         ok = sum(r["status"] == "success" for r in results)

@@ -243,11 +243,28 @@ def test_the_tools_list_shows_each_circuit_breaker() -> None:
     state = InMemoryStateStore()
     for _ in range(3):
         state.record_run("old_sort@1.0.0", 1.0, False, threshold=3, cooldown_s=60)
-    rows = tool_rows(manifests, state)
+    rows = tool_rows(manifests, state, trial_runs=5)
     assert [(r["name"], r["breaker"], r["failures"]) for r in rows] == [("fast_sort", "closed", 0), ("old_sort", "open", 0)]
     with console.capture() as out:
         console.print(tools_table(rows))
     assert any("old_sort@1.0.0" in line and " open " in line for line in out.get().splitlines())
+
+
+def test_the_tools_list_marks_a_tool_new_to_the_running_system_while_its_trial_runs() -> None:
+    from tests.fakes_state import InMemoryStateStore
+    from workers.cli.tools import tool_rows, tools_table
+
+    manifests = [ToolManifest(name=n, description=n, implementation=HTTP) for n in ("fast_sort", "new_sort")]
+    state = InMemoryStateStore()
+    state.note_namespaces(["fast_sort"], now=1.0)
+    state.note_namespaces(["fast_sort", "new_sort"], now=2.0)
+    rows = tool_rows(manifests, state, trial_runs=2)
+    assert [(r["name"], r["newcomer"]) for r in rows] == [("fast_sort", False), ("new_sort", True)]
+    with console.capture() as out:
+        console.print(tools_table(rows))
+    assert any("new_sort@1.0.0 (new: on trial)" in line for line in out.get().splitlines())
+    state.record_successes([("new_sort@1.0.0", "a1"), ("new_sort@1.0.0", "a2")])
+    assert [r["newcomer"] for r in tool_rows(manifests, state, trial_runs=2)] == [False, False]  # its runs are done
 
 
 def never_sent(monkeypatch: pytest.MonkeyPatch) -> None:

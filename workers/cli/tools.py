@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Optional, Protocol
 
 import typer
 from rich.table import Table
 
 from selection.manifest import ToolManifest
-from selection.ports import Breakers
+from selection.ports import Breakers, Newcomers
 from workers.cli.common import JsonOpt, console, err_console, fail, literal, needs_redis, print_json
 
 app = typer.Typer()
@@ -31,16 +31,23 @@ def tools(json_out: JsonOpt = False) -> None:
                               "fittest runs in)")
         else:
             err_console.print(f"[yellow]skipped[/yellow] {literal(error)}")
-    rows = tool_rows(registry.all(), rt.state)
+    rows = tool_rows(registry.all(), rt.state, rt.settings.trial_successes)
     if json_out:
         print_json(rows)
         return
     console.print(tools_table(rows))
 
 
-def tool_rows(manifests: list[ToolManifest], state: Breakers) -> list[dict[str, Any]]:
-    """Each version as `fittest tools --json` shows it: its manifest's summary and its state."""
+class ToolStates(Breakers, Newcomers, Protocol):
+    """What `fittest tools` reads of each version: its counters and breaker, and the newcomers."""
+
+
+def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int) -> list[dict[str, Any]]:
+    """Each version as `fittest tools --json` shows it: its manifest's summary and its state.
+    `newcomer`: a version of a tool new to the running system that is still tried first on a share
+    of the calls it matches (it has run fewer than `trial_runs` times; selection/serving.py)."""
     stats, breakers = state.stats_and_breakers([m.key for m in manifests])
+    newcomers = state.newcomers()
     return [
         {
             "name": m.name,
@@ -53,6 +60,7 @@ def tool_rows(manifests: list[ToolManifest], state: Breakers) -> list[dict[str, 
             "failures": stats[m.key].failures,
             "breaker": breakers[m.key],
             "deprecated": m.deprecated,
+            "newcomer": m.name in newcomers and stats[m.key].successes + stats[m.key].failures < trial_runs,
         }
         for m in manifests
     ]
@@ -70,7 +78,8 @@ def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
     for r in rows:
         q = r["quality"]
         color = "green" if q >= 0.9 else "yellow" if q >= 0.7 else "red"
-        key = literal(f"{r['name']}@{r['version']}") + (" [dim](deprecated)[/dim]" if r.get("deprecated") else "")
+        key = (literal(f"{r['name']}@{r['version']}") + (" [dim](deprecated)[/dim]" if r.get("deprecated") else "")
+               + (" [cyan](new: on trial)[/cyan]" if r.get("newcomer") else ""))
         breaker = r.get("breaker", "closed")
         shown = {"open": "[red]open[/red]", "half_open": "[yellow]half-open[/yellow]"}.get(breaker, "[dim]closed[/dim]")
         table.add_row(key, literal(r["kind"]), f"[{color}]{q:.2f}[/{color}]",
