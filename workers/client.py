@@ -139,6 +139,11 @@ class FittestClient:
         the Redis backend's result consumer took a second more for each result that arrived while
         it waited for another (QA: a slow call and four fast ones sent together, each fast one
         done in 0.1 s, came back at 0.3, 1.3, 2.3 and 3.3 s)."""
+        if result._cache is None and result.backend is None:
+            # Released by an earlier wait that timed out or met Redis away, before any result came:
+            # follow the call again (QA I: a second `result()` after a TimeoutError raised
+            # AttributeError: 'NoneType' object has no attribute 'add_pending_result').
+            result.backend = result.app.backend
         try:
             if result._cache is None and result.backend is not None:  # not fetched (and detached) already
                 result.ready()

@@ -19,3 +19,21 @@ def test_a_result_fetched_and_detached_before_is_returned_from_what_it_holds() -
         assert FittestClient.wait(held, timeout=1) == {"status": "success"}
     finally:
         app.close()
+
+
+def test_a_call_waited_for_again_after_a_timeout_gets_its_result() -> None:
+    """The README's pattern: `result()` timed out (or met Redis away), the call goes on, and a later
+    `result()` of the same handle gets it. The first wait released the handle (backend None), and
+    the second raised AttributeError: 'NoneType' object has no attribute 'add_pending_result'."""
+    from celery.exceptions import TimeoutError as CeleryTimeout
+    import pytest
+
+    app = Celery("t", backend="cache+memory://")
+    try:
+        pending = AsyncResult("call-2", app=app)
+        with pytest.raises(CeleryTimeout):
+            FittestClient.wait(pending, timeout=0.2)
+        app.backend.store_result("call-2", {"status": "success"}, "SUCCESS")
+        assert FittestClient.wait(pending, timeout=5) == {"status": "success"}
+    finally:
+        app.close()
