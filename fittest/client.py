@@ -82,8 +82,16 @@ class FittestClient(_BaseClient):
     def submit_tool(self, name: str, input: dict[str, Any] | None = None, **options: Any) -> AsyncResult:
         """Enqueue a call of namespace `name` (its promoted version, or the original)."""
         payload = CallToolPayload.model_validate({"name": name, "input": input or {}, **options})
+        # The other fields of a call (call_id, context, tags, max_attempts, ...) are checked as the
+        # worker checks them, and sent: CallToolPayload ignores them (QA I: run_tool(..., call_id=...)
+        # came back under another id, with the context, tags and max_attempts dropped).
+        extra = [k for k in options if k not in CallToolPayload.model_fields]
+        request = CallRequest.model_validate({**{k: options[k] for k in extra}, "input": payload.input,
+                                              "scenario": payload.scenario or f"call {name}"})
+        sent = {**payload.model_dump(mode="json", exclude_unset=True),
+                **{k: v for k, v in request.model_dump(mode="json").items() if k in extra}}
         with _reaching(self.settings.redis_url, "sending the call"):
-            return self.send("call_tool", **payload.model_dump(mode="json", exclude_unset=True))
+            return self.send("call_tool", **sent)
 
     def result(self, pending: AsyncResult, timeout: float = 120.0) -> CallResult:
         """The call's result; celery.exceptions.TimeoutError when none came within `timeout`, and

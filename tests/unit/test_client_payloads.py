@@ -1,0 +1,45 @@
+"""What the typed client sends (no broker: `send` is replaced by a recorder)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from fittest.client import FittestClient
+
+
+class Recorded(Exception):
+    pass
+
+
+@pytest.fixture()
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    def send(self: FittestClient, task: str, *, queue: str = "selection", **kwargs: Any) -> Any:
+        calls.append((task, kwargs))
+        raise Recorded
+
+    monkeypatch.setattr(FittestClient, "send", send)
+    return calls
+
+
+def test_submit_tool_sends_the_call_fields_it_is_given(sent: list[tuple[str, dict[str, Any]]]) -> None:
+    """QA I: run_tool(name, input, call_id=..., context=..., tags=..., max_attempts=...) sent only name
+    and input: the result came back under another call id, and the other fields were ignored."""
+    client = FittestClient("redis://127.0.0.1:1/0")
+    try:
+        with pytest.raises(Recorded):
+            client.submit_tool("vat_price", {"amount": 5}, call_id="order-42", context={"language": "python"},
+                               tags=["money"], max_attempts=2)
+        task, kwargs = sent[0]
+        assert task == "call_tool"
+        assert kwargs == {"name": "vat_price", "input": {"amount": 5}, "call_id": "order-42",
+                          "context": {"language": "python"}, "tags": ["money"], "max_attempts": 2}
+        with pytest.raises(ValidationError, match="priority"):  # refused here, as the worker would
+            client.submit_tool("vat_price", {"amount": 5}, priority=3)
+        assert len(sent) == 1
+    finally:
+        client.close()
