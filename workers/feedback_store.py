@@ -64,7 +64,12 @@ def judged_call(rt: Runtime, call_id: str, result_of: Callable[[str], dict[str, 
     result = result_of(call_id)
     if isinstance(result, dict) and isinstance(result.get("attempts"), list):
         ran = [f"{a['tool']}@{a['version']}" for a in result["attempts"] if isinstance(a, dict) and "tool" in a]
-        return JudgedCall(call_id=call_id, ran=ran, scenario=str(result.get("scenario") or ""))
+        # Found under the task id of a call whose caller chose its call id: the judgement is of that
+        # call id, which its outcome and execution records carry (QA I: judged by the task id that
+        # `fittest result` asks for, the call's positive outcome still counted beside it).
+        own = result.get("call_id")
+        return JudgedCall(call_id=own if isinstance(own, str) and own else call_id, ran=ran,
+                          scenario=str(result.get("scenario") or ""))
     points = rt.memory.scroll(FEEDBACK, filter=VectorFilter.where(call_id=call_id, source="outcome"), limit=50)
     if not points:
         return None

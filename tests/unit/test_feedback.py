@@ -85,3 +85,18 @@ def test_an_outcome_flagged_as_judged_does_not_count_without_its_judgement_among
     unflagged = VectorHit("outcome:c2", 1.0, {**flagged.payload, "call_id": "c2", "replaced": False})
     assert points_by_tool([flagged], half_life_s=86_400, now=1_000.0) == {}
     assert points_by_tool([flagged, unflagged], half_life_s=86_400, now=1_000.0)["a@1"] == 25.0
+
+
+def test_a_call_judged_by_its_task_id_is_judged_under_the_call_id_its_caller_chose() -> None:
+    """A call sent with a chosen call_id keeps its result under Celery's task id (what `fittest
+    result` asks for); a judgement by that task id must key on the call id, which the call's outcome
+    and execution records carry, or the outcome it should replace still counts beside it."""
+    from typing import Any, cast
+
+    from workers.feedback_store import judged_call
+
+    stored = {"task-123": {"call_id": "order-42", "scenario": "add VAT", "attempts": [
+        {"tool": "vat_price", "version": "1.0.0", "outcome": "success"}]}}
+    call = judged_call(cast(Any, None), "task-123", stored.get)
+    assert call is not None
+    assert (call.call_id, call.ran, call.scenario) == ("order-42", ["vat_price@1.0.0"], "add VAT")
