@@ -64,7 +64,15 @@ def recommendations(records: Iterable[ExecutionRecord], min_runs: int = 5, max_r
         errors = Counter(r.error_class or "unknown" for r in rs if not r.success)
         failed = list(dict.fromkeys(r.scenario[:200] for r in rs if not r.success))[:EXAMPLES]
         top_error = errors.most_common(1)[0][0] if errors else "failure"
-        if context == "any":
+        if errors.get("bad_input", 0) * 2 > sum(errors.values()):
+            # Refused input is no fault of the tool's code (QA I: convert_units, 10 of 10 of its own
+            # jobs done, was told "evolve it or retire it" for the VAT and CSV jobs it was tried on
+            # as a fallback): what to look at is which calls bring it in.
+            where = "" if context == "any" else f" where {context}"
+            advice = (f"mostly refused its input{where} (bad_input): check the scenarios it failed on; jobs of other "
+                      "tools that its description or examples match (tried as a fallback), or callers' mistakes, "
+                      "are not fixed by evolving or retiring it")
+        elif context == "any":
             advice = f"fails in general (mostly {top_error}): evolve it or retire it"
         elif elsewhere is not None and elsewhere >= max_rate:
             advice = f"fails where {context} (mostly {top_error}) but not elsewhere: narrow its SPARC metadata (phases, languages, task types) so the SPARC score ranks it lower there, or evolve it for this context"

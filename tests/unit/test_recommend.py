@@ -1,0 +1,28 @@
+"""`fittest recommend`'s advice (selection/recommend.py)."""
+
+from __future__ import annotations
+
+from selection.learner import ExecutionRecord
+from selection.recommend import recommendations
+
+
+def record(i: int, success: bool, error: str | None, scenario: str) -> ExecutionRecord:
+    return ExecutionRecord(attempt_id=f"c{i}:1", call_id=f"c{i}", tool="convert_units", version="1.0.0",
+                           scenario=scenario, success=success, error_class=error)
+
+
+def test_a_version_that_mostly_refused_its_input_is_not_told_to_evolve_or_retire() -> None:
+    """QA I: convert_units did all 10 of its own jobs and refused the input of 16 VAT and CSV jobs it
+    was tried on as a fallback; the advice was "fails in general (mostly bad_input): evolve it or retire it"."""
+    records = [record(i, True, None, "how many miles is 10 kilometres") for i in range(10)]
+    records += [record(10 + i, False, "bad_input", "add 20 percent VAT to a net price") for i in range(16)]
+    (found,) = recommendations(records)
+    assert found.context == "any" and found.error_classes == {"bad_input": 16}
+    assert "refused its input" in found.advice and "evolve it or retire it" not in found.advice
+
+
+def test_a_version_that_mostly_crashes_is_still_told_to_evolve_or_retire() -> None:
+    records = [record(i, True, None, "add VAT") for i in range(3)]
+    records += [record(3 + i, False, "crash" if i % 3 else "bad_input", "add VAT") for i in range(6)]
+    (found,) = recommendations(records)
+    assert found.advice.startswith("fails in general (mostly crash): evolve it or retire it")
