@@ -29,7 +29,7 @@ from celery.result import AsyncResult
 from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
-from selection.models import CallRequest, CallResult
+from selection.models import CallRequest, CallResult, size_errors
 from workers.client import CallToolPayload, FeedbackRequest, payload_schemas
 from workers.client import FittestClient as _BaseClient
 from workers.settings import Settings, get_settings, redact_url
@@ -76,6 +76,7 @@ class FittestClient(_BaseClient):
         """Enqueue a call and return at once; `result()` waits for it. The payload is checked
         here, so a bad field fails in the caller, not later in a worker."""
         request = CallRequest.model_validate({"scenario": scenario, "input": input or {}, **options})
+        self._check_size(request)
         with _reaching(self.settings.redis_url, "sending the call"):
             return self.send("resilient_tool_call", **request.model_dump(mode="json", exclude_unset=True))
 
@@ -88,10 +89,18 @@ class FittestClient(_BaseClient):
         extra = [k for k in options if k not in CallToolPayload.model_fields]
         request = CallRequest.model_validate({**{k: options[k] for k in extra}, "input": payload.input,
                                               "scenario": payload.scenario or f"call {name}"})
+        self._check_size(request)
         sent = {**payload.model_dump(mode="json", exclude_unset=True),
                 **{k: v for k, v in request.model_dump(mode="json").items() if k in extra}}
         with _reaching(self.settings.redis_url, "sending the call"):
             return self.send("call_tool", **sent)
+
+    def _check_size(self, request: CallRequest) -> None:
+        """Refuse here, as `fittest call` does, an input or context the workers would refuse as too
+        large (QA I: a 3 MB input went through Redis to be refused by the selection worker)."""
+        errors = size_errors(request, self.settings.input_limit_bytes)
+        if errors:
+            raise ValueError("; ".join(f"{e['field']}: {e['message']}" for e in errors))
 
     def result(self, pending: AsyncResult, timeout: float = 120.0) -> CallResult:
         """The call's result; celery.exceptions.TimeoutError when none came within `timeout`, and

@@ -43,3 +43,16 @@ def test_submit_tool_sends_the_call_fields_it_is_given(sent: list[tuple[str, dic
         assert len(sent) == 1
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("submit", ["submit", "submit_tool"])
+def test_an_input_larger_than_the_limit_is_refused_before_it_is_sent(sent: list[tuple[str, dict[str, Any]]],
+                                                                     submit: str) -> None:
+    """QA I: a 3 MB input went through Redis for the selection worker to refuse it."""
+    client = FittestClient("redis://127.0.0.1:1/0")
+    try:
+        with pytest.raises(ValueError, match="input: input is 2,000,012 bytes of JSON; the limit is"):
+            getattr(client, submit)("word_stats", {"text": "x" * 2_000_000})
+        assert sent == []
+    finally:
+        client.close()
