@@ -81,7 +81,9 @@ class FittestClient(_BaseClient):
             return self.send("resilient_tool_call", **request.model_dump(mode="json", exclude_unset=True))
 
     def submit_tool(self, name: str, input: dict[str, Any] | None = None, **options: Any) -> AsyncResult:
-        """Enqueue a call of namespace `name` (its promoted version, or the original)."""
+        """Enqueue a call of namespace `name`: its promoted version, or the original, first; when
+        every version of it fails, the tools its scenario (default: its description) matches are
+        tried as fallbacks, so check `result.tool` before reading the output's shape."""
         payload = CallToolPayload.model_validate({"name": name, "input": input or {}, **options})
         # The other fields of a call (call_id, context, tags, max_attempts, ...) are checked as the
         # worker checks them, and sent: CallToolPayload ignores them (QA I: run_tool(..., call_id=...)
@@ -113,7 +115,7 @@ class FittestClient(_BaseClient):
         return self.result(self.submit(scenario, input, **options), timeout)
 
     def run_tool(self, name: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **options: Any) -> CallResult:
-        """Call namespace `name` and wait for the result."""
+        """Call namespace `name` (other tools are fallbacks: `submit_tool`) and wait for the result."""
         return self.result(self.submit_tool(name, input, **options), timeout)
 
     def record_feedback(self, tool: str, sentiment: Literal["positive", "negative"], *, version: str | None = None,

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from evolution.trial import head_version
 from selection.feedback import FeedbackRecord, TrendPoint, judged_calls, replaced, trend
@@ -55,6 +55,7 @@ class JudgedCall(BaseModel):
     call_id: str
     ran: list[str]  # tool keys
     scenario: str = ""
+    failed: list[str] = Field(default_factory=list)  # tool keys none of whose attempts in the call succeeded
 
 
 def judged_call(rt: Runtime, call_id: str, result_of: Callable[[str], dict[str, Any] | None]) -> JudgedCall | None:
@@ -63,18 +64,22 @@ def judged_call(rt: Runtime, call_id: str, result_of: Callable[[str], dict[str, 
     left (a chosen call id); None when neither knows it."""
     result = result_of(call_id)
     if isinstance(result, dict) and isinstance(result.get("attempts"), list):
-        ran = [f"{a['tool']}@{a['version']}" for a in result["attempts"] if isinstance(a, dict) and "tool" in a]
+        attempts = [a for a in result["attempts"] if isinstance(a, dict) and "tool" in a]
+        ran = [f"{a['tool']}@{a['version']}" for a in attempts]
+        succeeded = {f"{a['tool']}@{a['version']}" for a in attempts if a.get("outcome") == "success"}
         # Found under the task id of a call whose caller chose its call id: the judgement is of that
         # call id, which its outcome and execution records carry (QA I: judged by the task id that
         # `fittest result` asks for, the call's positive outcome still counted beside it).
         own = result.get("call_id")
         return JudgedCall(call_id=own if isinstance(own, str) and own else call_id, ran=ran,
-                          scenario=str(result.get("scenario") or ""))
+                          scenario=str(result.get("scenario") or ""), failed=sorted(set(ran) - succeeded))
     points = rt.memory.scroll(FEEDBACK, filter=VectorFilter.where(call_id=call_id, source="outcome"), limit=50)
     if not points:
         return None
     records = sorted((FeedbackRecord.from_payload(p.id, p.payload) for p in points), key=lambda r: r.timestamp)
-    return JudgedCall(call_id=call_id, ran=[r.key for r in records], scenario=records[0].scenario)
+    ran = [r.key for r in records]
+    return JudgedCall(call_id=call_id, ran=ran, scenario=records[0].scenario,
+                      failed=sorted(set(ran) - {r.key for r in records if r.value > 0}))  # an outcome's failure is negative
 
 
 def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: str | None,
@@ -96,6 +101,9 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
         if version is not None and f"{tool}@{version}" not in mine:
             raise ValueError(f"call {call.call_id} ran {', '.join(mine)}, not {tool}@{version}")
         version = version or mine[-1].partition("@")[2]
+        if sentiment == "positive" and f"{tool}@{version}" in call.failed:
+            # QA: a positive judgement of a crashed attempt replaced the crash's negative outcome.
+            raise ValueError(f"{tool}@{version}'s attempt in call {call.call_id} failed: it gave no output to judge right")
         scenario = scenario or call.scenario or None
     version = version or served_version(rt, tool)
     manifest = rt.registry.get(f"{tool}@{version}")

@@ -100,3 +100,19 @@ def test_a_call_judged_by_its_task_id_is_judged_under_the_call_id_its_caller_cho
     call = judged_call(cast(Any, None), "task-123", stored.get)
     assert call is not None
     assert (call.call_id, call.ran, call.scenario) == ("order-42", ["vat_price@1.0.0"], "add VAT")
+
+
+def test_a_positive_judgement_of_an_attempt_that_only_failed_is_refused() -> None:
+    """QA: a positive judgement of a crashed attempt (no output to judge) replaced the crash's
+    negative outcome. Judged wrong, it says what the crash said, and is taken."""
+    from typing import Any, cast
+
+    from workers.feedback_store import judged_call, record_tool_feedback
+
+    stored = {"c1": {"call_id": "c1", "scenario": "add VAT", "attempts": [
+        {"tool": "vat_price", "version": "1.0.0", "outcome": "failure", "error_class": "crash"},
+        {"tool": "convert_units", "version": "1.0.0", "outcome": "success"}]}}
+    call = judged_call(cast(Any, None), "c1", stored.get)
+    assert call is not None and call.failed == ["vat_price@1.0.0"]
+    with pytest.raises(ValueError, match="vat_price@1.0.0's attempt in call c1 failed: it gave no output to judge right"):
+        record_tool_feedback(cast(Any, None), "vat_price", None, None, "positive", call=call)
