@@ -215,6 +215,8 @@ class CallPlan(BaseModel):
     # Versions that matched but were not tried because their circuit breaker was open: left out by
     # selection, or passed over at their turn when it opened after the call was planned.
     held_back: list[str] = Field(default_factory=list)
+    # What the caller should know that did not stop the call (a namespace no tool has).
+    notes: list[str] = Field(default_factory=list)
 
     def no_candidates_message(self) -> str:
         """Why a plan has no candidate, as a caller or an operator needs to read it: a tool that
@@ -274,6 +276,7 @@ class CallResult(BaseModel):
     message: str = ""
     degraded: list[str] = Field(default_factory=list)
     held_back: list[str] = Field(default_factory=list)  # not tried: their circuit breaker was open
+    notes: list[str] = Field(default_factory=list)  # what did not stop the call, e.g. a namespace no tool has
     evolution: dict[str, Any] | None = None
     elapsed_ms: float = 0.0  # from the call's start to its result, an evolution and its retry included
 
@@ -306,6 +309,7 @@ class CallResult(BaseModel):
             message=message,
             degraded=plan.degraded,
             held_back=plan.held_back,
+            notes=plan.notes,
             evolution=plan.evolution_report,
             elapsed_ms=(time.time() - plan.started_at) * 1000.0,
         )

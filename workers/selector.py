@@ -195,7 +195,16 @@ class Selector:
             policy=self.policy.name,
             degraded=degraded,
             held_back=self._local.held_back,
+            notes=self._notes(request),
         )
+
+    def _notes(self, request: CallRequest) -> list[str]:
+        """What the caller should know of this call that did not stop it. A namespace no tool has
+        is a typo more often than not, and a scenario call goes on without it (QA: a service that
+        sent namespace "vat_prize" was served by vat_price with nothing said)."""
+        if request.namespace and not request.version and self.rt.registry.original(request.namespace) is None:
+            return [f"no tool named '{request.namespace}': the call was ranked by its scenario alone"]
+        return []
 
     def _evidence(self, request: CallRequest, features: dict[str, Any], degraded: list[str]) -> list[CandidateEvidence]:
         """What the stores know; when the embedder or the vector memory fails, what the registry and

@@ -125,8 +125,12 @@ def warn_if_namespace_unranked(namespace: str | None, outcome: dict[str, Any]) -
     """A namespace none of whose versions the workers ranked is a typo more often than not (the
     call was ranked by its scenario alone): say so. Read from the answer, not from the tools
     directory, which at 10,000 tools takes seconds to load."""
+    for note in outcome.get("notes") or []:  # what the workers say of the call (a namespace no tool has)
+        err_console.print(f"[yellow]warning:[/yellow] {literal(note)}")
     ranking = outcome.get("ranking") or []
     if not namespace or outcome.get("status") == "invalid" or any(r["key"].partition("@")[0] == namespace for r in ranking):
+        return
+    if outcome.get("notes"):
         return
     if str(outcome.get("message", "")).startswith(f"{namespace} has no version "):  # it exists: no typo
         return
