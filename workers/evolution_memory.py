@@ -66,15 +66,21 @@ def pattern_text(failures: list[FailedRun], fallback: str) -> str:
     return f"{top.value}: {message[:400]}"
 
 
-def _call_failures(plan: CallPlan, served: str | None) -> tuple[str, str | None, list[FailedRun]]:
+def call_failures(plan: CallPlan, served: str | None) -> tuple[str, str | None, list[FailedRun]]:
     """(namespace, parent version, failures) of a call whose candidates all failed.
 
-    The namespace is the one the call asked for, else the tool tried first. When none of its
-    versions ran (an open circuit breaker kept them out), the parent is left to the caller and
-    the failures come from memory.
+    The namespace is the one the call asked for, else the tool tried first; but when every tool
+    tried refused the input and a version that matched was held back by its circuit breaker, that
+    one: the tools tried were fallbacks, not the job's (QA: with vat_price's breaker open,
+    convert_units refused a VAT job's input and was evolved for it, "no mutator could propose").
+    When none of its versions ran, the parent is left to the caller and the failures come from
+    memory.
     """
     failed = [a for a in plan.attempts if not a.success and a.error_class is not None]
     namespace = plan.request.namespace or (failed[0].tool if failed else None)
+    if (not plan.request.namespace and plan.held_back and failed
+            and all(a.error_class is FailureClass.bad_input for a in failed)):
+        namespace = plan.held_back[0].partition("@")[0]
     if namespace is None:
         raise EvolutionUnavailable(f"call {plan.request.call_id} has no failed attempt to learn from")
     mine = [a for a in failed if a.tool == namespace]
@@ -152,7 +158,7 @@ def build_job(
     failures: list[FailedRun] = []
     if plan is not None:
         served = head_version(rt.state.promotion(plan.request.namespace)) if plan.request.namespace else None
-        namespace, version, failures = _call_failures(plan, served)
+        namespace, version, failures = call_failures(plan, served)
         scenario = plan.request.scenario
         exclude_call = plan.request.call_id
         reason = reason or f"all {len(plan.attempts)} attempts of call {plan.request.call_id} failed"

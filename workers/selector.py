@@ -270,7 +270,8 @@ class Selector:
             return []
         stats, breakers = self.rt.state.stats_and_breakers(list(manifests))
         blocked = self._breaker_blocked(breakers)
-        self._local.held_back = sorted(blocked & set(manifests))
+        # Best match first: a call whose tools tried all refused its input evolves the first of these.
+        self._local.held_back = sorted(blocked & set(manifests), key=lambda k: (-similarity.get(k, 0.0), k))
         keys = [k for k in manifests if k not in blocked]
         failures = self._failure_similarities(keys, vector) if vector is not None else {}
         evidence = [
