@@ -87,10 +87,26 @@ def tried_first(ranked: list[Candidate], key: str, probability: float) -> list[C
     """`ranked` with `key` first, placed there with `probability` (the share of calls that try it),
     as its breakdown says; unchanged when it is first already or not ranked."""
     chosen = next((c for c in ranked if c.key == key), None)
-    if chosen is None or ranked[0] is chosen:
+    if chosen is None:
+        return ranked
+    if ranked[0] is chosen:  # the policy placed it first too: first on the share and on its own draw
+        chosen.probability = round(probability + (1.0 - probability) * chosen.probability, 6)
         return ranked
     chosen.probability = round(probability, 6)
     if chosen.breakdown is not None:
         chosen.breakdown.rationale += f"; tried first as a tool new to the system ({probability:.0%} of such calls)"
         chosen.breakdown.extra["newcomer_trial"] = 1.0
     return [chosen, *(c for c in ranked if c is not chosen)]
+
+
+def passed_over(ranked: list[Candidate], key: str, share: float) -> list[Candidate]:
+    """`ranked` of a call on which the newcomer `key` could have been tried first but its share did
+    not draw it: the candidate the policy placed first got there only on the other 1 - share of
+    such calls, and its logged probability says so (QA K: the incumbent logged 1.0 where it went
+    first on 75% of the calls); the newcomer itself, placed first by the policy, went first on the
+    share too."""
+    if ranked:
+        first = ranked[0]
+        p = first.probability
+        first.probability = round(share + (1.0 - share) * p if first.key == key else (1.0 - share) * p, 6)
+    return ranked

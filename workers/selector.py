@@ -38,7 +38,7 @@ from selection.ports import (
     VectorHit,
     VectorPoint,
 )
-from selection.serving import ServedVersions, evolved_first, newcomer_to_try, served_first, tried_first
+from selection.serving import ServedVersions, evolved_first, newcomer_to_try, passed_over, served_first, tried_first
 from selection.sparc import sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
@@ -172,8 +172,9 @@ class Selector:
         finally:
             self._local.versions = None
         share = self.settings.trial_share
+        passed: str | None = None  # a newcomer this call could have tried first, but its share did not draw
         if newcomer is not None and not in_share(request.call_id, f"newcomer:{newcomer.manifest.name}", share):
-            newcomer = None
+            passed, newcomer = newcomer.key, None
         keep = max(self.settings.max_candidates, request.max_attempts)
         # The retry after an evolution moves the new version to the front, wherever it placed, a
         # namespace's served version moves before its other versions, and a newcomer on trial goes
@@ -184,6 +185,8 @@ class Selector:
         ranked = evolved_first(request, served_first(request, ranked, served), served)
         if newcomer is not None:
             ranked = tried_first(ranked, newcomer.key, share)
+        elif passed is not None:
+            ranked = passed_over(ranked, passed, share)
         timeouts = {e.key: e.timeout_s for e in evidence}
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)

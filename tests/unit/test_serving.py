@@ -5,7 +5,7 @@ from __future__ import annotations
 from selection.evidence import CandidateEvidence
 from selection.manifest import ToolManifest
 from selection.models import Candidate, CallRequest, ScoreBreakdown
-from selection.serving import ServedVersions, evolved_first, newcomer_to_try, served_first, tried_first
+from selection.serving import ServedVersions, evolved_first, newcomer_to_try, passed_over, served_first, tried_first
 
 
 def candidate(name: str, version: str = "1.0.0") -> Candidate:
@@ -80,3 +80,18 @@ def test_a_newcomer_tried_first_says_so_with_the_share_as_its_probability() -> N
     assert out[0].probability == 0.25 and "new to the system" in out[0].breakdown.rationale
     assert keys(tried_first(out, "c@1.0.0", 0.25)) == keys(out)  # first already: unchanged
     assert keys(tried_first(out, "zzz@1.0.0", 0.25)) == keys(out)  # not ranked: unchanged
+
+
+def test_the_logged_probability_of_the_first_place_counts_the_newcomers_share() -> None:
+    # QA K: with a newcomer eligible on 25% of the calls, the incumbent placed first on the other
+    # 75% logged probability 1.0.
+    ranked = [candidate("a"), candidate("c")]
+    ranked[0].probability = 0.8
+    assert passed_over(ranked, "c@1.0.0", 0.25)[0].probability == 0.6
+    mine = [candidate("c"), candidate("a")]
+    mine[0].probability = 0.8  # the policy placed the newcomer first itself: it goes first on 0.25 + 0.75 * 0.8
+    assert passed_over(mine, "c@1.0.0", 0.25)[0].probability == 0.85
+    drawn = [candidate("c"), candidate("a")]
+    drawn[0].probability = 0.8
+    assert tried_first(drawn, "c@1.0.0", 0.25)[0].probability == 0.85
+    assert passed_over([], "c@1.0.0", 0.25) == []
