@@ -18,8 +18,11 @@ from selection.manifest import tool_key
 from selection.models import Candidate, CallRequest
 
 # A newcomer is tried when its description matches the job within this much cosine of the best
-# match among the candidates: a tool that does the job about as well as its words say, not any tool.
+# match among the tools that matched: a tool that does the job about as well as its words say...
 NEWCOMER_MARGIN = 0.1
+# ...and matches it clearly: a tool's own jobs reach 0.7-1.0, where vague ones ("process this
+# file") matched QA K's ini2json at 0.34-0.48 and used up its trial on jobs it could not do.
+NEWCOMER_MIN_SIMILARITY = 0.5
 
 
 @dataclass
@@ -61,25 +64,29 @@ def evolved_first(request: CallRequest, ranked: list[Candidate], served: ServedV
 
 
 def newcomer_to_try(request: CallRequest, evidence: list[CandidateEvidence], newcomers: Collection[str],
-                    runs: int) -> CandidateEvidence | None:
+                    runs: int, best_match: float = 0.0) -> CandidateEvidence | None:
     """The version of a tool added to the running system to try first on this call, if any.
 
     A tool that comes after others have served for a while has no outcomes, where an incumbent
     that does the job has successes nearby, so the policy never ranks it first and its own
     outcomes never come (QA: a `toml2json` added beside a `universal_convert` that kept
     succeeding ran 0 times in 298 TOML calls). Until it has run `runs` times (FITTEST_TRIAL_SUCCESSES),
-    a newcomer whose description matches the job within NEWCOMER_MARGIN of the best match is
-    tried first on FITTEST_TRIAL_SHARE of such calls (the selector draws the share); after that
-    its outcomes speak for it, as anyone's. Not for a call to a namespace or a version, nor for the
-    retry after an evolution, which name what they want."""
+    a newcomer whose description matches the job clearly (NEWCOMER_MIN_SIMILARITY) and within
+    NEWCOMER_MARGIN of the best match is tried first on FITTEST_TRIAL_SHARE of such calls (the
+    selector draws the share); after that its outcomes speak for it, as anyone's. `best_match`:
+    the best similarity of the versions that matched but are not candidates (held back by their
+    circuit breaker), which the margin counts too (QA K: with the job's tool held back, a newcomer
+    for another job came within the margin and was tried first on 7 of 20 calls it refused). Not
+    for a call to a namespace or a version, nor for the retry after an evolution, which name what
+    they want."""
     if not newcomers or request.namespace or request.version or request.after_evolution:
         return None
     semantic = [e for e in evidence if e.source == "semantic"]
     if not semantic:
         return None
-    best = max(e.similarity for e in semantic)
+    best = max(best_match, *(e.similarity for e in semantic))
     fresh = [e for e in semantic if e.manifest.name in newcomers and e.successes + e.failures < runs
-             and e.similarity >= best - NEWCOMER_MARGIN]
+             and e.similarity >= max(best - NEWCOMER_MARGIN, NEWCOMER_MIN_SIMILARITY)]
     return max(fresh, key=lambda e: (e.similarity, e.key), default=None)
 
 

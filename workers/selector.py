@@ -164,11 +164,13 @@ class Selector:
             features = analyse(request.scenario, request.context, request.input).model_dump(mode="json")
         self._local.versions = self.rt.state.versions()
         self._local.held_back = []
+        self._local.held_back_match = 0.0
         degraded: list[str] = []
         try:
             evidence = self._evidence(request, features, degraded)
             served = self._served(request, evidence)
-            newcomer = newcomer_to_try(request, evidence, self.newcomers(), self.settings.trial_successes)
+            newcomer = newcomer_to_try(request, evidence, self.newcomers(), self.settings.trial_successes,
+                                       self._local.held_back_match)
         finally:
             self._local.versions = None
         share = self.settings.trial_share
@@ -275,6 +277,8 @@ class Selector:
         blocked = self._breaker_blocked(breakers)
         # Best match first: a call whose tools tried all refused its input evolves the first of these.
         self._local.held_back = sorted(blocked & set(manifests), key=lambda k: (-similarity.get(k, 0.0), k))
+        self._local.held_back_match = max((similarity.get(k, 0.0) for k in self._local.held_back
+                                           if sources[k] == "semantic"), default=0.0)
         keys = [k for k in manifests if k not in blocked]
         failures = self._failure_similarities(keys, vector) if vector is not None else {}
         evidence = [

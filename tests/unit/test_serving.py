@@ -61,6 +61,13 @@ def test_a_newcomer_that_matches_the_job_about_as_well_as_the_best_is_tried() ->
     assert newcomer_to_try(call, found, {"slugify"}, runs=5) is None
     assert newcomer_to_try(call, [found[0], evidence("toml2json", 0.58, runs=5)], {"toml2json"}, runs=5) is None
     assert newcomer_to_try(call, found, set(), runs=5) is None
+    # QA K: nor one a vague job matches about as badly as the best (its trial was used up on jobs it
+    # could not do), nor one within the margin only because the job's own tool is held back.
+    vague = [evidence("universal_convert", 0.33, runs=300), evidence("ini2json", 0.34)]
+    assert newcomer_to_try(CallRequest(scenario="process this file"), vague, {"ini2json"}, runs=5) is None
+    held = [evidence("universal_convert", 0.62, runs=300), evidence("json2yaml", 0.67)]
+    assert newcomer_to_try(call, held, {"json2yaml"}, runs=5) is not None
+    assert newcomer_to_try(call, held, {"json2yaml"}, runs=5, best_match=0.9) is None
 
 
 def test_a_call_that_names_what_it_wants_gets_no_newcomer() -> None:
