@@ -36,11 +36,22 @@ def test_queries_match_tool_names_whatever_their_case_and_a_byte_order_mark_is_n
     assert set(names.values()) == {"researchhelper", "pdf&urltool"}
 
 
+@pytest.mark.parametrize("header", ["query,tool", " Query , Tool ", "QUERY,TOOL", "Tool,Query", "id,Tool,split,Query"])
+def test_the_columns_are_found_whatever_their_case_spaces_and_order(tmp_path: Path, header: str) -> None:
+    """QA J: a held-out file written by another program than MetaTool's (`query,tool`) was refused."""
+    by_name = {"query": "\"Find papers, on bees\"", "tool": "ResearchHelper", "id": "7", "split": "test"}
+    line = ",".join(by_name[c.strip().lower()] for c in header.split(","))
+    path = write(tmp_path / "q.csv", f"{header}\r\n{line}\r\n\r\n{line}\r\n")
+    assert load_queries(path, {"researchhelper"}) == [("Find papers, on bees", "researchhelper")] * 2
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("Question,Answer\nhi,ResearchHelper\n", "expected the columns Query,Tool"),
     ("Query,Tool\nFind papers,ResearchHelper\n,ResearchHelper\n", "row 3: empty Query or Tool"),
     ("Query,Tool\nFind papers,WeatherTool\n", "row 2: tool 'WeatherTool' is not in the tools file"),
     ("Query,Tool\n", "no queries"),
+    ("Query,Tool,query\nFind papers,ResearchHelper,\n", "expected the columns Query,Tool \\(once each\\)"),
+    ("Query,Tool\nFind papers\n", "row 2: empty Query or Tool"),
 ])
 def test_a_bad_queries_file_is_refused_naming_the_row_and_problem(tmp_path: Path, text: str, message: str) -> None:
     path = write(tmp_path / "q.csv", text)

@@ -131,16 +131,26 @@ def load_queries(path: Path, known: set[str]) -> list[tuple[str, str]]:
     which spreadsheet programs write at the start of a UTF-8 CSV, is not part of the first column's name."""
     try:
         with path.open(newline="", encoding="utf-8-sig") as f:
-            reader = csv.DictReader(f)
-            if not reader.fieldnames or not {"Query", "Tool"} <= set(reader.fieldnames):
-                raise BenchInputError(f"{path}: expected the columns Query,Tool, found {reader.fieldnames}")
+            reader = csv.reader(f)
+            header = next(reader, None)
+            # The column names are matched whatever their case and surrounding spaces (`query,tool`,
+            # ` Query , Tool `): a file written by another tool than MetaTool's (QA J).
+            found = [name.strip().lower() for name in header or []]
+            for column in ("query", "tool"):
+                if found.count(column) != 1:
+                    raise BenchInputError(f"{path}: expected the columns Query,Tool (once each), found {header}")
+            q_at, t_at = found.index("query"), found.index("tool")
             rows = []
             for line, row in enumerate(reader, start=2):
-                query, tool = (row.get("Query") or "").strip(), (row.get("Tool") or "").strip().lower()
+                if not row:  # a blank line, as csv.DictReader skipped it
+                    continue
+                raw_tool = row[t_at] if t_at < len(row) else ""
+                query = (row[q_at] if q_at < len(row) else "").strip()
+                tool = raw_tool.strip().lower()
                 if not query or not tool:
                     raise BenchInputError(f"{path}, row {line}: empty Query or Tool")
                 if tool not in known:
-                    raise BenchInputError(f"{path}, row {line}: tool {row['Tool']!r} is not in the tools file")
+                    raise BenchInputError(f"{path}, row {line}: tool {raw_tool!r} is not in the tools file")
                 rows.append((query[:4000], tool))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise BenchInputError(f"{path}: cannot read the queries CSV: {exc}") from exc
