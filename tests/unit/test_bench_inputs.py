@@ -100,3 +100,15 @@ def test_a_model_that_cannot_load_ends_the_command_with_what_to_set(tmp_path: Pa
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     said = " ".join(done.stderr.split())
     assert f"could not be loaded from the directory {tmp_path / 'no-model'}" in said and "Set FITTEST_EMBEDDING_MODEL_PATH" in said
+
+
+@pytest.mark.parametrize("bench", ["selection", "supervised"])
+def test_a_json_path_that_cannot_be_written_is_refused_before_the_bench_runs(tmp_path: Path, bench: str) -> None:
+    """QA J: a --json in a missing directory ended a full selection bench (13 min) with a traceback, the JSON lost."""
+    tools = write(tmp_path / "tools.json", json.dumps(TOOLS))
+    queries = write(tmp_path / "q.csv", "Query,Tool\nFind papers on bees,ResearchHelper\n")
+    base = ["bench", bench, "--tools", str(tools), "--queries", str(queries)]
+    missing = CliRunner().invoke(app, [*base, "--json", str(tmp_path / "nowhere" / "out.json")], env={"COLUMNS": "400"})
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+    a_dir = CliRunner().invoke(app, [*base, "--json", str(tmp_path)], env={"COLUMNS": "400"})
+    assert a_dir.exit_code == 2 and "is a directory" in a_dir.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 from types import FrameType
@@ -26,6 +27,25 @@ def _stop_cleanly() -> None:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
 
+def _writable_json(path: Path | None) -> Path | None:
+    """Refuse a --json path the numbers could not be written to before the bench runs, not after
+    (QA J: a missing directory ended a 13-minute selection bench with a traceback and no JSON)."""
+    if path is None:
+        return None
+    if path.is_dir():
+        raise typer.BadParameter(f"{path} is a directory; give a file name")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise typer.BadParameter(f"the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise typer.BadParameter(f"{path} cannot be written")
+    return path
+
+
+JsonPath = Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.",
+                                               callback=_writable_json)]
+
+
 def finish(result: BenchResult, path: Path | None) -> None:
     """The line saying where the numbers were measured, and the JSON with them."""
     from workers.cli.common import console, literal
@@ -43,7 +63,7 @@ def throughput(
     rounds: Annotated[int, typer.Option(min=1, help="Alternating baseline/pipeline rounds the calls are split into.")] = 3,
     warmup: Annotated[int, typer.Option(min=0, help="Untimed calls of each kind first (model load, caches).")] = 30,
     scenarios: Annotated[int, typer.Option(min=1, help="Distinct scenario texts the calls cycle through.")] = 16,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.")] = None,
+    json_path: JsonPath = None,
 ) -> None:
     """The full pipeline against three chained no-op Celery tasks, same broker and workers, one run.
 
@@ -91,7 +111,7 @@ def scale(
     client_max_vectors: Annotated[int, typer.Option(help="Largest level for the qdrant-client store (local mode scans in Python).")] = 10_000,
     store: Annotated[list[str] | None, typer.Option(help="edge and/or client (repeatable); default both.")] = None,
     queries: Annotated[int, typer.Option(min=10, help="Timed selections per cell.")] = 200,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.")] = None,
+    json_path: JsonPath = None,
 ) -> None:
     """Selection latency (p50, p99) by number of tools and stored vectors, Qdrant Edge vs qdrant-client.
 
@@ -149,7 +169,7 @@ def selection(
     policy: Annotated[str, typer.Option(help="Policy under test: learned or seed (the `seed` policy always runs as the baseline).")] = "learned",
     retrain_every: Annotated[int, typer.Option(min=1, help="Queries between two retrains of the weights and the tool classifier (the beat's place in the stream).")] = 500,
     reveal_missed: Annotated[bool, typer.Option(help="Also run the policy once more, told the right tool of every query its 5 attempts missed: what learning could reach if a miss taught as much as a hit.")] = False,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.")] = None,
+    json_path: JsonPath = None,
 ) -> None:
     """How often selection picks the right tool, and how much it learns, on an external benchmark.
 
@@ -214,7 +234,7 @@ def supervised(
     folds: Annotated[int, typer.Option(min=2, help="Folds of the cross-validation: each is ranked by a fit on all the others.")] = 5,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the split into folds.")] = 0,
     epochs: Annotated[int, typer.Option(min=1, help="Passes of Adam of each fit.")] = 100,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.")] = None,
+    json_path: JsonPath = None,
 ) -> None:
     """How much of the selection benchmark can be learned at all: the reference for its targets.
 
@@ -252,7 +272,7 @@ def supervised(
 # --------------------------------------------------------------------------------------- evolution
 @app.command()
 def evolution(
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.")] = None,
+    json_path: JsonPath = None,
 ) -> None:
     """Broken example tools (examples/broken), calls that fail on them, and what evolution makes of them.
 
@@ -288,7 +308,7 @@ def evolution(
 def chaos(
     calls: Annotated[int, typer.Option("--calls", "-n", min=20, help="Calls in the stream, split evenly over the five phases.")] = 120,
     nap_ms: Annotated[int, typer.Option(min=0, help="How long each call's tool runs (attempts must be running when a worker dies).")] = 150,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.")] = None,
+    json_path: JsonPath = None,
 ) -> None:
     """Calls streamed while an execution worker is killed, Redis restarts and the vector store is down.
 
