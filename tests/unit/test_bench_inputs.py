@@ -73,6 +73,7 @@ def test_a_queries_file_that_is_not_utf8_text_is_refused(tmp_path: Path) -> None
     ('{"ResearchHelper": ""}', "tool 'ResearchHelper' has no description"),
     ('{"ResearchHelper": "a", "Research_Helper": "b"}', "map to the same namespace 'research_helper'"),
     ('{"ResearchHelper": ', "cannot read the tools JSON"),
+    ('{"ResearchHelper": "a", "researchhelper": "b"}', "tools 'ResearchHelper' and 'researchhelper' differ only in case"),
 ])
 def test_a_bad_tools_file_is_refused_naming_the_problem(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(BenchInputError, match=message):
@@ -112,3 +113,13 @@ def test_a_json_path_that_cannot_be_written_is_refused_before_the_bench_runs(tmp
     assert missing.exit_code == 2 and "does not exist" in missing.output
     a_dir = CliRunner().invoke(app, [*base, "--json", str(tmp_path)], env={"COLUMNS": "400"})
     assert a_dir.exit_code == 2 and "is a directory" in a_dir.output
+
+
+def test_a_tool_name_longer_than_a_namespace_is_registered_and_its_queries_matched(tmp_path: Path) -> None:
+    """QA J: a name of 80 letters ended the command with a pydantic traceback; one with spaces around it
+    was never matched by a query's (stripped) Tool."""
+    long = "Research" + "x" * 80
+    manifests, names = load_tools(write(tmp_path / "tools.json", json.dumps({long: "Finds papers.", " Weather ": "Forecasts."})))
+    assert [len(m.name) for m in manifests] == [64, 7] and set(names.values()) == {long.lower(), "weather"}
+    queries = write(tmp_path / "q.csv", f"Query,Tool\nFind papers,{long}\nRain?,Weather\n")
+    assert load_queries(queries, set(names.values())) == [("Find papers", long.lower()), ("Rain?", "weather")]

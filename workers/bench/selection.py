@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from selection.manifest import ToolManifest
 from selection.models import CallRequest, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
@@ -101,7 +101,8 @@ def namespace_of(name: str) -> str:
     """A benchmark tool name as a fittest namespace, its words in snake case as fittest's own tool
     names are written (`PDF&URLTool` -> `pdf_url_tool`, `ResearchHelper` -> `research_helper`)."""
     slug = "_".join(w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", name))
-    return slug if slug[:1].isalpha() else f"t_{slug}"
+    slug = slug if slug[:1].isalpha() else f"t_{slug}"
+    return slug[:64]  # a namespace has at most 64 characters (two names cut alike are refused by load_tools)
 
 
 def load_tools(path: Path) -> tuple[list[ToolManifest], dict[str, str]]:
@@ -114,15 +115,22 @@ def load_tools(path: Path) -> tuple[list[ToolManifest], dict[str, str]]:
         raise BenchInputError(f"{path}: expected a non-empty JSON object {{name: description}}")
     manifests: list[ToolManifest] = []
     names: dict[str, str] = {}
+    spelled: dict[str, str] = {}  # a name in lower case -> as the file spells it
     for name, description in data.items():
         if not isinstance(description, str) or not description.strip():
             raise BenchInputError(f"{path}: tool {name!r} has no description")
         ns = namespace_of(name)
         if ns in names:
             raise BenchInputError(f"{path}: tools {names[ns]!r} and {name!r} map to the same namespace {ns!r}")
-        names[ns] = name.lower()
-        manifests.append(ToolManifest(name=ns, description=description.strip()[:4000],
-                                      implementation={"kind": "http", "url": BENCH_URL}))
+        same = spelled.setdefault(name.strip().lower(), name)
+        if same != name:  # a query's Tool is matched whatever its case: it would name both (QA J)
+            raise BenchInputError(f"{path}: tools {same!r} and {name!r} differ only in case")
+        names[ns] = name.strip().lower()  # as a query's Tool is read
+        try:
+            manifests.append(ToolManifest(name=ns, description=description.strip()[:4000],
+                                          implementation={"kind": "http", "url": BENCH_URL}))
+        except ValidationError as exc:
+            raise BenchInputError(f"{path}: tool {name!r} cannot be registered: {exc}") from exc
     return manifests, names
 
 
