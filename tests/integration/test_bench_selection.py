@@ -113,3 +113,44 @@ def test_a_bench_stopped_by_sigterm_removes_its_private_state(redis_url: str, mo
         bench.kill()
     assert set(client.scan_iter("bench*")) == before
     assert not list(tmp_path.glob("fittest-bench-*"))
+
+
+@pytest.mark.slow
+def test_a_stream_interrupted_while_its_store_opens_ends_with_the_interrupt(
+        monkeypatch: pytest.MonkeyPatch, redis_url: str, model_path: Path, tmp_path: Path) -> None:
+    """QA J: Ctrl-C while a stream opened its Qdrant Edge shards ended in VectorMemoryUnavailable
+    (the clean-up opened the store again, and the shard half opened still held its WAL), exit code 1."""
+    if not (DATA / "tools.json").exists():
+        pytest.skip(f"the MetaTool data is not at {DATA}")
+    import tempfile
+
+    import workers.memory.edge as edge
+    from workers.bench.selection import load_tools, run_stream
+    from workers.settings import get_settings
+
+    monkeypatch.setenv("FITTEST_REDIS_URL", redis_url)
+    monkeypatch.setenv("FITTEST_EMBEDDING_MODEL_PATH", str(model_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    opened = []
+
+    def interrupted(collection: str) -> object:
+        opened.append(collection)
+        if len(opened) == 2:  # the second shard is created, not yet kept
+            raise KeyboardInterrupt
+        return real(collection)
+
+    real = edge.indexed_fields
+    monkeypatch.setattr(edge, "indexed_fields", interrupted)
+    client = redis.Redis.from_url(redis_url)
+    before = set(client.scan_iter("bench*"))
+    get_settings.cache_clear()
+    try:
+        manifests, names = load_tools(DATA / "tools.json")
+        with pytest.raises(KeyboardInterrupt):
+            run_stream(get_settings(), redis_url, manifests, names, [("Find papers", "researchhelper")],
+                       "learned", True, 0, "interrupted")
+    finally:
+        get_settings.cache_clear()
+    assert len(opened) == 2
+    assert set(client.scan_iter("bench*")) == before
+    assert not list(tmp_path.glob("fittest-bench-*"))
