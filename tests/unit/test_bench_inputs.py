@@ -123,3 +123,25 @@ def test_a_tool_name_longer_than_a_namespace_is_registered_and_its_queries_match
     assert [len(m.name) for m in manifests] == [64, 7] and set(names.values()) == {long.lower(), "weather"}
     queries = write(tmp_path / "q.csv", f"Query,Tool\nFind papers,{long}\nRain?,Weather\n")
     assert load_queries(queries, set(names.values())) == [("Find papers", long.lower()), ("Rain?", "weather")]
+
+
+def test_the_private_redis_directory_is_removed_when_no_redis_server_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA J: with no Redis answering and no redis-server binary, the command said so and left an
+    empty fittest-bench-redis-* directory under TMPDIR at every run."""
+    import tempfile
+
+    import workers.stack as stack
+    from workers.bench.selection import run_selection_bench
+    from workers.settings import Settings
+
+    def no_server() -> str:
+        raise stack.StackError("no redis-server binary was found")
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(stack, "find_redis_server", no_server)
+    tools = write(tmp_path / "tools.json", json.dumps(TOOLS))
+    queries = write(tmp_path / "q.csv", "Query,Tool\nFind papers on bees,ResearchHelper\n")
+    with pytest.raises(stack.StackError):
+        run_selection_bench(Settings(redis_url="redis://127.0.0.1:1/0"), tools, queries)
+    assert not list(tmp_path.glob("fittest-bench-redis-*"))

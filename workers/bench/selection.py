@@ -293,10 +293,10 @@ def run_selection_bench(base: Settings, tools: Path, queries: Path, limit: int |
     redis_dir = None
     proc = None
     redis_url = base.redis_url
-    if not redis_answers(redis_url):
-        redis_dir = Path(tempfile.mkdtemp(prefix="fittest-bench-redis-"))
-        proc, redis_url = start_private_redis(redis_dir)
     try:
+        if not redis_answers(redis_url):  # its directory is removed even when the server cannot start (QA J)
+            redis_dir = Path(tempfile.mkdtemp(prefix="fittest-bench-redis-"))
+            proc, redis_url = start_private_redis(redis_dir)
         streams = [
             run_stream(base, redis_url, manifests, names, rows, policy, True, seed, f"{policy}", progress,
                        retrain_every),
