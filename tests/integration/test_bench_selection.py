@@ -154,3 +154,36 @@ def test_a_stream_interrupted_while_its_store_opens_ends_with_the_interrupt(
     assert len(opened) == 2
     assert set(client.scan_iter("bench*")) == before
     assert not list(tmp_path.glob("fittest-bench-*"))
+
+
+@pytest.mark.slow
+def test_a_stream_interrupted_while_its_store_closes_still_removes_it(
+        monkeypatch: pytest.MonkeyPatch, redis_url: str, model_path: Path, tmp_path: Path) -> None:
+    """QA J: Ctrl-C as a stream ended (its shards flushing as they closed) left its store under TMPDIR."""
+    if not (DATA / "tools.json").exists():
+        pytest.skip(f"the MetaTool data is not at {DATA}")
+    import tempfile
+
+    from workers.bench.selection import load_tools, run_stream
+    from workers.runtime import Runtime
+    from workers.settings import get_settings
+
+    real_close = Runtime.close
+
+    def interrupted(self: Runtime) -> None:
+        real_close(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setenv("FITTEST_REDIS_URL", redis_url)
+    monkeypatch.setenv("FITTEST_EMBEDDING_MODEL_PATH", str(model_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(Runtime, "close", interrupted)
+    get_settings.cache_clear()
+    try:
+        manifests, names = load_tools(DATA / "tools.json")
+        with pytest.raises(KeyboardInterrupt):
+            run_stream(get_settings(), redis_url, manifests, names, [("Find papers", "researchhelper")],
+                       "learned", True, 0, "interrupted")
+    finally:
+        get_settings.cache_clear()
+    assert not list(tmp_path.glob("fittest-bench-*"))

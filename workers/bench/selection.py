@@ -259,8 +259,10 @@ def run_stream(base: Settings, redis_url: str, manifests: list[ToolManifest], na
             # in, removes the collections without opening any: `rt.memory.drop_all()` opened the store
             # again, and after a Ctrl-C while a shard was opening the half-opened one still held its
             # WAL, so the interrupt ended in a Qdrant Edge traceback, exit code 1 (QA J).
-            rt.close()
-            shutil.rmtree(data_dir, ignore_errors=True)
+            try:
+                rt.close()  # flushes the shards first: a Ctrl-C then must not skip the removal (QA J)
+            finally:
+                shutil.rmtree(data_dir, ignore_errors=True)
     half = len(rows) // 2
     return StreamResult(
         name=name, policy=policy, learning=learning, queries=len(rows),
