@@ -63,6 +63,30 @@ def test_selection_bench_on_a_slice(monkeypatch: pytest.MonkeyPatch, redis_url: 
     assert "top1_second_half" in result.output
 
 
+def test_the_seed_policy_under_test_is_its_own_baseline(monkeypatch: pytest.MonkeyPatch, redis_url: str,
+                                                        model_path: Path, tmp_path: Path) -> None:
+    """QA J: `--policy seed` ran the seed stream twice and showed two identical rows."""
+    if not (DATA / "tools.json").exists():
+        pytest.skip(f"the MetaTool data is not at {DATA}")
+    from workers.cli import app
+    from workers.settings import get_settings
+
+    monkeypatch.setenv("FITTEST_REDIS_URL", redis_url)
+    monkeypatch.setenv("FITTEST_EMBEDDING_MODEL_PATH", str(model_path))
+    get_settings.cache_clear()
+    out = tmp_path / "bench.json"
+    try:
+        result = CliRunner().invoke(app, ["bench", "selection", "--tools", str(DATA / "tools.json"), "--queries",
+                                          str(DATA / "queries_dev.csv"), "--limit", "40", "--policy", "seed",
+                                          "--json", str(out)])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert [s["name"] for s in data["streams"]] == ["seed", "seed zero-shot"]
+    assert data["seed_top1_second_half"] == data["top1_second_half"]
+
+
 @pytest.mark.slow
 def test_each_stream_embeds_its_queries_itself(monkeypatch: pytest.MonkeyPatch, redis_url: str, model_path: Path) -> None:
     """QA: a stream run after another read its queries' vectors from the embedder's cache (the
