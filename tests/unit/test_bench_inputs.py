@@ -142,6 +142,9 @@ def test_the_private_redis_directory_is_removed_when_no_redis_server_starts(
     monkeypatch.setattr(stack, "find_redis_server", no_server)
     tools = write(tmp_path / "tools.json", json.dumps(TOOLS))
     queries = write(tmp_path / "q.csv", "Query,Tool\nFind papers on bees,ResearchHelper\n")
+    said: list[str] = []
     with pytest.raises(stack.StackError):
-        run_selection_bench(Settings(redis_url="redis://127.0.0.1:1/0"), tools, queries)
+        run_selection_bench(Settings(redis_url="redis://:secret@127.0.0.1:1/0"), tools, queries, notice=said.append)
     assert not list(tmp_path.glob("fittest-bench-redis-*"))
+    # It says why it starts one (QA J: a mistyped FITTEST_REDIS_URL went unnoticed), without the password.
+    assert said == ["redis://:**@127.0.0.1:1/0 does not answer: the bench runs its own redis-server"]

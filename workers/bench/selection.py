@@ -281,8 +281,10 @@ def _mean(values: list[float] | list[bool] | list[int]) -> float:
 
 def run_selection_bench(base: Settings, tools: Path, queries: Path, limit: int | None = None, seed: int = 0,
                         policy: str = "learned", progress: Progress | None = None,
-                        retrain_every: int = RETRAIN_EVERY, reveal_missed: bool = False) -> SelectionBenchResult:
+                        retrain_every: int = RETRAIN_EVERY, reveal_missed: bool = False,
+                        notice: Callable[[str], None] | None = None) -> SelectionBenchResult:
     from selection.policies import policy_names
+    from workers.settings import redact_url
     from workers.stack import redis_answers, start_private_redis
 
     if policy not in policy_names():
@@ -297,6 +299,8 @@ def run_selection_bench(base: Settings, tools: Path, queries: Path, limit: int |
     redis_url = base.redis_url
     try:
         if not redis_answers(redis_url):  # its directory is removed even when the server cannot start (QA J)
+            if notice is not None:  # said, for one who set FITTEST_REDIS_URL and mistyped it (QA J)
+                notice(f"{redact_url(redis_url)} does not answer: the bench runs its own redis-server")
             redis_dir = Path(tempfile.mkdtemp(prefix="fittest-bench-redis-"))
             proc, redis_url = start_private_redis(redis_dir)
         streams = [

@@ -186,7 +186,7 @@ def selection(
     from rich.table import Table
 
     from workers.bench.selection import BenchInputError, run_selection_bench
-    from workers.cli.common import console, fail, literal
+    from workers.cli.common import console, err_console, fail, literal
     from workers.settings import get_settings
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -201,7 +201,7 @@ def selection(
 
         try:
             result = run_selection_bench(get_settings(), tools, queries, limit, seed, policy, progress, retrain_every,
-                                         reveal_missed)
+                                         reveal_missed, notice=lambda text: err_console.print(literal(text)))
         except BenchInputError as exc:
             fail(str(exc))
     table = Table(title=f"selection: {result.queries} queries, {result.tools} tools, seed {result.seed}, "
