@@ -41,8 +41,8 @@ __all__ = ["CallRequest", "CallResult", "CallToolPayload", "FeedbackRequest", "F
 class FittestUnavailable(ConnectionError):
     """Redis (the broker, or the result backend) could not be reached in time. A call already
     sent is not lost by it: the workers finish it, and `result()` (or `fittest result ID`) gets its
-    result once Redis answers again. A send waits up to ~20 s for Redis (workers/publishing.py's
-    retry policy) before this is raised, whatever the `timeout` of the result."""
+    result once Redis answers again. A send retries first (workers/publishing.py's policy: up to
+    40 times, at most 1 s apart), whatever the `timeout` of the result."""
 
 
 @contextmanager
