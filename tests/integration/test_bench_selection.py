@@ -139,6 +139,27 @@ def test_a_bench_stopped_by_sigterm_removes_its_private_state(redis_url: str, mo
     assert not list(tmp_path.glob("fittest-bench-*"))
 
 
+def run_interrupted_stream(monkeypatch: pytest.MonkeyPatch, redis_url: str, model_path: Path, tmp_path: Path) -> None:
+    """A one-query learned stream, its store under `tmp_path`, that the test's patch interrupts with
+    a KeyboardInterrupt (Ctrl-C)."""
+    import tempfile
+
+    from workers.bench.selection import load_tools, run_stream
+    from workers.settings import get_settings
+
+    monkeypatch.setenv("FITTEST_REDIS_URL", redis_url)
+    monkeypatch.setenv("FITTEST_EMBEDDING_MODEL_PATH", str(model_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    get_settings.cache_clear()
+    try:
+        manifests, names = load_tools(DATA / "tools.json")
+        with pytest.raises(KeyboardInterrupt):
+            run_stream(get_settings(), redis_url, manifests, names, [("Find papers", "researchhelper")],
+                       "learned", True, 0, "interrupted")
+    finally:
+        get_settings.cache_clear()
+
+
 @pytest.mark.slow
 def test_a_stream_interrupted_while_its_store_opens_ends_with_the_interrupt(
         monkeypatch: pytest.MonkeyPatch, redis_url: str, model_path: Path, tmp_path: Path) -> None:
@@ -146,15 +167,8 @@ def test_a_stream_interrupted_while_its_store_opens_ends_with_the_interrupt(
     (the clean-up opened the store again, and the shard half opened still held its WAL), exit code 1."""
     if not (DATA / "tools.json").exists():
         pytest.skip(f"the MetaTool data is not at {DATA}")
-    import tempfile
-
     import workers.memory.edge as edge
-    from workers.bench.selection import load_tools, run_stream
-    from workers.settings import get_settings
 
-    monkeypatch.setenv("FITTEST_REDIS_URL", redis_url)
-    monkeypatch.setenv("FITTEST_EMBEDDING_MODEL_PATH", str(model_path))
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     opened = []
 
     def interrupted(collection: str) -> object:
@@ -167,14 +181,7 @@ def test_a_stream_interrupted_while_its_store_opens_ends_with_the_interrupt(
     monkeypatch.setattr(edge, "indexed_fields", interrupted)
     client = redis.Redis.from_url(redis_url)
     before = set(client.scan_iter("bench*"))
-    get_settings.cache_clear()
-    try:
-        manifests, names = load_tools(DATA / "tools.json")
-        with pytest.raises(KeyboardInterrupt):
-            run_stream(get_settings(), redis_url, manifests, names, [("Find papers", "researchhelper")],
-                       "learned", True, 0, "interrupted")
-    finally:
-        get_settings.cache_clear()
+    run_interrupted_stream(monkeypatch, redis_url, model_path, tmp_path)
     assert len(opened) == 2
     assert set(client.scan_iter("bench*")) == before
     assert not list(tmp_path.glob("fittest-bench-*"))
@@ -186,11 +193,7 @@ def test_a_stream_interrupted_while_its_store_closes_still_removes_it(
     """QA J: Ctrl-C as a stream ended (its shards flushing as they closed) left its store under TMPDIR."""
     if not (DATA / "tools.json").exists():
         pytest.skip(f"the MetaTool data is not at {DATA}")
-    import tempfile
-
-    from workers.bench.selection import load_tools, run_stream
     from workers.runtime import Runtime
-    from workers.settings import get_settings
 
     real_close = Runtime.close
 
@@ -198,16 +201,6 @@ def test_a_stream_interrupted_while_its_store_closes_still_removes_it(
         real_close(self)
         raise KeyboardInterrupt
 
-    monkeypatch.setenv("FITTEST_REDIS_URL", redis_url)
-    monkeypatch.setenv("FITTEST_EMBEDDING_MODEL_PATH", str(model_path))
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(Runtime, "close", interrupted)
-    get_settings.cache_clear()
-    try:
-        manifests, names = load_tools(DATA / "tools.json")
-        with pytest.raises(KeyboardInterrupt):
-            run_stream(get_settings(), redis_url, manifests, names, [("Find papers", "researchhelper")],
-                       "learned", True, 0, "interrupted")
-    finally:
-        get_settings.cache_clear()
+    run_interrupted_stream(monkeypatch, redis_url, model_path, tmp_path)
     assert not list(tmp_path.glob("fittest-bench-*"))
