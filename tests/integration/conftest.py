@@ -105,6 +105,18 @@ def purge_queues(settings: Settings) -> None:
         client.close()
 
 
+@contextmanager
+def pipeline_running(tmp: Path, redis_url: str, model_path: Path, tools_dir: Path,
+                     roles: tuple[str, ...] = ("memory", "executor", "evolver"), **extra: str) -> Iterator[Pipeline]:
+    """`start_pipeline` for one test: its workers stopped and its Redis keys removed afterwards."""
+    p = start_pipeline(tmp, redis_url, model_path, tools_dir, roles, **extra)
+    try:
+        yield p
+    finally:
+        p.close()
+        p.state().clear()
+
+
 def start_pipeline(tmp: Path, redis_url: str, model_path: Path, tools_dir: Path,
                    roles: tuple[str, ...] = ("memory", "executor", "evolver"), **extra: str) -> Pipeline:
     from workers.client import FittestClient

@@ -12,7 +12,7 @@ from typing import Any
 import redis
 
 from tests.conftest import EXAMPLE_TOOLS
-from tests.integration.conftest import start_pipeline
+from tests.integration.conftest import pipeline_running
 
 SLUG_CALL: dict[str, Any] = {"scenario": "make a URL slug from the article title", "input": {"title": "Héllo, Wörld!"}, "max_attempts": 2}
 
@@ -32,9 +32,8 @@ def test_manifests_added_changed_and_removed_while_the_workers_run_are_served_as
 ) -> None:
     tools = tmp_path / "tools"
     shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "word_stats")
-    p = start_pipeline(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"),
-                       FITTEST_TOOLS_RESCAN_S="0.3")
-    try:
+    with pipeline_running(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"),
+                          FITTEST_TOOLS_RESCAN_S="0.3") as p:
         before = p.call(**SLUG_CALL)
         assert before["tool"] != "slugify"
         shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
@@ -68,9 +67,6 @@ def test_manifests_added_changed_and_removed_while_the_workers_run_are_served_as
 
         p.wait_for(reported, timeout=30)
         assert ("tool_added", "slugify@1.0.0") in {(e.get("event"), e.get("tool")) for e in events(log)}
-    finally:
-        p.close()
-        p.state().clear()
 
 
 def test_a_new_version_given_by_a_manifest_goes_on_trial_and_is_served_once_it_proves_itself(
@@ -81,9 +77,8 @@ def test_a_new_version_given_by_a_manifest_goes_on_trial_and_is_served_once_it_p
     against what the namespace served, then served once no worse."""
     tools = tmp_path / "tools"
     shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
-    p = start_pipeline(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"),
-                       FITTEST_TOOLS_RESCAN_S="0.3", FITTEST_TRIAL_SHARE="0.5", FITTEST_TRIAL_SUCCESSES="3")
-    try:
+    with pipeline_running(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"),
+                          FITTEST_TOOLS_RESCAN_S="0.3", FITTEST_TRIAL_SHARE="0.5", FITTEST_TRIAL_SUCCESSES="3") as p:
         assert p.call(**SLUG_CALL)["version"] == "1.0.0"
         shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify_2")
         manifest = tools / "slugify_2" / "tool.yaml"
@@ -107,9 +102,6 @@ def test_a_new_version_given_by_a_manifest_goes_on_trial_and_is_served_once_it_p
         assert [p.call(**SLUG_CALL)["version"] for _ in range(3)] == ["2.0.0"] * 3
         log = tmp_path / "logs" / "memory.log"
         assert ("manifest_trial", "slugify@2.0.0") in {(e.get("event"), e.get("tool")) for e in events(log)}
-    finally:
-        p.close()
-        p.state().clear()
 
 
 def test_a_new_version_found_at_the_start_goes_on_trial(tmp_path: Path, redis_url: str, model_path: Path) -> None:
@@ -119,15 +111,11 @@ def test_a_new_version_found_at_the_start_goes_on_trial(tmp_path: Path, redis_ur
         shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / folder)
         manifest = tools / folder / "tool.yaml"
         manifest.write_text(manifest.read_text().replace("version: 1.0.0", f"version: {version}"))
-    p = start_pipeline(tmp_path, redis_url, model_path, tools, roles=("memory",), FITTEST_TOOLS_RESCAN_S="0")
-    try:
+    with pipeline_running(tmp_path, redis_url, model_path, tools, roles=("memory",), FITTEST_TOOLS_RESCAN_S="0") as p:
         state = p.state()
         p.wait_for(lambda: state.promotion("slugify") is not None, timeout=30)
         trial = state.promotion("slugify")
         assert trial is not None and (trial.evolved_version, trial.parent_version, trial.status) == ("1.2.0", "1.0.0", "on_trial")
-    finally:
-        p.close()
-        p.state().clear()
 
 
 def test_a_version_given_while_another_trial_runs_goes_on_trial_once_that_one_is_decided(
@@ -137,9 +125,8 @@ def test_a_version_given_while_another_trial_runs_goes_on_trial_once_that_one_is
     1.1.0's trial ended (activated), and went on trial only at the next restart of the stack."""
     tools = tmp_path / "tools"
     shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
-    p = start_pipeline(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"),
-                       FITTEST_TOOLS_RESCAN_S="0.3", FITTEST_TRIAL_SHARE="0.5", FITTEST_TRIAL_SUCCESSES="3")
-    try:
+    with pipeline_running(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"),
+                          FITTEST_TOOLS_RESCAN_S="0.3", FITTEST_TRIAL_SHARE="0.5", FITTEST_TRIAL_SUCCESSES="3") as p:
         state = p.state()
 
         def add(version: str) -> None:
@@ -164,9 +151,6 @@ def test_a_version_given_while_another_trial_runs_goes_on_trial_once_that_one_is
 
         p.wait_for(next_trial, timeout=60)
         assert any((h.evolved_version, h.status) == ("2.0.0", "active") for h in state.promotion_history("slugify"))
-    finally:
-        p.close()
-        p.state().clear()
 
 
 def test_a_tool_added_to_the_running_system_is_tried_first_on_its_share_of_the_calls_it_matches(
@@ -181,10 +165,9 @@ def test_a_tool_added_to_the_running_system_is_tried_first_on_its_share_of_the_c
     tools = tmp_path / "tools"
     for name in ("word_stats", "slugify"):
         shutil.copytree(EXAMPLE_TOOLS / name, tools / name)
-    p = start_pipeline(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"),
-                       FITTEST_TOOLS_RESCAN_S="0.3", FITTEST_TRIAL_SHARE="0.5", FITTEST_TRIAL_SUCCESSES="3")
     call: dict[str, Any] = {"scenario": "how many words are in this paragraph", "input": {"text": "One two three. Four five!"}}
-    try:
+    with pipeline_running(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"),
+                          FITTEST_TOOLS_RESCAN_S="0.3", FITTEST_TRIAL_SHARE="0.5", FITTEST_TRIAL_SUCCESSES="3") as p:
         state = p.state()
         catalog = redis.Redis.from_url(p.settings.redis_url)
         p.wait_for(lambda: catalog.scard(f"{p.settings.key_prefix}namespaces") == 2, timeout=30)  # noted at the start
@@ -211,6 +194,3 @@ def test_a_tool_added_to_the_running_system_is_tried_first_on_its_share_of_the_c
         assert "new to the system" not in after["ranking"][0]["breakdown"]["rationale"]
         log = tmp_path / "logs" / "memory.log"
         assert ("tool_newcomer", "word_tally") in {(e.get("event"), e.get("namespace")) for e in events(log)}
-    finally:
-        p.close()
-        p.state().clear()
