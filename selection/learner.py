@@ -22,6 +22,7 @@ from selection.ports import SelectionWeights
 from selection.sparc import COMPONENTS, normalised
 
 MIN_RECORDS = 10
+JUDGED_WRONG = "judged_wrong"  # the error class of a run whose output a person judged wrong
 
 
 class ExecutionRecord(BaseModel):

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
-from selection.learner import ExecutionRecord
+from selection.learner import JUDGED_WRONG, ExecutionRecord
 
 FACETS = ("task_type", "phase", "languages", "testing")
 EXAMPLES = 3
@@ -81,3 +81,20 @@ def recommendations(records: Iterable[ExecutionRecord], min_runs: int = 5, max_r
         out.append(Recommendation(tool=key, context=context, runs=n, success_rate=round(rate, 4), elsewhere_rate=elsewhere,
                                   error_classes=dict(errors), failed_scenarios=failed, advice=advice))
     return sorted(out, key=lambda r: (r.success_rate, -r.runs, r.tool, r.context))
+
+
+class RecommendationReport(BaseModel):
+    """What `fittest recommend` shows, as the `fittest.recommend` task answers it."""
+
+    records: int  # the recent attempts read (the learner's window)
+    judged_wrong: int | None  # of them, outputs a person judged wrong (None: judgements not applied)
+    recommendations: list[Recommendation]
+
+
+def recommendation_report(records: list[ExecutionRecord], min_runs: int, max_rate: float, *,
+                          judgements_applied: bool) -> RecommendationReport:
+    """`recommendations` over `records`, with how many of them people judged wrong when their
+    judgements were applied to them (workers/feedback_store.py `as_people_judged`)."""
+    judged = sum(r.error_class == JUDGED_WRONG for r in records) if judgements_applied else None
+    return RecommendationReport(records=len(records), judged_wrong=judged,
+                                recommendations=recommendations(records, min_runs, max_rate))

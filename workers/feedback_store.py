@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from evolution.trial import head_version
 from selection.feedback import FeedbackRecord, TrendPoint, judged_calls, replaced, trend
-from selection.learner import ExecutionRecord
+from selection.learner import JUDGED_WRONG, ExecutionRecord
 from selection.manifest import tool_key
 from selection.ports import EXECUTIONS, FEEDBACK, VectorFilter, VectorMemory, VectorPoint
 from workers.degraded import is_store_failure
@@ -201,9 +201,6 @@ def judgements_known(rt: Runtime, call_ids: Sequence[str]) -> dict[tuple[str, st
         if not is_store_failure(exc):
             raise
         return {}
-
-
-JUDGED_WRONG = "judged_wrong"  # the error class of a run whose output a person judged wrong
 
 
 def as_people_judged(records: list[ExecutionRecord], judged: dict[tuple[str, str], Sentiment]) -> list[ExecutionRecord]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from selection.learner import ExecutionRecord
-from selection.recommend import recommendations
+from selection.learner import JUDGED_WRONG, ExecutionRecord
+from selection.recommend import recommendation_report, recommendations
 
 
 def record(i: int, success: bool, error: str | None, scenario: str) -> ExecutionRecord:
@@ -26,3 +26,12 @@ def test_a_version_that_mostly_crashes_is_still_told_to_evolve_or_retire() -> No
     records += [record(3 + i, False, "crash" if i % 3 else "bad_input", "add VAT") for i in range(6)]
     (found,) = recommendations(records)
     assert found.advice.startswith("fails in general (mostly crash): evolve it or retire it")
+
+
+def test_the_report_counts_the_outputs_people_judged_wrong_only_when_their_judgements_were_applied() -> None:
+    records = [record(i, True, None, "convert 3 miles") for i in range(2)]
+    records += [record(2 + i, False, JUDGED_WRONG, "convert 3 miles") for i in range(5)]
+    applied = recommendation_report(records, min_runs=5, max_rate=0.5, judgements_applied=True)
+    assert (applied.records, applied.judged_wrong) == (7, 5)
+    assert applied.recommendations[0].error_classes == {JUDGED_WRONG: 5}
+    assert recommendation_report(records[:2], min_runs=5, max_rate=0.5, judgements_applied=False).judged_wrong is None

@@ -59,19 +59,6 @@ def _ask_or_none(task: str, queue: str, timeout: float, **kwargs: Any) -> dict[s
         return None
 
 
-def _recommend_as_ran(min_runs: int, max_rate: float) -> dict[str, Any]:
-    """`fittest.recommend`'s answer from the learner's window in Redis, as the calls ran."""
-    from selection.recommend import recommendations
-    from workers.settings import get_settings
-    from workers.state import redis_client
-    from workers.state.learning import LearningState
-
-    settings = get_settings()
-    records = LearningState(redis_client(settings), settings.key_prefix, settings.learner_window).recent()
-    return {"records": len(records), "judged_wrong": None,
-            "recommendations": [r.model_dump(mode="json") for r in recommendations(records, min_runs, max_rate)]}
-
-
 # --------------------------------------------------------------------------------------- explain
 @app.command()
 @needs_redis
@@ -273,24 +260,30 @@ def recommend(
     """Tool versions with low success in some context (task type, phase, language), with the
     evidence, from the learner's window of recent attempts. An output a person judged wrong
     (`feedback add ... --call`) counts as a failure, `judged_wrong`, as it does for the weights."""
-    from selection.recommend import Recommendation
+    from selection.recommend import RecommendationReport, recommendation_report
+    from workers.settings import get_settings
+    from workers.state import redis_client
+    from workers.state.learning import LearningState
 
     answer = _ask_or_none("recommend", "learning", timeout, min_runs=min_runs, max_rate=max_rate)
-    if answer is None:
-        answer = _recommend_as_ran(min_runs, max_rate)
+    if answer is not None:
+        report = RecommendationReport.model_validate(answer)
+    else:  # the learner's window in Redis, as the calls ran
+        settings = get_settings()
+        recent = LearningState(redis_client(settings), settings.key_prefix, settings.learner_window).recent()
+        report = recommendation_report(recent, min_runs, max_rate, judgements_applied=False)
         err_console.print(f"[yellow]no memory worker answered within {timeout:g} s: the recent attempts are counted "
                           "as they ran, without the judgements people made of their outputs[/yellow]", highlight=False)
-    found = [Recommendation.model_validate(r) for r in answer["recommendations"]]
-    records = answer["records"]
+    found = report.recommendations
     if json_out:
-        print_json(answer)
+        print_json(report.model_dump(mode="json"))
         return
     if not found:
         console.print(f"nothing to recommend: no version below {max_rate:.0%} success with {min_runs}+ runs "
-                      f"in any context ({records} recent records)")
+                      f"in any context ({report.records} recent records)")
         return
-    judged = f", {answer['judged_wrong']} judged wrong" if answer.get("judged_wrong") else ""
-    table = Table(title=f"recommendations from {records} recent attempts{judged}")
+    judged = f", {report.judged_wrong} judged wrong" if report.judged_wrong else ""
+    table = Table(title=f"recommendations from {report.records} recent attempts{judged}")
     for col in ("tool", "context", "runs", "success", "elsewhere", "errors", "advice", "failed on"):
         table.add_column(col, justify="right" if col in ("runs", "success", "elsewhere") else "left", overflow="fold")
     for r in found:

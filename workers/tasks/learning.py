@@ -27,10 +27,10 @@ from typing import Any
 from celery_batches import SimpleRequest
 
 from selection.learner import ExecutionRecord, retrain
-from selection.recommend import recommendations
+from selection.recommend import recommendation_report
 from workers.app import PRIORITY_LOW, app
 from workers.degraded import is_store_failure
-from workers.feedback_store import JUDGED_WRONG, as_people_judged, judgements_known
+from workers.feedback_store import as_people_judged, judgements_known
 from workers.outcomes import store_executions
 from workers.runtime import Runtime, runtime
 from workers.tasks.batches import Batches
@@ -106,21 +106,15 @@ def retrain_weights() -> dict[str, Any]:
     return retrain_now(runtime())
 
 
-def recommend_now(rt: Runtime, min_runs: int, max_rate: float) -> dict[str, Any]:
-    """`selection.recommend.recommendations` over the learner's window as people judged it: an
-    output judged wrong is a failure there (`judged_wrong`), as it is for the weights."""
-    recent = rt.learning.recent()
-    judged = as_people_judged(recent, judgements_known(rt, [r.call_id for r in recent]))
-    found = recommendations(judged, min_runs, max_rate)
-    return {"records": len(recent), "judged_wrong": sum(r.error_class == JUDGED_WRONG for r in judged),
-            "recommendations": [r.model_dump(mode="json") for r in found]}
-
-
 @app.task(name="fittest.recommend")
 def recommend(min_runs: int = 5, max_rate: float = 0.5) -> dict[str, Any]:
-    """Tool versions with low success in some context (`fittest recommend`): here, beside the
-    vector memory, because the judgements people made of the outputs are kept there."""
-    return recommend_now(runtime(), min_runs, max_rate)
+    """Tool versions with low success in some context (`fittest recommend`), over the learner's
+    window as people judged it: an output judged wrong is a failure there (`judged_wrong`), as it
+    is for the weights. Here, beside the vector memory, which keeps the judgements."""
+    rt = runtime()
+    recent = rt.learning.recent()
+    judged = as_people_judged(recent, judgements_known(rt, [r.call_id for r in recent]))
+    return recommendation_report(judged, min_runs, max_rate, judgements_applied=True).model_dump(mode="json")
 
 
 @app.task(name="fittest.prune_history")
