@@ -245,9 +245,17 @@ def load_manifest(path: str | Path) -> ToolManifest:
     """Read and validate a YAML manifest file."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ManifestError(path, "(yaml)", _yaml_problem(exc)) from exc
     except OSError as exc:
         raise ManifestError(path, "(file)", exc.strerror or str(exc)) from exc
+    except UnicodeDecodeError as exc:  # a file saved in Latin-1 or another encoding: refuse it alone (QA M)
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ManifestError(path, "(file)", f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line} "
+                                            f"({exc.reason}); save the manifest as UTF-8") from exc
+    except RecursionError as exc:  # YAML nested thousands deep
+        raise ManifestError(path, "(yaml)", "nested too deeply to read") from exc
     return parse_manifest(data, path, tool_dir=path.parent.resolve())

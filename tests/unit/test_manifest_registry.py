@@ -250,3 +250,24 @@ def test_an_argv_template_no_input_can_fill_is_refused_with_the_file_and_the_fie
     reasons = {Path(e.path).parent.name: (e.field, e.reason) for e in registry.errors}
     assert reasons["t"][0].endswith("argv") and "bad argv template '{tool_dir'" in reasons["t"][1]
     assert reasons["u"][0].endswith("argv") and "placeholder {mode} in '{mode!r}': only plain {name} is allowed" in reasons["u"][1]
+
+
+def test_a_manifest_that_is_not_utf8_or_nested_too_deeply_is_refused_alone(tmp_path: Path) -> None:
+    """QA M: a manifest saved in Latin-1 (or YAML nested thousands deep) raised UnicodeDecodeError
+    (RecursionError) out of the registry's load, so no tool loaded: the memory worker's watch
+    stopped serving new tools, and every executor that loaded the registry failed each call."""
+    write_tool(tmp_path, "good", python_tool("good"), {"tool.py": "def run(i): return i\n"})
+    (tmp_path / "latin1").mkdir()
+    (tmp_path / "latin1" / "tool.yaml").write_bytes(
+        b'name: latin\ndescription: "R\xe9sum\xe9 formatter"\nimplementation: {kind: python, entrypoint: m:run}\n')
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "deep" / "tool.yaml").write_text("name: deep\nexamples: " + "[" * 5000 + "]" * 5000 + "\n")
+
+    registry = ToolRegistry.load([tmp_path])
+
+    assert [m.key for m in registry.all()] == ["good@1.0.0"]
+    by_file = {Path(e.path).parent.name: e for e in registry.errors}
+    assert by_file["latin1"].field == "(file)"
+    assert "not UTF-8 text: byte 0xe9 at line 2" in by_file["latin1"].reason
+    assert by_file["deep"].field == "(yaml)" and "nested too deeply" in by_file["deep"].reason
+
