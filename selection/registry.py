@@ -80,8 +80,16 @@ def check_paths(manifest: ToolManifest, source: str | Path) -> None:
 
     Checked: the python entrypoint's file, every `{tool_dir}/...` path of an executable argv
     (which must exist and must not contain another placeholder, since an input value could then
-    choose the file), and `evolved_file`.
+    choose the file), and `evolved_file`. A path that cannot be resolved (a symbolic link loop)
+    refuses the manifest too, rather than stopping the load of every other one (QA M).
     """
+    try:
+        _check_paths(manifest, source)
+    except (RuntimeError, OSError) as exc:
+        raise ManifestError(source, "implementation", f"a file it names cannot be resolved: {exc}") from exc
+
+
+def _check_paths(manifest: ToolManifest, source: str | Path) -> None:
     if manifest.tool_dir is None:
         return
     root = Path(manifest.tool_dir)

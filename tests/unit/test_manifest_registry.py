@@ -271,3 +271,18 @@ def test_a_manifest_that_is_not_utf8_or_nested_too_deeply_is_refused_alone(tmp_p
     assert "not UTF-8 text: byte 0xe9 at line 2" in by_file["latin1"].reason
     assert by_file["deep"].field == "(yaml)" and "nested too deeply" in by_file["deep"].reason
 
+
+def test_a_symlink_loop_in_a_tool_folder_refuses_that_manifest_alone(tmp_path: Path) -> None:
+    """QA M: resolving a file that is a symbolic link to itself raised RuntimeError out of the load."""
+    write_tool(tmp_path, "good", python_tool("good"), {"tool.py": "def run(i): return i\n"})
+    write_tool(tmp_path, "loop", python_tool("loop"))
+    (tmp_path / "loop" / "tool.py").symlink_to("tool.py")
+    write_tool(tmp_path, "loop2", executable_tool(["{tool_dir}/run.sh"], name="loop2"))
+    (tmp_path / "loop2" / "run.sh").symlink_to("run.sh")
+
+    registry = ToolRegistry.load([tmp_path])
+
+    assert [m.key for m in registry.all()] == ["good@1.0.0"]
+    by_file = {Path(e.path).parent.name: e for e in registry.errors}
+    assert set(by_file) == {"loop", "loop2"}
+    assert all(e.field == "implementation" and "Symlink loop" in e.reason for e in by_file.values())
