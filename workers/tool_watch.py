@@ -65,9 +65,11 @@ class ToolsDirWatch:
             try:
                 manifest = load_manifest(path)
                 check_paths(manifest, path)
-            except ManifestError as exc:
+            except Exception as exc:  # a ManifestError; anything else the loader did not foresee too (QA M:
+                # raised out of the look, it cost the files after it in that look: they counted as seen, never served)
+                why = str(exc) if isinstance(exc, ManifestError) else f"{path}: cannot be read: {type(exc).__name__}: {exc}"
                 kept = ", ".join(self.registry.defined_by(path))
-                self._refuse(path, str(exc), f" ({kept} stays served as it was read before)" if kept else "")
+                self._refuse(path, why, f" ({kept} stays served as it was read before)" if kept else "")
                 continue
             for key in self.registry.defined_by(path):
                 if key != manifest.key:

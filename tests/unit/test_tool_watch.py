@@ -277,3 +277,30 @@ def test_a_removed_tool_takes_its_evolved_versions_with_it(tmp_path: Path, caplo
     assert sorted(m.key for m in restarted.all()) == ["word_stats@1.1.0", "word_stats@2.0.0"]
     assert [e.reason for e in restarted.errors] == [
         "slugify@1.1.0 is an evolved version of a tool the tools directory no longer has; not served"]
+
+
+def test_a_manifest_the_loader_fails_on_unforeseen_is_refused_and_the_others_of_that_look_are_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """QA M: a Latin-1 manifest raised UnicodeDecodeError out of the look; the files after it in
+    that look were recorded as seen and never served (a tool added beside it stayed unknown)."""
+    import workers.tool_watch as tool_watch
+
+    tools = tmp_path / "tools"
+    registry, _, watch = watched(tools)
+    shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "a_odd")
+    shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "b_slugify")
+    real = tool_watch.load_manifest
+
+    def load(path: Path) -> ToolManifest:
+        if Path(path).parent.name == "a_odd":
+            raise UnicodeDecodeError("utf-8", b"\xe9", 0, 1, "invalid continuation byte")
+        return real(path)
+
+    monkeypatch.setattr(tool_watch, "load_manifest", load)
+    caplog.set_level(logging.INFO, logger="fittest.tools")
+    assert watch.poll() == ["slugify@1.0.0"]
+    assert any(r.levelname == "WARNING" and "a_odd" in r.getMessage() and "UnicodeDecodeError" in r.getMessage()
+               for r in caplog.records)
+    monkeypatch.setattr(tool_watch, "load_manifest", real)  # mended: read again at the next look
+    assert watch.poll() == ["word_stats@1.0.0"]
