@@ -265,11 +265,11 @@ class Selector:
                 sources.setdefault(key, "semantic")
 
         wanted = set(request.tags)
-        manifests = {
+        manifests = {  # a deprecated version is offered only to a call that names it by version (its manifest's promise)
             k: found
             for k in sources
-            if k not in request.exclude and (found := registry.get(k)) is not None and not found.deprecated
-            and wanted <= set(found.tags)
+            if k not in request.exclude and (found := registry.get(k)) is not None
+            and (not found.deprecated or sources[k] == "version") and wanted <= set(found.tags)
         }
         if not manifests:
             return []

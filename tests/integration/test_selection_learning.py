@@ -536,3 +536,19 @@ def test_a_judgement_made_before_its_calls_records_came_applies_to_them(rt) -> N
     assert outcome.payload.get("replaced") is True
     (record,) = rt.memory.scroll(EXECUTIONS, filter=mine, limit=5)
     assert (record.payload["success"], record.payload.get("judged")) == (False, "negative")
+
+
+def test_a_deprecated_version_is_not_offered_but_is_served_to_a_call_that_names_it_by_version(rt) -> None:
+    """examples/tools/README.md: `deprecated` -- still callable by exact version, not offered by
+    selection. QA M: a call naming the deprecated version (fittest call -n NAME@VERSION, or
+    call_tool with a version) ended no_candidates."""
+    old = ToolManifest(name="weather_now", version="0.9.0", description=TOOLS["weather_now"], deprecated=True,
+                       implementation={"kind": "http", "url": "http://127.0.0.1:9/x"})
+    rt.selector.ensure_tool(old)
+
+    plan = rt.selector.plan(CallRequest(scenario="the forecast for Lisbon tomorrow"))
+    assert "weather_now@0.9.0" not in [c.key for c in plan.candidates]
+    plan = rt.selector.plan(CallRequest(scenario="the forecast for Lisbon tomorrow", namespace="weather_now"))
+    assert "weather_now@0.9.0" not in [c.key for c in plan.candidates]
+    plan = rt.selector.plan(CallRequest(scenario="the forecast for Lisbon tomorrow", namespace="weather_now", version="0.9.0"))
+    assert [c.key for c in plan.candidates][:1] == ["weather_now@0.9.0"]
