@@ -528,6 +528,14 @@ def test_missing_program_is_unavailable(tmp_path: Path) -> None:
     assert_failure(run_tool(tool, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "cannot start")
 
 
+def test_an_input_value_too_long_for_an_argument_is_bad_input_not_unavailable(tmp_path: Path) -> None:
+    """QA M: a 200 kB value for hash_text's {algorithm} made exec fail with E2BIG, classed
+    unavailable: five such calls opened the tool's circuit breaker for every caller."""
+    tool = make_tool(tmp_path / "a", "arg", {"kind": "executable", "argv": ["/bin/echo", "{value}"]})
+    assert_failure(run_tool(tool, {"value": "x" * 200_000}, timeout_s=5, limits=LIMITS), FailureClass.bad_input,
+                   "Argument list too long", "200000 bytes")
+
+
 @pytest.mark.parametrize(
     ("what", "limits", "error_class", "fragment"),
     [

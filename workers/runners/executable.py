@@ -36,6 +36,7 @@ needs could not be reached" (unavailable); any other exit or a signal is a crash
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 import selectors
@@ -292,6 +293,10 @@ def run_executable(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: 
                 )
             )
         except OSError as exc:  # program missing, not executable, or limits refused
+            if exc.errno == errno.E2BIG:  # an argument filled from the input is past what exec takes: the input's doing
+                longest = max(len(a.encode()) for a in argv)
+                return RunOutcome.fail(FailureClass.bad_input, f"cannot start {argv[0]!r}: {exc.strerror or exc} "
+                                                               f"(its longest argument, filled from the input, has {longest} bytes)")
             return RunOutcome.fail(FailureClass.unavailable, f"cannot start {argv[0]!r}: {exc.strerror or exc}")
         try:
             ex = _exchange(proc, data, deadline, limits)
