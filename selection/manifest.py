@@ -9,12 +9,14 @@ from __future__ import annotations
 import string
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import semver
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+HEADER_NAME_CHARS = frozenset(string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~")
 
 Phase = Literal["specification", "pseudocode", "architecture", "refinement", "completion"]
 TaskType = Literal[
@@ -103,6 +105,30 @@ class HttpImplementation(BaseModel):
     kind: Literal["http"]
     url: str = Field(pattern=r"^https?://")
     headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("url")
+    @classmethod
+    def _url_parses(cls, url: str) -> str:
+        """Refused at load, not at each call (QA M: `http://[::1:8819/x` raised out of every attempt)."""
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises for a port that is not a number in 0..65535
+        except ValueError as exc:
+            raise ValueError(f"{url!r} is not a valid URL: {exc}") from exc
+        if not parts.hostname or any(c.isspace() for c in url):
+            raise ValueError(f"{url!r} is not a valid URL: " + ("it contains white space" if parts.hostname else "it names no host"))
+        return url
+
+    @field_validator("headers")
+    @classmethod
+    def _sendable_headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        """Names and values HTTP can carry (QA M: a value with an 'É' raised UnicodeEncodeError out of every attempt)."""
+        for name, value in headers.items():
+            if not name or not set(name) <= HEADER_NAME_CHARS:
+                raise ValueError(f"header name {name!r} is not an HTTP token (letters, digits, !#$%&'*+-.^_`|~)")
+            if not value.isascii() or any(c in "\r\n\0" for c in value):
+                raise ValueError(f"header {name}: value {value!r} must be ASCII text on one line")
+        return headers
 
 
 Implementation = Annotated[

@@ -286,3 +286,31 @@ def test_a_symlink_loop_in_a_tool_folder_refuses_that_manifest_alone(tmp_path: P
     by_file = {Path(e.path).parent.name: e for e in registry.errors}
     assert set(by_file) == {"loop", "loop2"}
     assert all(e.field == "implementation" and "Symlink loop" in e.reason for e in by_file.values())
+
+
+@pytest.mark.parametrize(
+    ("implementation", "reason"),
+    [
+        ({"url": "http://[::1:8819/echo"}, "is not a valid URL: Invalid IPv6 URL"),
+        ({"url": "http://127.0.0.1:99999/x"}, "is not a valid URL: Port out of range"),
+        ({"url": "http://"}, "names no host"),
+        ({"url": "http://exa mple.com/"}, "white space"),
+        ({"url": "http://127.0.0.1:1/x", "headers": {"X-Team": "Équipe Zürich"}}, "header X-Team: value 'Équipe Zürich' must be ASCII"),
+        ({"url": "http://127.0.0.1:1/x", "headers": {"X-A": "a\nb"}}, "must be ASCII text on one line"),
+        ({"url": "http://127.0.0.1:1/x", "headers": {"Bad Header": "x"}}, "header name 'Bad Header' is not an HTTP token"),
+    ],
+)
+def test_an_http_url_or_header_no_request_can_carry_is_refused_at_load(tmp_path: Path, implementation: dict[str, Any],
+                                                                       reason: str) -> None:
+    """QA M: these loaded, then raised out of every attempt (InvalidURL, UnicodeEncodeError)."""
+    write_tool(tmp_path, "h", {"name": "h", "description": "h", "implementation": {"kind": "http", **implementation}})
+    (error,) = ToolRegistry.load([tmp_path]).errors
+    assert error.field.startswith("implementation.http.") and reason in error.reason, error
+
+
+def test_usual_http_urls_and_headers_load(tmp_path: Path) -> None:
+    for i, url in enumerate(["http://127.0.0.1:8765/convert", "https://[::1]:8443/a?b=c", "https://api.example.com/v1/x"]):
+        write_tool(tmp_path, f"h{i}", {"name": f"h{i}", "description": "h", "implementation": {
+            "kind": "http", "url": url, "headers": {"Authorization": "Bearer abc.def-1", "X-Api-Key": "k"}}})
+    registry = ToolRegistry.load([tmp_path])
+    assert registry.errors == [] and len(registry) == 3
