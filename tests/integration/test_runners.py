@@ -674,6 +674,20 @@ def test_http_read_timeout_is_timeout(http_base: str) -> None:
     assert_failure(outcome, FailureClass.timeout)
 
 
+def test_a_runner_that_raises_fails_the_attempt_instead_of_the_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA M: an http header httpx could not encode raised UnicodeEncodeError out of run_tool, so
+    the execute step failed: no fallback, no failure recorded, the tool kept ranking first."""
+    import workers.runners as runners
+
+    def slips(*args: Any, **kwargs: Any) -> RunOutcome:
+        raise UnicodeEncodeError("ascii", "Équipe", 0, 1, "ordinal not in range(128)")
+
+    monkeypatch.setitem(runners.RUNNERS, "http", slips)
+    tool = ToolManifest.model_validate({"name": "h", "description": "h", "implementation": {"kind": "http", "url": "http://127.0.0.1:9/x"}})
+    assert_failure(run_tool(tool, {}, timeout_s=1, limits=LIMITS), FailureClass.crash,
+                   "the http runner could not run h@1.0.0: UnicodeEncodeError")
+
+
 def test_http_connection_refused_is_unavailable() -> None:
     outcome = run_tool(http_tool(f"http://127.0.0.1:{free_port()}/x"), {}, timeout_s=5, limits=LIMITS)
     assert_failure(outcome, FailureClass.unavailable, "cannot connect")

@@ -47,6 +47,11 @@ def run_tool(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float,
         outcome = RunOutcome.fail(FailureClass.bad_input, f"input is not JSON-serialisable: {exc}")
     else:
         runner = run_python_isolated if is_isolated(manifest, original) else RUNNERS[manifest.implementation.kind]
-        outcome = runner(manifest, own_input, timeout_s=timeout_s, limits=limits)
+        try:
+            outcome = runner(manifest, own_input, timeout_s=timeout_s, limits=limits)
+        except Exception as exc:  # a runner's own slip on what a manifest says: the attempt fails, the call falls back
+            # (QA M: an http header the client could not encode raised out of every attempt, with no fallback and no record)
+            outcome = RunOutcome.fail(FailureClass.crash, f"the {manifest.implementation.kind} runner could not run "
+                                                          f"{manifest.key}: {type(exc).__name__}: {exc}")
     outcome.elapsed_ms = (time.perf_counter() - started) * 1000.0
     return outcome
