@@ -95,6 +95,16 @@ def spins(input):
         except Exception:  # a tool that swallows its errors is stopped all the same
             pass
 
+def swallows_everything(input):
+    end = time.monotonic() + input.get("seconds", 2)
+    while time.monotonic() < end:
+        try:
+            while time.monotonic() < end:
+                pass
+        except:  # noqa: E722 - a bare except catches ToolStopped too
+            pass
+    return {"done": True}
+
 def returns_none(input):
     return None
 
@@ -180,12 +190,22 @@ def test_python_timeout_abandons_a_call_blocked_outside_python(py_tool) -> None:
     started = time.monotonic()
     outcome = run_tool(py_tool("slow"), {"seconds": 3}, timeout_s=0.3, limits=LIMITS)
     assert time.monotonic() - started < 1.5
-    assert_failure(outcome, FailureClass.timeout, "blocked outside Python, was abandoned")
+    assert_failure(outcome, FailureClass.timeout, "did not stop: it is blocked outside Python", "abandoned")
     assert tool_thread("py_slow")  # in time.sleep: stopped when it returns, not run on to its end
     deadline = time.monotonic() + 5
     while tool_thread("py_slow") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not tool_thread("py_slow")
+
+
+def test_python_timeout_of_a_call_that_catches_everything_says_it_may_run_on(py_tool) -> None:
+    """QA M: a tool looping under a bare `except:` catches ToolStopped and spins on in the worker;
+    the message said it was blocked outside Python."""
+    outcome = run_tool(py_tool("swallows_everything"), {"seconds": 1.5}, timeout_s=0.3, limits=LIMITS)
+    assert_failure(outcome, FailureClass.timeout, "or it catches ToolStopped (a bare except)", "runs on in the worker")
+    deadline = time.monotonic() + 5
+    while tool_thread("py_swallows_everything") and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def test_python_timeout_stops_a_call_that_spins(py_tool) -> None:

@@ -154,7 +154,8 @@ def run_python(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: floa
     thread.join(timeout_s)
     if thread.is_alive():
         how = ("the call's thread was stopped" if stop_thread(thread) else
-               "the call's thread, blocked outside Python, was abandoned: it stops when that call returns")
+               "the call's thread did not stop: it is blocked outside Python, or it catches ToolStopped (a bare except); "
+               "abandoned, it runs on in the worker until it returns")
         return RunOutcome.fail(FailureClass.timeout, f"no result within {timeout_s:.3g}s ({how})")
     if "load_error" in box:
         return RunOutcome.fail(box["load_error"].error_class, str(box["load_error"]))
