@@ -221,6 +221,10 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     if problem is None:
         return str(exc).splitlines()[0]
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    start = getattr(exc, "context_mark", None)
+    if context and start is not None and mark is not None and (start.line, start.column) != (mark.line, mark.column):
+        # where the quote, bracket or brace that never closed opened: an unclosed quote is found at the end of the file (QA M)
+        context += f" that opened at line {start.line + 1}, column {start.column + 1}"
     return f"{problem}{where}" + (f" ({context})" if context else "")
 
 

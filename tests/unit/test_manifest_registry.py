@@ -78,7 +78,17 @@ def test_missing_field_names_file_and_field_and_others_still_load(tmp_path: Path
     assert by_file["broken"].field == "description"
     assert str(bad_path) in str(by_file["broken"]) and "description" in str(by_file["broken"])
     assert by_file["garbled"].field == "(yaml)"
-    assert "at line 2, column 1 (while parsing a flow sequence)" in str(by_file["garbled"])  # where to look
+    assert "at line 2, column 1 (while parsing a flow sequence that opened at line 1, column 7)" in str(by_file["garbled"])  # where to look
+
+
+def test_an_unclosed_quote_is_reported_where_it_opened_not_only_at_the_end_of_the_file(tmp_path: Path) -> None:
+    """QA M: a description whose quote never closed was reported 'at line 4, column 1' only, the end of the file."""
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "tool.yaml").write_text('name: x\ndescription: "unclosed\nimplementation: {kind: python\n')
+    (error,) = ToolRegistry.load([tmp_path]).errors
+    assert error.field == "(yaml)"
+    assert error.reason == ("found unexpected end of stream at line 4, column 1 "
+                            "(while scanning a quoted scalar that opened at line 2, column 14)")
 
 
 def test_every_bad_field_of_a_manifest_is_named_at_once(tmp_path: Path) -> None:
