@@ -77,6 +77,35 @@ def note_newcomers(state: Newcomers, registry: ToolRegistry) -> list[str]:
     return found
 
 
+MANIFEST_MUTATION = "new manifest version"  # the mutation of a version a manifest gave, not an evolution
+
+
+def retire_removed_manifest_versions(state: Promotions, ledger: EvolutionState, registry: ToolRegistry,
+                                     namespaces: Iterable[str]) -> list[Promotion]:
+    """Roll back the promotion (on trial, or activated) of a version a manifest gave that is served
+    no more: its manifest left the tools directory, or now names another version. Selection serves
+    what the namespace served before it already; this makes the promotion say so. Otherwise a trial
+    of such a version was never decided (no call runs it), so no later version of the manifest went
+    on trial, and `fittest show`, `describe` and `evolve` named a version that no longer exists
+    (QA). One read of every promotion; evolved versions are left alone (a worker that has not
+    loaded one yet would not find it in its registry)."""
+    names = [ns for ns in dict.fromkeys(namespaces) if registry.original(ns) is not None]
+    retired = []
+    for namespace, current in state.promotions(names).items():
+        if (current is None or current.mutation != MANIFEST_MUTATION or current.status == "rolled_back"
+                or f"{namespace}@{current.evolved_version}" in registry):
+            continue
+        reason = f"{namespace}@{current.evolved_version} is no longer served: its manifest left the tools directory"
+        new = current.model_copy(update={"status": "rolled_back", "reason": reason, "promoted_at": time.time()})
+        if not state.promote_if(new, current.evolved_version, [current.status]):
+            continue  # changed meanwhile
+        ledger.log(ChangelogEntry(namespace=namespace, event="rolled_back", version=current.evolved_version,
+                                  parent=current.parent_version, reason=reason))
+        log.info("%s", reason, extra={"event": "manifest_version_retired", "tool": f"{namespace}@{current.evolved_version}"})
+        retired.append(new)
+    return retired
+
+
 def trial_new_manifests(state: Promotions, ledger: EvolutionState, registry: ToolRegistry,
                         namespaces: Iterable[str]) -> list[Promotion]:
     """Serve on trial each version that a namespace's manifest newly gives it (evolution/trial.py
@@ -85,8 +114,10 @@ def trial_new_manifests(state: Promotions, ledger: EvolutionState, registry: Too
     successes at a rate no worse, or is rolled back. Without this a new version was only ever a
     fallback (QA: a fixed 2.0.0 dropped into the tools directory ran 11 times in 298 calls of its
     job, as a fallback of the broken 1.0.0, which went on being served first)."""
+    namespaces = sorted(set(namespaces))
+    retire_removed_manifest_versions(state, ledger, registry, namespaces)  # a trial no call can decide blocks the next
     started = []
-    for namespace in sorted(set(namespaces)):
+    for namespace in namespaces:
         versions = registry.versions(namespace)
         original = registry.original(namespace)
         if original is None or sum(m.parent_version is None for m in versions) < 2:  # nothing to read Redis for
@@ -98,7 +129,7 @@ def trial_new_manifests(state: Promotions, ledger: EvolutionState, registry: Too
         served = head_version(current) or original.version
         promotion = Promotion(namespace=namespace, evolved_version=new.version, original_version=original.version,
                               parent_version=served, reason=f"a new version of its manifest, on trial against {served}",
-                              mutation="new manifest version", status="on_trial")
+                              mutation=MANIFEST_MUTATION, status="on_trial")
         if current is None:
             state.promote(promotion)
         elif not state.promote_if(promotion, current.evolved_version, [current.status]):

@@ -15,12 +15,12 @@ from evolution.models import EvolutionJob, EvolutionRecord, EvolutionReport, Evi
 from evolution.mutation import Mutator
 from evolution.mutators.code import CodeMutator
 from evolution.verification import StageRun
-from evolution.trial import TrialCounts, served_version
+from evolution.trial import TrialCounts, head_version, served_version
 from selection.models import CallPlan, CallRequest, FailureClass, FailureMark, OutcomeRecord, Promotion, Severity, ToolExecutionResult
 from workers.evolution_memory import apply_evolution_record, build_job, maybe_evolve_for_quality
 from workers.evolver import Evolver
 from workers.outcomes import apply_failure, apply_outcome
-from workers.promotions import rollback
+from workers.promotions import rollback, trial_new_manifests
 from workers.runners import RunOutcome
 from workers.runtime import Runtime
 from workers.settings import Settings
@@ -98,6 +98,38 @@ def test_a_worse_version_on_trial_is_rolled_back_and_the_parent_served_again(rt:
     assert served_version(promotion, "any-call", after_evolution=True, share=1.0) is None  # the original, the parent
     (entry,) = rt.evolution.changelog("slowish")
     assert entry.event == "rolled_back" and "2/5 successes" in entry.reason
+
+
+def given_by_a_manifest(rt: Runtime, version: str) -> None:
+    """A second manifest of `slowish` that gives it `version`, as the tools watch serves it."""
+    original = rt.registry.get("slowish@1.0.0")
+    assert original is not None
+    rt.registry.add(original.model_copy(update={"version": version}))
+
+
+def test_a_manifest_version_whose_manifest_is_gone_is_no_longer_promoted_and_the_next_one_goes_on_trial(rt: Runtime) -> None:
+    """QA: a 1.2.0 on trial whose manifest was removed stayed the promotion no call could decide:
+    `fittest show` marked no version served, `fittest describe` and `fittest evolve` failed with
+    "slowish has no version 1.2.0", and a 1.3.0 added later never went on trial."""
+    given_by_a_manifest(rt, "1.2.0")
+    (trial,) = trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"])
+    assert (trial.evolved_version, trial.status) == ("1.2.0", "on_trial")
+    rt.registry.remove("slowish@1.2.0")  # its manifest left the tools directory
+    assert trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"]) == []
+    promotion = rt.state.promotion("slowish")
+    assert promotion is not None and promotion.status == "rolled_back"
+    assert head_version(promotion) is None  # the original is served, as selection serves it
+    entry = rt.evolution.changelog("slowish")[-1]
+    assert (entry.event, entry.version) == ("rolled_back", "1.2.0") and "no longer" in entry.reason
+    given_by_a_manifest(rt, "1.3.0")
+    (trial,) = trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"])
+    assert (trial.evolved_version, trial.parent_version, trial.status) == ("1.3.0", "1.0.0", "on_trial")
+    rt.registry.remove("slowish@1.3.0")
+    activated = trial.model_copy(update={"status": "active"})  # a trial it won, then its manifest went
+    assert rt.state.promote_if(activated, "1.3.0", ["on_trial"])
+    trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"])
+    promotion = rt.state.promotion("slowish")
+    assert promotion is not None and promotion.status == "rolled_back" and head_version(promotion) is None
 
 
 def slow_job(trigger: str, served: str | None = None) -> EvolutionJob:

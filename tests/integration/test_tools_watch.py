@@ -153,6 +153,29 @@ def test_a_version_given_while_another_trial_runs_goes_on_trial_once_that_one_is
         assert any((h.evolved_version, h.status) == ("2.0.0", "active") for h in state.promotion_history("slugify"))
 
 
+def test_a_version_on_trial_whose_manifest_is_removed_is_rolled_back(tmp_path: Path, redis_url: str, model_path: Path) -> None:
+    """QA: removing the manifest of a version on trial left it the namespace's promotion, which no
+    call could decide: `fittest show` marked nothing served, `describe` and `evolve` named a version
+    that no longer existed, and the next version a manifest gave never went on trial."""
+    tools = tmp_path / "tools"
+    shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
+    with pipeline_running(tmp_path, redis_url, model_path, tools, roles=("memory",), FITTEST_TOOLS_RESCAN_S="0.3") as p:
+        state = p.state()
+        shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify_2")
+        manifest = tools / "slugify_2" / "tool.yaml"
+        manifest.write_text(manifest.read_text().replace("version: 1.0.0", "version: 2.0.0"))
+
+        def status() -> tuple[str, str] | None:
+            promotion = state.promotion("slugify")
+            return None if promotion is None else (promotion.evolved_version, promotion.status)
+
+        p.wait_for(lambda: status() == ("2.0.0", "on_trial"), timeout=30)
+        shutil.rmtree(tools / "slugify_2")
+        p.wait_for(lambda: status() == ("2.0.0", "rolled_back"), timeout=30)
+        log = tmp_path / "logs" / "memory.log"
+        assert ("manifest_version_retired", "slugify@2.0.0") in {(e.get("event"), e.get("tool")) for e in events(log)}
+
+
 def test_a_tool_added_to_the_running_system_is_tried_first_on_its_share_of_the_calls_it_matches(
     tmp_path: Path, redis_url: str, model_path: Path
 ) -> None:

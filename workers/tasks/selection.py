@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from celery import Task
@@ -12,6 +13,7 @@ from celery.concurrency.prefork import TaskPool as PreforkPool
 from celery.signals import worker_ready
 from pydantic import ValidationError
 
+from selection.manifest import ToolManifest
 from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, field_errors
 from workers.app import app
 from workers.feedback_store import apply_stored_judgements
@@ -58,9 +60,18 @@ def warm_up(sender: Any = None, **_: Any) -> None:
         except Exception:  # the store is down: judgements still replace outcomes near their scenario
             log.warning("could not apply the judgements stored before this release", exc_info=True)
         settings = runtime().settings
+
+        def revise(changed: list[tuple[ToolManifest, Path]], removed: list[str]) -> None:
+            runtime().selector.revise_tools(changed, removed)
+            if removed:  # a removed version's trial or promotion ends (workers/promotions.py)
+                try:
+                    served_anew(key.partition("@")[0] for key in removed)
+                except Exception:  # Redis away: the next start looks again
+                    log.warning("could not end the promotions of the versions no longer served", exc_info=True)
+
         if settings.tools_rescan_s > 0:  # a selector that failed to build is built again by the first look
             watch = ToolsDirWatch(settings.tools_dir, runtime().registry, lambda found: runtime().selector.ensure_tools(found),
-                                  lambda changed, removed: runtime().selector.revise_tools(changed, removed))
+                                  revise)
             watch_in_background(watch, settings.tools_rescan_s,
                                 then=lambda keys: served_anew(key.partition("@")[0] for key in keys))
 
@@ -69,7 +80,8 @@ def warm_up(sender: Any = None, **_: Any) -> None:
 
 def served_anew(namespaces: Iterable[str]) -> None:
     """What a version newly served starts: a trial of a manifest's new version against what its
-    namespace served, and for a tool new to the running system, its newcomer's trial."""
+    namespace served, and for a tool new to the running system, its newcomer's trial. Called for
+    the namespaces of removed versions too: a removed manifest version's promotion ends first."""
     rt = runtime()
     trial_new_manifests(rt.state, rt.evolution, rt.registry, namespaces)
     note_newcomers(rt.state, rt.registry)
