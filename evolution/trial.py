@@ -15,13 +15,14 @@ evolution).
 
 A version that a tool's manifest newly gives it (`manifest_to_trial`) goes on trial the same way,
 against the version its namespace served until then: an operator who gives a manifest a new
-version wants it served, and the trial serves it as soon as its outcomes are no worse.
+version wants it served, and the trial serves it as soon as its outcomes are no worse. One that
+arrives older than what the namespace serves stays a fallback (`kept_served`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -100,6 +101,20 @@ def served_version(promotion: Promotion | None, call_id: str, after_evolution: b
     if promotion.status == "active" or after_evolution or in_share(call_id, promotion.namespace, share):
         return promotion.evolved_version
     return fallback_version(promotion)
+
+
+def kept_served(versions: Sequence[ToolManifest], current: Promotion | None,
+                arrived: Collection[str]) -> ToolManifest | None:
+    """The version a namespace goes on serving when the tools watch brings an older version of its
+    manifest (`arrived`: the keys it just served; `versions` lowest first). With no promotion
+    recorded a namespace serves its original, the lowest version, so the older one would take the
+    place of the newest, which would then go on trial against it (QA M: fast_sort 0.5.0, dropped
+    beside the 1.0.0 that had served 20 calls, served 3 of the next 6). None when a promotion
+    decides already, or when the newest version is among those that arrived."""
+    manual = [m for m in versions if m.parent_version is None]
+    if current is not None or len(manual) < 2 or manual[-1].key in arrived:
+        return None
+    return manual[-1] if any(m.key in arrived for m in manual[:-1]) else None
 
 
 def manifest_to_trial(versions: Sequence[ToolManifest], current: Promotion | None,

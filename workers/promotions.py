@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Literal
 
 from evolution.models import ChangelogEntry
-from evolution.trial import Verdict, head_version, manifest_to_trial
+from evolution.trial import Verdict, head_version, kept_served, manifest_to_trial
 from selection.manifest import ToolManifest
 from selection.models import Promotion
 from selection.ports import Newcomers, Promotions, StateStore
@@ -107,13 +107,15 @@ def retire_removed_manifest_versions(state: Promotions, ledger: EvolutionState, 
 
 
 def trial_new_manifests(state: Promotions, ledger: EvolutionState, registry: ToolRegistry,
-                        namespaces: Iterable[str]) -> list[Promotion]:
+                        namespaces: Iterable[str], arrived: Collection[str] = ()) -> list[Promotion]:
     """Serve on trial each version that a namespace's manifest newly gives it (evolution/trial.py
     `manifest_to_trial`), against the version the namespace served until then: it takes
     FITTEST_TRIAL_SHARE of the namespace's calls, and is served in its place once it has K
     successes at a rate no worse, or is rolled back. Without this a new version was only ever a
     fallback (QA: a fixed 2.0.0 dropped into the tools directory ran 11 times in 298 calls of its
-    job, as a fallback of the broken 1.0.0, which went on being served first)."""
+    job, as a fallback of the broken 1.0.0, which went on being served first). A version that
+    `arrived` (the keys the tools watch just served) older than the newest stays a fallback, and
+    the newest, which the namespace served, is recorded as served (`kept_served`)."""
     namespaces = sorted(set(namespaces))
     retire_removed_manifest_versions(state, ledger, registry, namespaces)  # a trial no call can decide blocks the next
     started = []
@@ -123,6 +125,18 @@ def trial_new_manifests(state: Promotions, ledger: EvolutionState, registry: Too
         if original is None or sum(m.parent_version is None for m in versions) < 2:  # nothing to read Redis for
             continue
         current = state.promotion(namespace)
+        if (kept := kept_served(versions, current, arrived)) is not None:
+            older = ", ".join(m.version for m in versions if m.key in arrived)
+            promotion = Promotion(namespace=namespace, evolved_version=kept.version, original_version=original.version,
+                                  reason=f"kept served: its manifest gave the older {older} too", mutation=MANIFEST_MUTATION,
+                                  status="active")
+            state.promote(promotion)
+            ledger.log(ChangelogEntry(namespace=namespace, event="promoted", version=kept.version, mutation=promotion.mutation,
+                                      reason=promotion.reason, trigger="manifest"))
+            log.info("%s stays served; %s@%s arrived older and is a fallback", kept.key, namespace, older,
+                     extra={"event": "manifest_kept_served", "tool": kept.key, "older": older})
+            started.append(promotion)
+            continue
         new = manifest_to_trial(versions, current, state.promotion_history(namespace))
         if new is None:
             continue

@@ -27,6 +27,13 @@ def events(log: Path) -> list[dict]:
     return found
 
 
+def add_slugify_version(tools: Path, version: str, folder: str | None = None) -> None:
+    """The example slugify tool, its manifest given `version`, in a folder of its own."""
+    shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / (folder or f"slugify_{version}"))
+    manifest = tools / (folder or f"slugify_{version}") / "tool.yaml"
+    manifest.write_text(manifest.read_text().replace("version: 1.0.0", f"version: {version}"))
+
+
 def test_manifests_added_changed_and_removed_while_the_workers_run_are_served_as_they_now_read(
     tmp_path: Path, redis_url: str, model_path: Path
 ) -> None:
@@ -80,9 +87,7 @@ def test_a_new_version_given_by_a_manifest_goes_on_trial_and_is_served_once_it_p
     with pipeline_running(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"),
                           FITTEST_TOOLS_RESCAN_S="0.3", FITTEST_TRIAL_SHARE="0.5", FITTEST_TRIAL_SUCCESSES="3") as p:
         assert p.call(**SLUG_CALL)["version"] == "1.0.0"
-        shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify_2")
-        manifest = tools / "slugify_2" / "tool.yaml"
-        manifest.write_text(manifest.read_text().replace("version: 1.0.0", "version: 2.0.0"))
+        add_slugify_version(tools, "2.0.0")
         state = p.state()
         p.wait_for(lambda: state.promotion("slugify") is not None, timeout=30)
         trial = state.promotion("slugify")
@@ -104,13 +109,31 @@ def test_a_new_version_given_by_a_manifest_goes_on_trial_and_is_served_once_it_p
         assert ("manifest_trial", "slugify@2.0.0") in {(e.get("event"), e.get("tool")) for e in events(log)}
 
 
+def test_an_older_version_dropped_in_stays_a_fallback_and_the_newest_stays_served(
+    tmp_path: Path, redis_url: str, model_path: Path
+) -> None:
+    """QA M: fast_sort 0.5.0 dropped beside the 1.0.0 that served the namespace became its original,
+    and 1.0.0 went on trial against it: the older version served 3 of the next 6 calls."""
+    tools = tmp_path / "tools"
+    shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
+    with pipeline_running(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"),
+                          FITTEST_TOOLS_RESCAN_S="0.3", FITTEST_TRIAL_SHARE="0.5") as p:
+        assert p.call(**SLUG_CALL)["version"] == "1.0.0"
+        add_slugify_version(tools, "0.5.0")
+        state = p.state()
+        p.wait_for(lambda: state.promotion("slugify") is not None, timeout=30)
+        kept = state.promotion("slugify")
+        assert kept is not None and (kept.evolved_version, kept.status) == ("1.0.0", "active")
+        assert [p.call(**SLUG_CALL, call_id=f"after-{i}")["version"] for i in range(8)] == ["1.0.0"] * 8
+        log = tmp_path / "logs" / "memory.log"
+        assert ("manifest_kept_served", "slugify@1.0.0") in {(e.get("event"), e.get("tool")) for e in events(log)}
+
+
 def test_a_new_version_found_at_the_start_goes_on_trial(tmp_path: Path, redis_url: str, model_path: Path) -> None:
     """A manifest given a new version while no worker ran is put on trial as the memory worker starts."""
     tools = tmp_path / "tools"
     for folder, version in (("slugify", "1.0.0"), ("slugify_2", "1.2.0")):
-        shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / folder)
-        manifest = tools / folder / "tool.yaml"
-        manifest.write_text(manifest.read_text().replace("version: 1.0.0", f"version: {version}"))
+        add_slugify_version(tools, version, folder)
     with pipeline_running(tmp_path, redis_url, model_path, tools, roles=("memory",), FITTEST_TOOLS_RESCAN_S="0") as p:
         state = p.state()
         p.wait_for(lambda: state.promotion("slugify") is not None, timeout=30)
@@ -129,18 +152,13 @@ def test_a_version_given_while_another_trial_runs_goes_on_trial_once_that_one_is
                           FITTEST_TOOLS_RESCAN_S="0.3", FITTEST_TRIAL_SHARE="0.5", FITTEST_TRIAL_SUCCESSES="3") as p:
         state = p.state()
 
-        def add(version: str) -> None:
-            shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / f"slugify_{version}")
-            manifest = tools / f"slugify_{version}" / "tool.yaml"
-            manifest.write_text(manifest.read_text().replace("version: 1.0.0", f"version: {version}"))
-
         def on_trial(version: str) -> bool:
             promotion = state.promotion("slugify")
             return promotion is not None and (promotion.evolved_version, promotion.status) == (version, "on_trial")
 
-        add("2.0.0")
+        add_slugify_version(tools, "2.0.0")
         p.wait_for(lambda: on_trial("2.0.0"), timeout=30)
-        add("3.0.0")
+        add_slugify_version(tools, "3.0.0")
         log = tmp_path / "logs" / "memory.log"
         p.wait_for(lambda: ("tool_added", "slugify@3.0.0") in {(e.get("event"), e.get("tool")) for e in events(log)}, timeout=30)
         assert on_trial("2.0.0")  # the running trial is decided first
@@ -161,16 +179,14 @@ def test_a_version_on_trial_whose_manifest_is_removed_is_rolled_back(tmp_path: P
     shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
     with pipeline_running(tmp_path, redis_url, model_path, tools, roles=("memory",), FITTEST_TOOLS_RESCAN_S="0.3") as p:
         state = p.state()
-        shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify_2")
-        manifest = tools / "slugify_2" / "tool.yaml"
-        manifest.write_text(manifest.read_text().replace("version: 1.0.0", "version: 2.0.0"))
+        add_slugify_version(tools, "2.0.0")
 
         def status() -> tuple[str, str] | None:
             promotion = state.promotion("slugify")
             return None if promotion is None else (promotion.evolved_version, promotion.status)
 
         p.wait_for(lambda: status() == ("2.0.0", "on_trial"), timeout=30)
-        shutil.rmtree(tools / "slugify_2")
+        shutil.rmtree(tools / "slugify_2.0.0")
         p.wait_for(lambda: status() == ("2.0.0", "rolled_back"), timeout=30)
         log = tmp_path / "logs" / "memory.log"
         assert ("manifest_version_retired", "slugify@2.0.0") in {(e.get("event"), e.get("tool")) for e in events(log)}

@@ -13,7 +13,8 @@ from evolution.models import Evidence, FailedMutation, FailedRun, PastFailure, S
 from evolution.mutation import MutatorConfig, load_mutators, order_for
 from evolution.mutators.code import extract_code
 from evolution.mutators.coercion import Schema, infer_rules
-from evolution.trial import TrialCounts, TrialRules, decide, head_version, in_share, manifest_to_trial, served_version
+from evolution.trial import (TrialCounts, TrialRules, decide, head_version, in_share, kept_served, manifest_to_trial,
+                             served_version)
 from evolution.verification import StageRun, VerifyConfig, verify
 from evolution.versioning import next_version, version_dir, version_stem
 from selection.manifest import TestCase, ToolManifest
@@ -268,6 +269,19 @@ def test_the_newest_version_a_manifest_gives_goes_on_trial_once() -> None:
     by_hand = promoted("1.0.0").model_copy(update={"by": "operator"})
     assert manifest_to_trial([v1, v2], by_hand, [by_hand]) is None  # an operator's choice stands
     assert manifest_to_trial([v1, v2], by_hand.model_copy(update={"status": "rolled_back"}), []) == v2
+
+
+def test_an_older_version_that_arrives_leaves_the_newest_served() -> None:
+    old, v1, v2, evolved = (tool(version="0.5.0"), tool(version="1.0.0"), tool(version="2.0.0"),
+                            tool(version="1.0.1", parent_version="1.0.0"))
+    assert kept_served([old, v1], None, {"t@0.5.0"}) == v1  # QA M: 0.5.0 came beside the 1.0.0 served
+    assert kept_served([old, v1, evolved], None, {"t@0.5.0"}) == v1
+    assert kept_served([old, v1], None, ()) is None  # at the start: not known which came later
+    assert kept_served([v1, v2], None, {"t@2.0.0"}) is None  # a newer one goes on trial (manifest_to_trial)
+    assert kept_served([old, v1, v2], None, {"t@0.5.0", "t@2.0.0"}) is None
+    assert kept_served([v1, evolved], None, {"t@1.0.1"}) is None  # an evolved version has its own trial
+    active = Promotion(namespace="t", evolved_version="1.0.1", original_version="1.0.0", status="active")
+    assert kept_served([old, v1, evolved], active, {"t@0.5.0"}) is None  # a promotion decides what is served
 
 
 def test_best_active_variant_is_served_and_a_testing_one_with_the_ab_probability() -> None:

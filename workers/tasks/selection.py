@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -73,17 +73,19 @@ def warm_up(sender: Any = None, **_: Any) -> None:
             watch = ToolsDirWatch(settings.tools_dir, runtime().registry, lambda found: runtime().selector.ensure_tools(found),
                                   revise)
             watch_in_background(watch, settings.tools_rescan_s,
-                                then=lambda keys: served_anew(key.partition("@")[0] for key in keys))
+                                then=lambda keys: served_anew((key.partition("@")[0] for key in keys), arrived=keys))
 
     threading.Thread(target=warm, name="fittest-warm-up", daemon=True).start()
 
 
-def served_anew(namespaces: Iterable[str]) -> None:
+def served_anew(namespaces: Iterable[str], arrived: Collection[str] = ()) -> None:
     """What a version newly served starts: a trial of a manifest's new version against what its
     namespace served, and for a tool new to the running system, its newcomer's trial. Called for
-    the namespaces of removed versions too: a removed manifest version's promotion ends first."""
+    the namespaces of removed versions too: a removed manifest version's promotion ends first.
+    `arrived`: the keys the tools watch just served (none at the start, which cannot tell what
+    came while no worker watched)."""
     rt = runtime()
-    trial_new_manifests(rt.state, rt.evolution, rt.registry, namespaces)
+    trial_new_manifests(rt.state, rt.evolution, rt.registry, namespaces, arrived)
     note_newcomers(rt.state, rt.registry)
 
 
