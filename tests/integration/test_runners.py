@@ -151,6 +151,16 @@ def test_a_version_changed_in_place_to_another_function_runs_that_function(py_to
     assert run_tool(py_tool("big", name="py_edited"), {"size": 3}, timeout_s=5, limits=LIMITS).output == {"blob": "xxx"}
 
 
+def test_a_module_file_edited_in_place_runs_as_it_now_reads(tmp_path: Path) -> None:
+    """QA M: pool processes that had loaded a tool's file before it was edited went on running the
+    old code (one version, two outputs), where an executable tool's edit counts at once."""
+    tool = make_tool(tmp_path / "t", "py_live", {"kind": "python", "entrypoint": "live:run"},
+                     {"live.py": "def run(input):\n    return {'edited': False}\n"})
+    assert run_tool(tool, {}, timeout_s=5, limits=LIMITS).output == {"edited": False}
+    (tmp_path / "t" / "live.py").write_text("def run(input):\n    return {'edited': True}\n")
+    assert run_tool(tool, {}, timeout_s=5, limits=LIMITS).output == {"edited": True}
+
+
 def test_python_tool_gets_its_own_copy_of_the_input(py_tool) -> None:
     data = {"items": ["a"]}
     outcome = run_tool(py_tool("mutate"), data, timeout_s=5, limits=LIMITS)

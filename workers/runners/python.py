@@ -2,9 +2,12 @@
 
 The module is the file `<tool_dir>/<module path>.py` when it exists (loaded under a module name
 unique to the tool version, so two versions of one tool never share module state), else an
-importable module of that name. Loaded modules are cached per process: a tool version's code
-never changes (evolution makes a new version), and importing on every call would cost more than
-most tools take to run.
+importable module of that name. Loaded modules are cached per process, since importing on every
+call would cost more than most tools take to run; a module file whose modification time or size
+changed is loaded again at its next call, so a tool's file edited in place runs as it now reads in
+every worker process, as an executable tool's does (QA M: pool processes that had loaded the file
+before an edit went on running the old code, so one version gave two outputs). Only the file the
+entrypoint names is watched; a module it imports stays as first imported until the worker restarts.
 
 The call runs in a daemon thread so the attempt can have a hard timeout. Python cannot kill a
 thread, but it can raise an exception in one: on timeout the thread is sent `ToolStopped`, which
@@ -27,6 +30,7 @@ import ctypes
 import hashlib
 import importlib
 import importlib.util
+import stat
 import sys
 import threading
 from collections.abc import Callable
@@ -42,7 +46,8 @@ from workers.runners.python_host import classify, describe
 
 ToolFunction = Callable[[dict[str, Any]], Any]
 
-_modules: dict[tuple[str, str], ModuleType] = {}  # by tool version and module file (or name)
+# By tool version and module file (or name): the module, and the file's (mtime_ns, size) when loaded.
+_modules: dict[tuple[str, str], tuple[ModuleType, tuple[int, int] | None]] = {}
 _load_locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_lock = threading.Lock()
 
@@ -96,6 +101,15 @@ def _load_file(manifest: ToolManifest, path: Path) -> ModuleType:
     return module
 
 
+def _file_stamp(path: Path | None) -> tuple[int, int] | None:
+    """What tells an edited module file: its modification time and size (None: no such file)."""
+    try:
+        found = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return (found.st_mtime_ns, found.st_size) if found is not None and stat.S_ISREG(found.st_mode) else None
+
+
 def load_function(manifest: ToolManifest) -> ToolFunction:
     """The tool's function, from its module loaded once per process; raises ToolLoadError. The
     function is looked up at each call, so a manifest changed in place to name another function
@@ -110,10 +124,11 @@ def load_function(manifest: ToolManifest) -> ToolFunction:
     # One import per tool version even when threads call it at once; a lock per version, so an
     # import that hangs holds up only its own tool.
     with lock:
-        module = _modules.get(cache_key)
-        if module is None:
+        stamp = _file_stamp(path)
+        module, loaded = _modules.get(cache_key, (None, None))
+        if module is None or stamp != loaded:
             try:
-                if path is not None and path.is_file():
+                if stamp is not None and path is not None:
                     module = _load_file(manifest, path)
                 else:
                     module = importlib.import_module(module_name)
@@ -121,7 +136,7 @@ def load_function(manifest: ToolManifest) -> ToolFunction:
                 raise ToolLoadError(FailureClass.unavailable, f"module '{module_name}' not found: {exc}") from exc
             except Exception as exc:  # the tool's own code failed while importing
                 raise ToolLoadError(FailureClass.crash, f"importing '{module_name}' failed: {describe(exc)}") from exc
-            _modules[cache_key] = module
+            _modules[cache_key] = (module, stamp)
     func = getattr(module, func_name, None)
     if not callable(func):
         raise ToolLoadError(FailureClass.crash, f"'{module_name}' has no function '{func_name}'")
