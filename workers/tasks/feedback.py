@@ -98,7 +98,8 @@ def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
     except ValueError as exc:  # a version the call did not run
         return {"status": "invalid", "errors": [{"field": "call_id", "message": str(exc)}]}
     try:
-        score: float | None = round(feedback_score(rt, record.tool, record.version, record.scenario), 2)
+        # + 0.0: a score a hair below zero rounds to -0.0, which read as a negative score (QA L)
+        score: float | None = round(feedback_score(rt, record.tool, record.version, record.scenario), 2) + 0.0
     except Exception as exc:
         if not is_store_failure(exc):
             raise
