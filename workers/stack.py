@@ -145,6 +145,9 @@ def absolute_paths(settings: Settings) -> dict[str, str]:
     return env
 
 
+REDIS_RETRY_S = 5.0  # between starts of `up`'s own Redis that failed (its port taken meanwhile)
+
+
 @dataclass
 class Stack:
     """Child processes of one run; a context manager that stops them all, Redis last."""
@@ -153,6 +156,7 @@ class Stack:
     env: dict[str, str] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     log_dir: Path | None = None
+    _redis_retry_at: float = field(default=0.0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.env = {**os.environ, **absolute_paths(self.settings), **self.env}
@@ -182,6 +186,24 @@ class Stack:
         self.procs["redis"] = proc
         self.env["FITTEST_REDIS_URL"] = url
         return url
+
+    def revive_redis(self, say: Callable[[str], None]) -> None:
+        """Start the private Redis again when it ended under a running stack (killed, the OOM
+        killer, `redis-cli shutdown`), on its port, from its append-only file: the roles wait out a
+        Redis restart and go on. Without it `up` said nothing, and the roles waited for a Redis that
+        never came back (QA L). A start that fails is tried again every REDIS_RETRY_S."""
+        proc = self.procs.get("redis")
+        if proc is None or proc.poll() is None or time.monotonic() < self._redis_retry_at:
+            return
+        wanted = urlparse(self.redis_url)
+        say(f"the Redis it started ended (rc={proc.returncode}); starting it again on port {wanted.port}, "
+            "from its append-only file")
+        try:
+            self.procs["redis"], _ = start_private_redis(self.settings.data_dir, wanted.port,
+                                                         unquote(wanted.password) if wanted.password else None)
+        except StackError as exc:
+            say(f"{exc}; trying again in {REDIS_RETRY_S:g} s")
+            self._redis_retry_at = time.monotonic() + REDIS_RETRY_S
 
     def start(self, name: str, command: list[str]) -> subprocess.Popen:
         out: int | IO[bytes] = subprocess.DEVNULL
@@ -379,6 +401,7 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
     url = stack.ensure_redis()
     manager = Supervisor(printer=Printer(out))
     manager._process_ctor = RoleRelay  # honcho's own hook for the class that runs each role
+    manager.tick = lambda: stack.revive_redis(lambda line: print(f"fittest up: {line}", file=out, flush=True))
 
     def hang_up(signum: int, _frame: Any) -> None:
         """The terminal closed. honcho starts each role in a session of its own, which the hang-up
@@ -436,6 +459,7 @@ class Supervisor(Manager):
         self._now = clock
         self._ends: dict[str, deque[float]] = {}  # role -> when it ended, within the window
         self._due: dict[str, float] = {}  # role -> when it is started again
+        self.tick: Callable[[], None] | None = None  # called every 0.1 s while the stack runs (`up`'s own Redis)
 
     def loop(self) -> None:
         """honcho's loop (start the roles, print their lines, stop them all on SIGINT/SIGTERM,
@@ -464,6 +488,8 @@ class Supervisor(Manager):
                     self.kill()
                     kill_at = float("inf")  # once: a role SIGKILL left is gone
             else:
+                if self.tick is not None:
+                    self.tick()
                 for name, at in list(self._due.items()):
                     if self._now() >= at:
                         del self._due[name]

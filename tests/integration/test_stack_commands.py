@@ -196,6 +196,29 @@ def test_up_restarts_a_role_that_died_and_keeps_the_others(model_path: Path, tmp
         sweep(up, ours)
 
 
+def test_up_starts_its_redis_again_when_it_ends_and_the_roles_go_on(model_path: Path, tmp_path: Path) -> None:
+    """QA L: `redis-cli shutdown` of the Redis `up` had started: `up` said nothing, and the roles
+    waited for a Redis that never came back."""
+    up, env, ours = start_up(model_path, tmp_path)
+    try:
+        wait_until_serving(up, env)
+        store = redis.Redis.from_url(env["FITTEST_REDIS_URL"])
+        store.set("kept", "yes")
+        try:
+            store.shutdown()  # saves the append-only file, as an operator's shutdown does
+        except redis.ConnectionError:
+            pass
+        wait_until_serving(up, env)
+        assert store.get("kept") == b"yes"  # the same data: started from its append-only file
+        running = processes_with(ours, but=up.pid)
+        up.send_signal(signal.SIGTERM)
+        output, _ = up.communicate(timeout=60)
+        assert "fittest up: the Redis it started ended (rc=0); starting it again on port" in output, output
+        assert_none_outlived(up, ours, running)
+    finally:
+        sweep(up, ours)
+
+
 def test_up_refuses_a_flower_port_in_use_in_one_line(tmp_path: Path) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
     env = {**os.environ, "FITTEST_REDIS_URL": url, "FITTEST_DATA_DIR": str(tmp_path / "data")}
