@@ -56,6 +56,7 @@ def assert_failure(outcome: RunOutcome, error_class: FailureClass, *fragments: s
 # --------------------------------------------------------------------------- python
 
 PY_TOOLS = """
+import json
 import time
 
 CALLS = []
@@ -76,6 +77,9 @@ def missing_key(input):
 
 def crash(input):
     raise RuntimeError("internal bug")
+
+def parses(input):
+    return json.loads("not json")
 
 def exits(input):
     raise SystemExit(3)
@@ -174,6 +178,7 @@ def test_python_tool_gets_its_own_copy_of_the_input(py_tool) -> None:
         ("bad_value", FailureClass.bad_input, "ValueError: n must be positive"),
         ("missing_key", FailureClass.bad_input, "KeyError: 'nope'"),
         ("crash", FailureClass.crash, "RuntimeError: internal bug (at tools.py:"),
+        ("parses", FailureClass.bad_input, "JSONDecodeError: Expecting value: line 1 column 1 (char 0) (at tools.py:"),
         ("exits", FailureClass.crash, "SystemExit"),
         ("refused", FailureClass.unavailable, "ConnectionRefusedError"),
         ("returns_none", FailureClass.bad_output, "empty output"),

@@ -21,6 +21,7 @@ import importlib.util
 import json
 import socket
 import sys
+import sysconfig
 import traceback
 import urllib.error
 from pathlib import Path
@@ -46,10 +47,19 @@ def classify(exc: BaseException) -> str:
     return "crash"
 
 
+# Where the interpreter's and the installed packages' modules live: a frame there is not the tool's.
+_LIBRARY_DIRS = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
 def describe(exc: BaseException) -> str:
-    """`Type: message` and the innermost frame, which is usually in the tool's own code."""
+    """`Type: message` and the innermost frame of the tool's own code: the innermost frame below
+    the caller's (the first) outside the standard library and installed packages, else the
+    innermost. QA M: a tool's `sys.exit(0)` was placed in billiard's pool.py, which wraps
+    `sys.exit` in a pool process, and an error inside `json.loads` in json's decoder."""
     frames = traceback.extract_tb(exc.__traceback__)
-    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    own = [f for f in frames[1:] if not f.filename.startswith(_LIBRARY_DIRS)]
+    frame = own[-1] if own else frames[-1] if frames else None
+    where = f" (at {Path(frame.filename).name}:{frame.lineno})" if frame is not None else ""
     return f"{type(exc).__name__}: {exc}{where}"
 
 
