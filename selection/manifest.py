@@ -288,4 +288,6 @@ def load_manifest(path: str | Path) -> ToolManifest:
                                             f"({exc.reason}); save the manifest as UTF-8") from exc
     except RecursionError as exc:  # YAML nested thousands deep
         raise ManifestError(path, "(yaml)", "nested too deeply to read") from exc
+    except Exception as exc:  # what PyYAML's constructors raise besides YAMLError: `2026-13-45` is a ValueError
+        raise ManifestError(path, "(yaml)", f"cannot be read: {type(exc).__name__}: {exc}") from exc
     return parse_manifest(data, path, tool_dir=path.parent.resolve())

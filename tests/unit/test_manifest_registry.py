@@ -272,6 +272,8 @@ def test_a_manifest_that_is_not_utf8_or_nested_too_deeply_is_refused_alone(tmp_p
         b'name: latin\ndescription: "R\xe9sum\xe9 formatter"\nimplementation: {kind: python, entrypoint: m:run}\n')
     (tmp_path / "deep").mkdir()
     (tmp_path / "deep" / "tool.yaml").write_text("name: deep\nexamples: " + "[" * 5000 + "]" * 5000 + "\n")
+    (tmp_path / "date").mkdir()  # PyYAML raises ValueError, not YAMLError, for a date that is no date
+    (tmp_path / "date" / "tool.yaml").write_text("name: date\nreleased: 2026-13-45\n")
 
     registry = ToolRegistry.load([tmp_path])
 
@@ -280,6 +282,7 @@ def test_a_manifest_that_is_not_utf8_or_nested_too_deeply_is_refused_alone(tmp_p
     assert by_file["latin1"].field == "(file)"
     assert "not UTF-8 text: byte 0xe9 at line 2" in by_file["latin1"].reason
     assert by_file["deep"].field == "(yaml)" and "nested too deeply" in by_file["deep"].reason
+    assert by_file["date"].field == "(yaml)" and "ValueError: month must be in 1..12" in by_file["date"].reason
 
 
 def test_a_symlink_loop_in_a_tool_folder_refuses_that_manifest_alone(tmp_path: Path) -> None:
