@@ -117,6 +117,21 @@ def kept_served(versions: Sequence[ToolManifest], current: Promotion | None,
     return manual[-1] if any(m.key in arrived for m in manual[:-1]) else None
 
 
+def served_before(versions: Sequence[ToolManifest], current: Promotion | None, arrived: Collection[str]) -> str:
+    """The version a namespace served before the versions in `arrived` (the keys the tools watch
+    just served; `versions` lowest first), which a manifest's new version goes on trial against:
+    the promotion's, or without one the original of the versions that were there already. An older
+    and a newer version arriving in one look made the older one the parent of the newer one's trial,
+    and so served on the rest of the calls, and after a rollback (QA N: word_stats 0.5.0 and 1.1.0
+    dropped beside the 1.0.0 that served; 0.5.0 then served 17 of 20 calls). At the start nothing is
+    known to have arrived: the original."""
+    manual = [m for m in versions if m.parent_version is None]
+    if current is not None:
+        return head_version(current) or manual[0].version
+    before = [m for m in manual if m.key not in arrived]
+    return (before or manual)[0].version
+
+
 def manifest_to_trial(versions: Sequence[ToolManifest], current: Promotion | None,
                       history: Sequence[Promotion]) -> ToolManifest | None:
     """The version of a namespace to put on trial because its manifest gave it: the newest

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable
 from typing import Literal
 
 from evolution.models import ChangelogEntry
-from evolution.trial import Verdict, head_version, kept_served, manifest_to_trial
+from evolution.trial import Verdict, head_version, kept_served, manifest_to_trial, served_before
 from selection.manifest import ToolManifest
 from selection.models import Promotion
 from selection.ports import Newcomers, Promotions, StateStore
@@ -140,7 +140,7 @@ def trial_new_manifests(state: Promotions, ledger: EvolutionState, registry: Too
         new = manifest_to_trial(versions, current, state.promotion_history(namespace))
         if new is None:
             continue
-        served = head_version(current) or original.version
+        served = served_before(versions, current, arrived)
         promotion = Promotion(namespace=namespace, evolved_version=new.version, original_version=original.version,
                               parent_version=served, reason=f"a new version of its manifest, on trial against {served}",
                               mutation=MANIFEST_MUTATION, status="on_trial")

@@ -129,6 +129,28 @@ def test_an_older_version_dropped_in_stays_a_fallback_and_the_newest_stays_serve
         assert ("manifest_kept_served", "slugify@1.0.0") in {(e.get("event"), e.get("tool")) for e in events(log)}
 
 
+def test_an_older_and_a_newer_version_dropped_in_together_leave_the_served_one_the_trial_parent(
+    tmp_path: Path, redis_url: str, model_path: Path
+) -> None:
+    """QA N: word_stats 0.5.0 and 1.1.0 came in one look beside the 1.0.0 that served; 1.1.0 went on
+    trial against 0.5.0, which then served the calls outside the trial's share (17 of 20)."""
+    tools = tmp_path / "tools"
+    shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
+    staging = tmp_path / "staging"
+    for version in ("0.5.0", "2.0.0"):
+        add_slugify_version(staging, version)
+    with pipeline_running(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"),
+                          FITTEST_TOOLS_RESCAN_S="0.3", FITTEST_TRIAL_SHARE="0.5", FITTEST_TRIAL_SUCCESSES="50") as p:
+        assert p.call(**SLUG_CALL)["version"] == "1.0.0"
+        staging.rename(tools / "new")  # both versions in one look of the watch
+        state = p.state()
+        p.wait_for(lambda: state.promotion("slugify") is not None, timeout=30)
+        trial = state.promotion("slugify")
+        assert trial is not None and (trial.evolved_version, trial.status, trial.parent_version) == ("2.0.0", "on_trial", "1.0.0")
+        served = {p.call(**SLUG_CALL, call_id=f"after-{i}")["version"] for i in range(8)}
+        assert "0.5.0" not in served
+
+
 def test_a_new_version_found_at_the_start_goes_on_trial(tmp_path: Path, redis_url: str, model_path: Path) -> None:
     """A manifest given a new version while no worker ran is put on trial as the memory worker starts."""
     tools = tmp_path / "tools"

@@ -14,7 +14,7 @@ from evolution.mutation import MutatorConfig, load_mutators, order_for
 from evolution.mutators.code import extract_code
 from evolution.mutators.coercion import Schema, infer_rules
 from evolution.trial import (TrialCounts, TrialRules, decide, head_version, in_share, kept_served, manifest_to_trial,
-                             served_version)
+                             served_before, served_version)
 from evolution.verification import StageRun, VerifyConfig, verify
 from evolution.versioning import next_version, version_dir, version_stem
 from selection.manifest import TestCase, ToolManifest
@@ -282,6 +282,20 @@ def test_an_older_version_that_arrives_leaves_the_newest_served() -> None:
     assert kept_served([v1, evolved], None, {"t@1.0.1"}) is None  # an evolved version has its own trial
     active = Promotion(namespace="t", evolved_version="1.0.1", original_version="1.0.0", status="active")
     assert kept_served([old, v1, evolved], active, {"t@0.5.0"}) is None  # a promotion decides what is served
+
+
+def test_a_new_version_goes_on_trial_against_what_served_before_the_versions_that_arrived() -> None:
+    old, v1, v2, evolved = (tool(version="0.5.0"), tool(version="1.0.0"), tool(version="2.0.0"),
+                            tool(version="1.0.1", parent_version="1.0.0"))
+    # QA N: 0.5.0 and 2.0.0 came in one look beside the 1.0.0 served; 2.0.0's trial was against 0.5.0
+    assert served_before([old, v1, v2], None, {"t@0.5.0", "t@2.0.0"}) == "1.0.0"
+    assert served_before([v1, v2], None, {"t@2.0.0"}) == "1.0.0"
+    assert served_before([old, v1, v2], None, ()) == "0.5.0"  # at the start: the original
+    assert served_before([old, v1, evolved, v2], None, {"t@0.5.0", "t@2.0.0"}) == "1.0.0"
+    active = Promotion(namespace="t", evolved_version="1.0.1", original_version="1.0.0", status="active")
+    assert served_before([v1, evolved, v2], active, {"t@2.0.0"}) == "1.0.1"  # a promotion decides
+    back = active.model_copy(update={"status": "rolled_back"})
+    assert served_before([old, v1, evolved, v2], back, {"t@0.5.0", "t@2.0.0"}) == "0.5.0"  # as before: the original
 
 
 def test_best_active_variant_is_served_and_a_testing_one_with_the_ab_probability() -> None:
