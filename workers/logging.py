@@ -27,7 +27,9 @@ _FIELD_NAMES = {"levelname": "level", "name": "logger", "exc_info": "exc", "stac
 class JsonFormatter(LibraryJsonFormatter):
     """python-json-logger's formatter, with the field names a log shipper here indexes (time, level,
     logger, message, exc, stack, then the `extra=` fields) and the Celery task the record was
-    logged in (task id and name), when there is one."""
+    logged in (task id and name), when there is one: a batch task's (`fittest.learn`,
+    `fittest.record_outcome`) has its name only, as celery-batches gives the batch no id (QA N:
+    their lines had neither)."""
 
     def __init__(self) -> None:
         super().__init__("%(levelname)s %(name)s %(message)s", rename_fields=_FIELD_NAMES, timestamp="time",
@@ -38,7 +40,8 @@ class JsonFormatter(LibraryJsonFormatter):
         log_data["level"] = record.levelname.lower()
         task = _current_task()
         if task is not None:
-            log_data["task_id"] = task.request.id
+            if task_id := getattr(task.request, "id", None):  # a batch of celery-batches has none of its own
+                log_data["task_id"] = task_id
             log_data["task_name"] = task.name
 
     def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
@@ -72,8 +75,7 @@ def _current_task() -> Any:
         from celery import current_task
     except ImportError:  # pragma: no cover - celery is a dependency; the formatter works without it
         return None
-    task = current_task._get_current_object() if current_task else None
-    return task if task is not None and getattr(task.request, "id", None) else None
+    return current_task._get_current_object() if current_task else None
 
 
 def use_json(logger: logging.Logger) -> None:

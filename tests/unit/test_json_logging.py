@@ -40,6 +40,32 @@ def test_an_attempt_event_is_one_json_object_with_its_fields() -> None:
     assert "task_id" not in doc  # logged outside any Celery task
 
 
+def test_a_record_logged_in_a_task_names_it_and_in_a_batch_without_an_id_too() -> None:
+    """QA N: the lines of the batch tasks (fittest.learn, fittest.record_outcome) named no task:
+    celery-batches runs a batch with a request of no id, which the formatter took for no task."""
+    from celery import Celery
+    from celery._state import _task_stack
+    from celery.app.task import Context
+
+    app = Celery("log-test", set_as_current=False)
+
+    @app.task(name="fittest.learn.test")
+    def learn() -> None: ...
+
+    logger = logging.getLogger("fittest.learning.test")
+    logger.setLevel(logging.INFO)
+    for request, expected in ((Context(id="t-1"), {"task_id": "t-1", "task_name": "fittest.learn.test"}),
+                              (Context(), {"task_name": "fittest.learn.test"})):
+        _task_stack.push(learn)
+        learn.request_stack.push(request)
+        try:
+            doc = emit(logger, event="learn")
+        finally:
+            learn.request_stack.pop()
+            _task_stack.pop()
+        assert {k: doc[k] for k in ("task_id", "task_name") if k in doc} == expected
+
+
 def test_exceptions_and_unserialisable_values_still_give_valid_json() -> None:
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
