@@ -12,7 +12,7 @@ from typing import Any
 import redis
 
 from tests.conftest import EXAMPLE_TOOLS
-from tests.integration.conftest import pipeline_running
+from tests.integration.conftest import pipeline_running, start_pipeline
 
 SLUG_CALL: dict[str, Any] = {"scenario": "make a URL slug from the article title", "input": {"title": "Héllo, Wörld!"}, "max_attempts": 2}
 
@@ -161,6 +161,30 @@ def test_a_new_version_found_at_the_start_goes_on_trial(tmp_path: Path, redis_ur
         p.wait_for(lambda: state.promotion("slugify") is not None, timeout=30)
         trial = state.promotion("slugify")
         assert trial is not None and (trial.evolved_version, trial.parent_version, trial.status) == ("1.2.0", "1.0.0", "on_trial")
+
+
+def test_an_older_version_dropped_in_while_no_worker_ran_stays_a_fallback_at_the_restart(
+    tmp_path: Path, redis_url: str, model_path: Path
+) -> None:
+    """QA N: hash_text 0.5.0 added while the stack was down became the namespace's original at the
+    restart, and the 1.0.0 that had served went on trial against it: 0.5.0 served 14 of 20 calls."""
+    tools = tmp_path / "tools"
+    shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
+    same = {"FITTEST_KEY_PREFIX": "restart:", "FITTEST_COLLECTION_PREFIX": "restart_", "FITTEST_TOOLS_RESCAN_S": "0",
+            "FITTEST_TRIAL_SHARE": "0.5"}
+    p = start_pipeline(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"), **same)
+    try:
+        assert p.call(**SLUG_CALL)["version"] == "1.0.0"
+        p.settled()
+    finally:
+        p.close()
+    add_slugify_version(tools, "0.5.0")
+    with pipeline_running(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"), **same) as p:
+        state = p.state()
+        p.wait_for(lambda: state.promotion("slugify") is not None, timeout=30)
+        kept = state.promotion("slugify")
+        assert kept is not None and (kept.evolved_version, kept.status) == ("1.0.0", "active")
+        assert [p.call(**SLUG_CALL, call_id=f"after-{i}")["version"] for i in range(8)] == ["1.0.0"] * 8
 
 
 def test_a_version_given_while_another_trial_runs_goes_on_trial_once_that_one_is_decided(

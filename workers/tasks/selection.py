@@ -17,7 +17,7 @@ from selection.manifest import ToolManifest
 from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, field_errors
 from workers.app import app
 from workers.feedback_store import apply_stored_judgements
-from workers.promotions import note_newcomers, trial_new_manifests
+from workers.promotions import note_newcomers, trial_new_manifests, unseen_versions
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
 from workers.tasks.common import ended_early, invalid_result, no_candidates, oversized, result_call_id, why_no_candidates
@@ -52,7 +52,9 @@ def warm_up(sender: Any = None, **_: Any) -> None:
         except Exception:  # the first call tries again, and reports what fails
             log.warning("selection warm-up failed; the first call will try again", exc_info=True)
         try:
-            served_anew(runtime().registry.namespaces())
+            rt = runtime()
+            namespaces = rt.registry.namespaces()
+            served_anew(namespaces, arrived=unseen_versions(rt.state, rt.registry, namespaces))
         except Exception:  # Redis away: the next version the watch serves looks again
             log.warning("could not look for new tools and manifest versions to put on trial", exc_info=True)
         try:  # judgements an earlier release stored did not flag or mark what they judged
@@ -82,8 +84,8 @@ def served_anew(namespaces: Iterable[str], arrived: Collection[str] = ()) -> Non
     """What a version newly served starts: a trial of a manifest's new version against what its
     namespace served, and for a tool new to the running system, its newcomer's trial. Called for
     the namespaces of removed versions too: a removed manifest version's promotion ends first.
-    `arrived`: the keys the tools watch just served (none at the start, which cannot tell what
-    came while no worker watched)."""
+    `arrived`: the keys the tools watch just served; at the start, the versions that never ran
+    beside one that did (workers/promotions.py `unseen_versions`)."""
     rt = runtime()
     trial_new_manifests(rt.state, rt.evolution, rt.registry, namespaces, arrived)
     note_newcomers(rt.state, rt.registry)
