@@ -64,7 +64,7 @@ def evolved_first(request: CallRequest, ranked: list[Candidate], served: ServedV
 
 
 def newcomer_to_try(request: CallRequest, evidence: list[CandidateEvidence], newcomers: Collection[str],
-                    runs: int, best_match: float = 0.0) -> CandidateEvidence | None:
+                    runs: int, best_match: float = 0.0, served: ServedVersions | None = None) -> CandidateEvidence | None:
     """The version of a tool added to the running system to try first on this call, if any.
 
     A tool that comes after others have served for a while has no outcomes, where an incumbent
@@ -76,16 +76,23 @@ def newcomer_to_try(request: CallRequest, evidence: list[CandidateEvidence], new
     selector draws the share); after that its outcomes speak for it, as anyone's. `best_match`:
     the best similarity of the versions that matched but are not candidates (held back by their
     circuit breaker), which the margin counts too (QA K: with the job's tool held back, a newcomer
-    for another job came within the margin and was tried first on 7 of 20 calls it refused). Not
-    for a call to a namespace or a version, nor for the retry after an evolution, which name what
-    they want."""
+    for another job came within the margin and was tried first on 7 of 20 calls it refused). Of a
+    newcomer with several versions, the one its namespace serves (`served`), and its runs count
+    over them all (QA N: wc2's older 0.5.0, a fallback with few runs, was tried first after the
+    served 1.0.0 had run its trial's runs). Not for a call to a namespace or a version, nor for the
+    retry after an evolution, which name what they want."""
     if not newcomers or request.namespace or request.version or request.after_evolution:
         return None
     semantic = [e for e in evidence if e.source == "semantic"]
     if not semantic:
         return None
     best = max(best_match, *(e.similarity for e in semantic))
-    fresh = [e for e in semantic if e.manifest.name in newcomers and e.successes + e.failures < runs
+    ran: dict[str, int] = defaultdict(int)
+    for e in evidence:
+        ran[e.manifest.name] += e.successes + e.failures
+    serves = served.by_namespace if served is not None else {}
+    fresh = [e for e in semantic if e.manifest.name in newcomers and ran[e.manifest.name] < runs
+             and serves.get(e.manifest.name, e.manifest.version) == e.manifest.version
              and e.similarity >= max(best - NEWCOMER_MARGIN, NEWCOMER_MIN_SIMILARITY)]
     return max(fresh, key=lambda e: (e.similarity, e.key), default=None)
 

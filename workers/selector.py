@@ -170,7 +170,7 @@ class Selector:
             evidence = self._evidence(request, features, degraded)
             served = self._served(request, evidence)
             newcomer = newcomer_to_try(request, evidence, self.newcomers(), self.settings.trial_successes,
-                                       self._local.held_back_match)
+                                       self._local.held_back_match, served)
         finally:
             self._local.versions = None
         share = self.settings.trial_share

@@ -70,6 +70,19 @@ def test_a_newcomer_that_matches_the_job_about_as_well_as_the_best_is_tried() ->
     assert newcomer_to_try(call, held, {"json2yaml"}, runs=5, best_match=0.9) is None
 
 
+def test_of_a_newcomer_with_several_versions_the_served_one_is_tried_until_the_tool_has_run_its_runs() -> None:
+    def version(v: str, runs: int) -> CandidateEvidence:
+        return CandidateEvidence(manifest=candidate("wc2", v).manifest, similarity=0.7, successes=runs)
+
+    call = CallRequest(scenario="how many words are in this text")
+    served = ServedVersions(by_namespace={"wc2": "1.0.0"})
+    tried = newcomer_to_try(call, [version("0.5.0", 0), version("1.0.0", 2)], {"wc2"}, runs=5, served=served)
+    assert tried is not None and tried.key == "wc2@1.0.0"
+    # QA N: once the served 1.0.0 had run its runs, the fallback 0.5.0, with none, was tried first
+    assert newcomer_to_try(call, [version("0.5.0", 0), version("1.0.0", 5)], {"wc2"}, runs=5, served=served) is None
+    assert newcomer_to_try(call, [version("0.5.0", 3), version("1.0.0", 2)], {"wc2"}, runs=5, served=served) is None
+
+
 def test_a_call_that_names_what_it_wants_gets_no_newcomer() -> None:
     found = [evidence("universal_convert", 0.62, runs=300), evidence("toml2json", 0.61)]
     for call in (CallRequest(scenario="x", namespace="universal_convert"),
