@@ -214,7 +214,8 @@ class ToolRegistry:
             if not root.is_dir():
                 registry.errors.append(ManifestError(root, "(directory)", "not a directory"))
                 continue
-            files = sorted(p for p in root.rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+            # A symbolic link that leads nowhere (broken, or to itself) is read too, to be refused by name (QA N)
+            files = sorted(p for p in root.rglob("*") if p.suffix in MANIFEST_SUFFIXES and (p.is_file() or p.is_symlink()))
             for path in files:
                 try:
                     registry.add(load_manifest(path), source=path)

@@ -163,8 +163,11 @@ class ToolsDirWatch:
                 try:
                     if entry.is_dir(follow_symlinks=False):
                         pending.append(entry.path)
-                    elif entry.name.endswith(MANIFEST_SUFFIXES) and entry.is_file():
-                        stat = entry.stat()
+                    elif entry.name.endswith(MANIFEST_SUFFIXES) and (entry.is_file() or entry.is_symlink()):
+                        try:
+                            stat = entry.stat()
+                        except OSError:  # a link that leads nowhere: refused by name, as a restart does (QA N)
+                            stat = entry.stat(follow_symlinks=False)
                         found[entry.path] = (stat.st_mtime_ns, stat.st_size)
                 except OSError:
                     continue

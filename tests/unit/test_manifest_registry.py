@@ -327,3 +327,19 @@ def test_usual_http_urls_and_headers_load(tmp_path: Path) -> None:
             "kind": "http", "url": url, "headers": {"Authorization": "Bearer abc.def-1", "X-Api-Key": "k"}}})
     registry = ToolRegistry.load([tmp_path])
     assert registry.errors == [] and len(registry) == 3
+
+
+def test_a_manifest_that_is_a_broken_or_looping_symlink_is_refused_by_name(tmp_path: Path) -> None:
+    """QA N: such a tool.yaml was skipped without a word, in the log and in `fittest tools`."""
+    write_tool(tmp_path, "good", python_tool("good"), {"tool.py": "def run(i): return i\n"})
+    (tmp_path / "dangling").mkdir()
+    (tmp_path / "dangling" / "tool.yaml").symlink_to("/nonexistent/tool.yaml")
+    (tmp_path / "selfloop").mkdir()
+    (tmp_path / "selfloop" / "tool.yaml").symlink_to("tool.yaml")
+
+    registry = ToolRegistry.load([tmp_path])
+
+    assert [m.key for m in registry.all()] == ["good@1.0.0"]
+    reasons = {Path(e.path).parent.name: (e.field, e.reason) for e in registry.errors}
+    assert reasons == {"dangling": ("(file)", "No such file or directory"),
+                       "selfloop": ("(file)", "Too many levels of symbolic links")}

@@ -304,3 +304,17 @@ def test_a_manifest_the_loader_fails_on_unforeseen_is_refused_and_the_others_of_
                for r in caplog.records)
     monkeypatch.setattr(tool_watch, "load_manifest", real)  # mended: read again at the next look
     assert watch.poll() == ["word_stats@1.0.0"]
+
+
+def test_a_manifest_that_is_a_link_leading_nowhere_is_refused_by_name(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """QA N: a tool.yaml that was a broken symbolic link was skipped without a word."""
+    tools = tmp_path / "tools"
+    registry, _, watch = watched(tools)
+    caplog.set_level(logging.INFO, logger="fittest.tools")
+    (tools / "dangling").mkdir()
+    (tools / "dangling" / "tool.yaml").symlink_to("/nonexistent/tool.yaml")
+    assert watch.poll() == []
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"tool manifest refused: {tools / 'dangling' / 'tool.yaml'}: field '(file)': No such file or directory"]
+    caplog.clear()
+    assert watch.poll() == [] and not caplog.records  # said once, not at every look
