@@ -143,10 +143,17 @@ class Evolver:
         try:
             head = head_version(self.state.promotion(job.namespace))
             tried = {a.version for a in job.plan.attempts if a.tool == job.namespace} if job.plan else set()
-            if job.trigger == "call" and head is not None and (head != job.served_version or head not in tried):
+            # A version the call held back (its circuit breaker was open) is held back again by the
+            # retry: retrying "with it" would run only the other tools once more (QA O: three of
+            # twelve calls failed so, after ten attempts, while a fourth call's evolution fixed it).
+            held = job.plan is not None and f"{job.namespace}@{head}" in job.plan.held_back
+            if (job.trigger == "call" and head is not None and not held
+                    and (head != job.served_version or head not in tried)):
                 # Promoted meanwhile, or promoted before but not tried in this call: try it first.
                 return self._report(job, "reused", started, version=head,
                                     message=f"{job.namespace}@{head} is promoted and was not tried; the call retries with it")
+            if job.trigger == "call" and held and head != job.parent_version:
+                job = job.model_copy(update={"parent_version": head})  # it is the version to mend, not the one tried
             return self._evolve(job, started)
         finally:
             self.state.release_lock(lock, job.job_id)

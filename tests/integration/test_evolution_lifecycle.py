@@ -298,3 +298,20 @@ def test_a_rewrite_is_known_by_its_code_not_by_the_words_of_the_reply(rt: Runtim
     assert [c.outcome for c in reworded.candidates] == ["skipped"]
     right = rewrite("Fixed.", FIXED)
     assert right.status == "evolved" and right.mutation == "tool.py rewritten by test-model: Fixed.", right.candidates
+
+
+def test_a_call_that_held_back_the_served_version_evolves_it_instead_of_retrying_with_it(rt: Runtime) -> None:
+    """QA O: 12 prime_count calls at once; the version on trial had its breaker opened by the others,
+    so a call served its parent, which timed out, and its evolution answered "reused: the call retries
+    with it" — but the retry held the version back again and ran only other tools (three calls failed
+    after ten attempts). The version the call held back is the one to mend."""
+    made = evolve(rt, slow_call(6))  # 0.3 s -> 1.2 s, on trial
+    assert (made.status, made.version) == ("evolved", "1.1.0")
+    plan = slow_call(20)  # 2 s: past 1.2 s as well; the call ran the parent, 1.1.0's breaker was open
+    plan.held_back.append("slowish@1.1.0")
+    records: list[EvolutionRecord] = []
+    report = Evolver(rt.settings, rt.state, rt.evolution, records.append).run(build_job(rt, "call", plan=plan))
+    assert (report.status, report.parent, report.version) == ("evolved", "slowish@1.1.0", "1.2.0"), report
+    assert report.mutation == "timeout_s 1.2s → 4.8s"
+    promotion = rt.state.promotion("slowish")
+    assert promotion is not None and (promotion.evolved_version, promotion.parent_version) == ("1.2.0", "1.1.0")
