@@ -300,6 +300,11 @@ def maybe_evolve_for_quality(rt: Runtime, mark: FailureMark, applied: FailureApp
     settings = rt.settings
     if not (settings.evolution_enabled and applied.fell_below(settings.evolution_quality_threshold)):
         return None
+    if not mark.targeted:
+        # A fallback that refused another tool's job: nothing of its own to fix (its remembered
+        # failures leave such inputs out), so the evolution could only re-describe it (QA O: a burst
+        # of word_count calls put description versions of inventory_api and temp_convert on trial).
+        return None
     promotion = rt.state.promotion(mark.tool)
     if promotion is not None and promotion.status == "on_trial":
         return None  # the trial decides about it

@@ -315,3 +315,16 @@ def test_a_call_that_held_back_the_served_version_evolves_it_instead_of_retrying
     assert report.mutation == "timeout_s 1.2s → 4.8s"
     promotion = rt.state.promotion("slowish")
     assert promotion is not None and (promotion.evolved_version, promotion.parent_version) == ("1.2.0", "1.1.0")
+
+
+def test_a_fallback_failure_that_takes_a_version_under_the_threshold_starts_no_evolution(rt: Runtime) -> None:
+    """QA O: word_count calls with a key it did not read fell back to inventory_api, temp_convert...,
+    whose refusals took them under the threshold: each got a quality-triggered evolution, and the
+    description mutator put versions of them on trial though they had failed no job of their own."""
+    sent: list[EvolutionJob] = []
+    for i in range(2):
+        fallback = FailureMark(attempt_id=f"f{i}", call_id=f"f{i}", tool="slowish", version="1.0.0", scenario="count the words",
+                               error_class=FailureClass.timeout, input={"content": "a b"}, targeted=False)
+        maybe_evolve_for_quality(rt, fallback, apply_failure(rt, fallback), sent.append)
+    assert rt.state.stats(["slowish@1.0.0"])["slowish@1.0.0"].quality == 0.9  # demoted all the same
+    assert sent == []
