@@ -14,6 +14,7 @@ import functools
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,7 +47,13 @@ from workers.tool_files import FolderTooLarge, version_files
 
 log = logging.getLogger("fittest.evolution")
 
-LOCK_MARGIN_S = 120.0
+# The namespace's lock is a lease: taken for LOCK_LEASE_S and renewed every third of it while the
+# evolution runs, so an evolver killed with SIGKILL (no `finally` runs) frees the namespace within
+# LOCK_LEASE_S. A lock held for the whole time limit (960 s with the defaults) kept it locked that
+# long: every failed call of the namespace waited FITTEST_EVOLUTION_LOCK_WAIT_S in the evolver's
+# only slot, other namespaces' evolutions queued behind, and each ended "another evolution is
+# running" while none was (QA O).
+LOCK_LEASE_S = 30.0
 LOCK_POLL_S = 0.5
 
 Publish = Callable[[EvolutionRecord], None]
@@ -121,17 +128,18 @@ class Evolver:
         with what it produced, or evolves itself if it produced nothing; a manual or quality
         trigger is skipped at once.
 
-        The lock's owner is the job: a job that finds its own id there was delivered again after
-        the run that took it was killed (the broker gives a message back once its worker is lost,
-        or after the visibility timeout, which outlasts the task's time limit), and takes the lock
-        over at once. Waiting out the TTL, it would end "locked" behind itself, and every other
-        call of the namespace would wait for a dead evolution.
+        The lock is a lease of LOCK_LEASE_S, renewed while the evolution runs: a run killed with it
+        frees the namespace within that time. Its owner is the job: a job that finds its own id
+        there was delivered again after the run that took it was killed (the broker gives a message
+        back once its worker is lost, or after the visibility timeout, which outlasts the task's
+        time limit), and takes the lock over at once. Waiting out the TTL, it would end "locked"
+        behind itself.
         """
         started = time.monotonic()
         if not self.settings.evolution_enabled:
             return self._report(job, "disabled", started, message="evolution is off (FITTEST_EVOLUTION_ENABLED=false)")
         lock = f"evolve:{job.namespace}"
-        ttl = self.settings.evolution_time_limit_s + LOCK_MARGIN_S  # outlives the task's hard stop
+        ttl = LOCK_LEASE_S
         wait_until = started + (self.settings.evolution_lock_wait_s if job.trigger == "call" else 0.0)
         while not self.state.acquire_lock(lock, job.job_id, ttl, reclaim=True):
             if time.monotonic() >= wait_until:
@@ -140,6 +148,10 @@ class Evolver:
                                                reason=message, job_id=job.job_id, trigger=job.trigger))
                 return self._report(job, "locked", started, message=message)
             time.sleep(LOCK_POLL_S)
+        stop = threading.Event()
+        renewal = threading.Thread(target=self._renew, args=(lock, job.job_id, ttl, stop), daemon=True,
+                                   name=f"lease {lock}")
+        renewal.start()
         try:
             head = head_version(self.state.promotion(job.namespace))
             tried = {a.version for a in job.plan.attempts if a.tool == job.namespace} if job.plan else set()
@@ -156,7 +168,19 @@ class Evolver:
                 job = job.model_copy(update={"parent_version": head})  # it is the version to mend, not the one tried
             return self._evolve(job, started)
         finally:
+            stop.set()
+            renewal.join()
             self.state.release_lock(lock, job.job_id)
+
+    def _renew(self, lock: str, owner: str, ttl: float, stop: threading.Event) -> None:
+        """Keep the lease of a running evolution until `stop`; a renewal Redis refuses is tried again
+        at the next turn (the lease outlasts two of them)."""
+        while not stop.wait(ttl / 3):
+            try:
+                if not self.state.acquire_lock(lock, owner, ttl, reclaim=True):
+                    log.warning("the lock %s of evolution %s was taken by another owner", lock, owner)
+            except Exception:  # Redis restarting: the next turn tries again
+                log.warning("the lock %s of evolution %s could not be renewed", lock, owner, exc_info=True)
 
     # ----------------------------------------------------------------------------- evolving
     def _evolve(self, job: EvolutionJob, started: float) -> EvolutionReport:

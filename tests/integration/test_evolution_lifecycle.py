@@ -328,3 +328,36 @@ def test_a_fallback_failure_that_takes_a_version_under_the_threshold_starts_no_e
         maybe_evolve_for_quality(rt, fallback, apply_failure(rt, fallback), sent.append)
     assert rt.state.stats(["slowish@1.0.0"])["slowish@1.0.0"].quality == 0.9  # demoted all the same
     assert sent == []
+
+
+def test_the_namespace_lock_is_a_lease_renewed_while_the_evolution_runs(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA O: the evolver killed with SIGKILL mid-evolution left `evolve:median` held for 960 s (the
+    time limit + 120 s); every failed median call waited 60 s in the evolver's only slot and ended
+    "another evolution of median is running" while none was, and a legacy_parser evolution waited
+    behind one of them. Held as a short lease renewed while the evolution runs, a dead run's lock
+    goes within the lease, and a live one keeps it however long it takes."""
+    import workers.evolver as evolver_module
+
+    from workers.state.redis import RedisStateStore
+
+    monkeypatch.setattr(evolver_module, "LOCK_LEASE_S", 0.6, raising=False)
+    assert isinstance(rt.state, RedisStateStore)
+    redis, key = rt.state.client, rt.state._k("lock", "evolve:slowish")
+    evolver = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None, sandbox=SlowSandbox())
+    job = slow_job("call")
+    reports: list[EvolutionReport] = []
+    running = threading.Thread(target=lambda: reports.append(evolver.run(job)))
+    running.start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and redis.get(key) is None:
+        time.sleep(0.02)
+    ttls, owners = [], []
+    for _ in range(6):  # 1.2 s: twice the lease, within the sandbox's 1.5 s static stage
+        ttls.append(redis.pttl(key))
+        owners.append(redis.get(key))
+        time.sleep(0.2)
+    running.join(60)
+    assert all(0 < ttl <= 600 for ttl in ttls), ttls
+    assert {o.decode() if isinstance(o, bytes) else o for o in owners} == {job.job_id}  # renewed past the lease
+    assert reports and reports[0].status == "evolved"
+    assert redis.get(key) is None  # released when done
