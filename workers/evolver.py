@@ -199,7 +199,7 @@ class Evolver:
         except (OSError, FolderTooLarge) as exc:
             return self._finish(job, started, [], [f"cannot read {parent.key}'s files: {exc}"], None)
 
-        notes = list(self.load_errors)
+        notes = list(self.load_errors) + self._unanswered(job)
         reports: list[CandidateReport] = []
 
         @functools.cache
@@ -237,6 +237,20 @@ class Evolver:
             return self._finish(job, started, reports, notes, None)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    def _unanswered(self, job: EvolutionJob) -> list[str]:
+        """A note per failure class of the call that no loaded mutator answers (crash, bad output:
+        only the code mutator rewrites a tool for them, and it is off without FITTEST_LLM_URL), so
+        that a no_fix says why rather than only what the other mutators found nothing to do."""
+        handled = {c for m in self.mutators for c in m.handles}
+        rewrites = any(m.name == "code" for m in self.mutators)
+        notes = []
+        for cls in dict.fromkeys(f.error_class for f in job.evidence.failures):
+            if cls in handled or rewrites:
+                continue
+            off = " (the code mutator, which rewrites a tool, is off: FITTEST_LLM_URL is unset)" if not self.settings.llm_url else ""
+            notes.append(f"{cls.value}: no mutator answers this failure class{off}")
+        return notes
 
     def _try(self, job: EvolutionJob, candidate: CandidateVersion, stage_dir: Path, root: Path,
              replayed: Callable[[], Evidence]) -> tuple[CandidateReport, ToolManifest | None]:

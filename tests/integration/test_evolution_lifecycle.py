@@ -361,3 +361,16 @@ def test_the_namespace_lock_is_a_lease_renewed_while_the_evolution_runs(rt: Runt
     assert {o.decode() if isinstance(o, bytes) else o for o in owners} == {job.job_id}  # renewed past the lease
     assert reports and reports[0].status == "evolved"
     assert redis.get(key) is None  # released when done
+
+
+def test_a_no_fix_for_a_crash_says_no_mutator_answers_it_without_the_code_mutator(rt: Runtime) -> None:
+    """QA O: legacy_parser (crashes) and report_fmt (null output) ended "no mutator could propose a
+    version" with only the description mutator's note; nothing said that only the code mutator
+    answers such failures, and that it is off without FITTEST_LLM_URL."""
+    assert rt.settings.llm_url is None
+    records: list[EvolutionRecord] = []
+    plan = failed_call("mean", {"xs": []}, FailureClass.crash, "ZeroDivisionError: division by zero")
+    report = Evolver(rt.settings, rt.state, rt.evolution, records.append).run(build_job(rt, "call", plan=plan))
+    assert report.status == "no_fix"
+    assert "crash: no mutator answers this failure class (the code mutator, which rewrites a tool, is off: FITTEST_LLM_URL is unset)" in report.notes
+    assert "FITTEST_LLM_URL is unset" in (rt.evolution.changelog("mean")[-1].reason or "")
