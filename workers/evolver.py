@@ -168,6 +168,9 @@ class Evolver:
                 job = job.model_copy(update={"parent_version": head})  # it is the version to mend, not the one tried
             return self._evolve(job, started)
         finally:
+            # A run of this job killed mid-evolution left its staging; a run that ends before
+            # evolving ("reused") would leave it for good (QA O: after SIGKILL of the evolver).
+            shutil.rmtree(self.settings.data_dir / "evolving" / job.job_id, ignore_errors=True)
             stop.set()
             renewal.join()
             self.state.release_lock(lock, job.job_id)

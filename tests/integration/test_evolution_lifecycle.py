@@ -374,3 +374,16 @@ def test_a_no_fix_for_a_crash_says_no_mutator_answers_it_without_the_code_mutato
     assert report.status == "no_fix"
     assert "crash: no mutator answers this failure class (the code mutator, which rewrites a tool, is off: FITTEST_LLM_URL is unset)" in report.notes
     assert "FITTEST_LLM_URL is unset" in (rt.evolution.changelog("mean")[-1].reason or "")
+
+
+def test_a_job_delivered_again_that_finds_its_fix_made_removes_its_killed_run_staging(rt: Runtime) -> None:
+    """QA O: the evolver was killed mid-evolution; 16 minutes later its job came back, found the
+    version another call had made meanwhile ("reused"), and left data_dir/evolving/JOB behind."""
+    job = slow_job("call")
+    staging = rt.settings.data_dir / "evolving" / job.job_id / "0"
+    staging.mkdir(parents=True)
+    (staging / "tool.yaml").write_text("name: slowish\n")
+    rt.state.promote(Promotion(namespace="slowish", evolved_version="1.1.0", original_version="1.0.0", parent_version="1.0.0"))
+    report = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None, sandbox=SlowSandbox()).run(job)
+    assert report.status == "reused"
+    assert not (rt.settings.data_dir / "evolving" / job.job_id).exists()
