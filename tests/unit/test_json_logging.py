@@ -49,13 +49,13 @@ def test_a_record_logged_in_a_task_names_it_and_in_a_batch_without_an_id_too() -
 
     app = Celery("log-test", set_as_current=False)
 
-    @app.task(name="fittest.learn.test")
+    @app.task(name="logtest.learn", shared=False)  # shared (the default): every app, ours too, would get it
     def learn() -> None: ...
 
     logger = logging.getLogger("fittest.learning.test")
     logger.setLevel(logging.INFO)
-    for request, expected in ((Context(id="t-1"), {"task_id": "t-1", "task_name": "fittest.learn.test"}),
-                              (Context(), {"task_name": "fittest.learn.test"})):
+    for request, expected in ((Context(id="t-1"), {"task_id": "t-1", "task_name": "logtest.learn"}),
+                              (Context(), {"task_name": "logtest.learn"})):
         _task_stack.push(learn)
         learn.request_stack.push(request)
         try:
