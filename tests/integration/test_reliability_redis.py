@@ -167,7 +167,9 @@ def test_redis_restarts_during_a_stream_lose_no_call_and_no_state(pipeline: Pipe
     # The learner got each call's execution record once: the batched tasks (record_outcome, then
     # learn) kept flushing after the reconnects, with what they held when the connection dropped.
     learned = LearningState(redis.Redis.from_url(p.settings.redis_url), p.settings.key_prefix, window=1000)
-    p.wait_for(lambda: len(learned.recent()) >= len(sent), timeout=30)
+    # A batch message held when the connection dropped comes back after the visibility timeout (30 s
+    # here), so the wait is longer than that (session 27: the last record came 33 s after the others).
+    p.wait_for(lambda: len(learned.recent()) >= len(sent), timeout=75)
     calls = sorted(r.call_id for r in learned.recent())
     assert calls == sorted(r["call_id"] for r in results.values())
     assert all(proc.poll() is None for proc in p.stack.procs.values())  # no worker died on the way
