@@ -215,7 +215,10 @@ def rollback(state: Promotions, ledger: EvolutionState, namespace: str, reason: 
 
 
 def promote_by_hand(state: Promotions, ledger: EvolutionState, registry: ToolRegistry, namespace: str, version: str) -> Promotion:
-    """Serve `namespace@version` as active, whatever is served now."""
+    """Serve `namespace@version` as active, whatever is served now. Its promotion's parent is the
+    version it replaces, so that `fittest rollback` undoes it: an operator who tries a version by
+    hand and takes it back expects what was served before, not the original (QA: an evolved
+    version served before a by-hand promote of a manifest version was dropped by the rollback)."""
     manifest = registry.get(f"{namespace}@{version}")
     original = registry.original(namespace)
     if original is None:
@@ -225,16 +228,20 @@ def promote_by_hand(state: Promotions, ledger: EvolutionState, registry: ToolReg
         raise PromotionError(f"{namespace} has no version {version} (known: {known})")
     if manifest.deprecated:
         raise PromotionError(f"{manifest.key} is deprecated")
+    current = state.promotion(namespace)
+    replaced = head_version(current)  # None: the original
+    if replaced == version and current is not None:  # promoted again: what it replaced the first time
+        replaced = current.parent_version if current.parent_version != version else None
     promotion = Promotion(
         namespace=namespace,
         evolved_version=version,
         original_version=original.version,
-        parent_version=manifest.parent_version,
-        reason="promoted by hand",
+        parent_version=replaced,
+        reason=f"promoted by hand in place of {namespace}@{replaced or original.version}",
         status="active",
         by="operator",
     )
     state.promote(promotion)
     ledger.log(ChangelogEntry(namespace=namespace, event="activated", version=version, parent=manifest.parent_version,
-                              reason="promoted by hand", by="operator"))
+                              reason=promotion.reason, by="operator"))
     return promotion

@@ -20,7 +20,7 @@ from selection.models import CallPlan, CallRequest, FailureClass, FailureMark, O
 from workers.evolution_memory import apply_evolution_record, build_job, maybe_evolve_for_quality
 from workers.evolver import Evolver
 from workers.outcomes import apply_failure, apply_outcome
-from workers.promotions import rollback, trial_new_manifests
+from workers.promotions import promote_by_hand, rollback, trial_new_manifests
 from workers.runners import RunOutcome
 from workers.runtime import Runtime
 from workers.settings import Settings
@@ -130,6 +130,26 @@ def test_a_manifest_version_whose_manifest_is_gone_is_no_longer_promoted_and_the
     trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"])
     promotion = rt.state.promotion("slowish")
     assert promotion is not None and promotion.status == "rolled_back" and head_version(promotion) is None
+
+
+def test_rolling_back_a_version_promoted_by_hand_serves_what_it_replaced(rt: Runtime) -> None:
+    """QA: with an evolved 1.1.0 served, `fittest promote slowish 1.2.0` (a manifest's version) and
+    then `fittest rollback slowish` served the original 1.0.0, not the 1.1.0 served before."""
+    rt.state.promote(Promotion(namespace="slowish", evolved_version="1.1.0", original_version="1.0.0",
+                               parent_version="1.0.0", status="active"))
+    given_by_a_manifest(rt, "1.2.0")
+    promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "1.2.0")
+    promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "1.2.0")  # again: it still replaced 1.1.0
+    assert head_version(rt.state.promotion("slowish")) == "1.2.0"
+    assert "in place of slowish@1.1.0" in rt.evolution.changelog("slowish")[-1].reason
+    back = rollback(rt.state, rt.evolution, "slowish")
+    assert back.parent_version == "1.1.0"
+    assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) == "1.1.0"
+    promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "1.2.0")  # from the original this time
+    rt.state.promote(Promotion(namespace="slowish", evolved_version="1.0.0", original_version="1.0.0"))
+    promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "1.2.0")
+    rollback(rt.state, rt.evolution, "slowish")
+    assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) is None
 
 
 def slow_job(trigger: str, served: str | None = None) -> EvolutionJob:
