@@ -31,6 +31,7 @@ from redis import Redis
 
 from selection.ports import VectorMemory, VectorPoint
 from workers.degraded import is_store_failure
+from workers.memory.common import check_vector
 from workers.state.redis import RedisStateStore
 
 if TYPE_CHECKING:
@@ -95,8 +96,9 @@ class PendingWrites:
         written = 0
         try:
             while raws := self.client.lrange(self.key, 0, REPLAY_BATCH - 1):
+                writes = self._parse(raws, memory.dim)
                 try:
-                    _write(memory, embed, self._parse(raws))
+                    _write(memory, embed, writes)
                 except Exception as exc:
                     if not is_store_failure(exc):
                         raise
@@ -108,7 +110,7 @@ class PendingWrites:
                 for raw in raws:
                     pipe.lrem(self.key, 1, raw)  # type: ignore[arg-type]  # bytes, as read (redis-py's stubs say str)
                 pipe.execute()
-                written += len(raws)
+                written += len(writes)
         finally:
             self._locks.release_lock(REPLAY_LOCK, owner)
         if written:
@@ -116,13 +118,26 @@ class PendingWrites:
         return written
 
     @staticmethod
-    def _parse(raws: list[Any]) -> list[PendingWrite]:
+    def _parse(raws: list[Any], dim: int) -> list[PendingWrite]:
+        """The writes of `raws` the store can take; one it never could is dropped and logged. Left in
+        the list, it failed every replay with a ValueError and held back every write behind it,
+        and the vector write that set the replay off failed with it (QA P: a vector of another size,
+        kept before the embedding model changed)."""
         writes = []
         for raw in raws:
             try:
-                writes.append(PendingWrite.model_validate_json(raw))
+                write = PendingWrite.model_validate_json(raw)
             except ValidationError:
                 log.error("dropped an unreadable pending vector write: %r", raw[:200])
+                continue
+            try:
+                if write.vector_b64:
+                    check_vector(write.vector(), dim)
+            except ValueError as exc:
+                log.error("dropped a pending vector write the store cannot take (%s %s): %s", write.collection, write.id,
+                          exc, extra={"event": "pending_dropped_invalid", "collection": write.collection})
+                continue
+            writes.append(write)
         return writes
 
 

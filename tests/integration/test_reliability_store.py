@@ -127,3 +127,21 @@ def test_a_store_whose_files_are_deleted_under_it_fails_the_health_check(held: t
     p.wait_for(lambda: store_check().startswith("fail: refuses writes"), timeout=60)
     assert "waiting in Redis" in store_check() and "restart of the memory worker" in store_check()
     assert all(proc.poll() is None for proc in p.stack.procs.values())
+
+
+def test_a_pending_write_the_store_can_never_take_is_dropped_not_left_to_block_the_rest(
+        redis_client, run_prefix: str) -> None:
+    """QA P: a write kept with a vector of another size (kept before the embedding model changed)
+    raised ValueError at every replay, stayed at the head of the list with every write behind it,
+    and failed each later vector write of the process that set off the replay."""
+    import workers.pending as pending_mod
+    from selection.ports import FAILURES, VectorPoint
+    from tests.fakes_memory import InMemoryVectorMemory
+
+    book = pending_mod.PendingWrites(redis_client, run_prefix)
+    book.keep([pending_mod.PendingWrite.of(FAILURES, VectorPoint(id="old", vector=[0.1, 0.2, 0.3]), "old model"),
+               pending_mod.PendingWrite.of(FAILURES, VectorPoint(id="w1", vector=[1.0, 0.0]), "this model")])
+    memory = InMemoryVectorMemory(dim=2)
+    assert book.replay(memory, lambda texts: [[0.0, 1.0] for _ in texts]) == 1
+    assert len(book) == 0
+    assert [p.id for p in memory.scroll(FAILURES)] == ["w1"]
