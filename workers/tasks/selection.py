@@ -147,16 +147,15 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
     name = payload.pop("name", None)
     if not isinstance(name, str) or not name:
         return ended_early(invalid_result([{"field": "name", "message": "the tool's name is required (a non-empty string)"}],
-                                          str(payload.get("call_id") or self.request.id or "")))
-    registry = runtime().registry
-    original = registry.original(name) if isinstance(name, str) else None
+                                          result_call_id(payload, self.request.id)))
+    original = runtime().registry.original(name)
     scenario = payload.pop("scenario", None) or (original.description if original else f"call {name}")
     try:
         request = CallRequest.model_validate(
             {**payload, "namespace": name, "scenario": scenario, "call_id": payload.get("call_id") or self.request.id}
         )
     except ValidationError as exc:
-        return ended_early(invalid_result(exc, str(self.request.id or "")))
+        return ended_early(invalid_result(exc, result_call_id(payload, self.request.id)))
     if (too_large := oversized(request, runtime().settings.input_limit_bytes)) is not None:
         return ended_early(too_large)
     if original is None:
