@@ -581,3 +581,32 @@ def test_versions_move_promotions_and_weights_only_with_their_own_changes(store)
     stored = store.set_weights(SelectionWeights(weights={"phase": 1.0}))
     v4 = store.versions()
     assert (v4.state, v4.promotions, v4.weights) == (v3.state + 1, v3.promotions, stored.version)
+
+
+def test_every_key_the_redis_store_writes_is_in_its_documented_key_layout(redis_url: str, run_prefix: str) -> None:
+    """The key layout in workers/state/redis.py is what an operator reads to know the store's keys
+    in Redis (QA P: `namespaces` and `newcomers`, written by note_namespaces.lua, were missing)."""
+    import re
+
+    import workers.state.redis as module
+
+    client = redis.Redis.from_url(url=redis_url, decode_responses=True)
+    s = RedisStateStore(client, run_prefix)
+    try:
+        s.set_quality(KEY, 0.9)
+        s.mark_failure(KEY, aid(), Severity.low)
+        count_success(s, KEY, aid())
+        s.promote(Promotion(namespace="translate_text", evolved_version="1.1.0", original_version="1.0.0"))
+        s.note_namespaces(["translate_text"], time.time())
+        s.note_namespaces(["translate_text", "summarise_text"], time.time())
+        s.set_weights(SelectionWeights(), classifier="abc")
+        s.record_run(KEY, 1.0, False, threshold=5, cooldown_s=1.0, attempt_id=aid())
+        s.acquire_lock("evolve:translate_text", "me", 5.0)
+        s.versions()
+        layout = re.findall(r"^    P (\S+)", module.__doc__ or "", flags=re.M)
+        patterns = [re.compile(re.escape(run_prefix) + re.sub(r"\\\{\w+\\\}", ".+", re.escape(entry)) + "$") for entry in layout]
+        written = sorted(client.scan_iter(match=run_prefix + "*"))
+        assert written and [k for k in written if not any(p.match(k) for p in patterns)] == []
+    finally:
+        s.clear()
+        client.close()

@@ -15,6 +15,8 @@ caller-supplied part, so no two kinds of key can collide:
     P once:breaker:{aid}     string an attempt feeds its breaker once (breaker_record.lua, TTL)
     P promotion:{ns}         string current Promotion JSON
     P promotions:{ns}        list   Promotion JSON history, oldest first (capped)
+    P namespaces             set    every namespace ever served (note_namespaces.lua)
+    P newcomers              hash   namespace -> when it came to the running system (s), for its trial
     P weights:current        string SelectionWeights JSON, with its version
     P weights:version        int    last weights version handed out
     P weights:history        list   SelectionWeights JSON, newest first (capped)
