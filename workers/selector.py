@@ -158,10 +158,8 @@ class Selector:
         return self._lexical[1]
 
     # ----------------------------------------------------------------- planning
-    def plan(self, request: CallRequest, features: dict[str, Any] | None = None) -> CallPlan:
-        """`features`: the call's context analysis (selection/context.py), made here when None."""
-        if features is None:
-            features = analyse(request.scenario, request.context, request.input).model_dump(mode="json")
+    def plan(self, request: CallRequest) -> CallPlan:
+        features = analyse(request.scenario, request.context, request.input).model_dump(mode="json")
         self._local.versions = self.rt.state.versions()
         self._local.held_back = []
         self._local.held_back_match = 0.0
@@ -224,8 +222,7 @@ class Selector:
             log.warning("selection degraded: %s", exc, extra={"event": "selection_degraded", "call_id": request.call_id})
             return self.gather(request, None, features)
 
-    def gather(self, request: CallRequest, vector: list[float] | None,
-               features: dict[str, Any] | None = None) -> list[CandidateEvidence]:
+    def gather(self, request: CallRequest, vector: list[float] | None, features: dict[str, Any]) -> list[CandidateEvidence]:
         """`vector` None: the vector memory is not asked (degraded selection)."""
         registry = self.rt.registry
         similarity = self._similarities(request, vector) if vector is not None else registry_similarities(request, registry, self.lexical_index())
@@ -307,7 +304,7 @@ class Selector:
             scores = classifier.predict_one(vector, [e.manifest.name for e in evidence])
             for e in evidence:
                 e.classifier_score = round(classifier.score(scores, e.manifest.name, e.similarity), 4)
-        return self._with_outcomes(evidence, successes, vector, features or {})
+        return self._with_outcomes(evidence, successes, vector, features)
 
     def _timeout(self, manifest: ToolManifest, stats: ToolStats) -> float:
         s = self.settings
