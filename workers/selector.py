@@ -65,6 +65,9 @@ TOOL_FIELDS = ("tool",)
 EXECUTION_FIELDS = ("tool", "name")
 FAILURE_FIELDS = ("tool",)
 FEEDBACK_FIELDS = ("tool", "value", "positive", "timestamp", "source", "call_id", "replaced")
+# The tool points no search may match: a deprecated version's, a removed one's, and an example or a
+# description its manifest no longer has (`sync_tools`: the port deletes by payload only).
+RETIRED = Match(key="deprecated", any_of=[True])
 
 
 def tool_texts(manifest: ToolManifest) -> list[tuple[str, str]]:
@@ -335,7 +338,7 @@ class Selector:
         must = [Match(key="tags", any_of=[t]) for t in request.tags]
         if request.namespace and request.version:
             must.append(Match(key="tool", any_of=[f"{request.namespace}@{request.version}"]))
-        must_not = [Match(key="deprecated", any_of=[True])]
+        must_not = [RETIRED]
         if request.exclude:
             must_not.append(Match(key="tool", any_of=list(request.exclude)))
         limit = max(self.settings.max_candidates, request.max_attempts) * SEARCH_DEPTH
@@ -413,7 +416,8 @@ class Selector:
         new = sorted(near - set(similarity) - set(request.exclude))
         if new:
             found = self._search(TOOLS, vector, limit=len(new) * SEARCH_DEPTH,
-                                 filter=VectorFilter(must=[Match(key="tool", any_of=new)]), fields=TOOL_FIELDS)
+                                 filter=VectorFilter(must=[Match(key="tool", any_of=new)], must_not=[RETIRED]),
+                                 fields=TOOL_FIELDS)
             for hit in self.variants.filter_hits(found, request):
                 similarity[hit.payload["tool"]] = max(similarity.get(hit.payload["tool"], -1.0), hit.score)
         return hits

@@ -552,3 +552,22 @@ def test_a_deprecated_version_is_not_offered_but_is_served_to_a_call_that_names_
     assert "weather_now@0.9.0" not in [c.key for c in plan.candidates]
     plan = rt.selector.plan(CallRequest(scenario="the forecast for Lisbon tomorrow", namespace="weather_now", version="0.9.0"))
     assert [c.key for c in plan.candidates][:1] == ["weather_now@0.9.0"]
+
+
+def test_a_tool_that_past_successes_bring_in_is_not_matched_by_an_example_its_manifest_dropped(rt, tmp_path: Path) -> None:
+    """QA P: a scenario-only call takes in the tools of similar past successes with their best
+    match among their texts; that search alone did not leave out the points marked deprecated, so an
+    example the manifest no longer has still gave its version a match of 1.0."""
+    from workers.outcomes import execution_records, store_executions
+
+    scenario = "when is low water at Nazare"
+    source = tmp_path / "tools" / "numerals.yaml"
+    tool = ToolManifest(name="numerals", description="Converts Roman numerals to integers.", examples=[scenario],
+                        implementation={"kind": "http", "url": "http://127.0.0.1:9/x"})
+    rt.selector.ensure_tools([(tool, source)])
+    won = ToolExecutionResult(attempt_id="won:0", call_id="won", tool="numerals", version="1.0.0", success=True)
+    store_executions(rt, execution_records(OutcomeRecord(call_id="won", scenario=scenario, attempts=[won])))
+    rt.selector.revise_tools([(tool.model_copy(update={"examples": []}), source)], [])  # the example is dropped
+    plan = rt.selector.plan(CallRequest(scenario=scenario))
+    (numerals,) = [c for c in plan.candidates if c.manifest.name == "numerals"]  # brought in by its success
+    assert numerals.breakdown.similarity < 0.5, numerals.breakdown
