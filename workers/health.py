@@ -10,6 +10,7 @@ queue adds a live check of its store and model to the answer. A Qdrant server is
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import httpx
@@ -85,7 +86,7 @@ def fittest_health(state: Any, **_: Any) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------ probe side
-def _timed(name: str, fn: Any) -> Check:
+def _timed(name: str, fn: Callable[[], tuple[Status, str]]) -> Check:
     started = time.perf_counter()
     try:
         status, detail = fn()

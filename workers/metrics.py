@@ -25,11 +25,12 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter, defaultdict
+import threading
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.registry import Collector, CollectorRegistry
 from pydantic import BaseModel
 from redis import Redis
 from redis.client import Pipeline
@@ -40,6 +41,11 @@ from selection.quality import FULL_QUALITY_BP, bp_to_quality
 from workers.buffered import BufferedWrites
 from workers.state.inflight import due_key
 from workers.state.redis import _glob_escape
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from workers.settings import Settings
 
 
 FLUSH_INTERVAL_S = 0.5
@@ -305,7 +311,7 @@ class RedisCollector(Collector):
 SCRAPE_TIMEOUT_S = 2.0
 
 
-def reader_for(settings: Any, client: Redis | None = None) -> MetricsReader:
+def reader_for(settings: Settings, client: Redis | None = None) -> MetricsReader:
     """A reader of `settings`' Redis, knowing the app's queues and priority steps."""
     from workers.app import QUEUES, make_app
     from workers.state import redis_client
@@ -320,12 +326,10 @@ def reader_for(settings: Any, client: Redis | None = None) -> MetricsReader:
     )
 
 
-def scrape_registry(settings: Any) -> Any:
+def scrape_registry(settings: Settings) -> CollectorRegistry:
     """The registry a scrape reads. Its Redis client gives up within seconds (2 s a try, one retry),
     not after the ~30 s that ride out a restart: a scrape of a Redis that is down fails before
     Prometheus's own timeout (10 s by default), and `fittest metrics --once` says so at once."""
-    from prometheus_client import CollectorRegistry
-
     from workers.state import probe_client
 
     registry = CollectorRegistry(auto_describe=False)
@@ -333,7 +337,7 @@ def scrape_registry(settings: Any) -> Any:
     return registry
 
 
-def serve(settings: Any, port: int | None = None, addr: str = "0.0.0.0") -> Any:
+def serve(settings: Settings, port: int | None = None, addr: str = "0.0.0.0") -> tuple[WSGIServer, threading.Thread]:
     """Start the /metrics HTTP endpoint in a background thread; returns (server, thread)."""
     from prometheus_client import start_http_server
 
@@ -341,7 +345,7 @@ def serve(settings: Any, port: int | None = None, addr: str = "0.0.0.0") -> Any:
                              registry=scrape_registry(settings))
 
 
-def exposition(settings: Any) -> bytes:
+def exposition(settings: Settings) -> bytes:
     """The metrics as Prometheus text, once (what a scrape would return)."""
     from prometheus_client import generate_latest
 

@@ -313,7 +313,7 @@ class RedisStateStore:
 
     # Circuit breakers -------------------------------------------------------------------------
 
-    def _queue_breaker(self, pipe: Any, key: str, success: bool, threshold: int, cooldown_s: float,
+    def _queue_breaker(self, pipe: Pipeline, key: str, success: bool, threshold: int, cooldown_s: float,
                        attempt_id: str | None = None) -> None:
         """Queue breaker_record.lua on a pipeline; with `attempt_id`, once per attempt."""
         if threshold < 1:
@@ -339,7 +339,7 @@ class RedisStateStore:
 
     # Durations --------------------------------------------------------------------------------
 
-    def _queue_duration(self, pipe: Any, key: str, ms: float, keep: int) -> None:
+    def _queue_duration(self, pipe: Pipeline, key: str, ms: float, keep: int) -> None:
         if not math.isfinite(ms) or ms < 0:
             raise ValueError(f"duration must be a finite number >= 0, got {ms!r}")
         if keep < 1:
