@@ -23,9 +23,9 @@ Keys (P = FITTEST_KEY_PREFIX):
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import Counter, defaultdict
-import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 

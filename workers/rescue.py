@@ -42,6 +42,7 @@ from workers.app import PRIORITY_HIGH, PRIORITY_STEPS, QUEUES, TASK_ROUTES, app
 from workers.metrics import REDELIVERED_STEPS, RESENT_STEPS, UNACKED_KEY, MetricsReader
 from workers.runtime import Runtime, runtime
 from workers.state.inflight import HandedOnStep, step_due_in_s
+from workers.worker_lease import WorkerLease, give_back_silent, lease_for
 
 log = logging.getLogger("fittest.rescue")
 
@@ -143,8 +144,18 @@ def _held(client: Redis, task_id: str) -> bool:
     return False
 
 
-def sweep(celery: Celery, rt: Runtime) -> list[str]:
-    """Send again the overdue steps that are nowhere else; returns their call task ids."""
+def sweep(celery: Celery, rt: Runtime, judge_silent: bool = False) -> list[str]:
+    """Give back what silent workers held (`judge_silent`: this worker's own beats have reached
+    Redis for a lease, workers/worker_lease.py), then send again the overdue steps that are
+    nowhere else; returns the call task ids sent again."""
+    lease_s = rt.settings.worker_lease_s
+    # Past the visibility timeout the broker gives the messages back itself. The lock is not the
+    # sweep's: a worker that cannot judge yet (it just started) still sweeps, and must not keep
+    # the one that can from giving back.
+    if (judge_silent and lease_s < rt.settings.visibility_timeout
+            and rt.state.acquire_lock("give_back", uuid.uuid4().hex, SWEEP_INTERVAL_S * 0.8)):
+        rt.holders.flush()  # this process's own claims first
+        give_back_silent(celery, rt.holders, lease_s)
     if not rt.state.acquire_lock("rescue", uuid.uuid4().hex, SWEEP_INTERVAL_S * 0.8):
         return []  # another worker swept within this interval
     rt.inflight.flush()  # this process's own hand-ons and ends first
@@ -188,7 +199,9 @@ class RescueSweep(bootsteps.StartStopStep):
 
     def start(self, consumer: Any) -> None:
         self.stop(consumer)
-        self.tref = consumer.timer.call_repeatedly(SWEEP_INTERVAL_S, self._sweep, (consumer.app,), priority=10)
+        rt = runtime()
+        lease = lease_for(consumer, rt.holders, rt.settings.worker_lease_s)
+        self.tref = consumer.timer.call_repeatedly(SWEEP_INTERVAL_S, self._sweep, (consumer.app, lease), priority=10)
 
     def stop(self, consumer: Any) -> None:
         if self.tref is not None:
@@ -196,9 +209,9 @@ class RescueSweep(bootsteps.StartStopStep):
             self.tref = None
 
     @staticmethod
-    def _sweep(celery: Celery) -> None:
+    def _sweep(celery: Celery, lease: WorkerLease) -> None:
         try:
-            sweep(celery, runtime())
+            sweep(celery, runtime(), judge_silent=lease.may_judge())
         except Exception as exc:  # Redis away: the next sweep tries again; the worker keeps serving
             log.warning("rescue sweep failed: %s: %s", type(exc).__name__, exc)
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from workers.metrics import MetricsRecorder
     from workers.selector import Selector
     from workers.state.evolution import EvolutionState
+    from workers.state.holders import MessageHolders
     from workers.state.inflight import InflightCalls
     from workers.state.learning import LearningState
 
@@ -108,6 +109,14 @@ class Runtime:
         from workers.state.inflight import InflightCalls
 
         return InflightCalls(self.redis, self.settings.key_prefix)
+
+    @once
+    def holders(self) -> MessageHolders:
+        """Which worker holds which broker message, and whether it beats (workers/state/holders.py)."""
+        from workers.state.holders import MessageHolders
+        from workers.state.inflight import STEP_MARGIN_S
+
+        return MessageHolders(self.redis, self.settings.key_prefix, keep_s=self.settings.visibility_timeout + STEP_MARGIN_S)
 
     @once
     def metrics(self) -> MetricsRecorder:
