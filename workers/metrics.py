@@ -206,12 +206,16 @@ class MetricsReader:
             pipe.lrange(f"{self.prefix}promotions:{name}", 0, -1)
         return {name: [Promotion.model_validate_json(r) for r in raws] for name, raws in zip(names, pipe.execute())}
 
+    def queue_key(self, queue: str, priority: int) -> str:
+        """The list kombu keeps a queue's messages of one priority step in."""
+        return queue if priority == 0 else f"{queue}{self.sep}{priority}"
+
     def queue_lengths(self) -> dict[tuple[str, int], int]:
         """Messages waiting per queue and priority step (kombu keeps one list per step)."""
         pairs = [(q, p) for q in self.queues for p in self.priority_steps]
         pipe = self.client.pipeline(transaction=False)
         for queue, priority in pairs:
-            pipe.llen(queue if priority == 0 else f"{queue}{self.sep}{priority}")
+            pipe.llen(self.queue_key(queue, priority))
         return dict(zip(pairs, pipe.execute()))
 
     def unacked(self) -> int:

@@ -84,8 +84,10 @@ def test_a_step_waiting_in_its_queue_or_held_by_a_worker_or_ended_is_not_sent_ag
     celery, rt, client = private
     celery.send_task("fittest.execute", args=[{}, 0], queue="execution", task_id="someone-elses")
     waiting = lost(rt)
-    assert sweep(celery, rt) == []  # the queue holds a message: the step may be that one
-    assert list(queued(client, "execution")) == ["someone-elses"]
+    celery.send_task("fittest.execute", args=[{}, 0], queue="execution", task_id=waiting.task_id, priority=9)
+    behind = lost(rt)  # lost, while another call's message waits in its queue
+    assert sweep(celery, rt) == [behind.task_id]  # QA P: a message of any call in its queue put it off, for good under a backlog
+    assert sorted(queued(client, "execution")) == sorted(["someone-elses", waiting.task_id, behind.task_id])
 
     client.delete(*client.keys("execution*"))
     held = lost(rt)
@@ -98,7 +100,7 @@ def test_a_step_waiting_in_its_queue_or_held_by_a_worker_or_ended_is_not_sent_ag
     assert resent == [waiting.task_id]  # its queue is empty now
     assert held.task_id not in resent and ended.task_id not in resent
     assert rt.inflight.overdue() == []
-    assert {s.task_id for s in rt.inflight.overdue(now=10**12)} == {waiting.task_id, held.task_id}  # ended: cleared
+    assert {s.task_id for s in rt.inflight.overdue(now=10**12)} == {waiting.task_id, held.task_id, behind.task_id}  # ended: cleared
 
 
 def test_a_call_the_client_sent_is_sent_again_when_the_worker_that_took_it_was_killed(private) -> None:

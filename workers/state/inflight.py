@@ -117,6 +117,7 @@ class InflightCalls(BufferedWrites[_Pending]):
         self._hand_on = client.register_script((_LUA / "inflight_hand_on.lua").read_text())
         self._end = client.register_script((_LUA / "inflight_end.lua").read_text())
         self._died = client.register_script((_LUA / "attempt_died.lua").read_text())
+        self._queued = client.register_script((_LUA / "queued_calls.lua").read_text())
         super().__init__(client, flush_interval_s)
 
     def _new_buffer(self) -> _Pending:
@@ -166,6 +167,12 @@ class InflightCalls(BufferedWrites[_Pending]):
         """The step the call was last handed on to, as Redis has it (None: none recorded, or ended)."""
         raw = self.client.hget(self.steps_key, task_id)
         return None if raw is None else HandedOnStep.model_validate_json(raw)
+
+    def waiting(self, queue_keys: list[str], task_ids: list[str], limit: int) -> set[str] | None:
+        """Those of `task_ids` with a message waiting in the lists `queue_keys` (one queue's), or
+        None when they hold more than `limit` messages, too many to read."""
+        found = self._queued(keys=queue_keys, args=[limit, *task_ids])
+        return None if found is None else {t.decode() if isinstance(t, bytes) else str(t) for t in found}
 
     def postpone(self, task_id: str, due_in_s: float) -> None:
         """Look at the call again `due_in_s` from now (only while it is still in flight)."""
