@@ -82,6 +82,9 @@ class BufferedWrites(Generic[B]):
                 self.flush()
             except RedisError as exc:  # kept in the buffer; sent when Redis answers again
                 log.warning("%s not flushed: %s", self.name, exc)
+            except Exception:  # a write that can never be sent: dropped, and the flusher goes on (QA P:
+                # it ended the thread for good, and every later write waited for the process's exit)
+                log.exception("%s: a buffered write failed and was dropped", self.name)
 
     def flush(self) -> None:
         """Send what is buffered now, in one pipeline."""

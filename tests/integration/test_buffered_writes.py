@@ -1,0 +1,46 @@
+"""Buffered writes (workers/buffered.py) keep flushing after a write that cannot be sent."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+from redis.client import Pipeline
+
+from workers.buffered import BufferedWrites
+
+
+class Marks(BufferedWrites[list[str]]):
+    """SETs a key per mark; the mark "bad" fails in the pipeline's making, as a bug would."""
+
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        self.prefix = prefix
+        super().__init__(client, flush_interval_s=0.05)
+
+    def _new_buffer(self) -> list[str]:
+        return []
+
+    def _write(self, pipe: Pipeline, buffer: list[str]) -> None:
+        for mark in buffer:
+            if mark == "bad":
+                raise ValueError("cannot write this mark")
+            pipe.set(f"{self.prefix}{mark}", 1)
+
+    def _put_back(self, failed: list[str], newer: list[str]) -> list[str]:
+        return failed + newer
+
+    def add(self, mark: str) -> None:
+        with self._buffer() as pending:
+            pending.append(mark)
+
+
+def test_a_write_that_cannot_be_sent_is_dropped_and_later_ones_are_still_sent(redis_client: redis.Redis, run_prefix: str) -> None:
+    marks = Marks(redis_client, run_prefix)
+    marks.add("bad")
+    time.sleep(0.3)  # its flush failed
+    marks.add("good")
+    deadline = time.monotonic() + 5
+    while not redis_client.exists(f"{run_prefix}good") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert redis_client.exists(f"{run_prefix}good")  # sent by the flusher, not at the process's exit
+    assert not redis_client.exists(f"{run_prefix}bad")
