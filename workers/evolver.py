@@ -14,7 +14,6 @@ import functools
 import logging
 import os
 import shutil
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +37,7 @@ from evolution.versioning import MANIFEST_FILE, next_version, version_dir
 from selection.manifest import ToolManifest, load_manifest
 from selection.ports import StateStore
 from workers.promotions import promote_on_trial
+from workers.renewed_lock import renewed
 from workers.runners import RunLimits
 from workers.sandbox import SubprocessSandbox
 from workers.settings import Settings
@@ -148,42 +148,26 @@ class Evolver:
                                                reason=message, job_id=job.job_id, trigger=job.trigger))
                 return self._report(job, "locked", started, message=message)
             time.sleep(LOCK_POLL_S)
-        stop = threading.Event()
-        renewal = threading.Thread(target=self._renew, args=(lock, job.job_id, ttl, stop), daemon=True,
-                                   name=f"lease {lock}")
-        renewal.start()
-        try:
-            head = head_version(self.state.promotion(job.namespace))
-            tried = {a.version for a in job.plan.attempts if a.tool == job.namespace} if job.plan else set()
-            # A version the call held back (its circuit breaker was open) is held back again by the
-            # retry: retrying "with it" would run only the other tools once more (QA O: three of
-            # twelve calls failed so, after ten attempts, while a fourth call's evolution fixed it).
-            held = job.plan is not None and f"{job.namespace}@{head}" in job.plan.held_back
-            if (job.trigger == "call" and head is not None and not held
-                    and (head != job.served_version or head not in tried)):
-                # Promoted meanwhile, or promoted before but not tried in this call: try it first.
-                return self._report(job, "reused", started, version=head,
-                                    message=f"{job.namespace}@{head} is promoted and was not tried; the call retries with it")
-            if job.trigger == "call" and held and head != job.parent_version:
-                job = job.model_copy(update={"parent_version": head})  # it is the version to mend, not the one tried
-            return self._evolve(job, started)
-        finally:
-            # A run of this job killed mid-evolution left its staging; a run that ends before
-            # evolving ("reused") would leave it for good (QA O: after SIGKILL of the evolver).
-            shutil.rmtree(self.settings.data_dir / "evolving" / job.job_id, ignore_errors=True)
-            stop.set()
-            renewal.join()
-            self.state.release_lock(lock, job.job_id)
-
-    def _renew(self, lock: str, owner: str, ttl: float, stop: threading.Event) -> None:
-        """Keep the lease of a running evolution until `stop`; a renewal Redis refuses is tried again
-        at the next turn (the lease outlasts two of them)."""
-        while not stop.wait(ttl / 3):
+        with renewed(self.state, lock, job.job_id, ttl):
             try:
-                if not self.state.acquire_lock(lock, owner, ttl, reclaim=True):
-                    log.warning("the lock %s of evolution %s was taken by another owner", lock, owner)
-            except Exception:  # Redis restarting: the next turn tries again
-                log.warning("the lock %s of evolution %s could not be renewed", lock, owner, exc_info=True)
+                head = head_version(self.state.promotion(job.namespace))
+                tried = {a.version for a in job.plan.attempts if a.tool == job.namespace} if job.plan else set()
+                # A version the call held back (its circuit breaker was open) is held back again by the
+                # retry: retrying "with it" would run only the other tools once more (QA O: three of
+                # twelve calls failed so, after ten attempts, while a fourth call's evolution fixed it).
+                held = job.plan is not None and f"{job.namespace}@{head}" in job.plan.held_back
+                if (job.trigger == "call" and head is not None and not held
+                        and (head != job.served_version or head not in tried)):
+                    # Promoted meanwhile, or promoted before but not tried in this call: try it first.
+                    return self._report(job, "reused", started, version=head,
+                                        message=f"{job.namespace}@{head} is promoted and was not tried; the call retries with it")
+                if job.trigger == "call" and held and head != job.parent_version:
+                    job = job.model_copy(update={"parent_version": head})  # it is the version to mend, not the one tried
+                return self._evolve(job, started)
+            finally:
+                # A run of this job killed mid-evolution left its staging; a run that ends before
+                # evolving ("reused") would leave it for good (QA O: after SIGKILL of the evolver).
+                shutil.rmtree(self.settings.data_dir / "evolving" / job.job_id, ignore_errors=True)
 
     # ----------------------------------------------------------------------------- evolving
     def _evolve(self, job: EvolutionJob, started: float) -> EvolutionReport:

@@ -32,6 +32,7 @@ from workers.app import PRIORITY_LOW, app
 from workers.degraded import is_store_failure
 from workers.feedback_store import as_people_judged, judgements_known
 from workers.outcomes import store_executions
+from workers.renewed_lock import renewed
 from workers.runtime import Runtime, runtime
 from workers.tasks.batches import Batches
 from workers.tasks.common import batch_payloads
@@ -41,7 +42,7 @@ log = logging.getLogger("fittest.learning")
 
 FLUSH_EVERY = 32
 FLUSH_INTERVAL_S = 0.25
-RETRAIN_LOCK_S = 120.0
+RETRAIN_LOCK_S = 30.0  # a lease, renewed while the retrain runs (workers/renewed_lock.py)
 
 
 def send_learn(records: Sequence[ExecutionRecord]) -> None:
@@ -69,7 +70,7 @@ def retrain_now(rt: Runtime) -> dict[str, Any]:
     owner = uuid.uuid4().hex
     if not rt.state.acquire_lock("retrain", owner, RETRAIN_LOCK_S):
         return {"changed": False, "reason": "another retrain is running"}
-    try:
+    with renewed(rt.state, "retrain", owner, RETRAIN_LOCK_S):
         current = rt.state.weights()
         recent = rt.learning.recent()
         new, evidence = retrain(as_people_judged(recent, judgements_known(rt, [r.call_id for r in recent])), current)
@@ -90,8 +91,6 @@ def retrain_now(rt: Runtime) -> dict[str, Any]:
             }),
             classifier=classifier.to_text() if classifier is not None else None,
         )
-    finally:
-        rt.state.release_lock("retrain", owner)
     log.info("selection weights v%d: %s, classifier %s", stored.version, stored.weights, stored.classifier or "none",
              extra={"event": "weights", "version": stored.version, "weights": stored.weights,
                     "classifier": stored.classifier})
