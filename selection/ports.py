@@ -215,9 +215,10 @@ class Promotions(Protocol):
         """Set the namespace's promotion and append it to its history, atomically."""
         ...
 
-    def promote_if(self, promotion: Promotion, expect_version: str, expect_status: Sequence[str]) -> bool:
+    def promote_if(self, promotion: Promotion, expect_version: str | None, expect_status: Sequence[str]) -> bool:
         """`promote`, but only while the current promotion is for `expect_version` in one of
-        `expect_status` (compare-and-set); False when it changed meanwhile."""
+        `expect_status` (None: while the namespace has no promotion; compare-and-set); False when
+        it changed meanwhile."""
         ...
 
     def promotions(self, namespaces: Sequence[str]) -> dict[str, Promotion | None]:

@@ -153,10 +153,13 @@ class InMemoryStateStore:
         with self._lock:
             return dict(self._s.newcomers)
 
-    def promote_if(self, promotion: Promotion, expect_version: str, expect_status: Sequence[str]) -> bool:
+    def promote_if(self, promotion: Promotion, expect_version: str | None, expect_status: Sequence[str]) -> bool:
         with self._lock:
             current = self.promotion(promotion.namespace)
-            if current is None or current.evolved_version != expect_version or current.status not in expect_status:
+            if current is None or expect_version is None:
+                if (current is None) != (expect_version is None):
+                    return False
+            elif current.evolved_version != expect_version or current.status not in expect_status:
                 return False
             self.promote(promotion)
             return True

@@ -171,6 +171,7 @@ class Evolver:
 
     # ----------------------------------------------------------------------------- evolving
     def _evolve(self, job: EvolutionJob, started: float) -> EvolutionReport:
+        before = self.state.promotion(job.namespace)  # what it serves as the evolution starts; a change meanwhile wins
         registry = load_registry(self.settings)  # a fresh view: other processes may have added versions
         parent = registry.get(job.parent_key)
         original = registry.original(job.namespace)
@@ -216,11 +217,17 @@ class Evolver:
                     report, installed = self._try(job, candidate, staging / str(len(reports)), root, replayed)
                     reports.append(report)
                     if installed is not None:
-                        promote_on_trial(self.state, self.ledger, installed, parent, original.version,
-                                         reason=job.reason or job.pattern, mutation=candidate.mutation,
-                                         job_id=job.job_id, trigger=job.trigger,
-                                         elapsed_s=round(time.monotonic() - started, 3))
-                        return self._finish(job, started, reports, notes, installed)
+                        promoted = promote_on_trial(self.state, self.ledger, installed, parent, original.version,
+                                                    before=before, reason=job.reason or job.pattern,
+                                                    mutation=candidate.mutation, job_id=job.job_id, trigger=job.trigger,
+                                                    elapsed_s=round(time.monotonic() - started, 3))
+                        if promoted is None:
+                            now = self.state.promotion(job.namespace)
+                            notes.append(f"{installed.key} is not on trial: what {job.namespace} serves changed during the "
+                                         f"evolution ({job.namespace}@{now.evolved_version if now else original.version}, "
+                                         f"{now.status if now else 'original'}) and stays served; "
+                                         f"`fittest promote {job.namespace} {installed.version}` serves it")
+                        return self._finish(job, started, reports, notes, installed, promoted=promoted is not None)
             return self._finish(job, started, reports, notes, None)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -277,7 +284,7 @@ class Evolver:
 
     # ----------------------------------------------------------------------------- reporting
     def _finish(self, job: EvolutionJob, started: float, reports: list[CandidateReport], notes: list[str],
-                installed: ToolManifest | None) -> EvolutionReport:
+                installed: ToolManifest | None, promoted: bool = True) -> EvolutionReport:
         root = evolved_dir(self.settings).resolve()
         self.publish(
             EvolutionRecord(
@@ -293,7 +300,8 @@ class Evolver:
             winner = reports[-1]
             return self._report(job, "evolved", started, version=installed.version, mutation=winner.mutation,
                                 candidates=reports, notes=notes,
-                                message=f"{installed.key} ({winner.mutation}) passed verification and is on trial")
+                                message=f"{installed.key} ({winner.mutation}) passed verification and "
+                                        + ("is on trial" if promoted else "is a fallback: " + notes[-1]))
         tried = sum(r.outcome == "failed" for r in reports)
         message = (
             f"no verified version of {job.parent_key}: {tried} candidate(s) failed verification, "

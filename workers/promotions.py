@@ -23,6 +23,8 @@ from workers.state.evolution import EvolutionState
 
 log = logging.getLogger("fittest.evolution")
 
+STATUSES = ("on_trial", "active", "rolled_back")  # a promotion's every status: for a change of version only
+
 
 class PromotionError(ValueError):
     """A by-hand change that cannot be made; the message says why."""
@@ -35,13 +37,17 @@ def promote_on_trial(
     parent: ToolManifest,
     original_version: str,
     *,
+    before: Promotion | None,
     reason: str,
     mutation: str,
     job_id: str,
     trigger: str,
     elapsed_s: float | None = None,
-) -> Promotion:
-    """Serve `new` on trial; it starts with its parent's quality."""
+) -> Promotion | None:
+    """Serve `new` on trial, unless the version its namespace serves changed since the evolution
+    read `before` (None: no promotion then); it starts with its parent's quality. An operator's
+    `fittest promote` during an evolution was overwritten by its end (QA P); a trial's verdict
+    meanwhile is not a change of version and does not stop it. None when not promoted."""
     quality = state.stats([parent.key])[parent.key].quality
     state.set_quality(new.key, quality)
     promotion = Promotion(
@@ -53,7 +59,8 @@ def promote_on_trial(
         mutation=mutation[:500],
         status="on_trial",
     )
-    state.promote(promotion)
+    if not state.promote_if(promotion, before.evolved_version if before else None, STATUSES):
+        return None
     ledger.log(
         ChangelogEntry(
             namespace=new.name, event="promoted", version=new.version, parent=parent.version, mutation=mutation,
@@ -149,7 +156,8 @@ def trial_new_manifests(state: Promotions, ledger: EvolutionState, registry: Too
             promotion = Promotion(namespace=namespace, evolved_version=kept.version, original_version=original.version,
                                   reason=f"kept served: its manifest gave the older {older} too", mutation=MANIFEST_MUTATION,
                                   status="active")
-            state.promote(promotion)
+            if not state.promote_if(promotion, current.evolved_version if current else None, STATUSES):
+                continue  # changed meanwhile (an evolution, an operator): looked at again at the next change
             ledger.log(ChangelogEntry(namespace=namespace, event="promoted", version=kept.version, mutation=promotion.mutation,
                                       reason=promotion.reason, trigger="manifest"))
             log.info("%s stays served; %s@%s arrived older and is a fallback", kept.key, namespace, older,
@@ -163,9 +171,8 @@ def trial_new_manifests(state: Promotions, ledger: EvolutionState, registry: Too
         promotion = Promotion(namespace=namespace, evolved_version=new.version, original_version=original.version,
                               parent_version=served, reason=f"a new version of its manifest, on trial against {served}",
                               mutation=MANIFEST_MUTATION, status="on_trial")
-        if current is None:
-            state.promote(promotion)
-        elif not state.promote_if(promotion, current.evolved_version, [current.status]):
+        if not state.promote_if(promotion, current.evolved_version if current else None,
+                                [current.status] if current else STATUSES):
             continue  # changed meanwhile (an evolution, an operator): looked at again at the next change
         ledger.log(ChangelogEntry(namespace=namespace, event="promoted", version=new.version, parent=served,
                                   mutation=promotion.mutation, reason=promotion.reason, trigger="manifest"))

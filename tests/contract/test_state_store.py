@@ -255,6 +255,10 @@ def test_promote_if_changes_only_the_promotion_it_was_decided_on(store):
     assert store.promotion("translate_text") == active
     assert store.promotion_history("translate_text") == [trial, active]
     assert store.versions().state == v0 + 1
+    assert not store.promote_if(trial, None, ["on_trial"])  # None: only while there is no promotion
+    first = promotion("summarise", "2.0.0")
+    assert store.promote_if(first, None, ["on_trial"]) and store.promotion("summarise") == first
+    assert not store.promote_if(promotion("summarise", "2.1.0"), None, ["on_trial"])  # one came meanwhile
 
 
 def test_promote_if_is_atomic_under_concurrent_verdicts(store):

@@ -12,13 +12,13 @@ import pytest
 import yaml
 
 from evolution.models import EvolutionJob, EvolutionRecord, EvolutionReport, Evidence, FailedRun, StageResult
-from evolution.mutation import Mutator
+from evolution.mutation import Mutator, load_mutators
 from evolution.mutators.code import CodeMutator
 from evolution.verification import StageRun
 from evolution.trial import TrialCounts, head_version, served_version
 from selection.models import CallPlan, CallRequest, FailureClass, FailureMark, OutcomeRecord, Promotion, Severity, ToolExecutionResult
 from workers.evolution_memory import apply_evolution_record, build_job, maybe_evolve_for_quality
-from workers.evolver import Evolver
+from workers.evolver import Evolver, mutator_config
 from workers.outcomes import apply_failure, apply_outcome
 from workers.promotions import promote_by_hand, rollback, trial_new_manifests
 from workers.runners import RunOutcome
@@ -277,6 +277,30 @@ def test_a_mutation_that_failed_on_an_input_is_skipped_while_that_input_fails_an
     assert [c.outcome for c in again.candidates] == ["skipped"] and "failed before for a similar reason" in again.candidates[0].reason
     slower = evolve(rt, slow_call(6))  # the same failure in words, on an input the longer timeout fixes
     assert slower.status == "evolved" and slower.mutation == "timeout_s 0.3s → 1.2s" and slower.version == "1.1.0"
+
+
+class OperatorMeanwhile:
+    """The default mutators, with an operator's `fittest promote slowish 1.0.5` while they work."""
+
+    def __init__(self, rt: Runtime, mutator: Mutator) -> None:
+        self.rt, self.inner = rt, mutator
+        self.name, self.handles, self.cost = mutator.name, mutator.handles, mutator.cost
+
+    def propose(self, ctx: Any) -> Any:
+        promote_by_hand(self.rt.state, self.rt.evolution, self.rt.registry, "slowish", "1.0.5")
+        return self.inner.propose(ctx)
+
+
+def test_an_operators_promote_during_an_evolution_is_not_overwritten_by_its_end(rt: Runtime) -> None:
+    """QA P: the evolution's end put its version on trial over a version promoted by hand meanwhile."""
+    given_by_a_manifest(rt, "1.0.5")
+    mutators, _ = load_mutators(mutator_config(rt.settings))
+    report = evolve(rt, slow_call(6), [OperatorMeanwhile(rt, m) for m in mutators])
+    assert report.status == "evolved" and report.version == "1.1.0"
+    assert "is a fallback" in report.message and "fittest promote slowish 1.1.0" in report.message
+    promotion = rt.state.promotion("slowish")
+    assert promotion is not None and (promotion.evolved_version, promotion.status) == ("1.0.5", "active")
+    assert rt.registry.get("slowish@1.1.0") is not None  # installed and registered: a fallback, and promotable
 
 
 def roll_back_by_hand(rt: Runtime) -> None:

@@ -243,13 +243,13 @@ class RedisStateStore:
             args=[promotion.model_dump_json(), self.promotion_history_limit],
         )
 
-    def promote_if(self, promotion: Promotion, expect_version: str, expect_status: Sequence[str]) -> bool:
+    def promote_if(self, promotion: Promotion, expect_version: str | None, expect_status: Sequence[str]) -> bool:
         if not expect_status or any("," in s for s in expect_status):
             raise ValueError(f"expected statuses must be non-empty words, got {list(expect_status)!r}")
         ns = promotion.namespace
         changed = self.scripts["promote_if"](
             keys=[self._k("promotion", ns), self._k("promotions", ns), self._state_key, self._promotions_version_key],
-            args=[expect_version, ",".join(expect_status), promotion.model_dump_json(), self.promotion_history_limit],
+            args=[expect_version or "", ",".join(expect_status), promotion.model_dump_json(), self.promotion_history_limit],
         )
         return bool(changed)
 
