@@ -156,8 +156,17 @@ def build_job(
     scenario = ""
     exclude_call = ""
     failures: list[FailedRun] = []
+    # The namespace's promotion is read once: read again, the parent and the served version the
+    # job records could come from two promotions, with a change between them (QA P).
+    promotions: dict[str, Promotion | None] = {}
+
+    def served_in(ns: str) -> str | None:
+        if ns not in promotions:
+            promotions[ns] = rt.state.promotion(ns)
+        return head_version(promotions[ns])
+
     if plan is not None:
-        served = head_version(rt.state.promotion(plan.request.namespace)) if plan.request.namespace else None
+        served = served_in(plan.request.namespace) if plan.request.namespace else None
         namespace, version, failures = call_failures(plan, served)
         scenario = plan.request.scenario
         exclude_call = plan.request.call_id
@@ -167,7 +176,7 @@ def build_job(
     original = rt.registry.original(namespace)
     if original is None:
         raise EvolutionUnavailable(f"no tool named {namespace!r}")
-    parent_version = version or head_version(rt.state.promotion(namespace)) or original.version
+    parent_version = version or served_in(namespace) or original.version
     if rt.selector.ensure_version(namespace, parent_version) is None:
         raise EvolutionUnavailable(f"{namespace} has no version {parent_version}")
     if not failures:
@@ -196,7 +205,7 @@ def build_job(
     return EvolutionJob(
         namespace=namespace,
         parent_version=parent_version,
-        served_version=head_version(rt.state.promotion(namespace)),
+        served_version=served_in(namespace),
         trigger=trigger,
         reason=reason,
         pattern=pattern,
