@@ -40,7 +40,7 @@ from selection.models import Promotion, ToolExecutionResult
 from selection.quality import FULL_QUALITY_BP, bp_to_quality
 from workers.buffered import BufferedWrites
 from workers.state.inflight import due_key
-from workers.state.redis import _glob_escape
+from workers.state.redis import glob_escape
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -177,7 +177,7 @@ class MetricsReader:
         self.sep = sep
 
     def _scan(self, pattern: str) -> Iterator[str]:
-        for raw in self.client.scan_iter(match=_glob_escape(self.prefix) + pattern, count=SCAN_COUNT):
+        for raw in self.client.scan_iter(match=glob_escape(self.prefix) + pattern, count=SCAN_COUNT):
             yield (raw.decode() if isinstance(raw, bytes) else raw)[len(self.prefix) :]
 
     def counters(self) -> dict[str, list[tuple[dict[str, str], int]]]:

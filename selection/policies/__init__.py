@@ -7,7 +7,8 @@ the stores that the outcome-recording code updates, so the same object serves ev
 from __future__ import annotations
 
 import random
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from selection.evidence import CandidateEvidence
 from selection.models import Candidate
@@ -26,15 +27,15 @@ class Policy(Protocol):
         ...
 
 
-_POLICIES: dict[str, type] = {"seed": SeedPolicy, "learned": LearnedPolicy}
+_POLICIES: dict[str, Callable[[], Policy]] = {"seed": SeedPolicy, "learned": LearnedPolicy}
 
 
-def get_policy(name: str, **options: Any) -> Policy:
+def get_policy(name: str) -> Policy:
     try:
         factory = _POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown selection policy '{name}' (known: {', '.join(sorted(_POLICIES))})") from None
-    return factory(**options)
+    return factory()
 
 
 def policy_names() -> list[str]:

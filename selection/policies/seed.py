@@ -37,7 +37,7 @@ class SeedPolicy:
             sparc_components=e.sparc_components,
             rationale=(
                 f"{e.source} base {base:.2f} x quality {e.quality:.2f}"
-                + (f" x 0.7^{n_fail} similar failures" if n_fail else "")
+                + (f" x {FAILURE_DEMOTION:g}^{n_fail} similar failures" if n_fail else "")
                 + (f" x feedback {e.feedback_points:+.0f}%" if abs(e.feedback_points) >= 0.5 else "")
                 + f" x SPARC {0.5 + e.sparc:.2f} ({e.sparc_rationale or 'neutral'})"
             ),

@@ -90,7 +90,7 @@ def _int(value: Any, default: int = 0) -> int:
     return default if value is None else int(value)
 
 
-def _glob_escape(text: str) -> str:
+def glob_escape(text: str) -> str:
     return "".join("\\" + c if c in _GLOB_SPECIALS else c for c in text)
 
 
@@ -383,7 +383,7 @@ class RedisStateStore:
 
     def clear(self) -> None:
         batch: list[Any] = []
-        for name in self.client.scan_iter(match=_glob_escape(self.prefix) + "*", count=1000):
+        for name in self.client.scan_iter(match=glob_escape(self.prefix) + "*", count=1000):
             batch.append(name)
             if len(batch) >= 500:
                 self.client.unlink(*batch)
