@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Literal
 
 import redis
@@ -35,8 +34,8 @@ from evolution.models import ChangelogEntry, SuccessfulRun
 from evolution.trial import TrialCounts
 from workers.state.pipelined import execute_scripts
 from workers.state.redis import IDEMPOTENCY_TTL_S, as_text
+from workers.state.scripts import load_scripts
 
-_LUA = Path(__file__).parent / "lua"
 _SCRIPT_NAMES = ("trial_record", "push_recent", "variant_record", "variant_status")
 _TRIAL_FIELDS = {("evolved", True): "es", ("evolved", False): "ef", ("parent", True): "ps", ("parent", False): "pf"}
 
@@ -58,7 +57,7 @@ class EvolutionState:
         self.idempotency_ttl_s = idempotency_ttl_s
         self.changelog_limit = changelog_limit
         self.recent_limit = recent_limit
-        self.scripts = {n: client.register_script((_LUA / f"{n}.lua").read_text()) for n in _SCRIPT_NAMES}
+        self.scripts = load_scripts(client, *_SCRIPT_NAMES)
 
     def _k(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)

@@ -16,15 +16,14 @@ times are Redis's, so the hosts' clocks do not have to agree.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import redis
 from redis.client import Pipeline
 
 from workers.buffered import BufferedWrites
+from workers.state.scripts import load_scripts
 
 FLUSH_INTERVAL_S = 0.1
-_LUA = Path(__file__).parent / "lua"
 
 # Tags a worker received since its last flush, by holder: added to its set, not replacing it.
 _Claims = dict[str, set[str]]
@@ -41,8 +40,8 @@ class MessageHolders(BufferedWrites[_Claims]):
         self.prefix = prefix
         self.keep_s = round(keep_s)  # how long a holder's set outlives its last write: past the visibility timeout
         self.beats_key = f"{prefix}holders:beats"
-        self._beat = client.register_script((_LUA / "holder_beat.lua").read_text())
-        self._take = client.register_script((_LUA / "holder_take.lua").read_text())
+        scripts = load_scripts(client, "holder_beat", "holder_take")
+        self._beat, self._take = scripts["holder_beat"], scripts["holder_take"]
         super().__init__(client, flush_interval_s)
 
     def held_key(self, holder: str) -> str:

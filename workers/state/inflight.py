@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import redis
@@ -37,6 +36,7 @@ from pydantic import BaseModel, Field
 from redis.client import Pipeline
 
 from workers.buffered import BufferedWrites
+from workers.state.scripts import load_scripts
 
 FLUSH_INTERVAL_S = 0.1
 # A step is overdue this long after the visibility timeout (after which the broker gives back a
@@ -48,7 +48,6 @@ ENDED_TTL_S = 600
 # How long the deaths of an attempt's process are remembered: longer than its step can wait in a
 # queue before it is delivered again (a day, as long as the call's result is kept).
 DIED_TTL_S = 24 * 3600
-_LUA = Path(__file__).parent / "lua"
 
 
 class HandedOnStep(BaseModel):
@@ -114,10 +113,9 @@ class InflightCalls(BufferedWrites[_Pending]):
         self.due_key = due_key(prefix)
         self.steps_key = f"{prefix}inflight:steps"
         self.hops_key = f"{prefix}inflight:hops"
-        self._hand_on = client.register_script((_LUA / "inflight_hand_on.lua").read_text())
-        self._end = client.register_script((_LUA / "inflight_end.lua").read_text())
-        self._died = client.register_script((_LUA / "attempt_died.lua").read_text())
-        self._queued = client.register_script((_LUA / "queued_calls.lua").read_text())
+        scripts = load_scripts(client, "inflight_hand_on", "inflight_end", "attempt_died", "queued_calls")
+        self._hand_on, self._end = scripts["inflight_hand_on"], scripts["inflight_end"]
+        self._died, self._queued = scripts["attempt_died"], scripts["queued_calls"]
         super().__init__(client, flush_interval_s)
 
     def _new_buffer(self) -> _Pending:

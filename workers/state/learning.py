@@ -12,7 +12,6 @@ Key layout (P = the key prefix, shared with RedisStateStore; the type word comes
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import redis
 from redis.client import Pipeline
@@ -21,8 +20,8 @@ from pydantic import ValidationError
 from selection.learner import ExecutionRecord
 from workers.state.pipelined import execute_scripts
 from workers.state.redis import IDEMPOTENCY_TTL_S
+from workers.state.scripts import load_scripts
 
-_PUSH_RECENT = (Path(__file__).parent / "lua" / "push_recent.lua").read_text()
 
 
 class LearningState:
@@ -35,7 +34,7 @@ class LearningState:
         self.prefix = prefix
         self.window = window
         self.idempotency_ttl_s = idempotency_ttl_s
-        self._push = client.register_script(_PUSH_RECENT)
+        self._push = load_scripts(client, "push_recent")["push_recent"]
 
     def _k(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)

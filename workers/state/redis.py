@@ -38,7 +38,6 @@ import math
 import time
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import redis
@@ -48,10 +47,10 @@ from selection.models import Promotion, Severity
 from selection.ports import BreakerState, FailureApplied, SelectionWeights, StateVersions, ToolStats
 from selection.quality import FULL_QUALITY_BP, SEVERITY_PENALTY_BP, bp_to_quality, failure_penalty_bp
 from workers.state.pipelined import execute_scripts
+from workers.state.scripts import load_scripts
 
-_SCRIPTS: dict[str, str] = {
-    path.stem: path.read_text() for path in (Path(__file__).parent / "lua").glob("*.lua")
-}
+_SCRIPTS = ("breaker_record", "mark_failure", "note_namespaces", "promote", "promote_if", "reclaim_lock",
+            "record_success", "release_lock", "set_weights", "stats_and_breakers")
 
 DAY_S = 24 * 3600
 IDEMPOTENCY_TTL_S = 7 * DAY_S  # how long an applied id is remembered: a redelivery comes within minutes, a replay of old messages within days
@@ -133,7 +132,7 @@ class RedisStateStore:
         self.idempotency_ttl_s = int(idempotency_ttl_s)
         self.promotion_history_limit = int(promotion_history_limit)
         self.weights_history_limit = int(weights_history_limit)
-        self.scripts = {name: client.register_script(text) for name, text in _SCRIPTS.items()}
+        self.scripts = load_scripts(client, *_SCRIPTS)
 
     # Keys ------------------------------------------------------------------------------------
 
