@@ -34,13 +34,13 @@ from evolution.models import ChangelogEntry, SuccessfulRun
 from evolution.trial import TrialCounts
 from workers.state.pipelined import execute_scripts
 from workers.state.redis import IDEMPOTENCY_TTL_S, as_text
-from workers.state.scripts import load_scripts
+from workers.state.scripts import PrefixedStore, load_scripts
 
 _SCRIPT_NAMES = ("trial_record", "push_recent", "variant_record", "variant_status")
 _TRIAL_FIELDS = {("evolved", True): "es", ("evolved", False): "ef", ("parent", True): "ps", ("parent", False): "pf"}
 
 
-class EvolutionState:
+class EvolutionState(PrefixedStore):
     def __init__(
         self,
         client: redis.Redis,
@@ -50,17 +50,11 @@ class EvolutionState:
         changelog_limit: int = 1000,
         recent_limit: int = 20,
     ) -> None:
-        if not prefix:
-            raise ValueError("EvolutionState needs a non-empty key prefix")
-        self.client = client
-        self.prefix = prefix
+        super().__init__(client, prefix)
         self.idempotency_ttl_s = idempotency_ttl_s
         self.changelog_limit = changelog_limit
         self.recent_limit = recent_limit
         self.scripts = load_scripts(client, *_SCRIPT_NAMES)
-
-    def _k(self, *parts: str) -> str:
-        return self.prefix + ":".join(parts)
 
     # Changelog --------------------------------------------------------------------------------
 

@@ -20,24 +20,18 @@ from pydantic import ValidationError
 from selection.learner import ExecutionRecord
 from workers.state.pipelined import execute_scripts
 from workers.state.redis import IDEMPOTENCY_TTL_S
-from workers.state.scripts import load_scripts
+from workers.state.scripts import PrefixedStore, load_scripts
 
 
 
-class LearningState:
+class LearningState(PrefixedStore):
     def __init__(self, client: redis.Redis, prefix: str, window: int, idempotency_ttl_s: int = IDEMPOTENCY_TTL_S) -> None:
-        if not prefix:
-            raise ValueError("LearningState needs a non-empty key prefix")
+        super().__init__(client, prefix)
         if window < 1:
             raise ValueError("the learning window must hold at least 1 record")
-        self.client = client
-        self.prefix = prefix
         self.window = window
         self.idempotency_ttl_s = idempotency_ttl_s
         self._push = load_scripts(client, "push_recent")["push_recent"]
-
-    def _k(self, *parts: str) -> str:
-        return self.prefix + ":".join(parts)
 
     def push(self, records: Sequence[ExecutionRecord]) -> int:
         """Add records to the window (once per attempt id, in one round trip); how many were new."""

@@ -47,7 +47,7 @@ from selection.models import Promotion, Severity
 from selection.ports import BreakerState, FailureApplied, SelectionWeights, StateVersions, ToolStats
 from selection.quality import FULL_QUALITY_BP, SEVERITY_PENALTY_BP, bp_to_quality, failure_penalty_bp
 from workers.state.pipelined import execute_scripts
-from workers.state.scripts import load_scripts
+from workers.state.scripts import PrefixedStore, load_scripts
 
 _SCRIPTS = ("breaker_record", "mark_failure", "note_namespaces", "promote", "promote_if", "reclaim_lock",
             "record_success", "release_lock", "set_weights", "stats_and_breakers")
@@ -111,7 +111,7 @@ def weights_body(weights: SelectionWeights) -> str:
     return body
 
 
-class RedisStateStore:
+class RedisStateStore(PrefixedStore):
     """StateStore (selection/ports.py) on Redis. Works with clients with or without decode_responses."""
 
     def __init__(
@@ -123,21 +123,15 @@ class RedisStateStore:
         promotion_history_limit: int = 1000,
         weights_history_limit: int = 100,
     ) -> None:
-        if not prefix:
-            raise ValueError("a RedisStateStore needs a non-empty key prefix (clear() deletes by it)")
+        super().__init__(client, prefix)
         if idempotency_ttl_s < 1 or promotion_history_limit < 1 or weights_history_limit < 1:
             raise ValueError("TTL and history limits must be at least 1")
-        self.client = client
-        self.prefix = prefix
         self.idempotency_ttl_s = int(idempotency_ttl_s)
         self.promotion_history_limit = int(promotion_history_limit)
         self.weights_history_limit = int(weights_history_limit)
         self.scripts = load_scripts(client, *_SCRIPTS)
 
     # Keys ------------------------------------------------------------------------------------
-
-    def _k(self, *parts: str) -> str:
-        return self.prefix + ":".join(parts)
 
     @property
     def _state_key(self) -> str:
