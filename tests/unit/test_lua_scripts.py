@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.state.scripts import LUA_DIR
+from workers.state.base import LUA_DIR
 
 STORES = sorted(Path(LUA_DIR).parent.glob("*.py"))
 SCRIPTS = sorted(LUA_DIR.glob("*.lua"))

@@ -34,7 +34,7 @@ from evolution.models import ChangelogEntry, SuccessfulRun
 from evolution.trial import TrialCounts
 from workers.state.pipelined import execute_scripts
 from workers.state.redis import IDEMPOTENCY_TTL_S, as_text
-from workers.state.scripts import PrefixedStore, load_scripts
+from workers.state.base import PrefixedStore, load_scripts
 
 _SCRIPT_NAMES = ("trial_record", "push_recent", "variant_record", "variant_status")
 _TRIAL_FIELDS = {("evolved", True): "es", ("evolved", False): "ef", ("parent", True): "ps", ("parent", False): "pf"}

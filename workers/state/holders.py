@@ -21,7 +21,7 @@ import redis
 from redis.client import Pipeline
 
 from workers.buffered import BufferedWrites
-from workers.state.scripts import load_scripts
+from workers.state.base import load_scripts
 
 FLUSH_INTERVAL_S = 0.1
 

@@ -36,7 +36,7 @@ from pydantic import BaseModel, Field
 from redis.client import Pipeline
 
 from workers.buffered import BufferedWrites
-from workers.state.scripts import load_scripts
+from workers.state.base import load_scripts
 
 FLUSH_INTERVAL_S = 0.1
 # A step is overdue this long after the visibility timeout (after which the broker gives back a

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from selection.learner import ExecutionRecord
 from workers.state.pipelined import execute_scripts
 from workers.state.redis import IDEMPOTENCY_TTL_S
-from workers.state.scripts import PrefixedStore, load_scripts
+from workers.state.base import PrefixedStore, load_scripts
 
 
 

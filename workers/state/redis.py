@@ -47,7 +47,7 @@ from selection.models import Promotion, Severity
 from selection.ports import BreakerState, FailureApplied, SelectionWeights, StateVersions, ToolStats
 from selection.quality import FULL_QUALITY_BP, SEVERITY_PENALTY_BP, bp_to_quality, failure_penalty_bp
 from workers.state.pipelined import execute_scripts
-from workers.state.scripts import PrefixedStore, load_scripts
+from workers.state.base import PrefixedStore, load_scripts
 
 _SCRIPTS = ("breaker_record", "mark_failure", "note_namespaces", "promote", "promote_if", "reclaim_lock",
             "record_success", "release_lock", "set_weights", "stats_and_breakers")
