@@ -20,7 +20,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from evolution.models import CandidateVersion, Evidence, Trigger
+from evolution.models import CandidateVersion, Evidence, FailedRun, Trigger
 from selection.manifest import ToolManifest
 from selection.models import FailureClass
 
@@ -83,6 +83,22 @@ class Mutator(Protocol):
 
 
 MutatorFactory = Callable[[MutatorConfig], "Mutator | None"]
+
+
+class FailureClassMutator:
+    """A mutator that answers the failures of the classes it `handles` (retry, timeout, coercion):
+    built from the config as every plugin is, it proposes nothing for a call that failed otherwise."""
+
+    name: str
+    handles: frozenset[FailureClass]
+    cost = 1
+
+    def __init__(self, config: MutatorConfig) -> None:
+        self.config = config
+
+    def failures(self, ctx: MutationContext) -> list[FailedRun]:
+        """The failures of the evidence this mutator answers."""
+        return [f for f in ctx.evidence.failures if f.error_class in self.handles]
 
 
 def load_mutators(config: MutatorConfig, group: str = ENTRY_POINT_GROUP) -> tuple[list[Mutator], list[str]]:

@@ -24,7 +24,7 @@ from collections import Counter
 from typing import Any
 
 from evolution.models import CandidateVersion, FailedRun
-from evolution.mutation import MutationContext, MutatorConfig, Proposal
+from evolution.mutation import FailureClassMutator, MutationContext, Proposal
 from evolution.wrapper import InputRules, wrap
 from selection.manifest import ToolManifest
 from selection.models import FailureClass
@@ -125,16 +125,12 @@ def infer_rules(schema: Schema, failures: list[FailedRun]) -> InputRules:
     return rules
 
 
-class CoercionMutator:
+class CoercionMutator(FailureClassMutator):
     name = "coerce"
     handles = frozenset({FailureClass.bad_input})
-    cost = 1
-
-    def __init__(self, config: MutatorConfig) -> None:
-        self.config = config
 
     def propose(self, ctx: MutationContext) -> Proposal:
-        failures = [f for f in ctx.evidence.failures if f.error_class is FailureClass.bad_input]
+        failures = self.failures(ctx)
         if not failures:
             return Proposal.none("no bad input among the failures to fix")
         schema = Schema(ctx.parent.manifest)

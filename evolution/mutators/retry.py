@@ -9,7 +9,7 @@ failure inside the timeout; an attempt that hangs still runs into the version's 
 from __future__ import annotations
 
 from evolution.models import CandidateVersion
-from evolution.mutation import MutationContext, MutatorConfig, Proposal
+from evolution.mutation import FailureClassMutator, MutationContext, Proposal
 from evolution.wrapper import RetryPolicy, wrap
 from selection.models import FailureClass
 
@@ -17,17 +17,13 @@ BUDGET_SHARE = 0.7  # of the timeout, for all attempts together
 ATTEMPTS = 5
 
 
-class RetryMutator:
+class RetryMutator(FailureClassMutator):
     name = "retry"
     handles = frozenset({FailureClass.unavailable})
-    cost = 1
-
-    def __init__(self, config: MutatorConfig) -> None:
-        self.config = config
 
     def propose(self, ctx: MutationContext) -> Proposal:
         parent = ctx.parent.manifest
-        if not any(f.error_class is FailureClass.unavailable for f in ctx.evidence.failures):
+        if not self.failures(ctx):
             return Proposal.none("no unavailable upstream among the failures to fix")
         budget = round(max(0.2, parent.timeout_s * BUDGET_SHARE), 3)
         policy = RetryPolicy(attempts=ATTEMPTS, multiplier_s=0.05, max_wait_s=round(min(1.0, budget / 4), 3), budget_s=budget)

@@ -13,7 +13,7 @@ import json
 from collections import Counter
 
 from evolution.models import CandidateVersion
-from evolution.mutation import MutationContext, MutatorConfig, Proposal
+from evolution.mutation import FailureClassMutator, MutationContext, Proposal
 from evolution.versioning import evolved_manifest
 from evolution.wrapper import wrap
 from selection.models import FailureClass
@@ -22,17 +22,13 @@ GROWTH = 4.0  # the new timeout is this many times the old one, within the opera
 CACHE_SIZE = 256
 
 
-class TimeoutMutator:
+class TimeoutMutator(FailureClassMutator):
     name = "timeout"
     handles = frozenset({FailureClass.timeout})
-    cost = 1
-
-    def __init__(self, config: MutatorConfig) -> None:
-        self.config = config
 
     def propose(self, ctx: MutationContext) -> Proposal:
         parent = ctx.parent.manifest
-        timeouts = [f for f in ctx.evidence.failures if f.error_class is FailureClass.timeout]
+        timeouts = self.failures(ctx)
         if not timeouts:
             return Proposal.none("no timeout among the failures to fix")
         longer = round(min(self.config.max_timeout_s, 600.0, parent.timeout_s * GROWTH), 3)
