@@ -2,16 +2,19 @@
 
 The caller puts the state version in the key, so a change of quality, promotion or weights makes
 every older entry unreachable at once; the TTL bounds how stale anything else can be (vector
-memory that grew meanwhile).
+memory that grew meanwhile). cachetools' TTLCache keeps the entries (expiry, least recently used
+evicted first past `maxsize`); this adds the lock the selector's threads need, and a TTL or size of
+0 turning the cache off, as the setting does.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
+
+import cachetools
 
 V = TypeVar("V")
 
@@ -19,40 +22,32 @@ V = TypeVar("V")
 class TTLCache(Generic[V]):
     def __init__(self, ttl_s: float, maxsize: int = 1024, clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl_s = ttl_s
-        self.maxsize = maxsize
-        self._clock = clock
-        self._items: OrderedDict[Hashable, tuple[float, V]] = OrderedDict()
+        self._items: cachetools.TTLCache[Hashable, V] | None = (
+            cachetools.TTLCache(maxsize, ttl_s, timer=clock) if ttl_s > 0 and maxsize > 0 else None)
         self._lock = threading.Lock()
 
     def get(self, key: Hashable) -> V | None:
-        if self.ttl_s <= 0:
+        if self._items is None:
             return None
         with self._lock:
-            item = self._items.get(key)
-            if item is None:
-                return None
-            expires, value = item
-            if self._clock() >= expires:
-                del self._items[key]
-                return None
-            self._items.move_to_end(key)
-            return value
+            return self._items.get(key)
 
     def put(self, key: Hashable, value: V) -> None:
-        if self.ttl_s <= 0 or self.maxsize <= 0:
+        if self._items is None:
             return
         with self._lock:
-            self._items[key] = (self._clock() + self.ttl_s, value)
-            self._items.move_to_end(key)
-            while len(self._items) > self.maxsize:
-                self._items.popitem(last=False)
+            self._items[key] = value
 
     def clear(self) -> None:
         """Forget everything: what was cached cannot know of a change the state version does not
         count (a tool version added to the registry)."""
-        with self._lock:
-            self._items.clear()
+        if self._items is not None:
+            with self._lock:
+                self._items.clear()
 
     def __len__(self) -> int:
+        if self._items is None:
+            return 0
         with self._lock:
+            self._items.expire()
             return len(self._items)
