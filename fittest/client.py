@@ -31,7 +31,7 @@ from redis.exceptions import RedisError
 
 from selection.models import CallRequest, CallResult, size_errors
 from workers.client import CallToolPayload, FeedbackRequest, payload_schemas
-from workers.client import FittestClient as _BaseClient
+from workers.client import CallSender
 from workers.settings import Settings, get_settings, redact_url
 
 __all__ = ["CallRequest", "CallResult", "CallToolPayload", "FeedbackRequest", "FittestClient", "FittestUnavailable",
@@ -60,7 +60,7 @@ def _reaching(url: str, doing: str) -> Iterator[None]:
         raise FittestUnavailable(f"{doing}: the result backend at {redact_url(url)} cannot be reached ({exc})") from exc
 
 
-class FittestClient(_BaseClient):
+class FittestClient(CallSender):
     """Send `fittest.resilient_tool_call` / `fittest.call_tool` and get a `CallResult` back.
 
     `redis_url` is the broker (and the result backend unless `result_backend` is given); without

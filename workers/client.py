@@ -94,7 +94,11 @@ def _calls_in_flight(settings: Settings) -> InflightCalls:
         return _IN_FLIGHT[key]
 
 
-class FittestClient:
+class CallSender:
+    """The sending side of a call, for the CLI, the benches and the demo: the message, its record as
+    in flight, and the wait for its result as a plain dict. Services use its subclass
+    `fittest.client.FittestClient`, which checks the payload first and returns a `CallResult`."""
+
     def __init__(self, settings: Settings | None = None) -> None:
         settings = settings or get_settings()
         self.settings = settings
@@ -149,7 +153,7 @@ class FittestClient:
                 result.ready()
             return result.get(timeout=timeout)
         finally:
-            FittestClient.release(result)
+            CallSender.release(result)
 
     @staticmethod
     def release(result: AsyncResult) -> None:

@@ -84,7 +84,7 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
     from workers.cli.calls import show_call
     from workers.cli.common import literal
     from workers.cli.tools import tool_rows, tools_table
-    from workers.client import FittestClient
+    from workers.client import CallSender
     from workers.state import open_state_store
 
     settings = demo_settings(settings)
@@ -128,7 +128,7 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
         stack.wait_for_workers(DEMO_ROLES, timeout=120)
         console.print(f"    workers up; logs in {literal(settings.data_dir / 'logs')}")
 
-        client = FittestClient(settings)
+        client = CallSender(settings)
         plan = demo_calls(calls)
         console.print(f"[bold]2.[/bold] sending {len(plan)} calls built from {len(registry.all())} example tools")
         results: list[dict[str, Any]] = []

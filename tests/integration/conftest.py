@@ -119,7 +119,7 @@ def pipeline_running(tmp: Path, redis_url: str, model_path: Path, tools_dir: Pat
 
 def start_pipeline(tmp: Path, redis_url: str, model_path: Path, tools_dir: Path,
                    roles: tuple[str, ...] = ("memory", "executor", "evolver"), **extra: str) -> Pipeline:
-    from workers.client import FittestClient
+    from workers.client import CallSender
     from workers.stack import Stack
 
     prefix = f"t{uuid.uuid4().hex[:8]}_"
@@ -138,7 +138,7 @@ def start_pipeline(tmp: Path, redis_url: str, model_path: Path, tools_dir: Path,
     stack = Stack(settings, env=env, log_dir=tmp / "logs")
     stack.start_roles(roles)
     stack.wait_for_workers(roles)
-    return Pipeline(env=env, settings=settings, stack=stack, client=FittestClient(settings))
+    return Pipeline(env=env, settings=settings, stack=stack, client=CallSender(settings))
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from kombu.transport import redis as kombu_redis
 from tests.broker import queued_messages
 from tests.conftest import free_port, start_redis
 from workers.app import make_app
-from workers.client import FittestClient
+from workers.client import CallSender
 from workers.settings import Settings
 
 
@@ -57,7 +57,7 @@ def queued_ids(redis_url: str, queue: str) -> list[str]:
 def test_a_publish_whose_declare_loses_the_connection_is_sent_once_after_the_reconnect(
         redis_url: str, queue: str, drop_first_declare: list[str], sender: str) -> None:
     settings = Settings(redis_url=redis_url)
-    celery = make_app(settings) if sender == "worker" else FittestClient(settings).celery
+    celery = make_app(settings) if sender == "worker" else CallSender(settings).celery
     try:
         result = celery.send_task("fittest.resilient_tool_call", kwargs={"scenario": "s"}, queue=queue, ignore_result=True)
     finally:
@@ -72,7 +72,7 @@ def test_a_call_sent_while_redis_restarts_waits_for_it_and_is_queued_once(tmp_pa
     one sent without a result (ignore_result) only publishes, and its publish retry waits."""
     port = free_port()
     proc, url = start_redis(tmp_path / "redis", port)
-    client = FittestClient(Settings(redis_url=url))
+    client = CallSender(Settings(redis_url=url))
     # A client that was connected (its pooled connection made, the queue declared) when Redis went away.
     client.celery.send_task("fittest.resilient_tool_call", kwargs={"scenario": "s"}, queue="selection", ignore_result=True)
     proc.terminate()

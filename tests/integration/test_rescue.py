@@ -106,11 +106,11 @@ def test_a_step_waiting_in_its_queue_or_held_by_a_worker_or_ended_is_not_sent_ag
 def test_a_call_the_client_sent_is_sent_again_when_the_worker_that_took_it_was_killed(private) -> None:
     """Redis has no reliable pop: a worker killed between taking a message off its queue and
     recording it as unacknowledged loses it. For a call's first message only its sender can know."""
-    from workers.client import FittestClient
+    from workers.client import CallSender
 
     celery, rt, client = private
     kwargs: dict[str, Any] = {"scenario": "sort these numbers", "input": {"numbers": [2, 1]}, "max_attempts": 2}
-    sender = FittestClient(rt.settings)
+    sender = CallSender(rt.settings)
     sent = sender.send("resilient_tool_call", **kwargs)
     sender.close()  # writes what it buffered
     assert rt.inflight.current(sent.id) == HandedOnStep(task_id=sent.id, task="fittest.resilient_tool_call",

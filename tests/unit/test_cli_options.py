@@ -270,7 +270,7 @@ def test_the_tools_list_marks_a_tool_new_to_the_running_system_while_its_trial_r
 def never_sent(monkeypatch: pytest.MonkeyPatch) -> None:
     """Neither `call` nor `explain` may send anything (the machine's Redis must not get the call)."""
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: pytest.fail("a refused payload must not be sent"))
-    monkeypatch.setattr("workers.client.FittestClient", lambda *a, **k: pytest.fail("a refused payload must not be sent"))
+    monkeypatch.setattr("workers.client.CallSender", lambda *a, **k: pytest.fail("a refused payload must not be sent"))
 
 
 def test_call_and_explain_refuse_a_bad_payload_alike_before_sending(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""`FittestClient.wait` on a handle that holds its result and has no backend any more (what
+"""`CallSender.wait` on a handle that holds its result and has no backend any more (what
 `detach` leaves): reading its state first raised there, as the chaos bench met for 25 of its 120
 handles, while `get()` answers from what the handle holds."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from celery import Celery
 from celery.result import AsyncResult
 
-from workers.client import FittestClient
+from workers.client import CallSender
 
 
 def test_a_result_fetched_and_detached_before_is_returned_from_what_it_holds() -> None:
@@ -16,7 +16,7 @@ def test_a_result_fetched_and_detached_before_is_returned_from_what_it_holds() -
         held = AsyncResult("call-1", app=app)
         held._cache = {"task_id": "call-1", "status": "SUCCESS", "result": {"status": "success"}, "children": []}
         held.backend = None  # as detach() leaves it
-        assert FittestClient.wait(held, timeout=1) == {"status": "success"}
+        assert CallSender.wait(held, timeout=1) == {"status": "success"}
     finally:
         app.close()
 
@@ -32,8 +32,8 @@ def test_a_call_waited_for_again_after_a_timeout_gets_its_result() -> None:
     try:
         pending = AsyncResult("call-2", app=app)
         with pytest.raises(CeleryTimeout):
-            FittestClient.wait(pending, timeout=0.2)
+            CallSender.wait(pending, timeout=0.2)
         app.backend.store_result("call-2", {"status": "success"}, "SUCCESS")
-        assert FittestClient.wait(pending, timeout=5) == {"status": "success"}
+        assert CallSender.wait(pending, timeout=5) == {"status": "success"}
     finally:
         app.close()

@@ -39,7 +39,7 @@ from selection.models import Severity
 from selection.ports import FAILURES, VectorFilter
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
 from workers.bench.host import BenchResult
-from workers.client import FittestClient
+from workers.client import CallSender
 from workers.settings import Settings
 
 TOOLS_DIR = Path(__file__).parent / "chaos_tools"
@@ -76,7 +76,7 @@ class ChaosResult(BenchResult):
     elapsed_s: float
 
 
-def _send(client: FittestClient, i: int, run: str, nap_ms: int) -> Any:
+def _send(client: CallSender, i: int, run: str, nap_ms: int) -> Any:
     """Send call `i`, retrying while the broker cannot take it (Redis restarting); the same task id
     each time, so a publish that did land and is sent again is still one call."""
     deadline = time.monotonic() + SEND_RETRY_S
@@ -93,7 +93,7 @@ def _send(client: FittestClient, i: int, run: str, nap_ms: int) -> Any:
             time.sleep(0.5)
 
 
-def _collect(settings: Settings, client: FittestClient, handles: list[Any], deadline: float,
+def _collect(settings: Settings, client: CallSender, handles: list[Any], deadline: float,
              progress: Callable[[str], None]) -> list[dict[str, Any] | None]:
     """Each call's result, None for a call that has none by the deadline. A result the client could
     not fetch (its result subscription did not survive the Redis restart) is read once more
@@ -106,7 +106,7 @@ def _collect(settings: Settings, client: FittestClient, handles: list[Any], dead
             continue
         except Exception as exc:
             progress(f"call {task_id}: {type(exc).__name__}: {str(exc).strip()[:200]}; reading its result afresh")
-        fresh = FittestClient(settings)
+        fresh = CallSender(settings)
         try:
             results.append(fresh.wait(fresh.celery.AsyncResult(task_id), max(1.0, deadline - time.monotonic())))
         except Exception as exc:
@@ -153,7 +153,7 @@ def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Calla
             progress("starting the memory and executor workers")
             for role in ROLES:
                 start(role)
-            client = FittestClient(bench)
+            client = CallSender(bench)
             client.wait(client.celery.send_task("fittest.resilient_tool_call", queue="selection",
                                                 kwargs={"scenario": "warm up", "namespace": "chaos_nap", "input": {}}), 120)
             sent: list[tuple[str, Any]] = []

@@ -156,7 +156,7 @@ def _evolution_count(result: dict[str, Any]) -> int:
 
 
 def run_evolution_bench(settings: Settings, progress: Callable[[str], None] = lambda _: None) -> EvolutionBench:
-    from workers.client import FittestClient
+    from workers.client import CallSender
     from workers.state import open_state_store, redis_client
     from workers.state.evolution import EvolutionState
 
@@ -174,7 +174,7 @@ def run_evolution_bench(settings: Settings, progress: Callable[[str], None] = la
         stack.start("flaky_upstream", [sys.executable, str(SUITE_DIR / "flaky_server.py")])
         stack.start_roles(ROLES)
         stack.wait_for_workers(ROLES, timeout=180)
-        client = FittestClient(settings)
+        client = CallSender(settings)
         ledger = EvolutionState(redis_client(settings), settings.key_prefix)
         outcomes = _run(suite, client, open_state_store(settings), ledger, progress)
     shutil.rmtree(settings.data_dir / "qdrant", ignore_errors=True)  # the evolved files and logs stay

@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from workers.bench.host import BenchResult
-from workers.client import FittestClient
+from workers.client import CallSender
 from workers.metrics import reader_for
 from workers.settings import Settings
 
@@ -84,8 +84,8 @@ def scenarios(n: int) -> list[str]:
     return [f"echo this payload back unchanged, request kind {i}" for i in range(n)]
 
 
-def drive(send: Callable[[FittestClient, int], Any], check: Callable[[Any], bool], calls: int,
-          clients: list[FittestClient], into: Phase, idle: Callable[[], bool] | None = None) -> None:
+def drive(send: Callable[[CallSender, int], Any], check: Callable[[Any], bool], calls: int,
+          clients: list[CallSender], into: Phase, idle: Callable[[], bool] | None = None) -> None:
     """Run `calls` calls from one thread per client, each waiting for its call's result (one Celery
     app per thread: a result consumer is not shared between threads); then, with `idle`, wait
     until it says the work the calls left behind is done, and count that time too."""
@@ -93,7 +93,7 @@ def drive(send: Callable[[FittestClient, int], Any], check: Callable[[Any], bool
     next_call = [0]
     errors: list[BaseException] = []
 
-    def worker(client: FittestClient) -> None:
+    def worker(client: CallSender) -> None:
         try:
             while True:
                 with lock:
@@ -156,13 +156,13 @@ def run_throughput(
             for role in ROLES:
                 stack.start(role, [*STACK_ROLES[role].command, "-I", "workers.bench.baseline"])
             stack.wait_for_workers(ROLES, timeout=120)
-            clients = [FittestClient(bench) for _ in range(concurrency)]
+            clients = [CallSender(bench) for _ in range(concurrency)]
             idle = reader_for(bench).broker_idle
 
-            def send_pipeline(client: FittestClient, i: int) -> Any:
+            def send_pipeline(client: CallSender, i: int) -> Any:
                 return client.send("resilient_tool_call", scenario=texts[i % len(texts)], input={"n": i})
 
-            def send_baseline(client: FittestClient, i: int) -> Any:
+            def send_baseline(client: CallSender, i: int) -> Any:
                 payload = {"scenario": texts[i % len(texts)], "input": {"n": i}}
                 return client.celery.send_task(HOP1, args=[payload], queue="selection")
 

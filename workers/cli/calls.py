@@ -27,7 +27,7 @@ from workers.cli.common import (
 if TYPE_CHECKING:
     from celery.result import AsyncResult
 
-    from workers.client import FittestClient
+    from workers.client import CallSender
 
 app = typer.Typer()
 
@@ -54,7 +54,7 @@ def call(
     did not, or when no result came within --timeout (the call stays queued, and `fittest result
     ID` shows it once a worker has run it); 2 for a payload the workers would refuse (or did:
     a limit of theirs may differ from this machine's settings)."""
-    from workers.client import FittestClient
+    from workers.client import CallSender
 
     namespace, version = namespace_and_version(namespace)
     payload: dict[str, Any] = {
@@ -68,7 +68,7 @@ def call(
     if version is not None:
         payload["version"] = version
     check_call_payload(payload)
-    client = FittestClient()
+    client = CallSender()
     pending = client.send("resilient_tool_call", **payload)
     stays = f"the call stays queued, and `fittest result {pending.id}` shows it once a worker has run it"
     show_when_done(client, pending, timeout, json_out,
@@ -86,11 +86,11 @@ def result(
     """The result of a call sent earlier, waiting for it if it has not finished; results are kept
     for a day. Exit codes as for `call`."""
     from selection.models import CALL_ID_PATTERN
-    from workers.client import FittestClient
+    from workers.client import CallSender
 
     if not re.fullmatch(CALL_ID_PATTERN, call_id):
         fail(f"{call_id!r} is not a call id (letters, digits and _.:- only, at most 128)", REFUSED)
-    client = FittestClient()
+    client = CallSender()
     show_when_done(client, client.celery.AsyncResult(call_id), timeout, json_out,
                    "it is queued or running, or no call with this id was sent in the last day",
                    early=lambda: unknown_call(client, call_id))
@@ -113,7 +113,7 @@ def no_selection_worker(stays: str) -> str | None:
     return f"no worker takes the selection queue (`fittest up` starts them, `fittest health` checks them); {stays}"
 
 
-def unknown_call(client: FittestClient, call_id: str) -> str | None:
+def unknown_call(client: CallSender, call_id: str) -> str | None:
     """Why no result can come for `call_id` (no such call is queued or running), or None."""
     if client.in_flight(call_id):
         return None
@@ -132,7 +132,7 @@ STEP_DOING = {
 }
 
 
-def _still_running(client: FittestClient, call_id: str) -> str | None:
+def _still_running(client: CallSender, call_id: str) -> str | None:
     """Where a call that has not finished is, or None when that is not known."""
     try:
         step = client.step_of(call_id)
@@ -143,7 +143,7 @@ def _still_running(client: FittestClient, call_id: str) -> str | None:
     return f"it is {STEP_DOING.get(step, step)} ({step}) and goes on; `fittest result {call_id}` shows it when it ends"
 
 
-def show_when_done(client: FittestClient, pending: AsyncResult, timeout: float, json_out: bool, unfinished: str,
+def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, json_out: bool, unfinished: str,
                    early: Callable[[], str | None] | None = None, namespace: str | None = None) -> None:
     """Wait for a call's result and print it, exiting with the call's exit code; `unfinished` says
     what a timeout means to the user. `early`, asked once when no result came within FIRST_LOOK_S,

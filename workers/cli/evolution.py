@@ -149,14 +149,14 @@ def evolve(
 
     The workers gather its remembered failures and successes, ask the mutators, verify every
     candidate (static checks, test cases, replay) and put the first verified one on trial."""
-    from workers.client import FittestClient
+    from workers.client import CallSender
     from workers.settings import get_settings
     from workers.tool_catalog import load_registry
 
     versions = [m.version for m in versions_of(load_registry(get_settings()), name)]
     if version is not None and version not in versions:
         fail(f"{name} has no version {version!r} (it has {', '.join(versions)})")
-    client = FittestClient()
+    client = CallSender()
     report = client.wait(client.send("prepare_evolution", namespace=name, version=version, reason=reason), timeout)
     if json_out:
         print_json(report)

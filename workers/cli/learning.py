@@ -49,9 +49,9 @@ def _ask_or_none(task: str, queue: str, timeout: float, **kwargs: Any) -> dict[s
     """`_ask`, or None when no worker answered within `timeout`."""
     from celery.exceptions import TimeoutError as CeleryTimeout
 
-    from workers.client import FittestClient
+    from workers.client import CallSender
 
-    client = FittestClient()
+    client = CallSender()
     pending = client.send(task, queue=queue, **kwargs)
     try:
         return client.wait(pending, timeout)
