@@ -209,7 +209,7 @@ class CallPlan(BaseModel):
     policy: str = "seed"
     degraded: list[str] = Field(default_factory=list)  # parts of selection that were unavailable
     evolved: bool = False
-    evolution_report: dict[str, Any] | None = None
+    evolution_report: CallEvolution | None = None
     variants: dict[str, str] = Field(default_factory=dict)  # tool key -> description variant that matched
     started_at: float = Field(default_factory=time.time)
     # Versions that matched but were not tried because their circuit breaker was open: left out by
@@ -277,7 +277,7 @@ class CallResult(BaseModel):
     degraded: list[str] = Field(default_factory=list)
     held_back: list[str] = Field(default_factory=list)  # not tried: their circuit breaker was open
     notes: list[str] = Field(default_factory=list)  # what did not stop the call, e.g. a namespace no tool has
-    evolution: dict[str, Any] | None = None
+    evolution: CallEvolution | None = None
     elapsed_ms: float = 0.0  # from the call's start to its result, an evolution and its retry included
 
     @classmethod

@@ -19,7 +19,7 @@ from typing import Any
 from celery import Task
 
 from evolution.models import EvolutionJob, EvolutionRecord, EvolutionReport
-from selection.models import CallPlan, CallResult
+from selection.models import CallEvolution, CallPlan, CallResult
 from workers.app import app
 from workers.evolution_memory import EvolutionUnavailable, build_job
 from workers.evolver import Evolver
@@ -50,11 +50,11 @@ def evolver() -> Evolver:
     return _evolver
 
 
-def _end_call(plan: CallPlan, report: dict[str, Any]) -> dict[str, Any]:
+def _end_call(plan: CallPlan, report: CallEvolution) -> dict[str, Any]:
     plan.evolved = True
     plan.evolution_report = report
     tried = "the one attempt" if len(plan.attempts) == 1 else f"all {len(plan.attempts)} attempts"
-    return finish(plan, "failed", message=f"{tried} failed; evolution: {report.get('message', '')}")
+    return finish(plan, "failed", message=f"{tried} failed; evolution: {report.message}")
 
 
 @app.task(bind=True, base=CallStep, name="fittest.prepare_evolution")
@@ -71,7 +71,7 @@ def prepare_evolution(
             log.exception("preparing an evolution failed")
         message = f"evolution could not be prepared: {exc}"
         if plan is not None:
-            return _end_call(plan, {"status": "no_fix", "message": message})
+            return _end_call(plan, CallEvolution(status="no_fix", message=message))
         return {"status": "no_fix", "namespace": namespace, "message": message}
     return hand_on(self, evolve.si(job.model_dump(mode="json")))
 
@@ -86,16 +86,17 @@ def evolve(self: Task, job_data: dict[str, Any]) -> Any:
         log.exception("evolution of %s failed", job.parent_key)
         report = EvolutionReport(job_id=job.job_id, namespace=job.namespace, trigger=job.trigger, status="no_fix",
                                  parent=job.parent_key, message=f"evolution failed: {type(exc).__name__}: {exc}")
-    data = report.model_dump(mode="json")
     plan = job.plan
     if plan is None:
-        return data
-    data["failed_attempts"] = [a.model_dump(mode="json") for a in CallResult.from_plan(plan, "failed").attempts]
-    data["call_started_at"] = plan.started_at  # the retry's result times the whole call, this round included
+        return report.model_dump(mode="json")
+    # The call's first round travels with it, and the retry's result times the whole call from its start.
+    evolution = CallEvolution.model_validate({**report.model_dump(mode="json"), "call_started_at": plan.started_at,
+                                              "failed_attempts": CallResult.from_plan(plan, "failed").attempts})
     if report.status not in ("evolved", "reused"):
-        return _end_call(plan, data)
+        return _end_call(plan, evolution)
     send_outcome(plan)  # the first round's attempts are learned from like any others
     from workers.tasks.selection import resilient_tool_call
 
     request = plan.request.model_copy(update={"after_evolution": True})
-    return hand_on(self, resilient_tool_call.si(**request.model_dump(mode="json"), evolution_report=data))
+    return hand_on(self, resilient_tool_call.si(**request.model_dump(mode="json"),
+                                                evolution_report=evolution.model_dump(mode="json")))

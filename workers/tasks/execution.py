@@ -27,7 +27,7 @@ from celery import Task
 from celery.worker.request import Request
 
 from selection.manifest import ToolManifest
-from selection.models import CallPlan, CallResult, CallStatus, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
+from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
 from selection.timeouts import adaptive_timeout
@@ -185,12 +185,12 @@ def finish(plan: CallPlan, status: CallStatus, message: str = "") -> dict[str, A
     return result.model_dump(mode="json")
 
 
-def attempts_before_evolution(plan: CallPlan) -> list[dict[str, Any]]:
+def attempts_before_evolution(plan: CallPlan) -> list[AttemptSummary]:
     """The round a call retried after its evolution made first (its report carries it), so that
     counts of the call's attempts take both rounds (QA: the report and the metrics counted 1)."""
-    if not plan.request.after_evolution:
+    if not plan.request.after_evolution or plan.evolution_report is None:
         return []
-    return list((plan.evolution_report or {}).get("failed_attempts") or [])
+    return list(plan.evolution_report.failed_attempts)
 
 
 class ExecuteRequest(Request):

@@ -108,7 +108,7 @@ def start_call(task: Task, request: CallRequest, evolution: CallEvolution | None
 
     plan = runtime().selector.plan(request)
     if evolution is not None:  # the retry of a call after its evolution reports it, and is timed from the call's start
-        plan.evolved, plan.evolution_report = True, evolution.model_dump(mode="json")
+        plan.evolved, plan.evolution_report = True, evolution
         plan.started_at = evolution.call_started_at or plan.started_at
     runtime().metrics.selection(plan.policy, found=bool(plan.candidates))
     if not plan.candidates:
