@@ -20,7 +20,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from selection.registry import ToolRegistry
 from workers.settings import Settings
-from workers.stack import EXAMPLE_SERVICE_PORT, ROOT, Stack, example_service
+from workers.procfile import EXAMPLE_SERVICE_PORT, example_service
+from workers.stack import ROOT, Stack
 
 DEMO_ROLES = ("memory", "executor", "evolver")
 

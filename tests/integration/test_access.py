@@ -24,7 +24,8 @@ from celery import Celery
 
 from tests.conftest import free_port
 from tests.integration.conftest import TEST_TOOLS, Pipeline, start_pipeline
-from workers.stack import ROOT, celery_cmd, flower_env
+from workers.procfile import flower_env
+from workers.stack import ROOT, celery_cmd
 
 PASSWORD = "redis-pw-7f3a9c"
 SECRETS = {

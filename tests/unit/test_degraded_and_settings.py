@@ -16,7 +16,7 @@ from selection.lexical import LexicalIndex, version_text, words
 from workers.degraded import is_store_failure, registry_similarities
 from workers.memory import VectorMemoryUnavailable
 from workers.settings import Settings, redact_url
-from workers.stack import flower_env
+from workers.procfile import flower_env
 
 
 @pytest.fixture(scope="module")

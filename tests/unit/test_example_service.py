@@ -14,9 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.conftest import free_port
-from workers import stack
+from workers import procfile
+from workers.procfile import check_ports, example_service
 from workers.settings import Settings
-from workers.stack import ROOT, StackError, check_ports, example_service
+from workers.stack import ROOT, StackError
 
 
 def example_handler() -> type[BaseHTTPRequestHandler]:
@@ -57,7 +58,7 @@ def test_a_free_port_an_example_service_and_a_stranger_are_told_apart() -> None:
 
 
 def test_up_refuses_an_example_port_held_by_something_else_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(stack, "example_service", lambda: "other")
+    monkeypatch.setattr(procfile, "example_service", lambda: "other")
     with pytest.raises(StackError, match="port 8765 of the example HTTP tool .* --without toolserver"):
         check_ports(Settings(metrics_port=free_port(), flower_port=free_port()), ["memory", "toolserver"])
     check_ports(Settings(), ["memory", "executor"])  # without the role, the port is nobody's business

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from honcho.printer import Printer
 
-from workers.stack import RoleRelay, Supervisor
+from workers.procfile import RoleRelay, Supervisor
 
 
 @pytest.fixture(autouse=True)

@@ -32,7 +32,7 @@ def up(
 
     Exit code: the role's when a role ended the stack; 1 when the stack could not start (a port
     in use, an unknown role)."""
-    from workers.stack import run_procfile
+    from workers.procfile import run_procfile
 
     raise typer.Exit(run_procfile(get_settings(), without=set(without or [])))
 

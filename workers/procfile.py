@@ -1,0 +1,319 @@
+"""`fittest up`: every role of the Procfile under honcho, Redis started first when none answers.
+
+honcho (the Procfile's process manager) stops every role as soon as one ends; `Supervisor`, a
+subclass of its Manager, restarts the role instead, and stops the stack with one line once a role
+ends too often. Each role runs through a `RoleRelay`, whose output `LossyOutput` passes on without
+ever blocking the roles on a terminal that reads slowly or has gone.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import httpx
+from honcho.manager import KILL_WAIT, SIGNALS, Manager
+from honcho.printer import Printer
+from honcho.process import Process as HonchoProcess
+
+from workers.settings import Settings, redact_url
+from workers.stack import PROCFILE, ROOT, Stack, StackError, die_with_parent
+
+
+def flower_env(settings: Settings) -> dict[str, str]:
+    """Flower's basic auth when FITTEST_FLOWER_PASSWORD is set, as Flower's own FLOWER_BASIC_AUTH
+    variable: in the environment of the Flower process only, never on its command line, which
+    every user of the machine can read (`ps`)."""
+    if settings.flower_password is None:
+        return {}
+    return {"FLOWER_BASIC_AUTH": f"{settings.flower_user}:{settings.flower_password.get_secret_value()}"}
+
+
+def port_taken(port: int, addr: str = "0.0.0.0") -> bool:
+    """Whether a server could not listen on `addr`:`port` now (as Flower's and the metrics'
+    servers bind it, with SO_REUSEADDR): checked before `up` starts them, since a role that cannot
+    bind its port fails again at every restart."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((addr, port))
+        except OSError:
+            return True
+    return False
+
+
+EXAMPLE_SERVICE_PORT = 8765  # the port examples/tools/convert_units/tool.yaml names
+
+
+def example_service_port() -> int:
+    """The port the toolserver role serves the example HTTP tool on: FITTEST_EXAMPLE_HTTP_PORT, as
+    examples/tools/http_server.py reads it (for a tools directory whose manifest names another)."""
+    return int(os.environ.get("FITTEST_EXAMPLE_HTTP_PORT") or EXAMPLE_SERVICE_PORT)
+
+
+def example_service(port: int | None = None) -> Literal["free", "ours", "other"]:
+    """Whether the example HTTP tool's port is free, held by that service already (an earlier demo's,
+    or one started by hand: the demo uses it), or held by something else, which the demo's own
+    service could not displace (it would exit at start, and the demo with a bare exit code)."""
+    port = example_service_port() if port is None else port
+    if not port_taken(port, "127.0.0.1"):
+        return "free"
+    try:
+        answer = httpx.post(f"http://127.0.0.1:{port}/convert", json={"value": 1, "from": "km", "to": "m"},
+                            timeout=2.0)
+        return "ours" if answer.status_code == 200 and answer.json() == {"value": 1000.0, "unit": "m"} else "other"
+    except (httpx.HTTPError, ValueError):
+        return "other"
+
+
+def check_ports(settings: Settings, roles: Iterable[str]) -> None:
+    """One line naming the setting to change, instead of the role's traceback, for a port in use."""
+    ports = {"flower": ("Flower", settings.flower_port, "FITTEST_FLOWER_PORT"),
+             "metrics": ("the metrics endpoint", settings.metrics_port, "FITTEST_METRICS_PORT")}
+    for role in roles:
+        if role in ports and port_taken(ports[role][1]):
+            what, port, variable = ports[role]
+            raise StackError(f"port {port} of {what} is in use: set {variable} to a free port, "
+                             f"or leave the role out with --without {role}")
+    if "toolserver" in roles and example_service() == "other":
+        raise StackError(f"port {example_service_port()} of the example HTTP tool (convert_units' manifest names it) is in "
+                         "use by something else: stop it, set FITTEST_EXAMPLE_HTTP_PORT to the port your manifest "
+                         "names, or leave the role out with --without toolserver")
+
+
+def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
+    """`fittest up`: every Procfile role under honcho, with Redis started first when needed."""
+    from honcho.environ import parse_procfile
+
+    procfile = parse_procfile(PROCFILE.read_text())
+    unknown = (without or set()) - set(procfile.processes)
+    if unknown:
+        raise StackError(f"no Procfile role named {', '.join(sorted(unknown))} (roles: {', '.join(procfile.processes)})")
+    roles = [name for name in procfile.processes if name not in (without or set())]
+    out = LossyOutput(sys.stdout)
+    if "toolserver" in roles and example_service() == "ours":  # a second one could not bind its port
+        roles.remove("toolserver")
+        print(f"fittest up: the example HTTP tool already answers on port {example_service_port()}: not starting another",
+              file=out, flush=True)
+    check_ports(settings, roles)
+    stack = Stack(settings)
+    if not settings.tools_dir.is_dir():
+        print(f"fittest up: FITTEST_TOOLS_DIR ({settings.tools_dir.resolve()}) is not a directory: no tool will be "
+              "served until it is (a relative path is read from the directory you run fittest in)", file=out, flush=True)
+    url = stack.ensure_redis()
+    manager = Supervisor(printer=Printer(out))
+    manager._process_ctor = RoleRelay  # honcho's own hook for the class that runs each role
+    manager.tick = lambda: stack.revive_redis(lambda line: print(f"fittest up: {line}", file=out, flush=True))
+
+    def hang_up(signum: int, _frame: Any) -> None:
+        """The terminal closed. honcho starts each role in a session of its own, which the hang-up
+        does not reach, and stops them on SIGINT and SIGTERM only: without this they outlived `up`."""
+        if manager.returncode is None:
+            manager.returncode = 128 + signum
+        manager.terminate()
+
+    try:
+        if "redis" not in stack.procs:
+            print(f"fittest up: Redis at {redact_url(url)}", file=out, flush=True)
+        else:
+            print(f"fittest up: no Redis answered at {redact_url(settings.redis_url)}; started one at {redact_url(url)} "
+                  f"(append-only file in {(settings.data_dir / 'redis').resolve()}), stopped with the stack",
+                  file=out, flush=True)
+            if url != settings.redis_url:
+                print(f"fittest up: its port was taken: other shells need FITTEST_REDIS_URL={redact_url(url)}",
+                      file=out, flush=True)
+        env = dict(stack.env)
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        # The Procfile's Flower line reads its port from FITTEST_FLOWER_PORT.
+        flower = {**env, "FITTEST_FLOWER_PORT": str(settings.flower_port), **flower_env(settings)}
+        for name in roles:
+            manager.add_process(name, procfile.processes[name], env=flower if name == "flower" else env, cwd=str(ROOT))
+        signal.signal(signal.SIGHUP, hang_up)
+        manager.loop()
+    finally:
+        stack.stop_all()
+    return manager.returncode or 0
+
+
+# A role that ends while `up` runs is started again after RESTART_BACKOFF_S, doubled for each of
+# its restarts in the last RESTART_WINDOW_S, up to RESTART_BACKOFF_MAX_S. An end past
+# RESTART_LIMIT restarts in that window stops the stack: a role that cannot run (bad settings, a
+# missing binary) is told of within a minute or so (1+2+4+8+16 s of waits, and its failed starts). A beat waits out a Redis
+# restart of up to a minute (workers/app.py), so one restart covers it; the workers ride it out.
+RESTART_LIMIT = 5
+RESTART_WINDOW_S = 300.0
+RESTART_BACKOFF_S = 1.0
+RESTART_BACKOFF_MAX_S = 30.0
+
+
+class Supervisor(Manager):
+    """honcho's Manager, which stopped every role as soon as one ended (a worker killed by the OOM
+    killer, a beat that lost Redis), restarting the role instead: one line per restart, and the
+    whole stack stopped, with one line saying why, once a role ends too often (RESTART_LIMIT).
+    SIGINT, SIGTERM and `terminate()` stop every role as honcho does, none restarted."""
+
+    def __init__(self, printer: Printer, limit: int = RESTART_LIMIT, window_s: float = RESTART_WINDOW_S,
+                 backoff_s: float = RESTART_BACKOFF_S, backoff_max_s: float = RESTART_BACKOFF_MAX_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(printer=printer)
+        self.limit, self.window_s = limit, window_s
+        self.backoff_s, self.backoff_max_s = backoff_s, backoff_max_s
+        self._now = clock
+        self._ends: dict[str, deque[float]] = {}  # role -> when it ended, within the window
+        self._due: dict[str, float] = {}  # role -> when it is started again
+        self.tick: Callable[[], None] | None = None  # called every 0.1 s while the stack runs (`up`'s own Redis)
+
+    def loop(self) -> None:
+        """honcho's loop (start the roles, print their lines, stop them all on SIGINT/SIGTERM,
+        SIGKILL what is left KILL_WAIT s later), where a role that ends is handed to _ended."""
+        def _terminate(signum: int, _frame: Any) -> None:
+            self._system_print(f"{SIGNALS[signum]['name']} received\n")
+            self.returncode = SIGNALS[signum]["rc"]
+            self.terminate()
+
+        signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGINT, _terminate)
+        self._start()
+        kill_at: float | None = None
+        done = False
+        while True:
+            try:
+                self._handle(self.events.get(timeout=0.1))
+            except queue.Empty:
+                if done:  # every role stopped and nothing left to print
+                    break
+            if self._terminating:
+                self._due.clear()
+                done = self._all_started() and self._all_stopped()
+                kill_at = kill_at if kill_at is not None else self._now() + KILL_WAIT
+                if self._now() > kill_at:
+                    self.kill()
+                    kill_at = float("inf")  # once: a role SIGKILL left is gone
+            else:
+                if self.tick is not None:
+                    self.tick()
+                for name, at in list(self._due.items()):
+                    if self._now() >= at:
+                        del self._due[name]
+                        self._restart(name)
+
+    def _handle(self, msg: Any) -> None:
+        if msg.type == "line":
+            self._printer.write(msg)
+            return
+        role = self._processes[msg.name]
+        if msg.type == "start":
+            role["pid"] = msg.data["pid"]
+            self._system_print(f"{msg.name} started (pid={msg.data['pid']})\n")
+            if self._terminating:  # restarted as the stack began to stop: it stops too
+                self._procmgr.terminate(msg.data["pid"])
+        elif msg.type == "stop":
+            role["returncode"] = msg.data["returncode"]
+            if self._terminating:
+                self._system_print(f"{msg.name} stopped (rc={msg.data['returncode']})\n")
+                if self.returncode is None:
+                    self.returncode = msg.data["returncode"]
+            else:
+                self._ended(msg.name, msg.data["returncode"])
+
+    def _ended(self, name: str, rc: int) -> None:
+        """A role ended while the stack runs: start it again after its backoff, or, when it has
+        ended more than `limit` times within the window, stop the stack."""
+        now = self._now()
+        ends = self._ends.setdefault(name, deque())
+        ends.append(now)
+        while ends[0] < now - self.window_s:
+            ends.popleft()
+        if len(ends) > self.limit:
+            self._system_print(f"{name} stopped (rc={rc}), {len(ends)} times in {self.window_s:g} s: "
+                               "giving up, stopping every role\n")
+            self.returncode = rc if rc > 0 else 1
+            self.terminate()
+            return
+        delay = min(self.backoff_max_s, self.backoff_s * 2 ** (len(ends) - 1))
+        self._due[name] = now + delay
+        self._system_print(f"{name} stopped (rc={rc}): restarting it in {delay:g} s "
+                           f"(restart {len(ends)} of {self.limit} allowed in {self.window_s:g} s)\n")
+
+    def _restart(self, name: str) -> None:
+        """A new relay for the role, as honcho's _start makes them; starting it also reaps the
+        relay that ended (multiprocessing reaps its finished children whenever it starts one)."""
+        role = self._processes[name]
+        del role["returncode"], role["pid"]
+        role["process"] = multiprocessing.Process(name=name, target=role["obj"].run, args=(self.events, True))
+        role["process"].start()
+
+    def _killall(self, force: bool = False) -> None:
+        """honcho's, leaving out a role whose relay has not said its pid yet (it is restarting):
+        its start message, when it comes, has it stopped (_handle)."""
+        for name, role in self._processes.items():
+            if "returncode" in role or "pid" not in role:
+                continue
+            self._system_print(f"sending {'SIGKILL' if force else 'SIGTERM'} to {name} (pid {role['pid']})\n")
+            if force:
+                self._procmgr.kill(role["pid"])
+            else:
+                self._procmgr.terminate(role["pid"])
+
+
+class RoleRelay(HonchoProcess):
+    """honcho's relay of one role: a fork of `up` that starts the role's shell in a session of its
+    own and passes its output on. It ignores SIGTERM and SIGINT, and nothing told it when `up` was
+    killed (SIGKILL, the OOM killer), so the role outlived `up`. Here the kernel tells it, and it
+    stops its role's session as `up` would have: SIGTERM, which lets a worker finish its tasks."""
+
+    UP_DIED = signal.SIGUSR1
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._up = os.getpid()
+
+    def run(self, events: Any = None, ignore_signals: bool = False) -> None:
+        signal.signal(self.UP_DIED, self._stop_role)
+        die_with_parent(self.UP_DIED, parent=self._up)
+        super().run(events, ignore_signals)
+
+    def _stop_role(self, _signum: int, _frame: Any) -> None:
+        self._events = None  # nobody reads them any more
+        if self._child is None:  # `up` died before this relay started its role
+            os._exit(1)
+        try:
+            os.killpg(self._child.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+class LossyOutput:
+    """Standard output for honcho's printer that drops what can no longer be written (the terminal
+    closed, the pipe to `head` gone): a failed print would end the loop that stops the roles, and
+    leave them running."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except OSError:
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError:
+            pass
+
+    def isatty(self) -> bool:
+        try:
+            return self.stream.isatty()
+        except (OSError, ValueError):
+            return False
