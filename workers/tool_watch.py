@@ -157,8 +157,10 @@ class ToolsDirWatch:
         while pending:
             try:
                 entries = list(os.scandir(pending.pop()))
-            except OSError:  # not there (yet), or removed while we looked
+            except (FileNotFoundError, NotADirectoryError):  # not there (yet), or removed while we looked
                 continue
+            # Any other OSError (EMFILE: the worker out of file descriptors) ends the look: read as an
+            # empty directory, it stopped serving every tool (QA Q: all calls no_candidates).
             for entry in entries:
                 try:
                     if entry.is_dir(follow_symlinks=False):

@@ -318,3 +318,31 @@ def test_a_manifest_that_is_a_link_leading_nowhere_is_refused_by_name(tmp_path: 
         f"tool manifest refused: {tools / 'dangling' / 'tool.yaml'}: field '(file)': No such file or directory"]
     caplog.clear()
     assert watch.poll() == [] and not caplog.records  # said once, not at every look
+
+
+def test_a_directory_that_cannot_be_listed_ends_the_look_and_takes_no_tool_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """QA Q: a memory worker out of file descriptors (EMFILE) read its tools directory as empty and
+    stopped serving every tool; every call then ended no_candidates."""
+    import errno
+    import os
+
+    import workers.tool_watch as tool_watch
+
+    tools = tmp_path / "tools"
+    for tool in ("word_stats", "slugify"):
+        shutil.copytree(EXAMPLE_TOOLS / tool, tools / tool)
+    registry, _, watch = watched(tools)
+    before = served(registry)
+    real = os.scandir
+
+    def scandir(path: str) -> object:
+        raise OSError(errno.EMFILE, "Too many open files", path)
+
+    monkeypatch.setattr(tool_watch.os, "scandir", scandir)
+    with pytest.raises(OSError, match="Too many open files"):
+        watch.poll()
+    assert served(registry) == before
+    monkeypatch.setattr(tool_watch.os, "scandir", real)  # descriptors again: nothing had changed
+    assert watch.poll() == [] and served(registry) == before
