@@ -5,7 +5,7 @@ starts. A Redis that came back empty (restarted without its data, FLUSHALL) took
 then had nothing to send, and `fittest.retrain_weights` never ran again; it had also taken the
 lock, whose extension at the next tick raised LockNotOwnedError and ended beat. At each tick
 (every BEAT_MAX_INTERVAL_S at least, workers/app.py) this scheduler writes the entries again when
-their schedule is gone, and takes a lost lock again when no other beat holds it.
+their schedule, or one of them, is gone, and takes a lost lock again when no other beat holds it.
 """
 
 from __future__ import annotations
@@ -42,9 +42,20 @@ class Scheduler(RedBeatScheduler):
                        self.lock_key)
 
     def _keep_schedule(self) -> None:
-        """Write the schedule entries again when their sorted set is gone: redbeat writes them only
-        at start, and reads nothing else to know what is due."""
+        """Write the schedule entries again when their sorted set is gone, or the key of one of them
+        is: redbeat writes them only at start, reads nothing else to know what is due, and drops for
+        good, from the sorted set, an entry whose key it cannot load (QA Q: a Redis evicting under
+        `maxmemory-policy allkeys-lru` took the key of retrain-weights alone, and the weights were
+        never retrained again while the other entry kept the sorted set alive)."""
         conf = self.app.redbeat_conf
-        if conf.schedule and not get_redis(self.app).exists(conf.schedule_key):
-            logger.warning("beat: the schedule %s was gone (Redis lost its data?); writing it again", conf.schedule_key)
+        if not conf.schedule:
+            return
+        keys = [conf.schedule_key, *(self.Entry.generate_key(self.app, name) for name in conf.schedule)]
+        with get_redis(self.app).pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.exists(key)
+            gone = [key for key, there in zip(keys, pipe.execute()) if not there]
+        if gone:
+            logger.warning("beat: %s gone (Redis lost its data, or evicted keys under a maxmemory policy); "
+                           "writing the schedule again", ", ".join(gone))
             self.setup_schedule()

@@ -80,3 +80,21 @@ def test_a_beat_whose_lock_another_beat_took_stops(private_redis: str) -> None:
     finally:
         beat.lock = None  # not ours to release
         beat.close()
+
+
+def test_beat_writes_its_schedule_again_when_redis_evicted_one_entry(private_redis: str) -> None:
+    """QA Q: under `maxmemory-policy allkeys-lru` Redis evicted the key of retrain-weights alone;
+    redbeat dropped the entry from its sorted set ("Failed to load ..., removing"), which the other
+    entry kept alive, so the weights were never retrained again until beat restarted."""
+    interval = 0.5
+    app = make_app(Settings(redis_url=private_redis, retrain_interval_s=interval))
+    client = redis.Redis.from_url(private_redis)
+    beat = started_beat(app)
+    try:
+        client.delete(Scheduler.Entry.generate_key(app, "retrain-weights"))  # evicted
+        for _ in range(2):  # redbeat removes the entry at the first tick it is due; the next would send it
+            time.sleep(interval + 0.1)
+            beat.tick()
+        assert retrains_sent(client) == 1
+    finally:
+        beat.close()
