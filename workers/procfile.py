@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import shutil
 import signal
 import socket
 import sys
@@ -110,7 +111,7 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
         print(f"fittest up: FITTEST_TOOLS_DIR ({settings.tools_dir.resolve()}) is not a directory: no tool will be "
               "served until it is (a relative path is read from the directory you run fittest in)", file=out, flush=True)
     url = stack.ensure_redis()
-    manager = Supervisor(printer=Printer(out))
+    manager = Supervisor(printer=Printer(out), data_dir=settings.data_dir.resolve())
     manager._process_ctor = RoleRelay  # honcho's own hook for the class that runs each role
     manager.tick = lambda: stack.revive_redis(lambda line: print(f"fittest up: {line}", file=out, flush=True))
 
@@ -155,6 +156,24 @@ RESTART_BACKOFF_S = 1.0
 RESTART_BACKOFF_MAX_S = 30.0
 
 
+def ended_by(rc: int, data_dir: Path | None = None) -> str:
+    """What a role's return code says beyond its number: the signal that ended it (its shell reports
+    128 + the signal, honcho a negative one), and for SIGBUS the free space of FITTEST_DATA_DIR, where
+    the embedded store's memory-mapped files raise it once their filesystem is full (QA Q: the
+    memory worker ended with a bare "Bus error" six times and the stack stopped, nothing said why)."""
+    try:
+        sig = signal.Signals(rc - 128 if rc > 128 else -rc)
+    except ValueError:  # an exit status, not a signal
+        return ""
+    if sig is not signal.SIGBUS or data_dir is None:
+        return f", {sig.name}"
+    try:
+        free = shutil.disk_usage(data_dir).free / 2**20
+    except OSError:
+        return f", {sig.name}"
+    return f", {sig.name}: a memory-mapped file could not be written; {free:.1f} MB free in FITTEST_DATA_DIR ({data_dir})"
+
+
 class Supervisor(Manager):
     """honcho's Manager, which stopped every role as soon as one ended (a worker killed by the OOM
     killer, a beat that lost Redis), restarting the role instead: one line per restart, and the
@@ -163,8 +182,9 @@ class Supervisor(Manager):
 
     def __init__(self, printer: Printer, limit: int = RESTART_LIMIT, window_s: float = RESTART_WINDOW_S,
                  backoff_s: float = RESTART_BACKOFF_S, backoff_max_s: float = RESTART_BACKOFF_MAX_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, data_dir: Path | None = None) -> None:
         super().__init__(printer=printer)
+        self.data_dir = data_dir  # whose free space a role ended by SIGBUS is told with
         self.limit, self.window_s = limit, window_s
         self.backoff_s, self.backoff_max_s = backoff_s, backoff_max_s
         self._now = clock
@@ -234,14 +254,14 @@ class Supervisor(Manager):
         while ends[0] < now - self.window_s:
             ends.popleft()
         if len(ends) > self.limit:
-            self._system_print(f"{name} stopped (rc={rc}), {len(ends)} times in {self.window_s:g} s: "
+            self._system_print(f"{name} stopped (rc={rc}{ended_by(rc, self.data_dir)}), {len(ends)} times in {self.window_s:g} s: "
                                "giving up, stopping every role\n")
             self.returncode = rc if rc > 0 else 1
             self.terminate()
             return
         delay = min(self.backoff_max_s, self.backoff_s * 2 ** (len(ends) - 1))
         self._due[name] = now + delay
-        self._system_print(f"{name} stopped (rc={rc}): restarting it in {delay:g} s "
+        self._system_print(f"{name} stopped (rc={rc}{ended_by(rc, self.data_dir)}): restarting it in {delay:g} s "
                            f"(restart {len(ends)} of {self.limit} allowed in {self.window_s:g} s)\n")
 
     def _restart(self, name: str) -> None:

@@ -83,7 +83,7 @@ def test_a_role_that_ends_is_restarted_and_the_others_keep_running(tmp_path: Pat
     assert run["elapsed_s"] < 15, out
     assert (tmp_path / "back").exists(), out  # crashing came back
     assert (tmp_path / "steady").read_text() == "start\n"  # steady was never stopped meanwhile
-    assert "crashing stopped (rc=137): restarting it in 0.1 s (restart 1 of 5 allowed in 300 s)" in out
+    assert "crashing stopped (rc=137, SIGKILL): restarting it in 0.1 s (restart 1 of 5 allowed in 300 s)" in out
     assert out.count("restarting it") == 1
 
 
@@ -124,3 +124,17 @@ def test_only_the_ends_within_the_window_count_and_set_the_backoff() -> None:
         now[0] = t
         manager._ended("role", 1)
     assert manager._terminating and manager.returncode == 1  # three ends in 60 s: given up
+
+
+def test_a_role_ended_by_sigbus_is_told_with_the_free_space_of_the_data_dir(tmp_path: Path) -> None:
+    """QA Q: the memory worker, its store's files on a full disk, ended with a bare "Bus error"
+    (rc=135) six times and the stack stopped: nothing named the disk."""
+    out = io.StringIO()
+    manager = Supervisor(printer=Printer(out), data_dir=tmp_path)
+    manager._processes["memory"] = {}
+    manager._ended("memory", 128 + signal.SIGBUS)
+    manager._ended("memory", 1)  # an exit status: its number alone
+    lines = out.getvalue().splitlines()
+    assert "memory stopped (rc=135, SIGBUS: a memory-mapped file could not be written; " in lines[0]
+    assert f"MB free in FITTEST_DATA_DIR ({tmp_path})): restarting it in 1 s" in lines[0]
+    assert "memory stopped (rc=1): restarting it in 2 s" in lines[1]
