@@ -191,6 +191,10 @@ class ToolManifest(BaseModel):
     implementation: Implementation
     timeout_s: float = Field(10.0, gt=0, le=600)
     test_cases: list[TestCase] = Field(default_factory=list)
+    # The tool changes something outside itself (writes a record, sends a message, charges a card):
+    # an evolution's verification then runs it on its test cases only, never on the inputs of real
+    # calls, which it would otherwise replay (evolution/verification.py).
+    side_effects: bool = False
     parent_version: str | None = None  # set on evolved versions
     deprecated: bool = False
     # Where the manifest was loaded from; runners resolve {tool_dir} and python files against it.

@@ -279,6 +279,41 @@ def test_a_mutation_that_failed_on_an_input_is_skipped_while_that_input_fails_an
     assert slower.status == "evolved" and slower.mutation == "timeout_s 0.3s → 1.2s" and slower.version == "1.1.0"
 
 
+LEDGER = """import time
+def run(value):
+    with open(value["path"], "a") as f:
+        f.write(str(value["id"]) + "\\n")
+    time.sleep(value.get("ms", 0) / 1000)
+    return {"id": value["id"]}
+"""
+
+
+@pytest.mark.parametrize("side_effects", [False, True])
+def test_a_tool_with_side_effects_is_verified_without_running_real_calls_again(rt: Runtime, tmp_path: Path,
+                                                                              side_effects: bool) -> None:
+    """QA Q: a tool that appends to a ledger, evolved after one slow run, wrote five earlier calls'
+    events twice more (the parent reproduced them, the candidate replayed them)."""
+    real, safe = tmp_path / "events.log", tmp_path / "test-events.log"
+    write_tool(Path(rt.settings.tools_dir), "ledger", LEDGER, side_effects=side_effects,
+               test_cases=[{"input": {"path": str(safe), "id": 0}, "expect": {"id": 0}}])
+    for i in range(3):  # three real calls that succeeded (their events are in the real ledger already)
+        done = ToolExecutionResult(attempt_id=f"l{i}", call_id=f"l{i}", tool="ledger", version="1.0.0", success=True,
+                                   result={"id": i})
+        apply_outcome(rt, OutcomeRecord(call_id=f"l{i}", scenario="record an event", attempts=[done],
+                                        input={"path": str(real), "id": i}))
+    report = evolve(rt, failed_call("ledger", {"path": str(real), "id": 9, "ms": 400}, FailureClass.timeout,
+                                    "no result within 0.3s"))
+    assert report.status == "evolved", report
+    replayed = sorted(real.read_text().split()) if real.exists() else []
+    if side_effects:
+        assert replayed == []  # no real call ran again
+        replay = next(r for r in report.candidates[0].stages if r.stage == "replay")
+        assert replay.checked == 0 and "side_effects: true" in replay.problems[0]
+        assert safe.read_text().split() == ["0"]  # its test case ran
+    else:
+        assert "9" in replayed and "0" in replayed  # the failing input and the earlier calls ran again
+
+
 class OperatorMeanwhile:
     """The default mutators, with an operator's `fittest promote slowish 1.0.5` while they work."""
 
