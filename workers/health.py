@@ -9,8 +9,10 @@ queue adds a live check of its store and model to the answer. A Qdrant server is
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 import httpx
@@ -27,6 +29,10 @@ CONTROL_COMMAND = "fittest_health"
 MEMORY_QUEUE = "selection"  # the worker consuming it owns the embedder and the embedded store
 ROLES = ("memory", "executor", "evolver")
 PROBE_TEXT = "fittest health check"
+# Free space below which the embedded store is about to fail: its memory-mapped files grow by a chunk
+# of ~32 MB per collection at a time, and a rebuild after a crash takes them again (QA Q: an empty
+# store took ~52 MB, and a full disk killed the memory worker with SIGBUS six times in 40 s).
+DISK_FLOOR_MB = 128
 
 
 class Check(BaseModel):
@@ -64,6 +70,9 @@ def _local_services() -> dict[str, Any]:
                 f"once it takes one; a restart of the memory worker opens the store afresh): {refusal.error}")}
         elif waiting:
             out["store"]["detail"] += f"; {waiting} vector writes waiting to be replayed"
+        if rt.settings.qdrant_url is None and out["store"]["status"] == "ok":
+            status, room = disk_room(rt.settings.data_dir)
+            out["store"] = {"status": status, "detail": f"{out['store']['detail']}; {room}"}
     except Exception as exc:  # noqa: BLE001 - a probe reports every failure as data
         out["store"] = {"status": "fail", "detail": f"{type(exc).__name__}: {exc}"}
     out["store"]["ms"] = (time.perf_counter() - started) * 1000
@@ -75,6 +84,16 @@ def _local_services() -> dict[str, Any]:
         out["model"] = {"status": "fail", "detail": f"{type(exc).__name__}: {exc}"}
     out["model"]["ms"] = (time.perf_counter() - started) * 1000
     return out
+
+
+def disk_room(data_dir: Path, floor_mb: float = DISK_FLOOR_MB) -> tuple[Status, str]:
+    """The free space of the embedded store's filesystem, failed below `floor_mb`."""
+    free = shutil.disk_usage(data_dir).free / 2**20
+    if free < floor_mb:
+        return "fail", (f"only {free:.0f} MB free in FITTEST_DATA_DIR ({data_dir}): the store's memory-mapped files "
+                        f"grow ~32 MB a collection at a time, and without room the memory worker dies with SIGBUS; "
+                        f"free some, or move the data directory (keep {floor_mb:.0f} MB or more)")
+    return "ok", f"{free:.0f} MB free in FITTEST_DATA_DIR"
 
 
 @inspect_command(name=CONTROL_COMMAND)

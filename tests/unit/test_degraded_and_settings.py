@@ -4,6 +4,7 @@ settings that keep secrets out of sight and TLS and timeouts consistent."""
 from __future__ import annotations
 
 import ssl
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -15,8 +16,8 @@ from tests.conftest import EXAMPLE_TOOLS
 from selection.lexical import LexicalIndex, version_text, words
 from workers.degraded import is_store_failure, registry_similarities
 from workers.memory import VectorMemoryUnavailable
-from workers.settings import Settings, redact_url
 from workers.procfile import flower_env
+from workers.settings import Settings, redact_url
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +142,17 @@ def test_settings_refuse_numbers_that_are_not_finite(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv(f"FITTEST_{name.upper()}", value)
     with pytest.raises(ValidationError, match="finite number"):
         Settings()
+
+
+def test_health_fails_the_store_when_its_disk_is_nearly_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA Q: a full data directory killed the memory worker with SIGBUS, and nothing had warned."""
+    import shutil
+
+    from workers.health import disk_room
+
+    status, detail = disk_room(tmp_path, floor_mb=0)
+    assert status == "ok" and detail.endswith("MB free in FITTEST_DATA_DIR")
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage._replace(free=100 * 2**20))
+    status, detail = disk_room(tmp_path)
+    assert status == "fail" and detail.startswith(f"only 100 MB free in FITTEST_DATA_DIR ({tmp_path})") and "SIGBUS" in detail
