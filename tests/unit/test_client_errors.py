@@ -7,6 +7,7 @@ import pytest
 from celery.backends.asynchronous import E_RETRY_LIMIT_EXCEEDED
 from kombu.exceptions import OperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError
 
 from fittest.client import FittestUnavailable, _reaching
 
@@ -29,3 +30,15 @@ def test_other_errors_pass_through() -> None:
     with pytest.raises(RuntimeError, match="something else"):
         with _reaching(URL, "sending the call"):
             raise RuntimeError("something else")
+
+
+@pytest.mark.parametrize(("raised", "said"), [
+    (OutOfMemoryError("command not allowed when used memory > 'maxmemory'."), "Redis at redis://:**@redis.internal:6379/0 refuses writes (past its maxmemory)"),
+    (OperationalError("[Errno 24] Too many open files"), "this process is out of file descriptors (ulimit -n)"),
+])
+def test_a_redis_that_refuses_writes_and_a_process_out_of_files_are_not_called_unreachable(raised: Exception, said: str) -> None:
+    """QA Q: both read "Redis ... cannot be reached", while Redis answered."""
+    with pytest.raises(FittestUnavailable) as caught:
+        with _reaching(URL, "sending the call"):
+            raise raised
+    assert str(caught.value).startswith(f"sending the call: {said}") and "cannot be reached" not in str(caught.value)
