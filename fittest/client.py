@@ -19,7 +19,6 @@ if the worker that took it off its queue is killed before recording it as taken)
 
 from __future__ import annotations
 
-import errno
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,10 +27,10 @@ from typing import Any, Literal, Self
 from celery.backends.asynchronous import E_RETRY_LIMIT_EXCEEDED
 from celery.result import AsyncResult
 from kombu.exceptions import OperationalError
-from redis.exceptions import OutOfMemoryError, RedisError
+from redis.exceptions import RedisError
 
 from selection.models import CallRequest, CallResult, size_errors
-from workers.client import CallSender, CallToolPayload, FeedbackRequest, payload_schemas
+from workers.client import CallSender, CallToolPayload, FeedbackRequest, payload_schemas, refusal
 from workers.settings import Settings, get_settings, redact_url
 
 __all__ = ["CallRequest", "CallResult", "CallToolPayload", "FeedbackRequest", "FittestClient", "FittestUnavailable",
@@ -45,17 +44,6 @@ class FittestUnavailable(ConnectionError):
     40 times, at most 1 s apart), whatever the `timeout` of the result."""
 
 
-def _why_unavailable(url: str, exc: BaseException) -> str:
-    """What a failure to use Redis says to the caller: two of them are no unreachable Redis (QA Q:
-    both read "cannot be reached")."""
-    text = str(exc)
-    if isinstance(exc, OutOfMemoryError) or "maxmemory" in text:
-        return f"Redis at {redact_url(url)} refuses writes (past its maxmemory)"
-    if getattr(exc, "errno", None) == errno.EMFILE or "Too many open files" in text:
-        return "this process is out of file descriptors (ulimit -n), so it cannot open a connection to Redis"
-    return f"Redis at {redact_url(url)} cannot be reached"
-
-
 @contextmanager
 def _reaching(url: str, doing: str) -> Iterator[None]:
     """Turn the ways Celery, kombu and redis-py say "Redis is away" into one FittestUnavailable."""
@@ -64,7 +52,8 @@ def _reaching(url: str, doing: str) -> Iterator[None]:
     except (RedisError, OperationalError, ConnectionError) as exc:
         if isinstance(exc, FittestUnavailable):
             raise
-        raise FittestUnavailable(f"{doing}: {_why_unavailable(url, exc)} ({type(exc).__name__}: {exc})") from exc
+        why = refusal(exc) or "cannot be reached"
+        raise FittestUnavailable(f"{doing}: Redis at {redact_url(url)} {why} ({type(exc).__name__}: {exc})") from exc
     except RuntimeError as exc:  # Celery's Redis result backend, once its reconnection retries ran out
         if str(exc).strip() != E_RETRY_LIMIT_EXCEEDED.strip():
             raise

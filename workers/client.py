@@ -9,6 +9,7 @@ pop); a call sent by `send_task` alone is lost then.
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from typing import Any, Literal
@@ -16,7 +17,7 @@ from typing import Any, Literal
 from celery import Celery
 from celery.result import AsyncResult
 from pydantic import BaseModel, ConfigDict, Field
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 
 from selection.models import CALL_ID_PATTERN, CallRequest, CallResult
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
@@ -92,6 +93,18 @@ def _calls_in_flight(settings: Settings) -> InflightCalls:
         if key not in _IN_FLIGHT:
             _IN_FLIGHT[key] = InflightCalls(redis_client(settings), settings.key_prefix)
         return _IN_FLIGHT[key]
+
+
+def refusal(exc: BaseException) -> str | None:
+    """What a failure to use Redis is when Redis did answer, as the rest of a sentence about it; None
+    for a Redis that cannot be reached. A Redis past its maxmemory and a process out of file
+    descriptors both read "Redis cannot be reached" (QA Q), and the mends differ."""
+    text = str(exc)
+    if isinstance(exc, OutOfMemoryError) or "maxmemory" in text:
+        return "refuses writes (past its maxmemory): raise its maxmemory, under maxmemory-policy noeviction, or free memory"
+    if getattr(exc, "errno", None) == errno.EMFILE or "Too many open files" in text:
+        return "cannot be opened: this process is out of file descriptors (raise `ulimit -n`)"
+    return None
 
 
 class CallSender:

@@ -34,7 +34,7 @@ def test_other_errors_pass_through() -> None:
 
 @pytest.mark.parametrize(("raised", "said"), [
     (OutOfMemoryError("command not allowed when used memory > 'maxmemory'."), "Redis at redis://:**@redis.internal:6379/0 refuses writes (past its maxmemory)"),
-    (OperationalError("[Errno 24] Too many open files"), "this process is out of file descriptors (ulimit -n)"),
+    (OperationalError("[Errno 24] Too many open files"), "Redis at redis://:**@redis.internal:6379/0 cannot be opened: this process is out of file descriptors"),
 ])
 def test_a_redis_that_refuses_writes_and_a_process_out_of_files_are_not_called_unreachable(raised: Exception, said: str) -> None:
     """QA Q: both read "Redis ... cannot be reached", while Redis answered."""
@@ -42,3 +42,15 @@ def test_a_redis_that_refuses_writes_and_a_process_out_of_files_are_not_called_u
         with _reaching(URL, "sending the call"):
             raise raised
     assert str(caught.value).startswith(f"sending the call: {said}") and "cannot be reached" not in str(caught.value)
+
+
+def test_the_cli_names_a_redis_past_its_maxmemory_rather_than_one_that_does_not_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA Q: `fittest call` said "Redis does not answer ... Is it running?" of a Redis that refused writes."""
+    from workers.cli import operator_error
+
+    monkeypatch.setenv("FITTEST_REDIS_URL", URL)
+    said = operator_error(OperationalError("OOM command not allowed when used memory > 'maxmemory'."))
+    assert said is not None and said.startswith("Redis refuses writes (past its maxmemory)") and "Is it running" not in said
+    assert "secret" not in said
+    said = operator_error(OutOfMemoryError("command not allowed when used memory > 'maxmemory'."))
+    assert said is not None and said.startswith("Redis refuses writes")

@@ -48,6 +48,7 @@ def operator_error(exc: BaseException) -> str | None:
     from redis.exceptions import AuthenticationError
 
     from workers.cli.common import RedisRefused
+    from workers.client import refusal
     from workers.embedder import EmbedderUnavailable
     from workers.settings import get_settings, redact_url, settings_problem
     from workers.stack import StackError
@@ -71,6 +72,8 @@ def operator_error(exc: BaseException) -> str | None:
                 "in the URL: redis://user:password@host:port/db.")
     if isinstance(cause, RedisRefused):
         return f"Redis refuses the connection ({cause}); {where}. Does Redis have that database (16 unless configured), and may the URL's user use it?"
+    if (why := refusal(cause)) is not None:
+        return f"Redis {why} ({cause}); {where}. `fittest health` checks every part."
     return (f"Redis does not answer ({cause}); {where}. Is it running? `fittest up` starts one, and "
             "`fittest health` checks every part.")
 
@@ -80,11 +83,12 @@ def redis_unavailable(exc: BaseException) -> BaseException | None:
     own, kombu's for the broker, or what Celery's result backend raises after its reconnects."""
     from kombu.exceptions import OperationalError
     from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import OutOfMemoryError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, (RedisConnectionError, RedisTimeoutError, OperationalError)):
+        if isinstance(seen, (RedisConnectionError, RedisTimeoutError, OperationalError, OutOfMemoryError)):
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
