@@ -31,6 +31,7 @@ from redis.exceptions import RedisError
 log = logging.getLogger("fittest.buffered")
 
 B = TypeVar("B")
+FAILING_LOG_S = 30.0  # how often a flusher that keeps failing says so
 _started: weakref.WeakSet[BufferedWrites] = weakref.WeakSet()  # the buffers of this process that hold writes
 
 
@@ -76,15 +77,26 @@ class BufferedWrites(Generic[B]):
                 _started.add(self)
 
     def _run(self) -> None:
+        failing_since: float | None = None  # said once, then every FAILING_LOG_S (QA Q: ~100 lines on a caller's stderr)
+        said_at = 0.0
         while True:
             time.sleep(self.flush_interval_s)
             try:
                 self.flush()
             except RedisError as exc:  # kept in the buffer; sent when Redis answers again
-                log.warning("%s not flushed: %s", self.name, exc)
+                now = time.monotonic()
+                if failing_since is None or now - said_at >= FAILING_LOG_S:
+                    failing_since = failing_since or now
+                    said_at = now
+                    log.warning("%s not flushed for %.0f s (kept, sent when Redis takes it): %s", self.name,
+                                now - failing_since, exc)
+                continue
             except Exception:  # a write that can never be sent: dropped, and the flusher goes on (QA P:
                 # it ended the thread for good, and every later write waited for the process's exit)
                 log.exception("%s: a buffered write failed and was dropped", self.name)
+            if failing_since is not None:
+                log.warning("%s flushed again after %.0f s", self.name, time.monotonic() - failing_since)
+                failing_since = None
 
     def flush(self) -> None:
         """Send what is buffered now, in one pipeline."""

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import redis
+from redis.backoff import NoBackoff
 from redis.client import Pipeline
+from redis.retry import Retry
 
 from workers.buffered import BufferedWrites
 
@@ -44,3 +47,18 @@ def test_a_write_that_cannot_be_sent_is_dropped_and_later_ones_are_still_sent(re
         time.sleep(0.05)
     assert redis_client.exists(f"{run_prefix}good")  # sent by the flusher, not at the process's exit
     assert not redis_client.exists(f"{run_prefix}bad")
+
+
+def test_a_flusher_that_keeps_failing_says_so_once_and_not_at_every_flush(caplog: pytest.LogCaptureFixture, redis_client: redis.Redis,
+                                                                         run_prefix: str) -> None:
+    """QA Q: during a Redis OOM a client printed "inflight not flushed" about 100 times to its caller's stderr."""
+    marks = Marks(redis.Redis(port=1, socket_connect_timeout=0.1, retry=Retry(NoBackoff(), 0)), run_prefix)
+    with caplog.at_level("WARNING", logger="fittest.buffered"):
+        marks.add("kept")
+        time.sleep(0.8)  # some 16 flushes, every one failing
+    said = [r.getMessage() for r in caplog.records if "not flushed" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("buffered not flushed for 0 s"), said
+    marks.client = redis_client  # Redis is back: the write kept is sent, and said so
+    with caplog.at_level("WARNING", logger="fittest.buffered"):
+        time.sleep(0.3)
+    assert redis_client.exists(f"{run_prefix}kept") and any("flushed again" in r.getMessage() for r in caplog.records)
