@@ -75,7 +75,7 @@ class Settings(BaseSettings):
     breaker_threshold: int = Field(5, ge=1, description="Consecutive failures of a tool version that open its circuit breaker (shared by all workers)")
     breaker_cooldown_s: float = Field(60.0, gt=0, description="How long an open breaker keeps its tool version out of selection; then one probe call may try it")
     visibility_timeout_s: float | None = Field(None, gt=0, description="Seconds before the broker gives an unacknowledged call step to another worker (a crashed worker's work); default the longest step (FITTEST_MAX_TIMEOUT_S, or an evolution: FITTEST_EVOLUTION_BUDGET_S + 600) + 120; must exceed FITTEST_MAX_TIMEOUT_S")
-    worker_lease_s: float = Field(60.0, ge=15, description="Seconds without a beat (each worker beats every 5 s) after which a worker counts as dead and the rescue sweep gives the messages it held back to their queues, long before the visibility timeout; a live worker cut off from Redis that long has its steps run again elsewhere")
+    worker_lease_s: float = Field(60.0, ge=10, description="Seconds without a beat (each worker beats every 5 s) after which a worker counts as dead and the rescue sweep gives the messages it held back to their queues, long before the visibility timeout; a live worker cut off from Redis that long has its steps run again elsewhere")
 
     # Evolution
     evolution_enabled: bool = Field(True, description="Evolve a new version when every candidate fails")

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 NAP = "nap@1.0.0"
 VISIBILITY_S = 300
-LEASE_S = 15
+LEASE_S = 10
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_a_worker_stopping_warmly_keeps_an_attempt_that_outlasts_its_lease(pipel
     is not given to another worker, and once it exits cleanly nobody is left to judge."""
     p, log = pipeline, tmp_path / "runs.log"
     p.settled()
-    sent = nap_call(p, log, (LEASE_S + 10) * 1000)
+    sent = nap_call(p, log, (LEASE_S + 6) * 1000)
     wait_runs(p, log, 1)
     proc = p.stack.procs["executor"]
     stopping = time.monotonic()
