@@ -1,9 +1,10 @@
 -- queued_calls: which calls have a message waiting in a queue of the broker.
 -- KEYS the queue's lists (kombu's Redis transport keeps one per priority step).
 -- ARGV[1] the most messages to read; ARGV[2..] call task ids.
--- Reads every list in one pass inside Redis, so no payload crosses the network, and matches each
--- message against the ids as kombu writes a message's own id in its headers ("id": "<task id>";
--- a child task names its parent as "parent_id", which does not match).
+-- Reads every list in one pass inside Redis, so no payload crosses the network, and takes each
+-- message's own id where kombu writes it in its headers ("id": "<task id>"; a child task names
+-- its parent as "parent_id", which does not match): one match per message, looked up among the
+-- ids, so the pass costs the same for one overdue call as for hundreds.
 -- Returns the ids of ARGV found, or false when the lists hold more than ARGV[1] messages (a
 -- backlog that long is not read: the caller treats every call as possibly waiting).
 
@@ -14,23 +15,17 @@ end
 if total > tonumber(ARGV[1]) then
   return false
 end
-local patterns, found = {}, {}
+local wanted, found = {}, {}
 for i = 2, #ARGV do
-  patterns[i] = '"id": "' .. ARGV[i] .. '"'
+  wanted[ARGV[i]] = true
 end
 for _, key in ipairs(KEYS) do
   for _, message in ipairs(redis.call('LRANGE', key, 0, -1)) do
-    for i = 2, #ARGV do
-      if not found[i] and string.find(message, patterns[i], 1, true) then
-        found[i] = true
-      end
+    local id = string.match(message, '"id": "([^"]+)"')
+    if id and wanted[id] then
+      found[#found + 1] = id
+      wanted[id] = nil
     end
   end
 end
-local out = {}
-for i = 2, #ARGV do
-  if found[i] then
-    out[#out + 1] = ARGV[i]
-  end
-end
-return out
+return found
