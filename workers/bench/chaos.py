@@ -6,9 +6,10 @@ call is told to fail) in five phases of equal size:
 
 - steady: nothing breaks;
 - crash: the execution worker is killed with SIGKILL (its whole process group) while attempts
-  run, and a new one is started; what the dead worker held comes back after the visibility
-  timeout, and a step it had taken off the queue but not yet recorded is sent again by the
-  workers' rescue sweep (workers/rescue.py) a little later;
+  run, and a new one is started; what the dead worker held is given back after its lease
+  (workers/worker_lease.py), or the visibility timeout, whichever comes first, and a step it had
+  taken off the queue but not yet recorded is sent again by the workers' rescue sweep
+  (workers/rescue.py) a little later;
 - restart: Redis is stopped (SIGTERM) while calls are in flight and started again on the same
   data; `recovery_s` is the time from Redis answering again to the first call sent after it
   completing;
@@ -48,6 +49,7 @@ ROLES = ("memory", "executor")
 PHASES = ("steady", "crash", "restart", "store down", "store back")
 FAIL_EVERY = 20  # few enough failures that the quality they leave is still above 0
 VISIBILITY_S = 20  # the crash phase's takeover waits this long; > the tool's 5..10 s timeouts
+LEASE_S = 10  # the workers' lease: what the killed worker held is given back after it, before the visibility timeout
 REDIS_DOWN_S = 2.0
 SEND_RETRY_S = 60.0
 
@@ -135,7 +137,7 @@ def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Calla
             "FITTEST_COLLECTION_PREFIX": "chaos_", "FITTEST_DATA_DIR": str(data), "FITTEST_TOOLS_DIR": str(TOOLS_DIR),
             "FITTEST_EVOLUTION_ENABLED": "false", "FITTEST_MIN_TIMEOUT_S": "5", "FITTEST_MAX_TIMEOUT_S": "10",
             "FITTEST_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S), "FITTEST_BREAKER_THRESHOLD": "1000",
-            "FITTEST_MEMORY_RETRY_S": "1",
+            "FITTEST_MEMORY_RETRY_S": "1", "FITTEST_WORKER_LEASE_S": str(LEASE_S),
         }
         if settings.embedding_model_path:
             env["FITTEST_EMBEDDING_MODEL_PATH"] = str(Path(settings.embedding_model_path).resolve())
