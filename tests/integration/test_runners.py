@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -535,6 +536,37 @@ def test_a_run_on_another_thread_keeps_its_process_through_this_runs_sweep(exe_d
     assert escaping[0].success, escaping[0]
     assert slow.success and slow.output == {}, slow
     assert reaped(int(pidfile.read_text()))
+
+
+def test_a_tool_does_not_outlive_its_worker_killed_with_sigkill(tmp_path: Path) -> None:
+    """The timeout is the worker's doing: a worker killed mid-attempt left its tool running past it,
+    beside the attempt's redelivery (QA R: 29 s into a 15 s timeout, 200 s to go)."""
+    pidfile = tmp_path / "tool.pid"
+    tool = make_tool(tmp_path / "hang", "hang", {"kind": "executable", "argv": ["{python}", "{tool_dir}/hang.py", "{pidfile}"]},
+                     {"hang.py": """
+                         import os, sys, time
+                         with open(sys.argv[1], "w") as f:
+                             f.write(str(os.getpid()))
+                         time.sleep(120)
+                     """})
+    worker = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        from selection.manifest import ToolManifest
+        from workers.runners import RunLimits, run_tool
+        run_tool(ToolManifest.model_validate_json({tool.model_dump_json()!r}), {{"pidfile": {str(pidfile)!r}}},
+                 timeout_s=60, limits=RunLimits())
+    """)])
+    try:
+        deadline = time.monotonic() + 30
+        while not pidfile.exists() or not pidfile.read_text():
+            assert time.monotonic() < deadline and worker.poll() is None, "the tool did not start"
+            time.sleep(0.05)
+        worker.kill()
+        worker.wait()
+        assert gone(int(pidfile.read_text()))
+    finally:
+        worker.kill()
+        if pidfile.exists() and pidfile.read_text() and not gone(int(pidfile.read_text()), within_s=0):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)  # without the guard: no 120 s leftover
 
 
 def test_an_evolved_python_version_cannot_leave_a_process_behind(tmp_path: Path) -> None:

@@ -15,11 +15,17 @@ Isolation, and why each part is there:
 - resource limits set in the child before exec (`preexec_fn`): CPU seconds, address space, file
   size, open files, and processes. `preexec_fn` is documented as unsafe with threads because
   the child may need a lock another thread held at fork; ours only calls `setrlimit` with
-  precomputed values, which takes no such lock. RLIMIT_NPROC counts every process of the user,
+  precomputed values and a prctl looked up beforehand, which take no such lock. RLIMIT_NPROC counts every process of the user,
   not of the tool, and the kernel ignores it for root; so it is set only when the worker does not
   run as root, and a dedicated user for workers is what makes it meaningful.
   These limits stop accidents (runaway loops, memory, disk), not a hostile tool running as root,
   which could raise them again: that needs a container;
+- the tool's process is killed (SIGKILL, PR_SET_PDEATHSIG) when the worker process that started it
+  dies: the timeout and the group kill below are this process's doing, so a tool whose worker was
+  killed with SIGKILL ran on past its timeout, beside its attempt's redelivery (QA R: a tool that
+  sleeps 200 s with a 15 s timeout, still running 29 s after its executor was killed; an evolver
+  killed mid-verification went on running the candidate on its remaining test cases). What the tool
+  started itself is not covered: the kernel clears the setting in a fork's child;
 - a hard timeout after which the process group is killed with SIGKILL and the leader reaped.
   The group is killed after every run, not only on timeout: no process of a tool outlives its
   attempt. Nor does one that left the group (setsid, a daemon's double fork): while the run is
@@ -51,6 +57,7 @@ from typing import Any
 
 from selection.manifest import ExecutableImplementation, ToolManifest
 from selection.models import FailureClass
+from workers.prctl import PR_SET_PDEATHSIG, prctl_call
 from workers.runners.base import RunLimits, RunOutcome, encode_input, judge_json_bytes, with_stderr
 from workers.runners.reaper import Run
 
@@ -135,8 +142,10 @@ def _rlimits(limits: RunLimits) -> list[tuple[int, int]]:
 
 
 def _limiter(limits: RunLimits) -> Any:
-    """The `preexec_fn`: sets precomputed limits and nothing else (see the module docstring)."""
+    """The `preexec_fn`: sets precomputed limits and the signal of the worker's death, nothing else
+    (see the module docstring)."""
     pairs = _rlimits(limits)
+    set_attribute, worker = prctl_call(), os.getpid()
     cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
     cpu = limits.cpu_s if cpu_hard == resource.RLIM_INFINITY else min(limits.cpu_s, cpu_hard)
     # SIGXCPU at the soft limit (the tool may report it), SIGKILL one second later.
@@ -146,6 +155,8 @@ def _limiter(limits: RunLimits) -> Any:
         resource.setrlimit(resource.RLIMIT_CPU, cpu_pair)
         for res, value in pairs:
             resource.setrlimit(res, (value, value))
+        if set_attribute(PR_SET_PDEATHSIG, signal.SIGKILL) and os.getppid() != worker:
+            os.kill(os.getpid(), signal.SIGKILL)  # the worker died before the setting was made
 
     return apply
 
