@@ -84,6 +84,15 @@ def fallback_version(promotion: Promotion) -> str | None:
     return parent if parent is not None and parent != promotion.original_version else None
 
 
+def withdrawn_version(promotion: Promotion) -> str | None:
+    """The version a promotion takes out of the calls' candidates: the one rolled back, but never
+    the original, the fallback of every version (its by-hand promotion rolled back serves the
+    version it replaced, and the original stays behind it)."""
+    if promotion.status != "rolled_back" or promotion.evolved_version == promotion.original_version:
+        return None
+    return promotion.evolved_version
+
+
 def head_version(promotion: Promotion | None) -> str | None:
     """The newest version a promotion stands for: the promoted one, or after a rollback the one it
     fell back to (None: the original)."""

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable
 from typing import Literal
 
 from evolution.models import ChangelogEntry
-from evolution.trial import Verdict, head_version, kept_served, manifest_to_trial, served_before
+from evolution.trial import Verdict, fallback_version, head_version, kept_served, manifest_to_trial, served_before
 from selection.manifest import ToolManifest
 from selection.models import Promotion
 from selection.ports import Newcomers, Promotions, StateStore
@@ -205,7 +205,10 @@ def conclude_trial(state: Promotions, ledger: EvolutionState, current: Promotion
 def rollback(state: Promotions, ledger: EvolutionState, namespace: str, reason: str = "rolled back by hand") -> Promotion:
     """Stop serving the promoted version; its parent is served again."""
     current = state.promotion(namespace)
-    if current is None or current.evolved_version == current.original_version:  # promoting the original serves it
+    if current is None or (current.evolved_version == current.original_version and fallback_version(current) is None):
+        # The original promoted in place of nothing but itself: nothing else to serve. One promoted by
+        # hand in place of another version rolls back to that one (QA R: an evolved version served,
+        # `fittest promote NAME ORIGINAL`, then `fittest rollback NAME` said nothing was promoted).
         raise PromotionError(f"{namespace} has no promoted version to roll back (the original is served)")
     if current.status == "rolled_back":
         served = head_version(current) or current.original_version  # None: the original

@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
 from evolution.descriptions import MANIFEST_VARIANT
-from evolution.trial import in_share, served_version
+from evolution.trial import in_share, served_version, withdrawn_version
 from evolution.versioning import MANIFEST_FILE, version_stem
 from selection.cache import TTLCache
 from selection.classifier import ToolClassifier
@@ -516,8 +516,12 @@ class Selector:
         promotions = self.promotions(list(candidates)) if request.use_evolved else {}
         found = ServedVersions()
         for p in promotions.values():
-            if p is not None:
-                (found.rolled_back if p.status == "rolled_back" else found.promoted).add(tool_key(p.namespace, p.evolved_version))
+            if p is None:
+                continue
+            if p.status != "rolled_back":
+                found.promoted.add(tool_key(p.namespace, p.evolved_version))
+            elif (withdrawn := withdrawn_version(p)) is not None:
+                found.rolled_back.add(tool_key(p.namespace, withdrawn))
         # Only a namespace with several versions among the candidates, or the one called, has an order to keep.
         for name in [n for n, count in candidates.items() if count > 1 or n == request.namespace]:
             version = served_version(promotions.get(name), request.call_id, request.after_evolution, self.settings.trial_share)

@@ -15,12 +15,12 @@ from evolution.models import EvolutionJob, EvolutionRecord, EvolutionReport, Evi
 from evolution.mutation import Mutator, load_mutators
 from evolution.mutators.code import CodeMutator
 from evolution.verification import StageRun
-from evolution.trial import TrialCounts, head_version, served_version
+from evolution.trial import TrialCounts, head_version, served_version, withdrawn_version
 from selection.models import CallPlan, CallRequest, FailureClass, FailureMark, OutcomeRecord, Promotion, Severity, ToolExecutionResult
 from workers.evolution_memory import apply_evolution_record, build_job, maybe_evolve_for_quality
 from workers.evolver import Evolver, mutator_config
 from workers.outcomes import apply_failure, apply_outcome
-from workers.promotions import promote_by_hand, rollback, trial_new_manifests
+from workers.promotions import PromotionError, promote_by_hand, rollback, trial_new_manifests
 from workers.runners import RunOutcome
 from workers.runtime import Runtime
 from workers.settings import Settings
@@ -150,6 +150,20 @@ def test_rolling_back_a_version_promoted_by_hand_serves_what_it_replaced(rt: Run
     promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "1.2.0")
     rollback(rt.state, rt.evolution, "slowish")
     assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) is None
+
+
+def test_rolling_back_the_original_promoted_by_hand_serves_the_version_it_replaced(rt: Runtime) -> None:
+    """QA R: with an evolved 1.1.0 served, `fittest promote slowish 1.0.0` (the original) and then
+    `fittest rollback slowish` said "no promoted version to roll back (the original is served)"."""
+    rt.state.promote(Promotion(namespace="slowish", evolved_version="1.1.0", original_version="1.0.0",
+                               parent_version="1.0.0", status="active"))
+    promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "1.0.0")
+    back = rollback(rt.state, rt.evolution, "slowish")
+    assert (back.evolved_version, back.parent_version) == ("1.0.0", "1.1.0")
+    assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) == "1.1.0"
+    assert withdrawn_version(back) is None  # the original stays the fallback behind it
+    with pytest.raises(PromotionError, match="rolled back already; slowish@1.1.0 is served"):
+        rollback(rt.state, rt.evolution, "slowish")
 
 
 def slow_job(trigger: str, served: str | None = None) -> EvolutionJob:
