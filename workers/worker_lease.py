@@ -161,6 +161,8 @@ def give_back_silent(celery: Celery, holders: MessageHolders, lease_s: float) ->
             for tag in tags:
                 qos.restore_by_tag(tag)
         given += len(tags)
-        log.warning("worker %s has not beaten for %.0f s: the %d messages it held are given back to their queues",
-                    holder, lease_s, len(tags), extra={"event": "silent_worker_given_back", "holder": holder, "messages": len(tags)})
+        held = ("the message it held is given back to its queue" if len(tags) == 1
+                else f"the {len(tags)} messages it held are given back to their queues")
+        log.warning("worker %s has not beaten for %.0f s: %s", holder, lease_s, held,
+                    extra={"event": "silent_worker_given_back", "holder": holder, "messages": len(tags)})
     return given
