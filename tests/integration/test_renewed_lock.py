@@ -14,12 +14,12 @@ def test_work_longer_than_the_lease_keeps_the_lock_and_releases_it_at_the_end(se
     could start beside a slow one; a lease renewed while the work runs holds for any length."""
     rt = Runtime(Settings())
     try:
-        assert rt.state.acquire_lock("retrain", "first", 0.3)
-        with renewed(rt.state, "retrain", "first", 0.3):
-            for _ in range(5):  # 1 s: three leases long
-                time.sleep(0.2)
-                assert not rt.state.acquire_lock("retrain", "second", 0.3)
-        assert rt.state.acquire_lock("retrain", "second", 0.3)  # released at the end
+        assert rt.state.acquire_lock("retrain", "first", 0.6)
+        with renewed(rt.state, "retrain", "first", 0.6):  # renewed every 0.2 s: a 0.6 s stall would lose it
+            for _ in range(6):  # 1.8 s: three leases long
+                time.sleep(0.3)
+                assert not rt.state.acquire_lock("retrain", "second", 0.6)
+        assert rt.state.acquire_lock("retrain", "second", 0.6)  # released at the end
     finally:
         rt.state.clear()
         rt.close()
