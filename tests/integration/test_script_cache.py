@@ -64,3 +64,15 @@ def test_recent_runs_pushed_after_a_restart_are_pushed_once(redis_client, run_pr
     assert restarted == [1]
     assert state.push_successes(runs) == [False, False]
     assert [r.scenario for r in state.recent_successes("t@1.0.0")] == ["job 1", "job 0"]
+
+
+def test_a_run_recorded_after_a_restart_feeds_its_breaker_and_durations_once(redis_client, run_prefix, restarted) -> None:
+    """The executor's record of an attempt: its duration and its breaker in one MULTI. The script
+    failed inside EXEC, after the duration was pushed, and the attempt ended with NoScriptError
+    (CI: a call of test_reliability_redis's stream ended so)."""
+    store = RedisStateStore(redis_client, f"{run_prefix}:")
+    assert store.record_run("t@1.0.0", 12.5, False, threshold=2, cooldown_s=30, attempt_id="c0:0") == "closed"
+    assert restarted == [1]
+    assert store.record_run("t@1.0.0", 12.5, False, threshold=2, cooldown_s=30, attempt_id="c0:0") is None
+    assert store.durations(["t@1.0.0"])["t@1.0.0"] == [12.5, 12.5]  # a redelivered run is timed again
+    assert store.record_run("t@1.0.0", 8.0, False, threshold=2, cooldown_s=30, attempt_id="c1:0") == "open"

@@ -42,6 +42,7 @@ from typing import Any
 
 import redis
 from redis.client import Pipeline
+from redis.exceptions import NoScriptError
 
 from selection.models import Promotion, Severity
 from selection.ports import BreakerState, FailureApplied, SelectionWeights, StateVersions, ToolStats
@@ -306,9 +307,9 @@ class RedisStateStore(PrefixedStore):
 
     # Circuit breakers -------------------------------------------------------------------------
 
-    def _queue_breaker(self, pipe: Pipeline, key: str, success: bool, threshold: int, cooldown_s: float,
-                       attempt_id: str | None = None) -> None:
-        """Queue breaker_record.lua on a pipeline; with `attempt_id`, once per attempt."""
+    def _breaker_call(self, key: str, success: bool, threshold: int, cooldown_s: float,
+                      attempt_id: str | None = None) -> tuple[list[str], list[Any]]:
+        """The KEYS and ARGV of breaker_record.lua; with `attempt_id`, it counts once per attempt."""
         if threshold < 1:
             raise ValueError("threshold must be at least 1")
         if not math.isfinite(cooldown_s) or cooldown_s < 0:
@@ -318,7 +319,7 @@ class RedisStateStore(PrefixedStore):
         if attempt_id is not None:
             keys.append(self._k("once", "breaker", attempt_id))
             args.append(self.idempotency_ttl_s)
-        self.scripts["breaker_record"](keys=keys, args=args, client=pipe)
+        return keys, args
 
     @staticmethod
     def _breakers_at(now_ms: int, keys: list[str], opens: list[Any]) -> dict[str, BreakerState]:
@@ -343,11 +344,19 @@ class RedisStateStore(PrefixedStore):
 
     def record_run(self, key: str, ms: float, success: bool | None, threshold: int, cooldown_s: float,
                    keep: int = 50, attempt_id: str | None = None) -> BreakerState | None:
+        breaker = None if success is None else self._breaker_call(key, success, threshold, cooldown_s, attempt_id)
         pipe = self.client.pipeline(transaction=True)
         self._queue_duration(pipe, key, ms, keep)
-        if success is not None:
-            self._queue_breaker(pipe, key, success, threshold, cooldown_s, attempt_id)
-        results = pipe.execute()
+        if breaker is not None:
+            self.scripts["breaker_record"](keys=breaker[0], args=breaker[1], client=pipe)
+        try:
+            results = pipe.execute()
+        except NoScriptError:
+            if breaker is None:
+                raise
+            # Redis lost its scripts between the pipeline's check and its EXEC (a restart): the
+            # transaction's other commands ran and the script did not. Run alone, it is loaded again.
+            results = [self.scripts["breaker_record"](keys=breaker[0], args=breaker[1])]
         state = None if success is None else as_text(results[-1])
         return None if state == "skipped" else state  # type: ignore[return-value]
 
