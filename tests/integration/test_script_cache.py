@@ -17,6 +17,7 @@ from redis.client import Pipeline
 
 from evolution.models import SuccessfulRun
 from selection.learner import ExecutionRecord
+from selection.models import Severity
 from workers.state.evolution import EvolutionState
 from workers.state.learning import LearningState
 from workers.state.redis import RedisStateStore
@@ -76,3 +77,37 @@ def test_a_run_recorded_after_a_restart_feeds_its_breaker_and_durations_once(red
     assert store.record_run("t@1.0.0", 12.5, False, threshold=2, cooldown_s=30, attempt_id="c0:0") is None
     assert store.durations(["t@1.0.0"])["t@1.0.0"] == [12.5, 12.5]  # a redelivered run is timed again
     assert store.record_run("t@1.0.0", 8.0, False, threshold=2, cooldown_s=30, attempt_id="c1:0") == "open"
+
+
+@pytest.fixture
+def lost_twice(redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Empty the script cache, and empty it again right after redis-py's SCRIPT LOAD of a script
+    called on its own, before its second EVALSHA: two flushes (or restarts) in a row, as a SCRIPT
+    FLUSH every 0.2 s under a stream of calls made them (QA: 1 call of 300 ended so)."""
+    lost: list[int] = []
+    real = redis_client.script_load
+
+    def load_then_lose(script: str) -> str:
+        sha = real(script)
+        redis_client.script_flush()
+        lost.append(1)
+        return sha
+
+    redis_client.script_flush()
+    monkeypatch.setattr(redis_client, "script_load", load_then_lose)
+    yield lost
+
+
+def test_a_script_run_alone_runs_once_when_the_cache_is_lost_again_as_it_is_loaded(redis_client, run_prefix,
+                                                                                   lost_twice) -> None:
+    """The call's NoScriptError reached the caller: a selection's stats_and_breakers ended the call
+    with it. NOSCRIPT says the script did not run, so the script is sent once more with its text."""
+    store = RedisStateStore(redis_client, f"{run_prefix}:")
+    applied = store.mark_failure("t@1.0.0", "c0:0", Severity.high)
+    assert lost_twice == [1]
+    assert (applied.applied, applied.failures) == (True, 1)
+    stats, breakers = store.stats_and_breakers(["t@1.0.0"])
+    assert lost_twice == [1, 1]
+    assert (stats["t@1.0.0"].failures, breakers["t@1.0.0"]) == (1, "closed")
+    assert store.mark_failure("t@1.0.0", "c0:0", Severity.high).applied is False  # applied once
+    assert store.stats(["t@1.0.0"])["t@1.0.0"].failures == 1
