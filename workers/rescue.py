@@ -126,6 +126,24 @@ def hand_on(task: Task, sig: Signature) -> Any:
     return task.replace(sig)
 
 
+def send_recorded(task: Task, args: list[Any], **options: Any) -> str:
+    """Send `task` with `args` recorded as in flight, the way a call's step is, so that the sweep
+    sends it again when it is lost; returns its task id. For a message that is no step of a call
+    but carries an effect nothing else applies: a failure mark (`fittest.mark_failure`).
+
+    Why: the worker that takes such a message off its queue loses it when the broker connection
+    drops before kombu records it as unacknowledged (kombu's pop is not reliable). QA: Redis
+    stopped in the instant the memory worker popped a call's failure mark; the mark was never
+    applied (the nap's failures stayed one short of its failed calls, for good). The task must be
+    idempotent (the sweep may send it while it runs late) and end with
+    `runtime().inflight.finished(its id)`, as a call's last step does."""
+    rt = runtime()
+    step = HandedOnStep(task_id=str(uuid.uuid4()), task=task.name, args=args)
+    rt.inflight.handed_on(step, due_in_s(rt))
+    task.apply_async(args=args, task_id=step.task_id, **options)
+    return step.task_id
+
+
 def _queue_of(step: HandedOnStep) -> str:
     return step.queue or TASK_ROUTES.get(step.task, {}).get("queue", QUEUES[0])
 

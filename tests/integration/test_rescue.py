@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 
+from selection.models import FailureMark
 from tests.broker import queued_messages
 from tests.conftest import start_redis
 from tests.integration.conftest import Pipeline, runtime_in_use
@@ -282,3 +283,48 @@ def test_the_deaths_of_an_attempts_process_are_counted_and_expire(private) -> No
     assert rt.inflight.deaths("c1:0") == AttemptDeaths(count=2, reason="signal 11 (SIGSEGV)", ms=7.0)
     assert rt.inflight.deaths("c1:1") == AttemptDeaths()  # per attempt
     assert 0 < client.ttl("rescue:inflight:died:c1:0") <= DIED_TTL_S
+
+
+def test_a_failure_mark_lost_on_its_way_to_the_memory_worker_is_sent_again_and_applied_once(private, monkeypatch) -> None:
+    """QA: Redis stopped in the instant the memory worker popped a call's failure mark (the append-
+    only file: LPUSH feedback, RPOP feedback, then the restarted server), and nothing brought it
+    back: nap's failures stayed one short of its failed calls. A mark is no step of a call, and
+    only call steps were recorded for the sweep. Here the executor's send goes to the private
+    Redis, where no worker reads it, and is taken off the queue as that worker did."""
+    from selection.manifest import load_manifest
+    from selection.models import CallPlan, CallRequest, Candidate, FailureClass, ToolExecutionResult
+    from workers.tasks.execution import send_failure
+    from workers.tasks.feedback import mark_failure
+
+    celery, rt, client = private
+    monkeypatch.setattr("workers.rescue.runtime", lambda: rt)
+    monkeypatch.setattr("workers.tasks.feedback.runtime", lambda: rt)
+    monkeypatch.setattr(mark_failure, "apply_async", lambda args, task_id=None, **options: celery.send_task(
+        mark_failure.name, args=args, task_id=task_id, queue="feedback", **options))
+    manifest = load_manifest(Path(__file__).parent / "reliability_tools" / "nap" / "tool.yaml")
+    plan = CallPlan(request=CallRequest(scenario="take a nap", namespace="nap", version="1.0.0", max_attempts=1),
+                    candidates=[Candidate(key="nap@1.0.0", manifest=manifest, score=1.0)])
+    failed = ToolExecutionResult(attempt_id="c1:0", call_id="c1", tool="nap", version="1.0.0", success=False,
+                                 error_class=FailureClass.crash, error_message="RuntimeError: nap was told to fail")
+
+    send_failure(plan, failed)
+    rt.inflight.flush()
+    [mark_id] = queued(client, "feedback")
+    for key, _ in queued_messages(client, "feedback"):
+        client.delete(key)  # popped by a worker whose connection dropped before it recorded the message
+    for task_id in client.zrange("rescue:inflight:due", 0, -1):
+        client.zadd("rescue:inflight:due", {task_id: 0})  # a visibility timeout and its margin later
+    assert sweep(celery, rt) == [mark_id]  # nothing was sent again before: the mark was not recorded
+    [(args, )] = queued(client, "feedback").values()
+    assert FailureMark.model_validate(args).attempt_id == "c1:0"
+
+    for _ in range(2):  # the mark sent again, then the lost one delivered after all: applied once
+        mark_failure.push_request(id=mark_id)
+        try:
+            mark_failure(args)
+        finally:
+            mark_failure.pop_request()
+    rt.inflight.flush()
+    assert rt.inflight.count() == 0  # once run, it is forgotten
+    stats = rt.state.stats(["nap@1.0.0"])["nap@1.0.0"]
+    assert (stats.failures, stats.quality) == (1, 0.9)

@@ -32,7 +32,7 @@ from selection.ports import StateStore
 from selection.registry import ToolRegistry
 from selection.timeouts import adaptive_timeout
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
-from workers.rescue import CallStep, delivered_again, hand_on
+from workers.rescue import CallStep, delivered_again, hand_on, send_recorded
 from workers.runners import RunLimits, RunOutcome, run_tool
 from workers.runtime import runtime
 from workers.state.inflight import AttemptDeaths
@@ -174,7 +174,7 @@ def send_failure(plan: CallPlan, result: ToolExecutionResult) -> None:
         features=plan.features,
         targeted=targeted(plan, result),
     )
-    mark_failure.apply_async(args=[mark.model_dump(mode="json")], priority=PRIORITY_HIGH)
+    send_recorded(mark_failure, [mark.model_dump(mode="json")], priority=PRIORITY_HIGH)  # resent if lost
 
 
 def finish(plan: CallPlan, status: CallStatus, message: str = "") -> dict[str, Any]:

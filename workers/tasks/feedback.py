@@ -30,15 +30,22 @@ def _send_evolution(job: EvolutionJob) -> None:
     evolve.apply_async(args=[job.model_dump(mode="json")])
 
 
-@app.task(name="fittest.mark_failure", ignore_result=True)  # fire and forget: nobody waits on it
-def mark_failure(mark_data: dict[str, Any]) -> dict[str, Any]:
+@app.task(bind=True, name="fittest.mark_failure", ignore_result=True)  # fire and forget: nobody waits on it
+def mark_failure(self: Task, mark_data: dict[str, Any]) -> dict[str, Any]:
     """Demote the version that failed and remember the failure (once per attempt); evolve a served
-    version whose quality fell below the threshold (at most once per namespace per cool-down)."""
+    version whose quality fell below the threshold (at most once per namespace per cool-down).
+    Sent recorded as in flight (workers/rescue.py send_recorded), so that a mark lost on its way
+    here is sent again; once run it is forgotten, also when it raised (a mark that can never be
+    applied would otherwise come back at every sweep past its due time)."""
     rt = runtime()
-    mark = FailureMark.model_validate(mark_data)
-    applied = apply_failure(rt, mark)
-    maybe_evolve_for_quality(rt, mark, applied, send=_send_evolution)
-    return applied.model_dump()
+    try:
+        mark = FailureMark.model_validate(mark_data)
+        applied = apply_failure(rt, mark)
+        maybe_evolve_for_quality(rt, mark, applied, send=_send_evolution)
+        return applied.model_dump()
+    finally:
+        if self.request.id:
+            rt.inflight.finished(self.request.id)
 
 
 @app.task(base=Batches, name="fittest.record_outcome", flush_every=OUTCOME_FLUSH_EVERY,
