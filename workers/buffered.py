@@ -5,7 +5,8 @@ the throughput bench: 2 per call cost the pipeline ~6 % of its calls per second,
 ~0.15 ms each, as the memory worker's threads then wait on the GIL to come back from every one. So
 such writes are buffered in the process and sent at most every `flush_interval_s`, in MULTI (a
 failed flush applied nothing, unless the connection broke after EXEC, and is kept to be sent
-again). What a process buffered in its last interval is sent as it ends: at exit, and in a
+again); a write that must not wait for the interval (a worker's claim of a message it received)
+wakes the sending thread at once, still off the caller's. What a process buffered in its last interval is sent as it ends: at exit, and in a
 Celery pool process, which ends with os._exit past atexit, on `worker_process_shutdown` (QA: a
 stop under load left 2 of 150 calls out of `fittest report`). What a process buffered in its last
 interval before it is killed is lost.
@@ -62,10 +63,12 @@ class BufferedWrites(Generic[B]):
         self._pid = os.getpid()
         self._data: B = self._new_buffer()
         self._flusher: threading.Thread | None = None
+        self._wake = threading.Event()
 
     @contextmanager
-    def _buffer(self) -> Iterator[B]:
-        """The buffer, to change under the lock; starts the flusher on first use."""
+    def _buffer(self, urgent: bool = False) -> Iterator[B]:
+        """The buffer, to change under the lock; starts the flusher on first use. `urgent`: the
+        flusher sends it at once, off the caller's thread, instead of within `flush_interval_s`."""
         with self._lock:
             if self._pid != os.getpid():
                 self._reset()
@@ -75,12 +78,15 @@ class BufferedWrites(Generic[B]):
                 self._flusher.start()
                 atexit.register(self.flush)
                 _started.add(self)
+        if urgent:
+            self._wake.set()
 
     def _run(self) -> None:
         failing_since: float | None = None  # said once, then every FAILING_LOG_S (QA Q: ~100 lines on a caller's stderr)
         said_at = 0.0
         while True:
-            time.sleep(self.flush_interval_s)
+            self._wake.wait(self.flush_interval_s)
+            self._wake.clear()
             try:
                 self.flush()
             except RedisError as exc:  # kept in the buffer; sent when Redis answers again

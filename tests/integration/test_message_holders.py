@@ -42,3 +42,16 @@ def test_a_worker_judges_others_only_after_beating_for_a_whole_lease(redis_clien
     lease.holders = MessageHolders(redis.Redis(port=1, socket_connect_timeout=0.2), run_prefix, keep_s=60)
     lease.beat()  # a beat that fails starts the count again
     assert not lease.may_judge()
+
+
+def test_a_claim_reaches_redis_without_waiting_for_the_flush_interval(redis_client: redis.Redis, run_prefix: str) -> None:
+    """A worker killed right after it received a message (an out-of-memory kill as its tool starts)
+    had not sent the claim, which waited for the next flush: its attempt came back only after the
+    visibility timeout (the lease test, on a busy machine: killed 90 ms after the claim, 1 run in 4).
+    The claim is sent by the flusher's thread at once; the interval here is far longer than the wait."""
+    holders = MessageHolders(redis_client, run_prefix, keep_s=60, flush_interval_s=60.0)
+    holders.claim("w@h:1:a", "t1")
+    deadline = time.monotonic() + 5.0
+    while not redis_client.sismember(holders.held_key("w@h:1:a"), "t1"):
+        assert time.monotonic() < deadline, "the claim waited for the flush interval"
+        time.sleep(0.01)
