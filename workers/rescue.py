@@ -30,6 +30,8 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from celery import Celery, Task, bootsteps
@@ -41,7 +43,7 @@ from redis import Redis
 from workers.app import PRIORITY_HIGH, PRIORITY_STEPS, QUEUES, TASK_ROUTES, app
 from workers.metrics import REDELIVERED_STEPS, RESENT_STEPS, UNACKED_KEY, MetricsReader
 from workers.runtime import Runtime, runtime
-from workers.state.inflight import HandedOnStep, step_due_in_s
+from workers.state.inflight import EFFECTS, HandedOnStep, InflightCalls, step_due_in_s
 from workers.worker_lease import WorkerLease, give_back_silent, lease_for
 
 log = logging.getLogger("fittest.rescue")
@@ -129,19 +131,34 @@ def hand_on(task: Task, sig: Signature) -> Any:
 def send_recorded(task: Task, args: list[Any], **options: Any) -> str:
     """Send `task` with `args` recorded as in flight, the way a call's step is, so that the sweep
     sends it again when it is lost; returns its task id. For a message that is no step of a call
-    but carries an effect nothing else applies: a failure mark (`fittest.mark_failure`).
+    but carries an effect nothing else applies: a failure mark (`fittest.mark_failure`), a call's
+    outcome (`fittest.record_outcome`), the learner's records (`fittest.learn`).
 
     Why: the worker that takes such a message off its queue loses it when the broker connection
     drops before kombu records it as unacknowledged (kombu's pop is not reliable). QA: Redis
     stopped in the instant the memory worker popped a call's failure mark; the mark was never
     applied (the nap's failures stayed one short of its failed calls, for good). The task must be
     idempotent (the sweep may send it while it runs late) and end with
-    `runtime().inflight.finished(its id)`, as a call's last step does."""
+    `runtime().effects.finished(its id)`, as a call's last step ends its call's record."""
     rt = runtime()
     step = HandedOnStep(task_id=str(uuid.uuid4()), task=task.name, args=args)
-    rt.inflight.handed_on(step, due_in_s(rt))
+    rt.effects.handed_on(step, due_in_s(rt))
     task.apply_async(args=args, task_id=step.task_id, **options)
     return step.task_id
+
+
+@contextmanager
+def effects_ended(rt: Runtime, requests: Sequence[Any]) -> Iterator[None]:
+    """Forget the records of the effect messages `requests` (each with its task `id`, as Celery's
+    request and celery-batches' SimpleRequest have) once they ran, also when they raised: a message
+    whose effect can never apply would otherwise come back at every sweep past its due time (a
+    batch meeting an unavailable Redis is run again first, workers/tasks/batches.py)."""
+    try:
+        yield
+    finally:
+        for request in requests:
+            if request.id:
+                rt.effects.finished(request.id)
 
 
 def _queue_of(step: HandedOnStep) -> str:
@@ -179,8 +196,9 @@ def _held(client: Redis) -> set[str]:
 
 def sweep(celery: Celery, rt: Runtime, judge_silent: bool = False) -> list[str]:
     """Give back what silent workers held (`judge_silent`: this worker's own beats have reached
-    Redis for a lease, workers/worker_lease.py), then send again the overdue steps that are
-    nowhere else; returns the call task ids sent again."""
+    Redis for a lease, workers/worker_lease.py), then send again the overdue steps of calls, and
+    the overdue messages that carry their effects (`send_recorded`), that are nowhere else; returns
+    the task ids sent again."""
     lease_s = rt.settings.worker_lease_s
     # Past the visibility timeout the broker gives the messages back itself. The lock is not the
     # sweep's: a worker that cannot judge yet (it just started) still sweeps, and must not keep
@@ -191,8 +209,13 @@ def sweep(celery: Celery, rt: Runtime, judge_silent: bool = False) -> list[str]:
         give_back_silent(celery, rt.holders, lease_s)
     if not rt.state.acquire_lock("rescue", uuid.uuid4().hex, SWEEP_INTERVAL_S * 0.8):
         return []  # another worker swept within this interval
-    rt.inflight.flush()  # this process's own hand-ons and ends first
-    overdue = rt.inflight.overdue()
+    return _resend_lost(celery, rt, rt.inflight) + _resend_lost(celery, rt, rt.effects)
+
+
+def _resend_lost(celery: Celery, rt: Runtime, inflight: InflightCalls) -> list[str]:
+    """Send again the overdue messages recorded in `inflight` that are nowhere else."""
+    inflight.flush()  # this process's own hand-ons and ends first
+    overdue = inflight.overdue()
     if not overdue:
         return []
     held, waiting = _held(rt.redis), _waiting(rt, overdue)
@@ -200,22 +223,22 @@ def sweep(celery: Celery, rt: Runtime, judge_silent: bool = False) -> list[str]:
     for step in overdue:
         queued = waiting[_queue_of(step)]
         if _has_result(celery, step.task_id):
-            rt.inflight.finished(step.task_id)  # ended without clearing (a worker died right after)
+            inflight.finished(step.task_id)  # ended without clearing (a worker died right after)
         elif step.task_id in held:
-            rt.inflight.postpone(step.task_id, due_in_s(rt))  # the broker gives it back if its worker died
+            inflight.postpone(step.task_id, due_in_s(rt))  # the broker gives it back if its worker died
         elif queued is None:
-            rt.inflight.postpone(step.task_id, SWEEP_INTERVAL_S)  # may be waiting in a long backlog: look again
+            inflight.postpone(step.task_id, SWEEP_INTERVAL_S)  # may be waiting in a long backlog: look again
         elif step.task_id in queued:
-            rt.inflight.postpone(step.task_id, due_in_s(rt))  # waiting: a worker will take it
+            inflight.postpone(step.task_id, due_in_s(rt))  # waiting: a worker will take it
         else:
             resend(celery, step)
-            rt.inflight.handed_on(step, due_in_s(rt))
-            rt.inflight.flush()  # at once: a sweep that outlived its lock must not leave the next one this step
+            inflight.handed_on(step, due_in_s(rt))
+            inflight.flush()  # at once: a sweep that outlived its lock must not leave the next one this step
             rt.metrics.count(RESENT_STEPS, task=step.task)
-            log.warning("call %s: its step %s was lost; sent again", step.task_id, step.task,
-                        extra={"event": "step_resent", "task_id": step.task_id, "task": step.task})
+            log.warning("%s %s: its message %s was lost; sent again", "effect" if inflight.space == EFFECTS else "call",
+                        step.task_id, step.task, extra={"event": "step_resent", "task_id": step.task_id, "task": step.task})
             resent.append(step.task_id)
-    rt.inflight.flush()
+    inflight.flush()
     return resent
 
 

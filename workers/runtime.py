@@ -111,6 +111,14 @@ class Runtime:
         return InflightCalls(self.redis, self.settings.key_prefix)
 
     @once
+    def effects(self) -> InflightCalls:
+        """The messages in flight that carry a call's effects: failure marks, outcomes, learner
+        records (workers/rescue.py `send_recorded`)."""
+        from workers.state.inflight import EFFECTS, InflightCalls
+
+        return InflightCalls(self.redis, self.settings.key_prefix, space=EFFECTS)
+
+    @once
     def holders(self) -> MessageHolders:
         """Which worker holds which broker message, and whether it beats (workers/state/holders.py)."""
         from workers.state.holders import MessageHolders

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 import redis
+from celery_batches import SimpleRequest
 
-from selection.models import FailureMark
+from selection.models import CallPlan, CallRequest, Candidate, FailureClass, FailureMark, ToolExecutionResult
 from tests.broker import queued_messages
 from tests.conftest import start_redis
 from tests.integration.conftest import Pipeline, runtime_in_use
@@ -285,35 +286,69 @@ def test_the_deaths_of_an_attempts_process_are_counted_and_expire(private) -> No
     assert 0 < client.ttl("rescue:inflight:died:c1:0") <= DIED_TTL_S
 
 
-def test_a_failure_mark_lost_on_its_way_to_the_memory_worker_is_sent_again_and_applied_once(private, monkeypatch) -> None:
+def sent_to(celery, monkeypatch, task, queue: str) -> None:
+    """`task`'s messages go to the private Redis's `queue`, where no worker reads them."""
+    monkeypatch.setattr(task, "apply_async", lambda args, task_id=None, **options: celery.send_task(
+        task.name, args=args, task_id=task_id, queue=queue, **options))
+
+
+def lost_on_the_way(client, queue: str) -> dict[str, list]:
+    """The messages waiting in `queue` (task id -> arguments), taken off it as a worker whose
+    connection dropped took them (Redis stopped as it handed them over), and made overdue (a
+    visibility timeout and its margin later)."""
+    messages = queued(client, queue)
+    for key, _ in queued_messages(client, queue):
+        client.delete(key)
+    for task_id in client.zrange("rescue:inflight:effects:due", 0, -1):
+        client.zadd("rescue:inflight:effects:due", {task_id: 0})
+    if locks := client.keys("rescue:lock:*"):
+        client.delete(*locks)  # the next sweep at once, not one interval later
+    return messages
+
+
+def run_batch(task, task_id: str, payload: Any) -> None:
+    """A batched task run on its message sent again, then on the lost one delivered after all."""
+    for _ in range(2):
+        task([SimpleRequest(id=task_id, name=task.name, args=(payload,), kwargs={}, delivery_info={}, hostname="h",
+                            ignore_result=True, reply_to=None, correlation_id=None, request_dict={})])
+
+
+@pytest.fixture
+def effects_sent_here(private, monkeypatch) -> tuple:
+    from workers.tasks.feedback import mark_failure, record_outcome
+    from workers.tasks.learning import learn
+
+    celery, rt, client = private
+    for where in ("workers.rescue.runtime", "workers.tasks.feedback.runtime", "workers.tasks.learning.runtime"):
+        monkeypatch.setattr(where, lambda: rt)
+    sent_to(celery, monkeypatch, mark_failure, "feedback")
+    sent_to(celery, monkeypatch, record_outcome, "feedback")
+    sent_to(celery, monkeypatch, learn, "learning")
+    return private
+
+
+def nap_plan(**request: Any) -> CallPlan:
+    from selection.manifest import load_manifest
+
+    manifest = load_manifest(Path(__file__).parent / "reliability_tools" / "nap" / "tool.yaml")
+    return CallPlan(request=CallRequest(scenario="take a nap", namespace="nap", version="1.0.0", max_attempts=1, **request),
+                    candidates=[Candidate(key="nap@1.0.0", manifest=manifest, score=1.0)])
+
+
+def test_a_failure_mark_lost_on_its_way_to_the_memory_worker_is_sent_again_and_applied_once(effects_sent_here) -> None:
     """QA: Redis stopped in the instant the memory worker popped a call's failure mark (the append-
     only file: LPUSH feedback, RPOP feedback, then the restarted server), and nothing brought it
     back: nap's failures stayed one short of its failed calls. A mark is no step of a call, and
-    only call steps were recorded for the sweep. Here the executor's send goes to the private
-    Redis, where no worker reads it, and is taken off the queue as that worker did."""
-    from selection.manifest import load_manifest
-    from selection.models import CallPlan, CallRequest, Candidate, FailureClass, ToolExecutionResult
+    only call steps were recorded for the sweep."""
     from workers.tasks.execution import send_failure
     from workers.tasks.feedback import mark_failure
 
-    celery, rt, client = private
-    monkeypatch.setattr("workers.rescue.runtime", lambda: rt)
-    monkeypatch.setattr("workers.tasks.feedback.runtime", lambda: rt)
-    monkeypatch.setattr(mark_failure, "apply_async", lambda args, task_id=None, **options: celery.send_task(
-        mark_failure.name, args=args, task_id=task_id, queue="feedback", **options))
-    manifest = load_manifest(Path(__file__).parent / "reliability_tools" / "nap" / "tool.yaml")
-    plan = CallPlan(request=CallRequest(scenario="take a nap", namespace="nap", version="1.0.0", max_attempts=1),
-                    candidates=[Candidate(key="nap@1.0.0", manifest=manifest, score=1.0)])
+    celery, rt, client = effects_sent_here
     failed = ToolExecutionResult(attempt_id="c1:0", call_id="c1", tool="nap", version="1.0.0", success=False,
                                  error_class=FailureClass.crash, error_message="RuntimeError: nap was told to fail")
-
-    send_failure(plan, failed)
-    rt.inflight.flush()
-    [mark_id] = queued(client, "feedback")
-    for key, _ in queued_messages(client, "feedback"):
-        client.delete(key)  # popped by a worker whose connection dropped before it recorded the message
-    for task_id in client.zrange("rescue:inflight:due", 0, -1):
-        client.zadd("rescue:inflight:due", {task_id: 0})  # a visibility timeout and its margin later
+    send_failure(nap_plan(), failed)
+    rt.effects.flush()
+    [mark_id] = lost_on_the_way(client, "feedback")
     assert sweep(celery, rt) == [mark_id]  # nothing was sent again before: the mark was not recorded
     [(args, )] = queued(client, "feedback").values()
     assert FailureMark.model_validate(args).attempt_id == "c1:0"
@@ -324,7 +359,37 @@ def test_a_failure_mark_lost_on_its_way_to_the_memory_worker_is_sent_again_and_a
             mark_failure(args)
         finally:
             mark_failure.pop_request()
-    rt.inflight.flush()
-    assert rt.inflight.count() == 0  # once run, it is forgotten
+    rt.effects.flush()
+    assert rt.effects.count() == 0  # once run, it is forgotten
+    assert rt.inflight.count() == 0  # and it was never counted as a call in flight
     stats = rt.state.stats(["nap@1.0.0"])["nap@1.0.0"]
     assert (stats.failures, stats.quality) == (1, 0.9)
+
+
+def test_an_outcome_and_its_learner_records_lost_on_their_way_are_sent_again_and_applied_once(effects_sent_here) -> None:
+    """QA: the Redis-restart test's learner was once short of a call's execution record; the
+    outcome (`fittest.record_outcome`) and the learner's message (`fittest.learn`) of a call can be
+    lost as a mark can, and were not recorded."""
+    from workers.tasks.execution import send_outcome
+    from workers.tasks.feedback import record_outcome
+    from workers.tasks.learning import learn
+
+    celery, rt, client = effects_sent_here
+    plan = nap_plan(call_id="c2")
+    plan.attempts.append(ToolExecutionResult(attempt_id="c2:0", call_id="c2", tool="nap", version="1.0.0", success=True))
+    send_outcome(plan)
+    rt.effects.flush()
+    [outcome_id] = lost_on_the_way(client, "feedback")
+    assert sweep(celery, rt) == [outcome_id]
+    [(outcome, )] = queued(client, "feedback").values()
+    run_batch(record_outcome, outcome_id, outcome)
+    rt.effects.flush()
+    assert rt.state.stats(["nap@1.0.0"])["nap@1.0.0"].successes == 1  # applied once
+
+    records = lost_on_the_way(client, "learning")  # each run of the outcome sent the call's records
+    assert len(records) == 2 and sorted(sweep(celery, rt)) == sorted(records)
+    for task_id, (payload, ) in queued(client, "learning").items():
+        run_batch(learn, task_id, payload)
+    assert [r.call_id for r in rt.learning.recent()] == ["c2"]  # learned once
+    rt.effects.flush()
+    assert (rt.effects.count(), rt.inflight.count()) == (0, 0)

@@ -23,6 +23,12 @@ the recorded step's hop, compared without decoding the step), `inflight:ended:<t
 for ENDED_TTL_S after a call ended: lua/inflight_hand_on.lua, lua/inflight_end.lua) and
 `inflight:died:<attempt id>` (hash: how often the worker process running that attempt died, how the
 last one died and after how long; DIED_TTL_S: lua/attempt_died.lua).
+
+The messages that carry a call's effects rather than its next step (a failed attempt's mark, a
+call's outcome, the learner's records) are lost the same way, and their effects with them (QA: a
+Redis stopped as the memory worker popped a failure mark; the mark never applied), so they are
+recorded too, under `inflight:effects:` (the same keys but `died`: EFFECTS), apart from the calls
+that `fittest_calls_in_flight` counts.
 """
 
 from __future__ import annotations
@@ -83,9 +89,13 @@ class AttemptDeaths(BaseModel):
     ms: float = 0.0
 
 
-def due_key(prefix: str) -> str:
-    """The sorted set of calls in flight by due time (also read by the metrics)."""
-    return f"{prefix}inflight:due"
+CALLS = "inflight"  # the keys of calls' steps
+EFFECTS = "inflight:effects"  # the keys of effect messages: failure marks, outcomes, learner records
+
+
+def due_key(prefix: str, space: str = CALLS) -> str:
+    """The sorted set of the messages in flight by due time (the calls' is read by the metrics)."""
+    return f"{prefix}{space}:due"
 
 
 def step_due_in_s(visibility_timeout: float) -> float:
@@ -108,11 +118,16 @@ class InflightCalls(BufferedWrites[_Pending]):
 
     name = "inflight"
 
-    def __init__(self, client: redis.Redis, prefix: str, flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
+    def __init__(self, client: redis.Redis, prefix: str, flush_interval_s: float = FLUSH_INTERVAL_S,
+                 space: str = CALLS) -> None:
+        """`space`: CALLS for the steps of calls; EFFECTS for the messages that carry a call's
+        effects (workers/rescue.py `send_recorded`), kept apart so that they are not counted as calls."""
         self.prefix = prefix
-        self.due_key = due_key(prefix)
-        self.steps_key = f"{prefix}inflight:steps"
-        self.hops_key = f"{prefix}inflight:hops"
+        self.space = space
+        self.name = space
+        self.due_key = due_key(prefix, space)
+        self.steps_key = f"{prefix}{space}:steps"
+        self.hops_key = f"{prefix}{space}:hops"
         scripts = load_scripts(client, "inflight_hand_on", "inflight_end", "attempt_died", "queued_calls")
         self._hand_on, self._end = scripts["inflight_hand_on"], scripts["inflight_end"]
         self._died, self._queued = scripts["attempt_died"], scripts["queued_calls"]
@@ -123,7 +138,7 @@ class InflightCalls(BufferedWrites[_Pending]):
 
     def _write(self, pipe: Pipeline, buffer: _Pending) -> None:
         for task_id, pending in buffer.items():
-            keys = [self.steps_key, self.due_key, f"{self.prefix}inflight:ended:{task_id}", self.hops_key]
+            keys = [self.steps_key, self.due_key, f"{self.prefix}{self.space}:ended:{task_id}", self.hops_key]
             if pending is None:
                 self._end(keys=keys, args=[task_id, ENDED_TTL_S], client=pipe)
             else:

@@ -147,7 +147,7 @@ def send_outcome(plan: CallPlan) -> None:
     from workers.tasks.feedback import record_outcome
 
     record = OutcomeRecord.from_plan(plan)
-    record_outcome.apply_async(args=[record.model_dump(mode="json")], priority=PRIORITY_LOW)
+    send_recorded(record_outcome, [record.model_dump(mode="json")], priority=PRIORITY_LOW)  # resent if lost
 
 
 def targeted(plan: CallPlan, result: ToolExecutionResult) -> bool:

@@ -14,6 +14,7 @@ from workers.app import app
 from workers.client import FeedbackRequest
 from workers.evolution_memory import apply_evolution_record, maybe_evolve_for_quality
 from workers.outcomes import apply_failure, apply_outcomes, execution_records
+from workers.rescue import effects_ended
 from workers.degraded import is_store_failure
 from workers.feedback_store import feedback_report, feedback_score, judged_call, record_tool_feedback
 from workers.runtime import runtime
@@ -36,16 +37,14 @@ def mark_failure(self: Task, mark_data: dict[str, Any]) -> dict[str, Any]:
     version whose quality fell below the threshold (at most once per namespace per cool-down).
     Sent recorded as in flight (workers/rescue.py send_recorded), so that a mark lost on its way
     here is sent again; once run it is forgotten, also when it raised (a mark that can never be
-    applied would otherwise come back at every sweep past its due time)."""
+    applied would otherwise come back at every sweep past its due time). So are a call's outcome
+    and its learner records (`record_outcome`, workers/tasks/learning.py `learn`)."""
     rt = runtime()
-    try:
+    with effects_ended(rt, [self.request]):
         mark = FailureMark.model_validate(mark_data)
         applied = apply_failure(rt, mark)
         maybe_evolve_for_quality(rt, mark, applied, send=_send_evolution)
         return applied.model_dump()
-    finally:
-        if self.request.id:
-            rt.inflight.finished(self.request.id)
 
 
 @app.task(base=Batches, name="fittest.record_outcome", flush_every=OUTCOME_FLUSH_EVERY,
@@ -59,9 +58,11 @@ def record_outcome(requests: list[SimpleRequest]) -> int:
     it, and a message per call to the learner as much again."""
     from workers.tasks.learning import send_learn
 
-    records = batch_payloads(requests, OutcomeRecord, "fittest.record_outcome")
-    applied = apply_outcomes(runtime(), records)
-    send_learn([r for record in records for r in execution_records(record)])
+    rt = runtime()
+    with effects_ended(rt, requests):
+        records = batch_payloads(requests, OutcomeRecord, "fittest.record_outcome")
+        applied = apply_outcomes(rt, records)
+        send_learn([r for record in records for r in execution_records(record)])
     return len(applied)
 
 

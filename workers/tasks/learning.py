@@ -33,6 +33,7 @@ from workers.degraded import is_store_failure
 from workers.feedback_store import as_people_judged, judgements_known
 from workers.outcomes import store_executions
 from workers.renewed_lock import renewed
+from workers.rescue import effects_ended, send_recorded
 from workers.runtime import Runtime, runtime
 from workers.tasks.batches import Batches
 from workers.tasks.common import batch_payloads
@@ -47,8 +48,8 @@ RETRAIN_LOCK_S = 30.0  # a lease, renewed while the retrain runs (workers/renewe
 
 def send_learn(records: Sequence[ExecutionRecord]) -> None:
     """Hand execution records to `fittest.learn`, in one message."""
-    if records:
-        learn.apply_async(args=[[record.model_dump(mode="json") for record in records]], priority=PRIORITY_LOW)
+    if records:  # recorded in flight: a message lost on its way is sent again (workers/rescue.py)
+        send_recorded(learn, [[record.model_dump(mode="json") for record in records]], priority=PRIORITY_LOW)
 
 
 @app.task(base=Batches, name="fittest.learn", flush_every=FLUSH_EVERY, flush_interval=FLUSH_INTERVAL_S,
@@ -56,8 +57,10 @@ def send_learn(records: Sequence[ExecutionRecord]) -> None:
 def learn(requests: list[SimpleRequest]) -> int:
     """Store a batch of execution records: vectors (EXECUTIONS) and the learner's window (Redis).
     A message carries one record or a list of them."""
-    records = batch_payloads(requests, ExecutionRecord, "fittest.learn")
-    stored = store_executions(runtime(), records)
+    rt = runtime()
+    with effects_ended(rt, requests):
+        records = batch_payloads(requests, ExecutionRecord, "fittest.learn")
+        stored = store_executions(rt, records)
     log.info("learned %d execution records (%d new)", len(records), stored,
              extra={"event": "learn", "records": len(records), "new": stored})
     return stored
