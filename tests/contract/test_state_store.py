@@ -350,23 +350,27 @@ def test_state_version_grows_with_every_change(store):
 # Circuit breakers -----------------------------------------------------------------------------
 
 
+# Long enough that a busy machine's stall between two steps (F saw ~0.3 s) does not outlast it.
+COOL_S = 1.0
+
+
 def test_breaker_opens_half_opens_and_closes(store):
     other = "other@1.0.0"
     assert breakers(store, [KEY, other]) == {KEY: "closed", other: "closed"}
-    assert feed(store, KEY, False, threshold=3, cooldown_s=0.3) == "closed"
-    assert feed(store, KEY, False, threshold=3, cooldown_s=0.3) == "closed"
-    assert feed(store, KEY, False, threshold=3, cooldown_s=0.3) == "open"
+    assert feed(store, KEY, False, threshold=3, cooldown_s=COOL_S) == "closed"
+    assert feed(store, KEY, False, threshold=3, cooldown_s=COOL_S) == "closed"
+    assert feed(store, KEY, False, threshold=3, cooldown_s=COOL_S) == "open"
     assert breakers(store, [KEY, other]) == {KEY: "open", other: "closed"}
-    time.sleep(0.45)
+    time.sleep(COOL_S * 1.5)
     assert breakers(store, [KEY]) == {KEY: "half_open"}
-    assert feed(store, KEY, False, threshold=3, cooldown_s=0.3) == "open"  # the probe failed
+    assert feed(store, KEY, False, threshold=3, cooldown_s=COOL_S) == "open"  # the probe failed
     assert breakers(store, [KEY]) == {KEY: "open"}
-    time.sleep(0.45)
+    time.sleep(COOL_S * 1.5)
     assert breakers(store, [KEY]) == {KEY: "half_open"}
-    assert feed(store, KEY, True, threshold=3, cooldown_s=0.3) == "closed"
+    assert feed(store, KEY, True, threshold=3, cooldown_s=COOL_S) == "closed"
     assert breakers(store, [KEY]) == {KEY: "closed"}
     # closed again: it takes `threshold` consecutive failures to open it anew
-    assert feed(store, KEY, False, threshold=3, cooldown_s=0.3) == "closed"
+    assert feed(store, KEY, False, threshold=3, cooldown_s=COOL_S) == "closed"
 
 
 def test_breaker_counts_consecutive_failures_only(store):
@@ -379,10 +383,10 @@ def test_breaker_counts_consecutive_failures_only(store):
 
 
 def test_breaker_late_failures_do_not_extend_the_cool_down(store):
-    feed(store, KEY, False, threshold=1, cooldown_s=0.4)
-    time.sleep(0.25)
-    assert feed(store, KEY, False, threshold=1, cooldown_s=0.4) == "open"
-    time.sleep(0.3)
+    feed(store, KEY, False, threshold=1, cooldown_s=2 * COOL_S)
+    time.sleep(COOL_S)  # half way through the cool-down
+    assert feed(store, KEY, False, threshold=1, cooldown_s=2 * COOL_S) == "open"
+    time.sleep(COOL_S * 1.5)  # past the first cool-down's end, before an extended one's
     assert breakers(store, [KEY]) == {KEY: "half_open"}
 
 

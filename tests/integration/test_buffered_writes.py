@@ -60,5 +60,7 @@ def test_a_flusher_that_keeps_failing_says_so_once_and_not_at_every_flush(caplog
     assert len(said) == 1 and said[0].startswith("buffered not flushed for 0 s"), said
     marks.client = redis_client  # Redis is back: the write kept is sent, and said so
     with caplog.at_level("WARNING", logger="fittest.buffered"):
-        time.sleep(0.3)
+        deadline = time.monotonic() + 5
+        while not any("flushed again" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+            time.sleep(0.05)
     assert redis_client.exists(f"{run_prefix}kept") and any("flushed again" in r.getMessage() for r in caplog.records)
