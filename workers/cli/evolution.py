@@ -190,7 +190,10 @@ def rollback(
     name: Annotated[str, typer.Argument(help="The namespace.")],
     json_out: JsonOpt = False,
 ) -> None:
-    """Roll back the promoted version of a tool: its parent is served again."""
+    """Roll back the promoted version of a tool: what it replaced is served again.
+
+    For an evolved version that is its parent; for one served by `fittest promote`, the version
+    served before it (the original when nothing was promoted)."""
     from workers.promotions import PromotionError
     from workers.promotions import rollback as do_rollback
 
