@@ -3,9 +3,10 @@
 A round trip per call for bookkeeping nobody reads at once (metrics, the calls in flight) showed in
 the throughput bench: 2 per call cost the pipeline ~6 % of its calls per second, more than their
 ~0.15 ms each, as the memory worker's threads then wait on the GIL to come back from every one. So
-such writes are buffered in the process and sent at most every `flush_interval_s`, in MULTI (a
-failed flush applied nothing, unless the connection broke after EXEC, and is kept to be sent
-again); a write that must not wait for the interval (a worker's claim of a message it received)
+such writes are buffered in the process and sent at most every `flush_interval_s`, in one batch. A
+batch that failed is kept as it was, with its token, and sent again before anything newer (a
+writer whose writes are not idempotent sends its batches through workers/state/once.py, so a batch
+that did run, its reply lost, runs nothing the second time); a write that must not wait for the interval (a worker's claim of a message it received)
 wakes the sending thread at once, still off the caller's. What a process buffered in its last interval is sent as it ends: at exit, and in a
 Celery pool process, which ends with os._exit past atexit, on `worker_process_shutdown` (QA: a
 stop under load left 2 of 150 calls out of `fittest report`). What a process buffered in its last
@@ -29,6 +30,8 @@ from redis import Redis
 from redis.client import Pipeline
 from redis.exceptions import RedisError
 
+from workers.state.once import new_token
+
 log = logging.getLogger("fittest.buffered")
 
 B = TypeVar("B")
@@ -37,8 +40,7 @@ _started: weakref.WeakSet[BufferedWrites] = weakref.WeakSet()  # the buffers of 
 
 
 class BufferedWrites(Generic[B]):
-    """A buffer of type B per process; subclasses say how to start one, write one and merge one
-    that failed back into the newer one."""
+    """A buffer of type B per process; subclasses say how to start one and how to write one."""
 
     name = "buffered"
 
@@ -54,14 +56,19 @@ class BufferedWrites(Generic[B]):
     def _write(self, pipe: Pipeline, buffer: B) -> None:
         raise NotImplementedError
 
-    def _put_back(self, failed: B, newer: B) -> B:
-        raise NotImplementedError
+    def _send(self, buffer: B, token: str) -> None:
+        """One batch in MULTI; `token` names the batch, the same every time it is sent (a writer
+        whose writes would count twice sends through workers/state/once.py with it)."""
+        pipe = self.client.pipeline(transaction=True)
+        self._write(pipe, buffer)
+        pipe.execute()
 
     def _reset(self) -> None:
         """A fresh buffer and no flusher: at construction, and in a forked child (whose copy of the
         parent's buffer is the parent's to send)."""
         self._pid = os.getpid()
         self._data: B = self._new_buffer()
+        self._unsent: tuple[B, str] | None = None  # a batch whose send failed, with its token
         self._flusher: threading.Thread | None = None
         self._wake = threading.Event()
 
@@ -105,21 +112,35 @@ class BufferedWrites(Generic[B]):
                 failing_since = None
 
     def flush(self) -> None:
-        """Send what is buffered now, in one pipeline."""
+        """Send the batch whose send failed, if any, as it was, then what is buffered now. A batch
+        Redis did not take is kept for the next flush; newer writes wait behind it in the buffer."""
+        for _ in range(2):
+            batch = self._next_batch()
+            if batch is None:
+                return
+            try:
+                self._send(*batch)
+            except Exception as exc:
+                if not isinstance(exc, RedisError):  # a batch that can never be sent: dropped, not tried at every flush
+                    self._sent(batch)
+                raise
+            self._sent(batch)
+
+    def _next_batch(self) -> tuple[B, str] | None:
         with self._lock:
             if self._pid != os.getpid():
-                return
-            taken, self._data = self._data, self._new_buffer()
-        if not taken:  # an empty buffer is falsy
-            return
-        pipe = self.client.pipeline(transaction=True)
-        self._write(pipe, taken)
-        try:
-            pipe.execute()
-        except RedisError:
-            with self._lock:
-                self._data = self._put_back(taken, self._data)
-            raise
+                return None
+            if self._unsent is None:
+                if not self._data:  # an empty buffer is falsy
+                    return None
+                self._unsent = (self._data, new_token())
+                self._data = self._new_buffer()
+            return self._unsent
+
+    def _sent(self, batch: tuple[B, str]) -> None:
+        with self._lock:
+            if self._unsent is batch:
+                self._unsent = None
 
 
 @worker_process_shutdown.connect

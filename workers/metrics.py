@@ -39,7 +39,9 @@ from selection.manifest import split_key
 from selection.models import Promotion, ToolExecutionResult
 from selection.quality import FULL_QUALITY_BP, bp_to_quality
 from workers.buffered import BufferedWrites
+from workers.state.base import load_scripts
 from workers.state.inflight import due_key
+from workers.state.once import apply_once
 from workers.state.redis import glob_escape
 
 if TYPE_CHECKING:
@@ -52,6 +54,7 @@ FLUSH_INTERVAL_S = 0.5
 UNACKED_KEY = "unacked"  # kombu's Redis transport: delivery tag -> [message, exchange, routing key]
 ATTEMPT_SERIES_LIMIT = 2000
 CALL_SERIES_LIMIT = 10_000
+POINTS_PER_PUSH = 1000  # a series' points go in pushes of at most this many (workers/state/once.py MAX_ARGS)
 SCAN_COUNT = 1000
 
 # Counters that workers add to (metric name without the `fittest_` namespace and `_total`).
@@ -116,6 +119,7 @@ class MetricsRecorder(BufferedWrites[_Buffer]):
     def __init__(self, client: Redis, prefix: str, flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
         self.prefix = prefix
         self.counters_key = f"{prefix}metrics:counters"
+        self._apply_once = load_scripts(client, "apply_once")["apply_once"]
         super().__init__(client, flush_interval_s)
 
     def _new_buffer(self) -> _Buffer:
@@ -125,15 +129,16 @@ class MetricsRecorder(BufferedWrites[_Buffer]):
         for field, n in buffer.counts.items():
             pipe.hincrby(self.counters_key, field, n)
         for key, (cap, values) in buffer.points.items():
-            pipe.rpush(key, *values)
+            kept = values[-cap:]  # what the trim would keep
+            for start in range(0, len(kept), POINTS_PER_PUSH):
+                pipe.rpush(key, *kept[start:start + POINTS_PER_PUSH])
             pipe.ltrim(key, -cap, -1)
 
-    def _put_back(self, failed: _Buffer, newer: _Buffer) -> _Buffer:
-        """Counts add up; points stay in order before newer ones."""
-        failed.counts.update(newer.counts)
-        for key, (cap, values) in newer.points.items():
-            failed.points[key] = (cap, failed.points.get(key, (cap, []))[1] + values)
-        return failed
+    def _send(self, buffer: _Buffer, token: str) -> None:
+        """Counts and points would count twice if a batch ran twice: sent once per token."""
+        pipe = self.client.pipeline(transaction=True)
+        self._write(pipe, buffer)
+        apply_once(self._apply_once, pipe, f"{self.prefix}once:metrics:{token}", client=self.client)
 
     def count(self, name: str, n: int = 1, **labels: str) -> None:
         with self._buffer() as buffer:

@@ -141,3 +141,26 @@ def test_a_failed_flush_keeps_the_counts_for_the_next_one(redis_url, redis_clien
     recorder.flush()
     counters = MetricsReader(redis_client, prefix).counters()
     assert counters["selections"] == [({"outcome": "ranked", "policy": "seed"}, 2)]
+
+
+def test_a_flush_whose_reply_was_lost_is_sent_again_and_counted_once(redis_client, prefix, monkeypatch) -> None:
+    """A batch that ran but whose reply never came back (the connection broke after it) is kept as
+    it was, with its token, and sent again before newer counts: the second time it runs nothing."""
+    import redis
+
+    recorder = MetricsRecorder(redis_client, prefix, flush_interval_s=3600)
+    recorder.selection("seed", found=True)
+    script = recorder._apply_once
+
+    def ran_then_lost(*args, **kwargs):
+        script(*args, **kwargs)
+        monkeypatch.setattr(recorder, "_apply_once", script)
+        raise redis.ConnectionError("connection lost before the reply")
+
+    monkeypatch.setattr(recorder, "_apply_once", ran_then_lost)
+    with pytest.raises(redis.ConnectionError):
+        recorder.flush()
+    recorder.selection("seed", found=True)  # newer: waits behind the batch that failed
+    recorder.flush()
+    counters = MetricsReader(redis_client, prefix).counters()
+    assert counters["selections"] == [({"outcome": "ranked", "policy": "seed"}, 2)]  # 3 if the batch ran twice

@@ -7,6 +7,7 @@ like the quality scores in workers/state/redis.py; promotions themselves stay th
 Key layout (P = the key prefix, shared with RedisStateStore; the type word comes first):
 
     P changelog:{ns}            list   ChangelogEntry JSON, oldest first (capped)
+    P once:changelog:{token}    string an entry is logged once, however often it is sent (once.py, TTL)
     P trial:{ns}@{version}      hash   es, ef, ps, pf: evolved / parent successes and failures
     P applied:trial:{aid}       string idempotency key of a trial count (TTL)
     P recent:{key}              list   SuccessfulRun JSON of a tool version, newest first (capped)
@@ -35,8 +36,9 @@ from evolution.trial import TrialCounts
 from workers.state.pipelined import execute_scripts
 from workers.state.redis import IDEMPOTENCY_TTL_S, as_text
 from workers.state.base import PrefixedStore, load_scripts
+from workers.state.once import apply_once, new_token
 
-_SCRIPT_NAMES = ("trial_record", "push_recent", "variant_record", "variant_status")
+_SCRIPT_NAMES = ("apply_once", "trial_record", "push_recent", "variant_record", "variant_status")
 _TRIAL_FIELDS = {("evolved", True): "es", ("evolved", False): "ef", ("parent", True): "ps", ("parent", False): "pf"}
 
 
@@ -60,10 +62,10 @@ class EvolutionState(PrefixedStore):
 
     def log(self, entry: ChangelogEntry) -> None:
         name = self._k("changelog", entry.namespace)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.rpush(name, entry.model_dump_json())
-        pipe.ltrim(name, -self.changelog_limit, -1)
-        pipe.execute()
+        entries = self.client.pipeline(transaction=True)
+        entries.rpush(name, entry.model_dump_json())
+        entries.ltrim(name, -self.changelog_limit, -1)
+        apply_once(self.scripts["apply_once"], entries, self._k("once", "changelog", new_token()))  # logged once, even if sent again
 
     def changelog(self, namespace: str) -> list[ChangelogEntry]:
         return [ChangelogEntry.model_validate_json(raw) for raw in self.client.lrange(self._k("changelog", namespace), 0, -1)]

@@ -58,11 +58,6 @@ class MessageHolders(BufferedWrites[_Claims]):
             pipe.sadd(self.held_key(holder), *tags)
             pipe.expire(self.held_key(holder), self.keep_s)
 
-    def _put_back(self, failed: _Claims, newer: _Claims) -> _Claims:
-        for holder, tags in failed.items():
-            newer.setdefault(holder, set()).update(tags)
-        return newer
-
     def claim(self, holder: str, tag: str) -> None:
         """`holder` has just received the message with delivery tag `tag`."""
         with self._buffer(urgent=True) as pending:

@@ -43,6 +43,7 @@ from redis.client import Pipeline
 
 from workers.buffered import BufferedWrites
 from workers.state.base import load_scripts
+from workers.state.once import ONCE_TTL_S, new_token
 
 FLUSH_INTERVAL_S = 0.1
 # A step is overdue this long after the visibility timeout (after which the broker gives back a
@@ -145,9 +146,6 @@ class InflightCalls(BufferedWrites[_Pending]):
                 step, hop, due, first = pending
                 self._hand_on(keys=keys, args=[task_id, step, due, int(first), hop], client=pipe)
 
-    def _put_back(self, failed: _Pending, newer: _Pending) -> _Pending:
-        return {**failed, **newer}
-
     def handed_on(self, step: HandedOnStep, due_in_s: float) -> None:
         """Remember `step` as the call's current one, overdue `due_in_s` from now, unless a later
         hop of the call is recorded already."""
@@ -195,7 +193,8 @@ class InflightCalls(BufferedWrites[_Pending]):
         """Count a death of the process that was running `attempt_id` (`reason`: how it died, after
         `ms` of running); returns how many are counted. Written at once, not buffered: the broker
         gives the step back right after, and its next delivery reads the count."""
-        return int(self._died(keys=[self._died_key(attempt_id)], args=[reason, round(ms, 1), DIED_TTL_S]))
+        token = f"{self.prefix}once:died:{new_token()}"
+        return int(self._died(keys=[self._died_key(attempt_id), token], args=[reason, round(ms, 1), DIED_TTL_S, ONCE_TTL_S]))
 
     def deaths(self, attempt_id: str) -> AttemptDeaths:
         """The deaths counted for `attempt_id` (none: 0)."""

@@ -13,6 +13,8 @@ caller-supplied part, so no two kinds of key can collide:
     P applied:failure:{aid}  string idempotency key of mark_failure (TTL, 7 days by default)
     P applied:success:{aid}  string idempotency key of record_successes (record_success.lua, TTL)
     P once:breaker:{aid}     string an attempt feeds its breaker once (breaker_record.lua, TTL)
+    P once:{what}:{token}    string a change not keyed by an attempt (a run's duration, a promotion, new
+                                    weights) applies once, however often it is sent (once.py, TTL)
     P promotion:{ns}         string current Promotion JSON
     P promotions:{ns}        list   Promotion JSON history, oldest first (capped)
     P namespaces             set    every namespace ever served (note_namespaces.lua)
@@ -42,15 +44,15 @@ from typing import Any
 
 import redis
 from redis.client import Pipeline
-from redis.exceptions import NoScriptError
 
 from selection.models import Promotion, Severity
 from selection.ports import BreakerState, FailureApplied, SelectionWeights, StateVersions, ToolStats
 from selection.quality import FULL_QUALITY_BP, SEVERITY_PENALTY_BP, bp_to_quality, failure_penalty_bp
 from workers.state.pipelined import execute_scripts
 from workers.state.base import PrefixedStore, load_scripts
+from workers.state.once import ONCE_TTL_S, new_token, once_call
 
-_SCRIPTS = ("breaker_record", "mark_failure", "note_namespaces", "promote", "promote_if", "reclaim_lock",
+_SCRIPTS = ("apply_once", "breaker_record", "mark_failure", "note_namespaces", "promote", "promote_if", "reclaim_lock",
             "record_success", "release_lock", "set_weights", "stats_and_breakers")
 
 DAY_S = 24 * 3600
@@ -233,8 +235,9 @@ class RedisStateStore(PrefixedStore):
     def promote(self, promotion: Promotion) -> None:
         ns = promotion.namespace
         self.scripts["promote"](
-            keys=[self._k("promotion", ns), self._k("promotions", ns), self._state_key, self._promotions_version_key],
-            args=[promotion.model_dump_json(), self.promotion_history_limit],
+            keys=[self._k("promotion", ns), self._k("promotions", ns), self._state_key, self._promotions_version_key,
+                  self._k("once", "promote", new_token())],
+            args=[promotion.model_dump_json(), self.promotion_history_limit, ONCE_TTL_S],
         )
 
     def promote_if(self, promotion: Promotion, expect_version: str | None, expect_status: Sequence[str]) -> bool:
@@ -279,8 +282,9 @@ class RedisStateStore(PrefixedStore):
                 self._k("weights", "history"),
                 self._state_key,
                 self._k("weights", "classifier"),
+                self._k("once", "weights", new_token()),
             ],
-            args=[weights_body(weights), self.weights_history_limit, classifier or ""],
+            args=[weights_body(weights), self.weights_history_limit, classifier or "", ONCE_TTL_S],
         )
         return SelectionWeights.model_validate_json(doc)
 
@@ -345,18 +349,16 @@ class RedisStateStore(PrefixedStore):
     def record_run(self, key: str, ms: float, success: bool | None, threshold: int, cooldown_s: float,
                    keep: int = 50, attempt_id: str | None = None) -> BreakerState | None:
         breaker = None if success is None else self._breaker_call(key, success, threshold, cooldown_s, attempt_id)
-        pipe = self.client.pipeline(transaction=True)
-        self._queue_duration(pipe, key, ms, keep)
-        if breaker is not None:
-            self.scripts["breaker_record"](keys=breaker[0], args=breaker[1], client=pipe)
-        try:
-            results = pipe.execute()
-        except NoScriptError:
-            if breaker is None:
-                raise
-            # Redis lost its scripts between the pipeline's check and its EXEC (a restart): the
-            # transaction's other commands ran and the script did not. Run alone, it is loaded again.
-            results = [self.scripts["breaker_record"](keys=breaker[0], args=breaker[1])]
+        timed = self.client.pipeline(transaction=True)  # records the duration's commands, never executed
+        self._queue_duration(timed, key, ms, keep)
+        duration = once_call(timed, self._k("once", "run", new_token()))  # timed once, even if sent again
+
+        def queue(pipe: Pipeline) -> None:
+            self.scripts["apply_once"](keys=duration[0], args=duration[1], client=pipe)
+            if breaker is not None:
+                self.scripts["breaker_record"](keys=breaker[0], args=breaker[1], client=pipe)
+
+        results = execute_scripts(self.client, queue)
         state = None if success is None else as_text(results[-1])
         return None if state == "skipped" else state  # type: ignore[return-value]
 
