@@ -176,8 +176,11 @@ class SlowSandbox:
     """Passes every stage after a pause. Sandboxes fork with preexec_fn, which is unsafe in a
     threaded process such as this test; the lock, not verification, is under test here."""
 
+    def __init__(self, pause_s: float = 1.5) -> None:
+        self.pause_s = pause_s
+
     def static(self, manifest: Any, timeout_s: float) -> StageResult:
-        time.sleep(1.5)
+        time.sleep(self.pause_s)
         return StageResult(stage="static", passed=True, checked=1)
 
     def run(self, manifest: Any, inputs: list[dict[str, Any]], timeout_s: float) -> StageRun:
@@ -224,7 +227,7 @@ def test_a_longer_timeout_from_an_evolution_survives_fast_usual_runs(rt: Runtime
 def test_a_job_delivered_again_takes_over_the_lock_its_killed_run_held(rt: Runtime) -> None:
     """The evolver's pool process was killed mid-evolution: the broker gives the job back at once,
     while the lock and the staging of the dead run are still there."""
-    evolver = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None, sandbox=SlowSandbox())
+    evolver = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None, sandbox=SlowSandbox(pause_s=2.6))
     job = slow_job("call")
     assert rt.state.acquire_lock("evolve:slowish", job.job_id, rt.settings.evolution_time_limit_s)
     (rt.settings.data_dir / "evolving" / job.job_id / "0").mkdir(parents=True)
@@ -433,10 +436,10 @@ def test_the_namespace_lock_is_a_lease_renewed_while_the_evolution_runs(rt: Runt
 
     from workers.state.redis import RedisStateStore
 
-    monkeypatch.setattr(evolver_module, "LOCK_LEASE_S", 0.6, raising=False)
+    monkeypatch.setattr(evolver_module, "LOCK_LEASE_S", 1.0, raising=False)  # renewed every 0.33 s
     assert isinstance(rt.state, RedisStateStore)
     redis, key = rt.state.client, rt.state._k("lock", "evolve:slowish")
-    evolver = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None, sandbox=SlowSandbox())
+    evolver = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None, sandbox=SlowSandbox(pause_s=2.6))
     job = slow_job("call")
     reports: list[EvolutionReport] = []
     running = threading.Thread(target=lambda: reports.append(evolver.run(job)))
@@ -445,12 +448,12 @@ def test_the_namespace_lock_is_a_lease_renewed_while_the_evolution_runs(rt: Runt
     while time.monotonic() < deadline and redis.get(key) is None:
         time.sleep(0.02)
     ttls, owners = [], []
-    for _ in range(6):  # 1.2 s: twice the lease, within the sandbox's 1.5 s static stage
+    for _ in range(10):  # 2 s: twice the lease, within the sandbox's 2.6 s static stage
         ttls.append(redis.pttl(key))
         owners.append(redis.get(key))
         time.sleep(0.2)
     running.join(60)
-    assert all(0 < ttl <= 600 for ttl in ttls), ttls
+    assert all(0 < ttl <= 1000 for ttl in ttls), ttls
     assert {o.decode() if isinstance(o, bytes) else o for o in owners} == {job.job_id}  # renewed past the lease
     assert reports and reports[0].status == "evolved"
     assert redis.get(key) is None  # released when done

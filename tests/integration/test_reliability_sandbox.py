@@ -131,7 +131,7 @@ def sandbox_pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, m
     p = start_pipeline(
         tmp_path_factory.mktemp("sandbox"), redis_url, model_path, TOOLS, roles=("memory", "executor"),
         FITTEST_EVOLUTION_ENABLED="false", FITTEST_TOOL_MEMORY_MB="256", FITTEST_OUTPUT_LIMIT_BYTES="10000",
-        FITTEST_BREAKER_THRESHOLD="3", FITTEST_BREAKER_COOLDOWN_S="3", FITTEST_LLM_API_KEY=SECRET,
+        FITTEST_BREAKER_THRESHOLD="3", FITTEST_BREAKER_COOLDOWN_S="5", FITTEST_LLM_API_KEY=SECRET,
     )
     try:
         yield p
