@@ -287,7 +287,7 @@ class RedisCollector(Collector):
             failures.add_metric(labels, f)
         yield from (quality, successes, failures)
 
-        evolutions = CounterMetricFamily("fittest_evolutions", "Evolved versions promoted on trial",
+        evolutions = CounterMetricFamily("fittest_evolutions", "Versions put on trial: evolved ones and a manifest's new versions",
                                          labels=["namespace"])
         rollbacks = CounterMetricFamily("fittest_rollbacks", "Promotions rolled back", labels=["namespace"])
         served = GaugeMetricFamily("fittest_promotion", "The namespace's current promotion (1), by version and status",
