@@ -74,13 +74,17 @@ def explain(
 ) -> None:
     """The ranking a call would get, with every component, without running anything.
 
-    Columns: score, the policy's utility (only the order matters); P, the probability with
-    which the policy put the tool in its place (it explores: a call may be served in another
-    order); source, why it is a candidate (semantic match, the namespace's original or
-    promoted version, the version asked for); sim, the best cosine of the scenario to the
-    tool's description and examples; quality, its score in Redis (1.00 new, down on failures);
-    feedback, its feedback points for this scenario (-50..50); SPARC, the context match
-    (0..1, neutral 0.5). A line per tool then says how the policy weighed it.
+    Rows are in the order the call would try them: one draw of the policy, with a namespace's
+    served version before its other versions (and --namespace's first; a tool new to the system
+    first on a share of the calls), so a row's score may be below the next one's. Columns: score, the policy's utility (its scale means nothing); P, the
+    probability with which the policy put the tool in its place (it explores: a call may be
+    served in another order); source, why it is a candidate (semantic match, the namespace's
+    original or promoted version, the version asked for); sim, the best cosine of the scenario
+    to the tool's description and examples; quality, its score in Redis (1.00 new, down on
+    failures); feedback, its feedback points for this scenario (-50..50); SPARC, the context
+    match (0..1, neutral 0.5). A line per tool then says how the policy weighed it (its
+    "semantic N" is the match its prior starts from: 0.8 x sim; a namespace's own version
+    starts from 1.00, its original from 0.90).
     """
     namespace, version = namespace_and_version(namespace)
     payload: dict[str, Any] = {"scenario": scenario, "input": parse_json_option(input, "--input"), "namespace": namespace,
