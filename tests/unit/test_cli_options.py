@@ -267,6 +267,21 @@ def test_the_tools_list_marks_a_tool_new_to_the_running_system_while_its_trial_r
     assert [r["newcomer"] for r in tool_rows(manifests, state, trial_runs=2)] == [False, False]  # its runs are done
 
 
+def test_a_deprecated_version_of_a_new_tool_is_not_marked_on_trial() -> None:
+    """QA U: `deprecated: true` took reverse_text out of the rankings, and `fittest tools` still
+    printed it "(deprecated) (new: on trial)"."""
+    from tests.fakes_state import InMemoryStateStore
+    from workers.cli.tools import tool_rows
+
+    manifests = [ToolManifest(name="new_sort", description="new_sort", implementation=HTTP),
+                 ToolManifest(name="new_sort", version="1.1.0", description="new_sort", implementation=HTTP, deprecated=True)]
+    state = InMemoryStateStore()
+    state.note_namespaces(["fast_sort"], now=1.0)
+    state.note_namespaces(["fast_sort", "new_sort"], now=2.0)
+    rows = tool_rows(manifests, state, trial_runs=2)
+    assert [(r["version"], r["deprecated"], r["newcomer"]) for r in rows] == [("1.0.0", False, True), ("1.1.0", True, False)]
+
+
 def never_sent(monkeypatch: pytest.MonkeyPatch) -> None:
     """Neither `call` nor `explain` may send anything (the machine's Redis must not get the call)."""
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: pytest.fail("a refused payload must not be sent"))

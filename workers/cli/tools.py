@@ -45,7 +45,8 @@ class ToolStates(Breakers, Newcomers, Protocol):
 def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int) -> list[dict[str, Any]]:
     """Each version as `fittest tools --json` shows it: its manifest's summary and its state.
     `newcomer`: a version of a tool new to the running system that is still tried first on a share
-    of the calls it matches (it has run fewer than `trial_runs` times; selection/serving.py)."""
+    of the calls it matches (it has run fewer than `trial_runs` times; selection/serving.py), which
+    a deprecated version, out of the rankings, is not."""
     stats, breakers = state.stats_and_breakers([m.key for m in manifests])
     newcomers = state.newcomers()
     return [
@@ -60,7 +61,8 @@ def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int)
             "failures": stats[m.key].failures,
             "breaker": breakers[m.key],
             "deprecated": m.deprecated,
-            "newcomer": m.name in newcomers and stats[m.key].successes + stats[m.key].failures < trial_runs,
+            "newcomer": (not m.deprecated and m.name in newcomers
+                         and stats[m.key].successes + stats[m.key].failures < trial_runs),
         }
         for m in manifests
     ]
