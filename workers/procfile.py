@@ -57,8 +57,17 @@ EXAMPLE_SERVICE_PORT = 8765  # the port examples/tools/convert_units/tool.yaml n
 
 def example_service_port() -> int:
     """The port the toolserver role serves the example HTTP tool on: FITTEST_EXAMPLE_HTTP_PORT, as
-    examples/tools/http_server.py reads it (for a tools directory whose manifest names another)."""
-    return int(os.environ.get("FITTEST_EXAMPLE_HTTP_PORT") or EXAMPLE_SERVICE_PORT)
+    examples/tools/http_server.py reads it (for a tools directory whose manifest names another).
+    One that is no port is refused in one line, as a FITTEST_ setting is (QA U: `abc` and `99999`
+    ended `fittest up` with a ValueError's and an OverflowError's traceback)."""
+    raw = os.environ.get("FITTEST_EXAMPLE_HTTP_PORT") or str(EXAMPLE_SERVICE_PORT)
+    try:
+        port = int(raw)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise StackError(f"FITTEST_EXAMPLE_HTTP_PORT must be a port number (1-65535), not {raw!r}")
+    return port
 
 
 def example_service(port: int | None = None) -> Literal["free", "ours", "other"]:

@@ -73,3 +73,11 @@ def test_the_example_port_up_checks_is_the_one_the_toolserver_serves(monkeypatch
             check_ports(Settings(metrics_port=free_port(), flower_port=free_port()), ["toolserver"])
     monkeypatch.setenv("FITTEST_EXAMPLE_HTTP_PORT", str(free_port()))
     check_ports(Settings(metrics_port=free_port(), flower_port=free_port()), ["toolserver"])  # free: taken
+
+
+@pytest.mark.parametrize("value", ["abc", "99999", "0"])
+def test_a_bad_example_port_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """QA U: FITTEST_EXAMPLE_HTTP_PORT=abc (or 99999) ended `fittest up` with a traceback."""
+    monkeypatch.setenv("FITTEST_EXAMPLE_HTTP_PORT", value)
+    with pytest.raises(StackError, match="FITTEST_EXAMPLE_HTTP_PORT must be a port number"):
+        check_ports(Settings(), ["toolserver"])
