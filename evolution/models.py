@@ -128,12 +128,14 @@ class SuccessfulRun(BaseModel):
     output_kept: bool = False  # whether `output` holds the parent's output (kept_output)
     output: Any = None
     reproducible: bool = False  # the parent gave `output` again on this input before verification
+    call_id: str = ""  # the call it answered, by which a person's judgement of its output is found
 
     @classmethod
-    def of(cls, scenario: str, input: dict[str, Any], output: Any) -> SuccessfulRun:
+    def of(cls, scenario: str, input: dict[str, Any], output: Any, call_id: str = "") -> SuccessfulRun:
         """A success as a call's attempt gave it: what is small enough kept, its shape always."""
         kept, value = kept_output(output)
-        return cls(scenario=scenario[:1000], input=bounded_input(input), shape=shape_of(output), output_kept=kept, output=value)
+        return cls(scenario=scenario[:1000], input=bounded_input(input), shape=shape_of(output), output_kept=kept, output=value,
+                   call_id=call_id)
 
 
 class Evidence(BaseModel):

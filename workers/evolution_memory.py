@@ -37,6 +37,7 @@ from evolution.trial import TrialRules, decide, head_version, parent_rate
 from selection.manifest import ManifestError, load_manifest
 from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord, Promotion
 from selection.ports import EVOLUTIONS, FAILURES, FailureApplied, Match, VectorFilter, VectorHit, VectorPoint
+from workers.feedback_store import judgements_known
 from workers.pending import upsert_or_keep
 from workers.promotions import conclude_trial, trial_new_manifests
 from workers.tool_catalog import evolved_dir
@@ -179,8 +180,9 @@ def build_job(
     parent_version = version or served_in(namespace) or original.version
     if rt.selector.ensure_version(namespace, parent_version) is None:
         raise EvolutionUnavailable(f"{namespace} has no version {parent_version}")
+    parent = f"{namespace}@{parent_version}"
     if not failures:
-        failures = _remembered_failures(rt, f"{namespace}@{parent_version}")
+        failures = _remembered_failures(rt, parent)
     pattern = pattern_text(failures, f"{trigger}: {reason}")
     pattern_vector = rt.embedder.embed_one(pattern)
     similar = rt.memory.search(
@@ -200,7 +202,7 @@ def build_job(
             if h.payload.get("call_id") != exclude_call
         ],
         failed_mutations=failed_mutations(earlier, rt.state.promotion_history(namespace)),
-        successes=rt.evolution.recent_successes(f"{namespace}@{parent_version}"),
+        successes=judged_right(rt, parent, rt.evolution.recent_successes(parent)),
     )
     return EvolutionJob(
         namespace=namespace,
@@ -212,6 +214,15 @@ def build_job(
         evidence=evidence,
         plan=plan,
     )
+
+
+def judged_right(rt: Runtime, key: str, successes: list[SuccessfulRun]) -> list[SuccessfulRun]:
+    """`key`'s recent successes but those whose output a person judged wrong (`fittest feedback add
+    ... --call`): an evolution would take such a scenario as an example of what the tool does, and
+    hold a candidate that answers it differently to the wrong answer in replay (QA U: a judged-wrong
+    word_stats call became an example of the evolved version's manifest)."""
+    judged = judgements_known(rt, [s.call_id for s in successes if s.call_id])
+    return [s for s in successes if judged.get((key, s.call_id)) != "negative"]
 
 
 def apply_evolution_record(rt: Runtime, record: EvolutionRecord) -> dict[str, Any]:
@@ -292,7 +303,7 @@ def apply_evolution_outcomes(rt: Runtime, records: Sequence[OutcomeRecord]) -> N
     runs = []
     for record in records:
         account_trials(rt, record, promotions)
-        runs += [(a.key, a.attempt_id, SuccessfulRun.of(record.scenario, record.input, a.result))
+        runs += [(a.key, a.attempt_id, SuccessfulRun.of(record.scenario, record.input, a.result, record.call_id))
                  for a in record.attempts if a.success]
         credit_variants(rt, record)
     rt.evolution.push_successes(runs)

@@ -483,3 +483,21 @@ def test_a_job_delivered_again_that_finds_its_fix_made_removes_its_killed_run_st
     report = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None, sandbox=SlowSandbox()).run(job)
     assert report.status == "reused"
     assert not (rt.settings.data_dir / "evolving" / job.job_id).exists()
+
+
+def test_a_success_a_person_judged_wrong_is_no_example_for_an_evolution(rt: Runtime) -> None:
+    """QA U: a word_stats call judged wrong (`feedback add ... --call`) became one of the examples
+    of the version evolved next, and a replayed success whose answer a candidate must keep."""
+    from workers.evolution_memory import apply_evolution_outcomes
+    from workers.feedback_store import JudgedCall, record_tool_feedback
+
+    apply_evolution_outcomes(rt, [outcome(attempt("slowish@1.0.0", True, "right")),
+                                  outcome(attempt("slowish@1.0.0", True, "wrong")).model_copy(update={"scenario": "count wrongly"})])
+    assert sorted(s.call_id for s in build_job(rt, "manual", namespace="slowish").evidence.successes) == ["right", "wrong"]
+    record_tool_feedback(rt, "slowish", None, None, "negative", "not what I asked",
+                         call=JudgedCall(call_id="wrong", ran=["slowish@1.0.0"], scenario="count wrongly"))
+    successes = build_job(rt, "manual", namespace="slowish").evidence.successes
+    assert [(s.call_id, s.scenario) for s in successes] == [("right", "count slowly")]
+    record_tool_feedback(rt, "slowish", None, None, "positive", "it was right after all",
+                         call=JudgedCall(call_id="wrong", ran=["slowish@1.0.0"], scenario="count wrongly"))
+    assert len(build_job(rt, "manual", namespace="slowish").evidence.successes) == 2  # judged right again: an example again
