@@ -253,8 +253,13 @@ class MetricsReader:
 
 
 def evolution_events(history: list[Promotion]) -> tuple[list[Promotion], list[Promotion]]:
-    """(evolutions, rollbacks) of one namespace: each new version put on trial, each rollback."""
-    evolutions = [p for p in history if p.status == "on_trial"]
+    """(evolutions, rollbacks) of one namespace: each new version put on trial (once: a trial that
+    a by-hand promotion interrupted goes on after its rollback), each rollback."""
+    first_trials: dict[str, Promotion] = {}
+    for p in history:
+        if p.status == "on_trial":
+            first_trials.setdefault(p.evolved_version, p)
+    evolutions = list(first_trials.values())
     rollbacks = [p for p in history if p.status == "rolled_back"]
     return evolutions, rollbacks
 

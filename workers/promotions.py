@@ -203,7 +203,8 @@ def conclude_trial(state: Promotions, ledger: EvolutionState, current: Promotion
 
 
 def rollback(state: Promotions, ledger: EvolutionState, namespace: str, reason: str = "rolled back by hand") -> Promotion:
-    """Stop serving the promoted version; its parent is served again."""
+    """Stop serving the promoted version; its parent is served again, or, for a version promoted by
+    hand during a trial, the trial goes on (`Promotion.resumes`). Returns the promotion rolled back."""
     current = state.promotion(namespace)
     if current is None or (current.evolved_version == current.original_version and fallback_version(current) is None):
         # The original promoted in place of nothing but itself: nothing else to serve. One promoted by
@@ -221,7 +222,23 @@ def rollback(state: Promotions, ledger: EvolutionState, namespace: str, reason: 
         ChangelogEntry(namespace=namespace, event="rolled_back", version=current.evolved_version,
                        parent=current.parent_version, reason=reason, by="operator")
     )
+    if new.resumes is not None:
+        resumed = f"on trial again: {namespace}@{current.evolved_version}, promoted by hand in its place, was rolled back"
+        trial = new.resumes.model_copy(update={"reason": resumed, "promoted_at": time.time()})
+        if state.promote_if(trial, new.evolved_version, ["rolled_back"]):  # else changed meanwhile: left as it is
+            ledger.log(ChangelogEntry(namespace=namespace, event="promoted", version=trial.evolved_version,
+                                      parent=trial.parent_version, mutation=trial.mutation, reason=resumed, by="operator"))
     return new
+
+
+def interrupted_trial(current: Promotion | None) -> Promotion | None:
+    """The trial that a by-hand promotion in place of `current` interrupts: `current` on trial (of a
+    version other than the original), or the one its own by-hand promotion interrupted."""
+    if current is None:
+        return None
+    if current.status == "on_trial" and current.evolved_version != current.original_version:
+        return current
+    return current.resumes
 
 
 def promote_by_hand(state: Promotions, ledger: EvolutionState, registry: ToolRegistry, namespace: str, version: str) -> Promotion:
@@ -250,6 +267,7 @@ def promote_by_hand(state: Promotions, ledger: EvolutionState, registry: ToolReg
         reason=f"promoted by hand in place of {namespace}@{replaced or original.version}",
         status="active",
         by="operator",
+        resumes=interrupted_trial(current),
     )
     state.promote(promotion)
     ledger.log(ChangelogEntry(namespace=namespace, event="activated", version=version, parent=manifest.parent_version,

@@ -501,3 +501,27 @@ def test_a_success_a_person_judged_wrong_is_no_example_for_an_evolution(rt: Runt
     record_tool_feedback(rt, "slowish", None, None, "positive", "it was right after all",
                          call=JudgedCall(call_id="wrong", ran=["slowish@1.0.0"], scenario="count wrongly"))
     assert len(build_job(rt, "manual", namespace="slowish").evidence.successes) == 2  # judged right again: an example again
+
+
+def test_rolling_back_a_version_promoted_by_hand_during_a_trial_puts_the_trial_back(rt: Runtime) -> None:
+    """QA U: hash_text 2.0.0 (a manifest's) on trial, `fittest promote hash_text 1.0.0`, then
+    `fittest rollback hash_text`: 2.0.0 then served all of 12 calls, where a trial serves a share,
+    and its trial was never decided (5 successes of 5 needed), as only a promotion on trial is."""
+    from workers.metrics import evolution_events
+    from workers.promotions import conclude_trial
+
+    given_by_a_manifest(rt, "2.0.0")
+    (trial,) = trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"])
+    promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "1.0.0")
+    assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) == "1.0.0"
+    rolled = rollback(rt.state, rt.evolution, "slowish")
+    assert rolled.evolved_version == "1.0.0" and rolled.status == "rolled_back"
+    current = rt.state.promotion("slowish")
+    assert current is not None and (current.evolved_version, current.status) == ("2.0.0", "on_trial")
+    assert served_version(current, "any-call", after_evolution=False, share=0.0) is None  # the original serves the rest
+    assert rt.evolution.changelog("slowish")[-1].reason.startswith("on trial again: slowish@1.0.0, promoted by hand")
+    assert [p.evolved_version for p in evolution_events(rt.state.promotion_history("slowish"))[0]] == ["2.0.0"]  # one trial
+    assert conclude_trial(rt.state, rt.evolution, current, "activate", "5/5 successes on trial")  # decided, as any trial
+    decided = rt.state.promotion("slowish")
+    assert decided is not None and (decided.evolved_version, decided.status) == ("2.0.0", "active")
+    assert trial.evolved_version == "2.0.0"

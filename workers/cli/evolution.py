@@ -60,7 +60,9 @@ def lineage(namespace: str) -> dict[str, Any]:
         status: str = last_status.get(m.version) or (
             "not promoted" if m.parent_version is not None
             else "original" if original is not None and m.version == original.version else "new manifest version")
-        if promotion is not None and promotion.status == "rolled_back" and m.version == head and m.parent_version:
+        if status == "rolled_back" and original is not None and m.version == original.version:
+            status = "original"  # its by-hand promotion was rolled back: it stays every version's fallback
+        elif promotion is not None and promotion.status == "rolled_back" and m.version == head and m.parent_version:
             status = "active"  # served again after its child was rolled back
         elif status in ("active", "on_trial") and m.version != head:
             on_trial_against = promotion is not None and promotion.status == "on_trial" and m.version == promotion.parent_version
@@ -193,7 +195,8 @@ def rollback(
     """Roll back the promoted version of a tool: what it replaced is served again.
 
     For an evolved version that is its parent; for one served by `fittest promote`, the version
-    served before it (the original when nothing was promoted)."""
+    served before it (the original when nothing was promoted), or the trial it interrupted, which
+    goes on."""
     from workers.promotions import PromotionError
     from workers.promotions import rollback as do_rollback
 
@@ -205,6 +208,9 @@ def rollback(
         fail(str(exc))
     if json_out:
         print_json(promotion.model_dump(mode="json"))
+    elif promotion.resumes is not None:
+        console.print(f"{literal(name)}@{literal(promotion.evolved_version)} rolled back; "
+                      f"{literal(name)}@{literal(promotion.resumes.evolved_version)} is on trial again")
     else:
         back = promotion.parent_version or promotion.original_version
         console.print(f"{literal(name)}@{literal(promotion.evolved_version)} rolled back; "
