@@ -127,10 +127,15 @@ def explicit_context(context: Mapping[str, Any]) -> ExplicitContext:
 
 def check_context(context: Mapping[str, Any]) -> None:
     """Raise ValueError naming every bad recognised key (for CallRequest validation)."""
+    errors = []
+    if "language" in context and "languages" in context:  # QA U: rust in `language` was dropped for `languages`
+        errors.append("context.language and context.languages: give one of them (languages takes a list)")
     try:
         explicit_context(context)
     except ValidationError as exc:
-        raise ValueError("; ".join(_named(err, context) for err in exc.errors(include_url=False))) from None
+        errors += [_named(err, context) for err in exc.errors(include_url=False)]
+    if errors:
+        raise ValueError("; ".join(errors))
 
 
 def _named(err: Any, context: Mapping[str, Any]) -> str:

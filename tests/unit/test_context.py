@@ -119,6 +119,9 @@ def test_bad_explicit_value_is_refused_naming_the_key() -> None:
     with pytest.raises(ValidationError) as info:
         CallRequest(scenario="x", context={"languages": ["go", 7]})
     assert "context.languages.1: Input should be a valid string" in str(info.value)
+    with pytest.raises(ValidationError) as info:  # QA U: rust was dropped, silently, for go
+        CallRequest(scenario="x", context={"language": "rust", "languages": ["go"]})
+    assert "context.language and context.languages: give one of them" in str(info.value)
     # Keys the analyser does not know are the caller's business.
     assert CallRequest(scenario="x", context={"ticket": "ABC-1"}).context == {"ticket": "ABC-1"}
 

@@ -159,7 +159,8 @@ def feedback_add(
         where = "for that scenario" if scenario else "for the call's scenario" if call else "in general (no --scenario)"
         effect = (f"its feedback score {where} is now {score:+.1f}" if score is not None else
                   "the vector memory is unavailable: it is kept and applied when the memory is back")
-        console.print(f"recorded {sentiment.value} feedback ({f['value']:+.2f}) for {literal(f['tool'])}@{literal(f['version'])}; "
+        value = f["value"] + 0.0  # QA U: a negative one of --quality 0 printed -0.00
+        console.print(f"recorded {sentiment.value} feedback ({value:+.2f}) for {literal(f['tool'])}@{literal(f['version'])}; "
                       f"{effect}")
 
 
