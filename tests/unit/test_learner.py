@@ -59,6 +59,29 @@ def test_no_positive_correlation_leaves_the_weights_unchanged() -> None:
     assert new is None and "no component" in evidence["unchanged"]
 
 
+def test_a_correlation_within_the_noise_of_few_records_changes_no_weight() -> None:
+    """QA U: 34 records moved every weight to complexity, for a correlation of +0.04; 34 records
+    show twice that by chance alone."""
+    def window(complexity_tracks: float) -> list[ExecutionRecord]:
+        out = []
+        for i in range(34):
+            success = i % 2 == 0
+            components = {c: 0.5 for c in COMPONENTS} | {"complexity": (i * 5 % 34) / 34 + (complexity_tracks if success else 0.0)}
+            out.append(ExecutionRecord(attempt_id=f"a{i}", call_id=f"c{i}", tool="t", version="1.0.0", scenario="s",
+                                       components=components, success=success))
+        return out
+
+    weak = window(0.06)
+    learner = WeightLearner()
+    for r in weak:
+        learner.learn_one(r.components, r.success)
+    assert 0 < learner.correlations()["complexity"] < 0.1 < learner.noise()
+    new, evidence = retrain(weak, SelectionWeights())
+    assert new is None and evidence["unchanged"].startswith("no component correlates with success beyond the noise of 34 records")
+    strong, _ = retrain(window(0.6), SelectionWeights())  # complexity now tells the outcomes apart
+    assert strong is not None and strong.weights["complexity"] == 1.0
+
+
 def test_learn_one_predict_one() -> None:
     learner = WeightLearner()
     for r in records(300, "language"):
