@@ -251,6 +251,23 @@ def test_show_prints_mutations_variants_and_the_changelog_as_written(redis_answe
                  *[f"because {text}" for text in TRICKY])
 
 
+def test_show_says_a_trial_serves_a_share_of_the_calls_and_its_parent_the_rest(redis_answers: None,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA U: the version on trial was marked "◀ served" and the original, which serves 75 % of the
+    calls, was not marked at all."""
+    row = {"parent": None, "quality": 1.0, "successes": 0, "failures": 0, "mutation": "", "variants": []}
+    data = {
+        "namespace": "hash_text",
+        "promotion": {"status": "on_trial", "evolved_version": "2.0.0", "parent_version": None, "original_version": "1.0.0"},
+        "versions": [{**row, "version": "1.0.0", "status": "original", "served": False},
+                     {**row, "version": "2.0.0", "status": "on_trial", "served": True}],
+        "changelog": [],
+    }
+    monkeypatch.setattr(evolution, "lineage", lambda name: data)
+    assert_shown(invoke(["show", "hash_text"]), "1.0.0  original ◀ served on the other 75%",
+                 "2.0.0  on_trial ◀ served on 25% of the calls")
+
+
 def test_rollback_and_promote_name_the_versions_as_written(monkeypatch: pytest.MonkeyPatch, redis_answers: None) -> None:
     from selection.models import Promotion
 

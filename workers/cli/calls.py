@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from workers.cli.common import (
+    CONTEXT_HELP,
     JsonOpt,
     abridged,
     check_call_payload,
@@ -44,7 +45,7 @@ def call(
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Serve this namespace's promoted version first; NAME@VERSION: that version.")] = None,
     tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="Only tools with this tag (repeatable; all must match).")] = None,
     max_attempts: Annotated[int, typer.Option(min=1, max=20, help="Candidates tried before evolution.")] = 5,
-    context: Annotated[str | None, typer.Option(help="Call context (files, language, phase) as a JSON object; @PATH reads it from a file, - from standard input.")] = None,
+    context: Annotated[str | None, typer.Option(help=CONTEXT_HELP)] = None,
     timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for the result.")] = 120.0,
     json_out: JsonOpt = False,
 ) -> None:

@@ -33,6 +33,21 @@ REDIS_PROBE_RETRIES = 3  # a Redis that is starting up is waited for
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 
 
+
+def _context_help() -> str:
+    from typing import get_args
+
+    from selection.context import Testing
+    from selection.manifest import Phase, TaskType
+
+    return ("Call context as a JSON object; @PATH reads it from a file, - from standard input. Keys read: "
+            f"phase ({', '.join(get_args(Phase))}), language or languages (a name or a list), complexity (0..1), "
+            f"task_type ({', '.join(get_args(TaskType))}), testing ({', '.join(get_args(Testing))}), "
+            "files (paths, or paths to contents), environment; other keys are the caller's own.")
+
+
+CONTEXT_HELP = _context_help()  # QA U: the phase names showed only in the error of a wrong one
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 

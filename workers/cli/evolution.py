@@ -109,11 +109,19 @@ def show(
     if json_out:
         print_json(data)
         return
+    from workers.settings import get_settings
+
+    share = get_settings().trial_share
+    trial = data["promotion"] if data["promotion"] and data["promotion"]["status"] == "on_trial" else None
     tree = Tree(f"[bold]{literal(name)}[/bold]")
     nodes: dict[str | None, Tree] = {}
     for row in data["versions"]:  # lowest version first, so a parent is placed before its children
         color = STATUS_COLOR.get(row["status"], "white")
-        served = " [bold]◀ served[/bold]" if row["served"] else ""
+        served = ""
+        if row["served"]:  # QA U: a version on trial was marked served where it serves a share of the calls
+            served = f" [bold]◀ served on {share:.0%} of the calls[/bold]" if row["status"] == "on_trial" else " [bold]◀ served[/bold]"
+        elif trial and row["version"] == (trial["parent_version"] or trial["original_version"]):
+            served = f" [bold]◀ served on the other {1 - share:.0%}[/bold]"
         if row.get("deprecated"):
             served += " [dim]deprecated: not offered by selection[/dim]"
         label = (f"{literal(row['version'])}  [{color}]{literal(row['status'])}[/{color}]{served}  "
@@ -251,7 +259,7 @@ def describe(
 
     The variant is on test: FITTEST_AB_TEST_PROBABILITY of the calls are matched by it instead of
     the best active description; after FITTEST_VARIANT_MIN_TRIALS first attempts it is promoted if
-    its calls succeed more often, and retired otherwise."""
+    its calls succeed more often, and retired otherwise (`fittest show` then lists it as deprecated)."""
     from evolution.trial import head_version
 
     registry, state, ledger = _stores()

@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from workers.cli.common import (
+    CONTEXT_HELP,
     JsonOpt,
     check_call_payload,
     console,
@@ -67,7 +68,7 @@ def explain(
     input: Annotated[str | None, typer.Option("--input", "-i", help="The input a call would carry, as a JSON object (@PATH, -): its size and nesting count in the complexity, as a call's do.")] = None,
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Rank as a call to this namespace; NAME@VERSION: that version.")] = None,
     tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="Only tools with this tag (repeatable).")] = None,
-    context: Annotated[str | None, typer.Option(help="Call context as a JSON object: phase, language(s), complexity, task_type, testing, files; @PATH reads it from a file, - from standard input.")] = None,
+    context: Annotated[str | None, typer.Option(help=CONTEXT_HELP)] = None,
     max_attempts: Annotated[int, typer.Option(min=1, max=20, help="Attempts the call would allow.")] = 5,
     timeout: TimeoutOpt = 30.0,
     json_out: JsonOpt = False,
