@@ -255,7 +255,7 @@ def test_show_says_a_trial_serves_a_share_of_the_calls_and_its_parent_the_rest(r
                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """QA U: the version on trial was marked "◀ served" and the original, which serves 75 % of the
     calls, was not marked at all."""
-    row = {"parent": None, "quality": 1.0, "successes": 0, "failures": 0, "mutation": "", "variants": []}
+    row: dict[str, Any] = {"parent": None, "quality": 1.0, "successes": 0, "failures": 0, "mutation": "", "variants": []}
     data = {
         "namespace": "hash_text",
         "promotion": {"status": "on_trial", "evolved_version": "2.0.0", "parent_version": None, "original_version": "1.0.0"},
