@@ -169,11 +169,14 @@ def _matches(node: str, wanted: str) -> bool:
     return node == wanted if "@" in wanted else node.partition("@")[0] == wanted
 
 
-def check_workers(answers: dict[str, dict[str, Any]], wanted: list[str]) -> Check:
+def check_workers(answers: dict[str, dict[str, Any]], wanted: list[str], asked_only: list[str] | None = None) -> Check:
+    """`asked_only`: the nodes the health command went to, when not to every worker (QA U: asked of
+    executor@nohost alone, "answered: none" read as if no worker ran)."""
     missing = [w for w in wanted if not any(_matches(node, w) for node in answers)]
     nodes = ", ".join(sorted(answers)) or "none"
     if missing:
-        return Check(name="workers", status="fail", detail=f"no answer from {', '.join(missing)} (answered: {nodes})")
+        asked = f"; asked only {', '.join(asked_only)}" if asked_only else ""
+        return Check(name="workers", status="fail", detail=f"no answer from {', '.join(missing)} (answered: {nodes}{asked})")
     return Check(name="workers", status="ok", detail=f"answered: {nodes}")
 
 
@@ -216,6 +219,7 @@ def health(settings: Settings, checks: list[str], workers: list[str], timeout: f
     if "redis" in checks:
         results.append(redis_check)
     answers: dict[str, dict[str, Any]] = {}
+    destination: list[str] | None = None  # every worker
     not_asked = "" if redis_check.status == "ok" else f"not asked: {redis_check.detail}"
     if not not_asked and {"workers", "store", "model"} & set(checks):
         exact = [w for w in workers if "@" in w]
@@ -228,7 +232,7 @@ def health(settings: Settings, checks: list[str], workers: list[str], timeout: f
         if not_asked:
             results.append(Check(name="workers", status="fail", detail=not_asked))
         else:
-            results.append(check_workers(answers, workers))
+            results.append(check_workers(answers, workers, destination))
     if "store" in checks:
         if settings.qdrant_url:  # the server's own readiness, then whether the memory worker's writes are taken
             server, worker = check_qdrant_server(settings, timeout), _from_memory_worker("store", answers)

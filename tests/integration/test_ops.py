@@ -37,6 +37,9 @@ def test_health_fails_for_a_missing_worker_and_when_redis_is_down(cli) -> None:
     missing = cli("health", "--check", "workers", "--worker", "executor", "--worker", "nosuchrole", "--timeout", "2")
     assert missing.exit_code == 1
     assert "nosuchrole" in missing.output
+    exact = cli("health", "--check", "workers", "--worker", "executor@nohost", "--timeout", "2")
+    assert exact.exit_code == 1  # QA U: "answered: none" read as if no worker ran
+    assert "asked only executor@nohost" in " ".join(exact.output.split())
     down = cli("health", "--json", "--timeout", "1", FITTEST_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
     assert down.exit_code == 1
     checks = {c["name"]: c for c in json.loads(down.output)["checks"]}

@@ -126,7 +126,11 @@ def show_settings(
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the table of every variable, default and meaning as Markdown.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Show every FITTEST_ setting: its current value (secrets hidden), default and meaning."""
+    """Show every FITTEST_ setting: its current value (secrets hidden), default and meaning.
+
+    Not among them: the example tools' own variables (FITTEST_EXAMPLE_HTTP_PORT,
+    FITTEST_EXAMPLE_HTTP_LOG, FITTEST_BROKEN_HTTP_PORT), which the examples, `fittest up` and `make
+    demo` read (README, "Running it"), and the test suite's FITTEST_TEST_REDIS_URL."""
     current = get_settings().model_dump()
     rows = settings_rows()
     for row in rows:
