@@ -6,8 +6,9 @@ the throughput bench: 2 per call cost the pipeline ~6 % of its calls per second,
 such writes are buffered in the process and sent at most every `flush_interval_s`, in one batch. A
 batch that failed is kept as it was, with its token, and sent again before anything newer (a
 writer whose writes are not idempotent sends its batches through workers/state/once.py, so a batch
-that did run, its reply lost, runs nothing the second time); a write that must not wait for the interval (a worker's claim of a message it received)
-wakes the sending thread at once, still off the caller's. What a process buffered in its last interval is sent as it ends: at exit, and in a
+that did run, its reply lost, runs nothing the second time); a write that must not wait for the
+interval (a worker's claim of a message it received) wakes the sending thread at once, still off
+the caller's. What a process buffered in its last interval is sent as it ends: at exit, and in a
 Celery pool process, which ends with os._exit past atexit, on `worker_process_shutdown` (QA: a
 stop under load left 2 of 150 calls out of `fittest report`). What a process buffered in its last
 interval before it is killed is lost.

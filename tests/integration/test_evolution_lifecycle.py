@@ -512,6 +512,7 @@ def test_rolling_back_a_version_promoted_by_hand_during_a_trial_puts_the_trial_b
 
     given_by_a_manifest(rt, "2.0.0")
     (trial,) = trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"])
+    assert (trial.evolved_version, trial.status) == ("2.0.0", "on_trial")
     promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "1.0.0")
     assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) == "1.0.0"
     rolled = rollback(rt.state, rt.evolution, "slowish")
@@ -524,4 +525,3 @@ def test_rolling_back_a_version_promoted_by_hand_during_a_trial_puts_the_trial_b
     assert conclude_trial(rt.state, rt.evolution, current, "activate", "5/5 successes on trial")  # decided, as any trial
     decided = rt.state.promotion("slowish")
     assert decided is not None and (decided.evolved_version, decided.status) == ("2.0.0", "active")
-    assert trial.evolved_version == "2.0.0"

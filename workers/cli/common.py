@@ -33,7 +33,6 @@ REDIS_PROBE_RETRIES = 3  # a Redis that is starting up is waited for
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 
 
-
 def _context_help() -> str:
     from typing import get_args
 
@@ -47,6 +46,7 @@ def _context_help() -> str:
 
 
 CONTEXT_HELP = _context_help()  # QA U: the phase names showed only in the error of a wrong one
+
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

@@ -119,7 +119,8 @@ def show(
         color = STATUS_COLOR.get(row["status"], "white")
         served = ""
         if row["served"]:  # QA U: a version on trial was marked served where it serves a share of the calls
-            served = f" [bold]◀ served on {share:.0%} of the calls[/bold]" if row["status"] == "on_trial" else " [bold]◀ served[/bold]"
+            on_trial = row["status"] == "on_trial"
+            served = f" [bold]◀ served on {share:.0%} of the calls[/bold]" if on_trial else " [bold]◀ served[/bold]"
         elif trial and row["version"] == (trial["parent_version"] or trial["original_version"]):
             served = f" [bold]◀ served on the other {1 - share:.0%}[/bold]"
         if row.get("deprecated"):

@@ -65,7 +65,8 @@ class EvolutionState(PrefixedStore):
         entries = self.client.pipeline(transaction=True)
         entries.rpush(name, entry.model_dump_json())
         entries.ltrim(name, -self.changelog_limit, -1)
-        apply_once(self.scripts["apply_once"], entries, self._k("once", "changelog", new_token()))  # logged once, even if sent again
+        # logged once, even if sent again
+        apply_once(self.scripts["apply_once"], entries, self._k("once", "changelog", new_token()))
 
     def changelog(self, namespace: str) -> list[ChangelogEntry]:
         return [ChangelogEntry.model_validate_json(raw) for raw in self.client.lrange(self._k("changelog", namespace), 0, -1)]

@@ -5,9 +5,11 @@ __init__.py: 20 times, ~30 s), which rides out a restart. A command that timed o
 run, though: a Redis that stalls past the 5 s socket timeout (paused, swapping, a long fork) runs
 the first copy when it wakes and then the copy sent again (QA T; seen with a SIGSTOPped server: one
 RPUSH, two items). The effects of an attempt are keyed by its attempt id already; the writes that
-are not (a run's duration, the metrics' counters and series, a changelog entry, a death of a worker
-process) are queued on a pipeline as usual and sent through lua/apply_once.lua with a token made
-once per batch, so every copy after the first finds its token and runs nothing.
+are not carry a token made once per batch, which the script that applies them sets with SET NX
+first, so every copy after the first finds it and changes nothing. Plain commands (a run's
+duration, the metrics' counters and series, a changelog entry) are queued on a pipeline as usual
+and sent through lua/apply_once.lua; the scripts that write such state themselves take the token
+as a key of their own (attempt_died.lua, promote.lua, set_weights.lua).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from redis.client import Pipeline
 
 from workers.state.base import Script
 
-ONCE_TTL_S = 300  # a batch's copies come within the client's retries (~30 s of backoff, 5 s per timed-out try) or its writer's next flushes
+# A batch's copies come within the client's retries (~30 s of backoff, 5 s per timed-out try) or
+# its writer's next flushes.
+ONCE_TTL_S = 300
 MAX_ARGS = 7000  # per command: Lua's unpack takes at most ~8,000 values
 
 

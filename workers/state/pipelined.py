@@ -7,7 +7,8 @@ whose script cache is empty: every EVALSHA fails with NoScriptError, a ResponseE
 connection retry covers. Seen with 4 threads pushing learner records through 10 restarts: 8 of
 47,155 pipelines failed this way, each losing its batch. The pipeline is built and sent once more,
 which loads the scripts into the new server; every script sent this way is idempotent (keyed by an
-attempt id, or by a token: workers/state/once.py), so a command that did run the first time changes nothing the second.
+attempt id, or by a token: workers/state/once.py), so a command that did run the first time
+changes nothing the second.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@
 -- ARGV[1] promotion JSON; ARGV[2] how many history entries to keep; ARGV[3] how long the token is
 -- kept (s).
 -- Atomically: SET NX of the token (a copy sent again after a timeout, which a stalled server ran
--- too, finds it and changes nothing: the state version is returned); then SET the current promotion, RPUSH it onto the history, LTRIM the history to the
--- newest ARGV[2] entries, INCR the state version and the promotions version.
+-- too, finds it and changes nothing: the state version is returned); then SET the current
+-- promotion, RPUSH it onto the history, LTRIM the history to the newest ARGV[2] entries, INCR the
+-- state version and the promotions version.
 -- Returns the new state version.
 
 if not redis.call('SET', KEYS[5], 1, 'NX', 'EX', tonumber(ARGV[3])) then
