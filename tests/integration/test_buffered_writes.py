@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 
 import pytest
 import redis
@@ -64,3 +66,41 @@ def test_a_flusher_that_keeps_failing_says_so_once_and_not_at_every_flush(caplog
             time.sleep(0.05)
     assert redis_client.exists(f"{run_prefix}kept")
     assert any(r.getMessage().startswith("marks flushed again") for r in caplog.records)
+
+
+class Stalled(Marks):
+    """A writer whose Redis does not answer: its send waits on the others', then fails as a lost
+    connection would."""
+
+    def __init__(self, client: redis.Redis, prefix: str, all_sending: threading.Barrier) -> None:
+        self.all_sending = all_sending
+        self.redis_down = True
+        super().__init__(client, prefix)
+
+    def _send(self, buffer: list[str], token: str) -> None:
+        if not self.redis_down:
+            return  # taken
+        self.all_sending.wait()  # broken (BrokenBarrierError) if the buffers are sent one by one
+        raise redis.ConnectionError("Redis does not answer")
+
+
+def test_a_process_ends_waiting_for_its_buffers_side_by_side_not_one_by_one(monkeypatch: pytest.MonkeyPatch,
+                                                                          caplog: pytest.LogCaptureFixture,
+                                                                          redis_client: redis.Redis,
+                                                                          run_prefix: str) -> None:
+    """A pool process that ended while Redis was down took ~30 s per buffer (3 buffers: 90 s), each
+    client riding out a restart in turn. Its buffers are now sent at once, under one deadline."""
+    from workers import buffered
+
+    monkeypatch.setattr(buffered, "_started", weakref.WeakSet())  # this test's buffers only
+    all_sending = threading.Barrier(3, timeout=10)
+    writers = [Stalled(redis_client, run_prefix, all_sending) for _ in range(3)]
+    for writer in writers:
+        writer.flush_interval_s = 3600  # the process's end sends them, not their flushers
+        writer.add("last")
+    with caplog.at_level("WARNING", logger="fittest.buffered"):
+        buffered.flush_all()
+    for writer in writers:  # Redis takes them at this process's real end (atexit)
+        writer.redis_down = False
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("marks not flushed as the process ends")]
+    assert said == ["marks not flushed as the process ends: Redis does not answer"] * 3, said
