@@ -46,29 +46,39 @@ def whoami_tool(tools_dir: Path):
 
 
 def start_redis(workdir: Path, port: int | None = None, appendonly: bool = False) -> tuple[subprocess.Popen, str]:
-    """Start a private redis-server; returns the process and its URL once it answers PING."""
-    port = port or free_port()
+    """Start a private redis-server; returns the process and its URL once it answers PING.
+
+    Without a given `port`, a free one is taken; as another process may take it between
+    free_port() and redis-server's bind (the other pytest process starts its servers too), a
+    server that did not get its port is started again on another, and the one that answers must
+    be ours (its pid), not a neighbour's that took the port first."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("redis-server is not on PATH")
     workdir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "yes" if appendonly else "no", "--dir", str(workdir)],
-        preexec_fn=die_with_parent,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    for _ in range(200):
-        try:
-            if client.ping():
-                return proc, url
-        except redis.ConnectionError:
+    for _ in range(1 if port else 5):
+        chosen = port or free_port()
+        proc = subprocess.Popen(
+            [binary, "--port", str(chosen), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "yes" if appendonly else "no", "--dir", str(workdir)],
+            preexec_fn=die_with_parent,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        url = f"redis://127.0.0.1:{chosen}/0"
+        client = redis.Redis.from_url(url)
+        for _ in range(200):
+            if proc.poll() is not None:  # its port was taken
+                break
+            try:
+                if client.info("server")["process_id"] == proc.pid:
+                    return proc, url
+            except redis.ConnectionError:
+                pass
             time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"private redis-server on port {port} did not start")
+        proc.kill()
+        proc.wait()
+    raise RuntimeError(f"private redis-server on port {chosen} did not start")
 
 
 @pytest.fixture(scope="session")
