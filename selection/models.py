@@ -327,8 +327,9 @@ class Promotion(BaseModel):
     promoted_at: float = Field(default_factory=time.time)
     status: Literal["on_trial", "active", "rolled_back"] = "on_trial"
     by: Literal["fittest", "operator"] = "fittest"  # operator: `fittest promote` or `rollback`
-    # the trial a by-hand promotion interrupted, which its rollback resumes (a trial is decided only
-    # while its promotion is on trial: QA U saw one serve every call, never decided, after a rollback)
+    # what a by-hand promotion replaced, which its rollback restores: the trial it interrupted (a trial
+    # is decided only while its promotion is on trial: QA U saw one serve every call, never decided,
+    # after a rollback), or an earlier by-hand promotion (workers/promotions.py `replaced_promotion`)
     resumes: Promotion | None = None
 
 

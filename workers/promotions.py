@@ -204,12 +204,17 @@ def conclude_trial(state: Promotions, ledger: EvolutionState, current: Promotion
 
 def rollback(state: Promotions, ledger: EvolutionState, namespace: str, reason: str = "rolled back by hand") -> Promotion:
     """Stop serving the promoted version; its parent is served again, or, for a version promoted by
-    hand during a trial, the trial goes on (`Promotion.resumes`). Returns the promotion rolled back."""
+    hand, what that promotion replaced is restored (`Promotion.resumes`: a trial it interrupted, or
+    an earlier by-hand promotion). Returns the promotion rolled back."""
     current = state.promotion(namespace)
-    if current is None or (current.evolved_version == current.original_version and fallback_version(current) is None):
+    pinned = current is not None and current.by == "operator" and current.status == "active"
+    if current is None or (current.evolved_version == current.original_version and fallback_version(current) is None
+                           and not pinned):
         # The original promoted in place of nothing but itself: nothing else to serve. One promoted by
         # hand in place of another version rolls back to that one (QA R: an evolved version served,
-        # `fittest promote NAME ORIGINAL`, then `fittest rollback NAME` said nothing was promoted).
+        # `fittest promote NAME ORIGINAL`, then `fittest rollback NAME` said nothing was promoted), and
+        # one that pins the original undoes the pin (QA V: no new manifest version went on trial
+        # while it held, and nothing could undo it).
         raise PromotionError(f"{namespace} has no promoted version to roll back (the original is served)")
     if current.status == "rolled_back":
         served = head_version(current) or current.original_version  # None: the original
@@ -223,22 +228,39 @@ def rollback(state: Promotions, ledger: EvolutionState, namespace: str, reason: 
                        parent=current.parent_version, reason=reason, by="operator")
     )
     if new.resumes is not None:
-        resumed = f"on trial again: {namespace}@{current.evolved_version}, promoted by hand in its place, was rolled back"
-        trial = new.resumes.model_copy(update={"reason": resumed, "promoted_at": time.time()})
-        if state.promote_if(trial, new.evolved_version, ["rolled_back"]):  # else changed meanwhile: left as it is
-            ledger.log(ChangelogEntry(namespace=namespace, event="promoted", version=trial.evolved_version,
-                                      parent=trial.parent_version, mutation=trial.mutation, reason=resumed, by="operator"))
+        back = new.resumes
+        again = "on trial again" if back.status == "on_trial" else "served again"
+        restored = f"{again}: {namespace}@{current.evolved_version}, promoted by hand in its place, was rolled back"
+        restore = back.model_copy(update={"reason": restored, "promoted_at": time.time()})
+        if state.promote_if(restore, new.evolved_version, ["rolled_back"]):  # else changed meanwhile: left as it is
+            ledger.log(ChangelogEntry(namespace=namespace, event="promoted" if back.status == "on_trial" else "activated",
+                                      version=restore.evolved_version, parent=restore.parent_version,
+                                      mutation=restore.mutation, reason=restored, by="operator"))
     return new
 
 
-def interrupted_trial(current: Promotion | None) -> Promotion | None:
-    """The trial that a by-hand promotion in place of `current` interrupts: `current` on trial (of a
-    version other than the original), or the one its own by-hand promotion interrupted."""
+RESTORES_KEPT = 8  # by-hand promotions that rollbacks undo one by one; older ones are forgotten
+
+
+def replaced_promotion(current: Promotion | None, version: str) -> Promotion | None:
+    """What a by-hand promotion of `version` in place of `current` restores when it is rolled back,
+    so that each rollback undoes one promote: a trial of another version that it interrupts, or an
+    earlier by-hand promotion of another version (with what that one restores). None when the
+    rollback serves the parent anyway. A trial of `version` itself is decided by the promote: its
+    rollback rolls `version` back (QA V: the trial came back, with the very version the operator
+    rolled back on 25 % of the calls); promoted again, it restores what it first replaced."""
     if current is None:
         return None
-    if current.status == "on_trial" and current.evolved_version != current.original_version:
-        return current
-    return current.resumes
+    if current.evolved_version == version:  # promoted again, or the trial it decides
+        return current.resumes if current.by == "operator" and current.status == "active" else None
+    trial = current.status == "on_trial" and current.evolved_version != current.original_version
+    return _kept(current, RESTORES_KEPT) if trial or (current.by == "operator" and current.status == "active") else None
+
+
+def _kept(promotion: Promotion, depth: int) -> Promotion:
+    """`promotion` with at most `depth` promotions to restore behind it."""
+    behind = promotion.resumes
+    return promotion.model_copy(update={"resumes": _kept(behind, depth - 1) if behind is not None and depth > 1 else None})
 
 
 def promote_by_hand(state: Promotions, ledger: EvolutionState, registry: ToolRegistry, namespace: str, version: str) -> Promotion:
@@ -267,7 +289,7 @@ def promote_by_hand(state: Promotions, ledger: EvolutionState, registry: ToolReg
         reason=f"promoted by hand in place of {namespace}@{replaced or original.version}",
         status="active",
         by="operator",
-        resumes=interrupted_trial(current),
+        resumes=replaced_promotion(current, version),
     )
     state.promote(promotion)
     ledger.log(ChangelogEntry(namespace=namespace, event="activated", version=version, parent=manifest.parent_version,

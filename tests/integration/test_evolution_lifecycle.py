@@ -525,3 +525,40 @@ def test_rolling_back_a_version_promoted_by_hand_during_a_trial_puts_the_trial_b
     assert conclude_trial(rt.state, rt.evolution, current, "activate", "5/5 successes on trial")  # decided, as any trial
     decided = rt.state.promotion("slowish")
     assert decided is not None and (decided.evolved_version, decided.status) == ("2.0.0", "active")
+
+
+def test_each_rollback_undoes_one_promote_and_a_promote_of_the_version_on_trial_decides_its_trial(rt: Runtime) -> None:
+    """QA V: 1.1.0 on trial, `fittest promote sort_numbers 1.0.0`, `promote 1.1.0`, `rollback`
+    said "1.1.0 rolled back; 1.1.0 is on trial again", and 1.1.0 went on serving a quarter of the calls."""
+    given_by_a_manifest(rt, "2.0.0")
+    (trial,) = trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"])
+    promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "1.0.0")
+    promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "2.0.0")
+    rolled = rollback(rt.state, rt.evolution, "slowish")
+    assert rolled.evolved_version == "2.0.0" and rolled.resumes is not None
+    current = rt.state.promotion("slowish")
+    assert current is not None and (current.evolved_version, current.status, current.by) == ("1.0.0", "active", "operator")
+    assert served_version(current, "any-call", after_evolution=False, share=1.0) == "1.0.0"  # every call, no trial share
+    rollback(rt.state, rt.evolution, "slowish")  # undoes the first promote: the trial it interrupted goes on
+    current = rt.state.promotion("slowish")
+    assert current is not None and (current.evolved_version, current.status) == ("2.0.0", "on_trial")
+
+    promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "2.0.0")  # the trial's own version: decided by hand
+    rolled = rollback(rt.state, rt.evolution, "slowish")
+    assert rolled.resumes is None
+    current = rt.state.promotion("slowish")
+    assert current is not None and (current.evolved_version, current.status) == ("2.0.0", "rolled_back")
+    assert served_version(current, "any-call", after_evolution=False, share=1.0) is None  # the original, on every call
+
+
+def test_rolling_back_a_promote_of_the_original_lets_a_new_manifest_version_go_on_trial(rt: Runtime) -> None:
+    """QA V: `fittest promote word_stats 1.0.0` (the original, nothing else promoted) held the
+    namespace for good: a manifest's 1.1.0 never went on trial, and `fittest rollback` said there
+    was no promoted version to roll back."""
+    promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "1.0.0")
+    given_by_a_manifest(rt, "1.1.0")
+    assert trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"]) == []  # the promote decides
+    rollback(rt.state, rt.evolution, "slowish")
+    assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) is None
+    (trial,) = trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"])
+    assert (trial.evolved_version, trial.parent_version, trial.status) == ("1.1.0", "1.0.0", "on_trial")

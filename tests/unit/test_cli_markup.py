@@ -275,6 +275,7 @@ def test_rollback_and_promote_name_the_versions_as_written(monkeypatch: pytest.M
     monkeypatch.setattr(evolution, "_stores", lambda: (SimpleNamespace(versions=lambda name: [name]), None, None))
     monkeypatch.setattr("workers.promotions.rollback", lambda *a: promotion)
     monkeypatch.setattr("workers.promotions.promote_by_hand", lambda *a: promotion)
+    monkeypatch.setattr("workers.promotions.trial_new_manifests", lambda *a: [])
     assert_shown(invoke(["rollback", "fast[/x]"]), "fast[/x]@[/v2] rolled back; fast[/x]@[/v1] is served again")
     assert_shown(invoke(["promote", "fast[/x]", "[/v2]"]), "fast[/x]@[/v2] is served (active)")
 
@@ -314,3 +315,21 @@ def test_health_report_and_settings_print_details_paths_and_values_as_written(mo
     finally:
         get_settings.cache_clear()
     assert_shown(out, "[red]wrong[/red] [/.]")
+
+
+def test_show_says_why_a_new_manifest_version_waits_while_a_promote_holds(redis_answers: None,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA V: after `fittest promote word_stats 1.0.0` a manifest's 1.1.0 never went on trial, and
+    neither `show` nor the log said why."""
+    row: dict[str, Any] = {"parent": None, "quality": 1.0, "successes": 0, "failures": 0, "mutation": "", "variants": []}
+    data = {
+        "namespace": "word_stats",
+        "promotion": {"status": "active", "by": "operator", "evolved_version": "1.0.0", "parent_version": None,
+                      "original_version": "1.0.0"},
+        "versions": [{**row, "version": "1.0.0", "status": "active", "served": True},
+                     {**row, "version": "1.1.0", "status": "new manifest version", "served": False}],
+        "changelog": [],
+    }
+    monkeypatch.setattr(evolution, "lineage", lambda name: data)
+    assert_shown(invoke(["show", "word_stats"]), "1.0.0  active ◀ served",
+                 "1.1.0  new manifest version waits: `fittest promote` decides (`fittest rollback word_stats` lets it go on trial)")

@@ -112,7 +112,9 @@ def show(
     from workers.settings import get_settings
 
     share = get_settings().trial_share
-    trial = data["promotion"] if data["promotion"] and data["promotion"]["status"] == "on_trial" else None
+    promotion = data["promotion"]
+    trial = promotion if promotion and promotion["status"] == "on_trial" else None
+    pinned = promotion is not None and promotion["status"] == "active" and promotion.get("by") == "operator"
     tree = Tree(f"[bold]{literal(name)}[/bold]")
     nodes: dict[str | None, Tree] = {}
     for row in data["versions"]:  # lowest version first, so a parent is placed before its children
@@ -125,6 +127,8 @@ def show(
             served = f" [bold]◀ served on the other {1 - share:.0%}[/bold]"
         if row.get("deprecated"):
             served += " [dim]deprecated: not offered by selection[/dim]"
+        elif row["status"] == "new manifest version" and pinned:  # QA V: nothing said why it was never tried
+            served += f" [dim]waits: `fittest promote` decides (`fittest rollback {literal(name)}` lets it go on trial)[/dim]"
         label = (f"{literal(row['version'])}  [{color}]{literal(row['status'])}[/{color}]{served}  "
                  f"quality {row['quality']:.2f}  {row['successes']}✓ {row['failures']}✗")
         if row["mutation"]:
@@ -203,10 +207,12 @@ def rollback(
 ) -> None:
     """Roll back the promoted version of a tool: what it replaced is served again.
 
-    For an evolved version that is its parent; for one served by `fittest promote`, the version
-    served before it (the original when nothing was promoted), or the trial it interrupted, which
-    goes on."""
-    from workers.promotions import PromotionError
+    For an evolved version that is its parent. A `fittest promote` is undone, one per rollback:
+    the version served before it is served again (the original when nothing was promoted), or the
+    trial it interrupted goes on. A promote of the version on trial decided that trial: its
+    rollback rolls that version back. A manifest's new version that waited while a promote held
+    goes on trial."""
+    from workers.promotions import PromotionError, trial_new_manifests
     from workers.promotions import rollback as do_rollback
 
     registry, state, ledger = _stores()
@@ -215,15 +221,22 @@ def rollback(
         promotion = do_rollback(state, ledger, name)
     except PromotionError as exc:
         fail(str(exc))
+    trials = trial_new_manifests(state, ledger, registry, [name])  # one that waited while the promote held (QA V)
     if json_out:
         print_json(promotion.model_dump(mode="json"))
-    elif promotion.resumes is not None:
-        console.print(f"{literal(name)}@{literal(promotion.evolved_version)} rolled back; "
-                      f"{literal(name)}@{literal(promotion.resumes.evolved_version)} is on trial again")
+        return
+    gone = f"{literal(name)}@{literal(promotion.evolved_version)}"
+    restored = promotion.resumes
+    if restored is not None:
+        again = "on trial again" if restored.status == "on_trial" else "served again"
+        console.print(f"{gone} rolled back; {literal(name)}@{literal(restored.evolved_version)} is {again}")
+    elif promotion.evolved_version == promotion.original_version and promotion.parent_version is None:
+        console.print(f"{gone}'s promotion by hand undone; it is served, as the original")
     else:
         back = promotion.parent_version or promotion.original_version
-        console.print(f"{literal(name)}@{literal(promotion.evolved_version)} rolled back; "
-                      f"{literal(name)}@{literal(back)} is served again")
+        console.print(f"{gone} rolled back; {literal(name)}@{literal(back)} is served again")
+    for trial in trials:
+        console.print(f"{literal(name)}@{literal(trial.evolved_version)}, a new manifest version, is on trial")
 
 
 @app.command()
