@@ -251,20 +251,23 @@ def test_show_prints_mutations_variants_and_the_changelog_as_written(redis_answe
                  *[f"because {text}" for text in TRICKY])
 
 
+def show_lineage(monkeypatch: pytest.MonkeyPatch, namespace: str, promotion: dict[str, Any],
+                 versions: list[tuple[str, str, bool]]) -> str:
+    """`fittest show NAMESPACE` of a lineage with these (version, status, served) rows."""
+    row: dict[str, Any] = {"parent": None, "quality": 1.0, "successes": 0, "failures": 0, "mutation": "", "variants": []}
+    data = {"namespace": namespace, "promotion": promotion, "changelog": [],
+            "versions": [{**row, "version": v, "status": status, "served": served} for v, status, served in versions]}
+    monkeypatch.setattr(evolution, "lineage", lambda name: data)
+    return invoke(["show", namespace])
+
+
 def test_show_says_a_trial_serves_a_share_of_the_calls_and_its_parent_the_rest(redis_answers: None,
                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """QA U: the version on trial was marked "◀ served" and the original, which serves 75 % of the
     calls, was not marked at all."""
-    row: dict[str, Any] = {"parent": None, "quality": 1.0, "successes": 0, "failures": 0, "mutation": "", "variants": []}
-    data = {
-        "namespace": "hash_text",
-        "promotion": {"status": "on_trial", "evolved_version": "2.0.0", "parent_version": None, "original_version": "1.0.0"},
-        "versions": [{**row, "version": "1.0.0", "status": "original", "served": False},
-                     {**row, "version": "2.0.0", "status": "on_trial", "served": True}],
-        "changelog": [],
-    }
-    monkeypatch.setattr(evolution, "lineage", lambda name: data)
-    assert_shown(invoke(["show", "hash_text"]), "1.0.0  original ◀ served on the other 75%",
+    promotion = {"status": "on_trial", "evolved_version": "2.0.0", "parent_version": None, "original_version": "1.0.0"}
+    versions = [("1.0.0", "original", False), ("2.0.0", "on_trial", True)]
+    assert_shown(show_lineage(monkeypatch, "hash_text", promotion, versions), "1.0.0  original ◀ served on the other 75%",
                  "2.0.0  on_trial ◀ served on 25% of the calls")
 
 
@@ -321,15 +324,8 @@ def test_show_says_why_a_new_manifest_version_waits_while_a_promote_holds(redis_
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """QA V: after `fittest promote word_stats 1.0.0` a manifest's 1.1.0 never went on trial, and
     neither `show` nor the log said why."""
-    row: dict[str, Any] = {"parent": None, "quality": 1.0, "successes": 0, "failures": 0, "mutation": "", "variants": []}
-    data = {
-        "namespace": "word_stats",
-        "promotion": {"status": "active", "by": "operator", "evolved_version": "1.0.0", "parent_version": None,
-                      "original_version": "1.0.0"},
-        "versions": [{**row, "version": "1.0.0", "status": "active", "served": True},
-                     {**row, "version": "1.1.0", "status": "new manifest version", "served": False}],
-        "changelog": [],
-    }
-    monkeypatch.setattr(evolution, "lineage", lambda name: data)
-    assert_shown(invoke(["show", "word_stats"]), "1.0.0  active ◀ served",
+    promotion = {"status": "active", "by": "operator", "evolved_version": "1.0.0", "parent_version": None,
+                 "original_version": "1.0.0"}
+    versions = [("1.0.0", "active", True), ("1.1.0", "new manifest version", False)]
+    assert_shown(show_lineage(monkeypatch, "word_stats", promotion, versions), "1.0.0  active ◀ served",
                  "1.1.0  new manifest version waits: `fittest promote` decides (`fittest rollback word_stats` lets it go on trial)")
