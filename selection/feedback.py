@@ -1,12 +1,15 @@
 """Feedback math: how much a stored judgement about a tool version counts for the current scenario.
 
-A feedback entry is a signed value in [-1, 1] about one exact tool version in one scenario. Its
-weight here is the product of two things a person would agree with: how similar its scenario is
-to this one (`similarity_weight`, the same kernel the learned policy uses for every piece of
-outcome evidence) and how recent it is (halved every half-life). The score is the weighted mean
-value, shrunk towards 0 by one pseudo-entry of weight PRIOR_WEIGHT (one identical-scenario
-judgement moves it half-way), times 50: so it stays within ±50 by construction, and grows with
-the amount and closeness of agreeing evidence.
+A feedback entry is a signed value in [-1, 1] about one exact tool version in one scenario: a
+vote for or against it, as strong as the value's size. Its weight here is the product of what a
+person would agree with: how similar its scenario is to this one (`similarity_weight`, the same
+kernel the learned policy uses for every piece of outcome evidence), how recent it is (halved
+every half-life), how strong it is (|value|: a judgement of quality 0.2 that agrees with the others
+adds to them a little, where as a level it pulled their mean towards 0 — QA V: a second, weaker
+negative raised a tool from -25 to -20), and whose it is (a person's counts MANUAL_WEIGHT times an
+outcome's). The score is the weighted mean vote, shrunk towards 0 by one pseudo-entry of weight
+PRIOR_WEIGHT (one identical-scenario outcome moves it half-way), times 50: so it stays within ±50
+by construction, and grows with the amount and closeness of agreeing evidence.
 
 Which outcome becomes which feedback follows the design's rules (`outcome_value`).
 """
@@ -29,6 +32,10 @@ MAX_POINTS = 50.0
 # 0.9 similar counts 0.37, one 0.7 similar 0.05. The one scale for all outcome evidence.
 BANDWIDTH = 0.1
 PRIOR_WEIGHT = 1.0
+# An outcome says a version ran without an error; a person says whether its output was right. At
+# 1 a person's "wrong for this job" was cancelled by the next call the same version served (QA V:
+# -24 after one judgement, -12 after a call and a second one).
+MANUAL_WEIGHT = 5.0
 # Entries from scenarios so far away that they weigh under 1% of a same-scenario judgement need
 # not be fetched: the similarity below which a search may stop.
 MIN_SIMILARITY = 1.0 + BANDWIDTH * math.log(0.01)
@@ -61,11 +68,13 @@ def outcome_value(success: bool, quality: float) -> float | None:
 
 class FeedbackEntry(NamedTuple):
     """One stored judgement as selection sees it: its value (-1..1), its scenario's similarity, its
-    time. A tuple, not a model: a selection builds up to 200 of them from its own store's hits."""
+    time, whether a person made it. A tuple, not a model: a selection builds up to 200 of them from
+    its own store's hits."""
 
     value: float
     similarity: float
     timestamp: float
+    manual: bool = False
 
 
 def feedback_points(
@@ -78,8 +87,9 @@ def feedback_points(
     now = time.time() if now is None else now
     total = weight = 0.0
     for e in entries:
-        w = similarity_weight(e.similarity, bandwidth) * decay(now - e.timestamp, half_life_s)
-        total += w * e.value
+        w = (similarity_weight(e.similarity, bandwidth) * decay(now - e.timestamp, half_life_s) * abs(e.value)
+             * (MANUAL_WEIGHT if e.manual else 1.0))
+        total += math.copysign(w, e.value)
         weight += w
     points = MAX_POINTS * total / (weight + PRIOR_WEIGHT)
     return max(-MAX_POINTS, min(MAX_POINTS, points))
@@ -115,7 +125,8 @@ def points_by_tool(hits: Iterable[VectorHit], half_life_s: float, now: float | N
         if replaced(h.payload, judged):
             continue
         entries[h.payload["tool"]].append(
-            FeedbackEntry(payload_value(h.payload), h.score, float(h.payload.get("timestamp", 0.0))))
+            FeedbackEntry(payload_value(h.payload), h.score, float(h.payload.get("timestamp", 0.0)),
+                          h.payload.get("source", "manual") == "manual"))
     return {key: feedback_points(items, half_life_s, now) for key, items in entries.items()}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from selection.feedback import MAX_POINTS, FeedbackEntry, FeedbackRecord, feedback_points, outcome_value, points_by_tool, trend
+from selection.feedback import MANUAL_WEIGHT, MAX_POINTS, FeedbackEntry, FeedbackRecord, feedback_points, outcome_value, points_by_tool, trend
 from selection.ports import VectorHit
 
 DAY = 86_400.0
@@ -39,6 +39,24 @@ def test_score_is_capped_at_50() -> None:
     assert -MAX_POINTS <= points(*many_bad) < -49.0
 
 
+def test_a_weaker_judgement_that_agrees_adds_to_the_score_and_one_of_strength_0_counts_for_nothing() -> None:
+    """QA V: a negative of quality 0.2 after a negative of 1.0 raised the tool from -25 to -20 (a
+    mean of levels), and a positive of quality 0 pulled a score towards 0."""
+    strong = entry(-1.0, 1.0)
+    assert points(strong) == pytest.approx(-25.0)
+    assert points(strong, entry(-0.2, 1.0)) < points(strong) < points(strong, entry(0.2, 1.0)) < 0
+    assert points(strong, entry(0.0, 1.0)) == points(strong)
+
+
+def test_a_persons_judgement_outweighs_the_next_outcomes_of_the_version_it_judged() -> None:
+    """QA V: a person's "wrong for this job" (no call named) was cancelled by the next call that
+    the same version served: its success stored a +1 as heavy as the person's -1."""
+    judged = FeedbackEntry(value=-1.0, similarity=1.0, timestamp=NOW, manual=True)
+    assert points(judged, entry(1.0, 1.0)) < -25.0 < points(entry(-1.0, 1.0), entry(1.0, 1.0)) == 0.0
+    served_on = [entry(1.0, 1.0) for _ in range(int(MANUAL_WEIGHT) - 1)]
+    assert points(judged, *served_on) < 0  # still against it after MANUAL_WEIGHT - 1 more successes
+
+
 def test_outcome_rules() -> None:
     assert outcome_value(True, 0.9) == 1.0  # strong positive
     assert outcome_value(True, 0.6) == 0.5  # positive
@@ -71,10 +89,11 @@ def test_a_judgement_of_a_calls_output_takes_the_place_of_that_calls_outcome_fee
     hits = [hit("a@1", 1.0, "outcome", "c1"), hit("a@1", 1.0, "outcome", "c2"), hit("b@1", 1.0, "outcome", "c1"),
             hit("a@1", -1.0, "manual", "c1")]
     points = points_by_tool(hits, half_life_s=86_400, now=now)
-    assert points["a@1"] == 0.0  # c2's success and the judgement of c1; c1's own success is gone
+    # c2's success and the judgement of c1, which counts MANUAL_WEIGHT outcomes; c1's own success is gone
+    assert points["a@1"] == pytest.approx(MAX_POINTS * (1 - MANUAL_WEIGHT) / (1 + MANUAL_WEIGHT + 1))
     assert points["b@1"] == 25.0  # another version's outcome of the same call stays
     unjudged = points_by_tool([*hits[:3], hit("a@1", -1.0, "manual", None)], half_life_s=86_400, now=now)
-    assert unjudged["a@1"] > 0  # a judgement of no call in particular replaces nothing
+    assert unjudged["a@1"] == pytest.approx(MAX_POINTS * (2 - MANUAL_WEIGHT) / (2 + MANUAL_WEIGHT + 1))  # replaces nothing
 
 
 def test_an_outcome_flagged_as_judged_does_not_count_without_its_judgement_among_the_hits() -> None:
