@@ -112,6 +112,15 @@ def served_version(promotion: Promotion | None, call_id: str, after_evolution: b
     return fallback_version(promotion)
 
 
+def served_chance(promotion: Promotion | None, version: str | None, after_evolution: bool, share: float) -> float:
+    """The share of calls on which `served_version` gives `version`, as it gave this call: a
+    trial's share for the version on trial, the rest for the version it is tried against, and
+    all of them otherwise."""
+    if promotion is None or promotion.status != "on_trial" or after_evolution:
+        return 1.0
+    return share if version == promotion.evolved_version else 1.0 - share
+
+
 def kept_served(versions: Sequence[ToolManifest], current: Promotion | None,
                 arrived: Collection[str]) -> ToolManifest | None:
     """The version a namespace goes on serving when the tools watch brings an older version of its

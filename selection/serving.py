@@ -28,11 +28,14 @@ NEWCOMER_MIN_SIMILARITY = 0.5
 @dataclass
 class ServedVersions:
     """What promotions decide for one call: each namespace's version served first, the versions
-    promoted (on trial or active) and those rolled back (not tried)."""
+    promoted (on trial or active) and those rolled back (not tried). `chance`: of a namespace
+    whose version a trial's share drew, the share of calls on which that version is served first
+    (the trial's share, or the rest for the version it is tried against)."""
 
     by_namespace: dict[str, str | None] = field(default_factory=dict)
     promoted: set[str] = field(default_factory=set)
     rolled_back: set[str] = field(default_factory=set)
+    chance: dict[str, float] = field(default_factory=dict)
 
 
 def served_first(request: CallRequest, ranked: list[Candidate], served: ServedVersions) -> list[Candidate]:
@@ -49,7 +52,21 @@ def served_first(request: CallRequest, ranked: list[Candidate], served: ServedVe
     for c in kept:
         by_name[c.manifest.name].append(c)
     queues = {name: iter(sorted(cs, key=lambda c: c.manifest.version != by_namespace.get(name))) for name, cs in by_name.items()}
-    reordered = [next(queues[c.manifest.name]) for c in kept]  # each namespace keeps its places
+    places = [(c.manifest.name, c.probability) for c in kept]
+    reordered = [next(queues[name]) for name, _ in places]  # each namespace keeps its places
+    drawn: set[str] = set()
+    for c, (name, place_probability) in zip(reordered, places):
+        if name not in by_namespace:
+            continue
+        # A version goes where the policy placed its namespace, on the calls a trial's share gives
+        # it (all of them, without a trial), and is logged so (QA V: a trial's version and the
+        # version it is tried against both logged 1.0 first, each going first on its share).
+        chance = served.chance.get(name, 1.0)
+        c.probability = round(place_probability * chance, 6)
+        if chance < 1.0 and name not in drawn and c.breakdown is not None:
+            c.breakdown.rationale += f"; its version served first on {chance:.0%} of the calls, by a trial's share"
+            c.breakdown.extra["trial_share"] = round(chance, 6)
+            drawn.add(name)
     head = by_namespace.get(request.namespace or "")
     if request.namespace and head:
         reordered.sort(key=lambda c: c.key != tool_key(request.namespace or "", head))

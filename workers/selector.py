@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
 from evolution.descriptions import MANIFEST_VARIANT
-from evolution.trial import in_share, served_version, withdrawn_version
+from evolution.trial import in_share, served_chance, served_version, withdrawn_version
 from evolution.versioning import MANIFEST_FILE, version_stem
 from selection.cache import TTLCache
 from selection.classifier import ToolClassifier
@@ -524,9 +524,11 @@ class Selector:
                 found.rolled_back.add(tool_key(p.namespace, withdrawn))
         # Only a namespace with several versions among the candidates, or the one called, has an order to keep.
         for name in [n for n, count in candidates.items() if count > 1 or n == request.namespace]:
-            version = served_version(promotions.get(name), request.call_id, request.after_evolution, self.settings.trial_share)
+            promotion = promotions.get(name)
+            version = served_version(promotion, request.call_id, request.after_evolution, self.settings.trial_share)
             original = self.rt.registry.original(name)
             found.by_namespace[name] = version or (original.version if original else None)
+            found.chance[name] = served_chance(promotion, version, request.after_evolution, self.settings.trial_share)
         return found
 
     def ensure_version(self, namespace: str, version: str) -> ToolManifest | None:

@@ -40,6 +40,25 @@ def test_a_namespace_call_starts_with_what_its_namespace_serves() -> None:
     assert keys(served_first(CallRequest(scenario="x", namespace="c"), RANKED, served))[0] == "c@1.0.0"
 
 
+def test_a_version_a_trials_share_drew_logs_that_share_in_its_probability() -> None:
+    """QA V: with 1.1.0 on a 25 % trial, both it and the version it is tried against logged
+    probability 1.0 as the first candidate, where each went first on its share of the calls."""
+    def ranked() -> list[Candidate]:
+        placed = [candidate("a", "1.0.0"), candidate("b"), candidate("a", "1.1.0")]
+        for c, p in zip(placed, (0.8, 0.15, 0.05)):
+            c.probability = p
+            c.breakdown = ScoreBreakdown(rationale="ranked")
+        return placed
+
+    on_trial = served_first(CallRequest(scenario="x"), ranked(), ServedVersions(by_namespace={"a": "1.1.0"}, chance={"a": 0.25}))
+    assert [(c.key, c.probability) for c in on_trial] == [("a@1.1.0", 0.2), ("b@1.0.0", 0.15), ("a@1.0.0", 0.0125)]
+    assert on_trial[0].breakdown is not None and "served first on 25% of the calls, by a trial's share" in on_trial[0].breakdown.rationale
+    rest = served_first(CallRequest(scenario="x"), ranked(), ServedVersions(by_namespace={"a": "1.0.0"}, chance={"a": 0.75}))
+    assert [(c.key, c.probability) for c in rest] == [("a@1.0.0", 0.6), ("b@1.0.0", 0.15), ("a@1.1.0", 0.0375)]
+    active = served_first(CallRequest(scenario="x"), ranked(), ServedVersions(by_namespace={"a": "1.1.0"}))
+    assert [(c.key, c.probability) for c in active] == [("a@1.1.0", 0.8), ("b@1.0.0", 0.15), ("a@1.0.0", 0.05)]
+
+
 def test_a_call_retried_after_its_evolution_tries_the_promoted_version_first() -> None:
     served = ServedVersions(promoted={"c@1.0.0"})
     assert keys(evolved_first(CallRequest(scenario="x", after_evolution=True), RANKED, served))[0] == "c@1.0.0"
