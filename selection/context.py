@@ -9,6 +9,11 @@ were given, so `fittest explain` can show why.
 Recognised `context` keys (all optional): `phase`, `language` or `languages`, `complexity` (0..1),
 `task_type`, `testing` (none | present | failing | passing), and `files`: a list of paths, or a
 mapping of path to content (content makes complexity measurable).
+
+A language has one name wherever it comes from (a file's extension, a code fence, the scenario, the
+caller's `context`, a manifest's `languages`): `canonical_language` reads the usual other spellings
+(python3, py, node, ts, golang, c++, ...) as the name the extensions give, so that they match; a
+string of names separated by commas is a list of them.
 """
 
 from __future__ import annotations
@@ -66,9 +71,17 @@ EXTENSIONS: dict[str, str] = {
     ".h": "c", ".swift": "swift", ".scala": "scala", ".sh": "bash", ".bash": "bash", ".sql": "sql",
     ".r": "r", ".lua": "lua", ".html": "html", ".css": "css",
 }
-FENCE_ALIASES: dict[str, str] = {"py": "python", "python3": "python", "ts": "typescript", "js": "javascript",
-                                 "golang": "go", "rs": "rust", "sh": "bash", "shell": "bash", "c++": "cpp",
-                                 "cs": "csharp", "c#": "csharp"}
+# Other spellings of a language, in fences, contexts and manifests -> the name its extensions give
+# (QA: `{"language": "python3"}` scored a python tool 0 on language, worse than saying nothing).
+LANGUAGE_ALIASES: dict[str, str] = {
+    "py": "python", "py3": "python", "python2": "python", "python3": "python", "cpython": "python",
+    "js": "javascript", "node": "javascript", "nodejs": "javascript", "node.js": "javascript",
+    "ecmascript": "javascript", "ts": "typescript", "golang": "go", "rs": "rust", "rb": "ruby", "kt": "kotlin",
+    "sh": "bash", "shell": "bash", "c++": "cpp", "cxx": "cpp", "cs": "csharp", "c#": "csharp",
+}
+KNOWN_LANGUAGES: frozenset[str] = frozenset(EXTENSIONS.values()) | frozenset(LANGUAGE_ALIASES.values())
+# A known name with a version after it: "python 3.11", "node18", "c++17", "java-21".
+VERSIONED = re.compile(r"(.+?)[\s_-]?v?\d+(?:\.\d+)*")
 # Languages recognised when named in the scenario ("... in Rust"); short or common-word names
 # (go, c, r) only from files, fences or explicit context.
 NAMED_LANGUAGES: tuple[str, ...] = ("python", "typescript", "javascript", "golang", "rust", "java", "kotlin",
@@ -112,8 +125,26 @@ class ExplicitContext(BaseModel):
 
     @field_validator("languages")
     @classmethod
-    def _lower(cls, v: list[str] | None) -> list[str] | None:
-        return None if v is None else sorted({x.strip().lower() for x in v if x.strip()})
+    def _canonical(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else canonical_languages(v)
+
+
+def canonical_language(name: str) -> str:
+    """The name the analyser gives a language however it was spelled; a name it does not know stays
+    as written (lower case), so a tool that declares it still matches it."""
+    name = " ".join(name.lower().split())
+    if name in KNOWN_LANGUAGES:
+        return name
+    if name in LANGUAGE_ALIASES:
+        return LANGUAGE_ALIASES[name]
+    versioned = VERSIONED.fullmatch(name)
+    base = versioned.group(1) if versioned else ""
+    return LANGUAGE_ALIASES.get(base, base) if base in KNOWN_LANGUAGES or base in LANGUAGE_ALIASES else name
+
+
+def canonical_languages(names: list[str]) -> list[str]:
+    """`names` canonical, each entry split at commas (QA: `"python,rust"` was one language)."""
+    return sorted({canonical_language(part) for name in names for part in name.split(",") if part.strip()})
 
 
 def explicit_context(context: Mapping[str, Any]) -> ExplicitContext:
@@ -188,12 +219,8 @@ def detect_phase(words: str, paths: list[str]) -> Phase | None:
 
 def detect_languages(scenario: str, words: str, paths: list[str]) -> list[str]:
     found = {EXTENSIONS[s] for p in paths if (s := PurePosixPath(p).suffix.lower()) in EXTENSIONS}
-    for fence in FENCE.findall(scenario):
-        name = fence.lower()
-        found.add(FENCE_ALIASES.get(name, name))
-    for name in NAMED_LANGUAGES:
-        if f" {name} " in words:
-            found.add(FENCE_ALIASES.get(name, name))
+    found.update(canonical_language(fence) for fence in FENCE.findall(scenario))
+    found.update(canonical_language(name) for name in NAMED_LANGUAGES if f" {name} " in words)
     return sorted(found)
 
 

@@ -4,7 +4,9 @@ Five components, each 0..1, where 0.5 means "nothing known" (a tool without SPAR
 context that says nothing about that aspect) so that missing metadata neither helps nor hurts:
 
 - phase: 1 when the tool lists the call's phase, less the further its nearest phase is (0 at 4 apart);
-- language: the share of the call's languages the tool supports;
+- language: the share of the call's languages the tool supports, both named canonically
+  (selection/context.py); a name neither the analyser nor the tool knows is left out of the share
+  (it may be a spelling nobody taught it), and with only such names the component is neutral;
 - complexity: 1 inside the tool's range, falling to 0 at 0.5 outside it;
 - task_type: 1 when the tool lists it, 0.5 when it lists "general", else 0;
 - history: the tool version's success rate in similar past scenarios, kernel-weighted
@@ -19,7 +21,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, Field
 
-from selection.context import PHASES, ContextFeatures
+from selection.context import KNOWN_LANGUAGES, PHASES, ContextFeatures, canonical_language
 from selection.manifest import SparcMetadata, ToolManifest
 
 NEUTRAL = 0.5
@@ -48,11 +50,15 @@ def phase_component(meta: SparcMetadata | None, features: ContextFeatures) -> tu
 def language_component(meta: SparcMetadata | None, features: ContextFeatures) -> tuple[float, str]:
     if meta is None or not meta.languages or not features.languages:
         return NEUTRAL, "language unknown" if not features.languages else "no language metadata"
-    shared = sorted(set(meta.languages) & set(features.languages))
-    share = len(shared) / len(features.languages)
+    supported = {canonical_language(x) for x in meta.languages}
+    wanted = sorted({canonical_language(x) for x in features.languages})
+    known = [x for x in wanted if x in KNOWN_LANGUAGES or x in supported]
+    if not known:
+        return NEUTRAL, f"language {', '.join(wanted)} not known"
+    shared = sorted(supported.intersection(known))
     if not shared:
-        return 0.0, f"no support for {', '.join(features.languages)}"
-    return share, f"supports {', '.join(shared)}"
+        return 0.0, f"no support for {', '.join(known)}"
+    return len(shared) / len(known), f"supports {', '.join(shared)}"
 
 
 def complexity_component(meta: SparcMetadata | None, features: ContextFeatures) -> tuple[float, str]:

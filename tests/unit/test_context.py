@@ -52,6 +52,35 @@ def test_languages_from_extensions_fences_and_names() -> None:
     assert analyse("sort a list").languages == []
 
 
+@pytest.mark.parametrize(
+    ("given", "files"),
+    [
+        (["python3", "py", "Python2", "python 3.11", "PY"], ["a.py"]),
+        (["js", "node", "nodejs", "node18"], ["a.js"]),
+        (["ts"], ["a.ts"]),
+        (["golang", "go1.22"], ["a.go"]),
+        (["c++", "cpp", "C++17", "cxx"], ["a.cpp"]),
+        (["c#", "cs"], ["a.cs"]),
+    ],
+)
+def test_a_language_stated_in_another_spelling_is_named_as_its_files_are(given: list[str], files: list[str]) -> None:
+    """QA F6: `{"language": "python3"}` stayed "python3", which no manifest's `python` matched."""
+    detected = analyse("check", {"files": files}).languages
+    for name in given:
+        assert analyse("check", {"language": name}).languages == detected, name
+        assert analyse("check", {"languages": [name]}).languages == detected, name
+    # a fence's alias and a language named in the scenario read the same
+    assert analyse(f"why does this fail?\n```{given[0]}\nx\n```").languages == detected
+
+
+def test_languages_separated_by_commas_are_a_list() -> None:
+    """QA F6: `{"languages": "python,rust"}` was analysed as one language, "python,rust"."""
+    assert analyse("check", {"languages": "python,rust"}).languages == ["python", "rust"]
+    assert analyse("check", {"language": "Py3, golang ,"}).languages == ["go", "python"]
+    assert analyse("check", {"languages": ["python, rust", "go"]}).languages == ["go", "python", "rust"]
+    assert analyse("check", {"language": "cobol"}).languages == ["cobol"]  # unknown: kept as written
+
+
 def test_explicit_context_wins_over_detection() -> None:
     features = analyse(
         "deploy the service to production",

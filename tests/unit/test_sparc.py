@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from selection.context import ContextFeatures
+import pytest
+
+from selection.context import ContextFeatures, analyse
 from selection.manifest import ToolManifest
-from selection.sparc import COMPONENTS, NEUTRAL, sparc_score
+from selection.sparc import COMPONENTS, NEUTRAL, language_component, sparc_score
 
 EQUAL = {c: 0.2 for c in COMPONENTS}
 
@@ -35,6 +37,33 @@ def test_matching_tool_beats_mismatching_one_with_a_breakdown() -> None:
     assert fit.score > NEUTRAL > misfit.score
     assert "refinement phase fits" in fit.rationale and "supports python" in fit.rationale
     assert "no support for python" in misfit.rationale
+
+
+@pytest.mark.parametrize("context", [{"language": "python3"}, {"language": "py"}, {"languages": ["Python 3.11"]},
+                                     {"language": "python"}])
+def test_a_language_alias_scores_a_tool_of_that_language_as_a_match(context: dict[str, str]) -> None:
+    """QA F6: `fittest explain "parse a spreadsheet saved as CSV into records" --context
+    '{"language":"python3"}'` scored csv_to_json (`languages: [python]`) 0 on language, worse than
+    saying nothing (0.5)."""
+    features = analyse("parse a spreadsheet saved as CSV into records", context)
+    s = sparc_score(tool({"languages": ["python"]}), features, EQUAL)
+    assert s.components["language"] == 1.0 and "supports python" in s.rationale
+
+
+def test_languages_given_with_commas_or_declared_in_another_spelling_match() -> None:
+    both = analyse("parse csv", {"languages": "python,rust"})
+    assert sparc_score(tool({"languages": ["python"]}), both, EQUAL).components["language"] == 0.5  # one of two
+    assert sparc_score(tool({"languages": ["Python3", "rs"]}), both, EQUAL).components["language"] == 1.0
+
+
+def test_a_known_language_the_tool_lacks_scores_0_and_an_unknown_name_neutral() -> None:
+    python_tool = tool({"languages": ["python"]})
+    rust = sparc_score(python_tool, analyse("parse csv", {"language": "rust"}), EQUAL)
+    assert rust.components["language"] == 0.0 and "no support for rust" in rust.rationale
+    typo = analyse("parse csv", {"language": "pyhton"})  # a spelling nobody taught it neither helps nor hurts
+    assert sparc_score(python_tool, typo, EQUAL).components["language"] == NEUTRAL
+    assert language_component(python_tool.sparc, typo) == (NEUTRAL, "language pyhton not known")
+    assert sparc_score(tool({"languages": ["cobol"]}), analyse("x", {"language": "COBOL"}), EQUAL).components["language"] == 1.0
 
 
 def test_unknown_context_leaves_metadata_neutral() -> None:

@@ -40,7 +40,9 @@ def _context_help() -> str:
     from selection.manifest import Phase, TaskType
 
     return ("Call context as a JSON object; @PATH reads it from a file, - from standard input. Keys read: "
-            f"phase ({', '.join(get_args(Phase))}), language or languages (a name or a list), complexity (0..1), "
+            f"phase ({', '.join(get_args(Phase))}), language or languages (a name, names separated by commas, or a list; "
+            "python3, py, node, js, ts, golang, c++ and the like read as python, javascript, typescript, go, cpp), "
+            "complexity (0..1), "
             f"task_type ({', '.join(get_args(TaskType))}), testing ({', '.join(get_args(Testing))}), "
             "files (paths, or paths to contents), environment; other keys are the caller's own.")
 
