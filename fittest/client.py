@@ -38,7 +38,8 @@ __all__ = ["CallRequest", "CallResult", "CallToolPayload", "FeedbackRequest", "F
 
 
 class FittestUnavailable(ConnectionError):
-    """Redis (the broker, or the result backend) could not be reached in time. A call already
+    """Redis (the broker, or the result backend), or a store the workers need to take a judgement,
+    could not be reached in time. A call already
     sent is not lost by it: the workers finish it, and `result()` (or `fittest result ID`) gets its
     result once Redis answers again. A send retries first (workers/publishing.py's policy: up to
     40 times, at most 1 s apart), whatever the `timeout` of the result."""
@@ -128,14 +129,16 @@ class FittestClient(CallSender):
         gave the version on its own (a success is positive), whichever is stored first. Selection
         weighs it for similar scenarios, decayed with age, within ±50 points. Returns the feedback
         worker's answer (`feedback`, and `score_now`: the version's feedback score for `scenario`);
-        raises ValueError for a payload or a tool the workers refuse."""
+        raises ValueError for a payload or a tool the workers refuse, and FittestUnavailable when a
+        store they need to check it is down (sent again later, it is recorded)."""
         request = FeedbackRequest.model_validate({"tool": tool, "sentiment": sentiment, "version": version,
                                                   "scenario": scenario, "reason": reason, "quality": quality,
                                                   "call_id": call_id})
         with _reaching(self.settings.redis_url, "recording feedback"):
             answer = self.wait(self.send("record_feedback", queue="feedback", **request.model_dump(mode="json")), timeout)
         if answer.get("status") != "recorded":
-            raise ValueError("; ".join(f"{e['field']}: {e['message']}" for e in answer.get("errors", [])) or str(answer))
+            said = "; ".join(f"{e['field']}: {e['message']}" for e in answer.get("errors", [])) or str(answer)
+            raise FittestUnavailable(said) if answer.get("status") == "unavailable" else ValueError(said)
         return answer
 
     def close(self) -> None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import threading
 from typing import Any, Literal
 
 from celery import Celery
 from celery.result import AsyncResult
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from redis.exceptions import OutOfMemoryError, RedisError
 
 from selection.models import CALL_ID_PATTERN, CallRequest, CallResult
@@ -50,7 +51,7 @@ class FeedbackRequest(BaseModel):
 
     tool: str = Field(min_length=1, max_length=64)
     sentiment: Literal["positive", "negative"]
-    version: str | None = None  # default: the version of it `call_id` ran, else the one the namespace serves now
+    version: str | None = None  # default: the version of it `call_id` ran, else the one serving most of its calls
     scenario: str | None = Field(None, max_length=4000)  # default: `call_id`'s scenario, else the tool in general
     reason: str = Field("", max_length=500)
     quality: float = Field(1.0, ge=0.0, le=1.0)
@@ -58,6 +59,28 @@ class FeedbackRequest(BaseModel):
     # outcome gave the version automatically (a success that a person found wrong is not a success).
     # The call must be known (its result stored, or its outcome recorded) and have run the tool.
     call_id: str | None = Field(None, pattern=CALL_ID_PATTERN)
+
+    @field_validator("scenario")
+    @classmethod
+    def _scenario_text(cls, v: str | None) -> str | None:
+        """Refused as a call's blank scenario is (QA F7: `--scenario "   "` was stored as a job); an
+        empty one stays what leaving it out means, the tool in general."""
+        if v and not v.strip():
+            raise ValueError("scenario is blank")
+        return v
+
+    @field_validator("quality", mode="before")
+    @classmethod
+    def _a_number(cls, v: Any) -> Any:
+        """NaN fails the range check, whose words ("less than or equal to 1") sent QA F8 looking for
+        a value too large; it is not a number at all."""
+        try:
+            nan = math.isnan(float(v))
+        except (TypeError, ValueError):
+            return v
+        if nan:
+            raise ValueError(f"{v} is not a number: give one from 0 to 1")
+        return v
 
 
 def payload_schemas() -> dict[str, dict[str, Any]]:

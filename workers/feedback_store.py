@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from evolution.trial import head_version
+from evolution.trial import fallback_version, head_version
 from selection.feedback import FeedbackRecord, TrendPoint, judged_calls, replaced, trend
 from selection.learner import JUDGED_WRONG, ExecutionRecord
 from selection.manifest import tool_key
@@ -39,12 +39,18 @@ def write_feedback(rt: Runtime, records: Sequence[FeedbackRecord], vectors: Sequ
 
 
 def served_version(rt: Runtime, name: str) -> str:
-    """The version a namespace stands for now (`fittest show`'s head): the promoted one, after a
-    rollback the one it fell back to, else its original."""
+    """The version a judgement of NAME without a version is of: the one serving most of the
+    namespace's calls. During a trial that is the version it is tried against, not the one on trial
+    (QA F8: `feedback add NAME` judged the version serving 25 % of the calls); else `fittest show`'s
+    head: the promoted one, after a rollback the one it fell back to, else its original."""
     original = rt.registry.original(name)
     if original is None:
         raise LookupError(f"no tool named '{name}'")
-    head = head_version(rt.state.promotion(name))
+    promotion = rt.state.promotion(name)
+    if promotion is not None and promotion.status == "on_trial" and rt.settings.trial_share <= 0.5:
+        head = fallback_version(promotion)
+    else:
+        head = head_version(promotion)
     return head if head is not None and f"{name}@{head}" in rt.registry else original.version
 
 

@@ -99,7 +99,7 @@ def test_cli_explains_takes_feedback_shows_weights_and_recommends(learning: Pipe
     assert report["total"] >= 1 and report["trend"][-1]["count"] >= 1
 
     unknown = cli("feedback", "add", "no_such_tool", "negative")
-    assert unknown.exit_code == 1 and "no tool named 'no_such_tool'" in unknown.output
+    assert unknown.exit_code == 2 and "no tool named 'no_such_tool'" in unknown.output  # refused, as a call's input
 
     explained = cli("explain", "parse csv text into rows", "--context", '{"language": "python"}', "--json")
     assert explained.exit_code == 0, explained.output

@@ -181,6 +181,24 @@ def test_promotions_read_before_the_state_was_lost_are_not_served_after_it(rt) -
     assert "weather_now@1.2.0" in now and "weather_now@1.1.0" not in now
 
 
+def test_feedback_on_a_name_alone_judges_the_version_serving_most_calls_during_a_trial(rt) -> None:
+    """QA F8: `fittest feedback add NAME` while NAME@1.1.0 was on trial (serving FITTEST_TRIAL_SHARE,
+    25 %, of the calls) judged 1.1.0, not the version serving the rest; NAME@VERSION picks either."""
+    from selection.models import Promotion
+    from workers.feedback_store import record_tool_feedback
+
+    rt.registry.add(ToolManifest(name="weather_now", version="1.1.0", description=TOOLS["weather_now"], parent_version="1.0.0",
+                                 implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+    trial = Promotion(namespace="weather_now", evolved_version="1.1.0", original_version="1.0.0", status="on_trial")
+    rt.state.promote(trial)
+    assert rt.settings.trial_share < 0.5
+    judged = record_tool_feedback(rt, "weather_now", None, "rain forecast for Paris", "negative")
+    assert judged.key == "weather_now@1.0.0"
+    assert record_tool_feedback(rt, "weather_now", "1.1.0", "rain forecast for Paris", "negative").key == "weather_now@1.1.0"
+    rt.state.promote(trial.model_copy(update={"status": "active"}))  # it serves every call now
+    assert record_tool_feedback(rt, "weather_now", None, "rain forecast for Paris", "negative").key == "weather_now@1.1.0"
+
+
 def test_feedback_score_weights_similar_scenarios_more(rt) -> None:
     from workers.feedback_store import feedback_report, feedback_score, record_tool_feedback
 
@@ -446,6 +464,31 @@ def test_promotions_decide_which_version_of_a_namespace_is_tried_first(rt) -> No
     rt.state.promote(promotion.model_copy(update={"status": "rolled_back"}))
     assert order() == ["currency_rates@1.0.0"]  # rolled back: not tried
     assert order(namespace="currency_rates", version="1.1.0")[0] == "currency_rates@1.1.0"  # unless asked for
+
+
+def test_a_trials_share_is_in_the_logged_probability_of_the_version_it_drew(rt) -> None:
+    """QA V: with a version on trial, it and the version it is tried against both logged
+    probability 1.0 first, where each went first on its share of the calls."""
+    from evolution.trial import in_share
+    from selection.models import Promotion
+
+    evolved = ToolManifest(name="currency_rates", version="1.1.0", parent_version="1.0.0", description=TOOLS["currency_rates"],
+                           implementation={"kind": "http", "url": "http://127.0.0.1:9/x"})
+    rt.selector.ensure_tool(evolved)
+    rt.state.promote(Promotion(namespace="currency_rates", evolved_version="1.1.0", original_version="1.0.0",
+                               parent_version="1.0.0", status="on_trial"))
+    share = rt.settings.trial_share
+    drawn = {}
+    for i in range(40):
+        call_id = f"trial-call-{i}"
+        plan = rt.selector.plan(CallRequest(scenario="how many yen for 200 dollars", namespace="currency_rates", call_id=call_id))
+        first = plan.candidates[0]
+        on_trial = in_share(call_id, "currency_rates", share)
+        assert first.key == ("currency_rates@1.1.0" if on_trial else "currency_rates@1.0.0")
+        assert first.breakdown is not None and first.breakdown.extra["trial_share"] == (share if on_trial else 1 - share)
+        assert 0 < first.probability <= (share if on_trial else 1 - share)
+        drawn[on_trial] = True
+    assert drawn == {True: True, False: True}  # both sides of the share were seen
 
 
 def test_a_call_retried_after_its_evolution_tries_the_new_version_before_any_other(rt) -> None:

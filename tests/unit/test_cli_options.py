@@ -84,6 +84,14 @@ def run(*args: str) -> tuple[int, str]:
     return result.exit_code, " ".join(result.output.split())
 
 
+def help_of(*path: str, param: str) -> str:
+    """What `--help` says of one argument or option of a command (as written, not wrapped to a terminal)."""
+    command: Any = typer.main.get_command(app)
+    for word in path:
+        command = command.commands[word]
+    return str(next(p.help for p in command.params if p.name == param))
+
+
 def test_show_says_a_deprecated_version_is_not_served_and_events_0_shows_no_changelog(stores: ToolRegistry) -> None:
     code, out = run("show", "old_sort", "--events", "0")
     assert code == 0 and "◀ served" not in out and "deprecated: not offered by selection" in out
@@ -122,6 +130,78 @@ def test_feedback_add_refuses_a_name_with_an_empty_version_and_says_what_its_sco
     assert "its feedback score in general (no --scenario) is now -25.0" in run("feedback", "add", "fast_sort", "negative")[1]
     assert "its feedback score for that scenario is now -25.0" in run("feedback", "add", "fast_sort", "negative",
                                                                         "--scenario", "sort numbers")[1]
+
+
+def answering(asked: list[dict[str, Any]], answer: dict[str, Any]) -> Any:
+    """A stand-in for the workers that notes what it was asked and gives `answer`."""
+    def ask(*_: Any, **kwargs: Any) -> dict[str, Any]:
+        asked.append(kwargs)
+        return answer
+    return ask
+
+
+def test_feedback_add_refuses_a_blank_scenario_as_explain_does_and_takes_an_empty_one_for_the_tool_in_general(
+    stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """QA F7: `feedback add sort_numbers negative --scenario "   "` was stored, where `explain "   "`
+    is refused with exit code 2."""
+    asked: list[dict[str, Any]] = []
+    recorded = {"status": "recorded", "feedback": {"tool": "fast_sort", "version": "1.0.0", "value": -1.0}, "score_now": -25.0}
+    monkeypatch.setattr(learning, "_ask", answering(asked, recorded))
+    assert run("explain", "   ") == (2, "error: scenario: scenario is blank")
+    assert run("feedback", "add", "fast_sort", "negative", "--scenario", "   ") == (2, "error: scenario: scenario is blank")
+    assert not asked  # refused before asking the workers
+    code, out = run("feedback", "add", "fast_sort", "negative", "--scenario", "")
+    assert code == 0 and "in general (no --scenario)" in out and asked[-1]["scenario"] == ""
+    assert 'else the tool in general (as "" says). A blank one is refused.' in help_of("feedback", "add", param="scenario")
+
+
+def test_feedback_add_refusals_exit_2_and_name_what_is_wrong(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA F8: `--quality nan` was refused as "less than or equal to 1", and a tool, version or quality
+    the workers refused exited 1 where a refused `fittest call` (and typer's range check) exits 2."""
+    asked: list[dict[str, Any]] = []
+    answer: dict[str, Any] = {}
+    monkeypatch.setattr(learning, "_ask", answering(asked, answer))
+    assert run("feedback", "add", "fast_sort", "negative", "--quality", "nan") == (
+        2, "error: quality: nan is not a number: give one from 0 to 1")
+    assert run("feedback", "add", "", "negative")[0] == 2
+    assert run("feedback", "add", "fast_sort", "negative", "--quality", "2")[0] == 2  # typer's own range check
+    assert not asked
+    answer.update(status="invalid", errors=[{"field": "tool", "message": "no tool named 'nosuch'"}])
+    assert run("feedback", "add", "nosuch", "negative") == (2, "error: tool: no tool named 'nosuch'")
+    answer.update(errors=[{"field": "tool", "message": "no tool version 'fast_sort@9.9.9'"}])
+    assert run("feedback", "add", "fast_sort@9.9.9", "negative") == (2, "error: tool: no tool version 'fast_sort@9.9.9'")
+    # not a refusal of what was given, but of the moment: as for anything outside the command, 1
+    answer.update(status="unavailable", errors=[{"field": "call_id", "message": "the vector memory is unavailable now"}])
+    assert run("feedback", "add", "fast_sort", "negative", "--call", CALL_ID)[0] == 1
+
+
+def test_feedback_add_says_which_version_a_name_alone_judged(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA F8: during a trial, NAME alone judged the version on trial (25 % of the calls); the help and
+    the answer now say it is the version serving most of them."""
+    recorded = {"status": "recorded", "feedback": {"tool": "fast_sort", "version": "1.0.0", "value": -1.0}, "score_now": -25.0}
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: recorded)
+    out = run("feedback", "add", "fast_sort", "negative")[1]
+    assert "for fast_sort@1.0.0; " in out and "(fast_sort alone: fast_sort@1.0.0, the version serving most of its calls)" in out
+    assert "the version serving most" not in run("feedback", "add", "fast_sort@1.0.0", "negative")[1]
+    assert ("the version serving most of its calls; during a trial, the version it is tried against: NAME@VERSION "
+            "judges the one on trial") in help_of("feedback", "add", param="tool")
+
+
+def test_weights_say_why_the_last_retrain_left_them_as_they_were(monkeypatch: pytest.MonkeyPatch, stores: ToolRegistry) -> None:
+    """QA F9: after a retrain on 33 records only --json said why the weights had not moved."""
+    from selection.ports import SelectionWeights
+
+    current = SelectionWeights(version=3, evidence={
+        "records": 33, "success_rate": 0.8, "correlations": {"phase": 0.1, "language": 0.25}, "noise": 0.3482,
+        "unchanged": "no component correlates with success beyond the noise of 33 records (0.35)"})
+    monkeypatch.setattr("workers.state.open_state_store", lambda settings: SimpleNamespace(
+        weights=lambda: current, weights_history=lambda n: []))
+    code, out = run("weights")
+    assert code == 0
+    assert ("correlation of each component with success: phase +0.10, language +0.25 (noise of 33 records: 0.35; "
+            "only a component above it steers)") in out
+    assert "weights left as they were: no component correlates with success beyond the noise of 33 records (0.35)" in out
 
 
 def test_rollback_of_a_tool_nobody_serves_says_so(stores: ToolRegistry) -> None:

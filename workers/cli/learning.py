@@ -135,25 +135,40 @@ def explain(
 @feedback_app.command("add")
 @needs_redis
 def feedback_add(
-    tool: Annotated[str, typer.Argument(help="NAME or NAME@VERSION (NAME: the version it serves now).")],
+    tool: Annotated[str, typer.Argument(help="NAME or NAME@VERSION (NAME: the version serving most of its calls; during a trial, the version it is tried against: NAME@VERSION judges the one on trial).")],
     sentiment: Annotated[Sentiment, typer.Argument(help="positive or negative.")],
-    scenario: Annotated[str | None, typer.Option(help="The job it was (or was not) good for; default: the --call's scenario, else the tool in general.")] = None,
+    scenario: Annotated[str | None, typer.Option(help='The job it was (or was not) good for; default: the --call\'s scenario, else the tool in general (as "" says). A blank one is refused.')] = None,
     reason: Annotated[str, typer.Option(help="Why, in a few words.")] = "",
     quality: Annotated[float, typer.Option(min=0.0, max=1.0, help="How strongly (0..1).")] = 1.0,
     call: Annotated[str | None, typer.Option("--call", help="The id of the call whose output this judges: it takes the place of the feedback the call's outcome gave the version. The call must have run TOOL (NAME: the version of it the call ran).")] = None,
     timeout: TimeoutOpt = 30.0,
     json_out: JsonOpt = False,
 ) -> None:
-    """Record a judgement of a tool version; selection weighs it by similarity and age (±50 points)."""
+    """Record a judgement of a tool version; selection weighs it by similarity and age (±50 points).
+
+    What it refuses (a tool or version nobody serves, a call it does not know or that did not run
+    TOOL, a blank scenario, a quality that is not a number) ends it with exit code 2, as a refused
+    `fittest call` does."""
+    from pydantic import ValidationError
+
+    from selection.models import field_errors
+    from workers.client import FeedbackRequest
+
     name, at, version = tool.partition("@")
     if at and not version:
-        fail(f"{tool!r} names no version: NAME for the version served now, or NAME@VERSION", 2)
-    result = _ask("record_feedback", "feedback", timeout, tool=name, version=version or None,
-                  sentiment=sentiment.value, scenario=scenario, reason=reason, quality=quality, call_id=call)
+        fail(f"{tool!r} names no version: NAME for the version serving most of its calls, or NAME@VERSION", 2)
+    try:  # refused here as the workers would refuse it, before asking them
+        request = FeedbackRequest(tool=name, version=version or None, sentiment=sentiment.value, scenario=scenario,
+                                  reason=reason, quality=quality, call_id=call)
+    except ValidationError as exc:
+        fail(_refusal(field_errors(exc)), 2)
+    result = _ask("record_feedback", "feedback", timeout, **request.model_dump(mode="json"))
     if json_out:
         print_json(result)
+    if result.get("status") == "invalid":  # the workers' refusal of what was given
+        fail(_refusal(result.get("errors", [])), 2)
     if result.get("status") != "recorded":
-        fail("; ".join(f"{e['field']}: {e['message']}" for e in result.get("errors", [])) or "not recorded")
+        fail(_refusal(result.get("errors", [])) or "not recorded")
     if not json_out:
         f = result["feedback"]
         score = result.get("score_now")
@@ -161,8 +176,14 @@ def feedback_add(
         effect = (f"its feedback score {where} is now {score:+.1f}" if score is not None else
                   "the vector memory is unavailable: it is kept and applied when the memory is back")
         value = f["value"] + 0.0  # QA U: a negative one of --quality 0 printed -0.00
-        console.print(f"recorded {sentiment.value} feedback ({value:+.2f}) for {literal(f['tool'])}@{literal(f['version'])}; "
-                      f"{effect}")
+        key = f"{literal(f['tool'])}@{literal(f['version'])}"
+        console.print(f"recorded {sentiment.value} feedback ({value:+.2f}) for {key}; {effect}")
+        if not (version or call):  # which version a name alone stood for (QA F8: during a trial it was not plain)
+            console.print(f"({literal(name)} alone: {key}, the version serving most of its calls)")
+
+
+def _refusal(errors: list[dict[str, str]]) -> str:
+    return "; ".join(f"{e['field']}: {e['message']}" for e in errors)
 
 
 @feedback_app.command("show")
@@ -227,7 +248,8 @@ def weights(
     """The SPARC weights selection uses now, their evidence, and their history (newest first).
 
     Each version shows the tool classifier stored with it: its revision and the successes it was
-    refitted on."""
+    refitted on. Below: each component's correlation with success beside the noise of that many
+    records (a component steers only above it), and why the last retrain left the weights as they were."""
     from selection.sparc import COMPONENTS
     from workers.settings import get_settings
     from workers.state import open_state_store
@@ -249,9 +271,15 @@ def weights(
                       f"{ev['success_rate']:.2f}" if ev.get("success_rate") is not None else "-",
                       literal(w.classifier or "-"), literal(fit.get("successes", "-")))
     console.print(table)
-    if current.evidence.get("correlations"):
-        corr = ", ".join(f"{c} {r:+.2f}" for c, r in current.evidence["correlations"].items())
-        console.print(f"correlation of each component with success: {literal(corr)}")
+    evidence = current.evidence
+    if evidence.get("correlations"):
+        corr = ", ".join(f"{c} {r:+.2f}" for c, r in evidence["correlations"].items())
+        noise = evidence.get("noise")
+        beyond = (f" (noise of {evidence.get('records', '?')} records: {noise:.2f}; only a component above it steers)"
+                  if isinstance(noise, (int, float)) else "")  # weights of an earlier release stored none
+        console.print(f"correlation of each component with success: {literal(corr)}{literal(beyond)}")
+    if evidence.get("unchanged"):  # QA F9: only --json said why the last retrain left the weights as they were
+        console.print(f"weights left as they were: {literal(evidence['unchanged'])}")
 
 
 # --------------------------------------------------------------------------------------- recommend

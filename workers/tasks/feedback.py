@@ -89,7 +89,8 @@ def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
         except Exception as exc:
             if not is_store_failure(exc):
                 raise
-            return {"status": "invalid", "errors": [{"field": "call_id", "message": (
+            # not a refusal of what was given: the caller may send it again (`feedback add` exits 1, not 2)
+            return {"status": "unavailable", "errors": [{"field": "call_id", "message": (
                 f"call {req.call_id}'s result is not stored, and the vector memory that keeps its outcome is "
                 "unavailable now: try again later")}]}
         if call is None and self.request.retries < CALL_LOOKUPS - 1:
