@@ -217,6 +217,14 @@ def test_explain_with_nothing_to_rank_says_how_a_call_would_end(stores: ToolRegi
     assert code == 0 and "warning: no tool named fast_srot was ranked: the call was ranked by its scenario alone" in out
 
 
+def test_explain_refused_by_the_workers_exits_2_as_a_refusal_here_does(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA V: a refusal the workers sent back ended explain with exit code 1, "something outside
+    the command", where the same refusal made before asking exits 2."""
+    refused = {"status": "invalid", "errors": [{"field": "context.files", "message": "not a list of paths"}]}
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: refused)
+    assert run("explain", "sort numbers") == (2, "error: context.files: not a list of paths")
+
+
 def test_the_tools_table_marks_a_deprecated_version() -> None:
     from workers.cli.tools import tools_table
 

@@ -99,8 +99,8 @@ def explain(
     if json_out:
         print_json(result)
         return
-    if result.get("status") == "invalid":
-        fail("; ".join(f"{e['field']}: {e['message']}" for e in result.get("errors", [])))
+    if result.get("status") == "invalid":  # refused by the workers: exit 2, as a refusal here (QA V)
+        fail(_refusal(result.get("errors", [])), 2)
     features = result.get("context") or {}
     if features:
         source = features.get("source", {})
