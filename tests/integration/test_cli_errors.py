@@ -60,9 +60,9 @@ def test_a_command_no_worker_answers_says_so_and_a_tool_that_does_not_exist_is_r
     model_path: Path, unserved_redis: str, tmp_path: Path
 ) -> None:
     fittest = without_workers(model_path, unserved_redis, tmp_path)
-    assert fittest("evolve", "nosuch")[:2] == (1, "error: no tool named 'nosuch'")
+    assert fittest("evolve", "nosuch")[:2] == (2, "error: no tool named 'nosuch'")  # refused: the caller's to mend
     code, said, _ = fittest("evolve", "sort_numbers", "--version", "9.9.9")
-    assert code == 1 and "sort_numbers has no version '9.9.9' (it has 1.0.0)" in said
+    assert code == 2 and "sort_numbers has no version '9.9.9' (it has 1.0.0)" in said
     code, said, _ = fittest("evolve", "sort_numbers", "--timeout", "1")
     assert code == 1 and "no answer from the workers within the command's --timeout" in said
 

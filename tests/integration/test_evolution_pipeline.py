@@ -119,7 +119,7 @@ def test_rollback_and_promote_by_hand(evo: Pipeline) -> None:
     code, out = cli(evo, "rollback", "greet_user")
     assert code == 1 and "no promoted version to roll back (the original is served)" in " ".join(out.split()), out
     code, out = cli(evo, "promote", "greet_user", "9.9.9")
-    assert code == 1 and "has no version 9.9.9" in out
+    assert code == 2 and "has no version 9.9.9" in out
     code, out = cli(evo, "promote", "greet_user", "1.1.0")
     assert code == 0, out
     promotion = evo.state().promotion("greet_user")

@@ -84,7 +84,7 @@ def test_the_command_reports_bad_input_before_it_starts_anything(tmp_path: Path)
     tools = write(tmp_path / "tools.json", json.dumps(TOOLS))
     queries = write(tmp_path / "q.csv", "Query,Tool\nWhat is the weather?,WeatherTool\n")
     result = CliRunner().invoke(app, ["bench", "selection", "--tools", str(tools), "--queries", str(queries)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # refused, as typer refuses a file that does not exist
     assert "tool 'WeatherTool' is not in the tools file" in result.output
 
 

@@ -113,8 +113,8 @@ def test_feedback_show_names_a_tool_or_version_nobody_serves_and_keeps_one_versi
         return {"total": 3, "entries": entries, "trend": []}
 
     monkeypatch.setattr(learning, "_ask", ask)
-    assert run("feedback", "show", "nosuch") == (1, "error: no tool named 'nosuch'")
-    assert run("feedback", "show", "fast_sort@9.9.9") == (1, "error: fast_sort has no version '9.9.9' (it has 1.0.0, 1.1.0)")
+    assert run("feedback", "show", "nosuch") == (2, "error: no tool named 'nosuch'")
+    assert run("feedback", "show", "fast_sort@9.9.9") == (2, "error: fast_sort has no version '9.9.9' (it has 1.0.0, 1.1.0)")
     assert not asked  # refused before asking the workers
     code, out = run("feedback", "show", "fast_sort@1.1.0")
     assert code == 0 and "2 entries (of the tool's 3" in out and "good 1.1.0" in out and "good 1.0.0" not in out
@@ -205,7 +205,7 @@ def test_weights_say_why_the_last_retrain_left_them_as_they_were(monkeypatch: py
 
 
 def test_rollback_of_a_tool_nobody_serves_says_so(stores: ToolRegistry) -> None:
-    assert run("rollback", "nosuch") == (1, "error: no tool named 'nosuch'")
+    assert run("rollback", "nosuch") == (2, "error: no tool named 'nosuch'")
 
 
 def test_explain_with_nothing_to_rank_says_how_a_call_would_end(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:

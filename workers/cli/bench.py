@@ -186,7 +186,7 @@ def selection(
     from rich.table import Table
 
     from workers.bench.selection import BenchInputError, run_selection_bench
-    from workers.cli.common import console, err_console, fail, literal
+    from workers.cli.common import REFUSED, console, err_console, fail, literal
     from workers.settings import get_settings
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -203,7 +203,7 @@ def selection(
             result = run_selection_bench(get_settings(), tools, queries, limit, seed, policy, progress, retrain_every,
                                          reveal_missed, notice=lambda text: err_console.print(literal(text)))
         except BenchInputError as exc:
-            fail(str(exc))
+            fail(str(exc), REFUSED)
     table = Table(title=f"selection: {result.queries} queries, {result.tools} tools, seed {result.seed}, "
                         f"{result.embedding_precision} embedding model",
                   caption="top1 of each half; ≤5: resolved within 5 attempts; tries: mean attempts; "
@@ -248,13 +248,13 @@ def supervised(
 
     from workers.bench.selection import BenchInputError
     from workers.bench.supervised import run_supervised_bench
-    from workers.cli.common import console, fail
+    from workers.cli.common import REFUSED, console, fail
     from workers.settings import get_settings
 
     try:
         result = run_supervised_bench(get_settings(), tools, queries, folds, seed, epochs)
     except BenchInputError as exc:
-        fail(str(exc))
+        fail(str(exc), REFUSED)
     table = Table(title=f"supervised reference: {result.queries} queries, {result.tools} tools, {result.folds} folds, "
                         f"{result.embedding_precision} embedding model",
                   caption="≤5: right tool among the first 5; tries: mean attempts (5 when not among them)",

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from workers.cli.common import (
     CONTEXT_HELP,
+    REFUSED,
     JsonOpt,
     abridged,
     check_call_payload,
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
 
 app = typer.Typer()
 
-# The exit codes of `call` and `result`.
-SUCCEEDED, DID_NOT_SUCCEED, REFUSED = 0, 1, 2
+# The exit codes of `call` and `result` (and REFUSED, every command's).
+SUCCEEDED, DID_NOT_SUCCEED = 0, 1
 
 
 # --------------------------------------------------------------------------------------- calls

@@ -80,6 +80,11 @@ def abridged(text: str, head: int = 80, tail: int = 220) -> str:
     return text if len(text) <= head + tail else f"{text[:head]} … {text[-tail:]}"
 
 
+# A command's exit code when it refuses what it was given (a tool, version, value or file it cannot
+# use): the caller's to mend, told from 1, something outside the command that stopped it.
+REFUSED = 2
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print `message` (plain text, often quoting the user's input or a tool's words: it is printed
     literally) as an error and exit with `code`."""
@@ -101,14 +106,14 @@ def parse_json_option(text: str | None, option: str) -> dict[str, Any]:
         try:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            fail(f"{option} {path}: cannot read it ({exc})", 2)
+            fail(f"{option} {path}: cannot read it ({exc})", REFUSED)
         source = path
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        fail(f"{option}: {source} is not valid JSON ({exc})", 2)
+        fail(f"{option}: {source} is not valid JSON ({exc})", REFUSED)
     if not isinstance(value, dict):
-        fail(f"{option}: {source} must be a JSON object, not {type(value).__name__ if value is not None else 'null'}", 2)
+        fail(f"{option}: {source} must be a JSON object, not {type(value).__name__ if value is not None else 'null'}", REFUSED)
     return value
 
 
@@ -125,7 +130,7 @@ def check_call_payload(payload: dict[str, Any]) -> None:
     except ValidationError as exc:
         errors = field_errors(exc)
     if errors:
-        fail("; ".join(f"{e['field']}: {e['message']}" for e in errors), 2)
+        fail("; ".join(f"{e['field']}: {e['message']}" for e in errors), REFUSED)
 
 
 def namespace_and_version(namespace: str | None) -> tuple[str | None, str | None]:
@@ -134,7 +139,7 @@ def namespace_and_version(namespace: str | None) -> tuple[str | None, str | None
         return namespace, None
     name, _, version = namespace.partition("@")
     if not version:
-        fail(f"--namespace {namespace!r} names no version: NAME, or NAME@VERSION", 2)
+        fail(f"--namespace {namespace!r} names no version: NAME, or NAME@VERSION", REFUSED)
     return name, version
 
 

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.tree import Tree
 
-from workers.cli.common import JsonOpt, abridged, console, fail, literal, needs_redis, print_json, when
+from workers.cli.common import REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, when
 
 if TYPE_CHECKING:
     from selection.manifest import ToolManifest
@@ -36,7 +36,7 @@ def versions_of(registry: ToolRegistry, namespace: str) -> list[ToolManifest]:
     """The versions of a namespace, or the command fails naming it."""
     versions = registry.versions(namespace)
     if not versions:
-        fail(f"no tool named {namespace!r}")
+        fail(f"no tool named {namespace!r}", REFUSED)
     return versions
 
 
@@ -170,7 +170,7 @@ def evolve(
 
     versions = [m.version for m in versions_of(load_registry(get_settings()), name)]
     if version is not None and version not in versions:
-        fail(f"{name} has no version {version!r} (it has {', '.join(versions)})")
+        fail(f"{name} has no version {version!r} (it has {', '.join(versions)})", REFUSED)
     client = CallSender()
     report = client.wait(client.send("prepare_evolution", namespace=name, version=version, reason=reason), timeout)
     if json_out:
@@ -252,8 +252,8 @@ def promote(
     registry, state, ledger = _stores()
     try:
         promotion = promote_by_hand(state, ledger, registry, name, version)
-    except PromotionError as exc:
-        fail(str(exc))
+    except PromotionError as exc:  # a tool, version it does not know, or a deprecated one
+        fail(str(exc), REFUSED)
     if json_out:
         print_json(promotion.model_dump(mode="json"))
     else:
@@ -279,15 +279,15 @@ def describe(
     registry, state, ledger = _stores()
     original = registry.original(name)
     if original is None:
-        fail(f"no tool named {name!r}")
+        fail(f"no tool named {name!r}", REFUSED)
     version = version or head_version(state.promotion(name)) or original.version
     manifest = registry.get(f"{name}@{version}")
     if manifest is None:
-        fail(f"{name} has no version {version}")
+        fail(f"{name} has no version {version}", REFUSED)
     try:
         variant = ledger.add_variant(manifest.key, text, manifest.description, environment=environment)
-    except ValueError as exc:
-        fail(str(exc))
+    except ValueError as exc:  # no text, too long, or the description itself
+        fail(str(exc), REFUSED)
     if json_out:
         print_json(variant.model_dump(mode="json"))
     else:

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from workers.cli.common import (
     CONTEXT_HELP,
+    REFUSED,
     JsonOpt,
     check_call_payload,
     console,
@@ -100,7 +101,7 @@ def explain(
         print_json(result)
         return
     if result.get("status") == "invalid":  # refused by the workers: exit 2, as a refusal here (QA V)
-        fail(_refusal(result.get("errors", [])), 2)
+        fail(_refusal(result.get("errors", [])), REFUSED)
     features = result.get("context") or {}
     if features:
         source = features.get("source", {})
@@ -156,17 +157,17 @@ def feedback_add(
 
     name, at, version = tool.partition("@")
     if at and not version:
-        fail(f"{tool!r} names no version: NAME for the version serving most of its calls, or NAME@VERSION", 2)
+        fail(f"{tool!r} names no version: NAME for the version serving most of its calls, or NAME@VERSION", REFUSED)
     try:  # refused here as the workers would refuse it, before asking them
         request = FeedbackRequest(tool=name, version=version or None, sentiment=sentiment.value, scenario=scenario,
                                   reason=reason, quality=quality, call_id=call)
     except ValidationError as exc:
-        fail(_refusal(field_errors(exc)), 2)
+        fail(_refusal(field_errors(exc)), REFUSED)
     result = _ask("record_feedback", "feedback", timeout, **request.model_dump(mode="json"))
     if json_out:
         print_json(result)
     if result.get("status") == "invalid":  # the workers' refusal of what was given
-        fail(_refusal(result.get("errors", [])), 2)
+        fail(_refusal(result.get("errors", [])), REFUSED)
     if result.get("status") != "recorded":
         fail(_refusal(result.get("errors", [])) or "not recorded")
     if not json_out:
@@ -206,7 +207,7 @@ def feedback_show(
     name, at, version = tool.partition("@")
     known = [m.version for m in versions_of(load_registry(get_settings()), name)]
     if at and version not in known:
-        fail(f"{name} has no version {version!r} (it has {', '.join(known)})")
+        fail(f"{name} has no version {version!r} (it has {', '.join(known)})", REFUSED)
     # One version's entries are picked from all of the tool's that the report reads.
     report = _ask("feedback_report", "feedback", timeout, tool=name, limit=REPORT_SCAN if version else limit)
     shown = f"{report['total']} entries"

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from workers.cli.common import JsonOpt, console, fail, literal, needs_redis, print_json
+from workers.cli.common import REFUSED, JsonOpt, console, fail, literal, needs_redis, print_json
 from workers.settings import Settings, get_settings, redact_url
 
 app = typer.Typer()
@@ -37,7 +37,7 @@ def health(
     checks = check or list(CHECKS)
     unknown = sorted(set(checks) - set(CHECKS))
     if unknown:
-        fail(f"unknown check {', '.join(unknown)} (known: {', '.join(CHECKS)})", code=2)
+        fail(f"unknown check {', '.join(unknown)} (known: {', '.join(CHECKS)})", REFUSED)
     report = run_health(get_settings(), checks, list(worker or ROLES), timeout)
     if json_out:
         print_json(report.model_dump())
@@ -99,7 +99,7 @@ def report(
     from workers.report import write_report
 
     if hours is not None and not hours > 0:
-        fail(f"--hours must be more than 0, not {hours:g}", 2)
+        fail(f"--hours must be more than 0, not {hours:g}", REFUSED)
     since = time.time() - hours * 3600 if hours is not None else None
     path = write_report(reader_for(get_settings()), out, since=since, top=top)
     console.print(f"report written to {literal(path)}")

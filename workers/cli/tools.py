@@ -10,7 +10,7 @@ from rich.table import Table
 
 from selection.manifest import ToolManifest
 from selection.ports import Breakers, Newcomers
-from workers.cli.common import JsonOpt, console, err_console, fail, literal, needs_redis, print_json
+from workers.cli.common import REFUSED, JsonOpt, console, err_console, fail, literal, needs_redis, print_json
 
 app = typer.Typer()
 
@@ -99,7 +99,7 @@ def schema(
     schemas = payload_schemas()
     if task:
         if task not in schemas:
-            fail(f"unknown schema '{task}' (known: {', '.join(schemas)})", 2)
+            fail(f"unknown schema '{task}' (known: {', '.join(schemas)})", REFUSED)
         print_json(schemas[task])
     else:
         print_json(schemas)
