@@ -70,6 +70,8 @@ def served_first(request: CallRequest, ranked: list[Candidate], served: ServedVe
     head = by_namespace.get(request.namespace or "")
     if request.namespace and head:
         reordered.sort(key=lambda c: c.key != tool_key(request.namespace or "", head))
+        if reordered and reordered[0].key == tool_key(request.namespace, head):  # first on every call the draw gives it
+            reordered[0].probability = round(served.chance.get(request.namespace, 1.0), 6)
     return reordered
 
 

@@ -57,6 +57,9 @@ def test_a_version_a_trials_share_drew_logs_that_share_in_its_probability() -> N
     assert [(c.key, c.probability) for c in rest] == [("a@1.0.0", 0.6), ("b@1.0.0", 0.15), ("a@1.1.0", 0.0375)]
     active = served_first(CallRequest(scenario="x"), ranked(), ServedVersions(by_namespace={"a": "1.1.0"}))
     assert [(c.key, c.probability) for c in active] == [("a@1.1.0", 0.8), ("b@1.0.0", 0.15), ("a@1.0.0", 0.05)]
+    # A call to the namespace starts with the version drawn, whatever place the policy gave it.
+    called = served_first(CallRequest(scenario="x", namespace="a"), ranked(), ServedVersions(by_namespace={"a": "1.1.0"}, chance={"a": 0.25}))
+    assert (called[0].key, called[0].probability) == ("a@1.1.0", 0.25)
 
 
 def test_a_call_retried_after_its_evolution_tries_the_promoted_version_first() -> None:
