@@ -11,6 +11,7 @@ import marshal
 import random
 import threading
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from evolution.descriptions import MANIFEST_VARIANT
@@ -57,6 +58,9 @@ SEARCH_DEPTH = 4  # tool points searched per candidate kept (descriptions and ex
 SUCCESS_NEIGHBOURS = 32  # successful past scenarios consulted per selection (their tools become candidates)
 FEEDBACK_LIMIT = 64  # feedback entries of the candidates consulted per selection
 FAILURE_LIMIT = 64  # failure records of the candidates consulted per selection
+# A search whose every hit is this similar is full of repeats of this very scenario (a service that
+# sends the same words on every call): its tools' older records fill it and leave out the rest.
+CROWDED_SIMILARITY = 0.95
 EMBED_BATCH = 256
 
 # The payload keys each search of a plan reads: a feedback or failure point also stores its
@@ -81,6 +85,25 @@ def _flagged(points: list[VectorPoint], **flags: Any) -> list[VectorPoint]:
     """The points whose payload differs from `flags`, with those values: same vector, same text."""
     return [p.model_copy(update={"payload": {**p.payload, **flags}})
             for p in points if any(p.payload.get(k) != v for k, v in flags.items())]
+
+
+def with_the_crowded_out(hits: list[VectorHit], limit: int, keys: Iterable[str],
+                         search: Callable[[list[str]], list[VectorHit]]) -> list[VectorHit]:
+    """`hits` of a search that `limit` cut, and, when every one of them repeats this scenario
+    (CROWDED_SIMILARITY), those of the tools in `keys` that they left out or gave under a fair
+    share of the places: searched again among those tools alone. Without it the tool that had
+    served a repeated job filled the nearest records with its old ones, and the successes of the
+    tool that took over, its failures' fallback, never counted (QA W: 3 of 32 successes nearby
+    after ~50 calls it served, and the failing tool first on 36 of 36 calls)."""
+    if len(hits) < limit or hits[-1].score < CROWDED_SIMILARITY:
+        return hits
+    share = Counter(h.payload["tool"] for h in hits)
+    fair = limit // max(1, len(share) + 1)
+    left_out = sorted(k for k in set(keys) if share[k] < fair)
+    if not left_out:
+        return hits
+    seen = {h.id for h in hits}
+    return hits + [h for h in search(left_out) if h.id not in seen]
 
 
 class Selector:
@@ -363,14 +386,11 @@ class Selector:
         return best
 
     def _failure_similarities(self, keys: list[str], vector: list[float]) -> dict[str, list[float]]:
-        hits = self._search(
-            FAILURES,
-            vector,
-            limit=FAILURE_LIMIT,
-            filter=VectorFilter(must=[Match(key="tool", any_of=list(keys))]),
-            score_threshold=self.settings.failure_similarity,
-            fields=FAILURE_FIELDS,
-        )
+        def search(among: list[str]) -> list[VectorHit]:
+            return self._search(FAILURES, vector, limit=FAILURE_LIMIT, filter=VectorFilter(must=[Match(key="tool", any_of=among)]),
+                                score_threshold=self.settings.failure_similarity, fields=FAILURE_FIELDS)
+
+        hits = with_the_crowded_out(search(list(keys)), FAILURE_LIMIT, keys, search)
         out: dict[str, list[float]] = defaultdict(list)
         for hit in hits:
             out[hit.payload["tool"]].append(hit.score)
@@ -403,8 +423,12 @@ class Selector:
         succeeded on one at least FITTEST_MIN_SIMILARITY similar join the candidates of a
         scenario-only call, with their description's similarity: what worked for similar jobs is
         worth trying even when its description does not say so."""
-        hits = self._search(EXECUTIONS, vector, limit=SUCCESS_NEIGHBOURS, filter=VectorFilter.where(success=True),
-                            fields=EXECUTION_FIELDS)
+        def search(among: list[str] | None) -> list[VectorHit]:
+            where = VectorFilter(must=[Match(key="success", any_of=[True])]
+                                 + ([Match(key="tool", any_of=among)] if among is not None else []))
+            return self._search(EXECUTIONS, vector, limit=SUCCESS_NEIGHBOURS, filter=where, fields=EXECUTION_FIELDS)
+
+        hits = with_the_crowded_out(search(None), SUCCESS_NEIGHBOURS, list(similarity), search)
         if request.namespace or request.version:
             return hits
         # The 32 nearest successes of a young system include jobs with nothing in common (QA: sorting
@@ -501,8 +525,11 @@ class Selector:
     def feedback_points(self, keys: list[str], vector: list[float]) -> dict[str, float]:
         """Feedback points (-50..50) per tool version from its stored feedback (FEEDBACK) near the
         scenario of `vector`; a version without any is left out."""
-        hits = self._search(FEEDBACK, vector, limit=FEEDBACK_LIMIT, score_threshold=MIN_SIMILARITY,
-                            filter=VectorFilter(must=[Match(key="tool", any_of=keys)]), fields=FEEDBACK_FIELDS)
+        def search(among: list[str]) -> list[VectorHit]:
+            return self._search(FEEDBACK, vector, limit=FEEDBACK_LIMIT, score_threshold=MIN_SIMILARITY,
+                                filter=VectorFilter(must=[Match(key="tool", any_of=among)]), fields=FEEDBACK_FIELDS)
+
+        hits = with_the_crowded_out(search(keys), FEEDBACK_LIMIT, keys, search)
         return points_by_tool(hits, self.settings.feedback_half_life_days * 86400.0)
 
     # ----------------------------------------------------------------- evolved versions

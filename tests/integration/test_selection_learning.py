@@ -86,6 +86,24 @@ def test_outcomes_teach_the_next_similar_call(rt) -> None:
     assert all(set(r.components) == {"phase", "language", "complexity", "task_type", "history"} for r in records)
 
 
+def test_a_job_sent_again_and_again_moves_to_the_tool_that_took_over_when_its_tool_broke(rt) -> None:
+    """QA W: a service sent the same words on every call; its tool broke, and another that does the
+    same job served the calls as the fallback. The broken tool's old successes filled the 32
+    nearest, so the fallback's counted 3 of ~50, and the broken tool stayed first on 36 of 36
+    calls (its breaker off)."""
+    rt.selector.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
+                                         implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+    scenario = "how many yen do I get for 200 dollars today"
+    assert {"currency_rates", "money_convert"} <= {c.manifest.name for c in rt.selector.plan(CallRequest(scenario=scenario)).candidates}
+    for i in range(40):  # the currency tool serves this job
+        run_call(rt, scenario, "currency_rates", f"before{i}")
+    firsts = [run_call(rt, scenario, "money_convert", f"after{i}")[0] for i in range(40)]  # then only the other one does
+    assert firsts[-10:] == ["money_convert"] * 10, firsts
+    plan = rt.selector.plan(CallRequest(scenario=scenario))
+    taken_over = next(c for c in plan.candidates if c.manifest.name == "money_convert")
+    assert taken_over.breakdown is not None and taken_over.breakdown.extra["successes_nearby"] >= 10  # 3 of ~50 before
+
+
 def test_context_features_and_sparc_in_the_plan(rt, monkeypatch) -> None:
     # Every tool a candidate, however weak its description's match: "Writes documentation for source
     # code." is only 0.20-0.23 similar to the scenario (by the model's precision), near the default floor.
