@@ -98,7 +98,9 @@ def test_a_job_sent_again_and_again_moves_to_the_tool_that_took_over_when_its_to
     for i in range(40):  # the currency tool serves this job
         run_call(rt, scenario, "currency_rates", f"before{i}")
     firsts = [run_call(rt, scenario, "money_convert", f"after{i}")[0] for i in range(40)]  # then only the other one does
-    assert firsts[-10:] == ["money_convert"] * 10, firsts
+    # ~18 failing calls, then the other tool, with a draw of the broken one now and then (a near-tie
+    # explored); before, the broken one on 40 of 40
+    assert firsts[-20:].count("money_convert") >= 16, firsts
     plan = rt.selector.plan(CallRequest(scenario=scenario))
     taken_over = next(c for c in plan.candidates if c.manifest.name == "money_convert")
     assert taken_over.breakdown is not None and taken_over.breakdown.extra["successes_nearby"] >= 10  # 3 of ~50 before
