@@ -78,6 +78,12 @@ def in_share(call_id: str, salt: str, share: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < share
 
 
+def promoted_by_hand(promotion: Promotion | None) -> bool:
+    """Whether `fittest promote` decides what the namespace serves now: no trial starts meanwhile,
+    and `fittest rollback` undoes it."""
+    return promotion is not None and promotion.status == "active" and promotion.by == "operator"
+
+
 def fallback_version(promotion: Promotion) -> str | None:
     """What is served when the promoted version is not: its parent (None: the original)."""
     parent = promotion.parent_version
@@ -158,8 +164,7 @@ def manifest_to_trial(versions: Sequence[ToolManifest], current: Promotion | Non
     after that). None while another trial runs (that one is decided first), and while an operator's
     `fittest promote` decides what the namespace serves."""
     manual = [m for m in versions if m.parent_version is None]
-    if len(manual) < 2 or (current is not None and (current.status == "on_trial"
-                                                     or (current.status == "active" and current.by == "operator"))):
+    if len(manual) < 2 or (current is not None and current.status == "on_trial") or promoted_by_hand(current):
         return None
     newest = manual[-1]
     promoted = {p.evolved_version for p in history} | ({current.evolved_version} if current is not None else set())

@@ -13,7 +13,15 @@ from collections.abc import Collection, Iterable
 from typing import Literal
 
 from evolution.models import ChangelogEntry
-from evolution.trial import Verdict, fallback_version, head_version, kept_served, manifest_to_trial, served_before
+from evolution.trial import (
+    Verdict,
+    fallback_version,
+    head_version,
+    kept_served,
+    manifest_to_trial,
+    promoted_by_hand,
+    served_before,
+)
 from selection.manifest import ToolManifest
 from selection.models import Promotion
 from selection.ports import Newcomers, Promotions, StateStore
@@ -207,9 +215,8 @@ def rollback(state: Promotions, ledger: EvolutionState, namespace: str, reason: 
     hand, what that promotion replaced is restored (`Promotion.resumes`: a trial it interrupted, or
     an earlier by-hand promotion). Returns the promotion rolled back."""
     current = state.promotion(namespace)
-    pinned = current is not None and current.by == "operator" and current.status == "active"
     if current is None or (current.evolved_version == current.original_version and fallback_version(current) is None
-                           and not pinned):
+                           and not promoted_by_hand(current)):
         # The original promoted in place of nothing but itself: nothing else to serve. One promoted by
         # hand in place of another version rolls back to that one (QA R: an evolved version served,
         # `fittest promote NAME ORIGINAL`, then `fittest rollback NAME` said nothing was promoted), and
@@ -252,9 +259,9 @@ def replaced_promotion(current: Promotion | None, version: str) -> Promotion | N
     if current is None:
         return None
     if current.evolved_version == version:  # promoted again, or the trial it decides
-        return current.resumes if current.by == "operator" and current.status == "active" else None
+        return current.resumes if promoted_by_hand(current) else None
     trial = current.status == "on_trial" and current.evolved_version != current.original_version
-    return _kept(current, RESTORES_KEPT) if trial or (current.by == "operator" and current.status == "active") else None
+    return _kept(current, RESTORES_KEPT) if trial or promoted_by_hand(current) else None
 
 
 def _kept(promotion: Promotion, depth: int) -> Promotion:
