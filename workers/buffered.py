@@ -10,8 +10,8 @@ that did run, its reply lost, runs nothing the second time); a write that must n
 interval (a worker's claim of a message it received) wakes the sending thread at once, still off
 the caller's. What a process buffered in its last interval is sent as it ends: at exit, and in a
 Celery pool process, which ends with os._exit past atexit, on `worker_process_shutdown` (QA: a
-stop under load left 2 of 150 calls out of `fittest report`). What a process buffered in its last
-interval before it is killed is lost.
+stop under load left 2 of 150 calls out of `fittest report`), its buffers side by side within
+END_FLUSH_S. What a process buffered in its last interval before it is killed is lost.
 """
 
 from __future__ import annotations
