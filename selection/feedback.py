@@ -130,6 +130,27 @@ def points_by_tool(hits: Iterable[VectorHit], half_life_s: float, now: float | N
     return {key: feedback_points(items, half_life_s, now) for key, items in entries.items()}
 
 
+class JudgedOutputs(NamedTuple):
+    """The similarities to this scenario of a version's outputs that people judged wrong and right."""
+
+    wrong: list[float]
+    right: list[float]
+
+
+def judged_outputs(hits: Iterable[VectorHit]) -> dict[str, JudgedOutputs]:
+    """People's judgements of calls' outputs per tool version, from FEEDBACK search hits: only a
+    judgement of a call (`fittest feedback add ... --call`) says that the version ran and its
+    output was wrong (or right); one of a scenario says what a person thinks of the tool for it."""
+    found: dict[str, JudgedOutputs] = defaultdict(lambda: JudgedOutputs([], []))
+    for h in hits:
+        if h.payload.get("source", "manual") == "manual" and h.payload.get("call_id"):
+            value = payload_value(h.payload)  # of quality 0 it says nothing, as it counts for nothing
+            if value:
+                judged = found[h.payload["tool"]]
+                (judged.right if value > 0 else judged.wrong).append(h.score)
+    return dict(found)
+
+
 class FeedbackRecord(BaseModel):
     """One judgement of an exact tool version in a scenario, as stored (FEEDBACK) with its vector.
 

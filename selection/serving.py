@@ -10,7 +10,7 @@ newcomers), which the selector reads.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from selection.evidence import CandidateEvidence
@@ -23,6 +23,14 @@ NEWCOMER_MARGIN = 0.1
 # ...and matches it clearly: a tool's own jobs reach 0.7-1.0, where vague ones ("process this
 # file") matched QA K's ini2json at 0.34-0.48 and used up its trial on jobs it could not do.
 NEWCOMER_MIN_SIMILARITY = 0.5
+# A half-open version's probe is offered first on a call of a job it did before: one of its
+# successes at least this similar (the same job in other words; unrelated jobs stay below 0.6).
+PROBE_MIN_SIMILARITY = 0.8
+# A version people judged wrong on this job (outputs at least this similar)...
+JUDGED_MIN_SIMILARITY = 0.8
+# ...this many times at least, and more often than right, yields first place to another tool on a
+# share of its calls: one judgement may be a person's slip; two that agree say the job goes wrong.
+JUDGED_WRONG_MIN = 2
 
 
 @dataclass
@@ -116,9 +124,11 @@ def newcomer_to_try(request: CallRequest, evidence: list[CandidateEvidence], new
     return max(fresh, key=lambda e: (e.similarity, e.key), default=None)
 
 
-def tried_first(ranked: list[Candidate], key: str, probability: float) -> list[Candidate]:
+def tried_first(ranked: list[Candidate], key: str, probability: float, why: str = "as a tool new to the system",
+                flag: str = "newcomer_trial") -> list[Candidate]:
     """`ranked` with `key` first, placed there with `probability` (the share of calls that try it),
-    as its breakdown says; unchanged when it is first already or not ranked."""
+    as its breakdown says (`why`, and `flag` in its extra); unchanged when it is first already or
+    not ranked."""
     chosen = next((c for c in ranked if c.key == key), None)
     if chosen is None:
         return ranked
@@ -127,19 +137,106 @@ def tried_first(ranked: list[Candidate], key: str, probability: float) -> list[C
         return ranked
     chosen.probability = round(probability, 6)
     if chosen.breakdown is not None:
-        chosen.breakdown.rationale += f"; tried first as a tool new to the system ({probability:.0%} of such calls)"
-        chosen.breakdown.extra["newcomer_trial"] = 1.0
+        chosen.breakdown.rationale += f"; tried first {why} ({probability:.0%} of such calls)"
+        chosen.breakdown.extra[flag] = 1.0
     return [chosen, *(c for c in ranked if c is not chosen)]
 
 
 def passed_over(ranked: list[Candidate], key: str, share: float) -> list[Candidate]:
-    """`ranked` of a call on which the newcomer `key` could have been tried first but its share did
-    not draw it: the candidate the policy placed first got there only on the other 1 - share of
-    such calls, and its logged probability says so (QA K: the incumbent logged 1.0 where it went
-    first on 75% of the calls); the newcomer itself, placed first by the policy, went first on the
-    share too."""
+    """`ranked` of a call on which `key` (a newcomer, a second opinion) could have been tried first
+    but its share did not draw it: the candidate the policy placed first got there only on the
+    other 1 - share of such calls, and its logged probability says so (QA K: the incumbent logged
+    1.0 where it went first on 75% of the calls); `key` itself, placed first by the policy, went
+    first on the share too."""
     if ranked:
         first = ranked[0]
         p = first.probability
         first.probability = round(share + (1.0 - share) * p if first.key == key else (1.0 - share) * p, 6)
     return ranked
+
+
+def breaker_probe(request: CallRequest, evidence: list[CandidateEvidence], half_open: Collection[str],
+                  served: ServedVersions) -> str | None:
+    """The half-open version whose probe this call offers first, if any.
+
+    After its breaker's cool-down a version may be tried again, and its probe's outcome closes or
+    re-opens the breaker; but a version that failed until its breaker opened has fallen behind the
+    tool that took over, and is reached only when that one fails: QA W fixed a broken tool, and
+    no call tried it again (first on 0 of 90 calls, its probe never ran). Offered first, the probe
+    costs the other calls nothing (the executor passes it over for them, and `max_attempts` does
+    not count it) and the call that takes it one attempt at most, once per cool-down. Only of a
+    version that did this job before (a success at least PROBE_MIN_SIMILARITY similar), and of a
+    call that leaves the order to selection: not for a namespace, a version, the retry after an
+    evolution, nor a version its namespace does not serve first."""
+    if not half_open or request.namespace or request.version or request.after_evolution:
+        return None
+    fits = [e for e in evidence
+            if e.key in half_open and e.key not in served.rolled_back
+            and served.by_namespace.get(e.manifest.name) in (None, e.manifest.version)
+            and max(e.success_similarities, default=0.0) >= PROBE_MIN_SIMILARITY]
+    return max(fits, key=lambda e: (e.similarity, e.key)).key if fits else None
+
+
+def probed_first(ranked: list[Candidate], key: str) -> list[Candidate]:
+    """`ranked` with the half-open `key` first, as every call places it until its probe has run
+    (logged with probability 1), as its breakdown says; unchanged when it is not ranked."""
+    chosen = next((c for c in ranked if c.key == key), None)
+    if chosen is None:
+        return ranked
+    chosen.probability = 1.0
+    if chosen.breakdown is not None:
+        chosen.breakdown.rationale += "; tried first as its circuit breaker's probe (half-open: its cool-down is over)"
+        chosen.breakdown.extra["breaker_probe"] = 1.0
+    return [chosen, *(c for c in ranked if c is not chosen)]
+
+
+def judged_wrong_here(e: CandidateEvidence) -> bool:
+    """Whether people judged this version's outputs on jobs like this one wrong, and not right."""
+    wrong = sum(1 for s in e.judged_wrong_similarities if s >= JUDGED_MIN_SIMILARITY)
+    right = sum(1 for s in e.judged_right_similarities if s >= JUDGED_MIN_SIMILARITY)
+    return wrong >= JUDGED_WRONG_MIN and wrong > right
+
+
+def second_opinion(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence]) -> str | None:
+    """The candidate to try first in place of the first one on a share of the calls, if any.
+
+    A version whose outputs are judged wrong still ran without an error, so no call falls back
+    past it, and the other tools never get outcomes of their own on the job; its earlier
+    successes outweigh the judgements, which scale its score by half at most (QA W: 31 of a
+    tool's outputs judged wrong, and it stayed first, where another tool did the job). When people
+    judged the first candidate's outputs on this job wrong (`judged_wrong_here`), the best-placed
+    candidate of another tool that they have not judged so is tried first on a share of the calls:
+    its outcomes, and people's judgements of them, then decide. Not for a call that names a
+    namespace or a version, nor for the retry after an evolution."""
+    if not ranked or request.namespace or request.version or request.after_evolution:
+        return None
+    by_key = {e.key: e for e in evidence}
+    first = by_key.get(ranked[0].key)
+    if first is None or not judged_wrong_here(first):
+        return None
+    return next((c.key for c in ranked[1:] if c.manifest.name != first.manifest.name
+                 and (e := by_key.get(c.key)) is not None and not judged_wrong_here(e)), None)
+
+
+def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence], share: float,
+                   drawn: Callable[[str], bool], *, newcomer: str | None, passed: str | None,
+                   probe: str | None) -> list[Candidate]:
+    """`ranked` with what this call tries before the policy's first choice, to learn what the
+    policy's evidence cannot tell: a newcomer its share drew (`newcomer`; `passed`: one it did
+    not), else a half-open breaker's probe (`breaker_probe`), else on `share` of the calls a
+    second opinion in place of a version people judge wrong here (`second_opinion`). Each is
+    logged with the probability of its place. `drawn(salt)`: whether this call falls in the share
+    of calls for `salt` (evolution/trial.py `in_share`, the same draw for the same call)."""
+    if newcomer is not None:
+        return tried_first(ranked, newcomer, share)
+    if passed is not None:
+        ranked = passed_over(ranked, passed, share)
+    if probe is not None:
+        return probed_first(ranked, probe)
+    other = second_opinion(request, ranked, evidence)
+    if other is None:
+        return ranked
+    if drawn(f"second_opinion:{ranked[0].key}"):
+        return tried_first(ranked, other, share, "in place of a tool whose outputs people judged wrong on such jobs",
+                           "second_opinion")
+    return passed_over(ranked, other, share)

@@ -21,7 +21,7 @@ from selection.cache import TTLCache
 from selection.classifier import ToolClassifier
 from selection.context import ContextFeatures, analyse
 from selection.evidence import CandidateEvidence
-from selection.feedback import MIN_SIMILARITY, points_by_tool, similarity_weight
+from selection.feedback import MIN_SIMILARITY, judged_outputs, points_by_tool, similarity_weight
 from selection.lexical import LexicalIndex, version_text
 from selection.manifest import ManifestError, ToolManifest, load_manifest, tool_key
 from selection.models import CallPlan, CallRequest, Promotion, Source
@@ -39,7 +39,7 @@ from selection.ports import (
     VectorHit,
     VectorPoint,
 )
-from selection.serving import ServedVersions, evolved_first, newcomer_to_try, passed_over, served_first, tried_first
+from selection.serving import ServedVersions, breaker_probe, evolved_first, explored_first, newcomer_to_try, served_first
 from selection.sparc import sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
@@ -191,12 +191,14 @@ class Selector:
         self._local.versions = self.rt.state.versions()
         self._local.held_back = []
         self._local.held_back_match = 0.0
+        self._local.half_open = set()
         degraded: list[str] = []
         try:
             evidence = self._evidence(request, features, degraded)
             served = self._served(request, evidence)
             newcomer = newcomer_to_try(request, evidence, self.newcomers(), self.settings.trial_successes,
                                        self._local.held_back_match, served)
+            probe = breaker_probe(request, evidence, self._local.half_open, served)
         finally:
             self._local.versions = None
         share = self.settings.trial_share
@@ -211,10 +213,8 @@ class Selector:
         whole = request.after_evolution or several or newcomer is not None
         ranked = self.policy.rank(evidence, self.rng, limit=None if whole else keep)
         ranked = evolved_first(request, served_first(request, ranked, served), served)
-        if newcomer is not None:
-            ranked = tried_first(ranked, newcomer.key, share)
-        elif passed is not None:
-            ranked = passed_over(ranked, passed, share)
+        ranked = explored_first(request, ranked, evidence, share, lambda salt: in_share(request.call_id, salt, share),
+                                newcomer=newcomer.key if newcomer else None, passed=passed, probe=probe)
         timeouts = {e.key: e.timeout_s for e in evidence}
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)
@@ -300,6 +300,7 @@ class Selector:
             return []
         stats, breakers = self.rt.state.stats_and_breakers(list(manifests))
         blocked = self._breaker_blocked(breakers)
+        self._local.half_open = {k for k, state in breakers.items() if state == "half_open"}
         # Best match first: a call whose tools tried all refused its input evolves the first of these.
         self._local.held_back = sorted(blocked & set(manifests), key=lambda k: (-similarity.get(k, 0.0), k))
         self._local.held_back_match = max((similarity.get(k, 0.0) for k in self._local.held_back
@@ -503,7 +504,9 @@ class Selector:
         nearby, its feedback score, and its SPARC score with breakdown and rationale."""
         if not evidence:
             return evidence
-        feedback = self.feedback_points([e.key for e in evidence], vector) if vector is not None else {}
+        nearby = self._feedback_nearby([e.key for e in evidence], vector) if vector is not None else []
+        feedback = points_by_tool(nearby, self.settings.feedback_half_life_days * 86400.0)
+        judged = judged_outputs(nearby)
         context = ContextFeatures.model_validate(features) if features else ContextFeatures()
         weights = self.weights().weights
         by_tool: dict[str, list[float]] = defaultdict(list)
@@ -516,6 +519,9 @@ class Selector:
             e.success_similarities = by_tool.get(key, [])
             e.namespace_success_similarities = by_name.get(e.manifest.name, [])
             e.feedback_points = round(feedback.get(key, 0.0), 3)
+            if key in judged:  # an output a person judged wrong is a failure there, as the learner counts it
+                e.judged_wrong_similarities, e.judged_right_similarities = judged[key]
+                e.failure_similarities = e.failure_similarities + judged[key].wrong
             sparc = sparc_score(
                 e.manifest, context, weights,
                 successes=sum(similarity_weight(s) for s in e.success_similarities),
@@ -527,12 +533,15 @@ class Selector:
     def feedback_points(self, keys: list[str], vector: list[float]) -> dict[str, float]:
         """Feedback points (-50..50) per tool version from its stored feedback (FEEDBACK) near the
         scenario of `vector`; a version without any is left out."""
+        return points_by_tool(self._feedback_nearby(keys, vector), self.settings.feedback_half_life_days * 86400.0)
+
+    def _feedback_nearby(self, keys: list[str], vector: list[float]) -> list[VectorHit]:
+        """The stored feedback of `keys` nearest the scenario of `vector` (FEEDBACK_LIMIT of it)."""
         def search(among: list[str]) -> list[VectorHit]:
             return self._search(FEEDBACK, vector, limit=FEEDBACK_LIMIT, score_threshold=MIN_SIMILARITY,
                                 filter=VectorFilter(must=[Match(key="tool", any_of=among)]), fields=FEEDBACK_FIELDS)
 
-        hits = with_the_crowded_out(search(keys), FEEDBACK_LIMIT, keys, search)
-        return points_by_tool(hits, self.settings.feedback_half_life_days * 86400.0)
+        return with_the_crowded_out(search(keys), FEEDBACK_LIMIT, keys, search)
 
     # ----------------------------------------------------------------- evolved versions
     def _served(self, request: CallRequest, evidence: list[CandidateEvidence]) -> ServedVersions:

@@ -3,6 +3,7 @@ private Redis, Qdrant Edge in a temporary directory and fastembed with the shipp
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -100,10 +101,78 @@ def test_a_job_sent_again_and_again_moves_to_the_tool_that_took_over_when_its_to
     firsts = [run_call(rt, scenario, "money_convert", f"after{i}")[0] for i in range(40)]  # then only the other one does
     # ~18 failing calls, then the other tool, with a draw of the broken one now and then (a near-tie
     # explored); before, the broken one on 40 of 40
-    assert firsts[-20:].count("money_convert") >= 16, firsts
+    assert firsts[-20:].count("money_convert") >= 16, " ".join(f[0] for f in firsts)
     plan = rt.selector.plan(CallRequest(scenario=scenario))
     taken_over = next(c for c in plan.candidates if c.manifest.name == "money_convert")
     assert taken_over.breakdown is not None and taken_over.breakdown.extra["successes_nearby"] >= 10  # 3 of ~50 before
+
+
+def test_a_tool_whose_breaker_opened_is_probed_first_once_its_cool_down_is_over(rt, monkeypatch) -> None:
+    """QA W: a tool that broke and was fixed had fallen behind the tool that took over its job;
+    no call came to run it, so its half-open breaker's probe never ran (first on 0 of 90 calls)."""
+    rt.selector.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
+                                         implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+    scenario = "how many yen do I get for 200 dollars today"
+    for i in range(40):  # the currency tool serves this job...
+        run_call(rt, scenario, "currency_rates", f"before{i}")
+    for i in range(30):  # ...then breaks, and the other one serves it
+        run_call(rt, scenario, "money_convert", f"after{i}")
+    key, other = "currency_rates@1.0.0", "stock_quotes@1.0.0"
+    for k in (key, other):  # five failures in a row open their breakers for 1 s
+        for _ in range(5):
+            rt.state.record_run(k, 10.0, False, threshold=5, cooldown_s=1.0)
+    held = rt.selector.plan(CallRequest(scenario=scenario))
+    assert key in held.held_back and key not in [c.key for c in held.candidates]
+
+    time.sleep(1.1)
+    assert rt.state.stats_and_breakers([key])[1][key] == "half_open"
+    monkeypatch.setattr(rt.selector.settings, "min_similarity", -1.0)  # every tool a candidate, the stock tool too
+    probe = rt.selector.plan(CallRequest(scenario=scenario))
+    first = probe.candidates[0]
+    assert first.key == key and first.probability == 1.0, [(c.key, c.probability) for c in probe.candidates]
+    assert first.breakdown is not None and first.breakdown.extra["breaker_probe"] == 1.0
+    # The stock tool's breaker is half-open too, but it never did this job: it keeps its place.
+    assert other in [c.key for c in probe.candidates[1:]]  # ranked, and not moved first
+
+    rt.state.record_run(key, 10.0, True, threshold=5, cooldown_s=1.0)  # the probe's success closes the breaker
+    after = rt.selector.plan(CallRequest(scenario=scenario))
+    assert after.candidates[0].manifest.name == "money_convert"  # ranked by its outcomes again, as without the probe
+    assert not any(c.breakdown is not None and "breaker_probe" in c.breakdown.extra for c in after.candidates)
+
+
+def test_a_tool_whose_outputs_people_keep_judging_wrong_gives_way_to_another_that_does_the_job(rt) -> None:
+    """QA W: a tool's outputs turned wrong after it had served a job well; 31 of them judged wrong
+    (`fittest feedback add ... --call`) and it stayed first on every call, since it ran without an
+    error, so no call fell back to the other tool that does the job, which never ran."""
+    from workers.feedback_store import JudgedCall, record_tool_feedback
+    from workers.outcomes import apply_outcome, execution_records, store_executions
+
+    rt.selector.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
+                                         implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+    scenario = "how many yen do I get for 200 dollars today"
+    for i in range(30):  # the currency tool serves this job well
+        run_call(rt, scenario, "currency_rates", f"before{i}")
+    firsts = []
+    for i in range(80):  # then its outputs go wrong, and a person says so of each one
+        call_id = f"after{i}"
+        plan = rt.selector.plan(CallRequest(scenario=scenario, call_id=call_id))
+        first = plan.candidates[0]
+        firsts.append(first.manifest.name)
+        plan.attempts.append(ToolExecutionResult(attempt_id=f"{call_id}:0", call_id=call_id, tool=first.manifest.name,
+                                                 version=first.manifest.version, success=True))
+        outcome = OutcomeRecord.from_plan(plan)
+        apply_outcome(rt, outcome)
+        store_executions(rt, execution_records(outcome))
+        if first.manifest.name == "currency_rates":
+            record_tool_feedback(rt, "currency_rates", "1.0.0", None, "negative", reason="wrong rate",
+                                 call=JudgedCall(call_id=call_id, ran=[first.key], scenario=scenario))
+    # Tried in its place on a share of the calls once two outputs were judged wrong, the other tool
+    # takes the job over after ~45 calls; before, the currency tool was first on every call.
+    assert firsts[:2] == ["currency_rates"] * 2, firsts
+    assert firsts[-20:].count("money_convert") >= 16, " ".join(f[0] for f in firsts)
+    plan = rt.selector.plan(CallRequest(scenario=scenario))
+    judged = next(c for c in plan.candidates if c.manifest.name == "currency_rates")
+    assert judged.breakdown is not None and judged.breakdown.extra["failures_nearby"] > 1  # its wrong outputs count as failures
 
 
 def test_context_features_and_sparc_in_the_plan(rt, monkeypatch) -> None:

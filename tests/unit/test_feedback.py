@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from selection.feedback import MANUAL_WEIGHT, MAX_POINTS, FeedbackEntry, FeedbackRecord, feedback_points, outcome_value, points_by_tool, trend
+from selection.feedback import (
+    MANUAL_WEIGHT,
+    MAX_POINTS,
+    FeedbackEntry,
+    FeedbackRecord,
+    JudgedOutputs,
+    feedback_points,
+    judged_outputs,
+    outcome_value,
+    points_by_tool,
+    trend,
+)
 from selection.ports import VectorHit
 
 DAY = 86_400.0
@@ -94,6 +105,17 @@ def test_a_judgement_of_a_calls_output_takes_the_place_of_that_calls_outcome_fee
     assert points["b@1"] == 25.0  # another version's outcome of the same call stays
     unjudged = points_by_tool([*hits[:3], hit("a@1", -1.0, "manual", None)], half_life_s=86_400, now=now)
     assert unjudged["a@1"] == pytest.approx(MAX_POINTS * (2 - MANUAL_WEIGHT) / (2 + MANUAL_WEIGHT + 1))  # replaces nothing
+
+
+def test_only_judgements_of_calls_outputs_count_as_outputs_judged() -> None:
+    def hit(tool: str, value: float, source: str, call_id: str | None, score: float) -> VectorHit:
+        return VectorHit(f"{source}:{tool}:{call_id}", score, {"tool": tool, "value": value, "source": source,
+                                                                "call_id": call_id})
+
+    judged = judged_outputs([hit("a@1", -1.0, "manual", "c1", 0.9), hit("a@1", -0.4, "manual", "c2", 0.8),
+                             hit("a@1", 1.0, "manual", "c3", 0.7), hit("a@1", -1.0, "outcome", "c4", 1.0),
+                             hit("b@1", -1.0, "manual", None, 1.0), hit("a@1", 0.0, "manual", "c5", 1.0)])
+    assert judged == {"a@1": JudgedOutputs(wrong=[0.9, 0.8], right=[0.7])}  # not an outcome, a scenario's judgement, nor one of quality 0
 
 
 def test_an_outcome_flagged_as_judged_does_not_count_without_its_judgement_among_the_hits() -> None:

@@ -5,7 +5,18 @@ from __future__ import annotations
 from selection.evidence import CandidateEvidence
 from selection.manifest import ToolManifest
 from selection.models import Candidate, CallRequest, ScoreBreakdown
-from selection.serving import ServedVersions, evolved_first, newcomer_to_try, passed_over, served_first, tried_first
+from selection.serving import (
+    ServedVersions,
+    breaker_probe,
+    evolved_first,
+    explored_first,
+    newcomer_to_try,
+    passed_over,
+    probed_first,
+    second_opinion,
+    served_first,
+    tried_first,
+)
 
 
 def candidate(name: str, version: str = "1.0.0") -> Candidate:
@@ -137,3 +148,81 @@ def test_the_logged_probability_of_the_first_place_counts_the_newcomers_share() 
     drawn[0].probability = 0.8
     assert tried_first(drawn, "c@1.0.0", 0.25)[0].probability == 0.85
     assert passed_over([], "c@1.0.0", 0.25) == []
+
+
+def test_a_half_open_version_that_did_the_job_before_is_offered_its_probe_first() -> None:
+    """QA W: a tool fixed after its breaker opened had fallen behind the one that took over, and no
+    call tried it again (first on 0 of 90 calls): its half-open breaker's probe never ran."""
+    def found(name: str, similarity: float, successes: list[float], version: str = "1.0.0") -> CandidateEvidence:
+        return CandidateEvidence(manifest=candidate(name, version).manifest, similarity=similarity,
+                                 success_similarities=successes)
+
+    call = CallRequest(scenario="how many yen for 200 dollars")
+    ranked = [found("money_convert", 0.6, [0.99, 0.97]), found("currency_rates", 0.7, [0.99]),
+              found("stock_quotes", 0.5, [])]
+    half_open = {"currency_rates@1.0.0", "stock_quotes@1.0.0"}
+    assert breaker_probe(call, ranked, half_open, ServedVersions()) == "currency_rates@1.0.0"
+    # Not one whose successes were other jobs, nor one that is closed, nor one its namespace does
+    # not serve first, nor one rolled back.
+    assert breaker_probe(call, [found("currency_rates", 0.7, [0.6])], half_open, ServedVersions()) is None
+    assert breaker_probe(call, ranked, {"money_convert@2.0.0"}, ServedVersions()) is None
+    assert breaker_probe(call, ranked, half_open, ServedVersions(by_namespace={"currency_rates": "2.0.0"})) is None
+    assert breaker_probe(call, ranked, half_open, ServedVersions(rolled_back={"currency_rates@1.0.0"})) is None
+    # Nor on a call that names what it wants.
+    for named in (CallRequest(scenario="x", namespace="money_convert"),
+                  CallRequest(scenario="x", namespace="currency_rates", version="1.0.0"),
+                  CallRequest(scenario="x", after_evolution=True)):
+        assert breaker_probe(named, ranked, half_open, ServedVersions()) is None
+
+
+def test_the_probe_goes_first_with_probability_one_and_says_why() -> None:
+    ranked = [candidate("a"), candidate("b"), candidate("c")]
+    for c in ranked:
+        c.breakdown = ScoreBreakdown(rationale="policy")
+        c.probability = 0.3
+    out = probed_first(ranked, "b@1.0.0")
+    assert keys(out) == ["b@1.0.0", "a@1.0.0", "c@1.0.0"]
+    assert out[0].probability == 1.0 and "circuit breaker's probe" in out[0].breakdown.rationale
+    assert out[0].breakdown.extra["breaker_probe"] == 1.0
+    assert keys(probed_first(out, "zzz@1.0.0")) == keys(out)  # not ranked: unchanged
+
+
+def judged(name: str, wrong: list[float], right: list[float] | None = None) -> CandidateEvidence:
+    return CandidateEvidence(manifest=candidate(name).manifest, judged_wrong_similarities=wrong,
+                             judged_right_similarities=right or [])
+
+
+def test_a_tool_people_judged_wrong_on_such_jobs_gets_a_second_opinion_tried_in_its_place() -> None:
+    """QA W: 31 outputs of a tool judged wrong, and it stayed first: it ran without an error, so no
+    call fell back to the other tool that does the job."""
+    call = CallRequest(scenario="how many yen for 200 dollars")
+    ranked = [candidate("currency_rates"), candidate("money_convert"), candidate("fx")]
+    found = [judged("currency_rates", [1.0, 0.95]), judged("money_convert", []), judged("fx", [])]
+    assert second_opinion(call, ranked, found) == "money_convert@1.0.0"
+    # One judgement may be a slip; as many judged right, or judgements of other jobs, are no verdict.
+    for first in (judged("currency_rates", [1.0]), judged("currency_rates", [1.0, 0.95], [0.9, 0.99]),
+                  judged("currency_rates", [0.7, 0.6, 0.75])):
+        assert second_opinion(call, ranked, [first, *found[1:]]) is None
+    # The next tool people judged wrong too is passed over, and a call that names a tool gets none.
+    assert second_opinion(call, ranked, [found[0], judged("money_convert", [0.9, 0.9]), found[2]]) == "fx@1.0.0"
+    assert second_opinion(CallRequest(scenario="x", namespace="currency_rates"), ranked, found) is None
+
+
+def test_the_second_opinion_goes_first_on_its_share_of_the_calls_and_is_logged_so() -> None:
+    def ranked() -> list[Candidate]:
+        placed = [candidate("currency_rates"), candidate("money_convert")]
+        for c in placed:
+            c.probability, c.breakdown = 0.9, ScoreBreakdown(rationale="policy")
+        return placed
+
+    call = CallRequest(scenario="how many yen for 200 dollars")
+    found = [judged("currency_rates", [1.0, 1.0]), judged("money_convert", [])]
+    tried = explored_first(call, ranked(), found, 0.25, lambda salt: True, newcomer=None, passed=None, probe=None)
+    assert keys(tried) == ["money_convert@1.0.0", "currency_rates@1.0.0"] and tried[0].probability == 0.25
+    assert "judged wrong" in tried[0].breakdown.rationale and tried[0].breakdown.extra["second_opinion"] == 1.0
+    kept = explored_first(call, ranked(), found, 0.25, lambda salt: False, newcomer=None, passed=None, probe=None)
+    assert keys(kept) == ["currency_rates@1.0.0", "money_convert@1.0.0"] and kept[0].probability == 0.675
+    # A half-open breaker's probe, and a newcomer drawn, go first before any second opinion.
+    probed = explored_first(call, ranked(), found, 0.25, lambda salt: True, newcomer=None, passed=None,
+                            probe="currency_rates@1.0.0")
+    assert keys(probed)[0] == "currency_rates@1.0.0" and probed[0].probability == 1.0

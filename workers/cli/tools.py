@@ -19,7 +19,8 @@ app = typer.Typer()
 @needs_redis
 def tools(json_out: JsonOpt = False) -> None:
     """List every tool version with its quality, counters and circuit breaker (closed; open: held
-    back from calls; half-open: its cool-down is over, and the next call that picks it probes it)."""
+    back from calls; half-open: its cool-down is over, and the next call that comes to run it probes
+    it, a call of a job it did before trying it first)."""
     from workers.runtime import runtime
 
     rt = runtime()

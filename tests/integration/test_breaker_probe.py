@@ -1,0 +1,88 @@
+"""A tool that broke and was fixed gets its job back through its breaker's probe, on real workers.
+
+QA W: a tool whose circuit breaker opened fell behind the tool that took over its job; once fixed,
+no call tried it again (first on 0 of 90 calls), so its half-open breaker's probe never ran. Here a
+real memory worker and executor, on the real Redis broker, Qdrant Edge and fastembed, serve a job
+with two tools that do it; the first breaks (a file beside it says so), is fixed, and is probed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import Pipeline, start_pipeline
+
+SCENARIO = "convert 200 US dollars to Japanese yen at today's exchange rate"
+TOOL = '''from pathlib import Path
+
+
+def run(payload):
+    if (Path(__file__).parent / "broken").exists():
+        raise RuntimeError("the rates service answers 503")
+    return {"yen": 29000}
+'''
+DESCRIPTIONS = {
+    "rates_a": "Converts an amount of money from one currency to another at today's exchange rate.",
+    "rates_b": "Looks up exchange rates between world currencies.",
+}
+
+
+@pytest.fixture(scope="module")
+def probe_pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[Pipeline]:
+    tools = tmp_path_factory.mktemp("probe-tools")
+    for name, description in DESCRIPTIONS.items():
+        (tools / name).mkdir()
+        (tools / name / "tool.py").write_text(TOOL)
+        (tools / name / "tool.yaml").write_text(
+            f"name: {name}\nversion: 1.0.0\ndescription: {description}\n"
+            "implementation: {kind: python, entrypoint: \"tool:run\"}\ntimeout_s: 5\n")
+    p = start_pipeline(tmp_path_factory.mktemp("probe"), redis_url, model_path, tools, roles=("memory", "executor"),
+                       FITTEST_EVOLUTION_ENABLED="false", FITTEST_BREAKER_THRESHOLD="1", FITTEST_BREAKER_COOLDOWN_S="4",
+                       # the defaults (30 s and 60 s) scaled down: the evidence a cool-down's end
+                       # meets is at most a TTL old
+                       FITTEST_SELECTION_CACHE_TTL_S="1")
+    p.env["tools"] = str(tools)
+    try:
+        yield p
+    finally:
+        p.close()
+        p.state().clear()
+
+
+def ranking(p: Pipeline) -> list[str]:
+    return [r["key"] for r in p.client.wait(p.client.send("explain", scenario=SCENARIO), 30)["ranking"]]
+
+
+def first_tool(result: dict[str, Any]) -> str:
+    return f"{result['attempts'][0]['tool']}@{result['attempts'][0]['version']}"
+
+
+def test_a_fixed_tool_behind_the_one_that_took_over_its_job_is_probed_first_and_served_again(probe_pipeline: Pipeline) -> None:
+    p = probe_pipeline
+    broken = Path(p.env["tools"]) / "rates_a" / "broken"
+    a, b = "rates_a@1.0.0", "rates_b@1.0.0"
+    assert ranking(p)[:2] == [a, b]
+    for _ in range(6):  # the first tool serves the job
+        result = p.call(scenario=SCENARIO)
+        assert result["status"] == "success" and first_tool(result) == a, result
+
+    broken.touch()  # then it breaks: its breaker opens at its first crash, and the other tool serves the job
+    for _ in range(12):
+        assert p.call(scenario=SCENARIO)["status"] == "success"
+    assert p.state().stats_and_breakers([a])[1][a] in ("open", "half_open")
+    p.settled()
+    p.wait_for(lambda: ranking(p)[0] == b, timeout=30)  # the other tool's successes put it first
+
+    broken.unlink()  # fixed; once its cool-down is over, the next call probes it first
+    p.wait_for(lambda: p.state().stats_and_breakers([a])[1][a] == "half_open", timeout=10)
+    probe = p.call(scenario=SCENARIO)
+    assert probe["status"] == "success" and first_tool(probe) == a, probe["attempts"]
+    assert len(probe["attempts"]) == 1
+    assert p.state().stats_and_breakers([a])[1][a] == "closed"
+    # Closed again, it is ranked by its outcomes: the tool that took over keeps the job for now.
+    p.settled()
+    assert ranking(p)[0] == b
