@@ -18,6 +18,7 @@ string of names separated by commas is a list of them.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -154,6 +155,27 @@ def explicit_context(context: Mapping[str, Any]) -> ExplicitContext:
     if languages is not None:
         given["languages"] = [languages] if isinstance(languages, str) else languages
     return ExplicitContext.model_validate(given)
+
+
+# The keys of a call's context that anything reads: the explicit features, the files they are
+# detected from, and the environment a description variant is served for (workers/variants.py).
+CONTEXT_KEYS = ("phase", "languages", "language", "complexity", "task_type", "testing", "files", "environment")
+
+
+def unread_context_keys(context: Mapping[str, Any]) -> str | None:
+    """What to tell a caller whose context holds keys nothing reads (a typo more often than not: a
+    `{"langauge": "python"}` was dropped without a word), with the nearest known key; None when
+    every key is read. A note, not a refusal: a service may send context other parts of its
+    own system read."""
+    unread = [k for k in context if k not in CONTEXT_KEYS]
+    if not unread:
+        return None
+    named = []
+    for key in unread:
+        close = difflib.get_close_matches(key, CONTEXT_KEYS, n=1)
+        named.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    return (f"context key{'s' if len(unread) > 1 else ''} {', '.join(named)} not read by selection "
+            f"(it reads {', '.join(CONTEXT_KEYS)})")
 
 
 def check_context(context: Mapping[str, Any]) -> None:

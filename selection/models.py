@@ -63,7 +63,11 @@ class CallRequest(BaseModel):
     version: str | None = None
     use_evolved: bool = True
     max_attempts: int = Field(5, ge=1, le=20)
-    context: dict[str, Any] = Field(default_factory=dict)
+    context: dict[str, Any] = Field(
+        default_factory=dict,
+        description="What selection reads besides the scenario: phase, languages (or language), complexity (0..1), "
+                    "task_type, testing, files (paths, or paths to contents), environment (of a description "
+                    "variant); a key it does not read is named in the result's notes")
     exclude: list[str] = Field(default_factory=list, max_length=256,
                                description="Tool versions not to try, as NAME@VERSION")
     call_id: str = Field(default_factory=new_id, pattern=CALL_ID_PATTERN)

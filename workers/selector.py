@@ -19,7 +19,7 @@ from evolution.trial import in_share, served_chance, served_version, withdrawn_v
 from evolution.versioning import MANIFEST_FILE, version_stem
 from selection.cache import TTLCache
 from selection.classifier import ToolClassifier
-from selection.context import ContextFeatures, analyse
+from selection.context import ContextFeatures, analyse, unread_context_keys
 from selection.evidence import CandidateEvidence
 from selection.feedback import MIN_SIMILARITY, judged_outputs, points_by_tool, similarity_weight
 from selection.lexical import LexicalIndex, version_text
@@ -232,10 +232,14 @@ class Selector:
     def _notes(self, request: CallRequest) -> list[str]:
         """What the caller should know of this call that did not stop it. A namespace no tool has
         is a typo more often than not, and a scenario call goes on without it (QA: a service that
-        sent namespace "vat_prize" was served by vat_price with nothing said)."""
+        sent namespace "vat_prize" was served by vat_price with nothing said); so is a context key
+        nothing reads."""
+        notes = []
         if request.namespace and not request.version and self.rt.registry.original(request.namespace) is None:
-            return [f"no tool named '{request.namespace}': the call was ranked by its scenario alone"]
-        return []
+            notes.append(f"no tool named '{request.namespace}': the call was ranked by its scenario alone")
+        if (unread := unread_context_keys(request.context)) is not None:
+            notes.append(unread)
+        return notes
 
     def _evidence(self, request: CallRequest, features: dict[str, Any], degraded: list[str]) -> list[CandidateEvidence]:
         """What the stores know; when the embedder or the vector memory fails, what the registry and

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from selection.context import analyse
+from selection.context import analyse, unread_context_keys
 from selection.models import CallRequest
 
 
@@ -160,3 +160,10 @@ def test_exclude_takes_tool_versions_and_names_a_bare_name() -> None:
     with pytest.raises(ValidationError, match="exclude takes tool versions as NAME@VERSION; 'slow_square' names no version"):
         CallRequest(scenario="square this number", exclude=["slow_square"])
     assert CallRequest(scenario="square this number", exclude=["slow_square@1.0.0"]).exclude == ["slow_square@1.0.0"]
+
+
+def test_a_context_key_nothing_reads_is_named_with_the_key_it_likely_meant() -> None:
+    assert unread_context_keys({"language": "python", "files": ["a.py"], "environment": "prod"}) is None
+    note = unread_context_keys({"langauge": "python", "team": "billing"})
+    assert note is not None
+    assert note.startswith("context keys 'langauge' (did you mean 'language'?), 'team' not read by selection")
