@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from selection.models import Promotion, Severity
 from selection.ports import BreakerState, FailureApplied, SelectionWeights, StateVersions, ToolStats
@@ -54,6 +55,7 @@ class _State:
     breakers: dict[str, _Breaker] = field(default_factory=dict)
     durations: dict[str, list[float]] = field(default_factory=dict)
     locks: dict[str, tuple[str, float]] = field(default_factory=dict)  # name -> (owner, expiry)
+    judged: dict[tuple[str, str], str] = field(default_factory=dict)  # (key, call) -> judgement applied
 
 
 class InMemoryStateStore:
@@ -116,6 +118,21 @@ class InMemoryStateStore:
                 if counted[-1]:
                     self._s.tools.setdefault(key, _Tool()).successes += 1
         return counted
+
+    def judge_output(self, key: str, call_id: str, sentiment: Literal["positive", "negative"], ran_ok: bool) -> bool:
+        with self._lock:
+            before = self._s.judged.get((key, call_id))
+            if before == sentiment:
+                return False
+            self._s.judged[(key, call_id)] = sentiment
+            if not ran_ok or (before == "negative") == (sentiment == "negative"):
+                return False
+            tool = self._s.tools.setdefault(key, _Tool())
+            if sentiment == "negative":
+                tool.successes, tool.failures = max(0, tool.successes - 1), tool.failures + 1
+            else:
+                tool.successes, tool.failures = tool.successes + 1, max(0, tool.failures - 1)
+            return True
 
     # Promotions
     def promotion(self, namespace: str) -> Promotion | None:

@@ -126,6 +126,8 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
         # call left one (a success below quality 0.5 leaves none), so that one is not waited for
         # (QA: 2.6 s per judgement of such a call, waiting for an entry that never came).
         apply_judgement(rt, call.call_id, record.key, sentiment)
+        # ...and in its version's counters, an output judged wrong is a failure (`fittest tools`)
+        rt.state.judge_output(record.key, call.call_id, sentiment, ran_ok=record.key not in call.failed)
     rt.state.invalidate()  # every selector's cached searches predate it
     return record
 

@@ -173,6 +173,8 @@ def test_a_tool_whose_outputs_people_keep_judging_wrong_gives_way_to_another_tha
     plan = rt.selector.plan(CallRequest(scenario=scenario))
     judged = next(c for c in plan.candidates if c.manifest.name == "currency_rates")
     assert judged.breakdown is not None and judged.breakdown.extra["failures_nearby"] > 1  # its wrong outputs count as failures
+    stats = rt.state.stats(["currency_rates@1.0.0"])["currency_rates@1.0.0"]  # as `fittest tools` shows them
+    assert (stats.successes, stats.failures) == (30, firsts.count("currency_rates"))
 
 
 def test_context_features_and_sparc_in_the_plan(rt, monkeypatch) -> None:
