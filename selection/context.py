@@ -160,22 +160,29 @@ def explicit_context(context: Mapping[str, Any]) -> ExplicitContext:
 # The keys of a call's context that anything reads: the explicit features, the files they are
 # detected from, and the environment a description variant is served for (workers/variants.py).
 CONTEXT_KEYS = ("phase", "languages", "language", "complexity", "task_type", "testing", "files", "environment")
+# How alike an unknown language name must be to a known one to be taken for a typo of it:
+# `pyton` is 0.91 like python, `javscript` 0.95 like javascript; `elixir` is like none.
+LANGUAGE_TYPO_CUTOFF = 0.8
 
 
-def unread_context_keys(context: Mapping[str, Any]) -> str | None:
-    """What to tell a caller whose context holds keys nothing reads (a typo more often than not: a
-    `{"langauge": "python"}` was dropped without a word), with the nearest known key; None when
-    every key is read. A note, not a refusal: a service may send context other parts of its
-    own system read."""
-    unread = [k for k in context if k not in CONTEXT_KEYS]
-    if not unread:
-        return None
-    named = []
-    for key in unread:
-        close = difflib.get_close_matches(key, CONTEXT_KEYS, n=1)
-        named.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
-    return (f"context key{'s' if len(unread) > 1 else ''} {', '.join(named)} not read by selection "
-            f"(it reads {', '.join(CONTEXT_KEYS)})")
+def context_typos(context: Mapping[str, Any]) -> list[str]:
+    """What to tell a caller whose context holds a key nothing reads but one it reads is close to
+    (`langauge`, `task-type`), or a language it does not know but one it knows is close to
+    (`pyton`): each was dropped without a word, where it meant to say something. A key far from
+    every read one is the caller's own, and a language nobody else spells alike may be one a tool
+    declares: neither is named. Notes, not refusals."""
+    notes = []
+    for key in context:
+        if key not in CONTEXT_KEYS and (close := difflib.get_close_matches(key, CONTEXT_KEYS, n=1)):
+            notes.append(f"context key '{key}' is not read by selection: did you mean '{close[0]}'?")
+    given = context.get("languages", context.get("language"))
+    names = [given] if isinstance(given, str) else given if isinstance(given, list) else []
+    for name in (part.strip().lower() for n in names if isinstance(n, str) for part in n.split(",")):
+        if name and canonical_language(name) == name and name not in KNOWN_LANGUAGES and (
+                close := difflib.get_close_matches(name, sorted(KNOWN_LANGUAGES | set(LANGUAGE_ALIASES)), n=1,
+                                                   cutoff=LANGUAGE_TYPO_CUTOFF)):
+            notes.append(f"context language '{name}' is not one selection knows: did you mean '{close[0]}'?")
+    return notes
 
 
 def check_context(context: Mapping[str, Any]) -> None:

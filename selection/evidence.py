@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from selection.feedback import JudgedOutput
 from selection.manifest import ToolManifest
 from selection.models import Source
 
@@ -30,10 +31,9 @@ class CandidateEvidence(BaseModel):
     # Past successes of the namespace, any version (this one included): what a new version inherits.
     namespace_success_similarities: list[float] = Field(default_factory=list)
     feedback_points: float = 0.0  # -50..50
-    # Outputs of this version that people judged wrong (they count among its failures nearby too)
-    # and right, by their scenario's similarity (selection/feedback.py `judged_outputs`).
-    judged_wrong_similarities: list[float] = Field(default_factory=list)
-    judged_right_similarities: list[float] = Field(default_factory=list)
+    # Outputs of this version that people judged, wrong (they count among its failures nearby too)
+    # or right (selection/feedback.py `judged_outputs`).
+    judged_outputs: list[JudgedOutput] = Field(default_factory=list)
     sparc: float = 0.5
     sparc_components: dict[str, float] = Field(default_factory=dict)
     sparc_rationale: str = ""

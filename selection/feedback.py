@@ -130,24 +130,23 @@ def points_by_tool(hits: Iterable[VectorHit], half_life_s: float, now: float | N
     return {key: feedback_points(items, half_life_s, now) for key, items in entries.items()}
 
 
-class JudgedOutputs(NamedTuple):
-    """The similarities to this scenario of a version's outputs that people judged wrong and right."""
+class JudgedOutput(NamedTuple):
+    """A person's judgement of one call's output by a version, as selection sees it."""
 
-    wrong: list[float]
-    right: list[float]
+    similarity: float  # of the call's scenario to this one
+    timestamp: float
+    wrong: bool
 
 
-def judged_outputs(hits: Iterable[VectorHit]) -> dict[str, JudgedOutputs]:
+def judged_outputs(hits: Iterable[VectorHit]) -> dict[str, list[JudgedOutput]]:
     """People's judgements of calls' outputs per tool version, from FEEDBACK search hits: only a
     judgement of a call (`fittest feedback add ... --call`) says that the version ran and its
-    output was wrong (or right); one of a scenario says what a person thinks of the tool for it."""
-    found: dict[str, JudgedOutputs] = defaultdict(lambda: JudgedOutputs([], []))
+    output was wrong (or right); one of a scenario says what a person thinks of the tool for it,
+    and one of quality 0 says nothing (it counts for nothing)."""
+    found: dict[str, list[JudgedOutput]] = defaultdict(list)
     for h in hits:
-        if h.payload.get("source", "manual") == "manual" and h.payload.get("call_id"):
-            value = payload_value(h.payload)  # of quality 0 it says nothing, as it counts for nothing
-            if value:
-                judged = found[h.payload["tool"]]
-                (judged.right if value > 0 else judged.wrong).append(h.score)
+        if h.payload.get("source", "manual") == "manual" and h.payload.get("call_id") and (value := payload_value(h.payload)):
+            found[h.payload["tool"]].append(JudgedOutput(h.score, float(h.payload.get("timestamp", 0.0)), value < 0))
     return dict(found)
 
 

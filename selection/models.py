@@ -67,7 +67,7 @@ class CallRequest(BaseModel):
         default_factory=dict,
         description="What selection reads besides the scenario: phase, languages (or language), complexity (0..1), "
                     "task_type, testing, files (paths, or paths to contents), environment (of a description "
-                    "variant); a key it does not read is named in the result's notes")
+                    "variant); other keys are the caller's own, but one close to a key it reads is named in the result's notes as a likely typo")
     exclude: list[str] = Field(default_factory=list, max_length=256,
                                description="Tool versions not to try, as NAME@VERSION")
     call_id: str = Field(default_factory=new_id, pattern=CALL_ID_PATTERN)
@@ -221,6 +221,9 @@ class CallPlan(BaseModel):
     held_back: list[str] = Field(default_factory=list)
     # What the caller should know that did not stop the call (a namespace no tool has).
     notes: list[str] = Field(default_factory=list)
+    # The half-open version selection placed first for its breaker's probe, if any: it uses up no
+    # attempt of the call's `max_attempts` (selection/serving.py `breaker_probe`).
+    probe: str | None = None
 
     def no_candidates_message(self) -> str:
         """Why a plan has no candidate, as a caller or an operator needs to read it: a tool that

@@ -24,14 +24,14 @@ COLLECTIONS = (TOOLS, FEEDBACK, FAILURES, EVOLUTIONS, EXECUTIONS)
 # Payload fields that filters (and ordered scrolls) use; every adapter indexes them.
 INDEXED_FIELDS: dict[str, tuple[str, ...]] = {
     TOOLS: ("tool", "name", "tags", "deprecated"),
-    FEEDBACK: ("tool", "name", "positive", "source", "timestamp"),
+    FEEDBACK: ("tool", "name", "positive", "source", "replaced", "timestamp"),
     FAILURES: ("tool", "name", "error_class", "tags", "timestamp"),
     EVOLUTIONS: ("name", "outcome"),
     EXECUTIONS: ("tool", "name", "success", "timestamp"),
 }
 # Of those, the fields that hold booleans: they get a bool index instead, as a keyword index skips
 # boolean values and leaves filters on them to a full scan.
-BOOL_FIELDS = frozenset({"deprecated", "positive", "success"})
+BOOL_FIELDS = frozenset({"deprecated", "positive", "replaced", "success"})
 # Of those, the numeric fields a scroll can be ordered by: they get a float index.
 FLOAT_FIELDS = frozenset({"timestamp"})
 
@@ -189,6 +189,7 @@ class StateVersions(NamedTuple):
     # nothing on disk, `clear`) counts again from 0 under a new epoch, so a version read before the
     # loss is never taken for the same number reached after it.
     epoch: str
+    judgements: int = 0  # grows with every person's judgement (0: selection need not look for any)
 
 
 class QualityScores(Protocol):
@@ -280,6 +281,12 @@ class StateVersioning(Protocol):
     def invalidate(self) -> None:
         """Move the state version on for a change kept elsewhere that selection must see at once
         rather than after the selection cache's TTL: a person's feedback, in the vector memory."""
+        ...
+
+    def note_judgement(self) -> None:
+        """A person's judgement was stored (in the vector memory): move the state version on, so
+        selection sees it at once, and count it, so that selection looks for people's judgements
+        apart from the calls' outcomes once there is one."""
         ...
 
     def clear(self) -> None:

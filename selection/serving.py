@@ -191,40 +191,59 @@ def probed_first(ranked: list[Candidate], key: str) -> list[Candidate]:
 
 
 def judged_wrong_here(e: CandidateEvidence) -> bool:
-    """Whether people judged this version's outputs on jobs like this one wrong, and not right."""
-    wrong = sum(1 for s in e.judged_wrong_similarities if s >= JUDGED_MIN_SIMILARITY)
-    right = sum(1 for s in e.judged_right_similarities if s >= JUDGED_MIN_SIMILARITY)
-    return wrong >= JUDGED_WRONG_MIN and wrong > right
+    """Whether people judge this version's outputs on jobs like this one wrong: at least
+    JUDGED_WRONG_MIN times, more often than right, and the latest time (one who judged it right
+    again after it was fixed has their say)."""
+    near = sorted((j for j in e.judged_outputs if j.similarity >= JUDGED_MIN_SIMILARITY), key=lambda j: j.timestamp)
+    wrong = sum(j.wrong for j in near)
+    return wrong >= JUDGED_WRONG_MIN and wrong > len(near) - wrong and near[-1].wrong
 
 
-def second_opinion(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence]) -> str | None:
+def did_the_job(e: CandidateEvidence) -> bool:
+    """Whether the version's namespace succeeded at jobs like this one (a success this similar)."""
+    return max(e.namespace_success_similarities, default=0.0) >= JUDGED_MIN_SIMILARITY
+
+
+def failed_the_job(e: CandidateEvidence) -> bool:
+    """Whether this version failed at jobs like this one, or people judged its output wrong there."""
+    return max(e.failure_similarities, default=0.0) >= JUDGED_MIN_SIMILARITY
+
+
+def second_opinion(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence],
+                   half_open: Collection[str] = ()) -> str | None:
     """The candidate to try first in place of the first one on a share of the calls, if any.
 
     A version whose outputs are judged wrong still ran without an error, so no call falls back
     past it, and the other tools never get outcomes of their own on the job; its earlier
     successes outweigh the judgements, which scale its score by half at most (QA W: 31 of a
     tool's outputs judged wrong, and it stayed first, where another tool did the job). When people
-    judged the first candidate's outputs on this job wrong (`judged_wrong_here`), the best-placed
-    candidate of another tool that they have not judged so is tried first on a share of the calls:
-    its outcomes, and people's judgements of them, then decide. Not for a call that names a
-    namespace or a version, nor for the retry after an evolution."""
+    judge the first candidate's outputs on this job wrong (`judged_wrong_here`), another tool is
+    tried first on a share of the calls, and its outcomes, and people's judgements of them, then
+    decide: one that did such jobs before, else the best placed, but not one that failed them (QA
+    X: the next in the ranking was a currency tool, which refused a temperature job 3 times before
+    the tool that could do it was asked), nor a half-open one, whose probe another call may hold
+    (QA X: logged as tried first, and passed over). Not for a call that names a namespace or a
+    version, nor for the retry after an evolution."""
     if not ranked or request.namespace or request.version or request.after_evolution:
         return None
     by_key = {e.key: e for e in evidence}
     first = by_key.get(ranked[0].key)
     if first is None or not judged_wrong_here(first):
         return None
-    return next((c.key for c in ranked[1:] if c.manifest.name != first.manifest.name
-                 and (e := by_key.get(c.key)) is not None and not judged_wrong_here(e)), None)
+    others = [e for c in ranked[1:] if (e := by_key.get(c.key)) is not None and e.manifest.name != first.manifest.name
+              and e.key not in half_open and not failed_the_job(e) and not judged_wrong_here(e)]
+    chosen = next((e for e in others if did_the_job(e)), others[0] if others else None)
+    return None if chosen is None else chosen.key
 
 
 def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence], share: float,
                    drawn: Callable[[str], bool], *, newcomer: str | None, passed: str | None,
-                   probe: str | None) -> list[Candidate]:
+                   probe: str | None, half_open: Collection[str] = ()) -> list[Candidate]:
     """`ranked` with what this call tries before the policy's first choice, to learn what the
     policy's evidence cannot tell: a newcomer its share drew (`newcomer`; `passed`: one it did
     not), else a half-open breaker's probe (`breaker_probe`), else on `share` of the calls a
-    second opinion in place of a version people judge wrong here (`second_opinion`). Each is
+    second opinion in place of a version people judge wrong here (`second_opinion`; `half_open`:
+    the versions whose breaker is half-open). Each is
     logged with the probability of its place. `drawn(salt)`: whether this call falls in the share
     of calls for `salt` (evolution/trial.py `in_share`, the same draw for the same call)."""
     if newcomer is not None:
@@ -233,7 +252,7 @@ def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list
         ranked = passed_over(ranked, passed, share)
     if probe is not None:
         return probed_first(ranked, probe)
-    other = second_opinion(request, ranked, evidence)
+    other = second_opinion(request, ranked, evidence, half_open)
     if other is None:
         return ranked
     if drawn(f"second_opinion:{ranked[0].key}"):

@@ -56,6 +56,7 @@ class _State:
     durations: dict[str, list[float]] = field(default_factory=dict)
     locks: dict[str, tuple[str, float]] = field(default_factory=dict)  # name -> (owner, expiry)
     judged: dict[tuple[str, str], str] = field(default_factory=dict)  # (key, call) -> judgement applied
+    judgements: int = 0
 
 
 class InMemoryStateStore:
@@ -223,10 +224,15 @@ class InMemoryStateStore:
         with self._lock:
             self._s.state_version += 1
 
+    def note_judgement(self) -> None:
+        with self._lock:
+            self._s.state_version += 1
+            self._s.judgements += 1
+
     def versions(self) -> StateVersions:
         with self._lock:
             return StateVersions(self._s.state_version, self._s.promotions_version, self._s.weights_version,
-                                 self._s.epoch)
+                                 self._s.epoch, self._s.judgements)
 
     # Circuit breakers and durations
     def stats_and_breakers(self, keys: Sequence[str]) -> tuple[dict[str, ToolStats], dict[str, BreakerState]]:

@@ -15,7 +15,7 @@ from evolution.trial import fallback_version, head_version
 from selection.feedback import FeedbackRecord, TrendPoint, judged_calls, replaced, trend
 from selection.learner import JUDGED_WRONG, ExecutionRecord
 from selection.manifest import tool_key
-from selection.ports import EXECUTIONS, FEEDBACK, VectorFilter, VectorMemory, VectorPoint
+from selection.ports import EXECUTIONS, FEEDBACK, StateVersioning, VectorFilter, VectorMemory, VectorPoint
 from workers.degraded import is_store_failure
 from workers.pending import upsert_or_keep
 
@@ -107,9 +107,11 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
         if version is not None and f"{tool}@{version}" not in mine:
             raise ValueError(f"call {call.call_id} ran {', '.join(mine)}, not {tool}@{version}")
         version = version or mine[-1].partition("@")[2]
-        if sentiment == "positive" and f"{tool}@{version}" in call.failed:
-            # QA: a positive judgement of a crashed attempt replaced the crash's negative outcome.
-            raise ValueError(f"{tool}@{version}'s attempt in call {call.call_id} failed: it gave no output to judge right")
+        if f"{tool}@{version}" in call.failed:
+            # QA: a positive judgement of a crashed attempt replaced the crash's negative outcome; a
+            # negative one counted the failure twice (QA X), as five votes and a failure more.
+            raise ValueError(f"{tool}@{version}'s attempt in call {call.call_id} failed: it gave no output to judge "
+                             "(its failure counts against it already; to judge the tool for such jobs, leave out --call)")
         scenario = scenario or call.scenario or None
     version = version or served_version(rt, tool)
     manifest = rt.registry.get(f"{tool}@{version}")
@@ -128,7 +130,7 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
         apply_judgement(rt, call.call_id, record.key, sentiment)
         # ...and in its version's counters, an output judged wrong is a failure (`fittest tools`)
         rt.state.judge_output(record.key, call.call_id, sentiment, ran_ok=record.key not in call.failed)
-    rt.state.invalidate()  # every selector's cached searches predate it
+    rt.state.note_judgement()  # every selector's cached searches predate it
     return record
 
 
@@ -222,14 +224,19 @@ def as_people_judged(records: list[ExecutionRecord], judged: dict[tuple[str, str
             for r in records]
 
 
-def apply_stored_judgements(memory: VectorMemory) -> tuple[int, int]:
+def apply_stored_judgements(memory: VectorMemory, state: StateVersioning | None = None) -> tuple[int, int]:
     """What the judgements already stored should have done, done where it was not: flag the outcome
     entries they replaced, and mark the execution records they judged (`as_judged`). A store an
     earlier release wrote holds judgements made before either existed (QA: after an upgrade, an old
     judgement given under another scenario left its call's outcome counting +40 where one made
     after the upgrade gave +37). Run as the memory worker starts; a person's judgements are few, so
-    one scan of their calls' entries. The numbers of outcome entries flagged and records marked."""
-    sentiments = _sentiments(memory.scroll(FEEDBACK, filter=VectorFilter.where(source="manual"), limit=REPORT_SCAN * 10))
+    one scan of their calls' entries. The numbers of outcome entries flagged and records marked.
+    With `state`, a store holding judgements that `state` has not counted is counted as judged,
+    so that selection looks for them (workers/selector.py `_feedback_nearby`)."""
+    judgements = memory.scroll(FEEDBACK, filter=VectorFilter.where(source="manual"), limit=REPORT_SCAN * 10)
+    if judgements and state is not None and state.versions().judgements == 0:
+        state.note_judgement()  # made before judgements were counted, or counted by a Redis that lost them
+    sentiments = _sentiments(judgements)
     if not sentiments:
         return 0, 0
     calls = sorted({call_id for _, call_id in sentiments})

@@ -12,14 +12,14 @@ import random
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from evolution.descriptions import MANIFEST_VARIANT
 from evolution.trial import in_share, served_chance, served_version, withdrawn_version
 from evolution.versioning import MANIFEST_FILE, version_stem
 from selection.cache import TTLCache
 from selection.classifier import ToolClassifier
-from selection.context import ContextFeatures, analyse, unread_context_keys
+from selection.context import ContextFeatures, analyse, context_typos
 from selection.evidence import CandidateEvidence
 from selection.feedback import MIN_SIMILARITY, judged_outputs, points_by_tool, similarity_weight
 from selection.lexical import LexicalIndex, version_text
@@ -74,6 +74,10 @@ FEEDBACK_FIELDS = ("tool", "value", "positive", "timestamp", "source", "call_id"
 # The tool points no search may match: a deprecated version's, a removed one's, and an example or a
 # description its manifest no longer has (`sync_tools`: the port deletes by payload only).
 RETIRED = Match(key="deprecated", any_of=[True])
+# Feedback the calls' outcomes gave, and of it, what a person's judgement of the same call took the
+# place of (no longer in force).
+OUTCOMES = Match(key="source", any_of=["outcome"])
+REPLACED = Match(key="replaced", any_of=[True])
 
 
 def tool_texts(manifest: ToolManifest) -> list[tuple[str, str]]:
@@ -214,7 +218,8 @@ class Selector:
         ranked = self.policy.rank(evidence, self.rng, limit=None if whole else keep)
         ranked = evolved_first(request, served_first(request, ranked, served), served)
         ranked = explored_first(request, ranked, evidence, share, lambda salt: in_share(request.call_id, salt, share),
-                                newcomer=newcomer.key if newcomer else None, passed=passed, probe=probe)
+                                newcomer=newcomer.key if newcomer else None, passed=passed, probe=probe,
+                                half_open=self._local.half_open)
         timeouts = {e.key: e.timeout_s for e in evidence}
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)
@@ -227,19 +232,18 @@ class Selector:
             degraded=degraded,
             held_back=self._local.held_back,
             notes=self._notes(request),
+            probe=probe if ranked and ranked[0].key == probe else None,
         )
 
     def _notes(self, request: CallRequest) -> list[str]:
         """What the caller should know of this call that did not stop it. A namespace no tool has
         is a typo more often than not, and a scenario call goes on without it (QA: a service that
         sent namespace "vat_prize" was served by vat_price with nothing said); so is a context key
-        nothing reads."""
+        nothing reads but close to one that it reads."""
         notes = []
         if request.namespace and not request.version and self.rt.registry.original(request.namespace) is None:
             notes.append(f"no tool named '{request.namespace}': the call was ranked by its scenario alone")
-        if (unread := unread_context_keys(request.context)) is not None:
-            notes.append(unread)
-        return notes
+        return notes + context_typos(request.context)
 
     def _evidence(self, request: CallRequest, features: dict[str, Any], degraded: list[str]) -> list[CandidateEvidence]:
         """What the stores know; when the embedder or the vector memory fails, what the registry and
@@ -524,8 +528,8 @@ class Selector:
             e.namespace_success_similarities = by_name.get(e.manifest.name, [])
             e.feedback_points = round(feedback.get(key, 0.0), 3)
             if key in judged:  # an output a person judged wrong is a failure there, as the learner counts it
-                e.judged_wrong_similarities, e.judged_right_similarities = judged[key]
-                e.failure_similarities = e.failure_similarities + judged[key].wrong
+                e.judged_outputs = judged[key]
+                e.failure_similarities = e.failure_similarities + [j.similarity for j in judged[key] if j.wrong]
             sparc = sparc_score(
                 e.manifest, context, weights,
                 successes=sum(similarity_weight(s) for s in e.success_similarities),
@@ -540,12 +544,28 @@ class Selector:
         return points_by_tool(self._feedback_nearby(keys, vector), self.settings.feedback_half_life_days * 86400.0)
 
     def _feedback_nearby(self, keys: list[str], vector: list[float]) -> list[VectorHit]:
-        """The stored feedback of `keys` nearest the scenario of `vector` (FEEDBACK_LIMIT of it)."""
-        def search(among: list[str]) -> list[VectorHit]:
-            return self._search(FEEDBACK, vector, limit=FEEDBACK_LIMIT, score_threshold=MIN_SIMILARITY,
-                                filter=VectorFilter(must=[Match(key="tool", any_of=among)]), fields=FEEDBACK_FIELDS)
+        """The stored feedback of `keys` nearest the scenario of `vector`: FEEDBACK_LIMIT of the
+        calls' outcomes in force, and FEEDBACK_LIMIT of people's judgements apart. In one search a
+        job sent again and again filled the nearest with its repeats, in no order of time, and
+        people's judgements lost their places to outcomes, and to the outcomes they replaced
+        (QA X: past ~64 entries of one scenario, ten positive judgements left a score at -29.6,
+        and negatives stopped counting). The state store counts judgements: until the first, one
+        search of both does (the second cost ~0.5 ms of a selection's 9)."""
+        def search(among: list[str], source: Literal["any", "outcome", "people"]) -> list[VectorHit]:
+            tools = Match(key="tool", any_of=among)
+            where = (VectorFilter(must=[tools]) if source == "any"  # without judgements nothing was replaced
+                     else VectorFilter(must=[tools], must_not=[OUTCOMES]) if source == "people"
+                     else VectorFilter(must=[tools, OUTCOMES], must_not=[REPLACED]))
+            return self._search(FEEDBACK, vector, limit=FEEDBACK_LIMIT, score_threshold=MIN_SIMILARITY, filter=where,
+                                fields=FEEDBACK_FIELDS)
 
-        return with_the_crowded_out(search(keys), FEEDBACK_LIMIT, keys, search)
+        def nearest(source: Literal["any", "outcome", "people"]) -> list[VectorHit]:
+            return with_the_crowded_out(search(keys, source), FEEDBACK_LIMIT, keys, lambda among: search(among, source))
+
+        versions = getattr(self._local, "versions", None)
+        if versions is not None and versions.judgements == 0:  # nobody judged anything: one search does
+            return nearest("any")
+        return [*nearest("outcome"), *nearest("people")]
 
     # ----------------------------------------------------------------- evolved versions
     def _served(self, request: CallRequest, evidence: list[CandidateEvidence]) -> ServedVersions:

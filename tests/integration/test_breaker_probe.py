@@ -21,6 +21,8 @@ TOOL = '''from pathlib import Path
 
 
 def run(payload):
+    if payload.get("refuse"):
+        raise KeyError("amount")  # a refused input: bad_input, which says nothing of the tool
     if (Path(__file__).parent / "broken").exists():
         raise RuntimeError("the rates service answers 503")
     return {"yen": 29000}
@@ -76,6 +78,17 @@ def test_a_fixed_tool_behind_the_one_that_took_over_its_job_is_probed_first_and_
     assert p.state().stats_and_breakers([a])[1][a] in ("open", "half_open")
     p.settled()
     p.wait_for(lambda: ranking(p)[0] == b, timeout=30)  # the other tool's successes put it first
+
+    # Still broken at its probe: the probe fails and uses up none of the call's attempts (QA X:
+    # with one attempt allowed, the call failed where the other tool would have served it).
+    p.wait_for(lambda: p.state().stats_and_breakers([a])[1][a] == "half_open", timeout=10)
+    refused = p.call(scenario=SCENARIO, input={"refuse": True})  # a probe that says nothing of the tool...
+    assert refused["attempts"][0]["tool"] == "rates_a" and refused["attempts"][0]["error_class"] == "bad_input"
+    assert p.state().stats_and_breakers([a])[1][a] == "half_open"  # ...leaves it half-open, for the next call to probe
+    failed_probe = p.call(scenario=SCENARIO, max_attempts=1)
+    assert failed_probe["status"] == "success", failed_probe
+    assert [(x["tool"], x["outcome"]) for x in failed_probe["attempts"]] == [("rates_a", "failure"), ("rates_b", "success")]
+    assert p.state().stats_and_breakers([a])[1][a] == "open"
 
     broken.unlink()  # fixed; once its cool-down is over, the next call probes it first
     p.wait_for(lambda: p.state().stats_and_breakers([a])[1][a] == "half_open", timeout=10)

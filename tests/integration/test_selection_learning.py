@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -147,34 +147,72 @@ def test_a_tool_whose_outputs_people_keep_judging_wrong_gives_way_to_another_tha
     from workers.feedback_store import JudgedCall, record_tool_feedback
     from workers.outcomes import apply_outcome, execution_records, store_executions
 
-    rt.selector.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
-                                         implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
-    scenario = "how many yen do I get for 200 dollars today"
-    for i in range(30):  # the currency tool serves this job well
-        run_call(rt, scenario, "currency_rates", f"before{i}")
-    firsts = []
-    for i in range(80):  # then its outputs go wrong, and a person says so of each one
-        call_id = f"after{i}"
+    def served(call_id: str, judged: Literal["positive", "negative"] | None = None) -> str:
+        """One call: its first candidate gives an output without an error, which a person judges
+        (`judged`) if it is the money tool; the name of that first candidate."""
         plan = rt.selector.plan(CallRequest(scenario=scenario, call_id=call_id))
-        first = plan.candidates[0]
-        firsts.append(first.manifest.name)
-        plan.attempts.append(ToolExecutionResult(attempt_id=f"{call_id}:0", call_id=call_id, tool=first.manifest.name,
-                                                 version=first.manifest.version, success=True))
+        ran = plan.candidates[0]
+        plan.attempts.append(ToolExecutionResult(attempt_id=f"{call_id}:0", call_id=call_id, tool=ran.manifest.name,
+                                                 version=ran.manifest.version, success=True))
         outcome = OutcomeRecord.from_plan(plan)
         apply_outcome(rt, outcome)
         store_executions(rt, execution_records(outcome))
-        if first.manifest.name == "currency_rates":
-            record_tool_feedback(rt, "currency_rates", "1.0.0", None, "negative", reason="wrong rate",
-                                 call=JudgedCall(call_id=call_id, ran=[first.key], scenario=scenario))
-    # Tried in its place on a share of the calls once two outputs were judged wrong, the other tool
-    # takes the job over after ~45 calls; before, the currency tool was first on every call.
-    assert firsts[:2] == ["currency_rates"] * 2, firsts
-    assert firsts[-20:].count("money_convert") >= 16, " ".join(f[0] for f in firsts)
+        if judged and ran.manifest.name == "money_convert":
+            record_tool_feedback(rt, ran.manifest.name, ran.manifest.version, None, judged,
+                                 call=JudgedCall(call_id=call_id, ran=[ran.key], scenario=scenario))
+        return ran.manifest.name
+
+    rt.selector.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
+                                         implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+    scenario = "how many yen do I get for 200 dollars today"
+    # The money tool, whose words match the job best, serves it well...
+    before = [served(f"before{i}") for i in range(30)]
+    assert before.count("money_convert") >= 28, before
+    # ...then its outputs go wrong, and a person says so of each one.
+    firsts = [served(f"after{i}", judged="negative") for i in range(80)]
+    # Tried in its place on a share of the calls once two outputs were judged wrong, the currency
+    # tool takes the job over; before, the money tool was first on every call.
+    assert firsts[:2] == ["money_convert"] * 2, firsts
+    assert firsts[-20:].count("currency_rates") >= 16, " ".join(f[0] for f in firsts)
     plan = rt.selector.plan(CallRequest(scenario=scenario))
-    judged = next(c for c in plan.candidates if c.manifest.name == "currency_rates")
+    judged = next(c for c in plan.candidates if c.manifest.name == "money_convert")
     assert judged.breakdown is not None and judged.breakdown.extra["failures_nearby"] > 1  # its wrong outputs count as failures
-    stats = rt.state.stats(["currency_rates@1.0.0"])["currency_rates@1.0.0"]  # as `fittest tools` shows them
-    assert (stats.successes, stats.failures) == (30, firsts.count("currency_rates"))
+    stats = rt.state.stats(["money_convert@1.0.0"])["money_convert@1.0.0"]  # as `fittest tools` shows them
+    assert (stats.successes, stats.failures) == (before.count("money_convert"), firsts.count("money_convert"))
+
+
+def test_peoples_judgements_count_however_many_outcomes_a_job_sent_again_and_again_has(rt) -> None:
+    """QA X: selection read the 64 feedback entries nearest the scenario; on a job sent again and
+    again they were its outcomes, in no order of time, and ten positive judgements left a score at
+    -29.6, while further negative ones no longer moved it."""
+    from workers.feedback_store import JudgedCall, record_tool_feedback
+    from workers.outcomes import apply_outcome, execution_records, store_executions
+
+    scenario, key = "how many yen do I get for 200 dollars today", "currency_rates@1.0.0"
+    vector = rt.embedder.embed_one(scenario)
+
+    def served(call_id: str, judged: Literal["positive", "negative"] | None = None) -> float:
+        """One call the currency tool serves, judged if `judged`; its feedback score after it."""
+        plan = rt.selector.plan(CallRequest(scenario=scenario, call_id=call_id))
+        plan.attempts.append(ToolExecutionResult(attempt_id=f"{call_id}:0", call_id=call_id, tool="currency_rates",
+                                                 version="1.0.0", success=True))
+        outcome = OutcomeRecord.from_plan(plan)
+        apply_outcome(rt, outcome)
+        store_executions(rt, execution_records(outcome))
+        if judged:
+            record_tool_feedback(rt, "currency_rates", "1.0.0", None, judged,
+                                 call=JudgedCall(call_id=call_id, ran=[key], scenario=scenario))
+        return rt.selector.feedback_points([key], vector)[key]
+
+    for i in range(100):
+        served(f"c{i}")
+    wrong = [served(f"wrong{i}", "negative") for i in range(6)]
+    assert wrong == sorted(wrong, reverse=True) and len(set(wrong)) == 6, wrong  # each one counts
+    right = [served(f"right{i}", "positive") for i in range(6)]
+    assert right == sorted(right) and len(set(right)) == 6, right
+    plan = rt.selector.plan(CallRequest(scenario=scenario))
+    currency = next(c for c in plan.candidates if c.key == key)
+    assert currency.breakdown is not None and currency.breakdown.extra["failures_nearby"] >= 6  # the six judged wrong
 
 
 def test_context_features_and_sparc_in_the_plan(rt, monkeypatch) -> None:

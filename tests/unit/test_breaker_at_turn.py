@@ -55,6 +55,17 @@ def test_held_back_candidates_do_not_use_up_the_attempts() -> None:
     assert last_index(plan) == 2  # b and c may still run: two attempts
 
 
+def test_the_probe_selection_placed_first_does_not_use_up_an_attempt() -> None:
+    """QA X: with `max_attempts` 1, the probe of a half-open version took the call's one attempt,
+    and the call failed where the next candidate would have served it."""
+    plan = plan_of("a", "b", "c", max_attempts=1)
+    assert last_index(plan) == 0
+    plan.probe = "a@1.0.0"
+    assert last_index(plan) == 1  # the probe, then one attempt
+    plan.held_back.append("a@1.0.0")  # passed over (another call probes it): still one more, not two
+    assert last_index(plan) == 1
+
+
 def test_nothing_left_to_try_when_every_remaining_breaker_is_open() -> None:
     state = InMemoryStateStore()
     plan = plan_of("a", "b", max_attempts=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from selection.context import analyse, unread_context_keys
+from selection.context import analyse, context_typos
 from selection.models import CallRequest
 
 
@@ -162,8 +162,16 @@ def test_exclude_takes_tool_versions_and_names_a_bare_name() -> None:
     assert CallRequest(scenario="square this number", exclude=["slow_square@1.0.0"]).exclude == ["slow_square@1.0.0"]
 
 
-def test_a_context_key_nothing_reads_is_named_with_the_key_it_likely_meant() -> None:
-    assert unread_context_keys({"language": "python", "files": ["a.py"], "environment": "prod"}) is None
-    note = unread_context_keys({"langauge": "python", "team": "billing"})
-    assert note is not None
-    assert note.startswith("context keys 'langauge' (did you mean 'language'?), 'team' not read by selection")
+def test_a_context_key_or_language_close_to_one_selection_reads_is_named_as_a_likely_typo() -> None:
+    assert context_typos({"language": "python", "files": ["a.py"], "environment": "prod"}) == []
+    # A key far from every read one is the caller's own (QA X: `user_id` was warned of on every call).
+    assert context_typos({"user_id": 7, "team": "billing"}) == []
+    assert context_typos({"langauge": "python", "task-type": "testing"}) == [
+        "context key 'langauge' is not read by selection: did you mean 'language'?",
+        "context key 'task-type' is not read by selection: did you mean 'task_type'?"]
+    # A language it does not know but one it knows is close to (QA X: `pyton` matched nothing, unsaid);
+    # an alias or a version of a known one is known, and a language like none may be one a tool declares.
+    assert context_typos({"languages": ["pyton", "python3", "elixir"]}) == [
+        "context language 'pyton' is not one selection knows: did you mean 'python'?"]
+    assert context_typos({"language": "Javscript,rust"}) == [
+        "context language 'javscript' is not one selection knows: did you mean 'javascript'?"]

@@ -9,7 +9,7 @@ from selection.feedback import (
     MAX_POINTS,
     FeedbackEntry,
     FeedbackRecord,
-    JudgedOutputs,
+    JudgedOutput,
     feedback_points,
     judged_outputs,
     outcome_value,
@@ -110,12 +110,13 @@ def test_a_judgement_of_a_calls_output_takes_the_place_of_that_calls_outcome_fee
 def test_only_judgements_of_calls_outputs_count_as_outputs_judged() -> None:
     def hit(tool: str, value: float, source: str, call_id: str | None, score: float) -> VectorHit:
         return VectorHit(f"{source}:{tool}:{call_id}", score, {"tool": tool, "value": value, "source": source,
-                                                                "call_id": call_id})
+                                                                "call_id": call_id, "timestamp": score * 100})
 
     judged = judged_outputs([hit("a@1", -1.0, "manual", "c1", 0.9), hit("a@1", -0.4, "manual", "c2", 0.8),
                              hit("a@1", 1.0, "manual", "c3", 0.7), hit("a@1", -1.0, "outcome", "c4", 1.0),
                              hit("b@1", -1.0, "manual", None, 1.0), hit("a@1", 0.0, "manual", "c5", 1.0)])
-    assert judged == {"a@1": JudgedOutputs(wrong=[0.9, 0.8], right=[0.7])}  # not an outcome, a scenario's judgement, nor one of quality 0
+    # not an outcome, a scenario's judgement, nor one of quality 0
+    assert judged == {"a@1": [JudgedOutput(0.9, 90.0, True), JudgedOutput(0.8, 80.0, True), JudgedOutput(0.7, 70.0, False)]}
 
 
 def test_an_outcome_flagged_as_judged_does_not_count_without_its_judgement_among_the_hits() -> None:
@@ -143,9 +144,9 @@ def test_a_call_judged_by_its_task_id_is_judged_under_the_call_id_its_caller_cho
     assert (call.call_id, call.ran, call.scenario) == ("order-42", ["vat_price@1.0.0"], "add VAT")
 
 
-def test_a_positive_judgement_of_an_attempt_that_only_failed_is_refused() -> None:
+def test_a_judgement_of_an_attempt_that_only_failed_is_refused() -> None:
     """QA: a positive judgement of a crashed attempt (no output to judge) replaced the crash's
-    negative outcome. Judged wrong, it says what the crash said, and is taken."""
+    negative outcome; QA X: a negative one was taken, and counted the failure again."""
     from typing import Any, cast
 
     from workers.feedback_store import judged_call, record_tool_feedback
@@ -155,5 +156,7 @@ def test_a_positive_judgement_of_an_attempt_that_only_failed_is_refused() -> Non
         {"tool": "convert_units", "version": "1.0.0", "outcome": "success"}]}}
     call = judged_call(cast(Any, None), "c1", stored.get)
     assert call is not None and call.failed == ["vat_price@1.0.0"]
-    with pytest.raises(ValueError, match="vat_price@1.0.0's attempt in call c1 failed: it gave no output to judge right"):
-        record_tool_feedback(cast(Any, None), "vat_price", None, None, "positive", call=call)
+    for sentiment in ("positive", "negative"):
+        with pytest.raises(ValueError, match="vat_price@1.0.0's attempt in call c1 failed: it gave no output to judge "
+                                             r"\(its failure counts against it already"):
+            record_tool_feedback(cast(Any, None), "vat_price", None, None, sentiment, call=call)

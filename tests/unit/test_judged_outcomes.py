@@ -74,3 +74,17 @@ def test_the_learner_sees_an_output_judged_wrong_as_no_success(memory: VectorMem
     memory.upsert(FEEDBACK, [entry("manual:c1:a@1.0.0", "manual", "c1"), right, entry("manual:c4:b@1.0.0", "manual", "c4", tool="b@1.0.0")])
     judged = judgements_of(memory, [r.call_id for r in window])
     assert [r.success for r in as_people_judged(window, judged)] == [False, True, False, True]
+
+
+def test_a_store_with_judgements_nobody_counted_is_counted_as_judged(memory: VectorMemory) -> None:
+    """Selection searches people's judgements apart only once the state store counts one; a store
+    an earlier release wrote, or a Redis that lost its counters, is counted at the worker's start."""
+    from tests.fakes_state import InMemoryStateStore
+
+    state = InMemoryStateStore()
+    apply_stored_judgements(memory, state)
+    assert state.versions().judgements == 0  # no judgement stored
+    memory.upsert(FEEDBACK, [entry("manual:scenario", "manual", "")])  # a judgement of a scenario, no call
+    apply_stored_judgements(memory, state)
+    apply_stored_judgements(memory, state)
+    assert state.versions().judgements == 1

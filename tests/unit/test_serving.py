@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from selection.evidence import CandidateEvidence
+from selection.feedback import JudgedOutput
 from selection.manifest import ToolManifest
 from selection.models import Candidate, CallRequest, ScoreBreakdown
 from selection.serving import (
@@ -187,9 +188,14 @@ def test_the_probe_goes_first_with_probability_one_and_says_why() -> None:
     assert keys(probed_first(out, "zzz@1.0.0")) == keys(out)  # not ranked: unchanged
 
 
-def judged(name: str, wrong: list[float], right: list[float] | None = None) -> CandidateEvidence:
-    return CandidateEvidence(manifest=candidate(name).manifest, judged_wrong_similarities=wrong,
-                             judged_right_similarities=right or [])
+def judged(name: str, wrong: list[float], right: list[float] | None = None, *, right_last: bool = False,
+           successes: list[float] | None = None, failures: list[float] | None = None) -> CandidateEvidence:
+    """A candidate with outputs judged wrong and right (by their scenarios' similarities), the right
+    ones judged after the wrong ones when `right_last`, and its successes and failures nearby."""
+    outputs = [JudgedOutput(s, 10.0 + i, True) for i, s in enumerate(wrong)]
+    outputs += [JudgedOutput(s, (100.0 if right_last else 0.0) + i, False) for i, s in enumerate(right or [])]
+    return CandidateEvidence(manifest=candidate(name).manifest, judged_outputs=outputs,
+                             namespace_success_similarities=successes or [], failure_similarities=failures or [])
 
 
 def test_a_tool_people_judged_wrong_on_such_jobs_gets_a_second_opinion_tried_in_its_place() -> None:
@@ -203,8 +209,19 @@ def test_a_tool_people_judged_wrong_on_such_jobs_gets_a_second_opinion_tried_in_
     for first in (judged("currency_rates", [1.0]), judged("currency_rates", [1.0, 0.95], [0.9, 0.99]),
                   judged("currency_rates", [0.7, 0.6, 0.75])):
         assert second_opinion(call, ranked, [first, *found[1:]]) is None
-    # The next tool people judged wrong too is passed over, and a call that names a tool gets none.
+    # Nor is it one a person judged right after the wrong ones (fixed, say).
+    assert second_opinion(call, ranked, [judged("currency_rates", [1.0, 0.95, 0.9], [0.99], right_last=True),
+                                         *found[1:]]) is None
+    # A tool that did such jobs goes before a better-placed one that did not (QA X: a currency tool
+    # placed second was asked to convert temperatures); one people judged wrong too, one that
+    # failed such jobs, and one whose breaker is half-open are passed over.
+    assert second_opinion(call, ranked, [found[0], found[1], judged("fx", [], successes=[0.9])]) == "fx@1.0.0"
     assert second_opinion(call, ranked, [found[0], judged("money_convert", [0.9, 0.9]), found[2]]) == "fx@1.0.0"
+    assert second_opinion(call, ranked, [found[0], judged("money_convert", [], failures=[0.95]), found[2]]) == "fx@1.0.0"
+    assert second_opinion(call, ranked, found, half_open={"money_convert@1.0.0"}) == "fx@1.0.0"
+    assert second_opinion(call, ranked, [found[0], judged("money_convert", [], failures=[0.95]),
+                                         judged("fx", [], failures=[1.0])]) is None
+    # A call that names a tool gets none.
     assert second_opinion(CallRequest(scenario="x", namespace="currency_rates"), ranked, found) is None
 
 

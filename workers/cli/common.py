@@ -44,7 +44,8 @@ def _context_help() -> str:
             "python3, py, node, js, ts, golang, c++ and the like read as python, javascript, typescript, go, cpp), "
             "complexity (0..1), "
             f"task_type ({', '.join(get_args(TaskType))}), testing ({', '.join(get_args(Testing))}), "
-            "files (paths, or paths to contents), environment; other keys are the caller's own.")
+            "files (paths, or paths to contents), environment; other keys are the caller's own, but one close to a "
+            "key read (langauge), or a language close to a known one (pyton), is warned of as a likely typo.")
 
 
 CONTEXT_HELP = _context_help()  # QA U: the phase names showed only in the error of a wrong one

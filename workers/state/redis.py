@@ -29,6 +29,7 @@ caller-supplied part, so no two kinds of key can collide:
     P state:promotions       int    grows with every change of a promotion
     P state:epoch            string names this life of the counters; made by the first versions()
                                     that finds it gone (a Redis restart with nothing on disk, clear)
+    P state:judgements       int    grows with every person's judgement (note_judgement)
     P breaker:{key}          hash   fails (consecutive), open_until (ms, Redis server clock)
     P durations:{key}        list   recent run durations in ms, oldest first (capped)
     P lock:{name}            string owner token (PX TTL)
@@ -153,6 +154,10 @@ class RedisStateStore(PrefixedStore):
     @property
     def _weights_version_key(self) -> str:
         return self._k("weights", "version")
+
+    @property
+    def _judgements_key(self) -> str:
+        return self._k("state", "judgements")
 
     # Quality and counters ---------------------------------------------------------------------
 
@@ -307,13 +312,20 @@ class RedisStateStore(PrefixedStore):
     def invalidate(self) -> None:
         self.client.incr(self._state_key)
 
+    def note_judgement(self) -> None:
+        pipe = self.client.pipeline(transaction=True)
+        pipe.incr(self._state_key)
+        pipe.incr(self._judgements_key)
+        pipe.execute()
+
     def versions(self) -> StateVersions:
-        keys = [self._state_key, self._promotions_version_key, self._weights_version_key, self._epoch_key]
-        state, promotions, weights, epoch = self.client.mget(keys)
+        keys = [self._state_key, self._promotions_version_key, self._weights_version_key, self._epoch_key,
+                self._judgements_key]
+        state, promotions, weights, epoch, judgements = self.client.mget(keys)
         if epoch is None:  # a new store, or one that lost its keys: its counters start a new epoch
             self.client.set(self._epoch_key, uuid.uuid4().hex, nx=True)  # the first reader names it
-            state, promotions, weights, epoch = self.client.mget(keys)
-        return StateVersions(_int(state), _int(promotions), _int(weights), as_text(epoch))
+            state, promotions, weights, epoch, judgements = self.client.mget(keys)
+        return StateVersions(_int(state), _int(promotions), _int(weights), as_text(epoch), _int(judgements))
 
     # Circuit breakers -------------------------------------------------------------------------
 

@@ -123,6 +123,8 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: 
     feeds_breaker = outcome.error_class is not FailureClass.bad_input
     breaker = rt.state.record_run(candidate.key, outcome.elapsed_ms, outcome.success if feeds_breaker else None,
                                   settings.breaker_threshold, settings.breaker_cooldown_s, attempt_id=result.attempt_id)
+    if not feeds_breaker:  # a probe that said nothing of the tool: the next call probes it (QA X: held back a cool-down)
+        rt.state.release_lock(probe_lock(candidate.key), plan.request.call_id)
     rt.metrics.attempt(result, quality=candidate.breakdown.quality)
     log.info(
         "attempt",
@@ -257,13 +259,21 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
     return after_last_attempt(self, plan)
 
 
+def probe_lock(key: str) -> str:
+    """The lock a call holds while it probes `key`'s half-open breaker (one probe at a time)."""
+    return f"probe:{key}"
+
+
 def last_index(plan: CallPlan) -> int:
     """The index of the call's last candidate to try: `max_attempts` counts the attempts that ran,
     so each candidate passed over for its open breaker lets one more through (the versions that
-    selection held back are not candidates, and use up nothing)."""
+    selection held back are not candidates, and use up nothing). Nor does the half-open version
+    that selection placed first for its breaker's probe (`plan.probe`), run or passed over: a call
+    the next candidate would have served is served by it (QA X: with `max_attempts` 1, a probe
+    that failed failed the call, and started an evolution)."""
     held = set(plan.held_back)
-    passed_over = sum(1 for c in plan.candidates if c.key in held)
-    return min(len(plan.candidates), plan.request.max_attempts + passed_over) - 1
+    free = sum(1 for c in plan.candidates if c.key in held or c.key == plan.probe)
+    return min(len(plan.candidates), plan.request.max_attempts + free) - 1
 
 
 def past_open_breakers(plan: CallPlan, index: int, state: StateStore, cooldown_s: float) -> int | None:
@@ -283,7 +293,7 @@ def past_open_breakers(plan: CallPlan, index: int, state: StateStore, cooldown_s
         key = plan.candidates[index].key
         breaker = breakers.get(key, "closed")
         if breaker == "closed" or (breaker == "half_open" and state.acquire_lock(
-                f"probe:{key}", plan.request.call_id, cooldown_s, reclaim=True)):
+                probe_lock(key), plan.request.call_id, cooldown_s, reclaim=True)):
             return index
         plan.held_back.append(key)
         why = "is open" if breaker == "open" else "is half-open and another call probes it"

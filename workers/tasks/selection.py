@@ -58,7 +58,7 @@ def warm_up(sender: Any = None, **_: Any) -> None:
         except Exception:  # Redis away: the next version the watch serves looks again
             log.warning("could not look for new tools and manifest versions to put on trial", exc_info=True)
         try:  # judgements an earlier release stored did not flag or mark what they judged
-            apply_stored_judgements(runtime().memory)
+            apply_stored_judgements(runtime().memory, runtime().state)
         except Exception:  # the store is down: judgements still replace outcomes near their scenario
             log.warning("could not apply the judgements stored before this release", exc_info=True)
         settings = runtime().settings
