@@ -1,10 +1,12 @@
-"""What promotions and trials decide about one call's ranking, after the policy has ranked it.
+"""What promotions, trials and exploration decide about one call's ranking, after the policy ranked it.
 
 The policy orders candidates by what outcomes taught; promotions (a trial, `fittest promote`,
-`fittest rollback`) decide which version of a namespace goes first, and a tool added to a running
-system is tried first on a share of the calls it matches (`newcomer_to_try`). They meet here, as
-pure functions of the call, the ranking and what the state store holds (`ServedVersions`, the
-newcomers), which the selector reads.
+`fittest rollback`) decide which version of a namespace goes first. What the policy's evidence
+cannot teach is tried first on purpose (`explored_first`): a tool added to a running system, on a
+share of the calls it matches (`newcomer_to_try`); a half-open breaker's probe, by a call of a job
+its version did (`breaker_probe`); another tool in place of one whose outputs people judge wrong
+(`second_opinion`). They meet here, as pure functions of the call, the ranking and what the state
+store holds (`ServedVersions`, the newcomers, the half-open breakers), which the selector reads.
 """
 
 from __future__ import annotations
@@ -23,13 +25,12 @@ NEWCOMER_MARGIN = 0.1
 # ...and matches it clearly: a tool's own jobs reach 0.7-1.0, where vague ones ("process this
 # file") matched QA K's ini2json at 0.34-0.48 and used up its trial on jobs it could not do.
 NEWCOMER_MIN_SIMILARITY = 0.5
-# A half-open version's probe is offered first on a call of a job it did before: one of its
-# successes at least this similar (the same job in other words; unrelated jobs stay below 0.6).
-PROBE_MIN_SIMILARITY = 0.8
-# A version people judged wrong on this job (outputs at least this similar)...
-JUDGED_MIN_SIMILARITY = 0.8
-# ...this many times at least, and more often than right, yields first place to another tool on a
-# share of its calls: one judgement may be a person's slip; two that agree say the job goes wrong.
+# A past call whose scenario is at least this similar was the same job, in other words (unrelated
+# jobs stay below 0.6): what a half-open version did before, or what people judged it wrong on.
+SAME_JOB = 0.8
+# A version people judged wrong on a job this many times at least (and more often than right, and
+# the last time) yields first place to another tool on a share of its calls: one judgement may be
+# a person's slip; two that agree say the job goes wrong.
 JUDGED_WRONG_MIN = 2
 
 
@@ -163,9 +164,9 @@ def breaker_probe(request: CallRequest, evidence: list[CandidateEvidence], half_
     re-opens the breaker; but a version that failed until its breaker opened has fallen behind the
     tool that took over, and is reached only when that one fails: QA W fixed a broken tool, and
     no call tried it again (first on 0 of 90 calls, its probe never ran). Offered first, the probe
-    costs the other calls nothing (the executor passes it over for them, and `max_attempts` does
-    not count it) and the call that takes it one attempt at most, once per cool-down. Only of a
-    version that did this job before (a success at least PROBE_MIN_SIMILARITY similar), and of a
+    costs the other calls nothing (the executor passes it over for them) and the call that takes
+    it the time of one run, once per cool-down: `max_attempts` does not count it (`CallPlan.probe`).
+    Only of a version that did this job before (a success at least SAME_JOB similar), and of a
     call that leaves the order to selection: not for a namespace, a version, the retry after an
     evolution, nor a version its namespace does not serve first."""
     if not half_open or request.namespace or request.version or request.after_evolution:
@@ -173,7 +174,7 @@ def breaker_probe(request: CallRequest, evidence: list[CandidateEvidence], half_
     fits = [e for e in evidence
             if e.key in half_open and e.key not in served.rolled_back
             and served.by_namespace.get(e.manifest.name) in (None, e.manifest.version)
-            and max(e.success_similarities, default=0.0) >= PROBE_MIN_SIMILARITY]
+            and max(e.success_similarities, default=0.0) >= SAME_JOB]
     return max(fits, key=lambda e: (e.similarity, e.key)).key if fits else None
 
 
@@ -194,19 +195,19 @@ def judged_wrong_here(e: CandidateEvidence) -> bool:
     """Whether people judge this version's outputs on jobs like this one wrong: at least
     JUDGED_WRONG_MIN times, more often than right, and the latest time (one who judged it right
     again after it was fixed has their say)."""
-    near = sorted((j for j in e.judged_outputs if j.similarity >= JUDGED_MIN_SIMILARITY), key=lambda j: j.timestamp)
+    near = sorted((j for j in e.judged_outputs if j.similarity >= SAME_JOB), key=lambda j: j.timestamp)
     wrong = sum(j.wrong for j in near)
     return wrong >= JUDGED_WRONG_MIN and wrong > len(near) - wrong and near[-1].wrong
 
 
 def did_the_job(e: CandidateEvidence) -> bool:
     """Whether the version's namespace succeeded at jobs like this one (a success this similar)."""
-    return max(e.namespace_success_similarities, default=0.0) >= JUDGED_MIN_SIMILARITY
+    return max(e.namespace_success_similarities, default=0.0) >= SAME_JOB
 
 
 def failed_the_job(e: CandidateEvidence) -> bool:
     """Whether this version failed at jobs like this one, or people judged its output wrong there."""
-    return max(e.failure_similarities, default=0.0) >= JUDGED_MIN_SIMILARITY
+    return max(e.failure_similarities, default=0.0) >= SAME_JOB
 
 
 def second_opinion(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence],
@@ -243,9 +244,9 @@ def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list
     policy's evidence cannot tell: a newcomer its share drew (`newcomer`; `passed`: one it did
     not), else a half-open breaker's probe (`breaker_probe`), else on `share` of the calls a
     second opinion in place of a version people judge wrong here (`second_opinion`; `half_open`:
-    the versions whose breaker is half-open). Each is
-    logged with the probability of its place. `drawn(salt)`: whether this call falls in the share
-    of calls for `salt` (evolution/trial.py `in_share`, the same draw for the same call)."""
+    the versions whose breaker is half-open). Each is logged with the probability of its place.
+    `drawn(salt)`: whether this call falls in the share of calls for `salt` (evolution/trial.py
+    `in_share`, the same draw for the same call)."""
     if newcomer is not None:
         return tried_first(ranked, newcomer, share)
     if passed is not None:
