@@ -107,6 +107,16 @@ def head_version(promotion: Promotion | None) -> str | None:
     return fallback_version(promotion) if promotion.status == "rolled_back" else promotion.evolved_version
 
 
+def majority_version(promotion: Promotion | None, share: float) -> str | None:
+    """The version serving most of a namespace's calls (None: the original): during a trial whose
+    `share` is at most half, the version it is tried against, else `head_version`. What a person
+    who names a tool without a version means (QA F8: a judgement, and a new description, went to
+    the version on trial, serving 25 % of the calls)."""
+    if promotion is not None and promotion.status == "on_trial" and share <= 0.5:
+        return fallback_version(promotion)
+    return head_version(promotion)
+
+
 def served_version(promotion: Promotion | None, call_id: str, after_evolution: bool, share: float) -> str | None:
     """The version of a namespace to serve this call first (None: the original)."""
     if promotion is None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from evolution.trial import fallback_version, head_version
+from evolution.trial import majority_version
 from selection.feedback import FeedbackRecord, TrendPoint, judged_calls, replaced, trend
 from selection.learner import JUDGED_WRONG, ExecutionRecord
 from selection.manifest import tool_key
@@ -46,11 +46,7 @@ def served_version(rt: Runtime, name: str) -> str:
     original = rt.registry.original(name)
     if original is None:
         raise LookupError(f"no tool named '{name}'")
-    promotion = rt.state.promotion(name)
-    if promotion is not None and promotion.status == "on_trial" and rt.settings.trial_share <= 0.5:
-        head = fallback_version(promotion)
-    else:
-        head = head_version(promotion)
+    head = majority_version(rt.state.promotion(name), rt.settings.trial_share)
     return head if head is not None and f"{name}@{head}" in rt.registry else original.version
 
 

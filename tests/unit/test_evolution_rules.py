@@ -13,8 +13,8 @@ from evolution.models import Evidence, FailedMutation, FailedRun, PastFailure, S
 from evolution.mutation import MutatorConfig, load_mutators, order_for
 from evolution.mutators.code import extract_code
 from evolution.mutators.coercion import Schema, infer_rules
-from evolution.trial import (TrialCounts, TrialRules, decide, head_version, in_share, kept_served, manifest_to_trial,
-                             served_before, served_version)
+from evolution.trial import (TrialCounts, TrialRules, decide, head_version, in_share, kept_served, majority_version,
+                             manifest_to_trial, served_before, served_version)
 from evolution.verification import StageRun, VerifyConfig, verify
 from evolution.versioning import next_version, version_dir, version_stem
 from selection.manifest import TestCase, ToolManifest
@@ -244,6 +244,17 @@ def test_served_version_follows_the_promotion() -> None:
     first = trial.model_copy(update={"status": "rolled_back", "parent_version": "1.0.0"})
     assert served_version(first, "any", True, 1.0) is None and head_version(first) is None
     assert served_version(None, "any", True, 1.0) is None
+
+
+def test_a_tool_named_without_a_version_means_the_version_serving_most_calls() -> None:
+    """What `feedback add NAME` and `describe NAME` mean: during a trial on a share of half or less,
+    the version it is tried against (QA: the description went to the version on trial)."""
+    trial = Promotion(namespace="ns", evolved_version="1.2.0", original_version="1.0.0", parent_version="1.1.0")
+    assert majority_version(trial, 0.25) == "1.1.0"
+    assert majority_version(trial.model_copy(update={"parent_version": "1.0.0"}), 0.25) is None  # the original
+    assert majority_version(trial, 0.75) == "1.2.0"
+    assert majority_version(trial.model_copy(update={"status": "active"}), 0.25) == "1.2.0"
+    assert majority_version(None, 0.25) is None
 
 
 # ------------------------------------------------------------------------------------ variants

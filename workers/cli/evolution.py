@@ -265,7 +265,8 @@ def promote(
 def describe(
     name: Annotated[str, typer.Argument(help="The namespace.")],
     text: Annotated[str, typer.Argument(help="The new description to try.")],
-    version: Annotated[Optional[str], typer.Option(help="The version it describes (default: the one served).")] = None,
+    version: Annotated[Optional[str], typer.Option(help="The version it describes (default: the one serving most calls; "
+                                                       "during a trial, the version it is tried against).")] = None,
     environment: Annotated[str, typer.Option(help="Only for calls whose context.environment is this ('any': all).")] = "any",
     json_out: JsonOpt = False,
 ) -> None:
@@ -274,13 +275,16 @@ def describe(
     The variant is on test: FITTEST_AB_TEST_PROBABILITY of the calls are matched by it instead of
     the best active description; after FITTEST_VARIANT_MIN_TRIALS first attempts it is promoted if
     its calls succeed more often, and retired otherwise (`fittest show` then lists it as deprecated)."""
-    from evolution.trial import head_version
+    from evolution.trial import majority_version
+    from workers.settings import get_settings
 
     registry, state, ledger = _stores()
     original = registry.original(name)
     if original is None:
         fail(f"no tool named {name!r}", REFUSED)
-    version = version or head_version(state.promotion(name)) or original.version
+    # As `feedback add` without a version: the one most calls see (QA: during a trial the version on
+    # trial, serving 25 % of the calls, got the description)
+    version = version or majority_version(state.promotion(name), get_settings().trial_share) or original.version
     manifest = registry.get(f"{name}@{version}")
     if manifest is None:
         fail(f"{name} has no version {version}", REFUSED)
