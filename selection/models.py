@@ -245,6 +245,7 @@ class AttemptSummary(BaseModel):
     error_class: FailureClass | None = None
     error_message: str | None = None
     execution_time_ms: float = 0.0
+    probe: bool = False  # its circuit breaker's probe, tried first by selection: not counted in max_attempts
 
 
 class CallEvolution(BaseModel):
@@ -306,6 +307,7 @@ class CallResult(BaseModel):
                     error_class=a.error_class,
                     error_message=a.error_message,
                     execution_time_ms=a.execution_time_ms,
+                    probe=a.key == plan.probe,
                 )
                 for a in plan.attempts
             ],

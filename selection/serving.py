@@ -206,8 +206,10 @@ def did_the_job(e: CandidateEvidence) -> bool:
 
 
 def failed_the_job(e: CandidateEvidence) -> bool:
-    """Whether this version failed at jobs like this one, or people judged its output wrong there."""
-    return max(e.failure_similarities, default=0.0) >= SAME_JOB
+    """Whether this version failed at jobs like this one (refused them, say) and never did one: a
+    version that did them too, and failed them since, is what people's judgements decide
+    (`judged_wrong_here`; QA Y: a tool fixed and judged right again was never asked again)."""
+    return max(e.failure_similarities, default=0.0) >= SAME_JOB and max(e.success_similarities, default=0.0) < SAME_JOB
 
 
 def second_opinion(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence],
@@ -220,10 +222,12 @@ def second_opinion(request: CallRequest, ranked: list[Candidate], evidence: list
     tool's outputs judged wrong, and it stayed first, where another tool did the job). When people
     judge the first candidate's outputs on this job wrong (`judged_wrong_here`), another tool is
     tried first on a share of the calls, and its outcomes, and people's judgements of them, then
-    decide: one that did such jobs before, else the best placed, but not one that failed them (QA
-    X: the next in the ranking was a currency tool, which refused a temperature job 3 times before
-    the tool that could do it was asked), nor a half-open one, whose probe another call may hold
-    (QA X: logged as tried first, and passed over). Not for a call that names a namespace or a
+    decide: the best placed of those that did such jobs before, else the one whose description
+    matches the job best (the policy's order of tools with no outcomes on the job is not about the
+    job: QA X and QA Y saw a currency tool placed second for a temperature job), but not one that
+    failed them and never did one (QA X: it refused the job 3 times before the tool that could do
+    it was asked), nor a half-open one, whose probe another call may hold (QA X: logged as tried
+    first, and passed over). Not for a call that names a namespace or a
     version, nor for the retry after an evolution."""
     if not ranked or request.namespace or request.version or request.after_evolution:
         return None
@@ -233,7 +237,7 @@ def second_opinion(request: CallRequest, ranked: list[Candidate], evidence: list
         return None
     others = [e for c in ranked[1:] if (e := by_key.get(c.key)) is not None and e.manifest.name != first.manifest.name
               and e.key not in half_open and not failed_the_job(e) and not judged_wrong_here(e)]
-    chosen = next((e for e in others if did_the_job(e)), others[0] if others else None)
+    chosen = next((e for e in others if did_the_job(e)), None) or max(others, key=lambda e: e.similarity, default=None)
     return None if chosen is None else chosen.key
 
 

@@ -14,6 +14,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
+
 from evolution.descriptions import MANIFEST_VARIANT
 from evolution.trial import in_share, served_chance, served_version, withdrawn_version
 from evolution.versioning import MANIFEST_FILE, version_stem
@@ -565,7 +567,27 @@ class Selector:
         versions = getattr(self._local, "versions", None)
         if versions is not None and versions.judgements == 0:  # nobody judged anything: one search does
             return nearest("any")
-        return [*nearest("outcome"), *nearest("people")]
+        return [*nearest("outcome"), *self._with_the_newest_judgements(nearest("people"), keys, vector)]
+
+    def _with_the_newest_judgements(self, hits: list[VectorHit], keys: list[str], vector: list[float]) -> list[VectorHit]:
+        """`hits` (people's judgements nearest the scenario) and, when they fill their page with
+        repeats of this scenario, the newest FEEDBACK_LIMIT judgements of `keys` as near as those:
+        repeats tie at similarity 1, so the nearest are not the latest, and the judgements people
+        made after them never counted (QA Y: past ~64 judgements of a job sent again and again, ten
+        positive ones of a fixed tool left its score at -42.6, and its latest judgement unseen)."""
+        if len(hits) < FEEDBACK_LIMIT or hits[-1].score < CROWDED_SIMILARITY:
+            return hits
+        newest = self.rt.memory.scroll(FEEDBACK, filter=VectorFilter(must=[Match(key="tool", any_of=keys)], must_not=[OUTCOMES]),
+                                       limit=FEEDBACK_LIMIT, descending_by="timestamp")
+        seen = {h.id for h in hits}
+        query = np.asarray(vector, dtype=np.float32)
+        query /= max(float(np.linalg.norm(query)), 1e-12)
+        for p in newest:
+            point = np.asarray(p.vector, dtype=np.float32)
+            score = float(point @ query) / max(float(np.linalg.norm(point)), 1e-12)
+            if p.id not in seen and score >= CROWDED_SIMILARITY:
+                hits.append(VectorHit(p.id, score, {k: p.payload[k] for k in FEEDBACK_FIELDS if k in p.payload}))
+        return hits
 
     # ----------------------------------------------------------------- evolved versions
     def _served(self, request: CallRequest, evidence: list[CandidateEvidence]) -> ServedVersions:

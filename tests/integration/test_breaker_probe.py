@@ -87,7 +87,8 @@ def test_a_fixed_tool_behind_the_one_that_took_over_its_job_is_probed_first_and_
     assert p.state().stats_and_breakers([a])[1][a] == "half_open"  # ...leaves it half-open, for the next call to probe
     failed_probe = p.call(scenario=SCENARIO, max_attempts=1)
     assert failed_probe["status"] == "success", failed_probe
-    assert [(x["tool"], x["outcome"]) for x in failed_probe["attempts"]] == [("rates_a", "failure"), ("rates_b", "success")]
+    assert [(x["tool"], x["outcome"], x["probe"]) for x in failed_probe["attempts"]] == [
+        ("rates_a", "failure", True), ("rates_b", "success", False)]  # the result says which was the probe
     assert p.state().stats_and_breakers([a])[1][a] == "open"
 
     broken.unlink()  # fixed; once its cool-down is over, the next call probes it first

@@ -181,15 +181,16 @@ def test_a_tool_whose_outputs_people_keep_judging_wrong_gives_way_to_another_tha
     assert (stats.successes, stats.failures) == (before.count("money_convert"), firsts.count("money_convert"))
 
 
-def test_peoples_judgements_count_however_many_outcomes_a_job_sent_again_and_again_has(rt) -> None:
+def test_peoples_judgements_count_however_many_outcomes_a_job_sent_again_and_again_has(rt, monkeypatch) -> None:
     """QA X: selection read the 64 feedback entries nearest the scenario; on a job sent again and
     again they were its outcomes, in no order of time, and ten positive judgements left a score at
-    -29.6, while further negative ones no longer moved it."""
+    -29.6, while further negative ones no longer moved it. QA Y: the same past ~64 judgements."""
     from workers.feedback_store import JudgedCall, record_tool_feedback
     from workers.outcomes import apply_outcome, execution_records, store_executions
 
     scenario, key = "how many yen do I get for 200 dollars today", "currency_rates@1.0.0"
     vector = rt.embedder.embed_one(scenario)
+    monkeypatch.setattr(rt.selector.settings, "min_similarity", -1.0)  # every tool a candidate: a second opinion to give
 
     def served(call_id: str, judged: Literal["positive", "negative"] | None = None) -> float:
         """One call the currency tool serves, judged if `judged`; its feedback score after it."""
@@ -204,15 +205,22 @@ def test_peoples_judgements_count_however_many_outcomes_a_job_sent_again_and_aga
                                  call=JudgedCall(call_id=call_id, ran=[key], scenario=scenario))
         return rt.selector.feedback_points([key], vector)[key]
 
+    def second_opinions() -> int:
+        """Of 30 calls of the job, how many try another tool first in place of the currency tool."""
+        plans = [rt.selector.plan(CallRequest(scenario=scenario, call_id=f"look{i}")) for i in range(30)]
+        return sum(bool(p.candidates[0].breakdown and "second_opinion" in p.candidates[0].breakdown.extra) for p in plans)
+
     for i in range(100):
         served(f"c{i}")
-    wrong = [served(f"wrong{i}", "negative") for i in range(6)]
-    assert wrong == sorted(wrong, reverse=True) and len(set(wrong)) == 6, wrong  # each one counts
-    right = [served(f"right{i}", "positive") for i in range(6)]
-    assert right == sorted(right) and len(set(right)) == 6, right
+    wrong = [served(f"wrong{i}", "negative") for i in range(70)]  # QA Y: past ~64 of them, they stopped counting
+    assert wrong == sorted(wrong, reverse=True) and len(set(wrong)) == 70, wrong[60:]  # each one counts
+    assert second_opinions() > 0
     plan = rt.selector.plan(CallRequest(scenario=scenario))
     currency = next(c for c in plan.candidates if c.key == key)
-    assert currency.breakdown is not None and currency.breakdown.extra["failures_nearby"] >= 6  # the six judged wrong
+    assert currency.breakdown is not None and currency.breakdown.extra["failures_nearby"] >= 64  # judged wrong
+    right = [served(f"right{i}", "positive") for i in range(6)]  # fixed, and judged right again
+    assert right == sorted(right) and len(set(right)) == 6 and right[0] > wrong[-1], right
+    assert second_opinions() == 0  # the latest judgement says right
 
 
 def test_context_features_and_sparc_in_the_plan(rt, monkeypatch) -> None:

@@ -189,13 +189,16 @@ def test_the_probe_goes_first_with_probability_one_and_says_why() -> None:
 
 
 def judged(name: str, wrong: list[float], right: list[float] | None = None, *, right_last: bool = False,
-           successes: list[float] | None = None, failures: list[float] | None = None) -> CandidateEvidence:
+           successes: list[float] | None = None, failures: list[float] | None = None,
+           similarity: float = 0.5) -> CandidateEvidence:
     """A candidate with outputs judged wrong and right (by their scenarios' similarities), the right
-    ones judged after the wrong ones when `right_last`, and its successes and failures nearby."""
+    ones judged after the wrong ones when `right_last`, its successes and failures nearby, and its
+    description's match."""
     outputs = [JudgedOutput(s, 10.0 + i, True) for i, s in enumerate(wrong)]
     outputs += [JudgedOutput(s, (100.0 if right_last else 0.0) + i, False) for i, s in enumerate(right or [])]
-    return CandidateEvidence(manifest=candidate(name).manifest, judged_outputs=outputs,
-                             namespace_success_similarities=successes or [], failure_similarities=failures or [])
+    return CandidateEvidence(manifest=candidate(name).manifest, judged_outputs=outputs, similarity=similarity,
+                             namespace_success_similarities=successes or [], success_similarities=successes or [],
+                             failure_similarities=failures or [])
 
 
 def test_a_tool_people_judged_wrong_on_such_jobs_gets_a_second_opinion_tried_in_its_place() -> None:
@@ -221,6 +224,14 @@ def test_a_tool_people_judged_wrong_on_such_jobs_gets_a_second_opinion_tried_in_
     assert second_opinion(call, ranked, found, half_open={"money_convert@1.0.0"}) == "fx@1.0.0"
     assert second_opinion(call, ranked, [found[0], judged("money_convert", [], failures=[0.95]),
                                          judged("fx", [], failures=[1.0])]) is None
+    # With nobody else having done such jobs, the one whose words match the job best (QA Y: the
+    # policy placed a currency tool, 0.38 similar, before a thermometer tool 0.41 similar).
+    assert second_opinion(call, ranked, [found[0], judged("money_convert", [], similarity=0.38),
+                                         judged("fx", [], similarity=0.41)]) == "fx@1.0.0"
+    # One that failed such jobs but did them too, and was judged right the last time, may be asked
+    # again (QA Y: a tool fixed and judged right again never was).
+    fixed = judged("money_convert", [1.0, 1.0, 1.0], [1.0], right_last=True, successes=[1.0], failures=[1.0, 1.0, 1.0])
+    assert second_opinion(call, ranked, [found[0], fixed, judged("fx", [], failures=[1.0])]) == "money_convert@1.0.0"
     # A call that names a tool gets none.
     assert second_opinion(CallRequest(scenario="x", namespace="currency_rates"), ranked, found) is None
 
