@@ -66,6 +66,27 @@ def run_call(rt, scenario: str, right: str, call_id: str) -> list[str]:
     return [a.tool for a in plan.attempts]
 
 
+def serve_judged(rt, scenario: str, call_id: str, tool: str | None = None,
+                 judged: Literal["positive", "negative"] | None = None, judged_tool: str | None = None) -> str:
+    """Plan a call whose `tool` (default: its first candidate) gives an output without an error,
+    record what it teaches, and have a person judge that output (`judged`; only of `judged_tool`
+    when given); the tool that ran."""
+    from workers.feedback_store import JudgedCall, record_tool_feedback
+    from workers.outcomes import apply_outcome, execution_records, store_executions
+
+    plan = rt.selector.plan(CallRequest(scenario=scenario, call_id=call_id))
+    ran = next(c for c in plan.candidates if c.manifest.name == (tool or plan.candidates[0].manifest.name))
+    plan.attempts.append(ToolExecutionResult(attempt_id=f"{call_id}:0", call_id=call_id, tool=ran.manifest.name,
+                                             version=ran.manifest.version, success=True))
+    outcome = OutcomeRecord.from_plan(plan)
+    apply_outcome(rt, outcome)
+    store_executions(rt, execution_records(outcome))
+    if judged and judged_tool in (None, ran.manifest.name):
+        record_tool_feedback(rt, ran.manifest.name, ran.manifest.version, None, judged,
+                             call=JudgedCall(call_id=call_id, ran=[ran.key], scenario=scenario))
+    return ran.manifest.name
+
+
 def test_outcomes_teach_the_next_similar_call(rt) -> None:
     scenario = "how many yen do I get for 200 dollars today"
     first = rt.selector.plan(CallRequest(scenario=scenario))
@@ -144,23 +165,9 @@ def test_a_tool_whose_outputs_people_keep_judging_wrong_gives_way_to_another_tha
     """QA W: a tool's outputs turned wrong after it had served a job well; 31 of them judged wrong
     (`fittest feedback add ... --call`) and it stayed first on every call, since it ran without an
     error, so no call fell back to the other tool that does the job, which never ran."""
-    from workers.feedback_store import JudgedCall, record_tool_feedback
-    from workers.outcomes import apply_outcome, execution_records, store_executions
-
     def served(call_id: str, judged: Literal["positive", "negative"] | None = None) -> str:
-        """One call: its first candidate gives an output without an error, which a person judges
-        (`judged`) if it is the money tool; the name of that first candidate."""
-        plan = rt.selector.plan(CallRequest(scenario=scenario, call_id=call_id))
-        ran = plan.candidates[0]
-        plan.attempts.append(ToolExecutionResult(attempt_id=f"{call_id}:0", call_id=call_id, tool=ran.manifest.name,
-                                                 version=ran.manifest.version, success=True))
-        outcome = OutcomeRecord.from_plan(plan)
-        apply_outcome(rt, outcome)
-        store_executions(rt, execution_records(outcome))
-        if judged and ran.manifest.name == "money_convert":
-            record_tool_feedback(rt, ran.manifest.name, ran.manifest.version, None, judged,
-                                 call=JudgedCall(call_id=call_id, ran=[ran.key], scenario=scenario))
-        return ran.manifest.name
+        """One call served by its first candidate, judged (`judged`) if that is the money tool."""
+        return serve_judged(rt, scenario, call_id, judged=judged, judged_tool="money_convert")
 
     rt.selector.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
                                          implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
@@ -185,24 +192,13 @@ def test_peoples_judgements_count_however_many_outcomes_a_job_sent_again_and_aga
     """QA X: selection read the 64 feedback entries nearest the scenario; on a job sent again and
     again they were its outcomes, in no order of time, and ten positive judgements left a score at
     -29.6, while further negative ones no longer moved it. QA Y: the same past ~64 judgements."""
-    from workers.feedback_store import JudgedCall, record_tool_feedback
-    from workers.outcomes import apply_outcome, execution_records, store_executions
-
     scenario, key = "how many yen do I get for 200 dollars today", "currency_rates@1.0.0"
     vector = rt.embedder.embed_one(scenario)
     monkeypatch.setattr(rt.selector.settings, "min_similarity", -1.0)  # every tool a candidate: a second opinion to give
 
     def served(call_id: str, judged: Literal["positive", "negative"] | None = None) -> float:
         """One call the currency tool serves, judged if `judged`; its feedback score after it."""
-        plan = rt.selector.plan(CallRequest(scenario=scenario, call_id=call_id))
-        plan.attempts.append(ToolExecutionResult(attempt_id=f"{call_id}:0", call_id=call_id, tool="currency_rates",
-                                                 version="1.0.0", success=True))
-        outcome = OutcomeRecord.from_plan(plan)
-        apply_outcome(rt, outcome)
-        store_executions(rt, execution_records(outcome))
-        if judged:
-            record_tool_feedback(rt, "currency_rates", "1.0.0", None, judged,
-                                 call=JudgedCall(call_id=call_id, ran=[key], scenario=scenario))
+        serve_judged(rt, scenario, call_id, "currency_rates", judged)
         return rt.selector.feedback_points([key], vector)[key]
 
     def second_opinions() -> int:
