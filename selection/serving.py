@@ -30,8 +30,12 @@ NEWCOMER_MIN_SIMILARITY = 0.5
 SAME_JOB = 0.8
 # A version people judged wrong on a job this many times at least (and more often than right, and
 # the last time) yields first place to another tool on a share of its calls: one judgement may be
-# a person's slip; two that agree say the job goes wrong.
+# a person's slip; two that agree say the job goes wrong...
 JUDGED_WRONG_MIN = 2
+# ...among their latest judgements on the job: what they said before it broke, or before it was
+# fixed, is history (QA Z: 35 judged right after a fix, then one wrong, and the 91 wrong from when
+# it was broken brought the second opinions back).
+JUDGED_RECENT = 5
 
 
 @dataclass
@@ -192,10 +196,10 @@ def probed_first(ranked: list[Candidate], key: str) -> list[Candidate]:
 
 
 def judged_wrong_here(e: CandidateEvidence) -> bool:
-    """Whether people judge this version's outputs on jobs like this one wrong: at least
-    JUDGED_WRONG_MIN times, more often than right, and the latest time (one who judged it right
-    again after it was fixed has their say)."""
-    near = sorted((j for j in e.judged_outputs if j.similarity >= SAME_JOB), key=lambda j: j.timestamp)
+    """Whether people judge this version's outputs on jobs like this one wrong: of their latest
+    JUDGED_RECENT judgements there, at least JUDGED_WRONG_MIN, more than judged right, and the
+    latest one (one who judged it right again after it was fixed has their say)."""
+    near = sorted((j for j in e.judged_outputs if j.similarity >= SAME_JOB), key=lambda j: j.timestamp)[-JUDGED_RECENT:]
     wrong = sum(j.wrong for j in near)
     return wrong >= JUDGED_WRONG_MIN and wrong > len(near) - wrong and near[-1].wrong
 

@@ -212,9 +212,17 @@ def test_a_tool_people_judged_wrong_on_such_jobs_gets_a_second_opinion_tried_in_
     for first in (judged("currency_rates", [1.0]), judged("currency_rates", [1.0, 0.95], [0.9, 0.99]),
                   judged("currency_rates", [0.7, 0.6, 0.75])):
         assert second_opinion(call, ranked, [first, *found[1:]]) is None
-    # Nor is it one a person judged right after the wrong ones (fixed, say).
+    # Nor is it one a person judged right after the wrong ones (fixed, say), nor, once it has been
+    # judged right many times since, one judged wrong again once (QA Z: the wrong judgements from
+    # before the fix brought the second opinions back).
     assert second_opinion(call, ranked, [judged("currency_rates", [1.0, 0.95, 0.9], [0.99], right_last=True),
                                          *found[1:]]) is None
+    fixed = judged("currency_rates", [1.0] * 9, [1.0] * 5, right_last=True)
+    fixed.judged_outputs.append(JudgedOutput(1.0, 1_000.0, True))  # one more wrong, the latest
+    assert second_opinion(call, ranked, [fixed, *found[1:]]) is None
+    fixed.judged_outputs.append(JudgedOutput(1.0, 1_001.0, True))  # ...and the three latest of five wrong
+    fixed.judged_outputs.append(JudgedOutput(1.0, 1_002.0, True))
+    assert second_opinion(call, ranked, [fixed, *found[1:]]) == "money_convert@1.0.0"
     # A tool that did such jobs goes before a better-placed one that did not (QA X: a currency tool
     # placed second was asked to convert temperatures); one people judged wrong too, one that
     # failed such jobs, and one whose breaker is half-open are passed over.
