@@ -178,7 +178,7 @@ def context_typos(context: Mapping[str, Any]) -> list[str]:
     given = context.get("languages", context.get("language"))
     names = [given] if isinstance(given, str) else given if isinstance(given, list) else []
     for name in (part.strip().lower() for n in names if isinstance(n, str) for part in n.split(",")):
-        if name and canonical_language(name) == name and name not in KNOWN_LANGUAGES and (
+        if name and canonical_language(name) not in KNOWN_LANGUAGES and (
                 close := difflib.get_close_matches(name, sorted(KNOWN_LANGUAGES | set(LANGUAGE_ALIASES)), n=1,
                                                    cutoff=LANGUAGE_TYPO_CUTOFF)):
             notes.append(f"context language '{name}' is not one selection knows: did you mean '{close[0]}'?")

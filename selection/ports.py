@@ -278,11 +278,6 @@ class StateVersioning(Protocol):
         many quality changes that move only the state version."""
         ...
 
-    def invalidate(self) -> None:
-        """Move the state version on for a change kept elsewhere that selection must see at once
-        rather than after the selection cache's TTL: a person's feedback, in the vector memory."""
-        ...
-
     def note_judgement(self) -> None:
         """A person's judgement was stored (in the vector memory): move the state version on, so
         selection sees it at once, and count it, so that selection looks for people's judgements

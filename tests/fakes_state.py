@@ -220,10 +220,6 @@ class InMemoryStateStore:
             raws = self._s.weights_history[: max(0, limit)]
         return [SelectionWeights.model_validate_json(r) for r in raws]
 
-    def invalidate(self) -> None:
-        with self._lock:
-            self._s.state_version += 1
-
     def note_judgement(self) -> None:
         with self._lock:
             self._s.state_version += 1

@@ -84,7 +84,7 @@ class Settings(BaseSettings):
     llm_api_key: SecretStr | None = Field(None, description="Bearer key for FITTEST_LLM_URL (never printed; better set in the environment than in FITTEST_CONFIG)")
     llm_timeout_s: float = Field(60.0, gt=0, description="Time allowed for one reply of the code mutator's endpoint")
     ab_test_probability: float = Field(0.1, ge=0, le=1, description="Chance of serving a testing description variant")
-    trial_share: float = Field(0.25, ge=0, le=1, description="Share of a namespace's calls served by a version on trial, evolved or given by a new manifest version (the version served before it serves the rest), of the calls a tool new to the running system matches that try it first, and of the calls of a job people judged a version's outputs wrong on that try the next tool first")
+    trial_share: float = Field(0.25, ge=0, le=1, description="Share of a namespace's calls served by a version on trial, evolved or given by a new manifest version (the version served before it serves the rest), of the calls a tool new to the running system matches that try it first, and of the calls of a job people judged a version's outputs wrong on that try another tool first (a second opinion)")
     trial_successes: int = Field(5, ge=1, description="Successes (K) a version needs on trial, at a success rate no worse than the version served before it, to become active; runs a tool new to the running system is tried first for")
     evolution_quality_threshold: float = Field(0.5, ge=0, le=1, description="A served version whose quality falls below this is evolved off the call path")
     evolution_cooldown_s: float = Field(600.0, ge=0, description="Quality-triggered evolution runs at most once per namespace per this many seconds")

@@ -47,7 +47,6 @@ def probe_pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, mod
                        # the defaults (30 s and 60 s) scaled down: the evidence a cool-down's end
                        # meets is at most a TTL old
                        FITTEST_SELECTION_CACHE_TTL_S="1")
-    p.env["tools"] = str(tools)
     try:
         yield p
     finally:
@@ -65,7 +64,7 @@ def first_tool(result: dict[str, Any]) -> str:
 
 def test_a_fixed_tool_behind_the_one_that_took_over_its_job_is_probed_first_and_served_again(probe_pipeline: Pipeline) -> None:
     p = probe_pipeline
-    broken = Path(p.env["tools"]) / "rates_a" / "broken"
+    broken = Path(p.settings.tools_dir) / "rates_a" / "broken"
     a, b = "rates_a@1.0.0", "rates_b@1.0.0"
     assert ranking(p)[:2] == [a, b]
     for _ in range(6):  # the first tool serves the job

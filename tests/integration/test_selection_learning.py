@@ -649,7 +649,7 @@ def succeeded(rt, tool: str, scenario: str, call_id: str) -> None:
     outcome = OutcomeRecord(call_id=call_id, scenario=scenario, attempts=[attempt])
     apply_outcome(rt, outcome)
     store_executions(rt, execution_records(outcome))
-    rt.state.invalidate()  # a success moves no state version: cached selections would last their TTL
+    rt.selector.cache.clear()  # a success moves no state version: cached selections would last their TTL
 
 
 def test_a_past_success_brings_its_tool_in_only_for_a_similar_job(rt) -> None:

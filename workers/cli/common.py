@@ -86,6 +86,11 @@ def abridged(text: str, head: int = 80, tail: int = 220) -> str:
 REFUSED = 2
 
 
+def joined_errors(errors: list[dict[str, str]]) -> str:
+    """Field errors (a payload's, as the workers or the models name them) on one line."""
+    return "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print `message` (plain text, often quoting the user's input or a tool's words: it is printed
     literally) as an error and exit with `code`."""
@@ -131,7 +136,7 @@ def check_call_payload(payload: dict[str, Any]) -> None:
     except ValidationError as exc:
         errors = field_errors(exc)
     if errors:
-        fail("; ".join(f"{e['field']}: {e['message']}" for e in errors), REFUSED)
+        fail(joined_errors(errors), REFUSED)
 
 
 def namespace_and_version(namespace: str | None) -> tuple[str | None, str | None]:

@@ -19,6 +19,7 @@ from workers.cli.common import (
     console,
     err_console,
     fail,
+    joined_errors,
     literal,
     namespace_and_version,
     needs_redis,
@@ -101,7 +102,7 @@ def explain(
         print_json(result)
         return
     if result.get("status") == "invalid":  # refused by the workers: exit 2, as a refusal here (QA V)
-        fail(_refusal(result.get("errors", [])), REFUSED)
+        fail(joined_errors(result.get("errors", [])), REFUSED)
     features = result.get("context") or {}
     if features:
         source = features.get("source", {})
@@ -162,14 +163,14 @@ def feedback_add(
         request = FeedbackRequest(tool=name, version=version or None, sentiment=sentiment.value, scenario=scenario,
                                   reason=reason, quality=quality, call_id=call)
     except ValidationError as exc:
-        fail(_refusal(field_errors(exc)), REFUSED)
+        fail(joined_errors(field_errors(exc)), REFUSED)
     result = _ask("record_feedback", "feedback", timeout, **request.model_dump(mode="json"))
     if json_out:
         print_json(result)
     if result.get("status") == "invalid":  # the workers' refusal of what was given
-        fail(_refusal(result.get("errors", [])), REFUSED)
+        fail(joined_errors(result.get("errors", [])), REFUSED)
     if result.get("status") != "recorded":
-        fail(_refusal(result.get("errors", [])) or "not recorded")
+        fail(joined_errors(result.get("errors", [])) or "not recorded")
     if not json_out:
         f = result["feedback"]
         score = result.get("score_now")
@@ -181,10 +182,6 @@ def feedback_add(
         console.print(f"recorded {sentiment.value} feedback ({value:+.2f}) for {key}; {effect}")
         if not (version or call):  # which version a name alone stood for (QA F8: during a trial it was not plain)
             console.print(f"({literal(name)} alone: {key}, the version serving most of its calls)")
-
-
-def _refusal(errors: list[dict[str, str]]) -> str:
-    return "; ".join(f"{e['field']}: {e['message']}" for e in errors)
 
 
 @feedback_app.command("show")

@@ -309,9 +309,6 @@ class RedisStateStore(PrefixedStore):
         raws = self.client.lrange(self._k("weights", "history"), 0, limit - 1)
         return [SelectionWeights.model_validate_json(raw) for raw in raws]
 
-    def invalidate(self) -> None:
-        self.client.incr(self._state_key)
-
     def note_judgement(self) -> None:
         pipe = self.client.pipeline(transaction=True)
         pipe.incr(self._state_key)
