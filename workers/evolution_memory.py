@@ -23,6 +23,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import BaseModel
+
 from evolution.models import (
     Evidence,
     EvolutionJob,
@@ -33,7 +35,7 @@ from evolution.models import (
     SuccessfulRun,
     Trigger,
 )
-from evolution.trial import TrialRules, decide, head_version, parent_rate
+from evolution.trial import TrialCounts, TrialRules, decide, head_version, parent_rate
 from selection.manifest import ManifestError, load_manifest
 from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord, Promotion
 from selection.ports import EVOLUTIONS, FAILURES, FailureApplied, Match, VectorFilter, VectorHit, VectorPoint
@@ -265,35 +267,81 @@ def account_trials(rt: Runtime, record: OutcomeRecord, promotions: dict[str, Pro
 
     Only the namespace's own traffic counts: calls that asked for it, or scenario-only calls whose
     first attempt selection gave to it. A version tried as a fallback for another job would be
-    judged on work it was never meant for, and its parent would not be. `promotions` holds the
-    namespace's current promotion, and is updated here when a verdict changes it.
+    judged on work it was never meant for, and its parent would not be. An output a person judged
+    wrong before the outcome came counts as a failure (`judge_trial` moves those judged after).
+    `promotions` holds the namespace's current promotion, and is updated here when a verdict
+    changes it.
     """
     namespace = traffic_namespace(record)
     if namespace is None:
         return
-    rules = TrialRules(successes=rt.settings.trial_successes)
+    judged: dict[tuple[str, str], Literal["positive", "negative"]] | None = None
     for attempt in record.attempts:
         if attempt.tool != namespace:
             continue
         promotion = promotions[attempt.tool]
-        if promotion is None or promotion.status != "on_trial":
+        role = trial_role(promotion, attempt.version)
+        if promotion is None or role is None:
             continue
-        parent = promotion.parent_version or promotion.original_version
-        role: Literal["evolved", "parent"] | None = (
-            "evolved" if attempt.version == promotion.evolved_version else "parent" if attempt.version == parent else None)
-        if role is None:
-            continue
-        counted, counts = rt.evolution.trial_record(attempt.tool, promotion.evolved_version, role, attempt.success, attempt.attempt_id)
-        if not counted:
-            continue
-        history = rt.state.stats([f"{attempt.tool}@{parent}"])[f"{attempt.tool}@{parent}"]
-        rate = parent_rate(counts, history.successes, history.failures, rules)
-        verdict = decide(counts, rate, rules)
-        runs = counts.evolved_successes + counts.evolved_failures
-        reason = f"{counts.evolved_successes}/{runs} successes on trial against the parent's rate of {rate:.2f}"
-        if conclude_trial(rt.state, rt.evolution, promotion, verdict, reason):
-            trial_new_manifests(rt.state, rt.evolution, rt.registry, [namespace])  # one that waited for this trial
+        if attempt.success and judged is None:  # read only for an output a trial counts
+            judged = judgements_known(rt, [record.call_id])
+        sentiment = (judged or {}).get((attempt.key, record.call_id))
+        counted, counts = rt.evolution.trial_record(attempt.tool, promotion.evolved_version, role, attempt.success,
+                                                    attempt.attempt_id, record.call_id, sentiment)
+        if counted and _act_on_trial(rt, promotion, counts):
             promotions.update(rt.state.promotions([namespace]))
+
+
+def trial_role(promotion: Promotion | None, version: str) -> Literal["evolved", "parent"] | None:
+    """What `version` is in its namespace's trial, if one runs: the version on trial or its parent."""
+    if promotion is None or promotion.status != "on_trial":
+        return None
+    if version == promotion.evolved_version:
+        return "evolved"
+    return "parent" if version == (promotion.parent_version or promotion.original_version) else None
+
+
+def _act_on_trial(rt: Runtime, promotion: Promotion, counts: TrialCounts) -> bool:
+    """Conclude the trial if its counts now decide it; whether it was concluded."""
+    rules = TrialRules(successes=rt.settings.trial_successes)
+    parent = f"{promotion.namespace}@{promotion.parent_version or promotion.original_version}"
+    history = rt.state.stats([parent])[parent]
+    rate = parent_rate(counts, history.successes, history.failures, rules)
+    verdict = decide(counts, rate, rules)
+    runs = counts.evolved_successes + counts.evolved_failures
+    reason = f"{counts.evolved_successes}/{runs} successes on trial against the parent's rate of {rate:.2f}"
+    if not conclude_trial(rt.state, rt.evolution, promotion, verdict, reason):
+        return False
+    trial_new_manifests(rt.state, rt.evolution, rt.registry, [promotion.namespace])  # one that waited for this trial
+    return True
+
+
+class JudgedTrial(BaseModel):
+    """The trial a judgement of a call's output counted in, as it stands after it."""
+
+    namespace: str
+    evolved_version: str  # the version on trial
+    role: Literal["evolved", "parent"]  # what the judged version is in it
+    status: str  # the promotion's status after the judgement: on_trial, active or rolled_back
+    counts: TrialCounts
+
+
+def judge_trial(rt: Runtime, key: str, call_id: str, sentiment: Literal["positive", "negative"]) -> JudgedTrial | None:
+    """A person's judgement of the output `key` gave `call_id`, in the trial its namespace runs, if
+    the trial counted that call: an output judged wrong is a failure of the version on trial (or of
+    its parent), and the verdict is taken again (before, a version on trial whose outputs people
+    judged wrong counted them as successes, and could be activated on them). None: no trial runs
+    with this version in it."""
+    namespace, _, version = key.partition("@")
+    promotion = rt.state.promotion(namespace)
+    role = trial_role(promotion, version)
+    if promotion is None or role is None:
+        return None
+    changed, counts = rt.evolution.trial_judge(namespace, promotion.evolved_version, role, call_id, sentiment)
+    evolved = promotion.evolved_version
+    if changed and _act_on_trial(rt, promotion, counts):
+        promotion = rt.state.promotion(namespace) or promotion
+    return JudgedTrial(namespace=namespace, evolved_version=evolved, role=role, status=promotion.status, counts=counts)
 
 
 def apply_evolution_outcomes(rt: Runtime, records: Sequence[OutcomeRecord]) -> None:

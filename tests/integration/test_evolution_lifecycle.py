@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import yaml
@@ -17,7 +17,8 @@ from evolution.mutators.code import CodeMutator
 from evolution.verification import StageRun
 from evolution.trial import TrialCounts, head_version, served_version, withdrawn_version
 from selection.models import CallPlan, CallRequest, FailureClass, FailureMark, OutcomeRecord, Promotion, Severity, ToolExecutionResult
-from workers.evolution_memory import apply_evolution_record, build_job, maybe_evolve_for_quality
+from workers.evolution_memory import JudgedTrial, apply_evolution_record, build_job, judge_trial, maybe_evolve_for_quality
+from workers.feedback_store import JudgedCall, record_tool_feedback
 from workers.evolver import Evolver, mutator_config
 from workers.outcomes import apply_failure, apply_outcome
 from workers.promotions import PromotionError, promote_by_hand, rollback, trial_new_manifests
@@ -98,6 +99,40 @@ def test_a_worse_version_on_trial_is_rolled_back_and_the_parent_served_again(rt:
     assert served_version(promotion, "any-call", after_evolution=True, share=1.0) is None  # the original, the parent
     (entry,) = rt.evolution.changelog("slowish")
     assert entry.event == "rolled_back" and "2/5 successes" in entry.reason
+
+
+def test_outputs_people_judge_wrong_count_as_failures_of_the_version_on_trial(rt: Runtime) -> None:
+    """An output of the version on trial that a person judges wrong (`feedback add ... --call`) is a
+    failure in its trial, however often it is sent, and the trial decides on it: before, the trial
+    counted it as the success it ran as, and five such outputs activated the version."""
+    on_trial(rt, parent_successes=9, parent_failures=1)
+    given_by_a_manifest(rt, "1.1.0")  # served, so that it can be judged
+
+    def judge(call_id: str, sentiment: Literal["positive", "negative"]) -> JudgedTrial | None:
+        """What the feedback task does with a judgement of the call's output."""
+        record_tool_feedback(rt, "slowish", "1.1.0", None, sentiment,
+                             call=JudgedCall(call_id=call_id, ran=["slowish@1.1.0"], scenario="count slowly"))
+        return judge_trial(rt, "slowish@1.1.0", call_id, sentiment)
+
+    for i in range(4):
+        apply_outcome(rt, outcome(attempt("slowish@1.1.0", True, f"j{i}")))
+    wrong = judge("j0", "negative")
+    assert wrong is not None and (wrong.role, wrong.status) == ("evolved", "on_trial")
+    assert wrong.counts == TrialCounts(evolved_successes=3, evolved_failures=1)
+    assert judge("j0", "negative") == wrong  # sent twice, counted once
+    right = judge("j0", "positive")  # judged right after all
+    assert right is not None and right.counts == TrialCounts(evolved_successes=4)
+    judge("j0", "negative")
+    # A judgement that comes before its call's outcome moves nothing; the outcome counts as judged.
+    early = judge("j4", "negative")
+    assert early is not None and early.counts == TrialCounts(evolved_successes=3, evolved_failures=1)
+    apply_outcome(rt, outcome(attempt("slowish@1.1.0", True, "j4")))
+    promotion = rt.state.promotion("slowish")
+    # 3 right of 5 against the parent's 0.9: rolled back (the five successes as they ran activated it)
+    assert promotion is not None and promotion.status == "rolled_back"
+    entry = rt.evolution.changelog("slowish")[-1]
+    assert entry.event == "rolled_back" and "3/5 successes" in entry.reason
+    assert judge_trial(rt, "slowish@1.1.0", "j1", "negative") is None  # no trial runs any more
 
 
 def given_by_a_manifest(rt: Runtime, version: str) -> None:

@@ -132,6 +132,20 @@ def test_feedback_add_refuses_a_name_with_an_empty_version_and_says_what_its_sco
                                                                         "--scenario", "sort numbers")[1]
 
 
+def test_feedback_add_of_a_call_a_trial_counted_says_where_the_trial_stands(
+    stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trial = {"namespace": "fast_sort", "evolved_version": "1.1.0", "role": "evolved", "status": "rolled_back",
+             "counts": {"evolved_successes": 3, "evolved_failures": 2, "parent_successes": 4, "parent_failures": 0}}
+    recorded = {"status": "recorded", "feedback": {"tool": "fast_sort", "version": "1.1.0", "value": -1.0}, "score_now": -25.0}
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {**recorded, "trial": trial})
+    code, out = run("feedback", "add", "fast_sort", "negative", "--call", "c1")
+    assert code == 0 and ("the trial of fast_sort@1.1.0 now counts 3 successes and 2 failures of the version on "
+                          "trial, 4 and 0 of the version it is tried against: rolled back") in " ".join(out.split())
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: recorded)  # no trial counted the call
+    assert "trial" not in run("feedback", "add", "fast_sort", "negative", "--call", "c1")[1]
+
+
 def answering(asked: list[dict[str, Any]], answer: dict[str, Any]) -> Any:
     """A stand-in for the workers that notes what it was asked and gives `answer`."""
     def ask(*_: Any, **kwargs: Any) -> dict[str, Any]:

@@ -180,6 +180,12 @@ def feedback_add(
         value = f["value"] + 0.0  # QA U: a negative one of --quality 0 printed -0.00
         key = f"{literal(f['tool'])}@{literal(f['version'])}"
         console.print(f"recorded {sentiment.value} feedback ({value:+.2f}) for {key}; {effect}")
+        if trial := result.get("trial"):  # the call counted in a trial of the version, or of one tried against it
+            c = trial["counts"]
+            console.print(f"the trial of {literal(trial['namespace'])}@{literal(trial['evolved_version'])} now counts "
+                          f"{c['evolved_successes']} successes and {c['evolved_failures']} failures of the version on trial, "
+                          f"{c['parent_successes']} and {c['parent_failures']} of the version it is tried against: "
+                          f"{trial['status'].replace('_', ' ')}")
         if not (version or call):  # which version a name alone stood for (QA F8: during a trial it was not plain)
             console.print(f"({literal(name)} alone: {key}, the version serving most of its calls)")
 

@@ -10,6 +10,8 @@ Key layout (P = the key prefix, shared with RedisStateStore; the type word comes
     P once:changelog:{token}    string an entry is logged once, however often it is sent (once.py, TTL)
     P trial:{ns}@{version}      hash   es, ef, ps, pf: evolved / parent successes and failures
     P applied:trial:{aid}       string idempotency key of a trial count (TTL)
+    P trial_judged:{ns}@{version} hash "{call_id}|evolved" or "|parent" -> counted | negative |
+                                       positive: how each output the trial counted as a success counts now (TTL)
     P recent:{key}              list   SuccessfulRun JSON of a tool version, newest first (capped)
     P applied:recent:{aid}      string idempotency key of a recent success (TTL)
     P cooldown:{name}           string set while a cool-down runs (EX)
@@ -38,7 +40,7 @@ from workers.state.redis import IDEMPOTENCY_TTL_S, as_text
 from workers.state.base import PrefixedStore, load_scripts
 from workers.state.once import apply_once, new_token
 
-_SCRIPT_NAMES = ("apply_once", "trial_record", "push_recent", "variant_record", "variant_status")
+_SCRIPT_NAMES = ("apply_once", "trial_record", "trial_judge", "push_recent", "variant_record", "variant_status")
 _TRIAL_FIELDS = {("evolved", True): "es", ("evolved", False): "ef", ("parent", True): "ps", ("parent", False): "pf"}
 
 
@@ -82,15 +84,36 @@ class EvolutionState(PrefixedStore):
     # Trials -----------------------------------------------------------------------------------
 
     def trial_record(
-        self, namespace: str, evolved_version: str, role: Literal["evolved", "parent"], success: bool, attempt_id: str
+        self, namespace: str, evolved_version: str, role: Literal["evolved", "parent"], success: bool, attempt_id: str,
+        call_id: str | None = None, judged: Literal["positive", "negative"] | None = None,
     ) -> tuple[bool, TrialCounts]:
-        """Count one attempt in the trial of `namespace@evolved_version`; (counted now?, counts)."""
-        counted, es, ef, ps, pf = self.scripts["trial_record"](
-            keys=[self._k("trial", f"{namespace}@{evolved_version}"), self._k("applied", "trial", attempt_id)],
-            args=[self.idempotency_ttl_s, _TRIAL_FIELDS[(role, success)]],
-        )
+        """Count one attempt in the trial of `namespace@evolved_version`; (counted now?, counts).
+        A success of `call_id` is noted for `trial_judge`, and counts as a failure when a person
+        judged its output wrong already (`judged`)."""
+        trial = f"{namespace}@{evolved_version}"
+        wrong = success and judged == "negative"
+        keys = [self._k("trial", trial), self._k("applied", "trial", attempt_id)]
+        args: list[str | int] = [self.idempotency_ttl_s, _TRIAL_FIELDS[(role, success and not wrong)]]
+        if success and call_id is not None:
+            keys.append(self._k("trial_judged", trial))
+            args += [f"{call_id}|{role}", judged or "counted"]
+        counted, es, ef, ps, pf = self.scripts["trial_record"](keys=keys, args=args)
         counts = TrialCounts(evolved_successes=es, evolved_failures=ef, parent_successes=ps, parent_failures=pf)
         return bool(counted), counts
+
+    def trial_judge(self, namespace: str, evolved_version: str, role: Literal["evolved", "parent"], call_id: str,
+                    sentiment: Literal["positive", "negative"]) -> tuple[bool, TrialCounts]:
+        """A person's judgement of the output the version on trial (`role` "evolved") or its parent
+        gave `call_id`, in the trial of `namespace@evolved_version`: an output the trial counted as
+        a success and now judged wrong counts as a failure, and one judged right again as a success,
+        once however often it is sent. (changed?, counts); a call the trial did not count changes
+        nothing (one whose outcome comes later is counted as judged: `trial_record`)."""
+        changed, es, ef, ps, pf = self.scripts["trial_judge"](
+            keys=[self._k("trial", f"{namespace}@{evolved_version}"), self._k("trial_judged", f"{namespace}@{evolved_version}")],
+            args=[f"{call_id}|{role}", sentiment, _TRIAL_FIELDS[(role, True)], _TRIAL_FIELDS[(role, False)]],
+        )
+        counts = TrialCounts(evolved_successes=es, evolved_failures=ef, parent_successes=ps, parent_failures=pf)
+        return bool(changed), counts
 
     def trial_counts(self, namespace: str, evolved_version: str) -> TrialCounts:
         es, ef, ps, pf = self.client.hmget(self._k("trial", f"{namespace}@{evolved_version}"), "es", "ef", "ps", "pf")

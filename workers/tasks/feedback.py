@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from selection.models import FailureMark, OutcomeRecord
 from workers.app import app
 from workers.client import FeedbackRequest
-from workers.evolution_memory import apply_evolution_record, maybe_evolve_for_quality
+from workers.evolution_memory import apply_evolution_record, judge_trial, maybe_evolve_for_quality
 from workers.outcomes import apply_failure, apply_outcomes, execution_records
 from workers.rescue import effects_ended
 from workers.degraded import is_store_failure
@@ -106,6 +106,8 @@ def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
         return {"status": "invalid", "errors": [{"field": "tool", "message": str(exc)}]}
     except ValueError as exc:  # a version the call did not run
         return {"status": "invalid", "errors": [{"field": "call_id", "message": str(exc)}]}
+    # The trial of a version on trial counts an output judged wrong as a failure (of it, or of its parent).
+    trial = judge_trial(rt, record.key, call.call_id, req.sentiment) if call is not None else None
     try:
         # + 0.0: a score a hair below zero rounds to -0.0, which read as a negative score (QA L)
         score: float | None = round(feedback_score(rt, record.tool, record.version, record.scenario), 2) + 0.0
@@ -113,7 +115,8 @@ def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
         if not is_store_failure(exc):
             raise
         score = None  # the feedback is kept (workers/pending.py); only its effect cannot be read now
-    return {"status": "recorded", "feedback": record.model_dump(mode="json"), "score_now": score}
+    return {"status": "recorded", "feedback": record.model_dump(mode="json"), "score_now": score,
+            **({"trial": trial.model_dump(mode="json")} if trial is not None else {})}
 
 
 def _stored_result(call_id: str) -> dict[str, Any] | None:
