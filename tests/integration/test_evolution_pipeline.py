@@ -88,6 +88,21 @@ def test_all_candidates_fail_evolution_fixes_the_tool_and_the_same_call_succeeds
     again = evo.call(scenario="say hello to the new user", input={"username": "Grace"}, namespace="greet_user", timeout=120)
     assert again["status"] == "success" and again["output"] == {"greeting": "Hello, Grace!"}
 
+    # A person judges that output wrong: the trial counts it as a failure of the version on trial,
+    # once however often the judgement is sent (the feedback worker, as `feedback add --call` asks it).
+    store = redis.Redis.from_url(evo.settings.redis_url, decode_responses=True)
+    trial = f"{evo.settings.key_prefix}trial:greet_user@1.1.0"
+    evo.wait_for(lambda: store.hexists(f"{evo.settings.key_prefix}trial_judged:greet_user@1.1.0",
+                                       f"{again['call_id']}|evolved"), timeout=20)  # its outcome counted
+    before = {k: int(v) for k, v in store.hgetall(trial).items()}
+    for _ in range(2):
+        code, out = cli(evo, "feedback", "add", "greet_user", "negative", "--call", again["call_id"])
+        assert code == 0, out
+        runs = before["es"] + before.get("ef", 0)
+        assert (f"the trial of greet_user@1.1.0 now counts {before['es'] - 1}/{runs} successes of the version on trial"
+                in " ".join(out.split())), out
+    assert {k: int(v) for k, v in store.hgetall(trial).items()} == {**before, "es": before["es"] - 1, "ef": before.get("ef", 0) + 1}
+
 
 def test_show_prints_the_lineage_with_quality_and_status(evo: Pipeline) -> None:
     code, out = cli(evo, "show", "greet_user", "--json")

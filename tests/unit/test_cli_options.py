@@ -140,8 +140,8 @@ def test_feedback_add_of_a_call_a_trial_counted_says_where_the_trial_stands(
     recorded = {"status": "recorded", "feedback": {"tool": "fast_sort", "version": "1.1.0", "value": -1.0}, "score_now": -25.0}
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: {**recorded, "trial": trial})
     code, out = run("feedback", "add", "fast_sort", "negative", "--call", "c1")
-    assert code == 0 and ("the trial of fast_sort@1.1.0 now counts 3 successes and 2 failures of the version on "
-                          "trial, 4 and 0 of the version it is tried against: rolled back") in " ".join(out.split())
+    assert code == 0 and ("the trial of fast_sort@1.1.0 now counts 3/5 successes of the version on trial, 4/4 of "
+                          "the version it is tried against: rolled back") in " ".join(out.split())
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: recorded)  # no trial counted the call
     assert "trial" not in run("feedback", "add", "fast_sort", "negative", "--call", "c1")[1]
 

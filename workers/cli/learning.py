@@ -182,9 +182,10 @@ def feedback_add(
         console.print(f"recorded {sentiment.value} feedback ({value:+.2f}) for {key}; {effect}")
         if trial := result.get("trial"):  # the call counted in a trial of the version, or of one tried against it
             c = trial["counts"]
+            on_trial = f"{c['evolved_successes']}/{c['evolved_successes'] + c['evolved_failures']}"
+            parent = f"{c['parent_successes']}/{c['parent_successes'] + c['parent_failures']}"
             console.print(f"the trial of {literal(trial['namespace'])}@{literal(trial['evolved_version'])} now counts "
-                          f"{c['evolved_successes']} successes and {c['evolved_failures']} failures of the version on trial, "
-                          f"{c['parent_successes']} and {c['parent_failures']} of the version it is tried against: "
+                          f"{on_trial} successes of the version on trial, {parent} of the version it is tried against: "
                           f"{trial['status'].replace('_', ' ')}")
         if not (version or call):  # which version a name alone stood for (QA F8: during a trial it was not plain)
             console.print(f"({literal(name)} alone: {key}, the version serving most of its calls)")
