@@ -114,6 +114,12 @@ def replaced(payload: dict[str, Any], judged: set[tuple[str, str]]) -> bool:
         payload.get("replaced") is True or (payload["tool"], payload.get("call_id")) in judged)
 
 
+def forgiven(payload: dict[str, Any]) -> bool:
+    """Whether this stored feedback is the negative outcome of a failure in an outage its tool
+    recovered from (workers/outage.py): it no longer counts, in scores and in reports alike."""
+    return payload.get("forgiven") is True
+
+
 def points_by_tool(hits: Iterable[VectorHit], half_life_s: float, now: float | None = None) -> dict[str, float]:
     """Feedback points per tool version from FEEDBACK search hits (payload `tool`, `value`,
     `timestamp`, `source`, `call_id`; a payload with only `positive` counts as ±1). A person's
@@ -122,7 +128,7 @@ def points_by_tool(hits: Iterable[VectorHit], half_life_s: float, now: float | N
     judged = judged_calls(h.payload for h in hits)
     entries: dict[str, list[FeedbackEntry]] = defaultdict(list)
     for h in hits:
-        if replaced(h.payload, judged):
+        if replaced(h.payload, judged) or forgiven(h.payload):
             continue
         entries[h.payload["tool"]].append(
             FeedbackEntry(payload_value(h.payload), h.score, float(h.payload.get("timestamp", 0.0)),

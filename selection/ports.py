@@ -24,14 +24,14 @@ COLLECTIONS = (TOOLS, FEEDBACK, FAILURES, EVOLUTIONS, EXECUTIONS)
 # Payload fields that filters (and ordered scrolls) use; every adapter indexes them.
 INDEXED_FIELDS: dict[str, tuple[str, ...]] = {
     TOOLS: ("tool", "name", "tags", "deprecated"),
-    FEEDBACK: ("tool", "name", "positive", "source", "replaced", "timestamp"),
-    FAILURES: ("tool", "name", "error_class", "tags", "timestamp"),
+    FEEDBACK: ("tool", "name", "positive", "source", "replaced", "forgiven", "timestamp"),
+    FAILURES: ("tool", "name", "error_class", "tags", "forgiven", "timestamp"),
     EVOLUTIONS: ("name", "outcome"),
     EXECUTIONS: ("tool", "name", "success", "timestamp"),
 }
 # Of those, the fields that hold booleans: they get a bool index instead, as a keyword index skips
 # boolean values and leaves filters on them to a full scan.
-BOOL_FIELDS = frozenset({"deprecated", "positive", "replaced", "success"})
+BOOL_FIELDS = frozenset({"deprecated", "forgiven", "positive", "replaced", "success"})
 # Of those, the numeric fields a scroll can be ordered by: they get a float index.
 FLOAT_FIELDS = frozenset({"timestamp"})
 
@@ -177,6 +177,9 @@ class SelectionWeights(BaseModel):
 # A circuit breaker's state: "half_open" once an open breaker's cool-down has passed (it may be tried
 # again; the next outcome closes or re-opens it). The store does not limit how many probes go.
 BreakerState = Literal["closed", "open", "half_open"]
+# What one outcome left a breaker at: "recovered" is a success that closed it after it had opened (the
+# version's probe, or a run begun before it opened): the failures that opened it were an outage.
+BreakerOutcome = Literal["closed", "open", "recovered"]
 
 
 class StateVersions(NamedTuple):
@@ -284,6 +287,11 @@ class StateVersioning(Protocol):
         apart from the calls' outcomes once there is one."""
         ...
 
+    def note_memory_change(self) -> None:
+        """Records selection reads were changed in the vector memory (an outage's failures
+        forgiven): move the state version on, so that no cached search hides the change."""
+        ...
+
     def clear(self) -> None:
         """Remove every key of this store's prefix."""
         ...
@@ -299,13 +307,14 @@ class Breakers(Protocol):
         ...
 
     def record_run(self, key: str, ms: float, success: bool | None, threshold: int, cooldown_s: float,
-                   keep: int = 50, attempt_id: str | None = None) -> BreakerState | None:
+                   keep: int = 50, attempt_id: str | None = None) -> BreakerOutcome | None:
         """After one run, in one round trip: append its duration, keeping the `keep` most recent,
         and feed its outcome to the breaker unless `success` is None (an outcome that says nothing
         about the tool): `threshold` consecutive failures open the breaker for `cooldown_s` (a
         failure once it is half open re-opens it); a success closes it. With `attempt_id` the
         breaker is fed at most once per attempt; a repeated attempt returns None. Returns the
-        breaker's new state (None when it was not fed)."""
+        breaker's new state, "recovered" for a success that closed it after it had opened (None
+        when it was not fed)."""
         ...
 
     def durations(self, keys: Sequence[str]) -> dict[str, list[float]]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from selection.models import Promotion, Severity
-from selection.ports import BreakerState, FailureApplied, SelectionWeights, StateVersions, ToolStats
+from selection.ports import BreakerOutcome, BreakerState, FailureApplied, SelectionWeights, StateVersions, ToolStats
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
 from selection.timeouts import p95
 
@@ -225,6 +225,10 @@ class InMemoryStateStore:
             self._s.state_version += 1
             self._s.judgements += 1
 
+    def note_memory_change(self) -> None:
+        with self._lock:
+            self._s.state_version += 1
+
     def versions(self) -> StateVersions:
         with self._lock:
             return StateVersions(self._s.state_version, self._s.promotions_version, self._s.weights_version,
@@ -248,7 +252,7 @@ class InMemoryStateStore:
         return stats, breakers
 
     def record_run(self, key: str, ms: float, success: bool | None, threshold: int, cooldown_s: float,
-                   keep: int = 50, attempt_id: str | None = None) -> BreakerState | None:
+                   keep: int = 50, attempt_id: str | None = None) -> BreakerOutcome | None:
         if not math.isfinite(ms) or ms < 0:
             raise ValueError(f"duration must be a finite number >= 0, got {ms!r}")
         if keep < 1:
@@ -265,12 +269,13 @@ class InMemoryStateStore:
                 return None
             return self._feed_breaker(key, success, threshold, self.clock(), cooldown_s)
 
-    def _feed_breaker(self, key: str, success: bool, threshold: int, now: float, cooldown_s: float) -> BreakerState:
+    def _feed_breaker(self, key: str, success: bool, threshold: int, now: float, cooldown_s: float) -> BreakerOutcome:
         b = self._s.breakers.get(key)
         if success:
             self._s.breakers.pop(key, None)
             if b is not None and b.open_until is not None:
                 self._s.state_version += 1
+                return "recovered"
             return "closed"
         b = self._s.breakers.setdefault(key, _Breaker())
         b.fails += 1

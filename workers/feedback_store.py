@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from evolution.trial import majority_version
-from selection.feedback import FeedbackRecord, TrendPoint, judged_calls, replaced, trend
+from selection.feedback import FeedbackRecord, TrendPoint, forgiven, judged_calls, replaced, trend
 from selection.learner import JUDGED_WRONG, ExecutionRecord
 from selection.manifest import tool_key
 from selection.ports import EXECUTIONS, FEEDBACK, StateVersioning, VectorFilter, VectorMemory, VectorPoint
@@ -263,6 +263,7 @@ class FeedbackReport(BaseModel):
     entries: list[FeedbackRecord]  # newest first
     total: int  # entries in force
     replaced: int = 0  # outcome entries a judgement of their call took the place of (not listed, not in the trend)
+    forgiven: int = 0  # negative outcome entries of an outage the tool recovered from (not listed, not in the trend)
     trend: list[TrendPoint]  # oldest first, one per day with entries
 
 
@@ -271,7 +272,8 @@ def feedback_report(rt: Runtime, tool: str, limit: int = 50) -> FeedbackReport:
     left out, as selection leaves it out."""
     points = rt.memory.scroll(FEEDBACK, filter=VectorFilter.where(name=tool), limit=REPORT_SCAN)
     judged = judged_calls(p.payload for p in points)
-    in_force = [p for p in points if not replaced(p.payload, judged)]
+    kept = [p for p in points if not replaced(p.payload, judged)]
+    in_force = [p for p in kept if not forgiven(p.payload)]
     records = sorted((FeedbackRecord.from_payload(p.id, p.payload) for p in in_force), key=lambda r: -r.timestamp)
-    return FeedbackReport(tool=tool, entries=records[:limit], total=len(records), replaced=len(points) - len(in_force),
-                          trend=trend(records, TREND_BUCKET_S))
+    return FeedbackReport(tool=tool, entries=records[:limit], total=len(records), replaced=len(points) - len(kept),
+                          forgiven=len(kept) - len(in_force), trend=trend(records, TREND_BUCKET_S))

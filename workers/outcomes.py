@@ -16,6 +16,7 @@ from selection.models import FailureMark, OutcomeRecord
 from selection.ports import EXECUTIONS, FAILURES, FailureApplied, VectorPoint
 from workers.feedback_store import as_judged, judgements_known, write_feedback
 from workers.evolution_memory import apply_evolution_outcomes
+from workers.outage import forgive_outage
 from workers.pending import upsert_or_keep
 
 if TYPE_CHECKING:
@@ -89,6 +90,11 @@ def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord],
     judged = judgements_known(rt, [r.call_id for r in records]) if feedback else {}
     feedback = [f.model_copy(update={"replaced": True}) if (f.key, f.call_id) in judged else f for f in feedback]
     write_feedback(rt, feedback, feedback_vectors if vectors is not None else None)
+    for i, record in enumerate(records):  # a version whose breaker this call's run closed: its outage is forgiven
+        for a in record.attempts:
+            if a.success and a.metadata.get("breaker") == "recovered":
+                vector = vectors[i] if vectors is not None else rt.embedder.embed_one(record.scenario)
+                out[i]["forgiven"] = forgive_outage(rt, a.key, vector, a.timestamp, record.call_id)
     return out
 
 

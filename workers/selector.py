@@ -80,6 +80,9 @@ RETIRED = Match(key="deprecated", any_of=[True])
 # place of (no longer in force).
 OUTCOMES = Match(key="source", any_of=["outcome"])
 REPLACED = Match(key="replaced", any_of=[True])
+# A failure, and the negative feedback its call's outcome gave, in an outage its tool recovered from
+# (workers/outage.py): no evidence of what the tool is fit for.
+FORGIVEN = Match(key="forgiven", any_of=[True])
 
 
 def tool_texts(manifest: ToolManifest) -> list[tuple[str, str]]:
@@ -400,7 +403,8 @@ class Selector:
 
     def _failure_similarities(self, keys: list[str], vector: list[float]) -> dict[str, list[float]]:
         def search(among: list[str]) -> list[VectorHit]:
-            return self._search(FAILURES, vector, limit=FAILURE_LIMIT, filter=VectorFilter(must=[Match(key="tool", any_of=among)]),
+            return self._search(FAILURES, vector, limit=FAILURE_LIMIT,
+                                filter=VectorFilter(must=[Match(key="tool", any_of=among)], must_not=[FORGIVEN]),
                                 score_threshold=self.settings.failure_similarity, fields=FAILURE_FIELDS)
 
         hits = with_the_crowded_out(search(list(keys)), FAILURE_LIMIT, keys, search)
@@ -555,9 +559,9 @@ class Selector:
         search of both does (the second cost ~0.5 ms of a selection's 9)."""
         def search(among: list[str], source: Literal["any", "outcome", "people"]) -> list[VectorHit]:
             tools = Match(key="tool", any_of=among)
-            where = (VectorFilter(must=[tools]) if source == "any"  # without judgements nothing was replaced
+            where = (VectorFilter(must=[tools], must_not=[FORGIVEN]) if source == "any"  # without judgements nothing was replaced
                      else VectorFilter(must=[tools], must_not=[OUTCOMES]) if source == "people"
-                     else VectorFilter(must=[tools, OUTCOMES], must_not=[REPLACED]))
+                     else VectorFilter(must=[tools, OUTCOMES], must_not=[REPLACED, FORGIVEN]))
             return self._search(FEEDBACK, vector, limit=FEEDBACK_LIMIT, score_threshold=MIN_SIMILARITY, filter=where,
                                 fields=FEEDBACK_FIELDS)
 

@@ -383,8 +383,9 @@ def test_breaker_opens_half_opens_and_closes(store):
     assert breakers(store, [KEY]) == {KEY: "open"}
     time.sleep(COOL_S * 1.5)
     assert breakers(store, [KEY]) == {KEY: "half_open"}
-    assert feed(store, KEY, True, threshold=3, cooldown_s=COOL_S) == "closed"
+    assert feed(store, KEY, True, threshold=3, cooldown_s=COOL_S) == "recovered"  # the probe succeeded
     assert breakers(store, [KEY]) == {KEY: "closed"}
+    assert feed(store, KEY, True, threshold=3, cooldown_s=COOL_S) == "closed"  # a success of a closed breaker
     # closed again: it takes `threshold` consecutive failures to open it anew
     assert feed(store, KEY, False, threshold=3, cooldown_s=COOL_S) == "closed"
 
@@ -553,7 +554,7 @@ def test_record_run_appends_the_duration_and_feeds_the_breaker(store):
     assert breakers(store, [KEY]) == {KEY: "closed"}
     assert store.record_run(KEY, 3.0, False, threshold=2, cooldown_s=60) == "open"
     assert store.durations([KEY]) == {KEY: [12.5, 7.0, 3.0]}
-    assert store.record_run(KEY, 1.0, True, threshold=2, cooldown_s=60, keep=2) == "closed"
+    assert store.record_run(KEY, 1.0, True, threshold=2, cooldown_s=60, keep=2) == "recovered"  # it had opened
     assert store.durations([KEY]) == {KEY: [3.0, 1.0]}
 
 

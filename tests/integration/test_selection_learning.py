@@ -15,6 +15,7 @@ from selection.models import CallRequest, FailureClass, FailureMark, OutcomeReco
 from selection.ports import TOOLS as TOOLS_COLLECTION
 from selection.ports import Match, SelectionWeights, VectorFilter, VectorPoint
 from tests.integration.conftest import runtime_in_use
+from workers.feedback_store import feedback_report
 
 TOOLS = {
     "currency_rates": "Current exchange rates between world currencies, and conversions of amounts.",
@@ -159,6 +160,44 @@ def test_a_tool_whose_breaker_opened_is_probed_first_once_its_cool_down_is_over(
     after = rt.selector.plan(CallRequest(scenario=scenario))
     assert after.candidates[0].manifest.name == "money_convert"  # ranked by its outcomes again, as without the probe
     assert not any(c.breakdown is not None and "breaker_probe" in c.breakdown.extra for c in after.candidates)
+
+
+def test_a_tool_that_recovers_from_an_outage_gets_back_the_job_it_did_most(rt) -> None:
+    """QA X: a tool that broke, and was fixed, stayed behind the tool that took its job over, on 20
+    of 20 calls: its failures during the outage counted against it for good. The success that closes
+    its breaker (its probe) forgives them, for that job."""
+    from workers.outage import forgive_outage
+    from workers.outcomes import apply_outcome
+
+    rt.selector.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
+                                         implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+    scenario, key = "how many yen do I get for 200 dollars today", "currency_rates@1.0.0"
+    vector = rt.embedder.embed_one(scenario)
+
+    def firsts(tag: str) -> list[str]:
+        return [rt.selector.plan(CallRequest(scenario=scenario, call_id=f"{tag}{i}")).candidates[0].manifest.name for i in range(20)]
+
+    for i in range(40):  # the currency tool serves this job...
+        run_call(rt, scenario, "currency_rates", f"before{i}")
+    for i in range(30):  # ...then is down, and the other one takes the job over
+        run_call(rt, scenario, "money_convert", f"after{i}")
+    assert firsts("down").count("money_convert") == 20
+    for _ in range(5):  # its failures opened its breaker
+        rt.state.record_run(key, 10.0, False, threshold=5, cooldown_s=0.2)
+    time.sleep(0.3)
+    assert rt.state.record_run(key, 10.0, True, threshold=5, cooldown_s=0.2) == "recovered"  # its probe succeeded
+    probe = ToolExecutionResult(attempt_id="probe:0", call_id="probe", tool="currency_rates", version="1.0.0",
+                                success=True, metadata={"breaker": "recovered"})
+    assert apply_outcome(rt, OutcomeRecord(call_id="probe", scenario=scenario, attempts=[probe]))["forgiven"] > 0
+    # Its failures and their negative feedback no longer count; it did this job more than the other.
+    back = firsts("back")
+    assert back.count("currency_rates") >= 18, back
+    plan = rt.selector.plan(CallRequest(scenario=scenario))
+    currency = next(c for c in plan.candidates if c.key == key)
+    assert currency.breakdown is not None and currency.breakdown.extra["failures_nearby"] == 0
+    assert feedback_report(rt, "currency_rates").forgiven > 0  # kept, and counted apart
+    # A version that never did the job has nothing forgiven: its failures there may be its own.
+    assert forgive_outage(rt, "weather_now@1.0.0", vector, time.time(), "probe2") == 0
 
 
 def test_a_tool_whose_outputs_people_keep_judging_wrong_gives_way_to_another_that_does_the_job(rt) -> None:

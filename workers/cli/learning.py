@@ -222,6 +222,9 @@ def feedback_show(
     if report.get("replaced"):  # (a worker of an earlier release does not say)
         n = report["replaced"]
         shown += f"; {n} outcome {'entry' if n == 1 else 'entries'} left out, replaced by a judgement of {'its' if n == 1 else 'their'} call"
+    if report.get("forgiven"):
+        n = report["forgiven"]
+        shown += f"; {n} failure{'' if n == 1 else 's'} left out, of an outage the tool recovered from"
     if json_out:
         print_json(report)
         return

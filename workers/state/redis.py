@@ -25,7 +25,8 @@ caller-supplied part, so no two kinds of key can collide:
     P weights:version        int    last weights version handed out
     P weights:history        list   SelectionWeights JSON, newest first (capped)
     P weights:classifier     string the tool classifier (selection/classifier.py) as base64 text
-    P state:version          int    grows with every change of quality, promotion, weights, breaker
+    P state:version          int    grows with every change of quality, promotion, weights, breaker, and of
+                                    records selection reads (note_judgement, note_memory_change)
     P state:promotions       int    grows with every change of a promotion
     P state:epoch            string names this life of the counters; made by the first versions()
                                     that finds it gone (a Redis restart with nothing on disk, clear)
@@ -49,7 +50,7 @@ import redis
 from redis.client import Pipeline
 
 from selection.models import Promotion, Severity
-from selection.ports import BreakerState, FailureApplied, SelectionWeights, StateVersions, ToolStats
+from selection.ports import BreakerOutcome, BreakerState, FailureApplied, SelectionWeights, StateVersions, ToolStats
 from selection.quality import FULL_QUALITY_BP, SEVERITY_PENALTY_BP, bp_to_quality, failure_penalty_bp
 from workers.state.pipelined import execute_scripts
 from workers.state.base import PrefixedStore, load_scripts
@@ -315,6 +316,9 @@ class RedisStateStore(PrefixedStore):
         pipe.incr(self._judgements_key)
         pipe.execute()
 
+    def note_memory_change(self) -> None:
+        self.client.incr(self._state_key)
+
     def versions(self) -> StateVersions:
         keys = [self._state_key, self._promotions_version_key, self._weights_version_key, self._epoch_key,
                 self._judgements_key]
@@ -362,7 +366,7 @@ class RedisStateStore(PrefixedStore):
         pipe.ltrim(name, -keep, -1)
 
     def record_run(self, key: str, ms: float, success: bool | None, threshold: int, cooldown_s: float,
-                   keep: int = 50, attempt_id: str | None = None) -> BreakerState | None:
+                   keep: int = 50, attempt_id: str | None = None) -> BreakerOutcome | None:
         breaker = None if success is None else self._breaker_call(key, success, threshold, cooldown_s, attempt_id)
         timed = self.client.pipeline(transaction=True)  # records the duration's commands, never executed
         self._queue_duration(timed, key, ms, keep)

@@ -125,6 +125,8 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: 
                                   settings.breaker_threshold, settings.breaker_cooldown_s, attempt_id=result.attempt_id)
     if not feeds_breaker:  # a probe that said nothing of the tool: the next call probes it (QA X: held back a cool-down)
         rt.state.release_lock(probe_lock(candidate.key), plan.request.call_id)
+    if breaker is not None:  # "recovered": the memory worker forgives the outage (workers/outage.py)
+        result.metadata["breaker"] = breaker
     rt.metrics.attempt(result, quality=candidate.breakdown.quality)
     log.info(
         "attempt",
@@ -139,7 +141,7 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: 
             "execution_time_ms": round(result.execution_time_ms, 2),
             "policy": plan.policy,
             "probability": candidate.probability,  # with which the policy put this candidate in this place
-            "breaker": breaker,  # its circuit breaker after this outcome ("open": it is held back now)
+            "breaker": breaker,  # its circuit breaker after this outcome ("open": it is held back now; "recovered": closed again)
         },
     )
     return result

@@ -9,7 +9,8 @@
 -- Atomically: a success deletes the breaker (closed). A failure increments `fails`; at or past the
 -- threshold it (re)opens the breaker until now + cool-down, unless it is open and still cooling
 -- down (late failures do not extend it). Opening and closing an open breaker INCR the state version.
--- Returns 'closed' or 'open' (the state after this outcome).
+-- Returns 'closed' or 'open' (the state after this outcome), 'recovered' for a success that closed
+-- a breaker that had opened (its probe, or a run begun before it opened).
 
 if KEYS[3] and not redis.call('SET', KEYS[3], 1, 'NX', 'EX', tonumber(ARGV[4])) then
   return 'skipped'
@@ -23,6 +24,7 @@ if ARGV[1] == '1' then
   redis.call('DEL', KEYS[1])
   if open_until then
     redis.call('INCR', KEYS[2])
+    return 'recovered'
   end
   return 'closed'
 end

@@ -1,0 +1,88 @@
+"""An outage a tool version recovered from, forgiven in what selection reads of it.
+
+A version whose breaker opened failed at least FITTEST_BREAKER_THRESHOLD times in a row; when a
+later run of it succeeds (its probe), the breaker closes ("recovered"). Its failures of those jobs
+in the meantime said that it was down, not that it is unfit for them; counted on, they kept the
+tool that took the job over first for good (QA X: 20 of 20 calls after the fix). So a recovery
+sets them aside, for the job it recovered on: the version's failure records and the negative
+feedback their calls' outcomes gave it since its last success on that job (at least SAME_JOB
+similar) are flagged `forgiven`, which selection's searches and the feedback scores leave out.
+They stay in the store for history (`fittest feedback show` counts them apart). A version that
+never did the job before has nothing to be forgiven: its failures there may well be its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from selection.ports import EXECUTIONS, FAILURES, FEEDBACK, Match, Range, VectorFilter, VectorPoint
+from selection.serving import SAME_JOB
+from workers.degraded import is_store_failure
+from workers.selector import FORGIVEN
+
+if TYPE_CHECKING:
+    from workers.runtime import Runtime
+
+log = logging.getLogger("fittest.outage")
+
+SUCCESS_SCAN = 256  # the version's newest successes looked through for its last one on the job
+OUTAGE_SCAN = 1000  # records of one outage looked at, per collection
+
+
+def _on_the_job(points: list[VectorPoint], vector: list[float]) -> list[VectorPoint]:
+    """The points at least SAME_JOB similar to `vector` (cosine)."""
+    if not points:
+        return []
+    query = np.asarray(vector, dtype=np.float32)
+    query /= max(float(np.linalg.norm(query)), 1e-12)
+    stored = np.asarray([p.vector for p in points], dtype=np.float32)
+    cosines = stored @ query / np.maximum(np.linalg.norm(stored, axis=1), 1e-12)
+    return [p for p, c in zip(points, cosines) if c >= SAME_JOB]
+
+
+def last_success_before(rt: Runtime, key: str, vector: list[float], before: float, call_id: str) -> float | None:
+    """When `key` last succeeded on this job (its scenario `vector`) before `before`, in another
+    call; None when none of its newest SUCCESS_SCAN successes was on it."""
+    successes = rt.memory.scroll(
+        EXECUTIONS, filter=VectorFilter(must=[Match(key="tool", any_of=[key]), Match(key="success", any_of=[True])],
+                                        ranges=[Range(key="timestamp", lt=before)]),
+        limit=SUCCESS_SCAN, descending_by="timestamp")
+    earlier = [p for p in successes if p.payload.get("call_id") != call_id]
+    on_the_job = _on_the_job(earlier, vector)
+    return max((float(p.payload["timestamp"]) for p in on_the_job), default=None)
+
+
+def forgive_outage(rt: Runtime, key: str, vector: list[float], recovered_at: float, call_id: str) -> int:
+    """Set aside what `key`'s failures on this job (its scenario `vector`) since its last success
+    on it taught selection, now that its run of `call_id` at `recovered_at` closed its breaker; the
+    number of records flagged. What the vector memory cannot do now is left undone, and logged."""
+    try:
+        since = last_success_before(rt, key, vector, recovered_at, call_id)
+        if since is None:
+            return 0
+        window = [Range(key="timestamp", gte=since, lt=recovered_at)]
+        failures = rt.memory.scroll(FAILURES, filter=VectorFilter(must=[Match(key="tool", any_of=[key])],
+                                                                  must_not=[FORGIVEN], ranges=window), limit=OUTAGE_SCAN)
+        negative = VectorFilter(must=[Match(key="tool", any_of=[key]), Match(key="source", any_of=["outcome"]),
+                                      Match(key="positive", any_of=[False])], must_not=[FORGIVEN], ranges=window)
+        feedback = rt.memory.scroll(FEEDBACK, filter=negative, limit=OUTAGE_SCAN)
+        forgiven = 0
+        for collection, points in ((FAILURES, failures), (FEEDBACK, feedback)):
+            flagged = [p.model_copy(update={"payload": {**p.payload, "forgiven": True}}) for p in _on_the_job(points, vector)]
+            if flagged:
+                rt.memory.upsert(collection, flagged)
+                forgiven += len(flagged)
+    except Exception as exc:
+        if not is_store_failure(exc):
+            raise
+        log.warning("could not forgive the outage %s recovered from: %s", key, exc,
+                    extra={"event": "outage_unforgiven", "tool": key, "call_id": call_id})
+        return 0
+    if forgiven:
+        rt.state.note_memory_change()
+        log.info("%s recovered: %d records of its outage forgiven", key, forgiven,
+                 extra={"event": "outage_forgiven", "tool": key, "call_id": call_id, "records": forgiven})
+    return forgiven
