@@ -99,6 +99,16 @@ def withdrawn_version(promotion: Promotion) -> str | None:
     return promotion.evolved_version
 
 
+def withdrawn_versions(history: Sequence[Promotion], current: Promotion) -> set[str]:
+    """The versions a namespace's promotions (`history`, oldest first) took out of the calls'
+    candidates: each one whose latest promotion rolled it back (`withdrawn_version`), unless the
+    `current` promotion serves it. The current promotion alone forgot a version rolled back
+    before it (QA AA: after `promote 1.1.0; rollback; promote 1.0.0`, 1.1.0 ran as a fallback)."""
+    latest = {p.evolved_version: p for p in [*history, current]}
+    served = {head_version(current), fallback_version(current)}
+    return {v for v, p in latest.items() if withdrawn_version(p) == v and v not in served}
+
+
 def head_version(promotion: Promotion | None) -> str | None:
     """The newest version a promotion stands for: the promoted one, or after a rollback the one it
     fell back to (None: the original)."""

@@ -93,7 +93,9 @@ class CallRequest(BaseModel):
     @field_validator("tags")
     @classmethod
     def _tags(cls, v: list[str]) -> list[str]:
-        return sorted({t.strip().lower() for t in v if t.strip()})
+        if any(not t.strip() for t in v):  # QA AA: `--tag ''` (an unset variable) was dropped, and no tag asked for
+            raise ValueError("a tag is blank: leave it out to ask for none")
+        return sorted({t.strip().lower() for t in v})
 
     @field_validator("version")
     @classmethod

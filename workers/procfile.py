@@ -8,6 +8,7 @@ ever blocking the roles on a terminal that reads slowly or has gone.
 
 from __future__ import annotations
 
+import fcntl
 import multiprocessing
 import os
 import queue
@@ -95,9 +96,36 @@ def check_ports(settings: Settings, roles: Iterable[str]) -> None:
             raise StackError(f"port {port} of {what} is in use: set {variable} to a free port, "
                              f"or leave the role out with --without {role}")
     if "toolserver" in roles and example_service() == "other":
-        raise StackError(f"port {example_service_port()} of the example HTTP tool (convert_units' manifest names it) is in "
-                         "use by something else: stop it, set FITTEST_EXAMPLE_HTTP_PORT to the port your manifest "
-                         "names, or leave the role out with --without toolserver")
+        raise StackError(f"port {example_service_port()} of the example HTTP tool (FITTEST_EXAMPLE_HTTP_PORT; the "
+                         f"example convert_units manifest names {EXAMPLE_SERVICE_PORT}) is in use by something else: stop it, set "
+                         "FITTEST_EXAMPLE_HTTP_PORT to the port your manifest names, or leave the role out with "
+                         "--without toolserver")
+
+
+def hold_data_dir(settings: Settings, roles: Iterable[str]) -> IO[str] | None:
+    """Take the data directory for this stack's memory worker (an exclusive lock on its `up.lock`,
+    held while the returned file stays open): the embedded vector store is opened by one process
+    at a time. A second `fittest up` on the same directory started a memory worker that could not
+    open it, and served its share of the calls degraded (QA AA: 9 of 12). None: nothing to hold (a
+    Qdrant server, or no memory worker)."""
+    if settings.qdrant_url or "memory" not in roles:
+        return None
+    data_dir = settings.data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lock = (data_dir / "up.lock").open("a+", encoding="utf-8")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "?"
+        lock.close()
+        raise StackError(f"another `fittest up` (pid {holder}) runs a memory worker on {data_dir}, whose embedded "
+                         "vector store one process opens at a time: stop it, give this stack its own "
+                         "FITTEST_DATA_DIR, or leave the role out with --without memory") from None
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
 
 
 def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
@@ -115,6 +143,7 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
         print(f"fittest up: the example HTTP tool already answers on port {example_service_port()}: not starting another",
               file=out, flush=True)
     check_ports(settings, roles)
+    held = hold_data_dir(settings, roles)
     stack = Stack(settings)
     if not settings.tools_dir.is_dir():
         print(f"fittest up: FITTEST_TOOLS_DIR ({settings.tools_dir.resolve()}) is not a directory: no tool will be "
@@ -151,6 +180,8 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
         manager.loop()
     finally:
         stack.stop_all()
+        if held is not None:
+            held.close()
     return manager.returncode or 0
 
 

@@ -281,6 +281,8 @@ def promote_by_hand(state: Promotions, ledger: EvolutionState, registry: ToolReg
         raise PromotionError(f"no tool named {namespace!r}")
     if manifest is None:
         known = ", ".join(m.version for m in registry.versions(namespace))
+        if not version.strip():  # QA AA: "has no version  (known: ...)"
+            raise PromotionError(f"the version to serve is blank (known: {known})")
         raise PromotionError(f"{namespace} has no version {version} (known: {known})")
     if manifest.deprecated:
         raise PromotionError(f"{manifest.key} is deprecated")

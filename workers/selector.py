@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from evolution.descriptions import MANIFEST_VARIANT
-from evolution.trial import in_share, served_chance, served_version, withdrawn_version
+from evolution.trial import in_share, served_chance, served_version, withdrawn_versions
 from evolution.versioning import MANIFEST_FILE, version_stem
 from selection.cache import TTLCache
 from selection.classifier import ToolClassifier
@@ -134,6 +134,7 @@ class Selector:
         self._classifier: tuple[str, ToolClassifier | None] = ("", None)  # by the revision the weights name
         self._promotions: tuple[tuple[str, int], dict[str, Promotion | None]] = (("", -1), {})
         self._newcomers: tuple[tuple[str, int], frozenset[str]] | None = None
+        self._withdrawn: tuple[tuple[str, int], dict[str, frozenset[str]]] = (("", -1), {})
         self._lexical: tuple[tuple[int, int, int], LexicalIndex] | None = None  # by (registry, its size, variants' revision)
 
     # ----------------------------------------------------------------- tool index
@@ -481,6 +482,22 @@ class Selector:
             known.update(self.rt.state.promotions(missing))
         return {ns: known[ns] for ns in namespaces}
 
+    def withdrawn(self, promotions: dict[str, Promotion | None]) -> dict[str, frozenset[str]]:
+        """The versions of each promoted namespace that its promotions rolled back and none serves
+        since (evolution/trial.py `withdrawn_versions`), its history read again only when the
+        promotions version moved, as `promotions` reads them."""
+        versions = getattr(self._local, "versions", None)
+        version = (versions.epoch, versions.promotions) if versions is not None else None
+        seen_at, known = self._withdrawn
+        if version is None or seen_at != version:
+            known = {}
+            if version is not None:
+                self._withdrawn = (version, known)
+        for name, current in promotions.items():
+            if current is not None and name not in known:
+                known[name] = frozenset(withdrawn_versions(self.rt.state.promotion_history(name), current))
+        return {name: known[name] for name, current in promotions.items() if current is not None}
+
     def newcomers(self) -> frozenset[str]:
         """The namespaces added to the running system (selection/serving.py `newcomer_to_try`),
         read again only when the promotions version moved, which marking one does."""
@@ -604,12 +621,10 @@ class Selector:
         promotions = self.promotions(list(candidates)) if request.use_evolved else {}
         found = ServedVersions()
         for p in promotions.values():
-            if p is None:
-                continue
-            if p.status != "rolled_back":
+            if p is not None and p.status != "rolled_back":
                 found.promoted.add(tool_key(p.namespace, p.evolved_version))
-            elif (withdrawn := withdrawn_version(p)) is not None:
-                found.rolled_back.add(tool_key(p.namespace, withdrawn))
+        for name, withdrawn in self.withdrawn(promotions).items():
+            found.rolled_back |= {tool_key(name, v) for v in withdrawn}
         # Only a namespace with several versions among the candidates, or the one called, has an order to keep.
         for name in [n for n, count in candidates.items() if count > 1 or n == request.namespace]:
             promotion = promotions.get(name)

@@ -199,6 +199,8 @@ def test_rolling_back_the_original_promoted_by_hand_serves_the_version_it_replac
     assert withdrawn_version(back) is None  # the original stays the fallback behind it
     with pytest.raises(PromotionError, match="rolled back already; slowish@1.1.0 is served"):
         rollback(rt.state, rt.evolution, "slowish")
+    with pytest.raises(PromotionError, match=r"^the version to serve is blank \(known: 1.0.0\)$"):  # QA AA
+        promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", " ")
 
 
 def slow_job(trigger: str, served: str | None = None) -> EvolutionJob:

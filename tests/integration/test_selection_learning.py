@@ -636,6 +636,13 @@ def test_promotions_decide_which_version_of_a_namespace_is_tried_first(rt) -> No
     rt.state.promote(promotion.model_copy(update={"status": "rolled_back"}))
     assert order() == ["currency_rates@1.0.0"]  # rolled back: not tried
     assert order(namespace="currency_rates", version="1.1.0")[0] == "currency_rates@1.1.0"  # unless asked for
+    # A later promotion (the original, by hand) leaves it rolled back (QA AA: it ran again as a fallback).
+    by_hand = Promotion(namespace="currency_rates", evolved_version="1.0.0", original_version="1.0.0",
+                        parent_version="1.0.0", status="active")
+    rt.state.promote(by_hand)
+    assert order() == ["currency_rates@1.0.0"]
+    rt.state.promote(promotion.model_copy(update={"status": "active"}))  # until it is promoted again
+    assert order() == ["currency_rates@1.1.0", "currency_rates@1.0.0"]
 
 
 def test_a_trials_share_is_in_the_logged_probability_of_the_version_it_drew(rt) -> None:

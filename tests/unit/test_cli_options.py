@@ -41,6 +41,8 @@ def test_a_json_option_is_read_from_the_text_a_file_or_standard_input(tmp_path: 
     ("[1, 2]", "--input: it must be a JSON object, not list"),
     ("null", "--input: it must be a JSON object, not null"),
     ("@/no/such/file.json", "--input /no/such/file.json: cannot read it"),
+    ("", "--input is empty: give a JSON object ('{}' for none)"),  # QA AA: `--input "$UNSET"` ran on {}
+    ("  ", "--input is empty"),
 ])
 def test_a_bad_json_option_is_refused_with_the_exit_code_of_a_refused_payload(text: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, message = refused(text, capsys)
@@ -164,6 +166,8 @@ def test_feedback_add_refuses_a_blank_scenario_as_explain_does_and_takes_an_empt
     monkeypatch.setattr(learning, "_ask", answering(asked, recorded))
     assert run("explain", "   ") == (2, "error: scenario: scenario is blank")
     assert run("feedback", "add", "fast_sort", "negative", "--scenario", "   ") == (2, "error: scenario: scenario is blank")
+    # QA AA: a blank tag (an unset variable) was dropped, and the call asked for no tag
+    assert run("explain", "sort these", "--tag", "") == (2, "error: tags: a tag is blank: leave it out to ask for none")
     assert not asked  # refused before asking the workers
     code, out = run("feedback", "add", "fast_sort", "negative", "--scenario", "")
     assert code == 0 and "in general (no --scenario)" in out and asked[-1]["scenario"] == ""
@@ -418,6 +422,22 @@ def test_an_input_over_the_limit_is_refused_before_it_is_sent_and_after_alike(st
     assert exit_code(refused_there) == 2 and exit_code({"status": "failed"}) == 1 and exit_code({"status": "success"}) == 0
 
 
+def test_a_version_the_namespace_does_not_have_is_refused_by_call_and_explain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA AA: `call -n fast_sort@9.9.9` exited 1 and `explain` 0, where every other command refuses
+    a version nobody serves with exit code 2."""
+    from workers.cli.calls import exit_code
+
+    no_version = {"status": "no_candidates", "ranking": [], "message": "fast_sort has no version 9.9.9 (it has 1.0.0)"}
+    assert exit_code(no_version, "fast_sort") == 2
+    assert exit_code({**no_version, "message": "no tool matches this scenario, namespace and tags"}, "fast_sort") == 1
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: no_version)
+    for json_out in ([], ["--json"]):
+        code, out = run("explain", "sort these", "-n", "fast_sort@9.9.9", *json_out)
+        assert code == 2 and "fast_sort has no version 9.9.9" in out, out
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {**no_version, "message": "no tool matches this scenario"})
+    assert run("explain", "sort these", "-n", "fast_sort")[0] == 0  # nothing matched: an answer, not a refusal
+
+
 def test_a_namespace_option_may_name_a_version(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
     """QA: `fittest call` had no way to ask for a version; `-n fast_sort@1.0.0` was refused."""
     asked: dict[str, Any] = {}
@@ -464,3 +484,12 @@ def test_a_metrics_port_out_of_range_is_refused_as_a_bad_option_not_a_traceback(
     traceback from the socket's bind."""
     code, out = run("metrics", "--port", "70000")
     assert code == 2 and "Traceback" not in out and "--port" in out
+
+
+def test_text_cut_to_fit_a_column_says_it_was_cut() -> None:
+    """QA AA: `fittest show` cut "...and list its most frequent words" to "...and list it"."""
+    from workers.cli.common import shortened
+
+    text = "Count the words, characters, lines and sentences of a text and list its most frequent words."
+    assert shortened(text, 70) == text[:69].rstrip() + "…" and len(shortened(text, 70)) <= 70
+    assert shortened("short", 70) == "short"

@@ -75,6 +75,12 @@ def when(t: float) -> str:
     return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def shortened(text: str, width: int) -> str:
+    """`text` cut to `width` characters, with "…" where it was cut (QA AA: "and list its most
+    frequent words" shown as "and list it" read as the whole text)."""
+    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
+
+
 def abridged(text: str, head: int = 80, tail: int = 220) -> str:
     """A long error message's start (what failed) and its end: a crash's message carries the
     tool's stderr, whose last lines say why (--json has it whole)."""
@@ -102,8 +108,10 @@ def parse_json_option(text: str | None, option: str) -> dict[str, Any]:
     """A JSON-object option: the text itself, `@PATH` for a file's content, or `-` for standard
     input (an input of a megabyte does not fit in a command line). Refused with exit code 2, as
     the workers would refuse the payload."""
-    if not text:
+    if text is None:
         return {}
+    if not text.strip():  # QA AA: `--input "$PAYLOAD"` with the variable unset ran the call on {}
+        fail(f"{option} is empty: give a JSON object ('{{}}' for none), @FILE or - for standard input", REFUSED)
     source = "it"
     if text == "-":
         text, source = sys.stdin.read(), "standard input"
@@ -149,6 +157,12 @@ def namespace_and_version(namespace: str | None) -> tuple[str | None, str | None
     return name, version
 
 
+def names_no_version(namespace: str | None, outcome: dict[str, Any]) -> bool:
+    """Whether the workers' answer says the call named a version of `namespace` that it does not
+    have (workers/tasks/common.py `why_no_candidates`)."""
+    return bool(namespace) and str(outcome.get("message", "")).startswith(f"{namespace} has no version ")
+
+
 def warn_if_namespace_unranked(namespace: str | None, outcome: dict[str, Any]) -> None:
     """A namespace none of whose versions the workers ranked is a typo more often than not (the
     call was ranked by its scenario alone): say so. Read from the answer, not from the tools
@@ -160,7 +174,7 @@ def warn_if_namespace_unranked(namespace: str | None, outcome: dict[str, Any]) -
         return
     if outcome.get("notes"):
         return
-    if str(outcome.get("message", "")).startswith(f"{namespace} has no version "):  # it exists: no typo
+    if names_no_version(namespace, outcome):  # it exists: no typo
         return
     held = [key for key in outcome.get("held_back") or [] if key.partition("@")[0] == namespace]
     if held:

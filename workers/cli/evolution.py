@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.tree import Tree
 
-from workers.cli.common import REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, when
+from workers.cli.common import REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, shortened, when
 
 if TYPE_CHECKING:
     from selection.manifest import ToolManifest
@@ -137,7 +137,7 @@ def show(
         for v in row["variants"]:
             node.add(f"[dim]description #{literal(v['id'])} {literal(v['status'])} ({literal(v['environment'])}) "
                      f"effectiveness {v['effectiveness']:.2f} trials {v['trials']} accesses {v['accesses']}: "
-                     f"{literal(v['text'][:70])}[/dim]")
+                     f"{literal(shortened(v['text'], 70))}[/dim]")
         nodes[row["version"]] = node
     console.print(tree)
     entries = data["changelog"][-events:] if events else []
@@ -147,7 +147,7 @@ def show(
             table.add_column(col)
         for e in entries:
             table.add_row(when(e["time"]), literal(e["event"]), literal(e["version"] or ""), literal(e["by"]),
-                          literal((e["mutation"] or "")[:60]), literal(abridged(e["reason"] or "", 100, 100)))
+                          literal(shortened(e["mutation"] or "", 60)), literal(abridged(e["reason"] or "", 100, 100)))
         console.print(table)
 
 
@@ -192,8 +192,8 @@ def show_report(report: dict[str, Any]) -> None:
             table.add_column(col)
         for c in candidates:
             stages = " ".join(f"{s['stage']}{'✓' if s['passed'] else '✗'}" for s in c.get("stages", []))
-            table.add_row(literal(c["mutator"]), literal(c["mutation"][:60]), literal(c["outcome"]), literal(stages),
-                          literal((c.get("reason") or "")[:80]))
+            table.add_row(literal(c["mutator"]), literal(shortened(c["mutation"], 60)), literal(c["outcome"]), literal(stages),
+                          literal(shortened(c.get("reason") or "", 80)))
         console.print(table)
     for note in report.get("notes") or []:
         console.print(f"  [dim]{literal(note)}[/dim]")

@@ -22,6 +22,7 @@ from workers.cli.common import (
     joined_errors,
     literal,
     namespace_and_version,
+    names_no_version,
     needs_redis,
     parse_json_option,
     print_json,
@@ -98,8 +99,12 @@ def explain(
     check_call_payload(payload)  # refused as `fittest call` refuses it (exit code 2), before asking
     result = _ask("explain", "selection", timeout, **payload)
     warn_if_namespace_unranked(namespace, result)
+    # A version the namespace does not have is refused, as `fittest call` refuses it (QA AA: exit 0).
+    no_version = not result.get("ranking") and names_no_version(namespace, result)
     if json_out:
         print_json(result)
+        if no_version:
+            raise typer.Exit(REFUSED)
         return
     if result.get("status") == "invalid":  # refused by the workers: exit 2, as a refusal here (QA V)
         fail(joined_errors(result.get("errors", [])), REFUSED)
@@ -127,6 +132,8 @@ def explain(
     if not ranking:  # as a call would end: no_candidates
         console.print(f"{literal(result.get('message') or 'no tool matches this scenario, namespace and tags')}: "
                       "a call would end with no_candidates")
+        if no_version:
+            raise typer.Exit(REFUSED)
     elif result.get("held_back"):
         console.print(f"held back, their circuit breaker open: {literal(', '.join(result['held_back']))}")
     for note in result.get("degraded", []):
