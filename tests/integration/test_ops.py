@@ -204,9 +204,10 @@ def test_a_call_to_a_namespace_nobody_ranked_says_it_was_ranked_by_its_scenario(
     assert told["status"] == "success" and told["tool"].startswith("csv_")
     right = cli("call", "parse this csv text into rows", "--namespace", "csv_lenient", "--input", '{"text": "a,b\\n1,2\\n"}')
     assert right.exit_code == 0 and "warning" not in right.output
-    # A version that does not exist, of a tool that does (QA: "no tool matches", and the typo warning).
+    # A version that does not exist, of a tool that does (QA: "no tool matches", and the typo warning),
+    # is refused as other commands refuse it (QA AA: exit code 1).
     missing = cli("call", "parse this csv text into rows", "--namespace", "csv_lenient@9.0.0", "--input", '{"text": "a"}')
-    assert missing.exit_code == 1 and "csv_lenient has no version 9.0.0 (it has 1.0.0" in words(missing.output)
+    assert missing.exit_code == 2 and "csv_lenient has no version 9.0.0 (it has 1.0.0" in words(missing.output)
     assert "warning" not in missing.output
     # A context key nothing reads, close to one that it reads, is named with the key it likely meant.
     typo = cli("call", "parse this csv text into rows", "--context", '{"langauge": "python", "user_id": 7}', "--json",
