@@ -20,7 +20,7 @@ from selection.models import CallPlan, CallRequest, FailureClass, FailureMark, O
 from workers.evolution_memory import JudgedTrial, apply_evolution_record, build_job, judge_trial, maybe_evolve_for_quality
 from workers.feedback_store import JudgedCall, record_tool_feedback
 from workers.evolver import Evolver, mutator_config
-from workers.outcomes import apply_failure, apply_outcome
+from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
 from workers.promotions import PromotionError, promote_by_hand, rollback, trial_new_manifests
 from workers.runners import RunOutcome
 from workers.runtime import Runtime
@@ -114,8 +114,15 @@ def test_outputs_people_judge_wrong_count_as_failures_of_the_version_on_trial(rt
                              call=JudgedCall(call_id=call_id, ran=["slowish@1.1.0"], scenario="count slowly"))
         return judge_trial(rt, "slowish@1.1.0", call_id, sentiment)
 
+    def served(call_id: str) -> None:
+        """A call the version on trial served, its outcome and execution record stored (a judgement
+        waits up to 2.5 s for the record of the call it judges)."""
+        record = outcome(attempt("slowish@1.1.0", True, call_id))
+        apply_outcome(rt, record)
+        store_executions(rt, execution_records(record))
+
     for i in range(4):
-        apply_outcome(rt, outcome(attempt("slowish@1.1.0", True, f"j{i}")))
+        served(f"j{i}")
     wrong = judge("j0", "negative")
     assert wrong is not None and (wrong.role, wrong.status) == ("evolved", "on_trial")
     assert wrong.counts == TrialCounts(evolved_successes=3, evolved_failures=1)
@@ -126,7 +133,7 @@ def test_outputs_people_judge_wrong_count_as_failures_of_the_version_on_trial(rt
     # A judgement that comes before its call's outcome moves nothing; the outcome counts as judged.
     early = judge("j4", "negative")
     assert early is not None and early.counts == TrialCounts(evolved_successes=3, evolved_failures=1)
-    apply_outcome(rt, outcome(attempt("slowish@1.1.0", True, "j4")))
+    served("j4")
     promotion = rt.state.promotion("slowish")
     # 3 right of 5 against the parent's 0.9: rolled back (the five successes as they ran activated it)
     assert promotion is not None and promotion.status == "rolled_back"
