@@ -209,7 +209,9 @@ def feedback_show(
     """A tool's feedback entries, newest first, and the trend per day (of all its versions).
 
     Only what counts in selection's scores is shown: a call's outcome entry that a judgement of
-    that call replaced (`feedback add --call`) is left out, and the title says how many were."""
+    that call replaced (`feedback add --call`) is left out, and so is the negative entry of a
+    failure in an outage the tool recovered from (its breaker's probe succeeded); the title says
+    how many were."""
     from workers.cli.evolution import versions_of
     from workers.feedback_store import REPORT_SCAN
     from workers.settings import get_settings
