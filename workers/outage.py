@@ -21,26 +21,33 @@ import numpy as np
 from selection.ports import EXECUTIONS, FAILURES, FEEDBACK, Match, Range, VectorFilter, VectorPoint
 from selection.serving import SAME_JOB
 from workers.degraded import is_store_failure
-from workers.selector import FORGIVEN
 
 if TYPE_CHECKING:
     from workers.runtime import Runtime
 
 log = logging.getLogger("fittest.outage")
 
+# A failure, and the negative feedback its call's outcome gave, in an outage its tool recovered from:
+# no evidence of what the tool is fit for (selection's searches leave them out).
+FORGIVEN = Match(key="forgiven", any_of=[True])
+
 SUCCESS_SCAN = 256  # the version's newest successes looked through for its last one on the job
 OUTAGE_SCAN = 1000  # records of one outage looked at, per collection
 
 
-def _on_the_job(points: list[VectorPoint], vector: list[float]) -> list[VectorPoint]:
-    """The points at least SAME_JOB similar to `vector` (cosine)."""
+def cosines(points: list[VectorPoint], vector: list[float]) -> list[float]:
+    """Each point's cosine to `vector`: for points a scroll read, which a search would have scored."""
     if not points:
         return []
     query = np.asarray(vector, dtype=np.float32)
     query /= max(float(np.linalg.norm(query)), 1e-12)
     stored = np.asarray([p.vector for p in points], dtype=np.float32)
-    cosines = stored @ query / np.maximum(np.linalg.norm(stored, axis=1), 1e-12)
-    return [p for p, c in zip(points, cosines) if c >= SAME_JOB]
+    return [float(c) for c in stored @ query / np.maximum(np.linalg.norm(stored, axis=1), 1e-12)]
+
+
+def _on_the_job(points: list[VectorPoint], vector: list[float]) -> list[VectorPoint]:
+    """The points at least SAME_JOB similar to `vector`."""
+    return [p for p, c in zip(points, cosines(points, vector)) if c >= SAME_JOB]
 
 
 def last_success_before(rt: Runtime, key: str, vector: list[float], before: float, call_id: str) -> float | None:

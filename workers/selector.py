@@ -14,8 +14,6 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
 from evolution.descriptions import MANIFEST_VARIANT
 from evolution.trial import in_share, served_chance, served_version, withdrawn_versions
 from evolution.versioning import MANIFEST_FILE, version_stem
@@ -45,6 +43,7 @@ from selection.serving import ServedVersions, breaker_probe, evolved_first, expl
 from selection.sparc import sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
+from workers.outage import FORGIVEN, cosines
 from workers.tool_catalog import evolved_dir, text_hash, tool_point
 from workers.tool_classifier import stored_classifier
 from workers.variants import VariantBook, variant_point_id
@@ -80,9 +79,6 @@ RETIRED = Match(key="deprecated", any_of=[True])
 # place of (no longer in force).
 OUTCOMES = Match(key="source", any_of=["outcome"])
 REPLACED = Match(key="replaced", any_of=[True])
-# A failure, and the negative feedback its call's outcome gave, in an outage its tool recovered from
-# (workers/outage.py): no evidence of what the tool is fit for.
-FORGIVEN = Match(key="forgiven", any_of=[True])
 
 
 def tool_texts(manifest: ToolManifest) -> list[tuple[str, str]]:
@@ -601,11 +597,7 @@ class Selector:
         newest = self.rt.memory.scroll(FEEDBACK, filter=VectorFilter(must=[Match(key="tool", any_of=keys)], must_not=[OUTCOMES]),
                                        limit=FEEDBACK_LIMIT, descending_by="timestamp")
         seen = {h.id for h in hits}
-        query = np.asarray(vector, dtype=np.float32)
-        query /= max(float(np.linalg.norm(query)), 1e-12)
-        for p in newest:
-            point = np.asarray(p.vector, dtype=np.float32)
-            score = float(point @ query) / max(float(np.linalg.norm(point)), 1e-12)
+        for p, score in zip(newest, cosines(newest, vector)):
             if p.id not in seen and score >= CROWDED_SIMILARITY:
                 hits.append(VectorHit(p.id, score, {k: p.payload[k] for k in FEEDBACK_FIELDS if k in p.payload}))
         return hits
