@@ -102,8 +102,10 @@ def payload_value(payload: dict[str, Any]) -> float:
 
 
 def judged_calls(payloads: Iterable[dict[str, Any]]) -> set[tuple[str, str]]:
-    """(tool version, call id) of every call a person judged (stored feedback payloads)."""
-    return {(p["tool"], p["call_id"]) for p in payloads if p.get("source") == "manual" and p.get("call_id")}
+    """(tool version, call id) of every call a person judged (stored feedback payloads), but by a
+    judgement of quality 0, which counts for nothing: the call's outcome counts in its place."""
+    return {(p["tool"], p["call_id"]) for p in payloads
+            if p.get("source") == "manual" and p.get("call_id") and payload_value(p)}
 
 
 def replaced(payload: dict[str, Any], judged: set[tuple[str, str]]) -> bool:

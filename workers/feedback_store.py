@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from evolution.trial import majority_version
-from selection.feedback import FeedbackRecord, TrendPoint, forgiven, judged_calls, replaced, trend
+from selection.feedback import FeedbackRecord, TrendPoint, forgiven, judged_calls, payload_value, replaced, trend
 from selection.learner import JUDGED_WRONG, ExecutionRecord
 from selection.manifest import tool_key
 from selection.ports import EXECUTIONS, FEEDBACK, StateVersioning, VectorFilter, VectorMemory, VectorPoint
@@ -123,11 +123,18 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
         # the call's outcome: when they are found, the outcome's feedback entry is stored too, if the
         # call left one (a success below quality 0.5 leaves none), so that one is not waited for
         # (QA: 2.6 s per judgement of such a call, waiting for an entry that never came).
-        apply_judgement(rt, call.call_id, record.key, sentiment)
+        apply_judgement(rt, call.call_id, record.key, judged_as(record), in_force=bool(record.value))
         # ...and in its version's counters, an output judged wrong is a failure (`fittest tools`)
-        rt.state.judge_output(record.key, call.call_id, sentiment, ran_ok=record.key not in call.failed)
+        rt.state.judge_output(record.key, call.call_id, judged_as(record), ran_ok=record.key not in call.failed)
     rt.state.note_judgement()  # every selector's cached searches predate it
     return record
+
+
+def judged_as(record: FeedbackRecord) -> Sentiment:
+    """How a judgement of a call's output counts in the counters, the records and a trial: one of
+    quality 0 counts for nothing, so the output counts as it ran, as after a positive one (QA AB: a
+    negative one of quality 0 still moved a trial from 2/2 to 1/2)."""
+    return "negative" if record.value < 0 else "positive"
 
 
 OUTCOME_WAIT_S = 2.5  # a call's outcome is applied in batches, within about a second of its result
@@ -147,7 +154,8 @@ def as_judged(point: VectorPoint, sentiment: Sentiment) -> VectorPoint | None:
                                                 "judged": sentiment}})
 
 
-def apply_judgement(rt: Runtime, call_id: str, key: str, sentiment: Sentiment, wait_s: float = OUTCOME_WAIT_S) -> int:
+def apply_judgement(rt: Runtime, call_id: str, key: str, sentiment: Sentiment, wait_s: float = OUTCOME_WAIT_S,
+                    in_force: bool = True) -> int:
     """What a judgement of `call_id`'s output by `key` changes besides being stored:
     - the call's execution record says what a person judged (`as_judged`; QA: 108 negative
       judgements of a converter's wrong answers, its feedback at -46, and it still served every
@@ -155,7 +163,8 @@ def apply_judgement(rt: Runtime, call_id: str, key: str, sentiment: Sentiment, w
     - the outcome feedback the call gave `key` is flagged as replaced, so that it stops counting
       wherever the judgement's own scenario lies: selection sees a judgement only among the entries
       near the scenario it ranks for, and one given under another scenario never was (QA: the
-      outcome it replaced went on counting, +25).
+      outcome it replaced went on counting, +25). A judgement not `in_force` (of quality 0, which
+      counts for nothing) gives the outcome entry back its place.
     The execution record is looked for up to `wait_s` while the call's records are stored (in
     batches); the outcome entry is stored before it, so it is not waited for (a success below
     quality 0.5 leaves none), and records stored after that are changed as they are written
@@ -169,8 +178,8 @@ def apply_judgement(rt: Runtime, call_id: str, key: str, sentiment: Sentiment, w
         if marked:
             rt.memory.upsert(EXECUTIONS, marked)
         outcome = VectorFilter.where(call_id=call_id, source="outcome", tool=key)
-        flagged = [p.model_copy(update={"payload": {**p.payload, "replaced": True}})
-                   for p in rt.memory.scroll(FEEDBACK, filter=outcome, limit=50) if not p.payload.get("replaced")]
+        flagged = [p.model_copy(update={"payload": {**p.payload, "replaced": in_force}})
+                   for p in rt.memory.scroll(FEEDBACK, filter=outcome, limit=50) if bool(p.payload.get("replaced")) != in_force]
         if flagged:
             rt.memory.upsert(FEEDBACK, flagged)
     except Exception as exc:  # the judgement is stored; near the call's scenario it still replaces the outcome
@@ -183,9 +192,10 @@ def apply_judgement(rt: Runtime, call_id: str, key: str, sentiment: Sentiment, w
 
 
 def _sentiments(judgements: list[VectorPoint]) -> dict[tuple[str, str], Sentiment]:
-    """(tool version, call) -> what a person judged of its output, from stored judgements."""
-    return {(str(p.payload.get("tool")), str(p.payload["call_id"])): "positive" if p.payload.get("positive") else "negative"
-            for p in judgements if p.payload.get("call_id")}
+    """(tool version, call) -> what a person judged of its output, from stored judgements; one of
+    quality 0 says nothing (before, it read as negative, `positive` being stored as value > 0)."""
+    return {(str(p.payload.get("tool")), str(p.payload["call_id"])): "negative" if value < 0 else "positive"
+            for p in judgements if p.payload.get("call_id") and (value := payload_value(p.payload))}
 
 
 def judgements_of(memory: VectorMemory, call_ids: Sequence[str]) -> dict[tuple[str, str], Sentiment]:

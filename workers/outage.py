@@ -7,8 +7,10 @@ tool that took the job over first for good (QA X: 20 of 20 calls after the fix).
 sets them aside, for the job it recovered on: the version's failure records and the negative
 feedback their calls' outcomes gave it since its last success on that job (at least SAME_JOB
 similar) are flagged `forgiven`, which selection's searches and the feedback scores leave out.
-They stay in the store for history (`fittest feedback show` counts them apart). A version that
-never did the job before has nothing to be forgiven: its failures there may well be its own.
+They stay in the store for history (`fittest feedback show` counts them apart). Only an outage is
+forgiven: a version that did the job reliably (its RELIABLE_RUNS runs of it before the failures
+all succeeded), then failed it until it recovered. One that never did the job, or that failed
+between its successes (a flaky one), has nothing forgiven: its failures there are its own.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ log = logging.getLogger("fittest.outage")
 # no evidence of what the tool is fit for (selection's searches leave them out).
 FORGIVEN = Match(key="forgiven", any_of=[True])
 
-SUCCESS_SCAN = 256  # the version's newest successes looked through for its last one on the job
+RUNS_SCAN = 256  # the version's newest runs looked through for the start of its outage
+RELIABLE_RUNS = 3  # runs of the job before its failures that must all have succeeded for an outage
 OUTAGE_SCAN = 1000  # records of one outage looked at, per collection
 
 
@@ -50,16 +53,21 @@ def _on_the_job(points: list[VectorPoint], vector: list[float]) -> list[VectorPo
     return [p for p, c in zip(points, cosines(points, vector)) if c >= SAME_JOB]
 
 
-def last_success_before(rt: Runtime, key: str, vector: list[float], before: float, call_id: str) -> float | None:
-    """When `key` last succeeded on this job (its scenario `vector`) before `before`, in another
-    call; None when none of its newest SUCCESS_SCAN successes was on it."""
-    successes = rt.memory.scroll(
-        EXECUTIONS, filter=VectorFilter(must=[Match(key="tool", any_of=[key]), Match(key="success", any_of=[True])],
-                                        ranges=[Range(key="timestamp", lt=before)]),
-        limit=SUCCESS_SCAN, descending_by="timestamp")
-    earlier = [p for p in successes if p.payload.get("call_id") != call_id]
-    on_the_job = _on_the_job(earlier, vector)
-    return max((float(p.payload["timestamp"]) for p in on_the_job), default=None)
+def outage_start(rt: Runtime, key: str, vector: list[float], before: float, call_id: str) -> float | None:
+    """When `key`'s failures of this job (its scenario `vector`) before `before` began: the time of
+    its last success on the job, in another call, provided that its RELIABLE_RUNS runs of the job up
+    to that one all succeeded. None: it never did the job, or it failed between its successes (a
+    flaky tool, whose breaker a run of failures opens and the next success closes, has no outage
+    to forgive: QA AB saw all 8 failures of a tool failing two runs in three forgiven)."""
+    runs = rt.memory.scroll(
+        EXECUTIONS, filter=VectorFilter(must=[Match(key="tool", any_of=[key])], ranges=[Range(key="timestamp", lt=before)]),
+        limit=RUNS_SCAN, descending_by="timestamp")
+    on_the_job = _on_the_job([p for p in runs if p.payload.get("call_id") != call_id], vector)
+    ran_ok = [bool(p.payload.get("outcome_success", p.payload.get("success"))) for p in on_the_job]  # newest first
+    last = next((i for i, ok in enumerate(ran_ok) if ok), None)
+    if last is None or ran_ok[last:last + RELIABLE_RUNS] != [True] * RELIABLE_RUNS:
+        return None
+    return float(on_the_job[last].payload["timestamp"])
 
 
 def forgive_outage(rt: Runtime, key: str, vector: list[float], recovered_at: float, call_id: str) -> int:
@@ -67,7 +75,7 @@ def forgive_outage(rt: Runtime, key: str, vector: list[float], recovered_at: flo
     on it taught selection, now that its run of `call_id` at `recovered_at` closed its breaker; the
     number of records flagged. What the vector memory cannot do now is left undone, and logged."""
     try:
-        since = last_success_before(rt, key, vector, recovered_at, call_id)
+        since = outage_start(rt, key, vector, recovered_at, call_id)
         if since is None:
             return 0
         window = [Range(key="timestamp", gte=since, lt=recovered_at)]

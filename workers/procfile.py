@@ -137,13 +137,13 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
     if unknown:
         raise StackError(f"no Procfile role named {', '.join(sorted(unknown))} (roles: {', '.join(procfile.processes)})")
     roles = [name for name in procfile.processes if name not in (without or set())]
+    held = hold_data_dir(settings, roles)  # first: a second `up` here is told so, not that its ports are taken (QA AB)
     out = LossyOutput(sys.stdout)
     if "toolserver" in roles and example_service() == "ours":  # a second one could not bind its port
         roles.remove("toolserver")
         print(f"fittest up: the example HTTP tool already answers on port {example_service_port()}: not starting another",
               file=out, flush=True)
     check_ports(settings, roles)
-    held = hold_data_dir(settings, roles)
     stack = Stack(settings)
     if not settings.tools_dir.is_dir():
         print(f"fittest up: FITTEST_TOOLS_DIR ({settings.tools_dir.resolve()}) is not a directory: no tool will be "

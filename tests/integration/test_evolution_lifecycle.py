@@ -18,7 +18,7 @@ from evolution.verification import StageRun
 from evolution.trial import TrialCounts, head_version, served_version, withdrawn_version
 from selection.models import CallPlan, CallRequest, FailureClass, FailureMark, OutcomeRecord, Promotion, Severity, ToolExecutionResult
 from workers.evolution_memory import JudgedTrial, apply_evolution_record, build_job, judge_trial, maybe_evolve_for_quality
-from workers.feedback_store import JudgedCall, record_tool_feedback
+from workers.feedback_store import JudgedCall, judged_as, record_tool_feedback
 from workers.evolver import Evolver, mutator_config
 from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
 from workers.promotions import PromotionError, promote_by_hand, rollback, trial_new_manifests
@@ -108,11 +108,11 @@ def test_outputs_people_judge_wrong_count_as_failures_of_the_version_on_trial(rt
     on_trial(rt, parent_successes=9, parent_failures=1)
     given_by_a_manifest(rt, "1.1.0")  # served, so that it can be judged
 
-    def judge(call_id: str, sentiment: Literal["positive", "negative"]) -> JudgedTrial | None:
+    def judge(call_id: str, sentiment: Literal["positive", "negative"], quality: float = 1.0) -> JudgedTrial | None:
         """What the feedback task does with a judgement of the call's output."""
-        record_tool_feedback(rt, "slowish", "1.1.0", None, sentiment,
-                             call=JudgedCall(call_id=call_id, ran=["slowish@1.1.0"], scenario="count slowly"))
-        return judge_trial(rt, "slowish@1.1.0", call_id, sentiment)
+        record = record_tool_feedback(rt, "slowish", "1.1.0", None, sentiment, quality=quality,
+                                      call=JudgedCall(call_id=call_id, ran=["slowish@1.1.0"], scenario="count slowly"))
+        return judge_trial(rt, "slowish@1.1.0", call_id, judged_as(record))
 
     def served(call_id: str) -> None:
         """A call the version on trial served, its outcome and execution record stored (a judgement
@@ -129,6 +129,10 @@ def test_outputs_people_judge_wrong_count_as_failures_of_the_version_on_trial(rt
     assert judge("j0", "negative") == wrong  # sent twice, counted once
     right = judge("j0", "positive")  # judged right after all
     assert right is not None and right.counts == TrialCounts(evolved_successes=4)
+    judge("j0", "negative")
+    # QA AB: one of quality 0 counts for nothing: the output counts as it ran
+    unsure = judge("j0", "negative", quality=0.0)
+    assert unsure is not None and unsure.counts == TrialCounts(evolved_successes=4)
     judge("j0", "negative")
     # A judgement that comes before its call's outcome moves nothing; the outcome counts as judged.
     early = judge("j4", "negative")
@@ -533,7 +537,7 @@ def test_a_success_a_person_judged_wrong_is_no_example_for_an_evolution(rt: Runt
     """QA U: a word_stats call judged wrong (`feedback add ... --call`) became one of the examples
     of the version evolved next, and a replayed success whose answer a candidate must keep."""
     from workers.evolution_memory import apply_evolution_outcomes
-    from workers.feedback_store import JudgedCall, record_tool_feedback
+    from workers.feedback_store import JudgedCall, judged_as, record_tool_feedback
 
     apply_evolution_outcomes(rt, [outcome(attempt("slowish@1.0.0", True, "right")),
                                   outcome(attempt("slowish@1.0.0", True, "wrong")).model_copy(update={"scenario": "count wrongly"})])

@@ -209,6 +209,9 @@ def test_a_call_to_a_namespace_nobody_ranked_says_it_was_ranked_by_its_scenario(
     missing = cli("call", "parse this csv text into rows", "--namespace", "csv_lenient@9.0.0", "--input", '{"text": "a"}')
     assert missing.exit_code == 2 and "csv_lenient has no version 9.0.0 (it has 1.0.0" in words(missing.output)
     assert "warning" not in missing.output
+    nobody = cli("explain", "parse this csv text into rows", "--namespace", "csv_nosuch@1.0.0")  # QA AB: exit code 0
+    assert nobody.exit_code == 2 and "csv_nosuch has no version 1.0.0: no tool is named 'csv_nosuch'" in words(nobody.output)
+    assert "ranking for" not in nobody.output  # no empty table before the refusal
     # A context key nothing reads, close to one that it reads, is named with the key it likely meant.
     typo = cli("call", "parse this csv text into rows", "--context", '{"langauge": "python", "user_id": 7}', "--json",
                "--input", '{"text": "a,b\\n1,2\\n"}')

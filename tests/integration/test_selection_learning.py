@@ -167,7 +167,7 @@ def test_a_tool_that_recovers_from_an_outage_gets_back_the_job_it_did_most(rt) -
     of 20 calls: its failures during the outage counted against it for good. The success that closes
     its breaker (its probe) forgives them, for that job."""
     from workers.outage import forgive_outage
-    from workers.outcomes import apply_outcome
+    from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
 
     rt.selector.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
                                          implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
@@ -198,6 +198,18 @@ def test_a_tool_that_recovers_from_an_outage_gets_back_the_job_it_did_most(rt) -
     assert feedback_report(rt, "currency_rates").forgiven > 0  # kept, and counted apart
     # A version that never did the job has nothing forgiven: its failures there may be its own.
     assert forgive_outage(rt, "weather_now@1.0.0", vector, time.time(), "probe2") == 0
+    # Nor has a flaky one, which failed between its successes (QA AB: with the breaker's threshold at
+    # 2, each pair of failures of a tool failing two runs in three was forgiven at the next success).
+    for i, ok in enumerate([True, True, False, True, False, False]):
+        ran = ToolExecutionResult(attempt_id=f"flaky{i}:0", call_id=f"flaky{i}", tool="stock_quotes", version="1.0.0",
+                                  success=ok, error_class=None if ok else FailureClass.bad_output)
+        if not ok:
+            apply_failure(rt, FailureMark(attempt_id=ran.attempt_id, call_id=ran.call_id, tool="stock_quotes",
+                                          version="1.0.0", scenario=scenario, error_class=FailureClass.bad_output))
+        done = OutcomeRecord(call_id=ran.call_id, scenario=scenario, attempts=[ran])
+        apply_outcome(rt, done)
+        store_executions(rt, execution_records(done))
+    assert forgive_outage(rt, "stock_quotes@1.0.0", vector, time.time(), "flaky-probe") == 0
 
 
 def test_a_tool_whose_outputs_people_keep_judging_wrong_gives_way_to_another_that_does_the_job(rt) -> None:
@@ -740,6 +752,15 @@ def test_an_output_judged_wrong_stops_counting_as_a_success_nearby(rt) -> None:
                          call=JudgedCall(call_id="w0", ran=["weather_now@1.0.0"], scenario=jobs[0]))
     weather = [c for c in ranking() if c.manifest.name == "weather_now"]
     assert weather and weather[0].breakdown.extra["successes_nearby"] > 0
+    # QA AB: a judgement of quality 0 counts for nothing: the output counts as it ran, in the
+    # counters and nearby, and its call's outcome feedback counts again (before: as a negative one).
+    key, vector = "weather_now@1.0.0", rt.embedder.embed_one(jobs[1])
+    judged = rt.selector.feedback_points([key], vector)[key]
+    record_tool_feedback(rt, "weather_now", None, None, "negative", quality=0.0,
+                         call=JudgedCall(call_id="w1", ran=[key], scenario=jobs[1]))
+    assert rt.state.stats([key])[key].failures == 1  # w2's; w1's output counts as the success it ran as
+    assert rt.selector.feedback_points([key], vector)[key] > judged  # w1's outcome counts in place of -1
+    assert sum(c.breakdown.extra["successes_nearby"] > 0 for c in ranking() if c.manifest.name == "weather_now") == 1
 
 
 def test_a_judgement_made_before_its_calls_records_came_applies_to_them(rt) -> None:

@@ -147,7 +147,7 @@ def show(
             table.add_column(col)
         for e in entries:
             table.add_row(when(e["time"]), literal(e["event"]), literal(e["version"] or ""), literal(e["by"]),
-                          literal(shortened(e["mutation"] or "", 60)), literal(abridged(e["reason"] or "", 100, 100)))
+                          literal(shortened(e["mutation"] or "", 60)), literal(abridged(e["reason"] or "", 150, 150)))
         console.print(table)
 
 

@@ -108,6 +108,8 @@ def explain(
         return
     if result.get("status") == "invalid":  # refused by the workers: exit 2, as a refusal here (QA V)
         fail(joined_errors(result.get("errors", [])), REFUSED)
+    if no_version:  # without an empty table first (QA AB)
+        fail(str(result.get("message")), REFUSED)
     features = result.get("context") or {}
     if features:
         source = features.get("source", {})
@@ -132,8 +134,6 @@ def explain(
     if not ranking:  # as a call would end: no_candidates
         console.print(f"{literal(result.get('message') or 'no tool matches this scenario, namespace and tags')}: "
                       "a call would end with no_candidates")
-        if no_version:
-            raise typer.Exit(REFUSED)
     elif result.get("held_back"):
         console.print(f"held back, their circuit breaker open: {literal(', '.join(result['held_back']))}")
     for note in result.get("degraded", []):

@@ -78,7 +78,9 @@ def why_no_candidates(plan: CallPlan) -> str:
     request = plan.request
     if request.namespace and request.version and not plan.held_back:
         known = [m.version for m in runtime().registry.versions(request.namespace)]
-        if known and request.version not in known:
+        if not known:  # QA AB: "no tool matches", and exit code 1 where a version of a known tool gets 2
+            return f"{request.namespace} has no version {request.version}: no tool is named {request.namespace!r}"
+        if request.version not in known:
             return f"{request.namespace} has no version {request.version} (it has {', '.join(known)})"
     return plan.no_candidates_message()
 

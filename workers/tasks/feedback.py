@@ -16,7 +16,7 @@ from workers.evolution_memory import apply_evolution_record, judge_trial, maybe_
 from workers.outcomes import apply_failure, apply_outcomes, execution_records
 from workers.rescue import effects_ended
 from workers.degraded import is_store_failure
-from workers.feedback_store import feedback_report, feedback_score, judged_call, record_tool_feedback
+from workers.feedback_store import feedback_report, feedback_score, judged_as, judged_call, record_tool_feedback
 from workers.runtime import runtime
 from workers.tasks.batches import Batches
 from workers.tasks.common import batch_payloads, invalid_result
@@ -107,7 +107,7 @@ def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
     except ValueError as exc:  # a version the call did not run
         return {"status": "invalid", "errors": [{"field": "call_id", "message": str(exc)}]}
     # The trial of a version on trial counts an output judged wrong as a failure (of it, or of its parent).
-    trial = judge_trial(rt, record.key, call.call_id, req.sentiment) if call is not None else None
+    trial = judge_trial(rt, record.key, call.call_id, judged_as(record)) if call is not None else None
     try:
         # + 0.0: a score a hair below zero rounds to -0.0, which read as a negative score (QA L)
         score: float | None = round(feedback_score(rt, record.tool, record.version, record.scenario), 2) + 0.0
