@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from selection.registry import ToolRegistry
 from workers.settings import Settings
-from workers.procfile import EXAMPLE_SERVICE_PORT, example_service
+from workers.procfile import EXAMPLE_SERVICE_PORT, example_service, hold_data_dir
 from workers.stack import ROOT, Stack
 
 DEMO_ROLES = ("memory", "executor", "evolver")
@@ -110,7 +111,10 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
     except EmbedderUnavailable as exc:
         console.print(f"[red]error:[/red] {literal(exc)}")
         return 1
-    with Stack(settings, env=env, log_dir=settings.data_dir / "logs") as stack:
+    # One demo at a time on its data directory: a second one's fresh start would wipe the first's
+    # state, and its memory worker could not open the embedded store (workers/procfile.py).
+    held = hold_data_dir(settings, DEMO_ROLES)
+    with Stack(settings, env=env, log_dir=settings.data_dir / "logs") as stack, (held or nullcontext()):
         console.print("[bold]1.[/bold] starting Redis (if needed), the workers and the example HTTP tool …")
         stack.ensure_redis()
         settings = settings.model_copy(update={"redis_url": stack.redis_url})

@@ -119,8 +119,8 @@ def hold_data_dir(settings: Settings, roles: Iterable[str]) -> IO[str] | None:
         lock.seek(0)
         holder = lock.read().strip() or "?"
         lock.close()
-        raise StackError(f"another `fittest up` (pid {holder}) runs a memory worker on {data_dir}, whose embedded "
-                         "vector store one process opens at a time: stop it, give this stack its own "
+        raise StackError(f"another `fittest up` or `fittest demo` (pid {holder}) runs a memory worker on {data_dir}, "
+                         "whose embedded vector store one process opens at a time: stop it, give this stack its own "
                          "FITTEST_DATA_DIR, or leave the role out with --without memory") from None
     lock.truncate(0)
     lock.write(f"{os.getpid()}\n")

@@ -17,7 +17,7 @@ def test_a_second_stack_on_the_same_data_directory_is_refused_while_the_first_ru
     settings = Settings(data_dir=tmp_path / "data")
     first = hold_data_dir(settings, ["memory", "executor"])
     assert first is not None
-    with pytest.raises(StackError, match=rf"another `fittest up` \(pid {os.getpid()}\) runs a memory worker on .*/data"):
+    with pytest.raises(StackError, match=rf"another `fittest up` or `fittest demo` \(pid {os.getpid()}\) runs a memory worker on .*/data"):
         hold_data_dir(settings, ["memory"])
     assert hold_data_dir(settings, ["executor", "evolver"]) is None  # no memory worker: nothing to hold
     assert hold_data_dir(settings.model_copy(update={"qdrant_url": "http://127.0.0.1:6333"}), ["memory"]) is None
