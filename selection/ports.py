@@ -209,11 +209,11 @@ class QualityScores(Protocol):
         in order, False when it was counted before."""
         ...
 
-    def judge_output(self, key: str, call_id: str, sentiment: Literal["positive", "negative"], ran_ok: bool) -> bool:
-        """A person's judgement of what `key` gave in call `call_id`, in its counters: an output
-        that ran well (`ran_ok`) and is judged wrong counts as a failure, not a success, and one
-        judged right again as a success once more; the same judgement sent again changes nothing.
-        True when the counters changed."""
+    def judge_output(self, key: str, call_id: str, sentiment: Literal["positive", "negative"]) -> bool:
+        """A person's judgement of what `key` gave in call `call_id` (a success: a failed attempt
+        gave nothing to judge), in its counters: an output judged wrong counts as a failure, not a
+        success, and one judged right again as a success once more; the same judgement sent again
+        changes nothing. True when the counters changed."""
         ...
 
 

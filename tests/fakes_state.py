@@ -120,13 +120,13 @@ class InMemoryStateStore:
                     self._s.tools.setdefault(key, _Tool()).successes += 1
         return counted
 
-    def judge_output(self, key: str, call_id: str, sentiment: Literal["positive", "negative"], ran_ok: bool) -> bool:
+    def judge_output(self, key: str, call_id: str, sentiment: Literal["positive", "negative"]) -> bool:
         with self._lock:
             before = self._s.judged.get((key, call_id))
             if before == sentiment:
                 return False
             self._s.judged[(key, call_id)] = sentiment
-            if not ran_ok or (before == "negative") == (sentiment == "negative"):
+            if (before == "negative") == (sentiment == "negative"):
                 return False
             tool = self._s.tools.setdefault(key, _Tool())
             if sentiment == "negative":

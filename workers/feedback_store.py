@@ -125,7 +125,7 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
         # (QA: 2.6 s per judgement of such a call, waiting for an entry that never came).
         apply_judgement(rt, call.call_id, record.key, judged_as(record), in_force=bool(record.value))
         # ...and in its version's counters, an output judged wrong is a failure (`fittest tools`)
-        rt.state.judge_output(record.key, call.call_id, judged_as(record), ran_ok=record.key not in call.failed)
+        rt.state.judge_output(record.key, call.call_id, judged_as(record))  # a success: failed attempts are refused above
     rt.state.note_judgement()  # every selector's cached searches predate it
     return record
 

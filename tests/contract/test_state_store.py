@@ -159,13 +159,12 @@ def test_record_successes_counts_each_attempt_once_in_order(store):
 def test_an_output_judged_wrong_counts_as_a_failure_once_and_judged_right_again_as_a_success(store):
     """QA W: `fittest tools` counted 31 outputs people judged wrong as successes."""
     store.record_successes([(KEY, aid()), (KEY, aid())])
-    assert store.judge_output(KEY, "c1", "negative", ran_ok=True) is True
-    assert store.judge_output(KEY, "c1", "negative", ran_ok=True) is False  # sent again: once
+    assert store.judge_output(KEY, "c1", "negative") is True
+    assert store.judge_output(KEY, "c1", "negative") is False  # sent again: once
     assert (store.stats([KEY])[KEY].successes, store.stats([KEY])[KEY].failures) == (1, 1)
-    assert store.judge_output(KEY, "c1", "positive", ran_ok=True) is True  # a person changed their mind
+    assert store.judge_output(KEY, "c1", "positive") is True  # a person changed their mind
     assert (store.stats([KEY])[KEY].successes, store.stats([KEY])[KEY].failures) == (2, 0)
-    assert store.judge_output(KEY, "c2", "positive", ran_ok=True) is False  # right as it ran: nothing to move
-    assert store.judge_output(KEY, "c3", "negative", ran_ok=False) is False  # a failure already
+    assert store.judge_output(KEY, "c2", "positive") is False  # right as it ran: nothing to move
     assert (store.stats([KEY])[KEY].successes, store.stats([KEY])[KEY].failures) == (2, 0)
     assert store.stats([KEY])[KEY].quality == 1.0  # quality is the failures' severity: unchanged
 

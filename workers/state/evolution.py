@@ -40,7 +40,7 @@ from workers.state.redis import IDEMPOTENCY_TTL_S, as_text
 from workers.state.base import PrefixedStore, load_scripts
 from workers.state.once import apply_once, new_token
 
-_SCRIPT_NAMES = ("apply_once", "trial_record", "trial_judge", "push_recent", "variant_record", "variant_status")
+_SCRIPT_NAMES = ("apply_once", "trial_record", "judge_count", "push_recent", "variant_record", "variant_status")
 _TRIAL_FIELDS = {("evolved", True): "es", ("evolved", False): "ef", ("parent", True): "ps", ("parent", False): "pf"}
 
 
@@ -108,12 +108,13 @@ class EvolutionState(PrefixedStore):
         a success and now judged wrong counts as a failure, and one judged right again as a success,
         once however often it is sent. (changed?, counts); a call the trial did not count changes
         nothing (one whose outcome comes later is counted as judged: `trial_record`)."""
-        changed, es, ef, ps, pf = self.scripts["trial_judge"](
+        changed, flat = self.scripts["judge_count"](
             keys=[self._k("trial", f"{namespace}@{evolved_version}"), self._k("trial_judged", f"{namespace}@{evolved_version}")],
-            args=[f"{call_id}|{role}", sentiment, _TRIAL_FIELDS[(role, True)], _TRIAL_FIELDS[(role, False)]],
+            args=[f"{call_id}|{role}", sentiment, _TRIAL_FIELDS[(role, True)], _TRIAL_FIELDS[(role, False)], "1"],
         )
-        counts = TrialCounts(evolved_successes=es, evolved_failures=ef, parent_successes=ps, parent_failures=pf)
-        return bool(changed), counts
+        counts = {as_text(f): int(v) for f, v in zip(flat[::2], flat[1::2])}
+        return bool(changed), TrialCounts(evolved_successes=counts.get("es", 0), evolved_failures=counts.get("ef", 0),
+                                          parent_successes=counts.get("ps", 0), parent_failures=counts.get("pf", 0))
 
     def trial_counts(self, namespace: str, evolved_version: str) -> TrialCounts:
         es, ef, ps, pf = self.client.hmget(self._k("trial", f"{namespace}@{evolved_version}"), "es", "ef", "ps", "pf")

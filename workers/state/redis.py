@@ -12,8 +12,8 @@ caller-supplied part, so no two kinds of key can collide:
     P tool:{key}             hash   quality_bp, successes, failures (absent field: default)
     P applied:failure:{aid}  string idempotency key of mark_failure (TTL, 7 days by default)
     P applied:success:{aid}  string idempotency key of record_successes (record_success.lua, TTL)
-    P judged:{key}:{call}    string the judgement of that call's output last applied to the counters
-                                    (judge_output.lua)
+    P judged:{key}           hash   call id -> the judgement of its output last applied to the counters
+                                    (judge_count.lua)
     P once:breaker:{aid}     string an attempt feeds its breaker once (breaker_record.lua, TTL)
     P once:{what}:{token}    string a change not keyed by an attempt (a run's duration, a promotion, new
                                     weights) applies once, however often it is sent (once.py, TTL)
@@ -56,7 +56,7 @@ from workers.state.pipelined import execute_scripts
 from workers.state.base import PrefixedStore, load_scripts
 from workers.state.once import ONCE_TTL_S, new_token, once_call
 
-_SCRIPTS = ("apply_once", "breaker_record", "judge_output", "mark_failure", "note_namespaces", "promote", "promote_if",
+_SCRIPTS = ("apply_once", "breaker_record", "judge_count", "mark_failure", "note_namespaces", "promote", "promote_if",
             "reclaim_lock", "record_success", "release_lock", "set_weights", "stats_and_breakers")
 
 DAY_S = 24 * 3600
@@ -227,9 +227,10 @@ class RedisStateStore(PrefixedStore):
 
         return [bool(counted) for counted in execute_scripts(self.client, queue)]
 
-    def judge_output(self, key: str, call_id: str, sentiment: Literal["positive", "negative"], ran_ok: bool) -> bool:
-        return bool(self.scripts["judge_output"](keys=[self._k("tool", key), self._k("judged", key, call_id)],
-                                                 args=[sentiment, "1" if ran_ok else "0"]))
+    def judge_output(self, key: str, call_id: str, sentiment: Literal["positive", "negative"]) -> bool:
+        changed, _ = self.scripts["judge_count"](keys=[self._k("tool", key), self._k("judged", key)],
+                                                 args=[call_id, sentiment, "successes", "failures", "0"])
+        return bool(changed)
 
     # Promotions -------------------------------------------------------------------------------
 

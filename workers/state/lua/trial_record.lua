@@ -5,7 +5,7 @@
 -- ARGV[1] idempotency TTL (s); ARGV[2] the field to increment (es | ef | ps | pf);
 -- ARGV[3], ARGV[4] (with KEYS[3]) the member for this call and role, and how its output
 -- counts: 'counted' (a success), 'negative' (a success a person judged wrong, counted as a
--- failure) or 'positive' (one judged right); trial_judge.lua moves it when a judgement comes.
+-- failure) or 'positive' (one judged right); judge_count.lua moves it when a judgement comes.
 -- Atomically: SET NX the idempotency key and, only when it was set, HINCRBY the field by 1 and
 -- note the member (the judged hash lives ARGV[1] seconds from its last note).
 -- Returns {counted 1|0, es, ef, ps, pf} (the counts after this attempt).

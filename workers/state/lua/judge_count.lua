@@ -1,0 +1,31 @@
+-- judge_count: a person's judgement of one call's output, in counts that took that output as a
+-- success when it ran: a version's counters (judge_output), or a trial's (trial_judge).
+-- KEYS[1] counts hash; KEYS[2] marks hash {member: how the output counts now: 'counted' (as it
+--         ran, noted by trial_record.lua) | 'negative' | 'positive'}.
+-- ARGV[1] the member (the call, for a trial with its role); ARGV[2] this judgement ('negative' |
+-- 'positive'); ARGV[3] the success field; ARGV[4] the failure field; ARGV[5] '1': only an output
+-- the counts noted (a trial counts only its namespace's traffic; one whose outcome comes later is
+-- counted as judged then), '0': any (every success is in a version's counters).
+-- Atomically: compare with how the output counts and store this judgement; an output that counts
+-- as a success and is now judged wrong moves one count from the success field to the failure
+-- field, and one judged right again moves it back (never below 0), so a judgement sent twice, or
+-- replaced by the same one, changes nothing more.
+-- Returns {changed 1|0, the counts hash as field, value, ...} (after it).
+
+local before = redis.call('HGET', KEYS[2], ARGV[1])
+local changed = 0
+if (before or ARGV[5] ~= '1') and before ~= ARGV[2] then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+  if (before == 'negative') ~= (ARGV[2] == 'negative') then
+    local from, to = ARGV[3], ARGV[4]
+    if ARGV[2] ~= 'negative' then
+      from, to = ARGV[4], ARGV[3]
+    end
+    if (tonumber(redis.call('HGET', KEYS[1], from)) or 0) > 0 then
+      redis.call('HINCRBY', KEYS[1], from, -1)
+    end
+    redis.call('HINCRBY', KEYS[1], to, 1)
+    changed = 1
+  end
+end
+return {changed, redis.call('HGETALL', KEYS[1])}
