@@ -26,6 +26,14 @@ SHARED_MODEL = ROOT.parent / "shared" / "models" / "all-MiniLM-L6-v2-onnx"
 EXAMPLE_TOOLS = ROOT / "examples" / "tools"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow chaos and bench smoke tests go last, so a quick failure shows early. `make test`
+    runs both in one session with `--no-loadscope-reorder`, so pytest-xdist hands the files out in
+    this order and a slow file starts as soon as a process is free, not after the slowest fast file
+    of another process has ended."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -19,12 +19,13 @@ from typer.testing import CliRunner
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow  # bench smoke tests: each streams queries through the real model
+
 DATA = ROOT.parent / "shared" / "data" / "metatool"
 KEYS = {"queries", "policy", "top1_first_half", "top1_second_half", "resolved_within_5", "mean_attempts",
         "zero_shot_top1", "seed_top1_second_half", "p50_select_ms", "p99_select_ms"}
 
 
-@pytest.mark.slow
 def test_selection_bench_on_a_slice(monkeypatch: pytest.MonkeyPatch, redis_url: str, model_path: Path,
                                     tmp_path: Path) -> None:
     if not (DATA / "tools.json").exists():
@@ -87,7 +88,6 @@ def test_the_seed_policy_under_test_is_its_own_baseline(monkeypatch: pytest.Monk
     assert data["seed_top1_second_half"] == data["top1_second_half"]
 
 
-@pytest.mark.slow
 def test_each_stream_embeds_its_queries_itself(monkeypatch: pytest.MonkeyPatch, redis_url: str, model_path: Path) -> None:
     """QA: a stream run after another read its queries' vectors from the embedder's cache (the
     process's), so under --limit the later streams' select times left the embedding out."""
@@ -112,7 +112,6 @@ def test_each_stream_embeds_its_queries_itself(monkeypatch: pytest.MonkeyPatch, 
         get_settings.cache_clear()
 
 
-@pytest.mark.slow
 def test_a_bench_stopped_by_sigterm_removes_its_private_state(redis_url: str, model_path: Path, tmp_path: Path) -> None:
     """QA: `timeout 15 fittest bench selection ...` left thousands of the bench's keys in Redis and its
     store under /tmp (Ctrl-C removed them; SIGTERM skipped the clean-up)."""
@@ -160,7 +159,6 @@ def run_interrupted_stream(monkeypatch: pytest.MonkeyPatch, redis_url: str, mode
         get_settings.cache_clear()
 
 
-@pytest.mark.slow
 def test_a_stream_interrupted_while_its_store_opens_ends_with_the_interrupt(
         monkeypatch: pytest.MonkeyPatch, redis_url: str, model_path: Path, tmp_path: Path) -> None:
     """QA J: Ctrl-C while a stream opened its Qdrant Edge shards ended in VectorMemoryUnavailable
@@ -187,7 +185,6 @@ def test_a_stream_interrupted_while_its_store_opens_ends_with_the_interrupt(
     assert not list(tmp_path.glob("fittest-bench-*"))
 
 
-@pytest.mark.slow
 def test_a_stream_interrupted_while_its_store_closes_still_removes_it(
         monkeypatch: pytest.MonkeyPatch, redis_url: str, model_path: Path, tmp_path: Path) -> None:
     """QA J: Ctrl-C as a stream ended (its shards flushing as they closed) left its store under TMPDIR."""
