@@ -40,6 +40,7 @@ from selection.manifest import ManifestError, load_manifest
 from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord, Promotion
 from selection.ports import EVOLUTIONS, FAILURES, FailureApplied, Match, VectorFilter, VectorHit, VectorPoint
 from workers.feedback_store import judgements_known
+from workers.outage import FORGIVEN
 from workers.pending import upsert_or_keep
 from workers.promotions import conclude_trial, trial_new_manifests
 from workers.tool_catalog import evolved_dir
@@ -102,9 +103,12 @@ def _remembered_failures(rt: Runtime, key: str) -> list[FailedRun]:
     """Recent failures of a version with their inputs, of its most frequent failure class.
 
     Only failures of calls meant for the tool count: as a fallback on another tool's job it was
-    given an input that is not its to fix (a mutator would "fix" the tool for the wrong job).
+    given an input that is not its to fix (a mutator would "fix" the tool for the wrong job). Nor
+    do the failures of an outage it recovered from (workers/outage.py): the tool works again on
+    those inputs, and a mutation made to "fix" them would fix what was never broken in its code.
     """
-    points = rt.memory.scroll(FAILURES, VectorFilter.where(tool=key), limit=FAILURE_SCAN)
+    points = rt.memory.scroll(FAILURES, VectorFilter(must=[Match(key="tool", any_of=[key])], must_not=[FORGIVEN]),
+                              limit=FAILURE_SCAN)
     points = sorted(points, key=lambda p: p.payload.get("timestamp", 0.0), reverse=True)
     runs = [
         FailedRun(version=p.payload.get("version", ""), input=p.payload["input"], error_class=FailureClass(p.payload["error_class"]),
@@ -189,7 +193,7 @@ def build_job(
     pattern_vector = rt.embedder.embed_one(pattern)
     similar = rt.memory.search(
         FAILURES, rt.embedder.embed_one(scenario) if scenario else pattern_vector, limit=10,
-        filter=VectorFilter(must=[Match(key="name", any_of=[namespace])]), score_threshold=SIMILAR_FAILURE,
+        filter=VectorFilter(must=[Match(key="name", any_of=[namespace])], must_not=[FORGIVEN]), score_threshold=SIMILAR_FAILURE,
     )
     earlier = rt.memory.search(
         EVOLUTIONS, pattern_vector, limit=20,

@@ -166,6 +166,7 @@ def test_a_tool_that_recovers_from_an_outage_gets_back_the_job_it_did_most(rt) -
     """QA X: a tool that broke, and was fixed, stayed behind the tool that took its job over, on 20
     of 20 calls: its failures during the outage counted against it for good. The success that closes
     its breaker (its probe) forgives them, for that job."""
+    from workers.evolution_memory import build_job
     from workers.outage import forgive_outage
     from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
 
@@ -182,6 +183,7 @@ def test_a_tool_that_recovers_from_an_outage_gets_back_the_job_it_did_most(rt) -
     for i in range(30):  # ...then is down, and the other one takes the job over
         run_call(rt, scenario, "money_convert", f"after{i}")
     assert firsts("down").count("money_convert") >= 16  # (a near-tie drawn now and then)
+    assert build_job(rt, "manual", namespace="currency_rates").evidence.failures  # what an evolution would fix
     for _ in range(5):  # its failures opened its breaker
         rt.state.record_run(key, 10.0, False, threshold=5, cooldown_s=0.2)
     time.sleep(0.3)
@@ -196,6 +198,8 @@ def test_a_tool_that_recovers_from_an_outage_gets_back_the_job_it_did_most(rt) -
     currency = next(c for c in plan.candidates if c.key == key)
     assert currency.breakdown is not None and currency.breakdown.extra["failures_nearby"] == 0
     assert feedback_report(rt, "currency_rates").forgiven > 0  # kept, and counted apart
+    # Nor are they inputs for an evolution to fix: the tool works on them again.
+    assert build_job(rt, "manual", namespace="currency_rates").evidence.failures == []
     # A version that never did the job has nothing forgiven: its failures there may be its own.
     assert forgive_outage(rt, "weather_now@1.0.0", vector, time.time(), "probe2") == 0
     # Nor has a flaky one, which failed between its successes (QA AB: with the breaker's threshold at
