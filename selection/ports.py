@@ -312,7 +312,8 @@ class Breakers(Protocol):
         and feed its outcome to the breaker unless `success` is None (an outcome that says nothing
         about the tool): `threshold` consecutive failures open the breaker for `cooldown_s` (a
         failure once it is half open re-opens it); a success closes it. With `attempt_id` the
-        breaker is fed at most once per attempt; a repeated attempt returns None. Returns the
+        breaker is fed at most once per attempt, and a repeated attempt returns what the first
+        returned (a probe run again after its worker died still recovered the tool). Returns the
         breaker's new state, "recovered" for a success that closed it after it had opened (None
         when it was not fed)."""
         ...

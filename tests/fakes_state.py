@@ -41,6 +41,7 @@ class _Breaker:
 class _State:
     tools: dict[str, _Tool] = field(default_factory=dict)
     guards: dict[str, float] = field(default_factory=dict)  # key -> expiry
+    fed_breakers: dict[str, BreakerOutcome] = field(default_factory=dict)  # attempt id -> what feeding its breaker returned
     promotions: dict[str, str] = field(default_factory=dict)
     promotion_history: dict[str, list[str]] = field(default_factory=dict)
     weights: str | None = None
@@ -265,9 +266,14 @@ class InMemoryStateStore:
             values = self._s.durations.setdefault(key, [])
             values.append(float(ms))
             del values[: max(0, len(values) - keep)]
-            if success is None or (attempt_id is not None and not self._claim(f"once:breaker:{attempt_id}")):
+            if success is None:
                 return None
-            return self._feed_breaker(key, success, threshold, self.clock(), cooldown_s)
+            if attempt_id is not None and not self._claim(f"once:breaker:{attempt_id}"):
+                return self._s.fed_breakers.get(attempt_id)
+            state = self._feed_breaker(key, success, threshold, self.clock(), cooldown_s)
+            if attempt_id is not None:
+                self._s.fed_breakers[attempt_id] = state
+            return state
 
     def _feed_breaker(self, key: str, success: bool, threshold: int, now: float, cooldown_s: float) -> BreakerOutcome:
         b = self._s.breakers.get(key)

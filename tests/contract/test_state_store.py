@@ -570,11 +570,23 @@ def test_selection_reads_the_recent_run_summary_the_timeout_is_made_of(store):
 
 
 def test_record_run_feeds_the_breaker_once_per_attempt(store):
-    """A redelivered attempt adds its duration again but cannot count as a second failure."""
+    """A redelivered attempt adds its duration again but cannot count as a second failure; it is
+    told what its first delivery was told."""
     assert store.record_run(KEY, 5.0, False, threshold=2, cooldown_s=60, attempt_id="c1:0") == "closed"
-    assert store.record_run(KEY, 5.0, False, threshold=2, cooldown_s=60, attempt_id="c1:0") is None
+    assert store.record_run(KEY, 5.0, False, threshold=2, cooldown_s=60, attempt_id="c1:0") == "closed"
     assert breakers(store, [KEY]) == {KEY: "closed"}
     assert store.record_run(KEY, 5.0, False, threshold=2, cooldown_s=60, attempt_id="c1:1") == "open"
+
+
+def test_a_probe_delivered_again_still_says_it_recovered_the_tool(store):
+    """A probe whose worker died after its run, before the memory worker heard of it, runs again:
+    the copy must still say "recovered", or the tool's outage is never forgiven (workers/outage.py)."""
+    for i in range(2):
+        store.record_run(KEY, 5.0, False, threshold=2, cooldown_s=0.05, attempt_id=f"down{i}:0")
+    time.sleep(0.1)
+    assert store.record_run(KEY, 5.0, True, threshold=2, cooldown_s=0.05, attempt_id="probe:0") == "recovered"
+    assert store.record_run(KEY, 5.0, True, threshold=2, cooldown_s=0.05, attempt_id="probe:0") == "recovered"
+    assert store.record_run(KEY, 5.0, True, threshold=2, cooldown_s=0.05, attempt_id="next:0") == "closed"
 
 
 def test_the_epoch_stays_while_the_store_keeps_its_keys(store):

@@ -14,7 +14,7 @@ caller-supplied part, so no two kinds of key can collide:
     P applied:success:{aid}  string idempotency key of record_successes (record_success.lua, TTL)
     P judged:{key}           hash   call id -> the judgement of its output last applied to the counters
                                     (judge_count.lua)
-    P once:breaker:{aid}     string an attempt feeds its breaker once (breaker_record.lua, TTL)
+    P once:breaker:{aid}     string an attempt feeds its breaker once; what that returned (breaker_record.lua, TTL)
     P once:{what}:{token}    string a change not keyed by an attempt (a run's duration, a promotion, new
                                     weights) applies once, however often it is sent (once.py, TTL)
     P promotion:{ns}         string current Promotion JSON

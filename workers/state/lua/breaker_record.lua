@@ -4,16 +4,30 @@
 -- ARGV[1] '1' success | '0' failure; ARGV[2] threshold (consecutive failures that open it);
 -- ARGV[3] cool-down in ms; ARGV[4] (with KEYS[3]) seconds the idempotency key is kept.
 -- Time is the Redis server's clock (TIME), shared by every worker.
--- With KEYS[3]: an attempt delivered twice feeds the breaker once (SET NX of that key, in the
--- same atomic step); the second time nothing changes and 'skipped' is returned.
+-- With KEYS[3]: an attempt delivered twice feeds the breaker once. The key holds what its first
+-- delivery returned, and a copy gets that again with nothing changed: a probe run again after its
+-- worker died before the memory worker heard of it still says 'recovered'. (A key written before
+-- it held the outcome holds '1'; its copy gets 'skipped'.)
 -- Atomically: a success deletes the breaker (closed). A failure increments `fails`; at or past the
 -- threshold it (re)opens the breaker until now + cool-down, unless it is open and still cooling
 -- down (late failures do not extend it). Opening and closing an open breaker INCR the state version.
 -- Returns 'closed' or 'open' (the state after this outcome), 'recovered' for a success that closed
 -- a breaker that had opened (its probe, or a run begun before it opened).
 
-if KEYS[3] and not redis.call('SET', KEYS[3], 1, 'NX', 'EX', tonumber(ARGV[4])) then
-  return 'skipped'
+if KEYS[3] then
+  local first = redis.call('GET', KEYS[3])
+  if first == '1' then
+    return 'skipped'
+  elseif first then
+    return first
+  end
+end
+
+local function fed(state)
+  if KEYS[3] then
+    redis.call('SET', KEYS[3], state, 'EX', tonumber(ARGV[4]))
+  end
+  return state
 end
 
 local t = redis.call('TIME')
@@ -24,18 +38,18 @@ if ARGV[1] == '1' then
   redis.call('DEL', KEYS[1])
   if open_until then
     redis.call('INCR', KEYS[2])
-    return 'recovered'
+    return fed('recovered')
   end
-  return 'closed'
+  return fed('closed')
 end
 
 local fails = redis.call('HINCRBY', KEYS[1], 'fails', 1)
 if fails < tonumber(ARGV[2]) then
-  return 'closed'
+  return fed('closed')
 end
 if open_until and now < open_until then
-  return 'open'
+  return fed('open')
 end
 redis.call('HSET', KEYS[1], 'open_until', string.format('%d', now + tonumber(ARGV[3])))
 redis.call('INCR', KEYS[2])
-return 'open'
+return fed('open')
