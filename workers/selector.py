@@ -413,19 +413,23 @@ class Selector:
     # ----------------------------------------------------------------- what outcomes taught
     def _search(self, collection: str, vector: list[float], limit: int = 10, filter: VectorFilter | None = None,
                 score_threshold: float | None = None, fields: tuple[str, ...] | None = None) -> list[VectorHit]:
-        """`memory.search`, answered from the selection cache for the same search at the same state
-        version (set by `plan` for its thread; outside a plan nothing is cached)."""
+        """`memory.search`, through the selection cache."""
+        key = (collection, hash(tuple(vector)), limit, filter.model_dump_json() if filter else "", score_threshold, fields)
+        return self._cached(key, lambda: self.rt.memory.search(collection, vector, limit=limit, filter=filter,
+                                                                score_threshold=score_threshold, fields=fields))
+
+    def _cached(self, key: tuple[Any, ...], read: Callable[[], list[VectorHit]]) -> list[VectorHit]:
+        """What `read` finds in the vector memory, answered from the selection cache for the same
+        `key` at the same state version (set by `plan` for its thread; outside a plan nothing is
+        cached). Every change selection must see at once moves the state version on."""
         versions = getattr(self._local, "versions", None)
         if versions is None:
-            return self.rt.memory.search(collection, vector, limit=limit, filter=filter, score_threshold=score_threshold,
-                                         fields=fields)
-        key = (collection, hash(tuple(vector)), limit, filter.model_dump_json() if filter else "", score_threshold,
-               fields, versions.epoch, versions.state)
+            return read()
+        key = (*key, versions.epoch, versions.state)
         cached = self.cache.get(key)
         if cached is not None:
             return [VectorHit(*hit) for hit in marshal.loads(cached)]
-        hits = self.rt.memory.search(collection, vector, limit=limit, filter=filter, score_threshold=score_threshold,
-                                     fields=fields)
+        hits = read()
         # Kept as marshalled bytes, which the garbage collector never looks at: as objects, the
         # thousands of cached hits (and their payload dicts) were walked by every young and older
         # collection, which then took 7-200 ms in `fittest bench scale`.
@@ -594,13 +598,18 @@ class Selector:
         positive ones of a fixed tool left its score at -42.6, and its latest judgement unseen)."""
         if len(hits) < FEEDBACK_LIMIT or hits[-1].score < CROWDED_SIMILARITY:
             return hits
-        newest = self.rt.memory.scroll(FEEDBACK, filter=VectorFilter(must=[Match(key="tool", any_of=keys)], must_not=[OUTCOMES]),
-                                       limit=FEEDBACK_LIMIT, descending_by="timestamp")
         seen = {h.id for h in hits}
-        for p, score in zip(newest, cosines(newest, vector)):
-            if p.id not in seen and score >= CROWDED_SIMILARITY:
-                hits.append(VectorHit(p.id, score, {k: p.payload[k] for k in FEEDBACK_FIELDS if k in p.payload}))
-        return hits
+        return [*hits, *(h for h in self._newest_judgements(keys, vector) if h.id not in seen)]
+
+    def _newest_judgements(self, keys: list[str], vector: list[float]) -> list[VectorHit]:
+        """The newest FEEDBACK_LIMIT judgements of `keys`, those as near `vector` as a crowded page's."""
+        def read() -> list[VectorHit]:
+            newest = self.rt.memory.scroll(FEEDBACK, filter=VectorFilter(must=[Match(key="tool", any_of=keys)], must_not=[OUTCOMES]),
+                                           limit=FEEDBACK_LIMIT, descending_by="timestamp")
+            return [VectorHit(p.id, score, {k: p.payload[k] for k in FEEDBACK_FIELDS if k in p.payload})
+                    for p, score in zip(newest, cosines(newest, vector)) if score >= CROWDED_SIMILARITY]
+
+        return self._cached(("newest judgements", tuple(keys), hash(tuple(vector))), read)
 
     # ----------------------------------------------------------------- evolved versions
     def _served(self, request: CallRequest, evidence: list[CandidateEvidence]) -> ServedVersions:
