@@ -129,13 +129,15 @@ class FittestClient(CallSender):
         gave the version on its own (a success is positive), whichever is stored first. Selection
         weighs it for similar scenarios, decayed with age, within ±50 points. Returns the feedback
         worker's answer (`feedback`, and `score_now`: the version's feedback score for `scenario`);
-        raises ValueError for a payload or a tool the workers refuse, and FittestUnavailable when a
-        store they need to check it is down (sent again later, it is recorded)."""
+        raises ValueError for a payload or a tool the workers refuse, FittestUnavailable when a
+        store they need to check it is down (sent again later, it is recorded), and celery's
+        TimeoutError when no worker took it within `timeout`: it is then not recorded, ever (its
+        message expires), and may be sent again."""
         request = FeedbackRequest.model_validate({"tool": tool, "sentiment": sentiment, "version": version,
                                                   "scenario": scenario, "reason": reason, "quality": quality,
                                                   "call_id": call_id})
         with _reaching(self.settings.redis_url, "recording feedback"):
-            answer = self.wait(self.send("record_feedback", queue="feedback", **request.model_dump(mode="json")), timeout)
+            answer = self.ask_within("record_feedback", timeout, queue="feedback", **request.model_dump(mode="json"))
         if answer.get("status") != "recorded":
             said = "; ".join(f"{e['field']}: {e['message']}" for e in answer.get("errors", [])) or str(answer)
             raise FittestUnavailable(said) if answer.get("status") == "unavailable" else ValueError(said)

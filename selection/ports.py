@@ -174,6 +174,14 @@ class SelectionWeights(BaseModel):
     classifier: str = ""
 
 
+class RetrainNote(BaseModel):
+    """What the latest retrain that stored nothing found: why the weights (and the tool classifier)
+    stayed as they were (`evidence["unchanged"]`), so that `fittest weights` can say it."""
+
+    at: float  # when it ran (s since the epoch)
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
 # A circuit breaker's state: "half_open" once an open breaker's cool-down has passed (it may be tried
 # again; the next outcome closes or re-opens it). The store does not limit how many probes go.
 BreakerState = Literal["closed", "open", "half_open"]
@@ -270,6 +278,14 @@ class WeightsStore(Protocol):
         ...
 
     def weights_history(self, limit: int = 20) -> list[SelectionWeights]: ...
+
+    def note_retrain(self, note: RetrainNote) -> None:
+        """Keep `note`, of a retrain that stored nothing new, in place of the one before."""
+        ...
+
+    def last_retrain(self) -> RetrainNote | None:
+        """The note of the latest retrain that stored nothing new (None: there was none)."""
+        ...
 
 
 class StateVersioning(Protocol):

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from selection.models import Promotion, Severity
-from selection.ports import BreakerOutcome, BreakerState, FailureApplied, SelectionWeights, StateVersions, ToolStats
+from selection.ports import (BreakerOutcome, BreakerState, FailureApplied, RetrainNote, SelectionWeights, StateVersions,
+                             ToolStats)
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
 from selection.timeouts import p95
 
@@ -47,6 +48,7 @@ class _State:
     weights: str | None = None
     weights_version: int = 0
     weights_history: list[str] = field(default_factory=list)  # newest first
+    last_retrain: str | None = None
     classifier: str | None = None
     state_version: int = 0
     promotions_version: int = 0
@@ -220,6 +222,15 @@ class InMemoryStateStore:
         with self._lock:
             raws = self._s.weights_history[: max(0, limit)]
         return [SelectionWeights.model_validate_json(r) for r in raws]
+
+    def note_retrain(self, note: RetrainNote) -> None:
+        with self._lock:
+            self._s.last_retrain = note.model_dump_json()
+
+    def last_retrain(self) -> RetrainNote | None:
+        with self._lock:
+            raw = self._s.last_retrain
+        return None if raw is None else RetrainNote.model_validate_json(raw)
 
     def note_judgement(self) -> None:
         with self._lock:

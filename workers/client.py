@@ -13,6 +13,7 @@ import errno
 import logging
 import math
 import threading
+import time
 from typing import Any, Literal
 
 from celery import Celery
@@ -30,6 +31,10 @@ log = logging.getLogger("fittest.client")
 
 # The tasks that start a call: what their messages carry is the call's first step.
 CALL_TASKS = ("resilient_tool_call", "call_tool")
+# A task a worker began just before its message expired has marked itself STARTED within this long.
+STARTED_SETTLE_S = 0.5
+# How much longer `ask_within` waits for a task found running at its timeout.
+STARTED_GRACE_S = 30.0
 
 
 class CallToolPayload(BaseModel):
@@ -159,6 +164,28 @@ class CallSender:
             step = HandedOnStep(task_id=result.id, task=f"fittest.{task}", kwargs=kwargs, queue=queue)
             self._inflight.sent(step, step_due_in_s(self.settings.visibility_timeout))
         return result
+
+    def ask_within(self, task: str, timeout: float, *, queue: str, **kwargs: Any) -> dict[str, Any]:
+        """Send `fittest.{task}` so that it is done within `timeout` or never, and wait for its answer.
+
+        Its message expires at `timeout` (Celery's `expires`: a worker that takes it later drops
+        it), so "no answer in time" means "not done", and the caller may send it again without it
+        being done twice (QA AC: a judgement `feedback add` said no worker had answered was applied
+        once a worker started, and the retry its message asked for counted it twice). A task that a
+        worker began in time (the task tracks itself as STARTED) is waited for still, up to
+        STARTED_GRACE_S more. Raises celery's TimeoutError when it was not done."""
+        from celery.exceptions import TimeoutError as CeleryTimeout
+
+        pending = self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue, expires=timeout)
+        try:
+            return self.wait(pending, timeout)
+        except CeleryTimeout:
+            time.sleep(STARTED_SETTLE_S)
+            again = self.celery.AsyncResult(pending.id)
+            if again.state in ("PENDING", "RETRY", "REVOKED"):  # not running, and never will: it has expired
+                CallSender.release(again)
+                raise
+            return self.wait(again, STARTED_GRACE_S)
 
     def in_flight(self, call_id: str) -> bool:
         """Whether a call with this id is queued or running: sent by a client, or taken by a worker."""

@@ -3,6 +3,7 @@ what to do, no traceback. The commands run as an operator's shell runs them (sub
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -65,6 +66,34 @@ def test_a_command_no_worker_answers_says_so_and_a_tool_that_does_not_exist_is_r
     assert code == 2 and "sort_numbers has no version '9.9.9' (it has 1.0.0)" in said
     code, said, _ = fittest("evolve", "sort_numbers", "--timeout", "1")
     assert code == 1 and "no answer from the workers within the command's --timeout" in said
+
+
+def test_a_judgement_no_worker_took_in_time_is_never_recorded_so_it_can_be_sent_again(
+    model_path: Path, unserved_redis: str, tmp_path: Path
+) -> None:
+    """QA AC: `feedback add` said no worker had answered, yet the judgement was applied once a
+    worker started; sent again, as the message asked, it counted twice."""
+    from tests.integration.conftest import start_pipeline
+
+    workers = start_pipeline(tmp_path, unserved_redis, model_path, EXAMPLE_TOOLS, roles=("memory",))
+    try:
+        workers.stack.stop("memory")
+        fittest = without_workers(model_path, unserved_redis, tmp_path)
+        judge = ("feedback", "add", "sort_numbers", "negative", "--scenario", "sort these numbers", "--reason", "sent twice")
+        code, said, _ = fittest(*judge, "--timeout", "1")
+        assert code == 1 and "no worker answered" in said and "not recorded" in said and "send it again" in said, said
+        workers.stack.start_roles(["memory"])
+        workers.stack.wait_for_workers(["memory"])
+        code, said, _ = fittest(*judge, "--timeout", "60")  # sent again, once a worker runs
+        assert code == 0, said
+        time.sleep(1.0)  # the first message, had it not expired, is applied by now: it was taken before the second
+        shown = subprocess.run([str(FITTEST), "feedback", "show", "sort_numbers", "--json"], env=workers.env,
+                               capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        reasons = [e["reason"] for e in json.loads(shown.stdout)["entries"]]
+        assert reasons.count("sent twice") == 1, reasons
+    finally:
+        workers.close()
 
 
 def without_workers(model_path: Path, redis_url: str, tmp_path: Path) -> Callable[..., tuple[int, str, float]]:

@@ -420,6 +420,8 @@ def test_retrain_needs_ten_records_and_stores_a_new_version(rt) -> None:
     assert store_executions(rt, [record(0)]) == 0  # a redelivered record is not counted twice
     unchanged = retrain_now(rt)
     assert unchanged["changed"] is False and rt.state.weights().version == 0
+    note = rt.state.last_retrain()  # what `fittest weights` says of it (QA AC: nothing was kept)
+    assert note is not None and note.evidence["unchanged"] == "9 records, fewer than 10"
     store_executions(rt, [record(i) for i in range(9, 12)])
     changed = retrain_now(rt)
     assert changed["changed"] is True

@@ -225,7 +225,8 @@ def test_weights_show_the_stored_classifier_and_correlations_as_written(monkeypa
 
     current = SelectionWeights(version=2, classifier="rev[/x]", evidence={"records": 10, "correlations": {"[/c]": 0.5}})
     monkeypatch.setattr("workers.state.open_state_store", lambda settings: SimpleNamespace(
-        weights=lambda: current, weights_history=lambda n: [SelectionWeights(version=1, classifier="[red]old[/red]")]))
+        weights=lambda: current, weights_history=lambda n: [SelectionWeights(version=1, classifier="[red]old[/red]")],
+        last_retrain=lambda: None))
     assert_shown(invoke(["weights"]), "rev[/x]", "[red]old[/red]", "correlation of each component with success: [/c] +0.50")
 
 

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import io
+import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -217,12 +219,36 @@ def test_weights_say_why_the_last_retrain_left_them_as_they_were(monkeypatch: py
         "records": 33, "success_rate": 0.8, "correlations": {"phase": 0.1, "language": 0.25}, "noise": 0.3482,
         "unchanged": "no component correlates with success beyond the noise of 33 records (0.35)"})
     monkeypatch.setattr("workers.state.open_state_store", lambda settings: SimpleNamespace(
-        weights=lambda: current, weights_history=lambda n: []))
+        weights=lambda: current, weights_history=lambda n: [], last_retrain=lambda: None))
     code, out = run("weights")
     assert code == 0
     assert ("correlation of each component with success: phase +0.10, language +0.25 (noise of 33 records: 0.35; "
             "only a component above it steers)") in out
     assert "weights left as they were: no component correlates with success beyond the noise of 33 records (0.35)" in out
+
+
+def test_weights_list_as_many_earlier_versions_as_asked_and_the_latest_retrain_that_stored_nothing(
+        monkeypatch: pytest.MonkeyPatch, stores: ToolRegistry) -> None:
+    """QA AC: `--history N` listed N - 1 earlier versions (the history holds the current one too), and
+    a retrain that stored nothing (fewer than 10 records, say) was never told of."""
+    from selection.ports import RetrainNote, SelectionWeights
+    from tests.fakes_state import InMemoryStateStore
+
+    state = InMemoryStateStore()
+    for phase in (0.1, 0.2, 0.3):
+        state.set_weights(SelectionWeights(weights={"phase": phase}, evidence={"records": 20}))
+    monkeypatch.setattr("workers.state.open_state_store", lambda settings: state)
+    assert [w["version"] for w in json.loads(run("weights", "--history", "1", "--json")[1])["history"]] == [2]
+    assert [w["version"] for w in json.loads(run("weights", "--history", "5", "--json")[1])["history"]] == [2, 1]
+    assert json.loads(run("weights", "--history", "0", "--json")[1])["history"] == []
+    assert "left as they were" not in run("weights")[1]
+
+    state.note_retrain(RetrainNote(at=time.time() + 1, evidence={"records": 3, "unchanged": "3 records, fewer than 10"}))
+    out = run("weights")[1]
+    assert ", 3 records): weights left as they were: 3 records, fewer than 10" in out and "last retrain (" in out, out
+    assert json.loads(run("weights", "--json")[1])["last_retrain"]["evidence"]["records"] == 3
+    state.set_weights(SelectionWeights(weights={"phase": 0.4}, updated_at=time.time() + 2))  # a later retrain stored weights
+    assert "left as they were" not in run("weights")[1]
 
 
 def test_rollback_of_a_tool_nobody_serves_says_so(stores: ToolRegistry) -> None:

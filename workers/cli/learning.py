@@ -41,24 +41,28 @@ class Sentiment(str, enum.Enum):
     negative = "negative"
 
 
+# What a task no worker took in time did not do (its message expires unapplied: CallSender.ask_within).
+NOT_DONE = {"record_feedback": " The judgement is not recorded (it expires unapplied): send it again once one runs."}
+
+
 def _ask(task: str, queue: str, timeout: float, **kwargs: Any) -> dict[str, Any]:
     """Send a task to the workers and wait for its answer, or fail with a message that says why."""
     answer = _ask_or_none(task, queue, timeout, **kwargs)
     if answer is None:
-        fail(f"no worker answered fittest.{task} within {timeout:g} s: is the memory worker running (`fittest up`)?")
+        fail(f"no worker answered fittest.{task} within {timeout:g} s: is the memory worker running (`fittest up`)?"
+             + NOT_DONE.get(task, ""))
     return answer
 
 
 def _ask_or_none(task: str, queue: str, timeout: float, **kwargs: Any) -> dict[str, Any] | None:
-    """`_ask`, or None when no worker answered within `timeout`."""
+    """`_ask`, or None when no worker answered within `timeout`; the task is then never done, as
+    nobody waits for its answer any more."""
     from celery.exceptions import TimeoutError as CeleryTimeout
 
     from workers.client import CallSender
 
-    client = CallSender()
-    pending = client.send(task, queue=queue, **kwargs)
     try:
-        return client.wait(pending, timeout)
+        return CallSender().ask_within(task, timeout, queue=queue, **kwargs)
     except CeleryTimeout:
         return None
 
@@ -259,7 +263,7 @@ def feedback_show(
 @app.command()
 @needs_redis
 def weights(
-    history: Annotated[int, typer.Option(min=0, help="Earlier versions listed.")] = 10,
+    history: Annotated[int, typer.Option(min=0, help="Earlier versions listed, besides the current one.")] = 10,
     json_out: JsonOpt = False,
 ) -> None:
     """The SPARC weights selection uses now, their evidence, and their history (newest first).
@@ -273,14 +277,19 @@ def weights(
 
     state = open_state_store(get_settings())
     current = state.weights()
-    past = state.weights_history(history) if history else []
+    # QA AC: the history holds the current version too, so `--history N` listed N - 1 earlier ones
+    past = [w for w in state.weights_history(history + 1) if w.version != current.version][:history] if history else []
+    note = state.last_retrain()
+    if note is not None and note.at <= current.updated_at:  # a later retrain stored these weights
+        note = None
     if json_out:
-        print_json({"current": current.model_dump(mode="json"), "history": [w.model_dump(mode="json") for w in past]})
+        print_json({"current": current.model_dump(mode="json"), "history": [w.model_dump(mode="json") for w in past],
+                    "last_retrain": note.model_dump(mode="json") if note is not None else None})
         return
     table = Table(title=f"SPARC weights v{current.version}" + ("" if current.version else " (defaults: never learned)"))
     for col in ("version", "updated", *COMPONENTS, "records", "success rate", "classifier", "successes"):
         table.add_column(col, justify="left" if col in ("version", "updated", "classifier") else "right")
-    for w in [current, *[p for p in past if p.version != current.version]]:
+    for w in [current, *past]:
         ev = w.evidence
         fit = ev.get("classifier") or {}
         table.add_row(f"v{w.version}", when(w.updated_at) if w.updated_at else "-",
@@ -295,8 +304,12 @@ def weights(
         beyond = (f" (noise of {evidence.get('records', '?')} records: {noise:.2f}; only a component above it steers)"
                   if isinstance(noise, (int, float)) else "")  # weights of an earlier release stored none
         console.print(f"correlation of each component with success: {literal(corr)}{literal(beyond)}")
-    if evidence.get("unchanged"):  # QA F9: only --json said why the last retrain left the weights as they were
-        console.print(f"weights left as they were: {literal(evidence['unchanged'])}")
+    # QA F9: only --json said why the last retrain left the weights as they were; QA AC: nor did
+    # anything when that retrain stored nothing (a classifier refitted is stored with the weights)
+    unchanged = (note.evidence if note is not None else evidence).get("unchanged")
+    if unchanged:
+        ran = f"last retrain ({when(note.at)}, {note.evidence.get('records', '?')} records): " if note is not None else ""
+        console.print(f"{ran}weights left as they were: {literal(unchanged)}")
 
 
 # --------------------------------------------------------------------------------------- recommend

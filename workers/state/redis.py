@@ -25,6 +25,7 @@ caller-supplied part, so no two kinds of key can collide:
     P weights:version        int    last weights version handed out
     P weights:history        list   SelectionWeights JSON, newest first (capped)
     P weights:classifier     string the tool classifier (selection/classifier.py) as base64 text
+    P weights:last_retrain   string RetrainNote JSON: why the latest retrain stored nothing new
     P state:version          int    grows with every change of quality, promotion, weights, breaker, and of
                                     records selection reads (note_judgement, note_memory_change)
     P state:promotions       int    grows with every change of a promotion
@@ -50,7 +51,8 @@ import redis
 from redis.client import Pipeline
 
 from selection.models import Promotion, Severity
-from selection.ports import BreakerOutcome, BreakerState, FailureApplied, SelectionWeights, StateVersions, ToolStats
+from selection.ports import (BreakerOutcome, BreakerState, FailureApplied, RetrainNote, SelectionWeights, StateVersions,
+                             ToolStats)
 from selection.quality import FULL_QUALITY_BP, SEVERITY_PENALTY_BP, bp_to_quality, failure_penalty_bp
 from workers.state.pipelined import execute_scripts
 from workers.state.base import PrefixedStore, load_scripts
@@ -310,6 +312,13 @@ class RedisStateStore(PrefixedStore):
             return []
         raws = self.client.lrange(self._k("weights", "history"), 0, limit - 1)
         return [SelectionWeights.model_validate_json(raw) for raw in raws]
+
+    def note_retrain(self, note: RetrainNote) -> None:
+        self.client.set(self._k("weights", "last_retrain"), note.model_dump_json())
+
+    def last_retrain(self) -> RetrainNote | None:
+        raw = self.client.get(self._k("weights", "last_retrain"))
+        return None if raw is None else RetrainNote.model_validate_json(raw)
 
     def note_judgement(self) -> None:
         pipe = self.client.pipeline(transaction=True)

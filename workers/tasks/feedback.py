@@ -74,7 +74,7 @@ CALL_LOOKUPS = 6
 CALL_LOOKUP_INTERVAL_S = 0.5
 
 
-@app.task(bind=True, name="fittest.record_feedback")
+@app.task(bind=True, name="fittest.record_feedback", track_started=True)  # CallSender.ask_within waits for a started one
 def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
     """Store a person's positive or negative feedback on the exact version of a tool."""
     try:

@@ -27,6 +27,7 @@ from typing import Any
 from celery_batches import SimpleRequest
 
 from selection.learner import ExecutionRecord, retrain
+from selection.ports import RetrainNote
 from selection.recommend import recommendation_report
 from workers.app import PRIORITY_LOW, app
 from workers.degraded import is_store_failure
@@ -85,7 +86,8 @@ def retrain_now(rt: Runtime) -> dict[str, Any]:
                 if not is_store_failure(exc):
                     raise
                 evidence["classifier"] = {"unchanged": f"vector memory unavailable: {type(exc).__name__}: {exc}"}
-        if new is None and classifier is None:
+        if new is None and classifier is None:  # kept for `fittest weights`, which says why (QA AC)
+            rt.state.note_retrain(RetrainNote(at=time.time(), evidence=evidence))
             return {"changed": False, "version": current.version, "weights": current.weights, "evidence": evidence}
         stored = rt.state.set_weights(
             (new or current).model_copy(update={
