@@ -127,6 +127,8 @@ class ExplicitContext(BaseModel):
     @field_validator("languages")
     @classmethod
     def _canonical(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and not canonical_languages(v):  # QA AC: a blank one dropped the detected languages unsaid
+            raise ValueError("names no language: name one, or leave the key out to have the languages detected")
         return None if v is None else canonical_languages(v)
 
 
@@ -201,10 +203,10 @@ def check_context(context: Mapping[str, Any]) -> None:
 def _named(err: Any, context: Mapping[str, Any]) -> str:
     """One refused value, under the key the caller wrote: `language` is read as one of `languages`."""
     loc = [str(p) for p in err["loc"]]
-    message = err["msg"]
+    message = err["msg"].removeprefix("Value error, ")
     if loc[0] == "languages":
         loc[0] = "languages" if "languages" in context else "language"
-        if len(loc) == 1:
+        if len(loc) == 1 and err["type"] != "value_error":  # not a list of names at all
             message = f"a language name or a list of them, not {context[loc[0]]!r}"
     return f"context.{'.'.join(loc)}: {message}"
 

@@ -62,6 +62,10 @@ def language_component(meta: SparcMetadata | None, features: ContextFeatures) ->
 
 
 def complexity_component(meta: SparcMetadata | None, features: ContextFeatures) -> tuple[float, str]:
+    """A complexity nothing stated or measured (the 0.0 of a call without files or input) is
+    unknown, as a phase or language nothing said is (QA AC: it scored a tool made for simple jobs 1.0)."""
+    if features.source.get("complexity") == "default":
+        return NEUTRAL, "complexity unknown"
     if meta is None or (meta.complexity_min, meta.complexity_max) == (0.0, 1.0):
         return NEUTRAL, "any complexity"
     c = features.complexity
@@ -119,5 +123,6 @@ def sparc_score(
     score = sum(w[c] * parts[c][0] for c in COMPONENTS)
     # The rationale names what moved the score: the components away from neutral, strongest first.
     telling = sorted((c for c in COMPONENTS if abs(parts[c][0] - NEUTRAL) > 1e-9), key=lambda c: -w[c] * abs(parts[c][0] - NEUTRAL))
-    reasons = [parts[c][1] for c in telling] or ["no SPARC metadata or history: neutral"]
+    reasons = [parts[c][1] for c in telling] or [
+        "no SPARC metadata or history: neutral" if meta is None else "nothing in its SPARC metadata decides this context: neutral"]
     return SparcScore(score=round(min(1.0, max(0.0, score)), 4), components=components, rationale="; ".join(reasons))

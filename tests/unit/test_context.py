@@ -138,6 +138,16 @@ def test_bad_explicit_value_is_refused_naming_the_key() -> None:
     with pytest.raises(ValidationError) as info:
         CallRequest(scenario="x", context={"complexity": 3})
     assert "context.complexity" in str(info.value)
+
+
+@pytest.mark.parametrize("context", [{"language": "  "}, {"language": ""}, {"languages": []}, {"languages": [" ", ","]}])
+def test_a_language_key_that_names_none_is_refused(context: dict) -> None:
+    """QA AC: a blank language dropped the languages the scenario says (python here) without a word."""
+    with pytest.raises(ValidationError) as info:
+        CallRequest(scenario="fix the failing test in parser.py", context=context)
+    key = next(iter(context))  # named as the caller wrote it
+    assert f"context.{key}: names no language" in str(info.value), str(info.value)
+    assert analyse("fix the failing test in parser.py", {"language": None}).source["languages"] != "explicit"
     with pytest.raises(ValidationError) as info:  # QA: only the first bad key was named
         CallRequest(scenario="x", context={"language": 5, "phase": 3, "complexity": 7})
     assert all(f"context.{key}" in str(info.value) for key in ("language", "phase", "complexity")), str(info.value)

@@ -39,6 +39,19 @@ def test_matching_tool_beats_mismatching_one_with_a_breakdown() -> None:
     assert "no support for python" in misfit.rationale
 
 
+def test_a_complexity_nobody_gave_or_measured_scores_neutral() -> None:
+    """QA AC: a call without files or input got complexity 0.0 by default, and a tool made for
+    simple jobs (complexity up to 0.4) a full 1.0 on it, ahead of tools without metadata."""
+    simple = tool({"complexity_max": 0.4})
+    unknown = sparc_score(simple, analyse("make a URL slug from the article title"), EQUAL)
+    assert unknown.components["complexity"] == NEUTRAL and unknown.score == NEUTRAL
+    assert "nothing in its SPARC metadata decides this context" in unknown.rationale
+    stated = sparc_score(simple, analyse("make a URL slug from the article title", {"complexity": 0.0}), EQUAL)
+    assert stated.components["complexity"] == 1.0 and "complexity 0.00 within 0.0-0.4" in stated.rationale
+    measured = sparc_score(simple, analyse("make a URL slug", input={"title": "Hello world"}), EQUAL)
+    assert measured.components["complexity"] == 1.0
+
+
 @pytest.mark.parametrize("context", [{"language": "python3"}, {"language": "py"}, {"languages": ["Python 3.11"]},
                                      {"language": "python"}])
 def test_a_language_alias_scores_a_tool_of_that_language_as_a_match(context: dict[str, str]) -> None:
