@@ -133,6 +133,8 @@ class FittestClient(CallSender):
         store they need to check it is down (sent again later, it is recorded), and celery's
         TimeoutError when no worker took it within `timeout`: it is then not recorded, ever (its
         message expires), and may be sent again."""
+        if version is None and "@" in tool:  # NAME@VERSION, as the CLI takes it (QA AC)
+            tool, _, version = tool.partition("@")
         request = FeedbackRequest.model_validate({"tool": tool, "sentiment": sentiment, "version": version,
                                                   "scenario": scenario, "reason": reason, "quality": quality,
                                                   "call_id": call_id})

@@ -134,6 +134,7 @@ def test_feedback_add_refuses_a_name_with_an_empty_version_and_says_what_its_sco
     recorded = {"status": "recorded", "feedback": {"tool": "fast_sort", "version": "1.0.0", "value": -1.0}, "score_now": -25.0}
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: recorded)
     assert run("feedback", "add", "fast_sort@", "negative")[0] == 2
+    assert run("feedback", "add", "@1.0.0", "negative") == (2, "error: '@1.0.0' names no tool: NAME, or NAME@VERSION")  # QA AC
     assert "its feedback score in general (no --scenario) is now -25.0" in run("feedback", "add", "fast_sort", "negative")[1]
     assert "its feedback score for that scenario is now -25.0" in run("feedback", "add", "fast_sort", "negative",
                                                                         "--scenario", "sort numbers")[1]

@@ -56,3 +56,21 @@ def test_an_input_larger_than_the_limit_is_refused_before_it_is_sent(sent: list[
         assert sent == []
     finally:
         client.close()
+
+
+def test_record_feedback_takes_name_at_version_as_the_cli_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA AC: record_feedback("word_stats@1.0.0", ...) was refused ("no tool named 'word_stats@1.0.0'"),
+    where `fittest feedback add word_stats@1.0.0` judges that version."""
+    asked: list[dict[str, Any]] = []
+
+    def ask_within(self: FittestClient, task: str, timeout: float, *, queue: str, **kwargs: Any) -> dict[str, Any]:
+        asked.append(kwargs)
+        return {"status": "recorded"}
+
+    monkeypatch.setattr(FittestClient, "ask_within", ask_within)
+    client = FittestClient("redis://127.0.0.1:1/0")
+    try:
+        client.record_feedback("word_stats@1.0.0", "positive", scenario="count the words")
+    finally:
+        client.close()
+    assert (asked[0]["tool"], asked[0]["version"]) == ("word_stats", "1.0.0")

@@ -170,6 +170,8 @@ def feedback_add(
     name, at, version = tool.partition("@")
     if at and not version:
         fail(f"{tool!r} names no version: NAME for the version serving most of its calls, or NAME@VERSION", REFUSED)
+    if not name.strip():
+        fail(f"{tool!r} names no tool: NAME, or NAME@VERSION", REFUSED)
     try:  # refused here as the workers would refuse it, before asking them
         request = FeedbackRequest(tool=name, version=version or None, sentiment=sentiment.value, scenario=scenario,
                                   reason=reason, quality=quality, call_id=call)
