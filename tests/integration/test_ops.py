@@ -212,6 +212,8 @@ def test_a_call_to_a_namespace_nobody_ranked_says_it_was_ranked_by_its_scenario(
     nobody = cli("explain", "parse this csv text into rows", "--namespace", "csv_nosuch@1.0.0")  # QA AB: exit code 0
     assert nobody.exit_code == 2 and "csv_nosuch has no version 1.0.0: no tool is named 'csv_nosuch'" in words(nobody.output)
     assert "ranking for" not in nobody.output  # no empty table before the refusal
+    untagged = cli("explain", "parse this csv text into rows", "--tag", "nosuchtag", "--json")
+    assert untagged.exit_code == 0 and json.loads(untagged.stdout)["status"] == "no_candidates"  # as a call ends (QA AC)
     # A context key nothing reads, close to one that it reads, is named with the key it likely meant.
     typo = cli("call", "parse this csv text into rows", "--context", '{"langauge": "python", "user_id": 7}', "--json",
                "--input", '{"text": "a,b\\n1,2\\n"}')

@@ -14,7 +14,7 @@ from celery.signals import worker_ready
 from pydantic import ValidationError
 
 from selection.manifest import ToolManifest
-from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, field_errors
+from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, CallStatus, field_errors
 from workers.app import app
 from workers.feedback_store import apply_stored_judgements
 from workers.promotions import note_newcomers, trial_new_manifests, unseen_versions
@@ -178,4 +178,6 @@ def explain(**kwargs: Any) -> dict[str, Any]:
     message = "ranking only; nothing was run" if plan.candidates else why_no_candidates(plan)
     # With the context as analysed (selection/context.py: each value and where it came from), which
     # a call's result leaves out: the SPARC column is read against it.
-    return {**CallResult.from_plan(plan, "success", message=message).model_dump(mode="json"), "context": plan.features}
+    # Its status is the one a call would end with when nothing is ranked (QA AC: "success").
+    status: CallStatus = "success" if plan.candidates else "no_candidates"
+    return {**CallResult.from_plan(plan, status, message=message).model_dump(mode="json"), "context": plan.features}
