@@ -60,6 +60,12 @@ def test_a_bad_queries_file_is_refused_naming_the_row_and_problem(tmp_path: Path
     assert str(path) in str(caught.value)
 
 
+def test_an_empty_queries_file_is_named_as_such(tmp_path: Path) -> None:
+    """QA AC: it said "found None"."""
+    with pytest.raises(BenchInputError, match="found nothing: the file is empty"):
+        load_queries(write(tmp_path / "q.csv", ""), {"researchhelper"})
+
+
 def test_a_queries_file_that_is_not_utf8_text_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "q.csv"
     path.write_bytes(b"Query,Tool\n\xff\xfe caf\xe9,ResearchHelper\n")
@@ -71,6 +77,8 @@ def test_a_queries_file_that_is_not_utf8_text_is_refused(tmp_path: Path) -> None
     ("[1, 2]", "expected a non-empty JSON object"),
     ("{}", "expected a non-empty JSON object"),
     ('{"ResearchHelper": ""}', "tool 'ResearchHelper' has no description"),
+    ('{"ResearchHelper": 1}', "tool 'ResearchHelper': its description must be a string, not 1"),  # QA AC
+    ('{"ResearchHelper": "a", "  ": "b"}', "a tool has a blank name"),  # QA AC: no query could name it
     ('{"ResearchHelper": "a", "Research_Helper": "b"}', "map to the same namespace 'research_helper'"),
     ('{"ResearchHelper": ', "cannot read the tools JSON"),
     ('{"ResearchHelper": "a", "researchhelper": "b"}', "tools 'ResearchHelper' and 'researchhelper' differ only in case"),

@@ -117,7 +117,11 @@ def load_tools(path: Path) -> tuple[list[ToolManifest], dict[str, str]]:
     names: dict[str, str] = {}
     spelled: dict[str, str] = {}  # a name in lower case -> as the file spells it
     for name, description in data.items():
-        if not isinstance(description, str) or not description.strip():
+        if not name.strip():  # QA AC: it ran, as a tool no query can name (a blank Tool is refused)
+            raise BenchInputError(f"{path}: a tool has a blank name")
+        if not isinstance(description, str):
+            raise BenchInputError(f"{path}: tool {name!r}: its description must be a string, not {description!r}")
+        if not description.strip():
             raise BenchInputError(f"{path}: tool {name!r} has no description")
         ns = namespace_of(name)
         if ns in names:
@@ -146,7 +150,8 @@ def load_queries(path: Path, known: set[str]) -> list[tuple[str, str]]:
             found = [name.strip().lower() for name in header or []]
             for column in ("query", "tool"):
                 if found.count(column) != 1:
-                    raise BenchInputError(f"{path}: expected the columns Query,Tool (once each), found {header}")
+                    found_text = ",".join(header) if header else "nothing: the file is empty"  # QA AC: "found None"
+                    raise BenchInputError(f"{path}: expected the columns Query,Tool (once each), found {found_text}")
             q_at, t_at = found.index("query"), found.index("tool")
             rows = []
             for line, row in enumerate(reader, start=2):
