@@ -10,7 +10,7 @@ ifneq ($(wildcard $(MODEL_DIR)/model.onnx),)
 export FITTEST_EMBEDDING_MODEL_PATH ?= $(MODEL_DIR)
 endif
 
-.PHONY: install demo test typecheck test-fast test-slow up clean bench-selection bench-supervised bench-evolution
+.PHONY: install demo test typecheck test-fast up clean bench-selection bench-supervised bench-evolution
 
 # pip compiles the installed modules one at a time (24 of the install's 48 s here); compileall
 # does it in a process per core (14 s). The bytecode is kept for shells that set

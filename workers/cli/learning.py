@@ -41,16 +41,13 @@ class Sentiment(str, enum.Enum):
     negative = "negative"
 
 
-# What a task no worker took in time did not do (its message expires unapplied: CallSender.ask_within).
-NOT_DONE = {"record_feedback": " The judgement is not recorded (it expires unapplied): send it again once one runs."}
-
-
 def _ask(task: str, queue: str, timeout: float, **kwargs: Any) -> dict[str, Any]:
     """Send a task to the workers and wait for its answer, or fail with a message that says why."""
     answer = _ask_or_none(task, queue, timeout, **kwargs)
     if answer is None:
-        fail(f"no worker answered fittest.{task} within {timeout:g} s: is the memory worker running (`fittest up`)?"
-             + NOT_DONE.get(task, ""))
+        # its message expires unapplied (CallSender.ask_within): a judgement is not recorded, say
+        fail(f"no worker answered fittest.{task} within {timeout:g} s: is the memory worker running (`fittest up`)? "
+             "Nothing was done: send it again once one runs")
     return answer
 
 
