@@ -262,7 +262,9 @@ def test_retry_mutator_wraps_an_http_tool(tmp_path: Path, flaky_http: str) -> No
     folder.mkdir()
     (folder / "tool.yaml").write_text(yaml.safe_dump({
         "name": "doubler", "description": "double x", "implementation": {"kind": "http", "url": flaky_http},
-        "timeout_s": 2, "test_cases": [{"input": {"x": 2}, "expect": {"double": 4}}],
+        # 5 s, not 2: the evolved version is a python process that imports httpx and tenacity
+        # before its first request, which took 2.9 s once under the suite's parallel load.
+        "timeout_s": 5, "test_cases": [{"input": {"x": 2}, "expect": {"double": 4}}],
     }))
     parent = load_manifest(folder / "tool.yaml")
     evidence = Evidence(failures=[failing(FailureClass.unavailable, "HTTP 503", x=5)])
