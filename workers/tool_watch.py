@@ -31,6 +31,7 @@ from selection.registry import MANIFEST_SUFFIXES, ToolRegistry, check_paths
 log = logging.getLogger("fittest.tools")
 
 Signature = tuple[int, int]  # modification time (ns) and size of a manifest file
+UNREAD: Signature = (-1, -1)  # matches no file: read again at the next look
 Found = list[tuple[ToolManifest, Path | None]]
 
 
@@ -45,9 +46,11 @@ class ToolsDirWatch:
         self.registry = registry
         self.add = add
         self.revise = revise
-        # What the registry was read from counts as seen; any other file is read at the first look.
-        read = registry.source_files()
-        self._seen = {path: signature for path, signature in self._signatures().items() if path in read}
+        # Every file is read at the first look, those the registry was read from too: one removed or
+        # changed between that read and this watch would otherwise count as seen, and stay served
+        # as it was (a suite run under load removed a manifest in that gap: its version stayed on
+        # trial, and served, with no file). What is unchanged is only read again, never reported.
+        self._seen: dict[str, Signature] = {path: UNREAD for path in registry.source_files()}
         self._refused: dict[str, str] = {}  # file -> why, read again at every look (its script may come later)
         self._unindexed: dict[str, tuple[ToolManifest, Path | None]] = {}  # handed to `add` again at the next look
 

@@ -102,6 +102,23 @@ def test_a_removed_manifest_is_no_longer_served_and_a_moved_one_still_is(tmp_pat
     assert registry.versions("slugify") == [] and "slugify" not in registry.namespaces()
 
 
+def test_a_manifest_removed_or_changed_before_the_watch_started_is_seen_at_its_first_look(tmp_path: Path) -> None:
+    """The worker reads the tools directory, then starts the watch after its warm-up: a change in
+    between counted as seen (a CI run removed a manifest there; its version stayed served)."""
+    tools = tmp_path / "tools"
+    for tool in ("word_stats", "slugify"):
+        shutil.copytree(EXAMPLE_TOOLS / tool, tools / tool)
+    registry = ToolRegistry.load([tools])
+    shutil.rmtree(tools / "slugify")
+    manifest = tools / "word_stats" / "tool.yaml"
+    manifest.write_text(manifest.read_text().replace("Count the words", "Count all the words"))
+    watch = ToolsDirWatch(tools, registry, adding_to(registry, []), revising(registry))
+    assert watch.poll() == []
+    assert served(registry) == {"word_stats@1.0.0": str(manifest)}
+    now = registry.get("word_stats@1.0.0")
+    assert now is not None and now.description.startswith("Count all the words")
+
+
 def test_a_manifest_that_names_another_version_replaces_the_one_it_named(tmp_path: Path) -> None:
     tools = tmp_path / "tools"
     shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "word_stats")
