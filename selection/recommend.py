@@ -10,13 +10,15 @@ they failed, how the version does elsewhere, and a few scenarios that failed.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel
 
 from selection.learner import JUDGED_WRONG, ExecutionRecord
+from selection.manifest import SparcMetadata
 
 FACETS = ("task_type", "phase", "languages", "testing")
+METADATA_FIELDS = {"task_type": "task_types", "phase": "phases", "languages": "languages"}  # testing has none
 EXAMPLES = 3
 
 
@@ -40,8 +42,31 @@ def _contexts(record: ExecutionRecord) -> list[str]:
     return out
 
 
-def recommendations(records: Iterable[ExecutionRecord], min_runs: int = 5, max_rate: float = 0.5) -> list[Recommendation]:
-    """Versions whose success rate in some context is below `max_rate`, worst first."""
+def _narrowing(context: str, sparc: SparcMetadata | None, known: bool) -> str | None:
+    """How the version's SPARC metadata could rank it lower in `context`, or None where it cannot:
+    no field says that facet (testing status), or the field leaves the value out already, so the
+    SPARC score ranks it lower there now (QA AC: the advice said to narrow metadata the manifest
+    did not have, or that already left the context out). `known`: whether `sparc` is the
+    manifest's (a version no longer served, or a report without the manifests, gets the general
+    advice)."""
+    facet, _, value = context.partition("=")
+    field = METADATA_FIELDS.get(facet)
+    if field is None:
+        return None
+    if not known:
+        return f"narrow its SPARC {field}"
+    listed: list[str] = list(getattr(sparc, field)) if sparc is not None else []
+    if not listed:
+        return f"give it SPARC {field} that leave {value} out (it lists none, which scores neutral everywhere)"
+    if value in listed:
+        return f"take {value} out of its SPARC {field} ({', '.join(listed)})"
+    return None
+
+
+def recommendations(records: Iterable[ExecutionRecord], min_runs: int = 5, max_rate: float = 0.5,
+                    sparc: Mapping[str, SparcMetadata | None] | None = None) -> list[Recommendation]:
+    """Versions whose success rate in some context is below `max_rate`, worst first. `sparc`: each
+    version's SPARC metadata by key, which the advice to narrow it reads (None: not known)."""
     runs: dict[tuple[str, str], list[ExecutionRecord]] = defaultdict(list)
     totals: Counter[str] = Counter()
     successes: Counter[str] = Counter()
@@ -75,7 +100,11 @@ def recommendations(records: Iterable[ExecutionRecord], min_runs: int = 5, max_r
         elif context == "any":
             advice = f"fails in general (mostly {top_error}): evolve it or retire it"
         elif elsewhere is not None and elsewhere >= max_rate:
-            advice = f"fails where {context} (mostly {top_error}) but not elsewhere: narrow its SPARC metadata (phases, languages, task types) so the SPARC score ranks it lower there, or evolve it for this context"
+            known = sparc is not None and key in sparc
+            narrow = _narrowing(context, sparc[key] if sparc is not None and known else None, known)
+            advice = (f"fails where {context} (mostly {top_error}) but not elsewhere: "
+                      + (f"{narrow} so the SPARC score ranks it lower there, or evolve it for this context" if narrow
+                         else "evolve it for this context"))
         else:
             advice = f"fails where {context} (mostly {top_error}): evolve it"
         out.append(Recommendation(tool=key, context=context, runs=n, success_rate=round(rate, 4), elsewhere_rate=elsewhere,
@@ -92,9 +121,10 @@ class RecommendationReport(BaseModel):
 
 
 def recommendation_report(records: list[ExecutionRecord], min_runs: int, max_rate: float, *,
-                          judgements_applied: bool) -> RecommendationReport:
+                          judgements_applied: bool,
+                          sparc: Mapping[str, SparcMetadata | None] | None = None) -> RecommendationReport:
     """`recommendations` over `records`, with how many of them people judged wrong when their
     judgements were applied to them (workers/feedback_store.py `as_people_judged`)."""
     judged = sum(r.error_class == JUDGED_WRONG for r in records) if judgements_applied else None
     return RecommendationReport(records=len(records), judged_wrong=judged,
-                                recommendations=recommendations(records, min_runs, max_rate))
+                                recommendations=recommendations(records, min_runs, max_rate, sparc))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from selection.learner import JUDGED_WRONG, ExecutionRecord
+from selection.manifest import SparcMetadata
 from selection.recommend import recommendation_report, recommendations
 
 
@@ -35,3 +36,38 @@ def test_the_report_counts_the_outputs_people_judged_wrong_only_when_their_judge
     assert (applied.records, applied.judged_wrong) == (7, 5)
     assert applied.recommendations[0].error_classes == {JUDGED_WRONG: 5}
     assert recommendation_report(records[:2], min_runs=5, max_rate=0.5, judgements_applied=False).judged_wrong is None
+
+
+def in_context(i: int, success: bool, task_type: str, testing: str = "none") -> ExecutionRecord:
+    return ExecutionRecord(attempt_id=f"c{i}:1", call_id=f"c{i}", tool="lint", version="1.0.0", scenario=f"job {task_type}",
+                           success=success, error_class=None if success else "crash",
+                           features={"task_type": task_type, "testing": testing})
+
+
+def test_the_advice_to_narrow_a_version_says_which_field_of_its_manifest_and_not_when_it_leaves_the_context_out() -> None:
+    """QA AC: "narrow its SPARC metadata (phases, languages, task types)" was the advice for a
+    version whose manifest had no SPARC metadata, and for one whose task types left the context out
+    already (the SPARC score ranked it lower there: narrowing changes nothing)."""
+    records = [in_context(i, True, "analysis") for i in range(6)] + [in_context(6 + i, False, "bug_fix") for i in range(6)]
+
+    def advice(sparc: SparcMetadata | None) -> str:
+        (found,) = recommendations(records, sparc={"lint@1.0.0": sparc})
+        assert found.context == "task_type=bug_fix" and found.elsewhere_rate == 1.0
+        return found.advice
+
+    assert "take bug_fix out of its SPARC task_types (analysis, bug_fix)" in advice(
+        SparcMetadata(task_types=["analysis", "bug_fix"]))
+    assert "give it SPARC task_types that leave bug_fix out (it lists none" in advice(None)
+    assert "give it SPARC task_types that leave bug_fix out" in advice(SparcMetadata(languages=["python"]))
+    left_out = advice(SparcMetadata(task_types=["analysis"]))
+    assert left_out.endswith("but not elsewhere: evolve it for this context") and "SPARC" not in left_out
+    # Not known (a version no longer served): the field, without what it lists.
+    (found,) = recommendations(records)
+    assert "narrow its SPARC task_types so the SPARC score ranks it lower there" in found.advice
+
+
+def test_a_version_that_fails_in_one_testing_status_is_not_told_to_narrow_metadata_that_has_no_field_for_it() -> None:
+    records = [in_context(i, True, "analysis", testing="passing") for i in range(6)]
+    records += [in_context(6 + i, False, "analysis", testing="failing") for i in range(6)]
+    found = [r for r in recommendations(records, sparc={"lint@1.0.0": None}) if r.context == "testing=failing"]
+    assert found and found[0].advice.endswith("but not elsewhere: evolve it for this context")
