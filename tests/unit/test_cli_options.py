@@ -180,6 +180,25 @@ def test_feedback_add_refuses_a_blank_scenario_as_explain_does_and_takes_an_empt
     assert 'else the tool in general (as "" says). A blank one is refused.' in help_of("feedback", "add", param="scenario")
 
 
+def test_a_judgement_of_quality_0_says_it_counts_for_nothing_and_shows_as_plus_zero(
+    stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """QA AC N5: a negative judgement of --quality 0 printed "(+0.00)" and nothing more, and
+    `feedback show` listed it as a red -0.00."""
+    answer = {"status": "recorded", "score_now": 0.0, "feedback": {"value": -0.0, "tool": "fast_sort", "version": "1.0.0"}}
+    monkeypatch.setattr(learning, "_ask", answering([], answer))
+    code, out = run("feedback", "add", "fast_sort@1.0.0", "negative", "--quality", "0", "--scenario", "sort")
+    assert code == 0 and "recorded negative feedback (+0.00, quality 0: it counts for nothing) for fast_sort@1.0.0" in out
+    answer["feedback"]["value"] = -0.5  # type: ignore[index]
+    assert "recorded negative feedback (-0.50) for fast_sort@1.0.0;" in run("feedback", "add", "fast_sort@1.0.0", "negative",
+                                                                           "--quality", "0.5", "--scenario", "sort")[1]
+    entry = {"timestamp": time.time(), "version": "1.0.0", "value": -0.0, "source": "operator", "reason": "", "scenario": "sort"}
+    trend = [{"start": time.time(), "count": 1, "positive": 0, "negative": 1, "mean_value": -0.0}]
+    monkeypatch.setattr(learning, "_ask", answering([], {"total": 1, "entries": [entry], "trend": trend}))
+    code, out = run("feedback", "show", "fast_sort")
+    assert code == 0 and "+0.00" in out and "-0.00" not in out
+
+
 def test_feedback_add_refusals_exit_2_and_name_what_is_wrong(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
     """QA F8: `--quality nan` was refused as "less than or equal to 1", and a tool, version or quality
     the workers refused exited 1 where a refused `fittest call` (and typer's range check) exits 2."""

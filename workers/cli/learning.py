@@ -189,7 +189,8 @@ def feedback_add(
                   "the vector memory is unavailable: it is kept and applied when the memory is back")
         value = f["value"] + 0.0  # QA U: a negative one of --quality 0 printed -0.00
         key = f"{literal(f['tool'])}@{literal(f['version'])}"
-        console.print(f"recorded {sentiment.value} feedback ({value:+.2f}) for {key}; {effect}")
+        weight = "" if value else ", quality 0: it counts for nothing"  # QA AC N5: "+0.00" said no more
+        console.print(f"recorded {sentiment.value} feedback ({value:+.2f}{weight}) for {key}; {effect}")
         if trial := result.get("trial"):  # the call counted in a trial of the version, or of one tried against it
             c = trial["counts"]
             on_trial = f"{c['evolved_successes']}/{c['evolved_successes'] + c['evolved_failures']}"
@@ -244,8 +245,9 @@ def feedback_show(
     for col in ("when", "version", "value", "source", "reason", "scenario"):
         table.add_column(col, justify="right" if col == "value" else "left", overflow="fold")
     for e in report["entries"]:
-        color = "green" if e["value"] > 0 else "red"
-        table.add_row(when(e["timestamp"]), literal(e["version"]), f"[{color}]{e['value']:+.2f}[/{color}]",
+        value = e["value"] + 0.0  # -0.0 (a negative one of quality 0) as +0.00, as `feedback add` prints it
+        color = "green" if value > 0 else "red" if value < 0 else "default"
+        table.add_row(when(e["timestamp"]), literal(e["version"]), f"[{color}]{value:+.2f}[/{color}]",
                       literal(e["source"]), literal(e["reason"]), literal(e["scenario"][:80]))
     console.print(table)
     if report["trend"]:
@@ -254,7 +256,7 @@ def feedback_show(
             trend.add_column(col, justify="left" if col == "day" else "right")
         for t in report["trend"]:
             trend.add_row(when(t["start"])[:10], str(t["count"]), str(t["positive"]), str(t["negative"]),
-                          f"{t['mean_value']:+.2f}")
+                          f"{t['mean_value'] + 0.0:+.2f}")
         console.print(trend)
 
 
