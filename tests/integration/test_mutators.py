@@ -42,7 +42,7 @@ def make_tool(root: Path, name: str, code: str, **manifest: Any) -> ToolManifest
     folder.mkdir(parents=True)
     (folder / "tool.py").write_text(textwrap.dedent(code))
     doc = {"name": name, "description": f"the {name} tool", "implementation": {"kind": "python", "entrypoint": "tool:run"},
-           "timeout_s": 2, **manifest}
+           "timeout_s": 5, **manifest}  # room for a python process under the suite's load
     (folder / "tool.yaml").write_text(yaml.safe_dump(doc))
     return load_manifest(folder / "tool.yaml")
 
