@@ -132,6 +132,8 @@ def test_a_bench_stopped_by_sigterm_removes_its_private_state(redis_url: str, mo
         assert bench.poll() is None, bench.stderr.read() if bench.stderr else ""
         bench.send_signal(signal.SIGTERM)
         assert bench.wait(timeout=60) == 128 + signal.SIGTERM
+        assert bench.stderr is not None
+        assert "stopped by SIGTERM: the bench's private state is removed, and its numbers are not written" in bench.stderr.read()
     finally:
         bench.kill()
     assert set(client.scan_iter("bench*")) == before

@@ -15,16 +15,23 @@ from workers.bench.host import BenchResult
 app = typer.Typer(no_args_is_help=True)
 
 
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
+    from workers.cli.common import err_console
+
+    # QA AC N9: Ctrl-C printed an empty line and nothing more.
+    err_console.print(f"stopped by {signal.Signals(signum).name}: the bench's private state is removed, "
+                      "and its numbers are not written", highlight=False)
     raise SystemExit(128 + signum)
 
 
 @app.callback()
 def _stop_cleanly() -> None:
-    # A bench stopped by SIGTERM (`timeout`, a cancelled job) removes its private state, as one
-    # stopped by Ctrl-C does: the exit unwinds through the benches' `finally` blocks (QA: `timeout`
-    # left thousands of a selection bench's keys in Redis and its store under /tmp).
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # A bench stopped by SIGTERM (`timeout`, a cancelled job) or Ctrl-C removes its private state:
+    # the exit unwinds through the benches' `finally` blocks (QA: `timeout` left thousands of a
+    # selection bench's keys in Redis and its store under /tmp).
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where it is ignored (a background job)
+        signal.signal(signal.SIGINT, _exit_on_signal)
 
 
 def _writable_json(path: Path | None) -> Path | None:
