@@ -88,13 +88,15 @@ def recommendations(records: Iterable[ExecutionRecord], min_runs: int = 5, max_r
         elsewhere = round((successes[key] - ok) / other_n, 4) if other_n else None
         errors = Counter(r.error_class or "unknown" for r in rs if not r.success)
         failed = list(dict.fromkeys(r.scenario[:200] for r in rs if not r.success))[:EXAMPLES]
-        top_error = errors.most_common(1)[0][0] if errors else "failure"
-        if errors.get("bad_input", 0) * 2 > sum(errors.values()):
+        top = max(errors.values(), default=0)
+        top_error = " and ".join(sorted(c for c, k in errors.items() if k == top)) or "failure"  # a tie names both (QA AD)
+        if errors.get("bad_input", 0) * 2 >= sum(errors.values()) > 0:  # half or more: not "evolve or retire" (QA AD)
             # Refused input is no fault of the tool's code (QA I: convert_units, 10 of 10 of its own
             # jobs done, was told "evolve it or retire it" for the VAT and CSV jobs it was tried on
             # as a fallback): what to look at is which calls bring it in.
             where = "" if context == "any" else f" where {context}"
-            advice = (f"mostly refused its input{where} (bad_input): check the scenarios it failed on; jobs of other "
+            share = "mostly" if errors.get("bad_input", 0) * 2 > sum(errors.values()) else "as often as not"
+            advice = (f"{share} refused its input{where} (bad_input): check the scenarios it failed on; jobs of other "
                       "tools that its description or examples match (tried as a fallback), or callers' mistakes, "
                       "are not fixed by evolving or retiring it")
         elif context == "any":

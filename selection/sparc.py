@@ -3,12 +3,18 @@
 Five components, each 0..1, where 0.5 means "nothing known" (a tool without SPARC metadata, or a
 context that says nothing about that aspect) so that missing metadata neither helps nor hurts:
 
-- phase: 1 when the tool lists the call's phase, less the further its nearest phase is (0 at 4 apart);
+- phase: 1 when the tool lists the call's phase; otherwise under neutral, the less the further its
+  nearest phase is (0 at 4 apart);
 - language: the share of the call's languages the tool supports, both named canonically
   (selection/context.py); a name neither the analyser nor the tool knows is left out of the share
   (it may be a spelling nobody taught it), and with only such names the component is neutral;
-- complexity: 1 inside the tool's range, falling to 0 at 0.5 outside it;
+- complexity: 1 inside the tool's range; outside it from neutral down to 0 at 0.5 outside;
 - task_type: 1 when the tool lists it, 0.5 when it lists "general", else 0;
+
+A context outside what a tool declares scores under neutral, never above it: a declared limit
+must not rank a tool above one that declares none where the limit says it does not belong (QA AD:
+a sort declared for complexity up to 0.5 scored 0.88 at 0.56, above the neutral 0.5 of the sort
+made for large lists, ran first and timed out);
 - history: the tool version's success rate in similar past scenarios, kernel-weighted
   (selection/feedback.py), with one pseudo-observation at 0.5.
 
@@ -44,7 +50,7 @@ def phase_component(meta: SparcMetadata | None, features: ContextFeatures) -> tu
     gap = min(abs(PHASES.index(p) - at) for p in meta.phases)
     if gap == 0:
         return 1.0, f"{features.phase} phase fits"
-    return max(0.0, 1.0 - gap / PHASE_SPAN), f"{features.phase} phase is {gap} from its phases"
+    return NEUTRAL * max(0.0, 1.0 - gap / PHASE_SPAN), f"{features.phase} phase is {gap} from its phases"
 
 
 def language_component(meta: SparcMetadata | None, features: ContextFeatures) -> tuple[float, str]:
@@ -71,9 +77,9 @@ def complexity_component(meta: SparcMetadata | None, features: ContextFeatures) 
     c = features.complexity
     lo, hi = meta.complexity_min, meta.complexity_max
     distance = max(lo - c, c - hi, 0.0)
-    value = max(0.0, 1.0 - COMPLEXITY_FALLOFF * distance)
-    where = "within" if distance == 0 else "outside"
-    return value, f"complexity {c:.2f} {where} {lo:.1f}-{hi:.1f}"
+    if distance == 0:
+        return 1.0, f"complexity {c:.2f} within {lo:.1f}-{hi:.1f}"
+    return NEUTRAL * max(0.0, 1.0 - COMPLEXITY_FALLOFF * distance), f"complexity {c:.2f} outside {lo:.1f}-{hi:.1f}"
 
 
 def task_component(meta: SparcMetadata | None, features: ContextFeatures) -> tuple[float, str]:
@@ -122,7 +128,10 @@ def sparc_score(
     components = {c: round(v, 4) for c, (v, _) in parts.items()}
     score = sum(w[c] * parts[c][0] for c in COMPONENTS)
     # The rationale names what moved the score: the components away from neutral, strongest first.
-    telling = sorted((c for c in COMPONENTS if abs(parts[c][0] - NEUTRAL) > 1e-9), key=lambda c: -w[c] * abs(parts[c][0] - NEUTRAL))
+    # A history of as many successes as failures is telling too, though it scores neutral (QA AD: 3
+    # and 3 nearby were explained as "no SPARC metadata or history").
+    telling = sorted((c for c in COMPONENTS if abs(parts[c][0] - NEUTRAL) > 1e-9 or (c == "history" and successes + failures >= 0.01)),
+                     key=lambda c: -w[c] * abs(parts[c][0] - NEUTRAL))
     reasons = [parts[c][1] for c in telling] or [
         "no SPARC metadata or history: neutral" if meta is None else "nothing in its SPARC metadata decides this context: neutral"]
     return SparcScore(score=round(min(1.0, max(0.0, score)), 4), components=components, rationale="; ".join(reasons))

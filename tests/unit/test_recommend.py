@@ -71,3 +71,16 @@ def test_a_version_that_fails_in_one_testing_status_is_not_told_to_narrow_metada
     records += [in_context(6 + i, False, "analysis", testing="failing") for i in range(6)]
     found = [r for r in recommendations(records, sparc={"lint@1.0.0": None}) if r.context == "testing=failing"]
     assert found and found[0].advice.endswith("but not elsewhere: evolve it for this context")
+
+
+def test_a_tie_names_both_error_classes_and_half_refused_inputs_is_not_told_to_evolve_or_retire() -> None:
+    """QA AD: a 1-to-1 tie of bad_input and timeout was "fails in general (mostly bad_input): evolve
+    it or retire it", the advice a version that mostly refused its input is told not to follow."""
+    records = [record(0, False, "bad_input", "sort these"), record(1, False, "timeout", "sort these")]
+    (found,) = recommendations(records, min_runs=1)
+    assert found.advice.startswith("as often as not refused its input (bad_input)")
+    records.append(record(2, False, "timeout", "sort these"))
+    records.append(record(3, False, "crash", "sort these"))
+    records.append(record(4, False, "crash", "sort these"))
+    (found,) = recommendations(records, min_runs=1)
+    assert found.advice.startswith("fails in general (mostly crash and timeout): evolve it or retire it")

@@ -30,13 +30,24 @@ def test_matching_tool_beats_mismatching_one_with_a_breakdown() -> None:
     misfit = sparc_score(tool({"phases": ["specification"], "languages": ["java"], "task_types": ["documentation"],
                                "complexity_min": 0.8, "complexity_max": 1.0}), features, EQUAL)
     assert fit.components == {"phase": 1.0, "language": 1.0, "complexity": 1.0, "task_type": 1.0, "history": NEUTRAL}
-    assert misfit.components["phase"] == 0.25  # specification is 3 phases from refinement
+    assert misfit.components["phase"] == 0.125  # specification is 3 phases from refinement: under neutral
     assert misfit.components["language"] == 0.0
-    assert misfit.components["complexity"] == 0.2  # 0.4 outside the range 0.8-1.0
+    assert misfit.components["complexity"] == 0.1  # 0.4 outside the range 0.8-1.0
     assert misfit.components["task_type"] == 0.0
     assert fit.score > NEUTRAL > misfit.score
     assert "refinement phase fits" in fit.rationale and "supports python" in fit.rationale
     assert "no support for python" in misfit.rationale
+
+
+def test_a_context_just_outside_what_a_tool_declares_scores_under_a_tool_that_declares_nothing() -> None:
+    """QA AD: sort_numbers (complexity up to 0.5) scored 0.88 on a 0.56 list, above fast_sort's neutral
+    0.5 (no range declared), ran first and timed out; a phase one away from a tool's scored 0.75."""
+    features = ContextFeatures(phase="pseudocode", complexity=0.56, source={"complexity": "detected"})
+    for declared in ({"complexity_max": 0.5}, {"phases": ["architecture", "refinement"]}):
+        limited = sparc_score(tool(declared), features, EQUAL)
+        assert limited.score < sparc_score(tool(), features, EQUAL).score == NEUTRAL, declared
+    assert sparc_score(tool({"complexity_max": 0.5}), features, EQUAL).components["complexity"] == pytest.approx(0.44)
+    assert sparc_score(tool({"phases": ["architecture"]}), features, EQUAL).components["phase"] == 0.375
 
 
 def test_a_complexity_nobody_gave_or_measured_scores_neutral() -> None:
@@ -92,3 +103,9 @@ def test_history_component_and_weights() -> None:
     assert good.score == good.components["history"]  # all weight on history
     # A weight of zero removes a component's influence.
     assert sparc_score(tool(), features, {"phase": 1.0}, successes=3.0).score == NEUTRAL
+
+
+def test_a_history_of_as_many_successes_as_failures_is_named_though_it_scores_neutral() -> None:
+    """QA AD: 3 successes and 3 failures nearby were explained as "no SPARC metadata or history"."""
+    even = sparc_score(tool(), ContextFeatures(), EQUAL, successes=3.0, failures=3.0)
+    assert even.score == NEUTRAL and even.rationale == "history 0.50 (3.00 successes, 3.00 failures nearby)"
