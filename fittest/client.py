@@ -58,7 +58,9 @@ def _reaching(url: str, doing: str) -> Iterator[None]:
     except RuntimeError as exc:  # Celery's Redis result backend, once its reconnection retries ran out
         if str(exc).strip() != E_RETRY_LIMIT_EXCEEDED.strip():
             raise
-        raise FittestUnavailable(f"{doing}: the result backend at {redact_url(url)} cannot be reached ({exc})") from exc
+        # Not Celery's text: three lines written for the operator of a Celery app (QA AD).
+        raise FittestUnavailable(f"{doing}: the result backend at {redact_url(url)} cannot be reached "
+                                 "(its reconnection retries ran out)") from exc
 
 
 class FittestClient(CallSender):
@@ -133,8 +135,11 @@ class FittestClient(CallSender):
         store they need to check it is down (sent again later, it is recorded), and celery's
         TimeoutError when no worker took it within `timeout`: it is then not recorded, ever (its
         message expires), and may be sent again."""
-        if version is None and "@" in tool:  # NAME@VERSION, as the CLI takes it (QA AC)
-            tool, _, version = tool.partition("@")
+        if "@" in tool:  # NAME@VERSION, as the CLI takes it (QA AC)
+            named, _, given = tool.partition("@")
+            if version is not None and version != given:  # QA AD: "no tool version 'NAME@1.0.0@2.0.0'"
+                raise ValueError(f"version: given twice, as {tool!r} and version={version!r}: give one")
+            tool, version = named, given
         request = FeedbackRequest.model_validate({"tool": tool, "sentiment": sentiment, "version": version,
                                                   "scenario": scenario, "reason": reason, "quality": quality,
                                                   "call_id": call_id})

@@ -24,6 +24,7 @@ def test_redis_away_is_fittest_unavailable_naming_what_was_done_and_not_the_pass
         with _reaching(URL, "waiting for call c1"):
             raise raised
     assert isinstance(caught.value, ConnectionError) and "secret" not in str(caught.value)
+    assert "\n" not in str(caught.value) and "restarted" not in str(caught.value)  # QA AD: Celery's advice, on 3 lines
 
 
 def test_other_errors_pass_through() -> None:

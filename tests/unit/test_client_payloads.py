@@ -71,6 +71,10 @@ def test_record_feedback_takes_name_at_version_as_the_cli_does(monkeypatch: pyte
     client = FittestClient("redis://127.0.0.1:1/0")
     try:
         client.record_feedback("word_stats@1.0.0", "positive", scenario="count the words")
+        client.record_feedback("word_stats@1.0.0", "positive", version="1.0.0", scenario="count the words")
+        # QA AD: two versions were refused as "no tool version 'word_stats@1.0.0@2.0.0'"
+        with pytest.raises(ValueError, match="^version: given twice, as 'word_stats@1.0.0' and version='2.0.0'"):
+            client.record_feedback("word_stats@1.0.0", "positive", version="2.0.0")
     finally:
         client.close()
-    assert (asked[0]["tool"], asked[0]["version"]) == ("word_stats", "1.0.0")
+    assert [(a["tool"], a["version"]) for a in asked] == [("word_stats", "1.0.0")] * 2
