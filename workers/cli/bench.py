@@ -231,6 +231,15 @@ def selection(
         console.print(f"  {key}: [{'green' if ok else 'red'}]{measured[key]:g}[/] (target {sign} {target:g})")
     console.print(f"  vs zero-shot top-1 {result.zero_shot_top1:.3f}, seed top-1 2nd half {result.seed_top1_second_half:.3f}; "
                   f"{result.elapsed_s:.0f} s")
+    # What a short slice does not show unless said (QA AD: --limit 200 never retrained, and its
+    # learned stream ranked below zero-shot, with nothing in the table to say either).
+    if result.queries <= result.retrain_every:
+        console.print(f"  [yellow]no retrain in this run: --retrain-every {result.retrain_every} is not under its "
+                      f"{result.queries} queries (the weights and the tool classifier stay as they started)[/yellow]")
+    learned = result.streams[0]
+    if learned.learning and learned.top1 < result.zero_shot_top1:
+        console.print(f"  [yellow]learning ranked worse than zero-shot here: top-1 {learned.top1:.3f} against "
+                      f"{result.zero_shot_top1:.3f}[/yellow]")
     finish(result, json_path)
 
 
