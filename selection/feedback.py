@@ -173,6 +173,7 @@ class FeedbackRecord(BaseModel):
     call_id: str | None = None
     timestamp: float = Field(default_factory=time.time)
     replaced: bool = False  # an outcome a person's judgement of its call took the place of (`replaced`)
+    general: bool = False  # a judgement of the tool in general: `scenario` is its description, for the vector
 
     @property
     def key(self) -> str:
@@ -180,16 +181,17 @@ class FeedbackRecord(BaseModel):
 
     @classmethod
     def manual(cls, tool: str, version: str, scenario: str, sentiment: Literal["positive", "negative"],
-               reason: str = "", quality: float = 1.0, call_id: str | None = None) -> FeedbackRecord:
+               reason: str = "", quality: float = 1.0, call_id: str | None = None, general: bool = False) -> FeedbackRecord:
         if not 0.0 <= quality <= 1.0:
             raise ValueError(f"quality must be within 0..1, got {quality!r}")
-        return cls(tool=tool, version=version, scenario=scenario, reason=reason, call_id=call_id,
+        return cls(tool=tool, version=version, scenario=scenario, reason=reason, call_id=call_id, general=general,
                    value=quality if sentiment == "positive" else -quality)
 
     def payload(self) -> dict[str, Any]:
         return {"tool": self.key, "name": self.tool, "version": self.version, "value": self.value,
                 "positive": self.value > 0, "reason": self.reason, "source": self.source, "call_id": self.call_id,
-                "scenario": self.scenario[:1000], "timestamp": self.timestamp, **({"replaced": True} if self.replaced else {})}
+                "scenario": self.scenario[:1000], "timestamp": self.timestamp, **({"replaced": True} if self.replaced else {}),
+                **({"general": True} if self.general else {})}
 
     @classmethod
     def from_payload(cls, point_id: str, payload: dict[str, Any]) -> FeedbackRecord:
@@ -199,11 +201,13 @@ class FeedbackRecord(BaseModel):
                    scenario=payload.get("scenario") or "(no scenario)", value=payload_value(payload),
                    reason=payload.get("reason", ""), source=payload.get("source", "manual"),
                    call_id=payload.get("call_id"), timestamp=float(payload.get("timestamp", 0.0)),
-                   replaced=payload.get("replaced") is True)
+                   replaced=payload.get("replaced") is True, general=payload.get("general") is True)
 
 
 class TrendPoint(BaseModel):
-    """Feedback of one period: how much, how it split, and its mean value (-1..1)."""
+    """Feedback of one period: how much, how it split, and its mean vote (-1..1), each entry as
+    strong as its value, as the scores weigh it (so one of quality 0 counts for nothing: QA AD saw
+    three of them pull a day of +1.00 to +0.40); 0 when none has any strength."""
 
     start: float
     count: int
@@ -219,6 +223,6 @@ def trend(records: Iterable[FeedbackRecord], bucket_s: float) -> list[TrendPoint
         buckets[int(r.timestamp // bucket_s)].append(r.value)
     return [
         TrendPoint(start=b * bucket_s, count=len(v), positive=sum(1 for x in v if x > 0),
-                   negative=sum(1 for x in v if x < 0), mean_value=round(sum(v) / len(v), 4))
+                   negative=sum(1 for x in v if x < 0), mean_value=round(sum(v) / (sum(map(abs, v)) or 1.0), 4))
         for b, v in sorted(buckets.items())
     ]

@@ -113,8 +113,10 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
     manifest = rt.registry.get(f"{tool}@{version}")
     if manifest is None:
         raise LookupError(f"no tool version '{tool}@{version}'")
-    record = FeedbackRecord.manual(tool, version, scenario or manifest.description, sentiment, reason, quality,
-                                   call.call_id if call else None)
+    # In general: the description stands for the scenario (its vector), marked as such (QA AD: shown
+    # as if a job had been worded so, its trailing newline a blank row).
+    record = FeedbackRecord.manual(tool, version, scenario or manifest.description.strip(), sentiment, reason, quality,
+                                   call.call_id if call else None, general=not scenario)
     if call is not None:  # one judgement per call and version: a second one replaces the first (QA: they added up)
         record.id = f"manual:{call.call_id}:{record.key}"
     write_feedback(rt, [record])

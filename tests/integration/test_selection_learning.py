@@ -400,6 +400,11 @@ def test_feedback_score_weights_similar_scenarios_more(rt) -> None:
     report = feedback_report(rt, "weather_now")
     assert report.total == 2 and [e.value for e in report.entries] == [-0.5, 1.0]
     assert report.trend[-1].count == 2
+    # QA AD: one in general was shown under the description, as if a job had been worded so
+    general = record_tool_feedback(rt, "weather_now", "1.0.0", None, "positive")
+    entry = feedback_report(rt, "weather_now").entries[0]
+    assert general.general and entry.general and entry.scenario == TOOLS["weather_now"].strip()
+    assert not feedback_report(rt, "weather_now").entries[1].general
     with pytest.raises(LookupError):
         record_tool_feedback(rt, "no_such_tool", None, None, "positive")
 

@@ -197,6 +197,8 @@ def test_a_judgement_of_quality_0_says_it_counts_for_nothing_and_shows_as_plus_z
     monkeypatch.setattr(learning, "_ask", answering([], {"total": 1, "entries": [entry], "trend": trend}))
     code, out = run("feedback", "show", "fast_sort")
     assert code == 0 and "+0.00" in out and "-0.00" not in out
+    entry["general"] = True  # QA AD: a judgement in general was shown under the tool's description
+    assert "│ (in general) │" in run("feedback", "show", "fast_sort")[1]
 
 
 def test_feedback_add_refusals_exit_2_and_name_what_is_wrong(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:

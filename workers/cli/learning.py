@@ -248,11 +248,12 @@ def feedback_show(
         value = e["value"] + 0.0  # -0.0 (a negative one of quality 0) as +0.00, as `feedback add` prints it
         color = "green" if value > 0 else "red" if value < 0 else "default"
         table.add_row(when(e["timestamp"]), literal(e["version"]), f"[{color}]{value:+.2f}[/{color}]",
-                      literal(e["source"]), literal(e["reason"]), literal(e["scenario"][:80]))
+                      literal(e["source"]), literal(e["reason"]),
+                      "(in general)" if e.get("general") else literal(e["scenario"][:80]))
     console.print(table)
     if report["trend"]:
-        trend = Table(title="trend per day")
-        for col in ("day", "entries", "positive", "negative", "mean"):
+        trend = Table(title="trend per day", caption="mean vote: each entry as strong as its value (one of quality 0 counts for nothing)")
+        for col in ("day", "entries", "positive", "negative", "mean vote"):
             trend.add_column(col, justify="left" if col == "day" else "right")
         for t in report["trend"]:
             trend.add_row(when(t["start"])[:10], str(t["count"]), str(t["positive"]), str(t["negative"]),
