@@ -174,6 +174,7 @@ class FeedbackRecord(BaseModel):
     timestamp: float = Field(default_factory=time.time)
     replaced: bool = False  # an outcome a person's judgement of its call took the place of (`replaced`)
     general: bool = False  # a judgement of the tool in general: `scenario` is its description, for the vector
+    forgiven: bool = False  # an outcome's that says nothing of the tool: an outage, or a caller's bad input
 
     @property
     def key(self) -> str:
@@ -191,7 +192,7 @@ class FeedbackRecord(BaseModel):
         return {"tool": self.key, "name": self.tool, "version": self.version, "value": self.value,
                 "positive": self.value > 0, "reason": self.reason, "source": self.source, "call_id": self.call_id,
                 "scenario": self.scenario[:1000], "timestamp": self.timestamp, **({"replaced": True} if self.replaced else {}),
-                **({"general": True} if self.general else {})}
+                **({"general": True} if self.general else {}), **({"forgiven": True} if self.forgiven else {})}
 
     @classmethod
     def from_payload(cls, point_id: str, payload: dict[str, Any]) -> FeedbackRecord:
@@ -201,7 +202,8 @@ class FeedbackRecord(BaseModel):
                    scenario=payload.get("scenario") or "(no scenario)", value=payload_value(payload),
                    reason=payload.get("reason", ""), source=payload.get("source", "manual"),
                    call_id=payload.get("call_id"), timestamp=float(payload.get("timestamp", 0.0)),
-                   replaced=payload.get("replaced") is True, general=payload.get("general") is True)
+                   replaced=payload.get("replaced") is True, general=payload.get("general") is True,
+                   forgiven=payload.get("forgiven") is True)
 
 
 class TrendPoint(BaseModel):

@@ -16,6 +16,7 @@ from selection.models import FailureMark, OutcomeRecord
 from selection.ports import EXECUTIONS, FAILURES, FailureApplied, VectorPoint
 from workers.feedback_store import as_judged, judgements_known, write_feedback
 from workers.evolution_memory import apply_evolution_outcomes
+from workers.input_refusals import refused_a_job_it_does
 from workers.outage import forgive_outage
 from workers.pending import upsert_or_keep
 
@@ -29,6 +30,7 @@ def apply_failure(rt: Runtime, mark: FailureMark, vector: list[float] | None = N
     The vector's id is the attempt id, so a redelivery rewrites the same point, never a second one.
     """
     applied = rt.state.mark_failure(mark.key, mark.attempt_id, mark.effective_severity())
+    mistake = refused_a_job_it_does(rt, mark.key, mark.error_class, mark.scenario, vector, mark.call_id)
     upsert_or_keep(  # kept in Redis and written later when the vector memory is unavailable
         rt,
         FAILURES,
@@ -48,6 +50,7 @@ def apply_failure(rt: Runtime, mark: FailureMark, vector: list[float] | None = N
                     "timestamp": mark.timestamp,
                     "input": bounded_input(mark.input),  # replayed when evolution verifies a fix
                     "targeted": mark.targeted,
+                    **({"forgiven": True} if mistake else {}),  # the caller's input, not the tool (workers/input_refusals.py)
                 },
             )
         ],
@@ -80,7 +83,13 @@ def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord],
     feedback: list[FeedbackRecord] = []
     feedback_vectors: list[list[float]] = []
     for i, record in enumerate(records):
-        given = outcome_feedback(record, quality)
+        failed = {f"outcome:{a.attempt_id}": a for a in record.attempts if not a.success}
+        vector = vectors[i] if vectors is not None else None
+        given = [f.model_copy(update={"forgiven": True})  # a refusal that was the caller's mistake says nothing of the tool
+                 if (refusal := failed.get(f.id)) is not None
+                 and refused_a_job_it_does(rt, refusal.key, refusal.error_class, record.scenario, vector, record.call_id)
+                 else f
+                 for f in outcome_feedback(record, quality)]
         out[i]["feedback"] = len(given)
         feedback += given
         if vectors is not None:

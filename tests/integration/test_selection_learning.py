@@ -13,7 +13,7 @@ import pytest
 from selection.manifest import ToolManifest
 from selection.models import CallRequest, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import TOOLS as TOOLS_COLLECTION
-from selection.ports import Match, SelectionWeights, VectorFilter, VectorPoint
+from selection.ports import FAILURES, Match, SelectionWeights, VectorFilter, VectorPoint
 from tests.integration.conftest import runtime_in_use
 from workers.feedback_store import feedback_report
 
@@ -214,6 +214,44 @@ def test_a_tool_that_recovers_from_an_outage_gets_back_the_job_it_did_most(rt) -
         apply_outcome(rt, done)
         store_executions(rt, execution_records(done))
     assert forgive_outage(rt, "stock_quotes@1.0.0", vector, time.time(), "flaky-probe") == 0
+
+
+def test_a_refused_input_of_a_job_its_tool_does_counts_neither_as_a_failure_nearby_nor_in_its_feedback(rt) -> None:
+    """QA AD: a caller left a key out of a job hash_text had served 10 times; hash_text refused the
+    input (bad_input), a lowercasing tool 0.37 similar took it without an error, and every later
+    call of the job, with the right input, went to the lowercasing tool: the refusal counted
+    against hash_text there, and the fallback's "success" for it."""
+    from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
+
+    def call(call_id: str, scenario: str, attempts: list[tuple[str, bool]]) -> None:
+        ran = [ToolExecutionResult(attempt_id=f"{call_id}:{k}", call_id=call_id, tool=tool, version="1.0.0", success=ok,
+                                   error_class=None if ok else FailureClass.bad_input) for k, (tool, ok) in enumerate(attempts)]
+        for a in ran:
+            if not a.success:
+                apply_failure(rt, FailureMark(attempt_id=a.attempt_id, call_id=call_id, tool=a.tool, version="1.0.0",
+                                              scenario=scenario, error_class=FailureClass.bad_input))
+        done = OutcomeRecord(call_id=call_id, scenario=scenario, attempts=ran)
+        apply_outcome(rt, done)
+        store_executions(rt, execution_records(done))
+
+    scenario = "how many yen do I get for 200 dollars today"
+    for i in range(10):  # the currency tool does this job
+        call(f"ok{i}", f"how many yen do I get for {100 + i} dollars today", [("currency_rates", True)])
+    call("mistake", scenario, [("currency_rates", False), ("stock_quotes", True)])  # a key left out; the fallback took it
+    plan = rt.selector.plan(CallRequest(scenario=scenario, call_id="next"))
+    currency = next(c for c in plan.candidates if c.manifest.name == "currency_rates")
+    assert plan.candidates[0].manifest.name == "currency_rates"
+    assert currency.breakdown is not None and currency.breakdown.extra["failures_nearby"] == 0
+    assert feedback_report(rt, "currency_rates").forgiven == 1  # kept, and counted apart
+    assert rt.state.stats(["currency_rates@1.0.0"])["currency_rates@1.0.0"].failures == 1  # its counters count it
+    # A tool that did not do the job has its refusals counted: they say it is not for such jobs.
+    # Nor is one success enough: it may be a fallback's luck, as the stock tool's in the call above.
+    call("wrong_tool", scenario, [("stock_quotes", False), ("currency_rates", True)])
+    stock = [p.payload for p in rt.memory.scroll(FAILURES, filter=VectorFilter.where(tool="stock_quotes@1.0.0"))]
+    assert len(stock) == 1 and "forgiven" not in stock[0]
+    assert feedback_report(rt, "stock_quotes").forgiven == 0
+    mistake = [p.payload for p in rt.memory.scroll(FAILURES, filter=VectorFilter.where(tool="currency_rates@1.0.0"))]
+    assert [p.get("forgiven") for p in mistake] == [True]
 
 
 def test_a_tool_whose_outputs_people_keep_judging_wrong_gives_way_to_another_that_does_the_job(rt) -> None:

@@ -214,8 +214,8 @@ def feedback_show(
 
     Only what counts in selection's scores is shown: a call's outcome entry that a judgement of
     that call replaced (`feedback add --call`) is left out, and so is the negative entry of a
-    failure in an outage the tool recovered from (its breaker's probe succeeded); the title says
-    how many were."""
+    failure in an outage the tool recovered from (its breaker's probe succeeded), or of a refusal of
+    the input of a job it did before (the caller's mistake); the title says how many were."""
     from workers.cli.evolution import versions_of
     from workers.feedback_store import REPORT_SCAN
     from workers.settings import get_settings
@@ -237,7 +237,8 @@ def feedback_show(
         shown += f"; {n} outcome {'entry' if n == 1 else 'entries'} left out, replaced by a judgement of {'its' if n == 1 else 'their'} call"
     if report.get("forgiven"):
         n = report["forgiven"]
-        shown += f"; {n} failure{'' if n == 1 else 's'} left out, of an outage the tool recovered from"
+        shown += (f"; {n} failure{'' if n == 1 else 's'} left out, of an outage the tool recovered from or "
+                  "a refused input of a job it does")
     if json_out:
         print_json(report)
         return
