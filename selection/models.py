@@ -223,6 +223,10 @@ class CallPlan(BaseModel):
     held_back: list[str] = Field(default_factory=list)
     # What the caller should know that did not stop the call (a namespace no tool has).
     notes: list[str] = Field(default_factory=list)
+    # The age of the oldest search the ranking took from the selection cache (None: none): outcomes
+    # newer than that are not in it yet (QA AD: `fittest explain` counted 1 success nearby where the
+    # tool had just served 8, with nothing to say why).
+    evidence_age_s: float | None = None
     # The half-open version selection placed first for its breaker's probe, if any: it uses up no
     # attempt of the call's `max_attempts` (selection/serving.py `breaker_probe`).
     probe: str | None = None

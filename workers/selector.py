@@ -10,6 +10,7 @@ import logging
 import marshal
 import random
 import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
@@ -123,7 +124,7 @@ class Selector:
         self._add_lock = threading.Lock()
         # Vector-memory answers by (search, state version): a repeated scenario is not searched again
         # while nothing that ranks it changed; the TTL bounds how old the memory it saw can be.
-        self.cache: TTLCache[bytes] = TTLCache(self.settings.selection_cache_ttl_s, maxsize=4096)
+        self.cache: TTLCache[tuple[float, bytes]] = TTLCache(self.settings.selection_cache_ttl_s, maxsize=4096)
         self._local = threading.local()
         # The weights and promotions read last, with the (epoch, version) they were read at.
         self._weights: tuple[tuple[str, int], SelectionWeights] | None = None
@@ -198,6 +199,7 @@ class Selector:
         self._local.held_back = []
         self._local.held_back_match = 0.0
         self._local.half_open = set()
+        self._local.cached_at = None  # when the oldest cached search this plan read was made
         degraded: list[str] = []
         try:
             evidence = self._evidence(request, features, degraded)
@@ -235,6 +237,7 @@ class Selector:
             held_back=self._local.held_back,
             notes=self._notes(request),
             probe=probe if ranked and ranked[0].key == probe else None,
+            evidence_age_s=None if self._local.cached_at is None else round(time.monotonic() - self._local.cached_at, 1),
         )
 
     def _notes(self, request: CallRequest) -> list[str]:
@@ -428,12 +431,14 @@ class Selector:
         key = (*key, versions.epoch, versions.state)
         cached = self.cache.get(key)
         if cached is not None:
-            return [VectorHit(*hit) for hit in marshal.loads(cached)]
+            made_at, data = cached
+            self._local.cached_at = min(made_at, self._local.cached_at or made_at)
+            return [VectorHit(*hit) for hit in marshal.loads(data)]
         hits = read()
         # Kept as marshalled bytes, which the garbage collector never looks at: as objects, the
         # thousands of cached hits (and their payload dicts) were walked by every young and older
         # collection, which then took 7-200 ms in `fittest bench scale`.
-        self.cache.put(key, marshal.dumps([tuple(hit) for hit in hits]))
+        self.cache.put(key, (time.monotonic(), marshal.dumps([tuple(hit) for hit in hits])))
         return hits
 
     def _successes(self, request: CallRequest, vector: list[float], similarity: dict[str, float]) -> list[VectorHit]:

@@ -338,11 +338,13 @@ def test_cache_serves_repeats_until_the_state_changes_and_new_weights_apply(rt, 
 
     monkeypatch.setattr(rt.memory, "search", counting)
     request = CallRequest(scenario="weather forecast for Oslo tomorrow")
-    rt.selector.plan(request)
+    assert rt.selector.plan(request).evidence_age_s is None
     cold = len(searches)
     assert cold >= 3
-    rt.selector.plan(request)
+    time.sleep(0.2)
+    again = rt.selector.plan(request)
     assert len(searches) == cold  # the same scenario at the same state version: from the cache
+    assert again.evidence_age_s is not None and again.evidence_age_s >= 0.2  # said, as `fittest explain` says it (QA AD)
     rt.state.set_quality("weather_now@1.0.0", 0.9)  # any state change invalidates
     rt.selector.plan(request)
     assert len(searches) == 2 * cold

@@ -334,6 +334,12 @@ def test_explain_shows_a_small_negative_feedback_as_0(stores: ToolRegistry, monk
         {"key": "fast_sort@1.0.0", "score": 1.0, "probability": 1.0, "breakdown": breakdown}]})
     code, out = run("explain", "sort numbers")
     assert code == 0 and "-0" not in out and " +0 " in out
+    assert "selection cache" not in out  # ranked by fresh searches: nothing to say
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"status": "success", "degraded": [], "evidence_age_s": 12.5,
+                                                           "cache_ttl_s": 30.0, "ranking": [
+        {"key": "fast_sort@1.0.0", "score": 1.0, "probability": 1.0, "breakdown": breakdown}]})
+    assert ("by searches the selection cache kept for 12.5 s: outcomes since then are not counted yet "
+            "(FITTEST_SELECTION_CACHE_TTL_S, 30 s)") in run("explain", "sort numbers")[1]  # QA AD
 
 
 def test_a_call_retried_after_its_evolution_shows_the_round_that_failed_and_the_evolution() -> None:

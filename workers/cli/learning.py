@@ -137,6 +137,9 @@ def explain(
                       "a call would end with no_candidates")
     elif result.get("held_back"):
         console.print(f"held back, their circuit breaker open: {literal(', '.join(result['held_back']))}")
+    if ranking and (age := result.get("evidence_age_s")) is not None:  # QA AD: 1 success nearby where 8 were stored
+        console.print(f"[dim]ranked as a call now would be, by searches the selection cache kept for {age:g} s: outcomes "
+                      f"since then are not counted yet (FITTEST_SELECTION_CACHE_TTL_S, {result.get('cache_ttl_s', 30):g} s)[/dim]")
     for note in result.get("degraded", []):
         console.print(f"[yellow]degraded:[/yellow] {literal(note)}")
 

@@ -180,4 +180,6 @@ def explain(**kwargs: Any) -> dict[str, Any]:
     # a call's result leaves out: the SPARC column is read against it.
     # Its status is the one a call would end with when nothing is ranked (QA AC: "success").
     status: CallStatus = "success" if plan.candidates else "no_candidates"
-    return {**CallResult.from_plan(plan, status, message=message).model_dump(mode="json"), "context": plan.features}
+    # How old the cached searches it ranked by are, as a call now would rank (QA AD).
+    return {**CallResult.from_plan(plan, status, message=message).model_dump(mode="json"), "context": plan.features,
+            "evidence_age_s": plan.evidence_age_s, "cache_ttl_s": runtime().settings.selection_cache_ttl_s}
