@@ -87,7 +87,8 @@ class FittestClient(CallSender):
     def submit_tool(self, name: str, input: dict[str, Any] | None = None, **options: Any) -> AsyncResult:
         """Enqueue a call of namespace `name`: its promoted version, or the original, first; when
         every version of it fails, the tools its scenario (default: its description) matches are
-        tried as fallbacks, so check `result.tool` before reading the output's shape."""
+        tried as fallbacks, so check `result.tool` before reading the output's shape; not when
+        they refused the input (bad_input): the call then ends, failed."""
         payload = CallToolPayload.model_validate({"name": name, "input": input or {}, **options})
         # The other fields of a call (call_id, context, tags, max_attempts, ...) are checked as the
         # worker checks them, and sent: CallToolPayload ignores them (QA I: run_tool(..., call_id=...)

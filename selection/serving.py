@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from selection.evidence import CandidateEvidence
 from selection.manifest import tool_key
-from selection.models import Candidate, CallRequest
+from selection.models import Candidate, CallPlan, CallRequest, FailureClass
 
 # A newcomer is tried when its description matches the job within this much cosine of the best
 # match among the tools that matched: a tool that does the job about as well as its words say...
@@ -268,3 +268,24 @@ def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list
         return tried_first(ranked, other, share, "in place of a tool whose outputs people judged wrong on such jobs",
                            "second_opinion")
     return passed_over(ranked, other, share)
+
+
+def refused_for_its_namespace(plan: CallPlan) -> str | None:
+    """Why a call that names a namespace ends at its last attempt rather than handing its input on
+    to the tools outside the namespace, or None when it goes on: a version of the namespace refused
+    the input (bad_input) and the next candidate is another tool's. The input was shaped for the
+    namespace's tool; the others refused it too, each demoted and given a failure for a job it was
+    never meant for, or took it and answered something else (QA AD: `run_tool("fast_sort",
+    {"numbers": "x"})` went on to four other tools, three of them text tools)."""
+    namespace = plan.request.namespace
+    if not namespace or not plan.attempts:
+        return None
+    last = plan.attempts[-1]
+    tried = int(last.metadata.get("attempt", len(plan.attempts) - 1))
+    if last.success or last.tool != namespace or last.error_class is not FailureClass.bad_input:
+        return None
+    later = plan.candidates[tried + 1:]
+    if not later or any(c.manifest.name == namespace for c in later):  # its other versions are still tried
+        return None
+    return (f"{namespace}@{last.version} refused the input (bad_input): the tools outside {namespace} were not "
+            "tried with it")

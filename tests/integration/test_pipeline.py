@@ -89,6 +89,17 @@ def test_call_tool_by_name_and_without_one(pipeline):
     assert unknown["status"] == "no_candidates" and "no_such_tool" in unknown["message"]
 
 
+def test_a_call_naming_a_tool_ends_where_the_tool_refuses_its_input(pipeline):
+    """QA AD: `run_tool("fast_sort", {"numbers": "x"})` went on to four other tools, three of them
+    text tools, each demoted for a job it was never meant for."""
+    before = pipeline.state().stats(["csv_strict@1.0.0"])["csv_strict@1.0.0"]
+    result = pipeline.client.call_tool("csv_lenient", input={"rows": 3})
+    assert result["status"] == "failed", result
+    assert [(a["tool"], a["error_class"]) for a in result["attempts"]] == [("csv_lenient", "bad_input")]
+    assert "csv_lenient@1.0.0 refused the input (bad_input): the tools outside csv_lenient were not tried" in result["message"]
+    assert pipeline.state().stats(["csv_strict@1.0.0"])["csv_strict@1.0.0"] == before
+
+
 def test_shell_metacharacters_reach_the_program_as_one_argument(pipeline):
     nasty = "; rm -rf / && echo $(whoami) | cat > /tmp/pwned"
     result = pipeline.call(scenario="show which argv the program gets", input={"text": nasty}, namespace="echo_args")

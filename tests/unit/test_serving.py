@@ -5,7 +5,7 @@ from __future__ import annotations
 from selection.evidence import CandidateEvidence
 from selection.feedback import JudgedOutput
 from selection.manifest import ToolManifest
-from selection.models import Candidate, CallRequest, ScoreBreakdown
+from selection.models import Candidate, CallPlan, CallRequest, FailureClass, ScoreBreakdown, ToolExecutionResult
 from selection.serving import (
     ServedVersions,
     breaker_probe,
@@ -14,6 +14,7 @@ from selection.serving import (
     newcomer_to_try,
     passed_over,
     probed_first,
+    refused_for_its_namespace,
     second_opinion,
     served_first,
     tried_first,
@@ -262,3 +263,25 @@ def test_the_second_opinion_goes_first_on_its_share_of_the_calls_and_is_logged_s
     probed = explored_first(call, ranked(), found, 0.25, lambda salt: True, newcomer=None, passed=None,
                             probe="currency_rates@1.0.0")
     assert keys(probed)[0] == "currency_rates@1.0.0" and probed[0].probability == 1.0
+
+
+def test_a_call_naming_a_namespace_does_not_hand_an_input_its_versions_refused_to_the_other_tools() -> None:
+    """QA AD: `run_tool("fast_sort", {"numbers": "x"})` went on to four other tools, three of them
+    text tools, each demoted for a job it was never meant for."""
+    def after(request: CallRequest, *tried: tuple[str, str, FailureClass | None]) -> str | None:
+        plan = CallPlan(request=request, candidates=[candidate("fast_sort", "1.1.0"), candidate("fast_sort"),
+                                                     candidate("sort_numbers"), candidate("word_stats")])
+        plan.attempts = [ToolExecutionResult(attempt_id=f"c:{i}", call_id="c", tool=name, version=version,
+                                             success=error is None, error_class=error, metadata={"attempt": i})
+                         for i, (name, version, error) in enumerate(tried)]
+        return refused_for_its_namespace(plan)
+
+    named = CallRequest(scenario="call fast_sort", namespace="fast_sort")
+    refused = FailureClass.bad_input
+    assert after(named, ("fast_sort", "1.1.0", refused)) is None  # its other version is tried
+    assert after(named, ("fast_sort", "1.1.0", refused), ("fast_sort", "1.0.0", refused)) == (
+        "fast_sort@1.0.0 refused the input (bad_input): the tools outside fast_sort were not tried with it")
+    # Any other failure of its own is the namespace's: its fallbacks are what they are for.
+    assert after(named, ("fast_sort", "1.1.0", refused), ("fast_sort", "1.0.0", FailureClass.timeout)) is None
+    # A call by scenario alone names no namespace: a refusal there says the tool is not for the job.
+    assert after(CallRequest(scenario="sort"), ("fast_sort", "1.1.0", refused), ("fast_sort", "1.0.0", refused)) is None

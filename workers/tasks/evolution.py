@@ -20,6 +20,7 @@ from celery import Task
 
 from evolution.models import EvolutionJob, EvolutionRecord, EvolutionReport
 from selection.models import CallEvolution, CallPlan, CallResult
+from selection.serving import refused_for_its_namespace
 from workers.app import app
 from workers.evolution_memory import EvolutionUnavailable, build_job
 from workers.evolver import Evolver
@@ -54,7 +55,8 @@ def _end_call(plan: CallPlan, report: CallEvolution) -> dict[str, Any]:
     plan.evolved = True
     plan.evolution_report = report
     tried = "the one attempt" if len(plan.attempts) == 1 else f"all {len(plan.attempts)} attempts"
-    return finish(plan, "failed", message=f"{tried} failed; evolution: {report.message}")
+    refused = refused_for_its_namespace(plan)  # why no other tool was tried
+    return finish(plan, "failed", message=f"{refused or f'{tried} failed'}; evolution: {report.message}")
 
 
 @app.task(bind=True, base=CallStep, name="fittest.prepare_evolution")

@@ -30,6 +30,7 @@ from selection.manifest import ToolManifest
 from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
+from selection.serving import refused_for_its_namespace
 from selection.timeouts import adaptive_timeout
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
 from workers.rescue import CallStep, delivered_again, hand_on, send_recorded
@@ -256,7 +257,7 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
         return finish(plan, "success")
 
     send_failure(plan, result)
-    if index < last_index(plan):
+    if index < last_index(plan) and refused_for_its_namespace(plan) is None:
         return hand_on(self, execute.si(plan.model_dump(mode="json"), index + 1))
     return after_last_attempt(self, plan)
 
@@ -315,7 +316,7 @@ def after_last_attempt(task: Task, plan: CallPlan) -> Any:
         from workers.tasks.evolution import prepare_evolution
 
         return hand_on(task, prepare_evolution.si(plan.model_dump(mode="json")))
-    return finish(plan, "failed", message=f"every candidate failed ({attempts_made(plan)})")
+    return finish(plan, "failed", message=refused_for_its_namespace(plan) or f"every candidate failed ({attempts_made(plan)})")
 
 
 def _attempts(n: int) -> str:
