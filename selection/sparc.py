@@ -129,9 +129,11 @@ def sparc_score(
     score = sum(w[c] * parts[c][0] for c in COMPONENTS)
     # The rationale names what moved the score: the components away from neutral, strongest first.
     # A history of as many successes as failures is telling too, though it scores neutral (QA AD: 3
-    # and 3 nearby were explained as "no SPARC metadata or history").
-    telling = sorted((c for c in COMPONENTS if abs(parts[c][0] - NEUTRAL) > 1e-9 or (c == "history" and successes + failures >= 0.01)),
-                     key=lambda c: -w[c] * abs(parts[c][0] - NEUTRAL))
-    reasons = [parts[c][1] for c in telling] or [
+    # and 3 nearby were explained as "no SPARC metadata or history"); a component the learned weights
+    # give nothing moved nothing (QA AD: "pseudocode phase is 1 from its phases" at phase weight 0).
+    telling = [c for c in COMPONENTS if abs(parts[c][0] - NEUTRAL) > 1e-9 or (c == "history" and successes + failures >= 0.01)]
+    weighed = sorted((c for c in telling if w[c] > 0), key=lambda c: -w[c] * abs(parts[c][0] - NEUTRAL))
+    reasons = [parts[c][1] for c in weighed] or [
+        "what it says weighs nothing under the current weights: neutral" if telling else
         "no SPARC metadata or history: neutral" if meta is None else "nothing in its SPARC metadata decides this context: neutral"]
     return SparcScore(score=round(min(1.0, max(0.0, score)), 4), components=components, rationale="; ".join(reasons))

@@ -5,11 +5,12 @@ the input (bad_input); the refusal counted as a failure of hash_text on the job,
 feedback, while the fallback that took the input (a lowercasing tool, 0.37 similar) "succeeded":
 every later call of the job, with the right input, went to the lowercasing tool. So a refusal by a
 version that did the job before (RELIABLE_RUNS of its runs at least SAME_JOB similar, in other
-calls, succeeded: as for an outage, one success may be a fallback's luck) is the caller's mistake, not evidence of what the version is fit for: its failure record and the
-negative feedback its call's outcome gives it are stored `forgiven`, which selection's searches and
-the feedback scores leave out (as an outage's, workers/outage.py), and only its counters and the
-learner's records count it. A version that never did the job has its refusals counted: that it
-refuses such inputs is what they teach (a text tool tried on a sort job).
+calls, succeeded: as for an outage, one success may be a fallback's luck) is the caller's mistake,
+not evidence of what the version is fit for: its failure record and the negative feedback its
+call's outcome gives it are stored `forgiven`, which selection's searches and the feedback scores
+leave out (as an outage's, workers/outage.py), and only its counters and the learner's records
+count it. A version that did not do the job has its refusals counted: that it refuses such inputs
+is what they teach (a text tool tried on a sort job).
 """
 
 from __future__ import annotations
@@ -48,4 +49,5 @@ def refused_a_job_it_does(rt: Runtime, key: str, error_class: FailureClass | Non
         log.warning("could not tell whether %s refused the input of a job it does: %s", key, exc,
                     extra={"event": "input_refusal_unknown", "tool": key, "call_id": call_id})
         return False
-    return sum(run.payload.get("success") is True and run.payload.get("call_id") != call_id for run in runs) >= RELIABLE_RUNS
+    done = sum(run.payload.get("success") is True and run.payload.get("call_id") != call_id for run in runs)
+    return done >= RELIABLE_RUNS

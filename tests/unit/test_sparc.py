@@ -109,3 +109,14 @@ def test_a_history_of_as_many_successes_as_failures_is_named_though_it_scores_ne
     """QA AD: 3 successes and 3 failures nearby were explained as "no SPARC metadata or history"."""
     even = sparc_score(tool(), ContextFeatures(), EQUAL, successes=3.0, failures=3.0)
     assert even.score == NEUTRAL and even.rationale == "history 0.50 (3.00 successes, 3.00 failures nearby)"
+
+
+def test_a_component_the_learned_weights_give_nothing_is_not_given_as_a_reason() -> None:
+    """QA AD: "pseudocode phase is 1 from its phases" was a reason at phase weight 0.00."""
+    features = ContextFeatures(phase="pseudocode", languages=["python"])
+    meta = {"phases": ["architecture"], "languages": ["python"]}
+    no_phase = {**EQUAL, "phase": 0.0}
+    s = sparc_score(tool(meta), features, no_phase)
+    assert s.rationale == "supports python" and "phase" not in s.rationale
+    only_phase = sparc_score(tool({"phases": ["architecture"]}), features, no_phase)
+    assert only_phase.score == NEUTRAL and only_phase.rationale == "what it says weighs nothing under the current weights: neutral"
