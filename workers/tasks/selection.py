@@ -149,7 +149,7 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
         return ended_early(invalid_result([{"field": "name", "message": "the tool's name is required (a non-empty string)"}],
                                           result_call_id(payload, self.request.id)))
     original = runtime().registry.original(name)
-    scenario = payload.pop("scenario", None) or (original.description if original else f"call {name}")
+    scenario = payload.pop("scenario", None) or (original.description.strip() if original else f"call {name}")
     try:
         request = CallRequest.model_validate(
             {**payload, "namespace": name, "scenario": scenario, "call_id": payload.get("call_id") or self.request.id}
