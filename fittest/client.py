@@ -78,7 +78,8 @@ class FittestClient(CallSender):
 
     def submit(self, scenario: str, input: dict[str, Any] | None = None, **options: Any) -> AsyncResult:
         """Enqueue a call and return at once; `result()` waits for it. The payload is checked
-        here, so a bad field fails in the caller, not later in a worker."""
+        here, so a bad field fails in the caller, not later in a worker; a `call_id` of your
+        choosing names one job, and another job under it within 24 h raises ValueError."""
         request = CallRequest.model_validate({"scenario": scenario, "input": input or {}, **options})
         self._check_size(request)
         with _reaching(self.settings.redis_url, "sending the call"):

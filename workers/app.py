@@ -13,6 +13,7 @@ from workers.events import use_batch_keeping_dispatcher
 from workers.logging import install as install_logging
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.settings import Settings, get_settings
+from workers.state.call_ids import RESULT_TTL_S
 
 QUEUES = ("selection", "execution", "feedback", "evolution", "learning")
 
@@ -113,7 +114,7 @@ def make_app(settings: Settings | None = None) -> Celery:
         # keyed by attempt id, and cancelling them would crash the memory worker's thread pool
         # (it cannot kill a job) and delay every call in flight by a visibility timeout.
         worker_cancel_long_running_tasks_on_connection_loss=False,
-        result_expires=24 * 3600,
+        result_expires=RESULT_TTL_S,  # how long a call id names its call (workers/state/call_ids.py)
         worker_send_task_events=True,
         task_send_sent_event=False,
         worker_hijack_root_logger=False,

@@ -25,6 +25,7 @@ from selection.models import CALL_ID_PATTERN, CallRequest, CallResult
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.settings import Settings, get_settings
 from workers.state import redis_client
+from workers.state.call_ids import RESULT_TTL_S, CallIds, job_digest
 from workers.state.inflight import HandedOnStep, InflightCalls, step_due_in_s
 
 log = logging.getLogger("fittest.client")
@@ -151,6 +152,13 @@ class CallSender:
                                 result_accept_content=["json"], broker_use_ssl=settings.redis_tls() or None,
                                 redis_backend_use_ssl=settings.redis_tls(settings.backend_url) or None)
         self._inflight = _calls_in_flight(settings)  # this process's, shared by its clients (no connection yet)
+        self._ids: CallIds | None = None
+
+    def _call_ids(self) -> CallIds:
+        """The record of which job each caller-chosen call id names (workers/state/call_ids.py)."""
+        if self._ids is None:
+            self._ids = CallIds(self._inflight.client, self.settings.key_prefix)
+        return self._ids
 
     def send(self, task: str, *, queue: str = "selection", **kwargs: Any) -> AsyncResult:
         """Send `fittest.{task}` with `kwargs` to `queue` (workers/app.py TASK_ROUTES names each task's).
@@ -159,6 +167,10 @@ class CallSender:
         0.1 s later, or at `close` or exit). A call whose caller chose its `call_id` is sent with
         that id as its task id, so its result is kept, and found (`fittest result ID`), under it."""
         task_id = kwargs.get("call_id") if task in CALL_TASKS else None
+        if task_id is not None and not self._call_ids().claim(task_id, job_digest(task, kwargs)):
+            raise ValueError(f"call_id: {task_id!r} names another job sent within the last {RESULT_TTL_S // 3600} h "
+                             "(its result is kept under it): give each job a new id; sending the same job again "
+                             "under it is fine")
         result = self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue, task_id=task_id)
         if task in CALL_TASKS:
             step = HandedOnStep(task_id=result.id, task=f"fittest.{task}", kwargs=kwargs, queue=queue)

@@ -146,6 +146,13 @@ def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline
         assert kept.exit_code == 0, kept.output
         assert json.loads(kept.output)["call_id"] == "my-service-call-42" and json.loads(kept.output)["tool"] == "csv_lenient"
         assert client.record_feedback(chosen.tool, "positive", call_id="my-service-call-42")["feedback"]["scenario"] == scenario
+        # The same job sent again under its id goes through; another job under it is refused before it
+        # is sent (QA AC B5: it was handed the first job's result, and what it taught was dropped).
+        assert client.run(scenario, input={"text": "x,y\n3,4\n"}, namespace="csv_lenient", call_id="my-service-call-42").call_id \
+            == "my-service-call-42"
+        with pytest.raises(ValueError, match="call_id: 'my-service-call-42' names another job sent within the last 24 h"):
+            client.submit(scenario, input={"text": "p,q\n5,6\n"}, namespace="csv_lenient", call_id="my-service-call-42")
+        assert json.loads(cli("result", "my-service-call-42", "--json").output)["output"] == [{"x": "3", "y": "4"}]
         # ...and a call that does not exist, or did not run the tool, is refused (QA: both were recorded).
         with pytest.raises(ValueError, match="no call 0123456789abcdef is known"):
             client.record_feedback(result.tool, "negative", call_id="0123456789abcdef")

@@ -1,0 +1,40 @@
+"""Which job each call id a caller chose names, so that one id is not used for two jobs.
+
+A call's result is stored under its id (its task id) for RESULT_TTL_S, and every effect of its
+attempts is applied once per attempt id (`call_id:index`). So a second job sent under a used id
+was handed the first job's result, and what its attempts taught was dropped as applied already
+(QA AC B5). The client records a digest of each job it sends under an id of the caller's choosing,
+for as long as the result is kept, and refuses another job under that id; the same job sent again
+(a retry after a send that seemed to fail) goes through, as it always did.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import redis
+
+RESULT_TTL_S = 24 * 3600  # Celery's result_expires (workers/app.py): how long an id names its call
+
+
+def job_digest(task: str, kwargs: dict[str, Any]) -> str:
+    """What a call asks for, whatever its id: the task and its arguments, as sent."""
+    job = {"task": task, **{k: v for k, v in kwargs.items() if k != "call_id"}}
+    return hashlib.sha256(json.dumps(job, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class CallIds:
+    def __init__(self, client: redis.Redis, prefix: str, ttl_s: float = RESULT_TTL_S) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.ttl_s = ttl_s
+
+    def claim(self, call_id: str, digest: str) -> bool:
+        """Record that `call_id` names the job of `digest`; False when it names another job already."""
+        key = f"{self.prefix}call_job:{call_id}"
+        if self.client.set(key, digest, nx=True, ex=int(self.ttl_s)):
+            return True
+        named = self.client.get(key)
+        return named is None or (named.decode() if isinstance(named, bytes) else named) == digest
