@@ -47,6 +47,9 @@ class ExecutionRecord(BaseModel):
     policy: str = ""
     execution_time_ms: float = 0.0
     timestamp: float = Field(default_factory=time.time)
+    # A success on an input a tool that does the job refused (the caller's mistake): not evidence of
+    # what this tool does (workers/input_refusals.py); the learner's window counts it as it ran.
+    forgiven: bool = False
 
     @property
     def key(self) -> str:

@@ -27,7 +27,7 @@ INDEXED_FIELDS: dict[str, tuple[str, ...]] = {
     FEEDBACK: ("tool", "name", "positive", "source", "replaced", "forgiven", "timestamp"),
     FAILURES: ("tool", "name", "error_class", "tags", "forgiven", "timestamp"),
     EVOLUTIONS: ("name", "outcome"),
-    EXECUTIONS: ("tool", "name", "success", "timestamp"),
+    EXECUTIONS: ("tool", "name", "success", "forgiven", "timestamp"),
 }
 # Of those, the fields that hold booleans: they get a bool index instead, as a keyword index skips
 # boolean values and leaves filters on them to a full scan.
@@ -61,6 +61,14 @@ class VectorFilter(BaseModel):
     @classmethod
     def where(cls, **fields: Any) -> VectorFilter:
         return cls(must=[Match(key=k, any_of=v if isinstance(v, list) else [v]) for k, v in fields.items()])
+
+
+# A record that says nothing of what its tool is fit for: a failure in an outage its tool recovered
+# from, a refusal of an input the caller got wrong, and the success of the tool that took that input
+# next (workers/outage.py, workers/input_refusals.py). Selection's searches and the scores leave it out.
+FORGIVEN = Match(key="forgiven", any_of=[True])
+# The successes that count as evidence of what a tool does.
+SUCCESSES = VectorFilter(must=[Match(key="success", any_of=[True])], must_not=[FORGIVEN])
 
 
 class VectorPoint(BaseModel):
@@ -210,7 +218,10 @@ class QualityScores(Protocol):
 
     def set_quality(self, key: str, quality: float) -> None: ...
 
-    def mark_failure(self, key: str, attempt_id: str, severity: Severity) -> FailureApplied: ...
+    def mark_failure(self, key: str, attempt_id: str, severity: Severity, demote: bool = True) -> FailureApplied:
+        """Count one failed attempt once per attempt id, and demote the version by its severity;
+        `demote=False`: counted only (a refused input that was the caller's mistake)."""
+        ...
 
     def record_successes(self, attempts: Sequence[tuple[str, str]]) -> list[bool]:
         """Count each (key, attempt id) success once per attempt id, in one round trip; per pair,

@@ -11,7 +11,7 @@ context that says nothing about that aspect) so that missing metadata neither he
 - complexity: 1 inside the tool's range; outside it from neutral down to 0 at 0.5 outside;
 - task_type: 1 when the tool lists it, 0.5 when it lists "general", else 0;
 
-A context outside what a tool declares scores under neutral, never above it: a declared limit
+A component of the context outside what a tool declares scores under neutral, never above it: a declared limit
 must not rank a tool above one that declares none where the limit says it does not belong (QA AD:
 a sort declared for complexity up to 0.5 scored 0.88 at 0.56, above the neutral 0.5 of the sort
 made for large lists, ran first and timed out);
@@ -35,6 +35,7 @@ COMPONENTS = ("phase", "language", "complexity", "task_type", "history")
 PHASE_SPAN = len(PHASES) - 1
 COMPLEXITY_FALLOFF = 2.0  # per unit of distance outside the tool's range
 HISTORY_PRIOR = 1.0  # pseudo-observations at NEUTRAL
+HISTORY_NAMED = 0.1  # kernel-weighted outcomes nearby (a tenth of one of the same scenario) before history is a reason
 
 
 class SparcScore(BaseModel):
@@ -131,7 +132,9 @@ def sparc_score(
     # A history of as many successes as failures is telling too, though it scores neutral (QA AD: 3
     # and 3 nearby were explained as "no SPARC metadata or history"); a component the learned weights
     # give nothing moved nothing (QA AD: "pseudocode phase is 1 from its phases" at phase weight 0).
-    telling = [c for c in COMPONENTS if abs(parts[c][0] - NEUTRAL) > 1e-9 or (c == "history" and successes + failures >= 0.01)]
+    # History is told by how much of it there is: a trace (QA AE: 0.01 successes nearby) is not named.
+    telling = [c for c in COMPONENTS
+               if (successes + failures >= HISTORY_NAMED if c == "history" else abs(parts[c][0] - NEUTRAL) > 1e-9)]
     weighed = sorted((c for c in telling if w[c] > 0), key=lambda c: -w[c] * abs(parts[c][0] - NEUTRAL))
     reasons = [parts[c][1] for c in weighed] or [
         "what it says weighs nothing under the current weights: neutral" if telling else

@@ -102,14 +102,15 @@ class InMemoryStateStore:
             self._s.tools.setdefault(key, _Tool()).quality_bp = round(quality * FULL_QUALITY_BP)
             self._s.state_version += 1
 
-    def mark_failure(self, key: str, attempt_id: str, severity: Severity) -> FailureApplied:
+    def mark_failure(self, key: str, attempt_id: str, severity: Severity, demote: bool = True) -> FailureApplied:
         severity = Severity(severity)
         with self._lock:
             applied = self._claim(f"applied:failure:{attempt_id}")
             t = self._s.tools.setdefault(key, _Tool())
             before = t.quality_bp
             if applied:
-                t.quality_bp, t.failures = apply_failure_bp(t.quality_bp, t.failures, severity)
+                quality_bp, t.failures = apply_failure_bp(t.quality_bp, t.failures, severity)
+                t.quality_bp = quality_bp if demote else t.quality_bp
                 self._s.state_version += 1
             return FailureApplied(applied=applied, quality=bp_to_quality(t.quality_bp), failures=t.failures,
                                   quality_before=bp_to_quality(before))

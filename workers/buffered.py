@@ -84,7 +84,7 @@ class BufferedWrites(Generic[B]):
             if self._flusher is None:
                 self._flusher = threading.Thread(target=self._run, name=f"fittest-{self.name}", daemon=True)
                 self._flusher.start()
-                atexit.register(self.flush)
+                atexit.register(self._flush_at_exit)
                 _started.add(self)
         if urgent:
             self._wake.set()
@@ -126,6 +126,14 @@ class BufferedWrites(Generic[B]):
                     self._sent(batch)
                 raise
             self._sent(batch)
+
+    def _flush_at_exit(self) -> None:
+        """The last flush, in one line when Redis does not answer: a process that handled
+        FittestUnavailable and exits printed a 30-line traceback (QA AE)."""
+        try:
+            self.flush()
+        except RedisError as exc:
+            log.warning("%s not flushed at exit (Redis did not take it): %s", self.name, exc)
 
     def _next_batch(self) -> tuple[B, str] | None:
         with self._lock:

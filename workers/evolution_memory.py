@@ -38,9 +38,8 @@ from evolution.models import (
 from evolution.trial import TrialCounts, TrialRules, decide, head_version, parent_rate
 from selection.manifest import ManifestError, load_manifest
 from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord, Promotion
-from selection.ports import EVOLUTIONS, FAILURES, FailureApplied, Match, VectorFilter, VectorHit, VectorPoint
+from selection.ports import EVOLUTIONS, FAILURES, FORGIVEN, FailureApplied, Match, VectorFilter, VectorHit, VectorPoint
 from workers.feedback_store import judgements_known
-from workers.outage import FORGIVEN
 from workers.pending import upsert_or_keep
 from workers.promotions import conclude_trial, trial_new_manifests
 from workers.tool_catalog import evolved_dir

@@ -42,12 +42,14 @@ def refused_a_job_it_does(rt: Runtime, key: str, error_class: FailureClass | Non
     try:
         vector = vector or rt.embedder.embed_one(scenario)
         runs = rt.memory.search(EXECUTIONS, vector, limit=RUNS_SCAN, score_threshold=SAME_JOB,
-                                filter=VectorFilter(must=[Match(key="tool", any_of=[key])]), fields=["success", "call_id"])
+                                filter=VectorFilter(must=[Match(key="tool", any_of=[key])]),
+                                fields=["success", "call_id", "forgiven"])
     except Exception as exc:
         if not is_store_failure(exc):
             raise
         log.warning("could not tell whether %s refused the input of a job it does: %s", key, exc,
                     extra={"event": "input_refusal_unknown", "tool": key, "call_id": call_id})
         return False
-    done = sum(run.payload.get("success") is True and run.payload.get("call_id") != call_id for run in runs)
+    done = sum(run.payload.get("success") is True and not run.payload.get("forgiven") and run.payload.get("call_id") != call_id
+               for run in runs)
     return done >= RELIABLE_RUNS

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from selection.ports import EXECUTIONS, FAILURES, FEEDBACK, Match, Range, VectorFilter, VectorPoint
+from selection.ports import EXECUTIONS, FAILURES, FEEDBACK, FORGIVEN, Match, Range, VectorFilter, VectorPoint
 from selection.serving import SAME_JOB
 from workers.degraded import is_store_failure
 
@@ -29,9 +29,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fittest.outage")
 
-# A failure, and the negative feedback its call's outcome gave, in an outage its tool recovered from:
-# no evidence of what the tool is fit for (selection's searches leave them out).
-FORGIVEN = Match(key="forgiven", any_of=[True])
 
 RUNS_SCAN = 256  # the version's newest runs looked through for the start of its outage
 RELIABLE_RUNS = 3  # runs of the job before its failures that must all have succeeded for an outage

@@ -6,7 +6,7 @@ through the same code without Celery.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from evolution.models import bounded_input
@@ -29,8 +29,10 @@ def apply_failure(rt: Runtime, mark: FailureMark, vector: list[float] | None = N
 
     The vector's id is the attempt id, so a redelivery rewrites the same point, never a second one.
     """
-    applied = rt.state.mark_failure(mark.key, mark.attempt_id, mark.effective_severity())
+    # The caller's mistake is counted, but demotes nothing (QA AE: 11 of them took a tool that does
+    # the job from quality 1.00 to 0.43, under the evolution threshold).
     mistake = refused_a_job_it_does(rt, mark.key, mark.error_class, mark.scenario, vector, mark.call_id)
+    applied = rt.state.mark_failure(mark.key, mark.attempt_id, mark.effective_severity(), demote=not mistake)
     upsert_or_keep(  # kept in Redis and written later when the vector memory is unavailable
         rt,
         FAILURES,
@@ -83,13 +85,16 @@ def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord],
     feedback: list[FeedbackRecord] = []
     feedback_vectors: list[list[float]] = []
     for i, record in enumerate(records):
-        failed = {f"outcome:{a.attempt_id}": a for a in record.attempts if not a.success}
         vector = vectors[i] if vectors is not None else None
-        given = [f.model_copy(update={"forgiven": True})  # a refusal that was the caller's mistake says nothing of the tool
-                 if (refusal := failed.get(f.id)) is not None
-                 and refused_a_job_it_does(rt, refusal.key, refusal.error_class, record.scenario, vector, record.call_id)
-                 else f
-                 for f in outcome_feedback(record, quality)]
+        # A refusal that was the caller's mistake says nothing of its tool, nor does the success of
+        # another tool on that input after it (QA AE: four such calls handed the job to a tool that
+        # takes any input, and every correct call after them went to it).
+        mistakes = [a for a in record.attempts if not a.success
+                    and refused_a_job_it_does(rt, a.key, a.error_class, record.scenario, vector, record.call_id)]
+        taken_over = [a for a in record.attempts if a.success and any(m.tool != a.tool for m in mistakes)]
+        out[i]["set_aside"] = [a.attempt_id for a in taken_over]  # their execution records too (`execution_records`)
+        forgiven = {f"outcome:{a.attempt_id}" for a in (*mistakes, *taken_over)}
+        given = [f.model_copy(update={"forgiven": True}) if f.id in forgiven else f for f in outcome_feedback(record, quality)]
         out[i]["feedback"] = len(given)
         feedback += given
         if vectors is not None:
@@ -122,7 +127,9 @@ def outcome_feedback(record: OutcomeRecord, quality: Mapping[str, float]) -> lis
     return out
 
 
-def execution_records(record: OutcomeRecord) -> list[ExecutionRecord]:
+def execution_records(record: OutcomeRecord, set_aside: Collection[str] = ()) -> list[ExecutionRecord]:
+    """The call's attempts as the learner keeps them; `set_aside`: the attempt ids of successes on an
+    input that a tool doing the job refused (`apply_outcomes` says which), stored `forgiven`."""
     return [
         ExecutionRecord(
             attempt_id=a.attempt_id,
@@ -138,6 +145,7 @@ def execution_records(record: OutcomeRecord) -> list[ExecutionRecord]:
             policy=record.policy,
             execution_time_ms=a.execution_time_ms,
             timestamp=a.timestamp,
+            forgiven=a.attempt_id in set_aside,
         )
         for a in record.attempts
     ]
@@ -155,7 +163,8 @@ def store_executions(rt: Runtime, records: Sequence[ExecutionRecord], vectors: S
             vector=vectors[i] if vectors else [],
             payload={"tool": r.key, "name": r.tool, "version": r.version, "success": r.success,
                      "error_class": r.error_class, "call_id": r.call_id, "policy": r.policy,
-                     "probability": r.probability, "timestamp": r.timestamp, "scenario": r.scenario[:500]},
+                     "probability": r.probability, "timestamp": r.timestamp, "scenario": r.scenario[:500],
+                     **({"forgiven": True} if r.forgiven else {})},
         )
         for i, r in enumerate(records)
     ]

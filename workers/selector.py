@@ -31,6 +31,8 @@ from selection.ports import (
     EXECUTIONS,
     FAILURES,
     FEEDBACK,
+    FORGIVEN,
+    SUCCESSES,
     TOOLS,
     BreakerState,
     Match,
@@ -44,7 +46,7 @@ from selection.serving import ServedVersions, breaker_probe, evolved_first, expl
 from selection.sparc import sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
-from workers.outage import FORGIVEN, cosines
+from workers.outage import cosines
 from workers.tool_catalog import evolved_dir, text_hash, tool_point
 from workers.tool_classifier import stored_classifier
 from workers.variants import VariantBook, variant_point_id
@@ -447,8 +449,8 @@ class Selector:
         scenario-only call, with their description's similarity: what worked for similar jobs is
         worth trying even when its description does not say so."""
         def search(among: list[str] | None) -> list[VectorHit]:
-            where = VectorFilter(must=[Match(key="success", any_of=[True])]
-                                 + ([Match(key="tool", any_of=among)] if among is not None else []))
+            where = SUCCESSES if among is None else SUCCESSES.model_copy(
+                update={"must": [*SUCCESSES.must, Match(key="tool", any_of=among)]})
             return self._search(EXECUTIONS, vector, limit=SUCCESS_NEIGHBOURS, filter=where, fields=EXECUTION_FIELDS)
 
         hits = with_the_crowded_out(search(None), SUCCESS_NEIGHBOURS, list(similarity), search)

@@ -20,7 +20,7 @@ from threadpoolctl import threadpool_limits
 
 from selection.classifier import ToolClassifier
 from selection.learner import MIN_RECORDS
-from selection.ports import EXECUTIONS, VectorFilter
+from selection.ports import EXECUTIONS, SUCCESSES
 
 if TYPE_CHECKING:
     from workers.runtime import Runtime
@@ -60,7 +60,7 @@ def successes_seen(rt: Runtime) -> dict[str, Any]:
     new (20,000 successes: 0.8-1.7 s on a 2-core host), on every beat of an idle system; this look
     costs ~3 ms. It is blind to a success deleted while another with an older time is stored
     between two beats (the count and the newest stay): that one waits for the next new success."""
-    success = VectorFilter.where(success=True)
+    success = SUCCESSES
     newest = rt.memory.scroll(EXECUTIONS, filter=success, limit=1, descending_by="timestamp")
     namespaces = "\n".join(rt.registry.namespaces()).encode()
     return {
@@ -85,7 +85,7 @@ def refit(rt: Runtime, current: ToolClassifier | None,
         kept = {k: last[k] for k in ("successes", "namespaces", "newest") if k in last}
         return None, {**kept, "seen": seen, "unchanged": last.get("unchanged", NO_NEW_SUCCESS)}
     since = float(last.get("newest") or 0.0)
-    points = rt.memory.scroll(EXECUTIONS, filter=VectorFilter.where(success=True),
+    points = rt.memory.scroll(EXECUTIONS, filter=SUCCESSES,
                               limit=rt.settings.classifier_max_records, descending_by="timestamp")
     registered = rt.registry.namespaces()
     known = set(registered)

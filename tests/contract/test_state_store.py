@@ -98,6 +98,15 @@ def test_extra_penalty_past_5_and_past_10_failures(store):
     assert store.stats([KEY])[KEY].failures == 12
 
 
+def test_a_failure_counted_without_demotion_leaves_the_quality_past_5_and_10_failures_too(store):
+    """QA AE: refused inputs that were the callers' mistakes took a tool from 1.00 to 0.43."""
+    for _ in range(11):
+        result = store.mark_failure(KEY, aid(), Severity.low, demote=False)
+        assert result.applied and result.quality == 1.0
+    assert store.stats([KEY])[KEY].failures == 11
+    assert store.mark_failure(KEY, aid(), Severity.low).quality < 1.0  # the next one demotes, with the extra
+
+
 def test_a_failure_says_whether_it_took_the_quality_under_a_threshold(store):
     """Only the failure that crosses the threshold starts a quality-triggered evolution; a
     version below it already is not evolved again at every failure."""

@@ -104,3 +104,13 @@ def test_a_process_ends_waiting_for_its_buffers_side_by_side_not_one_by_one(monk
         writer.redis_down = False
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("marks not flushed as the process ends")]
     assert said == ["marks not flushed as the process ends: Redis does not answer"] * 3, said
+
+
+def test_the_last_flush_at_exit_says_in_one_line_that_redis_did_not_take_it(caplog: pytest.LogCaptureFixture, run_prefix: str) -> None:
+    """QA AE: a client that handled FittestUnavailable and exited printed a 30-line traceback from
+    the atexit flush."""
+    marks = Marks(redis.Redis(port=1, socket_connect_timeout=0.1, retry=Retry(NoBackoff(), 0)), run_prefix)
+    marks.add("kept")
+    with caplog.at_level("WARNING", logger="fittest.buffered"):
+        marks._flush_at_exit()  # what atexit runs: no exception out of it
+    assert any(r.getMessage().startswith("marks not flushed at exit (Redis did not take it): ") for r in caplog.records)

@@ -189,6 +189,8 @@ def test_a_judgement_of_quality_0_says_it_counts_for_nothing_and_shows_as_plus_z
     monkeypatch.setattr(learning, "_ask", answering([], answer))
     code, out = run("feedback", "add", "fast_sort@1.0.0", "negative", "--quality", "0", "--scenario", "sort")
     assert code == 0 and "recorded negative feedback (+0.00, quality 0: it counts for nothing) for fast_sort@1.0.0" in out
+    code, out = run("feedback", "add", "fast_sort@1.0.0", "negative", "--quality", "0", "--call", CALL_ID)
+    assert f"(+0.00, quality 0: takes back any judgement of call {CALL_ID}; its output counts as it ran)" in out  # QA AE
     answer["feedback"]["value"] = -0.5  # type: ignore[index]
     assert "recorded negative feedback (-0.50) for fast_sort@1.0.0;" in run("feedback", "add", "fast_sort@1.0.0", "negative",
                                                                            "--quality", "0.5", "--scenario", "sort")[1]
@@ -196,7 +198,7 @@ def test_a_judgement_of_quality_0_says_it_counts_for_nothing_and_shows_as_plus_z
     trend = [{"start": time.time(), "count": 1, "positive": 0, "negative": 1, "mean_value": -0.0}]
     monkeypatch.setattr(learning, "_ask", answering([], {"total": 1, "entries": [entry], "trend": trend}))
     code, out = run("feedback", "show", "fast_sort")
-    assert code == 0 and "+0.00" in out and "-0.00" not in out
+    assert code == 0 and "+0.00" in out and "-0.00" not in out and "feedback on fast_sort: 1 entry" in out  # not "1 entries"
     entry["general"] = True  # QA AD: a judgement in general was shown under the tool's description
     assert "│ (in general) │" in run("feedback", "show", "fast_sort")[1]
 

@@ -109,6 +109,8 @@ def test_a_history_of_as_many_successes_as_failures_is_named_though_it_scores_ne
     """QA AD: 3 successes and 3 failures nearby were explained as "no SPARC metadata or history"."""
     even = sparc_score(tool(), ContextFeatures(), EQUAL, successes=3.0, failures=3.0)
     assert even.score == NEUTRAL and even.rationale == "history 0.50 (3.00 successes, 3.00 failures nearby)"
+    trace = sparc_score(tool(), ContextFeatures(), EQUAL, successes=0.01)  # QA AE: a trace was named
+    assert trace.rationale == "no SPARC metadata or history: neutral"
 
 
 def test_a_component_the_learned_weights_give_nothing_is_not_given_as_a_reason() -> None:

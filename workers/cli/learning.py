@@ -192,7 +192,9 @@ def feedback_add(
                   "the vector memory is unavailable: it is kept and applied when the memory is back")
         value = f["value"] + 0.0  # QA U: a negative one of --quality 0 printed -0.00
         key = f"{literal(f['tool'])}@{literal(f['version'])}"
-        weight = "" if value else ", quality 0: it counts for nothing"  # QA AC N5: "+0.00" said no more
+        # QA AC N5: "+0.00" said no more; QA AE: of a call, it gives the output back as it ran
+        weight = "" if value else f", quality 0: takes back any judgement of call {call}; its output counts as it ran" \
+            if call else ", quality 0: it counts for nothing"
         console.print(f"recorded {sentiment.value} feedback ({value:+.2f}{weight}) for {key}; {effect}")
         if trial := result.get("trial"):  # the call counted in a trial of the version, or of one tried against it
             c = trial["counts"]
@@ -230,11 +232,11 @@ def feedback_show(
         fail(f"{name} has no version {version!r} (it has {', '.join(known)})", REFUSED)
     # One version's entries are picked from all of the tool's that the report reads.
     report = _ask("feedback_report", "feedback", timeout, tool=name, limit=REPORT_SCAN if version else limit)
-    shown = f"{report['total']} entries"
+    shown = entries(report["total"])
     if version:
         mine = [e for e in report["entries"] if e["version"] == version]
         report["entries"] = mine[:limit]
-        shown = f"{len(mine)} entries (of the tool's {report['total']}; the trend is the tool's)"
+        shown = f"{entries(len(mine))} (of the tool's {report['total']}; the trend is the tool's)"
     if report.get("replaced"):  # (a worker of an earlier release does not say)
         n = report["replaced"]
         shown += f"; {n} outcome {'entry' if n == 1 else 'entries'} left out, replaced by a judgement of {'its' if n == 1 else 'their'} call"
@@ -263,6 +265,10 @@ def feedback_show(
             trend.add_row(when(t["start"])[:10], str(t["count"]), str(t["positive"]), str(t["negative"]),
                           f"{t['mean_value'] + 0.0:+.2f}")
         console.print(trend)
+
+
+def entries(n: int) -> str:
+    return f"{n} entr{'y' if n == 1 else 'ies'}"
 
 
 # --------------------------------------------------------------------------------------- weights
@@ -334,6 +340,7 @@ def recommend(
     from workers.settings import get_settings
     from workers.state import redis_client
     from workers.state.learning import LearningState
+    from workers.tool_catalog import load_registry
 
     answer = _ask_or_none("recommend", "learning", timeout, min_runs=min_runs, max_rate=max_rate)
     if answer is not None:
@@ -341,7 +348,8 @@ def recommend(
     else:  # the learner's window in Redis, as the calls ran
         settings = get_settings()
         recent = LearningState(redis_client(settings), settings.key_prefix, settings.learner_window).recent()
-        report = recommendation_report(recent, min_runs, max_rate, judgements_applied=False)
+        sparc = {m.key: m.sparc for m in load_registry(settings).all()}
+        report = recommendation_report(recent, min_runs, max_rate, judgements_applied=False, sparc=sparc)
         err_console.print(f"[yellow]no memory worker answered within {timeout:g} s: the recent attempts are counted "
                           "as they ran, without the judgements people made of their outputs[/yellow]", highlight=False)
     found = report.recommendations

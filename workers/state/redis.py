@@ -207,11 +207,12 @@ class RedisStateStore(PrefixedStore):
         pipe.incr(self._state_key)
         pipe.execute()
 
-    def mark_failure(self, key: str, attempt_id: str, severity: Severity) -> FailureApplied:
+    def mark_failure(self, key: str, attempt_id: str, severity: Severity, demote: bool = True) -> FailureApplied:
         severity = Severity(severity)
+        penalty = [SEVERITY_PENALTY_BP[severity], *_EXTRA_ARGV] if demote else [0]  # no pairs: no extra either
         applied, q, f, before = self.scripts["mark_failure"](
             keys=[self._k("tool", key), self._k("applied", "failure", attempt_id), self._state_key],
-            args=[self.idempotency_ttl_s, FULL_QUALITY_BP, SEVERITY_PENALTY_BP[severity], *_EXTRA_ARGV],
+            args=[self.idempotency_ttl_s, FULL_QUALITY_BP, *penalty],
         )
         return FailureApplied(applied=bool(applied), quality=bp_to_quality(int(q)), failures=int(f),
                               quality_before=bp_to_quality(int(before)))
