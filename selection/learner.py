@@ -47,8 +47,9 @@ class ExecutionRecord(BaseModel):
     policy: str = ""
     execution_time_ms: float = 0.0
     timestamp: float = Field(default_factory=time.time)
-    # A success on an input a tool that does the job refused (the caller's mistake): not evidence of
-    # what this tool does (workers/input_refusals.py); the learner's window counts it as it ran.
+    # A refusal of an input by a tool that does the job, or the success of the tool that took it
+    # next (the caller's mistake): no evidence of what either tool does (workers/input_refusals.py);
+    # the weights count it as it ran, `fittest recommend` leaves it out.
     forgiven: bool = False
 
     @property

@@ -58,6 +58,8 @@ def _narrowing(context: str, sparc: SparcMetadata | None, known: bool) -> str | 
     listed: list[str] = list(getattr(sparc, field)) if sparc is not None else []
     if not listed:
         return f"give it SPARC {field} that leave {value} out (it lists none, which scores neutral everywhere)"
+    if listed == [value]:  # taken out, the field would list nothing, which scores neutral everywhere (QA AF)
+        return f"list in its SPARC {field} where it succeeds, not only {value}"
     if value in listed:
         return f"take {value} out of its SPARC {field} ({', '.join(listed)})"
     return None
@@ -126,7 +128,10 @@ def recommendation_report(records: list[ExecutionRecord], min_runs: int, max_rat
                           judgements_applied: bool,
                           sparc: Mapping[str, SparcMetadata | None] | None = None) -> RecommendationReport:
     """`recommendations` over `records`, with how many of them people judged wrong when their
-    judgements were applied to them (workers/feedback_store.py `as_people_judged`)."""
+    judgements were applied to them (workers/feedback_store.py `as_people_judged`). The records set
+    aside as a caller's mistake (a refused input of a job its tool does, and the success of the tool
+    that took it: workers/input_refusals.py) are no evidence of what a version does (QA AF)."""
+    records = [r for r in records if not r.forgiven]
     judged = sum(r.error_class == JUDGED_WRONG for r in records) if judgements_applied else None
     return RecommendationReport(records=len(records), judged_wrong=judged,
                                 recommendations=recommendations(records, min_runs, max_rate, sparc))

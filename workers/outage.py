@@ -56,8 +56,9 @@ def outage_start(rt: Runtime, key: str, vector: list[float], before: float, call
     to that one all succeeded. None: it never did the job, or it failed between its successes (a
     flaky tool, whose breaker a run of failures opens and the next success closes, has no outage
     to forgive: QA AB saw all 8 failures of a tool failing two runs in three forgiven)."""
-    runs = rt.memory.scroll(
-        EXECUTIONS, filter=VectorFilter(must=[Match(key="tool", any_of=[key])], ranges=[Range(key="timestamp", lt=before)]),
+    runs = rt.memory.scroll(  # a refused input that was the caller's mistake is no run of the job (input_refusals.py)
+        EXECUTIONS, filter=VectorFilter(must=[Match(key="tool", any_of=[key])], must_not=[FORGIVEN],
+                                        ranges=[Range(key="timestamp", lt=before)]),
         limit=RUNS_SCAN, descending_by="timestamp")
     on_the_job = _on_the_job([p for p in runs if p.payload.get("call_id") != call_id], vector)
     ran_ok = [bool(p.payload.get("outcome_success", p.payload.get("success"))) for p in on_the_job]  # newest first

@@ -92,7 +92,7 @@ def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord],
         mistakes = [a for a in record.attempts if not a.success
                     and refused_a_job_it_does(rt, a.key, a.error_class, record.scenario, vector, record.call_id)]
         taken_over = [a for a in record.attempts if a.success and any(m.tool != a.tool for m in mistakes)]
-        out[i]["set_aside"] = [a.attempt_id for a in taken_over]  # their execution records too (`execution_records`)
+        out[i]["set_aside"] = [a.attempt_id for a in (*mistakes, *taken_over)]  # their execution records too
         forgiven = {f"outcome:{a.attempt_id}" for a in (*mistakes, *taken_over)}
         given = [f.model_copy(update={"forgiven": True}) if f.id in forgiven else f for f in outcome_feedback(record, quality)]
         out[i]["feedback"] = len(given)

@@ -125,7 +125,7 @@ def test_feedback_show_names_a_tool_or_version_nobody_serves_and_keeps_one_versi
     assert asked[-1]["tool"] == "fast_sort"
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"total": 3, "entries": entries, "trend": [], "forgiven": 2})
     code, out = run("feedback", "show", "fast_sort")
-    assert code == 0 and "3 entries; 2 failures left out, of an outage the tool recovered from" in " ".join(out.split())
+    assert code == 0 and "3 entries; 2 entries left out, of an outage the tool recovered from or of a call whose input" in " ".join(out.split())
 
 
 def test_feedback_add_refuses_a_name_with_an_empty_version_and_says_what_its_score_is_for(

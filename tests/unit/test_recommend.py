@@ -57,6 +57,8 @@ def test_the_advice_to_narrow_a_version_says_which_field_of_its_manifest_and_not
 
     assert "take bug_fix out of its SPARC task_types (analysis, bug_fix)" in advice(
         SparcMetadata(task_types=["analysis", "bug_fix"]))
+    # QA AF: taking out the only one would leave none, which scores neutral everywhere
+    assert "list in its SPARC task_types where it succeeds, not only bug_fix" in advice(SparcMetadata(task_types=["bug_fix"]))
     assert "give it SPARC task_types that leave bug_fix out (it lists none" in advice(None)
     assert "give it SPARC task_types that leave bug_fix out" in advice(SparcMetadata(languages=["python"]))
     left_out = advice(SparcMetadata(task_types=["analysis"]))
@@ -84,3 +86,11 @@ def test_a_tie_names_both_error_classes_and_half_refused_inputs_is_not_told_to_e
     records.append(record(4, False, "crash", "sort these"))
     (found,) = recommendations(records, min_runs=1)
     assert found.advice.startswith("fails in general (mostly crash and timeout): evolve it or retire it")
+
+
+def test_the_records_set_aside_as_a_callers_mistake_are_no_evidence_for_recommend() -> None:
+    """QA AF: refused inputs of a job a tool does, set aside by selection, would list it."""
+    records = [record(i, False, "bad_input", "sha256 of this").model_copy(update={"forgiven": True}) for i in range(6)]
+    assert recommendation_report(records, min_runs=3, max_rate=0.5, judgements_applied=True).recommendations == []
+    assert recommendation_report([r.model_copy(update={"forgiven": False}) for r in records], min_runs=3, max_rate=0.5,
+                                 judgements_applied=True).recommendations

@@ -242,8 +242,9 @@ def feedback_show(
         shown += f"; {n} outcome {'entry' if n == 1 else 'entries'} left out, replaced by a judgement of {'its' if n == 1 else 'their'} call"
     if report.get("forgiven"):
         n = report["forgiven"]
-        shown += (f"; {n} failure{'' if n == 1 else 's'} left out, of an outage the tool recovered from or "
-                  "a refused input of a job it does")
+        # QA AF: of the tool that took a refused input, what is left out are successes
+        shown += (f"; {entries(n)} left out, of an outage the tool recovered from or of a call whose input "
+                  "a tool that does the job refused (the caller's mistake)")
     if json_out:
         print_json(report)
         return
