@@ -104,8 +104,7 @@ def recommendations(records: Iterable[ExecutionRecord], min_runs: int = 5, max_r
         elif context == "any":
             advice = f"fails in general (mostly {top_error}): evolve it or retire it"
         elif elsewhere is not None and elsewhere >= max_rate:
-            known = sparc is not None and key in sparc
-            narrow = _narrowing(context, sparc[key] if sparc is not None and known else None, known)
+            narrow = _narrowing(context, (sparc or {}).get(key), sparc is not None and key in sparc)
             advice = (f"fails where {context} (mostly {top_error}) but not elsewhere: "
                       + (f"{narrow} so the SPARC score ranks it lower there, or evolve it for this context" if narrow
                          else "evolve it for this context"))

@@ -10,13 +10,13 @@ context that says nothing about that aspect) so that missing metadata neither he
   (it may be a spelling nobody taught it), and with only such names the component is neutral;
 - complexity: 1 inside the tool's range; outside it from neutral down to 0 at 0.5 outside;
 - task_type: 1 when the tool lists it, 0.5 when it lists "general", else 0;
-
-A component of the context outside what a tool declares scores under neutral, never above it: a declared limit
-must not rank a tool above one that declares none where the limit says it does not belong (QA AD:
-a sort declared for complexity up to 0.5 scored 0.88 at 0.56, above the neutral 0.5 of the sort
-made for large lists, ran first and timed out);
 - history: the tool version's success rate in similar past scenarios, kernel-weighted
   (selection/feedback.py), with one pseudo-observation at 0.5.
+
+A component of the context outside what a tool declares scores under neutral, never above it: a
+declared limit must not rank a tool above one that declares none where the limit says it does not
+belong (QA AD: a sort declared for complexity up to 0.5 scored 0.88 at 0.56, above the neutral 0.5
+of the sort made for large lists, ran first and timed out).
 
 The score is the weighted mean of the components under the learner's weights.
 """

@@ -8,9 +8,11 @@ version that did the job before (RELIABLE_RUNS of its runs at least SAME_JOB sim
 calls, succeeded: as for an outage, one success may be a fallback's luck) is the caller's mistake,
 not evidence of what the version is fit for: its failure record and the negative feedback its
 call's outcome gives it are stored `forgiven`, which selection's searches and the feedback scores
-leave out (as an outage's, workers/outage.py), and only its counters and the learner's records
-count it. A version that did not do the job has its refusals counted: that it refuses such inputs
-is what they teach (a text tool tried on a sort job).
+leave out (as an outage's, workers/outage.py), and so are the success, feedback and execution
+record of the tool that took the input next in the call (workers/outcomes.py `apply_outcomes`).
+Its failure counter counts it, without lowering its quality, and so do the weights' records. A
+version that did not do the job has its refusals counted: that it refuses such inputs is what they
+teach (a text tool tried on a sort job).
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ def record_outcome(requests: list[SimpleRequest]) -> int:
         records = batch_payloads(requests, OutcomeRecord, "fittest.record_outcome")
         applied = apply_outcomes(rt, records)
         send_learn([r for record, done in zip(records, applied, strict=True)
-                    for r in execution_records(record, done.get("set_aside", ()))])
+                    for r in execution_records(record, done["set_aside"])])
     return len(applied)
 
 
