@@ -48,7 +48,7 @@ class ExecutionRecord(BaseModel):
     execution_time_ms: float = 0.0
     timestamp: float = Field(default_factory=time.time)
     # A refusal of an input by a tool that does the job, or the success of the tool that took it
-    # next (the caller's mistake): no evidence of what either tool does (workers/input_refusals.py);
+    # next (the caller's mistake): no evidence of what either tool does (selection/serving.py `does_the_job`);
     # the weights count it as it ran, `fittest recommend` leaves it out.
     forgiven: bool = False
 

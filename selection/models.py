@@ -182,6 +182,14 @@ class Candidate(BaseModel):
     # The attempt's hard timeout (selection/timeouts.py), from the version's recent run times as
     # they stood at selection; None: the executor works it out itself.
     timeout_s: float | None = None
+    # It did jobs like this one (selection/serving.py `does_the_job`): its refusal of the input
+    # is the caller's mistake. Decided at selection; False in a plan from before it was.
+    does_the_job: bool = False
+
+    def callers_mistake(self, error_class: FailureClass | None) -> bool:
+        """Whether its attempt failing with `error_class` is the caller's mistake: it refused the
+        input (bad_input) of a job it does."""
+        return error_class is FailureClass.bad_input and self.does_the_job
 
 
 class ToolExecutionResult(BaseModel):
@@ -199,6 +207,9 @@ class ToolExecutionResult(BaseModel):
     timestamp: float = Field(default_factory=time.time)
     complexity: float = 0.0
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # A refusal of the input (bad_input) by a version that does the job (`Candidate.does_the_job`):
+    # counted, but set aside as evidence, with the success of the tool that took the input after it.
+    callers_mistake: bool = False
 
     @property
     def key(self) -> str:
@@ -252,6 +263,8 @@ class AttemptSummary(BaseModel):
     error_message: str | None = None
     execution_time_ms: float = 0.0
     probe: bool = False  # its circuit breaker's probe, tried first by selection: not counted in max_attempts
+    # It refused the input of a job it does (`ToolExecutionResult.callers_mistake`): check the input.
+    callers_mistake: bool = False
 
 
 class CallEvolution(BaseModel):
@@ -314,6 +327,7 @@ class CallResult(BaseModel):
                     error_message=a.error_message,
                     execution_time_ms=a.execution_time_ms,
                     probe=a.key == plan.probe,
+                    callers_mistake=a.callers_mistake,
                 )
                 for a in plan.attempts
             ],
@@ -365,6 +379,7 @@ class FailureMark(BaseModel):
     # The call was meant for this tool: it asked for its namespace, or (by scenario) tried it first.
     # False for a fallback on another tool's job, whose input evolution must not try to "fix".
     targeted: bool = True
+    callers_mistake: bool = False  # the attempt's (`ToolExecutionResult.callers_mistake`): counted, not demoted
 
     @property
     def key(self) -> str:
@@ -387,6 +402,16 @@ class OutcomeRecord(BaseModel):
     variants: dict[str, str] = Field(default_factory=dict)  # tool key -> description variant served
     namespace: str | None = None  # the namespace the call asked for (a trial counts that traffic)
     components: dict[str, dict[str, float]] = Field(default_factory=dict)  # tool key -> SPARC components ranked with
+
+    def set_aside(self) -> set[str]:
+        """The attempt ids whose outcome says nothing of their tool: a refusal that was the caller's
+        mistake (`ToolExecutionResult.callers_mistake`), and the success of another tool on that
+        input after it (QA AE: four such calls handed a job to a tool that takes any input, and
+        every correct call after them went to it). Counted in the versions' counters, left out of
+        what selection reads (their feedback and execution records are stored `forgiven`)."""
+        mistakes = [a for a in self.attempts if a.callers_mistake]
+        taken_over = [a for a in self.attempts if a.success and any(m.tool != a.tool for m in mistakes)]
+        return {a.attempt_id for a in (*mistakes, *taken_over)}
 
     @classmethod
     def from_plan(cls, plan: CallPlan) -> OutcomeRecord:

@@ -65,7 +65,7 @@ class VectorFilter(BaseModel):
 
 # A record that says nothing of what its tool is fit for: a failure in an outage its tool recovered
 # from, a refusal of an input the caller got wrong, and the success of the tool that took that input
-# next (workers/outage.py, workers/input_refusals.py). Selection's searches and the scores leave it out.
+# next (workers/outage.py, selection/serving.py `does_the_job`). Selection's searches and the scores leave it out.
 FORGIVEN = Match(key="forgiven", any_of=[True])
 # The successes that count as evidence of what a tool does.
 SUCCESSES = VectorFilter(must=[Match(key="success", any_of=[True])], must_not=[FORGIVEN])

@@ -129,7 +129,7 @@ def recommendation_report(records: list[ExecutionRecord], min_runs: int, max_rat
     """`recommendations` over `records`, with how many of them people judged wrong when their
     judgements were applied to them (workers/feedback_store.py `as_people_judged`). The records set
     aside as a caller's mistake (a refused input of a job its tool does, and the success of the tool
-    that took it: workers/input_refusals.py) are no evidence of what a version does (QA AF)."""
+    that took it: selection/serving.py `does_the_job`) are no evidence of what a version does (QA AF)."""
     records = [r for r in records if not r.forgiven]
     judged = sum(r.error_class == JUDGED_WRONG for r in records) if judgements_applied else None
     return RecommendationReport(records=len(records), judged_wrong=judged,

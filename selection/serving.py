@@ -28,6 +28,9 @@ NEWCOMER_MIN_SIMILARITY = 0.5
 # A past call whose scenario is at least this similar was the same job, in other words (unrelated
 # jobs stay below 0.6): what a half-open version did before, or what people judged it wrong on.
 SAME_JOB = 0.8
+# A version that succeeded at a job this many times (in other calls) does it reliably: one success
+# may be a fallback's luck (an outage, workers/outage.py, and a refused input, `does_the_job`).
+RELIABLE_RUNS = 3
 # A version people judged wrong on a job this many times at least (and more often than right, and
 # the last time) yields first place to another tool on a share of its calls: one judgement may be
 # a person's slip; two that agree say the job goes wrong...
@@ -209,6 +212,22 @@ def did_the_job(e: CandidateEvidence) -> bool:
     return max(e.namespace_success_similarities, default=0.0) >= SAME_JOB
 
 
+def does_the_job(e: CandidateEvidence) -> bool:
+    """Whether this version does jobs like this one: RELIABLE_RUNS of its successes (not set aside)
+    are at least SAME_JOB similar. Its refusal of the call's input (bad_input) is then the caller's
+    mistake (`ToolExecutionResult.callers_mistake`), not evidence of what the version is fit for.
+
+    QA AD: a caller left a key out of a sha1 job. hash_text, which had served 10 such jobs, refused
+    the input; the refusal counted against hash_text on the job, and a lowercasing tool (0.37
+    similar) that took the input without an error "succeeded": every later call of the job, with
+    the right input, went to the lowercasing tool. Decided when the call is planned, from the
+    successes selection found nearby, so that the failure mark and the call's outcome, applied by
+    separate tasks, read the same answer (workers/outcomes.py). A version that did not do the job
+    has its refusals counted: that it refuses such inputs is what they teach (a text tool tried on
+    a sort job)."""
+    return sum(s >= SAME_JOB for s in e.success_similarities) >= RELIABLE_RUNS
+
+
 def failed_the_job(e: CandidateEvidence) -> bool:
     """Whether this version failed at jobs like this one (refused them, say) and never did one: a
     version that did them too, and failed them since, is what people's judgements decide
@@ -287,5 +306,7 @@ def refused_for_its_namespace(plan: CallPlan) -> str | None:
     later = plan.candidates[tried + 1:]
     if not later or any(c.manifest.name == namespace for c in later):  # its other versions are still tried
         return None
+    why = (f"; it does such jobs ({RELIABLE_RUNS} or more like this one succeeded): check the input"
+           if last.callers_mistake else "")
     return (f"{namespace}@{last.version} refused the input (bad_input): the tools outside {namespace} were not "
-            "tried with it")
+            f"tried with it{why}")

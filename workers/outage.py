@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from selection.ports import EXECUTIONS, FAILURES, FEEDBACK, FORGIVEN, Match, Range, VectorFilter, VectorPoint
-from selection.serving import SAME_JOB
+from selection.serving import RELIABLE_RUNS, SAME_JOB
 from workers.degraded import is_store_failure
 
 if TYPE_CHECKING:
@@ -31,7 +31,6 @@ log = logging.getLogger("fittest.outage")
 
 
 RUNS_SCAN = 256  # the version's newest runs looked through for the start of its outage
-RELIABLE_RUNS = 3  # runs of the job before its failures that must all have succeeded for an outage
 OUTAGE_SCAN = 1000  # records of one outage looked at, per collection
 
 
@@ -56,7 +55,7 @@ def outage_start(rt: Runtime, key: str, vector: list[float], before: float, call
     to that one all succeeded. None: it never did the job, or it failed between its successes (a
     flaky tool, whose breaker a run of failures opens and the next success closes, has no outage
     to forgive: QA AB saw all 8 failures of a tool failing two runs in three forgiven)."""
-    runs = rt.memory.scroll(  # a refused input that was the caller's mistake is no run of the job (input_refusals.py)
+    runs = rt.memory.scroll(  # a refused input that was the caller's mistake is no run of the job (serving.py does_the_job)
         EXECUTIONS, filter=VectorFilter(must=[Match(key="tool", any_of=[key])], must_not=[FORGIVEN],
                                         ranges=[Range(key="timestamp", lt=before)]),
         limit=RUNS_SCAN, descending_by="timestamp")

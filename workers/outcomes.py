@@ -6,7 +6,7 @@ through the same code without Celery.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from evolution.models import bounded_input
@@ -16,7 +16,6 @@ from selection.models import FailureMark, OutcomeRecord
 from selection.ports import EXECUTIONS, FAILURES, FailureApplied, VectorPoint
 from workers.feedback_store import as_judged, judgements_known, write_feedback
 from workers.evolution_memory import apply_evolution_outcomes
-from workers.input_refusals import refused_a_job_it_does
 from workers.outage import forgive_outage
 from workers.pending import upsert_or_keep
 
@@ -31,8 +30,7 @@ def apply_failure(rt: Runtime, mark: FailureMark, vector: list[float] | None = N
     """
     # The caller's mistake is counted, but demotes nothing (QA AE: 11 of them took a tool that does
     # the job from quality 1.00 to 0.43, under the evolution threshold).
-    mistake = refused_a_job_it_does(rt, mark.key, mark.error_class, mark.scenario, vector, mark.call_id)
-    applied = rt.state.mark_failure(mark.key, mark.attempt_id, mark.effective_severity(), demote=not mistake)
+    applied = rt.state.mark_failure(mark.key, mark.attempt_id, mark.effective_severity(), demote=not mark.callers_mistake)
     upsert_or_keep(  # kept in Redis and written later when the vector memory is unavailable
         rt,
         FAILURES,
@@ -52,7 +50,7 @@ def apply_failure(rt: Runtime, mark: FailureMark, vector: list[float] | None = N
                     "timestamp": mark.timestamp,
                     "input": bounded_input(mark.input),  # replayed when evolution verifies a fix
                     "targeted": mark.targeted,
-                    **({"forgiven": True} if mistake else {}),  # the caller's input, not the tool (workers/input_refusals.py)
+                    **({"forgiven": True} if mark.callers_mistake else {}),  # the caller's input, not the tool (serving.py does_the_job)
                 },
             )
         ],
@@ -85,15 +83,7 @@ def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord],
     feedback: list[FeedbackRecord] = []
     feedback_vectors: list[list[float]] = []
     for i, record in enumerate(records):
-        vector = vectors[i] if vectors is not None else None
-        # A refusal that was the caller's mistake says nothing of its tool, nor does the success of
-        # another tool on that input after it (QA AE: four such calls handed the job to a tool that
-        # takes any input, and every correct call after them went to it).
-        mistakes = [a for a in record.attempts if not a.success
-                    and refused_a_job_it_does(rt, a.key, a.error_class, record.scenario, vector, record.call_id)]
-        taken_over = [a for a in record.attempts if a.success and any(m.tool != a.tool for m in mistakes)]
-        out[i]["set_aside"] = [a.attempt_id for a in (*mistakes, *taken_over)]  # their execution records too
-        forgiven = {f"outcome:{a.attempt_id}" for a in (*mistakes, *taken_over)}
+        forgiven = {f"outcome:{attempt}" for attempt in record.set_aside()}
         given = [f.model_copy(update={"forgiven": True}) if f.id in forgiven else f for f in outcome_feedback(record, quality)]
         out[i]["feedback"] = len(given)
         feedback += given
@@ -127,9 +117,10 @@ def outcome_feedback(record: OutcomeRecord, quality: Mapping[str, float]) -> lis
     return out
 
 
-def execution_records(record: OutcomeRecord, set_aside: Collection[str] = ()) -> list[ExecutionRecord]:
-    """The call's attempts as the learner keeps them; `set_aside`: the attempt ids of successes on an
-    input that a tool doing the job refused (`apply_outcomes` says which), stored `forgiven`."""
+def execution_records(record: OutcomeRecord) -> list[ExecutionRecord]:
+    """The call's attempts as the learner keeps them (those set aside as the caller's mistake
+    stored `forgiven`: `OutcomeRecord.set_aside`)."""
+    set_aside = record.set_aside()
     return [
         ExecutionRecord(
             attempt_id=a.attempt_id,

@@ -42,7 +42,8 @@ from selection.ports import (
     VectorHit,
     VectorPoint,
 )
-from selection.serving import ServedVersions, breaker_probe, evolved_first, explored_first, newcomer_to_try, served_first
+from selection.serving import (ServedVersions, breaker_probe, does_the_job, evolved_first, explored_first, newcomer_to_try,
+                               served_first)
 from selection.sparc import sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
@@ -227,8 +228,10 @@ class Selector:
                                 newcomer=newcomer.key if newcomer else None, passed=passed, probe=probe,
                                 half_open=self._local.half_open)
         timeouts = {e.key: e.timeout_s for e in evidence}
+        doers = {e.key for e in evidence if does_the_job(e)}
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)
+            c.does_the_job = c.key in doers
         return CallPlan(
             request=request,
             candidates=ranked[:keep],

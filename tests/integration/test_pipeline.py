@@ -100,6 +100,26 @@ def test_a_call_naming_a_tool_ends_where_the_tool_refuses_its_input(pipeline):
     assert pipeline.state().stats(["csv_strict@1.0.0"])["csv_strict@1.0.0"] == before
 
 
+def test_a_refused_input_of_a_job_the_tool_does_is_the_callers_mistake_and_does_not_demote_it(pipeline):
+    """QA AD: a caller left a key out of a job its tool had done, and the refusal demoted the tool
+    (QA AE: 11 took it from 1.00 to 0.43). Selection decides, when it plans the call, that the tool
+    does the job; the execution worker marks the refusal, and the feedback worker counts it without
+    demoting the tool."""
+    for i in range(3):
+        done = pipeline.call(scenario=f"turn these comma separated lines into records (batch {i})",
+                             input={"text": "a,b\n1,2\n"}, namespace="csv_strict")
+        assert done["status"] == "success", done
+    pipeline.settled()  # the successes are in the vector memory (fittest.learn is batched)
+    before = pipeline.state().stats(["csv_strict@1.0.0"])["csv_strict@1.0.0"]
+    result = pipeline.call(scenario="turn these comma separated lines into records (batch 9)", input={"rows": 3},
+                           namespace="csv_strict")
+    assert result["status"] == "failed", result
+    assert [(a["tool"], a["error_class"], a["callers_mistake"]) for a in result["attempts"]] == [("csv_strict", "bad_input", True)]
+    assert "it does such jobs (3 or more like this one succeeded): check the input" in result["message"]
+    pipeline.wait_for(lambda: pipeline.state().stats(["csv_strict@1.0.0"])["csv_strict@1.0.0"].failures == before.failures + 1)
+    assert pipeline.state().stats(["csv_strict@1.0.0"])["csv_strict@1.0.0"].quality == before.quality  # counted, not demoted
+
+
 def test_shell_metacharacters_reach_the_program_as_one_argument(pipeline):
     nasty = "; rm -rf / && echo $(whoami) | cat > /tmp/pwned"
     result = pipeline.call(scenario="show which argv the program gets", input={"text": nasty}, namespace="echo_args")

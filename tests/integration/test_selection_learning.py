@@ -11,7 +11,7 @@ from typing import Any, Literal
 import pytest
 
 from selection.manifest import ToolManifest
-from selection.models import CallRequest, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
+from selection.models import CallPlan, CallRequest, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import TOOLS as TOOLS_COLLECTION
 from selection.ports import FAILURES, Match, SelectionWeights, VectorFilter, VectorPoint
 from tests.integration.conftest import runtime_in_use
@@ -223,20 +223,30 @@ def test_refused_inputs_of_a_job_its_tool_does_neither_count_against_it_nor_for_
     the job stayed, after four it went; and the refusals took hash_text's quality to 0.43."""
     from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
 
-    def call(call_id: str, scenario: str, attempts: list[tuple[str, bool]]) -> None:
+    def call(call_id: str, scenario: str, attempts: list[tuple[str, bool]]) -> CallPlan:
+        """A call planned by selection whose attempts ran `attempts` (tool, succeeded), applied as
+        the workers apply them; a tool the plan did not rank is taken as one that does not do the job."""
+        plan = rt.selector.plan(CallRequest(scenario=scenario, call_id=call_id))
+        ranked = {c.manifest.name: c for c in plan.candidates}
+        error = FailureClass.bad_input
         ran = [ToolExecutionResult(attempt_id=f"{call_id}:{k}", call_id=call_id, tool=tool, version="1.0.0", success=ok,
-                                   error_class=None if ok else FailureClass.bad_input) for k, (tool, ok) in enumerate(attempts)]
+                                   error_class=None if ok else error,
+                                   callers_mistake=not ok and tool in ranked and ranked[tool].callers_mistake(error))
+               for k, (tool, ok) in enumerate(attempts)]
         for a in ran:
             if not a.success:
                 apply_failure(rt, FailureMark(attempt_id=a.attempt_id, call_id=call_id, tool=a.tool, version="1.0.0",
-                                              scenario=scenario, error_class=FailureClass.bad_input))
+                                              scenario=scenario, error_class=error, callers_mistake=a.callers_mistake))
         done = OutcomeRecord(call_id=call_id, scenario=scenario, attempts=ran)
-        applied = apply_outcome(rt, done)
-        store_executions(rt, execution_records(done, applied["set_aside"]))
+        apply_outcome(rt, done)
+        store_executions(rt, execution_records(done))
+        return plan
 
     scenario = "how many yen do I get for 200 dollars today"
     for i in range(10):  # the currency tool does this job
-        call(f"ok{i}", f"how many yen do I get for {100 + i} dollars today", [("currency_rates", True)])
+        plan = call(f"ok{i}", f"how many yen do I get for {100 + i} dollars today", [("currency_rates", True)])
+        # A success or two may be a fallback's luck: from the third on the version does the job.
+        assert next(c.does_the_job for c in plan.candidates if c.manifest.name == "currency_rates") is (i >= 3)
     for i in range(6):  # a key left out, again and again; the stock tool takes the input without an error
         call(f"mistake{i}", scenario, [("currency_rates", False), ("stock_quotes", True)])
     plan = rt.selector.plan(CallRequest(scenario=scenario, call_id="next"))

@@ -5,10 +5,11 @@ from __future__ import annotations
 from selection.evidence import CandidateEvidence
 from selection.feedback import JudgedOutput
 from selection.manifest import ToolManifest
-from selection.models import Candidate, CallPlan, CallRequest, FailureClass, ScoreBreakdown, ToolExecutionResult
+from selection.models import Candidate, CallPlan, CallRequest, FailureClass, OutcomeRecord, ScoreBreakdown, ToolExecutionResult
 from selection.serving import (
     ServedVersions,
     breaker_probe,
+    does_the_job,
     evolved_first,
     explored_first,
     newcomer_to_try,
@@ -285,3 +286,29 @@ def test_a_call_naming_a_namespace_does_not_hand_an_input_its_versions_refused_t
     assert after(named, ("fast_sort", "1.1.0", refused), ("fast_sort", "1.0.0", FailureClass.timeout)) is None
     # A call by scenario alone names no namespace: a refusal there says the tool is not for the job.
     assert after(CallRequest(scenario="sort"), ("fast_sort", "1.1.0", refused), ("fast_sort", "1.0.0", refused)) is None
+
+
+def test_a_version_does_a_job_after_three_successes_at_it_and_only_its_refusal_then_is_the_callers_mistake() -> None:
+    def doer(*similarities: float) -> bool:
+        return does_the_job(CandidateEvidence(manifest=candidate("hash_text").manifest, success_similarities=list(similarities)))
+
+    assert not doer(0.95, 0.9)  # two may be a fallback's luck
+    assert doer(0.95, 0.9, 0.85)
+    assert not doer(0.95, 0.9, 0.7, 0.6)  # other jobs are not this one
+    does = candidate("hash_text").model_copy(update={"does_the_job": True})
+    assert does.callers_mistake(FailureClass.bad_input)
+    assert not does.callers_mistake(FailureClass.crash)  # a crash is the tool's, whatever it did before
+    assert not candidate("hash_text").callers_mistake(FailureClass.bad_input)
+
+
+def test_a_refusal_by_mistake_sets_aside_the_success_of_the_tool_that_took_the_input_after_it() -> None:
+    def attempt(tool: str, ok: bool, mistake: bool = False) -> ToolExecutionResult:
+        return ToolExecutionResult(attempt_id=f"c:{tool}", call_id="c", tool=tool, version="1.0.0", success=ok,
+                                   error_class=None if ok else FailureClass.bad_input, callers_mistake=mistake)
+
+    mistaken = OutcomeRecord(call_id="c", scenario="sha1 of this text",
+                             attempts=[attempt("hash_text", False, mistake=True), attempt("lower_text", True)])
+    assert mistaken.set_aside() == {"c:hash_text", "c:lower_text"}
+    counted = OutcomeRecord(call_id="c", scenario="sha1 of this text",
+                            attempts=[attempt("lower_text", False), attempt("hash_text", True)])
+    assert counted.set_aside() == set()

@@ -190,9 +190,10 @@ def exit_code(outcome: dict[str, Any], namespace: str | None = None) -> int:
 def _attempt_row(table: Table, number: str, a: dict[str, Any]) -> None:
     err = f"{a.get('error_class') or ''} {a.get('error_message') or ''}".strip()
     probe = " [dim](breaker probe: no attempt used)[/dim]" if a.get("probe") else ""
+    mistake = " [yellow](it does such jobs: check the input)[/yellow]" if a.get("callers_mistake") else ""
     table.add_row(number, literal(f"{a['tool']}@{a['version']}") + probe,
                   "[green]success[/green]" if a["outcome"] == "success" else "[red]failure[/red]",
-                  literal(abridged(err)), f"{a.get('execution_time_ms', 0):.0f}")
+                  literal(abridged(err)) + mistake, f"{a.get('execution_time_ms', 0):.0f}")
 
 
 def show_call(outcome: dict[str, Any]) -> None:

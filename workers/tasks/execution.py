@@ -119,6 +119,7 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: 
         execution_time_ms=outcome.elapsed_ms,
         complexity=float(plan.features.get("complexity", 0.0) or 0.0),
         metadata={"attempt": index, **metadata, "policy": plan.policy},
+        callers_mistake=candidate.callers_mistake(outcome.error_class),
     )
     # The caller's fault is not the tool's; a redelivered attempt feeds the breaker once.
     feeds_breaker = outcome.error_class is not FailureClass.bad_input
@@ -178,6 +179,7 @@ def send_failure(plan: CallPlan, result: ToolExecutionResult) -> None:
         input=plan.request.input,
         features=plan.features,
         targeted=targeted(plan, result),
+        callers_mistake=result.callers_mistake,
     )
     send_recorded(mark_failure, [mark.model_dump(mode="json")], priority=PRIORITY_HIGH)  # resent if lost
 

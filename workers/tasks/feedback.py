@@ -62,8 +62,7 @@ def record_outcome(requests: list[SimpleRequest]) -> int:
     with effects_ended(rt, requests):
         records = batch_payloads(requests, OutcomeRecord, "fittest.record_outcome")
         applied = apply_outcomes(rt, records)
-        send_learn([r for record, done in zip(records, applied, strict=True)
-                    for r in execution_records(record, done["set_aside"])])
+        send_learn([r for record in records for r in execution_records(record)])
     return len(applied)
 
 
