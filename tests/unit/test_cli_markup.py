@@ -330,3 +330,19 @@ def test_show_says_why_a_new_manifest_version_waits_while_a_promote_holds(redis_
     versions = [("1.0.0", "active", True), ("1.1.0", "new manifest version", False)]
     assert_shown(show_lineage(monkeypatch, "word_stats", promotion, versions), "1.0.0  active ◀ served",
                  "1.1.0  new manifest version waits: `fittest promote` decides (`fittest rollback word_stats` lets it go on trial)")
+
+
+def test_a_reader_that_goes_away_ends_a_command_as_sigpipe_does_not_as_a_failed_call() -> None:
+    """QA N10: `fittest call ... | head` exited 1, what a call that did not succeed exits with."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line is written
+    try:
+        done = subprocess.run([sys.executable, "-c", "from workers.cli import main; main()", "schema"],
+                              stdout=write, stderr=subprocess.PIPE, timeout=60)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, b"")

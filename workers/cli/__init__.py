@@ -28,9 +28,19 @@ def main() -> None:
     """Run the command. What stops it that the operator can mend (a setting or FITTEST_CONFIG that
     is refused; a Redis that does not answer or refuses the URL's credentials or database, found
     before the command starts; workers that do not answer; an embedding model that cannot load; a
-    stack that cannot start) ends it with one line that says what, not a traceback."""
+    stack that cannot start) ends it with one line that says what, not a traceback.
+
+    A reader that goes away (`fittest call ... | head`) ends it with the status SIGPIPE leaves
+    (common.py `ReaderAwareConsole`), where click's own output breaks the pipe too."""
+    from workers.cli.common import BROKEN_PIPE
+
+    stdout = sys.stdout
     try:
         app()
+    except SystemExit:
+        if sys.stdout is not stdout:  # click swapped it for a quiet one: the pipe it wrote to broke (EPIPE)
+            sys.exit(BROKEN_PIPE)
+        raise
     except Exception as exc:
         message = operator_error(exc)
         if message is None:

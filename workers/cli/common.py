@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,8 +22,23 @@ from rich.markup import escape
 # whole in logs and CI output instead of truncating their numbers to "0.7…".
 PIPED_WIDTH = 140
 # Emoji codes are off: a tool's output or a scenario that says ":warning:" is printed as it is written.
-console = Console(width=None if sys.stdout.isatty() else PIPED_WIDTH, emoji=False)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH, emoji=False)
+# The status of a process SIGPIPE stopped, as a shell reports it: what `yes | head` leaves.
+BROKEN_PIPE = 128 + signal.SIGPIPE
+
+
+class ReaderAwareConsole(Console):
+    """A console whose reader may go away (`fittest call ... | head`). Rich ends the command with
+    status 1 then, which a call's exit code says of a call that did not succeed (QA N10); this one
+    ends it as SIGPIPE ends other commands."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more reaches the closed pipe
+        raise SystemExit(BROKEN_PIPE)
+
+
+console = ReaderAwareConsole(width=None if sys.stdout.isatty() else PIPED_WIDTH, emoji=False)
+err_console = ReaderAwareConsole(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH, emoji=False)
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
