@@ -41,6 +41,16 @@ class TrialCounts(BaseModel):
     parent_failures: int = 0
 
 
+class JudgedTrial(BaseModel):
+    """The trial a judgement of a call's output counted in, as it stands after it."""
+
+    namespace: str
+    evolved_version: str  # the version on trial
+    role: Literal["evolved", "parent"]  # what the judged version is in it
+    status: str  # the promotion's status after the judgement: on_trial, active or rolled_back
+    counts: TrialCounts
+
+
 class TrialRules(BaseModel):
     successes: int = Field(5, ge=1)  # K
     min_parent_runs: int = Field(3, ge=1)

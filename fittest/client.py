@@ -29,12 +29,14 @@ from celery.result import AsyncResult
 from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
+from selection.manifest import tool_reference
 from selection.models import CallRequest, CallResult, size_errors
-from workers.client import CallSender, CallToolPayload, FeedbackRequest, payload_schemas, refusal
+from workers.client import CallSender, refusal
+from workers.payloads import CallToolPayload, FeedbackReply, FeedbackRequest, RecordedFeedback, payload_schemas
 from workers.settings import Settings, get_settings, redact_url
 
-__all__ = ["CallRequest", "CallResult", "CallToolPayload", "FeedbackRequest", "FittestClient", "FittestUnavailable",
-           "payload_schemas"]
+__all__ = ["CallRequest", "CallResult", "CallToolPayload", "FeedbackReply", "FeedbackRequest", "FittestClient", "FittestUnavailable",
+           "RecordedFeedback", "payload_schemas"]
 
 
 class FittestUnavailable(ConnectionError):
@@ -126,19 +128,20 @@ class FittestClient(CallSender):
 
     def record_feedback(self, tool: str, sentiment: Literal["positive", "negative"], *, version: str | None = None,
                         scenario: str | None = None, reason: str = "", quality: float = 1.0,
-                        call_id: str | None = None, timeout: float = 30.0) -> dict[str, Any]:
+                        call_id: str | None = None, timeout: float = 30.0) -> RecordedFeedback:
         """Judge a tool version's work, e.g. the output of a call (`result.tool`, `result.version`,
         the call's scenario, `call_id=result.call_id`) that a person or a later check accepted or
         rejected. With `call_id` the judgement takes the place of the feedback the call's outcome
         gave the version on its own (a success is positive), whichever is stored first. Selection
         weighs it for similar scenarios, decayed with age, within ±50 points. Returns the feedback
-        worker's answer (`feedback`, and `score_now`: the version's feedback score for `scenario`);
+        worker's answer (its `feedback` as stored, and `score_now`: the version's feedback score for
+        the judgement's scenario);
         raises ValueError for a payload or a tool the workers refuse, FittestUnavailable when a
         store they need to check it is down (sent again later, it is recorded), and celery's
         TimeoutError when no worker took it within `timeout`: it is then not recorded, ever (its
         message expires), and may be sent again."""
-        if "@" in tool:  # NAME@VERSION, as the CLI takes it (QA AC)
-            named, _, given = tool.partition("@")
+        named, given = tool_reference(tool)  # NAME@VERSION, as the CLI takes it (QA AC)
+        if given is not None:
             if version is not None and version != given:  # QA AD: "no tool version 'NAME@1.0.0@2.0.0'"
                 raise ValueError(f"version: given twice, as {tool!r} and version={version!r}: give one")
             tool, version = named, given
@@ -146,11 +149,12 @@ class FittestClient(CallSender):
                                                   "scenario": scenario, "reason": reason, "quality": quality,
                                                   "call_id": call_id})
         with _reaching(self.settings.redis_url, "recording feedback"):
-            answer = self.ask_within("record_feedback", timeout, queue="feedback", **request.model_dump(mode="json"))
-        if answer.get("status") != "recorded":
-            said = "; ".join(f"{e['field']}: {e['message']}" for e in answer.get("errors", [])) or str(answer)
-            raise FittestUnavailable(said) if answer.get("status") == "unavailable" else ValueError(said)
-        return answer
+            answer = FeedbackReply.model_validate(
+                self.ask_within("record_feedback", timeout, queue="feedback", **request.model_dump(mode="json")))
+        if answer.status != "recorded" or answer.feedback is None:
+            said = "; ".join(f"{e['field']}: {e['message']}" for e in answer.errors) or f"not recorded ({answer.status})"
+            raise FittestUnavailable(said) if answer.status == "unavailable" else ValueError(said)
+        return RecordedFeedback(feedback=answer.feedback, score_now=answer.score_now, trial=answer.trial)
 
     def close(self) -> None:
         """Release the broker and backend connections (results of subtasks unsubscribe first)."""

@@ -253,6 +253,17 @@ def split_key(key: str) -> tuple[str, str]:
     return name, version
 
 
+def tool_reference(text: str) -> tuple[str, str | None]:
+    """A tool as people and services name one: NAME, or NAME@VERSION for that version. One reading,
+    and one wording of what is missing (ValueError), for the CLI's arguments and the client's."""
+    name, at, version = text.partition("@")
+    if not name.strip():
+        raise ValueError(f"{text!r} names no tool: NAME, or NAME@VERSION")
+    if at and not version:
+        raise ValueError(f"{text!r} names no version: NAME, or NAME@VERSION")
+    return name, version or None
+
+
 def _field_and_reason(exc: ValidationError) -> tuple[str, str]:
     """The first bad field, and what is wrong with it and with each other bad field: an author
     mends them all at once rather than one per load (pydantic's "Value error, " left out)."""

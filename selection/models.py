@@ -11,9 +11,9 @@ import math
 import time
 import uuid
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from selection.context import check_context
 from selection.manifest import NAME_PATTERN, ToolManifest, check_semver
@@ -51,12 +51,23 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+def _not_blank(v: str | None) -> str | None:
+    """A scenario of spaces names no job, and is refused as one (QA F7: `--scenario "   "` was
+    stored as a judgement's job); an empty one is left to the field (refused, or meaning none)."""
+    if v and not v.strip():
+        raise ValueError("scenario is blank")
+    return v
+
+
+NOT_BLANK = AfterValidator(_not_blank)
+
+
 class CallRequest(BaseModel):
     """What a service asks for: a job described in words, its input, and limits on the search."""
 
     model_config = ConfigDict(extra="forbid")
 
-    scenario: str = Field(min_length=1, max_length=MAX_SCENARIO_CHARS)
+    scenario: Annotated[str, NOT_BLANK] = Field(min_length=1, max_length=MAX_SCENARIO_CHARS)
     input: dict[str, Any] = Field(default_factory=dict)
     tags: list[str] = Field(default_factory=list, max_length=32)
     namespace: str | None = Field(None, pattern=NAME_PATTERN)  # a name no tool can have finds nothing: refused
@@ -81,13 +92,6 @@ class CallRequest(BaseModel):
         if bare:
             raise ValueError(f"exclude takes tool versions as NAME@VERSION; {', '.join(map(repr, bare[:5]))} "
                              "names no version")
-        return v
-
-    @field_validator("scenario")
-    @classmethod
-    def _scenario_text(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("scenario is blank")
         return v
 
     @field_validator("tags")
@@ -306,6 +310,9 @@ class CallResult(BaseModel):
     notes: list[str] = Field(default_factory=list)  # what did not stop the call, e.g. a namespace no tool has
     evolution: CallEvolution | None = None
     elapsed_ms: float = 0.0  # from the call's start to its result, an evolution and its retry included
+    # Why nothing was ranked (status no_candidates), as `message` says it: `no_such_version` is the
+    # caller's to mend (the CLI refuses it, exit code 2), the others are answers.
+    no_candidates_reason: Literal["no_match", "no_such_version", "held_back"] | None = None
 
     @classmethod
     def from_plan(cls, plan: CallPlan, status: CallStatus, message: str = "") -> CallResult:

@@ -126,16 +126,14 @@ def make_app(settings: Settings | None = None) -> Celery:
         redbeat_lock_timeout=BEAT_LOCK_TIMEOUT_S,
         redbeat_redis_options={"retry_period": BEAT_REDIS_RETRY_S, "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
                                "socket_connect_timeout": 5.0, "health_check_interval": BROKER_HEALTH_CHECK_S},
-        beat_schedule={
+        beat_schedule={  # sent to the queue TASK_ROUTES names, as every other message
             "retrain-weights": {
                 "task": "fittest.retrain_weights",
                 "schedule": settings.retrain_interval_s,
-                "options": {"queue": "learning"},
             },
             "prune-history": {
                 "task": "fittest.prune_history",
                 "schedule": settings.retrain_interval_s,
-                "options": {"queue": "learning"},
             },
         },
     )

@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import errno
 import logging
-import math
 import threading
 import time
-from typing import Any, Literal
+from typing import Any
 
 from celery import Celery
 from celery.result import AsyncResult
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 from redis.exceptions import OutOfMemoryError, RedisError
 
-from selection.models import CALL_ID_PATTERN, CallRequest, CallResult
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.settings import Settings, get_settings
 from workers.state import redis_client
@@ -36,66 +33,6 @@ CALL_TASKS = ("resilient_tool_call", "call_tool")
 STARTED_SETTLE_S = 0.5
 # How much longer `ask_within` waits for a task found running at its timeout.
 STARTED_GRACE_S = 30.0
-
-
-class CallToolPayload(BaseModel):
-    """Keyword arguments of `fittest.call_tool`. The other fields of `resilient_tool_call`'s payload
-    (call_id, tags, context, max_attempts) are accepted too and mean the same; `namespace` is `name`."""
-
-    name: str = Field(min_length=1)
-    input: dict[str, Any] = {}
-    version: str | None = None
-    use_evolved: bool = True
-    scenario: str | None = None  # what the call is for; default the tool's description
-
-
-class FeedbackRequest(BaseModel):
-    """Keyword arguments of `fittest.record_feedback` (queue `feedback`): a judgement of a tool
-    version's work, which selection weighs by the similarity of its scenario and by its age."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    tool: str = Field(min_length=1, max_length=64)
-    sentiment: Literal["positive", "negative"]
-    version: str | None = None  # default: the version of it `call_id` ran, else the one serving most of its calls
-    scenario: str | None = Field(None, max_length=4000)  # default: `call_id`'s scenario, else the tool in general
-    reason: str = Field("", max_length=500)
-    quality: float = Field(1.0, ge=0.0, le=1.0)
-    # The call whose output this judges: the judgement takes the place of the feedback that call's
-    # outcome gave the version automatically (a success that a person found wrong is not a success).
-    # The call must be known (its result stored, or its outcome recorded) and have run the tool.
-    call_id: str | None = Field(None, pattern=CALL_ID_PATTERN)
-
-    @field_validator("scenario")
-    @classmethod
-    def _scenario_text(cls, v: str | None) -> str | None:
-        """Refused as a call's blank scenario is (QA F7: `--scenario "   "` was stored as a job); an
-        empty one stays what leaving it out means, the tool in general."""
-        if v and not v.strip():
-            raise ValueError("scenario is blank")
-        return v
-
-    @field_validator("quality", mode="before")
-    @classmethod
-    def _a_number(cls, v: Any) -> Any:
-        """NaN fails the range check, whose words ("less than or equal to 1") sent QA F8 looking for
-        a value too large; it is not a number at all."""
-        try:
-            nan = math.isnan(float(v))
-        except (TypeError, ValueError):
-            return v
-        if nan:
-            raise ValueError(f"{v} is not a number: give one from 0 to 1")
-        return v
-
-
-def payload_schemas() -> dict[str, dict[str, Any]]:
-    return {
-        "resilient_tool_call": CallRequest.model_json_schema(),
-        "call_tool": CallToolPayload.model_json_schema(),
-        "record_feedback": FeedbackRequest.model_json_schema(),
-        "result": CallResult.model_json_schema(),
-    }
 
 
 def detach(result: AsyncResult) -> None:

@@ -21,9 +21,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Literal
 
 from evolution.models import (
     Evidence,
@@ -35,7 +33,7 @@ from evolution.models import (
     SuccessfulRun,
     Trigger,
 )
-from evolution.trial import TrialCounts, TrialRules, decide, head_version, parent_rate
+from evolution.trial import JudgedTrial, TrialCounts, TrialRules, decide, head_version, parent_rate
 from selection.manifest import ManifestError, load_manifest
 from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord, Promotion
 from selection.ports import EVOLUTIONS, FAILURES, FORGIVEN, FailureApplied, Match, VectorFilter, VectorHit, VectorPoint
@@ -230,17 +228,15 @@ def judged_right(rt: Runtime, key: str, successes: list[SuccessfulRun]) -> list[
     return [s for s in successes if judged.get((key, s.call_id)) != "negative"]
 
 
-def apply_evolution_record(rt: Runtime, record: EvolutionRecord) -> dict[str, Any]:
+def apply_evolution_record(rt: Runtime, record: EvolutionRecord) -> None:
     """Serve the new version from now on and remember every verdict as an evolution pattern."""
-    registered = None
     if record.promoted_version and record.manifest_path:
         root = evolved_dir(rt.settings).resolve()
         path = (root / record.manifest_path).resolve()
         if not path.is_relative_to(root):
             raise ValueError(f"manifest path {record.manifest_path!r} leads outside {root}")
         try:
-            manifest = rt.selector.ensure_tool(load_manifest(path))
-            registered = manifest.key if manifest else None
+            rt.selector.ensure_tool(load_manifest(path))
         except ManifestError as exc:
             log.error("evolved manifest refused: %s", exc)
     judged = [(i, c) for i, c in enumerate(record.candidates) if c.outcome in ("verified", "failed")]
@@ -257,7 +253,6 @@ def apply_evolution_record(rt: Runtime, record: EvolutionRecord) -> dict[str, An
             )
             for i, c in judged
         ], texts=[record.pattern] * len(judged))
-    return {"job_id": record.job_id, "registered": registered, "patterns": len(judged)}
 
 
 def traffic_namespace(record: OutcomeRecord) -> str | None:
@@ -317,16 +312,6 @@ def _act_on_trial(rt: Runtime, promotion: Promotion, counts: TrialCounts) -> boo
         return False
     trial_new_manifests(rt.state, rt.evolution, rt.registry, [promotion.namespace])  # one that waited for this trial
     return True
-
-
-class JudgedTrial(BaseModel):
-    """The trial a judgement of a call's output counted in, as it stands after it."""
-
-    namespace: str
-    evolved_version: str  # the version on trial
-    role: Literal["evolved", "parent"]  # what the judged version is in it
-    status: str  # the promotion's status after the judgement: on_trial, active or rolled_back
-    counts: TrialCounts
 
 
 def judge_trial(rt: Runtime, key: str, call_id: str, sentiment: Literal["positive", "negative"]) -> JudgedTrial | None:

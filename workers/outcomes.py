@@ -7,7 +7,7 @@ through the same code without Celery.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evolution.models import bounded_input
 from selection.feedback import FeedbackRecord, outcome_value
@@ -59,25 +59,19 @@ def apply_failure(rt: Runtime, mark: FailureMark, vector: list[float] | None = N
     return applied
 
 
-def apply_outcome(rt: Runtime, record: OutcomeRecord, vector: list[float] | None = None) -> dict[str, Any]:
+def apply_outcome(rt: Runtime, record: OutcomeRecord, vector: list[float] | None = None) -> None:
     """`apply_outcomes` for one call; `vector`: its scenario's, when the caller has it."""
-    return apply_outcomes(rt, [record], None if vector is None else [vector])[0]
+    apply_outcomes(rt, [record], None if vector is None else [vector])
 
 
-def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord],
-                   vectors: Sequence[list[float]] | None = None) -> list[dict[str, Any]]:
+def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord], vectors: Sequence[list[float]] | None = None) -> None:
     """Count the successful attempts of finished calls and give every attempt's exact version its
     feedback (the failed attempts of a call that later succeeded too), once per attempt id. The
     calls' execution records are the learner's (`store_executions`, what `fittest.learn` runs).
 
     Many calls at once (`fittest.record_outcome` is batched): the quality of every version and the
     promotions of every namespace are read once, and the feedback is written in one upsert."""
-    successes = [(i, a) for i, record in enumerate(records) for a in record.attempts if a.success]
-    counted = rt.state.record_successes([(a.key, a.attempt_id) for _, a in successes])
-    out: list[dict[str, Any]] = [{"call_id": r.call_id, "successes_counted": [], "feedback": 0} for r in records]
-    for (i, a), was_counted in zip(successes, counted):
-        if was_counted:
-            out[i]["successes_counted"].append(a.attempt_id)
+    rt.state.record_successes([(a.key, a.attempt_id) for record in records for a in record.attempts if a.success])
     apply_evolution_outcomes(rt, records)
     quality = {key: s.quality for key, s in rt.state.stats([a.key for r in records for a in r.attempts]).items()}
     feedback: list[FeedbackRecord] = []
@@ -85,7 +79,6 @@ def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord],
     for i, record in enumerate(records):
         forgiven = {f"outcome:{attempt}" for attempt in record.set_aside()}
         given = [f.model_copy(update={"forgiven": True}) if f.id in forgiven else f for f in outcome_feedback(record, quality)]
-        out[i]["feedback"] = len(given)
         feedback += given
         if vectors is not None:
             feedback_vectors += [vectors[i]] * len(given)
@@ -98,8 +91,7 @@ def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord],
         for a in record.attempts:
             if a.success and a.metadata.get("breaker") == "recovered":
                 vector = vectors[i] if vectors is not None else rt.embedder.embed_one(record.scenario)
-                out[i]["forgiven"] = forgive_outage(rt, a.key, vector, a.timestamp, record.call_id)
-    return out
+                forgive_outage(rt, a.key, vector, a.timestamp, record.call_id)  # logs what it forgave
 
 
 def outcome_feedback(record: OutcomeRecord, quality: Mapping[str, float]) -> list[FeedbackRecord]:

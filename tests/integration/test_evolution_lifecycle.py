@@ -15,9 +15,9 @@ from evolution.models import EvolutionJob, EvolutionRecord, EvolutionReport, Evi
 from evolution.mutation import Mutator, load_mutators
 from evolution.mutators.code import CodeMutator
 from evolution.verification import StageRun
-from evolution.trial import TrialCounts, head_version, served_version, withdrawn_version
+from evolution.trial import JudgedTrial, TrialCounts, head_version, served_version, withdrawn_version
 from selection.models import CallPlan, CallRequest, FailureClass, FailureMark, OutcomeRecord, Promotion, Severity, ToolExecutionResult
-from workers.evolution_memory import JudgedTrial, apply_evolution_record, build_job, judge_trial, maybe_evolve_for_quality
+from workers.evolution_memory import apply_evolution_record, build_job, judge_trial, maybe_evolve_for_quality
 from workers.feedback_store import JudgedCall, judged_as, record_tool_feedback
 from workers.evolver import Evolver, mutator_config
 from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
@@ -537,7 +537,7 @@ def test_a_success_a_person_judged_wrong_is_no_example_for_an_evolution(rt: Runt
     """QA U: a word_stats call judged wrong (`feedback add ... --call`) became one of the examples
     of the version evolved next, and a replayed success whose answer a candidate must keep."""
     from workers.evolution_memory import apply_evolution_outcomes
-    from workers.feedback_store import JudgedCall, judged_as, record_tool_feedback
+    from workers.feedback_store import JudgedCall, record_tool_feedback
 
     apply_evolution_outcomes(rt, [outcome(attempt("slowish@1.0.0", True, "right")),
                                   outcome(attempt("slowish@1.0.0", True, "wrong")).model_copy(update={"scenario": "count wrongly"})])

@@ -121,22 +121,23 @@ def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline
         pipeline.settled()  # the call's own outcome is feedback too (a success: positive)
         liked = client.record_feedback(result.tool, "positive", version=result.version, scenario=scenario)
         # the plans of the calls before it cached what they searched: the ranking is not one of those
-        assert feedback_in_ranking(key) == pytest.approx(liked["score_now"], abs=0.01)
+        assert feedback_in_ranking(key) == pytest.approx(liked.score_now, abs=0.01)
         answer = client.record_feedback(result.tool, "negative", version=result.version, scenario=scenario,
                                         reason="the rows came back as one")
-        assert answer["feedback"]["tool"] == result.tool and answer["feedback"]["version"] == result.version
-        assert answer["score_now"] < liked["score_now"]
-        assert feedback_in_ranking(key) == pytest.approx(answer["score_now"], abs=0.01)  # at once
+        assert answer.feedback.tool == result.tool and answer.feedback.version == result.version
+        assert answer.score_now is not None and liked.score_now is not None  # the vector memory answered
+        assert answer.score_now < liked.score_now
+        assert feedback_in_ranking(key) == pytest.approx(answer.score_now, abs=0.01)  # at once
         # A judgement of this call's output takes the place of the success its outcome recorded.
         judged = client.record_feedback(result.tool, "negative", version=result.version, scenario=scenario,
                                         reason="wrong rows", call_id=result.call_id)
-        assert judged["score_now"] < 0 and feedback_in_ranking(key) == pytest.approx(judged["score_now"], abs=0.01)
+        assert judged.score_now is not None and judged.score_now < 0 and feedback_in_ranking(key) == pytest.approx(judged.score_now, abs=0.01)
         # QA: a call judged without a scenario was judged as "the tool in general"; it is the call's job,
         # and the version it ran.
         again = client.record_feedback(result.tool, "negative", reason="wrong rows", call_id=result.call_id)
-        assert again["feedback"]["scenario"] == scenario and again["feedback"]["version"] == result.version
-        assert again["score_now"] == pytest.approx(judged["score_now"], abs=0.01)  # it replaced that judgement
-        assert again["feedback"]["id"] == judged["feedback"]["id"]  # QA: three judgements of one call added up
+        assert again.feedback.scenario == scenario and again.feedback.version == result.version
+        assert again.score_now == pytest.approx(judged.score_now, abs=0.01)  # it replaced that judgement
+        assert again.feedback.id == judged.feedback.id  # QA: three judgements of one call added up
         # A call whose caller chose its id is found by its outcome, applied in batches: judged at once
         # it is looked for again (QA: 5 of 5 such judgements sent as the call returned were refused).
         chosen = client.run(scenario, input={"text": "x,y\n3,4\n"}, namespace="csv_lenient", call_id="my-service-call-42")
@@ -145,7 +146,7 @@ def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline
         kept = cli("result", "my-service-call-42", "--json")
         assert kept.exit_code == 0, kept.output
         assert json.loads(kept.output)["call_id"] == "my-service-call-42" and json.loads(kept.output)["tool"] == "csv_lenient"
-        assert client.record_feedback(chosen.tool, "positive", call_id="my-service-call-42")["feedback"]["scenario"] == scenario
+        assert client.record_feedback(chosen.tool, "positive", call_id="my-service-call-42").feedback.scenario == scenario
         # The same job sent again under its id goes through; another job under it is refused before it
         # is sent (QA AC B5: it was handed the first job's result, and what it taught was dropped).
         assert client.run(scenario, input={"text": "x,y\n3,4\n"}, namespace="csv_lenient", call_id="my-service-call-42").call_id \

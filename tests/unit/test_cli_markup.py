@@ -198,7 +198,7 @@ def test_feedback_shows_reasons_and_scenarios_as_written(redis_answers: None, mo
                  *[f"│ {text}" for text in TRICKY], *[f"sort numbers {text}" for text in TRICKY])
 
     recorded = {"status": "recorded", "score_now": -1.0,
-                "feedback": {"value": -1.0, "tool": "fast[/x]", "version": "[/v]1.0.0"}}
+                "feedback": {"value": -1.0, "tool": "fast[/x]", "version": "[/v]1.0.0", "scenario": "sort numbers"}}
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: recorded)
     assert_shown(invoke(["feedback", "add", "fast_sort", "negative", "--reason", "oops [/x]"]), "for fast[/x]@[/v]1.0.0;")
 
@@ -285,15 +285,18 @@ def test_rollback_and_promote_name_the_versions_as_written(monkeypatch: pytest.M
 
 
 def test_evolution_report_prints_candidates_and_notes_as_written() -> None:
-    report = {"namespace": "fast_sort", "parent": "fast[/x]@1.0.0", "status": "[/failed]", "elapsed_s": 1.0,
-              "message": f"no candidate passed: {' '.join(TRICKY)}",
-              "candidates": [{"mutator": "[/llm]", "mutation": f"fix {text}", "outcome": "[/rejected]",
-                              "stages": [{"stage": "[/static]", "passed": False}], "reason": f"test failed: {text}"}
-                             for text in TRICKY],
-              "notes": [f"note {text}" for text in TRICKY]}
+    from evolution.models import EvolutionReport
+
+    report = EvolutionReport.model_validate({
+        "job_id": "j", "namespace": "fast_sort", "trigger": "manual", "parent": "fast[/x]@1.0.0", "status": "no_fix",
+        "elapsed_s": 1.0, "message": f"no candidate passed: {' '.join(TRICKY)}",
+        "candidates": [{"mutator": "[/llm]", "mutation": f"fix {text}", "outcome": "failed",
+                        "stages": [{"stage": "static", "passed": False}], "reason": f"test failed: {text}"}
+                       for text in TRICKY],
+        "notes": [f"note {text}" for text in TRICKY]})
     out = printed(lambda: evolution.show_report(report))
-    assert_shown(out, "evolution of fast[/x]@1.0.0: [/failed] in 1.0s", f"no candidate passed: {' '.join(TRICKY)}",
-                 "[/llm]", "[/rejected]", "[/static]✗", *[f"fix {text}" for text in TRICKY],
+    assert_shown(out, "evolution of fast[/x]@1.0.0: no_fix in 1.0s", f"no candidate passed: {' '.join(TRICKY)}",
+                 "[/llm]", "static✗", *[f"fix {text}" for text in TRICKY],
                  *[f"test failed: {text}" for text in TRICKY], *[f"note {text}" for text in TRICKY])
 
 

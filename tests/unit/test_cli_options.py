@@ -131,7 +131,7 @@ def test_feedback_show_names_a_tool_or_version_nobody_serves_and_keeps_one_versi
 def test_feedback_add_refuses_a_name_with_an_empty_version_and_says_what_its_score_is_for(
     stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    recorded = {"status": "recorded", "feedback": {"tool": "fast_sort", "version": "1.0.0", "value": -1.0}, "score_now": -25.0}
+    recorded = {"status": "recorded", "feedback": {"tool": "fast_sort", "version": "1.0.0", "value": -1.0, "scenario": "sort numbers"}, "score_now": -25.0}
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: recorded)
     assert run("feedback", "add", "fast_sort@", "negative")[0] == 2
     assert run("feedback", "add", "@1.0.0", "negative") == (2, "error: '@1.0.0' names no tool: NAME, or NAME@VERSION")  # QA AC
@@ -145,7 +145,7 @@ def test_feedback_add_of_a_call_a_trial_counted_says_where_the_trial_stands(
 ) -> None:
     trial = {"namespace": "fast_sort", "evolved_version": "1.1.0", "role": "evolved", "status": "rolled_back",
              "counts": {"evolved_successes": 3, "evolved_failures": 2, "parent_successes": 4, "parent_failures": 0}}
-    recorded = {"status": "recorded", "feedback": {"tool": "fast_sort", "version": "1.1.0", "value": -1.0}, "score_now": -25.0}
+    recorded = {"status": "recorded", "feedback": {"tool": "fast_sort", "version": "1.1.0", "value": -1.0, "scenario": "sort numbers"}, "score_now": -25.0}
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: {**recorded, "trial": trial})
     code, out = run("feedback", "add", "fast_sort", "negative", "--call", "c1")
     assert code == 0 and ("the trial of fast_sort@1.1.0 now counts 3/5 successes of the version on trial, 4/4 of "
@@ -168,7 +168,7 @@ def test_feedback_add_refuses_a_blank_scenario_as_explain_does_and_takes_an_empt
     """QA F7: `feedback add sort_numbers negative --scenario "   "` was stored, where `explain "   "`
     is refused with exit code 2."""
     asked: list[dict[str, Any]] = []
-    recorded = {"status": "recorded", "feedback": {"tool": "fast_sort", "version": "1.0.0", "value": -1.0}, "score_now": -25.0}
+    recorded = {"status": "recorded", "feedback": {"tool": "fast_sort", "version": "1.0.0", "value": -1.0, "scenario": "sort numbers"}, "score_now": -25.0}
     monkeypatch.setattr(learning, "_ask", answering(asked, recorded))
     assert run("explain", "   ") == (2, "error: scenario: scenario is blank")
     assert run("feedback", "add", "fast_sort", "negative", "--scenario", "   ") == (2, "error: scenario: scenario is blank")
@@ -185,7 +185,7 @@ def test_a_judgement_of_quality_0_says_it_counts_for_nothing_and_shows_as_plus_z
 ) -> None:
     """QA AC N5: a negative judgement of --quality 0 printed "(+0.00)" and nothing more, and
     `feedback show` listed it as a red -0.00."""
-    answer = {"status": "recorded", "score_now": 0.0, "feedback": {"value": -0.0, "tool": "fast_sort", "version": "1.0.0"}}
+    answer = {"status": "recorded", "score_now": 0.0, "feedback": {"value": -0.0, "tool": "fast_sort", "version": "1.0.0", "scenario": "sort numbers"}}
     monkeypatch.setattr(learning, "_ask", answering([], answer))
     code, out = run("feedback", "add", "fast_sort@1.0.0", "negative", "--quality", "0", "--scenario", "sort")
     assert code == 0 and "recorded negative feedback (+0.00, quality 0: it counts for nothing) for fast_sort@1.0.0" in out
@@ -226,7 +226,7 @@ def test_feedback_add_refusals_exit_2_and_name_what_is_wrong(stores: ToolRegistr
 def test_feedback_add_says_which_version_a_name_alone_judged(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
     """QA F8: during a trial, NAME alone judged the version on trial (25 % of the calls); the help and
     the answer now say it is the version serving most of them."""
-    recorded = {"status": "recorded", "feedback": {"tool": "fast_sort", "version": "1.0.0", "value": -1.0}, "score_now": -25.0}
+    recorded = {"status": "recorded", "feedback": {"tool": "fast_sort", "version": "1.0.0", "value": -1.0, "scenario": "sort numbers"}, "score_now": -25.0}
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: recorded)
     out = run("feedback", "add", "fast_sort", "negative")[1]
     assert "for fast_sort@1.0.0; " in out and "(fast_sort alone: fast_sort@1.0.0, the version serving most of its calls)" in out
@@ -369,7 +369,7 @@ def test_a_call_retried_after_its_evolution_shows_the_round_that_failed_and_the_
 
 def test_the_schema_of_a_task_nobody_serves_is_refused_as_a_bad_argument() -> None:
     code, out = run("schema", "bogus")
-    assert code == 2 and "error: unknown schema 'bogus' (known: resilient_tool_call, call_tool, record_feedback, result)" in out
+    assert code == 2 and "error: unknown schema 'bogus' (known: resilient_tool_call, call_tool, record_feedback, record_feedback_reply, result)" in out
     code, out = run("schema", "record_feedback")
     assert code == 0 and '"call_id"' in out  # a judgement may name the call it judges
 
@@ -486,14 +486,16 @@ def test_a_version_the_namespace_does_not_have_is_refused_by_call_and_explain(mo
     a version nobody serves with exit code 2."""
     from workers.cli.calls import exit_code
 
-    no_version = {"status": "no_candidates", "ranking": [], "message": "fast_sort has no version 9.9.9 (it has 1.0.0)"}
-    assert exit_code(no_version, "fast_sort") == 2
-    assert exit_code({**no_version, "message": "no tool matches this scenario, namespace and tags"}, "fast_sort") == 1
+    no_version = {"status": "no_candidates", "ranking": [], "message": "fast_sort has no version 9.9.9 (it has 1.0.0)",
+                  "no_candidates_reason": "no_such_version"}
+    no_match = {**no_version, "message": "no tool matches this scenario, namespace and tags", "no_candidates_reason": "no_match"}
+    assert exit_code(no_version) == 2
+    assert exit_code(no_match) == 1
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: no_version)
     for json_out in ([], ["--json"]):
         code, out = run("explain", "sort these", "-n", "fast_sort@9.9.9", *json_out)
         assert code == 2 and "fast_sort has no version 9.9.9" in out, out
-    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {**no_version, "message": "no tool matches this scenario"})
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: no_match)
     assert run("explain", "sort these", "-n", "fast_sort")[0] == 0  # nothing matched: an answer, not a refusal
 
 
@@ -532,8 +534,9 @@ def test_explain_shows_the_context_as_analysed_and_takes_the_calls_input(stores:
 
 
 def test_a_version_that_does_not_exist_is_not_taken_for_a_typo_of_the_tool(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"status": "success", "ranking": [], "degraded": [],
-                                                         "message": "fast_sort has no version 9.0.0 (it has 1.0.0, 1.1.0)"})
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"status": "no_candidates", "ranking": [], "degraded": [],
+                                                         "message": "fast_sort has no version 9.0.0 (it has 1.0.0, 1.1.0)",
+                                                         "no_candidates_reason": "no_such_version"})
     code, out = run("explain", "sort numbers", "-n", "fast_sort@9.0.0")
     assert "fast_sort has no version 9.0.0 (it has 1.0.0, 1.1.0)" in out and "no tool named" not in out
 

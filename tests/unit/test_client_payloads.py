@@ -65,12 +65,13 @@ def test_record_feedback_takes_name_at_version_as_the_cli_does(monkeypatch: pyte
 
     def ask_within(self: FittestClient, task: str, timeout: float, *, queue: str, **kwargs: Any) -> dict[str, Any]:
         asked.append(kwargs)
-        return {"status": "recorded"}
+        return {"status": "recorded", "score_now": 10.0, "feedback": {k: kwargs[k] for k in ("tool", "version", "scenario")} | {"value": 1.0}}
 
     monkeypatch.setattr(FittestClient, "ask_within", ask_within)
     client = FittestClient("redis://127.0.0.1:1/0")
     try:
-        client.record_feedback("word_stats@1.0.0", "positive", scenario="count the words")
+        recorded = client.record_feedback("word_stats@1.0.0", "positive", scenario="count the words")
+        assert (recorded.feedback.key, recorded.score_now) == ("word_stats@1.0.0", 10.0)
         client.record_feedback("word_stats@1.0.0", "positive", version="1.0.0", scenario="count the words")
         # QA AD: two versions were refused as "no tool version 'word_stats@1.0.0@2.0.0'"
         with pytest.raises(ValueError, match="^version: given twice, as 'word_stats@1.0.0' and version='2.0.0'"):

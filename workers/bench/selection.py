@@ -214,7 +214,7 @@ def run_stream(base: Settings, redis_url: str, manifests: list[ToolManifest], na
         for i, (query, label) in enumerate(rows):
             if learning and i and i % retrain_every == 0:
                 t0 = time.perf_counter()
-                retrains += bool(retrain_now(rt)["changed"])
+                retrains += retrain_now(rt).changed
                 retrain_s += time.perf_counter() - t0
             request = CallRequest(scenario=query, max_attempts=MAX_ATTEMPTS, call_id=f"q{i}")
             t0 = time.perf_counter()

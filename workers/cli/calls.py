@@ -174,17 +174,16 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
         print_json(outcome)
     else:
         show_call(outcome)
-    raise typer.Exit(exit_code(outcome, namespace))
+    raise typer.Exit(exit_code(outcome))
 
 
-def exit_code(outcome: dict[str, Any], namespace: str | None = None) -> int:
+def exit_code(outcome: dict[str, Any]) -> int:
     """A call's exit code: a payload the workers refused (status invalid) exits as one refused here,
     and so does a call that named a version its namespace does not have (QA AA: exit 1, where
     every other command refuses such a version with 2)."""
-    if outcome.get("status") == "no_candidates" and names_no_version(namespace, outcome):
+    if outcome.get("status") == "no_candidates" and names_no_version(outcome):
         return REFUSED
     return {"success": SUCCEEDED, "invalid": REFUSED}.get(str(outcome.get("status")), DID_NOT_SUCCEED)
-
 
 
 def _attempt_row(table: Table, number: str, a: dict[str, Any]) -> None:

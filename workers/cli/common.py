@@ -164,20 +164,25 @@ def check_call_payload(payload: dict[str, Any]) -> None:
         fail(joined_errors(errors), REFUSED)
 
 
+def tool_argument(text: str, option: str = "") -> tuple[str, str | None]:
+    """NAME or NAME@VERSION given on the command line (`option`: the option that gave it), or the
+    command refused, as a refused call is (exit code 2)."""
+    from selection.manifest import tool_reference
+
+    try:
+        return tool_reference(text)
+    except ValueError as exc:
+        fail(f"{option} {exc}".strip(), REFUSED)
+
+
 def namespace_and_version(namespace: str | None) -> tuple[str | None, str | None]:
     """`--namespace NAME` or `NAME@VERSION` (that version, as `feedback add` takes it)."""
-    if namespace is None or "@" not in namespace:
-        return namespace, None
-    name, _, version = namespace.partition("@")
-    if not version:
-        fail(f"--namespace {namespace!r} names no version: NAME, or NAME@VERSION", REFUSED)
-    return name, version
+    return (None, None) if namespace is None else tool_argument(namespace, "--namespace")
 
 
-def names_no_version(namespace: str | None, outcome: dict[str, Any]) -> bool:
-    """Whether the workers' answer says the call named a version of `namespace` that it does not
-    have (workers/tasks/common.py `why_no_candidates`)."""
-    return bool(namespace) and str(outcome.get("message", "")).startswith(f"{namespace} has no version ")
+def names_no_version(outcome: dict[str, Any]) -> bool:
+    """Whether the workers' answer says the call named a version its namespace does not have."""
+    return outcome.get("no_candidates_reason") == "no_such_version"
 
 
 def warn_if_namespace_unranked(namespace: str | None, outcome: dict[str, Any]) -> None:
@@ -191,7 +196,7 @@ def warn_if_namespace_unranked(namespace: str | None, outcome: dict[str, Any]) -
         return
     if outcome.get("notes"):
         return
-    if names_no_version(namespace, outcome):  # it exists: no typo
+    if names_no_version(outcome):  # it exists: no typo
         return
     held = [key for key in outcome.get("held_back") or [] if key.partition("@")[0] == namespace]
     if held:

@@ -12,6 +12,7 @@ from rich.tree import Tree
 from workers.cli.common import REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, shortened, when
 
 if TYPE_CHECKING:
+    from evolution.models import EvolutionReport
     from selection.manifest import ToolManifest
     from selection.registry import ToolRegistry
     from workers.state.evolution import EvolutionState
@@ -164,6 +165,7 @@ def evolve(
 
     The workers gather its remembered failures and successes, ask the mutators, verify every
     candidate (static checks, test cases, replay) and put the first verified one on trial."""
+    from evolution.models import EvolutionReport
     from workers.client import CallSender
     from workers.settings import get_settings
     from workers.tool_catalog import load_registry
@@ -172,30 +174,29 @@ def evolve(
     if version is not None and version not in versions:
         fail(f"{name} has no version {version!r} (it has {', '.join(versions)})", REFUSED)
     client = CallSender()
-    report = client.wait(client.send("prepare_evolution", namespace=name, version=version, reason=reason), timeout)
+    answer = client.wait(client.send("prepare_evolution", namespace=name, version=version, reason=reason), timeout)
     if json_out:
-        print_json(report)
-    else:
+        print_json(answer)
+    report = EvolutionReport.model_validate(answer)
+    if not json_out:
         show_report(report)
-    raise typer.Exit(0 if report.get("status") == "evolved" else 1)
+    raise typer.Exit(0 if report.status == "evolved" else 1)
 
 
-def show_report(report: dict[str, Any]) -> None:
-    color = "green" if report.get("status") == "evolved" else "red"
-    console.print(f"evolution of {literal(report.get('parent') or report.get('namespace'))}: "
-                  f"[{color}]{literal(report.get('status'))}[/{color}] "
-                  f"in {report.get('elapsed_s', 0):.1f}s — {literal(report.get('message', ''))}")
-    candidates = report.get("candidates") or []
-    if candidates:
+def show_report(report: EvolutionReport) -> None:
+    color = "green" if report.status == "evolved" else "red"
+    console.print(f"evolution of {literal(report.parent)}: [{color}]{literal(report.status)}[/{color}] "
+                  f"in {report.elapsed_s:.1f}s — {literal(report.message)}")
+    if report.candidates:
         table = Table()
         for col in ("mutator", "mutation", "outcome", "stages", "reason"):
             table.add_column(col)
-        for c in candidates:
-            stages = " ".join(f"{s['stage']}{'✓' if s['passed'] else '✗'}" for s in c.get("stages", []))
-            table.add_row(literal(c["mutator"]), literal(shortened(c["mutation"], 60)), literal(c["outcome"]), literal(stages),
-                          literal(shortened(c.get("reason") or "", 80)))
+        for c in report.candidates:
+            stages = " ".join(f"{s.stage}{'✓' if s.passed else '✗'}" for s in c.stages)
+            table.add_row(literal(c.mutator), literal(shortened(c.mutation, 60)), literal(c.outcome), literal(stages),
+                          literal(shortened(c.reason or "", 80)))
         console.print(table)
-    for note in report.get("notes") or []:
+    for note in report.notes:
         console.print(f"  [dim]{literal(note)}[/dim]")
 
 

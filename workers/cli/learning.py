@@ -27,6 +27,7 @@ from workers.cli.common import (
     parse_json_option,
     print_json,
     warn_if_namespace_unranked,
+    tool_argument,
     when,
 )
 
@@ -101,7 +102,7 @@ def explain(
     result = _ask("explain", "selection", timeout, **payload)
     warn_if_namespace_unranked(namespace, result)
     # A version the namespace does not have is refused, as `fittest call` refuses it (QA AA: exit 0).
-    no_version = not result.get("ranking") and names_no_version(namespace, result)
+    no_version = names_no_version(result)
     if json_out:
         print_json(result)
         if no_version:
@@ -165,44 +166,41 @@ def feedback_add(
     from pydantic import ValidationError
 
     from selection.models import field_errors
-    from workers.client import FeedbackRequest
+    from workers.payloads import FeedbackReply, FeedbackRequest
 
-    name, at, version = tool.partition("@")
-    if at and not version:
-        fail(f"{tool!r} names no version: NAME for the version serving most of its calls, or NAME@VERSION", REFUSED)
-    if not name.strip():
-        fail(f"{tool!r} names no tool: NAME, or NAME@VERSION", REFUSED)
+    name, version = tool_argument(tool)
     try:  # refused here as the workers would refuse it, before asking them
-        request = FeedbackRequest(tool=name, version=version or None, sentiment=sentiment.value, scenario=scenario,
+        request = FeedbackRequest(tool=name, version=version, sentiment=sentiment.value, scenario=scenario,
                                   reason=reason, quality=quality, call_id=call)
     except ValidationError as exc:
         fail(joined_errors(field_errors(exc)), REFUSED)
-    result = _ask("record_feedback", "feedback", timeout, **request.model_dump(mode="json"))
+    answer = _ask("record_feedback", "feedback", timeout, **request.model_dump(mode="json"))
     if json_out:
-        print_json(result)
-    if result.get("status") == "invalid":  # the workers' refusal of what was given
-        fail(joined_errors(result.get("errors", [])), REFUSED)
-    if result.get("status") != "recorded":
-        fail(joined_errors(result.get("errors", [])) or "not recorded")
+        print_json(answer)
+    result = FeedbackReply.model_validate(answer)
+    if result.status == "invalid":  # the workers' refusal of what was given
+        fail(joined_errors(result.errors), REFUSED)
+    if result.status != "recorded" or result.feedback is None:
+        fail(joined_errors(result.errors) or "not recorded")
     if not json_out:
-        f = result["feedback"]
-        score = result.get("score_now")
+        f = result.feedback
+        score = result.score_now
         where = "for that scenario" if scenario else "for the call's scenario" if call else "in general (no --scenario)"
         effect = (f"its feedback score {where} is now {score:+.1f}" if score is not None else
                   "the vector memory is unavailable: it is kept and applied when the memory is back")
-        value = f["value"] + 0.0  # QA U: a negative one of --quality 0 printed -0.00
-        key = f"{literal(f['tool'])}@{literal(f['version'])}"
+        value = f.value + 0.0  # QA U: a negative one of --quality 0 printed -0.00
+        key = f"{literal(f.tool)}@{literal(f.version)}"
         # QA AC N5: "+0.00" said no more; QA AE: of a call, it gives the output back as it ran
         weight = "" if value else f", quality 0: takes back any judgement of call {call}; its output counts as it ran" \
             if call else ", quality 0: it counts for nothing"
         console.print(f"recorded {sentiment.value} feedback ({value:+.2f}{weight}) for {key}; {effect}")
-        if trial := result.get("trial"):  # the call counted in a trial of the version, or of one tried against it
-            c = trial["counts"]
-            on_trial = f"{c['evolved_successes']}/{c['evolved_successes'] + c['evolved_failures']}"
-            parent = f"{c['parent_successes']}/{c['parent_successes'] + c['parent_failures']}"
-            console.print(f"the trial of {literal(trial['namespace'])}@{literal(trial['evolved_version'])} now counts "
+        if trial := result.trial:  # the call counted in a trial of the version, or of one tried against it
+            c = trial.counts
+            on_trial = f"{c.evolved_successes}/{c.evolved_successes + c.evolved_failures}"
+            parent = f"{c.parent_successes}/{c.parent_successes + c.parent_failures}"
+            console.print(f"the trial of {literal(trial.namespace)}@{literal(trial.evolved_version)} now counts "
                           f"{on_trial} successes of the version on trial, {parent} of the version it is tried against: "
-                          f"{trial['status'].replace('_', ' ')}")
+                          f"{trial.status.replace('_', ' ')}")
         if not (version or call):  # which version a name alone stood for (QA F8: during a trial it was not plain)
             console.print(f"({literal(name)} alone: {key}, the version serving most of its calls)")
 
@@ -226,9 +224,9 @@ def feedback_show(
     from workers.settings import get_settings
     from workers.tool_catalog import load_registry
 
-    name, at, version = tool.partition("@")
+    name, version = tool_argument(tool)
     known = [m.version for m in versions_of(load_registry(get_settings()), name)]
-    if at and version not in known:
+    if version is not None and version not in known:
         fail(f"{name} has no version {version!r} (it has {', '.join(known)})", REFUSED)
     # One version's entries are picked from all of the tool's that the report reads.
     report = _ask("feedback_report", "feedback", timeout, tool=name, limit=REPORT_SCAN if version else limit)

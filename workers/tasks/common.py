@@ -71,21 +71,24 @@ def ended_early(result: dict[str, Any], started_at: float | None = None) -> dict
     return result
 
 
-def why_no_candidates(plan: CallPlan) -> str:
-    """Why a plan has no candidate: none matched, the version asked for does not exist (QA: that was
-    "no tool matches", for a tool that exists), or every one that matched is held back by its
-    circuit breaker."""
+def no_candidates_result(plan: CallPlan) -> CallResult:
+    """The result of a plan that has no candidate, saying why: none matched, the version asked for
+    does not exist (QA: that was "no tool matches", for a tool that exists), or every one that
+    matched is held back by its circuit breaker."""
     request = plan.request
+    result = CallResult.from_plan(plan, "no_candidates", message=plan.no_candidates_message())
+    result.no_candidates_reason = "held_back" if plan.held_back else "no_match"
     if request.namespace and request.version and not plan.held_back:
         known = [m.version for m in runtime().registry.versions(request.namespace)]
         if not known:  # QA AB: "no tool matches", and exit code 1 where a version of a known tool gets 2
-            return f"{request.namespace} has no version {request.version}: no tool is named {request.namespace!r}"
-        if request.version not in known:
-            return f"{request.namespace} has no version {request.version} (it has {', '.join(known)})"
-    return plan.no_candidates_message()
+            result.message = f"{request.namespace} has no version {request.version}: no tool is named {request.namespace!r}"
+            result.no_candidates_reason = "no_such_version"
+        elif request.version not in known:
+            result.message = f"{request.namespace} has no version {request.version} (it has {', '.join(known)})"
+            result.no_candidates_reason = "no_such_version"
+    return result
 
 
 def no_candidates(plan: CallPlan) -> dict[str, Any]:
     """The end of a call that has no candidate to try, saying why."""
-    result = CallResult.from_plan(plan, "no_candidates", message=why_no_candidates(plan))
-    return ended_early(result.model_dump(mode="json"), started_at=plan.started_at)
+    return ended_early(no_candidates_result(plan).model_dump(mode="json"), started_at=plan.started_at)

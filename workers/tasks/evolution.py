@@ -74,7 +74,9 @@ def prepare_evolution(
         message = f"evolution could not be prepared: {exc}"
         if plan is not None:
             return _end_call(plan, CallEvolution(status="no_fix", message=message))
-        return {"status": "no_fix", "namespace": namespace, "message": message}
+        return EvolutionReport(job_id="", namespace=namespace or "", trigger="manual", status="no_fix",
+                               parent=f"{namespace}@{version}" if version else namespace or "",
+                               message=message).model_dump(mode="json")
     return hand_on(self, evolve.si(job.model_dump(mode="json")))
 
 

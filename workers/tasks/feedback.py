@@ -9,9 +9,9 @@ from celery_batches import SimpleRequest
 from evolution.models import EvolutionJob, EvolutionRecord
 from pydantic import ValidationError
 
-from selection.models import FailureMark, OutcomeRecord
+from selection.models import FailureMark, OutcomeRecord, field_errors
 from workers.app import app
-from workers.client import FeedbackRequest
+from workers.payloads import FeedbackReply, FeedbackRequest
 from workers.evolution_memory import apply_evolution_record, judge_trial, maybe_evolve_for_quality
 from workers.outcomes import apply_failure, apply_outcomes, execution_records
 from workers.rescue import effects_ended
@@ -19,7 +19,7 @@ from workers.degraded import is_store_failure
 from workers.feedback_store import feedback_report, feedback_score, judged_as, judged_call, record_tool_feedback
 from workers.runtime import runtime
 from workers.tasks.batches import Batches
-from workers.tasks.common import batch_payloads, invalid_result
+from workers.tasks.common import batch_payloads
 
 OUTCOME_FLUSH_EVERY = 16
 OUTCOME_FLUSH_INTERVAL_S = 0.25
@@ -61,9 +61,9 @@ def record_outcome(requests: list[SimpleRequest]) -> int:
     rt = runtime()
     with effects_ended(rt, requests):
         records = batch_payloads(requests, OutcomeRecord, "fittest.record_outcome")
-        applied = apply_outcomes(rt, records)
+        apply_outcomes(rt, records)
         send_learn([r for record in records for r in execution_records(record)])
-    return len(applied)
+    return len(records)
 
 
 # A call judged by an id its caller chose is found by the outcome it left, which the feedback queue
@@ -80,7 +80,7 @@ def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
     try:
         req = FeedbackRequest.model_validate(kwargs)
     except ValidationError as exc:
-        return {"status": "invalid", "errors": invalid_result(exc)["errors"]}
+        return FeedbackReply(status="invalid", errors=field_errors(exc)).model_dump(mode="json")
     rt = runtime()
     call = None
     if req.call_id is not None:
@@ -90,22 +90,22 @@ def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
             if not is_store_failure(exc):
                 raise
             # not a refusal of what was given: the caller may send it again (`feedback add` exits 1, not 2)
-            return {"status": "unavailable", "errors": [{"field": "call_id", "message": (
+            return FeedbackReply.refused("call_id", (
                 f"call {req.call_id}'s result is not stored, and the vector memory that keeps its outcome is "
-                "unavailable now: try again later")}]}
+                "unavailable now: try again later"), status="unavailable").model_dump(mode="json")
         if call is None and self.request.retries < CALL_LOOKUPS - 1:
             raise self.retry(countdown=CALL_LOOKUP_INTERVAL_S, max_retries=CALL_LOOKUPS - 1)
         if call is None:
-            return {"status": "invalid", "errors": [{"field": "call_id", "message": (
+            return FeedbackReply.refused("call_id", (
                 f"no call {req.call_id} is known: no result is stored under that id (results are kept 24 h) and no "
-                "outcome of it was recorded; to judge the tool without a call, give a scenario instead")}]}
+                "outcome of it was recorded; to judge the tool without a call, give a scenario instead")).model_dump(mode="json")
     try:
         record = record_tool_feedback(rt, req.tool, req.version, req.scenario, req.sentiment, req.reason, req.quality,
                                       call=call)
     except LookupError as exc:
-        return {"status": "invalid", "errors": [{"field": "tool", "message": str(exc)}]}
+        return FeedbackReply.refused("tool", str(exc)).model_dump(mode="json")
     except ValueError as exc:  # a version the call did not run
-        return {"status": "invalid", "errors": [{"field": "call_id", "message": str(exc)}]}
+        return FeedbackReply.refused("call_id", str(exc)).model_dump(mode="json")
     # The trial of a version on trial counts an output judged wrong as a failure (of it, or of its parent).
     trial = judge_trial(rt, record.key, call.call_id, judged_as(record)) if call is not None else None
     try:
@@ -115,8 +115,7 @@ def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
         if not is_store_failure(exc):
             raise
         score = None  # the feedback is kept (workers/pending.py); only its effect cannot be read now
-    return {"status": "recorded", "feedback": record.model_dump(mode="json"), "score_now": score,
-            **({"trial": trial.model_dump(mode="json")} if trial is not None else {})}
+    return FeedbackReply(status="recorded", feedback=record, score_now=score, trial=trial).model_dump(mode="json")
 
 
 def _stored_result(call_id: str) -> dict[str, Any] | None:
@@ -132,6 +131,6 @@ def feedback_report_task(tool: str, limit: int = 50) -> dict[str, Any]:
 
 
 @app.task(name="fittest.record_evolution", ignore_result=True)  # fire and forget: nobody waits on it
-def record_evolution(record_data: dict[str, Any]) -> dict[str, Any]:
+def record_evolution(record_data: dict[str, Any]) -> None:
     """Serve an evolved version from now on and store the evolution patterns (failed ones included)."""
-    return apply_evolution_record(runtime(), EvolutionRecord.model_validate(record_data))
+    apply_evolution_record(runtime(), EvolutionRecord.model_validate(record_data))

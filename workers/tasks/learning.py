@@ -33,6 +33,7 @@ from workers.app import PRIORITY_LOW, app
 from workers.degraded import is_store_failure
 from workers.feedback_store import as_people_judged, judgements_known
 from workers.outcomes import store_executions
+from workers.payloads import RetrainResult
 from workers.renewed_lock import renewed
 from workers.rescue import effects_ended, send_recorded
 from workers.runtime import Runtime, runtime
@@ -67,13 +68,13 @@ def learn(requests: list[SimpleRequest]) -> int:
     return stored
 
 
-def retrain_now(rt: Runtime) -> dict[str, Any]:
+def retrain_now(rt: Runtime) -> RetrainResult:
     """Relearn the weights from the recent window and refit the tool classifier (when enabled);
     one retrain at a time (a lock in Redis). New weights, a new classifier or both are stored as
     the next weights version."""
     owner = uuid.uuid4().hex
     if not rt.state.acquire_lock("retrain", owner, RETRAIN_LOCK_S):
-        return {"changed": False, "reason": "another retrain is running"}
+        return RetrainResult(changed=False, reason="another retrain is running")
     with renewed(rt.state, "retrain", owner, RETRAIN_LOCK_S):
         current = rt.state.weights()
         recent = rt.learning.recent()
@@ -88,7 +89,8 @@ def retrain_now(rt: Runtime) -> dict[str, Any]:
                 evidence["classifier"] = {"unchanged": f"vector memory unavailable: {type(exc).__name__}: {exc}"}
         if new is None and classifier is None:  # kept for `fittest weights`, which says why (QA AC)
             rt.state.note_retrain(RetrainNote(at=time.time(), evidence=evidence))
-            return {"changed": False, "version": current.version, "weights": current.weights, "evidence": evidence}
+            return RetrainResult(changed=False, version=current.version, weights=current.weights,
+                                 classifier=current.classifier, evidence=evidence)
         stored = rt.state.set_weights(
             (new or current).model_copy(update={
                 "evidence": evidence, "updated_at": time.time(),
@@ -99,15 +101,15 @@ def retrain_now(rt: Runtime) -> dict[str, Any]:
     log.info("selection weights v%d: %s, classifier %s", stored.version, stored.weights, stored.classifier or "none",
              extra={"event": "weights", "version": stored.version, "weights": stored.weights,
                     "classifier": stored.classifier})
-    return {"changed": True, "version": stored.version, "weights": stored.weights, "classifier": stored.classifier,
-            "evidence": evidence}
+    return RetrainResult(changed=True, version=stored.version, weights=stored.weights, classifier=stored.classifier,
+                         evidence=evidence)
 
 
 @app.task(name="fittest.retrain_weights")
 def retrain_weights() -> dict[str, Any]:
     """Measure how strongly each SPARC component predicts success and store normalised weights, with
     the tool classifier refitted on the successes since."""
-    return retrain_now(runtime())
+    return retrain_now(runtime()).model_dump(mode="json")
 
 
 @app.task(name="fittest.recommend")

@@ -17,10 +17,11 @@ from selection.manifest import ToolManifest
 from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, CallStatus, field_errors
 from workers.app import app
 from workers.feedback_store import apply_stored_judgements
+from workers.payloads import CallToolPayload
 from workers.promotions import note_newcomers, trial_new_manifests, unseen_versions
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
-from workers.tasks.common import ended_early, invalid_result, no_candidates, oversized, result_call_id, why_no_candidates
+from workers.tasks.common import ended_early, invalid_result, no_candidates, no_candidates_result, oversized, result_call_id
 from workers.tool_watch import ToolsDirWatch, watch_in_background
 
 
@@ -144,12 +145,14 @@ def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
 def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
     """Call a namespace by name: its promoted version, or the original, or an explicit version."""
     payload = _payload(args, kwargs, TOOL_ARGS)
-    name = payload.pop("name", None)
-    if not isinstance(name, str) or not name:
-        return ended_early(invalid_result([{"field": "name", "message": "the tool's name is required (a non-empty string)"}],
-                                          result_call_id(payload, self.request.id)))
+    try:  # as fittest's client checks it before sending; the rest is checked as a call's
+        tool = CallToolPayload.model_validate(payload)
+    except ValidationError as exc:
+        return ended_early(invalid_result(exc, result_call_id(payload, self.request.id)))
+    name = payload.pop("name")
+    payload.pop("scenario", None)
     original = runtime().registry.original(name)
-    scenario = payload.pop("scenario", None) or (original.description.strip() if original else f"call {name}")
+    scenario = tool.scenario or (original.description.strip() if original else f"call {name}")
     try:
         request = CallRequest.model_validate(
             {**payload, "namespace": name, "scenario": scenario, "call_id": payload.get("call_id") or self.request.id}
@@ -175,11 +178,11 @@ def explain(**kwargs: Any) -> dict[str, Any]:
     if (too_large := oversized(request, runtime().settings.input_limit_bytes)) is not None:
         return too_large  # refused as the call would be (QA: explain ranked what a call refused)
     plan: CallPlan = runtime().selector.plan(request)
-    message = "ranking only; nothing was run" if plan.candidates else why_no_candidates(plan)
-    # With the context as analysed (selection/context.py: each value and where it came from), which
-    # a call's result leaves out: the SPARC column is read against it.
     # Its status is the one a call would end with when nothing is ranked (QA AC: "success").
-    status: CallStatus = "success" if plan.candidates else "no_candidates"
-    # How old the cached searches it ranked by are, as a call now would rank (QA AD).
-    return {**CallResult.from_plan(plan, status, message=message).model_dump(mode="json"), "context": plan.features,
+    result = (CallResult.from_plan(plan, "success", message="ranking only; nothing was run") if plan.candidates
+              else no_candidates_result(plan))
+    # With the context as analysed (selection/context.py: each value and where it came from), which
+    # a call's result leaves out: the SPARC column is read against it; and how old the cached
+    # searches it ranked by are, as a call now would rank (QA AD).
+    return {**result.model_dump(mode="json"), "context": plan.features,
             "evidence_age_s": plan.evidence_age_s, "cache_ttl_s": runtime().settings.selection_cache_ttl_s}

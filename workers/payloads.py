@@ -1,0 +1,107 @@
+"""The payloads of the tasks a service sends by name, and the answers it gets, beside the call's own
+(`CallRequest`, `CallResult`): what the client checks before sending, the workers check on arrival,
+and `fittest schema` prints."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from evolution.trial import JudgedTrial
+from selection.feedback import FeedbackRecord
+from selection.models import CALL_ID_PATTERN, NOT_BLANK, CallRequest, CallResult
+
+
+class CallToolPayload(BaseModel):
+    """Keyword arguments of `fittest.call_tool`. The other fields of `resilient_tool_call`'s payload
+    (call_id, tags, context, max_attempts) are accepted too and mean the same; `namespace` is `name`."""
+
+    name: str = Field(min_length=1)
+    input: dict[str, Any] = {}
+    version: str | None = None
+    use_evolved: bool = True
+    scenario: str | None = None  # what the call is for; default the tool's description
+
+
+class FeedbackRequest(BaseModel):
+    """Keyword arguments of `fittest.record_feedback` (queue `feedback`): a judgement of a tool
+    version's work, which selection weighs by the similarity of its scenario and by its age."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str = Field(min_length=1, max_length=64)
+    sentiment: Literal["positive", "negative"]
+    version: str | None = None  # default: the version of it `call_id` ran, else the one serving most of its calls
+    # Default: `call_id`'s scenario, else the tool in general (empty says so too).
+    scenario: Annotated[str | None, NOT_BLANK] = Field(None, max_length=4000)
+    reason: str = Field("", max_length=500)
+    quality: float = Field(1.0, ge=0.0, le=1.0)
+    # The call whose output this judges: the judgement takes the place of the feedback that call's
+    # outcome gave the version automatically (a success that a person found wrong is not a success).
+    # The call must be known (its result stored, or its outcome recorded) and have run the tool.
+    call_id: str | None = Field(None, pattern=CALL_ID_PATTERN)
+
+    @field_validator("quality", mode="before")
+    @classmethod
+    def _a_number(cls, v: Any) -> Any:
+        """NaN fails the range check, whose words ("less than or equal to 1") sent QA F8 looking for
+        a value too large; it is not a number at all."""
+        try:
+            nan = math.isnan(float(v))
+        except (TypeError, ValueError):
+            return v
+        if nan:
+            raise ValueError(f"{v} is not a number: give one from 0 to 1")
+        return v
+
+
+class FeedbackReply(BaseModel):
+    """What `fittest.record_feedback` answers. `invalid`: what was given is refused (`errors` name
+    the fields); `unavailable`: a store needed to check it is down, and the same judgement sent
+    again later is recorded; `recorded`: stored as `feedback`."""
+
+    status: Literal["recorded", "invalid", "unavailable"]
+    errors: list[dict[str, str]] = Field(default_factory=list)  # {field, message}
+    feedback: FeedbackRecord | None = None
+    # The version's feedback score for the judgement's scenario, with it (None: the vector memory
+    # cannot be read now; the judgement is kept and written when it is back).
+    score_now: float | None = None
+    trial: JudgedTrial | None = None  # the trial the judged call counted in, as it stands after it
+
+    @classmethod
+    def refused(cls, field: str, message: str, status: Literal["invalid", "unavailable"] = "invalid") -> FeedbackReply:
+        return cls(status=status, errors=[{"field": field, "message": message}])
+
+
+class RecordedFeedback(BaseModel):
+    """A judgement as the feedback worker recorded it: what fittest's client returns (it raises
+    for the other answers)."""
+
+    feedback: FeedbackRecord
+    score_now: float | None = None  # as in `FeedbackReply`
+    trial: JudgedTrial | None = None
+
+
+class RetrainResult(BaseModel):
+    """What a retrain (`fittest.retrain_weights`, on the beat) did. Unchanged: too few records, no
+    component that predicts success clearly enough (`evidence` says which), or another retrain
+    running (`reason`); changed: the weights stored as `version`."""
+
+    changed: bool
+    reason: str = ""  # why nothing was even tried
+    version: int | None = None  # of the weights in force after it
+    weights: dict[str, float] = Field(default_factory=dict)
+    classifier: str | None = None  # the revision of the tool classifier those weights name
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
+def payload_schemas() -> dict[str, dict[str, Any]]:
+    return {
+        "resilient_tool_call": CallRequest.model_json_schema(),
+        "call_tool": CallToolPayload.model_json_schema(),
+        "record_feedback": FeedbackRequest.model_json_schema(),
+        "record_feedback_reply": FeedbackReply.model_json_schema(),
+        "result": CallResult.model_json_schema(),
+    }
