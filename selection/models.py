@@ -211,8 +211,8 @@ class ToolExecutionResult(BaseModel):
     timestamp: float = Field(default_factory=time.time)
     complexity: float = 0.0
     metadata: dict[str, Any] = Field(default_factory=dict)
-    # A refusal of the input (bad_input) by a version that does the job (`Candidate.does_the_job`):
-    # counted, but set aside as evidence, with the success of the tool that took the input after it.
+    # A refusal of the input (bad_input) by a version that does the job (`Candidate.does_the_job`),
+    # or by any version after one in the same call: counted apart, and set aside as evidence.
     callers_mistake: bool = False
 
     @property
@@ -236,6 +236,9 @@ class CallPlan(BaseModel):
     # Versions that matched but were not tried because their circuit breaker was open: left out by
     # selection, or passed over at their turn when it opened after the call was planned.
     held_back: list[str] = Field(default_factory=list)
+    # Versions not tried with an input that a tool doing the job refused as the caller's mistake
+    # (selection/serving.py `takes_a_refused_input`): like those held back, they use up no attempt.
+    passed_over: list[str] = Field(default_factory=list)
     # What the caller should know that did not stop the call (a namespace no tool has).
     notes: list[str] = Field(default_factory=list)
     # The age of the oldest search the ranking took from the selection cache (None: none): outcomes
@@ -266,9 +269,11 @@ class AttemptSummary(BaseModel):
     error_class: FailureClass | None = None
     error_message: str | None = None
     execution_time_ms: float = 0.0
-    probe: bool = False  # its circuit breaker's probe, tried first by selection: not counted in max_attempts
-    # It refused the input of a job it does (`ToolExecutionResult.callers_mistake`): check the input.
-    callers_mistake: bool = False
+    probe: bool = Field(False, description="Its circuit breaker's probe, tried first by selection: it uses up no "
+                                           "attempt of max_attempts")
+    callers_mistake: bool = Field(False, description="It refused the input (bad_input) of a job it does (3 or more "
+                                                     "like it succeeded), or of one a tool that does it refused before it "
+                                                     "in the call: check the input. Counted apart; it lowers no quality")
 
 
 class CallEvolution(BaseModel):
@@ -411,14 +416,12 @@ class OutcomeRecord(BaseModel):
     components: dict[str, dict[str, float]] = Field(default_factory=dict)  # tool key -> SPARC components ranked with
 
     def set_aside(self) -> set[str]:
-        """The attempt ids whose outcome says nothing of their tool: a refusal that was the caller's
-        mistake (`ToolExecutionResult.callers_mistake`), and the success of another tool on that
-        input after it (QA AE: four such calls handed a job to a tool that takes any input, and
-        every correct call after them went to it). Counted in the versions' counters, left out of
-        what selection reads (their feedback and execution records are stored `forgiven`)."""
-        mistakes = [a for a in self.attempts if a.callers_mistake]
-        taken_over = [a for a in self.attempts if a.success and any(m.tool != a.tool for m in mistakes)]
-        return {a.attempt_id for a in (*mistakes, *taken_over)}
+        """The attempt ids whose outcome says nothing of their tool: the refusals that were the
+        caller's mistake (`ToolExecutionResult.callers_mistake`). Counted apart, left out of what
+        selection reads (their feedback and execution records are stored `forgiven`). A success
+        after one counts: only a tool that does such jobs is tried with that input (QA AE: before,
+        any tool was, and one that takes any input served the job from then on)."""
+        return {a.attempt_id for a in self.attempts if a.callers_mistake}
 
     @classmethod
     def from_plan(cls, plan: CallPlan) -> OutcomeRecord:

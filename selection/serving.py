@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from selection.evidence import CandidateEvidence
 from selection.manifest import tool_key
-from selection.models import Candidate, CallPlan, CallRequest, FailureClass
+from selection.models import Candidate, CallPlan, CallRequest, FailureClass, ToolExecutionResult
 
 # A newcomer is tried when its description matches the job within this much cosine of the best
 # match among the tools that matched: a tool that does the job about as well as its words say...
@@ -226,6 +226,34 @@ def does_the_job(e: CandidateEvidence) -> bool:
     has its refusals counted: that it refuses such inputs is what they teach (a text tool tried on
     a sort job)."""
     return sum(s >= SAME_JOB for s in e.success_similarities) >= RELIABLE_RUNS
+
+
+def takes_a_refused_input(c: Candidate) -> bool:
+    """Whether a candidate is still tried with an input that a tool doing the job refused as the
+    caller's mistake: one that does such jobs too, by its record or clearly by its description (at
+    least NEWCOMER_MIN_SIMILARITY), may take what the first one cannot (a lenient parser after a
+    strict one). Any other took such inputs without an error and answered something else, or
+    refused them in its turn (QA ops: a lowercasing tool returned a "sha256 checksum"; 11 tools
+    refused 176 such inputs in 85 calls, each refusal demoting a tool that never did the job)."""
+    return c.does_the_job or c.breakdown.similarity >= NEWCOMER_MIN_SIMILARITY
+
+
+def refused_input(plan: CallPlan) -> ToolExecutionResult | None:
+    """The attempt of the call whose refusal of the input was the caller's mistake, if any."""
+    return next((a for a in plan.attempts if a.callers_mistake), None)
+
+
+def input_refused_message(plan: CallPlan) -> str | None:
+    """Why a call whose input a tool doing the job refused ends failed, or None when none did."""
+    refusal = refused_input(plan)
+    if refusal is None:
+        return None
+    others = [a for a in plan.attempts if a is not refusal]
+    tried = (f"; the other tools that do such jobs failed too ({', '.join(f'{a.tool}@{a.version}' for a in others)})"
+             if others else "")
+    passed = f"; not tried with it, as they do not do such jobs: {', '.join(plan.passed_over)}" if plan.passed_over else ""
+    return (f"{refusal.tool}@{refusal.version}, which does such jobs, refused the input ({refusal.error_message or 'bad_input'}): "
+            f"check the input{tried}{passed}")
 
 
 def failed_the_job(e: CandidateEvidence) -> bool:

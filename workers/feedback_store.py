@@ -58,6 +58,9 @@ class JudgedCall(BaseModel):
     ran: list[str]  # tool keys
     scenario: str = ""
     failed: list[str] = Field(default_factory=list)  # tool keys none of whose attempts in the call succeeded
+    # Of those, the ones whose failure was set aside: a refusal of the caller's input (or, found by
+    # the outcome feedback alone, an outage the version recovered from).
+    set_aside: list[str] = Field(default_factory=list)
 
 
 def judged_call(rt: Runtime, call_id: str, result_of: Callable[[str], dict[str, Any] | None]) -> JudgedCall | None:
@@ -73,15 +76,18 @@ def judged_call(rt: Runtime, call_id: str, result_of: Callable[[str], dict[str, 
         # call id, which its outcome and execution records carry (QA I: judged by the task id that
         # `fittest result` asks for, the call's positive outcome still counted beside it).
         own = result.get("call_id")
+        refused = {f"{a['tool']}@{a['version']}" for a in attempts if a.get("callers_mistake")}
         return JudgedCall(call_id=own if isinstance(own, str) and own else call_id, ran=ran,
-                          scenario=str(result.get("scenario") or ""), failed=sorted(set(ran) - succeeded))
+                          scenario=str(result.get("scenario") or ""), failed=sorted(set(ran) - succeeded),
+                          set_aside=sorted(refused - succeeded))
     points = rt.memory.scroll(FEEDBACK, filter=VectorFilter.where(call_id=call_id, source="outcome"), limit=50)
     if not points:
         return None
     records = sorted((FeedbackRecord.from_payload(p.id, p.payload) for p in points), key=lambda r: r.timestamp)
     ran = [r.key for r in records]
-    return JudgedCall(call_id=call_id, ran=ran, scenario=records[0].scenario,
-                      failed=sorted(set(ran) - {r.key for r in records if r.value > 0}))  # an outcome's failure is negative
+    failed = set(ran) - {r.key for r in records if r.value > 0}  # an outcome's failure is negative
+    return JudgedCall(call_id=call_id, ran=ran, scenario=records[0].scenario, failed=sorted(failed),
+                      set_aside=sorted(failed & {r.key for r in records if r.forgiven}))
 
 
 def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: str | None,
@@ -106,8 +112,11 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
         if f"{tool}@{version}" in call.failed:
             # QA: a positive judgement of a crashed attempt replaced the crash's negative outcome; a
             # negative one counted the failure twice (QA X), as five votes and a failure more.
+            # QA ops: "counts against it already" of a refusal set aside as the caller's mistake.
+            counted = ("its failure was set aside, as the caller's input's (or an outage's), not the tool's"
+                       if f"{tool}@{version}" in call.set_aside else "its failure counts against it already")
             raise ValueError(f"{tool}@{version}'s attempt in call {call.call_id} failed: it gave no output to judge "
-                             "(its failure counts against it already; to judge the tool for such jobs, leave out --call)")
+                             f"({counted}; to judge the tool for such jobs, leave out --call)")
         scenario = scenario or call.scenario or None
     version = version or served_version(rt, tool)
     manifest = rt.registry.get(f"{tool}@{version}")

@@ -118,6 +118,18 @@ def test_a_refused_input_of_a_job_the_tool_does_is_the_callers_mistake_and_does_
     assert "it does such jobs (3 or more like this one succeeded): check the input" in result["message"]
     pipeline.wait_for(lambda: pipeline.state().stats(["csv_strict@1.0.0"])["csv_strict@1.0.0"].failures == before.failures + 1)
     assert pipeline.state().stats(["csv_strict@1.0.0"])["csv_strict@1.0.0"].quality == before.quality  # counted, not demoted
+    # By scenario alone, the input is not handed on to the tools that do not do such jobs (echo_args
+    # takes any input, and would have "succeeded"), nor does the call start an evolution (QA ops).
+    keys = ["csv_strict@1.0.0", "csv_lenient@1.0.0", "echo_args@1.0.0"]
+    qualities = {k: s.quality for k, s in pipeline.state().stats(keys).items()}
+    by_scenario = pipeline.call(scenario="turn these comma separated lines into records (batch 10)", input={"rows": 3})
+    assert by_scenario["status"] == "failed", by_scenario
+    tried = [(a["tool"], a["callers_mistake"]) for a in by_scenario["attempts"]]
+    assert ("csv_strict", True) in tried and "echo_args" not in {tool for tool, _ in tried}, tried
+    assert by_scenario["message"].startswith("csv_strict@1.0.0, which does such jobs, refused the input"), by_scenario
+    assert "evolution" not in by_scenario["message"] and by_scenario["evolution"] is None
+    pipeline.settled()
+    assert {k: s.quality for k, s in pipeline.state().stats(keys).items()} == qualities
 
 
 def test_shell_metacharacters_reach_the_program_as_one_argument(pipeline):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from selection.manifest import ToolManifest
 from selection.models import CallPlan, CallRequest, Candidate
 from tests.fakes_state import InMemoryStateStore
-from workers.tasks.execution import last_index, past_open_breakers
+from workers.tasks.execution import last_index, next_to_run
 
 
 def plan_of(*names: str, max_attempts: int = 5) -> CallPlan:
@@ -26,7 +26,7 @@ def test_an_open_breaker_is_passed_over_and_named() -> None:
     plan = plan_of("a", "b", "c")
     open_breaker(state, "a@1.0.0")
     open_breaker(state, "b@1.0.0")
-    assert past_open_breakers(plan, 0, state, 60) == 2
+    assert next_to_run(plan, 0, state, 60) == 2
     assert plan.held_back == ["a@1.0.0", "b@1.0.0"]
 
 
@@ -35,14 +35,14 @@ def test_closed_and_half_open_breakers_let_the_candidate_run() -> None:
     state = InMemoryStateStore(clock=lambda: now[0])
     plan = plan_of("a", "b")
     open_breaker(state, "a@1.0.0")
-    assert past_open_breakers(plan, 1, state, 60) == 1  # b's breaker never opened
+    assert next_to_run(plan, 1, state, 60) == 1  # b's breaker never opened
     now[0] += 61  # a's cool-down is over: the call that comes to run it probes it...
-    assert past_open_breakers(plan, 0, state, 60) == 0
-    assert past_open_breakers(plan, 0, state, 60) == 0  # ...and takes the probe again if redelivered
+    assert next_to_run(plan, 0, state, 60) == 0
+    assert next_to_run(plan, 0, state, 60) == 0  # ...and takes the probe again if redelivered
     assert plan.held_back == []
     other = plan_of("a", "b")
     other.request.call_id = "another-call"
-    assert past_open_breakers(other, 0, state, 60) == 1  # one probe at a time: the others pass it over
+    assert next_to_run(other, 0, state, 60) == 1  # one probe at a time: the others pass it over
     assert other.held_back == ["a@1.0.0"]
 
 
@@ -51,7 +51,7 @@ def test_held_back_candidates_do_not_use_up_the_attempts() -> None:
     plan = plan_of("a", "b", "c", "d", max_attempts=2)
     assert last_index(plan) == 1
     open_breaker(state, "a@1.0.0")
-    assert past_open_breakers(plan, 0, state, 60) == 1
+    assert next_to_run(plan, 0, state, 60) == 1
     assert last_index(plan) == 2  # b and c may still run: two attempts
 
 
@@ -71,10 +71,10 @@ def test_nothing_left_to_try_when_every_remaining_breaker_is_open() -> None:
     plan = plan_of("a", "b", max_attempts=1)
     for key in ("a@1.0.0", "b@1.0.0"):
         open_breaker(state, key)
-    assert past_open_breakers(plan, 0, state, 60) is None
+    assert next_to_run(plan, 0, state, 60) is None
     assert plan.held_back == ["a@1.0.0", "b@1.0.0"]  # max_attempts 1: a passed over lets b through
     assert "held back by its circuit breaker (a@1.0.0, b@1.0.0)" in plan.no_candidates_message()
-    assert past_open_breakers(plan_of("a"), 1, state, 60) is None  # past the last candidate
+    assert next_to_run(plan_of("a"), 1, state, 60) is None  # past the last candidate
 
 
 def test_versions_selection_held_back_use_up_no_attempt() -> None:
@@ -99,3 +99,17 @@ def test_a_scenario_calls_first_attempt_that_ran_is_the_targeted_one() -> None:
     by_name.request.namespace = "c"
     by_name.attempts = ran
     assert targeted(by_name, ran[1]) and not targeted(by_name, ran[0])
+
+
+def test_after_a_refusal_by_mistake_the_tools_that_do_not_do_such_jobs_are_passed_over_and_use_up_no_attempt() -> None:
+    from selection.models import FailureClass, ScoreBreakdown, ToolExecutionResult
+
+    plan = plan_of("hash_text", "lower_text", "upper_text", "sha_sum", max_attempts=2)
+    for c, similarity in zip(plan.candidates, (0.7, 0.37, 0.3, 0.62)):
+        c.breakdown = ScoreBreakdown(similarity=similarity)
+    plan.candidates[0].does_the_job = True
+    assert next_to_run(plan, 1, InMemoryStateStore(), 60) == 1  # no refusal yet: the order stands
+    plan.attempts = [ToolExecutionResult(attempt_id="c:0", call_id="c", tool="hash_text", version="1.0.0", success=False,
+                                         error_class=FailureClass.bad_input, callers_mistake=True, metadata={"attempt": 0})]
+    assert next_to_run(plan, 1, InMemoryStateStore(), 60) == 3  # the tool that clearly does such jobs
+    assert plan.passed_over == ["lower_text@1.0.0", "upper_text@1.0.0"] and last_index(plan) == 3

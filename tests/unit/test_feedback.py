@@ -165,3 +165,10 @@ def test_a_judgement_of_an_attempt_that_only_failed_is_refused() -> None:
         with pytest.raises(ValueError, match="vat_price@1.0.0's attempt in call c1 failed: it gave no output to judge "
                                              r"\(its failure counts against it already"):
             record_tool_feedback(cast(Any, None), "vat_price", None, None, sentiment, call=call)
+    # QA ops: of a refusal set aside as the caller's mistake, "counts against it already" said the opposite.
+    stored["c2"] = {"call_id": "c2", "scenario": "add VAT", "attempts": [
+        {"tool": "vat_price", "version": "1.0.0", "outcome": "failure", "error_class": "bad_input", "callers_mistake": True}]}
+    refused = judged_call(cast(Any, None), "c2", stored.get)
+    assert refused is not None and refused.set_aside == ["vat_price@1.0.0"]
+    with pytest.raises(ValueError, match=r"\(its failure was set aside, as the caller's input's \(or an outage's\), not the tool's"):
+        record_tool_feedback(cast(Any, None), "vat_price", None, None, "negative", call=refused)

@@ -10,14 +10,17 @@ from selection.serving import (
     ServedVersions,
     breaker_probe,
     does_the_job,
+    input_refused_message,
     evolved_first,
     explored_first,
     newcomer_to_try,
     passed_over,
     probed_first,
     refused_for_its_namespace,
+    refused_input,
     second_opinion,
     served_first,
+    takes_a_refused_input,
     tried_first,
 )
 
@@ -301,14 +304,27 @@ def test_a_version_does_a_job_after_three_successes_at_it_and_only_its_refusal_t
     assert not candidate("hash_text").callers_mistake(FailureClass.bad_input)
 
 
-def test_a_refusal_by_mistake_sets_aside_the_success_of_the_tool_that_took_the_input_after_it() -> None:
+def test_after_a_refusal_by_mistake_only_the_tools_that_do_such_jobs_are_tried_and_the_call_says_check_the_input() -> None:
+    """QA ops: after hash_text refused an input as the caller's mistake, a lowercasing tool returned
+    a "sha256 checksum", and 11 tools refused such inputs in turn, each one demoted."""
     def attempt(tool: str, ok: bool, mistake: bool = False) -> ToolExecutionResult:
         return ToolExecutionResult(attempt_id=f"c:{tool}", call_id="c", tool=tool, version="1.0.0", success=ok,
-                                   error_class=None if ok else FailureClass.bad_input, callers_mistake=mistake)
+                                   error_class=None if ok else FailureClass.bad_input, callers_mistake=mistake,
+                                   error_message=None if ok else "KeyError: 'text'")
 
-    mistaken = OutcomeRecord(call_id="c", scenario="sha1 of this text",
-                             attempts=[attempt("hash_text", False, mistake=True), attempt("lower_text", True)])
-    assert mistaken.set_aside() == {"c:hash_text", "c:lower_text"}
-    counted = OutcomeRecord(call_id="c", scenario="sha1 of this text",
-                            attempts=[attempt("lower_text", False), attempt("hash_text", True)])
-    assert counted.set_aside() == set()
+    def ranked(name: str, similarity: float, does: bool = False) -> Candidate:
+        return candidate(name).model_copy(update={"does_the_job": does, "breakdown": ScoreBreakdown(similarity=similarity)})
+
+    assert takes_a_refused_input(ranked("sha_sum", 0.62))  # matches the job clearly by its description
+    assert takes_a_refused_input(ranked("hasher", 0.31, does=True))  # did such jobs, whatever its words
+    assert not takes_a_refused_input(ranked("lower_text", 0.37))
+    plan = CallPlan(request=CallRequest(scenario="sha256 of this text"), candidates=[ranked("hash_text", 0.7, does=True)],
+                    attempts=[attempt("hash_text", False, mistake=True)], passed_over=["lower_text@1.0.0"])
+    assert refused_input(plan) is plan.attempts[0]
+    assert input_refused_message(plan) == ("hash_text@1.0.0, which does such jobs, refused the input (KeyError: 'text'): check "
+                                           "the input; not tried with it, as they do not do such jobs: lower_text@1.0.0")
+    assert input_refused_message(plan.model_copy(update={"attempts": [attempt("hash_text", False)]})) is None
+    # Only the refusals are set aside: a tool that does such jobs and took the input counts its success.
+    taken = OutcomeRecord(call_id="c", scenario="parse this csv", attempts=[attempt("csv_strict", False, mistake=True),
+                                                                             attempt("csv_lenient", True)])
+    assert taken.set_aside() == {"c:csv_strict"}

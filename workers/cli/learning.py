@@ -355,12 +355,13 @@ def recommend(
     if json_out:
         print_json(report.model_dump(mode="json"))
         return
+    aside = f"; {report.set_aside} refused inputs of a caller's mistake left out" if report.set_aside else ""
     if not found:
         console.print(f"nothing to recommend: no version below {max_rate:.0%} success with {min_runs}+ runs "
-                      f"in any context ({report.records} recent records)")
+                      f"in any context ({report.records} recent records{aside})")
         return
     judged = f", {report.judged_wrong} judged wrong" if report.judged_wrong else ""
-    table = Table(title=f"recommendations from {report.records} recent attempts{judged}")
+    table = Table(title=f"recommendations from {report.records} recent attempts{judged}{aside}")
     for col in ("tool", "context", "runs", "success", "elsewhere", "errors", "advice", "failed on"):
         table.add_column(col, justify="right" if col in ("runs", "success", "elsewhere") else "left", overflow="fold")
     for r in found:

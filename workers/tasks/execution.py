@@ -30,7 +30,7 @@ from selection.manifest import ToolManifest
 from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
-from selection.serving import refused_for_its_namespace
+from selection.serving import input_refused_message, refused_for_its_namespace, refused_input, takes_a_refused_input
 from selection.timeouts import adaptive_timeout
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
 from workers.rescue import CallStep, delivered_again, hand_on, send_recorded
@@ -119,7 +119,9 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: 
         execution_time_ms=outcome.elapsed_ms,
         complexity=float(plan.features.get("complexity", 0.0) or 0.0),
         metadata={"attempt": index, **metadata, "policy": plan.policy},
-        callers_mistake=candidate.callers_mistake(outcome.error_class),
+        # The input a tool doing the job refused is the caller's mistake for every tool after it.
+        callers_mistake=candidate.callers_mistake(outcome.error_class)
+        or (outcome.error_class is FailureClass.bad_input and refused_input(plan) is not None),
     )
     # The caller's fault is not the tool's; a redelivered attempt feeds the breaker once.
     feeds_breaker = outcome.error_class is not FailureClass.bad_input
@@ -248,7 +250,7 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
     # unless its call has ended meanwhile (CallStep ignores it then), or its tool killed the
     # process running it too often (recorded as a crash instead, once per attempt id too).
     plan.attempts = [a for a in plan.attempts if a.metadata.get("attempt", -1) < index]
-    turn = past_open_breakers(plan, index, runtime().state, runtime().settings.breaker_cooldown_s)
+    turn = next_to_run(plan, index, runtime().state, runtime().settings.breaker_cooldown_s)
     if turn is None:
         return after_last_attempt(self, plan)
     index = turn
@@ -276,14 +278,16 @@ def last_index(plan: CallPlan) -> int:
     that selection placed first for its breaker's probe (`plan.probe`), run or passed over: a call
     the next candidate would have served is served by it (QA X: with `max_attempts` 1, a probe
     that failed failed the call, and started an evolution)."""
-    held = set(plan.held_back)
+    held = {*plan.held_back, *plan.passed_over}
     free = sum(1 for c in plan.candidates if c.key in held or c.key == plan.probe)
     return min(len(plan.candidates), plan.request.max_attempts + free) - 1
 
 
-def past_open_breakers(plan: CallPlan, index: int, state: StateStore, cooldown_s: float) -> int | None:
-    """The index of the first candidate from `index` on that may run now, each one passed over added
-    to `plan.held_back`; None when none is left to try.
+def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float) -> int | None:
+    """The index of the first candidate from `index` on that may run now, each one held back by its
+    breaker added to `plan.held_back`; None when none is left to try. After a tool that does the
+    job refused the input as the caller's mistake, only the tools that do such jobs too are tried
+    with it (selection/serving.py `takes_a_refused_input`): the others go to `plan.passed_over`.
 
     Selection leaves out the versions whose breaker is open, but the calls planned before it opened
     (a burst of calls to a failing tool, ranked together) would each still run it: reading the
@@ -294,8 +298,13 @@ def past_open_breakers(plan: CallPlan, index: int, state: StateStore, cooldown_s
     if index > last_index(plan):
         return None
     _, breakers = state.stats_and_breakers([c.key for c in plan.candidates[index:]])
+    refused = refused_input(plan) is not None
     while index <= last_index(plan):
         key = plan.candidates[index].key
+        if refused and not takes_a_refused_input(plan.candidates[index]):
+            plan.passed_over.append(key)
+            index += 1
+            continue
         breaker = breakers.get(key, "closed")
         if breaker == "closed" or (breaker == "half_open" and state.acquire_lock(
                 probe_lock(key), plan.request.call_id, cooldown_s, reclaim=True)):
@@ -314,11 +323,15 @@ def after_last_attempt(task: Task, plan: CallPlan) -> Any:
     if not plan.attempts:  # every candidate left was held back by its breaker: nothing ran
         return no_candidates(plan)
     settings = runtime().settings
-    if settings.evolution_enabled and not plan.request.after_evolution and not plan.evolved:
+    # An input refused as the caller's mistake is not for an evolution to make a version take (QA
+    # ops: 73 of 73 such calls evolved the tool that does the job, each a no_fix in its changelog).
+    evolves = settings.evolution_enabled and not plan.request.after_evolution and not plan.evolved
+    if evolves and refused_input(plan) is None:
         from workers.tasks.evolution import prepare_evolution
 
         return hand_on(task, prepare_evolution.si(plan.model_dump(mode="json")))
-    return finish(plan, "failed", message=refused_for_its_namespace(plan) or f"every candidate failed ({attempts_made(plan)})")
+    return finish(plan, "failed", message=refused_for_its_namespace(plan) or input_refused_message(plan)
+                  or f"every candidate failed ({attempts_made(plan)})")
 
 
 def _attempts(n: int) -> str:
