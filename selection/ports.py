@@ -216,6 +216,11 @@ class QualityScores(Protocol):
 
     def stats(self, keys: Sequence[str]) -> dict[str, ToolStats]: ...
 
+    def all_stats(self) -> dict[str, ToolStats]:
+        """`stats` of every tool version the store has counted or set a quality for: what metrics
+        and the report show, not knowing the catalog."""
+        ...
+
     def set_quality(self, key: str, quality: float) -> None: ...
 
     def mark_failure(self, key: str, attempt_id: str, severity: Severity, demote: bool = True) -> FailureApplied:
@@ -257,6 +262,10 @@ class Promotions(Protocol):
         ...
 
     def promotion_history(self, namespace: str) -> list[Promotion]: ...
+
+    def all_promotion_histories(self) -> dict[str, list[Promotion]]:
+        """`promotion_history` of every namespace ever promoted: what metrics and the report show."""
+        ...
 
 
 class Newcomers(Protocol):

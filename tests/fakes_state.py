@@ -95,6 +95,11 @@ class InMemoryStateStore:
                 out[key] = ToolStats(quality=bp_to_quality(t.quality_bp), successes=t.successes, failures=t.failures)
             return out
 
+    def all_stats(self) -> dict[str, ToolStats]:
+        with self._lock:
+            keys = list(self._s.tools)
+        return self.stats(keys)
+
     def set_quality(self, key: str, quality: float) -> None:
         if not math.isfinite(quality) or not 0.0 <= quality <= 1.0:
             raise ValueError(f"quality must be within 0..1, got {quality!r}")
@@ -190,6 +195,11 @@ class InMemoryStateStore:
         with self._lock:
             raws = list(self._s.promotion_history.get(namespace, []))
         return [Promotion.model_validate_json(r) for r in raws]
+
+    def all_promotion_histories(self) -> dict[str, list[Promotion]]:
+        with self._lock:
+            names = list(self._s.promotion_history)
+        return {name: self.promotion_history(name) for name in names}
 
     # Weights
     def weights(self) -> SelectionWeights:

@@ -37,12 +37,11 @@ from redis.client import Pipeline
 
 from selection.manifest import split_key
 from selection.models import Promotion, ToolExecutionResult
-from selection.quality import FULL_QUALITY_BP, bp_to_quality
 from workers.buffered import BufferedWrites
 from workers.state.base import load_scripts
 from workers.state.inflight import due_key
 from workers.state.once import apply_once
-from workers.state.redis import glob_escape
+from workers.state.redis import SCAN_COUNT, RedisStateStore, glob_escape
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -55,7 +54,6 @@ UNACKED_KEY = "unacked"  # kombu's Redis transport: delivery tag -> [message, ex
 ATTEMPT_SERIES_LIMIT = 2000
 CALL_SERIES_LIMIT = 10_000
 POINTS_PER_PUSH = 1000  # a series' points go in pushes of at most this many (workers/state/once.py MAX_ARGS)
-SCAN_COUNT = 1000
 
 # Counters that workers add to (metric name without the `fittest_` namespace and `_total`).
 SELECTIONS = "selections"
@@ -72,6 +70,12 @@ _HELP = {
                        "ended or moved on",
     RESENT_STEPS: "Call steps the rescue sweep sent again because they were lost, by task",
 }
+
+
+def queue_key(queue: str, priority: int, sep: str = ":") -> str:
+    """The list kombu's Redis transport keeps a queue's messages of one priority step in (`sep`:
+    the transport's option of that name, workers/app.py)."""
+    return queue if priority == 0 else f"{queue}{sep}{priority}"
 
 
 def _field(name: str, labels: dict[str, str]) -> str:
@@ -170,13 +174,14 @@ def _point(buffer: _Buffer, key: str, point: BaseModel, cap: int) -> None:
 
 
 class MetricsReader:
-    """The reading side, for the collector and the report: counters, the state's own numbers,
-    the series and the broker's queue lengths."""
+    """The reading side, for the collector and the report: counters, the state's own numbers
+    (read through `state`, which knows its keys), the series and the broker's queue lengths."""
 
     def __init__(self, client: Redis, prefix: str, queues: Iterable[str] = (), priority_steps: Iterable[int] = (0,),
                  sep: str = ":") -> None:
         self.client = client
         self.prefix = prefix
+        self.state = RedisStateStore(client, prefix)
         self.queues = tuple(queues)
         self.priority_steps = tuple(priority_steps)
         self.sep = sep
@@ -192,35 +197,12 @@ class MetricsReader:
             out[name].append((labels, int(value)))
         return out
 
-    def tool_stats(self) -> dict[str, tuple[float, int, int]]:
-        """(quality, successes, failures) of every tool version the state has touched."""
-        keys = [k.removeprefix("tool:") for k in self._scan("tool:*")]
-        pipe = self.client.pipeline(transaction=False)
-        for key in keys:
-            pipe.hmget(f"{self.prefix}tool:{key}", "quality_bp", "successes", "failures")
-        out = {}
-        for key, (q, s, f) in zip(keys, pipe.execute()):
-            out[key] = (bp_to_quality(int(q) if q is not None else FULL_QUALITY_BP), int(s or 0), int(f or 0))
-        return out
-
-    def promotions(self) -> dict[str, list[Promotion]]:
-        """Every namespace's promotion history, oldest first: evolutions, activations, rollbacks."""
-        names = [k.removeprefix("promotions:") for k in self._scan("promotions:*")]
-        pipe = self.client.pipeline(transaction=False)
-        for name in names:
-            pipe.lrange(f"{self.prefix}promotions:{name}", 0, -1)
-        return {name: [Promotion.model_validate_json(r) for r in raws] for name, raws in zip(names, pipe.execute())}
-
-    def queue_key(self, queue: str, priority: int) -> str:
-        """The list kombu keeps a queue's messages of one priority step in."""
-        return queue if priority == 0 else f"{queue}{self.sep}{priority}"
-
     def queue_lengths(self) -> dict[tuple[str, int], int]:
         """Messages waiting per queue and priority step (kombu keeps one list per step)."""
         pairs = [(q, p) for q in self.queues for p in self.priority_steps]
         pipe = self.client.pipeline(transaction=False)
         for queue, priority in pairs:
-            pipe.llen(self.queue_key(queue, priority))
+            pipe.llen(queue_key(queue, priority, self.sep))
         return dict(zip(pairs, pipe.execute()))
 
     def unacked(self) -> int:
@@ -285,11 +267,11 @@ class RedisCollector(Collector):
                                         labels=["tool", "version"])
         failures = CounterMetricFamily("fittest_tool_failures", "Failed attempts applied per tool version",
                                        labels=["tool", "version"])
-        for key, (q, s, f) in sorted(r.tool_stats().items()):
+        for key, stats in sorted(r.state.all_stats().items()):
             labels = list(split_key(key))
-            quality.add_metric(labels, q)
-            successes.add_metric(labels, s)
-            failures.add_metric(labels, f)
+            quality.add_metric(labels, stats.quality)
+            successes.add_metric(labels, stats.successes)
+            failures.add_metric(labels, stats.failures)
         yield from (quality, successes, failures)
 
         evolutions = CounterMetricFamily("fittest_evolutions", "Versions put on trial: evolved ones and a manifest's new versions",
@@ -297,7 +279,7 @@ class RedisCollector(Collector):
         rollbacks = CounterMetricFamily("fittest_rollbacks", "Promotions rolled back", labels=["namespace"])
         served = GaugeMetricFamily("fittest_promotion", "The namespace's current promotion (1), by version and status",
                                    labels=["namespace", "version", "status"])
-        for namespace, history in sorted(r.promotions().items()):
+        for namespace, history in sorted(r.state.all_promotion_histories().items()):
             evolved, rolled_back = evolution_events(history)
             evolutions.add_metric([namespace], len(evolved))
             rollbacks.add_metric([namespace], len(rolled_back))

@@ -26,6 +26,7 @@ from matplotlib.ticker import MaxNLocator
 from pydantic import BaseModel
 
 from selection.models import Promotion
+from selection.ports import ToolStats
 from workers.metrics import AttemptPoint, CallPoint, MetricsReader, evolution_events
 
 PALETTE = plt.get_cmap("tab10")
@@ -36,7 +37,7 @@ class ReportData(BaseModel):
     """What the page shows, read from Redis once."""
 
     generated_at: float
-    stats: dict[str, tuple[float, int, int]]  # key -> (quality, successes, failures)
+    stats: dict[str, ToolStats]
     attempts: dict[str, list[AttemptPoint]]
     calls: list[CallPoint]
     promotions: dict[str, list[Promotion]]
@@ -50,10 +51,10 @@ class ReportData(BaseModel):
             queues[queue] += n
         return cls(
             generated_at=time.time(),
-            stats=reader.tool_stats(),
+            stats=reader.state.all_stats(),
             attempts={k: v for k, v in attempts.items() if v},
             calls=[c for c in reader.calls() if since is None or c.t >= since],
-            promotions=reader.promotions(),
+            promotions=reader.state.all_promotion_histories(),
             queues=dict(queues),
         )
 
@@ -97,7 +98,7 @@ def plot_quality(data: ReportData, keys: list[str]) -> str:
     for i, key in enumerate(keys):
         points = data.attempts[key]
         times = [_when(p.t) for p in points] + [_when(data.generated_at)]
-        quality = [p.quality for p in points] + [data.stats.get(key, (points[-1].quality, 0, 0))[0]]
+        quality = [p.quality for p in points] + [data.stats[key].quality if key in data.stats else points[-1].quality]
         ax.step(times, quality, where="post", label=key, color=PALETTE(i % 10), linewidth=1.8)  # type: ignore[arg-type]  # dates
     if keys:
         ax.set_ylim(-0.02, 1.05)
@@ -257,7 +258,8 @@ def render(data: ReportData, top: int = 8) -> str:
     ]
     rows = []
     for key in sorted(set(data.stats) | set(data.attempts)):
-        q, s, f = data.stats.get(key, (1.0, 0, 0))
+        stats = data.stats.get(key, ToolStats())
+        q, s, f = stats.quality, stats.successes, stats.failures
         points = data.attempts.get(key, [])
         mean_ms = f"{sum(p.ms for p in points) / len(points):.1f}" if points else "–"
         rows.append(

@@ -41,7 +41,7 @@ from celery.states import READY_STATES
 from redis import Redis
 
 from workers.app import PRIORITY_HIGH, PRIORITY_STEPS, QUEUES, TASK_ROUTES, app
-from workers.metrics import REDELIVERED_STEPS, RESENT_STEPS, UNACKED_KEY, MetricsReader
+from workers.metrics import REDELIVERED_STEPS, RESENT_STEPS, UNACKED_KEY, queue_key
 from workers.runtime import Runtime, runtime
 from workers.state.inflight import EFFECTS, HandedOnStep, InflightCalls, step_due_in_s
 from workers.worker_lease import WorkerLease, give_back_silent, lease_for
@@ -170,11 +170,10 @@ def _waiting(rt: Runtime, steps: list[HandedOnStep]) -> dict[str, set[str] | Non
     longer than QUEUE_READ_LIMIT, not read). Only the step's own message counts: a queue that held
     any message put off every lost step of it, and under a steady backlog one was never sent
     again (QA P)."""
-    reader = MetricsReader(rt.redis, "", priority_steps=PRIORITY_STEPS)
     by_queue: dict[str, list[str]] = {}
     for step in steps:
         by_queue.setdefault(_queue_of(step), []).append(step.task_id)
-    return {queue: rt.inflight.waiting([reader.queue_key(queue, p) for p in PRIORITY_STEPS], ids, QUEUE_READ_LIMIT)
+    return {queue: rt.inflight.waiting([queue_key(queue, p) for p in PRIORITY_STEPS], ids, QUEUE_READ_LIMIT)
             for queue, ids in by_queue.items()}
 
 

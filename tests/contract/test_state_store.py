@@ -209,6 +209,15 @@ def test_stats_of_many_keys(store):
     assert all(stats[key] == ToolStats() for key in keys[10:])
 
 
+def test_all_stats_are_those_of_every_version_counted_or_set(store):
+    assert store.all_stats() == {}
+    store.set_quality(KEY, 0.5)
+    count_success(store, OTHER, aid())
+    store.mark_failure("third@1.0.0", aid(), Severity.low)
+    store.stats(["never_counted@1.0.0"])
+    assert store.all_stats() == store.stats([KEY, OTHER, "third@1.0.0"])
+
+
 def test_concurrent_failures_from_threads_lose_nothing(store):
     def work(t: int) -> None:
         for j in range(40):
@@ -261,6 +270,14 @@ def test_promote_and_history(store):
     assert store.promotion_history("translate_text") == [first, second]
     assert [p.evolved_version for p in store.promotion_history("summarise")] == ["2.1.0"]
     assert store.versions().state == v0 + 3
+
+
+def test_all_promotion_histories_are_those_of_every_namespace_promoted(store):
+    assert store.all_promotion_histories() == {}
+    store.promote(promotion("translate_text", "1.1.0"))
+    store.promote(promotion("translate_text", "1.2.0", status="active"))
+    store.promote(promotion("summarise", "2.1.0"))
+    assert store.all_promotion_histories() == {ns: store.promotion_history(ns) for ns in ("translate_text", "summarise")}
 
 
 def test_promote_if_changes_only_the_promotion_it_was_decided_on(store):

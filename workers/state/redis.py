@@ -64,6 +64,7 @@ _SCRIPTS = ("apply_once", "breaker_record", "judge_count", "mark_failure", "note
 DAY_S = 24 * 3600
 IDEMPOTENCY_TTL_S = 7 * DAY_S  # how long an applied id is remembered: a redelivery comes within minutes, a replay of old messages within days
 _GLOB_SPECIALS = frozenset("\\*?[]")
+SCAN_COUNT = 1000  # keys a SCAN step looks at: few round trips, and no step holds Redis for long
 
 
 def _extra_steps(horizon: int = 1000) -> tuple[tuple[int, int], ...]:
@@ -173,6 +174,9 @@ class RedisStateStore(PrefixedStore):
             pipe.hmget(self._k("tool", key), "quality_bp", "successes", "failures")
         return self._parse_stats(keys, pipe.execute())
 
+    def all_stats(self) -> dict[str, ToolStats]:
+        return self.stats(self._names("tool"))
+
     @staticmethod
     def _parse_stats(keys: list[str], rows: list[Any]) -> dict[str, ToolStats]:
         return {
@@ -268,6 +272,13 @@ class RedisStateStore(PrefixedStore):
 
     def promotion_history(self, namespace: str) -> list[Promotion]:
         return [Promotion.model_validate_json(raw) for raw in self.client.lrange(self._k("promotions", namespace), 0, -1)]
+
+    def all_promotion_histories(self) -> dict[str, list[Promotion]]:
+        names = self._names("promotions")
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.lrange(self._k("promotions", name), 0, -1)
+        return {name: [Promotion.model_validate_json(r) for r in raws] for name, raws in zip(names, pipe.execute())}
 
     # Newcomers --------------------------------------------------------------------------------
 
@@ -415,9 +426,16 @@ class RedisStateStore(PrefixedStore):
 
     # Housekeeping -----------------------------------------------------------------------------
 
+    def _names(self, kind: str) -> list[str]:
+        """The caller-supplied parts of the keys of one kind (`tool`: the tool versions), read by
+        SCAN: only operators' reads (metrics, the report) ask for every one."""
+        head = self._k(kind, "")
+        return [as_text(raw)[len(head):]
+                for raw in self.client.scan_iter(match=glob_escape(head) + "*", count=SCAN_COUNT)]
+
     def clear(self) -> None:
         batch: list[Any] = []
-        for name in self.client.scan_iter(match=glob_escape(self.prefix) + "*", count=1000):
+        for name in self.client.scan_iter(match=glob_escape(self.prefix) + "*", count=SCAN_COUNT):
             batch.append(name)
             if len(batch) >= 500:
                 self.client.unlink(*batch)
