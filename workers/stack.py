@@ -7,6 +7,7 @@ this module's Redis.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -15,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote, unquote, urlparse
@@ -112,16 +114,20 @@ def celery_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "celery", "-A", "workers.app", *args]
 
 
-# The Procfile's worker roles as the benches and `fittest demo` start them (tests/unit/test_task_routes.py
-# checks that the two agree).
-ROLES: dict[str, Role] = {
-    "memory": Role("memory", celery_cmd("worker", "-Q", "selection,feedback,learning", "-P", "threads",
-                                        "-c", "4", "--prefetch-multiplier", "16", "-n", "memory@%h", "--without-gossip", "--without-mingle")),
-    "executor": Role("executor", celery_cmd("worker", "-Q", "execution", "-P", "prefork", "-c", "2",
-                                            "-n", "executor@%h", "--without-gossip", "--without-mingle")),
-    "evolver": Role("evolver", celery_cmd("worker", "-Q", "evolution", "-P", "prefork", "-c", "1",
-                                          "-n", "evolver@%h", "--without-gossip", "--without-mingle")),
-}
+@cache
+def worker_roles() -> dict[str, Role]:
+    """The Procfile's Celery worker roles as the benches, the pipeline tests and `fittest demo` start
+    them: run by this interpreter (`python -m celery`), without honcho's shell, so the Procfile is
+    the one place their command lines are written. Read when first asked, not at import: an
+    installed copy of fittest (the Docker image) has no Procfile beside this module."""
+    from honcho.environ import parse_procfile
+
+    roles = {}
+    for name, line in parse_procfile(PROCFILE.read_text()).processes.items():
+        words = shlex.split(line)
+        if words[:1] == ["celery"] and "worker" in words:
+            roles[name] = Role(name, [sys.executable, "-m", *words])
+    return roles
 
 
 def absolute_paths(settings: Settings) -> dict[str, str]:
@@ -208,7 +214,7 @@ class Stack:
 
     def start_roles(self, roles: Iterable[str]) -> None:
         for role in roles:
-            self.start(role, ROLES[role].command)
+            self.start(role, worker_roles()[role].command)
 
     def wait_for_workers(self, names: Iterable[str], timeout: float = 60.0) -> None:
         """Block until every named worker answers a ping (so no test races a starting worker)."""

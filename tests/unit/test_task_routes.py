@@ -3,6 +3,9 @@ and no task lands on the default queue by accident."""
 
 from __future__ import annotations
 
+import shlex
+import sys
+
 from workers.app import QUEUES, TASK_ROUTES, app
 
 
@@ -14,13 +17,23 @@ def test_every_registered_fittest_task_has_a_route_to_a_known_queue() -> None:
     assert {route["queue"] for route in TASK_ROUTES.values()} <= set(QUEUES)
 
 
-def test_the_worker_roles_started_by_the_benches_are_the_procfile_lines() -> None:
-    from workers.stack import PROCFILE, ROLES
+def test_the_stack_starts_every_worker_role_of_the_procfile_as_the_procfile_writes_it() -> None:
+    from honcho.environ import parse_procfile
 
-    lines = dict(line.split(": ", 1) for line in PROCFILE.read_text().splitlines() if line and not line.startswith("#"))
-    for name, role in ROLES.items():
-        assert role.command[1:3] == ["-m", "celery"]
-        assert lines[name].split() == ["celery", *role.command[3:]], name
+    from workers.bench.chaos import ROLES as CHAOS_ROLES
+    from workers.bench.evolution import ROLES as EVOLUTION_ROLES
+    from workers.bench.throughput import ROLES as THROUGHPUT_ROLES
+    from workers.demo import DEMO_ROLES
+    from workers.health import ROLES as HEALTH_ROLES
+    from workers.stack import PROCFILE, worker_roles
+
+    lines = parse_procfile(PROCFILE.read_text()).processes
+    roles = worker_roles()
+    assert sorted(roles) == sorted(name for name, line in lines.items() if line.startswith("celery -A workers.app worker "))
+    for name, role in roles.items():
+        assert role.command == [sys.executable, "-m", *shlex.split(lines[name])], name
+    # The roles the demo, the benches and the health check name are worker roles of the Procfile.
+    assert {*DEMO_ROLES, *HEALTH_ROLES, *CHAOS_ROLES, *EVOLUTION_ROLES, *THROUGHPUT_ROLES} <= set(roles)
     # Every queue has a worker role that consumes it.
-    consumed = {q for role in ROLES.values() for q in role.command[role.command.index("-Q") + 1].split(",")}
+    consumed = {q for role in roles.values() for q in role.command[role.command.index("-Q") + 1].split(",")}
     assert consumed == set(QUEUES)

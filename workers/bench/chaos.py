@@ -121,8 +121,7 @@ def _collect(settings: Settings, client: CallSender, handles: list[Any], deadlin
 
 def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Callable[[str], None] = lambda _: None) -> ChaosResult:
     from workers.memory.edge import EdgeVectorMemory
-    from workers.stack import ROLES as STACK_ROLES
-    from workers.stack import Stack, start_private_redis
+    from workers.stack import Stack, start_private_redis, worker_roles
     from workers.state import open_state_store
 
     started = time.monotonic()
@@ -149,7 +148,7 @@ def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Calla
             stack.procs["redis"] = redis_proc
 
             def start(role: str) -> None:
-                stack.start(role, STACK_ROLES[role].command)
+                stack.start(role, worker_roles()[role].command)
                 stack.wait_for_workers([role], timeout=120)
 
             progress("starting the memory and executor workers")

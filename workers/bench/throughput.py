@@ -133,8 +133,7 @@ def run_throughput(
     progress: Callable[[str], None] = lambda _: None,
 ) -> ThroughputResult:
     from workers.bench.baseline import HOP1
-    from workers.stack import ROLES as STACK_ROLES
-    from workers.stack import Stack, start_private_redis
+    from workers.stack import Stack, start_private_redis, worker_roles
 
     texts = scenarios(n_scenarios)
     with tempfile.TemporaryDirectory(prefix="fittest-bench-") as tmp:
@@ -154,7 +153,7 @@ def run_throughput(
             stack.procs["redis"] = redis_proc
             progress("starting the memory and executor workers")
             for role in ROLES:
-                stack.start(role, [*STACK_ROLES[role].command, "-I", "workers.bench.baseline"])
+                stack.start(role, [*worker_roles()[role].command, "-I", "workers.bench.baseline"])
             stack.wait_for_workers(ROLES, timeout=120)
             clients = [CallSender(bench) for _ in range(concurrency)]
             idle = reader_for(bench).broker_idle
