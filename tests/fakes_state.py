@@ -21,8 +21,7 @@ from selection.ports import (BreakerOutcome, BreakerState, FailureApplied, Retra
                              ToolStats)
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
 from selection.timeouts import p95
-
-DAY_S = 24 * 3600
+from workers.state.redis import IDEMPOTENCY_TTL_S, PROMOTION_HISTORY_LIMIT, WEIGHTS_HISTORY_LIMIT
 
 
 @dataclass
@@ -63,18 +62,8 @@ class _State:
 
 
 class InMemoryStateStore:
-    def __init__(
-        self,
-        *,
-        clock: Callable[[], float] = time.time,
-        idempotency_ttl_s: int = 7 * DAY_S,
-        promotion_history_limit: int = 1000,
-        weights_history_limit: int = 100,
-    ) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
-        self.idempotency_ttl_s = idempotency_ttl_s
-        self.promotion_history_limit = promotion_history_limit
-        self.weights_history_limit = weights_history_limit
         self._lock = threading.RLock()
         self._s = _State()
 
@@ -83,7 +72,7 @@ class InMemoryStateStore:
         expiry = self._s.guards.get(key)
         if expiry is not None and expiry > now:
             return False
-        self._s.guards[key] = now + self.idempotency_ttl_s
+        self._s.guards[key] = now + IDEMPOTENCY_TTL_S
         return True
 
     # Quality and counters
@@ -159,7 +148,7 @@ class InMemoryStateStore:
             self._s.promotions[promotion.namespace] = raw
             history = self._s.promotion_history.setdefault(promotion.namespace, [])
             history.append(raw)
-            del history[: max(0, len(history) - self.promotion_history_limit)]
+            del history[: max(0, len(history) - PROMOTION_HISTORY_LIMIT)]
             self._s.state_version += 1
             self._s.promotions_version += 1
 
@@ -219,7 +208,7 @@ class InMemoryStateStore:
             raw = stored.model_dump_json()
             self._s.weights = raw
             self._s.weights_history.insert(0, raw)
-            del self._s.weights_history[self.weights_history_limit :]
+            del self._s.weights_history[WEIGHTS_HISTORY_LIMIT:]
             if classifier:
                 self._s.classifier = classifier
             self._s.state_version += 1

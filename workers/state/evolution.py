@@ -41,23 +41,19 @@ from workers.state.base import PrefixedStore, load_scripts
 from workers.state.once import apply_once, new_token
 
 _SCRIPT_NAMES = ("apply_once", "trial_record", "judge_count", "push_recent", "variant_record", "variant_status")
+# Entries kept in a namespace's changelog: far more than a namespace's evolutions, so its lineage
+# is shown whole; the cap only keeps the list from growing without end.
+CHANGELOG_LIMIT = 1000
+# Recent successes kept per tool version: the evidence of what a parent does right that its
+# evolution is given, with room beyond the few verification replays (evolution/verification.py) for
+# those judged wrong or without an input; more would only be older.
+RECENT_SUCCESSES_LIMIT = 20
 _TRIAL_FIELDS = {("evolved", True): "es", ("evolved", False): "ef", ("parent", True): "ps", ("parent", False): "pf"}
 
 
 class EvolutionState(PrefixedStore):
-    def __init__(
-        self,
-        client: redis.Redis,
-        prefix: str,
-        *,
-        idempotency_ttl_s: int = IDEMPOTENCY_TTL_S,
-        changelog_limit: int = 1000,
-        recent_limit: int = 20,
-    ) -> None:
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
         super().__init__(client, prefix)
-        self.idempotency_ttl_s = idempotency_ttl_s
-        self.changelog_limit = changelog_limit
-        self.recent_limit = recent_limit
         self.scripts = load_scripts(client, *_SCRIPT_NAMES)
 
     # Changelog --------------------------------------------------------------------------------
@@ -66,7 +62,7 @@ class EvolutionState(PrefixedStore):
         name = self._k("changelog", entry.namespace)
         entries = self.client.pipeline(transaction=True)
         entries.rpush(name, entry.model_dump_json())
-        entries.ltrim(name, -self.changelog_limit, -1)
+        entries.ltrim(name, -CHANGELOG_LIMIT, -1)
         # logged once, even if sent again
         apply_once(self.scripts["apply_once"], entries, self._k("once", "changelog", new_token()))
 
@@ -93,7 +89,7 @@ class EvolutionState(PrefixedStore):
         trial = f"{namespace}@{evolved_version}"
         wrong = success and judged == "negative"
         keys = [self._k("trial", trial), self._k("applied", "trial", attempt_id)]
-        args: list[str | int] = [self.idempotency_ttl_s, _TRIAL_FIELDS[(role, success and not wrong)]]
+        args: list[str | int] = [IDEMPOTENCY_TTL_S, _TRIAL_FIELDS[(role, success and not wrong)]]
         if success and call_id is not None:
             keys.append(self._k("trial_judged", trial))
             args += [f"{call_id}|{role}", judged or "counted"]
@@ -133,15 +129,15 @@ class EvolutionState(PrefixedStore):
             for key, attempt_id, run in runs:
                 self.scripts["push_recent"](
                     keys=[self._k("recent", key), self._k("applied", "recent", attempt_id)],
-                    args=[self.idempotency_ttl_s, run.model_dump_json(), self.recent_limit],
+                    args=[IDEMPOTENCY_TTL_S, run.model_dump_json(), RECENT_SUCCESSES_LIMIT],
                     client=pipe,
                 )
 
         return [bool(pushed) for pushed in execute_scripts(self.client, queue)]
 
-    def recent_successes(self, key: str, limit: int | None = None) -> list[SuccessfulRun]:
-        end = (limit or self.recent_limit) - 1
-        return [SuccessfulRun.model_validate_json(raw) for raw in self.client.lrange(self._k("recent", key), 0, end)]
+    def recent_successes(self, key: str) -> list[SuccessfulRun]:
+        raws = self.client.lrange(self._k("recent", key), 0, RECENT_SUCCESSES_LIMIT - 1)
+        return [SuccessfulRun.model_validate_json(raw) for raw in raws]
 
     # Description variants ---------------------------------------------------------------------
 
@@ -232,7 +228,7 @@ class EvolutionState(PrefixedStore):
     def record_variant(self, key: str, variant_id: str, call_id: str, first: bool, success: bool) -> bool:
         credited = self.scripts["variant_record"](
             keys=[self._k("variant_stats", key), self._k("applied", "variant", call_id, key)],
-            args=[self.idempotency_ttl_s, variant_id, "1" if first else "0", "1" if success else "0"],
+            args=[IDEMPOTENCY_TTL_S, variant_id, "1" if first else "0", "1" if success else "0"],
         )
         return bool(credited)
 

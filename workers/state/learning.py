@@ -25,12 +25,11 @@ from workers.state.base import PrefixedStore, load_scripts
 
 
 class LearningState(PrefixedStore):
-    def __init__(self, client: redis.Redis, prefix: str, window: int, idempotency_ttl_s: int = IDEMPOTENCY_TTL_S) -> None:
+    def __init__(self, client: redis.Redis, prefix: str, window: int) -> None:
         super().__init__(client, prefix)
         if window < 1:
             raise ValueError("the learning window must hold at least 1 record")
         self.window = window
-        self.idempotency_ttl_s = idempotency_ttl_s
         self._push = load_scripts(client, "push_recent")["push_recent"]
 
     def push(self, records: Sequence[ExecutionRecord]) -> int:
@@ -40,13 +39,13 @@ class LearningState(PrefixedStore):
         def queue(pipe: Pipeline) -> None:
             for r in records:
                 self._push(keys=[self._k("learning", "recent"), self._k("applied", "learn", r.attempt_id)],
-                           args=[self.idempotency_ttl_s, r.model_dump_json(), self.window], client=pipe)
+                           args=[IDEMPOTENCY_TTL_S, r.model_dump_json(), self.window], client=pipe)
 
         return sum(int(x) for x in execute_scripts(self.client, queue))
 
-    def recent(self, limit: int | None = None) -> list[ExecutionRecord]:
-        """The newest records first; unreadable entries (an older format) are skipped."""
-        raws = self.client.lrange(self._k("learning", "recent"), 0, (limit or self.window) - 1)
+    def recent(self) -> list[ExecutionRecord]:
+        """The window's records, newest first; unreadable entries (an older format) are skipped."""
+        raws = self.client.lrange(self._k("learning", "recent"), 0, self.window - 1)
         out = []
         for raw in raws:
             try:

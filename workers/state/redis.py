@@ -10,7 +10,7 @@ Key layout (P = the store's prefix, e.g. `fittest:`); the fixed type word comes 
 caller-supplied part, so no two kinds of key can collide:
 
     P tool:{key}             hash   quality_bp, successes, failures (absent field: default)
-    P applied:failure:{aid}  string idempotency key of mark_failure (TTL, 7 days by default)
+    P applied:failure:{aid}  string idempotency key of mark_failure (TTL, 7 days)
     P applied:success:{aid}  string idempotency key of record_successes (record_success.lua, TTL)
     P judged:{key}           hash   call id -> the judgement of its output last applied to the counters
                                     (judge_count.lua)
@@ -63,6 +63,12 @@ _SCRIPTS = ("apply_once", "breaker_record", "judge_count", "mark_failure", "note
 
 DAY_S = 24 * 3600
 IDEMPOTENCY_TTL_S = 7 * DAY_S  # how long an applied id is remembered: a redelivery comes within minutes, a replay of old messages within days
+# Promotions kept per namespace: far more than a namespace goes through, so the history that
+# metrics, the report and evolution read is whole; the cap only keeps the list from growing without end.
+PROMOTION_HISTORY_LIMIT = 1000
+# Former weights kept: far more than `fittest weights` lists (10 unless asked for more), few
+# enough that the list stays small however long retraining runs.
+WEIGHTS_HISTORY_LIMIT = 100
 _GLOB_SPECIALS = frozenset("\\*?[]")
 SCAN_COUNT = 1000  # keys a SCAN step looks at: few round trips, and no step holds Redis for long
 
@@ -124,21 +130,8 @@ def weights_body(weights: SelectionWeights) -> str:
 class RedisStateStore(PrefixedStore):
     """StateStore (selection/ports.py) on Redis. Works with clients with or without decode_responses."""
 
-    def __init__(
-        self,
-        client: redis.Redis,
-        prefix: str,
-        *,
-        idempotency_ttl_s: int = IDEMPOTENCY_TTL_S,
-        promotion_history_limit: int = 1000,
-        weights_history_limit: int = 100,
-    ) -> None:
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
         super().__init__(client, prefix)
-        if idempotency_ttl_s < 1 or promotion_history_limit < 1 or weights_history_limit < 1:
-            raise ValueError("TTL and history limits must be at least 1")
-        self.idempotency_ttl_s = int(idempotency_ttl_s)
-        self.promotion_history_limit = int(promotion_history_limit)
-        self.weights_history_limit = int(weights_history_limit)
         self.scripts = load_scripts(client, *_SCRIPTS)
 
     # Keys ------------------------------------------------------------------------------------
@@ -216,7 +209,7 @@ class RedisStateStore(PrefixedStore):
         penalty = [SEVERITY_PENALTY_BP[severity], *_EXTRA_ARGV] if demote else [0]  # no pairs: no extra either
         applied, q, f, before = self.scripts["mark_failure"](
             keys=[self._k("tool", key), self._k("applied", "failure", attempt_id), self._state_key],
-            args=[self.idempotency_ttl_s, FULL_QUALITY_BP, *penalty],
+            args=[IDEMPOTENCY_TTL_S, FULL_QUALITY_BP, *penalty],
         )
         return FailureApplied(applied=bool(applied), quality=bp_to_quality(int(q)), failures=int(f),
                               quality_before=bp_to_quality(int(before)))
@@ -228,7 +221,7 @@ class RedisStateStore(PrefixedStore):
             for key, attempt_id in attempts:
                 self.scripts["record_success"](
                     keys=[self._k("tool", key), self._k("applied", "success", attempt_id)],
-                    args=[self.idempotency_ttl_s],
+                    args=[IDEMPOTENCY_TTL_S],
                     client=pipe,
                 )
 
@@ -257,7 +250,7 @@ class RedisStateStore(PrefixedStore):
         self.scripts["promote"](
             keys=[self._k("promotion", ns), self._k("promotions", ns), self._state_key, self._promotions_version_key,
                   self._k("once", "promote", new_token())],
-            args=[promotion.model_dump_json(), self.promotion_history_limit, ONCE_TTL_S],
+            args=[promotion.model_dump_json(), PROMOTION_HISTORY_LIMIT, ONCE_TTL_S],
         )
 
     def promote_if(self, promotion: Promotion, expect_version: str | None, expect_status: Sequence[str]) -> bool:
@@ -266,7 +259,7 @@ class RedisStateStore(PrefixedStore):
         ns = promotion.namespace
         changed = self.scripts["promote_if"](
             keys=[self._k("promotion", ns), self._k("promotions", ns), self._state_key, self._promotions_version_key],
-            args=[expect_version or "", ",".join(expect_status), promotion.model_dump_json(), self.promotion_history_limit],
+            args=[expect_version or "", ",".join(expect_status), promotion.model_dump_json(), PROMOTION_HISTORY_LIMIT],
         )
         return bool(changed)
 
@@ -311,7 +304,7 @@ class RedisStateStore(PrefixedStore):
                 self._k("weights", "classifier"),
                 self._k("once", "weights", new_token()),
             ],
-            args=[weights_body(weights), self.weights_history_limit, classifier or "", ONCE_TTL_S],
+            args=[weights_body(weights), WEIGHTS_HISTORY_LIMIT, classifier or "", ONCE_TTL_S],
         )
         return SelectionWeights.model_validate_json(doc)
 
@@ -363,7 +356,7 @@ class RedisStateStore(PrefixedStore):
         args: list[Any] = ["1" if success else "0", int(threshold), round(cooldown_s * 1000)]
         if attempt_id is not None:
             keys.append(self._k("once", "breaker", attempt_id))
-            args.append(self.idempotency_ttl_s)
+            args.append(IDEMPOTENCY_TTL_S)
         return keys, args
 
     @staticmethod
