@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import redis
 from redis.client import Pipeline
@@ -48,7 +48,14 @@ CHANGELOG_LIMIT = 1000
 # evolution is given, with room beyond the few verification replays (evolution/verification.py) for
 # those judged wrong or without an input; more would only be older.
 RECENT_SUCCESSES_LIMIT = 20
+_COUNT_FIELDS = ("es", "ef", "ps", "pf")  # a trial hash's fields, in TrialCounts' order
 _TRIAL_FIELDS = {("evolved", True): "es", ("evolved", False): "ef", ("parent", True): "ps", ("parent", False): "pf"}
+
+
+def _trial_counts(es: Any, ef: Any, ps: Any, pf: Any) -> TrialCounts:
+    """The counts of a trial's hash fields, as a script or HMGET returns them (None: never counted)."""
+    return TrialCounts(evolved_successes=int(es or 0), evolved_failures=int(ef or 0),
+                       parent_successes=int(ps or 0), parent_failures=int(pf or 0))
 
 
 class EvolutionState(PrefixedStore):
@@ -93,9 +100,8 @@ class EvolutionState(PrefixedStore):
         if success and call_id is not None:
             keys.append(self._k("trial_judged", trial))
             args += [f"{call_id}|{role}", judged or "counted"]
-        counted, es, ef, ps, pf = self.scripts["trial_record"](keys=keys, args=args)
-        counts = TrialCounts(evolved_successes=es, evolved_failures=ef, parent_successes=ps, parent_failures=pf)
-        return bool(counted), counts
+        counted, *counts = self.scripts["trial_record"](keys=keys, args=args)
+        return bool(counted), _trial_counts(*counts)
 
     def trial_judge(self, namespace: str, evolved_version: str, role: Literal["evolved", "parent"], call_id: str,
                     sentiment: Literal["positive", "negative"]) -> tuple[bool, TrialCounts]:
@@ -108,15 +114,14 @@ class EvolutionState(PrefixedStore):
             keys=[self._k("trial", f"{namespace}@{evolved_version}"), self._k("trial_judged", f"{namespace}@{evolved_version}")],
             args=[f"{call_id}|{role}", sentiment, _TRIAL_FIELDS[(role, True)], _TRIAL_FIELDS[(role, False)], "1"],
         )
-        counts = {as_text(f): int(v) for f, v in zip(flat[::2], flat[1::2])}
-        return bool(changed), TrialCounts(evolved_successes=counts.get("es", 0), evolved_failures=counts.get("ef", 0),
-                                          parent_successes=counts.get("ps", 0), parent_failures=counts.get("pf", 0))
+        counts = {as_text(f): v for f, v in zip(flat[::2], flat[1::2])}
+        return bool(changed), _trial_counts(*(counts.get(f) for f in _COUNT_FIELDS))
 
     def trial_counts(self, namespace: str, evolved_version: str) -> TrialCounts:
-        es, ef, ps, pf = self.client.hmget(self._k("trial", f"{namespace}@{evolved_version}"), "es", "ef", "ps", "pf")
-        return TrialCounts(
-            evolved_successes=int(es or 0), evolved_failures=int(ef or 0), parent_successes=int(ps or 0), parent_failures=int(pf or 0)
-        )
+        """A trial's counts as they stand, changing nothing. The workers have them from each count
+        they apply (`trial_record`, `trial_judge`); this read is for checking a trial from outside
+        (the tests do)."""
+        return _trial_counts(*self.client.hmget(self._k("trial", f"{namespace}@{evolved_version}"), *_COUNT_FIELDS))
 
     # Recent successes -------------------------------------------------------------------------
 
