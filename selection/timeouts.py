@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from selection.percentile import percentile
+
 MIN_RUNS = 5  # fewer recent runs than this say too little; the declared timeout holds
 HEADROOM = 1.2  # p95 × 1.2: a run as slow as the slowest usual one still finishes
 MAX_GROWTH = 2.0  # recent runs may stretch the declared timeout at most this much
@@ -21,8 +23,7 @@ def p95(values: Sequence[float]) -> float:
 
     With fewer than 20 values this is the maximum, which is the cautious choice for a timeout.
     """
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+    return percentile(values, 0.95)
 
 
 def adaptive_timeout(recent_ms: Sequence[float], declared_s: float, min_s: float, max_s: float) -> float:

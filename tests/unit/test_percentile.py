@@ -1,6 +1,6 @@
 """The nearest-rank percentile every bench reports."""
 
-from workers.bench.throughput import percentile
+from selection.percentile import percentile
 
 
 def test_nearest_rank_is_the_smallest_value_with_q_of_the_values_at_or_below_it() -> None:

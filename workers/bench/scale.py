@@ -45,9 +45,9 @@ from selection.ports import (
     VectorMemory,
     VectorPoint,
 )
+from selection.percentile import percentile
 from selection.registry import ToolRegistry
 from workers.bench.host import BenchResult
-from workers.bench.throughput import percentile
 from workers.settings import Settings
 
 TOOL_LEVELS = (10, 1_000, 10_000)

@@ -40,8 +40,8 @@ from pydantic import BaseModel, ValidationError
 
 from selection.manifest import ToolManifest
 from selection.models import CallRequest, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
+from selection.percentile import percentile
 from workers.bench.host import BenchResult
-from workers.bench.throughput import percentile
 from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
 from workers.settings import Settings
 

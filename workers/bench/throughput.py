@@ -22,7 +22,6 @@ for the last partial `record_outcome` and `learn` batches (celery-batches flushe
 from __future__ import annotations
 
 import gc
-import math
 import tempfile
 import threading
 import time
@@ -32,6 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from selection.percentile import percentile
 from workers.bench.host import BenchResult
 from workers.client import CallSender
 from workers.metrics import reader_for
@@ -69,15 +69,6 @@ class ThroughputResult(BenchResult):
     baseline_p50_ms: float
     baseline_p99_ms: float
     pipeline_failed: int
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-quantile (0..1) by nearest rank: a value that was seen, never an interpolation."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = math.ceil(round(q * len(ordered), 9))  # the round: 0.07 * 100 is 7.000000000000001
-    return ordered[min(len(ordered) - 1, max(0, rank - 1))]
 
 
 def scenarios(n: int) -> list[str]:
