@@ -6,6 +6,8 @@ order end at exactly the same value as applying the failures one by one.
 
 from __future__ import annotations
 
+import math
+
 from selection.models import Severity
 
 FULL_QUALITY_BP = 10_000
@@ -36,3 +38,9 @@ def apply_failure_bp(quality_bp: int, failures_before: int, severity: Severity) 
 
 def bp_to_quality(bp: int) -> float:
     return bp / FULL_QUALITY_BP
+
+
+def quality_to_bp(quality: float) -> int:
+    if not math.isfinite(quality) or not 0.0 <= quality <= 1.0:
+        raise ValueError(f"quality must be within 0..1, got {quality!r}")
+    return round(quality * FULL_QUALITY_BP)

@@ -19,7 +19,7 @@ from typing import Literal
 from selection.models import Promotion, Severity
 from selection.ports import (BreakerOutcome, BreakerState, FailureApplied, RetrainNote, SelectionWeights, StateVersions,
                              ToolStats)
-from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
+from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality, quality_to_bp
 from selection.timeouts import p95
 from workers.state.redis import IDEMPOTENCY_TTL_S, PROMOTION_HISTORY_LIMIT, WEIGHTS_HISTORY_LIMIT
 
@@ -90,10 +90,9 @@ class InMemoryStateStore:
         return self.stats(keys)
 
     def set_quality(self, key: str, quality: float) -> None:
-        if not math.isfinite(quality) or not 0.0 <= quality <= 1.0:
-            raise ValueError(f"quality must be within 0..1, got {quality!r}")
+        bp = quality_to_bp(quality)
         with self._lock:
-            self._s.tools.setdefault(key, _Tool()).quality_bp = round(quality * FULL_QUALITY_BP)
+            self._s.tools.setdefault(key, _Tool()).quality_bp = bp
             self._s.state_version += 1
 
     def mark_failure(self, key: str, attempt_id: str, severity: Severity, demote: bool = True) -> FailureApplied:

@@ -53,7 +53,7 @@ from redis.client import Pipeline
 from selection.models import Promotion, Severity
 from selection.ports import (BreakerOutcome, BreakerState, FailureApplied, RetrainNote, SelectionWeights, StateVersions,
                              ToolStats)
-from selection.quality import FULL_QUALITY_BP, SEVERITY_PENALTY_BP, bp_to_quality, failure_penalty_bp
+from selection.quality import FULL_QUALITY_BP, SEVERITY_PENALTY_BP, bp_to_quality, failure_penalty_bp, quality_to_bp
 from workers.state.pipelined import execute_scripts
 from workers.state.base import PrefixedStore, load_scripts
 from workers.state.once import ONCE_TTL_S, new_token, once_call
@@ -107,12 +107,6 @@ def _int(value: Any, default: int = 0) -> int:
 
 def glob_escape(text: str) -> str:
     return "".join("\\" + c if c in _GLOB_SPECIALS else c for c in text)
-
-
-def quality_to_bp(quality: float) -> int:
-    if not math.isfinite(quality) or not 0.0 <= quality <= 1.0:
-        raise ValueError(f"quality must be within 0..1, got {quality!r}")
-    return round(quality * FULL_QUALITY_BP)
 
 
 def weights_body(weights: SelectionWeights) -> str:
