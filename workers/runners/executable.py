@@ -61,8 +61,6 @@ from workers.prctl import PR_SET_PDEATHSIG, prctl_call
 from workers.runners.base import RunLimits, RunOutcome, encode_input, judge_json_bytes, with_stderr
 from workers.runners.reaper import Run
 
-EX_DATAERR = 65
-EX_UNAVAILABLE = 69
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 READ_CHUNK = 65536
@@ -265,10 +263,10 @@ def _classify_exit(returncode: int, ex: _Exchange, limits: RunLimits) -> RunOutc
         if not outcome.success and outcome.error_message is not None:
             outcome.error_message = with_stderr(outcome.error_message, stderr)
         return outcome
-    if returncode == EX_DATAERR:
-        return RunOutcome.fail(FailureClass.bad_input, with_stderr(f"the tool refused its input (exit {EX_DATAERR})", stderr))
-    if returncode == EX_UNAVAILABLE:
-        return RunOutcome.fail(FailureClass.unavailable, with_stderr(f"the tool could not reach what it needs (exit {EX_UNAVAILABLE})", stderr))
+    if returncode == os.EX_DATAERR:
+        return RunOutcome.fail(FailureClass.bad_input, with_stderr(f"the tool refused its input (exit {os.EX_DATAERR})", stderr))
+    if returncode == os.EX_UNAVAILABLE:
+        return RunOutcome.fail(FailureClass.unavailable, with_stderr(f"the tool could not reach what it needs (exit {os.EX_UNAVAILABLE})", stderr))
     if returncode == -signal.SIGXCPU:
         return RunOutcome.fail(FailureClass.timeout, with_stderr(f"CPU time limit of {limits.cpu_s}s exceeded", stderr))
     if returncode < 0:

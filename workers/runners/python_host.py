@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
 import socket
 import sys
 import sysconfig
@@ -27,9 +28,7 @@ import urllib.error
 from pathlib import Path
 from typing import Any
 
-EX_DATAERR = 65
-EX_UNAVAILABLE = 69
-EXIT_BY_CLASS = {"bad_input": EX_DATAERR, "unavailable": EX_UNAVAILABLE, "crash": 1}
+EXIT_BY_CLASS = {"bad_input": os.EX_DATAERR, "unavailable": os.EX_UNAVAILABLE, "crash": 1}
 
 
 def classify(exc: BaseException) -> str:
