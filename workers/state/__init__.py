@@ -32,7 +32,7 @@ def redis_client(settings: Settings, **overrides: Any) -> Redis:
     (50 ms doubling, at most 2 s, 20 times: about 30 s); idle pooled connections are checked with
     PING after 30 s. `overrides` go to `redis.Redis.from_url`.
     """
-    options: dict = {
+    options: dict[str, Any] = {
         "socket_timeout": SOCKET_TIMEOUT_S,
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
         "health_check_interval": HEALTH_CHECK_INTERVAL_S,
