@@ -146,6 +146,10 @@ class ToolStats(BaseModel):
     quality: float = 1.0
     successes: int = 0
     failures: int = 0
+    # Refusals of a caller's input by this version (the caller's mistake: selection/serving.py
+    # `does_the_job`), counted apart: they lower no quality, nor raise what later failures cost
+    # (QA ops: ten of them made a tool's next crash cost 0.20, not 0.10).
+    refused_inputs: int = 0
     # Recent run durations, summarised for the attempt's adaptive timeout (selection/timeouts.py):
     # how many are kept, and their 95th percentile by nearest rank (None without runs).
     recent_runs: int = 0
@@ -225,7 +229,8 @@ class QualityScores(Protocol):
 
     def mark_failure(self, key: str, attempt_id: str, severity: Severity, demote: bool = True) -> FailureApplied:
         """Count one failed attempt once per attempt id, and demote the version by its severity;
-        `demote=False`: counted only (a refused input that was the caller's mistake)."""
+        `demote=False`: a refused input that was the caller's mistake, counted in `refused_inputs`
+        only (not in `failures`, from whose count the penalty of later failures grows)."""
         ...
 
     def record_successes(self, attempts: Sequence[tuple[str, str]]) -> list[bool]:

@@ -29,6 +29,7 @@ class _Tool:
     quality_bp: int = FULL_QUALITY_BP
     successes: int = 0
     failures: int = 0
+    refused_inputs: int = 0
 
 
 @dataclass
@@ -81,7 +82,8 @@ class InMemoryStateStore:
             out = {}
             for key in keys:
                 t = self._s.tools.get(key, _Tool())
-                out[key] = ToolStats(quality=bp_to_quality(t.quality_bp), successes=t.successes, failures=t.failures)
+                out[key] = ToolStats(quality=bp_to_quality(t.quality_bp), successes=t.successes, failures=t.failures,
+                                     refused_inputs=t.refused_inputs)
             return out
 
     def all_stats(self) -> dict[str, ToolStats]:
@@ -101,9 +103,10 @@ class InMemoryStateStore:
             applied = self._claim(f"applied:failure:{attempt_id}")
             t = self._s.tools.setdefault(key, _Tool())
             before = t.quality_bp
-            if applied:
-                quality_bp, t.failures = apply_failure_bp(t.quality_bp, t.failures, severity)
-                t.quality_bp = quality_bp if demote else t.quality_bp
+            if applied and not demote:
+                t.refused_inputs += 1
+            elif applied:
+                t.quality_bp, t.failures = apply_failure_bp(t.quality_bp, t.failures, severity)
                 self._s.state_version += 1
             return FailureApplied(applied=applied, quality=bp_to_quality(t.quality_bp), failures=t.failures,
                                   quality_before=bp_to_quality(before))

@@ -98,13 +98,17 @@ def test_extra_penalty_past_5_and_past_10_failures(store):
     assert store.stats([KEY])[KEY].failures == 12
 
 
-def test_a_failure_counted_without_demotion_leaves_the_quality_past_5_and_10_failures_too(store):
-    """QA AE: refused inputs that were the callers' mistakes took a tool from 1.00 to 0.43."""
+def test_a_failure_counted_without_demotion_leaves_the_quality_and_the_cost_of_later_failures(store):
+    """QA AE: refused inputs that were the callers' mistakes took a tool from 1.00 to 0.43; QA ops:
+    counted among its failures, ten of them made its next crash cost 0.20, not 0.10."""
     for _ in range(11):
         result = store.mark_failure(KEY, aid(), Severity.low, demote=False)
         assert result.applied and result.quality == 1.0
-    assert store.stats([KEY])[KEY].failures == 11
-    assert store.mark_failure(KEY, aid(), Severity.low).quality < 1.0  # the next one demotes, with the extra
+    stats = store.stats([KEY])[KEY]
+    assert (stats.failures, stats.refused_inputs) == (0, 11)
+    assert store.stats_and_breakers([KEY])[0][KEY].refused_inputs == 11  # what `fittest tools` reads
+    assert store.mark_failure(KEY, aid(), Severity.high).quality == 0.9  # its first failure: the base penalty, no extra
+    assert store.stats([KEY])[KEY].failures == 1
 
 
 def test_a_failure_says_whether_it_took_the_quality_under_a_threshold(store):

@@ -116,8 +116,10 @@ def test_a_refused_input_of_a_job_the_tool_does_is_the_callers_mistake_and_does_
     assert result["status"] == "failed", result
     assert [(a["tool"], a["error_class"], a["callers_mistake"]) for a in result["attempts"]] == [("csv_strict", "bad_input", True)]
     assert "it does such jobs (3 or more like this one succeeded): check the input" in result["message"]
-    pipeline.wait_for(lambda: pipeline.state().stats(["csv_strict@1.0.0"])["csv_strict@1.0.0"].failures == before.failures + 1)
-    assert pipeline.state().stats(["csv_strict@1.0.0"])["csv_strict@1.0.0"].quality == before.quality  # counted, not demoted
+    pipeline.wait_for(lambda: pipeline.state().stats(["csv_strict@1.0.0"])["csv_strict@1.0.0"].refused_inputs
+                      == before.refused_inputs + 1)
+    after = pipeline.state().stats(["csv_strict@1.0.0"])["csv_strict@1.0.0"]
+    assert (after.quality, after.failures) == (before.quality, before.failures)  # counted apart, not demoted
     # By scenario alone, the input is not handed on to the tools that do not do such jobs (echo_args
     # takes any input, and would have "succeeded"), nor does the call start an evolution (QA ops).
     keys = ["csv_strict@1.0.0", "csv_lenient@1.0.0", "echo_args@1.0.0"]

@@ -259,7 +259,8 @@ def test_refused_inputs_of_a_job_its_tool_does_neither_count_against_it_nor_go_t
     assert by_name["currency_rates"].extra["failures_nearby"] == 0
     assert feedback_report(rt, "currency_rates").forgiven == 6
     stats = rt.state.stats(["currency_rates@1.0.0"])
-    assert (stats["currency_rates@1.0.0"].failures, stats["currency_rates@1.0.0"].quality) == (6, 1.0)  # counted, not demoted
+    counted = stats["currency_rates@1.0.0"]
+    assert (counted.refused_inputs, counted.failures, counted.quality) == (6, 0, 1.0)  # counted apart, not demoted
     # A tool that did not do the job has its refusals counted: they say it is not for such jobs.
     call("wrong_tool", scenario, [("stock_quotes", False), ("currency_rates", True)])
     stock = [p.payload for p in rt.memory.scroll(FAILURES, filter=VectorFilter.where(tool="stock_quotes@1.0.0"))]

@@ -555,3 +555,19 @@ def test_text_cut_to_fit_a_column_says_it_was_cut() -> None:
     text = "Count the words, characters, lines and sentences of a text and list its most frequent words."
     assert shortened(text, 70) == text[:69].rstrip() + "…" and len(shortened(text, 70)) <= 70
     assert shortened("short", 70) == "short"
+
+
+def test_the_tools_list_counts_refused_inputs_apart_from_failures() -> None:
+    """QA ops: a tool whose failures were all callers' mistakes read as a failing tool."""
+    from selection.models import Severity
+    from tests.fakes_state import InMemoryStateStore
+    from workers.cli.tools import tool_rows, tools_table
+
+    state = InMemoryStateStore()
+    for i in range(2):
+        state.mark_failure("hash_text@1.0.0", f"a{i}", Severity.low, demote=False)
+    rows = tool_rows([ToolManifest(name="hash_text", description="hash text", implementation=HTTP)], state, trial_runs=5)
+    assert (rows[0]["failures"], rows[0]["refused_inputs"], rows[0]["quality"]) == (0, 2, 1.0)
+    with console.capture() as out:
+        console.print(tools_table(rows))
+    assert "0 (+2 refused inputs)" in out.get()

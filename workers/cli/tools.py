@@ -60,6 +60,7 @@ def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int)
             "quality": round(stats[m.key].quality, 4),
             "successes": stats[m.key].successes,
             "failures": stats[m.key].failures,
+            "refused_inputs": stats[m.key].refused_inputs,  # the caller's mistakes, counted apart
             "breaker": breakers[m.key],
             "deprecated": m.deprecated,
             "newcomer": (not m.deprecated and m.name in newcomers
@@ -85,8 +86,9 @@ def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
                + (" [cyan](new: on trial)[/cyan]" if r.get("newcomer") else ""))
         breaker = r.get("breaker", "closed")
         shown = {"open": "[red]open[/red]", "half_open": "[yellow]half-open[/yellow]"}.get(breaker, "[dim]closed[/dim]")
+        refused = f" [dim](+{r['refused_inputs']} refused inputs)[/dim]" if r.get("refused_inputs") else ""
         table.add_row(key, literal(r["kind"]), f"[{color}]{q:.2f}[/{color}]",
-                      str(r["successes"]), str(r["failures"]), shown, literal(", ".join(r["tags"])))
+                      str(r["successes"]), f"{r['failures']}{refused}", shown, literal(", ".join(r["tags"])))
     return table
 
 

@@ -158,7 +158,7 @@ class RedisStateStore(PrefixedStore):
             return {}
         pipe = self.client.pipeline(transaction=False)
         for key in keys:
-            pipe.hmget(self._k("tool", key), "quality_bp", "successes", "failures")
+            pipe.hmget(self._k("tool", key), "quality_bp", "successes", "failures", "refused_inputs")
         return self._parse_stats(keys, pipe.execute())
 
     def all_stats(self) -> dict[str, ToolStats]:
@@ -167,8 +167,9 @@ class RedisStateStore(PrefixedStore):
     @staticmethod
     def _parse_stats(keys: list[str], rows: list[Any]) -> dict[str, ToolStats]:
         return {
-            key: ToolStats(quality=bp_to_quality(_int(q, FULL_QUALITY_BP)), successes=_int(s), failures=_int(f))
-            for key, (q, s, f) in zip(keys, rows)
+            key: ToolStats(quality=bp_to_quality(_int(q, FULL_QUALITY_BP)), successes=_int(s), failures=_int(f),
+                           refused_inputs=_int(r))
+            for key, (q, s, f, r) in zip(keys, rows)
         }
 
     def stats_and_breakers(self, keys: Sequence[str]) -> tuple[dict[str, ToolStats], dict[str, BreakerState]]:
@@ -182,11 +183,11 @@ class RedisStateStore(PrefixedStore):
         )
         n = len(keys)
         values = [None if v is None else as_text(v) for v in flat[1:]]  # Lua false -> None
-        rows = [values[3 * i : 3 * i + 3] for i in range(n)]
-        opens = values[3 * n : 4 * n]
+        rows = [values[4 * i : 4 * i + 4] for i in range(n)]
+        opens = values[4 * n : 5 * n]
         stats = self._parse_stats(keys, rows)
         for i, key in enumerate(keys):
-            runs, p95 = values[4 * n + 2 * i : 4 * n + 2 * i + 2]
+            runs, p95 = values[5 * n + 2 * i : 5 * n + 2 * i + 2]
             stats[key].recent_runs = _int(runs)
             stats[key].recent_p95_ms = None if p95 is None else float(p95)
         return stats, self._breakers_at(int(flat[0]), keys, opens)
@@ -200,7 +201,7 @@ class RedisStateStore(PrefixedStore):
 
     def mark_failure(self, key: str, attempt_id: str, severity: Severity, demote: bool = True) -> FailureApplied:
         severity = Severity(severity)
-        penalty = [SEVERITY_PENALTY_BP[severity], *_EXTRA_ARGV] if demote else [0]  # no pairs: no extra either
+        penalty = [SEVERITY_PENALTY_BP[severity], *_EXTRA_ARGV] if demote else ["refused_input"]
         applied, q, f, before = self.scripts["mark_failure"](
             keys=[self._k("tool", key), self._k("applied", "failure", attempt_id), self._state_key],
             args=[IDEMPOTENCY_TTL_S, FULL_QUALITY_BP, *penalty],
