@@ -116,6 +116,10 @@ class WeightLearner:
         return {c: round(v, 4) for c, v in normalised(telling).items()}
 
     def predict_one(self, x: Mapping[str, float]) -> float:
+        """The weighted SPARC score of components `x` (missing ones neutral) under the weights
+        learned so far: what the learner's weights make of one candidate, for checking a learner
+        by hand or in a test without a policy (selection ranks through the policies, which read
+        `weights()`)."""
         w = self.weights()
         return sum(w[c] * float(x.get(c, 0.5)) for c in COMPONENTS)
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pydantic import BaseModel
 
 from selection.learner import JUDGED_WRONG, ExecutionRecord
-from selection.manifest import SparcMetadata
+from selection.manifest import SparcMetadata, ToolManifest
 
 FACETS = ("task_type", "phase", "languages", "testing")
 METADATA_FIELDS = {"task_type": "task_types", "phase": "phases", "languages": "languages"}  # testing has none
@@ -127,13 +127,13 @@ class RecommendationReport(BaseModel):
 
 
 def recommendation_report(records: list[ExecutionRecord], min_runs: int, max_rate: float, *,
-                          judgements_applied: bool,
-                          sparc: Mapping[str, SparcMetadata | None] | None = None) -> RecommendationReport:
+                          judgements_applied: bool, manifests: Iterable[ToolManifest] = ()) -> RecommendationReport:
     """`recommendations` over `records`, with how many of them people judged wrong when their
-    judgements were applied to them (workers/feedback_store.py `as_people_judged`). The records set
+    judgements were applied to them (workers/feedback_store.py `as_people_judged`); `manifests`:
+    the versions served, whose SPARC metadata the advice to narrow it reads. The records set
     aside as a caller's mistake (a refused input of a job its tool does: selection/serving.py
     `does_the_job`) are no evidence of what a version does (QA AF)."""
     kept = [r for r in records if not r.forgiven]
     judged = sum(r.error_class == JUDGED_WRONG for r in kept) if judgements_applied else None
     return RecommendationReport(records=len(kept), judged_wrong=judged, set_aside=len(records) - len(kept),
-                                recommendations=recommendations(kept, min_runs, max_rate, sparc))
+                                recommendations=recommendations(kept, min_runs, max_rate, {m.key: m.sparc for m in manifests}))

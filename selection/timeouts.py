@@ -8,7 +8,6 @@ in practice a little slower than its author thought should get that room instead
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from selection.percentile import percentile
@@ -26,31 +25,23 @@ def p95(values: Sequence[float]) -> float:
     return percentile(values, 0.95)
 
 
-def adaptive_timeout(recent_ms: Sequence[float], declared_s: float, min_s: float, max_s: float) -> float:
-    """Seconds to allow the next attempt of a tool version.
+def timeout_from_p95(p95_ms: float | None, runs: int, declared_s: float, min_s: float, max_s: float,
+                     *, floor_s: float = 0.0) -> float:
+    """Seconds to allow the next attempt of a tool version, from a summary of its recent runs (their
+    count and 95th percentile, in ms) as the state store hands it to selection, so that the timeout
+    travels in the call's plan.
 
     The rule:
-    - fewer than 5 usable recent run times (finite, ≥ 0, in milliseconds): the declared timeout;
+    - fewer than 5 recent run times: the declared timeout;
     - otherwise p95 × 1.2 of them, but at most twice the declared timeout: it can shrink a timeout
       to what the tool really needs, or grow it, but the author's figure still bounds it, so a
       "longer timeout" evolution of `timeout_s` keeps its meaning;
     - either way within the operator's bounds [min_s, max_s], min_s winning over everything
       (a timeout below process start-up time only produces false timeouts);
-    - a version whose timeout an evolution raised keeps it as a floor (`earned_floor`).
+    - `floor_s`: the least this version is given whatever its recent runs say (`earned_floor`).
 
-    Callers should include runs that timed out, at their elapsed time: otherwise a tool that keeps
-    timing out would only ever be judged by its fast runs and its timeout would never grow.
-    """
-    usable = [ms for ms in recent_ms if math.isfinite(ms) and ms >= 0]
-    return timeout_from_p95(p95(usable) if usable else None, len(usable), declared_s, min_s, max_s)
-
-
-def timeout_from_p95(p95_ms: float | None, runs: int, declared_s: float, min_s: float, max_s: float,
-                     *, floor_s: float = 0.0) -> float:
-    """`adaptive_timeout` from a summary of the recent runs (their count and 95th percentile), as
-    the state store hands it to selection, so that the timeout travels in the call's plan.
-
-    `floor_s`: the least this version is given whatever its recent runs say (`earned_floor`)."""
+    The runs include those that timed out, at their elapsed time: otherwise a tool that keeps
+    timing out would only ever be judged by its fast runs and its timeout would never grow."""
     if declared_s <= 0:
         raise ValueError(f"declared timeout must be positive, got {declared_s}")
     if min_s <= 0 or min_s > max_s:

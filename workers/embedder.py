@@ -100,6 +100,8 @@ class FastEmbedder:
             self._cache.clear()
 
     def cache_info(self) -> CacheInfo:
+        """Hits, misses and size of the embedding cache, as functools.lru_cache reports its own:
+        what the selection bench's tests read to know the stream embedded each query once."""
         with self._lock:
             return CacheInfo(self._hits, self._misses, len(self._cache), self._cache_size)
 

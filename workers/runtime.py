@@ -99,9 +99,9 @@ class Runtime:
     @once
     def learning(self) -> LearningState:
         """The window of recent execution records the weights are learned from (workers/state/learning.py)."""
-        from workers.state.learning import LearningState
+        from workers.state import open_learning_state
 
-        return LearningState(self.redis, self.settings.key_prefix, self.settings.learner_window)
+        return open_learning_state(self.settings, self.redis)
 
     @once
     def inflight(self) -> InflightCalls:

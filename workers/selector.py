@@ -55,7 +55,9 @@ from workers.variants import VariantBook, variant_point_id
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from selection.registry import ToolRegistry
     from workers.runtime import Runtime
+    from workers.settings import Settings
 
 log = logging.getLogger("fittest.selection")
 
@@ -116,6 +118,16 @@ def with_the_crowded_out(hits: list[VectorHit], limit: int, keys: Iterable[str],
     seen = {h.id for h in hits}
     return hits + [h for h in search(left_out) if h.id not in seen]
 
+
+
+def attempt_timeout(settings: Settings, registry: ToolRegistry, manifest: ToolManifest, stats: ToolStats) -> float:
+    """The hard timeout of an attempt of `manifest` (selection/timeouts.py), from its recent runs as
+    the state store summarises them. Selection puts it in the plan; the executor works it out by
+    the same rule for a plan without one (degraded, or queued by an older worker)."""
+    parent = registry.get(tool_key(manifest.name, manifest.parent_version)) if manifest.parent_version else None
+    floor = earned_floor(manifest.timeout_s, parent.timeout_s if parent else None)
+    return round(timeout_from_p95(stats.recent_p95_ms, stats.recent_runs, manifest.timeout_s,
+                                  settings.min_timeout_s, settings.max_timeout_s, floor_s=floor), 3)
 
 class Selector:
     def __init__(self, rt: Runtime) -> None:
@@ -334,7 +346,7 @@ class Selector:
                 successes=stats[k].successes,
                 failures=stats[k].failures,
                 failure_similarities=failures.get(k, []),
-                timeout_s=self._timeout(manifests[k], stats[k]),
+                timeout_s=attempt_timeout(self.settings, self.rt.registry, manifests[k], stats[k]),
             )
             for k in keys
         ]
@@ -352,13 +364,6 @@ class Selector:
             for e in evidence:
                 e.classifier_score = round(classifier.score(scores, e.manifest.name, e.similarity), 4)
         return self._with_outcomes(evidence, successes, vector, features)
-
-    def _timeout(self, manifest: ToolManifest, stats: ToolStats) -> float:
-        s = self.settings
-        parent = self.rt.registry.get(tool_key(manifest.name, manifest.parent_version)) if manifest.parent_version else None
-        floor = earned_floor(manifest.timeout_s, parent.timeout_s if parent else None)
-        return round(timeout_from_p95(stats.recent_p95_ms, stats.recent_runs, manifest.timeout_s,
-                                      s.min_timeout_s, s.max_timeout_s, floor_s=floor), 3)
 
     @staticmethod
     def _breaker_blocked(breakers: dict[str, BreakerState]) -> set[str]:

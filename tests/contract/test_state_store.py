@@ -676,3 +676,20 @@ def test_every_key_the_redis_store_writes_is_in_its_documented_key_layout(redis_
     finally:
         s.clear()
         client.close()
+
+
+def test_the_note_of_a_retrain_that_stored_nothing_is_the_latest_one(store):
+    from selection.ports import RetrainNote
+
+    assert store.last_retrain() is None
+    store.note_retrain(RetrainNote(at=1.0, evidence={"unchanged": "fewer than 10 records"}))
+    store.note_retrain(RetrainNote(at=2.0, evidence={"unchanged": "no component predicts success", "records": 12}))
+    assert store.last_retrain() == RetrainNote(at=2.0, evidence={"unchanged": "no component predicts success", "records": 12})
+
+
+def test_a_change_of_the_vector_memory_moves_the_state_version_on(store):
+    """An outage's failures forgiven in the vector memory: no cached search may hide it."""
+    before = store.versions()
+    store.note_memory_change()
+    after = store.versions()
+    assert after.state != before.state and (after.promotions, after.weights) == (before.promotions, before.weights)

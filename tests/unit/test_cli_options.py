@@ -275,6 +275,29 @@ def test_weights_list_as_many_earlier_versions_as_asked_and_the_latest_retrain_t
     assert "left as they were" not in run("weights")[1]
 
 
+def test_weights_retrain_on_demand_and_say_what_the_retrain_did(monkeypatch: pytest.MonkeyPatch, stores: ToolRegistry) -> None:
+    """QA ops: no way to retrain before the beat's first interval (the weights read "never learned")."""
+    from selection.ports import SelectionWeights
+    from tests.fakes_state import InMemoryStateStore
+
+    state = InMemoryStateStore()
+    asked: list[tuple[str, str]] = []
+
+    def retrained(task: str, queue: str, timeout: float, **kwargs: Any) -> dict[str, Any]:
+        asked.append((task, queue))
+        stored = state.set_weights(SelectionWeights(weights={"history": 1.0}, evidence={"records": 40}))
+        return {"changed": True, "version": stored.version, "weights": stored.weights, "evidence": stored.evidence}
+
+    monkeypatch.setattr("workers.state.open_state_store", lambda settings: state)
+    monkeypatch.setattr(learning, "_ask", retrained)
+    assert "never learned" in run("weights")[1] and asked == []
+    code, out = run("weights", "--retrain")
+    assert code == 0 and asked == [("retrain_weights", "learning")]
+    assert "retrained: weights v1 stored" in out and "SPARC weights v1" in out
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"changed": False, "reason": "another retrain is running"})
+    assert "retrained: nothing new stored (another retrain is running)" in run("weights", "--retrain")[1]
+
+
 def test_rollback_of_a_tool_nobody_serves_says_so(stores: ToolRegistry) -> None:
     assert run("rollback", "nosuch") == (2, "error: no tool named 'nosuch'")
 

@@ -151,7 +151,7 @@ def explain(
 def feedback_add(
     tool: Annotated[str, typer.Argument(help="NAME or NAME@VERSION (NAME: the version serving most of its calls; during a trial, the version it is tried against: NAME@VERSION judges the one on trial).")],
     sentiment: Annotated[Sentiment, typer.Argument(help="positive or negative.")],
-    scenario: Annotated[str | None, typer.Option(help='The job it was (or was not) good for; default: the --call\'s scenario, else the tool in general (as "" says). A blank one is refused.')] = None,
+    scenario: Annotated[str | None, typer.Option(help='The job it was (or was not) good for; default: the --call\'s scenario, else the tool in general (as "" says). One of spaces only is refused.')] = None,
     reason: Annotated[str, typer.Option(help="Why, in a few words.")] = "",
     quality: Annotated[float, typer.Option(min=0.0, max=1.0, help="How strongly (0..1).")] = 1.0,
     call: Annotated[str | None, typer.Option("--call", help="The id of the call whose output this judges: it takes the place of the feedback the call's outcome gave the version. The call must have run TOOL (NAME: the version of it the call ran).")] = None,
@@ -275,6 +275,9 @@ def entries(n: int) -> str:
 @needs_redis
 def weights(
     history: Annotated[int, typer.Option(min=0, help="Earlier versions listed, besides the current one.")] = 10,
+    retrain: Annotated[bool, typer.Option("--retrain", help="Retrain them first, now, from the recent records, as the "
+                                          "beat does every FITTEST_RETRAIN_INTERVAL_S (one retrain at a time).")] = False,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for the memory worker's retrain (--retrain).")] = 60.0,
     json_out: JsonOpt = False,
 ) -> None:
     """The SPARC weights selection uses now, their evidence, and their history (newest first).
@@ -283,9 +286,15 @@ def weights(
     refitted on. Below: each component's correlation with success beside the noise of that many
     records (a component steers only above it), and why the last retrain left the weights as they were."""
     from selection.sparc import COMPONENTS
+    from workers.payloads import RetrainResult
     from workers.settings import get_settings
     from workers.state import open_state_store
 
+    if retrain:  # QA ops: the weights read "never learned" for the beat's first interval, with 500 records stored
+        done = RetrainResult.model_validate(_ask("retrain_weights", "learning", timeout))
+        said = (f"retrained: weights v{done.version} stored" if done.changed
+                else f"retrained: nothing new stored ({done.reason or 'see below'})")
+        (err_console if json_out else console).print(said, highlight=False)
     state = open_state_store(get_settings())
     current = state.weights()
     # QA AC: the history holds the current version too, so `--history N` listed N - 1 earlier ones
@@ -337,8 +346,7 @@ def recommend(
     (`feedback add ... --call`) counts as a failure, `judged_wrong`, as it does for the weights."""
     from selection.recommend import RecommendationReport, recommendation_report
     from workers.settings import get_settings
-    from workers.state import redis_client
-    from workers.state.learning import LearningState
+    from workers.state import open_learning_state
     from workers.tool_catalog import load_registry
 
     answer = _ask_or_none("recommend", "learning", timeout, min_runs=min_runs, max_rate=max_rate)
@@ -346,9 +354,9 @@ def recommend(
         report = RecommendationReport.model_validate(answer)
     else:  # the learner's window in Redis, as the calls ran
         settings = get_settings()
-        recent = LearningState(redis_client(settings), settings.key_prefix, settings.learner_window).recent()
-        sparc = {m.key: m.sparc for m in load_registry(settings).all()}
-        report = recommendation_report(recent, min_runs, max_rate, judgements_applied=False, sparc=sparc)
+        recent = open_learning_state(settings).recent()
+        report = recommendation_report(recent, min_runs, max_rate, judgements_applied=False,
+                                       manifests=load_registry(settings).all())
         err_console.print(f"[yellow]no memory worker answered within {timeout:g} s: the recent attempts are counted "
                           "as they ran, without the judgements people made of their outputs[/yellow]", highlight=False)
     found = report.recommendations

@@ -11,6 +11,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from workers.settings import Settings
+from workers.state.learning import LearningState
 from workers.state.redis import RedisStateStore
 
 # NB: no bare `redis` name here: the submodule workers.state.redis would shadow redis-py.
@@ -56,3 +57,9 @@ def probe_client(settings: Settings, timeout: float, retries: int = 0) -> Redis:
 def open_state_store(settings: Settings, client: Redis | None = None) -> RedisStateStore:
     """The state store of `settings` (its Redis and key prefix); pass `client` to share one."""
     return RedisStateStore(client if client is not None else redis_client(settings), settings.key_prefix)
+
+
+def open_learning_state(settings: Settings, client: Redis | None = None) -> LearningState:
+    """The learner's window of recent execution records of `settings` (workers/state/learning.py)."""
+    return LearningState(client if client is not None else redis_client(settings), settings.key_prefix,
+                         settings.learner_window)

@@ -31,11 +31,11 @@ from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, F
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
 from selection.serving import input_refused_message, refused_for_its_namespace, refused_input, takes_a_refused_input
-from selection.timeouts import adaptive_timeout
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
 from workers.rescue import CallStep, delivered_again, hand_on, send_recorded
 from workers.runners import RunLimits, RunOutcome, run_tool
 from workers.runtime import runtime
+from workers.selector import attempt_timeout
 from workers.state.inflight import AttemptDeaths
 from workers.tasks.common import no_candidates
 
@@ -82,9 +82,9 @@ def run_attempt(plan: CallPlan, index: int) -> ToolExecutionResult:
     candidate = plan.candidates[index]
     manifest = candidate.manifest
     timeout_s = candidate.timeout_s
-    if timeout_s is None:  # a plan queued by a worker from before the timeout travelled in the plan
-        recent = rt.state.durations([candidate.key]).get(candidate.key, [])
-        timeout_s = adaptive_timeout(recent, manifest.timeout_s, settings.min_timeout_s, settings.max_timeout_s)
+    if timeout_s is None:  # a degraded plan, or one queued by a worker from before the timeout travelled in it
+        stats, _ = rt.state.stats_and_breakers([candidate.key])
+        timeout_s = attempt_timeout(settings, rt.registry, manifest, stats[candidate.key])
     outcome = run_tool(manifest, plan.request.input, timeout_s=timeout_s, limits=RunLimits.from_settings(settings),
                        original=original_of(manifest, rt.registry, settings.tools_dir))
     return record_attempt(plan, index, outcome, timeout_s=round(timeout_s, 3))

@@ -120,8 +120,8 @@ def recommend(min_runs: int = 5, max_rate: float = 0.5) -> dict[str, Any]:
     rt = runtime()
     recent = rt.learning.recent()
     judged = as_people_judged(recent, judgements_known(rt, [r.call_id for r in recent]))
-    sparc = {m.key: m.sparc for m in rt.registry.all()}  # what the advice to narrow a version's metadata reads
-    return recommendation_report(judged, min_runs, max_rate, judgements_applied=True, sparc=sparc).model_dump(mode="json")
+    return recommendation_report(judged, min_runs, max_rate, judgements_applied=True,
+                                 manifests=rt.registry.all()).model_dump(mode="json")
 
 
 @app.task(name="fittest.prune_history")

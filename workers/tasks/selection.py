@@ -14,7 +14,7 @@ from celery.signals import worker_ready
 from pydantic import ValidationError
 
 from selection.manifest import ToolManifest
-from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, CallStatus, field_errors
+from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, field_errors
 from workers.app import app
 from workers.feedback_store import apply_stored_judgements
 from workers.payloads import CallToolPayload
