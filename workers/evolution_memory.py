@@ -181,7 +181,7 @@ def build_job(
     if original is None:
         raise EvolutionUnavailable(f"no tool named {namespace!r}")
     parent_version = version or served_in(namespace) or original.version
-    if rt.selector.ensure_version(namespace, parent_version) is None:
+    if rt.selector.index.ensure_version(namespace, parent_version) is None:
         raise EvolutionUnavailable(f"{namespace} has no version {parent_version}")
     parent = f"{namespace}@{parent_version}"
     if not failures:
@@ -236,7 +236,7 @@ def apply_evolution_record(rt: Runtime, record: EvolutionRecord) -> None:
         if not path.is_relative_to(root):
             raise ValueError(f"manifest path {record.manifest_path!r} leads outside {root}")
         try:
-            rt.selector.ensure_tool(load_manifest(path))
+            rt.selector.index.ensure_tool(load_manifest(path))
         except ManifestError as exc:
             log.error("evolved manifest refused: %s", exc)
     judged = [(i, c) for i, c in enumerate(record.candidates) if c.outcome in ("verified", "failed")]

@@ -171,7 +171,7 @@ class Runtime:
         from workers.degraded import is_store_failure
 
         try:
-            synced = self.selector.sync_tools()
+            synced = self.selector.index.sync()
         except Exception as exc:
             if not is_store_failure(exc):
                 raise
@@ -207,7 +207,7 @@ class Runtime:
 
         selector = Selector(self)
         try:
-            selector.sync_tools()
+            selector.index.sync()
         except Exception as exc:  # served degraded; synced when the store is back (`memory`)
             if not is_store_failure(exc):
                 raise

@@ -1,7 +1,8 @@
 """Gathers what the stores know about the candidates of a call and lets the policy rank them.
 
-This is the only place where selection meets the services: the embedder, the vector memory and
-the state store. What it hands the policy is plain evidence (selection/evidence.py).
+This is where selection meets the services: the embedder, the vector memory and the state store.
+What it hands the policy is plain evidence (selection/evidence.py). The points it searches for
+the tools' texts are written by the tool index (workers/tool_index.py), which it owns.
 """
 
 from __future__ import annotations
@@ -17,14 +18,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from evolution.descriptions import MANIFEST_VARIANT
 from evolution.trial import in_share, served_chance, served_version, withdrawn_versions
-from evolution.versioning import MANIFEST_FILE, version_stem
 from selection.cache import TTLCache
 from selection.classifier import ToolClassifier
 from selection.context import ContextFeatures, analyse, context_typos
 from selection.evidence import CandidateEvidence
 from selection.feedback import MIN_SIMILARITY, judged_outputs, points_by_tool, similarity_weight
 from selection.lexical import LexicalIndex, version_text
-from selection.manifest import ManifestError, ToolManifest, load_manifest, tool_key
+from selection.manifest import ToolManifest, tool_key
 from selection.models import CallPlan, CallRequest, Promotion, Source
 from selection.policies import get_policy
 from selection.ports import (
@@ -40,7 +40,6 @@ from selection.ports import (
     ToolStats,
     VectorFilter,
     VectorHit,
-    VectorPoint,
 )
 from selection.serving import (ServedVersions, breaker_probe, does_the_job, evolved_first, explored_first, newcomer_to_try,
                                served_first)
@@ -48,13 +47,11 @@ from selection.sparc import sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
 from workers.outage import cosines
-from workers.tool_catalog import evolved_dir, text_hash, tool_point
 from workers.tool_classifier import stored_classifier
+from workers.tool_index import ToolIndex
 from workers.variants import VariantBook, variant_point_id
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from selection.registry import ToolRegistry
     from workers.runtime import Runtime
     from workers.settings import Settings
@@ -70,7 +67,6 @@ FAILURE_LIMIT = 64  # failure records of the candidates consulted per selection
 # 0.95 near paraphrases counted too, and the bench's stream lost 5 queries of its 2nd half (0.8018);
 # at 0.99 it ranked 0.8035, against 0.8028 without the rule.
 CROWDED_SIMILARITY = 0.99
-EMBED_BATCH = 256
 
 # The payload keys each search of a plan reads: a feedback or failure point also stores its
 # scenario and reason, which selection never looks at and which the store would copy for each hit.
@@ -79,25 +75,12 @@ EXECUTION_FIELDS = ("tool", "name")
 FAILURE_FIELDS = ("tool",)
 FEEDBACK_FIELDS = ("tool", "value", "positive", "timestamp", "source", "call_id", "replaced")
 # The tool points no search may match: a deprecated version's, a removed one's, and an example or a
-# description its manifest no longer has (`sync_tools`: the port deletes by payload only).
+# description its manifest no longer has (workers/tool_index.py: the port deletes by payload only).
 RETIRED = Match(key="deprecated", any_of=[True])
 # Feedback the calls' outcomes gave, and of it, what a person's judgement of the same call took the
 # place of (no longer in force).
 OUTCOMES = Match(key="source", any_of=["outcome"])
 REPLACED = Match(key="replaced", any_of=[True])
-
-
-def tool_texts(manifest: ToolManifest) -> list[tuple[str, str]]:
-    """The (point id, text) pairs a tool version is matched by: its description and each example."""
-    texts = [(f"{manifest.key}#d", manifest.description)]
-    texts += [(f"{manifest.key}#e{i}", ex) for i, ex in enumerate(manifest.examples)]
-    return texts
-
-
-def _flagged(points: list[VectorPoint], **flags: Any) -> list[VectorPoint]:
-    """The points whose payload differs from `flags`, with those values: same vector, same text."""
-    return [p.model_copy(update={"payload": {**p.payload, **flags}})
-            for p in points if any(p.payload.get(k) != v for k, v in flags.items())]
 
 
 def with_the_crowded_out(hits: list[VectorHit], limit: int, keys: Iterable[str],
@@ -136,7 +119,7 @@ class Selector:
         self.policy = get_policy(self.settings.policy)
         self.rng = random.Random()
         self.variants = VariantBook(rt)
-        self._add_lock = threading.Lock()
+        self.index = ToolIndex(rt, on_change=self._index_changed)
         # Vector-memory answers by (search, state version): a repeated scenario is not searched again
         # while nothing that ranks it changed; the TTL bounds how old the memory it saw can be.
         self.cache: TTLCache[tuple[float, bytes]] = TTLCache(self.settings.selection_cache_ttl_s, maxsize=4096)
@@ -149,49 +132,12 @@ class Selector:
         self._withdrawn: tuple[tuple[str, int], dict[str, frozenset[str]]] = (("", -1), {})
         self._lexical: tuple[tuple[int, int, int], LexicalIndex] | None = None  # by (registry, its size, variants' revision)
 
-    # ----------------------------------------------------------------- tool index
-    def sync_tools(self, manifests: list[ToolManifest] | None = None) -> int:
-        """Make the tools collection say what the manifests say; the number of points written.
-        Texts new or changed since the store last saw them are embedded. A version whose tags or
-        `deprecated` changed in place has its points rewritten with them, since searches filter on
-        both: a stale `deprecated` hid a version from every search after it was taken back. An
-        example the version no longer has is marked deprecated, which every search leaves out (the
-        port deletes by payload only, and no field of the payload names one text)."""
-        if manifests == []:
-            return 0
-        memory, embedder = self.rt.memory, self.rt.embedder
-        # Only the points of the versions given are read: an evolved or a new version is indexed
-        # in ~1 ms at 10,000 tools, not in the time it took to read all of their points.
-        only = None if manifests is None else VectorFilter(must=[Match(key="tool", any_of=[m.key for m in manifests])])
-        manifests = manifests if manifests is not None else self.rt.registry.all()
-        stored = {p.id: p for p in memory.scroll(TOOLS, filter=only, limit=1_000_000)}
-        texts = {pid: (text, m) for m in manifests for pid, text in tool_texts(m)}
-        todo = [(pid, text, m) for pid, (text, m) in texts.items()
-                if (p := stored.get(pid)) is None or p.payload.get("text_hash") != text_hash(text)]
-        embedded = {pid for pid, _, _ in todo}
-        by_key = {m.key: m for m in manifests}
-        rewrite = []
-        for pid, point in stored.items():
-            m = by_key.get(point.payload.get("tool", ""))
-            if m is None or pid in embedded:  # a version not given, or a text written afresh below
-                continue
-            retired = pid not in texts and not pid.rpartition("#")[2].startswith("v")  # a variant's is its own
-            rewrite += _flagged([point], tags=m.tags, deprecated=m.deprecated or retired)
-        if rewrite:
-            memory.upsert(TOOLS, rewrite)
-        for start in range(0, len(todo), EMBED_BATCH):
-            chunk = todo[start : start + EMBED_BATCH]
-            vectors = embedder.embed([text for _, text, _ in chunk])
-            memory.upsert(TOOLS, [tool_point(pid, text, m, vec) for (pid, text, m), vec in zip(chunk, vectors)])
-        return len(todo) + len(rewrite)
-
-    def _retire_points(self, keys: list[str]) -> None:
-        """Mark deprecated the points of versions no longer served, so that searches leave them out
-        rather than fill their slots with hits that plans drop; serving one again rewrites them."""
-        if keys:
-            stored = self.rt.memory.scroll(TOOLS, filter=VectorFilter(must=[Match(key="tool", any_of=keys)]), limit=1_000_000)
-            if stale := _flagged(stored, deprecated=True):
-                self.rt.memory.upsert(TOOLS, stale)
+    def _index_changed(self) -> None:
+        """The tool index changed: searches cached before it would leave out the versions it added
+        for a TTL, or name versions as they were; the word index is rebuilt by the thread that
+        changed it, once, rather than in the next call."""
+        self.cache.clear()
+        self.lexical_index()
 
     def lexical_index(self) -> LexicalIndex:
         """The word index of the registry's versions and of their description variants (by variant
@@ -379,7 +325,7 @@ class Selector:
         the rest (evolution/trial.py)."""
         promotion = promotions.get(namespace)
         version = served_version(promotion, request.call_id, request.after_evolution, self.settings.trial_share)
-        return None if version is None else self.ensure_version(namespace, version)
+        return None if version is None else self.index.ensure_version(namespace, version)
 
     def _similarities(self, request: CallRequest, vector: list[float]) -> dict[str, float]:
         """Best cosine per tool version over its description and examples."""
@@ -649,66 +595,3 @@ class Selector:
             found.by_namespace[name] = version or (original.version if original else None)
             found.chance[name] = served_chance(promotion, version, request.after_evolution, self.settings.trial_share)
         return found
-
-    def ensure_version(self, namespace: str, version: str) -> ToolManifest | None:
-        """A version of the namespace, loaded from the evolved directory if this process has not
-        seen it yet (another worker evolved it a moment ago)."""
-        manifest = self.rt.registry.get(tool_key(namespace, version))
-        if manifest is not None:
-            return manifest
-        path = evolved_dir(self.settings) / version_stem(namespace, version) / MANIFEST_FILE
-        if not path.is_file() or self.rt.registry.original(namespace) is None:  # a removed tool's, not served
-            return None
-        try:
-            found = load_manifest(path)
-        except ManifestError:
-            return None
-        if found.key != tool_key(namespace, version):
-            return None
-        return self.ensure_tool(found)
-
-    def ensure_tool(self, manifest: ToolManifest) -> ToolManifest | None:
-        """Serve this version (an evolved one) from now on, unless it is served already; None when
-        its manifest is refused."""
-        self.ensure_tools([(manifest, None)])
-        return self.rt.registry.get(manifest.key)
-
-    def ensure_tools(self, found: list[tuple[ToolManifest, Path | None]]) -> list[ToolManifest]:
-        """Serve these versions (with the manifest file each came from, if any) from now on, and
-        index their texts in one go; what it returns is served and indexed (those refused are
-        not). The tools watch adds what appeared in the tools directory since its last look, and
-        hands a version whose indexing failed (the vector memory down) in again: it is registered
-        first, so that plans serve it degraded meanwhile, and indexing skips texts indexed already."""
-        with self._add_lock:
-            registered = 0
-            for manifest, source in found:
-                if manifest.key not in self.rt.registry:
-                    try:
-                        self.rt.registry.add(manifest, source=source)
-                    except ManifestError:
-                        continue
-                    registered += 1
-            served = [manifest for manifest, _ in found if manifest.key in self.rt.registry]
-            # A version served and indexed already (a redelivered evolution record) changes nothing.
-            if served and (self.sync_tools(served) or registered):
-                self.cache.clear()  # searches cached before they were indexed would leave them out for a TTL
-                self.lexical_index()  # rebuilt by the thread that adds, once, rather than in the next call
-        return served
-
-    def revise_tools(self, changed: list[tuple[ToolManifest, Path]], removed: list[str]) -> None:
-        """Serve what the tools directory now says of versions it defined, as a restart would read
-        it: a manifest changed in place (or moved) replaces its version, whose texts are indexed
-        again, and the versions in `removed` are no longer served (their points are kept, marked
-        deprecated). When the indexing fails the registry has changed already; handing the changed
-        versions to `ensure_tools` indexes them."""
-        with self._add_lock:
-            try:
-                for manifest, source in changed:
-                    self.rt.registry.replace(manifest, source)
-                for key in removed:
-                    self.rt.registry.remove(key)
-                self.sync_tools([manifest for manifest, _ in changed])
-                self._retire_points(removed)
-            finally:
-                self.cache.clear()  # cached searches name versions as they were
-                self.lexical_index()

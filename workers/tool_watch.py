@@ -37,7 +37,7 @@ Found = list[tuple[ToolManifest, Path | None]]
 
 class ToolsDirWatch:
     """What has changed under one tools directory since the last look, applied through `add` (the
-    selector's `ensure_tools`: registers versions and indexes their texts, all in one go) and
+    tool index's `ensure_tools` (workers/tool_index.py): registers versions and indexes their texts, all in one go) and
     `revise` (its `revise_tools`: replaces changed versions and drops removed ones)."""
 
     def __init__(self, tools_dir: Path, registry: ToolRegistry, add: Callable[[Found], list[ToolManifest]],

@@ -114,7 +114,7 @@ def test_a_job_sent_again_and_again_moves_to_the_tool_that_took_over_when_its_to
     same job served the calls as the fallback. The broken tool's old successes filled the 32
     nearest, so the fallback's counted 3 of ~50, and the broken tool stayed first on 36 of 36
     calls (its breaker off)."""
-    rt.selector.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
+    rt.selector.index.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
                                          implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
     scenario = "how many yen do I get for 200 dollars today"
     assert {"currency_rates", "money_convert"} <= {c.manifest.name for c in rt.selector.plan(CallRequest(scenario=scenario)).candidates}
@@ -132,7 +132,7 @@ def test_a_job_sent_again_and_again_moves_to_the_tool_that_took_over_when_its_to
 def test_a_tool_whose_breaker_opened_is_probed_first_once_its_cool_down_is_over(rt, monkeypatch) -> None:
     """QA W: a tool that broke and was fixed had fallen behind the tool that took over its job;
     no call came to run it, so its half-open breaker's probe never ran (first on 0 of 90 calls)."""
-    rt.selector.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
+    rt.selector.index.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
                                          implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
     scenario = "how many yen do I get for 200 dollars today"
     for i in range(40):  # the currency tool serves this job...
@@ -170,7 +170,7 @@ def test_a_tool_that_recovers_from_an_outage_gets_back_the_job_it_did_most(rt) -
     from workers.outage import forgive_outage
     from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
 
-    rt.selector.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
+    rt.selector.index.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
                                          implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
     scenario, key = "how many yen do I get for 200 dollars today", "currency_rates@1.0.0"
     vector = rt.embedder.embed_one(scenario)
@@ -278,7 +278,7 @@ def test_a_tool_whose_outputs_people_keep_judging_wrong_gives_way_to_another_tha
         """One call served by its first candidate, judged (`judged`) if that is the money tool."""
         return serve_judged(rt, scenario, call_id, judged=judged, judged_tool="money_convert")
 
-    rt.selector.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
+    rt.selector.index.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
                                          implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
     scenario = "how many yen do I get for 200 dollars today"
     # The money tool, whose words match the job best, serves it well...
@@ -528,7 +528,7 @@ def test_retrain_refits_the_tool_classifier_and_selection_ranks_by_it(rt) -> Non
     assert again.changed is False and again.evidence["classifier"]["unchanged"] == "no success since the last refit"
     assert rt.state.weights().version == weights.version
     # A tool registered since gets its column at the next refit, and learns from its successes.
-    rt.selector.ensure_tool(ToolManifest(name="fx_desk", description="Foreign exchange desk.",
+    rt.selector.index.ensure_tool(ToolManifest(name="fx_desk", description="Foreign exchange desk.",
                                       implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
     desk = CallRequest(scenario="convert 42 euros at the desk rate")
     scored_by_description = classifier_p(rt.selector.plan(desk))["fx_desk"]  # no column yet
@@ -656,7 +656,7 @@ def test_a_plan_carries_the_scenarios_word_match_and_follows_new_tools(rt) -> No
 
     scores = word_match("the forecast for Lisbon tomorrow")
     assert scores["weather_now"] == 1.0 and all(v == 0.0 for name, v in scores.items() if name != "weather_now")
-    rt.selector.ensure_tool(ToolManifest(name="tide_tables", description="Tide tables and the surf forecast for a beach.",
+    rt.selector.index.ensure_tool(ToolManifest(name="tide_tables", description="Tide tables and the surf forecast for a beach.",
                                       implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
     scores = word_match("the surf forecast for Nazare beach")
     assert scores["tide_tables"] == 1.0 and 0.0 < scores["weather_now"] < 1.0
@@ -674,18 +674,18 @@ def test_a_version_changed_in_place_is_searched_as_its_manifest_now_reads(rt, tm
         plan = rt.selector.plan(CallRequest(scenario=scenario))
         return next((c.breakdown.similarity for c in plan.candidates if c.manifest.name == "tide_tables"), None)
 
-    rt.selector.ensure_tools([(tide.model_copy(update={"deprecated": True}), source)])  # indexed deprecated
+    rt.selector.index.ensure_tools([(tide.model_copy(update={"deprecated": True}), source)])  # indexed deprecated
     assert similarity("when is low water at Nazare") is None
-    rt.selector.revise_tools([(tide, source)], [])  # taken back
+    rt.selector.index.revise_tools([(tide, source)], [])  # taken back
     assert (before := similarity("when is low water at Nazare")) is not None and before > 0.99  # its example
-    rt.selector.revise_tools([(tide.model_copy(update={"examples": []}), source)], [])
+    rt.selector.index.revise_tools([(tide.model_copy(update={"examples": []}), source)], [])
     after = similarity("when is low water at Nazare")
     assert after is None or after < 0.9  # by its description alone
-    rt.selector.revise_tools([], ["tide_tables@1.0.0"])  # its file removed
+    rt.selector.index.revise_tools([], ["tide_tables@1.0.0"])  # its file removed
     assert similarity("tide tables and the surf forecast for the beach") is None and "tide_tables@1.0.0" not in rt.registry
     searchable = VectorFilter(must=[Match(key="tool", any_of=["tide_tables@1.0.0"])], must_not=[Match(key="deprecated", any_of=[True])])
     assert rt.memory.count(TOOLS_COLLECTION, searchable) == 0  # its points take no search's slots
-    rt.selector.ensure_tools([(tide, source)])  # and back again
+    rt.selector.index.ensure_tools([(tide, source)])  # and back again
     assert similarity("tide tables and the surf forecast for the beach") is not None
     assert rt.memory.count(TOOLS_COLLECTION, searchable) == 2  # its description and its example
 
@@ -697,7 +697,7 @@ def test_promotions_decide_which_version_of_a_namespace_is_tried_first(rt) -> No
 
     evolved = ToolManifest(name="currency_rates", version="1.1.0", parent_version="1.0.0", description=TOOLS["currency_rates"],
                            implementation={"kind": "http", "url": "http://127.0.0.1:9/x"})
-    rt.selector.ensure_tool(evolved)
+    rt.selector.index.ensure_tool(evolved)
     rt.state.set_quality("currency_rates@1.0.0", 0.2)
 
     def order(**call: Any) -> list[str]:
@@ -732,7 +732,7 @@ def test_a_trials_share_is_in_the_logged_probability_of_the_version_it_drew(rt) 
 
     evolved = ToolManifest(name="currency_rates", version="1.1.0", parent_version="1.0.0", description=TOOLS["currency_rates"],
                            implementation={"kind": "http", "url": "http://127.0.0.1:9/x"})
-    rt.selector.ensure_tool(evolved)
+    rt.selector.index.ensure_tool(evolved)
     rt.state.promote(Promotion(namespace="currency_rates", evolved_version="1.1.0", original_version="1.0.0",
                                parent_version="1.0.0", status="on_trial"))
     share = rt.settings.trial_share
@@ -754,7 +754,7 @@ def test_a_call_retried_after_its_evolution_tries_the_new_version_before_any_oth
 
     evolved = ToolManifest(name="currency_rates", version="1.1.0", parent_version="1.0.0", description=TOOLS["currency_rates"],
                            implementation={"kind": "http", "url": "http://127.0.0.1:9/x"})
-    rt.selector.ensure_tool(evolved)
+    rt.selector.index.ensure_tool(evolved)
     rt.state.promote(Promotion(namespace="currency_rates", evolved_version="1.1.0", original_version="1.0.0",
                                parent_version="1.0.0", status="on_trial"))
     for key in ("currency_rates@1.0.0", "currency_rates@1.1.0"):
@@ -854,7 +854,7 @@ def test_a_deprecated_version_is_not_offered_but_is_served_to_a_call_that_names_
     call_tool with a version) ended no_candidates."""
     old = ToolManifest(name="weather_now", version="0.9.0", description=TOOLS["weather_now"], deprecated=True,
                        implementation={"kind": "http", "url": "http://127.0.0.1:9/x"})
-    rt.selector.ensure_tool(old)
+    rt.selector.index.ensure_tool(old)
 
     plan = rt.selector.plan(CallRequest(scenario="the forecast for Lisbon tomorrow"))
     assert "weather_now@0.9.0" not in [c.key for c in plan.candidates]
@@ -874,10 +874,10 @@ def test_a_tool_that_past_successes_bring_in_is_not_matched_by_an_example_its_ma
     source = tmp_path / "tools" / "numerals.yaml"
     tool = ToolManifest(name="numerals", description="Converts Roman numerals to integers.", examples=[scenario],
                         implementation={"kind": "http", "url": "http://127.0.0.1:9/x"})
-    rt.selector.ensure_tools([(tool, source)])
+    rt.selector.index.ensure_tools([(tool, source)])
     won = ToolExecutionResult(attempt_id="won:0", call_id="won", tool="numerals", version="1.0.0", success=True)
     store_executions(rt, execution_records(OutcomeRecord(call_id="won", scenario=scenario, attempts=[won])))
-    rt.selector.revise_tools([(tool.model_copy(update={"examples": []}), source)], [])  # the example is dropped
+    rt.selector.index.revise_tools([(tool.model_copy(update={"examples": []}), source)], [])  # the example is dropped
     plan = rt.selector.plan(CallRequest(scenario=scenario))
     (numerals,) = [c for c in plan.candidates if c.manifest.name == "numerals"]  # brought in by its success
     assert numerals.breakdown.similarity < 0.5, numerals.breakdown

@@ -349,3 +349,17 @@ def test_a_reader_that_goes_away_ends_a_command_as_sigpipe_does_not_as_a_failed_
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (141, b"")
+
+
+def test_recommend_gives_each_advice_once(redis_answers: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA ops: the same 11-line advice on every row ran a 6-row table to 70 lines."""
+    from selection.recommend import Recommendation
+
+    advice = "mostly refused its input: check what callers send it"
+    found = [Recommendation(tool=f"{name}@1.0.0", context="any", runs=5, success_rate=0.2, elsewhere_rate=None,
+                            error_classes={"bad_input": 4}, failed_scenarios=["x"], advice=advice)
+             for name in ("quick_sort", "hash_text")]
+    monkeypatch.setattr(learning, "_ask_or_none", lambda *a, **k: {
+        "records": 10, "judged_wrong": 0, "recommendations": [r.model_dump(mode="json") for r in found]})
+    out = " ".join(invoke(["recommend"]).split())
+    assert out.count("check what callers send it") == 1 and "(as in row 1)" in out

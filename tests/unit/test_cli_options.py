@@ -177,7 +177,7 @@ def test_feedback_add_refuses_a_blank_scenario_as_explain_does_and_takes_an_empt
     assert not asked  # refused before asking the workers
     code, out = run("feedback", "add", "fast_sort", "negative", "--scenario", "")
     assert code == 0 and "in general (no --scenario)" in out and asked[-1]["scenario"] == ""
-    assert 'else the tool in general (as "" says). A blank one is refused.' in help_of("feedback", "add", param="scenario")
+    assert 'else the tool in general (as "" says). One of spaces only is refused.' in help_of("feedback", "add", param="scenario")
 
 
 def test_a_judgement_of_quality_0_says_it_counts_for_nothing_and_shows_as_plus_zero(

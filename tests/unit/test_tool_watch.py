@@ -23,7 +23,7 @@ Found = list[tuple[ToolManifest, Path | None]]
 
 
 def adding_to(registry: ToolRegistry, added: list[tuple[str, Path | None]]) -> Callable[[Found], list[ToolManifest]]:
-    """What the selector's ensure_tools does to the registry, minus the indexing."""
+    """What the tool index's ensure_tools does to the registry, minus the indexing."""
 
     def add(found: Found) -> list[ToolManifest]:
         for manifest, source in found:

@@ -372,9 +372,12 @@ def recommend(
     table = Table(title=f"recommendations from {report.records} recent attempts{judged}{aside}")
     for col in ("tool", "context", "runs", "success", "elsewhere", "errors", "advice", "failed on"):
         table.add_column(col, justify="right" if col in ("runs", "success", "elsewhere") else "left", overflow="fold")
-    for r in found:
-        table.add_row(literal(r.tool), literal(r.context), str(r.runs), f"{r.success_rate:.0%}",
+    given: dict[str, int] = {}  # advice -> the row that gives it (QA ops: 11 lines repeated on every row)
+    for i, r in enumerate(found, 1):
+        advice = f"[dim](as in row {given[r.advice]})[/dim]" if r.advice in given else literal(r.advice)
+        given.setdefault(r.advice, i)
+        table.add_row(f"{i}. {literal(r.tool)}", literal(r.context), str(r.runs), f"{r.success_rate:.0%}",
                       "-" if r.elsewhere_rate is None else f"{r.elsewhere_rate:.0%}",
-                      literal(", ".join(f"{k} {v}" for k, v in r.error_classes.items())), literal(r.advice),
+                      literal(", ".join(f"{k} {v}" for k, v in r.error_classes.items())), advice,
                       literal(" | ".join(s[:60] for s in r.failed_scenarios)))
     console.print(table)

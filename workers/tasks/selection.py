@@ -65,7 +65,7 @@ def warm_up(sender: Any = None, **_: Any) -> None:
         settings = runtime().settings
 
         def revise(changed: list[tuple[ToolManifest, Path]], removed: list[str]) -> None:
-            runtime().selector.revise_tools(changed, removed)
+            runtime().selector.index.revise_tools(changed, removed)
             if removed:  # a removed version's trial or promotion ends (workers/promotions.py)
                 try:
                     served_anew(key.partition("@")[0] for key in removed)
@@ -73,7 +73,7 @@ def warm_up(sender: Any = None, **_: Any) -> None:
                     log.warning("could not end the promotions of the versions no longer served", exc_info=True)
 
         if settings.tools_rescan_s > 0:  # a selector that failed to build is built again by the first look
-            watch = ToolsDirWatch(settings.tools_dir, runtime().registry, lambda found: runtime().selector.ensure_tools(found),
+            watch = ToolsDirWatch(settings.tools_dir, runtime().registry, lambda found: runtime().selector.index.ensure_tools(found),
                                   revise)
             watch_in_background(watch, settings.tools_rescan_s,
                                 then=lambda keys: served_anew((key.partition("@")[0] for key in keys), arrived=keys))
