@@ -128,6 +128,10 @@ def hold_data_dir(settings: Settings, roles: Iterable[str]) -> IO[str] | None:
     return lock
 
 
+class UnknownRole(StackError):
+    """A role the Procfile does not have: the operator's words to mend, refused as a bad argument."""
+
+
 def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
     """`fittest up`: every Procfile role under honcho, with Redis started first when needed."""
     from honcho.environ import parse_procfile
@@ -135,7 +139,7 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
     procfile = parse_procfile(PROCFILE.read_text())
     unknown = (without or set()) - set(procfile.processes)
     if unknown:
-        raise StackError(f"no Procfile role named {', '.join(sorted(unknown))} (roles: {', '.join(procfile.processes)})")
+        raise UnknownRole(f"no Procfile role named {', '.join(sorted(unknown))} (roles: {', '.join(procfile.processes)})")
     roles = [name for name in procfile.processes if name not in (without or set())]
     held = hold_data_dir(settings, roles)  # first: a second `up` here is told so, not that its ports are taken (QA AB)
     out = LossyOutput(sys.stdout)

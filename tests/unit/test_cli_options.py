@@ -594,3 +594,9 @@ def test_the_tools_list_counts_refused_inputs_apart_from_failures() -> None:
     with console.capture() as out:
         console.print(tools_table(rows))
     assert "0 (+2 refused inputs)" in out.get()
+
+
+def test_up_refuses_a_role_the_procfile_does_not_have_as_a_bad_argument() -> None:
+    """`up --without nosuch` exited 1, the code of a stack that could not start, not of a bad argument."""
+    assert run("up", "--without", "nosuch") == (
+        2, "error: no Procfile role named nosuch (roles: memory, executor, evolver, beat, flower, metrics, toolserver)")

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from workers.cli.common import console
+from workers.cli.common import REFUSED, console, fail
 from workers.settings import get_settings
 
 app = typer.Typer()
@@ -31,10 +31,14 @@ def up(
     SIGTERM or SIGKILL of `up` stops every role and the Redis it started.
 
     Exit code: the role's when a role ended the stack; 1 when the stack could not start (a port
-    in use, an unknown role)."""
-    from workers.procfile import run_procfile
+    in use); 2 for a role the Procfile does not have."""
+    from workers.procfile import UnknownRole, run_procfile
 
-    raise typer.Exit(run_procfile(get_settings(), without=set(without or [])))
+    try:
+        code = run_procfile(get_settings(), without=set(without or []))
+    except UnknownRole as exc:
+        fail(str(exc), REFUSED)
+    raise typer.Exit(code)
 
 
 @app.command()
