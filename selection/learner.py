@@ -47,9 +47,8 @@ class ExecutionRecord(BaseModel):
     policy: str = ""
     execution_time_ms: float = 0.0
     timestamp: float = Field(default_factory=time.time)
-    # A refusal of an input by a tool that does the job, or the success of the tool that took it
-    # next (the caller's mistake): no evidence of what either tool does (selection/serving.py `does_the_job`);
-    # the weights count it as it ran, `fittest recommend` leaves it out.
+    # A refusal of an input by a tool that does the job (the caller's mistake): no evidence of what
+    # the tool does (selection/serving.py `does_the_job`); the weights and `fittest recommend` leave it out.
     forgiven: bool = False
 
     @property
@@ -128,12 +127,20 @@ def retrain(records: Iterable[ExecutionRecord], current: SelectionWeights) -> tu
     """New weights from a window of execution records, or None (and why) when they stay as they are.
 
     The evidence (record count, success rate, correlation of each component) is returned either
-    way, so an operator can see why the weights did or did not move."""
+    way, so an operator can see why the weights did or did not move. The records set aside as a
+    caller's mistake say nothing of how well a component predicts a tool's fitness: left out, and
+    counted apart (QA ops: `weights` read 836 records where `recommend`, which left them out, read
+    725, with nothing to say why)."""
     learner = WeightLearner(current.weights)
+    set_aside = 0
     for record in records:
+        if record.forgiven:
+            set_aside += 1
+            continue
         learner.learn_one(record.components, record.success)
     evidence: dict[str, Any] = {
         "records": learner.n,
+        "set_aside": set_aside,
         "success_rate": round(learner.successes / learner.n, 4) if learner.n else None,
         "correlations": learner.correlations(),
         "noise": round(learner.noise(), 4),

@@ -44,6 +44,18 @@ def test_the_same_records_again_make_no_new_weights_version() -> None:
     again, evidence = retrain(window, new)
     assert again is None and evidence["unchanged"] == "the recent records give the weights in use"
 
+def test_records_set_aside_as_a_callers_mistake_teach_the_weights_nothing() -> None:
+    """QA ops: the weights read the refusals of callers' bad inputs (failures whatever the
+    components said) where `recommend` left them out."""
+    window = records(200, "phase")
+    mistakes = [r.model_copy(update={"attempt_id": f"m{i}", "success": False, "forgiven": True,
+                                     "components": {**r.components, "phase": 1.0}}) for i, r in enumerate(window[:150])]
+    alone, _ = retrain(window, SelectionWeights())
+    mixed, evidence = retrain(window + mistakes, SelectionWeights())
+    assert alone is not None and mixed is not None and mixed.weights == alone.weights
+    assert (evidence["records"], evidence["set_aside"]) == (200, 150)
+
+
 def test_fewer_than_min_records_leave_the_weights_unchanged() -> None:
     current = SelectionWeights(weights={"phase": 0.5, "language": 0.5, "complexity": 0, "task_type": 0, "history": 0})
     new, evidence = retrain(records(MIN_RECORDS - 1, "phase"), current)

@@ -324,6 +324,8 @@ def weights(
         beyond = (f" (noise of {evidence.get('records', '?')} records: {noise:.2f}; only a component above it steers)"
                   if isinstance(noise, (int, float)) else "")  # weights of an earlier release stored none
         console.print(f"correlation of each component with success: {literal(corr)}{literal(beyond)}")
+    if evidence.get("set_aside"):  # as recommend says it (QA ops: the two counted the window differently)
+        console.print(f"{evidence['set_aside']} refused inputs of a caller's mistake left out of the records")
     # QA F9: only --json said why the last retrain left the weights as they were; QA AC: nor did
     # anything when that retrain stored nothing (a classifier refitted is stored with the weights)
     unchanged = (note.evidence if note is not None else evidence).get("unchanged")
