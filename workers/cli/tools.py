@@ -20,7 +20,12 @@ app = typer.Typer()
 def tools(json_out: JsonOpt = False) -> None:
     """List every tool version with its quality, counters and circuit breaker (closed; open: held
     back from calls; half-open: its cool-down is over, and the next call that comes to run it probes
-    it, a call of a job it did before trying it first)."""
+    it, a call of a job it did before trying it first).
+
+    Quality is the design's score: each failure lowers it, more from the 6th and the 11th on. The
+    default policy (learned) ranks by it with what the version's successes give back, and by its
+    successes and failures on jobs like the call's: `fittest explain` shows both. Refused inputs
+    that were the caller's mistake are counted apart, and lower nothing."""
     from workers.runtime import runtime
 
     rt = runtime()
