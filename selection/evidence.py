@@ -26,6 +26,7 @@ class CandidateEvidence(BaseModel):
     quality: float = 1.0
     successes: int = 0  # of this version, anywhere (the state store's counters)
     failures: int = 0
+    refused_in_a_row: int = 0  # inputs it refused as callers' mistakes since its last success
     failure_similarities: list[float] = Field(default_factory=list)  # past failures of this version
     success_similarities: list[float] = Field(default_factory=list)  # past successes of this version
     # Past successes of the namespace, any version (this one included): what a new version inherits.

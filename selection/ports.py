@@ -150,6 +150,9 @@ class ToolStats(BaseModel):
     # `does_the_job`), counted apart: they lower no quality, nor raise what later failures cost
     # (QA ops: ten of them made a tool's next crash cost 0.20, not 0.10).
     refused_inputs: int = 0
+    # Of them, those since its last success: a version that refuses every input may be broken
+    # rather than its callers all wrong (selection/serving.py `does_the_job`).
+    refused_in_a_row: int = 0
     # Recent run durations, summarised for the attempt's adaptive timeout (selection/timeouts.py):
     # how many are kept, and their 95th percentile by nearest rank (None without runs).
     recent_runs: int = 0

@@ -31,6 +31,10 @@ SAME_JOB = 0.8
 # A version that succeeded at a job this many times (in other calls) does it reliably: one success
 # may be a fallback's luck (an outage, workers/outage.py, and a refused input, `does_the_job`).
 RELIABLE_RUNS = 3
+# A version that refused this many inputs in a row as callers' mistakes, with no success between
+# them, may be broken (a KeyError of its own on every input) rather than every caller wrong: its
+# refusals count again, and so demote it and evolve it.
+REFUSED_IN_A_ROW = 5
 # A version people judged wrong on a job this many times at least (and more often than right, and
 # the last time) yields first place to another tool on a share of its calls: one judgement may be
 # a person's slip; two that agree say the job goes wrong...
@@ -224,8 +228,9 @@ def does_the_job(e: CandidateEvidence) -> bool:
     successes selection found nearby, so that the failure mark and the call's outcome, applied by
     separate tasks, read the same answer (workers/outcomes.py). A version that did not do the job
     has its refusals counted: that it refuses such inputs is what they teach (a text tool tried on
-    a sort job)."""
-    return sum(s >= SAME_JOB for s in e.success_similarities) >= RELIABLE_RUNS
+    a sort job); nor does a version that refused REFUSED_IN_A_ROW inputs since its last success."""
+    return (sum(s >= SAME_JOB for s in e.success_similarities) >= RELIABLE_RUNS
+            and e.refused_in_a_row < REFUSED_IN_A_ROW)
 
 
 def takes_a_refused_input(c: Candidate) -> bool:

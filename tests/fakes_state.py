@@ -30,6 +30,7 @@ class _Tool:
     successes: int = 0
     failures: int = 0
     refused_inputs: int = 0
+    refused_in_a_row: int = 0
 
 
 @dataclass
@@ -83,7 +84,7 @@ class InMemoryStateStore:
             for key in keys:
                 t = self._s.tools.get(key, _Tool())
                 out[key] = ToolStats(quality=bp_to_quality(t.quality_bp), successes=t.successes, failures=t.failures,
-                                     refused_inputs=t.refused_inputs)
+                                     refused_inputs=t.refused_inputs, refused_in_a_row=t.refused_in_a_row)
             return out
 
     def all_stats(self) -> dict[str, ToolStats]:
@@ -105,6 +106,7 @@ class InMemoryStateStore:
             before = t.quality_bp
             if applied and not demote:
                 t.refused_inputs += 1
+                t.refused_in_a_row += 1
             elif applied:
                 t.quality_bp, t.failures = apply_failure_bp(t.quality_bp, t.failures, severity)
                 self._s.state_version += 1
@@ -117,7 +119,8 @@ class InMemoryStateStore:
             for key, attempt_id in attempts:
                 counted.append(self._claim(f"applied:success:{attempt_id}"))
                 if counted[-1]:
-                    self._s.tools.setdefault(key, _Tool()).successes += 1
+                    t = self._s.tools.setdefault(key, _Tool())
+                    t.successes, t.refused_in_a_row = t.successes + 1, 0
         return counted
 
     def judge_output(self, key: str, call_id: str, sentiment: Literal["positive", "negative"]) -> bool:

@@ -291,6 +291,7 @@ class Selector:
                 quality=stats[k].quality,
                 successes=stats[k].successes,
                 failures=stats[k].failures,
+                refused_in_a_row=stats[k].refused_in_a_row,
                 failure_similarities=failures.get(k, []),
                 timeout_s=attempt_timeout(self.settings, self.rt.registry, manifests[k], stats[k]),
             )

@@ -111,6 +111,18 @@ def test_a_failure_counted_without_demotion_leaves_the_quality_and_the_cost_of_l
     assert store.stats([KEY])[KEY].failures == 1
 
 
+def test_a_success_ends_a_versions_run_of_refused_inputs(store):
+    """A version that refuses every input may be broken: selection counts its refusals since its
+    last success (selection/serving.py `does_the_job`)."""
+    for _ in range(3):
+        store.mark_failure(KEY, aid(), Severity.low, demote=False)
+    store.mark_failure(KEY, aid(), Severity.low)  # a failure of its own neither ends the run nor adds to it
+    assert (store.stats([KEY])[KEY].refused_in_a_row, store.stats_and_breakers([KEY])[0][KEY].refused_in_a_row) == (3, 3)
+    assert count_success(store, KEY, aid())
+    store.mark_failure(KEY, aid(), Severity.low, demote=False)
+    assert (store.stats([KEY])[KEY].refused_in_a_row, store.stats([KEY])[KEY].refused_inputs) == (1, 4)
+
+
 def test_a_failure_says_whether_it_took_the_quality_under_a_threshold(store):
     """Only the failure that crosses the threshold starts a quality-triggered evolution; a
     version below it already is not evolved again at every failure."""

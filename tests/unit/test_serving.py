@@ -298,6 +298,9 @@ def test_a_version_does_a_job_after_three_successes_at_it_and_only_its_refusal_t
     assert not doer(0.95, 0.9)  # two may be a fallback's luck
     assert doer(0.95, 0.9, 0.85)
     assert not doer(0.95, 0.9, 0.7, 0.6)  # other jobs are not this one
+    broken = CandidateEvidence(manifest=candidate("hash_text").manifest, success_similarities=[0.95] * 10, refused_in_a_row=5)
+    assert not does_the_job(broken)  # five refusals since its last success: its refusals count again
+    assert does_the_job(broken.model_copy(update={"refused_in_a_row": 4}))
     does = candidate("hash_text").model_copy(update={"does_the_job": True})
     assert does.callers_mistake(FailureClass.bad_input)
     assert not does.callers_mistake(FailureClass.crash)  # a crash is the tool's, whatever it did before

@@ -63,6 +63,8 @@ _SCRIPTS = ("apply_once", "breaker_record", "judge_count", "mark_failure", "note
 
 DAY_S = 24 * 3600
 IDEMPOTENCY_TTL_S = 7 * DAY_S  # how long an applied id is remembered: a redelivery comes within minutes, a replay of old messages within days
+# The fields of a tool version's hash that ToolStats holds, in the order stats_and_breakers.lua returns them.
+STATS_FIELDS = ("quality_bp", "successes", "failures", "refused_inputs", "refused_in_a_row")
 # Promotions kept per namespace: far more than a namespace goes through, so the history that
 # metrics, the report and evolution read is whole; the cap only keeps the list from growing without end.
 PROMOTION_HISTORY_LIMIT = 1000
@@ -158,7 +160,7 @@ class RedisStateStore(PrefixedStore):
             return {}
         pipe = self.client.pipeline(transaction=False)
         for key in keys:
-            pipe.hmget(self._k("tool", key), "quality_bp", "successes", "failures", "refused_inputs")
+            pipe.hmget(self._k("tool", key), *STATS_FIELDS)
         return self._parse_stats(keys, pipe.execute())
 
     def all_stats(self) -> dict[str, ToolStats]:
@@ -168,8 +170,8 @@ class RedisStateStore(PrefixedStore):
     def _parse_stats(keys: list[str], rows: list[Any]) -> dict[str, ToolStats]:
         return {
             key: ToolStats(quality=bp_to_quality(_int(q, FULL_QUALITY_BP)), successes=_int(s), failures=_int(f),
-                           refused_inputs=_int(r))
-            for key, (q, s, f, r) in zip(keys, rows)
+                           refused_inputs=_int(r), refused_in_a_row=_int(a))
+            for key, (q, s, f, r, a) in zip(keys, rows)
         }
 
     def stats_and_breakers(self, keys: Sequence[str]) -> tuple[dict[str, ToolStats], dict[str, BreakerState]]:
@@ -183,11 +185,12 @@ class RedisStateStore(PrefixedStore):
         )
         n = len(keys)
         values = [None if v is None else as_text(v) for v in flat[1:]]  # Lua false -> None
-        rows = [values[4 * i : 4 * i + 4] for i in range(n)]
-        opens = values[4 * n : 5 * n]
+        k = len(STATS_FIELDS)
+        rows = [values[k * i : k * i + k] for i in range(n)]
+        opens = values[k * n : (k + 1) * n]
         stats = self._parse_stats(keys, rows)
         for i, key in enumerate(keys):
-            runs, p95 = values[5 * n + 2 * i : 5 * n + 2 * i + 2]
+            runs, p95 = values[(k + 1) * n + 2 * i : (k + 1) * n + 2 * i + 2]
             stats[key].recent_runs = _int(runs)
             stats[key].recent_p95_ms = None if p95 is None else float(p95)
         return stats, self._breakers_at(int(flat[0]), keys, opens)

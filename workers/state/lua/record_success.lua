@@ -2,7 +2,8 @@
 -- KEYS[1] tool hash {quality_bp, successes, failures}; KEYS[2] idempotency key of this attempt's
 --         success.
 -- ARGV[1] idempotency TTL (s).
--- Atomically: SET NX the idempotency key and, only when it was set, HINCRBY successes 1.
+-- Atomically: SET NX the idempotency key and, only when it was set, HINCRBY successes 1 and end
+-- the version's run of refused inputs (refused_in_a_row, mark_failure.lua).
 -- Quality does not change on success, so the state version is left alone.
 -- Returns 1 when counted, 0 when this attempt id was counted before.
 
@@ -10,4 +11,5 @@ if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then
   return 0
 end
 redis.call('HINCRBY', KEYS[1], 'successes', 1)
+redis.call('HDEL', KEYS[1], 'refused_in_a_row')
 return 1
