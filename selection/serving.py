@@ -233,14 +233,15 @@ def does_the_job(e: CandidateEvidence) -> bool:
             and e.refused_in_a_row < REFUSED_IN_A_ROW)
 
 
-def takes_a_refused_input(c: Candidate) -> bool:
+def takes_a_refused_input(c: Candidate, namespace: str | None = None) -> bool:
     """Whether a candidate is still tried with an input that a tool doing the job refused as the
-    caller's mistake: one that does such jobs too, by its record or clearly by its description (at
-    least NEWCOMER_MIN_SIMILARITY), may take what the first one cannot (a lenient parser after a
-    strict one). Any other took such inputs without an error and answered something else, or
-    refused them in its turn (QA ops: a lowercasing tool returned a "sha256 checksum"; 11 tools
-    refused 176 such inputs in 85 calls, each refusal demoting a tool that never did the job)."""
-    return c.does_the_job or c.breakdown.similarity >= NEWCOMER_MIN_SIMILARITY
+    caller's mistake: a version of the namespace the call names, or one that does such jobs too, by
+    its record or clearly by its description (at least NEWCOMER_MIN_SIMILARITY), may take what the
+    first one cannot (a lenient parser after a strict one). Any other took such inputs without an
+    error and answered something else, or refused them in its turn (QA ops: a lowercasing tool
+    returned a "sha256 checksum"; 11 tools refused 176 such inputs in 85 calls, each refusal
+    demoting a tool that never did the job)."""
+    return c.manifest.name == namespace or c.does_the_job or c.breakdown.similarity >= NEWCOMER_MIN_SIMILARITY
 
 
 def refused_input(plan: CallPlan) -> ToolExecutionResult | None:

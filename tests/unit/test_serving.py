@@ -321,6 +321,7 @@ def test_after_a_refusal_by_mistake_only_the_tools_that_do_such_jobs_are_tried_a
     assert takes_a_refused_input(ranked("sha_sum", 0.62))  # matches the job clearly by its description
     assert takes_a_refused_input(ranked("hasher", 0.31, does=True))  # did such jobs, whatever its words
     assert not takes_a_refused_input(ranked("lower_text", 0.37))
+    assert takes_a_refused_input(ranked("lower_text", 0.0), namespace="lower_text")  # a version of the tool asked for
     plan = CallPlan(request=CallRequest(scenario="sha256 of this text"), candidates=[ranked("hash_text", 0.7, does=True)],
                     attempts=[attempt("hash_text", False, mistake=True)], passed_over=["lower_text@1.0.0"])
     assert refused_input(plan) is plan.attempts[0]

@@ -301,7 +301,7 @@ def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float
     refused = refused_input(plan) is not None
     while index <= last_index(plan):
         key = plan.candidates[index].key
-        if refused and not takes_a_refused_input(plan.candidates[index]):
+        if refused and not takes_a_refused_input(plan.candidates[index], plan.request.namespace):
             plan.passed_over.append(key)
             index += 1
             continue
