@@ -214,6 +214,11 @@ class ToolExecutionResult(BaseModel):
     # A refusal of the input (bad_input) by a version that does the job (`Candidate.does_the_job`),
     # or by any version after one in the same call: counted apart, and set aside as evidence.
     callers_mistake: bool = False
+    # A success on an input that a tool doing the job refused as the caller's mistake, by a version
+    # that has not done such jobs itself: its output may not be what was asked for, and its success
+    # is set aside (QA recheck: a tool that takes any input, 0.50 similar, took seven such inputs
+    # of a title-case job, and served the correct calls after them with lower-cased text).
+    took_a_refused_input: bool = False
 
     @property
     def key(self) -> str:
@@ -417,11 +422,11 @@ class OutcomeRecord(BaseModel):
 
     def set_aside(self) -> set[str]:
         """The attempt ids whose outcome says nothing of their tool: the refusals that were the
-        caller's mistake (`ToolExecutionResult.callers_mistake`). Counted apart, left out of what
-        selection reads (their feedback and execution records are stored `forgiven`). A success
-        after one counts: only a tool that does such jobs is tried with that input (QA AE: before,
-        any tool was, and one that takes any input served the job from then on)."""
-        return {a.attempt_id for a in self.attempts if a.callers_mistake}
+        caller's mistake (`ToolExecutionResult.callers_mistake`), and a success on such an input by
+        a version that has not done such jobs (`took_a_refused_input`). Counted in the versions'
+        counters, left out of what selection reads (their feedback and execution records are
+        stored `forgiven`). The success of a version that does such jobs counts."""
+        return {a.attempt_id for a in self.attempts if a.callers_mistake or a.took_a_refused_input}
 
     @classmethod
     def from_plan(cls, plan: CallPlan) -> OutcomeRecord:

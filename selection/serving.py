@@ -254,12 +254,24 @@ def input_refused_message(plan: CallPlan) -> str | None:
     refusal = refused_input(plan)
     if refusal is None:
         return None
-    others = [a for a in plan.attempts if a is not refusal]
-    tried = (f"; the other tools that do such jobs failed too ({', '.join(f'{a.tool}@{a.version}' for a in others)})"
-             if others else "")
-    passed = f"; not tried with it, as they do not do such jobs: {', '.join(plan.passed_over)}" if plan.passed_over else ""
+    after = plan.attempts[plan.attempts.index(refusal) + 1:]
+    how = "refused it too" if all(a.error_class is FailureClass.bad_input for a in after) else "failed with it too"
+    tried = f"; the other tools tried with it {how} ({', '.join(f'{a.tool}@{a.version}' for a in after)})" if after else ""
+    # QA recheck: "as they do not do such jobs" of a tool that could have (its description matched less).
+    passed = (f"; not tried with it, having done no such job and matching it less than {NEWCOMER_MIN_SIMILARITY}: "
+              f"{', '.join(plan.passed_over)} (a call that names one tries it)") if plan.passed_over else ""
     return (f"{refusal.tool}@{refusal.version}, which does such jobs, refused the input ({refusal.error_message or 'bad_input'}): "
             f"check the input{tried}{passed}")
+
+
+def took_a_refused_input_note(plan: CallPlan, result: ToolExecutionResult) -> str | None:
+    """What the caller should know of a success on an input a tool doing the job refused, by a
+    version that has not done such jobs (`ToolExecutionResult.took_a_refused_input`)."""
+    refusal = refused_input(plan)
+    if refusal is None or not result.took_a_refused_input:
+        return None
+    return (f"{refusal.tool}@{refusal.version}, which does such jobs, refused the input ({refusal.error_message or 'bad_input'}); "
+            f"{result.tool}@{result.version}, which took it, has done no such job: check its output, and the input")
 
 
 def failed_the_job(e: CandidateEvidence) -> bool:

@@ -21,6 +21,7 @@ from selection.serving import (
     second_opinion,
     served_first,
     takes_a_refused_input,
+    took_a_refused_input_note,
     tried_first,
 )
 
@@ -326,9 +327,19 @@ def test_after_a_refusal_by_mistake_only_the_tools_that_do_such_jobs_are_tried_a
                     attempts=[attempt("hash_text", False, mistake=True)], passed_over=["lower_text@1.0.0"])
     assert refused_input(plan) is plan.attempts[0]
     assert input_refused_message(plan) == ("hash_text@1.0.0, which does such jobs, refused the input (KeyError: 'text'): check "
-                                           "the input; not tried with it, as they do not do such jobs: lower_text@1.0.0")
+                                           "the input; not tried with it, having done no such job and matching it less than "
+                                           "0.5: lower_text@1.0.0 (a call that names one tries it)")
+    tried = plan.model_copy(update={"attempts": [*plan.attempts, attempt("sha_sum", False, mistake=True)]})
+    assert "; the other tools tried with it refused it too (sha_sum@1.0.0);" in (input_refused_message(tried) or "")
     assert input_refused_message(plan.model_copy(update={"attempts": [attempt("hash_text", False)]})) is None
     # Only the refusals are set aside: a tool that does such jobs and took the input counts its success.
     taken = OutcomeRecord(call_id="c", scenario="parse this csv", attempts=[attempt("csv_strict", False, mistake=True),
                                                                              attempt("csv_lenient", True)])
     assert taken.set_aside() == {"c:csv_strict"}
+    # ...and that of one that has done no such job is set aside, with a note for the caller (QA recheck).
+    lucky = attempt("lower_text", True).model_copy(update={"took_a_refused_input": True})
+    assert taken.model_copy(update={"attempts": [taken.attempts[0], lucky]}).set_aside() == {"c:csv_strict", "c:lower_text"}
+    assert took_a_refused_input_note(plan, lucky) == (
+        "hash_text@1.0.0, which does such jobs, refused the input (KeyError: 'text'); lower_text@1.0.0, which took it, "
+        "has done no such job: check its output, and the input")
+    assert took_a_refused_input_note(plan, attempt("lower_text", True)) is None

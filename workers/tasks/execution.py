@@ -30,7 +30,8 @@ from selection.manifest import ToolManifest
 from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
-from selection.serving import input_refused_message, refused_for_its_namespace, refused_input, takes_a_refused_input
+from selection.serving import (input_refused_message, refused_for_its_namespace, refused_input, takes_a_refused_input,
+                               took_a_refused_input_note)
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
 from workers.rescue import CallStep, delivered_again, hand_on, send_recorded
 from workers.runners import RunLimits, RunOutcome, run_tool
@@ -122,6 +123,7 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: 
         # The input a tool doing the job refused is the caller's mistake for every tool after it.
         callers_mistake=candidate.callers_mistake(outcome.error_class)
         or (outcome.error_class is FailureClass.bad_input and refused_input(plan) is not None),
+        took_a_refused_input=outcome.success and not candidate.does_the_job and refused_input(plan) is not None,
     )
     # The caller's fault is not the tool's; a redelivered attempt feeds the breaker once.
     feeds_breaker = outcome.error_class is not FailureClass.bad_input
@@ -258,6 +260,8 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
     result = run_attempt(plan, index) if deaths is None else crashed_attempt(plan, index, deaths)
     plan.attempts.append(result)
     if result.success:
+        if (note := took_a_refused_input_note(plan, result)) is not None:
+            plan.notes.append(note)
         return finish(plan, "success")
 
     send_failure(plan, result)
