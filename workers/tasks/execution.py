@@ -306,7 +306,8 @@ def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float
     while index <= last_index(plan):
         key = plan.candidates[index].key
         if refused and not takes_a_refused_input(plan.candidates[index], plan.request.namespace):
-            plan.passed_over.append(key)
+            if key not in plan.passed_over:  # a redelivered step passes it over again
+                plan.passed_over.append(key)
             index += 1
             continue
         breaker = breakers.get(key, "closed")
