@@ -20,6 +20,7 @@ from rich.text import Text
 from typer.testing import CliRunner
 
 import workers.cli as cli
+from selection.ports import ToolStats
 from workers.cli import app, calls, evolution, learning, tools
 from workers.cli.common import console, err_console, fail, literal
 
@@ -193,6 +194,8 @@ def test_feedback_shows_reasons_and_scenarios_as_written(redis_answers: None, mo
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"total": len(entries), "entries": entries, "trend": []})
     monkeypatch.setattr("workers.tool_catalog.load_registry", lambda settings: SimpleNamespace(versions=lambda name: [
         SimpleNamespace(version="1.0.0")]))  # a tool of that name is served
+    monkeypatch.setattr("workers.state.open_state_store", lambda settings: SimpleNamespace(
+        stats=lambda keys: {k: ToolStats() for k in keys}))
     out = invoke(["feedback", "show", "fast[/x]"])
     assert_shown(out, f"feedback on fast[/x]: {len(TRICKY)} entries", "[/v]1.0.0", "[red]operator[/red]",
                  *[f"│ {text}" for text in TRICKY], *[f"sort numbers {text}" for text in TRICKY])
