@@ -31,6 +31,15 @@ class Recommendation(BaseModel):
     error_classes: dict[str, int]
     failed_scenarios: list[str]
     advice: str
+    # The context was read from the calls' scenarios and inputs, not given by any caller (QA ops:
+    # "task_type=modification", detected from "convert", sent the operator looking for callers).
+    detected: bool = False
+
+
+def _given(record: ExecutionRecord, context: str) -> bool:
+    """Whether the call gave this facet of its context itself (`context`: "facet=value")."""
+    facet = context.partition("=")[0]
+    return (record.features.get("source") or {}).get(facet) == "explicit"
 
 
 def _contexts(record: ExecutionRecord) -> list[str]:
@@ -111,7 +120,8 @@ def recommendations(records: Iterable[ExecutionRecord], min_runs: int = 5, max_r
         else:
             advice = f"fails where {context} (mostly {top_error}): evolve it"
         out.append(Recommendation(tool=key, context=context, runs=n, success_rate=round(rate, 4), elsewhere_rate=elsewhere,
-                                  error_classes=dict(errors), failed_scenarios=failed, advice=advice))
+                                  error_classes=dict(errors), failed_scenarios=failed, advice=advice,
+                                  detected=context != "any" and not any(_given(r, context) for r in rs)))
     return sorted(out, key=lambda r: (r.success_rate, -r.runs, r.tool, r.context))
 
 

@@ -95,3 +95,18 @@ def test_the_records_set_aside_as_a_callers_mistake_are_no_evidence_for_recommen
     assert (report.recommendations, report.records, report.set_aside) == ([], 0, 6)  # said, not silently fewer (QA ops)
     assert recommendation_report([r.model_copy(update={"forgiven": False}) for r in records], min_runs=3, max_rate=0.5,
                                  judgements_applied=True).recommendations
+
+
+def test_a_context_no_caller_gave_is_marked_detected() -> None:
+    """QA ops: "task_type=modification", detected from "convert", sent the operator looking for callers."""
+    def run(i: int, success: bool, source: str) -> ExecutionRecord:
+        return record(i, success, None if success else "crash", "convert this").model_copy(update={"features": {
+            "task_type": "modification", "source": {"task_type": source}}})
+
+    def found(records: list[ExecutionRecord]) -> dict[str, bool]:
+        return {r.context: r.detected for r in recommendations(records, min_runs=3)}
+
+    ok = [record(100 + i, True, None, "sort numbers") for i in range(10)]
+    assert found([run(i, False, "detected") for i in range(4)] + ok) == {"task_type=modification": True}
+    assert found([run(i, False, "detected") for i in range(3)] + [run(9, False, "explicit")] + ok) == {
+        "task_type=modification": False}

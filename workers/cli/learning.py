@@ -386,7 +386,8 @@ def recommend(
     for i, r in enumerate(found, 1):
         advice = f"[dim](as in row {given[r.advice]})[/dim]" if r.advice in given else literal(r.advice)
         given.setdefault(r.advice, i)
-        table.add_row(f"{i}. {literal(r.tool)}", literal(r.context), str(r.runs), f"{r.success_rate:.0%}",
+        context = literal(r.context) + (" [dim](detected)[/dim]" if r.detected else "")
+        table.add_row(f"{i}. {literal(r.tool)}", context, str(r.runs), f"{r.success_rate:.0%}",
                       "-" if r.elsewhere_rate is None else f"{r.elsewhere_rate:.0%}",
                       literal(", ".join(f"{k} {v}" for k, v in r.error_classes.items())), advice,
                       literal(" | ".join(s[:60] for s in r.failed_scenarios)))
