@@ -47,8 +47,9 @@ class ExecutionRecord(BaseModel):
     policy: str = ""
     execution_time_ms: float = 0.0
     timestamp: float = Field(default_factory=time.time)
-    # A refusal of an input by a tool that does the job (the caller's mistake): no evidence of what
-    # the tool does (selection/serving.py `does_the_job`); the weights and `fittest recommend` leave it out.
+    # Set aside as the caller's mistake (selection/models.py `OutcomeRecord.set_aside`): a refusal of
+    # an input by a tool that does the job, or a success on it by a version that has done no such
+    # job. No evidence of what the tool does: the weights and `fittest recommend` leave it out.
     forgiven: bool = False
 
     @property

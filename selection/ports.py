@@ -64,8 +64,9 @@ class VectorFilter(BaseModel):
 
 
 # A record that says nothing of what its tool is fit for: a failure in an outage its tool recovered
-# from, a refusal of an input the caller got wrong, and the success of the tool that took that input
-# next (workers/outage.py, selection/serving.py `does_the_job`). Selection's searches and the scores leave it out.
+# from, a refusal of an input the caller got wrong, and a success on that input by a version that
+# has done no such job (workers/outage.py, selection/models.py `OutcomeRecord.set_aside`).
+# Selection's searches and the scores leave it out.
 FORGIVEN = Match(key="forgiven", any_of=[True])
 # The successes that count as evidence of what a tool does.
 SUCCESSES = VectorFilter(must=[Match(key="success", any_of=[True])], must_not=[FORGIVEN])

@@ -352,7 +352,8 @@ def refused_for_its_namespace(plan: CallPlan) -> str | None:
     later = plan.candidates[tried + 1:]
     if not later or any(c.manifest.name == namespace for c in later):  # its other versions are still tried
         return None
-    why = (f"; it does such jobs ({RELIABLE_RUNS} or more like this one succeeded): check the input"
-           if last.callers_mistake else "")
+    refusal = refused_input(plan)  # the first flagged refusal: the one by a version that does such jobs
+    why = (f"; {'it' if refusal is last else f'{refusal.tool}@{refusal.version}'} does such jobs ({RELIABLE_RUNS} or "
+           "more like this one succeeded): check the input") if refusal is not None and last.callers_mistake else ""
     return (f"{namespace}@{last.version} refused the input (bad_input): the tools outside {namespace} were not "
             f"tried with it{why}")

@@ -274,8 +274,9 @@ def account_trials(rt: Runtime, record: OutcomeRecord, promotions: dict[str, Pro
     if namespace is None:
         return
     judged: dict[tuple[str, str], Literal["positive", "negative"]] | None = None
+    set_aside = record.set_aside()  # a caller's bad input judges neither version (review: it was a parent failure)
     for attempt in record.attempts:
-        if attempt.tool != namespace:
+        if attempt.tool != namespace or attempt.attempt_id in set_aside:
             continue
         promotion = promotions[attempt.tool]
         role = trial_role(promotion, attempt.version)
@@ -339,8 +340,9 @@ def apply_evolution_outcomes(rt: Runtime, records: Sequence[OutcomeRecord]) -> N
     runs = []
     for record in records:
         account_trials(rt, record, promotions)
+        set_aside = record.set_aside()  # a success on a caller's bad input is no example of the job
         runs += [(a.key, a.attempt_id, SuccessfulRun.of(record.scenario, record.input, a.result, record.call_id))
-                 for a in record.attempts if a.success]
+                 for a in record.attempts if a.success and a.attempt_id not in set_aside]
         credit_variants(rt, record)
     rt.evolution.push_successes(runs)
 

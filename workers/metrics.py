@@ -267,12 +267,16 @@ class RedisCollector(Collector):
                                         labels=["tool", "version"])
         failures = CounterMetricFamily("fittest_tool_failures", "Failed attempts applied per tool version",
                                        labels=["tool", "version"])
+        refused = CounterMetricFamily("fittest_tool_refused_inputs",
+                                      "Inputs refused as the caller's mistake per tool version (not among its failures)",
+                                      labels=["tool", "version"])
         for key, stats in sorted(r.state.all_stats().items()):
             labels = list(split_key(key))
             quality.add_metric(labels, stats.quality)
             successes.add_metric(labels, stats.successes)
             failures.add_metric(labels, stats.failures)
-        yield from (quality, successes, failures)
+            refused.add_metric(labels, stats.refused_inputs)
+        yield from (quality, successes, failures, refused)
 
         evolutions = CounterMetricFamily("fittest_evolutions", "Versions put on trial: evolved ones and a manifest's new versions",
                                          labels=["namespace"])

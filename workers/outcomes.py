@@ -71,7 +71,11 @@ def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord], vectors: Seque
 
     Many calls at once (`fittest.record_outcome` is batched): the quality of every version and the
     promotions of every namespace are read once, and the feedback is written in one upsert."""
-    rt.state.record_successes([(a.key, a.attempt_id) for record in records for a in record.attempts if a.success])
+    # A success set aside (on an input a tool doing the job refused, by a version that has done no
+    # such job) is no success of its version: counted, it raised the standing the default policy
+    # ranks by (review).
+    rt.state.record_successes([(a.key, a.attempt_id) for record in records
+                               for a in record.attempts if a.success and a.attempt_id not in record.set_aside()])
     apply_evolution_outcomes(rt, records)
     quality = {key: s.quality for key, s in rt.state.stats([a.key for r in records for a in r.attempts]).items()}
     feedback: list[FeedbackRecord] = []

@@ -102,7 +102,6 @@ def with_the_crowded_out(hits: list[VectorHit], limit: int, keys: Iterable[str],
     return hits + [h for h in search(left_out) if h.id not in seen]
 
 
-
 def attempt_timeout(settings: Settings, registry: ToolRegistry, manifest: ToolManifest, stats: ToolStats) -> float:
     """The hard timeout of an attempt of `manifest` (selection/timeouts.py), from its recent runs as
     the state store summarises them. Selection puts it in the plan; the executor works it out by
@@ -111,6 +110,7 @@ def attempt_timeout(settings: Settings, registry: ToolRegistry, manifest: ToolMa
     floor = earned_floor(manifest.timeout_s, parent.timeout_s if parent else None)
     return round(timeout_from_p95(stats.recent_p95_ms, stats.recent_runs, manifest.timeout_s,
                                   settings.min_timeout_s, settings.max_timeout_s, floor_s=floor), 3)
+
 
 class Selector:
     def __init__(self, rt: Runtime) -> None:

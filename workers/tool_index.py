@@ -38,10 +38,12 @@ def _flagged(points: list[VectorPoint], **flags: Any) -> list[VectorPoint]:
 
 
 class ToolIndex:
-    """Registers tool versions and indexes their texts, one change at a time (a lock), for the
-    selector that owns it: the tools watch adds and revises what the tools directory says, the
-    memory worker adds an evolved version, and the runtime syncs it all at start and when the
-    vector memory is back after an outage."""
+    """Registers tool versions and indexes their texts for the selector that owns it: the tools
+    watch adds and revises what the tools directory says and the memory worker adds an evolved
+    version, one change at a time (a lock), each telling the selector (`on_change`); the runtime
+    syncs the whole registry at start and when the vector memory is back after an outage (`sync`,
+    which registers nothing: at start nothing is cached, and what was cached before an outage is
+    gone within the cache's TTL)."""
 
     def __init__(self, rt: Runtime, on_change: Callable[[], None]) -> None:
         self.rt = rt

@@ -89,6 +89,22 @@ def test_a_better_version_on_trial_becomes_active(rt: Runtime) -> None:
     assert len(rt.evolution.recent_successes("slowish@1.1.0")) == 5
 
 
+def test_a_callers_bad_input_counts_in_no_trial_and_is_no_example_of_the_job(rt: Runtime) -> None:
+    """Review: a parent's refusal set aside as the caller's mistake counted as a parent failure in
+    the trial, pushing its verdict toward the version on trial; a success set aside became an
+    example of the job that evolution replays."""
+    on_trial(rt, parent_successes=3, parent_failures=3)
+    refused = attempt("slowish@1.0.0", False, "m0").model_copy(update={"error_class": FailureClass.bad_input,
+                                                                       "callers_mistake": True})
+    lucky = attempt("slowish@1.1.0", True, "m1").model_copy(update={"took_a_refused_input": True})
+    apply_outcome(rt, outcome(refused, lucky))
+    assert rt.evolution.trial_counts("slowish", "1.1.0") == TrialCounts()
+    assert rt.evolution.recent_successes("slowish@1.1.0") == []
+    assert rt.state.stats(["slowish@1.1.0"])["slowish@1.1.0"].successes == 0  # no success of its version either
+    apply_outcome(rt, outcome(attempt("slowish@1.1.0", True, "a0")))  # the version's own traffic still counts
+    assert rt.evolution.trial_counts("slowish", "1.1.0") == TrialCounts(evolved_successes=1)
+
+
 def test_a_worse_version_on_trial_is_rolled_back_and_the_parent_served_again(rt: Runtime) -> None:
     on_trial(rt, parent_successes=9, parent_failures=1)
     results = [True, False, True, False, False]

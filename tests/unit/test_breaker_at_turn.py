@@ -113,3 +113,29 @@ def test_after_a_refusal_by_mistake_the_tools_that_do_not_do_such_jobs_are_passe
                                          error_class=FailureClass.bad_input, callers_mistake=True, metadata={"attempt": 0})]
     assert next_to_run(plan, 1, InMemoryStateStore(), 60) == 3  # the tool that clearly does such jobs
     assert plan.passed_over == ["lower_text@1.0.0", "upper_text@1.0.0"] and last_index(plan) == 3
+
+
+def test_the_executor_marks_a_refusal_after_one_by_mistake_and_a_success_on_that_input(monkeypatch) -> None:
+    """Review: the flags that the failure mark and the outcome read were only ever set by hand in tests."""
+    from types import SimpleNamespace
+
+    from selection.models import FailureClass, ToolExecutionResult
+    from workers.runners import RunOutcome
+    from workers.settings import Settings
+    from workers.tasks import execution
+
+    monkeypatch.setattr(execution, "runtime", lambda: SimpleNamespace(
+        settings=Settings(), state=InMemoryStateStore(), metrics=SimpleNamespace(attempt=lambda *a, **k: None)))
+    plan = plan_of("hash_text", "sha_sum", "checksum")
+    plan.candidates[0].does_the_job = plan.candidates[2].does_the_job = True
+    refused = RunOutcome.fail(FailureClass.bad_input, "KeyError: 'text'")
+    first = execution.record_attempt(plan, 0, refused)
+    assert (first.callers_mistake, first.took_a_refused_input) == (True, False)  # it does such jobs
+    plan.attempts.append(first)
+    again = execution.record_attempt(plan, 1, refused)
+    assert again.callers_mistake  # the same input, after a refusal by mistake: set aside too
+    took = execution.record_attempt(plan, 1, RunOutcome.ok({"hash": "x"}))
+    assert took.took_a_refused_input  # sha_sum has done no such job: its success is set aside
+    assert not execution.record_attempt(plan, 2, RunOutcome.ok({"hash": "x"})).took_a_refused_input
+    plan.attempts = [ToolExecutionResult(**{**first.model_dump(), "callers_mistake": False})]
+    assert not execution.record_attempt(plan, 1, refused).callers_mistake  # no refusal by mistake before it

@@ -522,6 +522,9 @@ def test_a_version_the_namespace_does_not_have_is_refused_by_call_and_explain(mo
     no_match = {**no_version, "message": "no tool matches this scenario, namespace and tags", "no_candidates_reason": "no_match"}
     assert exit_code(no_version) == 2
     assert exit_code(no_match) == 1
+    # A result a worker from before the reason stored (results are kept 24 h) says it in words only.
+    assert exit_code({k: v for k, v in no_version.items() if k != "no_candidates_reason"}) == 2
+    assert exit_code({k: v for k, v in no_match.items() if k != "no_candidates_reason"}) == 1
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: no_version)
     for json_out in ([], ["--json"]):
         code, out = run("explain", "sort these", "-n", "fast_sort@9.9.9", *json_out)
@@ -608,3 +611,17 @@ def test_up_refuses_a_role_the_procfile_does_not_have_as_a_bad_argument() -> Non
     """`up --without nosuch` exited 1, the code of a stack that could not start, not of a bad argument."""
     assert run("up", "--without", "nosuch") == (
         2, "error: no Procfile role named nosuch (roles: memory, executor, evolver, beat, flower, metrics, toolserver)")
+
+
+def test_a_call_table_says_does_such_jobs_only_of_the_first_refusal_set_aside() -> None:
+    """Review: every flagged attempt read "(it does such jobs: check the input)", also the one that
+    only refused the same input after it."""
+    from workers.cli.calls import show_call
+
+    attempts = [{"tool": tool, "version": "1.0.0", "outcome": "failure", "error_class": "bad_input",
+                 "error_message": "KeyError: 'text'", "callers_mistake": True} for tool in ("hash_text", "sha_sum")]
+    with console.capture() as out:
+        show_call({"call_id": "c", "status": "failed", "attempts": attempts, "message": "check the input"})
+    lines = out.get().splitlines()
+    assert any("hash_text@1.0.0" in line and "(it does such jobs: check the input)" in line for line in lines)
+    assert any("sha_sum@1.0.0" in line and "(the same input, set aside)" in line for line in lines)

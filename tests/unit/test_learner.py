@@ -44,6 +44,7 @@ def test_the_same_records_again_make_no_new_weights_version() -> None:
     again, evidence = retrain(window, new)
     assert again is None and evidence["unchanged"] == "the recent records give the weights in use"
 
+
 def test_records_set_aside_as_a_callers_mistake_teach_the_weights_nothing() -> None:
     """QA ops: the weights read the refusals of callers' bad inputs (failures whatever the
     components said) where `recommend` left them out."""

@@ -52,6 +52,7 @@ def test_counts_from_two_processes_add_up_in_one_scrape(redis_client, redis_url,
     redis_client.rpush(f"{queue}:9", "m3")  # ... and step N is "{queue}:{N}"
     state = RedisStateStore(redis_client, prefix)
     state.mark_failure("slugify@1.0.0", "x1", Severity.high)
+    state.mark_failure("slugify@1.0.0", "x2", Severity.low, demote=False)  # a caller's bad input
     state.promote(Promotion(namespace="slugify", evolved_version="1.1.0", original_version="1.0.0"))
     state.promote(Promotion(namespace="slugify", evolved_version="1.1.0", original_version="1.0.0", status="rolled_back"))
 
@@ -64,6 +65,7 @@ def test_counts_from_two_processes_add_up_in_one_scrape(redis_client, redis_url,
     assert got[("fittest_calls_total", (("status", "success"),))] == 1
     assert got[("fittest_tool_quality", tool)] == pytest.approx(0.9)
     assert got[("fittest_tool_failures_total", tool)] == 1
+    assert got[("fittest_tool_refused_inputs_total", tool)] == 1
     assert got[("fittest_evolutions_total", (("namespace", "slugify"),))] == 1
     assert got[("fittest_rollbacks_total", (("namespace", "slugify"),))] == 1
     assert got[("fittest_promotion", (("namespace", "slugify"), ("status", "rolled_back"), ("version", "1.1.0")))] == 1

@@ -292,6 +292,18 @@ def test_a_call_naming_a_namespace_does_not_hand_an_input_its_versions_refused_t
     assert after(CallRequest(scenario="sort"), ("fast_sort", "1.1.0", refused), ("fast_sort", "1.0.0", refused)) is None
 
 
+def test_a_namespace_refusal_names_the_version_that_does_such_jobs_not_the_one_that_refused_after_it() -> None:
+    """Review: a version that never did the job, refusing the input after one that does, was said to do such jobs."""
+    plan = CallPlan(request=CallRequest(scenario="parse this csv", namespace="csv_parse"),
+                    candidates=[candidate("csv_parse"), candidate("csv_parse", "1.1.0"), candidate("other")])
+    plan.attempts = [ToolExecutionResult(attempt_id=f"c:{i}", call_id="c", tool="csv_parse", version=version, success=False,
+                                         error_class=FailureClass.bad_input, callers_mistake=True, metadata={"attempt": i})
+                     for i, version in enumerate(("1.0.0", "1.1.0"))]
+    assert refused_for_its_namespace(plan) == (
+        "csv_parse@1.1.0 refused the input (bad_input): the tools outside csv_parse were not tried with it; "
+        "csv_parse@1.0.0 does such jobs (3 or more like this one succeeded): check the input")
+
+
 def test_a_version_does_a_job_after_three_successes_at_it_and_only_its_refusal_then_is_the_callers_mistake() -> None:
     def doer(*similarities: float) -> bool:
         return does_the_job(CandidateEvidence(manifest=candidate("hash_text").manifest, success_similarities=list(similarities)))

@@ -186,10 +186,13 @@ def exit_code(outcome: dict[str, Any]) -> int:
     return {"success": SUCCEEDED, "invalid": REFUSED}.get(str(outcome.get("status")), DID_NOT_SUCCEED)
 
 
-def _attempt_row(table: Table, number: str, a: dict[str, Any]) -> None:
+def _attempt_row(table: Table, number: str, a: dict[str, Any], first_refusal: bool = True) -> None:
+    """One attempt; `first_refusal`: whether a refusal set aside as the caller's mistake is the
+    call's first (by a version that does such jobs; a later one refused the same input)."""
     err = f"{a.get('error_class') or ''} {a.get('error_message') or ''}".strip()
     probe = " [dim](breaker probe: no attempt used)[/dim]" if a.get("probe") else ""
-    mistake = " [yellow](it does such jobs: check the input)[/yellow]" if a.get("callers_mistake") else ""
+    mistake = ("" if not a.get("callers_mistake") else " [yellow](it does such jobs: check the input)[/yellow]"
+               if first_refusal else " [dim](the same input, set aside)[/dim]")
     table.add_row(number, literal(f"{a['tool']}@{a['version']}") + probe,
                   "[green]success[/green]" if a["outcome"] == "success" else "[red]failure[/red]",
                   literal(abridged(err)) + mistake, f"{a.get('execution_time_ms', 0):.0f}")
@@ -220,14 +223,15 @@ def show_call(outcome: dict[str, Any]) -> None:
         table.add_column("outcome")
         table.add_column("error")
         table.add_column("ms", justify="right")
+        refused = next((a for a in [*before, *after] if a.get("callers_mistake")), None)
         for i, a in enumerate(before, 1):
-            _attempt_row(table, str(i), a)
+            _attempt_row(table, str(i), a, a is refused)
         if evolution:
             evolved = f"{evolution.get('parent', '')} → {evolution['version']}" if evolution.get("version") else evolution.get("parent", "")
             table.add_row("", "[bold]evolution[/bold]", literal(evolution.get("status", "")),
                           literal(abridged(f"{evolved}: {evolution.get('message', '')}")), f"{evolution.get('elapsed_s', 0) * 1000:.0f}")
         for i, a in enumerate(after, len(before) + 1):
-            _attempt_row(table, str(i), a)
+            _attempt_row(table, str(i), a, a is refused)
         console.print(table)
     if outcome.get("errors"):
         for e in outcome["errors"]:

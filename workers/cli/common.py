@@ -6,6 +6,7 @@ import datetime
 import functools
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -33,7 +34,8 @@ class ReaderAwareConsole(Console):
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more reaches the closed pipe
+        # Nothing more reaches the closed pipe: this console's own (rich's default took stdout's).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self.file.fileno())
         raise SystemExit(BROKEN_PIPE)
 
 
@@ -181,8 +183,12 @@ def namespace_and_version(namespace: str | None) -> tuple[str | None, str | None
 
 
 def names_no_version(outcome: dict[str, Any]) -> bool:
-    """Whether the workers' answer says the call named a version its namespace does not have."""
-    return outcome.get("no_candidates_reason") == "no_such_version"
+    """Whether the workers' answer says the call named a version its namespace does not have. A
+    result stored by a worker from before `no_candidates_reason` (results are kept 24 h) says it in
+    its message only."""
+    if "no_candidates_reason" in outcome:
+        return outcome["no_candidates_reason"] == "no_such_version"
+    return outcome.get("status") == "no_candidates" and re.match(r"\S+ has no version ", str(outcome.get("message", ""))) is not None
 
 
 def warn_if_namespace_unranked(namespace: str | None, outcome: dict[str, Any]) -> None:

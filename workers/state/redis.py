@@ -9,7 +9,8 @@ passed to the scripts as ARGV so they live in Python only.
 Key layout (P = the store's prefix, e.g. `fittest:`); the fixed type word comes before any
 caller-supplied part, so no two kinds of key can collide:
 
-    P tool:{key}             hash   quality_bp, successes, failures (absent field: default)
+    P tool:{key}             hash   quality_bp, successes, failures, refused_inputs, refused_in_a_row
+                                    (absent field: default)
     P applied:failure:{aid}  string idempotency key of mark_failure (TTL, 7 days)
     P applied:success:{aid}  string idempotency key of record_successes (record_success.lua, TTL)
     P judged:{key}           hash   call id -> the judgement of its output last applied to the counters

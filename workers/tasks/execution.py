@@ -278,7 +278,8 @@ def probe_lock(key: str) -> str:
 def last_index(plan: CallPlan) -> int:
     """The index of the call's last candidate to try: `max_attempts` counts the attempts that ran,
     so each candidate passed over for its open breaker lets one more through (the versions that
-    selection held back are not candidates, and use up nothing). Nor does the half-open version
+    selection held back are not candidates, and use up nothing), and so does each one passed over
+    with an input refused as the caller's mistake (`next_to_run`). Nor does the half-open version
     that selection placed first for its breaker's probe (`plan.probe`), run or passed over: a call
     the next candidate would have served is served by it (QA X: with `max_attempts` 1, a probe
     that failed failed the call, and started an evolution)."""

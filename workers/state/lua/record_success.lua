@@ -1,6 +1,6 @@
 -- record_success: count one successful attempt of a tool version, at most once per attempt id.
--- KEYS[1] tool hash {quality_bp, successes, failures}; KEYS[2] idempotency key of this attempt's
---         success.
+-- KEYS[1] tool hash {quality_bp, successes, failures, refused_inputs, refused_in_a_row}; KEYS[2]
+--         idempotency key of this attempt's success.
 -- ARGV[1] idempotency TTL (s).
 -- Atomically: SET NX the idempotency key and, only when it was set, HINCRBY successes 1 and end
 -- the version's run of refused inputs (refused_in_a_row, mark_failure.lua).
