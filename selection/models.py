@@ -189,10 +189,18 @@ class Candidate(BaseModel):
     # It did jobs like this one (selection/serving.py `does_the_job`): its refusal of the input
     # is the caller's mistake. Decided at selection; False in a plan from before it was.
     does_the_job: bool = False
+    # It refused REFUSED_IN_A_ROW inputs since its last success (selection/serving.py
+    # `refuses_everything`): it may be broken, and its refusals count again.
+    refuses_everything: bool = False
 
     def callers_mistake(self, error_class: FailureClass | None) -> bool:
         """Whether its attempt failing with `error_class` is the caller's mistake: it refused the
-        input (bad_input) of a job it does."""
+        input (bad_input) of a job it does, and does not refuse every input of late."""
+        return self.refused_its_job(error_class) and not self.refuses_everything
+
+    def refused_its_job(self, error_class: FailureClass | None) -> bool:
+        """Whether its attempt failing with `error_class` refused the input of a job it does: the
+        input is suspect, whoever is wrong, and goes on only to tools that do such jobs too."""
         return error_class is FailureClass.bad_input and self.does_the_job
 
 
@@ -212,9 +220,12 @@ class ToolExecutionResult(BaseModel):
     complexity: float = 0.0
     metadata: dict[str, Any] = Field(default_factory=dict)
     # A refusal of the input (bad_input) by a version that does the job (`Candidate.does_the_job`),
-    # or by any version after one in the same call: counted apart, and set aside as evidence.
+    # and the input is suspect: only tools that do such jobs too are tried with it after it.
+    refused_its_job: bool = False
+    # Such a refusal taken for the caller's mistake (`Candidate.callers_mistake`), or any refusal
+    # after one in the same call: counted apart, and set aside as evidence.
     callers_mistake: bool = False
-    # A success on an input that a tool doing the job refused as the caller's mistake, by a version
+    # A success on an input that a tool doing the job refused (`refused_its_job`), by a version
     # that has not done such jobs itself: its output may not be what was asked for, and its success
     # is set aside (QA recheck: a tool that takes any input, 0.50 similar, took seven such inputs
     # of a title-case job, and served the correct calls after them with lower-cased text).
@@ -279,6 +290,9 @@ class AttemptSummary(BaseModel):
     callers_mistake: bool = Field(False, description="It refused the input (bad_input) of a job it does (3 or more "
                                                      "like it succeeded), or of one a tool that does it refused before it "
                                                      "in the call: check the input. Counted apart; it lowers no quality")
+    took_a_refused_input: bool = Field(False, description="It succeeded on an input a tool that does the job refused, "
+                                                          "and has done no such job itself: check its output. Its "
+                                                          "success is set aside")
 
 
 class CallEvolution(BaseModel):
@@ -345,6 +359,7 @@ class CallResult(BaseModel):
                     execution_time_ms=a.execution_time_ms,
                     probe=a.key == plan.probe,
                     callers_mistake=a.callers_mistake,
+                    took_a_refused_input=a.took_a_refused_input,
                 )
                 for a in plan.attempts
             ],

@@ -228,9 +228,18 @@ def does_the_job(e: CandidateEvidence) -> bool:
     successes selection found nearby, so that the failure mark and the call's outcome, applied by
     separate tasks, read the same answer (workers/outcomes.py). A version that did not do the job
     has its refusals counted: that it refuses such inputs is what they teach (a text tool tried on
-    a sort job); nor does a version that refused REFUSED_IN_A_ROW inputs since its last success."""
-    return (sum(s >= SAME_JOB for s in e.success_similarities) >= RELIABLE_RUNS
-            and e.refused_in_a_row < REFUSED_IN_A_ROW)
+    a sort job); nor does one that refuses everything of late (`refuses_everything`)."""
+    return sum(s >= SAME_JOB for s in e.success_similarities) >= RELIABLE_RUNS
+
+
+def refuses_everything(e: CandidateEvidence) -> bool:
+    """Whether this version refused REFUSED_IN_A_ROW inputs since its last success: it may be
+    broken (a KeyError of its own on every input) rather than every caller wrong, so its refusals
+    count again, and a call it fails may evolve it. The input it refused stays suspect: it goes on
+    only to tools that do such jobs too (QA final: with every safeguard lifted at once, a tool 0.07
+    similar took over a word-reversing job from a broken one with base64, and kept it once the tool
+    was mended)."""
+    return e.refused_in_a_row >= REFUSED_IN_A_ROW
 
 
 def takes_a_refused_input(c: Candidate, namespace: str | None = None) -> bool:
@@ -245,8 +254,17 @@ def takes_a_refused_input(c: Candidate, namespace: str | None = None) -> bool:
 
 
 def refused_input(plan: CallPlan) -> ToolExecutionResult | None:
-    """The attempt of the call whose refusal of the input was the caller's mistake, if any."""
-    return next((a for a in plan.attempts if a.callers_mistake), None)
+    """The attempt of the call in which a version that does the job refused the input, if any."""
+    return next((a for a in plan.attempts if a.refused_its_job or a.callers_mistake), None)
+
+
+def _refused(refusal: ToolExecutionResult) -> str:
+    """The refusal as the caller reads it: by whom, and why, and whose mistake it is taken for."""
+    said = (f"{refusal.tool}@{refusal.version}, which does such jobs, refused the input "
+            f"({refusal.error_message or 'bad_input'})")
+    if refusal.callers_mistake:
+        return said
+    return f"{said}, as it did the last {REFUSED_IN_A_ROW} inputs or more: it may be broken"
 
 
 def input_refused_message(plan: CallPlan) -> str | None:
@@ -260,8 +278,8 @@ def input_refused_message(plan: CallPlan) -> str | None:
     # QA recheck: "as they do not do such jobs" of a tool that could have (its description matched less).
     passed = (f"; not tried with it, having done no such job and matching it less than {NEWCOMER_MIN_SIMILARITY}: "
               f"{', '.join(plan.passed_over)} (a call that names one tries it)") if plan.passed_over else ""
-    return (f"{refusal.tool}@{refusal.version}, which does such jobs, refused the input ({refusal.error_message or 'bad_input'}): "
-            f"check the input{tried}{passed}")
+    check = ": check the input" if refusal.callers_mistake else ""
+    return f"{_refused(refusal)}{check}{tried}{passed}"
 
 
 def took_a_refused_input_note(plan: CallPlan, result: ToolExecutionResult) -> str | None:
@@ -270,8 +288,8 @@ def took_a_refused_input_note(plan: CallPlan, result: ToolExecutionResult) -> st
     refusal = refused_input(plan)
     if refusal is None or not result.took_a_refused_input:
         return None
-    return (f"{refusal.tool}@{refusal.version}, which does such jobs, refused the input ({refusal.error_message or 'bad_input'}); "
-            f"{result.tool}@{result.version}, which took it, has done no such job: check its output, and the input")
+    check = "check its output, and the input" if refusal.callers_mistake else "check its output"
+    return f"{_refused(refusal)}; {result.tool}@{result.version}, which took it, has done no such job: {check}"
 
 
 def failed_the_job(e: CandidateEvidence) -> bool:
@@ -352,8 +370,8 @@ def refused_for_its_namespace(plan: CallPlan) -> str | None:
     later = plan.candidates[tried + 1:]
     if not later or any(c.manifest.name == namespace for c in later):  # its other versions are still tried
         return None
-    refusal = refused_input(plan)  # the first flagged refusal: the one by a version that does such jobs
+    refusal = refused_input(plan)  # the first refusal by a version that does such jobs
     why = (f"; {'it' if refusal is last else f'{refusal.tool}@{refusal.version}'} does such jobs ({RELIABLE_RUNS} or "
-           "more like this one succeeded): check the input") if refusal is not None and last.callers_mistake else ""
+           "more like this one succeeded): check the input") if refusal is not None and refusal.callers_mistake else ""
     return (f"{namespace}@{last.version} refused the input (bad_input): the tools outside {namespace} were not "
             f"tried with it{why}")

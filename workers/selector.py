@@ -42,7 +42,7 @@ from selection.ports import (
     VectorHit,
 )
 from selection.serving import (ServedVersions, breaker_probe, does_the_job, evolved_first, explored_first, newcomer_to_try,
-                               served_first)
+                               refuses_everything, served_first)
 from selection.sparc import sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
@@ -187,9 +187,10 @@ class Selector:
                                 half_open=self._local.half_open)
         timeouts = {e.key: e.timeout_s for e in evidence}
         doers = {e.key for e in evidence if does_the_job(e)}
+        refusing = {e.key for e in evidence if refuses_everything(e)}
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)
-            c.does_the_job = c.key in doers
+            c.does_the_job, c.refuses_everything = c.key in doers, c.key in refusing
         return CallPlan(
             request=request,
             candidates=ranked[:keep],

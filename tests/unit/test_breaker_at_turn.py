@@ -139,3 +139,38 @@ def test_the_executor_marks_a_refusal_after_one_by_mistake_and_a_success_on_that
     assert not execution.record_attempt(plan, 2, RunOutcome.ok({"hash": "x"})).took_a_refused_input
     plan.attempts = [ToolExecutionResult(**{**first.model_dump(), "callers_mistake": False})]
     assert not execution.record_attempt(plan, 1, refused).callers_mistake  # no refusal by mistake before it
+
+
+def test_a_version_that_refuses_everything_of_late_has_its_refusal_counted_but_its_input_stays_suspect(monkeypatch) -> None:
+    """QA final: when a broken tool's refusals counted again, every safeguard was lifted at once, and
+    a tool 0.07 similar took its job with base64 answers and kept it once the tool was mended."""
+    from types import SimpleNamespace
+
+    from selection.models import FailureClass, ScoreBreakdown
+    from selection.serving import input_refused_message, took_a_refused_input_note
+    from workers.runners import RunOutcome
+    from workers.settings import Settings
+    from workers.tasks import execution
+
+    state = InMemoryStateStore()
+    monkeypatch.setattr(execution, "runtime", lambda: SimpleNamespace(
+        settings=Settings(), state=state, metrics=SimpleNamespace(attempt=lambda *a, **k: None)))
+    plan = plan_of("reverse_words", "base64_encode", "flaky_reverse")
+    plan.candidates[0].does_the_job = plan.candidates[0].refuses_everything = True
+    for c, similarity in zip(plan.candidates, (0.93, 0.07, 0.6)):
+        c.breakdown = ScoreBreakdown(similarity=similarity)
+    refused = RunOutcome.fail(FailureClass.bad_input, "KeyError: 'words'")
+    first = execution.record_attempt(plan, 0, refused)
+    assert (first.refused_its_job, first.callers_mistake) == (True, False)  # counted: it may be broken
+    plan.attempts.append(first)
+    assert next_to_run(plan, 1, state, 60) == 2 and plan.passed_over == ["base64_encode@1.0.0"]  # still suspect
+    assert not execution.record_attempt(plan, 2, refused).callers_mistake  # nor is a later refusal set aside
+    took = execution.record_attempt(plan, 2, RunOutcome.ok({"text": "b a"}))
+    assert took.took_a_refused_input  # flaky_reverse has done no such job: its success is set aside
+    assert took_a_refused_input_note(plan, took) == (
+        "reverse_words@1.0.0, which does such jobs, refused the input (KeyError: 'words'), as it did the last 5 inputs "
+        "or more: it may be broken; flaky_reverse@1.0.0, which took it, has done no such job: check its output")
+    assert input_refused_message(plan) == (
+        "reverse_words@1.0.0, which does such jobs, refused the input (KeyError: 'words'), as it did the last 5 inputs "
+        "or more: it may be broken; not tried with it, having done no such job and matching it less than 0.5: "
+        "base64_encode@1.0.0 (a call that names one tries it)")

@@ -133,6 +133,8 @@ def test_feedback_show_names_a_tool_or_version_nobody_serves_and_keeps_one_versi
     out = run("feedback", "show", "fast_sort")[1]
     assert ("fast_sort@1.1.0's quality is 0.32: under 0.5, its successes give no entry (the design's rule), its failures "
             "still do") in out and "fast_sort@1.0.0's quality" not in out
+    assert json.loads(run("feedback", "show", "fast_sort", "--json")[1])["quality"] == {"fast_sort@1.0.0": 0.9,
+                                                                                       "fast_sort@1.1.0": 0.32}
 
 
 def test_feedback_add_refuses_a_name_with_an_empty_version_and_says_what_its_score_is_for(
@@ -256,7 +258,7 @@ def test_weights_say_why_the_last_retrain_left_them_as_they_were(monkeypatch: py
     assert ("correlation of each component with success: phase +0.10, language +0.25 (noise of 33 records: 0.35; "
             "only a component above it steers)") in out
     assert "weights left as they were: no component correlates with success beyond the noise of 33 records (0.35)" in out
-    assert "4 refused inputs of a caller's mistake left out of the records" in out
+    assert "4 records set aside as a caller's mistake (refused inputs, and successes on them) left out" in out
 
 
 def test_weights_list_as_many_earlier_versions_as_asked_and_the_latest_retrain_that_stored_nothing(
@@ -604,7 +606,13 @@ def test_the_tools_list_counts_refused_inputs_apart_from_failures() -> None:
     assert (rows[0]["failures"], rows[0]["refused_inputs"], rows[0]["quality"]) == (0, 2, 1.0)
     with console.capture() as out:
         console.print(tools_table(rows))
-    assert "0 (+2 refused inputs)" in out.get()
+    assert "0 (+2 refused inputs)" in out.get() and "in a row" not in out.get()
+    for i in range(2, 5):  # five in a row since its last success: its refusals count again (QA final: nothing said so)
+        state.mark_failure("hash_text@1.0.0", f"a{i}", Severity.low, demote=False)
+    rows = tool_rows([ToolManifest(name="hash_text", description="hash text", implementation=HTTP)], state, trial_runs=5)
+    with console.capture() as out:
+        console.print(tools_table(rows))
+    assert "(the last 5 in a row: counted as failures now)" in " ".join(out.get().split())
 
 
 def test_up_refuses_a_role_the_procfile_does_not_have_as_a_bad_argument() -> None:
@@ -625,3 +633,8 @@ def test_a_call_table_says_does_such_jobs_only_of_the_first_refusal_set_aside() 
     lines = out.get().splitlines()
     assert any("hash_text@1.0.0" in line and "(it does such jobs: check the input)" in line for line in lines)
     assert any("sha_sum@1.0.0" in line and "(the same input, set aside)" in line for line in lines)
+    took = [attempts[0], {"tool": "lower_text", "version": "1.0.0", "outcome": "success", "took_a_refused_input": True}]
+    with console.capture() as out:
+        show_call({"call_id": "c", "status": "success", "tool": "lower_text", "version": "1.0.0", "attempts": took})
+    assert any("lower_text@1.0.0" in line and "(set aside: it has done no such job; check its output)" in line
+               for line in out.get().splitlines())  # QA final: it read just "success"

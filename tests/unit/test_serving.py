@@ -18,6 +18,7 @@ from selection.serving import (
     probed_first,
     refused_for_its_namespace,
     refused_input,
+    refuses_everything,
     second_opinion,
     served_first,
     takes_a_refused_input,
@@ -312,12 +313,15 @@ def test_a_version_does_a_job_after_three_successes_at_it_and_only_its_refusal_t
     assert doer(0.95, 0.9, 0.85)
     assert not doer(0.95, 0.9, 0.7, 0.6)  # other jobs are not this one
     broken = CandidateEvidence(manifest=candidate("hash_text").manifest, success_similarities=[0.95] * 10, refused_in_a_row=5)
-    assert not does_the_job(broken)  # five refusals since its last success: its refusals count again
-    assert does_the_job(broken.model_copy(update={"refused_in_a_row": 4}))
+    assert does_the_job(broken) and refuses_everything(broken)  # five refusals since its last success
+    assert not refuses_everything(broken.model_copy(update={"refused_in_a_row": 4}))
     does = candidate("hash_text").model_copy(update={"does_the_job": True})
     assert does.callers_mistake(FailureClass.bad_input)
     assert not does.callers_mistake(FailureClass.crash)  # a crash is the tool's, whatever it did before
     assert not candidate("hash_text").callers_mistake(FailureClass.bad_input)
+    # ...so its refusals count again (they may be its own), and the input still goes only to tools doing such jobs.
+    refusing = does.model_copy(update={"refuses_everything": True})
+    assert refusing.refused_its_job(FailureClass.bad_input) and not refusing.callers_mistake(FailureClass.bad_input)
 
 
 def test_after_a_refusal_by_mistake_only_the_tools_that_do_such_jobs_are_tried_and_the_call_says_check_the_input() -> None:

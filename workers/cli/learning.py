@@ -245,8 +245,10 @@ def feedback_show(
         # QA AF: of the tool that took a refused input, what is left out are successes
         shown += (f"; {entries(n)} left out, of an outage the tool recovered from or of a call whose input "
                   "a tool that does the job refused (the caller's mistake)")
-    if json_out:
-        print_json(report)
+    keys = [f"{name}@{v}" for v in ([version] if version else known)]
+    quality = {key: stats.quality for key, stats in open_state_store(get_settings()).stats(keys).items()}
+    if json_out:  # with each version's quality: under POSITIVE_QUALITY its successes give no entry (QA final)
+        print_json({**report, "quality": quality})
         return
     table = Table(title=f"feedback on {literal(tool)}: {shown}")
     for col in ("when", "version", "value", "source", "reason", "scenario"):
@@ -267,10 +269,9 @@ def feedback_show(
                           f"{t['mean_value'] + 0.0:+.2f}")
         console.print(trend)
     # QA ops: `tools` counted 49 successes of a version where this listed 23 positive entries, unexplained.
-    keys = [f"{name}@{v}" for v in ([version] if version else known)]
-    for key, stats in open_state_store(get_settings()).stats(keys).items():
-        if stats.quality < POSITIVE_QUALITY:
-            console.print(f"{literal(key)}'s quality is {stats.quality:.2f}: under {POSITIVE_QUALITY}, its successes give no "
+    for key, q in quality.items():
+        if q < POSITIVE_QUALITY:
+            console.print(f"{literal(key)}'s quality is {q:.2f}: under {POSITIVE_QUALITY}, its successes give no "
                           "entry (the design's rule), its failures still do")
 
 
@@ -333,7 +334,8 @@ def weights(
                   if isinstance(noise, (int, float)) else "")  # weights of an earlier release stored none
         console.print(f"correlation of each component with success: {literal(corr)}{literal(beyond)}")
     if evidence.get("set_aside"):  # as recommend says it (QA ops: the two counted the window differently)
-        console.print(f"{evidence['set_aside']} refused inputs of a caller's mistake left out of the records")
+        console.print(f"{evidence['set_aside']} records set aside as a caller's mistake (refused inputs, and successes "
+                      "on them) left out")
     # QA F9: only --json said why the last retrain left the weights as they were; QA AC: nor did
     # anything when that retrain stored nothing (a classifier refitted is stored with the weights)
     unchanged = (note.evidence if note is not None else evidence).get("unchanged")
@@ -373,7 +375,8 @@ def recommend(
     if json_out:
         print_json(report.model_dump(mode="json"))
         return
-    aside = f"; {report.set_aside} refused inputs of a caller's mistake left out" if report.set_aside else ""
+    aside = (f"; {report.set_aside} set aside as a caller's mistake (refused inputs, and successes on them) left out"
+             if report.set_aside else "")
     if not found:
         console.print(f"nothing to recommend: no version below {max_rate:.0%} success with {min_runs}+ runs "
                       f"in any context ({report.records} recent records{aside})")

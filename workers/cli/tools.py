@@ -10,6 +10,7 @@ from rich.table import Table
 
 from selection.manifest import ToolManifest
 from selection.ports import Breakers, Newcomers
+from selection.serving import REFUSED_IN_A_ROW
 from workers.cli.common import REFUSED, JsonOpt, console, err_console, fail, literal, needs_redis, print_json
 
 app = typer.Typer()
@@ -66,6 +67,7 @@ def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int)
             "successes": stats[m.key].successes,
             "failures": stats[m.key].failures,
             "refused_inputs": stats[m.key].refused_inputs,  # the caller's mistakes, counted apart
+            "refused_in_a_row": stats[m.key].refused_in_a_row,  # since its last success
             "breaker": breakers[m.key],
             "deprecated": m.deprecated,
             "newcomer": (not m.deprecated and m.name in newcomers
@@ -92,6 +94,8 @@ def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
         breaker = r.get("breaker", "closed")
         shown = {"open": "[red]open[/red]", "half_open": "[yellow]half-open[/yellow]"}.get(breaker, "[dim]closed[/dim]")
         refused = f" [dim](+{r['refused_inputs']} refused inputs)[/dim]" if r.get("refused_inputs") else ""
+        if r.get("refused_in_a_row", 0) >= REFUSED_IN_A_ROW:  # QA final: nothing said the rule had tripped
+            refused += f" [yellow](the last {r['refused_in_a_row']} in a row: counted as failures now)[/yellow]"
         table.add_row(key, literal(r["kind"]), f"[{color}]{q:.2f}[/{color}]",
                       str(r["successes"]), f"{r['failures']}{refused}", shown, literal(", ".join(r["tags"])))
     return table

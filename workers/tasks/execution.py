@@ -108,6 +108,7 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: 
     settings = rt.settings
     candidate = plan.candidates[index]
     manifest = candidate.manifest
+    refusal = refused_input(plan)  # an earlier refusal of this input by a tool that does such jobs
     result = ToolExecutionResult(
         attempt_id=attempt_id(plan, index),
         call_id=plan.request.call_id,
@@ -120,10 +121,11 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: 
         execution_time_ms=outcome.elapsed_ms,
         complexity=float(plan.features.get("complexity", 0.0) or 0.0),
         metadata={"attempt": index, **metadata, "policy": plan.policy},
-        # The input a tool doing the job refused is the caller's mistake for every tool after it.
+        refused_its_job=candidate.refused_its_job(outcome.error_class),
+        # An input taken for the caller's mistake is the caller's mistake for every tool after it.
         callers_mistake=candidate.callers_mistake(outcome.error_class)
-        or (outcome.error_class is FailureClass.bad_input and refused_input(plan) is not None),
-        took_a_refused_input=outcome.success and not candidate.does_the_job and refused_input(plan) is not None,
+        or (outcome.error_class is FailureClass.bad_input and refusal is not None and refusal.callers_mistake),
+        took_a_refused_input=outcome.success and not candidate.does_the_job and refusal is not None,
     )
     # The caller's fault is not the tool's; a redelivered attempt feeds the breaker once.
     feeds_breaker = outcome.error_class is not FailureClass.bad_input
@@ -330,9 +332,11 @@ def after_last_attempt(task: Task, plan: CallPlan) -> Any:
         return no_candidates(plan)
     settings = runtime().settings
     # An input refused as the caller's mistake is not for an evolution to make a version take (QA
-    # ops: 73 of 73 such calls evolved the tool that does the job, each a no_fix in its changelog).
+    # ops: 73 of 73 such calls evolved the tool that does the job, each a no_fix in its changelog);
+    # a version that refuses every input of late may be broken, and is.
     evolves = settings.evolution_enabled and not plan.request.after_evolution and not plan.evolved
-    if evolves and refused_input(plan) is None:
+    refusal = refused_input(plan)
+    if evolves and (refusal is None or not refusal.callers_mistake):
         from workers.tasks.evolution import prepare_evolution
 
         return hand_on(task, prepare_evolution.si(plan.model_dump(mode="json")))
