@@ -187,7 +187,7 @@ class Candidate(BaseModel):
     # they stood at selection; None: the executor works it out itself.
     timeout_s: float | None = None
     # It did jobs like this one (selection/serving.py `does_the_job`): its refusal of the input
-    # is the caller's mistake. Decided at selection; False in a plan from before it was.
+    # makes the input suspect. Decided at selection; False in a plan from before it was.
     does_the_job: bool = False
     # It refused REFUSED_IN_A_ROW inputs since its last success (selection/serving.py
     # `refuses_everything`): it may be broken, and its refusals count again.
@@ -438,9 +438,10 @@ class OutcomeRecord(BaseModel):
     def set_aside(self) -> set[str]:
         """The attempt ids whose outcome says nothing of their tool: the refusals that were the
         caller's mistake (`ToolExecutionResult.callers_mistake`), and a success on such an input by
-        a version that has not done such jobs (`took_a_refused_input`). Counted in the versions'
-        counters, left out of what selection reads (their feedback and execution records are
-        stored `forgiven`). The success of a version that does such jobs counts."""
+        a version that has not done such jobs (`took_a_refused_input`). A refusal is counted in its
+        version's `refused_inputs`, a success in nothing; both are left out of what selection, the
+        trials and evolution read (their feedback and execution records are stored `forgiven`).
+        The success of a version that does such jobs counts."""
         return {a.attempt_id for a in self.attempts if a.callers_mistake or a.took_a_refused_input}
 
     @classmethod

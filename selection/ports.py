@@ -152,7 +152,7 @@ class ToolStats(BaseModel):
     # (QA ops: ten of them made a tool's next crash cost 0.20, not 0.10).
     refused_inputs: int = 0
     # Of them, those since its last success: a version that refuses every input may be broken
-    # rather than its callers all wrong (selection/serving.py `does_the_job`).
+    # rather than its callers all wrong (selection/serving.py `refuses_everything`).
     refused_in_a_row: int = 0
     # Recent run durations, summarised for the attempt's adaptive timeout (selection/timeouts.py):
     # how many are kept, and their 95th percentile by nearest rank (None without runs).

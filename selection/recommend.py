@@ -130,8 +130,8 @@ class RecommendationReport(BaseModel):
 
     records: int  # the recent attempts read (the learner's window), those set aside left out
     judged_wrong: int | None  # of them, outputs a person judged wrong (None: judgements not applied)
-    # Left out: the refusals of a caller's input by a tool that does the job (QA ops: `weights`
-    # counted 836 records of the window and `recommend` 725, with nothing to say why).
+    # Left out: the records set aside as a caller's mistake, refusals and successes on them (QA ops:
+    # `weights` counted 836 records of the window and `recommend` 725, with nothing to say why).
     set_aside: int = 0
     recommendations: list[Recommendation]
 

@@ -218,8 +218,10 @@ def did_the_job(e: CandidateEvidence) -> bool:
 
 def does_the_job(e: CandidateEvidence) -> bool:
     """Whether this version does jobs like this one: RELIABLE_RUNS of its successes (not set aside)
-    are at least SAME_JOB similar. Its refusal of the call's input (bad_input) is then the caller's
-    mistake (`ToolExecutionResult.callers_mistake`), not evidence of what the version is fit for.
+    are at least SAME_JOB similar. Its refusal of the call's input (bad_input) makes the input
+    suspect (`ToolExecutionResult.refused_its_job`), and is the caller's mistake
+    (`ToolExecutionResult.callers_mistake`), not evidence of what the version is fit for, unless it
+    refuses everything of late (`refuses_everything`).
 
     QA AD: a caller left a key out of a sha1 job. hash_text, which had served 10 such jobs, refused
     the input; the refusal counted against hash_text on the job, and a lowercasing tool (0.37
@@ -228,7 +230,7 @@ def does_the_job(e: CandidateEvidence) -> bool:
     successes selection found nearby, so that the failure mark and the call's outcome, applied by
     separate tasks, read the same answer (workers/outcomes.py). A version that did not do the job
     has its refusals counted: that it refuses such inputs is what they teach (a text tool tried on
-    a sort job); nor does one that refuses everything of late (`refuses_everything`)."""
+    a sort job)."""
     return sum(s >= SAME_JOB for s in e.success_similarities) >= RELIABLE_RUNS
 
 

@@ -74,8 +74,11 @@ def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord], vectors: Seque
     # A success set aside (on an input a tool doing the job refused, by a version that has done no
     # such job) is no success of its version: counted, it raised the standing the default policy
     # ranks by (review).
-    rt.state.record_successes([(a.key, a.attempt_id) for record in records
-                               for a in record.attempts if a.success and a.attempt_id not in record.set_aside()])
+    successes: list[tuple[str, str]] = []
+    for record in records:
+        aside = record.set_aside()
+        successes += [(a.key, a.attempt_id) for a in record.attempts if a.success and a.attempt_id not in aside]
+    rt.state.record_successes(successes)
     apply_evolution_outcomes(rt, records)
     quality = {key: s.quality for key, s in rt.state.stats([a.key for r in records for a in r.attempts]).items()}
     feedback: list[FeedbackRecord] = []

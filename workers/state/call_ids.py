@@ -26,15 +26,14 @@ def job_digest(task: str, kwargs: dict[str, Any]) -> str:
 
 
 class CallIds:
-    def __init__(self, client: redis.Redis, prefix: str, ttl_s: float = RESULT_TTL_S) -> None:
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
         self.client = client
         self.prefix = prefix
-        self.ttl_s = ttl_s
 
     def claim(self, call_id: str, digest: str) -> bool:
         """Record that `call_id` names the job of `digest`; False when it names another job already."""
         key = f"{self.prefix}call_job:{call_id}"
-        if self.client.set(key, digest, nx=True, ex=int(self.ttl_s)):
+        if self.client.set(key, digest, nx=True, ex=RESULT_TTL_S):
             return True
         named = self.client.get(key)
         return named is None or (named.decode() if isinstance(named, bytes) else named) == digest
