@@ -41,8 +41,8 @@ from selection.ports import (
     VectorFilter,
     VectorHit,
 )
-from selection.serving import (ServedVersions, breaker_probe, does_the_job, evolved_first, explored_first, newcomer_to_try,
-                               refuses_everything, served_first)
+from selection.serving import (RELIABLE_RUNS, SAME_JOB, ServedVersions, breaker_probe, does_the_job, evolved_first,
+                               explored_first, newcomer_to_try, refuses_everything, served_first)
 from selection.sparc import sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
@@ -100,6 +100,24 @@ def with_the_crowded_out(hits: list[VectorHit], limit: int, keys: Iterable[str],
         return hits
     seen = {h.id for h in hits}
     return hits + [h for h in search(left_out) if h.id not in seen]
+
+
+def with_the_doers_crowded_out(hits: list[VectorHit], limit: int, keys: Iterable[str],
+                                search: Callable[[list[str]], list[VectorHit]]) -> list[VectorHit]:
+    """`hits` of a search that `limit` cut, and, when its last place is still the same job
+    (SAME_JOB similar), the successes at least that similar of the versions in `keys` that have
+    fewer than RELIABLE_RUNS of them there: searched again among those versions alone. Whether a
+    version does the job (selection/serving.py `does_the_job`) is read from these hits, and a
+    tool's many nearer successes would hide another's three, whose refusal of a bad input then
+    counted against it as its own failure."""
+    if len(hits) < limit or hits[limit - 1].score < SAME_JOB:
+        return hits
+    counted = Counter(h.payload["tool"] for h in hits if h.score >= SAME_JOB)
+    unseen = sorted(k for k in set(keys) if counted[k] < RELIABLE_RUNS)
+    if not unseen:
+        return hits
+    seen = {h.id for h in hits}
+    return hits + [h for h in search(unseen) if h.id not in seen and h.score >= SAME_JOB]
 
 
 def attempt_timeout(settings: Settings, registry: ToolRegistry, manifest: ToolManifest, stats: ToolStats) -> float:
@@ -410,6 +428,7 @@ class Selector:
             return self._search(EXECUTIONS, vector, limit=SUCCESS_NEIGHBOURS, filter=where, fields=EXECUTION_FIELDS)
 
         hits = with_the_crowded_out(search(None), SUCCESS_NEIGHBOURS, list(similarity), search)
+        hits = with_the_doers_crowded_out(hits, SUCCESS_NEIGHBOURS, list(similarity), search)
         if request.namespace or request.version:
             return hits
         # The 32 nearest successes of a young system include jobs with nothing in common (QA: sorting

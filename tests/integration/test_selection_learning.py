@@ -275,6 +275,24 @@ def test_refused_inputs_of_a_job_its_tool_does_neither_count_against_it_nor_go_t
     assert sorted(bool(p.get("forgiven")) for p in mistakes) == [False] + [True] * 9
 
 
+def test_a_version_does_the_job_however_many_nearer_successes_of_another_tool_there_are(rt) -> None:
+    """Whether a version does the job (its refusal then the caller's mistake) was read from the plan's
+    32 nearest successes: where another tool's successes, nearer the scenario, filled them, the
+    version's own three went unseen and its refusal of a bad input counted against it (session 36's
+    note: crowding untested)."""
+    rt.selector.index.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
+                                               implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+    scenario = "how many yen do I get for 200 dollars today"
+    for i in range(3):  # 0.955 similar to the scenario
+        serve_judged(rt, "how many yen do I get for 200 dollars tomorrow", f"ok{i}", "currency_rates")
+    for i in range(40):  # 0.98 similar: nearer, and enough to fill the 32 places
+        serve_judged(rt, "how many yen would I get for 200 dollars today", f"crowd{i}", "money_convert")
+    plan = rt.selector.plan(CallRequest(scenario=scenario, call_id="next"))
+    currency = next(c for c in plan.candidates if c.manifest.name == "currency_rates")
+    assert currency.does_the_job and currency.callers_mistake(FailureClass.bad_input)
+    assert currency.breakdown is not None and currency.breakdown.extra["successes_nearby"] > 0
+
+
 def test_a_tool_whose_outputs_people_keep_judging_wrong_gives_way_to_another_that_does_the_job(rt) -> None:
     """QA W: a tool's outputs turned wrong after it had served a job well; 31 of them judged wrong
     (`fittest feedback add ... --call`) and it stayed first on every call, since it ran without an
