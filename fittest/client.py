@@ -30,7 +30,7 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
 from selection.manifest import tool_reference
-from selection.models import CallRequest, CallResult, size_errors
+from selection.models import CallRequest, CallResult, joined_errors, size_errors
 from workers.client import CallSender, refusal
 from workers.payloads import CallToolPayload, FeedbackReply, FeedbackRequest, RecordedFeedback, payload_schemas
 from workers.settings import Settings, get_settings, redact_url
@@ -110,7 +110,7 @@ class FittestClient(CallSender):
         large (QA I: a 3 MB input went through Redis to be refused by the selection worker)."""
         errors = size_errors(request, self.settings.input_limit_bytes)
         if errors:
-            raise ValueError("; ".join(f"{e['field']}: {e['message']}" for e in errors))
+            raise ValueError(joined_errors(errors))
 
     def result(self, pending: AsyncResult, timeout: float = 120.0) -> CallResult:
         """The call's result; celery.exceptions.TimeoutError when none came within `timeout`, and
@@ -152,7 +152,7 @@ class FittestClient(CallSender):
             answer = FeedbackReply.model_validate(
                 self.ask_within("record_feedback", timeout, queue="feedback", **request.model_dump(mode="json")))
         if answer.status != "recorded" or answer.feedback is None:
-            said = "; ".join(f"{e['field']}: {e['message']}" for e in answer.errors) or f"not recorded ({answer.status})"
+            said = joined_errors(answer.errors) or f"not recorded ({answer.status})"
             raise FittestUnavailable(said) if answer.status == "unavailable" else ValueError(said)
         return RecordedFeedback(feedback=answer.feedback, score_now=answer.score_now, trial=answer.trial)
 

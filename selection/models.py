@@ -129,6 +129,12 @@ def field_errors(exc: ValidationError) -> list[dict[str, str]]:
              "type": e["type"]} for e in exc.errors(include_url=False, include_input=False)]
 
 
+def joined_errors(errors: list[dict[str, str]]) -> str:
+    """Field errors (`field_errors`, `size_errors`, or a worker's answer) on one line, as the client
+    raises them and the CLI prints them."""
+    return "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+
+
 def size_errors(request: CallRequest, limit_bytes: int) -> list[dict[str, str]]:
     """The input and context of a call that are larger than FITTEST_INPUT_LIMIT_BYTES as UTF-8 JSON
     (what a tool would receive), as `field_errors` names fields; none when both fit."""

@@ -111,11 +111,6 @@ def abridged(text: str, head: int = 80, tail: int = 220) -> str:
 REFUSED = 2
 
 
-def joined_errors(errors: list[dict[str, str]]) -> str:
-    """Field errors (a payload's, as the workers or the models name them) on one line."""
-    return "; ".join(f"{e['field']}: {e['message']}" for e in errors)
-
-
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print `message` (plain text, often quoting the user's input or a tool's words: it is printed
     literally) as an error and exit with `code`."""
@@ -155,7 +150,7 @@ def check_call_payload(payload: dict[str, Any]) -> None:
     command with exit code 2, naming every bad field, whichever command it came to."""
     from pydantic import ValidationError
 
-    from selection.models import CallRequest, field_errors, size_errors
+    from selection.models import CallRequest, field_errors, joined_errors, size_errors
     from workers.settings import get_settings
 
     try:

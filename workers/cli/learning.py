@@ -19,7 +19,6 @@ from workers.cli.common import (
     console,
     err_console,
     fail,
-    joined_errors,
     literal,
     namespace_and_version,
     names_no_version,
@@ -109,6 +108,8 @@ def explain(
             raise typer.Exit(REFUSED)
         return
     if result.get("status") == "invalid":  # refused by the workers: exit 2, as a refusal here (QA V)
+        from selection.models import joined_errors
+
         fail(joined_errors(result.get("errors", [])), REFUSED)
     if no_version:  # without an empty table first (QA AB)
         fail(str(result.get("message")), REFUSED)
@@ -165,7 +166,7 @@ def feedback_add(
     `fittest call` does."""
     from pydantic import ValidationError
 
-    from selection.models import field_errors
+    from selection.models import field_errors, joined_errors
     from workers.payloads import FeedbackReply, FeedbackRequest
 
     name, version = tool_argument(tool)
