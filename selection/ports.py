@@ -363,10 +363,6 @@ class Breakers(Protocol):
         when it was not fed)."""
         ...
 
-    def durations(self, keys: Sequence[str]) -> dict[str, list[float]]:
-        """Recent durations (ms) of each key, oldest first ([] when none), in one round trip."""
-        ...
-
 
 class Locks(Protocol):
     """Named locks with an owner and an expiry (one evolution per namespace, a half-open probe)."""

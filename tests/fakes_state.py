@@ -254,7 +254,9 @@ class InMemoryStateStore:
     # Circuit breakers and durations
     def stats_and_breakers(self, keys: Sequence[str]) -> tuple[dict[str, ToolStats], dict[str, BreakerState]]:
         stats = self.stats(keys)
-        for key, runs in self.durations(keys).items():
+        with self._lock:
+            recent = {key: list(self._s.durations.get(key, [])) for key in keys}
+        for key, runs in recent.items():
             stats[key].recent_runs = len(runs)
             stats[key].recent_p95_ms = p95(runs) if runs else None
         with self._lock:
@@ -308,10 +310,6 @@ class InMemoryStateStore:
         b.open_until = now + cooldown_s
         self._s.state_version += 1
         return "open"
-
-    def durations(self, keys: Sequence[str]) -> dict[str, list[float]]:
-        with self._lock:
-            return {key: list(self._s.durations.get(key, [])) for key in keys}
 
     # Locks
     def acquire_lock(self, name: str, owner: str, ttl_s: float, *, reclaim: bool = False) -> bool:

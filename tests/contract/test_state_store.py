@@ -54,6 +54,12 @@ def feed(store, key: str, success: bool, threshold: int, cooldown_s: float) -> s
     return store.record_run(key, 1.0, success, threshold=threshold, cooldown_s=cooldown_s)
 
 
+def recent(store, key: str) -> tuple[int, float | None]:
+    """How many recent runs of `key` the store keeps, and their p95 (ms): what the adaptive timeout reads."""
+    stats = store.stats_and_breakers([key])[0][key]
+    return stats.recent_runs, stats.recent_p95_ms
+
+
 def breakers(store, keys: list[str]) -> dict[str, str]:
     return store.stats_and_breakers(keys)[1]
 
@@ -458,7 +464,7 @@ def test_a_run_with_bad_arguments_is_refused_and_changes_nothing(store):
             store.record_run(KEY, bad, False, threshold=1, cooldown_s=1)
     with pytest.raises(ValueError, match="keep"):
         store.record_run(KEY, 1.0, None, threshold=1, cooldown_s=1, keep=0)
-    assert store.durations([KEY]) == {KEY: []}
+    assert recent(store, KEY) == (0, None)
     assert breakers(store, [KEY]) == {KEY: "closed"}
     # an outcome that says nothing about the tool does not feed the breaker, so its settings are not asked for
     assert store.record_run(KEY, 1.0, None, threshold=0, cooldown_s=-1) is None
@@ -467,13 +473,14 @@ def test_a_run_with_bad_arguments_is_refused_and_changes_nothing(store):
 # Durations ------------------------------------------------------------------------------------
 
 
-def test_durations_are_capped_and_oldest_first(store):
+def test_the_most_recent_durations_are_kept(store):
     for ms in [10.0, 20.5, 30.25, 40.0, 50.125, 60.0, 12.345]:
         store.record_run(KEY, ms, None, threshold=1, cooldown_s=0, keep=5)
-    assert store.durations([KEY, "never@1.0.0"]) == {KEY: [30.25, 40.0, 50.125, 60.0, 12.345], "never@1.0.0": []}
-    for _ in range(60):
-        store.record_run("many@1.0.0", 1.5, None, threshold=1, cooldown_s=0)
-    assert store.durations(["many@1.0.0"])["many@1.0.0"] == [1.5] * 50
+    assert recent(store, KEY) == (5, 60.0)  # the oldest two went; kept, they would give 50.125
+    assert recent(store, "never@1.0.0") == (0, None)
+    for ms in [100.0] * 10 + [1.5] * 60:
+        store.record_run("many@1.0.0", ms, None, threshold=1, cooldown_s=0)
+    assert recent(store, "many@1.0.0") == (50, 1.5)
 
 
 # Locks ----------------------------------------------------------------------------------------
@@ -534,7 +541,7 @@ def test_clear_resets_everything(store):
     assert (after.state, after.promotions, after.weights) == (0, 0, 0)  # the versions start again...
     assert after.epoch and after.epoch != before.epoch  # ...under a new epoch
     assert breakers(store, [KEY]) == {KEY: "closed"}
-    assert store.durations([KEY]) == {KEY: []}
+    assert recent(store, KEY) == (0, None)
     assert store.acquire_lock("evolve:translate_text", "b", ttl_s=30)
     assert store.record_run(KEY, 1.0, False, threshold=5, cooldown_s=60, attempt_id="populate:0") == "closed"
 
@@ -594,9 +601,9 @@ def test_record_run_appends_the_duration_and_feeds_the_breaker(store):
     assert store.record_run(KEY, 7.0, None, threshold=2, cooldown_s=60) is None  # breaker untouched
     assert breakers(store, [KEY]) == {KEY: "closed"}
     assert store.record_run(KEY, 3.0, False, threshold=2, cooldown_s=60) == "open"
-    assert store.durations([KEY]) == {KEY: [12.5, 7.0, 3.0]}
+    assert recent(store, KEY) == (3, 12.5)
     assert store.record_run(KEY, 1.0, True, threshold=2, cooldown_s=60, keep=2) == "recovered"  # it had opened
-    assert store.durations([KEY]) == {KEY: [3.0, 1.0]}
+    assert recent(store, KEY) == (2, 3.0)  # 12.5 and 7.0 went
 
 
 def test_selection_reads_the_recent_run_summary_the_timeout_is_made_of(store):
@@ -607,7 +614,7 @@ def test_selection_reads_the_recent_run_summary_the_timeout_is_made_of(store):
         store.record_run(KEY, ms, True, threshold=2, cooldown_s=60)
     stats, _ = store.stats_and_breakers([KEY, "never@1.0.0"])
     assert (stats[KEY].recent_runs, stats[KEY].recent_p95_ms) == (20, 190.0)
-    assert stats[KEY].recent_p95_ms == p95(store.durations([KEY])[KEY])
+    assert stats[KEY].recent_p95_ms == p95(runs)
     assert (stats["never@1.0.0"].recent_runs, stats["never@1.0.0"].recent_p95_ms) == (0, None)
 
 

@@ -395,15 +395,6 @@ class RedisStateStore(PrefixedStore):
         state = None if success is None else as_text(results[-1])
         return None if state == "skipped" else state  # type: ignore[return-value]
 
-    def durations(self, keys: Sequence[str]) -> dict[str, list[float]]:
-        keys = list(dict.fromkeys(keys))
-        if not keys:
-            return {}
-        pipe = self.client.pipeline(transaction=False)
-        for key in keys:
-            pipe.lrange(self._k("durations", key), 0, -1)
-        return {key: [float(v) for v in values] for key, values in zip(keys, pipe.execute())}
-
     # Locks ------------------------------------------------------------------------------------
 
     def acquire_lock(self, name: str, owner: str, ttl_s: float, *, reclaim: bool = False) -> bool:
