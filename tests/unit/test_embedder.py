@@ -91,6 +91,7 @@ def test_threads_get_the_same_vectors(embedder: FastEmbedder) -> None:
         t.start()
     for t in threads:
         t.join()
+    assert sorted(results) == [0, 1, 2, 3]  # every thread got its vectors (one that raised left none)
     for worker, vectors in results.items():
         for got, want in zip(vectors, expected[worker::4], strict=True):
             assert got == pytest.approx(want, abs=1e-5)
