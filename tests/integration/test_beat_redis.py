@@ -68,9 +68,8 @@ def test_beat_writes_its_schedule_and_takes_its_lock_again_after_redis_lost_its_
     client = redis.Redis.from_url(private_redis)
     beat = started_beat(app)
     try:
-        assert beat.max_interval == BEAT_MAX_INTERVAL_S and beat.lock_timeout == BEAT_LOCK_TIMEOUT_S
-        # A beat killed now leaves its lock for about a minute, not redbeat's 25 min.
-        assert 0 < client.pttl(beat.lock_key) <= BEAT_LOCK_TIMEOUT_S * 1000
+        # A beat killed now leaves its lock for 50 s (README), not redbeat's 25 min.
+        assert 0 < client.pttl(beat.lock_key) <= 50_000
         time.sleep(interval + 0.1)
         beat.tick()
         assert retrains_sent(client) == 1
