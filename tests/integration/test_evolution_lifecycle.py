@@ -80,12 +80,13 @@ def test_a_better_version_on_trial_becomes_active(rt: Runtime) -> None:
     fallback = [attempt("other@1.0.0", False, "x0"), attempt("slowish@1.1.0", False, "x1")]
     apply_outcome(rt, OutcomeRecord(call_id="x", scenario="s", namespace="other", attempts=fallback))  # not its traffic
     promotion = rt.state.promotion("slowish")
-    assert promotion is not None and promotion.status == "on_trial"
-    assert rt.evolution.trial_counts("slowish", "1.1.0") == TrialCounts(evolved_successes=4)
+    assert promotion is not None and promotion.status == "on_trial"  # the redelivery was no fifth success
     apply_outcome(rt, outcome(attempt("slowish@1.1.0", True, "a4")))
     promotion = rt.state.promotion("slowish")
     assert promotion is not None and promotion.status == "active"
-    assert [e.event for e in rt.evolution.changelog("slowish")] == ["activated"]
+    # what `fittest show` prints of the verdict: the fallback's failure was not counted either
+    assert [(e.event, e.reason) for e in rt.evolution.changelog("slowish")] == [
+        ("activated", "5/5 successes on trial against the parent's rate of 0.50")]
     assert len(rt.evolution.recent_successes("slowish@1.1.0")) == 5
 
 
@@ -98,11 +99,18 @@ def test_a_callers_bad_input_counts_in_no_trial_and_is_no_example_of_the_job(rt:
                                                                        "callers_mistake": True})
     lucky = attempt("slowish@1.1.0", True, "m1").model_copy(update={"took_a_refused_input": True})
     apply_outcome(rt, outcome(refused, lucky))
-    assert rt.evolution.trial_counts("slowish", "1.1.0") == TrialCounts()
     assert rt.evolution.recent_successes("slowish@1.1.0") == []
     assert rt.state.stats(["slowish@1.1.0"])["slowish@1.1.0"].successes == 0  # no success of its version either
-    apply_outcome(rt, outcome(attempt("slowish@1.1.0", True, "a0")))  # the version's own traffic still counts
-    assert rt.evolution.trial_counts("slowish", "1.1.0") == TrialCounts(evolved_successes=1)
+    for i in range(3):  # the parent's own traffic: from 3 runs on, the trial takes the parent's rate from them
+        apply_outcome(rt, outcome(attempt("slowish@1.0.0", True, f"p{i}")))
+    for i in range(4):  # the version's own traffic still counts
+        apply_outcome(rt, outcome(attempt("slowish@1.1.0", True, f"a{i}")))
+    promotion = rt.state.promotion("slowish")
+    assert promotion is not None and promotion.status == "on_trial"  # the set-aside success was no fifth
+    apply_outcome(rt, outcome(attempt("slowish@1.1.0", True, "a4")))
+    # a parent rate of 0.75 would say the refusal counted as a parent failure
+    assert [(e.event, e.reason) for e in rt.evolution.changelog("slowish")] == [
+        ("activated", "5/5 successes on trial against the parent's rate of 1.00")]
 
 
 def test_a_worse_version_on_trial_is_rolled_back_and_the_parent_served_again(rt: Runtime) -> None:

@@ -117,12 +117,6 @@ class EvolutionState(PrefixedStore):
         counts = {as_text(f): v for f, v in zip(flat[::2], flat[1::2])}
         return bool(changed), _trial_counts(*(counts.get(f) for f in _COUNT_FIELDS))
 
-    def trial_counts(self, namespace: str, evolved_version: str) -> TrialCounts:
-        """A trial's counts as they stand, changing nothing. The workers have them from each count
-        they apply (`trial_record`, `trial_judge`); this read is for checking a trial from outside
-        (the tests do)."""
-        return _trial_counts(*self.client.hmget(self._k("trial", f"{namespace}@{evolved_version}"), *_COUNT_FIELDS))
-
     # Recent successes -------------------------------------------------------------------------
 
     def push_successes(self, runs: Sequence[tuple[str, str, SuccessfulRun]]) -> list[bool]:
