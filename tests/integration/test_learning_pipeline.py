@@ -58,12 +58,19 @@ def test_calls_reach_the_learner_in_batches_and_weights_are_retrained(learning: 
 
 
 def test_beat_sends_retrain_weights_through_redbeat(learning: Pipeline, tmp_path: Path) -> None:
-    from workers.stack import Stack, celery_cmd
+    import shlex
+    import sys
+
+    from honcho.environ import parse_procfile
+
+    from workers.stack import PROCFILE, Stack
 
     backend = redis.Redis.from_url(learning.settings.redis_url)
     before = set(backend.scan_iter("celery-task-meta-*"))
     beat = Stack(learning.settings, env={**learning.env, "FITTEST_RETRAIN_INTERVAL_S": "1"}, log_dir=tmp_path)
-    beat.start("beat", celery_cmd("beat", "-S", "redbeat.RedBeatScheduler", "--loglevel", "INFO"))
+    line = parse_procfile(PROCFILE.read_text()).processes["beat"]  # the beat `fittest up` starts, its scheduler too
+    assert "$" not in line  # nothing a shell would expand
+    beat.start("beat", [sys.executable, "-m", *shlex.split(line)])
     try:
         def retrained() -> bool:
             for key in set(backend.scan_iter("celery-task-meta-*")) - before:
