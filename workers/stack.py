@@ -110,10 +110,6 @@ class Role:
     command: list[str]
 
 
-def celery_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "workers.app", *args]
-
-
 @cache
 def worker_roles() -> dict[str, Role]:
     """The Procfile's Celery worker roles as the benches, the pipeline tests and `fittest demo` start

@@ -25,7 +25,7 @@ from celery import Celery
 from tests.conftest import free_port
 from tests.integration.conftest import TEST_TOOLS, Pipeline, start_pipeline
 from workers.procfile import flower_env
-from workers.stack import ROOT, celery_cmd
+from workers.stack import ROOT
 
 PASSWORD = "redis-pw-7f3a9c"
 SECRETS = {
@@ -153,7 +153,9 @@ def test_secrets_are_never_printed(pipeline: Pipeline, tmp_path: Path) -> None:
 def test_flower_asks_for_the_password_which_is_not_on_its_command_line(pipeline: Pipeline) -> None:
     port = free_port()
     env = {**pipeline.stack.env, **flower_env(pipeline.settings)}
-    proc = subprocess.Popen(celery_cmd("flower", f"--port={port}", "--address=127.0.0.1"), env=env, cwd=ROOT,
+    # the Procfile's flower line (`celery -A workers.app flower`), on a port of the test's own
+    flower = [sys.executable, "-m", "celery", "-A", "workers.app", "flower", f"--port={port}", "--address=127.0.0.1"]
+    proc = subprocess.Popen(flower, env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         base = f"http://127.0.0.1:{port}/"
