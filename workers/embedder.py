@@ -13,8 +13,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
-
 import numpy as np
 import onnxruntime as ort
 from fastembed import TextEmbedding
@@ -36,13 +34,6 @@ MODEL_BATCH = 64
 
 class EmbedderUnavailable(RuntimeError):
     """The embedding model cannot be loaded; the message names the path tried and the setting."""
-
-
-class CacheInfo(NamedTuple):
-    hits: int  # texts answered without a model run (cached, or repeated within one call)
-    misses: int  # texts sent to the model
-    size: int
-    maxsize: int
 
 
 class FastEmbedder:
@@ -69,8 +60,6 @@ class FastEmbedder:
         self._cache: OrderedDict[str, tuple[float, ...]] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
-        self._hits = 0
-        self._misses = 0
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Vectors in the order of `texts`; the texts not cached go to the model in one call."""
@@ -83,8 +72,6 @@ class FastEmbedder:
                     self._cache.move_to_end(text)
                     known[text] = vector
             missing = [t for t in dict.fromkeys(texts) if t not in known]
-            self._hits += len(texts) - len(missing)
-            self._misses += len(missing)
         if missing:
             computed = dict(zip(missing, self._run(missing), strict=True))
             known.update(computed)
@@ -95,15 +82,9 @@ class FastEmbedder:
         return self.embed([text])[0]
 
     def clear_cache(self) -> None:
-        """Forget every cached vector (the counters stay): a bench that times embedding runs from a cold cache."""
+        """Forget every cached vector: a bench that times embedding runs from a cold cache."""
         with self._lock:
             self._cache.clear()
-
-    def cache_info(self) -> CacheInfo:
-        """Hits, misses and size of the embedding cache, as functools.lru_cache reports its own:
-        what the selection bench's tests read to know the stream embedded each query once."""
-        with self._lock:
-            return CacheInfo(self._hits, self._misses, len(self._cache), self._cache_size)
 
     def _run(self, texts: list[str]) -> list[tuple[float, ...]]:
         # The int8 copy quantises a run's activations with one scale for the whole batch, padding

@@ -58,7 +58,11 @@ def test_cache_hits_do_not_reach_the_model(counted: tuple[FastEmbedder, Counting
     batch = embedder.embed(["resize images", "crop photos", "crop photos", "resize images", "blur faces"])
     assert spy.calls[1:] == [["crop photos", "blur faces"]]
     assert batch[0] == first and batch[3] == first and batch[1] == batch[2]
-    assert embedder.cache_info() == (4, 3, 3, 3)  # hits, misses, size, maxsize
+    # A fourth text takes the place of the least recently used (resize images): 3 are kept.
+    embedder.embed_one("sharpen edges")
+    embedder.embed(["crop photos", "blur faces", "sharpen edges"])
+    embedder.embed_one("resize images")
+    assert spy.calls[2:] == [["sharpen edges"], ["resize images"]]
 
 
 def test_the_cache_forgets_the_least_recently_used(counted: tuple[FastEmbedder, CountingModel]) -> None:
@@ -112,7 +116,13 @@ def test_open_embedder_loads_once_per_process(model_path: Path, monkeypatch: pyt
     settings = Settings(embedding_model_path=model_path, embedding_cache_size=16)
     first = open_embedder(settings)
     assert open_embedder(Settings(embedding_model_path=model_path)) is first
-    assert first.cache_info().maxsize == 16
+    spy = CountingModel(first._model)
+    monkeypatch.setattr(first, "_model", spy)
+    texts = [f"text {i}" for i in range(17)]
+    first.embed(texts)
+    first.embed(texts[1:])  # the setting's 16 are kept
+    first.embed(texts[:1])  # and the 17th pushed the first out
+    assert spy.calls == [texts, texts[:1]]
 
 
 def test_a_model_of_another_size_than_the_setting_is_refused_at_load(model_path: Path) -> None:
