@@ -53,8 +53,9 @@ def test_calls_reach_the_learner_in_batches_and_weights_are_retrained(learning: 
     assert {r.policy for r in records} == {"learned"} and all(0 < r.probability <= 1 for r in records)
     answer = learning.client.wait(learning.client.send("retrain_weights", queue="learning"), 30)
     assert answer["evidence"]["records"] == 12
-    if answer["changed"]:
-        assert learning.state().weights().version == answer["version"] >= 1
+    # the history component tells the 6 successes from the 6 failures: new weights, stored
+    assert answer["changed"] and answer["weights"]["history"] == max(answer["weights"].values()), answer
+    assert learning.state().weights().version == answer["version"] >= 1
 
 
 def test_beat_sends_retrain_weights_through_redbeat(learning: Pipeline, tmp_path: Path) -> None:
