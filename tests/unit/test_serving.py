@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from selection.evidence import CandidateEvidence
 from selection.feedback import JudgedOutput
 from selection.manifest import ToolManifest
@@ -40,23 +42,18 @@ def keys(ranked: list[Candidate]) -> list[str]:
 RANKED = [candidate("a", "1.1.0"), candidate("b"), candidate("a", "1.0.0"), candidate("c")]
 
 
-def test_nothing_promoted_leaves_the_policys_order() -> None:
-    assert keys(served_first(CallRequest(scenario="x"), RANKED, ServedVersions())) == keys(RANKED)
-
-
-def test_a_namespace_serves_its_version_first_in_the_place_the_policy_gave_the_namespace() -> None:
-    served = ServedVersions(by_namespace={"a": "1.0.0"})
-    assert keys(served_first(CallRequest(scenario="x"), RANKED, served)) == ["a@1.0.0", "b@1.0.0", "a@1.1.0", "c@1.0.0"]
-
-
-def test_a_rolled_back_version_is_not_tried() -> None:
-    served = ServedVersions(by_namespace={"a": "1.0.0"}, rolled_back={"a@1.1.0"})
-    assert keys(served_first(CallRequest(scenario="x"), RANKED, served)) == ["b@1.0.0", "a@1.0.0", "c@1.0.0"]
-
-
-def test_a_namespace_call_starts_with_what_its_namespace_serves() -> None:
-    served = ServedVersions(by_namespace={"a": "1.1.0", "c": "1.0.0"})
-    assert keys(served_first(CallRequest(scenario="x", namespace="c"), RANKED, served))[0] == "c@1.0.0"
+@pytest.mark.parametrize(("call", "served", "order"), [
+    pytest.param(CallRequest(scenario="x"), ServedVersions(), keys(RANKED), id="nothing promoted leaves the policy's order"),
+    pytest.param(CallRequest(scenario="x"), ServedVersions(by_namespace={"a": "1.0.0"}),
+                 ["a@1.0.0", "b@1.0.0", "a@1.1.0", "c@1.0.0"],
+                 id="a namespace serves its version first in the place the policy gave the namespace"),
+    pytest.param(CallRequest(scenario="x"), ServedVersions(by_namespace={"a": "1.0.0"}, rolled_back={"a@1.1.0"}),
+                 ["b@1.0.0", "a@1.0.0", "c@1.0.0"], id="a rolled back version is not tried"),
+    pytest.param(CallRequest(scenario="x", namespace="c"), ServedVersions(by_namespace={"a": "1.1.0", "c": "1.0.0"}),
+                 ["c@1.0.0", "a@1.1.0", "b@1.0.0", "a@1.0.0"], id="a namespace call starts with what its namespace serves"),
+])
+def test_served_first(call: CallRequest, served: ServedVersions, order: list[str]) -> None:
+    assert keys(served_first(call, RANKED, served)) == order
 
 
 def test_a_version_a_trials_share_drew_logs_that_share_in_its_probability() -> None:
