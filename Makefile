@@ -44,7 +44,7 @@ up: $(STAMP)
 TEST_PROCESSES ?= 3
 unexport PYTHONDONTWRITEBYTECODE
 test: $(STAMP) typecheck
-	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -rs -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder
 
 # The type hints are checked, as the code's reader relies on them (pyproject.toml's [tool.mypy]).
 typecheck: $(STAMP)
