@@ -258,6 +258,9 @@ class CallPlan(BaseModel):
     # Versions that matched but were not tried because their circuit breaker was open: left out by
     # selection, or passed over at their turn when it opened after the call was planned.
     held_back: list[str] = Field(default_factory=list)
+    # The best description match among the versions held back when the call was planned: a job
+    # meant for one of them is not the job of a fallback that ran first in its place.
+    held_back_match: float = 0.0
     # Versions not tried with an input that a tool doing the job refused as the caller's mistake
     # (selection/serving.py `takes_a_refused_input`): like those held back, they use up no attempt.
     passed_over: list[str] = Field(default_factory=list)
@@ -400,6 +403,14 @@ class Promotion(BaseModel):
     resumes: Promotion | None = None
 
 
+class FailureCount(str, Enum):
+    """How one failed attempt counts in its version's stats (`StateStore.mark_failure`)."""
+
+    failure = "failure"  # failures += 1, and its quality falls by its severity's penalty
+    refused_input = "refused_input"  # the caller's mistake: refused_inputs and refused_in_a_row += 1
+    not_its_job = "not_its_job"  # a fallback's refusal of another tool's job: refused_inputs += 1
+
+
 class FailureMark(BaseModel):
     """Payload of `fittest.mark_failure`: one failed attempt to apply once."""
 
@@ -425,6 +436,18 @@ class FailureMark(BaseModel):
 
     def effective_severity(self) -> Severity:
         return self.severity or SEVERITY_BY_CLASS[self.error_class]
+
+    def counts_as(self) -> FailureCount:
+        """The caller's mistake demotes nothing (QA AE: 11 of them took a tool that does the job from
+        1.00 to 0.43), nor does a fallback's refusal of an input made for another tool's job (QA
+        new user: ~20 calls of a job whose tool was held back took two unrelated tools from 1.00 to
+        0.21 and 0.34, and an evolution then made one of them take the input). Either is still
+        remembered near its scenario, where the fallback's ranks it down for such jobs."""
+        if self.callers_mistake:
+            return FailureCount.refused_input
+        if self.error_class is FailureClass.bad_input and not self.targeted:
+            return FailureCount.not_its_job
+        return FailureCount.failure
 
 
 class OutcomeRecord(BaseModel):

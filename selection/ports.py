@@ -11,7 +11,7 @@ from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from selection.models import Promotion, Severity
+from selection.models import FailureCount, Promotion, Severity
 
 # Collections of the vector memory (each adapter prefixes them, e.g. `fittest_tools`).
 TOOLS = "tools"
@@ -147,12 +147,13 @@ class ToolStats(BaseModel):
     quality: float = 1.0
     successes: int = 0
     failures: int = 0
-    # Refusals of a caller's input by this version (the caller's mistake: selection/serving.py
-    # `does_the_job`), counted apart: they lower no quality, nor raise what later failures cost
-    # (QA ops: ten of them made a tool's next crash cost 0.20, not 0.10).
+    # Refusals of an input by this version, counted apart (FailureCount): the caller's mistake
+    # (selection/serving.py `does_the_job`), or, as a fallback, the input of another tool's job.
+    # They lower no quality, nor raise what later failures cost (QA ops: ten of them made a tool's
+    # next crash cost 0.20, not 0.10).
     refused_inputs: int = 0
-    # Of them, those since its last success: a version that refuses every input may be broken
-    # rather than its callers all wrong (selection/serving.py `refuses_everything`).
+    # Of the caller's mistakes, those since its last success: a version that refuses every input
+    # may be broken rather than its callers all wrong (selection/serving.py `refuses_everything`).
     refused_in_a_row: int = 0
     # Recent run durations, summarised for the attempt's adaptive timeout (selection/timeouts.py):
     # how many are kept, and their 95th percentile by nearest rank (None without runs).
@@ -231,10 +232,13 @@ class QualityScores(Protocol):
 
     def set_quality(self, key: str, quality: float) -> None: ...
 
-    def mark_failure(self, key: str, attempt_id: str, severity: Severity, demote: bool = True) -> FailureApplied:
-        """Count one failed attempt once per attempt id, and demote the version by its severity;
-        `demote=False`: a refused input that was the caller's mistake, counted in `refused_inputs`
-        only (not in `failures`, from whose count the penalty of later failures grows)."""
+    def mark_failure(self, key: str, attempt_id: str, severity: Severity,
+                     counted: FailureCount = FailureCount.failure) -> FailureApplied:
+        """Count one failed attempt once per attempt id, as `counted` says: a failure demotes the
+        version by its severity; a refused input that was the caller's mistake, or a fallback's
+        refusal of another tool's job, is counted in `refused_inputs` only (not in `failures`, from
+        whose count the penalty of later failures grows), and the caller's mistake in
+        `refused_in_a_row` too (`refuses_everything`)."""
         ...
 
     def record_successes(self, attempts: Sequence[tuple[str, str]]) -> list[bool]:

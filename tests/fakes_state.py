@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from selection.models import Promotion, Severity
+from selection.models import FailureCount, Promotion, Severity
 from selection.ports import (BreakerOutcome, BreakerState, FailureApplied, RetrainNote, SelectionWeights, StateVersions,
                              ToolStats)
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality, quality_to_bp
@@ -98,15 +98,19 @@ class InMemoryStateStore:
             self._s.tools.setdefault(key, _Tool()).quality_bp = bp
             self._s.state_version += 1
 
-    def mark_failure(self, key: str, attempt_id: str, severity: Severity, demote: bool = True) -> FailureApplied:
-        severity = Severity(severity)
+    def mark_failure(self, key: str, attempt_id: str, severity: Severity,
+                     counted: FailureCount = FailureCount.failure) -> FailureApplied:
+        severity, counted = Severity(severity), FailureCount(counted)
         with self._lock:
             applied = self._claim(f"applied:failure:{attempt_id}")
             t = self._s.tools.setdefault(key, _Tool())
             before = t.quality_bp
-            if applied and not demote:
+            if applied and counted is not FailureCount.failure:
                 t.refused_inputs += 1
-                t.refused_in_a_row += 1
+                if counted is FailureCount.refused_input:
+                    t.refused_in_a_row += 1
+                else:
+                    self._s.state_version += 1
             elif applied:
                 t.quality_bp, t.failures = apply_failure_bp(t.quality_bp, t.failures, severity)
                 self._s.state_version += 1

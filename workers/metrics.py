@@ -268,7 +268,7 @@ class RedisCollector(Collector):
         failures = CounterMetricFamily("fittest_tool_failures", "Failed attempts applied per tool version",
                                        labels=["tool", "version"])
         refused = CounterMetricFamily("fittest_tool_refused_inputs",
-                                      "Inputs refused as the caller's mistake per tool version (not among its failures)",
+                                      "Inputs refused as the caller's mistake or of another tool's job, per tool version (not among its failures)",
                                       labels=["tool", "version"])
         for key, stats in sorted(r.state.all_stats().items()):
             labels = list(split_key(key))

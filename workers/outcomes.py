@@ -28,9 +28,7 @@ def apply_failure(rt: Runtime, mark: FailureMark, vector: list[float] | None = N
 
     The vector's id is the attempt id, so a redelivery rewrites the same point, never a second one.
     """
-    # The caller's mistake is counted, but demotes nothing (QA AE: 11 of them took a tool that does
-    # the job from quality 1.00 to 0.43, under the evolution threshold).
-    applied = rt.state.mark_failure(mark.key, mark.attempt_id, mark.effective_severity(), demote=not mark.callers_mistake)
+    applied = rt.state.mark_failure(mark.key, mark.attempt_id, mark.effective_severity(), mark.counts_as())
     upsert_or_keep(  # kept in Redis and written later when the vector memory is unavailable
         rt,
         FAILURES,

@@ -217,6 +217,7 @@ class Selector:
             policy=self.policy.name,
             degraded=degraded,
             held_back=self._local.held_back,
+            held_back_match=self._local.held_back_match,
             notes=self._notes(request),
             probe=probe if ranked and ranked[0].key == probe else None,
             evidence_age_s=None if self._local.cached_at is None else round(time.monotonic() - self._local.cached_at, 1),

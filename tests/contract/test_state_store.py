@@ -13,7 +13,7 @@ import uuid
 import pytest
 import redis
 
-from selection.models import Promotion, Severity
+from selection.models import FailureCount, Promotion, Severity
 from selection.ports import SelectionWeights, StateStore, ToolStats
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
 from selection.timeouts import p95
@@ -104,11 +104,13 @@ def test_extra_penalty_past_5_and_past_10_failures(store):
     assert store.stats([KEY])[KEY].failures == 12
 
 
-def test_a_failure_counted_without_demotion_leaves_the_quality_and_the_cost_of_later_failures(store):
+@pytest.mark.parametrize("counted", [FailureCount.refused_input, FailureCount.not_its_job])
+def test_a_failure_counted_without_demotion_leaves_the_quality_and_the_cost_of_later_failures(store, counted):
     """QA AE: refused inputs that were the callers' mistakes took a tool from 1.00 to 0.43; QA ops:
-    counted among its failures, ten of them made its next crash cost 0.20, not 0.10."""
+    counted among its failures, ten of them made its next crash cost 0.20, not 0.10. QA new user:
+    a fallback's refusals of another tool's job took two tools to 0.21 and 0.34."""
     for _ in range(11):
-        result = store.mark_failure(KEY, aid(), Severity.low, demote=False)
+        result = store.mark_failure(KEY, aid(), Severity.low, counted)
         assert result.applied and result.quality == 1.0
     stats = store.stats([KEY])[KEY]
     assert (stats.failures, stats.refused_inputs) == (0, 11)
@@ -117,16 +119,28 @@ def test_a_failure_counted_without_demotion_leaves_the_quality_and_the_cost_of_l
     assert store.stats([KEY])[KEY].failures == 1
 
 
+def test_a_refusal_of_another_tools_job_moves_the_state_version_the_caller_s_mistake_does_not(store):
+    """The first is remembered near its job as a failure, which selection's cached searches must
+    see; the second is set aside, and nothing selection reads changes."""
+    before = store.versions().state
+    store.mark_failure(KEY, aid(), Severity.low, FailureCount.refused_input)
+    assert store.versions().state == before
+    store.mark_failure(KEY, aid(), Severity.low, FailureCount.not_its_job)
+    assert store.versions().state > before
+
+
 def test_a_success_ends_a_versions_run_of_refused_inputs(store):
     """A version that refuses every input may be broken: selection counts its refusals since its
     last success (selection/serving.py `does_the_job`)."""
     for _ in range(3):
-        store.mark_failure(KEY, aid(), Severity.low, demote=False)
+        store.mark_failure(KEY, aid(), Severity.low, FailureCount.refused_input)
     store.mark_failure(KEY, aid(), Severity.low)  # a failure of its own neither ends the run nor adds to it
+    # nor does a refusal of another tool's job: that input was never its to take
+    store.mark_failure(KEY, aid(), Severity.low, FailureCount.not_its_job)
     assert (store.stats([KEY])[KEY].refused_in_a_row, store.stats_and_breakers([KEY])[0][KEY].refused_in_a_row) == (3, 3)
     assert count_success(store, KEY, aid())
-    store.mark_failure(KEY, aid(), Severity.low, demote=False)
-    assert (store.stats([KEY])[KEY].refused_in_a_row, store.stats([KEY])[KEY].refused_inputs) == (1, 4)
+    store.mark_failure(KEY, aid(), Severity.low, FailureCount.refused_input)
+    assert (store.stats([KEY])[KEY].refused_in_a_row, store.stats([KEY])[KEY].refused_inputs) == (1, 5)
 
 
 def test_a_failure_says_whether_it_took_the_quality_under_a_threshold(store):

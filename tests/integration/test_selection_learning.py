@@ -293,6 +293,39 @@ def test_a_version_does_the_job_however_many_nearer_successes_of_another_tool_th
     assert currency.breakdown is not None and currency.breakdown.extra["successes_nearby"] > 0
 
 
+def test_a_job_whose_tool_is_held_back_wears_down_no_fallback_that_refuses_its_input(rt, monkeypatch) -> None:
+    """QA new user: with the Fibonacci tool's breaker open, ~20 calls of its job each went to the
+    other tools, which refused {"n": 30}: word_stats fell from 1.00 to 0.21, and sort_numbers, the
+    first to run, was evolved to take that input (and then served the job with a wrong answer)."""
+    from workers.outcomes import apply_failure
+    from workers.tasks.execution import targeted
+
+    monkeypatch.setattr(rt.selector.settings, "min_similarity", -1.0)  # every tool a fallback, as a small catalog's are
+    rt.selector.index.ensure_tool(ToolManifest(name="fibonacci", description="Computes the n-th Fibonacci number.",
+                                               implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+    for _ in range(5):
+        rt.state.record_run("fibonacci@1.0.0", 10.0, False, threshold=5, cooldown_s=600)  # it crashed: held back
+    scenario, tried = "the 10th fibonacci number", set()
+    for i in range(6):
+        plan = rt.selector.plan(CallRequest(scenario=scenario, input={"n": 10}, call_id=f"fib{i}"))
+        assert plan.held_back == ["fibonacci@1.0.0"] and plan.held_back_match > 0.5
+        for k, c in enumerate(plan.candidates[:3]):
+            ran = ToolExecutionResult(attempt_id=f"fib{i}:{k}", call_id=f"fib{i}", tool=c.manifest.name, version="1.0.0",
+                                      success=False, error_class=FailureClass.bad_input)
+            plan.attempts.append(ran)
+            tried.add(c.key)
+            mark = FailureMark(attempt_id=ran.attempt_id, call_id=ran.call_id, tool=ran.tool, version="1.0.0",
+                               scenario=scenario, error_class=FailureClass.bad_input, input={"n": 10},
+                               targeted=targeted(plan, ran))
+            assert not mark.targeted  # not a job meant for it: no evolution of it starts from this
+            apply_failure(rt, mark)
+    stats = rt.state.stats(sorted(tried))
+    assert stats and all(s.quality == 1.0 and s.failures == 0 and s.refused_inputs > 0 for s in stats.values()), stats
+    # Remembered near the job, though, where they rank the tools that refused it down.
+    plan = rt.selector.plan(CallRequest(scenario=scenario, input={"n": 10}, call_id="next"))
+    assert {c.key for c in plan.candidates if c.breakdown.similar_failures > 0} == tried
+
+
 def test_a_tool_whose_outputs_people_keep_judging_wrong_gives_way_to_another_that_does_the_job(rt) -> None:
     """QA W: a tool's outputs turned wrong after it had served a job well; 31 of them judged wrong
     (`fittest feedback add ... --call`) and it stayed first on every call, since it ran without an

@@ -101,6 +101,34 @@ def test_a_scenario_calls_first_attempt_that_ran_is_the_targeted_one() -> None:
     assert targeted(by_name, ran[1]) and not targeted(by_name, ran[0])
 
 
+def test_a_fallback_that_ran_first_in_place_of_a_better_match_held_back_is_not_targeted() -> None:
+    """QA new user: the Fibonacci tool's breaker opened, and the sorting tool, 0.3 similar, ran
+    first; its refusals of {"n": 10} demoted it and evolved it to take that input."""
+    from selection.models import FailureClass, ScoreBreakdown, ToolExecutionResult
+    from workers.tasks.execution import targeted
+
+    def first_ran(plan: CallPlan, name: str) -> ToolExecutionResult:
+        plan.attempts = [ToolExecutionResult(attempt_id=f"{plan.request.call_id}:0", call_id=plan.request.call_id, tool=name,
+                                             version="1.0.0", success=False, error_class=FailureClass.bad_input)]
+        return plan.attempts[0]
+
+    def similar(plan: CallPlan, *similarities: float) -> CallPlan:
+        for c, s in zip(plan.candidates, similarities):
+            c.breakdown = ScoreBreakdown(similarity=s)
+        return plan
+
+    held_when_planned = similar(plan_of("sort_numbers", "word_stats"), 0.3, 0.2)
+    held_when_planned.held_back, held_when_planned.held_back_match = ["fibonacci@1.0.0"], 0.8
+    assert not targeted(held_when_planned, first_ran(held_when_planned, "sort_numbers"))
+    held_at_its_turn = similar(plan_of("fibonacci", "sort_numbers"), 0.8, 0.3)
+    held_at_its_turn.held_back = ["fibonacci@1.0.0"]
+    assert not targeted(held_at_its_turn, first_ran(held_at_its_turn, "sort_numbers"))
+    # A version that matches as well as the one held back is the job's tool in its place.
+    twin = similar(plan_of("fibonacci", "fib_fast"), 0.8, 0.82)
+    twin.held_back = ["fibonacci@1.0.0"]
+    assert targeted(twin, first_ran(twin, "fib_fast"))
+
+
 def test_after_a_refusal_by_mistake_the_tools_that_do_not_do_such_jobs_are_passed_over_and_use_up_no_attempt() -> None:
     from selection.models import FailureClass, ScoreBreakdown, ToolExecutionResult
 

@@ -595,20 +595,20 @@ def test_text_cut_to_fit_a_column_says_it_was_cut() -> None:
 
 def test_the_tools_list_counts_refused_inputs_apart_from_failures() -> None:
     """QA ops: a tool whose failures were all callers' mistakes read as a failing tool."""
-    from selection.models import Severity
+    from selection.models import FailureCount, Severity
     from tests.fakes_state import InMemoryStateStore
     from workers.cli.tools import tool_rows, tools_table
 
     state = InMemoryStateStore()
     for i in range(2):
-        state.mark_failure("hash_text@1.0.0", f"a{i}", Severity.low, demote=False)
+        state.mark_failure("hash_text@1.0.0", f"a{i}", Severity.low, FailureCount.refused_input)
     rows = tool_rows([ToolManifest(name="hash_text", description="hash text", implementation=HTTP)], state, trial_runs=5)
     assert (rows[0]["failures"], rows[0]["refused_inputs"], rows[0]["quality"]) == (0, 2, 1.0)
     with console.capture() as out:
         console.print(tools_table(rows))
     assert "0 (+2 refused inputs)" in out.get() and "in a row" not in out.get()
     for i in range(2, 5):  # five in a row since its last success: its refusals count again (QA final: nothing said so)
-        state.mark_failure("hash_text@1.0.0", f"a{i}", Severity.low, demote=False)
+        state.mark_failure("hash_text@1.0.0", f"a{i}", Severity.low, FailureCount.refused_input)
     rows = tool_rows([ToolManifest(name="hash_text", description="hash text", implementation=HTTP)], state, trial_runs=5)
     with console.capture() as out:
         console.print(tools_table(rows))

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from selection.models import FailureClass, Promotion, Severity, ToolExecutionResult
+from selection.models import FailureClass, FailureCount, Promotion, Severity, ToolExecutionResult
 from tests.conftest import free_port
 from workers.metrics import MetricsReader, MetricsRecorder, RedisCollector
 from workers.state.redis import RedisStateStore
@@ -52,7 +52,7 @@ def test_counts_from_two_processes_add_up_in_one_scrape(redis_client, redis_url,
     redis_client.rpush(f"{queue}:9", "m3")  # ... and step N is "{queue}:{N}"
     state = RedisStateStore(redis_client, prefix)
     state.mark_failure("slugify@1.0.0", "x1", Severity.high)
-    state.mark_failure("slugify@1.0.0", "x2", Severity.low, demote=False)  # a caller's bad input
+    state.mark_failure("slugify@1.0.0", "x2", Severity.low, FailureCount.refused_input)  # a caller's bad input
     state.promote(Promotion(namespace="slugify", evolved_version="1.1.0", original_version="1.0.0"))
     state.promote(Promotion(namespace="slugify", evolved_version="1.1.0", original_version="1.0.0", status="rolled_back"))
 

@@ -26,7 +26,8 @@ def tools(json_out: JsonOpt = False) -> None:
     Quality is the design's score: each failure lowers it, more from the 6th and the 11th on. The
     default policy (learned) ranks by it with what the version's successes give back, and by its
     successes and failures on jobs like the call's: `fittest explain` shows both. Refused inputs
-    that were the caller's mistake are counted apart, and lower nothing."""
+    that were the caller's mistake, or of another tool's job the version was a fallback for, are
+    counted apart, and lower nothing."""
     from workers.runtime import runtime
 
     rt = runtime()
@@ -66,7 +67,7 @@ def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int)
             "quality": round(stats[m.key].quality, 4),
             "successes": stats[m.key].successes,
             "failures": stats[m.key].failures,
-            "refused_inputs": stats[m.key].refused_inputs,  # the caller's mistakes, counted apart
+            "refused_inputs": stats[m.key].refused_inputs,  # the caller's mistakes and other tools' jobs, counted apart
             "refused_in_a_row": stats[m.key].refused_in_a_row,  # since its last success
             "breaker": breakers[m.key],
             "deprecated": m.deprecated,

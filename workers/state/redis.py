@@ -51,7 +51,7 @@ from typing import Any, Literal
 import redis
 from redis.client import Pipeline
 
-from selection.models import Promotion, Severity
+from selection.models import FailureCount, Promotion, Severity
 from selection.ports import (BreakerOutcome, BreakerState, FailureApplied, RetrainNote, SelectionWeights, StateVersions,
                              ToolStats)
 from selection.quality import FULL_QUALITY_BP, SEVERITY_PENALTY_BP, bp_to_quality, failure_penalty_bp, quality_to_bp
@@ -203,9 +203,10 @@ class RedisStateStore(PrefixedStore):
         pipe.incr(self._state_key)
         pipe.execute()
 
-    def mark_failure(self, key: str, attempt_id: str, severity: Severity, demote: bool = True) -> FailureApplied:
-        severity = Severity(severity)
-        penalty = [SEVERITY_PENALTY_BP[severity], *_EXTRA_ARGV] if demote else ["refused_input"]
+    def mark_failure(self, key: str, attempt_id: str, severity: Severity,
+                     counted: FailureCount = FailureCount.failure) -> FailureApplied:
+        severity, counted = Severity(severity), FailureCount(counted)
+        penalty = [SEVERITY_PENALTY_BP[severity], *_EXTRA_ARGV] if counted is FailureCount.failure else [counted.value]
         applied, q, f, before = self.scripts["mark_failure"](
             keys=[self._k("tool", key), self._k("applied", "failure", attempt_id), self._state_key],
             args=[IDEMPOTENCY_TTL_S, FULL_QUALITY_BP, *penalty],
