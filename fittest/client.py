@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import Any, Literal, Self
 
 from celery.backends.asynchronous import E_RETRY_LIMIT_EXCEEDED
+from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult
 from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
@@ -45,6 +46,18 @@ class FittestUnavailable(ConnectionError):
     sent is not lost by it: the workers finish it, and `result()` (or `fittest result ID`) gets its
     result once Redis answers again. A send retries first (workers/publishing.py's policy: up to
     40 times, at most 1 s apart), whatever the `timeout` of the result."""
+
+
+class CallTimeout(CeleryTimeoutError, TimeoutError):
+    """No result came within the `timeout` of `run` or `result`; the call goes on, and
+    `result(call_id)` (or `fittest result ID`) gets it later. Both celery's TimeoutError, which
+    the client raised before, and the builtin TimeoutError catch it (QA new user: `except
+    TimeoutError` did not, and the message named no call to ask for later)."""
+
+    def __init__(self, call_id: str, timeout: float) -> None:
+        super().__init__(f"no result for call {call_id} within {timeout:g} s: it goes on; "
+                         f"result({call_id!r}) or `fittest result {call_id}` gets it later")
+        self.call_id = call_id
 
 
 @contextmanager
@@ -112,11 +125,17 @@ class FittestClient(CallSender):
         if errors:
             raise ValueError(joined_errors(errors))
 
-    def result(self, pending: AsyncResult, timeout: float = 120.0) -> CallResult:
-        """The call's result; celery.exceptions.TimeoutError when none came within `timeout`, and
-        FittestUnavailable when Redis cannot be reached (the call itself goes on)."""
+    def result(self, pending: AsyncResult | str, timeout: float = 120.0) -> CallResult:
+        """The result of a call sent (`submit`'s AsyncResult, or its call id); CallTimeout when none
+        came within `timeout`, and FittestUnavailable when Redis cannot be reached (either way the
+        call itself goes on)."""
+        if isinstance(pending, str):
+            pending = self.celery.AsyncResult(pending)
         with _reaching(self.settings.backend_url, f"waiting for call {pending.id}"):
-            return CallResult.model_validate(self.wait(pending, timeout))
+            try:
+                return CallResult.model_validate(self.wait(pending, timeout))
+            except CeleryTimeoutError as exc:
+                raise CallTimeout(pending.id, timeout) from exc
 
     def run(self, scenario: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **options: Any) -> CallResult:
         """Call the fittest tool for `scenario` and wait for the result."""

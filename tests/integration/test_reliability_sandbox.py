@@ -246,3 +246,16 @@ def test_results_that_finished_while_the_client_waited_for_another_come_at_once(
     started = time.monotonic()
     assert [p.client.wait(r, 60)["status"] for r in fast] == ["success"] * 4
     assert time.monotonic() - started < 0.9  # one second apart each before: 3 s and more
+
+
+def test_a_call_the_client_stopped_waiting_for_goes_on_and_its_id_gets_the_result_later(sandbox_pipeline: Pipeline) -> None:
+    """QA new user: `run(timeout=...)` raised celery's TimeoutError, which `except TimeoutError`
+    does not catch, with no call id in it: a call whose id the client chose could not be asked for."""
+    from fittest.client import CallTimeout, FittestClient
+
+    with FittestClient(settings=sandbox_pipeline.settings) as client:
+        with pytest.raises(TimeoutError) as caught:  # the builtin one
+            client.run("take a short nap", {"ms": 3000}, namespace="nap", timeout=0.5)
+        assert isinstance(caught.value, CallTimeout) and f"fittest result {caught.value.call_id}" in str(caught.value)
+        later = client.result(caught.value.call_id, timeout=60)
+    assert (later.status, later.call_id, later.tool) == ("success", caught.value.call_id, "nap")
