@@ -69,6 +69,9 @@ def test_report_command_on_an_empty_history_still_writes_a_page(redis_url, prefi
     try:
         result = CliRunner().invoke(app, ["report", "--out", str(tmp_path / "r")])
         refused = CliRunner().invoke(app, ["report", "--out", str(tmp_path / "never"), "--hours", "-1"])
+        (tmp_path / "a_file").write_text("x")
+        on_a_file = CliRunner().invoke(app, ["report", "--out", str(tmp_path / "a_file")])
+        unwritable = CliRunner().invoke(app, ["report", "--out", "/proc/fittest-report"])  # not even root makes one there
     finally:
         get_settings.cache_clear()
     assert result.exit_code == 0, result.output
@@ -77,6 +80,10 @@ def test_report_command_on_an_empty_history_still_writes_a_page(redis_url, prefi
     assert "calls<b>0</b>" in html and "succeeded<b>–</b>" in html
     assert "No attempt recorded in this period." in html and "The 0 busiest" not in html
     assert refused.exit_code == 2 and "--hours must be more than 0" in refused.output and not (tmp_path / "never").exists()
+    # A path it cannot write to is refused in one line, not a traceback (QA new user)
+    assert on_a_file.exit_code == 2 and "a file is there, not a directory" in on_a_file.output, on_a_file.output
+    assert (tmp_path / "a_file").read_text() == "x"
+    assert unwritable.exit_code == 2 and "--out /proc/fittest-report: No such file or directory" in unwritable.output, unwritable.output
 
 
 def test_a_share_says_all_or_none_only_when_it_is() -> None:

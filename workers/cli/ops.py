@@ -101,7 +101,16 @@ def report(
     if hours is not None and not hours > 0:
         fail(f"--hours must be more than 0, not {hours:g}", REFUSED)
     since = time.time() - hours * 3600 if hours is not None else None
-    path = write_report(reader_for(get_settings()), out, since=since, top=top)
+    try:  # refused in one line, as a bad argument is (QA new user: a traceback, exit 1)
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"--out {out}: {'a file is there, not a directory' if out.is_file() else exc.strerror or exc}", REFUSED)
+    try:
+        path = write_report(reader_for(get_settings()), out, since=since, top=top)
+    except OSError as exc:
+        if exc.filename is None:  # not the file: let the crash say what it was
+            raise
+        fail(f"--out {out}: cannot write {exc.filename}: {exc.strerror or exc}", REFUSED)
     console.print(f"report written to {literal(path)}")
 
 
