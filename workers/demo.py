@@ -117,6 +117,11 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
     with Stack(settings, env=env, log_dir=settings.data_dir / "logs") as stack, (held or nullcontext()):
         console.print("[bold]1.[/bold] starting Redis (if needed), the workers and the example HTTP tool …")
         stack.ensure_redis()
+        if others := stack.workers_answering():
+            console.print(f"[red]error:[/red] workers already take the calls of this Redis database ({literal(', '.join(others))}): "
+                          "they would run the demo's calls with another stack's state. Stop them, or run the demo on another "
+                          "database (FITTEST_REDIS_URL=redis://HOST:PORT/1)")
+            return 1
         settings = settings.model_copy(update={"redis_url": stack.redis_url})
         if fresh:
             reset_state(settings)

@@ -174,6 +174,10 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
             if url != settings.redis_url:
                 print(f"fittest up: its port was taken: other shells need FITTEST_REDIS_URL={redact_url(url)}",
                       file=out, flush=True)
+        if others := stack.workers_answering():  # more workers of one stack, or another stack's
+            print(f"fittest up: workers already take this Redis database's calls ({', '.join(others)}); if they are another "
+                  "stack's (another FITTEST_KEY_PREFIX), each will run the other's calls: give each stack its own database "
+                  "(FITTEST_REDIS_URL=redis://HOST:PORT/N)", file=out, flush=True)
         env = dict(stack.env)
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         # The Procfile's Flower line reads its port from FITTEST_FLOWER_PORT.

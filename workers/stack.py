@@ -212,6 +212,22 @@ class Stack:
         for role in roles:
             self.start(role, worker_roles()[role].command)
 
+    def workers_answering(self, timeout: float = 1.0) -> list[str]:
+        """The workers that answer a ping on this stack's broker (their node names): before this
+        stack starts its own, another stack's. FITTEST_KEY_PREFIX keeps fittest's keys apart, not
+        Celery's queues and results, so two stacks on one Redis database take each other's calls
+        (QA new user: `fittest demo` beside `fittest up` had its calls run by up's workers)."""
+        from workers.app import make_app
+
+        app = make_app(self.settings.model_copy(update={"redis_url": self.redis_url, "result_backend": None}))
+        try:
+            replies = app.control.ping(timeout=timeout) or []
+        except (redis.RedisError, OSError, OperationalError):
+            return []
+        finally:
+            app.close()
+        return sorted(host for reply in replies for host in reply)
+
     def wait_for_workers(self, names: Iterable[str], timeout: float = 60.0) -> None:
         """Block until every named worker answers a ping (so no test races a starting worker)."""
         from workers.app import make_app

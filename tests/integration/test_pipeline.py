@@ -166,3 +166,19 @@ def test_foreign_service_sends_by_task_name(pipeline, tmp_path):
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["status"] == "success"
     assert result["output"] == [{"k": "1", "v": "2"}]
+
+
+def test_the_demo_will_not_run_beside_another_stacks_workers_on_one_database(pipeline, model_path, tmp_path):
+    """QA new user: `fittest demo` beside `fittest up` on one Redis database had its calls run by
+    up's workers (Celery's queues are not under FITTEST_KEY_PREFIX), and still said it had kept
+    its state apart."""
+    from pathlib import Path
+
+    env = {**pipeline.env, "FITTEST_REDIS_URL": pipeline.settings.redis_url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+           "FITTEST_DATA_DIR": str(tmp_path / "data")}
+    done = subprocess.run([str(Path(sys.executable).parent / "fittest"), "demo", "--calls", "2"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "workers already take the calls of this Redis database" in done.stdout and "/1" in done.stdout, done.stdout
+    assert "sending 2 calls" not in done.stdout
+
