@@ -343,9 +343,10 @@ class CallResult(BaseModel):
     notes: list[str] = Field(default_factory=list)  # what did not stop the call, e.g. a namespace no tool has
     evolution: CallEvolution | None = None
     elapsed_ms: float = 0.0  # from the call's start to its result, an evolution and its retry included
-    # Why nothing was ranked (status no_candidates), as `message` says it: `no_such_version` is the
-    # caller's to mend (the CLI refuses it, exit code 2), the others are answers.
-    no_candidates_reason: Literal["no_match", "no_such_version", "held_back"] | None = None
+    # Why nothing was ranked (status no_candidates), as `message` says it: `no_such_version` and
+    # `no_such_tag` (a version or tag no tool has) are the caller's to mend (the CLI refuses them,
+    # exit code 2), the others are answers.
+    no_candidates_reason: Literal["no_match", "no_such_version", "no_such_tag", "held_back"] | None = None
 
     @classmethod
     def from_plan(cls, plan: CallPlan, status: CallStatus, message: str = "") -> CallResult:

@@ -221,7 +221,15 @@ def test_a_call_to_a_namespace_nobody_ranked_says_it_was_ranked_by_its_scenario(
     assert nobody.exit_code == 2 and "csv_nosuch has no version 1.0.0: no tool is named 'csv_nosuch'" in words(nobody.output)
     assert "ranking for" not in nobody.output  # no empty table before the refusal
     untagged = cli("explain", "parse this csv text into rows", "--tag", "nosuchtag", "--json")
-    assert untagged.exit_code == 0 and json.loads(untagged.stdout)["status"] == "no_candidates"  # as a call ends (QA AC)
+    assert json.loads(untagged.stdout)["status"] == "no_candidates"  # as a call ends (QA AC)
+    # A tag no tool has is named, and refused as a version no tool has is (QA new user: exit 1)
+    assert untagged.exit_code == 2 and json.loads(untagged.stdout)["no_candidates_reason"] == "no_such_tag"
+    untagged_call = cli("call", "parse this csv text into rows", "--tag", "csv", "--tag", "nosuchtag", "--input", '{"text": "a"}')
+    assert untagged_call.exit_code == 2, untagged_call.output
+    assert "no tool has the tag 'nosuchtag' (the tags: astronomy, csv, debug, parsing)" in words(untagged_call.output)
+    # Tags that exist but no tool has together: no tool matches, as before
+    apart = cli("call", "parse this csv text into rows", "--tag", "csv", "--tag", "astronomy", "--input", '{"text": "a"}')
+    assert apart.exit_code == 1 and "no tool matches this scenario, namespace and tags" in words(apart.output)
     # A context key nothing reads, close to one that it reads, is named with the key it likely meant.
     typo = cli("call", "parse this csv text into rows", "--context", '{"langauge": "python", "user_id": 7}', "--json",
                "--input", '{"text": "a,b\\n1,2\\n"}')

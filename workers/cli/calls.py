@@ -20,7 +20,7 @@ from workers.cli.common import (
     fail,
     literal,
     namespace_and_version,
-    names_no_version,
+    names_what_no_tool_has,
     needs_redis,
     parse_json_option,
     print_json,
@@ -179,9 +179,9 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
 
 def exit_code(outcome: dict[str, Any]) -> int:
     """A call's exit code: a payload the workers refused (status invalid) exits as one refused here,
-    and so does a call that named a version its namespace does not have (QA AA: exit 1, where
-    every other command refuses such a version with 2)."""
-    if outcome.get("status") == "no_candidates" and names_no_version(outcome):
+    and so does a call that named a version its namespace does not have, or a tag no tool has (QA
+    AA: exit 1, where every other command refuses such a version with 2)."""
+    if outcome.get("status") == "no_candidates" and names_what_no_tool_has(outcome):
         return REFUSED
     return {"success": SUCCEEDED, "invalid": REFUSED}.get(str(outcome.get("status")), DID_NOT_SUCCEED)
 

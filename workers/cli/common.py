@@ -177,12 +177,12 @@ def namespace_and_version(namespace: str | None) -> tuple[str | None, str | None
     return (None, None) if namespace is None else tool_argument(namespace, "--namespace")
 
 
-def names_no_version(outcome: dict[str, Any]) -> bool:
-    """Whether the workers' answer says the call named a version its namespace does not have. A
-    result stored by a worker from before `no_candidates_reason` (results are kept 24 h) says it in
-    its message only."""
+def names_what_no_tool_has(outcome: dict[str, Any]) -> bool:
+    """Whether the workers' answer says the call named a version its namespace does not have, or a
+    tag no tool has. A result stored by a worker from before `no_candidates_reason` (results are
+    kept 24 h) says the first in its message only."""
     if "no_candidates_reason" in outcome:
-        return outcome["no_candidates_reason"] == "no_such_version"
+        return outcome["no_candidates_reason"] in ("no_such_version", "no_such_tag")
     return outcome.get("status") == "no_candidates" and re.match(r"\S+ has no version ", str(outcome.get("message", ""))) is not None
 
 
@@ -197,7 +197,7 @@ def warn_if_namespace_unranked(namespace: str | None, outcome: dict[str, Any]) -
         return
     if outcome.get("notes"):
         return
-    if names_no_version(outcome):  # it exists: no typo
+    if names_what_no_tool_has(outcome):  # the namespace exists: no typo; or the message says what does not
         return
     held = [key for key in outcome.get("held_back") or [] if key.partition("@")[0] == namespace]
     if held:

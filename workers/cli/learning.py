@@ -21,7 +21,7 @@ from workers.cli.common import (
     fail,
     literal,
     namespace_and_version,
-    names_no_version,
+    names_what_no_tool_has,
     needs_redis,
     parse_json_option,
     print_json,
@@ -100,18 +100,19 @@ def explain(
     check_call_payload(payload)  # refused as `fittest call` refuses it (exit code 2), before asking
     result = _ask("explain", "selection", timeout, **payload)
     warn_if_namespace_unranked(namespace, result)
-    # A version the namespace does not have is refused, as `fittest call` refuses it (QA AA: exit 0).
-    no_version = names_no_version(result)
+    # A version the namespace does not have, or a tag no tool has, is refused, as `fittest call`
+    # refuses it (QA AA: exit 0).
+    not_there = names_what_no_tool_has(result)
     if json_out:
         print_json(result)
-        if no_version:
+        if not_there:
             raise typer.Exit(REFUSED)
         return
     if result.get("status") == "invalid":  # refused by the workers: exit 2, as a refusal here (QA V)
         from selection.models import joined_errors
 
         fail(joined_errors(result.get("errors", [])), REFUSED)
-    if no_version:  # without an empty table first (QA AB)
+    if not_there:  # without an empty table first (QA AB)
         fail(str(result.get("message")), REFUSED)
     features = result.get("context") or {}
     if features:

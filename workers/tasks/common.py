@@ -71,10 +71,13 @@ def ended_early(result: dict[str, Any], started_at: float | None = None) -> dict
     return result
 
 
+TAGS_SHOWN = 20  # of the tags there are, named in the message of a call that asked for one no tool has
+
+
 def no_candidates_result(plan: CallPlan) -> CallResult:
-    """The result of a plan that has no candidate, saying why: none matched, the version asked for
-    does not exist (QA: that was "no tool matches", for a tool that exists), or every one that
-    matched is held back by its circuit breaker."""
+    """The result of a plan that has no candidate, saying why: none matched, the version or a tag
+    asked for does not exist (QA: that was "no tool matches", for a tool that exists), or every one
+    that matched is held back by its circuit breaker."""
     request = plan.request
     result = CallResult.from_plan(plan, "no_candidates", message=plan.no_candidates_message())
     result.no_candidates_reason = "held_back" if plan.held_back else "no_match"
@@ -86,6 +89,13 @@ def no_candidates_result(plan: CallPlan) -> CallResult:
         elif request.version not in known:
             result.message = f"{request.namespace} has no version {request.version} (it has {', '.join(known)})"
             result.no_candidates_reason = "no_such_version"
+    if result.no_candidates_reason == "no_match" and request.tags:  # QA new user: "no tool matches", exit 1
+        tags = sorted({t for m in runtime().registry.all() for t in m.tags})
+        unknown = [t for t in request.tags if t not in tags]
+        if unknown:
+            shown = ", ".join(tags[:TAGS_SHOWN]) + (f", … ({len(tags)} in all)" if len(tags) > TAGS_SHOWN else "")
+            result.message = f"no tool has the tag {', '.join(map(repr, unknown))} (the tags: {shown or 'none'})"
+            result.no_candidates_reason = "no_such_tag"
     return result
 
 
