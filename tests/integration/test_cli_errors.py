@@ -68,6 +68,25 @@ def test_a_command_no_worker_answers_says_so_and_a_tool_that_does_not_exist_is_r
     assert code == 1 and "no answer from the workers within the command's --timeout" in said
 
 
+def test_a_tool_whose_manifest_does_not_load_now_is_not_said_to_be_gone(model_path: Path, unserved_redis: str,
+                                                                        tmp_path: Path) -> None:
+    """QA new user: `fittest show upper_text` said "no tool named 'upper_text'" while its manifest
+    was half-edited, and the workers served it in the same minute, as they last read it."""
+    import shutil
+
+    tools = tmp_path / "tools"
+    shutil.copytree(EXAMPLE_TOOLS, tools)
+    manifest = tools / "slugify" / "tool.yaml"
+    text = manifest.read_text()
+    assert "implementation:\n  kind: python\n  entrypoint: slug:run\n" in text
+    manifest.write_text(text.replace("implementation:\n  kind: python\n  entrypoint: slug:run\n", ""))  # half-edited
+    fittest = without_workers(model_path, unserved_redis, tmp_path, tools)
+    code, said, _ = fittest("show", "slugify")
+    assert code == 2 and f"no tool named 'slugify'; these manifests do not load: {manifest}" in said, said
+    assert "the workers serve it as they last read it" in said
+    assert fittest("show", "nosuch")[0] == 2
+
+
 def test_a_judgement_no_worker_took_in_time_is_never_recorded_so_it_can_be_sent_again(
     model_path: Path, unserved_redis: str, tmp_path: Path
 ) -> None:
@@ -96,11 +115,12 @@ def test_a_judgement_no_worker_took_in_time_is_never_recorded_so_it_can_be_sent_
         workers.close()
 
 
-def without_workers(model_path: Path, redis_url: str, tmp_path: Path) -> Callable[..., tuple[int, str, float]]:
-    """`fittest ARGS` on a Redis no worker serves, with the example tools: its exit code, what it
-    said on stderr (one line) and how long it took; never a traceback."""
+def without_workers(model_path: Path, redis_url: str, tmp_path: Path,
+                    tools: Path = EXAMPLE_TOOLS) -> Callable[..., tuple[int, str, float]]:
+    """`fittest ARGS` on a Redis no worker serves, with the example tools (or `tools`): its exit
+    code, what it said on stderr (one line) and how long it took; never a traceback."""
     env = {**os.environ, "FITTEST_REDIS_URL": redis_url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
-           "FITTEST_TOOLS_DIR": str(EXAMPLE_TOOLS), "FITTEST_DATA_DIR": str(tmp_path / "data"), "FITTEST_KEY_PREFIX": "cli:"}
+           "FITTEST_TOOLS_DIR": str(tools), "FITTEST_DATA_DIR": str(tmp_path / "data"), "FITTEST_KEY_PREFIX": "cli:"}
     env.pop("FITTEST_RESULT_BACKEND", None)
 
     def fittest(*args: str) -> tuple[int, str, float]:

@@ -3,7 +3,7 @@ came to be, and the by-hand controls over which one is served."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
 from rich.table import Table
@@ -33,11 +33,20 @@ def _stores() -> tuple[ToolRegistry, RedisStateStore, EvolutionState]:
     return load_registry(settings), open_state_store(settings, client=client), EvolutionState(client, settings.key_prefix)
 
 
+def no_tool_named(registry: ToolRegistry, name: str) -> NoReturn:
+    """Fail naming a tool no manifest here declares; when some did not load, it may be in one of
+    them, and the workers go on serving it as they last read it (QA new user: "no tool named" of a
+    tool whose manifest was half-edited, served in the same minute)."""
+    unread = [e.path for e in registry.errors if e.field != "(directory)"]
+    fail(f"no tool named {name!r}" + (f"; these manifests do not load: {', '.join(unread)}: if it is in one of them, "
+                                      "the workers serve it as they last read it, until it loads" if unread else ""), REFUSED)
+
+
 def versions_of(registry: ToolRegistry, namespace: str) -> list[ToolManifest]:
     """The versions of a namespace, or the command fails naming it."""
     versions = registry.versions(namespace)
     if not versions:
-        fail(f"no tool named {namespace!r}", REFUSED)
+        no_tool_named(registry, namespace)
     return versions
 
 
@@ -282,7 +291,7 @@ def describe(
     registry, state, ledger = _stores()
     original = registry.original(name)
     if original is None:
-        fail(f"no tool named {name!r}", REFUSED)
+        no_tool_named(registry, name)
     # As `feedback add` without a version: the one most calls see (QA: during a trial the version on
     # trial, serving 25 % of the calls, got the description)
     version = version or majority_version(state.promotion(name), get_settings().trial_share) or original.version
