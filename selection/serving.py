@@ -294,6 +294,23 @@ def took_a_refused_input_note(plan: CallPlan, result: ToolExecutionResult) -> st
     return f"{_refused(refusal)}; {result.tool}@{result.version}, which took it, has done no such job: {check}"
 
 
+def served_as_a_stranger_note(plan: CallPlan, served: Candidate, result: ToolExecutionResult) -> str | None:
+    """What the caller should know of a success by a fallback that matches the job only weakly
+    (under NEWCOMER_MIN_SIMILARITY) and has not done such jobs by its record: it ran without an
+    error, which is not the same as doing what was asked, and its success makes it the job's
+    first choice next time (QA new user: a vowel counter, 0.22 similar, "served" a string reversal
+    after the reversing tool crashed, and was ranked first for it from then on)."""
+    if plan.attempts[:1] == [result] or result.took_a_refused_input or served.does_the_job:
+        return None  # the policy's own first choice, or said already (`took_a_refused_input_note`)
+    if served.manifest.name == plan.request.namespace:
+        return None  # the tool the call asked for
+    if served.breakdown.similarity >= NEWCOMER_MIN_SIMILARITY:
+        return None
+    return (f"{served.key} served this call as a fallback, matching it {served.breakdown.similarity:.2f}, and has done "
+            f"no such job before: check its output (`fittest feedback add {served.manifest.name} negative --call "
+            f"{plan.request.call_id}` if it is wrong)")
+
+
 def failed_the_job(e: CandidateEvidence) -> bool:
     """Whether this version failed at jobs like this one (refused them, say) and never did one: a
     version that did them too, and failed them since, is what people's judgements decide

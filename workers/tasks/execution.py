@@ -30,8 +30,8 @@ from selection.manifest import ToolManifest
 from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
-from selection.serving import (input_refused_message, refused_for_its_namespace, refused_input, takes_a_refused_input,
-                               took_a_refused_input_note)
+from selection.serving import (input_refused_message, refused_for_its_namespace, refused_input, served_as_a_stranger_note,
+                               takes_a_refused_input, took_a_refused_input_note)
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
 from workers.rescue import CallStep, delivered_again, hand_on, send_recorded
 from workers.runners import RunLimits, RunOutcome, run_tool
@@ -272,8 +272,9 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
     result = run_attempt(plan, index) if deaths is None else crashed_attempt(plan, index, deaths)
     plan.attempts.append(result)
     if result.success:
-        if (note := took_a_refused_input_note(plan, result)) is not None:
-            plan.notes.append(note)
+        for note in (took_a_refused_input_note(plan, result), served_as_a_stranger_note(plan, plan.candidates[index], result)):
+            if note is not None:
+                plan.notes.append(note)
         return finish(plan, "success")
 
     send_failure(plan, result)
