@@ -12,6 +12,7 @@ import fcntl
 import multiprocessing
 import os
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -34,9 +35,11 @@ from workers.stack import PROCFILE, ROOT, Stack, StackError, die_with_parent
 def flower_env(settings: Settings) -> dict[str, str]:
     """Flower's basic auth when FITTEST_FLOWER_PASSWORD is set, as Flower's own FLOWER_BASIC_AUTH
     variable: in the environment of the Flower process only, never on its command line, which
-    every user of the machine can read (`ps`)."""
+    every user of the machine can read (`ps`). Without a password Flower listens on the loopback
+    address only (FLOWER_ADDRESS): it shows every call's input, and QA (new user) read them from
+    another host through the machine's external address."""
     if settings.flower_password is None:
-        return {}
+        return {"FLOWER_ADDRESS": "127.0.0.1"}
     return {"FLOWER_BASIC_AUTH": f"{settings.flower_user}:{settings.flower_password.get_secret_value()}"}
 
 
@@ -178,6 +181,9 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
             print(f"fittest up: workers already take this Redis database's calls ({', '.join(others)}); if they are another "
                   "stack's (another FITTEST_KEY_PREFIX), each will run the other's calls: give each stack its own database "
                   "(FITTEST_REDIS_URL=redis://HOST:PORT/N)", file=out, flush=True)
+        if "flower" in roles and settings.flower_password is None:
+            print(f"fittest up: Flower at http://127.0.0.1:{settings.flower_port}, for this machine only: set "
+                  "FITTEST_FLOWER_PASSWORD to serve it on every interface, behind its basic auth", file=out, flush=True)
         env = dict(stack.env)
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         # The Procfile's Flower line reads its port from FITTEST_FLOWER_PORT.
@@ -333,6 +339,13 @@ class Supervisor(Manager):
                 self._procmgr.terminate(role["pid"])
 
 
+def one_command(line: str) -> bool:
+    """Whether a Procfile line is one simple command, which `exec` may start in the shell's place:
+    no list, pipe, compound command or subshell. (A restart hands the relay its line as it ran,
+    `exec` already in front.)"""
+    return not re.search(r"[;&|()\n`]|^\s*(if|for|while|until|case|\{|!)\s", line)
+
+
 class RoleRelay(HonchoProcess):
     """honcho's relay of one role: a fork of `up` that starts the role's shell in a session of its
     own and passes its output on. It ignores SIGTERM and SIGINT, and nothing told it when `up` was
@@ -341,8 +354,11 @@ class RoleRelay(HonchoProcess):
 
     UP_DIED = signal.SIGUSR1
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, cmd: str, *args: Any, **kwargs: Any) -> None:
+        # The shell honcho starts a one-command line in becomes the role's process (`exec`): the
+        # pid `up` prints is the role's, and a kill of it is seen as the role's end and restarted
+        # (QA new user: killing the printed pid, the shell's, left the worker running, unwatched).
+        super().__init__(f"exec {cmd}" if one_command(cmd) and not cmd.startswith("exec ") else cmd, *args, **kwargs)
         self._up = os.getpid()
 
     def run(self, events: Any = None, ignore_signals: bool = False) -> None:

@@ -150,23 +150,54 @@ def test_secrets_are_never_printed(pipeline: Pipeline, tmp_path: Path) -> None:
     assert leaked == []
 
 
-def test_flower_asks_for_the_password_which_is_not_on_its_command_line(pipeline: Pipeline) -> None:
-    port = free_port()
-    env = {**pipeline.stack.env, **flower_env(pipeline.settings)}
-    # the Procfile's flower line (`celery -A workers.app flower`), on a port of the test's own
-    flower = [sys.executable, "-m", "celery", "-A", "workers.app", "flower", f"--port={port}", "--address=127.0.0.1"]
+def start_flower(env: dict[str, str], port: int, *options: str) -> tuple[subprocess.Popen, httpx.Response]:
+    """The Procfile's flower line (`celery -A workers.app flower`), on a port of the test's own; the
+    process and its first answer, to an anonymous request on the loopback address."""
+    flower = [sys.executable, "-m", "celery", "-A", "workers.app", "flower", f"--port={port}", *options]
     proc = subprocess.Popen(flower, env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return proc, httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+        except httpx.TransportError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                os.killpg(proc.pid, 9)
+                raise AssertionError("flower did not start") from None
+            time.sleep(0.2)
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses of the sockets listening on `port`, in /proc/net/tcp's hex (IPv4 and IPv6)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hex_port = local.partition(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                found.add(address)
+    return found
+
+
+def test_flower_without_a_password_listens_on_this_machine_only(pipeline: Pipeline) -> None:
+    """QA new user: Flower, with no password set, listened on every interface, and another host
+    read the calls' inputs from its task list."""
+    port = free_port()
+    open_settings = pipeline.settings.model_copy(update={"flower_password": None})
+    proc, answer = start_flower({**pipeline.stack.env, **flower_env(open_settings)}, port)  # no --address: up's line
+    try:
+        assert answer.status_code == 200
+        assert listening_addresses(port) == {"0100007F"}  # 127.0.0.1, and nothing else
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait(timeout=10)
+
+
+def test_flower_asks_for_the_password_which_is_not_on_its_command_line(pipeline: Pipeline) -> None:
+    port = free_port()
+    proc, anonymous = start_flower({**pipeline.stack.env, **flower_env(pipeline.settings)}, port, "--address=127.0.0.1")
     try:
         base = f"http://127.0.0.1:{port}/"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                anonymous = httpx.get(base, timeout=2)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline and proc.poll() is None, "flower did not start"
-                time.sleep(0.2)
         assert anonymous.status_code == 401
         password = SECRETS["FITTEST_FLOWER_PASSWORD"]
         assert httpx.get(base, auth=("admin", "wrong"), timeout=5).status_code == 401

@@ -56,7 +56,8 @@ def call(
     The payload is checked before it is sent. Exit code 0 when a tool succeeded; 1 when the call
     did not, or when no result came within --timeout (the call stays queued, and `fittest result
     ID` shows it once a worker has run it); 2 for a payload the workers would refuse (or did:
-    a limit of theirs may differ from this machine's settings)."""
+    a limit of theirs may differ from this machine's settings), or a version or tag no tool has;
+    141 when what reads its output went away (`| head`)."""
     from workers.client import CallSender
 
     namespace, version = namespace_and_version(namespace)
