@@ -294,6 +294,25 @@ def took_a_refused_input_note(plan: CallPlan, result: ToolExecutionResult) -> st
     return f"{_refused(refusal)}; {result.tool}@{result.version}, which took it, has done no such job: {check}"
 
 
+def targeted(plan: CallPlan, result: ToolExecutionResult) -> bool:
+    """Whether the call was meant for the tool that failed: it asked for its namespace, or, by
+    scenario, it was the call's first attempt that ran, and it matched the scenario at least as
+    well as every version held back by its breaker (when the call was planned, or at its turn).
+    A fallback's failure on another tool's job is not one evolution should try to fix, nor one
+    that says the tool is worse at its own (QA new user: with the Fibonacci tool held back, the
+    sorting tool ran first; its refusals of {"n": 10} demoted it, then evolved it to take them)."""
+    if plan.request.namespace:
+        return plan.request.namespace == result.tool
+    if not plan.attempts or plan.attempts[0].attempt_id != result.attempt_id:
+        return False
+    key = f"{result.tool}@{result.version}"
+    at = next((i for i, c in enumerate(plan.candidates) if c.key == key), None)
+    if at is None:
+        return True  # not ranked by this plan (an older worker's): the first that ran, as before
+    skipped = [c.breakdown.similarity for c in plan.candidates[:at]]  # held back or passed over at their turn
+    return plan.candidates[at].breakdown.similarity >= max([plan.held_back_match, *skipped])
+
+
 def served_as_a_stranger_note(plan: CallPlan, served: Candidate, result: ToolExecutionResult) -> str | None:
     """What the caller should know of a success by a fallback that matches the job only weakly
     (under NEWCOMER_MIN_SIMILARITY) and has not done such jobs by its record: it ran without an

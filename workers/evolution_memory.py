@@ -37,6 +37,7 @@ from evolution.trial import JudgedTrial, TrialCounts, TrialRules, decide, head_v
 from selection.manifest import ManifestError, load_manifest
 from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord, Promotion
 from selection.ports import EVOLUTIONS, FAILURES, FORGIVEN, FailureApplied, Match, VectorFilter, VectorHit, VectorPoint
+from selection.serving import targeted
 from workers.feedback_store import judgements_known
 from workers.pending import upsert_or_keep
 from workers.promotions import conclude_trial, trial_new_manifests
@@ -70,17 +71,18 @@ def pattern_text(failures: list[FailedRun], fallback: str) -> str:
 def call_failures(plan: CallPlan, served: str | None) -> tuple[str, str | None, list[FailedRun]]:
     """(namespace, parent version, failures) of a call whose candidates all failed.
 
-    The namespace is the one the call asked for, else the tool tried first; but when every tool
-    tried refused the input and a version that matched was held back by its circuit breaker, that
-    one: the tools tried were fallbacks, not the job's (QA: with vat_price's breaker open,
-    convert_units refused a VAT job's input and was evolved for it, "no mutator could propose").
-    When none of its versions ran, the parent is left to the caller and the failures come from
-    memory.
+    The namespace is the one the call asked for, else the tool tried first; but when a version
+    that matched was held back by its circuit breaker, and every tool tried refused the input or
+    the first one was not the call's (selection/serving.py `targeted`: it matched worse than one
+    held back), that one: the tools tried were fallbacks, not the job's (QA: with vat_price's
+    breaker open, convert_units refused a VAT job's input and was evolved for it, "no mutator
+    could propose"). When none of its versions ran, the parent is left to the caller and the
+    failures come from memory.
     """
     failed = [a for a in plan.attempts if not a.success and a.error_class is not None]
     namespace = plan.request.namespace or (failed[0].tool if failed else None)
     if (not plan.request.namespace and plan.held_back and failed
-            and all(a.error_class is FailureClass.bad_input for a in failed)):
+            and (all(a.error_class is FailureClass.bad_input for a in failed) or not targeted(plan, failed[0]))):
         namespace = plan.held_back[0].partition("@")[0]
     if namespace is None:
         raise EvolutionUnavailable(f"call {plan.request.call_id} has no failed attempt to learn from")

@@ -87,7 +87,7 @@ def test_a_scenario_calls_first_attempt_that_ran_is_the_targeted_one() -> None:
     """A failure of the tool a call was meant for feeds evolution; with the first candidate held back,
     that is the second candidate, the first that ran (it was the first candidate only, before)."""
     from selection.models import FailureClass, ToolExecutionResult
-    from workers.tasks.execution import targeted
+    from selection.serving import targeted
 
     plan = plan_of("a", "b", "c")
     plan.held_back = ["a@1.0.0"]
@@ -105,7 +105,7 @@ def test_a_fallback_that_ran_first_in_place_of_a_better_match_held_back_is_not_t
     """QA new user: the Fibonacci tool's breaker opened, and the sorting tool, 0.3 similar, ran
     first; its refusals of {"n": 10} demoted it and evolved it to take that input."""
     from selection.models import FailureClass, ScoreBreakdown, ToolExecutionResult
-    from workers.tasks.execution import targeted
+    from selection.serving import targeted
 
     def first_ran(plan: CallPlan, name: str) -> ToolExecutionResult:
         plan.attempts = [ToolExecutionResult(attempt_id=f"{plan.request.call_id}:0", call_id=plan.request.call_id, tool=name,

@@ -30,3 +30,23 @@ def test_fallbacks_that_refused_the_input_leave_the_evolution_to_the_tool_held_b
     named = plan.model_copy(update={"request": CallRequest(scenario="add VAT", namespace="convert_units"),
                                     "attempts": plan.attempts[:1]})
     assert call_failures(named, None)[0] == "convert_units"
+
+
+def test_a_fallback_that_ran_in_place_of_a_better_match_held_back_leaves_the_evolution_to_that_one() -> None:
+    """Whatever the fallbacks' failures: a tool that matched the job worse than the one held back
+    was not the call's (selection/serving.py `targeted`; QA new user: the sorting tool was evolved
+    for a Fibonacci job)."""
+    from selection.manifest import ToolManifest
+    from selection.models import Candidate, ScoreBreakdown
+
+    def ranked(name: str, similarity: float) -> Candidate:
+        manifest = ToolManifest(name=name, description=name, implementation={"kind": "http", "url": "http://x"})
+        return Candidate(key=manifest.key, manifest=manifest, score=1.0, breakdown=ScoreBreakdown(similarity=similarity))
+
+    plan = CallPlan(request=CallRequest(scenario="the 10th fibonacci number"), held_back=["fibonacci@1.0.0"],
+                    held_back_match=0.8, candidates=[ranked("sort_numbers", 0.3), ranked("word_stats", 0.25)],
+                    attempts=[attempt("sort_numbers", FailureClass.bad_input), attempt("word_stats", FailureClass.crash, 1)])
+    assert call_failures(plan, None) == ("fibonacci", None, [])
+    # One that matched as well as the one held back is the job's tool in its place: it is evolved.
+    twin = plan.model_copy(update={"candidates": [ranked("sort_numbers", 0.85), ranked("word_stats", 0.25)]})
+    assert call_failures(twin, None)[0] == "sort_numbers"

@@ -31,7 +31,7 @@ from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, F
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
 from selection.serving import (input_refused_message, refused_for_its_namespace, refused_input, served_as_a_stranger_note,
-                               takes_a_refused_input, took_a_refused_input_note)
+                               takes_a_refused_input, targeted, took_a_refused_input_note)
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
 from workers.rescue import CallStep, delivered_again, hand_on, send_recorded
 from workers.runners import RunLimits, RunOutcome, run_tool
@@ -160,25 +160,6 @@ def send_outcome(plan: CallPlan) -> None:
 
     record = OutcomeRecord.from_plan(plan)
     send_recorded(record_outcome, [record.model_dump(mode="json")], priority=PRIORITY_LOW)  # resent if lost
-
-
-def targeted(plan: CallPlan, result: ToolExecutionResult) -> bool:
-    """Whether the call was meant for the tool that failed: it asked for its namespace, or, by
-    scenario, it was the call's first attempt that ran, and it matched the scenario at least as
-    well as every version held back by its breaker (when the call was planned, or at its turn).
-    A fallback's failure on another tool's job is not one evolution should try to fix, nor one
-    that says the tool is worse at its own (QA new user: with the Fibonacci tool held back, the
-    sorting tool ran first; its refusals of {"n": 10} demoted it, then evolved it to take them)."""
-    if plan.request.namespace:
-        return plan.request.namespace == result.tool
-    if not plan.attempts or plan.attempts[0].attempt_id != result.attempt_id:
-        return False
-    key = f"{result.tool}@{result.version}"
-    at = next((i for i, c in enumerate(plan.candidates) if c.key == key), None)
-    if at is None:
-        return True  # not ranked by this plan (an older worker's): the first that ran, as before
-    skipped = [c.breakdown.similarity for c in plan.candidates[:at]]  # held back or passed over at their turn
-    return plan.candidates[at].breakdown.similarity >= max([plan.held_back_match, *skipped])
 
 
 def send_failure(plan: CallPlan, result: ToolExecutionResult) -> None:
