@@ -50,7 +50,11 @@ class ToolsDirWatch:
         # changed between that read and this watch would otherwise count as seen, and stay served
         # as it was (a suite run under load removed a manifest in that gap: its version stayed on
         # trial, and served, with no file). What is unchanged is only read again, never reported.
-        self._seen: dict[str, Signature] = {path: UNREAD for path in registry.source_files()}
+        # Only the files of the tools directory, which each look lists: an evolved version's, in the
+        # data directory, counted as gone at the first look, and was dropped (QA recheck: "no
+        # longer serving ...: tool.yaml is gone" for every evolved version at each worker start).
+        self._seen: dict[str, Signature] = {path: UNREAD for path in registry.source_files()
+                                            if Path(path).resolve().is_relative_to(tools_dir.resolve())}
         self._refused: dict[str, str] = {}  # file -> why, read again at every look (its script may come later)
         self._unindexed: dict[str, tuple[ToolManifest, Path | None]] = {}  # handed to `add` again at the next look
 

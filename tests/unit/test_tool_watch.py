@@ -363,3 +363,19 @@ def test_a_directory_that_cannot_be_listed_ends_the_look_and_takes_no_tool_offli
     assert served(registry) == before
     monkeypatch.setattr(tool_watch.os, "scandir", real)  # descriptors again: nothing had changed
     assert watch.poll() == [] and served(registry) == before
+
+
+def test_evolved_versions_read_at_a_restart_stay_served_at_the_first_look(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """QA recheck: at every start of the memory worker, each evolved version was logged "no longer
+    serving ...: tool.yaml is gone", its file in the data directory, which the watch of the tools
+    directory never lists."""
+    tools, data = tmp_path / "tools", tmp_path / "data"
+    shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
+    registry, _, _ = watched(tools)
+    evolve_in(registry, data / "evolved", "slugify")
+    restarted = load_registry(Settings(tools_dir=tools, data_dir=data))  # as a worker reads them at its start
+    watch = ToolsDirWatch(tools, restarted, adding_to(restarted, []), revising(restarted))
+    caplog.set_level(logging.INFO, logger="fittest.tools")
+    assert watch.poll() == []
+    assert sorted(served(restarted)) == ["slugify@1.0.0", "slugify@1.1.0"]
+    assert not [m for m in caplog.messages if "no longer serving" in m], caplog.messages
