@@ -82,7 +82,7 @@ def test_a_tool_whose_manifest_does_not_load_now_is_not_said_to_be_gone(model_pa
     manifest.write_text(text.replace("implementation:\n  kind: python\n  entrypoint: slug:run\n", ""))  # half-edited
     fittest = without_workers(model_path, unserved_redis, tmp_path, tools)
     code, said, _ = fittest("show", "slugify")
-    assert code == 2 and f"no tool named 'slugify'; these manifests do not load: {manifest}" in said, said
+    assert code == 2 and f"no tool named 'slugify'; these manifests do not load: {manifest}: field 'implementation'" in said, said
     assert "the workers serve it as they last read it" in said
     assert fittest("show", "nosuch")[0] == 2
 

@@ -81,7 +81,7 @@ def test_report_command_on_an_empty_history_still_writes_a_page(redis_url, prefi
     assert "No attempt recorded in this period." in html and "The 0 busiest" not in html
     assert refused.exit_code == 2 and "--hours must be more than 0" in refused.output and not (tmp_path / "never").exists()
     # A path it cannot write to is refused in one line, not a traceback (QA new user)
-    assert on_a_file.exit_code == 2 and "a file is there, not a directory" in on_a_file.output, on_a_file.output
+    assert on_a_file.exit_code == 2 and "something that is not a directory is there" in on_a_file.output, on_a_file.output
     assert (tmp_path / "a_file").read_text() == "x"
     assert unwritable.exit_code == 2 and "--out /proc/fittest-report: No such file or directory" in unwritable.output, unwritable.output
 

@@ -104,7 +104,8 @@ def report(
     try:  # refused in one line, as a bad argument is (QA new user: a traceback, exit 1)
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        fail(f"--out {out}: {'a file is there, not a directory' if out.is_file() else exc.strerror or exc}", REFUSED)
+        there = out.exists() and not out.is_dir()
+        fail(f"--out {out}: {'something that is not a directory is there' if there else exc.strerror or exc}", REFUSED)
     try:
         path = write_report(reader_for(get_settings()), out, since=since, top=top)
     except OSError as exc:
