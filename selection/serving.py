@@ -23,8 +23,10 @@ from selection.models import Candidate, CallPlan, CallRequest, FailureClass, Too
 # match among the tools that matched: a tool that does the job about as well as its words say...
 NEWCOMER_MARGIN = 0.1
 # ...and matches it clearly: a tool's own jobs reach 0.7-1.0, where vague ones ("process this
-# file") matched QA K's ini2json at 0.34-0.48 and used up its trial on jobs it could not do.
-NEWCOMER_MIN_SIMILARITY = 0.5
+# file") matched QA K's ini2json at 0.34-0.48 and used up its trial on jobs it could not do. Below
+# it, and without a record of doing the job, a tool is not the one a call was meant for (`targeted`)
+# nor one to hand a suspect input to (`takes_a_refused_input`), and its success is noted.
+CLEAR_MATCH = 0.5
 # A past call whose scenario is at least this similar was the same job, in other words (unrelated
 # jobs stay below 0.6): what a half-open version did before, or what people judged it wrong on.
 SAME_JOB = 0.8
@@ -110,7 +112,7 @@ def newcomer_to_try(request: CallRequest, evidence: list[CandidateEvidence], new
     that does the job has successes nearby, so the policy never ranks it first and its own
     outcomes never come (QA: a `toml2json` added beside a `universal_convert` that kept
     succeeding ran 0 times in 298 TOML calls). Until it has run `runs` times (FITTEST_TRIAL_SUCCESSES),
-    a newcomer whose description matches the job clearly (NEWCOMER_MIN_SIMILARITY) and within
+    a newcomer whose description matches the job clearly (CLEAR_MATCH) and within
     NEWCOMER_MARGIN of the best match is tried first on FITTEST_TRIAL_SHARE of such calls (the
     selector draws the share); after that its outcomes speak for it, as anyone's. `best_match`:
     the best similarity of the versions that matched but are not candidates (held back by their
@@ -132,7 +134,7 @@ def newcomer_to_try(request: CallRequest, evidence: list[CandidateEvidence], new
     serves = served.by_namespace if served is not None else {}
     fresh = [e for e in semantic if e.manifest.name in newcomers and ran[e.manifest.name] < runs
              and serves.get(e.manifest.name, e.manifest.version) == e.manifest.version
-             and e.similarity >= max(best - NEWCOMER_MARGIN, NEWCOMER_MIN_SIMILARITY)]
+             and e.similarity >= max(best - NEWCOMER_MARGIN, CLEAR_MATCH)]
     return max(fresh, key=lambda e: (e.similarity, e.key), default=None)
 
 
@@ -247,12 +249,12 @@ def refuses_everything(e: CandidateEvidence) -> bool:
 def takes_a_refused_input(c: Candidate, namespace: str | None = None) -> bool:
     """Whether a candidate is still tried with an input that a tool doing the job refused as the
     caller's mistake: a version of the namespace the call names, or one that does such jobs too, by
-    its record or clearly by its description (at least NEWCOMER_MIN_SIMILARITY), may take what the
+    its record or clearly by its description (at least CLEAR_MATCH), may take what the
     first one cannot (a lenient parser after a strict one). Any other took such inputs without an
     error and answered something else, or refused them in its turn (QA ops: a lowercasing tool
     returned a "sha256 checksum"; 11 tools refused 176 such inputs in 85 calls, each refusal
     demoting a tool that never did the job)."""
-    return c.manifest.name == namespace or c.does_the_job or c.breakdown.similarity >= NEWCOMER_MIN_SIMILARITY
+    return c.manifest.name == namespace or c.does_the_job or c.breakdown.similarity >= CLEAR_MATCH
 
 
 def refused_input(plan: CallPlan) -> ToolExecutionResult | None:
@@ -278,7 +280,7 @@ def input_refused_message(plan: CallPlan) -> str | None:
     how = "refused it too" if all(a.error_class is FailureClass.bad_input for a in after) else "failed with it too"
     tried = f"; the other tools tried with it {how} ({', '.join(f'{a.tool}@{a.version}' for a in after)})" if after else ""
     # QA recheck: "as they do not do such jobs" of a tool that could have (its description matched less).
-    passed = (f"; not tried with it, having done no such job and matching it less than {NEWCOMER_MIN_SIMILARITY}: "
+    passed = (f"; not tried with it, having done no such job and matching it less than {CLEAR_MATCH}: "
               f"{', '.join(plan.passed_over)} (a call that names one tries it)") if plan.passed_over else ""
     check = ": check the input" if refusal.callers_mistake else ""
     return f"{_refused(refusal)}{check}{tried}{passed}"
@@ -296,11 +298,13 @@ def took_a_refused_input_note(plan: CallPlan, result: ToolExecutionResult) -> st
 
 def targeted(plan: CallPlan, result: ToolExecutionResult) -> bool:
     """Whether the call was meant for the tool that failed: it asked for its namespace, or, by
-    scenario, it was the call's first attempt that ran, and it matched the scenario at least as
-    well as every version held back by its breaker (when the call was planned, or at its turn).
-    A fallback's failure on another tool's job is not one evolution should try to fix, nor one
-    that says the tool is worse at its own (QA new user: with the Fibonacci tool held back, the
-    sorting tool ran first; its refusals of {"n": 10} demoted it, then evolved it to take them)."""
+    scenario, it was the call's first attempt that ran, and either it does such jobs by its record
+    or it matches the scenario clearly (CLEAR_MATCH) and at least as well as every version held
+    back by its breaker (when the call was planned, or at its turn). A failure on a job that is
+    not the tool's is not one evolution should try to fix, nor a refusal of its input one that says
+    the tool is worse at its own (QA new user: with the Fibonacci tool held back, the sorting tool
+    ran first; its refusals of {"n": 10} demoted it, then evolved it to take them; QA recheck: with
+    no translation tool, the word counter, 0.34 similar, was evolved to take "sentence")."""
     if plan.request.namespace:
         return plan.request.namespace == result.tool
     if not plan.attempts or plan.attempts[0].attempt_id != result.attempt_id:
@@ -309,24 +313,44 @@ def targeted(plan: CallPlan, result: ToolExecutionResult) -> bool:
     at = next((i for i, c in enumerate(plan.candidates) if c.key == key), None)
     if at is None:
         return True  # not ranked by this plan (an older worker's): the first that ran, as before
+    ran = plan.candidates[at]
     skipped = [c.breakdown.similarity for c in plan.candidates[:at]]  # held back or passed over at their turn
-    return plan.candidates[at].breakdown.similarity >= max([plan.held_back_match, *skipped])
+    return ran.does_the_job or ran.breakdown.similarity >= max([CLEAR_MATCH, plan.held_back_match, *skipped])
 
 
-def served_as_a_stranger_note(plan: CallPlan, served: Candidate, result: ToolExecutionResult) -> str | None:
-    """What the caller should know of a success by a fallback that matches the job only weakly
-    (under NEWCOMER_MIN_SIMILARITY) and has not done such jobs by its record: it ran without an
-    error, which is not the same as doing what was asked, and its success makes it the job's
-    first choice next time (QA new user: a vowel counter, 0.22 similar, "served" a string reversal
-    after the reversing tool crashed, and was ranked first for it from then on)."""
-    if plan.attempts[:1] == [result] or result.took_a_refused_input or served.does_the_job:
-        return None  # the policy's own first choice, or said already (`took_a_refused_input_note`)
-    if served.manifest.name == plan.request.namespace:
-        return None  # the tool the call asked for
-    if served.breakdown.similarity >= NEWCOMER_MIN_SIMILARITY:
+def no_tool_meant_for_it(plan: CallPlan) -> str | None:
+    """Why a call whose every candidate failed evolves nothing, when no tool of its job is known:
+    it named no namespace, none was held back by its breaker, and the first tool that ran was not
+    the call's (`targeted`). Evolving a tool meant for another job would make it answer this one
+    wrongly (QA recheck: with no translation tool, the word counter was evolved to take a
+    "sentence", won its trial on translation calls, and answered them with word counts)."""
+    failed = [a for a in plan.attempts if not a.success and a.error_class is not None]
+    if plan.request.namespace or plan.held_back or not failed or targeted(plan, failed[0]):
         return None
-    return (f"{served.key} served this call as a fallback, matching it {served.breakdown.similarity:.2f}, and has done "
-            f"no such job before: check its output (`fittest feedback add {served.manifest.name} negative --call "
+    best = max(plan.candidates, key=lambda c: c.breakdown.similarity, default=None)
+    closest = f" (the closest, {best.key}, matches it {best.breakdown.similarity:.2f})" if best is not None else ""
+    return (f"no tool tried matches this job clearly{closest} or has done it, so none was evolved for it: add a tool "
+            "for it, or name one (`--namespace`) to have it evolved")
+
+
+def served_by_whom_note(plan: CallPlan, served: Candidate, result: ToolExecutionResult) -> str | None:
+    """What the caller should know of the tool that served the call, if it is not plainly the one
+    asked for: another tool than the namespace the call named, or one that matches the job only
+    weakly (under CLEAR_MATCH) and has not done such jobs by its record. It ran without an error,
+    which is not the same as doing what was asked, and its success makes it the job's first choice
+    next time (QA new user: a vowel counter, 0.22 similar, "served" a string reversal after the
+    reversing tool crashed, without a word, and was first for it from then on; QA recheck: the
+    note came once, as a fallback, and never as the first choice it then was)."""
+    if result.took_a_refused_input:
+        return None  # said already (`took_a_refused_input_note`)
+    named = plan.request.namespace
+    if named and served.manifest.name != named and any(a.tool == named and not a.success for a in plan.attempts):
+        return f"the call named {named}, which failed; {served.key}, another tool, served it: check its output"
+    if named or served.does_the_job or served.breakdown.similarity >= CLEAR_MATCH:
+        return None  # (a name no tool has is noted apart: the call was ranked by its scenario alone)
+    how = "as the first choice" if plan.attempts[:1] == [result] else "as a fallback"
+    return (f"{served.key} served this call {how}, matching it {served.breakdown.similarity:.2f}, and has not done such a "
+            f"job {RELIABLE_RUNS} times: check its output (`fittest feedback add {served.manifest.name} negative --call "
             f"{plan.request.call_id}` if it is wrong)")
 
 

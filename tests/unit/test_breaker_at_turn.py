@@ -86,10 +86,12 @@ def test_versions_selection_held_back_use_up_no_attempt() -> None:
 def test_a_scenario_calls_first_attempt_that_ran_is_the_targeted_one() -> None:
     """A failure of the tool a call was meant for feeds evolution; with the first candidate held back,
     that is the second candidate, the first that ran (it was the first candidate only, before)."""
-    from selection.models import FailureClass, ToolExecutionResult
+    from selection.models import FailureClass, ScoreBreakdown, ToolExecutionResult
     from selection.serving import targeted
 
     plan = plan_of("a", "b", "c")
+    for c in plan.candidates:
+        c.breakdown = ScoreBreakdown(similarity=0.7)
     plan.held_back = ["a@1.0.0"]
     ran = [ToolExecutionResult(attempt_id=f"{plan.request.call_id}:{i}", call_id=plan.request.call_id, tool=n,
                                version="1.0.0", success=False, error_class=FailureClass.crash) for i, n in ((1, "b"), (2, "c"))]
@@ -127,6 +129,24 @@ def test_a_fallback_that_ran_first_in_place_of_a_better_match_held_back_is_not_t
     twin = similar(plan_of("fibonacci", "fib_fast"), 0.8, 0.82)
     twin.held_back = ["fibonacci@1.0.0"]
     assert targeted(twin, first_ran(twin, "fib_fast"))
+
+
+def test_a_first_choice_that_matches_the_job_weakly_and_never_did_it_is_not_targeted() -> None:
+    """QA recheck: with no translation tool, the word counter, 0.34 similar, ran first; its refusal
+    of {"sentence": ...} evolved it to take that key, and it then answered translations with word
+    counts. A version that does such jobs by its record is the call's, whatever its words."""
+    from selection.models import FailureClass, ScoreBreakdown, ToolExecutionResult
+    from selection.serving import targeted
+
+    plan = plan_of("word_stats")
+    plan.attempts = [ToolExecutionResult(attempt_id=f"{plan.request.call_id}:0", call_id=plan.request.call_id,
+                                         tool="word_stats", version="1.0.0", success=False, error_class=FailureClass.bad_input)]
+    plan.candidates[0].breakdown = ScoreBreakdown(similarity=0.34)
+    assert not targeted(plan, plan.attempts[0])
+    plan.candidates[0].does_the_job = True
+    assert targeted(plan, plan.attempts[0])
+    plan.candidates[0].does_the_job, plan.candidates[0].breakdown.similarity = False, 0.5
+    assert targeted(plan, plan.attempts[0])
 
 
 def test_after_a_refusal_by_mistake_the_tools_that_do_not_do_such_jobs_are_passed_over_and_use_up_no_attempt() -> None:

@@ -50,3 +50,30 @@ def test_a_fallback_that_ran_in_place_of_a_better_match_held_back_leaves_the_evo
     # One that matched as well as the one held back is the job's tool in its place: it is evolved.
     twin = plan.model_copy(update={"candidates": [ranked("sort_numbers", 0.85), ranked("word_stats", 0.25)]})
     assert call_failures(twin, None)[0] == "sort_numbers"
+
+
+def test_a_call_whose_job_no_tool_tried_is_meant_for_evolves_nothing_and_says_why() -> None:
+    """QA recheck: with no translation tool, the word counter (0.34 similar) refused the input and
+    was evolved to take "sentence"; the new version won its trial and answered translations with
+    word counts."""
+    from selection.manifest import ToolManifest
+    from selection.models import Candidate, ScoreBreakdown
+    from selection.serving import no_tool_meant_for_it
+
+    def ranked(name: str, similarity: float) -> Candidate:
+        manifest = ToolManifest(name=name, description=name, implementation={"kind": "http", "url": "http://x"})
+        return Candidate(key=manifest.key, manifest=manifest, score=1.0, breakdown=ScoreBreakdown(similarity=similarity))
+
+    plan = CallPlan(request=CallRequest(scenario="translate this sentence into French"),
+                    candidates=[ranked("word_stats", 0.34), ranked("reverse_text", 0.21)],
+                    attempts=[attempt("word_stats", FailureClass.bad_input), attempt("reverse_text", FailureClass.crash, 1)])
+    assert no_tool_meant_for_it(plan) == ("no tool tried matches this job clearly (the closest, word_stats@1.0.0, matches "
+                                          "it 0.34) or has done it, so none was evolved for it: add a tool for it, or name "
+                                          "one (`--namespace`) to have it evolved")
+    # A clear match, a tool that does the job, a namespace named or a tool held back: that one evolves.
+    clear = plan.model_copy(update={"candidates": [ranked("word_stats", 0.6), ranked("reverse_text", 0.21)]})
+    assert no_tool_meant_for_it(clear) is None
+    doer = plan.model_copy(update={"candidates": [plan.candidates[0].model_copy(update={"does_the_job": True}), plan.candidates[1]]})
+    assert no_tool_meant_for_it(doer) is None
+    assert no_tool_meant_for_it(plan.model_copy(update={"request": CallRequest(scenario="x", namespace="word_stats")})) is None
+    assert no_tool_meant_for_it(plan.model_copy(update={"held_back": ["translate@1.0.0"]})) is None

@@ -22,7 +22,7 @@ from selection.serving import (
     refused_input,
     refuses_everything,
     second_opinion,
-    served_as_a_stranger_note,
+    served_by_whom_note,
     served_first,
     takes_a_refused_input,
     took_a_refused_input_note,
@@ -359,9 +359,11 @@ def test_after_a_refusal_by_mistake_only_the_tools_that_do_such_jobs_are_tried_a
     assert took_a_refused_input_note(plan, attempt("lower_text", True)) is None
 
 
-def test_a_fallback_that_matches_the_job_weakly_and_never_did_it_is_named_when_it_serves_the_call() -> None:
+def test_a_tool_that_matches_the_job_weakly_and_never_did_it_or_another_than_the_one_named_is_noted_when_it_serves() -> None:
     """QA new user: the string reverser crashed, and a vowel counter, 0.22 similar, "served" the
-    reversal without a word; its success made it the job's first choice from then on."""
+    reversal without a word; its success made it the job's first choice from then on. QA recheck:
+    the note came once, as a fallback, and not when it was the first choice; and a call that named
+    the reverser said nothing of another tool serving it."""
     def ran(tool: str, ok: bool) -> ToolExecutionResult:
         return ToolExecutionResult(attempt_id=f"c:{tool}", call_id="c", tool=tool, version="1.0.0", success=ok,
                                    error_class=None if ok else FailureClass.crash)
@@ -372,14 +374,19 @@ def test_a_fallback_that_matches_the_job_weakly_and_never_did_it_is_named_when_i
     reverser, counter = ranked("reverse_text", 0.8), ranked("vowel_count", 0.22)
     plan = CallPlan(request=CallRequest(scenario="reverse this string", call_id="c"), candidates=[reverser, counter],
                     attempts=[ran("reverse_text", False), ran("vowel_count", True)])
-    assert served_as_a_stranger_note(plan, counter, plan.attempts[1]) == (
-        "vowel_count@1.0.0 served this call as a fallback, matching it 0.22, and has done no such job before: check its "
-        "output (`fittest feedback add vowel_count negative --call c` if it is wrong)")
-    # Nothing to say of a fallback that does such jobs, or matches them clearly, or of the first choice.
-    assert served_as_a_stranger_note(plan, ranked("vowel_count", 0.22, does=True), plan.attempts[1]) is None
-    assert served_as_a_stranger_note(plan, ranked("reverse_words", 0.55), plan.attempts[1]) is None
+    assert served_by_whom_note(plan, counter, plan.attempts[1]) == (
+        "vowel_count@1.0.0 served this call as a fallback, matching it 0.22, and has not done such a job 3 times: check "
+        "its output (`fittest feedback add vowel_count negative --call c` if it is wrong)")
     first = plan.model_copy(update={"attempts": [ran("vowel_count", True)]})
-    assert served_as_a_stranger_note(first, counter, first.attempts[0]) is None
-    # ...nor of a version of the tool the call asked for.
-    asked = plan.model_copy(update={"request": CallRequest(scenario="reverse this string", namespace="vowel_count")})
-    assert served_as_a_stranger_note(asked, counter, plan.attempts[1]) is None
+    assert "served this call as the first choice, matching it 0.22" in (served_by_whom_note(first, counter, first.attempts[0]) or "")
+    # Nothing to say of one that does such jobs, or matches them clearly.
+    assert served_by_whom_note(plan, ranked("vowel_count", 0.22, does=True), plan.attempts[1]) is None
+    assert served_by_whom_note(plan, ranked("reverse_words", 0.55), plan.attempts[1]) is None
+    # A call that named a tool: said when another served it, not when it did.
+    asked = plan.model_copy(update={"request": CallRequest(scenario="reverse this string", namespace="reverse_text", call_id="c")})
+    assert served_by_whom_note(asked, counter, plan.attempts[1]) == (
+        "the call named reverse_text, which failed; vowel_count@1.0.0, another tool, served it: check its output")
+    typo = plan.model_copy(update={"request": CallRequest(scenario="reverse this string", namespace="reverse_txt", call_id="c")})
+    assert served_by_whom_note(typo, counter, plan.attempts[1]) is None  # no such tool ran: its own note says so
+    mine = plan.model_copy(update={"request": CallRequest(scenario="reverse this string", namespace="vowel_count")})
+    assert served_by_whom_note(mine, counter, plan.attempts[1]) is None

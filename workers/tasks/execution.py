@@ -30,8 +30,8 @@ from selection.manifest import ToolManifest
 from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
-from selection.serving import (input_refused_message, refused_for_its_namespace, refused_input, served_as_a_stranger_note,
-                               takes_a_refused_input, targeted, took_a_refused_input_note)
+from selection.serving import (input_refused_message, no_tool_meant_for_it, refused_for_its_namespace, refused_input,
+                               served_by_whom_note, takes_a_refused_input, targeted, took_a_refused_input_note)
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
 from workers.rescue import CallStep, delivered_again, hand_on, send_recorded
 from workers.runners import RunLimits, RunOutcome, run_tool
@@ -253,7 +253,7 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
     result = run_attempt(plan, index) if deaths is None else crashed_attempt(plan, index, deaths)
     plan.attempts.append(result)
     if result.success:
-        for note in (took_a_refused_input_note(plan, result), served_as_a_stranger_note(plan, plan.candidates[index], result)):
+        for note in (took_a_refused_input_note(plan, result), served_by_whom_note(plan, plan.candidates[index], result)):
             if note is not None:
                 plan.notes.append(note)
         return finish(plan, "success")
@@ -328,12 +328,14 @@ def after_last_attempt(task: Task, plan: CallPlan) -> Any:
     # a version that refuses every input of late may be broken, and is.
     evolves = settings.evolution_enabled and not plan.request.after_evolution and not plan.evolved
     refusal = refused_input(plan)
-    if evolves and (refusal is None or not refusal.callers_mistake):
+    nobodys = no_tool_meant_for_it(plan)
+    if evolves and (refusal is None or not refusal.callers_mistake) and nobodys is None:
         from workers.tasks.evolution import prepare_evolution
 
         return hand_on(task, prepare_evolution.si(plan.model_dump(mode="json")))
+    failed = f"every candidate failed ({attempts_made(plan)})"
     return finish(plan, "failed", message=refused_for_its_namespace(plan) or input_refused_message(plan)
-                  or f"every candidate failed ({attempts_made(plan)})")
+                  or (f"{failed}; {nobodys}" if nobodys and evolves else failed))
 
 
 def _attempts(n: int) -> str:
