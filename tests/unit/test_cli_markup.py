@@ -136,7 +136,7 @@ def test_tools_prints_manifest_errors_and_tools_as_written(tmp_path: Path, monke
     registry = ToolRegistry.load([bad, missing])
     monkeypatch.setattr("workers.runtime.runtime", lambda: SimpleNamespace(
         registry=registry, settings=SimpleNamespace(trial_successes=5),
-        state=SimpleNamespace(stats_and_breakers=lambda keys: ({}, {}), newcomers=dict)))
+        state=SimpleNamespace(stats_and_breakers=lambda keys: ({}, {}), newcomers=dict, promotions=lambda names: {})))
     monkeypatch.setattr("workers.state.probe_client", lambda *a, **k: SimpleNamespace(ping=lambda: True, close=lambda: None))
 
     out = printed(lambda: tools.tools(json_out=False))

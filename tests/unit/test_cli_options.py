@@ -460,9 +460,19 @@ def test_the_tools_list_marks_a_tool_new_to_the_running_system_while_its_trial_r
     assert [(r["name"], r["newcomer"]) for r in rows] == [("fast_sort", False), ("new_sort", True)]
     with console.capture() as out:
         console.print(tools_table(rows))
-    assert any("new_sort@1.0.0 (new: on trial)" in line for line in out.get().splitlines())
+    assert any("new_sort@1.0.0 (new tool: tried first on a share of its calls)" in line for line in out.get().splitlines())
     state.record_successes([("new_sort@1.0.0", "a1"), ("new_sort@1.0.0", "a2")])
     assert [r["newcomer"] for r in tool_rows(manifests, state, trial_runs=2)] == [False, False]  # its runs are done
+    # The evolved version its promotion puts on trial is marked as such, and only it (QA: nothing was).
+    from selection.models import Promotion
+
+    evolved = ToolManifest(name="fast_sort", version="1.1.0", parent_version="1.0.0", description="fast_sort", implementation=HTTP)
+    state.promote(Promotion(namespace="fast_sort", evolved_version="1.1.0", original_version="1.0.0"))
+    rows = tool_rows([*manifests, evolved], state, trial_runs=2)
+    assert [(r["version"], r["on_trial"]) for r in rows if r["name"] == "fast_sort"] == [("1.0.0", False), ("1.1.0", True)]
+    with console.capture() as out:
+        console.print(tools_table(rows))
+    assert any("fast_sort@1.1.0 (on trial against its parent)" in line for line in out.get().splitlines())
 
 
 def test_a_deprecated_version_of_a_new_tool_is_not_marked_on_trial() -> None:

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from selection.manifest import ToolManifest
-from selection.ports import Breakers, Newcomers
+from selection.ports import Breakers, Newcomers, Promotions
 from selection.serving import REFUSED_IN_A_ROW
 from workers.cli.common import REFUSED, JsonOpt, console, err_console, fail, literal, needs_redis, print_json
 
@@ -46,17 +46,20 @@ def tools(json_out: JsonOpt = False) -> None:
     console.print(tools_table(rows))
 
 
-class ToolStates(Breakers, Newcomers, Protocol):
-    """What `fittest tools` reads of each version: its counters and breaker, and the newcomers."""
+class ToolStates(Breakers, Newcomers, Promotions, Protocol):
+    """What `fittest tools` reads of each version: its counters and breaker, the newcomers, and the promotions."""
 
 
 def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int) -> list[dict[str, Any]]:
     """Each version as `fittest tools --json` shows it: its manifest's summary and its state.
     `newcomer`: a version of a tool new to the running system that is still tried first on a share
     of the calls it matches (it has run fewer than `trial_runs` times; selection/serving.py), which
-    a deprecated version, out of the rankings, is not."""
+    a deprecated version, out of the rankings, is not. `on_trial`: the evolved version its
+    namespace's promotion puts on trial (QA: "(new: on trial)" marked a new tool's original, and
+    nothing marked the version really on trial)."""
     stats, breakers = state.stats_and_breakers([m.key for m in manifests])
     newcomers = state.newcomers()
+    promotions = state.promotions(sorted({m.name for m in manifests}))
     return [
         {
             "name": m.name,
@@ -73,6 +76,7 @@ def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int)
             "deprecated": m.deprecated,
             "newcomer": (not m.deprecated and m.name in newcomers
                          and stats[m.key].successes + stats[m.key].failures < trial_runs),
+            "on_trial": (p := promotions.get(m.name)) is not None and p.status == "on_trial" and p.evolved_version == m.version,
         }
         for m in manifests
     ]
@@ -91,7 +95,8 @@ def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
         q = r["quality"]
         color = "green" if q >= 0.9 else "yellow" if q >= 0.7 else "red"
         key = (literal(f"{r['name']}@{r['version']}") + (" [dim](deprecated)[/dim]" if r.get("deprecated") else "")
-               + (" [cyan](new: on trial)[/cyan]" if r.get("newcomer") else ""))
+               + (" [cyan](new tool: tried first on a share of its calls)[/cyan]" if r.get("newcomer") else "")
+               + (" [cyan](on trial against its parent)[/cyan]" if r.get("on_trial") else ""))
         breaker = r.get("breaker", "closed")
         shown = {"open": "[red]open[/red]", "half_open": "[yellow]half-open[/yellow]"}.get(breaker, "[dim]closed[/dim]")
         refused = f" [dim](+{r['refused_inputs']} refused inputs)[/dim]" if r.get("refused_inputs") else ""
