@@ -29,6 +29,9 @@ class CandidateEvidence(BaseModel):
     refused_in_a_row: int = 0  # inputs it refused as callers' mistakes since its last success
     failure_similarities: list[float] = Field(default_factory=list)  # past failures of this version
     success_similarities: list[float] = Field(default_factory=list)  # past successes of this version
+    # Of them, those that say it does such jobs (not `ToolExecutionResult.unconfirmed`), and the
+    # outputs of it a person judged right: what `does_the_job` counts.
+    doing_similarities: list[float] = Field(default_factory=list)
     # Past successes of the namespace, any version (this one included): what a new version inherits.
     namespace_success_similarities: list[float] = Field(default_factory=list)
     feedback_points: float = 0.0  # -50..50

@@ -51,6 +51,8 @@ class ExecutionRecord(BaseModel):
     # an input by a tool that does the job, or a success on it by a version that has done no such
     # job. No evidence of what the tool does: the weights and `fittest recommend` leave it out.
     forgiven: bool = False
+    # A success that says nothing of whether the version does such jobs (ToolExecutionResult.unconfirmed).
+    unconfirmed: bool = False
 
     @property
     def key(self) -> str:

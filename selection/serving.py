@@ -219,8 +219,9 @@ def did_the_job(e: CandidateEvidence) -> bool:
 
 
 def does_the_job(e: CandidateEvidence) -> bool:
-    """Whether this version does jobs like this one: RELIABLE_RUNS of its successes (not set aside)
-    are at least SAME_JOB similar. Its refusal of the call's input (bad_input) makes the input
+    """Whether this version does jobs like this one: RELIABLE_RUNS of its successes (not set aside,
+    nor unconfirmed: `serves_unconfirmed`; outputs a person judged right count too) are at least
+    SAME_JOB similar. Its refusal of the call's input (bad_input) makes the input
     suspect (`ToolExecutionResult.refused_its_job`), and is the caller's mistake
     (`ToolExecutionResult.callers_mistake`), not evidence of what the version is fit for, unless it
     refuses everything of late (`refuses_everything`).
@@ -232,8 +233,10 @@ def does_the_job(e: CandidateEvidence) -> bool:
     successes selection found nearby, so that the failure mark and the call's outcome, applied by
     separate tasks, read the same answer (workers/outcomes.py). A version that did not do the job
     has its refusals counted: that it refuses such inputs is what they teach (a text tool tried on
-    a sort job)."""
-    return sum(s >= SAME_JOB for s in e.success_similarities) >= RELIABLE_RUNS
+    a sort job). QA evolution: a word counter, 0.43 similar, answered vowel-count calls with word
+    counts, and after three such successes "did the job": its refusals were the callers' mistakes,
+    and a crash of it there would have been evolved for vowel counting."""
+    return sum(s >= SAME_JOB for s in e.doing_similarities) >= RELIABLE_RUNS
 
 
 def refuses_everything(e: CandidateEvidence) -> bool:
@@ -333,25 +336,32 @@ def no_tool_meant_for_it(plan: CallPlan) -> str | None:
             "for it, or name one (`--namespace`) to have it evolved")
 
 
+def serves_unconfirmed(plan: CallPlan, served: Candidate, result: ToolExecutionResult) -> bool:
+    """Whether a success says nothing of whether its version does such jobs: the version matches
+    the job only weakly (under CLEAR_MATCH), has no record of doing it, and the call did not name
+    it. It ran without an error, which is not the same as doing what was asked; it still counts,
+    and ranks the version for such jobs, but only a success where it matched clearly, or a person's
+    judgement of its output (`feedback add ... positive --call`), makes it one that does them."""
+    return (result.success and not result.took_a_refused_input and not served.does_the_job
+            and served.manifest.name != plan.request.namespace and served.breakdown.similarity < CLEAR_MATCH)
+
+
 def served_by_whom_note(plan: CallPlan, served: Candidate, result: ToolExecutionResult) -> str | None:
     """What the caller should know of the tool that served the call, if it is not plainly the one
-    asked for: another tool than the namespace the call named, or one that matches the job only
-    weakly (under CLEAR_MATCH) and has not done such jobs by its record. It ran without an error,
-    which is not the same as doing what was asked, and its success makes it the job's first choice
-    next time (QA new user: a vowel counter, 0.22 similar, "served" a string reversal after the
-    reversing tool crashed, without a word, and was first for it from then on; QA recheck: the
-    note came once, as a fallback, and never as the first choice it then was)."""
-    if result.took_a_refused_input:
-        return None  # said already (`took_a_refused_input_note`)
+    asked for: another tool than the namespace the call named, or one whose success is unconfirmed
+    (`serves_unconfirmed`): its success makes it the job's first choice next time (QA new user: a
+    vowel counter, 0.22 similar, "served" a string reversal after the reversing tool crashed,
+    without a word, and was first for it from then on; QA recheck: the note came once, as a
+    fallback, and never as the first choice it then was)."""
     named = plan.request.namespace
     if named and served.manifest.name != named and any(a.tool == named and not a.success for a in plan.attempts):
         return f"the call named {named}, which failed; {served.key}, another tool, served it: check its output"
-    if named or served.does_the_job or served.breakdown.similarity >= CLEAR_MATCH:
+    if named or not serves_unconfirmed(plan, served, result):
         return None  # (a name no tool has is noted apart: the call was ranked by its scenario alone)
     how = "as the first choice" if plan.attempts[:1] == [result] else "as a fallback"
-    return (f"{served.key} served this call {how}, matching it {served.breakdown.similarity:.2f}, and has not done such a "
-            f"job {RELIABLE_RUNS} times: check its output (`fittest feedback add {served.manifest.name} negative --call "
-            f"{plan.request.call_id}` if it is wrong)")
+    return (f"{served.key} served this call {how}, matching it {served.breakdown.similarity:.2f}, with no record of doing "
+            f"such jobs: check its output (`fittest feedback add {served.manifest.name} positive|negative --call "
+            f"{plan.request.call_id}` says whether it does)")
 
 
 def failed_the_job(e: CandidateEvidence) -> bool:

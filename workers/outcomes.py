@@ -134,6 +134,7 @@ def execution_records(record: OutcomeRecord) -> list[ExecutionRecord]:
             execution_time_ms=a.execution_time_ms,
             timestamp=a.timestamp,
             forgiven=a.attempt_id in set_aside,
+            unconfirmed=a.unconfirmed,
         )
         for a in record.attempts
     ]
@@ -152,7 +153,7 @@ def store_executions(rt: Runtime, records: Sequence[ExecutionRecord], vectors: S
             payload={"tool": r.key, "name": r.tool, "version": r.version, "success": r.success,
                      "error_class": r.error_class, "call_id": r.call_id, "policy": r.policy,
                      "probability": r.probability, "timestamp": r.timestamp, "scenario": r.scenario[:500],
-                     **({"forgiven": True} if r.forgiven else {})},
+                     **({"forgiven": True} if r.forgiven else {}), **({"unconfirmed": True} if r.unconfirmed else {})},
         )
         for i, r in enumerate(records)
     ]

@@ -68,17 +68,18 @@ def run_call(rt, scenario: str, right: str, call_id: str) -> list[str]:
 
 
 def serve_judged(rt, scenario: str, call_id: str, tool: str | None = None,
-                 judged: Literal["positive", "negative"] | None = None, judged_tool: str | None = None) -> str:
-    """Plan a call whose `tool` (default: its first candidate) gives an output without an error,
-    record what it teaches, and have a person judge that output (`judged`; only of `judged_tool`
-    when given); the tool that ran."""
+                 judged: Literal["positive", "negative"] | None = None, judged_tool: str | None = None,
+                 unconfirmed: bool = False) -> str:
+    """Plan a call whose `tool` (default: its first candidate) gives an output without an error
+    (`unconfirmed`: as the executor flags a weak match's), record what it teaches, and have a
+    person judge that output (`judged`; only of `judged_tool` when given); the tool that ran."""
     from workers.feedback_store import JudgedCall, record_tool_feedback
     from workers.outcomes import apply_outcome, execution_records, store_executions
 
     plan = rt.selector.plan(CallRequest(scenario=scenario, call_id=call_id))
     ran = next(c for c in plan.candidates if c.manifest.name == (tool or plan.candidates[0].manifest.name))
     plan.attempts.append(ToolExecutionResult(attempt_id=f"{call_id}:0", call_id=call_id, tool=ran.manifest.name,
-                                             version=ran.manifest.version, success=True))
+                                             version=ran.manifest.version, success=True, unconfirmed=unconfirmed))
     outcome = OutcomeRecord.from_plan(plan)
     apply_outcome(rt, outcome)
     store_executions(rt, execution_records(outcome))
@@ -324,6 +325,25 @@ def test_a_job_whose_tool_is_held_back_wears_down_no_fallback_that_refuses_its_i
     # Remembered near the job, though, where they rank the tools that refused it down.
     plan = rt.selector.plan(CallRequest(scenario=scenario, input={"n": 10}, call_id="next"))
     assert {c.key for c in plan.candidates if c.breakdown.similar_failures > 0} == tried
+
+
+def test_a_weak_matchs_successes_do_not_make_it_a_tool_that_does_the_job_until_a_person_says_so(rt, monkeypatch) -> None:
+    """QA evolution: a word counter, 0.43 similar, answered vowel-count calls with word counts, and
+    after three such successes "did the job": its refusals were the callers' mistakes, and a crash
+    of it there would have been evolved for vowel counting."""
+    monkeypatch.setattr(rt.selector.settings, "min_similarity", -1.0)  # every tool a candidate, the stock tool too
+    scenario = "how many yen do I get for 200 dollars today"
+    for i in range(3):  # unconfirmed: it matched weakly, with no record (as the executor flags it)
+        serve_judged(rt, scenario, f"weak{i}", "stock_quotes", unconfirmed=True)
+    rt.selector.cache.clear()  # as FITTEST_SELECTION_CACHE_TTL_S would: the same words were ranked before
+    plan = rt.selector.plan(CallRequest(scenario=scenario, call_id="next"))
+    stock = next(c for c in plan.candidates if c.manifest.name == "stock_quotes")
+    assert stock.breakdown.extra["successes_nearby"] > 0 and not stock.does_the_job  # ranked by them, not a doer
+    for i in range(3):  # a person says its outputs were right
+        serve_judged(rt, scenario, f"judged{i}", "stock_quotes", judged="positive", unconfirmed=True)
+    rt.selector.cache.clear()
+    plan = rt.selector.plan(CallRequest(scenario=scenario, call_id="after"))
+    assert next(c for c in plan.candidates if c.manifest.name == "stock_quotes").does_the_job
 
 
 def test_a_tool_whose_outputs_people_keep_judging_wrong_gives_way_to_another_that_does_the_job(rt) -> None:

@@ -23,6 +23,7 @@ from selection.serving import (
     refuses_everything,
     second_opinion,
     served_by_whom_note,
+    serves_unconfirmed,
     served_first,
     takes_a_refused_input,
     took_a_refused_input_note,
@@ -305,12 +306,18 @@ def test_a_namespace_refusal_names_the_version_that_does_such_jobs_not_the_one_t
 
 def test_a_version_does_a_job_after_three_successes_at_it_and_only_its_refusal_then_is_the_callers_mistake() -> None:
     def doer(*similarities: float) -> bool:
-        return does_the_job(CandidateEvidence(manifest=candidate("hash_text").manifest, success_similarities=list(similarities)))
+        return does_the_job(CandidateEvidence(manifest=candidate("hash_text").manifest, success_similarities=list(similarities),
+                                              doing_similarities=list(similarities)))
 
     assert not doer(0.95, 0.9)  # two may be a fallback's luck
     assert doer(0.95, 0.9, 0.85)
     assert not doer(0.95, 0.9, 0.7, 0.6)  # other jobs are not this one
-    broken = CandidateEvidence(manifest=candidate("hash_text").manifest, success_similarities=[0.95] * 10, refused_in_a_row=5)
+    # Successes where it matched weakly, with no record (`serves_unconfirmed`), rank it but say
+    # nothing of whether it does the job (QA evolution: a word counter, 0.43 similar, answered
+    # vowel-count calls with word counts, and after three such successes "did the job").
+    assert not does_the_job(CandidateEvidence(manifest=candidate("word_stats").manifest, success_similarities=[0.95, 0.9, 0.85]))
+    broken = CandidateEvidence(manifest=candidate("hash_text").manifest, success_similarities=[0.95] * 10,
+                               doing_similarities=[0.95] * 10, refused_in_a_row=5)
     assert does_the_job(broken) and refuses_everything(broken)  # five refusals since its last success
     assert not refuses_everything(broken.model_copy(update={"refused_in_a_row": 4}))
     does = candidate("hash_text").model_copy(update={"does_the_job": True})
@@ -375,8 +382,9 @@ def test_a_tool_that_matches_the_job_weakly_and_never_did_it_or_another_than_the
     plan = CallPlan(request=CallRequest(scenario="reverse this string", call_id="c"), candidates=[reverser, counter],
                     attempts=[ran("reverse_text", False), ran("vowel_count", True)])
     assert served_by_whom_note(plan, counter, plan.attempts[1]) == (
-        "vowel_count@1.0.0 served this call as a fallback, matching it 0.22, and has not done such a job 3 times: check "
-        "its output (`fittest feedback add vowel_count negative --call c` if it is wrong)")
+        "vowel_count@1.0.0 served this call as a fallback, matching it 0.22, with no record of doing such jobs: check its "
+        "output (`fittest feedback add vowel_count positive|negative --call c` says whether it does)")
+    assert serves_unconfirmed(plan, counter, plan.attempts[1]) and not serves_unconfirmed(plan, reverser, plan.attempts[1])
     first = plan.model_copy(update={"attempts": [ran("vowel_count", True)]})
     assert "served this call as the first choice, matching it 0.22" in (served_by_whom_note(first, counter, first.attempts[0]) or "")
     # Nothing to say of one that does such jobs, or matches them clearly.
@@ -390,3 +398,4 @@ def test_a_tool_that_matches_the_job_weakly_and_never_did_it_or_another_than_the
     assert served_by_whom_note(typo, counter, plan.attempts[1]) is None  # no such tool ran: its own note says so
     mine = plan.model_copy(update={"request": CallRequest(scenario="reverse this string", namespace="vowel_count")})
     assert served_by_whom_note(mine, counter, plan.attempts[1]) is None
+

@@ -31,7 +31,8 @@ from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, F
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
 from selection.serving import (input_refused_message, no_tool_meant_for_it, refused_for_its_namespace, refused_input,
-                               served_by_whom_note, takes_a_refused_input, targeted, took_a_refused_input_note)
+                               served_by_whom_note, serves_unconfirmed, takes_a_refused_input, targeted,
+                               took_a_refused_input_note)
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
 from workers.rescue import CallStep, delivered_again, hand_on, send_recorded
 from workers.runners import RunLimits, RunOutcome, run_tool
@@ -253,6 +254,7 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
     result = run_attempt(plan, index) if deaths is None else crashed_attempt(plan, index, deaths)
     plan.attempts.append(result)
     if result.success:
+        result.unconfirmed = serves_unconfirmed(plan, plan.candidates[index], result)
         for note in (took_a_refused_input_note(plan, result), served_by_whom_note(plan, plan.candidates[index], result)):
             if note is not None:
                 plan.notes.append(note)
