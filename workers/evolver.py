@@ -187,7 +187,7 @@ class Evolver:
         except (OSError, FolderTooLarge) as exc:
             return self._finish(job, started, [], [f"cannot read {parent.key}'s files: {exc}"], None)
 
-        notes = list(self.load_errors) + self._unanswered(job)
+        notes = list(self.load_errors) + self._held_back(job) + self._unanswered(job)
         reports: list[CandidateReport] = []
 
         @functools.cache
@@ -231,6 +231,18 @@ class Evolver:
             return self._finish(job, started, reports, notes, None)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    @staticmethod
+    def _held_back(job: EvolutionJob) -> list[str]:
+        """A note when the version evolved is the call's held back by its circuit breaker, which did
+        not run in it: what the mutators read of it is its remembered failures, not the call's input
+        (QA evolution: "no mutator could propose a version of title_case@1.0.0", and nothing said
+        that title_case had not run)."""
+        if job.plan is None or job.parent_key not in job.plan.held_back:
+            return []
+        remembered = len(job.evidence.failures)
+        return [f"{job.parent_key} did not run in this call (held back by its circuit breaker): evolved from "
+                f"{remembered} remembered failure{'s' if remembered != 1 else ''} of its own"]
 
     def _unanswered(self, job: EvolutionJob) -> list[str]:
         """A note per failure class of the call that no loaded mutator answers (crash, bad output:

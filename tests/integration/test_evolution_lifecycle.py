@@ -544,6 +544,17 @@ def test_a_no_fix_for_a_crash_says_no_mutator_answers_it_without_the_code_mutato
     assert "FITTEST_LLM_URL is unset" in (rt.evolution.changelog("mean")[-1].reason or "")
 
 
+def test_the_evolution_of_a_version_held_back_says_it_did_not_run_in_the_call(rt: Runtime) -> None:
+    """QA evolution: a call whose tool was held back by its breaker evolved it and said only "no
+    mutator could propose a version of title_case@1.0.0", as if it had failed in the call."""
+    plan = failed_call("slowish", {"xs": [1]}, FailureClass.bad_input, "KeyError: 'n'")
+    plan = plan.model_copy(update={"request": CallRequest(scenario="the mean of these numbers", input={"xs": [1]}),
+                                   "held_back": ["mean@1.0.0"]})
+    report = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None).run(build_job(rt, "call", plan=plan))
+    assert report.namespace == "mean"
+    assert "mean@1.0.0 did not run in this call (held back by its circuit breaker): evolved from 0 remembered failures of its own" in report.notes
+
+
 def test_a_job_delivered_again_that_finds_its_fix_made_removes_its_killed_run_staging(rt: Runtime) -> None:
     """QA O: the evolver was killed mid-evolution; 16 minutes later its job came back, found the
     version another call had made meanwhile ("reused"), and left data_dir/evolving/JOB behind."""
