@@ -312,8 +312,7 @@ def targeted(plan: CallPlan, result: ToolExecutionResult) -> bool:
         return plan.request.namespace == result.tool
     if not plan.attempts or plan.attempts[0].attempt_id != result.attempt_id:
         return False
-    key = f"{result.tool}@{result.version}"
-    at = next((i for i, c in enumerate(plan.candidates) if c.key == key), None)
+    at = next((i for i, c in enumerate(plan.candidates) if c.key == result.key), None)
     if at is None:
         return True  # not ranked by this plan (an older worker's): the first that ran, as before
     ran = plan.candidates[at]
@@ -349,14 +348,14 @@ def serves_unconfirmed(plan: CallPlan, served: Candidate, result: ToolExecutionR
 def served_by_whom_note(plan: CallPlan, served: Candidate, result: ToolExecutionResult) -> str | None:
     """What the caller should know of the tool that served the call, if it is not plainly the one
     asked for: another tool than the namespace the call named, or one whose success is unconfirmed
-    (`serves_unconfirmed`): its success makes it the job's first choice next time (QA new user: a
+    (`ToolExecutionResult.unconfirmed`, as `serves_unconfirmed` set it): its success makes it the job's first choice next time (QA new user: a
     vowel counter, 0.22 similar, "served" a string reversal after the reversing tool crashed,
     without a word, and was first for it from then on; QA recheck: the note came once, as a
     fallback, and never as the first choice it then was)."""
     named = plan.request.namespace
     if named and served.manifest.name != named and any(a.tool == named and not a.success for a in plan.attempts):
         return f"the call named {named}, which failed; {served.key}, another tool, served it: check its output"
-    if named or not serves_unconfirmed(plan, served, result):
+    if named or not result.unconfirmed:
         return None  # (a name no tool has is noted apart: the call was ranked by its scenario alone)
     how = "as the first choice" if plan.attempts[:1] == [result] else "as a fallback"
     return (f"{served.key} served this call {how}, matching it {served.breakdown.similarity:.2f}, with no record of doing "

@@ -112,7 +112,8 @@ def with_the_doers_crowded_out(hits: list[VectorHit], limit: int, keys: Iterable
     counted against it as its own failure."""
     if len(hits) < limit or hits[limit - 1].score < SAME_JOB:
         return hits
-    counted = Counter(h.payload["tool"] for h in hits if h.score >= SAME_JOB)
+    # an unconfirmed success says nothing of whether its version does the job (`does_the_job`)
+    counted = Counter(h.payload["tool"] for h in hits if h.score >= SAME_JOB and not h.payload.get("unconfirmed"))
     unseen = sorted(k for k in set(keys) if counted[k] < RELIABLE_RUNS)
     if not unseen:
         return hits

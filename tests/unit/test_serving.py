@@ -378,24 +378,31 @@ def test_a_tool_that_matches_the_job_weakly_and_never_did_it_or_another_than_the
     def ranked(name: str, similarity: float, does: bool = False) -> Candidate:
         return candidate(name).model_copy(update={"does_the_job": does, "breakdown": ScoreBreakdown(similarity=similarity)})
 
+    def note(plan: CallPlan, served: Candidate) -> str | None:
+        """As the executor does on a success: flag it, then say what the caller should know."""
+        result = plan.attempts[-1]
+        result.unconfirmed = serves_unconfirmed(plan, served, result)
+        return served_by_whom_note(plan, served, result)
+
+    def call(*attempts: ToolExecutionResult, namespace: str | None = None) -> CallPlan:
+        return CallPlan(request=CallRequest(scenario="reverse this string", namespace=namespace, call_id="c"),
+                        candidates=[reverser, counter], attempts=list(attempts))
+
     reverser, counter = ranked("reverse_text", 0.8), ranked("vowel_count", 0.22)
-    plan = CallPlan(request=CallRequest(scenario="reverse this string", call_id="c"), candidates=[reverser, counter],
-                    attempts=[ran("reverse_text", False), ran("vowel_count", True)])
-    assert served_by_whom_note(plan, counter, plan.attempts[1]) == (
+    fell_back = call(ran("reverse_text", False), ran("vowel_count", True))
+    assert note(fell_back, counter) == (
         "vowel_count@1.0.0 served this call as a fallback, matching it 0.22, with no record of doing such jobs: check its "
         "output (`fittest feedback add vowel_count positive|negative --call c` says whether it does)")
-    assert serves_unconfirmed(plan, counter, plan.attempts[1]) and not serves_unconfirmed(plan, reverser, plan.attempts[1])
-    first = plan.model_copy(update={"attempts": [ran("vowel_count", True)]})
-    assert "served this call as the first choice, matching it 0.22" in (served_by_whom_note(first, counter, first.attempts[0]) or "")
-    # Nothing to say of one that does such jobs, or matches them clearly.
-    assert served_by_whom_note(plan, ranked("vowel_count", 0.22, does=True), plan.attempts[1]) is None
-    assert served_by_whom_note(plan, ranked("reverse_words", 0.55), plan.attempts[1]) is None
+    assert fell_back.attempts[-1].unconfirmed  # and its execution record says so
+    assert "served this call as the first choice, matching it 0.22" in (note(call(ran("vowel_count", True)), counter) or "")
+    # Nothing to say of one that does such jobs, or matches them clearly: its success is confirmed.
+    for served in (ranked("vowel_count", 0.22, does=True), ranked("reverse_words", 0.55)):
+        plan = call(ran("reverse_text", False), ran(served.manifest.name, True))
+        assert note(plan, served) is None and not plan.attempts[-1].unconfirmed
     # A call that named a tool: said when another served it, not when it did.
-    asked = plan.model_copy(update={"request": CallRequest(scenario="reverse this string", namespace="reverse_text", call_id="c")})
-    assert served_by_whom_note(asked, counter, plan.attempts[1]) == (
+    assert note(call(ran("reverse_text", False), ran("vowel_count", True), namespace="reverse_text"), counter) == (
         "the call named reverse_text, which failed; vowel_count@1.0.0, another tool, served it: check its output")
-    typo = plan.model_copy(update={"request": CallRequest(scenario="reverse this string", namespace="reverse_txt", call_id="c")})
-    assert served_by_whom_note(typo, counter, plan.attempts[1]) is None  # no such tool ran: its own note says so
-    mine = plan.model_copy(update={"request": CallRequest(scenario="reverse this string", namespace="vowel_count")})
-    assert served_by_whom_note(mine, counter, plan.attempts[1]) is None
+    typo = call(ran("reverse_text", False), ran("vowel_count", True), namespace="reverse_txt")
+    assert note(typo, counter) is None  # no such tool ran: its own note says so
+    assert note(call(ran("reverse_text", False), ran("vowel_count", True), namespace="vowel_count"), counter) is None
 
