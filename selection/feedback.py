@@ -144,6 +144,7 @@ class JudgedOutput(NamedTuple):
     similarity: float  # of the call's scenario to this one
     timestamp: float
     wrong: bool
+    call_id: str = ""
 
 
 def judged_outputs(hits: Iterable[VectorHit]) -> dict[str, list[JudgedOutput]]:
@@ -154,7 +155,8 @@ def judged_outputs(hits: Iterable[VectorHit]) -> dict[str, list[JudgedOutput]]:
     found: dict[str, list[JudgedOutput]] = defaultdict(list)
     for h in hits:
         if h.payload.get("source", "manual") == "manual" and h.payload.get("call_id") and (value := payload_value(h.payload)):
-            found[h.payload["tool"]].append(JudgedOutput(h.score, float(h.payload.get("timestamp", 0.0)), value < 0))
+            found[h.payload["tool"]].append(JudgedOutput(h.score, float(h.payload.get("timestamp", 0.0)), value < 0,
+                                                         str(h.payload["call_id"])))
     return dict(found)
 
 

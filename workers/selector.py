@@ -71,7 +71,7 @@ CROWDED_SIMILARITY = 0.99
 # The payload keys each search of a plan reads: a feedback or failure point also stores its
 # scenario and reason, which selection never looks at and which the store would copy for each hit.
 TOOL_FIELDS = ("tool",)
-EXECUTION_FIELDS = ("tool", "name", "unconfirmed")
+EXECUTION_FIELDS = ("tool", "name", "unconfirmed", "call_id")  # call_id: a judged call counts once (`_with_outcomes`)
 FAILURE_FIELDS = ("tool",)
 FEEDBACK_FIELDS = ("tool", "value", "positive", "timestamp", "source", "call_id", "replaced")
 # The tool points no search may match: a deprecated version's, a removed one's, and an example or a
@@ -527,15 +527,19 @@ class Selector:
         by_tool: dict[str, list[float]] = defaultdict(list)
         by_name: dict[str, list[float]] = defaultdict(list)
         doing: dict[str, list[float]] = defaultdict(list)
+        doing_calls: dict[str, set[str]] = defaultdict(set)
         for h in successes:
             by_tool[h.payload.get("tool", "")].append(h.score)
             by_name[h.payload.get("name", "")].append(h.score)
             if not h.payload.get("unconfirmed"):
                 doing[h.payload.get("tool", "")].append(h.score)
+                doing_calls[h.payload.get("tool", "")].add(str(h.payload.get("call_id", "")))
         for e in evidence:
             key = e.key
             e.success_similarities = by_tool.get(key, [])
-            e.doing_similarities = doing.get(key, []) + [j.similarity for j in judged.get(key, []) if not j.wrong]
+            # a confirmed success a person also judged right is one call that did the job, not two
+            e.doing_similarities = doing.get(key, []) + [j.similarity for j in judged.get(key, [])
+                                                         if not j.wrong and j.call_id not in doing_calls[key]]
             e.namespace_success_similarities = by_name.get(e.manifest.name, [])
             e.feedback_points = round(feedback.get(key, 0.0), 3)
             if key in judged:  # an output a person judged wrong is a failure there, as the learner counts it

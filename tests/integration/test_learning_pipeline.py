@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -41,7 +42,7 @@ def recent(p: Pipeline) -> list:
 
 
 def test_calls_reach_the_learner_in_batches_and_weights_are_retrained(learning: Pipeline) -> None:
-    def call(**payload: object) -> dict:
+    def call(**payload: Any) -> dict:
         # Outcomes reach the vector memory in batches: settled, each call's selection reads the history
         # of every earlier one, as on a quiet system, and not of whichever batch a busy host had flushed
         # (CI: with the earlier outcomes unread, history told successes from failures too weakly).

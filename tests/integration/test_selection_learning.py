@@ -11,7 +11,7 @@ from typing import Any, Literal
 import pytest
 
 from selection.manifest import ToolManifest
-from selection.models import CallPlan, CallRequest, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
+from selection.models import CallPlan, CallRequest, Candidate, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import TOOLS as TOOLS_COLLECTION
 from selection.ports import FAILURES, Match, SelectionWeights, VectorFilter, VectorPoint
 from tests.integration.conftest import runtime_in_use
@@ -344,6 +344,24 @@ def test_a_weak_matchs_successes_do_not_make_it_a_tool_that_does_the_job_until_a
     rt.selector.cache.clear()
     plan = rt.selector.plan(CallRequest(scenario=scenario, call_id="after"))
     assert next(c for c in plan.candidates if c.manifest.name == "stock_quotes").does_the_job
+
+
+def test_a_success_a_person_judged_right_counts_once_toward_doing_the_job(rt, monkeypatch) -> None:
+    """A confirmed success that a person also judged right is one call that did the job: two such
+    calls counted four toward the three that make a version one that does it."""
+    monkeypatch.setattr(rt.selector.settings, "min_similarity", -1.0)  # the stock tool a candidate, as above
+    scenario = "how many yen do I get for 200 dollars today"
+
+    def stock() -> Candidate:
+        rt.selector.cache.clear()  # as FITTEST_SELECTION_CACHE_TTL_S would: the same words were ranked before
+        return next(c for c in rt.selector.plan(CallRequest(scenario=scenario)).candidates
+                    if c.manifest.name == "stock_quotes")
+
+    for i in range(2):
+        serve_judged(rt, scenario, f"right{i}", "stock_quotes", judged="positive")
+    assert not stock().does_the_job
+    serve_judged(rt, scenario, "right2", "stock_quotes", judged="positive")
+    assert stock().does_the_job
 
 
 def test_a_tool_whose_outputs_people_keep_judging_wrong_gives_way_to_another_that_does_the_job(rt) -> None:

@@ -121,7 +121,8 @@ def test_only_judgements_of_calls_outputs_count_as_outputs_judged() -> None:
                              hit("a@1", 1.0, "manual", "c3", 0.7), hit("a@1", -1.0, "outcome", "c4", 1.0),
                              hit("b@1", -1.0, "manual", None, 1.0), hit("a@1", 0.0, "manual", "c5", 1.0)])
     # not an outcome, a scenario's judgement, nor one of quality 0
-    assert judged == {"a@1": [JudgedOutput(0.9, 90.0, True), JudgedOutput(0.8, 80.0, True), JudgedOutput(0.7, 70.0, False)]}
+    assert judged == {"a@1": [JudgedOutput(0.9, 90.0, True, "c1"), JudgedOutput(0.8, 80.0, True, "c2"),
+                              JudgedOutput(0.7, 70.0, False, "c3")]}
 
 
 def test_an_outcome_flagged_as_judged_does_not_count_without_its_judgement_among_the_hits() -> None:
