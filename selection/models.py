@@ -278,6 +278,11 @@ class CallPlan(BaseModel):
     # attempt of the call's `max_attempts` (selection/serving.py `breaker_probe`).
     probe: str | None = None
 
+    @property
+    def failed_attempts(self) -> list[ToolExecutionResult]:
+        """The attempts that ran and failed (a success has no error class), in the order tried."""
+        return [a for a in self.attempts if not a.success and a.error_class is not None]
+
     def no_candidates_message(self) -> str:
         """Why a plan has no candidate, as a caller or an operator needs to read it: a tool that
         matched but is held back by its circuit breaker is not "no tool matches"."""

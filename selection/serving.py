@@ -326,7 +326,7 @@ def no_tool_meant_for_it(plan: CallPlan) -> str | None:
     the call's (`targeted`). Evolving a tool meant for another job would make it answer this one
     wrongly (QA recheck: with no translation tool, the word counter was evolved to take a
     "sentence", won its trial on translation calls, and answered them with word counts)."""
-    failed = [a for a in plan.attempts if not a.success and a.error_class is not None]
+    failed = plan.failed_attempts
     if plan.request.namespace or plan.held_back or not failed or targeted(plan, failed[0]):
         return None
     best = max(plan.candidates, key=lambda c: c.breakdown.similarity, default=None)

@@ -79,7 +79,7 @@ def call_failures(plan: CallPlan, served: str | None) -> tuple[str, str | None, 
     could propose"). When none of its versions ran, the parent is left to the caller and the
     failures come from memory.
     """
-    failed = [a for a in plan.attempts if not a.success and a.error_class is not None]
+    failed = plan.failed_attempts
     namespace = plan.request.namespace or (failed[0].tool if failed else None)
     if (not plan.request.namespace and plan.held_back and failed
             and (all(a.error_class is FailureClass.bad_input for a in failed) or not targeted(plan, failed[0]))):
