@@ -250,7 +250,9 @@ class QualityScores(Protocol):
         """A person's judgement of what `key` gave in call `call_id` (a success: a failed attempt
         gave nothing to judge), in its counters: an output judged wrong counts as a failure, not a
         success, and one judged right again as a success once more; the same judgement sent again
-        changes nothing. True when the counters changed."""
+        changes nothing. Quality stays as it was, and the penalty of later failures too: it grows
+        with the failures that ran, not with outputs judged wrong (QA ops: one judgement cost a
+        version 0.05 more at its 5th timeout). True when the counters changed."""
         ...
 
 

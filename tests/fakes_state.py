@@ -31,6 +31,7 @@ class _Tool:
     failures: int = 0
     refused_inputs: int = 0
     refused_in_a_row: int = 0
+    judged_wrong: int = 0
 
 
 @dataclass
@@ -112,7 +113,8 @@ class InMemoryStateStore:
                 else:
                     self._s.state_version += 1
             elif applied:
-                t.quality_bp, t.failures = apply_failure_bp(t.quality_bp, t.failures, severity)
+                t.quality_bp, ran = apply_failure_bp(t.quality_bp, t.failures - t.judged_wrong, severity)
+                t.failures = ran + t.judged_wrong
                 self._s.state_version += 1
             return FailureApplied(applied=applied, quality=bp_to_quality(t.quality_bp), failures=t.failures,
                                   quality_before=bp_to_quality(before))
@@ -138,8 +140,10 @@ class InMemoryStateStore:
             tool = self._s.tools.setdefault(key, _Tool())
             if sentiment == "negative":
                 tool.successes, tool.failures = max(0, tool.successes - 1), tool.failures + 1
+                tool.judged_wrong += 1
             else:
                 tool.successes, tool.failures = tool.successes + 1, max(0, tool.failures - 1)
+                tool.judged_wrong = max(0, tool.judged_wrong - 1)
             return True
 
     # Promotions

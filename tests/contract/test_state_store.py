@@ -214,6 +214,20 @@ def test_an_output_judged_wrong_counts_as_a_failure_once_and_judged_right_again_
     assert store.stats([KEY])[KEY].quality == 1.0  # quality is the failures' severity: unchanged
 
 
+def test_outputs_judged_wrong_leave_the_cost_of_later_failures_as_it_was(store):
+    """QA ops: one output judged wrong made a version's 5th timeout its 6th failure, which cost the
+    extra 0.05 of a sixth; after the same 5 timeouts it stood at 0.70 where its fallback, not judged,
+    stood at 0.75."""
+    calls = [f"c{i}" for i in range(6)]
+    store.record_successes([(KEY, aid()) for _ in calls])
+    for call in calls:
+        assert store.judge_output(KEY, call, "negative")
+    assert store.judge_output(KEY, calls[0], "positive")  # one taken back: 5 judged wrong
+    qualities = [store.mark_failure(KEY, aid(), Severity.low).quality for _ in range(6)]
+    assert qualities[4] == 0.95 and qualities[5] == 0.89  # as for a version nobody judged: the extra from its 6th
+    assert store.stats([KEY])[KEY].failures == 11  # the 5 judged wrong are failures still, as `fittest tools` shows
+
+
 def test_success_and_failure_guards_are_separate(store):
     attempt = aid()
     assert count_success(store, KEY, attempt)

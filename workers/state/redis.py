@@ -9,7 +9,8 @@ passed to the scripts as ARGV so they live in Python only.
 Key layout (P = the store's prefix, e.g. `fittest:`); the fixed type word comes before any
 caller-supplied part, so no two kinds of key can collide:
 
-    P tool:{key}             hash   quality_bp, successes, failures, refused_inputs, refused_in_a_row
+    P tool:{key}             hash   quality_bp, successes, failures, refused_inputs, refused_in_a_row,
+                                    judged_wrong (of the failures, outputs a person judged wrong)
                                     (absent field: default)
     P applied:failure:{aid}  string idempotency key of mark_failure (TTL, 7 days)
     P applied:success:{aid}  string idempotency key of record_successes (record_success.lua, TTL)
@@ -229,7 +230,7 @@ class RedisStateStore(PrefixedStore):
 
     def judge_output(self, key: str, call_id: str, sentiment: Literal["positive", "negative"]) -> bool:
         changed, _ = self.scripts["judge_count"](keys=[self._k("tool", key), self._k("judged", key)],
-                                                 args=[call_id, sentiment, "successes", "failures", "0"])
+                                                 args=[call_id, sentiment, "successes", "failures", "0", "judged_wrong"])
         return bool(changed)
 
     # Promotions -------------------------------------------------------------------------------

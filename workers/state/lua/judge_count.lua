@@ -5,7 +5,9 @@
 -- ARGV[1] the member (the call, for a trial with its role); ARGV[2] this judgement ('negative' |
 -- 'positive'); ARGV[3] the success field; ARGV[4] the failure field; ARGV[5] '1': only an output
 -- the counts noted (a trial counts only its namespace's traffic; one whose outcome comes later is
--- counted as judged then), '0': any (every success is in a version's counters).
+-- counted as judged then), '0': any (every success is in a version's counters); ARGV[6] (optional)
+-- a field that tallies the outputs judged wrong among the failure field's count, so that what
+-- reads that count as failures that ran (mark_failure.lua's extra penalty) can leave them out.
 -- Atomically: compare with how the output counts and store this judgement; an output that counts
 -- as a success and is now judged wrong moves one count from the success field to the failure
 -- field, and one judged right again moves it back (never below 0), so a judgement sent twice, or
@@ -25,6 +27,13 @@ if (before or ARGV[5] ~= '1') and before ~= ARGV[2] then
       redis.call('HINCRBY', KEYS[1], from, -1)
     end
     redis.call('HINCRBY', KEYS[1], to, 1)
+    if ARGV[6] then
+      if ARGV[2] == 'negative' then
+        redis.call('HINCRBY', KEYS[1], ARGV[6], 1)
+      elseif (tonumber(redis.call('HGET', KEYS[1], ARGV[6])) or 0) > 0 then
+        redis.call('HINCRBY', KEYS[1], ARGV[6], -1)
+      end
+    end
     changed = 1
   end
 end
