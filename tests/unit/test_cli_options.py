@@ -144,7 +144,7 @@ def test_feedback_add_refuses_a_name_with_an_empty_version_and_says_what_its_sco
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: recorded)
     assert run("feedback", "add", "fast_sort@", "negative")[0] == 2
     assert run("feedback", "add", "@1.0.0", "negative") == (2, "error: '@1.0.0' names no tool: NAME, or NAME@VERSION")  # QA AC
-    assert "its feedback score in general (no --scenario) is now -25.0" in run("feedback", "add", "fast_sort", "negative")[1]
+    assert "its feedback score for a job worded as its description is now -25.0; other jobs count it" in run("feedback", "add", "fast_sort", "negative")[1]
     assert "its feedback score for that scenario is now -25.0" in run("feedback", "add", "fast_sort", "negative",
                                                                         "--scenario", "sort numbers")[1]
 
@@ -185,7 +185,7 @@ def test_feedback_add_refuses_a_blank_scenario_as_explain_does_and_takes_an_empt
     assert run("explain", "sort these", "--tag", "") == (2, "error: tags: a tag is blank: leave it out to ask for none")
     assert not asked  # refused before asking the workers
     code, out = run("feedback", "add", "fast_sort", "negative", "--scenario", "")
-    assert code == 0 and "in general (no --scenario)" in out and asked[-1]["scenario"] == ""
+    assert code == 0 and "for a job worded as its description" in out and asked[-1]["scenario"] == ""
     assert 'else the tool in general (as "" says). One of spaces only is refused.' in help_of("feedback", "add", param="scenario")
 
 

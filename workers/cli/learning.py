@@ -187,9 +187,14 @@ def feedback_add(
     if not json_out:
         f = result.feedback
         score = result.score_now
-        where = "for that scenario" if scenario else "for the call's scenario" if call else "in general (no --scenario)"
+        where = ("for that scenario" if scenario else "for the call's scenario" if call else
+                 "for a job worded as its description")
         effect = (f"its feedback score {where} is now {score:+.1f}" if score is not None else
                   "the vector memory is unavailable: it is kept and applied when the memory is back")
+        if score is not None and not scenario and not call:
+            # QA ops: "in general ... -39.0" read as -39 everywhere; the judgement is stored at the
+            # description's vector, and a job counts it as far as its words are near (-1 to -4 here).
+            effect += "; other jobs count it as far as their words are near the description's"
         value = f.value + 0.0  # QA U: a negative one of --quality 0 printed -0.00
         key = f"{literal(f.tool)}@{literal(f.version)}"
         # QA AC N5: "+0.00" said no more; QA AE: of a call, it gives the output back as it ran
