@@ -382,7 +382,10 @@ def second_opinion(request: CallRequest, ranked: list[Candidate], evidence: list
     tried first on a share of the calls, and its outcomes, and people's judgements of them, then
     decide: the best placed of those that did such jobs before, else the one whose description
     matches the job best (the policy's order of tools with no outcomes on the job is not about the
-    job: QA X and QA Y saw a currency tool placed second for a temperature job), but not one that
+    job: QA X and QA Y saw a currency tool placed second for a temperature job; no floor: the
+    thermometer tool QA Y needed matched 0.41, and one that fails the job is not asked again),
+    each namespace by the version it serves (QA ops: a fallback version of sort_numbers, tied with
+    the served one, was asked), but not one that
     failed them and never did one (QA X: it refused the job 3 times before the tool that could do
     it was asked), nor a half-open one, whose probe another call may hold (QA X: logged as tried
     first, and passed over). Not for a call that names a namespace or a
@@ -393,7 +396,11 @@ def second_opinion(request: CallRequest, ranked: list[Candidate], evidence: list
     first = by_key.get(ranked[0].key)
     if first is None or not judged_wrong_here(first):
         return None
-    others = [e for c in ranked[1:] if (e := by_key.get(c.key)) is not None and e.manifest.name != first.manifest.name
+    placed: dict[str, CandidateEvidence] = {}  # each namespace's first placed: the version it serves
+    for c in ranked[1:]:
+        if (e := by_key.get(c.key)) is not None:
+            placed.setdefault(e.manifest.name, e)
+    others = [e for e in placed.values() if e.manifest.name != first.manifest.name
               and e.key not in half_open and not failed_the_job(e) and not judged_wrong_here(e)]
     chosen = next((e for e in others if did_the_job(e)), None) or max(others, key=lambda e: e.similarity, default=None)
     return None if chosen is None else chosen.key

@@ -246,6 +246,12 @@ def test_a_tool_people_judged_wrong_on_such_jobs_gets_a_second_opinion_tried_in_
     # again (QA Y: a tool fixed and judged right again never was).
     fixed = judged("money_convert", [1.0, 1.0, 1.0], [1.0], right_last=True, successes=[1.0], failures=[1.0, 1.0, 1.0])
     assert second_opinion(call, ranked, [found[0], fixed, judged("fx", [], failures=[1.0])]) == "money_convert@1.0.0"
+    # A namespace's version that is not the one it serves (placed after it) is not asked in its place
+    # (QA ops: sort_numbers' fallback version, tied with the served one).
+    fallback = CandidateEvidence(manifest=candidate("fx", "0.9.0").manifest, similarity=0.45)
+    assert second_opinion(call, [*ranked, candidate("fx", "0.9.0")],
+                          [found[0], judged("money_convert", [], similarity=0.38), judged("fx", [], similarity=0.41),
+                           fallback]) == "fx@1.0.0"
     # A call that names a tool gets none.
     assert second_opinion(CallRequest(scenario="x", namespace="currency_rates"), ranked, found) is None
 
