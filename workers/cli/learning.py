@@ -83,7 +83,8 @@ def explain(
     served version before its other versions (and --namespace's first; a tool new to the system
     first on a share of the calls), so a row's score may be below the next one's. Columns:
     score, the policy's utility (its scale means nothing); P, the probability with which the policy put the tool in its place (it explores: a call may be
-    served in another order); source, why it is a candidate (semantic match, the namespace's
+    served in another order); source, why it is a candidate (semantic: its description matches,
+    or, with a sim under FITTEST_MIN_SIMILARITY, it succeeded on jobs that match; the namespace's
     original or promoted version, the version asked for); sim, the best cosine of the scenario
     to the tool's description and examples; quality, its score in Redis (1.00 new, down on
     failures); feedback, its feedback points for this scenario (-50..50); SPARC, the context
