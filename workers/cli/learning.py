@@ -310,7 +310,7 @@ def weights(
     if retrain:  # QA ops: the weights read "never learned" for the beat's first interval, with 500 records stored
         done = RetrainResult.model_validate(_ask("retrain_weights", "learning", timeout))
         said = (f"retrained: weights v{done.version} stored" if done.changed
-                else f"retrained: nothing new stored ({done.reason or 'see below'})")
+                else f"retrained: nothing new stored ({done.reason or ('see last_retrain' if json_out else 'see below')})")
         (err_console if json_out else console).print(said, highlight=False)
     state = open_state_store(get_settings())
     current = state.weights()
