@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -287,6 +288,10 @@ class FeedbackReport(BaseModel):
     forgiven: int = 0  # negative outcome entries of an outage the tool recovered from, or of a refused input of a
     # job it does (selection/serving.py `does_the_job`): not listed, not in the trend
     trend: list[TrendPoint]  # oldest first, one per day with entries
+    # `replaced` and `forgiven` per version (QA ops: `feedback show NAME@VERSION` gave the tool's as
+    # the version's); absent from a worker of an earlier release
+    replaced_by_version: dict[str, int] = Field(default_factory=dict)
+    forgiven_by_version: dict[str, int] = Field(default_factory=dict)
 
 
 def feedback_report(rt: Runtime, tool: str, limit: int = 50) -> FeedbackReport:
@@ -294,8 +299,17 @@ def feedback_report(rt: Runtime, tool: str, limit: int = 50) -> FeedbackReport:
     left out, as selection leaves it out."""
     points = rt.memory.scroll(FEEDBACK, filter=VectorFilter.where(name=tool), limit=REPORT_SCAN)
     judged = judged_calls(p.payload for p in points)
+    left_out = [p for p in points if replaced(p.payload, judged)]
     kept = [p for p in points if not replaced(p.payload, judged)]
+    set_aside = [p for p in kept if forgiven(p.payload)]
     in_force = [p for p in kept if not forgiven(p.payload)]
     records = sorted((FeedbackRecord.from_payload(p.id, p.payload) for p in in_force), key=lambda r: -r.timestamp)
-    return FeedbackReport(tool=tool, entries=records[:limit], total=len(records), replaced=len(points) - len(kept),
-                          forgiven=len(kept) - len(in_force), trend=trend(records, TREND_BUCKET_S))
+    return FeedbackReport(tool=tool, entries=records[:limit], total=len(records), replaced=len(left_out),
+                          forgiven=len(set_aside), trend=trend(records, TREND_BUCKET_S),
+                          replaced_by_version=dict(Counter(version_of(p) for p in left_out)),
+                          forgiven_by_version=dict(Counter(version_of(p) for p in set_aside)))
+
+
+def version_of(point: VectorPoint) -> str:
+    """The version of a feedback point's tool (its payload's `tool` is NAME@VERSION)."""
+    return str(point.payload.get("version") or str(point.payload.get("tool", "")).partition("@")[2])

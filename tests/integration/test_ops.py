@@ -168,6 +168,9 @@ def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline
     # The judged call's own success no longer counts, and is not listed as if it did (QA: the trend counted both).
     of_call = [e for e in shown["entries"] if e["call_id"] == result.call_id]
     assert [e["source"] for e in of_call] == ["manual"] and shown["replaced"] >= 1
+    # ...of that version: `NAME@VERSION` counts its own (QA ops: the tool's were given as the version's)
+    mine = json.loads(cli("feedback", "show", f"{result.tool}@{result.version}", "--json").output)
+    assert mine["replaced"] == shown["replaced_by_version"][result.version] >= 1
     assert re.search(r"left out, replaced by a judgement of (its|their) call", words(cli("feedback", "show", result.tool).output))
     schema = json.loads(cli("schema", "record_feedback").output)  # for a service that sends the task itself
     assert schema["properties"]["sentiment"]["enum"] == ["positive", "negative"]

@@ -88,3 +88,21 @@ def test_a_store_with_judgements_nobody_counted_is_counted_as_judged(memory: Vec
     apply_stored_judgements(memory, state)
     apply_stored_judgements(memory, state)
     assert state.versions().judgements == 1
+
+
+def test_the_entries_a_report_leaves_out_are_counted_per_version(memory: VectorMemory) -> None:
+    """QA ops: `feedback show sort_numbers@1.0.0` said "3 outcome entries left out" where every
+    judged call had run another version."""
+    from types import SimpleNamespace
+
+    from workers.feedback_store import feedback_report
+
+    memory.upsert(FEEDBACK, [
+        entry("outcome:c1:0", "outcome", "c1", tool="a@1.1.0"), entry("manual:c1:a@1.1.0", "manual", "c1", tool="a@1.1.0"),
+        entry("outcome:c2:0", "outcome", "c2", tool="a@1.2.0"), entry("manual:c2:a@1.2.0", "manual", "c2", tool="a@1.2.0"),
+        entry("outcome:c3:0", "outcome", "c3", tool="a@1.2.0"), entry("manual:c3:a@1.2.0", "manual", "c3", tool="a@1.2.0"),
+        entry("outcome:c4:0", "outcome", "c4", tool="a@1.0.0"),  # nobody judged it
+    ])
+    report = feedback_report(SimpleNamespace(memory=memory), "a")  # type: ignore[arg-type]
+    assert report.replaced == 3 and report.replaced_by_version == {"1.1.0": 1, "1.2.0": 2}
+    assert report.forgiven == 0 and report.forgiven_by_version == {}

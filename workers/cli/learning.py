@@ -245,6 +245,8 @@ def feedback_show(
         mine = [e for e in report["entries"] if e["version"] == version]
         report["entries"] = mine[:limit]
         shown = f"{entries(len(mine))} (of the tool's {report['total']}; the trend is the tool's)"
+        for left_out in ("replaced", "forgiven"):  # the version's own (QA ops: the tool's were given as its)
+            report[left_out] = report.get(f"{left_out}_by_version", {}).get(version, 0)
     if report.get("replaced"):  # (a worker of an earlier release does not say)
         n = report["replaced"]
         shown += f"; {n} outcome {'entry' if n == 1 else 'entries'} left out, replaced by a judgement of {'its' if n == 1 else 'their'} call"
