@@ -28,6 +28,7 @@ from pydantic import BaseModel
 from selection.models import Promotion
 from selection.ports import ToolStats
 from workers.metrics import AttemptPoint, CallPoint, MetricsReader, evolution_events
+from workers.promotions import MANIFEST_MUTATION
 
 PALETTE = plt.get_cmap("tab10")
 OK_COLOR, FAIL_COLOR = "#2e9d4a", "#d1495b"
@@ -54,7 +55,8 @@ class ReportData(BaseModel):
             stats=reader.state.all_stats(),
             attempts={k: v for k, v in attempts.items() if v},
             calls=[c for c in reader.calls() if since is None or c.t >= since],
-            promotions=reader.state.all_promotion_histories(),
+            promotions={ns: [p for p in history if since is None or p.promoted_at >= since]  # QA ops: --hours too
+                        for ns, history in reader.state.all_promotion_histories().items()},
             queues=dict(queues),
         )
 
@@ -192,7 +194,7 @@ def plot_evolution(data: ReportData) -> str:
     if not names:
         _empty(ax, "no evolutions or rollbacks yet")
     else:
-        markers = {"on_trial": ("^", "#3b6fb6", "evolved (on trial)"), "active": ("o", OK_COLOR, "activated"),
+        markers = {"on_trial": ("^", "#3b6fb6", "on trial (evolved, or a manifest's new version)"), "active": ("o", OK_COLOR, "activated"),
                    "rolled_back": ("X", FAIL_COLOR, "rolled back")}
         for status, (marker, color, label) in markers.items():
             xs = [_when(p.promoted_at) for n in names for p in data.promotions[n] if p.status == status]
@@ -245,14 +247,16 @@ def render(data: ReportData, top: int = 8) -> str:
     ok = sum(c.status == "success" for c in data.calls)
     ran = data.ran()
     attempts = sum(c.attempts for c in ran)
-    evolutions = sum(len(evolution_events(h)[0]) for h in data.promotions.values())
+    # versions evolved, not a manifest's new versions, which go on trial too (QA ops: "evolutions 2",
+    # where every evolution had found no fix and two manifests had been given new versions)
+    evolutions = sum(p.mutation != MANIFEST_MUTATION for h in data.promotions.values() for p in evolution_events(h)[0])
     rollbacks = sum(len(evolution_events(h)[1]) for h in data.promotions.values())
     cards = [
         ("calls", f"{calls}"),
         ("succeeded", share(ok, calls)),
         ("attempts per call", f"{attempts / len(ran):.2f}" if ran else "–"),
         ("tool versions", f"{len(set(data.stats) | set(data.attempts))}"),
-        ("evolutions", f"{evolutions}"),
+        ("versions evolved", f"{evolutions}"),
         ("rollbacks", f"{rollbacks}"),
         ("queued", f"{sum(data.queues.values())}"),
     ]

@@ -59,6 +59,27 @@ def test_report_of_a_busy_history_embeds_every_plot(redis_client, prefix, tmp_pa
     assert "src='http" not in html and "<script" not in html  # self-contained: opens offline
 
 
+def test_the_report_counts_versions_evolved_not_a_manifests_and_only_within_its_hours(redis_client, prefix, tmp_path) -> None:
+    """QA ops: "evolutions 2" where every evolution had found no fix and two manifests had been given
+    new versions, and the same with --hours set to a minute after them."""
+    from workers.promotions import MANIFEST_MUTATION
+
+    state = RedisStateStore(redis_client, prefix)
+    start = time.time() - 600
+    state.promote(Promotion(namespace="csv_to_json", evolved_version="1.1.0", original_version="1.0.0",
+                            mutation="rename_input_key", promoted_at=start))
+    state.promote(Promotion(namespace="slugify", evolved_version="1.1.0", original_version="1.0.0",
+                            mutation=MANIFEST_MUTATION, promoted_at=start + 10))
+    state.promote(Promotion(namespace="csv_to_json", evolved_version="1.1.0", original_version="1.0.0",
+                            status="rolled_back", promoted_at=start + 500))
+
+    def cards(since: float | None) -> str:
+        return write_report(MetricsReader(redis_client, prefix), tmp_path / str(since), since=since).read_text()
+
+    assert "versions evolved<b>1</b>" in cards(None) and "rollbacks<b>1</b>" in cards(None)
+    assert "versions evolved<b>0</b>" in cards(start + 100) and "rollbacks<b>1</b>" in cards(start + 100)
+
+
 def test_report_command_on_an_empty_history_still_writes_a_page(redis_url, prefix, tmp_path, monkeypatch) -> None:
     from workers.cli import app
     from workers.settings import get_settings
