@@ -10,7 +10,10 @@ similar) are flagged `forgiven`, which selection's searches and the feedback sco
 They stay in the store for history (`fittest feedback show` counts them apart). Only an outage is
 forgiven: a version that did the job reliably (its RELIABLE_RUNS runs of it before the failures
 all succeeded), then failed it until it recovered. One that never did the job, or that failed
-between its successes (a flaky one), has nothing forgiven: its failures there are its own.
+between its successes (a flaky one), has nothing forgiven: its failures there are its own. Nor
+is a timeout on an input clearly more complex than the one it recovered on (BIGGER_INPUT): a small
+input cannot show that a limit on large ones is gone (QA ops: one 3-number probe forgave five
+timeouts of a sort on 30,000 numbers, which its manifest says run past its timeout).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from selection.models import FailureClass
 from selection.ports import EXECUTIONS, FAILURES, FEEDBACK, FORGIVEN, Match, Range, VectorFilter, VectorPoint
 from selection.serving import RELIABLE_RUNS, SAME_JOB
 from workers.degraded import is_store_failure
@@ -31,6 +35,10 @@ log = logging.getLogger("fittest.outage")
 
 
 RUNS_SCAN = 256  # the version's newest runs looked through for the start of its outage
+# A timeout on an input more complex than the recovering run's by this much (selection/context.py
+# complexity, 0..1 on a log scale of size: 0.1 is about twice the lines) says nothing the recovery
+# answers.
+BIGGER_INPUT = 0.1
 OUTAGE_SCAN = 1000  # records of one outage looked at, per collection
 
 
@@ -67,10 +75,20 @@ def outage_start(rt: Runtime, key: str, vector: list[float], before: float, call
     return float(on_the_job[last].payload["timestamp"])
 
 
-def forgive_outage(rt: Runtime, key: str, vector: list[float], recovered_at: float, call_id: str) -> int:
+def answered_by(failure: VectorPoint, complexity: float | None) -> bool:
+    """Whether a recovery on an input of `complexity` (None: unknown) answers this failure: not a
+    timeout on a clearly more complex input."""
+    ran = failure.payload.get("complexity")
+    return (complexity is None or ran is None or failure.payload.get("error_class") != FailureClass.timeout.value
+            or float(ran) <= complexity + BIGGER_INPUT)
+
+
+def forgive_outage(rt: Runtime, key: str, vector: list[float], recovered_at: float, call_id: str,
+                   complexity: float | None = None) -> int:
     """Set aside what `key`'s failures on this job (its scenario `vector`) since its last success
-    on it taught selection, now that its run of `call_id` at `recovered_at` closed its breaker; the
-    number of records flagged. What the vector memory cannot do now is left undone, and logged."""
+    on it taught selection, now that its run of `call_id` at `recovered_at`, on an input of
+    `complexity`, closed its breaker (`answered_by`); the number of records flagged. What the
+    vector memory cannot do now is left undone, and logged."""
     try:
         since = outage_start(rt, key, vector, recovered_at, call_id)
         if since is None:
@@ -80,7 +98,10 @@ def forgive_outage(rt: Runtime, key: str, vector: list[float], recovered_at: flo
                                                                   must_not=[FORGIVEN], ranges=window), limit=OUTAGE_SCAN)
         negative = VectorFilter(must=[Match(key="tool", any_of=[key]), Match(key="source", any_of=["outcome"]),
                                       Match(key="positive", any_of=[False])], must_not=[FORGIVEN], ranges=window)
-        feedback = rt.memory.scroll(FEEDBACK, filter=negative, limit=OUTAGE_SCAN)
+        kept = {p.payload.get("call_id") for p in failures if not answered_by(p, complexity)}
+        failures = [p for p in failures if answered_by(p, complexity)]
+        feedback = [p for p in rt.memory.scroll(FEEDBACK, filter=negative, limit=OUTAGE_SCAN)
+                    if p.payload.get("call_id") not in kept]
         forgiven = 0
         for collection, points in ((FAILURES, failures), (FEEDBACK, feedback)):
             flagged = [p.model_copy(update={"payload": {**p.payload, "forgiven": True}}) for p in _on_the_job(points, vector)]

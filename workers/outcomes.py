@@ -48,6 +48,7 @@ def apply_failure(rt: Runtime, mark: FailureMark, vector: list[float] | None = N
                     "timestamp": mark.timestamp,
                     "input": bounded_input(mark.input),  # replayed when evolution verifies a fix
                     "targeted": mark.targeted,
+                    "complexity": float(mark.features.get("complexity") or 0.0),  # of its input (workers/outage.py)
                     **({"forgiven": True} if mark.callers_mistake else {}),  # the caller's input, not the tool (serving.py does_the_job)
                 },
             )
@@ -96,7 +97,8 @@ def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord], vectors: Seque
         for a in record.attempts:
             if a.success and a.metadata.get("breaker") == "recovered":
                 vector = vectors[i] if vectors is not None else rt.embedder.embed_one(record.scenario)
-                forgive_outage(rt, a.key, vector, a.timestamp, record.call_id)  # logs what it forgave
+                forgive_outage(rt, a.key, vector, a.timestamp, record.call_id,  # logs what it forgave
+                               record.features.get("complexity"))
 
 
 def outcome_feedback(record: OutcomeRecord, quality: Mapping[str, float]) -> list[FeedbackRecord]:

@@ -13,7 +13,7 @@ import pytest
 from selection.manifest import ToolManifest
 from selection.models import CallPlan, CallRequest, Candidate, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import TOOLS as TOOLS_COLLECTION
-from selection.ports import FAILURES, Match, SelectionWeights, VectorFilter, VectorPoint
+from selection.ports import FAILURES, FEEDBACK, Match, SelectionWeights, VectorFilter, VectorPoint
 from tests.integration.conftest import runtime_in_use
 from workers.feedback_store import feedback_report
 
@@ -216,6 +216,36 @@ def test_a_tool_that_recovers_from_an_outage_gets_back_the_job_it_did_most(rt) -
         apply_outcome(rt, done)
         store_executions(rt, execution_records(done))
     assert forgive_outage(rt, "stock_quotes@1.0.0", vector, time.time(), "flaky-probe") == 0
+
+
+def test_a_recovery_on_a_small_input_does_not_forgive_timeouts_on_large_ones(rt) -> None:
+    """QA ops: a sort timed out on 30,000 numbers five times, which its manifest says it does; one
+    probe on 3 numbers "recovered" it, and the five timeouts and their negative feedback stopped
+    counting near the job, as if the tool had been down."""
+    from workers.outcomes import apply_failure, apply_outcome
+
+    scenario, key = "how many yen do I get for 200 dollars today", "currency_rates@1.0.0"
+    for i in range(5):  # it does the job
+        run_call(rt, scenario, "currency_rates", f"ok{i}")
+    failed = {"big0": (FailureClass.timeout, 0.8), "big1": (FailureClass.timeout, 0.8),
+              "small": (FailureClass.timeout, 0.15), "crash": (FailureClass.crash, 0.8)}
+    for call, (error, complexity) in failed.items():
+        attempt = ToolExecutionResult(attempt_id=f"{call}:0", call_id=call, tool="currency_rates", version="1.0.0",
+                                      success=False, error_class=error)
+        apply_failure(rt, FailureMark(attempt_id=attempt.attempt_id, call_id=call, tool="currency_rates", version="1.0.0",
+                                      scenario=scenario, error_class=error, features={"complexity": complexity}))
+        apply_outcome(rt, OutcomeRecord(call_id=call, scenario=scenario, attempts=[attempt],
+                                        features={"complexity": complexity}))
+    probe = ToolExecutionResult(attempt_id="probe:0", call_id="probe", tool="currency_rates", version="1.0.0",
+                                success=True, metadata={"breaker": "recovered"})
+    apply_outcome(rt, OutcomeRecord(call_id="probe", scenario=scenario, attempts=[probe], features={"complexity": 0.1}))
+
+    of_tool = VectorFilter(must=[Match(key="tool", any_of=[key])])
+    forgiven = {p.payload["call_id"]: bool(p.payload.get("forgiven")) for p in rt.memory.scroll(FAILURES, filter=of_tool, limit=50)}
+    assert forgiven == {"big0": False, "big1": False, "small": True, "crash": True}
+    negative = {p.payload["call_id"]: bool(p.payload.get("forgiven")) for p in rt.memory.scroll(FEEDBACK, filter=of_tool, limit=50)
+                if p.payload["call_id"] in failed}
+    assert negative == forgiven
 
 
 def test_refused_inputs_of_a_job_its_tool_does_neither_count_against_it_nor_go_to_a_tool_that_does_not_do_it(rt) -> None:
