@@ -210,8 +210,10 @@ class FeedbackRecord(BaseModel):
 
 class TrendPoint(BaseModel):
     """Feedback of one period: how much, how it split, and its mean vote (-1..1), each entry as
-    strong as its value, as the scores weigh it (so one of quality 0 counts for nothing: QA AD saw
-    three of them pull a day of +1.00 to +0.40); 0 when none has any strength."""
+    strong as its value and a person's MANUAL_WEIGHT times an outcome's, as the scores weigh them
+    (so one of quality 0 counts for nothing: QA AD saw three of them pull a day of +1.00 to +0.40;
+    QA ops: 8 judgements of a version, its score -34.7, read -0.08 counted as outcomes); 0 when
+    none has any strength."""
 
     start: float
     count: int
@@ -222,11 +224,12 @@ class TrendPoint(BaseModel):
 
 def trend(records: Iterable[FeedbackRecord], bucket_s: float) -> list[TrendPoint]:
     """Feedback per period of `bucket_s` seconds, oldest first; periods without any are left out."""
-    buckets: dict[int, list[float]] = defaultdict(list)
+    buckets: dict[int, list[tuple[float, float]]] = defaultdict(list)  # (value, weight)
     for r in records:
-        buckets[int(r.timestamp // bucket_s)].append(r.value)
+        buckets[int(r.timestamp // bucket_s)].append((r.value, MANUAL_WEIGHT if r.source == "manual" else 1.0))
     return [
-        TrendPoint(start=b * bucket_s, count=len(v), positive=sum(1 for x in v if x > 0),
-                   negative=sum(1 for x in v if x < 0), mean_value=round(sum(v) / (sum(map(abs, v)) or 1.0), 4))
+        TrendPoint(start=b * bucket_s, count=len(v), positive=sum(1 for x, _ in v if x > 0),
+                   negative=sum(1 for x, _ in v if x < 0),
+                   mean_value=round(sum(x * w for x, w in v) / (sum(abs(x) * w for x, w in v) or 1.0), 4))
         for b, v in sorted(buckets.items())
     ]

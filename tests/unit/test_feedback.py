@@ -91,6 +91,10 @@ def test_manual_record_and_trend() -> None:
     later = [good.model_copy(update={"timestamp": 2.2 * DAY})] + [nothing.model_copy(update={"timestamp": 2.3 * DAY})] * 3
     assert [(t.count, t.mean_value) for t in trend(records + later, DAY)][-1] == (5, 1.0)
     assert trend([nothing], DAY)[0].mean_value == 0.0
+    # A person's judgement is MANUAL_WEIGHT outcomes' votes, as in the scores (QA ops: 8 judgements of a
+    # version whose score was -34.7 read -0.08, counted as outcomes).
+    outcome = FeedbackRecord(tool="t", version="1.0.0", scenario="do a thing", value=1.0, source="outcome")
+    assert trend([bad, outcome, outcome], DAY)[0].mean_value == pytest.approx((2 - MANUAL_WEIGHT) / (2 + MANUAL_WEIGHT), abs=1e-4)
     back = FeedbackRecord.from_payload(good.id, good.payload())
     assert back == good
 

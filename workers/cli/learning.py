@@ -271,7 +271,7 @@ def feedback_show(
                       "(in general)" if e.get("general") else literal(e["scenario"][:80]))
     console.print(table)
     if report["trend"]:
-        trend = Table(title="trend per day", caption="mean vote: each entry as strong as its value (one of quality 0 counts for nothing)")
+        trend = Table(title="trend per day", caption="mean vote: each entry as strong as its value (one of quality 0 counts for nothing), a person's as five outcomes', as the scores weigh them")
         for col in ("day", "entries", "positive", "negative", "mean vote"):
             trend.add_column(col, justify="left" if col == "day" else "right")
         for t in report["trend"]:
