@@ -34,6 +34,9 @@ class Recommendation(BaseModel):
     # The context was read from the calls' scenarios and inputs, not given by any caller (QA ops:
     # "task_type=modification", detected from "convert", sent the operator looking for callers).
     detected: bool = False
+    # Other contexts of the same version whose runs are exactly these (QA ops: the same 5 refusals
+    # were listed as "languages=python" and again as "task_type=modification").
+    same_runs: list[str] = []
 
 
 def _given(record: ExecutionRecord, context: str) -> bool:
@@ -87,6 +90,7 @@ def recommendations(records: Iterable[ExecutionRecord], min_runs: int = 5, max_r
         for context in _contexts(r):
             runs[(r.key, context)].append(r)
     out = []
+    listed: dict[tuple[str, frozenset[str]], Recommendation] = {}  # a version's runs, and the row that has them
     for (key, context), rs in runs.items():
         n = len(rs)
         ok = sum(r.success for r in rs)
@@ -95,6 +99,9 @@ def recommendations(records: Iterable[ExecutionRecord], min_runs: int = 5, max_r
             continue
         if context != "any" and n == totals[key]:
             continue  # the same runs as "any": nothing context-specific to say
+        if (row := listed.get((key, ids := frozenset(r.attempt_id for r in rs)))) is not None:
+            row.same_runs.append(context)
+            continue
         other_n = totals[key] - n
         elsewhere = round((successes[key] - ok) / other_n, 4) if other_n else None
         errors = Counter(r.error_class or "unknown" for r in rs if not r.success)
@@ -122,6 +129,7 @@ def recommendations(records: Iterable[ExecutionRecord], min_runs: int = 5, max_r
         out.append(Recommendation(tool=key, context=context, runs=n, success_rate=round(rate, 4), elsewhere_rate=elsewhere,
                                   error_classes=dict(errors), failed_scenarios=failed, advice=advice,
                                   detected=context != "any" and not any(_given(r, context) for r in rs)))
+        listed[(key, ids)] = out[-1]
     return sorted(out, key=lambda r: (r.success_rate, -r.runs, r.tool, r.context))
 
 

@@ -110,3 +110,18 @@ def test_a_context_no_caller_gave_is_marked_detected() -> None:
     assert found([run(i, False, "detected") for i in range(4)] + ok) == {"task_type=modification": True}
     assert found([run(i, False, "detected") for i in range(3)] + [run(9, False, "explicit")] + ok) == {
         "task_type=modification": False}
+
+
+def test_contexts_with_exactly_the_same_runs_are_one_row() -> None:
+    """QA ops: the same 5 refusals of CSV jobs were listed as "languages=python", again as
+    "task_type=modification", and within "any"."""
+    def csv_job(i: int, language: str = "python") -> ExecutionRecord:
+        return record(i, False, "crash", "convert this CSV export").model_copy(update={"features": {
+            "task_type": "modification", "languages": [language]}})
+
+    ok = [record(100 + i, True, None, "miles in 10 km") for i in range(10)]
+    rows = recommendations([csv_job(i) for i in range(5)] + ok)
+    assert [(r.context, r.same_runs) for r in rows] == [("task_type=modification", ["languages=python"])]
+    # Runs that differ in one context stay rows of their own.
+    rows = recommendations([csv_job(i) for i in range(5)] + [csv_job(5, "java")] + ok)
+    assert sorted(r.context for r in rows) == ["languages=python", "task_type=modification"]

@@ -400,6 +400,8 @@ def recommend(
         advice = f"[dim](as in row {given[r.advice]})[/dim]" if r.advice in given else literal(r.advice)
         given.setdefault(r.advice, i)
         context = literal(r.context) + (" [dim](detected)[/dim]" if r.detected else "")
+        if r.same_runs:
+            context += f" [dim](the same runs: {literal(', '.join(r.same_runs))})[/dim]"
         table.add_row(f"{i}. {literal(r.tool)}", context, str(r.runs), f"{r.success_rate:.0%}",
                       "-" if r.elsewhere_rate is None else f"{r.elsewhere_rate:.0%}",
                       literal(", ".join(f"{k} {v}" for k, v in r.error_classes.items())), advice,
