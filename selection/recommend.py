@@ -1,7 +1,7 @@
 """Improvement recommendations: tool versions that do badly in some context, with the evidence.
 
 A context is one value of one SPARC feature of the calls (task type, phase, language, testing
-status), or "any". For each tool version and context with at least `min_runs` recent attempts,
+status, a band of complexity), or "any". For each tool version and context with at least `min_runs` recent attempts,
 the success rate is compared with `max_rate`; a version that falls below it there is worth
 evolving, narrowing (its SPARC metadata), or documenting. The evidence says how many runs, how
 they failed, how the version does elsewhere, and a few scenarios that failed.
@@ -19,6 +19,10 @@ from selection.manifest import SparcMetadata, ToolManifest
 
 FACETS = ("task_type", "phase", "languages", "testing")
 METADATA_FIELDS = {"task_type": "task_types", "phase": "phases", "languages": "languages"}  # testing has none
+# Complexity (0..1) in bands, so that a version failing on large inputs is told so, not blamed on the
+# language those calls also had (QA ops: timeouts on 30,000 numbers, complexity 0.61, read as
+# "fails where languages=rust"). From 0.5 on, inputs are large or nested (size alone gives at most 0.5).
+COMPLEXITY_BANDS = ((0.0, 0.2), (0.2, 0.5), (0.5, 1.0))
 EXAMPLES = 3
 
 
@@ -51,6 +55,10 @@ def _contexts(record: ExecutionRecord) -> list[str]:
         value = record.features.get(facet)
         values = value if isinstance(value, list) else [value]
         out += [f"{facet}={v}" for v in values if v not in (None, "", "general", "none")]
+    complexity = record.features.get("complexity")
+    if complexity is not None and (record.features.get("source") or {}).get("complexity") != "default":
+        lo, hi = next(b for b in COMPLEXITY_BANDS if float(complexity) < b[1] or b[1] == 1.0)
+        out.append(f"complexity={lo:.1f}-{hi:.1f}")
     return out
 
 
@@ -62,6 +70,8 @@ def _narrowing(context: str, sparc: SparcMetadata | None, known: bool) -> str | 
     manifest's (a version no longer served, or a report without the manifests, gets the general
     advice)."""
     facet, _, value = context.partition("=")
+    if facet == "complexity":
+        return _narrowing_complexity(value, sparc, known)
     field = METADATA_FIELDS.get(facet)
     if field is None:
         return None
@@ -74,6 +84,20 @@ def _narrowing(context: str, sparc: SparcMetadata | None, known: bool) -> str | 
         return f"list in its SPARC {field} where it succeeds, not only {value}"
     if value in listed:
         return f"take {value} out of its SPARC {field} ({', '.join(listed)})"
+    return None
+
+
+def _narrowing_complexity(band: str, sparc: SparcMetadata | None, known: bool) -> str | None:
+    """`_narrowing` for a complexity band ("0.5-1.0"): an end band is left out by moving the range's
+    end past it; a middle band cannot be, without the bands on both sides."""
+    lo, hi = (float(x) for x in band.split("-"))
+    if not known:
+        return "narrow its SPARC complexity range" if lo == 0.0 or hi == 1.0 else None
+    low, high = (sparc.complexity_min, sparc.complexity_max) if sparc is not None else (0.0, 1.0)
+    if hi == 1.0 and high > lo:
+        return f"lower its SPARC complexity_max to {lo:.1f} (it is {high:.1f})"
+    if lo == 0.0 and low < hi:
+        return f"raise its SPARC complexity_min to {hi:.1f} (it is {low:.1f})"
     return None
 
 

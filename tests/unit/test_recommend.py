@@ -125,3 +125,21 @@ def test_contexts_with_exactly_the_same_runs_are_one_row() -> None:
     # Runs that differ in one context stay rows of their own.
     rows = recommendations([csv_job(i) for i in range(5)] + [csv_job(5, "java")] + ok)
     assert sorted(r.context for r in rows) == ["languages=python", "task_type=modification"]
+
+
+def test_a_version_failing_on_large_inputs_is_told_so_by_a_complexity_band() -> None:
+    """QA ops: timeouts on 30,000 numbers (complexity 0.61) could only be blamed on the language the
+    calls also gave; the retrain on the same records learned a complexity weight."""
+    def run(i: int, ok: bool, complexity: float) -> ExecutionRecord:
+        return record(i, ok, None if ok else "timeout", "order the scores").model_copy(update={"features": {
+            "complexity": complexity, "source": {"complexity": "detected"}}})
+
+    records = [run(i, True, 0.16) for i in range(10)] + [run(10 + i, False, 0.61) for i in range(5)]
+    (row,) = recommendations(records, sparc={"convert_units@1.0.0": SparcMetadata()})
+    assert row.context == "complexity=0.5-1.0" and row.detected and row.elsewhere_rate == 1.0
+    assert "lower its SPARC complexity_max to 0.5 (it is 1.0)" in row.advice
+    (row,) = recommendations(records, sparc={"convert_units@1.0.0": SparcMetadata(complexity_max=0.5)})
+    assert row.advice.endswith("evolve it for this context")  # its range leaves such inputs out already
+    # A complexity nothing measured (a call without input) is no band.
+    unknown = [r.model_copy(update={"features": {"complexity": 0.0, "source": {"complexity": "default"}}}) for r in records]
+    assert [r.context for r in recommendations(unknown)] == []

@@ -363,8 +363,9 @@ def recommend(
     timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for the memory worker, which applies people's judgements; without its answer the window is read from Redis as the calls ran.")] = 5.0,
     json_out: JsonOpt = False,
 ) -> None:
-    """Tool versions with low success in some context (task type, phase, language), with the
-    evidence, from the learner's window of recent attempts. An output a person judged wrong
+    """Tool versions with low success in some context (task type, phase, language, testing status,
+    a band of input complexity: 0.0-0.2, 0.2-0.5, 0.5-1.0), with the evidence, from the learner's
+    window of recent attempts; contexts with exactly the same runs are one row. An output a person judged wrong
     (`feedback add ... --call`) counts as a failure, `judged_wrong`, as it does for the weights."""
     from selection.recommend import RecommendationReport, recommendation_report
     from workers.settings import get_settings
