@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -36,9 +37,11 @@ from typing import Any
 
 from celery import Celery, Task, bootsteps
 from celery.canvas import Signature
-from celery.exceptions import Ignore
+from celery.exceptions import Ignore, Reject, Retry
 from celery.states import READY_STATES
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from workers.app import PRIORITY_HIGH, PRIORITY_STEPS, QUEUES, TASK_ROUTES, app
 from workers.metrics import REDELIVERED_STEPS, RESENT_STEPS, UNACKED_KEY, queue_key
@@ -55,6 +58,9 @@ SWEEP_INTERVAL_S = 5.0
 QUEUE_READ_LIMIT = 2_000
 # The message header (a task request attribute on the worker) that marks a step the sweep sent.
 RESENT_HEADER = "fittest_resent"
+CALL_ENDED = "its call has ended"
+# How long a step that lost Redis waits for it to answer before it is given back to its queue.
+REDIS_AWAY_WAIT_S = 120.0
 
 
 def due_in_s(rt: Runtime) -> float:
@@ -74,13 +80,44 @@ class CallStep(Task):
                 log.warning("call %s: %s delivered again is ignored, %s", self.request.id, self.name, passed,
                             extra={"event": "passed_step_ignored", "task_id": self.request.id, "task": self.name,
                                    "by": again, "reason": passed})
+                if passed == CALL_ENDED:  # a copy the sweep recorded as it sent it, after the call ended (QA resilience)
+                    runtime().inflight.finished(self.request.id)
                 raise Ignore()
-        result = super().__call__(*args, **kwargs)
-        # A step that hands its call on raises Ignore in Task.replace; one that returns has returned
-        # the call's result (success, failure, invalid payload...): nothing to watch any more.
+        try:
+            result = super().__call__(*args, **kwargs)
+        except (Ignore, Reject, Retry):
+            raise  # handed on (Task.replace raises Ignore), or given back: still in flight
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            # Redis stayed away past the state client's retries. Raised, Celery would store the error
+            # as the call's result, and the call would be over, its outcome lost, and taken for ended
+            # by the sweep (QA resilience: a 45 s outage answered two calls with ConnectionError). The
+            # step goes back to its queue once Redis answers, and runs again (its attempt id keeps
+            # its effects applied once); if it cannot be put back, the sweep sends it once overdue.
+            log.warning("call %s: %s lost Redis (%s); given back to its queue once Redis answers", self.request.id,
+                        self.name, exc, extra={"event": "step_given_back", "task_id": self.request.id, "task": self.name})
+            redis_answers_again(runtime().redis, REDIS_AWAY_WAIT_S)
+            raise Reject(exc, requeue=True) from exc
+        except Exception:
+            if self.request.id:  # its error is the call's result: nothing to watch any more (QA resilience)
+                runtime().inflight.finished(self.request.id)
+            raise
+        # A step that returns has returned the call's result (success, failure, invalid payload...):
+        # nothing to watch any more.
         if self.request.id:
             runtime().inflight.finished(self.request.id)
         return result
+
+
+def redis_answers_again(client: Redis, within_s: float) -> bool:
+    """Wait until Redis answers a ping, at most `within_s`; whether it did."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return bool(client.ping())
+        except (RedisConnectionError, RedisTimeoutError):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(1.0)
 
 
 def delivered_again(task: Task) -> str | None:
@@ -107,7 +144,7 @@ def _passed(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None:
     message was taken, long after a hand-on was written. A step nothing is recorded for (the first
     step of a call sent without fittest's client, or one whose record was lost) runs."""
     if _has_result(task.app, task.request.id):
-        return "its call has ended"
+        return CALL_ENDED
     current = runtime().inflight.current(task.request.id)
     if current is not None and not current.carries(task.name, args, kwargs):
         return f"its call has moved on to {current.task}"
@@ -152,13 +189,23 @@ def effects_ended(rt: Runtime, requests: Sequence[Any]) -> Iterator[None]:
     """Forget the records of the effect messages `requests` (each with its task `id`, as Celery's
     request and celery-batches' SimpleRequest have) once they ran, also when they raised: a message
     whose effect can never apply would otherwise come back at every sweep past its due time (a
-    batch meeting an unavailable Redis is run again first, workers/tasks/batches.py)."""
+    batch meeting an unavailable Redis is run again first, workers/tasks/batches.py). Not when
+    Redis stayed away past the state client's retries: such an effect can apply later, and its
+    record has the sweep send it again once overdue (QA resilience: a 45 s outage)."""
     try:
         yield
-    finally:
-        for request in requests:
-            if request.id:
-                rt.effects.finished(request.id)
+    except (RedisConnectionError, RedisTimeoutError):
+        raise
+    except BaseException:
+        _forget(rt, requests)
+        raise
+    _forget(rt, requests)
+
+
+def _forget(rt: Runtime, requests: Sequence[Any]) -> None:
+    for request in requests:
+        if request.id:
+            rt.effects.finished(request.id)
 
 
 def _queue_of(step: HandedOnStep) -> str:

@@ -192,3 +192,27 @@ def test_the_workers_still_rescue_lost_steps_after_redis_restarted(pipeline: Pip
         inflight.flush()
     result = p.client.wait(p.client.celery.AsyncResult(step.task_id), 60)
     assert (result["status"], result["call_id"]) == ("success", step.task_id), result
+
+
+def test_a_call_whose_attempt_outlives_the_state_clients_retries_is_answered_once_redis_is_back(
+        pipeline: Pipeline, redis_server: RestartableRedis, tmp_path: Path) -> None:
+    """QA resilience: Redis away 45 s while an attempt ran. Past the state client's ~30 s of retries
+    the step raised ConnectionError, which Celery stored as the call's result: the caller got the
+    error (read as "Redis cannot be reached" with Redis up), the tool's success was lost, and the
+    sweep took the call for ended. The step now goes back to its queue once Redis answers."""
+    p, log = pipeline, tmp_path / "runs.log"
+    before = p.state().stats([NAP])[NAP].successes
+    sent = p.client.send("resilient_tool_call", scenario="take a nap", namespace="nap", version="1.0.0", max_attempts=1,
+                         input={"ms": 3000, "n": -2, "log": str(log)})
+    try:
+        p.wait_for(log.exists, timeout=30)  # the attempt runs
+        redis_server.proc.send_signal(signal.SIGTERM)
+        redis_server.proc.wait(timeout=20)
+        time.sleep(40)  # longer than the state client's retries
+        redis_server.proc, _ = start_redis(redis_server.workdir, redis_server.port, appendonly=True)
+        result = p.client.wait(sent, 120)
+    finally:
+        p.client.release(sent)
+    assert (result["status"], result["output"]["n"]) == ("success", -2), result
+    assert len(log.read_text().split()) == 2  # run again once Redis answered: at least once, as a redelivery
+    p.wait_for(lambda: p.state().stats([NAP])[NAP].successes == before + 1, timeout=60)  # counted once
