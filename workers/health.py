@@ -83,7 +83,21 @@ def _local_services() -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001
         out["model"] = {"status": "fail", "detail": f"{type(exc).__name__}: {exc}"}
     out["model"]["ms"] = (time.perf_counter() - started) * 1000
+    out["tools"] = {**tools_dir_check(rt.settings, len(rt.registry.all())).model_dump(exclude={"name"})}
     return out
+
+
+def tools_dir_check(settings: Settings, served: int | None = None) -> Check:
+    """Whether FITTEST_TOOLS_DIR is there to serve from (`served`: the versions the memory worker
+    serves, when it says). Gone, the watch serves what it last read (workers/tool_watch.py), and a
+    restart would serve nothing from it (QA resilience: moved away, health said healthy)."""
+    started = time.perf_counter()
+    serving = "" if served is None else f"{served} tool versions served; "
+    ok = settings.tools_dir.is_dir()
+    detail = (f"{serving}FITTEST_TOOLS_DIR {settings.tools_dir} is a directory" if ok else
+              f"{serving}FITTEST_TOOLS_DIR {settings.tools_dir} is not a directory: the tools it served are served as "
+              "last read, and a restart would serve none of them")
+    return Check(name="tools", status="ok" if ok else "fail", detail=detail, ms=(time.perf_counter() - started) * 1000)
 
 
 def disk_room(data_dir: Path, floor_mb: float = DISK_FLOOR_MB) -> tuple[Status, str]:
@@ -213,7 +227,7 @@ def check_model_files(settings: Settings) -> Check:
 
 
 def health(settings: Settings, checks: list[str], workers: list[str], timeout: float) -> HealthReport:
-    """Run the named checks (redis, workers, store, model); healthy when none failed."""
+    """Run the named checks (redis, workers, store, model, tools); healthy when none failed."""
     results: list[Check] = []
     redis_check = check_redis(settings, timeout)
     if "redis" in checks:
@@ -221,7 +235,7 @@ def health(settings: Settings, checks: list[str], workers: list[str], timeout: f
     answers: dict[str, dict[str, Any]] = {}
     destination: list[str] | None = None  # every worker
     not_asked = "" if redis_check.status == "ok" else f"not asked: {redis_check.detail}"
-    if not not_asked and {"workers", "store", "model"} & set(checks):
+    if not not_asked and {"workers", "store", "model", "tools"} & set(checks):
         exact = [w for w in workers if "@" in w]
         destination = exact if exact and len(exact) == len(workers) else None
         try:
@@ -244,4 +258,6 @@ def health(settings: Settings, checks: list[str], workers: list[str], timeout: f
                 "(only the process that owns it can open it)"))
     if "model" in checks:
         results.append(_from_memory_worker("model", answers) or check_model_files(settings))
+    if "tools" in checks:  # where no memory worker says, as this host sees the directory
+        results.append(_from_memory_worker("tools", answers) or tools_dir_check(settings))
     return HealthReport(healthy=all(c.status != "fail" for c in results), checks=results, workers=answers)

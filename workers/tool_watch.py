@@ -57,9 +57,24 @@ class ToolsDirWatch:
                                             if Path(path).resolve().is_relative_to(tools_dir.resolve())}
         self._refused: dict[str, str] = {}  # file -> why, read again at every look (its script may come later)
         self._unindexed: dict[str, tuple[ToolManifest, Path | None]] = {}  # handed to `add` again at the next look
+        self._dir_gone = False  # the tools directory was not there at the last look (`poll`)
 
     def poll(self) -> list[str]:
-        """Apply what changed since the last look; the keys of the versions newly served."""
+        """Apply what changed since the last look; the keys of the versions newly served. While the
+        tools directory itself is not there, nothing changes: what it served is served as it was
+        last read, and a warning says so once (QA resilience: moved away for a deploy, it was read
+        as empty, every tool and evolved version stopped being served, each with an info line, and
+        every call ended no_candidates)."""
+        if not self.tools_dir.is_dir():
+            if not self._dir_gone:
+                log.warning("FITTEST_TOOLS_DIR (%s) is not a directory: the tools it served are served as last read "
+                            "until it is back", self.tools_dir, extra={"event": "tools_dir_gone", "path": str(self.tools_dir)})
+            self._dir_gone = True
+            return []
+        if self._dir_gone:
+            log.warning("FITTEST_TOOLS_DIR (%s) is back: serving what it holds now", self.tools_dir,
+                        extra={"event": "tools_dir_back", "path": str(self.tools_dir)})
+            self._dir_gone = False
         current = self._signatures()
         changed = [Path(path) for path, signature in current.items() if self._seen.get(path) != signature]
         gone = {path for path in (*self._seen, *self._refused) if path not in current}
@@ -164,7 +179,7 @@ class ToolsDirWatch:
         while pending:
             try:
                 entries = list(os.scandir(pending.pop()))
-            except (FileNotFoundError, NotADirectoryError):  # not there (yet), or removed while we looked
+            except (FileNotFoundError, NotADirectoryError):  # a folder removed while we looked
                 continue
             # Any other OSError (EMFILE: the worker out of file descriptors) ends the look: read as an
             # empty directory, it stopped serving every tool (QA Q: all calls no_candidates).

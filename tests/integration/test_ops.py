@@ -23,7 +23,9 @@ def test_health_is_ok_with_every_role_up_and_checks_store_and_model_live(cli) ->
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     checks = {c["name"]: c for c in report["checks"]}
-    assert {name: c["status"] for name, c in checks.items()} == {"redis": "ok", "workers": "ok", "store": "ok", "model": "ok"}
+    assert {name: c["status"] for name, c in checks.items()} == {"redis": "ok", "workers": "ok", "store": "ok", "model": "ok",
+                                                                  "tools": "ok"}
+    assert re.search(r"^\d+ tool versions served; FITTEST_TOOLS_DIR .* is a directory \(checked by memory@", checks["tools"]["detail"])
     assert "384-dim" in checks["model"]["detail"] and "checked by memory@" in checks["model"]["detail"]
     assert "int8 model" in checks["model"]["detail"]  # the memory worker runs the model's int8 copy by default
     assert "tool vectors" in checks["store"]["detail"]

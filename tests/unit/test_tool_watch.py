@@ -102,6 +102,28 @@ def test_a_removed_manifest_is_no_longer_served_and_a_moved_one_still_is(tmp_pat
     assert registry.versions("slugify") == [] and "slugify" not in registry.namespaces()
 
 
+def test_a_tools_directory_moved_away_leaves_its_tools_served_and_says_so_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """QA resilience: moved away for a deploy, the directory read as empty: every tool stopped being
+    served, each with an info line, every call ended no_candidates, and `fittest health` was fine."""
+    tools = tmp_path / "tools"
+    for tool in ("word_stats", "slugify"):
+        shutil.copytree(EXAMPLE_TOOLS / tool, tools / tool)
+    registry, _, watch = watched(tools)
+    before = served(registry)
+    caplog.set_level(logging.INFO, logger="fittest.tools")
+    tools.rename(tmp_path / "tools.bak")
+    assert watch.poll() == [] and watch.poll() == []
+    assert served(registry) == before
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", f"FITTEST_TOOLS_DIR ({tools}) is not a directory: the tools it served are served as last read "
+                    "until it is back")]
+    (tmp_path / "tools.bak").rename(tools)
+    (tools / "slugify" / "tool.yaml").unlink()  # what it holds when it is back is what is served
+    assert watch.poll() == []
+    assert served(registry) == {"word_stats@1.0.0": str(tools / "word_stats" / "tool.yaml")}
+
+
 def test_a_manifest_removed_or_changed_before_the_watch_started_is_seen_at_its_first_look(tmp_path: Path) -> None:
     """The worker reads the tools directory, then starts the watch after its warm-up: a change in
     between counted as seen (a CI run removed a manifest there; its version stayed served)."""

@@ -15,7 +15,7 @@ from workers.settings import Settings, get_settings, redact_url
 
 app = typer.Typer()
 
-CHECKS = ("redis", "workers", "store", "model")
+CHECKS = ("redis", "workers", "store", "model", "tools")
 
 
 # --------------------------------------------------------------------------------------- health
@@ -26,7 +26,7 @@ def health(
     timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for Redis, the store and the workers' answers.")] = 2.0,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check Redis, the vector store, the embedding model and the workers.
+    """Check Redis, the vector store, the embedding model, the tools directory and the workers.
 
     Exit code 0 when healthy, 1 when any check failed: use it as a liveness or readiness probe
     (docker compose healthcheck, Kubernetes exec probe). The embedded store and the model are
