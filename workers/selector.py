@@ -195,10 +195,11 @@ class Selector:
             passed, newcomer = newcomer.key, None
         keep = max(self.settings.max_candidates, request.max_attempts)
         # The retry after an evolution moves the new version to the front, wherever it placed, a
-        # namespace's served version moves before its other versions, and a newcomer on trial goes
-        # first: they need the whole ranking.
+        # namespace's served version moves before its other versions, a call's named namespace goes
+        # first (QA resilience: one ranked 9th after a failure was cut, and the call said no tool of
+        # that name was ranked), and a newcomer on trial goes first: they need the whole ranking.
         several = len({e.manifest.name for e in evidence}) < len(evidence)
-        whole = request.after_evolution or several or newcomer is not None
+        whole = request.after_evolution or several or newcomer is not None or bool(request.namespace)
         ranked = self.policy.rank(evidence, self.rng, limit=None if whole else keep)
         ranked = evolved_first(request, served_first(request, ranked, served), served)
         ranked = explored_first(request, ranked, evidence, share, lambda salt: in_share(request.call_id, salt, share),

@@ -1026,3 +1026,22 @@ def test_recommend_reads_the_manifests_for_its_advice_on_sparc_metadata(rt, monk
     found = {r["context"]: r for r in answer["recommendations"] if r["tool"] == "py_linter@1.0.0"}
     assert "task_type=bug_fix" in found, answer
     assert "take bug_fix out of its SPARC task_types (analysis, bug_fix)" in found["task_type=bug_fix"]["advice"]
+
+
+def test_a_named_namespace_is_first_however_low_the_policy_ranks_it(rt, monkeypatch) -> None:
+    """QA resilience: `--namespace` of a tool the policy ranked 9th (after a failure) was cut with the
+    ranking's tail, and the call said no tool of that name was ranked."""
+    monkeypatch.setattr(rt.selector.settings, "max_candidates", 2)
+    monkeypatch.setattr(rt.selector.settings, "min_similarity", -1.0)  # every tool a candidate
+    scenario = "how many yen do I get for 200 dollars today"
+    last = "doc_writer"  # a tool for other jobs; it failed this one many times, and two others do it
+    from workers.outcomes import apply_failure
+
+    for i in range(8):
+        apply_failure(rt, FailureMark(attempt_id=f"f{i}:0", call_id=f"f{i}", tool=last, version="1.0.0",
+                                      scenario=scenario, error_class=FailureClass.crash))
+    for i in range(10):
+        run_call(rt, scenario, "currency_rates" if i % 2 else "stock_quotes", f"ok{i}")
+    rt.selector.cache.clear()
+    plan = rt.selector.plan(CallRequest(scenario=scenario, namespace=last, max_attempts=1))
+    assert [c.manifest.name for c in plan.candidates][:1] == [last]
