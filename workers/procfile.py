@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -346,6 +347,9 @@ def one_command(line: str) -> bool:
     return not re.search(r"[;&|()\n`]|^\s*(if|for|while|until|case|\{|!)\s", line)
 
 
+OUTPUT_DRAIN_S = 1.0  # how long a role's last output is relayed after it ended
+
+
 class RoleRelay(HonchoProcess):
     """honcho's relay of one role: a fork of `up` that starts the role's shell in a session of its
     own and passes its output on. It ignores SIGTERM and SIGINT, and nothing told it when `up` was
@@ -362,9 +366,28 @@ class RoleRelay(HonchoProcess):
         self._up = os.getpid()
 
     def run(self, events: Any = None, ignore_signals: bool = False) -> None:
+        """honcho's run, but the role's end is its process's exit, not the end of its output: a
+        process it forked (a python tool's child) keeps its output open, and the relay, reading it
+        to the end first, saw the role end only when that child did (QA resilience: a killed
+        executor, a zombie meanwhile, was restarted 47 s and 107 s later, and every call waited)."""
         signal.signal(self.UP_DIED, self._stop_role)
         die_with_parent(self.UP_DIED, parent=self._up)
-        super().run(events, ignore_signals)
+        self._events = events
+        self._child = self._child_ctor(self.cmd, env=self.env, cwd=self.cwd)
+        self._send_message({"pid": self._child.pid}, type="start")
+        if ignore_signals:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        relay = threading.Thread(target=self._relay_output, name="fittest-role-output", daemon=True)
+        relay.start()
+        self._child.wait()
+        relay.join(OUTPUT_DRAIN_S)  # what the role wrote before it ended; not what a child of it writes on
+        self._send_message({"returncode": self._child.returncode}, type="stop")
+
+    def _relay_output(self) -> None:
+        for line in iter(self._child.stdout.readline, b""):
+            if not self.quiet:
+                self._send_message(line)
 
     def _stop_role(self, _signum: int, _frame: Any) -> None:
         self._events = None  # nobody reads them any more
