@@ -119,6 +119,12 @@ def returns_set(input):
 def returns_nan(input):
     return {"x": float("nan")}
 
+def returns_deep(input):
+    value = {}
+    for _ in range(100_000):
+        value = {"a": value}
+    return value
+
 def big(input):
     return {"blob": "x" * input["size"]}
 
@@ -185,6 +191,8 @@ def test_python_tool_gets_its_own_copy_of_the_input(py_tool) -> None:
         ("returns_none", FailureClass.bad_output, "empty output"),
         ("returns_set", FailureClass.bad_output, "not JSON-serialisable"),
         ("returns_nan", FailureClass.bad_output, "not JSON-serialisable"),
+        # QA resilience: "crash: the python runner could not run ...: RecursionError"
+        ("returns_deep", FailureClass.bad_output, "output is nested too deeply to encode as JSON"),
     ],
 )
 def test_python_failures_are_classified(py_tool, function: str, error_class: FailureClass, fragment: str) -> None:

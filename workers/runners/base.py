@@ -84,6 +84,8 @@ def judge_output(value: Any, limit_bytes: int) -> RunOutcome:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         return RunOutcome.fail(FailureClass.bad_output, f"output is not JSON-serialisable: {exc}")
+    except RecursionError:  # the tool ran and returned; what it returned is unusable (QA resilience: "crash")
+        return RunOutcome.fail(FailureClass.bad_output, "output is nested too deeply to encode as JSON")
     size = len(text.encode("utf-8"))
     if size > limit_bytes:
         return RunOutcome.fail(FailureClass.bad_output, f"output of {size} bytes exceeds the limit of {limit_bytes} bytes")
