@@ -17,6 +17,7 @@ from typing import Any
 
 from celery import Celery
 from celery.result import AsyncResult
+from redis import Redis
 from redis.exceptions import OutOfMemoryError, RedisError
 
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
@@ -90,6 +91,11 @@ class CallSender:
                                 redis_backend_use_ssl=settings.redis_tls(settings.backend_url) or None)
         self._inflight = _calls_in_flight(settings)  # this process's, shared by its clients (no connection yet)
         self._ids: CallIds | None = None
+
+    @property
+    def redis(self) -> Redis:
+        """This process's Redis client of the calls in flight (the broker's Redis)."""
+        return self._inflight.client
 
     def _call_ids(self) -> CallIds:
         """The record of which job each caller-chosen call id names (workers/state/call_ids.py)."""

@@ -224,7 +224,7 @@ def _waiting(rt: Runtime, steps: list[HandedOnStep]) -> dict[str, set[str] | Non
             for queue, ids in by_queue.items()}
 
 
-def _held(client: Redis) -> set[str]:
+def held_task_ids(client: Redis) -> set[str]:
     """The call task ids of the messages workers hold (reserved, running, or waiting for the
     visibility timeout after their worker died). Read once a sweep: decoding kombu's whole
     `unacked` hash for each overdue step took a sweep of 200 steps beside 2,000 held messages
@@ -264,7 +264,7 @@ def _resend_lost(celery: Celery, rt: Runtime, inflight: InflightCalls) -> list[s
     overdue = inflight.overdue()
     if not overdue:
         return []
-    held, waiting = _held(rt.redis), _waiting(rt, overdue)
+    held, waiting = held_task_ids(rt.redis), _waiting(rt, overdue)
     resent = []
     for step in overdue:
         queued = waiting[_queue_of(step)]

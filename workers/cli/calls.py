@@ -137,14 +137,21 @@ STEP_DOING = {
 
 
 def _still_running(client: CallSender, call_id: str) -> str | None:
-    """Where a call that has not finished is, or None when that is not known."""
+    """Where a call that has not finished is, or None when that is not known: its step held by a
+    worker, or waiting in its queue for one (QA resilience: "it is running a tool" was said with no
+    executor alive, the step queued)."""
+    from workers.rescue import held_task_ids
+
     try:
         step = client.step_of(call_id)
+        held = step is not None and call_id in held_task_ids(client.redis)
     except Exception:  # Redis away: the generic message says what can be said
         return None
     if step is None:
         return None
-    return f"it is {STEP_DOING.get(step, step)} ({step}) and goes on; `fittest result {call_id}` shows it when it ends"
+    where = (STEP_DOING.get(step, step) if held else
+             "waiting in its queue: no worker has taken it yet (`fittest health` says whether one runs)")
+    return f"it is {where} ({step}) and goes on; `fittest result {call_id}` shows it when it ends"
 
 
 def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, json_out: bool, unfinished: str,
