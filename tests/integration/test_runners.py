@@ -119,6 +119,11 @@ def returns_set(input):
 def returns_nan(input):
     return {"x": float("nan")}
 
+def sets_a_timer(input):
+    import signal
+    signal.setitimer(signal.ITIMER_REAL, 300.0)  # as signal.alarm(300): SIGALRM ends the process then
+    return {"set": True}
+
 def returns_deep(input):
     value = {}
     for _ in range(100_000):
@@ -197,6 +202,16 @@ def test_python_tool_gets_its_own_copy_of_the_input(py_tool) -> None:
 )
 def test_python_failures_are_classified(py_tool, function: str, error_class: FailureClass, fragment: str) -> None:
     assert_failure(run_tool(py_tool(function), {"n": 1}, timeout_s=5, limits=LIMITS), error_class, fragment)
+
+
+def test_a_timer_a_python_tool_leaves_is_cancelled_before_it_kills_the_process(py_tool) -> None:
+    """QA resilience: a tool's signal.alarm(1) killed its pool process during the next tool's attempt,
+    and the death was charged to that tool."""
+    try:
+        assert run_tool(py_tool("sets_a_timer"), {}, timeout_s=5, limits=LIMITS).output == {"set": True}
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def test_python_output_cap_and_json_normalisation(py_tool) -> None:

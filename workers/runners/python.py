@@ -30,6 +30,8 @@ import ctypes
 import hashlib
 import importlib
 import importlib.util
+import logging
+import signal
 import stat
 import sys
 import threading
@@ -43,6 +45,8 @@ from selection.models import FailureClass
 from selection.registry import python_module_file
 from workers.runners.base import RunLimits, RunOutcome, judge_output
 from workers.runners.python_host import classify, describe
+
+log = logging.getLogger("fittest.runners")
 
 ToolFunction = Callable[[dict[str, Any]], Any]
 
@@ -149,6 +153,20 @@ def classify_exception(exc: BaseException) -> FailureClass:
     return FailureClass(classify(exc))
 
 
+# The process timers a tool may set; each ends the process when it fires (SIGALRM, SIGVTALRM, SIGPROF).
+TIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
+
+
+def cancel_timers(manifest: ToolManifest) -> None:
+    """Cancel the timers a tool left in the process it ran in: one that fires later killed that pool
+    process during another tool's attempt, and the death was charged to that tool (QA resilience:
+    `signal.alarm(1)` in a tool that returned at once)."""
+    left = [which for which in TIMERS if signal.setitimer(which, 0)[0] > 0]
+    if left:
+        log.warning("%s left a process timer set (signal.alarm or setitimer): cancelled", manifest.key,
+                    extra={"event": "tool_timer_cancelled", "tool": manifest.key})
+
+
 def run_python(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float, limits: RunLimits) -> RunOutcome:
     """Run a python tool; every failure is an outcome, never an exception.
 
@@ -167,6 +185,7 @@ def run_python(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: floa
     thread = threading.Thread(target=call, name=f"tool:{manifest.key}", daemon=True)
     thread.start()
     thread.join(timeout_s)
+    cancel_timers(manifest)
     if thread.is_alive():
         how = ("the call's thread was stopped" if stop_thread(thread) else
                "the call's thread did not stop: it is blocked outside Python, or it catches ToolStopped (a bare except); "
