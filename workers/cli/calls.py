@@ -149,9 +149,10 @@ def _still_running(client: CallSender, call_id: str) -> str | None:
         return None
     if step is None:
         return None
-    where = (STEP_DOING.get(step, step) if held else
-             "waiting in its queue: no worker has taken it yet (`fittest health` says whether one runs)")
-    return f"it is {where} ({step}) and goes on; `fittest result {call_id}` shows it when it ends"
+    doing = STEP_DOING.get(step, step)
+    if not held and not doing.startswith("waiting"):
+        doing = "waiting in its queue: no worker has taken it yet (`fittest health` says whether one runs)"
+    return f"it is {doing} ({step}) and goes on; `fittest result {call_id}` shows it when it ends"
 
 
 def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, json_out: bool, unfinished: str,
