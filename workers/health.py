@@ -95,8 +95,8 @@ def tools_dir_check(settings: Settings, served: int | None = None) -> Check:
     serving = "" if served is None else f"{served} tool versions served; "
     ok = settings.tools_dir.is_dir()
     detail = (f"{serving}FITTEST_TOOLS_DIR {settings.tools_dir} is a directory" if ok else
-              f"{serving}FITTEST_TOOLS_DIR {settings.tools_dir} is not a directory: the tools it served are served as "
-              "last read, and a restart would serve none of them")
+              f"{serving}FITTEST_TOOLS_DIR {settings.tools_dir} is not a directory: its tools stay registered, not "
+              "run, until it is back, and a restart would serve none of them")
     return Check(name="tools", status="ok" if ok else "fail", detail=detail, ms=(time.perf_counter() - started) * 1000)
 
 

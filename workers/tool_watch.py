@@ -67,8 +67,8 @@ class ToolsDirWatch:
         every call ended no_candidates)."""
         if not self.tools_dir.is_dir():
             if not self._dir_gone:
-                log.warning("FITTEST_TOOLS_DIR (%s) is not a directory: the tools it served are served as last read "
-                            "until it is back", self.tools_dir, extra={"event": "tools_dir_gone", "path": str(self.tools_dir)})
+                log.warning("FITTEST_TOOLS_DIR (%s) is not a directory: its tools stay registered, not run "
+                            "(workers/tasks/execution.py code_gone), until it is back", self.tools_dir, extra={"event": "tools_dir_gone", "path": str(self.tools_dir)})
             self._dir_gone = True
             return []
         if self._dir_gone:

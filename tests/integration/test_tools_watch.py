@@ -279,3 +279,27 @@ def test_a_tool_added_to_the_running_system_is_tried_first_on_its_share_of_the_c
         assert "new to the system" not in after["ranking"][0]["breakdown"]["rationale"]
         log = tmp_path / "logs" / "memory.log"
         assert ("tool_newcomer", "word_tally") in {(e.get("event"), e.get("namespace")) for e in events(log)}
+
+
+def test_a_tools_directory_moved_away_is_waited_for_not_blamed_on_its_tools(
+    tmp_path: Path, redis_url: str, model_path: Path
+) -> None:
+    """QA resilience and recheck: moved away for a deploy, the directory read as empty and every call
+    ended no_candidates; then, its tools served as last read, every attempt failed ("No module named
+    ...") and took the tools' quality down. Now their calls say why they cannot run, and nothing is
+    charged to them; moved back, they run."""
+    tools = tmp_path / "tools"
+    shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
+    with pipeline_running(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"),
+                          FITTEST_TOOLS_RESCAN_S="0.3") as p:
+        assert p.call(**SLUG_CALL)["status"] == "success"
+        tools.rename(tmp_path / "tools.away")
+        gone = p.call(**SLUG_CALL)
+        assert gone["status"] == "no_candidates" and gone["attempts"] == [], gone
+        assert gone["message"] == (f"FITTEST_TOOLS_DIR ({tools}) is not a directory: the versions whose code is in it "
+                                   "are not run until it is back (slugify@1.0.0)")
+        stats = p.state().stats(["slugify@1.0.0"])["slugify@1.0.0"]
+        assert (stats.quality, stats.failures) == (1.0, 0)
+        (tmp_path / "tools.away").rename(tools)
+        back = p.call(**SLUG_CALL)
+        assert (back["status"], back["tool"], back["output"]) == ("success", "slugify", {"slug": "hello-world"})

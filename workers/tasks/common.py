@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from celery_batches import SimpleRequest
@@ -74,6 +75,11 @@ def ended_early(result: dict[str, Any], started_at: float | None = None) -> dict
 TAGS_SHOWN = 20  # of the tags there are, named in the message of a call that asked for one no tool has
 
 
+def tools_dir_gone(tools_dir: Path, keys: Iterable[str]) -> str:
+    return (f"FITTEST_TOOLS_DIR ({tools_dir}) is not a directory: the versions whose code is in it are not run until "
+            f"it is back ({', '.join(sorted(keys))})")
+
+
 def no_candidates_result(plan: CallPlan) -> CallResult:
     """The result of a plan that has no candidate, saying why: none matched, the version or a tag
     asked for does not exist (QA: that was "no tool matches", for a tool that exists), or every one
@@ -89,6 +95,10 @@ def no_candidates_result(plan: CallPlan) -> CallResult:
         elif request.version not in known:
             result.message = f"{request.namespace} has no version {request.version} (it has {', '.join(known)})"
             result.no_candidates_reason = "no_such_version"
+    tools_dir = runtime().settings.tools_dir
+    if plan.passed_over and not plan.held_back and not tools_dir.is_dir():  # execution.py `code_gone`
+        result.message = tools_dir_gone(tools_dir, plan.passed_over)
+        result.no_candidates_reason = "held_back"
     if result.no_candidates_reason == "no_match" and request.tags:  # QA new user: "no tool matches", exit 1
         tags = sorted({t for m in runtime().registry.all() for t in m.tags})
         unknown = [t for t in request.tags if t not in tags]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from workers.runners import RunLimits, RunOutcome, run_tool
 from workers.runtime import runtime
 from workers.selector import attempt_timeout
 from workers.state.inflight import AttemptDeaths
-from workers.tasks.common import no_candidates
+from workers.tasks.common import no_candidates, tools_dir_gone
 
 log = logging.getLogger("fittest.attempt")
 
@@ -246,7 +247,7 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
     # unless its call has ended meanwhile (CallStep ignores it then), or its tool killed the
     # process running it too often (recorded as a crash instead, once per attempt id too).
     plan.attempts = [a for a in plan.attempts if a.metadata.get("attempt", -1) < index]
-    turn = next_to_run(plan, index, runtime().state, runtime().settings.breaker_cooldown_s)
+    turn = next_to_run(plan, index, runtime().state, runtime().settings.breaker_cooldown_s, code_gone(plan))
     if turn is None:
         return after_last_attempt(self, plan)
     index = turn
@@ -284,11 +285,30 @@ def last_index(plan: CallPlan) -> int:
     return min(len(plan.candidates), plan.request.max_attempts + free) - 1
 
 
-def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float) -> int | None:
+def code_gone(plan: CallPlan) -> set[str]:
+    """The candidates whose code is in FITTEST_TOOLS_DIR while it is not there (moved away for a
+    deploy, say): the watch serves them as last read (workers/tool_watch.py), but they cannot run
+    until it is back, which is not their fault (QA recheck: 13 attempts of 3 calls failed with "No
+    module named ..." or "can't open file", and took a tool from 1.00 to 0.90). Evolved versions run
+    copies in the data directory."""
+    rt = runtime()
+    tools_dir = rt.settings.tools_dir
+    if tools_dir.is_dir():
+        return set()
+    inside = {c.key for c in plan.candidates
+              if (source := rt.registry.source(c.key)) is not None and Path(source).is_relative_to(tools_dir)}
+    if inside and (note := tools_dir_gone(tools_dir, inside)) not in plan.notes:
+        plan.notes.append(note)
+    return inside
+
+
+def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float,
+                cannot_run: Collection[str] = ()) -> int | None:
     """The index of the first candidate from `index` on that may run now, each one held back by its
     breaker added to `plan.held_back`; None when none is left to try. After a tool that does the
     job refused the input as the caller's mistake, only the tools that do such jobs too are tried
-    with it (selection/serving.py `takes_a_refused_input`): the others go to `plan.passed_over`.
+    with it (selection/serving.py `takes_a_refused_input`): the others go to `plan.passed_over`, as
+    do those that `cannot_run` (`code_gone`).
 
     Selection leaves out the versions whose breaker is open, but the calls planned before it opened
     (a burst of calls to a failing tool, ranked together) would each still run it: reading the
@@ -302,7 +322,7 @@ def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float
     refused = refused_input(plan) is not None
     while index <= last_index(plan):
         key = plan.candidates[index].key
-        if refused and not takes_a_refused_input(plan.candidates[index], plan.request.namespace):
+        if key in cannot_run or (refused and not takes_a_refused_input(plan.candidates[index], plan.request.namespace)):
             if key not in plan.passed_over:  # a redelivered step passes it over again
                 plan.passed_over.append(key)
             index += 1
