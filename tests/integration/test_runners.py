@@ -126,7 +126,7 @@ def sets_a_timer(input):
 
 def returns_deep(input):
     value = {}
-    for _ in range(100_000):
+    for _ in range(input.get("depth", 100_000)):
         value = {"a": value}
     return value
 
@@ -212,6 +212,19 @@ def test_a_timer_a_python_tool_leaves_is_cancelled_before_it_kills_the_process(p
         assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def test_an_output_nested_deeper_than_a_call_can_carry_is_bad_output(py_tool, exe_dir: Path) -> None:
+    """QA recheck: 400-900 levels passed the output check and broke the recording of the call (its
+    result a stored "Maximum serialization depth exceeded", its success lost); an executable's 5,000
+    levels were a crash of the runner."""
+    assert run_tool(py_tool("returns_deep"), {"depth": 63}, timeout_s=5, limits=LIMITS).success  # 64 levels
+    assert_failure(run_tool(py_tool("returns_deep"), {"depth": 499}, timeout_s=5, limits=LIMITS),
+                   FailureClass.bad_output, "output is nested 500 levels deep; the limit is 64")
+    deep = "[" * 5000 + "]" * 5000
+    (exe_dir / "deep.py").write_text(f"print({deep!r})\n")
+    assert_failure(run_tool(exe(exe_dir, "{tool_dir}/deep.py"), {}, timeout_s=10, limits=LIMITS),
+                   FailureClass.bad_output, "stdout is nested too deeply to decode as JSON")
 
 
 def test_python_output_cap_and_json_normalisation(py_tool) -> None:

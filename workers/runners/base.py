@@ -67,6 +67,11 @@ class RunOutcome(BaseModel):
         return cls(success=False, error_class=error_class, error_message=message)
 
 
+# Deeper outputs are refused: the call's plan and outcome, which carry the output a few levels down,
+# must stay within pydantic's serialization depth (255).
+MAX_OUTPUT_DEPTH = 64
+
+
 def encode_input(input: dict[str, Any]) -> bytes:
     """The input as the UTF-8 JSON a tool receives; raises TypeError or ValueError if it is not JSON."""
     return json.dumps(input, allow_nan=False, ensure_ascii=False).encode("utf-8")
@@ -89,7 +94,24 @@ def judge_output(value: Any, limit_bytes: int) -> RunOutcome:
     size = len(text.encode("utf-8"))
     if size > limit_bytes:
         return RunOutcome.fail(FailureClass.bad_output, f"output of {size} bytes exceeds the limit of {limit_bytes} bytes")
-    return RunOutcome.ok(json.loads(text))
+    output = json.loads(text)
+    if (depth := nesting(output)) > MAX_OUTPUT_DEPTH:
+        # QA recheck: 400-900 levels passed here and broke the recording of the call's outcome (the
+        # call's result was a stored "Maximum serialization depth exceeded", its success lost).
+        return RunOutcome.fail(FailureClass.bad_output, f"output is nested {depth} levels deep; the limit is {MAX_OUTPUT_DEPTH}")
+    return RunOutcome.ok(output)
+
+
+def nesting(value: Any) -> int:
+    """How deeply JSON arrays and objects nest in `value` (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def judge_json_bytes(data: bytes, limit_bytes: int, what: str = "output") -> RunOutcome:
@@ -102,6 +124,8 @@ def judge_json_bytes(data: bytes, limit_bytes: int, what: str = "output") -> Run
         value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         return RunOutcome.fail(FailureClass.bad_output, f"{what} is not JSON ({exc}): {preview(data)}")
+    except RecursionError:  # QA recheck: 5,000 levels were a "crash" of the runner
+        return RunOutcome.fail(FailureClass.bad_output, f"{what} is nested too deeply to decode as JSON")
     return judge_output(value, limit_bytes)
 
 
