@@ -32,3 +32,29 @@ def test_a_step_no_worker_took_is_said_to_wait_in_its_queue_not_to_run(tmp_path:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_call_whose_wait_loses_redis_is_named_so_its_result_can_be_found(tmp_path: Path, monkeypatch) -> None:
+    """QA recheck: `fittest call` during a Redis outage said only "Redis does not answer"; the call,
+    sent already, went on and succeeded, and nothing named it."""
+    import io
+
+    import pytest
+    import typer
+    from rich.console import Console
+
+    from workers.cli import common
+    from workers.cli.calls import show_when_done
+
+    said = io.StringIO()
+    monkeypatch.setattr(common, "err_console", Console(file=said, width=400))
+    proc, url = start_redis(tmp_path / "redis")
+    sender = CallSender(Settings(redis_url=url, key_prefix="w:"))
+    pending = sender.celery.AsyncResult("c2")
+    proc.terminate()
+    proc.wait(timeout=10)
+    with pytest.raises(typer.Exit) as ended:
+        show_when_done(sender, pending, 60.0, False, "unfinished")
+    assert ended.value.exit_code == 1
+    assert said.getvalue().startswith("error: waiting for call c2: Redis does not answer (")
+    assert "the call goes on, and `fittest result c2` shows it once Redis answers" in said.getvalue()

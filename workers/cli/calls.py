@@ -178,6 +178,15 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
             outcome = client.wait(pending, timeout)
     except CeleryTimeout:
         fail(f"no result for call {pending.id} within {timeout:g} s: {_still_running(client, pending.id) or unfinished}", DID_NOT_SUCCEED)
+    except Exception as exc:
+        from workers.cli import redis_unavailable
+
+        if (cause := redis_unavailable(exc)) is None:
+            raise
+        # The call was sent and goes on: its id is what finds its result (QA recheck: only "Redis does
+        # not answer", and the call, which succeeded, could not be looked up)
+        fail(f"waiting for call {pending.id}: Redis does not answer ({cause}); the call goes on, and "
+             f"`fittest result {pending.id}` shows it once Redis answers", DID_NOT_SUCCEED)
     warn_if_namespace_unranked(namespace, outcome)
     if json_out:
         print_json(outcome)
