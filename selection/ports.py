@@ -234,7 +234,8 @@ class QualityScores(Protocol):
 
     def mark_failure(self, key: str, attempt_id: str, severity: Severity,
                      counted: FailureCount = FailureCount.failure) -> FailureApplied:
-        """Count one failed attempt once per attempt id, as `counted` says: a failure demotes the
+        """Count one failed attempt once per attempt id (not at all when it counted as a success:
+        an attempt has one outcome, whichever is applied first), as `counted` says: a failure demotes the
         version by its severity; a refused input that was the caller's mistake, or a fallback's
         refusal of another tool's job, is counted in `refused_inputs` only (not in `failures`, from
         whose count the penalty of later failures grows), and the caller's mistake in
@@ -242,7 +243,8 @@ class QualityScores(Protocol):
         ...
 
     def record_successes(self, attempts: Sequence[tuple[str, str]]) -> list[bool]:
-        """Count each (key, attempt id) success once per attempt id, in one round trip; per pair,
+        """Count each (key, attempt id) success once per attempt id (not when it counted as a
+        failure), in one round trip; per pair,
         in order, False when it was counted before."""
         ...
 

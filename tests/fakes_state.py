@@ -103,7 +103,7 @@ class InMemoryStateStore:
                      counted: FailureCount = FailureCount.failure) -> FailureApplied:
         severity, counted = Severity(severity), FailureCount(counted)
         with self._lock:
-            applied = self._claim(f"applied:failure:{attempt_id}")
+            applied = self._claim(f"applied:outcome:{attempt_id}")
             t = self._s.tools.setdefault(key, _Tool())
             before = t.quality_bp
             if applied and counted is not FailureCount.failure:
@@ -123,7 +123,7 @@ class InMemoryStateStore:
         counted = []
         with self._lock:
             for key, attempt_id in attempts:
-                counted.append(self._claim(f"applied:success:{attempt_id}"))
+                counted.append(self._claim(f"applied:outcome:{attempt_id}"))
                 if counted[-1]:
                     t = self._s.tools.setdefault(key, _Tool())
                     t.successes, t.refused_in_a_row = t.successes + 1, 0

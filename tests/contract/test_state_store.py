@@ -228,10 +228,19 @@ def test_outputs_judged_wrong_leave_the_cost_of_later_failures_as_it_was(store):
     assert store.stats([KEY])[KEY].failures == 11  # the 5 judged wrong are failures still, as `fittest tools` shows
 
 
-def test_success_and_failure_guards_are_separate(store):
+def test_an_attempt_counts_once_as_a_success_or_a_failure_whichever_comes_first(store):
+    """QA resilience: an executor frozen past its lease woke and marked its attempt a timeout, while
+    the copy given back to the queue had run it to a success: the attempt counted as both, and a
+    correct tool fell from 1.00 to 0.95 beside its success."""
     attempt = aid()
     assert count_success(store, KEY, attempt)
-    assert store.mark_failure(KEY, attempt, Severity.low).applied
+    assert not store.mark_failure(KEY, attempt, Severity.low).applied
+    assert store.stats([KEY])[KEY] == ToolStats(quality=1.0, successes=1, failures=0)
+    failed = aid()
+    assert store.mark_failure(KEY, failed, Severity.low).applied
+    assert store.record_successes([(KEY, failed)]) == [False]
+    assert store.stats([KEY])[KEY] == ToolStats(quality=0.99, successes=1, failures=1)
+    # its breaker is fed once per attempt, by its own guard
     assert store.record_run(KEY, 1.0, False, threshold=5, cooldown_s=60, attempt_id=attempt) == "closed"
 
 

@@ -12,8 +12,8 @@ caller-supplied part, so no two kinds of key can collide:
     P tool:{key}             hash   quality_bp, successes, failures, refused_inputs, refused_in_a_row,
                                     judged_wrong (of the failures, outputs a person judged wrong)
                                     (absent field: default)
-    P applied:failure:{aid}  string idempotency key of mark_failure (TTL, 7 days)
-    P applied:success:{aid}  string idempotency key of record_successes (record_success.lua, TTL)
+    P applied:outcome:{aid}  string idempotency key of an attempt's outcome: mark_failure or record_successes
+                                    (record_success.lua), whichever comes first (TTL, 7 days)
     P judged:{key}           hash   call id -> the judgement of its output last applied to the counters
                                     (judge_count.lua)
     P once:breaker:{aid}     string an attempt feeds its breaker once; what that returned (breaker_record.lua, TTL)
@@ -209,7 +209,7 @@ class RedisStateStore(PrefixedStore):
         severity, counted = Severity(severity), FailureCount(counted)
         penalty = [SEVERITY_PENALTY_BP[severity], *_EXTRA_ARGV] if counted is FailureCount.failure else [counted.value]
         applied, q, f, before = self.scripts["mark_failure"](
-            keys=[self._k("tool", key), self._k("applied", "failure", attempt_id), self._state_key],
+            keys=[self._k("tool", key), self._k("applied", "outcome", attempt_id), self._state_key],
             args=[IDEMPOTENCY_TTL_S, FULL_QUALITY_BP, *penalty],
         )
         return FailureApplied(applied=bool(applied), quality=bp_to_quality(int(q)), failures=int(f),
@@ -221,7 +221,7 @@ class RedisStateStore(PrefixedStore):
         def queue(pipe: Pipeline) -> None:
             for key, attempt_id in attempts:
                 self.scripts["record_success"](
-                    keys=[self._k("tool", key), self._k("applied", "success", attempt_id)],
+                    keys=[self._k("tool", key), self._k("applied", "outcome", attempt_id)],
                     args=[IDEMPOTENCY_TTL_S],
                     client=pipe,
                 )

@@ -1,6 +1,6 @@
 -- mark_failure: demote a tool version for one failed attempt, at most once per attempt id.
 -- KEYS[1] tool hash {quality_bp, successes, failures, refused_inputs, refused_in_a_row, judged_wrong};
---         KEYS[2] idempotency key of this attempt's failure; KEYS[3] state version counter.
+--         KEYS[2] idempotency key of this attempt's outcome (a success or a failure, once); KEYS[3] state version counter.
 -- ARGV[1] idempotency TTL (s); ARGV[2] quality bp of a version never scored (full quality);
 -- ARGV[3] base penalty bp of the severity; or "refused_input" for a refusal of an input that was
 --         the caller's mistake, or "not_its_job" for a fallback's refusal of another tool's job
