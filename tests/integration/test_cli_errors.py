@@ -99,8 +99,10 @@ def test_a_judgement_no_worker_took_in_time_is_never_recorded_so_it_can_be_sent_
         workers.stack.stop("memory")
         fittest = without_workers(model_path, unserved_redis, tmp_path)
         judge = ("feedback", "add", "sort_numbers", "negative", "--scenario", "sort these numbers", "--reason", "sent twice")
-        code, said, _ = fittest(*judge, "--timeout", "1")
+        code, said, _ = fittest(*judge, "--timeout", "4")
         assert code == 1 and "no worker answered" in said and "Nothing was done: send it again" in said, said
+        # ...and, from 3 s on, that it waits (QA: it said nothing for its whole timeout)
+        assert "waiting for a worker of the feedback queue to answer (up to 4 s; `fittest health` checks them)" in said, said
         workers.stack.start_roles(["memory"])
         workers.stack.wait_for_workers(["memory"])
         code, said, _ = fittest(*judge, "--timeout", "60")  # sent again, once a worker runs

@@ -6,6 +6,7 @@ weights are read from Redis directly."""
 from __future__ import annotations
 
 import enum
+import threading
 from typing import Annotated, Any
 
 import typer
@@ -33,6 +34,8 @@ from workers.cli.common import (
 app = typer.Typer()
 feedback_app = typer.Typer(no_args_is_help=True)
 
+WAIT_NOTICE_S = 3.0  # how long the workers' answer is waited for before the command says it waits
+
 TimeoutOpt = Annotated[float, typer.Option(min=0.1, help="Seconds to wait for the workers' answer.")]
 
 
@@ -58,10 +61,19 @@ def _ask_or_none(task: str, queue: str, timeout: float, **kwargs: Any) -> dict[s
 
     from workers.client import CallSender
 
+    # QA: with no worker running, the command said nothing for its whole timeout (30 s by default)
+    notice = threading.Timer(WAIT_NOTICE_S, lambda: err_console.print(
+        f"waiting for a worker of the {queue} queue to answer (up to {timeout:g} s; `fittest health` checks them)…",
+        highlight=False))
+    notice.daemon = True
+    if timeout > WAIT_NOTICE_S:
+        notice.start()
     try:
         return CallSender().ask_within(task, timeout, queue=queue, **kwargs)
     except CeleryTimeout:
         return None
+    finally:
+        notice.cancel()
 
 
 # --------------------------------------------------------------------------------------- explain
