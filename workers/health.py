@@ -83,14 +83,14 @@ def _local_services() -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001
         out["model"] = {"status": "fail", "detail": f"{type(exc).__name__}: {exc}"}
     out["model"]["ms"] = (time.perf_counter() - started) * 1000
-    out["tools"] = {**tools_dir_check(rt.settings, len(rt.registry.all())).model_dump(exclude={"name"})}
+    out["tools"] = tools_dir_check(rt.settings, len(rt.registry.all())).model_dump(exclude={"name"})
     return out
 
 
 def tools_dir_check(settings: Settings, served: int | None = None) -> Check:
     """Whether FITTEST_TOOLS_DIR is there to serve from (`served`: the versions the memory worker
-    serves, when it says). Gone, the watch serves what it last read (workers/tool_watch.py), and a
-    restart would serve nothing from it (QA resilience: moved away, health said healthy)."""
+    serves, when it says). Gone, its versions stay registered as last read but are not run
+    (workers/tasks/execution.py `code_gone`), and a restart would serve nothing from it (QA resilience: moved away, health said healthy)."""
     started = time.perf_counter()
     serving = "" if served is None else f"{served} tool versions served; "
     ok = settings.tools_dir.is_dir()

@@ -108,15 +108,16 @@ class CallStep(Task):
         return result
 
 
-def redis_answers_again(client: Redis, within_s: float) -> bool:
-    """Wait until Redis answers a ping, at most `within_s`; whether it did."""
+def redis_answers_again(client: Redis, within_s: float) -> None:
+    """Wait until Redis answers a ping, or `within_s` has passed."""
     deadline = time.monotonic() + within_s
     while True:
         try:
-            return bool(client.ping())
+            client.ping()
+            return
         except (RedisConnectionError, RedisTimeoutError):
             if time.monotonic() >= deadline:
-                return False
+                return
             time.sleep(1.0)
 
 

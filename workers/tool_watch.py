@@ -61,14 +61,15 @@ class ToolsDirWatch:
 
     def poll(self) -> list[str]:
         """Apply what changed since the last look; the keys of the versions newly served. While the
-        tools directory itself is not there, nothing changes: what it served is served as it was
-        last read, and a warning says so once (QA resilience: moved away for a deploy, it was read
-        as empty, every tool and evolved version stopped being served, each with an info line, and
-        every call ended no_candidates)."""
+        tools directory itself is not there, nothing changes: its versions stay registered as last
+        read (the executor does not run them meanwhile: workers/tasks/execution.py `code_gone`), and
+        a warning says so once (QA resilience: moved away for a deploy, it was read as empty, every
+        tool and evolved version stopped being served, each with an info line, and every call ended
+        no_candidates)."""
         if not self.tools_dir.is_dir():
             if not self._dir_gone:
-                log.warning("FITTEST_TOOLS_DIR (%s) is not a directory: its tools stay registered, not run "
-                            "(workers/tasks/execution.py code_gone), until it is back", self.tools_dir, extra={"event": "tools_dir_gone", "path": str(self.tools_dir)})
+                log.warning("FITTEST_TOOLS_DIR (%s) is not a directory: its tools stay registered, not run, until it "
+                            "is back", self.tools_dir, extra={"event": "tools_dir_gone", "path": str(self.tools_dir)})
             self._dir_gone = True
             return []
         if self._dir_gone:

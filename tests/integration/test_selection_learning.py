@@ -1031,12 +1031,12 @@ def test_recommend_reads_the_manifests_for_its_advice_on_sparc_metadata(rt, monk
 def test_a_named_namespace_is_first_however_low_the_policy_ranks_it(rt, monkeypatch) -> None:
     """QA resilience: `--namespace` of a tool the policy ranked 9th (after a failure) was cut with the
     ranking's tail, and the call said no tool of that name was ranked."""
+    from workers.outcomes import apply_failure
+
     monkeypatch.setattr(rt.selector.settings, "max_candidates", 2)
     monkeypatch.setattr(rt.selector.settings, "min_similarity", -1.0)  # every tool a candidate
     scenario = "how many yen do I get for 200 dollars today"
     last = "doc_writer"  # a tool for other jobs; it failed this one many times, and two others do it
-    from workers.outcomes import apply_failure
-
     for i in range(8):
         apply_failure(rt, FailureMark(attempt_id=f"f{i}:0", call_id=f"f{i}", tool=last, version="1.0.0",
                                       scenario=scenario, error_class=FailureClass.crash))

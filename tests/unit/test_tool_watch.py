@@ -116,8 +116,8 @@ def test_a_tools_directory_moved_away_leaves_its_tools_served_and_says_so_once(
     assert watch.poll() == [] and watch.poll() == []
     assert served(registry) == before
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
-        ("WARNING", f"FITTEST_TOOLS_DIR ({tools}) is not a directory: its tools stay registered, not run "
-                    "(workers/tasks/execution.py code_gone), until it is back")]
+        ("WARNING", f"FITTEST_TOOLS_DIR ({tools}) is not a directory: its tools stay registered, not run, until it "
+                    "is back")]
     (tmp_path / "tools.bak").rename(tools)
     (tools / "slugify" / "tool.yaml").unlink()  # what it holds when it is back is what is served
     assert watch.poll() == []

@@ -76,6 +76,8 @@ TAGS_SHOWN = 20  # of the tags there are, named in the message of a call that as
 
 
 def tools_dir_gone(tools_dir: Path, keys: Iterable[str]) -> str:
+    """What a call says of the versions it did not run because their tools directory is gone
+    (execution.py `code_gone`)."""
     return (f"FITTEST_TOOLS_DIR ({tools_dir}) is not a directory: the versions whose code is in it are not run until "
             f"it is back ({', '.join(sorted(keys))})")
 

@@ -287,7 +287,7 @@ def last_index(plan: CallPlan) -> int:
 
 def code_gone(plan: CallPlan) -> set[str]:
     """The candidates whose code is in FITTEST_TOOLS_DIR while it is not there (moved away for a
-    deploy, say): the watch serves them as last read (workers/tool_watch.py), but they cannot run
+    deploy, say): the watch keeps them registered as last read (workers/tool_watch.py), but they cannot run
     until it is back, which is not their fault (QA recheck: 13 attempts of 3 calls failed with "No
     module named ..." or "can't open file", and took a tool from 1.00 to 0.90). Evolved versions run
     copies in the data directory."""
