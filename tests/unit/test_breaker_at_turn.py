@@ -163,6 +163,25 @@ def test_after_a_refusal_by_mistake_the_tools_that_do_not_do_such_jobs_are_passe
     assert plan.passed_over == ["lower_text@1.0.0", "upper_text@1.0.0"] and last_index(plan) == 3
 
 
+def test_versions_whose_code_is_gone_are_named_apart_from_those_passed_over_after_a_refused_input() -> None:
+    """Review: both went to `passed_over`, so a call that met both named the missing code's versions
+    as "not tried with it, having done no such job" (they may well do such jobs)."""
+    from selection.models import FailureClass, ScoreBreakdown, ToolExecutionResult
+    from selection.serving import input_refused_message
+
+    plan = plan_of("hash_text", "lower_text", "sha_sum", "checksum", max_attempts=2)
+    for c, similarity in zip(plan.candidates, (0.7, 0.37, 0.62, 0.8)):
+        c.breakdown = ScoreBreakdown(similarity=similarity)
+    plan.candidates[0].does_the_job = plan.candidates[3].does_the_job = True
+    plan.attempts = [ToolExecutionResult(attempt_id="c:0", call_id="c", tool="hash_text", version="1.0.0", success=False,
+                                         error_class=FailureClass.bad_input, callers_mistake=True, metadata={"attempt": 0})]
+    assert next_to_run(plan, 1, InMemoryStateStore(), 60, cannot_run={"sha_sum@1.0.0"}) == 3
+    assert plan.passed_over == ["lower_text@1.0.0"] and plan.code_missing == ["sha_sum@1.0.0"]
+    assert last_index(plan) == 3  # neither uses up an attempt
+    said = input_refused_message(plan)
+    assert said is not None and "lower_text@1.0.0" in said and "sha_sum" not in said, said
+
+
 def test_the_executor_marks_a_refusal_after_one_by_mistake_and_a_success_on_that_input(monkeypatch) -> None:
     """Review: the flags that the failure mark and the outcome read were only ever set by hand in tests."""
     from types import SimpleNamespace

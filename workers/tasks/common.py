@@ -64,6 +64,23 @@ def result_call_id(payload: dict[str, Any], task_id: str | None) -> str:
     return task_id or ""
 
 
+def another_job_under(task: str, payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The invalid result of a call sent, without fittest's client, under a `call_id` that names
+    another job within the results' 24 h (workers/state/call_ids.py), or None: run under that id,
+    its attempts' effects would be dropped as applied already. The same job sent again (a redelivery,
+    the rescue sweep's copy, a retry) claims its id again, and runs."""
+    call_id = payload.get("call_id")
+    if not (isinstance(call_id, str) and CALL_ID.fullmatch(call_id)):
+        return None
+    from workers.state.call_ids import CallIds, another_job_message, job_digest
+
+    rt = runtime()
+    if CallIds(rt.redis, rt.settings.key_prefix).claim(call_id, job_digest(task, payload)):
+        return None
+    return ended_early(invalid_result([{"field": "call_id", "type": "another_job", "message": another_job_message(call_id)}],
+                                      call_id))
+
+
 def ended_early(result: dict[str, Any], started_at: float | None = None) -> dict[str, Any]:
     """Count a call that ended before any attempt (its payload refused, or no tool to try) with the
     calls that ran, so that `fittest_calls_total` by status adds up to every call made."""
@@ -98,8 +115,8 @@ def no_candidates_result(plan: CallPlan) -> CallResult:
             result.message = f"{request.namespace} has no version {request.version} (it has {', '.join(known)})"
             result.no_candidates_reason = "no_such_version"
     tools_dir = runtime().settings.tools_dir
-    if plan.passed_over and not plan.held_back and not tools_dir.is_dir():  # execution.py `code_gone`
-        result.message = tools_dir_gone(tools_dir, plan.passed_over)
+    if plan.code_missing and not plan.held_back and not tools_dir.is_dir():  # execution.py `code_gone`
+        result.message = tools_dir_gone(tools_dir, plan.code_missing)
         result.no_candidates_reason = "held_back"
     if result.no_candidates_reason == "no_match" and request.tags:  # QA new user: "no tool matches", exit 1
         tags = sorted({t for m in runtime().registry.all() for t in m.tags})

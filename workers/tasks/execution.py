@@ -280,7 +280,7 @@ def last_index(plan: CallPlan) -> int:
     that selection placed first for its breaker's probe (`plan.probe`), run or passed over: a call
     the next candidate would have served is served by it (QA X: with `max_attempts` 1, a probe
     that failed failed the call, and started an evolution)."""
-    held = {*plan.held_back, *plan.passed_over}
+    held = {*plan.held_back, *plan.passed_over, *plan.code_missing}
     free = sum(1 for c in plan.candidates if c.key in held or c.key == plan.probe)
     return min(len(plan.candidates), plan.request.max_attempts + free) - 1
 
@@ -307,8 +307,8 @@ def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float
     """The index of the first candidate from `index` on that may run now, each one held back by its
     breaker added to `plan.held_back`; None when none is left to try. After a tool that does the
     job refused the input as the caller's mistake, only the tools that do such jobs too are tried
-    with it (selection/serving.py `takes_a_refused_input`): the others go to `plan.passed_over`, as
-    do those that `cannot_run` (`code_gone`).
+    with it (selection/serving.py `takes_a_refused_input`): the others go to `plan.passed_over`, and
+    those that `cannot_run` (`code_gone`) to `plan.code_missing`.
 
     Selection leaves out the versions whose breaker is open, but the calls planned before it opened
     (a burst of calls to a failing tool, ranked together) would each still run it: reading the
@@ -322,9 +322,10 @@ def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float
     refused = refused_input(plan) is not None
     while index <= last_index(plan):
         key = plan.candidates[index].key
+        skipped = plan.code_missing if key in cannot_run else plan.passed_over
         if key in cannot_run or (refused and not takes_a_refused_input(plan.candidates[index], plan.request.namespace)):
-            if key not in plan.passed_over:  # a redelivered step passes it over again
-                plan.passed_over.append(key)
+            if key not in skipped:  # a redelivered step passes it over again
+                skipped.append(key)
             index += 1
             continue
         breaker = breakers.get(key, "closed")
