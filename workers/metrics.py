@@ -337,11 +337,11 @@ def scrape_registry(settings: Settings) -> CollectorRegistry:
     return registry
 
 
-def serve(settings: Settings, port: int | None = None, addr: str = "0.0.0.0") -> tuple[WSGIServer, threading.Thread]:
+def serve(settings: Settings, port: int | None = None, addr: str | None = None) -> tuple[WSGIServer, threading.Thread]:
     """Start the /metrics HTTP endpoint in a background thread; returns (server, thread)."""
     from prometheus_client import start_http_server
 
-    return start_http_server(port if port is not None else settings.metrics_port, addr=addr,
+    return start_http_server(port if port is not None else settings.metrics_port, addr=addr or settings.metrics_addr,
                              registry=scrape_registry(settings))
 
 

@@ -110,6 +110,7 @@ class Settings(BaseSettings):
     flower_password: SecretStr | None = Field(None, description="Flower basic-auth password; set: Flower asks for it and `fittest up` serves it on every interface; unset: on 127.0.0.1 only")
     flower_port: int = Field(5555, ge=1, le=65535, description="Port of Flower (a Procfile role; `fittest up` checks it is free before it starts)")
     metrics_port: int = Field(9808, ge=1, le=65535, description="Port of the Prometheus endpoint `fittest metrics` (a Procfile role; `fittest up` checks it is free before it starts)")
+    metrics_addr: str = Field("0.0.0.0", min_length=1, description="Address `fittest metrics` listens on: every interface by default, for a Prometheus on another host (the metrics name tools and count calls, and show no input); 127.0.0.1 keeps them on this host")
     log_json: bool = Field(True, description="Worker logs as one JSON object per line; false: Celery's text format")
 
     @field_validator("redis_url")

@@ -177,8 +177,9 @@ def test_metrics_on_a_port_in_use_says_so(model_path: Path, unserved_redis: str)
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        env = {**os.environ, "FITTEST_REDIS_URL": unserved_redis, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path)}
-        done = subprocess.run([str(FITTEST), "metrics", "--port", str(port), "--addr", "127.0.0.1"], env=env,
+        env = {**os.environ, "FITTEST_REDIS_URL": unserved_redis, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+               "FITTEST_METRICS_ADDR": "127.0.0.1"}  # the address it listens on, as a setting (--addr overrides it)
+        done = subprocess.run([str(FITTEST), "metrics", "--port", str(port)], env=env,
                               capture_output=True, text=True, timeout=60)
     said = " ".join(done.stderr.split())
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr

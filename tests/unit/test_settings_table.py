@@ -21,3 +21,13 @@ def test_markdown_table_lists_every_setting_with_its_default_and_meaning(monkeyp
     shown = CliRunner().invoke(app, ["settings", "--json"]).output
     get_settings.cache_clear()
     assert "s3cret-not-shown" not in shown and "***" in shown
+
+
+def test_the_readme_shows_the_settings_table_as_the_code_declares_it() -> None:
+    """The README's table is `fittest settings --markdown` pasted: a setting added or changed without
+    pasting it again would leave the README untrue."""
+    from pathlib import Path
+
+    table = CliRunner().invoke(app, ["settings", "--markdown"]).output
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert table in readme, "paste `fittest settings --markdown` over the README's settings table"

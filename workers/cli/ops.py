@@ -56,7 +56,7 @@ def health(
 @app.command()
 def metrics(
     port: Annotated[int | None, typer.Option(min=1, max=65535, help="Port of the /metrics endpoint (default FITTEST_METRICS_PORT).")] = None,
-    addr: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    addr: Annotated[str | None, typer.Option(help="Address to listen on (default FITTEST_METRICS_ADDR).")] = None,
     once: Annotated[bool, typer.Option("--once", help="Print the metrics once in Prometheus text format and exit.")] = False,
 ) -> None:
     """Serve Prometheus metrics on /metrics.
@@ -70,6 +70,7 @@ def metrics(
     if once:
         typer.echo(exposition(settings).decode(), nl=False)
         return
+    addr = addr or settings.metrics_addr
     try:
         server, _ = serve(settings, port, addr)
     except OSError as exc:  # the port is taken (another `fittest metrics`), or the address is not ours
