@@ -18,7 +18,7 @@ import textwrap
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -865,3 +865,47 @@ def test_csv_to_json_crashes_on_ragged_rows() -> None:
     assert tool is not None
     outcome = run_tool(tool, {"csv": "a,b\n1,2\n3\n"}, timeout_s=tool.timeout_s, limits=LIMITS)
     assert_failure(outcome, FailureClass.crash, "RaggedRowError", "line 3 has 1 fields")
+
+
+# --------------------------------------------------------------------------- a worker stopped mid-run
+
+def stopped_while_running(run: Callable[[], RunOutcome], stop_at_s: float = 0.5, stop_for_s: float = 4.0) -> RunOutcome:
+    """`run()` in a forked process that is stopped (SIGSTOP) `stop_at_s` into the run, for
+    `stop_for_s`, as an executor frozen past its lease, or a paused VM, is."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    receiver, sender = ctx.Pipe(duplex=False)
+    worker = ctx.Process(target=lambda: sender.send(run().model_dump(mode="json")), daemon=True)
+    worker.start()
+    assert worker.pid is not None
+    try:
+        time.sleep(stop_at_s)
+        os.kill(worker.pid, signal.SIGSTOP)
+        time.sleep(stop_for_s)
+        os.kill(worker.pid, signal.SIGCONT)
+        assert receiver.poll(30), "the run did not end"
+        return RunOutcome.model_validate(receiver.recv())
+    finally:
+        worker.join(10)
+
+
+def test_the_time_a_worker_is_stopped_is_not_a_tools_timeout(exe_dir: Path) -> None:
+    """QA resilience: an executor frozen past its lease woke to find its tool past its wall-clock
+    deadline, and charged a correct tool a timeout (1.00 -> 0.95) while the copy of its attempt that
+    another executor ran succeeded. Both runners now leave the stopped time out of the deadline."""
+    # Still running when the worker wakes (4.5 s in), past its 2 s by the clock, 1 s by the time watched.
+    (exe_dir / "nap.py").write_text("import json, time\ntime.sleep(5.0)\nprint(json.dumps({'done': True}))\n")
+    napping = stopped_while_running(lambda: run_tool(exe(exe_dir, "{tool_dir}/nap.py"), {}, timeout_s=2, limits=LIMITS))
+    assert napping.success and napping.output == {"done": True}, napping
+    assert napping.stalled_s > 3 and napping.elapsed_ms < 3000, napping  # its time as watched: the stop left out
+    # An in-process python tool is stopped with its worker: 1 s of naps, in a run 5 s long by the clock.
+    naps = make_tool(exe_dir.parent / "naps", "naps", {"kind": "python", "entrypoint": "naps:naps"},
+                     {"naps.py": "import time\ndef naps(input):\n    for _ in range(10):\n        time.sleep(0.1)\n    return {'done': True}\n"})
+    napped = stopped_while_running(lambda: run_tool(naps, {}, timeout_s=2, limits=LIMITS))
+    assert napped.success and napped.output == {"done": True} and napped.stalled_s > 3, napped
+    # A tool that overruns its timeout in the time it was watched still times out.
+    (exe_dir / "long.py").write_text("import time\ntime.sleep(30)\n")
+    overran = stopped_while_running(lambda: run_tool(exe(exe_dir, "{tool_dir}/long.py"), {}, timeout_s=1.5, limits=LIMITS),
+                                    stop_for_s=3.0)
+    assert_failure(overran, FailureClass.timeout, "no result within 1.5s")

@@ -53,5 +53,5 @@ def run_tool(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float,
             # (QA M: an http header the client could not encode raised out of every attempt, with no fallback and no record)
             outcome = RunOutcome.fail(FailureClass.crash, f"the {manifest.implementation.kind} runner could not run "
                                                           f"{manifest.key}: {type(exc).__name__}: {exc}")
-    outcome.elapsed_ms = (time.perf_counter() - started) * 1000.0
+    outcome.elapsed_ms = max(0.0, time.perf_counter() - started - outcome.stalled_s) * 1000.0
     return outcome

@@ -7,6 +7,7 @@ class depends on what it did, not on how it happens to be implemented.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -17,6 +18,37 @@ from workers.settings import Settings
 MAX_MESSAGE_CHARS = 2000  # error messages travel in task payloads and failure records
 STDERR_TAIL_BYTES = 2048
 CUT = " …(cut)… "
+
+
+STALL_S = 2.0  # a pause this long between two looks at a running tool is this process's, not the tool's
+
+
+class Deadline:
+    """A tool's time limit that leaves out the time this process did not run: an executor stopped
+    (SIGSTOP) or a paused VM woke to find every running tool past its wall-clock deadline, and
+    charged it a timeout that its tool had not caused (QA resilience: a correct tool, 1.00 -> 0.95,
+    while the copy of its attempt that the rescue sweep gave another executor succeeded). The
+    runner asks `remaining()` at least every fraction of a second while the tool runs; a longer gap
+    than STALL_S between two asks is taken as this process's stall, and the deadline moves by it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.last = time.monotonic()
+        self.end = self.last + seconds
+        self.stalled_s = 0.0
+
+    def remaining(self) -> float:
+        """Seconds left to the tool, the stalls since the last ask left out (may be negative)."""
+        now = time.monotonic()
+        gap, self.last = now - self.last, now
+        if gap > STALL_S:
+            self.end += gap
+            self.stalled_s += gap
+        return self.end - now
+
+    def settle(self) -> float:
+        """The seconds this process was stopped during the run, a stall just before the end included."""
+        self.remaining()
+        return self.stalled_s
 
 
 class RunLimits(BaseModel):
@@ -51,6 +83,7 @@ class RunOutcome(BaseModel):
     error_class: FailureClass | None = None
     error_message: str | None = None
     elapsed_ms: float = 0.0
+    stalled_s: float = 0.0  # of the run's time, what this process spent stopped (`Deadline`): not the tool's
 
     @classmethod
     def ok(cls, output: Any) -> RunOutcome:

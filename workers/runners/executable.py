@@ -58,7 +58,7 @@ from typing import Any
 from selection.manifest import ExecutableImplementation, ToolManifest
 from selection.models import FailureClass
 from workers.prctl import PR_SET_PDEATHSIG, prctl_call
-from workers.runners.base import RunLimits, RunOutcome, encode_input, judge_json_bytes, with_stderr
+from workers.runners.base import Deadline, RunLimits, RunOutcome, encode_input, judge_json_bytes, with_stderr
 from workers.runners.reaper import Run
 
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
@@ -176,7 +176,7 @@ def _exited(pid: int) -> bool:
     return info is not None
 
 
-def _exchange(proc: subprocess.Popen[bytes], data: bytes, deadline: float, limits: RunLimits) -> _Exchange:
+def _exchange(proc: subprocess.Popen[bytes], data: bytes, deadline: Deadline, limits: RunLimits) -> _Exchange:
     """Write stdin and read stdout/stderr together (no pipe can fill and block the tool), until
     the leader exits, the deadline passes, or stdout exceeds the cap."""
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
@@ -211,7 +211,7 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, deadline: float, limit
 
     try:
         while not result.overflow:
-            remaining = deadline - time.monotonic()
+            remaining = deadline.remaining()
             if remaining <= 0:
                 result.timed_out = True
                 break
@@ -285,7 +285,7 @@ def run_executable(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: 
     except ArgvError as exc:
         return RunOutcome.fail(FailureClass.bad_input, str(exc))
     data = encode_input(input)
-    deadline = time.monotonic() + timeout_s
+    deadline = Deadline(timeout_s)
     with tempfile.TemporaryDirectory(prefix="fittest-run-", ignore_cleanup_errors=True) as workdir, Run() as run:
         try:
             proc = run.start(
@@ -313,10 +313,13 @@ def run_executable(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: 
             _kill_group(proc)  # then, leaving `run`, what left the group (workers/runners/reaper.py)
     stderr = bytes(ex.stderr)
     if ex.timed_out:
-        return RunOutcome.fail(FailureClass.timeout, with_stderr(f"no result within {timeout_s:.3g}s; process group killed", stderr))
-    if ex.overflow:
-        return RunOutcome.fail(
+        outcome = RunOutcome.fail(FailureClass.timeout, with_stderr(f"no result within {timeout_s:.3g}s; process group killed", stderr))
+    elif ex.overflow:
+        outcome = RunOutcome.fail(
             FailureClass.bad_output,
             with_stderr(f"stdout exceeded the limit of {limits.output_limit_bytes} bytes; process group killed", stderr),
         )
-    return _classify_exit(proc.returncode, ex, limits)
+    else:
+        outcome = _classify_exit(proc.returncode, ex, limits)
+    outcome.stalled_s = deadline.settle()
+    return outcome

@@ -43,10 +43,12 @@ from typing import Any
 from selection.manifest import PythonImplementation, ToolManifest
 from selection.models import FailureClass
 from selection.registry import python_module_file
-from workers.runners.base import RunLimits, RunOutcome, judge_output
+from workers.runners.base import Deadline, RunLimits, RunOutcome, judge_output
 from workers.runners.python_host import classify, describe
 
 log = logging.getLogger("fittest.runners")
+
+JOIN_SLICE_S = 0.25  # how long the runner waits for the tool's thread between looks at its deadline
 
 ToolFunction = Callable[[dict[str, Any]], Any]
 
@@ -183,9 +185,18 @@ def run_python(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: floa
             box["error"] = exc
 
     thread = threading.Thread(target=call, name=f"tool:{manifest.key}", daemon=True)
+    deadline = Deadline(timeout_s)
     thread.start()
-    thread.join(timeout_s)
+    while thread.is_alive() and (remaining := deadline.remaining()) > 0:
+        thread.join(min(JOIN_SLICE_S, remaining))  # in slices, so that a stop of this process is seen (`Deadline`)
     cancel_timers(manifest)
+    outcome = _outcome(thread, box, timeout_s, limits)
+    outcome.stalled_s = deadline.settle()
+    return outcome
+
+
+def _outcome(thread: threading.Thread, box: dict[str, Any], timeout_s: float, limits: RunLimits) -> RunOutcome:
+    """What the tool's call in `thread` came to, stopping it if it is still running."""
     if thread.is_alive():
         how = ("the call's thread was stopped" if stop_thread(thread) else
                "the call's thread did not stop: it is blocked outside Python, or it catches ToolStopped (a bare except); "
