@@ -23,7 +23,7 @@ from redis.exceptions import OutOfMemoryError, RedisError
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.settings import Settings, get_settings
 from workers.state import redis_client
-from workers.state.call_ids import RESULT_TTL_S, CallIds, job_digest
+from workers.state.call_ids import CallIds, another_job_message, job_digest
 from workers.state.inflight import HandedOnStep, InflightCalls, step_due_in_s
 
 log = logging.getLogger("fittest.client")
@@ -111,9 +111,7 @@ class CallSender:
         that id as its task id, so its result is kept, and found (`fittest result ID`), under it."""
         task_id = kwargs.get("call_id") if task in CALL_TASKS else None
         if task_id is not None and not self._call_ids().claim(task_id, job_digest(task, kwargs)):
-            raise ValueError(f"call_id: {task_id!r} names another job sent within the last {RESULT_TTL_S // 3600} h "
-                             "(its result is kept under it): give each job a new id; sending the same job again "
-                             "under it is fine")
+            raise ValueError(f"call_id: {another_job_message(task_id)}")
         result = self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue, task_id=task_id)
         if task in CALL_TASKS:
             step = HandedOnStep(task_id=result.id, task=f"fittest.{task}", kwargs=kwargs, queue=queue)

@@ -156,6 +156,17 @@ def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline
         with pytest.raises(ValueError, match="call_id: 'my-service-call-42' names another job sent within the last 24 h"):
             client.submit(scenario, input={"text": "p,q\n5,6\n"}, namespace="csv_lenient", call_id="my-service-call-42")
         assert json.loads(cli("result", "my-service-call-42", "--json").output)["output"] == [{"x": "3", "y": "4"}]
+        # A service without the client (celery's send_task, its own task ids) is told so by the worker,
+        # and the job does not run under that id; the same job sent again does.
+        raw = client.celery.send_task("fittest.resilient_tool_call", queue="selection", kwargs={
+            "scenario": scenario, "input": {"text": "p,q\n5,6\n"}, "namespace": "csv_lenient", "call_id": "my-service-call-42"})
+        refused = raw.get(timeout=60)
+        assert refused["status"] == "invalid" and refused["attempts"] == [], refused
+        assert refused["errors"][0]["field"] == "call_id" and "names another job sent within the last 24 h" \
+            in refused["errors"][0]["message"], refused
+        same = client.celery.send_task("fittest.resilient_tool_call", queue="selection", kwargs={
+            "scenario": scenario, "input": {"text": "x,y\n3,4\n"}, "namespace": "csv_lenient", "call_id": "my-service-call-42"})
+        assert same.get(timeout=60)["status"] == "success"
         # ...and a call that does not exist, or did not run the tool, is refused (QA: both were recorded).
         with pytest.raises(ValueError, match="no call 0123456789abcdef is known"):
             client.record_feedback(result.tool, "negative", call_id="0123456789abcdef")

@@ -5,7 +5,9 @@ attempts is applied once per attempt id (`call_id:index`). So a second job sent 
 was handed the first job's result, and what its attempts taught was dropped as applied already
 (QA AC B5). The client records a digest of each job it sends under an id of the caller's choosing,
 for as long as the result is kept, and refuses another job under that id; the same job sent again
-(a retry after a send that seemed to fail) goes through, as it always did.
+(a retry after a send that seemed to fail) goes through, as it always did. The call's first step
+claims its id too (workers/tasks/common.py `another_job_under`), for the services that send the task
+without the client, and ends a second job as invalid rather than run it with its effects dropped.
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ def job_digest(task: str, kwargs: dict[str, Any]) -> str:
     """What a call asks for, whatever its id: the task and its arguments, as sent."""
     job = {"task": task, **{k: v for k, v in kwargs.items() if k != "call_id"}}
     return hashlib.sha256(json.dumps(job, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def another_job_message(call_id: str) -> str:
+    """What a caller is told of a job sent under an id that names another job."""
+    return (f"{call_id!r} names another job sent within the last {RESULT_TTL_S // 3600} h (its result is kept "
+            "under it): give each job a new id; sending the same job again under it is fine")
 
 
 class CallIds:

@@ -21,7 +21,7 @@ from workers.payloads import CallToolPayload
 from workers.promotions import note_newcomers, trial_new_manifests, unseen_versions
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
-from workers.tasks.common import ended_early, invalid_result, no_candidates, no_candidates_result, oversized, result_call_id
+from workers.tasks.common import another_job_under, ended_early, invalid_result, no_candidates, no_candidates_result, oversized, result_call_id
 from workers.tool_watch import ToolsDirWatch, watch_in_background
 
 
@@ -124,6 +124,9 @@ def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
     `evolution_report` is passed by fittest itself when it retries a call after evolving."""
     evolution_report = kwargs.pop("evolution_report", None)
     payload = _payload(args, kwargs, CALL_ARGS)
+    # fittest's own retry after an evolution re-sends the call as its request, not as it was sent.
+    if evolution_report is None and (taken := another_job_under("resilient_tool_call", payload)) is not None:
+        return taken
     try:
         request = CallRequest.model_validate(payload)
     except ValidationError as exc:
@@ -145,6 +148,8 @@ def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
 def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
     """Call a namespace by name: its promoted version, or the original, or an explicit version."""
     payload = _payload(args, kwargs, TOOL_ARGS)
+    if (taken := another_job_under("call_tool", payload)) is not None:
+        return taken
     try:  # as fittest's client checks it before sending; the rest is checked as a call's
         tool = CallToolPayload.model_validate(payload)
     except ValidationError as exc:
