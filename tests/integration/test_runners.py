@@ -869,9 +869,10 @@ def test_csv_to_json_crashes_on_ragged_rows() -> None:
 
 # --------------------------------------------------------------------------- a worker stopped mid-run
 
-def stopped_while_running(run: Callable[[], RunOutcome], stop_at_s: float = 0.5, stop_for_s: float = 4.0) -> RunOutcome:
-    """`run()` in a forked process that is stopped (SIGSTOP) `stop_at_s` into the run, for
-    `stop_for_s`, as an executor frozen past its lease, or a paused VM, is."""
+def stopped_while_running(run: Callable[[], RunOutcome], started: Path, stop_after_s: float = 0.3,
+                          stop_for_s: float = 4.0) -> RunOutcome:
+    """`run()` in a forked process that is stopped (SIGSTOP) `stop_after_s` after its tool wrote
+    `started`, for `stop_for_s`, as an executor frozen past its lease, or a paused VM, is."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork")
@@ -880,7 +881,11 @@ def stopped_while_running(run: Callable[[], RunOutcome], stop_at_s: float = 0.5,
     worker.start()
     assert worker.pid is not None
     try:
-        time.sleep(stop_at_s)
+        deadline = time.monotonic() + 30
+        while not started.exists():
+            assert time.monotonic() < deadline, "the tool did not start"
+            time.sleep(0.02)
+        time.sleep(stop_after_s)
         os.kill(worker.pid, signal.SIGSTOP)
         time.sleep(stop_for_s)
         os.kill(worker.pid, signal.SIGCONT)
@@ -890,22 +895,41 @@ def stopped_while_running(run: Callable[[], RunOutcome], stop_at_s: float = 0.5,
         worker.join(10)
 
 
-def test_the_time_a_worker_is_stopped_is_not_a_tools_timeout(exe_dir: Path) -> None:
+NAPS = """
+import json, pathlib, sys, time
+
+def naps(input):
+    pathlib.Path(input["started"]).touch()
+    for _ in range(input["naps"]):
+        time.sleep(0.1)
+    return {"done": True}
+
+if __name__ == "__main__":
+    print(json.dumps(naps(json.load(sys.stdin))))
+"""
+
+
+def test_the_time_a_worker_is_stopped_is_not_a_tools_timeout(tmp_path: Path) -> None:
     """QA resilience: an executor frozen past its lease woke to find its tool past its wall-clock
     deadline, and charged a correct tool a timeout (1.00 -> 0.95) while the copy of its attempt that
     another executor ran succeeded. Both runners now leave the stopped time out of the deadline."""
-    # Still running when the worker wakes (4.5 s in), past its 2 s by the clock, 1 s by the time watched.
-    (exe_dir / "nap.py").write_text("import json, time\ntime.sleep(5.0)\nprint(json.dumps({'done': True}))\n")
-    napping = stopped_while_running(lambda: run_tool(exe(exe_dir, "{tool_dir}/nap.py"), {}, timeout_s=2, limits=LIMITS))
+    as_exe = make_tool(tmp_path / "exe", "naps", {"kind": "executable", "argv": ["{python}", "{tool_dir}/naps.py"]},
+                       {"naps.py": NAPS})
+    in_process = make_tool(tmp_path / "py", "naps", {"kind": "python", "entrypoint": "naps:naps"}, {"naps.py": NAPS})
+    # An executable runs on while its worker is stopped: 5 s of naps, still running when the worker
+    # wakes 4.3 s in, past its 2 s by the clock, ~1 s by the time watched.
+    started = tmp_path / "exe.started"
+    napping = stopped_while_running(lambda: run_tool(as_exe, {"started": str(started), "naps": 50}, timeout_s=2,
+                                                     limits=LIMITS), started)
     assert napping.success and napping.output == {"done": True}, napping
     assert napping.stalled_s > 3 and napping.elapsed_ms < 3000, napping  # its time as watched: the stop left out
     # An in-process python tool is stopped with its worker: 1 s of naps, in a run 5 s long by the clock.
-    naps = make_tool(exe_dir.parent / "naps", "naps", {"kind": "python", "entrypoint": "naps:naps"},
-                     {"naps.py": "import time\ndef naps(input):\n    for _ in range(10):\n        time.sleep(0.1)\n    return {'done': True}\n"})
-    napped = stopped_while_running(lambda: run_tool(naps, {}, timeout_s=2, limits=LIMITS))
+    started = tmp_path / "py.started"
+    napped = stopped_while_running(lambda: run_tool(in_process, {"started": str(started), "naps": 10}, timeout_s=2,
+                                                    limits=LIMITS), started)
     assert napped.success and napped.output == {"done": True} and napped.stalled_s > 3, napped
     # A tool that overruns its timeout in the time it was watched still times out.
-    (exe_dir / "long.py").write_text("import time\ntime.sleep(30)\n")
-    overran = stopped_while_running(lambda: run_tool(exe(exe_dir, "{tool_dir}/long.py"), {}, timeout_s=1.5, limits=LIMITS),
-                                    stop_for_s=3.0)
+    started = tmp_path / "long.started"
+    overran = stopped_while_running(lambda: run_tool(as_exe, {"started": str(started), "naps": 300}, timeout_s=1.5,
+                                                     limits=LIMITS), started, stop_for_s=3.0)
     assert_failure(overran, FailureClass.timeout, "no result within 1.5s")
