@@ -18,7 +18,7 @@ from typing import Any
 from celery import Celery
 from celery.result import AsyncResult
 from redis import Redis
-from redis.exceptions import OutOfMemoryError, RedisError
+from redis.exceptions import BusyLoadingError, OutOfMemoryError, RedisError
 
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.settings import Settings, get_settings
@@ -34,6 +34,8 @@ CALL_TASKS = ("resilient_tool_call", "call_tool")
 STARTED_SETTLE_S = 0.5
 # How much longer `ask_within` waits for a task found running at its timeout.
 STARTED_GRACE_S = 30.0
+# How often a wait for a result asks again while a restarted Redis loads its data.
+LOADING_RETRY_S = 0.2
 
 
 def detach(result: AsyncResult) -> None:
@@ -164,10 +166,20 @@ class CallSender:
             # follow the call again (QA I: a second `result()` after a TimeoutError raised
             # AttributeError: 'NoneType' object has no attribute 'add_pending_result').
             result.backend = result.app.backend
+        deadline = time.monotonic() + timeout
         try:
-            if result._cache is None and result.backend is not None:  # not fetched (and detached) already
-                result.ready()
-            return result.get(timeout=timeout)
+            while True:
+                try:
+                    if result._cache is None and result.backend is not None:  # not fetched (and detached) already
+                        result.ready()
+                    return result.get(timeout=max(deadline - time.monotonic(), 0.0))
+                except BusyLoadingError:
+                    # A restarted Redis answers while it loads its data, refusing reads for that time
+                    # (seconds): the call goes on, so its result is waited for (a test saw the wait end
+                    # with this error right after a restart).
+                    if time.monotonic() + LOADING_RETRY_S >= deadline:
+                        raise
+                    time.sleep(LOADING_RETRY_S)
         finally:
             CallSender.release(result)
 

@@ -37,3 +37,31 @@ def test_a_call_waited_for_again_after_a_timeout_gets_its_result() -> None:
         assert CallSender.wait(pending, timeout=5) == {"status": "success"}
     finally:
         app.close()
+
+
+def test_a_wait_rides_out_a_restarted_redis_loading_its_data(monkeypatch) -> None:
+    """A restarted Redis answers "LOADING" to reads until its data is in memory: the wait ended with
+    BusyLoadingError right after a restart (tests/integration/test_reliability_redis.py met it),
+    though the call went on; it now asks again until its timeout."""
+    import pytest
+    from redis.exceptions import BusyLoadingError
+
+    app = Celery("t", backend="cache+memory://")
+    try:
+        app.backend.store_result("call-3", {"status": "success"}, "SUCCESS")
+        answer = app.backend.get_task_meta
+        refusals = [BusyLoadingError("Redis is loading the dataset in memory")] * 3
+
+        def loading_then_answer(task_id: str, cache: bool = True) -> dict:
+            if refusals:
+                raise refusals.pop()
+            return answer(task_id, cache)
+
+        monkeypatch.setattr(app.backend, "get_task_meta", loading_then_answer)
+        assert CallSender.wait(AsyncResult("call-3", app=app), timeout=5) == {"status": "success"}
+        assert refusals == []
+        refusals.extend([BusyLoadingError("still loading")] * 100)
+        with pytest.raises(BusyLoadingError):  # loading past the timeout: said, not waited on for ever
+            CallSender.wait(AsyncResult("call-3", app=app), timeout=0.5)
+    finally:
+        app.close()
