@@ -219,6 +219,8 @@ class Stack:
         (QA new user: `fittest demo` beside `fittest up` had its calls run by up's workers)."""
         from workers.app import make_app
 
+        from kombu import pools
+
         app = make_app(self.settings.model_copy(update={"redis_url": self.redis_url, "result_backend": None}))
         try:
             replies = app.control.ping(timeout=timeout) or []
@@ -226,6 +228,11 @@ class Stack:
             return []
         finally:
             app.close()
+            # The ping's connections sit in kombu's global pools, which close themselves again in
+            # every process forked after (an after-fork hook): each role's relay, a fork of `up`,
+            # waited there for a reply on the broker's socket, 15 s (its timeout), before it started
+            # its role (QA ops: a killed role "restarting it in 1 s" came back 14-17 s later).
+            pools.reset()
         return sorted(host for reply in replies for host in reply)
 
     def wait_for_workers(self, names: Iterable[str], timeout: float = 60.0) -> None:

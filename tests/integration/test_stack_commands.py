@@ -3,6 +3,7 @@ of the shell they are run in, which other commands in that shell share."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -185,7 +186,12 @@ def test_up_restarts_a_role_that_died_and_keeps_the_others(model_path: Path, tmp
         memory, executor = (role_main(role, processes_with(ours, but=up.pid)) for role in ("memory", "executor"))
         assert memory and executor
         os.kill(executor, signal.SIGKILL)
-        time.sleep(2)
+        # Its process is back as `up` says ("in 1 s"), not after a role's relay, a fork of `up`, waited
+        # 15 s on a socket of the broker connections that `up`'s ping of running workers left (QA ops).
+        killed_at = time.monotonic()
+        while role_main("executor", processes_with(ours, but=up.pid)) in (None, executor):
+            assert time.monotonic() - killed_at < 8, "the executor was not started again within 8 s"
+            time.sleep(0.2)
         wait_until_serving(up, env)
         restarted = role_main("executor", processes_with(ours, but=up.pid))
         assert restarted not in (None, executor)
@@ -196,6 +202,14 @@ def test_up_restarts_a_role_that_died_and_keeps_the_others(model_path: Path, tmp
         assert "executor stopped (rc=" in output and "restarting it in 1 s (restart 1 of 5" in output, output
         assert f"executor started (pid={executor})" in output, output  # the pid it printed is the one to kill
         assert output.count("restarting it") == 1, output
+        # The roles start together: each relay is a fork of `up`, and one that waited 15 s on a broker
+        # socket left by `up`'s ping of running workers started its role that much later (QA ops).
+        started: dict[str, str] = {}
+        for m in re.finditer(r"^(\d\d:\d\d:\d\d) system +\| (\w+) started", output, re.M):
+            started.setdefault(m[2], m[1])  # its first start
+        first = [datetime.datetime.strptime(started[role], "%H:%M:%S") for role in ("memory", "executor")]
+        apart = (first[1] - first[0]).total_seconds() % 86_400  # across midnight too
+        assert min(apart, 86_400 - apart) < 5, output
         assert_none_outlived(up, ours, running)
     finally:
         sweep(up, ours)
