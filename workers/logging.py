@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from typing import Any
 
 from pythonjsonlogger.core import RESERVED_ATTRS, merge_record_extra
@@ -22,6 +23,7 @@ EVENT_LOGGER = "fittest"
 
 # What our lines call the record's own attributes (python-json-logger's names are LogRecord's).
 _FIELD_NAMES = {"levelname": "level", "name": "logger", "exc_info": "exc", "stack_info": "stack"}
+_HOST = socket.gethostname()
 
 
 class JsonFormatter(LibraryJsonFormatter):
@@ -38,11 +40,16 @@ class JsonFormatter(LibraryJsonFormatter):
     def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]) -> None:
         super().add_fields(log_data, record, message_dict)
         log_data["level"] = record.levelname.lower()
+        # Which process wrote it, for a log shipper that does not add it (QA ops: no line said which
+        # worker or host; honcho's "memory |" prefix is `fittest up`'s alone).
+        log_data["host"], log_data["pid"] = _HOST, record.process
         task = _current_task()
         if task is not None:
             if task_id := getattr(task.request, "id", None):  # a batch of celery-batches has none of its own
                 log_data["task_id"] = task_id
             log_data["task_name"] = task.name
+            if worker := getattr(task.request, "hostname", None):  # the worker's node name: executor@host
+                log_data["worker"] = worker
 
     def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
         return {"time": log_data.pop("time"), **log_data}  # the time first, as a reader scans the lines

@@ -107,3 +107,33 @@ def test_celery_logging_signal_sets_the_formatter_only_when_asked(monkeypatch, l
                 'attempt call_id=c1 tool=fast_sort error_message="no result within 2s" probability=0.5')
     finally:
         get_settings.cache_clear()
+
+
+def test_a_failed_attempt_is_a_warning_that_says_what_failed_and_a_callers_mistake_is_not(caplog) -> None:
+    """QA ops: every attempt was logged at info as "attempt", and a tool's error ("RuntimeError: zorp
+    engine exploded", a timeout) was in the caller's result only: alerting on warnings saw no failure."""
+    from selection.models import FailureClass, ToolExecutionResult
+    from workers.tasks.execution import log_attempt
+
+    def attempt(**fields: object) -> ToolExecutionResult:
+        return ToolExecutionResult(attempt_id="c1:0", call_id="c1", tool="zorp", version="1.0.0", **fields)
+
+    caplog.set_level(logging.INFO, logger="fittest")
+    log_attempt(attempt(success=False, error_class=FailureClass.crash, error_message="RuntimeError: zorp engine exploded"),
+                "learned", 0.9, "closed")
+    log_attempt(attempt(success=False, error_class=FailureClass.bad_input, error_message="KeyError: 'text'",
+                        callers_mistake=True), "learned", 0.9, "closed")
+    log_attempt(attempt(success=True, result={"ok": 1}), "learned", 0.9, "closed")
+    crash, mistake, success = caplog.records[-3:]
+    assert crash.levelno == logging.WARNING and "zorp@1.0.0 failed (crash): RuntimeError: zorp engine exploded" in crash.getMessage()
+    assert getattr(crash, "error_message") == "RuntimeError: zorp engine exploded" and getattr(crash, "event") == "attempt"
+    assert mistake.levelno == logging.INFO and getattr(mistake, "callers_mistake") is True
+    assert success.levelno == logging.INFO and success.getMessage() == "attempt c1:0 of call c1: zorp@1.0.0 succeeded"
+
+
+def test_every_line_names_the_host_and_process_that_wrote_it() -> None:
+    import os
+    import socket
+
+    doc = emit(logging.getLogger("fittest.attempt.test"), event="attempt")
+    assert doc["host"] == socket.gethostname() and doc["pid"] == os.getpid()

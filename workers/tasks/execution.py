@@ -138,23 +138,36 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: 
     if breaker is not None:  # "recovered": the memory worker forgives the outage (workers/outage.py)
         result.metadata["breaker"] = breaker
     rt.metrics.attempt(result, quality=candidate.breakdown.quality)
-    log.info(
-        "attempt",
-        extra={
-            "event": "attempt",
-            "call_id": result.call_id,
-            "attempt_id": result.attempt_id,
-            "tool": result.tool,
-            "version": result.version,
-            "outcome": "success" if result.success else "failure",
-            "error_class": result.error_class.value if result.error_class else None,
-            "execution_time_ms": round(result.execution_time_ms, 2),
-            "policy": plan.policy,
-            "probability": candidate.probability,  # with which the policy put this candidate in this place
-            "breaker": breaker,  # its circuit breaker after this outcome ("open": it is held back now; "recovered": closed again)
-        },
-    )
+    log_attempt(result, plan.policy, candidate.probability, breaker)
     return result
+
+
+def log_attempt(result: ToolExecutionResult, policy: str, probability: float, breaker: str | None) -> None:
+    """One line per attempt. A tool's failure is a warning that says what failed, so that an operator
+    alerting on warnings sees it and reads why from the log (QA ops: "attempt" at info level, the
+    tool's error, its traceback's last line or a timeout, only in the caller's result); a refusal
+    of the caller's mistake is not the tool's failure, and stays at info."""
+    level = logging.WARNING if result.error_class is not None and not result.callers_mistake else logging.INFO
+    if result.success:
+        said = f"{result.tool}@{result.version} succeeded"
+    else:
+        said = f"{result.tool}@{result.version} failed ({result.error_class.value if result.error_class else 'no class'}): " \
+               f"{result.error_message or 'no message'}"
+    log.log(level, "attempt %s of call %s: %s", result.attempt_id, result.call_id, said, extra={
+        "event": "attempt",
+        "call_id": result.call_id,
+        "attempt_id": result.attempt_id,
+        "tool": result.tool,
+        "version": result.version,
+        "outcome": "success" if result.success else "failure",
+        "error_class": result.error_class.value if result.error_class else None,
+        "error_message": result.error_message,
+        "callers_mistake": result.callers_mistake,
+        "execution_time_ms": round(result.execution_time_ms, 2),
+        "policy": policy,
+        "probability": probability,  # with which the policy put this candidate in this place
+        "breaker": breaker,  # its circuit breaker after this outcome ("open": it is held back now; "recovered": closed again)
+    })
 
 
 def send_outcome(plan: CallPlan) -> None:
