@@ -277,6 +277,31 @@ def test_python_load_failures(tmp_path: Path) -> None:
     assert_failure(run_tool(nowhere, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "not found")
 
 
+def test_a_python_tool_imports_the_files_beside_its_own_and_not_another_tools(tmp_path: Path) -> None:
+    """QA evolution: `import helper` in a tool's main.py failed in the executor ("module 'main' not
+    found: No module named 'helper'", unavailable), so evolution wrapped it in retries; its evolved
+    copy, run in a subprocess, had the tool's directory on its path. Two tools with a helper.py of
+    their own each get theirs; a tool's import of a module that does not exist is its crash."""
+    flat = make_tool(tmp_path / "flat", "flat_imp", {"kind": "python", "entrypoint": "main:run"},
+                     {"main.py": "import helper\ndef run(i): return {'nm': helper.km_to_nm(i['km'])}\n",
+                      "helper.py": "def km_to_nm(km): return round(km / 1.852, 4)\n"})
+    assert run_tool(flat, {"km": 1.852}, timeout_s=5, limits=LIMITS).output == {"nm": 1.0}
+    (tmp_path / "pkg" / "lib").mkdir(parents=True)
+    package = make_tool(tmp_path / "pkg", "temp_conv", {"kind": "python", "entrypoint": "lib.main:run"},
+                        {"lib/main.py": "from lib.helper import c_to_f\ndef run(i): return {'f': c_to_f(i['c'])}\n",
+                         "lib/helper.py": "def c_to_f(c): return c * 9 / 5 + 32\n"})
+    assert run_tool(package, {"c": 100}, timeout_s=5, limits=LIMITS).output == {"f": 212.0}
+    other = make_tool(tmp_path / "other", "other_imp", {"kind": "python", "entrypoint": "main:run"},
+                      {"main.py": "import helper\ndef run(i): return {'said': helper.say()}\n",
+                       "helper.py": "def say(): return 'mine'\n"})
+    assert run_tool(other, {}, timeout_s=5, limits=LIMITS).output == {"said": "mine"}
+    assert "helper" not in sys.modules and str(tmp_path / "flat") not in sys.path
+    missing = make_tool(tmp_path / "missing", "missing_dep", {"kind": "python", "entrypoint": "main:run"},
+                        {"main.py": "import fittest_no_such_dependency\ndef run(i): return i\n"})
+    assert_failure(run_tool(missing, {}, timeout_s=5, limits=LIMITS), FailureClass.crash,
+                   "importing 'main' failed: ModuleNotFoundError: No module named 'fittest_no_such_dependency'")
+
+
 def test_python_import_that_hangs_is_a_timeout(tmp_path: Path) -> None:
     tool = make_tool(tmp_path / "h", "hangs", {"kind": "python", "entrypoint": "tool:run"},
                      {"tool.py": "import time\ntime.sleep(3)\ndef run(i): return i\n"})

@@ -35,7 +35,8 @@ import signal
 import stat
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -91,6 +92,27 @@ def _module_name(manifest: ToolManifest, path: Path) -> str:
     return f"fittest_tool_{manifest.name}_{digest}"
 
 
+@contextmanager
+def _own_imports(tool_dir: Path) -> Iterator[None]:
+    """The tool's directory importable while its module loads, so that its entry file can import the
+    files beside it (`import helper`, `from lib.helper import f`), as its evolved copies and an
+    executable tool can (QA evolution: "module 'main' not found: No module named 'helper'", taken
+    for an outage and "fixed" with retries). What it imported from there leaves `sys.modules`
+    afterwards: another tool's `helper.py` must not be handed this one's. An import the tool makes
+    later, inside its function, finds only what the worker finds."""
+    where = str(tool_dir)
+    before = set(sys.modules)
+    sys.path.insert(0, where)
+    try:
+        yield
+    finally:
+        sys.path.remove(where)
+        for name in set(sys.modules) - before:
+            origin = getattr(sys.modules[name], "__file__", None) or ""
+            if origin and Path(origin).resolve().is_relative_to(tool_dir.resolve()):
+                del sys.modules[name]
+
+
 def _load_file(manifest: ToolManifest, path: Path) -> ModuleType:
     name = _module_name(manifest, path)
     spec = importlib.util.spec_from_file_location(name, path)
@@ -100,9 +122,10 @@ def _load_file(manifest: ToolManifest, path: Path) -> ModuleType:
     # Registered before executing so that dataclasses, pickling and typing can find the module.
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        with _own_imports(Path(manifest.tool_dir or path.parent)):
+            spec.loader.exec_module(module)
     except BaseException:
-        del sys.modules[name]
+        sys.modules.pop(name, None)
         raise
     return module
 
@@ -139,7 +162,10 @@ def load_function(manifest: ToolManifest) -> ToolFunction:
                 else:
                     module = importlib.import_module(module_name)
             except ModuleNotFoundError as exc:
-                raise ToolLoadError(FailureClass.unavailable, f"module '{module_name}' not found: {exc}") from exc
+                if stamp is None and exc.name is not None and f"{module_name}.".startswith(f"{exc.name}."):  # no such module
+                    raise ToolLoadError(FailureClass.unavailable, f"module '{module_name}' not found: {exc}") from exc
+                # Found, but its own import of another module failed: the tool's code, not an outage.
+                raise ToolLoadError(FailureClass.crash, f"importing '{module_name}' failed: {describe(exc)}") from exc
             except Exception as exc:  # the tool's own code failed while importing
                 raise ToolLoadError(FailureClass.crash, f"importing '{module_name}' failed: {describe(exc)}") from exc
             _modules[cache_key] = (module, stamp)
