@@ -241,3 +241,29 @@ def test_a_version_that_refuses_everything_of_late_has_its_refusal_counted_but_i
         "reverse_words@1.0.0, which does such jobs, refused the input (KeyError: 'words'), as it did the last 5 inputs "
         "or more: it may be broken; not tried with it, having done no such job and matching it less than 0.5: "
         "base64_encode@1.0.0 (a call that names one tries it)")
+
+
+def test_a_version_whose_tool_folder_is_gone_is_passed_over_and_the_call_says_why(tmp_path, monkeypatch) -> None:
+    """QA evolution: an evolved version whose folder was removed from the data directory stayed
+    served (no watch drops it), crashed on every call ("No module named ...") and was demoted
+    0.94 -> 0.64. Now it is passed over like the versions of a missing tools directory."""
+    from types import SimpleNamespace
+
+    from workers.settings import Settings
+    from workers.tasks import common, execution
+
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    rt = SimpleNamespace(settings=Settings(tools_dir=tools), registry=SimpleNamespace(source=lambda key: None))
+    monkeypatch.setattr(execution, "runtime", lambda: rt)
+    monkeypatch.setattr(common, "runtime", lambda: rt)
+    plan = plan_of("pad_text")
+    plan.candidates[0].manifest = ToolManifest(name="pad_text", version="1.2.0", description="pad",
+                                               implementation={"kind": "python", "entrypoint": "pad_text_v1_2_0:run"},
+                                               tool_dir=str(tmp_path / "data" / "evolved" / "pad_text_v1_2_0"))
+    assert next_to_run(plan, 0, InMemoryStateStore(), 60, execution.code_gone(plan)) is None
+    assert plan.code_missing == ["pad_text@1.0.0"] and plan.passed_over == []
+    said = common.no_candidates_result(plan).message
+    assert said == f"not run, as their tool folder is gone: pad_text@1.0.0 ({tmp_path}/data/evolved/pad_text_v1_2_0)", said
+    (tmp_path / "data" / "evolved" / "pad_text_v1_2_0").mkdir(parents=True)
+    assert execution.code_gone(plan) == set()  # back: it runs

@@ -99,6 +99,13 @@ def tools_dir_gone(tools_dir: Path, keys: Iterable[str]) -> str:
             f"it is back ({', '.join(sorted(keys))})")
 
 
+def folders_gone(plan: CallPlan, keys: Iterable[str]) -> str:
+    """What a call says of the versions it did not run because their tool folder is gone
+    (execution.py `code_gone`)."""
+    folders = ", ".join(f"{c.key} ({c.manifest.tool_dir})" for c in plan.candidates if c.key in set(keys))
+    return f"not run, as their tool folder is gone: {folders}"
+
+
 def no_candidates_result(plan: CallPlan) -> CallResult:
     """The result of a plan that has no candidate, saying why: none matched, the version or a tag
     asked for does not exist (QA: that was "no tool matches", for a tool that exists), or every one
@@ -115,8 +122,9 @@ def no_candidates_result(plan: CallPlan) -> CallResult:
             result.message = f"{request.namespace} has no version {request.version} (it has {', '.join(known)})"
             result.no_candidates_reason = "no_such_version"
     tools_dir = runtime().settings.tools_dir
-    if plan.code_missing and not plan.held_back and not tools_dir.is_dir():  # execution.py `code_gone`
-        result.message = tools_dir_gone(tools_dir, plan.code_missing)
+    if plan.code_missing and not plan.held_back:  # execution.py `code_gone`
+        result.message = (tools_dir_gone(tools_dir, plan.code_missing) if not tools_dir.is_dir()
+                          else folders_gone(plan, plan.code_missing))
         result.no_candidates_reason = "held_back"
     if result.no_candidates_reason == "no_match" and request.tags:  # QA new user: "no tool matches", exit 1
         tags = sorted({t for m in runtime().registry.all() for t in m.tags})

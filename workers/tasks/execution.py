@@ -40,7 +40,7 @@ from workers.runners import RunLimits, RunOutcome, run_tool
 from workers.runtime import runtime
 from workers.selector import attempt_timeout
 from workers.state.inflight import AttemptDeaths
-from workers.tasks.common import no_candidates, tools_dir_gone
+from workers.tasks.common import folders_gone, no_candidates, tools_dir_gone
 
 log = logging.getLogger("fittest.attempt")
 
@@ -299,20 +299,26 @@ def last_index(plan: CallPlan) -> int:
 
 
 def code_gone(plan: CallPlan) -> set[str]:
-    """The candidates whose code is in FITTEST_TOOLS_DIR while it is not there (moved away for a
-    deploy, say): the watch keeps them registered as last read (workers/tool_watch.py), but they cannot run
-    until it is back, which is not their fault (QA recheck: 13 attempts of 3 calls failed with "No
-    module named ..." or "can't open file", and took a tool from 1.00 to 0.90). Evolved versions run
-    copies in the data directory."""
+    """The candidates whose code is not there to run: those in FITTEST_TOOLS_DIR while it is not
+    there (moved away for a deploy, say), which the watch keeps registered as last read
+    (workers/tool_watch.py), and any other version whose tool folder is gone, such as an evolved
+    version's in the data directory, which no watch drops. They cannot run until it is back, which
+    is not their fault (QA recheck: 13 attempts of 3 calls failed with "No module named ..." or
+    "can't open file", and took a tool from 1.00 to 0.90; QA evolution: an evolved version whose
+    folder was removed crashed on every call, 0.94 -> 0.64)."""
     rt = runtime()
     tools_dir = rt.settings.tools_dir
-    if tools_dir.is_dir():
-        return set()
-    inside = {c.key for c in plan.candidates
-              if (source := rt.registry.source(c.key)) is not None and Path(source).is_relative_to(tools_dir)}
-    if inside and (note := tools_dir_gone(tools_dir, inside)) not in plan.notes:
+    inside: set[str] = set()
+    if not tools_dir.is_dir():
+        inside = {c.key for c in plan.candidates
+                  if (source := rt.registry.source(c.key)) is not None and Path(source).is_relative_to(tools_dir)}
+        if inside and (note := tools_dir_gone(tools_dir, inside)) not in plan.notes:
+            plan.notes.append(note)
+    elsewhere = {c.key for c in plan.candidates if c.key not in inside and c.manifest.implementation.kind != "http"
+                 and c.manifest.tool_dir is not None and not Path(c.manifest.tool_dir).is_dir()}
+    if elsewhere and (note := folders_gone(plan, elsewhere)) not in plan.notes:
         plan.notes.append(note)
-    return inside
+    return inside | elsewhere
 
 
 def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float,
