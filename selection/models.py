@@ -422,7 +422,7 @@ class FailureCount(str, Enum):
 
     failure = "failure"  # failures += 1, and its quality falls by its severity's penalty
     refused_input = "refused_input"  # the caller's mistake: refused_inputs and refused_in_a_row += 1
-    not_its_job = "not_its_job"  # a fallback's refusal of another tool's job: refused_inputs += 1
+    not_its_job = "not_its_job"  # a fallback's refusal of (or crash on) another tool's job: refused_inputs += 1
 
 
 class FailureMark(BaseModel):
@@ -455,11 +455,15 @@ class FailureMark(BaseModel):
         """The caller's mistake demotes nothing (QA AE: 11 of them took a tool that does the job from
         1.00 to 0.43), nor does a fallback's refusal of an input made for another tool's job (QA
         new user: ~20 calls of a job whose tool was held back took two unrelated tools from 1.00 to
-        0.21 and 0.34, and an evolution then made one of them take the input). Either is still
-        remembered near its scenario, where the fallback's ranks it down for such jobs."""
+        0.21 and 0.34, and an evolution then made one of them take the input), nor its crash on
+        such an input: an executable that reads a key the other tool's input lacks exits with a
+        traceback, and was charged a high-severity crash on each of its versions tried (QA
+        evolution: two versions 0.80 -> 0.70 on a job never meant for them). Each is still
+        remembered near its scenario, where the fallback's ranks it down for such jobs, and a
+        crash still counts toward its circuit breaker."""
         if self.callers_mistake:
             return FailureCount.refused_input
-        if self.error_class is FailureClass.bad_input and not self.targeted:
+        if self.error_class in (FailureClass.bad_input, FailureClass.crash) and not self.targeted:
             return FailureCount.not_its_job
         return FailureCount.failure
 

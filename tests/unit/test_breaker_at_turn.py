@@ -267,3 +267,18 @@ def test_a_version_whose_tool_folder_is_gone_is_passed_over_and_the_call_says_wh
     assert said == f"not run, as their tool folder is gone: pad_text@1.0.0 ({tmp_path}/data/evolved/pad_text_v1_2_0)", said
     (tmp_path / "data" / "evolved" / "pad_text_v1_2_0").mkdir(parents=True)
     assert execution.code_gone(plan) == set()  # back: it runs
+
+
+def test_a_fallbacks_crash_on_another_tools_job_demotes_nothing_but_a_crash_on_its_own_does() -> None:
+    """QA evolution: an executable fallback that read a key the other tool's input lacked (a KeyError
+    traceback, exit 1: a crash) was charged a high-severity crash on each of its versions tried."""
+    from selection.models import FailureClass, FailureCount, FailureMark
+
+    def mark(error_class: FailureClass, targeted: bool) -> FailureCount:
+        return FailureMark(attempt_id="c:1", call_id="c", tool="double_it", version="1.0.1", scenario="convert 20 celsius",
+                           error_class=error_class, targeted=targeted).counts_as()
+
+    assert mark(FailureClass.crash, targeted=False) is FailureCount.not_its_job
+    assert mark(FailureClass.bad_input, targeted=False) is FailureCount.not_its_job
+    assert mark(FailureClass.crash, targeted=True) is FailureCount.failure  # on its own job: its fault
+    assert mark(FailureClass.timeout, targeted=False) is FailureCount.failure  # slow whatever the input
