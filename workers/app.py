@@ -55,6 +55,7 @@ BEAT_LOCK_TIMEOUT_S = 5 * BEAT_MAX_INTERVAL_S
 # How long beat retries a Redis call (redbeat's own retry) before it gives up and `fittest up`
 # restarts it: about as long as the workers wait for a Redis restart.
 BEAT_REDIS_RETRY_S = 60
+RETRAIN_ENTRY = "retrain-weights"  # the beat's schedule entry of fittest.retrain_weights
 
 
 def make_app(settings: Settings | None = None) -> Celery:
@@ -127,7 +128,7 @@ def make_app(settings: Settings | None = None) -> Celery:
         redbeat_redis_options={"retry_period": BEAT_REDIS_RETRY_S, "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
                                "socket_connect_timeout": 5.0, "health_check_interval": BROKER_HEALTH_CHECK_S},
         beat_schedule={  # sent to the queue TASK_ROUTES names, as every other message
-            "retrain-weights": {
+            RETRAIN_ENTRY: {
                 "task": "fittest.retrain_weights",
                 "schedule": settings.retrain_interval_s,
             },

@@ -28,6 +28,7 @@ Status = Literal["ok", "fail", "skip"]
 CONTROL_COMMAND = "fittest_health"
 MEMORY_QUEUE = "selection"  # the worker consuming it owns the embedder and the embedded store
 ROLES = ("memory", "executor", "evolver")
+BEAT = "beat"  # a role, but no Celery worker: it answers by the lock it holds (`check_beat`)
 PROBE_TEXT = "fittest health check"
 # Free space below which the embedded store is about to fail: its memory-mapped files grow by a chunk
 # of ~32 MB per collection at a time, and a rebuild after a crash takes them again (QA Q: an empty
@@ -166,6 +167,40 @@ def _memory(client: Redis, prefix: str) -> tuple[Status, str]:
     return "ok", usage
 
 
+def check_beat(settings: Settings, timeout: float) -> Check:
+    """Whether a beat is running: it holds its lock while it ticks (redbeat's, extended every
+    BEAT_MAX_INTERVAL_S, expiring BEAT_LOCK_TIMEOUT_S after its last tick), and says when it last
+    sent the weights' retrain. Without a beat nothing retrains the weights and the tool classifier,
+    or prunes the history to FITTEST_HISTORY_MAX_POINTS, and nothing else says so (QA ops: a beat
+    stopped for 60 s, its lock gone, and health said healthy)."""
+    from redbeat.schedulers import RedBeatSchedulerEntry, ensure_conf
+
+    from workers.app import RETRAIN_ENTRY, make_app
+    from workers.state import probe_client
+
+    def probe() -> tuple[Status, str]:
+        app = make_app(settings)
+        client = probe_client(settings, timeout)
+        try:
+            lock_key = ensure_conf(app).lock_key
+            held_ms = client.pttl(lock_key)
+            raw = client.hget(RedBeatSchedulerEntry.generate_key(app, RETRAIN_ENTRY), "meta")
+        except RedisError as exc:
+            return "fail", f"cannot reach Redis (FITTEST_REDIS_URL): {exc}"
+        finally:
+            client.close()
+            app.close()
+        last = RedBeatSchedulerEntry.decode_meta(raw)["last_run_at"]
+        sent = (f"fittest.retrain_weights last sent {time.time() - last.timestamp():.0f} s ago" if last is not None
+                else "fittest.retrain_weights not sent yet") + f" (every {settings.retrain_interval_s:g} s)"
+        if held_ms == -2:  # no such key
+            return "fail", (f"no beat holds its lock ({lock_key}): the weights and the tool classifier are not "
+                            f"retrained, nor the history pruned; start the beat role; {sent}")
+        return "ok", f"a beat holds its lock ({lock_key}); {sent}"
+
+    return _timed(BEAT, probe)
+
+
 def ask_workers(settings: Settings, timeout: float, destination: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """Every worker's answer to the health command (node name -> answer) within `timeout`."""
     from workers.app import make_app
@@ -237,7 +272,7 @@ def health(settings: Settings, checks: list[str], workers: list[str], timeout: f
     not_asked = "" if redis_check.status == "ok" else f"not asked: {redis_check.detail}"
     if not not_asked and {"workers", "store", "model", "tools"} & set(checks):
         exact = [w for w in workers if "@" in w]
-        destination = exact if exact and len(exact) == len(workers) else None
+        destination = exact if exact and len(exact) == len([w for w in workers if w != BEAT]) else None
         try:
             answers = ask_workers(settings, timeout, destination)
         except (RedisError, OperationalError) as exc:  # a Redis that answers PING but refuses the broadcast's writes
@@ -246,7 +281,7 @@ def health(settings: Settings, checks: list[str], workers: list[str], timeout: f
         if not_asked:
             results.append(Check(name="workers", status="fail", detail=not_asked))
         else:
-            results.append(check_workers(answers, workers, destination))
+            results.append(check_workers(answers, [w for w in workers if w != BEAT], destination))
     if "store" in checks:
         if settings.qdrant_url:  # the server's own readiness, then whether the memory worker's writes are taken
             server, worker = check_qdrant_server(settings, timeout), _from_memory_worker("store", answers)
@@ -260,4 +295,7 @@ def health(settings: Settings, checks: list[str], workers: list[str], timeout: f
         results.append(_from_memory_worker("model", answers) or check_model_files(settings))
     if "tools" in checks:  # where no memory worker says, as this host sees the directory
         results.append(_from_memory_worker("tools", answers) or tools_dir_check(settings))
+    if BEAT in checks:
+        results.append(check_beat(settings, timeout) if redis_check.status == "ok"
+                       else Check(name=BEAT, status="fail", detail=f"not asked: {redis_check.detail}"))
     return HealthReport(healthy=all(c.status != "fail" for c in results), checks=results, workers=answers)

@@ -38,9 +38,11 @@ def flower_env(settings: Settings) -> dict[str, str]:
     variable: in the environment of the Flower process only, never on its command line, which
     every user of the machine can read (`ps`). Without a password Flower listens on the loopback
     address only (FLOWER_ADDRESS): it shows every call's input, and QA (new user) read them from
-    another host through the machine's external address."""
+    another host through the machine's external address. Its API is then open as its pages are
+    (FLOWER_UNAUTHENTICATED_API): Flower refuses every /api/ request without auth unless told so,
+    which left a script on this machine nothing to read (QA ops: 401 for /api/tasks)."""
     if settings.flower_password is None:
-        return {"FLOWER_ADDRESS": "127.0.0.1"}
+        return {"FLOWER_ADDRESS": "127.0.0.1", "FLOWER_UNAUTHENTICATED_API": "true"}
     return {"FLOWER_BASIC_AUTH": f"{settings.flower_user}:{settings.flower_password.get_secret_value()}"}
 
 

@@ -188,6 +188,8 @@ def test_flower_without_a_password_listens_on_this_machine_only(pipeline: Pipeli
     try:
         assert answer.status_code == 200
         assert listening_addresses(port) == {"0100007F"}  # 127.0.0.1, and nothing else
+        # ...where its API answers as its pages do (QA ops: 401 for every /api/ path)
+        assert httpx.get(f"http://127.0.0.1:{port}/api/workers", timeout=10).status_code == 200
     finally:
         os.killpg(proc.pid, 9)
         proc.wait(timeout=10)
@@ -199,6 +201,7 @@ def test_flower_asks_for_the_password_which_is_not_on_its_command_line(pipeline:
     try:
         base = f"http://127.0.0.1:{port}/"
         assert anonymous.status_code == 401
+        assert httpx.get(f"{base}api/workers", timeout=5).status_code == 401  # nor its API
         password = SECRETS["FITTEST_FLOWER_PASSWORD"]
         assert httpx.get(base, auth=("admin", "wrong"), timeout=5).status_code == 401
         assert httpx.get(base, auth=("admin", password), timeout=10).status_code == 200

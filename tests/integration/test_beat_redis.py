@@ -151,3 +151,26 @@ def test_a_tick_during_a_redis_restart_waits_for_redis(tmp_path: Path) -> None:
             if p is not None:
                 p.terminate()
                 p.wait(timeout=10)
+
+
+def test_health_says_whether_a_beat_holds_its_lock_and_when_it_last_sent_the_retrain(private_redis: str) -> None:
+    """QA ops: a beat stopped for 60 s, its lock gone, and `fittest health` said healthy: without it
+    nothing retrains the weights or prunes the history."""
+    from workers.health import check_beat
+
+    interval = 0.5
+    settings = Settings(redis_url=private_redis, retrain_interval_s=interval)
+    client = redis.Redis.from_url(private_redis)
+    none = check_beat(settings, timeout=2)
+    assert none.status == "fail" and "no beat holds its lock" in none.detail and "not sent yet" in none.detail, none
+    app = make_app(settings)
+    beat = started_beat(app)
+    try:
+        assert retrains_once_due(beat, client, interval) == 1
+        held = check_beat(settings, timeout=2)
+        assert held.status == "ok" and "a beat holds its lock" in held.detail, held
+        assert "fittest.retrain_weights last sent" in held.detail and "(every 0.5 s)" in held.detail, held
+    finally:
+        beat.close()  # releases its lock, as a beat that stops does
+    gone = check_beat(settings, timeout=2)
+    assert gone.status == "fail" and "last sent" in gone.detail, gone

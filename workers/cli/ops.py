@@ -15,30 +15,31 @@ from workers.settings import Settings, get_settings, redact_url
 
 app = typer.Typer()
 
-CHECKS = ("redis", "workers", "store", "model", "tools")
+CHECKS = ("redis", "workers", "store", "model", "tools", "beat")
 
 
 # --------------------------------------------------------------------------------------- health
 @app.command()
 def health(
     check: Annotated[list[str] | None, typer.Option("--check", "-c", help=f"Only these checks (repeatable): {', '.join(CHECKS)}.")] = None,
-    worker: Annotated[list[str] | None, typer.Option("--worker", "-w", help="Workers that must answer: a role (memory, executor, evolver) or a node name (executor@host). Repeatable; default: every role.")] = None,
+    worker: Annotated[list[str] | None, typer.Option("--worker", "-w", help="Roles that must be running: a worker role (memory, executor, evolver) or a node name (executor@host), or beat (checked by the lock it holds; its check runs only when it is named, or by default). Repeatable; default: every role and the beat.")] = None,
     timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for Redis, the store and the workers' answers.")] = 2.0,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check Redis, the vector store, the embedding model, the tools directory and the workers.
+    """Check Redis, the vector store, the embedding model, the tools directory, the workers and the beat.
 
     Exit code 0 when healthy, 1 when any check failed: use it as a liveness or readiness probe
     (docker compose healthcheck, Kubernetes exec probe). The embedded store and the model are
     checked live by the memory worker that owns them; a Qdrant server is asked directly."""
-    from workers.health import ROLES
+    from workers.health import BEAT, ROLES
     from workers.health import health as run_health
 
-    checks = check or list(CHECKS)
+    roles = list(worker or (*ROLES, BEAT))
+    checks = check or [c for c in CHECKS if c != BEAT or BEAT in roles]
     unknown = sorted(set(checks) - set(CHECKS))
     if unknown:
         fail(f"unknown check {', '.join(unknown)} (known: {', '.join(CHECKS)})", REFUSED)
-    report = run_health(get_settings(), checks, list(worker or ROLES), timeout)
+    report = run_health(get_settings(), checks, roles, timeout)
     if json_out:
         print_json(report.model_dump())
     else:
