@@ -23,16 +23,17 @@ Keys (P = FITTEST_KEY_PREFIX):
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from pydantic import BaseModel
-from redis import Redis
+from redis import Redis, RedisError
 from redis.client import Pipeline
 
 from selection.manifest import split_key
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
     from workers.settings import Settings
 
 
+log = logging.getLogger("fittest.metrics")
+
 FLUSH_INTERVAL_S = 0.5
 UNACKED_KEY = "unacked"  # kombu's Redis transport: delivery tag -> [message, exchange, routing key]
 ATTEMPT_SERIES_LIMIT = 2000
@@ -61,6 +64,13 @@ ATTEMPTS = "attempts"
 CALLS = "calls"
 REDELIVERED_STEPS = "redelivered_steps"
 RESENT_STEPS = "resent_steps"
+EVOLUTION_RUNS = "evolution_runs"
+# A finished call's duration, as a histogram: each call adds one to the count of the first bucket
+# it fits in (CALL_SECONDS, by its upper bound `le`) and its milliseconds to CALL_MS_SUM; the
+# collector makes the buckets cumulative, as Prometheus reads them.
+CALL_SECONDS = "call_seconds"
+CALL_MS_SUM = "call_ms_sum"
+CALL_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 _HELP = {
     SELECTIONS: "Calls ranked by the selector, by policy and whether any candidate was found",
     ATTEMPTS: "Attempts run, by tool version, outcome and failure class",
@@ -69,6 +79,8 @@ _HELP = {
                        "the rescue sweep, by task and whether the step ran or was ignored because its call had "
                        "ended or moved on",
     RESENT_STEPS: "Call steps the rescue sweep sent again because they were lost, by task",
+    EVOLUTION_RUNS: "Evolutions run, by namespace, trigger (call, quality, manual) and how they ended (evolved, "
+                    "reused, no_fix, ...)",
 }
 
 
@@ -164,9 +176,15 @@ class MetricsRecorder(BufferedWrites[_Buffer]):
 
     def call(self, status: str, attempts: int, elapsed_ms: float, tool: str | None) -> None:
         point = CallPoint(t=time.time(), status=status, attempts=attempts, ms=round(elapsed_ms, 3), tool=tool)
+        bucket = next((b for b in CALL_BUCKETS_S if elapsed_ms <= b * 1000), None)
         with self._buffer() as buffer:
             buffer.counts[_field(CALLS, {"status": status})] += 1
+            buffer.counts[_field(CALL_SECONDS, {"le": "+Inf" if bucket is None else str(bucket)})] += 1
+            buffer.counts[_field(CALL_MS_SUM, {})] += round(elapsed_ms)
             _point(buffer, f"{self.prefix}series:calls", point, CALL_SERIES_LIMIT)
+
+    def evolution_run(self, namespace: str, trigger: str, status: str) -> None:
+        self.count(EVOLUTION_RUNS, namespace=namespace, trigger=trigger, outcome=status)
 
 
 def _point(buffer: _Buffer, key: str, point: BaseModel, cap: int) -> None:
@@ -246,15 +264,48 @@ def evolution_events(history: list[Promotion]) -> tuple[list[Promotion], list[Pr
     return evolutions, rollbacks
 
 
-class RedisCollector(Collector):
-    """Reads every metric from Redis at scrape time (see the module docstring)."""
+def call_duration(counters: dict[str, list[tuple[dict[str, str], int]]]) -> HistogramMetricFamily:
+    """The calls' durations as Prometheus's cumulative buckets, from the counts per bucket."""
+    per_bucket = {labels.get("le", "+Inf"): n for labels, n in counters.pop(CALL_SECONDS, [])}
+    total_ms = sum(n for _, n in counters.pop(CALL_MS_SUM, []))
+    buckets, running = [], 0
+    for le in [*(str(b) for b in CALL_BUCKETS_S), "+Inf"]:
+        running += per_bucket.get(le, 0)
+        buckets.append((le, running))
+    return HistogramMetricFamily("fittest_call_duration_seconds", "Finished calls by how long they took, from "
+                                 "their first step to their result", buckets=buckets, sum_value=total_ms / 1000)
 
-    def __init__(self, reader: MetricsReader) -> None:
+
+class RedisCollector(Collector):
+    """Reads every metric from Redis at scrape time (see the module docstring).
+
+    `report_redis_down`: a scrape that cannot read Redis answers `fittest_redis_up 0` (and logs one
+    line), as exporters do for what they export, rather than an HTTP 500 and a traceback per
+    scrape (QA ops: 65 lines every 15 s of an outage); `fittest metrics --once` raises instead, to
+    say so and exit 1."""
+
+    def __init__(self, reader: MetricsReader, report_redis_down: bool = False) -> None:
         self.reader = reader
+        self.report_redis_down = report_redis_down
 
     def collect(self) -> Iterator[Metric]:
+        try:
+            families = list(self._families())
+        except RedisError as exc:
+            if not self.report_redis_down:
+                raise
+            log.warning("metrics: Redis does not answer (%s): fittest_redis_up 0", exc,
+                        extra={"event": "metrics_redis_down"})
+            yield GaugeMetricFamily("fittest_redis_up", "Whether the scrape could read Redis (1) or not (0)", value=0)
+            return
+        yield GaugeMetricFamily("fittest_redis_up", "Whether the scrape could read Redis (1) or not (0)", value=1)
+        yield from families
+
+    def _families(self) -> Iterator[Metric]:
         r = self.reader
-        for name, rows in sorted(r.counters().items()):
+        counters = r.counters()
+        yield call_duration(counters)
+        for name, rows in sorted(counters.items()):
             labels = sorted({k for row_labels, _ in rows for k in row_labels})
             family = CounterMetricFamily(f"fittest_{name}", _HELP.get(name, name), labels=labels)
             for row_labels, value in rows:
@@ -270,18 +321,24 @@ class RedisCollector(Collector):
         refused = CounterMetricFamily("fittest_tool_refused_inputs",
                                       "Inputs refused as the caller's mistake or of another tool's job, per tool version (not among its failures)",
                                       labels=["tool", "version"])
-        for key, stats in sorted(r.state.all_stats().items()):
+        breaker = GaugeMetricFamily("fittest_tool_breaker", "Circuit breaker of each tool version (1 for its state: "
+                                    "closed, open, or half_open once its cool-down passed)", labels=["tool", "version", "state"])
+        all_stats = r.state.all_stats()
+        _, breakers = r.state.stats_and_breakers(sorted(all_stats))
+        for key, stats in sorted(all_stats.items()):
             labels = list(split_key(key))
             quality.add_metric(labels, stats.quality)
             successes.add_metric(labels, stats.successes)
             failures.add_metric(labels, stats.failures)
             refused.add_metric(labels, stats.refused_inputs)
-        yield from (quality, successes, failures, refused)
+            breaker.add_metric([*labels, breakers.get(key, "closed")], 1)
+        yield from (quality, successes, failures, refused, breaker)
 
         evolutions = CounterMetricFamily("fittest_evolutions", "Versions put on trial: evolved ones and a manifest's new versions",
                                          labels=["namespace"])
         rollbacks = CounterMetricFamily("fittest_rollbacks", "Promotions rolled back", labels=["namespace"])
-        served = GaugeMetricFamily("fittest_promotion", "The namespace's current promotion (1), by version and status",
+        served = GaugeMetricFamily("fittest_promotion", "The namespace's latest promotion record (1), by version and "
+                                   "status: after a rollback, the version rolled back (the one before it is served)",
                                    labels=["namespace", "version", "status"])
         for namespace, history in sorted(r.state.all_promotion_histories().items()):
             evolved, rolled_back = evolution_events(history)
@@ -326,14 +383,15 @@ def reader_for(settings: Settings, client: Redis | None = None) -> MetricsReader
     )
 
 
-def scrape_registry(settings: Settings) -> CollectorRegistry:
+def scrape_registry(settings: Settings, report_redis_down: bool = False) -> CollectorRegistry:
     """The registry a scrape reads. Its Redis client gives up within seconds (2 s a try, one retry),
     not after the ~30 s that ride out a restart: a scrape of a Redis that is down fails before
     Prometheus's own timeout (10 s by default), and `fittest metrics --once` says so at once."""
     from workers.state import probe_client
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(RedisCollector(reader_for(settings, probe_client(settings, SCRAPE_TIMEOUT_S, retries=1))))
+    registry.register(RedisCollector(reader_for(settings, probe_client(settings, SCRAPE_TIMEOUT_S, retries=1)),
+                                     report_redis_down=report_redis_down))
     return registry
 
 
@@ -342,7 +400,7 @@ def serve(settings: Settings, port: int | None = None, addr: str | None = None) 
     from prometheus_client import start_http_server
 
     return start_http_server(port if port is not None else settings.metrics_port, addr=addr or settings.metrics_addr,
-                             registry=scrape_registry(settings))
+                             registry=scrape_registry(settings, report_redis_down=True))
 
 
 def exposition(settings: Settings) -> bytes:

@@ -44,6 +44,7 @@ def test_counts_from_two_processes_add_up_in_one_scrape(redis_client, redis_url,
     worker_a.selection("seed", found=True)
     worker_a.selection("seed", found=False)
     worker_b.call("success", attempts=2, elapsed_ms=40.0, tool="slugify")
+    worker_a.evolution_run("slugify", "call", "no_fix")
     worker_a.flush()
     worker_b.flush()
 
@@ -72,6 +73,13 @@ def test_counts_from_two_processes_add_up_in_one_scrape(redis_client, redis_url,
     assert got[("fittest_queue_length", (("priority", "0"), ("queue", queue)))] == 2
     assert got[("fittest_queue_length", (("priority", "9"), ("queue", queue)))] == 1
     assert got[("fittest_queue_length", (("priority", "5"), ("queue", queue)))] == 0
+    # QA ops: no latency, no breaker, no failed evolution could be alerted on
+    assert got[("fittest_call_duration_seconds_bucket", (("le", "0.05"),))] == 1  # the call of 40 ms
+    assert got[("fittest_call_duration_seconds_bucket", (("le", "+Inf"),))] == 1
+    assert got[("fittest_call_duration_seconds_count", ())] == 1 and got[("fittest_call_duration_seconds_sum", ())] == 0.04
+    assert got[("fittest_tool_breaker", (("state", "closed"), *tool))] == 1
+    assert got[("fittest_evolution_runs_total", (("namespace", "slugify"), ("outcome", "no_fix"), ("trigger", "call")))] == 1
+    assert got[("fittest_redis_up", ())] == 1
 
 
 def test_a_scrape_shows_the_calls_in_flight_and_those_overdue(redis_client, prefix) -> None:
@@ -172,3 +180,33 @@ def test_a_flush_whose_reply_was_lost_is_sent_again_and_counted_once(redis_clien
     recorder.flush()
     counters = MetricsReader(redis_client, prefix).counters()
     assert counters["selections"] == [({"outcome": "ranked", "policy": "seed"}, 2)]  # 3 if the batch ran twice
+
+
+def test_the_durations_of_calls_are_a_histogram_of_cumulative_buckets(redis_client, prefix) -> None:
+    recorder = MetricsRecorder(redis_client, prefix)
+    for ms in (30.0, 40.0, 700.0, 2_000.0, 400_000.0):
+        recorder.call("success", attempts=1, elapsed_ms=ms, tool="slugify")
+    recorder.flush()
+    got = scrape(MetricsReader(redis_client, prefix))
+
+    def bucket(le: str) -> float:
+        return got[("fittest_call_duration_seconds_bucket", (("le", le),))]
+
+    assert [bucket(le) for le in ("0.05", "0.5", "1.0", "2.5", "300.0", "+Inf")] == [2, 2, 3, 4, 4, 5]
+    assert got[("fittest_call_duration_seconds_count", ())] == 5
+    assert got[("fittest_call_duration_seconds_sum", ())] == pytest.approx(402.77)
+
+
+def test_a_scrape_of_a_redis_that_does_not_answer_says_so_in_one_gauge(caplog) -> None:
+    """QA ops: the endpoint answered HTTP 500 and printed a 65-line traceback at every scrape."""
+    from workers.metrics import scrape_registry
+    from workers.settings import Settings
+
+    settings = Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    text = generate_latest(scrape_registry(settings, report_redis_down=True)).decode()
+    assert "fittest_redis_up 0.0" in text and "fittest_attempts_total" not in text
+    assert any("Redis does not answer" in r.getMessage() for r in caplog.records)
+    import redis
+
+    with pytest.raises(redis.ConnectionError):  # `fittest metrics --once` says so, and exits 1
+        generate_latest(scrape_registry(settings))

@@ -90,6 +90,7 @@ def evolve(self: Task, job_data: dict[str, Any]) -> Any:
         log.exception("evolution of %s failed", job.parent_key)
         report = EvolutionReport(job_id=job.job_id, namespace=job.namespace, trigger=job.trigger, status="no_fix",
                                  parent=job.parent_key, message=f"evolution failed: {type(exc).__name__}: {exc}")
+    runtime().metrics.evolution_run(job.namespace, job.trigger, report.status)
     plan = job.plan
     if plan is None:
         return report.model_dump(mode="json")
