@@ -6,13 +6,17 @@ agree on broker, backend and routes.
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from celery import Celery
+from celery.signals import beat_init, worker_init
 from kombu import Queue
 
 from workers.events import use_batch_keeping_dispatcher
 from workers.logging import install as install_logging
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
-from workers.settings import Settings, get_settings
+from workers.settings import Settings, get_settings, misspelled_variables
 from workers.state.call_ids import RESULT_TTL_S
 
 QUEUES = ("selection", "execution", "feedback", "evolution", "learning")
@@ -143,3 +147,11 @@ def make_app(settings: Settings | None = None) -> Celery:
 
 install_logging()
 app = make_app()
+
+
+@worker_init.connect
+@beat_init.connect
+def warn_of_misspelled_variables(**_: Any) -> None:
+    """A worker or the beat says which FITTEST_ variables it ignores for a typo, as the CLI does."""
+    for warning in misspelled_variables():
+        logging.getLogger("fittest.settings").warning(warning, extra={"event": "setting_misspelled"})

@@ -7,7 +7,7 @@ import difflib
 import os
 import ssl
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -226,6 +226,26 @@ def _refuse_unknown_keys(data: dict[str, Any], path: Path, known: Iterable[str])
     if problems:
         raise SettingsFileError(f"FITTEST_CONFIG {path.resolve()}: no such setting: {', '.join(problems)}; "
                                 "its keys are the settings' lower-case names without FITTEST_, at the top level")
+
+
+# The FITTEST_ variables read outside the settings: the example HTTP tool's, a bench's, the tests'
+# Redis, docker-compose's paths.
+OTHER_VARIABLES = ("FITTEST_CONFIG", "FITTEST_EXAMPLE_HTTP_PORT", "FITTEST_EXAMPLE_HTTP_LOG", "FITTEST_BROKEN_HTTP_PORT",
+                   "FITTEST_TEST_REDIS_URL", "FITTEST_MODELS", "FITTEST_TOOLS")
+
+
+def misspelled_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """A warning for each FITTEST_ variable of the environment that no setting has, but one's name
+    is close to (`FITTEST_MAX_CANDIDATE`): the environment's extra variables are not refused (a
+    deployment sets variables of its own), and the setting it meant stays at its default, silently,
+    where the same typo in FITTEST_CONFIG is refused (QA ops)."""
+    known = [f"FITTEST_{name.upper()}" for name in Settings.model_fields] + ["FITTEST_CONFIG"]
+    said = []
+    for name in sorted(environ if environ is not None else os.environ):
+        if name.startswith("FITTEST_") and name not in known and name not in OTHER_VARIABLES:
+            if close := difflib.get_close_matches(name, known, n=1, cutoff=0.85):
+                said.append(f"{name} is not a setting, and is ignored: did you mean {close[0]}?")
+    return said
 
 
 def settings_problem(exc: BaseException) -> str | None:

@@ -31,3 +31,22 @@ def test_the_readme_shows_the_settings_table_as_the_code_declares_it() -> None:
     table = CliRunner().invoke(app, ["settings", "--markdown"]).output
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert table in readme, "paste `fittest settings --markdown` over the README's settings table"
+
+
+def test_a_misspelled_setting_in_the_environment_is_warned_of_and_other_variables_are_not() -> None:
+    """QA ops: FITTEST_MAX_CANDIDATE=3 was silently ignored, where FITTEST_CONFIG refuses the same typo."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from workers.settings import misspelled_variables
+
+    assert misspelled_variables({"FITTEST_MAX_CANDIDATE": "3", "FITTEST_EXAMPLE_HTTP_PORT": "8831", "FITTEST_MAX_CANDIDATES": "4",
+                                 "FITTEST_TEST_REDIS_URL": "redis://x", "PATH": "/bin"}) == [
+        "FITTEST_MAX_CANDIDATE is not a setting, and is ignored: did you mean FITTEST_MAX_CANDIDATES?"]
+    fittest = Path(sys.executable).parent / "fittest"
+    done = subprocess.run([str(fittest), "settings", "--json"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "FITTEST_BREAKER_TRESHOLD": "2"})
+    assert done.returncode == 0 and "warning: FITTEST_BREAKER_TRESHOLD is not a setting, and is ignored: did you mean " \
+        "FITTEST_BREAKER_THRESHOLD?" in " ".join(done.stderr.split()), done.stderr

@@ -32,8 +32,11 @@ def main() -> None:
 
     A reader that goes away (`fittest call ... | head`) ends it with the status SIGPIPE leaves
     (common.py `ReaderAwareConsole`), where click's own output breaks the pipe too."""
-    from workers.cli.common import BROKEN_PIPE
+    from workers.cli.common import BROKEN_PIPE, err_console, literal
+    from workers.settings import misspelled_variables
 
+    for warning in misspelled_variables():  # QA ops: silently ignored, where FITTEST_CONFIG refuses the same typo
+        err_console.print(f"[yellow]warning:[/yellow] {literal(warning)}", highlight=False)
     stdout = sys.stdout
     try:
         app()
@@ -45,8 +48,6 @@ def main() -> None:
         message = operator_error(exc)
         if message is None:
             raise
-        from workers.cli.common import err_console, literal
-
         err_console.print(f"[red]error:[/red] {literal(message)}", highlight=False)
         sys.exit(1)
 
