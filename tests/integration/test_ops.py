@@ -78,6 +78,11 @@ def test_a_call_shows_in_metrics_and_in_the_json_attempt_log(pipeline, cli) -> N
     assert mine[0]["tool"] == "csv_lenient" and mine[0]["version"] == "1.0.0" and mine[0]["outcome"] == "success"
     assert mine[0]["execution_time_ms"] >= 0 and mine[0]["task_name"] == "fittest.execute"
     assert mine[0]["breaker"] == "closed"  # what its outcome left its circuit breaker at
+    assert mine[0]["worker"].startswith("executor@") and mine[0]["host"] and mine[0]["pid"] > 0  # which process wrote it
+    # ...and its ranking in the memory worker's log, under the same call id (QA ops: nothing was logged there).
+    memory = (pipeline.stack.log_dir / "memory.log").read_text()
+    ranked = [json.loads(line) for line in memory.splitlines() if line.startswith("{") and '"event": "ranking"' in line]
+    assert [r["candidates"][0] for r in ranked if r["call_id"] == result.call_id] == ["csv_lenient@1.0.0"], ranked[-3:]
 
 
 def test_calls_that_end_before_any_attempt_are_counted_by_their_status(pipeline, cli) -> None:

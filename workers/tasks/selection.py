@@ -112,9 +112,23 @@ def start_call(task: Task, request: CallRequest, evolution: CallEvolution | None
         plan.evolved, plan.evolution_report = True, evolution
         plan.started_at = evolution.call_started_at or plan.started_at
     runtime().metrics.selection(plan.policy, found=bool(plan.candidates))
+    log_ranking(plan)
     if not plan.candidates:
         return no_candidates(plan)
     return hand_on(task, execute.si(plan.model_dump(mode="json"), 0))
+
+
+def log_ranking(plan: CallPlan) -> None:
+    """One line per ranking, so that a call can be followed from its selection in the memory
+    worker's log, by `call_id`, to its attempts in the executor's (QA ops: only the attempts were
+    logged; what was ranked, and what was held back by its breaker, was in the caller's result only)."""
+    shown = ", ".join(f"{c.key} ({c.score:.2f})" for c in plan.candidates[:5])
+    more = f" and {len(plan.candidates) - 5} more" if len(plan.candidates) > 5 else ""
+    held = f"; held back by their breaker: {', '.join(plan.held_back)}" if plan.held_back else ""
+    log.info("call %s ranked %s%s%s", plan.request.call_id, shown or "nothing", more, held, extra={
+        "event": "ranking", "call_id": plan.request.call_id, "policy": plan.policy,
+        "candidates": [c.key for c in plan.candidates], "held_back": plan.held_back, "degraded": plan.degraded,
+        "namespace": plan.request.namespace})
 
 
 @app.task(bind=True, base=CallStep, name="fittest.resilient_tool_call")
