@@ -45,6 +45,14 @@ def test_health_fails_for_a_missing_worker_and_when_redis_is_down(cli) -> None:
     missing = cli("health", "--check", "workers", "--worker", "executor", "--worker", "nosuchrole", "--timeout", "2")
     assert missing.exit_code == 1
     assert "nosuchrole" in missing.output
+    typo = cli("health", "--json", "--check", "workers", "--worker", "nosuchrole", "--timeout", "2")
+    said = json.loads(typo.output)["checks"][0]["detail"]
+    assert typo.exit_code == 1 and "nosuchrole: not a role (the roles: memory, executor, evolver, beat)" in said, said
+    # A probe of the executor alone does not fail the memory worker's store and model (QA ops: it did).
+    executor = cli("health", "--json", "--worker", "executor", "--timeout", "5")
+    assert executor.exit_code == 0, executor.output
+    assert {c["name"]: c["status"] for c in json.loads(executor.output)["checks"]} == {
+        "redis": "ok", "workers": "ok", "store": "skip", "model": "skip", "tools": "ok"}
     exact = cli("health", "--check", "workers", "--worker", "executor@nohost", "--timeout", "2")
     assert exact.exit_code == 1  # QA U: "answered: none" read as if no worker ran
     assert "asked only executor@nohost" in " ".join(exact.output.split())
