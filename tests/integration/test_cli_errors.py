@@ -201,3 +201,16 @@ def test_a_call_no_worker_can_take_and_a_result_nobody_sent_are_told_in_seconds(
     assert "within 8 s: it is waiting for a selection worker (fittest.resilient_tool_call) and goes on" in said, said
     code, said, took = fittest("result", "no-such-call", "--timeout", "100")
     assert code == 1 and took < 60 and "no call with this id is queued or running" in said, (said, took)
+
+
+def test_a_call_without_a_result_says_so_as_json_on_stdout_with_json(model_path: Path, unserved_redis: str, tmp_path: Path) -> None:
+    """QA ops: with --json, a call that timed out printed nothing on stdout; its id, which a script
+    needs to ask for the result later, was only in the error line on stderr."""
+    env = {**os.environ, "FITTEST_REDIS_URL": unserved_redis, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+           "FITTEST_TOOLS_DIR": str(EXAMPLE_TOOLS), "FITTEST_DATA_DIR": str(tmp_path / "data"), "FITTEST_KEY_PREFIX": "cli:"}
+    env.pop("FITTEST_RESULT_BACKEND", None)
+    done = subprocess.run([str(FITTEST), "call", "sort these numbers", "--input", '{"numbers": [2, 1]}', "--json",
+                           "--timeout", "100"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = json.loads(done.stdout)
+    assert said["status"] == "pending" and said["call_id"] in done.stderr and "no worker takes the selection queue" in said["message"]

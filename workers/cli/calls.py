@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.table import Table
@@ -162,6 +162,13 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
     says why none can come (the command then ends at once), or None to wait on."""
     from celery.exceptions import TimeoutError as CeleryTimeout
 
+    def no_result(message: str) -> NoReturn:
+        """The end of a wait without a result; with --json, as JSON on stdout too, so that a script
+        reads the call's id where it reads a result (QA ops: stdout was empty, the id on stderr only)."""
+        if json_out:
+            print_json({"call_id": pending.id, "status": "pending", "message": message})
+        fail(message, DID_NOT_SUCCEED)
+
     deadline = time.monotonic() + timeout
     try:
         if early is not None and timeout > FIRST_LOOK_S:
@@ -170,14 +177,14 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
             except CeleryTimeout:
                 if (why := early()) is not None:
                     client.release(pending)
-                    fail(f"no result for call {pending.id}: {why}", DID_NOT_SUCCEED)
+                    no_result(f"no result for call {pending.id}: {why}")
                 outcome = client.wait(pending, max(deadline - time.monotonic(), 0.1))
             else:
                 client.release(pending)
         else:
             outcome = client.wait(pending, timeout)
     except CeleryTimeout:
-        fail(f"no result for call {pending.id} within {timeout:g} s: {_still_running(client, pending.id) or unfinished}", DID_NOT_SUCCEED)
+        no_result(f"no result for call {pending.id} within {timeout:g} s: {_still_running(client, pending.id) or unfinished}")
     except Exception as exc:
         from workers.cli import redis_unavailable
 
@@ -185,8 +192,8 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
             raise
         # The call was sent and goes on: its id is what finds its result (QA recheck: only "Redis does
         # not answer", and the call, which succeeded, could not be looked up)
-        fail(f"waiting for call {pending.id}: Redis does not answer ({cause}); the call goes on, and "
-             f"`fittest result {pending.id}` shows it once Redis answers", DID_NOT_SUCCEED)
+        no_result(f"waiting for call {pending.id}: Redis does not answer ({cause}); the call goes on, and "
+                  f"`fittest result {pending.id}` shows it once Redis answers")
     warn_if_namespace_unranked(namespace, outcome)
     if json_out:
         print_json(outcome)
