@@ -137,13 +137,26 @@ def without_workers(model_path: Path, redis_url: str, tmp_path: Path,
 def test_a_tools_dir_that_is_not_there_is_named_with_the_path_it_was_read_as(
     model_path: Path, unserved_redis: str, tmp_path: Path
 ) -> None:
+    import redis
+
+    from selection.models import Severity
+    from workers.state.redis import RedisStateStore
+
     env = {**os.environ, "FITTEST_REDIS_URL": unserved_redis, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
-           "FITTEST_TOOLS_DIR": "mytools", "FITTEST_DATA_DIR": str(tmp_path / "data")}
+           "FITTEST_TOOLS_DIR": "mytools", "FITTEST_DATA_DIR": str(tmp_path / "data"), "FITTEST_KEY_PREFIX": "gone:"}
     env.pop("FITTEST_RESULT_BACKEND", None)
     done = subprocess.run([str(FITTEST), "tools", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
     said = " ".join(done.stderr.split())
     assert f"warning: FITTEST_TOOLS_DIR ({tmp_path / 'mytools'}) is not a directory" in said, said
+    # The versions the workers keep (and count) meanwhile are listed with their counters (QA ops: an empty table).
+    state = RedisStateStore(redis.Redis.from_url(unserved_redis), "gone:")
+    state.mark_failure("slugify@1.0.0", "a1", Severity.high)
+    done = subprocess.run([str(FITTEST), "tools", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    rows = json.loads(done.stdout)
+    assert [(r["name"], r["version"], r["quality"], r["failures"]) for r in rows] == [("slugify", "1.0.0", 0.9, 1)], rows
+    assert "its manifest is not read" in rows[0]["kind"]
+    state.clear()
 
 
 def test_settings_the_commands_refuse_are_named_in_one_line(model_path: Path, tmp_path: Path) -> None:

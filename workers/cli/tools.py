@@ -8,8 +8,8 @@ from typing import Annotated, Any, Optional, Protocol
 import typer
 from rich.table import Table
 
-from selection.manifest import ToolManifest
-from selection.ports import Breakers, Newcomers, Promotions
+from selection.manifest import ToolManifest, split_key
+from selection.ports import Breakers, Newcomers, Promotions, StateStore
 from selection.serving import REFUSED_IN_A_ROW
 from workers.cli.common import REFUSED, JsonOpt, console, err_console, fail, literal, needs_redis, print_json
 
@@ -40,6 +40,8 @@ def tools(json_out: JsonOpt = False) -> None:
         else:
             err_console.print(f"[yellow]skipped[/yellow] {literal(error)}")
     rows = tool_rows(registry.all(), rt.state, rt.settings.trial_successes)
+    if not rt.settings.tools_dir.is_dir():
+        rows += unread_rows(rt.state, {r["name"] + "@" + r["version"] for r in rows})
     if json_out:
         print_json(rows)
         return
@@ -80,6 +82,19 @@ def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int)
         }
         for m in manifests
     ]
+
+
+def unread_rows(state: StateStore, read: set[str]) -> list[dict[str, Any]]:
+    """The versions the state counts whose manifest is not read while FITTEST_TOOLS_DIR is not
+    there: the workers keep them registered (workers/tool_watch.py), so their counters and breakers
+    are what an operator looks at then (QA ops: an empty table while the workers kept 10 versions)."""
+    stats = {k: v for k, v in state.all_stats().items() if k not in read}
+    _, breakers = state.stats_and_breakers(sorted(stats))
+    return [{"name": name, "version": version, "description": "", "tags": [], "kind": "(its manifest is not read: "
+             "FITTEST_TOOLS_DIR is not there)", "quality": round(st.quality, 4), "successes": st.successes,
+             "failures": st.failures, "refused_inputs": st.refused_inputs, "refused_in_a_row": st.refused_in_a_row,
+             "breaker": breakers.get(key, "closed"), "deprecated": False, "newcomer": False, "on_trial": False}
+            for key, st in sorted(stats.items()) for name, version in [split_key(key)]]
 
 
 def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
