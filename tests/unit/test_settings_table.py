@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from typer.testing import CliRunner
 
 from workers.cli import app
@@ -21,6 +23,8 @@ def test_markdown_table_lists_every_setting_with_its_default_and_meaning(monkeyp
     shown = CliRunner().invoke(app, ["settings", "--json"]).output
     get_settings.cache_clear()
     assert "s3cret-not-shown" not in shown and "***" in shown
+    log_json = next(r for r in json.loads(shown) if r["variable"] == "FITTEST_LOG_JSON")
+    assert log_json["value"] == log_json["default"] == "true"  # QA ops: "True" beside "true"
 
 
 def test_the_readme_shows_the_settings_table_as_the_code_declares_it() -> None:

@@ -147,7 +147,8 @@ def show_settings(
     rows = settings_rows()
     for row in rows:
         value = current.get(row["variable"].removeprefix("FITTEST_").lower(), os.environ.get(row["variable"]))
-        row["value"] = "" if value is None else "***" if "SecretStr" in type(value).__name__ else redact_url(str(value))
+        row["value"] = ("" if value is None else "***" if "SecretStr" in type(value).__name__
+                        else str(value).lower() if isinstance(value, bool) else redact_url(str(value)))  # as its default reads
     if markdown:
         lines = ["| variable | default | meaning |", "|---|---|---|"]
         lines += [f"| `{r['variable']}` | {('`' + r['default'] + '`') if r['default'] else '(unset)'} | {r['meaning']} |" for r in rows]
