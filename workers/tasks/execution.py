@@ -231,7 +231,8 @@ class ExecuteRequest(Request):
         ran_ms = (time.time() - self.time_start) * 1000 if self.time_start else 0.0
         try:
             args = dict(zip(("plan_data", "index"), self.args)) | dict(self.kwargs)
-            aid = attempt_id(CallPlan.model_validate(args["plan_data"]), int(args["index"]))
+            plan, index = CallPlan.model_validate(args["plan_data"]), int(args["index"])
+            aid = attempt_id(plan, index)
             deaths = runtime().inflight.died(aid, how, max(ran_ms, 0.0))
         except Exception as error:  # Redis away, a foreign message: it runs again, as before
             log.warning("call %s: its pool process died (%s), not counted: %s: %s", self.id, how,
@@ -239,7 +240,8 @@ class ExecuteRequest(Request):
             return
         log.warning("call %s: the pool process running attempt %s died (%s), %d time(s)", self.id, aid, how, deaths,
                     extra={"event": "attempt_process_died", "task_id": self.id, "attempt_id": aid, "reason": how,
-                           "deaths": deaths})
+                           "deaths": deaths, "call_id": plan.request.call_id,  # QA ops: followed by call_id like the rest
+                           "tool": plan.candidates[index].key if index < len(plan.candidates) else None})
 
 
 def _deadly(task: Task, plan: CallPlan, index: int) -> AttemptDeaths | None:
