@@ -442,6 +442,9 @@ class FailureMark(BaseModel):
     # The call was meant for this tool: it asked for its namespace, or (by scenario) tried it first.
     # False for a fallback on another tool's job, whose input evolution must not try to "fix".
     targeted: bool = True
+    # The version does such jobs, by its record or clearly by its description (selection/serving.py
+    # `takes_a_refused_input`): a fallback that does is charged for its crash; one that does not is not.
+    does_such_jobs: bool = True
     callers_mistake: bool = False  # the attempt's (`ToolExecutionResult.callers_mistake`): counted, not demoted
 
     @property
@@ -455,15 +458,17 @@ class FailureMark(BaseModel):
         """The caller's mistake demotes nothing (QA AE: 11 of them took a tool that does the job from
         1.00 to 0.43), nor does a fallback's refusal of an input made for another tool's job (QA
         new user: ~20 calls of a job whose tool was held back took two unrelated tools from 1.00 to
-        0.21 and 0.34, and an evolution then made one of them take the input), nor its crash on
-        such an input: an executable that reads a key the other tool's input lacks exits with a
-        traceback, and was charged a high-severity crash on each of its versions tried (QA
-        evolution: two versions 0.80 -> 0.70 on a job never meant for them). Each is still
-        remembered near its scenario, where the fallback's ranks it down for such jobs, and a
-        crash still counts toward its circuit breaker."""
+        0.21 and 0.34, and an evolution then made one of them take the input), nor the crash of a
+        fallback that does no such jobs on such an input: an executable that reads a key the other
+        tool's input lacks exits with a traceback, and was charged a high-severity crash on each of
+        its versions tried (QA evolution: two versions 0.80 -> 0.70 on a job never meant for them).
+        A fallback that does such jobs crashing on one is charged. Each is still remembered near its
+        scenario, where the fallback's ranks it down for such jobs, and a crash still counts toward
+        its circuit breaker."""
         if self.callers_mistake:
             return FailureCount.refused_input
-        if self.error_class in (FailureClass.bad_input, FailureClass.crash) and not self.targeted:
+        if not self.targeted and (self.error_class is FailureClass.bad_input
+                                  or (self.error_class is FailureClass.crash and not self.does_such_jobs)):
             return FailureCount.not_its_job
         return FailureCount.failure
 

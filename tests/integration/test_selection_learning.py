@@ -40,7 +40,9 @@ def rt(tmp_path: Path, redis_url: str, run_prefix: str, model_path: Path) -> Ite
     for name, description in TOOLS.items():
         runtime.registry.add(ToolManifest(name=name, description=description, sparc=SPARC.get(name),
                                           implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
-    runtime.selector  # noqa: B018 - syncs the tool index
+    # The selector, which syncs the tool index, drawing among near-ties the same way at each run (a
+    # count of 16 or more of 20 drawn fell to 15 once).
+    runtime.selector.rng.seed(0)
     with runtime_in_use(runtime):
         yield runtime
 

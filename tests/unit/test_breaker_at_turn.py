@@ -274,11 +274,12 @@ def test_a_fallbacks_crash_on_another_tools_job_demotes_nothing_but_a_crash_on_i
     traceback, exit 1: a crash) was charged a high-severity crash on each of its versions tried."""
     from selection.models import FailureClass, FailureCount, FailureMark
 
-    def mark(error_class: FailureClass, targeted: bool) -> FailureCount:
+    def mark(error_class: FailureClass, targeted: bool, does_such_jobs: bool = False) -> FailureCount:
         return FailureMark(attempt_id="c:1", call_id="c", tool="double_it", version="1.0.1", scenario="convert 20 celsius",
-                           error_class=error_class, targeted=targeted).counts_as()
+                           error_class=error_class, targeted=targeted, does_such_jobs=does_such_jobs).counts_as()
 
     assert mark(FailureClass.crash, targeted=False) is FailureCount.not_its_job
     assert mark(FailureClass.bad_input, targeted=False) is FailureCount.not_its_job
     assert mark(FailureClass.crash, targeted=True) is FailureCount.failure  # on its own job: its fault
+    assert mark(FailureClass.crash, targeted=False, does_such_jobs=True) is FailureCount.failure  # a fallback doing such jobs
     assert mark(FailureClass.timeout, targeted=False) is FailureCount.failure  # slow whatever the input

@@ -135,7 +135,7 @@ def test_tools_prints_manifest_errors_and_tools_as_written(tmp_path: Path, monke
     missing = tmp_path / "no [/.] dir"
     registry = ToolRegistry.load([bad, missing])
     monkeypatch.setattr("workers.runtime.runtime", lambda: SimpleNamespace(
-        registry=registry, settings=SimpleNamespace(trial_successes=5),
+        registry=registry, settings=SimpleNamespace(trial_successes=5, tools_dir=tmp_path),
         state=SimpleNamespace(stats_and_breakers=lambda keys: ({}, {}), newcomers=dict, promotions=lambda names: {})))
     monkeypatch.setattr("workers.state.probe_client", lambda *a, **k: SimpleNamespace(ping=lambda: True, close=lambda: None))
 

@@ -191,6 +191,7 @@ def send_failure(plan: CallPlan, result: ToolExecutionResult) -> None:
         input=plan.request.input,
         features=plan.features,
         targeted=targeted(plan, result),
+        does_such_jobs=takes_a_refused_input(plan.candidates[result.metadata.get("attempt", 0)], plan.request.namespace),
         callers_mistake=result.callers_mistake,
     )
     send_recorded(mark_failure, [mark.model_dump(mode="json")], priority=PRIORITY_HIGH)  # resent if lost
