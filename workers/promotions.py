@@ -38,6 +38,11 @@ class PromotionError(ValueError):
     """A by-hand change that cannot be made; the message says why."""
 
 
+class PromotionChanged(PromotionError):
+    """A by-hand change that met another change made meanwhile: nothing wrong with what was asked,
+    so the CLI ends as for something outside the command (exit 1), not as a refusal (exit 2)."""
+
+
 def promote_on_trial(
     state: StateStore,
     ledger: EvolutionState,
@@ -229,7 +234,7 @@ def rollback(state: Promotions, ledger: EvolutionState, namespace: str, reason: 
                              f"(to serve another version: fittest promote {namespace} VERSION)")
     new = current.model_copy(update={"status": "rolled_back", "reason": reason, "promoted_at": time.time(), "by": "operator"})
     if not state.promote_if(new, current.evolved_version, [current.status]):
-        raise PromotionError(f"the promotion of {namespace} changed meanwhile; look again with `fittest show {namespace}`")
+        raise PromotionChanged(f"the promotion of {namespace} changed meanwhile; look again with `fittest show {namespace}`")
     ledger.log(
         ChangelogEntry(namespace=namespace, event="rolled_back", version=current.evolved_version,
                        parent=current.parent_version, reason=reason, by="operator")

@@ -222,15 +222,17 @@ def rollback(
     trial it interrupted goes on. A promote of the version on trial decided that trial: its
     rollback rolls that version back. A manifest's new version that waited while a promote held
     goes on trial."""
-    from workers.promotions import PromotionError, trial_new_manifests
+    from workers.promotions import PromotionChanged, PromotionError, trial_new_manifests
     from workers.promotions import rollback as do_rollback
 
     registry, state, ledger = _stores()
     versions_of(registry, name)  # a name nobody serves is refused as such, not as "nothing promoted"
     try:
         promotion = do_rollback(state, ledger, name)
-    except PromotionError as exc:
+    except PromotionChanged as exc:
         fail(str(exc))
+    except PromotionError as exc:  # nothing to roll back: what was asked cannot be done
+        fail(str(exc), REFUSED)
     trials = trial_new_manifests(state, ledger, registry, [name])  # one that waited while the promote held (QA V)
     if json_out:
         print_json(promotion.model_dump(mode="json"))
