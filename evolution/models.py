@@ -250,7 +250,8 @@ class EvolutionReport(BaseModel):
 
 
 ChangelogEvent = Literal[
-    "verified", "failed", "skipped", "promoted", "activated", "rolled_back", "no_fix", "locked"
+    "verified", "failed", "skipped", "promoted", "activated", "rolled_back", "no_fix", "locked",
+    "description_promoted", "description_retired",
 ]
 
 
