@@ -645,3 +645,49 @@ def test_rolling_back_a_promote_of_the_original_lets_a_new_manifest_version_go_o
     assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) is None
     (trial,) = trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"])
     assert (trial.evolved_version, trial.parent_version, trial.status) == ("1.1.0", "1.0.0", "on_trial")
+
+
+def mean_history(rt: Runtime) -> None:
+    """mean@1.0.0 served three calls and crashed on an empty list, all remembered."""
+    from workers.evolution_memory import apply_evolution_outcomes
+
+    for i, xs in enumerate([[1, 2, 3], [2, 4], [5]]):
+        done = ToolExecutionResult(attempt_id=f"m{i}", call_id=f"m{i}", tool="mean", version="1.0.0", success=True,
+                                   result={"mean": sum(xs) / len(xs)})
+        apply_evolution_outcomes(rt, [OutcomeRecord(call_id=f"m{i}", scenario="the mean of these numbers", attempts=[done],
+                                                    input={"xs": xs})])
+    apply_failure(rt, FailureMark(attempt_id="mf", call_id="mf", tool="mean", version="1.0.0", scenario="the mean of nothing",
+                                  error_class=FailureClass.crash, error_message="ZeroDivisionError: division by zero",
+                                  input={"xs": []}))
+
+
+def fresh_child_on_trial(rt: Runtime, version: str = "1.1.0") -> None:
+    """A version of mean made a moment ago (its parent's code, as a new description's), on trial:
+    no call has run it yet."""
+    from selection.manifest import load_manifest
+
+    folder = rt.settings.data_dir / "evolved" / f"mean_v{version.replace('.', '_')}"
+    folder.mkdir(parents=True)
+    (folder / "tool.py").write_text(BUGGY)
+    doc = yaml.safe_load((Path(rt.settings.tools_dir) / "mean" / "tool.yaml").read_text())
+    (folder / "tool.yaml").write_text(yaml.safe_dump({**doc, "version": version, "parent_version": "1.0.0"}))
+    if rt.registry.get(f"mean@{version}") is None:  # read already, when the registry first loaded
+        rt.registry.add(load_manifest(folder / "tool.yaml"))
+    rt.state.promote(Promotion(namespace="mean", evolved_version=version, original_version="1.0.0", parent_version="1.0.0"))
+
+
+def test_evolving_a_version_with_no_history_replays_its_parents_failing_and_successful_inputs(rt: Runtime) -> None:
+    """QA evolution F1: `fittest evolve` of a version made a moment before replayed nothing ("replay ✓
+    checked 0"), and a rewrite that still crashed on the input that had failed went on trial."""
+    mean_history(rt)
+    fresh_child_on_trial(rt)
+    job = build_job(rt, "manual", namespace="mean")
+    assert job.parent_version == "1.1.0"
+    assert [f.input for f in job.evidence.failures] == [{"xs": []}]
+    assert sorted(s.input["xs"] for s in job.evidence.successes if s.input) == [[1, 2, 3], [2, 4], [5]]
+    replies = [f"Fixed.\n```python\n{STILL_BUGGY}```\n"]
+    mutator = CodeMutator(chat=lambda messages, deadline: replies.pop(0), model="test-model")
+    report = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None, mutators=[mutator]).run(job)
+    assert report.status == "no_fix", report
+    (candidate,) = report.candidates
+    assert candidate.outcome == "failed" and 'failing input {"xs": []} still fails' in candidate.reason, candidate.reason
