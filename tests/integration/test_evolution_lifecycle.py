@@ -691,3 +691,17 @@ def test_evolving_a_version_with_no_history_replays_its_parents_failing_and_succ
     assert report.status == "no_fix", report
     (candidate,) = report.candidates
     assert candidate.outcome == "failed" and 'failing input {"xs": []} still fails' in candidate.reason, candidate.reason
+
+
+def test_a_crashing_tool_evolved_by_hand_is_rewritten_not_re_described(rt: Runtime) -> None:
+    """QA evolution F3: `fittest evolve` (and the quality trigger) of a tool that crashes put a new
+    description, the same code, on trial, and the code mutator was never asked."""
+    mean_history(rt)
+    mutators, _ = load_mutators(mutator_config(rt.settings))
+    replies = [f"Fixed.\n```python\n{FIXED}```\n"]
+    rewrite = CodeMutator(chat=lambda messages, deadline: replies.pop(0), model="test-model")
+    job = build_job(rt, "manual", namespace="mean")
+    report = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None, mutators=[*mutators, rewrite]).run(job)
+    assert (report.status, report.mutation) == ("evolved", "tool.py rewritten by test-model: Fixed."), report
+    assert [c.mutator for c in report.candidates] == ["code"]
+    assert "describe: a description cannot make a failing input succeed" in report.notes
