@@ -705,3 +705,20 @@ def test_a_crashing_tool_evolved_by_hand_is_rewritten_not_re_described(rt: Runti
     assert (report.status, report.mutation) == ("evolved", "tool.py rewritten by test-model: Fixed."), report
     assert [c.mutator for c in report.candidates] == ["code"]
     assert "describe: a description cannot make a failing input succeed" in report.notes
+
+
+def test_a_rollback_serves_what_served_before_when_a_lower_manifest_version_came_meanwhile(rt: Runtime) -> None:
+    """QA evolution F11: 2.0.0 won its trial against 1.0.0; 0.9.0 was dropped in later, and `fittest
+    rollback` said "1.0.0 is served again" while every call was served by 0.9.0, which had never run."""
+    from workers.promotions import conclude_trial
+
+    given_by_a_manifest(rt, "2.0.0")
+    (trial,) = trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"])
+    assert conclude_trial(rt.state, rt.evolution, trial, "activate", "5/5 successes on trial")
+    given_by_a_manifest(rt, "0.9.0")
+    assert trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"], arrived={"slowish@0.9.0"}) == []
+    back = rollback(rt.state, rt.evolution, "slowish")
+    assert (back.evolved_version, back.parent_version or back.original_version) == ("2.0.0", "1.0.0")  # what the CLI prints
+    plan = rt.selector.plan(CallRequest(scenario="use slowish", namespace="slowish"))
+    assert plan.candidates[0].key == "slowish@1.0.0", [c.key for c in plan.candidates]
+    assert build_job(rt, "manual", namespace="slowish").parent_version == "1.0.0"  # and what `fittest evolve` evolves

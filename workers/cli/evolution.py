@@ -52,7 +52,7 @@ def versions_of(registry: ToolRegistry, namespace: str) -> list[ToolManifest]:
 
 def lineage(namespace: str) -> dict[str, Any]:
     """Every version of a namespace with its parent, status, quality and variants, and the changelog."""
-    from evolution.trial import head_version
+    from evolution.trial import head_version, served_original
 
     registry, state, ledger = _stores()
     versions = versions_of(registry, namespace)
@@ -62,7 +62,8 @@ def lineage(namespace: str) -> dict[str, Any]:
     variants = ledger.all_variants([m.key for m in versions])
     changelog = ledger.changelog(namespace)
     original = registry.original(namespace)
-    head = head_version(promotion) or (original.version if original else None)
+    head = head_version(promotion) or served_original(promotion, original.version if original else None,
+                                                      [m.version for m in versions])
     mutations = {e.version: e.mutation for e in changelog if e.event == "promoted"}
     last_status = {p.evolved_version: p.status for p in history}
     rows = []
