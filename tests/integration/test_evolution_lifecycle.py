@@ -722,3 +722,29 @@ def test_a_rollback_serves_what_served_before_when_a_lower_manifest_version_came
     plan = rt.selector.plan(CallRequest(scenario="use slowish", namespace="slowish"))
     assert plan.candidates[0].key == "slowish@1.0.0", [c.key for c in plan.candidates]
     assert build_job(rt, "manual", namespace="slowish").parent_version == "1.0.0"  # and what `fittest evolve` evolves
+
+
+def test_a_version_evolved_from_one_on_trial_that_rolls_back_lets_the_interrupted_trial_go_on(rt: Runtime) -> None:
+    """QA evolution F4: 1.1.0 on trial was evolved into 1.2.0, which rolled back: 1.1.0 was then
+    served on every call as "active", without having won its trial, without a changelog entry,
+    and `fittest rollback` could not undo it."""
+    from workers.promotions import conclude_trial, promote_on_trial
+
+    on_trial(rt, parent_successes=3, parent_failures=0)
+    given_by_a_manifest(rt, "1.1.0")
+    original = rt.registry.get("slowish@1.0.0")
+    assert original is not None
+    trial_of_1_1 = rt.state.promotion("slowish")
+    child = original.model_copy(update={"version": "1.2.0", "parent_version": "1.1.0"})
+    parent = original.model_copy(update={"version": "1.1.0", "parent_version": "1.0.0"})
+    made = promote_on_trial(rt.state, rt.evolution, child, parent, "1.0.0", before=trial_of_1_1, reason="passed",
+                            mutation="timeout_s 0.3s → 1.2s", job_id="j", trigger="manual")
+    assert made is not None
+    assert conclude_trial(rt.state, rt.evolution, made, "rollback", "0/5 successes on trial against the parent's rate of 1.00")
+    current = rt.state.promotion("slowish")
+    assert current is not None and (current.evolved_version, current.status, current.parent_version) == ("1.1.0", "on_trial", "1.0.0")
+    entry = rt.evolution.changelog("slowish")[-1]
+    assert (entry.event, entry.version) == ("promoted", "1.1.0") and entry.reason.startswith("on trial again: slowish@1.2.0")
+    back = rollback(rt.state, rt.evolution, "slowish")  # and an operator can undo it
+    assert back.evolved_version == "1.1.0"
+    assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) is None
