@@ -145,7 +145,7 @@ def failed_mutations(hits: Sequence[VectorHit], history: Sequence[Promotion]) ->
         found.append(FailedMutation(
             mutator=payload.get("mutator", ""), mutation=payload.get("mutation", ""),
             identity=payload.get("identity") or payload.get("mutation", ""),
-            reason=reason, failed_on=failed_on, similarity=hit.score,
+            reason=reason, failed_on=failed_on, similarity=hit.score, failed_tests=payload.get("failed_tests") or "",
         ))
     return found
 
@@ -292,7 +292,7 @@ def apply_evolution_record(rt: Runtime, record: EvolutionRecord) -> None:
                 id=f"{record.job_id}:{i}",
                 vector=[],
                 payload={"name": record.namespace, "outcome": c.outcome, "mutator": c.mutator, "mutation": c.mutation,
-                         "identity": c.identity, "failed_on": c.failed_on,
+                         "identity": c.identity, "failed_on": c.failed_on, "failed_tests": c.failed_tests,
                          "reason": c.reason[:500], "pattern": record.pattern[:500], "job_id": record.job_id,
                          "version": record.promoted_version if c.outcome == "verified" else None},
             )

@@ -748,3 +748,18 @@ def test_a_version_evolved_from_one_on_trial_that_rolls_back_lets_the_interrupte
     back = rollback(rt.state, rt.evolution, "slowish")  # and an operator can undo it
     assert back.evolved_version == "1.1.0"
     assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) is None
+
+
+def test_a_mutation_that_failed_a_wrong_test_case_is_tried_again_once_the_test_case_is_fixed(rt: Runtime) -> None:
+    """QA evolution F2: a wrong `expect` failed the longer timeout's "tests"; fixed in place (and with
+    a version bump), the mutation was still skipped, "failed before for a similar reason"."""
+    manifest = Path(rt.settings.tools_dir) / "slowish" / "tool.yaml"
+    doc = yaml.safe_load(manifest.read_text())
+    manifest.write_text(yaml.safe_dump({**doc, "test_cases": [{"input": {"n": 1}, "expect": {"n": 2}}]}))  # the author's mistake
+    wrong = evolve(rt, slow_call(6))
+    assert [c.outcome for c in wrong.candidates] == ["failed"] and wrong.candidates[0].reason.startswith("tests:")
+    again = evolve(rt, slow_call(7))  # the same test cases: skipped, as before
+    assert [c.outcome for c in again.candidates] == ["skipped"]
+    manifest.write_text(yaml.safe_dump(doc))  # fixed
+    fixed = evolve(rt, slow_call(8))
+    assert (fixed.status, fixed.mutation) == ("evolved", "timeout_s 0.3s → 1.2s"), fixed.candidates
