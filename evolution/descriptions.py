@@ -2,14 +2,18 @@
 
 A variant has a status (active, testing, deprecated), an environment (`any`, or the value of a
 call's `context.environment` it is meant for), an access count (calls it was served in) and an
-effectiveness: the first-attempt success rate of the calls in which it made the match, smoothed
-((successes + 1) / (trials + 2)) so a variant with no record starts at one half.
+effectiveness: the first-attempt success rate of the calls in which it made the match (one half
+before any). Not smoothed: a smoothed rate ((s + 1) / (n + 2)) rewards the larger sample, so a
+variant that succeeded as often as the incumbent, on more calls, replaced it (QA evolution F8:
+4/4 promoted over 1/1).
 
 Selection serves the best active variant (the manifest's description, variant "0", when a tool has
 no variants) and, with probability p, a testing one instead, chosen by a hash of the call so the
 outcome can be credited to the variant that was really served. Once a testing variant has
-`min_trials` first-attempt matches it is promoted (active) if it beats the best active one, and
-retired (deprecated) otherwise; the served description is always the best active one.
+`min_trials` first-attempt matches it is promoted (active) if its calls succeeded more often than
+the best active one's, and retired (deprecated) otherwise, a tie included: a new description has
+to do better to replace the words callers already find; the served description is always the
+best active one.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ class DescriptionVariant(BaseModel):
 
     @property
     def effectiveness(self) -> float:
-        return (self.successes + 1) / (self.trials + 2)
+        return self.successes / self.trials if self.trials else 0.5
 
 
 def usable(variants: list[DescriptionVariant], environment: str | None) -> list[DescriptionVariant]:
@@ -69,7 +73,12 @@ def judge(variants: list[DescriptionVariant], min_trials: int) -> dict[str, Vari
     changes: dict[str, VariantStatus] = {}
     for v in variants:
         if v.status == "testing" and v.trials >= min_trials:
-            incumbent = best_active(usable(variants, v.environment))
-            bar = incumbent.effectiveness if incumbent is not None else 0.5
-            changes[v.id] = "active" if v.effectiveness > bar else "deprecated"
+            changes[v.id] = "active" if v.effectiveness > bar(variants, v) else "deprecated"
     return changes
+
+
+def bar(variants: list[DescriptionVariant], challenger: DescriptionVariant) -> float:
+    """The success rate a testing variant must exceed: that of the best active variant served
+    where it is (one half when none is)."""
+    incumbent = best_active(usable(variants, challenger.environment))
+    return incumbent.effectiveness if incumbent is not None else 0.5

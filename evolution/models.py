@@ -50,6 +50,12 @@ def input_key(value: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode("utf-8")).hexdigest()
 
 
+def tests_digest(manifest: ToolManifest) -> str:
+    """The identity of the test cases a candidate is judged by: a digest of their canonical JSON."""
+    cases = [c.model_dump(mode="json") for c in manifest.test_cases]
+    return hashlib.sha256(json.dumps(cases, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:16]
+
+
 def shape_of(value: Any) -> str:
     """The shape an output must keep under a new version: its JSON type, and an object's keys."""
     if isinstance(value, dict):
@@ -101,6 +107,8 @@ class FailedMutation(BaseModel):
     reason: str = ""
     failed_on: list[str] = Field(default_factory=list)
     similarity: float = 0.0
+    # It failed the tool's test cases: the `tests_digest` of those it failed (empty otherwise)
+    failed_tests: str = ""
 
     def still_applies(self, failing: set[str]) -> bool:
         """Whether the reason it failed for holds for the current failing inputs (their keys).
@@ -153,16 +161,20 @@ class Evidence(BaseModel):
             counts[p.error_class] += 1
         return [c for c, _ in counts.most_common()]
 
-    def failed_before(self, mutator: str, identity: str, threshold: float) -> FailedMutation | None:
+    def failed_before(self, mutator: str, identity: str, threshold: float, tests: str = "") -> FailedMutation | None:
         """The earlier failure of this same mutation that predicts it fails again, if any.
 
         It predicts so when its failure pattern was at least `threshold` similar to the current one
-        and the reason it failed for still applies (`FailedMutation.still_applies`).
+        and the reason it failed for still applies (`FailedMutation.still_applies`). A failure of
+        the tool's test cases applies only while they are the same (`tests`, their digest): a wrong
+        `expect` failed every candidate, and once the author fixed it the mutation the tool needed
+        was still skipped, after a version bump too (QA evolution F2).
         """
         failing = {input_key(f.input) for f in self.failures}
         return next(
             (m for m in self.failed_mutations
-             if m.mutator == mutator and m.identity == identity and m.similarity >= threshold and m.still_applies(failing)),
+             if m.mutator == mutator and m.identity == identity and m.similarity >= threshold and m.still_applies(failing)
+             and not (m.failed_tests and tests and m.failed_tests != tests)),
             None,
         )
 
@@ -223,6 +235,7 @@ class CandidateReport(BaseModel):
     outcome: Literal["verified", "failed", "skipped"]
     reason: str = ""
     stages: list[StageResult] = Field(default_factory=list)
+    failed_tests: str = ""  # failed the test cases of this digest (`tests_digest`): remembered with them
 
     @property
     def failed_on(self) -> list[str]:
@@ -250,7 +263,8 @@ class EvolutionReport(BaseModel):
 
 
 ChangelogEvent = Literal[
-    "verified", "failed", "skipped", "promoted", "activated", "rolled_back", "no_fix", "locked"
+    "verified", "failed", "skipped", "promoted", "activated", "rolled_back", "no_fix", "locked",
+    "description_promoted", "description_retired",
 ]
 
 

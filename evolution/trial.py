@@ -127,6 +127,18 @@ def head_version(promotion: Promotion | None) -> str | None:
     return fallback_version(promotion) if promotion.status == "rolled_back" else promotion.evolved_version
 
 
+def served_original(promotion: Promotion | None, original: str | None, versions: Collection[str]) -> str | None:
+    """The version a namespace serves where its promotion names none (`head_version` None, "the
+    original"): the original its promotion was made against (`original_version`), while its
+    manifest gives it (`versions`), else the registry's `original`, the lowest version with no
+    parent. A lower version a manifest gave after the promotion became the registry's original, and
+    a rollback then served it, a version that never ran, while `fittest rollback` said the version
+    served before was served again (QA evolution F11: 0.9.0 added beside 1.0.0 and 2.0.0)."""
+    if promotion is not None and promotion.original_version in versions:
+        return promotion.original_version
+    return original
+
+
 def majority_version(promotion: Promotion | None, share: float) -> str | None:
     """The version serving most of a namespace's calls (None: the original): during a trial whose
     `share` is at most half, the version it is tried against, else `head_version`. What a person

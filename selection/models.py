@@ -413,7 +413,8 @@ class Promotion(BaseModel):
     by: Literal["fittest", "operator"] = "fittest"  # operator: `fittest promote` or `rollback`
     # what a by-hand promotion replaced, which its rollback restores: the trial it interrupted (a trial
     # is decided only while its promotion is on trial: QA U saw one serve every call, never decided,
-    # after a rollback), or an earlier by-hand promotion (workers/promotions.py `replaced_promotion`)
+    # after a rollback), or an earlier by-hand promotion (workers/promotions.py `replaced_promotion`);
+    # for a version evolved from the version on trial, that trial, which goes on if it rolls back
     resumes: Promotion | None = None
 
 

@@ -6,7 +6,8 @@ by the process that owns them, does both ends:
 - `build_job`: the failure evidence of a call (or of a namespace, for a manual or quality trigger):
   its failing inputs, similar past failures (FAILURES), mutations that failed before for a
   similar reason (vector match on EVOLUTIONS: those that failed verification, and those verified
-  whose version was rolled back since), and the parent's recent successful runs;
+  whose version was rolled back since), and the parent's recent successful runs (its nearest
+  ancestor's, for a version with no history of its own);
 - `apply_evolution_record` (`fittest.record_evolution`): registers the new version for selection
   and stores the evolution pattern of every verified or failed candidate as a vector;
 - `apply_evolution_outcomes` (from `fittest.record_outcome`): counts the trial of a version on
@@ -33,7 +34,7 @@ from evolution.models import (
     SuccessfulRun,
     Trigger,
 )
-from evolution.trial import JudgedTrial, TrialCounts, TrialRules, decide, head_version, parent_rate
+from evolution.trial import JudgedTrial, TrialCounts, TrialRules, decide, head_version, parent_rate, served_original
 from selection.manifest import ManifestError, load_manifest
 from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord, Promotion
 from selection.ports import EVOLUTIONS, FAILURES, FORGIVEN, FailureApplied, Match, VectorFilter, VectorHit, VectorPoint
@@ -144,7 +145,7 @@ def failed_mutations(hits: Sequence[VectorHit], history: Sequence[Promotion]) ->
         found.append(FailedMutation(
             mutator=payload.get("mutator", ""), mutation=payload.get("mutation", ""),
             identity=payload.get("identity") or payload.get("mutation", ""),
-            reason=reason, failed_on=failed_on, similarity=hit.score,
+            reason=reason, failed_on=failed_on, similarity=hit.score, failed_tests=payload.get("failed_tests") or "",
         ))
     return found
 
@@ -182,12 +183,14 @@ def build_job(
     original = rt.registry.original(namespace)
     if original is None:
         raise EvolutionUnavailable(f"no tool named {namespace!r}")
-    parent_version = version or served_in(namespace) or original.version
+    parent_version = version or served_in(namespace) or served_original(
+        promotions[namespace], original.version, [m.version for m in rt.registry.versions(namespace)]) or original.version
     if rt.selector.index.ensure_version(namespace, parent_version) is None:
         raise EvolutionUnavailable(f"{namespace} has no version {parent_version}")
     parent = f"{namespace}@{parent_version}"
-    if not failures:
-        failures = _remembered_failures(rt, parent)
+    lineage = _lineage(rt, parent)
+    own_failures, successes = _lineage_evidence(rt, lineage)
+    failures = failures or own_failures
     pattern = pattern_text(failures, f"{trigger}: {reason}")
     pattern_vector = rt.embedder.embed_one(pattern)
     similar = rt.memory.search(
@@ -207,7 +210,7 @@ def build_job(
             if h.payload.get("call_id") != exclude_call
         ],
         failed_mutations=failed_mutations(earlier, rt.state.promotion_history(namespace)),
-        successes=judged_right(rt, parent, rt.evolution.recent_successes(parent)),
+        successes=successes,
     )
     return EvolutionJob(
         namespace=namespace,
@@ -219,6 +222,46 @@ def build_job(
         evidence=evidence,
         plan=plan,
     )
+
+
+LINEAGE_DEPTH = 16  # ancestors looked at for evidence; a longer chain of untried versions is not met
+
+
+def _lineage(rt: Runtime, key: str) -> list[str]:
+    """`key` and its ancestors by `parent_version`, nearest first."""
+    chain: list[str] = []
+    current: str | None = key
+    while current is not None and current not in chain and len(chain) < LINEAGE_DEPTH:
+        chain.append(current)
+        manifest = rt.registry.get(current)
+        parent = manifest.parent_version if manifest is not None else None
+        current = f"{manifest.name}@{parent}" if manifest is not None and parent else None
+    return chain
+
+
+def _lineage_evidence(rt: Runtime, lineage: list[str]) -> tuple[list[FailedRun], list[SuccessfulRun]]:
+    """(remembered failures, recent successes) an evolution of `lineage[0]` replays.
+
+    A version's own, else its nearest ancestor's: a version made a moment ago (a new description, a
+    version on trial that has not served yet) has no history, and an evolution of it replayed
+    nothing, so a rewrite that still crashed on the very input that failed its parent went on trial
+    (QA evolution F1: "replay ✓ checked 0"). Failures come from the nearest version that has a
+    record of either kind (one that ran and never failed has nothing to fix, and its parent's
+    failures may be what it fixed); successes from the nearest that has any, as every version of
+    the lineage must keep the answers its ancestors gave."""
+    failures: list[FailedRun] | None = None
+    successes: list[SuccessfulRun] | None = None
+    for key in lineage:
+        own = judged_right(rt, key, rt.evolution.recent_successes(key))
+        if failures is None:
+            remembered = _remembered_failures(rt, key)
+            if remembered or own:
+                failures = remembered
+        if successes is None and own:
+            successes = own
+        if failures is not None and successes is not None:
+            break
+    return failures or [], successes or []
 
 
 def judged_right(rt: Runtime, key: str, successes: list[SuccessfulRun]) -> list[SuccessfulRun]:
@@ -249,7 +292,7 @@ def apply_evolution_record(rt: Runtime, record: EvolutionRecord) -> None:
                 id=f"{record.job_id}:{i}",
                 vector=[],
                 payload={"name": record.namespace, "outcome": c.outcome, "mutator": c.mutator, "mutation": c.mutation,
-                         "identity": c.identity, "failed_on": c.failed_on,
+                         "identity": c.identity, "failed_on": c.failed_on, "failed_tests": c.failed_tests,
                          "reason": c.reason[:500], "pattern": record.pattern[:500], "job_id": record.job_id,
                          "version": record.promoted_version if c.outcome == "verified" else None},
             )
@@ -369,7 +412,8 @@ def maybe_evolve_for_quality(rt: Runtime, mark: FailureMark, applied: FailureApp
     if promotion is not None and promotion.status == "on_trial":
         return None  # the trial decides about it
     original = rt.registry.original(mark.tool)
-    served = head_version(promotion) or (original.version if original else None)
+    served = head_version(promotion) or served_original(promotion, original.version if original else None,
+                                                        [m.version for m in rt.registry.versions(mark.tool)])
     if mark.version != served or not rt.evolution.cooldown(f"evolve:{mark.tool}", settings.evolution_cooldown_s):
         return None
     reason = f"quality of {mark.key} fell to {applied.quality:.2f} (threshold {settings.evolution_quality_threshold:.2f})"

@@ -29,6 +29,7 @@ from evolution.models import (
     EvolutionRecord,
     EvolutionReport,
     EvolutionStatus,
+    tests_digest,
 )
 from evolution.mutation import MutationContext, Mutator, MutatorConfig, ParentTool, load_mutators, order_for
 from evolution.trial import head_version
@@ -269,7 +270,8 @@ class Evolver:
                                parent=job.parent_version, mutator=candidate.mutator, mutation=candidate.mutation,
                                job_id=job.job_id, trigger=job.trigger)
         report = CandidateReport(mutator=candidate.mutator, mutation=candidate.mutation, identity=candidate.identity, outcome="skipped")
-        earlier = job.evidence.failed_before(candidate.mutator, candidate.identity, self.settings.evolution_similar_reason)
+        tests = tests_digest(candidate.manifest)
+        earlier = job.evidence.failed_before(candidate.mutator, candidate.identity, self.settings.evolution_similar_reason, tests)
         if earlier is not None:
             reason = f"failed before for a similar reason ({earlier.similarity:.2f}): {earlier.reason}"
             self.ledger.log(entry.model_copy(update={"reason": reason}))
@@ -286,7 +288,8 @@ class Evolver:
         if failed is not None:
             reason = f"{failed.stage}: {failed.problems[0] if failed.problems else 'failed'}"
             self.ledger.log(entry.model_copy(update={"event": "failed", "reason": reason, "stages": stages}))
-            return report.model_copy(update={"outcome": "failed", "reason": reason, "stages": stages}), None
+            return report.model_copy(update={"outcome": "failed", "reason": reason, "stages": stages,
+                                             "failed_tests": tests if failed.stage == "tests" else ""}), None
         final = version_dir(root, job.namespace, candidate.manifest.version)
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(stage_dir, final)

@@ -38,6 +38,11 @@ class PromotionError(ValueError):
     """A by-hand change that cannot be made; the message says why."""
 
 
+class PromotionChanged(PromotionError):
+    """A by-hand change that met another change made meanwhile: nothing wrong with what was asked,
+    so the CLI ends as for something outside the command (exit 1), not as a refusal (exit 2)."""
+
+
 def promote_on_trial(
     state: StateStore,
     ledger: EvolutionState,
@@ -58,6 +63,11 @@ def promote_on_trial(
     meanwhile is not a change of version and does not stop it. None when not promoted."""
     quality = state.stats([parent.key])[parent.key].quality
     state.set_quality(new.key, quality)
+    # Evolved from the version on trial: that trial is interrupted, not won, and goes on if the new
+    # version rolls back; before, the version on trial was then served as active, never having won
+    # its trial, with no changelog entry, and no rollback could undo it (QA evolution F4).
+    interrupted = (_kept(before, RESTORES_KEPT) if before is not None and before.status == "on_trial"
+                   and before.evolved_version == parent.version else None)
     promotion = Promotion(
         namespace=new.name,
         evolved_version=new.version,
@@ -66,6 +76,7 @@ def promote_on_trial(
         reason=reason[:500],
         mutation=mutation[:500],
         status="on_trial",
+        resumes=interrupted,
     )
     if not state.promote_if(promotion, before.evolved_version if before else None, STATUSES):
         return None
@@ -207,6 +218,8 @@ def conclude_trial(state: Promotions, ledger: EvolutionState, current: Promotion
     key = f"{current.namespace}@{current.evolved_version}"
     log.info("trial of %s ended: %s (%s)", key, "activated" if status == "active" else "rolled back", reason,
              extra={"event": "trial_concluded", "tool": key, "verdict": verdict, "reason": reason})
+    if status == "rolled_back":
+        _restore(state, ledger, new, f"{key} rolled back on trial")
     return True
 
 
@@ -229,21 +242,30 @@ def rollback(state: Promotions, ledger: EvolutionState, namespace: str, reason: 
                              f"(to serve another version: fittest promote {namespace} VERSION)")
     new = current.model_copy(update={"status": "rolled_back", "reason": reason, "promoted_at": time.time(), "by": "operator"})
     if not state.promote_if(new, current.evolved_version, [current.status]):
-        raise PromotionError(f"the promotion of {namespace} changed meanwhile; look again with `fittest show {namespace}`")
+        raise PromotionChanged(f"the promotion of {namespace} changed meanwhile; look again with `fittest show {namespace}`")
     ledger.log(
         ChangelogEntry(namespace=namespace, event="rolled_back", version=current.evolved_version,
                        parent=current.parent_version, reason=reason, by="operator")
     )
-    if new.resumes is not None:
-        back = new.resumes
-        again = "on trial again" if back.status == "on_trial" else "served again"
-        restored = f"{again}: {namespace}@{current.evolved_version}, promoted by hand in its place, was rolled back"
-        restore = back.model_copy(update={"reason": restored, "promoted_at": time.time()})
-        if state.promote_if(restore, new.evolved_version, ["rolled_back"]):  # else changed meanwhile: left as it is
-            ledger.log(ChangelogEntry(namespace=namespace, event="promoted" if back.status == "on_trial" else "activated",
-                                      version=restore.evolved_version, parent=restore.parent_version,
-                                      mutation=restore.mutation, reason=restored, by="operator"))
+    placed = "promoted by hand in its place" if promoted_by_hand(current) else "evolved from it"
+    _restore(state, ledger, new, f"{namespace}@{current.evolved_version}, {placed}, was rolled back", by="operator")
     return new
+
+
+def _restore(state: Promotions, ledger: EvolutionState, rolled: Promotion, why: str,
+             by: Literal["fittest", "operator"] = "fittest") -> None:
+    """Serve again what the `rolled` back promotion replaced (`Promotion.resumes`), if anything: a
+    trial it interrupted goes on, an earlier by-hand promotion is served again."""
+    back = rolled.resumes
+    if back is None:
+        return
+    again = "on trial again" if back.status == "on_trial" else "served again"
+    reason = f"{again}: {why}"
+    restore = back.model_copy(update={"reason": reason, "promoted_at": time.time()})
+    if state.promote_if(restore, rolled.evolved_version, ["rolled_back"]):  # else changed meanwhile: left as it is
+        ledger.log(ChangelogEntry(namespace=rolled.namespace, event="promoted" if back.status == "on_trial" else "activated",
+                                  version=restore.evolved_version, parent=restore.parent_version,
+                                  mutation=restore.mutation, reason=reason, by=by))
 
 
 RESTORES_KEPT = 8  # by-hand promotions that rollbacks undo one by one; older ones are forgotten

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from evolution.descriptions import MANIFEST_VARIANT
-from evolution.trial import in_share, served_chance, served_version, withdrawn_versions
+from evolution.trial import in_share, served_chance, served_original, served_version, withdrawn_versions
 from selection.cache import TTLCache
 from selection.classifier import ToolClassifier
 from selection.context import ContextFeatures, analyse, context_typos
@@ -348,7 +348,14 @@ class Selector:
         the rest (evolution/trial.py)."""
         promotion = promotions.get(namespace)
         version = served_version(promotion, request.call_id, request.after_evolution, self.settings.trial_share)
-        return None if version is None else self.index.ensure_version(namespace, version)
+        if version is None:
+            original = self.rt.registry.original(namespace)
+            recorded = served_original(promotion, original.version if original else None,
+                                       [m.version for m in self.rt.registry.versions(namespace)])
+            if recorded is None or (original is not None and recorded == original.version):
+                return None  # the registry's original, served as such
+            version = recorded
+        return self.index.ensure_version(namespace, version)
 
     def _similarities(self, request: CallRequest, vector: list[float]) -> dict[str, float]:
         """Best cosine per tool version over its description and examples."""
@@ -624,6 +631,7 @@ class Selector:
             promotion = promotions.get(name)
             version = served_version(promotion, request.call_id, request.after_evolution, self.settings.trial_share)
             original = self.rt.registry.original(name)
-            found.by_namespace[name] = version or (original.version if original else None)
+            found.by_namespace[name] = version or served_original(promotion, original.version if original else None,
+                                                                  [m.version for m in self.rt.registry.versions(name)])
             found.chance[name] = served_chance(promotion, version, request.after_evolution, self.settings.trial_share)
         return found

@@ -22,7 +22,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from evolution.descriptions import MANIFEST_VARIANT, DescriptionVariant, judge, served
+from evolution.descriptions import MANIFEST_VARIANT, DescriptionVariant, bar, judge, served
+from evolution.models import ChangelogEntry
 from selection.models import CallRequest, OutcomeRecord
 from selection.ports import TOOLS, VectorHit
 from workers.degraded import is_store_failure
@@ -138,5 +139,20 @@ def credit_variants(rt: Runtime, record: OutcomeRecord) -> None:
         credited = rt.evolution.record_variant(key, variant_id, record.call_id, is_first, bool(is_first and first and first.success))
         if not (credited and is_first):
             continue
-        for vid, status in judge(rt.evolution.variants(key), rt.settings.variant_min_trials).items():
-            rt.evolution.set_variant_status(key, vid, "testing", status)
+        variants = rt.evolution.variants(key)
+        for vid, status in judge(variants, rt.settings.variant_min_trials).items():
+            if rt.evolution.set_variant_status(key, vid, "testing", status):
+                _log_verdict(rt, key, variants, next(v for v in variants if v.id == vid), status)
+
+
+def _log_verdict(rt: Runtime, key: str, variants: list[DescriptionVariant], variant: DescriptionVariant, status: str) -> None:
+    """A line in the namespace's changelog: which description is served changed, and `fittest show`
+    lists the verdicts of its versions there (before, only the variants' statuses said it)."""
+    name, _, version = key.partition("@")
+    against = bar(variants, variant)
+    rt.evolution.log(ChangelogEntry(
+        namespace=name, event="description_promoted" if status == "active" else "description_retired", version=version,
+        mutation=f"description #{variant.id}: {variant.text[:200]}",
+        reason=f"{variant.successes}/{variant.trials} first attempts succeeded, against a rate of {against:.2f} "
+               f"of the best active description",
+    ))

@@ -3,8 +3,8 @@
 Selection matches a scenario against a tool's description and examples. A version that does its
 job but is described in words callers do not use is found late or not at all; the scenarios it
 already served are the words that work. The code is unchanged, so verification replays its
-successes and its test cases but not the failing inputs (a description cannot fix those), and the
-trial judges whether the new words bring better matches.
+successes and its test cases but not the failing inputs (a description cannot fix those: it is not
+proposed while there are any), and the trial judges whether the new words bring better matches.
 """
 
 from __future__ import annotations
@@ -30,7 +30,14 @@ class DescriptionMutator:
         self.config = config
 
     def propose(self, ctx: MutationContext) -> Proposal:
-        if ctx.trigger == "call":
+        """Nothing while there is a failing input to fix: the call's, or those remembered for a
+        manual or quality trigger. Same code, so a failing input fails again, and the verification
+        cannot tell (it replays no failing input of a description, which is for calls that chose the
+        tool wrongly); the first verified candidate wins, and the description, cheaper, went on
+        trial in place of a fix, the code mutator never asked (QA evolution F3: a crashing tool's
+        `fittest evolve` and quality trigger). With no failure to fix, the scenarios it served
+        are what an evolution of a working tool can add."""
+        if ctx.trigger == "call" or ctx.evidence.failures:
             return Proposal.none("a description cannot make a failing input succeed")
         parent = ctx.parent.manifest
         seen = {_key(e) for e in parent.examples} | {_key(parent.description)}

@@ -75,6 +75,9 @@ def test_a_testing_variant_is_served_by_chance_matched_by_its_own_text_and_promo
     variants = {v.id: v for v in rt.evolution.variants("roman@1.0.0")}
     assert (variants["1"].status, variants["1"].trials, variants["1"].successes) == ("active", 3, 3)
     assert variants["0"].status == "active" and variants["1"].effectiveness > variants["0"].effectiveness
+    (entry,) = rt.evolution.changelog("roman")  # QA evolution F8: `fittest show` said nothing of it
+    assert (entry.event, entry.version, entry.reason) == (
+        "description_promoted", "1.0.0", "3/3 first attempts succeeded, against a rate of 0.50 of the best active description")
     assert plan(rt, "c3").variants["roman@1.0.0"] == "1"  # the better one is served now, without any test
 
 
@@ -84,6 +87,7 @@ def test_a_worse_testing_variant_is_retired(rt: Runtime) -> None:
         first_attempt(rt, f"w{i}", {"roman@1.0.0": "1"}, ok=False)
     variants = {v.id: v for v in rt.evolution.variants("roman@1.0.0")}
     assert variants["1"].status == "deprecated" and variants["1"].accesses == 3
+    assert [e.event for e in rt.evolution.changelog("roman")] == ["description_retired"]
     rt.settings.ab_test_probability = 1.0  # a retired variant is never served, not even on test
     assert plan(rt, "c4").variants == {}
 

@@ -645,3 +645,121 @@ def test_rolling_back_a_promote_of_the_original_lets_a_new_manifest_version_go_o
     assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) is None
     (trial,) = trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"])
     assert (trial.evolved_version, trial.parent_version, trial.status) == ("1.1.0", "1.0.0", "on_trial")
+
+
+def mean_history(rt: Runtime) -> None:
+    """mean@1.0.0 served three calls and crashed on an empty list, all remembered."""
+    from workers.evolution_memory import apply_evolution_outcomes
+
+    for i, xs in enumerate([[1, 2, 3], [2, 4], [5]]):
+        done = ToolExecutionResult(attempt_id=f"m{i}", call_id=f"m{i}", tool="mean", version="1.0.0", success=True,
+                                   result={"mean": sum(xs) / len(xs)})
+        apply_evolution_outcomes(rt, [OutcomeRecord(call_id=f"m{i}", scenario="the mean of these numbers", attempts=[done],
+                                                    input={"xs": xs})])
+    apply_failure(rt, FailureMark(attempt_id="mf", call_id="mf", tool="mean", version="1.0.0", scenario="the mean of nothing",
+                                  error_class=FailureClass.crash, error_message="ZeroDivisionError: division by zero",
+                                  input={"xs": []}))
+
+
+def fresh_child_on_trial(rt: Runtime, version: str = "1.1.0") -> None:
+    """A version of mean made a moment ago (its parent's code, as a new description's), on trial:
+    no call has run it yet."""
+    from selection.manifest import load_manifest
+
+    folder = rt.settings.data_dir / "evolved" / f"mean_v{version.replace('.', '_')}"
+    folder.mkdir(parents=True)
+    (folder / "tool.py").write_text(BUGGY)
+    doc = yaml.safe_load((Path(rt.settings.tools_dir) / "mean" / "tool.yaml").read_text())
+    (folder / "tool.yaml").write_text(yaml.safe_dump({**doc, "version": version, "parent_version": "1.0.0"}))
+    if rt.registry.get(f"mean@{version}") is None:  # read already, when the registry first loaded
+        rt.registry.add(load_manifest(folder / "tool.yaml"))
+    rt.state.promote(Promotion(namespace="mean", evolved_version=version, original_version="1.0.0", parent_version="1.0.0"))
+
+
+def test_evolving_a_version_with_no_history_replays_its_parents_failing_and_successful_inputs(rt: Runtime) -> None:
+    """QA evolution F1: `fittest evolve` of a version made a moment before replayed nothing ("replay ✓
+    checked 0"), and a rewrite that still crashed on the input that had failed went on trial."""
+    mean_history(rt)
+    fresh_child_on_trial(rt)
+    job = build_job(rt, "manual", namespace="mean")
+    assert job.parent_version == "1.1.0"
+    assert [f.input for f in job.evidence.failures] == [{"xs": []}]
+    assert sorted(s.input["xs"] for s in job.evidence.successes if s.input) == [[1, 2, 3], [2, 4], [5]]
+    replies = [f"Fixed.\n```python\n{STILL_BUGGY}```\n"]
+    mutator = CodeMutator(chat=lambda messages, deadline: replies.pop(0), model="test-model")
+    report = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None, mutators=[mutator]).run(job)
+    assert report.status == "no_fix", report
+    (candidate,) = report.candidates
+    assert candidate.outcome == "failed" and 'failing input {"xs": []} still fails' in candidate.reason, candidate.reason
+
+
+def test_a_crashing_tool_evolved_by_hand_is_rewritten_not_re_described(rt: Runtime) -> None:
+    """QA evolution F3: `fittest evolve` (and the quality trigger) of a tool that crashes put a new
+    description, the same code, on trial, and the code mutator was never asked."""
+    mean_history(rt)
+    mutators, _ = load_mutators(mutator_config(rt.settings))
+    replies = [f"Fixed.\n```python\n{FIXED}```\n"]
+    rewrite = CodeMutator(chat=lambda messages, deadline: replies.pop(0), model="test-model")
+    job = build_job(rt, "manual", namespace="mean")
+    report = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None, mutators=[*mutators, rewrite]).run(job)
+    assert (report.status, report.mutation) == ("evolved", "tool.py rewritten by test-model: Fixed."), report
+    assert [c.mutator for c in report.candidates] == ["code"]
+    assert "describe: a description cannot make a failing input succeed" in report.notes
+
+
+def test_a_rollback_serves_what_served_before_when_a_lower_manifest_version_came_meanwhile(rt: Runtime) -> None:
+    """QA evolution F11: 2.0.0 won its trial against 1.0.0; 0.9.0 was dropped in later, and `fittest
+    rollback` said "1.0.0 is served again" while every call was served by 0.9.0, which had never run."""
+    from workers.promotions import conclude_trial
+
+    given_by_a_manifest(rt, "2.0.0")
+    (trial,) = trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"])
+    assert conclude_trial(rt.state, rt.evolution, trial, "activate", "5/5 successes on trial")
+    given_by_a_manifest(rt, "0.9.0")
+    assert trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"], arrived={"slowish@0.9.0"}) == []
+    back = rollback(rt.state, rt.evolution, "slowish")
+    assert (back.evolved_version, back.parent_version or back.original_version) == ("2.0.0", "1.0.0")  # what the CLI prints
+    plan = rt.selector.plan(CallRequest(scenario="use slowish", namespace="slowish"))
+    assert plan.candidates[0].key == "slowish@1.0.0", [c.key for c in plan.candidates]
+    assert build_job(rt, "manual", namespace="slowish").parent_version == "1.0.0"  # and what `fittest evolve` evolves
+
+
+def test_a_version_evolved_from_one_on_trial_that_rolls_back_lets_the_interrupted_trial_go_on(rt: Runtime) -> None:
+    """QA evolution F4: 1.1.0 on trial was evolved into 1.2.0, which rolled back: 1.1.0 was then
+    served on every call as "active", without having won its trial, without a changelog entry,
+    and `fittest rollback` could not undo it."""
+    from workers.promotions import conclude_trial, promote_on_trial
+
+    on_trial(rt, parent_successes=3, parent_failures=0)
+    given_by_a_manifest(rt, "1.1.0")
+    original = rt.registry.get("slowish@1.0.0")
+    assert original is not None
+    trial_of_1_1 = rt.state.promotion("slowish")
+    child = original.model_copy(update={"version": "1.2.0", "parent_version": "1.1.0"})
+    parent = original.model_copy(update={"version": "1.1.0", "parent_version": "1.0.0"})
+    made = promote_on_trial(rt.state, rt.evolution, child, parent, "1.0.0", before=trial_of_1_1, reason="passed",
+                            mutation="timeout_s 0.3s → 1.2s", job_id="j", trigger="manual")
+    assert made is not None
+    assert conclude_trial(rt.state, rt.evolution, made, "rollback", "0/5 successes on trial against the parent's rate of 1.00")
+    current = rt.state.promotion("slowish")
+    assert current is not None and (current.evolved_version, current.status, current.parent_version) == ("1.1.0", "on_trial", "1.0.0")
+    entry = rt.evolution.changelog("slowish")[-1]
+    assert (entry.event, entry.version) == ("promoted", "1.1.0") and entry.reason.startswith("on trial again: slowish@1.2.0")
+    back = rollback(rt.state, rt.evolution, "slowish")  # and an operator can undo it
+    assert back.evolved_version == "1.1.0"
+    assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) is None
+
+
+def test_a_mutation_that_failed_a_wrong_test_case_is_tried_again_once_the_test_case_is_fixed(rt: Runtime) -> None:
+    """QA evolution F2: a wrong `expect` failed the longer timeout's "tests"; fixed in place (and with
+    a version bump), the mutation was still skipped, "failed before for a similar reason"."""
+    manifest = Path(rt.settings.tools_dir) / "slowish" / "tool.yaml"
+    doc = yaml.safe_load(manifest.read_text())
+    manifest.write_text(yaml.safe_dump({**doc, "test_cases": [{"input": {"n": 1}, "expect": {"n": 2}}]}))  # the author's mistake
+    wrong = evolve(rt, slow_call(6))
+    assert [c.outcome for c in wrong.candidates] == ["failed"] and wrong.candidates[0].reason.startswith("tests:")
+    again = evolve(rt, slow_call(7))  # the same test cases: skipped, as before
+    assert [c.outcome for c in again.candidates] == ["skipped"]
+    manifest.write_text(yaml.safe_dump(doc))  # fixed
+    fixed = evolve(rt, slow_call(8))
+    assert (fixed.status, fixed.mutation) == ("evolved", "timeout_s 0.3s → 1.2s"), fixed.candidates

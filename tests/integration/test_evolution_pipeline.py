@@ -127,13 +127,13 @@ def test_rollback_and_promote_by_hand(evo: Pipeline) -> None:
     assert evo.state().promotion("greet_user").status == "rolled_back"
     code, out = cli(evo, "rollback", "greet_user")
     said = " ".join(out.split())
-    assert code == 1 and "greet_user@1.1.0 is rolled back already; greet_user@1.0.0 is served" in said, said
+    assert code == 2 and "greet_user@1.1.0 is rolled back already; greet_user@1.0.0 is served" in said, said
     code, out = cli(evo, "promote", "greet_user", "1.0.0")  # the original, by hand...
     assert code == 0, out
     code, out = cli(evo, "rollback", "greet_user")  # ...is undone, said as such (QA: "1.0.0 rolled back; 1.0.0 served")
     assert code == 0 and "greet_user@1.0.0's promotion by hand undone; it is served, as the original" in " ".join(out.split()), out
     code, out = cli(evo, "rollback", "greet_user")
-    assert code == 1 and "no promoted version to roll back (the original is served)" in " ".join(out.split()), out
+    assert code == 2 and "no promoted version to roll back (the original is served)" in " ".join(out.split()), out
     code, out = cli(evo, "promote", "greet_user", "9.9.9")
     assert code == 2 and "has no version 9.9.9" in out
     code, out = cli(evo, "promote", "greet_user", "1.1.0")

@@ -312,6 +312,12 @@ def test_rollback_of_a_tool_nobody_serves_says_so(stores: ToolRegistry) -> None:
     assert run("rollback", "nosuch") == (2, "error: no tool named 'nosuch'")
 
 
+def test_rollback_with_nothing_to_roll_back_is_refused_with_exit_2(stores: ToolRegistry) -> None:
+    """QA evolution F9: it exited 1, the code for something outside the command (Redis down), where
+    the README gives a refusal of what was asked exit 2."""
+    assert run("rollback", "fast_sort") == (2, "error: fast_sort has no promoted version to roll back (the original is served)")
+
+
 def test_explain_with_nothing_to_rank_says_how_a_call_would_end(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"status": "success", "ranking": [], "degraded": []})
     code, out = run("explain", "sort numbers", "--tag", "nosuch")

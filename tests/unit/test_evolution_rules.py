@@ -329,9 +329,18 @@ def test_a_better_testing_variant_is_promoted_and_a_worse_one_retired() -> None:
     assert judge(variants, min_trials=10) == {"1": "active", "2": "deprecated"}
 
 
+def test_a_testing_variant_that_only_ties_the_incumbent_is_retired() -> None:
+    """QA evolution F8: both described calls that all succeeded, the variant on more of them (4/4
+    against 1/1, 10/10 against 2/2): the smoothed rate promoted the variant, a second "active"."""
+    assert judge([variant("0", "active", 1, 1), variant("1", "testing", 4, 4, at=1)], min_trials=4) == {"1": "deprecated"}
+    assert judge([variant("0", "active", 2, 2), variant("1", "testing", 10, 10, at=1)], min_trials=4) == {"1": "deprecated"}
+    assert judge([variant("0", "active", 4, 3), variant("1", "testing", 4, 4, at=1)], min_trials=4) == {"1": "active"}
+    assert judge([variant("0", "active"), variant("1", "testing", 4, 3, at=1)], min_trials=4) == {"1": "active"}  # 0.75 > 0.5
+
+
 def test_a_testing_variant_is_judged_against_the_incumbent_of_its_own_environment() -> None:
     variants = [variant("0", "active", 20, 10), variant("1", "active", 20, 19, environment="staging", at=1),
                 variant("2", "testing", 10, 7, environment="production", at=2)]
-    # 0.67 beats production's incumbent (the general description, 0.50), not staging's (0.91).
+    # 0.70 beats production's incumbent (the general description, 0.50), not staging's (0.95).
     assert judge(variants, min_trials=10) == {"2": "active"}
 

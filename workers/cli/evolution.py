@@ -52,7 +52,7 @@ def versions_of(registry: ToolRegistry, namespace: str) -> list[ToolManifest]:
 
 def lineage(namespace: str) -> dict[str, Any]:
     """Every version of a namespace with its parent, status, quality and variants, and the changelog."""
-    from evolution.trial import head_version
+    from evolution.trial import head_version, served_original
 
     registry, state, ledger = _stores()
     versions = versions_of(registry, namespace)
@@ -62,7 +62,8 @@ def lineage(namespace: str) -> dict[str, Any]:
     variants = ledger.all_variants([m.key for m in versions])
     changelog = ledger.changelog(namespace)
     original = registry.original(namespace)
-    head = head_version(promotion) or (original.version if original else None)
+    head = head_version(promotion) or served_original(promotion, original.version if original else None,
+                                                      [m.version for m in versions])
     mutations = {e.version: e.mutation for e in changelog if e.event == "promoted"}
     last_status = {p.evolved_version: p.status for p in history}
     rows = []
@@ -222,15 +223,17 @@ def rollback(
     trial it interrupted goes on. A promote of the version on trial decided that trial: its
     rollback rolls that version back. A manifest's new version that waited while a promote held
     goes on trial."""
-    from workers.promotions import PromotionError, trial_new_manifests
+    from workers.promotions import PromotionChanged, PromotionError, trial_new_manifests
     from workers.promotions import rollback as do_rollback
 
     registry, state, ledger = _stores()
     versions_of(registry, name)  # a name nobody serves is refused as such, not as "nothing promoted"
     try:
         promotion = do_rollback(state, ledger, name)
-    except PromotionError as exc:
+    except PromotionChanged as exc:
         fail(str(exc))
+    except PromotionError as exc:  # nothing to roll back: what was asked cannot be done
+        fail(str(exc), REFUSED)
     trials = trial_new_manifests(state, ledger, registry, [name])  # one that waited while the promote held (QA V)
     if json_out:
         print_json(promotion.model_dump(mode="json"))
