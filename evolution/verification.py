@@ -116,6 +116,26 @@ def _run_stage(stage: Stage, sandbox: Sandbox, manifest: ToolManifest, inputs: l
     return run, None
 
 
+def run_test_cases(manifest: ToolManifest, sandbox: Sandbox, config: VerifyConfig) -> tuple[StageResult, bool]:
+    """The tests stage: the manifest's own test cases run on its code; with whether it served any
+    of them (a refusal is then the input's fault, not the code's). Also run on a parent whose
+    candidates all failed here, to tell its author when the parent fails them too."""
+    cases = manifest.test_cases
+    if not cases:
+        return StageResult(stage="tests", passed=True, checked=0, problems=["the tool has no test cases"]), False
+    run, dead = _run_stage("tests", sandbox, manifest, [c.input for c in cases], config.stage_timeout_s)
+    if dead is not None:
+        return dead, False
+    problems = []
+    for i, (case, result) in enumerate(zip(cases, run.results)):
+        why = case.check(result.success, result.output)
+        if why is not None:
+            detail = f"; {_error(result)}" if not result.success else ""
+            problems.append(f"test case {i + 1} {json.dumps(case.input, default=str)[:120]}: {why}{detail}")
+    return (StageResult(stage="tests", passed=not problems, checked=len(cases), problems=problems, elapsed_ms=run.elapsed_ms),
+            any(r.success for r in run.results))
+
+
 def verify(
     manifest: ToolManifest,
     evidence: Evidence,
@@ -129,23 +149,9 @@ def verify(
     if not results[-1].passed:
         return results
 
-    cases = manifest.test_cases
-    worked = False  # the candidate served some input: a refusal is then the input's fault, not the candidate's
-    if cases:
-        run, dead = _run_stage("tests", sandbox, manifest, [c.input for c in cases], config.stage_timeout_s)
-        if dead is not None:
-            return [*results, dead]
-        worked = any(r.success for r in run.results)
-        problems = []
-        for i, (case, result) in enumerate(zip(cases, run.results)):
-            why = case.check(result.success, result.output)
-            if why is not None:
-                detail = f"; {_error(result)}" if not result.success else ""
-                problems.append(f"test case {i + 1} {json.dumps(case.input, default=str)[:120]}: {why}{detail}")
-        results.append(StageResult(stage="tests", passed=not problems, checked=len(cases), problems=problems, elapsed_ms=run.elapsed_ms))
-    else:
-        results.append(StageResult(stage="tests", passed=True, checked=0, problems=["the tool has no test cases"]))
-    if not results[-1].passed:
+    tests, worked = run_test_cases(manifest, sandbox, config)
+    results.append(tests)
+    if not tests.passed:
         return results
 
     if manifest.side_effects:  # QA Q: a slow run of a tool that appends to a ledger wrote 5 real calls' events twice more

@@ -33,7 +33,7 @@ from evolution.models import (
 )
 from evolution.mutation import MutationContext, Mutator, MutatorConfig, ParentTool, load_mutators, order_for
 from evolution.trial import head_version
-from evolution.verification import Sandbox, VerifyConfig, reproduce_successes, verify
+from evolution.verification import Sandbox, VerifyConfig, reproduce_successes, run_test_cases, verify
 from evolution.versioning import MANIFEST_FILE, next_version, version_dir
 from selection.manifest import ToolManifest, load_manifest
 from selection.ports import StateStore
@@ -229,9 +229,22 @@ class Evolver:
                                          f"{now.status if now else 'original'}) and stays served; "
                                          f"`fittest promote {job.namespace} {installed.version}` serves it")
                         return self._finish(job, started, reports, notes, installed, promoted=promoted is not None)
-            return self._finish(job, started, reports, notes, None)
+            return self._finish(job, started, reports, notes + self._own_tests_fail(parent, reports), None)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    def _own_tests_fail(self, parent: ToolManifest, reports: list[CandidateReport]) -> list[str]:
+        """A note when candidates failed the tool's own test cases and the tool fails them too: then
+        the test case is the likelier mistake (a wrong `expect`), which no candidate can pass, and its
+        author is the one to tell (QA evolution F2: every evolution failed "tests", and nothing said
+        the original failed the same test case). The parent runs them once, only then."""
+        if not any(r.stages and r.stages[-1].stage == "tests" and not r.stages[-1].passed for r in reports):
+            return []
+        own, _ = run_test_cases(parent, self.sandbox, self.verify_config)
+        if own.passed:
+            return []
+        return [f"{parent.key} fails its own test cases too ({'; '.join(own.problems)}): every candidate is checked "
+                "against them, so check their expect in its manifest"]
 
     @staticmethod
     def _held_back(job: EvolutionJob) -> list[str]:

@@ -758,6 +758,9 @@ def test_a_mutation_that_failed_a_wrong_test_case_is_tried_again_once_the_test_c
     manifest.write_text(yaml.safe_dump({**doc, "test_cases": [{"input": {"n": 1}, "expect": {"n": 2}}]}))  # the author's mistake
     wrong = evolve(rt, slow_call(6))
     assert [c.outcome for c in wrong.candidates] == ["failed"] and wrong.candidates[0].reason.startswith("tests:")
+    # ...and the author is told the tool fails that test case itself (nothing said so)
+    assert any(n.startswith(f"{wrong.parent} fails its own test cases too (test case 1 ") and "check their expect" in n
+               for n in wrong.notes), wrong.notes
     again = evolve(rt, slow_call(7))  # the same test cases: skipped, as before
     assert [c.outcome for c in again.candidates] == ["skipped"]
     manifest.write_text(yaml.safe_dump(doc))  # fixed
