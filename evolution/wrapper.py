@@ -36,6 +36,7 @@ from selection.manifest import (
 )
 
 PARENT_DIR = "parent"
+WRAPPER_DOC = "Evolved version "  # how a generated module's docstring begins (_HEADER): how it is told apart
 
 
 class InputRules(BaseModel):

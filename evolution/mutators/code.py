@@ -12,14 +12,17 @@ another summary is the same one.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
 from collections.abc import Callable
+from pathlib import PurePosixPath
 
 from evolution.models import CandidateVersion
 from evolution.mutation import MutationContext, Proposal
 from evolution.versioning import evolved_manifest
+from evolution.wrapper import PARENT_DIR, WRAPPER_DOC
 from selection.manifest import ExecutableImplementation, PythonImplementation, ToolManifest, entrypoint_file
 from selection.registry import TOOL_DIR_PLACEHOLDER
 
@@ -48,6 +51,44 @@ def source_file(manifest: ToolManifest, files: dict[str, bytes]) -> str | None:
             if arg.startswith(marker) and arg.endswith(".py") and arg[len(marker):] in files:
                 return arg[len(marker):]
     return None
+
+
+def logic_file(manifest: ToolManifest, files: dict[str, bytes]) -> str | None:
+    """The file that holds the tool's own logic: its source file (`source_file`), or, for a version
+    an evolution wrapped (input coercion, retries, a cache: evolution/wrapper.py), the file that
+    wrapper calls, under `parent/`, through every wrapper in between. A rewrite replaces that one
+    file, so the wrappers' behaviour stays. The model was shown the generated wrapper, never the
+    code that failed, and its rewrite dropped what the wrapper added (QA evolution F5)."""
+    target = source_file(manifest, files)
+    while target is not None and (inner := wrapped_file(files, target)) is not None:
+        target = inner
+    return target
+
+
+def wrapped_file(files: dict[str, bytes], rel: str) -> str | None:
+    """The python file the generated wrapper module `rel` calls (its PARENT), relative to the
+    version's folder; None when `rel` is no generated wrapper or wraps no python file of its own."""
+    try:
+        tree = ast.parse(files[rel].decode("utf-8"))
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    if not (ast.get_docstring(tree) or "").startswith(WRAPPER_DOC):
+        return None
+    found = [n.value for n in tree.body if isinstance(n, ast.Assign)
+             and any(isinstance(t, ast.Name) and t.id == "PARENT" for t in n.targets)]
+    try:
+        parent = ast.literal_eval(found[0]) if found else None
+    except ValueError:
+        return None
+    here = PurePosixPath(rel).parent
+    inner = None
+    if isinstance(parent, dict) and parent.get("kind") == "python" and parent.get("file"):
+        inner = str(here / parent["file"])
+    elif isinstance(parent, dict) and parent.get("kind") == "executable":
+        marker = "{" + TOOL_DIR_PLACEHOLDER + "}/"
+        scripts = [a[len(marker):] for a in parent.get("argv", []) if isinstance(a, str) and a.startswith(marker) and a.endswith(".py")]
+        inner = str(here / PARENT_DIR / scripts[0]) if scripts else None
+    return inner if inner in files else None
 
 
 def extract_code(reply: str) -> str | None:
@@ -92,9 +133,13 @@ class CodeMutator:
             {"input": f.input, "error_class": f.error_class.value, "error": f.error_message[:500]} for f in ev.failures[:5]
         ]
         hints = sorted({HINTS[f.error_class.value] for f in ev.failures})
+        wrapped = (f"This file is called by the generated wrappers of earlier evolutions (input coercion, retries, "
+                   f"a cache), which stay: keep its function's name, input keys and output as they are."
+                   if target.startswith(f"{PARENT_DIR}/") else "")
         sections = [
             f"Tool `{parent.name}` version {parent.version}: {parent.description}",
             f"File `{target}`:\n```python\n{source[:MAX_SOURCE_CHARS]}\n```",
+            wrapped,
             "Failures to fix:\n" + json.dumps(failures, indent=1, default=str),
             "Hints: " + " ".join(hints) if hints else "",
         ]
@@ -117,7 +162,7 @@ class CodeMutator:
 
     def propose(self, ctx: MutationContext) -> Proposal:
         files = ctx.parent.files
-        target = source_file(ctx.parent.manifest, files)
+        target = logic_file(ctx.parent.manifest, files)
         if target is None:
             return Proposal.none("no python source file of the tool to rewrite")
         try:
