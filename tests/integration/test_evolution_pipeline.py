@@ -114,10 +114,14 @@ def test_show_prints_the_lineage_with_quality_and_status(evo: Pipeline) -> None:
     assert rows["1.1.0"]["parent"] == "1.0.0" and rows["1.1.0"]["status"] == "on_trial"
     assert rows["1.1.0"]["mutation"] == "input coercion: rename username→name"
     assert 0 < rows["1.1.0"]["quality"] <= 1
+    # What an author checks beside them (QA evolution: breaker, timeout and manifest were not shown)
+    assert rows["1.0.0"]["breaker"] == "closed" and rows["1.0.0"]["timeout_s"] > 0
+    assert rows["1.0.0"]["manifest"].endswith("greet_user/tool.yaml") and "evolved" in rows["1.1.0"]["manifest"]
     events = [e["event"] for e in data["changelog"]]
     assert events[:2] == ["verified", "promoted"]
     code, text = cli(evo, "show", "greet_user")
     assert code == 0 and "1.1.0" in text and "on_trial" in text and "rename username→name" in text
+    assert f"timeout {rows['1.0.0']['timeout_s']:g} s" in text
 
 
 def test_rollback_and_promote_by_hand(evo: Pipeline) -> None:

@@ -54,11 +54,14 @@ def lineage(namespace: str) -> dict[str, Any]:
     """Every version of a namespace with its parent, status, quality and variants, and the changelog."""
     from evolution.trial import head_version, served_original
 
+    from workers.selector import attempt_timeout
+    from workers.settings import get_settings
+
     registry, state, ledger = _stores()
     versions = versions_of(registry, namespace)
     promotion = state.promotion(namespace)
     history = state.promotion_history(namespace)
-    stats = state.stats([m.key for m in versions])
+    stats, breakers = state.stats_and_breakers([m.key for m in versions])
     variants = ledger.all_variants([m.key for m in versions])
     changelog = ledger.changelog(namespace)
     original = registry.original(namespace)
@@ -88,6 +91,12 @@ def lineage(namespace: str) -> dict[str, Any]:
             "quality": round(stats[m.key].quality, 4),
             "successes": stats[m.key].successes,
             "failures": stats[m.key].failures,
+            # What an author checks beside them (QA evolution: only `fittest tools` showed the breaker,
+            # and nothing the timeout its attempts now get, or where the version was read from).
+            "refused_inputs": stats[m.key].refused_inputs,
+            "breaker": breakers[m.key],
+            "timeout_s": attempt_timeout(get_settings(), registry, m, stats[m.key]),
+            "manifest": registry.source(m.key),
             "mutation": mutations.get(m.version, ""),
             "variants": [v.model_dump(include={"id", "status", "environment", "trials", "successes", "accesses", "text"})
                          | {"effectiveness": round(v.effectiveness, 3)} for v in variants.get(m.key, [])],
@@ -140,8 +149,11 @@ def show(
             served += " [dim]deprecated: not offered by selection[/dim]"
         elif row["status"] == "new manifest version" and pinned:  # QA V: nothing said why it was never tried
             served += f" [dim]waits: `fittest promote` decides (`fittest rollback {literal(name)}` lets it go on trial)[/dim]"
+        breaker = {"open": "  [red]breaker open[/red]", "half_open": "  [yellow]breaker half-open[/yellow]"}.get(row["breaker"], "")
+        refused = f" (+{row['refused_inputs']} refused)" if row["refused_inputs"] else ""
         label = (f"{literal(row['version'])}  [{color}]{literal(row['status'])}[/{color}]{served}  "
-                 f"quality {row['quality']:.2f}  {row['successes']}✓ {row['failures']}✗")
+                 f"quality {row['quality']:.2f}  {row['successes']}✓ {row['failures']}✗{refused}{breaker}  "
+                 f"timeout {row['timeout_s']:g} s")
         if row["mutation"]:
             label += f"\n[dim]{literal(row['mutation'])}[/dim]"
         node = nodes.get(row["parent"], tree).add(label)
