@@ -242,7 +242,8 @@ def test_show_prints_mutations_variants_and_the_changelog_as_written(redis_answe
         "promotion": None,
         "versions": [
             {"version": f"1.0.{i}[/v]", "parent": None if i == 0 else "1.0.0[/v]", "status": "original" if i == 0 else "on_trial",
-             "served": i == 0, "quality": 1.0, "successes": 0, "failures": 0, "mutation": f"mutation {text}",
+             "served": i == 0, "quality": 1.0, "successes": 0, "failures": 0, "refused_inputs": 0, "breaker": "closed",
+             "timeout_s": 2.0, "manifest": f"/tools/{text}/tool.yaml", "mutation": f"mutation {text}",
              "variants": [{**variant, "text": f"sorts {text}"}]}
             for i, text in enumerate(TRICKY)
         ],
@@ -258,7 +259,8 @@ def test_show_prints_mutations_variants_and_the_changelog_as_written(redis_answe
 def show_lineage(monkeypatch: pytest.MonkeyPatch, namespace: str, promotion: dict[str, Any],
                  versions: list[tuple[str, str, bool]]) -> str:
     """`fittest show NAMESPACE` of a lineage with these (version, status, served) rows."""
-    row: dict[str, Any] = {"parent": None, "quality": 1.0, "successes": 0, "failures": 0, "mutation": "", "variants": []}
+    row: dict[str, Any] = {"parent": None, "quality": 1.0, "successes": 0, "failures": 0, "refused_inputs": 0, "breaker": "closed",
+                           "timeout_s": 2.0, "manifest": "/tools/x/tool.yaml", "mutation": "", "variants": []}
     data = {"namespace": namespace, "promotion": promotion, "changelog": [],
             "versions": [{**row, "version": v, "status": status, "served": served} for v, status, served in versions]}
     monkeypatch.setattr(evolution, "lineage", lambda name: data)

@@ -73,7 +73,8 @@ def stores(monkeypatch: pytest.MonkeyPatch) -> ToolRegistry:
     monkeypatch.setattr("workers.state.probe_client", lambda *a, **k: SimpleNamespace(ping=lambda: True, close=lambda: None))
     monkeypatch.setattr("workers.tool_catalog.load_registry", lambda settings: registry)
     state = SimpleNamespace(promotion=lambda ns: None, promotion_history=lambda ns: [],
-                            stats=lambda keys: {k: ToolStats() for k in keys})
+                            stats=lambda keys: {k: ToolStats() for k in keys},
+                            stats_and_breakers=lambda keys: ({k: ToolStats() for k in keys}, {k: "closed" for k in keys}))
     ledger = SimpleNamespace(all_variants=lambda keys: {}, changelog=lambda ns: [
         SimpleNamespace(event="verdict", version="1.1.0", mutation="", model_dump=lambda mode: {
             "time": 0.0, "event": "verdict", "version": "1.1.0", "by": "fittest", "mutation": "", "reason": "it failed"})])
@@ -364,7 +365,7 @@ def test_show_calls_a_version_promoted_before_another_superseded(stores: ToolReg
     by_hand = Promotion(namespace="fast_sort", evolved_version="1.0.0", original_version="1.0.0", status="active")
     registry, state, ledger = evolution._stores()
     monkeypatch.setattr(evolution, "_stores", lambda: (registry, SimpleNamespace(
-        promotion=lambda ns: by_hand, promotion_history=lambda ns: [first, by_hand], stats=state.stats), ledger))
+        promotion=lambda ns: by_hand, promotion_history=lambda ns: [first, by_hand], stats_and_breakers=state.stats_and_breakers), ledger))
     code, out = run("show", "fast_sort", "--events", "0")
     assert code == 0 and "1.0.0 active ◀ served" in out and "1.1.0 superseded" in out
 
