@@ -65,6 +65,7 @@ CALLS = "calls"
 REDELIVERED_STEPS = "redelivered_steps"
 RESENT_STEPS = "resent_steps"
 EVOLUTION_RUNS = "evolution_runs"
+DEGRADED_SELECTIONS = "degraded_selections"
 # A finished call's duration, as a histogram: each call adds one to the count of the first bucket
 # it fits in (CALL_SECONDS, by its upper bound `le`) and its milliseconds to CALL_MS_SUM; the
 # collector makes the buckets cumulative, as Prometheus reads them.
@@ -81,6 +82,7 @@ _HELP = {
     RESENT_STEPS: "Call steps the rescue sweep sent again because they were lost, by task",
     EVOLUTION_RUNS: "Evolutions run, by namespace, trigger (call, quality, manual) and how they ended (evolved, "
                     "reused, no_fix, ...)",
+    DEGRADED_SELECTIONS: "Calls ranked without the vector memory (it failed): by registry and Redis scores only",
 }
 
 
@@ -160,8 +162,10 @@ class MetricsRecorder(BufferedWrites[_Buffer]):
         with self._buffer() as buffer:
             buffer.counts[_field(name, labels)] += n
 
-    def selection(self, policy: str, found: bool) -> None:
+    def selection(self, policy: str, found: bool, degraded: bool = False) -> None:
         self.count(SELECTIONS, policy=policy, outcome="ranked" if found else "no_candidates")
+        if degraded:  # QA ops: health showed it, the metrics did not
+            self.count(DEGRADED_SELECTIONS)
 
     def attempt(self, result: ToolExecutionResult, quality: float) -> None:
         error_class = result.error_class.value if result.error_class else ""

@@ -43,6 +43,7 @@ def test_counts_from_two_processes_add_up_in_one_scrape(redis_client, redis_url,
     worker_b.attempt(attempt("slugify", True), quality=0.98)
     worker_a.selection("seed", found=True)
     worker_a.selection("seed", found=False)
+    worker_b.selection("learned", found=True, degraded=True)
     worker_b.call("success", attempts=2, elapsed_ms=40.0, tool="slugify")
     worker_a.evolution_run("slugify", "call", "no_fix")
     worker_a.flush()
@@ -80,6 +81,7 @@ def test_counts_from_two_processes_add_up_in_one_scrape(redis_client, redis_url,
     assert got[("fittest_tool_breaker", (("state", "closed"), *tool))] == 1
     assert got[("fittest_evolution_runs_total", (("namespace", "slugify"), ("outcome", "no_fix"), ("trigger", "call")))] == 1
     assert got[("fittest_redis_up", ())] == 1
+    assert got[("fittest_degraded_selections_total", ())] == 1
 
 
 def test_a_scrape_shows_the_calls_in_flight_and_those_overdue(redis_client, prefix) -> None:

@@ -111,7 +111,7 @@ def start_call(task: Task, request: CallRequest, evolution: CallEvolution | None
     if evolution is not None:  # the retry of a call after its evolution reports it, and is timed from the call's start
         plan.evolved, plan.evolution_report = True, evolution
         plan.started_at = evolution.call_started_at or plan.started_at
-    runtime().metrics.selection(plan.policy, found=bool(plan.candidates))
+    runtime().metrics.selection(plan.policy, found=bool(plan.candidates), degraded=bool(plan.degraded))
     log_ranking(plan)
     if not plan.candidates:
         return no_candidates(plan)
