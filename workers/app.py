@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 from celery import Celery
-from celery.signals import beat_init, worker_init
+from celery.signals import beat_init, worker_ready
 from kombu import Queue
 
 from workers.events import use_batch_keeping_dispatcher
@@ -149,9 +149,11 @@ install_logging()
 app = make_app()
 
 
-@worker_init.connect
+@worker_ready.connect
 @beat_init.connect
 def warn_of_misspelled_variables(**_: Any) -> None:
-    """A worker or the beat says which FITTEST_ variables it ignores for a typo, as the CLI does."""
+    """A worker or the beat says which FITTEST_ variables it ignores for a typo, as the CLI does;
+    once its logging is set up, so that the line is JSON as the rest (QA recheck: at worker_init it
+    was a text line)."""
     for warning in misspelled_variables():
         logging.getLogger("fittest.settings").warning(warning, extra={"event": "setting_misspelled"})

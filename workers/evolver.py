@@ -345,6 +345,8 @@ class Evolver:
     def _report(self, job: EvolutionJob, status: EvolutionStatus, started: float, **fields: object) -> EvolutionReport:
         report = EvolutionReport(job_id=job.job_id, namespace=job.namespace, trigger=job.trigger, status=status,
                                  parent=job.parent_key, elapsed_s=round(time.monotonic() - started, 3), **fields)
-        log.info("evolution", extra={"event": "evolution", "namespace": job.namespace, "status": status,
-                                     "parent": job.parent_key, "version": report.version, "elapsed_s": report.elapsed_s})
+        log.info("evolution of %s: %s", job.parent_key, status, extra={
+            "event": "evolution", "namespace": job.namespace, "status": status, "trigger": job.trigger,
+            "parent": job.parent_key, "version": report.version, "elapsed_s": report.elapsed_s,
+            "call_id": job.plan.request.call_id if job.plan is not None else None})  # QA recheck: followed by call_id
         return report

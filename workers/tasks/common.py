@@ -77,6 +77,8 @@ def another_job_under(task: str, payload: dict[str, Any]) -> dict[str, Any] | No
     rt = runtime()
     if CallIds(rt.redis, rt.settings.key_prefix).claim(call_id, job_digest(task, payload)):
         return None
+    log.warning("call %s: another job under this call_id, sent within 24 h: not run", call_id,
+                extra={"event": "call_id_taken", "call_id": call_id, "task": task})
     return ended_early(invalid_result([{"field": "call_id", "type": "another_job", "message": another_job_message(call_id)}],
                                       call_id))
 

@@ -242,7 +242,9 @@ class ExecuteRequest(Request):
         log.warning("call %s: the pool process running attempt %s died (%s), %d time(s)", self.id, aid, how, deaths,
                     extra={"event": "attempt_process_died", "task_id": self.id, "attempt_id": aid, "reason": how,
                            "deaths": deaths, "call_id": plan.request.call_id,  # QA ops: followed by call_id like the rest
-                           "tool": plan.candidates[index].key if index < len(plan.candidates) else None})
+                           "tool": plan.candidates[index].key if index < len(plan.candidates) else None,
+                           # logged by the worker's main process, outside the task: named here (QA recheck)
+                           "worker": self.hostname, "task_name": self.task_name})
 
 
 def _deadly(task: Task, plan: CallPlan, index: int) -> AttemptDeaths | None:
