@@ -36,7 +36,8 @@ def tools(json_out: JsonOpt = False) -> None:
         if error.field == "(directory)":
             err_console.print(f"[yellow]warning:[/yellow] FITTEST_TOOLS_DIR ({literal(Path(error.path).resolve())}) is not a "
                               "directory, so no tool comes from it (a relative path is read from the directory "
-                              "fittest runs in)")
+                              "fittest runs in); listed from their counters: the versions that have run (the workers "
+                              "keep every version they last read)")
         else:
             err_console.print(f"[yellow]skipped[/yellow] {literal(error)}")
     rows = tool_rows(registry.all(), rt.state, rt.settings.trial_successes)
