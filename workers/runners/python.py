@@ -106,7 +106,8 @@ def _own_imports(tool_dir: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        sys.path.remove(where)
+        if where in sys.path:  # a tool's module may have taken it off itself
+            sys.path.remove(where)
         for name in set(sys.modules) - before:
             origin = getattr(sys.modules[name], "__file__", None) or ""
             if origin and Path(origin).resolve().is_relative_to(tool_dir.resolve()):
