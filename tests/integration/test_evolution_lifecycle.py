@@ -707,7 +707,7 @@ def test_a_crashing_tool_evolved_by_hand_is_rewritten_not_re_described(rt: Runti
     assert "describe: a description cannot make a failing input succeed" in report.notes
 
 
-def test_a_rollback_serves_what_served_before_when_a_lower_manifest_version_came_meanwhile(rt: Runtime) -> None:
+def test_a_rollback_serves_what_served_before_when_a_lower_manifest_version_came_meanwhile(rt: Runtime, monkeypatch) -> None:
     """QA evolution F11: 2.0.0 won its trial against 1.0.0; 0.9.0 was dropped in later, and `fittest
     rollback` said "1.0.0 is served again" while every call was served by 0.9.0, which had never run."""
     from workers.promotions import conclude_trial
@@ -722,6 +722,12 @@ def test_a_rollback_serves_what_served_before_when_a_lower_manifest_version_came
     plan = rt.selector.plan(CallRequest(scenario="use slowish", namespace="slowish"))
     assert plan.candidates[0].key == "slowish@1.0.0", [c.key for c in plan.candidates]
     assert build_job(rt, "manual", namespace="slowish").parent_version == "1.0.0"  # and what `fittest evolve` evolves
+    from workers.cli import evolution as cli
+
+    monkeypatch.setattr(cli, "_stores", lambda: (rt.registry, rt.state, rt.evolution))
+    shown = {r["version"]: (r["status"], r["served"]) for r in cli.lineage("slowish")["versions"]}
+    # and what `fittest show` calls them (QA recheck N8: 0.9.0 "original", 1.0.0 a new version that waits)
+    assert shown["1.0.0"] == ("original", True) and shown["0.9.0"] == ("new manifest version", False), shown
 
 
 def test_a_version_evolved_from_one_on_trial_that_rolls_back_lets_the_interrupted_trial_go_on(rt: Runtime) -> None:

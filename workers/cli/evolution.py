@@ -64,17 +64,19 @@ def lineage(namespace: str) -> dict[str, Any]:
     stats, breakers = state.stats_and_breakers([m.key for m in versions])
     variants = ledger.all_variants([m.key for m in versions])
     changelog = ledger.changelog(namespace)
+    # The original its promotion was made against, not a lower manifest version added since (QA
+    # recheck N8: 0.9.0, added later, was labelled the original, and 1.0.0 a new version that waits).
     original = registry.original(namespace)
-    head = head_version(promotion) or served_original(promotion, original.version if original else None,
-                                                      [m.version for m in versions])
+    base = served_original(promotion, original.version if original else None, [m.version for m in versions])
+    head = head_version(promotion) or base
     mutations = {e.version: e.mutation for e in changelog if e.event == "promoted"}
     last_status = {p.evolved_version: p.status for p in history}
     rows = []
     for m in versions:
         status: str = last_status.get(m.version) or (
             "not promoted" if m.parent_version is not None
-            else "original" if original is not None and m.version == original.version else "new manifest version")
-        if status == "rolled_back" and original is not None and m.version == original.version:
+            else "original" if m.version == base else "new manifest version")
+        if status == "rolled_back" and m.version == base:
             status = "original"  # its by-hand promotion was rolled back: it stays every version's fallback
         elif promotion is not None and promotion.status == "rolled_back" and m.version == head and m.parent_version:
             status = "active"  # served again after its child was rolled back
