@@ -487,6 +487,9 @@ class OutcomeRecord(BaseModel):
     variants: dict[str, str] = Field(default_factory=dict)  # tool key -> description variant served
     namespace: str | None = None  # the namespace the call asked for (a trial counts that traffic)
     components: dict[str, dict[str, float]] = Field(default_factory=dict)  # tool key -> SPARC components ranked with
+    # The retry of a call after its evolution: it runs the new version on the input its verification
+    # replayed already, so its outcome is no trial traffic (workers/evolution_memory.py `account_trials`).
+    after_evolution: bool = False
 
     def set_aside(self) -> set[str]:
         """The attempt ids whose outcome says nothing of their tool: the refusals that were the
@@ -511,4 +514,5 @@ class OutcomeRecord(BaseModel):
             variants=plan.variants,
             namespace=plan.request.namespace,
             components={c.key: c.breakdown.sparc_components for c in plan.candidates},
+            after_evolution=plan.request.after_evolution,
         )

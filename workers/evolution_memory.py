@@ -314,9 +314,14 @@ def account_trials(rt: Runtime, record: OutcomeRecord, promotions: dict[str, Pro
     wrong before the outcome came counts as a failure (`judge_trial` moves those judged after).
     `promotions` holds the namespace's current promotion, and is updated here when a verdict
     changes it.
+
+    Not the retry of a call after its evolution: it runs the new version on the very input its
+    verification replayed, so a trial could be won by the retries of the calls whose failure made
+    the version, before any other call ran it (QA evolution: 3/3 successes on trial from the 4
+    concurrent calls that had failed).
     """
     namespace = traffic_namespace(record)
-    if namespace is None:
+    if namespace is None or record.after_evolution:
         return
     judged: dict[tuple[str, str], Literal["positive", "negative"]] | None = None
     set_aside = record.set_aside()  # a caller's bad input judges neither version (review: it was a parent failure)

@@ -72,6 +72,20 @@ def on_trial(rt: Runtime, parent_successes: int, parent_failures: int) -> None:
     rt.state.promote(Promotion(namespace="slowish", evolved_version="1.1.0", original_version="1.0.0", parent_version="1.0.0"))
 
 
+def test_the_retries_of_the_calls_that_made_a_version_do_not_decide_its_trial(rt: Runtime) -> None:
+    """QA evolution: a version was activated, "3/3 successes on trial", by the retries of the 4
+    concurrent calls whose failure made it, before any other call had run it."""
+    on_trial(rt, parent_successes=0, parent_failures=3)
+    for i in range(6):
+        retried = outcome(attempt("slowish@1.1.0", True, f"r{i}")).model_copy(update={"after_evolution": True})
+        apply_outcome(rt, retried)
+    promotion = rt.state.promotion("slowish")
+    assert promotion is not None and promotion.status == "on_trial"  # still undecided
+    for i in range(5):  # the version's own traffic decides
+        apply_outcome(rt, outcome(attempt("slowish@1.1.0", True, f"a{i}")))
+    assert rt.state.promotion("slowish").status == "active"  # type: ignore[union-attr]
+
+
 def test_a_better_version_on_trial_becomes_active(rt: Runtime) -> None:
     on_trial(rt, parent_successes=3, parent_failures=3)
     for i in range(4):
