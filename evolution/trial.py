@@ -28,6 +28,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from selection.manifest import ToolManifest
+from selection.registry import ToolRegistry
 from selection.models import Promotion
 
 TOLERANCE = 0.1
@@ -127,16 +128,17 @@ def head_version(promotion: Promotion | None) -> str | None:
     return fallback_version(promotion) if promotion.status == "rolled_back" else promotion.evolved_version
 
 
-def served_original(promotion: Promotion | None, original: str | None, versions: Collection[str]) -> str | None:
+def served_original(promotion: Promotion | None, registry: ToolRegistry, namespace: str) -> str | None:
     """The version a namespace serves where its promotion names none (`head_version` None, "the
-    original"): the original its promotion was made against (`original_version`), while its
-    manifest gives it (`versions`), else the registry's `original`, the lowest version with no
-    parent. A lower version a manifest gave after the promotion became the registry's original, and
-    a rollback then served it, a version that never ran, while `fittest rollback` said the version
-    served before was served again (QA evolution F11: 0.9.0 added beside 1.0.0 and 2.0.0)."""
-    if promotion is not None and promotion.original_version in versions:
+    original"): the original its promotion was made against (`original_version`), while a manifest
+    gives it, else the registry's original, the lowest version with no parent. A lower version a
+    manifest gave after the promotion became the registry's original, and a rollback then served it,
+    a version that never ran, while `fittest rollback` said the version served before was served
+    again (QA evolution F11: 0.9.0 added beside 1.0.0 and 2.0.0)."""
+    if promotion is not None and promotion.original_version in {m.version for m in registry.versions(namespace)}:
         return promotion.original_version
-    return original
+    original = registry.original(namespace)
+    return original.version if original is not None else None
 
 
 def majority_version(promotion: Promotion | None, share: float) -> str | None:

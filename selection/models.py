@@ -268,9 +268,10 @@ class CallPlan(BaseModel):
     # Versions not tried with an input that a tool doing the job refused as the caller's mistake
     # (selection/serving.py `takes_a_refused_input`): like those held back, they use up no attempt.
     passed_over: list[str] = Field(default_factory=list)
-    # Versions not run because their code is in FITTEST_TOOLS_DIR while it is not there (workers/tasks/
-    # execution.py `code_gone`): they use up no attempt either, and the call's message names them apart
-    # from those passed over after a refused input, whose wording does not fit them.
+    # Versions not run because their code is not there: in FITTEST_TOOLS_DIR while it is away, or in a
+    # tool folder that is gone (workers/tasks/execution.py `code_gone`): they use up no attempt either,
+    # and the call names them apart from those passed over after a refused input, whose wording does
+    # not fit them.
     code_missing: list[str] = Field(default_factory=list)
     # What the caller should know that did not stop the call (a namespace no tool has).
     notes: list[str] = Field(default_factory=list)

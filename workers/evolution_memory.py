@@ -35,7 +35,7 @@ from evolution.models import (
     Trigger,
 )
 from evolution.trial import JudgedTrial, TrialCounts, TrialRules, decide, head_version, parent_rate, served_original
-from selection.manifest import ManifestError, load_manifest
+from selection.manifest import ManifestError, load_manifest, tool_key
 from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord, Promotion
 from selection.ports import EVOLUTIONS, FAILURES, FORGIVEN, FailureApplied, Match, VectorFilter, VectorHit, VectorPoint
 from selection.serving import targeted
@@ -183,11 +183,11 @@ def build_job(
     original = rt.registry.original(namespace)
     if original is None:
         raise EvolutionUnavailable(f"no tool named {namespace!r}")
-    parent_version = version or served_in(namespace) or served_original(
-        promotions[namespace], original.version, [m.version for m in rt.registry.versions(namespace)]) or original.version
+    parent_version = (version or served_in(namespace) or served_original(promotions[namespace], rt.registry, namespace)
+                      or original.version)
     if rt.selector.index.ensure_version(namespace, parent_version) is None:
         raise EvolutionUnavailable(f"{namespace} has no version {parent_version}")
-    parent = f"{namespace}@{parent_version}"
+    parent = tool_key(namespace, parent_version)
     lineage = _lineage(rt, parent)
     own_failures, successes = _lineage_evidence(rt, lineage)
     failures = failures or own_failures
@@ -235,7 +235,7 @@ def _lineage(rt: Runtime, key: str) -> list[str]:
         chain.append(current)
         manifest = rt.registry.get(current)
         parent = manifest.parent_version if manifest is not None else None
-        current = f"{manifest.name}@{parent}" if manifest is not None and parent else None
+        current = tool_key(manifest.name, parent) if manifest is not None and parent else None
     return chain
 
 
@@ -416,9 +416,7 @@ def maybe_evolve_for_quality(rt: Runtime, mark: FailureMark, applied: FailureApp
     promotion = rt.state.promotion(mark.tool)
     if promotion is not None and promotion.status == "on_trial":
         return None  # the trial decides about it
-    original = rt.registry.original(mark.tool)
-    served = head_version(promotion) or served_original(promotion, original.version if original else None,
-                                                        [m.version for m in rt.registry.versions(mark.tool)])
+    served = head_version(promotion) or served_original(promotion, rt.registry, mark.tool)
     if mark.version != served or not rt.evolution.cooldown(f"evolve:{mark.tool}", settings.evolution_cooldown_s):
         return None
     reason = f"quality of {mark.key} fell to {applied.quality:.2f} (threshold {settings.evolution_quality_threshold:.2f})"

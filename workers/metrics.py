@@ -293,16 +293,16 @@ class RedisCollector(Collector):
         self.report_redis_down = report_redis_down
 
     def collect(self) -> Iterator[Metric]:
+        families: list[Metric] = []
         try:
-            families = list(self._families())
+            families, up = list(self._families()), 1
         except RedisError as exc:
             if not self.report_redis_down:
                 raise
             log.warning("metrics: Redis does not answer (%s): fittest_redis_up 0", exc,
                         extra={"event": "metrics_redis_down"})
-            yield GaugeMetricFamily("fittest_redis_up", "Whether the scrape could read Redis (1) or not (0)", value=0)
-            return
-        yield GaugeMetricFamily("fittest_redis_up", "Whether the scrape could read Redis (1) or not (0)", value=1)
+            up = 0
+        yield GaugeMetricFamily("fittest_redis_up", "Whether the scrape could read Redis (1) or not (0)", value=up)
         yield from families
 
     def _families(self) -> Iterator[Metric]:

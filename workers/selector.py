@@ -350,8 +350,7 @@ class Selector:
         version = served_version(promotion, request.call_id, request.after_evolution, self.settings.trial_share)
         if version is None:
             original = self.rt.registry.original(namespace)
-            recorded = served_original(promotion, original.version if original else None,
-                                       [m.version for m in self.rt.registry.versions(namespace)])
+            recorded = served_original(promotion, self.rt.registry, namespace)
             if recorded is None or (original is not None and recorded == original.version):
                 return None  # the registry's original, served as such
             version = recorded
@@ -630,8 +629,6 @@ class Selector:
         for name in [n for n, count in candidates.items() if count > 1 or n == request.namespace]:
             promotion = promotions.get(name)
             version = served_version(promotion, request.call_id, request.after_evolution, self.settings.trial_share)
-            original = self.rt.registry.original(name)
-            found.by_namespace[name] = version or served_original(promotion, original.version if original else None,
-                                                                  [m.version for m in self.rt.registry.versions(name)])
+            found.by_namespace[name] = version or served_original(promotion, self.rt.registry, name)
             found.chance[name] = served_chance(promotion, version, request.after_evolution, self.settings.trial_share)
         return found

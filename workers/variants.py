@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from evolution.descriptions import MANIFEST_VARIANT, DescriptionVariant, bar, judge, served
 from evolution.models import ChangelogEntry
+from selection.manifest import split_key
 from selection.models import CallRequest, OutcomeRecord
 from selection.ports import TOOLS, VectorHit
 from workers.degraded import is_store_failure
@@ -148,7 +149,7 @@ def credit_variants(rt: Runtime, record: OutcomeRecord) -> None:
 def _log_verdict(rt: Runtime, key: str, variants: list[DescriptionVariant], variant: DescriptionVariant, status: str) -> None:
     """A line in the namespace's changelog: which description is served changed, and `fittest show`
     lists the verdicts of its versions there (before, only the variants' statuses said it)."""
-    name, _, version = key.partition("@")
+    name, version = split_key(key)
     against = bar(variants, variant)
     rt.evolution.log(ChangelogEntry(
         namespace=name, event="description_promoted" if status == "active" else "description_retired", version=version,

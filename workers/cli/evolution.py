@@ -66,8 +66,7 @@ def lineage(namespace: str) -> dict[str, Any]:
     changelog = ledger.changelog(namespace)
     # The original its promotion was made against, not a lower manifest version added since (QA
     # recheck N8: 0.9.0, added later, was labelled the original, and 1.0.0 a new version that waits).
-    original = registry.original(namespace)
-    base = served_original(promotion, original.version if original else None, [m.version for m in versions])
+    base = served_original(promotion, registry, namespace)
     head = head_version(promotion) or base
     mutations = {e.version: e.mutation for e in changelog if e.event == "promoted"}
     last_status = {p.evolved_version: p.status for p in history}
