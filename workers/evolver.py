@@ -279,9 +279,12 @@ class Evolver:
         A candidate is skipped when the same mutation (by `identity`) failed before for a similar
         reason that still applies (`Evidence.failed_before`).
         """
-        entry = ChangelogEntry(namespace=job.namespace, event="skipped", version=candidate.manifest.version,
-                               parent=job.parent_version, mutator=candidate.mutator, mutation=candidate.mutation,
-                               job_id=job.job_id, trigger=job.trigger)
+        # Every candidate of an evolution is written as the same next version, which only the one
+        # installed becomes: a skipped or failed candidate's line names no version, which would
+        # read as one that exists (the verified one's line names it).
+        entry = ChangelogEntry(namespace=job.namespace, event="skipped", parent=job.parent_version,
+                               mutator=candidate.mutator, mutation=candidate.mutation, job_id=job.job_id,
+                               trigger=job.trigger)
         report = CandidateReport(mutator=candidate.mutator, mutation=candidate.mutation, identity=candidate.identity, outcome="skipped")
         tests = tests_digest(candidate.manifest)
         earlier = job.evidence.failed_before(candidate.mutator, candidate.identity, self.settings.evolution_similar_reason, tests)
@@ -307,7 +310,8 @@ class Evolver:
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(stage_dir, final)
         installed = load_manifest(final / MANIFEST_FILE)
-        self.ledger.log(entry.model_copy(update={"event": "verified", "reason": "passed static, tests and replay", "stages": stages}))
+        self.ledger.log(entry.model_copy(update={"event": "verified", "version": installed.version,
+                                                 "reason": "passed static, tests and replay", "stages": stages}))
         return report.model_copy(update={"outcome": "verified", "stages": stages}), installed
 
     # ----------------------------------------------------------------------------- reporting

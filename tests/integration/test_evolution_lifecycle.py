@@ -380,6 +380,11 @@ def test_a_mutation_that_failed_on_an_input_is_skipped_while_that_input_fails_an
     assert [c.outcome for c in again.candidates] == ["skipped"] and "failed before for a similar reason" in again.candidates[0].reason
     slower = evolve(rt, slow_call(6))  # the same failure in words, on an input the longer timeout fixes
     assert slower.status == "evolved" and slower.mutation == "timeout_s 0.3s → 1.2s" and slower.version == "1.1.0"
+    # Only the candidate installed names a version in the changelog: the others were written as
+    # 1.1.0 too, which none of them became.
+    verdicts = [(e.event, e.version, e.parent) for e in rt.evolution.changelog("slowish")
+                if e.event in ("failed", "skipped", "verified")]
+    assert verdicts == [("failed", None, "1.0.0"), ("skipped", None, "1.0.0"), ("verified", "1.1.0", "1.0.0")]
 
 
 LEDGER = """import time

@@ -170,7 +170,8 @@ def show(
         for col in ("time", "event", "version", "by", "mutation", "reason"):
             table.add_column(col)
         for e in entries:
-            table.add_row(when(e["time"]), literal(e["event"]), literal(e["version"] or ""), literal(e["by"]),
+            version = e["version"] or (f"from {e['parent']}" if e["parent"] else "")  # a candidate not installed
+            table.add_row(when(e["time"]), literal(e["event"]), literal(version), literal(e["by"]),
                           literal(shortened(e["mutation"] or "", 60)), literal(abridged(e["reason"] or "", 150, 150)))
         console.print(table)
 
