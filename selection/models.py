@@ -266,7 +266,7 @@ class CallPlan(BaseModel):
     # meant for one of them is not the job of a fallback that ran first in its place.
     held_back_match: float = 0.0
     # Versions not tried with an input that a tool doing the job refused as the caller's mistake
-    # (selection/serving.py `takes_a_refused_input`): like those held back, they use up no attempt.
+    # (selection/serving.py `does_such_jobs`): like those held back, they use up no attempt.
     passed_over: list[str] = Field(default_factory=list)
     # Versions not run because their code is not there: in FITTEST_TOOLS_DIR while it is away, or in a
     # tool folder that is gone (workers/tasks/execution.py `code_gone`): they use up no attempt either,
@@ -309,7 +309,8 @@ class AttemptSummary(BaseModel):
     error_message: str | None = None
     execution_time_ms: float = 0.0
     probe: bool = Field(False, description="Its circuit breaker's probe, tried first by selection: it uses up no "
-                                           "attempt of max_attempts")
+                                           "attempt of max_attempts (a call that names a namespace or version runs "
+                                           "a half-open version as one of its attempts, which is not this)")
     callers_mistake: bool = Field(False, description="It refused the input (bad_input) of a job it does (3 or more "
                                                      "like it succeeded), or of one a tool that does it refused before it "
                                                      "in the call: check the input. Counted apart; it lowers no quality")
@@ -445,7 +446,7 @@ class FailureMark(BaseModel):
     # False for a fallback on another tool's job, whose input evolution must not try to "fix".
     targeted: bool = True
     # The version does such jobs, by its record or clearly by its description (selection/serving.py
-    # `takes_a_refused_input`): a fallback that does is charged for its crash; one that does not is not.
+    # `does_such_jobs`): a fallback that does is charged for its crash; one that does not is not.
     does_such_jobs: bool = True
     callers_mistake: bool = False  # the attempt's (`ToolExecutionResult.callers_mistake`): counted, not demoted
 

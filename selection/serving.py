@@ -25,7 +25,7 @@ NEWCOMER_MARGIN = 0.1
 # ...and matches it clearly: a tool's own jobs reach 0.7-1.0, where vague ones ("process this
 # file") matched QA K's ini2json at 0.34-0.48 and used up its trial on jobs it could not do. Below
 # it, and without a record of doing the job, a tool is not the one a call was meant for (`targeted`)
-# nor one to hand a suspect input to (`takes_a_refused_input`), and its success is noted.
+# nor one to hand a suspect input to (`does_such_jobs`), and its success is noted.
 CLEAR_MATCH = 0.5
 # A past call whose scenario is at least this similar was the same job, in other words (unrelated
 # jobs stay below 0.6): what a half-open version did before, or what people judged it wrong on.
@@ -249,14 +249,16 @@ def refuses_everything(e: CandidateEvidence) -> bool:
     return e.refused_in_a_row >= REFUSED_IN_A_ROW
 
 
-def takes_a_refused_input(c: Candidate, namespace: str | None = None) -> bool:
-    """Whether a candidate is still tried with an input that a tool doing the job refused as the
-    caller's mistake: a version of the namespace the call names, or one that does such jobs too, by
-    its record or clearly by its description (at least CLEAR_MATCH), may take what the
-    first one cannot (a lenient parser after a strict one). Any other took such inputs without an
-    error and answered something else, or refused them in its turn (QA ops: a lowercasing tool
-    returned a "sha256 checksum"; 11 tools refused 176 such inputs in 85 calls, each refusal
-    demoting a tool that never did the job)."""
+def does_such_jobs(c: Candidate, namespace: str | None = None) -> bool:
+    """Whether a candidate does the call's kind of job: a version of the namespace the call names,
+    or one that does such jobs by its record or clearly by its description (at least CLEAR_MATCH).
+
+    Two rules ask it. Only such a candidate is still tried with an input that a tool doing the job
+    refused as the caller's mistake: it may take what the first one cannot (a lenient parser after
+    a strict one), where any other took such inputs without an error and answered something else,
+    or refused them in its turn (QA ops: a lowercasing tool returned a "sha256 checksum"; 11 tools
+    refused 176 such inputs in 85 calls, each refusal demoting a tool that never did the job). And
+    only such a candidate is charged for crashing as a fallback (`FailureMark.does_such_jobs`)."""
     return c.manifest.name == namespace or c.does_the_job or c.breakdown.similarity >= CLEAR_MATCH
 
 

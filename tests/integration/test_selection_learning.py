@@ -255,7 +255,7 @@ def test_refused_inputs_of_a_job_its_tool_does_neither_count_against_it_nor_go_t
     input (bad_input), a lowercasing tool 0.37 similar took it without an error, and every later
     call of the job, with the right input, went to the lowercasing tool. QA AE: after one such call
     the job stayed, after four it went; and the refusals took hash_text's quality to 0.43."""
-    from selection.serving import takes_a_refused_input
+    from selection.serving import does_such_jobs
     from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
 
     def call(call_id: str, scenario: str, attempts: list[tuple[str, bool]]) -> CallPlan:
@@ -285,7 +285,7 @@ def test_refused_inputs_of_a_job_its_tool_does_neither_count_against_it_nor_go_t
     for i in range(4):  # a key left out, again and again
         plan = call(f"mistake{i}", scenario, [("currency_rates", False)])
         # The stock tool, which would take the input without an error, is not tried with it (QA ops).
-        assert not any(takes_a_refused_input(c) for c in plan.candidates if c.manifest.name == "stock_quotes")
+        assert not any(does_such_jobs(c) for c in plan.candidates if c.manifest.name == "stock_quotes")
     plan = rt.selector.plan(CallRequest(scenario=scenario, call_id="next"))
     assert plan.candidates[0].manifest.name == "currency_rates"
     by_name = {c.manifest.name: c.breakdown for c in plan.candidates if c.breakdown is not None}

@@ -25,7 +25,7 @@ from selection.serving import (
     served_by_whom_note,
     serves_unconfirmed,
     served_first,
-    takes_a_refused_input,
+    does_such_jobs,
     took_a_refused_input_note,
     tried_first,
 )
@@ -346,10 +346,10 @@ def test_after_a_refusal_by_mistake_only_the_tools_that_do_such_jobs_are_tried_a
     def ranked(name: str, similarity: float, does: bool = False) -> Candidate:
         return candidate(name).model_copy(update={"does_the_job": does, "breakdown": ScoreBreakdown(similarity=similarity)})
 
-    assert takes_a_refused_input(ranked("sha_sum", 0.62))  # matches the job clearly by its description
-    assert takes_a_refused_input(ranked("hasher", 0.31, does=True))  # did such jobs, whatever its words
-    assert not takes_a_refused_input(ranked("lower_text", 0.37))
-    assert takes_a_refused_input(ranked("lower_text", 0.0), namespace="lower_text")  # a version of the tool asked for
+    assert does_such_jobs(ranked("sha_sum", 0.62))  # matches the job clearly by its description
+    assert does_such_jobs(ranked("hasher", 0.31, does=True))  # did such jobs, whatever its words
+    assert not does_such_jobs(ranked("lower_text", 0.37))
+    assert does_such_jobs(ranked("lower_text", 0.0), namespace="lower_text")  # a version of the tool asked for
     plan = CallPlan(request=CallRequest(scenario="sha256 of this text"), candidates=[ranked("hash_text", 0.7, does=True)],
                     attempts=[attempt("hash_text", False, mistake=True)], passed_over=["lower_text@1.0.0"])
     assert refused_input(plan) is plan.attempts[0]

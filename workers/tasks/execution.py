@@ -32,7 +32,7 @@ from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, F
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
 from selection.serving import (input_refused_message, no_tool_meant_for_it, refused_for_its_namespace, refused_input,
-                               served_by_whom_note, serves_unconfirmed, takes_a_refused_input, targeted,
+                               served_by_whom_note, serves_unconfirmed, does_such_jobs, targeted,
                                took_a_refused_input_note)
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
 from workers.rescue import CallStep, delivered_again, hand_on, send_recorded
@@ -191,7 +191,7 @@ def send_failure(plan: CallPlan, result: ToolExecutionResult) -> None:
         input=plan.request.input,
         features=plan.features,
         targeted=targeted(plan, result),
-        does_such_jobs=takes_a_refused_input(plan.candidates[result.metadata.get("attempt", 0)], plan.request.namespace),
+        does_such_jobs=does_such_jobs(plan.candidates[result.metadata.get("attempt", 0)], plan.request.namespace),
         callers_mistake=result.callers_mistake,
     )
     send_recorded(mark_failure, [mark.model_dump(mode="json")], priority=PRIORITY_HIGH)  # resent if lost
@@ -331,7 +331,7 @@ def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float
     """The index of the first candidate from `index` on that may run now, each one held back by its
     breaker added to `plan.held_back`; None when none is left to try. After a tool that does the
     job refused the input as the caller's mistake, only the tools that do such jobs too are tried
-    with it (selection/serving.py `takes_a_refused_input`): the others go to `plan.passed_over`, and
+    with it (selection/serving.py `does_such_jobs`): the others go to `plan.passed_over`, and
     those that `cannot_run` (`code_gone`) to `plan.code_missing`.
 
     Selection leaves out the versions whose breaker is open, but the calls planned before it opened
@@ -347,7 +347,7 @@ def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float
     while index <= last_index(plan):
         key = plan.candidates[index].key
         skipped = plan.code_missing if key in cannot_run else plan.passed_over
-        if key in cannot_run or (refused and not takes_a_refused_input(plan.candidates[index], plan.request.namespace)):
+        if key in cannot_run or (refused and not does_such_jobs(plan.candidates[index], plan.request.namespace)):
             if key not in skipped:  # a redelivered step passes it over again
                 skipped.append(key)
             index += 1
