@@ -27,7 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from selection.manifest import ToolManifest
+from selection.manifest import ToolManifest, tool_key
 from selection.registry import ToolRegistry
 from selection.models import Promotion
 
@@ -149,6 +149,17 @@ def majority_version(promotion: Promotion | None, share: float) -> str | None:
     if promotion is not None and promotion.status == "on_trial" and share <= 0.5:
         return fallback_version(promotion)
     return head_version(promotion)
+
+
+def meant_version(promotion: Promotion | None, registry: ToolRegistry, namespace: str, share: float) -> str | None:
+    """The version a person who names a tool without a version means (a judgement, a new
+    description): the one serving most of its calls (`majority_version`) while a manifest gives
+    it, else the original it serves (`served_original`, not a lower version added since, which
+    never ran). None: no tool has that name."""
+    head = majority_version(promotion, share)
+    if head is not None and registry.get(tool_key(namespace, head)) is not None:
+        return head
+    return served_original(promotion, registry, namespace)
 
 
 def served_version(promotion: Promotion | None, call_id: str, after_evolution: bool, share: float) -> str | None:

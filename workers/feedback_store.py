@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from evolution.trial import majority_version
+from evolution.trial import meant_version
 from selection.feedback import FeedbackRecord, TrendPoint, forgiven, judged_calls, payload_value, replaced, trend
 from selection.learner import JUDGED_WRONG, ExecutionRecord
-from selection.manifest import tool_key
+from selection.manifest import split_key, tool_key
 from selection.ports import EXECUTIONS, FEEDBACK, StateVersioning, VectorFilter, VectorMemory, VectorPoint
 from workers.degraded import is_store_failure
 from workers.pending import upsert_or_keep
@@ -39,18 +39,6 @@ def write_feedback(rt: Runtime, records: Sequence[FeedbackRecord], vectors: Sequ
     return upsert_or_keep(rt, FEEDBACK, points, texts=[r.scenario for r in records])
 
 
-def served_version(rt: Runtime, name: str) -> str:
-    """The version a judgement of NAME without a version is of: the one serving most of the
-    namespace's calls. During a trial that is the version it is tried against, not the one on trial
-    (QA F8: `feedback add NAME` judged the version serving 25 % of the calls); else `fittest show`'s
-    head: the promoted one, after a rollback the one it fell back to, else its original."""
-    original = rt.registry.original(name)
-    if original is None:
-        raise LookupError(f"no tool named '{name}'")
-    head = majority_version(rt.state.promotion(name), rt.settings.trial_share)
-    return head if head is not None and f"{name}@{head}" in rt.registry else original.version
-
-
 class JudgedCall(BaseModel):
     """What a judgement of a call's output needs to know of the call: the versions it ran, in order,
     and its scenario ("" when only an older result, stored without it, was found)."""
@@ -71,13 +59,13 @@ def judged_call(rt: Runtime, call_id: str, result_of: Callable[[str], dict[str, 
     result = result_of(call_id)
     if isinstance(result, dict) and isinstance(result.get("attempts"), list):
         attempts = [a for a in result["attempts"] if isinstance(a, dict) and "tool" in a]
-        ran = [f"{a['tool']}@{a['version']}" for a in attempts]
-        succeeded = {f"{a['tool']}@{a['version']}" for a in attempts if a.get("outcome") == "success"}
+        ran = [tool_key(a["tool"], a["version"]) for a in attempts]
+        succeeded = {tool_key(a["tool"], a["version"]) for a in attempts if a.get("outcome") == "success"}
         # Found under the task id of a call whose caller chose its call id: the judgement is of that
         # call id, which its outcome and execution records carry (QA I: judged by the task id that
         # `fittest result` asks for, the call's positive outcome still counted beside it).
         own = result.get("call_id")
-        refused = {f"{a['tool']}@{a['version']}" for a in attempts if a.get("callers_mistake")}
+        refused = {tool_key(a["tool"], a["version"]) for a in attempts if a.get("callers_mistake")}
         return JudgedCall(call_id=own if isinstance(own, str) and own else call_id, ran=ran,
                           scenario=str(result.get("scenario") or ""), failed=sorted(set(ran) - succeeded),
                           set_aside=sorted(refused - succeeded))
@@ -103,26 +91,31 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
     call's output wrong means that job, not the tool in general. Raises LookupError for a tool or
     version that does not exist, ValueError for one the call did not run."""
     if call is not None:
-        mine = [key for key in call.ran if key.partition("@")[0] == tool]
+        mine = [key for key in call.ran if split_key(key)[0] == tool]
         if not mine:
             ran = ", ".join(call.ran) or "no tool"
             raise ValueError(f"call {call.call_id} ran {ran}, not {tool}")
-        if version is not None and f"{tool}@{version}" not in mine:
-            raise ValueError(f"call {call.call_id} ran {', '.join(mine)}, not {tool}@{version}")
-        version = version or mine[-1].partition("@")[2]
-        if f"{tool}@{version}" in call.failed:
+        if version is not None and tool_key(tool, version) not in mine:
+            raise ValueError(f"call {call.call_id} ran {', '.join(mine)}, not {tool_key(tool, version)}")
+        version = version or split_key(mine[-1])[1]
+        key = tool_key(tool, version)
+        if key in call.failed:
             # QA: a positive judgement of a crashed attempt replaced the crash's negative outcome; a
             # negative one counted the failure twice (QA X), as five votes and a failure more.
             # QA ops: "counts against it already" of a refusal set aside as the caller's mistake.
             counted = ("its failure was set aside, as the caller's input's (or an outage's), not the tool's"
-                       if f"{tool}@{version}" in call.set_aside else "its failure counts against it already")
-            raise ValueError(f"{tool}@{version}'s attempt in call {call.call_id} failed: it gave no output to judge "
+                       if key in call.set_aside else "its failure counts against it already")
+            raise ValueError(f"{key}'s attempt in call {call.call_id} failed: it gave no output to judge "
                              f"({counted}; to judge the tool for such jobs, leave out --call)")
         scenario = scenario or call.scenario or None
-    version = version or served_version(rt, tool)
-    manifest = rt.registry.get(f"{tool}@{version}")
+    # Without a version: the one serving most of the namespace's calls, during a trial the one it
+    # is tried against (QA F8: `feedback add NAME` judged the version serving 25 % of the calls).
+    version = version or meant_version(rt.state.promotion(tool), rt.registry, tool, rt.settings.trial_share)
+    if version is None:
+        raise LookupError(f"no tool named '{tool}'")
+    manifest = rt.registry.get(tool_key(tool, version))
     if manifest is None:
-        raise LookupError(f"no tool version '{tool}@{version}'")
+        raise LookupError(f"no tool version '{tool_key(tool, version)}'")
     # In general: the description stands for the scenario (its vector), marked as such (QA AD: shown
     # as if a job had been worded so, its trailing newline a blank row).
     record = FeedbackRecord.manual(tool, version, scenario or manifest.description.strip(), sentiment, reason, quality,
@@ -312,4 +305,4 @@ def feedback_report(rt: Runtime, tool: str, limit: int = 50) -> FeedbackReport:
 
 def version_of(point: VectorPoint) -> str:
     """The version of a feedback point's tool (its payload's `tool` is NAME@VERSION)."""
-    return str(point.payload.get("version") or str(point.payload.get("tool", "")).partition("@")[2])
+    return str(point.payload.get("version") or split_key(str(point.payload.get("tool", "")))[1])

@@ -14,11 +14,12 @@ from evolution.mutation import MutatorConfig, load_mutators, order_for
 from evolution.mutators.code import extract_code
 from evolution.mutators.coercion import Schema, infer_rules
 from evolution.trial import (TrialCounts, TrialRules, decide, head_version, in_share, kept_served, majority_version,
-                             manifest_to_trial, served_before, served_version)
+                             manifest_to_trial, meant_version, served_before, served_version)
 from evolution.verification import StageRun, VerifyConfig, verify
 from evolution.versioning import next_version, version_dir, version_stem
 from selection.manifest import TestCase, ToolManifest
 from selection.models import FailureClass, Promotion
+from selection.registry import ToolRegistry
 from selection.ports import VectorHit
 from workers.evolution_memory import failed_mutations
 from workers.runners import RunOutcome
@@ -255,6 +256,23 @@ def test_a_tool_named_without_a_version_means_the_version_serving_most_calls() -
     assert majority_version(trial, 0.75) == "1.2.0"
     assert majority_version(trial.model_copy(update={"status": "active"}), 0.25) == "1.2.0"
     assert majority_version(None, 0.25) is None
+
+
+def test_a_tool_named_without_a_version_after_a_rollback_means_the_original_served_not_one_added_since() -> None:
+    """QA F11, for `feedback add NAME` and `describe NAME`: 0.9.0 added beside 1.0.0 after a
+    promotion is the registry's original, but never served; the rollback serves 1.0.0."""
+    registry = ToolRegistry()
+    for version, parent in (("1.0.0", None), ("2.0.0", "1.0.0"), ("0.9.0", None)):
+        registry.add(tool(version=version, parent_version=parent))
+    rolled = Promotion(namespace="t", evolved_version="2.0.0", original_version="1.0.0", parent_version="1.0.0",
+                       status="rolled_back")
+    assert registry.original("t").version == "0.9.0"  # type: ignore[union-attr]
+    assert meant_version(rolled, registry, "t", 0.25) == "1.0.0"
+    assert meant_version(rolled.model_copy(update={"status": "active"}), registry, "t", 0.25) == "2.0.0"
+    gone = rolled.model_copy(update={"status": "active", "evolved_version": "3.0.0"})  # its manifest removed
+    assert meant_version(gone, registry, "t", 0.25) == "1.0.0"
+    assert meant_version(None, registry, "t", 0.25) == "0.9.0"  # never promoted: the original
+    assert meant_version(None, registry, "other", 0.25) is None
 
 
 # ------------------------------------------------------------------------------------ variants

@@ -302,17 +302,17 @@ def describe(
     The variant is on test: FITTEST_AB_TEST_PROBABILITY of the calls are matched by it instead of
     the best active description; after FITTEST_VARIANT_MIN_TRIALS first attempts it is promoted if
     its calls succeed more often, and retired otherwise (`fittest show` then lists it as deprecated)."""
-    from evolution.trial import majority_version
+    from evolution.trial import meant_version
+    from selection.manifest import tool_key
     from workers.settings import get_settings
 
     registry, state, ledger = _stores()
-    original = registry.original(name)
-    if original is None:
-        no_tool_named(registry, name)
     # As `feedback add` without a version: the one most calls see (QA: during a trial the version on
     # trial, serving 25 % of the calls, got the description)
-    version = version or majority_version(state.promotion(name), get_settings().trial_share) or original.version
-    manifest = registry.get(f"{name}@{version}")
+    version = version or meant_version(state.promotion(name), registry, name, get_settings().trial_share)
+    if version is None:
+        no_tool_named(registry, name)
+    manifest = registry.get(tool_key(name, version))
     if manifest is None:
         fail(f"{name} has no version {version}", REFUSED)
     try:
