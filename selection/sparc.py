@@ -68,6 +68,18 @@ def language_component(meta: SparcMetadata | None, features: ContextFeatures) ->
     return len(shared) / len(known), f"supports {', '.join(shared)}"
 
 
+def declared_against(manifest: ToolManifest, features: ContextFeatures) -> bool:
+    """Whether the tool declares languages none of which the call's context states explicitly:
+    such a version ranks after every other candidate (each group in the policy's order). The
+    language component alone only scales a score, which a description 0.04 more similar or two
+    earlier successes outweigh (QA: a python-only tool ranked first for a call stating javascript,
+    its rationale saying "no support for javascript"). A language only detected in the words or
+    files is no such statement, and still only scales."""
+    if features.source.get("languages") != "explicit":
+        return False
+    return language_component(manifest.sparc, features)[0] == 0.0
+
+
 def complexity_component(meta: SparcMetadata | None, features: ContextFeatures) -> tuple[float, str]:
     """A complexity nothing stated or measured (the 0.0 of a call without files or input) is
     unknown, as a phase or language nothing said is (QA AC: it scored a tool made for simple jobs 1.0)."""

@@ -43,7 +43,7 @@ from selection.ports import (
 )
 from selection.serving import (RELIABLE_RUNS, SAME_JOB, ServedVersions, breaker_probe, does_the_job, evolved_first,
                                explored_first, newcomer_to_try, refuses_everything, served_first)
-from selection.sparc import sparc_score
+from selection.sparc import declared_against, sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
 from workers.outage import cosines
@@ -174,7 +174,8 @@ class Selector:
 
     # ----------------------------------------------------------------- planning
     def plan(self, request: CallRequest) -> CallPlan:
-        features = analyse(request.scenario, request.context, request.input).model_dump(mode="json")
+        context = analyse(request.scenario, request.context, request.input)
+        features = context.model_dump(mode="json")
         self._local.versions = self.rt.state.versions()
         self._local.held_back = []
         self._local.held_back_match = 0.0
@@ -200,7 +201,12 @@ class Selector:
         # that name was ranked), and a newcomer on trial goes first: they need the whole ranking.
         several = len({e.manifest.name for e in evidence}) < len(evidence)
         whole = request.after_evolution or several or newcomer is not None or bool(request.namespace)
-        ranked = self.policy.rank(evidence, self.rng, limit=None if whole else keep)
+        last = {e.key for e in evidence if declared_against(e.manifest, context)}
+        ranked = self.policy.rank(evidence, self.rng, limit=None if whole else keep, last=last)
+        for c in ranked:
+            if c.key in last and c.breakdown is not None:
+                c.breakdown.rationale += (f"; ranked after the others: it declares none of the languages the call "
+                                          f"states ({', '.join(context.languages)})")
         ranked = evolved_first(request, served_first(request, ranked, served), served)
         ranked = explored_first(request, ranked, evidence, share, lambda salt: in_share(request.call_id, salt, share),
                                 newcomer=newcomer.key if newcomer else None, passed=passed, probe=probe,

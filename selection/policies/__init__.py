@@ -7,7 +7,7 @@ the stores that the outcome-recording code updates, so the same object serves ev
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 from selection.evidence import CandidateEvidence
@@ -21,9 +21,12 @@ class Policy(Protocol):
 
     def rank(
         self, evidence: list[CandidateEvidence], rng: random.Random, limit: int | None = None,
+        last: Collection[str] = (),
     ) -> list[Candidate]:
         """Order the candidates, best first; each carries the probability it was placed with.
-        `limit`: fill only the first places (a plan keeps no more); None: every candidate."""
+        `limit`: fill only the first places (a plan keeps no more); None: every candidate.
+        `last`: keys placed after every other candidate (each group in the policy's order), as
+        `declared_against` (selection/sparc.py) asks."""
         ...
 
 

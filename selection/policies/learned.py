@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Collection
 from typing import NamedTuple
 
 from selection.evidence import SEMANTIC_FACTOR, CandidateEvidence
@@ -170,21 +171,24 @@ class LearnedPolicy:
 
     def rank(
         self, evidence: list[CandidateEvidence], rng: random.Random, limit: int | None = None,
+        last: Collection[str] = (),
     ) -> list[Candidate]:
         if not evidence:
             return []
         terms = self._terms(evidence)
         # Plackett-Luce: draw the first place from softmax(utility / T), then the next from the rest,
-        # for as many places as the plan keeps; only the placed candidates get a breakdown.
+        # for as many places as the plan keeps; only the placed candidates get a breakdown. The
+        # `last` keys are drawn the same way once every other candidate is placed.
         remaining = sorted(range(len(evidence)), key=lambda i: (-terms[i].utility, evidence[i].key))
         places = len(remaining) if limit is None else min(limit, len(remaining))
         ranked: list[Candidate] = []
-        while len(ranked) < places:
-            pick, probability = self._draw([terms[i].utility for i in remaining], rng)
-            i = remaining.pop(pick)
-            e, t = evidence[i], terms[i]
-            ranked.append(Candidate(key=e.key, manifest=e.manifest, score=round(math.exp(t.utility), 6),
-                                    probability=round(probability, 6), breakdown=self._breakdown(e, t)))
+        for group in ([i for i in remaining if evidence[i].key not in last], [i for i in remaining if evidence[i].key in last]):
+            while group and len(ranked) < places:
+                pick, probability = self._draw([terms[i].utility for i in group], rng)
+                i = group.pop(pick)
+                e, t = evidence[i], terms[i]
+                ranked.append(Candidate(key=e.key, manifest=e.manifest, score=round(math.exp(t.utility), 6),
+                                        probability=round(probability, 6), breakdown=self._breakdown(e, t)))
         return ranked
 
     def _draw(self, utilities: list[float], rng: random.Random) -> tuple[int, float]:

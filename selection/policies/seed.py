@@ -9,6 +9,7 @@ score = base (promoted 1.0, original 0.9, semantic 0.8 x similarity) x quality
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 
 from selection.evidence import FAILURE_DEMOTION, CandidateEvidence
 from selection.models import Candidate, ScoreBreakdown
@@ -45,10 +46,11 @@ class SeedPolicy:
 
     def rank(
         self, evidence: list[CandidateEvidence], rng: random.Random, limit: int | None = None,
+        last: Collection[str] = (),
     ) -> list[Candidate]:
         scored = [(self.score(e), e) for e in evidence]
         # Ties break by key so that the seed policy is reproducible.
-        scored.sort(key=lambda item: (-item[0][0], item[1].key))
+        scored.sort(key=lambda item: (item[1].key in last, -item[0][0], item[1].key))
         return [
             Candidate(key=e.key, manifest=e.manifest, score=s, probability=1.0, breakdown=b)
             for (s, b), e in scored[:limit]

@@ -470,6 +470,29 @@ def test_context_features_and_sparc_in_the_plan(rt, monkeypatch) -> None:
     assert weather is None or weather.breakdown.sparc == 0.5  # no metadata: neutral, not zero
 
 
+def test_a_tool_that_declares_none_of_the_languages_a_call_states_is_tried_after_the_others(rt) -> None:
+    """QA: py_linter, `languages: [python]`, ran first for a call stating javascript (its two
+    successes on the job outweigh any SPARC score), its rationale saying "no support for javascript"."""
+    rt.selector.index.ensure_tool(ToolManifest(name="js_linter", description="Checks javascript programs for style problems and bugs.",
+                                               sparc={"languages": ["javascript"]},
+                                               implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+    for i in range(2):
+        assert run_call(rt, "review this code for bugs", "py_linter", f"py{i}")[-1] == "py_linter"
+
+    def order(context: dict[str, str]) -> list[str]:
+        plan = rt.selector.plan(CallRequest(scenario="review this code for bugs", context=context))
+        return [c.manifest.name for c in plan.candidates]
+
+    assert order({})[0] == "py_linter"  # its successes: first when nothing says which language
+    stated = rt.selector.plan(CallRequest(scenario="review this code for bugs", context={"language": "javascript"}))
+    names = [c.manifest.name for c in stated.candidates]
+    assert names[0] == "js_linter" and names[-1] in ("py_linter", "doc_writer")
+    linter = next(c for c in stated.candidates if c.manifest.name == "py_linter")
+    assert "it declares none of the languages the call states (javascript)" in linter.breakdown.rationale
+    assert stated.candidates[0].probability > 0
+    assert order({"language": "python"})[0] == "py_linter"
+
+
 def test_cache_serves_repeats_until_the_state_changes_and_new_weights_apply(rt, monkeypatch) -> None:
     searches: list[str] = []
     real_search = rt.memory.search

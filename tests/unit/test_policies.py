@@ -137,3 +137,13 @@ def test_learned_a_version_failing_at_one_job_keeps_its_standing_for_the_jobs_it
     failing_nearby = ev("code_formatter", 0.69, quality=0.0, successes=10, failures=9, failure_similarities=[0.95, 0.93])
     other = ev("code_formatter_b", 0.66, namespace_success_similarities=[0.9])
     assert rank([failing_nearby, other, sorter]) == ["code_formatter_b@1.0.0", "code_formatter@1.0.0", "sort_numbers@1.0.0"]
+
+
+@pytest.mark.parametrize("policy", ["learned", "seed"])
+def test_the_keys_placed_last_come_after_the_others_each_group_in_the_policys_order(policy: str) -> None:
+    evidence = [ev("a", 0.9, namespace_success_similarities=[0.95, 0.95]), ev("b", 0.5), ev("c", 0.4), ev("d", 0.8)]
+    ranked = get_policy(policy).rank(evidence, random.Random(0), last={"a@1.0.0", "d@1.0.0"})
+    assert [c.key for c in ranked] == ["b@1.0.0", "c@1.0.0", "a@1.0.0", "d@1.0.0"]
+    assert all(0 < c.probability <= 1 for c in ranked)
+    kept = get_policy(policy).rank(evidence, random.Random(0), limit=2, last={"a@1.0.0"})
+    assert [c.key for c in kept] == ["d@1.0.0", "b@1.0.0"]

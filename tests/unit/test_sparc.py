@@ -6,7 +6,7 @@ import pytest
 
 from selection.context import ContextFeatures, analyse
 from selection.manifest import ToolManifest
-from selection.sparc import COMPONENTS, NEUTRAL, language_component, sparc_score
+from selection.sparc import COMPONENTS, NEUTRAL, declared_against, language_component, sparc_score
 
 EQUAL = {c: 0.2 for c in COMPONENTS}
 
@@ -122,3 +122,15 @@ def test_a_component_the_learned_weights_give_nothing_is_not_given_as_a_reason()
     assert s.rationale == "supports python" and "phase" not in s.rationale
     only_phase = sparc_score(tool({"phases": ["architecture"]}), features, no_phase)
     assert only_phase.score == NEUTRAL and only_phase.rationale == "what it says weighs nothing under the current weights: neutral"
+
+
+def test_only_a_language_the_call_states_sets_apart_a_tool_that_declares_none_of_it() -> None:
+    python_only = tool({"languages": ["python"]})
+    stated = analyse("review this code for bugs", {"language": "javascript"})
+    assert declared_against(python_only, stated)
+    assert not declared_against(tool(), stated)  # declares nothing
+    assert not declared_against(tool({"languages": ["python", "js"]}), stated)  # an alias of javascript
+    assert not declared_against(python_only, analyse("review this code for bugs", {"languages": "python,javascript"}))
+    detected = analyse("review this code for bugs", {"files": ["app/main.js"]})
+    assert detected.languages == ["javascript"] and not declared_against(python_only, detected)  # only scales
+    assert not declared_against(python_only, analyse("review this code for bugs", {"language": "klingon"}))
