@@ -153,8 +153,8 @@ class FittestClient(CallSender):
         rejected. With `call_id` the judgement takes the place of the feedback the call's outcome
         gave the version on its own (a success is positive), whichever is stored first. Selection
         weighs it for similar scenarios, decayed with age, within ±50 points. Returns the feedback
-        worker's answer (its `feedback` as stored, and `score_now`: the version's feedback score for
-        the judgement's scenario);
+        worker's answer (its `feedback` as stored, `score_now`: the version's feedback score for
+        the judgement's scenario, and `first_now`: the version a call of that scenario tries first now);
         raises ValueError for a payload or a tool the workers refuse, FittestUnavailable when a
         store they need to check it is down (sent again later, it is recorded), and celery's
         TimeoutError when no worker took it within `timeout`: it is then not recorded, ever (its
@@ -173,7 +173,8 @@ class FittestClient(CallSender):
         if answer.status != "recorded" or answer.feedback is None:
             said = joined_errors(answer.errors) or f"not recorded ({answer.status})"
             raise FittestUnavailable(said) if answer.status == "unavailable" else ValueError(said)
-        return RecordedFeedback(feedback=answer.feedback, score_now=answer.score_now, trial=answer.trial)
+        return RecordedFeedback(feedback=answer.feedback, score_now=answer.score_now, trial=answer.trial,
+                                first_now=answer.first_now, first_probability=answer.first_probability)
 
     def close(self) -> None:
         """Release the broker and backend connections (results of subtasks unsubscribe first)."""

@@ -69,6 +69,13 @@ class FeedbackReply(BaseModel):
     # cannot be read now; the judgement is kept and written when it is back).
     score_now: float | None = None
     trial: JudgedTrial | None = None  # the trial the judged call counted in, as it stands after it
+    # The version a call of the judgement's scenario tries first now, with it (None: a judgement of
+    # the tool in general, or the vector memory cannot be read now). A judgement without a call
+    # scales a score by at most half, which a tool's successes on the job outweigh; this says
+    # whether it changed the choice (QA selection F1: seven negatives, and the next call went to
+    # the same tool, nothing saying so).
+    first_now: str | None = None
+    first_probability: float | None = None  # the chance of that first place (the policy explores near-ties)
 
     @classmethod
     def refused(cls, field: str, message: str, status: Literal["invalid", "unavailable"] = "invalid") -> FeedbackReply:
@@ -82,6 +89,8 @@ class RecordedFeedback(BaseModel):
     feedback: FeedbackRecord
     score_now: float | None = None  # as in `FeedbackReply`
     trial: JudgedTrial | None = None
+    first_now: str | None = None  # as in `FeedbackReply`
+    first_probability: float | None = None
 
 
 class RetrainResult(BaseModel):

@@ -110,12 +110,18 @@ def test_cli_explains_takes_feedback_shows_weights_and_recommends(learning: Pipe
     assert first.exit_code == 0, first.output
     added = json.loads(first.output)
     assert added["status"] == "recorded" and added["feedback"]["version"] == "1.0.0" and added["score_now"] > 0
+    # What a call of that scenario tries first now, with the judgement (a draw among near-ties)
+    plain = json.loads(cli("explain", "parse csv text into rows", "--json").output)["ranking"]
+    assert added["first_now"] in [r["key"] for r in plain] and 0 < added["first_probability"] <= 1
+    assert added["first_probability"] < 1 or added["first_now"] == plain[0]["key"]
 
     shown = cli("feedback", "show", "csv_lenient", "--json")
     assert shown.exit_code == 0, shown.output
     report = json.loads(shown.output)
     assert report["entries"][0]["reason"] == "handles ragged rows"
     assert report["total"] >= 1 and report["trend"][-1]["count"] >= 1
+    text = cli("feedback", "add", "csv_lenient", "negative", "--scenario", "parse csv text into rows", "--quality", "0")
+    assert text.exit_code == 0 and "a call of that scenario now tries csv_" in text.output, text.output
 
     unknown = cli("feedback", "add", "no_such_tool", "negative")
     assert unknown.exit_code == 2 and "no tool named 'no_such_tool'" in unknown.output  # refused, as a call's input

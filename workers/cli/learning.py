@@ -214,6 +214,14 @@ def feedback_add(
         weight = "" if value else f", quality 0: takes back any judgement of call {call}; its output counts as it ran" \
             if call else ", quality 0: it counts for nothing"
         console.print(f"recorded {sentiment.value} feedback ({value:+.2f}{weight}) for {key}; {effect}")
+        if result.first_now is not None:
+            # QA selection F1: seven negatives, and nothing said the next call still went to the tool
+            first = literal(result.first_now)
+            chance = "" if (result.first_probability or 1.0) >= 1.0 else f" on {result.first_probability:.0%} of such calls"
+            console.print(f"a call of that scenario now tries {first} first{chance}"
+                          + (": its successes on such jobs outweigh a judgement without --call, which scales its "
+                             "score by at most half; judging its calls' outputs (--call) counts them as failures"
+                             if result.first_now == f.key and value < 0 and not call else ""))
         if trial := result.trial:  # the call counted in a trial of the version, or of one tried against it
             c = trial.counts
             on_trial = f"{c.evolved_successes}/{c.evolved_successes + c.evolved_failures}"

@@ -9,7 +9,7 @@ from celery_batches import SimpleRequest
 from evolution.models import EvolutionJob, EvolutionRecord
 from pydantic import ValidationError
 
-from selection.models import FailureMark, OutcomeRecord, field_errors
+from selection.models import CallRequest, Candidate, FailureMark, OutcomeRecord, field_errors
 from workers.app import app
 from workers.payloads import FeedbackReply, FeedbackRequest
 from workers.evolution_memory import apply_evolution_record, judge_trial, maybe_evolve_for_quality
@@ -108,14 +108,20 @@ def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
         return FeedbackReply.refused("call_id", str(exc)).model_dump(mode="json")
     # The trial of a version on trial counts an output judged wrong as a failure (of it, or of its parent).
     trial = judge_trial(rt, record.key, call.call_id, judged_as(record)) if call is not None else None
+    first: Candidate | None = None
     try:
         # + 0.0: a score a hair below zero rounds to -0.0, which read as a negative score (QA L)
         score: float | None = round(feedback_score(rt, record.tool, record.version, record.scenario), 2) + 0.0
+        if not record.general:
+            plan = rt.selector.plan(CallRequest(scenario=record.scenario))
+            first = plan.candidates[0] if plan.candidates and not plan.degraded else None
     except Exception as exc:
         if not is_store_failure(exc):
             raise
         score = None  # the feedback is kept (workers/pending.py); only its effect cannot be read now
-    return FeedbackReply(status="recorded", feedback=record, score_now=score, trial=trial).model_dump(mode="json")
+    return FeedbackReply(status="recorded", feedback=record, score_now=score, trial=trial,
+                         first_now=first.key if first else None,
+                         first_probability=first.probability if first else None).model_dump(mode="json")
 
 
 def _stored_result(call_id: str) -> dict[str, Any] | None:
