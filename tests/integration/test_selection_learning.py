@@ -689,6 +689,38 @@ def test_retrain_refits_the_tool_classifier_and_selection_ranks_by_it(rt) -> Non
     assert classifier_p(rt.selector.plan(desk))["fx_desk"] > scored_by_description
 
 
+def test_the_tool_that_served_most_calls_is_not_the_classifiers_choice_for_the_others_jobs(rt) -> None:
+    """QA selection F5: refitted on successes alone, the classifier made a string reverser that had
+    served 60 calls of one job its choice (p 0.79) for sorting, hashing and word counting, above the
+    tools whose descriptions say so; each tool's description is an example of its jobs in every refit."""
+    import numpy as np
+
+    from selection.classifier import ToolClassifier
+    from selection.learner import ExecutionRecord
+    from workers.outcomes import store_executions
+    from workers.tasks.learning import retrain_now
+
+    rt.selector.index.ensure_tool(ToolManifest(name="reverser", description="Reverses a string of text.",
+                                               implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+    for beat in range(4):  # a service sends the same job again and again, beat after beat
+        store_executions(rt, [ExecutionRecord(attempt_id=f"r{beat}.{i}", call_id=f"r{beat}.{i}", tool="reverser",
+                                              version="1.0.0", scenario="reverse this string", success=True)
+                              for i in range(15)])
+        assert retrain_now(rt).classifier
+    classifier = ToolClassifier.from_text(rt.state.classifier() or "")
+
+    def chances(scenario: str) -> dict[str, float]:
+        scores = classifier.predict_one(rt.embedder.embed_one(scenario))
+        exps = np.exp(np.array(list(scores.values())) - max(scores.values()))
+        return dict(zip(scores, (exps / exps.sum()).tolist()))
+
+    for scenario, tool in (("convert 42 euros to swiss francs", "currency_rates"), ("live price of the AAPL ticker", "stock_quotes"),
+                           ("is it going to snow in Oslo", "weather_now"), ("write docs for this class", "doc_writer")):
+        p = chances(scenario)
+        assert p[tool] > 0.5 and p["reverser"] < 0.1, (scenario, p)
+    assert chances("reverse the letters of this word")["reverser"] > 0.5
+
+
 def test_a_refit_past_the_namespace_cap_fits_the_busiest_and_keeps_the_others(rt) -> None:
     """FITTEST_CLASSIFIER_MAX_NAMESPACES bounds a refit's work: only the namespaces with the most
     successes are fitted, the others keep the columns they had (here, their descriptions')."""
