@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from celery import Celery
+from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
 from redis import Redis
 from redis.exceptions import BusyLoadingError, OutOfMemoryError, RedisError
@@ -77,9 +78,10 @@ def refusal(exc: BaseException) -> str | None:
 
 
 class CallSender:
-    """The sending side of a call, for the CLI, the benches and the demo: the message, its record as
-    in flight, and the wait for its result as a plain dict. Services use its subclass
-    `fittest.client.FittestClient`, which checks the payload first and returns a `CallResult`."""
+    """The transport of a call, for the CLI and the benches: the message (`send`), its record as in
+    flight, and the wait for its result as a plain dict (`wait`, `ask_within`). Services, the demo
+    and the tests of the public path use its subclass `fittest.client.FittestClient`, which checks
+    the payload first and returns a `CallResult`."""
 
     def __init__(self, settings: Settings | None = None) -> None:
         settings = settings or get_settings()
@@ -129,8 +131,6 @@ class CallSender:
         once a worker started, and the retry its message asked for counted it twice). A task that a
         worker began in time (the task tracks itself as STARTED) is waited for still, up to
         STARTED_GRACE_S more. Raises celery's TimeoutError when it was not done."""
-        from celery.exceptions import TimeoutError as CeleryTimeout
-
         pending = self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue, expires=timeout)
         try:
             return self.wait(pending, timeout)
@@ -200,11 +200,3 @@ class CallSender:
         except RedisError as exc:  # Redis away: those calls are covered as foreign ones are
             log.warning("calls sent but not recorded as in flight: %s", exc)
         self.celery.close()
-
-    def call(self, scenario: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **kwargs: Any) -> dict[str, Any]:
-        """Run `fittest.resilient_tool_call` and return its CallResult as a dict."""
-        return self.wait(self.send("resilient_tool_call", scenario=scenario, input=input or {}, **kwargs), timeout)
-
-    def call_tool(self, name: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **kwargs: Any) -> dict[str, Any]:
-        """Run `fittest.call_tool`: the namespace's promoted version, or the original."""
-        return self.wait(self.send("call_tool", name=name, input=input or {}, **kwargs), timeout)
