@@ -99,7 +99,7 @@ def purge_queues(settings: Settings) -> None:
     learning batches, evolutions not yet taken when they stopped): this pipeline's workers would
     otherwise apply them under its own keys and collections."""
     from workers.app import QUEUES
-    from workers.state import redis_client
+    from workers.redis_connection import redis_client
 
     client = redis_client(settings)  # honours the TLS settings of a rediss:// URL
     try:

@@ -157,7 +157,8 @@ def _evolution_count(result: dict[str, Any]) -> int:
 
 def run_evolution_bench(settings: Settings, progress: Callable[[str], None] = lambda _: None) -> EvolutionBench:
     from workers.client import CallSender
-    from workers.state import open_state_store, redis_client
+    from workers.redis_connection import redis_client
+    from workers.state import open_state_store
     from workers.state.evolution import EvolutionState
 
     started = time.monotonic()
