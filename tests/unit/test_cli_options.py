@@ -409,7 +409,7 @@ def test_a_call_retried_after_its_evolution_shows_the_round_that_failed_and_the_
 
 def test_the_schema_of_a_task_nobody_serves_is_refused_as_a_bad_argument() -> None:
     code, out = run("schema", "bogus")
-    assert code == 2 and "error: unknown schema 'bogus' (known: resilient_tool_call, call_tool, record_feedback, record_feedback_reply, result)" in out
+    assert code == 2 and "error: unknown schema 'bogus' (known: resilient_tool_call, call_tool, record_feedback, record_feedback_reply, explain, explain_reply, feedback_report, recommend, invalid_reply, result)" in out
     code, out = run("schema", "record_feedback")
     assert code == 0 and '"call_id"' in out  # a judgement may name the call it judges
 
