@@ -30,7 +30,11 @@ log = logging.getLogger(__name__)
 
 
 class MutatorConfig(BaseModel):
-    """What mutators may depend on; built from the settings by the evolution worker."""
+    """What mutators may depend on; built from the settings by the evolution worker, which copies
+    each field from the Settings field of the same name (workers/evolver.py `mutator_config`). The
+    defaults here are the settings' defaults, for tests that build one without settings
+    (tests/unit/test_mutator_config.py checks that they agree).
+    """
 
     max_timeout_s: float = 120.0
     llm_url: str | None = None

@@ -20,62 +20,16 @@ if the worker that took it off its queue is killed before recording it as taken)
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Literal, Self
-
-from celery.backends.asynchronous import E_RETRY_LIMIT_EXCEEDED
-from celery.exceptions import TimeoutError as CeleryTimeoutError
-from celery.result import AsyncResult
-from kombu.exceptions import OperationalError
-from redis.exceptions import RedisError
 
 from selection.manifest import tool_reference
 from selection.models import CallRequest, CallResult, joined_errors, size_errors
-from workers.client import CallSender, refusal
+from workers.client import CallSender, CallTimeout, FittestUnavailable, PendingCall, reaching, timed_out_as
 from workers.payloads import CallToolPayload, FeedbackReply, FeedbackRequest, RecordedFeedback, payload_schemas
-from workers.settings import Settings, get_settings, redact_url
+from workers.settings import Settings, get_settings
 
-__all__ = ["CallRequest", "CallResult", "CallToolPayload", "FeedbackReply", "FeedbackRequest", "FittestClient", "FittestUnavailable",
-           "RecordedFeedback", "payload_schemas"]
-
-
-class FittestUnavailable(ConnectionError):
-    """Redis (the broker, or the result backend), or a store the workers need to take a judgement,
-    could not be reached in time. A call already
-    sent is not lost by it: the workers finish it, and `result()` (or `fittest result ID`) gets its
-    result once Redis answers again. A send retries first (workers/publishing.py's policy: up to
-    40 times, at most 1 s apart), whatever the `timeout` of the result."""
-
-
-class CallTimeout(CeleryTimeoutError, TimeoutError):
-    """No result came within the `timeout` of `run` or `result`; the call goes on, and
-    `result(call_id)` (or `fittest result ID`) gets it later. Both celery's TimeoutError, which
-    the client raised before, and the builtin TimeoutError catch it (QA new user: `except
-    TimeoutError` did not, and the message named no call to ask for later)."""
-
-    def __init__(self, call_id: str, timeout: float) -> None:
-        super().__init__(f"no result for call {call_id} within {timeout:g} s: it goes on; "
-                         f"result({call_id!r}) or `fittest result {call_id}` gets it later")
-        self.call_id = call_id
-
-
-@contextmanager
-def _reaching(url: str, doing: str) -> Iterator[None]:
-    """Turn the ways Celery, kombu and redis-py say "Redis is away" into one FittestUnavailable."""
-    try:
-        yield
-    except (RedisError, OperationalError, ConnectionError) as exc:
-        if isinstance(exc, FittestUnavailable):
-            raise
-        why = refusal(exc) or "cannot be reached"
-        raise FittestUnavailable(f"{doing}: Redis at {redact_url(url)} {why} ({type(exc).__name__}: {exc})") from exc
-    except RuntimeError as exc:  # Celery's Redis result backend, once its reconnection retries ran out
-        if str(exc).strip() != E_RETRY_LIMIT_EXCEEDED.strip():
-            raise
-        # Not Celery's text: three lines written for the operator of a Celery app (QA AD).
-        raise FittestUnavailable(f"{doing}: the result backend at {redact_url(url)} cannot be reached "
-                                 "(its reconnection retries ran out)") from exc
+__all__ = ["CallRequest", "CallResult", "CallTimeout", "CallToolPayload", "FeedbackReply", "FeedbackRequest", "FittestClient",
+           "FittestUnavailable", "RecordedFeedback", "payload_schemas"]
 
 
 class FittestClient(CallSender):
@@ -91,16 +45,16 @@ class FittestClient(CallSender):
             settings = settings.model_copy(update={"redis_url": redis_url, "result_backend": result_backend})
         super().__init__(settings)
 
-    def submit(self, scenario: str, input: dict[str, Any] | None = None, **options: Any) -> AsyncResult:
+    def submit(self, scenario: str, input: dict[str, Any] | None = None, **options: Any) -> PendingCall:
         """Enqueue a call and return at once; `result()` waits for it. The payload is checked
         here, so a bad field fails in the caller, not later in a worker; a `call_id` of your
         choosing names one job, and another job under it within 24 h raises ValueError."""
         request = CallRequest.model_validate({"scenario": scenario, "input": input or {}, **options})
         self._check_size(request)
-        with _reaching(self.settings.redis_url, "sending the call"):
+        with reaching(self.settings.redis_url, "sending the call"):
             return self.send("resilient_tool_call", **request.model_dump(mode="json", exclude_unset=True))
 
-    def submit_tool(self, name: str, input: dict[str, Any] | None = None, **options: Any) -> AsyncResult:
+    def submit_tool(self, name: str, input: dict[str, Any] | None = None, **options: Any) -> PendingCall:
         """Enqueue a call of namespace `name`: its promoted version, or the original, first; when
         every version of it fails, the tools its scenario (default: its description) matches are
         tried as fallbacks, so check `result.tool` before reading the output's shape; not when
@@ -115,7 +69,7 @@ class FittestClient(CallSender):
         self._check_size(request)
         sent = {**payload.model_dump(mode="json", exclude_unset=True),
                 **{k: v for k, v in request.model_dump(mode="json").items() if k in extra}}
-        with _reaching(self.settings.redis_url, "sending the call"):
+        with reaching(self.settings.redis_url, "sending the call"):
             return self.send("call_tool", **sent)
 
     def _check_size(self, request: CallRequest) -> None:
@@ -125,17 +79,14 @@ class FittestClient(CallSender):
         if errors:
             raise ValueError(joined_errors(errors))
 
-    def result(self, pending: AsyncResult | str, timeout: float = 120.0) -> CallResult:
+    def result(self, pending: PendingCall | str, timeout: float = 120.0) -> CallResult:
         """The result of a call sent (`submit`'s AsyncResult, or its call id); CallTimeout when none
         came within `timeout`, and FittestUnavailable when Redis cannot be reached (either way the
         call itself goes on)."""
         if isinstance(pending, str):
             pending = self.celery.AsyncResult(pending)
-        with _reaching(self.settings.backend_url, f"waiting for call {pending.id}"):
-            try:
-                return CallResult.model_validate(self.wait(pending, timeout))
-            except CeleryTimeoutError as exc:
-                raise CallTimeout(pending.id, timeout) from exc
+        with reaching(self.settings.backend_url, f"waiting for call {pending.id}"), timed_out_as(pending.id, timeout):
+            return CallResult.model_validate(self.wait(pending, timeout))
 
     def run(self, scenario: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **options: Any) -> CallResult:
         """Call the fittest tool for `scenario` and wait for the result."""
@@ -167,7 +118,7 @@ class FittestClient(CallSender):
         request = FeedbackRequest.model_validate({"tool": tool, "sentiment": sentiment, "version": version,
                                                   "scenario": scenario, "reason": reason, "quality": quality,
                                                   "call_id": call_id})
-        with _reaching(self.settings.redis_url, "recording feedback"):
+        with reaching(self.settings.redis_url, "recording feedback"):
             answer = FeedbackReply.model_validate(
                 self.ask_within("record_feedback", timeout, queue="feedback", **request.model_dump(mode="json")))
         if answer.status != "recorded" or answer.feedback is None:

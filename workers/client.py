@@ -1,4 +1,6 @@
-"""A thin client for services that install fittest: send a call by task name, wait for its result.
+"""The sending side of a call, on Celery and Redis: the transport (`CallSender`) that the service
+client (fittest/client.py `FittestClient`), the CLI and the benches build on, and how their
+failures read to a caller (`FittestUnavailable`, `CallTimeout`).
 
 It needs only the broker URL and imports no task code: its calls are the messages a foreign
 service's `send_task` sends. What it adds is the record of each call's first step in the calls in
@@ -13,20 +15,29 @@ import errno
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from celery import Celery
+from celery.backends.asynchronous import E_RETRY_LIMIT_EXCEEDED
+from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
+from kombu.exceptions import OperationalError
 from redis import Redis
 from redis.exceptions import BusyLoadingError, OutOfMemoryError, RedisError
 
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
-from workers.settings import Settings, get_settings
-from workers.state import redis_client
+from workers.redis_connection import redis_client
+from workers.settings import Settings, get_settings, redact_url
 from workers.state.call_ids import CallIds, another_job_message, job_digest
 from workers.state.inflight import HandedOnStep, InflightCalls, step_due_in_s
 
 log = logging.getLogger("fittest.client")
+
+# A call sent, as `submit` returns it: celery's AsyncResult, named here so that fittest/client.py
+# annotates its API without importing celery itself.
+PendingCall = AsyncResult
 
 # The tasks that start a call: what their messages carry is the call's first step.
 CALL_TASKS = ("resilient_tool_call", "call_tool")
@@ -76,10 +87,59 @@ def refusal(exc: BaseException) -> str | None:
     return None
 
 
+class FittestUnavailable(ConnectionError):
+    """Redis (the broker, or the result backend), or a store the workers need to take a judgement,
+    could not be reached in time. A call already sent is not lost by it: the workers finish it, and `result()` (or `fittest result ID`) gets its
+    result once Redis answers again. A send retries first (workers/publishing.py's policy: up to
+    40 times, at most 1 s apart), whatever the `timeout` of the result."""
+
+
+class CallTimeout(CeleryTimeout, TimeoutError):
+    """No result came within the `timeout` of `run` or `result`; the call goes on, and
+    `result(call_id)` (or `fittest result ID`) gets it later. Both celery's TimeoutError, which
+    the client raised before, and the builtin TimeoutError catch it (QA new user: `except
+    TimeoutError` did not, and the message named no call to ask for later)."""
+
+    def __init__(self, call_id: str, timeout: float) -> None:
+        super().__init__(f"no result for call {call_id} within {timeout:g} s: it goes on; "
+                         f"result({call_id!r}) or `fittest result {call_id}` gets it later")
+        self.call_id = call_id
+
+
+@contextmanager
+def timed_out_as(call_id: str, timeout: float) -> Iterator[None]:
+    """Turn celery's TimeoutError of a wait for call `call_id` into a CallTimeout that names it."""
+    try:
+        yield
+    except CeleryTimeout as exc:
+        if isinstance(exc, CallTimeout):
+            raise
+        raise CallTimeout(call_id, timeout) from exc
+
+
+@contextmanager
+def reaching(url: str, doing: str) -> Iterator[None]:
+    """Turn the ways Celery, kombu and redis-py say "Redis is away" into one FittestUnavailable."""
+    try:
+        yield
+    except (RedisError, OperationalError, ConnectionError) as exc:
+        if isinstance(exc, FittestUnavailable):
+            raise
+        why = refusal(exc) or "cannot be reached"
+        raise FittestUnavailable(f"{doing}: Redis at {redact_url(url)} {why} ({type(exc).__name__}: {exc})") from exc
+    except RuntimeError as exc:  # Celery's Redis result backend, once its reconnection retries ran out
+        if str(exc).strip() != E_RETRY_LIMIT_EXCEEDED.strip():
+            raise
+        # Not Celery's text: three lines written for the operator of a Celery app (QA AD).
+        raise FittestUnavailable(f"{doing}: the result backend at {redact_url(url)} cannot be reached "
+                                 "(its reconnection retries ran out)") from exc
+
+
 class CallSender:
-    """The sending side of a call, for the CLI, the benches and the demo: the message, its record as
-    in flight, and the wait for its result as a plain dict. Services use its subclass
-    `fittest.client.FittestClient`, which checks the payload first and returns a `CallResult`."""
+    """The transport of a call, for the CLI and the benches: the message (`send`), its record as in
+    flight, and the wait for its result as a plain dict (`wait`, `ask_within`). Services, the demo
+    and the tests of the public path use its subclass `fittest.client.FittestClient`, which checks
+    the payload first and returns a `CallResult`."""
 
     def __init__(self, settings: Settings | None = None) -> None:
         settings = settings or get_settings()
@@ -129,8 +189,6 @@ class CallSender:
         once a worker started, and the retry its message asked for counted it twice). A task that a
         worker began in time (the task tracks itself as STARTED) is waited for still, up to
         STARTED_GRACE_S more. Raises celery's TimeoutError when it was not done."""
-        from celery.exceptions import TimeoutError as CeleryTimeout
-
         pending = self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue, expires=timeout)
         try:
             return self.wait(pending, timeout)
@@ -200,11 +258,3 @@ class CallSender:
         except RedisError as exc:  # Redis away: those calls are covered as foreign ones are
             log.warning("calls sent but not recorded as in flight: %s", exc)
         self.celery.close()
-
-    def call(self, scenario: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **kwargs: Any) -> dict[str, Any]:
-        """Run `fittest.resilient_tool_call` and return its CallResult as a dict."""
-        return self.wait(self.send("resilient_tool_call", scenario=scenario, input=input or {}, **kwargs), timeout)
-
-    def call_tool(self, name: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **kwargs: Any) -> dict[str, Any]:
-        """Run `fittest.call_tool`: the namespace's promoted version, or the original."""
-        return self.wait(self.send("call_tool", name=name, input=input or {}, **kwargs), timeout)

@@ -86,7 +86,7 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
     from workers.cli.calls import show_call
     from workers.cli.common import literal
     from workers.cli.tools import tool_rows, tools_table
-    from workers.client import CallSender
+    from fittest.client import FittestClient
     from workers.state import open_state_store
 
     settings = demo_settings(settings)
@@ -138,7 +138,7 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
         stack.wait_for_workers(DEMO_ROLES, timeout=120)
         console.print(f"    workers up; logs in {literal(settings.data_dir / 'logs')}")
 
-        client = CallSender(settings)
+        client = FittestClient(settings=settings)
         plan = demo_calls(calls)
         console.print(f"[bold]2.[/bold] sending {len(plan)} calls built from {len(registry.all())} example tools")
         results: list[dict[str, Any]] = []
@@ -146,7 +146,7 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
                       console=console) as progress:
             task = progress.add_task("calls", total=len(plan))
             for call in plan:
-                result = client.call(timeout=180, **call)
+                result = client.run(timeout=180, **call).model_dump(mode="json")
                 result["_request"] = call
                 results.append(result)
                 progress.advance(task)

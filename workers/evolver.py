@@ -86,13 +86,8 @@ def write_version(folder: Path, manifest: ToolManifest, files: dict[str, bytes])
 
 
 def mutator_config(settings: Settings) -> MutatorConfig:
-    return MutatorConfig(
-        max_timeout_s=settings.max_timeout_s,
-        llm_url=settings.llm_url,
-        llm_model=settings.llm_model,
-        llm_api_key=settings.llm_api_key,
-        llm_timeout_s=settings.llm_timeout_s,
-    )
+    """The settings' values of every MutatorConfig field (each one is a Settings field of that name)."""
+    return MutatorConfig.model_validate({name: getattr(settings, name) for name in MutatorConfig.model_fields})
 
 
 class Evolver:

@@ -132,7 +132,7 @@ def _timed(name: str, fn: Callable[[], tuple[Status, str]]) -> Check:
 
 
 def check_redis(settings: Settings, timeout: float) -> Check:
-    from workers.state import probe_client
+    from workers.redis_connection import probe_client
 
     def probe() -> tuple[Status, str]:
         client = probe_client(settings, timeout)
@@ -176,7 +176,7 @@ def check_beat(settings: Settings, timeout: float) -> Check:
     from redbeat.schedulers import RedBeatSchedulerEntry, ensure_conf
 
     from workers.app import RETRAIN_ENTRY, make_app
-    from workers.state import probe_client
+    from workers.redis_connection import probe_client
 
     def probe() -> tuple[Status, str]:
         app = make_app(settings)

@@ -375,7 +375,7 @@ SCRAPE_TIMEOUT_S = 2.0
 def reader_for(settings: Settings, client: Redis | None = None) -> MetricsReader:
     """A reader of `settings`' Redis, knowing the app's queues and priority steps."""
     from workers.app import QUEUES, make_app
-    from workers.state import redis_client
+    from workers.redis_connection import redis_client
 
     options = make_app(settings).conf.broker_transport_options
     return MetricsReader(
@@ -391,7 +391,7 @@ def scrape_registry(settings: Settings, report_redis_down: bool = False) -> Coll
     """The registry a scrape reads. Its Redis client gives up within seconds (2 s a try, one retry),
     not after the ~30 s that ride out a restart: a scrape of a Redis that is down fails before
     Prometheus's own timeout (10 s by default), and `fittest metrics --once` says so at once."""
-    from workers.state import probe_client
+    from workers.redis_connection import probe_client
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RedisCollector(reader_for(settings, probe_client(settings, SCRAPE_TIMEOUT_S, retries=1)),

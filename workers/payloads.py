@@ -7,11 +7,11 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evolution.trial import JudgedTrial
 from selection.feedback import FeedbackRecord
-from selection.models import CALL_ID_PATTERN, NOT_BLANK, CallRequest, CallResult
+from selection.models import CALL_ID_PATTERN, NOT_BLANK, CallRequest, CallResult, field_errors
 
 
 class CallToolPayload(BaseModel):
@@ -93,6 +93,51 @@ class RecordedFeedback(BaseModel):
     first_probability: float | None = None
 
 
+class FeedbackReportRequest(BaseModel):
+    """Keyword arguments of `fittest.feedback_report` (queue `feedback`): a tool's feedback entries
+    and their trend per day (`fittest feedback show`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str = Field(min_length=1, max_length=64)  # the tool's name: all its versions
+    limit: int = Field(50, ge=1)  # entries listed, newest first
+
+
+class RecommendRequest(BaseModel):
+    """Keyword arguments of `fittest.recommend` (queue `learning`): tool versions with low success
+    in some context (`fittest recommend`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_runs: int = Field(5, ge=1)  # attempts a version needs in a context to be judged there
+    max_rate: float = Field(0.5, ge=0.0, le=1.0)  # success rate below which it is listed
+
+
+class InvalidReply(BaseModel):
+    """What a task whose answer is a report (`feedback_report`, `recommend`) answers to a payload
+    it refuses: `status`, `errors` and `message` as a refused call's result has them."""
+
+    status: Literal["invalid"] = "invalid"
+    errors: list[dict[str, str]] = Field(default_factory=list)  # {field, message, type}
+    message: str = ""
+
+    @classmethod
+    def of(cls, exc: ValidationError) -> InvalidReply:
+        errors = field_errors(exc)
+        return cls(errors=errors, message=f"invalid payload: {', '.join(sorted({e['field'] for e in errors}))}")
+
+
+class ExplainResult(CallResult):
+    """What `fittest.explain` answers: the result a call would get with nothing run (its `ranking`,
+    or why there is none), with what the ranking was made from."""
+
+    # the call's context as analysed (selection/context.py: each value and where it came from),
+    # which the SPARC component is read against
+    context: dict[str, Any] = Field(default_factory=dict)
+    evidence_age_s: float | None = None  # how old the cached searches it ranked by are
+    cache_ttl_s: float | None = None  # how long selection keeps them (FITTEST_SELECTION_CACHE_TTL_S)
+
+
 class RetrainResult(BaseModel):
     """What a retrain (`fittest.retrain_weights`, on the beat) did. Unchanged: too few records, no
     component that predicts success clearly enough (`evidence` says which), or another retrain
@@ -112,5 +157,10 @@ def payload_schemas() -> dict[str, dict[str, Any]]:
         "call_tool": CallToolPayload.model_json_schema(),
         "record_feedback": FeedbackRequest.model_json_schema(),
         "record_feedback_reply": FeedbackReply.model_json_schema(),
+        "explain": CallRequest.model_json_schema(),
+        "explain_reply": ExplainResult.model_json_schema(),
+        "feedback_report": FeedbackReportRequest.model_json_schema(),
+        "recommend": RecommendRequest.model_json_schema(),
+        "invalid_reply": InvalidReply.model_json_schema(),
         "result": CallResult.model_json_schema(),
     }

@@ -79,7 +79,7 @@ class Runtime:
     @once
     def redis(self) -> Redis:
         """The process's Redis client (one connection pool for the state store and the metrics)."""
-        from workers.state import redis_client
+        from workers.redis_connection import redis_client
 
         return redis_client(self.settings)
 
@@ -184,7 +184,7 @@ class Runtime:
         never this runtime's properties, whose lock the thread that opened the store may still hold."""
         from workers.embedder import open_embedder
         from workers.pending import PendingWrites
-        from workers.state import redis_client
+        from workers.redis_connection import redis_client
 
         client = redis_client(self.settings)
         try:

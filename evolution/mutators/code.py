@@ -24,6 +24,7 @@ from evolution.mutation import MutationContext, Proposal
 from evolution.versioning import evolved_manifest
 from evolution.wrapper import PARENT_DIR, WRAPPER_DOC
 from selection.manifest import ExecutableImplementation, PythonImplementation, ToolManifest, entrypoint_file
+from selection.models import FailureClass
 from selection.registry import TOOL_DIR_PLACEHOLDER
 
 Chat = Callable[[list[dict[str, str]], float | None], str]  # (messages, deadline on time.monotonic()) -> reply
@@ -119,7 +120,7 @@ def _summary(reply: str) -> str:
 
 class CodeMutator:
     name = "code"
-    handles: frozenset = frozenset()
+    handles: frozenset[FailureClass] = frozenset()  # not tied to a failure class
     cost = 10
 
     def __init__(self, chat: Chat, model: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from evolution.models import CandidateVersion
 from evolution.mutation import MutationContext, MutatorConfig, Proposal
 from evolution.versioning import evolved_manifest
+from selection.models import FailureClass
 
 MAX_EXAMPLES = 8
 MIN_NEW = 3  # room kept for new scenarios when the parent already has many examples
@@ -23,7 +24,7 @@ def _key(text: str) -> str:
 
 class DescriptionMutator:
     name = "describe"
-    handles: frozenset = frozenset()
+    handles: frozenset[FailureClass] = frozenset()  # not tied to a failure class
     cost = 2
 
     def __init__(self, config: MutatorConfig) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import redis
 
+from fittest.client import FittestClient
 from workers.settings import Settings
 
 TEST_TOOLS = Path(__file__).parent / "tools"
@@ -56,10 +57,13 @@ class Pipeline:
     env: dict[str, str]
     settings: Settings
     stack: Any
-    client: Any
+    client: FittestClient
 
     def call(self, timeout: float = 60.0, **payload: Any) -> dict[str, Any]:
-        return self.client.call(timeout=timeout, **payload)
+        """Send `fittest.resilient_tool_call` as a foreign service would (no check of the payload
+        here: the workers' refusals are tested too) and return its result as a dict."""
+        sent = self.client.send("resilient_tool_call", **{**payload, "input": payload.get("input") or {}})
+        return self.client.wait(sent, timeout)
 
     def state(self):
         from workers.state import open_state_store
@@ -77,7 +81,7 @@ class Pipeline:
         """Stop the workers. The client goes first, with the results it still tracks, while Redis
         answers their unsubscribe: collected later, each one retries against a stopped Redis."""
         self.client.celery.close()
-        self.client = None
+        del self.client
         gc.collect()
         self.stack.stop_all()
 
@@ -95,7 +99,7 @@ def purge_queues(settings: Settings) -> None:
     learning batches, evolutions not yet taken when they stopped): this pipeline's workers would
     otherwise apply them under its own keys and collections."""
     from workers.app import QUEUES
-    from workers.state import redis_client
+    from workers.redis_connection import redis_client
 
     client = redis_client(settings)  # honours the TLS settings of a rediss:// URL
     try:
@@ -119,7 +123,6 @@ def pipeline_running(tmp: Path, redis_url: str, model_path: Path, tools_dir: Pat
 
 def start_pipeline(tmp: Path, redis_url: str, model_path: Path, tools_dir: Path,
                    roles: tuple[str, ...] = ("memory", "executor", "evolver"), **extra: str) -> Pipeline:
-    from workers.client import CallSender
     from workers.stack import Stack
 
     prefix = f"t{uuid.uuid4().hex[:8]}_"
@@ -138,7 +141,7 @@ def start_pipeline(tmp: Path, redis_url: str, model_path: Path, tools_dir: Path,
     stack = Stack(settings, env=env, log_dir=tmp / "logs")
     stack.start_roles(roles)
     stack.wait_for_workers(roles)
-    return Pipeline(env=env, settings=settings, stack=stack, client=CallSender(settings))
+    return Pipeline(env=env, settings=settings, stack=stack, client=FittestClient(settings=settings))
 
 
 @pytest.fixture

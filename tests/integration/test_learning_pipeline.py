@@ -35,7 +35,7 @@ def cli(learning: Pipeline, monkeypatch: pytest.MonkeyPatch):
 
 
 def recent(p: Pipeline) -> list:
-    from workers.state import redis_client
+    from workers.redis_connection import redis_client
     from workers.state.learning import LearningState
 
     return LearningState(redis_client(p.settings), p.settings.key_prefix, p.settings.learner_window).recent()

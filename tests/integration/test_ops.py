@@ -114,16 +114,6 @@ def test_explain_refuses_an_input_a_call_would_refuse(pipeline) -> None:
     assert ranked["errors"][0]["field"] == "input" and ranked["ranking"] == []
 
 
-def test_the_client_refuses_a_bad_payload_before_sending(pipeline) -> None:
-    from pydantic import ValidationError
-
-    from fittest.client import FittestClient
-
-    with FittestClient(pipeline.settings.redis_url, settings=pipeline.settings) as client, \
-            pytest.raises(ValidationError, match="max_attempts"):
-        client.submit("parse csv", input={}, max_attempts=0)
-
-
 def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline, cli) -> None:
     from pydantic import ValidationError
 

@@ -80,13 +80,13 @@ def test_invalid_payload_names_the_field_and_worker_stays_up(pipeline):
 
 
 def test_call_tool_by_name_and_without_one(pipeline):
-    result = pipeline.client.call_tool("csv_lenient", input={"text": "x\n1\n"})
-    assert result["status"] == "success" and result["tool"] == "csv_lenient", result
-    assert result["output"] == [{"x": "1"}]
+    result = pipeline.client.run_tool("csv_lenient", input={"text": "x\n1\n"})
+    assert result.status == "success" and result.tool == "csv_lenient", result
+    assert result.output == [{"x": "1"}]
     nameless = pipeline.client.wait(pipeline.client.send("call_tool", input={"text": "x"}), 30)
     assert nameless["status"] == "invalid" and [e["field"] for e in nameless["errors"]] == ["name"], nameless
-    unknown = pipeline.client.call_tool("no_such_tool")
-    assert unknown["status"] == "no_candidates" and "no_such_tool" in unknown["message"]
+    unknown = pipeline.client.run_tool("no_such_tool")
+    assert unknown.status == "no_candidates" and "no_such_tool" in unknown.message
 
 
 def test_a_call_naming_a_tool_ends_where_the_tool_refuses_its_input(pipeline):
@@ -94,10 +94,10 @@ def test_a_call_naming_a_tool_ends_where_the_tool_refuses_its_input(pipeline):
     text tools, each demoted for a job it was never meant for."""
     pipeline.settled()  # the earlier calls' outcomes (batched) are applied: they would change it meanwhile
     before = pipeline.state().stats(["csv_strict@1.0.0"])["csv_strict@1.0.0"]
-    result = pipeline.client.call_tool("csv_lenient", input={"rows": 3})
-    assert result["status"] == "failed", result
-    assert [(a["tool"], a["error_class"]) for a in result["attempts"]] == [("csv_lenient", "bad_input")]
-    assert "csv_lenient@1.0.0 refused the input (bad_input): the tools outside csv_lenient were not tried" in result["message"]
+    result = pipeline.client.run_tool("csv_lenient", input={"rows": 3})
+    assert result.status == "failed", result
+    assert [(a.tool, a.error_class) for a in result.attempts] == [("csv_lenient", "bad_input")]
+    assert "csv_lenient@1.0.0 refused the input (bad_input): the tools outside csv_lenient were not tried" in result.message
     after = pipeline.state().stats(["csv_strict@1.0.0"])["csv_strict@1.0.0"]
     assert after.model_dump() == before.model_dump(), (before, after)
 

@@ -28,7 +28,7 @@ from selection.ports import SelectionWeights
 from tests.conftest import start_redis
 from workers.metrics import MetricsReader, MetricsRecorder
 from workers.settings import Settings
-from workers.state import redis_client
+from workers.redis_connection import redis_client
 from workers.state.evolution import EvolutionState
 from workers.state.inflight import InflightCalls
 from workers.state.redis import RedisStateStore

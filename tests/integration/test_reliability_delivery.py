@@ -26,7 +26,7 @@ from selection.models import CallPlan, CallRequest, Candidate
 from tests.integration.conftest import Pipeline, start_pipeline
 from workers.metrics import UNACKED_KEY, reader_for
 from workers.rescue import resend
-from workers.state import redis_client
+from workers.redis_connection import redis_client
 from workers.state.inflight import HandedOnStep, InflightCalls
 from workers.tasks.execution import CRASH_AFTER_DEATHS
 

@@ -18,7 +18,7 @@ import pytest
 from tests.integration.conftest import Pipeline, start_pipeline
 from tests.integration.test_reliability_delivery import TOOLS, assert_one_delivery, nap_call, restart_executor, runs, wait_runs
 from workers.state.holders import MessageHolders
-from workers.state import redis_client
+from workers.redis_connection import redis_client
 
 pytestmark = pytest.mark.slow
 

@@ -47,7 +47,7 @@ def wide_consoles(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def redis_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check every Redis command makes first passes without a Redis."""
-    monkeypatch.setattr("workers.state.probe_client", lambda *a, **k: SimpleNamespace(ping=lambda: True, close=lambda: None))
+    monkeypatch.setattr("workers.redis_connection.probe_client", lambda *a, **k: SimpleNamespace(ping=lambda: True, close=lambda: None))
 
 
 def plain(output: str) -> str:
@@ -137,7 +137,7 @@ def test_tools_prints_manifest_errors_and_tools_as_written(tmp_path: Path, monke
     monkeypatch.setattr("workers.runtime.runtime", lambda: SimpleNamespace(
         registry=registry, settings=SimpleNamespace(trial_successes=5, tools_dir=tmp_path),
         state=SimpleNamespace(stats_and_breakers=lambda keys: ({}, {}), newcomers=dict, promotions=lambda names: {})))
-    monkeypatch.setattr("workers.state.probe_client", lambda *a, **k: SimpleNamespace(ping=lambda: True, close=lambda: None))
+    monkeypatch.setattr("workers.redis_connection.probe_client", lambda *a, **k: SimpleNamespace(ping=lambda: True, close=lambda: None))
 
     out = printed(lambda: tools.tools(json_out=False))
     assert_shown(out, f"skipped {bad / 'tool.yaml'}: field 'name': String should match pattern '^[a-z][a-z0-9_]{{0,63}}$'",

@@ -70,7 +70,7 @@ def stores(monkeypatch: pytest.MonkeyPatch) -> ToolRegistry:
     registry.add(ToolManifest(name="fast_sort", description="Sorts numbers.", implementation=HTTP))
     registry.add(ToolManifest(name="fast_sort", version="1.1.0", description="Sorts numbers.", implementation=HTTP))
     registry.add(ToolManifest(name="old_sort", description="Sorts numbers slowly.", implementation=HTTP, deprecated=True))
-    monkeypatch.setattr("workers.state.probe_client", lambda *a, **k: SimpleNamespace(ping=lambda: True, close=lambda: None))
+    monkeypatch.setattr("workers.redis_connection.probe_client", lambda *a, **k: SimpleNamespace(ping=lambda: True, close=lambda: None))
     monkeypatch.setattr("workers.tool_catalog.load_registry", lambda settings: registry)
     state = SimpleNamespace(promotion=lambda ns: None, promotion_history=lambda ns: [],
                             stats=lambda keys: {k: ToolStats() for k in keys},
@@ -409,7 +409,7 @@ def test_a_call_retried_after_its_evolution_shows_the_round_that_failed_and_the_
 
 def test_the_schema_of_a_task_nobody_serves_is_refused_as_a_bad_argument() -> None:
     code, out = run("schema", "bogus")
-    assert code == 2 and "error: unknown schema 'bogus' (known: resilient_tool_call, call_tool, record_feedback, record_feedback_reply, result)" in out
+    assert code == 2 and "error: unknown schema 'bogus' (known: resilient_tool_call, call_tool, record_feedback, record_feedback_reply, explain, explain_reply, feedback_report, recommend, invalid_reply, result)" in out
     code, out = run("schema", "record_feedback")
     assert code == 0 and '"call_id"' in out  # a judgement may name the call it judges
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 from celery.backends.asynchronous import E_RETRY_LIMIT_EXCEEDED
+from celery.exceptions import TimeoutError as CeleryTimeoutError
 from kombu.exceptions import OperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError
 
-from fittest.client import FittestUnavailable, _reaching
+from fittest.client import CallTimeout, FittestUnavailable
+from workers.client import reaching, timed_out_as
 
 URL = "redis://:secret@redis.internal:6379/0"
 
@@ -21,15 +23,24 @@ URL = "redis://:secret@redis.internal:6379/0"
 ])
 def test_redis_away_is_fittest_unavailable_naming_what_was_done_and_not_the_password(raised: Exception) -> None:
     with pytest.raises(FittestUnavailable, match="^waiting for call c1: .*redis.internal:6379") as caught:
-        with _reaching(URL, "waiting for call c1"):
+        with reaching(URL, "waiting for call c1"):
             raise raised
     assert isinstance(caught.value, ConnectionError) and "secret" not in str(caught.value)
     assert "\n" not in str(caught.value) and "restarted" not in str(caught.value)  # QA AD: Celery's advice, on 3 lines
 
 
+def test_a_wait_that_timed_out_is_a_call_timeout_naming_the_call() -> None:
+    """Callers catch it as celery's TimeoutError (as before) or the builtin one (QA new user)."""
+    with pytest.raises(CallTimeout, match="no result for call c1 within 5 s") as caught:
+        with timed_out_as("c1", 5.0):
+            raise CeleryTimeoutError("The operation timed out.")
+    assert isinstance(caught.value, CeleryTimeoutError) and isinstance(caught.value, TimeoutError)
+    assert caught.value.call_id == "c1"
+
+
 def test_other_errors_pass_through() -> None:
     with pytest.raises(RuntimeError, match="something else"):
-        with _reaching(URL, "sending the call"):
+        with reaching(URL, "sending the call"):
             raise RuntimeError("something else")
 
 
@@ -40,7 +51,7 @@ def test_other_errors_pass_through() -> None:
 def test_a_redis_that_refuses_writes_and_a_process_out_of_files_are_not_called_unreachable(raised: Exception, said: str) -> None:
     """QA Q: both read "Redis ... cannot be reached", while Redis answered."""
     with pytest.raises(FittestUnavailable) as caught:
-        with _reaching(URL, "sending the call"):
+        with reaching(URL, "sending the call"):
             raise raised
     assert str(caught.value).startswith(f"sending the call: {said}") and "cannot be reached" not in str(caught.value)
 

@@ -26,6 +26,20 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
     return calls
 
 
+@pytest.mark.parametrize(("submit", "name"), [("submit", "parse csv"), ("submit_tool", "csv_lenient")])
+def test_the_client_refuses_a_bad_payload_before_sending(sent: list[tuple[str, dict[str, Any]]], submit: str,
+                                                         name: str) -> None:
+    """Refused in the caller, with nothing sent (and so nothing recorded as in flight): `send` is
+    the only way out, and here it records what it is given."""
+    client = FittestClient("redis://127.0.0.1:1/0")
+    try:
+        with pytest.raises(ValidationError, match="max_attempts"):
+            getattr(client, submit)(name, input={}, max_attempts=0)
+        assert sent == []
+    finally:
+        client.close()
+
+
 def test_submit_tool_sends_the_call_fields_it_is_given(sent: list[tuple[str, dict[str, Any]]]) -> None:
     """QA I: run_tool(name, input, call_id=..., context=..., tags=..., max_attempts=...) sent only name
     and input: the result came back under another call id, and the other fields were ignored."""

@@ -35,7 +35,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -43,6 +43,11 @@ from selection.manifest import TestCase
 from workers.bench.host import BenchResult
 from workers.settings import Settings
 from workers.stack import ROOT, Stack, start_private_redis
+
+if TYPE_CHECKING:
+    from selection.ports import StateStore
+    from workers.client import CallSender
+    from workers.state.evolution import EvolutionState
 
 SUITE_DIR = ROOT / "examples" / "broken"
 ROLES = ("memory", "executor", "evolver")
@@ -157,7 +162,8 @@ def _evolution_count(result: dict[str, Any]) -> int:
 
 def run_evolution_bench(settings: Settings, progress: Callable[[str], None] = lambda _: None) -> EvolutionBench:
     from workers.client import CallSender
-    from workers.state import open_state_store, redis_client
+    from workers.redis_connection import redis_client
+    from workers.state import open_state_store
     from workers.state.evolution import EvolutionState
 
     started = time.monotonic()
@@ -196,11 +202,11 @@ def run_evolution_bench(settings: Settings, progress: Callable[[str], None] = la
     )
 
 
-def _call(client: Any, call: BenchCall, **extra: Any) -> dict[str, Any]:
+def _call(client: CallSender, call: BenchCall, **extra: Any) -> dict[str, Any]:
     return client.wait(client.send("resilient_tool_call", **call.payload(**extra)), CALL_TIMEOUT_S)
 
 
-def _run(suite: Suite, client: Any, state: Any, ledger: Any, progress: Callable[[str], None]) -> list[ToolOutcome]:
+def _run(suite: Suite, client: CallSender, state: StateStore, ledger: EvolutionState, progress: Callable[[str], None]) -> list[ToolOutcome]:
     progress("before: every bench call, evolution held back")
     before = {t.name: [call.judge(_call(client, call, after_evolution=True)) for call in t.calls] for t in suite.tools}
 
@@ -253,7 +259,7 @@ def _run(suite: Suite, client: Any, state: Any, ledger: Any, progress: Callable[
     return outcomes
 
 
-def _trigger(client: Any, tool: BrokenTool) -> dict[str, Any] | None:
+def _trigger(client: CallSender, tool: BrokenTool) -> dict[str, Any] | None:
     """Start the tool's evolution; its report (None when no call failed, so nothing evolved)."""
     if tool.trigger == "manual":
         return client.wait(client.send("prepare_evolution", namespace=tool.name, reason="bench: evolved by hand"), CALL_TIMEOUT_S)
@@ -264,7 +270,7 @@ def _trigger(client: Any, tool: BrokenTool) -> dict[str, Any] | None:
     return None
 
 
-def _by_version(client: Any, call: BenchCall, name: str, version: str) -> bool:
+def _by_version(client: CallSender, call: BenchCall, name: str, version: str) -> bool:
     result = client.wait(client.send("call_tool", name=name, input=call.input, version=version, after_evolution=True),
                          CALL_TIMEOUT_S)
     return call.judge(result)

@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import BaseModel
@@ -49,6 +49,11 @@ from selection.percentile import percentile
 from selection.registry import ToolRegistry
 from workers.bench.host import BenchResult
 from workers.settings import Settings
+
+if TYPE_CHECKING:
+    from qdrant_client import QdrantClient
+
+    from workers.runtime import Runtime
 
 TOOL_LEVELS = (10, 1_000, 10_000)
 VECTOR_LEVELS = (1_000, 10_000, 100_000, 1_000_000)
@@ -204,7 +209,7 @@ def _history(start: int, stop: int, rng: np.random.Generator, centers: np.ndarra
     return feedback, failures
 
 
-def _runtime(settings: Settings, memory: VectorMemory, embedder: Any, registry: ToolRegistry) -> Any:
+def _runtime(settings: Settings, memory: VectorMemory, embedder: Embedder, registry: ToolRegistry) -> Runtime:
     """A worker runtime whose memory, embedder and registry are the bench's."""
     from workers.runtime import Runtime
 
@@ -218,7 +223,7 @@ def _runtime(settings: Settings, memory: VectorMemory, embedder: Any, registry: 
     return rt
 
 
-def _open_store(kind: str, root: Path, prefix: str, shared: Any) -> VectorMemory:
+def _open_store(kind: str, root: Path, prefix: str, shared: QdrantClient | None) -> VectorMemory:
     if kind == "edge":
         from workers.memory.edge import EdgeVectorMemory
 
@@ -267,13 +272,13 @@ def run_scale(
         redis_proc, url = start_private_redis(root)
         try:
             for kind in stores:
-                shared = None
+                shared: QdrantClient | None = None
                 if kind == "client":
                     from qdrant_client import QdrantClient
 
                     shared = QdrantClient(location=":memory:")
                 history = _open_store(kind, root, "bench_h_", shared)
-                runtimes: dict[int, Any] = {}
+                runtimes: dict[int, Runtime] = {}
                 started = time.perf_counter()
                 for t in tool_levels:
                     registry = ToolRegistry()
@@ -316,7 +321,7 @@ def run_scale(
     return _summarise(cells, tool_levels, vector_levels, queries, skipped, build_s)
 
 
-def _measure(kind: str, tools: int, vectors: int, rt: Any, texts: list[str]) -> Cell:
+def _measure(kind: str, tools: int, vectors: int, rt: Runtime, texts: list[str]) -> Cell:
     selector = rt.selector
     for text in texts[:5]:  # the first calls of a cell open and warm what they touch; not timed
         selector.plan(CallRequest(scenario=text + " (warm-up)"))

@@ -223,7 +223,7 @@ def needs_redis(command: Command) -> Command:
     @functools.wraps(command)
     def checked(*args: Any, **kwargs: Any) -> Any:
         from workers.settings import get_settings
-        from workers.state import probe_client
+        from workers.redis_connection import probe_client
 
         client = probe_client(get_settings(), REDIS_PROBE_TIMEOUT_S, REDIS_PROBE_RETRIES)
         try:

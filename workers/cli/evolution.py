@@ -23,8 +23,9 @@ app = typer.Typer()
 
 def _stores() -> tuple[ToolRegistry, RedisStateStore, EvolutionState]:
     """The registry (tools and evolved directories), the state store and the evolution state."""
+    from workers.redis_connection import redis_client
     from workers.settings import get_settings
-    from workers.state import open_state_store, redis_client
+    from workers.state import open_state_store
     from workers.state.evolution import EvolutionState
     from workers.tool_catalog import load_registry
 

@@ -76,6 +76,14 @@ def _ask_or_none(task: str, queue: str, timeout: float, **kwargs: Any) -> dict[s
         notice.cancel()
 
 
+def _refuse_if_invalid(answer: dict[str, Any]) -> None:
+    """Exit 2 with the workers' words when they refused the payload (workers/payloads.py InvalidReply)."""
+    if answer.get("status") == "invalid":
+        from selection.models import joined_errors
+
+        fail(joined_errors(answer.get("errors", [])) or str(answer.get("message")), REFUSED)
+
+
 # --------------------------------------------------------------------------------------- explain
 @app.command()
 @needs_redis
@@ -121,10 +129,7 @@ def explain(
         if not_there:
             raise typer.Exit(REFUSED)
         return
-    if result.get("status") == "invalid":  # refused by the workers: exit 2, as a refusal here (QA V)
-        from selection.models import joined_errors
-
-        fail(joined_errors(result.get("errors", [])), REFUSED)
+    _refuse_if_invalid(result)  # refused by the workers: exit 2, as a refusal here (QA V)
     if not_there:  # without an empty table first (QA AB)
         fail(str(result.get("message")), REFUSED)
     features = result.get("context") or {}
@@ -260,6 +265,7 @@ def feedback_show(
         fail(f"{name} has no version {version!r} (it has {', '.join(known)})", REFUSED)
     # One version's entries are picked from all of the tool's that the report reads.
     report = _ask("feedback_report", "feedback", timeout, tool=name, limit=REPORT_SCAN if version else limit)
+    _refuse_if_invalid(report)
     shown = entries(report["total"])
     if version:
         mine = [e for e in report["entries"] if e["version"] == version]
@@ -394,6 +400,7 @@ def recommend(
 
     answer = _ask_or_none("recommend", "learning", timeout, min_runs=min_runs, max_rate=max_rate)
     if answer is not None:
+        _refuse_if_invalid(answer)
         report = RecommendationReport.model_validate(answer)
     else:  # the learner's window in Redis, as the calls ran
         settings = get_settings()

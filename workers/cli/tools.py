@@ -125,7 +125,7 @@ def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
 
 @app.command()
 def schema(
-    task: Annotated[Optional[str], typer.Argument(help="resilient_tool_call, call_tool, record_feedback, record_feedback_reply or result; all when omitted.")] = None,
+    task: Annotated[Optional[str], typer.Argument(help="resilient_tool_call, call_tool, record_feedback, record_feedback_reply, explain, explain_reply, feedback_report, recommend, invalid_reply or result; all when omitted.")] = None,
 ) -> None:
     """Print the JSON schema of the task payloads (what a foreign service needs to send_task) and of their answers."""
     from workers.payloads import payload_schemas

@@ -1,65 +1,39 @@
-"""The state store port (selection/ports.py StateStore) on Redis, and how to open it from settings."""
+"""How to open the Redis state of settings: the state store (selection/ports.py StateStore, on
+Redis: workers/state/redis.py) and the learner's window of recent execution records
+(workers/state/learning.py).
+
+The stores are imported when one is opened, not with this package: its light modules (the calls in
+flight, call ids) are what the service client imports, and it should not load the stores with them.
+The Redis connection itself is workers/redis_connection.py.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from redis import Redis
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
+from workers.redis_connection import redis_client
 from workers.settings import Settings
-from workers.state.learning import LearningState
-from workers.state.redis import RedisStateStore
+
+if TYPE_CHECKING:
+    from workers.state.learning import LearningState
+    from workers.state.redis import RedisStateStore
 
 # NB: no bare `redis` name here: the submodule workers.state.redis would shadow redis-py.
-__all__ = ["RedisStateStore", "open_state_store", "probe_client", "redis_client"]
-
-SOCKET_TIMEOUT_S = 5.0
-CONNECT_TIMEOUT_S = 5.0
-HEALTH_CHECK_INTERVAL_S = 30
-RETRIES = 20  # ~30 s of backoff: a Redis restart is ridden out, not turned into failed calls
-
-
-def redis_client(settings: Settings, **overrides: Any) -> Redis:
-    """A client for `settings.redis_url`.
-
-    The URL carries the scheme (`redis://`, `rediss://` for TLS, `unix://`), the credentials
-    (`redis://user:password@host:port/db`) and any redis-py option as a query parameter
-    (`?ssl_cert_reqs=none`), which wins over the defaults here; a rediss:// URL gets the
-    FITTEST_REDIS_TLS_* files. Connection and timeout errors are retried with exponential backoff
-    (50 ms doubling, at most 2 s, 20 times: about 30 s); idle pooled connections are checked with
-    PING after 30 s. `overrides` go to `redis.Redis.from_url`.
-    """
-    options: dict[str, Any] = {
-        "socket_timeout": SOCKET_TIMEOUT_S,
-        "socket_connect_timeout": CONNECT_TIMEOUT_S,
-        "health_check_interval": HEALTH_CHECK_INTERVAL_S,
-        "retry": Retry(ExponentialBackoff(cap=2.0, base=0.05), RETRIES),
-        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
-        "client_name": "fittest",
-        **settings.redis_tls(),
-    }
-    options.update(overrides)
-    return Redis.from_url(settings.redis_url, **options)
-
-
-def probe_client(settings: Settings, timeout: float, retries: int = 0) -> Redis:
-    """A client for checks that report a Redis that does not answer (`fittest health`, the CLI's
-    check before a command): it fails within about `timeout` per try, retried `retries` times 0.1,
-    0.2, 0.4 s apart, instead of the ~30 s that ride out a restart."""
-    return redis_client(settings, socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=0,
-                        retry=Retry(ExponentialBackoff(cap=0.4, base=0.1), retries))
+__all__ = ["open_learning_state", "open_state_store"]
 
 
 def open_state_store(settings: Settings, client: Redis | None = None) -> RedisStateStore:
     """The state store of `settings` (its Redis and key prefix); pass `client` to share one."""
+    from workers.state.redis import RedisStateStore
+
     return RedisStateStore(client if client is not None else redis_client(settings), settings.key_prefix)
 
 
 def open_learning_state(settings: Settings, client: Redis | None = None) -> LearningState:
     """The learner's window of recent execution records of `settings` (workers/state/learning.py)."""
+    from workers.state.learning import LearningState
+
     return LearningState(client if client is not None else redis_client(settings), settings.key_prefix,
                          settings.learner_window)

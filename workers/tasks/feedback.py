@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from selection.models import CallRequest, Candidate, FailureMark, OutcomeRecord, field_errors
 from workers.app import app
-from workers.payloads import FeedbackReply, FeedbackRequest
+from workers.payloads import FeedbackReply, FeedbackReportRequest, FeedbackRequest, InvalidReply
 from workers.evolution_memory import apply_evolution_record, judge_trial, maybe_evolve_for_quality
 from workers.outcomes import apply_failure, apply_outcomes, execution_records
 from workers.rescue import effects_ended
@@ -131,9 +131,14 @@ def _stored_result(call_id: str) -> dict[str, Any] | None:
 
 
 @app.task(name="fittest.feedback_report")
-def feedback_report_task(tool: str, limit: int = 50) -> dict[str, Any]:
-    """A tool's feedback entries (newest first) and their trend per day."""
-    return feedback_report(runtime(), tool, limit).model_dump(mode="json")
+def feedback_report_task(**kwargs: Any) -> dict[str, Any]:
+    """A tool's feedback entries (newest first) and their trend per day; an `InvalidReply` to a
+    payload that is not a FeedbackReportRequest."""
+    try:
+        req = FeedbackReportRequest.model_validate(kwargs)
+    except ValidationError as exc:
+        return InvalidReply.of(exc).model_dump(mode="json")
+    return feedback_report(runtime(), req.tool, req.limit).model_dump(mode="json")
 
 
 @app.task(name="fittest.record_evolution", ignore_result=True)  # fire and forget: nobody waits on it

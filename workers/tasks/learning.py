@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery_batches import SimpleRequest
+from pydantic import ValidationError
 
 from selection.learner import ExecutionRecord, retrain
 from selection.ports import RetrainNote
@@ -33,7 +34,7 @@ from workers.app import PRIORITY_LOW, app
 from workers.degraded import is_store_failure
 from workers.feedback_store import as_people_judged, judgements_known
 from workers.outcomes import store_executions
-from workers.payloads import RetrainResult
+from workers.payloads import InvalidReply, RecommendRequest, RetrainResult
 from workers.renewed_lock import renewed
 from workers.rescue import effects_ended, send_recorded
 from workers.runtime import Runtime, runtime
@@ -113,14 +114,19 @@ def retrain_weights() -> dict[str, Any]:
 
 
 @app.task(name="fittest.recommend")
-def recommend(min_runs: int = 5, max_rate: float = 0.5) -> dict[str, Any]:
+def recommend(**kwargs: Any) -> dict[str, Any]:
     """Tool versions with low success in some context (`fittest recommend`), over the learner's
     window as people judged it: an output judged wrong is a failure there (`judged_wrong`), as it
-    is for the weights. Here, beside the vector memory, which keeps the judgements."""
+    is for the weights. Here, beside the vector memory, which keeps the judgements. An
+    `InvalidReply` to a payload that is not a RecommendRequest."""
+    try:
+        req = RecommendRequest.model_validate(kwargs)
+    except ValidationError as exc:
+        return InvalidReply.of(exc).model_dump(mode="json")
     rt = runtime()
     recent = rt.learning.recent()
     judged = as_people_judged(recent, judgements_known(rt, [r.call_id for r in recent]))
-    return recommendation_report(judged, min_runs, max_rate, judgements_applied=True,
+    return recommendation_report(judged, req.min_runs, req.max_rate, judgements_applied=True,
                                  manifests=rt.registry.all()).model_dump(mode="json")
 
 

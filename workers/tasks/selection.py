@@ -17,7 +17,7 @@ from selection.manifest import ToolManifest
 from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, field_errors
 from workers.app import app
 from workers.feedback_store import apply_stored_judgements
-from workers.payloads import CallToolPayload
+from workers.payloads import CallToolPayload, ExplainResult
 from workers.promotions import note_newcomers, trial_new_manifests, unseen_versions
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
@@ -189,7 +189,8 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
 
 @app.task(name="fittest.explain")
 def explain(**kwargs: Any) -> dict[str, Any]:
-    """The ranking a call would get, with every component, without running anything."""
+    """The ranking a call would get, with every component, without running anything: an
+    ExplainResult (workers/payloads.py), or a refused call's result."""
     try:
         request = CallRequest.model_validate(kwargs)
     except ValidationError as exc:
@@ -203,5 +204,7 @@ def explain(**kwargs: Any) -> dict[str, Any]:
     # With the context as analysed (selection/context.py: each value and where it came from), which
     # a call's result leaves out: the SPARC column is read against it; and how old the cached
     # searches it ranked by are, as a call now would rank (QA AD).
-    return {**result.model_dump(mode="json"), "context": plan.features,
-            "evidence_age_s": plan.evidence_age_s, "cache_ttl_s": runtime().settings.selection_cache_ttl_s}
+    return ExplainResult.model_validate({
+        **dict(result), "context": plan.features, "evidence_age_s": plan.evidence_age_s,
+        "cache_ttl_s": runtime().settings.selection_cache_ttl_s,
+    }).model_dump(mode="json")

@@ -1,0 +1,74 @@
+"""`fittest.feedback_report` and `fittest.recommend` check their payloads as the other tasks do: a
+bad one gets the `invalid` reply (status, errors naming the fields, message) before any store is
+read; and `fittest schema` publishes them, with `explain`'s reply."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from selection.models import CallResult
+from workers.payloads import ExplainResult, InvalidReply, payload_schemas
+from workers.tasks.common import invalid_result
+
+
+def no_runtime() -> Any:
+    raise AssertionError("a refused payload read a store")
+
+
+@pytest.mark.parametrize(("payload", "fields"), [
+    ({"tool": "csv", "limit": -1}, {"limit"}),
+    ({"tool": "csv", "limit": "many"}, {"limit"}),
+    ({"limit": 5}, {"tool"}),
+    ({"tool": "", "limit": 5, "version": "1.0.0"}, {"tool", "version"}),
+])
+def test_a_bad_feedback_report_payload_is_refused_naming_its_fields(monkeypatch: pytest.MonkeyPatch,
+                                                                    payload: dict[str, Any], fields: set[str]) -> None:
+    from workers.tasks import feedback
+
+    monkeypatch.setattr(feedback, "runtime", no_runtime)
+    reply = feedback.feedback_report_task.run(**payload)
+    assert reply["status"] == "invalid" and {e["field"] for e in reply["errors"]} == fields, reply
+    assert reply["message"] == f"invalid payload: {', '.join(sorted(fields))}"
+
+
+@pytest.mark.parametrize(("payload", "fields"), [
+    ({"min_runs": 0}, {"min_runs"}),
+    ({"max_rate": 1.5}, {"max_rate"}),
+    ({"max_rate": "half", "runs": 3}, {"max_rate", "runs"}),
+])
+def test_a_bad_recommend_payload_is_refused_naming_its_fields(monkeypatch: pytest.MonkeyPatch,
+                                                              payload: dict[str, Any], fields: set[str]) -> None:
+    from workers.tasks import learning
+
+    monkeypatch.setattr(learning, "runtime", no_runtime)
+    reply = learning.recommend.run(**payload)
+    assert reply["status"] == "invalid" and {e["field"] for e in reply["errors"]} == fields, reply
+
+
+def test_the_invalid_reply_has_the_shape_of_a_refused_calls_result() -> None:
+    from pydantic import ValidationError
+
+    from workers.payloads import RecommendRequest
+
+    with pytest.raises(ValidationError) as caught:
+        RecommendRequest.model_validate({"min_runs": -1})
+    reply = InvalidReply.of(caught.value).model_dump(mode="json")
+    call = invalid_result(caught.value)
+    assert reply == {k: call[k] for k in reply}
+
+
+def test_explain_reply_is_a_call_result_with_what_the_ranking_was_made_from() -> None:
+    reply = ExplainResult(call_id="c1", status="success", context={"language": {"value": "python"}},
+                          evidence_age_s=1.5, cache_ttl_s=30.0).model_dump(mode="json")
+    assert CallResult.model_validate(reply).call_id == "c1"
+    assert {"context", "evidence_age_s", "cache_ttl_s"} <= set(reply)
+
+
+def test_schema_publishes_the_report_payloads_and_the_explain_reply() -> None:
+    schemas = payload_schemas()
+    assert set(schemas["feedback_report"]["properties"]) == {"tool", "limit"}
+    assert set(schemas["recommend"]["properties"]) == {"min_runs", "max_rate"}
+    assert {"context", "evidence_age_s", "cache_ttl_s", "ranking"} <= set(schemas["explain_reply"]["properties"])
+    assert schemas["invalid_reply"]["properties"]["status"]["const"] == "invalid"

@@ -1,0 +1,57 @@
+"""How a process opens its Redis: the client options that ride out a restart, and the quick-failing
+client of health checks.
+
+Its own module so that opening a connection imports no store: the service client
+(fittest/client.py) needs a connection for its calls in flight, not the state store or the
+learner's window (`import fittest.client` loaded both while this lived in workers/state).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis import Redis
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from workers.settings import Settings
+
+__all__ = ["CONNECT_TIMEOUT_S", "HEALTH_CHECK_INTERVAL_S", "RETRIES", "SOCKET_TIMEOUT_S", "probe_client", "redis_client"]
+
+SOCKET_TIMEOUT_S = 5.0
+CONNECT_TIMEOUT_S = 5.0
+HEALTH_CHECK_INTERVAL_S = 30
+RETRIES = 20  # ~30 s of backoff: a Redis restart is ridden out, not turned into failed calls
+
+
+def redis_client(settings: Settings, **overrides: Any) -> Redis:
+    """A client for `settings.redis_url`.
+
+    The URL carries the scheme (`redis://`, `rediss://` for TLS, `unix://`), the credentials
+    (`redis://user:password@host:port/db`) and any redis-py option as a query parameter
+    (`?ssl_cert_reqs=none`), which wins over the defaults here; a rediss:// URL gets the
+    FITTEST_REDIS_TLS_* files. Connection and timeout errors are retried with exponential backoff
+    (50 ms doubling, at most 2 s, 20 times: about 30 s); idle pooled connections are checked with
+    PING after 30 s. `overrides` go to `redis.Redis.from_url`.
+    """
+    options: dict[str, Any] = {
+        "socket_timeout": SOCKET_TIMEOUT_S,
+        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+        "health_check_interval": HEALTH_CHECK_INTERVAL_S,
+        "retry": Retry(ExponentialBackoff(cap=2.0, base=0.05), RETRIES),
+        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+        "client_name": "fittest",
+        **settings.redis_tls(),
+    }
+    options.update(overrides)
+    return Redis.from_url(settings.redis_url, **options)
+
+
+def probe_client(settings: Settings, timeout: float, retries: int = 0) -> Redis:
+    """A client for checks that report a Redis that does not answer (`fittest health`, the CLI's
+    check before a command): it fails within about `timeout` per try, retried `retries` times 0.1,
+    0.2, 0.4 s apart, instead of the ~30 s that ride out a restart."""
+    return redis_client(settings, socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=0,
+                        retry=Retry(ExponentialBackoff(cap=0.4, base=0.1), retries))
