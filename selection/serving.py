@@ -269,7 +269,7 @@ def refused_input(plan: CallPlan) -> ToolExecutionResult | None:
 
 def _refused(refusal: ToolExecutionResult) -> str:
     """The refusal as the caller reads it: by whom, and why, and whose mistake it is taken for."""
-    said = (f"{refusal.tool}@{refusal.version}, which does such jobs, refused the input "
+    said = (f"{refusal.key}, which does such jobs, refused the input "
             f"({refusal.error_message or 'bad_input'})")
     if refusal.callers_mistake:
         return said
@@ -283,7 +283,7 @@ def input_refused_message(plan: CallPlan) -> str | None:
         return None
     after = plan.attempts[plan.attempts.index(refusal) + 1:]
     how = "refused it too" if all(a.error_class is FailureClass.bad_input for a in after) else "failed with it too"
-    tried = f"; the other tools tried with it {how} ({', '.join(f'{a.tool}@{a.version}' for a in after)})" if after else ""
+    tried = f"; the other tools tried with it {how} ({', '.join(a.key for a in after)})" if after else ""
     # QA recheck: "as they do not do such jobs" of a tool that could have (its description matched less).
     passed = (f"; not tried with it, having done no such job and matching it less than {CLEAR_MATCH}: "
               f"{', '.join(plan.passed_over)} (a call that names one tries it)") if plan.passed_over else ""
@@ -298,7 +298,7 @@ def took_a_refused_input_note(plan: CallPlan, result: ToolExecutionResult) -> st
     if refusal is None or not result.took_a_refused_input:
         return None
     check = "check its output, and the input" if refusal.callers_mistake else "check its output"
-    return f"{_refused(refusal)}; {result.tool}@{result.version}, which took it, has done no such job: {check}"
+    return f"{_refused(refusal)}; {result.key}, which took it, has done no such job: {check}"
 
 
 def targeted(plan: CallPlan, result: ToolExecutionResult) -> bool:
@@ -451,7 +451,7 @@ def refused_for_its_namespace(plan: CallPlan) -> str | None:
     if not later or any(c.manifest.name == namespace for c in later):  # its other versions are still tried
         return None
     refusal = refused_input(plan)  # the first refusal by a version that does such jobs
-    why = (f"; {'it' if refusal is last else f'{refusal.tool}@{refusal.version}'} does such jobs ({RELIABLE_RUNS} or "
+    why = (f"; {'it' if refusal is last else refusal.key} does such jobs ({RELIABLE_RUNS} or "
            "more like this one succeeded): check the input") if refusal is not None and refusal.callers_mistake else ""
-    return (f"{namespace}@{last.version} refused the input (bad_input): the tools outside {namespace} were not "
+    return (f"{tool_key(namespace, last.version)} refused the input (bad_input): the tools outside {namespace} were not "
             f"tried with it{why}")

@@ -35,7 +35,7 @@ from evolution.models import (
     Trigger,
 )
 from evolution.trial import JudgedTrial, TrialCounts, TrialRules, decide, head_version, parent_rate, served_original
-from selection.manifest import ManifestError, load_manifest, tool_key
+from selection.manifest import ManifestError, load_manifest, split_key, tool_key
 from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord, Promotion
 from selection.ports import EVOLUTIONS, FAILURES, FORGIVEN, FailureApplied, Match, VectorFilter, VectorHit, VectorPoint
 from selection.serving import targeted
@@ -84,7 +84,7 @@ def call_failures(plan: CallPlan, served: str | None) -> tuple[str, str | None, 
     namespace = plan.request.namespace or (failed[0].tool if failed else None)
     if (not plan.request.namespace and plan.held_back and failed
             and (all(a.error_class is FailureClass.bad_input for a in failed) or not targeted(plan, failed[0]))):
-        namespace = plan.held_back[0].partition("@")[0]
+        namespace = split_key(plan.held_back[0])[0]
     if namespace is None:
         raise EvolutionUnavailable(f"call {plan.request.call_id} has no failed attempt to learn from")
     mine = [a for a in failed if a.tool == namespace]
@@ -353,7 +353,7 @@ def trial_role(promotion: Promotion | None, version: str) -> Literal["evolved", 
 def _act_on_trial(rt: Runtime, promotion: Promotion, counts: TrialCounts) -> bool:
     """Conclude the trial if its counts now decide it; whether it was concluded."""
     rules = TrialRules(successes=rt.settings.trial_successes)
-    parent = f"{promotion.namespace}@{promotion.parent_version or promotion.original_version}"
+    parent = tool_key(promotion.namespace, promotion.parent_version or promotion.original_version)
     history = rt.state.stats([parent])[parent]
     rate = parent_rate(counts, history.successes, history.failures, rules)
     verdict = decide(counts, rate, rules)
@@ -371,7 +371,7 @@ def judge_trial(rt: Runtime, key: str, call_id: str, sentiment: Literal["positiv
     its parent), and the verdict is taken again (before, a version on trial whose outputs people
     judged wrong counted them as successes, and could be activated on them). None: no trial runs
     with this version in it."""
-    namespace, _, version = key.partition("@")
+    namespace, version = split_key(key)
     promotion = rt.state.promotion(namespace)
     role = trial_role(promotion, version)
     if promotion is None or role is None:

@@ -24,7 +24,7 @@ from selection.context import ContextFeatures, analyse, context_typos
 from selection.evidence import CandidateEvidence
 from selection.feedback import MIN_SIMILARITY, judged_outputs, points_by_tool, similarity_weight
 from selection.lexical import LexicalIndex, version_text
-from selection.manifest import ToolManifest, tool_key
+from selection.manifest import ToolManifest, split_key, tool_key
 from selection.models import CallPlan, CallRequest, Promotion, Source
 from selection.policies import get_policy
 from selection.ports import (
@@ -255,7 +255,7 @@ class Selector:
         successes = self._successes(request, vector, similarity) if vector is not None else []
         sources: dict[str, Source] = {}
         promotions = self.promotions(
-            ([request.namespace] if request.namespace else []) + [k.partition("@")[0] for k in similarity]
+            ([request.namespace] if request.namespace else []) + [split_key(k)[0] for k in similarity]
         ) if request.use_evolved and not request.version else {}
 
         if request.namespace:
@@ -277,10 +277,10 @@ class Selector:
         if not request.version:
             best_by_ns: dict[str, float] = defaultdict(float)
             for key, sim in similarity.items():
-                name = key.partition("@")[0]
+                name = split_key(key)[0]
                 best_by_ns[name] = max(best_by_ns[name], sim)
             for key in list(similarity):
-                name = key.partition("@")[0]
+                name = split_key(key)[0]
                 served = self._promoted(name, request, promotions) if request.use_evolved else None
                 if served is not None and served.key != key and served.key not in request.exclude:
                     similarity[served.key] = max(similarity.get(served.key, 0.0), best_by_ns[name])
@@ -361,7 +361,7 @@ class Selector:
         self.variants.snapshot()  # embeds description variants added since the last look, before searching
         must = [Match(key="tags", any_of=[t]) for t in request.tags]
         if request.namespace and request.version:
-            must.append(Match(key="tool", any_of=[f"{request.namespace}@{request.version}"]))
+            must.append(Match(key="tool", any_of=[tool_key(request.namespace, request.version)]))
         must_not = [RETIRED]
         if request.exclude:
             must_not.append(Match(key="tool", any_of=list(request.exclude)))

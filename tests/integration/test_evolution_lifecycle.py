@@ -16,6 +16,7 @@ from evolution.mutation import Mutator, load_mutators
 from evolution.mutators.code import CodeMutator
 from evolution.verification import StageRun
 from evolution.trial import JudgedTrial, TrialCounts, head_version, served_version, withdrawn_version
+from selection.manifest import split_key
 from selection.models import CallPlan, CallRequest, FailureClass, FailureMark, OutcomeRecord, Promotion, Severity, ToolExecutionResult
 from workers.evolution_memory import apply_evolution_record, build_job, judge_trial, maybe_evolve_for_quality
 from workers.feedback_store import JudgedCall, judged_as, record_tool_feedback
@@ -55,7 +56,7 @@ def rt(settings_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def attempt(key: str, ok: bool, aid: str) -> ToolExecutionResult:
-    name, _, version = key.partition("@")
+    name, version = split_key(key)
     return ToolExecutionResult(attempt_id=aid, call_id=aid, tool=name, version=version, success=ok,
                                result={"n": 1} if ok else None, error_class=None if ok else FailureClass.crash)
 

@@ -35,6 +35,7 @@ from redis.client import Pipeline
 from evolution.descriptions import MANIFEST_VARIANT, DescriptionVariant, VariantStatus
 from evolution.models import ChangelogEntry, SuccessfulRun
 from evolution.trial import TrialCounts
+from selection.manifest import tool_key
 from workers.state.pipelined import execute_scripts
 from workers.state.redis import IDEMPOTENCY_TTL_S, as_text
 from workers.state.base import PrefixedStore, load_scripts
@@ -93,7 +94,7 @@ class EvolutionState(PrefixedStore):
         """Count one attempt in the trial of `namespace@evolved_version`; (counted now?, counts).
         A success of `call_id` is noted for `trial_judge`, and counts as a failure when a person
         judged its output wrong already (`judged`)."""
-        trial = f"{namespace}@{evolved_version}"
+        trial = tool_key(namespace, evolved_version)
         wrong = success and judged == "negative"
         keys = [self._k("trial", trial), self._k("applied", "trial", attempt_id)]
         args: list[str | int] = [IDEMPOTENCY_TTL_S, _TRIAL_FIELDS[(role, success and not wrong)]]
@@ -111,7 +112,7 @@ class EvolutionState(PrefixedStore):
         once however often it is sent. (changed?, counts); a call the trial did not count changes
         nothing (one whose outcome comes later is counted as judged: `trial_record`)."""
         changed, flat = self.scripts["judge_count"](
-            keys=[self._k("trial", f"{namespace}@{evolved_version}"), self._k("trial_judged", f"{namespace}@{evolved_version}")],
+            keys=[self._k("trial", tool_key(namespace, evolved_version)), self._k("trial_judged", tool_key(namespace, evolved_version))],
             args=[f"{call_id}|{role}", sentiment, _TRIAL_FIELDS[(role, True)], _TRIAL_FIELDS[(role, False)], "1"],
         )
         counts = {as_text(f): v for f, v in zip(flat[::2], flat[1::2])}

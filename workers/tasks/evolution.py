@@ -19,6 +19,7 @@ from typing import Any
 from celery import Task
 
 from evolution.models import EvolutionJob, EvolutionRecord, EvolutionReport
+from selection.manifest import tool_key
 from selection.models import CallEvolution, CallPlan, CallResult
 from selection.serving import refused_for_its_namespace
 from workers.app import app
@@ -75,7 +76,7 @@ def prepare_evolution(
         if plan is not None:
             return _end_call(plan, CallEvolution(status="no_fix", message=message))
         return EvolutionReport(job_id="", namespace=namespace or "", trigger="manual", status="no_fix",
-                               parent=f"{namespace}@{version}" if version else namespace or "",
+                               parent=tool_key(namespace or "", version) if version else namespace or "",
                                message=message).model_dump(mode="json")
     return hand_on(self, evolve.si(job.model_dump(mode="json")))
 

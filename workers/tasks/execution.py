@@ -149,9 +149,9 @@ def log_attempt(result: ToolExecutionResult, policy: str, probability: float, br
     of the caller's mistake is not the tool's failure, and stays at info."""
     level = logging.WARNING if result.error_class is not None and not result.callers_mistake else logging.INFO
     if result.success:
-        said = f"{result.tool}@{result.version} succeeded"
+        said = f"{result.key} succeeded"
     else:
-        said = f"{result.tool}@{result.version} failed ({result.error_class.value if result.error_class else 'no class'}): " \
+        said = f"{result.key} failed ({result.error_class.value if result.error_class else 'no class'}): " \
                f"{result.error_message or 'no message'}"
     log.log(level, "attempt %s of call %s: %s", result.attempt_id, result.call_id, said, extra={
         "event": "attempt",

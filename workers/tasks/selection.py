@@ -13,7 +13,7 @@ from celery.concurrency.prefork import TaskPool as PreforkPool
 from celery.signals import worker_ready
 from pydantic import ValidationError
 
-from selection.manifest import ToolManifest
+from selection.manifest import ToolManifest, split_key
 from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, field_errors
 from workers.app import app
 from workers.feedback_store import apply_stored_judgements
@@ -68,7 +68,7 @@ def warm_up(sender: Any = None, **_: Any) -> None:
             runtime().selector.index.revise_tools(changed, removed)
             if removed:  # a removed version's trial or promotion ends (workers/promotions.py)
                 try:
-                    served_anew(key.partition("@")[0] for key in removed)
+                    served_anew(split_key(key)[0] for key in removed)
                 except Exception:  # Redis away: the next start looks again
                     log.warning("could not end the promotions of the versions no longer served", exc_info=True)
 
@@ -76,7 +76,7 @@ def warm_up(sender: Any = None, **_: Any) -> None:
             watch = ToolsDirWatch(settings.tools_dir, runtime().registry, lambda found: runtime().selector.index.ensure_tools(found),
                                   revise)
             watch_in_background(watch, settings.tools_rescan_s,
-                                then=lambda keys: served_anew((key.partition("@")[0] for key in keys), arrived=keys))
+                                then=lambda keys: served_anew((split_key(key)[0] for key in keys), arrived=keys))
 
     threading.Thread(target=warm, name="fittest-warm-up", daemon=True).start()
 
