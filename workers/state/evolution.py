@@ -36,9 +36,8 @@ from evolution.descriptions import MANIFEST_VARIANT, DescriptionVariant, Variant
 from evolution.models import ChangelogEntry, SuccessfulRun
 from evolution.trial import TrialCounts
 from selection.manifest import tool_key
-from workers.state.pipelined import execute_scripts
-from workers.state.redis import IDEMPOTENCY_TTL_S, as_text
-from workers.state.base import PrefixedStore, load_scripts
+from workers.state.redis import as_text
+from workers.state.base import IDEMPOTENCY_TTL_S, PrefixedStore, load_scripts, push_recent
 from workers.state.once import apply_once, new_token
 
 _SCRIPT_NAMES = ("apply_once", "trial_record", "judge_count", "push_recent", "variant_record", "variant_status")
@@ -123,17 +122,9 @@ class EvolutionState(PrefixedStore):
     def push_successes(self, runs: Sequence[tuple[str, str, SuccessfulRun]]) -> list[bool]:
         """Keep each run among its tool version's recent successes, once per attempt id, in one
         round trip; True for each run pushed now, False for one pushed before."""
-        if not runs:
-            return []
-        def queue(pipe: Pipeline) -> None:
-            for key, attempt_id, run in runs:
-                self.scripts["push_recent"](
-                    keys=[self._k("recent", key), self._k("applied", "recent", attempt_id)],
-                    args=[IDEMPOTENCY_TTL_S, run.model_dump_json(), RECENT_SUCCESSES_LIMIT],
-                    client=pipe,
-                )
-
-        return [bool(pushed) for pushed in execute_scripts(self.client, queue)]
+        pushes = [(self._k("recent", key), self._k("applied", "recent", attempt_id), run.model_dump_json())
+                  for key, attempt_id, run in runs]
+        return push_recent(self.client, self.scripts["push_recent"], pushes, RECENT_SUCCESSES_LIMIT)
 
     def recent_successes(self, key: str) -> list[SuccessfulRun]:
         raws = self.client.lrange(self._k("recent", key), 0, RECENT_SUCCESSES_LIMIT - 1)
