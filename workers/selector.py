@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from evolution.descriptions import MANIFEST_VARIANT
 from evolution.trial import in_share, served_chance, served_original, served_version, withdrawn_versions
-from selection.cache import TTLCache
+from selection.cache import TTLCache, VersionedValue
 from selection.classifier import ToolClassifier
 from selection.context import ContextFeatures, analyse, context_typos
 from selection.evidence import CandidateEvidence
@@ -143,12 +143,12 @@ class Selector:
         # while nothing that ranks it changed; the TTL bounds how old the memory it saw can be.
         self.cache: TTLCache[tuple[float, bytes]] = TTLCache(self.settings.selection_cache_ttl_s, maxsize=4096)
         self._local = threading.local()
-        # The weights and promotions read last, with the (epoch, version) they were read at.
-        self._weights: tuple[tuple[str, int], SelectionWeights] | None = None
-        self._classifier: tuple[str, ToolClassifier | None] = ("", None)  # by the revision the weights name
-        self._promotions: tuple[tuple[str, int], dict[str, Promotion | None]] = (("", -1), {})
-        self._newcomers: tuple[tuple[str, int], frozenset[str]] | None = None
-        self._withdrawn: tuple[tuple[str, int], dict[str, frozenset[str]]] = (("", -1), {})
+        # The weights and promotions read last, by the (epoch, version) they were read at (`_version`).
+        self._weights: VersionedValue[SelectionWeights] = VersionedValue()
+        self._classifier: VersionedValue[ToolClassifier | None] = VersionedValue()  # by the revision the weights name
+        self._promotions: VersionedValue[dict[str, Promotion | None]] = VersionedValue()
+        self._newcomers: VersionedValue[frozenset[str]] = VersionedValue()
+        self._withdrawn: VersionedValue[dict[str, frozenset[str]]] = VersionedValue()
         self._lexical: tuple[tuple[int, int, int], LexicalIndex] | None = None  # by (registry, its size, variants' revision)
 
     def _index_changed(self) -> None:
@@ -460,14 +460,7 @@ class Selector:
         version: every change of a promotion moves it (promote.lua, promote_if.lua), while the
         quality changes of every outcome do not, so most calls find their candidates' promotions
         read by an earlier call."""
-        versions = getattr(self._local, "versions", None)
-        if versions is None:
-            return self.rt.state.promotions(namespaces)
-        version = (versions.epoch, versions.promotions)
-        seen_at, known = self._promotions
-        if seen_at != version:
-            known = {}
-            self._promotions = (version, known)
+        known = self._promotions.get(self._version("promotions"), dict)
         missing = [ns for ns in dict.fromkeys(namespaces) if ns not in known]
         if missing:
             known.update(self.rt.state.promotions(missing))
@@ -477,13 +470,7 @@ class Selector:
         """The versions of each promoted namespace that its promotions rolled back and none serves
         since (evolution/trial.py `withdrawn_versions`), its history read again only when the
         promotions version moved, as `promotions` reads them."""
-        versions = getattr(self._local, "versions", None)
-        version = (versions.epoch, versions.promotions) if versions is not None else None
-        seen_at, known = self._withdrawn
-        if version is None or seen_at != version:
-            known = {}
-            if version is not None:
-                self._withdrawn = (version, known)
+        known = self._withdrawn.get(self._version("promotions"), dict)
         for name, current in promotions.items():
             if current is not None and name not in known:
                 known[name] = frozenset(withdrawn_versions(self.rt.state.promotion_history(name), current))
@@ -492,23 +479,11 @@ class Selector:
     def newcomers(self) -> frozenset[str]:
         """The namespaces added to the running system (selection/serving.py `newcomer_to_try`),
         read again only when the promotions version moved, which marking one does."""
-        versions = getattr(self._local, "versions", None)
-        if versions is None:
-            return frozenset(self.rt.state.newcomers())
-        version = (versions.epoch, versions.promotions)
-        if self._newcomers is None or self._newcomers[0] != version:
-            self._newcomers = (version, frozenset(self.rt.state.newcomers()))
-        return self._newcomers[1]
+        return self._newcomers.get(self._version("promotions"), lambda: frozenset(self.rt.state.newcomers()))
 
     def weights(self) -> SelectionWeights:
         """The learner's current SPARC weights, read again only when their version moved."""
-        versions = getattr(self._local, "versions", None)
-        if versions is None:
-            return self.rt.state.weights()
-        version = (versions.epoch, versions.weights)
-        if self._weights is None or self._weights[0] != version:
-            self._weights = (version, self.rt.state.weights())
-        return self._weights[1]
+        return self._weights.get(self._version("weights"), self.rt.state.weights)
 
     def classifier(self) -> ToolClassifier | None:
         """The tool classifier the current weights name (None: off, or never fitted), read again only
@@ -516,9 +491,13 @@ class Selector:
         if not self.settings.tool_classifier:
             return None
         revision = self.weights().classifier
-        if revision != self._classifier[0]:
-            self._classifier = (revision, stored_classifier(self.rt) if revision else None)
-        return self._classifier[1]
+        return self._classifier.get(revision or "", lambda: stored_classifier(self.rt) if revision else None)
+
+    def _version(self, of: Literal["promotions", "weights"]) -> tuple[str, int] | None:
+        """The (epoch, version) of the promotions or the weights this call's plan read (`plan`), or
+        None outside a plan: what a value read from the state store is kept by (VersionedValue)."""
+        versions = getattr(self._local, "versions", None)
+        return None if versions is None else (versions.epoch, getattr(versions, of))
 
     def _with_outcomes(self, evidence: list[CandidateEvidence], successes: list[VectorHit],
                        vector: list[float] | None, features: dict[str, Any]) -> list[CandidateEvidence]:
