@@ -490,7 +490,7 @@ class OutcomeRecord(BaseModel):
     namespace: str | None = None  # the namespace the call asked for (a trial counts that traffic)
     components: dict[str, dict[str, float]] = Field(default_factory=dict)  # tool key -> SPARC components ranked with
     # The retry of a call after its evolution: it runs the new version on the input its verification
-    # replayed already, so its outcome is no trial traffic (workers/evolution_memory.py `account_trials`).
+    # replayed already, so its outcome is no trial traffic (workers/trials.py `account_trials`).
     after_evolution: bool = False
 
     def set_aside(self) -> set[str]:

@@ -169,7 +169,7 @@ def test_a_tool_that_recovers_from_an_outage_gets_back_the_job_it_did_most(rt) -
     """QA X: a tool that broke, and was fixed, stayed behind the tool that took its job over, on 20
     of 20 calls: its failures during the outage counted against it for good. The success that closes
     its breaker (its probe) forgives them, for that job."""
-    from workers.evolution_memory import build_job
+    from workers.evolution_jobs import build_job
     from workers.outage import forgive_outage
     from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
 

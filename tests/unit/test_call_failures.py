@@ -1,9 +1,9 @@
-"""Which tool a call whose candidates all failed evolves (workers/evolution_memory.py `call_failures`)."""
+"""Which tool a call whose candidates all failed evolves (workers/evolution_jobs.py `call_failures`)."""
 
 from __future__ import annotations
 
 from selection.models import CallPlan, CallRequest, FailureClass, ToolExecutionResult
-from workers.evolution_memory import call_failures
+from workers.evolution_jobs import call_failures
 
 
 def attempt(tool: str, error: FailureClass, index: int = 0) -> ToolExecutionResult:

@@ -20,7 +20,7 @@ from evolution.versioning import next_version, version_dir, version_stem
 from selection.manifest import TestCase, ToolManifest
 from selection.models import FailureClass, Promotion
 from selection.ports import VectorHit
-from workers.evolution_memory import failed_mutations
+from workers.evolution_jobs import failed_mutations
 from workers.runners import RunOutcome
 
 

@@ -8,7 +8,7 @@ call back to selection when a verified version is on trial.
         or end the call as failed, with the evolution's report
 
 `fittest evolve NAME` sends prepare_evolution with a namespace; quality-triggered evolutions
-are sent straight to evolve by the feedback worker (workers/evolution_memory.py).
+are sent straight to evolve by the feedback worker (workers/evolution_jobs.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from selection.manifest import tool_key
 from selection.models import CallEvolution, CallPlan, CallResult
 from selection.serving import refused_for_its_namespace
 from workers.app import app
-from workers.evolution_memory import EvolutionUnavailable, build_job
+from workers.evolution_jobs import EvolutionUnavailable, build_job
 from workers.evolver import Evolver
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
