@@ -226,7 +226,7 @@ class ToolExecutionResult(BaseModel):
     complexity: float = 0.0
     metadata: dict[str, Any] = Field(default_factory=dict)
     # A success by a version that matches the job weakly and has no record of doing it
-    # (selection/serving.py `serves_unconfirmed`): it counts, and ranks the version for such jobs,
+    # (selection/call_endings.py `serves_unconfirmed`): it counts, and ranks the version for such jobs,
     # but says nothing of whether it does them (`does_the_job`): its output may not be what was asked.
     unconfirmed: bool = False
     # A refusal of the input (bad_input) by a version that does the job (`Candidate.does_the_job`),

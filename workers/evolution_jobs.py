@@ -35,10 +35,10 @@ from evolution.models import (
     Trigger,
 )
 from evolution.trial import head_version, served_original
+from selection.call_endings import targeted
 from selection.manifest import ManifestError, load_manifest, split_key, tool_key
 from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord, Promotion
 from selection.ports import EVOLUTIONS, FAILURES, FORGIVEN, FailureApplied, Match, VectorFilter, VectorHit, VectorPoint
-from selection.serving import targeted
 from workers.feedback_store import judgements_known
 from workers.pending import upsert_or_keep
 from workers.tool_catalog import evolved_dir
@@ -74,7 +74,7 @@ def call_failures(plan: CallPlan, served: str | None) -> tuple[str, str | None, 
 
     The namespace is the one the call asked for, else the tool tried first; but when a version
     that matched was held back by its circuit breaker, and every tool tried refused the input or
-    the first one was not the call's (selection/serving.py `targeted`: it matched worse than one
+    the first one was not the call's (selection/call_endings.py `targeted`: it matched worse than one
     held back), that one: the tools tried were fallbacks, not the job's (QA: with vat_price's
     breaker open, convert_units refused a VAT job's input and was evolved for it, "no mutator
     could propose"). When none of its versions ran, the parent is left to the caller and the

@@ -331,7 +331,7 @@ def test_a_job_whose_tool_is_held_back_wears_down_no_fallback_that_refuses_its_i
     other tools, which refused {"n": 30}: word_stats fell from 1.00 to 0.21, and sort_numbers, the
     first to run, was evolved to take that input (and then served the job with a wrong answer)."""
     from workers.outcomes import apply_failure
-    from selection.serving import targeted
+    from selection.call_endings import targeted
 
     monkeypatch.setattr(rt.selector.settings, "min_similarity", -1.0)  # every tool a fallback, as a small catalog's are
     rt.selector.index.ensure_tool(ToolManifest(name="fibonacci", description="Computes the n-th Fibonacci number.",

@@ -19,9 +19,9 @@ from typing import Any
 from celery import Task
 
 from evolution.models import EvolutionJob, EvolutionRecord, EvolutionReport
+from selection.call_endings import refused_for_its_namespace
 from selection.manifest import tool_key
 from selection.models import CallEvolution, CallPlan, CallResult
-from selection.serving import refused_for_its_namespace
 from workers.app import app
 from workers.evolution_jobs import EvolutionUnavailable, build_job
 from workers.evolver import Evolver
