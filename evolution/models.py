@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from selection.manifest import ToolManifest
+from selection.manifest import ToolManifest, tool_key
 from selection.models import CallPlan, FailureClass, new_id
 
 Trigger = Literal["call", "quality", "manual"]
@@ -195,7 +195,7 @@ class EvolutionJob(BaseModel):
 
     @property
     def parent_key(self) -> str:
-        return f"{self.namespace}@{self.parent_version}"
+        return tool_key(self.namespace, self.parent_version)
 
 
 class CandidateVersion(BaseModel):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import semver
 
-from selection.manifest import ToolManifest
+from selection.manifest import ToolManifest, tool_key
 
 MANIFEST_FILE = "tool.yaml"
 
@@ -36,7 +36,7 @@ def version_dir(evolved_root: Path, name: str, version: str) -> Path:
     root = evolved_root.resolve()
     target = (root / version_stem(name, version)).resolve()
     if target.parent != root:
-        raise ValueError(f"{name}@{version} would be written outside {root}")
+        raise ValueError(f"{tool_key(name, version)} would be written outside {root}")
     return target
 
 

@@ -33,6 +33,7 @@ from selection.manifest import (
     PythonImplementation,
     ToolManifest,
     entrypoint_file,
+    tool_key,
 )
 
 PARENT_DIR = "parent"
@@ -109,7 +110,7 @@ def wrap(
         body = _PYTHON + _CACHE + _RUN
         new_impl = {"kind": "python", "entrypoint": f"{stem}:run"}
     header = _HEADER.substitute(
-        key=f"{manifest.name}@{version}",
+        key=tool_key(manifest.name, version),
         parent_key=manifest.key,
         # The text goes into the module's docstring: a backslash (`\N`, `\x` in an input's key)
         # would be read as an escape and a triple quote would end it.

@@ -4,7 +4,8 @@ The caller puts the state version in the key, so a change of quality, promotion 
 every older entry unreachable at once; the TTL bounds how stale anything else can be (vector
 memory that grew meanwhile). cachetools' TTLCache keeps the entries (expiry, least recently used
 evicted first past `maxsize`); this adds the lock the selector's threads need, and a TTL or size of
-0 turning the cache off, as the setting does.
+0 turning the cache off, as the setting does. `VersionedValue` is the one-value kind, kept by
+version alone.
 """
 
 from __future__ import annotations
@@ -51,3 +52,23 @@ class TTLCache(Generic[V]):
         with self._lock:
             self._items.expire()
             return len(self._items)
+
+
+class VersionedValue(Generic[V]):
+    """One value read from the state store, kept while the version it was read at holds (the
+    selector's weights, promotions and newcomers, by the state versions each change moves; its tool
+    classifier, by the revision the weights name). Reading only when the version moved keeps the
+    store out of most calls; `get` with no version (none read for this call) reads through and
+    keeps nothing, since nothing would tell when what it read went stale."""
+
+    def __init__(self) -> None:
+        self._held: tuple[Hashable, V] | None = None
+
+    def get(self, version: Hashable | None, read: Callable[[], V]) -> V:
+        if version is None:
+            return read()
+        held = self._held
+        if held is None or held[0] != version:
+            held = (version, read())
+            self._held = held
+        return held[1]

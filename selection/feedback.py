@@ -25,6 +25,7 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
+from selection.manifest import split_key, tool_key
 from selection.ports import VectorHit
 
 MAX_POINTS = 50.0
@@ -180,7 +181,7 @@ class FeedbackRecord(BaseModel):
 
     @property
     def key(self) -> str:
-        return f"{self.tool}@{self.version}"
+        return tool_key(self.tool, self.version)
 
     @classmethod
     def manual(cls, tool: str, version: str, scenario: str, sentiment: Literal["positive", "negative"],
@@ -199,8 +200,8 @@ class FeedbackRecord(BaseModel):
     @classmethod
     def from_payload(cls, point_id: str, payload: dict[str, Any]) -> FeedbackRecord:
         """Back from a stored point."""
-        return cls(id=point_id, tool=payload.get("name") or str(payload.get("tool", "?")).partition("@")[0],
-                   version=payload.get("version") or str(payload.get("tool", "?@?")).partition("@")[2] or "?",
+        return cls(id=point_id, tool=payload.get("name") or split_key(str(payload.get("tool", "?")))[0],
+                   version=payload.get("version") or split_key(str(payload.get("tool", "?@?")))[1] or "?",
                    scenario=payload.get("scenario") or "(no scenario)", value=payload_value(payload),
                    reason=payload.get("reason", ""), source=payload.get("source", "manual"),
                    call_id=payload.get("call_id"), timestamp=float(payload.get("timestamp", 0.0)),

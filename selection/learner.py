@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from selection.manifest import tool_key
 from selection.ports import SelectionWeights
 from selection.sparc import COMPONENTS, normalised
 
@@ -56,7 +57,7 @@ class ExecutionRecord(BaseModel):
 
     @property
     def key(self) -> str:
-        return f"{self.tool}@{self.version}"
+        return tool_key(self.tool, self.version)
 
 
 class _Moments(BaseModel):

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from selection.context import check_context
-from selection.manifest import NAME_PATTERN, ToolManifest, check_semver
+from selection.manifest import NAME_PATTERN, ToolManifest, check_semver, split_key, tool_key
 
 MAX_SCENARIO_CHARS = 4000
 CALL_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
@@ -88,7 +88,7 @@ class CallRequest(BaseModel):
     @classmethod
     def _exclude_versions(cls, v: list[str]) -> list[str]:
         """Tool versions, as NAME@VERSION: a bare name matched nothing and excluded nothing (QA)."""
-        bare = [key for key in v if "@" not in key or not key.partition("@")[2]]
+        bare = [key for key in v if not split_key(key)[1]]
         if bare:
             raise ValueError(f"exclude takes tool versions as NAME@VERSION; {', '.join(map(repr, bare[:5]))} "
                              "names no version")
@@ -226,7 +226,7 @@ class ToolExecutionResult(BaseModel):
     complexity: float = 0.0
     metadata: dict[str, Any] = Field(default_factory=dict)
     # A success by a version that matches the job weakly and has no record of doing it
-    # (selection/serving.py `serves_unconfirmed`): it counts, and ranks the version for such jobs,
+    # (selection/call_endings.py `serves_unconfirmed`): it counts, and ranks the version for such jobs,
     # but says nothing of whether it does them (`does_the_job`): its output may not be what was asked.
     unconfirmed: bool = False
     # A refusal of the input (bad_input) by a version that does the job (`Candidate.does_the_job`),
@@ -243,7 +243,7 @@ class ToolExecutionResult(BaseModel):
 
     @property
     def key(self) -> str:
-        return f"{self.tool}@{self.version}"
+        return tool_key(self.tool, self.version)
 
 
 class CallPlan(BaseModel):
@@ -452,7 +452,7 @@ class FailureMark(BaseModel):
 
     @property
     def key(self) -> str:
-        return f"{self.tool}@{self.version}"
+        return tool_key(self.tool, self.version)
 
     def effective_severity(self) -> Severity:
         return self.severity or SEVERITY_BY_CLASS[self.error_class]
@@ -490,7 +490,7 @@ class OutcomeRecord(BaseModel):
     namespace: str | None = None  # the namespace the call asked for (a trial counts that traffic)
     components: dict[str, dict[str, float]] = Field(default_factory=dict)  # tool key -> SPARC components ranked with
     # The retry of a call after its evolution: it runs the new version on the input its verification
-    # replayed already, so its outcome is no trial traffic (workers/evolution_memory.py `account_trials`).
+    # replayed already, so its outcome is no trial traffic (workers/trials.py `account_trials`).
     after_evolution: bool = False
 
     def set_aside(self) -> set[str]:

@@ -21,7 +21,8 @@ from selection.ports import (BreakerOutcome, BreakerState, FailureApplied, Retra
                              ToolStats)
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality, quality_to_bp
 from selection.timeouts import p95
-from workers.state.redis import IDEMPOTENCY_TTL_S, PROMOTION_HISTORY_LIMIT, WEIGHTS_HISTORY_LIMIT
+from workers.state.base import IDEMPOTENCY_TTL_S
+from workers.state.redis import PROMOTION_HISTORY_LIMIT, WEIGHTS_HISTORY_LIMIT
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 from redis.exceptions import RedisError
 
 from selection.lexical import LexicalIndex
-from selection.manifest import ToolManifest
+from selection.manifest import ToolManifest, tool_key
 from selection.models import CallRequest
 from selection.registry import ToolRegistry
 
@@ -30,7 +30,7 @@ def registry_similarities(request: CallRequest, registry: ToolRegistry, index: L
     """How well the scenario's words match each tool version's name, description, examples and tags
     (the selector's word index: BM25 over the best-matching version's, 0..1), for the versions the
     request allows; versions sharing no word are left out."""
-    exact = f"{request.namespace}@{request.version}" if request.namespace and request.version else None
+    exact = tool_key(request.namespace, request.version) if request.namespace and request.version else None
     tags = set(request.tags)
 
     def allowed(m: ToolManifest) -> bool:

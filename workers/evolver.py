@@ -35,7 +35,7 @@ from evolution.mutation import MutationContext, Mutator, MutatorConfig, ParentTo
 from evolution.trial import head_version
 from evolution.verification import Sandbox, VerifyConfig, reproduce_successes, run_test_cases, verify
 from evolution.versioning import MANIFEST_FILE, next_version, version_dir
-from selection.manifest import ToolManifest, load_manifest
+from selection.manifest import ToolManifest, load_manifest, tool_key
 from selection.ports import StateStore
 from workers.promotions import promote_on_trial
 from workers.renewed_lock import renewed
@@ -151,12 +151,12 @@ class Evolver:
                 # A version the call held back (its circuit breaker was open) is held back again by the
                 # retry: retrying "with it" would run only the other tools once more (QA O: three of
                 # twelve calls failed so, after ten attempts, while a fourth call's evolution fixed it).
-                held = job.plan is not None and f"{job.namespace}@{head}" in job.plan.held_back
+                held = job.plan is not None and head is not None and tool_key(job.namespace, head) in job.plan.held_back
                 if (job.trigger == "call" and head is not None and not held
                         and (head != job.served_version or head not in tried)):
                     # Promoted meanwhile, or promoted before but not tried in this call: try it first.
                     return self._report(job, "reused", started, version=head,
-                                        message=f"{job.namespace}@{head} is promoted and was not tried; the call retries with it")
+                                        message=f"{tool_key(job.namespace, head)} is promoted and was not tried; the call retries with it")
                 if job.trigger == "call" and held and head != job.parent_version:
                     job = job.model_copy(update={"parent_version": head})  # it is the version to mend, not the one tried
                 return self._evolve(job, started)
@@ -220,7 +220,7 @@ class Evolver:
                         if promoted is None:
                             now = self.state.promotion(job.namespace)
                             notes.append(f"{installed.key} is not on trial: what {job.namespace} serves changed during the "
-                                         f"evolution ({job.namespace}@{now.evolved_version if now else original.version}, "
+                                         f"evolution ({tool_key(job.namespace, now.evolved_version if now else original.version)}, "
                                          f"{now.status if now else 'original'}) and stays served; "
                                          f"`fittest promote {job.namespace} {installed.version}` serves it")
                         return self._finish(job, started, reports, notes, installed, promoted=promoted is not None)

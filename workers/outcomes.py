@@ -15,7 +15,7 @@ from selection.learner import ExecutionRecord
 from selection.models import FailureMark, OutcomeRecord
 from selection.ports import EXECUTIONS, FAILURES, FailureApplied, VectorPoint
 from workers.feedback_store import as_judged, judgements_known, write_feedback
-from workers.evolution_memory import apply_evolution_outcomes
+from workers.evolution_jobs import apply_evolution_outcomes
 from workers.outage import forgive_outage
 from workers.pending import upsert_or_keep
 

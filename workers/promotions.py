@@ -22,7 +22,7 @@ from evolution.trial import (
     promoted_by_hand,
     served_before,
 )
-from selection.manifest import ToolManifest
+from selection.manifest import ToolManifest, tool_key
 from selection.models import Promotion
 from selection.ports import Newcomers, Promotions, StateStore
 from selection.registry import ToolRegistry
@@ -119,15 +119,15 @@ def retire_removed_manifest_versions(state: Promotions, ledger: EvolutionState, 
     retired = []
     for namespace, current in state.promotions(names).items():
         if (current is None or current.mutation != MANIFEST_MUTATION or current.status == "rolled_back"
-                or f"{namespace}@{current.evolved_version}" in registry):
+                or tool_key(namespace, current.evolved_version) in registry):
             continue
-        reason = f"{namespace}@{current.evolved_version} is no longer served: its manifest left the tools directory"
+        reason = f"{tool_key(namespace, current.evolved_version)} is no longer served: its manifest left the tools directory"
         new = current.model_copy(update={"status": "rolled_back", "reason": reason, "promoted_at": time.time()})
         if not state.promote_if(new, current.evolved_version, [current.status]):
             continue  # changed meanwhile
         ledger.log(ChangelogEntry(namespace=namespace, event="rolled_back", version=current.evolved_version,
                                   parent=current.parent_version, reason=reason))
-        log.info("%s", reason, extra={"event": "manifest_version_retired", "tool": f"{namespace}@{current.evolved_version}"})
+        log.info("%s", reason, extra={"event": "manifest_version_retired", "tool": tool_key(namespace, current.evolved_version)})
         retired.append(new)
     return retired
 
@@ -215,7 +215,7 @@ def conclude_trial(state: Promotions, ledger: EvolutionState, current: Promotion
             version=current.evolved_version, parent=current.parent_version, reason=reason,
         )
     )
-    key = f"{current.namespace}@{current.evolved_version}"
+    key = tool_key(current.namespace, current.evolved_version)
     log.info("trial of %s ended: %s (%s)", key, "activated" if status == "active" else "rolled back", reason,
              extra={"event": "trial_concluded", "tool": key, "verdict": verdict, "reason": reason})
     if status == "rolled_back":
@@ -238,7 +238,7 @@ def rollback(state: Promotions, ledger: EvolutionState, namespace: str, reason: 
         raise PromotionError(f"{namespace} has no promoted version to roll back (the original is served)")
     if current.status == "rolled_back":
         served = head_version(current) or current.original_version  # None: the original
-        raise PromotionError(f"{namespace}@{current.evolved_version} is rolled back already; {namespace}@{served} is served "
+        raise PromotionError(f"{tool_key(namespace, current.evolved_version)} is rolled back already; {tool_key(namespace, served)} is served "
                              f"(to serve another version: fittest promote {namespace} VERSION)")
     new = current.model_copy(update={"status": "rolled_back", "reason": reason, "promoted_at": time.time(), "by": "operator"})
     if not state.promote_if(new, current.evolved_version, [current.status]):
@@ -248,7 +248,7 @@ def rollback(state: Promotions, ledger: EvolutionState, namespace: str, reason: 
                        parent=current.parent_version, reason=reason, by="operator")
     )
     placed = "promoted by hand in its place" if promoted_by_hand(current) else "evolved from it"
-    _restore(state, ledger, new, f"{namespace}@{current.evolved_version}, {placed}, was rolled back", by="operator")
+    _restore(state, ledger, new, f"{tool_key(namespace, current.evolved_version)}, {placed}, was rolled back", by="operator")
     return new
 
 
@@ -297,7 +297,7 @@ def promote_by_hand(state: Promotions, ledger: EvolutionState, registry: ToolReg
     version it replaces, so that `fittest rollback` undoes it: an operator who tries a version by
     hand and takes it back expects what was served before, not the original (QA: an evolved
     version served before a by-hand promote of a manifest version was dropped by the rollback)."""
-    manifest = registry.get(f"{namespace}@{version}")
+    manifest = registry.get(tool_key(namespace, version))
     original = registry.original(namespace)
     if original is None:
         raise PromotionError(f"no tool named {namespace!r}")
@@ -317,7 +317,7 @@ def promote_by_hand(state: Promotions, ledger: EvolutionState, registry: ToolReg
         evolved_version=version,
         original_version=original.version,
         parent_version=replaced,
-        reason=f"promoted by hand in place of {namespace}@{replaced or original.version}",
+        reason=f"promoted by hand in place of {tool_key(namespace, replaced or original.version)}",
         status="active",
         by="operator",
         resumes=replaced_promotion(current, version),

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from evolution.descriptions import MANIFEST_VARIANT
 from evolution.trial import in_share, served_chance, served_original, served_version, withdrawn_versions
-from selection.cache import TTLCache
+from selection.cache import TTLCache, VersionedValue
 from selection.classifier import ToolClassifier
 from selection.context import ContextFeatures, analyse, context_typos
 from selection.evidence import CandidateEvidence
 from selection.feedback import MIN_SIMILARITY, judged_outputs, points_by_tool, similarity_weight
 from selection.lexical import LexicalIndex, version_text
-from selection.manifest import ToolManifest, tool_key
+from selection.manifest import ToolManifest, split_key, tool_key
 from selection.models import CallPlan, CallRequest, Promotion, Source
 from selection.policies import get_policy
 from selection.ports import (
@@ -143,12 +143,12 @@ class Selector:
         # while nothing that ranks it changed; the TTL bounds how old the memory it saw can be.
         self.cache: TTLCache[tuple[float, bytes]] = TTLCache(self.settings.selection_cache_ttl_s, maxsize=4096)
         self._local = threading.local()
-        # The weights and promotions read last, with the (epoch, version) they were read at.
-        self._weights: tuple[tuple[str, int], SelectionWeights] | None = None
-        self._classifier: tuple[str, ToolClassifier | None] = ("", None)  # by the revision the weights name
-        self._promotions: tuple[tuple[str, int], dict[str, Promotion | None]] = (("", -1), {})
-        self._newcomers: tuple[tuple[str, int], frozenset[str]] | None = None
-        self._withdrawn: tuple[tuple[str, int], dict[str, frozenset[str]]] = (("", -1), {})
+        # The weights and promotions read last, by the (epoch, version) they were read at (`_version`).
+        self._weights: VersionedValue[SelectionWeights] = VersionedValue()
+        self._classifier: VersionedValue[ToolClassifier | None] = VersionedValue()  # by the revision the weights name
+        self._promotions: VersionedValue[dict[str, Promotion | None]] = VersionedValue()
+        self._newcomers: VersionedValue[frozenset[str]] = VersionedValue()
+        self._withdrawn: VersionedValue[dict[str, frozenset[str]]] = VersionedValue()
         self._lexical: tuple[tuple[int, int, int], LexicalIndex] | None = None  # by (registry, its size, variants' revision)
 
     def _index_changed(self) -> None:
@@ -261,7 +261,7 @@ class Selector:
         successes = self._successes(request, vector, similarity) if vector is not None else []
         sources: dict[str, Source] = {}
         promotions = self.promotions(
-            ([request.namespace] if request.namespace else []) + [k.partition("@")[0] for k in similarity]
+            ([request.namespace] if request.namespace else []) + [split_key(k)[0] for k in similarity]
         ) if request.use_evolved and not request.version else {}
 
         if request.namespace:
@@ -283,10 +283,10 @@ class Selector:
         if not request.version:
             best_by_ns: dict[str, float] = defaultdict(float)
             for key, sim in similarity.items():
-                name = key.partition("@")[0]
+                name = split_key(key)[0]
                 best_by_ns[name] = max(best_by_ns[name], sim)
             for key in list(similarity):
-                name = key.partition("@")[0]
+                name = split_key(key)[0]
                 served = self._promoted(name, request, promotions) if request.use_evolved else None
                 if served is not None and served.key != key and served.key not in request.exclude:
                     similarity[served.key] = max(similarity.get(served.key, 0.0), best_by_ns[name])
@@ -367,7 +367,7 @@ class Selector:
         self.variants.snapshot()  # embeds description variants added since the last look, before searching
         must = [Match(key="tags", any_of=[t]) for t in request.tags]
         if request.namespace and request.version:
-            must.append(Match(key="tool", any_of=[f"{request.namespace}@{request.version}"]))
+            must.append(Match(key="tool", any_of=[tool_key(request.namespace, request.version)]))
         must_not = [RETIRED]
         if request.exclude:
             must_not.append(Match(key="tool", any_of=list(request.exclude)))
@@ -466,14 +466,7 @@ class Selector:
         version: every change of a promotion moves it (promote.lua, promote_if.lua), while the
         quality changes of every outcome do not, so most calls find their candidates' promotions
         read by an earlier call."""
-        versions = getattr(self._local, "versions", None)
-        if versions is None:
-            return self.rt.state.promotions(namespaces)
-        version = (versions.epoch, versions.promotions)
-        seen_at, known = self._promotions
-        if seen_at != version:
-            known = {}
-            self._promotions = (version, known)
+        known = self._promotions.get(self._version("promotions"), dict)
         missing = [ns for ns in dict.fromkeys(namespaces) if ns not in known]
         if missing:
             known.update(self.rt.state.promotions(missing))
@@ -483,13 +476,7 @@ class Selector:
         """The versions of each promoted namespace that its promotions rolled back and none serves
         since (evolution/trial.py `withdrawn_versions`), its history read again only when the
         promotions version moved, as `promotions` reads them."""
-        versions = getattr(self._local, "versions", None)
-        version = (versions.epoch, versions.promotions) if versions is not None else None
-        seen_at, known = self._withdrawn
-        if version is None or seen_at != version:
-            known = {}
-            if version is not None:
-                self._withdrawn = (version, known)
+        known = self._withdrawn.get(self._version("promotions"), dict)
         for name, current in promotions.items():
             if current is not None and name not in known:
                 known[name] = frozenset(withdrawn_versions(self.rt.state.promotion_history(name), current))
@@ -498,23 +485,11 @@ class Selector:
     def newcomers(self) -> frozenset[str]:
         """The namespaces added to the running system (selection/serving.py `newcomer_to_try`),
         read again only when the promotions version moved, which marking one does."""
-        versions = getattr(self._local, "versions", None)
-        if versions is None:
-            return frozenset(self.rt.state.newcomers())
-        version = (versions.epoch, versions.promotions)
-        if self._newcomers is None or self._newcomers[0] != version:
-            self._newcomers = (version, frozenset(self.rt.state.newcomers()))
-        return self._newcomers[1]
+        return self._newcomers.get(self._version("promotions"), lambda: frozenset(self.rt.state.newcomers()))
 
     def weights(self) -> SelectionWeights:
         """The learner's current SPARC weights, read again only when their version moved."""
-        versions = getattr(self._local, "versions", None)
-        if versions is None:
-            return self.rt.state.weights()
-        version = (versions.epoch, versions.weights)
-        if self._weights is None or self._weights[0] != version:
-            self._weights = (version, self.rt.state.weights())
-        return self._weights[1]
+        return self._weights.get(self._version("weights"), self.rt.state.weights)
 
     def classifier(self) -> ToolClassifier | None:
         """The tool classifier the current weights name (None: off, or never fitted), read again only
@@ -522,9 +497,13 @@ class Selector:
         if not self.settings.tool_classifier:
             return None
         revision = self.weights().classifier
-        if revision != self._classifier[0]:
-            self._classifier = (revision, stored_classifier(self.rt) if revision else None)
-        return self._classifier[1]
+        return self._classifier.get(revision or "", lambda: stored_classifier(self.rt) if revision else None)
+
+    def _version(self, of: Literal["promotions", "weights"]) -> tuple[str, int] | None:
+        """The (epoch, version) of the promotions or the weights this call's plan read (`plan`), or
+        None outside a plan: what a value read from the state store is kept by (VersionedValue)."""
+        versions = getattr(self._local, "versions", None)
+        return None if versions is None else (versions.epoch, getattr(versions, of))
 
     def _with_outcomes(self, evidence: list[CandidateEvidence], successes: list[VectorHit],
                        vector: list[float] | None, features: dict[str, Any]) -> list[CandidateEvidence]:

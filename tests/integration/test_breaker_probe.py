@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from selection.manifest import tool_key
 from tests.integration.conftest import Pipeline, start_pipeline
 
 SCENARIO = "convert 200 US dollars to Japanese yen at today's exchange rate"
@@ -60,7 +61,7 @@ def ranking(p: Pipeline) -> list[str]:
 
 
 def first_tool(result: dict[str, Any]) -> str:
-    return f"{result['attempts'][0]['tool']}@{result['attempts'][0]['version']}"
+    return tool_key(result['attempts'][0]['tool'], result['attempts'][0]['version'])
 
 
 def test_a_fixed_tool_behind_the_one_that_took_over_its_job_is_probed_first_and_served_again(probe_pipeline: Pipeline) -> None:

@@ -16,8 +16,9 @@ from evolution.mutation import Mutator, load_mutators
 from evolution.mutators.code import CodeMutator
 from evolution.verification import StageRun
 from evolution.trial import JudgedTrial, TrialCounts, head_version, served_version, withdrawn_version
+from selection.manifest import split_key
 from selection.models import CallPlan, CallRequest, FailureClass, FailureMark, OutcomeRecord, Promotion, Severity, ToolExecutionResult
-from workers.evolution_memory import apply_evolution_record, build_job, judge_trial, maybe_evolve_for_quality
+from workers.evolution_jobs import apply_evolution_record, build_job, maybe_evolve_for_quality
 from workers.feedback_store import JudgedCall, judged_as, record_tool_feedback
 from workers.evolver import Evolver, mutator_config
 from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
@@ -25,6 +26,7 @@ from workers.promotions import PromotionError, promote_by_hand, rollback, trial_
 from workers.runners import RunOutcome
 from workers.runtime import Runtime
 from workers.settings import Settings
+from workers.trials import judge_trial
 
 SLOW = "import time\ndef run(value):\n    time.sleep(value['n'] / 10)\n    return {'n': value['n']}\n"
 BUGGY = "def run(value):\n    return {'mean': sum(value['xs']) / len(value['xs'])}\n"
@@ -55,7 +57,7 @@ def rt(settings_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def attempt(key: str, ok: bool, aid: str) -> ToolExecutionResult:
-    name, _, version = key.partition("@")
+    name, version = split_key(key)
     return ToolExecutionResult(attempt_id=aid, call_id=aid, tool=name, version=version, success=ok,
                                result={"n": 1} if ok else None, error_class=None if ok else FailureClass.crash)
 
@@ -590,7 +592,7 @@ def test_a_job_delivered_again_that_finds_its_fix_made_removes_its_killed_run_st
 def test_a_success_a_person_judged_wrong_is_no_example_for_an_evolution(rt: Runtime) -> None:
     """QA U: a word_stats call judged wrong (`feedback add ... --call`) became one of the examples
     of the version evolved next, and a replayed success whose answer a candidate must keep."""
-    from workers.evolution_memory import apply_evolution_outcomes
+    from workers.evolution_jobs import apply_evolution_outcomes
     from workers.feedback_store import JudgedCall, record_tool_feedback
 
     apply_evolution_outcomes(rt, [outcome(attempt("slowish@1.0.0", True, "right")),
@@ -668,7 +670,7 @@ def test_rolling_back_a_promote_of_the_original_lets_a_new_manifest_version_go_o
 
 def mean_history(rt: Runtime) -> None:
     """mean@1.0.0 served three calls and crashed on an empty list, all remembered."""
-    from workers.evolution_memory import apply_evolution_outcomes
+    from workers.evolution_jobs import apply_evolution_outcomes
 
     for i, xs in enumerate([[1, 2, 3], [2, 4], [5]]):
         done = ToolExecutionResult(attempt_id=f"m{i}", call_id=f"m{i}", tool="mean", version="1.0.0", success=True,

@@ -169,7 +169,7 @@ def test_a_tool_that_recovers_from_an_outage_gets_back_the_job_it_did_most(rt) -
     """QA X: a tool that broke, and was fixed, stayed behind the tool that took its job over, on 20
     of 20 calls: its failures during the outage counted against it for good. The success that closes
     its breaker (its probe) forgives them, for that job."""
-    from workers.evolution_memory import build_job
+    from workers.evolution_jobs import build_job
     from workers.outage import forgive_outage
     from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
 
@@ -331,7 +331,7 @@ def test_a_job_whose_tool_is_held_back_wears_down_no_fallback_that_refuses_its_i
     other tools, which refused {"n": 30}: word_stats fell from 1.00 to 0.21, and sort_numbers, the
     first to run, was evolved to take that input (and then served the job with a wrong answer)."""
     from workers.outcomes import apply_failure
-    from selection.serving import targeted
+    from selection.call_endings import targeted
 
     monkeypatch.setattr(rt.selector.settings, "min_similarity", -1.0)  # every tool a fallback, as a small catalog's are
     rt.selector.index.ensure_tool(ToolManifest(name="fibonacci", description="Computes the n-th Fibonacci number.",

@@ -87,7 +87,7 @@ def test_a_scenario_calls_first_attempt_that_ran_is_the_targeted_one() -> None:
     """A failure of the tool a call was meant for feeds evolution; with the first candidate held back,
     that is the second candidate, the first that ran (it was the first candidate only, before)."""
     from selection.models import FailureClass, ScoreBreakdown, ToolExecutionResult
-    from selection.serving import targeted
+    from selection.call_endings import targeted
 
     plan = plan_of("a", "b", "c")
     for c in plan.candidates:
@@ -107,7 +107,7 @@ def test_a_fallback_that_ran_first_in_place_of_a_better_match_held_back_is_not_t
     """QA new user: the Fibonacci tool's breaker opened, and the sorting tool, 0.3 similar, ran
     first; its refusals of {"n": 10} demoted it and evolved it to take that input."""
     from selection.models import FailureClass, ScoreBreakdown, ToolExecutionResult
-    from selection.serving import targeted
+    from selection.call_endings import targeted
 
     def first_ran(plan: CallPlan, name: str) -> ToolExecutionResult:
         plan.attempts = [ToolExecutionResult(attempt_id=f"{plan.request.call_id}:0", call_id=plan.request.call_id, tool=name,
@@ -136,7 +136,7 @@ def test_a_first_choice_that_matches_the_job_weakly_and_never_did_it_is_not_targ
     of {"sentence": ...} evolved it to take that key, and it then answered translations with word
     counts. A version that does such jobs by its record is the call's, whatever its words."""
     from selection.models import FailureClass, ScoreBreakdown, ToolExecutionResult
-    from selection.serving import targeted
+    from selection.call_endings import targeted
 
     plan = plan_of("word_stats")
     plan.attempts = [ToolExecutionResult(attempt_id=f"{plan.request.call_id}:0", call_id=plan.request.call_id,
@@ -167,7 +167,7 @@ def test_versions_whose_code_is_gone_are_named_apart_from_those_passed_over_afte
     """Review: both went to `passed_over`, so a call that met both named the missing code's versions
     as "not tried with it, having done no such job" (they may well do such jobs)."""
     from selection.models import FailureClass, ScoreBreakdown, ToolExecutionResult
-    from selection.serving import input_refused_message
+    from selection.call_endings import input_refused_message
 
     plan = plan_of("hash_text", "lower_text", "sha_sum", "checksum", max_attempts=2)
     for c, similarity in zip(plan.candidates, (0.7, 0.37, 0.62, 0.8)):
@@ -214,7 +214,7 @@ def test_a_version_that_refuses_everything_of_late_has_its_refusal_counted_but_i
     from types import SimpleNamespace
 
     from selection.models import FailureClass, ScoreBreakdown
-    from selection.serving import input_refused_message, took_a_refused_input_note
+    from selection.call_endings import input_refused_message, took_a_refused_input_note
     from workers.runners import RunOutcome
     from workers.settings import Settings
     from workers.tasks import execution
@@ -249,21 +249,21 @@ def test_a_version_whose_tool_folder_is_gone_is_passed_over_and_the_call_says_wh
     0.94 -> 0.64. Now it is passed over like the versions of a missing tools directory."""
     from types import SimpleNamespace
 
+    from selection.call_endings import no_candidates_result
     from workers.settings import Settings
-    from workers.tasks import common, execution
+    from workers.tasks import execution
 
     tools = tmp_path / "tools"
     tools.mkdir()
     rt = SimpleNamespace(settings=Settings(tools_dir=tools), registry=SimpleNamespace(source=lambda key: None))
     monkeypatch.setattr(execution, "runtime", lambda: rt)
-    monkeypatch.setattr(common, "runtime", lambda: rt)
     plan = plan_of("pad_text")
     plan.candidates[0].manifest = ToolManifest(name="pad_text", version="1.2.0", description="pad",
                                                implementation={"kind": "python", "entrypoint": "pad_text_v1_2_0:run"},
                                                tool_dir=str(tmp_path / "data" / "evolved" / "pad_text_v1_2_0"))
     assert next_to_run(plan, 0, InMemoryStateStore(), 60, execution.code_gone(plan)) is None
     assert plan.code_missing == ["pad_text@1.0.0"] and plan.passed_over == []
-    said = common.no_candidates_result(plan).message
+    said = no_candidates_result(plan, rt.registry, rt.settings.tools_dir).message
     assert said == f"not run, as their tool folder is gone: pad_text@1.0.0 ({tmp_path}/data/evolved/pad_text_v1_2_0)", said
     (tmp_path / "data" / "evolved" / "pad_text_v1_2_0").mkdir(parents=True)
     assert execution.code_gone(plan) == set()  # back: it runs

@@ -1,9 +1,9 @@
-"""Which tool a call whose candidates all failed evolves (workers/evolution_memory.py `call_failures`)."""
+"""Which tool a call whose candidates all failed evolves (workers/evolution_jobs.py `call_failures`)."""
 
 from __future__ import annotations
 
 from selection.models import CallPlan, CallRequest, FailureClass, ToolExecutionResult
-from workers.evolution_memory import call_failures
+from workers.evolution_jobs import call_failures
 
 
 def attempt(tool: str, error: FailureClass, index: int = 0) -> ToolExecutionResult:
@@ -34,7 +34,7 @@ def test_fallbacks_that_refused_the_input_leave_the_evolution_to_the_tool_held_b
 
 def test_a_fallback_that_ran_in_place_of_a_better_match_held_back_leaves_the_evolution_to_that_one() -> None:
     """Whatever the fallbacks' failures: a tool that matched the job worse than the one held back
-    was not the call's (selection/serving.py `targeted`; QA new user: the sorting tool was evolved
+    was not the call's (selection/call_endings.py `targeted`; QA new user: the sorting tool was evolved
     for a Fibonacci job)."""
     from selection.manifest import ToolManifest
     from selection.models import Candidate, ScoreBreakdown
@@ -58,7 +58,7 @@ def test_a_call_whose_job_no_tool_tried_is_meant_for_evolves_nothing_and_says_wh
     word counts."""
     from selection.manifest import ToolManifest
     from selection.models import Candidate, ScoreBreakdown
-    from selection.serving import no_tool_meant_for_it
+    from selection.call_endings import no_tool_meant_for_it
 
     def ranked(name: str, similarity: float) -> Candidate:
         manifest = ToolManifest(name=name, description=name, implementation={"kind": "http", "url": "http://x"})

@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from selection.manifest import split_key
 from selection.models import CallRequest
 from selection.registry import ToolRegistry
 from tests.conftest import EXAMPLE_TOOLS
@@ -37,7 +38,7 @@ def test_words_are_stemmed_content_words() -> None:
 
 def test_registry_matching_ranks_the_tool_whose_words_match(registry: ToolRegistry, index: LexicalIndex) -> None:
     sims = registry_similarities(CallRequest(scenario="sort a list of numbers quickly"), registry, index)
-    assert sims and max(sims, key=sims.__getitem__).partition("@")[0] in {"fast_sort", "sort_numbers"}
+    assert sims and split_key(max(sims, key=sims.__getitem__))[0] in {"fast_sort", "sort_numbers"}
     assert all(0 < s <= 1 for s in sims.values())
 
 
@@ -46,7 +47,7 @@ def test_registry_matching_honours_tags_exclusions_and_versions(registry: ToolRe
     key = max(everything, key=everything.__getitem__)
     assert key not in registry_similarities(CallRequest(scenario="sort numbers", exclude=[key]), registry, index)
     assert registry_similarities(CallRequest(scenario="sort numbers", tags=["no-such-tag"]), registry, index) == {}
-    name, _, version = key.partition("@")
+    name, version = split_key(key)
     pinned = registry_similarities(CallRequest(scenario="sort numbers", namespace=name, version=version), registry, index)
     assert list(pinned) == [key]
     assert registry_similarities(CallRequest(scenario="the a of"), registry, index) == {}

@@ -21,7 +21,7 @@ from selection.manifest import TestCase, ToolManifest
 from selection.models import FailureClass, Promotion
 from selection.registry import ToolRegistry
 from selection.ports import VectorHit
-from workers.evolution_memory import failed_mutations
+from workers.evolution_jobs import failed_mutations
 from workers.runners import RunOutcome
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from selection.manifest import split_key
 from selection.ports import EXECUTIONS, FEEDBACK, VectorMemory, VectorPoint
 from tests.fakes_memory import InMemoryVectorMemory
 from workers.feedback_store import apply_stored_judgements
@@ -24,7 +25,7 @@ def memory(request: pytest.FixtureRequest, tmp_path: Path) -> VectorMemory:
 
 def entry(id: str, source: str, call_id: str, tool: str = "a@1.0.0", vector: list[float] | None = None) -> VectorPoint:
     return VectorPoint(id=id, vector=vector or [1.0, 0.0, 0.0, 0.0], payload={
-        "tool": tool, "name": tool.split("@")[0], "value": -1.0 if source == "manual" else 1.0,
+        "tool": tool, "name": split_key(tool)[0], "value": -1.0 if source == "manual" else 1.0,
         "timestamp": 1.7e9, "source": source, "call_id": call_id})
 
 

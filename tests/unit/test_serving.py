@@ -1,4 +1,5 @@
-"""What promotions and newcomers' trials decide about a ranking (selection/serving.py), without any service."""
+"""What promotions and newcomers' trials decide about a ranking (selection/serving.py), and what a
+call's attempts say once run (selection/call_endings.py), without any service."""
 
 from __future__ import annotations
 
@@ -8,25 +9,27 @@ from selection.evidence import CandidateEvidence
 from selection.feedback import JudgedOutput
 from selection.manifest import ToolManifest
 from selection.models import Candidate, CallPlan, CallRequest, FailureClass, OutcomeRecord, ScoreBreakdown, ToolExecutionResult
+from selection.call_endings import (
+    input_refused_message,
+    refused_for_its_namespace,
+    refused_input,
+    served_by_whom_note,
+    serves_unconfirmed,
+    took_a_refused_input_note,
+)
 from selection.serving import (
     ServedVersions,
     breaker_probe,
     does_the_job,
-    input_refused_message,
     evolved_first,
     explored_first,
     newcomer_to_try,
     passed_over,
     probed_first,
-    refused_for_its_namespace,
-    refused_input,
     refuses_everything,
     second_opinion,
-    served_by_whom_note,
-    serves_unconfirmed,
     served_first,
     does_such_jobs,
-    took_a_refused_input_note,
     tried_first,
 )
 

@@ -190,16 +190,18 @@ def warn_if_namespace_unranked(namespace: str | None, outcome: dict[str, Any]) -
     """A namespace none of whose versions the workers ranked is a typo more often than not (the
     call was ranked by its scenario alone): say so. Read from the answer, not from the tools
     directory, which at 10,000 tools takes seconds to load."""
+    from selection.manifest import split_key
+
     for note in outcome.get("notes") or []:  # what the workers say of the call (a namespace no tool has)
         err_console.print(f"[yellow]warning:[/yellow] {literal(note)}")
     ranking = outcome.get("ranking") or []
-    if not namespace or outcome.get("status") == "invalid" or any(r["key"].partition("@")[0] == namespace for r in ranking):
+    if not namespace or outcome.get("status") == "invalid" or any(split_key(r["key"])[0] == namespace for r in ranking):
         return
     if outcome.get("notes"):
         return
     if names_what_no_tool_has(outcome):  # the namespace exists: no typo; or the message says what does not
         return
-    held = [key for key in outcome.get("held_back") or [] if key.partition("@")[0] == namespace]
+    held = [key for key in outcome.get("held_back") or [] if split_key(key)[0] == namespace]
     if held:
         if outcome.get("status") != "no_candidates":  # whose message names them already
             err_console.print(f"[yellow]warning:[/yellow] {literal(', '.join(held))} held back by its circuit breaker: "

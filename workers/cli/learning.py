@@ -253,6 +253,7 @@ def feedback_show(
     failure in an outage the tool recovered from (its breaker's probe succeeded), or of a refusal of
     the input of a job it did before (the caller's mistake); the title says how many were."""
     from selection.feedback import POSITIVE_QUALITY
+    from selection.manifest import tool_key
     from workers.cli.evolution import versions_of
     from workers.feedback_store import REPORT_SCAN
     from workers.settings import get_settings
@@ -281,7 +282,7 @@ def feedback_show(
         # QA AF: of the tool that took a refused input, what is left out are successes
         shown += (f"; {entries(n)} left out, of an outage the tool recovered from or of a call whose input "
                   "a tool that does the job refused (the caller's mistake)")
-    keys = [f"{name}@{v}" for v in ([version] if version else known)]
+    keys = [tool_key(name, v) for v in ([version] if version else known)]
     quality = {key: stats.quality for key, stats in open_state_store(get_settings()).stats(keys).items()}
     if json_out:  # with each version's quality: under POSITIVE_QUALITY its successes give no entry (QA final)
         print_json({**report, "quality": quality})

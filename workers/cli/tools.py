@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional, Protocol
 import typer
 from rich.table import Table
 
-from selection.manifest import ToolManifest, split_key
+from selection.manifest import ToolManifest, split_key, tool_key
 from selection.ports import Breakers, Newcomers, Promotions, StateStore
 from selection.serving import REFUSED_IN_A_ROW
 from workers.cli.common import REFUSED, JsonOpt, console, err_console, fail, literal, needs_redis, print_json
@@ -110,7 +110,7 @@ def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
     for r in rows:
         q = r["quality"]
         color = "green" if q >= 0.9 else "yellow" if q >= 0.7 else "red"
-        key = (literal(f"{r['name']}@{r['version']}") + (" [dim](deprecated)[/dim]" if r.get("deprecated") else "")
+        key = (literal(tool_key(r['name'], r['version'])) + (" [dim](deprecated)[/dim]" if r.get("deprecated") else "")
                + (" [cyan](new tool: tried first on a share of its calls)[/cyan]" if r.get("newcomer") else "")
                + (" [cyan](on trial against its parent)[/cyan]" if r.get("on_trial") else ""))
         breaker = r.get("breaker", "closed")

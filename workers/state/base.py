@@ -11,10 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from redis import Redis
+from redis.client import Pipeline
 from redis.commands.core import Script as RedisScript
 from redis.exceptions import NoScriptError
 
+from workers.state.pipelined import execute_scripts
+
 LUA_DIR = Path(__file__).parent / "lua"
+# How long an applied id (an attempt's, an outcome's) is remembered, by every store: a redelivery
+# comes within minutes, a replay of old messages within days.
+IDEMPOTENCY_TTL_S = 7 * 24 * 3600
 
 
 @cache
@@ -47,6 +53,22 @@ class Script(RedisScript):
 def load_scripts(client: Redis, *names: str) -> dict[str, Script]:
     """The scripts `names` registered on `client` (sent by hash, loaded again where Redis lost them)."""
     return {name: Script(client, script_text(name)) for name in names}
+
+
+def push_recent(client: Redis, script: Script, pushes: Sequence[tuple[str, str, str]], cap: int) -> list[bool]:
+    """Push each (list key, idempotency key, record JSON) onto its list of recent records, kept to
+    the newest `cap`, in one round trip (`script`: push_recent.lua, loaded on `client`); True for
+    each record pushed now, False for one whose idempotency key was set before. One place for what
+    the recent successes and the learner's window both need: a redelivered attempt is not pushed
+    twice, and a batch costs one round trip however long it is."""
+    if not pushes:
+        return []
+
+    def queue(pipe: Pipeline) -> None:
+        for list_key, applied_key, record in pushes:
+            script(keys=[list_key, applied_key], args=[IDEMPOTENCY_TTL_S, record, cap], client=pipe)
+
+    return [bool(pushed) for pushed in execute_scripts(client, queue)]
 
 
 class PrefixedStore:

@@ -35,9 +35,9 @@ from redis.client import Pipeline
 from evolution.descriptions import MANIFEST_VARIANT, DescriptionVariant, VariantStatus
 from evolution.models import ChangelogEntry, SuccessfulRun
 from evolution.trial import TrialCounts
-from workers.state.pipelined import execute_scripts
-from workers.state.redis import IDEMPOTENCY_TTL_S, as_text
-from workers.state.base import PrefixedStore, load_scripts
+from selection.manifest import tool_key
+from workers.state.redis import as_text
+from workers.state.base import IDEMPOTENCY_TTL_S, PrefixedStore, load_scripts, push_recent
 from workers.state.once import apply_once, new_token
 
 _SCRIPT_NAMES = ("apply_once", "trial_record", "judge_count", "push_recent", "variant_record", "variant_status")
@@ -93,7 +93,7 @@ class EvolutionState(PrefixedStore):
         """Count one attempt in the trial of `namespace@evolved_version`; (counted now?, counts).
         A success of `call_id` is noted for `trial_judge`, and counts as a failure when a person
         judged its output wrong already (`judged`)."""
-        trial = f"{namespace}@{evolved_version}"
+        trial = tool_key(namespace, evolved_version)
         wrong = success and judged == "negative"
         keys = [self._k("trial", trial), self._k("applied", "trial", attempt_id)]
         args: list[str | int] = [IDEMPOTENCY_TTL_S, _TRIAL_FIELDS[(role, success and not wrong)]]
@@ -111,7 +111,7 @@ class EvolutionState(PrefixedStore):
         once however often it is sent. (changed?, counts); a call the trial did not count changes
         nothing (one whose outcome comes later is counted as judged: `trial_record`)."""
         changed, flat = self.scripts["judge_count"](
-            keys=[self._k("trial", f"{namespace}@{evolved_version}"), self._k("trial_judged", f"{namespace}@{evolved_version}")],
+            keys=[self._k("trial", tool_key(namespace, evolved_version)), self._k("trial_judged", tool_key(namespace, evolved_version))],
             args=[f"{call_id}|{role}", sentiment, _TRIAL_FIELDS[(role, True)], _TRIAL_FIELDS[(role, False)], "1"],
         )
         counts = {as_text(f): v for f, v in zip(flat[::2], flat[1::2])}
@@ -122,17 +122,9 @@ class EvolutionState(PrefixedStore):
     def push_successes(self, runs: Sequence[tuple[str, str, SuccessfulRun]]) -> list[bool]:
         """Keep each run among its tool version's recent successes, once per attempt id, in one
         round trip; True for each run pushed now, False for one pushed before."""
-        if not runs:
-            return []
-        def queue(pipe: Pipeline) -> None:
-            for key, attempt_id, run in runs:
-                self.scripts["push_recent"](
-                    keys=[self._k("recent", key), self._k("applied", "recent", attempt_id)],
-                    args=[IDEMPOTENCY_TTL_S, run.model_dump_json(), RECENT_SUCCESSES_LIMIT],
-                    client=pipe,
-                )
-
-        return [bool(pushed) for pushed in execute_scripts(self.client, queue)]
+        pushes = [(self._k("recent", key), self._k("applied", "recent", attempt_id), run.model_dump_json())
+                  for key, attempt_id, run in runs]
+        return push_recent(self.client, self.scripts["push_recent"], pushes, RECENT_SUCCESSES_LIMIT)
 
     def recent_successes(self, key: str) -> list[SuccessfulRun]:
         raws = self.client.lrange(self._k("recent", key), 0, RECENT_SUCCESSES_LIMIT - 1)

@@ -14,13 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import redis
-from redis.client import Pipeline
 from pydantic import ValidationError
 
 from selection.learner import ExecutionRecord
-from workers.state.pipelined import execute_scripts
-from workers.state.redis import IDEMPOTENCY_TTL_S
-from workers.state.base import PrefixedStore, load_scripts
+from workers.state.base import PrefixedStore, load_scripts, push_recent
 
 
 
@@ -34,14 +31,9 @@ class LearningState(PrefixedStore):
 
     def push(self, records: Sequence[ExecutionRecord]) -> int:
         """Add records to the window (once per attempt id, in one round trip); how many were new."""
-        if not records:
-            return 0
-        def queue(pipe: Pipeline) -> None:
-            for r in records:
-                self._push(keys=[self._k("learning", "recent"), self._k("applied", "learn", r.attempt_id)],
-                           args=[IDEMPOTENCY_TTL_S, r.model_dump_json(), self.window], client=pipe)
-
-        return sum(int(x) for x in execute_scripts(self.client, queue))
+        pushes = [(self._k("learning", "recent"), self._k("applied", "learn", r.attempt_id), r.model_dump_json())
+                  for r in records]
+        return sum(push_recent(self.client, self._push, pushes, self.window))
 
     def recent(self) -> list[ExecutionRecord]:
         """The window's records, newest first; unreadable entries (an older format) are skipped."""

@@ -57,14 +57,12 @@ from selection.ports import (BreakerOutcome, BreakerState, FailureApplied, Retra
                              ToolStats)
 from selection.quality import FULL_QUALITY_BP, SEVERITY_PENALTY_BP, bp_to_quality, failure_penalty_bp, quality_to_bp
 from workers.state.pipelined import execute_scripts
-from workers.state.base import PrefixedStore, load_scripts
+from workers.state.base import IDEMPOTENCY_TTL_S, PrefixedStore, load_scripts
 from workers.state.once import ONCE_TTL_S, new_token, once_call
 
 _SCRIPTS = ("apply_once", "breaker_record", "judge_count", "mark_failure", "note_namespaces", "promote", "promote_if",
             "reclaim_lock", "record_success", "release_lock", "set_weights", "stats_and_breakers")
 
-DAY_S = 24 * 3600
-IDEMPOTENCY_TTL_S = 7 * DAY_S  # how long an applied id is remembered: a redelivery comes within minutes, a replay of old messages within days
 # The fields of a tool version's hash that ToolStats holds, in the order stats_and_breakers.lua returns them.
 STATS_FIELDS = ("quality_bp", "successes", "failures", "refused_inputs", "refused_in_a_row")
 # Promotions kept per namespace: far more than a namespace goes through, so the history that

@@ -1,17 +1,18 @@
-"""Helpers the task modules share: payload validation and handing a call on."""
+"""What the task modules share: payload validation, call-id bookkeeping, and counting a call that
+ends before any attempt (the sentences such a call ends with: selection/call_endings.py)."""
 
 from __future__ import annotations
 
 import logging
 import re
 import time
-from collections.abc import Iterable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from celery_batches import SimpleRequest
 from pydantic import BaseModel, ValidationError
 
+from selection.call_endings import no_candidates_result
 from selection.models import CALL_ID_PATTERN, CallPlan, CallRequest, CallResult, field_errors, size_errors
 from workers.runtime import runtime
 
@@ -91,53 +92,8 @@ def ended_early(result: dict[str, Any], started_at: float | None = None) -> dict
     return result
 
 
-TAGS_SHOWN = 20  # of the tags there are, named in the message of a call that asked for one no tool has
-
-
-def tools_dir_gone(tools_dir: Path, keys: Iterable[str]) -> str:
-    """What a call says of the versions it did not run because their tools directory is gone
-    (execution.py `code_gone`)."""
-    return (f"FITTEST_TOOLS_DIR ({tools_dir}) is not a directory: the versions whose code is in it are not run until "
-            f"it is back ({', '.join(sorted(keys))})")
-
-
-def folders_gone(plan: CallPlan, keys: Iterable[str]) -> str:
-    """What a call says of the versions it did not run because their tool folder is gone
-    (execution.py `code_gone`)."""
-    folders = ", ".join(f"{c.key} ({c.manifest.tool_dir})" for c in plan.candidates if c.key in set(keys))
-    return f"not run, as their tool folder is gone: {folders}"
-
-
-def no_candidates_result(plan: CallPlan) -> CallResult:
-    """The result of a plan that has no candidate, saying why: none matched, the version or a tag
-    asked for does not exist (QA: that was "no tool matches", for a tool that exists), or every one
-    that matched is held back by its circuit breaker."""
-    request = plan.request
-    result = CallResult.from_plan(plan, "no_candidates", message=plan.no_candidates_message())
-    result.no_candidates_reason = "held_back" if plan.held_back else "no_match"
-    if request.namespace and request.version and not plan.held_back:
-        known = [m.version for m in runtime().registry.versions(request.namespace)]
-        if not known:  # QA AB: "no tool matches", and exit code 1 where a version of a known tool gets 2
-            result.message = f"{request.namespace} has no version {request.version}: no tool is named {request.namespace!r}"
-            result.no_candidates_reason = "no_such_version"
-        elif request.version not in known:
-            result.message = f"{request.namespace} has no version {request.version} (it has {', '.join(known)})"
-            result.no_candidates_reason = "no_such_version"
-    tools_dir = runtime().settings.tools_dir
-    if plan.code_missing and not plan.held_back:  # execution.py `code_gone`
-        result.message = (tools_dir_gone(tools_dir, plan.code_missing) if not tools_dir.is_dir()
-                          else folders_gone(plan, plan.code_missing))
-        result.no_candidates_reason = "held_back"
-    if result.no_candidates_reason == "no_match" and request.tags:  # QA new user: "no tool matches", exit 1
-        tags = sorted({t for m in runtime().registry.all() for t in m.tags})
-        unknown = [t for t in request.tags if t not in tags]
-        if unknown:
-            shown = ", ".join(tags[:TAGS_SHOWN]) + (f", … ({len(tags)} in all)" if len(tags) > TAGS_SHOWN else "")
-            result.message = f"no tool has the tag {', '.join(map(repr, unknown))} (the tags: {shown or 'none'})"
-            result.no_candidates_reason = "no_such_tag"
-    return result
-
-
 def no_candidates(plan: CallPlan) -> dict[str, Any]:
     """The end of a call that has no candidate to try, saying why."""
-    return ended_early(no_candidates_result(plan).model_dump(mode="json"), started_at=plan.started_at)
+    rt = runtime()
+    result = no_candidates_result(plan, rt.registry, rt.settings.tools_dir)
+    return ended_early(result.model_dump(mode="json"), started_at=plan.started_at)

@@ -8,7 +8,7 @@ call back to selection when a verified version is on trial.
         or end the call as failed, with the evolution's report
 
 `fittest evolve NAME` sends prepare_evolution with a namespace; quality-triggered evolutions
-are sent straight to evolve by the feedback worker (workers/evolution_memory.py).
+are sent straight to evolve by the feedback worker (workers/evolution_jobs.py).
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from typing import Any
 from celery import Task
 
 from evolution.models import EvolutionJob, EvolutionRecord, EvolutionReport
+from selection.call_endings import refused_for_its_namespace
+from selection.manifest import tool_key
 from selection.models import CallEvolution, CallPlan, CallResult
-from selection.serving import refused_for_its_namespace
 from workers.app import app
-from workers.evolution_memory import EvolutionUnavailable, build_job
+from workers.evolution_jobs import EvolutionUnavailable, build_job
 from workers.evolver import Evolver
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
@@ -75,7 +76,7 @@ def prepare_evolution(
         if plan is not None:
             return _end_call(plan, CallEvolution(status="no_fix", message=message))
         return EvolutionReport(job_id="", namespace=namespace or "", trigger="manual", status="no_fix",
-                               parent=f"{namespace}@{version}" if version else namespace or "",
+                               parent=tool_key(namespace or "", version) if version else namespace or "",
                                message=message).model_dump(mode="json")
     return hand_on(self, evolve.si(job.model_dump(mode="json")))
 

@@ -27,20 +27,21 @@ from billiard.exceptions import WorkerLostError
 from celery import Task
 from celery.worker.request import Request
 
+from selection.call_endings import (folders_gone, input_refused_message, no_tool_meant_for_it, refused_for_its_namespace,
+                                    refused_input, served_by_whom_note, serves_unconfirmed, targeted, tools_dir_gone,
+                                    took_a_refused_input_note)
 from selection.manifest import ToolManifest
 from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
-from selection.serving import (input_refused_message, no_tool_meant_for_it, refused_for_its_namespace, refused_input,
-                               served_by_whom_note, serves_unconfirmed, does_such_jobs, targeted,
-                               took_a_refused_input_note)
+from selection.serving import does_such_jobs
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
 from workers.rescue import CallStep, delivered_again, hand_on, send_recorded
 from workers.runners import RunLimits, RunOutcome, run_tool
 from workers.runtime import runtime
 from workers.selector import attempt_timeout
 from workers.state.inflight import AttemptDeaths
-from workers.tasks.common import folders_gone, no_candidates, tools_dir_gone
+from workers.tasks.common import no_candidates
 
 log = logging.getLogger("fittest.attempt")
 
@@ -149,9 +150,9 @@ def log_attempt(result: ToolExecutionResult, policy: str, probability: float, br
     of the caller's mistake is not the tool's failure, and stays at info."""
     level = logging.WARNING if result.error_class is not None and not result.callers_mistake else logging.INFO
     if result.success:
-        said = f"{result.tool}@{result.version} succeeded"
+        said = f"{result.key} succeeded"
     else:
-        said = f"{result.tool}@{result.version} failed ({result.error_class.value if result.error_class else 'no class'}): " \
+        said = f"{result.key} failed ({result.error_class.value if result.error_class else 'no class'}): " \
                f"{result.error_message or 'no message'}"
     log.log(level, "attempt %s of call %s: %s", result.attempt_id, result.call_id, said, extra={
         "event": "attempt",

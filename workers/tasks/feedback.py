@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from selection.models import CallRequest, Candidate, FailureMark, OutcomeRecord, field_errors
 from workers.app import app
 from workers.payloads import FeedbackReply, FeedbackReportRequest, FeedbackRequest, InvalidReply
-from workers.evolution_memory import apply_evolution_record, judge_trial, maybe_evolve_for_quality
+from workers.evolution_jobs import apply_evolution_record, maybe_evolve_for_quality
 from workers.outcomes import apply_failure, apply_outcomes, execution_records
 from workers.rescue import effects_ended
 from workers.degraded import is_store_failure
@@ -20,6 +20,7 @@ from workers.feedback_store import feedback_report, feedback_score, judged_as, j
 from workers.runtime import runtime
 from workers.tasks.batches import Batches
 from workers.tasks.common import batch_payloads
+from workers.trials import judge_trial
 
 OUTCOME_FLUSH_EVERY = 16
 OUTCOME_FLUSH_INTERVAL_S = 0.25

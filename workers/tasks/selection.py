@@ -13,7 +13,8 @@ from celery.concurrency.prefork import TaskPool as PreforkPool
 from celery.signals import worker_ready
 from pydantic import ValidationError
 
-from selection.manifest import ToolManifest
+from selection.call_endings import no_candidates_result
+from selection.manifest import ToolManifest, split_key
 from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, field_errors
 from workers.app import app
 from workers.feedback_store import apply_stored_judgements
@@ -21,7 +22,7 @@ from workers.payloads import CallToolPayload, ExplainResult
 from workers.promotions import note_newcomers, trial_new_manifests, unseen_versions
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
-from workers.tasks.common import another_job_under, ended_early, invalid_result, no_candidates, no_candidates_result, oversized, result_call_id
+from workers.tasks.common import another_job_under, ended_early, invalid_result, no_candidates, oversized, result_call_id
 from workers.tool_watch import ToolsDirWatch, watch_in_background
 
 
@@ -68,7 +69,7 @@ def warm_up(sender: Any = None, **_: Any) -> None:
             runtime().selector.index.revise_tools(changed, removed)
             if removed:  # a removed version's trial or promotion ends (workers/promotions.py)
                 try:
-                    served_anew(key.partition("@")[0] for key in removed)
+                    served_anew(split_key(key)[0] for key in removed)
                 except Exception:  # Redis away: the next start looks again
                     log.warning("could not end the promotions of the versions no longer served", exc_info=True)
 
@@ -76,7 +77,7 @@ def warm_up(sender: Any = None, **_: Any) -> None:
             watch = ToolsDirWatch(settings.tools_dir, runtime().registry, lambda found: runtime().selector.index.ensure_tools(found),
                                   revise)
             watch_in_background(watch, settings.tools_rescan_s,
-                                then=lambda keys: served_anew((key.partition("@")[0] for key in keys), arrived=keys))
+                                then=lambda keys: served_anew((split_key(key)[0] for key in keys), arrived=keys))
 
     threading.Thread(target=warm, name="fittest-warm-up", daemon=True).start()
 
@@ -200,7 +201,7 @@ def explain(**kwargs: Any) -> dict[str, Any]:
     plan: CallPlan = runtime().selector.plan(request)
     # Its status is the one a call would end with when nothing is ranked (QA AC: "success").
     result = (CallResult.from_plan(plan, "success", message="ranking only; nothing was run") if plan.candidates
-              else no_candidates_result(plan))
+              else no_candidates_result(plan, runtime().registry, runtime().settings.tools_dir))
     # With the context as analysed (selection/context.py: each value and where it came from), which
     # a call's result leaves out: the SPARC column is read against it; and how old the cached
     # searches it ranked by are, as a call now would rank (QA AD).

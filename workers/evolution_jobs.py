@@ -1,5 +1,5 @@
-"""Evolution's side of the memory worker: what it gathers before an evolution, and what it keeps
-after one, and after each call.
+"""Evolution jobs, on the memory worker's side: what it gathers before an evolution, and what it
+keeps after one, and after each call.
 
 The evolution worker never opens the embedder or the embedded vector store, so this module, run
 by the process that owns them, does both ends:
@@ -10,9 +10,9 @@ by the process that owns them, does both ends:
   ancestor's, for a version with no history of its own);
 - `apply_evolution_record` (`fittest.record_evolution`): registers the new version for selection
   and stores the evolution pattern of every verified or failed candidate as a vector;
-- `apply_evolution_outcomes` (from `fittest.record_outcome`): counts the trial of a version on
-  trial (activating it or rolling it back), remembers successful runs for later replay, credits
-  description variants;
+- `apply_evolution_outcomes` (from `fittest.record_outcome`): remembers successful runs for later
+  jobs to replay, credits description variants, and has the trials count the call
+  (workers/trials.py);
 - `maybe_evolve_for_quality` (from `fittest.mark_failure`): evolution off the call path when a
   served version's quality falls below the threshold, at most once per namespace per cool-down.
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from evolution.models import (
     Evidence,
@@ -34,15 +34,15 @@ from evolution.models import (
     SuccessfulRun,
     Trigger,
 )
-from evolution.trial import JudgedTrial, TrialCounts, TrialRules, decide, head_version, parent_rate, served_original
-from selection.manifest import ManifestError, load_manifest, tool_key
+from evolution.trial import head_version, served_original
+from selection.call_endings import targeted
+from selection.manifest import ManifestError, load_manifest, split_key, tool_key
 from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord, Promotion
 from selection.ports import EVOLUTIONS, FAILURES, FORGIVEN, FailureApplied, Match, VectorFilter, VectorHit, VectorPoint
-from selection.serving import targeted
 from workers.feedback_store import judgements_known
 from workers.pending import upsert_or_keep
-from workers.promotions import conclude_trial, trial_new_manifests
 from workers.tool_catalog import evolved_dir
+from workers.trials import account_trials, traffic_namespace
 from workers.variants import credit_variants
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def call_failures(plan: CallPlan, served: str | None) -> tuple[str, str | None, 
 
     The namespace is the one the call asked for, else the tool tried first; but when a version
     that matched was held back by its circuit breaker, and every tool tried refused the input or
-    the first one was not the call's (selection/serving.py `targeted`: it matched worse than one
+    the first one was not the call's (selection/call_endings.py `targeted`: it matched worse than one
     held back), that one: the tools tried were fallbacks, not the job's (QA: with vat_price's
     breaker open, convert_units refused a VAT job's input and was evolved for it, "no mutator
     could propose"). When none of its versions ran, the parent is left to the caller and the
@@ -84,7 +84,7 @@ def call_failures(plan: CallPlan, served: str | None) -> tuple[str, str | None, 
     namespace = plan.request.namespace or (failed[0].tool if failed else None)
     if (not plan.request.namespace and plan.held_back and failed
             and (all(a.error_class is FailureClass.bad_input for a in failed) or not targeted(plan, failed[0]))):
-        namespace = plan.held_back[0].partition("@")[0]
+        namespace = split_key(plan.held_back[0])[0]
     if namespace is None:
         raise EvolutionUnavailable(f"call {plan.request.call_id} has no failed attempt to learn from")
     mine = [a for a in failed if a.tool == namespace]
@@ -298,89 +298,6 @@ def apply_evolution_record(rt: Runtime, record: EvolutionRecord) -> None:
             )
             for i, c in judged
         ], texts=[record.pattern] * len(judged))
-
-
-def traffic_namespace(record: OutcomeRecord) -> str | None:
-    """The namespace whose traffic a call was: the one it asked for, else the tool tried first."""
-    return record.namespace or (record.attempts[0].tool if record.attempts else None)
-
-
-def account_trials(rt: Runtime, record: OutcomeRecord, promotions: dict[str, Promotion | None]) -> None:
-    """Count each attempt of a version on trial, or of its parent, and act on the verdict.
-
-    Only the namespace's own traffic counts: calls that asked for it, or scenario-only calls whose
-    first attempt selection gave to it. A version tried as a fallback for another job would be
-    judged on work it was never meant for, and its parent would not be. An output a person judged
-    wrong before the outcome came counts as a failure (`judge_trial` moves those judged after).
-    `promotions` holds the namespace's current promotion, and is updated here when a verdict
-    changes it.
-
-    Not the retry of a call after its evolution: it runs the new version on the very input its
-    verification replayed, so a trial could be won by the retries of the calls whose failure made
-    the version, before any other call ran it (QA evolution: 3/3 successes on trial from the 4
-    concurrent calls that had failed).
-    """
-    namespace = traffic_namespace(record)
-    if namespace is None or record.after_evolution:
-        return
-    judged: dict[tuple[str, str], Literal["positive", "negative"]] | None = None
-    set_aside = record.set_aside()  # a caller's bad input judges neither version (review: it was a parent failure)
-    for attempt in record.attempts:
-        if attempt.tool != namespace or attempt.attempt_id in set_aside:
-            continue
-        promotion = promotions[attempt.tool]
-        role = trial_role(promotion, attempt.version)
-        if promotion is None or role is None:
-            continue
-        if attempt.success and judged is None:  # read only for an output a trial counts
-            judged = judgements_known(rt, [record.call_id])
-        sentiment = (judged or {}).get((attempt.key, record.call_id))
-        counted, counts = rt.evolution.trial_record(attempt.tool, promotion.evolved_version, role, attempt.success,
-                                                    attempt.attempt_id, record.call_id, sentiment)
-        if counted and _act_on_trial(rt, promotion, counts):
-            promotions.update(rt.state.promotions([namespace]))
-
-
-def trial_role(promotion: Promotion | None, version: str) -> Literal["evolved", "parent"] | None:
-    """What `version` is in its namespace's trial, if one runs: the version on trial or its parent."""
-    if promotion is None or promotion.status != "on_trial":
-        return None
-    if version == promotion.evolved_version:
-        return "evolved"
-    return "parent" if version == (promotion.parent_version or promotion.original_version) else None
-
-
-def _act_on_trial(rt: Runtime, promotion: Promotion, counts: TrialCounts) -> bool:
-    """Conclude the trial if its counts now decide it; whether it was concluded."""
-    rules = TrialRules(successes=rt.settings.trial_successes)
-    parent = f"{promotion.namespace}@{promotion.parent_version or promotion.original_version}"
-    history = rt.state.stats([parent])[parent]
-    rate = parent_rate(counts, history.successes, history.failures, rules)
-    verdict = decide(counts, rate, rules)
-    runs = counts.evolved_successes + counts.evolved_failures
-    reason = f"{counts.evolved_successes}/{runs} successes on trial against the parent's rate of {rate:.2f}"
-    if not conclude_trial(rt.state, rt.evolution, promotion, verdict, reason):
-        return False
-    trial_new_manifests(rt.state, rt.evolution, rt.registry, [promotion.namespace])  # one that waited for this trial
-    return True
-
-
-def judge_trial(rt: Runtime, key: str, call_id: str, sentiment: Literal["positive", "negative"]) -> JudgedTrial | None:
-    """A person's judgement of the output `key` gave `call_id`, in the trial its namespace runs, if
-    the trial counted that call: an output judged wrong is a failure of the version on trial (or of
-    its parent), and the verdict is taken again (before, a version on trial whose outputs people
-    judged wrong counted them as successes, and could be activated on them). None: no trial runs
-    with this version in it."""
-    namespace, _, version = key.partition("@")
-    promotion = rt.state.promotion(namespace)
-    role = trial_role(promotion, version)
-    if promotion is None or role is None:
-        return None
-    changed, counts = rt.evolution.trial_judge(namespace, promotion.evolved_version, role, call_id, sentiment)
-    evolved = promotion.evolved_version
-    if changed and _act_on_trial(rt, promotion, counts):
-        promotion = rt.state.promotion(namespace) or promotion
-    return JudgedTrial(namespace=namespace, evolved_version=evolved, role=role, status=promotion.status, counts=counts)
 
 
 def apply_evolution_outcomes(rt: Runtime, records: Sequence[OutcomeRecord]) -> None:

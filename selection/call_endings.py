@@ -1,0 +1,197 @@
+"""How a call ends, once its attempts ran or none could: which of them say what about the tools
+that made them, and what the caller is told.
+
+A call's attempts are judged after the fact, by rules ranking does not ask: whether the call was
+meant for the tool that failed (`targeted`, which decides what evolution may fix), whether a tool
+that does the job refused the input as the caller's mistake (`refused_input`), whether a success
+says nothing of what its version does (`serves_unconfirmed`), and why a call that names a
+namespace stops at it (`refused_for_its_namespace`). The caller reads the outcome in the sentences
+built here, as one who did not see the ranking: who refused what and why, who served the call in
+the end, and why a call had no candidate to try at all (`no_candidates_result`). The executor and
+the memory worker ask them (workers/tasks/execution.py, workers/outcomes.py,
+workers/evolution_jobs.py); selection/serving.py decides the ranking before any of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from selection.manifest import tool_key
+from selection.models import Candidate, CallPlan, CallResult, FailureClass, ToolExecutionResult
+from selection.registry import ToolRegistry
+from selection.serving import CLEAR_MATCH, REFUSED_IN_A_ROW, RELIABLE_RUNS
+
+
+def refused_input(plan: CallPlan) -> ToolExecutionResult | None:
+    """The attempt of the call in which a version that does the job refused the input, if any."""
+    return next((a for a in plan.attempts if a.refused_its_job or a.callers_mistake), None)
+
+
+def _refused(refusal: ToolExecutionResult) -> str:
+    """The refusal as the caller reads it: by whom, and why, and whose mistake it is taken for."""
+    said = (f"{refusal.key}, which does such jobs, refused the input "
+            f"({refusal.error_message or 'bad_input'})")
+    if refusal.callers_mistake:
+        return said
+    return f"{said}, as it did the last {REFUSED_IN_A_ROW} inputs or more: it may be broken"
+
+
+def input_refused_message(plan: CallPlan) -> str | None:
+    """Why a call whose input a tool doing the job refused ends failed, or None when none did."""
+    refusal = refused_input(plan)
+    if refusal is None:
+        return None
+    after = plan.attempts[plan.attempts.index(refusal) + 1:]
+    how = "refused it too" if all(a.error_class is FailureClass.bad_input for a in after) else "failed with it too"
+    tried = f"; the other tools tried with it {how} ({', '.join(a.key for a in after)})" if after else ""
+    # QA recheck: "as they do not do such jobs" of a tool that could have (its description matched less).
+    passed = (f"; not tried with it, having done no such job and matching it less than {CLEAR_MATCH}: "
+              f"{', '.join(plan.passed_over)} (a call that names one tries it)") if plan.passed_over else ""
+    check = ": check the input" if refusal.callers_mistake else ""
+    return f"{_refused(refusal)}{check}{tried}{passed}"
+
+
+def took_a_refused_input_note(plan: CallPlan, result: ToolExecutionResult) -> str | None:
+    """What the caller should know of a success on an input a tool doing the job refused, by a
+    version that has not done such jobs (`ToolExecutionResult.took_a_refused_input`)."""
+    refusal = refused_input(plan)
+    if refusal is None or not result.took_a_refused_input:
+        return None
+    check = "check its output, and the input" if refusal.callers_mistake else "check its output"
+    return f"{_refused(refusal)}; {result.key}, which took it, has done no such job: {check}"
+
+
+def targeted(plan: CallPlan, result: ToolExecutionResult) -> bool:
+    """Whether the call was meant for the tool that failed: it asked for its namespace, or, by
+    scenario, it was the call's first attempt that ran, and either it does such jobs by its record
+    or it matches the scenario clearly (CLEAR_MATCH) and at least as well as every version held
+    back by its breaker (when the call was planned, or at its turn). A failure on a job that is
+    not the tool's is not one evolution should try to fix, nor a refusal of its input one that says
+    the tool is worse at its own (QA new user: with the Fibonacci tool held back, the sorting tool
+    ran first; its refusals of {"n": 10} demoted it, then evolved it to take them; QA recheck: with
+    no translation tool, the word counter, 0.34 similar, was evolved to take "sentence")."""
+    if plan.request.namespace:
+        return plan.request.namespace == result.tool
+    if not plan.attempts or plan.attempts[0].attempt_id != result.attempt_id:
+        return False
+    at = next((i for i, c in enumerate(plan.candidates) if c.key == result.key), None)
+    if at is None:
+        return True  # not ranked by this plan (an older worker's): the first that ran, as before
+    ran = plan.candidates[at]
+    skipped = [c.breakdown.similarity for c in plan.candidates[:at]]  # held back or passed over at their turn
+    return ran.does_the_job or ran.breakdown.similarity >= max([CLEAR_MATCH, plan.held_back_match, *skipped])
+
+
+def no_tool_meant_for_it(plan: CallPlan) -> str | None:
+    """Why a call whose every candidate failed evolves nothing, when no tool of its job is known:
+    it named no namespace, none was held back by its breaker, and the first tool that ran was not
+    the call's (`targeted`). Evolving a tool meant for another job would make it answer this one
+    wrongly (QA recheck: with no translation tool, the word counter was evolved to take a
+    "sentence", won its trial on translation calls, and answered them with word counts)."""
+    failed = plan.failed_attempts
+    if plan.request.namespace or plan.held_back or not failed or targeted(plan, failed[0]):
+        return None
+    best = max(plan.candidates, key=lambda c: c.breakdown.similarity, default=None)
+    closest = f" (the closest, {best.key}, matches it {best.breakdown.similarity:.2f})" if best is not None else ""
+    return (f"no tool tried matches this job clearly{closest} or has done it, so none was evolved for it: add a tool "
+            "for it, or name one (`--namespace`) to have it evolved")
+
+
+def serves_unconfirmed(plan: CallPlan, served: Candidate, result: ToolExecutionResult) -> bool:
+    """Whether a success says nothing of whether its version does such jobs: the version matches
+    the job only weakly (under CLEAR_MATCH), has no record of doing it, and the call did not name
+    it. It ran without an error, which is not the same as doing what was asked; it still counts,
+    and ranks the version for such jobs, but only a success where it matched clearly, or a person's
+    judgement of its output (`feedback add ... positive --call`), makes it one that does them."""
+    return (result.success and not result.took_a_refused_input and not served.does_the_job
+            and served.manifest.name != plan.request.namespace and served.breakdown.similarity < CLEAR_MATCH)
+
+
+def served_by_whom_note(plan: CallPlan, served: Candidate, result: ToolExecutionResult) -> str | None:
+    """What the caller should know of the tool that served the call, if it is not plainly the one
+    asked for: another tool than the namespace the call named, or one whose success is unconfirmed
+    (`ToolExecutionResult.unconfirmed`, as `serves_unconfirmed` set it): its success makes it the job's first choice next time (QA new user: a
+    vowel counter, 0.22 similar, "served" a string reversal after the reversing tool crashed,
+    without a word, and was first for it from then on; QA recheck: the note came once, as a
+    fallback, and never as the first choice it then was)."""
+    named = plan.request.namespace
+    if named and served.manifest.name != named and any(a.tool == named and not a.success for a in plan.attempts):
+        return f"the call named {named}, which failed; {served.key}, another tool, served it: check its output"
+    if named or not result.unconfirmed:
+        return None  # (a name no tool has is noted apart: the call was ranked by its scenario alone)
+    how = "as the first choice" if plan.attempts[:1] == [result] else "as a fallback"
+    return (f"{served.key} served this call {how}, matching it {served.breakdown.similarity:.2f}, with no record of doing "
+            f"such jobs: check its output (`fittest feedback add {served.manifest.name} positive|negative --call "
+            f"{plan.request.call_id}` says whether it does)")
+
+
+def refused_for_its_namespace(plan: CallPlan) -> str | None:
+    """Why a call that names a namespace ends at its last attempt rather than handing its input on
+    to the tools outside the namespace, or None when it goes on: a version of the namespace refused
+    the input (bad_input) and the next candidate is another tool's. The input was shaped for the
+    namespace's tool; the others refused it too, each demoted and given a failure for a job it was
+    never meant for, or took it and answered something else (QA AD: `run_tool("fast_sort",
+    {"numbers": "x"})` went on to four other tools, three of them text tools)."""
+    namespace = plan.request.namespace
+    if not namespace or not plan.attempts:
+        return None
+    last = plan.attempts[-1]
+    tried = int(last.metadata.get("attempt", len(plan.attempts) - 1))
+    if last.success or last.tool != namespace or last.error_class is not FailureClass.bad_input:
+        return None
+    later = plan.candidates[tried + 1:]
+    if not later or any(c.manifest.name == namespace for c in later):  # its other versions are still tried
+        return None
+    refusal = refused_input(plan)  # the first refusal by a version that does such jobs
+    why = (f"; {'it' if refusal is last else refusal.key} does such jobs ({RELIABLE_RUNS} or "
+           "more like this one succeeded): check the input") if refusal is not None and refusal.callers_mistake else ""
+    return (f"{tool_key(namespace, last.version)} refused the input (bad_input): the tools outside {namespace} were not "
+            f"tried with it{why}")
+
+
+TAGS_SHOWN = 20  # of the tags there are, named in the message of a call that asked for one no tool has
+
+
+def tools_dir_gone(tools_dir: Path, keys: Iterable[str]) -> str:
+    """What a call says of the versions it did not run because their tools directory is gone
+    (workers/tasks/execution.py `code_gone`)."""
+    return (f"FITTEST_TOOLS_DIR ({tools_dir}) is not a directory: the versions whose code is in it are not run until "
+            f"it is back ({', '.join(sorted(keys))})")
+
+
+def folders_gone(plan: CallPlan, keys: Iterable[str]) -> str:
+    """What a call says of the versions it did not run because their tool folder is gone
+    (workers/tasks/execution.py `code_gone`)."""
+    folders = ", ".join(f"{c.key} ({c.manifest.tool_dir})" for c in plan.candidates if c.key in set(keys))
+    return f"not run, as their tool folder is gone: {folders}"
+
+
+def no_candidates_result(plan: CallPlan, registry: ToolRegistry, tools_dir: Path) -> CallResult:
+    """The result of a plan that has no candidate, saying why: none matched, the version or a tag
+    asked for does not exist (QA: that was "no tool matches", for a tool that exists), or every one
+    that matched is held back by its circuit breaker. `registry` and `tools_dir` (FITTEST_TOOLS_DIR):
+    what the versions and tags asked for are looked up in, and where code that is gone was."""
+    request = plan.request
+    result = CallResult.from_plan(plan, "no_candidates", message=plan.no_candidates_message())
+    result.no_candidates_reason = "held_back" if plan.held_back else "no_match"
+    if request.namespace and request.version and not plan.held_back:
+        known = [m.version for m in registry.versions(request.namespace)]
+        if not known:  # QA AB: "no tool matches", and exit code 1 where a version of a known tool gets 2
+            result.message = f"{request.namespace} has no version {request.version}: no tool is named {request.namespace!r}"
+            result.no_candidates_reason = "no_such_version"
+        elif request.version not in known:
+            result.message = f"{request.namespace} has no version {request.version} (it has {', '.join(known)})"
+            result.no_candidates_reason = "no_such_version"
+    if plan.code_missing and not plan.held_back:  # workers/tasks/execution.py `code_gone`
+        result.message = (tools_dir_gone(tools_dir, plan.code_missing) if not tools_dir.is_dir()
+                          else folders_gone(plan, plan.code_missing))
+        result.no_candidates_reason = "held_back"
+    if result.no_candidates_reason == "no_match" and request.tags:  # QA new user: "no tool matches", exit 1
+        tags = sorted({t for m in registry.all() for t in m.tags})
+        unknown = [t for t in request.tags if t not in tags]
+        if unknown:
+            shown = ", ".join(tags[:TAGS_SHOWN]) + (f", … ({len(tags)} in all)" if len(tags) > TAGS_SHOWN else "")
+            result.message = f"no tool has the tag {', '.join(map(repr, unknown))} (the tags: {shown or 'none'})"
+            result.no_candidates_reason = "no_such_tag"
+    return result
