@@ -175,7 +175,8 @@ def context_typos(context: Mapping[str, Any]) -> list[str]:
     declares: neither is named. Notes, not refusals."""
     notes = []
     for key in context:
-        if key not in CONTEXT_KEYS and (close := difflib.get_close_matches(key, CONTEXT_KEYS, n=1)):
+        # Lower-cased first: `TASK_TYPE` was dropped without a word, `Language` was named (QA selection F11)
+        if key not in CONTEXT_KEYS and (close := difflib.get_close_matches(key.lower(), CONTEXT_KEYS, n=1)):
             notes.append(f"context key '{key}' is not read by selection: did you mean '{close[0]}'?")
     given = context.get("languages", context.get("language"))
     names = [given] if isinstance(given, str) else given if isinstance(given, list) else []

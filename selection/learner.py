@@ -154,8 +154,14 @@ def retrain(records: Iterable[ExecutionRecord], current: SelectionWeights) -> tu
         evidence["unchanged"] = f"{learner.n} records, fewer than {MIN_RECORDS}"
         return None, evidence
     if not any(learner.telling().values()):
-        evidence["unchanged"] = (f"no component correlates with success beyond the noise of {learner.n} records "
-                                 f"({evidence['noise']:.2f})")
+        # A component that predicts failure is worth naming: a tool's SPARC metadata likely says
+        # the opposite of where it works (QA selection F7: language at -0.68 went unsaid).
+        against = sorted(c for c, r in learner.correlations().items() if r < -learner.noise())
+        evidence["unchanged"] = (f"no component correlates positively with success beyond the noise of {learner.n} "
+                                 f"records ({evidence['noise']:.2f})"
+                                 + (f"; {', '.join(against)} correlate{'s' if len(against) == 1 else ''} with "
+                                    "failure beyond it: check the SPARC metadata of the tools that fail"
+                                    if against else ""))
         return None, evidence
     if learner.weights() == current.weights:  # the same window (no new records since): no new version
         evidence["unchanged"] = "the recent records give the weights in use"

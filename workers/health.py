@@ -190,7 +190,10 @@ def check_beat(settings: Settings, timeout: float) -> Check:
         finally:
             client.close()
             app.close()
-        last = RedBeatSchedulerEntry.decode_meta(raw)["last_run_at"]
+        meta = RedBeatSchedulerEntry.decode_meta(raw)
+        # redbeat sets last_run_at when it creates the entry: only a run count says it was sent
+        # (QA selection F6: "last sent 18 s ago" on a fresh stack where nothing had run)
+        last = meta.get("last_run_at") if meta.get("total_run_count") else None
         sent = (f"fittest.retrain_weights last sent {time.time() - last.timestamp():.0f} s ago" if last is not None
                 else "fittest.retrain_weights not sent yet") + f" (every {settings.retrain_interval_s:g} s)"
         if held_ms == -2:  # no such key

@@ -163,6 +163,18 @@ def test_health_says_whether_a_beat_holds_its_lock_and_when_it_last_sent_the_ret
     client = redis.Redis.from_url(private_redis)
     none = check_beat(settings, timeout=2)
     assert none.status == "fail" and "no beat holds its lock" in none.detail and "not sent yet" in none.detail, none
+    # The entry as redbeat creates it, before its first run: a last_run_at, no run count (QA selection F6)
+    import datetime
+    import json
+
+    from redbeat.decoder import RedBeatJSONEncoder
+    from redbeat.schedulers import RedBeatSchedulerEntry, ensure_conf
+
+    from workers.app import RETRAIN_ENTRY
+    created = json.dumps({"last_run_at": datetime.datetime.now(datetime.timezone.utc)}, cls=RedBeatJSONEncoder)
+    ensure_conf(entry_app := make_app(settings))
+    client.hset(RedBeatSchedulerEntry.generate_key(entry_app, RETRAIN_ENTRY), "meta", created)
+    assert "not sent yet" in check_beat(settings, timeout=2).detail
     app = make_app(settings)
     beat = started_beat(app)
     try:

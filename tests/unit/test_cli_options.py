@@ -251,14 +251,14 @@ def test_weights_say_why_the_last_retrain_left_them_as_they_were(monkeypatch: py
 
     current = SelectionWeights(version=3, evidence={
         "records": 33, "set_aside": 4, "success_rate": 0.8, "correlations": {"phase": 0.1, "language": 0.25}, "noise": 0.3482,
-        "unchanged": "no component correlates with success beyond the noise of 33 records (0.35)"})
+        "unchanged": "no component correlates positively with success beyond the noise of 33 records (0.35)"})
     monkeypatch.setattr("workers.state.open_state_store", lambda settings: SimpleNamespace(
         weights=lambda: current, weights_history=lambda n: [], last_retrain=lambda: None))
     code, out = run("weights")
     assert code == 0
     assert ("correlation of each component with success: phase +0.10, language +0.25 (noise of 33 records: 0.35; "
             "only a component above it steers)") in out
-    assert "weights left as they were: no component correlates with success beyond the noise of 33 records (0.35)" in out
+    assert "weights left as they were: no component correlates positively with success beyond the noise of 33 records (0.35)" in out
     assert "4 records set aside as a caller's mistake (refused inputs, and successes on them) left out" in out
 
 

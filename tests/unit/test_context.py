@@ -179,6 +179,9 @@ def test_a_context_key_or_language_close_to_one_selection_reads_is_named_as_a_li
     assert context_typos({"langauge": "python", "task-type": "testing"}) == [
         "context key 'langauge' is not read by selection: did you mean 'language'?",
         "context key 'task-type' is not read by selection: did you mean 'task_type'?"]
+    assert context_typos({"TASK_TYPE": "testing", "Language": "go"}) == [  # QA selection F11: upper case dropped, unsaid
+        "context key 'TASK_TYPE' is not read by selection: did you mean 'task_type'?",
+        "context key 'Language' is not read by selection: did you mean 'language'?"]
     # A language it does not know but one it knows is close to (QA X: `pyton` matched nothing, unsaid);
     # an alias or a version of a known one is known, and a language like none may be one a tool declares.
     assert context_typos({"languages": ["pyton", "python3", "elixir"]}) == [

@@ -90,7 +90,10 @@ def test_a_correlation_within_the_noise_of_few_records_changes_no_weight() -> No
         learner.learn_one(r.components, r.success)
     assert 0 < learner.correlations()["complexity"] < 0.1 < learner.noise()
     new, evidence = retrain(weak, SelectionWeights())
-    assert new is None and evidence["unchanged"].startswith("no component correlates with success beyond the noise of 34 records")
+    assert new is None and evidence["unchanged"] == "no component correlates positively with success beyond the noise of 34 records (0.34)"
+    against, evidence = retrain(window(-0.6), SelectionWeights())  # complexity tells failures apart
+    assert against is None and evidence["unchanged"].endswith(
+        "; complexity correlates with failure beyond it: check the SPARC metadata of the tools that fail")
     strong, _ = retrain(window(0.6), SelectionWeights())  # complexity now tells the outcomes apart
     assert strong is not None and strong.weights["complexity"] == 1.0
 
