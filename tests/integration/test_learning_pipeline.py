@@ -129,6 +129,7 @@ def test_cli_explains_takes_feedback_shows_weights_and_recommends(learning: Pipe
     explained = cli("explain", "parse csv text into rows", "--context", '{"language": "python"}', "--json")
     assert explained.exit_code == 0, explained.output
     ranking = json.loads(explained.output)["ranking"]
+    assert json.loads(explained.output)["policy"] == "learned"  # the workers' (QA selection F8)
     assert ranking[0]["key"].startswith("csv_")
     lenient = next(r for r in ranking if r["key"] == "csv_lenient@1.0.0")["breakdown"]
     assert lenient["feedback"] > 0 and set(lenient["sparc_components"]) == {"phase", "language", "complexity",

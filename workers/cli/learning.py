@@ -108,7 +108,8 @@ def explain(
     original or promoted version, the version asked for); sim, the best cosine of the scenario
     to the tool's description and examples; quality, its score in Redis (1.00 new, down on
     failures); feedback, its feedback points for this scenario (-50..50); SPARC, the context
-    match (0..1, neutral 0.5). A line per tool then says how the policy weighed it (its
+    match (0..1, neutral 0.5). The policy is the memory worker's FITTEST_POLICY, named in the
+    title (this command's own environment does not choose it). A line per tool then says how the policy weighed it (its
     "semantic N" is the match its prior starts from: 0.8 x sim; a namespace's own version
     starts from 1.00, its original from 0.90).
     """
@@ -139,7 +140,8 @@ def explain(
                  f" ({source.get(k, 'default')})" for k, v in features.items()
                  if k != "source" and v not in (None, [], "")]
         console.print(f"context as analysed: {literal('; '.join(shown))}")
-    table = Table(title=f"ranking for {literal(repr(scenario[:60]))}")
+    policy = f" by the workers' {result['policy']} policy" if result.get("policy") else ""
+    table = Table(title=f"ranking for {literal(repr(scenario[:60]))}{literal(policy)}")
     for col in ("#", "tool", "score", "P", "source", "sim", "quality", "feedback", "SPARC"):
         table.add_column(col, justify="left" if col in ("tool", "source") else "right", no_wrap=col == "tool")
     ranking = result.get("ranking", [])
