@@ -143,7 +143,9 @@ def recommendations(records: Iterable[ExecutionRecord], min_runs: int = 5, max_r
                       "are not fixed by evolving or retiring it")
         elif context == "any":
             advice = f"fails in general (mostly {top_error}): evolve it or retire it"
-        elif elsewhere is not None and elsewhere >= max_rate:
+        elif elsewhere is not None and elsewhere >= max_rate and other_n >= min_runs:
+            # As many runs elsewhere as here at least: "but not elsewhere" of 1 run told a tool to
+            # raise its complexity_min past 42 of its 43 runs (QA selection F12).
             narrow = _narrowing(context, (sparc or {}).get(key), sparc is not None and key in sparc)
             advice = (f"fails where {context} (mostly {top_error}) but not elsewhere: "
                       + (f"{narrow} so the SPARC score ranks it lower there, or evolve it for this context" if narrow

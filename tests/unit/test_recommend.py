@@ -140,6 +140,11 @@ def test_a_version_failing_on_large_inputs_is_told_so_by_a_complexity_band() -> 
     assert "lower its SPARC complexity_max to 0.5 (it is 1.0)" in row.advice
     (row,) = recommendations(records, sparc={"convert_units@1.0.0": SparcMetadata(complexity_max=0.5)})
     assert row.advice.endswith("evolve it for this context")  # its range leaves such inputs out already
+    # QA selection F12: "but not elsewhere" of a single run elsewhere told a tool to raise its
+    # complexity_min past 42 of its 43 runs; fewer runs elsewhere than min_runs say nothing of it.
+    few = [run(i, True, 0.16) for i in range(2)] + [run(10 + i, False, 0.61) for i in range(5)]
+    (row,) = [r for r in recommendations(few, sparc={"convert_units@1.0.0": SparcMetadata()}) if r.context != "any"]
+    assert row.elsewhere_rate == 1.0 and row.advice == "fails where complexity=0.5-1.0 (mostly timeout): evolve it"
     # A complexity nothing measured (a call without input) is no band.
     unknown = [r.model_copy(update={"features": {"complexity": 0.0, "source": {"complexity": "default"}}}) for r in records]
     assert [r.context for r in recommendations(unknown)] == []
