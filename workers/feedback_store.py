@@ -114,8 +114,9 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
     if version is None:
         raise LookupError(f"no tool named '{tool}'")
     manifest = rt.registry.get(tool_key(tool, version))
-    if manifest is None:
-        raise LookupError(f"no tool version '{tool_key(tool, version)}'")
+    if manifest is None:  # with the versions it has, as `feedback show` and `explain` say it (QA selection F10)
+        known = ", ".join(m.version for m in rt.registry.versions(tool))
+        raise LookupError(f"{tool} has no version {version!r} (it has {known})" if known else f"no tool named '{tool}'")
     # In general: the description stands for the scenario (its vector), marked as such (QA AD: shown
     # as if a job had been worded so, its trailing newline a blank row).
     record = FeedbackRecord.manual(tool, version, scenario or manifest.description.strip(), sentiment, reason, quality,

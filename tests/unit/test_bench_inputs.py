@@ -52,6 +52,7 @@ def test_the_columns_are_found_whatever_their_case_spaces_and_order(tmp_path: Pa
     ("Query,Tool\n", "no queries"),
     ("Query,Tool,query\nFind papers,ResearchHelper,\n", "expected the columns Query,Tool \\(once each\\)"),
     ("Query,Tool\nFind papers\n", "row 2: empty Query or Tool"),
+    ('Query,Tool\n"unterminated,foo\nFind papers,ResearchHelper\n', "row 2: a quoted field is not closed"),
 ])
 def test_a_bad_queries_file_is_refused_naming_the_row_and_problem(tmp_path: Path, text: str, message: str) -> None:
     path = write(tmp_path / "q.csv", text)

@@ -160,6 +160,9 @@ def load_queries(path: Path, known: set[str]) -> list[tuple[str, str]]:
                 raw_tool = row[t_at] if t_at < len(row) else ""
                 query = (row[q_at] if q_at < len(row) else "").strip()
                 tool = raw_tool.strip().lower()
+                if not tool and "\n" in "".join(row):  # QA selection F10: read as an empty Tool
+                    raise BenchInputError(f"{path}, row {line}: a quoted field is not closed: its quote took in the "
+                                          "lines after it")
                 if not query or not tool:
                     raise BenchInputError(f"{path}, row {line}: empty Query or Tool")
                 if tool not in known:
