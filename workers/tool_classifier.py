@@ -108,7 +108,11 @@ def refit(rt: Runtime, current: ToolClassifier | None,
                               limit=rt.settings.classifier_max_records, descending_by="timestamp")
     registered = rt.registry.namespaces()
     known = set(registered)
-    examples = [(p.vector, p.payload["name"]) for p in points if p.vector and p.payload.get("name") in known]
+    # An unconfirmed success (a version serving a job it matches weakly and has no record of) says
+    # nothing of what it does, as selection's `does_the_job` reads it: learned, one reverser's
+    # "success" on a sha256 job made it the classifier's choice there (p 0.98; QA recheck).
+    examples = [(p.vector, p.payload["name"]) for p in points
+                if p.vector and p.payload.get("name") in known and not p.payload.get("unconfirmed")]
     newest = max((float(p.payload.get("timestamp") or 0.0) for p in points), default=0.0)
     evidence: dict[str, Any] = {"successes": len(examples), "namespaces": len(registered), "newest": newest,
                                 "seen": seen}

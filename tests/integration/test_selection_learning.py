@@ -707,6 +707,12 @@ def test_the_tool_that_served_most_calls_is_not_the_classifiers_choice_for_the_o
                                               version="1.0.0", scenario="reverse this string", success=True)
                               for i in range(15)])
         assert retrain_now(rt).classifier
+    # QA recheck: a weak match's unconfirmed "success" on another tool's job taught the classifier
+    # that the job was the reverser's (p 0.98 for sha256 jobs, after one such call)
+    store_executions(rt, [ExecutionRecord(attempt_id=f"u{i}", call_id=f"u{i}", tool="reverser", version="1.0.0",
+                                          scenario="convert 42 euros to swiss francs", success=True, unconfirmed=True)
+                          for i in range(3)])
+    assert retrain_now(rt).classifier
     classifier = ToolClassifier.from_text(rt.state.classifier() or "")
 
     def chances(scenario: str) -> dict[str, float]:
