@@ -189,7 +189,7 @@ class FeedbackRecord(BaseModel):
         if not 0.0 <= quality <= 1.0:
             raise ValueError(f"quality must be within 0..1, got {quality!r}")
         return cls(tool=tool, version=version, scenario=scenario, reason=reason, call_id=call_id, general=general,
-                   value=quality if sentiment == "positive" else -quality)
+                   value=quality if sentiment == "positive" else -quality + 0.0)  # + 0.0: never -0.0 (QA selection F10)
 
     def payload(self) -> dict[str, Any]:
         return {"tool": self.key, "name": self.tool, "version": self.version, "value": self.value,

@@ -88,6 +88,7 @@ def test_manual_record_and_trend() -> None:
     assert days[0].mean_value == pytest.approx(-0.2 / 1.8, abs=1e-4)  # each vote as strong as its value
     # QA AD: three of quality 0 pulled a day of +1.00 to +0.40; they count for nothing, as in the scores
     nothing = FeedbackRecord.manual("t", "1.0.0", "do a thing", "negative", quality=0.0)
+    assert str(nothing.value) == "0.0"  # not -0.0, which JSON and the tables print as a negative (QA selection F10)
     later = [good.model_copy(update={"timestamp": 2.2 * DAY})] + [nothing.model_copy(update={"timestamp": 2.3 * DAY})] * 3
     assert [(t.count, t.mean_value) for t in trend(records + later, DAY)][-1] == (5, 1.0)
     assert trend([nothing], DAY)[0].mean_value == 0.0

@@ -253,7 +253,8 @@ def feedback_show(
     Only what counts in selection's scores is shown: a call's outcome entry that a judgement of
     that call replaced (`feedback add --call`) is left out, and so is the negative entry of a
     failure in an outage the tool recovered from (its breaker's probe succeeded), or of a refusal of
-    the input of a job it did before (the caller's mistake); the title says how many were."""
+    the input of a job it did before (the caller's mistake); the title says how many were. A
+    judgement given with --quality 0 is shown, at +0.00: it is stored, and counts for nothing."""
     from selection.feedback import POSITIVE_QUALITY
     from selection.manifest import tool_key
     from workers.cli.evolution import versions_of
