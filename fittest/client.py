@@ -124,8 +124,7 @@ class FittestClient(CallSender):
         if answer.status != "recorded" or answer.feedback is None:
             said = joined_errors(answer.errors) or f"not recorded ({answer.status})"
             raise FittestUnavailable(said) if answer.status == "unavailable" else ValueError(said)
-        return RecordedFeedback(feedback=answer.feedback, score_now=answer.score_now, trial=answer.trial,
-                                first_now=answer.first_now, first_probability=answer.first_probability)
+        return RecordedFeedback(**{name: getattr(answer, name) for name in RecordedFeedback.model_fields})
 
     def close(self) -> None:
         """Release the broker and backend connections (results of subtasks unsubscribe first)."""

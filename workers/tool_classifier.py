@@ -49,7 +49,9 @@ def own_words(rt: Runtime, namespaces: set[str]) -> list[tuple[list[float], str]
     out = []
     for p in rt.memory.scroll(TOOLS, limit=1_000_000):
         name, text = p.payload.get("name"), str(p.payload.get("text_hash", ""))
-        if not p.vector or name not in namespaces or p.payload.get("deprecated") or "#v" in p.id or (name, text) in seen:
+        # a description variant (workers/variants.py) is not the manifest's word until promoted
+        if (not p.vector or name not in namespaces or p.payload.get("deprecated") or "variant" in p.payload
+                or (name, text) in seen):
             continue
         seen.add((name, text))
         out.append((p.vector, name))
