@@ -182,6 +182,20 @@ def served_chance(promotion: Promotion | None, version: str | None, after_evolut
     return share if version == promotion.evolved_version else 1.0 - share
 
 
+def offered_side(promotion: Promotion | None, version: str | None, chance: float, original: str | None,
+                 offered: Collection[str]) -> tuple[str | None, float]:
+    """The version a trial's draw gave this call (`version`, served first on `chance` of the calls),
+    or, when selection does not offer it (deprecated since, or held back by its breaker) and does
+    offer the trial's other side, that side on every call: a namespace whose one version is not
+    served has one version to serve (QA onboarding H2: with 1.0.0 deprecated during 1.1.0's trial,
+    the draw still gave 1.0.0 75 % of the calls, and a call naming the namespace went to another
+    tool on those calls). `original`: the version a trial without a parent is tried against."""
+    if promotion is None or promotion.status != "on_trial" or version in offered:
+        return version, chance
+    other = promotion.evolved_version if version != promotion.evolved_version else (fallback_version(promotion) or original)
+    return (other, 1.0) if other is not None and other in offered else (version, chance)
+
+
 def kept_served(versions: Sequence[ToolManifest], current: Promotion | None,
                 arrived: Collection[str]) -> ToolManifest | None:
     """The version a namespace goes on serving when the tools watch brings an older version of its

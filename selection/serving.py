@@ -90,11 +90,12 @@ def served_first(request: CallRequest, ranked: list[Candidate], served: ServedVe
             c.breakdown.rationale += f"; its version served first on {chance:.0%} of the calls, by a trial's share"
             c.breakdown.extra["trial_share"] = round(chance, 6)
             drawn.add(name)
-    head = by_namespace.get(request.namespace or "")
-    if request.namespace and head:
-        reordered.sort(key=lambda c: c.key != tool_key(request.namespace or "", head))
-        if reordered and reordered[0].key == tool_key(request.namespace, head):  # first on every call the draw gives it
-            reordered[0].probability = round(served.chance.get(request.namespace, 1.0), 6)
+    own = [c for c in reordered if c.manifest.name == request.namespace]
+    if own:  # a namespace call starts with its served version, or its best other one when that one is not offered
+        first = next((c for c in own if c.manifest.version == by_namespace.get(c.manifest.name)), own[0])
+        reordered.remove(first)
+        reordered.insert(0, first)
+        first.probability = round(served.chance.get(first.manifest.name, 1.0), 6)  # first on every call the draw gives it
     return reordered
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from evolution.descriptions import MANIFEST_VARIANT
-from evolution.trial import in_share, served_chance, served_original, served_version, withdrawn_versions
+from evolution.trial import in_share, offered_side, served_chance, served_original, served_version, withdrawn_versions
 from selection.cache import TTLCache, VersionedValue
 from selection.classifier import ToolClassifier
 from selection.context import ContextFeatures, analyse, context_typos
@@ -614,6 +614,8 @@ class Selector:
         for name in [n for n, count in candidates.items() if count > 1 or n == request.namespace]:
             promotion = promotions.get(name)
             version = served_version(promotion, request.call_id, request.after_evolution, self.settings.trial_share)
-            found.by_namespace[name] = version or served_original(promotion, self.rt.registry, name)
-            found.chance[name] = served_chance(promotion, version, request.after_evolution, self.settings.trial_share)
+            original = served_original(promotion, self.rt.registry, name)
+            chance = served_chance(promotion, version, request.after_evolution, self.settings.trial_share)
+            offered = {e.manifest.version for e in evidence if e.manifest.name == name}
+            found.by_namespace[name], found.chance[name] = offered_side(promotion, version or original, chance, original, offered)
         return found

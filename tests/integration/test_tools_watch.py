@@ -109,6 +109,33 @@ def test_a_new_version_given_by_a_manifest_goes_on_trial_and_is_served_once_it_p
         assert ("manifest_trial", "slugify@2.0.0") in {(e.get("event"), e.get("tool")) for e in events(log)}
 
 
+def test_a_call_naming_a_tool_whose_version_against_the_trial_is_deprecated_is_served_by_the_trial_version(
+    tmp_path: Path, redis_url: str, model_path: Path
+) -> None:
+    """QA onboarding H2: with 1.0.0 deprecated during 2.0.0's trial, the trial still gave 1.0.0, no
+    longer offered, 75 % of the calls, and on those a call naming the tool started with another
+    tool (the one its scenario matched best), which served 7 of 8 such calls without a note."""
+    tools = tmp_path / "tools"
+    for name in ("slugify", "word_stats"):
+        shutil.copytree(EXAMPLE_TOOLS / name, tools / name)
+    with pipeline_running(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"),
+                          FITTEST_TOOLS_RESCAN_S="0.3", FITTEST_TRIAL_SHARE="0.25") as p:
+        add_slugify_version(tools, "2.0.0")
+        state = p.state()
+        p.wait_for(lambda: state.promotion("slugify") is not None, timeout=30)
+        manifest = tools / "slugify" / "tool.yaml"
+        manifest.write_text(manifest.read_text() + "deprecated: true\n")
+        called: dict[str, Any] = {"scenario": "count the words of this text", "input": {"title": "Two words", "text": "Two words"},
+                  "namespace": "slugify", "max_attempts": 1}
+
+        def deprecated_gone() -> bool:  # the watch has read the change: 1.0.0 is no longer ranked
+            return all(r["key"] != "slugify@1.0.0" for r in p.call(**called)["ranking"])
+
+        p.wait_for(deprecated_gone, timeout=30)
+        firsts = [p.call(**called, call_id=f"named-{i}")["attempts"][0] for i in range(8)]
+        assert [(a["tool"], a["version"]) for a in firsts] == [("slugify", "2.0.0")] * 8
+
+
 def test_an_older_version_dropped_in_stays_a_fallback_and_the_newest_stays_served(
     tmp_path: Path, redis_url: str, model_path: Path
 ) -> None:

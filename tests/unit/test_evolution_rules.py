@@ -14,7 +14,7 @@ from evolution.mutation import MutatorConfig, load_mutators, order_for
 from evolution.mutators.code import extract_code
 from evolution.mutators.coercion import Schema, infer_rules
 from evolution.trial import (TrialCounts, TrialRules, decide, head_version, in_share, kept_served, majority_version,
-                             manifest_to_trial, meant_version, served_before, served_version)
+                             manifest_to_trial, meant_version, offered_side, served_before, served_version)
 from evolution.verification import StageRun, VerifyConfig, verify
 from evolution.versioning import next_version, version_dir, version_stem
 from selection.manifest import TestCase, ToolManifest
@@ -245,6 +245,18 @@ def test_served_version_follows_the_promotion() -> None:
     first = trial.model_copy(update={"status": "rolled_back", "parent_version": "1.0.0"})
     assert served_version(first, "any", True, 1.0) is None and head_version(first) is None
     assert served_version(None, "any", True, 1.0) is None
+
+
+def test_a_trials_side_selection_does_not_offer_leaves_every_call_to_the_other_side() -> None:
+    """QA onboarding H2: 1.0.0 deprecated during 1.1.0's trial was still drawn for 75 % of the calls."""
+    trial = Promotion(namespace="ns", evolved_version="1.1.0", original_version="1.0.0", parent_version="1.0.0")
+    assert offered_side(trial, "1.0.0", 0.75, "1.0.0", {"1.0.0", "1.1.0"}) == ("1.0.0", 0.75)
+    assert offered_side(trial, "1.0.0", 0.75, "1.0.0", {"1.1.0"}) == ("1.1.0", 1.0)
+    assert offered_side(trial, "1.1.0", 0.25, "1.0.0", {"1.0.0"}) == ("1.0.0", 1.0)
+    assert offered_side(trial, "1.1.0", 0.25, "1.0.0", set()) == ("1.1.0", 0.25)  # neither offered: nothing to move
+    active = trial.model_copy(update={"status": "active"})
+    assert offered_side(active, "1.1.0", 1.0, "1.0.0", {"1.0.0"}) == ("1.1.0", 1.0)  # no trial: the policy's order decides
+    assert offered_side(None, "1.0.0", 1.0, "1.0.0", set()) == ("1.0.0", 1.0)
 
 
 def test_a_tool_named_without_a_version_means_the_version_serving_most_calls() -> None:

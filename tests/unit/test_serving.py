@@ -56,6 +56,9 @@ RANKED = [candidate("a", "1.1.0"), candidate("b"), candidate("a", "1.0.0"), cand
                  ["b@1.0.0", "a@1.0.0", "c@1.0.0"], id="a rolled back version is not tried"),
     pytest.param(CallRequest(scenario="x", namespace="c"), ServedVersions(by_namespace={"a": "1.1.0", "c": "1.0.0"}),
                  ["c@1.0.0", "a@1.1.0", "b@1.0.0", "a@1.0.0"], id="a namespace call starts with what its namespace serves"),
+    pytest.param(CallRequest(scenario="x", namespace="c"), ServedVersions(by_namespace={"c": "0.9.0"}),
+                 ["c@1.0.0", "a@1.1.0", "b@1.0.0", "a@1.0.0"],
+                 id="a namespace call whose served version is not offered starts with the namespace's other version"),
 ])
 def test_served_first(call: CallRequest, served: ServedVersions, order: list[str]) -> None:
     assert keys(served_first(call, RANKED, served)) == order
