@@ -15,6 +15,7 @@ import errno
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -170,8 +171,11 @@ class CallSender:
 
         A call (CALL_TASKS) is recorded as in flight once it is sent, in a buffered write (at most
         0.1 s later, or at `close` or exit). A call whose caller chose its `call_id` is sent with
-        that id as its task id, so its result is kept, and found (`fittest result ID`), under it."""
-        task_id = kwargs.get("call_id") if task in CALL_TASKS else None
+        that id as its task id, so its result is kept, and found (`fittest result ID`), under it.
+        Either id, chosen or made here, is claimed for this job before the call is sent: a result's
+        `call_id` given to another job later is refused (QA onboarding H1: a made id was never
+        claimed, and a second job sent under it was handed the first job's result)."""
+        task_id = (kwargs.get("call_id") or str(uuid.uuid4())) if task in CALL_TASKS else None
         if task_id is not None and not self._call_ids().claim(task_id, job_digest(task, kwargs)):
             raise ValueError(f"call_id: {another_job_message(task_id)}")
         result = self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue, task_id=task_id)

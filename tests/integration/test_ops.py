@@ -176,6 +176,16 @@ def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline
         same = client.celery.send_task("fittest.resilient_tool_call", queue="selection", kwargs={
             "scenario": scenario, "input": {"text": "x,y\n3,4\n"}, "namespace": "csv_lenient", "call_id": "my-service-call-42"})
         assert same.get(timeout=60)["status"] == "success"
+        # So is the id a call was given without one, which its result carries (QA onboarding H1: the
+        # client handed a second job sent under it the first job's result, and the worker ran it).
+        with pytest.raises(ValueError, match=f"call_id: '{result.call_id}' names another job"):
+            client.submit(scenario, input={"text": "p,q\n5,6\n"}, namespace="csv_lenient", call_id=result.call_id)
+        echo = {"scenario": "show the argv a program gets", "namespace": "echo_args"}  # far from the other tests' calls
+        made = client.celery.send_task("fittest.resilient_tool_call", queue="selection", kwargs={**echo, "input": {"text": "a"}})
+        assert made.get(timeout=60)["status"] == "success"  # sent without the client: its task id is claimed by the worker
+        taken = client.celery.send_task("fittest.resilient_tool_call", queue="selection", kwargs={
+            **echo, "input": {"text": "b"}, "call_id": made.id})
+        assert taken.get(timeout=60)["errors"][0]["field"] == "call_id"
         # ...and a call that does not exist, or did not run the tool, is refused (QA: both were recorded).
         with pytest.raises(ValueError, match="no call 0123456789abcdef is known"):
             client.record_feedback(result.tool, "negative", call_id="0123456789abcdef")

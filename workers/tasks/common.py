@@ -65,13 +65,15 @@ def result_call_id(payload: dict[str, Any], task_id: str | None) -> str:
     return task_id or ""
 
 
-def another_job_under(task: str, payload: dict[str, Any]) -> dict[str, Any] | None:
+def another_job_under(task: str, payload: dict[str, Any], task_id: str | None) -> dict[str, Any] | None:
     """The invalid result of a call sent, without fittest's client, under a `call_id` that names
     another job within the results' 24 h (workers/state/call_ids.py), or None: run under that id,
     its attempts' effects would be dropped as applied already. The same job sent again (a redelivery,
-    the rescue sweep's copy, a retry) claims its id again, and runs."""
-    call_id = payload.get("call_id")
-    if not (isinstance(call_id, str) and CALL_ID.fullmatch(call_id)):
+    the rescue sweep's copy, a retry) claims its id again, and runs. A call sent without a `call_id`
+    is known by its task id, which it claims too (QA onboarding H1: a result's call id, given to a
+    second job, ran that job with the first one's effects)."""
+    call_id = result_call_id(payload, task_id)
+    if not CALL_ID.fullmatch(call_id):
         return None
     from workers.state.call_ids import CallIds, another_job_message, job_digest
 

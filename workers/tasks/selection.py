@@ -140,7 +140,7 @@ def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
     evolution_report = kwargs.pop("evolution_report", None)
     payload = _payload(args, kwargs, CALL_ARGS)
     # fittest's own retry after an evolution re-sends the call as its request, not as it was sent.
-    if evolution_report is None and (taken := another_job_under("resilient_tool_call", payload)) is not None:
+    if evolution_report is None and (taken := another_job_under("resilient_tool_call", payload, self.request.id)) is not None:
         return taken
     try:
         request = CallRequest.model_validate(payload)
@@ -163,7 +163,7 @@ def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
 def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
     """Call a namespace by name: its promoted version, or the original, or an explicit version."""
     payload = _payload(args, kwargs, TOOL_ARGS)
-    if (taken := another_job_under("call_tool", payload)) is not None:
+    if (taken := another_job_under("call_tool", payload, self.request.id)) is not None:
         return taken
     try:  # as fittest's client checks it before sending; the rest is checked as a call's
         tool = CallToolPayload.model_validate(payload)
