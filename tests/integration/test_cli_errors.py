@@ -197,6 +197,11 @@ def test_metrics_on_a_port_in_use_says_so(model_path: Path, unserved_redis: str)
     said = " ".join(done.stderr.split())
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"cannot serve metrics on 127.0.0.1:{port}" in said and "FITTEST_METRICS_PORT" in said, said
+    # An address not of this host is named as such, not blamed on the port (QA README L2).
+    elsewhere = subprocess.run([str(FITTEST), "metrics", "--port", str(port)], env={**env, "FITTEST_METRICS_ADDR": "192.0.2.1"},
+                               capture_output=True, text=True, timeout=60)
+    said = " ".join(elsewhere.stderr.split())
+    assert elsewhere.returncode == 1 and "FITTEST_METRICS_ADDR chooses an address" in said and "PORT" not in said, said
 
 
 def test_a_call_no_worker_can_take_and_a_result_nobody_sent_are_told_in_seconds(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from pathlib import Path
@@ -74,9 +75,10 @@ def metrics(
     addr = addr or settings.metrics_addr
     try:
         server, _ = serve(settings, port, addr)
-    except OSError as exc:  # the port is taken (another `fittest metrics`), or the address is not ours
-        fail(f"cannot serve metrics on {addr}:{port or settings.metrics_port} ({exc.strerror or exc}); "
-             "--port or FITTEST_METRICS_PORT chooses another port")
+    except OSError as exc:  # the port is taken (another `fittest metrics`), or the address is not ours (QA README L2)
+        hint = ("--port or FITTEST_METRICS_PORT chooses another port" if exc.errno == errno.EADDRINUSE
+                else "--addr or FITTEST_METRICS_ADDR chooses an address of this host")
+        fail(f"cannot serve metrics on {addr}:{port or settings.metrics_port} ({exc.strerror or exc}); {hint}")
     console.print(f"metrics on http://{literal(addr)}:{server.server_port}/metrics (Ctrl-C stops)")
     try:
         while True:
