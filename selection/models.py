@@ -282,6 +282,14 @@ class CallPlan(BaseModel):
     # The half-open version selection placed first for its breaker's probe, if any: it uses up no
     # attempt of the call's `max_attempts` (selection/serving.py `breaker_probe`).
     probe: str | None = None
+    # The half-open versions whose probe this call took where it came to them in its order (a call
+    # naming a namespace, or a version ranked after others): no attempt either (QA README M1: such
+    # a probe used up the call's one attempt, and its attempt did not say it was a probe).
+    probed: list[str] = Field(default_factory=list)
+
+    def is_probe(self, key: str) -> bool:
+        """Whether `key` runs in this call as its breaker's probe, which costs the call no attempt."""
+        return key == self.probe or key in self.probed
 
     @property
     def failed_attempts(self) -> list[ToolExecutionResult]:
@@ -308,9 +316,8 @@ class AttemptSummary(BaseModel):
     error_class: FailureClass | None = None
     error_message: str | None = None
     execution_time_ms: float = 0.0
-    probe: bool = Field(False, description="Its circuit breaker's probe, tried first by selection: it uses up no "
-                                           "attempt of max_attempts (a call that names a namespace or version runs "
-                                           "a half-open version as one of its attempts, which is not this)")
+    probe: bool = Field(False, description="Its circuit breaker's probe (the version was half-open): it uses up no "
+                                           "attempt of max_attempts, and its outcome closes the breaker or opens it again")
     callers_mistake: bool = Field(False, description="It refused the input (bad_input) of a job it does (3 or more "
                                                      "like it succeeded), or of one a tool that does it refused before it "
                                                      "in the call: check the input. Counted apart; it lowers no quality")
@@ -382,7 +389,7 @@ class CallResult(BaseModel):
                     error_class=a.error_class,
                     error_message=a.error_message,
                     execution_time_ms=a.execution_time_ms,
-                    probe=a.key == plan.probe,
+                    probe=plan.is_probe(a.key),
                     callers_mistake=a.callers_mistake,
                     took_a_refused_input=a.took_a_refused_input,
                 )

@@ -5,7 +5,7 @@ tests/integration/test_reliability_sandbox.py)."""
 from __future__ import annotations
 
 from selection.manifest import ToolManifest
-from selection.models import CallPlan, CallRequest, Candidate
+from selection.models import CallPlan, CallRequest, Candidate, FailureClass
 from tests.fakes_state import InMemoryStateStore
 from workers.tasks.execution import last_index, next_to_run
 
@@ -64,6 +64,25 @@ def test_the_probe_selection_placed_first_does_not_use_up_an_attempt() -> None:
     assert last_index(plan) == 1  # the probe, then one attempt
     plan.held_back.append("a@1.0.0")  # passed over (another call probes it): still one more, not two
     assert last_index(plan) == 1
+
+
+def test_a_probe_taken_where_the_call_came_to_it_does_not_use_up_an_attempt_and_says_it_is_a_probe() -> None:
+    """QA README M1: a half-open version that selection did not place first (a call naming its
+    namespace, or one ranked after others) ran its probe as the call's one attempt, the next
+    candidate never ran, and the attempt said `probe: false`."""
+    from selection.models import CallResult, ToolExecutionResult
+
+    now = [1000.0]
+    state = InMemoryStateStore(clock=lambda: now[0])
+    plan = plan_of("a", "b", max_attempts=1)
+    open_breaker(state, "a@1.0.0")
+    now[0] += 61
+    assert next_to_run(plan, 0, state, 60) == 0 and plan.probed == ["a@1.0.0"]
+    assert next_to_run(plan, 0, state, 60) == 0 and plan.probed == ["a@1.0.0"]  # redelivered: the same probe
+    assert last_index(plan) == 1  # the probe, then one attempt: b still runs if a fails
+    plan.attempts = [ToolExecutionResult(attempt_id=f"{plan.request.call_id}:0", call_id=plan.request.call_id, tool="a",
+                                         version="1.0.0", success=False, error_class=FailureClass.unavailable)]
+    assert [a.probe for a in CallResult.from_plan(plan, "failed").attempts] == [True]
 
 
 def test_nothing_left_to_try_when_every_remaining_breaker_is_open() -> None:

@@ -295,12 +295,12 @@ def last_index(plan: CallPlan) -> int:
     """The index of the call's last candidate to try: `max_attempts` counts the attempts that ran,
     so each candidate passed over for its open breaker lets one more through (the versions that
     selection held back are not candidates, and use up nothing), and so does each one passed over
-    with an input refused as the caller's mistake (`next_to_run`). Nor does the half-open version
-    that selection placed first for its breaker's probe (`plan.probe`), run or passed over: a call
-    the next candidate would have served is served by it (QA X: with `max_attempts` 1, a probe
-    that failed failed the call, and started an evolution)."""
+    with an input refused as the caller's mistake (`next_to_run`). Nor does a half-open version
+    run as its breaker's probe (`plan.is_probe`: placed first by selection, run or passed over, or
+    taken where the call came to it): a call the next candidate would have served is served by it
+    (QA X: with `max_attempts` 1, a probe that failed failed the call, and started an evolution)."""
     held = {*plan.held_back, *plan.passed_over, *plan.code_missing}
-    free = sum(1 for c in plan.candidates if c.key in held or c.key == plan.probe)
+    free = sum(1 for c in plan.candidates if c.key in held or plan.is_probe(c.key))
     return min(len(plan.candidates), plan.request.max_attempts + free) - 1
 
 
@@ -354,8 +354,11 @@ def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float
             index += 1
             continue
         breaker = breakers.get(key, "closed")
-        if breaker == "closed" or (breaker == "half_open" and state.acquire_lock(
-                probe_lock(key), plan.request.call_id, cooldown_s, reclaim=True)):
+        if breaker == "closed":
+            return index
+        if breaker == "half_open" and state.acquire_lock(probe_lock(key), plan.request.call_id, cooldown_s, reclaim=True):
+            if not plan.is_probe(key):
+                plan.probed.append(key)
             return index
         plan.held_back.append(key)
         why = "is open" if breaker == "open" else "is half-open and another call probes it"
