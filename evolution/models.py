@@ -243,7 +243,8 @@ class CandidateReport(BaseModel):
         return next((s.failed_inputs for s in self.stages if not s.passed), [])
 
 
-EvolutionStatus = Literal["evolved", "no_fix", "locked", "reused", "disabled"]
+# pinned: a call pinned to a version its namespace no longer serves; neither evolved nor retried
+EvolutionStatus = Literal["evolved", "no_fix", "locked", "reused", "pinned", "disabled"]
 
 
 class EvolutionReport(BaseModel):

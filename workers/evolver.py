@@ -124,6 +124,14 @@ class Evolver:
         with what it produced, or evolves itself if it produced nothing; a manual or quality
         trigger is skipped at once.
 
+        A call pinned to a version (`version` in its request) runs that version alone, retried too:
+        "retries with" the promoted version would run the pinned one again, fail again on the same
+        input and count the failure twice (QA onboarding M1). So when its namespace serves another
+        version, the call ends "pinned", saying which version a call not pinned would get, and the
+        pinned version, which the namespace does not serve, is not evolved either (its evolution
+        would go on trial against the version served). A pinned call that evolves the version its
+        namespace serves is not retried (workers/tasks/evolution.py), for the same reason.
+
         The lock is a lease of LOCK_LEASE_S, renewed while the evolution runs: a run killed with it
         frees the namespace within that time. Its owner is the job: a job that finds its own id
         there was delivered again after the run that took it was killed (the broker gives a message
@@ -152,7 +160,13 @@ class Evolver:
                 # retry: retrying "with it" would run only the other tools once more (QA O: three of
                 # twelve calls failed so, after ten attempts, while a fourth call's evolution fixed it).
                 held = job.plan is not None and head is not None and tool_key(job.namespace, head) in job.plan.held_back
-                if (job.trigger == "call" and head is not None and not held
+                pinned = job.plan.request.version if job.plan is not None else None
+                if job.trigger == "call" and pinned is not None and head is not None and head != pinned:
+                    return self._report(job, "pinned", started, version=head, message=(
+                        f"{tool_key(job.namespace, head)} is promoted and serves the calls not pinned to {pinned}; "
+                        f"this call is pinned to {tool_key(job.namespace, pinned)}, so it was neither retried with "
+                        f"{head} nor was {pinned} evolved"))
+                if (job.trigger == "call" and head is not None and not held and pinned is None
                         and (head != job.served_version or head not in tried)):
                     # Promoted meanwhile, or promoted before but not tried in this call: try it first.
                     return self._report(job, "reused", started, version=head,

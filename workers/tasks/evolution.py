@@ -98,7 +98,13 @@ def evolve(self: Task, job_data: dict[str, Any]) -> Any:
     # The call's first round travels with it, and the retry's result times the whole call from its start.
     evolution = CallEvolution.model_validate({**report.model_dump(mode="json"), "call_started_at": plan.started_at,
                                               "failed_attempts": CallResult.from_plan(plan, "failed").attempts})
-    if report.status not in ("evolved", "reused"):
+    pinned = plan.request.version
+    if report.status == "evolved" and pinned is not None:
+        # A pinned call runs its version alone: retried, it would run that version again and fail
+        # again on the same input, its failure counted twice (QA onboarding M1).
+        evolution.message += (f"; this call is pinned to {tool_key(job.namespace, pinned)}, so it was not retried "
+                              f"with {report.version}")
+    if report.status not in ("evolved", "reused") or pinned is not None:
         return _end_call(plan, evolution)
     send_outcome(plan)  # the first round's attempts are learned from like any others
     from workers.tasks.selection import resilient_tool_call
