@@ -374,19 +374,42 @@ def evolve(rt: Runtime, plan: CallPlan, mutators: list[Mutator] | None = None) -
     return report
 
 
-def test_a_mutation_that_failed_on_an_input_is_skipped_while_that_input_fails_and_tried_once_it_does_not(rt: Runtime) -> None:
-    hangs = evolve(rt, slow_call(50))  # 5 s: more than even the longer timeout
+LAGGING = """import os, time
+def run(value):
+    if os.path.exists(value["backend"]):  # its backend is slow while this file is there
+        time.sleep(value["n"] / 10)
+    return {"n": value["n"]}
+"""
+
+
+def test_a_mutation_that_failed_on_an_input_is_skipped_until_the_version_succeeds_on_that_input(rt: Runtime, tmp_path: Path) -> None:
+    """QA onboarding M2: a longer timeout that failed on one input of a tool that hangs was made and
+    verified again for each new failing input (4.6 s each, the failing call waiting), as the job
+    carried only its call's input and the one that failed the mutation was never asked again."""
+    slow = tmp_path / "backend-slow"
+    slow.touch()
+    write_tool(Path(rt.settings.tools_dir), "lagging", LAGGING)
+
+    def lagging_call(n: int) -> CallPlan:
+        return failed_call("lagging", {"n": n, "backend": str(slow)}, FailureClass.timeout, "no result within 0.3s")
+
+    hangs = evolve(rt, lagging_call(20))  # 2 s: more than even the longer timeout
     assert [(c.mutation, c.outcome) for c in hangs.candidates] == [("timeout_s 0.3s → 1.2s", "failed")]
-    assert hangs.candidates[0].reason.startswith('replay: failing input {"n": 50} still fails: timeout')
-    again = evolve(rt, slow_call(50))
+    assert hangs.candidates[0].reason.startswith('replay: failing input {"n": 20, ') and "still fails: timeout" in hangs.candidates[0].reason
+    again = evolve(rt, lagging_call(20))
     assert [c.outcome for c in again.candidates] == ["skipped"] and "failed before for a similar reason" in again.candidates[0].reason
-    slower = evolve(rt, slow_call(6))  # the same failure in words, on an input the longer timeout fixes
-    assert slower.status == "evolved" and slower.mutation == "timeout_s 0.3s → 1.2s" and slower.version == "1.1.0"
+    other = evolve(rt, lagging_call(6))  # another input, while {"n": 20} has not succeeded since
+    assert [c.outcome for c in other.candidates] == ["skipped"], other.candidates
+    slow.unlink()  # the backend is fast again, and a call succeeds on the input that failed the mutation
+    done = ToolExecutionResult(attempt_id="ok20", call_id="ok20", tool="lagging", version="1.0.0", success=True, result={"n": 20})
+    apply_outcome(rt, OutcomeRecord(call_id="ok20", scenario="use lagging", attempts=[done], input={"n": 20, "backend": str(slow)}))
+    tried = evolve(rt, lagging_call(6))
+    assert tried.status == "evolved" and tried.mutation == "timeout_s 0.3s → 1.2s" and tried.version == "1.1.0", tried.candidates
     # Only the candidate installed names a version in the changelog: the others were written as
     # 1.1.0 too, which none of them became.
-    verdicts = [(e.event, e.version, e.parent) for e in rt.evolution.changelog("slowish")
+    verdicts = [(e.event, e.version, e.parent) for e in rt.evolution.changelog("lagging")
                 if e.event in ("failed", "skipped", "verified")]
-    assert verdicts == [("failed", None, "1.0.0"), ("skipped", None, "1.0.0"), ("verified", "1.1.0", "1.0.0")]
+    assert verdicts == [("failed", None, "1.0.0"), ("skipped", None, "1.0.0"), ("skipped", None, "1.0.0"), ("verified", "1.1.0", "1.0.0")]
 
 
 LEDGER = """import time
