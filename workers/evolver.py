@@ -36,7 +36,9 @@ from evolution.trial import head_version
 from evolution.verification import Sandbox, VerifyConfig, reproduce_successes, run_test_cases, verify
 from evolution.versioning import MANIFEST_FILE, next_version, version_dir
 from selection.manifest import ToolManifest, load_manifest, tool_key
+from selection.models import CallPlan, FailureClass
 from selection.ports import StateStore
+from workers.evolution_jobs import EvolutionUnavailable, call_failures
 from workers.promotions import promote_on_trial
 from workers.renewed_lock import renewed
 from workers.runners import RunLimits
@@ -83,6 +85,10 @@ def write_version(folder: Path, manifest: ToolManifest, files: dict[str, bytes])
     doc = manifest.model_dump(mode="json", exclude={"tool_dir"}, exclude_none=True)
     (folder / MANIFEST_FILE).write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return load_manifest(folder / MANIFEST_FILE)
+
+
+def nothing_proposed(key: str) -> str:
+    return f"no mutator could propose a version of {key}"
 
 
 def mutator_config(settings: Settings) -> MutatorConfig:
@@ -268,18 +274,61 @@ class Evolver:
                 f"{remembered} remembered failure{'s' if remembered != 1 else ''} of its own"]
 
     def _unanswered(self, job: EvolutionJob) -> list[str]:
+        return self._unanswered_classes([f.error_class for f in job.evidence.failures])
+
+    def _unanswered_classes(self, classes: list[FailureClass]) -> list[str]:
         """A note per failure class of the call that no loaded mutator answers (crash, bad output:
         only the code mutator rewrites a tool for them, and it is off without FITTEST_LLM_URL), so
         that a no_fix says why rather than only what the other mutators found nothing to do."""
         handled = {c for m in self.mutators for c in m.handles}
         rewrites = any(m.name == "code" for m in self.mutators)
         notes = []
-        for cls in dict.fromkeys(f.error_class for f in job.evidence.failures):
+        for cls in dict.fromkeys(classes):
             if cls in handled or rewrites:
                 continue
             off = " (the code mutator, which rewrites a tool, is off: FITTEST_LLM_URL is unset)" if not self.settings.llm_url else ""
             notes.append(f"{cls.value}: no mutator answers this failure class{off}")
         return notes
+
+    def without_evolution(self, plan: CallPlan) -> EvolutionReport | None:
+        """The evolution a call whose every candidate failed would end with, when it is known
+        before one is queued: a no_fix, when no loaded mutator answers any failure class of the
+        version it would evolve (a crash with the code mutator off). Asked by the execution worker;
+        None: queue the evolution.
+
+        A call of a tool that crashes now and then went through the memory worker and the evolver
+        each time, waiting for the evolver's slot and the namespace's lock, for the same answer
+        (QA onboarding M2: 15 no_fix in 7 minutes). Known so only when the version that failed
+        is the one its namespace serves (otherwise the evolver retries with the served one, or
+        ends a pinned call) and its own failures are in the call (a version held back by its
+        breaker is evolved from remembered failures, which memory has). A mutator for another
+        class that memory's similar failures bring up could not make the call's input succeed:
+        its candidate replays that input, and fails, or passes by the luck of a flaky tool. The
+        changelog says it once while nothing else is logged for the namespace."""
+        if not self.settings.evolution_enabled:
+            return None
+        named = plan.request.namespace
+        served = head_version(self.state.promotion(named)) if named else None
+        try:
+            namespace, version, failures = call_failures(plan, served)
+        except EvolutionUnavailable:
+            return None
+        if version is None or not failures:
+            return None
+        head = served if namespace == named else head_version(self.state.promotion(namespace))
+        if head is not None and head != version:
+            return None
+        classes = [f.error_class for f in failures]
+        unanswered = self._unanswered_classes(classes)
+        if len(unanswered) < len(set(classes)):
+            return None
+        key = tool_key(namespace, version)
+        notes = list(self.load_errors) + unanswered
+        message = nothing_proposed(key)
+        self.ledger.log_unless_repeated(ChangelogEntry(namespace=namespace, event="no_fix", parent=version,
+                                                       reason="; ".join([message, *notes])[:2000], trigger="call"))
+        return EvolutionReport(job_id="", namespace=namespace, trigger="call", status="no_fix", parent=key, notes=notes,
+                               message=message)
 
     def _try(self, job: EvolutionJob, candidate: CandidateVersion, stage_dir: Path, root: Path,
              replayed: Callable[[], Evidence]) -> tuple[CandidateReport, ToolManifest | None]:
@@ -348,11 +397,11 @@ class Evolver:
             f"no verified version of {job.parent_key}: {tried} candidate(s) failed verification, "
             f"{sum(r.outcome == 'skipped' for r in reports)} skipped as failed before"
             if reports
-            else f"no mutator could propose a version of {job.parent_key}"
+            else nothing_proposed(job.parent_key)
         )
-        self.ledger.log(ChangelogEntry(namespace=job.namespace, event="no_fix", parent=job.parent_version,
-                                       reason="; ".join([message, *notes])[:2000], job_id=job.job_id, trigger=job.trigger,
-                                       elapsed_s=round(time.monotonic() - started, 3)))
+        self.ledger.log_unless_repeated(ChangelogEntry(
+            namespace=job.namespace, event="no_fix", parent=job.parent_version, reason="; ".join([message, *notes])[:2000],
+            job_id=job.job_id, trigger=job.trigger, elapsed_s=round(time.monotonic() - started, 3)))
         return self._report(job, "no_fix", started, candidates=reports, notes=notes, message=message)
 
     def _report(self, job: EvolutionJob, status: EvolutionStatus, started: float, **fields: object) -> EvolutionReport:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import pytest
 import yaml
 
-from evolution.models import EvolutionJob, EvolutionRecord, EvolutionReport, Evidence, FailedRun, StageResult
+from evolution.models import ChangelogEntry, EvolutionJob, EvolutionRecord, EvolutionReport, Evidence, FailedRun, StageResult
 from evolution.mutation import Mutator, load_mutators
 from evolution.mutators.code import CodeMutator
 from evolution.verification import StageRun
@@ -586,6 +586,31 @@ def test_a_no_fix_for_a_crash_says_no_mutator_answers_it_without_the_code_mutato
     assert report.status == "no_fix"
     assert "crash: no mutator answers this failure class (the code mutator, which rewrites a tool, is off: FITTEST_LLM_URL is unset)" in report.notes
     assert "FITTEST_LLM_URL is unset" in (rt.evolution.changelog("mean")[-1].reason or "")
+
+
+def test_a_failure_no_mutator_answers_is_told_without_an_evolution_and_logged_once_while_nothing_changes(rt: Runtime) -> None:
+    """QA onboarding M2: a tool that crashes now and then, with the code mutator off, got 15
+    identical no_fix changelog entries in 7 minutes, each failed call a round trip through the
+    memory worker and the evolver for the same answer."""
+    evolver = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None)
+    unanswered = "crash: no mutator answers this failure class (the code mutator, which rewrites a tool, is off: FITTEST_LLM_URL is unset)"
+    for xs in ([], [0]):
+        report = evolver.without_evolution(failed_call("mean", {"xs": xs}, FailureClass.crash, "ZeroDivisionError: division by zero"))
+        assert report is not None and (report.status, report.parent) == ("no_fix", "mean@1.0.0")
+        assert report.message == "no mutator could propose a version of mean@1.0.0" and unanswered in report.notes
+    assert [e.event for e in rt.evolution.changelog("mean")] == ["no_fix"]  # once, however many calls say it
+    # the evolver's no_fix (its notes say more: what each mutator found) is logged once too
+    plan = failed_call("mean", {"xs": []}, FailureClass.crash, "ZeroDivisionError: division by zero")
+    assert evolver.run(build_job(rt, "call", plan=plan)).status == "no_fix"
+    assert evolver.run(build_job(rt, "call", plan=plan)).status == "no_fix"
+    assert [e.event for e in rt.evolution.changelog("mean")] == ["no_fix", "no_fix"]
+    rt.evolution.log(ChangelogEntry(namespace="mean", event="locked", reason="something else happened"))
+    assert evolver.without_evolution(plan) is not None
+    assert [e.event for e in rt.evolution.changelog("mean")] == ["no_fix", "no_fix", "locked", "no_fix"]
+    # a class a mutator answers, or a version that is not the one served, goes to the evolver
+    assert evolver.without_evolution(slow_call(6)) is None
+    fresh_child_on_trial(rt)
+    assert evolver.without_evolution(plan) is None  # mean@1.1.0 is served: the evolver retries with it
 
 
 def test_the_evolution_of_a_version_held_back_says_it_did_not_run_in_the_call(rt: Runtime) -> None:

@@ -52,6 +52,20 @@ def evolver() -> Evolver:
     return _evolver
 
 
+def call_evolution(plan: CallPlan, report: EvolutionReport) -> CallEvolution:
+    """The report as the call's result carries it: the call's first round travels with it, and a
+    retry's result times the whole call from its start."""
+    return CallEvolution.model_validate({**report.model_dump(mode="json"), "call_started_at": plan.started_at,
+                                         "failed_attempts": CallResult.from_plan(plan, "failed").attempts})
+
+
+def end_without_evolution(plan: CallPlan) -> dict[str, Any] | None:
+    """The call's end when its evolution's is known before one is queued (Evolver.without_evolution),
+    else None."""
+    report = evolver().without_evolution(plan)
+    return None if report is None else _end_call(plan, call_evolution(plan, report))
+
+
 def _end_call(plan: CallPlan, report: CallEvolution) -> dict[str, Any]:
     plan.evolved = True
     plan.evolution_report = report
@@ -95,9 +109,7 @@ def evolve(self: Task, job_data: dict[str, Any]) -> Any:
     plan = job.plan
     if plan is None:
         return report.model_dump(mode="json")
-    # The call's first round travels with it, and the retry's result times the whole call from its start.
-    evolution = CallEvolution.model_validate({**report.model_dump(mode="json"), "call_started_at": plan.started_at,
-                                              "failed_attempts": CallResult.from_plan(plan, "failed").attempts})
+    evolution = call_evolution(plan, report)
     pinned = plan.request.version
     if report.status == "evolved" and pinned is not None:
         # A pinned call runs its version alone: retried, it would run that version again and fail
