@@ -61,8 +61,12 @@ def call_evolution(plan: CallPlan, report: EvolutionReport) -> CallEvolution:
 
 def end_without_evolution(plan: CallPlan) -> dict[str, Any] | None:
     """The call's end when its evolution's is known before one is queued (Evolver.without_evolution),
-    else None."""
-    report = evolver().without_evolution(plan)
+    else None: also when that cannot be read (Redis away), the evolution's own steps then answering."""
+    try:
+        report = evolver().without_evolution(plan)
+    except Exception:
+        log.exception("call %s: whether a mutator answers its failures could not be told", plan.request.call_id)
+        return None
     return None if report is None else _end_call(plan, call_evolution(plan, report))
 
 
