@@ -110,14 +110,20 @@ class FailedMutation(BaseModel):
     # It failed the tool's test cases: the `tests_digest` of those it failed (empty otherwise)
     failed_tests: str = ""
 
-    def still_applies(self, failing: set[str]) -> bool:
-        """Whether the reason it failed for holds for the current failing inputs (their keys).
+    def still_applies(self, failing: set[str], succeeded: set[str]) -> bool:
+        """Whether the reason it failed for holds now: `failing` are the keys of the inputs failing
+        now, `succeeded` those of the inputs the version has succeeded on of late.
 
-        A failure on failing inputs predicts another only while one of those inputs still fails:
-        the mutation would fail its replay on it again. Once they are gone the tool fails for other
-        inputs, which the same mutation may well fix. A failure of its own holds whatever fails now.
+        A failure on failing inputs predicts another while one of those inputs still fails: the
+        mutation would fail its replay on it again. An input it failed on counts as failing until
+        the version succeeds on it, not only while a call brings it again: a job carries the inputs
+        of its own call, so a tool that fails on every input (one that hangs) had the same mutation
+        made and verified again for each new input, while the one that failed it was never asked
+        again (QA onboarding M2). A success on it counts whenever it was (successes keep no time):
+        an input the version both answers and fails is no deterministic failure, and a mutation's
+        failure on it predicts little. A failure of its own holds whatever fails now.
         """
-        return not self.failed_on or not failing.isdisjoint(self.failed_on)
+        return not self.failed_on or any(k in failing or k not in succeeded for k in self.failed_on)
 
 
 class SuccessfulRun(BaseModel):
@@ -165,15 +171,18 @@ class Evidence(BaseModel):
         """The earlier failure of this same mutation that predicts it fails again, if any.
 
         It predicts so when its failure pattern was at least `threshold` similar to the current one
-        and the reason it failed for still applies (`FailedMutation.still_applies`). A failure of
+        and the reason it failed for still applies (`FailedMutation.still_applies`: an input it
+        failed on fails now, or has not succeeded since, by the recent `successes`). A failure of
         the tool's test cases applies only while they are the same (`tests`, their digest): a wrong
         `expect` failed every candidate, and once the author fixed it the mutation the tool needed
         was still skipped, after a version bump too (QA evolution F2).
         """
         failing = {input_key(f.input) for f in self.failures}
+        succeeded = {input_key(s.input) for s in self.successes if s.input is not None}
         return next(
             (m for m in self.failed_mutations
-             if m.mutator == mutator and m.identity == identity and m.similarity >= threshold and m.still_applies(failing)
+             if m.mutator == mutator and m.identity == identity and m.similarity >= threshold
+             and m.still_applies(failing, succeeded)
              and not (m.failed_tests and tests and m.failed_tests != tests)),
             None,
         )
@@ -243,7 +252,8 @@ class CandidateReport(BaseModel):
         return next((s.failed_inputs for s in self.stages if not s.passed), [])
 
 
-EvolutionStatus = Literal["evolved", "no_fix", "locked", "reused", "disabled"]
+# pinned: a call pinned to a version its namespace no longer serves; neither evolved nor retried
+EvolutionStatus = Literal["evolved", "no_fix", "locked", "reused", "pinned", "disabled"]
 
 
 class EvolutionReport(BaseModel):

@@ -19,8 +19,8 @@ implemented by workers/sandbox.py); a candidate that hangs is killed there and f
 first failed stage ends the cascade, and every stage's result is kept with the candidate.
 
 A replay that only failing inputs failed names them (`StageResult.failed_inputs`): such a failure
-says nothing about other failing inputs, and the same mutation may be tried again once those no
-longer fail (`FailedMutation.still_applies`). A replay whose subprocess died names every failing
+holds while they fail, and the same mutation may be tried again once the version succeeds on them
+(`FailedMutation.still_applies`). A replay whose subprocess died names every failing
 input it replayed, since any of them may have killed it.
 """
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import pytest
 import yaml
 
-from evolution.models import EvolutionJob, EvolutionRecord, EvolutionReport, Evidence, FailedRun, StageResult
+from evolution.models import ChangelogEntry, EvolutionJob, EvolutionRecord, EvolutionReport, Evidence, FailedRun, StageResult
 from evolution.mutation import Mutator, load_mutators
 from evolution.mutators.code import CodeMutator
 from evolution.verification import StageRun
@@ -374,19 +374,42 @@ def evolve(rt: Runtime, plan: CallPlan, mutators: list[Mutator] | None = None) -
     return report
 
 
-def test_a_mutation_that_failed_on_an_input_is_skipped_while_that_input_fails_and_tried_once_it_does_not(rt: Runtime) -> None:
-    hangs = evolve(rt, slow_call(50))  # 5 s: more than even the longer timeout
+LAGGING = """import os, time
+def run(value):
+    if os.path.exists(value["backend"]):  # its backend is slow while this file is there
+        time.sleep(value["n"] / 10)
+    return {"n": value["n"]}
+"""
+
+
+def test_a_mutation_that_failed_on_an_input_is_skipped_until_the_version_succeeds_on_that_input(rt: Runtime, tmp_path: Path) -> None:
+    """QA onboarding M2: a longer timeout that failed on one input of a tool that hangs was made and
+    verified again for each new failing input (4.6 s each, the failing call waiting), as the job
+    carried only its call's input and the one that failed the mutation was never asked again."""
+    slow = tmp_path / "backend-slow"
+    slow.touch()
+    write_tool(Path(rt.settings.tools_dir), "lagging", LAGGING)
+
+    def lagging_call(n: int) -> CallPlan:
+        return failed_call("lagging", {"n": n, "backend": str(slow)}, FailureClass.timeout, "no result within 0.3s")
+
+    hangs = evolve(rt, lagging_call(20))  # 2 s: more than even the longer timeout
     assert [(c.mutation, c.outcome) for c in hangs.candidates] == [("timeout_s 0.3s → 1.2s", "failed")]
-    assert hangs.candidates[0].reason.startswith('replay: failing input {"n": 50} still fails: timeout')
-    again = evolve(rt, slow_call(50))
+    assert hangs.candidates[0].reason.startswith('replay: failing input {"n": 20, ') and "still fails: timeout" in hangs.candidates[0].reason
+    again = evolve(rt, lagging_call(20))
     assert [c.outcome for c in again.candidates] == ["skipped"] and "failed before for a similar reason" in again.candidates[0].reason
-    slower = evolve(rt, slow_call(6))  # the same failure in words, on an input the longer timeout fixes
-    assert slower.status == "evolved" and slower.mutation == "timeout_s 0.3s → 1.2s" and slower.version == "1.1.0"
+    other = evolve(rt, lagging_call(6))  # another input, while {"n": 20} has not succeeded since
+    assert [c.outcome for c in other.candidates] == ["skipped"], other.candidates
+    slow.unlink()  # the backend is fast again, and a call succeeds on the input that failed the mutation
+    done = ToolExecutionResult(attempt_id="ok20", call_id="ok20", tool="lagging", version="1.0.0", success=True, result={"n": 20})
+    apply_outcome(rt, OutcomeRecord(call_id="ok20", scenario="use lagging", attempts=[done], input={"n": 20, "backend": str(slow)}))
+    tried = evolve(rt, lagging_call(6))
+    assert tried.status == "evolved" and tried.mutation == "timeout_s 0.3s → 1.2s" and tried.version == "1.1.0", tried.candidates
     # Only the candidate installed names a version in the changelog: the others were written as
     # 1.1.0 too, which none of them became.
-    verdicts = [(e.event, e.version, e.parent) for e in rt.evolution.changelog("slowish")
+    verdicts = [(e.event, e.version, e.parent) for e in rt.evolution.changelog("lagging")
                 if e.event in ("failed", "skipped", "verified")]
-    assert verdicts == [("failed", None, "1.0.0"), ("skipped", None, "1.0.0"), ("verified", "1.1.0", "1.0.0")]
+    assert verdicts == [("failed", None, "1.0.0"), ("skipped", None, "1.0.0"), ("skipped", None, "1.0.0"), ("verified", "1.1.0", "1.0.0")]
 
 
 LEDGER = """import time
@@ -563,6 +586,31 @@ def test_a_no_fix_for_a_crash_says_no_mutator_answers_it_without_the_code_mutato
     assert report.status == "no_fix"
     assert "crash: no mutator answers this failure class (the code mutator, which rewrites a tool, is off: FITTEST_LLM_URL is unset)" in report.notes
     assert "FITTEST_LLM_URL is unset" in (rt.evolution.changelog("mean")[-1].reason or "")
+
+
+def test_a_failure_no_mutator_answers_is_told_without_an_evolution_and_logged_once_while_nothing_changes(rt: Runtime) -> None:
+    """QA onboarding M2: a tool that crashes now and then, with the code mutator off, got 15
+    identical no_fix changelog entries in 7 minutes, each failed call a round trip through the
+    memory worker and the evolver for the same answer."""
+    evolver = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None)
+    unanswered = "crash: no mutator answers this failure class (the code mutator, which rewrites a tool, is off: FITTEST_LLM_URL is unset)"
+    for xs in ([], [0]):
+        report = evolver.without_evolution(failed_call("mean", {"xs": xs}, FailureClass.crash, "ZeroDivisionError: division by zero"))
+        assert report is not None and (report.status, report.parent) == ("no_fix", "mean@1.0.0")
+        assert report.message == "no mutator could propose a version of mean@1.0.0" and unanswered in report.notes
+    assert [e.event for e in rt.evolution.changelog("mean")] == ["no_fix"]  # once, however many calls say it
+    # the evolver's no_fix (its notes say more: what each mutator found) is logged once too
+    plan = failed_call("mean", {"xs": []}, FailureClass.crash, "ZeroDivisionError: division by zero")
+    assert evolver.run(build_job(rt, "call", plan=plan)).status == "no_fix"
+    assert evolver.run(build_job(rt, "call", plan=plan)).status == "no_fix"
+    assert [e.event for e in rt.evolution.changelog("mean")] == ["no_fix", "no_fix"]
+    rt.evolution.log(ChangelogEntry(namespace="mean", event="locked", reason="something else happened"))
+    assert evolver.without_evolution(plan) is not None
+    assert [e.event for e in rt.evolution.changelog("mean")] == ["no_fix", "no_fix", "locked", "no_fix"]
+    # a class a mutator answers, or a version that is not the one served, goes to the evolver
+    assert evolver.without_evolution(slow_call(6)) is None
+    fresh_child_on_trial(rt)
+    assert evolver.without_evolution(plan) is None  # mean@1.1.0 is served: the evolver retries with it
 
 
 def test_the_evolution_of_a_version_held_back_says_it_did_not_run_in_the_call(rt: Runtime) -> None:

@@ -146,3 +146,20 @@ def test_rollback_and_promote_by_hand(evo: Pipeline) -> None:
     assert (promotion.evolved_version, promotion.status) == ("1.1.0", "active")
     result = evo.call(scenario="say hello", input={"username": "Alan"}, namespace="greet_user", timeout=120)
     assert (result["status"], result["version"]) == ("success", "1.1.0")
+
+
+def test_a_failed_call_pinned_to_a_version_the_namespace_no_longer_serves_is_not_retried_with_it(evo: Pipeline) -> None:
+    """QA onboarding M1: a call pinned to 1.0.0 whose namespace serves 1.1.0 ended "reused: 1.1.0 is
+    promoted and was not tried; the call retries with it", and the retry ran 1.0.0 again: a second
+    failure counted for one deterministic one, and a message naming a version that never ran."""
+    assert evo.state().promotion("greet_user").evolved_version == "1.1.0"  # promoted by hand above
+    result = evo.call(scenario="say hello", input={"username": "Alan"}, namespace="greet_user", version="1.0.0", timeout=120)
+    assert result["status"] == "failed", result
+    report = result["evolution"]
+    assert report["status"] == "pinned", report
+    assert "greet_user@1.1.0 is promoted and serves the calls not pinned to 1.0.0" in report["message"]
+    assert "retries with" not in result["message"]
+    # it ran once: the one round is the result's (not retried, so no round after the evolution)
+    assert [(a["tool"], a["version"]) for a in result["attempts"]] == [("greet_user", "1.0.0")]
+    assert result["message"].startswith("the one attempt failed; evolution: "), result["message"]
+    assert evo.state().promotion("greet_user").evolved_version == "1.1.0"  # and nothing was evolved from 1.0.0

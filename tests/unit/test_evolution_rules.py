@@ -122,15 +122,19 @@ EMPTY: dict[str, list[int]] = {"values": []}
 MANY = {"values": list(range(60)), "unit": "s"}
 
 
-def failing_on(*inputs: dict, earlier: list[FailedMutation]) -> Evidence:
+def failing_on(*inputs: dict, earlier: list[FailedMutation], succeeded_on: tuple[dict, ...] = ()) -> Evidence:
     failures = [FailedRun(version="1.0.0", input=v, error_class=FailureClass.timeout, error_message="no result within 1s") for v in inputs]
-    return Evidence(failures=failures, failed_mutations=earlier)
+    return Evidence(failures=failures, failed_mutations=earlier,
+                    successes=[SuccessfulRun.of("s", v, {"ok": True}) for v in succeeded_on])
 
 
-def test_a_mutation_that_failed_on_a_failing_input_predicts_a_failure_only_while_that_input_fails() -> None:
+def test_a_mutation_that_failed_on_a_failing_input_predicts_a_failure_until_the_version_succeeds_on_it() -> None:
     on_empty = FailedMutation(mutator="timeout", mutation=LONGER, identity=LONGER, failed_on=[input_key(EMPTY)], similarity=0.97)
-    assert failing_on(MANY, earlier=[on_empty]).failed_before("timeout", LONGER, 0.85) is None
-    assert failing_on(MANY, EMPTY, earlier=[on_empty]).failed_before("timeout", LONGER, 0.85) == on_empty
+    # QA onboarding M2: another failing input does not clear it; EMPTY is not known to succeed
+    assert failing_on(MANY, earlier=[on_empty]).failed_before("timeout", LONGER, 0.85) == on_empty
+    assert failing_on(MANY, earlier=[on_empty], succeeded_on=(EMPTY,)).failed_before("timeout", LONGER, 0.85) is None
+    # failing again now, it predicts a failure whatever it did before
+    assert failing_on(MANY, EMPTY, earlier=[on_empty], succeeded_on=(EMPTY,)).failed_before("timeout", LONGER, 0.85) == on_empty
     reordered = on_empty.model_copy(update={"failed_on": [input_key({"unit": "s", "values": list(range(60))})]})
     assert failing_on(MANY, earlier=[reordered]).failed_before("timeout", LONGER, 0.85) == reordered  # keys ignore key order
 

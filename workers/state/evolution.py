@@ -73,6 +73,20 @@ class EvolutionState(PrefixedStore):
         # logged once, even if sent again
         apply_once(self.scripts["apply_once"], entries, self._k("once", "changelog", new_token()))
 
+    def log_unless_repeated(self, entry: ChangelogEntry) -> bool:
+        """Log `entry` unless the namespace's last entry says the same (event, version, parent,
+        reason); True when logged. For an outcome that repeats while nothing changes, such as a
+        version no mutator answers: 15 identical no_fix lines in 7 minutes told nothing the first
+        did not (QA onboarding M2), and anything else logged in between logs it again. Two calls
+        at the same moment may both log it; that costs a line, not a wrong one."""
+        last = self.client.lindex(self._k("changelog", entry.namespace), -1)
+        if last is not None:
+            before = ChangelogEntry.model_validate_json(last)
+            if (before.event, before.version, before.parent, before.reason) == (entry.event, entry.version, entry.parent, entry.reason):
+                return False
+        self.log(entry)
+        return True
+
     def changelog(self, namespace: str) -> list[ChangelogEntry]:
         return [ChangelogEntry.model_validate_json(raw) for raw in self.client.lrange(self._k("changelog", namespace), 0, -1)]
 

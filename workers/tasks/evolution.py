@@ -52,6 +52,24 @@ def evolver() -> Evolver:
     return _evolver
 
 
+def call_evolution(plan: CallPlan, report: EvolutionReport) -> CallEvolution:
+    """The report as the call's result carries it: the call's first round travels with it, and a
+    retry's result times the whole call from its start."""
+    return CallEvolution.model_validate({**report.model_dump(mode="json"), "call_started_at": plan.started_at,
+                                         "failed_attempts": CallResult.from_plan(plan, "failed").attempts})
+
+
+def end_without_evolution(plan: CallPlan) -> dict[str, Any] | None:
+    """The call's end when its evolution's is known before one is queued (Evolver.without_evolution),
+    else None: also when that cannot be read (Redis away), the evolution's own steps then answering."""
+    try:
+        report = evolver().without_evolution(plan)
+    except Exception:
+        log.exception("call %s: whether a mutator answers its failures could not be told", plan.request.call_id)
+        return None
+    return None if report is None else _end_call(plan, call_evolution(plan, report))
+
+
 def _end_call(plan: CallPlan, report: CallEvolution) -> dict[str, Any]:
     plan.evolved = True
     plan.evolution_report = report
@@ -95,10 +113,14 @@ def evolve(self: Task, job_data: dict[str, Any]) -> Any:
     plan = job.plan
     if plan is None:
         return report.model_dump(mode="json")
-    # The call's first round travels with it, and the retry's result times the whole call from its start.
-    evolution = CallEvolution.model_validate({**report.model_dump(mode="json"), "call_started_at": plan.started_at,
-                                              "failed_attempts": CallResult.from_plan(plan, "failed").attempts})
-    if report.status not in ("evolved", "reused"):
+    evolution = call_evolution(plan, report)
+    pinned = plan.request.version
+    if report.status == "evolved" and pinned is not None:
+        # A pinned call runs its version alone: retried, it would run that version again and fail
+        # again on the same input, its failure counted twice (QA onboarding M1).
+        evolution.message += (f"; this call is pinned to {tool_key(job.namespace, pinned)}, so it was not retried "
+                              f"with {report.version}")
+    if report.status not in ("evolved", "reused") or pinned is not None:
         return _end_call(plan, evolution)
     send_outcome(plan)  # the first round's attempts are learned from like any others
     from workers.tasks.selection import resilient_tool_call

@@ -381,9 +381,10 @@ def after_last_attempt(task: Task, plan: CallPlan) -> Any:
     refusal = refused_input(plan)
     nobodys = no_tool_meant_for_it(plan)
     if evolves and (refusal is None or not refusal.callers_mistake) and nobodys is None:
-        from workers.tasks.evolution import prepare_evolution
+        from workers.tasks.evolution import end_without_evolution, prepare_evolution
 
-        return hand_on(task, prepare_evolution.si(plan.model_dump(mode="json")))
+        ended = end_without_evolution(plan)  # no mutator answers its failures: no round trip for that
+        return ended if ended is not None else hand_on(task, prepare_evolution.si(plan.model_dump(mode="json")))
     failed = f"every candidate failed ({attempts_made(plan)})"
     return finish(plan, "failed", message=refused_for_its_namespace(plan) or input_refused_message(plan)
                   or (f"{failed}; {nobodys}" if nobodys and evolves else failed))
