@@ -307,7 +307,7 @@ def test_evolution_report_prints_candidates_and_notes_as_written() -> None:
 
 # --------------------------------------------------------------------------------------- ops
 def test_health_report_and_settings_print_details_paths_and_values_as_written(monkeypatch: pytest.MonkeyPatch,
-                                                                              redis_answers: None) -> None:
+                                                                              redis_answers: None, tmp_path: Path) -> None:
     from workers.health import Check, HealthReport
     from workers.settings import get_settings
 
@@ -318,6 +318,7 @@ def test_health_report_and_settings_print_details_paths_and_values_as_written(mo
 
     monkeypatch.setattr("workers.metrics.reader_for", lambda settings: None)
     monkeypatch.setattr("workers.report.write_report", lambda reader, out, **k: out / "index.html")
+    monkeypatch.chdir(tmp_path)  # `report` makes its folder: not in the checkout
     assert_shown(invoke(["report", "--out", "out [/.]"]), f"report written to {Path('out [/.]') / 'index.html'}")
 
     monkeypatch.setenv("FITTEST_LLM_MODEL", "[red]wrong[/red] [/.]")
