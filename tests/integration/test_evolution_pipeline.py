@@ -163,3 +163,20 @@ def test_a_failed_call_pinned_to_a_version_the_namespace_no_longer_serves_is_not
     assert [(a["tool"], a["version"]) for a in result["attempts"]] == [("greet_user", "1.0.0")]
     assert result["message"].startswith("the one attempt failed; evolution: "), result["message"]
     assert evo.state().promotion("greet_user").evolved_version == "1.1.0"  # and nothing was evolved from 1.0.0
+
+
+def test_a_crash_no_mutator_answers_ends_the_call_without_an_evolution_and_is_logged_once(evo: Pipeline) -> None:
+    """QA onboarding M2: with the code mutator off (no FITTEST_LLM_URL), each failed call of a
+    crashing tool went through the memory worker and the evolver for the same no_fix, and the
+    changelog got one more identical line per call."""
+    for ballots in (["a"], ["b", "a"]):
+        result = evo.call(scenario="count the ballots of the vote", input={"ballots": ballots}, namespace="tally_votes",
+                          max_attempts=1, timeout=120)
+        assert result["status"] == "failed", result
+        report = result["evolution"]
+        assert (report["status"], report["job_id"]) == ("no_fix", ""), report  # told by the executor: no job was queued
+        assert any(n.startswith("crash: no mutator answers this failure class") for n in report["notes"]), report
+    from workers.state.evolution import EvolutionState
+
+    ledger = EvolutionState(redis.Redis.from_url(evo.settings.redis_url), evo.settings.key_prefix)
+    assert [e.event for e in ledger.changelog("tally_votes")] == ["no_fix"]
