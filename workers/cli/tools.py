@@ -6,19 +6,34 @@ from pathlib import Path
 from typing import Annotated, Any, Optional, Protocol
 
 import typer
+from pydantic import BaseModel
 from rich.table import Table
 
 from selection.manifest import ToolManifest, split_key, tool_key
 from selection.ports import Breakers, Newcomers, Promotions, StateStore
+from selection.registry import DIRECTORY
 from selection.serving import REFUSED_IN_A_ROW
 from workers.cli.common import REFUSED, JsonOpt, console, err_console, fail, literal, needs_redis, print_json
 
 app = typer.Typer()
 
 # --------------------------------------------------------------------------------------- tools
+class RefusedManifest(BaseModel):
+    """A manifest file not served as it reads now, as `fittest tools --refused --json` lists it."""
+
+    path: str
+    field: str  # the manifest's field at fault, or "(file)", "(yaml)", "(manifest)" for the file as a whole
+    reason: str
+
+
 @app.command()
 @needs_redis
-def tools(json_out: JsonOpt = False) -> None:
+def tools(
+    json_out: JsonOpt = False,
+    refused: Annotated[bool, typer.Option("--refused", help=(
+        "List the manifests of the tools directory that are refused (path, field, reason) instead of the tool "
+        "versions; exit code 1 when there is one, for a CI check of a team's onboarding."))] = False,
+) -> None:
     """List every tool version with its quality, counters and circuit breaker (closed; open: held
     back from calls; half-open: its cool-down is over, and the next call that comes to run it probes
     it, a call of a job it did before trying it first).
@@ -32,14 +47,28 @@ def tools(json_out: JsonOpt = False) -> None:
 
     rt = runtime()
     registry = rt.registry
-    for error in registry.errors:
-        if error.field == "(directory)":
-            err_console.print(f"[yellow]warning:[/yellow] FITTEST_TOOLS_DIR ({literal(Path(error.path).resolve())}) is not a "
-                              "directory, so no tool comes from it (a relative path is read from the directory "
-                              "fittest runs in); listed from their counters: the versions that have run (the workers "
-                              "keep every version they last read)")
+    if any(error.field == DIRECTORY for error in registry.errors):
+        err_console.print(f"[yellow]warning:[/yellow] FITTEST_TOOLS_DIR ({literal(rt.settings.tools_dir.resolve())}) is not a "
+                          "directory, so no tool comes from it (a relative path is read from the directory "
+                          "fittest runs in); listed from their counters: the versions that have run (the workers "
+                          "keep every version they last read)")
+    skipped = registry.refused()
+    if refused:  # a list of their own, so that `--json`'s list of versions keeps its shape (QA onboarding M3)
+        listed = [RefusedManifest(path=e.path, field=e.field, reason=e.reason) for e in skipped]
+        if json_out:
+            print_json([m.model_dump() for m in listed])
         else:
-            err_console.print(f"[yellow]skipped[/yellow] {literal(error)}")
+            table = Table(title=f"refused manifests: {len(listed)}")
+            for col in ("manifest", "field", "reason"):
+                table.add_column(col)
+            for m in listed:
+                table.add_row(literal(m.path), literal(m.field), literal(m.reason))
+            console.print(table)
+        raise typer.Exit(1 if listed else 0)
+    for error in skipped:
+        err_console.print(f"[yellow]skipped[/yellow] {literal(error)}")
+    if skipped:
+        err_console.print("(`fittest tools --refused --json` lists them as JSON; `fittest health` warns of them)")
     rows = tool_rows(registry.all(), rt.state, rt.settings.trial_successes)
     if not rt.settings.tools_dir.is_dir():
         rows += unread_rows(rt.state, {r["name"] + "@" + r["version"] for r in rows})
