@@ -27,7 +27,7 @@ input it replayed, since any of them may have killed it.
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -116,24 +116,36 @@ def _run_stage(stage: Stage, sandbox: Sandbox, manifest: ToolManifest, inputs: l
     return run, None
 
 
-def run_test_cases(manifest: ToolManifest, sandbox: Sandbox, config: VerifyConfig) -> tuple[StageResult, bool]:
-    """The tests stage: the manifest's own test cases run on its code; with whether it served any
-    of them (a refusal is then the input's fault, not the code's). Also run on a parent whose
+class CasesRun(NamedTuple):
+    """The tests stage's result; whether the version served any of its test cases (a refusal is
+    then the input's fault, not the code's); and of the problems, those of the cases it gave no
+    output on (a timeout, a crash; or every case, when the run died), which no `expect` can be the
+    cause of (QA onboarding L2: a hanging tool's correct test case was called a wrong expect)."""
+
+    stage: StageResult
+    served: bool
+    failed: list[str]
+
+
+def run_test_cases(manifest: ToolManifest, sandbox: Sandbox, config: VerifyConfig) -> CasesRun:
+    """The tests stage: the manifest's own test cases run on its code. Also run on a parent whose
     candidates all failed here, to tell its author when the parent fails them too."""
     cases = manifest.test_cases
     if not cases:
-        return StageResult(stage="tests", passed=True, checked=0, problems=["the tool has no test cases"]), False
+        return CasesRun(StageResult(stage="tests", passed=True, checked=0, problems=["the tool has no test cases"]), False, [])
     run, dead = _run_stage("tests", sandbox, manifest, [c.input for c in cases], config.stage_timeout_s)
     if dead is not None:
-        return dead, False
-    problems = []
+        return CasesRun(dead, False, dead.problems)
+    problems, failed = [], []
     for i, (case, result) in enumerate(zip(cases, run.results)):
         why = case.check(result.success, result.output)
         if why is not None:
             detail = f"; {_error(result)}" if not result.success else ""
             problems.append(f"test case {i + 1} {json.dumps(case.input, default=str)[:120]}: {why}{detail}")
-    return (StageResult(stage="tests", passed=not problems, checked=len(cases), problems=problems, elapsed_ms=run.elapsed_ms),
-            any(r.success for r in run.results))
+            if not result.success and not case.expect_error:
+                failed.append(problems[-1])
+    return CasesRun(StageResult(stage="tests", passed=not problems, checked=len(cases), problems=problems,
+                                    elapsed_ms=run.elapsed_ms), any(r.success for r in run.results), failed)
 
 
 def verify(
@@ -149,7 +161,7 @@ def verify(
     if not results[-1].passed:
         return results
 
-    tests, worked = run_test_cases(manifest, sandbox, config)
+    tests, worked, _ = run_test_cases(manifest, sandbox, config)
     results.append(tests)
     if not tests.passed:
         return results

@@ -84,18 +84,32 @@ def targeted(plan: CallPlan, result: ToolExecutionResult) -> bool:
 
 
 def no_tool_meant_for_it(plan: CallPlan) -> str | None:
-    """Why a call whose every candidate failed evolves nothing, when no tool of its job is known:
+    """Why a call whose every candidate failed evolves nothing, when no tool tried is known for its job:
     it named no namespace, none was held back by its breaker, and the first tool that ran was not
     the call's (`targeted`). Evolving a tool meant for another job would make it answer this one
     wrongly (QA recheck: with no translation tool, the word counter was evolved to take a
-    "sentence", won its trial on translation calls, and answered them with word counts)."""
+    "sentence", won its trial on translation calls, and answered them with word counts).
+    The closest is named among the tools tried: the best of every candidate named one the call
+    never ran, and told the caller to add a tool while one matched 1.00 (QA onboarding L3); a
+    closer candidate the call did not reach (its `max_attempts` spent first) is named as such, and
+    is what to try, not a new tool."""
     failed = plan.failed_attempts
     if plan.request.namespace or plan.held_back or not failed or targeted(plan, failed[0]):
         return None
-    best = max(plan.candidates, key=lambda c: c.breakdown.similarity, default=None)
+    tried = {a.key for a in plan.attempts}
+    best = max((c for c in plan.candidates if c.key in tried), key=lambda c: c.breakdown.similarity, default=None)
+    floor = best.breakdown.similarity if best is not None else -1.0
+    closer = max((c for c in plan.candidates if c.key not in tried and c.breakdown.similarity > floor),
+                 key=lambda c: c.breakdown.similarity, default=None)
     closest = f" (the closest, {best.key}, matches it {best.breakdown.similarity:.2f})" if best is not None else ""
-    return (f"no tool tried matches this job clearly{closest} or has done it, so none was evolved for it: add a tool "
-            "for it, or name one (`--namespace`) to have it evolved")
+    said = f"no tool tried matches this job clearly{closest} or has done it, so none was evolved for it"
+    if closer is None:
+        return f"{said}: add a tool for it, or name one (`--namespace`) to have it evolved"
+    made, limit = len(plan.attempts), plan.request.max_attempts
+    why = (f"the call stopped at its max_attempts ({limit})" if made >= limit
+           else f"the call stopped after {made} attempt{'s' if made != 1 else ''}")
+    return (f"{said}; {closer.key}, which matches it {closer.breakdown.similarity:.2f}, was not tried ({why}): "
+            f"raise max_attempts, or name it (`--namespace {closer.manifest.name}`)")
 
 
 def serves_unconfirmed(plan: CallPlan, served: Candidate, result: ToolExecutionResult) -> bool:

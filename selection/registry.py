@@ -30,6 +30,7 @@ from selection.manifest import (
 )
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
+DIRECTORY = "(directory)"  # the `field` of the error that says a tools directory is not there: no manifest's
 TOOL_DIR_PLACEHOLDER = "tool_dir"
 
 
@@ -212,7 +213,7 @@ class ToolRegistry:
         for root in dirs:
             root = Path(root)
             if not root.is_dir():
-                registry.errors.append(ManifestError(root, "(directory)", "not a directory"))
+                registry.errors.append(ManifestError(root, DIRECTORY, "not a directory"))
                 continue
             # A symbolic link that leads nowhere (broken, or to itself) is read too, to be refused by name (QA N)
             files = sorted(p for p in root.rglob("*") if p.suffix in MANIFEST_SUFFIXES and (p.is_file() or p.is_symlink()))
@@ -222,6 +223,11 @@ class ToolRegistry:
                 except ManifestError as exc:
                     registry.errors.append(exc)
         return registry
+
+    def refused(self) -> list[ManifestError]:
+        """The manifest files refused (file, field, reason), without the error of a tools directory
+        that is not there, which names no manifest and is reported as such."""
+        return [e for e in self.errors if e.field != DIRECTORY]
 
     def add(self, manifest: ToolManifest, source: str | Path | None = None) -> None:
         """Register one tool version; raises ManifestError on a duplicate key or a path escape."""

@@ -249,17 +249,25 @@ class Evolver:
             shutil.rmtree(staging, ignore_errors=True)
 
     def _own_tests_fail(self, parent: ToolManifest, reports: list[CandidateReport]) -> list[str]:
-        """A note when candidates failed the tool's own test cases and the tool fails them too: then
-        the test case is the likelier mistake (a wrong `expect`), which no candidate can pass, and its
-        author is the one to tell (QA evolution F2: every evolution failed "tests", and nothing said
-        the original failed the same test case). The parent runs them once, only then."""
+        """A note when candidates failed the tool's own test cases and the tool fails them too. Where
+        it answers a case otherwise than the case expects, the case is the likelier mistake (a wrong
+        `expect`), which no candidate can pass, and its author is the one to tell (QA evolution F2:
+        every evolution failed "tests", and nothing said the original failed the same test case).
+        Where it gives no output (a timeout, a crash), the expect is not in question: the tool is
+        broken on that input, and saying "check their expect" misled (QA onboarding L2). The parent
+        runs them once, only then."""
         if not any(r.stages and r.stages[-1].stage == "tests" and not r.stages[-1].passed for r in reports):
             return []
-        own, _ = run_test_cases(parent, self.sandbox, self.verify_config)
-        if own.passed:
-            return []
-        return [f"{parent.key} fails its own test cases too ({'; '.join(own.problems)}): every candidate is checked "
-                "against them, so check their expect in its manifest"]
+        own, _, failed = run_test_cases(parent, self.sandbox, self.verify_config)
+        mismatched = [p for p in own.problems if p not in failed]
+        notes = []
+        if mismatched:
+            notes.append(f"{parent.key} fails its own test cases too ({'; '.join(mismatched)}): every candidate is "
+                         "checked against them, so check their expect in its manifest")
+        if failed:
+            notes.append(f"{parent.key} fails its own test cases too, giving no output ({'; '.join(failed)}): the tool "
+                         "itself fails on them, not their expect, and no candidate made it pass them")
+        return notes
 
     @staticmethod
     def _held_back(job: EvolutionJob) -> list[str]:

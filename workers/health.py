@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,9 +22,12 @@ from pydantic import BaseModel, Field
 from redis import Redis
 from redis.exceptions import OutOfMemoryError, RedisError
 
+from selection.manifest import ManifestError
 from workers.settings import Settings
 
-Status = Literal["ok", "fail", "skip"]
+# "warn": healthy still (exit 0, a probe passes), but something an operator should fix is named in
+# its detail: restarting a process cannot fix a refused manifest, and the other tools serve meanwhile.
+Status = Literal["ok", "warn", "fail", "skip"]
 CONTROL_COMMAND = "fittest_health"
 MEMORY_QUEUE = "selection"  # the worker consuming it owns the embedder and the embedded store
 ROLES = ("memory", "executor", "evolver")
@@ -84,21 +87,31 @@ def _local_services() -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001
         out["model"] = {"status": "fail", "detail": f"{type(exc).__name__}: {exc}"}
     out["model"]["ms"] = (time.perf_counter() - started) * 1000
-    out["tools"] = tools_dir_check(rt.settings, len(rt.registry.all())).model_dump(exclude={"name"})
+    registry = rt.registry
+    out["tools"] = tools_dir_check(rt.settings, len(registry.all()), registry.refused()).model_dump(exclude={"name"})
     return out
 
 
-def tools_dir_check(settings: Settings, served: int | None = None) -> Check:
+def tools_dir_check(settings: Settings, served: int | None = None, refused: Sequence[ManifestError] = ()) -> Check:
     """Whether FITTEST_TOOLS_DIR is there to serve from (`served`: the versions the memory worker
     serves, when it says). Gone, its versions stay registered as last read but are not run
-    (workers/tasks/execution.py `code_gone`), and a restart would serve nothing from it (QA resilience: moved away, health said healthy)."""
+    (workers/tasks/execution.py `code_gone`), and a restart would serve nothing from it (QA resilience: moved away, health said healthy).
+    `refused`: the manifests the memory worker does not serve as they read now (its registry's
+    `refused()`, kept current by the tools watch), each named with its reason in a warning: a team that
+    checks its onboarding with `fittest health` saw "ok" while 3 of its 12 manifests were dropped
+    (QA onboarding M3). A warning, not a failure: the other tools serve, and a probe that failed
+    would have the stack restarted, which reads the same files."""
     started = time.perf_counter()
     serving = "" if served is None else f"{served} tool versions served; "
     ok = settings.tools_dir.is_dir()
     detail = (f"{serving}FITTEST_TOOLS_DIR {settings.tools_dir} is a directory" if ok else
               f"{serving}FITTEST_TOOLS_DIR {settings.tools_dir} is not a directory: its tools stay registered, not "
               "run, until it is back, and a restart would serve none of them")
-    return Check(name="tools", status="ok" if ok else "fail", detail=detail, ms=(time.perf_counter() - started) * 1000)
+    if manifests := list(refused):
+        detail += (f"; {len(manifests)} manifest{'s' if len(manifests) != 1 else ''} refused "
+                   f"(`fittest tools --refused` lists them): " + "; ".join(str(e) for e in manifests))
+    status: Status = "fail" if not ok else "warn" if manifests else "ok"
+    return Check(name="tools", status=status, detail=detail, ms=(time.perf_counter() - started) * 1000)
 
 
 def disk_room(data_dir: Path, floor_mb: float = DISK_FLOOR_MB) -> tuple[Status, str]:
@@ -251,7 +264,7 @@ def _from_memory_worker(name: str, answers: dict[str, dict[str, Any]]) -> Check 
     owners = {node: a[name] for node, a in answers.items() if name in a}
     if not owners:
         return None
-    failed = {node: c for node, c in owners.items() if c["status"] != "ok"}
+    failed = {node: c for node, c in owners.items() if c["status"] != "ok"}  # a warning is shown before an ok too
     node, check = next(iter(failed.items())) if failed else next(iter(owners.items()))
     return Check(name=name, status=check["status"], detail=f"{check['detail']} (checked by {node})",
                  ms=round(check["ms"], 2))
@@ -268,7 +281,8 @@ def check_model_files(settings: Settings) -> Check:
 
 
 def health(settings: Settings, checks: list[str], workers: list[str], timeout: float) -> HealthReport:
-    """Run the named checks (redis, workers, store, model, tools); healthy when none failed."""
+    """Run the named checks (redis, workers, store, model, tools); healthy when none failed (a warning
+    passes)."""
     results: list[Check] = []
     redis_check = check_redis(settings, timeout)
     if "redis" in checks:

@@ -55,7 +55,7 @@ class ToolsDirWatch:
         # longer serving ...: tool.yaml is gone" for every evolved version at each worker start).
         self._seen: dict[str, Signature] = {path: UNREAD for path in registry.source_files()
                                             if Path(path).resolve().is_relative_to(tools_dir.resolve())}
-        self._refused: dict[str, str] = {}  # file -> why, read again at every look (its script may come later)
+        self._refused: dict[str, ManifestError] = {}  # file -> why, read again at every look (its script may come later)
         self._unindexed: dict[str, tuple[ToolManifest, Path | None]] = {}  # handed to `add` again at the next look
         self._dir_gone = False  # the tools directory was not there at the last look (`poll`)
 
@@ -90,7 +90,7 @@ class ToolsDirWatch:
                 check_paths(manifest, path)
             except Exception as exc:  # a ManifestError; anything else the loader did not foresee too (QA M:
                 # raised out of the look, it cost the files after it in that look: they counted as seen, never served)
-                why = str(exc) if isinstance(exc, ManifestError) else f"{path}: cannot be read: {type(exc).__name__}: {exc}"
+                why = exc if isinstance(exc, ManifestError) else ManifestError(path, "(file)", f"cannot be read: {type(exc).__name__}: {exc}")
                 kept = ", ".join(self.registry.defined_by(path))
                 self._refuse(path, why, f" ({kept} stays served as it was read before)" if kept else "")
                 continue
@@ -99,11 +99,11 @@ class ToolsDirWatch:
                     dropped[key] = f"{path} now defines {manifest.key}"
             owner = self._owner(manifest.key, new, revised, gone)
             if owner is not None and owner != str(path) and not self._read_before(path, owner):
-                self._refuse(path, f"{path}: {owner} already defines {manifest.key}")
+                self._refuse(path, ManifestError(path, "version", f"{owner} already defines {manifest.key}"))
                 continue
             self._refused.pop(str(path), None)
             if owner is not None and owner != str(path):  # a restart reads this file first: the other one waits
-                self._refuse(Path(owner), f"{owner}: {path} already defines {manifest.key}")
+                self._refuse(Path(owner), ManifestError(owner, "version", f"{path} already defines {manifest.key}"))
                 new.pop(manifest.key, None)
                 revised.pop(manifest.key, None)
             served = self.registry.get(manifest.key)
@@ -113,6 +113,7 @@ class ToolsDirWatch:
                 dropped.pop(manifest.key, None)
                 if served != manifest or self.registry.source(manifest.key) != str(path):
                     revised[manifest.key] = (manifest, path)
+        self._note_refusals()
         coming = [m for m, _ in new.values()] + [m for m, _ in revised.values()]
         for key in self.registry.orphans(leaving=dropped, coming=coming):
             dropped[key] = f"the tool it evolved from is no longer in {self.tools_dir}"
@@ -156,14 +157,27 @@ class ToolsDirWatch:
             return False
         return not Path(other).is_relative_to(self.tools_dir) or path < Path(other)
 
-    def _refuse(self, path: Path, why: str, note: str = "") -> None:
+    def _refuse(self, path: Path, why: ManifestError, note: str = "") -> None:
         """Leave a file unserved and read it again at every look (its script may come later, or the
-        file that holds its version may go); each reason is reported once."""
-        if self._refused.get(str(path)) != why:
-            log.warning("tool manifest refused: %s%s", why, note,
+        file that holds its version may go); each reason is reported once. `note` (the version that
+        stays served meanwhile) is kept with the reason, for `fittest health` to say too."""
+        if note:
+            why = ManifestError(why.path, why.field, why.reason + note)
+        previous = self._refused.get(str(path))
+        if previous is None or str(previous) != str(why):
+            log.warning("tool manifest refused: %s", why,
                         extra={"event": "tool_manifest_refused", "path": str(path)})
         self._refused[str(path)] = why
         self._seen.pop(str(path), None)
+
+    def _note_refusals(self) -> None:
+        """The registry's errors as this look leaves them: the files of the tools directory refused
+        now, and those read from elsewhere at the start (evolved versions). `fittest health` names
+        them from there (QA onboarding M3); the errors of the start alone went on naming a manifest
+        fixed since, and never one broken since. Replaced in one assignment, as a health probe
+        reads them from another thread."""
+        elsewhere = [e for e in self.registry.errors if not Path(e.path).is_relative_to(self.tools_dir)]
+        self.registry.errors = elsewhere + [self._refused[path] for path in sorted(self._refused)]
 
     @staticmethod
     def _report(revised: dict[str, tuple[ToolManifest, Path]], dropped: dict[str, str]) -> None:

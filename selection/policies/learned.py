@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Collection
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from selection.evidence import SEMANTIC_FACTOR, CandidateEvidence
 from selection.feedback import BANDWIDTH, similarity_weight
@@ -69,8 +69,21 @@ CLASSIFIER_LOG_FLOOR = -3.0  # log p below this counts as this: its doubt costs 
 LEXICAL_WEIGHT = 0.1  # a look-alike's best word match counts as 0.1 more cosine in its prior
 
 
-def standing(e: CandidateEvidence) -> float:
-    """The version's quality, with what its successes anywhere give back of what failures took."""
+class Counted(Protocol):
+    """A version's quality and counters: its evidence in a call, or its stats (`fittest tools`)."""
+
+    @property
+    def quality(self) -> float: ...
+    @property
+    def successes(self) -> int: ...
+    @property
+    def failures(self) -> int: ...
+
+
+def standing(e: Counted) -> float:
+    """The version's quality, with what its successes anywhere give back of what failures took.
+    `fittest tools` shows it beside the quality: a tool that succeeds 2 times in 3 has quality 0.00
+    after its 13 failures and a standing of 0.66, which is what ranks it (QA onboarding L1)."""
     return e.quality + (1.0 - e.quality) * e.successes / (e.successes + e.failures + 1)
 
 

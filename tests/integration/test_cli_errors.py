@@ -159,6 +159,34 @@ def test_a_tools_dir_that_is_not_there_is_named_with_the_path_it_was_read_as(
     state.clear()
 
 
+def test_refused_manifests_are_listed_as_json_apart_from_the_versions_whose_list_keeps_its_shape(
+    model_path: Path, unserved_redis: str, tmp_path: Path
+) -> None:
+    """QA onboarding M3: `tools --json` listed the versions served and nothing of the manifests
+    refused (only stderr prose said so); a CI check of a team's onboarding never saw them."""
+    import shutil
+
+    tools = tmp_path / "tools"
+    shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
+    (tools / "bad_version").mkdir()
+    (tools / "bad_version" / "tool.yaml").write_text(
+        (EXAMPLE_TOOLS / "slugify" / "tool.yaml").read_text().replace("version: 1.0.0", "version: v1.0"))
+    env = {**os.environ, "FITTEST_REDIS_URL": unserved_redis, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+           "FITTEST_TOOLS_DIR": str(tools), "FITTEST_DATA_DIR": str(tmp_path / "data"), "FITTEST_KEY_PREFIX": "refused:"}
+    env.pop("FITTEST_RESULT_BACKEND", None)
+    run = lambda *args: subprocess.run([str(FITTEST), "tools", *args], env=env, capture_output=True, text=True, timeout=120)  # noqa: E731
+    listed = run("--json")
+    assert listed.returncode == 0 and [r["name"] for r in json.loads(listed.stdout)] == ["slugify"], listed.stderr
+    assert "`fittest tools --refused --json` lists them" in " ".join(listed.stderr.split())
+    refused = run("--refused", "--json")
+    assert refused.returncode == 1, refused.stderr  # a CI check fails on it without parsing anything
+    assert json.loads(refused.stdout) == [{"path": str(tools / "bad_version" / "tool.yaml"), "field": "version",
+                                           "reason": "'v1.0' is not a semantic version (MAJOR.MINOR.PATCH)"}]
+    (tools / "bad_version" / "tool.yaml").unlink()
+    clean = run("--refused", "--json")
+    assert clean.returncode == 0 and json.loads(clean.stdout) == [], clean.stderr
+
+
 def test_settings_the_commands_refuse_are_named_in_one_line(model_path: Path, tmp_path: Path) -> None:
     (tmp_path / "bad.toml").write_text("max_candidates =\n")
     (tmp_path / "typo.toml").write_text("max_candidatse = 3\nFITTEST_POLICY = 'seed'\n")

@@ -825,6 +825,21 @@ def test_a_version_evolved_from_one_on_trial_that_rolls_back_lets_the_interrupte
     assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) is None
 
 
+def test_a_tool_that_times_out_on_its_own_test_case_is_not_told_to_check_its_expect(rt: Runtime) -> None:
+    """QA onboarding L2: a tool that hangs was told "fails its own test cases too (...: expected an
+    output, the tool failed; timeout ...): ... check their expect in its manifest": the expect was
+    right, and the tool broken. Only an output that does not match puts the expect in question."""
+    manifest = Path(rt.settings.tools_dir) / "slowish" / "tool.yaml"
+    doc = yaml.safe_load(manifest.read_text())
+    manifest.write_text(yaml.safe_dump({**doc, "test_cases": [{"input": {"n": 50}, "expect": {"n": 50}}]}))  # right, 5 s
+    report = evolve(rt, slow_call(6))
+    assert [c.outcome for c in report.candidates] == ["failed"] and report.candidates[0].reason.startswith("tests:")
+    (note,) = [n for n in report.notes if "its own test cases" in n]
+    assert note.startswith(f"{report.parent} fails its own test cases too, giving no output (test case 1 ")
+    assert "timeout" in note and "the tool itself fails on them, not their expect" in note
+    assert "check their expect" not in " ".join(report.notes)
+
+
 def test_a_mutation_that_failed_a_wrong_test_case_is_tried_again_once_the_test_case_is_fixed(rt: Runtime) -> None:
     """QA evolution F2: a wrong `expect` failed the longer timeout's "tests"; fixed in place (and with
     a version bump), the mutation was still skipped, "failed before for a similar reason"."""

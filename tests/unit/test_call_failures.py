@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from selection.models import CallPlan, CallRequest, FailureClass, ToolExecutionResult
+from selection.call_endings import no_tool_meant_for_it
+from selection.manifest import ToolManifest
+from selection.models import CallPlan, CallRequest, Candidate, FailureClass, ScoreBreakdown, ToolExecutionResult
 from workers.evolution_jobs import call_failures
 
 
 def attempt(tool: str, error: FailureClass, index: int = 0) -> ToolExecutionResult:
     return ToolExecutionResult(attempt_id=f"c:{index}", call_id="c", tool=tool, version="1.0.0", success=False,
                                error_class=error, error_message="no")
+
+
+def ranked(name: str, similarity: float) -> Candidate:
+    manifest = ToolManifest(name=name, description=name, implementation={"kind": "http", "url": "http://x"})
+    return Candidate(key=manifest.key, manifest=manifest, score=1.0, breakdown=ScoreBreakdown(similarity=similarity))
 
 
 def test_the_tool_tried_first_is_evolved() -> None:
@@ -36,12 +43,6 @@ def test_a_fallback_that_ran_in_place_of_a_better_match_held_back_leaves_the_evo
     """Whatever the fallbacks' failures: a tool that matched the job worse than the one held back
     was not the call's (selection/call_endings.py `targeted`; QA new user: the sorting tool was evolved
     for a Fibonacci job)."""
-    from selection.manifest import ToolManifest
-    from selection.models import Candidate, ScoreBreakdown
-
-    def ranked(name: str, similarity: float) -> Candidate:
-        manifest = ToolManifest(name=name, description=name, implementation={"kind": "http", "url": "http://x"})
-        return Candidate(key=manifest.key, manifest=manifest, score=1.0, breakdown=ScoreBreakdown(similarity=similarity))
 
     plan = CallPlan(request=CallRequest(scenario="the 10th fibonacci number"), held_back=["fibonacci@1.0.0"],
                     held_back_match=0.8, candidates=[ranked("sort_numbers", 0.3), ranked("word_stats", 0.25)],
@@ -56,13 +57,6 @@ def test_a_call_whose_job_no_tool_tried_is_meant_for_evolves_nothing_and_says_wh
     """QA recheck: with no translation tool, the word counter (0.34 similar) refused the input and
     was evolved to take "sentence"; the new version won its trial and answered translations with
     word counts."""
-    from selection.manifest import ToolManifest
-    from selection.models import Candidate, ScoreBreakdown
-    from selection.call_endings import no_tool_meant_for_it
-
-    def ranked(name: str, similarity: float) -> Candidate:
-        manifest = ToolManifest(name=name, description=name, implementation={"kind": "http", "url": "http://x"})
-        return Candidate(key=manifest.key, manifest=manifest, score=1.0, breakdown=ScoreBreakdown(similarity=similarity))
 
     plan = CallPlan(request=CallRequest(scenario="translate this sentence into French"),
                     candidates=[ranked("word_stats", 0.34), ranked("reverse_text", 0.21)],
@@ -77,3 +71,23 @@ def test_a_call_whose_job_no_tool_tried_is_meant_for_evolves_nothing_and_says_wh
     assert no_tool_meant_for_it(doer) is None
     assert no_tool_meant_for_it(plan.model_copy(update={"request": CallRequest(scenario="x", namespace="word_stats")})) is None
     assert no_tool_meant_for_it(plan.model_copy(update={"held_back": ["translate@1.0.0"]})) is None
+
+
+
+def test_a_call_that_stopped_before_the_closest_candidate_names_the_closest_tried_and_that_one_not_tried() -> None:
+    """QA onboarding L3: with max_attempts 1, a 0.25-similar tool ran first and refused; the message
+    said "no tool tried matches this job clearly (the closest, unique_items@1.0.0, matches it 1.00)
+    ... add a tool for it", of a tool that matched 1.00 and was never tried."""
+
+    plan = CallPlan(request=CallRequest(scenario="deduplicate this list", max_attempts=1),
+                    candidates=[ranked("word_stats", 0.25), ranked("unique_items", 1.0), ranked("reverse_text", 0.21)],
+                    attempts=[attempt("word_stats", FailureClass.bad_input)])
+    assert no_tool_meant_for_it(plan) == (
+        "no tool tried matches this job clearly (the closest, word_stats@1.0.0, matches it 0.25) or has done it, so "
+        "none was evolved for it; unique_items@1.0.0, which matches it 1.00, was not tried (the call stopped at its "
+        "max_attempts (1)): raise max_attempts, or name it (`--namespace unique_items`)")
+    # Only closer untried candidates are named: a worse one left untried changes nothing.
+    worse = plan.model_copy(update={"candidates": [ranked("word_stats", 0.25), ranked("reverse_text", 0.21)]})
+    assert no_tool_meant_for_it(worse) == (
+        "no tool tried matches this job clearly (the closest, word_stats@1.0.0, matches it 0.25) or has done it, so "
+        "none was evolved for it: add a tool for it, or name one (`--namespace`) to have it evolved")

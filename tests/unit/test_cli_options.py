@@ -339,7 +339,7 @@ def test_explain_refused_by_the_workers_exits_2_as_a_refusal_here_does(stores: T
 def test_the_tools_table_marks_a_deprecated_version() -> None:
     from workers.cli.tools import tools_table
 
-    rows: list[dict[str, Any]] = [{"name": n, "version": "1.0.0", "kind": "http", "quality": 1.0, "successes": 0, "failures": 0, "tags": [],
+    rows: list[dict[str, Any]] = [{"name": n, "version": "1.0.0", "kind": "http", "quality": 1.0, "standing": 1.0, "successes": 0, "failures": 0, "tags": [],
              "deprecated": n == "old_sort"} for n in ("fast_sort", "old_sort")]
     with console.capture() as out:
         console.print(tools_table(rows))
@@ -630,6 +630,26 @@ def test_the_tools_list_counts_refused_inputs_apart_from_failures() -> None:
     with console.capture() as out:
         console.print(tools_table(rows))
     assert "(the last 5 in a row: counted as failures now)" in " ".join(out.get().split())
+
+
+def test_the_tools_list_shows_the_standing_selection_ranks_by_beside_the_quality() -> None:
+    """QA onboarding L1: a tool that succeeds 2 times in 3 showed quality 0.00 and nothing else, while
+    the learned policy ranked it by 0.66 (`fittest explain` said so): an operator took it for dead."""
+    from selection.models import Severity
+    from tests.fakes_state import InMemoryStateStore
+    from workers.cli.tools import tool_rows, tools_table
+
+    state = InMemoryStateStore()
+    state.record_successes([("add_numbers@1.0.0", f"s{i}") for i in range(27)])
+    for i in range(13):
+        state.mark_failure("add_numbers@1.0.0", f"f{i}", Severity.high)
+    rows = tool_rows([ToolManifest(name="add_numbers", description="add numbers", implementation=HTTP)], state, trial_runs=5)
+    assert (rows[0]["quality"], rows[0]["standing"]) == (0.0, round(27 / 41, 4))
+    with console.capture() as out:
+        console.print(tools_table(rows))
+    said = " ".join(out.get().split())
+    assert "0.00 0.66 27 13" in said.replace("│", " ").replace("  ", " ") or "0.00 │ 0.66" in said, said
+    assert "standing: the quality given back by the version's share of successes" in said
 
 
 def test_up_refuses_a_role_the_procfile_does_not_have_as_a_bad_argument() -> None:

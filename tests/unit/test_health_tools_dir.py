@@ -19,3 +19,40 @@ def test_a_tools_directory_that_is_not_there_fails_the_tools_check(tmp_path: Pat
     (tmp_path / "tools").mkdir()
     report = health(settings, ["tools"], [], timeout=0.2)
     assert report.healthy and report.checks[0].status == "ok"
+
+
+def test_refused_manifests_are_named_in_a_warning_that_keeps_health_healthy(tmp_path: Path) -> None:
+    """QA onboarding M3: 3 of 12 manifests refused, and health said `tools ok`. Named with the file,
+    field and reason, as a warning: the other tools serve, and a restart reads the same files."""
+    from selection.manifest import ManifestError
+    from workers.health import HealthReport, tools_dir_check
+
+    (tmp_path / "tools").mkdir()
+    settings = Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", tools_dir=tmp_path / "tools")
+    refused = [ManifestError(tmp_path / "tools/bad_field/tool.yaml", "description", "Field required"),
+               ManifestError(tmp_path / "tools/bad_version/tool.yaml", "version", "'v1.0' is not a semantic version")]
+    check = tools_dir_check(settings, 9, refused)
+    assert check.status == "warn"
+    assert check.detail == (
+        f"9 tool versions served; FITTEST_TOOLS_DIR {tmp_path / 'tools'} is a directory; 2 manifests refused "
+        f"(`fittest tools --refused` lists them): {tmp_path / 'tools/bad_field/tool.yaml'}: field 'description': "
+        f"Field required; {tmp_path / 'tools/bad_version/tool.yaml'}: field 'version': 'v1.0' is not a semantic version")
+    assert HealthReport(healthy=True, checks=[check]).healthy  # the schema takes the status
+    assert tools_dir_check(settings, 9, refused[:1]).detail.count("1 manifest refused") == 1
+    assert tools_dir_check(settings, 9).status == "ok"
+    (tmp_path / "tools").rmdir()
+    assert tools_dir_check(settings, 9, refused).status == "fail"  # a directory gone is still a failure
+
+
+def test_the_health_table_shows_a_warning_and_exits_0(monkeypatch) -> None:
+    """A `warn` check is printed (the table knew ok, fail and skip only) and passes the probe."""
+    from typer.testing import CliRunner
+
+    import workers.health
+    from workers.cli import app
+    from workers.health import Check, HealthReport
+
+    report = HealthReport(healthy=True, checks=[Check(name="tools", status="warn", detail="1 manifest refused")])
+    monkeypatch.setattr(workers.health, "health", lambda *args: report)
+    done = CliRunner().invoke(app, ["health", "--check", "tools"])
+    assert done.exit_code == 0 and "warn" in done.output and "1 manifest refused" in done.output, done.output

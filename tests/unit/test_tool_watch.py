@@ -81,7 +81,7 @@ def test_new_versions_are_added_changed_ones_replaced_and_a_second_file_or_a_bad
     assert watch.poll() == []
     said = {(r.levelname, r.getMessage()) for r in caplog.records}
     assert ("INFO", f"serving word_stats@1.0.0 as {manifest} now defines it") in said
-    assert ("WARNING", f"tool manifest refused: {tools / 'zz_copy.yaml'}: {manifest} already defines word_stats@1.0.0") in said
+    assert ("WARNING", f"tool manifest refused: {tools / 'zz_copy.yaml'}: field 'version': {manifest} already defines word_stats@1.0.0") in said
     assert any(level == "WARNING" and message.startswith(f"tool manifest refused: {tools / 'broken.yaml'}: field '(yaml)'")
                for level, message in said)
     now = registry.get("word_stats@1.0.0")
@@ -208,7 +208,7 @@ def test_two_new_files_of_one_version_serve_the_first_and_refuse_the_second(
     assert watch.poll() == ["word_stats@1.0.0"] and added == [("word_stats@1.0.0", tools / "a" / "tool.yaml")]
     assert watch.poll() == []  # the second is read again at each look, and reported once
     assert [r.getMessage() for r in caplog.records] == [
-        f"tool manifest refused: {tools / 'b' / 'tool.yaml'}: {tools / 'a' / 'tool.yaml'} already defines word_stats@1.0.0"]
+        f"tool manifest refused: {tools / 'b' / 'tool.yaml'}: field 'version': {tools / 'a' / 'tool.yaml'} already defines word_stats@1.0.0"]
 
 
 def test_of_two_files_of_one_version_the_watch_serves_the_one_a_restart_would(tmp_path: Path) -> None:
@@ -401,3 +401,26 @@ def test_evolved_versions_read_at_a_restart_stay_served_at_the_first_look(tmp_pa
     assert watch.poll() == []
     assert sorted(served(restarted)) == ["slugify@1.0.0", "slugify@1.1.0"]
     assert not [m for m in caplog.messages if "no longer serving" in m], caplog.messages
+
+
+def test_the_registry_names_the_manifests_refused_as_the_directory_reads_now(tmp_path: Path) -> None:
+    """QA onboarding M3: `fittest health` names the memory worker's refused manifests from its
+    registry, whose errors were those of its start: a manifest broken since went unnamed, and one
+    fixed since stayed named."""
+    tools = tmp_path / "tools"
+    shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "word_stats")
+    (tools / "bad").mkdir()
+    (tools / "bad" / "tool.yaml").write_text("name: [")
+    registry, _, watch = watched(tools)
+    assert [e.path for e in registry.refused()] == [str(tools / "bad" / "tool.yaml")]  # as the start read it
+    manifest = tools / "word_stats" / "tool.yaml"
+    good = manifest.read_text()
+    manifest.write_text(good.replace("version: 1.0.0", "version: v1.0"))  # broken since the start
+    (tools / "bad" / "tool.yaml").unlink()  # gone since the start
+    watch.poll()
+    (refused,) = registry.refused()
+    assert (refused.path, refused.field) == (str(manifest), "version")
+    assert refused.reason.endswith("(word_stats@1.0.0 stays served as it was read before)")  # why it still serves
+    manifest.write_text(good)  # fixed
+    watch.poll()
+    assert registry.refused() == []

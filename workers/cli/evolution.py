@@ -38,7 +38,7 @@ def no_tool_named(registry: ToolRegistry, name: str) -> NoReturn:
     """Fail naming a tool no manifest here declares; when some did not load, it may be in one of
     them, and the workers go on serving it as they last read it (QA new user: "no tool named" of a
     tool whose manifest was half-edited, served in the same minute)."""
-    unread = [str(e) for e in registry.errors if e.field != "(directory)"]  # the file, the field and why
+    unread = [str(e) for e in registry.refused()]  # the file, the field and why
     fail(f"no tool named {name!r}" + (f"; these manifests do not load: {', '.join(unread)}: if it is in one of them, "
                                       "the workers serve it as they last read it, until it loads" if unread else ""), REFUSED)
 

@@ -29,7 +29,8 @@ def health(
 ) -> None:
     """Check Redis, the vector store, the embedding model, the tools directory, the workers and the beat.
 
-    Exit code 0 when healthy, 1 when any check failed: use it as a liveness or readiness probe
+    Exit code 0 when healthy, 1 when any check failed (a `warn`, such as refused tool manifests,
+    names something to fix and passes): use it as a liveness or readiness probe
     (docker compose healthcheck, Kubernetes exec probe). The embedded store and the model are
     checked live by the memory worker that owns them; a Qdrant server is asked directly."""
     from workers.health import BEAT, ROLES
@@ -47,7 +48,7 @@ def health(
         table = Table(title="fittest health: " + ("[green]healthy[/green]" if report.healthy else "[red]unhealthy[/red]"))
         for col in ("check", "status", "ms", "detail"):
             table.add_column(col, justify="right" if col == "ms" else "left")
-        colors = {"ok": "green", "fail": "red", "skip": "yellow"}
+        colors = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "yellow"}
         for c in report.checks:
             table.add_row(literal(c.name), f"[{colors[c.status]}]{c.status}[/{colors[c.status]}]", f"{c.ms:.0f}", literal(c.detail))
         console.print(table)

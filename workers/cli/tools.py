@@ -6,25 +6,42 @@ from pathlib import Path
 from typing import Annotated, Any, Optional, Protocol
 
 import typer
+from pydantic import BaseModel
 from rich.table import Table
 
 from selection.manifest import ToolManifest, split_key, tool_key
+from selection.policies.learned import standing
 from selection.ports import Breakers, Newcomers, Promotions, StateStore
+from selection.registry import DIRECTORY
 from selection.serving import REFUSED_IN_A_ROW
 from workers.cli.common import REFUSED, JsonOpt, console, err_console, fail, literal, needs_redis, print_json
 
 app = typer.Typer()
 
 # --------------------------------------------------------------------------------------- tools
+class RefusedManifest(BaseModel):
+    """A manifest file not served as it reads now, as `fittest tools --refused --json` lists it."""
+
+    path: str
+    field: str  # the manifest's field at fault, or "(file)", "(yaml)", "(manifest)" for the file as a whole
+    reason: str
+
+
 @app.command()
 @needs_redis
-def tools(json_out: JsonOpt = False) -> None:
+def tools(
+    json_out: JsonOpt = False,
+    refused: Annotated[bool, typer.Option("--refused", help=(
+        "List the manifests of the tools directory that are refused (path, field, reason) instead of the tool "
+        "versions; exit code 1 when there is one, for a CI check of a team's onboarding."))] = False,
+) -> None:
     """List every tool version with its quality, counters and circuit breaker (closed; open: held
     back from calls; half-open: its cool-down is over, and the next call that comes to run it probes
     it, a call of a job it did before trying it first).
 
     Quality is the design's score: each failure lowers it, more from the 6th and the 11th on. The
-    default policy (learned) ranks by it with what the version's successes give back, and by its
+    default policy (learned) ranks by it with what the version's successes give back, shown as
+    standing (quality + (1 - quality) x successes / (successes + failures + 1)), and by its
     successes and failures on jobs like the call's: `fittest explain` shows both. Refused inputs
     that were the caller's mistake, or of another tool's job the version was a fallback for, are
     counted apart, and lower nothing."""
@@ -32,14 +49,28 @@ def tools(json_out: JsonOpt = False) -> None:
 
     rt = runtime()
     registry = rt.registry
-    for error in registry.errors:
-        if error.field == "(directory)":
-            err_console.print(f"[yellow]warning:[/yellow] FITTEST_TOOLS_DIR ({literal(Path(error.path).resolve())}) is not a "
-                              "directory, so no tool comes from it (a relative path is read from the directory "
-                              "fittest runs in); listed from their counters: the versions that have run (the workers "
-                              "keep every version they last read)")
+    if any(error.field == DIRECTORY for error in registry.errors):
+        err_console.print(f"[yellow]warning:[/yellow] FITTEST_TOOLS_DIR ({literal(rt.settings.tools_dir.resolve())}) is not a "
+                          "directory, so no tool comes from it (a relative path is read from the directory "
+                          "fittest runs in); listed from their counters: the versions that have run (the workers "
+                          "keep every version they last read)")
+    skipped = registry.refused()
+    if refused:  # a list of their own, so that `--json`'s list of versions keeps its shape (QA onboarding M3)
+        listed = [RefusedManifest(path=e.path, field=e.field, reason=e.reason) for e in skipped]
+        if json_out:
+            print_json([m.model_dump() for m in listed])
         else:
-            err_console.print(f"[yellow]skipped[/yellow] {literal(error)}")
+            table = Table(title=f"refused manifests: {len(listed)}")
+            for col in ("manifest", "field", "reason"):
+                table.add_column(col)
+            for m in listed:
+                table.add_row(literal(m.path), literal(m.field), literal(m.reason))
+            console.print(table)
+        raise typer.Exit(1 if listed else 0)
+    for error in skipped:
+        err_console.print(f"[yellow]skipped[/yellow] {literal(error)}")
+    if skipped:
+        err_console.print("(`fittest tools --refused --json` lists them as JSON; `fittest health` warns of them)")
     rows = tool_rows(registry.all(), rt.state, rt.settings.trial_successes)
     if not rt.settings.tools_dir.is_dir():
         rows += unread_rows(rt.state, {r["name"] + "@" + r["version"] for r in rows})
@@ -71,6 +102,7 @@ def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int)
             "tags": m.tags,
             "kind": m.implementation.kind,
             "quality": round(stats[m.key].quality, 4),
+            "standing": round(standing(stats[m.key]), 4),  # what the learned policy ranks by (QA onboarding L1)
             "successes": stats[m.key].successes,
             "failures": stats[m.key].failures,
             "refused_inputs": stats[m.key].refused_inputs,  # the caller's mistakes and other tools' jobs, counted apart
@@ -92,19 +124,27 @@ def unread_rows(state: StateStore, read: set[str]) -> list[dict[str, Any]]:
     stats = {k: v for k, v in state.all_stats().items() if k not in read}
     _, breakers = state.stats_and_breakers(sorted(stats))
     return [{"name": name, "version": version, "description": "", "tags": [], "kind": "(its manifest is not read: "
-             "FITTEST_TOOLS_DIR is not there)", "quality": round(st.quality, 4), "successes": st.successes,
+             "FITTEST_TOOLS_DIR is not there)", "quality": round(st.quality, 4), "standing": round(standing(st), 4), "successes": st.successes,
              "failures": st.failures, "refused_inputs": st.refused_inputs, "refused_in_a_row": st.refused_in_a_row,
              "breaker": breakers.get(key, "closed"), "deprecated": False, "newcomer": False, "on_trial": False}
             for key, st in sorted(stats.items()) for name, version in [split_key(key)]]
 
 
+STANDING_NOTE = ("quality: the design's score, lowered by each failure; standing: the quality given back by the "
+                 "version's share of successes, what the default policy ranks by (a tool that succeeds 2 times in 3 "
+                 "may show quality 0.00 and standing 0.66)")
+
+
 def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
-    """The table of tool versions; `title` is markup (the caller's own words), every cell is printed literally."""
-    table = Table(title=title)
+    """The table of tool versions; `title` is markup (the caller's own words), every cell is printed
+    literally. Standing is shown beside quality, with a caption that says what each is: quality
+    alone read 0.00 for a tool that succeeds 2 times in 3, which an operator took for dead (QA onboarding L1)."""
+    table = Table(title=title, caption=STANDING_NOTE)
     table.add_column("tool", no_wrap=True)
     table.add_column("kind", no_wrap=True)
-    for col in ("quality", "successes", "failures"):
+    for col in ("quality", "standing", "successes"):
         table.add_column(col, justify="right")
+    table.add_column("failures", justify="right", no_wrap=True)  # its notes in one line: the tags wrap first
     table.add_column("breaker", no_wrap=True)
     table.add_column("tags")
     for r in rows:
@@ -118,7 +158,7 @@ def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
         refused = f" [dim](+{r['refused_inputs']} refused inputs)[/dim]" if r.get("refused_inputs") else ""
         if r.get("refused_in_a_row", 0) >= REFUSED_IN_A_ROW:  # QA final: nothing said the rule had tripped
             refused += f" [yellow](the last {r['refused_in_a_row']} in a row: counted as failures now)[/yellow]"
-        table.add_row(key, literal(r["kind"]), f"[{color}]{q:.2f}[/{color}]",
+        table.add_row(key, literal(r["kind"]), f"[{color}]{q:.2f}[/{color}]", f"{r['standing']:.2f}",
                       str(r["successes"]), f"{r['failures']}{refused}", shown, literal(", ".join(r["tags"])))
     return table
 
