@@ -154,6 +154,10 @@ class SuccessfulRun(BaseModel):
 
 class Evidence(BaseModel):
     failures: list[FailedRun] = Field(default_factory=list)
+    # Failures remembered without their input (larger than KEPT_INPUT_BYTES): none can be replayed,
+    # but they are failures to fix all the same (QA README M2: a tool that timed out on a 600 KB
+    # list, its documented failure, was re-described by `fittest evolve`, the same code on trial).
+    unkept_failures: int = 0
     similar_failures: list[PastFailure] = Field(default_factory=list)
     failed_mutations: list[FailedMutation] = Field(default_factory=list)
     successes: list[SuccessfulRun] = Field(default_factory=list)

@@ -99,8 +99,9 @@ def call_failures(plan: CallPlan, served: str | None) -> tuple[str, str | None, 
     return namespace, parent, runs
 
 
-def _remembered_failures(rt: Runtime, key: str) -> list[FailedRun]:
-    """Recent failures of a version with their inputs, of its most frequent failure class.
+def _remembered_failures(rt: Runtime, key: str) -> tuple[list[FailedRun], int]:
+    """Recent failures of a version with their inputs, of its most frequent failure class; and how
+    many more it had whose input was too large to keep (no replay can check a fix of those).
 
     Only failures of calls meant for the tool count: as a fallback on another tool's job it was
     given an input that is not its to fix (a mutator would "fix" the tool for the wrong job). Nor
@@ -110,16 +111,18 @@ def _remembered_failures(rt: Runtime, key: str) -> list[FailedRun]:
     points = rt.memory.scroll(FAILURES, VectorFilter(must=[Match(key="tool", any_of=[key])], must_not=[FORGIVEN]),
                               limit=FAILURE_SCAN)
     points = sorted(points, key=lambda p: p.payload.get("timestamp", 0.0), reverse=True)
+    meant = [p for p in points if p.payload.get("targeted", True)]
     runs = [
         FailedRun(version=p.payload.get("version", ""), input=p.payload["input"], error_class=FailureClass(p.payload["error_class"]),
                   error_message=p.payload.get("message", ""), scenario=p.payload.get("scenario", ""))
-        for p in points
-        if isinstance(p.payload.get("input"), dict) and p.payload.get("targeted", True)
+        for p in meant
+        if isinstance(p.payload.get("input"), dict)
     ]
+    unkept = len(meant) - len(runs)
     if not runs:
-        return []
+        return [], unkept
     top = Counter(r.error_class for r in runs).most_common(1)[0][0]
-    return [r for r in runs if r.error_class is top][:PAST_FAILURES]
+    return [r for r in runs if r.error_class is top][:PAST_FAILURES], unkept
 
 
 def failed_mutations(hits: Sequence[VectorHit], history: Sequence[Promotion]) -> list[FailedMutation]:
@@ -189,7 +192,7 @@ def build_job(
         raise EvolutionUnavailable(f"{namespace} has no version {parent_version}")
     parent = tool_key(namespace, parent_version)
     lineage = _lineage(rt, parent)
-    own_failures, successes = _lineage_evidence(rt, lineage)
+    own_failures, unkept, successes = _lineage_evidence(rt, lineage)
     failures = failures or own_failures
     pattern = pattern_text(failures, f"{trigger}: {reason}")
     pattern_vector = rt.embedder.embed_one(pattern)
@@ -203,6 +206,7 @@ def build_job(
     )
     evidence = Evidence(
         failures=failures,
+        unkept_failures=unkept,
         similar_failures=[
             PastFailure(version=h.payload.get("version", ""), scenario=h.payload.get("scenario", ""),
                         error_class=FailureClass(h.payload["error_class"]), message=h.payload.get("message", ""), similarity=h.score)
@@ -239,8 +243,9 @@ def _lineage(rt: Runtime, key: str) -> list[str]:
     return chain
 
 
-def _lineage_evidence(rt: Runtime, lineage: list[str]) -> tuple[list[FailedRun], list[SuccessfulRun]]:
-    """(remembered failures, recent successes) an evolution of `lineage[0]` replays.
+def _lineage_evidence(rt: Runtime, lineage: list[str]) -> tuple[list[FailedRun], int, list[SuccessfulRun]]:
+    """(remembered failures, those remembered without their input, recent successes) an evolution
+    of `lineage[0]` replays (or, for the second, knows of and cannot replay).
 
     A version's own, else its nearest ancestor's: a version made a moment ago (a new description, a
     version on trial that has not served yet) has no history, and an evolution of it replayed
@@ -250,18 +255,19 @@ def _lineage_evidence(rt: Runtime, lineage: list[str]) -> tuple[list[FailedRun],
     failures may be what it fixed); successes from the nearest that has any, as every version of
     the lineage must keep the answers its ancestors gave."""
     failures: list[FailedRun] | None = None
+    unkept = 0
     successes: list[SuccessfulRun] | None = None
     for key in lineage:
         own = judged_right(rt, key, rt.evolution.recent_successes(key))
         if failures is None:
-            remembered = _remembered_failures(rt, key)
-            if remembered or own:
+            remembered, unkept = _remembered_failures(rt, key)
+            if remembered or unkept or own:
                 failures = remembered
         if successes is None and own:
             successes = own
         if failures is not None and successes is not None:
             break
-    return failures or [], successes or []
+    return failures or [], unkept, successes or []
 
 
 def judged_right(rt: Runtime, key: str, successes: list[SuccessfulRun]) -> list[SuccessfulRun]:

@@ -37,8 +37,9 @@ class DescriptionMutator:
         tool wrongly); the first verified candidate wins, and the description, cheaper, went on
         trial in place of a fix, the code mutator never asked (QA evolution F3: a crashing tool's
         `fittest evolve` and quality trigger). With no failure to fix, the scenarios it served
-        are what an evolution of a working tool can add."""
-        if ctx.trigger == "call" or ctx.evidence.failures:
+        are what an evolution of a working tool can add. A failure whose input was too large to
+        keep is one to fix too (`unkept_failures`)."""
+        if ctx.trigger == "call" or ctx.evidence.failures or ctx.evidence.unkept_failures:
             return Proposal.none("a description cannot make a failing input succeed")
         parent = ctx.parent.manifest
         seen = {_key(e) for e in parent.examples} | {_key(parent.description)}

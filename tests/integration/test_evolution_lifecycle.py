@@ -776,6 +776,28 @@ def test_a_crashing_tool_evolved_by_hand_is_rewritten_not_re_described(rt: Runti
     assert "describe: a description cannot make a failing input succeed" in report.notes
 
 
+def test_a_tool_that_failed_on_an_input_too_large_to_keep_is_not_re_described_by_hand(rt: Runtime) -> None:
+    """QA README M2: sort_numbers timed out on a 600 KB list (its documented failure), which is
+    remembered without its input, and `fittest evolve` put a new description, the same code, on
+    trial for a quarter of the calls."""
+    from workers.evolution_jobs import apply_evolution_outcomes
+
+    for i, xs in enumerate([[1, 2, 3], [2, 4], [5]]):
+        done = ToolExecutionResult(attempt_id=f"m{i}", call_id=f"m{i}", tool="mean", version="1.0.0", success=True,
+                                   result={"mean": sum(xs) / len(xs)})
+        apply_evolution_outcomes(rt, [OutcomeRecord(call_id=f"m{i}", scenario="the mean of these numbers", attempts=[done],
+                                                    input={"xs": xs})])
+    huge = {"xs": [0.5] * 30_000}  # beyond what a failure keeps of its input
+    apply_failure(rt, FailureMark(attempt_id="mh", call_id="mh", tool="mean", version="1.0.0", scenario="the mean of many numbers",
+                                  error_class=FailureClass.timeout, error_message="no result within 5s", input=huge))
+    job = build_job(rt, "manual", namespace="mean")
+    assert (job.evidence.failures, job.evidence.unkept_failures) == ([], 1)
+    mutators, _ = load_mutators(mutator_config(rt.settings))
+    report = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None, mutators=mutators).run(job)
+    assert "describe" not in [c.mutator for c in report.candidates], report
+    assert "describe: a description cannot make a failing input succeed" in report.notes, report.notes
+
+
 def test_a_rollback_serves_what_served_before_when_a_lower_manifest_version_came_meanwhile(rt: Runtime, monkeypatch) -> None:
     """QA evolution F11: 2.0.0 won its trial against 1.0.0; 0.9.0 was dropped in later, and `fittest
     rollback` said "1.0.0 is served again" while every call was served by 0.9.0, which had never run."""
