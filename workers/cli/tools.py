@@ -9,6 +9,7 @@ import typer
 from pydantic import BaseModel
 from rich.table import Table
 
+from evolution.trial import withdrawn_versions
 from selection.manifest import ToolManifest, split_key, tool_key
 from selection.policies.learned import standing
 from selection.ports import Breakers, Newcomers, Promotions, StateStore
@@ -90,10 +91,14 @@ def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int)
     of the calls it matches (it has run fewer than `trial_runs` times; selection/serving.py), which
     a deprecated version, out of the rankings, is not. `on_trial`: the evolved version its
     namespace's promotion puts on trial (QA: "(new: on trial)" marked a new tool's original, and
-    nothing marked the version really on trial)."""
+    nothing marked the version really on trial). `rolled_back`: a version its namespace's promotions
+    took out of the calls (evolution/trial.py `withdrawn_versions`, as selection reads them; QA README
+    L6: listed like any served version)."""
     stats, breakers = state.stats_and_breakers([m.key for m in manifests])
     newcomers = state.newcomers()
     promotions = state.promotions(sorted({m.name for m in manifests}))
+    withdrawn = {tool_key(name, v) for name, current in promotions.items() if current is not None
+                 for v in withdrawn_versions(state.promotion_history(name), current)}
     return [
         {
             "name": m.name,
@@ -112,6 +117,7 @@ def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int)
             "newcomer": (not m.deprecated and m.name in newcomers
                          and stats[m.key].successes + stats[m.key].failures < trial_runs),
             "on_trial": (p := promotions.get(m.name)) is not None and p.status == "on_trial" and p.evolved_version == m.version,
+            "rolled_back": m.key in withdrawn,
         }
         for m in manifests
     ]
@@ -126,7 +132,8 @@ def unread_rows(state: StateStore, read: set[str]) -> list[dict[str, Any]]:
     return [{"name": name, "version": version, "description": "", "tags": [], "kind": "(its manifest is not read: "
              "FITTEST_TOOLS_DIR is not there)", "quality": round(st.quality, 4), "standing": round(standing(st), 4), "successes": st.successes,
              "failures": st.failures, "refused_inputs": st.refused_inputs, "refused_in_a_row": st.refused_in_a_row,
-             "breaker": breakers.get(key, "closed"), "deprecated": False, "newcomer": False, "on_trial": False}
+             "breaker": breakers.get(key, "closed"), "deprecated": False, "newcomer": False, "on_trial": False,
+             "rolled_back": False}
             for key, st in sorted(stats.items()) for name, version in [split_key(key)]]
 
 
@@ -152,7 +159,8 @@ def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
         color = "green" if q >= 0.9 else "yellow" if q >= 0.7 else "red"
         key = (literal(tool_key(r['name'], r['version'])) + (" [dim](deprecated)[/dim]" if r.get("deprecated") else "")
                + (" [cyan](new tool: tried first on a share of its calls)[/cyan]" if r.get("newcomer") else "")
-               + (" [cyan](on trial against its parent)[/cyan]" if r.get("on_trial") else ""))
+               + (" [cyan](on trial against its parent)[/cyan]" if r.get("on_trial") else "")
+               + (" [dim](rolled back: not served)[/dim]" if r.get("rolled_back") else ""))
         breaker = r.get("breaker", "closed")
         shown = {"open": "[red]open[/red]", "half_open": "[yellow]half-open[/yellow]"}.get(breaker, "[dim]closed[/dim]")
         refused = f" [dim](+{r['refused_inputs']} refused inputs)[/dim]" if r.get("refused_inputs") else ""
