@@ -90,7 +90,7 @@ class Settings(BaseSettings):
     evolution_cooldown_s: float = Field(600.0, ge=0, description="Quality-triggered evolution runs at most once per namespace per this many seconds")
     evolution_budget_s: float = Field(240.0, gt=0, description="Time one evolution may spend proposing and verifying candidates")
     evolution_lock_wait_s: float = Field(60.0, ge=0, description="How long a failed call waits for another evolution of its namespace before giving up")
-    evolution_similar_reason: float = Field(0.85, ge=0, le=1, description="A mutation that failed for a reason this similar is not made again while that reason applies (its failing inputs still fail, or it failed tests, static checks, a successful input or its trial)")
+    evolution_similar_reason: float = Field(0.85, ge=0, le=1, description="A mutation that failed for a reason this similar is not made again while that reason applies (its failing inputs still fail, until the version succeeds on them, or it failed tests, static checks, a successful input or its trial)")
     verify_static_timeout_s: float = Field(30.0, gt=0, description="Hard timeout of the static verification stage (compile and import in a subprocess)")
     verify_stage_timeout_s: float = Field(120.0, gt=0, description="Hard timeout of each verification stage that runs the candidate (test cases, replay)")
     verify_replay_successes: int = Field(5, ge=0, description="Recent successful inputs of the parent replayed against a candidate (N)")

@@ -50,8 +50,8 @@ def tools(
 
     rt = runtime()
     registry = rt.registry
-    if any(error.field == DIRECTORY for error in registry.errors):
-        err_console.print(f"[yellow]warning:[/yellow] FITTEST_TOOLS_DIR ({literal(rt.settings.tools_dir.resolve())}) is not a "
+    for gone in [error.path for error in registry.errors if error.field == DIRECTORY]:
+        err_console.print(f"[yellow]warning:[/yellow] FITTEST_TOOLS_DIR ({literal(Path(gone).resolve())}) is not a "
                           "directory, so no tool comes from it (a relative path is read from the directory "
                           "fittest runs in); listed from their counters: the versions that have run (the workers "
                           "keep every version they last read)")
