@@ -143,10 +143,20 @@ def _passed(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None:
     The call has ended when the result backend holds its result. It has moved on when the step it
     was last handed on to is another one: a redelivery comes a visibility timeout after its
     message was taken, long after a hand-on was written. A step nothing is recorded for (the first
-    step of a call sent without fittest's client, or one whose record was lost) runs."""
+    step of a call sent without fittest's client, or one whose record was lost) runs. So does a
+    step of a later hop than the one recorded, which it then is: its hand-on, buffered in the pool
+    process that took it next, was lost when that process was killed, by the tool it ran (QA
+    recheck N1: the step was ignored as "moved on", and the call waited for the sweep to send
+    the step before it, 14.5 min later)."""
     if _has_result(task.app, task.request.id):
         return CALL_ENDED
-    current = runtime().inflight.current(task.request.id)
+    rt = runtime()
+    current = rt.inflight.current(task.request.id)
+    hop = task.request.replaced_task_nesting or 0
+    if current is not None and hop > current.hop:
+        rt.inflight.handed_on(HandedOnStep(task_id=task.request.id, task=task.name, args=args, kwargs=kwargs, hop=hop),
+                              due_in_s(rt))
+        return None
     if current is not None and not current.carries(task.name, args, kwargs):
         return f"its call has moved on to {current.task}"
     return None

@@ -310,6 +310,38 @@ def test_a_step_delivered_again_after_its_call_moved_on_is_ignored(pipeline: Pip
     assert len(runs(log)) == 2  # attempt 0 did not run again, and no second copy of the call went on
 
 
+def test_a_step_delivered_again_whose_hand_on_record_was_lost_runs(pipeline: Pipeline, tmp_path: Path) -> None:
+    """QA recheck N1: a pool process that handed a call on to attempt 3 took that step itself and
+    was killed by its tool (os._exit) before its buffered record of the hand-on reached Redis. The
+    broker gave the step back, and it was ignored as "moved on" (the record still named attempt 2),
+    so the call waited for the sweep, 14.5 min. A step of a later hop than the one recorded runs."""
+    p, log = pipeline, tmp_path / "runs.log"
+    manifest = load_manifest(TOOLS / "nap" / "tool.yaml")
+    request = CallRequest(scenario="take a short nap", namespace="nap", version="1.0.0", max_attempts=2,
+                          input={"ms": 10, "log": str(log)})
+    candidates = [Candidate(key=NAP, manifest=manifest, score=1.0, timeout_s=8.0) for _ in range(2)]
+    plan = CallPlan(request=request, candidates=candidates).model_dump(mode="json")
+    p.settled()
+    sender = Celery("foreign", broker=p.settings.redis_url, backend=p.settings.redis_url)
+    sender.conf.update(task_serializer="json", accept_content=["json"], result_accept_content=["json"])
+    task_id = f"call-{uuid.uuid4().hex}"
+    ran, ignored = redeliveries(p, "ran"), redeliveries(p, "ignored")
+    client = redis.Redis.from_url(p.settings.redis_url)
+    try:
+        inflight = InflightCalls(client, p.settings.key_prefix)
+        inflight.handed_on(HandedOnStep(task_id=task_id, task="fittest.execute", args=[plan, 0], hop=1), 600.0)
+        inflight.flush()  # the record of the step before: the one of the next hop never came
+        give_back_unacknowledged(p, sender.send_task("fittest.execute", args=[plan, 1], queue=PARKED, task_id=task_id,
+                                                     replaced_task_nesting=2))
+        result = sender.AsyncResult(task_id).get(timeout=VISIBILITY_S + 30)
+    finally:
+        sender.close()
+        client.close()
+    assert result["status"] == "success" and [a["version"] for a in result["attempts"]] == ["1.0.0"], result
+    p.wait_for(lambda: redeliveries(p, "ran") == ran + 1, timeout=10)  # the metrics are buffered
+    assert redeliveries(p, "ignored") == ignored and len(runs(log)) == 1
+
+
 def test_sigterm_lets_running_attempts_finish_and_returns_the_rest(pipeline: Pipeline, tmp_path: Path) -> None:
     p, log = pipeline, tmp_path / "runs.log"
     p.settled()  # the bookkeeping of earlier calls is applied before the counters are read
