@@ -65,8 +65,9 @@ def served_first(request: CallRequest, ranked: list[Candidate], served: ServedVe
     """What `fittest promote`, `rollback` and a trial decide: within a namespace the version it
     serves this call goes before its other versions (the policy still orders the namespaces,
     and the other versions stay as fallbacks), a version rolled back is not tried, and a
-    namespace call starts with its namespace's served version. Without this the policy's
-    outcomes ranked a rolled-back version with a better record first, and a trial never ran."""
+    namespace call starts with its namespace's served version, then its other versions. Without
+    this the policy's outcomes ranked a rolled-back version with a better record first, and a
+    trial never ran."""
     by_namespace = served.by_namespace
     if not by_namespace and not served.rolled_back:
         return ranked
@@ -91,11 +92,13 @@ def served_first(request: CallRequest, ranked: list[Candidate], served: ServedVe
             c.breakdown.extra["trial_share"] = round(chance, 6)
             drawn.add(name)
     own = [c for c in reordered if c.manifest.name == request.namespace]
-    if own:  # a namespace call starts with its served version, or its best other one when that one is not offered
+    if own:
+        # A namespace call starts with its served version, or its best other one when that one is not
+        # offered, then tries the namespace's other versions before any other tool (QA recheck N2: a
+        # working version on trial came after two unrelated tools, one of which killed its process).
         first = next((c for c in own if c.manifest.version == by_namespace.get(c.manifest.name)), own[0])
-        reordered.remove(first)
-        reordered.insert(0, first)
         first.probability = round(served.chance.get(first.manifest.name, 1.0), 6)  # first on every call the draw gives it
+        reordered = [first, *(c for c in own if c is not first), *(c for c in reordered if c.manifest.name != request.namespace)]
     return reordered
 
 

@@ -59,6 +59,9 @@ RANKED = [candidate("a", "1.1.0"), candidate("b"), candidate("a", "1.0.0"), cand
     pytest.param(CallRequest(scenario="x", namespace="c"), ServedVersions(by_namespace={"c": "0.9.0"}),
                  ["c@1.0.0", "a@1.1.0", "b@1.0.0", "a@1.0.0"],
                  id="a namespace call whose served version is not offered starts with the namespace's other version"),
+    pytest.param(CallRequest(scenario="x", namespace="a"), ServedVersions(by_namespace={"a": "1.0.0"}),
+                 ["a@1.0.0", "a@1.1.0", "b@1.0.0", "c@1.0.0"],
+                 id="a namespace call tries its namespace's other versions before other tools"),
 ])
 def test_served_first(call: CallRequest, served: ServedVersions, order: list[str]) -> None:
     assert keys(served_first(call, RANKED, served)) == order
