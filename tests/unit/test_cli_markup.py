@@ -281,12 +281,18 @@ def test_rollback_and_promote_name_the_versions_as_written(monkeypatch: pytest.M
     from selection.models import Promotion
 
     promotion = Promotion(namespace="fast[/x]", evolved_version="[/v2]", original_version="1.0.0", parent_version="[/v1]")
-    monkeypatch.setattr(evolution, "_stores", lambda: (SimpleNamespace(versions=lambda name: [name]), None, None))
+    manifests: dict[str, Any] = {}
+    monkeypatch.setattr(evolution, "_stores", lambda: (SimpleNamespace(versions=lambda name: [name], get=manifests.get), None, None))
     monkeypatch.setattr("workers.promotions.rollback", lambda *a: promotion)
     monkeypatch.setattr("workers.promotions.promote_by_hand", lambda *a: promotion)
     monkeypatch.setattr("workers.promotions.trial_new_manifests", lambda *a: [])
     assert_shown(invoke(["rollback", "fast[/x]"]), "fast[/x]@[/v2] rolled back; fast[/x]@[/v1] is served again")
     assert_shown(invoke(["promote", "fast[/x]", "[/v2]"]), "fast[/x]@[/v2] is served (active)")
+    # QA recheck N3: the version served again is deprecated by its manifest, so nothing of the tool is.
+    manifests["fast[/x]@[/v1]"] = SimpleNamespace(deprecated=True)
+    assert_shown(invoke(["rollback", "fast[/x]"]), "fast[/x]@[/v2] rolled back; fast[/x]@[/v1] is served again, but its "
+                 "manifest deprecates it: selection does not offer it, so no version of fast[/x] is served until one is "
+                 "promoted (`fittest promote fast[/x] VERSION`) or `deprecated` is taken out")
 
 
 def test_evolution_report_prints_candidates_and_notes_as_written() -> None:

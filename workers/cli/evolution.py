@@ -225,6 +225,20 @@ def show_report(report: EvolutionReport) -> None:
         console.print(f"  [dim]{literal(note)}[/dim]")
 
 
+def _unless_deprecated(registry: ToolRegistry, name: str, version: str) -> str:
+    """What to add to "is served again" when that version's manifest deprecates it: selection does not
+    offer it, and the namespace serves nothing until a version is promoted or the flag is taken out
+    (QA recheck N3: a rollback to a deprecated parent said it was served again, and calls naming the
+    tool were ranked by their scenario alone)."""
+    from selection.manifest import tool_key
+
+    manifest = registry.get(tool_key(name, version))
+    if manifest is None or not manifest.deprecated:
+        return ""
+    return (f", but its manifest deprecates it: selection does not offer it, so no version of {literal(name)} is served "
+            f"until one is promoted (`fittest promote {literal(name)} VERSION`) or `deprecated` is taken out")
+
+
 @app.command()
 @needs_redis
 def rollback(
@@ -256,13 +270,14 @@ def rollback(
     gone = f"{literal(name)}@{literal(promotion.evolved_version)}"
     restored = promotion.resumes
     if restored is not None:
-        again = "on trial again" if restored.status == "on_trial" else "served again"
-        console.print(f"{gone} rolled back; {literal(name)}@{literal(restored.evolved_version)} is {again}")
+        back, again = restored.evolved_version, "on trial again" if restored.status == "on_trial" else "served again"
+        console.print(f"{gone} rolled back; {literal(name)}@{literal(back)} is {again}{_unless_deprecated(registry, name, back)}")
     elif promotion.evolved_version == promotion.original_version and promotion.parent_version is None:
-        console.print(f"{gone}'s promotion by hand undone; it is served, as the original")
+        console.print(f"{gone}'s promotion by hand undone; it is served, as the original"
+                      f"{_unless_deprecated(registry, name, promotion.evolved_version)}")
     else:
         back = promotion.parent_version or promotion.original_version
-        console.print(f"{gone} rolled back; {literal(name)}@{literal(back)} is served again")
+        console.print(f"{gone} rolled back; {literal(name)}@{literal(back)} is served again{_unless_deprecated(registry, name, back)}")
     for trial in trials:
         console.print(f"{literal(name)}@{literal(trial.evolved_version)}, a new manifest version, is on trial")
 
