@@ -455,9 +455,11 @@ def test_the_tools_list_shows_each_circuit_breaker() -> None:
     assert any("old_sort@1.0.0" in line and " open " in line for line in out.get().splitlines())
 
 
-def test_the_tools_list_marks_a_tool_new_to_the_running_system_while_its_trial_runs() -> None:
+def test_the_tools_list_marks_a_tool_new_to_the_running_system_while_its_trial_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.fakes_state import InMemoryStateStore
     from workers.cli.tools import tool_rows, tools_table
+
+    monkeypatch.setattr(console, "_width", 250)  # each mark in one line (a narrower terminal wraps them under the key)
 
     manifests = [ToolManifest(name=n, description=n, implementation=HTTP) for n in ("fast_sort", "new_sort")]
     state = InMemoryStateStore()
@@ -618,11 +620,13 @@ def test_text_cut_to_fit_a_column_says_it_was_cut() -> None:
     assert shortened("short", 70) == "short"
 
 
-def test_the_tools_list_counts_refused_inputs_apart_from_failures() -> None:
+def test_the_tools_list_counts_refused_inputs_apart_from_failures(monkeypatch: pytest.MonkeyPatch) -> None:
     """QA ops: a tool whose failures were all callers' mistakes read as a failing tool."""
     from selection.models import FailureCount, Severity
     from tests.fakes_state import InMemoryStateStore
     from workers.cli.tools import tool_rows, tools_table
+
+    monkeypatch.setattr(console, "_width", 250)  # each note in one line (a narrower terminal wraps them)
 
     state = InMemoryStateStore()
     for i in range(2):
@@ -683,3 +687,18 @@ def test_a_call_table_says_does_such_jobs_only_of_the_first_refusal_set_aside() 
         show_call({"call_id": "c", "status": "success", "tool": "lower_text", "version": "1.0.0", "attempts": took})
     assert any("lower_text@1.0.0" in line and "(set aside: it has done no such job; check its output)" in line
                for line in out.get().splitlines())  # QA final: it read just "success"
+
+
+def test_the_tools_list_keeps_its_numbers_readable_beside_long_marks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA recheck N4: a version marked new and on trial squeezed quality, standing and successes to
+    "…" in a 140-column terminal; the marks and notes wrap under their cells instead."""
+    from workers.cli.tools import tools_table
+
+    monkeypatch.setattr(console, "_width", 100)
+    rows = [{"name": "qa_power_fast", "version": "1.1.0", "kind": "python", "quality": 0.5, "standing": 0.8125,
+             "successes": 10, "failures": 5, "refused_inputs": 3, "refused_in_a_row": 6, "tags": ["math"],
+             "newcomer": True, "on_trial": True, "breaker": "half_open"}]
+    with console.capture() as out:
+        console.print(tools_table(rows))
+    first = next(line for line in out.get().splitlines() if "qa_power_fast@1.1.0" in line)
+    assert [cell.strip() for cell in first.split("│")[1:6]] == ["qa_power_fast@1.1.0", "python", "0.50", "0.81", "10"], first

@@ -147,11 +147,14 @@ def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
     literally. Standing is shown beside quality, with a caption that says what each is: quality
     alone read 0.00 for a tool that succeeds 2 times in 3, which an operator took for dead (QA onboarding L1)."""
     table = Table(title=title, caption=STANDING_NOTE)
-    table.add_column("tool", no_wrap=True)
+    # Each key whole, its marks and the failures' notes wrapped under them, the numbers at their
+    # width: a long mark squeezed quality, standing and successes to "…" (QA recheck N4).
+    table.add_column("tool", min_width=max((len(tool_key(r["name"], r["version"])) for r in rows), default=4))
     table.add_column("kind", no_wrap=True)
     for col in ("quality", "standing", "successes"):
-        table.add_column(col, justify="right")
-    table.add_column("failures", justify="right", no_wrap=True)  # its notes in one line: the tags wrap first
+        table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
+    table.add_column("failures", justify="right", min_width=max(
+        (len(f"{r['failures']} (+{r.get('refused_inputs', 0)} refused inputs)") for r in rows), default=8))  # the count and refusals in one line
     table.add_column("breaker", no_wrap=True)
     table.add_column("tags")
     for r in rows:
