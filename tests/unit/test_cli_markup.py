@@ -257,12 +257,13 @@ def test_show_prints_mutations_variants_and_the_changelog_as_written(redis_answe
 
 
 def show_lineage(monkeypatch: pytest.MonkeyPatch, namespace: str, promotion: dict[str, Any],
-                 versions: list[tuple[str, str, bool]]) -> str:
+                 versions: list[tuple[str, str, bool]], deprecated: frozenset[str] = frozenset()) -> str:
     """`fittest show NAMESPACE` of a lineage with these (version, status, served) rows."""
     row: dict[str, Any] = {"parent": None, "quality": 1.0, "successes": 0, "failures": 0, "refused_inputs": 0, "breaker": "closed",
                            "timeout_s": 2.0, "manifest": "/tools/x/tool.yaml", "mutation": "", "variants": []}
     data = {"namespace": namespace, "promotion": promotion, "changelog": [],
-            "versions": [{**row, "version": v, "status": status, "served": served} for v, status, served in versions]}
+            "versions": [{**row, "version": v, "status": status, "served": served, "deprecated": v in deprecated}
+                         for v, status, served in versions]}
     monkeypatch.setattr(evolution, "lineage", lambda name: data)
     return invoke(["show", namespace])
 
@@ -275,6 +276,11 @@ def test_show_says_a_trial_serves_a_share_of_the_calls_and_its_parent_the_rest(r
     versions = [("1.0.0", "original", False), ("2.0.0", "on_trial", True)]
     assert_shown(show_lineage(monkeypatch, "hash_text", promotion, versions), "1.0.0  original ◀ served on the other 75%",
                  "2.0.0  on_trial ◀ served on 25% of the calls")
+    # QA recheck N5: with the version it is tried against deprecated, the version on trial serves every call.
+    shown = show_lineage(monkeypatch, "hash_text", promotion, versions, deprecated=frozenset({"1.0.0"}))
+    assert_shown(shown, "1.0.0  original deprecated: not offered by selection",
+                 "2.0.0  on_trial ◀ served on every call (the version it is tried against is deprecated)")
+    assert "served on the other" not in shown
 
 
 def test_rollback_and_promote_name_the_versions_as_written(monkeypatch: pytest.MonkeyPatch, redis_answers: None) -> None:

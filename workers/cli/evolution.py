@@ -139,13 +139,17 @@ def show(
     pinned = promotion is not None and promotion["status"] == "active" and promotion.get("by") == "operator"
     tree = Tree(f"[bold]{literal(name)}[/bold]")
     nodes: dict[str | None, Tree] = {}
+    against = trial and (trial["parent_version"] or trial["original_version"])
+    # A trial whose other version is deprecated serves every call with the version on trial (QA recheck N5).
+    alone = any(row["version"] == against and row.get("deprecated") for row in data["versions"])
     for row in data["versions"]:  # lowest version first, so a parent is placed before its children
         color = STATUS_COLOR.get(row["status"], "white")
         served = ""
         if row["served"]:  # QA U: a version on trial was marked served where it serves a share of the calls
             on_trial = row["status"] == "on_trial"
-            served = f" [bold]◀ served on {share:.0%} of the calls[/bold]" if on_trial else " [bold]◀ served[/bold]"
-        elif trial and row["version"] == (trial["parent_version"] or trial["original_version"]):
+            served = (" [bold]◀ served[/bold]" if not on_trial else " [bold]◀ served on every call[/bold] (the version "
+                      "it is tried against is deprecated)" if alone else f" [bold]◀ served on {share:.0%} of the calls[/bold]")
+        elif trial and row["version"] == against and not alone:
             served = f" [bold]◀ served on the other {1 - share:.0%}[/bold]"
         if row.get("deprecated"):
             served += " [dim]deprecated: not offered by selection[/dim]"
