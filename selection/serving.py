@@ -93,12 +93,11 @@ def served_first(request: CallRequest, ranked: list[Candidate], served: ServedVe
             drawn.add(name)
     own = [c for c in reordered if c.manifest.name == request.namespace]
     if own:
-        # A namespace call starts with its served version, or its best other one when that one is not
-        # offered, then tries the namespace's other versions before any other tool (QA recheck N2: a
-        # working version on trial came after two unrelated tools, one of which killed its process).
-        first = next((c for c in own if c.manifest.version == by_namespace.get(c.manifest.name)), own[0])
-        first.probability = round(served.chance.get(first.manifest.name, 1.0), 6)  # first on every call the draw gives it
-        reordered = [first, *(c for c in own if c is not first), *(c for c in reordered if c.manifest.name != request.namespace)]
+        # A namespace call starts with its versions, in the order above (the one it serves first when
+        # offered), before any other tool (QA recheck N2: a working version on trial came after two
+        # unrelated tools, one of which killed its process).
+        own[0].probability = round(served.chance.get(own[0].manifest.name, 1.0), 6)  # first on every call the draw gives it
+        reordered = [*own, *(c for c in reordered if c.manifest.name != request.namespace)]
     return reordered
 
 

@@ -153,8 +153,8 @@ def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
     table.add_column("kind", no_wrap=True)
     for col in ("quality", "standing", "successes"):
         table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
-    table.add_column("failures", justify="right", min_width=max(
-        (len(f"{r['failures']} (+{r.get('refused_inputs', 0)} refused inputs)") for r in rows), default=8))  # the count and refusals in one line
+    table.add_column("failures", justify="right", min_width=max(  # the count and its refusals in one line
+        (len(f"{r['failures']} (+{r['refused_inputs']} refused inputs)") for r in rows if r.get("refused_inputs")), default=8))
     table.add_column("breaker", no_wrap=True)
     table.add_column("tags")
     for r in rows:
