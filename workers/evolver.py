@@ -31,12 +31,13 @@ from evolution.models import (
     EvolutionStatus,
     tests_digest,
 )
+from evolution.call_route import CallRoute, route_call
 from evolution.mutation import MutationContext, Mutator, MutatorConfig, ParentTool, load_mutators, order_for
 from evolution.trial import head_version
 from evolution.verification import Sandbox, VerifyConfig, reproduce_successes, run_test_cases, verify
 from evolution.versioning import MANIFEST_FILE, next_version, version_dir
 from selection.manifest import ToolManifest, load_manifest, tool_key
-from selection.models import CallPlan, FailureClass
+from selection.models import CallPlan
 from selection.ports import StateStore
 from workers.evolution_jobs import EvolutionUnavailable, call_failures
 from workers.promotions import promote_on_trial
@@ -87,10 +88,6 @@ def write_version(folder: Path, manifest: ToolManifest, files: dict[str, bytes])
     return load_manifest(folder / MANIFEST_FILE)
 
 
-def nothing_proposed(key: str) -> str:
-    return f"no mutator could propose a version of {key}"
-
-
 def mutator_config(settings: Settings) -> MutatorConfig:
     """The settings' values of every MutatorConfig field (each one is a Settings field of that name)."""
     return MutatorConfig.model_validate({name: getattr(settings, name) for name in MutatorConfig.model_fields})
@@ -130,13 +127,10 @@ class Evolver:
         with what it produced, or evolves itself if it produced nothing; a manual or quality
         trigger is skipped at once.
 
-        A call pinned to a version (`version` in its request) runs that version alone, retried too:
-        "retries with" the promoted version would run the pinned one again, fail again on the same
-        input and count the failure twice (QA onboarding M1). So when its namespace serves another
-        version, the call ends "pinned", saying which version a call not pinned would get, and the
-        pinned version, which the namespace does not serve, is not evolved either (its evolution
-        would go on trial against the version served). A pinned call that evolves the version its
-        namespace serves is not retried (workers/tasks/evolution.py), for the same reason.
+        A failed call's evolution first takes its route (evolution/call_route.py): it ends "pinned"
+        or "reused" without evolving, or evolves the version the route names. A pinned call that
+        evolves the version its namespace serves is not retried (workers/tasks/evolution.py): it
+        would run its pinned version again.
 
         The lock is a lease of LOCK_LEASE_S, renewed while the evolution runs: a run killed with it
         frees the namespace within that time. Its owner is the job: a job that finds its own id
@@ -160,25 +154,19 @@ class Evolver:
             time.sleep(LOCK_POLL_S)
         with renewed(self.state, lock, job.job_id, ttl):
             try:
-                head = head_version(self.state.promotion(job.namespace))
-                tried = {a.version for a in job.plan.attempts if a.tool == job.namespace} if job.plan else set()
-                # A version the call held back (its circuit breaker was open) is held back again by the
-                # retry: retrying "with it" would run only the other tools once more (QA O: three of
-                # twelve calls failed so, after ten attempts, while a fourth call's evolution fixed it).
-                held = job.plan is not None and head is not None and tool_key(job.namespace, head) in job.plan.held_back
-                pinned = job.plan.request.version if job.plan is not None else None
-                if job.trigger == "call" and pinned is not None and head is not None and head != pinned:
-                    return self._report(job, "pinned", started, version=head, message=(
-                        f"{tool_key(job.namespace, head)} is promoted and serves the calls not pinned to {pinned}; "
-                        f"this call is pinned to {tool_key(job.namespace, pinned)}, so it was neither retried with "
-                        f"{head} nor was {pinned} evolved"))
-                if (job.trigger == "call" and head is not None and not held and pinned is None
-                        and (head != job.served_version or head not in tried)):
-                    # Promoted meanwhile, or promoted before but not tried in this call: try it first.
-                    return self._report(job, "reused", started, version=head,
-                                        message=f"{tool_key(job.namespace, head)} is promoted and was not tried; the call retries with it")
-                if job.trigger == "call" and held and head != job.parent_version:
-                    job = job.model_copy(update={"parent_version": head})  # it is the version to mend, not the one tried
+                if job.trigger == "call":
+                    head = head_version(self.state.promotion(job.namespace))
+                    route = route_call(job.plan, job.namespace, job.parent_version, job.served_version, head)
+                    if route.action == "pinned" and job.plan is not None:
+                        pinned = job.plan.request.version or ""
+                        return self._report(job, "pinned", started, version=route.version, message=(
+                            f"{tool_key(job.namespace, route.version)} is promoted and serves the calls not pinned to "
+                            f"{pinned}; this call is pinned to {tool_key(job.namespace, pinned)}, so it was neither "
+                            f"retried with {route.version} nor was {pinned} evolved"))
+                    if route.action == "reused":
+                        return self._report(job, "reused", started, version=route.version, message=(
+                            f"{tool_key(job.namespace, route.version)} is promoted and was not tried; the call retries with it"))
+                    job = job.model_copy(update={"parent_version": route.version})
                 return self._evolve(job, started)
             finally:
                 # A run of this job killed mid-evolution left its staging; a run that ends before
@@ -282,16 +270,13 @@ class Evolver:
                 f"{remembered} remembered failure{'s' if remembered != 1 else ''} of its own"]
 
     def _unanswered(self, job: EvolutionJob) -> list[str]:
-        return self._unanswered_classes([f.error_class for f in job.evidence.failures])
-
-    def _unanswered_classes(self, classes: list[FailureClass]) -> list[str]:
         """A note per failure class of the call that no loaded mutator answers (crash, bad output:
         only the code mutator rewrites a tool for them, and it is off without FITTEST_LLM_URL), so
         that a no_fix says why rather than only what the other mutators found nothing to do."""
         handled = {c for m in self.mutators for c in m.handles}
         rewrites = any(m.name == "code" for m in self.mutators)
         notes = []
-        for cls in dict.fromkeys(classes):
+        for cls in dict.fromkeys(f.error_class for f in job.evidence.failures):
             if cls in handled or rewrites:
                 continue
             off = " (the code mutator, which rewrites a tool, is off: FITTEST_LLM_URL is unset)" if not self.settings.llm_url else ""
@@ -300,19 +285,19 @@ class Evolver:
 
     def without_evolution(self, plan: CallPlan) -> EvolutionReport | None:
         """The evolution a call whose every candidate failed would end with, when it is known
-        before one is queued: a no_fix, when no loaded mutator answers any failure class of the
-        version it would evolve (a crash with the code mutator off). Asked by the execution worker;
-        None: queue the evolution.
+        before one is queued: a no_fix, when the call's route (evolution/call_route.py, as `run`
+        takes it) evolves the version whose failures the call brings, and no loaded mutator
+        answers any of their failure classes (a crash with the code mutator off). Asked by the
+        execution worker; None: queue the evolution.
 
         A call of a tool that crashes now and then went through the memory worker and the evolver
         each time, waiting for the evolver's slot and the namespace's lock, for the same answer
-        (QA onboarding M2: 15 no_fix in 7 minutes). Known so only when the version that failed
-        is the one its namespace serves (otherwise the evolver retries with the served one, or
-        ends a pinned call) and its own failures are in the call (a version held back by its
-        breaker is evolved from remembered failures, which memory has). A mutator for another
-        class that memory's similar failures bring up could not make the call's input succeed:
-        its candidate replays that input, and fails, or passes by the luck of a flaky tool. The
-        changelog says it once while nothing else is logged for the namespace."""
+        (QA onboarding M2: 15 no_fix in 7 minutes). A version held back by its breaker is evolved
+        from remembered failures, which memory has, so that route is left to the evolver, as are
+        "pinned" and "reused". A mutator for another class that memory's similar failures bring up
+        could not make the call's input succeed: its candidate replays that input, and fails, or
+        passes by the luck of a flaky tool. The no_fix is `run`'s own (`_no_fix`), logged once
+        while nothing else is logged for the namespace."""
         if not self.settings.evolution_enabled:
             return None
         named = plan.request.namespace
@@ -324,19 +309,14 @@ class Evolver:
         if version is None or not failures:
             return None
         head = served if namespace == named else head_version(self.state.promotion(namespace))
-        if head is not None and head != version:
+        if route_call(plan, namespace, version, head, head) != CallRoute("evolve", version):
             return None
-        classes = [f.error_class for f in failures]
-        unanswered = self._unanswered_classes(classes)
-        if len(unanswered) < len(set(classes)):
+        job = EvolutionJob(job_id="", namespace=namespace, parent_version=version, served_version=head, trigger="call",
+                           evidence=Evidence(failures=failures), plan=plan)
+        unanswered = self._unanswered(job)
+        if len(unanswered) < len({f.error_class for f in failures}):
             return None
-        key = tool_key(namespace, version)
-        notes = list(self.load_errors) + unanswered
-        message = nothing_proposed(key)
-        self.ledger.log_unless_repeated(ChangelogEntry(namespace=namespace, event="no_fix", parent=version,
-                                                       reason="; ".join([message, *notes])[:2000], trigger="call"))
-        return EvolutionReport(job_id="", namespace=namespace, trigger="call", status="no_fix", parent=key, notes=notes,
-                               message=message)
+        return self._no_fix(job, time.monotonic(), [], list(self.load_errors) + unanswered)
 
     def _try(self, job: EvolutionJob, candidate: CandidateVersion, stage_dir: Path, root: Path,
              replayed: Callable[[], Evidence]) -> tuple[CandidateReport, ToolManifest | None]:
@@ -356,7 +336,7 @@ class Evolver:
         earlier = job.evidence.failed_before(candidate.mutator, candidate.identity, self.settings.evolution_similar_reason, tests)
         if earlier is not None:
             reason = f"failed before for a similar reason ({earlier.similarity:.2f}): {earlier.reason}"
-            self.ledger.log(entry.model_copy(update={"reason": reason}))
+            self.ledger.log_unless_repeated(entry.model_copy(update={"reason": reason}))
             return report.model_copy(update={"reason": reason}), None
         try:
             staged = write_version(stage_dir, candidate.manifest, candidate.files)
@@ -400,12 +380,17 @@ class Evolver:
                                 candidates=reports, notes=notes,
                                 message=f"{installed.key} ({winner.mutation}) passed verification and "
                                         + ("is on trial" if promoted else "is a fallback: " + notes[-1]))
+        return self._no_fix(job, started, reports, notes)
+
+    def _no_fix(self, job: EvolutionJob, started: float, reports: list[CandidateReport], notes: list[str]) -> EvolutionReport:
+        """An evolution that installed nothing: its report, and its changelog line, logged unless
+        the namespace's last line says the same (the same version failing the same way again)."""
         tried = sum(r.outcome == "failed" for r in reports)
         message = (
             f"no verified version of {job.parent_key}: {tried} candidate(s) failed verification, "
             f"{sum(r.outcome == 'skipped' for r in reports)} skipped as failed before"
             if reports
-            else nothing_proposed(job.parent_key)
+            else f"no mutator could propose a version of {job.parent_key}"
         )
         self.ledger.log_unless_repeated(ChangelogEntry(
             namespace=job.namespace, event="no_fix", parent=job.parent_version, reason="; ".join([message, *notes])[:2000],

@@ -163,7 +163,8 @@ def test_refused_manifests_are_listed_as_json_apart_from_the_versions_whose_list
     model_path: Path, unserved_redis: str, tmp_path: Path
 ) -> None:
     """QA onboarding M3: `tools --json` listed the versions served and nothing of the manifests
-    refused (only stderr prose said so); a CI check of a team's onboarding never saw them."""
+    refused (only stderr prose said so); a CI check of a team's onboarding never saw them, and
+    should not need Redis to."""
     import shutil
 
     tools = tmp_path / "tools"
@@ -182,6 +183,10 @@ def test_refused_manifests_are_listed_as_json_apart_from_the_versions_whose_list
     assert refused.returncode == 1, refused.stderr  # a CI check fails on it without parsing anything
     assert json.loads(refused.stdout) == [{"path": str(tools / "bad_version" / "tool.yaml"), "field": "version",
                                            "reason": "'v1.0' is not a semantic version (MAJOR.MINOR.PATCH)"}]
+    # a CI check of the manifests needs no Redis
+    env["FITTEST_REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
+    offline = run("--refused", "--json")
+    assert offline.returncode == 1 and json.loads(offline.stdout) == json.loads(refused.stdout), offline.stderr
     (tools / "bad_version" / "tool.yaml").unlink()
     clean = run("--refused", "--json")
     assert clean.returncode == 0 and json.loads(clean.stdout) == [], clean.stderr

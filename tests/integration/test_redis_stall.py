@@ -118,6 +118,11 @@ def test_a_changelog_entry_is_logged_once(stalling) -> None:
     with stalled():
         ledger.log(ChangelogEntry(namespace="t", event="rolled_back", version="1.0.1", reason="by hand"))
     assert [e.reason for e in ledger.changelog("t")] == ["by hand"]
+    ledger.log_unless_repeated(ChangelogEntry(namespace="w", event="no_fix", parent="1.0.0"))  # its script loaded
+    with stalled():  # the copy sent again answers as the first did
+        assert ledger.log_unless_repeated(ChangelogEntry(namespace="u", event="no_fix", parent="1.0.0", reason="none"))
+    ledger.log(ChangelogEntry(namespace="u", event="verified", version="1.0.1", parent="1.0.0"))
+    assert [e.event for e in ledger.changelog("u")] == ["no_fix", "verified"]
 
 
 def test_a_worker_process_death_counts_once(stalling) -> None:

@@ -134,8 +134,9 @@ def test_tools_prints_manifest_errors_and_tools_as_written(tmp_path: Path, monke
     (bad / "tool.yaml").write_text(manifest.replace("name: slugify", "name: Bad Name"))
     missing = tmp_path / "no [/.] dir"
     registry = ToolRegistry.load([bad, missing])
+    monkeypatch.setattr("workers.settings.get_settings", lambda: SimpleNamespace(trial_successes=5, tools_dir=tmp_path))
+    monkeypatch.setattr("workers.tool_catalog.load_registry", lambda settings: registry)
     monkeypatch.setattr("workers.runtime.runtime", lambda: SimpleNamespace(
-        registry=registry, settings=SimpleNamespace(trial_successes=5, tools_dir=tmp_path),
         state=SimpleNamespace(stats_and_breakers=lambda keys: ({}, {}), newcomers=dict, promotions=lambda names: {})))
     monkeypatch.setattr("workers.redis_connection.probe_client", lambda *a, **k: SimpleNamespace(ping=lambda: True, close=lambda: None))
 

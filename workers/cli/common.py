@@ -216,24 +216,29 @@ class RedisRefused(RedisConnectionError):
     command the user's ACL forbids."""
 
 
+def check_redis() -> None:
+    """Check that Redis answers. The clients retry a refused connection for ~30 s so that workers
+    ride out a restart; an operator whose Redis is not running at all would wait that out for every
+    command. A Redis that does not answer raises redis-py's connection error, which `main` turns
+    into one line naming FITTEST_REDIS_URL."""
+    from workers.settings import get_settings
+    from workers.redis_connection import probe_client
+
+    client = probe_client(get_settings(), REDIS_PROBE_TIMEOUT_S, REDIS_PROBE_RETRIES)
+    try:
+        client.ping()
+    except ResponseError as exc:  # raised by the connection's own set-up (SELECT, CLIENT SETNAME)
+        raise RedisRefused(str(exc)) from exc
+    finally:
+        client.close()
+
+
 def needs_redis(command: Command) -> Command:
-    """Check that Redis answers before the command runs. The clients retry a refused connection for
-    ~30 s so that workers ride out a restart; an operator whose Redis is not running at all would
-    wait that out for every command. A Redis that does not answer raises redis-py's connection
-    error, which `main` turns into one line naming FITTEST_REDIS_URL."""
+    """Check that Redis answers (`check_redis`) before the command runs."""
 
     @functools.wraps(command)
     def checked(*args: Any, **kwargs: Any) -> Any:
-        from workers.settings import get_settings
-        from workers.redis_connection import probe_client
-
-        client = probe_client(get_settings(), REDIS_PROBE_TIMEOUT_S, REDIS_PROBE_RETRIES)
-        try:
-            client.ping()
-        except ResponseError as exc:  # raised by the connection's own set-up (SELECT, CLIENT SETNAME)
-            raise RedisRefused(str(exc)) from exc
-        finally:
-            client.close()
+        check_redis()
         return command(*args, **kwargs)
 
     return checked  # type: ignore[return-value]  # functools.wraps keeps the signature Typer reads

@@ -15,7 +15,7 @@ from selection.policies.learned import standing
 from selection.ports import Breakers, Newcomers, Promotions, StateStore
 from selection.registry import DIRECTORY
 from selection.serving import REFUSED_IN_A_ROW
-from workers.cli.common import REFUSED, JsonOpt, console, err_console, fail, literal, needs_redis, print_json
+from workers.cli.common import REFUSED, JsonOpt, check_redis, console, err_console, fail, literal, print_json
 
 app = typer.Typer()
 
@@ -29,12 +29,12 @@ class RefusedManifest(BaseModel):
 
 
 @app.command()
-@needs_redis
 def tools(
     json_out: JsonOpt = False,
     refused: Annotated[bool, typer.Option("--refused", help=(
         "List the manifests of the tools directory that are refused (path, field, reason) instead of the tool "
-        "versions; exit code 1 when there is one, for a CI check of a team's onboarding."))] = False,
+        "versions; exit code 1 when there is one, for a CI check of a team's onboarding. Reads the manifests "
+        "alone: Redis need not run."))] = False,
 ) -> None:
     """List every tool version with its quality, counters and circuit breaker (closed; open: held
     back from calls; half-open: its cool-down is over, and the next call that comes to run it probes
@@ -46,10 +46,13 @@ def tools(
     successes and failures on jobs like the call's: `fittest explain` shows both. Refused inputs
     that were the caller's mistake, or of another tool's job the version was a fallback for, are
     counted apart, and lower nothing."""
-    from workers.runtime import runtime
+    from workers.settings import get_settings
+    from workers.tool_catalog import load_registry
 
-    rt = runtime()
-    registry = rt.registry
+    settings = get_settings()
+    if not refused:
+        check_redis()
+    registry = load_registry(settings)
     for gone in [error.path for error in registry.errors if error.field == DIRECTORY]:
         err_console.print(f"[yellow]warning:[/yellow] FITTEST_TOOLS_DIR ({literal(Path(gone).resolve())}) is not a "
                           "directory, so no tool comes from it (a relative path is read from the directory "
@@ -72,9 +75,12 @@ def tools(
         err_console.print(f"[yellow]skipped[/yellow] {literal(error)}")
     if skipped:
         err_console.print("(`fittest tools --refused --json` lists them as JSON; `fittest health` warns of them)")
-    rows = tool_rows(registry.all(), rt.state, rt.settings.trial_successes)
-    if not rt.settings.tools_dir.is_dir():
-        rows += unread_rows(rt.state, {r["name"] + "@" + r["version"] for r in rows})
+    from workers.runtime import runtime
+
+    state = runtime().state
+    rows = tool_rows(registry.all(), state, settings.trial_successes)
+    if not settings.tools_dir.is_dir():
+        rows += unread_rows(state, {r["name"] + "@" + r["version"] for r in rows})
     if json_out:
         print_json(rows)
         return

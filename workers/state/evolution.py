@@ -38,9 +38,9 @@ from evolution.trial import TrialCounts
 from selection.manifest import tool_key
 from workers.state.redis import as_text
 from workers.state.base import IDEMPOTENCY_TTL_S, PrefixedStore, load_scripts, push_recent
-from workers.state.once import apply_once, new_token
+from workers.state.once import ONCE_TTL_S, apply_once, new_token
 
-_SCRIPT_NAMES = ("apply_once", "trial_record", "judge_count", "push_recent", "variant_record", "variant_status")
+_SCRIPT_NAMES = ("apply_once", "changelog_unless_repeated", "trial_record", "judge_count", "push_recent", "variant_record", "variant_status")
 # Entries kept in a namespace's changelog: far more than a namespace's evolutions, so its lineage
 # is shown whole; the cap only keeps the list from growing without end.
 CHANGELOG_LIMIT = 1000
@@ -48,6 +48,11 @@ CHANGELOG_LIMIT = 1000
 # evolution is given, with room beyond the few verification replays (evolution/verification.py) for
 # those judged wrong or without an input; more would only be older.
 RECENT_SUCCESSES_LIMIT = 20
+# Events that repeat call after call while nothing changes (`log_unless_repeated`), and how many of
+# a namespace's latest entries are looked at for a repeat: an evolution logs one line per candidate
+# and its no_fix, far fewer.
+REPEATING = ("skipped", "no_fix")
+REPEATS_LOOKED_AT = 50
 _COUNT_FIELDS = ("es", "ef", "ps", "pf")  # a trial hash's fields, in TrialCounts' order
 _TRIAL_FIELDS = {("evolved", True): "es", ("evolved", False): "ef", ("parent", True): "ps", ("parent", False): "pf"}
 
@@ -74,18 +79,19 @@ class EvolutionState(PrefixedStore):
         apply_once(self.scripts["apply_once"], entries, self._k("once", "changelog", new_token()))
 
     def log_unless_repeated(self, entry: ChangelogEntry) -> bool:
-        """Log `entry` unless the namespace's last entry says the same (event, version, parent,
-        reason); True when logged. For an outcome that repeats while nothing changes, such as a
-        version no mutator answers: 15 identical no_fix lines in 7 minutes told nothing the first
-        did not (QA onboarding M2), and anything else logged in between logs it again. Two calls
-        at the same moment may both log it; that costs a line, not a wrong one."""
-        last = self.client.lindex(self._k("changelog", entry.namespace), -1)
-        if last is not None:
-            before = ChangelogEntry.model_validate_json(last)
-            if (before.event, before.version, before.parent, before.reason) == (entry.event, entry.version, entry.parent, entry.reason):
-                return False
-        self.log(entry)
-        return True
+        """Log `entry` unless it repeats what the namespace's latest outcomes say while nothing else
+        happened: an entry with the same event, version, parent, mutation and reason among the
+        latest entries whose events are all REPEATING; True when logged. For outcomes that repeat
+        while nothing changes: 15 identical no_fix lines in 7 minutes told nothing the first did
+        not (QA onboarding M2), and a mutation skipped as failed before added a `skipped` and a
+        `no_fix` line per failed call (QA recheck N5). Any other event logged since (a verified
+        version, a promotion) has it logged again. One script reads and appends, so two calls
+        failing at the same moment log it once."""
+        logged = self.scripts["changelog_unless_repeated"](
+            keys=[self._k("changelog", entry.namespace), self._k("once", "changelog", new_token())],
+            args=[ONCE_TTL_S, entry.model_dump_json(), CHANGELOG_LIMIT, REPEATS_LOOKED_AT, " ".join(REPEATING),
+                  entry.event, entry.version or "", entry.parent or "", entry.mutator, entry.mutation, entry.reason])
+        return bool(logged)
 
     def changelog(self, namespace: str) -> list[ChangelogEntry]:
         return [ChangelogEntry.model_validate_json(raw) for raw in self.client.lrange(self._k("changelog", namespace), 0, -1)]

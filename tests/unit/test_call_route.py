@@ -1,0 +1,47 @@
+"""The route of a failed call's evolution (evolution/call_route.py): the one rule the evolver and
+the execution worker both read, without any service."""
+
+from __future__ import annotations
+
+from evolution.call_route import CallRoute, route_call
+from selection.models import CallPlan, CallRequest, FailureClass, ToolExecutionResult
+
+
+def failed(tried: list[str], *, pinned: str | None = None, held_back: list[str] | None = None) -> CallPlan:
+    """A call of `mean` whose versions `tried` all crashed."""
+    request = CallRequest(scenario="average of numbers", input={"xs": []}, namespace="mean", version=pinned)
+    attempts = [ToolExecutionResult(attempt_id=f"a{i}", call_id=request.call_id, tool="mean", version=v, success=False,
+                                    error_class=FailureClass.crash, error_message="ZeroDivisionError")
+                for i, v in enumerate(tried)]
+    return CallPlan(request=request, candidates=[], attempts=attempts, held_back=held_back or [])
+
+
+def test_the_served_version_that_failed_is_evolved() -> None:
+    assert route_call(failed(["1.0.0"]), "mean", "1.0.0", None, None) == CallRoute("evolve", "1.0.0")
+    assert route_call(failed(["1.0.1"]), "mean", "1.0.1", "1.0.1", "1.0.1") == CallRoute("evolve", "1.0.1")
+
+
+def test_a_version_promoted_since_or_not_tried_is_retried_instead() -> None:
+    assert route_call(failed(["1.0.0"]), "mean", "1.0.0", None, "1.0.1") == CallRoute("reused", "1.0.1")
+    # promoted before the call, which still did not try it (another tool's attempts used up its turns)
+    assert route_call(failed(["1.0.0"]), "mean", "1.0.0", "1.0.1", "1.0.1") == CallRoute("reused", "1.0.1")
+    # promoted, tried and failed, then another version promoted meanwhile: that one is new to the call
+    assert route_call(failed(["1.0.1"]), "mean", "1.0.1", "1.0.1", "1.0.2") == CallRoute("reused", "1.0.2")
+
+
+def test_a_served_version_held_back_by_its_breaker_is_the_one_evolved() -> None:
+    plan = failed(["1.0.0"], held_back=["mean@1.0.1"])
+    assert route_call(plan, "mean", "1.0.0", "1.0.1", "1.0.1") == CallRoute("evolve", "1.0.1")
+
+
+def test_a_pinned_call_is_neither_retried_with_nor_evolves_another_version() -> None:
+    assert route_call(failed(["1.0.0"], pinned="1.0.0"), "mean", "1.0.0", "1.0.1", "1.0.1") == CallRoute("pinned", "1.0.1")
+    # pinned to the version served: it is the one to mend
+    assert route_call(failed(["1.0.1"], pinned="1.0.1"), "mean", "1.0.1", "1.0.1", "1.0.1") == CallRoute("evolve", "1.0.1")
+    # never promoted: the pinned version, the call's own, is evolved
+    assert route_call(failed(["1.0.0"], pinned="1.0.0"), "mean", "1.0.0", None, None) == CallRoute("evolve", "1.0.0")
+
+
+def test_a_job_without_its_call_is_routed_as_a_call_that_tried_nothing() -> None:
+    assert route_call(None, "mean", "1.0.0", None, "1.0.1") == CallRoute("reused", "1.0.1")
+    assert route_call(None, "mean", "1.0.0", None, None) == CallRoute("evolve", "1.0.0")
