@@ -127,6 +127,24 @@ class WeightLearner:
         return sum(w[c] * float(x.get(c, 0.5)) for c in COMPONENTS)
 
 
+def _against_advice(learner: WeightLearner) -> list[str]:
+    """What to look at when components correlate with failure beyond the noise. A metadata
+    component so likely means a tool's SPARC metadata says the opposite of where it works (QA
+    selection F7: language at -0.68 went unsaid). History is no metadata: it is a version's own
+    success near the scenario, and it predicts failure when versions that did such jobs fail them
+    now (QA learning F3: the advice sent operators to manifests that were not at fault)."""
+    against = sorted(c for c, r in learner.correlations().items() if r < -learner.noise())
+    metadata = [c for c in against if c != "history"]
+    advice = []
+    if metadata:
+        advice.append(f"{', '.join(metadata)} correlate{'s' if len(metadata) == 1 else ''} with failure beyond it: "
+                      "check the SPARC metadata of the tools that fail")
+    if "history" in against:
+        advice.append("history correlates with failure beyond it: versions that did such jobs fail them now "
+                      "(`fittest recommend` lists them)")
+    return advice
+
+
 def retrain(records: Iterable[ExecutionRecord], current: SelectionWeights) -> tuple[SelectionWeights | None, dict[str, Any]]:
     """New weights from a window of execution records, or None (and why) when they stay as they are.
 
@@ -154,14 +172,9 @@ def retrain(records: Iterable[ExecutionRecord], current: SelectionWeights) -> tu
         evidence["unchanged"] = f"{learner.n} records, fewer than {MIN_RECORDS}"
         return None, evidence
     if not any(learner.telling().values()):
-        # A component that predicts failure is worth naming: a tool's SPARC metadata likely says
-        # the opposite of where it works (QA selection F7: language at -0.68 went unsaid).
-        against = sorted(c for c, r in learner.correlations().items() if r < -learner.noise())
         evidence["unchanged"] = (f"no component correlates positively with success beyond the noise of {learner.n} "
                                  f"records ({evidence['noise']:.2f})"
-                                 + (f"; {', '.join(against)} correlate{'s' if len(against) == 1 else ''} with "
-                                    "failure beyond it: check the SPARC metadata of the tools that fail"
-                                    if against else ""))
+                                 + "".join(f"; {advice}" for advice in _against_advice(learner)))
         return None, evidence
     if learner.weights() == current.weights:  # the same window (no new records since): no new version
         evidence["unchanged"] = "the recent records give the weights in use"

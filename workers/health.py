@@ -197,7 +197,7 @@ def check_beat(settings: Settings, timeout: float) -> Check:
         try:
             lock_key = ensure_conf(app).lock_key
             held_ms = client.pttl(lock_key)
-            raw = client.hget(RedBeatSchedulerEntry.generate_key(app, RETRAIN_ENTRY), "meta")
+            definition, raw = client.hmget(RedBeatSchedulerEntry.generate_key(app, RETRAIN_ENTRY), "definition", "meta")
         except RedisError as exc:
             return "fail", f"cannot reach Redis (FITTEST_REDIS_URL): {exc}"
         finally:
@@ -207,8 +207,11 @@ def check_beat(settings: Settings, timeout: float) -> Check:
         # redbeat sets last_run_at when it creates the entry: only a run count says it was sent
         # (QA selection F6: "last sent 18 s ago" on a fresh stack where nothing had run)
         last = meta.get("last_run_at") if meta.get("total_run_count") else None
+        # the interval the beat was started with, which its entry keeps, not this shell's setting (QA learning F5)
+        every = (RedBeatSchedulerEntry.decode_definition(definition)["schedule"].run_every.total_seconds() if definition
+                 else settings.retrain_interval_s)
         sent = (f"fittest.retrain_weights last sent {time.time() - last.timestamp():.0f} s ago" if last is not None
-                else "fittest.retrain_weights not sent yet") + f" (every {settings.retrain_interval_s:g} s)"
+                else "fittest.retrain_weights not sent yet") + f" (every {every:g} s)"
         if held_ms == -2:  # no such key
             return "fail", (f"no beat holds its lock ({lock_key}): the weights and the tool classifier are not "
                             f"retrained, nor the history pruned; start the beat role; {sent}")

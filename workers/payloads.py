@@ -71,7 +71,8 @@ class FeedbackReply(BaseModel):
     trial: JudgedTrial | None = None  # the trial the judged call counted in, as it stands after it
     # The version a call of the judgement's scenario tries first now, with it (None: a judgement of
     # the tool in general, or the vector memory cannot be read now). A judgement without a call
-    # scales a score by at most half, which a tool's successes on the job outweigh; this says
+    # scales a score by at most half, which a tool's successes on the job, or a description that
+    # matches it far better than the others', outweigh; this says
     # whether it changed the choice (QA selection F1: seven negatives, and the next call went to
     # the same tool, nothing saying so).
     first_now: str | None = None

@@ -255,13 +255,21 @@ def rollback(state: Promotions, ledger: EvolutionState, namespace: str, reason: 
 def _restore(state: Promotions, ledger: EvolutionState, rolled: Promotion, why: str,
              by: Literal["fittest", "operator"] = "fittest") -> None:
     """Serve again what the `rolled` back promotion replaced (`Promotion.resumes`), if anything: a
-    trial it interrupted goes on, an earlier by-hand promotion is served again."""
+    trial it interrupted goes on, an earlier by-hand promotion is served again.
+
+    A by-hand promotion served again does not fall back on the version just rolled back, though
+    it replaced that one (`promote 1.0.0` during 1.1.0's trial, `promote 1.1.0`, `rollback`):
+    1.1.0 went on running as 1.0.0's fallback while `fittest show` said it was rolled back (QA
+    learning F1). Its fallback is the original instead; a trial served again keeps both sides."""
     back = rolled.resumes
     if back is None:
         return
     again = "on trial again" if back.status == "on_trial" else "served again"
     reason = f"{again}: {why}"
-    restore = back.model_copy(update={"reason": reason, "promoted_at": time.time()})
+    update: dict[str, object] = {"reason": reason, "promoted_at": time.time()}
+    if back.status == "active" and back.parent_version == rolled.evolved_version:
+        update["parent_version"] = None
+    restore = back.model_copy(update=update)
     if state.promote_if(restore, rolled.evolved_version, ["rolled_back"]):  # else changed meanwhile: left as it is
         ledger.log(ChangelogEntry(namespace=rolled.namespace, event="promoted" if back.status == "on_trial" else "activated",
                                   version=restore.evolved_version, parent=restore.parent_version,

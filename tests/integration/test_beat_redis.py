@@ -182,6 +182,9 @@ def test_health_says_whether_a_beat_holds_its_lock_and_when_it_last_sent_the_ret
         held = check_beat(settings, timeout=2)
         assert held.status == "ok" and "a beat holds its lock" in held.detail, held
         assert "fittest.retrain_weights last sent" in held.detail and "(every 0.5 s)" in held.detail, held
+        # the beat's interval, not the one the shell asking has (QA learning F5)
+        asked = check_beat(settings.model_copy(update={"retrain_interval_s": 300.0}), timeout=2)
+        assert "(every 0.5 s)" in asked.detail, asked
     finally:
         beat.close()  # releases its lock, as a beat that stops does
     gone = check_beat(settings, timeout=2)

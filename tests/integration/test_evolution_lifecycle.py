@@ -15,9 +15,10 @@ from evolution.models import ChangelogEntry, EvolutionJob, EvolutionRecord, Evol
 from evolution.mutation import Mutator, load_mutators
 from evolution.mutators.code import CodeMutator
 from evolution.verification import StageRun
-from evolution.trial import JudgedTrial, TrialCounts, head_version, served_version, withdrawn_version
+from evolution.trial import JudgedTrial, TrialCounts, fallback_version, head_version, served_version, withdrawn_version, withdrawn_versions
 from selection.manifest import split_key
 from selection.models import CallPlan, CallRequest, FailureClass, FailureMark, OutcomeRecord, Promotion, Severity, ToolExecutionResult
+from workers.cli.tools import tool_rows
 from workers.evolution_jobs import apply_evolution_record, build_job, maybe_evolve_for_quality
 from workers.feedback_store import JudgedCall, judged_as, record_tool_feedback
 from workers.evolver import Evolver, mutator_config
@@ -692,6 +693,10 @@ def test_each_rollback_undoes_one_promote_and_a_promote_of_the_version_on_trial_
     current = rt.state.promotion("slowish")
     assert current is not None and (current.evolved_version, current.status, current.by) == ("1.0.0", "active", "operator")
     assert served_version(current, "any-call", after_evolution=False, share=1.0) == "1.0.0"  # every call, no trial share
+    # QA learning F1: 2.0.0, rolled back, went on running as 1.0.0's fallback
+    assert fallback_version(current) is None
+    assert withdrawn_versions(rt.state.promotion_history("slowish"), current) == {"2.0.0"}
+    assert [r["rolled_back"] for r in tool_rows(rt.registry.versions("slowish"), rt.state, 5) if r["version"] == "2.0.0"] == [True]
     rollback(rt.state, rt.evolution, "slowish")  # undoes the first promote: the trial it interrupted goes on
     current = rt.state.promotion("slowish")
     assert current is not None and (current.evolved_version, current.status) == ("2.0.0", "on_trial")

@@ -98,6 +98,21 @@ def test_a_correlation_within_the_noise_of_few_records_changes_no_weight() -> No
     assert strong is not None and strong.weights["complexity"] == 1.0
 
 
+def test_history_that_predicts_failure_is_not_blamed_on_the_tools_metadata() -> None:
+    """QA learning F3: "history correlates with failure: check the SPARC metadata" sent operators
+    to manifests, where history is a version's own success near the scenario."""
+    out = []
+    for i in range(40):
+        success = i % 2 == 0  # versions with successes nearby (history 0.9) now fail; newcomers (0.5) succeed
+        components = {c: 0.5 for c in COMPONENTS} | {"history": 0.5 if success else 0.9, "language": 0.2 if success else 0.8}
+        out.append(ExecutionRecord(attempt_id=f"a{i}", call_id=f"c{i}", tool="t", version="1.0.0", scenario="s",
+                                   components=components, success=success))
+    new, evidence = retrain(out, SelectionWeights())
+    assert new is None and evidence["unchanged"].endswith(
+        "; language correlates with failure beyond it: check the SPARC metadata of the tools that fail"
+        "; history correlates with failure beyond it: versions that did such jobs fail them now (`fittest recommend` lists them)")
+
+
 def test_learn_one_predict_one() -> None:
     learner = WeightLearner()
     for r in records(300, "language"):

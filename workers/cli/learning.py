@@ -226,9 +226,10 @@ def feedback_add(
             first = literal(result.first_now)
             chance = "" if (result.first_probability or 1.0) >= 1.0 else f" on {result.first_probability:.0%} of such calls"
             console.print(f"a call of that scenario now tries {first} first{chance}"
-                          + (": its successes on such jobs outweigh a judgement without --call, which scales its "
-                             "score by at most half; judging its calls' outputs (--call) counts them as failures"
-                             if result.first_now == f.key and value < 0 and not call else ""))
+                          + (": a judgement without --call scales its score by at most half, which did not take it "
+                             "below the next candidate (`fittest explain` shows what keeps it ahead: its successes on "
+                             "such jobs, or its description's match); judging its calls' outputs (--call) counts them "
+                             "as failures" if result.first_now == f.key and value < 0 and not call else ""))
         if trial := result.trial:  # the call counted in a trial of the version, or of one tried against it
             c = trial.counts
             on_trial = f"{c.evolved_successes}/{c.evolved_successes + c.evolved_failures}"
