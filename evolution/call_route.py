@@ -3,19 +3,23 @@
 Every candidate of the call failed, and its namespace may have changed meanwhile. The evolver
 decides under the namespace's lock (workers/evolver.py `Evolver.run`); the execution worker decides
 the same before it queues the evolution, to end at once a call whose evolution is known to end in a
-no_fix (`Evolver.without_evolution`). One rule for both, so that the two cannot drift apart:
+no_fix (`Evolver.without_evolution`). One rule for both, so that the two cannot drift apart. It
+reads the version the namespace serves first (its promotion's head, else its original):
 
-- `pinned`: the call is pinned to a version (`version` in its request) and its namespace serves
-  another. A pinned call runs its version alone, also when retried: "retried with" the promoted
-  version, it would run the pinned one again, fail again on the same input and count the failure
-  twice (QA onboarding M1). Nor is the pinned version evolved: its evolution would go on trial
-  against the version served.
-- `reused`: the namespace serves a version the call did not try (promoted since the call was
-  prepared, or before but not tried in it): the call retries with it.
-- `evolve`: the version to mend. It is the call's own (`parent`), except when the version its
-  namespace serves was held back by its circuit breaker and did not run: that one is evolved, from
-  its remembered failures (retrying "with it" would hold it back again and only run the other
-  tools once more; QA O).
+- `pinned`: the call is pinned to a version (`version` in its request) other than that one. A
+  pinned call runs its version alone, also when retried: "retried with" the version served, it
+  would run the pinned one again, fail again on the same input and count the failure twice (QA
+  onboarding M1). Nor is the pinned version evolved: its evolution would go on trial against the
+  version served, and a version rolled back would be served again (QA evolution H1: a call pinned
+  to a version rolled back to the original evolved it, and it served 75 % of the calls again).
+- `reused`: the call did not try the version served (promoted or rolled back since the call was
+  prepared, or before but not tried in it): the call retries with it. A call that failed on a
+  version rolled back while it ran retries with the version served now, and does not evolve the
+  one rolled back (QA evolution H1).
+- `evolve`: the version to mend. It is the call's own (`parent`), except when the version served
+  was held back by its circuit breaker and did not run: that one is evolved, from its remembered
+  failures (retrying "with it" would hold it back again and only run the other tools once more;
+  QA O).
 """
 
 from __future__ import annotations
@@ -23,28 +27,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from evolution.trial import head_version
 from selection.manifest import tool_key
-from selection.models import CallPlan
+from selection.models import CallPlan, Promotion
 
 
 @dataclass(frozen=True)
 class CallRoute:
     action: Literal["pinned", "reused", "evolve"]
-    version: str  # the version the namespace serves (pinned, reused), or the one to evolve
+    version: str  # the version the namespace serves first (pinned, reused), or the one to evolve
 
 
-def route_call(plan: CallPlan | None, namespace: str, parent: str, prepared_head: str | None, head: str | None) -> CallRoute:
+def route_call(plan: CallPlan | None, namespace: str, parent: str, prepared_head: str | None,
+               promotion: Promotion | None, original: str | None) -> CallRoute:
     """The route of `plan`'s evolution in `namespace`: `parent` is the version the call's failures
-    name, `prepared_head` the version the namespace served when the evolution was prepared, and
-    `head` the one it serves now (None: its original, never promoted). A job that lost its call
-    (`plan` None) is routed as a call that tried nothing."""
+    name, `prepared_head` the head of the namespace's promotion when the evolution was prepared,
+    `promotion` its promotion now, and `original` the version it serves where the promotion names
+    none (evolution/trial.py `served_original`; None: unknown). A job that lost its call (`plan`
+    None) is routed by its promotion alone, as a call that tried nothing."""
+    head = head_version(promotion)
+    serving = head or (original if plan is not None else None)
     pinned = plan.request.version if plan is not None else None
-    if pinned is not None and head is not None and head != pinned:
-        return CallRoute("pinned", head)
+    if pinned is not None and serving is not None and serving != pinned:
+        return CallRoute("pinned", serving)
     tried = {a.version for a in plan.attempts if a.tool == namespace} if plan is not None else set()
-    held = plan is not None and head is not None and tool_key(namespace, head) in plan.held_back
-    if head is not None and not held and pinned is None and (head != prepared_head or head not in tried):
-        return CallRoute("reused", head)
-    if held and head is not None:
-        return CallRoute("evolve", head)
+    held = plan is not None and serving is not None and tool_key(namespace, serving) in plan.held_back
+    if serving is not None and not held and pinned is None and (head != prepared_head or serving not in tried):
+        return CallRoute("reused", serving)
+    if held and serving is not None:
+        return CallRoute("evolve", serving)
     return CallRoute("evolve", parent)

@@ -31,6 +31,9 @@ from selection.manifest import (
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
 DIRECTORY = "(directory)"  # the `field` of the error that says a tools directory is not there: no manifest's
+# The `field` of the error that says an evolved version is not served because the tool it evolved
+# from left the tools directory: what a removal is meant to do, and nothing a manifest can mend.
+ORPHANED = "(tool removed)"
 TOOL_DIR_PLACEHOLDER = "tool_dir"
 
 
@@ -226,8 +229,10 @@ class ToolRegistry:
 
     def refused(self) -> list[ManifestError]:
         """The manifest files refused (file, field, reason), without the error of a tools directory
-        that is not there, which names no manifest and is reported as such."""
-        return [e for e in self.errors if e.field != DIRECTORY]
+        that is not there, which names no manifest and is reported as such, nor the evolved
+        versions of a removed tool, left out as its removal meant (QA evolution M3: they kept
+        `fittest tools --refused` failing for good, and `show` said they were served)."""
+        return [e for e in self.errors if e.field not in (DIRECTORY, ORPHANED)]
 
     def add(self, manifest: ToolManifest, source: str | Path | None = None) -> None:
         """Register one tool version; raises ManifestError on a duplicate key or a path escape."""

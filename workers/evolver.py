@@ -33,12 +33,13 @@ from evolution.models import (
 )
 from evolution.call_route import CallRoute, route_call
 from evolution.mutation import MutationContext, Mutator, MutatorConfig, ParentTool, load_mutators, order_for
-from evolution.trial import head_version
+from evolution.trial import fallback_version, head_version, served_original
 from evolution.verification import Sandbox, VerifyConfig, reproduce_successes, run_test_cases, verify
 from evolution.versioning import MANIFEST_FILE, next_version, version_dir
 from selection.manifest import ToolManifest, load_manifest, tool_key
-from selection.models import CallPlan
+from selection.models import CallPlan, Promotion
 from selection.ports import StateStore
+from selection.registry import ToolRegistry
 from workers.evolution_jobs import EvolutionUnavailable, call_failures
 from workers.promotions import promote_on_trial
 from workers.renewed_lock import renewed
@@ -103,11 +104,16 @@ class Evolver:
         *,
         mutators: list[Mutator] | None = None,
         sandbox: Sandbox | None = None,
+        registry: Callable[[], ToolRegistry] | None = None,
     ) -> None:
         self.settings = settings
         self.state = state
         self.ledger = ledger
         self.publish = publish
+        # The tools as this process serves them, for the original a namespace serves where its
+        # promotion names none; by default read from disk on each ask (an evolution reads them
+        # afresh anyway), the workers' own registry where a worker has one.
+        self.registry = registry or (lambda: load_registry(settings))
         self.load_errors: list[str] = []
         if mutators is None:
             mutators, self.load_errors = load_mutators(mutator_config(settings))
@@ -155,23 +161,36 @@ class Evolver:
         with renewed(self.state, lock, job.job_id, ttl):
             try:
                 if job.trigger == "call":
-                    head = head_version(self.state.promotion(job.namespace))
-                    route = route_call(job.plan, job.namespace, job.parent_version, job.served_version, head)
+                    promotion = self.state.promotion(job.namespace)
+                    route = route_call(job.plan, job.namespace, job.parent_version, job.served_version, promotion,
+                                       served_original(promotion, self.registry(), job.namespace))
+                    serving = self._serving(job.namespace, route.version, promotion)
                     if route.action == "pinned" and job.plan is not None:
                         pinned = job.plan.request.version or ""
                         return self._report(job, "pinned", started, version=route.version, message=(
-                            f"{tool_key(job.namespace, route.version)} is promoted and serves the calls not pinned to "
-                            f"{pinned}; this call is pinned to {tool_key(job.namespace, pinned)}, so it was neither "
-                            f"retried with {route.version} nor was {pinned} evolved"))
+                            f"this call is pinned to {tool_key(job.namespace, pinned)}, and {serving}; so it was "
+                            f"neither retried with {route.version} nor was {pinned} evolved"))
                     if route.action == "reused":
                         return self._report(job, "reused", started, version=route.version, message=(
-                            f"{tool_key(job.namespace, route.version)} is promoted and was not tried; the call retries with it"))
+                            f"{serving}, and was not tried; the call retries with it"))
                     job = job.model_copy(update={"parent_version": route.version})
                 return self._evolve(job, started)
             finally:
                 # A run of this job killed mid-evolution left its staging; a run that ends before
                 # evolving ("reused") would leave it for good (QA O: after SIGKILL of the evolver).
                 shutil.rmtree(self.settings.data_dir / "evolving" / job.job_id, ignore_errors=True)
+
+    def _serving(self, namespace: str, version: str, promotion: Promotion | None) -> str:
+        """How the namespace serves `version` to the calls not pinned: all of them, or a trial's
+        share (QA evolution M2: a version on trial was said to be promoted and to serve every call
+        not pinned, while its parent served 75 % of them)."""
+        key = tool_key(namespace, version)
+        if promotion is not None and promotion.status == "on_trial" and version == promotion.evolved_version:
+            share = self.settings.trial_share
+            rest = fallback_version(promotion) or promotion.original_version
+            return (f"{key} is on trial, serving {share:.0%} of the calls not pinned "
+                    f"({tool_key(namespace, rest)} serves the rest)")
+        return f"{key} serves the calls not pinned"
 
     # ----------------------------------------------------------------------------- evolving
     def _evolve(self, job: EvolutionJob, started: float) -> EvolutionReport:
@@ -301,15 +320,17 @@ class Evolver:
         if not self.settings.evolution_enabled:
             return None
         named = plan.request.namespace
-        served = head_version(self.state.promotion(named)) if named else None
+        named_promotion = self.state.promotion(named) if named else None
         try:
-            namespace, version, failures = call_failures(plan, served)
+            namespace, version, failures = call_failures(plan, head_version(named_promotion))
         except EvolutionUnavailable:
             return None
         if version is None or not failures:
             return None
-        head = served if namespace == named else head_version(self.state.promotion(namespace))
-        if route_call(plan, namespace, version, head, head) != CallRoute("evolve", version):
+        promotion = named_promotion if namespace == named else self.state.promotion(namespace)
+        head = head_version(promotion)
+        route = route_call(plan, namespace, version, head, promotion, served_original(promotion, self.registry(), namespace))
+        if route != CallRoute("evolve", version):
             return None
         job = EvolutionJob(job_id="", namespace=namespace, parent_version=version, served_version=head, trigger="call",
                            evidence=Evidence(failures=failures), plan=plan)
@@ -335,9 +356,11 @@ class Evolver:
         tests = tests_digest(candidate.manifest)
         earlier = job.evidence.failed_before(candidate.mutator, candidate.identity, self.settings.evolution_similar_reason, tests)
         if earlier is not None:
-            reason = f"failed before for a similar reason ({earlier.similarity:.2f}): {earlier.reason}"
+            # The changelog's line leaves the similarity out: it moves with each call's failure, and
+            # a skip that repeats is logged once only when its lines say the same (QA evolution M1).
+            reason = f"failed before for a similar reason: {earlier.reason}"
             self.ledger.log_unless_repeated(entry.model_copy(update={"reason": reason}))
-            return report.model_copy(update={"reason": reason}), None
+            return report.model_copy(update={"reason": reason.replace(":", f" ({earlier.similarity:.2f}):", 1)}), None
         try:
             staged = write_version(stage_dir, candidate.manifest, candidate.files)
         except Exception as exc:  # a candidate whose manifest or files cannot even be written

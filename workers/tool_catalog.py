@@ -8,7 +8,7 @@ from typing import Any
 
 from selection.manifest import ManifestError, ToolManifest
 from selection.ports import VectorPoint
-from selection.registry import ToolRegistry
+from selection.registry import ORPHANED, ToolRegistry
 from workers.settings import Settings
 
 
@@ -39,5 +39,5 @@ def load_registry(settings: Settings) -> ToolRegistry:
     for key in registry.orphans():
         source = registry.source(key) or key
         registry.remove(key)
-        registry.errors.append(ManifestError(source, "name", f"{key} is an evolved version of a tool the tools directory no longer has; not served"))
+        registry.errors.append(ManifestError(source, ORPHANED, f"{key} is an evolved version of a tool the tools directory no longer has; not served"))
     return registry

@@ -34,7 +34,7 @@ def test_a_skipped_mutation_and_the_no_fix_it_ends_in_are_logged_once_while_call
     """QA recheck N5: each failed call added a `skipped` and a `no_fix` line."""
     ledger = EvolutionState(redis_client, run_prefix)
     skipped = ChangelogEntry(namespace="mean", event="skipped", parent="1.0.0", mutator="timeout",
-                             mutation="timeout_s 0.3s → 1.2s", reason="failed before for a similar reason (0.93): replay")
+                             mutation="timeout_s 0.3s → 1.2s", reason="failed before for a similar reason: replay: failing input still fails")
     no_fix = NO_FIX.model_copy(update={"reason": "no verified version of mean@1.0.0: 0 candidate(s) failed verification, 1 skipped"})
     for call in range(3):
         assert ledger.log_unless_repeated(skipped) is (call == 0)

@@ -187,6 +187,11 @@ def test_refused_manifests_are_listed_as_json_apart_from_the_versions_whose_list
     env["FITTEST_REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
     offline = run("--refused", "--json")
     assert offline.returncode == 1 and json.loads(offline.stdout) == json.loads(refused.stdout), offline.stderr
+    # a wrong path checks nothing, and does not pass (QA evolution M4)
+    wrong = subprocess.run([str(FITTEST), "tools", "--refused"], env={**env, "FITTEST_TOOLS_DIR": str(tmp_path / "tols")},
+                           capture_output=True, text=True, timeout=120)
+    assert wrong.returncode == 2 and f"FITTEST_TOOLS_DIR ({tmp_path / 'tols'}) is not a directory: no manifest was checked" \
+        in " ".join(wrong.stderr.split()), wrong.stderr
     (tools / "bad_version" / "tool.yaml").unlink()
     clean = run("--refused", "--json")
     assert clean.returncode == 0 and json.loads(clean.stdout) == [], clean.stderr

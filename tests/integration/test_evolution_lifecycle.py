@@ -412,6 +412,8 @@ def test_a_mutation_that_failed_on_an_input_is_skipped_until_the_version_succeed
     lines = [(e.event, e.version, e.parent) for e in rt.evolution.changelog("lagging")]
     assert lines == [("failed", None, "1.0.0"), ("no_fix", None, "1.0.0"), ("skipped", None, "1.0.0"), ("no_fix", None, "1.0.0"),
                      ("verified", "1.1.0", "1.0.0"), ("promoted", "1.1.0", "1.0.0")], lines
+    # the skip's line leaves out the similarity, which moves with each call's failure (QA evolution M1)
+    assert rt.evolution.changelog("lagging")[2].reason.startswith('failed before for a similar reason: replay: failing input {"n": 20, ')
 
 
 LEDGER = """import time
@@ -707,6 +709,34 @@ def test_each_rollback_undoes_one_promote_and_a_promote_of_the_version_on_trial_
     current = rt.state.promotion("slowish")
     assert current is not None and (current.evolved_version, current.status) == ("2.0.0", "rolled_back")
     assert served_version(current, "any-call", after_evolution=False, share=1.0) is None  # the original, on every call
+
+
+def test_a_call_that_failed_on_a_version_rolled_back_evolves_nothing_and_the_version_stays_out(rt: Runtime) -> None:
+    """QA evolution H1: a call that failed on a version rolled back to the original (pinned to it,
+    or running it when the operator rolled it back) evolved it, and its child went on trial against
+    it: the version rolled back served 75 % of the calls again."""
+    given_by_a_manifest(rt, "2.0.0")
+    promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "2.0.0")
+
+    def failed_on_2(pinned: str | None) -> CallPlan:
+        request = CallRequest(scenario="count slowly", input={"n": 5}, namespace="slowish", version=pinned)
+        attempt = ToolExecutionResult(attempt_id=f"a-{request.call_id}", call_id=request.call_id, tool="slowish",
+                                      version="2.0.0", success=False, error_class=FailureClass.timeout,
+                                      error_message="no result within 0.3s")
+        return CallPlan(request=request, candidates=[], attempts=[attempt])
+
+    running = build_job(rt, "call", plan=failed_on_2(None))  # its evolution prepared while 2.0.0 served
+    rollback(rt.state, rt.evolution, "slowish")
+    evolver = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None, registry=lambda: rt.registry)
+    reused = evolver.run(running)
+    assert (reused.status, reused.version) == ("reused", "1.0.0"), reused
+    assert reused.message == "slowish@1.0.0 serves the calls not pinned, and was not tried; the call retries with it"
+    pinned = evolver.run(build_job(rt, "call", plan=failed_on_2("2.0.0")))
+    assert (pinned.status, pinned.version) == ("pinned", "1.0.0"), pinned
+    assert pinned.message.startswith("this call is pinned to slowish@2.0.0, and slowish@1.0.0 serves the calls not pinned")
+    current = rt.state.promotion("slowish")
+    assert current is not None and (current.evolved_version, current.status) == ("2.0.0", "rolled_back")  # nothing on trial
+    assert withdrawn_versions(rt.state.promotion_history("slowish"), current) == {"2.0.0"}
 
 
 def test_rolling_back_a_promote_of_the_original_lets_a_new_manifest_version_go_on_trial(rt: Runtime) -> None:

@@ -316,6 +316,7 @@ def test_a_removed_tool_takes_its_evolved_versions_with_it(tmp_path: Path, caplo
     assert sorted(m.key for m in restarted.all()) == ["word_stats@1.1.0", "word_stats@2.0.0"]
     assert [e.reason for e in restarted.errors] == [
         "slugify@1.1.0 is an evolved version of a tool the tools directory no longer has; not served"]
+    assert restarted.refused() == []  # nothing a manifest can mend (QA evolution M3)
 
 
 def test_a_manifest_the_loader_fails_on_unforeseen_is_refused_and_the_others_of_that_look_are_served(

@@ -33,8 +33,8 @@ def tools(
     json_out: JsonOpt = False,
     refused: Annotated[bool, typer.Option("--refused", help=(
         "List the manifests of the tools directory that are refused (path, field, reason) instead of the tool "
-        "versions; exit code 1 when there is one, for a CI check of a team's onboarding. Reads the manifests "
-        "alone: Redis need not run."))] = False,
+        "versions; exit code 1 when there is one (2 when FITTEST_TOOLS_DIR is not a directory), for a CI check "
+        "of a team's onboarding. Reads the manifests alone: Redis need not run."))] = False,
 ) -> None:
     """List every tool version with its quality, counters and circuit breaker (closed; open: held
     back from calls; half-open: its cool-down is over, and the next call that comes to run it probes
@@ -53,7 +53,11 @@ def tools(
     if not refused:
         check_redis()
     registry = load_registry(settings)
-    for gone in [error.path for error in registry.errors if error.field == DIRECTORY]:
+    gone_dirs = [error.path for error in registry.errors if error.field == DIRECTORY]
+    if refused and gone_dirs:  # a check that read nothing must not pass (QA evolution M4)
+        fail(f"FITTEST_TOOLS_DIR ({Path(gone_dirs[0]).resolve()}) is not a directory: no manifest was checked (a "
+             "relative path is read from the directory fittest runs in)", REFUSED)
+    for gone in gone_dirs:
         err_console.print(f"[yellow]warning:[/yellow] FITTEST_TOOLS_DIR ({literal(Path(gone).resolve())}) is not a "
                           "directory, so no tool comes from it (a relative path is read from the directory "
                           "fittest runs in); listed from their counters: the versions that have run (the workers "

@@ -48,7 +48,7 @@ def evolver() -> Evolver:
     global _evolver
     if _evolver is None:
         rt = runtime()
-        _evolver = Evolver(rt.settings, rt.state, rt.evolution, _publish)
+        _evolver = Evolver(rt.settings, rt.state, rt.evolution, _publish, registry=lambda: rt.registry)
     return _evolver
 
 
