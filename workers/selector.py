@@ -25,7 +25,7 @@ from selection.evidence import CandidateEvidence
 from selection.feedback import MIN_SIMILARITY, judged_outputs, points_by_tool, similarity_weight
 from selection.lexical import LexicalIndex, version_text
 from selection.manifest import ToolManifest, split_key, tool_key
-from selection.models import CallPlan, CallRequest, Promotion, Source
+from selection.models import CallPlan, CallRequest, Candidate, Promotion, Source
 from selection.policies import get_policy
 from selection.ports import (
     EXECUTIONS,
@@ -226,19 +226,24 @@ class Selector:
             degraded=degraded,
             held_back=self._local.held_back,
             held_back_match=self._local.held_back_match,
-            notes=self._notes(request),
+            notes=self._notes(request, ranked, self._local.held_back),
             probe=probe if ranked and ranked[0].key == probe else None,
             evidence_age_s=None if self._local.cached_at is None else round(time.monotonic() - self._local.cached_at, 1),
         )
 
-    def _notes(self, request: CallRequest) -> list[str]:
+    def _notes(self, request: CallRequest, ranked: list[Candidate], held_back: list[str]) -> list[str]:
         """What the caller should know of this call that did not stop it. A namespace no tool has
         is a typo more often than not, and a scenario call goes on without it (QA: a service that
         sent namespace "vat_prize" was served by vat_price with nothing said); so is a context key
-        nothing reads but close to one that it reads."""
+        nothing reads but close to one that it reads. A namespace whose versions are all held back
+        by their breakers is served by other tools, which only the CLI said (QA evolution L3: a
+        client's call got another tool's output and empty notes)."""
         notes = []
         if request.namespace and not request.version and self.rt.registry.original(request.namespace) is None:
             notes.append(f"no tool named '{request.namespace}': the call was ranked by its scenario alone")
+        held = [key for key in held_back if split_key(key)[0] == request.namespace]
+        if held and ranked and not any(c.manifest.name == request.namespace for c in ranked):
+            notes.append(f"{', '.join(held)} held back by its circuit breaker: the call was ranked by its scenario alone")
         return notes + context_typos(request.context)
 
     def _evidence(self, request: CallRequest, features: dict[str, Any], degraded: list[str]) -> list[CandidateEvidence]:

@@ -148,6 +148,9 @@ def test_a_tool_whose_breaker_opened_is_probed_first_once_its_cool_down_is_over(
             rt.state.record_run(k, 10.0, False, threshold=5, cooldown_s=1.0)
     held = rt.selector.plan(CallRequest(scenario=scenario))
     assert key in held.held_back and key not in [c.key for c in held.candidates]
+    named = rt.selector.plan(CallRequest(scenario=scenario, namespace="currency_rates"))  # the caller is told (QA evolution L3)
+    assert named.candidates and named.notes == [
+        "currency_rates@1.0.0 held back by its circuit breaker: the call was ranked by its scenario alone"]
 
     time.sleep(1.1)
     assert rt.state.stats_and_breakers([key])[1][key] == "half_open"

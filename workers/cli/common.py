@@ -201,14 +201,10 @@ def warn_if_namespace_unranked(namespace: str | None, outcome: dict[str, Any]) -
         return
     if names_what_no_tool_has(outcome):  # the namespace exists: no typo; or the message says what does not
         return
-    held = [key for key in outcome.get("held_back") or [] if split_key(key)[0] == namespace]
-    if held:
-        if outcome.get("status") != "no_candidates":  # whose message names them already
-            err_console.print(f"[yellow]warning:[/yellow] {literal(', '.join(held))} held back by its circuit breaker: "
-                              "the call was ranked by its scenario alone")
-    else:
-        err_console.print(f"[yellow]warning:[/yellow] no tool named {literal(namespace)} was ranked: the call was ranked "
-                          "by its scenario alone")
+    if any(split_key(key)[0] == namespace for key in outcome.get("held_back") or []):
+        return  # held back by its breaker, not a typo: the workers' note, or the message of a call that ranked nothing, says so
+    err_console.print(f"[yellow]warning:[/yellow] no tool named {literal(namespace)} was ranked: the call was ranked "
+                      "by its scenario alone")
 
 
 class RedisRefused(RedisConnectionError):
