@@ -43,6 +43,12 @@ class PromotionChanged(PromotionError):
     so the CLI ends as for something outside the command (exit 1), not as a refusal (exit 2)."""
 
 
+class AlreadyPromoted(PromotionError):
+    """A by-hand promotion of the version a by-hand promotion serves already: nothing to change,
+    nor to log (QA evolution L2: it was logged as a change "in place of" that very version), and
+    nothing wrong with asking, so the CLI ends well (exit 0)."""
+
+
 def promote_on_trial(
     state: StateStore,
     ledger: EvolutionState,
@@ -317,6 +323,8 @@ def promote_by_hand(state: Promotions, ledger: EvolutionState, registry: ToolReg
     if manifest.deprecated:
         raise PromotionError(f"{manifest.key} is deprecated")
     current = state.promotion(namespace)
+    if promoted_by_hand(current) and current is not None and current.evolved_version == version:
+        raise AlreadyPromoted(f"{manifest.key} is served already (promoted by hand): nothing changed")
     replaced = head_version(current)  # None: the original
     if replaced == version and current is not None:  # promoted again: what it replaced the first time
         replaced = current.parent_version if current.parent_version != version else None

@@ -23,7 +23,7 @@ from workers.evolution_jobs import apply_evolution_record, build_job, maybe_evol
 from workers.feedback_store import JudgedCall, judged_as, record_tool_feedback
 from workers.evolver import Evolver, mutator_config
 from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
-from workers.promotions import PromotionError, promote_by_hand, rollback, trial_new_manifests
+from workers.promotions import AlreadyPromoted, PromotionError, promote_by_hand, rollback, trial_new_manifests
 from workers.runners import RunOutcome
 from workers.runtime import Runtime
 from workers.settings import Settings
@@ -226,7 +226,10 @@ def test_rolling_back_a_version_promoted_by_hand_serves_what_it_replaced(rt: Run
                                parent_version="1.0.0", status="active"))
     given_by_a_manifest(rt, "1.2.0")
     promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "1.2.0")
-    promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "1.2.0")  # again: it still replaced 1.1.0
+    logged = len(rt.evolution.changelog("slowish"))
+    with pytest.raises(AlreadyPromoted, match="slowish@1.2.0 is served already"):  # QA evolution L2: logged as a change
+        promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "1.2.0")
+    assert len(rt.evolution.changelog("slowish")) == logged
     assert head_version(rt.state.promotion("slowish")) == "1.2.0"
     assert "in place of slowish@1.1.0" in rt.evolution.changelog("slowish")[-1].reason
     back = rollback(rt.state, rt.evolution, "slowish")

@@ -294,11 +294,18 @@ def promote(
     json_out: JsonOpt = False,
 ) -> None:
     """Serve a version of a tool (active, no trial), whatever is served now."""
-    from workers.promotions import PromotionError, promote_by_hand
+    from workers.promotions import AlreadyPromoted, PromotionError, promote_by_hand
 
     registry, state, ledger = _stores()
     try:
         promotion = promote_by_hand(state, ledger, registry, name, version)
+    except AlreadyPromoted as exc:
+        if json_out:
+            current = state.promotion(name)
+            print_json(current.model_dump(mode="json") if current is not None else None)
+        else:
+            console.print(literal(str(exc)))
+        return
     except PromotionError as exc:  # a tool, version it does not know, or a deprecated one
         fail(str(exc), REFUSED)
     if json_out:
