@@ -16,10 +16,12 @@ reads the version the namespace serves first (its promotion's head, else its ori
   prepared, or before but not tried in it): the call retries with it. A call that failed on a
   version rolled back while it ran retries with the version served now, and does not evolve the
   one rolled back (QA evolution H1).
-- `evolve`: the version to mend. It is the call's own (`parent`), except when the version served
-  was held back by its circuit breaker and did not run: that one is evolved, from its remembered
-  failures (retrying "with it" would hold it back again and only run the other tools once more;
-  QA O).
+- `evolve`: the version to mend: the version served, which failed in the call too, or was held
+  back by its circuit breaker and did not run (evolved from its remembered failures: retrying
+  "with it" would hold it back again and only run the other tools once more; QA O). Never another
+  version the call failed on first: evolved, its child would go on trial against it, and serve it
+  again (QA recheck N1: a call ran 1.1.0, rolled back meanwhile, then 1.0.0, and 1.1.0 was
+  evolved). The call's own `parent` only when the version served is not known.
 """
 
 from __future__ import annotations
@@ -54,6 +56,6 @@ def route_call(plan: CallPlan | None, namespace: str, parent: str, prepared_head
     held = plan is not None and serving is not None and tool_key(namespace, serving) in plan.held_back
     if serving is not None and not held and pinned is None and (head != prepared_head or serving not in tried):
         return CallRoute("reused", serving)
-    if held and serving is not None:
+    if serving is not None and (held or serving in tried):
         return CallRoute("evolve", serving)
     return CallRoute("evolve", parent)

@@ -31,7 +31,7 @@ from evolution.models import (
     EvolutionStatus,
     tests_digest,
 )
-from evolution.call_route import CallRoute, route_call
+from evolution.call_route import route_call
 from evolution.mutation import MutationContext, Mutator, MutatorConfig, ParentTool, load_mutators, order_for
 from evolution.trial import fallback_version, head_version, served_original
 from evolution.verification import Sandbox, VerifyConfig, reproduce_successes, run_test_cases, verify
@@ -330,9 +330,9 @@ class Evolver:
         promotion = named_promotion if namespace == named else self.state.promotion(namespace)
         head = head_version(promotion)
         route = route_call(plan, namespace, version, head, promotion, served_original(promotion, self.registry(), namespace))
-        if route != CallRoute("evolve", version):
-            return None
-        job = EvolutionJob(job_id="", namespace=namespace, parent_version=version, served_version=head, trigger="call",
+        if route.action != "evolve" or all(f.version != route.version for f in failures):
+            return None  # pinned, reused, or a version whose failures memory has: the evolver's
+        job = EvolutionJob(job_id="", namespace=namespace, parent_version=route.version, served_version=head, trigger="call",
                            evidence=Evidence(failures=failures), plan=plan)
         unanswered = self._unanswered(job)
         if len(unanswered) < len({f.error_class for f in failures}):

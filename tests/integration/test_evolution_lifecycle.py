@@ -737,6 +737,12 @@ def test_a_call_that_failed_on_a_version_rolled_back_evolves_nothing_and_the_ver
     pinned = evolver.run(build_job(rt, "call", plan=failed_on_2("2.0.0")))
     assert (pinned.status, pinned.version) == ("pinned", "1.0.0"), pinned
     assert pinned.message.startswith("this call is pinned to slowish@2.0.0, and slowish@1.0.0 serves the calls not pinned")
+    # QA recheck N1: the call fell back to 1.0.0, which failed too: 1.0.0 is the version to mend
+    both = failed_on_2(None)
+    both.attempts.append(both.attempts[0].model_copy(update={"attempt_id": "a-1.0.0", "version": "1.0.0"}))
+    mended = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None, mutators=[],
+                     registry=lambda: rt.registry).run(build_job(rt, "call", plan=both))
+    assert (mended.status, mended.parent) == ("no_fix", "slowish@1.0.0"), mended
     current = rt.state.promotion("slowish")
     assert current is not None and (current.evolved_version, current.status) == ("2.0.0", "rolled_back")  # nothing on trial
     assert withdrawn_versions(rt.state.promotion_history("slowish"), current) == {"2.0.0"}

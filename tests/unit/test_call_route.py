@@ -47,6 +47,14 @@ def test_a_call_that_failed_on_a_version_rolled_back_meanwhile_retries_with_the_
         assert route_call(failed(["1.0.1"]), "mean", "1.0.1", prepared, ROLLED_BACK_101, "1.0.0") == CallRoute("reused", "1.0.0")
 
 
+def test_the_version_served_is_evolved_rather_than_another_the_call_failed_on_first() -> None:
+    """QA recheck N1: a call ran 1.0.1, rolled back meanwhile, then 1.0.0, which failed too: 1.0.1
+    was evolved, and its child went on trial against it."""
+    assert route_call(failed(["1.0.1", "1.0.0"]), "mean", "1.0.1", None, ROLLED_BACK_101, "1.0.0") == CallRoute("evolve", "1.0.0")
+    # a call without a namespace that tried an older fallback of mean first
+    assert route_call(failed(["0.9.0", "1.0.1"]), "mean", "0.9.0", "1.0.1", ACTIVE_101, "1.0.0") == CallRoute("evolve", "1.0.1")
+
+
 def test_a_served_version_held_back_by_its_breaker_is_the_one_evolved() -> None:
     plan = failed(["1.0.0"], held_back=["mean@1.0.1"])
     assert route_call(plan, "mean", "1.0.0", "1.0.1", ACTIVE_101, "1.0.0") == CallRoute("evolve", "1.0.1")
