@@ -300,6 +300,11 @@ def test_rollback_and_promote_name_the_versions_as_written(monkeypatch: pytest.M
     assert_shown(invoke(["rollback", "fast[/x]"]), "fast[/x]@[/v2] rolled back; fast[/x]@[/v1] is served again, but its "
                  "manifest deprecates it: selection does not offer it, so no version of fast[/x] is served until one is "
                  "promoted (`fittest promote fast[/x] VERSION`) or `deprecated` is taken out")
+    # QA evolution L4: undoing a promote of the trial's other side, which goes on serving, rolls nothing back
+    trial = Promotion(namespace="fast[/x]", evolved_version="1.1.0", original_version="1.0.0", parent_version="1.0.0")
+    promotion = Promotion(namespace="fast[/x]", evolved_version="1.0.0", original_version="1.0.0", parent_version="1.1.0",
+                          status="rolled_back", by="operator", resumes=trial)
+    assert_shown(invoke(["rollback", "fast[/x]"]), "fast[/x]@1.0.0's promotion by hand undone; fast[/x]@1.1.0 is on trial again against it")
 
 
 def test_evolution_report_prints_candidates_and_notes_as_written() -> None:

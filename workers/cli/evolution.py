@@ -256,6 +256,7 @@ def rollback(
     trial it interrupted goes on. A promote of the version on trial decided that trial: its
     rollback rolls that version back. A manifest's new version that waited while a promote held
     goes on trial."""
+    from evolution.trial import fallback_version
     from workers.promotions import PromotionChanged, PromotionError, trial_new_manifests
     from workers.promotions import rollback as do_rollback
 
@@ -275,7 +276,12 @@ def rollback(
     restored = promotion.resumes
     if restored is not None:
         back, again = restored.evolved_version, "on trial again" if restored.status == "on_trial" else "served again"
-        console.print(f"{gone} rolled back; {literal(name)}@{literal(back)} is {again}{_unless_deprecated(registry, name, back)}")
+        if restored.status == "on_trial" and promotion.evolved_version == (fallback_version(restored) or restored.original_version):
+            # the trial's other side, which goes on serving the rest: undone, not rolled back (QA evolution L4)
+            console.print(f"{gone}'s promotion by hand undone; {literal(name)}@{literal(back)} is on trial again "
+                          f"against it{_unless_deprecated(registry, name, back)}")
+        else:
+            console.print(f"{gone} rolled back; {literal(name)}@{literal(back)} is {again}{_unless_deprecated(registry, name, back)}")
     elif promotion.evolved_version == promotion.original_version and promotion.parent_version is None:
         console.print(f"{gone}'s promotion by hand undone; it is served, as the original"
                       f"{_unless_deprecated(registry, name, promotion.evolved_version)}")

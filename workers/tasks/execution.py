@@ -399,4 +399,9 @@ def attempts_made(plan: CallPlan) -> str:
     shows that round too (its `evolution.failed_attempts`), and the count should match it."""
     before = len(attempts_before_evolution(plan))
     after = len(plan.attempts)
-    return f"{_attempts(before)} before the evolution, {_attempts(after)} after it" if before else _attempts(after)
+    if not before:
+        return _attempts(after)
+    report = plan.evolution_report
+    if report is not None and report.status == "reused":  # no evolution ran: a version served was not tried (QA evolution L4)
+        return f"{_attempts(before)}, then {_attempts(after)} retried with {(report.model_extra or {}).get('version')}"
+    return f"{_attempts(before)} before the evolution, {_attempts(after)} after it"
