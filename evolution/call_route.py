@@ -40,20 +40,19 @@ class CallRoute:
     version: str  # the version the namespace serves first (pinned, reused), or the one to evolve
 
 
-def route_call(plan: CallPlan | None, namespace: str, parent: str, prepared_head: str | None,
+def route_call(plan: CallPlan, namespace: str, parent: str, prepared_head: str | None,
                promotion: Promotion | None, original: str | None) -> CallRoute:
     """The route of `plan`'s evolution in `namespace`: `parent` is the version the call's failures
     name, `prepared_head` the head of the namespace's promotion when the evolution was prepared,
     `promotion` its promotion now, and `original` the version it serves where the promotion names
-    none (evolution/trial.py `served_original`; None: unknown). A job that lost its call (`plan`
-    None) is routed by its promotion alone, as a call that tried nothing."""
+    none (evolution/trial.py `served_original`; None: unknown)."""
     head = head_version(promotion)
-    serving = head or (original if plan is not None else None)
-    pinned = plan.request.version if plan is not None else None
+    serving = head or original
+    pinned = plan.request.version
     if pinned is not None and serving is not None and serving != pinned:
         return CallRoute("pinned", serving)
-    tried = {a.version for a in plan.attempts if a.tool == namespace} if plan is not None else set()
-    held = plan is not None and serving is not None and tool_key(namespace, serving) in plan.held_back
+    tried = {a.version for a in plan.attempts if a.tool == namespace}
+    held = serving is not None and tool_key(namespace, serving) in plan.held_back
     if serving is not None and not held and pinned is None and (head != prepared_head or serving not in tried):
         return CallRoute("reused", serving)
     if serving is not None and (held or serving in tried):

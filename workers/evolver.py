@@ -111,8 +111,8 @@ class Evolver:
         self.ledger = ledger
         self.publish = publish
         # The tools as this process serves them, for the original a namespace serves where its
-        # promotion names none; by default read from disk on each ask (an evolution reads them
-        # afresh anyway), the workers' own registry where a worker has one.
+        # promotion names none, read by `without_evolution` on each failed call: the worker's own
+        # registry where it has one, else read from disk. An evolution reads them afresh (`run`).
         self.registry = registry or (lambda: load_registry(settings))
         self.load_errors: list[str] = []
         if mutators is None:
@@ -160,21 +160,23 @@ class Evolver:
             time.sleep(LOCK_POLL_S)
         with renewed(self.state, lock, job.job_id, ttl):
             try:
-                if job.trigger == "call":
+                registry = load_registry(self.settings)  # a fresh view: other processes may have added versions
+                if job.trigger == "call" and job.plan is not None:
                     promotion = self.state.promotion(job.namespace)
                     route = route_call(job.plan, job.namespace, job.parent_version, job.served_version, promotion,
-                                       served_original(promotion, self.registry(), job.namespace))
-                    serving = self._serving(job.namespace, route.version, promotion)
-                    if route.action == "pinned" and job.plan is not None:
+                                       served_original(promotion, registry, job.namespace))
+                    if route.action == "pinned":
                         pinned = job.plan.request.version or ""
                         return self._report(job, "pinned", started, version=route.version, message=(
-                            f"this call is pinned to {tool_key(job.namespace, pinned)}, and {serving}; so it was "
-                            f"neither retried with {route.version} nor was {pinned} evolved"))
+                            f"this call is pinned to {tool_key(job.namespace, pinned)}, and "
+                            f"{self._serving(job.namespace, route.version, promotion)}; so it was neither retried "
+                            f"with {route.version} nor was {pinned} evolved"))
                     if route.action == "reused":
                         return self._report(job, "reused", started, version=route.version, message=(
-                            f"{serving}, and was not tried; the call retries with it"))
+                            f"{self._serving(job.namespace, route.version, promotion)}, and was not tried; the call "
+                            "retries with it"))
                     job = job.model_copy(update={"parent_version": route.version})
-                return self._evolve(job, started)
+                return self._evolve(job, started, registry)
             finally:
                 # A run of this job killed mid-evolution left its staging; a run that ends before
                 # evolving ("reused") would leave it for good (QA O: after SIGKILL of the evolver).
@@ -193,9 +195,8 @@ class Evolver:
         return f"{key} serves the calls not pinned"
 
     # ----------------------------------------------------------------------------- evolving
-    def _evolve(self, job: EvolutionJob, started: float) -> EvolutionReport:
+    def _evolve(self, job: EvolutionJob, started: float, registry: ToolRegistry) -> EvolutionReport:
         before = self.state.promotion(job.namespace)  # what it serves as the evolution starts; a change meanwhile wins
-        registry = load_registry(self.settings)  # a fresh view: other processes may have added versions
         parent = registry.get(job.parent_key)
         original = registry.original(job.namespace)
         if parent is None or original is None:

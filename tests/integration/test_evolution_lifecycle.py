@@ -259,9 +259,11 @@ def test_rolling_back_the_original_promoted_by_hand_serves_the_version_it_replac
 
 
 def slow_job(trigger: str, served: str | None = None) -> EvolutionJob:
+    """A job of slowish@1.0.0 timing out on {"n": 5}: a failed call's (with the call) or a manual one."""
     failure = FailedRun(version="1.0.0", input={"n": 5}, error_class=FailureClass.timeout, error_message="no result within 0.3s")
     return EvolutionJob(namespace="slowish", parent_version="1.0.0", served_version=served, trigger=trigger,
-                        pattern="timeout: no result within 0.3s", evidence=Evidence(failures=[failure]))
+                        pattern="timeout: no result within 0.3s", evidence=Evidence(failures=[failure]),
+                        plan=slow_call(5) if trigger == "call" else None)
 
 
 class SlowSandbox:

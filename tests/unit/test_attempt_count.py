@@ -23,7 +23,7 @@ def test_a_call_retried_after_its_evolution_counts_both_rounds() -> None:
     plan.evolved, plan.evolution_report = True, CallEvolution(status="evolved", failed_attempts=[FIRST_ROUND] * 2)
     assert attempts_made(plan) == "2 attempts before the evolution, 1 attempt after it"
     assert len(attempts_before_evolution(plan)) == 2  # what the metrics and the report count too (QA: 1)
-    plan.evolution_report = CallEvolution.model_validate({"status": "reused", "version": "1.2.0", "failed_attempts": [FIRST_ROUND]})
+    plan.evolution_report = CallEvolution(status="reused", version="1.2.0", failed_attempts=[FIRST_ROUND])
     assert attempts_made(plan) == "1 attempt, then 1 attempt retried with 1.2.0"  # no evolution ran (QA evolution L4)
 
 

@@ -70,8 +70,3 @@ def test_a_pinned_call_is_neither_retried_with_nor_evolves_another_version() -> 
     assert route_call(failed(["1.0.0"], pinned="1.0.0"), "mean", "1.0.0", None, None, "1.0.0") == CallRoute("evolve", "1.0.0")
     # QA evolution H1: pinned to the version rolled back, while the original serves
     assert route_call(failed(["1.0.1"], pinned="1.0.1"), "mean", "1.0.1", None, ROLLED_BACK_101, "1.0.0") == CallRoute("pinned", "1.0.0")
-
-
-def test_a_job_without_its_call_is_routed_by_its_promotion_alone() -> None:
-    assert route_call(None, "mean", "1.0.0", None, ACTIVE_101, "1.0.0") == CallRoute("reused", "1.0.1")
-    assert route_call(None, "mean", "1.0.0", None, None, "1.0.0") == CallRoute("evolve", "1.0.0")

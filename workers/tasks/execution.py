@@ -403,5 +403,5 @@ def attempts_made(plan: CallPlan) -> str:
         return _attempts(after)
     report = plan.evolution_report
     if report is not None and report.status == "reused":  # no evolution ran: a version served was not tried (QA evolution L4)
-        return f"{_attempts(before)}, then {_attempts(after)} retried with {(report.model_extra or {}).get('version')}"
+        return f"{_attempts(before)}, then {_attempts(after)} retried with {report.version}"
     return f"{_attempts(before)} before the evolution, {_attempts(after)} after it"
