@@ -201,12 +201,14 @@ class Settings(BaseSettings):
             except tomllib.TOMLDecodeError as exc:
                 raise SettingsFileError(f"FITTEST_CONFIG {Path(toml_path).resolve()} is not valid TOML: {exc}") from exc
             _refuse_unknown_keys(toml.toml_data, Path(toml_path), settings_cls.model_fields)
+            _refuse_bad_values(toml.toml_data, Path(toml_path))
             sources.append(toml)
         return tuple(sources)
 
 
 class SettingsFileError(ValueError):
-    """FITTEST_CONFIG names no file, one that is not TOML, or a setting there is none of."""
+    """FITTEST_CONFIG names no file, one that is not TOML, a setting there is none of, or a value
+    the setting refuses."""
 
 
 def _refuse_unknown_keys(data: dict[str, Any], path: Path, known: Iterable[str]) -> None:
@@ -226,6 +228,35 @@ def _refuse_unknown_keys(data: dict[str, Any], path: Path, known: Iterable[str])
     if problems:
         raise SettingsFileError(f"FITTEST_CONFIG {path.resolve()}: no such setting: {', '.join(problems)}; "
                                 "its keys are the settings' lower-case names without FITTEST_, at the top level")
+
+
+class _SettingsOfTheFile(Settings):
+    """The settings FITTEST_CONFIG gives, read alone: the environment's are not merged in."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
+def _refuse_bad_values(data: dict[str, Any], path: Path) -> None:
+    """A value of FITTEST_CONFIG that the environment overrides is never validated with the merged
+    settings: `retrain_interval_s = -5` passed while FITTEST_RETRAIN_INTERVAL_S was set, and broke
+    the first process started without it (QA learning F6). Each value of the file is checked alone;
+    rules across settings are left to the merged settings, where the environment may complete them."""
+    try:
+        _SettingsOfTheFile(**data)
+    except ValidationError as exc:
+        problems = [f"{e['loc'][0]}: {e['msg'].removeprefix('Value error, ')}"
+                    for e in exc.errors(include_url=False, include_input=False) if e["loc"] and e["loc"][0] in data]
+        if problems:
+            raise SettingsFileError(f"FITTEST_CONFIG {path.resolve()}: {'; '.join(problems)}") from None
 
 
 # The FITTEST_ variables read outside the settings: the example HTTP tool's, a bench's, the tests'

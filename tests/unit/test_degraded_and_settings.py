@@ -135,6 +135,24 @@ def test_a_config_file_that_is_not_there_is_an_error_not_the_defaults(tmp_path, 
     assert Settings().max_candidates == 7
 
 
+def test_a_bad_value_of_the_config_file_is_refused_though_the_environment_overrides_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA learning F6: `retrain_interval_s = -5` in the file passed while FITTEST_RETRAIN_INTERVAL_S
+    was set, and broke the first process started without that variable."""
+    (tmp_path / "fittest.toml").write_text('retrain_interval_s = -5\npolicy = "foo"\n')
+    monkeypatch.setenv("FITTEST_CONFIG", str(tmp_path / "fittest.toml"))
+    monkeypatch.setenv("FITTEST_RETRAIN_INTERVAL_S", "60")
+    monkeypatch.setenv("FITTEST_POLICY", "seed")
+    with pytest.raises(ValueError) as refused:
+        Settings()
+    assert str(refused.value) == (f"FITTEST_CONFIG {tmp_path / 'fittest.toml'}: policy: unknown selection policy 'foo' "
+                                  "(known: learned, seed); retrain_interval_s: Input should be greater than 0")
+    # A rule across settings is the merged settings': the environment may complete the file.
+    (tmp_path / "fittest.toml").write_text("max_timeout_s = 0.3\n")  # below the default minimum, 0.5
+    monkeypatch.setenv("FITTEST_MIN_TIMEOUT_S", "0.1")
+    assert Settings().max_timeout_s == 0.3
+
+
 @pytest.mark.parametrize("name", ["max_timeout_s", "visibility_timeout_s", "retrain_interval_s", "failure_similarity"])
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e400"])
 def test_settings_refuse_numbers_that_are_not_finite(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
