@@ -254,6 +254,7 @@ class CallPlan(BaseModel):
     attempts: list[ToolExecutionResult] = Field(default_factory=list)
     features: dict[str, Any] = Field(default_factory=dict)  # context analysis of the call
     policy: str = "seed"
+    weights_version: int = 0  # the SPARC weights the ranking read (`fittest weights`; 0: the defaults)
     degraded: list[str] = Field(default_factory=list)  # parts of selection that were unavailable
     evolved: bool = False
     evolution_report: CallEvolution | None = None
@@ -365,6 +366,10 @@ class CallResult(BaseModel):
     held_back: list[str] = Field(default_factory=list)  # not tried: their circuit breaker was open
     notes: list[str] = Field(default_factory=list)  # what did not stop the call, e.g. a namespace no tool has
     evolution: CallEvolution | None = None
+    # What ranked the call: the policy, and the version of the SPARC weights it read (`fittest
+    # weights` lists them; 0: the defaults), so that a choice can be traced to the weights behind it.
+    policy: str = ""
+    weights_version: int = 0
     elapsed_ms: float = 0.0  # from the call's start to its result, an evolution and its retry included
     # Why nothing was ranked (status no_candidates), as `message` says it: `no_such_version` and
     # `no_such_tag` (a version or tag no tool has) are the caller's to mend (the CLI refuses them,
@@ -405,6 +410,8 @@ class CallResult(BaseModel):
             held_back=plan.held_back,
             notes=plan.notes,
             evolution=plan.evolution_report,
+            policy=plan.policy,
+            weights_version=plan.weights_version,
             elapsed_ms=(time.time() - plan.started_at) * 1000.0,
         )
 

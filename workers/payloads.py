@@ -137,8 +137,7 @@ class ExplainResult(CallResult):
     context: dict[str, Any] = Field(default_factory=dict)
     evidence_age_s: float | None = None  # how old the cached searches it ranked by are
     cache_ttl_s: float | None = None  # how long selection keeps them (FITTEST_SELECTION_CACHE_TTL_S)
-    # The policy that ranked: the memory worker's FITTEST_POLICY, not the asking command's (QA selection F8)
-    policy: str | None = None
+    # Its `policy` (CallResult's) is the memory worker's FITTEST_POLICY, not the asking command's (QA selection F8).
 
 
 class RetrainResult(BaseModel):

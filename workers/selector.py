@@ -176,7 +176,7 @@ class Selector:
     def plan(self, request: CallRequest) -> CallPlan:
         context = analyse(request.scenario, request.context, request.input)
         features = context.model_dump(mode="json")
-        self._local.versions = self.rt.state.versions()
+        self._local.versions = versions = self.rt.state.versions()
         self._local.held_back = []
         self._local.held_back_match = 0.0
         self._local.half_open = set()
@@ -223,6 +223,7 @@ class Selector:
             variants=self.variants.served_for(request, [c.key for c in ranked[:keep]]),
             features=features,
             policy=self.policy.name,
+            weights_version=versions.weights,
             degraded=degraded,
             held_back=self._local.held_back,
             held_back_match=self._local.held_back_match,

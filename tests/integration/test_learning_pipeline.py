@@ -67,6 +67,10 @@ def test_calls_reach_the_learner_in_batches_and_weights_are_retrained(learning: 
     # weights, stored
     assert answer["changed"] and answer["weights"]["history"] == max(answer["weights"].values()), answer["evidence"]
     assert learning.state().weights().version == answer["version"] >= 1
+    # Each result names the weights that ranked it: the defaults before, the new ones at once after.
+    assert {(r["policy"], r["weights_version"]) for r in results} == {("learned", 0)}
+    after = call(scenario="parse csv text into rows, once more", input=CSV, namespace="csv_lenient")
+    assert (after["policy"], after["weights_version"]) == ("learned", answer["version"])
 
 
 def test_beat_sends_retrain_weights_through_redbeat(learning: Pipeline, tmp_path: Path) -> None:

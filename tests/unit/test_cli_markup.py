@@ -118,9 +118,14 @@ def test_call_outcome_shows_the_tools_words_as_written() -> None:
                  *[f"input.[/title]: {text}" for text in TRICKY], f"every candidate failed: {' '.join(TRICKY)}")
 
     served = {"call_id": "c2", "status": "success", "tool": "slug[/x]", "version": "[/v]", "output": {"slug": "[/.]"},
-              "attempts": [{"tool": "slug[/x]", "version": "[/v]", "outcome": "success", "execution_time_ms": 1.0}]}
+              "attempts": [{"tool": "slug[/x]", "version": "[/v]", "outcome": "success", "execution_time_ms": 1.0}],
+              "ranking": [{"key": "slug[/x]@[/v]", "probability": 0.874}, {"key": "[red]b@1[/red]", "probability": 0.1},
+                          {"key": "c@1", "probability": 0.02}, {"key": "d@1", "probability": 0.006}],
+              "policy": "learned", "weights_version": 12}
+    # QA learning F9: the call showed what ran, not how selection ranked the others, nor which weights it read.
     assert_shown(printed(lambda: calls.show_call(served)), "call c2: success by slug[/x]@[/v]", "│ slug[/x]@[/v]",
-                 '"slug": "[/.]"')
+                 '"slug": "[/.]"', "ranked by the learned policy (SPARC weights v12): slug[/x]@[/v] (p=0.87), "
+                 "[red]b@1[/red] (p=0.10), c@1 (p=0.02), and 1 more")
 
 
 # --------------------------------------------------------------------------------------- tools
@@ -177,10 +182,10 @@ def test_explain_shows_the_scenario_and_the_rationales_as_written(redis_answers:
     answer = {"status": "ok", "ranking": [
         {"key": f"tool{i}[/x]@1.0.0", "score": 1.0, "probability": 0.5, "breakdown": {**breakdown, "rationale": f"it said {text}"}}
         for i, text in enumerate(TRICKY)
-    ], "degraded": TRICKY}
+    ], "degraded": TRICKY, "policy": "learned", "weights_version": 7}
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: answer)
     out = invoke(["explain", "sort [a-z] numbers [/]"])
-    assert_shown(out, "ranking for 'sort [a-z] numbers [/]'", "semantic [/x]",
+    assert_shown(out, "ranking for 'sort [a-z] numbers [/]' by the workers' learned policy (SPARC weights v7)", "semantic [/x]",
                  *[f"{i}. tool{i - 1}[/x]@1.0.0: it said {text} (SPARC components: phase 0.50)" for i, text in enumerate(TRICKY, 1)],
                  *[f"│ tool{i}[/x]@1.0.0" for i in range(len(TRICKY))],
                  *[f"degraded: {text}" for text in TRICKY])

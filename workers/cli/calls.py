@@ -227,6 +227,22 @@ def _attempt_row(table: Table, number: str, a: dict[str, Any], first_refusal: bo
                   literal(abridged(err)) + mistake, f"{a.get('execution_time_ms', 0):.0f}")
 
 
+RANKING_SHOWN = 3
+
+
+def ranking_line(outcome: dict[str, Any]) -> str:
+    """The head of the call's ranking, with what ranked it: the attempts say what ran, not what
+    selection thought of the others, nor which weights it read (QA learning F9). `fittest explain`
+    gives every component."""
+    ranking = outcome.get("ranking") or []
+    if not ranking:
+        return ""
+    head = ", ".join(f"{r['key']} (p={r['probability']:.2f})" for r in ranking[:RANKING_SHOWN])
+    more = f", and {len(ranking) - RANKING_SHOWN} more" if len(ranking) > RANKING_SHOWN else ""
+    by = f" by the {outcome['policy']} policy" if outcome.get("policy") else ""
+    return f"ranked{by} (SPARC weights v{outcome.get('weights_version', 0)}): {head}{more}"
+
+
 def show_call(outcome: dict[str, Any]) -> None:
     status = outcome.get("status")
     color = {"success": "green", "failed": "red", "invalid": "yellow"}.get(status or "", "white")
@@ -267,6 +283,8 @@ def show_call(outcome: dict[str, Any]) -> None:
             console.print(f"  [yellow]{literal(e['field'])}[/yellow]: {literal(e['message'])}")
     if outcome.get("message"):
         console.print(f"  {literal(outcome['message'])}")
+    if ranked := ranking_line(outcome):
+        console.print(f"  {literal(ranked)}")
     if outcome.get("held_back") and status != "no_candidates":  # that status's message names them already
         console.print(f"  not tried, their circuit breaker was open: {literal(', '.join(outcome['held_back']))}")
     if status == "success":

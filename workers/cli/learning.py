@@ -140,7 +140,8 @@ def explain(
                  f" ({source.get(k, 'default')})" for k, v in features.items()
                  if k != "source" and v not in (None, [], "")]
         console.print(f"context as analysed: {literal('; '.join(shown))}")
-    policy = f" by the workers' {result['policy']} policy" if result.get("policy") else ""
+    policy = (f" by the workers' {result['policy']} policy (SPARC weights v{result.get('weights_version', 0)})"
+              if result.get("policy") else "")
     table = Table(title=f"ranking for {literal(repr(scenario[:60]))}{literal(policy)}")
     for col in ("#", "tool", "score", "P", "source", "sim", "quality", "feedback", "SPARC"):
         table.add_column(col, justify="left" if col in ("tool", "source") else "right", no_wrap=col == "tool")

@@ -207,5 +207,5 @@ def explain(**kwargs: Any) -> dict[str, Any]:
     # searches it ranked by are, as a call now would rank (QA AD).
     return ExplainResult.model_validate({
         **dict(result), "context": plan.features, "evidence_age_s": plan.evidence_age_s,
-        "cache_ttl_s": runtime().settings.selection_cache_ttl_s, "policy": plan.policy,
+        "cache_ttl_s": runtime().settings.selection_cache_ttl_s,
     }).model_dump(mode="json")
