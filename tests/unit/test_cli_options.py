@@ -282,6 +282,10 @@ def test_weights_list_as_many_earlier_versions_as_asked_and_the_latest_retrain_t
     out = run("weights")[1]
     assert ", 3 records): weights left as they were: 3 records, fewer than 10" in out and "last retrain (" in out, out
     assert json.loads(run("weights", "--json")[1])["last_retrain"]["evidence"]["records"] == 3
+    # QA learning F9: the records it set aside were told of the current weights' retrain only.
+    state.note_retrain(RetrainNote(at=time.time() + 1.5, evidence={"records": 12, "set_aside": 2,
+                                                                    "unchanged": "no component above the noise"}))
+    assert ", 12 records, 2 set aside): weights left as they were: no component above the noise" in run("weights")[1]
     state.set_weights(SelectionWeights(weights={"phase": 0.4}, updated_at=time.time() + 2))  # a later retrain stored weights
     assert "left as they were" not in run("weights")[1]
 

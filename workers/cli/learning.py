@@ -382,7 +382,8 @@ def weights(
     # anything when that retrain stored nothing (a classifier refitted is stored with the weights)
     unchanged = (note.evidence if note is not None else evidence).get("unchanged")
     if unchanged:
-        ran = f"last retrain ({when(note.at)}, {note.evidence.get('records', '?')} records): " if note is not None else ""
+        aside = f", {note.evidence['set_aside']} set aside" if note is not None and note.evidence.get("set_aside") else ""
+        ran = f"last retrain ({when(note.at)}, {note.evidence.get('records', '?')} records{aside}): " if note is not None else ""
         console.print(f"{ran}weights left as they were: {literal(unchanged)}")
 
 
