@@ -73,11 +73,11 @@ def judge(variants: list[DescriptionVariant], min_trials: int) -> dict[str, Vari
     changes: dict[str, VariantStatus] = {}
     for v in variants:
         if v.status == "testing" and v.trials >= min_trials:
-            changes[v.id] = "active" if v.effectiveness > bar(variants, v) else "deprecated"
+            changes[v.id] = "active" if v.effectiveness > rate_to_beat(variants, v) else "deprecated"
     return changes
 
 
-def bar(variants: list[DescriptionVariant], challenger: DescriptionVariant) -> float:
+def rate_to_beat(variants: list[DescriptionVariant], challenger: DescriptionVariant) -> float:
     """The success rate a testing variant must exceed: that of the best active variant served
     where it is (one half when none is)."""
     incumbent = best_active(usable(variants, challenger.environment))

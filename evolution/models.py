@@ -8,7 +8,6 @@ to the memory side as an `EvolutionRecord`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections import Counter
@@ -17,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from selection.manifest import ToolManifest, tool_key
-from selection.models import CallPlan, FailureClass, new_id
+from selection.models import CallPlan, FailureClass, canonical_digest, new_id
 
 Trigger = Literal["call", "quality", "manual"]
 Stage = Literal["static", "tests", "replay"]
@@ -47,13 +46,13 @@ def kept_output(value: Any, limit: int = KEPT_OUTPUT_BYTES) -> tuple[bool, Any]:
 def input_key(value: dict[str, Any]) -> str:
     """An input's identity: a digest of its canonical JSON. Equal inputs have equal keys whatever
     their key order; a failed mutation keeps the keys of the inputs it failed on, not the inputs."""
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+    return canonical_digest(value)
 
 
 def tests_digest(manifest: ToolManifest) -> str:
     """The identity of the test cases a candidate is judged by: a digest of their canonical JSON."""
     cases = [c.model_dump(mode="json") for c in manifest.test_cases]
-    return hashlib.sha256(json.dumps(cases, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:16]
+    return canonical_digest(cases)[:16]
 
 
 def shape_of(value: Any) -> str:

@@ -1,7 +1,7 @@
 """A small thread-safe TTL cache with LRU eviction, for the evidence of repeated selections.
 
-The caller puts the state version in the key, so a change of quality, promotion or weights makes
-every older entry unreachable at once; the TTL bounds how stale anything else can be (vector
+The caller puts the state version in the key (`StateVersions.state`), so any change selection ranks
+by (quality, promotions, weights, breakers…) makes every older entry unreachable at once; the TTL bounds how stale anything else can be (vector
 memory that grew meanwhile). cachetools' TTLCache keeps the entries (expiry, least recently used
 evicted first past `maxsize`); this adds the lock the selector's threads need, and a TTL or size of
 0 turning the cache off, as the setting does. `VersionedValue` is the one-value kind, kept by

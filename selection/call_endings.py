@@ -167,14 +167,14 @@ def refused_for_its_namespace(plan: CallPlan) -> str | None:
 TAGS_SHOWN = 20  # of the tags there are, named in the message of a call that asked for one no tool has
 
 
-def tools_dir_gone(tools_dir: Path, keys: Iterable[str]) -> str:
+def tools_dir_gone_message(tools_dir: Path, keys: Iterable[str]) -> str:
     """What a call says of the versions it did not run because their tools directory is gone
     (workers/tasks/execution.py `code_gone`)."""
     return (f"FITTEST_TOOLS_DIR ({tools_dir}) is not a directory: the versions whose code is in it are not run until "
             f"it is back ({', '.join(sorted(keys))})")
 
 
-def folders_gone(plan: CallPlan, keys: Iterable[str]) -> str:
+def folders_gone_message(plan: CallPlan, keys: Iterable[str]) -> str:
     """What a call says of the versions it did not run because their tool folder is gone
     (workers/tasks/execution.py `code_gone`)."""
     folders = ", ".join(f"{c.key} ({c.manifest.tool_dir})" for c in plan.candidates if c.key in set(keys))
@@ -198,8 +198,8 @@ def no_candidates_result(plan: CallPlan, registry: ToolRegistry, tools_dir: Path
             result.message = f"{request.namespace} has no version {request.version} (it has {', '.join(known)})"
             result.no_candidates_reason = "no_such_version"
     if plan.code_missing and not plan.held_back:  # workers/tasks/execution.py `code_gone`
-        result.message = (tools_dir_gone(tools_dir, plan.code_missing) if not tools_dir.is_dir()
-                          else folders_gone(plan, plan.code_missing))
+        result.message = (tools_dir_gone_message(tools_dir, plan.code_missing) if not tools_dir.is_dir()
+                          else folders_gone_message(plan, plan.code_missing))
         result.no_candidates_reason = "held_back"
     if result.no_candidates_reason == "no_match" and request.tags:  # QA new user: "no tool matches", exit 1
         tags = sorted({t for m in registry.all() for t in m.tags})

@@ -95,6 +95,7 @@ class WeightLearner:
         self.successes = 0
 
     def learn_one(self, x: Mapping[str, float], y: bool) -> None:
+        _known(x)
         self.n += 1
         self.successes += int(y)
         for c, m in self._moments.items():
@@ -123,8 +124,16 @@ class WeightLearner:
         learned so far: what the learner's weights make of one candidate, for checking a learner
         by hand or in a test without a policy (selection ranks through the policies, which read
         `weights()`)."""
+        _known(x)
         w = self.weights()
         return sum(w[c] * float(x.get(c, 0.5)) for c in COMPONENTS)
+
+
+def _known(x: Mapping[str, float]) -> None:
+    """A component the learner does not know is a misspelling (`langauge`), which would otherwise
+    be learned or scored as that component's absence, neutral, without a word."""
+    if unknown := sorted(set(x) - set(COMPONENTS)):
+        raise ValueError(f"unknown SPARC component(s) {', '.join(map(repr, unknown))} (known: {', '.join(COMPONENTS)})")
 
 
 def _against_advice(learner: WeightLearner) -> list[str]:

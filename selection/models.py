@@ -6,6 +6,7 @@ They are pydantic models so that a foreign service needs only the JSON schema
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -49,6 +50,12 @@ SEVERITY_BY_CLASS: dict[FailureClass, Severity] = {
 
 def new_id() -> str:
     return uuid.uuid4().hex
+
+
+def canonical_digest(value: Any) -> str:
+    """A digest of `value`'s canonical JSON: equal values, whatever their keys' order, have equal
+    digests (an input's identity, a job's, a set of test cases')."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode("utf-8")).hexdigest()
 
 
 def _not_blank(v: str | None) -> str | None:

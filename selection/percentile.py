@@ -1,5 +1,5 @@
-"""The nearest-rank percentile: what the adaptive timeout is made of (selection/timeouts.py) and
-what every bench reports, so that a bench's p99 and a timeout's p95 are read the same way."""
+"""The nearest-rank percentile, as stats_and_breakers.lua takes the p95 the adaptive timeout is
+made of (selection/timeouts.py) and as every bench reports its p99, so that both read the same way."""
 
 from __future__ import annotations
 

@@ -210,7 +210,9 @@ BreakerOutcome = Literal["closed", "open", "recovered"]
 class StateVersions(NamedTuple):
     """What a reader compares to know whether what it cached is still what the store holds."""
 
-    state: int  # grows with every change of quality, promotion or weights
+    # grows with every change selection ranks by: quality, promotions, weights, breakers, newcomers,
+    # refusals, and the records it reads (a person's judgement, the vector memory's pruning)
+    state: int
     promotions: int  # grows with every change of a promotion
     weights: int  # the version of the current weights (0: the defaults)
     # The life of the store the counters count in. A store that lost its keys (a Redis restart with

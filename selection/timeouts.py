@@ -8,21 +8,9 @@ in practice a little slower than its author thought should get that room instead
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from selection.percentile import percentile
-
 MIN_RUNS = 5  # fewer recent runs than this say too little; the declared timeout holds
 HEADROOM = 1.2  # p95 × 1.2: a run as slow as the slowest usual one still finishes
 MAX_GROWTH = 2.0  # recent runs may stretch the declared timeout at most this much
-
-
-def p95(values: Sequence[float]) -> float:
-    """The 95th percentile by nearest rank: an observed value, never an interpolated one.
-
-    With fewer than 20 values this is the maximum, which is the cautious choice for a timeout.
-    """
-    return percentile(values, 0.95)
 
 
 def timeout_from_p95(p95_ms: float | None, runs: int, declared_s: float, min_s: float, max_s: float,

@@ -20,7 +20,7 @@ from selection.models import FailureCount, Promotion, Severity
 from selection.ports import (BreakerOutcome, BreakerState, FailureApplied, RetrainNote, SelectionWeights, StateVersions,
                              ToolStats)
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality, quality_to_bp
-from selection.timeouts import p95
+from selection.percentile import percentile
 from workers.state.base import IDEMPOTENCY_TTL_S
 from workers.state.redis import PROMOTION_HISTORY_LIMIT, WEIGHTS_HISTORY_LIMIT
 
@@ -267,7 +267,7 @@ class InMemoryStateStore:
             recent = {key: list(self._s.durations.get(key, [])) for key in keys}
         for key, runs in recent.items():
             stats[key].recent_runs = len(runs)
-            stats[key].recent_p95_ms = p95(runs) if runs else None
+            stats[key].recent_p95_ms = percentile(runs, 0.95) if runs else None
         with self._lock:
             now = self.clock()
             breakers: dict[str, BreakerState] = {}

@@ -39,7 +39,7 @@ from redis.client import Pipeline
 from selection.manifest import split_key
 from selection.models import Promotion, ToolExecutionResult
 from workers.buffered import BufferedWrites
-from workers.state.base import load_scripts
+from workers.state.base import as_text, load_scripts
 from workers.state.inflight import due_key
 from workers.state.once import apply_once
 from workers.state.redis import SCAN_COUNT, RedisStateStore, glob_escape
@@ -210,7 +210,7 @@ class MetricsReader:
 
     def _scan(self, pattern: str) -> Iterator[str]:
         for raw in self.client.scan_iter(match=glob_escape(self.prefix) + pattern, count=SCAN_COUNT):
-            yield (raw.decode() if isinstance(raw, bytes) else raw)[len(self.prefix) :]
+            yield as_text(raw)[len(self.prefix) :]
 
     def counters(self) -> dict[str, list[tuple[dict[str, str], int]]]:
         out: dict[str, list[tuple[dict[str, str], int]]] = defaultdict(list)

@@ -22,7 +22,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from evolution.descriptions import MANIFEST_VARIANT, DescriptionVariant, bar, judge, served
+from evolution.descriptions import MANIFEST_VARIANT, DescriptionVariant, judge, rate_to_beat, served
 from evolution.models import ChangelogEntry
 from selection.manifest import split_key
 from selection.models import CallRequest, OutcomeRecord
@@ -150,7 +150,7 @@ def _log_verdict(rt: Runtime, key: str, variants: list[DescriptionVariant], vari
     """A line in the namespace's changelog: which description is served changed, and `fittest show`
     lists the verdicts of its versions there (before, only the variants' statuses said it)."""
     name, version = split_key(key)
-    against = bar(variants, variant)
+    against = rate_to_beat(variants, variant)
     rt.evolution.log(ChangelogEntry(
         namespace=name, event="description_promoted" if status == "active" else "description_retired", version=version,
         mutation=f"description #{variant.id}: {variant.text[:200]}",

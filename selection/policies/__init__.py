@@ -1,7 +1,9 @@
 """Selection policies: turn the evidence about candidates into an ordered plan.
 
-A policy is an online learner in River's sense: `rank` is its predict, and it learns only through
-the stores that the outcome-recording code updates, so the same object serves every call.
+A policy is a ranker without state of its own: what outcomes teach reaches it as evidence (the
+successes and failures nearby, feedback, the weights that selection/learner.py learns one record
+at a time, the classifier that selection/classifier.py fits), so one object serves every call
+and is tested with evidence made by hand.
 """
 
 from __future__ import annotations

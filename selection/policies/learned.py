@@ -103,9 +103,12 @@ class LearnedPolicy:
     def __init__(self, bandwidth: float = BANDWIDTH, prior_strength: float = PRIOR_STRENGTH,
                  temperature: float = TEMPERATURE, classifier_weight: float = CLASSIFIER_WEIGHT,
                  lexical_weight: float = LEXICAL_WEIGHT) -> None:
-        if bandwidth <= 0 or prior_strength <= 0 or min(temperature, classifier_weight, lexical_weight) < 0:
-            raise ValueError("bandwidth and prior_strength must be > 0, "
-                             "temperature, classifier_weight and lexical_weight >= 0")
+        positive = {"bandwidth": bandwidth, "prior_strength": prior_strength}
+        non_negative = {"temperature": temperature, "classifier_weight": classifier_weight, "lexical_weight": lexical_weight}
+        wrong = ([f"{name} must be > 0, got {v!r}" for name, v in positive.items() if not v > 0]
+                 + [f"{name} must be >= 0, got {v!r}" for name, v in non_negative.items() if not v >= 0])
+        if wrong:
+            raise ValueError("; ".join(wrong))
         self.bandwidth = bandwidth
         self.prior_strength = prior_strength
         self.temperature = temperature

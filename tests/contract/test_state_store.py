@@ -16,7 +16,7 @@ import redis
 from selection.models import FailureCount, Promotion, Severity
 from selection.ports import SelectionWeights, StateStore, ToolStats
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
-from selection.timeouts import p95
+from selection.percentile import percentile
 from tests.fakes_state import InMemoryStateStore
 from workers.state.redis import RedisStateStore
 
@@ -651,7 +651,7 @@ def test_selection_reads_the_recent_run_summary_the_timeout_is_made_of(store):
         store.record_run(KEY, ms, True, threshold=2, cooldown_s=60)
     stats, _ = store.stats_and_breakers([KEY, "never@1.0.0"])
     assert (stats[KEY].recent_runs, stats[KEY].recent_p95_ms) == (20, 190.0)
-    assert stats[KEY].recent_p95_ms == p95(runs)
+    assert stats[KEY].recent_p95_ms == percentile(runs, 0.95)
     assert (stats["never@1.0.0"].recent_runs, stats["never@1.0.0"].recent_p95_ms) == (0, None)
 
 

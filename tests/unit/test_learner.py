@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from selection.learner import MIN_RECORDS, ExecutionRecord, WeightLearner, retrain
 from selection.ports import SelectionWeights
 from selection.sparc import COMPONENTS
@@ -120,6 +122,15 @@ def test_learn_one_predict_one() -> None:
     likely = learner.predict_one({"language": 0.9, "phase": 0.5, "complexity": 0.5, "task_type": 0.5, "history": 0.5})
     unlikely = learner.predict_one({"language": 0.1, "phase": 0.5, "complexity": 0.5, "task_type": 0.5, "history": 0.5})
     assert likely > unlikely
+
+
+def test_a_misspelled_component_is_refused_by_name_not_learned_as_neutral() -> None:
+    learner = WeightLearner()
+    with pytest.raises(ValueError, match="unknown SPARC component\\(s\\) 'langauge' \\(known: phase, language"):
+        learner.learn_one({"langauge": 0.9}, True)
+    assert learner.n == 0
+    with pytest.raises(ValueError, match="'langauge'"):
+        learner.predict_one({"langauge": 0.9})
 
 
 def test_beat_schedule_runs_retrain_weights_on_the_learning_queue() -> None:

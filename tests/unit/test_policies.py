@@ -31,6 +31,15 @@ def test_default_is_registered_beside_seed() -> None:
     assert Settings().policy == "learned"
 
 
+def test_a_bad_parameter_of_the_learned_policy_is_named_with_its_value() -> None:
+    from selection.policies.learned import LearnedPolicy
+
+    with pytest.raises(ValueError, match=r"^temperature must be >= 0, got -0.1; lexical_weight must be >= 0, got nan$"):
+        LearnedPolicy(temperature=-0.1, lexical_weight=float("nan"))
+    with pytest.raises(ValueError, match=r"^bandwidth must be > 0, got 0$"):
+        LearnedPolicy(bandwidth=0)
+
+
 def test_without_outcomes_the_description_decides() -> None:
     assert rank([ev("a", 0.3), ev("b", 0.6)]) == ["b@1.0.0", "a@1.0.0"]
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from selection.timeouts import earned_floor, p95, timeout_from_p95
+from selection.percentile import percentile
+from selection.timeouts import earned_floor, timeout_from_p95
 
 
 def adaptive_timeout(recent_ms: list[float], declared_s: float, min_s: float, max_s: float) -> float:
     """The timeout for these recent runs, summarised as the state store summarises them (their
     count and nearest-rank p95: stats_and_breakers.lua)."""
-    return timeout_from_p95(p95(recent_ms) if recent_ms else None, len(recent_ms), declared_s, min_s, max_s)
+    return timeout_from_p95(percentile(recent_ms, 0.95) if recent_ms else None, len(recent_ms), declared_s, min_s, max_s)
 
 
 def test_declared_timeout_until_five_runs_are_known() -> None:
@@ -21,7 +22,7 @@ def test_declared_timeout_until_five_runs_are_known() -> None:
 def test_shrinks_to_p95_times_1_2_once_five_runs_are_known() -> None:
     # 20 runs: nearest-rank p95 is the 19th smallest value
     runs = [1000.0] * 18 + [2000.0, 9000.0]
-    assert p95(runs) == 2000.0
+    assert percentile(runs, 0.95) == 2000.0
     assert adaptive_timeout(runs, 10.0, 0.5, 120.0) == pytest.approx(2.4)
 
 

@@ -23,6 +23,11 @@ LUA_DIR = Path(__file__).parent / "lua"
 IDEMPOTENCY_TTL_S = 7 * 24 * 3600
 
 
+def as_text(value: Any) -> str:
+    """A reply of Redis as text, whether the client decodes replies or not."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 @cache
 def script_text(name: str) -> str:
     return (LUA_DIR / f"{name}.lua").read_text()

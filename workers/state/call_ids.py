@@ -12,11 +12,12 @@ without the client, and ends a second job as invalid rather than run it with its
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 import redis
+
+from selection.models import canonical_digest
+from workers.state.base import as_text
 
 RESULT_TTL_S = 24 * 3600  # Celery's result_expires (workers/app.py): how long an id names its call
 
@@ -24,7 +25,7 @@ RESULT_TTL_S = 24 * 3600  # Celery's result_expires (workers/app.py): how long a
 def job_digest(task: str, kwargs: dict[str, Any]) -> str:
     """What a call asks for, whatever its id: the task and its arguments, as sent."""
     job = {"task": task, **{k: v for k, v in kwargs.items() if k != "call_id"}}
-    return hashlib.sha256(json.dumps(job, sort_keys=True, default=str).encode()).hexdigest()
+    return canonical_digest(job)
 
 
 def another_job_message(call_id: str) -> str:
@@ -44,4 +45,4 @@ class CallIds:
         if self.client.set(key, digest, nx=True, ex=RESULT_TTL_S):
             return True
         named = self.client.get(key)
-        return named is None or (named.decode() if isinstance(named, bytes) else named) == digest
+        return named is None or as_text(named) == digest

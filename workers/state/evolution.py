@@ -36,7 +36,7 @@ from evolution.descriptions import MANIFEST_VARIANT, DescriptionVariant, Variant
 from evolution.models import ChangelogEntry, SuccessfulRun
 from evolution.trial import TrialCounts
 from selection.manifest import tool_key
-from workers.state.redis import as_text
+from workers.state.base import as_text
 from workers.state.base import IDEMPOTENCY_TTL_S, PrefixedStore, load_scripts, push_recent
 from workers.state.once import ONCE_TTL_S, apply_once, new_token
 

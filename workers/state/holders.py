@@ -21,7 +21,7 @@ import redis
 from redis.client import Pipeline
 
 from workers.buffered import BufferedWrites
-from workers.state.base import load_scripts
+from workers.state.base import as_text, load_scripts
 
 FLUSH_INTERVAL_S = 0.1
 
@@ -73,7 +73,7 @@ class MessageHolders(BufferedWrites[_Claims]):
         """The holders whose last beat is older than `lease_s` by Redis's clock."""
         seconds, micros = self.client.time()
         raw = self.client.zrangebyscore(self.beats_key, "-inf", seconds + micros / 1e6 - lease_s)
-        return [h.decode() if isinstance(h, bytes) else str(h) for h in raw]
+        return [as_text(h) for h in raw]
 
     def take(self, holder: str, lease_s: float) -> list[str] | None:
         """The tags of `holder` if it is still silent for `lease_s`, taken so that no other sweep
@@ -81,11 +81,11 @@ class MessageHolders(BufferedWrites[_Claims]):
         raw = self._take(keys=[self.beats_key, self.held_key(holder)], args=[holder, lease_s])
         if raw is None:
             return None
-        return [t.decode() if isinstance(t, bytes) else str(t) for t in raw]
+        return [as_text(t) for t in raw]
 
     def unclaimed(self, tags: list[str]) -> list[str]:
         """Those of `tags` no holder with a beat recorded claims."""
-        holders = [h.decode() if isinstance(h, bytes) else str(h) for h in self.client.zrange(self.beats_key, 0, -1)]
+        holders = [as_text(h) for h in self.client.zrange(self.beats_key, 0, -1)]
         if not holders or not tags:
             return list(tags)
         pipe = self.client.pipeline(transaction=False)

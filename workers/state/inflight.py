@@ -42,7 +42,7 @@ from pydantic import BaseModel, Field
 from redis.client import Pipeline
 
 from workers.buffered import BufferedWrites
-from workers.state.base import load_scripts
+from workers.state.base import as_text, load_scripts
 from workers.state.once import ONCE_TTL_S, new_token
 
 FLUSH_INTERVAL_S = 0.1
@@ -164,8 +164,7 @@ class InflightCalls(BufferedWrites[_Pending]):
 
     def overdue(self, now: float | None = None, limit: int = 100) -> list[HandedOnStep]:
         """The steps due before `now`, most overdue first (an id without a step is dropped)."""
-        ids = [i.decode() if isinstance(i, bytes) else str(i)
-               for i in self.client.zrangebyscore(self.due_key, "-inf", now or time.time(), start=0, num=limit)]
+        ids = [as_text(i) for i in self.client.zrangebyscore(self.due_key, "-inf", now or time.time(), start=0, num=limit)]
         if not ids:
             return []
         raws = self.client.hmget(self.steps_key, ids)
@@ -183,7 +182,7 @@ class InflightCalls(BufferedWrites[_Pending]):
         """Those of `task_ids` with a message waiting in the lists `queue_keys` (one queue's), or
         None when they hold more than `limit` messages, too many to read."""
         found = self._queued(keys=queue_keys, args=[limit, *task_ids])
-        return None if found is None else {t.decode() if isinstance(t, bytes) else str(t) for t in found}
+        return None if found is None else {as_text(t) for t in found}
 
     def postpone(self, task_id: str, due_in_s: float) -> None:
         """Look at the call again `due_in_s` from now (only while it is still in flight)."""
@@ -199,8 +198,7 @@ class InflightCalls(BufferedWrites[_Pending]):
     def deaths(self, attempt_id: str) -> AttemptDeaths:
         """The deaths counted for `attempt_id` (none: 0)."""
         raw = self.client.hgetall(self._died_key(attempt_id))
-        fields = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-                  for k, v in raw.items()}
+        fields = {as_text(k): as_text(v) for k, v in raw.items()}
         return AttemptDeaths(count=int(fields.get("deaths", 0)), reason=fields.get("reason", ""),
                              ms=float(fields.get("ms", 0.0)))
 

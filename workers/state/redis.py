@@ -57,7 +57,7 @@ from selection.ports import (BreakerOutcome, BreakerState, FailureApplied, Retra
                              ToolStats)
 from selection.quality import FULL_QUALITY_BP, SEVERITY_PENALTY_BP, bp_to_quality, failure_penalty_bp, quality_to_bp
 from workers.state.pipelined import execute_scripts
-from workers.state.base import IDEMPOTENCY_TTL_S, PrefixedStore, load_scripts
+from workers.state.base import IDEMPOTENCY_TTL_S, PrefixedStore, as_text, load_scripts
 from workers.state.once import ONCE_TTL_S, new_token, once_call
 
 _SCRIPTS = ("apply_once", "breaker_record", "judge_count", "mark_failure", "note_namespaces", "promote", "promote_if",
@@ -96,11 +96,6 @@ def _extra_steps(horizon: int = 1000) -> tuple[tuple[int, int], ...]:
 
 EXTRA_STEPS = _extra_steps()
 _EXTRA_ARGV: list[int] = [x for step in EXTRA_STEPS for x in step]
-
-
-def as_text(value: Any) -> str:
-    """A reply of Redis as text, whether the client decodes replies or not."""
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -309,7 +304,7 @@ class RedisStateStore(PrefixedStore):
 
     def classifier(self) -> str | None:
         raw = self.client.get(self._k("weights", "classifier"))
-        return raw.decode("ascii") if isinstance(raw, bytes) else raw
+        return None if raw is None else as_text(raw)
 
     def weights_history(self, limit: int = 20) -> list[SelectionWeights]:
         if limit <= 0:

@@ -27,8 +27,8 @@ from billiard.exceptions import WorkerLostError
 from celery import Task
 from celery.worker.request import Request
 
-from selection.call_endings import (folders_gone, input_refused_message, no_tool_meant_for_it, refused_for_its_namespace,
-                                    refused_input, served_by_whom_note, serves_unconfirmed, targeted, tools_dir_gone,
+from selection.call_endings import (folders_gone_message, input_refused_message, no_tool_meant_for_it, refused_for_its_namespace,
+                                    refused_input, served_by_whom_note, serves_unconfirmed, targeted, tools_dir_gone_message,
                                     took_a_refused_input_note)
 from selection.manifest import ToolManifest
 from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
@@ -318,11 +318,11 @@ def code_gone(plan: CallPlan) -> set[str]:
     if not tools_dir.is_dir():
         inside = {c.key for c in plan.candidates
                   if (source := rt.registry.source(c.key)) is not None and Path(source).is_relative_to(tools_dir)}
-        if inside and (note := tools_dir_gone(tools_dir, inside)) not in plan.notes:
+        if inside and (note := tools_dir_gone_message(tools_dir, inside)) not in plan.notes:
             plan.notes.append(note)
     elsewhere = {c.key for c in plan.candidates if c.key not in inside and c.manifest.implementation.kind != "http"
                  and c.manifest.tool_dir is not None and not Path(c.manifest.tool_dir).is_dir()}
-    if elsewhere and (note := folders_gone(plan, elsewhere)) not in plan.notes:
+    if elsewhere and (note := folders_gone_message(plan, elsewhere)) not in plan.notes:
         plan.notes.append(note)
     return inside | elsewhere
 
