@@ -16,7 +16,6 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from selection.evidence import CandidateEvidence
-from selection.manifest import tool_key
 from selection.models import Candidate, CallRequest
 
 # A newcomer is tried when its description matches the job within this much cosine of the best

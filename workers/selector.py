@@ -13,7 +13,7 @@ import random
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from evolution.descriptions import MANIFEST_VARIANT
@@ -21,6 +21,7 @@ from evolution.trial import in_share, offered_side, served_chance, served_origin
 from selection.cache import TTLCache, VersionedValue
 from selection.classifier import ToolClassifier
 from selection.context import ContextFeatures, analyse, context_typos
+from selection.crowded import CROWDED_SIMILARITY, with_the_crowded_out, with_the_doers_crowded_out
 from selection.evidence import CandidateEvidence
 from selection.feedback import MIN_SIMILARITY, judged_outputs, points_by_tool, similarity_weight
 from selection.lexical import LexicalIndex, version_text
@@ -41,7 +42,7 @@ from selection.ports import (
     VectorFilter,
     VectorHit,
 )
-from selection.serving import (RELIABLE_RUNS, SAME_JOB, ServedVersions, breaker_probe, does_the_job, evolved_first,
+from selection.serving import (ServedVersions, breaker_probe, does_the_job, evolved_first,
                                explored_first, newcomer_to_try, refuses_everything, served_first)
 from selection.sparc import declared_against, sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
@@ -62,11 +63,6 @@ SEARCH_DEPTH = 4  # tool points searched per candidate kept (descriptions and ex
 SUCCESS_NEIGHBOURS = 32  # successful past scenarios consulted per selection (their tools become candidates)
 FEEDBACK_LIMIT = 64  # feedback entries of the candidates consulted per selection
 FAILURE_LIMIT = 64  # failure records of the candidates consulted per selection
-# A search whose every hit is this similar is full of repeats of this very scenario (a service that
-# sends the same words on every call): its tools' older records fill it and leave out the rest. At
-# 0.95 near paraphrases counted too, and the bench's stream lost 5 queries of its 2nd half (0.8018);
-# at 0.99 it ranked 0.8035, against 0.8028 without the rule.
-CROWDED_SIMILARITY = 0.99
 
 # The payload keys each search of a plan reads: a feedback or failure point also stores its
 # scenario and reason, which selection never looks at and which the store would copy for each hit.
@@ -81,44 +77,6 @@ RETIRED = Match(key="deprecated", any_of=[True])
 # place of (no longer in force).
 OUTCOMES = Match(key="source", any_of=["outcome"])
 REPLACED = Match(key="replaced", any_of=[True])
-
-
-def with_the_crowded_out(hits: list[VectorHit], limit: int, keys: Iterable[str],
-                         search: Callable[[list[str]], list[VectorHit]]) -> list[VectorHit]:
-    """`hits` of a search that `limit` cut, and, when every one of them repeats this scenario
-    (CROWDED_SIMILARITY), those of the tools in `keys` that they left out or gave under a fair
-    share of the places: searched again among those tools alone. Without it the tool that had
-    served a repeated job filled the nearest records with its old ones, and the successes of the
-    tool that took over, its failures' fallback, never counted (QA W: 3 of 32 successes nearby
-    after ~50 calls it served, and the failing tool first on 36 of 36 calls)."""
-    if len(hits) < limit or hits[-1].score < CROWDED_SIMILARITY:
-        return hits
-    share = Counter(h.payload["tool"] for h in hits)
-    fair = limit // max(1, len(share) + 1)
-    left_out = sorted(k for k in set(keys) if share[k] < fair)
-    if not left_out:
-        return hits
-    seen = {h.id for h in hits}
-    return hits + [h for h in search(left_out) if h.id not in seen]
-
-
-def with_the_doers_crowded_out(hits: list[VectorHit], limit: int, keys: Iterable[str],
-                                search: Callable[[list[str]], list[VectorHit]]) -> list[VectorHit]:
-    """`hits` of a search that `limit` cut, and, when its last place is still the same job
-    (SAME_JOB similar), the successes at least that similar of the versions in `keys` that have
-    fewer than RELIABLE_RUNS of them there: searched again among those versions alone. Whether a
-    version does the job (selection/serving.py `does_the_job`) is read from these hits, and a
-    tool's many nearer successes would hide another's three, whose refusal of a bad input then
-    counted against it as its own failure."""
-    if len(hits) < limit or hits[limit - 1].score < SAME_JOB:
-        return hits
-    # an unconfirmed success says nothing of whether its version does the job (`does_the_job`)
-    counted = Counter(h.payload["tool"] for h in hits if h.score >= SAME_JOB and not h.payload.get("unconfirmed"))
-    unseen = sorted(k for k in set(keys) if counted[k] < RELIABLE_RUNS)
-    if not unseen:
-        return hits
-    seen = {h.id for h in hits}
-    return hits + [h for h in search(unseen) if h.id not in seen and h.score >= SAME_JOB]
 
 
 def attempt_timeout(settings: Settings, registry: ToolRegistry, manifest: ToolManifest, stats: ToolStats) -> float:

@@ -134,8 +134,8 @@ class CodeMutator:
             {"input": f.input, "error_class": f.error_class.value, "error": f.error_message[:500]} for f in ev.failures[:5]
         ]
         hints = sorted({HINTS[f.error_class.value] for f in ev.failures})
-        wrapped = (f"This file is called by the generated wrappers of earlier evolutions (input coercion, retries, "
-                   f"a cache), which stay: keep its function's name, input keys and output as they are."
+        wrapped = ("This file is called by the generated wrappers of earlier evolutions (input coercion, retries, "
+                   "a cache), which stay: keep its function's name, input keys and output as they are."
                    if target.startswith(f"{PARENT_DIR}/") else "")
         sections = [
             f"Tool `{parent.name}` version {parent.version}: {parent.description}",

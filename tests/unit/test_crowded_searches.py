@@ -1,4 +1,4 @@
-"""workers/selector.py `with_the_crowded_out`: a search full of repeats of the scenario is completed
+"""selection/crowded.py `with_the_crowded_out`: a search full of repeats of the scenario is completed
 with the tools it left out, and only then (pure logic: the search is a stand-in)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ def hits(tool: str, n: int, score: float, start: int = 0) -> list[VectorHit]:
 
 
 def test_a_search_full_of_repeats_is_searched_again_among_the_tools_it_left_out() -> None:
-    from workers.selector import with_the_crowded_out
+    from selection.crowded import with_the_crowded_out
 
     asked: list[list[str]] = []
 
@@ -27,7 +27,7 @@ def test_a_search_full_of_repeats_is_searched_again_among_the_tools_it_left_out(
 
 
 def test_a_search_that_is_not_full_or_not_all_repeats_is_left_as_it_is() -> None:
-    from workers.selector import with_the_crowded_out
+    from selection.crowded import with_the_crowded_out
 
     def search(among: list[str]) -> list[VectorHit]:
         raise AssertionError("searched again")
