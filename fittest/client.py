@@ -24,12 +24,12 @@ from typing import Any, Literal, Self
 
 from selection.manifest import tool_reference
 from selection.models import CallRequest, CallResult, joined_errors, size_errors
-from workers.client import CallSender, CallTimeout, FittestUnavailable, PendingCall, reaching, timed_out_as
+from workers.client import CallSender, CallTimeout, FittestUnavailable, PendingCall, UnknownCall, reaching, timed_out_as
 from workers.payloads import CallToolPayload, FeedbackReply, FeedbackRequest, RecordedFeedback, payload_schemas
 from workers.settings import Settings, get_settings
 
 __all__ = ["CallRequest", "CallResult", "CallTimeout", "CallToolPayload", "FeedbackReply", "FeedbackRequest", "FittestClient",
-           "FittestUnavailable", "RecordedFeedback", "payload_schemas"]
+           "FittestUnavailable", "RecordedFeedback", "UnknownCall", "payload_schemas"]
 
 
 class FittestClient(CallSender):
@@ -81,12 +81,14 @@ class FittestClient(CallSender):
 
     def result(self, pending: PendingCall | str, timeout: float = 120.0) -> CallResult:
         """The result of a call sent (`submit`'s AsyncResult, or its call id); CallTimeout when none
-        came within `timeout`, and FittestUnavailable when Redis cannot be reached (either way the
-        call itself goes on)."""
+        came within `timeout` (a timeout of 0 or less: unless it is there already), and
+        FittestUnavailable when Redis cannot be reached (either way the call itself goes on);
+        UnknownCall (a LookupError), within a few seconds, when no call of that id is queued or
+        running and no result of one is kept (results are kept for a day)."""
         if isinstance(pending, str):
             pending = self.celery.AsyncResult(pending)
         with reaching(self.settings.backend_url, f"waiting for call {pending.id}"), timed_out_as(pending.id, timeout):
-            return CallResult.model_validate(self.wait(pending, timeout))
+            return CallResult.model_validate(self.wait_for_call(pending, timeout))
 
     def run(self, scenario: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **options: Any) -> CallResult:
         """Call the fittest tool for `scenario` and wait for the result."""
@@ -105,7 +107,7 @@ class FittestClient(CallSender):
         gave the version on its own (a success is positive), whichever is stored first. Selection
         weighs it for similar scenarios, decayed with age, within ±50 points. Returns the feedback
         worker's answer (its `feedback` as stored, `score_now`: the version's feedback score for
-        the judgement's scenario, and `first_now`: the version a call of that scenario tries first now);
+        the judgement's scenario, and `first_now`: the version a call of that scenario most likely tries first now);
         raises ValueError for a payload or a tool the workers refuse, FittestUnavailable when a
         store they need to check it is down (sent again later, it is recorded), and celery's
         TimeoutError when no worker took it within `timeout`: it is then not recorded, ever (its

@@ -89,7 +89,8 @@ class CallRequest(BaseModel):
     exclude: list[str] = Field(default_factory=list, max_length=256,
                                description="Tool versions not to try, as NAME@VERSION")
     call_id: str = Field(default_factory=new_id, pattern=CALL_ID_PATTERN)
-    after_evolution: bool = False
+    after_evolution: bool = Field(False, description="Set by fittest on a call's retry after its evolution, which "
+                                                      "evolves nothing again; a caller that sets it turns evolution off for its call")
 
     @field_validator("exclude")
     @classmethod
@@ -154,18 +155,41 @@ def size_errors(request: CallRequest, limit_bytes: int) -> list[dict[str, str]]:
     return errors
 
 
-def _check_json_value(value: Any, depth: int) -> None:
-    """Refuse NaN/Infinity and absurd nesting: they are not JSON and break every consumer."""
+JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _check_json_value(value: Any, depth: int, path: str = "") -> None:
+    """Refuse what is not JSON, which every consumer would break on: NaN/Infinity, absurd nesting,
+    and values of Python types JSON has none of (a set, bytes, a datetime, a Decimal) or text that
+    is no Unicode (a lone surrogate). Those two had reached the size check's json.dumps and raised
+    a TypeError naming no field (QA integrator 3); `path` names where they are."""
+    where = f" at {path}" if path else ""
     if depth > 32:
         raise ValueError("nested deeper than 32 levels")
     if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError("contains a non-finite number (NaN or Infinity)")
-    if isinstance(value, dict):
-        for item in value.values():
-            _check_json_value(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _check_json_value(item, depth + 1)
+        raise ValueError(f"contains a non-finite number (NaN or Infinity){where}")
+    if isinstance(value, str):
+        _check_text(value, where)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, JSON_SCALARS):
+                raise ValueError(f"has a key of type {type(key).__name__}{where}, which JSON has not: keys are text")
+            if isinstance(key, str):
+                _check_text(key, where)
+            _check_json_value(item, depth + 1, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_json_value(item, depth + 1, f"{path}.{i}" if path else str(i))
+    elif not isinstance(value, JSON_SCALARS):
+        raise ValueError(f"contains a value of type {type(value).__name__}{where}, which is not JSON: send it as text, a number, "
+                         "a list or an object")
+
+
+def _check_text(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"contains text that is not Unicode (a lone surrogate){where}") from None
 
 
 # Why a version is a candidate: the served one, the namespace's original, a look-alike, or asked for.
@@ -311,7 +335,8 @@ class CallPlan(BaseModel):
             return (f"every version that matches is held back by its circuit breaker ({', '.join(self.held_back)}): open, "
                     "or half-open with another call probing it; one call at a time probes it once "
                     "FITTEST_BREAKER_COOLDOWN_S has passed")
-        return "no tool matches this scenario, namespace and tags"
+        excluded = f" (the call excludes {', '.join(self.request.exclude)})" if self.request.exclude else ""
+        return f"no tool matches this scenario, namespace and tags{excluded}"
 
 
 CallStatus = Literal["success", "failed", "invalid", "no_candidates"]
@@ -378,10 +403,10 @@ class CallResult(BaseModel):
     policy: str = ""
     weights_version: int = 0
     elapsed_ms: float = 0.0  # from the call's start to its result, an evolution and its retry included
-    # Why nothing was ranked (status no_candidates), as `message` says it: `no_such_version` and
-    # `no_such_tag` (a version or tag no tool has) are the caller's to mend (the CLI refuses them,
-    # exit code 2), the others are answers.
-    no_candidates_reason: Literal["no_match", "no_such_version", "no_such_tag", "held_back"] | None = None
+    # Why nothing was ranked (status no_candidates), as `message` says it: `no_such_tool` (a
+    # `call_tool` of a name no tool has), `no_such_version` and `no_such_tag` (a version or tag no
+    # tool has) are the caller's to mend (the CLI refuses them, exit code 2), the others are answers.
+    no_candidates_reason: Literal["no_match", "no_such_tool", "no_such_version", "no_such_tag", "held_back"] | None = None
 
     @classmethod
     def from_plan(cls, plan: CallPlan, status: CallStatus, message: str = "") -> CallResult:
@@ -513,7 +538,8 @@ class OutcomeRecord(BaseModel):
     components: dict[str, dict[str, float]] = Field(default_factory=dict)  # tool key -> SPARC components ranked with
     # The retry of a call after its evolution: it runs the new version on the input its verification
     # replayed already, so its outcome is no trial traffic (workers/trials.py `account_trials`).
-    after_evolution: bool = False
+    after_evolution: bool = Field(False, description="Set by fittest on a call's retry after its evolution, which "
+                                                      "evolves nothing again; a caller that sets it turns evolution off for its call")
 
     def set_aside(self) -> set[str]:
         """The attempt ids whose outcome says nothing of their tool: the refusals that were the

@@ -22,6 +22,7 @@ from typing import Any
 
 from celery import Celery
 from celery.backends.asynchronous import E_RETRY_LIMIT_EXCEEDED
+from celery.exceptions import TaskRevokedError
 from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
 from kombu.exceptions import OperationalError
@@ -48,6 +49,12 @@ STARTED_SETTLE_S = 0.5
 STARTED_GRACE_S = 30.0
 # How often a wait for a result asks again while a restarted Redis loads its data.
 LOADING_RETRY_S = 0.2
+# How long a wait for a call's result goes before it asks whether one can come at all: a call the
+# workers take at once has its result by then, and one nobody sent is told in seconds, not after
+# the whole timeout.
+FIRST_LOOK_S = 3.0
+# The least timeout handed to Celery's get(), which reads 0 as "no timeout".
+MIN_GET_TIMEOUT_S = 0.001
 
 
 def detach(result: AsyncResult) -> None:
@@ -104,6 +111,22 @@ class CallTimeout(CeleryTimeout, TimeoutError):
     def __init__(self, call_id: str, timeout: float) -> None:
         super().__init__(f"no result for call {call_id} within {timeout:g} s: it goes on; "
                          f"result({call_id!r}) or `fittest result {call_id}` gets it later")
+        self.call_id = call_id
+
+
+# Why no result can come for a call id: what `UnknownCall` and `fittest result` say.
+UNKNOWN_CALL = ("no call with this id is queued or running, and none finished in the last day (a call sent by "
+                "send_task alone is known once a worker has taken it; its result is kept under its task id, which "
+                "is its call_id only when the sender made it so: send_task(..., task_id=call_id))")
+
+
+class UnknownCall(LookupError):
+    """No call with this id is queued or running, and no result of one is kept (results are kept
+    for a day): a result that can never come, which a wait would have waited for to its timeout,
+    and then said "it goes on" (QA integrator 2)."""
+
+    def __init__(self, call_id: str) -> None:
+        super().__init__(f"no result for call {call_id}: {UNKNOWN_CALL}")
         self.call_id = call_id
 
 
@@ -196,6 +219,10 @@ class CallSender:
         pending = self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue, expires=timeout)
         try:
             return self.wait(pending, timeout)
+        except TaskRevokedError as exc:
+            # A worker took the message after it expired and dropped it: not done, as documented
+            # (QA integrator 4: celery's TaskRevokedError reached a caller written for TimeoutError).
+            raise CeleryTimeout(f"fittest.{task}: no worker took it within {timeout:g} s; it was not done") from exc
         except CeleryTimeout:
             time.sleep(STARTED_SETTLE_S)
             again = self.celery.AsyncResult(pending.id)
@@ -203,6 +230,33 @@ class CallSender:
                 CallSender.release(again)
                 raise
             return self.wait(again, STARTED_GRACE_S)
+
+    def wait_for_call(self, pending: AsyncResult, timeout: float) -> dict[str, Any]:
+        """`wait` for a call's result, raising UnknownCall when none can come: no call of its id is
+        in flight nor has a result, asked after FIRST_LOOK_S without one, and at the timeout."""
+        deadline = time.monotonic() + timeout
+        first = min(timeout, FIRST_LOOK_S)
+        try:
+            return self.wait(pending, first)
+        except CeleryTimeout:
+            self.check_known(pending.id)
+        try:
+            return self.wait(pending, deadline - time.monotonic())
+        except CeleryTimeout:
+            self.check_known(pending.id)
+            raise
+
+    def check_known(self, call_id: str) -> None:
+        """UnknownCall unless a call of this id is in flight or its result is stored (it may have come
+        just after the wait gave up)."""
+        if self.in_flight(call_id):
+            return
+        stored = self.celery.AsyncResult(call_id)
+        try:
+            if stored.state == "PENDING":  # what Celery answers for an id it knows nothing of
+                raise UnknownCall(call_id)
+        finally:
+            CallSender.release(stored)
 
     def in_flight(self, call_id: str) -> bool:
         """Whether a call with this id is queued or running: sent by a client, or taken by a worker."""
@@ -233,8 +287,11 @@ class CallSender:
             while True:
                 try:
                     if result._cache is None and result.backend is not None:  # not fetched (and detached) already
-                        result.ready()
-                    return result.get(timeout=max(deadline - time.monotonic(), 0.0))
+                        if not result.ready() and time.monotonic() >= deadline:
+                            # Celery reads a timeout of 0 as none: a timeout of 0 or less, or one that ran
+                            # out in the round trip, waited for ever (QA integrator 1).
+                            raise CeleryTimeout("The operation timed out.")
+                    return result.get(timeout=max(deadline - time.monotonic(), MIN_GET_TIMEOUT_S))
                 except BusyLoadingError:
                     # A restarted Redis answers while it loads its data, refusing reads for that time
                     # (seconds): the call goes on, so its result is waited for (a test saw the wait end

@@ -79,6 +79,11 @@ def judged_call(rt: Runtime, call_id: str, result_of: Callable[[str], dict[str, 
                       set_aside=sorted(failed & {r.key for r in records if r.forgiven}))
 
 
+class UnknownVersion(LookupError):
+    """A judgement of a version its tool does not have: refused under `version`, not `tool` (QA
+    integrator 10: `version="9.9.9"` was said to be wrong in the field `tool`)."""
+
+
 def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: str | None,
                          sentiment: Sentiment, reason: str = "", quality: float = 1.0,
                          call: JudgedCall | None = None) -> FeedbackRecord:
@@ -106,7 +111,7 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
             counted = ("its failure was set aside, as the caller's input's (or an outage's), not the tool's"
                        if key in call.set_aside else "its failure counts against it already")
             raise ValueError(f"{key}'s attempt in call {call.call_id} failed: it gave no output to judge "
-                             f"({counted}; to judge the tool for such jobs, leave out --call)")
+                             f"({counted}; to judge the tool for such jobs, leave out the call: --call, or call_id)")
         scenario = scenario or call.scenario or None
     # Without a version: the one serving most of the namespace's calls, during a trial the one it
     # is tried against (QA F8: `feedback add NAME` judged the version serving 25 % of the calls).
@@ -116,7 +121,7 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
     manifest = rt.registry.get(tool_key(tool, version))
     if manifest is None:  # with the versions it has, as `feedback show` and `explain` say it (QA selection F10)
         known = ", ".join(m.version for m in rt.registry.versions(tool))
-        raise LookupError(f"{tool} has no version {version!r} (it has {known})" if known else f"no tool named '{tool}'")
+        raise UnknownVersion(f"{tool} has no version {version!r} (it has {known})") if known else LookupError(f"no tool named '{tool}'")
     # In general: the description stands for the scenario (its vector), marked as such (QA AD: shown
     # as if a job had been worded so, its trailing newline a blank row).
     record = FeedbackRecord.manual(tool, version, scenario or manifest.description.strip(), sentiment, reason, quality,

@@ -69,7 +69,8 @@ class FeedbackReply(BaseModel):
     # cannot be read now; the judgement is kept and written when it is back).
     score_now: float | None = None
     trial: JudgedTrial | None = None  # the trial the judged call counted in, as it stands after it
-    # The version a call of the judgement's scenario tries first now, with it (None: a judgement of
+    # The version a call of the judgement's scenario most likely tries first now, with the chance of that
+    # first place (workers/tasks/feedback.py `likeliest_first`; None: a judgement of
     # the tool in general, or the vector memory cannot be read now). A judgement without a call
     # scales a score by at most half, which a tool's successes on the job, or a description that
     # matches it far better than the others', outweigh; this says

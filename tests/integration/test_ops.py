@@ -195,6 +195,9 @@ def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline
             client.record_feedback(result.tool, "meh")  # type: ignore[arg-type]  # refused before it is sent
         with pytest.raises(ValueError, match="no tool named 'nosuch'"):
             client.record_feedback("nosuch", "positive")
+        # QA integrator 10: the version is what is wrong, not the tool.
+        with pytest.raises(ValueError, match=rf"^version: {result.tool} has no version '9.9.9' \(it has "):
+            client.record_feedback(result.tool, "positive", version="9.9.9")
     shown = json.loads(cli("feedback", "show", result.tool, "--json").output)
     assert any(e["reason"] == "the rows came back as one" and e["value"] < 0 for e in shown["entries"])
     # The judged call's own success no longer counts, and is not listed as if it did (QA: the trend counted both).
@@ -299,6 +302,36 @@ def test_a_call_is_shown_again_by_its_id_and_one_nobody_ran_says_so(pipeline, cl
     later = cli("result", call_id, "--timeout", "1", FITTEST_REDIS_URL=unserved_redis, FITTEST_RESULT_BACKEND=unserved_redis)
     assert later.exit_code == 1 and "it is waiting for a selection worker (fittest.resilient_tool_call) and goes on" in words(later.output)
     assert cli("result", "no such id!").exit_code == 2
+
+
+def test_the_client_tells_a_call_it_cannot_get_from_one_that_goes_on(pipeline, unserved_redis: str) -> None:
+    """QA integrator 1 and 2: `result()` of an id nobody sent, or whose result expired, waited its
+    whole timeout (120 s by default) and then said the call "goes on"; a timeout of 0 waited for ever."""
+    import time
+
+    import redis as redis_py
+
+    from fittest.client import CallTimeout, FittestClient, UnknownCall
+
+    with FittestClient(pipeline.settings.redis_url, settings=pipeline.settings) as client:
+        started = time.monotonic()
+        with pytest.raises(UnknownCall, match="no result for call never-sent-1: no call with this id is queued"):
+            client.result("never-sent-1", timeout=60)
+        assert time.monotonic() - started < 10
+        done = client.run("parse this csv text into rows", {"text": "a,b\n1,2\n"}, namespace="csv_lenient")
+        assert done.status == "success" and client.result(done.call_id, timeout=0).output == done.output
+    redis_py.Redis.from_url(pipeline.settings.backend_url).delete(f"celery-task-meta-{done.call_id}")  # its day is over
+    with FittestClient(pipeline.settings.redis_url, settings=pipeline.settings) as later:
+        pipeline.wait_for(lambda: not later.in_flight(done.call_id), timeout=10)  # its end is written just after its result
+        with pytest.raises(UnknownCall):
+            later.result(done.call_id, timeout=0)
+    # Sent where no worker reads: it goes on, and a timeout of 0 or less says so at once.
+    with FittestClient(unserved_redis) as idle:
+        for timeout in (0, -1, 0.001):
+            started = time.monotonic()
+            with pytest.raises(CallTimeout, match="it goes on"):
+                idle.run("parse this csv text into rows", {"text": "a\n"}, timeout=timeout)
+            assert time.monotonic() - started < 5, timeout
 
 
 def test_a_new_memory_worker_indexes_the_tools_before_its_first_call(tmp_path, redis_url, model_path, monkeypatch) -> None:

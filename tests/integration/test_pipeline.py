@@ -87,6 +87,12 @@ def test_call_tool_by_name_and_without_one(pipeline):
     assert nameless["status"] == "invalid" and [e["field"] for e in nameless["errors"]] == ["name"], nameless
     unknown = pipeline.client.run_tool("no_such_tool")
     assert unknown.status == "no_candidates" and "no_such_tool" in unknown.message
+    assert unknown.no_candidates_reason == "no_such_tool"  # QA integrator 5: a service branches on it (it was None)
+    # A call whose own `exclude` left nothing says so, not only "no tool matches".
+    nothing = pipeline.client.run("parse this csv text into rows", {"text": "x\n1\n"}, tags=["csv"],
+                                  exclude=["csv_lenient@1.0.0", "csv_strict@1.0.0"])
+    assert nothing.status == "no_candidates" and nothing.message == (
+        "no tool matches this scenario, namespace and tags (the call excludes csv_lenient@1.0.0, csv_strict@1.0.0)"), nothing
 
 
 def test_a_call_naming_a_tool_ends_where_the_tool_refuses_its_input(pipeline):

@@ -65,3 +65,44 @@ def test_a_wait_rides_out_a_restarted_redis_loading_its_data(monkeypatch) -> Non
             CallSender.wait(AsyncResult("call-3", app=app), timeout=0.5)
     finally:
         app.close()
+
+
+def test_a_timeout_of_zero_or_less_is_said_at_once_not_taken_for_no_timeout() -> None:
+    """QA integrator 1: Celery reads a timeout of 0 as none, and `run(timeout=0)` (a service passing
+    what was left of its deadline) waited for ever; a result already there is still returned."""
+    import time
+
+    import pytest
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    app = Celery("t", backend="cache+memory://")
+    try:
+        for timeout in (0.0, -1.0):
+            started = time.monotonic()
+            with pytest.raises(CeleryTimeout):
+                CallSender.wait(AsyncResult("call-4", app=app), timeout=timeout)
+            assert time.monotonic() - started < 1.0
+        app.backend.store_result("call-4", {"status": "success"}, "SUCCESS")
+        assert CallSender.wait(AsyncResult("call-4", app=app), timeout=0) == {"status": "success"}
+    finally:
+        app.close()
+
+
+def test_a_message_dropped_as_expired_is_a_timeout_as_documented(monkeypatch) -> None:
+    """QA integrator 4: a judgement whose message a worker dropped as expired raised celery's
+    TaskRevokedError, which `except TimeoutError` (what `record_feedback` documents) does not catch."""
+    import pytest
+    from celery.exceptions import TaskRevokedError
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    from workers.settings import Settings
+
+    sender = CallSender(Settings(redis_url="redis://127.0.0.1:1/0"))
+    monkeypatch.setattr(sender.celery, "send_task", lambda *a, **k: AsyncResult("fb-1", app=sender.celery))
+
+    def revoked(result: AsyncResult, timeout: float = 0) -> dict:
+        raise TaskRevokedError("expired")
+
+    monkeypatch.setattr(CallSender, "wait", staticmethod(revoked))
+    with pytest.raises(CeleryTimeout, match="no worker took it within 0.5 s; it was not done"):
+        sender.ask_within("record_feedback", 0.5, queue="feedback")

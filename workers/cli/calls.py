@@ -100,12 +100,6 @@ def result(
                    early=lambda: unknown_call(client, call_id))
 
 
-# How long a command waits for a result before it asks whether one can come at all: a call that
-# the workers take at once has its result by then, and one that cannot is told in seconds, not
-# after the whole --timeout.
-FIRST_LOOK_S = 3.0
-
-
 def no_selection_worker(stays: str) -> str | None:
     """Why the call's result cannot come (no worker takes the selection queue), or None."""
     from workers.health import MEMORY_QUEUE, ask_workers
@@ -119,11 +113,13 @@ def no_selection_worker(stays: str) -> str | None:
 
 def unknown_call(client: CallSender, call_id: str) -> str | None:
     """Why no result can come for `call_id` (no such call is queued or running), or None."""
-    if client.in_flight(call_id):
-        return None
-    return ("no call with this id is queued or running, and none finished in the last day "
-            "(a call sent by send_task alone is known once a worker has taken it; its result is kept under "
-            "its task id, which is its call_id only when the sender made it so: send_task(..., task_id=call_id))")
+    from workers.client import UNKNOWN_CALL, UnknownCall
+
+    try:
+        client.check_known(call_id)
+    except UnknownCall:
+        return UNKNOWN_CALL
+    return None
 
 
 # What a call in flight is doing at its step, for a user who stopped waiting for it.
@@ -161,6 +157,8 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
     what a timeout means to the user. `early`, asked once when no result came within FIRST_LOOK_S,
     says why none can come (the command then ends at once), or None to wait on."""
     from celery.exceptions import TimeoutError as CeleryTimeout
+
+    from workers.client import FIRST_LOOK_S
 
     def no_result(message: str) -> NoReturn:
         """The end of a wait without a result; with --json, as JSON on stdout too, so that a script

@@ -178,11 +178,11 @@ def namespace_and_version(namespace: str | None) -> tuple[str | None, str | None
 
 
 def names_what_no_tool_has(outcome: dict[str, Any]) -> bool:
-    """Whether the workers' answer says the call named a version its namespace does not have, or a
-    tag no tool has. A result stored by a worker from before `no_candidates_reason` (results are
+    """Whether the workers' answer says the call named a tool no tool is named, a version its
+    namespace does not have, or a tag no tool has. A result stored by a worker from before `no_candidates_reason` (results are
     kept 24 h) says the first in its message only."""
     if "no_candidates_reason" in outcome:
-        return outcome["no_candidates_reason"] in ("no_such_version", "no_such_tag")
+        return outcome["no_candidates_reason"] in ("no_such_tool", "no_such_version", "no_such_tag")
     return outcome.get("status") == "no_candidates" and re.match(r"\S+ has no version ", str(outcome.get("message", ""))) is not None
 
 

@@ -16,8 +16,9 @@ from workers.evolution_jobs import apply_evolution_record, maybe_evolve_for_qual
 from workers.outcomes import apply_failure, apply_outcomes, execution_records
 from workers.rescue import effects_ended
 from workers.degraded import is_store_failure
-from workers.feedback_store import feedback_report, feedback_score, judged_as, judged_call, record_tool_feedback
-from workers.runtime import runtime
+from workers.feedback_store import (UnknownVersion, feedback_report, feedback_score, judged_as, judged_call,
+                                    record_tool_feedback)
+from workers.runtime import Runtime, runtime
 from workers.tasks.batches import Batches
 from workers.tasks.common import batch_payloads
 from workers.trials import judge_trial
@@ -103,6 +104,8 @@ def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
     try:
         record = record_tool_feedback(rt, req.tool, req.version, req.scenario, req.sentiment, req.reason, req.quality,
                                       call=call)
+    except UnknownVersion as exc:
+        return FeedbackReply.refused("version", str(exc)).model_dump(mode="json")
     except LookupError as exc:
         return FeedbackReply.refused("tool", str(exc)).model_dump(mode="json")
     except ValueError as exc:  # a version the call did not run
@@ -114,8 +117,7 @@ def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
         # + 0.0: a score a hair below zero rounds to -0.0, which read as a negative score (QA L)
         score: float | None = round(feedback_score(rt, record.tool, record.version, record.scenario), 2) + 0.0
         if not record.general:
-            plan = rt.selector.plan(CallRequest(scenario=record.scenario))
-            first = plan.candidates[0] if plan.candidates and not plan.degraded else None
+            first = likeliest_first(rt, record.scenario)
     except Exception as exc:
         if not is_store_failure(exc):
             raise
@@ -123,6 +125,27 @@ def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
     return FeedbackReply(status="recorded", feedback=record, score_now=score, trial=trial,
                          first_now=first.key if first else None,
                          first_probability=first.probability if first else None).model_dump(mode="json")
+
+
+# Plans drawn to find the version a call of a judgement's scenario most likely tries first.
+FIRST_DRAWS = 16
+
+
+def likeliest_first(rt: Runtime, scenario: str) -> Candidate | None:
+    """The candidate a call of `scenario` most likely tries first now, with the probability of that
+    first place. One plan is one draw: the policy explores near-ties, and a second opinion or a
+    newcomer goes first on a share of the calls, so one draw named a version tried first on 25 %%
+    of such calls while the other came first on 12 of the next 20 (QA integrator 9). Each draw
+    logs the exact probability of the first place it gave; the likeliest seen in FIRST_DRAWS draws
+    is the answer (one of 50 % or more is missed with a chance of 1 in 65,000). None when the plan
+    was made without the vector memory, whose evidence the ranking lacks."""
+    firsts: dict[str, Candidate] = {}
+    for _ in range(FIRST_DRAWS):
+        plan = rt.selector.plan(CallRequest(scenario=scenario))
+        if not plan.candidates or plan.degraded:
+            return None
+        firsts.setdefault(plan.candidates[0].key, plan.candidates[0])
+    return max(firsts.values(), key=lambda c: c.probability)
 
 
 def _stored_result(call_id: str) -> dict[str, Any] | None:

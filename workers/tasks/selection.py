@@ -183,7 +183,8 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
         return ended_early(too_large)
     if original is None:
         return ended_early(CallResult(
-            call_id=request.call_id, status="no_candidates", message=f"no tool named '{name}'"
+            call_id=request.call_id, status="no_candidates", scenario=request.scenario, message=f"no tool named '{name}'",
+            no_candidates_reason="no_such_tool",
         ).model_dump(mode="json"))
     return start_call(self, request)
 
