@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from evolution.trial import head_version
+from evolution.served_version import head_version
 from selection.manifest import tool_key
 from selection.models import CallPlan, Promotion
 
@@ -45,7 +45,7 @@ def route_call(plan: CallPlan, namespace: str, parent: str, prepared_head: str |
     """The route of `plan`'s evolution in `namespace`: `parent` is the version the call's failures
     name, `prepared_head` the head of the namespace's promotion when the evolution was prepared,
     `promotion` its promotion now, and `original` the version it serves where the promotion names
-    none (evolution/trial.py `served_original`; None: unknown)."""
+    none (evolution/served_version.py `served_original`; None: unknown)."""
     head = head_version(promotion)
     serving = head or original
     pinned = plan.request.version

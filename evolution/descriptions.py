@@ -23,7 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from evolution.trial import in_share
+from evolution.served_version import in_share
 
 MANIFEST_VARIANT = "0"
 ANY_ENVIRONMENT = "any"

@@ -316,7 +316,7 @@ def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list
     not), else a half-open breaker's probe (`breaker_probe`), else on `share` of the calls a
     second opinion in place of a version people judge wrong here (`second_opinion`; `half_open`:
     the versions whose breaker is half-open). Each is logged with the probability of its place.
-    `drawn(salt)`: whether this call falls in the share of calls for `salt` (evolution/trial.py
+    `drawn(salt)`: whether this call falls in the share of calls for `salt` (evolution/served_version.py
     `in_share`, the same draw for the same call)."""
     if newcomer is not None:
         return tried_first(ranked, newcomer, share)

@@ -34,7 +34,7 @@ from evolution.models import (
     SuccessfulRun,
     Trigger,
 )
-from evolution.trial import head_version, served_original
+from evolution.served_version import head_version, served_original
 from selection.call_endings import targeted
 from selection.manifest import ManifestError, load_manifest, split_key, tool_key
 from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord, Promotion

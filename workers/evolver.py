@@ -33,7 +33,7 @@ from evolution.models import (
 )
 from evolution.call_route import route_call
 from evolution.mutation import MutationContext, Mutator, MutatorConfig, ParentTool, load_mutators, order_for
-from evolution.trial import fallback_version, head_version, served_original
+from evolution.served_version import fallback_version, head_version, served_original
 from evolution.verification import Sandbox, VerifyConfig, reproduce_successes, run_test_cases, verify
 from evolution.versioning import MANIFEST_FILE, next_version, version_dir
 from selection.manifest import ToolManifest, load_manifest, tool_key

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from evolution.trial import meant_version
+from evolution.served_version import meant_version
 from selection.feedback import FeedbackRecord, TrendPoint, forgiven, judged_calls, payload_value, replaced, trend
 from selection.learner import JUDGED_WRONG, ExecutionRecord
 from selection.manifest import split_key, tool_key

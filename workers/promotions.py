@@ -13,15 +13,9 @@ from collections.abc import Collection, Iterable
 from typing import Literal
 
 from evolution.models import ChangelogEntry
-from evolution.trial import (
-    Verdict,
-    fallback_version,
-    head_version,
-    kept_served,
-    manifest_to_trial,
-    promoted_by_hand,
-    served_before,
-)
+from evolution.served_version import (fallback_version, head_version, kept_served, manifest_to_trial,
+                                      promoted_by_hand, served_before)
+from evolution.trial import Verdict
 from selection.manifest import ToolManifest, tool_key
 from selection.models import Promotion
 from selection.ports import Newcomers, Promotions, StateStore
@@ -159,7 +153,7 @@ def unseen_versions(state: StateStore, registry: ToolRegistry, namespaces: Itera
 
 def trial_new_manifests(state: Promotions, ledger: EvolutionState, registry: ToolRegistry,
                         namespaces: Iterable[str], arrived: Collection[str] = ()) -> list[Promotion]:
-    """Serve on trial each version that a namespace's manifest newly gives it (evolution/trial.py
+    """Serve on trial each version that a namespace's manifest newly gives it (evolution/served_version.py
     `manifest_to_trial`), against the version the namespace served until then: it takes
     FITTEST_TRIAL_SHARE of the namespace's calls, and is served in its place once it has K
     successes at a rate no worse, or is rolled back. Without this a new version was only ever a

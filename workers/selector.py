@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from evolution.descriptions import MANIFEST_VARIANT
-from evolution.trial import in_share, offered_side, served_chance, served_original, served_version, withdrawn_versions
+from evolution.served_version import (in_share, offered_side, served_chance, served_original, served_version,
+                                      withdrawn_versions)
 from selection.cache import TTLCache, VersionedValue
 from selection.classifier import ToolClassifier
 from selection.context import ContextFeatures, analyse, context_typos
@@ -315,7 +316,7 @@ class Selector:
     def _promoted(self, namespace: str, request: CallRequest, promotions: dict[str, Promotion | None]) -> ToolManifest | None:
         """The version this call is served first: the promoted one, or while it is on trial, it for
         a share of the calls (always for the retry of a call that evolved it) and its parent for
-        the rest (evolution/trial.py)."""
+        the rest (evolution/served_version.py)."""
         promotion = promotions.get(namespace)
         version = served_version(promotion, request.call_id, request.after_evolution, self.settings.trial_share)
         if version is None:
@@ -438,7 +439,7 @@ class Selector:
 
     def withdrawn(self, promotions: dict[str, Promotion | None]) -> dict[str, frozenset[str]]:
         """The versions of each promoted namespace that its promotions rolled back and none serves
-        since (evolution/trial.py `withdrawn_versions`), its history read again only when the
+        since (evolution/served_version.py `withdrawn_versions`), its history read again only when the
         promotions version moved, as `promotions` reads them."""
         known = self._withdrawn.get(self._version("promotions"), dict)
         for name, current in promotions.items():

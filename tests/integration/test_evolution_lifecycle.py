@@ -15,7 +15,9 @@ from evolution.models import ChangelogEntry, EvolutionJob, EvolutionRecord, Evol
 from evolution.mutation import Mutator, load_mutators
 from evolution.mutators.code import CodeMutator
 from evolution.verification import StageRun
-from evolution.trial import JudgedTrial, TrialCounts, fallback_version, head_version, served_version, withdrawn_version, withdrawn_versions
+from evolution.served_version import (fallback_version, head_version, served_version, withdrawn_version,
+                                      withdrawn_versions)
+from evolution.trial import JudgedTrial, TrialCounts
 from selection.manifest import split_key
 from selection.models import CallPlan, CallRequest, FailureClass, FailureMark, OutcomeRecord, Promotion, Severity, ToolExecutionResult
 from workers.cli.tools import tool_rows

@@ -917,7 +917,7 @@ def test_promotions_decide_which_version_of_a_namespace_is_tried_first(rt) -> No
 def test_a_trials_share_is_in_the_logged_probability_of_the_version_it_drew(rt) -> None:
     """QA V: with a version on trial, it and the version it is tried against both logged
     probability 1.0 first, where each went first on its share of the calls."""
-    from evolution.trial import in_share
+    from evolution.served_version import in_share
     from selection.models import Promotion
 
     evolved = ToolManifest(name="currency_rates", version="1.1.0", parent_version="1.0.0", description=TOOLS["currency_rates"],

@@ -272,7 +272,7 @@ def test_a_tool_added_to_the_running_system_is_tried_first_on_its_share_of_the_c
     with no outcomes of its own it never ranked first. Until it has run FITTEST_TRIAL_SUCCESSES
     times it is tried first on FITTEST_TRIAL_SHARE of the calls it matches; the tools the system
     started with are not newcomers."""
-    from evolution.trial import in_share
+    from evolution.served_version import in_share
 
     tools = tmp_path / "tools"
     for name in ("word_stats", "slugify"):

@@ -13,8 +13,9 @@ from evolution.models import Evidence, FailedMutation, FailedRun, PastFailure, S
 from evolution.mutation import MutatorConfig, load_mutators, order_for
 from evolution.mutators.code import extract_code
 from evolution.mutators.coercion import Schema, infer_rules
-from evolution.trial import (TrialCounts, TrialRules, decide, head_version, in_share, kept_served, majority_version,
-                             manifest_to_trial, meant_version, offered_side, served_before, served_version)
+from evolution.served_version import (head_version, in_share, kept_served, majority_version, manifest_to_trial,
+                                      meant_version, offered_side, served_before, served_version)
+from evolution.trial import TrialCounts, TrialRules, decide
 from evolution.verification import StageRun, VerifyConfig, verify
 from evolution.versioning import next_version, version_dir, version_stem
 from selection.manifest import TestCase, ToolManifest

@@ -53,7 +53,7 @@ def versions_of(registry: ToolRegistry, namespace: str) -> list[ToolManifest]:
 
 def lineage(namespace: str) -> dict[str, Any]:
     """Every version of a namespace with its parent, status, quality and variants, and the changelog."""
-    from evolution.trial import head_version, served_original
+    from evolution.served_version import head_version, served_original
 
     from workers.selector import attempt_timeout
     from workers.settings import get_settings
@@ -256,7 +256,7 @@ def rollback(
     trial it interrupted goes on. A promote of the version on trial decided that trial: its
     rollback rolls that version back. A manifest's new version that waited while a promote held
     goes on trial."""
-    from evolution.trial import fallback_version
+    from evolution.served_version import fallback_version
     from workers.promotions import PromotionChanged, PromotionError, trial_new_manifests
     from workers.promotions import rollback as do_rollback
 
@@ -335,7 +335,7 @@ def describe(
     The variant is on test: FITTEST_AB_TEST_PROBABILITY of the calls are matched by it instead of
     the best active description; after FITTEST_VARIANT_MIN_TRIALS first attempts it is promoted if
     its calls succeed more often, and retired otherwise (`fittest show` then lists it as deprecated)."""
-    from evolution.trial import meant_version
+    from evolution.served_version import meant_version
     from selection.manifest import tool_key
     from workers.settings import get_settings
 

@@ -9,7 +9,7 @@ import typer
 from pydantic import BaseModel
 from rich.table import Table
 
-from evolution.trial import withdrawn_versions
+from evolution.served_version import withdrawn_versions
 from selection.manifest import ToolManifest, split_key, tool_key
 from selection.policies.learned import standing
 from selection.ports import Breakers, Newcomers, Promotions, StateStore
@@ -102,7 +102,7 @@ def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int)
     a deprecated version, out of the rankings, is not. `on_trial`: the evolved version its
     namespace's promotion puts on trial (QA: "(new: on trial)" marked a new tool's original, and
     nothing marked the version really on trial). `rolled_back`: a version its namespace's promotions
-    took out of the calls (evolution/trial.py `withdrawn_versions`, as selection reads them; QA README
+    took out of the calls (evolution/served_version.py `withdrawn_versions`, as selection reads them; QA README
     L6: listed like any served version)."""
     stats, breakers = state.stats_and_breakers([m.key for m in manifests])
     newcomers = state.newcomers()

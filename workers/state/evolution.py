@@ -36,8 +36,7 @@ from evolution.descriptions import MANIFEST_VARIANT, DescriptionVariant, Variant
 from evolution.models import ChangelogEntry, SuccessfulRun
 from evolution.trial import TrialCounts
 from selection.manifest import tool_key
-from workers.state.base import as_text
-from workers.state.base import IDEMPOTENCY_TTL_S, PrefixedStore, load_scripts, push_recent
+from workers.state.base import IDEMPOTENCY_TTL_S, PrefixedStore, as_text, load_scripts, push_recent
 from workers.state.once import ONCE_TTL_S, apply_once, new_token
 
 _SCRIPT_NAMES = ("apply_once", "changelog_unless_repeated", "trial_record", "judge_count", "push_recent", "variant_record", "variant_status")
@@ -53,6 +52,8 @@ RECENT_SUCCESSES_LIMIT = 20
 # and its no_fix, far fewer.
 REPEATING = ("skipped", "no_fix")
 REPEATS_LOOKED_AT = 50
+# A description variant's own fields, in its hash; its status and counts are kept under keys of their own.
+VARIANT_FIELDS = {"text", "environment", "source", "created_at"}
 _COUNT_FIELDS = ("es", "ef", "ps", "pf")  # a trial hash's fields, in TrialCounts' order
 _TRIAL_FIELDS = {("evolved", True): "es", ("evolved", False): "ef", ("parent", True): "ps", ("parent", False): "pf"}
 
@@ -196,7 +197,8 @@ class EvolutionState(PrefixedStore):
 
     @staticmethod
     def _variant_json(v: DescriptionVariant) -> str:
-        return json.dumps({"text": v.text, "environment": v.environment, "source": v.source, "created_at": v.created_at})
+        """What a variant's hash field keeps: what it is; its status and counts have keys of their own."""
+        return v.model_dump_json(include=VARIANT_FIELDS)
 
     def variants(self, key: str) -> list[DescriptionVariant]:
         return self.all_variants([key]).get(key, [])
@@ -221,17 +223,14 @@ class EvolutionState(PrefixedStore):
             found = []
             for vid, doc in docs.items():
                 vid = as_text(vid)
-                data = json.loads(doc)
-                found.append(
-                    DescriptionVariant(
-                        id=vid,
-                        status=statuses.get(vid, "testing"),
-                        accesses=stats.get(f"{vid}:accesses", 0),
-                        trials=stats.get(f"{vid}:trials", 0),
-                        successes=stats.get(f"{vid}:successes", 0),
-                        **data,
-                    )
-                )
+                found.append(DescriptionVariant.model_validate({
+                    **json.loads(doc),
+                    "id": vid,
+                    "status": statuses.get(vid, "testing"),
+                    "accesses": stats.get(f"{vid}:accesses", 0),
+                    "trials": stats.get(f"{vid}:trials", 0),
+                    "successes": stats.get(f"{vid}:successes", 0),
+                }))
             if found:
                 out[key] = sorted(found, key=lambda v: int(v.id))
         return out
