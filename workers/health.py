@@ -18,7 +18,7 @@ from typing import Any, Literal
 import httpx
 from celery.worker.control import inspect_command
 from kombu.exceptions import OperationalError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from redis import Redis
 from redis.exceptions import OutOfMemoryError, RedisError
 
@@ -40,56 +40,69 @@ DISK_FLOOR_MB = 128
 
 
 class Check(BaseModel):
-    name: str
+    name: str = ""  # "" in a worker's answer, which names its checks by their fields (`WorkerHealth`)
     status: Status
     detail: str = ""
     ms: float = 0.0
 
 
+class WorkerHealth(BaseModel):
+    """A worker's answer to the health command: the queues it consumes, and for the memory worker,
+    which owns them, its store, its model and the tools it serves. `problem`: an answer that is
+    none of that (a worker of another release), said rather than read as if it were."""
+
+    queues: list[str] = Field(default_factory=list)
+    store: Check | None = None
+    model: Check | None = None
+    tools: Check | None = None
+    problem: str | None = None
+
+    @classmethod
+    def of(cls, answer: Any) -> WorkerHealth:
+        try:
+            return cls.model_validate(answer)
+        except ValidationError as exc:
+            return cls(problem=f"its answer to {CONTROL_COMMAND} is not understood: {exc.errors(include_url=False)[0]['msg']}")
+
+
 class HealthReport(BaseModel):
     healthy: bool
     checks: list[Check]
-    workers: dict[str, dict[str, Any]] = Field(default_factory=dict)  # node name -> its answer
+    workers: dict[str, WorkerHealth] = Field(default_factory=dict)  # node name -> its answer
 
 
 # ------------------------------------------------------------------------------ worker side
-def _local_services() -> dict[str, Any]:
-    """What this worker process can say about its store and model (it owns them)."""
+def _local_services() -> dict[str, Check]:
+    """What this worker process can say about its store, its model and its tools (it owns them)."""
     from selection.ports import TOOLS
     from workers.pending import PendingWrites, write_refusal
     from workers.retention import HISTORY
     from workers.runtime import runtime
 
     rt = runtime()
-    out: dict[str, Any] = {}
-    started = time.perf_counter()
-    try:
+
+    def store() -> tuple[Status, str]:
         history = ", ".join(f"{rt.memory.count(c)} {c}" for c in HISTORY)
-        out["store"] = {"status": "ok", "detail": f"{rt.memory.count(TOOLS)} tool vectors; history {history} "
-                                                  f"(the newest {rt.settings.history_max_points} of each kept, and every judgement)"}
+        detail = (f"{rt.memory.count(TOOLS)} tool vectors; history {history} "
+                  f"(the newest {rt.settings.history_max_points} of each kept, and every judgement)")
         waiting = len(PendingWrites(rt.redis, rt.settings.key_prefix))
         if (refusal := write_refusal()) is not None:  # it reads, but takes no write (QA: its files deleted)
-            out["store"] = {"status": "fail", "detail": (
-                f"refuses writes for {time.time() - refusal.since:.0f} s ({waiting} waiting in Redis, replayed "
-                f"once it takes one; a restart of the memory worker opens the store afresh): {refusal.error}")}
-        elif waiting:
-            out["store"]["detail"] += f"; {waiting} vector writes waiting to be replayed"
-        if rt.settings.qdrant_url is None and out["store"]["status"] == "ok":
-            status, room = disk_room(rt.settings.data_dir)
-            out["store"] = {"status": status, "detail": f"{out['store']['detail']}; {room}"}
-    except Exception as exc:  # noqa: BLE001 - a probe reports every failure as data
-        out["store"] = {"status": "fail", "detail": f"{type(exc).__name__}: {exc}"}
-    out["store"]["ms"] = (time.perf_counter() - started) * 1000
-    started = time.perf_counter()
-    try:
+            return "fail", (f"refuses writes for {time.time() - refusal.since:.0f} s ({waiting} waiting in Redis, replayed "
+                            f"once it takes one; a restart of the memory worker opens the store afresh): {refusal.error}")
+        if waiting:
+            detail += f"; {waiting} vector writes waiting to be replayed"
+        if rt.settings.qdrant_url is not None:
+            return "ok", detail
+        status, room = disk_room(rt.settings.data_dir)
+        return status, f"{detail}; {room}"
+
+    def model() -> tuple[Status, str]:
         vector = rt.embedder.embed_one(PROBE_TEXT)
-        out["model"] = {"status": "ok", "detail": f"{len(vector)}-dim vectors, {rt.embedder.precision} model"}
-    except Exception as exc:  # noqa: BLE001
-        out["model"] = {"status": "fail", "detail": f"{type(exc).__name__}: {exc}"}
-    out["model"]["ms"] = (time.perf_counter() - started) * 1000
+        return "ok", f"{len(vector)}-dim vectors, {rt.embedder.precision} model"
+
     registry = rt.registry
-    out["tools"] = tools_dir_check(rt.settings, len(registry.all()), registry.refused()).model_dump(exclude={"name"})
-    return out
+    return {"store": _timed("", store), "model": _timed("", model),
+            "tools": tools_dir_check(rt.settings, len(registry.all()), registry.refused()).model_copy(update={"name": ""})}
 
 
 def tools_dir_check(settings: Settings, served: int | None = None, refused: Sequence[ManifestError] = ()) -> Check:
@@ -128,10 +141,8 @@ def disk_room(data_dir: Path, floor_mb: float = DISK_FLOOR_MB) -> tuple[Status, 
 def fittest_health(state: Any, **_: Any) -> dict[str, Any]:
     """fittest's health probe: the queues this worker consumes, and its store and model when it owns them."""
     queues = sorted(q.name for q in state.consumer.task_consumer.queues) if state.consumer.task_consumer else []
-    answer: dict[str, Any] = {"queues": queues}
-    if MEMORY_QUEUE in queues:
-        answer.update(_local_services())
-    return answer
+    answer = WorkerHealth(queues=queues, **(_local_services() if MEMORY_QUEUE in queues else {}))
+    return answer.model_dump(mode="json", exclude_none=True)
 
 
 # ------------------------------------------------------------------------------ probe side
@@ -220,7 +231,7 @@ def check_beat(settings: Settings, timeout: float) -> Check:
     return _timed(BEAT, probe)
 
 
-def ask_workers(settings: Settings, timeout: float, destination: list[str] | None = None) -> dict[str, dict[str, Any]]:
+def ask_workers(settings: Settings, timeout: float, destination: list[str] | None = None) -> dict[str, WorkerHealth]:
     """Every worker's answer to the health command (node name -> answer) within `timeout`."""
     from workers.app import make_app
 
@@ -229,7 +240,7 @@ def ask_workers(settings: Settings, timeout: float, destination: list[str] | Non
         replies = app.control.broadcast(CONTROL_COMMAND, reply=True, timeout=timeout, destination=destination) or []
     finally:
         app.close()
-    return {node: answer for reply in replies for node, answer in reply.items()}
+    return {node: WorkerHealth.of(answer) for reply in replies for node, answer in reply.items()}
 
 
 def _matches(node: str, wanted: str) -> bool:
@@ -237,7 +248,7 @@ def _matches(node: str, wanted: str) -> bool:
     return node == wanted if "@" in wanted else node.partition("@")[0] == wanted
 
 
-def check_workers(answers: dict[str, dict[str, Any]], wanted: list[str], asked_only: list[str] | None = None) -> Check:
+def check_workers(answers: dict[str, WorkerHealth], wanted: list[str], asked_only: list[str] | None = None) -> Check:
     """`asked_only`: the nodes the health command went to, when not to every worker (QA U: asked of
     executor@nohost alone, "answered: none" read as if no worker ran)."""
     missing = [w for w in wanted if not any(_matches(node, w) for node in answers)]
@@ -263,14 +274,14 @@ def check_qdrant_server(settings: Settings, timeout: float) -> Check:
     return _timed("store", probe)
 
 
-def _from_memory_worker(name: str, answers: dict[str, dict[str, Any]]) -> Check | None:
-    owners = {node: a[name] for node, a in answers.items() if name in a}
+def _from_memory_worker(name: Literal["store", "model", "tools"], answers: dict[str, WorkerHealth]) -> Check | None:
+    owners = {node: check for node, a in answers.items() if (check := getattr(a, name)) is not None}
+    owners |= {node: Check(status="fail", detail=a.problem) for node, a in answers.items() if a.problem}
     if not owners:
         return None
-    failed = {node: c for node, c in owners.items() if c["status"] != "ok"}  # a warning is shown before an ok too
+    failed = {node: c for node, c in owners.items() if c.status != "ok"}  # a warning is shown before an ok too
     node, check = next(iter(failed.items())) if failed else next(iter(owners.items()))
-    return Check(name=name, status=check["status"], detail=f"{check['detail']} (checked by {node})",
-                 ms=round(check["ms"], 2))
+    return Check(name=name, status=check.status, detail=f"{check.detail} (checked by {node})", ms=round(check.ms, 2))
 
 
 def check_model_files(settings: Settings) -> Check:
@@ -290,7 +301,7 @@ def health(settings: Settings, checks: list[str], workers: list[str], timeout: f
     redis_check = check_redis(settings, timeout)
     if "redis" in checks:
         results.append(redis_check)
-    answers: dict[str, dict[str, Any]] = {}
+    answers: dict[str, WorkerHealth] = {}
     destination: list[str] | None = None  # every worker
     not_asked = "" if redis_check.status == "ok" else f"not asked: {redis_check.detail}"
     if not not_asked and {"workers", "store", "model", "tools"} & set(checks):

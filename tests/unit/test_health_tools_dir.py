@@ -56,3 +56,24 @@ def test_the_health_table_shows_a_warning_and_exits_0(monkeypatch) -> None:
     monkeypatch.setattr(workers.health, "health", lambda *args: report)
     done = CliRunner().invoke(app, ["health", "--check", "tools"])
     assert done.exit_code == 0 and "warn" in done.output and "1 manifest refused" in done.output, done.output
+
+
+def test_a_workers_answer_it_cannot_read_fails_the_check_it_stands_for(monkeypatch) -> None:
+    """The memory worker's answer is a model on both sides: a malformed one (a worker of another
+    release) is a failed check naming the node, not a KeyError in the probe (code review 4)."""
+    import workers.health
+    from workers.health import WorkerHealth
+
+    answers = {
+        "memory@a": WorkerHealth.of({"queues": ["selection"], "store": {"status": "ok", "detail": "3 tool vectors", "ms": 1.5},
+                                     "model": {"status": "ok", "detail": "384-dim vectors"}}),
+        "memory@b": WorkerHealth.of({"queues": ["selection"], "store": {"detail": "no status"}}),
+    }
+    assert answers["memory@a"].store is not None and answers["memory@a"].store.detail == "3 tool vectors"
+    assert answers["memory@b"].problem is not None and "not understood" in answers["memory@b"].problem
+    monkeypatch.setattr(workers.health, "ask_workers", lambda *a, **k: answers)
+    monkeypatch.setattr(workers.health, "check_redis", lambda *a: workers.health.Check(name="redis", status="ok"))
+    report = health(Settings(), ["store", "model"], ["memory"], 1.0)
+    store, model = report.checks
+    assert store.status == "fail" and store.detail.endswith("(checked by memory@b)") and "not understood" in store.detail
+    assert model.status == "fail" and "(checked by memory@b)" in model.detail

@@ -106,7 +106,7 @@ def no_selection_worker(stays: str) -> str | None:
     from workers.settings import get_settings
 
     answers = ask_workers(get_settings(), timeout=1.0)
-    if any(MEMORY_QUEUE in answer.get("queues", []) for answer in answers.values()):
+    if any(MEMORY_QUEUE in answer.queues for answer in answers.values()):
         return None
     return f"no worker takes the selection queue (`fittest up` starts them, `fittest health` checks them); {stays}"
 
