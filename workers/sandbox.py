@@ -12,20 +12,19 @@ in the evolution worker, so no candidate can hang it. A candidate's processes, i
 their own, outlive that kill only until the evolution worker's runner sweeps them as orphans of
 the stage's run (workers/runners/reaper.py).
 
-The subprocess reads one JSON request on stdin and writes one JSON answer on stdout:
-    {"mode": "static", "manifest": {...}, "tool_dir": "..."}        -> {"problems": [...]}
-    {"mode": "run", "manifest": {...}, "tool_dir": "...", "inputs": [...], "limits": {...},
-     "budget_s": seconds for all runs}                                -> {"outcomes": [RunOutcome...]}
+The subprocess reads one JSON request on stdin and writes one JSON answer on stdout: a
+`StaticRequest` answered by a `StaticAnswer`, or a `RunRequest` by a `RunAnswer`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from evolution.models import StageResult
 from evolution.verification import StageRun
@@ -45,16 +44,48 @@ START_ALLOWANCE_S = 3.0  # of a stage's time, for this subprocess to start and a
 LAST_RUN_MIN_S = 0.2  # less time than this left for a run: it is not started
 
 
+class StaticRequest(BaseModel):
+    """Check a candidate without running it: its manifest and paths, its python files compile, a
+    python tool imports."""
+
+    mode: Literal["static"] = "static"
+    manifest: dict[str, Any]  # the candidate's manifest as JSON (its tool_dir apart)
+    tool_dir: str
+
+
+class RunRequest(BaseModel):
+    """Run a candidate on each input, within its own timeout and all within `budget_s`."""
+
+    mode: Literal["run"] = "run"
+    manifest: dict[str, Any]
+    tool_dir: str
+    inputs: list[dict[str, Any]]
+    limits: RunLimits
+    budget_s: float = Field(ge=0)
+
+
+SandboxRequest = Annotated[StaticRequest | RunRequest, Field(discriminator="mode")]
+REQUEST = TypeAdapter(SandboxRequest)
+
+
+class StaticAnswer(BaseModel):
+    problems: list[str]
+
+
+class RunAnswer(BaseModel):
+    outcomes: list[RunOutcome]  # one per input, in order
+
+
 class SubprocessSandbox:
     """Runs verification stages as subprocesses with the runner's limits."""
 
     def __init__(self, limits: RunLimits) -> None:
         self.limits = limits
 
-    def _launch(self, request: dict[str, Any], timeout_s: float) -> tuple[RunOutcome, float]:
+    def _launch(self, request: StaticRequest | RunRequest, timeout_s: float) -> tuple[RunOutcome, float]:
         started = time.perf_counter()
         limits = self.limits.model_copy(update={"output_limit_bytes": ANSWER_LIMIT_BYTES})
-        outcome = run_tool(SANDBOX, request, timeout_s=timeout_s, limits=limits)
+        outcome = run_tool(SANDBOX, request.model_dump(mode="json"), timeout_s=timeout_s, limits=limits)
         return outcome, (time.perf_counter() - started) * 1000.0
 
     @staticmethod
@@ -64,30 +95,29 @@ class SubprocessSandbox:
         return f"the stage's subprocess failed: {outcome.error_class.value if outcome.error_class else 'error'}: {outcome.error_message}"
 
     def static(self, manifest: ToolManifest, timeout_s: float) -> StageResult:
-        request = {"mode": "static", "manifest": _manifest_doc(manifest), "tool_dir": manifest.tool_dir}
-        outcome, ms = self._launch(request, timeout_s)
+        outcome, ms = self._launch(StaticRequest(manifest=_manifest_doc(manifest), tool_dir=_tool_dir(manifest)), timeout_s)
         if not outcome.success:
             return StageResult(stage="static", passed=False, problems=[self._died(outcome, timeout_s)], elapsed_ms=ms)
-        problems = list(outcome.output.get("problems", []))
+        problems = StaticAnswer.model_validate(outcome.output).problems
         return StageResult(stage="static", passed=not problems, checked=1, problems=problems, elapsed_ms=ms)
 
     def run(self, manifest: ToolManifest, inputs: list[dict[str, Any]], timeout_s: float) -> StageRun:
-        request = {
-            "mode": "run",
-            "manifest": _manifest_doc(manifest),
-            "tool_dir": manifest.tool_dir,
-            "inputs": inputs,
-            "limits": self.limits.model_dump(),
-            "budget_s": max(0.0, timeout_s - START_ALLOWANCE_S),
-        }
+        request = RunRequest(manifest=_manifest_doc(manifest), tool_dir=_tool_dir(manifest), inputs=inputs,
+                             limits=self.limits, budget_s=max(0.0, timeout_s - START_ALLOWANCE_S))
         outcome, ms = self._launch(request, timeout_s)
         if not outcome.success:
             return StageRun(died=self._died(outcome, timeout_s), elapsed_ms=ms)
-        return StageRun(results=[RunOutcome.model_validate(o) for o in outcome.output["outcomes"]], elapsed_ms=ms)
+        return StageRun(results=RunAnswer.model_validate(outcome.output).outcomes, elapsed_ms=ms)
 
 
 def _manifest_doc(manifest: ToolManifest) -> dict[str, Any]:
     return manifest.model_dump(mode="json", exclude={"tool_dir"})
+
+
+def _tool_dir(manifest: ToolManifest) -> str:
+    if manifest.tool_dir is None:  # a candidate is always installed in a staging folder first
+        raise ValueError(f"{manifest.key} has no folder to verify it in")
+    return manifest.tool_dir
 
 
 # ----------------------------------------------------------------------------- inside the subprocess
@@ -117,29 +147,29 @@ def _static(doc: dict[str, Any], tool_dir: str) -> list[str]:
     return problems
 
 
-def _runs(doc: dict[str, Any], tool_dir: str, inputs: list[dict[str, Any]], limits: dict[str, Any], budget_s: float) -> list[dict[str, Any]]:
+def _runs(request: RunRequest) -> list[RunOutcome]:
     """Each input within the candidate's timeout, cut to the stage's time that is left."""
-    manifest = parse_manifest(doc, Path(tool_dir) / "tool.yaml", tool_dir=tool_dir)
-    run_limits = RunLimits.model_validate(limits)
-    deadline = time.monotonic() + budget_s
+    manifest = parse_manifest(request.manifest, Path(request.tool_dir) / "tool.yaml", tool_dir=request.tool_dir)
+    deadline = time.monotonic() + request.budget_s
     outcomes = []
-    for value in inputs:
+    for value in request.inputs:
         left = deadline - time.monotonic()
         if left < LAST_RUN_MIN_S:
-            outcome = RunOutcome.fail(FailureClass.timeout, "not run: the stage's time ran out")
+            outcomes.append(RunOutcome.fail(FailureClass.timeout, "not run: the stage's time ran out"))
         else:
-            outcome = run_tool(manifest, value, timeout_s=min(manifest.timeout_s, left), limits=run_limits)
-        outcomes.append(outcome.model_dump(mode="json"))
+            outcomes.append(run_tool(manifest, value, timeout_s=min(manifest.timeout_s, left), limits=request.limits))
     return outcomes
 
 
 def main() -> None:
-    request = json.loads(sys.stdin.buffer.read())
-    if request["mode"] == "static":
-        answer: dict[str, Any] = {"problems": _static(request["manifest"], request["tool_dir"])}
-    else:
-        answer = {"outcomes": _runs(request["manifest"], request["tool_dir"], request["inputs"], request["limits"], request["budget_s"])}
-    sys.stdout.write(json.dumps(answer))
+    try:
+        request = REQUEST.validate_json(sys.stdin.buffer.read())
+    except ValidationError as exc:  # named field by field: this process is ours, its caller's bug is said plainly
+        sys.stderr.write(f"workers.sandbox: the request is refused: {exc}\n")
+        sys.exit(2)
+    answer: StaticAnswer | RunAnswer = (StaticAnswer(problems=_static(request.manifest, request.tool_dir))
+                                        if isinstance(request, StaticRequest) else RunAnswer(outcomes=_runs(request)))
+    sys.stdout.write(answer.model_dump_json())
     sys.stdout.flush()
     # A candidate's abandoned thread (a python run that timed out) must not keep this process up.
     os._exit(0)

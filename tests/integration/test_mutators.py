@@ -503,3 +503,12 @@ def test_a_candidate_that_hangs_at_import_is_killed_at_the_static_stage_timeout(
     stages = verify(staged, Evidence(), SANDBOX, VerifyConfig(static_timeout_s=3))
     assert [s.stage for s in stages] == ["static"] and not stages[0].passed
     assert stages[0].problems == ["the stage did not finish within 3s; its process group was killed"]
+
+
+def test_the_sandbox_refuses_a_request_it_cannot_read_naming_the_field() -> None:
+    """Its stdin protocol is a model: a run request without its inputs ended in `KeyError: 'inputs'`
+    (code review 5); it is refused, naming what is missing, with exit code 2."""
+    done = subprocess.run([sys.executable, "-m", "workers.sandbox"], input=json.dumps({"mode": "run", "manifest": {}, "tool_dir": "."}),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "the request is refused" in done.stderr, done.stderr
+    assert "run.inputs" in done.stderr and "run.limits" in done.stderr and "Traceback" not in done.stderr
