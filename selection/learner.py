@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from selection.manifest import tool_key
-from selection.ports import SelectionWeights
+from selection.ports import RetrainEvidence, SelectionWeights
 from selection.sparc import COMPONENTS, normalised
 
 MIN_RECORDS = 10
@@ -154,7 +154,7 @@ def _against_advice(learner: WeightLearner) -> list[str]:
     return advice
 
 
-def retrain(records: Iterable[ExecutionRecord], current: SelectionWeights) -> tuple[SelectionWeights | None, dict[str, Any]]:
+def retrain(records: Iterable[ExecutionRecord], current: SelectionWeights) -> tuple[SelectionWeights | None, RetrainEvidence]:
     """New weights from a window of execution records, or None (and why) when they stay as they are.
 
     The evidence (record count, success rate, correlation of each component) is returned either
@@ -169,24 +169,24 @@ def retrain(records: Iterable[ExecutionRecord], current: SelectionWeights) -> tu
             set_aside += 1
             continue
         learner.learn_one(record.components, record.success)
-    evidence: dict[str, Any] = {
-        "records": learner.n,
-        "set_aside": set_aside,
-        "success_rate": round(learner.successes / learner.n, 4) if learner.n else None,
-        "correlations": learner.correlations(),
-        "noise": round(learner.noise(), 4),
-        "min_records": MIN_RECORDS,
-    }
+    evidence = RetrainEvidence(
+        records=learner.n,
+        set_aside=set_aside,
+        success_rate=round(learner.successes / learner.n, 4) if learner.n else None,
+        correlations=learner.correlations(),
+        noise=round(learner.noise(), 4),
+        min_records=MIN_RECORDS,
+    )
     if learner.n < MIN_RECORDS:
-        evidence["unchanged"] = f"{learner.n} records, fewer than {MIN_RECORDS}"
+        evidence.unchanged = f"{learner.n} records, fewer than {MIN_RECORDS}"
         return None, evidence
     if not any(learner.telling().values()):
-        evidence["unchanged"] = (f"no component correlates positively with success beyond the noise of {learner.n} "
-                                 f"records ({evidence['noise']:.2f})"
-                                 + "".join(f"; {advice}" for advice in _against_advice(learner)))
+        evidence.unchanged = (f"no component correlates positively with success beyond the noise of {learner.n} "
+                              f"records ({learner.noise():.2f})"
+                              + "".join(f"; {advice}" for advice in _against_advice(learner)))
         return None, evidence
     if learner.weights() == current.weights:  # the same window (no new records since): no new version
-        evidence["unchanged"] = "the recent records give the weights in use"
+        evidence.unchanged = "the recent records give the weights in use"
         return None, evidence
     weights = SelectionWeights(weights=learner.weights(), evidence=evidence, updated_at=time.time())
     return weights, evidence

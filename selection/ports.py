@@ -172,6 +172,43 @@ class FailureApplied(BaseModel):
         return self.applied and self.quality < threshold and (self.quality_before is None or self.quality_before >= threshold)
 
 
+class SuccessesSeen(BaseModel):
+    """What a refit of the tool classifier would read, as seen from outside (workers/tool_classifier.py
+    `successes_seen`): while it looks the same, the last refit's verdict stands."""
+
+    successes: int  # successful execution records, up to FITTEST_CLASSIFIER_MAX_RECORDS
+    newest: float  # the newest one's time
+    namespaces: str  # a digest of the namespaces registered
+    max_namespaces: int
+
+
+class ClassifierFit(BaseModel):
+    """What a refit of the tool classifier read and did (workers/tool_classifier.py `refit`)."""
+
+    successes: int | None = None  # the successes it learned from
+    namespaces: int | None = None  # the namespaces registered
+    newest: float | None = None  # the newest success's time
+    seen: SuccessesSeen | None = None
+    revision: str | None = None  # of the classifier fitted (None: none was)
+    fit_s: float | None = None
+    namespaces_fitted: int | None = None
+    unchanged: str | None = None  # why it fitted nothing
+
+
+class RetrainEvidence(BaseModel):
+    """What a retrain read and found (selection/learner.py `retrain`), stored with the weights and
+    kept for the latest retrain that stored nothing: what `fittest weights` shows and explains."""
+
+    records: int = 0  # the window's records learned from
+    set_aside: int = 0  # records left out as a caller's mistake
+    success_rate: float | None = None
+    correlations: dict[str, float] = Field(default_factory=dict)  # of each SPARC component with success
+    noise: float | None = None  # the correlation `records` may show by chance alone
+    min_records: int | None = None
+    unchanged: str | None = None  # why the weights stayed as they were
+    classifier: ClassifierFit | None = None
+
+
 class SelectionWeights(BaseModel):
     """Weights of the SPARC components; versioned so selection can tell when they changed."""
 
@@ -185,7 +222,7 @@ class SelectionWeights(BaseModel):
             "history": 0.2,
         }
     )
-    evidence: dict[str, Any] = Field(default_factory=dict)
+    evidence: RetrainEvidence = Field(default_factory=RetrainEvidence)
     updated_at: float = 0.0
     # Revision of the tool classifier (selection/classifier.py) stored with these weights; "" none.
     classifier: str = ""
@@ -193,10 +230,10 @@ class SelectionWeights(BaseModel):
 
 class RetrainNote(BaseModel):
     """What the latest retrain that stored nothing found: why the weights (and the tool classifier)
-    stayed as they were (`evidence["unchanged"]`), so that `fittest weights` can say it."""
+    stayed as they were (`evidence.unchanged`), so that `fittest weights` can say it."""
 
     at: float  # when it ran (s since the epoch)
-    evidence: dict[str, Any] = Field(default_factory=dict)
+    evidence: RetrainEvidence = Field(default_factory=RetrainEvidence)
 
 
 # A circuit breaker's state: "half_open" once an open breaker's cool-down has passed (it may be tried

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from evolution.trial import JudgedTrial
 from selection.feedback import FeedbackRecord
 from selection.models import CALL_ID_PATTERN, NOT_BLANK, CallRequest, CallResult, field_errors
+from selection.ports import RetrainEvidence
 
 
 class CallToolPayload(BaseModel):
@@ -151,7 +152,7 @@ class RetrainResult(BaseModel):
     version: int | None = None  # of the weights in force after it
     weights: dict[str, float] = Field(default_factory=dict)
     classifier: str | None = None  # the revision of the tool classifier those weights name
-    evidence: dict[str, Any] = Field(default_factory=dict)
+    evidence: RetrainEvidence = Field(default_factory=RetrainEvidence)
 
 
 def payload_schemas() -> dict[str, dict[str, Any]]:

@@ -15,14 +15,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from threadpoolctl import threadpool_limits
 
 from selection.classifier import ToolClassifier
 from selection.learner import MIN_RECORDS
-from selection.ports import EXECUTIONS, SUCCESSES, TOOLS
+from selection.ports import EXECUTIONS, SUCCESSES, TOOLS, ClassifierFit, SuccessesSeen
 
 if TYPE_CHECKING:
     from workers.runtime import Runtime
@@ -73,7 +72,7 @@ def stored_classifier(rt: Runtime) -> ToolClassifier | None:
     return classifier if classifier.dim == rt.embedder.dim else None
 
 
-def successes_seen(rt: Runtime) -> dict[str, Any]:
+def successes_seen(rt: Runtime) -> SuccessesSeen:
     """What a refit would read, as seen from outside: how many successes (up to the records cap),
     the newest one's time, which namespaces are registered, and the namespaces cap.
 
@@ -84,16 +83,16 @@ def successes_seen(rt: Runtime) -> dict[str, Any]:
     success = SUCCESSES
     newest = rt.memory.scroll(EXECUTIONS, filter=success, limit=1, descending_by="timestamp")
     namespaces = "\n".join(rt.registry.namespaces()).encode()
-    return {
-        "successes": min(rt.memory.count(EXECUTIONS, success), rt.settings.classifier_max_records),
-        "newest": float(newest[0].payload.get("timestamp") or 0.0) if newest else 0.0,
-        "namespaces": hashlib.sha256(namespaces).hexdigest()[:16],
-        "max_namespaces": rt.settings.classifier_max_namespaces,
-    }
+    return SuccessesSeen(
+        successes=min(rt.memory.count(EXECUTIONS, success), rt.settings.classifier_max_records),
+        newest=float(newest[0].payload.get("timestamp") or 0.0) if newest else 0.0,
+        namespaces=hashlib.sha256(namespaces).hexdigest()[:16],
+        max_namespaces=rt.settings.classifier_max_namespaces,
+    )
 
 
 def refit(rt: Runtime, current: ToolClassifier | None,
-          last: Mapping[str, Any]) -> tuple[ToolClassifier | None, dict[str, Any]]:
+          last: ClassifierFit) -> tuple[ToolClassifier | None, ClassifierFit]:
     """A classifier refitted on the stored successes, or None (and why) when there is nothing new to
     learn: fewer than MIN_RECORDS successes, or none newer than the last refit's newest and as
     many as it had. `last` is the evidence of the last retrain (stored with the weights).
@@ -102,10 +101,10 @@ def refit(rt: Runtime, current: ToolClassifier | None,
     stored classifier is readable, that retrain's verdict stands without reading them again."""
     started = time.perf_counter()
     seen = successes_seen(rt)
-    if current is not None and seen == last.get("seen"):
-        kept = {k: last[k] for k in ("successes", "namespaces", "newest") if k in last}
-        return None, {**kept, "seen": seen, "unchanged": last.get("unchanged", NO_NEW_SUCCESS)}
-    since = float(last.get("newest") or 0.0)
+    if current is not None and seen == last.seen:
+        return None, ClassifierFit(successes=last.successes, namespaces=last.namespaces, newest=last.newest, seen=seen,
+                                   unchanged=last.unchanged or NO_NEW_SUCCESS)
+    since = last.newest or 0.0
     points = rt.memory.scroll(EXECUTIONS, filter=SUCCESSES,
                               limit=rt.settings.classifier_max_records, descending_by="timestamp")
     registered = rt.registry.namespaces()
@@ -116,10 +115,9 @@ def refit(rt: Runtime, current: ToolClassifier | None,
     examples = [(p.vector, p.payload["name"]) for p in points
                 if p.vector and p.payload.get("name") in known and not p.payload.get("unconfirmed")]
     newest = max((float(p.payload.get("timestamp") or 0.0) for p in points), default=0.0)
-    evidence: dict[str, Any] = {"successes": len(examples), "namespaces": len(registered), "newest": newest,
-                                "seen": seen}
+    evidence = ClassifierFit(successes=len(examples), namespaces=len(registered), newest=newest, seen=seen)
     if len(examples) < MIN_RECORDS:
-        evidence["unchanged"] = f"{len(examples)} successes, fewer than {MIN_RECORDS}"
+        evidence.unchanged = f"{len(examples)} successes, fewer than {MIN_RECORDS}"
         return None, evidence
     if current is not None:
         # Only namespaces registered since the last refit need their description embedded: the
@@ -129,10 +127,10 @@ def refit(rt: Runtime, current: ToolClassifier | None,
         start = ToolClassifier.from_descriptions(description_vectors(rt, registered))
     usable = [(v, n) for v, n in own_words(rt, known) + examples if n in start.index]  # a namespace without an original has no column
     if not usable:
-        evidence["unchanged"] = "no success of a namespace with a description"
+        evidence.unchanged = "no success of a namespace with a description"
         return None, evidence
     if current is not None and newest <= since and len(usable) == current.examples:
-        evidence["unchanged"] = NO_NEW_SUCCESS
+        evidence.unchanged = NO_NEW_SUCCESS
         return None, evidence
     vectors, names = zip(*usable, strict=True)
     # One BLAS thread: OpenBLAS's threads spin for a while after each product, and beside a worker's
@@ -140,6 +138,7 @@ def refit(rt: Runtime, current: ToolClassifier | None,
     # them and 10-17 ms without; the refit of 10,000 successes takes 1.0 s instead of 0.65 s.
     with threadpool_limits(limits=1, user_api="blas"):
         fitted = start.learn_many(list(vectors), list(names), max_names=rt.settings.classifier_max_namespaces)
-    evidence.update(revision=fitted.revision, fit_s=round(time.perf_counter() - started, 2),
-                    namespaces_fitted=min(len(start.names), rt.settings.classifier_max_namespaces))
+    evidence.revision = fitted.revision
+    evidence.fit_s = round(time.perf_counter() - started, 2)
+    evidence.namespaces_fitted = min(len(start.names), rt.settings.classifier_max_namespaces)
     return fitted, evidence

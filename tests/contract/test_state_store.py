@@ -390,10 +390,10 @@ def test_weights_default_versioning_and_history(store):
     assert store.weights_history() == []
     v0 = store.versions().state
 
-    w1 = store.set_weights(SelectionWeights(version=99, weights={"phase": 0.5, "language": 0.5}, evidence={"n": 12}))
+    w1 = store.set_weights(SelectionWeights(version=99, weights={"phase": 0.5, "language": 0.5}, evidence={"records": 12}))
     w2 = store.set_weights(SelectionWeights(weights={"phase": 0.1, "history": 0.9}, updated_at=123.5))
     assert (w1.version, w2.version) == (1, 2)  # the store numbers versions; the caller's is ignored
-    assert w1.weights == {"phase": 0.5, "language": 0.5} and w1.evidence == {"n": 12} and w1.updated_at > 0
+    assert w1.weights == {"phase": 0.5, "language": 0.5} and w1.evidence.records == 12 and w1.updated_at > 0
     assert w2.updated_at == 123.5
     assert store.weights() == w2
     assert store.weights_history(10) == [w2, w1]

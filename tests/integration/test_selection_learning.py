@@ -13,7 +13,7 @@ import pytest
 from selection.manifest import ToolManifest
 from selection.models import CallPlan, CallRequest, Candidate, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import TOOLS as TOOLS_COLLECTION
-from selection.ports import FAILURES, FEEDBACK, Match, SelectionWeights, VectorFilter, VectorPoint
+from selection.ports import FAILURES, FEEDBACK, ClassifierFit, Match, SelectionWeights, VectorFilter, VectorPoint
 from tests.integration.conftest import runtime_in_use
 from workers.feedback_store import feedback_report
 
@@ -45,6 +45,12 @@ def rt(tmp_path: Path, redis_url: str, run_prefix: str, model_path: Path) -> Ite
     runtime.selector.rng.seed(0)
     with runtime_in_use(runtime):
         yield runtime
+
+
+def fit_of(retrained: Any) -> ClassifierFit:
+    """The classifier's refit in a retrain's evidence (a RetrainResult's, or weights')."""
+    assert retrained.evidence.classifier is not None, retrained.evidence
+    return retrained.evidence.classifier
 
 
 def run_call(rt, scenario: str, right: str, call_id: str) -> list[str]:
@@ -634,13 +640,13 @@ def test_retrain_needs_ten_records_and_stores_a_new_version(rt) -> None:
     unchanged = retrain_now(rt)
     assert unchanged.changed is False and rt.state.weights().version == 0
     note = rt.state.last_retrain()  # what `fittest weights` says of it (QA AC: nothing was kept)
-    assert note is not None and note.evidence["unchanged"] == "9 records, fewer than 10"
+    assert note is not None and note.evidence.unchanged == "9 records, fewer than 10"
     store_executions(rt, [record(i) for i in range(9, 12)])
     changed = retrain_now(rt)
     assert changed.changed is True
     weights = rt.state.weights()
     assert weights.version == 1 and weights.weights["phase"] == 1.0
-    assert weights.evidence["records"] == 12
+    assert weights.evidence.records == 12
     assert [w.version for w in rt.state.weights_history()] == [1]
 
 
@@ -671,13 +677,13 @@ def test_retrain_refits_the_tool_classifier_and_selection_ranks_by_it(rt) -> Non
     answer = retrain_now(rt)
     assert answer.changed is True and answer.classifier
     weights = rt.state.weights()
-    assert weights.classifier == answer.classifier and weights.evidence["classifier"]["successes"] == 12
+    assert weights.classifier == answer.classifier and fit_of(weights).successes == 12
     assert rt.state.classifier()
     p = classifier_p(rt.selector.plan(CallRequest(scenario=scenario)))
     assert p["stock_quotes"] > p["currency_rates"]
     # Nothing new since: the classifier is not refitted (nor the weights stored again).
     again = retrain_now(rt)
-    assert again.changed is False and again.evidence["classifier"]["unchanged"] == "no success since the last refit"
+    assert again.changed is False and fit_of(again).unchanged == "no success since the last refit"
     assert rt.state.weights().version == weights.version
     # A tool registered since gets its column at the next refit, and learns from its successes.
     rt.selector.index.ensure_tool(ToolManifest(name="fx_desk", description="Foreign exchange desk.",
@@ -747,8 +753,8 @@ def test_a_refit_past_the_namespace_cap_fits_the_busiest_and_keeps_the_others(rt
                           for i, tool in enumerate(served)])
     answer = retrain_now(rt)
     assert answer.changed is True
-    fit = rt.state.weights().evidence["classifier"]
-    assert (fit["successes"], fit["namespaces"], fit["namespaces_fitted"]) == (15, 5, 2)
+    fit = fit_of(rt.state.weights())
+    assert (fit.successes, fit.namespaces, fit.namespaces_fitted) == (15, 5, 2)
     stored = ToolClassifier.from_text(rt.state.classifier())
     untrained = ToolClassifier.from_descriptions(
         {name: rt.embedder.embed_one(description) for name, description in TOOLS.items()})
@@ -775,8 +781,8 @@ def test_past_the_record_cap_a_refit_learns_from_the_newest_successes(rt) -> Non
 
     store_executions(rt, served("currency_rates", at=1_000.0) + served("stock_quotes", at=2_000_000_000.0))
     assert retrain_now(rt).changed is True
-    fit = rt.state.weights().evidence["classifier"]
-    assert fit["successes"] == 12 and fit["newest"] == 2_000_000_011.0
+    fit = fit_of(rt.state.weights())
+    assert fit.successes == 12 and fit.newest == 2_000_000_011.0
     plan = rt.selector.plan(CallRequest(scenario="convert 42 euros to swiss francs"))
     p = {c.manifest.name: c.breakdown.extra.get("classifier_p") for c in plan.candidates}
     assert p["stock_quotes"] > p["currency_rates"]
@@ -798,10 +804,10 @@ def test_successes_of_a_namespace_without_a_column_do_not_make_every_beat_refit(
                                 scenario=f"adopted job {i}", success=True) for i in range(3)]
     store_executions(rt, records)
     first = retrain_now(rt)
-    assert first.changed is True and first.evidence["classifier"]["successes"] == 15
+    assert first.changed is True and fit_of(first).successes == 15
     again = retrain_now(rt)
     assert again.changed is False
-    assert again.evidence["classifier"]["unchanged"] == "no success since the last refit"
+    assert fit_of(again).unchanged == "no success since the last refit"
 
 
 def test_a_beat_with_nothing_new_does_not_read_the_successes_again(rt, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -829,11 +835,11 @@ def test_a_beat_with_nothing_new_does_not_read_the_successes_again(rt, monkeypat
     monkeypatch.setattr(rt.memory, "scroll", recorded_scroll)
     for _ in range(2):
         again = retrain_now(rt)
-        assert again.changed is False and again.evidence["classifier"]["unchanged"] == "no success since the last refit"
+        assert again.changed is False and fit_of(again).unchanged == "no success since the last refit"
     assert scrolled and max(scrolled) == 1  # the newest success only
     store_executions(rt, served(12, 1))
     answer = retrain_now(rt)
-    assert answer.changed is True and answer.evidence["classifier"]["successes"] == 13
+    assert answer.changed is True and fit_of(answer).successes == 13
     assert rt.settings.classifier_max_records in scrolled
 
 

@@ -34,7 +34,7 @@ def test_weights_move_towards_the_predictive_component() -> None:
         assert new.weights[predictive] > current.weights[predictive]
         assert max(new.weights, key=new.weights.__getitem__) == predictive
         assert abs(sum(new.weights.values()) - 1.0) < 1e-3
-        assert evidence["records"] == 200 and evidence["correlations"][predictive] > 0.5
+        assert evidence.records == 200 and evidence.correlations[predictive] > 0.5
 
 
 def test_the_same_records_again_make_no_new_weights_version() -> None:
@@ -44,7 +44,7 @@ def test_the_same_records_again_make_no_new_weights_version() -> None:
     new, _ = retrain(window, SelectionWeights())
     assert new is not None
     again, evidence = retrain(window, new)
-    assert again is None and evidence["unchanged"] == "the recent records give the weights in use"
+    assert again is None and evidence.unchanged == "the recent records give the weights in use"
 
 
 def test_records_set_aside_as_a_callers_mistake_teach_the_weights_nothing() -> None:
@@ -56,14 +56,14 @@ def test_records_set_aside_as_a_callers_mistake_teach_the_weights_nothing() -> N
     alone, _ = retrain(window, SelectionWeights())
     mixed, evidence = retrain(window + mistakes, SelectionWeights())
     assert alone is not None and mixed is not None and mixed.weights == alone.weights
-    assert (evidence["records"], evidence["set_aside"]) == (200, 150)
+    assert (evidence.records, evidence.set_aside) == (200, 150)
 
 
 def test_fewer_than_min_records_leave_the_weights_unchanged() -> None:
     current = SelectionWeights(weights={"phase": 0.5, "language": 0.5, "complexity": 0, "task_type": 0, "history": 0})
     new, evidence = retrain(records(MIN_RECORDS - 1, "phase"), current)
     assert new is None
-    assert "fewer than" in evidence["unchanged"]
+    assert "fewer than" in str(evidence.unchanged)
     assert WeightLearner(current.weights).weights() == {"phase": 0.5, "language": 0.5, "complexity": 0.0,
                                                         "task_type": 0.0, "history": 0.0}
 
@@ -71,7 +71,7 @@ def test_fewer_than_min_records_leave_the_weights_unchanged() -> None:
 def test_no_positive_correlation_leaves_the_weights_unchanged() -> None:
     flat = [r.model_copy(update={"components": {c: 0.5 for c in COMPONENTS}}) for r in records(50, "phase")]
     new, evidence = retrain(flat, SelectionWeights())
-    assert new is None and "no component" in evidence["unchanged"]
+    assert new is None and "no component" in str(evidence.unchanged)
 
 
 def test_a_correlation_within_the_noise_of_few_records_changes_no_weight() -> None:
@@ -92,9 +92,9 @@ def test_a_correlation_within_the_noise_of_few_records_changes_no_weight() -> No
         learner.learn_one(r.components, r.success)
     assert 0 < learner.correlations()["complexity"] < 0.1 < learner.noise()
     new, evidence = retrain(weak, SelectionWeights())
-    assert new is None and evidence["unchanged"] == "no component correlates positively with success beyond the noise of 34 records (0.34)"
+    assert new is None and evidence.unchanged == "no component correlates positively with success beyond the noise of 34 records (0.34)"
     against, evidence = retrain(window(-0.6), SelectionWeights())  # complexity tells failures apart
-    assert against is None and evidence["unchanged"].endswith(
+    assert against is None and str(evidence.unchanged).endswith(
         "; complexity correlates with failure beyond it: check the SPARC metadata of the tools that fail")
     strong, _ = retrain(window(0.6), SelectionWeights())  # complexity now tells the outcomes apart
     assert strong is not None and strong.weights["complexity"] == 1.0
@@ -110,7 +110,7 @@ def test_history_that_predicts_failure_is_not_blamed_on_the_tools_metadata() -> 
         out.append(ExecutionRecord(attempt_id=f"a{i}", call_id=f"c{i}", tool="t", version="1.0.0", scenario="s",
                                    components=components, success=success))
     new, evidence = retrain(out, SelectionWeights())
-    assert new is None and evidence["unchanged"].endswith(
+    assert new is None and str(evidence.unchanged).endswith(
         "; language correlates with failure beyond it: check the SPARC metadata of the tools that fail"
         "; history correlates with failure beyond it: versions that did such jobs fail them now (`fittest recommend` lists them)")
 

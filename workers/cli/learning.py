@@ -361,29 +361,27 @@ def weights(
     for col in ("version", "updated", *COMPONENTS, "records", "success rate", "classifier", "successes"):
         table.add_column(col, justify="left" if col in ("version", "updated", "classifier") else "right")
     for w in [current, *past]:
-        ev = w.evidence
-        fit = ev.get("classifier") or {}
+        ev, fit = w.evidence, w.evidence.classifier
         table.add_row(f"v{w.version}", when(w.updated_at) if w.updated_at else "-",
-                      *[f"{w.weights.get(c, 0.0):.2f}" for c in COMPONENTS], str(ev.get("records", "-")),
-                      f"{ev['success_rate']:.2f}" if ev.get("success_rate") is not None else "-",
-                      literal(w.classifier or "-"), literal(fit.get("successes", "-")))
+                      *[f"{w.weights.get(c, 0.0):.2f}" for c in COMPONENTS], str(ev.records) if ev.records else "-",
+                      f"{ev.success_rate:.2f}" if ev.success_rate is not None else "-",
+                      literal(w.classifier or "-"), str(fit.successes) if fit is not None and fit.successes is not None else "-")
     console.print(table)
     evidence = current.evidence
-    if evidence.get("correlations"):
-        corr = ", ".join(f"{c} {r:+.2f}" for c, r in evidence["correlations"].items())
-        noise = evidence.get("noise")
-        beyond = (f" (noise of {evidence.get('records', '?')} records: {noise:.2f}; only a component above it steers)"
-                  if isinstance(noise, (int, float)) else "")  # weights of an earlier release stored none
+    if evidence.correlations:
+        corr = ", ".join(f"{c} {r:+.2f}" for c, r in evidence.correlations.items())
+        beyond = (f" (noise of {evidence.records} records: {evidence.noise:.2f}; only a component above it steers)"
+                  if evidence.noise is not None else "")  # weights of an earlier release stored none
         console.print(f"correlation of each component with success: {literal(corr)}{literal(beyond)}")
-    if evidence.get("set_aside"):  # as recommend says it (QA ops: the two counted the window differently)
-        console.print(f"{evidence['set_aside']} records set aside as a caller's mistake (refused inputs, and successes "
+    if evidence.set_aside:  # as recommend says it (QA ops: the two counted the window differently)
+        console.print(f"{evidence.set_aside} records set aside as a caller's mistake (refused inputs, and successes "
                       "on them) left out")
     # QA F9: only --json said why the last retrain left the weights as they were; QA AC: nor did
     # anything when that retrain stored nothing (a classifier refitted is stored with the weights)
-    unchanged = (note.evidence if note is not None else evidence).get("unchanged")
+    unchanged = (note.evidence if note is not None else evidence).unchanged
     if unchanged:
-        aside = f", {note.evidence['set_aside']} set aside" if note is not None and note.evidence.get("set_aside") else ""
-        ran = f"last retrain ({when(note.at)}, {note.evidence.get('records', '?')} records{aside}): " if note is not None else ""
+        aside = f", {note.evidence.set_aside} set aside" if note is not None and note.evidence.set_aside else ""
+        ran = f"last retrain ({when(note.at)}, {note.evidence.records} records{aside}): " if note is not None else ""
         console.print(f"{ran}weights left as they were: {literal(unchanged)}")
 
 

@@ -28,7 +28,7 @@ from celery_batches import SimpleRequest
 from pydantic import ValidationError
 
 from selection.learner import ExecutionRecord, retrain
-from selection.ports import RetrainNote
+from selection.ports import ClassifierFit, RetrainNote
 from selection.recommend import recommendation_report
 from workers.app import PRIORITY_LOW, app
 from workers.degraded import is_store_failure
@@ -83,11 +83,11 @@ def retrain_now(rt: Runtime) -> RetrainResult:
         classifier = None
         if rt.settings.tool_classifier:
             try:
-                classifier, evidence["classifier"] = refit(rt, stored_classifier(rt), current.evidence.get("classifier", {}))
+                classifier, evidence.classifier = refit(rt, stored_classifier(rt), current.evidence.classifier or ClassifierFit())
             except Exception as exc:  # the weights are still learned; the next beat refits
                 if not is_store_failure(exc):
                     raise
-                evidence["classifier"] = {"unchanged": f"vector memory unavailable: {type(exc).__name__}: {exc}"}
+                evidence.classifier = ClassifierFit(unchanged=f"vector memory unavailable: {type(exc).__name__}: {exc}")
         if new is None and classifier is None:  # kept for `fittest weights`, which says why (QA AC)
             rt.state.note_retrain(RetrainNote(at=time.time(), evidence=evidence))
             return RetrainResult(changed=False, version=current.version, weights=current.weights,
