@@ -147,3 +147,17 @@ def test_beat_schedule_runs_retrain_weights_on_the_learning_queue() -> None:
     assert app.conf.task_routes["fittest.learn"]["queue"] == "learning"
     pruning = app.conf.beat_schedule["prune-history"]  # the vector store's retention, on the same beat
     assert (pruning["task"], pruning["schedule"], queue(pruning)) == ("fittest.prune_history", 123.0, "learning")
+
+
+def test_evidence_stored_by_an_earlier_release_still_reads() -> None:
+    """Weights and their evidence outlive a release in Redis: the dict an earlier retrain stored is
+    read by the evidence model (a key it no longer has is left out, none it lacks is required)."""
+    stored = {"version": 4, "weights": {"history": 1.0}, "evidence": {
+        "records": 40, "success_rate": 0.5, "correlations": {"history": 0.6}, "min_records": 10,
+        "classifier": {"successes": 12, "namespaces": 5, "newest": 7.0, "revision": "abc",
+                       "seen": {"successes": 12, "newest": 7.0, "namespaces": "f00", "max_namespaces": 1000}},
+        "retired_key": True}}
+    weights = SelectionWeights.model_validate(stored)
+    assert weights.evidence.records == 40 and weights.evidence.noise is None and weights.evidence.set_aside == 0
+    assert weights.evidence.classifier is not None and weights.evidence.classifier.seen is not None
+    assert weights.evidence.classifier.seen.successes == 12
