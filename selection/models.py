@@ -130,28 +130,42 @@ class CallRequest(BaseModel):
         check_context(v)  # explicit phase, languages, complexity, task type, testing (selection/context.py)
         return v
 
-def field_errors(exc: ValidationError) -> list[dict[str, str]]:
+class FieldError(BaseModel):
+    """A field of a payload that is refused, and why: what every refusal (a call's result, a
+    judgement's reply, a report's) names, in one shape."""
+
+    field: str  # its dotted path in the payload; "(payload)" for the payload as a whole
+    message: str
+    type: str = ""  # pydantic's error type, or ours: too_large, another_job
+
+
+def field_errors(exc: ValidationError) -> list[FieldError]:
     """A validation error as the fields it names and what is wrong with each, in words: pydantic's
     "Value error, " before a validator's own message is dropped."""
-    return [{"field": ".".join(str(p) for p in e["loc"]) or "(payload)", "message": e["msg"].removeprefix("Value error, "),
-             "type": e["type"]} for e in exc.errors(include_url=False, include_input=False)]
+    return [FieldError(field=".".join(str(p) for p in e["loc"]) or "(payload)", message=e["msg"].removeprefix("Value error, "),
+                       type=e["type"]) for e in exc.errors(include_url=False, include_input=False)]
 
 
-def joined_errors(errors: list[dict[str, str]]) -> str:
+def joined_errors(errors: list[FieldError]) -> str:
     """Field errors (`field_errors`, `size_errors`, or a worker's answer) on one line, as the client
     raises them and the CLI prints them."""
-    return "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+    return "; ".join(f"{e.field}: {e.message}" for e in errors)
 
 
-def size_errors(request: CallRequest, limit_bytes: int) -> list[dict[str, str]]:
+def invalid_payload_message(errors: list[FieldError]) -> str:
+    """What a refused payload's answer says of it: the fields it names."""
+    return f"invalid payload: {', '.join(sorted({e.field for e in errors}))}"
+
+
+def size_errors(request: CallRequest, limit_bytes: int) -> list[FieldError]:
     """The input and context of a call that are larger than FITTEST_INPUT_LIMIT_BYTES as UTF-8 JSON
     (what a tool would receive), as `field_errors` names fields; none when both fit."""
     errors = []
     for field in ("input", "context"):
         size = len(json.dumps(getattr(request, field), ensure_ascii=False).encode("utf-8"))
         if size > limit_bytes:
-            errors.append({"field": field, "type": "too_large",
-                           "message": f"{field} is {size:,} bytes of JSON; the limit is {limit_bytes:,} (FITTEST_INPUT_LIMIT_BYTES)"})
+            errors.append(FieldError(field=field, type="too_large",
+                                     message=f"{field} is {size:,} bytes of JSON; the limit is {limit_bytes:,} (FITTEST_INPUT_LIMIT_BYTES)"))
     return errors
 
 
@@ -392,7 +406,7 @@ class CallResult(BaseModel):
     version: str | None = None
     attempts: list[AttemptSummary] = Field(default_factory=list)  # of the last round: one before an evolution is in `evolution.failed_attempts`
     ranking: list[RankedSummary] = Field(default_factory=list)
-    errors: list[dict[str, Any]] = Field(default_factory=list)  # validation errors when invalid
+    errors: list[FieldError] = Field(default_factory=list)  # validation errors when invalid
     message: str = ""
     degraded: list[str] = Field(default_factory=list)
     held_back: list[str] = Field(default_factory=list)  # not tried: their circuit breaker was open

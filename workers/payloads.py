@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from evolution.trial import JudgedTrial
 from selection.feedback import FeedbackRecord
-from selection.models import CALL_ID_PATTERN, NOT_BLANK, CallRequest, CallResult, field_errors
+from selection.models import (CALL_ID_PATTERN, NOT_BLANK, CallRequest, CallResult, FieldError, field_errors,
+                              invalid_payload_message)
 from selection.ports import RetrainEvidence
 
 
@@ -64,7 +65,7 @@ class FeedbackReply(BaseModel):
     again later is recorded; `recorded`: stored as `feedback`."""
 
     status: Literal["recorded", "invalid", "unavailable"]
-    errors: list[dict[str, str]] = Field(default_factory=list)  # {field, message}
+    errors: list[FieldError] = Field(default_factory=list)
     feedback: FeedbackRecord | None = None
     # The version's feedback score for the judgement's scenario, with it (None: the vector memory
     # cannot be read now; the judgement is kept and written when it is back).
@@ -82,7 +83,7 @@ class FeedbackReply(BaseModel):
 
     @classmethod
     def refused(cls, field: str, message: str, status: Literal["invalid", "unavailable"] = "invalid") -> FeedbackReply:
-        return cls(status=status, errors=[{"field": field, "message": message}])
+        return cls(status=status, errors=[FieldError(field=field, message=message)])
 
 
 class RecordedFeedback(BaseModel):
@@ -121,13 +122,13 @@ class InvalidReply(BaseModel):
     it refuses: `status`, `errors` and `message` as a refused call's result has them."""
 
     status: Literal["invalid"] = "invalid"
-    errors: list[dict[str, str]] = Field(default_factory=list)  # {field, message, type}
+    errors: list[FieldError] = Field(default_factory=list)
     message: str = ""
 
     @classmethod
     def of(cls, exc: ValidationError) -> InvalidReply:
         errors = field_errors(exc)
-        return cls(errors=errors, message=f"invalid payload: {', '.join(sorted({e['field'] for e in errors}))}")
+        return cls(errors=errors, message=invalid_payload_message(errors))
 
 
 class ExplainResult(CallResult):

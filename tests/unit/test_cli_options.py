@@ -579,12 +579,12 @@ def test_a_namespace_option_may_name_a_version(stores: ToolRegistry, monkeypatch
 def test_a_version_without_its_namespace_is_refused() -> None:
     from pydantic import ValidationError
 
-    from selection.models import CallRequest, field_errors
+    from selection.models import CallRequest, FieldError, field_errors
 
     with pytest.raises(ValidationError) as refused:
         CallRequest(scenario="sort numbers", version="1.0.0")
-    assert field_errors(refused.value)[0] == {"field": "version", "type": "value_error",
-                                              "message": "version 1.0.0 is given without namespace: name the tool it is a version of"}
+    assert field_errors(refused.value)[0] == FieldError(
+        field="version", type="value_error", message="version 1.0.0 is given without namespace: name the tool it is a version of")
 
 
 def test_explain_shows_the_context_as_analysed_and_takes_the_calls_input(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:

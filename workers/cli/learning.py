@@ -79,9 +79,9 @@ def _ask_or_none(task: str, queue: str, timeout: float, **kwargs: Any) -> dict[s
 def _refuse_if_invalid(answer: dict[str, Any]) -> None:
     """Exit 2 with the workers' words when they refused the payload (workers/payloads.py InvalidReply)."""
     if answer.get("status") == "invalid":
-        from selection.models import joined_errors
+        from selection.models import FieldError, joined_errors
 
-        fail(joined_errors(answer.get("errors", [])) or str(answer.get("message")), REFUSED)
+        fail(joined_errors([FieldError.model_validate(e) for e in answer.get("errors", [])]) or str(answer.get("message")), REFUSED)
 
 
 # --------------------------------------------------------------------------------------- explain

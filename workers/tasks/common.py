@@ -13,7 +13,8 @@ from celery_batches import SimpleRequest
 from pydantic import BaseModel, ValidationError
 
 from selection.call_endings import no_candidates_result
-from selection.models import CALL_ID_PATTERN, CallPlan, CallRequest, CallResult, field_errors, size_errors
+from selection.models import (CALL_ID_PATTERN, CallPlan, CallRequest, CallResult, FieldError, field_errors,
+                              invalid_payload_message, size_errors)
 from workers.runtime import runtime
 
 CALL_ID = re.compile(CALL_ID_PATTERN)
@@ -39,16 +40,11 @@ def batch_payloads(requests: Sequence[SimpleRequest], model: type[M], task: str)
     return out
 
 
-def invalid_result(exc: ValidationError | list[dict[str, str]], call_id: str = "") -> dict[str, Any]:
+def invalid_result(exc: ValidationError | list[FieldError], call_id: str = "") -> dict[str, Any]:
     """A bad payload ends the call with a result naming every bad field; the worker stays up."""
     errors = exc if isinstance(exc, list) else field_errors(exc)
-    fields = ", ".join(sorted({e["field"] for e in errors}))
-    return CallResult(
-        call_id=call_id or "invalid",
-        status="invalid",
-        errors=errors,
-        message=f"invalid payload: {fields}",
-    ).model_dump(mode="json")
+    return CallResult(call_id=call_id or "invalid", status="invalid", errors=errors,
+                      message=invalid_payload_message(errors)).model_dump(mode="json")
 
 
 def oversized(request: CallRequest, limit_bytes: int) -> dict[str, Any] | None:
@@ -82,7 +78,7 @@ def another_job_under(task: str, payload: dict[str, Any], task_id: str | None) -
         return None
     log.warning("call %s: another job under this call_id, sent within 24 h: not run", call_id,
                 extra={"event": "call_id_taken", "call_id": call_id, "task": task})
-    return ended_early(invalid_result([{"field": "call_id", "type": "another_job", "message": another_job_message(call_id)}],
+    return ended_early(invalid_result([FieldError(field="call_id", type="another_job", message=another_job_message(call_id))],
                                       call_id))
 
 

@@ -153,7 +153,7 @@ def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
     try:
         evolution = None if evolution_report is None else CallEvolution.model_validate(evolution_report)
     except ValidationError as exc:  # named as the payload's field it is, like the request's own
-        errors = [{**e, "field": "evolution_report" + ("" if e["field"] == "(payload)" else "." + e["field"])}
+        errors = [e.model_copy(update={"field": "evolution_report" + ("" if e.field == "(payload)" else "." + e.field)})
                   for e in field_errors(exc)]
         return ended_early(invalid_result(errors, request.call_id))
     return start_call(self, request, evolution)
