@@ -28,11 +28,14 @@ def refused_input(plan: CallPlan) -> ToolExecutionResult | None:
     return next((a for a in plan.attempts if a.refused_its_job or a.callers_mistake), None)
 
 
-def _refused(refusal: ToolExecutionResult) -> str:
-    """The refusal as the caller reads it: by whom, and why, and whose mistake it is taken for."""
-    said = (f"{refusal.key}, which does such jobs, refused the input "
-            f"({refusal.error_message or 'bad_input'})")
-    if refusal.callers_mistake:
+def _refused(plan: CallPlan, refusal: ToolExecutionResult) -> str:
+    """The refusal as the caller reads it: by whom, why its refusal counts (it does such jobs, or
+    it is their clear best match), and whose mistake it is taken for."""
+    ran = next((c for c in plan.candidates if c.key == refusal.key), None)
+    which = ("which does such jobs" if ran is None or ran.does_the_job
+             else f"which matches such jobs best ({ran.breakdown.similarity:.2f})")
+    said = f"{refusal.key}, {which}, refused the input ({refusal.error_message or 'bad_input'})"
+    if refusal.callers_mistake or ran is None or not ran.refuses_everything:
         return said
     return f"{said}, as it did the last {REFUSED_IN_A_ROW} inputs or more: it may be broken"
 
@@ -49,7 +52,7 @@ def input_refused_message(plan: CallPlan) -> str | None:
     passed = (f"; not tried with it, having done no such job and matching it less than {CLEAR_MATCH}: "
               f"{', '.join(plan.passed_over)} (a call that names one tries it)") if plan.passed_over else ""
     check = ": check the input" if refusal.callers_mistake else ""
-    return f"{_refused(refusal)}{check}{tried}{passed}"
+    return f"{_refused(plan, refusal)}{check}{tried}{passed}"
 
 
 def took_a_refused_input_note(plan: CallPlan, result: ToolExecutionResult) -> str | None:
@@ -59,7 +62,7 @@ def took_a_refused_input_note(plan: CallPlan, result: ToolExecutionResult) -> st
     if refusal is None or not result.took_a_refused_input:
         return None
     check = "check its output, and the input" if refusal.callers_mistake else "check its output"
-    return f"{_refused(refusal)}; {result.key}, which took it, has done no such job: {check}"
+    return f"{_refused(plan, refusal)}; {result.key}, which took it, has done no such job: {check}"
 
 
 def targeted(plan: CallPlan, result: ToolExecutionResult) -> bool:

@@ -240,19 +240,25 @@ class Candidate(BaseModel):
     # It did jobs like this one (selection/serving.py `does_the_job`): its refusal of the input
     # makes the input suspect. Decided at selection; False in a plan from before it was.
     does_the_job: bool = False
+    # Its description is the job's clear best match (selection/serving.py `best_matches`): its
+    # refusal of the input makes the input suspect too, before it has done such jobs.
+    matches_best: bool = False
     # It refused REFUSED_IN_A_ROW inputs since its last success (selection/serving.py
     # `refuses_everything`): it may be broken, and its refusals count again.
     refuses_everything: bool = False
 
     def callers_mistake(self, error_class: FailureClass | None) -> bool:
         """Whether its attempt failing with `error_class` is the caller's mistake: it refused the
-        input (bad_input) of a job it does, and does not refuse every input of late."""
-        return self.refused_its_job(error_class) and not self.refuses_everything
+        input (bad_input) of a job it does by its record, and does not refuse every input of late.
+        The clear best match that has not done such jobs yet may be wrong itself: its refusal makes
+        the input suspect, and still counts, and evolves it (input coercion and defaults)."""
+        return error_class is FailureClass.bad_input and self.does_the_job and not self.refuses_everything
 
     def refused_its_job(self, error_class: FailureClass | None) -> bool:
-        """Whether its attempt failing with `error_class` refused the input of a job it does: the
-        input is suspect, whoever is wrong, and goes on only to tools that do such jobs too."""
-        return error_class is FailureClass.bad_input and self.does_the_job
+        """Whether its attempt failing with `error_class` refused the input of a job it does, or
+        whose clear best match it is: the input is suspect, whoever is wrong, and goes on only to
+        tools that do such jobs too."""
+        return error_class is FailureClass.bad_input and (self.does_the_job or self.matches_best)
 
 
 class ToolExecutionResult(BaseModel):

@@ -221,6 +221,23 @@ def did_the_job(e: CandidateEvidence) -> bool:
     return max(e.namespace_success_similarities, default=0.0) >= SAME_JOB
 
 
+def best_matches(evidence: list[CandidateEvidence], held_back_match: float = 0.0) -> set[str]:
+    """The versions whose description is the job's clear best match: at least CLEAR_MATCH, and
+    within NEWCOMER_MARGIN of the best match of the versions that matched (`held_back_match`: of
+    those held back by their breaker). Their refusal of an input makes it suspect, as `does_the_job`'s
+    does, before they have done such jobs (`Candidate.refused_its_job`): the input goes on only to
+    the versions that do such jobs, or clearly match them, and a success of another on it is set
+    aside. Unlike a refusal by a version that does the job, it still counts against the version,
+    and a call that ends with it evolves it (input coercion and defaults): the version may be wrong.
+
+    QA recheck F5: on a fresh stack, a hashing call without its `algorithm` was refused by
+    hash_text (0.75 similar, no record yet); the refusal counted against hash_text, word_stats
+    (0.23) took the input and "succeeded" with a word count, and every later hashing call, with
+    the right input, went to word_stats."""
+    best = max([held_back_match, *(e.similarity for e in evidence)])
+    return {e.key for e in evidence if e.similarity >= max(CLEAR_MATCH, best - NEWCOMER_MARGIN)}
+
+
 def does_the_job(e: CandidateEvidence) -> bool:
     """Whether this version does jobs like this one: RELIABLE_RUNS of its successes (not set aside,
     nor unconfirmed: selection/call_endings.py `serves_unconfirmed`; outputs a person judged right count too) are at least

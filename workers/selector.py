@@ -43,7 +43,7 @@ from selection.ports import (
     VectorFilter,
     VectorHit,
 )
-from selection.serving import (ServedVersions, breaker_probe, does_the_job, evolved_first,
+from selection.serving import (ServedVersions, best_matches, breaker_probe, does_the_job, evolved_first,
                                explored_first, newcomer_to_try, refuses_everything, served_first)
 from selection.sparc import declared_against, sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
@@ -172,10 +172,11 @@ class Selector:
                                 half_open=self._local.half_open)
         timeouts = {e.key: e.timeout_s for e in evidence}
         doers = {e.key for e in evidence if does_the_job(e)}
+        best = best_matches(evidence, self._local.held_back_match)
         refusing = {e.key for e in evidence if refuses_everything(e)}
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)
-            c.does_the_job, c.refuses_everything = c.key in doers, c.key in refusing
+            c.does_the_job, c.matches_best, c.refuses_everything = c.key in doers, c.key in best, c.key in refusing
         return CallPlan(
             request=request,
             candidates=ranked[:keep],

@@ -686,7 +686,7 @@ def test_a_call_table_says_does_such_jobs_only_of_the_first_refusal_set_aside() 
     with console.capture() as out:
         show_call({"call_id": "c", "status": "failed", "attempts": attempts, "message": "check the input"})
     lines = out.get().splitlines()
-    assert any("hash_text@1.0.0" in line and "(it does such jobs: check the input)" in line for line in lines)
+    assert any("hash_text@1.0.0" in line and "(taken for the caller's mistake: check the input)" in line for line in lines)
     assert any("sha_sum@1.0.0" in line and "(the same input, set aside)" in line for line in lines)
     took = [attempts[0], {"tool": "lower_text", "version": "1.0.0", "outcome": "success", "took_a_refused_input": True}]
     with console.capture() as out:

@@ -18,6 +18,7 @@ from selection.call_endings import (
     took_a_refused_input_note,
 )
 from selection.serving import (
+    best_matches,
     ServedVersions,
     breaker_probe,
     does_the_job,
@@ -311,12 +312,21 @@ def test_a_namespace_refusal_names_the_version_that_does_such_jobs_not_the_one_t
     """Review: a version that never did the job, refusing the input after one that does, was said to do such jobs."""
     plan = CallPlan(request=CallRequest(scenario="parse this csv", namespace="csv_parse"),
                     candidates=[candidate("csv_parse"), candidate("csv_parse", "1.1.0"), candidate("other")])
+    plan.candidates[0].does_the_job = True
     plan.attempts = [ToolExecutionResult(attempt_id=f"c:{i}", call_id="c", tool="csv_parse", version=version, success=False,
                                          error_class=FailureClass.bad_input, callers_mistake=True, metadata={"attempt": i})
                      for i, version in enumerate(("1.0.0", "1.1.0"))]
     assert refused_for_its_namespace(plan) == (
         "csv_parse@1.1.0 refused the input (bad_input): the tools outside csv_parse were not tried with it; "
         "csv_parse@1.0.0 does such jobs (3 or more like this one succeeded): check the input")
+    # One that has done none, but matches such jobs best, makes the input suspect, and is said to match
+    # them best; its refusal still counts (it may be wrong itself), so no "check the input" (QA recheck F5).
+    plan.candidates[0].does_the_job, plan.candidates[0].matches_best = False, True
+    plan.candidates[0].breakdown.similarity = 0.75
+    refusal = plan.candidates[0].refused_its_job(FailureClass.bad_input), plan.candidates[0].callers_mistake(FailureClass.bad_input)
+    assert refusal == (True, False)
+    plan.attempts = [plan.attempts[0].model_copy(update={"refused_its_job": True, "callers_mistake": False})]
+    assert input_refused_message(plan) == "csv_parse@1.0.0, which matches such jobs best (0.75), refused the input (bad_input)"
 
 
 def test_a_version_does_a_job_after_three_successes_at_it_and_only_its_refusal_then_is_the_callers_mistake() -> None:
@@ -421,3 +431,14 @@ def test_a_tool_that_matches_the_job_weakly_and_never_did_it_or_another_than_the
     assert note(typo, counter) is None  # no such tool ran: its own note says so
     assert note(call(ran("reverse_text", False), ran("vowel_count", True), namespace="vowel_count"), counter) is None
 
+
+
+def test_the_clear_best_match_of_a_job_is_told_before_it_has_done_any() -> None:
+    """QA recheck F5: hash_text (0.75, no record yet) refusing a hashing input without its
+    `algorithm` counted against it, and word_stats (0.23), which took the input, had the job from
+    then on. Its refusal is the input's fault as one by a version that does the job would be;
+    versions that match less, or unclearly, are not told so."""
+    evidence_ = [evidence("hash_text", 0.75), evidence("sha_tool", 0.68), evidence("word_stats", 0.23)]
+    assert best_matches(evidence_) == {"hash_text@1.0.0", "sha_tool@1.0.0"}
+    assert best_matches(evidence_, held_back_match=0.9) == set()  # the job's best match is held back
+    assert best_matches([evidence("word_stats", 0.45)]) == set()  # best, but no clear match

@@ -211,12 +211,12 @@ def exit_code(outcome: dict[str, Any]) -> int:
 
 def _attempt_row(table: Table, number: str, a: dict[str, Any], first_refusal: bool = True) -> None:
     """One attempt; `first_refusal`: whether a refusal set aside as the caller's mistake is the
-    call's first (by a version that does such jobs; a later one refused the same input)."""
+    call's first (by a version that does such jobs, or matches them best; a later one refused the same input)."""
     from selection.manifest import tool_key
 
     err = f"{a.get('error_class') or ''} {a.get('error_message') or ''}".strip()
     probe = " [dim](breaker probe: no attempt used)[/dim]" if a.get("probe") else ""
-    mistake = ("" if not a.get("callers_mistake") else " [yellow](it does such jobs: check the input)[/yellow]"
+    mistake = ("" if not a.get("callers_mistake") else " [yellow](taken for the caller's mistake: check the input)[/yellow]"
                if first_refusal else " [dim](the same input, set aside)[/dim]")
     if a.get("took_a_refused_input"):  # QA final: the success set aside read just "success"
         mistake = " [yellow](set aside: it has done no such job; check its output)[/yellow]"
