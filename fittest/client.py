@@ -24,12 +24,13 @@ from typing import Any, Literal, Self
 
 from selection.manifest import tool_reference
 from selection.models import CallRequest, CallResult, joined_errors, size_errors
-from workers.client import CallSender, CallTimeout, FittestUnavailable, PendingCall, UnknownCall, reaching, timed_out_as
+from workers.client import (CallSender, CallTimeout, FittestUnavailable, NotDone, PendingCall, UnknownCall, reaching,
+                            timed_out_as)
 from workers.payloads import CallToolPayload, FeedbackReply, FeedbackRequest, RecordedFeedback, payload_schemas
 from workers.settings import Settings, get_settings
 
 __all__ = ["CallRequest", "CallResult", "CallTimeout", "CallToolPayload", "FeedbackReply", "FeedbackRequest", "FittestClient",
-           "FittestUnavailable", "RecordedFeedback", "UnknownCall", "payload_schemas"]
+           "FittestUnavailable", "NotDone", "RecordedFeedback", "UnknownCall", "payload_schemas"]
 
 
 class FittestClient(CallSender):
@@ -109,9 +110,9 @@ class FittestClient(CallSender):
         worker's answer (its `feedback` as stored, `score_now`: the version's feedback score for
         the judgement's scenario, and `first_now`: the version a call of that scenario most likely tries first now);
         raises ValueError for a payload or a tool the workers refuse, FittestUnavailable when a
-        store they need to check it is down (sent again later, it is recorded), and celery's
-        TimeoutError when no worker took it within `timeout`: it is then not recorded, ever (its
-        message expires), and may be sent again."""
+        store they need to check it is down (sent again later, it is recorded), and NotDone (a
+        TimeoutError, builtin and celery's) when no worker took it within `timeout`: it is then not
+        recorded, ever (its message expires), and may be sent again."""
         named, given = tool_reference(tool)  # NAME@VERSION, as the CLI takes it (QA AC)
         if given is not None:
             if version is not None and version != given:  # QA AD: "no tool version 'NAME@1.0.0@2.0.0'"

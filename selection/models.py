@@ -170,6 +170,7 @@ def size_errors(request: CallRequest, limit_bytes: int) -> list[FieldError]:
 
 
 JSON_SCALARS = (str, int, float, bool, type(None))
+MAX_INT_BITS = 13_300  # ~4,000 decimal digits: Python refuses to write an int of more than 4,300
 
 
 def _check_json_value(value: Any, depth: int, path: str = "") -> None:
@@ -182,6 +183,8 @@ def _check_json_value(value: Any, depth: int, path: str = "") -> None:
         raise ValueError("nested deeper than 32 levels")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"contains a non-finite number (NaN or Infinity){where}")
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:  # Python writes no more as JSON
+        raise ValueError(f"contains an integer of more than 4,000 digits{where}: send it as text")
     if isinstance(value, str):
         _check_text(value, where)
     elif isinstance(value, dict):
@@ -420,8 +423,8 @@ class CallResult(BaseModel):
     evolution: CallEvolution | None = None
     # What ranked the call: the policy, and the version of the SPARC weights it read (`fittest
     # weights` lists them; 0: the defaults), so that a choice can be traced to the weights behind it.
-    policy: str = ""
-    weights_version: int = 0
+    policy: str | None = None  # None: the call was refused before anything ranked it
+    weights_version: int | None = None
     elapsed_ms: float = 0.0  # from the call's start to its result, an evolution and its retry included
     # Why nothing was ranked (status no_candidates), as `message` says it: `no_such_tool` (a
     # `call_tool` of a name no tool has), `no_such_version` and `no_such_tag` (a version or tag no

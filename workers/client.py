@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import threading
 import time
 import uuid
@@ -102,6 +103,16 @@ class FittestUnavailable(ConnectionError):
     40 times, at most 1 s apart), whatever the `timeout` of the result."""
 
 
+class NotDone(CeleryTimeout, TimeoutError):
+    """A task sent by `ask_within` (a judgement, say) that no worker took within its timeout: its
+    message expires, so it is not done, ever, and may be sent again. Both celery's TimeoutError
+    and the builtin catch it (QA recheck F2: `except TimeoutError` missed celery's own)."""
+
+    def __init__(self, task: str, timeout: float) -> None:
+        super().__init__(f"fittest.{task}: no worker took it within {max(timeout, 0.0):g} s; it was not done, "
+                         "and may be sent again")
+
+
 class CallTimeout(CeleryTimeout, TimeoutError):
     """No result came within the `timeout` of `run` or `result`; the call goes on, and
     `result(call_id)` (or `fittest result ID`) gets it later. Both celery's TimeoutError, which
@@ -109,15 +120,15 @@ class CallTimeout(CeleryTimeout, TimeoutError):
     TimeoutError` did not, and the message named no call to ask for later)."""
 
     def __init__(self, call_id: str, timeout: float) -> None:
-        super().__init__(f"no result for call {call_id} within {timeout:g} s: it goes on; "
+        super().__init__(f"no result for call {call_id} within {max(timeout, 0.0):g} s: it goes on; "
                          f"result({call_id!r}) or `fittest result {call_id}` gets it later")
         self.call_id = call_id
 
 
 # Why no result can come for a call id: what `UnknownCall` and `fittest result` say.
-UNKNOWN_CALL = ("no call with this id is queued or running, and none finished in the last day (a call sent by "
-                "send_task alone is known once a worker has taken it; its result is kept under its task id, which "
-                "is its call_id only when the sender made it so: send_task(..., task_id=call_id))")
+UNKNOWN_CALL = ("no call with this id is queued or running, and none finished in the last day (a call's result "
+                "is kept under its task id, which is its call_id only when the sender made it so: "
+                "send_task(..., task_id=call_id))")
 
 
 class UnknownCall(LookupError):
@@ -128,6 +139,13 @@ class UnknownCall(LookupError):
     def __init__(self, call_id: str) -> None:
         super().__init__(f"no result for call {call_id}: {UNKNOWN_CALL}")
         self.call_id = call_id
+
+
+def _check_timeout(timeout: float) -> None:
+    """A NaN timeout compares false with every time, and a wait on it never ended (QA recheck F1);
+    infinity waits for ever, as asked, and 0 or less asks once."""
+    if math.isnan(timeout):
+        raise ValueError("timeout: not a number (NaN); give seconds")
 
 
 @contextmanager
@@ -215,25 +233,27 @@ class CallSender:
         being done twice (QA AC: a judgement `feedback add` said no worker had answered was applied
         once a worker started, and the retry its message asked for counted it twice). A task that a
         worker began in time (the task tracks itself as STARTED) is waited for still, up to
-        STARTED_GRACE_S more. Raises celery's TimeoutError when it was not done."""
+        STARTED_GRACE_S more. Raises NotDone when it was not done."""
+        _check_timeout(timeout)
         pending = self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue, expires=timeout)
         try:
             return self.wait(pending, timeout)
         except TaskRevokedError as exc:
             # A worker took the message after it expired and dropped it: not done, as documented
             # (QA integrator 4: celery's TaskRevokedError reached a caller written for TimeoutError).
-            raise CeleryTimeout(f"fittest.{task}: no worker took it within {timeout:g} s; it was not done") from exc
-        except CeleryTimeout:
+            raise NotDone(task, timeout) from exc
+        except CeleryTimeout as exc:
             time.sleep(STARTED_SETTLE_S)
             again = self.celery.AsyncResult(pending.id)
             if again.state in ("PENDING", "RETRY", "REVOKED"):  # not running, and never will: it has expired
                 CallSender.release(again)
-                raise
+                raise NotDone(task, timeout) from exc
             return self.wait(again, STARTED_GRACE_S)
 
     def wait_for_call(self, pending: AsyncResult, timeout: float) -> dict[str, Any]:
         """`wait` for a call's result, raising UnknownCall when none can come: no call of its id is
         in flight nor has a result, asked after FIRST_LOOK_S without one, and at the timeout."""
+        _check_timeout(timeout)
         deadline = time.monotonic() + timeout
         first = min(timeout, FIRST_LOOK_S)
         try:
@@ -247,16 +267,30 @@ class CallSender:
             raise
 
     def check_known(self, call_id: str) -> None:
-        """UnknownCall unless a call of this id is in flight or its result is stored (it may have come
-        just after the wait gave up)."""
+        """UnknownCall unless a call of this id is in flight, its result is stored (it may have come
+        just after the wait gave up), or its message waits in the selection queue: one a foreign
+        `send_task` sent is known to the calls in flight only once a worker took it, and a caller
+        told it is unknown might send it again (QA recheck F6)."""
         if self.in_flight(call_id):
             return
         stored = self.celery.AsyncResult(call_id)
         try:
-            if stored.state == "PENDING":  # what Celery answers for an id it knows nothing of
-                raise UnknownCall(call_id)
+            if stored.state != "PENDING":  # what Celery answers for an id it knows nothing of
+                return
         finally:
             CallSender.release(stored)
+        if not self._queued(call_id):
+            raise UnknownCall(call_id)
+
+    def _queued(self, call_id: str) -> bool:
+        """Whether a message of this call waits in the selection queue, where a call starts; a
+        queue too long to read (workers/rescue.py QUEUE_READ_LIMIT) may hold it."""
+        from workers.app import PRIORITY_STEPS, QUEUES
+        from workers.metrics import queue_key
+        from workers.rescue import QUEUE_READ_LIMIT
+
+        found = self._inflight.waiting([queue_key(QUEUES[0], p) for p in PRIORITY_STEPS], [call_id], QUEUE_READ_LIMIT)
+        return found is None or call_id in found
 
     def in_flight(self, call_id: str) -> bool:
         """Whether a call with this id is queued or running: sent by a client, or taken by a worker."""
@@ -282,6 +316,7 @@ class CallSender:
             # follow the call again (QA I: a second `result()` after a TimeoutError raised
             # AttributeError: 'NoneType' object has no attribute 'add_pending_result').
             result.backend = result.app.backend
+        _check_timeout(timeout)
         deadline = time.monotonic() + timeout
         try:
             while True:

@@ -327,6 +327,11 @@ def test_the_client_tells_a_call_it_cannot_get_from_one_that_goes_on(pipeline, u
             later.result(done.call_id, timeout=0)
     # Sent where no worker reads: it goes on, and a timeout of 0 or less says so at once.
     with FittestClient(unserved_redis) as idle:
+        # QA recheck F6: a foreign send_task's call, queued, is not "unknown" (its caller might send it again).
+        idle.celery.send_task("fittest.resilient_tool_call", kwargs={"scenario": "x", "input": {}}, queue="selection",
+                              task_id="foreign-1")
+        with pytest.raises(CallTimeout):
+            idle.result("foreign-1", timeout=4)
         for timeout in (0, -1, 0.001):
             started = time.monotonic()
             with pytest.raises(CallTimeout, match="it goes on"):

@@ -104,5 +104,18 @@ def test_a_message_dropped_as_expired_is_a_timeout_as_documented(monkeypatch) ->
         raise TaskRevokedError("expired")
 
     monkeypatch.setattr(CallSender, "wait", staticmethod(revoked))
-    with pytest.raises(CeleryTimeout, match="no worker took it within 0.5 s; it was not done"):
+    with pytest.raises(TimeoutError, match="no worker took it within 0.5 s; it was not done") as raised:
         sender.ask_within("record_feedback", 0.5, queue="feedback")
+    assert isinstance(raised.value, CeleryTimeout)  # both: the builtin and celery's (QA recheck F2)
+
+
+def test_a_timeout_that_is_not_a_number_is_refused_not_waited_on_for_ever() -> None:
+    """QA recheck F1: `run(timeout=float("nan"))` waited for ever (NaN compares false with every time)."""
+    import pytest
+
+    app = Celery("t", backend="cache+memory://")
+    try:
+        with pytest.raises(ValueError, match="timeout: not a number"):
+            CallSender.wait(AsyncResult("call-5", app=app), timeout=float("nan"))
+    finally:
+        app.close()

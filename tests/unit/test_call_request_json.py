@@ -1,0 +1,36 @@
+"""A call's input and context must be JSON: what is not is refused by name and place before
+anything is sent (QA integrator 3, QA recheck F3: a set, bytes or a datetime reached the size
+check's json.dumps and raised a TypeError naming no field)."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from selection.models import CallRequest, field_errors
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ({"numbers": {3, 1, 2}}, "contains a value of type set at numbers, which is not JSON"),
+    ({"when": datetime.datetime(2026, 1, 1)}, "contains a value of type datetime at when"),
+    ({"blob": b"\xff"}, "contains a value of type bytes at blob"),
+    ({"numbers": [decimal.Decimal("3.5"), 1]}, "contains a value of type Decimal at numbers.0"),
+    ({"note": "\ud800"}, "contains text that is not Unicode (a lone surrogate) at note"),
+    ({"a": {(1, 2): 3}}, "has a key of type tuple at a, which JSON has not"),
+    ({"x": [1.0, float("nan")]}, "contains a non-finite number (NaN or Infinity) at x.1"),
+    ({"n": 10 ** 5000}, "contains an integer of more than 4,000 digits at n: send it as text"),
+])
+def test_what_is_not_json_is_refused_naming_where_it_is(value: dict[str, Any], says: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        CallRequest(scenario="sort these numbers", input=value)
+    (error,) = field_errors(refused.value)
+    assert error.field == "input" and error.message.startswith(says), error
+
+
+def test_json_values_pass_tuples_as_lists_included() -> None:
+    request = CallRequest(scenario="sort these numbers", input={"numbers": [3, (1, 2), {"k": None}], "big": 10 ** 100})
+    assert request.input["big"] == 10 ** 100
