@@ -284,13 +284,14 @@ class ToolExecutionResult(BaseModel):
     # but says nothing of whether it does them (`does_the_job`): its output may not be what was asked.
     unconfirmed: bool = False
     # A refusal of the input (bad_input) by a version that does the job (`Candidate.does_the_job`),
-    # and the input is suspect: only tools that do such jobs too are tried with it after it.
+    # or is its clear best match (`Candidate.matches_best`): the input is suspect, and only tools
+    # that do such jobs too, or clearly match them, are tried with it after it.
     refused_its_job: bool = False
     # Such a refusal taken for the caller's mistake (`Candidate.callers_mistake`), or any refusal
     # after one in the same call: counted apart, and set aside as evidence.
     callers_mistake: bool = False
-    # A success on an input that a tool doing the job refused (`refused_its_job`), by a version
-    # that has not done such jobs itself: its output may not be what was asked for, and its success
+    # A success on an input that a tool doing the job by its record refused (`refused_its_job`), by
+    # a version that has not done such jobs itself: its output may not be what was asked for, and its success
     # is set aside (QA recheck: a tool that takes any input, 0.50 similar, took seven such inputs
     # of a title-case job, and served the correct calls after them with lower-cased text).
     took_a_refused_input: bool = False

@@ -226,9 +226,9 @@ def best_matches(evidence: list[CandidateEvidence], held_back_match: float = 0.0
     within NEWCOMER_MARGIN of the best match of the versions that matched (`held_back_match`: of
     those held back by their breaker). Their refusal of an input makes it suspect, as `does_the_job`'s
     does, before they have done such jobs (`Candidate.refused_its_job`): the input goes on only to
-    the versions that do such jobs, or clearly match them, and a success of another on it is set
-    aside. Unlike a refusal by a version that does the job, it still counts against the version,
-    and a call that ends with it evolves it (input coercion and defaults): the version may be wrong.
+    the versions that do such jobs, or clearly match them. Unlike a refusal by a version that does
+    the job, it still counts against the version, a success of another on the input counts, and a
+    call that ends with it evolves it (input coercion and defaults): the version may be wrong.
 
     QA recheck F5: on a fresh stack, a hashing call without its `algorithm` was refused by
     hash_text (0.75 similar, no record yet); the refusal counted against hash_text, word_stats

@@ -112,6 +112,10 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: 
     candidate = plan.candidates[index]
     manifest = candidate.manifest
     refusal = refused_input(plan)  # an earlier refusal of this input by a tool that does such jobs
+    # A success on it is set aside when a version that does such jobs by its record refused it; one
+    # that only matches them best may be the one that is wrong (a version evolved to take the
+    # input succeeds after its parent refused it, and its trial counts that).
+    refuser = next((c for c in plan.candidates if refusal is not None and c.key == refusal.key), None)
     result = ToolExecutionResult(
         attempt_id=attempt_id(plan, index),
         call_id=plan.request.call_id,
@@ -128,7 +132,7 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: 
         # An input taken for the caller's mistake is the caller's mistake for every tool after it.
         callers_mistake=candidate.callers_mistake(outcome.error_class)
         or (outcome.error_class is FailureClass.bad_input and refusal is not None and refusal.callers_mistake),
-        took_a_refused_input=outcome.success and not candidate.does_the_job and refusal is not None,
+        took_a_refused_input=outcome.success and not candidate.does_the_job and refuser is not None and refuser.does_the_job,
     )
     # The caller's fault is not the tool's; a redelivered attempt feeds the breaker once.
     feeds_breaker = outcome.error_class is not FailureClass.bad_input
