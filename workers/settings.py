@@ -285,7 +285,12 @@ def settings_problem(exc: BaseException) -> str | None:
     if isinstance(exc, SettingsFileError):
         return str(exc)
     if isinstance(exc, ValidationError) and exc.title == Settings.__name__:
-        return "; ".join(f"{_setting_name(e['loc'])}{e['msg'].removeprefix('Value error, ')}" for e in exc.errors(include_url=False, include_input=False))
+        # A rule across settings names them by their variables; with a file, either may come from it
+        # (QA recheck F4: a file's max_timeout_s below the default minimum was told as the variables').
+        config = os.environ.get("FITTEST_CONFIG")
+        across = f" (as the environment, FITTEST_CONFIG {Path(config).resolve()} and the defaults give them)" if config else ""
+        return "; ".join(f"{_setting_name(e['loc'])}{e['msg'].removeprefix('Value error, ')}{'' if e['loc'] else across}"
+                         for e in exc.errors(include_url=False, include_input=False))
     return None
 
 

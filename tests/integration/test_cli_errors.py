@@ -200,7 +200,8 @@ def test_refused_manifests_are_listed_as_json_apart_from_the_versions_whose_list
 def test_settings_the_commands_refuse_are_named_in_one_line(model_path: Path, tmp_path: Path) -> None:
     (tmp_path / "bad.toml").write_text("max_candidates =\n")
     (tmp_path / "typo.toml").write_text("max_candidatse = 3\nFITTEST_POLICY = 'seed'\n")
-    (tmp_path / "masked.toml").write_text("metrics_port = 99999\n")  # QA learning F6: the environment's port hid it
+    (tmp_path / "masked.toml").write_text("metrics_port = 99999\n")
+    (tmp_path / "bounds.toml").write_text("max_timeout_s = 0.3\n")  # QA learning F6: the environment's port hid it
     cases = [
         # QA: each of these was taken (exit 0), or ended in a traceback at the first port bound.
         ({"FITTEST_METRICS_PORT": "99999"}, "FITTEST_METRICS_PORT: Input should be less than or equal to 65535"),
@@ -215,6 +216,9 @@ def test_settings_the_commands_refuse_are_named_in_one_line(model_path: Path, tm
         ({"FITTEST_CONFIG": str(tmp_path / "bad.toml")}, f"FITTEST_CONFIG {tmp_path / 'bad.toml'} is not valid TOML"),
         ({"FITTEST_CONFIG": str(tmp_path / "masked.toml"), "FITTEST_METRICS_PORT": "9900"},
          f"FITTEST_CONFIG {tmp_path / 'masked.toml'}: metrics_port: Input should be less than or equal to 65535"),
+        ({"FITTEST_CONFIG": str(tmp_path / "bounds.toml")},  # QA recheck F4: the 0.3 came from the file
+         f"FITTEST_MIN_TIMEOUT_S (0.5) exceeds FITTEST_MAX_TIMEOUT_S (0.3) (as the environment, FITTEST_CONFIG "
+         f"{tmp_path / 'bounds.toml'} and the defaults give them)"),
     ]
     for setting, says in cases:
         env = {**os.environ, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path), **setting}
