@@ -177,15 +177,15 @@ def test_demo_prints_manifest_errors_and_the_model_error_as_written(tmp_path: Pa
 
 # --------------------------------------------------------------------------------------- learning
 def test_explain_shows_the_scenario_and_the_rationales_as_written(redis_answers: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    breakdown = {"source": "semantic [/x]", "similarity": 0.5, "quality": 1.0, "feedback": 0.0, "sparc": 0.5,
+    breakdown = {"source": "semantic", "similarity": 0.5, "quality": 1.0, "feedback": 0.0, "sparc": 0.5,
                  "sparc_components": {"phase": 0.5}}
-    answer = {"status": "ok", "ranking": [
+    answer = {"call_id": "c", "status": "success", "ranking": [
         {"key": f"tool{i}[/x]@1.0.0", "score": 1.0, "probability": 0.5, "breakdown": {**breakdown, "rationale": f"it said {text}"}}
         for i, text in enumerate(TRICKY)
     ], "degraded": TRICKY, "policy": "learned", "weights_version": 7}
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: answer)
     out = invoke(["explain", "sort [a-z] numbers [/]"])
-    assert_shown(out, "ranking for 'sort [a-z] numbers [/]' by the workers' learned policy (SPARC weights v7)", "semantic [/x]",
+    assert_shown(out, "ranking for 'sort [a-z] numbers [/]' by the workers' learned policy (SPARC weights v7)",
                  *[f"{i}. tool{i - 1}[/x]@1.0.0: it said {text} (SPARC components: phase 0.50)" for i, text in enumerate(TRICKY, 1)],
                  *[f"│ tool{i}[/x]@1.0.0" for i in range(len(TRICKY))],
                  *[f"degraded: {text}" for text in TRICKY])

@@ -324,7 +324,7 @@ def test_rollback_with_nothing_to_roll_back_is_refused_with_exit_2(stores: ToolR
 
 
 def test_explain_with_nothing_to_rank_says_how_a_call_would_end(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"status": "success", "ranking": [], "degraded": []})
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"call_id": "c", "status": "success", "ranking": [], "degraded": []})
     code, out = run("explain", "sort numbers", "--tag", "nosuch")
     assert code == 0 and "no tool matches this scenario, namespace and tags: a call would end with no_candidates" in out
     assert "warning" not in out
@@ -376,12 +376,12 @@ def test_show_calls_a_version_promoted_before_another_superseded(stores: ToolReg
 
 def test_explain_shows_a_small_negative_feedback_as_0(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
     breakdown = {"source": "semantic", "similarity": 0.5, "quality": 1.0, "feedback": -0.3, "sparc": 0.5, "rationale": "r"}
-    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"status": "success", "degraded": [], "ranking": [
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"call_id": "c", "status": "success", "degraded": [], "ranking": [
         {"key": "fast_sort@1.0.0", "score": 1.0, "probability": 1.0, "breakdown": breakdown}]})
     code, out = run("explain", "sort numbers")
     assert code == 0 and "-0" not in out and " +0 " in out
     assert "selection cache" not in out  # ranked by fresh searches: nothing to say
-    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"status": "success", "degraded": [], "evidence_age_s": 12.5,
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"call_id": "c", "status": "success", "degraded": [], "evidence_age_s": 12.5,
                                                            "cache_ttl_s": 30.0, "ranking": [
         {"key": "fast_sort@1.0.0", "score": 1.0, "probability": 1.0, "breakdown": breakdown}]})
     assert ("by searches the selection cache kept for 12.5 s: outcomes since then are not counted yet "
@@ -435,7 +435,7 @@ def test_explain_names_a_namespace_held_back_by_its_breaker_rather_than_a_typo(s
     was ranked', the warning for a typo."""
     breakdown = {"source": "semantic", "similarity": 0.5, "quality": 1.0, "feedback": 0.0, "sparc": 0.5, "rationale": "r"}
     note = "fast_sort@1.0.0 held back by its circuit breaker: the call was ranked by its scenario alone"  # the workers'
-    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"status": "success", "degraded": [], "held_back": ["fast_sort@1.0.0"],
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"call_id": "c", "status": "success", "degraded": [], "held_back": ["fast_sort@1.0.0"],
                                                          "notes": [note],
                                                          "ranking": [{"key": "sort_numbers@1.0.0", "score": 1.0,
                                                                       "probability": 1.0, "breakdown": breakdown}]})
@@ -552,8 +552,8 @@ def test_a_version_the_namespace_does_not_have_is_refused_by_call_and_explain(mo
     a version nobody serves with exit code 2."""
     from workers.cli.calls import exit_code
 
-    no_version = {"status": "no_candidates", "ranking": [], "message": "fast_sort has no version 9.9.9 (it has 1.0.0)",
-                  "no_candidates_reason": "no_such_version"}
+    no_version = {"call_id": "c", "status": "no_candidates", "ranking": [],
+                  "message": "fast_sort has no version 9.9.9 (it has 1.0.0)", "no_candidates_reason": "no_such_version"}
     no_match = {**no_version, "message": "no tool matches this scenario, namespace and tags", "no_candidates_reason": "no_match"}
     assert exit_code(no_version) == 2
     assert exit_code(no_match) == 1
@@ -571,7 +571,7 @@ def test_a_version_the_namespace_does_not_have_is_refused_by_call_and_explain(mo
 def test_a_namespace_option_may_name_a_version(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
     """QA: `fittest call` had no way to ask for a version; `-n fast_sort@1.0.0` was refused."""
     asked: dict[str, Any] = {}
-    monkeypatch.setattr(learning, "_ask", lambda *a, **k: asked.update(k) or {"status": "success", "ranking": [], "degraded": []})
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: asked.update(k) or {"call_id": "c", "status": "success", "ranking": [], "degraded": []})
     run("explain", "sort numbers", "-n", "fast_sort@1.1.0")
     assert asked["namespace"] == "fast_sort" and asked["version"] == "1.1.0"
 
@@ -594,7 +594,7 @@ def test_explain_shows_the_context_as_analysed_and_takes_the_calls_input(stores:
     context = {"phase": "refinement", "languages": ["python"], "complexity": 0.16, "task_type": "bug_fix", "testing": "none",
                "source": {"phase": "explicit", "languages": "detected", "complexity": "detected", "task_type": "detected"}}
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: asked.update(k) or {
-        "status": "success", "ranking": [], "degraded": [], "context": context})
+        "call_id": "c", "status": "success", "ranking": [], "degraded": [], "context": context})
     code, out = run("explain", "fix this python bug", "--input", '{"code": "def f():\\n  return 1"}',
                     "--context", '{"phase": "refinement"}')
     assert code == 0 and asked["input"] == {"code": "def f():\n  return 1"}

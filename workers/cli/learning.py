@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -30,6 +30,9 @@ from workers.cli.common import (
     tool_argument,
     when,
 )
+
+if TYPE_CHECKING:
+    from workers.payloads import ExplainResult
 
 app = typer.Typer()
 feedback_app = typer.Typer(no_args_is_help=True)
@@ -133,38 +136,45 @@ def explain(
     _refuse_if_invalid(result)  # refused by the workers: exit 2, as a refusal here (QA V)
     if not_there:  # without an empty table first (QA AB)
         fail(str(result.get("message")), REFUSED)
-    features = result.get("context") or {}
-    if features:
+    from workers.payloads import ExplainResult
+
+    _show_explained(scenario, ExplainResult.model_validate(result))
+
+
+def _show_explained(scenario: str, explained: ExplainResult) -> None:
+    """The ranking as a table, a line per tool on how the policy weighed it, and what else to know."""
+    if features := explained.context:
         source = features.get("source", {})
         shown = [f"{k} {', '.join(v) if isinstance(v, list) else v if isinstance(v, str) else f'{v:.2f}'}"
                  f" ({source.get(k, 'default')})" for k, v in features.items()
                  if k != "source" and v not in (None, [], "")]
         console.print(f"context as analysed: {literal('; '.join(shown))}")
-    policy = (f" by the workers' {result['policy']} policy (SPARC weights v{result.get('weights_version', 0)})"
-              if result.get("policy") else "")
-    table = Table(title=f"ranking for {literal(repr(scenario[:60]))}{literal(policy)}")
+    policy = (f" by the workers' {explained.policy} policy (SPARC weights v{explained.weights_version or 0})"
+              if explained.policy else "")
+    # A line of its own: as the table's title it folded to the table's width (QA learning F9's weights version).
+    console.print(f"ranking for {literal(repr(scenario[:60]))}{literal(policy)}", overflow="ignore", crop=False)
+    table = Table()
     for col in ("#", "tool", "score", "P", "source", "sim", "quality", "feedback", "SPARC"):
         table.add_column(col, justify="left" if col in ("tool", "source") else "right", no_wrap=col == "tool")
-    ranking = result.get("ranking", [])
+    ranking = explained.ranking
     for i, r in enumerate(ranking, 1):
-        b = r["breakdown"]
-        table.add_row(str(i), literal(r["key"]), f"{r['score']:.3g}", f"{r['probability']:.2f}", literal(b["source"]),
-                      f"{b['similarity']:.2f}", f"{b['quality']:.2f}", f"{round(b['feedback']) or 0:+d}", f"{b['sparc']:.2f}")
+        b = r.breakdown
+        table.add_row(str(i), literal(r.key), f"{r.score:.3g}", f"{r.probability:.2f}", literal(b.source),
+                      f"{b.similarity:.2f}", f"{b.quality:.2f}", f"{round(b.feedback) or 0:+d}", f"{b.sparc:.2f}")
     console.print(table)
     for i, r in enumerate(ranking, 1):
-        b = r["breakdown"]
-        sparc = ", ".join(f"{k} {v:.2f}" for k, v in b.get("sparc_components", {}).items())
-        console.print(f"{i}. [bold]{literal(r['key'])}[/bold]: {literal(b['rationale'])}"
+        sparc = ", ".join(f"{k} {v:.2f}" for k, v in r.breakdown.sparc_components.items())
+        console.print(f"{i}. [bold]{literal(r.key)}[/bold]: {literal(r.breakdown.rationale)}"
                       + (f" [dim](SPARC components: {literal(sparc)})[/dim]" if sparc else ""))
     if not ranking:  # as a call would end: no_candidates
-        console.print(f"{literal(result.get('message') or 'no tool matches this scenario, namespace and tags')}: "
+        console.print(f"{literal(explained.message or 'no tool matches this scenario, namespace and tags')}: "
                       "a call would end with no_candidates")
-    elif result.get("held_back"):
-        console.print(f"held back, their circuit breaker open: {literal(', '.join(result['held_back']))}")
-    if ranking and (age := result.get("evidence_age_s")) is not None:  # QA AD: 1 success nearby where 8 were stored
+    elif explained.held_back:
+        console.print(f"held back, their circuit breaker open: {literal(', '.join(explained.held_back))}")
+    if ranking and (age := explained.evidence_age_s) is not None:  # QA AD: 1 success nearby where 8 were stored
         console.print(f"[dim]ranked as a call now would be, by searches the selection cache kept for {age:g} s: outcomes "
-                      f"since then are not counted yet (FITTEST_SELECTION_CACHE_TTL_S, {result.get('cache_ttl_s', 30):g} s)[/dim]")
-    for note in result.get("degraded", []):
+                      f"since then are not counted yet (FITTEST_SELECTION_CACHE_TTL_S, {explained.cache_ttl_s or 30:g} s)[/dim]")
+    for note in explained.degraded:
         console.print(f"[yellow]degraded:[/yellow] {literal(note)}")
 
 
