@@ -195,15 +195,15 @@ def test_explain_shows_the_scenario_and_the_rationales_as_written(redis_answers:
 
 
 def test_feedback_shows_reasons_and_scenarios_as_written(redis_answers: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    entries = [{"timestamp": 0.0, "version": "[/v]1.0.0", "value": -1.0, "source": "[red]operator[/red]", "reason": text,
+    entries = [{"timestamp": 0.0, "tool": "fast[/x]", "version": "[/v]1.0.0", "value": -1.0, "source": "manual", "reason": text,
                 "scenario": f"sort numbers {text}"} for text in TRICKY]
-    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"total": len(entries), "entries": entries, "trend": []})
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"tool": "fast[/x]", "total": len(entries), "entries": entries, "trend": []})
     monkeypatch.setattr("workers.tool_catalog.load_registry", lambda settings: SimpleNamespace(versions=lambda name: [
         SimpleNamespace(version="1.0.0")]))  # a tool of that name is served
     monkeypatch.setattr("workers.state.open_state_store", lambda settings: SimpleNamespace(
         stats=lambda keys: {k: ToolStats() for k in keys}))
     out = invoke(["feedback", "show", "fast[/x]"])
-    assert_shown(out, f"feedback on fast[/x]: {len(TRICKY)} entries", "[/v]1.0.0", "[red]operator[/red]",
+    assert_shown(out, f"feedback on fast[/x]: {len(TRICKY)} entries", "[/v]1.0.0",
                  *[f"│ {text}" for text in TRICKY], *[f"sort numbers {text}" for text in TRICKY])
 
     recorded = {"status": "recorded", "score_now": -1.0,

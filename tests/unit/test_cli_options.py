@@ -110,13 +110,13 @@ def test_show_says_a_deprecated_version_is_not_served_and_events_0_shows_no_chan
 def test_feedback_show_names_a_tool_or_version_nobody_serves_and_keeps_one_versions_entries(
     stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    entries = [{"timestamp": 0.0, "version": v, "value": 1.0, "source": "person", "reason": f"good {v}", "scenario": "sort"}
-               for v in ("1.0.0", "1.1.0", "1.1.0")]
+    entries = [{"timestamp": 0.0, "tool": "fast_sort", "version": v, "value": 1.0, "source": "manual", "reason": f"good {v}",
+                "scenario": "sort"} for v in ("1.0.0", "1.1.0", "1.1.0")]
     asked: list[dict[str, Any]] = []
 
     def ask(*_: Any, **kwargs: Any) -> dict[str, Any]:
         asked.append(kwargs)
-        return {"total": 3, "entries": entries, "trend": []}
+        return {"tool": "fast_sort", "total": 3, "entries": entries, "trend": []}
 
     monkeypatch.setattr(learning, "_ask", ask)
     assert run("feedback", "show", "nosuch") == (2, "error: no tool named 'nosuch'")
@@ -125,7 +125,7 @@ def test_feedback_show_names_a_tool_or_version_nobody_serves_and_keeps_one_versi
     code, out = run("feedback", "show", "fast_sort@1.1.0")
     assert code == 0 and "2 entries (of the tool's 3" in out and "good 1.1.0" in out and "good 1.0.0" not in out
     assert asked[-1]["tool"] == "fast_sort"
-    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"total": 3, "entries": entries, "trend": [], "forgiven": 2})
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"tool": "fast_sort", "total": 3, "entries": entries, "trend": [], "forgiven": 2})
     code, out = run("feedback", "show", "fast_sort")
     assert code == 0 and "3 entries; 2 entries left out, of an outage the tool recovered from or of a call whose input" in " ".join(out.split())
     # QA ops: `tools` counted successes this listed no entry for, unexplained.
@@ -204,9 +204,10 @@ def test_a_judgement_of_quality_0_says_it_counts_for_nothing_and_shows_as_plus_z
     answer["feedback"]["value"] = -0.5  # type: ignore[index]
     assert "recorded negative feedback (-0.50) for fast_sort@1.0.0;" in run("feedback", "add", "fast_sort@1.0.0", "negative",
                                                                            "--quality", "0.5", "--scenario", "sort")[1]
-    entry = {"timestamp": time.time(), "version": "1.0.0", "value": -0.0, "source": "operator", "reason": "", "scenario": "sort"}
+    entry = {"timestamp": time.time(), "tool": "fast_sort", "version": "1.0.0", "value": -0.0, "source": "manual", "reason": "",
+             "scenario": "sort"}
     trend = [{"start": time.time(), "count": 1, "positive": 0, "negative": 1, "mean_value": -0.0}]
-    monkeypatch.setattr(learning, "_ask", answering([], {"total": 1, "entries": [entry], "trend": trend}))
+    monkeypatch.setattr(learning, "_ask", answering([], {"tool": "fast_sort", "total": 1, "entries": [entry], "trend": trend}))
     code, out = run("feedback", "show", "fast_sort")
     assert code == 0 and "+0.00" in out and "-0.00" not in out and "feedback on fast_sort: 1 entry" in out  # not "1 entries"
     entry["general"] = True  # QA AD: a judgement in general was shown under the tool's description

@@ -270,7 +270,7 @@ def feedback_show(
     from selection.feedback import POSITIVE_QUALITY
     from selection.manifest import tool_key
     from workers.cli.evolution import versions_of
-    from workers.feedback_store import REPORT_SCAN
+    from workers.feedback_store import REPORT_SCAN, FeedbackReport
     from workers.settings import get_settings
     from workers.state import open_state_store
     from workers.tool_catalog import load_registry
@@ -280,45 +280,42 @@ def feedback_show(
     if version is not None and version not in known:
         fail(f"{name} has no version {version!r} (it has {', '.join(known)})", REFUSED)
     # One version's entries are picked from all of the tool's that the report reads.
-    report = _ask("feedback_report", "feedback", timeout, tool=name, limit=REPORT_SCAN if version else limit)
-    _refuse_if_invalid(report)
-    shown = entries(report["total"])
+    answer = _ask("feedback_report", "feedback", timeout, tool=name, limit=REPORT_SCAN if version else limit)
+    _refuse_if_invalid(answer)
+    report = FeedbackReport.model_validate(answer)
+    shown = entries(report.total)
     if version:
-        mine = [e for e in report["entries"] if e["version"] == version]
-        report["entries"] = mine[:limit]
-        shown = f"{entries(len(mine))} (of the tool's {report['total']}; the trend is the tool's)"
-        for left_out in ("replaced", "forgiven"):  # the version's own (QA ops: the tool's were given as its)
-            report[left_out] = report.get(f"{left_out}_by_version", {}).get(version, 0)
-    if report.get("replaced"):  # (a worker of an earlier release does not say)
-        n = report["replaced"]
+        mine = [e for e in report.entries if e.version == version]
+        # The version's own entries and counts (QA ops: the tool's were given as its)
+        report = report.model_copy(update={"entries": mine[:limit], "replaced": report.replaced_by_version.get(version, 0),
+                                           "forgiven": report.forgiven_by_version.get(version, 0)})
+        shown = f"{entries(len(mine))} (of the tool's {report.total}; the trend is the tool's)"
+    if n := report.replaced:
         shown += f"; {n} outcome {'entry' if n == 1 else 'entries'} left out, replaced by a judgement of {'its' if n == 1 else 'their'} call"
-    if report.get("forgiven"):
-        n = report["forgiven"]
+    if n := report.forgiven:
         # QA AF: of the tool that took a refused input, what is left out are successes
         shown += (f"; {entries(n)} left out, of an outage the tool recovered from or of a call whose input "
                   "a tool that does the job refused (the caller's mistake)")
     keys = [tool_key(name, v) for v in ([version] if version else known)]
     quality = {key: stats.quality for key, stats in open_state_store(get_settings()).stats(keys).items()}
     if json_out:  # with each version's quality: under POSITIVE_QUALITY its successes give no entry (QA final)
-        print_json({**report, "quality": quality})
+        print_json({**report.model_dump(mode="json"), "quality": quality})
         return
     table = Table(title=f"feedback on {literal(tool)}: {shown}")
     for col in ("when", "version", "value", "source", "reason", "scenario"):
         table.add_column(col, justify="right" if col == "value" else "left", overflow="fold")
-    for e in report["entries"]:
-        value = e["value"] + 0.0  # -0.0 (a negative one of quality 0) as +0.00, as `feedback add` prints it
+    for e in report.entries:
+        value = e.value + 0.0  # -0.0 (a negative one of quality 0) as +0.00, as `feedback add` prints it
         color = "green" if value > 0 else "red" if value < 0 else "default"
-        table.add_row(when(e["timestamp"]), literal(e["version"]), f"[{color}]{value:+.2f}[/{color}]",
-                      literal(e["source"]), literal(e["reason"]),
-                      "(in general)" if e.get("general") else literal(e["scenario"][:80]))
+        table.add_row(when(e.timestamp), literal(e.version), f"[{color}]{value:+.2f}[/{color}]",
+                      literal(e.source), literal(e.reason), "(in general)" if e.general else literal(e.scenario[:80]))
     console.print(table)
-    if report["trend"]:
+    if report.trend:
         trend = Table(title="trend per day", caption="mean vote: each entry as strong as its value (one of quality 0 counts for nothing), a person's as five outcomes', as the scores weigh them")
         for col in ("day", "entries", "positive", "negative", "mean vote"):
             trend.add_column(col, justify="left" if col == "day" else "right")
-        for t in report["trend"]:
-            trend.add_row(when(t["start"])[:10], str(t["count"]), str(t["positive"]), str(t["negative"]),
-                          f"{t['mean_value'] + 0.0:+.2f}")
+        for t in report.trend:
+            trend.add_row(when(t.start)[:10], str(t.count), str(t.positive), str(t.negative), f"{t.mean_value + 0.0:+.2f}")
         console.print(trend)
     # QA ops: `tools` counted 49 successes of a version where this listed 23 positive entries, unexplained.
     for key, q in quality.items():
