@@ -28,6 +28,20 @@ def refused_input(plan: CallPlan) -> ToolExecutionResult | None:
     return next((a for a in plan.attempts if a.refused_its_job or a.callers_mistake), None)
 
 
+def refused_by_a_doer(plan: CallPlan) -> bool:
+    """Whether the call's input was refused as the caller's mistake by a version that does such jobs
+    by its record: the one refusal no evolution is for (QA ops: 73 of 73 such calls evolved the
+    tool that does the job, each a no_fix). A refusal by the job's clear best match that has not
+    done such jobs yet is the caller's mistake too (it demotes nothing, and no tool that takes
+    anything is tried with the input), but the version may be the one that is wrong: the call
+    still evolves it (input coercion and defaults)."""
+    refusal = refused_input(plan)
+    if refusal is None or not refusal.callers_mistake:
+        return False
+    refuser = next((c for c in plan.candidates if c.key == refusal.key), None)
+    return refuser is None or refuser.does_the_job
+
+
 def _refused(plan: CallPlan, refusal: ToolExecutionResult) -> str:
     """The refusal as the caller reads it: by whom, why its refusal counts (it does such jobs, or
     it is their clear best match), and whose mistake it is taken for."""
@@ -35,7 +49,7 @@ def _refused(plan: CallPlan, refusal: ToolExecutionResult) -> str:
     which = ("which does such jobs" if ran is None or ran.does_the_job
              else f"which matches such jobs best ({ran.breakdown.similarity:.2f})")
     said = f"{refusal.key}, {which}, refused the input ({refusal.error_message or 'bad_input'})"
-    if refusal.callers_mistake or ran is None or not ran.refuses_everything:
+    if refusal.callers_mistake:
         return said
     return f"{said}, as it did the last {REFUSED_IN_A_ROW} inputs or more: it may be broken"
 
@@ -160,9 +174,14 @@ def refused_for_its_namespace(plan: CallPlan) -> str | None:
     later = plan.candidates[tried + 1:]
     if not later or any(c.manifest.name == namespace for c in later):  # its other versions are still tried
         return None
-    refusal = refused_input(plan)  # the first refusal by a version that does such jobs
-    why = (f"; {'it' if refusal is last else refusal.key} does such jobs ({RELIABLE_RUNS} or "
-           "more like this one succeeded): check the input") if refusal is not None and refusal.callers_mistake else ""
+    refusal = refused_input(plan)  # the first refusal by a version that does such jobs, or matches them best
+    why = ""
+    if refusal is not None and refusal.callers_mistake:
+        who = "it" if refusal is last else refusal.key
+        refuser = next((c for c in plan.candidates if c.key == refusal.key), None)
+        does = (f"does such jobs ({RELIABLE_RUNS} or more like this one succeeded)" if refuser is None or refuser.does_the_job
+                else f"matches such jobs best ({refuser.breakdown.similarity:.2f})")
+        why = f"; {who} {does}: check the input"
     return (f"{tool_key(namespace, last.version)} refused the input (bad_input): the tools outside {namespace} were not "
             f"tried with it{why}")
 

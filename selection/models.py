@@ -252,10 +252,10 @@ class Candidate(BaseModel):
 
     def callers_mistake(self, error_class: FailureClass | None) -> bool:
         """Whether its attempt failing with `error_class` is the caller's mistake: it refused the
-        input (bad_input) of a job it does by its record, and does not refuse every input of late.
-        The clear best match that has not done such jobs yet may be wrong itself: its refusal makes
-        the input suspect, and still counts, and evolves it (input coercion and defaults)."""
-        return error_class is FailureClass.bad_input and self.does_the_job and not self.refuses_everything
+        input (bad_input) of a job it does, or whose clear best match it is, and does not refuse
+        every input of late. (The clear best match that has not done such jobs yet may be wrong
+        itself: the call still evolves it, `evolves_after_refusal`.)"""
+        return self.refused_its_job(error_class) and not self.refuses_everything
 
     def refused_its_job(self, error_class: FailureClass | None) -> bool:
         """Whether its attempt failing with `error_class` refused the input of a job it does, or

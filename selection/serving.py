@@ -224,11 +224,13 @@ def did_the_job(e: CandidateEvidence) -> bool:
 def best_matches(evidence: list[CandidateEvidence], held_back_match: float = 0.0) -> set[str]:
     """The versions whose description is the job's clear best match: at least CLEAR_MATCH, and
     within NEWCOMER_MARGIN of the best match of the versions that matched (`held_back_match`: of
-    those held back by their breaker). Their refusal of an input makes it suspect, as `does_the_job`'s
-    does, before they have done such jobs (`Candidate.refused_its_job`): the input goes on only to
-    the versions that do such jobs, or clearly match them. Unlike a refusal by a version that does
-    the job, it still counts against the version, a success of another on the input counts, and a
-    call that ends with it evolves it (input coercion and defaults): the version may be wrong.
+    those held back by their breaker). Their refusal of an input is taken as `does_the_job`'s is,
+    before they have done such jobs (`Candidate.callers_mistake`): the input goes on only to the
+    versions that do such jobs, or clearly match them, and the refusal demotes nothing. Unlike a
+    refusal by a version that does the job, a success of another on the input counts, and a call
+    that ends with it evolves the version (input coercion and defaults): it may be the one that is
+    wrong (selection/call_endings.py `refused_by_a_doer`). QA refused-input: counted against it,
+    six such refusals in a row left the word counter first for the right inputs too.
 
     QA recheck F5: on a fresh stack, a hashing call without its `algorithm` was refused by
     hash_text (0.75 similar, no record yet); the refusal counted against hash_text, word_stats

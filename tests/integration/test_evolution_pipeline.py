@@ -162,7 +162,9 @@ def test_a_failed_call_pinned_to_a_version_the_namespace_no_longer_serves_is_not
     assert "retries with" not in result["message"]
     # it ran once: the one round is the result's (not retried, so no round after the evolution)
     assert [(a["tool"], a["version"]) for a in result["attempts"]] == [("greet_user", "1.0.0")]
-    assert result["message"].startswith("the one attempt failed; evolution: "), result["message"]
+    # The version it is pinned to is the job's clear best match, and refused the input: said before the evolution's end.
+    assert result["message"].startswith("greet_user@1.0.0, which matches such jobs best ("), result["message"]
+    assert "refused the input (KeyError: 'name'" in result["message"] and "; evolution: this call is pinned" in result["message"]
     assert evo.state().promotion("greet_user").evolved_version == "1.1.0"  # and nothing was evolved from 1.0.0
 
 

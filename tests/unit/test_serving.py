@@ -11,6 +11,7 @@ from selection.manifest import ToolManifest
 from selection.models import Candidate, CallPlan, CallRequest, FailureClass, OutcomeRecord, ScoreBreakdown, ToolExecutionResult
 from selection.call_endings import (
     input_refused_message,
+    refused_by_a_doer,
     refused_for_its_namespace,
     refused_input,
     served_by_whom_note,
@@ -319,14 +320,17 @@ def test_a_namespace_refusal_names_the_version_that_does_such_jobs_not_the_one_t
     assert refused_for_its_namespace(plan) == (
         "csv_parse@1.1.0 refused the input (bad_input): the tools outside csv_parse were not tried with it; "
         "csv_parse@1.0.0 does such jobs (3 or more like this one succeeded): check the input")
-    # One that has done none, but matches such jobs best, makes the input suspect, and is said to match
-    # them best; its refusal still counts (it may be wrong itself), so no "check the input" (QA recheck F5).
+    # One that has done none, but matches such jobs best, takes its refusal for the caller's mistake too,
+    # and is said to match them best (QA recheck F5); unlike a doer's, the call still evolves it.
+    assert refused_by_a_doer(plan)
     plan.candidates[0].does_the_job, plan.candidates[0].matches_best = False, True
     plan.candidates[0].breakdown.similarity = 0.75
     refusal = plan.candidates[0].refused_its_job(FailureClass.bad_input), plan.candidates[0].callers_mistake(FailureClass.bad_input)
-    assert refusal == (True, False)
-    plan.attempts = [plan.attempts[0].model_copy(update={"refused_its_job": True, "callers_mistake": False})]
-    assert input_refused_message(plan) == "csv_parse@1.0.0, which matches such jobs best (0.75), refused the input (bad_input)"
+    assert refusal == (True, True) and not refused_by_a_doer(plan)
+    assert str(refused_for_its_namespace(plan)).endswith("csv_parse@1.0.0 matches such jobs best (0.75): check the input")
+    plan.attempts = plan.attempts[:1]
+    assert input_refused_message(plan) == ("csv_parse@1.0.0, which matches such jobs best (0.75), refused the input (bad_input): "
+                                           "check the input")
 
 
 def test_a_version_does_a_job_after_three_successes_at_it_and_only_its_refusal_then_is_the_callers_mistake() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from celery import Task
 
 from evolution.models import EvolutionJob, EvolutionRecord, EvolutionReport
-from selection.call_endings import refused_for_its_namespace
+from selection.call_endings import input_refused_message, refused_for_its_namespace
 from selection.manifest import tool_key
 from selection.models import CallEvolution, CallPlan, CallResult
 from workers.app import app
@@ -74,7 +74,9 @@ def _end_call(plan: CallPlan, report: CallEvolution) -> dict[str, Any]:
     plan.evolved = True
     plan.evolution_report = report
     tried = "the one attempt" if len(plan.attempts) == 1 else f"all {len(plan.attempts)} attempts"
-    refused = refused_for_its_namespace(plan)  # why no other tool was tried
+    # Why no other tool was tried: a namespace's refusal, or one of the input as suspect (QA: with
+    # evolution on, "…which matches such jobs best, refused the input…; not tried with it…" was lost).
+    refused = refused_for_its_namespace(plan) or input_refused_message(plan)
     return finish(plan, "failed", message=f"{refused or f'{tried} failed'}; evolution: {report.message}")
 
 

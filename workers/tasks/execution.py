@@ -28,7 +28,7 @@ from celery import Task
 from celery.worker.request import Request
 
 from selection.call_endings import (folders_gone_message, input_refused_message, no_tool_meant_for_it, refused_for_its_namespace,
-                                    refused_input, served_by_whom_note, serves_unconfirmed, targeted, tools_dir_gone_message,
+                                    refused_by_a_doer, refused_input, served_by_whom_note, serves_unconfirmed, targeted, tools_dir_gone_message,
                                     took_a_refused_input_note)
 from selection.manifest import ToolManifest
 from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
@@ -382,9 +382,8 @@ def after_last_attempt(task: Task, plan: CallPlan) -> Any:
     # ops: 73 of 73 such calls evolved the tool that does the job, each a no_fix in its changelog);
     # a version that refuses every input of late may be broken, and is.
     evolves = settings.evolution_enabled and not plan.request.after_evolution and not plan.evolved
-    refusal = refused_input(plan)
     nobodys = no_tool_meant_for_it(plan)
-    if evolves and (refusal is None or not refusal.callers_mistake) and nobodys is None:
+    if evolves and not refused_by_a_doer(plan) and nobodys is None:
         from workers.tasks.evolution import end_without_evolution, prepare_evolution
 
         ended = end_without_evolution(plan)  # no mutator answers its failures: no round trip for that
