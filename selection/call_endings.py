@@ -24,8 +24,22 @@ from selection.serving import CLEAR_MATCH, REFUSED_IN_A_ROW, RELIABLE_RUNS
 
 
 def refused_input(plan: CallPlan) -> ToolExecutionResult | None:
-    """The attempt of the call in which a version that does the job refused the input, if any."""
+    """The attempt of the call in which a version that does the job, or is its clear best match,
+    refused the input, if any."""
     return next((a for a in plan.attempts if a.refused_its_job or a.callers_mistake), None)
+
+
+def refuser(plan: CallPlan) -> Candidate | None:
+    """The candidate whose refusal made the call's input suspect (`refused_input`), if any."""
+    refusal = refused_input(plan)
+    return None if refusal is None else next((c for c in plan.candidates if c.key == refusal.key), None)
+
+
+def _why_it_counts(c: Candidate | None) -> str:
+    """Why a version's refusal says the input is wrong: it does such jobs, or it is their clear best match."""
+    if c is None or c.does_the_job:
+        return f"does such jobs ({RELIABLE_RUNS} or more like this one succeeded)"
+    return f"matches such jobs best ({c.breakdown.similarity:.2f})"
 
 
 def refused_by_a_doer(plan: CallPlan) -> bool:
@@ -38,16 +52,15 @@ def refused_by_a_doer(plan: CallPlan) -> bool:
     refusal = refused_input(plan)
     if refusal is None or not refusal.callers_mistake:
         return False
-    refuser = next((c for c in plan.candidates if c.key == refusal.key), None)
-    return refuser is None or refuser.does_the_job
+    refused_by = refuser(plan)
+    return refused_by is None or refused_by.does_the_job
 
 
 def _refused(plan: CallPlan, refusal: ToolExecutionResult) -> str:
     """The refusal as the caller reads it: by whom, why its refusal counts (it does such jobs, or
     it is their clear best match), and whose mistake it is taken for."""
-    ran = next((c for c in plan.candidates if c.key == refusal.key), None)
-    which = ("which does such jobs" if ran is None or ran.does_the_job
-             else f"which matches such jobs best ({ran.breakdown.similarity:.2f})")
+    refused_by = refuser(plan)
+    which = "which does such jobs" if refused_by is None or refused_by.does_the_job else f"which {_why_it_counts(refused_by)}"
     said = f"{refusal.key}, {which}, refused the input ({refusal.error_message or 'bad_input'})"
     if refusal.callers_mistake:
         return said
@@ -177,11 +190,7 @@ def refused_for_its_namespace(plan: CallPlan) -> str | None:
     refusal = refused_input(plan)  # the first refusal by a version that does such jobs, or matches them best
     why = ""
     if refusal is not None and refusal.callers_mistake:
-        who = "it" if refusal is last else refusal.key
-        refuser = next((c for c in plan.candidates if c.key == refusal.key), None)
-        does = (f"does such jobs ({RELIABLE_RUNS} or more like this one succeeded)" if refuser is None or refuser.does_the_job
-                else f"matches such jobs best ({refuser.breakdown.similarity:.2f})")
-        why = f"; {who} {does}: check the input"
+        why = f"; {'it' if refusal is last else refusal.key} {_why_it_counts(refuser(plan))}: check the input"
     return (f"{tool_key(namespace, last.version)} refused the input (bad_input): the tools outside {namespace} were not "
             f"tried with it{why}")
 

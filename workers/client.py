@@ -284,12 +284,11 @@ class CallSender:
 
     def _queued(self, call_id: str) -> bool:
         """Whether a message of this call waits in the selection queue, where a call starts; a
-        queue too long to read (workers/rescue.py QUEUE_READ_LIMIT) may hold it."""
+        queue too long to read (workers/state/inflight.py QUEUE_READ_LIMIT) may hold it."""
         from workers.app import PRIORITY_STEPS, QUEUES
         from workers.metrics import queue_key
-        from workers.rescue import QUEUE_READ_LIMIT
 
-        found = self._inflight.waiting([queue_key(QUEUES[0], p) for p in PRIORITY_STEPS], [call_id], QUEUE_READ_LIMIT)
+        found = self._inflight.waiting([queue_key(QUEUES[0], p) for p in PRIORITY_STEPS], [call_id])
         return found is None or call_id in found
 
     def in_flight(self, call_id: str) -> bool:

@@ -359,9 +359,9 @@ class Evolver:
         if earlier is not None:
             # The changelog's line leaves the similarity out: it moves with each call's failure, and
             # a skip that repeats is logged once only when its lines say the same (QA evolution M1).
-            reason = f"failed before for a similar reason: {earlier.reason}"
-            self.ledger.log_unless_repeated(entry.model_copy(update={"reason": reason}))
-            return report.model_copy(update={"reason": reason.replace(":", f" ({earlier.similarity:.2f}):", 1)}), None
+            self.ledger.log_unless_repeated(entry.model_copy(update={"reason": f"failed before for a similar reason: {earlier.reason}"}))
+            shown = f"failed before for a similar reason ({earlier.similarity:.2f}): {earlier.reason}"
+            return report.model_copy(update={"reason": shown}), None
         try:
             staged = write_version(stage_dir, candidate.manifest, candidate.files)
         except Exception as exc:  # a candidate whose manifest or files cannot even be written

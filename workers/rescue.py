@@ -52,10 +52,6 @@ from workers.worker_lease import WorkerLease, give_back_silent, lease_for
 log = logging.getLogger("fittest.rescue")
 
 SWEEP_INTERVAL_S = 5.0
-# A queue with more messages waiting than this is not read for an overdue step's own message: the
-# step is taken as possibly waiting there and looked at again at the next sweep. The read holds
-# Redis while it runs: 27 ms for 2,000 messages of 1.5 kB, 167 ms for 10,000 (a scratch script).
-QUEUE_READ_LIMIT = 2_000
 # The message header (a task request attribute on the worker) that marks a step the sweep sent.
 RESENT_HEADER = "fittest_resent"
 CALL_ENDED = "its call has ended"
@@ -225,13 +221,13 @@ def _queue_of(step: HandedOnStep) -> str:
 
 def _waiting(rt: Runtime, steps: list[HandedOnStep]) -> dict[str, set[str] | None]:
     """Per queue of `steps`: the task ids of those with a message waiting in it (None: a backlog
-    longer than QUEUE_READ_LIMIT, not read). Only the step's own message counts: a queue that held
+    longer than workers/state/inflight.py QUEUE_READ_LIMIT, not read). Only the step's own message counts: a queue that held
     any message put off every lost step of it, and under a steady backlog one was never sent
     again (QA P)."""
     by_queue: dict[str, list[str]] = {}
     for step in steps:
         by_queue.setdefault(_queue_of(step), []).append(step.task_id)
-    return {queue: rt.inflight.waiting([queue_key(queue, p) for p in PRIORITY_STEPS], ids, QUEUE_READ_LIMIT)
+    return {queue: rt.inflight.waiting([queue_key(queue, p) for p in PRIORITY_STEPS], ids)
             for queue, ids in by_queue.items()}
 
 

@@ -57,6 +57,11 @@ ENDED_TTL_S = 600
 DIED_TTL_S = 24 * 3600
 
 
+# A queue with more messages waiting than this is not read for a call's own message (`waiting`):
+# the caller takes the call as possibly waiting there. The read holds Redis while it runs: 27 ms
+# for 2,000 messages of 1.5 kB, 167 ms for 10,000 (a scratch script).
+QUEUE_READ_LIMIT = 2_000
+
 class HandedOnStep(BaseModel):
     """A task message as `Task.replace` sends it: the call's own task id, so that its caller's
     result arrives whichever delivery finishes the call."""
@@ -178,7 +183,7 @@ class InflightCalls(BufferedWrites[_Pending]):
         raw = self.client.hget(self.steps_key, task_id)
         return None if raw is None else HandedOnStep.model_validate_json(raw)
 
-    def waiting(self, queue_keys: list[str], task_ids: list[str], limit: int) -> set[str] | None:
+    def waiting(self, queue_keys: list[str], task_ids: list[str], limit: int = QUEUE_READ_LIMIT) -> set[str] | None:
         """Those of `task_ids` with a message waiting in the lists `queue_keys` (one queue's), or
         None when they hold more than `limit` messages, too many to read."""
         found = self._queued(keys=queue_keys, args=[limit, *task_ids])

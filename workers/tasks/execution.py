@@ -28,7 +28,7 @@ from celery import Task
 from celery.worker.request import Request
 
 from selection.call_endings import (folders_gone_message, input_refused_message, no_tool_meant_for_it, refused_for_its_namespace,
-                                    refused_by_a_doer, refused_input, served_by_whom_note, serves_unconfirmed, targeted, tools_dir_gone_message,
+                                    refused_by_a_doer, refused_input, refuser, served_by_whom_note, serves_unconfirmed, targeted, tools_dir_gone_message,
                                     took_a_refused_input_note)
 from selection.manifest import ToolManifest
 from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
@@ -113,9 +113,9 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: 
     manifest = candidate.manifest
     refusal = refused_input(plan)  # an earlier refusal of this input by a tool that does such jobs
     # A success on it is set aside when a version that does such jobs by its record refused it; one
-    # that only matches them best may be the one that is wrong (a version evolved to take the
-    # input succeeds after its parent refused it, and its trial counts that).
-    refuser = next((c for c in plan.candidates if refusal is not None and c.key == refusal.key), None)
+    # that only matches them best may be the one that is wrong (a version evolved to take the input
+    # succeeds after its parent refused it, and that success counts among its own).
+    refused_by = refuser(plan)
     result = ToolExecutionResult(
         attempt_id=attempt_id(plan, index),
         call_id=plan.request.call_id,
@@ -132,7 +132,7 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: 
         # An input taken for the caller's mistake is the caller's mistake for every tool after it.
         callers_mistake=candidate.callers_mistake(outcome.error_class)
         or (outcome.error_class is FailureClass.bad_input and refusal is not None and refusal.callers_mistake),
-        took_a_refused_input=outcome.success and not candidate.does_the_job and refuser is not None and refuser.does_the_job,
+        took_a_refused_input=outcome.success and not candidate.does_the_job and refused_by is not None and refused_by.does_the_job,
     )
     # The caller's fault is not the tool's; a redelivered attempt feeds the breaker once.
     feeds_breaker = outcome.error_class is not FailureClass.bad_input
