@@ -50,6 +50,7 @@ PHASES = ("steady", "crash", "restart", "store down", "store back")
 FAIL_EVERY = 20  # few enough failures that the quality they leave is still above 0
 VISIBILITY_S = 20  # the crash phase's takeover waits this long; > the tool's 5..10 s timeouts
 LEASE_S = 10  # the workers' lease: what the killed worker held is given back after it, before the visibility timeout
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 5.0, 10.0  # the tool's adaptive timeout stays within these
 REDIS_DOWN_S = 2.0
 SEND_RETRY_S = 60.0
 
@@ -79,16 +80,16 @@ class ChaosResult(BenchResult):
 
 
 def _send(client: CallSender, i: int, run: str, nap_ms: int) -> Any:
-    """Send call `i`, retrying while the broker cannot take it (Redis restarting); the same task id
-    each time, so a publish that did land and is sent again is still one call."""
+    """Send call `i` as fittest's client does, retrying while the broker cannot take it (Redis
+    restarting); the same call id, its task id, each time, so a publish that did land and is sent
+    again is still one call. The client records the call's first step as in flight: a first message
+    that a worker took off the queue as Redis stopped, before recording it as taken, is sent again
+    by the rescue sweep (CI lost one such call when the bench sent with Celery's `send_task` alone)."""
     deadline = time.monotonic() + SEND_RETRY_S
     while True:
         try:
-            return client.celery.send_task(
-                "fittest.resilient_tool_call", task_id=f"{run}-{i}", queue="selection",
-                kwargs={"scenario": "take a short nap", "namespace": "chaos_nap", "max_attempts": 1, "call_id": f"{run}-{i}",
-                        "input": {"ms": nap_ms, "n": i, "fail": i % FAIL_EVERY == 0}},
-            )
+            return client.send("resilient_tool_call", queue="selection", scenario="take a short nap", namespace="chaos_nap",
+                               max_attempts=1, call_id=f"{run}-{i}", input={"ms": nap_ms, "n": i, "fail": i % FAIL_EVERY == 0})
         except Exception:
             if time.monotonic() > deadline:
                 raise
@@ -134,7 +135,7 @@ def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Calla
         env = {
             "FITTEST_REDIS_URL": url, "FITTEST_RESULT_BACKEND": url, "FITTEST_KEY_PREFIX": "chaos:",
             "FITTEST_COLLECTION_PREFIX": "chaos_", "FITTEST_DATA_DIR": str(data), "FITTEST_TOOLS_DIR": str(TOOLS_DIR),
-            "FITTEST_EVOLUTION_ENABLED": "false", "FITTEST_MIN_TIMEOUT_S": "5", "FITTEST_MAX_TIMEOUT_S": "10",
+            "FITTEST_EVOLUTION_ENABLED": "false", "FITTEST_MIN_TIMEOUT_S": str(MIN_TIMEOUT_S), "FITTEST_MAX_TIMEOUT_S": str(MAX_TIMEOUT_S),
             "FITTEST_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S), "FITTEST_BREAKER_THRESHOLD": "1000",
             "FITTEST_MEMORY_RETRY_S": "1", "FITTEST_WORKER_LEASE_S": str(LEASE_S),
         }
@@ -143,6 +144,8 @@ def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Calla
         bench = settings.model_copy(update={
             "redis_url": url, "result_backend": url, "key_prefix": "chaos:", "collection_prefix": "chaos_",
             "data_dir": data, "tools_dir": TOOLS_DIR, "evolution_enabled": False,
+            # The workers' timeouts: the client's record of a call's first step is due when theirs are.
+            "min_timeout_s": MIN_TIMEOUT_S, "max_timeout_s": MAX_TIMEOUT_S, "visibility_timeout_s": float(VISIBILITY_S),
         })
         with Stack(bench, env=env, log_dir=Path(tmp) / "logs") as stack:
             stack.procs["redis"] = redis_proc
