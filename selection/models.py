@@ -393,7 +393,9 @@ class CallEvolution(BaseModel):
 
     status: str
     message: str = ""
+    parent: str = ""  # the key of the version evolved from
     version: str | None = None  # the version on trial, or, when reused, the version the call was retried with
+    elapsed_s: float = 0.0
     failed_attempts: list[AttemptSummary] = Field(default_factory=list)  # the round before the evolution
     call_started_at: float | None = Field(None, gt=0, allow_inf_nan=False)  # the retry is timed from it
 

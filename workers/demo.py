@@ -19,6 +19,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from selection.models import CallResult
 from selection.registry import ToolRegistry
 from workers.settings import Settings
 from workers.procfile import EXAMPLE_SERVICE_PORT, example_service, hold_data_dir
@@ -141,14 +142,12 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
         client = FittestClient(settings=settings)
         plan = demo_calls(calls)
         console.print(f"[bold]2.[/bold] sending {len(plan)} calls built from {len(registry.all())} example tools")
-        results: list[dict[str, Any]] = []
+        results: list[tuple[dict[str, Any], CallResult]] = []  # each call, and its result
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as progress:
             task = progress.add_task("calls", total=len(plan))
             for call in plan:
-                result = client.run(timeout=180, **call).model_dump(mode="json")
-                result["_request"] = call
-                results.append(result)
+                results.append((call, client.run(timeout=180, **call)))
                 progress.advance(task)
 
         state = open_state_store(settings)
@@ -156,18 +155,16 @@ def run_demo(settings: Settings, calls: int, fresh: bool, console: Console) -> i
         rows = tool_rows(registry.all(), state, settings.trial_successes)
         console.print("[bold]3.[/bold] what the calls did to the tools")
         console.print(tools_table(rows, title="tools after the demo (quality starts at 1.00)"))
-        ok = sum(r["status"] == "success" for r in results)
-        fell_back = [r for r in results if r["status"] == "success" and len(r["attempts"]) > 1]
+        ok = sum(r.status == "success" for _, r in results)
+        fell_back = [(c, r) for c, r in results if r.status == "success" and len(r.attempts) > 1]
         console.print(f"    {ok}/{len(results)} calls succeeded, {len(fell_back)} of them after a fallback")
         console.print("[bold]4.[/bold] a few calls, attempt by attempt")
-        picked = fell_back[:2] + [r for r in results if r["status"] != "success"][:1] + results[:1]
-        shown = list({r["call_id"]: r for r in picked}.values())  # each call once (the first may also be the failed one)
-        for r in shown:
-            req = r["_request"]
-            console.print(f"\n[dim]scenario:[/dim] {literal(repr(req['scenario']))}  "
-                          f"[dim]namespace:[/dim] {literal(req.get('namespace'))}")
-            r = {**r, "output": _abridge(r.get("output"))}
-            show_call(r)
+        picked = fell_back[:2] + [(c, r) for c, r in results if r.status != "success"][:1] + results[:1]
+        shown = list({r.call_id: (c, r) for c, r in picked}.values())  # each call once (the first may also be the failed one)
+        for call, r in shown:
+            console.print(f"\n[dim]scenario:[/dim] {literal(repr(call['scenario']))}  "
+                          f"[dim]namespace:[/dim] {literal(call.get('namespace'))}")
+            show_call(r.model_copy(update={"output": _abridge(r.output)}))
         console.print("\nThe demo kept its state apart and stopped its workers. Next: `fittest up` runs the full stack; "
                       "then, in another shell, `fittest call \"count the words of this text\" --input '{\"text\": \"one two\"}'` "
                       "and `fittest tools`.")

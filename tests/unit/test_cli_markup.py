@@ -20,6 +20,7 @@ from rich.text import Text
 from typer.testing import CliRunner
 
 import workers.cli as cli
+from selection.models import CallResult
 from selection.ports import ToolStats
 from workers.cli import app, calls, evolution, learning, tools
 from workers.cli.common import console, err_console, fail, literal
@@ -113,17 +114,17 @@ def test_call_outcome_shows_the_tools_words_as_written() -> None:
         "errors": [{"field": "input.[/title]", "message": text} for text in TRICKY],
         "message": f"every candidate failed: {' '.join(TRICKY)}",
     }
-    out = printed(lambda: calls.show_call(outcome))
+    out = printed(lambda: calls.show_call(CallResult.model_validate(outcome)))
     assert_shown(out, "call c1: failed", *[f"crash no slug in {text}" for text in TRICKY],
                  *[f"input.[/title]: {text}" for text in TRICKY], f"every candidate failed: {' '.join(TRICKY)}")
 
     served = {"call_id": "c2", "status": "success", "tool": "slug[/x]", "version": "[/v]", "output": {"slug": "[/.]"},
               "attempts": [{"tool": "slug[/x]", "version": "[/v]", "outcome": "success", "execution_time_ms": 1.0}],
-              "ranking": [{"key": "slug[/x]@[/v]", "probability": 0.874}, {"key": "[red]b@1[/red]", "probability": 0.1},
-                          {"key": "c@1", "probability": 0.02}, {"key": "d@1", "probability": 0.006}],
+              "ranking": [{"key": key, "probability": p, "score": p, "breakdown": {}}
+                          for key, p in (("slug[/x]@[/v]", 0.874), ("[red]b@1[/red]", 0.1), ("c@1", 0.02), ("d@1", 0.006))],
               "policy": "learned", "weights_version": 12}
     # QA learning F9: the call showed what ran, not how selection ranked the others, nor which weights it read.
-    assert_shown(printed(lambda: calls.show_call(served)), "call c2: success by slug[/x]@[/v]", "│ slug[/x]@[/v]",
+    assert_shown(printed(lambda: calls.show_call(CallResult.model_validate(served))), "call c2: success by slug[/x]@[/v]", "│ slug[/x]@[/v]",
                  '"slug": "[/.]"', "ranked by the learned policy (SPARC weights v12): slug[/x]@[/v] (p=0.87), "
                  "[red]b@1[/red] (p=0.10), c@1 (p=0.02), and 1 more")
 
@@ -190,7 +191,7 @@ def test_explain_shows_the_scenario_and_the_rationales_as_written(redis_answers:
                  *[f"│ tool{i}[/x]@1.0.0" for i in range(len(TRICKY))],
                  *[f"degraded: {text}" for text in TRICKY])
 
-    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"status": "invalid", "errors": [{"field": "scenario", "message": "[/.]"}]})
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"call_id": "invalid", "status": "invalid", "errors": [{"field": "scenario", "message": "[/.]"}]})
     assert_shown(invoke(["explain", "x"]), "error: scenario: [/.]")
 
 

@@ -18,10 +18,20 @@ from selection.manifest import ToolManifest
 from selection.ports import ToolStats
 from selection.registry import ToolRegistry
 from workers.cli import app, evolution, learning
-from workers.cli.calls import show_call
+from selection.models import CallResult
+from workers.cli import calls
 from workers.cli.common import console, err_console, parse_json_option
 
 CALL_ID = "ddfacd9d-2de5-4c92-8b47-37fd8c2c0fa1"
+
+
+def show_answer(answer: dict[str, Any]) -> None:
+    """A worker's answer shown as `fittest call` shows it: read into its model first."""
+    calls.show_call(CallResult.model_validate(answer))
+
+
+def exit_code_of(answer: dict[str, Any]) -> int:
+    return calls.exit_code(CallResult.model_validate(answer))
 
 
 def refused(text: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -54,7 +64,7 @@ def test_a_bad_json_option_is_refused_with_the_exit_code_of_a_refused_payload(te
 def test_the_call_id_is_shown_whole_on_a_line_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(console, "width", 40)  # narrower than the id and its status
     with console.capture() as out:
-        show_call({"call_id": CALL_ID, "status": "no_candidates", "attempts": [],
+        show_answer({"call_id": CALL_ID, "status": "no_candidates", "attempts": [],
                    "message": "no tool matches this scenario, namespace and tags"})
     assert f"call {CALL_ID}: no_candidates" in out.get().splitlines()[0]
 
@@ -336,7 +346,7 @@ def test_explain_with_nothing_to_rank_says_how_a_call_would_end(stores: ToolRegi
 def test_explain_refused_by_the_workers_exits_2_as_a_refusal_here_does(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
     """QA V: a refusal the workers sent back ended explain with exit code 1, "something outside
     the command", where the same refusal made before asking exits 2."""
-    refused = {"status": "invalid", "errors": [{"field": "context.files", "message": "not a list of paths"}]}
+    refused = {"call_id": "invalid", "status": "invalid", "errors": [{"field": "context.files", "message": "not a list of paths"}]}
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: refused)
     assert run("explain", "sort numbers") == (2, "error: context.files: not a list of paths")
 
@@ -356,7 +366,7 @@ def test_the_tools_table_marks_a_deprecated_version() -> None:
 def test_a_long_error_shows_its_start_and_its_end() -> None:
     traceback = "crash Traceback (most recent call last):\n" + "  File 'x.py', line 1, in f\n" * 40 + "RaggedRowError: line 2 has 3 fields"
     with console.capture() as out:
-        show_call({"call_id": CALL_ID, "status": "failed", "attempts": [
+        show_answer({"call_id": CALL_ID, "status": "failed", "attempts": [
             {"tool": "csv_to_json", "version": "1.0.0", "outcome": "failure", "error_class": "crash",
              "error_message": traceback, "execution_time_ms": 5}]})
     shown = " ".join(out.get().replace("│", " ").split())
@@ -397,14 +407,14 @@ def test_a_call_retried_after_its_evolution_shows_the_round_that_failed_and_the_
     evolution = {"status": "evolved", "parent": "sort_numbers@1.0.0", "version": "1.1.0", "message": "timeout_s 2s -> 8s",
                  "elapsed_s": 6.0, "failed_attempts": [failed]}
     with console.capture() as out:
-        show_call({"call_id": CALL_ID, "status": "success", "tool": "sort_numbers", "version": "1.1.0",
+        show_answer({"call_id": CALL_ID, "status": "success", "tool": "sort_numbers", "version": "1.1.0",
                    "attempts": [retried], "evolution": evolution, "output": {"numbers": [1, 2]}})
     rows = [" ".join(line.replace("│", " ").split()) for line in out.get().splitlines()]
     assert any(r.startswith("1 sort_numbers@1.0.0 failure timeout no result within 2s 2000") for r in rows)
     assert any(r.startswith("evolution evolved sort_numbers@1.0.0 → 1.1.0: timeout_s 2s -> 8s 6000") for r in rows)
     assert any(r.startswith("2 sort_numbers@1.1.0 success") for r in rows)
     with console.capture() as out:  # a call that ended with its evolution has that round as its attempts
-        show_call({"call_id": CALL_ID, "status": "failed", "attempts": [failed],
+        show_answer({"call_id": CALL_ID, "status": "failed", "attempts": [failed],
                    "evolution": {**evolution, "status": "no_fix", "version": None}})
     rows = [" ".join(line.replace("│", " ").split()) for line in out.get().splitlines()]
     assert sum("sort_numbers@1.0.0 failure" in r for r in rows) == 1
@@ -422,11 +432,11 @@ def test_the_schema_of_a_task_nobody_serves_is_refused_as_a_bad_argument() -> No
 def test_a_call_served_past_a_held_back_version_names_it() -> None:
     served = {"tool": "fast_sort", "version": "1.0.0", "outcome": "success", "execution_time_ms": 3.0}
     with console.capture() as out:
-        show_call({"call_id": CALL_ID, "status": "success", "tool": "fast_sort", "version": "1.0.0", "attempts": [served],
+        show_answer({"call_id": CALL_ID, "status": "success", "tool": "fast_sort", "version": "1.0.0", "attempts": [served],
                    "held_back": ["sort_numbers@1.0.0"], "output": {"numbers": [1, 2]}})
     assert "not tried, their circuit breaker was open: sort_numbers@1.0.0" in out.get()
     with console.capture() as out:  # a call that tried nothing says so in its message, once
-        show_call({"call_id": CALL_ID, "status": "no_candidates", "attempts": [], "held_back": ["sort_numbers@1.0.0"],
+        show_answer({"call_id": CALL_ID, "status": "no_candidates", "attempts": [], "held_back": ["sort_numbers@1.0.0"],
                    "message": "every version that matches is held back by its circuit breaker (sort_numbers@1.0.0)"})
     assert out.get().count("sort_numbers@1.0.0") == 1
 
@@ -535,7 +545,6 @@ def test_call_and_explain_refuse_a_bad_payload_alike_before_sending(stores: Tool
 
 def test_an_input_over_the_limit_is_refused_before_it_is_sent_and_after_alike(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
     """QA: a 1.1 MB input was sent, and the workers' refusal exited 1 (--help says 2)."""
-    from workers.cli.calls import exit_code
     from workers.settings import Settings
 
     monkeypatch.setattr("workers.settings.get_settings", lambda: Settings(input_limit_bytes=1024))
@@ -545,22 +554,21 @@ def test_an_input_over_the_limit_is_refused_before_it_is_sent_and_after_alike(st
         assert code == 2 and "input: input is 2,012 bytes of JSON; the limit is 1,024 (FITTEST_INPUT_LIMIT_BYTES)" in out, out
     refused_there = {"call_id": CALL_ID, "status": "invalid", "attempts": [], "errors": [
         {"field": "input", "type": "too_large", "message": "input is 2,012 bytes of JSON; the limit is 1,024"}]}
-    assert exit_code(refused_there) == 2 and exit_code({"status": "failed"}) == 1 and exit_code({"status": "success"}) == 0
+    assert exit_code_of(refused_there) == 2 and exit_code_of({"call_id": "c", "status": "failed"}) == 1 and exit_code_of({"call_id": "c", "status": "success"}) == 0
 
 
 def test_a_version_the_namespace_does_not_have_is_refused_by_call_and_explain(monkeypatch: pytest.MonkeyPatch) -> None:
     """QA AA: `call -n fast_sort@9.9.9` exited 1 and `explain` 0, where every other command refuses
     a version nobody serves with exit code 2."""
-    from workers.cli.calls import exit_code
 
     no_version = {"call_id": "c", "status": "no_candidates", "ranking": [],
                   "message": "fast_sort has no version 9.9.9 (it has 1.0.0)", "no_candidates_reason": "no_such_version"}
     no_match = {**no_version, "message": "no tool matches this scenario, namespace and tags", "no_candidates_reason": "no_match"}
-    assert exit_code(no_version) == 2
-    assert exit_code(no_match) == 1
+    assert exit_code_of(no_version) == 2
+    assert exit_code_of(no_match) == 1
     # A result a worker from before the reason stored (results are kept 24 h) says it in words only.
-    assert exit_code({k: v for k, v in no_version.items() if k != "no_candidates_reason"}) == 2
-    assert exit_code({k: v for k, v in no_match.items() if k != "no_candidates_reason"}) == 1
+    assert exit_code_of({k: v for k, v in no_version.items() if k != "no_candidates_reason"}) == 2
+    assert exit_code_of({k: v for k, v in no_match.items() if k != "no_candidates_reason"}) == 1
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: no_version)
     for json_out in ([], ["--json"]):
         code, out = run("explain", "sort these", "-n", "fast_sort@9.9.9", *json_out)
@@ -680,18 +688,16 @@ def test_up_refuses_a_role_the_procfile_does_not_have_as_a_bad_argument() -> Non
 def test_a_call_table_says_does_such_jobs_only_of_the_first_refusal_set_aside() -> None:
     """Review: every flagged attempt read "(it does such jobs: check the input)", also the one that
     only refused the same input after it."""
-    from workers.cli.calls import show_call
-
     attempts = [{"tool": tool, "version": "1.0.0", "outcome": "failure", "error_class": "bad_input",
                  "error_message": "KeyError: 'text'", "callers_mistake": True} for tool in ("hash_text", "sha_sum")]
     with console.capture() as out:
-        show_call({"call_id": "c", "status": "failed", "attempts": attempts, "message": "check the input"})
+        show_answer({"call_id": "c", "status": "failed", "attempts": attempts, "message": "check the input"})
     lines = out.get().splitlines()
     assert any("hash_text@1.0.0" in line and "(taken for the caller's mistake: check the input)" in line for line in lines)
     assert any("sha_sum@1.0.0" in line and "(the same input, set aside)" in line for line in lines)
     took = [attempts[0], {"tool": "lower_text", "version": "1.0.0", "outcome": "success", "took_a_refused_input": True}]
     with console.capture() as out:
-        show_call({"call_id": "c", "status": "success", "tool": "lower_text", "version": "1.0.0", "attempts": took})
+        show_answer({"call_id": "c", "status": "success", "tool": "lower_text", "version": "1.0.0", "attempts": took})
     assert any("lower_text@1.0.0" in line and "(set aside: it has done no such job; check its output)" in line
                for line in out.get().splitlines())  # QA final: it read just "success"
 
@@ -709,3 +715,19 @@ def test_the_tools_list_keeps_its_numbers_readable_beside_long_marks(monkeypatch
         console.print(tools_table(rows))
     first = next(line for line in out.get().splitlines() if "qa_power_fast@1.1.0" in line)
     assert [cell.strip() for cell in first.split("│")[1:6]] == ["qa_power_fast@1.1.0", "python", "0.50", "0.81", "10"], first
+
+
+def test_an_answer_the_cli_cannot_read_is_printed_as_it_came_and_the_command_fails_saying_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """Review #3: the call display read the result dict key by key, so an answer of another release
+    showed in part, or raised KeyError. It is read into CallResult first."""
+    from workers.cli.common import read_call_result
+
+    answer = {"call_id": "c", "status": "paused", "attempts": [{"tool": "t", "version": "1.0.0"}]}
+    with err_console.capture() as err, pytest.raises(typer.Exit) as stop:
+        read_call_result(answer, CallResult)
+    assert stop.value.exit_code == 1
+    assert json.loads(capsys.readouterr().out) == answer
+    said = " ".join(err.get().split())
+    assert said.startswith("error: the workers' answer does not read as CallResult (2 field(s): status: Input should be")
+    assert "attempts.0.outcome: Field required" in said and said.endswith("are this CLI and the workers the same release?")
+    assert read_call_result({"call_id": "c", "status": "success"}, CallResult).status == "success"

@@ -24,11 +24,14 @@ from workers.cli.common import (
     needs_redis,
     parse_json_option,
     print_json,
+    read_call_result,
     warn_if_namespace_unranked,
 )
 
 if TYPE_CHECKING:
     from celery.result import AsyncResult
+
+    from selection.models import AttemptSummary, CallResult
 
     from workers.client import CallSender
 
@@ -192,100 +195,102 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
         # not answer", and the call, which succeeded, could not be looked up)
         no_result(f"waiting for call {pending.id}: Redis does not answer ({cause}); the call goes on, and "
                   f"`fittest result {pending.id}` shows it once Redis answers")
-    warn_if_namespace_unranked(namespace, outcome)
+    from selection.models import CallResult
+
+    result = read_call_result(outcome, CallResult)
+    warn_if_namespace_unranked(namespace, result)
     if json_out:
-        print_json(outcome)
+        print_json(outcome)  # as the workers stored it: what a script reads from `fittest result` too
     else:
-        show_call(outcome)
-    raise typer.Exit(exit_code(outcome))
+        show_call(result)
+    raise typer.Exit(exit_code(result))
 
 
-def exit_code(outcome: dict[str, Any]) -> int:
+def exit_code(result: CallResult) -> int:
     """A call's exit code: a payload the workers refused (status invalid) exits as one refused here,
     and so does a call that named a version its namespace does not have, or a tag no tool has (QA
     AA: exit 1, where every other command refuses such a version with 2)."""
-    if outcome.get("status") == "no_candidates" and names_what_no_tool_has(outcome):
+    if result.status == "no_candidates" and names_what_no_tool_has(result):
         return REFUSED
-    return {"success": SUCCEEDED, "invalid": REFUSED}.get(str(outcome.get("status")), DID_NOT_SUCCEED)
+    return {"success": SUCCEEDED, "invalid": REFUSED}.get(result.status, DID_NOT_SUCCEED)
 
 
-def _attempt_row(table: Table, number: str, a: dict[str, Any], first_refusal: bool = True) -> None:
+def _attempt_row(table: Table, number: str, a: AttemptSummary, first_refusal: bool = True) -> None:
     """One attempt; `first_refusal`: whether a refusal set aside as the caller's mistake is the
     call's first (by a version that does such jobs, or matches them best; a later one refused the same input)."""
     from selection.manifest import tool_key
 
-    err = f"{a.get('error_class') or ''} {a.get('error_message') or ''}".strip()
-    probe = " [dim](breaker probe: no attempt used)[/dim]" if a.get("probe") else ""
-    mistake = ("" if not a.get("callers_mistake") else " [yellow](taken for the caller's mistake: check the input)[/yellow]"
+    err = f"{a.error_class.value if a.error_class else ''} {a.error_message or ''}".strip()
+    probe = " [dim](breaker probe: no attempt used)[/dim]" if a.probe else ""
+    mistake = ("" if not a.callers_mistake else " [yellow](taken for the caller's mistake: check the input)[/yellow]"
                if first_refusal else " [dim](the same input, set aside)[/dim]")
-    if a.get("took_a_refused_input"):  # QA final: the success set aside read just "success"
+    if a.took_a_refused_input:  # QA final: the success set aside read just "success"
         mistake = " [yellow](set aside: it has done no such job; check its output)[/yellow]"
-    table.add_row(number, literal(tool_key(a['tool'], a['version'])) + probe,
-                  "[green]success[/green]" if a["outcome"] == "success" else "[red]failure[/red]",
-                  literal(abridged(err)) + mistake, f"{a.get('execution_time_ms', 0):.0f}")
+    table.add_row(number, literal(tool_key(a.tool, a.version)) + probe,
+                  "[green]success[/green]" if a.outcome == "success" else "[red]failure[/red]",
+                  literal(abridged(err)) + mistake, f"{a.execution_time_ms:.0f}")
 
 
 RANKING_SHOWN = 3
 
 
-def ranking_line(outcome: dict[str, Any]) -> str:
+def ranking_line(result: CallResult) -> str:
     """The head of the call's ranking, with what ranked it: the attempts say what ran, not what
     selection thought of the others, nor which weights it read (QA learning F9). `fittest explain`
     gives every component."""
-    ranking = outcome.get("ranking") or []
+    ranking = result.ranking
     if not ranking:
         return ""
-    head = ", ".join(f"{r['key']} (p={r['probability']:.2f})" for r in ranking[:RANKING_SHOWN])
+    head = ", ".join(f"{r.key} (p={r.probability:.2f})" for r in ranking[:RANKING_SHOWN])
     more = f", and {len(ranking) - RANKING_SHOWN} more" if len(ranking) > RANKING_SHOWN else ""
-    by = f" by the {outcome['policy']} policy" if outcome.get("policy") else ""
-    return f"ranked{by} (SPARC weights v{outcome.get('weights_version', 0)}): {head}{more}"
+    by = f" by the {result.policy} policy" if result.policy else ""
+    return f"ranked{by} (SPARC weights v{result.weights_version or 0}): {head}{more}"
 
 
-def show_call(outcome: dict[str, Any]) -> None:
-    status = outcome.get("status")
-    color = {"success": "green", "failed": "red", "invalid": "yellow"}.get(status or "", "white")
-    title = f"call {literal(outcome.get('call_id', ''))}: [{color}]{literal(status)}[/{color}]"
-    if outcome.get("tool"):
-        title += f" by {literal(outcome['tool'])}@{literal(outcome['version'])}"
+def show_call(result: CallResult) -> None:
+    status = result.status
+    color = {"success": "green", "failed": "red", "invalid": "yellow"}.get(status, "white")
+    title = f"call {literal(result.call_id)}: [{color}]{literal(status)}[/{color}]"
+    if result.tool:
+        title += f" by {literal(result.tool)}@{literal(result.version)}"
     # A line of its own: as a table's title it wrapped to the table's width, splitting the call id
     # that `fittest result` takes.
     console.print(title, overflow="ignore", crop=False)
-    attempts = outcome.get("attempts") or []
-    evolution = outcome.get("evolution") or {}
+    attempts = result.attempts
+    evolution = result.evolution
     # A call retried after its evolution carries only the retry's attempts: the round that failed
     # and the evolution come first, so the table tells the whole call. A call whose evolution
     # found nothing to retry with carries that round itself: its attempts, then the evolution.
-    before: list[dict[str, Any]] = evolution.get("failed_attempts") or []
-    after: list[dict[str, Any]] = attempts
+    before = evolution.failed_attempts if evolution is not None else []
+    after = attempts
     if attempts[: len(before)] == before:
         before, after = attempts, []
-    if attempts or before or evolution:
+    if attempts or before or evolution is not None:
         table = Table(show_lines=False)
         table.add_column("#")
         table.add_column("tool", no_wrap=True)
         table.add_column("outcome")
         table.add_column("error")
         table.add_column("ms", justify="right")
-        refused = next((a for a in [*before, *after] if a.get("callers_mistake")), None)
+        refused = next((a for a in [*before, *after] if a.callers_mistake), None)
         for i, a in enumerate(before, 1):
             _attempt_row(table, str(i), a, a is refused)
-        if evolution:
-            evolved = f"{evolution.get('parent', '')} → {evolution['version']}" if evolution.get("version") else evolution.get("parent", "")
-            table.add_row("", "[bold]evolution[/bold]", literal(evolution.get("status", "")),
-                          literal(abridged(f"{evolved}: {evolution.get('message', '')}")), f"{evolution.get('elapsed_s', 0) * 1000:.0f}")
+        if evolution is not None:
+            evolved = f"{evolution.parent} → {evolution.version}" if evolution.version else evolution.parent
+            table.add_row("", "[bold]evolution[/bold]", literal(evolution.status),
+                          literal(abridged(f"{evolved}: {evolution.message}")), f"{evolution.elapsed_s * 1000:.0f}")
         for i, a in enumerate(after, len(before) + 1):
             _attempt_row(table, str(i), a, a is refused)
         console.print(table)
-    if outcome.get("errors"):
-        for e in outcome["errors"]:
-            console.print(f"  [yellow]{literal(e['field'])}[/yellow]: {literal(e['message'])}")
-    if outcome.get("message"):
-        console.print(f"  {literal(outcome['message'])}")
-    if ranked := ranking_line(outcome):
+    for e in result.errors:
+        console.print(f"  [yellow]{literal(e.field)}[/yellow]: {literal(e.message)}")
+    if result.message:
+        console.print(f"  {literal(result.message)}")
+    if ranked := ranking_line(result):
         console.print(f"  {literal(ranked)}")
-    if outcome.get("held_back") and status != "no_candidates":  # that status's message names them already
-        console.print(f"  not tried, their circuit breaker was open: {literal(', '.join(outcome['held_back']))}")
+    if result.held_back and status != "no_candidates":  # that status's message names them already
+        console.print(f"  not tried, their circuit breaker was open: {literal(', '.join(result.held_back))}")
     if status == "success":
-        console.print_json(data=outcome.get("output"))
+        console.print_json(data=result.output)
 
 

@@ -11,13 +11,16 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from rich.console import Console
 from rich.markup import escape
+
+if TYPE_CHECKING:
+    from selection.models import CallResult
 
 # Piped or redirected output has no terminal width to follow; 140 columns keep the bench tables
 # whole in logs and CI output instead of truncating their numbers to "0.7…".
@@ -43,6 +46,7 @@ console = ReaderAwareConsole(width=None if sys.stdout.isatty() else PIPED_WIDTH,
 err_console = ReaderAwareConsole(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH, emoji=False)
 
 Command = TypeVar("Command", bound=Callable[..., Any])
+CallResultT = TypeVar("CallResultT", bound="CallResult")
 
 # How long a command waits to learn that Redis answers before it starts: long enough for a loaded
 # host, far short of the ~30 s of retries that the clients spend riding out a restart.
@@ -177,31 +181,50 @@ def namespace_and_version(namespace: str | None) -> tuple[str | None, str | None
     return (None, None) if namespace is None else tool_argument(namespace, "--namespace")
 
 
-def names_what_no_tool_has(outcome: dict[str, Any]) -> bool:
+def read_call_result(answer: dict[str, Any], model: type[CallResultT]) -> CallResultT:
+    """The workers' answer to a call (or to `explain`) as the model the display reads. An answer it
+    cannot read, from workers of another release, is printed as it came, and the command fails
+    saying so, rather than showing a part of it."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(answer)
+    except ValidationError as exc:
+        print_json(answer)
+        fail(f"the workers' answer does not read as {model.__name__} ({exc.error_count()} field(s): "
+             f"{'; '.join(_where(e) + ': ' + e['msg'] for e in exc.errors()[:3])}): are this CLI and the workers "
+             "the same release?")
+
+
+def _where(error: Any) -> str:
+    return ".".join(str(part) for part in error["loc"]) or "the answer"
+
+
+def names_what_no_tool_has(result: CallResult) -> bool:
     """Whether the workers' answer says the call named a tool no tool is named, a version its
-    namespace does not have, or a tag no tool has. A result stored by a worker from before `no_candidates_reason` (results are
-    kept 24 h) says the first in its message only."""
-    if "no_candidates_reason" in outcome:
-        return outcome["no_candidates_reason"] in ("no_such_tool", "no_such_version", "no_such_tag")
-    return outcome.get("status") == "no_candidates" and re.match(r"\S+ has no version ", str(outcome.get("message", ""))) is not None
+    namespace does not have, or a tag no tool has. A result stored by a worker from before
+    `no_candidates_reason` (results are kept 24 h) has no such key, and says the first in its
+    message only."""
+    if "no_candidates_reason" in result.model_fields_set:
+        return result.no_candidates_reason in ("no_such_tool", "no_such_version", "no_such_tag")
+    return result.status == "no_candidates" and re.match(r"\S+ has no version ", result.message) is not None
 
 
-def warn_if_namespace_unranked(namespace: str | None, outcome: dict[str, Any]) -> None:
+def warn_if_namespace_unranked(namespace: str | None, result: CallResult) -> None:
     """A namespace none of whose versions the workers ranked is a typo more often than not (the
     call was ranked by its scenario alone): say so. Read from the answer, not from the tools
     directory, which at 10,000 tools takes seconds to load."""
     from selection.manifest import split_key
 
-    for note in outcome.get("notes") or []:  # what the workers say of the call (a namespace no tool has)
+    for note in result.notes:  # what the workers say of the call (a namespace no tool has)
         err_console.print(f"[yellow]warning:[/yellow] {literal(note)}")
-    ranking = outcome.get("ranking") or []
-    if not namespace or outcome.get("status") == "invalid" or any(split_key(r["key"])[0] == namespace for r in ranking):
+    if not namespace or result.status == "invalid" or any(split_key(r.key)[0] == namespace for r in result.ranking):
         return
-    if outcome.get("notes"):
+    if result.notes:
         return
-    if names_what_no_tool_has(outcome):  # the namespace exists: no typo; or the message says what does not
+    if names_what_no_tool_has(result):  # the namespace exists: no typo; or the message says what does not
         return
-    if any(split_key(key)[0] == namespace for key in outcome.get("held_back") or []):
+    if any(split_key(key)[0] == namespace for key in result.held_back):
         return  # held back by its breaker, not a typo: the workers' note, or the message of a call that ranked nothing, says so
     err_console.print(f"[yellow]warning:[/yellow] no tool named {literal(namespace)} was ranked: the call was ranked "
                       "by its scenario alone")

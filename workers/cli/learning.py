@@ -26,6 +26,7 @@ from workers.cli.common import (
     needs_redis,
     parse_json_option,
     print_json,
+    read_call_result,
     warn_if_namespace_unranked,
     tool_argument,
     when,
@@ -123,22 +124,23 @@ def explain(
     if version is not None:
         payload["version"] = version
     check_call_payload(payload)  # refused as `fittest call` refuses it (exit code 2), before asking
-    result = _ask("explain", "selection", timeout, **payload)
-    warn_if_namespace_unranked(namespace, result)
+    from workers.payloads import ExplainResult
+
+    answer = _ask("explain", "selection", timeout, **payload)
+    explained = read_call_result(answer, ExplainResult)
+    warn_if_namespace_unranked(namespace, explained)
     # A version the namespace does not have, or a tag no tool has, is refused, as `fittest call`
     # refuses it (QA AA: exit 0).
-    not_there = names_what_no_tool_has(result)
+    not_there = names_what_no_tool_has(explained)
     if json_out:
-        print_json(result)
+        print_json(answer)
         if not_there:
             raise typer.Exit(REFUSED)
         return
-    _refuse_if_invalid(result)  # refused by the workers: exit 2, as a refusal here (QA V)
+    _refuse_if_invalid(answer)  # refused by the workers: exit 2, as a refusal here (QA V)
     if not_there:  # without an empty table first (QA AB)
-        fail(str(result.get("message")), REFUSED)
-    from workers.payloads import ExplainResult
-
-    _show_explained(scenario, ExplainResult.model_validate(result))
+        fail(explained.message, REFUSED)
+    _show_explained(scenario, explained)
 
 
 def _show_explained(scenario: str, explained: ExplainResult) -> None:
