@@ -32,6 +32,7 @@ from evolution.models import (
     tests_digest,
 )
 from evolution.call_route import route_call
+from evolution.ports import Changelog
 from evolution.mutation import MutationContext, Mutator, MutatorConfig, ParentTool, load_mutators, order_for
 from evolution.served_version import fallback_version, head_version, served_original
 from evolution.verification import Sandbox, VerifyConfig, reproduce_successes, run_test_cases, verify
@@ -46,7 +47,6 @@ from workers.renewed_lock import renewed
 from workers.runners import RunLimits
 from workers.sandbox import SubprocessSandbox
 from workers.settings import Settings
-from workers.state.evolution import EvolutionState
 from workers.tool_catalog import evolved_dir, load_registry
 from workers.tool_files import FolderTooLarge, version_files
 
@@ -99,7 +99,7 @@ class Evolver:
         self,
         settings: Settings,
         state: StateStore,
-        ledger: EvolutionState,
+        ledger: Changelog,
         publish: Publish,
         *,
         mutators: list[Mutator] | None = None,

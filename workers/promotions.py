@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable
 from typing import Literal
 
 from evolution.models import ChangelogEntry
+from evolution.ports import Changelog
 from evolution.served_version import (fallback_version, head_version, kept_served, manifest_to_trial,
                                       promoted_by_hand, served_before)
 from evolution.trial import Verdict
@@ -20,7 +21,6 @@ from selection.manifest import ToolManifest, tool_key
 from selection.models import Promotion
 from selection.ports import Newcomers, Promotions, StateStore
 from selection.registry import ToolRegistry
-from workers.state.evolution import EvolutionState
 
 
 log = logging.getLogger("fittest.evolution")
@@ -45,7 +45,7 @@ class AlreadyPromoted(PromotionError):
 
 def promote_on_trial(
     state: StateStore,
-    ledger: EvolutionState,
+    ledger: Changelog,
     new: ToolManifest,
     parent: ToolManifest,
     original_version: str,
@@ -106,7 +106,7 @@ def note_newcomers(state: Newcomers, registry: ToolRegistry) -> list[str]:
 MANIFEST_MUTATION = "new manifest version"  # the mutation of a version a manifest gave, not an evolution
 
 
-def retire_removed_manifest_versions(state: Promotions, ledger: EvolutionState, registry: ToolRegistry,
+def retire_removed_manifest_versions(state: Promotions, ledger: Changelog, registry: ToolRegistry,
                                      namespaces: Iterable[str]) -> list[Promotion]:
     """Roll back the promotion (on trial, or activated) of a version a manifest gave that is served
     no more: its manifest left the tools directory, or now names another version. Selection serves
@@ -151,7 +151,7 @@ def unseen_versions(state: StateStore, registry: ToolRegistry, namespaces: Itera
     return unseen
 
 
-def trial_new_manifests(state: Promotions, ledger: EvolutionState, registry: ToolRegistry,
+def trial_new_manifests(state: Promotions, ledger: Changelog, registry: ToolRegistry,
                         namespaces: Iterable[str], arrived: Collection[str] = ()) -> list[Promotion]:
     """Serve on trial each version that a namespace's manifest newly gives it (evolution/served_version.py
     `manifest_to_trial`), against the version the namespace served until then: it takes
@@ -201,7 +201,7 @@ def trial_new_manifests(state: Promotions, ledger: EvolutionState, registry: Too
     return started
 
 
-def conclude_trial(state: Promotions, ledger: EvolutionState, current: Promotion, verdict: Verdict, reason: str) -> bool:
+def conclude_trial(state: Promotions, ledger: Changelog, current: Promotion, verdict: Verdict, reason: str) -> bool:
     """Activate or roll back a trial, unless someone changed the promotion meanwhile."""
     if verdict == "continue":
         return False
@@ -223,7 +223,7 @@ def conclude_trial(state: Promotions, ledger: EvolutionState, current: Promotion
     return True
 
 
-def rollback(state: Promotions, ledger: EvolutionState, namespace: str, reason: str = "rolled back by hand") -> Promotion:
+def rollback(state: Promotions, ledger: Changelog, namespace: str, reason: str = "rolled back by hand") -> Promotion:
     """Stop serving the promoted version; its parent is served again, or, for a version promoted by
     hand, what that promotion replaced is restored (`Promotion.resumes`: a trial it interrupted, or
     an earlier by-hand promotion). Returns the promotion rolled back."""
@@ -252,7 +252,7 @@ def rollback(state: Promotions, ledger: EvolutionState, namespace: str, reason: 
     return new
 
 
-def _restore(state: Promotions, ledger: EvolutionState, rolled: Promotion, why: str,
+def _restore(state: Promotions, ledger: Changelog, rolled: Promotion, why: str,
              by: Literal["fittest", "operator"] = "fittest") -> None:
     """Serve again what the `rolled` back promotion replaced (`Promotion.resumes`), if anything: a
     trial it interrupted goes on, an earlier by-hand promotion is served again.
@@ -300,7 +300,7 @@ def _kept(promotion: Promotion, depth: int) -> Promotion:
     return promotion.model_copy(update={"resumes": _kept(behind, depth - 1) if behind is not None and depth > 1 else None})
 
 
-def promote_by_hand(state: Promotions, ledger: EvolutionState, registry: ToolRegistry, namespace: str, version: str) -> Promotion:
+def promote_by_hand(state: Promotions, ledger: Changelog, registry: ToolRegistry, namespace: str, version: str) -> Promotion:
     """Serve `namespace@version` as active, whatever is served now. Its promotion's parent is the
     version it replaces, so that `fittest rollback` undoes it: an operator who tries a version by
     hand and takes it back expects what was served before, not the original (QA: an evolved

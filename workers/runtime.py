@@ -19,11 +19,11 @@ from workers.settings import Settings, get_settings
 if TYPE_CHECKING:
     from redis import Redis
 
+    from evolution.ports import EvolutionLedger
     from selection.ports import Embedder, StateStore, VectorMemory
     from selection.registry import ToolRegistry
     from workers.metrics import MetricsRecorder
     from workers.selector import Selector
-    from workers.state.evolution import EvolutionState
     from workers.state.holders import MessageHolders
     from workers.state.inflight import InflightCalls
     from workers.state.learning import LearningState
@@ -90,7 +90,7 @@ class Runtime:
         return open_state_store(self.settings, client=self.redis)
 
     @once
-    def evolution(self) -> EvolutionState:
+    def evolution(self) -> EvolutionLedger:
         """Changelog, trials, recent successes and description variants (workers/state/evolution.py)."""
         from workers.state.evolution import EvolutionState
 

@@ -14,12 +14,14 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from evolution.models import ChangelogEntry
 from selection.manifest import ToolManifest
 from selection.ports import ToolStats
 from selection.registry import ToolRegistry
 from workers.cli import app, evolution, learning
 from selection.models import CallResult
 from workers.cli import calls
+from tests.fakes_evolution import InMemoryEvolutionState
 from workers.cli.common import console, err_console, parse_json_option
 
 CALL_ID = "ddfacd9d-2de5-4c92-8b47-37fd8c2c0fa1"
@@ -85,9 +87,8 @@ def stores(monkeypatch: pytest.MonkeyPatch) -> ToolRegistry:
     state = SimpleNamespace(promotion=lambda ns: None, promotion_history=lambda ns: [],
                             stats=lambda keys: {k: ToolStats() for k in keys},
                             stats_and_breakers=lambda keys: ({k: ToolStats() for k in keys}, {k: "closed" for k in keys}))
-    ledger = SimpleNamespace(all_variants=lambda keys: {}, changelog=lambda ns: [
-        SimpleNamespace(event="verdict", version="1.1.0", mutation="", model_dump=lambda mode: {
-            "time": 0.0, "event": "verdict", "version": "1.1.0", "by": "fittest", "mutation": "", "reason": "it failed"})])
+    ledger = InMemoryEvolutionState()
+    ledger.log(ChangelogEntry(namespace="fast_sort", event="failed", version="1.1.0", reason="it failed", time=0.0))
     monkeypatch.setattr(evolution, "_stores", lambda: (registry, state, ledger))
     monkeypatch.setattr("workers.state.open_state_store", lambda settings: state)
     return registry

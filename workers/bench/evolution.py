@@ -46,8 +46,8 @@ from workers.stack import ROOT, Stack, start_private_redis
 
 if TYPE_CHECKING:
     from selection.ports import StateStore
+    from evolution.ports import Changelog
     from workers.client import CallSender
-    from workers.state.evolution import EvolutionState
 
 SUITE_DIR = ROOT / "examples" / "broken"
 ROLES = ("memory", "executor", "evolver")
@@ -206,7 +206,7 @@ def _call(client: CallSender, call: BenchCall, **extra: Any) -> dict[str, Any]:
     return client.wait(client.send("resilient_tool_call", **call.payload(**extra)), CALL_TIMEOUT_S)
 
 
-def _run(suite: Suite, client: CallSender, state: StateStore, ledger: EvolutionState, progress: Callable[[str], None]) -> list[ToolOutcome]:
+def _run(suite: Suite, client: CallSender, state: StateStore, ledger: Changelog, progress: Callable[[str], None]) -> list[ToolOutcome]:
     progress("before: every bench call, evolution held back")
     before = {t.name: [call.judge(_call(client, call, after_evolution=True)) for call in t.calls] for t in suite.tools}
 

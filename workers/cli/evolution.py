@@ -13,15 +13,15 @@ from workers.cli.common import REFUSED, JsonOpt, abridged, console, fail, litera
 
 if TYPE_CHECKING:
     from evolution.models import EvolutionReport
+    from evolution.ports import EvolutionLedger
     from selection.manifest import ToolManifest
     from selection.registry import ToolRegistry
-    from workers.state.evolution import EvolutionState
     from workers.state.redis import RedisStateStore
 
 app = typer.Typer()
 
 
-def _stores() -> tuple[ToolRegistry, RedisStateStore, EvolutionState]:
+def _stores() -> tuple[ToolRegistry, RedisStateStore, EvolutionLedger]:
     """The registry (tools and evolved directories), the state store and the evolution state."""
     from workers.redis_connection import redis_client
     from workers.settings import get_settings

@@ -1,5 +1,6 @@
-"""Evolution's state on Redis: the changelog per namespace, trial counts, recent successes per tool
-version, cool-downs, and description variants with their effectiveness.
+"""Evolution's state on Redis (evolution/ports.py's EvolutionLedger): the changelog per namespace,
+trial counts, recent successes per tool version, cool-downs, and description variants with their
+effectiveness.
 
 Every count is applied once per attempt (or per call) by a Lua script with an idempotency key,
 like the quality scores in workers/state/redis.py; promotions themselves stay there.
@@ -34,24 +35,13 @@ from redis.client import Pipeline
 
 from evolution.descriptions import MANIFEST_VARIANT, DescriptionVariant, VariantStatus
 from evolution.models import ChangelogEntry, SuccessfulRun
+from evolution.ports import CHANGELOG_LIMIT, RECENT_SUCCESSES_LIMIT, REPEATING, REPEATS_LOOKED_AT, variant_text
 from evolution.trial import TrialCounts
 from selection.manifest import tool_key
 from workers.state.base import IDEMPOTENCY_TTL_S, PrefixedStore, as_text, load_scripts, push_recent
 from workers.state.once import ONCE_TTL_S, apply_once, new_token
 
 _SCRIPT_NAMES = ("apply_once", "changelog_unless_repeated", "trial_record", "judge_count", "push_recent", "variant_record", "variant_status")
-# Entries kept in a namespace's changelog: far more than a namespace's evolutions, so its lineage
-# is shown whole; the cap only keeps the list from growing without end.
-CHANGELOG_LIMIT = 1000
-# Recent successes kept per tool version: the evidence of what a parent does right that its
-# evolution is given, with room beyond the few verification replays (evolution/verification.py) for
-# those judged wrong or without an input; more would only be older.
-RECENT_SUCCESSES_LIMIT = 20
-# Events that repeat call after call while nothing changes (`log_unless_repeated`), and how many of
-# a namespace's latest entries are looked at for a repeat: an evolution logs one line per candidate
-# and its no_fix, far fewer.
-REPEATING = ("skipped", "no_fix")
-REPEATS_LOOKED_AT = 50
 # A description variant's own fields, in its hash; its status and counts are kept under keys of their own.
 VARIANT_FIELDS = {"text", "environment", "source", "created_at"}
 _COUNT_FIELDS = ("es", "ef", "ps", "pf")  # a trial hash's fields, in TrialCounts' order
@@ -165,13 +155,7 @@ class EvolutionState(PrefixedStore):
     ) -> DescriptionVariant:
         """Add a variant to a tool version; the first one also records the manifest's description
         as variant "0" (active), so the incumbent is measured like its challengers."""
-        text = " ".join(text.split())
-        if not text:
-            raise ValueError("a description variant needs some text")
-        if len(text) > 4000:
-            raise ValueError("a description variant is limited to 4000 characters")
-        if text == " ".join(manifest_description.split()):
-            raise ValueError(f"{key} has this text already (the manifest's description): a variant must say something else")
+        text = variant_text(key, text, manifest_description)
         manifest = DescriptionVariant(id=MANIFEST_VARIANT, text=manifest_description, status="active", source="manifest")
         added: list[DescriptionVariant] = []
 
