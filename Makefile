@@ -46,7 +46,7 @@ up: $(STAMP)
 TEST_PROCESSES ?= 4
 unexport PYTHONDONTWRITEBYTECODE
 test: $(STAMP) typecheck
-	$(BIN)/python -m pytest -q -rs -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -rs -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --durations=15
 
 # The type hints are checked, as the code's reader relies on them (pyproject.toml's [tool.mypy]).
 typecheck: $(STAMP)

@@ -21,6 +21,8 @@ from selection.models import CallRequest, field_errors
     ({"numbers": [decimal.Decimal("3.5"), 1]}, "contains a value of type Decimal at numbers.0"),
     ({"note": "\ud800"}, "contains text that is not Unicode (a lone surrogate) at note"),
     ({"a": {(1, 2): 3}}, "has a key of type tuple at a, which JSON has not"),
+    ({"a": [{"b": {1: "x"}}]}, "has a key of type int at a.0.b, which JSON has not: keys are text"),
+    ({"a": {None: "x"}}, "has a key of type NoneType at a, which JSON has not"),
     ({"x": [1.0, float("nan")]}, "contains a non-finite number (NaN or Infinity) at x.1"),
     ({"n": 10 ** 5000}, "contains an integer of more than 4,000 digits at n: send it as text"),
 ])
