@@ -118,10 +118,13 @@ class CallRequest(BaseModel):
             raise ValueError(f"version {v} is given without namespace: name the tool it is a version of")
         return check_semver(v)
 
-    @field_validator("input", "context")
+    @field_validator("input", "context", mode="before")
     @classmethod
-    def _finite(cls, v: dict[str, Any]) -> dict[str, Any]:
-        _check_json_value(v, depth=0)
+    def _json(cls, v: Any) -> Any:
+        # Before the type's own check, so that a key that is not text reads the same at the top
+        # level as deeper down (QA: pydantic's "input.1.[key] Input should be a valid string").
+        if isinstance(v, dict):
+            _check_json_value(v, depth=0)
         return v
 
     @field_validator("context")

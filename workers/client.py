@@ -27,6 +27,7 @@ from celery.exceptions import TaskRevokedError
 from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
 from kombu.exceptions import OperationalError
+from pydantic import ValidationError
 from redis import Redis
 from redis.exceptions import BusyLoadingError, OutOfMemoryError, RedisError
 
@@ -139,6 +140,24 @@ class UnknownCall(LookupError):
     def __init__(self, call_id: str) -> None:
         super().__init__(f"no result for call {call_id}: {UNKNOWN_CALL}")
         self.call_id = call_id
+
+
+def unreadable_message(model: str, error: ValidationError) -> str:
+    """What a CLI or client of this release says of an answer its model cannot read."""
+    fields = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'the answer'}: {e['msg']}" for e in error.errors()[:3])
+    return (f"the workers' answer does not read as {model} ({error.error_count()} field(s): {fields}): "
+            "are this client and the workers the same release?")
+
+
+class UnreadableAnswer(ValueError):
+    """The workers' answer to a call does not read as this release's CallResult: workers of another
+    release (a status, failure class or reason this one does not know). `answer` is what they
+    stored (QA: pydantic's bare ValidationError, a ValueError as a bad payload's is, named neither
+    the call nor the cause)."""
+
+    def __init__(self, call_id: str, answer: Any, error: ValidationError) -> None:
+        super().__init__(f"call {call_id}: {unreadable_message('CallResult', error)}")
+        self.call_id, self.answer = call_id, answer
 
 
 def _check_timeout(timeout: float) -> None:

@@ -58,3 +58,68 @@ def test_a_call_whose_wait_loses_redis_is_named_so_its_result_can_be_found(tmp_p
     assert ended.value.exit_code == 1
     assert said.getvalue().startswith("error: waiting for call c2: Redis does not answer (")
     assert "the call goes on, and `fittest result c2` shows it once Redis answers" in said.getvalue()
+
+
+def test_a_revoked_call_a_raised_task_and_another_tasks_id_each_end_with_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    """QA: `fittest result` of a call revoked from Flower printed a Python traceback (and nothing on
+    stdout with --json), as did one whose task raised; a judgement's id was said to be of another
+    release."""
+    import io
+
+    import pytest
+    import typer
+    from rich.console import Console
+
+    from workers.cli import common
+    from workers.cli.calls import show_when_done
+
+    said = io.StringIO()
+    monkeypatch.setattr(common, "err_console", Console(file=said, width=400))
+    proc, url = start_redis(tmp_path / "redis")
+    try:
+        sender = CallSender(Settings(redis_url=url, key_prefix="w:"))
+        backend = sender.celery.backend
+        backend.mark_as_revoked("revoked-1")
+        backend.mark_as_failure("raised-1", RuntimeError("boom"))
+        backend.store_result("judgement-1", {"status": "recorded", "errors": []}, "SUCCESS")
+        ended = {}
+        for task_id in ("revoked-1", "raised-1", "judgement-1"):
+            with pytest.raises(typer.Exit) as stop:
+                show_when_done(sender, sender.celery.AsyncResult(task_id), 5.0, True, "unfinished")
+            ended[task_id] = (stop.value.exit_code, capsys.readouterr().out)
+        sender.celery.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    lines = said.getvalue().splitlines()
+    assert lines == [
+        "error: call revoked-1 was revoked (from Flower or `celery control revoke`): it has no result",
+        "error: call raised-1 ended with an error in its worker, not with a result: RuntimeError: boom",
+        "error: judgement-1 is not a call's id: what is stored under it is another task's answer (a judgement, a retrain…)",
+    ]
+    assert [code for code, _ in ended.values()] == [1, 1, 1]
+    assert json.loads(ended["revoked-1"][1]) == {"call_id": "revoked-1", "status": "revoked", "message": lines[0][len("error: "):]}
+    assert json.loads(ended["raised-1"][1])["status"] == "error"
+    assert json.loads(ended["judgement-1"][1]) == {"status": "recorded", "errors": []}
+
+
+def test_the_client_raises_unreadable_answer_holding_an_answer_of_another_release(tmp_path: Path) -> None:
+    """QA: pydantic's bare ValidationError, a ValueError as a bad payload's is, named neither the
+    call nor the cause."""
+    import pytest
+
+    from fittest.client import FittestClient, UnreadableAnswer
+
+    proc, url = start_redis(tmp_path / "redis")
+    try:
+        client = FittestClient(settings=Settings(redis_url=url, key_prefix="w:"))
+        answer = {"call_id": "later-1", "status": "paused", "attempts": []}
+        client.celery.backend.store_result("later-1", answer, "SUCCESS")
+        with pytest.raises(UnreadableAnswer) as unread:
+            client.result("later-1", timeout=5.0)
+        client.celery.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert unread.value.answer == answer and unread.value.call_id == "later-1"
+    assert str(unread.value).startswith("call later-1: the workers' answer does not read as CallResult (1 field(s): status: ")

@@ -350,6 +350,8 @@ def test_explain_refused_by_the_workers_exits_2_as_a_refusal_here_does(stores: T
     refused = {"call_id": "invalid", "status": "invalid", "errors": [{"field": "context.files", "message": "not a list of paths"}]}
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: refused)
     assert run("explain", "sort numbers") == (2, "error: context.files: not a list of paths")
+    code, out = run("explain", "sort numbers", "--json")  # QA: 0 with --json, where `call --json` exits 2
+    assert code == 2 and '"status": "invalid"' in out
 
 
 def test_the_tools_table_marks_a_deprecated_version() -> None:
@@ -726,9 +728,29 @@ def test_an_answer_the_cli_cannot_read_is_printed_as_it_came_and_the_command_fai
     answer = {"call_id": "c", "status": "paused", "attempts": [{"tool": "t", "version": "1.0.0"}]}
     with err_console.capture() as err, pytest.raises(typer.Exit) as stop:
         read_call_result(answer, CallResult)
-    assert stop.value.exit_code == 1
+    assert stop.value.exit_code == 3  # neither "did not succeed" (1) nor "refused" (2): QA, a script could not tell
     assert json.loads(capsys.readouterr().out) == answer
     said = " ".join(err.get().split())
     assert said.startswith("error: the workers' answer does not read as CallResult (2 field(s): status: Input should be")
-    assert "attempts.0.outcome: Field required" in said and said.endswith("are this CLI and the workers the same release?")
+    assert "attempts.0.outcome: Field required" in said and said.endswith("are this client and the workers the same release?")
     assert read_call_result({"call_id": "c", "status": "success"}, CallResult).status == "success"
+
+
+def test_an_older_result_shows_no_made_up_weights_version_nor_a_parent_it_does_not_name() -> None:
+    """QA: a result without `weights_version` said "SPARC weights v0"; an evolution without its
+    parent read ": no verified version"."""
+    ranked = {"key": "sort_numbers@1.0.0", "probability": 1.0, "score": 1.0, "breakdown": {}}
+    failed = {"tool": "sort_numbers", "version": "1.0.0", "outcome": "failure", "error_class": "crash"}
+    with console.capture() as out:
+        show_answer({"call_id": "c", "status": "failed", "ranking": [ranked], "attempts": [failed],
+                     "evolution": {"status": "no_fix", "message": "no verified version", "failed_attempts": [failed]}})
+    rows = [" ".join(line.replace("│", " ").split()) for line in out.get().splitlines()]
+    assert any(r.startswith("evolution no_fix no verified version") for r in rows), rows
+    assert "ranked: sort_numbers@1.0.0 (p=1.00)" in rows and not any("SPARC weights" in r for r in rows)
+
+
+def test_control_characters_in_what_the_cli_prints_are_shown_as_escapes() -> None:
+    """QA: an ANSI escape in a tool's message reached the operator's terminal as it was."""
+    with console.capture() as out:
+        show_answer({"call_id": "c", "status": "failed", "message": "crash \x1b[2J\x1b[31mred\x07 end\nnext\tline"})
+    assert "crash \\x1b[2J\\x1b[31mred\\x07 end" in out.get() and "\x1b" not in out.get() and "\nnext" in out.get()  # newline and tab kept

@@ -158,8 +158,7 @@ def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Calla
             for role in ROLES:
                 start(role)
             client = CallSender(bench)
-            client.wait(client.celery.send_task("fittest.resilient_tool_call", queue="selection",
-                                                kwargs={"scenario": "warm up", "namespace": "chaos_nap", "input": {}}), 120)
+            client.wait(client.send("resilient_tool_call", queue="selection", scenario="warm up", namespace="chaos_nap", input={}), 120)
             sent: list[tuple[str, Any]] = []
 
             def stream(phase: str, n: int, then: Callable[[], None] | None = None, after: int = 0) -> None:

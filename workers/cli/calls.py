@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer()
 
-# The exit codes of `call` and `result` (and REFUSED, every command's).
+# The exit codes of `call` and `result` (and REFUSED, every command's; UNREADABLE, common.py's).
 SUCCEEDED, DID_NOT_SUCCEED = 0, 1
 
 
@@ -60,7 +60,12 @@ def call(
     did not, or when no result came within --timeout (the call stays queued, and `fittest result
     ID` shows it once a worker has run it); 2 for a payload the workers would refuse (or did:
     a limit of theirs may differ from this machine's settings), or a version or tag no tool has;
-    141 when what reads its output went away (`| head`)."""
+    3 when this CLI cannot read the workers' answer (workers of another release: the answer is
+    printed as it came); 141 when what reads its output went away (`| head`).
+
+    The table shows each attempt; the line under it, the head of the ranking, each version with
+    the probability with which the policy put it in its place given the places before it (so a
+    later place may read p=1.00: `fittest explain` gives every component)."""
     from workers.client import CallSender
 
     namespace, version = namespace_and_version(namespace)
@@ -91,7 +96,8 @@ def result(
     json_out: JsonOpt = False,
 ) -> None:
     """The result of a call sent earlier, waiting for it if it has not finished; results are kept
-    for a day. Exit codes as for `call`."""
+    for a day. Exit codes as for `call`; 1 also for a call revoked (Flower, `celery control
+    revoke`) or whose task raised in its worker, which have no result."""
     from selection.models import CALL_ID_PATTERN
     from workers.client import CallSender
 
@@ -154,6 +160,24 @@ def _still_running(client: CallSender, call_id: str) -> str | None:
     return f"it is {doing} ({step}) and goes on; `fittest result {call_id}` shows it when it ends"
 
 
+def ended_without_result(client: CallSender, call_id: str) -> tuple[str, str] | None:
+    """Why a call's task ended with no result, and the status a script reads for it: revoked (an
+    operator's, from Flower or `celery control revoke`), or raised in its worker (a fittest task
+    ends calls with a result, so this is a worker's bug, or a task another program stored under
+    the id); None when it did not end so, or that cannot be read."""
+    try:
+        meta = client.celery.backend.get_task_meta(call_id)
+    except Exception:  # Redis away, an envelope that does not read: the error at hand says more
+        return None
+    if meta.get("status") == "REVOKED":
+        return f"call {call_id} was revoked (from Flower or `celery control revoke`): it has no result", "revoked"
+    if meta.get("status") == "FAILURE":
+        error = meta.get("result")
+        return (f"call {call_id} ended with an error in its worker, not with a result: "
+                f"{type(error).__name__}: {str(error).strip()[:300]}", "error")
+    return None
+
+
 def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, json_out: bool, unfinished: str,
                    early: Callable[[], str | None] | None = None, namespace: str | None = None) -> None:
     """Wait for a call's result and print it, exiting with the call's exit code; `unfinished` says
@@ -163,11 +187,11 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
 
     from workers.client import FIRST_LOOK_S
 
-    def no_result(message: str) -> NoReturn:
+    def no_result(message: str, status: str = "pending") -> NoReturn:
         """The end of a wait without a result; with --json, as JSON on stdout too, so that a script
         reads the call's id where it reads a result (QA ops: stdout was empty, the id on stderr only)."""
         if json_out:
-            print_json({"call_id": pending.id, "status": "pending", "message": message})
+            print_json({"call_id": pending.id, "status": status, "message": message})
         fail(message, DID_NOT_SUCCEED)
 
     deadline = time.monotonic() + timeout
@@ -190,6 +214,9 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
         from workers.cli import redis_unavailable
 
         if (cause := redis_unavailable(exc)) is None:
+            client.release(pending)
+            if (ended := ended_without_result(client, pending.id)) is not None:
+                no_result(*ended)  # QA: a revoked call's `fittest result` printed a traceback
             raise
         # The call was sent and goes on: its id is what finds its result (QA recheck: only "Redis does
         # not answer", and the call, which succeeded, could not be looked up)
@@ -197,6 +224,10 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
                   f"`fittest result {pending.id}` shows it once Redis answers")
     from selection.models import CallResult
 
+    if not (isinstance(outcome, dict) and {"call_id", "status"} <= outcome.keys()):
+        print_json(outcome)  # QA: a judgement's id, which Flower lists, was said to be of another release
+        fail(f"{pending.id} is not a call's id: what is stored under it is another task's answer (a judgement, a retrain…)",
+             DID_NOT_SUCCEED)
     result = read_call_result(outcome, CallResult)
     warn_if_namespace_unranked(namespace, result)
     if json_out:
@@ -244,7 +275,9 @@ def ranking_line(result: CallResult) -> str:
     head = ", ".join(f"{r.key} (p={r.probability:.2f})" for r in ranking[:RANKING_SHOWN])
     more = f", and {len(ranking) - RANKING_SHOWN} more" if len(ranking) > RANKING_SHOWN else ""
     by = f" by the {result.policy} policy" if result.policy else ""
-    return f"ranked{by} (SPARC weights v{result.weights_version or 0}): {head}{more}"
+    # A result stored before the weights version was kept names none: no "v0" is made up for it.
+    weights = f" (SPARC weights v{result.weights_version})" if result.weights_version is not None else ""
+    return f"ranked{by}{weights}: {head}{more}"
 
 
 def show_call(result: CallResult) -> None:
@@ -277,8 +310,9 @@ def show_call(result: CallResult) -> None:
             _attempt_row(table, str(i), a, a is refused)
         if evolution is not None:
             evolved = f"{evolution.parent} → {evolution.version}" if evolution.version else evolution.parent
+            said = f"{evolved}: {evolution.message}" if evolved else evolution.message  # an older result may name no parent
             table.add_row("", "[bold]evolution[/bold]", literal(evolution.status),
-                          literal(abridged(f"{evolved}: {evolution.message}")), f"{evolution.elapsed_s * 1000:.0f}")
+                          literal(abridged(said)), f"{evolution.elapsed_s * 1000:.0f}")
         for i, a in enumerate(after, len(before) + 1):
             _attempt_row(table, str(i), a, a is refused)
         console.print(table)

@@ -78,6 +78,10 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
+# C0 and C1 control characters, but newline and tab (ESC starts a terminal's escape sequences).
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
 def literal(value: object) -> str:
     """`value` as console markup that prints exactly as written. Rich reads `[...]` in whatever it
     prints (console.print, table titles and cells, tree labels) as markup: a tool's error message,
@@ -85,8 +89,10 @@ def literal(value: object) -> str:
     `[a-z]` would be taken for styles. Every text the CLI did not write itself goes through this.
 
     Trailing backslashes are doubled and closed by an empty style, so that they print as they are
-    whether markup follows them (which they would otherwise escape) or not."""
-    text = str(value)
+    whether markup follows them (which they would otherwise escape) or not. Control characters
+    other than newline and tab are shown as escapes (`\\x1b`): a tool's message could otherwise
+    move the cursor, recolour or clear the operator's terminal (QA)."""
+    text = CONTROL_CHARACTERS.sub(lambda m: repr(m.group())[1:-1], str(value))
     body = text.rstrip("\\")
     if len(body) == len(text):
         return escape(text)
@@ -113,6 +119,8 @@ def abridged(text: str, head: int = 80, tail: int = 220) -> str:
 # A command's exit code when it refuses what it was given (a tool, version, value or file it cannot
 # use): the caller's to mend, told from 1, something outside the command that stopped it.
 REFUSED = 2
+# The exit code of a command that cannot read the workers' answer (workers of another release).
+UNREADABLE = 3
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -183,21 +191,18 @@ def namespace_and_version(namespace: str | None) -> tuple[str | None, str | None
 
 def read_call_result(answer: dict[str, Any], model: type[CallResultT]) -> CallResultT:
     """The workers' answer to a call (or to `explain`) as the model the display reads. An answer it
-    cannot read, from workers of another release, is printed as it came, and the command fails
-    saying so, rather than showing a part of it."""
+    cannot read, from workers of another release, is printed as it came, and the command ends with
+    UNREADABLE saying so, rather than showing a part of it, or exiting as a call that did not
+    succeed (QA: a script could not tell the two apart)."""
     from pydantic import ValidationError
+
+    from workers.client import unreadable_message
 
     try:
         return model.model_validate(answer)
     except ValidationError as exc:
         print_json(answer)
-        fail(f"the workers' answer does not read as {model.__name__} ({exc.error_count()} field(s): "
-             f"{'; '.join(_where(e) + ': ' + e['msg'] for e in exc.errors()[:3])}): are this CLI and the workers "
-             "the same release?")
-
-
-def _where(error: Any) -> str:
-    return ".".join(str(part) for part in error["loc"]) or "the answer"
+        fail(unreadable_message(model.__name__, exc), UNREADABLE)
 
 
 def names_what_no_tool_has(result: CallResult) -> bool:

@@ -134,7 +134,7 @@ def explain(
     not_there = names_what_no_tool_has(explained)
     if json_out:
         print_json(answer)
-        if not_there:
+        if not_there or explained.status == "invalid":  # QA: a refusal by the workers exited 0 with --json
             raise typer.Exit(REFUSED)
         return
     _refuse_if_invalid(answer)  # refused by the workers: exit 2, as a refusal here (QA V)
