@@ -50,7 +50,9 @@ def write_tool(tools: Path, name: str, code: str, **manifest: Any) -> None:
 def rt(settings_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     tools = tmp_path / "tools"
     write_tool(tools, "slowish", SLOW, test_cases=[{"input": {"n": 1}, "expect": {"n": 1}}])
-    write_tool(tools, "mean", BUGGY, test_cases=[{"input": {"xs": [1, 2, 3]}, "expect": {"mean": 2.0}}])
+    # Its rewrites are verified by running them: 0.3 s, slowish's, was too short for a loaded host
+    # to start the sandbox's run (CI: "test case 1: … timeout: no result within 0.3s").
+    write_tool(tools, "mean", BUGGY, test_cases=[{"input": {"xs": [1, 2, 3]}, "expect": {"mean": 2.0}}], timeout_s=5.0)
     monkeypatch.setenv("FITTEST_TOOLS_DIR", str(tools))
     monkeypatch.setenv("FITTEST_EVOLUTION_QUALITY_THRESHOLD", "0.92")
     runtime = Runtime(Settings())
