@@ -26,13 +26,13 @@ from pydantic import ValidationError
 
 from selection.manifest import tool_reference
 from selection.models import CallRequest, CallResult, joined_errors, size_errors
-from workers.client import (CallSender, CallTimeout, FittestUnavailable, NotDone, PendingCall, UnknownCall, UnreadableAnswer,
-                            reaching, timed_out_as)
+from workers.client import (CallSender, CallTimeout, FittestUnavailable, NotACall, NotDone, PendingCall, UnknownCall,
+                            UnreadableAnswer, another_tasks_answer, reaching, timed_out_as)
 from workers.payloads import CallToolPayload, FeedbackReply, FeedbackRequest, RecordedFeedback, payload_schemas
 from workers.settings import Settings, get_settings
 
 __all__ = ["CallRequest", "CallResult", "CallTimeout", "CallToolPayload", "FeedbackReply", "FeedbackRequest", "FittestClient",
-           "FittestUnavailable", "NotDone", "RecordedFeedback", "UnknownCall", "UnreadableAnswer", "payload_schemas"]
+           "FittestUnavailable", "NotACall", "NotDone", "RecordedFeedback", "UnknownCall", "UnreadableAnswer", "payload_schemas"]
 
 
 class FittestClient(CallSender):
@@ -87,13 +87,16 @@ class FittestClient(CallSender):
         came within `timeout` (a timeout of 0 or less: unless it is there already), and
         FittestUnavailable when Redis cannot be reached (either way the call itself goes on);
         UnknownCall (a LookupError), within a few seconds, when no call of that id is queued or
-        running and no result of one is kept (results are kept for a day); UnreadableAnswer (a
+        running and no result of one is kept (results are kept for a day), NotACall (a
+        LookupError too) for the id of another task (a judgement, an explain); UnreadableAnswer (a
         ValueError) for an answer this release cannot read (workers of another release: it holds
         the answer as stored), and celery's TaskRevokedError for a call an operator revoked."""
         if isinstance(pending, str):
             pending = self.celery.AsyncResult(pending)
         with reaching(self.settings.backend_url, f"waiting for call {pending.id}"), timed_out_as(pending.id, timeout):
             answer = self.wait_for_call(pending, timeout)
+        if another_tasks_answer(answer):
+            raise NotACall(pending.id)
         try:
             return CallResult.model_validate(answer)
         except ValidationError as exc:

@@ -11,6 +11,7 @@ import json
 import math
 import time
 import uuid
+from collections.abc import Mapping
 from enum import Enum
 from typing import Annotated, Any, Literal
 
@@ -123,8 +124,8 @@ class CallRequest(BaseModel):
     def _json(cls, v: Any) -> Any:
         # Before the type's own check, so that a key that is not text reads the same at the top
         # level as deeper down (QA: pydantic's "input.1.[key] Input should be a valid string").
-        if isinstance(v, dict):
-            _check_json_value(v, depth=0)
+        if isinstance(v, Mapping):  # any mapping the type's check would take (QA recheck N3: a mappingproxy)
+            _check_json_value(dict(v), depth=0)
         return v
 
     @field_validator("context")

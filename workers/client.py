@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from redis import Redis
 from redis.exceptions import BusyLoadingError, OutOfMemoryError, RedisError
 
+from selection.models import CallResult
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.redis_connection import redis_client
 from workers.settings import Settings, get_settings, redact_url
@@ -140,6 +141,30 @@ class UnknownCall(LookupError):
     def __init__(self, call_id: str) -> None:
         super().__init__(f"no result for call {call_id}: {UNKNOWN_CALL}")
         self.call_id = call_id
+
+
+def not_a_call_message(task_id: str) -> str:
+    return f"{task_id} is not a call's id: what is stored under it is another task's answer (a judgement, an explain, a retrain…)"
+
+
+def another_tasks_answer(answer: Any) -> bool:
+    """Whether what is stored under an id is another task's answer than a call's: no `call_id` and
+    `status` (a judgement's), or fields only `fittest.explain` answers with (QA recheck N1: an
+    explain's id read as a call that succeeded, output null)."""
+    from workers.payloads import ExplainResult
+
+    if not (isinstance(answer, dict) and {"call_id", "status"} <= answer.keys()):
+        return True
+    return bool(answer.keys() & (ExplainResult.model_fields.keys() - CallResult.model_fields.keys()))
+
+
+class NotACall(LookupError):
+    """The id asked for names another task's answer than a call's (a judgement, an explain), as
+    Flower lists them all (QA recheck N2: the client said it was of another release)."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(not_a_call_message(task_id))
+        self.call_id = task_id
 
 
 def unreadable_message(model: str, error: ValidationError) -> str:

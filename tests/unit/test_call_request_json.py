@@ -33,6 +33,18 @@ def test_what_is_not_json_is_refused_naming_where_it_is(value: dict[str, Any], s
     assert error.field == "input" and error.message.startswith(says), error
 
 
+def test_any_mapping_is_checked_as_a_dict_is() -> None:
+    """QA recheck N3: a mappingproxy input skipped the check; its NaN reached the tool as null."""
+    from types import MappingProxyType
+
+    for value, says in ((MappingProxyType({"numbers": [3, float("nan")]}), "contains a non-finite number (NaN or Infinity) at numbers.1"),
+                        (MappingProxyType({"a": {1: "x"}}), "has a key of type int at a, which JSON has not")):
+        with pytest.raises(ValidationError) as refused:
+            CallRequest(scenario="sort these numbers", input=value)
+        (error,) = field_errors(refused.value)
+        assert error.field == "input" and error.message.startswith(says), error
+
+
 def test_json_values_pass_tuples_as_lists_included() -> None:
     request = CallRequest(scenario="sort these numbers", input={"numbers": [3, (1, 2), {"k": None}], "big": 10 ** 100})
     assert request.input["big"] == 10 ** 100

@@ -82,8 +82,10 @@ def test_a_revoked_call_a_raised_task_and_another_tasks_id_each_end_with_one_lin
         backend.mark_as_revoked("revoked-1")
         backend.mark_as_failure("raised-1", RuntimeError("boom"))
         backend.store_result("judgement-1", {"status": "recorded", "errors": []}, "SUCCESS")
+        backend.store_result("explain-1", {"call_id": "made-by-explain", "status": "success", "message": "ranking only; nothing was run",
+                                           "context": {}, "cache_ttl_s": 30.0}, "SUCCESS")  # QA recheck N1: read as a success
         ended = {}
-        for task_id in ("revoked-1", "raised-1", "judgement-1"):
+        for task_id in ("revoked-1", "raised-1", "judgement-1", "explain-1"):
             with pytest.raises(typer.Exit) as stop:
                 show_when_done(sender, sender.celery.AsyncResult(task_id), 5.0, True, "unfinished")
             ended[task_id] = (stop.value.exit_code, capsys.readouterr().out)
@@ -95,12 +97,13 @@ def test_a_revoked_call_a_raised_task_and_another_tasks_id_each_end_with_one_lin
     assert lines == [
         "error: call revoked-1 was revoked (from Flower or `celery control revoke`): it has no result",
         "error: call raised-1 ended with an error in its worker, not with a result: RuntimeError: boom",
-        "error: judgement-1 is not a call's id: what is stored under it is another task's answer (a judgement, a retrain…)",
+        "error: judgement-1 is not a call's id: what is stored under it is another task's answer (a judgement, an explain, a retrain…)",
+        "error: explain-1 is not a call's id: what is stored under it is another task's answer (a judgement, an explain, a retrain…)",
     ]
-    assert [code for code, _ in ended.values()] == [1, 1, 1]
+    assert [code for code, _ in ended.values()] == [1, 1, 1, 1]
     assert json.loads(ended["revoked-1"][1]) == {"call_id": "revoked-1", "status": "revoked", "message": lines[0][len("error: "):]}
     assert json.loads(ended["raised-1"][1])["status"] == "error"
-    assert json.loads(ended["judgement-1"][1]) == {"status": "recorded", "errors": []}
+    assert [json.loads(ended[i][1])["status"] for i in ("judgement-1", "explain-1")] == ["not_a_call"] * 2
 
 
 def test_the_client_raises_unreadable_answer_holding_an_answer_of_another_release(tmp_path: Path) -> None:
@@ -108,7 +111,7 @@ def test_the_client_raises_unreadable_answer_holding_an_answer_of_another_releas
     call nor the cause."""
     import pytest
 
-    from fittest.client import FittestClient, UnreadableAnswer
+    from fittest.client import FittestClient, NotACall, UnreadableAnswer
 
     proc, url = start_redis(tmp_path / "redis")
     try:
@@ -117,9 +120,14 @@ def test_the_client_raises_unreadable_answer_holding_an_answer_of_another_releas
         client.celery.backend.store_result("later-1", answer, "SUCCESS")
         with pytest.raises(UnreadableAnswer) as unread:
             client.result("later-1", timeout=5.0)
+        client.celery.backend.store_result("judgement-1", {"status": "recorded", "errors": []}, "SUCCESS")
+        with pytest.raises(NotACall) as judged:
+            client.result("judgement-1", timeout=5.0)
         client.celery.close()
     finally:
         proc.terminate()
         proc.wait(timeout=10)
     assert unread.value.answer == answer and unread.value.call_id == "later-1"
+    assert str(judged.value) == ("judgement-1 is not a call's id: what is stored under it is another task's answer "
+                                 "(a judgement, an explain, a retrain…)")  # QA recheck N2: "another release"
     assert str(unread.value).startswith("call later-1: the workers' answer does not read as CallResult (1 field(s): status: ")

@@ -747,6 +747,11 @@ def test_an_older_result_shows_no_made_up_weights_version_nor_a_parent_it_does_n
     rows = [" ".join(line.replace("│", " ").split()) for line in out.get().splitlines()]
     assert any(r.startswith("evolution no_fix no verified version") for r in rows), rows
     assert "ranked: sort_numbers@1.0.0 (p=1.00)" in rows and not any("SPARC weights" in r for r in rows)
+    with console.capture() as out:  # QA recheck N4: a version and no parent read "→ 1.0.1"
+        show_answer({"call_id": "c", "status": "success", "attempts": [failed],
+                     "evolution": {"status": "evolved", "version": "1.0.1", "message": "new version"}})
+    assert any(" ".join(line.replace("│", " ").split()).startswith("evolution evolved 1.0.1: new version")
+               for line in out.get().splitlines())
 
 
 def test_control_characters_in_what_the_cli_prints_are_shown_as_escapes() -> None:

@@ -185,7 +185,8 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
     says why none can come (the command then ends at once), or None to wait on."""
     from celery.exceptions import TimeoutError as CeleryTimeout
 
-    from workers.client import FIRST_LOOK_S
+    from selection.models import CallResult
+    from workers.client import FIRST_LOOK_S, another_tasks_answer, not_a_call_message
 
     def no_result(message: str, status: str = "pending") -> NoReturn:
         """The end of a wait without a result; with --json, as JSON on stdout too, so that a script
@@ -222,12 +223,8 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
         # not answer", and the call, which succeeded, could not be looked up)
         no_result(f"waiting for call {pending.id}: Redis does not answer ({cause}); the call goes on, and "
                   f"`fittest result {pending.id}` shows it once Redis answers")
-    from selection.models import CallResult
-
-    if not (isinstance(outcome, dict) and {"call_id", "status"} <= outcome.keys()):
-        print_json(outcome)  # QA: a judgement's id, which Flower lists, was said to be of another release
-        fail(f"{pending.id} is not a call's id: what is stored under it is another task's answer (a judgement, a retrain…)",
-             DID_NOT_SUCCEED)
+    if another_tasks_answer(outcome):  # QA: a judgement's id, which Flower lists, was said to be of another release
+        no_result(not_a_call_message(pending.id), "not_a_call")
     result = read_call_result(outcome, CallResult)
     warn_if_namespace_unranked(namespace, result)
     if json_out:
@@ -309,8 +306,9 @@ def show_call(result: CallResult) -> None:
         for i, a in enumerate(before, 1):
             _attempt_row(table, str(i), a, a is refused)
         if evolution is not None:
-            evolved = f"{evolution.parent} → {evolution.version}" if evolution.version else evolution.parent
-            said = f"{evolved}: {evolution.message}" if evolved else evolution.message  # an older result may name no parent
+            # an older result may name no parent, or no version
+            evolved = " → ".join(part for part in (evolution.parent, evolution.version) if part)
+            said = f"{evolved}: {evolution.message}" if evolved else evolution.message
             table.add_row("", "[bold]evolution[/bold]", literal(evolution.status),
                           literal(abridged(said)), f"{evolution.elapsed_s * 1000:.0f}")
         for i, a in enumerate(after, len(before) + 1):
