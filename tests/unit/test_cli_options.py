@@ -759,3 +759,12 @@ def test_control_characters_in_what_the_cli_prints_are_shown_as_escapes() -> Non
     with console.capture() as out:
         show_answer({"call_id": "c", "status": "failed", "message": "crash \x1b[2J\x1b[31mred\x07 end\nnext\tline"})
     assert "crash \\x1b[2J\\x1b[31mred\\x07 end" in out.get() and "\x1b" not in out.get() and "\nnext" in out.get()  # newline and tab kept
+
+
+def test_an_error_is_one_line_however_long_when_written_to_a_pipe() -> None:
+    from workers.cli.common import fail
+
+    message = "the workers' answer does not read as CallResult " + "because of a long list of fields, " * 10
+    with err_console.capture() as err, pytest.raises(typer.Exit):
+        fail(message)
+    assert err.get() == f"error: {message}\n"

@@ -125,8 +125,9 @@ UNREADABLE = 3
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print `message` (plain text, often quoting the user's input or a tool's words: it is printed
-    literally) as an error and exit with `code`."""
-    err_console.print(f"[red]error:[/red] {literal(message)}")
+    literally) as an error and exit with `code`. On one line, however long: written to a pipe or a
+    log, a message folded at the console's 140 columns read as several (QA recheck N5)."""
+    err_console.print(f"[red]error:[/red] {literal(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 
