@@ -22,12 +22,10 @@ from __future__ import annotations
 import gc
 from typing import Any, Literal, Self
 
-from pydantic import ValidationError
-
 from selection.manifest import tool_reference
 from selection.models import CallRequest, CallResult, joined_errors, size_errors
 from workers.client import (CallSender, CallTimeout, FittestUnavailable, NotACall, NotDone, PendingCall, UnknownCall,
-                            UnreadableAnswer, another_tasks_answer, reaching, timed_out_as)
+                            UnreadableAnswer, reaching, read_call, timed_out_as)
 from workers.payloads import CallToolPayload, FeedbackReply, FeedbackRequest, RecordedFeedback, payload_schemas
 from workers.settings import Settings, get_settings
 
@@ -95,12 +93,7 @@ class FittestClient(CallSender):
             pending = self.celery.AsyncResult(pending)
         with reaching(self.settings.backend_url, f"waiting for call {pending.id}"), timed_out_as(pending.id, timeout):
             answer = self.wait_for_call(pending, timeout)
-        if another_tasks_answer(answer):
-            raise NotACall(pending.id)
-        try:
-            return CallResult.model_validate(answer)
-        except ValidationError as exc:
-            raise UnreadableAnswer(pending.id, answer, exc) from None
+        return read_call(pending.id, answer)
 
     def run(self, scenario: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **options: Any) -> CallResult:
         """Call the fittest tool for `scenario` and wait for the result."""

@@ -143,10 +143,6 @@ class UnknownCall(LookupError):
         self.call_id = call_id
 
 
-def not_a_call_message(task_id: str) -> str:
-    return f"{task_id} is not a call's id: what is stored under it is another task's answer (a judgement, an explain, a retrain…)"
-
-
 def another_tasks_answer(answer: Any) -> bool:
     """Whether what is stored under an id is another task's answer than a call's: no `call_id` and
     `status` (a judgement's), or fields only `fittest.explain` answers with (QA recheck N1: an
@@ -163,7 +159,8 @@ class NotACall(LookupError):
     Flower lists them all (QA recheck N2: the client said it was of another release)."""
 
     def __init__(self, task_id: str) -> None:
-        super().__init__(not_a_call_message(task_id))
+        super().__init__(f"{task_id} is not a call's id: what is stored under it is another task's answer "
+                         "(a judgement, an explain, a retrain…)")
         self.call_id = task_id
 
 
@@ -183,6 +180,18 @@ class UnreadableAnswer(ValueError):
     def __init__(self, call_id: str, answer: Any, error: ValidationError) -> None:
         super().__init__(f"call {call_id}: {unreadable_message('CallResult', error)}")
         self.call_id, self.answer = call_id, answer
+
+
+def read_call(call_id: str, answer: Any) -> CallResult:
+    """What is stored under a call's id, as this release's CallResult: NotACall for another task's
+    answer, UnreadableAnswer for one of workers of another release. The client's `result()` and
+    `fittest result` read it so."""
+    if another_tasks_answer(answer):
+        raise NotACall(call_id)
+    try:
+        return CallResult.model_validate(answer)
+    except ValidationError as exc:
+        raise UnreadableAnswer(call_id, answer, exc) from None
 
 
 def _check_timeout(timeout: float) -> None:

@@ -720,20 +720,16 @@ def test_the_tools_list_keeps_its_numbers_readable_beside_long_marks(monkeypatch
     assert [cell.strip() for cell in first.split("│")[1:6]] == ["qa_power_fast@1.1.0", "python", "0.50", "0.81", "10"], first
 
 
-def test_an_answer_the_cli_cannot_read_is_printed_as_it_came_and_the_command_fails_saying_so(capsys: pytest.CaptureFixture[str]) -> None:
-    """Review #3: the call display read the result dict key by key, so an answer of another release
-    showed in part, or raised KeyError. It is read into CallResult first."""
-    from workers.cli.common import read_call_result
-
-    answer = {"call_id": "c", "status": "paused", "attempts": [{"tool": "t", "version": "1.0.0"}]}
-    with err_console.capture() as err, pytest.raises(typer.Exit) as stop:
-        read_call_result(answer, CallResult)
-    assert stop.value.exit_code == 3  # neither "did not succeed" (1) nor "refused" (2): QA, a script could not tell
-    assert json.loads(capsys.readouterr().out) == answer
-    said = " ".join(err.get().split())
-    assert said.startswith("error: the workers' answer does not read as CallResult (2 field(s): status: Input should be")
-    assert "attempts.0.outcome: Field required" in said and said.endswith("are this client and the workers the same release?")
-    assert read_call_result({"call_id": "c", "status": "success"}, CallResult).status == "success"
+def test_an_answer_the_cli_cannot_read_is_printed_as_it_came_and_the_command_exits_3(
+        stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review #3: the display read the workers' answer key by key, so an answer of another release
+    showed in part, or raised KeyError; QA: exit 1 could not be told from a call that did not succeed."""
+    answer = {"call_id": "c", "status": "paused", "ranking": [{"key": "t@1.0.0"}]}
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: answer)
+    code, said = run("explain", "sort numbers")
+    assert code == 3 and '{ "call_id": "c", "status": "paused", "ranking": [ { "key": "t@1.0.0" } ] }' in said
+    assert "error: the workers' answer does not read as ExplainResult (4 field(s): status: Input should be" in said
+    assert "are this client and the workers the same release?" in said
 
 
 def test_an_older_result_shows_no_made_up_weights_version_nor_a_parent_it_does_not_name() -> None:

@@ -13,6 +13,7 @@ from rich.table import Table
 from workers.cli.common import (
     CONTEXT_HELP,
     REFUSED,
+    UNREADABLE,
     JsonOpt,
     abridged,
     check_call_payload,
@@ -24,7 +25,6 @@ from workers.cli.common import (
     needs_redis,
     parse_json_option,
     print_json,
-    read_call_result,
     warn_if_namespace_unranked,
 )
 
@@ -185,8 +185,7 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
     says why none can come (the command then ends at once), or None to wait on."""
     from celery.exceptions import TimeoutError as CeleryTimeout
 
-    from selection.models import CallResult
-    from workers.client import FIRST_LOOK_S, another_tasks_answer, not_a_call_message
+    from workers.client import FIRST_LOOK_S, NotACall, UnreadableAnswer, read_call
 
     def no_result(message: str, status: str = "pending") -> NoReturn:
         """The end of a wait without a result; with --json, as JSON on stdout too, so that a script
@@ -223,9 +222,13 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
         # not answer", and the call, which succeeded, could not be looked up)
         no_result(f"waiting for call {pending.id}: Redis does not answer ({cause}); the call goes on, and "
                   f"`fittest result {pending.id}` shows it once Redis answers")
-    if another_tasks_answer(outcome):  # QA: a judgement's id, which Flower lists, was said to be of another release
-        no_result(not_a_call_message(pending.id), "not_a_call")
-    result = read_call_result(outcome, CallResult)
+    try:
+        result = read_call(pending.id, outcome)
+    except NotACall as exc:  # QA: a judgement's id, which Flower lists, was said to be of another release
+        no_result(str(exc), "not_a_call")
+    except UnreadableAnswer as exc:  # printed as it came, and told from a call that did not succeed
+        print_json(outcome)
+        fail(str(exc), UNREADABLE)
     warn_if_namespace_unranked(namespace, result)
     if json_out:
         print_json(outcome)  # as the workers stored it: what a script reads from `fittest result` too
@@ -271,10 +274,16 @@ def ranking_line(result: CallResult) -> str:
         return ""
     head = ", ".join(f"{r.key} (p={r.probability:.2f})" for r in ranking[:RANKING_SHOWN])
     more = f", and {len(ranking) - RANKING_SHOWN} more" if len(ranking) > RANKING_SHOWN else ""
-    by = f" by the {result.policy} policy" if result.policy else ""
-    # A result stored before the weights version was kept names none: no "v0" is made up for it.
+    return f"ranked{ranked_by(result)}: {head}{more}"
+
+
+def ranked_by(result: CallResult, whose: str = "") -> str:
+    """What ranked a call: " by the {whose}{policy} policy (SPARC weights vN)", or what of it the
+    result names (a result stored before the weights version was kept names none: no "v0" is made
+    up for it); `explain`'s title says it too."""
+    by = f" by the {whose}{result.policy} policy" if result.policy else ""
     weights = f" (SPARC weights v{result.weights_version})" if result.weights_version is not None else ""
-    return f"ranked{by}{weights}: {head}{more}"
+    return by + weights
 
 
 def show_call(result: CallResult) -> None:

@@ -46,7 +46,6 @@ console = ReaderAwareConsole(width=None if sys.stdout.isatty() else PIPED_WIDTH,
 err_console = ReaderAwareConsole(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH, emoji=False)
 
 Command = TypeVar("Command", bound=Callable[..., Any])
-CallResultT = TypeVar("CallResultT", bound="CallResult")
 
 # How long a command waits to learn that Redis answers before it starts: long enough for a loaded
 # host, far short of the ~30 s of retries that the clients spend riding out a restart.
@@ -188,22 +187,6 @@ def tool_argument(text: str, option: str = "") -> tuple[str, str | None]:
 def namespace_and_version(namespace: str | None) -> tuple[str | None, str | None]:
     """`--namespace NAME` or `NAME@VERSION` (that version, as `feedback add` takes it)."""
     return (None, None) if namespace is None else tool_argument(namespace, "--namespace")
-
-
-def read_call_result(answer: dict[str, Any], model: type[CallResultT]) -> CallResultT:
-    """The workers' answer to a call (or to `explain`) as the model the display reads. An answer it
-    cannot read, from workers of another release, is printed as it came, and the command ends with
-    UNREADABLE saying so, rather than showing a part of it, or exiting as a call that did not
-    succeed (QA: a script could not tell the two apart)."""
-    from pydantic import ValidationError
-
-    from workers.client import unreadable_message
-
-    try:
-        return model.model_validate(answer)
-    except ValidationError as exc:
-        print_json(answer)
-        fail(unreadable_message(model.__name__, exc), UNREADABLE)
 
 
 def names_what_no_tool_has(result: CallResult) -> bool:

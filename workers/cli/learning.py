@@ -15,6 +15,7 @@ from rich.table import Table
 from workers.cli.common import (
     CONTEXT_HELP,
     REFUSED,
+    UNREADABLE,
     JsonOpt,
     check_call_payload,
     console,
@@ -26,7 +27,6 @@ from workers.cli.common import (
     needs_redis,
     parse_json_option,
     print_json,
-    read_call_result,
     warn_if_namespace_unranked,
     tool_argument,
     when,
@@ -124,10 +124,17 @@ def explain(
     if version is not None:
         payload["version"] = version
     check_call_payload(payload)  # refused as `fittest call` refuses it (exit code 2), before asking
+    from pydantic import ValidationError
+
+    from workers.client import unreadable_message
     from workers.payloads import ExplainResult
 
     answer = _ask("explain", "selection", timeout, **payload)
-    explained = read_call_result(answer, ExplainResult)
+    try:
+        explained = ExplainResult.model_validate(answer)
+    except ValidationError as exc:  # workers of another release: printed as it came, told from a refusal
+        print_json(answer)
+        fail(unreadable_message("ExplainResult", exc), UNREADABLE)
     warn_if_namespace_unranked(namespace, explained)
     # A version the namespace does not have, or a tag no tool has, is refused, as `fittest call`
     # refuses it (QA AA: exit 0).
@@ -151,10 +158,11 @@ def _show_explained(scenario: str, explained: ExplainResult) -> None:
                  f" ({source.get(k, 'default')})" for k, v in features.items()
                  if k != "source" and v not in (None, [], "")]
         console.print(f"context as analysed: {literal('; '.join(shown))}")
-    policy = (f" by the workers' {explained.policy} policy (SPARC weights v{explained.weights_version or 0})"
-              if explained.policy else "")
+    from workers.cli.calls import ranked_by
+
     # A line of its own: as the table's title it folded to the table's width (QA learning F9's weights version).
-    console.print(f"ranking for {literal(repr(scenario[:60]))}{literal(policy)}", overflow="ignore", crop=False)
+    by = ranked_by(explained, whose="workers' ")
+    console.print(f"ranking for {literal(repr(scenario[:60]))}{literal(by)}", overflow="ignore", crop=False)
     table = Table()
     for col in ("#", "tool", "score", "P", "source", "sim", "quality", "feedback", "SPARC"):
         table.add_column(col, justify="left" if col in ("tool", "source") else "right", no_wrap=col == "tool")
