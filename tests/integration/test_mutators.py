@@ -492,7 +492,11 @@ def test_a_candidate_that_hangs_is_killed_within_the_time_of_its_stage(tmp_path:
     stages = verify(staged, Evidence(), SANDBOX, VerifyConfig(stage_timeout_s=4))
     assert time.monotonic() - started < 20  # static, then the tests stage cut to its 4 s
     assert stages[-1].stage == "tests" and not stages[-1].passed
-    assert "timeout" in stages[-1].problems[0] and "process group killed" in stages[-1].problems[0]
+    # Killed by the run's timeout, cut to the stage's time ("timeout: … process group killed"), or,
+    # on a loaded host where the sandbox started late, by the stage's own kill ("the stage did not
+    # finish within 4s; its process group was killed"; a clean-clone run saw it): killed either way.
+    problem = stages[-1].problems[0]
+    assert ("timeout" in problem and "process group killed" in problem) or problem.startswith("the stage did not finish within 4s"), problem
 
 
 def test_a_candidate_that_hangs_at_import_is_killed_at_the_static_stage_timeout(tmp_path: Path) -> None:
