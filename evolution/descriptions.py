@@ -35,7 +35,7 @@ class DescriptionVariant(BaseModel):
     text: str
     status: VariantStatus = "testing"
     environment: str = ANY_ENVIRONMENT
-    source: Literal["manifest", "operator", "fittest"] = "operator"
+    source: Literal["manifest", "operator"] = "operator"
     created_at: float = Field(default_factory=time.time)
     trials: int = 0
     successes: int = 0

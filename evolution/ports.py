@@ -17,6 +17,7 @@ from typing import Literal, Protocol
 from evolution.descriptions import DescriptionVariant, VariantStatus
 from evolution.models import ChangelogEntry, SuccessfulRun
 from evolution.trial import TrialCounts
+from selection.models import Sentiment
 
 # Entries kept in a namespace's changelog: far more than a namespace's evolutions, so its lineage
 # is shown whole; the cap only keeps the list from growing without end.
@@ -65,7 +66,7 @@ class TrialLedger(Protocol):
 
     def trial_record(
         self, namespace: str, evolved_version: str, role: Literal["evolved", "parent"], success: bool, attempt_id: str,
-        call_id: str | None = None, judged: Literal["positive", "negative"] | None = None,
+        call_id: str | None = None, judged: Sentiment | None = None,
     ) -> tuple[bool, TrialCounts]:
         """Count one attempt, once per `attempt_id`; (counted now?, the counts after it). A success
         of `call_id` is noted for `trial_judge`, and counts as a failure when a person judged its
@@ -73,7 +74,7 @@ class TrialLedger(Protocol):
         ...
 
     def trial_judge(self, namespace: str, evolved_version: str, role: Literal["evolved", "parent"], call_id: str,
-                    sentiment: Literal["positive", "negative"]) -> tuple[bool, TrialCounts]:
+                    sentiment: Sentiment) -> tuple[bool, TrialCounts]:
         """A person's judgement of the output `role` gave `call_id` in the trial: a success judged
         wrong counts as a failure, and one judged right again as a success, once however often it
         is sent; (changed?, counts). A call the trial did not count changes nothing."""
@@ -95,9 +96,8 @@ class RecentSuccesses(Protocol):
 class DescriptionVariants(Protocol):
     """Several descriptions of one tool version, tried against each other (evolution/descriptions.py)."""
 
-    def add_variant(self, key: str, text: str, manifest_description: str, *, environment: str = "any",
-                    source: Literal["operator", "fittest"] = "operator", status: VariantStatus = "testing") -> DescriptionVariant:
-        """Add a variant (`variant_text` checks its text); the first one also records the manifest's
+    def add_variant(self, key: str, text: str, manifest_description: str, *, environment: str = "any") -> DescriptionVariant:
+        """Add an operator's variant, on test (`variant_text` checks its text); the first one also records the manifest's
         description as variant "0" (active), so that the incumbent is measured like its
         challengers. ValueError when the version has this text for this environment already."""
         ...

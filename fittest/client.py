@@ -20,10 +20,10 @@ if the worker that took it off its queue is killed before recording it as taken)
 from __future__ import annotations
 
 import gc
-from typing import Any, Literal, Self
+from typing import Any, Self
 
 from selection.manifest import tool_reference
-from selection.models import CallRequest, CallResult, joined_errors, size_errors
+from selection.models import CallRequest, CallResult, Sentiment, joined_errors, size_errors
 from workers.client import (CallSender, CallTimeout, FittestUnavailable, NotACall, NotDone, PendingCall, UnknownCall,
                             UnreadableAnswer, reaching, read_call, timed_out_as)
 from workers.payloads import CallToolPayload, FeedbackReply, FeedbackRequest, RecordedFeedback, payload_schemas
@@ -103,7 +103,7 @@ class FittestClient(CallSender):
         """Call namespace `name` (other tools are fallbacks: `submit_tool`) and wait for the result."""
         return self.result(self.submit_tool(name, input, **options), timeout)
 
-    def record_feedback(self, tool: str, sentiment: Literal["positive", "negative"], *, version: str | None = None,
+    def record_feedback(self, tool: str, sentiment: Sentiment, *, version: str | None = None,
                         scenario: str | None = None, reason: str = "", quality: float = 1.0,
                         call_id: str | None = None, timeout: float = 30.0) -> RecordedFeedback:
         """Judge a tool version's work, e.g. the output of a call (`result.tool`, `result.version`,

@@ -13,7 +13,7 @@ from selection.manifest import ToolManifest
 from selection.models import Source
 
 # Base scores of the seed design: the served version first, then the original, then look-alikes.
-BASE_SCORE: dict[str, float] = {"promoted": 1.0, "version": 1.0, "requested": 1.0, "original": 0.9}
+BASE_SCORE: dict[str, float] = {"promoted": 1.0, "version": 1.0, "original": 0.9}
 SEMANTIC_FACTOR = 0.8
 FAILURE_DEMOTION = 0.7
 
@@ -28,6 +28,9 @@ class CandidateEvidence(BaseModel):
     failures: int = 0
     refused_in_a_row: int = 0  # inputs it refused as callers' mistakes since its last success
     failure_similarities: list[float] = Field(default_factory=list)  # past failures of this version
+    # Of them, those that say it was down or broke on its input (unavailable, timeout, crash: OUTAGE_CLASSES),
+    # not that it does the job wrong (selection/serving.py `best_match_again`).
+    outage_similarities: list[float] = Field(default_factory=list)
     success_similarities: list[float] = Field(default_factory=list)  # past successes of this version
     # Of them, those that say it does such jobs (not `ToolExecutionResult.unconfirmed`), and the
     # outputs of it a person judged right: what `does_the_job` counts.

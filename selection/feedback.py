@@ -26,6 +26,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, Field
 
 from selection.manifest import split_key, tool_key
+from selection.models import Sentiment
 from selection.ports import VectorHit
 
 MAX_POINTS = 50.0
@@ -184,7 +185,7 @@ class FeedbackRecord(BaseModel):
         return tool_key(self.tool, self.version)
 
     @classmethod
-    def manual(cls, tool: str, version: str, scenario: str, sentiment: Literal["positive", "negative"],
+    def manual(cls, tool: str, version: str, scenario: str, sentiment: Sentiment,
                reason: str = "", quality: float = 1.0, call_id: str | None = None, general: bool = False) -> FeedbackRecord:
         if not 0.0 <= quality <= 1.0:
             raise ValueError(f"quality must be within 0..1, got {quality!r}")

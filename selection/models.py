@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import time
 import uuid
 from collections.abc import Mapping
@@ -198,13 +199,26 @@ def _check_json_value(value: Any, depth: int, path: str = "") -> None:
             if not isinstance(key, str):
                 raise ValueError(f"has a key of type {type(key).__name__}{where}, which JSON has not: keys are text")
             _check_text(key, where)
-            _check_json_value(item, depth + 1, f"{path}.{key}" if path else str(key))
+            _check_json_value(item, depth + 1, _path_to(path, key))
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            _check_json_value(item, depth + 1, f"{path}.{i}" if path else str(i))
+            _check_json_value(item, depth + 1, _path_to(path, i))
     elif not isinstance(value, JSON_SCALARS):
         raise ValueError(f"contains a value of type {type(value).__name__}{where}, which is not JSON: send it as text, a number, "
                          "a list or an object")
+
+
+PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def _path_to(path: str, step: str | int) -> str:
+    """Where a value sits, as `a.0.b`; a key that would read as another path there (a dot in it, a
+    number, nothing) is written as JSON text, `a["x.y"]`, so that every path names one place."""
+    if isinstance(step, int):
+        return f"{path}.{step}" if path else str(step)
+    if PLAIN_KEY.fullmatch(step):
+        return f"{path}.{step}" if path else step
+    return f"{path}[{json.dumps(step, ensure_ascii=False)}]"
 
 
 def _check_text(text: str, where: str) -> None:
@@ -215,7 +229,10 @@ def _check_text(text: str, where: str) -> None:
 
 
 # Why a version is a candidate: the served one, the namespace's original, a look-alike, or asked for.
-Source = Literal["promoted", "original", "semantic", "requested", "version"]
+Source = Literal["promoted", "original", "semantic", "version"]
+
+# A person's judgement of an output, or of a tool for a job (feedback).
+Sentiment = Literal["positive", "negative"]
 
 
 class ScoreBreakdown(BaseModel):
@@ -259,7 +276,7 @@ class Candidate(BaseModel):
         """Whether its attempt failing with `error_class` is the caller's mistake: it refused the
         input (bad_input) of a job it does, or whose clear best match it is, and does not refuse
         every input of late. (The clear best match that has not done such jobs yet may be wrong
-        itself: the call still evolves it, `evolves_after_refusal`.)"""
+        itself: the call still evolves it, selection/call_endings.py `refused_by_a_doer`.)"""
         return self.refused_its_job(error_class) and not self.refuses_everything
 
     def refused_its_job(self, error_class: FailureClass | None) -> bool:

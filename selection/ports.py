@@ -11,7 +11,7 @@ from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from selection.models import FailureCount, Promotion, Severity
+from selection.models import FailureCount, Promotion, Sentiment, Severity
 
 # Collections of the vector memory (each adapter prefixes them, e.g. `fittest_tools`).
 TOOLS = "tools"
@@ -287,7 +287,7 @@ class QualityScores(Protocol):
         in order, False when it was counted before."""
         ...
 
-    def judge_output(self, key: str, call_id: str, sentiment: Literal["positive", "negative"]) -> bool:
+    def judge_output(self, key: str, call_id: str, sentiment: Sentiment) -> bool:
         """A person's judgement of what `key` gave in call `call_id` (a success: a failed attempt
         gave nothing to judge), in its counters: an output judged wrong counts as a failure, not a
         success, and one judged right again as a success once more; the same judgement sent again

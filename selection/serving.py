@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from selection.evidence import CandidateEvidence
 from selection.models import Candidate, CallRequest
@@ -144,17 +145,19 @@ def newcomer_to_try(request: CallRequest, evidence: list[CandidateEvidence], new
 def tried_first(ranked: list[Candidate], key: str, probability: float, why: str = "as a tool new to the system",
                 flag: str = "newcomer_trial") -> list[Candidate]:
     """`ranked` with `key` first, placed there with `probability` (the share of calls that try it),
-    as its breakdown says (`why`, and `flag` in its extra); unchanged when it is first already or
-    not ranked."""
+    as its breakdown says (`why`, and `flag` in its extra); unchanged when it is not ranked. When
+    the policy placed it first too, only its probability changes, unless every such call places it
+    (probability 1): then the rule, not the draw, is why it is first, and its breakdown says so."""
     chosen = next((c for c in ranked if c.key == key), None)
     if chosen is None:
         return ranked
-    if ranked[0] is chosen:  # the policy placed it first too: first on the share and on its own draw
+    if ranked[0] is chosen and probability < 1.0:  # first on the share and on its own draw
         chosen.probability = round(probability + (1.0 - probability) * chosen.probability, 6)
         return ranked
     chosen.probability = round(probability, 6)
     if chosen.breakdown is not None:
-        chosen.breakdown.rationale += f"; tried first {why} ({probability:.0%} of such calls)"
+        share = "" if probability >= 1.0 else f" ({probability:.0%} of such calls)"
+        chosen.breakdown.rationale += f"; tried first {why}{share}"
         chosen.breakdown.extra[flag] = 1.0
     return [chosen, *(c for c in ranked if c is not chosen)]
 
@@ -197,14 +200,8 @@ def breaker_probe(request: CallRequest, evidence: list[CandidateEvidence], half_
 def probed_first(ranked: list[Candidate], key: str) -> list[Candidate]:
     """`ranked` with the half-open `key` first, as every call places it until its probe has run
     (logged with probability 1), as its breakdown says; unchanged when it is not ranked."""
-    chosen = next((c for c in ranked if c.key == key), None)
-    if chosen is None:
-        return ranked
-    chosen.probability = 1.0
-    if chosen.breakdown is not None:
-        chosen.breakdown.rationale += "; tried first as its circuit breaker's probe (half-open: its cool-down is over)"
-        chosen.breakdown.extra["breaker_probe"] = 1.0
-    return [chosen, *(c for c in ranked if c is not chosen)]
+    return tried_first(ranked, key, 1.0, why="as its circuit breaker's probe (half-open: its cool-down is over)",
+                       flag="breaker_probe")
 
 
 def judged_wrong_here(e: CandidateEvidence) -> bool:
@@ -327,14 +324,60 @@ def second_opinion(request: CallRequest, ranked: list[Candidate], evidence: list
     return None if chosen is None else chosen.key
 
 
+OUTAGE_CLASSES = frozenset({"unavailable", "timeout", "crash"})  # failures that say a version was down or broke, not that it is unfit
+OUTAGES_RETRIED = RELIABLE_RUNS  # failures of a clear best match nearby, all outages, past which it is not retried first
+
+
+class BestMatchAgain(NamedTuple):
+    key: str
+    does_the_job: bool  # it did such jobs since (RELIABLE_RUNS confirmed successes): first on every call
+
+
+def best_match_again(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence],
+                     best: Collection[str], half_open: Collection[str] = ()) -> BestMatchAgain | None:
+    """The job's clear best match to try first again in place of the first candidate, if any.
+
+    One failure of the tool that clearly matches a job, at a cold start, pushes it behind a tool
+    that matches the job far less, and a success of that one there ranks it first for the job from
+    then on: it ran without an error, which is not doing what was asked (QA integration H1: one
+    HTTP 500 of a text reverser, 1.00 similar, and every later "reverse this string" call was
+    answered by a word counter, 0.25 similar, with status success; a dedupe tool's crash on one
+    input handed its job to the word counter the same way). An outage, a timeout or a crash says
+    the version was down or broke on an input, not that it does the job wrong (the breaker and its
+    probe deal with a version that stays down). So when the first candidate neither matches the
+    job clearly nor has a confirmed success on it (`does_the_job`'s), and a clear best match
+    (`best`) failed here only by such failures, fewer than OUTAGES_RETRIED of them, that one is
+    tried first again: on a share of the calls, its confirmed successes then teach, and once they
+    make it one that does the job, on every call. Not one people judge wrong here, nor a half-open
+    one (its probe is the breaker's), nor for a call that names a namespace or a version, nor for
+    the retry after an evolution. (The selection bench never meets it: its failures are wrong
+    answers, bad_output.)"""
+    if not ranked or request.namespace or request.version or request.after_evolution:
+        return None
+    by_key = {e.key: e for e in evidence}
+    first = by_key.get(ranked[0].key)
+    if first is None or first.key in best or max(first.doing_similarities, default=0.0) >= SAME_JOB:
+        return None
+    for c in ranked[1:]:  # each namespace by the version it serves, placed first
+        e = by_key.get(c.key)
+        if e is None or e.key not in best or e.manifest.name == first.manifest.name or e.key in half_open or judged_wrong_here(e):
+            continue
+        outages = sum(s >= SAME_JOB for s in e.outage_similarities)
+        if 0 < outages < OUTAGES_RETRIED and outages == sum(s >= SAME_JOB for s in e.failure_similarities):
+            return BestMatchAgain(e.key, does_the_job(e))
+    return None
+
+
 def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence], share: float,
                    drawn: Callable[[str], bool], *, newcomer: str | None, passed: str | None,
-                   probe: str | None, half_open: Collection[str] = ()) -> list[Candidate]:
+                   probe: str | None, half_open: Collection[str] = (), best: Collection[str] = ()) -> list[Candidate]:
     """`ranked` with what this call tries before the policy's first choice, to learn what the
     policy's evidence cannot tell: a newcomer its share drew (`newcomer`; `passed`: one it did
     not), else a half-open breaker's probe (`breaker_probe`), else on `share` of the calls a
     second opinion in place of a version people judge wrong here (`second_opinion`; `half_open`:
-    the versions whose breaker is half-open). Each is logged with the probability of its place.
+    the versions whose breaker is half-open), else the job's clear best match again after an
+    outage or a crash (`best_match_again`; `best`: the clear best matches, `best_matches`), on
+    `share` of the calls or, once it does the job, on all. Each is logged with the probability of its place.
     `drawn(salt)`: whether this call falls in the share of calls for `salt` (evolution/served_version.py
     `in_share`, the same draw for the same call)."""
     if newcomer is not None:
@@ -344,9 +387,15 @@ def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list
     if probe is not None:
         return probed_first(ranked, probe)
     other = second_opinion(request, ranked, evidence, half_open)
-    if other is None:
+    if other is not None:
+        if drawn(f"second_opinion:{ranked[0].key}"):
+            return tried_first(ranked, other, share, "in place of a tool whose outputs people judged wrong on such jobs",
+                               "second_opinion")
+        return passed_over(ranked, other, share)
+    again = best_match_again(request, ranked, evidence, best, half_open)
+    if again is None:
         return ranked
-    if drawn(f"second_opinion:{ranked[0].key}"):
-        return tried_first(ranked, other, share, "in place of a tool whose outputs people judged wrong on such jobs",
-                           "second_opinion")
-    return passed_over(ranked, other, share)
+    why = "again: the job's clear best match, whose failures here were outages or crashes, in place of a tool with no confirmed success on it"
+    if again.does_the_job or drawn(f"best_match_again:{ranked[0].key}"):
+        return tried_first(ranked, again.key, 1.0 if again.does_the_job else share, why, "best_match_again")
+    return passed_over(ranked, again.key, share)

@@ -121,8 +121,7 @@ class InMemoryEvolutionState:
 
     # Description variants ---------------------------------------------------------------------
 
-    def add_variant(self, key: str, text: str, manifest_description: str, *, environment: str = "any",
-                    source: Literal["operator", "fittest"] = "operator", status: VariantStatus = "testing") -> DescriptionVariant:
+    def add_variant(self, key: str, text: str, manifest_description: str, *, environment: str = "any") -> DescriptionVariant:
         text = variant_text(key, text, manifest_description)
         same = next((v for v in self.variants(key) if v.text == text and v.environment == environment), None)
         if same is not None:
@@ -132,7 +131,7 @@ class InMemoryEvolutionState:
         kept = self._variants.setdefault(key, {})
         kept.setdefault(MANIFEST_VARIANT, DescriptionVariant(id=MANIFEST_VARIANT, text=manifest_description, status="active",
                                                              source="manifest"))
-        added = DescriptionVariant(id=str(self._seq[key]), text=text, status=status, environment=environment, source=source)
+        added = DescriptionVariant(id=str(self._seq[key]), text=text, environment=environment)
         kept[added.id] = added
         return added.model_copy()
 

@@ -8,7 +8,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
@@ -16,6 +16,7 @@ from evolution.served_version import meant_version
 from selection.feedback import FeedbackRecord, TrendPoint, forgiven, judged_calls, payload_value, replaced, trend
 from selection.learner import JUDGED_WRONG, ExecutionRecord
 from selection.manifest import split_key, tool_key
+from selection.models import Sentiment
 from selection.ports import EXECUTIONS, FEEDBACK, StateVersioning, VectorFilter, VectorMemory, VectorPoint
 from workers.degraded import is_store_failure
 from workers.pending import upsert_or_keep
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fittest.feedback")
 
-Sentiment = Literal["positive", "negative"]
 REPORT_SCAN = 10_000  # entries of one tool read for a report
 TREND_BUCKET_S = 86_400.0
 
@@ -165,8 +165,7 @@ def as_judged(point: VectorPoint, sentiment: Sentiment) -> VectorPoint | None:
                                                 "judged": sentiment}})
 
 
-def apply_judgement(rt: Runtime, call_id: str, key: str, sentiment: Sentiment, wait_s: float = OUTCOME_WAIT_S,
-                    in_force: bool = True) -> int:
+def apply_judgement(rt: Runtime, call_id: str, key: str, sentiment: Sentiment, in_force: bool = True) -> int:
     """What a judgement of `call_id`'s output by `key` changes besides being stored:
     - the call's execution record says what a person judged (`as_judged`; QA: 108 negative
       judgements of a converter's wrong answers, its feedback at -46, and it still served every
@@ -176,11 +175,11 @@ def apply_judgement(rt: Runtime, call_id: str, key: str, sentiment: Sentiment, w
       near the scenario it ranks for, and one given under another scenario never was (QA: the
       outcome it replaced went on counting, +25). A judgement not `in_force` (of quality 0, which
       counts for nothing) gives the outcome entry back its place.
-    The execution record is looked for up to `wait_s` while the call's records are stored (in
+    The execution record is looked for up to OUTCOME_WAIT_S while the call's records are stored (in
     batches); the outcome entry is stored before it, so it is not waited for (a success below
     quality 0.5 leaves none), and records stored after that are changed as they are written
     (workers/outcomes.py). The number of records and entries changed."""
-    deadline = time.monotonic() + wait_s
+    deadline = time.monotonic() + OUTCOME_WAIT_S
     try:
         ran = VectorFilter.where(call_id=call_id, tool=key)
         while not (records := rt.memory.scroll(EXECUTIONS, filter=ran, limit=50)) and time.monotonic() < deadline:

@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from evolution.trial import JudgedTrial
 from selection.feedback import FeedbackRecord
-from selection.models import (CALL_ID_PATTERN, NOT_BLANK, CallRequest, CallResult, FieldError, field_errors,
-                              invalid_payload_message)
+from selection.models import (CALL_ID_PATTERN, NOT_BLANK, CallRequest, CallResult, FieldError, Sentiment,
+                              field_errors, invalid_payload_message)
 from selection.ports import RetrainEvidence
 
 
@@ -34,7 +34,7 @@ class FeedbackRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tool: str = Field(min_length=1, max_length=64)
-    sentiment: Literal["positive", "negative"]
+    sentiment: Sentiment
     version: str | None = None  # default: the version of it `call_id` ran, else the one serving most of its calls
     # Default: `call_id`'s scenario, else the tool in general (empty says so too).
     scenario: Annotated[str | None, NOT_BLANK] = Field(None, max_length=4000)
@@ -59,14 +59,9 @@ class FeedbackRequest(BaseModel):
         return v
 
 
-class FeedbackReply(BaseModel):
-    """What `fittest.record_feedback` answers. `invalid`: what was given is refused (`errors` name
-    the fields); `unavailable`: a store needed to check it is down, and the same judgement sent
-    again later is recorded; `recorded`: stored as `feedback`."""
+class JudgementEffects(BaseModel):
+    """What a recorded judgement changed, as `FeedbackReply` and `RecordedFeedback` both say it."""
 
-    status: Literal["recorded", "invalid", "unavailable"]
-    errors: list[FieldError] = Field(default_factory=list)
-    feedback: FeedbackRecord | None = None
     # The version's feedback score for the judgement's scenario, with it (None: the vector memory
     # cannot be read now; the judgement is kept and written when it is back).
     score_now: float | None = None
@@ -81,20 +76,26 @@ class FeedbackReply(BaseModel):
     first_now: str | None = None
     first_probability: float | None = None  # the chance of that first place (the policy explores near-ties)
 
+
+class FeedbackReply(JudgementEffects):
+    """What `fittest.record_feedback` answers. `invalid`: what was given is refused (`errors` name
+    the fields); `unavailable`: a store needed to check it is down, and the same judgement sent
+    again later is recorded; `recorded`: stored as `feedback`."""
+
+    status: Literal["recorded", "invalid", "unavailable"]
+    errors: list[FieldError] = Field(default_factory=list)
+    feedback: FeedbackRecord | None = None
+
     @classmethod
     def refused(cls, field: str, message: str, status: Literal["invalid", "unavailable"] = "invalid") -> FeedbackReply:
         return cls(status=status, errors=[FieldError(field=field, message=message)])
 
 
-class RecordedFeedback(BaseModel):
+class RecordedFeedback(JudgementEffects):
     """A judgement as the feedback worker recorded it: what fittest's client returns (it raises
     for the other answers)."""
 
     feedback: FeedbackRecord
-    score_now: float | None = None  # as in `FeedbackReply`
-    trial: JudgedTrial | None = None
-    first_now: str | None = None  # as in `FeedbackReply`
-    first_probability: float | None = None
 
 
 class FeedbackReportRequest(BaseModel):
@@ -115,6 +116,18 @@ class RecommendRequest(BaseModel):
 
     min_runs: int = Field(5, ge=1)  # attempts a version needs in a context to be judged there
     max_rate: float = Field(0.5, ge=0.0, le=1.0)  # success rate below which it is listed
+
+
+class EvolveRequest(BaseModel):
+    """Keyword arguments of `fittest.prepare_evolution` (queue `selection`) sent by hand, as
+    `fittest evolve NAME` does: evolve a namespace's served version, or `version`, off the call
+    path. (A failed call sends its plan instead, `plan_data`.) Answered by an `EvolutionReport`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    namespace: str = Field(min_length=1, max_length=64)
+    version: str | None = Field(None, min_length=1)  # None: the version the namespace serves
+    reason: str = ""  # written to the changelog with the evolution
 
 
 class InvalidReply(BaseModel):
@@ -157,6 +170,12 @@ class RetrainResult(BaseModel):
 
 
 def payload_schemas() -> dict[str, dict[str, Any]]:
+    """Each task a foreign service may send by name, and each answer, by the name `fittest schema`
+    takes: a task's payload under its name, its answer under NAME_reply."""
+    from evolution.models import EvolutionReport
+    from selection.recommend import RecommendationReport
+    from workers.feedback_store import FeedbackReport
+
     return {
         "resilient_tool_call": CallRequest.model_json_schema(),
         "call_tool": CallToolPayload.model_json_schema(),
@@ -165,7 +184,12 @@ def payload_schemas() -> dict[str, dict[str, Any]]:
         "explain": CallRequest.model_json_schema(),
         "explain_reply": ExplainResult.model_json_schema(),
         "feedback_report": FeedbackReportRequest.model_json_schema(),
+        "feedback_report_reply": FeedbackReport.model_json_schema(),
         "recommend": RecommendRequest.model_json_schema(),
+        "recommend_reply": RecommendationReport.model_json_schema(),
+        "prepare_evolution": EvolveRequest.model_json_schema(),
+        "prepare_evolution_reply": EvolutionReport.model_json_schema(),
+        "retrain_weights_reply": RetrainResult.model_json_schema(),
         "invalid_reply": InvalidReply.model_json_schema(),
         "result": CallResult.model_json_schema(),
     }

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -42,6 +41,7 @@ from celery.states import READY_STATES
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_fixed
 
 from workers.app import PRIORITY_HIGH, PRIORITY_STEPS, QUEUES, TASK_ROUTES, app
 from workers.metrics import REDELIVERED_STEPS, RESENT_STEPS, UNACKED_KEY, queue_key
@@ -105,16 +105,10 @@ class CallStep(Task):
 
 
 def redis_answers_again(client: Redis, within_s: float) -> None:
-    """Wait until Redis answers a ping, or `within_s` has passed."""
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            client.ping()
-            return
-        except (RedisConnectionError, RedisTimeoutError):
-            if time.monotonic() >= deadline:
-                return
-            time.sleep(1.0)
+    """Wait until Redis answers a ping, or about `within_s` has passed (a ping itself may take the
+    client's own retries: the step is given back either way)."""
+    Retrying(retry=retry_if_exception_type((RedisConnectionError, RedisTimeoutError)), stop=stop_before_delay(within_s),
+             wait=wait_fixed(1.0), retry_error_callback=lambda _: None)(client.ping)
 
 
 def delivered_again(task: Task) -> str | None:

@@ -43,8 +43,8 @@ from selection.ports import (
     VectorFilter,
     VectorHit,
 )
-from selection.serving import (ServedVersions, best_matches, breaker_probe, does_the_job, evolved_first,
-                               explored_first, newcomer_to_try, refuses_everything, served_first)
+from selection.serving import (OUTAGE_CLASSES, ServedVersions, best_matches, breaker_probe, does_the_job,
+                               evolved_first, explored_first, newcomer_to_try, refuses_everything, served_first)
 from selection.sparc import declared_against, sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
@@ -69,7 +69,7 @@ FAILURE_LIMIT = 64  # failure records of the candidates consulted per selection
 # scenario and reason, which selection never looks at and which the store would copy for each hit.
 TOOL_FIELDS = ("tool",)
 EXECUTION_FIELDS = ("tool", "name", "unconfirmed", "call_id")  # call_id: a judged call counts once (`_with_outcomes`)
-FAILURE_FIELDS = ("tool",)
+FAILURE_FIELDS = ("tool", "error_class")
 FEEDBACK_FIELDS = ("tool", "value", "positive", "timestamp", "source", "call_id", "replaced")
 # The tool points no search may match: a deprecated version's, a removed one's, and an example or a
 # description its manifest no longer has (workers/tool_index.py: the port deletes by payload only).
@@ -167,12 +167,12 @@ class Selector:
                 c.breakdown.rationale += (f"; ranked after the others: it declares none of the languages the call "
                                           f"states ({', '.join(context.languages)})")
         ranked = evolved_first(request, served_first(request, ranked, served), served)
+        best = best_matches(evidence, self._local.held_back_match)
         ranked = explored_first(request, ranked, evidence, share, lambda salt: in_share(request.call_id, salt, share),
                                 newcomer=newcomer.key if newcomer else None, passed=passed, probe=probe,
-                                half_open=self._local.half_open)
+                                half_open=self._local.half_open, best=best)
         timeouts = {e.key: e.timeout_s for e in evidence}
         doers = {e.key for e in evidence if does_the_job(e)}
-        best = best_matches(evidence, self._local.held_back_match)
         refusing = {e.key for e in evidence if refuses_everything(e)}
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)
@@ -276,7 +276,7 @@ class Selector:
         self._local.held_back_match = max((similarity.get(k, 0.0) for k in self._local.held_back
                                            if sources[k] == "semantic"), default=0.0)
         keys = [k for k in manifests if k not in blocked]
-        failures = self._failure_similarities(keys, vector) if vector is not None else {}
+        failures, outages = self._failure_similarities(keys, vector) if vector is not None else ({}, {})
         evidence = [
             CandidateEvidence(
                 manifest=manifests[k],
@@ -287,6 +287,7 @@ class Selector:
                 failures=stats[k].failures,
                 refused_in_a_row=stats[k].refused_in_a_row,
                 failure_similarities=failures.get(k, []),
+                outage_similarities=outages.get(k, []),
                 timeout_s=attempt_timeout(self.settings, self.rt.registry, manifests[k], stats[k]),
             )
             for k in keys
@@ -358,7 +359,8 @@ class Selector:
             best[key] = max(best.get(key, -1.0), hit.score)
         return best
 
-    def _failure_similarities(self, keys: list[str], vector: list[float]) -> dict[str, list[float]]:
+    def _failure_similarities(self, keys: list[str], vector: list[float]) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+        """The similarities of each version's failures nearby, and of those among them that were outages."""
         def search(among: list[str]) -> list[VectorHit]:
             return self._search(FAILURES, vector, limit=FAILURE_LIMIT,
                                 filter=VectorFilter(must=[Match(key="tool", any_of=among)], must_not=[FORGIVEN]),
@@ -366,9 +368,12 @@ class Selector:
 
         hits = with_the_crowded_out(search(list(keys)), FAILURE_LIMIT, keys, search)
         out: dict[str, list[float]] = defaultdict(list)
+        outages: dict[str, list[float]] = defaultdict(list)
         for hit in hits:
             out[hit.payload["tool"]].append(hit.score)
-        return out
+            if hit.payload.get("error_class") in OUTAGE_CLASSES:
+                outages[hit.payload["tool"]].append(hit.score)
+        return out, outages
 
     # ----------------------------------------------------------------- what outcomes taught
     def _search(self, collection: str, vector: list[float], limit: int = 10, filter: VectorFilter | None = None,

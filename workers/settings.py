@@ -259,10 +259,16 @@ def _refuse_bad_values(data: dict[str, Any], path: Path) -> None:
             raise SettingsFileError(f"FITTEST_CONFIG {path.resolve()}: {'; '.join(problems)}") from None
 
 
-# The FITTEST_ variables read outside the settings: the example HTTP tool's, a bench's, the tests'
-# Redis, docker-compose's paths.
-OTHER_VARIABLES = ("FITTEST_CONFIG", "FITTEST_EXAMPLE_HTTP_PORT", "FITTEST_EXAMPLE_HTTP_LOG", "FITTEST_BROKEN_HTTP_PORT",
-                   "FITTEST_TEST_REDIS_URL", "FITTEST_MODELS", "FITTEST_TOOLS")
+# The FITTEST_ variables read outside the settings, and by whom: neither a typo of a setting
+# (`misspelled_variables`) nor in `fittest settings`, whose help lists them from here.
+OTHER_VARIABLES: dict[str, str] = {
+    "FITTEST_EXAMPLE_HTTP_PORT": "the example HTTP tool's port (8765, which the convert_units manifest names)",
+    "FITTEST_EXAMPLE_HTTP_LOG": "set to 1, the example HTTP tool logs each request",
+    "FITTEST_BROKEN_HTTP_PORT": "the broken examples' flaky server's port (8767)",
+    "FITTEST_MODELS": "docker compose's folder of the embedding model",
+    "FITTEST_TOOLS": "docker compose's tools folder",
+    "FITTEST_TEST_REDIS_URL": "the test suite's Redis",
+}
 
 
 def misspelled_variables(environ: Mapping[str, str] | None = None) -> list[str]:

@@ -30,7 +30,7 @@ def _paths(root: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def version_files(manifest: ToolManifest, max_bytes: int = MAX_FOLDER_BYTES) -> dict[str, bytes]:
+def version_files(manifest: ToolManifest) -> dict[str, bytes]:
     """The files of `manifest`'s folder by relative path (none for a version without a folder)."""
     if manifest.tool_dir is None:
         return {}
@@ -38,8 +38,8 @@ def version_files(manifest: ToolManifest, max_bytes: int = MAX_FOLDER_BYTES) -> 
     total = 0
     for rel, path in _paths(Path(manifest.tool_dir)):
         total += path.stat().st_size
-        if total > max_bytes:
-            raise FolderTooLarge(f"the folder of {manifest.key} holds more than {max_bytes} bytes")
+        if total > MAX_FOLDER_BYTES:
+            raise FolderTooLarge(f"the folder of {manifest.key} holds more than {MAX_FOLDER_BYTES} bytes")
         files[rel] = path.read_bytes()
     return files
 

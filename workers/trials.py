@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from evolution.trial import JudgedTrial, TrialCounts, TrialRules, decide, parent_rate
 from selection.manifest import split_key, tool_key
-from selection.models import OutcomeRecord, Promotion
+from selection.models import OutcomeRecord, Promotion, Sentiment
 from workers.feedback_store import judgements_known
 from workers.promotions import conclude_trial, trial_new_manifests
 
@@ -45,7 +45,7 @@ def account_trials(rt: Runtime, record: OutcomeRecord, promotions: dict[str, Pro
     namespace = traffic_namespace(record)
     if namespace is None or record.after_evolution:
         return
-    judged: dict[tuple[str, str], Literal["positive", "negative"]] | None = None
+    judged: dict[tuple[str, str], Sentiment] | None = None
     set_aside = record.set_aside()  # a caller's bad input judges neither version (review: it was a parent failure)
     for attempt in record.attempts:
         if attempt.tool != namespace or attempt.attempt_id in set_aside:
@@ -87,7 +87,7 @@ def _act_on_trial(rt: Runtime, promotion: Promotion, counts: TrialCounts) -> boo
     return True
 
 
-def judge_trial(rt: Runtime, key: str, call_id: str, sentiment: Literal["positive", "negative"]) -> JudgedTrial | None:
+def judge_trial(rt: Runtime, key: str, call_id: str, sentiment: Sentiment) -> JudgedTrial | None:
     """A person's judgement of the output `key` gave `call_id`, in the trial its namespace runs, if
     the trial counted that call: an output judged wrong is a failure of the version on trial (or of
     its parent), and the verdict is taken again (before, a version on trial whose outputs people

@@ -140,10 +140,10 @@ def test_recent_successes_are_kept_newest_first_once_per_attempt_and_capped(ledg
 def test_the_first_variant_records_the_manifests_description_as_the_active_variant_0(ledger: EvolutionLedger) -> None:
     added = ledger.add_variant(KEY, "  Put   numbers in order ", MANIFEST)
     assert (added.id, added.text, added.status, added.source) == ("1", "Put numbers in order", "testing", "operator")
-    second = ledger.add_variant(KEY, "Order numbers for production", MANIFEST, environment="production", source="fittest", status="active")
+    second = ledger.add_variant(KEY, "Order numbers for production", MANIFEST, environment="production")
     assert [(v.id, v.text, v.status, v.environment, v.source) for v in ledger.variants(KEY)] == [
         ("0", MANIFEST, "active", "any", "manifest"), ("1", "Put numbers in order", "testing", "any", "operator"),
-        ("2", second.text, "active", "production", "fittest")]
+        ("2", second.text, "testing", "production", "operator")]
     assert ledger.variants("hash_text@1.0.0") == []
 
 

@@ -707,7 +707,7 @@ def test_each_rollback_undoes_one_promote_and_a_promote_of_the_version_on_trial_
     # QA learning F1: 2.0.0, rolled back, went on running as 1.0.0's fallback
     assert fallback_version(current) is None
     assert withdrawn_versions(rt.state.promotion_history("slowish"), current) == {"2.0.0"}
-    assert [r["rolled_back"] for r in tool_rows(rt.registry.versions("slowish"), rt.state, 5) if r["version"] == "2.0.0"] == [True]
+    assert [r.rolled_back for r in tool_rows(rt.registry.versions("slowish"), rt.state, 5) if r.version == "2.0.0"] == [True]
     rollback(rt.state, rt.evolution, "slowish")  # undoes the first promote: the trial it interrupted goes on
     current = rt.state.promotion("slowish")
     assert current is not None and (current.evolved_version, current.status) == ("2.0.0", "on_trial")

@@ -973,6 +973,42 @@ def succeeded(rt, tool: str, scenario: str, call_id: str) -> None:
     rt.selector.cache.clear()  # a success moves no state version: cached selections would last their TTL
 
 
+def test_the_clear_best_match_is_tried_first_again_after_one_outage_handed_its_job_to_a_weak_match(rt) -> None:
+    """QA integration H1: one HTTP 500 of a text reverser (1.00 similar), a word counter (0.25) "served"
+    the call as its fallback, and it was first for every later call of the job, reported as success."""
+    from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
+
+    scenario = "the current exchange rate between two world currencies"
+    plan = rt.selector.plan(CallRequest(scenario=scenario, call_id="outage0"))
+    best, weak = plan.candidates[0], next(c for c in plan.candidates if c.breakdown.similarity < 0.5)
+    assert best.manifest.name == "currency_rates" and best.breakdown.similarity >= 0.5
+    plan.attempts = [
+        ToolExecutionResult(attempt_id="outage0:0", call_id="outage0", tool=best.manifest.name, version="1.0.0",
+                            success=False, error_class=FailureClass.unavailable),
+        ToolExecutionResult(attempt_id="outage0:1", call_id="outage0", tool=weak.manifest.name, version="1.0.0",
+                            success=True, unconfirmed=True),
+    ]
+    apply_failure(rt, FailureMark(attempt_id="outage0:0", call_id="outage0", tool=best.manifest.name, version="1.0.0",
+                                  scenario=scenario, error_class=FailureClass.unavailable))
+    outcome = OutcomeRecord.from_plan(plan)
+    apply_outcome(rt, outcome)
+    store_executions(rt, execution_records(outcome))
+    rt.selector.cache.clear()
+    firsts = [rt.selector.plan(CallRequest(scenario=scenario, call_id=f"after{i}")).candidates[0] for i in range(40)]
+    again = [c for c in firsts if c.manifest.name == "currency_rates"]
+    # The weak match took the job over (first on every other call), and the best match goes first on
+    # the trial share's calls (0.25: ~10 of 40), each saying why, with that share as its probability.
+    assert {c.manifest.name for c in firsts if c not in again} == {weak.manifest.name}
+    assert 3 <= len(again) <= 20, len(again)
+    assert all(c.breakdown.extra.get("best_match_again") == 1.0 and c.probability == 0.25 for c in again)
+    # A failure that says it does the job wrong (a wrong output) is no outage: the policy's order stands.
+    apply_failure(rt, FailureMark(attempt_id="outage1:0", call_id="outage1", tool=best.manifest.name, version="1.0.0",
+                                  scenario=scenario, error_class=FailureClass.bad_output))
+    rt.selector.cache.clear()
+    firsts = [rt.selector.plan(CallRequest(scenario=scenario, call_id=f"later{i}")).candidates[0] for i in range(20)]
+    assert "currency_rates" not in {c.manifest.name for c in firsts}
+
+
 def test_a_past_success_brings_its_tool_in_only_for_a_similar_job(rt) -> None:
     """QA: in a young system the nearest successes of a job include unrelated ones, and their tools
     ran (and failed) as its fallbacks. A success brings its tool in as a description match would:

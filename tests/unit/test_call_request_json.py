@@ -25,6 +25,11 @@ from selection.models import CallRequest, field_errors
     ({"a": {None: "x"}}, "has a key of type NoneType at a, which JSON has not"),
     ({"x": [1.0, float("nan")]}, "contains a non-finite number (NaN or Infinity) at x.1"),
     ({"n": 10 ** 5000}, "contains an integer of more than 4,000 digits at n: send it as text"),
+    # A key that would read as a path of its own is written as JSON text: one path, one place.
+    ({"a.b": {"c": float("nan")}}, 'contains a non-finite number (NaN or Infinity) at ["a.b"].c'),
+    ({"a": {"b.c": [float("inf")]}}, 'contains a non-finite number (NaN or Infinity) at a["b.c"].0'),
+    ({"a": {"0": {1: "x"}}}, 'has a key of type int at a["0"], which JSON has not'),
+    ({"a": {"": float("nan")}}, 'contains a non-finite number (NaN or Infinity) at a[""]'),
 ])
 def test_what_is_not_json_is_refused_naming_where_it_is(value: dict[str, Any], says: str) -> None:
     with pytest.raises(ValidationError) as refused:

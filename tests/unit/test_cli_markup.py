@@ -150,10 +150,10 @@ def test_tools_prints_manifest_errors_and_tools_as_written(tmp_path: Path, monke
     assert_shown(out, f"skipped {bad / 'tool.yaml'}: field 'name': String should match pattern '^[a-z][a-z0-9_]{{0,63}}$'",
                  f"FITTEST_TOOLS_DIR ({missing.resolve()}) is not a directory")
 
-    rows = [{"name": f"t{i}", "version": "1.0.0", "kind": "python", "quality": 0.5, "standing": 0.625, "successes": 1,
-             "failures": 2, "tags": [text, "x"]} for i, text in enumerate(TRICKY)]
-    rows.append({"name": "[red]t[/red]", "version": "2.0.0\\", "kind": "[/kind]", "quality": 1.0, "standing": 1.0,
-                 "successes": 0, "failures": 0, "tags": []})
+    rows = [tools.ToolRow(name=f"t{i}", version="1.0.0", kind="python", quality=0.5, standing=0.625, successes=1,
+                          failures=2, tags=[text, "x"]) for i, text in enumerate(TRICKY)]
+    rows.append(tools.ToolRow(name="[red]t[/red]", version="2.0.0\\", kind="[/kind]", quality=1.0, standing=1.0,
+                              successes=0, failures=0))
     out = printed(lambda: console.print(tools.tools_table(rows)))
     assert_shown(out, *[f"{text}, x" for text in TRICKY], "[red]t[/red]@2.0.0\\", "[/kind]")
 

@@ -355,10 +355,10 @@ def test_explain_refused_by_the_workers_exits_2_as_a_refusal_here_does(stores: T
 
 
 def test_the_tools_table_marks_a_deprecated_version() -> None:
-    from workers.cli.tools import tools_table
+    from workers.cli.tools import ToolRow, tools_table
 
-    rows: list[dict[str, Any]] = [{"name": n, "version": "1.0.0", "kind": "http", "quality": 1.0, "standing": 1.0, "successes": 0, "failures": 0, "tags": [],
-             "deprecated": n == "old_sort"} for n in ("fast_sort", "old_sort")]
+    rows = [ToolRow(name=n, version="1.0.0", kind="http", quality=1.0, standing=1.0, successes=0, failures=0,
+                    deprecated=n == "old_sort") for n in ("fast_sort", "old_sort")]
     with console.capture() as out:
         console.print(tools_table(rows))
     lines = out.get().splitlines()
@@ -427,7 +427,7 @@ def test_a_call_retried_after_its_evolution_shows_the_round_that_failed_and_the_
 
 def test_the_schema_of_a_task_nobody_serves_is_refused_as_a_bad_argument() -> None:
     code, out = run("schema", "bogus")
-    assert code == 2 and "error: unknown schema 'bogus' (known: resilient_tool_call, call_tool, record_feedback, record_feedback_reply, explain, explain_reply, feedback_report, recommend, invalid_reply, result)" in out
+    assert code == 2 and "error: unknown schema 'bogus' (known: resilient_tool_call, call_tool, record_feedback, record_feedback_reply, explain, explain_reply, feedback_report, feedback_report_reply, recommend, recommend_reply, prepare_evolution, prepare_evolution_reply, retrain_weights_reply, invalid_reply, result)" in out
     code, out = run("schema", "record_feedback")
     assert code == 0 and '"call_id"' in out  # a judgement may name the call it judges
 
@@ -469,7 +469,7 @@ def test_the_tools_list_shows_each_circuit_breaker() -> None:
     for _ in range(3):
         state.record_run("old_sort@1.0.0", 1.0, False, threshold=3, cooldown_s=60)
     rows = tool_rows(manifests, state, trial_runs=5)
-    assert [(r["name"], r["breaker"], r["failures"]) for r in rows] == [("fast_sort", "closed", 0), ("old_sort", "open", 0)]
+    assert [(r.name, r.breaker, r.failures) for r in rows] == [("fast_sort", "closed", 0), ("old_sort", "open", 0)]
     with console.capture() as out:
         console.print(tools_table(rows))
     assert any("old_sort@1.0.0" in line and " open " in line for line in out.get().splitlines())
@@ -486,26 +486,26 @@ def test_the_tools_list_marks_a_tool_new_to_the_running_system_while_its_trial_r
     state.note_namespaces(["fast_sort"], now=1.0)
     state.note_namespaces(["fast_sort", "new_sort"], now=2.0)
     rows = tool_rows(manifests, state, trial_runs=2)
-    assert [(r["name"], r["newcomer"]) for r in rows] == [("fast_sort", False), ("new_sort", True)]
+    assert [(r.name, r.newcomer) for r in rows] == [("fast_sort", False), ("new_sort", True)]
     with console.capture() as out:
         console.print(tools_table(rows))
     assert any("new_sort@1.0.0 (new tool: tried first on a share of its calls)" in line for line in out.get().splitlines())
     state.record_successes([("new_sort@1.0.0", "a1"), ("new_sort@1.0.0", "a2")])
-    assert [r["newcomer"] for r in tool_rows(manifests, state, trial_runs=2)] == [False, False]  # its runs are done
+    assert [r.newcomer for r in tool_rows(manifests, state, trial_runs=2)] == [False, False]  # its runs are done
     # The evolved version its promotion puts on trial is marked as such, and only it (QA: nothing was).
     from selection.models import Promotion
 
     evolved = ToolManifest(name="fast_sort", version="1.1.0", parent_version="1.0.0", description="fast_sort", implementation=HTTP)
     state.promote(Promotion(namespace="fast_sort", evolved_version="1.1.0", original_version="1.0.0"))
     rows = tool_rows([*manifests, evolved], state, trial_runs=2)
-    assert [(r["version"], r["on_trial"]) for r in rows if r["name"] == "fast_sort"] == [("1.0.0", False), ("1.1.0", True)]
+    assert [(r.version, r.on_trial) for r in rows if r.name == "fast_sort"] == [("1.0.0", False), ("1.1.0", True)]
     with console.capture() as out:
         console.print(tools_table(rows))
     assert any("fast_sort@1.1.0 (on trial against its parent)" in line for line in out.get().splitlines())
     # A version rolled back is marked as not served (QA README L6: it was listed like any other).
     state.promote(Promotion(namespace="fast_sort", evolved_version="1.1.0", original_version="1.0.0", status="rolled_back"))
     rows = tool_rows([*manifests, evolved], state, trial_runs=2)
-    assert [(r["version"], r["on_trial"], r["rolled_back"]) for r in rows if r["name"] == "fast_sort"] \
+    assert [(r.version, r.on_trial, r.rolled_back) for r in rows if r.name == "fast_sort"] \
         == [("1.0.0", False, False), ("1.1.0", False, True)]
     with console.capture() as out:
         console.print(tools_table(rows))
@@ -524,7 +524,7 @@ def test_a_deprecated_version_of_a_new_tool_is_not_marked_on_trial() -> None:
     state.note_namespaces(["fast_sort"], now=1.0)
     state.note_namespaces(["fast_sort", "new_sort"], now=2.0)
     rows = tool_rows(manifests, state, trial_runs=2)
-    assert [(r["version"], r["deprecated"], r["newcomer"]) for r in rows] == [("1.0.0", False, True), ("1.1.0", True, False)]
+    assert [(r.version, r.deprecated, r.newcomer) for r in rows] == [("1.0.0", False, True), ("1.1.0", True, False)]
 
 
 def never_sent(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -650,7 +650,7 @@ def test_the_tools_list_counts_refused_inputs_apart_from_failures(monkeypatch: p
     for i in range(2):
         state.mark_failure("hash_text@1.0.0", f"a{i}", Severity.low, FailureCount.refused_input)
     rows = tool_rows([ToolManifest(name="hash_text", description="hash text", implementation=HTTP)], state, trial_runs=5)
-    assert (rows[0]["failures"], rows[0]["refused_inputs"], rows[0]["quality"]) == (0, 2, 1.0)
+    assert (rows[0].failures, rows[0].refused_inputs, rows[0].quality) == (0, 2, 1.0)
     with console.capture() as out:
         console.print(tools_table(rows))
     assert "0 (+2 refused inputs)" in out.get() and "in a row" not in out.get()
@@ -674,7 +674,7 @@ def test_the_tools_list_shows_the_standing_selection_ranks_by_beside_the_quality
     for i in range(13):
         state.mark_failure("add_numbers@1.0.0", f"f{i}", Severity.high)
     rows = tool_rows([ToolManifest(name="add_numbers", description="add numbers", implementation=HTTP)], state, trial_runs=5)
-    assert (rows[0]["quality"], rows[0]["standing"]) == (0.0, round(27 / 41, 4))
+    assert (rows[0].quality, rows[0].standing) == (0.0, round(27 / 41, 4))
     with console.capture() as out:
         console.print(tools_table(rows))
     said = " ".join(out.get().split())
@@ -708,12 +708,12 @@ def test_a_call_table_says_does_such_jobs_only_of_the_first_refusal_set_aside() 
 def test_the_tools_list_keeps_its_numbers_readable_beside_long_marks(monkeypatch: pytest.MonkeyPatch) -> None:
     """QA recheck N4: a version marked new and on trial squeezed quality, standing and successes to
     "…" in a 140-column terminal; the marks and notes wrap under their cells instead."""
-    from workers.cli.tools import tools_table
+    from workers.cli.tools import ToolRow, tools_table
 
     monkeypatch.setattr(console, "_width", 100)
-    rows = [{"name": "qa_power_fast", "version": "1.1.0", "kind": "python", "quality": 0.5, "standing": 0.8125,
-             "successes": 10, "failures": 5, "refused_inputs": 3, "refused_in_a_row": 6, "tags": ["math"],
-             "newcomer": True, "on_trial": True, "breaker": "half_open"}]
+    rows = [ToolRow(name="qa_power_fast", version="1.1.0", kind="python", quality=0.5, standing=0.8125,
+                    successes=10, failures=5, refused_inputs=3, refused_in_a_row=6, tags=["math"],
+                    newcomer=True, on_trial=True, breaker="half_open")]
     with console.capture() as out:
         console.print(tools_table(rows))
     first = next(line for line in out.get().splitlines() if "qa_power_fast@1.1.0" in line)

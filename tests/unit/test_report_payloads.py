@@ -72,3 +72,22 @@ def test_schema_publishes_the_report_payloads_and_the_explain_reply() -> None:
     assert set(schemas["recommend"]["properties"]) == {"min_runs", "max_rate"}
     assert {"context", "evidence_age_s", "cache_ttl_s", "ranking"} <= set(schemas["explain_reply"]["properties"])
     assert schemas["invalid_reply"]["properties"]["status"]["const"] == "invalid"
+
+
+def test_schema_publishes_every_answer_of_a_task_sent_by_name() -> None:
+    """Review: `fittest evolve`'s task, and the reports of feedback_report, recommend and a retrain,
+    had no schema, though a service sends them by name as the CLI does."""
+    schemas = payload_schemas()
+    assert set(schemas["prepare_evolution"]["properties"]) == {"namespace", "version", "reason"}
+    assert {"status", "version", "mutation", "message"} <= set(schemas["prepare_evolution_reply"]["properties"])
+    assert {"tool", "entries", "trend"} <= set(schemas["feedback_report_reply"]["properties"])
+    assert "recommendations" in schemas["recommend_reply"]["properties"]
+    assert {"changed", "version", "weights", "evidence"} <= set(schemas["retrain_weights_reply"]["properties"])
+
+
+def test_an_evolution_asked_for_by_hand_without_a_namespace_is_answered_naming_it() -> None:
+    from workers.tasks.evolution import prepare_evolution
+
+    answer = prepare_evolution.run(namespace="", reason="by hand")
+    assert (answer["status"], answer["trigger"]) == ("no_fix", "manual")
+    assert answer["message"].startswith("evolution could not be prepared: namespace: "), answer["message"]

@@ -19,6 +19,7 @@ from selection.call_endings import (
     took_a_refused_input_note,
 )
 from selection.serving import (
+    best_match_again,
     best_matches,
     ServedVersions,
     breaker_probe,
@@ -267,12 +268,17 @@ def test_a_tool_people_judged_wrong_on_such_jobs_gets_a_second_opinion_tried_in_
     assert second_opinion(CallRequest(scenario="x", namespace="currency_rates"), ranked, found) is None
 
 
+def placed_by_the_policy(*names: str) -> list[Candidate]:
+    """Candidates as the policy placed them: each with probability 0.9 and its rationale."""
+    placed = [candidate(name) for name in names]
+    for c in placed:
+        c.probability, c.breakdown = 0.9, ScoreBreakdown(rationale="policy")
+    return placed
+
+
 def test_the_second_opinion_goes_first_on_its_share_of_the_calls_and_is_logged_so() -> None:
     def ranked() -> list[Candidate]:
-        placed = [candidate("currency_rates"), candidate("money_convert")]
-        for c in placed:
-            c.probability, c.breakdown = 0.9, ScoreBreakdown(rationale="policy")
-        return placed
+        return placed_by_the_policy("currency_rates", "money_convert")
 
     call = CallRequest(scenario="how many yen for 200 dollars")
     found = [judged("currency_rates", [1.0, 1.0]), judged("money_convert", [])]
@@ -285,6 +291,60 @@ def test_the_second_opinion_goes_first_on_its_share_of_the_calls_and_is_logged_s
     probed = explored_first(call, ranked(), found, 0.25, lambda salt: True, newcomer=None, passed=None,
                             probe="currency_rates@1.0.0")
     assert keys(probed)[0] == "currency_rates@1.0.0" and probed[0].probability == 1.0
+
+
+def fell_over(name: str, similarity: float, outages: list[float], failures: list[float] | None = None,
+              doing: list[float] | None = None) -> CandidateEvidence:
+    """A candidate whose failures nearby are `failures` (default: the outages alone)."""
+    return CandidateEvidence(manifest=candidate(name).manifest, similarity=similarity, outage_similarities=outages,
+                             failure_similarities=outages if failures is None else failures, doing_similarities=doing or [])
+
+
+def test_the_clear_best_match_is_tried_first_again_after_an_outage_handed_its_job_to_another_tool() -> None:
+    """QA integration H1: one HTTP 500 of reverse_text (1.00 similar) and every later "reverse this
+    string" call went to a word counter (0.25 similar) that "succeeded", reported as success."""
+    call = CallRequest(scenario="reverse this string")
+    ranked = [candidate("count_words"), candidate("reverse_text"), candidate("dedupe")]
+    taker = CandidateEvidence(manifest=candidate("count_words").manifest, similarity=0.25, success_similarities=[1.0])
+    found = [taker, fell_over("reverse_text", 1.0, [1.0]), fell_over("dedupe", 0.3, [])]
+    best = best_matches(found)
+    assert best == {"reverse_text@1.0.0"}
+    assert best_match_again(call, ranked, found, best) == ("reverse_text@1.0.0", False)
+    # Once its confirmed successes there make it one that does the job, on every call.
+    done = fell_over("reverse_text", 1.0, [1.0], doing=[1.0, 1.0, 0.95])
+    assert best_match_again(call, ranked, [taker, done, found[2]], best) == ("reverse_text@1.0.0", True)
+    # Not when a failure nearby says it does the job wrong, nor after OUTAGES_RETRIED outages, nor
+    # when it is half-open (its probe is the breaker's), nor for a call that names a tool.
+    assert best_match_again(call, ranked, [taker, fell_over("reverse_text", 1.0, [1.0], [1.0, 0.9]), found[2]], best) is None
+    assert best_match_again(call, ranked, [taker, fell_over("reverse_text", 1.0, [1.0, 0.99, 0.98]), found[2]], best) is None
+    assert best_match_again(call, ranked, found, best, half_open={"reverse_text@1.0.0"}) is None
+    assert best_match_again(CallRequest(scenario="reverse this string", namespace="count_words"), ranked, found, best) is None
+    # Nor when it has no failure here at all (the policy's order stands: the selection bench, whose
+    # failures are wrong answers, never meets this rule), nor when the first one did the job
+    # confirmed, or matches the job clearly itself.
+    assert best_match_again(call, ranked, [taker, fell_over("reverse_text", 1.0, []), found[2]], best) is None
+    doer = CandidateEvidence(manifest=candidate("count_words").manifest, similarity=0.25, doing_similarities=[0.9])
+    assert best_match_again(call, ranked, [doer, *found[1:]], best) is None
+    clear = CandidateEvidence(manifest=candidate("count_words").manifest, similarity=0.95)
+    assert best_match_again(call, ranked, [clear, *found[1:]], best_matches([clear, *found[1:]])) is None
+
+
+def test_the_best_match_again_goes_first_on_its_share_then_on_every_call_and_is_logged_so() -> None:
+    def ranked() -> list[Candidate]:
+        return placed_by_the_policy("count_words", "reverse_text")
+
+    call = CallRequest(scenario="reverse this string")
+    taker = CandidateEvidence(manifest=candidate("count_words").manifest, similarity=0.25, success_similarities=[1.0])
+    found = [taker, fell_over("reverse_text", 1.0, [1.0])]
+    best = {"reverse_text@1.0.0"}
+    tried = explored_first(call, ranked(), found, 0.25, lambda salt: True, newcomer=None, passed=None, probe=None, best=best)
+    assert keys(tried) == ["reverse_text@1.0.0", "count_words@1.0.0"] and tried[0].probability == 0.25
+    assert "clear best match" in tried[0].breakdown.rationale and tried[0].breakdown.extra["best_match_again"] == 1.0
+    kept = explored_first(call, ranked(), found, 0.25, lambda salt: False, newcomer=None, passed=None, probe=None, best=best)
+    assert keys(kept) == ["count_words@1.0.0", "reverse_text@1.0.0"] and kept[0].probability == 0.675
+    found[1] = fell_over("reverse_text", 1.0, [1.0], doing=[1.0, 1.0, 1.0])
+    always = explored_first(call, ranked(), found, 0.25, lambda salt: False, newcomer=None, passed=None, probe=None, best=best)
+    assert keys(always)[0] == "reverse_text@1.0.0" and always[0].probability == 1.0
 
 
 def test_a_call_naming_a_namespace_does_not_hand_an_input_its_versions_refused_to_the_other_tools() -> None:

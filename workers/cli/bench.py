@@ -8,8 +8,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Annotated
 
+import enum
+
 import typer
 
+from selection.policies import policy_names
 from workers.bench.host import BenchResult
 
 app = typer.Typer(no_args_is_help=True)
@@ -100,6 +103,11 @@ def throughput(
 
 
 # --------------------------------------------------------------------------------------- scale
+class Store(str, enum.Enum):
+    edge = "edge"  # Qdrant Edge, embedded
+    client = "client"  # qdrant-client's local mode
+
+
 def _levels(text: str, option: str) -> list[int]:
     try:
         levels = sorted({int(x.replace("_", "").replace(",", "")) for x in text.split()})
@@ -114,9 +122,9 @@ def _levels(text: str, option: str) -> list[int]:
 def scale(
     tools: Annotated[str, typer.Option(help="Tool counts to measure, space-separated.")] = "10 1000 10000",
     vectors: Annotated[str, typer.Option(help="Stored feedback+failure vector counts, space-separated.")] = "1000 10000 100000 1000000",
-    max_vectors: Annotated[int | None, typer.Option(help="Drop vector levels above this (quick runs).")] = None,
-    client_max_vectors: Annotated[int, typer.Option(help="Largest level for the qdrant-client store (local mode scans in Python).")] = 10_000,
-    store: Annotated[list[str] | None, typer.Option(help="edge and/or client (repeatable); default both.")] = None,
+    max_vectors: Annotated[int | None, typer.Option(min=1, help="Drop vector levels above this (quick runs).")] = None,
+    client_max_vectors: Annotated[int, typer.Option(min=1, help="Largest level for the qdrant-client store (local mode scans in Python).")] = 10_000,
+    store: Annotated[list[Store] | None, typer.Option(help="Vector store to measure (repeatable); default both.")] = None,
     queries: Annotated[int, typer.Option(min=10, help="Timed selections per cell.")] = 200,
     json_path: JsonPath = None,
 ) -> None:
@@ -130,9 +138,7 @@ def scale(
     from workers.cli.common import console, literal
     from workers.settings import get_settings
 
-    stores = store or ["edge", "client"]
-    if set(stores) - {"edge", "client"}:
-        raise typer.BadParameter("--store is edge or client")
+    stores = [s.value for s in store or Store]
     vector_levels = [v for v in _levels(vectors, "--vectors") if max_vectors is None or v <= max_vectors]
     if not vector_levels:
         raise typer.BadParameter("--max-vectors leaves no vector level")
@@ -173,7 +179,7 @@ def selection(
     queries: Annotated[Path, typer.Option(help="CSV with the columns Query,Tool (MetaTool's queries).")],
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N queries of the shuffled stream.")] = None,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the stream order (and of the policy's draws).")] = 0,
-    policy: Annotated[str, typer.Option(help="Policy under test: learned or seed (the `seed` policy always runs as the baseline).")] = "learned",
+    policy: Annotated[str, typer.Option(help=f"Policy under test: {' or '.join(policy_names())} (the `seed` policy always runs as the baseline).")] = "learned",
     retrain_every: Annotated[int, typer.Option(min=1, help="Queries between two retrains of the weights and the tool classifier (the beat's place in the stream).")] = 500,
     reveal_missed: Annotated[bool, typer.Option(help="Also run the policy once more, told the right tool of every query its 5 attempts missed: what learning could reach if a miss taught as much as a hit.")] = False,
     json_path: JsonPath = None,

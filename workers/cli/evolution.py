@@ -111,8 +111,9 @@ def lineage(namespace: str) -> dict[str, Any]:
     }
 
 
-STATUS_COLOR = {"active": "green", "on_trial": "yellow", "rolled_back": "red", "original": "cyan", "not promoted": "dim",
-                "superseded": "dim"}
+# Every status `lineage` gives a version, as `show --help` lists them.
+STATUS_COLOR = {"original": "cyan", "new manifest version": "cyan", "on_trial": "yellow", "active": "green",
+                "trial's parent": "green", "rolled_back": "red", "not promoted": "dim", "superseded": "dim"}
 
 
 @app.command()
@@ -124,9 +125,15 @@ def show(
 ) -> None:
     """The lineage of a tool: its versions as a tree with status, quality and mutation, and its changelog.
 
-    Each version shows whether it is served, its status (original, on_trial, active, rolled_back,
-    not promoted, superseded), quality and success/failure counters, the mutation that made it and its
-    description variants; the changelog lists every verdict, promotion and rollback."""
+    Each version shows whether it is served, its status, quality and success/failure counters, the
+    mutation that made it and its description variants; the changelog lists every verdict, promotion
+    and rollback.
+
+    Statuses: original (the registry's, every version's fallback); new manifest version (a manifest
+    added beside the original, tried as a newcomer); on_trial (an evolved or promoted version served
+    a share of the calls); active (promoted and served); trial's parent (serves the calls the version
+    on trial does not); rolled_back; not promoted (evolved, never promoted); superseded (another
+    version was promoted since)."""
     data = lineage(name)
     if json_out:
         print_json(data)

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import BaseModel
 from rich.table import Table
 
 from workers.cli.common import REFUSED, JsonOpt, console, fail, literal, needs_redis, print_json
-from workers.settings import Settings, get_settings, redact_url
+from workers.settings import OTHER_VARIABLES, Settings, get_settings, redact_url
 
 app = typer.Typer()
 
@@ -121,47 +122,57 @@ def report(
 
 
 # --------------------------------------------------------------------------------------- settings
-def settings_rows() -> list[dict[str, str]]:
+class SettingRow(BaseModel):
+    """One line of `fittest settings` (and of its --json and --markdown)."""
+
+    variable: str
+    default: str  # as the environment would spell it; "" when unset
+    meaning: str
+    value: str = ""  # the current one, secrets hidden
+
+
+def settings_rows() -> list[SettingRow]:
     """Every FITTEST_ variable with its default and meaning, from the Settings model itself."""
     rows = []
     for name, field in Settings.model_fields.items():
         default: Any = field.default
-        rows.append({
-            "variable": f"FITTEST_{name.upper()}",
-            "default": "" if default is None else str(default).lower() if isinstance(default, bool) else str(default),
-            "meaning": field.description or "",
-        })
-    rows.append({"variable": "FITTEST_CONFIG", "default": "",
-                 "meaning": "Optional TOML file of the same settings (lower-case names); the environment wins"})
+        rows.append(SettingRow(
+            variable=f"FITTEST_{name.upper()}",
+            default="" if default is None else str(default).lower() if isinstance(default, bool) else str(default),
+            meaning=field.description or "",
+        ))
+    rows.append(SettingRow(variable="FITTEST_CONFIG", default="",
+                           meaning="Optional TOML file of the same settings (lower-case names); the environment wins"))
     return rows
 
 
-@app.command("settings")
+SETTINGS_HELP = ("Show every FITTEST_ setting: its current value (secrets hidden), default and meaning.\n\n"
+                 "Not among them, as read outside the settings (README, \"Settings\"): "
+                 + "; ".join(f"{name}, {meaning}" for name, meaning in OTHER_VARIABLES.items()) + ".")
+
+
+@app.command("settings", help=SETTINGS_HELP)
 def show_settings(
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the table of every variable, default and meaning as Markdown.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Show every FITTEST_ setting: its current value (secrets hidden), default and meaning.
-
-    Not among them: the example tools' own variables (FITTEST_EXAMPLE_HTTP_PORT,
-    FITTEST_EXAMPLE_HTTP_LOG, FITTEST_BROKEN_HTTP_PORT), which the examples, `fittest up` and `make
-    demo` read (README, "Running it"), and the test suite's FITTEST_TEST_REDIS_URL."""
     current = get_settings().model_dump()
     rows = settings_rows()
     for row in rows:
-        value = current.get(row["variable"].removeprefix("FITTEST_").lower(), os.environ.get(row["variable"]))
-        row["value"] = ("" if value is None else "***" if "SecretStr" in type(value).__name__
-                        else str(value).lower() if isinstance(value, bool) else redact_url(str(value)))  # as its default reads
+        value = current.get(row.variable.removeprefix("FITTEST_").lower(), os.environ.get(row.variable))
+        row.value = ("" if value is None else "***" if "SecretStr" in type(value).__name__
+                     else str(value).lower() if isinstance(value, bool) else redact_url(str(value)))  # as its default reads
     if markdown:
         lines = ["| variable | default | meaning |", "|---|---|---|"]
-        lines += [f"| `{r['variable']}` | {('`' + r['default'] + '`') if r['default'] else '(unset)'} | {r['meaning']} |" for r in rows]
+        lines += [f"| `{r.variable}` | {('`' + r.default + '`') if r.default else '(unset)'} | {r.meaning} |" for r in rows]
         typer.echo("\n".join(lines))
     elif json_out:
-        print_json(rows)
+        print_json([r.model_dump() for r in rows])
     else:
         table = Table(title="fittest settings (FITTEST_CONFIG names an optional TOML file)")
-        for col in ("variable", "value", "default", "meaning"):
+        columns = ("variable", "value", "default", "meaning")
+        for col in columns:
             table.add_column(col, overflow="fold")
         for r in rows:
-            table.add_row(*(literal(r[col]) for col in ("variable", "value", "default", "meaning")))
+            table.add_row(*(literal(getattr(r, col)) for col in columns))
         console.print(table)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional, Protocol
+from typing import Annotated, Optional, Protocol
 
 import typer
 from pydantic import BaseModel
@@ -12,7 +12,7 @@ from rich.table import Table
 from evolution.served_version import withdrawn_versions
 from selection.manifest import ToolManifest, split_key, tool_key
 from selection.policies.learned import standing
-from selection.ports import Breakers, Newcomers, Promotions, StateStore
+from selection.ports import Breakers, BreakerState, Newcomers, Promotions, StateStore
 from selection.registry import DIRECTORY
 from selection.serving import REFUSED_IN_A_ROW
 from workers.cli.common import REFUSED, JsonOpt, check_redis, console, err_console, fail, literal, print_json
@@ -84,9 +84,9 @@ def tools(
     state = runtime().state
     rows = tool_rows(registry.all(), state, settings.trial_successes)
     if not settings.tools_dir.is_dir():
-        rows += unread_rows(state, {r["name"] + "@" + r["version"] for r in rows})
+        rows += unread_rows(state, {r.key for r in rows})
     if json_out:
-        print_json(rows)
+        print_json([r.model_dump() for r in rows])
         return
     console.print(tools_table(rows))
 
@@ -95,55 +95,70 @@ class ToolStates(Breakers, Newcomers, Promotions, Protocol):
     """What `fittest tools` reads of each version: its counters and breaker, the newcomers, and the promotions."""
 
 
-def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int) -> list[dict[str, Any]]:
-    """Each version as `fittest tools --json` shows it: its manifest's summary and its state.
-    `newcomer`: a version of a tool new to the running system that is still tried first on a share
-    of the calls it matches (it has run fewer than `trial_runs` times; selection/serving.py), which
-    a deprecated version, out of the rankings, is not. `on_trial`: the evolved version its
-    namespace's promotion puts on trial (QA: "(new: on trial)" marked a new tool's original, and
-    nothing marked the version really on trial). `rolled_back`: a version its namespace's promotions
-    took out of the calls (evolution/served_version.py `withdrawn_versions`, as selection reads them; QA README
-    L6: listed like any served version)."""
+class ToolRow(BaseModel):
+    """A tool version as `fittest tools` lists it (and its --json): its manifest's summary and its state."""
+
+    name: str
+    version: str
+    description: str = ""
+    tags: list[str] = []
+    kind: str
+    quality: float
+    standing: float  # what the learned policy ranks by (QA onboarding L1)
+    successes: int
+    failures: int
+    refused_inputs: int = 0  # the caller's mistakes and other tools' jobs, counted apart
+    refused_in_a_row: int = 0  # since its last success
+    breaker: BreakerState = "closed"
+    deprecated: bool = False
+    # A version of a tool new to the running system that is still tried first on a share of the
+    # calls it matches (selection/serving.py), which a deprecated version, out of the rankings, is not.
+    newcomer: bool = False
+    # The evolved version its namespace's promotion puts on trial (QA: "(new: on trial)" marked a
+    # new tool's original, and nothing marked the version really on trial).
+    on_trial: bool = False
+    # Taken out of the calls by its namespace's promotions (evolution/served_version.py
+    # `withdrawn_versions`, as selection reads them; QA README L6: listed like any served version).
+    rolled_back: bool = False
+
+    @property
+    def key(self) -> str:
+        return tool_key(self.name, self.version)
+
+
+def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int) -> list[ToolRow]:
+    """Each version with its state; a newcomer until it has run `trial_runs` times."""
     stats, breakers = state.stats_and_breakers([m.key for m in manifests])
     newcomers = state.newcomers()
     promotions = state.promotions(sorted({m.name for m in manifests}))
     withdrawn = {tool_key(name, v) for name, current in promotions.items() if current is not None
                  for v in withdrawn_versions(state.promotion_history(name), current)}
     return [
-        {
-            "name": m.name,
-            "version": m.version,
-            "description": m.description,
-            "tags": m.tags,
-            "kind": m.implementation.kind,
-            "quality": round(stats[m.key].quality, 4),
-            "standing": round(standing(stats[m.key]), 4),  # what the learned policy ranks by (QA onboarding L1)
-            "successes": stats[m.key].successes,
-            "failures": stats[m.key].failures,
-            "refused_inputs": stats[m.key].refused_inputs,  # the caller's mistakes and other tools' jobs, counted apart
-            "refused_in_a_row": stats[m.key].refused_in_a_row,  # since its last success
-            "breaker": breakers[m.key],
-            "deprecated": m.deprecated,
-            "newcomer": (not m.deprecated and m.name in newcomers
-                         and stats[m.key].successes + stats[m.key].failures < trial_runs),
-            "on_trial": (p := promotions.get(m.name)) is not None and p.status == "on_trial" and p.evolved_version == m.version,
-            "rolled_back": m.key in withdrawn,
-        }
+        ToolRow(
+            name=m.name, version=m.version, description=m.description, tags=m.tags, kind=m.implementation.kind,
+            quality=round(stats[m.key].quality, 4), standing=round(standing(stats[m.key]), 4),
+            successes=stats[m.key].successes, failures=stats[m.key].failures,
+            refused_inputs=stats[m.key].refused_inputs, refused_in_a_row=stats[m.key].refused_in_a_row,
+            breaker=breakers[m.key], deprecated=m.deprecated,
+            newcomer=(not m.deprecated and m.name in newcomers
+                      and stats[m.key].successes + stats[m.key].failures < trial_runs),
+            on_trial=(p := promotions.get(m.name)) is not None and p.status == "on_trial" and p.evolved_version == m.version,
+            rolled_back=m.key in withdrawn,
+        )
         for m in manifests
     ]
 
 
-def unread_rows(state: StateStore, read: set[str]) -> list[dict[str, Any]]:
+def unread_rows(state: StateStore, read: set[str]) -> list[ToolRow]:
     """The versions the state counts whose manifest is not read while FITTEST_TOOLS_DIR is not
     there: the workers keep them registered (workers/tool_watch.py), so their counters and breakers
     are what an operator looks at then (QA ops: an empty table while the workers kept 10 versions)."""
     stats = {k: v for k, v in state.all_stats().items() if k not in read}
     _, breakers = state.stats_and_breakers(sorted(stats))
-    return [{"name": name, "version": version, "description": "", "tags": [], "kind": "(its manifest is not read: "
-             "FITTEST_TOOLS_DIR is not there)", "quality": round(st.quality, 4), "standing": round(standing(st), 4), "successes": st.successes,
-             "failures": st.failures, "refused_inputs": st.refused_inputs, "refused_in_a_row": st.refused_in_a_row,
-             "breaker": breakers.get(key, "closed"), "deprecated": False, "newcomer": False, "on_trial": False,
-             "rolled_back": False}
+    return [ToolRow(name=name, version=version, kind="(its manifest is not read: FITTEST_TOOLS_DIR is not there)",
+                    quality=round(st.quality, 4), standing=round(standing(st), 4), successes=st.successes,
+                    failures=st.failures, refused_inputs=st.refused_inputs, refused_in_a_row=st.refused_in_a_row,
+                    breaker=breakers.get(key, "closed"))
             for key, st in sorted(stats.items()) for name, version in [split_key(key)]]
 
 
@@ -152,41 +167,40 @@ STANDING_NOTE = ("quality: the design's score, lowered by each failure; standing
                  "may show quality 0.00 and standing 0.66)")
 
 
-def tools_table(rows: list[dict[str, Any]], title: str = "tools") -> Table:
+def tools_table(rows: list[ToolRow], title: str = "tools") -> Table:
     """The table of tool versions; `title` is markup (the caller's own words), every cell is printed
     literally. Standing is shown beside quality, with a caption that says what each is: quality
     alone read 0.00 for a tool that succeeds 2 times in 3, which an operator took for dead (QA onboarding L1)."""
     table = Table(title=title, caption=STANDING_NOTE)
     # Each key whole, its marks and the failures' notes wrapped under them, the numbers at their
     # width: a long mark squeezed quality, standing and successes to "…" (QA recheck N4).
-    table.add_column("tool", min_width=max((len(tool_key(r["name"], r["version"])) for r in rows), default=4))
+    table.add_column("tool", min_width=max((len(r.key) for r in rows), default=4))
     table.add_column("kind", no_wrap=True)
     for col in ("quality", "standing", "successes"):
         table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     table.add_column("failures", justify="right", min_width=max(  # the count and its refusals in one line
-        (len(f"{r['failures']} (+{r['refused_inputs']} refused inputs)") for r in rows if r.get("refused_inputs")), default=8))
+        (len(f"{r.failures} (+{r.refused_inputs} refused inputs)") for r in rows if r.refused_inputs), default=8))
     table.add_column("breaker", no_wrap=True)
     table.add_column("tags")
     for r in rows:
-        q = r["quality"]
+        q = r.quality
         color = "green" if q >= 0.9 else "yellow" if q >= 0.7 else "red"
-        key = (literal(tool_key(r['name'], r['version'])) + (" [dim](deprecated)[/dim]" if r.get("deprecated") else "")
-               + (" [cyan](new tool: tried first on a share of its calls)[/cyan]" if r.get("newcomer") else "")
-               + (" [cyan](on trial against its parent)[/cyan]" if r.get("on_trial") else "")
-               + (" [dim](rolled back: not served)[/dim]" if r.get("rolled_back") else ""))
-        breaker = r.get("breaker", "closed")
-        shown = {"open": "[red]open[/red]", "half_open": "[yellow]half-open[/yellow]"}.get(breaker, "[dim]closed[/dim]")
-        refused = f" [dim](+{r['refused_inputs']} refused inputs)[/dim]" if r.get("refused_inputs") else ""
-        if r.get("refused_in_a_row", 0) >= REFUSED_IN_A_ROW:  # QA final: nothing said the rule had tripped
-            refused += f" [yellow](the last {r['refused_in_a_row']} in a row: counted as failures now)[/yellow]"
-        table.add_row(key, literal(r["kind"]), f"[{color}]{q:.2f}[/{color}]", f"{r['standing']:.2f}",
-                      str(r["successes"]), f"{r['failures']}{refused}", shown, literal(", ".join(r["tags"])))
+        key = (literal(r.key) + (" [dim](deprecated)[/dim]" if r.deprecated else "")
+               + (" [cyan](new tool: tried first on a share of its calls)[/cyan]" if r.newcomer else "")
+               + (" [cyan](on trial against its parent)[/cyan]" if r.on_trial else "")
+               + (" [dim](rolled back: not served)[/dim]" if r.rolled_back else ""))
+        shown = {"open": "[red]open[/red]", "half_open": "[yellow]half-open[/yellow]"}.get(r.breaker, "[dim]closed[/dim]")
+        refused = f" [dim](+{r.refused_inputs} refused inputs)[/dim]" if r.refused_inputs else ""
+        if r.refused_in_a_row >= REFUSED_IN_A_ROW:  # QA final: nothing said the rule had tripped
+            refused += f" [yellow](the last {r.refused_in_a_row} in a row: counted as failures now)[/yellow]"
+        table.add_row(key, literal(r.kind), f"[{color}]{q:.2f}[/{color}]", f"{r.standing:.2f}",
+                      str(r.successes), f"{r.failures}{refused}", shown, literal(", ".join(r.tags)))
     return table
 
 
 @app.command()
 def schema(
-    task: Annotated[Optional[str], typer.Argument(help="resilient_tool_call, call_tool, record_feedback, record_feedback_reply, explain, explain_reply, feedback_report, recommend, invalid_reply or result; all when omitted.")] = None,
+    task: Annotated[Optional[str], typer.Argument(help="A task's name (its payload, e.g. resilient_tool_call), its name with _reply (its answer), result (a call's) or invalid_reply (a refused report's); all, by name, when omitted.")] = None,
 ) -> None:
     """Print the JSON schema of the task payloads (what a foreign service needs to send_task) and of their answers."""
     from workers.payloads import payload_schemas

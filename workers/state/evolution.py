@@ -38,6 +38,7 @@ from evolution.models import ChangelogEntry, SuccessfulRun
 from evolution.ports import CHANGELOG_LIMIT, RECENT_SUCCESSES_LIMIT, REPEATING, REPEATS_LOOKED_AT, variant_text
 from evolution.trial import TrialCounts
 from selection.manifest import tool_key
+from selection.models import Sentiment
 from workers.state.base import IDEMPOTENCY_TTL_S, PrefixedStore, as_text, load_scripts, push_recent
 from workers.state.once import ONCE_TTL_S, apply_once, new_token
 
@@ -99,7 +100,7 @@ class EvolutionState(PrefixedStore):
 
     def trial_record(
         self, namespace: str, evolved_version: str, role: Literal["evolved", "parent"], success: bool, attempt_id: str,
-        call_id: str | None = None, judged: Literal["positive", "negative"] | None = None,
+        call_id: str | None = None, judged: Sentiment | None = None,
     ) -> tuple[bool, TrialCounts]:
         """Count one attempt in the trial of `namespace@evolved_version`; (counted now?, counts).
         A success of `call_id` is noted for `trial_judge`, and counts as a failure when a person
@@ -115,7 +116,7 @@ class EvolutionState(PrefixedStore):
         return bool(counted), _trial_counts(*counts)
 
     def trial_judge(self, namespace: str, evolved_version: str, role: Literal["evolved", "parent"], call_id: str,
-                    sentiment: Literal["positive", "negative"]) -> tuple[bool, TrialCounts]:
+                    sentiment: Sentiment) -> tuple[bool, TrialCounts]:
         """A person's judgement of the output the version on trial (`role` "evolved") or its parent
         gave `call_id`, in the trial of `namespace@evolved_version`: an output the trial counted as
         a success and now judged wrong counts as a failure, and one judged right again as a success,
@@ -150,10 +151,8 @@ class EvolutionState(PrefixedStore):
         manifest_description: str,
         *,
         environment: str = "any",
-        source: Literal["operator", "fittest"] = "operator",
-        status: VariantStatus = "testing",
     ) -> DescriptionVariant:
-        """Add a variant to a tool version; the first one also records the manifest's description
+        """Add an operator's variant, on test, to a tool version; the first one also records the manifest's description
         as variant "0" (active), so the incumbent is measured like its challengers."""
         text = variant_text(key, text, manifest_description)
         manifest = DescriptionVariant(id=MANIFEST_VARIANT, text=manifest_description, status="active", source="manifest")
@@ -161,19 +160,19 @@ class EvolutionState(PrefixedStore):
 
         def add(pipe: Pipeline) -> None:
             """Check and write under WATCH of the variants: a variant of the same text written
-            between the two (another operator, an evolution) makes the write start again, and
+            between the two (another operator) makes the write start again, and
             the check then finds it."""
             same = next((v for v in self.variants(key) if v.text == text and v.environment == environment), None)
             if same is not None:
                 which = f"variant #{same.id}" if same.id != MANIFEST_VARIANT else "the manifest's description"
                 raise ValueError(f"{key} has this text already ({which}): a variant must say something else")
             variant_id = str(self.client.incr(self._k("variant_seq", key)))
-            added[:] = [DescriptionVariant(id=variant_id, text=text, status=status, environment=environment, source=source)]
+            added[:] = [DescriptionVariant(id=variant_id, text=text, environment=environment)]
             pipe.multi()
             pipe.hsetnx(self._k("variants", key), MANIFEST_VARIANT, self._variant_json(manifest))
             pipe.hsetnx(self._k("variant_status", key), MANIFEST_VARIANT, "active")
             pipe.hset(self._k("variants", key), variant_id, self._variant_json(added[0]))
-            pipe.hset(self._k("variant_status", key), variant_id, status)
+            pipe.hset(self._k("variant_status", key), variant_id, added[0].status)
             pipe.sadd(self._k("variants", "index"), key)
 
         self.client.transaction(add, self._k("variants", key))

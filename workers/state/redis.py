@@ -47,12 +47,12 @@ import math
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import redis
 from redis.client import Pipeline
 
-from selection.models import FailureCount, Promotion, Severity
+from selection.models import FailureCount, Promotion, Sentiment, Severity
 from selection.ports import (BreakerOutcome, BreakerState, FailureApplied, RetrainNote, SelectionWeights, StateVersions,
                              ToolStats)
 from selection.quality import FULL_QUALITY_BP, SEVERITY_PENALTY_BP, bp_to_quality, failure_penalty_bp, quality_to_bp
@@ -75,7 +75,10 @@ _GLOB_SPECIALS = frozenset("\\*?[]")
 SCAN_COUNT = 1000  # keys a SCAN step looks at: few round trips, and no step holds Redis for long
 
 
-def _extra_steps(horizon: int = 1000) -> tuple[tuple[int, int], ...]:
+EXTRA_STEPS_HORIZON = 1000  # failure counts read off the rule, past its last step
+
+
+def _extra_steps() -> tuple[tuple[int, int], ...]:
     """The extra penalty of selection/quality.py as steps (from_failure_count, extra_bp).
 
     Read off `failure_penalty_bp` itself, so the Lua script applies exactly the Python rule
@@ -83,7 +86,7 @@ def _extra_steps(horizon: int = 1000) -> tuple[tuple[int, int], ...]:
     """
     steps: list[tuple[int, int]] = []
     previous = 0
-    for n in range(1, horizon + 1):
+    for n in range(1, EXTRA_STEPS_HORIZON + 1):
         extras = {failure_penalty_bp(s, n) - SEVERITY_PENALTY_BP[s] for s in Severity}
         if len(extras) != 1:
             raise RuntimeError("failure_penalty_bp is no longer base(severity) + extra(count)")
@@ -221,7 +224,7 @@ class RedisStateStore(PrefixedStore):
 
         return [bool(counted) for counted in execute_scripts(self.client, queue)]
 
-    def judge_output(self, key: str, call_id: str, sentiment: Literal["positive", "negative"]) -> bool:
+    def judge_output(self, key: str, call_id: str, sentiment: Sentiment) -> bool:
         changed, _ = self.scripts["judge_count"](keys=[self._k("tool", key), self._k("judged", key)],
                                                  args=[call_id, sentiment, "successes", "failures", "0", "judged_wrong"])
         return bool(changed)

@@ -17,14 +17,16 @@ import logging
 from typing import Any
 
 from celery import Task
+from pydantic import ValidationError
 
 from evolution.models import EvolutionJob, EvolutionRecord, EvolutionReport
 from selection.call_endings import input_refused_message, refused_for_its_namespace
 from selection.manifest import tool_key
-from selection.models import CallEvolution, CallPlan, CallResult
+from selection.models import CallEvolution, CallPlan, CallResult, field_errors, joined_errors
 from workers.app import app
 from workers.evolution_jobs import EvolutionUnavailable, build_job
 from workers.evolver import Evolver
+from workers.payloads import EvolveRequest
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
 from workers.settings import get_settings
@@ -85,14 +87,21 @@ def prepare_evolution(
     self: Task, plan_data: dict[str, Any] | None = None, namespace: str | None = None,
     version: str | None = None, reason: str = "",
 ) -> Any:
-    """Gather what memory knows about the failure and hand the job to the evolution queue."""
+    """Gather what memory knows about the failure and hand the job to the evolution queue: a failed
+    call's (`plan_data`), or one asked for by hand (`EvolveRequest`'s fields)."""
     plan = CallPlan.model_validate(plan_data) if plan_data is not None else None
     try:
+        if plan is None:
+            asked = EvolveRequest.model_validate({"namespace": namespace, "version": version, "reason": reason})
+            namespace, version, reason = asked.namespace, asked.version, asked.reason
         job = build_job(runtime(), "call" if plan else "manual", plan=plan, namespace=namespace, version=version, reason=reason)
     except Exception as exc:  # a call must end with a result even when memory fails here
-        if not isinstance(exc, EvolutionUnavailable):
-            log.exception("preparing an evolution failed")
-        message = f"evolution could not be prepared: {exc}"
+        if isinstance(exc, ValidationError):
+            message = f"evolution could not be prepared: {joined_errors(field_errors(exc))}"
+        else:
+            if not isinstance(exc, EvolutionUnavailable):
+                log.exception("preparing an evolution failed")
+            message = f"evolution could not be prepared: {exc}"
         if plan is not None:
             return _end_call(plan, CallEvolution(status="no_fix", message=message))
         return EvolutionReport(job_id="", namespace=namespace or "", trigger="manual", status="no_fix",
