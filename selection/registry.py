@@ -13,6 +13,8 @@ load time rather than discovered at the first call.
 from __future__ import annotations
 
 import ast
+import difflib
+import importlib.util
 import string
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -106,6 +108,8 @@ def _check_paths(manifest: ToolManifest, source: str | Path) -> None:
         if isinstance(impl, PythonImplementation) and module_file.is_file():
             if (missing := _function_missing(module_file, impl.entrypoint.partition(":")[2])) is not None:
                 raise ManifestError(source, "implementation.entrypoint", missing)
+    elif module_file is not None and isinstance(impl, PythonImplementation) and (nowhere := _module_nowhere(impl, root)):
+        raise ManifestError(source, "implementation.entrypoint", nowhere)
 
     if isinstance(impl, ExecutableImplementation):
         for i, arg in enumerate(impl.argv):  # each one parses: the manifest checked it
@@ -123,6 +127,21 @@ def _check_paths(manifest: ToolManifest, source: str | Path) -> None:
         target = root / manifest.evolved_file  # an absolute evolved_file replaces root here
         if not _inside(target, root):
             raise ManifestError(source, "evolved_file", f"{manifest.evolved_file} leads outside the tool directory {root}")
+
+
+def _module_nowhere(impl: PythonImplementation, root: Path) -> str | None:
+    """Why an entrypoint's module, not a file of the tool's folder, cannot be imported either (a
+    typo: QA integration M3, `uppercase:run` beside upper.py passed the onboarding check, and each
+    call failed as an outage); None when this Python finds it. Only the top-level package is looked
+    up: finding it runs nothing, where finding `a.b` would import `a`."""
+    module = impl.entrypoint.partition(":")[0]
+    top = module.partition(".")[0]
+    if (root / top).is_dir() or importlib.util.find_spec(top) is not None:
+        return None
+    files = sorted(p.stem for p in root.glob("*.py"))
+    close = difflib.get_close_matches(top, files, n=1)
+    hint = f" (did you mean {close[0]}:{impl.entrypoint.partition(':')[2]}?)" if close else ""
+    return f"module '{module}' is neither {entrypoint_file(impl.entrypoint)} in the tool's folder nor a module Python can import{hint}"
 
 
 # Calls through which a module may bind any name: reading cannot tell which, so they are let through.

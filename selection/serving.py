@@ -281,6 +281,12 @@ def does_such_jobs(c: Candidate, namespace: str | None = None) -> bool:
     return c.manifest.name == namespace or c.does_the_job or c.breakdown.similarity >= CLEAR_MATCH
 
 
+def does_such_jobs_here(e: CandidateEvidence) -> bool:
+    """`does_such_jobs` of a candidate's evidence, before it is ranked: its description matches the
+    job clearly, or its namespace did such jobs."""
+    return e.similarity >= CLEAR_MATCH or did_the_job(e) or does_the_job(e)
+
+
 def failed_the_job(e: CandidateEvidence) -> bool:
     """Whether this version failed at jobs like this one (refused them, say) and never did one: a
     version that did them too, and failed them since, is what people's judgements decide

@@ -80,6 +80,14 @@ def declared_against(manifest: ToolManifest, features: ContextFeatures) -> bool:
     return language_component(manifest.sparc, features)[0] == 0.0
 
 
+def declared_for(manifest: ToolManifest, features: ContextFeatures) -> bool:
+    """Whether the tool declares one of the languages the call's context states explicitly."""
+    meta = manifest.sparc
+    if features.source.get("languages") != "explicit" or meta is None or not meta.languages:
+        return False
+    return bool({canonical_language(x) for x in meta.languages} & {canonical_language(x) for x in features.languages})
+
+
 def complexity_component(meta: SparcMetadata | None, features: ContextFeatures) -> tuple[float, str]:
     """A complexity nothing stated or measured (the 0.0 of a call without files or input) is
     unknown, as a phase or language nothing said is (QA AC: it scored a tool made for simple jobs 1.0)."""

@@ -43,9 +43,10 @@ from selection.ports import (
     VectorFilter,
     VectorHit,
 )
-from selection.serving import (OUTAGE_CLASSES, ServedVersions, best_matches, breaker_probe, does_the_job,
-                               evolved_first, explored_first, newcomer_to_try, refuses_everything, served_first)
-from selection.sparc import declared_against, sparc_score
+from selection.serving import (OUTAGE_CLASSES, ServedVersions, best_matches, breaker_probe, does_such_jobs_here,
+                               does_the_job, evolved_first, explored_first, newcomer_to_try, refuses_everything,
+                               served_first)
+from selection.sparc import declared_against, declared_for, sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
 from workers.outage import cosines
@@ -160,11 +161,16 @@ class Selector:
         # that name was ranked), and a newcomer on trial goes first: they need the whole ranking.
         several = len({e.manifest.name for e in evidence}) < len(evidence)
         whole = request.after_evolution or several or newcomer is not None or bool(request.namespace)
-        last = {e.key for e in evidence if declared_against(e.manifest, context)}
+        against = {e.key for e in evidence if declared_against(e.manifest, context)}
+        # Tried after the others that do such jobs, not after tools that do other jobs: those go
+        # with them, in the policy's order (QA integration M1: for a call stating rust, two linters
+        # 0.82 similar came after five text tools 0.27 similar, and neither ran in 5 attempts).
+        last = (against | {e.key for e in evidence if not declared_for(e.manifest, context) and not does_such_jobs_here(e)}
+                if against else set())
         ranked = self.policy.rank(evidence, self.rng, limit=None if whole else keep, last=last)
         for c in ranked:
-            if c.key in last and c.breakdown is not None:
-                c.breakdown.rationale += (f"; ranked after the others: it declares none of the languages the call "
+            if c.key in against and c.breakdown is not None:
+                c.breakdown.rationale += (f"; ranked after the others that do such jobs: it declares none of the languages the call "
                                           f"states ({', '.join(context.languages)})")
         ranked = evolved_first(request, served_first(request, ranked, served), served)
         best = best_matches(evidence, self._local.held_back_match)
@@ -198,10 +204,16 @@ class Selector:
         sent namespace "vat_prize" was served by vat_price with nothing said); so is a context key
         nothing reads but close to one that it reads. A namespace whose versions are all held back
         by their breakers is served by other tools, which only the CLI said (QA evolution L3: a
-        client's call got another tool's output and empty notes)."""
+        client's call got another tool's output and empty notes); so is one whose versions are all
+        deprecated (QA integration M5: the CLI alone warned, of "no tool named" a tool that exists)."""
         notes = []
+        versions = self.rt.registry.versions(request.namespace) if request.namespace and not request.version else []
         if request.namespace and not request.version and self.rt.registry.original(request.namespace) is None:
             notes.append(f"no tool named '{request.namespace}': the call was ranked by its scenario alone")
+        elif versions and all(m.deprecated for m in versions):
+            named = " or ".join(f"{m.key}" for m in versions[-3:])
+            notes.append(f"every version of '{request.namespace}' is deprecated, so none is offered (a call naming "
+                         f"one, {named}, runs it): the call was ranked by its scenario alone")
         held = [key for key in held_back if split_key(key)[0] == request.namespace]
         if held and ranked and not any(c.manifest.name == request.namespace for c in ranked):
             notes.append(f"{', '.join(held)} held back by its circuit breaker: the call was ranked by its scenario alone")

@@ -485,6 +485,8 @@ def test_a_tool_that_declares_none_of_the_languages_a_call_states_is_tried_after
     rt.selector.index.ensure_tool(ToolManifest(name="js_linter", description="Checks javascript programs for style problems and bugs.",
                                                sparc={"languages": ["javascript"]},
                                                implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
+    rt.selector.index.ensure_tool(ToolManifest(name="text_stats", description="Counts the words and lines of a text or of a program's code.",
+                                               implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
     for i in range(2):
         assert run_call(rt, "review this code for bugs", "py_linter", f"py{i}")[-1] == "py_linter"
 
@@ -495,9 +497,14 @@ def test_a_tool_that_declares_none_of_the_languages_a_call_states_is_tried_after
     assert order({})[0] == "py_linter"  # its successes: first when nothing says which language
     stated = rt.selector.plan(CallRequest(scenario="review this code for bugs", context={"language": "javascript"}))
     names = [c.manifest.name for c in stated.candidates]
-    assert names[0] == "js_linter" and names[-1] in ("py_linter", "doc_writer")
+    assert names[0] == "js_linter"
+    # After the tools that do such jobs, not after those that do others (QA integration M1: two
+    # linters went after five text tools, and neither ran in 5 attempts).
+    weak = next(c for c in stated.candidates if c.manifest.name == "text_stats")
+    assert weak.breakdown.similarity < 0.5 and names.index("py_linter") < names.index("text_stats"), names
     linter = next(c for c in stated.candidates if c.manifest.name == "py_linter")
     assert "it declares none of the languages the call states (javascript)" in linter.breakdown.rationale
+    assert "declares none" not in weak.breakdown.rationale
     assert stated.candidates[0].probability > 0
     assert order({"language": "python"})[0] == "py_linter"
 
@@ -1094,6 +1101,20 @@ def test_a_deprecated_version_is_not_offered_but_is_served_to_a_call_that_names_
     assert "weather_now@0.9.0" not in [c.key for c in plan.candidates]
     plan = rt.selector.plan(CallRequest(scenario="the forecast for Lisbon tomorrow", namespace="weather_now", version="0.9.0"))
     assert [c.key for c in plan.candidates][:1] == ["weather_now@0.9.0"]
+    assert plan.notes == []
+
+
+def test_a_call_naming_a_tool_whose_versions_are_all_deprecated_says_it_was_ranked_by_its_scenario(rt) -> None:
+    """QA integration M5: served by another tool with empty notes; only the CLI warned, of "no tool
+    named" a tool that exists."""
+    rt.registry.replace(ToolManifest(name="weather_now", description=TOOLS["weather_now"], deprecated=True,
+                                     implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}), "test")
+    rt.selector.cache.clear()
+    plan = rt.selector.plan(CallRequest(scenario="the forecast for Lisbon tomorrow", namespace="weather_now"))
+    assert "weather_now" not in {c.manifest.name for c in plan.candidates}
+    assert plan.notes == ["every version of 'weather_now' is deprecated, so none is offered (a call naming one, "
+                          "weather_now@1.0.0, runs it): the call was ranked by its scenario alone"]
+    assert rt.selector.plan(CallRequest(scenario="the forecast for Lisbon tomorrow", namespace="stock_quotes")).notes == []
 
 
 def test_a_tool_that_past_successes_bring_in_is_not_matched_by_an_example_its_manifest_dropped(rt, tmp_path: Path) -> None:

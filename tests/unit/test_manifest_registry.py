@@ -17,8 +17,11 @@ EXAMPLE_NAMES = {"convert_units", "csv_to_json", "fast_sort", "hash_text", "slug
 
 
 def write_tool(root: Path, folder: str, manifest: dict[str, Any], files: dict[str, str] | None = None) -> Path:
+    """A tool folder with its manifest and `files`; a python tool without files gets its module."""
     tool_dir = root / folder
     tool_dir.mkdir(parents=True, exist_ok=True)
+    if files is None and manifest.get("implementation", {}).get("entrypoint") == "tool:run":
+        files = {"tool.py": "def run(value):\n    return value\n"}
     for name, text in (files or {}).items():
         (tool_dir / name).parent.mkdir(parents=True, exist_ok=True)
         (tool_dir / name).write_text(text)
@@ -161,7 +164,7 @@ def test_paths_inside_the_tool_directory_are_accepted(tmp_path: Path) -> None:
 
 def test_python_entrypoint_symlinked_outside_is_refused(tmp_path: Path) -> None:
     (tmp_path / "evil.py").write_text("def run(i): return i\n")
-    write_tool(tmp_path / "tools", "t", python_tool())
+    write_tool(tmp_path / "tools", "t", python_tool(), {})
     os.symlink(tmp_path / "evil.py", tmp_path / "tools" / "t" / "tool.py")
 
     registry = ToolRegistry.load([tmp_path / "tools"])
@@ -204,6 +207,23 @@ def test_a_python_entrypoint_its_module_cannot_hold_is_refused_at_load(tmp_path:
 def test_a_module_that_may_bind_the_entrypoint_is_accepted(tmp_path: Path, code: str) -> None:
     write_tool(tmp_path, "t", python_tool(), {"tool.py": code})
     assert ToolRegistry.load([tmp_path]).errors == []
+
+
+def test_an_entrypoint_module_neither_in_the_folder_nor_importable_is_refused_at_load(tmp_path: Path) -> None:
+    """QA integration M3: `uppercase:run` beside upper.py passed `fittest tools --refused`, and each
+    call failed as an outage (unavailable), which evolution then tried to retry."""
+    write_tool(tmp_path, "t", python_tool("upper_text", implementation={"kind": "python", "entrypoint": "uppercase:run"}),
+               {"upper.py": "def run(value):\n    return value\n"})
+    write_tool(tmp_path, "lib", python_tool("dumps", implementation={"kind": "python", "entrypoint": "json:dumps"}))
+    write_tool(tmp_path, "pkg", python_tool("packaged", implementation={"kind": "python", "entrypoint": "helpers.text:run"}),
+               {"helpers/__init__.py": "", "helpers/text.py": "def run(value):\n    return value\n"})
+
+    registry = ToolRegistry.load([tmp_path])
+
+    (error,) = registry.errors
+    assert (error.field, error.reason) == ("implementation.entrypoint", "module 'uppercase' is neither uppercase.py in the "
+                                           "tool's folder nor a module Python can import (did you mean upper:run?)")
+    assert registry.namespaces() == ["dumps", "packaged"]  # an importable module, a package of the folder
 
 
 @pytest.mark.parametrize("evolved_file", ["../other/echo_v1_1_0.py", "/etc/passwd"])
@@ -288,7 +308,7 @@ def test_a_manifest_that_is_not_utf8_or_nested_too_deeply_is_refused_alone(tmp_p
 def test_a_symlink_loop_in_a_tool_folder_refuses_that_manifest_alone(tmp_path: Path) -> None:
     """QA M: resolving a file that is a symbolic link to itself raised RuntimeError out of the load."""
     write_tool(tmp_path, "good", python_tool("good"), {"tool.py": "def run(i): return i\n"})
-    write_tool(tmp_path, "loop", python_tool("loop"))
+    write_tool(tmp_path, "loop", python_tool("loop"), {})
     (tmp_path / "loop" / "tool.py").symlink_to("tool.py")
     write_tool(tmp_path, "loop2", executable_tool(["{tool_dir}/run.sh"], name="loop2"))
     (tmp_path / "loop2" / "run.sh").symlink_to("run.sh")

@@ -76,6 +76,7 @@ def test_new_versions_are_added_changed_ones_replaced_and_a_second_file_or_a_bad
     manifest = tools / "word_stats" / "tool.yaml"
     manifest.write_text(manifest.read_text().replace("Count the words", "Count all the words") + "deprecated: true\n")
     shutil.copy(manifest, tools / "zz_copy.yaml")  # a second file for the same version, which a restart reads later
+    shutil.copy(tools / "word_stats" / "stats.py", tools / "stats.py")  # with the module it names beside it
     (tools / "broken.yaml").write_text("name: broken\nversion: [1\n")
     caplog.clear()
     assert watch.poll() == []
