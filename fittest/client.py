@@ -40,10 +40,16 @@ class FittestClient(CallSender):
     either, the FITTEST_* settings of this process are used."""
 
     def __init__(self, redis_url: str | None = None, *, result_backend: str | None = None,
-                 settings: Settings | None = None) -> None:
+                 key_prefix: str | None = None, settings: Settings | None = None) -> None:
+        """The other settings are read as the workers read theirs (FITTEST_*, or `settings`). The
+        key prefix must be the workers' (FITTEST_KEY_PREFIX): the client records each call's first
+        step in flight, and looks a call up, under it (QA integration M2: a client left at the
+        default told `UnknownCall` of a call that was running, and its in-flight record went unread)."""
         settings = settings or get_settings()
         if redis_url is not None:
             settings = settings.model_copy(update={"redis_url": redis_url, "result_backend": result_backend})
+        if key_prefix is not None:
+            settings = settings.model_copy(update={"key_prefix": key_prefix})
         super().__init__(settings)
 
     def submit(self, scenario: str, input: dict[str, Any] | None = None, **options: Any) -> PendingCall:

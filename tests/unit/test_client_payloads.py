@@ -93,3 +93,14 @@ def test_record_feedback_takes_name_at_version_as_the_cli_does(monkeypatch: pyte
     finally:
         client.close()
     assert [(a["tool"], a["version"]) for a in asked] == [("word_stats", "1.0.0")] * 2
+
+
+def test_the_client_keys_its_records_under_the_workers_prefix_when_given_one() -> None:
+    """QA integration M2: a client left at the default prefix told `UnknownCall` of a running call of
+    a stack with its own FITTEST_KEY_PREFIX; the prefix is where it records and looks calls up."""
+    client = FittestClient("redis://127.0.0.1:1/0", key_prefix="team:")
+    try:
+        assert (client.settings.key_prefix, client.settings.redis_url) == ("team:", "redis://127.0.0.1:1/0")
+        assert client._inflight.prefix == "team:"  # where the first step of each call is recorded
+    finally:
+        client.close()
