@@ -167,17 +167,27 @@ class RecommendationReport(BaseModel):
     # Left out: the records set aside as a caller's mistake, refusals and successes on them (QA ops:
     # `weights` counted 836 records of the window and `recommend` 725, with nothing to say why).
     set_aside: int = 0
+    # Versions of the window no longer served (a manifest removed, or its version changed in place;
+    # deprecated): left out, as there is nothing to evolve or retire (QA integration L5).
+    not_served: list[str] = []
     recommendations: list[Recommendation]
 
 
 def recommendation_report(records: list[ExecutionRecord], min_runs: int, max_rate: float, *,
-                          judgements_applied: bool, manifests: Iterable[ToolManifest] = ()) -> RecommendationReport:
+                          judgements_applied: bool, manifests: Iterable[ToolManifest] = (),
+                          registered_only: bool = False) -> RecommendationReport:
     """`recommendations` over `records`, with how many of them people judged wrong when their
     judgements were applied to them (workers/feedback_store.py `as_people_judged`); `manifests`:
-    the versions served, whose SPARC metadata the advice to narrow it reads. The records set
-    aside as a caller's mistake (a refused input of a job its tool does: selection/serving.py
-    `does_the_job`) are no evidence of what a version does (QA AF)."""
+    the versions registered, whose SPARC metadata the advice to narrow it reads, and with
+    `registered_only` (they are all the registry has: evolved versions too) the only versions
+    advised on, less the deprecated ones. The records set aside as a caller's mistake (a refused
+    input of a job its tool does: selection/serving.py `does_the_job`) are no evidence of what a
+    version does (QA AF)."""
+    manifests = list(manifests)
     kept = [r for r in records if not r.forgiven]
     judged = sum(r.error_class == JUDGED_WRONG for r in kept) if judgements_applied else None
-    return RecommendationReport(records=len(kept), judged_wrong=judged, set_aside=len(records) - len(kept),
-                                recommendations=recommendations(kept, min_runs, max_rate, {m.key: m.sparc for m in manifests}))
+    found = recommendations(kept, min_runs, max_rate, {m.key: m.sparc for m in manifests})
+    served = {m.key for m in manifests if not m.deprecated}
+    gone = sorted({r.tool for r in found if r.tool not in served}) if registered_only else []
+    return RecommendationReport(records=len(kept), judged_wrong=judged, set_aside=len(records) - len(kept), not_served=gone,
+                                recommendations=[r for r in found if r.tool not in gone])

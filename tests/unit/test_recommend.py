@@ -148,3 +148,24 @@ def test_a_version_failing_on_large_inputs_is_told_so_by_a_complexity_band() -> 
     # A complexity nothing measured (a call without input) is no band.
     unknown = [r.model_copy(update={"features": {"complexity": 0.0, "source": {"complexity": "default"}}}) for r in records]
     assert [r.context for r in recommendations(unknown)] == []
+
+
+def test_a_version_no_longer_served_is_left_out_and_named() -> None:
+    """QA integration L5: a removed tool and a version replaced in place were told "evolve it or retire it"."""
+    from selection.manifest import ToolManifest
+
+    records = [record(i, False, "timeout", "convert 3 miles") for i in range(6)]
+    served = ToolManifest(name="convert_units", version="1.1.0", description="d",
+                          implementation={"kind": "http", "url": "http://127.0.0.1:9/x"})
+    report = recommendation_report(records, min_runs=5, max_rate=0.5, judgements_applied=True, manifests=[served],
+                                   registered_only=True)
+    assert (report.recommendations, report.not_served) == ([], ["convert_units@1.0.0"])
+    deprecated = served.model_copy(update={"version": "1.0.0", "deprecated": True})
+    assert recommendation_report(records, min_runs=5, max_rate=0.5, judgements_applied=True, manifests=[deprecated],
+                                 registered_only=True).not_served == ["convert_units@1.0.0"]
+    kept = recommendation_report(records, min_runs=5, max_rate=0.5, judgements_applied=True,
+                                 manifests=[served.model_copy(update={"version": "1.0.0"})], registered_only=True)
+    assert [r.tool for r in kept.recommendations] == ["convert_units@1.0.0"] and kept.not_served == []
+    # Without the whole registry (the CLI reading the tools directory alone), nothing is left out.
+    assert recommendation_report(records, min_runs=5, max_rate=0.5, judgements_applied=True,
+                                 manifests=[served]).recommendations[0].tool == "convert_units@1.0.0"

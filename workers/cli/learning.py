@@ -437,6 +437,8 @@ def recommend(
         return
     aside = (f"; {report.set_aside} set aside as a caller's mistake (refused inputs, and successes on them) left out"
              if report.set_aside else "")
+    if report.not_served:
+        aside += f"; {', '.join(report.not_served)} no longer served (removed or deprecated), left out"
     if not found:
         console.print(f"nothing to recommend: no version below {max_rate:.0%} success with {min_runs}+ runs "
                       f"in any context ({report.records} recent records{aside})")

@@ -127,7 +127,7 @@ def recommend(**kwargs: Any) -> dict[str, Any]:
     recent = rt.learning.recent()
     judged = as_people_judged(recent, judgements_known(rt, [r.call_id for r in recent]))
     return recommendation_report(judged, req.min_runs, req.max_rate, judgements_applied=True,
-                                 manifests=rt.registry.all()).model_dump(mode="json")
+                                 manifests=rt.registry.all(), registered_only=True).model_dump(mode="json")
 
 
 @app.task(name="fittest.prune_history")
