@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from evolution.trial import JudgedTrial
 from selection.feedback import FeedbackRecord
@@ -25,6 +25,16 @@ class CallToolPayload(BaseModel):
     version: str | None = None
     use_evolved: bool = True
     scenario: str | None = None  # what the call is for; default the tool's description
+    namespace: str | None = None  # `name` again, if given: another name is refused
+
+    @field_validator("namespace")
+    @classmethod
+    def _the_name(cls, v: str | None, info: ValidationInfo) -> str | None:
+        """QA integration L6: a `namespace` other than `name` was dropped without a word."""
+        name = info.data.get("name")
+        if v is not None and name is not None and v != name:
+            raise ValueError(f"is the tool's name here, given as {v!r} beside name {name!r}: give one")
+        return v
 
 
 class FeedbackRequest(BaseModel):

@@ -104,3 +104,18 @@ def test_the_client_keys_its_records_under_the_workers_prefix_when_given_one() -
         assert client._inflight.prefix == "team:"  # where the first step of each call is recorded
     finally:
         client.close()
+
+
+def test_a_call_tool_with_another_namespace_than_its_name_is_refused(sent: list[tuple[str, dict[str, Any]]]) -> None:
+    """QA integration L6: `namespace` other than `name` was dropped without a word (the workers
+    check the payload with the same model)."""
+    client = FittestClient("redis://127.0.0.1:1/0")
+    try:
+        with pytest.raises(ValidationError, match="namespace\n.*is the tool's name here, given as 'x' beside name 'reverse_text'"):
+            client.submit_tool("reverse_text", input={"text": "ab"}, namespace="x")
+        assert sent == []
+        with pytest.raises(Recorded):
+            client.submit_tool("reverse_text", input={"text": "ab"}, namespace="reverse_text")
+        assert sent[0][1]["name"] == "reverse_text"
+    finally:
+        client.close()
