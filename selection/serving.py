@@ -401,7 +401,8 @@ def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list
     again = best_match_again(request, ranked, evidence, best, half_open)
     if again is None:
         return ranked
-    why = "again: the job's clear best match, whose failures here were outages or crashes, in place of a tool with no confirmed success on it"
+    why = ("again: the job's clear best match, whose failures here were outages, timeouts or crashes, in place of a "
+           "tool with no confirmed success on it")
     if again.does_the_job or drawn(f"best_match_again:{ranked[0].key}"):
         return tried_first(ranked, again.key, 1.0 if again.does_the_job else share, why, "best_match_again")
     return passed_over(ranked, again.key, share)
