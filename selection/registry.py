@@ -136,10 +136,13 @@ def _module_nowhere(impl: PythonImplementation, root: Path) -> str | None:
     up: finding it runs nothing, where finding `a.b` would import `a`."""
     module = impl.entrypoint.partition(":")[0]
     top = module.partition(".")[0]
-    if (root / top).is_dir() or importlib.util.find_spec(top) is not None:
+    # A package or a module path of the folder runs only as its file, `a/b.py` (QA recheck M-A: with
+    # `shoutpkg/__init__.py`, `shoutpkg:run` passed and failed every call as unavailable, as did the
+    # typo `lib.shuot:run` beside lib/shout.py).
+    if not ((root / top).exists() or (root / f"{top}.py").exists()) and importlib.util.find_spec(top) is not None:
         return None
-    files = sorted(p.stem for p in root.glob("*.py"))
-    close = difflib.get_close_matches(top, files, n=1)
+    modules = sorted(".".join(p.relative_to(root).with_suffix("").parts) for p in root.rglob("*.py"))
+    close = difflib.get_close_matches(module, modules, n=1)
     hint = f" (did you mean {close[0]}:{impl.entrypoint.partition(':')[2]}?)" if close else ""
     return f"module '{module}' is neither {entrypoint_file(impl.entrypoint)} in the tool's folder nor a module Python can import{hint}"
 

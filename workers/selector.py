@@ -170,8 +170,8 @@ class Selector:
         ranked = self.policy.rank(evidence, self.rng, limit=None if whole else keep, last=last)
         for c in ranked:
             if c.key in against and c.breakdown is not None:
-                c.breakdown.rationale += (f"; ranked after the others that do such jobs: it declares none of the languages the call "
-                                          f"states ({', '.join(context.languages)})")
+                c.breakdown.rationale += (f"; ranked with the tools that do other jobs, after those that do such jobs: it declares "
+                                          f"none of the languages the call states ({', '.join(context.languages)})")
         ranked = evolved_first(request, served_first(request, ranked, served), served)
         best = best_matches(evidence, self._local.held_back_match)
         ranked = explored_first(request, ranked, evidence, share, lambda salt: in_share(request.call_id, salt, share),

@@ -218,12 +218,24 @@ def test_an_entrypoint_module_neither_in_the_folder_nor_importable_is_refused_at
     write_tool(tmp_path, "pkg", python_tool("packaged", implementation={"kind": "python", "entrypoint": "helpers.text:run"}),
                {"helpers/__init__.py": "", "helpers/text.py": "def run(value):\n    return value\n"})
 
+    # QA recheck M-A: a module of the folder runs only as its file, so a package's name, or a typo
+    # after the first dot, is refused too.
+    write_tool(tmp_path, "pk", python_tool("shout_pkg", implementation={"kind": "python", "entrypoint": "shoutpkg:run"}),
+               {"shoutpkg/__init__.py": "def run(value):\n    return value\n"})
+    write_tool(tmp_path, "dt", python_tool("shout_typo", implementation={"kind": "python", "entrypoint": "lib.shuot:run"}),
+               {"lib/__init__.py": "", "lib/shout.py": "def run(value):\n    return value\n"})
+
     registry = ToolRegistry.load([tmp_path])
 
-    (error,) = registry.errors
-    assert (error.field, error.reason) == ("implementation.entrypoint", "module 'uppercase' is neither uppercase.py in the "
-                                           "tool's folder nor a module Python can import (did you mean upper:run?)")
-    assert registry.namespaces() == ["dumps", "packaged"]  # an importable module, a package of the folder
+    reasons = {Path(e.path).parent.name: e.reason for e in registry.errors if e.field == "implementation.entrypoint"}
+    assert reasons == {
+        "t": "module 'uppercase' is neither uppercase.py in the tool's folder nor a module Python can import (did you mean upper:run?)",
+        "pk": "module 'shoutpkg' is neither shoutpkg.py in the tool's folder nor a module Python can import "
+              "(did you mean shoutpkg.__init__:run?)",
+        "dt": "module 'lib.shuot' is neither lib/shuot.py in the tool's folder nor a module Python can import "
+              "(did you mean lib.shout:run?)",
+    }
+    assert registry.namespaces() == ["dumps", "packaged"]  # an importable module, a module file of the folder
 
 
 @pytest.mark.parametrize("evolved_file", ["../other/echo_v1_1_0.py", "/etc/passwd"])

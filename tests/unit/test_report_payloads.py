@@ -91,3 +91,10 @@ def test_an_evolution_asked_for_by_hand_without_a_namespace_is_answered_naming_i
     answer = prepare_evolution.run(namespace="", reason="by hand")
     assert (answer["status"], answer["trigger"]) == ("no_fix", "manual")
     assert answer["message"].startswith("evolution could not be prepared: namespace: "), answer["message"]
+    # QA recheck L-C: an unknown key raised TypeError, a namespace that is no text a ValidationError
+    # of the report itself; a missing one read as a wrong type.
+    for asked, says in (({"namespace": "sort_numbers", "bogus": 1}, "bogus: Extra inputs are not permitted"),
+                        ({"namespace": 123}, "namespace: Input should be a valid string"),
+                        ({}, "namespace: Field required")):
+        answer = prepare_evolution.run(**asked)
+        assert answer["status"] == "no_fix" and says in answer["message"], answer

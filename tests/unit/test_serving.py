@@ -317,6 +317,15 @@ def test_the_clear_best_match_is_tried_first_again_after_an_outage_handed_its_jo
     # when it is half-open (its probe is the breaker's), nor for a call that names a tool.
     assert best_match_again(call, ranked, [taker, fell_over("reverse_text", 1.0, [1.0], [1.0, 0.9]), found[2]], best) is None
     assert best_match_again(call, ranked, [taker, fell_over("reverse_text", 1.0, [1.0, 0.99, 0.98]), found[2]], best) is None
+    # QA recheck H-A: once it does the job, outages among its successes do not end it, nor does one
+    # wrong answer; failures as many as its successes there do.
+    doing = [1.0] * 13
+    assert best_match_again(call, ranked, [taker, fell_over("reverse_text", 1.0, [1.0, 0.99, 0.98], doing=doing), found[2]],
+                            best) == ("reverse_text@1.0.0", True)
+    assert best_match_again(call, ranked, [taker, fell_over("reverse_text", 1.0, [1.0], [1.0, 0.9], doing=doing), found[2]],
+                            best) == ("reverse_text@1.0.0", True)
+    assert best_match_again(call, ranked, [taker, fell_over("reverse_text", 1.0, [1.0] * 3, [1.0] * 13, doing=doing),
+                                           found[2]], best) is None
     assert best_match_again(call, ranked, found, best, half_open={"reverse_text@1.0.0"}) is None
     assert best_match_again(CallRequest(scenario="reverse this string", namespace="count_words"), ranked, found, best) is None
     # Nor when it has no failure here at all (the policy's order stands: the selection bench, whose
@@ -342,6 +351,7 @@ def test_the_best_match_again_goes_first_on_its_share_then_on_every_call_and_is_
     assert "clear best match" in tried[0].breakdown.rationale and tried[0].breakdown.extra["best_match_again"] == 1.0
     kept = explored_first(call, ranked(), found, 0.25, lambda salt: False, newcomer=None, passed=None, probe=None, best=best)
     assert keys(kept) == ["count_words@1.0.0", "reverse_text@1.0.0"] and kept[0].probability == 0.675
+    assert "first on the other 75% of such calls: the rest try reverse_text@1.0.0 first" in kept[0].breakdown.rationale
     found[1] = fell_over("reverse_text", 1.0, [1.0], doing=[1.0, 1.0, 1.0])
     always = explored_first(call, ranked(), found, 0.25, lambda salt: False, newcomer=None, passed=None, probe=None, best=best)
     assert keys(always)[0] == "reverse_text@1.0.0" and always[0].probability == 1.0
