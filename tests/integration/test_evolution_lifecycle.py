@@ -867,7 +867,7 @@ def test_a_rollback_serves_what_served_before_when_a_lower_manifest_version_came
     from workers.cli import evolution as cli
 
     monkeypatch.setattr(cli, "_stores", lambda: (rt.registry, rt.state, rt.evolution))
-    shown = {r["version"]: (r["status"], r["served"]) for r in cli.lineage("slowish")["versions"]}
+    shown = {r.version: (r.status, r.served) for r in cli.lineage("slowish").versions}
     # and what `fittest show` calls them (QA recheck N8: 0.9.0 "original", 1.0.0 a new version that waits)
     assert shown["1.0.0"] == ("original", True) and shown["0.9.0"] == ("new manifest version", False), shown
 

@@ -242,9 +242,9 @@ def test_weights_show_the_stored_classifier_and_correlations_as_written(monkeypa
 
 # --------------------------------------------------------------------------------------- evolution
 def test_show_prints_mutations_variants_and_the_changelog_as_written(redis_answers: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    variant = {"id": 1, "status": "testing", "environment": "[/env]", "trials": 0, "successes": 0, "accesses": 0,
+    variant = {"id": "1", "status": "testing", "environment": "[/env]", "trials": 0, "successes": 0, "accesses": 0,
                "effectiveness": 0.5}
-    data = {
+    data = evolution.Lineage.model_validate({
         "namespace": "fast_sort",
         "promotion": None,
         "versions": [
@@ -254,12 +254,12 @@ def test_show_prints_mutations_variants_and_the_changelog_as_written(redis_answe
              "variants": [{**variant, "text": f"sorts {text}"}]}
             for i, text in enumerate(TRICKY)
         ],
-        "changelog": [{"time": 0.0, "event": "[/event]", "version": "[/v]", "by": "[/by]", "mutation": text,
+        "changelog": [{"namespace": "fast_sort", "time": 0.0, "event": "verified", "version": "[/v]", "mutation": text,
                        "reason": f"because {text}"} for text in TRICKY],
-    }
+    })
     monkeypatch.setattr(evolution, "lineage", lambda name: data)
     out = invoke(["show", "fast[/x]"])
-    assert_shown(out, "fast[/x]\n", *[f"1.0.{i}[/v]  " for i in range(len(TRICKY))], "changelog of fast[/x]", "[/event]", "[/v]", "[/by]", *[f"mutation {text}" for text in TRICKY], *[f"sorts {text}" for text in TRICKY], "([/env])",
+    assert_shown(out, "fast[/x]\n", *[f"1.0.{i}[/v]  " for i in range(len(TRICKY))], "changelog of fast[/x]", "verified", "[/v]", *[f"mutation {text}" for text in TRICKY], *[f"sorts {text}" for text in TRICKY], "([/env])",
                  *[f"because {text}" for text in TRICKY])
 
 
@@ -268,9 +268,10 @@ def show_lineage(monkeypatch: pytest.MonkeyPatch, namespace: str, promotion: dic
     """`fittest show NAMESPACE` of a lineage with these (version, status, served) rows."""
     row: dict[str, Any] = {"parent": None, "quality": 1.0, "successes": 0, "failures": 0, "refused_inputs": 0, "breaker": "closed",
                            "timeout_s": 2.0, "manifest": "/tools/x/tool.yaml", "mutation": "", "variants": []}
-    data = {"namespace": namespace, "promotion": promotion, "changelog": [],
-            "versions": [{**row, "version": v, "status": status, "served": served, "deprecated": v in deprecated}
-                         for v, status, served in versions]}
+    data = evolution.Lineage.model_validate({
+        "namespace": namespace, "promotion": {"namespace": namespace, **promotion}, "changelog": [],
+        "versions": [{**row, "version": v, "status": status, "served": served, "deprecated": v in deprecated}
+                     for v, status, served in versions]})
     monkeypatch.setattr(evolution, "lineage", lambda name: data)
     return invoke(["show", namespace])
 

@@ -3,11 +3,17 @@ came to be, and the by-hand controls over which one is served."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, Literal, NoReturn, Optional
 
 import typer
+from pydantic import BaseModel
 from rich.table import Table
 from rich.tree import Tree
+
+from evolution.descriptions import VariantStatus
+from evolution.models import ChangelogEntry
+from selection.models import Promotion
+from selection.ports import BreakerState
 
 from workers.cli.common import REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, shortened, when
 
@@ -19,6 +25,56 @@ if TYPE_CHECKING:
     from workers.state.redis import RedisStateStore
 
 app = typer.Typer()
+
+# What `lineage` says of each version, as `show --help` explains them.
+VersionStatus = Literal["original", "new manifest version", "on_trial", "active", "trial's parent", "rolled_back",
+                        "not promoted", "superseded"]
+STATUS_COLOR: dict[VersionStatus, str] = {
+    "original": "cyan", "new manifest version": "cyan", "on_trial": "yellow", "active": "green", "trial's parent": "green",
+    "rolled_back": "red", "not promoted": "dim", "superseded": "dim"}
+
+
+class VariantRow(BaseModel):
+    """A description variant of a version, as `fittest show` lists it."""
+
+    id: str
+    text: str
+    status: VariantStatus
+    environment: str
+    trials: int
+    successes: int
+    accesses: int
+    effectiveness: float
+
+
+class LineageVersion(BaseModel):
+    """One version of a namespace in `fittest show` (and its --json)."""
+
+    version: str
+    parent: str | None
+    status: VersionStatus
+    served: bool  # the version its namespace serves (a version on trial: on its share of the calls)
+    deprecated: bool = False  # selection skips it
+    quality: float
+    successes: int
+    failures: int
+    # What an author checks beside them (QA evolution: only `fittest tools` showed the breaker,
+    # and nothing the timeout its attempts now get, or where the version was read from).
+    refused_inputs: int = 0
+    breaker: BreakerState = "closed"
+    timeout_s: float
+    manifest: str | None = None  # the file it was read from
+    mutation: str = ""  # what made it, from its promotion's changelog entry
+    variants: list[VariantRow] = []
+
+
+class Lineage(BaseModel):
+    """A namespace's versions, lowest first, its promotion and its changelog, oldest first."""
+
+    namespace: str
+    promotion: Promotion | None
+    versions: list[LineageVersion]
+    changelog: list[ChangelogEntry]
 
 
 def _stores() -> tuple[ToolRegistry, RedisStateStore, EvolutionLedger]:
@@ -51,7 +107,7 @@ def versions_of(registry: ToolRegistry, namespace: str) -> list[ToolManifest]:
     return versions
 
 
-def lineage(namespace: str) -> dict[str, Any]:
+def lineage(namespace: str) -> Lineage:
     """Every version of a namespace with its parent, status, quality and variants, and the changelog."""
     from evolution.served_version import head_version, served_original
 
@@ -73,7 +129,7 @@ def lineage(namespace: str) -> dict[str, Any]:
     last_status = {p.evolved_version: p.status for p in history}
     rows = []
     for m in versions:
-        status: str = last_status.get(m.version) or (
+        status: VersionStatus = last_status.get(m.version) or (
             "not promoted" if m.parent_version is not None
             else "original" if m.version == base else "new manifest version")
         if status == "rolled_back" and m.version == base:
@@ -84,36 +140,17 @@ def lineage(namespace: str) -> dict[str, Any]:
             on_trial_against = promotion is not None and promotion.status == "on_trial" and m.version == promotion.parent_version
             # another version was promoted since; or, while that one is on trial, it serves the other calls
             status = "trial's parent" if on_trial_against else "superseded"
-        rows.append({
-            "version": m.version,
-            "parent": m.parent_version,
-            "status": status,
-            "served": m.version == head and not m.deprecated,  # selection skips a deprecated version
-            "deprecated": m.deprecated,
-            "quality": round(stats[m.key].quality, 4),
-            "successes": stats[m.key].successes,
-            "failures": stats[m.key].failures,
-            # What an author checks beside them (QA evolution: only `fittest tools` showed the breaker,
-            # and nothing the timeout its attempts now get, or where the version was read from).
-            "refused_inputs": stats[m.key].refused_inputs,
-            "breaker": breakers[m.key],
-            "timeout_s": attempt_timeout(get_settings(), registry, m, stats[m.key]),
-            "manifest": registry.source(m.key),
-            "mutation": mutations.get(m.version, ""),
-            "variants": [v.model_dump(include={"id", "status", "environment", "trials", "successes", "accesses", "text"})
-                         | {"effectiveness": round(v.effectiveness, 3)} for v in variants.get(m.key, [])],
-        })
-    return {
-        "namespace": namespace,
-        "promotion": promotion.model_dump(mode="json") if promotion else None,
-        "versions": rows,
-        "changelog": [e.model_dump(mode="json") for e in changelog],
-    }
-
-
-# Every status `lineage` gives a version, as `show --help` lists them.
-STATUS_COLOR = {"original": "cyan", "new manifest version": "cyan", "on_trial": "yellow", "active": "green",
-                "trial's parent": "green", "rolled_back": "red", "not promoted": "dim", "superseded": "dim"}
+        rows.append(LineageVersion(
+            version=m.version, parent=m.parent_version, status=status,
+            served=m.version == head and not m.deprecated,  # selection skips a deprecated version
+            deprecated=m.deprecated, quality=round(stats[m.key].quality, 4), successes=stats[m.key].successes,
+            failures=stats[m.key].failures, refused_inputs=stats[m.key].refused_inputs, breaker=breakers[m.key],
+            timeout_s=attempt_timeout(get_settings(), registry, m, stats[m.key]), manifest=registry.source(m.key),
+            mutation=mutations.get(m.version, ""),
+            variants=[VariantRow(**v.model_dump(include=set(VariantRow.model_fields) - {"effectiveness"}),
+                                 effectiveness=round(v.effectiveness, 3)) for v in variants.get(m.key, [])],
+        ))
+    return Lineage(namespace=namespace, promotion=promotion, versions=rows, changelog=changelog)
 
 
 @app.command()
@@ -129,62 +166,63 @@ def show(
     mutation that made it and its description variants; the changelog lists every verdict, promotion
     and rollback.
 
-    Statuses: original (the registry's, every version's fallback); new manifest version (a manifest
-    added beside the original, tried as a newcomer); on_trial (an evolved or promoted version served
-    a share of the calls); active (promoted and served); trial's parent (serves the calls the version
-    on trial does not); rolled_back; not promoted (evolved, never promoted); superseded (another
-    version was promoted since)."""
+    Statuses: original (the registry's, every version's fallback); new manifest version (another
+    version a manifest gives, not on trial: waiting for its turn or for `fittest promote`, or a lower
+    version kept as a fallback); on_trial (an evolved or given version served a share of the calls);
+    active (promoted and served); trial's parent (serves the calls the version on trial does not);
+    rolled_back; not promoted (evolved, never promoted); superseded (another version was promoted
+    since)."""
     data = lineage(name)
     if json_out:
-        print_json(data)
+        print_json(data.model_dump(mode="json"))
         return
     from workers.settings import get_settings
 
     share = get_settings().trial_share
-    promotion = data["promotion"]
-    trial = promotion if promotion and promotion["status"] == "on_trial" else None
-    pinned = promotion is not None and promotion["status"] == "active" and promotion.get("by") == "operator"
+    promotion = data.promotion
+    trial = promotion if promotion and promotion.status == "on_trial" else None
+    pinned = promotion is not None and promotion.status == "active" and promotion.by == "operator"
     tree = Tree(f"[bold]{literal(name)}[/bold]")
     nodes: dict[str | None, Tree] = {}
-    against = trial and (trial["parent_version"] or trial["original_version"])
+    against = trial and (trial.parent_version or trial.original_version)
     # A trial whose other version is deprecated serves every call with the version on trial (QA recheck N5).
-    alone = any(row["version"] == against and row.get("deprecated") for row in data["versions"])
-    for row in data["versions"]:  # lowest version first, so a parent is placed before its children
-        color = STATUS_COLOR.get(row["status"], "white")
+    alone = any(row.version == against and row.deprecated for row in data.versions)
+    for row in data.versions:  # lowest version first, so a parent is placed before its children
+        color = STATUS_COLOR[row.status]
         served = ""
-        if row["served"]:  # QA U: a version on trial was marked served where it serves a share of the calls
-            on_trial = row["status"] == "on_trial"
+        if row.served:  # QA U: a version on trial was marked served where it serves a share of the calls
+            on_trial = row.status == "on_trial"
             served = (" [bold]◀ served[/bold]" if not on_trial else " [bold]◀ served on every call[/bold] (the version "
                       "it is tried against is deprecated)" if alone else f" [bold]◀ served on {share:.0%} of the calls[/bold]")
-        elif trial and row["version"] == against and not alone:
+        elif trial and row.version == against and not alone:
             served = f" [bold]◀ served on the other {1 - share:.0%}[/bold]"
-        if row.get("deprecated"):
+        if row.deprecated:
             served += " [dim]deprecated: not offered by selection[/dim]"
-        elif row["status"] == "new manifest version" and pinned:  # QA V: nothing said why it was never tried
+        elif row.status == "new manifest version" and pinned:  # QA V: nothing said why it was never tried
             served += f" [dim]waits: `fittest promote` decides (`fittest rollback {literal(name)}` lets it go on trial)[/dim]"
-        breaker = {"open": "  [red]breaker open[/red]", "half_open": "  [yellow]breaker half-open[/yellow]"}.get(row["breaker"], "")
-        refused = f" (+{row['refused_inputs']} refused)" if row["refused_inputs"] else ""
-        label = (f"{literal(row['version'])}  [{color}]{literal(row['status'])}[/{color}]{served}  "
-                 f"quality {row['quality']:.2f}  {row['successes']}✓ {row['failures']}✗{refused}{breaker}  "
-                 f"timeout {row['timeout_s']:g} s")
-        if row["mutation"]:
-            label += f"\n[dim]{literal(row['mutation'])}[/dim]"
-        node = nodes.get(row["parent"], tree).add(label)
-        for v in row["variants"]:
-            node.add(f"[dim]description #{literal(v['id'])} {literal(v['status'])} ({literal(v['environment'])}) "
-                     f"effectiveness {v['effectiveness']:.2f} trials {v['trials']} accesses {v['accesses']}: "
-                     f"{literal(shortened(v['text'], 70))}[/dim]")
-        nodes[row["version"]] = node
+        breaker = {"open": "  [red]breaker open[/red]", "half_open": "  [yellow]breaker half-open[/yellow]"}.get(row.breaker, "")
+        refused = f" (+{row.refused_inputs} refused)" if row.refused_inputs else ""
+        label = (f"{literal(row.version)}  [{color}]{literal(row.status)}[/{color}]{served}  "
+                 f"quality {row.quality:.2f}  {row.successes}✓ {row.failures}✗{refused}{breaker}  "
+                 f"timeout {row.timeout_s:g} s")
+        if row.mutation:
+            label += f"\n[dim]{literal(row.mutation)}[/dim]"
+        node = nodes.get(row.parent, tree).add(label)
+        for v in row.variants:
+            node.add(f"[dim]description #{literal(v.id)} {literal(v.status)} ({literal(v.environment)}) "
+                     f"effectiveness {v.effectiveness:.2f} trials {v.trials} accesses {v.accesses}: "
+                     f"{literal(shortened(v.text, 70))}[/dim]")
+        nodes[row.version] = node
     console.print(tree)
-    entries = data["changelog"][-events:] if events else []
+    entries = data.changelog[-events:] if events else []
     if entries:
         table = Table(title=f"changelog of {literal(name)}")
         for col in ("time", "event", "version", "by", "mutation", "reason"):
             table.add_column(col)
         for e in entries:
-            version = e["version"] or (f"from {e['parent']}" if e["parent"] else "")  # a candidate not installed
-            table.add_row(when(e["time"]), literal(e["event"]), literal(version), literal(e["by"]),
-                          literal(shortened(e["mutation"] or "", 60)), literal(abridged(e["reason"] or "", 150, 150)))
+            version = e.version or (f"from {e.parent}" if e.parent else "")  # a candidate not installed
+            table.add_row(when(e.time), literal(e.event), literal(version), literal(e.by),
+                          literal(shortened(e.mutation or "", 60)), literal(abridged(e.reason or "", 150, 150)))
         console.print(table)
 
 
