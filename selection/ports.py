@@ -236,6 +236,15 @@ class RetrainNote(BaseModel):
     evidence: RetrainEvidence = Field(default_factory=RetrainEvidence)
 
 
+class WeightsShown(BaseModel):
+    """`fittest weights --json`: the weights in force, earlier versions newest first, and the latest
+    retrain that stored nothing since them (None: none did)."""
+
+    current: SelectionWeights
+    history: list[SelectionWeights]
+    last_retrain: RetrainNote | None
+
+
 # A circuit breaker's state: "half_open" once an open breaker's cool-down has passed (it may be tried
 # again; the next outcome closes or re-opens it). The store does not limit how many probes go.
 BreakerState = Literal["closed", "open", "half_open"]

@@ -292,6 +292,13 @@ class FeedbackReport(BaseModel):
     forgiven_by_version: dict[str, int] = Field(default_factory=dict)
 
 
+class FeedbackShown(FeedbackReport):
+    """`fittest feedback show --json`: the report, with each version's quality, under POSITIVE_QUALITY
+    of which its successes give no entry (QA final)."""
+
+    quality: dict[str, float]
+
+
 def feedback_report(rt: Runtime, tool: str, limit: int = 50) -> FeedbackReport:
     """The entries that count in selection's scores: an outcome entry whose call a person judged is
     left out, as selection leaves it out."""

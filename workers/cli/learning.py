@@ -280,7 +280,7 @@ def feedback_show(
     from selection.feedback import POSITIVE_QUALITY
     from selection.manifest import tool_key
     from workers.cli.evolution import versions_of
-    from workers.feedback_store import REPORT_SCAN, FeedbackReport
+    from workers.feedback_store import REPORT_SCAN, FeedbackReport, FeedbackShown
     from workers.settings import get_settings
     from workers.state import open_state_store
     from workers.tool_catalog import load_registry
@@ -309,7 +309,7 @@ def feedback_show(
     keys = [tool_key(name, v) for v in ([version] if version else known)]
     quality = {key: stats.quality for key, stats in open_state_store(get_settings()).stats(keys).items()}
     if json_out:  # with each version's quality: under POSITIVE_QUALITY its successes give no entry (QA final)
-        print_json({**report.model_dump(mode="json"), "quality": quality})
+        print_json(FeedbackShown(**dict(report), quality=quality).model_dump(mode="json"))
         return
     table = Table(title=f"feedback on {literal(tool)}: {shown}")
     for col in ("when", "version", "value", "source", "reason", "scenario"):
@@ -354,6 +354,7 @@ def weights(
     refitted on. Below: each component's correlation with success beside the noise of that many
     records (a component steers only above it), and why the last retrain left the weights as they were."""
     from selection.sparc import COMPONENTS
+    from selection.ports import WeightsShown
     from workers.payloads import RetrainResult
     from workers.settings import get_settings
     from workers.state import open_state_store
@@ -371,8 +372,7 @@ def weights(
     if note is not None and note.at <= current.updated_at:  # a later retrain stored these weights
         note = None
     if json_out:
-        print_json({"current": current.model_dump(mode="json"), "history": [w.model_dump(mode="json") for w in past],
-                    "last_retrain": note.model_dump(mode="json") if note is not None else None})
+        print_json(WeightsShown(current=current, history=past, last_retrain=note).model_dump(mode="json"))
         return
     table = Table(title=f"SPARC weights v{current.version}" + ("" if current.version else " (defaults: never learned)"))
     for col in ("version", "updated", *COMPONENTS, "records", "success rate", "classifier", "successes"):
