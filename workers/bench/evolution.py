@@ -40,13 +40,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from selection.manifest import TestCase
+from selection.models import CallResult
 from workers.bench.host import BenchResult
 from workers.settings import Settings
 from workers.stack import ROOT, Stack, start_private_redis
 
 if TYPE_CHECKING:
-    from selection.ports import StateStore
+    from evolution.models import EvolutionReport
     from evolution.ports import Changelog
+    from selection.ports import StateStore
     from workers.client import CallSender
 
 SUITE_DIR = ROOT / "examples" / "broken"
@@ -73,11 +75,11 @@ class BenchCall(BaseModel):
             body["namespace"] = self.namespace
         return body
 
-    def judge(self, result: dict[str, Any]) -> bool:
-        if result.get("status") != "success" or result.get("tool") != self.tool():
+    def judge(self, result: CallResult) -> bool:
+        if result.status != "success" or result.tool != self.tool():
             return False
         case = TestCase(input=self.input, expect=self.expect, expect_keys=self.expect_keys)
-        return case.check(True, result.get("output")) is None
+        return case.check(True, result.output) is None
 
 
 class BrokenTool(BaseModel):
@@ -156,8 +158,8 @@ def bench_settings(settings: Settings, run: str) -> Settings:
     })
 
 
-def _evolution_count(result: dict[str, Any]) -> int:
-    return 1 if result.get("evolution") and result["evolution"].get("status") not in (None, "disabled") else 0
+def _evolution_count(result: CallResult) -> int:
+    return 1 if result.evolution is not None and result.evolution.status != "disabled" else 0
 
 
 def run_evolution_bench(settings: Settings, progress: Callable[[str], None] = lambda _: None) -> EvolutionBench:
@@ -202,8 +204,15 @@ def run_evolution_bench(settings: Settings, progress: Callable[[str], None] = la
     )
 
 
-def _call(client: CallSender, call: BenchCall, **extra: Any) -> dict[str, Any]:
-    return client.wait(client.send("resilient_tool_call", **call.payload(**extra)), CALL_TIMEOUT_S)
+def _call(client: CallSender, call: BenchCall, **extra: Any) -> CallResult:
+    return _answer(client, client.send("resilient_tool_call", **call.payload(**extra)))
+
+
+def _answer(client: CallSender, handle: Any) -> CallResult:
+    """The call's result as the workers stored it, read as the client reads it."""
+    from workers.client import read_call
+
+    return read_call(handle.id, client.wait(handle, CALL_TIMEOUT_S))
 
 
 def _run(suite: Suite, client: CallSender, state: StateStore, ledger: Changelog, progress: Callable[[str], None]) -> list[ToolOutcome]:
@@ -222,10 +231,8 @@ def _run(suite: Suite, client: CallSender, state: StateStore, ledger: Changelog,
                               failed_before=before[tool.name].count(False), fixed=0)
         report = _trigger(client, tool)
         if report is not None:
-            outcome.evolution_status = report.get("status")
-            outcome.version = report.get("version")
-            outcome.mutation = report.get("mutation")
-            outcome.message = report.get("message", "")
+            outcome.evolution_status, outcome.version = report.status, report.version
+            outcome.mutation, outcome.message = report.mutation, report.message
         outcomes.append(outcome)
 
     progress("after: every bench call again, as ordinary calls")
@@ -259,21 +266,24 @@ def _run(suite: Suite, client: CallSender, state: StateStore, ledger: Changelog,
     return outcomes
 
 
-def _trigger(client: CallSender, tool: BrokenTool) -> dict[str, Any] | None:
-    """Start the tool's evolution; its report (None when no call failed, so nothing evolved)."""
+def _trigger(client: CallSender, tool: BrokenTool) -> EvolutionReport | None:
+    """Start the tool's evolution; its report (None when no call failed, so nothing evolved). A
+    call's result carries the whole report (`CallEvolution` keeps its other fields)."""
+    from evolution.models import EvolutionReport
+
     if tool.trigger == "manual":
-        return client.wait(client.send("prepare_evolution", namespace=tool.name, reason="bench: evolved by hand"), CALL_TIMEOUT_S)
+        handle = client.send("prepare_evolution", namespace=tool.name, reason="bench: evolved by hand")
+        return EvolutionReport.model_validate(client.wait(handle, CALL_TIMEOUT_S))
     for call in tool.calls:
         result = _call(client, call)
-        if result.get("evolution"):
-            return result["evolution"]
+        if result.evolution is not None:
+            return EvolutionReport.model_validate(result.evolution.model_dump())
     return None
 
 
 def _by_version(client: CallSender, call: BenchCall, name: str, version: str) -> bool:
-    result = client.wait(client.send("call_tool", name=name, input=call.input, version=version, after_evolution=True),
-                         CALL_TIMEOUT_S)
-    return call.judge(result)
+    return call.judge(_answer(client, client.send("call_tool", name=name, input=call.input, version=version,
+                                                  after_evolution=True)))
 
 
 def flaky_port_free() -> bool:
