@@ -36,7 +36,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from selection.models import Severity
+from selection.models import CallResult, Severity
 from selection.ports import FAILURES, VectorFilter
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
 from workers.bench.host import BenchResult
@@ -97,21 +97,23 @@ def _send(client: CallSender, i: int, run: str, nap_ms: int) -> Any:
 
 
 def _collect(settings: Settings, client: CallSender, handles: list[Any], deadline: float,
-             progress: Callable[[str], None]) -> list[dict[str, Any] | None]:
+             progress: Callable[[str], None]) -> list[CallResult | None]:
     """Each call's result, None for a call that has none by the deadline. A result the client could
     not fetch (its result subscription did not survive the Redis restart) is read once more
     through a fresh connection: what counts is whether the workers stored it."""
-    results: list[dict[str, Any] | None] = []
+    from workers.client import read_call
+
+    results: list[CallResult | None] = []
     for handle in handles:
         task_id = handle.id
         try:
-            results.append(client.wait(handle, max(1.0, deadline - time.monotonic())))
+            results.append(read_call(task_id, client.wait(handle, max(1.0, deadline - time.monotonic()))))
             continue
         except Exception as exc:
             progress(f"call {task_id}: {type(exc).__name__}: {str(exc).strip()[:200]}; reading its result afresh")
         fresh = CallSender(settings)
         try:
-            results.append(fresh.wait(fresh.celery.AsyncResult(task_id), max(1.0, deadline - time.monotonic())))
+            results.append(read_call(task_id, fresh.wait(fresh.celery.AsyncResult(task_id), max(1.0, deadline - time.monotonic()))))
         except Exception as exc:
             progress(f"call {task_id} has no result: {type(exc).__name__}: {str(exc).strip()[:200]}")
             results.append(None)
@@ -221,8 +223,8 @@ def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Calla
             phase_of = [phase for phase, _ in sent]
             sent.clear()
             state = open_state_store(bench)
-            expected_failures = sum(1 for r in results if r and r["status"] == "failed" and r["attempts"])
-            expected_successes = sum(1 for r in results if r and r["status"] == "success")
+            expected_failures = sum(1 for r in results if r and r.status == "failed" and r.attempts)
+            expected_successes = sum(1 for r in results if r and r.status == "success")
             warm_up_success = 1
             progress("waiting for the feedback queue to settle")
             settle = time.monotonic() + 60
@@ -256,9 +258,9 @@ def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Calla
     for name in PHASES:
         mine = [r for phase, r in zip(phase_of, results) if phase == name]
         reports.append(PhaseReport(
-            name=name, calls=len(mine), completed=sum(1 for r in mine if r and r["status"] == "success"),
-            failed_with_result=sum(1 for r in mine if r and r["status"] != "success"),
-            lost=sum(1 for r in mine if r is None), degraded=sum(1 for r in mine if r and r.get("degraded")),
+            name=name, calls=len(mine), completed=sum(1 for r in mine if r and r.status == "success"),
+            failed_with_result=sum(1 for r in mine if r and r.status != "success"),
+            lost=sum(1 for r in mine if r is None), degraded=sum(1 for r in mine if r and r.degraded),
         ))
     return ChaosResult(
         calls=len(results),
