@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from selection.evidence import CandidateEvidence
-from selection.models import Candidate, CallRequest
+from selection.models import Candidate, CallRequest, FailureClass
 
 # A newcomer is tried when its description matches the job within this much cosine of the best
 # match among the tools that matched: a tool that does the job about as well as its words say...
@@ -284,8 +284,9 @@ def does_such_jobs(c: Candidate, namespace: str | None = None) -> bool:
 
 
 def does_such_jobs_here(e: CandidateEvidence) -> bool:
-    """`does_such_jobs` of a candidate's evidence, before it is ranked: its description matches the
-    job clearly, or its namespace did such jobs."""
+    """Whether a candidate's evidence, before it is ranked, says it does the call's kind of job: its
+    description matches the job clearly, or its namespace or it did such jobs (`does_such_jobs`
+    asks it of a ranked candidate, which also counts the namespace a call names)."""
     return e.similarity >= CLEAR_MATCH or did_the_job(e) or does_the_job(e)
 
 
@@ -332,7 +333,8 @@ def second_opinion(request: CallRequest, ranked: list[Candidate], evidence: list
     return None if chosen is None else chosen.key
 
 
-OUTAGE_CLASSES = frozenset({"unavailable", "timeout", "crash"})  # failures that say a version was down or broke, not that it is unfit
+# Failures that say a version was down or broke on an input, not that it does the job wrong (as stored: the values).
+OUTAGE_CLASSES = frozenset(c.value for c in (FailureClass.unavailable, FailureClass.timeout, FailureClass.crash))
 OUTAGES_RETRIED = RELIABLE_RUNS  # failures of a clear best match nearby, all outages, past which it is not retried first
 
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import enum
 import os
 import signal
 from pathlib import Path
 from types import FrameType
 from typing import Annotated
-
-import enum
 
 import typer
 

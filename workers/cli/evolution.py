@@ -14,7 +14,6 @@ from evolution.descriptions import VariantStatus
 from evolution.models import ChangelogEntry
 from selection.models import Promotion
 from selection.ports import BreakerState
-
 from workers.cli.common import REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, shortened, when
 
 if TYPE_CHECKING:
