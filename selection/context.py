@@ -22,7 +22,7 @@ import difflib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 from typing import Any, Literal, get_args
 
@@ -81,6 +81,17 @@ LANGUAGE_ALIASES: dict[str, str] = {
     "sh": "bash", "shell": "bash", "c++": "cpp", "cxx": "cpp", "cs": "csharp", "c#": "csharp",
 }
 KNOWN_LANGUAGES: frozenset[str] = frozenset(EXTENSIONS.values()) | frozenset(LANGUAGE_ALIASES.values())
+# Languages (and file formats) nothing here detects, which a tool may still declare and a call
+# state by name: never a typo of a detected one, though `fsharp` is as close to csharp, `zsh` to
+# sh, `scss` to css and `purescript` to typescript as `pyton` is to python (QA integration L1).
+UNDETECTED_LANGUAGES: frozenset[str] = frozenset((
+    "ada", "assembly", "awk", "clojure", "cmake", "cobol", "coffeescript", "crystal", "cuda", "d", "dart",
+    "delphi", "dockerfile", "elixir", "elm", "erlang", "fish", "fortran", "fsharp", "gleam", "graphql",
+    "groovy", "hack", "haskell", "haxe", "hcl", "json", "julia", "ksh", "less", "lisp", "make", "markdown",
+    "matlab", "mojo", "nim", "nix", "objective-c", "ocaml", "octave", "pascal", "perl", "powershell",
+    "prolog", "protobuf", "purescript", "racket", "reason", "rescript", "sass", "scheme", "scss", "sed",
+    "solidity", "svelte", "tcl", "terraform", "toml", "vbnet", "verilog", "vhdl", "vue", "wasm", "xml",
+    "yaml", "zig", "zsh"))
 # A known name with a version after it: "python 3.11", "node18", "c++17", "java-21".
 VERSIONED = re.compile(r"(.+?)[\s_-]?v?\d+(?:\.\d+)*")
 # Languages recognised when named in the scenario ("... in Rust"); short or common-word names
@@ -180,12 +191,25 @@ def context_typos(context: Mapping[str, Any]) -> list[str]:
             notes.append(f"context key '{key}' is not read by selection: did you mean '{close[0]}'?")
     given = context.get("languages", context.get("language"))
     names = [given] if isinstance(given, str) else given if isinstance(given, list) else []
-    for name in (part.strip().lower() for n in names if isinstance(n, str) for part in n.split(",")):
-        if name and canonical_language(name) not in KNOWN_LANGUAGES and (
+    for name, meant in language_typos(n for n in names if isinstance(n, str)):
+        notes.append(f"context language '{name}' is not one selection knows: did you mean '{meant}'?")
+    return notes
+
+
+def language_typos(names: Iterable[str]) -> list[tuple[str, str]]:
+    """Each (name, the known language it likely misspells) among `names` (comma-separated lists
+    allowed): a name selection does not know but one it knows is close to. Said to a caller
+    (`context_typos`) and to a team whose manifest declares it (`fittest tools`), since a tool
+    declaring `pyton` matches no call's language, without a word. A real language nothing detects
+    (`fsharp`, `UNDETECTED_LANGUAGES`) is no typo, and a name like none is left alone, as it may be
+    a language only the team's tools speak."""
+    typos = []
+    for name in (part.strip().lower() for n in names for part in n.split(",")):
+        if name and canonical_language(name) not in KNOWN_LANGUAGES | UNDETECTED_LANGUAGES and (
                 close := difflib.get_close_matches(name, sorted(KNOWN_LANGUAGES | set(LANGUAGE_ALIASES)), n=1,
                                                    cutoff=LANGUAGE_TYPO_CUTOFF)):
-            notes.append(f"context language '{name}' is not one selection knows: did you mean '{close[0]}'?")
-    return notes
+            typos.append((name, close[0]))
+    return typos
 
 
 def check_context(context: Mapping[str, Any]) -> None:

@@ -195,6 +195,15 @@ def test_refused_manifests_are_listed_as_json_apart_from_the_versions_whose_list
     (tools / "bad_version" / "tool.yaml").unlink()
     clean = run("--refused", "--json")
     assert clean.returncode == 0 and json.loads(clean.stdout) == [], clean.stderr
+    # A declared language that is a typo of a known one matches no call's language: noted, not
+    # refused (QA integration L1); a real language nothing detects (fsharp, like csharp) is no typo.
+    manifest = tools / "slugify" / "tool.yaml"
+    manifest.write_text(manifest.read_text().replace("  complexity_max: 0.4", "  complexity_max: 0.4\n  languages: [Pyton, fsharp]"))
+    noted = run("--refused", "--json")
+    said = " ".join(noted.stderr.split())
+    assert noted.returncode == 0 and json.loads(noted.stdout) == [], noted.stderr
+    assert f"note {manifest}: sparc.languages 'pyton' is not a language selection knows: did you mean 'python'?" in said, said
+    assert "fsharp" not in said, said
 
 
 def test_settings_the_commands_refuse_are_named_in_one_line(model_path: Path, tmp_path: Path) -> None:

@@ -188,3 +188,5 @@ def test_a_context_key_or_language_close_to_one_selection_reads_is_named_as_a_li
         "context language 'pyton' is not one selection knows: did you mean 'python'?"]
     assert context_typos({"language": "Javscript,rust"}) == [
         "context language 'javscript' is not one selection knows: did you mean 'javascript'?"]
+    # A real language nothing detects is no typo, however close to one detected (QA integration L1).
+    assert context_typos({"languages": ["fsharp", "zsh", "scss", "purescript"]}) == []

@@ -163,8 +163,9 @@ def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Calla
             client.wait(client.send("resilient_tool_call", queue="selection", scenario="warm up", namespace="chaos_nap", input={}), 120)
             sent: list[tuple[str, Any]] = []
 
-            def stream(phase: str, n: int, then: Callable[[], None] | None = None, after: int = 0) -> None:
-                """Send n calls of `phase`; run `then` once `after` of them are sent."""
+            def stream(client: CallSender, phase: str, n: int, then: Callable[[], None] | None = None, after: int = 0) -> None:
+                """Send n calls of `phase`; run `then` once `after` of them are sent. The client is an
+                argument, not the closure's, so that `del client` below drops the last reference."""
                 for k in range(n):
                     if then is not None and k == after:
                         then()
@@ -172,7 +173,7 @@ def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Calla
                     time.sleep(0.02)
 
             progress("steady")
-            stream("steady", per_phase[0])
+            stream(client, "steady", per_phase[0])
 
             def crash() -> None:
                 time.sleep(nap_ms / 1000)  # attempts are running
@@ -180,7 +181,7 @@ def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Calla
                 stack.stop("executor", signal.SIGKILL)
                 start("executor")
 
-            stream("crash", per_phase[1], crash, after=per_phase[1] // 2)
+            stream(client, "crash", per_phase[1], crash, after=per_phase[1] // 2)
 
             back_at = [0.0]
 
@@ -193,7 +194,7 @@ def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Calla
                 back_at[0] = time.monotonic()
 
             first_after = per_phase[2] // 2
-            stream("restart", per_phase[2], restart_redis, after=first_after)
+            stream(client, "restart", per_phase[2], restart_redis, after=first_after)
             client.wait(sent[sum(per_phase[:2]) + first_after][1], 120)
             recovery_s = time.monotonic() - back_at[0]
 
@@ -203,7 +204,7 @@ def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Calla
             holder.ensure_collections()
             try:
                 start("memory")
-                stream("store down", per_phase[3])
+                stream(client, "store down", per_phase[3])
                 # Held until the phase's calls are answered: a fixed wait let a slow worker (loading
                 # its model) reach them only after the store was back, so none was served degraded.
                 answered_by = time.monotonic() + 120
@@ -216,7 +217,7 @@ def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Calla
                 holder.close()
             time.sleep(1.5)  # past the worker's FITTEST_MEMORY_RETRY_S: its next call opens the store
             progress("store back")
-            stream("store back", per_phase[4])
+            stream(client, "store back", per_phase[4])
 
             progress(f"collecting {len(sent)} results")
             results = _collect(bench, client, [handle for _, handle in sent], time.monotonic() + VISIBILITY_S + 120, progress)

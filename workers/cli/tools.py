@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from rich.table import Table
 
 from evolution.served_version import withdrawn_versions
+from selection.context import language_typos
 from selection.manifest import ToolManifest, split_key, tool_key
 from selection.policies.learned import standing
 from selection.ports import Breakers, BreakerState, Newcomers, Promotions, StateStore
@@ -34,7 +35,8 @@ def tools(
     refused: Annotated[bool, typer.Option("--refused", help=(
         "List the manifests of the tools directory that are refused (path, field, reason) instead of the tool "
         "versions; exit code 1 when there is one (2 when FITTEST_TOOLS_DIR is not a directory), for a CI check "
-        "of a team's onboarding. Reads the manifests alone: Redis need not run."))] = False,
+        "of a team's onboarding. Reads the manifests alone: Redis need not run. A declared language that looks "
+        "like a typo of a known one (pyton) is noted on stderr, with or without --refused, and refuses nothing."))] = False,
 ) -> None:
     """List every tool version with its quality, counters and circuit breaker (closed; open: held
     back from calls; half-open: its cool-down is over, and the next call that comes to run it probes
@@ -63,6 +65,12 @@ def tools(
                           "fittest runs in); listed from their counters: the versions that have run (the workers "
                           "keep every version they last read)")
     skipped = registry.refused()
+    for manifest in registry.all():
+        for name, meant in language_typos(manifest.sparc.languages if manifest.sparc else []):
+            err_console.print(f"[yellow]note[/yellow] {literal(registry.source(manifest.key) or manifest.key)}: "
+                              f"sparc.languages {literal(repr(name))} is not a language selection knows: did you mean "
+                              f"{literal(repr(meant))}? (a call stating {literal(meant)} scores it as a tool of another "
+                              "language)")
     if refused:  # a list of their own, so that `--json`'s list of versions keeps its shape (QA onboarding M3)
         listed = [RefusedManifest(path=e.path, field=e.field, reason=e.reason) for e in skipped]
         if json_out:
