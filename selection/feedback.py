@@ -224,13 +224,23 @@ class TrendPoint(BaseModel):
     mean_value: float
 
 
+# The periods a trend is counted in: a day's shows a week of use, an hour's the day a team starts.
+TrendPeriod = Literal["hour", "day", "week"]
+PERIOD_S: dict[str, float] = {"hour": 3_600.0, "day": 86_400.0, "week": 604_800.0}
+
+
+# Periods are counted from a Monday (1970-01-01 was a Thursday), so that a week starts on one;
+# hours and days fall where they would from the epoch.
+PERIODS_FROM = -3 * 86_400.0
+
+
 def trend(records: Iterable[FeedbackRecord], bucket_s: float) -> list[TrendPoint]:
-    """Feedback per period of `bucket_s` seconds, oldest first; periods without any are left out."""
+    """Feedback per period of `bucket_s` seconds (UTC), oldest first; periods without any are left out."""
     buckets: dict[int, list[tuple[float, float]]] = defaultdict(list)  # (value, weight)
     for r in records:
-        buckets[int(r.timestamp // bucket_s)].append((r.value, MANUAL_WEIGHT if r.source == "manual" else 1.0))
+        buckets[int((r.timestamp - PERIODS_FROM) // bucket_s)].append((r.value, MANUAL_WEIGHT if r.source == "manual" else 1.0))
     return [
-        TrendPoint(start=b * bucket_s, count=len(v), positive=sum(1 for x, _ in v if x > 0),
+        TrendPoint(start=PERIODS_FROM + b * bucket_s, count=len(v), positive=sum(1 for x, _ in v if x > 0),
                    negative=sum(1 for x, _ in v if x < 0),
                    mean_value=round(sum(x * w for x, w in v) / (sum(abs(x) * w for x, w in v) or 1.0), 4))
         for b, v in sorted(buckets.items())

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from evolution.served_version import meant_version
-from selection.feedback import FeedbackRecord, TrendPoint, forgiven, judged_calls, payload_value, replaced, trend
+from selection.feedback import (PERIOD_S, FeedbackRecord, TrendPeriod, TrendPoint, forgiven, judged_calls, payload_value,
+                                replaced, trend)
 from selection.learner import JUDGED_WRONG, ExecutionRecord
 from selection.manifest import split_key, tool_key
 from selection.models import Sentiment
@@ -27,9 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("fittest.feedback")
 
 REPORT_SCAN = 10_000  # entries of one tool read for a report
-TREND_BUCKET_S = 86_400.0
-
-
 def write_feedback(rt: Runtime, records: Sequence[FeedbackRecord], vectors: Sequence[list[float]] | None = None) -> bool:
     """Store feedback as vectors; the id makes a rewrite replace, never add. False when the vector
     memory was unavailable and the writes were kept for later (workers/pending.py)."""
@@ -285,7 +283,8 @@ class FeedbackReport(BaseModel):
     replaced: int = 0  # outcome entries a judgement of their call took the place of (not listed, not in the trend)
     forgiven: int = 0  # negative outcome entries of an outage the tool recovered from, or of a refused input of a
     # job it does (selection/serving.py `does_the_job`): not listed, not in the trend
-    trend: list[TrendPoint]  # oldest first, one per day with entries
+    trend: list[TrendPoint]  # oldest first, one per period with entries
+    per: TrendPeriod = "day"  # the trend's period; absent from a worker of an earlier release
     # `replaced` and `forgiven` per version (QA ops: `feedback show NAME@VERSION` gave the tool's as
     # the version's); absent from a worker of an earlier release
     replaced_by_version: dict[str, int] = Field(default_factory=dict)
@@ -299,7 +298,7 @@ class FeedbackShown(FeedbackReport):
     quality: dict[str, float]
 
 
-def feedback_report(rt: Runtime, tool: str, limit: int = 50) -> FeedbackReport:
+def feedback_report(rt: Runtime, tool: str, limit: int = 50, per: TrendPeriod = "day") -> FeedbackReport:
     """The entries that count in selection's scores: an outcome entry whose call a person judged is
     left out, as selection leaves it out."""
     points = rt.memory.scroll(FEEDBACK, filter=VectorFilter.where(name=tool), limit=REPORT_SCAN)
@@ -310,7 +309,7 @@ def feedback_report(rt: Runtime, tool: str, limit: int = 50) -> FeedbackReport:
     in_force = [p for p in kept if not forgiven(p.payload)]
     records = sorted((FeedbackRecord.from_payload(p.id, p.payload) for p in in_force), key=lambda r: -r.timestamp)
     return FeedbackReport(tool=tool, entries=records[:limit], total=len(records), replaced=len(left_out),
-                          forgiven=len(set_aside), trend=trend(records, TREND_BUCKET_S),
+                          forgiven=len(set_aside), trend=trend(records, PERIOD_S[per]), per=per,
                           replaced_by_version=dict(Counter(version_of(p) for p in left_out)),
                           forgiven_by_version=dict(Counter(version_of(p) for p in set_aside)))
 

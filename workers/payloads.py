@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from evolution.trial import JudgedTrial
-from selection.feedback import FeedbackRecord
+from selection.feedback import FeedbackRecord, TrendPeriod
 from selection.models import (CALL_ID_PATTERN, NOT_BLANK, CallRequest, CallResult, FieldError, Sentiment,
                               field_errors, invalid_payload_message)
 from selection.ports import RetrainEvidence
@@ -110,12 +110,14 @@ class RecordedFeedback(JudgementEffects):
 
 class FeedbackReportRequest(BaseModel):
     """Keyword arguments of `fittest.feedback_report` (queue `feedback`): a tool's feedback entries
-    and their trend per day (`fittest feedback show`)."""
+    and their trend per hour, day or week (`fittest feedback show`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     tool: str = Field(min_length=1, max_length=64)  # the tool's name: all its versions
     limit: int = Field(50, ge=1)  # entries listed, newest first
+    # the trend's period (a worker of an earlier release refuses the key: sent only when not "day")
+    per: TrendPeriod = "day"
 
 
 class RecommendRequest(BaseModel):

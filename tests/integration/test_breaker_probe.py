@@ -104,8 +104,9 @@ def test_a_fixed_tool_behind_the_one_that_took_over_its_job_is_probed_first_and_
     explained = p.client.wait(p.client.send("explain", scenario=SCENARIO), 30)["ranking"]
     mine = next(r["breakdown"] for r in explained if r["key"] == a)
     assert mine["extra"]["failures_nearby"] == 0, mine
-    report = p.client.wait(p.client.send("feedback_report", queue="feedback", tool="rates_a"), 30)
+    report = p.client.wait(p.client.send("feedback_report", queue="feedback", tool="rates_a", per="hour"), 30)
     assert report["forgiven"] >= 2, report  # the crash that opened its breaker, and the failed probe
+    assert report["per"] == "hour" and report["trend"][-1]["start"] % 3600 == 0, report  # the trend a first day wants
     # Which tool does the job is then up to what each did of it: the other one served it more often
     # (13 calls to 7 in the run I looked at), and keeps it (test_selection_learning has the fixed
     # tool take back a job it did most).

@@ -225,6 +225,23 @@ def test_a_judgement_of_quality_0_says_it_counts_for_nothing_and_shows_as_plus_z
     assert "│ (in general) │" in run("feedback", "show", "fast_sort")[1]
 
 
+def test_feedback_show_counts_the_trend_per_hour_when_asked_and_asks_an_older_worker_nothing_new(
+    stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A team's first day of feedback was one row of the per-day trend."""
+    asked: list[dict[str, Any]] = []
+    start = time.mktime((2026, 11, 23, 14, 0, 0, 0, 0, -1))
+    trend = [{"start": start, "count": 2, "positive": 2, "negative": 0, "mean_value": 1.0}]
+    answer = {"tool": "fast_sort", "total": 0, "entries": [], "trend": trend, "per": "hour"}
+    monkeypatch.setattr(learning, "_ask", answering(asked, answer))
+    code, out = run("feedback", "show", "fast_sort", "--per", "hour")
+    assert code == 0 and asked[-1]["per"] == "hour" and "trend per hour" in out and "2026-11-23 14:00" in out, out
+    del answer["per"]  # a worker of an earlier release counts per day, whatever it is asked
+    code, out = run("feedback", "show", "fast_sort")
+    assert code == 0 and "per" not in asked[-1] and "trend per day" in out and "2026-11-23 14:00" not in out, out
+    assert run("feedback", "show", "fast_sort", "--per", "month")[0] == 2
+
+
 def test_feedback_add_refusals_exit_2_and_name_what_is_wrong(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
     """QA F8: `--quality nan` was refused as "less than or equal to 1", and a tool, version or quality
     the workers refused exited 1 where a refused `fittest call` (and typer's range check) exits 2."""

@@ -7,6 +7,7 @@ import pytest
 from selection.feedback import (
     MANUAL_WEIGHT,
     MAX_POINTS,
+    PERIOD_S,
     FeedbackEntry,
     FeedbackRecord,
     JudgedOutput,
@@ -98,6 +99,22 @@ def test_manual_record_and_trend() -> None:
     assert trend([bad, outcome, outcome], DAY)[0].mean_value == pytest.approx((2 - MANUAL_WEIGHT) / (2 + MANUAL_WEIGHT), abs=1e-4)
     back = FeedbackRecord.from_payload(good.id, good.payload())
     assert back == good
+
+
+def test_the_trend_counts_per_hour_or_per_week_from_a_monday() -> None:
+    """A team's first day of feedback is one row per day: per hour it shows when the votes turned."""
+    import datetime
+
+    monday = datetime.datetime(2026, 11, 23, tzinfo=datetime.timezone.utc).timestamp()
+    vote = FeedbackRecord.manual("t", "1.0.0", "do a thing", "positive")
+    at = [monday + 9.5 * 3600, monday + 9.9 * 3600, monday + 11.2 * 3600, monday + 6.9 * DAY, monday + 7.1 * DAY]
+    records = [vote.model_copy(update={"timestamp": t}) for t in at]
+    hours = trend(records, PERIOD_S["hour"])
+    assert [(t.start - monday, t.count) for t in hours] == [(9 * 3600, 2), (11 * 3600, 1), (6 * DAY + 21 * 3600, 1), (7 * DAY + 2 * 3600, 1)]
+    weeks = trend(records, PERIOD_S["week"])
+    assert [(datetime.datetime.fromtimestamp(t.start, datetime.timezone.utc).strftime("%a %Y-%m-%d"), t.count)
+            for t in weeks] == [("Mon 2026-11-23", 4), ("Mon 2026-11-30", 1)]
+    assert [t.count for t in trend(records, PERIOD_S["day"])] == [3, 1, 1]
 
 
 def test_a_judgement_of_a_calls_output_takes_the_place_of_that_calls_outcome_feedback() -> None:

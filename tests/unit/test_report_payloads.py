@@ -22,6 +22,7 @@ def no_runtime() -> Any:
     ({"tool": "csv", "limit": "many"}, {"limit"}),
     ({"limit": 5}, {"tool"}),
     ({"tool": "", "limit": 5, "version": "1.0.0"}, {"tool", "version"}),
+    ({"tool": "csv", "per": "month"}, {"per"}),
 ])
 def test_a_bad_feedback_report_payload_is_refused_naming_its_fields(monkeypatch: pytest.MonkeyPatch,
                                                                     payload: dict[str, Any], fields: set[str]) -> None:
@@ -68,7 +69,7 @@ def test_explain_reply_is_a_call_result_with_what_the_ranking_was_made_from() ->
 
 def test_schema_publishes_the_report_payloads_and_the_explain_reply() -> None:
     schemas = payload_schemas()
-    assert set(schemas["feedback_report"]["properties"]) == {"tool", "limit"}
+    assert set(schemas["feedback_report"]["properties"]) == {"tool", "limit", "per"}
     assert set(schemas["recommend"]["properties"]) == {"min_runs", "max_rate"}
     assert {"context", "evidence_age_s", "cache_ttl_s", "ranking"} <= set(schemas["explain_reply"]["properties"])
     assert schemas["invalid_reply"]["properties"]["status"]["const"] == "invalid"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
+from selection.feedback import TrendPeriod
 from workers.cli.common import (
     CONTEXT_HELP,
     REFUSED,
@@ -267,10 +268,11 @@ def feedback_add(
 def feedback_show(
     tool: Annotated[str, typer.Argument(help="NAME (all its versions) or NAME@VERSION (that version's entries).")],
     limit: Annotated[int, typer.Option(min=1, help="Entries listed, newest first.")] = 20,
+    per: Annotated[TrendPeriod, typer.Option(help="The trend's period: hour (the first day of a tool), day or week.")] = "day",
     timeout: TimeoutOpt = 30.0,
     json_out: JsonOpt = False,
 ) -> None:
-    """A tool's feedback entries, newest first, and the trend per day (of all its versions).
+    """A tool's feedback entries, newest first, and their trend per day, hour or week (of all its versions).
 
     Only what counts in selection's scores is shown: a call's outcome entry that a judgement of
     that call replaced (`feedback add --call`) is left out, and so is the negative entry of a
@@ -290,7 +292,9 @@ def feedback_show(
     if version is not None and version not in known:
         fail(f"{name} has no version {version!r} (it has {', '.join(known)})", REFUSED)
     # One version's entries are picked from all of the tool's that the report reads.
-    answer = _ask("feedback_report", "feedback", timeout, tool=name, limit=REPORT_SCAN if version else limit)
+    # `per` only when asked: a worker of an earlier release refuses a key it does not know
+    answer = _ask("feedback_report", "feedback", timeout, tool=name, limit=REPORT_SCAN if version else limit,
+                  **({} if per == "day" else {"per": per}))
     _refuse_if_invalid(answer)
     report = FeedbackReport.model_validate(answer)
     shown = entries(report.total)
@@ -321,11 +325,14 @@ def feedback_show(
                       literal(e.source), literal(e.reason), "(in general)" if e.general else literal(e.scenario[:80]))
     console.print(table)
     if report.trend:
-        trend = Table(title="trend per day", caption="mean vote: each entry as strong as its value (one of quality 0 counts for nothing), a person's as five outcomes', as the scores weigh them")
-        for col in ("day", "entries", "positive", "negative", "mean vote"):
-            trend.add_column(col, justify="left" if col == "day" else "right")
+        # a worker of an earlier release counted per day, whatever was asked
+        period = report.per
+        trend = Table(title=f"trend per {period}", caption="mean vote: each entry as strong as its value (one of quality 0 counts for nothing), a person's as five outcomes', as the scores weigh them")
+        for col in (period, "entries", "positive", "negative", "mean vote"):
+            trend.add_column(col, justify="left" if col == period else "right")
         for t in report.trend:
-            trend.add_row(when(t.start)[:10], str(t.count), str(t.positive), str(t.negative), f"{t.mean_value + 0.0:+.2f}")
+            start = when(t.start)[:16] if period == "hour" else when(t.start)[:10]
+            trend.add_row(start, str(t.count), str(t.positive), str(t.negative), f"{t.mean_value + 0.0:+.2f}")
         console.print(trend)
     # QA ops: `tools` counted 49 successes of a version where this listed 23 positive entries, unexplained.
     for key, q in quality.items():

@@ -156,13 +156,13 @@ def _stored_result(call_id: str) -> dict[str, Any] | None:
 
 @app.task(name="fittest.feedback_report")
 def feedback_report_task(**kwargs: Any) -> dict[str, Any]:
-    """A tool's feedback entries (newest first) and their trend per day; an `InvalidReply` to a
+    """A tool's feedback entries (newest first) and their trend per period; an `InvalidReply` to a
     payload that is not a FeedbackReportRequest."""
     try:
         req = FeedbackReportRequest.model_validate(kwargs)
     except ValidationError as exc:
         return InvalidReply.of(exc).model_dump(mode="json")
-    return feedback_report(runtime(), req.tool, req.limit).model_dump(mode="json")
+    return feedback_report(runtime(), req.tool, req.limit, req.per).model_dump(mode="json")
 
 
 @app.task(name="fittest.record_evolution", ignore_result=True)  # fire and forget: nobody waits on it
