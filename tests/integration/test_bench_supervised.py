@@ -41,6 +41,7 @@ def cli(monkeypatch: pytest.MonkeyPatch, model_path: Path):
     get_settings.cache_clear()
 
 
+@pytest.mark.slow  # a bench smoke test: runs last, and `make test-fast` leaves it out
 def test_the_labels_of_other_folds_teach_more_than_the_descriptions(cli, tmp_path: Path) -> None:
     out = tmp_path / "supervised.json"
     result = cli("--queries", str(_slice(tmp_path, 7)), "--folds", "3", "--epochs", "30", "--json", str(out))

@@ -115,8 +115,6 @@ def test_explain_refuses_an_input_a_call_would_refuse(pipeline) -> None:
 
 
 def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline, cli) -> None:
-    from pydantic import ValidationError
-
     from fittest.client import FittestClient
 
     scenario = "turn this comma separated text into a list of rows"  # no other test's calls near it
@@ -149,6 +147,24 @@ def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline
         assert again.feedback.scenario == scenario and again.feedback.version == result.version
         assert again.score_now == pytest.approx(judged.score_now, abs=0.01)  # it replaced that judgement
         assert again.feedback.id == judged.feedback.id  # QA: three judgements of one call added up
+    shown = json.loads(cli("feedback", "show", result.tool, "--json").output)
+    assert any(e["reason"] == "the rows came back as one" and e["value"] < 0 for e in shown["entries"])
+    # The judged call's own success no longer counts, and is not listed as if it did (QA: the trend counted both).
+    of_call = [e for e in shown["entries"] if e["call_id"] == result.call_id]
+    assert [e["source"] for e in of_call] == ["manual"] and shown["replaced"] >= 1
+    # ...of that version: `NAME@VERSION` counts its own (QA ops: the tool's were given as the version's)
+    mine = json.loads(cli("feedback", "show", f"{result.tool}@{result.version}", "--json").output)
+    assert mine["replaced"] == shown["replaced_by_version"][result.version] >= 1
+    assert re.search(r"left out, replaced by a judgement of (its|their) call", words(cli("feedback", "show", result.tool).output))
+    schema = json.loads(cli("schema", "record_feedback").output)  # for a service that sends the task itself
+    assert schema["properties"]["sentiment"]["enum"] == ["positive", "negative"]
+
+
+def test_a_call_id_names_one_job_for_the_client_and_for_send_task(pipeline, cli) -> None:
+    from fittest.client import FittestClient
+
+    scenario = "rows of the nightly export, batch 42"  # far from the judged test's job, which its judgement would move
+    with FittestClient(pipeline.settings.redis_url, settings=pipeline.settings) as client:
         # A call whose caller chose its id is found by its outcome, applied in batches: judged at once
         # it is looked for again (QA: 5 of 5 such judgements sent as the call returned were refused).
         chosen = client.run(scenario, input={"text": "x,y\n3,4\n"}, namespace="csv_lenient", call_id="my-service-call-42")
@@ -178,18 +194,29 @@ def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline
         assert same.get(timeout=60)["status"] == "success"
         # So is the id a call was given without one, which its result carries (QA onboarding H1: the
         # client handed a second job sent under it the first job's result, and the worker ran it).
-        with pytest.raises(ValueError, match=f"call_id: '{result.call_id}' names another job"):
-            client.submit(scenario, input={"text": "p,q\n5,6\n"}, namespace="csv_lenient", call_id=result.call_id)
+        given = client.run(scenario, input={"text": "a,b\n1,2\n"}, namespace="csv_lenient")
+        with pytest.raises(ValueError, match=f"call_id: '{given.call_id}' names another job"):
+            client.submit(scenario, input={"text": "p,q\n5,6\n"}, namespace="csv_lenient", call_id=given.call_id)
         echo = {"scenario": "show the argv a program gets", "namespace": "echo_args"}  # far from the other tests' calls
         made = client.celery.send_task("fittest.resilient_tool_call", queue="selection", kwargs={**echo, "input": {"text": "a"}})
         assert made.get(timeout=60)["status"] == "success"  # sent without the client: its task id is claimed by the worker
         taken = client.celery.send_task("fittest.resilient_tool_call", queue="selection", kwargs={
             **echo, "input": {"text": "b"}, "call_id": made.id})
         assert taken.get(timeout=60)["errors"][0]["field"] == "call_id"
-        # ...and a call that does not exist, or did not run the tool, is refused (QA: both were recorded).
+
+
+def test_feedback_naming_a_call_tool_or_version_that_does_not_exist_is_refused(pipeline) -> None:
+    """QA: feedback of a call that does not exist, or did not run the tool, was recorded."""
+    from pydantic import ValidationError
+
+    from fittest.client import FittestClient
+
+    with FittestClient(pipeline.settings.redis_url, settings=pipeline.settings) as client:
+        result = client.run("rows of the weekly export, batch 7", input={"text": "a,b\n1,2\n"}, namespace="csv_lenient")
+        assert result.tool == "csv_lenient"
         with pytest.raises(ValueError, match="no call 0123456789abcdef is known"):
             client.record_feedback(result.tool, "negative", call_id="0123456789abcdef")
-        with pytest.raises(ValueError, match=f"call {result.call_id} ran {key}, not slugify"):
+        with pytest.raises(ValueError, match=f"call {result.call_id} ran {result.tool}@{result.version}, not slugify"):
             client.record_feedback("slugify", "negative", call_id=result.call_id)
         with pytest.raises(ValidationError, match="sentiment"):
             client.record_feedback(result.tool, "meh")  # type: ignore[arg-type]  # refused before it is sent
@@ -198,17 +225,6 @@ def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline
         # QA integrator 10: the version is what is wrong, not the tool.
         with pytest.raises(ValueError, match=rf"^version: {result.tool} has no version '9.9.9' \(it has "):
             client.record_feedback(result.tool, "positive", version="9.9.9")
-    shown = json.loads(cli("feedback", "show", result.tool, "--json").output)
-    assert any(e["reason"] == "the rows came back as one" and e["value"] < 0 for e in shown["entries"])
-    # The judged call's own success no longer counts, and is not listed as if it did (QA: the trend counted both).
-    of_call = [e for e in shown["entries"] if e["call_id"] == result.call_id]
-    assert [e["source"] for e in of_call] == ["manual"] and shown["replaced"] >= 1
-    # ...of that version: `NAME@VERSION` counts its own (QA ops: the tool's were given as the version's)
-    mine = json.loads(cli("feedback", "show", f"{result.tool}@{result.version}", "--json").output)
-    assert mine["replaced"] == shown["replaced_by_version"][result.version] >= 1
-    assert re.search(r"left out, replaced by a judgement of (its|their) call", words(cli("feedback", "show", result.tool).output))
-    schema = json.loads(cli("schema", "record_feedback").output)  # for a service that sends the task itself
-    assert schema["properties"]["sentiment"]["enum"] == ["positive", "negative"]
 
 
 def words(output: str) -> str:
@@ -221,7 +237,9 @@ def test_a_judgement_under_another_scenario_still_takes_the_place_of_the_calls_o
     its own scenario, while `feedback show` said the outcome was replaced."""
     from fittest.client import FittestClient
 
-    scenario = "turn these semicolon separated records into rows"  # no other test's calls near it
+    # No other test's calls near it: "turn these semicolon separated records into rows" was 0.72 like
+    # the judged test's job, whose negative judgements only another test's positive one had offset.
+    scenario = "split the semicolon delimited records of the ledger"
 
     def feedback_in_ranking() -> float:
         ranking = json.loads(cli("explain", scenario, "--namespace", "csv_lenient", "--json").output)["ranking"]

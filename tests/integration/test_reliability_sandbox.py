@@ -245,7 +245,10 @@ def test_results_that_finished_while_the_client_waited_for_another_come_at_once(
     p.wait_for(lambda: all(stored(r.id)["status"] == "SUCCESS" for r in fast), timeout=30)
     started = time.monotonic()
     assert [p.client.wait(r, 60)["status"] for r in fast] == ["success"] * 4
-    assert time.monotonic() - started < 0.9  # one second apart each before: 3 s and more
+    # Read from the backend at once (milliseconds): the result consumer's pub/sub handed them out a
+    # second apart, 3.0 s for the four when the fix is taken out. Not a speed goal: the bound is
+    # the bug's, with a second of margin for a loaded host (review: 0.9 s left none).
+    assert time.monotonic() - started < 2.0
 
 
 def test_a_call_the_client_stopped_waiting_for_goes_on_and_its_id_gets_the_result_later(sandbox_pipeline: Pipeline) -> None:

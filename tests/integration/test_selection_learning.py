@@ -475,8 +475,7 @@ def test_context_features_and_sparc_in_the_plan(rt, monkeypatch) -> None:
     assert linter.sparc_components["language"] == 1.0 and writer.sparc_components["language"] == 0.0
     assert linter.sparc > 0.5 > writer.sparc
     assert "supports python" in linter.rationale
-    weather = by_name.get("weather_now")
-    assert weather is None or weather.breakdown.sparc == 0.5  # no metadata: neutral, not zero
+    assert by_name["weather_now"].breakdown.sparc == 0.5  # no metadata: neutral, not zero
 
 
 def test_a_tool_that_declares_none_of_the_languages_a_call_states_is_tried_after_the_others(rt) -> None:

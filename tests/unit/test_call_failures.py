@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 from selection.call_endings import no_tool_meant_for_it
-from selection.manifest import ToolManifest
-from selection.models import CallPlan, CallRequest, Candidate, FailureClass, ScoreBreakdown, ToolExecutionResult
+from selection.models import CallPlan, CallRequest, FailureClass, ToolExecutionResult
+from tests.candidates import matching
 from workers.evolution_jobs import call_failures
 
 
 def attempt(tool: str, error: FailureClass, index: int = 0) -> ToolExecutionResult:
     return ToolExecutionResult(attempt_id=f"c:{index}", call_id="c", tool=tool, version="1.0.0", success=False,
                                error_class=error, error_message="no")
-
-
-def ranked(name: str, similarity: float) -> Candidate:
-    manifest = ToolManifest(name=name, description=name, implementation={"kind": "http", "url": "http://x"})
-    return Candidate(key=manifest.key, manifest=manifest, score=1.0, breakdown=ScoreBreakdown(similarity=similarity))
 
 
 def test_the_tool_tried_first_is_evolved() -> None:
@@ -45,11 +40,11 @@ def test_a_fallback_that_ran_in_place_of_a_better_match_held_back_leaves_the_evo
     for a Fibonacci job)."""
 
     plan = CallPlan(request=CallRequest(scenario="the 10th fibonacci number"), held_back=["fibonacci@1.0.0"],
-                    held_back_match=0.8, candidates=[ranked("sort_numbers", 0.3), ranked("word_stats", 0.25)],
+                    held_back_match=0.8, candidates=[matching("sort_numbers", 0.3), matching("word_stats", 0.25)],
                     attempts=[attempt("sort_numbers", FailureClass.bad_input), attempt("word_stats", FailureClass.crash, 1)])
     assert call_failures(plan, None) == ("fibonacci", None, [])
     # One that matched as well as the one held back is the job's tool in its place: it is evolved.
-    twin = plan.model_copy(update={"candidates": [ranked("sort_numbers", 0.85), ranked("word_stats", 0.25)]})
+    twin = plan.model_copy(update={"candidates": [matching("sort_numbers", 0.85), matching("word_stats", 0.25)]})
     assert call_failures(twin, None)[0] == "sort_numbers"
 
 
@@ -59,13 +54,13 @@ def test_a_call_whose_job_no_tool_tried_is_meant_for_evolves_nothing_and_says_wh
     word counts."""
 
     plan = CallPlan(request=CallRequest(scenario="translate this sentence into French"),
-                    candidates=[ranked("word_stats", 0.34), ranked("reverse_text", 0.21)],
+                    candidates=[matching("word_stats", 0.34), matching("reverse_text", 0.21)],
                     attempts=[attempt("word_stats", FailureClass.bad_input), attempt("reverse_text", FailureClass.crash, 1)])
     assert no_tool_meant_for_it(plan) == ("no tool tried matches this job clearly (the closest, word_stats@1.0.0, matches "
                                           "it 0.34) or has done it, so none was evolved for it: add a tool for it, or name "
                                           "one (`--namespace`) to have it evolved")
     # A clear match, a tool that does the job, a namespace named or a tool held back: that one evolves.
-    clear = plan.model_copy(update={"candidates": [ranked("word_stats", 0.6), ranked("reverse_text", 0.21)]})
+    clear = plan.model_copy(update={"candidates": [matching("word_stats", 0.6), matching("reverse_text", 0.21)]})
     assert no_tool_meant_for_it(clear) is None
     doer = plan.model_copy(update={"candidates": [plan.candidates[0].model_copy(update={"does_the_job": True}), plan.candidates[1]]})
     assert no_tool_meant_for_it(doer) is None
@@ -80,14 +75,14 @@ def test_a_call_that_stopped_before_the_closest_candidate_names_the_closest_trie
     ... add a tool for it", of a tool that matched 1.00 and was never tried."""
 
     plan = CallPlan(request=CallRequest(scenario="deduplicate this list", max_attempts=1),
-                    candidates=[ranked("word_stats", 0.25), ranked("unique_items", 1.0), ranked("reverse_text", 0.21)],
+                    candidates=[matching("word_stats", 0.25), matching("unique_items", 1.0), matching("reverse_text", 0.21)],
                     attempts=[attempt("word_stats", FailureClass.bad_input)])
     assert no_tool_meant_for_it(plan) == (
         "no tool tried matches this job clearly (the closest, word_stats@1.0.0, matches it 0.25) or has done it, so "
         "none was evolved for it; unique_items@1.0.0, which matches it 1.00, was not tried (the call stopped at its "
         "max_attempts (1)): raise max_attempts, or name it (`--namespace unique_items`)")
     # Only closer untried candidates are named: a worse one left untried changes nothing.
-    worse = plan.model_copy(update={"candidates": [ranked("word_stats", 0.25), ranked("reverse_text", 0.21)]})
+    worse = plan.model_copy(update={"candidates": [matching("word_stats", 0.25), matching("reverse_text", 0.21)]})
     assert no_tool_meant_for_it(worse) == (
         "no tool tried matches this job clearly (the closest, word_stats@1.0.0, matches it 0.25) or has done it, so "
         "none was evolved for it: add a tool for it, or name one (`--namespace`) to have it evolved")

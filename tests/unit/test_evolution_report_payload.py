@@ -30,6 +30,7 @@ def rt(redis_url: str, run_prefix: str, monkeypatch: pytest.MonkeyPatch) -> Iter
     rt.__dict__["selector"] = NoTools()
     monkeypatch.setattr(runtime_module, "_runtime", rt)
     yield rt
+    rt.close()  # its keys go with run_prefix's
 
 
 def call(**kwargs: object) -> object:

@@ -7,7 +7,6 @@ import pytest
 
 from selection.evidence import CandidateEvidence
 from selection.feedback import JudgedOutput
-from selection.manifest import ToolManifest
 from selection.models import Candidate, CallPlan, CallRequest, FailureClass, OutcomeRecord, ScoreBreakdown, ToolExecutionResult
 from selection.call_endings import (
     input_refused_message,
@@ -35,12 +34,7 @@ from selection.serving import (
     does_such_jobs,
     tried_first,
 )
-
-
-def candidate(name: str, version: str = "1.0.0") -> Candidate:
-    manifest = ToolManifest.model_validate({"name": name, "version": version, "description": "d",
-                                            "implementation": {"kind": "python", "entrypoint": "m:run"}})
-    return Candidate(key=manifest.key, manifest=manifest, score=1.0)
+from tests.candidates import candidate, matching
 
 
 def keys(ranked: list[Candidate]) -> list[str]:
@@ -436,14 +430,11 @@ def test_after_a_refusal_by_mistake_only_the_tools_that_do_such_jobs_are_tried_a
                                    error_class=None if ok else FailureClass.bad_input, callers_mistake=mistake,
                                    error_message=None if ok else "KeyError: 'text'")
 
-    def ranked(name: str, similarity: float, does: bool = False) -> Candidate:
-        return candidate(name).model_copy(update={"does_the_job": does, "breakdown": ScoreBreakdown(similarity=similarity)})
-
-    assert does_such_jobs(ranked("sha_sum", 0.62))  # matches the job clearly by its description
-    assert does_such_jobs(ranked("hasher", 0.31, does=True))  # did such jobs, whatever its words
-    assert not does_such_jobs(ranked("lower_text", 0.37))
-    assert does_such_jobs(ranked("lower_text", 0.0), namespace="lower_text")  # a version of the tool asked for
-    plan = CallPlan(request=CallRequest(scenario="sha256 of this text"), candidates=[ranked("hash_text", 0.7, does=True)],
+    assert does_such_jobs(matching("sha_sum", 0.62))  # matches the job clearly by its description
+    assert does_such_jobs(matching("hasher", 0.31, does=True))  # did such jobs, whatever its words
+    assert not does_such_jobs(matching("lower_text", 0.37))
+    assert does_such_jobs(matching("lower_text", 0.0), namespace="lower_text")  # a version of the tool asked for
+    plan = CallPlan(request=CallRequest(scenario="sha256 of this text"), candidates=[matching("hash_text", 0.7, does=True)],
                     attempts=[attempt("hash_text", False, mistake=True)], passed_over=["lower_text@1.0.0"])
     assert refused_input(plan) is plan.attempts[0]
     assert input_refused_message(plan) == ("hash_text@1.0.0, which does such jobs, refused the input (KeyError: 'text'): check "
@@ -474,9 +465,6 @@ def test_a_tool_that_matches_the_job_weakly_and_never_did_it_or_another_than_the
         return ToolExecutionResult(attempt_id=f"c:{tool}", call_id="c", tool=tool, version="1.0.0", success=ok,
                                    error_class=None if ok else FailureClass.crash)
 
-    def ranked(name: str, similarity: float, does: bool = False) -> Candidate:
-        return candidate(name).model_copy(update={"does_the_job": does, "breakdown": ScoreBreakdown(similarity=similarity)})
-
     def note(plan: CallPlan, served: Candidate) -> str | None:
         """As the executor does on a success: flag it, then say what the caller should know."""
         result = plan.attempts[-1]
@@ -487,7 +475,7 @@ def test_a_tool_that_matches_the_job_weakly_and_never_did_it_or_another_than_the
         return CallPlan(request=CallRequest(scenario="reverse this string", namespace=namespace, call_id="c"),
                         candidates=[reverser, counter], attempts=list(attempts))
 
-    reverser, counter = ranked("reverse_text", 0.8), ranked("vowel_count", 0.22)
+    reverser, counter = matching("reverse_text", 0.8), matching("vowel_count", 0.22)
     fell_back = call(ran("reverse_text", False), ran("vowel_count", True))
     assert note(fell_back, counter) == (
         "vowel_count@1.0.0 served this call as a fallback, matching it 0.22, with no record of doing such jobs: check its "
@@ -495,7 +483,7 @@ def test_a_tool_that_matches_the_job_weakly_and_never_did_it_or_another_than_the
     assert fell_back.attempts[-1].unconfirmed  # and its execution record says so
     assert "served this call as the first choice, matching it 0.22" in (note(call(ran("vowel_count", True)), counter) or "")
     # Nothing to say of one that does such jobs, or matches them clearly: its success is confirmed.
-    for served in (ranked("vowel_count", 0.22, does=True), ranked("reverse_words", 0.55)):
+    for served in (matching("vowel_count", 0.22, does=True), matching("reverse_words", 0.55)):
         plan = call(ran("reverse_text", False), ran(served.manifest.name, True))
         assert note(plan, served) is None and not plan.attempts[-1].unconfirmed
     # A call that named a tool: said when another served it, not when it did.
