@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from evolution.trial import JudgedTrial
 from selection.feedback import FeedbackRecord, TrendPeriod
@@ -18,7 +18,8 @@ from selection.ports import RetrainEvidence
 
 class CallToolPayload(BaseModel):
     """Keyword arguments of `fittest.call_tool`. The other fields of `resilient_tool_call`'s payload
-    (call_id, tags, context, max_attempts) are accepted too and mean the same; `namespace` is `name`."""
+    (call_id, tags, context, max_attempts) are accepted too and mean the same; `namespace` is `name`
+    (either one names the tool)."""
 
     name: str = Field(min_length=1)
     input: dict[str, Any] = {}
@@ -26,6 +27,15 @@ class CallToolPayload(BaseModel):
     use_evolved: bool = True
     scenario: str | None = None  # what the call is for; default the tool's description
     namespace: str | None = None  # `name` again, if given: another name is refused
+
+    @model_validator(mode="before")
+    @classmethod
+    def _namespace_names_it(cls, data: Any) -> Any:
+        """QA ops L1: the schema said `namespace` is `name`, and a payload naming the tool by
+        `namespace` alone was refused for lacking `name`."""
+        if isinstance(data, dict) and "name" not in data and isinstance(data.get("namespace"), str):
+            return {**data, "name": data["namespace"]}
+        return data
 
     @field_validator("namespace")
     @classmethod

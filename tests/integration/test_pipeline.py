@@ -85,6 +85,12 @@ def test_call_tool_by_name_and_without_one(pipeline):
     assert result.output == [{"x": "1"}]
     nameless = pipeline.client.wait(pipeline.client.send("call_tool", input={"text": "x"}), 30)
     assert nameless["status"] == "invalid" and [e["field"] for e in nameless["errors"]] == ["name"], nameless
+    # `namespace` is `name` (the schema says so), and a key neither payload has is named beside a
+    # missing name (QA ops L1: `{"tool": …}` and `{"namespace": …}` were told only that name is required).
+    by_namespace = pipeline.client.wait(pipeline.client.send("call_tool", namespace="csv_lenient", input={"text": "x\n1\n"}), 30)
+    assert by_namespace["status"] == "success" and by_namespace["tool"] == "csv_lenient", by_namespace
+    miscalled = pipeline.client.wait(pipeline.client.send("call_tool", tool="csv_lenient", input={"text": "x"}), 30)
+    assert [e["field"] for e in miscalled["errors"]] == ["name", "tool"], miscalled
     unknown = pipeline.client.run_tool("no_such_tool")
     assert unknown.status == "no_candidates" and "no_such_tool" in unknown.message
     assert unknown.no_candidates_reason == "no_such_tool"  # QA integrator 5: a service branches on it (it was None)

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from selection.call_endings import no_candidates_result
 from selection.manifest import ToolManifest, split_key
-from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, field_errors
+from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, FieldError, field_errors
 from workers.app import app
 from workers.feedback_store import apply_stored_judgements
 from workers.payloads import CallToolPayload, ExplainResult
@@ -168,8 +168,14 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
     try:  # as fittest's client checks it before sending; the rest is checked as a call's
         tool = CallToolPayload.model_validate(payload)
     except ValidationError as exc:
-        return ended_early(invalid_result(exc, result_call_id(payload, self.request.id)))
-    name = payload.pop("name")
+        # with the keys neither payload has, which a call's check names once the tool is named
+        # (QA ops L1: `{"tool": …}` was told only that `name` is required)
+        unknown = [FieldError(field=key, message="Extra inputs are not permitted", type="extra_forbidden")
+                   for key in payload if key not in CallToolPayload.model_fields and key not in CallRequest.model_fields]
+        return ended_early(invalid_result(field_errors(exc) + unknown, result_call_id(payload, self.request.id)))
+    name = tool.name
+    payload.pop("name", None)
+    payload.pop("namespace", None)
     payload.pop("scenario", None)
     original = runtime().registry.original(name)
     scenario = tool.scenario or (original.description.strip() if original else f"call {name}")
