@@ -11,14 +11,20 @@ import os
 import shutil
 import socket
 import subprocess
+import textwrap
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+import yaml
+from typer.testing import CliRunner, Result
 
+from selection.manifest import ToolManifest, load_manifest
 from workers.stack import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,53 +46,82 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def whoami_tool(tools_dir: Path):
+def whoami_tool(tools_dir: Path) -> ToolManifest:
     """A python tool that answers with the pid of the process running it, in `tools_dir`/whoami:
     which process ran a version is what the tests of in-process and isolated runs compare."""
-    from selection.manifest import load_manifest
-
-    folder = tools_dir / "whoami"
-    folder.mkdir(parents=True)
-    (folder / "who.py").write_text("import os\n\ndef run(data):\n    return {'pid': os.getpid()}\n")
-    (folder / "tool.yaml").write_text("name: whoami\nversion: 1.0.0\ndescription: Say which process runs it.\n"
-                                      "implementation: {kind: python, entrypoint: 'who:run'}\n")
-    return load_manifest(folder / "tool.yaml")
+    return write_tool(tools_dir, "whoami", "import os\n\ndef run(data):\n    return {'pid': os.getpid()}\n",
+                      description="Say which process runs it.")
 
 
-def start_redis(workdir: Path, port: int | None = None, appendonly: bool = False) -> tuple[subprocess.Popen, str]:
-    """Start a private redis-server; returns the process and its URL once it answers PING.
+@dataclass(frozen=True)
+class RedisTls:
+    """The files of a redis-server that speaks TLS only: its CA (which its clients trust), its
+    certificate and its key."""
+    ca: Path
+    cert: Path
+    key: Path
+
+
+def start_redis(workdir: Path, port: int | None = None, appendonly: bool = False, tls: RedisTls | None = None,
+                password: str | None = None) -> tuple[subprocess.Popen, str]:
+    """Start a private redis-server; returns the process and its URL once it answers PING. With
+    `tls`, it speaks TLS only (a rediss:// URL); with `password`, it requires it (in the URL).
 
     Without a given `port`, a free one is taken; as another process may take it between
     free_port() and redis-server's bind (the other pytest process starts its servers too), a
     server that did not get its port is started again on another, and the one that answers must
-    be ours (its pid), not a neighbour's that took the port first."""
+    be ours (its pid), not a neighbour's that took the port first. It dies with the test process,
+    so an interrupted session leaves no server behind."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("redis-server is not on PATH")
     workdir.mkdir(parents=True, exist_ok=True)
     for _ in range(1 if port else 5):
         chosen = port or free_port()
+        listen = ["--port", str(chosen)]
+        if tls is not None:
+            listen = ["--port", "0", "--tls-port", str(chosen), "--tls-cert-file", str(tls.cert), "--tls-key-file",
+                      str(tls.key), "--tls-ca-cert-file", str(tls.ca), "--tls-auth-clients", "no"]
         proc = subprocess.Popen(
-            [binary, "--port", str(chosen), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "yes" if appendonly else "no", "--dir", str(workdir)],
+            [binary, *listen, "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes" if appendonly else "no",
+             "--dir", str(workdir), *(["--requirepass", password] if password else [])],
             preexec_fn=die_with_parent,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        url = f"redis://127.0.0.1:{chosen}/0"
-        client = redis.Redis.from_url(url)
+        url = f"{'rediss' if tls else 'redis'}://{f':{password}@' if password else ''}127.0.0.1:{chosen}/0"
+        trust: dict[str, Any] = {"ssl_ca_certs": str(tls.ca), "ssl_cert_reqs": "required"} if tls else {}
+        client = redis.Redis.from_url(url, **trust)
         for _ in range(200):
             if proc.poll() is not None:  # its port was taken
                 break
             try:
                 if client.info("server")["process_id"] == proc.pid:
                     return proc, url
-            except redis.ConnectionError:
+            except redis.RedisError:  # not up yet, or a neighbour's server (which may refuse our password)
                 pass
             time.sleep(0.05)
         proc.kill()
         proc.wait()
     raise RuntimeError(f"private redis-server on port {chosen} did not start")
+
+
+@dataclass(frozen=True)
+class RedisServer:
+    """A redis-server one test owns: its URL, and its process for a test that stops or stalls it."""
+    proc: subprocess.Popen
+    url: str
+
+
+@pytest.fixture
+def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A Redis of this test's own, stopped after it: for a test that flushes it, stops or stalls it,
+    or leaves messages no worker reads in its queues (what a command meets when no worker runs),
+    none of which the session's Redis, shared by the other tests of the process, may see."""
+    proc, url = start_redis(tmp_path_factory.mktemp("private-redis"))
+    yield RedisServer(proc, url)
+    proc.terminate()
+    proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="session")
@@ -154,3 +189,47 @@ def settings_env(monkeypatch: pytest.MonkeyPatch, redis_url: str, run_prefix: st
     get_settings.cache_clear()
     yield env
     get_settings.cache_clear()
+
+
+def write_tool(root: Path, name: str, code: str | None, **manifest: Any) -> ToolManifest:
+    """A tool folder `root`/`name` as an author writes one, and its manifest as the registry loads
+    it: `code` (dedented) in tool.py, run in-process by its `run`, with 5 s to answer (room for a
+    python process under the suite's load), unless `manifest` says otherwise. Without `code`, what
+    the manifest runs is there already (another module, a program, a URL)."""
+    folder = root / name
+    folder.mkdir(parents=True, exist_ok=True)  # it may hold the tool's other files already
+    if code is not None:
+        (folder / "tool.py").write_text(textwrap.dedent(code))
+    doc = {"name": name, "description": f"the {name} tool", "implementation": {"kind": "python", "entrypoint": "tool:run"},
+           "timeout_s": 5, **manifest}
+    (folder / "tool.yaml").write_text(yaml.safe_dump(doc))
+    return load_manifest(folder / "tool.yaml")
+
+
+def run_cli(*args: str, reraise: bool = False) -> Result:
+    """`fittest ARGS` in-process, with the settings as they stand (a test may stand them in). With
+    `reraise`, an exception the command did not turn into an exit code is raised, so the test
+    fails on it rather than on its missing output."""
+    from workers.cli import app
+
+    result = CliRunner().invoke(app, list(args))
+    if reraise and result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def cli_runner(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> Callable[..., Result]:
+    """Run `fittest …` in-process with `env` (and per-call extra variables) set for the rest of the
+    test, as an operator's shell would; settings are read afresh for each command."""
+    from workers.settings import get_settings
+
+    def run(*args: str, **extra: str) -> Result:
+        for key, value in {**env, **extra}.items():
+            monkeypatch.setenv(key, value)
+        get_settings.cache_clear()
+        try:
+            return run_cli(*args)
+        finally:
+            get_settings.cache_clear()
+
+    return run

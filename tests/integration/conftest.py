@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from fittest.client import FittestClient
 from workers.settings import Settings
@@ -30,26 +29,6 @@ def runtime_in_use(runtime: Any) -> Iterator[Any]:
         runtime.state.clear()
         runtime.memory.drop_all()
         runtime.close()
-
-
-def cli_runner(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> Callable[..., Any]:
-    """Run `fittest …` in-process with `env` (and per-call extra variables) set, as an operator's
-    shell would; settings are read afresh for each command."""
-    from typer.testing import CliRunner
-
-    from workers.cli import app
-    from workers.settings import get_settings
-
-    def run(*args: str, **extra: str) -> Any:
-        for key, value in {**env, **extra}.items():
-            monkeypatch.setenv(key, value)
-        get_settings.cache_clear()
-        try:
-            return CliRunner().invoke(app, list(args))
-        finally:
-            get_settings.cache_clear()
-
-    return run
 
 
 @dataclass
@@ -112,7 +91,8 @@ def purge_queues(settings: Settings) -> None:
 @contextmanager
 def pipeline_running(tmp: Path, redis_url: str, model_path: Path, tools_dir: Path,
                      roles: tuple[str, ...] = ("memory", "executor", "evolver"), **extra: str) -> Iterator[Pipeline]:
-    """`start_pipeline` for one test: its workers stopped and its Redis keys removed afterwards."""
+    """`start_pipeline` for a test or a module: its workers stopped (its client first, see
+    Pipeline.close) and its Redis keys removed afterwards."""
     p = start_pipeline(tmp, redis_url, model_path, tools_dir, roles, **extra)
     try:
         yield p
@@ -144,26 +124,7 @@ def start_pipeline(tmp: Path, redis_url: str, model_path: Path, tools_dir: Path,
     return Pipeline(env=env, settings=settings, stack=stack, client=FittestClient(settings=settings))
 
 
-@pytest.fixture
-def unserved_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A private Redis no worker reads: what a command meets when no worker is running. Its own
-    server, so the messages left in its queues are nobody else's to clean up."""
-    from tests.conftest import start_redis
-
-    proc, url = start_redis(tmp_path_factory.mktemp("unserved-redis"))
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[Pipeline]:
-    tmp = tmp_path_factory.mktemp("pipeline")
-    p = start_pipeline(tmp, redis_url, model_path, TEST_TOOLS)
-    try:
+    with pipeline_running(tmp_path_factory.mktemp("pipeline"), redis_url, model_path, TEST_TOOLS) as p:
         yield p
-    finally:
-        p.close()
-        p.state().clear()
-        # Celery's own keys for this run's queues are on the private per-session Redis.
-        redis.Redis.from_url(redis_url).close()

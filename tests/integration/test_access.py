@@ -22,8 +22,8 @@ import pytest
 import redis
 from celery import Celery
 
-from tests.conftest import free_port
-from tests.integration.conftest import TEST_TOOLS, Pipeline, start_pipeline
+from tests.conftest import RedisTls, free_port, start_redis
+from tests.integration.conftest import TEST_TOOLS, Pipeline, pipeline_running
 from workers.procfile import flower_env
 from workers.stack import ROOT
 
@@ -35,8 +35,8 @@ SECRETS = {
 }
 
 
-def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
-    """A CA and a server certificate for 127.0.0.1 signed by it: (ca, server cert, server key)."""
+def make_certificates(directory: Path) -> RedisTls:
+    """A CA and a server certificate for 127.0.0.1 signed by it."""
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not on PATH")
 
@@ -48,36 +48,18 @@ def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
     (directory / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.crt",
         "-days", "2", "-extfile", "san.cnf")
-    return directory / "ca.crt", directory / "server.crt", directory / "server.key"
+    return RedisTls(ca=directory / "ca.crt", cert=directory / "server.crt", key=directory / "server.key")
 
 
 @pytest.fixture(scope="module")
 def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     directory = tmp_path_factory.mktemp("tls")
-    ca, cert, key = make_certificates(directory)
-    port = free_port()
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not on PATH")
-    proc = subprocess.Popen(
-        [binary, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--tls-cert-file", str(cert),
-         "--tls-key-file", str(key), "--tls-ca-cert-file", str(ca), "--tls-auth-clients", "no",
-         "--requirepass", PASSWORD, "--save", "", "--dir", str(directory)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    url = f"rediss://:{PASSWORD}@127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url, ssl_ca_certs=str(ca), ssl_cert_reqs="required")
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.skip("this redis-server does not support TLS")
-            time.sleep(0.05)
-    yield url, ca
+    tls = make_certificates(directory)
+    try:
+        proc, url = start_redis(directory, tls=tls, password=PASSWORD)
+    except RuntimeError:  # it exited at once, or never answered over TLS
+        pytest.skip("this redis-server does not support TLS")
+    yield url, tls.ca
     proc.terminate()
     proc.wait(timeout=10)
 
@@ -85,12 +67,9 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory, tls_redis: tuple[str, Path], model_path: Path) -> Iterator[Pipeline]:
     url, ca = tls_redis
-    p = start_pipeline(tmp_path_factory.mktemp("access"), url, model_path, TEST_TOOLS, roles=("memory", "executor"),
-                       FITTEST_REDIS_TLS_CA=str(ca), FITTEST_EVOLUTION_ENABLED="false", **SECRETS)
-    try:
+    with pipeline_running(tmp_path_factory.mktemp("access"), url, model_path, TEST_TOOLS, roles=("memory", "executor"),
+                          FITTEST_REDIS_TLS_CA=str(ca), FITTEST_EVOLUTION_ENABLED="false", **SECRETS) as p:
         yield p
-    finally:
-        p.close()
 
 
 def test_broker_backend_and_state_store_work_over_tls_with_a_password(pipeline: Pipeline, tls_redis: tuple[str, Path]) -> None:

@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,20 +17,12 @@ from redbeat.schedulers import acquire_distributed_beat_lock, get_redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tests.conftest import free_port, start_redis
+from tests.broker import queued_messages
+from tests.conftest import RedisServer, free_port, start_redis
 from workers.app import BEAT_LOCK_TIMEOUT_S, BEAT_MAX_INTERVAL_S, make_app
 from workers.beat import Scheduler
 from workers.settings import Settings
 from workers.stack import die_with_parent
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[str]:
-    """A Redis of this test's own: it is flushed, which the shared one must not be."""
-    proc, url = start_redis(tmp_path / "redis")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 def started_beat(app: Celery) -> Scheduler:
@@ -43,11 +33,9 @@ def started_beat(app: Celery) -> Scheduler:
 
 
 def retrains_sent(client: redis.Redis) -> int:
-    """fittest.retrain_weights messages waiting on the learning queue (one list per priority step;
-    the beat's other entry, fittest.prune_history, goes there too)."""
-    messages = [json.loads(raw) for key in client.scan_iter("learning*") if client.type(key) == b"list"
-                for raw in client.lrange(key, 0, -1)]
-    return sum(1 for m in messages if m["headers"]["task"] == "fittest.retrain_weights")
+    """fittest.retrain_weights messages waiting on the learning queue (the beat's other entry,
+    fittest.prune_history, goes there too)."""
+    return sum(m["headers"]["task"] == "fittest.retrain_weights" for _, m in queued_messages(client, "learning"))
 
 
 def retrains_once_due(beat: Scheduler, client: redis.Redis, interval: float, within_s: float = 20.0) -> int:
@@ -62,10 +50,10 @@ def retrains_once_due(beat: Scheduler, client: redis.Redis, interval: float, wit
     return sent
 
 
-def test_beat_writes_its_schedule_and_takes_its_lock_again_after_redis_lost_its_data(private_redis: str) -> None:
+def test_beat_writes_its_schedule_and_takes_its_lock_again_after_redis_lost_its_data(private_redis: RedisServer) -> None:
     interval = 0.5
-    app = make_app(Settings(redis_url=private_redis, retrain_interval_s=interval))
-    client = redis.Redis.from_url(private_redis)
+    app = make_app(Settings(redis_url=private_redis.url, retrain_interval_s=interval))
+    client = redis.Redis.from_url(private_redis.url)
     beat = started_beat(app)
     try:
         # A beat killed now leaves its lock for 50 s (README), not redbeat's 25 min.
@@ -84,9 +72,9 @@ def test_beat_writes_its_schedule_and_takes_its_lock_again_after_redis_lost_its_
         beat.close()
 
 
-def test_a_beat_whose_lock_another_beat_took_stops(private_redis: str) -> None:
-    app = make_app(Settings(redis_url=private_redis))
-    client = redis.Redis.from_url(private_redis)
+def test_a_beat_whose_lock_another_beat_took_stops(private_redis: RedisServer) -> None:
+    app = make_app(Settings(redis_url=private_redis.url))
+    client = redis.Redis.from_url(private_redis.url)
     beat = started_beat(app)
     try:
         client.set(beat.lock_key, "another beat's token", px=BEAT_LOCK_TIMEOUT_S * 1000)
@@ -98,13 +86,13 @@ def test_a_beat_whose_lock_another_beat_took_stops(private_redis: str) -> None:
         beat.close()
 
 
-def test_beat_writes_its_schedule_again_when_redis_evicted_one_entry(private_redis: str) -> None:
+def test_beat_writes_its_schedule_again_when_redis_evicted_one_entry(private_redis: RedisServer) -> None:
     """QA Q: under `maxmemory-policy allkeys-lru` Redis evicted the key of retrain-weights alone;
     redbeat dropped the entry from its sorted set ("Failed to load ..., removing"), which the other
     entry kept alive, so the weights were never retrained again until beat restarted."""
     interval = 0.5
-    app = make_app(Settings(redis_url=private_redis, retrain_interval_s=interval))
-    client = redis.Redis.from_url(private_redis)
+    app = make_app(Settings(redis_url=private_redis.url, retrain_interval_s=interval))
+    client = redis.Redis.from_url(private_redis.url)
     beat = started_beat(app)
     try:
         client.delete(Scheduler.Entry.generate_key(app, "retrain-weights"))  # evicted
@@ -153,14 +141,14 @@ def test_a_tick_during_a_redis_restart_waits_for_redis(tmp_path: Path) -> None:
                 p.wait(timeout=10)
 
 
-def test_health_says_whether_a_beat_holds_its_lock_and_when_it_last_sent_the_retrain(private_redis: str) -> None:
+def test_health_says_whether_a_beat_holds_its_lock_and_when_it_last_sent_the_retrain(private_redis: RedisServer) -> None:
     """QA ops: a beat stopped for 60 s, its lock gone, and `fittest health` said healthy: without it
     nothing retrains the weights or prunes the history."""
     from workers.health import check_beat
 
     interval = 0.5
-    settings = Settings(redis_url=private_redis, retrain_interval_s=interval)
-    client = redis.Redis.from_url(private_redis)
+    settings = Settings(redis_url=private_redis.url, retrain_interval_s=interval)
+    client = redis.Redis.from_url(private_redis.url)
     none = check_beat(settings, timeout=2)
     assert none.status == "fail" and "no beat holds its lock" in none.detail and "not sent yet" in none.detail, none
     # The entry as redbeat creates it, before its first run: a last_run_at, no run count (QA selection F6)

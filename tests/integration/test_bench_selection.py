@@ -11,13 +11,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import redis
-from typer.testing import CliRunner
+from typer.testing import Result
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, cli_runner
 
 pytestmark = pytest.mark.slow  # bench smoke tests: each streams queries through the real model
 
@@ -26,24 +27,21 @@ KEYS = {"queries", "policy", "top1_first_half", "top1_second_half", "resolved_wi
         "zero_shot_top1", "seed_top1_second_half", "p50_select_ms", "p99_select_ms"}
 
 
-def test_selection_bench_on_a_slice(monkeypatch: pytest.MonkeyPatch, redis_url: str, model_path: Path,
-                                    tmp_path: Path) -> None:
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch, redis_url: str, model_path: Path) -> Callable[..., Result]:
+    """`fittest bench selection` on the MetaTool tools and development queries, with ARGS, in-process
+    on the session's Redis and the real model."""
     if not (DATA / "tools.json").exists():
         pytest.skip(f"the MetaTool data is not at {DATA}")
-    from workers.cli import app
-    from workers.settings import get_settings
+    run = cli_runner(monkeypatch, {"FITTEST_REDIS_URL": redis_url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path)})
+    return lambda *args: run("bench", "selection", "--tools", str(DATA / "tools.json"), "--queries",
+                             str(DATA / "queries_dev.csv"), *args)
 
-    monkeypatch.setenv("FITTEST_REDIS_URL", redis_url)
-    monkeypatch.setenv("FITTEST_EMBEDDING_MODEL_PATH", str(model_path))
-    get_settings.cache_clear()
+
+def test_selection_bench_on_a_slice(bench: Callable[..., Result], redis_url: str, tmp_path: Path) -> None:
     before = set(redis.Redis.from_url(redis_url).scan_iter("bench*"))
     out = tmp_path / "bench.json"
-    try:
-        result = CliRunner().invoke(app, ["bench", "selection", "--tools", str(DATA / "tools.json"), "--queries",
-                                          str(DATA / "queries_dev.csv"), "--limit", "300", "--retrain-every", "100",
-                                          "--reveal-missed", "--json", str(out)])
-    finally:
-        get_settings.cache_clear()
+    result = bench("--limit", "300", "--retrain-every", "100", "--reveal-missed", "--json", str(out))
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert KEYS <= set(data)
@@ -64,24 +62,10 @@ def test_selection_bench_on_a_slice(monkeypatch: pytest.MonkeyPatch, redis_url: 
     assert "top1_second_half" in result.output
 
 
-def test_the_seed_policy_under_test_is_its_own_baseline(monkeypatch: pytest.MonkeyPatch, redis_url: str,
-                                                        model_path: Path, tmp_path: Path) -> None:
+def test_the_seed_policy_under_test_is_its_own_baseline(bench: Callable[..., Result], tmp_path: Path) -> None:
     """QA J: `--policy seed` ran the seed stream twice and showed two identical rows."""
-    if not (DATA / "tools.json").exists():
-        pytest.skip(f"the MetaTool data is not at {DATA}")
-    from workers.cli import app
-    from workers.settings import get_settings
-
-    monkeypatch.setenv("FITTEST_REDIS_URL", redis_url)
-    monkeypatch.setenv("FITTEST_EMBEDDING_MODEL_PATH", str(model_path))
-    get_settings.cache_clear()
     out = tmp_path / "bench.json"
-    try:
-        result = CliRunner().invoke(app, ["bench", "selection", "--tools", str(DATA / "tools.json"), "--queries",
-                                          str(DATA / "queries_dev.csv"), "--limit", "40", "--policy", "seed",
-                                          "--json", str(out)])
-    finally:
-        get_settings.cache_clear()
+    result = bench("--limit", "40", "--policy", "seed", "--json", str(out))
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert [s["name"] for s in data["streams"]] == ["seed", "seed zero-shot"]

@@ -10,9 +10,8 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, cli_runner
 
 DATA = ROOT.parent / "shared" / "data" / "metatool"
 
@@ -32,13 +31,8 @@ def _slice(tmp_path: Path, every: int) -> Path:
 def cli(monkeypatch: pytest.MonkeyPatch, model_path: Path):
     if not (DATA / "tools.json").exists():
         pytest.skip(f"the MetaTool data is not at {DATA}")
-    from workers.cli import app
-    from workers.settings import get_settings
-
-    monkeypatch.setenv("FITTEST_EMBEDDING_MODEL_PATH", str(model_path))
-    get_settings.cache_clear()
-    yield lambda *args: CliRunner().invoke(app, ["bench", "supervised", "--tools", str(DATA / "tools.json"), *args])
-    get_settings.cache_clear()
+    run = cli_runner(monkeypatch, {"FITTEST_EMBEDDING_MODEL_PATH": str(model_path)})
+    return lambda *args: run("bench", "supervised", "--tools", str(DATA / "tools.json"), *args)
 
 
 @pytest.mark.slow  # a bench smoke test: runs last, and `make test-fast` leaves it out

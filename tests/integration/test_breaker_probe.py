@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from selection.manifest import tool_key
-from tests.integration.conftest import Pipeline, start_pipeline
+from tests.conftest import write_tool
+from tests.integration.conftest import Pipeline, pipeline_running
 
 SCENARIO = "convert 200 US dollars to Japanese yen at today's exchange rate"
 TOOL = '''from pathlib import Path
@@ -39,21 +40,13 @@ DESCRIPTIONS = {
 def probe_pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[Pipeline]:
     tools = tmp_path_factory.mktemp("probe-tools")
     for name, description in DESCRIPTIONS.items():
-        (tools / name).mkdir()
-        (tools / name / "tool.py").write_text(TOOL)
-        (tools / name / "tool.yaml").write_text(
-            f"name: {name}\nversion: 1.0.0\ndescription: {description}\n"
-            "implementation: {kind: python, entrypoint: \"tool:run\"}\ntimeout_s: 5\n")
-    p = start_pipeline(tmp_path_factory.mktemp("probe"), redis_url, model_path, tools, roles=("memory", "executor"),
-                       FITTEST_EVOLUTION_ENABLED="false", FITTEST_BREAKER_THRESHOLD="1", FITTEST_BREAKER_COOLDOWN_S="4",
-                       # the defaults (30 s and 60 s) scaled down: the evidence a cool-down's end
-                       # meets is at most a TTL old
-                       FITTEST_SELECTION_CACHE_TTL_S="1")
-    try:
+        write_tool(tools, name, TOOL, description=description)
+    with pipeline_running(tmp_path_factory.mktemp("probe"), redis_url, model_path, tools, roles=("memory", "executor"),
+                          FITTEST_EVOLUTION_ENABLED="false", FITTEST_BREAKER_THRESHOLD="1", FITTEST_BREAKER_COOLDOWN_S="4",
+                          # the defaults (30 s and 60 s) scaled down: the evidence a cool-down's end
+                          # meets is at most a TTL old
+                          FITTEST_SELECTION_CACHE_TTL_S="1") as p:
         yield p
-    finally:
-        p.close()
-        p.state().clear()
 
 
 def ranking(p: Pipeline) -> list[str]:

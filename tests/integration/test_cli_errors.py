@@ -13,7 +13,7 @@ from pathlib import Path
 
 import redis
 
-from tests.conftest import EXAMPLE_TOOLS, free_port
+from tests.conftest import EXAMPLE_TOOLS, RedisServer, free_port
 
 FITTEST = Path(sys.executable).parent / "fittest"
 
@@ -37,10 +37,10 @@ def test_every_kind_of_command_says_at_once_that_redis_does_not_answer(model_pat
 
 
 def test_a_redis_that_refuses_the_password_or_the_database_is_named_as_such(
-    model_path: Path, unserved_redis: str, tmp_path: Path
+    model_path: Path, private_redis: RedisServer, tmp_path: Path
 ) -> None:
-    redis.Redis.from_url(unserved_redis).config_set("requirepass", "sesame")
-    port = unserved_redis.rsplit(":", 1)[1].split("/")[0]
+    redis.Redis.from_url(private_redis.url).config_set("requirepass", "sesame")
+    port = private_redis.url.rsplit(":", 1)[1].split("/")[0]
 
     def tools(url: str) -> tuple[int, str]:
         env = {**os.environ, "FITTEST_REDIS_URL": url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
@@ -58,9 +58,9 @@ def test_a_redis_that_refuses_the_password_or_the_database_is_named_as_such(
 
 
 def test_a_command_no_worker_answers_says_so_and_a_tool_that_does_not_exist_is_refused_first(
-    model_path: Path, unserved_redis: str, tmp_path: Path
+    model_path: Path, private_redis: RedisServer, tmp_path: Path
 ) -> None:
-    fittest = without_workers(model_path, unserved_redis, tmp_path)
+    fittest = without_workers(model_path, private_redis.url, tmp_path)
     assert fittest("evolve", "nosuch")[:2] == (2, "error: no tool named 'nosuch'")  # refused: the caller's to mend
     code, said, _ = fittest("evolve", "sort_numbers", "--version", "9.9.9")
     assert code == 2 and "sort_numbers has no version '9.9.9' (it has 1.0.0)" in said
@@ -68,7 +68,7 @@ def test_a_command_no_worker_answers_says_so_and_a_tool_that_does_not_exist_is_r
     assert code == 1 and "no answer from the workers within the command's --timeout" in said
 
 
-def test_a_tool_whose_manifest_does_not_load_now_is_not_said_to_be_gone(model_path: Path, unserved_redis: str,
+def test_a_tool_whose_manifest_does_not_load_now_is_not_said_to_be_gone(model_path: Path, private_redis: RedisServer,
                                                                         tmp_path: Path) -> None:
     """QA new user: `fittest show upper_text` said "no tool named 'upper_text'" while its manifest
     was half-edited, and the workers served it in the same minute, as they last read it."""
@@ -80,7 +80,7 @@ def test_a_tool_whose_manifest_does_not_load_now_is_not_said_to_be_gone(model_pa
     text = manifest.read_text()
     assert "implementation:\n  kind: python\n  entrypoint: slug:run\n" in text
     manifest.write_text(text.replace("implementation:\n  kind: python\n  entrypoint: slug:run\n", ""))  # half-edited
-    fittest = without_workers(model_path, unserved_redis, tmp_path, tools)
+    fittest = without_workers(model_path, private_redis.url, tmp_path, tools)
     code, said, _ = fittest("show", "slugify")
     assert code == 2 and f"no tool named 'slugify'; these manifests do not load: {manifest}: field 'implementation'" in said, said
     assert "the workers serve it as they last read it" in said
@@ -88,16 +88,15 @@ def test_a_tool_whose_manifest_does_not_load_now_is_not_said_to_be_gone(model_pa
 
 
 def test_a_judgement_no_worker_took_in_time_is_never_recorded_so_it_can_be_sent_again(
-    model_path: Path, unserved_redis: str, tmp_path: Path
+    model_path: Path, private_redis: RedisServer, tmp_path: Path
 ) -> None:
     """QA AC: `feedback add` said no worker had answered, yet the judgement was applied once a
     worker started; sent again, as the message asked, it counted twice."""
-    from tests.integration.conftest import start_pipeline
+    from tests.integration.conftest import pipeline_running
 
-    workers = start_pipeline(tmp_path, unserved_redis, model_path, EXAMPLE_TOOLS, roles=("memory",))
-    try:
+    with pipeline_running(tmp_path, private_redis.url, model_path, EXAMPLE_TOOLS, roles=("memory",)) as workers:
         workers.stack.stop("memory")
-        fittest = without_workers(model_path, unserved_redis, tmp_path)
+        fittest = without_workers(model_path, private_redis.url, tmp_path)
         judge = ("feedback", "add", "sort_numbers", "negative", "--scenario", "sort these numbers", "--reason", "sent twice")
         code, said, _ = fittest(*judge, "--timeout", "4")
         assert code == 1 and "no worker answered" in said and "Nothing was done: send it again" in said, said
@@ -107,14 +106,12 @@ def test_a_judgement_no_worker_took_in_time_is_never_recorded_so_it_can_be_sent_
         workers.stack.wait_for_workers(["memory"])
         code, said, _ = fittest(*judge, "--timeout", "60")  # sent again, once a worker runs
         assert code == 0, said
-        time.sleep(1.0)  # the first message, had it not expired, is applied by now: it was taken before the second
+        workers.settled()  # every message taken and acknowledged: the first, had it not expired, is applied by now
         shown = subprocess.run([str(FITTEST), "feedback", "show", "sort_numbers", "--json"], env=workers.env,
                                capture_output=True, text=True, timeout=60)
         assert shown.returncode == 0, shown.stderr
         reasons = [e["reason"] for e in json.loads(shown.stdout)["entries"]]
         assert reasons.count("sent twice") == 1, reasons
-    finally:
-        workers.close()
 
 
 def without_workers(model_path: Path, redis_url: str, tmp_path: Path,
@@ -135,14 +132,14 @@ def without_workers(model_path: Path, redis_url: str, tmp_path: Path,
 
 
 def test_a_tools_dir_that_is_not_there_is_named_with_the_path_it_was_read_as(
-    model_path: Path, unserved_redis: str, tmp_path: Path
+    model_path: Path, private_redis: RedisServer, tmp_path: Path
 ) -> None:
     import redis
 
     from selection.models import Severity
     from workers.state.redis import RedisStateStore
 
-    env = {**os.environ, "FITTEST_REDIS_URL": unserved_redis, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+    env = {**os.environ, "FITTEST_REDIS_URL": private_redis.url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
            "FITTEST_TOOLS_DIR": "mytools", "FITTEST_DATA_DIR": str(tmp_path / "data"), "FITTEST_KEY_PREFIX": "gone:"}
     env.pop("FITTEST_RESULT_BACKEND", None)
     done = subprocess.run([str(FITTEST), "tools", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
@@ -150,7 +147,7 @@ def test_a_tools_dir_that_is_not_there_is_named_with_the_path_it_was_read_as(
     said = " ".join(done.stderr.split())
     assert f"warning: FITTEST_TOOLS_DIR ({tmp_path / 'mytools'}) is not a directory" in said, said
     # The versions the workers keep (and count) meanwhile are listed with their counters (QA ops: an empty table).
-    state = RedisStateStore(redis.Redis.from_url(unserved_redis), "gone:")
+    state = RedisStateStore(redis.Redis.from_url(private_redis.url), "gone:")
     state.mark_failure("slugify@1.0.0", "a1", Severity.high)
     done = subprocess.run([str(FITTEST), "tools", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     rows = json.loads(done.stdout)
@@ -160,7 +157,7 @@ def test_a_tools_dir_that_is_not_there_is_named_with_the_path_it_was_read_as(
 
 
 def test_refused_manifests_are_listed_as_json_apart_from_the_versions_whose_list_keeps_its_shape(
-    model_path: Path, unserved_redis: str, tmp_path: Path
+    model_path: Path, private_redis: RedisServer, tmp_path: Path
 ) -> None:
     """QA onboarding M3: `tools --json` listed the versions served and nothing of the manifests
     refused (only stderr prose said so); a CI check of a team's onboarding never saw them, and
@@ -172,7 +169,7 @@ def test_refused_manifests_are_listed_as_json_apart_from_the_versions_whose_list
     (tools / "bad_version").mkdir()
     (tools / "bad_version" / "tool.yaml").write_text(
         (EXAMPLE_TOOLS / "slugify" / "tool.yaml").read_text().replace("version: 1.0.0", "version: v1.0"))
-    env = {**os.environ, "FITTEST_REDIS_URL": unserved_redis, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+    env = {**os.environ, "FITTEST_REDIS_URL": private_redis.url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
            "FITTEST_TOOLS_DIR": str(tools), "FITTEST_DATA_DIR": str(tmp_path / "data"), "FITTEST_KEY_PREFIX": "refused:"}
     env.pop("FITTEST_RESULT_BACKEND", None)
     run = lambda *args: subprocess.run([str(FITTEST), "tools", *args], env=env, capture_output=True, text=True, timeout=120)  # noqa: E731
@@ -237,14 +234,14 @@ def test_settings_the_commands_refuse_are_named_in_one_line(model_path: Path, tm
         assert said.startswith("error: the settings are refused:") and says in said, (setting, said)
 
 
-def test_metrics_on_a_port_in_use_says_so(model_path: Path, unserved_redis: str) -> None:
+def test_metrics_on_a_port_in_use_says_so(model_path: Path, private_redis: RedisServer) -> None:
     import socket
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        env = {**os.environ, "FITTEST_REDIS_URL": unserved_redis, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+        env = {**os.environ, "FITTEST_REDIS_URL": private_redis.url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
                "FITTEST_METRICS_ADDR": "127.0.0.1"}  # the address it listens on, as a setting (--addr overrides it)
         done = subprocess.run([str(FITTEST), "metrics", "--port", str(port)], env=env,
                               capture_output=True, text=True, timeout=60)
@@ -259,10 +256,10 @@ def test_metrics_on_a_port_in_use_says_so(model_path: Path, unserved_redis: str)
 
 
 def test_a_call_no_worker_can_take_and_a_result_nobody_sent_are_told_in_seconds(
-    model_path: Path, unserved_redis: str, tmp_path: Path
+    model_path: Path, private_redis: RedisServer, tmp_path: Path
 ) -> None:
     """Not after the whole --timeout: the command asks whether a result can come at all."""
-    fittest = without_workers(model_path, unserved_redis, tmp_path)
+    fittest = without_workers(model_path, private_redis.url, tmp_path)
     code, said, took = fittest("call", "sort these numbers", "--input", '{"numbers": [2, 1]}', "--namespace", "sort_numbrs",
                                "--timeout", "100")
     assert code == 1 and took < 60, (code, said, took)
@@ -275,10 +272,10 @@ def test_a_call_no_worker_can_take_and_a_result_nobody_sent_are_told_in_seconds(
     assert code == 1 and took < 60 and "no call with this id is queued or running" in said, (said, took)
 
 
-def test_a_call_without_a_result_says_so_as_json_on_stdout_with_json(model_path: Path, unserved_redis: str, tmp_path: Path) -> None:
+def test_a_call_without_a_result_says_so_as_json_on_stdout_with_json(model_path: Path, private_redis: RedisServer, tmp_path: Path) -> None:
     """QA ops: with --json, a call that timed out printed nothing on stdout; its id, which a script
     needs to ask for the result later, was only in the error line on stderr."""
-    env = {**os.environ, "FITTEST_REDIS_URL": unserved_redis, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+    env = {**os.environ, "FITTEST_REDIS_URL": private_redis.url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
            "FITTEST_TOOLS_DIR": str(EXAMPLE_TOOLS), "FITTEST_DATA_DIR": str(tmp_path / "data"), "FITTEST_KEY_PREFIX": "cli:"}
     env.pop("FITTEST_RESULT_BACKEND", None)
     done = subprocess.run([str(FITTEST), "call", "sort these numbers", "--input", '{"numbers": [2, 1]}', "--json",

@@ -3,30 +3,27 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
 from fittest.client import FittestClient, FittestUnavailable
-from tests.conftest import start_redis
+from tests.conftest import RedisServer
 
 
 @pytest.mark.slow
-def test_waiting_for_a_call_while_redis_is_away_raises_fittest_unavailable(tmp_path: Path) -> None:
+def test_waiting_for_a_call_while_redis_is_away_raises_fittest_unavailable(private_redis: RedisServer) -> None:
     """QA met `RuntimeError: Retry limit exceeded while trying to reconnect to the Celery result
     store backend. The Celery application must be restarted.` (and a bare redis ConnectionError)
     from `result()`. The caller gets FittestUnavailable, a ConnectionError naming the call."""
-    proc, url = start_redis(tmp_path / "redis")
-    client = FittestClient(url)
+    client = FittestClient(private_redis.url)
     try:
         pending = client.submit("sort these numbers", {"numbers": [2, 1]})  # no worker: it stays queued
-        proc.terminate()
-        proc.wait(timeout=10)
+        private_redis.proc.terminate()
+        private_redis.proc.wait(timeout=10)
         started = time.monotonic()
         with pytest.raises(FittestUnavailable, match=f"waiting for call {pending.id}: .*cannot be reached") as raised:
             client.result(pending, timeout=120)
         assert isinstance(raised.value, ConnectionError)
         assert time.monotonic() - started < 100
     finally:
-        proc.kill()
         client.close()

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from selection.models import CallRequest, OutcomeRecord, ToolExecutionResult
+from tests.conftest import write_tool
 from workers.outcomes import apply_outcome
 from workers.runtime import Runtime
 from workers.settings import Settings
@@ -24,11 +24,8 @@ SCENARIO = "write the year 1666 in roman numerals"
 @pytest.fixture
 def rt(settings_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     for name, description in TOOLS.items():
-        folder = tmp_path / "tools" / name
-        folder.mkdir(parents=True)
-        (folder / "tool.yaml").write_text(yaml.safe_dump({
-            "name": name, "description": description, "implementation": {"kind": "python", "entrypoint": "json:dumps"},
-        }))
+        write_tool(tmp_path / "tools", name, None, description=description,
+                   implementation={"kind": "python", "entrypoint": "json:dumps"})
     monkeypatch.setenv("FITTEST_TOOLS_DIR", str(tmp_path / "tools"))
     monkeypatch.setenv("FITTEST_VARIANT_MIN_TRIALS", "3")
     monkeypatch.setenv("FITTEST_SELECTION_CACHE_TTL_S", "0")  # a new variant is matched within one TTL

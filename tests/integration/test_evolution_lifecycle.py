@@ -20,6 +20,7 @@ from evolution.served_version import (fallback_version, head_version, served_ver
 from evolution.trial import JudgedTrial, TrialCounts
 from selection.manifest import split_key
 from selection.models import CallPlan, CallRequest, FailureClass, FailureMark, OutcomeRecord, Promotion, Severity, ToolExecutionResult
+from tests.conftest import write_tool
 from workers.cli.tools import tool_rows
 from workers.evolution_jobs import apply_evolution_record, build_job, maybe_evolve_for_quality
 from workers.feedback_store import JudgedCall, judged_as, record_tool_feedback
@@ -37,19 +38,10 @@ STILL_BUGGY = "def run(value):\n    xs = value['xs']\n    return {'mean': sum(xs
 FIXED = "def run(value):\n    xs = value['xs']\n    return {'mean': sum(xs) / len(xs) if xs else 0.0}\n"
 
 
-def write_tool(tools: Path, name: str, code: str, **manifest: Any) -> None:
-    folder = tools / name
-    folder.mkdir(parents=True)
-    (folder / "tool.py").write_text(code)
-    doc = {"name": name, "description": f"the {name} tool", "implementation": {"kind": "python", "entrypoint": "tool:run"},
-           "timeout_s": 0.3, **manifest}
-    (folder / "tool.yaml").write_text(yaml.safe_dump(doc))
-
-
 @pytest.fixture
 def rt(settings_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     tools = tmp_path / "tools"
-    write_tool(tools, "slowish", SLOW, test_cases=[{"input": {"n": 1}, "expect": {"n": 1}}])
+    write_tool(tools, "slowish", SLOW, timeout_s=0.3, test_cases=[{"input": {"n": 1}, "expect": {"n": 1}}])
     # Its rewrites are verified by running them: 0.3 s, slowish's, was too short for a loaded host
     # to start the sandbox's run (CI: "test case 1: … timeout: no result within 0.3s").
     write_tool(tools, "mean", BUGGY, test_cases=[{"input": {"xs": [1, 2, 3]}, "expect": {"mean": 2.0}}], timeout_s=5.0)
@@ -398,7 +390,7 @@ def test_a_mutation_that_failed_on_an_input_is_skipped_until_the_version_succeed
     carried only its call's input and the one that failed the mutation was never asked again."""
     slow = tmp_path / "backend-slow"
     slow.touch()
-    write_tool(Path(rt.settings.tools_dir), "lagging", LAGGING)
+    write_tool(Path(rt.settings.tools_dir), "lagging", LAGGING, timeout_s=0.3)
 
     def lagging_call(n: int) -> CallPlan:
         return failed_call("lagging", {"n": n, "backend": str(slow)}, FailureClass.timeout, "no result within 0.3s")
@@ -440,7 +432,7 @@ def test_a_tool_with_side_effects_is_verified_without_running_real_calls_again(r
     """QA Q: a tool that appends to a ledger, evolved after one slow run, wrote five earlier calls'
     events twice more (the parent reproduced them, the candidate replayed them)."""
     real, safe = tmp_path / "events.log", tmp_path / "test-events.log"
-    write_tool(Path(rt.settings.tools_dir), "ledger", LEDGER, side_effects=side_effects,
+    write_tool(Path(rt.settings.tools_dir), "ledger", LEDGER, timeout_s=0.3, side_effects=side_effects,
                test_cases=[{"input": {"path": str(safe), "id": 0}, "expect": {"id": 0}}])
     for i in range(3):  # three real calls that succeeded (their events are in the real ledger already)
         done = ToolExecutionResult(attempt_id=f"l{i}", call_id=f"l{i}", tool="ledger", version="1.0.0", success=True,

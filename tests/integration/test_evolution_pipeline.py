@@ -3,16 +3,16 @@ fastembed; every candidate verified in the sandbox by the evolution worker."""
 
 from __future__ import annotations
 
-import gc
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
-from typer.testing import CliRunner
 
-from tests.integration.conftest import Pipeline, start_pipeline
+from tests.conftest import cli_runner
+from tests.integration.conftest import Pipeline, pipeline_running
 
 TOOLS = Path(__file__).parent / "evolution_tools"
 STAGE_TIMEOUT_S = 6
@@ -20,26 +20,34 @@ STAGE_TIMEOUT_S = 6
 
 @pytest.fixture(scope="module")
 def evo(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[Pipeline]:
-    tmp = tmp_path_factory.mktemp("evolution")
-    p = start_pipeline(tmp, redis_url, model_path, TOOLS, FITTEST_VERIFY_STAGE_TIMEOUT_S=str(STAGE_TIMEOUT_S))
-    try:
+    with pipeline_running(tmp_path_factory.mktemp("evolution"), redis_url, model_path, TOOLS,
+                          FITTEST_VERIFY_STAGE_TIMEOUT_S=str(STAGE_TIMEOUT_S)) as p:
         yield p
-        gc.collect()  # results of replaced tasks unsubscribe now, while the broker answers
-    finally:
-        p.stack.stop_all()
-        p.state().clear()
 
 
-def cli(evo: Pipeline, *args: str) -> tuple[int, str]:
-    from workers.cli import app
-    from workers.settings import get_settings
+@pytest.fixture(scope="module")
+def evolved(evo: Pipeline) -> tuple[str, dict[str, Any]]:
+    """greet_user refuses the input of a call (it reads `name`, the call sends `username`), every
+    candidate fails, and the evolution fixes it: 1.1.0 goes on trial and the same call succeeds.
+    Made once per module, for the test that checks it and the tests of what follows from it (the
+    lineage, rollback and promotion), each of which also runs alone. Its call id and result."""
+    sent = evo.client.send("resilient_tool_call", scenario="say hello to the new user", input={"username": "Ada"},
+                           namespace="greet_user")
+    result = evo.client.wait(sent, 240)
+    assert result["status"] == "success", result  # else each test that builds on it errs here, at the cause
+    return sent.id, result
 
-    get_settings.cache_clear()
-    try:
-        result = CliRunner().invoke(app, list(args), env=evo.env)
-    finally:
-        get_settings.cache_clear()
-    return result.exit_code, result.output
+
+@pytest.fixture
+def cli(evo: Pipeline, monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[int, str]]:
+    """`fittest ARGS` with the pipeline's settings: its exit code and its output."""
+    run = cli_runner(monkeypatch, evo.env)
+
+    def done(*args: str) -> tuple[int, str]:
+        result = run(*args)
+        return result.exit_code, result.output
+
+    return done
 
 
 def test_a_candidate_that_hangs_in_stage_2_is_killed_and_the_call_ends_with_a_report(evo: Pipeline) -> None:
@@ -59,12 +67,11 @@ def test_a_candidate_that_hangs_in_stage_2_is_killed_and_the_call_ends_with_a_re
     assert not (Path(evo.settings.data_dir) / "evolved" / "check_pattern_v1_1_0").exists()
 
 
-def test_all_candidates_fail_evolution_fixes_the_tool_and_the_same_call_succeeds(evo: Pipeline) -> None:
-    sent = evo.client.send("resilient_tool_call", scenario="say hello to the new user", input={"username": "Ada"},
-                           namespace="greet_user")
-    result = evo.client.wait(sent, 240)
+def test_all_candidates_fail_evolution_fixes_the_tool_and_the_same_call_succeeds(
+        evo: Pipeline, evolved: tuple[str, dict[str, Any]], cli: Callable[..., tuple[int, str]]) -> None:
+    sent_id, result = evolved
     assert result["status"] == "success", result
-    assert result["call_id"] == sent.id
+    assert result["call_id"] == sent_id
     assert (result["tool"], result["version"], result["output"]) == ("greet_user", "1.1.0", {"greeting": "Hello, Ada!"})
     assert result["attempts"][0]["version"] == "1.1.0" and len(result["attempts"]) == 1
     report = result["evolution"]
@@ -97,7 +104,7 @@ def test_all_candidates_fail_evolution_fixes_the_tool_and_the_same_call_succeeds
                                        f"{again['call_id']}|evolved"), timeout=20)  # its outcome counted
     before = {k: int(v) for k, v in store.hgetall(trial).items()}
     for _ in range(2):
-        code, out = cli(evo, "feedback", "add", "greet_user", "negative", "--call", again["call_id"])
+        code, out = cli("feedback", "add", "greet_user", "negative", "--call", again["call_id"])
         assert code == 0, out
         runs = before["es"] + before.get("ef", 0)
         assert (f"the trial of greet_user@1.1.0 now counts {before['es'] - 1}/{runs} successes of the version on trial"
@@ -105,8 +112,9 @@ def test_all_candidates_fail_evolution_fixes_the_tool_and_the_same_call_succeeds
     assert {k: int(v) for k, v in store.hgetall(trial).items()} == {**before, "es": before["es"] - 1, "ef": before.get("ef", 0) + 1}
 
 
-def test_show_prints_the_lineage_with_quality_and_status(evo: Pipeline) -> None:
-    code, out = cli(evo, "show", "greet_user", "--json")
+def test_show_prints_the_lineage_with_quality_and_status(evolved: tuple[str, dict[str, Any]],
+                                                        cli: Callable[..., tuple[int, str]]) -> None:
+    code, out = cli("show", "greet_user", "--json")
     assert code == 0, out
     data = json.loads(out)
     rows = {r["version"]: r for r in data["versions"]}
@@ -119,28 +127,30 @@ def test_show_prints_the_lineage_with_quality_and_status(evo: Pipeline) -> None:
     assert rows["1.0.0"]["manifest"].endswith("greet_user/tool.yaml") and "evolved" in rows["1.1.0"]["manifest"]
     events = [e["event"] for e in data["changelog"]]
     assert events[:2] == ["verified", "promoted"]
-    code, text = cli(evo, "show", "greet_user")
+    code, text = cli("show", "greet_user")
     assert code == 0 and "1.1.0" in text and "on_trial" in text and "rename username→name" in text
     assert f"timeout {rows['1.0.0']['timeout_s']:g} s" in text
 
 
-def test_rollback_and_promote_by_hand(evo: Pipeline) -> None:
-    code, out = cli(evo, "rollback", "greet_user")
+def test_rollback_and_promote_by_hand(evo: Pipeline, evolved: tuple[str, dict[str, Any]],
+                                      cli: Callable[..., tuple[int, str]]) -> None:
+    assert evo.state().promotion("greet_user").status == "on_trial"  # as the evolution left it
+    code, out = cli("rollback", "greet_user")
     assert code == 0, out
     assert "greet_user@1.0.0 is served again" in out
     assert evo.state().promotion("greet_user").status == "rolled_back"
-    code, out = cli(evo, "rollback", "greet_user")
+    code, out = cli("rollback", "greet_user")
     said = " ".join(out.split())
     assert code == 2 and "greet_user@1.1.0 is rolled back already; greet_user@1.0.0 is served" in said, said
-    code, out = cli(evo, "promote", "greet_user", "1.0.0")  # the original, by hand...
+    code, out = cli("promote", "greet_user", "1.0.0")  # the original, by hand...
     assert code == 0, out
-    code, out = cli(evo, "rollback", "greet_user")  # ...is undone, said as such (QA: "1.0.0 rolled back; 1.0.0 served")
+    code, out = cli("rollback", "greet_user")  # ...is undone, said as such (QA: "1.0.0 rolled back; 1.0.0 served")
     assert code == 0 and "greet_user@1.0.0's promotion by hand undone; it is served, as the original" in " ".join(out.split()), out
-    code, out = cli(evo, "rollback", "greet_user")
+    code, out = cli("rollback", "greet_user")
     assert code == 2 and "no promoted version to roll back (the original is served)" in " ".join(out.split()), out
-    code, out = cli(evo, "promote", "greet_user", "9.9.9")
+    code, out = cli("promote", "greet_user", "9.9.9")
     assert code == 2 and "has no version 9.9.9" in out
-    code, out = cli(evo, "promote", "greet_user", "1.1.0")
+    code, out = cli("promote", "greet_user", "1.1.0")
     assert code == 0, out
     promotion = evo.state().promotion("greet_user")
     assert (promotion.evolved_version, promotion.status) == ("1.1.0", "active")
@@ -148,11 +158,15 @@ def test_rollback_and_promote_by_hand(evo: Pipeline) -> None:
     assert (result["status"], result["version"]) == ("success", "1.1.0")
 
 
-def test_a_failed_call_pinned_to_a_version_the_namespace_no_longer_serves_is_not_retried_with_it(evo: Pipeline) -> None:
+def test_a_failed_call_pinned_to_a_version_the_namespace_no_longer_serves_is_not_retried_with_it(
+        evo: Pipeline, evolved: tuple[str, dict[str, Any]], cli: Callable[..., tuple[int, str]]) -> None:
     """QA onboarding M1: a call pinned to 1.0.0 whose namespace serves 1.1.0 ended "reused: 1.1.0 is
     promoted and was not tried; the call retries with it", and the retry ran 1.0.0 again: a second
     failure counted for one deterministic one, and a message naming a version that never ran."""
-    assert evo.state().promotion("greet_user").evolved_version == "1.1.0"  # promoted by hand above
+    code, out = cli("promote", "greet_user", "1.1.0")  # serves the calls not pinned (exit 0 if it does already)
+    assert code == 0, out
+    promotion = evo.state().promotion("greet_user")
+    assert (promotion.evolved_version, promotion.status) == ("1.1.0", "active")
     result = evo.call(scenario="say hello", input={"username": "Alan"}, namespace="greet_user", version="1.0.0", timeout=120)
     assert result["status"] == "failed", result
     report = result["evolution"]

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import redis
 
+from tests.conftest import RedisServer
 from workers.health import health
 from workers.settings import Settings
 
 
-def test_health_names_a_redis_that_refuses_writes_past_its_maxmemory(unserved_redis: str) -> None:
+def test_health_names_a_redis_that_refuses_writes_past_its_maxmemory(private_redis: RedisServer) -> None:
     """QA Q: with Redis at maxmemory (noeviction) the redis check said ok and the workers' check
     ended the command with a traceback (OutOfMemoryError from the broadcast's queue declare)."""
-    client = redis.Redis.from_url(unserved_redis)
+    client = redis.Redis.from_url(private_redis.url)
     client.config_set("maxmemory-policy", "noeviction")
     client.config_set("maxmemory", int(client.info("memory")["used_memory"]) // 2)  # its data grew past it
-    report = health(Settings(redis_url=unserved_redis), ["redis", "workers"], ["memory"], timeout=2.0)
+    report = health(Settings(redis_url=private_redis.url), ["redis", "workers"], ["memory"], timeout=2.0)
     checks = {c.name: c for c in report.checks}
     assert not report.healthy
     assert checks["redis"].status == "fail" and "Redis refuses writes" in checks["redis"].detail
@@ -24,5 +25,5 @@ def test_health_names_a_redis_that_refuses_writes_past_its_maxmemory(unserved_re
 
     client.config_set("maxmemory", int(client.info("memory")["used_memory"]) * 4)  # room again,
     client.config_set("maxmemory-policy", "allkeys-lru")  # and past it Redis would evict keys fittest keeps
-    redis_check = health(Settings(redis_url=unserved_redis), ["redis"], [], timeout=2.0).checks[0]
+    redis_check = health(Settings(redis_url=private_redis.url), ["redis"], [], timeout=2.0).checks[0]
     assert redis_check.status == "ok" and "evicts keys fittest keeps" in redis_check.detail

@@ -12,20 +12,17 @@ from typing import Any
 import pytest
 import redis
 
-from tests.integration.conftest import TEST_TOOLS, Pipeline, cli_runner, start_pipeline
+from tests.conftest import cli_runner
+from tests.integration.conftest import TEST_TOOLS, Pipeline, pipeline_running
 
 CSV = {"text": "a,b\n1,2\n"}
 
 
 @pytest.fixture(scope="module")
 def learning(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[Pipeline]:
-    p = start_pipeline(tmp_path_factory.mktemp("learning"), redis_url, model_path, TEST_TOOLS,
-                       roles=("memory", "executor"), FITTEST_EVOLUTION_ENABLED="false")
-    try:
+    with pipeline_running(tmp_path_factory.mktemp("learning"), redis_url, model_path, TEST_TOOLS,
+                          roles=("memory", "executor"), FITTEST_EVOLUTION_ENABLED="false") as p:
         yield p
-    finally:
-        p.stack.stop_all()
-        p.state().clear()
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from evolution.models import CandidateVersion, Evidence, FailedRun, StageResult, SuccessfulRun, Trigger, shape_of
 from evolution.mutation import MutationContext, MutatorConfig, Proposal
@@ -26,8 +25,9 @@ from evolution.mutators.description import DescriptionMutator
 from evolution.mutators.retry import RetryMutator
 from evolution.mutators.timeout import TimeoutMutator
 from evolution.verification import VerifyConfig, reproduce_successes, verify
-from selection.manifest import ToolManifest, load_manifest
+from selection.manifest import ToolManifest
 from selection.models import FailureClass
+from tests.conftest import write_tool
 from workers.evolver import read_parent, write_version
 from workers.llm import code_mutator
 from workers.runners import RunLimits
@@ -35,16 +35,6 @@ from workers.sandbox import SubprocessSandbox
 
 SANDBOX = SubprocessSandbox(RunLimits())
 CONFIG = VerifyConfig(static_timeout_s=30, stage_timeout_s=30, replay_successes=3)
-
-
-def make_tool(root: Path, name: str, code: str, **manifest: Any) -> ToolManifest:
-    folder = root / name
-    folder.mkdir(parents=True)
-    (folder / "tool.py").write_text(textwrap.dedent(code))
-    doc = {"name": name, "description": f"the {name} tool", "implementation": {"kind": "python", "entrypoint": "tool:run"},
-           "timeout_s": 5, **manifest}  # room for a python process under the suite's load
-    (folder / "tool.yaml").write_text(yaml.safe_dump(doc))
-    return load_manifest(folder / "tool.yaml")
 
 
 def failing(error_class: FailureClass, message: str = "", **input: Any) -> FailedRun:
@@ -82,7 +72,7 @@ def run(value):
 
 
 def test_timeout_mutator_gives_a_slow_tool_the_time_it_needs(tmp_path: Path) -> None:
-    parent = make_tool(tmp_path, "slowish", SLOW, timeout_s=0.3, test_cases=[{"input": {"n": 1}, "expect": {"n": 1}}])
+    parent = write_tool(tmp_path, "slowish", SLOW, timeout_s=0.3, test_cases=[{"input": {"n": 1}, "expect": {"n": 1}}])
     evidence = Evidence(failures=[failing(FailureClass.timeout, "no result within 0.3s", n=6)])
     proposal = propose(TimeoutMutator(MutatorConfig(max_timeout_s=120)), parent, evidence)
     assert [c.mutation for c in proposal.candidates] == ["timeout_s 0.3s → 1.2s"]
@@ -91,7 +81,7 @@ def test_timeout_mutator_gives_a_slow_tool_the_time_it_needs(tmp_path: Path) -> 
 
 
 def test_timeout_mutator_cannot_fix_a_tool_that_hangs(tmp_path: Path) -> None:
-    parent = make_tool(tmp_path, "hangs", "def run(value):\n    while True:\n        pass\n", timeout_s=0.3)
+    parent = write_tool(tmp_path, "hangs", "def run(value):\n    while True:\n        pass\n", timeout_s=0.3)
     evidence = Evidence(failures=[failing(FailureClass.timeout, n=1)])
     (stages,) = verified(propose(TimeoutMutator(MutatorConfig()), parent, evidence), evidence, tmp_path)
     assert stages[-1].stage == "replay" and not stages[-1].passed
@@ -108,11 +98,10 @@ def test_timeout_mutator_fixes_a_script_its_argv_runs_directly(tmp_path: Path) -
     (folder / "run.sh").write_text('#!/bin/sh\ncat >/dev/null\nsleep 0.6\necho \'{"ok": true}\'\n')
     (folder / "run.sh").chmod(0o755)
     (folder / "notes.txt").write_text("not a program\n")
-    doc = {"name": "sleepy", "description": "waits, then says ok", "timeout_s": 0.3,
-           "implementation": {"kind": "executable", "argv": ["{tool_dir}/run.sh"]}}
-    (folder / "tool.yaml").write_text(yaml.safe_dump(doc))
+    parent = write_tool(tmp_path, "sleepy", None, description="waits, then says ok", timeout_s=0.3,
+                        implementation={"kind": "executable", "argv": ["{tool_dir}/run.sh"]})
     evidence = Evidence(failures=[failing(FailureClass.timeout, "no result within 0.3s")])
-    proposal = propose(TimeoutMutator(MutatorConfig(max_timeout_s=120)), load_manifest(folder / "tool.yaml"), evidence)
+    proposal = propose(TimeoutMutator(MutatorConfig(max_timeout_s=120)), parent, evidence)
     assert all_passed(verified(proposal, evidence, tmp_path))
     assert not os.access(tmp_path / "candidate0" / "notes.txt", os.X_OK)  # a file that is not a program stays plain
 
@@ -129,7 +118,7 @@ def run(value):
 
 
 def test_retry_mutator_fixes_a_flaky_upstream_with_generated_inspectable_code(tmp_path: Path) -> None:
-    parent = make_tool(tmp_path, "flaky", FLAKY, test_cases=[{"input": {"x": 1}, "expect": {"echo": 1}}])
+    parent = write_tool(tmp_path, "flaky", FLAKY, test_cases=[{"input": {"x": 1}, "expect": {"echo": 1}}])
     evidence = Evidence(failures=[failing(FailureClass.unavailable, "ConnectionError", x=2)])
     proposal = propose(RetryMutator(MutatorConfig()), parent, evidence)
     (candidate,) = proposal.candidates
@@ -141,7 +130,7 @@ def test_retry_mutator_fixes_a_flaky_upstream_with_generated_inspectable_code(tm
 
 
 def test_retry_mutator_cannot_fix_an_upstream_that_is_always_down(tmp_path: Path) -> None:
-    parent = make_tool(tmp_path, "down", "def run(value):\n    raise ConnectionError('refused')\n", timeout_s=1)
+    parent = write_tool(tmp_path, "down", "def run(value):\n    raise ConnectionError('refused')\n", timeout_s=1)
     evidence = Evidence(failures=[failing(FailureClass.unavailable, x=1)])
     (stages,) = verified(propose(RetryMutator(MutatorConfig()), parent, evidence), evidence, tmp_path)
     # Retrying cannot make it pass: the replay still fails (unavailable, or the retries run into
@@ -165,7 +154,7 @@ def test_a_fix_is_not_refused_for_an_input_of_another_tools_job(tmp_path: Path) 
     """A scenario-only call tried this flaky tool first on an input that is not its job: the
     retry fixes the unavailability, and the tool then refuses that input as bad input, which is
     its right. The fix passes; the refusal is noted, not counted against it."""
-    parent = make_tool(tmp_path, "particular", FLAKY_AND_PARTICULAR, test_cases=[{"input": {"x": 1}, "expect": {"echo": 1}}])
+    parent = write_tool(tmp_path, "particular", FLAKY_AND_PARTICULAR, test_cases=[{"input": {"x": 1}, "expect": {"echo": 1}}])
     evidence = Evidence(failures=[failing(FailureClass.unavailable, "ConnectionError", x=2),
                                   failing(FailureClass.unavailable, "ConnectionError", number=49)])
     (stages,) = verified(propose(RetryMutator(MutatorConfig()), parent, evidence), evidence, tmp_path)
@@ -177,7 +166,7 @@ def test_a_fix_is_not_refused_for_an_input_of_another_tools_job(tmp_path: Path) 
 def test_an_input_refused_before_must_now_succeed(tmp_path: Path) -> None:
     """The exception is only for inputs that failed for another reason: an input the parent
     refused must be served by the candidate, or the candidate fixed nothing."""
-    parent = make_tool(tmp_path, "particular", FLAKY_AND_PARTICULAR, test_cases=[{"input": {"x": 1}, "expect": {"echo": 1}}])
+    parent = write_tool(tmp_path, "particular", FLAKY_AND_PARTICULAR, test_cases=[{"input": {"x": 1}, "expect": {"echo": 1}}])
     evidence = Evidence(failures=[failing(FailureClass.unavailable, "ConnectionError", x=2),
                                   failing(FailureClass.bad_input, "x is required", number=49)])
     (stages,) = verified(propose(RetryMutator(MutatorConfig()), parent, evidence), evidence, tmp_path)
@@ -188,7 +177,7 @@ def test_an_input_refused_before_must_now_succeed(tmp_path: Path) -> None:
 def test_a_candidate_that_refuses_every_input_fails_its_replay(tmp_path: Path) -> None:
     """Refusing is accepted only from a candidate that serves something: one that refuses every
     input has not fixed the failure, it has hidden it."""
-    parent = make_tool(tmp_path, "refuser", "def run(value):\n    raise ValueError('no')\n")
+    parent = write_tool(tmp_path, "refuser", "def run(value):\n    raise ValueError('no')\n")
     evidence = Evidence(failures=[failing(FailureClass.unavailable, "ConnectionError", x=2)])
     (stages,) = verified(propose(RetryMutator(MutatorConfig()), parent, evidence), evidence, tmp_path)
     assert stages[-1].stage == "replay" and not stages[-1].passed
@@ -213,7 +202,7 @@ else:
 def test_retry_mutator_retries_an_executable_that_exits_unavailable(tmp_path: Path) -> None:
     """Exit 69 (EX_UNAVAILABLE) is an executable's "something I need is not there now": the
     wrapper runs it again with the retry policy, as it retries a python tool's ConnectionError."""
-    parent = make_tool(tmp_path, "busy", BUSY_EXE, implementation={"kind": "executable", "argv": ["{python}", "{tool_dir}/tool.py"]},
+    parent = write_tool(tmp_path, "busy", BUSY_EXE, implementation={"kind": "executable", "argv": ["{python}", "{tool_dir}/tool.py"]},
                        test_cases=[{"input": {"x": 1}, "expect": {"echo": 1}}])
     evidence = Evidence(failures=[failing(FailureClass.unavailable, "the tool could not reach what it needs (exit 69)", x=2)])
     proposal = propose(RetryMutator(MutatorConfig()), parent, evidence)
@@ -258,15 +247,10 @@ def flaky_http() -> Iterator[str]:
 
 
 def test_retry_mutator_wraps_an_http_tool(tmp_path: Path, flaky_http: str) -> None:
-    folder = tmp_path / "doubler"
-    folder.mkdir()
-    (folder / "tool.yaml").write_text(yaml.safe_dump({
-        "name": "doubler", "description": "double x", "implementation": {"kind": "http", "url": flaky_http},
-        # 5 s, not 2: the evolved version is a python process that imports httpx and tenacity
-        # before its first request, which took 2.9 s once under the suite's parallel load.
-        "timeout_s": 5, "test_cases": [{"input": {"x": 2}, "expect": {"double": 4}}],
-    }))
-    parent = load_manifest(folder / "tool.yaml")
+    parent = write_tool(tmp_path, "doubler", None, description="double x", implementation={"kind": "http", "url": flaky_http},
+                        # 5 s, not 2: the evolved version is a python process that imports httpx and tenacity
+                        # before its first request, which took 2.9 s once under the suite's parallel load.
+                        timeout_s=5, test_cases=[{"input": {"x": 2}, "expect": {"double": 4}}])
     evidence = Evidence(failures=[failing(FailureClass.unavailable, "HTTP 503", x=5)])
     proposal = propose(RetryMutator(MutatorConfig()), parent, evidence)
     assert proposal.candidates[0].manifest.implementation.kind == "python"
@@ -284,7 +268,7 @@ def run(value):
 
 
 def test_coercion_mutator_maps_a_renamed_key(tmp_path: Path) -> None:
-    parent = make_tool(tmp_path, "words", WORDS, test_cases=[{"input": {"text": "a b"}, "expect": {"words": 2}}])
+    parent = write_tool(tmp_path, "words", WORDS, test_cases=[{"input": {"text": "a b"}, "expect": {"words": 2}}])
     evidence = Evidence(failures=[failing(FailureClass.bad_input, "KeyError: 'text'", content="one two three")])
     proposal = propose(CoercionMutator(MutatorConfig()), parent, evidence)
     assert [c.mutation for c in proposal.candidates] == ["input coercion: rename content→text"]
@@ -292,7 +276,7 @@ def test_coercion_mutator_maps_a_renamed_key(tmp_path: Path) -> None:
 
 
 def test_a_wrapped_tool_still_imports_its_sibling_modules(tmp_path: Path) -> None:
-    parent = make_tool(tmp_path, "counter", "from counting import count\ndef run(value):\n    return count(value)\n",
+    parent = write_tool(tmp_path, "counter", "from counting import count\ndef run(value):\n    return count(value)\n",
                        test_cases=[{"input": {"text": "a b"}, "expect": {"words": 2}}])
     (tmp_path / "counter" / "counting.py").write_text(textwrap.dedent(WORDS).replace("def run(", "def count("))
     evidence = Evidence(failures=[failing(FailureClass.bad_input, "KeyError: 'text'", content="one two three")])
@@ -303,7 +287,7 @@ def test_a_wrapped_tool_still_imports_its_sibling_modules(tmp_path: Path) -> Non
 
 def test_coercion_that_breaks_an_expected_error_fails_the_test_cases(tmp_path: Path) -> None:
     cases = [{"input": {"text": "a b"}, "expect": {"words": 2}}, {"input": {"text": 42}, "expect_error": True}]
-    parent = make_tool(tmp_path, "strict", WORDS, test_cases=cases)
+    parent = write_tool(tmp_path, "strict", WORDS, test_cases=cases)
     evidence = Evidence(failures=[failing(FailureClass.bad_input, "TypeError", text=7)])
     proposal = propose(CoercionMutator(MutatorConfig()), parent, evidence)
     assert [c.mutation for c in proposal.candidates] == ["input coercion: text as str"]
@@ -313,14 +297,14 @@ def test_coercion_that_breaks_an_expected_error_fails_the_test_cases(tmp_path: P
 
 
 def test_coercion_mutator_proposes_nothing_without_test_cases(tmp_path: Path) -> None:
-    parent = make_tool(tmp_path, "bare", WORDS)
+    parent = write_tool(tmp_path, "bare", WORDS)
     proposal = propose(CoercionMutator(MutatorConfig()), parent, Evidence(failures=[failing(FailureClass.bad_input, content="x")]))
     assert not proposal.candidates and "no valid test cases" in proposal.note
 
 
 # ------------------------------------------------------------------------------------ description
 def test_description_mutator_adds_successful_scenarios_as_examples(tmp_path: Path) -> None:
-    parent = make_tool(tmp_path, "roman", "def run(v):\n    return {'roman': 'IV' if v['n'] == 4 else 'X'}\n",
+    parent = write_tool(tmp_path, "roman", "def run(v):\n    return {'roman': 'IV' if v['n'] == 4 else 'X'}\n",
                        test_cases=[{"input": {"n": 4}, "expect": {"roman": "IV"}}])
     successes = [SuccessfulRun(scenario="write 4 in roman numerals", input={"n": 4}, shape=shape_of({"roman": "IV"})),
                  SuccessfulRun(scenario="roman numeral for ten", input={"n": 10}, shape=shape_of({"roman": "X"}))]
@@ -334,7 +318,7 @@ def test_description_mutator_adds_successful_scenarios_as_examples(tmp_path: Pat
 
 
 def test_description_mutator_cannot_fix_a_failing_input_or_add_nothing_new(tmp_path: Path) -> None:
-    parent = make_tool(tmp_path, "same", "def run(v):\n    return 1\n", examples=["count things"])
+    parent = write_tool(tmp_path, "same", "def run(v):\n    return 1\n", examples=["count things"])
     on_call = propose(DescriptionMutator(MutatorConfig()), parent, Evidence(successes=[SuccessfulRun(scenario="new words")]))
     assert not on_call.candidates and "cannot make a failing input succeed" in on_call.note
     known = propose(DescriptionMutator(MutatorConfig()), parent, Evidence(successes=[SuccessfulRun(scenario="Count  things")]), "manual")
@@ -391,7 +375,7 @@ FIXED = "def run(value):\n    xs = value['xs']\n    return {'mean': sum(xs) / le
 
 
 def code_parent(tmp_path: Path) -> tuple[ToolManifest, Evidence]:
-    parent = make_tool(tmp_path, "mean", BUGGY, test_cases=[{"input": {"xs": [1, 2, 3]}, "expect": {"mean": 2.0}}])
+    parent = write_tool(tmp_path, "mean", BUGGY, test_cases=[{"input": {"xs": [1, 2, 3]}, "expect": {"mean": 2.0}}])
     return parent, Evidence(failures=[failing(FailureClass.crash, "ZeroDivisionError: division by zero", xs=[])])
 
 
@@ -439,7 +423,7 @@ def test_a_rewrite_with_the_right_keys_and_wrong_values_is_not_served(tmp_path: 
 def test_a_tool_whose_answers_vary_is_held_to_the_shape_of_its_output(tmp_path: Path) -> None:
     """A parent that answers the same input otherwise when run again (here: a counter) is not
     deterministic there, so its candidates need only keep the output's shape."""
-    parent = make_tool(tmp_path, "ticket", "import itertools\n_n = itertools.count(100)\ndef run(value):\n    return {'ticket': next(_n)}\n")
+    parent = write_tool(tmp_path, "ticket", "import itertools\n_n = itertools.count(100)\ndef run(value):\n    return {'ticket': next(_n)}\n")
     evidence = Evidence(successes=[success({"ticket": 7}, who="ann"), SuccessfulRun(scenario="too big to keep", input={"who": "bob"},
                                                                                      shape=shape_of({"ticket": 1}))])
     reproduced = reproduce_successes(parent, evidence, SANDBOX, CONFIG)
@@ -484,7 +468,7 @@ EVIL = "import re\nEVIL = re.compile(r'^(a+)+$')\ndef run(value):\n    return {'
 
 def test_a_candidate_that_hangs_is_killed_within_the_time_of_its_stage(tmp_path: Path) -> None:
     """Catastrophic regex backtracking runs in C holding the GIL: only killing its process stops it."""
-    parent = make_tool(tmp_path, "evil", EVIL, timeout_s=5, test_cases=[{"input": {"s": "a" * 40 + "!"}, "expect": {"ok": False}}])
+    parent = write_tool(tmp_path, "evil", EVIL, timeout_s=5, test_cases=[{"input": {"s": "a" * 40 + "!"}, "expect": {"ok": False}}])
     proposal = propose(TimeoutMutator(MutatorConfig()), parent, Evidence(failures=[failing(FailureClass.timeout, s="a")]))
     assert proposal.candidates[0].manifest.timeout_s == 20
     staged = write_version(tmp_path / "c", proposal.candidates[0].manifest, proposal.candidates[0].files)
@@ -501,7 +485,7 @@ def test_a_candidate_that_hangs_is_killed_within_the_time_of_its_stage(tmp_path:
 
 def test_a_candidate_that_hangs_at_import_is_killed_at_the_static_stage_timeout(tmp_path: Path) -> None:
     hang = "import re\nre.match(r'^(a+)+$', 'a' * 40 + '!')\ndef run(value):\n    return 1\n"
-    parent = make_tool(tmp_path, "hangs_at_import", hang, timeout_s=1)
+    parent = write_tool(tmp_path, "hangs_at_import", hang, timeout_s=1)
     proposal = propose(TimeoutMutator(MutatorConfig()), parent, Evidence(failures=[failing(FailureClass.timeout, s="a")]))
     staged = write_version(tmp_path / "c", proposal.candidates[0].manifest, proposal.candidates[0].files)
     stages = verify(staged, Evidence(), SANDBOX, VerifyConfig(static_timeout_s=3))

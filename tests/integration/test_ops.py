@@ -8,8 +8,7 @@ import re
 
 import pytest
 
-from tests.conftest import free_port
-from tests.integration.conftest import cli_runner
+from tests.conftest import RedisServer, cli_runner, free_port
 
 
 @pytest.fixture
@@ -300,7 +299,7 @@ def test_the_call_command_refuses_a_bad_payload_before_sending(cli) -> None:
     assert attempts.exit_code == 2 and "--max-attempts" in words(attempts.output)
 
 
-def test_a_call_is_shown_again_by_its_id_and_one_nobody_ran_says_so(pipeline, cli, unserved_redis: str) -> None:
+def test_a_call_is_shown_again_by_its_id_and_one_nobody_ran_says_so(pipeline, cli, private_redis: RedisServer) -> None:
     sent = cli("call", "parse this csv text into rows", "--namespace", "csv_lenient", "--input", '{"text": "a,b\\n1,2\\n"}',
                "--json")
     assert sent.exit_code == 0, sent.output
@@ -310,19 +309,19 @@ def test_a_call_is_shown_again_by_its_id_and_one_nobody_ran_says_so(pipeline, cl
     assert f"call {first['call_id']}: success by csv_lenient@1.0.0" in words(cli("result", first["call_id"]).output)
 
     # A Redis no worker reads: the call stays queued, and the command says how to find it later.
-    waited = cli("call", "parse this csv text into rows", "--timeout", "1", FITTEST_REDIS_URL=unserved_redis,
-                 FITTEST_RESULT_BACKEND=unserved_redis)
+    waited = cli("call", "parse this csv text into rows", "--timeout", "1", FITTEST_REDIS_URL=private_redis.url,
+                 FITTEST_RESULT_BACKEND=private_redis.url)
     assert waited.exit_code == 1
     found = re.search(r"`fittest result (\S+)`", words(waited.output))
     assert found is not None, waited.output
     call_id = found.group(1)
     assert f"no result for call {call_id} within 1 s" in words(waited.output)
-    later = cli("result", call_id, "--timeout", "1", FITTEST_REDIS_URL=unserved_redis, FITTEST_RESULT_BACKEND=unserved_redis)
+    later = cli("result", call_id, "--timeout", "1", FITTEST_REDIS_URL=private_redis.url, FITTEST_RESULT_BACKEND=private_redis.url)
     assert later.exit_code == 1 and "it is waiting for a selection worker (fittest.resilient_tool_call) and goes on" in words(later.output)
     assert cli("result", "no such id!").exit_code == 2
 
 
-def test_the_client_tells_a_call_it_cannot_get_from_one_that_goes_on(pipeline, unserved_redis: str) -> None:
+def test_the_client_tells_a_call_it_cannot_get_from_one_that_goes_on(pipeline, private_redis: RedisServer) -> None:
     """QA integrator 1 and 2: `result()` of an id nobody sent, or whose result expired, waited its
     whole timeout (120 s by default) and then said the call "goes on"; a timeout of 0 waited for ever."""
     import time
@@ -344,7 +343,7 @@ def test_the_client_tells_a_call_it_cannot_get_from_one_that_goes_on(pipeline, u
         with pytest.raises(UnknownCall):
             later.result(done.call_id, timeout=0)
     # Sent where no worker reads: it goes on, and a timeout of 0 or less says so at once.
-    with FittestClient(unserved_redis) as idle:
+    with FittestClient(private_redis.url) as idle:
         # QA recheck F6: a foreign send_task's call, queued, is not "unknown" (its caller might send it again).
         idle.celery.send_task("fittest.resilient_tool_call", kwargs={"scenario": "x", "input": {}}, queue="selection",
                               task_id="foreign-1")
@@ -358,11 +357,10 @@ def test_the_client_tells_a_call_it_cannot_get_from_one_that_goes_on(pipeline, u
 
 
 def test_a_new_memory_worker_indexes_the_tools_before_its_first_call(tmp_path, redis_url, model_path, monkeypatch) -> None:
-    from tests.integration.conftest import TEST_TOOLS, start_pipeline
+    from tests.integration.conftest import TEST_TOOLS, pipeline_running
     from workers.tool_catalog import load_registry
 
-    fresh = start_pipeline(tmp_path, redis_url, model_path, TEST_TOOLS, roles=("memory",))
-    try:
+    with pipeline_running(tmp_path, redis_url, model_path, TEST_TOOLS, roles=("memory",)) as fresh:
         texts = sum(1 + len(m.examples) for m in load_registry(fresh.settings).all())
         health = cli_runner(monkeypatch, fresh.env)
 
@@ -371,6 +369,3 @@ def test_a_new_memory_worker_indexes_the_tools_before_its_first_call(tmp_path, r
             return {c["name"]: c["detail"] for c in json.loads(result.output)["checks"]}["store"].startswith(f"{texts} tool vectors")
 
         fresh.wait_for(indexed, timeout=60)  # no call was sent
-    finally:
-        fresh.close()
-        fresh.state().clear()

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.integration.conftest import cli_runner
+from tests.conftest import cli_runner
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from tests.integration.conftest import TEST_TOOLS, start_pipeline
+from tests.integration.conftest import TEST_TOOLS, pipeline_running
 
 CSV_RAGGED = "a,b,c\n1,2,3\n4,5\n"
 
@@ -19,13 +19,9 @@ CSV_RAGGED = "a,b,c\n1,2,3\n4,5\n"
 def pipeline(tmp_path_factory, redis_url, model_path):
     """These tests check the seed formulas and the fallback order they give, so they pin the
     deterministic `seed` policy (the default policy explores on purpose)."""
-    p = start_pipeline(tmp_path_factory.mktemp("pipeline_seed"), redis_url, model_path, TEST_TOOLS,
-                       FITTEST_POLICY="seed")
-    try:
+    with pipeline_running(tmp_path_factory.mktemp("pipeline_seed"), redis_url, model_path, TEST_TOOLS,
+                          FITTEST_POLICY="seed") as p:
         yield p
-    finally:
-        p.stack.stop_all()
-        p.state().clear()
 
 
 def test_success_on_first_candidate(pipeline):

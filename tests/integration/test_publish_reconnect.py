@@ -90,7 +90,8 @@ def test_a_call_sent_while_redis_restarts_waits_for_it_and_is_queued_once(tmp_pa
             sent["error"] = exc
         sent["waited"] = time.monotonic() - started
 
-    sender = threading.Thread(target=send)
+    # A daemon: were Redis not started again, its retries would not keep the test process alive.
+    sender = threading.Thread(target=send, daemon=True)
     sender.start()
     time.sleep(2.0)
     proc, _ = start_redis(tmp_path / "redis", port)  # from this thread: the server dies with the thread that started it

@@ -4,7 +4,6 @@ fails the task that carries the call."""
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import redis
 
+from tests.broker import queued_messages
 from tests.conftest import free_port, start_redis
 from workers.app import make_app
 from workers.settings import Settings
@@ -35,17 +35,19 @@ def test_a_message_sent_while_redis_is_down_is_delivered_once_it_is_back(tmp_pat
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             outcome.append(exc)
 
-    sender = threading.Thread(target=send)
+    # A daemon: were Redis not started again, its retries would not keep the test process alive.
+    sender = threading.Thread(target=send, daemon=True)
     sender.start()
     time.sleep(2.0)
-    assert outcome == []  # still waiting for Redis
+    while_down = list(outcome)  # asserted once Redis is back, so that a failure does not leave the sender retrying
     proc, _ = start_redis(tmp_path, port, appendonly=True)  # from this thread: the server dies with the thread that started it
     try:
         sender.join(timeout=30)
+        assert while_down == [], while_down  # it was still waiting for Redis
         assert len(outcome) == 1 and isinstance(outcome[0], float) and outcome[0] >= 2.0, outcome
         client = redis.Redis.from_url(url)
-        bodies = [json.loads(m)["body"] for key in client.keys("learning*") for m in client.lrange(key, 0, -1)]
-        assert len(bodies) == 2  # the message sent before the restart, kept by the append-only file, and this one
+        # the message sent before the restart, kept by the append-only file, and this one
+        assert len(queued_messages(client, "learning")) == 2
     finally:
         proc.terminate()
         proc.wait(timeout=20)

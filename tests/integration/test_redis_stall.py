@@ -16,7 +16,6 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 import redis
@@ -25,7 +24,7 @@ from redis.client import Pipeline
 from evolution.models import ChangelogEntry
 from selection.models import Promotion
 from selection.ports import SelectionWeights
-from tests.conftest import start_redis
+from tests.conftest import RedisServer
 from workers.metrics import MetricsReader, MetricsRecorder
 from workers.settings import Settings
 from workers.redis_connection import redis_client
@@ -38,10 +37,10 @@ PREFIX = "stall:"
 
 
 @pytest.fixture
-def stalling(tmp_path: Path) -> Iterator[tuple[redis.Redis, Callable]]:
+def stalling(private_redis: RedisServer) -> Iterator[tuple[redis.Redis, Callable]]:
     """A private Redis, the workers' client for it, and a way to stall it for STALL_S."""
-    proc, url = start_redis(tmp_path / "redis")
-    client = redis_client(Settings(redis_url=url), socket_timeout=0.3)
+    proc = private_redis.proc
+    client = redis_client(Settings(redis_url=private_redis.url), socket_timeout=0.3)
     client.ping()  # a pooled connection, as a worker's: the command goes out before the stall is noticed
 
     wakers: list[threading.Timer] = []
@@ -64,9 +63,7 @@ def stalling(tmp_path: Path) -> Iterator[tuple[redis.Redis, Callable]]:
     try:
         yield client, stalled
     finally:
-        os.kill(proc.pid, signal.SIGCONT)
-        proc.terminate()
-        proc.wait(timeout=10)
+        os.kill(proc.pid, signal.SIGCONT)  # so that it can stop
 
 
 def test_the_clients_retry_would_count_twice_through_a_stall(stalling) -> None:

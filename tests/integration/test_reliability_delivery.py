@@ -23,7 +23,7 @@ from celery import Celery
 
 from selection.manifest import load_manifest
 from selection.models import CallPlan, CallRequest, Candidate
-from tests.integration.conftest import Pipeline, start_pipeline
+from tests.integration.conftest import Pipeline, pipeline_running
 from workers.metrics import UNACKED_KEY, reader_for
 from workers.rescue import resend
 from workers.redis_connection import redis_client
@@ -40,17 +40,15 @@ VISIBILITY_S = 12  # > FITTEST_MAX_TIMEOUT_S: how long a crashed worker's messag
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[Pipeline]:
-    p = start_pipeline(
-        tmp_path_factory.mktemp("delivery"), redis_url, model_path, TOOLS, roles=("memory", "executor"),
-        FITTEST_EVOLUTION_ENABLED="false", FITTEST_MIN_TIMEOUT_S="8", FITTEST_MAX_TIMEOUT_S="8",
-        FITTEST_VISIBILITY_TIMEOUT_S=str(VISIBILITY_S),
-    )
-    try:  # a first call loads the model and the store, so no test below waits on that
-        assert p.call(scenario="take a nap", namespace="nap", input={}, timeout=180)["status"] == "success"
-        yield p
+    try:
+        with pipeline_running(
+            tmp_path_factory.mktemp("delivery"), redis_url, model_path, TOOLS, roles=("memory", "executor"),
+            FITTEST_EVOLUTION_ENABLED="false", FITTEST_MIN_TIMEOUT_S="8", FITTEST_MAX_TIMEOUT_S="8",
+            FITTEST_VISIBILITY_TIMEOUT_S=str(VISIBILITY_S),
+        ) as p:  # a first call loads the model and the store, so no test below waits on that
+            assert p.call(scenario="take a nap", namespace="nap", input={}, timeout=180)["status"] == "success"
+            yield p
     finally:
-        p.close()
-        p.state().clear()
         client = redis.Redis.from_url(redis_url)  # what sending to PARKED declared (no worker reads it)
         client.delete(PARKED, f"_kombu.binding.{PARKED}")
         client.close()
@@ -69,7 +67,7 @@ def wait_runs(p: Pipeline, log: Path, n: int, timeout: float = 90) -> list[int]:
 def assert_one_delivery(p: Pipeline, key: str, successes: int, failures: int, quality: float) -> None:
     """Counters settle (the feedback queue has caught up) at exactly these values and stay there."""
     p.wait_for(lambda: (lambda s: (s.successes, s.failures) == (successes, failures))(p.state().stats([key])[key]), timeout=60)
-    time.sleep(1.0)  # a second application would land now
+    p.settled()  # every message taken and acknowledged: a second application, a redelivery's too, has landed
     stats = p.state().stats([key])[key]
     assert (stats.successes, stats.failures, round(stats.quality, 4)) == (successes, failures, quality)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Pipeline, start_pipeline
+from tests.integration.conftest import Pipeline, pipeline_running
 from tests.integration.test_reliability_delivery import TOOLS, assert_one_delivery, nap_call, restart_executor, runs, wait_runs
 from workers.state.holders import MessageHolders
 from workers.redis_connection import redis_client
@@ -29,17 +29,13 @@ LEASE_S = 10
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[Pipeline]:
-    p = start_pipeline(
+    with pipeline_running(
         tmp_path_factory.mktemp("lease"), redis_url, model_path, TOOLS, roles=("memory", "executor"),
         FITTEST_EVOLUTION_ENABLED="false", FITTEST_MIN_TIMEOUT_S="40", FITTEST_MAX_TIMEOUT_S="40",
         FITTEST_VISIBILITY_TIMEOUT_S=str(VISIBILITY_S), FITTEST_WORKER_LEASE_S=str(LEASE_S),
-    )
-    try:  # a first call loads the model and the store, and the memory worker beats for a lease
+    ) as p:  # a first call loads the model and the store, and the memory worker beats for a lease
         assert p.call(scenario="take a nap", namespace="nap", input={}, timeout=180)["status"] == "success"
         yield p
-    finally:
-        p.close()
-        p.state().clear()
 
 
 def leases_of(p: Pipeline, pid: int) -> list[str]:

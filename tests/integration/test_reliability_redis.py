@@ -31,7 +31,7 @@ from selection.models import Promotion, Severity
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
 from tests.broker import queued_messages
 from tests.conftest import free_port, start_redis
-from tests.integration.conftest import Pipeline, start_pipeline
+from tests.integration.conftest import Pipeline, pipeline_running
 from workers.app import QUEUES
 from workers.metrics import UNACKED_KEY
 from workers.state.inflight import HandedOnStep, InflightCalls
@@ -71,13 +71,10 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Restartab
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_server: RestartableRedis, model_path: Path) -> Iterator[Pipeline]:
-    p = start_pipeline(tmp_path_factory.mktemp("restart"), redis_server.url, model_path, TOOLS, roles=("memory", "executor"),
-                       FITTEST_EVOLUTION_ENABLED="false", FITTEST_MIN_TIMEOUT_S="5", FITTEST_MAX_TIMEOUT_S="10",
-                       FITTEST_VISIBILITY_TIMEOUT_S="30", FITTEST_BREAKER_THRESHOLD="1000")
-    try:
+    with pipeline_running(tmp_path_factory.mktemp("restart"), redis_server.url, model_path, TOOLS, roles=("memory", "executor"),
+                          FITTEST_EVOLUTION_ENABLED="false", FITTEST_MIN_TIMEOUT_S="5", FITTEST_MAX_TIMEOUT_S="10",
+                          FITTEST_VISIBILITY_TIMEOUT_S="30", FITTEST_BREAKER_THRESHOLD="1000") as p:
         yield p
-    finally:
-        p.close()
 
 
 def send_naps(p: Pipeline, start: int, count: int) -> list[tuple[int, Any]]:

@@ -19,7 +19,7 @@ import pytest
 from selection.manifest import load_manifest
 from selection.models import FailureClass
 from tests.conftest import whoami_tool
-from tests.integration.conftest import Pipeline, start_pipeline
+from tests.integration.conftest import Pipeline, pipeline_running
 from tests.integration.test_runners import assert_failure
 from tests.process_groups import gone, live_members
 from workers.runners import RunLimits, run_tool
@@ -58,7 +58,7 @@ def test_an_evolved_version_that_runs_its_originals_code_unchanged_runs_in_the_p
         return write_version(version_dir(tmp_path / "evolved", "whoami", version), manifest, files)
 
     described = evolved("1.1.0", files, description="Say which process runs it, by its pid.")
-    rewritten = evolved("1.2.0", {"who.py": files["who.py"] + b"\n# rewritten\n"})
+    rewritten = evolved("1.2.0", {"tool.py": files["tool.py"] + b"\n# rewritten\n"})
     me = __import__("os").getpid()
 
     def pid(manifest) -> int:
@@ -128,16 +128,12 @@ def test_evolved_tool_output_is_judged_like_any_output(what: str, fragment: str)
 # --------------------------------------------------------------------------- through a worker
 @pytest.fixture(scope="module")
 def sandbox_pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[Pipeline]:
-    p = start_pipeline(
+    with pipeline_running(
         tmp_path_factory.mktemp("sandbox"), redis_url, model_path, TOOLS, roles=("memory", "executor"),
         FITTEST_EVOLUTION_ENABLED="false", FITTEST_TOOL_MEMORY_MB="256", FITTEST_OUTPUT_LIMIT_BYTES="10000",
         FITTEST_BREAKER_THRESHOLD="3", FITTEST_BREAKER_COOLDOWN_S="5", FITTEST_LLM_API_KEY=SECRET,
-    )
-    try:
+    ) as p:
         yield p
-    finally:
-        p.close()
-        p.state().clear()
 
 
 def pool_processes(p: Pipeline) -> list[int]:

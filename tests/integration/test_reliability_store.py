@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.integration.conftest import Pipeline, start_pipeline
+from tests.integration.conftest import Pipeline, pipeline_running
 from workers.memory.edge import EdgeVectorMemory
 
 pytestmark = pytest.mark.slow
@@ -32,14 +32,12 @@ def held(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: P
     prefix = f"t{uuid.uuid4().hex[:8]}_"
     holder = EdgeVectorMemory(tmp / "data" / "qdrant", prefix)
     holder.ensure_collections()  # locks every shard directory of the worker's collections
-    p = start_pipeline(tmp, redis_url, model_path, TOOLS, roles=("memory", "executor"), FITTEST_COLLECTION_PREFIX=prefix,
-                       FITTEST_EVOLUTION_ENABLED="false", FITTEST_MEMORY_RETRY_S="1")
-    try:
-        yield p, holder
-    finally:
-        holder.close()
-        p.close()
-        p.state().clear()
+    with pipeline_running(tmp, redis_url, model_path, TOOLS, roles=("memory", "executor"), FITTEST_COLLECTION_PREFIX=prefix,
+                          FITTEST_EVOLUTION_ENABLED="false", FITTEST_MEMORY_RETRY_S="1") as p:
+        try:
+            yield p, holder
+        finally:
+            holder.close()
 
 
 def test_selection_degrades_and_failure_records_wait_until_the_store_is_back(held: tuple[Pipeline, EdgeVectorMemory]) -> None:

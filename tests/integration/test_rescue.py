@@ -22,7 +22,7 @@ from celery_batches import SimpleRequest
 
 from selection.models import CallPlan, CallRequest, Candidate, FailureClass, FailureMark, ToolExecutionResult
 from tests.broker import queued_messages
-from tests.conftest import start_redis
+from tests.conftest import RedisServer
 from tests.integration.conftest import Pipeline, runtime_in_use
 from workers.app import make_app
 from workers.metrics import reader_for
@@ -32,22 +32,19 @@ from workers.state.inflight import DIED_TTL_S, AttemptDeaths, HandedOnStep
 
 
 @pytest.fixture
-def private(tmp_path: Path, model_path: Path) -> Iterator[tuple]:
+def private(tmp_path: Path, model_path: Path, private_redis: RedisServer) -> Iterator[tuple]:
     from workers.runtime import Runtime
 
-    proc, url = start_redis(tmp_path / "redis")
-    settings = Settings(redis_url=url, key_prefix="rescue:", collection_prefix="rescue_", data_dir=tmp_path / "data",
+    settings = Settings(redis_url=private_redis.url, key_prefix="rescue:", collection_prefix="rescue_", data_dir=tmp_path / "data",
                         tools_dir=tmp_path / "tools", embedding_model_path=model_path, visibility_timeout_s=600)
     (tmp_path / "tools").mkdir()
     try:
         with runtime_in_use(Runtime(settings)) as rt:
-            yield make_app(settings), rt, redis.Redis.from_url(url)
+            yield make_app(settings), rt, redis.Redis.from_url(private_redis.url)
     finally:
         # A result of this app left in a reference cycle unsubscribes when it is collected: now,
         # while its Redis answers, not in a later module's collection, which retried for ~60 s.
         gc.collect()
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def lost(rt, task: str = "fittest.execute", **kwargs) -> HandedOnStep:

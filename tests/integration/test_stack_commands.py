@@ -19,13 +19,13 @@ import pytest
 import redis
 
 from selection.registry import ToolRegistry
-from tests.conftest import EXAMPLE_TOOLS, free_port
+from tests.conftest import EXAMPLE_TOOLS, RedisServer, free_port
 
 FITTEST = Path(sys.executable).parent / "fittest"
 
 
-def test_the_demo_serves_the_example_tools_from_any_directory(model_path: Path, unserved_redis: str, tmp_path: Path) -> None:
-    env = {**os.environ, "FITTEST_REDIS_URL": unserved_redis, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+def test_the_demo_serves_the_example_tools_from_any_directory(model_path: Path, private_redis: RedisServer, tmp_path: Path) -> None:
+    env = {**os.environ, "FITTEST_REDIS_URL": private_redis.url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
            "FITTEST_DATA_DIR": "data", "FITTEST_TOOLS_DIR": "no-such-dir"}  # the demo's tools are its own
     env.pop("FITTEST_RESULT_BACKEND", None)
     done = subprocess.run([str(FITTEST), "demo", "--calls", "8"], cwd=tmp_path, env=env, capture_output=True,
@@ -43,38 +43,26 @@ def test_the_demo_serves_the_example_tools_from_any_directory(model_path: Path, 
 
 def test_up_serves_the_tools_dir_of_the_shell_it_runs_in_to_the_commands_run_there(model_path: Path, tmp_path: Path) -> None:
     shutil.copytree(EXAMPLE_TOOLS / "word_stats", tmp_path / "mytools" / "word_stats")
-    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing answers: `up` starts Redis there
-    env = {**os.environ, "FITTEST_REDIS_URL": url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
-           "FITTEST_DATA_DIR": "data", "FITTEST_TOOLS_DIR": "mytools"}
-    env.pop("FITTEST_RESULT_BACKEND", None)
-    up = subprocess.Popen([str(FITTEST), "up", *[f"--without={r}" for r in ("evolver", "beat", "flower", "metrics", "toolserver")]],
-                          cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          start_new_session=True)
+    up, env, ours = start_up(model_path, tmp_path, cwd=tmp_path, FITTEST_DATA_DIR="data", FITTEST_TOOLS_DIR="mytools")
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            health = subprocess.run([str(FITTEST), "health", "--json", "-w", "memory", "-w", "executor"], cwd=tmp_path, env=env, capture_output=True,
-                                    text=True, timeout=120)
-            if health.returncode == 0 or time.monotonic() > deadline:
-                break
-            time.sleep(2)
-        assert health.returncode == 0, health.stdout + health.stderr
+        wait_until_serving(up, env, cwd=tmp_path)
         call = subprocess.run([str(FITTEST), "call", "count the words of this text", "--input", '{"text": "one two two"}',
                                "--json", "--timeout", "60"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         assert call.returncode == 0, call.stdout + call.stderr
         result = json.loads(call.stdout)
         assert result["status"] == "success" and result["tool"] == "word_stats" and result["output"]["words"] == 3
         assert (tmp_path / "data" / "redis").is_dir()  # the workers' data dir is the shell's too
-    finally:
         os.killpg(up.pid, signal.SIGINT)
         output, _ = up.communicate(timeout=60)
-    assert "Traceback" not in output, output
-    try:
-        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
-        stopped = False
-    except redis.ConnectionError:
-        stopped = True
-    assert stopped, "the Redis `up` started outlived it"
+        assert "Traceback" not in output, output
+        try:
+            redis.Redis.from_url(env["FITTEST_REDIS_URL"], socket_connect_timeout=1).ping()
+            stopped = False
+        except redis.ConnectionError:
+            stopped = True
+        assert stopped, "the Redis `up` started outlived it"
+    finally:  # whatever happened, nothing of this stack is left behind
+        sweep(up, ours)
 
 
 def processes_with(entry: str, but: int) -> set[int]:
@@ -91,22 +79,25 @@ def processes_with(entry: str, but: int) -> set[int]:
     return found
 
 
-def start_up(model_path: Path, tmp_path: Path) -> tuple[subprocess.Popen, dict[str, str], str]:
-    """`fittest up` with the memory worker and the executor only, on a Redis it starts; with its
-    environment, and the entry of it that marks the processes of this stack (processes_with)."""
+def start_up(model_path: Path, tmp_path: Path, cwd: Path | None = None,
+             **settings: str) -> tuple[subprocess.Popen, dict[str, str], str]:
+    """`fittest up` with the memory worker and the executor only, on a Redis it starts (nothing
+    answers at its URL), run in `cwd` with `settings` over the defaults, as a shell there would run
+    it; with its environment, and the entry of it that marks the processes of this stack
+    (processes_with)."""
     url = f"redis://127.0.0.1:{free_port()}/0"
     env = {**os.environ, "FITTEST_REDIS_URL": url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
-           "FITTEST_DATA_DIR": str(tmp_path / "data"), "FITTEST_TOOLS_DIR": str(EXAMPLE_TOOLS)}
+           "FITTEST_DATA_DIR": str(tmp_path / "data"), "FITTEST_TOOLS_DIR": str(EXAMPLE_TOOLS), **settings}
     env.pop("FITTEST_RESULT_BACKEND", None)
     up = subprocess.Popen([str(FITTEST), "up", *[f"--without={r}" for r in ("evolver", "beat", "flower", "metrics", "toolserver")]],
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                          cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     return up, env, f"FITTEST_REDIS_URL={url}"
 
 
-def wait_until_serving(up: subprocess.Popen, env: dict[str, str]) -> None:
-    """Until the memory worker and the executor answer, while `up` runs."""
+def wait_until_serving(up: subprocess.Popen, env: dict[str, str], cwd: Path | None = None) -> None:
+    """Until the memory worker and the executor answer `fittest health` run in `cwd`, while `up` runs."""
     deadline = time.monotonic() + 120
-    while subprocess.run([str(FITTEST), "health", "-w", "memory", "-w", "executor"], env=env, capture_output=True,
+    while subprocess.run([str(FITTEST), "health", "-w", "memory", "-w", "executor"], cwd=cwd, env=env, capture_output=True,
                          timeout=120).returncode != 0:
         assert up.poll() is None and time.monotonic() < deadline, "the stack is not serving"
         time.sleep(1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -199,12 +200,10 @@ def test_an_older_version_dropped_in_while_no_worker_ran_stays_a_fallback_at_the
     shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
     same = {"FITTEST_KEY_PREFIX": "restart:", "FITTEST_COLLECTION_PREFIX": "restart_", "FITTEST_TOOLS_RESCAN_S": "0",
             "FITTEST_TRIAL_SHARE": "0.5"}
-    p = start_pipeline(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"), **same)
-    try:
+    # stopped with its state kept, as a stack that is restarted leaves it (the pipeline below clears it)
+    with closing(start_pipeline(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"), **same)) as p:
         assert p.call(**SLUG_CALL)["version"] == "1.0.0"
         p.settled()
-    finally:
-        p.close()
     add_slugify_version(tools, "0.5.0")
     with pipeline_running(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"), **same) as p:
         state = p.state()

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from selection.models import MAX_SCENARIO_CHARS
-from tests.integration.conftest import TEST_TOOLS, Pipeline, start_pipeline
+from tests.integration.conftest import TEST_TOOLS, Pipeline, pipeline_running
 
 INPUT_LIMIT = 4096
 EXAMPLES = 1000
@@ -114,13 +114,9 @@ def bad_calls(draw: st.DrawFn) -> tuple[list[Any], dict[str, Any], set[str]]:
 # --------------------------------------------------------------------------- the test
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[Pipeline]:
-    p = start_pipeline(tmp_path_factory.mktemp("bad_input"), redis_url, model_path, TEST_TOOLS,
-                       roles=("memory", "executor"), FITTEST_INPUT_LIMIT_BYTES=str(INPUT_LIMIT))
-    try:
+    with pipeline_running(tmp_path_factory.mktemp("bad_input"), redis_url, model_path, TEST_TOOLS,
+                          roles=("memory", "executor"), FITTEST_INPUT_LIMIT_BYTES=str(INPUT_LIMIT)) as p:
         yield p
-    finally:
-        p.close()
-        p.state().clear()
 
 
 def collect(results: list[AsyncResult], timeout: float) -> list[Any]:

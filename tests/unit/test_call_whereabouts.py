@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import redis
 
-from tests.conftest import start_redis
+from tests.conftest import RedisServer
 from workers.cli.calls import _still_running
 from workers.client import CallSender
 from workers.metrics import UNACKED_KEY
@@ -15,26 +14,21 @@ from workers.settings import Settings
 from workers.state.inflight import HandedOnStep
 
 
-def test_a_step_no_worker_took_is_said_to_wait_in_its_queue_not_to_run(tmp_path: Path) -> None:
+def test_a_step_no_worker_took_is_said_to_wait_in_its_queue_not_to_run(private_redis: RedisServer) -> None:
     """QA resilience: "it is running a tool (fittest.execute)" with no executor alive, the step queued."""
-    proc, url = start_redis(tmp_path / "redis")
-    try:
-        sender = CallSender(Settings(redis_url=url, key_prefix="w:"))
-        sender._inflight.handed_on(HandedOnStep(task_id="c1", task="fittest.execute", args=[{}, 0]), due_in_s=60.0)
-        assert _still_running(sender, "c1") == (
-            "it is waiting in its queue: no worker has taken it yet (`fittest health` says whether one runs) "
-            "(fittest.execute) and goes on; `fittest result c1` shows it when it ends")
-        held = [{"headers": {"id": "c1", "task": "fittest.execute"}}, "execution", "execution"]
-        redis.Redis.from_url(url).hset(UNACKED_KEY, "tag-1", json.dumps(held))  # as kombu holds a delivered message
-        assert _still_running(sender, "c1") == ("it is running a tool (fittest.execute) and goes on; "
-                                                "`fittest result c1` shows it when it ends")
-        sender.celery.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    sender = CallSender(Settings(redis_url=private_redis.url, key_prefix="w:"))
+    sender._inflight.handed_on(HandedOnStep(task_id="c1", task="fittest.execute", args=[{}, 0]), due_in_s=60.0)
+    assert _still_running(sender, "c1") == (
+        "it is waiting in its queue: no worker has taken it yet (`fittest health` says whether one runs) "
+        "(fittest.execute) and goes on; `fittest result c1` shows it when it ends")
+    held = [{"headers": {"id": "c1", "task": "fittest.execute"}}, "execution", "execution"]
+    redis.Redis.from_url(private_redis.url).hset(UNACKED_KEY, "tag-1", json.dumps(held))  # as kombu holds a delivered message
+    assert _still_running(sender, "c1") == ("it is running a tool (fittest.execute) and goes on; "
+                                            "`fittest result c1` shows it when it ends")
+    sender.celery.close()
 
 
-def test_a_call_whose_wait_loses_redis_is_named_so_its_result_can_be_found(tmp_path: Path, monkeypatch) -> None:
+def test_a_call_whose_wait_loses_redis_is_named_so_its_result_can_be_found(private_redis: RedisServer, monkeypatch) -> None:
     """QA recheck: `fittest call` during a Redis outage said only "Redis does not answer"; the call,
     sent already, went on and succeeded, and nothing named it."""
     import io
@@ -48,11 +42,10 @@ def test_a_call_whose_wait_loses_redis_is_named_so_its_result_can_be_found(tmp_p
 
     said = io.StringIO()
     monkeypatch.setattr(common, "err_console", Console(file=said, width=400))
-    proc, url = start_redis(tmp_path / "redis")
-    sender = CallSender(Settings(redis_url=url, key_prefix="w:"))
+    sender = CallSender(Settings(redis_url=private_redis.url, key_prefix="w:"))
     pending = sender.celery.AsyncResult("c2")
-    proc.terminate()
-    proc.wait(timeout=10)
+    private_redis.proc.terminate()
+    private_redis.proc.wait(timeout=10)
     with pytest.raises(typer.Exit) as ended:
         show_when_done(sender, pending, 60.0, False, "unfinished")
     assert ended.value.exit_code == 1
@@ -60,7 +53,8 @@ def test_a_call_whose_wait_loses_redis_is_named_so_its_result_can_be_found(tmp_p
     assert "the call goes on, and `fittest result c2` shows it once Redis answers" in said.getvalue()
 
 
-def test_a_revoked_call_a_raised_task_and_another_tasks_id_each_end_with_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_a_revoked_call_a_raised_task_and_another_tasks_id_each_end_with_one_line(private_redis: RedisServer, monkeypatch,
+                                                                                  capsys) -> None:
     """QA: `fittest result` of a call revoked from Flower printed a Python traceback (and nothing on
     stdout with --json), as did one whose task raised; a judgement's id was said to be of another
     release."""
@@ -75,25 +69,20 @@ def test_a_revoked_call_a_raised_task_and_another_tasks_id_each_end_with_one_lin
 
     said = io.StringIO()
     monkeypatch.setattr(common, "err_console", Console(file=said, width=400))
-    proc, url = start_redis(tmp_path / "redis")
-    try:
-        sender = CallSender(Settings(redis_url=url, key_prefix="w:"))
-        backend = sender.celery.backend
-        backend.mark_as_revoked("revoked-1")
-        backend.mark_as_failure("raised-1", RuntimeError("boom"))
-        backend.store_result("judgement-1", {"status": "recorded", "errors": []}, "SUCCESS")
-        backend.store_result("explain-1", {"call_id": "made-by-explain", "status": "success", "message": "ranking only; nothing was run",
-                                           "context": {}, "cache_ttl_s": 30.0}, "SUCCESS")  # QA recheck N1: read as a success
-        backend.store_result("later-1", {"call_id": "later-1", "status": "paused"}, "SUCCESS")  # a later release's
-        ended = {}
-        for task_id in ("revoked-1", "raised-1", "judgement-1", "explain-1", "later-1"):
-            with pytest.raises(typer.Exit) as stop:
-                show_when_done(sender, sender.celery.AsyncResult(task_id), 5.0, True, "unfinished")
-            ended[task_id] = (stop.value.exit_code, capsys.readouterr().out)
-        sender.celery.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    sender = CallSender(Settings(redis_url=private_redis.url, key_prefix="w:"))
+    backend = sender.celery.backend
+    backend.mark_as_revoked("revoked-1")
+    backend.mark_as_failure("raised-1", RuntimeError("boom"))
+    backend.store_result("judgement-1", {"status": "recorded", "errors": []}, "SUCCESS")
+    backend.store_result("explain-1", {"call_id": "made-by-explain", "status": "success", "message": "ranking only; nothing was run",
+                                       "context": {}, "cache_ttl_s": 30.0}, "SUCCESS")  # QA recheck N1: read as a success
+    backend.store_result("later-1", {"call_id": "later-1", "status": "paused"}, "SUCCESS")  # a later release's
+    ended = {}
+    for task_id in ("revoked-1", "raised-1", "judgement-1", "explain-1", "later-1"):
+        with pytest.raises(typer.Exit) as stop:
+            show_when_done(sender, sender.celery.AsyncResult(task_id), 5.0, True, "unfinished")
+        ended[task_id] = (stop.value.exit_code, capsys.readouterr().out)
+    sender.celery.close()
     lines = said.getvalue().splitlines()
     assert lines == [
         "error: call revoked-1 was revoked (from Flower or `celery control revoke`): it has no result",
@@ -110,27 +99,22 @@ def test_a_revoked_call_a_raised_task_and_another_tasks_id_each_end_with_one_lin
     assert [json.loads(ended[i][1])["status"] for i in ("judgement-1", "explain-1")] == ["not_a_call"] * 2
 
 
-def test_the_client_raises_unreadable_answer_holding_an_answer_of_another_release(tmp_path: Path) -> None:
+def test_the_client_raises_unreadable_answer_holding_an_answer_of_another_release(private_redis: RedisServer) -> None:
     """QA: pydantic's bare ValidationError, a ValueError as a bad payload's is, named neither the
     call nor the cause."""
     import pytest
 
     from fittest.client import FittestClient, NotACall, UnreadableAnswer
 
-    proc, url = start_redis(tmp_path / "redis")
-    try:
-        client = FittestClient(settings=Settings(redis_url=url, key_prefix="w:"))
-        answer = {"call_id": "later-1", "status": "paused", "attempts": []}
-        client.celery.backend.store_result("later-1", answer, "SUCCESS")
-        with pytest.raises(UnreadableAnswer) as unread:
-            client.result("later-1", timeout=5.0)
-        client.celery.backend.store_result("judgement-1", {"status": "recorded", "errors": []}, "SUCCESS")
-        with pytest.raises(NotACall) as judged:
-            client.result("judgement-1", timeout=5.0)
-        client.celery.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    client = FittestClient(settings=Settings(redis_url=private_redis.url, key_prefix="w:"))
+    answer = {"call_id": "later-1", "status": "paused", "attempts": []}
+    client.celery.backend.store_result("later-1", answer, "SUCCESS")
+    with pytest.raises(UnreadableAnswer) as unread:
+        client.result("later-1", timeout=5.0)
+    client.celery.backend.store_result("judgement-1", {"status": "recorded", "errors": []}, "SUCCESS")
+    with pytest.raises(NotACall) as judged:
+        client.result("judgement-1", timeout=5.0)
+    client.celery.close()
     assert unread.value.answer == answer and unread.value.call_id == "later-1"
     assert str(judged.value) == ("judgement-1 is not a call's id: what is stored under it is another task's answer "
                                  "(a judgement, an explain, a retrain…)")  # QA recheck N2: "another release"

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import typer
 from rich.text import Text
-from typer.testing import CliRunner
 
 import workers.cli as cli
 from selection.models import CallResult
 from selection.ports import ToolStats
+from tests.conftest import run_cli
 from workers.cli import app, calls, evolution, learning, tools
 from workers.cli.common import console, err_console, fail, literal
 
@@ -67,10 +67,7 @@ def printed(action: Callable[[], object]) -> str:
 
 
 def invoke(args: list[str]) -> str:
-    result = CliRunner().invoke(app, args)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return plain(result.output)
+    return plain(run_cli(*args, reraise=True).output)
 
 
 def assert_shown(output: str, *texts: str) -> None:

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import typer
-from typer.testing import CliRunner
 
 from evolution.models import ChangelogEntry
 from selection.manifest import ToolManifest
@@ -21,6 +20,7 @@ from selection.registry import ToolRegistry
 from workers.cli import app, evolution, learning
 from selection.models import CallResult
 from workers.cli import calls
+from tests.conftest import run_cli
 from tests.fakes_evolution import InMemoryEvolutionState
 from workers.cli.common import console, err_console, parse_json_option
 
@@ -95,9 +95,8 @@ def stores(monkeypatch: pytest.MonkeyPatch) -> ToolRegistry:
 
 
 def run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args))
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
+    """`fittest ARGS`: its exit code and its output on one line."""
+    result = run_cli(*args, reraise=True)
     return result.exit_code, " ".join(result.output.split())
 
 
