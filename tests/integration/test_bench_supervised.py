@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+from typer.testing import Result
 
 from tests.conftest import ROOT, cli_runner
 
@@ -28,7 +30,7 @@ def _slice(tmp_path: Path, every: int) -> Path:
 
 
 @pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, model_path: Path):
+def cli(monkeypatch: pytest.MonkeyPatch, model_path: Path) -> Callable[..., Result]:
     if not (DATA / "tools.json").exists():
         pytest.skip(f"the MetaTool data is not at {DATA}")
     run = cli_runner(monkeypatch, {"FITTEST_EMBEDDING_MODEL_PATH": str(model_path)})
