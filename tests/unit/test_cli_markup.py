@@ -22,7 +22,7 @@ import workers.cli as cli
 from selection.models import CallResult
 from selection.ports import ToolStats
 from tests.conftest import run_cli
-from workers.cli import app, calls, evolution, learning, tools
+from workers.cli import calls, evolution, learning, tools
 from workers.cli.common import console, err_console, fail, literal
 
 # What rich would take for markup: a closing tag that matches nothing, styles, a regex's classes,
