@@ -354,35 +354,46 @@ def best_match_again(request: CallRequest, ranked: list[Candidate], evidence: li
     answered by a word counter, 0.25 similar, with status success; a dedupe tool's crash on one
     input handed its job to the word counter the same way). An outage, a timeout or a crash says
     the version was down or broke on an input, not that it does the job wrong (the breaker and its
-    probe deal with a version that stays down). So when the first candidate neither matches the
-    job clearly nor has a confirmed success on it (`does_the_job`'s), and a clear best match
-    (`best`) failed here by such failures, that one is tried first again: on a share of the calls
-    while it failed here only by them, fewer than OUTAGES_RETRIED times, its confirmed successes
-    then teach; and on every call once they make it one that does the job, as long as they
-    outnumber its failures here (QA recheck H-A: counted without its successes, three isolated
-    HTTP 500s among 13 successes ended the rule, and the weak tool's unconfirmed successes, 13
-    from the calls it kept, had the job again). Not one people judge wrong here, nor a half-open
-    one (its probe is the breaker's), nor for a call that names a namespace or a version, nor for
-    the retry after an evolution. (The selection bench never meets it: its failures are wrong
-    answers, bad_output, and it needs an outage.)"""
+    probe deal with a version that stays down). So when the first candidate is not a clear best
+    match itself, and a clear best match (`best`) failed here by such failures, its namespace is
+    tried first again: on a share of the calls while it failed here only by them, fewer than
+    OUTAGES_RETRIED times, its confirmed successes then teach; and on every call once they make it
+    one that does the job, as long as they outnumber its failures here (QA recheck H-A: counted
+    without its successes, three isolated HTTP 500s among 13 successes ended the rule, and the weak
+    tool's unconfirmed successes, 13 from the calls it kept, had the job again).
+
+    Counted over the namespace's versions, and served by the first placed of them that people do
+    not judge wrong here nor is half-open (its probe is the breaker's): QA ops H1 saw a negation
+    tool time out once at onboarding, an evolved version go on trial beside it, and the two split
+    the successes that would have made it one that does the job; and a squaring tool, 0.42 or 0.63
+    like the job, kept it. Whether the first candidate's successes are confirmed does not stop it:
+    one 0.63 like a cube job is confirmed by its first success, which the rule then never undid (11
+    of 11 "cube of 12" calls answered with a square). Not for a call that names a namespace or a
+    version, nor for the retry after an evolution. (The selection bench never meets it: its
+    failures are wrong answers, bad_output, and it needs an outage.)"""
     if not ranked or request.namespace or request.version or request.after_evolution:
         return None
     by_key = {e.key: e for e in evidence}
     first = by_key.get(ranked[0].key)
-    if first is None or first.key in best or max(first.doing_similarities, default=0.0) >= SAME_JOB:
+    if first is None or first.key in best:
         return None
-    for c in ranked[1:]:  # each namespace by the version it serves, placed first
-        e = by_key.get(c.key)
-        if e is None or e.key not in best or e.manifest.name == first.manifest.name or e.key in half_open or judged_wrong_here(e):
+    namespaces: dict[str, list[CandidateEvidence]] = {}  # each namespace's versions, in the order they are placed
+    for c in ranked[1:]:
+        if (e := by_key.get(c.key)) is not None and e.manifest.name != first.manifest.name:
+            namespaces.setdefault(e.manifest.name, []).append(e)
+    for versions in namespaces.values():
+        served = [e for e in versions if e.key not in half_open and not judged_wrong_here(e)]
+        if not served or not any(e.key in best for e in versions):
             continue
-        outages = sum(s >= SAME_JOB for s in e.outage_similarities)
-        failures = sum(s >= SAME_JOB for s in e.failure_similarities)
+        outages = sum(s >= SAME_JOB for e in versions for s in e.outage_similarities)
+        failures = sum(s >= SAME_JOB for e in versions for s in e.failure_similarities)
+        doing = sum(s >= SAME_JOB for e in versions for s in e.doing_similarities)
         if not outages:
             continue
-        if does_the_job(e) and failures < sum(s >= SAME_JOB for s in e.doing_similarities):
-            return BestMatchAgain(e.key, True)
+        if doing >= RELIABLE_RUNS and failures < doing:
+            return BestMatchAgain(served[0].key, True)
         if outages == failures < OUTAGES_RETRIED:
-            return BestMatchAgain(e.key, False)
+            return BestMatchAgain(served[0].key, False)
     return None
 
 
@@ -414,7 +425,7 @@ def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list
     if again is None:
         return ranked
     why = ("again: the job's clear best match, whose failures here were outages, timeouts or crashes, in place of a "
-           "tool with no confirmed success on it")
+           "tool that matches the job less")
     if again.does_the_job or drawn(f"best_match_again:{ranked[0].key}"):
         return tried_first(ranked, again.key, 1.0 if again.does_the_job else share, why, "best_match_again")
     return passed_over(ranked, again.key, share)

@@ -1013,6 +1013,15 @@ def test_the_clear_best_match_is_tried_first_again_after_one_outage_handed_its_j
     rt.selector.cache.clear()
     firsts = [rt.selector.plan(CallRequest(scenario=scenario, call_id=f"later{i}")).candidates[0] for i in range(20)]
     assert "currency_rates" not in {c.manifest.name for c in firsts}
+    # Its confirmed successes there, more than its failures, make it one that does the job: first on
+    # every call, though the weak match's successes are confirmed too (QA ops H1: a squaring tool 0.63
+    # like a cube job was confirmed by its first success, and kept the job for good).
+    for i in range(4):
+        succeeded(rt, weak.manifest.name, scenario, f"weak{i}")
+    for i in range(3):
+        succeeded(rt, "currency_rates", scenario, f"back{i}")
+    firsts = [rt.selector.plan(CallRequest(scenario=scenario, call_id=f"last{i}")).candidates[0] for i in range(20)]
+    assert {(c.manifest.name, c.probability) for c in firsts} == {("currency_rates", 1.0)}, firsts
 
 
 def test_a_past_success_brings_its_tool_in_only_for_a_similar_job(rt) -> None:

@@ -323,13 +323,41 @@ def test_the_clear_best_match_is_tried_first_again_after_an_outage_handed_its_jo
     assert best_match_again(call, ranked, found, best, half_open={"reverse_text@1.0.0"}) is None
     assert best_match_again(CallRequest(scenario="reverse this string", namespace="count_words"), ranked, found, best) is None
     # Nor when it has no failure here at all (the policy's order stands: the selection bench, whose
-    # failures are wrong answers, never meets this rule), nor when the first one did the job
-    # confirmed, or matches the job clearly itself.
+    # failures are wrong answers, never meets this rule), nor when the first one is a clear best match itself.
     assert best_match_again(call, ranked, [taker, fell_over("reverse_text", 1.0, []), found[2]], best) is None
-    doer = CandidateEvidence(manifest=candidate("count_words").manifest, similarity=0.25, doing_similarities=[0.9])
-    assert best_match_again(call, ranked, [doer, *found[1:]], best) is None
     clear = CandidateEvidence(manifest=candidate("count_words").manifest, similarity=0.95)
     assert best_match_again(call, ranked, [clear, *found[1:]], best_matches([clear, *found[1:]])) is None
+    # QA ops H1: a first candidate whose successes are confirmed (0.63 like a cube job, where the
+    # best match is 1.00) still gives the job back: its confirmation never undid the rule.
+    doer = CandidateEvidence(manifest=candidate("count_words").manifest, similarity=0.63, doing_similarities=[1.0] * 11)
+    assert best_match_again(call, ranked, [doer, *found[1:]], best) == ("reverse_text@1.0.0", False)
+
+
+def test_the_best_match_again_counts_its_namespace_and_is_served_by_a_version_nobody_judges_wrong() -> None:
+    """QA ops H1: a negation tool timed out once at onboarding; its evolved version went on trial
+    beside it, the two split the successes that would have made it one that does the job, and a
+    squaring tool kept the job; a judgement of the evolved version's output then ended the rule."""
+    call = CallRequest(scenario="negate 12")
+    ranked = [candidate("square_num"), candidate("negate_num", "1.1.0"), candidate("negate_num")]
+    taker = CandidateEvidence(manifest=candidate("square_num").manifest, similarity=0.42, success_similarities=[1.0] * 3)
+    evolved = CandidateEvidence(manifest=candidate("negate_num", "1.1.0").manifest, similarity=1.0, doing_similarities=[1.0, 1.0])
+    parent = fell_over("negate_num", 1.0, [1.0], doing=[1.0])
+    found = [taker, evolved, parent]
+    best = best_matches(found)
+    assert best == {"negate_num@1.1.0", "negate_num@1.0.0"}
+    # Three confirmed successes of the namespace, against one timeout: first on every call, by the version placed first.
+    assert best_match_again(call, ranked, found, best) == ("negate_num@1.1.0", True)
+    # Before them, on a share of the calls.
+    assert best_match_again(call, ranked, [taker, evolved.model_copy(update={"doing_similarities": []}), parent], best) == (
+        "negate_num@1.1.0", False)
+    # A version people judge wrong here is passed for the namespace's next one; the judgements count as failures.
+    wrong = [JudgedOutput(similarity=1.0, wrong=True, timestamp=t) for t in (1.0, 2.0)]
+    judged = evolved.model_copy(update={"judged_outputs": wrong, "failure_similarities": [1.0, 1.0],
+                                        "doing_similarities": [1.0] * 3})
+    assert best_match_again(call, ranked, [taker, judged, parent.model_copy(update={"doing_similarities": [1.0] * 2})],
+                            best) == ("negate_num@1.0.0", True)
+    # ...and when failures there are as many as the successes, neither goes first.
+    assert best_match_again(call, ranked, [taker, judged, parent.model_copy(update={"doing_similarities": []})], best) is None
 
 
 def test_the_best_match_again_goes_first_on_its_share_then_on_every_call_and_is_logged_so() -> None:
