@@ -177,6 +177,22 @@ def test_a_module_file_edited_in_place_runs_as_it_now_reads(tmp_path: Path) -> N
     assert run_tool(tool, {}, timeout_s=5, limits=LIMITS).output == {"edited": True}
 
 
+def test_a_module_file_saved_half_edited_leaves_the_version_served_as_it_was(tmp_path: Path) -> None:
+    """QA ops M1: a file that does not parse, which the registry refuses, was imported at the next
+    call and the tool charged a crash (and evolved for it)."""
+    tool = make_tool(tmp_path / "t", "py_half", {"kind": "python", "entrypoint": "half:run"},
+                     {"half.py": "def run(input):\n    return {'version': 1}\n"})
+    assert run_tool(tool, {}, timeout_s=5, limits=LIMITS).output == {"version": 1}
+    (tmp_path / "t" / "half.py").write_text("def run(input) return 1\n")
+    assert run_tool(tool, {}, timeout_s=5, limits=LIMITS).output == {"version": 1}  # as it was
+    # A process that never loaded it (a new pool process) cannot run it: an outage until it parses.
+    fresh = tool.model_copy(update={"name": "py_half_fresh"})
+    assert_failure(run_tool(fresh, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "half.py does not parse")
+    (tmp_path / "t" / "half.py").write_text("def run(input):\n    return {'version': 2}\n")
+    assert run_tool(tool, {}, timeout_s=5, limits=LIMITS).output == {"version": 2}
+    assert run_tool(fresh, {}, timeout_s=5, limits=LIMITS).output == {"version": 2}
+
+
 def test_python_tool_gets_its_own_copy_of_the_input(py_tool) -> None:
     data = {"items": ["a"]}
     outcome = run_tool(py_tool("mutate"), data, timeout_s=5, limits=LIMITS)
