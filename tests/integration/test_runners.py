@@ -285,8 +285,14 @@ def test_python_timeout_stops_a_call_that_spins(py_tool) -> None:
 
 
 def test_python_load_failures(tmp_path: Path) -> None:
+    # A module file that does not parse is not served (the registry refuses it); one edited so after
+    # it was (saved half-edited) is an outage of the tool until it parses (QA ops M1), and a module it
+    # imports that does not parse is its code's crash.
     broken = make_tool(tmp_path / "b", "broken", {"kind": "python", "entrypoint": "tool:run"}, {"tool.py": "def run(:\n"})
-    assert_failure(run_tool(broken, {}, timeout_s=5, limits=LIMITS), FailureClass.crash, "SyntaxError")
+    assert_failure(run_tool(broken, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "tool.py does not parse")
+    imports_broken = make_tool(tmp_path / "ib", "imports_broken", {"kind": "python", "entrypoint": "tool:run"},
+                               {"tool.py": "import helper\ndef run(i): return i\n", "helper.py": "def f(:\n"})
+    assert_failure(run_tool(imports_broken, {}, timeout_s=5, limits=LIMITS), FailureClass.crash, "SyntaxError")
     no_func = make_tool(tmp_path / "c", "no_func", {"kind": "python", "entrypoint": "tool:absent"}, {"tool.py": "x = 1\n"})
     assert_failure(run_tool(no_func, {}, timeout_s=5, limits=LIMITS), FailureClass.crash, "no function 'absent'")
     nowhere = make_tool(tmp_path / "d", "nowhere", {"kind": "python", "entrypoint": "fittest_no_such_module:run"})

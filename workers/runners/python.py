@@ -169,7 +169,7 @@ def load_function(manifest: ToolManifest) -> ToolFunction:
                 else:
                     module = importlib.import_module(module_name)
             except SyntaxError as exc:
-                if path is None or stamp is None:
+                if path is None or stamp is None or Path(exc.filename or "") != path:  # a module it imports: its code
                     raise ToolLoadError(FailureClass.crash, f"importing '{module_name}' failed: {describe(exc)}") from exc
                 old = _modules.get(cache_key, (None, None))[0]
                 if _unparsed.get(cache_key) != stamp:
