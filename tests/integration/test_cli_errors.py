@@ -272,6 +272,32 @@ def test_a_call_no_worker_can_take_and_a_result_nobody_sent_are_told_in_seconds(
     assert code == 1 and took < 60 and "no call with this id is queued or running" in said, (said, took)
 
 
+def test_a_call_a_worker_took_is_not_said_to_lack_one_when_the_workers_do_not_answer_a_ping(
+    private_redis: RedisServer, monkeypatch
+) -> None:
+    """QA ops M2: after a Redis restart of 6 s, a running call's `fittest call` ended with "no worker
+    takes the selection queue": its one ping went while the workers were still reconnecting."""
+    from workers.cli.calls import no_selection_worker
+    from workers.client import CallSender
+    from workers.settings import Settings, get_settings
+    from workers.state.inflight import HandedOnStep
+
+    monkeypatch.setenv("FITTEST_REDIS_URL", private_redis.url)
+    monkeypatch.setenv("FITTEST_KEY_PREFIX", "took:")
+    get_settings.cache_clear()
+    client = CallSender(Settings(redis_url=private_redis.url, key_prefix="took:"))
+    try:
+        client._inflight.handed_on(HandedOnStep(task_id="running-call", task="fittest.execute", hop=1), 60)
+        client._inflight.sent(HandedOnStep(task_id="queued-call", task="fittest.resilient_tool_call"), 60)
+        client._inflight.flush()
+        assert no_selection_worker(client, "running-call", "stays") is None  # a worker took it: one runs
+        said = no_selection_worker(client, "queued-call", "stays")  # no worker answers, and none took it
+        assert said is not None and said.startswith("no worker takes the selection queue"), said
+    finally:
+        client.celery.close()
+        get_settings.cache_clear()
+
+
 def test_a_call_without_a_result_says_so_as_json_on_stdout_with_json(model_path: Path, private_redis: RedisServer, tmp_path: Path) -> None:
     """QA ops: with --json, a call that timed out printed nothing on stdout; its id, which a script
     needs to ask for the result later, was only in the error line on stderr."""

@@ -84,7 +84,7 @@ def call(
     pending = client.send("resilient_tool_call", **payload)
     stays = f"the call stays queued, and `fittest result {pending.id}` shows it once a worker has run it"
     show_when_done(client, pending, timeout, json_out,
-                   f"is a selection worker running (`fittest health`)? {stays}", early=lambda: no_selection_worker(stays),
+                   f"is a selection worker running (`fittest health`)? {stays}", early=lambda: no_selection_worker(client, pending.id, stays),
                    namespace=namespace)
 
 
@@ -109,14 +109,27 @@ def result(
                    early=lambda: unknown_call(client, call_id))
 
 
-def no_selection_worker(stays: str) -> str | None:
-    """Why the call's result cannot come (no worker takes the selection queue), or None."""
+# How often, and how long each time, the workers are asked whether one takes the selection queue
+# before a call's wait ends for want of one: after a Redis restart they reconnect after 2 s, then 4 s.
+SELECTION_PINGS, PING_TIMEOUT_S = 3, 1.5
+
+
+def no_selection_worker(client: CallSender, call_id: str, stays: str) -> str | None:
+    """Why the call's result cannot come (no worker takes the selection queue), or None. A call a
+    worker took (handed on to a later step) had one; else the workers are asked, a few times: QA
+    ops M2 saw a call that was running end with this after a Redis restart of 6 s, its one 1 s ping
+    sent while the workers were still reconnecting."""
     from workers.health import MEMORY_QUEUE, ask_workers
     from workers.settings import get_settings
 
-    answers = ask_workers(get_settings(), timeout=1.0)
-    if any(MEMORY_QUEUE in answer.queues for answer in answers.values()):
+    if client.step_of(call_id) not in (None, *SELECTION_STEPS):
         return None
+    for _ in range(SELECTION_PINGS):
+        answers = ask_workers(get_settings(), timeout=PING_TIMEOUT_S)
+        if any(MEMORY_QUEUE in answer.queues for answer in answers.values()):
+            return None
+        if client.step_of(call_id) not in (None, *SELECTION_STEPS):
+            return None
     return f"no worker takes the selection queue (`fittest up` starts them, `fittest health` checks them); {stays}"
 
 
@@ -131,6 +144,8 @@ def unknown_call(client: CallSender, call_id: str) -> str | None:
     return None
 
 
+# The steps a call is at until a selection worker takes it.
+SELECTION_STEPS = ("fittest.resilient_tool_call", "fittest.call_tool")
 # What a call in flight is doing at its step, for a user who stopped waiting for it.
 STEP_DOING = {
     "fittest.resilient_tool_call": "waiting for a selection worker",
