@@ -258,6 +258,10 @@ class Candidate(BaseModel):
     manifest: ToolManifest
     score: float
     probability: float = 1.0  # with which the policy put it in this place
+    # With which the policy put a version of its tool in this place (its own probability and its
+    # other versions'): what a promotion or a trial, which choose the version, leave of the draw.
+    # None: a policy that draws nothing (seed), or a plan from before it was kept.
+    namespace_probability: float | None = None
     breakdown: ScoreBreakdown = Field(default_factory=ScoreBreakdown)
     # The attempt's hard timeout (selection/timeouts.py), from the version's recent run times as
     # they stood at selection; None: the executor works it out itself.

@@ -76,7 +76,9 @@ def served_first(request: CallRequest, ranked: list[Candidate], served: ServedVe
     for c in kept:
         by_name[c.manifest.name].append(c)
     queues = {name: iter(sorted(cs, key=lambda c: c.manifest.version != by_namespace.get(name))) for name, cs in by_name.items()}
-    places = [(c.manifest.name, c.probability) for c in kept]
+    # Each place is its namespace's: the draw that put a version of it there, whichever version goes
+    # (QA ops L2: an active promotion's version, first on every call, logged 0.22, its sibling's share).
+    places = [(c.manifest.name, c.probability if c.namespace_probability is None else c.namespace_probability) for c in kept]
     reordered = [next(queues[name]) for name, _ in places]  # each namespace keeps its places
     drawn: set[str] = set()
     for c, (name, place_probability) in zip(reordered, places):

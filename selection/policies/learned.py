@@ -200,18 +200,22 @@ class LearnedPolicy:
         ranked: list[Candidate] = []
         for group in ([i for i in remaining if evidence[i].key not in last], [i for i in remaining if evidence[i].key in last]):
             while group and len(ranked) < places:
-                pick, probability = self._draw([terms[i].utility for i in group], rng)
+                pick, chances = self._draw([terms[i].utility for i in group], rng)
+                name = evidence[group[pick]].manifest.name
+                of_its_tool = sum(p for j, p in enumerate(chances) if evidence[group[j]].manifest.name == name)
                 i = group.pop(pick)
                 e, t = evidence[i], terms[i]
                 ranked.append(Candidate(key=e.key, manifest=e.manifest, score=round(math.exp(t.utility), 6),
-                                        probability=round(probability, 6), breakdown=self._breakdown(e, t)))
+                                        probability=round(chances[pick], 6), namespace_probability=round(of_its_tool, 6),
+                                        breakdown=self._breakdown(e, t)))
         return ranked
 
-    def _draw(self, utilities: list[float], rng: random.Random) -> tuple[int, float]:
-        """Index drawn and its probability; `utilities` are best first (ties by key), so the scan
-        stops at the first candidate whose weight is negligible (e^-CUTOFF of the best)."""
+    def _draw(self, utilities: list[float], rng: random.Random) -> tuple[int, list[float]]:
+        """Index drawn, and the probability each candidate had of the place (those after the
+        cutoff had none); `utilities` are best first (ties by key), so the scan stops at the first
+        candidate whose weight is negligible (e^-CUTOFF of the best)."""
         if self.temperature == 0 or len(utilities) == 1:
-            return 0, 1.0
+            return 0, [1.0]
         top = utilities[0]
         weights: list[float] = []
         for u in utilities:
@@ -220,9 +224,10 @@ class LearnedPolicy:
                 break
             weights.append(math.exp(z))
         total = sum(weights)
+        chances = [w / total for w in weights]
         r = rng.random() * total
         for i, w in enumerate(weights):
             r -= w
             if r <= 0:
-                return i, w / total
-        return len(weights) - 1, weights[-1] / total
+                return i, chances
+        return len(weights) - 1, chances

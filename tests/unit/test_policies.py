@@ -82,6 +82,18 @@ def test_near_ties_are_explored_and_every_choice_has_its_probability() -> None:
     assert clear[0].key == "b@1.0.0" and clear[0].probability > 0.999
 
 
+def test_each_place_also_logs_the_probability_that_a_version_of_its_tool_took_it() -> None:
+    """QA ops L2: a promotion serves its version wherever the policy placed its tool, and that
+    version, first on every call, logged 0.22: the draw between it and its sibling."""
+    near = [ev("a", 0.600, "1.0.0"), ev("a", 0.601, "1.1.0"), ev("b", 0.2)]
+    for seed in range(20):
+        ranked = get_policy("learned").rank(near, random.Random(seed))
+        first = ranked[0]
+        assert first.manifest.name == "a" and first.probability < 0.9 and first.namespace_probability is not None
+        assert first.namespace_probability > 0.999  # the two versions of `a` shared the place's chance
+        assert ranked[-1].namespace_probability == ranked[-1].probability == 1.0
+
+
 def test_breakdown_says_why() -> None:
     c = get_policy("learned").rank([ev("a", 0.5, namespace_success_similarities=[0.9], failure_similarities=[0.8])],
                                    random.Random(0))[0]

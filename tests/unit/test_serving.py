@@ -84,6 +84,12 @@ def test_a_version_a_trials_share_drew_logs_that_share_in_its_probability() -> N
     # A call to the namespace starts with the version drawn, whatever place the policy gave it.
     called = served_first(CallRequest(scenario="x", namespace="a"), ranked(), ServedVersions(by_namespace={"a": "1.1.0"}, chance={"a": 0.25}))
     assert (called[0].key, called[0].probability) == ("a@1.1.0", 0.25)
+    # A place is its tool's: the chance the policy gave any version of `a` there, when it says so (QA ops L2).
+    tool_chances = ranked()
+    for c, p in zip(tool_chances, (0.97, 0.15, 0.05)):
+        c.namespace_probability = p
+    active = served_first(CallRequest(scenario="x"), tool_chances, ServedVersions(by_namespace={"a": "1.1.0"}))
+    assert [(c.key, c.probability) for c in active] == [("a@1.1.0", 0.97), ("b@1.0.0", 0.15), ("a@1.0.0", 0.05)]
 
 
 def test_a_call_retried_after_its_evolution_tries_the_promoted_version_first() -> None:
