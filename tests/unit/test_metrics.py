@@ -211,3 +211,27 @@ def test_a_scrape_of_a_redis_that_does_not_answer_says_so_in_one_gauge(caplog) -
 
     with pytest.raises(redis.ConnectionError):  # `fittest metrics --once` says so, and exits 1
         generate_latest(scrape_registry(settings))
+
+
+def test_a_call_whose_evolution_is_known_without_the_evolver_counts_as_an_evolution_run(
+    redis_client, prefix, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """QA ops L7: a crash no mutator answers ends the call before the evolver is asked, and was
+    missing from fittest_evolution_runs_total, which counted every no_fix the evolver decided."""
+    from types import SimpleNamespace
+
+    from evolution.models import EvolutionReport
+    from selection.models import CallPlan, CallRequest
+    from workers.tasks import evolution as tasks
+
+    recorder = MetricsRecorder(redis_client, prefix)
+    known = EvolutionReport(job_id="", namespace="mean", trigger="call", status="no_fix", parent="mean@1.0.0",
+                            message="no mutator could propose a version of mean@1.0.0")
+    monkeypatch.setattr(tasks, "evolver", lambda: SimpleNamespace(without_evolution=lambda plan: known))
+    monkeypatch.setattr(tasks, "runtime", lambda: SimpleNamespace(metrics=recorder))
+    monkeypatch.setattr(tasks, "_end_call", lambda plan, evolution: {"status": "failed", "evolution": evolution.status})
+    plan = CallPlan(request=CallRequest(scenario="the mean"), candidates=[])
+    assert tasks.end_without_evolution(plan) == {"status": "failed", "evolution": "no_fix"}
+    recorder.flush()
+    got = scrape(MetricsReader(redis_client, prefix))
+    assert got[("fittest_evolution_runs_total", (("namespace", "mean"), ("outcome", "no_fix"), ("trigger", "call")))] == 1

@@ -69,7 +69,12 @@ def end_without_evolution(plan: CallPlan) -> dict[str, Any] | None:
     except Exception:
         log.exception("call %s: whether a mutator answers its failures could not be told", plan.request.call_id)
         return None
-    return None if report is None else _end_call(plan, call_evolution(plan, report))
+    if report is None:
+        return None
+    # Counted as the evolver counts its runs (QA ops L7: the crashes no mutator answers, which need
+    # a person most, were missing from fittest_evolution_runs_total).
+    runtime().metrics.evolution_run(report.namespace, report.trigger, report.status)
+    return _end_call(plan, call_evolution(plan, report))
 
 
 def _end_call(plan: CallPlan, report: CallEvolution) -> dict[str, Any]:
