@@ -288,6 +288,24 @@ def test_show_says_a_trial_serves_a_share_of_the_calls_and_its_parent_the_rest(r
     assert "served on the other" not in shown
 
 
+def test_show_marks_what_is_served_when_the_promoted_version_is_deprecated_and_which_version_waits(
+    redis_answers: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """QA ops L6: with the active version deprecated, nothing was marked served, where 1.0.0 served
+    every call; and with 1.0.0 pinned by hand, both 1.1.0 and 1.2.0 "waited", where only the newest
+    manifest version goes on trial."""
+    active = {"status": "active", "evolved_version": "1.1.0", "parent_version": "1.0.0", "original_version": "1.0.0"}
+    shown = show_lineage(monkeypatch, "reverse_text", active, [("1.0.0", "original", False), ("1.1.0", "active", False)],
+                         deprecated=frozenset({"1.1.0"}))
+    assert_shown(shown, "1.0.0  original ◀ served (the version it would serve is deprecated)",
+                 "1.1.0  active deprecated: not offered by selection")
+    pinned = {"status": "active", "evolved_version": "1.0.0", "parent_version": None, "original_version": "1.0.0", "by": "operator"}
+    shown = show_lineage(monkeypatch, "reverse_text", pinned, [("1.0.0", "original", True), ("1.1.0", "new manifest version", False),
+                                                               ("1.2.0", "new manifest version", False)])
+    assert_shown(shown, "1.0.0  original ◀ served", "1.2.0  new manifest version waits: `fittest promote` decides")
+    assert " ".join(shown.split()).count("waits") == 1, shown
+
+
 def test_rollback_and_promote_name_the_versions_as_written(monkeypatch: pytest.MonkeyPatch, redis_answers: None) -> None:
     from selection.models import Promotion
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Literal, NoReturn, Optional
 
+import semver
 import typer
 from pydantic import BaseModel
 from rich.table import Table
@@ -186,6 +187,13 @@ def show(
     against = trial and (trial.parent_version or trial.original_version)
     # A trial whose other version is deprecated serves every call with the version on trial (QA recheck N5).
     alone = any(row.version == against and row.deprecated for row in data.versions)
+    # With the version it would serve deprecated, the namespace serves the versions left, as the
+    # policy ranks them (QA ops L6: no version was marked served, where 1.0.0 served every call).
+    offered = [row.version for row in data.versions if not row.deprecated]
+    in_its_place = set(offered) if trial is None and not any(row.served for row in data.versions) else set()
+    # Only the newest version a manifest gives goes on trial (QA ops L6: each older one said it waited too).
+    newest_given = max((row.version for row in data.versions if row.status == "new manifest version" and not row.deprecated),
+                       key=semver.Version.parse, default=None)
     for row in data.versions:  # lowest version first, so a parent is placed before its children
         color = STATUS_COLOR[row.status]
         served = ""
@@ -195,9 +203,12 @@ def show(
                       "it is tried against is deprecated)" if alone else f" [bold]◀ served on {share:.0%} of the calls[/bold]")
         elif trial and row.version == against and not alone:
             served = f" [bold]◀ served on the other {1 - share:.0%}[/bold]"
+        elif row.version in in_its_place:
+            served = (" [bold]◀ served[/bold] (the version it would serve is deprecated)" if len(offered) == 1 else
+                      " [bold]◀ offered[/bold] (the version it would serve is deprecated: the policy ranks those left)")
         if row.deprecated:
             served += " [dim]deprecated: not offered by selection[/dim]"
-        elif row.status == "new manifest version" and pinned:  # QA V: nothing said why it was never tried
+        elif row.status == "new manifest version" and pinned and row.version == newest_given:  # QA V: nothing said why it was never tried
             served += f" [dim]waits: `fittest promote` decides (`fittest rollback {literal(name)}` lets it go on trial)[/dim]"
         breaker = {"open": "  [red]breaker open[/red]", "half_open": "  [yellow]breaker half-open[/yellow]"}.get(row.breaker, "")
         refused = f" (+{row.refused_inputs} refused)" if row.refused_inputs else ""
