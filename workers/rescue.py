@@ -37,6 +37,7 @@ from typing import Any
 from celery import Celery, Task, bootsteps
 from celery.canvas import Signature
 from celery.exceptions import Ignore, Reject, Retry
+from celery.signals import task_revoked
 from celery.states import READY_STATES
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -44,7 +45,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_fixed
 
 from workers.app import PRIORITY_HIGH, PRIORITY_STEPS, QUEUES, TASK_ROUTES, app
-from workers.metrics import REDELIVERED_STEPS, RESENT_STEPS, UNACKED_KEY, queue_key
+from workers.metrics import CALLS, REDELIVERED_STEPS, RESENT_STEPS, UNACKED_KEY, queue_key
 from workers.runtime import Runtime, runtime
 from workers.state.inflight import EFFECTS, HandedOnStep, InflightCalls, step_due_in_s
 from workers.worker_lease import WorkerLease, give_back_silent, lease_for
@@ -102,6 +103,24 @@ class CallStep(Task):
         if self.request.id:
             runtime().inflight.finished(self.request.id)
         return result
+
+
+@task_revoked.connect
+def _revoked_call_ends(sender: Task | None = None, request: Any = None, expired: bool = False, **_: Any) -> None:
+    """A call's step revoked (Flower, `celery control revoke`: every step of a call carries its id)
+    or expired is not run, and no later step of the call comes: it ends here, without a result.
+    Left in flight, it was counted by `fittest_calls_in_flight` until the rescue sweep found it
+    overdue, the visibility timeout and more later (QA ops L5)."""
+    task_id = getattr(request, "id", None)
+    if not isinstance(sender, CallStep) or not task_id:
+        return
+    rt = runtime()
+    rt.inflight.finished(task_id)
+    rt.inflight.flush()
+    rt.metrics.count(CALLS, status="expired" if expired else "revoked")
+    log.info("call %s: its step %s was %s; the call ends without a result", task_id, sender.name,
+             "expired" if expired else "revoked",
+             extra={"event": "call_revoked", "task_id": task_id, "task": sender.name, "expired": expired})
 
 
 def redis_answers_again(client: Redis, within_s: float) -> None:

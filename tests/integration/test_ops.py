@@ -9,6 +9,7 @@ import re
 import pytest
 
 from tests.conftest import RedisServer, cli_runner, free_port
+from workers.app import make_app
 
 
 @pytest.fixture
@@ -102,6 +103,28 @@ def test_calls_that_end_before_any_attempt_are_counted_by_their_status(pipeline,
     assert pipeline.call(scenario="sort these numbers", input={}, max_attempts=0)["status"] == "invalid"
     assert pipeline.call(scenario="sort these numbers", input={}, tags=["no-tool-has-this-tag"])["status"] == "no_candidates"
     pipeline.wait_for(lambda: all(calls(status) == before[status] + 1 for status in before))
+
+
+def test_a_revoked_call_leaves_the_calls_in_flight_at_once_and_is_counted_as_revoked(pipeline, cli) -> None:
+    """QA ops L5: a call revoked from Flower stayed in fittest_calls_in_flight until the rescue sweep
+    found it overdue (the visibility timeout, ~16 min), and no status counted it."""
+    def metric(line_start: str) -> float:
+        line = next((x for x in cli("metrics", "--once").output.splitlines() if x.startswith(line_start)), "")
+        return float(line.rpartition(" ")[2] or 0)
+
+    before = metric('fittest_calls_total{status="revoked"}')
+    call_id = "revoked-from-flower-1"
+    control = make_app(pipeline.settings)  # as Flower's: the workers' control channel
+    try:
+        control.control.revoke(call_id)  # before its message arrives: what a revoke does to a call's next step
+        pipeline.wait_for(lambda: call_id in {i for ids in (control.control.inspect(timeout=1).revoked() or {}).values()
+                                              for i in ids}, timeout=30)
+    finally:
+        control.close()
+    pipeline.client.send("resilient_tool_call", scenario="sort these numbers", input={"numbers": [2, 1]}, call_id=call_id)
+    assert pipeline.client.in_flight(call_id)  # sent: recorded as in flight
+    pipeline.wait_for(lambda: not pipeline.client.in_flight(call_id), timeout=30)
+    pipeline.wait_for(lambda: metric('fittest_calls_total{status="revoked"}') == before + 1, timeout=30)
 
 
 def test_explain_refuses_an_input_a_call_would_refuse(pipeline) -> None:
