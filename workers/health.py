@@ -24,6 +24,7 @@ from redis.exceptions import OutOfMemoryError, RedisError
 
 from selection.manifest import ManifestError
 from workers.settings import Settings
+from workers.state.redis import other_stacks
 
 # "warn": healthy still (exit 0, a probe passes), but something an operator should fix is named in
 # its detail: restarting a process cannot fix a refused manifest, and the other tools serve meanwhile.
@@ -209,6 +210,7 @@ def check_beat(settings: Settings, timeout: float) -> Check:
             lock_key = ensure_conf(app).lock_key
             held_ms = client.pttl(lock_key)
             definition, raw = client.hmget(RedBeatSchedulerEntry.generate_key(app, RETRAIN_ENTRY), "definition", "meta")
+            others = other_stacks(client, settings.key_prefix) if held_ms == -2 else None
         except RedisError as exc:
             return "fail", f"cannot reach Redis (FITTEST_REDIS_URL): {exc}"
         finally:
@@ -223,6 +225,10 @@ def check_beat(settings: Settings, timeout: float) -> Check:
                  else settings.retrain_interval_s)
         sent = (f"fittest.retrain_weights last sent {time.time() - last.timestamp():.0f} s ago" if last is not None
                 else "fittest.retrain_weights not sent yet") + f" (every {every:g} s)"
+        if held_ms == -2 and others:  # QA ops L8: "start the beat role", where the beat ran under another prefix
+            return "fail", (f"no beat holds its lock ({lock_key}), and no memory worker has served FITTEST_KEY_PREFIX "
+                            f"{settings.key_prefix} on this Redis, where one has served {', '.join(others)}: is this "
+                            "shell's prefix the workers'?")
         if held_ms == -2:  # no such key
             return "fail", (f"no beat holds its lock ({lock_key}): the weights and the tool classifier are not "
                             f"retrained, nor the history pruned; start the beat role; {sent}")

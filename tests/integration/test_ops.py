@@ -105,6 +105,20 @@ def test_calls_that_end_before_any_attempt_are_counted_by_their_status(pipeline,
     pipeline.wait_for(lambda: all(calls(status) == before[status] + 1 for status in before))
 
 
+def test_a_shell_whose_key_prefix_no_worker_serves_is_told_so_where_one_is_served(pipeline, cli) -> None:
+    """QA ops L8: with another FITTEST_KEY_PREFIX than the workers', `tools` read every tool as
+    untouched without a word, and `health` said to start the beat, which ran."""
+    listed = cli("tools", FITTEST_KEY_PREFIX="not_the_workers:")
+    said = words(listed.output)
+    assert listed.exit_code == 0 and "warning: no memory worker has served FITTEST_KEY_PREFIX not_the_workers: on this " \
+        "Redis, and one has served" in said and "is this shell's prefix the workers'?" in said, said
+    beat = cli("health", "--json", "--check", "beat", "-w", "beat", FITTEST_KEY_PREFIX="not_the_workers:")
+    detail = json.loads(beat.output)["checks"][0]["detail"]
+    assert beat.exit_code == 1 and "is this shell's prefix the workers'?" in detail and "start the beat" not in detail, detail
+    assert "no memory worker has served" not in cli("tools").output  # the workers' own prefix
+    assert "start the beat role" in json.loads(cli("health", "--json", "--check", "beat", "-w", "beat").output)["checks"][0]["detail"]
+
+
 def test_a_revoked_call_leaves_the_calls_in_flight_at_once_and_is_counted_as_revoked(pipeline, cli) -> None:
     """QA ops L5: a call revoked from Flower stayed in fittest_calls_in_flight until the rescue sweep
     found it overdue (the visibility timeout, ~16 min), and no status counted it."""

@@ -188,9 +188,11 @@ def test_a_module_file_saved_half_edited_leaves_the_version_served_as_it_was(tmp
     # A process that never loaded it (a new pool process) cannot run it: an outage until it parses.
     fresh = tool.model_copy(update={"name": "py_half_fresh"})
     assert_failure(run_tool(fresh, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "half.py does not parse")
-    (tmp_path / "t" / "half.py").write_text("def run(input):\n    return {'version': 2}\n")
-    assert run_tool(tool, {}, timeout_s=5, limits=LIMITS).output == {"version": 2}
-    assert run_tool(fresh, {}, timeout_s=5, limits=LIMITS).output == {"version": 2}
+    # (another size than the first file's: a file rewritten within the file system's clock tick at the
+    # same size keeps its stamp, which the runner tells an edit by)
+    (tmp_path / "t" / "half.py").write_text("def run(input):\n    return {'version': 2, 'mended': True}\n")
+    assert run_tool(tool, {}, timeout_s=5, limits=LIMITS).output == {"version": 2, "mended": True}
+    assert run_tool(fresh, {}, timeout_s=5, limits=LIMITS).output == {"version": 2, "mended": True}
 
 
 def test_python_tool_gets_its_own_copy_of_the_input(py_tool) -> None:

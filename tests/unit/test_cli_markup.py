@@ -45,6 +45,15 @@ def wide_consoles(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(c, "width", WIDE)
 
 
+@pytest.fixture(autouse=True)
+def own_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process runtime a command builds here, from these tests' stand-in settings, goes with the
+    test: a later test in the same process (test_ops' `tools`) was handed it."""
+    import workers.runtime
+
+    monkeypatch.setattr(workers.runtime, "_runtime", None)
+
+
 @pytest.fixture
 def redis_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check every Redis command makes first passes without a Redis."""
@@ -137,11 +146,13 @@ def test_tools_prints_manifest_errors_and_tools_as_written(tmp_path: Path, monke
     (bad / "tool.yaml").write_text(manifest.replace("name: slugify", "name: Bad Name"))
     missing = tmp_path / "no [/.] dir"
     registry = ToolRegistry.load([bad, missing])
-    monkeypatch.setattr("workers.settings.get_settings", lambda: SimpleNamespace(trial_successes=5, tools_dir=tmp_path))
+    monkeypatch.setattr("workers.settings.get_settings", lambda: SimpleNamespace(trial_successes=5, tools_dir=tmp_path,
+                                                                                  key_prefix="fittest:"))
     monkeypatch.setattr("workers.tool_catalog.load_registry", lambda settings: registry)
     monkeypatch.setattr("workers.runtime.runtime", lambda: SimpleNamespace(
         state=SimpleNamespace(stats_and_breakers=lambda keys: ({}, {}), newcomers=dict, promotions=lambda names: {})))
-    monkeypatch.setattr("workers.redis_connection.probe_client", lambda *a, **k: SimpleNamespace(ping=lambda: True, close=lambda: None))
+    monkeypatch.setattr("workers.redis_connection.probe_client", lambda *a, **k: SimpleNamespace(
+        ping=lambda: True, close=lambda: None, exists=lambda key: 1))  # a stack is served under the prefix
 
     out = printed(lambda: tools.tools(json_out=False))
     assert_shown(out, f"skipped {bad / 'tool.yaml'}: field 'name': String should match pattern '^[a-z][a-z0-9_]{{0,63}}$'",

@@ -21,6 +21,7 @@ from rich.markup import escape
 
 if TYPE_CHECKING:
     from selection.models import CallResult
+    from workers.settings import Settings
 
 # Piped or redirected output has no terminal width to follow; 140 columns keep the bench tables
 # whole in logs and CI output instead of truncating their numbers to "0.7…".
@@ -239,6 +240,24 @@ def check_redis() -> None:
         raise RedisRefused(str(exc)) from exc
     finally:
         client.close()
+
+
+def warn_of_other_stacks(settings: Settings) -> None:
+    """Warn when no stack is served under this shell's FITTEST_KEY_PREFIX but one is under another
+    on the same Redis (QA ops L8: every tool read as untouched, without a word)."""
+    from workers.redis_connection import probe_client
+    from workers.state.redis import other_stacks
+
+    client = probe_client(settings, REDIS_PROBE_TIMEOUT_S, REDIS_PROBE_RETRIES)
+    try:
+        others = other_stacks(client, settings.key_prefix)
+    finally:
+        client.close()
+    if others:
+        err_console.print(f"[yellow]warning:[/yellow] no memory worker has served FITTEST_KEY_PREFIX "
+                          f"{literal(settings.key_prefix)} on this Redis, and one has served "
+                          f"{', '.join(literal(o) for o in others)}: is this shell's prefix the workers'? "
+                          "(what is stored under this one is shown)")
 
 
 def needs_redis(command: Command) -> Command:

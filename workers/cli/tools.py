@@ -16,7 +16,8 @@ from selection.policies.learned import standing
 from selection.ports import Breakers, BreakerState, Newcomers, Promotions, StateStore
 from selection.registry import DIRECTORY
 from selection.serving import REFUSED_IN_A_ROW
-from workers.cli.common import REFUSED, JsonOpt, check_redis, console, err_console, fail, literal, print_json
+from workers.cli.common import (REFUSED, JsonOpt, check_redis, console, err_console, fail, literal, print_json,
+                                 warn_of_other_stacks)
 
 app = typer.Typer()
 
@@ -90,6 +91,7 @@ def tools(
     from workers.runtime import runtime
 
     state = runtime().state
+    warn_of_other_stacks(settings)
     rows = tool_rows(registry.all(), state, settings.trial_successes)
     if not settings.tools_dir.is_dir():
         rows += unread_rows(state, {r.key for r in rows})

@@ -73,6 +73,7 @@ PROMOTION_HISTORY_LIMIT = 1000
 WEIGHTS_HISTORY_LIMIT = 100
 _GLOB_SPECIALS = frozenset("\\*?[]")
 SCAN_COUNT = 1000  # keys a SCAN step looks at: few round trips, and no step holds Redis for long
+SERVED_MARK = "namespaces"  # the key a memory worker writes under its prefix as it starts (note_newcomers)
 
 
 EXTRA_STEPS_HORIZON = 1000  # failure counts read off the rule, past its last step
@@ -277,7 +278,7 @@ class RedisStateStore(PrefixedStore):
         if not names:
             return []
         found = self.scripts["note_namespaces"](
-            keys=[self._k("namespaces"), self._k("newcomers"), self._state_key, self._promotions_version_key],
+            keys=[self._k(SERVED_MARK), self._k("newcomers"), self._state_key, self._promotions_version_key],
             args=[now, *names],
         )
         return [as_text(name) for name in found]
@@ -426,3 +427,21 @@ class RedisStateStore(PrefixedStore):
 
     def __repr__(self) -> str:
         return f"RedisStateStore(prefix={self.prefix!r})"
+
+
+
+def other_stacks(client: redis.Redis, prefix: str, limit: int = 5) -> list[str] | None:
+    """The key prefixes of the stacks served on this Redis when none is served under `prefix`, or
+    None when one is: a shell whose FITTEST_KEY_PREFIX is not the workers' reads an empty state,
+    every tool untouched, and a call it sends is recorded where no worker looks (QA ops L8).
+    Looks through the whole keyspace, so only for commands that found nothing, never on a call's path."""
+    if client.exists(prefix + SERVED_MARK):
+        return None
+    found: list[str] = []
+    for raw in client.scan_iter(match="*" + SERVED_MARK, count=SCAN_COUNT):
+        name = raw.decode() if isinstance(raw, bytes) else str(raw)
+        if (other := name.removesuffix(SERVED_MARK)) != prefix and other not in found:
+            found.append(other)
+            if len(found) >= limit:
+                break
+    return found
