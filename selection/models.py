@@ -90,6 +90,14 @@ class CallRequest(BaseModel):
                     "variant); other keys are the caller's own, but one close to a key it reads is named in the result's notes as a likely typo")
     exclude: list[str] = Field(default_factory=list, max_length=256,
                                description="Tool versions not to try, as NAME@VERSION")
+    # QA ops L4: a fallback that matches the job weakly answers it with status success; a script that
+    # would rather have no answer than such a tool's had no say but tags and a namespace.
+    min_similarity: float | None = Field(
+        None, ge=0.0, le=1.0,
+        description="Try only the tools whose description (or a past success of theirs) is at least this similar to "
+                    "the scenario (cosine, 0..1; FITTEST_MIN_SIMILARITY still applies when higher); the versions of a "
+                    "namespace the call names are tried whatever their match. A job no tool matches so clearly ends "
+                    "no_candidates rather than served by a weak match")
     call_id: str = Field(default_factory=new_id, pattern=CALL_ID_PATTERN)
     after_evolution: bool = Field(False, description="Set by fittest on a call's retry after its evolution, which "
                                                       "evolves nothing again; a caller that sets it turns evolution off for its call")
@@ -386,7 +394,8 @@ class CallPlan(BaseModel):
                     "or half-open with another call probing it; one call at a time probes it once "
                     "FITTEST_BREAKER_COOLDOWN_S has passed")
         excluded = f" (the call excludes {', '.join(self.request.exclude)})" if self.request.exclude else ""
-        return f"no tool matches this scenario, namespace and tags{excluded}"
+        floor = f" at least {self.request.min_similarity:g}" if self.request.min_similarity is not None else ""
+        return f"no tool matches this scenario, namespace and tags{floor}{excluded}"
 
 
 CallStatus = Literal["success", "failed", "invalid", "no_candidates"]

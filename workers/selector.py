@@ -363,9 +363,11 @@ class Selector:
                 fields=TOOL_FIELDS,
             )
         hits = self.variants.filter_hits(hits, request)
+        floor = self.similarity_floor(request)
         best: dict[str, float] = {}
         for hit in hits:
-            if hit.score < self.settings.min_similarity:
+            named = request.namespace is not None and split_key(hit.payload["tool"])[0] == request.namespace
+            if hit.score < (self.settings.min_similarity if named else floor):
                 continue  # a fallback that has nothing to do with the job is no fallback
             key = hit.payload["tool"]
             best[key] = max(best.get(key, -1.0), hit.score)
@@ -388,6 +390,11 @@ class Selector:
         return out, outages
 
     # ----------------------------------------------------------------- what outcomes taught
+    def similarity_floor(self, request: CallRequest) -> float:
+        """How similar to the scenario a tool's description, or a success of it, must be for the tool
+        to be a candidate: FITTEST_MIN_SIMILARITY, or the call's own `min_similarity` when higher."""
+        return max(self.settings.min_similarity, request.min_similarity or self.settings.min_similarity)
+
     def _search(self, collection: str, vector: list[float], limit: int = 10, filter: VectorFilter | None = None,
                 score_threshold: float | None = None, fields: tuple[str, ...] | None = None) -> list[VectorHit]:
         """`memory.search`, through the selection cache."""
@@ -434,7 +441,7 @@ class Selector:
         # numbers"): as for a description, a success less similar than FITTEST_MIN_SIMILARITY brings
         # nothing in. (At 0.5 the selection bench lost 2 points of resolved_within_5: the successes
         # 0.2-0.5 similar bring in the right tool where its description does not.)
-        near = {h.payload["tool"] for h in hits if h.score >= self.settings.min_similarity}
+        near = {h.payload["tool"] for h in hits if h.score >= self.similarity_floor(request)}
         new = sorted(near - set(similarity) - set(request.exclude))
         if new:
             found = self._search(TOOLS, vector, limit=len(new) * SEARCH_DEPTH,

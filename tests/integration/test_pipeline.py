@@ -97,6 +97,16 @@ def test_call_tool_by_name_and_without_one(pipeline):
         "no tool matches this scenario, namespace and tags (the call excludes csv_lenient@1.0.0, csv_strict@1.0.0)"), nothing
 
 
+def test_a_call_that_wants_only_clear_matches_gets_no_answer_rather_than_a_weak_matchs(pipeline):
+    """QA ops L4: a fallback 0.44 like the job answered it, status success, exit 0."""
+    strict = pipeline.client.run("parse this csv text into rows", {"text": "x\n1\n"}, min_similarity=0.99)
+    assert strict.status == "no_candidates" and strict.no_candidates_reason == "no_match", strict
+    assert strict.message == "no tool matches this scenario, namespace and tags at least 0.99"
+    served = pipeline.client.run("parse this csv text into rows", {"text": "x\n1\n"}, min_similarity=0.3)
+    assert served.status == "success" and served.tool is not None and served.tool.startswith("csv_"), served
+    assert served.ranking and all(r.breakdown.similarity >= 0.3 for r in served.ranking), served.ranking
+
+
 def test_a_call_naming_a_tool_ends_where_the_tool_refuses_its_input(pipeline):
     """QA AD: `run_tool("fast_sort", {"numbers": "x"})` went on to four other tools, three of them
     text tools, each demoted for a job it was never meant for."""

@@ -1024,6 +1024,26 @@ def test_the_clear_best_match_is_tried_first_again_after_one_outage_handed_its_j
     assert {(c.manifest.name, c.probability) for c in firsts} == {("currency_rates", 1.0)}, firsts
 
 
+def test_a_call_asks_for_tools_that_match_its_job_at_least_so_much(rt) -> None:
+    """QA ops L4: a fallback that matched the job weakly answered it, status success; a caller had no
+    way to want no answer rather than such a tool's."""
+    scenario = "the current exchange rate between two world currencies"
+    loose = rt.selector.plan(CallRequest(scenario=scenario, max_attempts=20)).candidates
+    assert any(c.breakdown.similarity < 0.5 for c in loose)  # weak matches are fallbacks by default
+    strict = rt.selector.plan(CallRequest(scenario=scenario, max_attempts=20, min_similarity=0.5)).candidates
+    assert strict and {c.manifest.name for c in strict} == {c.manifest.name for c in loose if c.breakdown.similarity >= 0.5}
+    # A tool the call names is tried whatever its match; nothing that clear ends the call with none, saying why.
+    named = rt.selector.plan(CallRequest(scenario=scenario, namespace="weather_now", min_similarity=0.9)).candidates
+    assert [c.manifest.name for c in named] == ["weather_now"]
+    none = rt.selector.plan(CallRequest(scenario=scenario, min_similarity=0.99))
+    assert none.candidates == [] and none.no_candidates_message() == "no tool matches this scenario, namespace and tags at least 0.99"
+    # A success of a tool on the job clears the floor as a description would (the same job: 1.0 similar).
+    succeeded(rt, "weather_now", scenario, "floor0")
+    brought = {c.manifest.name: c for c in rt.selector.plan(CallRequest(scenario=scenario, max_attempts=20,
+                                                                        min_similarity=0.6)).candidates}
+    assert "weather_now" in brought and brought["weather_now"].breakdown.similarity < 0.6
+
+
 def test_a_past_success_brings_its_tool_in_only_for_a_similar_job(rt) -> None:
     """QA: in a young system the nearest successes of a job include unrelated ones, and their tools
     ran (and failed) as its fallbacks. A success brings its tool in as a description match would:

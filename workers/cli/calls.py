@@ -15,6 +15,7 @@ from workers.cli.common import (
     REFUSED,
     UNREADABLE,
     JsonOpt,
+    MinSimilarityOpt,
     abridged,
     check_call_payload,
     console,
@@ -51,6 +52,7 @@ def call(
     tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="Only tools with this tag (repeatable; all must match).")] = None,
     max_attempts: Annotated[int, typer.Option(min=1, max=20, help="Candidates tried before evolution.")] = 5,
     context: Annotated[str | None, typer.Option(help=CONTEXT_HELP)] = None,
+    min_similarity: MinSimilarityOpt = None,
     timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for the result.")] = 120.0,
     json_out: JsonOpt = False,
 ) -> None:
@@ -79,6 +81,8 @@ def call(
     }
     if version is not None:
         payload["version"] = version
+    if min_similarity is not None:  # only when given: a worker of an earlier release refuses the key
+        payload["min_similarity"] = min_similarity
     check_call_payload(payload)
     client = CallSender()
     pending = client.send("resilient_tool_call", **payload)

@@ -18,6 +18,7 @@ from workers.cli.common import (
     REFUSED,
     UNREADABLE,
     JsonOpt,
+    MinSimilarityOpt,
     check_call_payload,
     console,
     err_console,
@@ -99,6 +100,7 @@ def explain(
     tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="Only tools with this tag (repeatable).")] = None,
     context: Annotated[str | None, typer.Option(help=CONTEXT_HELP)] = None,
     max_attempts: Annotated[int, typer.Option(min=1, max=20, help="Attempts the call would allow.")] = 5,
+    min_similarity: MinSimilarityOpt = None,
     timeout: TimeoutOpt = 30.0,
     json_out: JsonOpt = False,
 ) -> None:
@@ -124,6 +126,8 @@ def explain(
                                "max_attempts": max_attempts}
     if version is not None:
         payload["version"] = version
+    if min_similarity is not None:  # only when given: a worker of an earlier release refuses the key
+        payload["min_similarity"] = min_similarity
     check_call_payload(payload)  # refused as `fittest call` refuses it (exit code 2), before asking
     from pydantic import ValidationError
 
