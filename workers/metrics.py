@@ -104,6 +104,9 @@ class AttemptPoint(BaseModel):
     quality: float  # the version's quality when the call was ranked
     ms: float
     error_class: str | None = None
+    # A failure counted apart, lowering nothing: the caller's mistake, or a refusal of another tool's job
+    # (FailureMark.counts_as); `fittest tools` lists them as refused inputs, the report apart (QA ops L3).
+    counted_apart: bool = False
 
 
 class CallPoint(BaseModel):
@@ -167,11 +170,11 @@ class MetricsRecorder(BufferedWrites[_Buffer]):
         if degraded:  # QA ops: health showed it, the metrics did not
             self.count(DEGRADED_SELECTIONS)
 
-    def attempt(self, result: ToolExecutionResult, quality: float) -> None:
+    def attempt(self, result: ToolExecutionResult, quality: float, counted_apart: bool = False) -> None:
         error_class = result.error_class.value if result.error_class else ""
         point = AttemptPoint(
             t=result.timestamp, ok=result.success, quality=quality, ms=round(result.execution_time_ms, 3),
-            error_class=error_class or None,
+            error_class=error_class or None, counted_apart=counted_apart,
         )
         with self._buffer() as buffer:
             buffer.counts[_field(ATTEMPTS, {"tool": result.tool, "version": result.version, "error_class": error_class,

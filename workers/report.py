@@ -31,7 +31,7 @@ from workers.metrics import AttemptPoint, CallPoint, MetricsReader, evolution_ev
 from workers.promotions import MANIFEST_MUTATION
 
 PALETTE = plt.get_cmap("tab10")
-OK_COLOR, FAIL_COLOR = "#2e9d4a", "#d1495b"
+OK_COLOR, FAIL_COLOR, APART_COLOR = "#2e9d4a", "#d1495b", "#9a9a9a"
 
 
 class ReportData(BaseModel):
@@ -122,14 +122,17 @@ def plot_feedback(data: ReportData, keys: list[str], buckets: int = 24) -> str:
     start, end = (min(times), max(max(times), min(times) + 1.0)) if times else (0.0, 1.0)
     width = (end - start) / buckets
     for ax, key in zip(axes.flat, keys):
-        ok, bad = [0] * buckets, [0] * buckets
+        ok, bad, apart = [0] * buckets, [0] * buckets, [0] * buckets
         for p in data.attempts[key]:
             i = min(buckets - 1, int((p.t - start) / width))
-            (ok if p.ok else bad)[i] += 1
+            (ok if p.ok else apart if p.counted_apart else bad)[i] += 1
         centers = [_when(start + (i + 0.5) * width) for i in range(buckets)]
         bar_w = width / 86400 * 0.9  # matplotlib dates are in days
         ax.bar(centers, ok, width=bar_w, color=OK_COLOR, label="positive")
         ax.bar(centers, [-b for b in bad], width=bar_w, color=FAIL_COLOR, label="negative")
+        if any(apart):  # as `fittest tools` lists them: refused inputs, which lower nothing (QA ops L3)
+            ax.bar(centers, [-a for a in apart], bottom=[-b for b in bad], width=bar_w, color=APART_COLOR,
+                   label="refused inputs (counted apart)")
         ax.axhline(0, color="#444", linewidth=0.6)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(key, fontsize=9)
@@ -202,9 +205,11 @@ def plot_evolution(data: ReportData) -> str:
             if xs:
                 ax.scatter(xs, ys, marker=marker, s=70, color=color, label=label, zorder=3)  # type: ignore[arg-type]  # dates
         for n in names:
-            for p in data.promotions[n]:
+            # above and below the row by turns: a promote and its rollback a minute apart wrote one
+            # version over the other (QA ops L3)
+            for k, p in enumerate(sorted(data.promotions[n], key=lambda p: p.promoted_at)):
                 ax.annotate(p.evolved_version, (_when(p.promoted_at), names.index(n)), textcoords="offset points",
-                            xytext=(0, 8), ha="center", fontsize=7, color="#555")
+                            xytext=(0, 8 if k % 2 == 0 else -14), ha="center", fontsize=7, color="#555")
         ax.set_yticks(range(len(names)), names)
         ax.set_ylim(-0.7, len(names) - 0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -276,7 +281,8 @@ def render(data: ReportData, top: int = 8) -> str:
          f"The {len(keys)} busiest tool versions; quality as selection saw it at each attempt, last point now."
          if keys else "No attempt recorded in this period."),
         ("Feedback per tool version", plot_feedback(data, keys), "Successful attempts count as positive feedback, failed ones as negative; "
-         "a person's judgements are not in it (`fittest feedback show NAME` lists them)."),
+         "refused inputs (the caller's mistake, or a fallback's refusal of another tool's job) are grey, counted apart "
+         "as `fittest tools` counts them; a person's judgements are not in it (`fittest feedback show NAME` lists them)."),
         ("Attempts per call", plot_calls(data), "One attempt means the first choice worked; more mean fallbacks."),
         ("Evolutions and rollbacks", plot_evolution(data), "From each namespace's promotion history."),
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import re
 import time
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -111,3 +112,30 @@ def test_a_share_says_all_or_none_only_when_it_is() -> None:
 
     assert [share(3138, 3150), share(3149, 3150), share(3150, 3150)] == ["99.6%", "99.9%", "100%"]  # QA: 99.6% showed as 100%
     assert [share(0, 10), share(1, 10_000), share(1, 3), share(0, 0)] == ["0%", "0.1%", "33.3%", "–"]
+
+
+def test_the_feedback_plot_shows_refused_inputs_apart_as_the_tools_list_counts_them(redis_client, prefix,
+                                                                                     monkeypatch) -> None:
+    """QA ops L3: refusals of other tools' inputs were red -1 bars, where the table below and
+    `fittest tools` list the version with 0 failures."""
+    from workers import report
+
+    recorder = MetricsRecorder(redis_client, prefix)
+    start = time.time() - 600
+    for i in range(6):
+        result = ToolExecutionResult(attempt_id=f"r{i}", call_id=f"c{i}", tool="fast_sort", version="1.0.0", success=False,
+                                     error_class=FailureClass.bad_input, timestamp=start + 60 * i)
+        recorder.attempt(result, quality=1.0, counted_apart=i % 2 == 0)
+    recorder.flush()
+    data = report.ReportData.read(MetricsReader(redis_client, prefix))
+    assert [p.counted_apart for p in data.attempts["fast_sort@1.0.0"]] == [True, False] * 3
+    drawn: list[tuple[str, float]] = []
+
+    def bars(fig: Any) -> str:
+        """Each bar series of the figure by its label, with the attempts it stands for (below the axis)."""
+        drawn.extend((str(bar.get_label()), sum(-r.get_height() for r in bar)) for ax in fig.axes for bar in ax.containers)
+        return ""
+
+    monkeypatch.setattr(report, "_png", bars)
+    report.plot_feedback(data, ["fast_sort@1.0.0"])
+    assert dict(drawn) == {"positive": 0, "negative": 3, "refused inputs (counted apart)": 3}

@@ -31,7 +31,7 @@ from selection.call_endings import (folders_gone_message, input_refused_message,
                                     refused_by_a_doer, refused_input, refuser, served_by_whom_note, serves_unconfirmed, targeted, tools_dir_gone_message,
                                     took_a_refused_input_note)
 from selection.manifest import ToolManifest
-from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
+from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, FailureClass, FailureCount, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
 from selection.serving import does_such_jobs
@@ -142,7 +142,8 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: 
         rt.state.release_lock(probe_lock(candidate.key), plan.request.call_id)
     if breaker is not None:  # "recovered": the memory worker forgives the outage (workers/outage.py)
         result.metadata["breaker"] = breaker
-    rt.metrics.attempt(result, quality=candidate.breakdown.quality)
+    apart = not result.success and failure_mark(plan, result).counts_as() is not FailureCount.failure
+    rt.metrics.attempt(result, quality=candidate.breakdown.quality, counted_apart=apart)
     log_attempt(result, plan.policy, candidate.probability, breaker)
     return result
 
@@ -185,7 +186,12 @@ def send_outcome(plan: CallPlan) -> None:
 def send_failure(plan: CallPlan, result: ToolExecutionResult) -> None:
     from workers.tasks.feedback import mark_failure
 
-    mark = FailureMark(
+    send_recorded(mark_failure, [failure_mark(plan, result).model_dump(mode="json")], priority=PRIORITY_HIGH)  # resent if lost
+
+
+def failure_mark(plan: CallPlan, result: ToolExecutionResult) -> FailureMark:
+    """What a failed attempt tells the memory worker, which counts it as the tool's failure or apart."""
+    return FailureMark(
         attempt_id=result.attempt_id,
         call_id=result.call_id,
         tool=result.tool,
@@ -199,7 +205,6 @@ def send_failure(plan: CallPlan, result: ToolExecutionResult) -> None:
         does_such_jobs=does_such_jobs(plan.candidates[result.metadata.get("attempt", 0)], plan.request.namespace),
         callers_mistake=result.callers_mistake,
     )
-    send_recorded(mark_failure, [mark.model_dump(mode="json")], priority=PRIORITY_HIGH)  # resent if lost
 
 
 def finish(plan: CallPlan, status: CallStatus, message: str = "") -> dict[str, Any]:
