@@ -188,6 +188,10 @@ def test_a_module_file_saved_half_edited_leaves_the_version_served_as_it_was(tmp
     # A process that never loaded it (a new pool process) cannot run it: an outage until it parses.
     fresh = tool.model_copy(update={"name": "py_half_fresh"})
     assert_failure(run_tool(fresh, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "half.py does not parse")
+    # So with the file saved empty, truncated before it is written (QA recheck N1: charged a crash).
+    (tmp_path / "t" / "half.py").write_text("")
+    assert run_tool(tool, {}, timeout_s=5, limits=LIMITS).output == {"version": 1}
+    assert_failure(run_tool(fresh, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "half.py defines no 'run'")
     # (another size than the first file's: a file rewritten within the file system's clock tick at the
     # same size keeps its stamp, which the runner tells an edit by)
     (tmp_path / "t" / "half.py").write_text("def run(input):\n    return {'version': 2, 'mended': True}\n")
@@ -296,7 +300,7 @@ def test_python_load_failures(tmp_path: Path) -> None:
                                {"tool.py": "import helper\ndef run(i): return i\n", "helper.py": "def f(:\n"})
     assert_failure(run_tool(imports_broken, {}, timeout_s=5, limits=LIMITS), FailureClass.crash, "SyntaxError")
     no_func = make_tool(tmp_path / "c", "no_func", {"kind": "python", "entrypoint": "tool:absent"}, {"tool.py": "x = 1\n"})
-    assert_failure(run_tool(no_func, {}, timeout_s=5, limits=LIMITS), FailureClass.crash, "no function 'absent'")
+    assert_failure(run_tool(no_func, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "tool.py defines no 'absent'")
     nowhere = make_tool(tmp_path / "d", "nowhere", {"kind": "python", "entrypoint": "fittest_no_such_module:run"})
     assert_failure(run_tool(nowhere, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "not found")
 

@@ -8,9 +8,10 @@ changed is loaded again at its next call, so a tool's file edited in place runs 
 every worker process, as an executable tool's does (QA M: pool processes that had loaded the file
 before an edit went on running the old code, so one version gave two outputs). Only the file the
 entrypoint names is watched; a module it imports stays as first imported until the worker restarts.
-A file that does not parse (saved half-edited, which the registry refuses too) leaves the module as
-last loaded running; a process that never loaded it fails the attempt as `unavailable`, an outage
-the breaker's probe ends once the file parses, not a crash of the tool's code.
+A file that does not parse or lacks the function (saved half-edited or empty, which the registry
+refuses too) leaves the module as last loaded running; a process that never loaded it fails the
+attempt as `unavailable`, an outage the breaker's probe ends once the file serves again, not a crash
+of the tool's code.
 
 The call runs in a daemon thread so the attempt can have a hard timeout. Python cannot kill a
 thread, but it can raise an exception in one: on timeout the thread is sent `ToolStopped`, which
@@ -59,8 +60,9 @@ ToolFunction = Callable[[dict[str, Any]], Any]
 # By tool version and module file (or name): the module, and the file's (mtime_ns, size) when loaded.
 _modules: dict[tuple[str, str], tuple[ModuleType, tuple[int, int] | None]] = {}
 _load_locks: dict[tuple[str, str], threading.Lock] = {}
-# The stamp of a module file that did not parse when its version was called, so that it is logged once
-# (QA ops M1: a tool's file saved half-edited, which the registry refuses, was run and charged a crash).
+# The stamp of a module file that could not serve its version when called (it did not parse, or lacked
+# the function), so that it is logged once (QA ops M1: a tool's file saved half-edited, which the
+# registry refuses, was run and charged a crash).
 _unparsed: dict[tuple[str, str], tuple[int, int] | None] = {}
 _locks_lock = threading.Lock()
 
@@ -171,18 +173,8 @@ def load_function(manifest: ToolManifest) -> ToolFunction:
             except SyntaxError as exc:
                 if path is None or stamp is None or Path(exc.filename or "") != path:  # a module it imports: its code
                     raise ToolLoadError(FailureClass.crash, f"importing '{module_name}' failed: {describe(exc)}") from exc
-                old = _modules.get(cache_key, (None, None))[0]
-                if _unparsed.get(cache_key) != stamp:
-                    _unparsed[cache_key] = stamp
-                    log.warning("%s: %s does not parse (%s): %s", manifest.key, path.name, describe(exc),
-                                "the module as last loaded runs" if old is not None else "not run until it parses",
-                                extra={"event": "tool_module_unparsed", "tool": manifest.key})
-                if old is not None:  # a file saved half-edited: the version stays served as it was
-                    return _function(old, module_name, func_name)
-                # An outage of the tool (a deploy under way), not a crash of its code: once the file
-                # parses again, its breaker's probe succeeds and forgives the outage's failures.
-                raise ToolLoadError(FailureClass.unavailable, f"{path.name} does not parse ({describe(exc)}): it runs "
-                                                              "again once it does (a file being saved, or broken)") from exc
+                return _as_last_loaded(manifest, cache_key, stamp, f"{path.name} does not parse ({describe(exc)})",
+                                       module_name, func_name, exc)
             except ModuleNotFoundError as exc:
                 if stamp is None and exc.name is not None and f"{module_name}.".startswith(f"{exc.name}."):  # no such module
                     raise ToolLoadError(FailureClass.unavailable, f"module '{module_name}' not found: {exc}") from exc
@@ -190,9 +182,32 @@ def load_function(manifest: ToolManifest) -> ToolFunction:
                 raise ToolLoadError(FailureClass.crash, f"importing '{module_name}' failed: {describe(exc)}") from exc
             except Exception as exc:  # the tool's own code failed while importing
                 raise ToolLoadError(FailureClass.crash, f"importing '{module_name}' failed: {describe(exc)}") from exc
+            if path is not None and stamp is not None and not callable(getattr(module, func_name, None)):
+                # saved empty, or cut short before its function (QA recheck N1): what the registry refuses too
+                return _as_last_loaded(manifest, cache_key, stamp, f"{path.name} defines no '{func_name}'",
+                                       module_name, func_name)
             _modules[cache_key] = (module, stamp)
             _unparsed.pop(cache_key, None)
     return _function(module, module_name, func_name)
+
+
+def _as_last_loaded(manifest: ToolManifest, cache_key: tuple[str, str], stamp: tuple[int, int], why: str,
+                    module_name: str, func_name: str, cause: BaseException | None = None) -> ToolFunction:
+    """The function of a tool version whose module file, edited since it was served, cannot serve it
+    now (`why`: it does not parse, or lacks the function), as the module was last loaded in this
+    process: a file saved half-edited leaves the version served as it was. In a process that never
+    loaded it, an outage of the tool (a deploy under way), not a crash of its code: once the file
+    serves again, its breaker's probe succeeds and forgives the outage's failures."""
+    old = _modules.get(cache_key, (None, None))[0]
+    if _unparsed.get(cache_key) != stamp:
+        _unparsed[cache_key] = stamp
+        log.warning("%s: %s: %s", manifest.key, why,
+                    "the module as last loaded runs" if old is not None else "not run until it serves again",
+                    extra={"event": "tool_module_unparsed", "tool": manifest.key})
+    if old is not None:
+        return _function(old, module_name, func_name)
+    raise ToolLoadError(FailureClass.unavailable, f"{why}: it runs again once it serves (a file being saved, or "
+                                                  "broken)") from cause
 
 
 def _function(module: ModuleType, module_name: str, func_name: str) -> ToolFunction:
