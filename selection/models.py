@@ -94,10 +94,11 @@ class CallRequest(BaseModel):
     # would rather have no answer than such a tool's had no say but tags and a namespace.
     min_similarity: float | None = Field(
         None, ge=0.0, le=1.0,
-        description="Try only the tools whose description (or a past success of theirs) is at least this similar to "
-                    "the scenario (cosine, 0..1; FITTEST_MIN_SIMILARITY still applies when higher); the versions of a "
-                    "namespace the call names are tried whatever their match. A job no tool matches so clearly ends "
-                    "no_candidates rather than served by a weak match")
+        description="Try only the tools whose description (or a past success of theirs that says they do such jobs, not "
+                    "a weak match's unconfirmed one) is at least this similar to the scenario (cosine, 0..1; "
+                    "FITTEST_MIN_SIMILARITY still applies when higher); the versions of a namespace the call names are "
+                    "tried whatever their match. A job no tool matches so clearly ends no_candidates rather than served "
+                    "by a weak match")
     call_id: str = Field(default_factory=new_id, pattern=CALL_ID_PATTERN)
     after_evolution: bool = Field(False, description="Set by fittest on a call's retry after its evolution, which "
                                                       "evolves nothing again; a caller that sets it turns evolution off for its call")

@@ -441,7 +441,11 @@ class Selector:
         # numbers"): as for a description, a success less similar than FITTEST_MIN_SIMILARITY brings
         # nothing in. (At 0.5 the selection bench lost 2 points of resolved_within_5: the successes
         # 0.2-0.5 similar bring in the right tool where its description does not.)
-        near = {h.payload["tool"] for h in hits if h.score >= self.similarity_floor(request)}
+        # Under a call's own floor, only a success that says the tool does such jobs brings it in: an
+        # unconfirmed one is the weak match the floor keeps out (QA recheck N2: one call without it,
+        # served by a 0.44 tool, let that tool past it from then on).
+        near = {h.payload["tool"] for h in hits if h.score >= self.similarity_floor(request)
+                and not (request.min_similarity is not None and h.payload.get("unconfirmed"))}
         new = sorted(near - set(similarity) - set(request.exclude))
         if new:
             found = self._search(TOOLS, vector, limit=len(new) * SEARCH_DEPTH,

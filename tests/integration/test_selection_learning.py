@@ -968,11 +968,13 @@ def test_a_call_retried_after_its_evolution_tries_the_new_version_before_any_oth
     assert retry.candidates[0].key == "currency_rates@1.1.0"
 
 
-def succeeded(rt, tool: str, scenario: str, call_id: str) -> None:
-    """Record that `tool` served `scenario` (an outcome as a finished call hands it on)."""
+def succeeded(rt, tool: str, scenario: str, call_id: str, unconfirmed: bool = False) -> None:
+    """Record that `tool` served `scenario` (an outcome as a finished call hands it on; `unconfirmed`:
+    as a weak match that has not done such jobs serves one)."""
     from workers.outcomes import apply_outcome, execution_records, store_executions
 
-    attempt = ToolExecutionResult(attempt_id=f"{call_id}:0", call_id=call_id, tool=tool, version="1.0.0", success=True)
+    attempt = ToolExecutionResult(attempt_id=f"{call_id}:0", call_id=call_id, tool=tool, version="1.0.0", success=True,
+                                  unconfirmed=unconfirmed)
     outcome = OutcomeRecord(call_id=call_id, scenario=scenario, attempts=[attempt])
     apply_outcome(rt, outcome)
     store_executions(rt, execution_records(outcome))
@@ -1037,7 +1039,13 @@ def test_a_call_asks_for_tools_that_match_its_job_at_least_so_much(rt) -> None:
     assert [c.manifest.name for c in named] == ["weather_now"]
     none = rt.selector.plan(CallRequest(scenario=scenario, min_similarity=0.99))
     assert none.candidates == [] and none.no_candidates_message() == "no tool matches this scenario, namespace and tags at least 0.99"
-    # A success of a tool on the job clears the floor as a description would (the same job: 1.0 similar).
+    # A weak match's unconfirmed success does not get it past the floor (QA recheck N2: one call
+    # without the floor, served by a 0.44 tool, let that tool past it from then on)...
+    succeeded(rt, "weather_now", scenario, "floor_weak", unconfirmed=True)
+    assert "weather_now" not in {c.manifest.name for c in rt.selector.plan(
+        CallRequest(scenario=scenario, max_attempts=20, min_similarity=0.6)).candidates}
+    assert "weather_now" in {c.manifest.name for c in rt.selector.plan(CallRequest(scenario=scenario, max_attempts=20)).candidates}
+    # ...where a success that says it does the job clears the floor as a description would (the same job: 1.0 similar).
     succeeded(rt, "weather_now", scenario, "floor0")
     brought = {c.manifest.name: c for c in rt.selector.plan(CallRequest(scenario=scenario, max_attempts=20,
                                                                         min_similarity=0.6)).candidates}

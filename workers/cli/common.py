@@ -55,7 +55,8 @@ REDIS_PROBE_RETRIES = 3  # a Redis that is starting up is waited for
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 MinSimilarityOpt = Annotated[float | None, typer.Option(min=0.0, max=1.0, help=(
-    "Try only the tools whose description (or a past success of theirs) is at least this similar to the scenario "
+    "Try only the tools whose description (or a past success of theirs that says they do such jobs) is at least "
+    "this similar to the scenario "
     "(0..1; see `fittest explain`'s sim): no answer rather than one from a tool that matches the job weakly. The "
     "versions of --namespace are tried whatever their match."))]
 
