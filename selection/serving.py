@@ -343,6 +343,7 @@ OUTAGES_RETRIED = RELIABLE_RUNS  # failures of a clear best match nearby, all ou
 class BestMatchAgain(NamedTuple):
     key: str
     does_the_job: bool  # it did such jobs since (RELIABLE_RUNS confirmed successes): first on every call
+    after_outage: bool = True  # it fell behind by outages; else it never did, and the first does no such job
 
 
 def best_match_again(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence],
@@ -370,15 +371,20 @@ def best_match_again(request: CallRequest, ranked: list[Candidate], evidence: li
     the successes that would have made it one that does the job; and a squaring tool, 0.42 or 0.63
     like the job, kept it. Whether the first candidate's successes are confirmed does not stop it:
     one 0.63 like a cube job is confirmed by its first success, which the rule then never undid (11
-    of 11 "cube of 12" calls answered with a square). Not for a call that names a namespace or a
-    version, nor for the retry after an evolution. (The selection bench never meets it: its
-    failures are wrong answers, bad_output, and it needs an outage.)"""
+    of 11 "cube of 12" calls answered with a square).
+
+    Without an outage, a clear best match that does the job here goes first on every call in place
+    of a first candidate with no confirmed success on it (QA recheck N11: two new character counters,
+    0.71 like the job, did it 4 times on their newcomer's share, and a text reverser 0.37 like it
+    kept 75 % of the calls by its 9 unconfirmed successes, answering with a reversed string). Not
+    for a call that names a namespace or a version, nor for the retry after an evolution."""
     if not ranked or request.namespace or request.version or request.after_evolution:
         return None
     by_key = {e.key: e for e in evidence}
     first = by_key.get(ranked[0].key)
     if first is None or first.key in best:
         return None
+    first_does = max(first.doing_similarities, default=0.0) >= SAME_JOB  # a confirmed success of it here
     namespaces: dict[str, list[CandidateEvidence]] = {}  # each namespace's versions, in the order they are placed
     for c in ranked[1:]:
         if (e := by_key.get(c.key)) is not None and e.manifest.name != first.manifest.name:
@@ -390,11 +396,9 @@ def best_match_again(request: CallRequest, ranked: list[Candidate], evidence: li
         outages = sum(s >= SAME_JOB for e in versions for s in e.outage_similarities)
         failures = sum(s >= SAME_JOB for e in versions for s in e.failure_similarities)
         doing = sum(s >= SAME_JOB for e in versions for s in e.doing_similarities)
-        if not outages:
-            continue
-        if doing >= RELIABLE_RUNS and failures < doing:
-            return BestMatchAgain(served[0].key, True)
-        if outages == failures < OUTAGES_RETRIED:
+        if doing >= RELIABLE_RUNS and failures < doing and (outages or not first_does):
+            return BestMatchAgain(served[0].key, True, after_outage=bool(outages))
+        if outages and outages == failures < OUTAGES_RETRIED:
             return BestMatchAgain(served[0].key, False)
     return None
 
@@ -427,7 +431,8 @@ def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list
     if again is None:
         return ranked
     why = ("again: the job's clear best match, whose failures here were outages, timeouts or crashes, in place of a "
-           "tool that matches the job less")
+           "tool that matches the job less" if again.after_outage else
+           "the job's clear best match, which does it here, in place of a tool with no confirmed success on it")
     if again.does_the_job or drawn(f"best_match_again:{ranked[0].key}"):
         return tried_first(ranked, again.key, 1.0 if again.does_the_job else share, why, "best_match_again")
     return passed_over(ranked, again.key, share)

@@ -3,6 +3,8 @@ call's attempts say once run (selection/call_endings.py), without any service.""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from selection.evidence import CandidateEvidence
@@ -300,6 +302,12 @@ def fell_over(name: str, similarity: float, outages: list[float], failures: list
                              failure_similarities=outages if failures is None else failures, doing_similarities=doing or [])
 
 
+def again(*args: Any, **kwargs: Any) -> tuple[str, bool] | None:
+    """`best_match_again`'s choice: the version, and whether it goes first on every call."""
+    chosen = best_match_again(*args, **kwargs)
+    return None if chosen is None else (chosen.key, chosen.does_the_job)
+
+
 def test_the_clear_best_match_is_tried_first_again_after_an_outage_handed_its_job_to_another_tool() -> None:
     """QA integration H1: one HTTP 500 of reverse_text (1.00 similar) and every later "reverse this
     string" call went to a word counter (0.25 similar) that "succeeded", reported as success."""
@@ -309,34 +317,58 @@ def test_the_clear_best_match_is_tried_first_again_after_an_outage_handed_its_jo
     found = [taker, fell_over("reverse_text", 1.0, [1.0]), fell_over("dedupe", 0.3, [])]
     best = best_matches(found)
     assert best == {"reverse_text@1.0.0"}
-    assert best_match_again(call, ranked, found, best) == ("reverse_text@1.0.0", False)
+    assert again(call, ranked, found, best) == ("reverse_text@1.0.0", False)
     # Once its confirmed successes there make it one that does the job, on every call.
     done = fell_over("reverse_text", 1.0, [1.0], doing=[1.0, 1.0, 0.95])
-    assert best_match_again(call, ranked, [taker, done, found[2]], best) == ("reverse_text@1.0.0", True)
+    assert again(call, ranked, [taker, done, found[2]], best) == ("reverse_text@1.0.0", True)
     # Not when a failure nearby says it does the job wrong, nor after OUTAGES_RETRIED outages, nor
     # when it is half-open (its probe is the breaker's), nor for a call that names a tool.
-    assert best_match_again(call, ranked, [taker, fell_over("reverse_text", 1.0, [1.0], [1.0, 0.9]), found[2]], best) is None
-    assert best_match_again(call, ranked, [taker, fell_over("reverse_text", 1.0, [1.0, 0.99, 0.98]), found[2]], best) is None
+    assert again(call, ranked, [taker, fell_over("reverse_text", 1.0, [1.0], [1.0, 0.9]), found[2]], best) is None
+    assert again(call, ranked, [taker, fell_over("reverse_text", 1.0, [1.0, 0.99, 0.98]), found[2]], best) is None
     # QA recheck H-A: once it does the job, outages among its successes do not end it, nor does one
     # wrong answer; failures as many as its successes there do.
     doing = [1.0] * 13
-    assert best_match_again(call, ranked, [taker, fell_over("reverse_text", 1.0, [1.0, 0.99, 0.98], doing=doing), found[2]],
+    assert again(call, ranked, [taker, fell_over("reverse_text", 1.0, [1.0, 0.99, 0.98], doing=doing), found[2]],
                             best) == ("reverse_text@1.0.0", True)
-    assert best_match_again(call, ranked, [taker, fell_over("reverse_text", 1.0, [1.0], [1.0, 0.9], doing=doing), found[2]],
+    assert again(call, ranked, [taker, fell_over("reverse_text", 1.0, [1.0], [1.0, 0.9], doing=doing), found[2]],
                             best) == ("reverse_text@1.0.0", True)
-    assert best_match_again(call, ranked, [taker, fell_over("reverse_text", 1.0, [1.0] * 3, [1.0] * 13, doing=doing),
+    assert again(call, ranked, [taker, fell_over("reverse_text", 1.0, [1.0] * 3, [1.0] * 13, doing=doing),
                                            found[2]], best) is None
-    assert best_match_again(call, ranked, found, best, half_open={"reverse_text@1.0.0"}) is None
-    assert best_match_again(CallRequest(scenario="reverse this string", namespace="count_words"), ranked, found, best) is None
+    assert again(call, ranked, found, best, half_open={"reverse_text@1.0.0"}) is None
+    assert again(CallRequest(scenario="reverse this string", namespace="count_words"), ranked, found, best) is None
     # Nor when it has no failure here at all (the policy's order stands: the selection bench, whose
     # failures are wrong answers, never meets this rule), nor when the first one is a clear best match itself.
-    assert best_match_again(call, ranked, [taker, fell_over("reverse_text", 1.0, []), found[2]], best) is None
+    assert again(call, ranked, [taker, fell_over("reverse_text", 1.0, []), found[2]], best) is None
     clear = CandidateEvidence(manifest=candidate("count_words").manifest, similarity=0.95)
-    assert best_match_again(call, ranked, [clear, *found[1:]], best_matches([clear, *found[1:]])) is None
+    assert again(call, ranked, [clear, *found[1:]], best_matches([clear, *found[1:]])) is None
     # QA ops H1: a first candidate whose successes are confirmed (0.63 like a cube job, where the
     # best match is 1.00) still gives the job back: its confirmation never undid the rule.
     doer = CandidateEvidence(manifest=candidate("count_words").manifest, similarity=0.63, doing_similarities=[1.0] * 11)
-    assert best_match_again(call, ranked, [doer, *found[1:]], best) == ("reverse_text@1.0.0", False)
+    assert again(call, ranked, [doer, *found[1:]], best) == ("reverse_text@1.0.0", False)
+
+
+def test_a_clear_best_match_that_does_the_job_goes_first_in_place_of_a_weak_match_without_an_outage() -> None:
+    """QA recheck N11: two new character counters, 0.71 like the job, did it 4 times on their
+    newcomer's share; a text reverser 0.37 like it kept 75 % of the calls by its 9 unconfirmed
+    successes, answering with a reversed string."""
+    call = CallRequest(scenario="count characters of this text")
+    ranked = [candidate("reverse_text"), candidate("lang_real"), candidate("lang_typo")]
+    weak = CandidateEvidence(manifest=candidate("reverse_text").manifest, similarity=0.37, success_similarities=[1.0] * 9)
+    real = CandidateEvidence(manifest=candidate("lang_real").manifest, similarity=0.71, doing_similarities=[1.0] * 4)
+    typo = CandidateEvidence(manifest=candidate("lang_typo").manifest, similarity=0.71)
+    best = best_matches([weak, real, typo])
+    chosen = best_match_again(call, ranked, [weak, real, typo], best)
+    assert chosen is not None and (chosen.key, chosen.does_the_job, chosen.after_outage) == ("lang_real@1.0.0", True, False)
+    # Not before it does the job, nor when its failures there are as many, nor in place of a first
+    # candidate with a confirmed success of its own there (the policy's order stands between two that do it).
+    assert again(call, ranked, [weak, real.model_copy(update={"doing_similarities": [1.0] * 2}), typo], best) is None
+    assert again(call, ranked, [weak, real.model_copy(update={"failure_similarities": [1.0] * 4}), typo], best) is None
+    doer = weak.model_copy(update={"doing_similarities": [0.9]})
+    assert again(call, ranked, [doer, real, typo], best) is None
+    tried = explored_first(call, ranked, [weak, real, typo], 0.25, lambda salt: False, newcomer=None, passed=None,
+                           probe=None, best=best)
+    assert keys(tried)[0] == "lang_real@1.0.0" and tried[0].probability == 1.0
+    assert "which does it here, in place of a tool with no confirmed success on it" in tried[0].breakdown.rationale
 
 
 def test_the_best_match_again_counts_its_namespace_and_is_served_by_a_version_nobody_judges_wrong() -> None:
@@ -352,18 +384,18 @@ def test_the_best_match_again_counts_its_namespace_and_is_served_by_a_version_no
     best = best_matches(found)
     assert best == {"negate_num@1.1.0", "negate_num@1.0.0"}
     # Three confirmed successes of the namespace, against one timeout: first on every call, by the version placed first.
-    assert best_match_again(call, ranked, found, best) == ("negate_num@1.1.0", True)
+    assert again(call, ranked, found, best) == ("negate_num@1.1.0", True)
     # Before them, on a share of the calls.
-    assert best_match_again(call, ranked, [taker, evolved.model_copy(update={"doing_similarities": []}), parent], best) == (
+    assert again(call, ranked, [taker, evolved.model_copy(update={"doing_similarities": []}), parent], best) == (
         "negate_num@1.1.0", False)
     # A version people judge wrong here is passed for the namespace's next one; the judgements count as failures.
     wrong = [JudgedOutput(similarity=1.0, wrong=True, timestamp=t) for t in (1.0, 2.0)]
     judged = evolved.model_copy(update={"judged_outputs": wrong, "failure_similarities": [1.0, 1.0],
                                         "doing_similarities": [1.0] * 3})
-    assert best_match_again(call, ranked, [taker, judged, parent.model_copy(update={"doing_similarities": [1.0] * 2})],
+    assert again(call, ranked, [taker, judged, parent.model_copy(update={"doing_similarities": [1.0] * 2})],
                             best) == ("negate_num@1.0.0", True)
     # ...and when failures there are as many as the successes, neither goes first.
-    assert best_match_again(call, ranked, [taker, judged, parent.model_copy(update={"doing_similarities": []})], best) is None
+    assert again(call, ranked, [taker, judged, parent.model_copy(update={"doing_similarities": []})], best) is None
 
 
 def test_the_best_match_again_goes_first_on_its_share_then_on_every_call_and_is_logged_so() -> None:
