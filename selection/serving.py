@@ -86,13 +86,15 @@ def served_first(request: CallRequest, ranked: list[Candidate], served: ServedVe
             continue
         # A version goes where the policy placed its namespace, on the calls a trial's share gives
         # it (all of them, without a trial), and is logged so (QA V: a trial's version and the
-        # version it is tried against both logged 1.0 first, each going first on its share).
-        chance = served.chance.get(name, 1.0)
+        # version it is tried against both logged 1.0 first, each going first on its share). The
+        # share decides the namespace's first place only: which version comes after is then settled
+        # (QA recheck N4: every place of the namespace logged the share).
+        chance = served.chance.get(name, 1.0) if name not in drawn else 1.0
         c.probability = round(place_probability * chance, 6)
-        if chance < 1.0 and name not in drawn and c.breakdown is not None:
+        if chance < 1.0 and c.breakdown is not None:
             c.breakdown.rationale += f"; its version served first on {chance:.0%} of the calls, by a trial's share"
             c.breakdown.extra["trial_share"] = round(chance, 6)
-            drawn.add(name)
+        drawn.add(name)
     own = [c for c in reordered if c.manifest.name == request.namespace]
     if own:
         # A namespace call starts with its versions, in the order above (the one it serves first when

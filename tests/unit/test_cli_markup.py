@@ -313,8 +313,21 @@ def test_show_marks_what_is_served_when_the_promoted_version_is_deprecated_and_w
     pinned = {"status": "active", "evolved_version": "1.0.0", "parent_version": None, "original_version": "1.0.0", "by": "operator"}
     shown = show_lineage(monkeypatch, "reverse_text", pinned, [("1.0.0", "original", True), ("1.1.0", "new manifest version", False),
                                                                ("1.2.0", "new manifest version", False)])
-    assert_shown(shown, "1.0.0  original ◀ served", "1.2.0  new manifest version waits: `fittest promote` decides")
+    assert_shown(shown, "1.0.0  original ◀ served", "1.2.0  new manifest version waits: `fittest promote` decides",
+                 "1.1.0  new manifest version a fallback: only the newest manifest version goes on trial (`fittest promote "
+                 "reverse_text 1.1.0` serves it)")
     assert " ".join(shown.split()).count("waits") == 1, shown
+    # QA recheck N6, N7: the newest rolled back, the one before it does not wait for a trial it will
+    # not get; and a rolled-back version is not offered when the one served is deprecated.
+    rolled = show_lineage(monkeypatch, "reverse_text", pinned, [("1.0.0", "original", True), ("1.1.0", "new manifest version", False),
+                                                                ("1.2.0", "rolled_back", False)])
+    assert "waits: `fittest promote` decides" not in " ".join(rolled.split()), rolled
+    assert "1.1.0 new manifest version a fallback" in " ".join(rolled.split()), rolled
+    active["evolved_version"] = "1.1.0"
+    deprecated = show_lineage(monkeypatch, "reverse_text", active, [("1.0.0", "original", False), ("1.1.0", "active", False),
+                                                                    ("1.2.0", "rolled_back", False)], deprecated=frozenset({"1.1.0"}))
+    assert_shown(deprecated, "1.0.0  original ◀ served (the version it would serve is deprecated)")
+    assert "1.2.0  rolled_back ◀" not in " ".join(deprecated.split()), deprecated
 
 
 def test_rollback_and_promote_name_the_versions_as_written(monkeypatch: pytest.MonkeyPatch, redis_answers: None) -> None:

@@ -75,6 +75,15 @@ def test_schema_publishes_the_report_payloads_and_the_explain_reply() -> None:
     assert schemas["invalid_reply"]["properties"]["status"]["const"] == "invalid"
 
 
+def test_the_call_tool_schema_takes_its_name_or_its_namespace() -> None:
+    """QA recheck N3: the schema required `name`, where the workers take `namespace` alone."""
+    from workers.payloads import CallToolPayload
+
+    schema = payload_schemas()["call_tool"]
+    assert "name" not in schema.get("required", []) and schema["anyOf"] == [{"required": ["name"]}, {"required": ["namespace"]}]
+    assert CallToolPayload.model_validate({"namespace": "slugify"}).name == "slugify"  # as the workers read it
+
+
 def test_schema_publishes_every_answer_of_a_task_sent_by_name() -> None:
     """Review: `fittest evolve`'s task, and the reports of feedback_report, recommend and a retrain,
     had no schema, though a service sends them by name as the CLI does."""

@@ -189,11 +189,13 @@ def show(
     alone = any(row.version == against and row.deprecated for row in data.versions)
     # With the version it would serve deprecated, the namespace serves the versions left, as the
     # policy ranks them (QA ops L6: no version was marked served, where 1.0.0 served every call).
-    offered = [row.version for row in data.versions if not row.deprecated]
+    # A rolled-back version runs only when a call names it (QA recheck N7: it was marked offered).
+    offered = [row.version for row in data.versions if not row.deprecated and row.status != "rolled_back"]
     in_its_place = set(offered) if trial is None and not any(row.served for row in data.versions) else set()
-    # Only the newest version a manifest gives goes on trial (QA ops L6: each older one said it waited too).
-    newest_given = max((row.version for row in data.versions if row.status == "new manifest version" and not row.deprecated),
-                       key=semver.Version.parse, default=None)
+    # Only the newest version a manifest gives goes on trial, whatever became of it (QA ops L6: each
+    # older one said it waited too; QA recheck N6: with the newest rolled back, the next said so).
+    newest_given = max((row.version for row in data.versions if row.parent is None and not row.deprecated
+                        and semver.Version.is_valid(row.version)), key=semver.Version.parse, default=None)
     for row in data.versions:  # lowest version first, so a parent is placed before its children
         color = STATUS_COLOR[row.status]
         served = ""
@@ -210,6 +212,9 @@ def show(
             served += " [dim]deprecated: not offered by selection[/dim]"
         elif row.status == "new manifest version" and pinned and row.version == newest_given:  # QA V: nothing said why it was never tried
             served += f" [dim]waits: `fittest promote` decides (`fittest rollback {literal(name)}` lets it go on trial)[/dim]"
+        elif row.status == "new manifest version" and row.version != newest_given:
+            served += (f" [dim]a fallback: only the newest manifest version goes on trial (`fittest promote {literal(name)} "
+                       f"{literal(row.version)}` serves it)[/dim]")
         breaker = {"open": "  [red]breaker open[/red]", "half_open": "  [yellow]breaker half-open[/yellow]"}.get(row.breaker, "")
         refused = f" (+{row.refused_inputs} refused)" if row.refused_inputs else ""
         label = (f"{literal(row.version)}  [{color}]{literal(row.status)}[/{color}]{served}  "

@@ -42,9 +42,9 @@ def health(
     unknown = sorted(set(checks) - set(CHECKS))
     if unknown:
         fail(f"unknown check {', '.join(unknown)} (known: {', '.join(CHECKS)})", REFUSED)
-    # A node name (executor@host) may be any; a bare name must be a role (QA ops L9: a typo exited 1,
-    # unhealthy, which a probe reads as a worker down).
-    if not_roles := sorted({r for r in roles if "@" not in r and r not in (*ROLES, BEAT)}):
+    # A role, or a node name ROLE@HOST of one (QA ops L9, QA recheck N9: a typo exited 1, unhealthy,
+    # which a probe reads as a worker down).
+    if not_roles := sorted({r for r in roles if r.partition("@")[0] not in (*ROLES, BEAT) or r.endswith("@")}):
         fail(f"unknown role {', '.join(not_roles)} (the roles: {', '.join((*ROLES, BEAT))}; or a node name, "
              "ROLE@HOST)", REFUSED)
     report = run_health(get_settings(), checks, roles, timeout)
