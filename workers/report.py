@@ -32,6 +32,7 @@ from workers.promotions import MANIFEST_MUTATION
 
 PALETTE = plt.get_cmap("tab10")
 OK_COLOR, FAIL_COLOR, APART_COLOR = "#2e9d4a", "#d1495b", "#9a9a9a"
+LABEL_HEIGHTS = (8, -14, 17)  # points above (+) or below (-) a row at which its events' versions are written by turns
 
 
 class ReportData(BaseModel):
@@ -205,11 +206,11 @@ def plot_evolution(data: ReportData) -> str:
             if xs:
                 ax.scatter(xs, ys, marker=marker, s=70, color=color, label=label, zorder=3)  # type: ignore[arg-type]  # dates
         for n in names:
-            # above and below the row by turns: a promote and its rollback a minute apart wrote one
-            # version over the other (QA ops L3)
+            # at three heights by turns: a promote and its rollback a minute apart wrote one version
+            # over the other (QA ops L3), and three events within half a minute did so at two (QA recheck N8)
             for k, p in enumerate(sorted(data.promotions[n], key=lambda p: p.promoted_at)):
                 ax.annotate(p.evolved_version, (_when(p.promoted_at), names.index(n)), textcoords="offset points",
-                            xytext=(0, 8 if k % 2 == 0 else -14), ha="center", fontsize=7, color="#555")
+                            xytext=(0, LABEL_HEIGHTS[k % len(LABEL_HEIGHTS)]), ha="center", fontsize=7, color="#555")
         ax.set_yticks(range(len(names)), names)
         ax.set_ylim(-0.7, len(names) - 0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
