@@ -205,11 +205,14 @@ def language_typos(names: Iterable[str]) -> list[tuple[str, str]]:
     a language only the team's tools speak."""
     typos = []
     for name in (part.strip().lower() for n in names for part in n.split(",")):
-        if name and canonical_language(name) not in KNOWN_LANGUAGES | UNDETECTED_LANGUAGES and (
-                close := difflib.get_close_matches(name, sorted(KNOWN_LANGUAGES | set(LANGUAGE_ALIASES)), n=1,
-                                                   cutoff=LANGUAGE_TYPO_CUTOFF)):
+        if name and canonical_language(name) not in NO_TYPOS and (
+                close := difflib.get_close_matches(name, TYPO_TARGETS, n=1, cutoff=LANGUAGE_TYPO_CUTOFF)):
             typos.append((name, close[0]))
     return typos
+
+
+NO_TYPOS = KNOWN_LANGUAGES | UNDETECTED_LANGUAGES  # language names that are never a typo of another
+TYPO_TARGETS = sorted(KNOWN_LANGUAGES | set(LANGUAGE_ALIASES))  # what a typo is taken to mean
 
 
 def check_context(context: Mapping[str, Any]) -> None:

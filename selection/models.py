@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, ValidationInfo,
+                      field_validator, model_serializer)
 
 from selection.context import check_context
 from selection.manifest import NAME_PATTERN, ToolManifest, check_semver, split_key, tool_key
@@ -102,6 +103,16 @@ class CallRequest(BaseModel):
     call_id: str = Field(default_factory=new_id, pattern=CALL_ID_PATTERN)
     after_evolution: bool = Field(False, description="Set by fittest on a call's retry after its evolution, which "
                                                       "evolves nothing again; a caller that sets it turns evolution off for its call")
+
+    @model_serializer(mode="wrap")
+    def _without_unset_floor(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Without `min_similarity` when the call sets none: a worker of the release before it forbids
+        the key, and would refuse every plan and retry a newer worker hands it (review: they carried
+        `min_similarity: null`)."""
+        data: dict[str, Any] = handler(self)
+        if data.get("min_similarity") is None:
+            data.pop("min_similarity", None)
+        return data
 
     @field_validator("exclude")
     @classmethod

@@ -106,7 +106,7 @@ def _check_paths(manifest: ToolManifest, source: str | Path) -> None:
         if not _inside(module_file, root):
             raise ManifestError(source, "implementation.entrypoint", f"{module_file} leads outside the tool directory {root}")
         if isinstance(impl, PythonImplementation) and module_file.is_file():
-            if (missing := _function_missing(module_file, impl.entrypoint.partition(":")[2])) is not None:
+            if (missing := function_missing(module_file, impl.entrypoint.partition(":")[2])) is not None:
                 raise ManifestError(source, "implementation.entrypoint", missing)
     elif module_file is not None and isinstance(impl, PythonImplementation) and (nowhere := _module_nowhere(impl, root)):
         raise ManifestError(source, "implementation.entrypoint", nowhere)
@@ -151,7 +151,7 @@ def _module_nowhere(impl: PythonImplementation, root: Path) -> str | None:
 DYNAMIC_BINDING = frozenset({"globals", "vars", "setattr", "exec"})
 
 
-def _function_missing(module_file: Path, function: str) -> str | None:
+def function_missing(module_file: Path, function: str) -> str | None:
     """Why the entrypoint's module cannot hold `function`, read without running it (an import runs a
     tool's code); None when it may. A module that binds names in ways reading cannot follow (a star
     import, a module `__getattr__`, `globals()`, `vars()`, `setattr()`, `exec()`) may hold any name."""

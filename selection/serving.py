@@ -386,7 +386,8 @@ def best_match_again(request: CallRequest, ranked: list[Candidate], evidence: li
     first = by_key.get(ranked[0].key)
     if first is None or first.key in best:
         return None
-    first_does = max(first.doing_similarities, default=0.0) >= SAME_JOB  # a confirmed success of it here
+    # a confirmed success of its tool here, any version: a new version on trial has none of its own (review)
+    first_does = any(s >= SAME_JOB for e in evidence if e.manifest.name == first.manifest.name for s in e.doing_similarities)
     namespaces: dict[str, list[CandidateEvidence]] = {}  # each namespace's versions, in the order they are placed
     for c in ranked[1:]:
         if (e := by_key.get(c.key)) is not None and e.manifest.name != first.manifest.name:

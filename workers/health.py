@@ -24,7 +24,7 @@ from redis.exceptions import OutOfMemoryError, RedisError
 
 from selection.manifest import ManifestError
 from workers.settings import Settings
-from workers.state.redis import other_stacks
+from workers.state.stacks import other_stacks
 
 # "warn": healthy still (exit 0, a probe passes), but something an operator should fix is named in
 # its detail: restarting a process cannot fix a refused manifest, and the other tools serve meanwhile.

@@ -235,7 +235,12 @@ class Selector:
     def gather(self, request: CallRequest, vector: list[float] | None, features: dict[str, Any]) -> list[CandidateEvidence]:
         """`vector` None: the vector memory is not asked (degraded selection)."""
         registry = self.rt.registry
-        similarity = self._similarities(request, vector) if vector is not None else registry_similarities(request, registry, self.lexical_index())
+        if vector is not None:
+            similarity = self._similarities(request, vector)
+        else:
+            similarity = registry_similarities(request, registry, self.lexical_index())
+            if request.min_similarity is not None:  # no cosine to hold the call's floor to: only what it names (review)
+                similarity = {key: score for key, score in similarity.items() if split_key(key)[0] == request.namespace}
         successes = self._successes(request, vector, similarity) if vector is not None else []
         sources: dict[str, Source] = {}
         promotions = self.promotions(
@@ -393,7 +398,8 @@ class Selector:
     def similarity_floor(self, request: CallRequest) -> float:
         """How similar to the scenario a tool's description, or a success of it, must be for the tool
         to be a candidate: FITTEST_MIN_SIMILARITY, or the call's own `min_similarity` when higher."""
-        return max(self.settings.min_similarity, request.min_similarity or self.settings.min_similarity)
+        floor = self.settings.min_similarity
+        return floor if request.min_similarity is None else max(floor, request.min_similarity)
 
     def _search(self, collection: str, vector: list[float], limit: int = 10, filter: VectorFilter | None = None,
                 score_threshold: float | None = None, fields: tuple[str, ...] | None = None) -> list[VectorHit]:
@@ -444,7 +450,8 @@ class Selector:
         # Under a call's own floor, only a success that says the tool does such jobs brings it in: an
         # unconfirmed one is the weak match the floor keeps out (QA recheck N2: one call without it,
         # served by a 0.44 tool, let that tool past it from then on).
-        near = {h.payload["tool"] for h in hits if h.score >= self.similarity_floor(request)
+        floor = self.similarity_floor(request)
+        near = {h.payload["tool"] for h in hits if h.score >= floor
                 and not (request.min_similarity is not None and h.payload.get("unconfirmed"))}
         new = sorted(near - set(similarity) - set(request.exclude))
         if new:

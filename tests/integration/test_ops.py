@@ -48,7 +48,7 @@ def test_health_fails_for_a_missing_worker_and_when_redis_is_down(cli) -> None:
     # A role that does not exist is refused (exit 2), not a worker down (QA ops L9: exit 1, which a probe reads as one).
     typo = cli("health", "--json", "--check", "workers", "--worker", "nosuchrole", "--timeout", "2")
     assert typo.exit_code == 2 and "unknown role nosuchrole (the roles: memory, executor, evolver, beat;" in words(typo.output)
-    for node in ("exector@vm", "evolver@"):  # QA recheck N9: the role of a node name, or its host, mistyped
+    for node in ("exector@vm", "evolver@", "beat@vm"):  # QA recheck N9: the role of a node name, or its host, mistyped
         assert cli("health", "--check", "workers", "--worker", node, "--timeout", "2").exit_code == 2, node
     # A probe of the executor alone does not fail the memory worker's store and model (QA ops: it did).
     executor = cli("health", "--json", "--worker", "executor", "--timeout", "5")

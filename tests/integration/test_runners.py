@@ -187,11 +187,20 @@ def test_a_module_file_saved_half_edited_leaves_the_version_served_as_it_was(tmp
     assert run_tool(tool, {}, timeout_s=5, limits=LIMITS).output == {"version": 1}  # as it was
     # A process that never loaded it (a new pool process) cannot run it: an outage until it parses.
     fresh = tool.model_copy(update={"name": "py_half_fresh"})
-    assert_failure(run_tool(fresh, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "half.py does not parse")
-    # So with the file saved empty, truncated before it is written (QA recheck N1: charged a crash).
-    (tmp_path / "t" / "half.py").write_text("")
-    assert run_tool(tool, {}, timeout_s=5, limits=LIMITS).output == {"version": 1}
-    assert_failure(run_tool(fresh, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "half.py defines no 'run'")
+    assert_failure(run_tool(fresh, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "half.py is not valid Python")
+    # So with the file saved empty, truncated before it is written (QA recheck N1: charged a crash),
+    # or caught mid-write with NUL bytes in it (review: taken for a module it imports, a crash).
+    for half_written in (b"", b"def run(input):\n    return {'version'\x00\x00\x00"):
+        (tmp_path / "t" / "half.py").write_bytes(half_written)
+        assert run_tool(tool, {}, timeout_s=5, limits=LIMITS).output == {"version": 1}
+        assert_failure(run_tool(fresh, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "half.py")
+    # Nothing of a file cut short before its function runs, however often the version is called
+    # (review: its top-level code ran again on every call while it stayed so).
+    ran = tmp_path / "ran"
+    (tmp_path / "t" / "half.py").write_text(f"open({str(ran)!r}, 'a').write('x')\n")
+    for _ in range(3):
+        assert run_tool(tool, {}, timeout_s=5, limits=LIMITS).output == {"version": 1}
+    assert not ran.exists()
     # (another size than the first file's: a file rewritten within the file system's clock tick at the
     # same size keeps its stamp, which the runner tells an edit by)
     (tmp_path / "t" / "half.py").write_text("def run(input):\n    return {'version': 2, 'mended': True}\n")
@@ -295,7 +304,7 @@ def test_python_load_failures(tmp_path: Path) -> None:
     # it was (saved half-edited) is an outage of the tool until it parses (QA ops M1), and a module it
     # imports that does not parse is its code's crash.
     broken = make_tool(tmp_path / "b", "broken", {"kind": "python", "entrypoint": "tool:run"}, {"tool.py": "def run(:\n"})
-    assert_failure(run_tool(broken, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "tool.py does not parse")
+    assert_failure(run_tool(broken, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "tool.py is not valid Python")
     imports_broken = make_tool(tmp_path / "ib", "imports_broken", {"kind": "python", "entrypoint": "tool:run"},
                                {"tool.py": "import helper\ndef run(i): return i\n", "helper.py": "def f(:\n"})
     assert_failure(run_tool(imports_broken, {}, timeout_s=5, limits=LIMITS), FailureClass.crash, "SyntaxError")

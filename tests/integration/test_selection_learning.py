@@ -1039,6 +1039,11 @@ def test_a_call_asks_for_tools_that_match_its_job_at_least_so_much(rt) -> None:
     assert [c.manifest.name for c in named] == ["weather_now"]
     none = rt.selector.plan(CallRequest(scenario=scenario, min_similarity=0.99))
     assert none.candidates == [] and none.no_candidates_message() == "no tool matches this scenario, namespace and tags at least 0.99"
+    # Degraded (no vector memory), no cosine holds the floor: only a namespace the call names is tried (review).
+    assert rt.selector.gather(CallRequest(scenario=scenario), None, {})  # word matches serve a call without a floor
+    assert rt.selector.gather(CallRequest(scenario=scenario, min_similarity=0.5), None, {}) == []
+    assert {e.manifest.name for e in rt.selector.gather(
+        CallRequest(scenario=scenario, namespace="currency_rates", min_similarity=0.5), None, {})} == {"currency_rates"}
     # A weak match's unconfirmed success does not get it past the floor (QA recheck N2: one call
     # without the floor, served by a 0.44 tool, let that tool past it from then on)...
     succeeded(rt, "weather_now", scenario, "floor_weak", unconfirmed=True)

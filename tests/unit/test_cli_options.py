@@ -229,12 +229,15 @@ def test_feedback_show_counts_the_trend_per_hour_when_asked_and_asks_an_older_wo
 ) -> None:
     """A team's first day of feedback was one row of the per-day trend."""
     asked: list[dict[str, Any]] = []
-    start = time.mktime((2026, 11, 23, 14, 0, 0, 0, 0, -1))
+    import calendar
+
+    start = calendar.timegm((2026, 11, 23, 14, 0, 0))  # the periods are UTC's, and so are the starts shown
     trend = [{"start": start, "count": 2, "positive": 2, "negative": 0, "mean_value": 1.0}]
     answer = {"tool": "fast_sort", "total": 0, "entries": [], "trend": trend, "per": "hour"}
     monkeypatch.setattr(learning, "_ask", answering(asked, answer))
     code, out = run("feedback", "show", "fast_sort", "--per", "hour")
     assert code == 0 and asked[-1]["per"] == "hour" and "trend per hour" in out and "2026-11-23 14:00" in out, out
+    assert "hour (UTC)" in out, out
     del answer["per"]  # a worker of an earlier release counts per day, whatever it is asked
     code, out = run("feedback", "show", "fast_sort")
     assert code == 0 and "per" not in asked[-1] and "trend per day" in out and "2026-11-23 14:00" not in out, out

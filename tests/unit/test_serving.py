@@ -366,6 +366,10 @@ def test_a_clear_best_match_that_does_the_job_goes_first_in_place_of_a_weak_matc
     assert again(call, ranked, [weak, real.model_copy(update={"failure_similarities": [1.0] * 4}), typo], best) is None
     doer = weak.model_copy(update={"doing_similarities": [0.9]})
     assert again(call, ranked, [doer, real, typo], best) is None
+    # ...counted over its tool's versions: a new version of it on trial has none of its own (review).
+    trial = [candidate("reverse_text", "1.1.0"), candidate("lang_real"), candidate("lang_typo"), candidate("reverse_text")]
+    new = CandidateEvidence(manifest=candidate("reverse_text", "1.1.0").manifest, similarity=0.37)
+    assert again(call, trial, [new, real, typo, doer], best_matches([new, real, typo, doer])) is None
     tried = explored_first(call, ranked, [weak, real, typo], 0.25, lambda salt: False, newcomer=None, passed=None,
                            probe=None, best=best)
     assert keys(tried)[0] == "lang_real@1.0.0" and tried[0].probability == 1.0

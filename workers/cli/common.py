@@ -251,7 +251,7 @@ def warn_of_other_stacks(settings: Settings) -> None:
     """Warn when no stack is served under this shell's FITTEST_KEY_PREFIX but one is under another
     on the same Redis (QA ops L8: every tool read as untouched, without a word)."""
     from workers.redis_connection import probe_client
-    from workers.state.redis import other_stacks
+    from workers.state.stacks import other_stacks
 
     client = probe_client(settings, REDIS_PROBE_TIMEOUT_S, REDIS_PROBE_RETRIES)
     try:

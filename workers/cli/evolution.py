@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Literal, NoReturn, Optional
 
-import semver
 import typer
 from pydantic import BaseModel
 from rich.table import Table
@@ -194,8 +193,8 @@ def show(
     in_its_place = set(offered) if trial is None and not any(row.served for row in data.versions) else set()
     # Only the newest version a manifest gives goes on trial, whatever became of it (QA ops L6: each
     # older one said it waited too; QA recheck N6: with the newest rolled back, the next said so).
-    newest_given = max((row.version for row in data.versions if row.parent is None and not row.deprecated
-                        and semver.Version.is_valid(row.version)), key=semver.Version.parse, default=None)
+    # (the rows are lowest first, as `manifest_to_trial` reads the versions: deprecated or not)
+    newest_given = next((row.version for row in reversed(data.versions) if row.parent is None), None)
     for row in data.versions:  # lowest version first, so a parent is placed before its children
         color = STATUS_COLOR[row.status]
         served = ""

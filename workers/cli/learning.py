@@ -5,6 +5,7 @@ weights are read from Redis directly."""
 
 from __future__ import annotations
 
+import datetime
 import enum
 import threading
 from typing import TYPE_CHECKING, Annotated, Any
@@ -329,13 +330,13 @@ def feedback_show(
                       literal(e.source), literal(e.reason), "(in general)" if e.general else literal(e.scenario[:80]))
     console.print(table)
     if report.trend:
-        # a worker of an earlier release counted per day, whatever was asked
-        period = report.per
+        period = report.per  # a worker of an earlier release answers without it: per day, the one it counts
         trend = Table(title=f"trend per {period}", caption="mean vote: each entry as strong as its value (one of quality 0 counts for nothing), a person's as five outcomes', as the scores weigh them")
-        for col in (period, "entries", "positive", "negative", "mean vote"):
-            trend.add_column(col, justify="left" if col == period else "right")
-        for t in report.trend:
-            start = when(t.start)[:16] if period == "hour" else when(t.start)[:10]
+        for col in (f"{period} (UTC)", "entries", "positive", "negative", "mean vote"):
+            trend.add_column(col, justify="left" if col.endswith("(UTC)") else "right")
+        for t in report.trend:  # periods are counted in UTC: so are their starts (review: local dates were a day off)
+            start = datetime.datetime.fromtimestamp(t.start, datetime.timezone.utc).strftime(
+                "%Y-%m-%d %H:%M" if period == "hour" else "%Y-%m-%d")
             trend.add_row(start, str(t.count), str(t.positive), str(t.negative), f"{t.mean_value + 0.0:+.2f}")
         console.print(trend)
     # QA ops: `tools` counted 49 successes of a version where this listed 23 positive entries, unexplained.

@@ -44,7 +44,8 @@ def health(
         fail(f"unknown check {', '.join(unknown)} (known: {', '.join(CHECKS)})", REFUSED)
     # A role, or a node name ROLE@HOST of one (QA ops L9, QA recheck N9: a typo exited 1, unhealthy,
     # which a probe reads as a worker down).
-    if not_roles := sorted({r for r in roles if r.partition("@")[0] not in (*ROLES, BEAT) or r.endswith("@")}):
+    # (the beat is no Celery node: it answers by its lock, never as beat@HOST)
+    if not_roles := sorted({r for r in roles if (r.partition("@")[0] not in ROLES and r != BEAT) or r.endswith("@")}):
         fail(f"unknown role {', '.join(not_roles)} (the roles: {', '.join((*ROLES, BEAT))}; or a node name, "
              "ROLE@HOST)", REFUSED)
     report = run_health(get_settings(), checks, roles, timeout)

@@ -67,6 +67,8 @@ def tools(
                           "keep every version they last read)")
     skipped = registry.refused()
     for manifest in registry.all():
+        if manifest.parent_version is not None:
+            continue  # an evolved copy repeats its parent's manifest: noted once, there (review)
         for name, meant in language_typos(manifest.sparc.languages if manifest.sparc else []):
             err_console.print(f"[yellow]note[/yellow] {literal(registry.source(manifest.key) or manifest.key)}: "
                               f"sparc.languages {literal(repr(name))} is not a language selection knows: did you mean "

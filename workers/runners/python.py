@@ -47,7 +47,7 @@ from typing import Any
 
 from selection.manifest import PythonImplementation, ToolManifest
 from selection.models import FailureClass
-from selection.registry import python_module_file
+from selection.registry import function_missing, python_module_file
 from workers.runners.base import Deadline, RunLimits, RunOutcome, judge_output
 from workers.runners.python_host import classify, describe
 
@@ -60,10 +60,10 @@ ToolFunction = Callable[[dict[str, Any]], Any]
 # By tool version and module file (or name): the module, and the file's (mtime_ns, size) when loaded.
 _modules: dict[tuple[str, str], tuple[ModuleType, tuple[int, int] | None]] = {}
 _load_locks: dict[tuple[str, str], threading.Lock] = {}
-# The stamp of a module file that could not serve its version when called (it did not parse, or lacked
-# the function), so that it is logged once (QA ops M1: a tool's file saved half-edited, which the
-# registry refuses, was run and charged a crash).
-_unparsed: dict[tuple[str, str], tuple[int, int] | None] = {}
+# The stamp of a module file that could not serve its version when called, and why (it did not parse,
+# or lacked the function): read once per edit, and logged once (QA ops M1: a tool's file saved
+# half-edited, which the registry refuses, was run and charged a crash).
+_unservable: dict[tuple[str, str], tuple[tuple[int, int], str]] = {}
 _locks_lock = threading.Lock()
 
 
@@ -165,49 +165,48 @@ def load_function(manifest: ToolManifest) -> ToolFunction:
         stamp = _file_stamp(path)
         module, loaded = _modules.get(cache_key, (None, None))
         if module is None or stamp != loaded:
+            if path is not None and stamp is not None:
+                # Read before it runs, as the registry reads it: a file saved half-edited, empty or
+                # with NUL bytes (QA ops M1, QA recheck N1) leaves the version as last loaded, and is
+                # read once per edit (review: re-run on every call while it stayed so).
+                known = _unservable.get(cache_key)
+                why = known[1] if known is not None and known[0] == stamp else function_missing(path, func_name)
+                if why is not None:
+                    return _as_last_loaded(manifest, cache_key, stamp, why, module_name, func_name)
             try:
                 if stamp is not None and path is not None:
                     module = _load_file(manifest, path)
                 else:
                     module = importlib.import_module(module_name)
-            except SyntaxError as exc:
-                if path is None or stamp is None or Path(exc.filename or "") != path:  # a module it imports: its code
-                    raise ToolLoadError(FailureClass.crash, f"importing '{module_name}' failed: {describe(exc)}") from exc
-                return _as_last_loaded(manifest, cache_key, stamp, f"{path.name} does not parse ({describe(exc)})",
-                                       module_name, func_name, exc)
             except ModuleNotFoundError as exc:
                 if stamp is None and exc.name is not None and f"{module_name}.".startswith(f"{exc.name}."):  # no such module
                     raise ToolLoadError(FailureClass.unavailable, f"module '{module_name}' not found: {exc}") from exc
                 # Found, but its own import of another module failed: the tool's code, not an outage.
                 raise ToolLoadError(FailureClass.crash, f"importing '{module_name}' failed: {describe(exc)}") from exc
-            except Exception as exc:  # the tool's own code failed while importing
+            except Exception as exc:  # the tool's own code failed while importing (a module it imports that does not parse too)
                 raise ToolLoadError(FailureClass.crash, f"importing '{module_name}' failed: {describe(exc)}") from exc
-            if path is not None and stamp is not None and not callable(getattr(module, func_name, None)):
-                # saved empty, or cut short before its function (QA recheck N1): what the registry refuses too
-                return _as_last_loaded(manifest, cache_key, stamp, f"{path.name} defines no '{func_name}'",
-                                       module_name, func_name)
             _modules[cache_key] = (module, stamp)
-            _unparsed.pop(cache_key, None)
+            _unservable.pop(cache_key, None)
     return _function(module, module_name, func_name)
 
 
 def _as_last_loaded(manifest: ToolManifest, cache_key: tuple[str, str], stamp: tuple[int, int], why: str,
-                    module_name: str, func_name: str, cause: BaseException | None = None) -> ToolFunction:
+                    module_name: str, func_name: str) -> ToolFunction:
     """The function of a tool version whose module file, edited since it was served, cannot serve it
     now (`why`: it does not parse, or lacks the function), as the module was last loaded in this
     process: a file saved half-edited leaves the version served as it was. In a process that never
     loaded it, an outage of the tool (a deploy under way), not a crash of its code: once the file
     serves again, its breaker's probe succeeds and forgives the outage's failures."""
     old = _modules.get(cache_key, (None, None))[0]
-    if _unparsed.get(cache_key) != stamp:
-        _unparsed[cache_key] = stamp
+    if _unservable.get(cache_key) != (stamp, why):
+        _unservable[cache_key] = (stamp, why)
         log.warning("%s: %s: %s", manifest.key, why,
                     "the module as last loaded runs" if old is not None else "not run until it serves again",
                     extra={"event": "tool_module_unparsed", "tool": manifest.key})
     if old is not None:
         return _function(old, module_name, func_name)
     raise ToolLoadError(FailureClass.unavailable, f"{why}: it runs again once it serves (a file being saved, or "
-                                                  "broken)") from cause
+                                                  "broken)")
 
 
 def _function(module: ModuleType, module_name: str, func_name: str) -> ToolFunction:

@@ -427,21 +427,3 @@ class RedisStateStore(PrefixedStore):
 
     def __repr__(self) -> str:
         return f"RedisStateStore(prefix={self.prefix!r})"
-
-
-
-def other_stacks(client: redis.Redis, prefix: str, limit: int = 5) -> list[str] | None:
-    """The key prefixes of the stacks served on this Redis when none is served under `prefix`, or
-    None when one is: a shell whose FITTEST_KEY_PREFIX is not the workers' reads an empty state,
-    every tool untouched, and a call it sends is recorded where no worker looks (QA ops L8).
-    Looks through the whole keyspace, so only for commands that found nothing, never on a call's path."""
-    if client.exists(prefix + SERVED_MARK):
-        return None
-    found: list[str] = []
-    for raw in client.scan_iter(match="*" + SERVED_MARK, count=SCAN_COUNT):
-        name = raw.decode() if isinstance(raw, bytes) else str(raw)
-        if (other := name.removesuffix(SERVED_MARK)) != prefix and other not in found:
-            found.append(other)
-            if len(found) >= limit:
-                break
-    return found
