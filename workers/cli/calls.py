@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.table import Table
@@ -17,14 +17,12 @@ from workers.cli.common import (
     JsonOpt,
     MinSimilarityOpt,
     abridged,
-    check_call_payload,
+    call_payload,
     console,
     fail,
     literal,
-    namespace_and_version,
     names_what_no_tool_has,
     needs_redis,
-    parse_json_option,
     print_json,
     warn_if_namespace_unranked,
 )
@@ -70,26 +68,13 @@ def call(
     later place may read p=1.00: `fittest explain` gives every component)."""
     from workers.client import CallSender
 
-    namespace, version = namespace_and_version(namespace)
-    payload: dict[str, Any] = {
-        "scenario": scenario,
-        "input": parse_json_option(input, "--input"),
-        "tags": tag or [],
-        "namespace": namespace,
-        "max_attempts": max_attempts,
-        "context": parse_json_option(context, "--context"),
-    }
-    if version is not None:
-        payload["version"] = version
-    if min_similarity is not None:  # only when given: a worker of an earlier release refuses the key
-        payload["min_similarity"] = min_similarity
-    check_call_payload(payload)
+    payload = call_payload(scenario, input, namespace, tag, context, max_attempts, min_similarity)
     client = CallSender()
     pending = client.send("resilient_tool_call", **payload)
     stays = f"the call stays queued, and `fittest result {pending.id}` shows it once a worker has run it"
     show_when_done(client, pending, timeout, json_out,
                    f"is a selection worker running (`fittest health`)? {stays}", early=lambda: no_selection_worker(client, pending.id, stays),
-                   namespace=namespace)
+                   namespace=payload["namespace"])
 
 
 @app.command()

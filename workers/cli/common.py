@@ -163,6 +163,24 @@ def parse_json_option(text: str | None, option: str) -> dict[str, Any]:
     return value
 
 
+def call_payload(scenario: str, input: str | None, namespace: str | None, tags: list[str] | None, context: str | None,
+                 max_attempts: int, min_similarity: float | None) -> dict[str, Any]:
+    """A call's payload from the options `call` and `explain` share (`--namespace NAME@VERSION`,
+    `--input`/`--context` as JSON, @PATH or -), checked as the workers would check it: a bad one ends
+    the command with exit code 2, naming every bad field. Keys the caller left unset are left out:
+    a worker of an earlier release refuses `min_similarity`, and older ones `version`."""
+    namespace, version = namespace_and_version(namespace)
+    payload: dict[str, Any] = {"scenario": scenario, "input": parse_json_option(input, "--input"), "namespace": namespace,
+                               "tags": tags or [], "context": parse_json_option(context, "--context"),
+                               "max_attempts": max_attempts}
+    if version is not None:
+        payload["version"] = version
+    if min_similarity is not None:
+        payload["min_similarity"] = min_similarity
+    check_call_payload(payload)
+    return payload
+
+
 def check_call_payload(payload: dict[str, Any]) -> None:
     """Check a call's payload as the workers would, before it is sent (or ranked): a bad one ends the
     command with exit code 2, naming every bad field, whichever command it came to."""

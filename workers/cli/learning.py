@@ -20,15 +20,13 @@ from workers.cli.common import (
     UNREADABLE,
     JsonOpt,
     MinSimilarityOpt,
-    check_call_payload,
+    call_payload,
     console,
     err_console,
     fail,
     literal,
-    namespace_and_version,
     names_what_no_tool_has,
     needs_redis,
-    parse_json_option,
     print_json,
     warn_if_namespace_unranked,
     tool_argument,
@@ -121,15 +119,7 @@ def explain(
     "semantic N" is the match its prior starts from: 0.8 x sim; a namespace's own version
     starts from 1.00, its original from 0.90).
     """
-    namespace, version = namespace_and_version(namespace)
-    payload: dict[str, Any] = {"scenario": scenario, "input": parse_json_option(input, "--input"), "namespace": namespace,
-                               "tags": tag or [], "context": parse_json_option(context, "--context"),
-                               "max_attempts": max_attempts}
-    if version is not None:
-        payload["version"] = version
-    if min_similarity is not None:  # only when given: a worker of an earlier release refuses the key
-        payload["min_similarity"] = min_similarity
-    check_call_payload(payload)  # refused as `fittest call` refuses it (exit code 2), before asking
+    payload = call_payload(scenario, input, namespace, tag, context, max_attempts, min_similarity)  # refused as `call` refuses it
     from pydantic import ValidationError
 
     from workers.client import unreadable_message
@@ -141,7 +131,7 @@ def explain(
     except ValidationError as exc:  # workers of another release: printed as it came, told from a refusal
         print_json(answer)
         fail(unreadable_message("ExplainResult", exc), UNREADABLE)
-    warn_if_namespace_unranked(namespace, explained)
+    warn_if_namespace_unranked(payload["namespace"], explained)
     # A version the namespace does not have, or a tag no tool has, is refused, as `fittest call`
     # refuses it (QA AA: exit 0).
     not_there = names_what_no_tool_has(explained)
