@@ -50,6 +50,9 @@ CALL_TASKS = ("resilient_tool_call", "call_tool")
 STARTED_SETTLE_S = 0.5
 # How much longer `ask_within` waits for a task found running at its timeout.
 STARTED_GRACE_S = 30.0
+# A wait longer than this (infinity: "for ever") sends a message that never expires: celery's expiry
+# date overflowed past year 9999 with a traceback (review: `--timeout inf`, `1e12`).
+NEVER_EXPIRES_S = 365 * 24 * 3600.0
 # How often a wait for a result asks again while a restarted Redis loads its data.
 LOADING_RETRY_S = 0.2
 # How long a wait for a call's result goes before it asks whether one can come at all: a call the
@@ -288,7 +291,8 @@ class CallSender:
         worker began in time (the task tracks itself as STARTED) is waited for still, up to
         STARTED_GRACE_S more. Raises NotDone when it was not done."""
         _check_timeout(timeout)
-        pending = self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue, expires=timeout)
+        expires = timeout if timeout < NEVER_EXPIRES_S else None
+        pending = self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue, expires=expires)
         try:
             return self.wait(pending, timeout)
         except TaskRevokedError as exc:

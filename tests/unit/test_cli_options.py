@@ -754,6 +754,27 @@ def test_an_answer_the_cli_cannot_read_is_printed_as_it_came_and_the_command_exi
     assert "are this client and the workers the same release?" in said
 
 
+@pytest.mark.parametrize("command, model", [
+    (("feedback", "add", "fast_sort", "positive", "--scenario", "sort numbers"), "FeedbackReply"),
+    (("feedback", "show", "fast_sort"), "FeedbackReport"),
+    (("weights", "--retrain"), "RetrainResult"),
+    (("recommend",), "RecommendationReport"),
+    (("evolve", "fast_sort"), "EvolutionReport"),
+])
+def test_every_command_tells_an_answer_it_cannot_read_from_a_refusal(
+        command: tuple[str, ...], model: str, stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review: only `call`, `result` and `explain` read an answer of workers of another release
+    as such; these five ended in pydantic's traceback."""
+    answer = {"status": "paused", "tool": 7}
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: answer)
+    monkeypatch.setattr(learning, "_ask_or_none", lambda *a, **k: answer)
+    monkeypatch.setattr("workers.client.CallSender.send", lambda self, *a, **k: None)
+    monkeypatch.setattr("workers.client.CallSender.wait", lambda *a, **k: answer)
+    code, said = run(*command)
+    assert code == 3 and '"status": "paused"' in said, said
+    assert f"error: the workers' answer does not read as {model} (" in said, said
+
+
 def test_an_older_result_shows_no_made_up_weights_version_nor_a_parent_it_does_not_name() -> None:
     """QA: a result without `weights_version` said "SPARC weights v0"; an evolution without its
     parent read ": no verified version"."""

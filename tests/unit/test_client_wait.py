@@ -119,3 +119,24 @@ def test_a_timeout_that_is_not_a_number_is_refused_not_waited_on_for_ever() -> N
             CallSender.wait(AsyncResult("call-5", app=app), timeout=float("nan"))
     finally:
         app.close()
+
+
+def test_a_wait_for_ever_sends_a_message_that_never_expires(monkeypatch) -> None:
+    """Review: `--timeout inf` (or 1e12) of `explain`, `feedback`, `weights --retrain`, `recommend`
+    ended in celery's OverflowError computing the message's expiry date, before anything was sent."""
+    import math
+
+    from workers.settings import Settings
+
+    sender = CallSender(Settings(redis_url="redis://127.0.0.1:1/0"))
+    sent: list[dict] = []
+
+    def send_task(name: str, **kwargs: object) -> AsyncResult:
+        sent.append(kwargs)
+        return AsyncResult("fb-2", app=sender.celery)
+
+    monkeypatch.setattr(sender.celery, "send_task", send_task)
+    monkeypatch.setattr(CallSender, "wait", staticmethod(lambda result, timeout=0: {"status": "recorded"}))
+    for timeout in (math.inf, 1e12, 30.0):
+        assert sender.ask_within("record_feedback", timeout, queue="feedback") == {"status": "recorded"}
+    assert [k["expires"] for k in sent] == [None, None, 30.0]

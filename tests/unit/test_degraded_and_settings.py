@@ -163,6 +163,15 @@ def test_settings_refuse_numbers_that_are_not_finite(monkeypatch: pytest.MonkeyP
         Settings()
 
 
+@pytest.mark.parametrize("name", ["tool_memory_mb", "tool_cpu_s"])
+def test_a_tool_limit_past_what_the_system_takes_is_refused_by_name(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    # Review: FITTEST_TOOL_MEMORY_MB=9000000000000 was taken, and every executable tool's start then
+    # failed in setrlimit, recorded as the tool's crash.
+    monkeypatch.setenv(f"FITTEST_{name.upper()}", "9000000000000")
+    with pytest.raises(ValidationError, match=f"{name}\n  Input should be less than or equal to"):
+        Settings()
+
+
 def test_health_fails_the_store_when_its_disk_is_nearly_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """QA Q: a full data directory killed the memory worker with SIGBUS, and nothing had warned."""
     import shutil

@@ -3,6 +3,7 @@ does atomically or that it only reads) and is loaded by a store by name: none is
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,25 @@ def test_a_script_says_its_keys_its_arguments_and_what_it_does_atomically(script
     assert header and header[0].startswith(f"-- {script.stem}: "), header[:1]
     assert "KEYS" in text and "ARGV" in text, script.name
     assert "Atomically" in text or "Reads" in text, script.name
+
+
+def said(kind: str, header: str) -> set[int]:
+    """The KEYS or ARGV indexes a header names, one by one (`ARGV[2]`) or as a range (`ARGV[6..11]`)."""
+    named: set[int] = set()
+    for first, last in re.findall(kind + r"\[(\d+)(?:\.\.(\d+))?\]", header):
+        named.update(range(int(first), int(last or first) + 1))
+    return named
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_every_key_and_argument_a_script_reads_is_named_in_its_header(script: Path) -> None:
+    """Review: the test above passed a header that names KEYS and ARGV but not each one the code reads."""
+    lines = script.read_text().splitlines()
+    header = "\n".join(line for line in lines if line.startswith("--"))
+    body = "\n".join(line for line in lines if not line.startswith("--"))
+    for kind in ("KEYS", "ARGV"):
+        read = {int(n) for n in re.findall(kind + r"\[(\d+)\]", body)}
+        assert read <= said(kind, header), f"{script.name}: {kind} {sorted(read - said(kind, header))} read, not in its header"
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)

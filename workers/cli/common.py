@@ -20,6 +20,8 @@ from rich.console import Console
 from rich.markup import escape
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from selection.models import CallResult
     from workers.settings import Settings
 
@@ -47,6 +49,7 @@ console = ReaderAwareConsole(width=None if sys.stdout.isatty() else PIPED_WIDTH,
 err_console = ReaderAwareConsole(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH, emoji=False)
 
 Command = TypeVar("Command", bound=Callable[..., Any])
+Answer = TypeVar("Answer", bound="BaseModel")
 
 # How long a command waits to learn that Redis answers before it starts: long enough for a loaded
 # host, far short of the ~30 s of retries that the clients spend riding out a restart.
@@ -134,6 +137,21 @@ def fail(message: str, code: int = 1) -> NoReturn:
     log, a message folded at the console's 140 columns read as several (QA recheck N5)."""
     err_console.print(f"[red]error:[/red] {literal(message)}", soft_wrap=True)
     raise typer.Exit(code)
+
+
+def read_answer(model: type[Answer], answer: Any) -> Answer:
+    """The workers' answer read as this release's `model`; one it cannot read (workers of another
+    release) is printed as it came and ends the command with exit code 3, told from a refusal
+    (review: `feedback`, `weights --retrain`, `recommend` and `evolve` ended in pydantic's traceback)."""
+    from pydantic import ValidationError
+
+    from workers.client import unreadable_message
+
+    try:
+        return model.model_validate(answer)
+    except ValidationError as exc:
+        print_json(answer)
+        fail(unreadable_message(model.__name__, exc), UNREADABLE)
 
 
 def parse_json_option(text: str | None, option: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from evolution.descriptions import VariantStatus
 from evolution.models import ChangelogEntry
 from selection.models import Promotion
 from selection.ports import BreakerState
-from workers.cli.common import REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, shortened, when
+from workers.cli.common import REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, read_answer, shortened, when
 
 if TYPE_CHECKING:
     from evolution.models import EvolutionReport
@@ -263,9 +263,9 @@ def evolve(
         fail(f"{name} has no version {version!r} (it has {', '.join(versions)})", REFUSED)
     client = CallSender()
     answer = client.wait(client.send("prepare_evolution", namespace=name, version=version, reason=reason), timeout)
+    report = read_answer(EvolutionReport, answer)
     if json_out:
         print_json(answer)
-    report = EvolutionReport.model_validate(answer)
     if not json_out:
         show_report(report)
     raise typer.Exit(0 if report.status == "evolved" else 1)

@@ -17,7 +17,6 @@ from selection.feedback import TrendPeriod
 from workers.cli.common import (
     CONTEXT_HELP,
     REFUSED,
-    UNREADABLE,
     JsonOpt,
     MinSimilarityOpt,
     call_payload,
@@ -28,6 +27,7 @@ from workers.cli.common import (
     names_what_no_tool_has,
     needs_redis,
     print_json,
+    read_answer,
     warn_if_namespace_unranked,
     tool_argument,
     when,
@@ -120,17 +120,10 @@ def explain(
     starts from 1.00, its original from 0.90).
     """
     payload = call_payload(scenario, input, namespace, tag, context, max_attempts, min_similarity)  # refused as `call` refuses it
-    from pydantic import ValidationError
-
-    from workers.client import unreadable_message
     from workers.payloads import ExplainResult
 
     answer = _ask("explain", "selection", timeout, **payload)
-    try:
-        explained = ExplainResult.model_validate(answer)
-    except ValidationError as exc:  # workers of another release: printed as it came, told from a refusal
-        print_json(answer)
-        fail(unreadable_message("ExplainResult", exc), UNREADABLE)
+    explained = read_answer(ExplainResult, answer)
     warn_if_namespace_unranked(payload["namespace"], explained)
     # A version the namespace does not have, or a tag no tool has, is refused, as `fittest call`
     # refuses it (QA AA: exit 0).
@@ -214,9 +207,9 @@ def feedback_add(
     except ValidationError as exc:
         fail(joined_errors(field_errors(exc)), REFUSED)
     answer = _ask("record_feedback", "feedback", timeout, **request.model_dump(mode="json"))
+    result = read_answer(FeedbackReply, answer)
     if json_out:
         print_json(answer)
-    result = FeedbackReply.model_validate(answer)
     if result.status == "invalid":  # the workers' refusal of what was given
         fail(joined_errors(result.errors), REFUSED)
     if result.status != "recorded" or result.feedback is None:
@@ -291,7 +284,7 @@ def feedback_show(
     answer = _ask("feedback_report", "feedback", timeout, tool=name, limit=REPORT_SCAN if version else limit,
                   **({} if per == "day" else {"per": per}))
     _refuse_if_invalid(answer)
-    report = FeedbackReport.model_validate(answer)
+    report = read_answer(FeedbackReport, answer)
     shown = entries(report.total)
     if version:
         mine = [e for e in report.entries if e.version == version]
@@ -362,7 +355,7 @@ def weights(
     from workers.state import open_state_store
 
     if retrain:  # QA ops: the weights read "never learned" for the beat's first interval, with 500 records stored
-        done = RetrainResult.model_validate(_ask("retrain_weights", "learning", timeout))
+        done = read_answer(RetrainResult, _ask("retrain_weights", "learning", timeout))
         said = (f"retrained: weights v{done.version} stored" if done.changed
                 else f"retrained: nothing new stored ({done.reason or ('see last_retrain' if json_out else 'see below')})")
         (err_console if json_out else console).print(said, highlight=False)
@@ -425,7 +418,7 @@ def recommend(
     answer = _ask_or_none("recommend", "learning", timeout, min_runs=min_runs, max_rate=max_rate)
     if answer is not None:
         _refuse_if_invalid(answer)
-        report = RecommendationReport.model_validate(answer)
+        report = read_answer(RecommendationReport, answer)
     else:  # the learner's window in Redis, as the calls ran
         settings = get_settings()
         recent = open_learning_state(settings).recent()
