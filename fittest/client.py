@@ -20,7 +20,10 @@ if the worker that took it off its queue is killed before recording it as taken)
 from __future__ import annotations
 
 import gc
+import time
 from typing import Any, Self
+
+from celery.exceptions import TaskRevokedError
 
 from selection.manifest import tool_reference
 from selection.models import CallRequest, CallResult, Sentiment, joined_errors, size_errors
@@ -94,11 +97,20 @@ class FittestClient(CallSender):
         running and no result of one is kept (results are kept for a day), NotACall (a
         LookupError too) for the id of another task (a judgement, an explain); UnreadableAnswer (a
         ValueError) for an answer this release cannot read (workers of another release: it holds
-        the answer as stored), and celery's TaskRevokedError for a call an operator revoked."""
+        the answer as stored), and celery's TaskRevokedError for a call an operator revoked before
+        it ended (a revoke without terminate does not stop a step a worker runs: the call's result
+        is then waited for, within `timeout`)."""
         if isinstance(pending, str):
             pending = self.celery.AsyncResult(pending)
+        deadline = time.monotonic() + timeout
         with reaching(self.settings.backend_url, f"waiting for call {pending.id}"), timed_out_as(pending.id, timeout):
-            answer = self.wait_for_call(pending, timeout)
+            try:
+                answer = self.wait_for_call(pending, timeout)
+            except TaskRevokedError:
+                meta = self.past_revoke(pending.id, max(deadline - time.monotonic(), 0.0))
+                if meta is None or meta.get("status") != "SUCCESS":
+                    raise
+                answer = meta["result"]
         return read_call(pending.id, answer)
 
     def run(self, scenario: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **options: Any) -> CallResult:

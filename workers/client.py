@@ -50,6 +50,10 @@ CALL_TASKS = ("resilient_tool_call", "call_tool")
 STARTED_SETTLE_S = 0.5
 # How much longer `ask_within` waits for a task found running at its timeout.
 STARTED_GRACE_S = 30.0
+# How often `past_revoke` looks at a revoked call that is still in flight, and how long after it
+# left flight it waits for a result its last step may still be storing (the step's end is
+# recorded just before Celery stores what it returned).
+REVOKED_POLL_S, REVOKED_SETTLE_S = 0.5, 1.0
 # A wait longer than this (infinity: "for ever") sends a message that never expires: celery's expiry
 # date overflowed past year 9999 with a traceback (review: `--timeout inf`, `1e12`).
 NEVER_EXPIRES_S = 365 * 24 * 3600.0
@@ -322,6 +326,30 @@ class CallSender:
         except CeleryTimeout:
             self.check_known(pending.id)
             raise
+
+    def past_revoke(self, call_id: str, timeout: float) -> dict[str, Any] | None:
+        """What a call the backend marks revoked ends with. Celery's revoke without terminate marks
+        the id REVOKED at once but stops only the steps not started yet: a step a worker runs goes
+        on, and stores its result over the mark when it ends (QA live F2: `fittest result` said
+        "revoked, it has no result", and the call then succeeded, its tool's effects done). While
+        the call is in flight this waits, up to `timeout`, for its stored meta (`status`, `result`)
+        once something replaced the mark; None once the call left flight without (it ended
+        revoked); CeleryTimeout while a step still runs."""
+        deadline = time.monotonic() + timeout
+        left_flight: float | None = None
+        while True:
+            meta = self.celery.backend.get_task_meta(call_id)
+            if meta.get("status") != "REVOKED":
+                return meta
+            if self.in_flight(call_id):
+                left_flight = None
+            elif left_flight is None:
+                left_flight = time.monotonic()
+            elif time.monotonic() - left_flight >= REVOKED_SETTLE_S:  # its step ended, and stored nothing over the mark
+                return None
+            if time.monotonic() >= deadline:
+                raise CeleryTimeout(f"call {call_id} is revoked and a worker still runs its step")
+            time.sleep(REVOKED_POLL_S)
 
     def check_known(self, call_id: str) -> None:
         """UnknownCall unless a call of this id is in flight, its result is stored (it may have come

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.table import Table
@@ -182,6 +182,26 @@ def ended_without_result(client: CallSender, call_id: str) -> tuple[str, str] | 
     return None
 
 
+def _past_revoke(client: CallSender, call_id: str, deadline: float, revoked: tuple[str, str],
+                 no_result: Callable[..., NoReturn]) -> dict[str, Any]:
+    """The result of a call revoked while a worker ran its step, which a revoke without terminate
+    does not stop (`CallSender.past_revoke`); the end of the command when it ended revoked
+    (QA: a revoked call's `fittest result` printed a traceback), or still runs at the deadline."""
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    try:
+        meta = client.past_revoke(call_id, max(deadline - time.monotonic(), 0.0))
+    except CeleryTimeout:
+        no_result(f"call {call_id} was revoked while a worker ran its step: a revoke without terminate stops only "
+                  f"the steps not started yet, so it goes on; `fittest result {call_id}` shows what it ends with "
+                  "(`celery control terminate SIGTERM ID` stops it)")
+    if meta is None:
+        no_result(*revoked)
+    if meta.get("status") != "SUCCESS":
+        no_result(*(ended_without_result(client, call_id) or revoked))
+    return dict(meta["result"])
+
+
 def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, json_out: bool, unfinished: str,
                    early: Callable[[], str | None] | None = None, namespace: str | None = None) -> None:
     """Wait for a call's result and print it, exiting with the call's exit code; `unfinished` says
@@ -217,15 +237,18 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
     except Exception as exc:
         from workers.cli import redis_unavailable
 
-        if (cause := redis_unavailable(exc)) is None:
-            client.release(pending)
-            if (ended := ended_without_result(client, pending.id)) is not None:
-                no_result(*ended)  # QA: a revoked call's `fittest result` printed a traceback
+        if (cause := redis_unavailable(exc)) is not None:
+            # The call was sent and goes on: its id is what finds its result (QA recheck: only "Redis
+            # does not answer", and the call, which succeeded, could not be looked up)
+            no_result(f"waiting for call {pending.id}: Redis does not answer ({cause}); the call goes on, and "
+                      f"`fittest result {pending.id}` shows it once Redis answers")
+        client.release(pending)
+        ended = ended_without_result(client, pending.id)
+        if ended is None:
             raise
-        # The call was sent and goes on: its id is what finds its result (QA recheck: only "Redis does
-        # not answer", and the call, which succeeded, could not be looked up)
-        no_result(f"waiting for call {pending.id}: Redis does not answer ({cause}); the call goes on, and "
-                  f"`fittest result {pending.id}` shows it once Redis answers")
+        if ended[1] != "revoked":
+            no_result(*ended)
+        outcome = _past_revoke(client, pending.id, deadline, ended, no_result)
     try:
         result = read_call(pending.id, outcome)
     except NotACall as exc:  # QA: a judgement's id, which Flower lists, was said to be of another release

@@ -1,0 +1,92 @@
+"""A call revoked while a worker runs its tool, on real workers: a revoke without terminate stops
+only the steps not started yet, so the call goes on and its result is what the caller is told.
+
+QA live F2: `celery control revoke ID` marked the call REVOKED in the result backend at once;
+`fittest result ID` said "revoked: it has no result" (exit 1) while the tool ran on, and the call
+then succeeded, its effect done: a user who sent the job again had it done twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cli_runner, write_tool
+from tests.integration.conftest import Pipeline, pipeline_running
+from workers.app import make_app
+
+SCENARIO = "append a line to the ledger after a slow check"
+TOOL = '''import time
+from pathlib import Path
+
+
+def run(payload):
+    folder = Path(__file__).parent
+    (folder / f"started-{payload['tag']}").touch()
+    time.sleep(payload["seconds"])
+    with open(folder / "ledger", "a") as ledger:
+        ledger.write(payload["tag"] + "\\n")
+    return {"written": payload["tag"]}
+'''
+
+
+@pytest.fixture(scope="module")
+def ledger_pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[Pipeline]:
+    tools = tmp_path_factory.mktemp("revoke-tools")
+    write_tool(tools, "ledger_append", TOOL, description="Appends a line to a ledger file after a slow check.", timeout_s=30)
+    with pipeline_running(tmp_path_factory.mktemp("revoke"), redis_url, model_path, tools, roles=("memory", "executor"),
+                          FITTEST_EVOLUTION_ENABLED="false") as p:
+        yield p
+
+
+def revoke_while_it_runs(p: Pipeline, call_id: str, tag: str) -> None:
+    """Send a call whose tool takes 4 s and revoke it, without terminate, once the tool runs."""
+    started = Path(p.settings.tools_dir) / "ledger_append" / f"started-{tag}"
+    p.client.send("resilient_tool_call", scenario=SCENARIO, input={"seconds": 4, "tag": tag}, call_id=call_id)
+    p.wait_for(started.exists, timeout=60)
+    control = make_app(p.settings)  # as Flower's: the workers' control channel
+    try:
+        control.control.revoke(call_id)
+        p.wait_for(lambda: control.AsyncResult(call_id).state == "REVOKED", timeout=10)  # what the caller reads at once
+    finally:
+        control.close()
+
+
+def ledger(p: Pipeline) -> list[str]:
+    return (Path(p.settings.tools_dir) / "ledger_append" / "ledger").read_text().split()
+
+
+def test_fittest_result_of_a_call_revoked_while_its_tool_runs_waits_for_its_result(
+        ledger_pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = ledger_pipeline
+    revoke_while_it_runs(p, "revoked-running-cli-1", "cli")
+    shown = cli_runner(monkeypatch, p.env)("result", "revoked-running-cli-1", "--timeout", "60", "--json")
+    assert shown.exit_code == 0, shown.output
+    assert '"status": "success"' in shown.output and '"written": "cli"' in shown.output, shown.output
+    assert ledger(p).count("cli") == 1  # done once: nothing told the user to send it again
+
+
+def test_the_client_waits_for_a_call_revoked_while_its_tool_runs_and_is_told_a_revoke_that_stopped_it(
+        ledger_pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> None:
+    from celery.exceptions import TaskRevokedError
+
+    p = ledger_pipeline
+    revoke_while_it_runs(p, "revoked-running-client-1", "client")
+    result = p.client.result("revoked-running-client-1", timeout=60)
+    assert result.status == "success" and result.output == {"written": "client"}, result
+    # A call revoked before any worker took it ends without a result, told at once as revoked.
+    control = make_app(p.settings)
+    try:
+        control.control.revoke("revoked-before-1")
+        p.wait_for(lambda: "revoked-before-1" in {i for ids in (control.control.inspect(timeout=1).revoked() or {}).values()
+                                                  for i in ids}, timeout=30)
+    finally:
+        control.close()
+    p.client.send("resilient_tool_call", scenario=SCENARIO, input={"seconds": 0, "tag": "never"}, call_id="revoked-before-1")
+    with pytest.raises(TaskRevokedError):
+        p.client.result("revoked-before-1", timeout=30)
+    said = cli_runner(monkeypatch, p.env)("result", "revoked-before-1", "--timeout", "10")
+    assert said.exit_code == 1 and "was revoked (from Flower or `celery control revoke`): it has no result" in " ".join(said.output.split())
+    assert "never" not in ledger(p)
