@@ -176,6 +176,35 @@ def test_a_manifest_saved_half_edited_keeps_its_version_served_until_it_is_fixed
     assert served(registry) == {}
 
 
+def test_a_python_module_saved_half_edited_is_named_among_the_refused_until_it_is_fixed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """QA live F1: an edit of a tool's module alone (its manifest unchanged) was never read, so
+    `fittest health`, which names the registry's refused manifests, stayed ok while a restart
+    would refuse the tool."""
+    tools = tmp_path / "tools"
+    shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "word_stats")
+    registry, _, watch = watched(tools)
+    module = tools / "word_stats" / "stats.py"
+    good = module.read_text()
+    assert watch.poll() == [] and registry.errors == []
+    module.write_text(good[: len(good) // 2] + "\ndef (")
+    caplog.set_level(logging.WARNING, logger="fittest.tools")
+    watch.poll()
+    [refused] = [str(e) for e in registry.errors]
+    assert refused.startswith(f"{tools / 'word_stats' / 'tool.yaml'}: field 'implementation.entrypoint': stats.py is not "
+                              "valid Python at line ") and refused.endswith("(word_stats@1.0.0 stays served as it was read before)")
+    assert len(caplog.records) == 1 and served(registry) == {"word_stats@1.0.0": str(tools / "word_stats" / "tool.yaml")}
+    watch.poll()  # reported once
+    assert len(caplog.records) == 1
+    module.write_text(good + "\n# fixed\n")
+    watch.poll()
+    assert registry.errors == [] and "word_stats@1.0.0" in served(registry)
+    module.unlink()  # gone: refused as a restart would refuse it
+    watch.poll()
+    assert "word_stats@1.0.0 stays served as it was read before" in str(registry.errors[0])
+
+
 def test_a_tools_dir_that_is_not_there_yet_is_watched_until_it_is(tmp_path: Path) -> None:
     registry = ToolRegistry()
     watch = ToolsDirWatch(tmp_path / "later", registry, adding_to(registry, []), revising(registry))
