@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from workers.selector import Selector
     from workers.state.holders import MessageHolders
     from workers.state.inflight import InflightCalls
+    from workers.state.run_marks import RunMarks
     from workers.state.learning import LearningState
 
 
@@ -109,6 +110,13 @@ class Runtime:
         from workers.state.inflight import InflightCalls
 
         return InflightCalls(self.redis, self.settings.key_prefix)
+
+    @once
+    def run_marks(self) -> RunMarks:
+        """Which message a pool process runs a tool for, to count its whole worker's death (workers/state/run_marks.py)."""
+        from workers.state.run_marks import RunMarks
+
+        return RunMarks(self.redis, self.settings.key_prefix)
 
     @once
     def effects(self) -> InflightCalls:

@@ -13,7 +13,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from workers.metrics import UNACKED_KEY, reader_for
 from workers.rescue import resend
 from workers.redis_connection import redis_client
 from workers.state.inflight import HandedOnStep, InflightCalls
+from workers.state.run_marks import RunMark, RunMarks
 from workers.tasks.execution import CRASH_AFTER_DEATHS
 
 pytestmark = pytest.mark.slow
@@ -221,14 +222,50 @@ def test_a_step_the_sweep_sends_again_after_its_process_died_too_often_is_not_ru
     assert runs(log) == []
 
 
+def test_an_attempt_whose_whole_worker_died_running_it_twice_is_a_crash_and_the_call_falls_back(
+        pipeline: Pipeline, tmp_path: Path) -> None:
+    """QA live F3: a python tool that kills its executor's main process had its message given back
+    at each worker lease's end and killed the restarted executor again, for ever: no process of the
+    worker lived to count the death. The run's mark its worker never cleared counts it at the next
+    delivery: the first death runs the tool again, the second is a crash."""
+    p, log = pipeline, tmp_path / "runs.log"
+    client = redis_client(p.settings)
+    inflight, marks = InflightCalls(client, p.settings.key_prefix), RunMarks(client, p.settings.key_prefix)
+    sender = foreign_sender(p)
+    try:
+        for deaths_before, runs_after in ((0, 1), (1, 0)):
+            plan = nap_then_brittle(f"a nap whose worker died running it, {deaths_before} death(s) before", log)
+            aid, task_id = f"{plan['request']['call_id']}:0", f"call-{uuid.uuid4().hex}"
+            for _ in range(deaths_before):
+                inflight.died(aid, "signal 9 (SIGKILL)", 5.0)
+            # taken by a worker that marked its run and died: what its message and mark look like
+            give_back_unacknowledged(p, sender.send_task("fittest.execute", args=[plan, 0], queue=PARKED, task_id=task_id),
+                                     before=lambda tag: marks.running(task_id, tag, RunMark(attempt_id=aid, holder="executor@gone (pid 7)")))
+            result = sender.AsyncResult(task_id).get(timeout=VISIBILITY_S + 60)
+            assert inflight.deaths(aid).count == deaths_before + 1
+            if runs_after:  # one death is not the tool's doing for sure: it runs again
+                assert result["status"] == "success" and result["tool"] == "nap", result
+            else:
+                assert result["status"] == "success" and result["tool"] == "brittle", result
+                first = result["attempts"][0]
+                assert first["error_class"] == "crash" and "its worker executor@gone (pid 7) died while running it" in \
+                    first["error_message"], first
+            assert len(runs(log)) == runs_after
+            log.unlink(missing_ok=True)
+            p.wait_for(lambda: not client.keys(f"{p.settings.key_prefix}inflight:running:{task_id}:*"))  # its own run's mark, cleared
+    finally:
+        sender.close()
+        client.close()
+
+
 PARKED = "parked"  # a queue no worker reads
 
 
-def give_back_unacknowledged(p: Pipeline, sent: Any) -> None:
+def give_back_unacknowledged(p: Pipeline, sent: Any, before: Callable[[str], None] | None = None) -> None:
     """Make the message just sent to PARKED one that a worker of `execution` took and never
     acknowledged, a visibility timeout ago: kombu's unacked hash and index, as its Redis transport
     writes them. The workers' restore sweep then gives it back to `execution` as kombu does with
-    every such message, marked `redelivered`."""
+    every such message, marked `redelivered`. `before` is given the message's delivery tag first."""
     client = redis.Redis.from_url(p.settings.redis_url)
     try:
         raw = client.rpop(PARKED)
@@ -236,6 +273,8 @@ def give_back_unacknowledged(p: Pipeline, sent: Any) -> None:
         message = json.loads(raw)
         assert message["headers"]["id"] == sent.id
         tag = message["properties"]["delivery_tag"]
+        if before is not None:
+            before(tag)
         client.hset(UNACKED_KEY, tag, json.dumps([message, "", "execution"]))  # Celery sends to the anon exchange
         client.zadd(f"{UNACKED_KEY}_index", {tag: time.time() - VISIBILITY_S - 1})
     finally:

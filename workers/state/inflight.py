@@ -22,7 +22,8 @@ Keys, under the key prefix: `inflight:due` (sorted set: call task id -> due time
 the recorded step's hop, compared without decoding the step), `inflight:ended:<task id>` (a marker
 for ENDED_TTL_S after a call ended: lua/inflight_hand_on.lua, lua/inflight_end.lua) and
 `inflight:died:<attempt id>` (hash: how often the worker process running that attempt died, how the
-last one died and after how long; DIED_TTL_S: lua/attempt_died.lua).
+last one died and after how long; DIED_TTL_S: lua/attempt_died.lua). What a whole worker's death
+tells of the attempt it ran is read from workers/state/run_marks.py.
 
 The messages that carry a call's effects rather than its next step (a failed attempt's mark, a
 call's outcome, the learner's records) are lost the same way, and their effects with them (QA: a

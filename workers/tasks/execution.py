@@ -10,21 +10,24 @@ process (a segfault, `os._exit`) takes the attempt's message with it: the broker
 ever. So the worker counts each death of the pool process running an attempt (`ExecuteRequest`,
 in the worker's main process), and an attempt delivered again after CRASH_AFTER_DEATHS of them is
 not run: it is recorded as failed with the class `crash`, and the call goes on as after any
-failed attempt.
+failed attempt. A tool that kills the worker's main process leaves no process to count its death:
+the mark of its run, left behind (workers/state/run_marks.py), counts it at the next delivery.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 from billiard.einfo import ExceptionWithTraceback
 from billiard.exceptions import WorkerLostError
 from celery import Task
+from celery.signals import worker_process_init
 from celery.worker.request import Request
 
 from selection.call_endings import (folders_gone_message, input_refused_message, no_tool_meant_for_it, refused_for_its_namespace,
@@ -41,6 +44,7 @@ from workers.runners import RunLimits, RunOutcome, run_tool
 from workers.runtime import runtime
 from workers.selector import attempt_timeout
 from workers.state.inflight import AttemptDeaths
+from workers.state.run_marks import RunMark
 from workers.tasks.common import no_candidates
 
 log = logging.getLogger("fittest.attempt")
@@ -80,7 +84,8 @@ def original_of(manifest: ToolManifest, registry: ToolRegistry, tools_dir: Path)
     return original
 
 
-def run_attempt(plan: CallPlan, index: int) -> ToolExecutionResult:
+def run_attempt(plan: CallPlan, index: int, mark: Callable[[str], None] | None = None) -> ToolExecutionResult:
+    """Run the candidate's tool; `mark` (`_mark_run`) is given its attempt id first."""
     rt = runtime()
     settings = rt.settings
     candidate = plan.candidates[index]
@@ -89,9 +94,35 @@ def run_attempt(plan: CallPlan, index: int) -> ToolExecutionResult:
     if timeout_s is None:  # a degraded plan, or one queued by a worker from before the timeout travelled in it
         stats, _ = rt.state.stats_and_breakers([candidate.key])
         timeout_s = attempt_timeout(settings, rt.registry, manifest, stats[candidate.key])
-    outcome = run_tool(manifest, plan.request.input, timeout_s=timeout_s, limits=RunLimits.from_settings(settings),
-                       original=original_of(manifest, rt.registry, settings.tools_dir))
+    aid = attempt_id(plan, index)
+    if mark is not None:
+        mark(aid)
+    try:
+        outcome = run_tool(manifest, plan.request.input, timeout_s=timeout_s, limits=RunLimits.from_settings(settings),
+                           original=original_of(manifest, rt.registry, settings.tools_dir))
+    finally:
+        _end_if_orphaned(aid)
     return record_attempt(plan, index, outcome, timeout_s=round(timeout_s, 3))
+
+
+_pool_parent: int | None = None  # the worker's main process, in a pool process of a prefork worker
+
+
+@worker_process_init.connect
+def _note_pool_parent(**_: Any) -> None:
+    global _pool_parent
+    _pool_parent = os.getppid()
+
+
+def _end_if_orphaned(aid: str) -> None:
+    """End this pool process, recording nothing, when its worker's main process died while the tool
+    ran (a tool that kills it, QA live F3): the worker's message is given back, and its next
+    delivery counts the death (workers/state/run_marks.py). Recorded by this orphan, the attempt's
+    outcome (applied once per attempt id) would stand for the attempt in place of its crash."""
+    if _pool_parent is not None and os.getppid() != _pool_parent:
+        log.warning("attempt %s: the worker running it died while its tool ran; this pool process ends", aid,
+                    extra={"event": "attempt_orphaned", "attempt_id": aid})
+        os._exit(70)
 
 
 def crashed_attempt(plan: CallPlan, index: int, deaths: AttemptDeaths) -> ToolExecutionResult:
@@ -236,6 +267,24 @@ class ExecuteRequest(Request):
             self._count_death(exc)
         return super().on_failure(exc_info, send_failed_event=send_failed_event, return_ok=return_ok)
 
+    # However a step ends, its message is acknowledged or rejected by the main process (Celery's
+    # request class for the pool overrides `on_success` without calling this one's).
+    def acknowledge(self) -> None:
+        self._run_ended()
+        super().acknowledge()
+
+    def reject(self, requeue: bool = False) -> None:
+        self._run_ended()
+        super().reject(requeue)
+
+    def _run_ended(self) -> None:
+        """The worker is done with this message: its tool's run, if it ran one, did not take the
+        worker with it (workers/state/run_marks.py)."""
+        try:
+            runtime().run_marks.ended(self.id, str(self.message.delivery_tag))
+        except Exception as error:  # never in the way of the step's end: the mark expires
+            log.warning("call %s: its run's mark not cleared: %s: %s", self.id, type(error).__name__, error)
+
     def _count_death(self, exc: WorkerLostError) -> None:
         # billiard says "Worker exited prematurely: signal 11 (SIGSEGV) Job: 7."; the middle is the news.
         how = re.sub(r"^Worker exited prematurely: |\s*Job: \d+\.?$", "", str(exc)) or type(exc).__name__
@@ -245,6 +294,7 @@ class ExecuteRequest(Request):
             plan, index = CallPlan.model_validate(args["plan_data"]), int(args["index"])
             aid = attempt_id(plan, index)
             deaths = runtime().inflight.died(aid, how, max(ran_ms, 0.0))
+            runtime().run_marks.left_behind(self.id, str(self.message.delivery_tag))  # counted here, not again
         except Exception as error:  # Redis away, a foreign message: it runs again, as before
             log.warning("call %s: its pool process died (%s), not counted: %s: %s", self.id, how,
                         type(error).__name__, error)
@@ -257,13 +307,38 @@ class ExecuteRequest(Request):
                            "worker": self.hostname, "task_name": self.task_name})
 
 
+def _delivery_tag(task: Task) -> str | None:
+    """The broker's tag of the message this step came in (the same at each redelivery of it)."""
+    tag = (getattr(task.request, "properties", None) or {}).get("delivery_tag")
+    return None if tag is None else str(tag)
+
+
+def _mark_run(task: Task) -> Callable[[str], None] | None:
+    """What marks this step's message as running an attempt's tool, in this worker's pool process
+    (workers/state/run_marks.py); None for a step that did not come as a message."""
+    tag = _delivery_tag(task)
+    if tag is None or not task.request.id:
+        return None
+    holder = f"{task.request.hostname or 'a worker'} (pid {os.getpid()})"
+    return lambda aid: runtime().run_marks.running(task.request.id, tag, RunMark(attempt_id=aid, holder=holder))
+
+
 def _deadly(task: Task, plan: CallPlan, index: int) -> AttemptDeaths | None:
     """The deaths of this attempt's process when they are too many to run it again, else None.
     Only a delivery that comes again (given back by the broker, or sent again by the rescue sweep)
     can follow a death, so a first delivery reads nothing."""
     if delivered_again(task) is None:
         return None
-    deaths = runtime().inflight.deaths(attempt_id(plan, index))
+    rt, tag = runtime(), _delivery_tag(task)
+    if tag is not None and (mark := rt.run_marks.left_behind(task.request.id, tag)) is not None:
+        # Its whole worker died while the tool ran (QA live F3: a tool that kills the executor's main
+        # process had it killed again at every redelivery, for ever, and the call never ended).
+        count = rt.inflight.died(mark.attempt_id, f"its worker {mark.holder} died while running it", 0.0)
+        log.warning("call %s: the worker running attempt %s (%s) died, %d time(s)", task.request.id, mark.attempt_id,
+                    mark.holder, count, extra={"event": "attempt_worker_died", "task_id": task.request.id,
+                                               "attempt_id": mark.attempt_id, "holder": mark.holder, "deaths": count,
+                                               "call_id": plan.request.call_id})
+    deaths = rt.inflight.deaths(attempt_id(plan, index))
     return deaths if deaths.count >= CRASH_AFTER_DEATHS else None
 
 
@@ -280,7 +355,7 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
         return after_last_attempt(self, plan)
     index = turn
     deaths = _deadly(self, plan, index)
-    result = run_attempt(plan, index) if deaths is None else crashed_attempt(plan, index, deaths)
+    result = run_attempt(plan, index, _mark_run(self)) if deaths is None else crashed_attempt(plan, index, deaths)
     plan.attempts.append(result)
     if result.success:
         result.unconfirmed = serves_unconfirmed(plan, plan.candidates[index], result)
