@@ -54,6 +54,9 @@ class ExecutionRecord(BaseModel):
     forgiven: bool = False
     # A success that says nothing of whether the version does such jobs (ToolExecutionResult.unconfirmed).
     unconfirmed: bool = False
+    # A success on a call that named the tool's namespace: the caller chose it, however weakly it
+    # matches, so a call's own similarity floor is not passed by it (QA live F4).
+    named: bool = False
 
     @property
     def key(self) -> str:

@@ -137,6 +137,7 @@ def execution_records(record: OutcomeRecord) -> list[ExecutionRecord]:
             timestamp=a.timestamp,
             forgiven=a.attempt_id in set_aside,
             unconfirmed=a.unconfirmed,
+            named=a.success and record.namespace == a.tool,
         )
         for a in record.attempts
     ]
@@ -155,7 +156,8 @@ def store_executions(rt: Runtime, records: Sequence[ExecutionRecord], vectors: S
             payload={"tool": r.key, "name": r.tool, "version": r.version, "success": r.success,
                      "error_class": r.error_class, "call_id": r.call_id, "policy": r.policy,
                      "probability": r.probability, "timestamp": r.timestamp, "scenario": r.scenario[:500],
-                     **({"forgiven": True} if r.forgiven else {}), **({"unconfirmed": True} if r.unconfirmed else {})},
+                     **({"forgiven": True} if r.forgiven else {}), **({"unconfirmed": True} if r.unconfirmed else {}),
+                     **({"named": True} if r.named else {})},
         )
         for i, r in enumerate(records)
     ]

@@ -69,7 +69,7 @@ FAILURE_LIMIT = 64  # failure records of the candidates consulted per selection
 # The payload keys each search of a plan reads: a feedback or failure point also stores its
 # scenario and reason, which selection never looks at and which the store would copy for each hit.
 TOOL_FIELDS = ("tool",)
-EXECUTION_FIELDS = ("tool", "name", "unconfirmed", "call_id")  # call_id: a judged call counts once (`_with_outcomes`)
+EXECUTION_FIELDS = ("tool", "name", "unconfirmed", "named", "call_id")  # call_id: a judged call counts once (`_with_outcomes`)
 FAILURE_FIELDS = ("tool", "error_class")
 FEEDBACK_FIELDS = ("tool", "value", "positive", "timestamp", "source", "call_id", "replaced")
 # The tool points no search may match: a deprecated version's, a removed one's, and an example or a
@@ -449,10 +449,11 @@ class Selector:
         # 0.2-0.5 similar bring in the right tool where its description does not.)
         # Under a call's own floor, only a success that says the tool does such jobs brings it in: an
         # unconfirmed one is the weak match the floor keeps out (QA recheck N2: one call without it,
-        # served by a 0.44 tool, let that tool past it from then on).
+        # served by a 0.44 tool, let that tool past it from then on), and so is one of a call that
+        # named the tool (QA live F4: one `--namespace` call of a 0.25 tool did the same).
         floor = self.similarity_floor(request)
         near = {h.payload["tool"] for h in hits if h.score >= floor
-                and not (request.min_similarity is not None and h.payload.get("unconfirmed"))}
+                and not (request.min_similarity is not None and (h.payload.get("unconfirmed") or h.payload.get("named")))}
         new = sorted(near - set(similarity) - set(request.exclude))
         if new:
             found = self._search(TOOLS, vector, limit=len(new) * SEARCH_DEPTH,

@@ -968,14 +968,14 @@ def test_a_call_retried_after_its_evolution_tries_the_new_version_before_any_oth
     assert retry.candidates[0].key == "currency_rates@1.1.0"
 
 
-def succeeded(rt, tool: str, scenario: str, call_id: str, unconfirmed: bool = False) -> None:
+def succeeded(rt, tool: str, scenario: str, call_id: str, unconfirmed: bool = False, named: bool = False) -> None:
     """Record that `tool` served `scenario` (an outcome as a finished call hands it on; `unconfirmed`:
-    as a weak match that has not done such jobs serves one)."""
+    as a weak match that has not done such jobs serves one; `named`: a call that named it)."""
     from workers.outcomes import apply_outcome, execution_records, store_executions
 
     attempt = ToolExecutionResult(attempt_id=f"{call_id}:0", call_id=call_id, tool=tool, version="1.0.0", success=True,
                                   unconfirmed=unconfirmed)
-    outcome = OutcomeRecord(call_id=call_id, scenario=scenario, attempts=[attempt])
+    outcome = OutcomeRecord(call_id=call_id, scenario=scenario, attempts=[attempt], namespace=tool if named else None)
     apply_outcome(rt, outcome)
     store_executions(rt, execution_records(outcome))
     rt.selector.cache.clear()  # a success moves no state version: cached selections would last their TTL
@@ -1047,6 +1047,10 @@ def test_a_call_asks_for_tools_that_match_its_job_at_least_so_much(rt) -> None:
     # A weak match's unconfirmed success does not get it past the floor (QA recheck N2: one call
     # without the floor, served by a 0.44 tool, let that tool past it from then on)...
     succeeded(rt, "weather_now", scenario, "floor_weak", unconfirmed=True)
+    assert "weather_now" not in {c.manifest.name for c in rt.selector.plan(
+        CallRequest(scenario=scenario, max_attempts=20, min_similarity=0.6)).candidates}
+    # ...nor does a success of a call that named it (QA live F4: one `--namespace` call did so)...
+    succeeded(rt, "weather_now", scenario, "floor_named", named=True)
     assert "weather_now" not in {c.manifest.name for c in rt.selector.plan(
         CallRequest(scenario=scenario, max_attempts=20, min_similarity=0.6)).candidates}
     assert "weather_now" in {c.manifest.name for c in rt.selector.plan(CallRequest(scenario=scenario, max_attempts=20)).candidates}
