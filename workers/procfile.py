@@ -43,7 +43,10 @@ def flower_env(settings: Settings) -> dict[str, str]:
     which left a script on this machine nothing to read (QA ops: 401 for /api/tasks)."""
     if settings.flower_password is None:
         return {"FLOWER_ADDRESS": "127.0.0.1", "FLOWER_UNAUTHENTICATED_API": "true"}
-    return {"FLOWER_BASIC_AUTH": f"{settings.flower_user}:{settings.flower_password.get_secret_value()}"}
+    # The Procfile's line listens on FLOWER_ADDRESS, 127.0.0.1 when unset: `honcho start` run on the
+    # Procfile alone, without a password, put Flower on every interface (QA live F5).
+    return {"FLOWER_BASIC_AUTH": f"{settings.flower_user}:{settings.flower_password.get_secret_value()}",
+            "FLOWER_ADDRESS": "0.0.0.0"}
 
 
 def port_taken(port: int, addr: str = "0.0.0.0") -> bool:

@@ -129,11 +129,18 @@ def test_secrets_are_never_printed(pipeline: Pipeline, tmp_path: Path) -> None:
     assert leaked == []
 
 
+def procfile_line(role: str) -> str:
+    return next(line.partition(":")[2].strip() for line in (ROOT / "Procfile").read_text().splitlines()
+                if line.startswith(f"{role}:"))
+
+
 def start_flower(env: dict[str, str], port: int, *options: str) -> tuple[subprocess.Popen, httpx.Response]:
-    """The Procfile's flower line (`celery -A workers.app flower`), on a port of the test's own; the
-    process and its first answer, to an anonymous request on the loopback address."""
-    flower = [sys.executable, "-m", "celery", "-A", "workers.app", "flower", f"--port={port}", *options]
-    proc = subprocess.Popen(flower, env=env, cwd=ROOT,
+    """The Procfile's flower line, run by a shell as honcho runs it (`fittest up` or `honcho start`),
+    on a port of the test's own; the process and its first answer, to an anonymous request on the
+    loopback address."""
+    line = procfile_line("flower").replace("celery ", f"{sys.executable} -m celery ", 1)
+    flower = ["sh", "-c", f"exec {line} {' '.join(options)}"]
+    proc = subprocess.Popen(flower, env={**env, "FITTEST_FLOWER_PORT": str(port)}, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 60
     while True:
@@ -163,7 +170,7 @@ def test_flower_without_a_password_listens_on_this_machine_only(pipeline: Pipeli
     read the calls' inputs from its task list."""
     port = free_port()
     open_settings = pipeline.settings.model_copy(update={"flower_password": None})
-    proc, answer = start_flower({**pipeline.stack.env, **flower_env(open_settings)}, port)  # no --address: up's line
+    proc, answer = start_flower({**pipeline.stack.env, **flower_env(open_settings)}, port)  # as `fittest up` runs it
     try:
         assert answer.status_code == 200
         assert listening_addresses(port) == {"0100007F"}  # 127.0.0.1, and nothing else
@@ -174,12 +181,25 @@ def test_flower_without_a_password_listens_on_this_machine_only(pipeline: Pipeli
         proc.wait(timeout=10)
 
 
+def test_the_procfile_alone_serves_flower_on_this_machine_only(pipeline: Pipeline) -> None:
+    """QA live F5: `honcho start` on the Procfile (its own header's advice), without `fittest up`'s
+    settings, put Flower on every interface with no login, every call's input on show."""
+    port = free_port()
+    plain = {k: v for k, v in pipeline.stack.env.items() if not k.startswith("FLOWER_")}
+    proc, answer = start_flower(plain, port)
+    try:
+        assert answer.status_code == 200 and listening_addresses(port) == {"0100007F"}
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait(timeout=10)
+
+
 def test_flower_asks_for_the_password_which_is_not_on_its_command_line(pipeline: Pipeline) -> None:
     port = free_port()
-    proc, anonymous = start_flower({**pipeline.stack.env, **flower_env(pipeline.settings)}, port, "--address=127.0.0.1")
+    proc, anonymous = start_flower({**pipeline.stack.env, **flower_env(pipeline.settings)}, port)  # every interface
     try:
         base = f"http://127.0.0.1:{port}/"
-        assert anonymous.status_code == 401
+        assert anonymous.status_code == 401 and listening_addresses(port) == {"00000000"}  # 0.0.0.0, behind the password
         assert httpx.get(f"{base}api/workers", timeout=5).status_code == 401  # nor its API
         password = SECRETS["FITTEST_FLOWER_PASSWORD"]
         assert httpx.get(base, auth=("admin", "wrong"), timeout=5).status_code == 401

@@ -114,7 +114,8 @@ def test_visibility_timeout_must_exceed_the_longest_attempt() -> None:
 
 def test_flower_password_goes_to_its_environment_only() -> None:
     assert "FLOWER_BASIC_AUTH" not in flower_env(Settings())  # and Flower stays on 127.0.0.1 (tests/integration/test_access.py)
-    assert flower_env(Settings(flower_user="ops", flower_password="s3cret")) == {"FLOWER_BASIC_AUTH": "ops:s3cret"}
+    assert flower_env(Settings(flower_user="ops", flower_password="s3cret")) == {"FLOWER_BASIC_AUTH": "ops:s3cret",
+                                                                                 "FLOWER_ADDRESS": "0.0.0.0"}
 
 
 def test_a_redis_url_without_a_redis_scheme_is_refused_by_name() -> None:
