@@ -18,17 +18,26 @@ from selection.ports import RetrainEvidence
 
 def _name_or_namespace(schema: dict[str, Any]) -> None:
     """The schema a service reads says `name` or `namespace`, either one, is required (QA recheck N3:
-    it required `name`, where the workers take `namespace` alone)."""
+    it required `name`, where the workers take `namespace` alone), and lists the fields of a call's
+    payload it takes too, and no other (QA live F9: a service typing its payload from it could not
+    type `call_id`, `tags`, `context`, `max_attempts` or `min_similarity`, and read other keys as fine)."""
     required = [r for r in schema.pop("required", []) if r != "name"]
     if required:
         schema["required"] = required
     schema["anyOf"] = [{"required": ["name"]}, {"required": ["namespace"]}]
+    call = CallRequest.model_json_schema()
+    schema["properties"] = {**schema["properties"],
+                            **{k: v for k, v in call["properties"].items() if k not in schema["properties"]}}
+    schema.setdefault("$defs", {}).update(call.get("$defs", {}))
+    if not schema["$defs"]:
+        del schema["$defs"]
+    schema["additionalProperties"] = False
 
 
 class CallToolPayload(BaseModel):
     """Keyword arguments of `fittest.call_tool`. The other fields of `resilient_tool_call`'s payload
-    (call_id, tags, context, max_attempts) are accepted too and mean the same; `namespace` is `name`
-    (either one names the tool)."""
+    (call_id, tags, context, max_attempts, min_similarity) are accepted too and mean the same (its
+    schema lists them); `namespace` is `name` (either one names the tool)."""
 
     model_config = ConfigDict(json_schema_extra=_name_or_namespace)
 

@@ -82,6 +82,10 @@ def test_the_call_tool_schema_takes_its_name_or_its_namespace() -> None:
     schema = payload_schemas()["call_tool"]
     assert "name" not in schema.get("required", []) and schema["anyOf"] == [{"required": ["name"]}, {"required": ["namespace"]}]
     assert CallToolPayload.model_validate({"namespace": "slugify"}).name == "slugify"  # as the workers read it
+    # ...and every field of a call's payload it takes too, and no other key (QA live F9)
+    assert {"call_id", "tags", "context", "max_attempts", "min_similarity"} <= set(schema["properties"])
+    assert schema["additionalProperties"] is False
+    assert list(schema["properties"])[:6] == ["name", "input", "version", "use_evolved", "scenario", "namespace"]
 
 
 def test_schema_publishes_every_answer_of_a_task_sent_by_name() -> None:
