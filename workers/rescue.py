@@ -78,6 +78,7 @@ class CallStep(Task):
                             extra={"event": "passed_step_ignored", "task_id": self.request.id, "task": self.name,
                                    "by": again, "reason": passed})
                 if passed == CALL_ENDED:  # a copy the sweep recorded as it sent it, after the call ended (QA resilience)
+                    _count_if_revoked(self)
                     runtime().inflight.finished(self.request.id)
                 raise Ignore()
         try:
@@ -121,6 +122,15 @@ def _revoked_call_ends(sender: Task | None = None, request: Any = None, expired:
     log.info("call %s: its step %s was %s; the call ends without a result", task_id, sender.name,
              "expired" if expired else "revoked",
              extra={"event": "call_revoked", "task_id": task_id, "task": sender.name, "expired": expired})
+
+
+def _count_if_revoked(task: Task) -> None:
+    """A step given back after its call was revoked, to a worker that never heard of the revoke (it
+    started since: the one that held the step died, QA live F8), ends the call here, not in
+    `_revoked_call_ends`: counted as revoked, once, while the call is still recorded in flight."""
+    rt = runtime()
+    if rt.inflight.current(task.request.id) is not None and task.app.AsyncResult(task.request.id).state == "REVOKED":
+        rt.metrics.count(CALLS, status="revoked")
 
 
 def redis_answers_again(client: Redis, within_s: float) -> None:

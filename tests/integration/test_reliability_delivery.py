@@ -317,6 +317,38 @@ def test_a_step_delivered_again_after_its_call_ended_is_ignored(pipeline: Pipeli
     assert_one_delivery(p, NAP, before.successes + 1, before.failures, before.quality)
 
 
+def test_a_step_given_back_after_its_call_was_revoked_ends_the_call_counted_as_revoked(
+        pipeline: Pipeline, tmp_path: Path) -> None:
+    """QA live F8: a call revoked while a dead worker held its step ended when the step came back
+    (to a worker started since, which never heard of the revoke), but `fittest_calls_total`
+    counted no `revoked` for it."""
+    p, log = pipeline, tmp_path / "runs.log"
+    manifest = load_manifest(TOOLS / "nap" / "tool.yaml")
+    request = CallRequest(scenario="a nap revoked while its worker was gone", namespace="nap", version="1.0.0",
+                          max_attempts=1, input={"ms": 0, "log": str(log)})
+    plan = CallPlan(request=request, candidates=[Candidate(key=NAP, manifest=manifest, score=1.0)]).model_dump(mode="json")
+    task_id = f"call-{uuid.uuid4().hex}"
+    client = redis_client(p.settings)
+    sender = foreign_sender(p)
+
+    def revoked() -> float:
+        return sum(n for labels, n in reader_for(p.settings).counters().get("calls", []) if labels == {"status": "revoked"})
+
+    try:
+        inflight = InflightCalls(client, p.settings.key_prefix)
+        inflight.sent(HandedOnStep(task_id=task_id, task="fittest.execute", args=[plan, 0]), 600)
+        inflight.flush()
+        sender.backend.mark_as_revoked(task_id)  # what the revoke wrote, before the worker holding the step died
+        before, ignored = revoked(), redeliveries(p, "ignored")
+        give_back_unacknowledged(p, sender.send_task("fittest.execute", args=[plan, 0], queue=PARKED, task_id=task_id))
+        p.wait_for(lambda: redeliveries(p, "ignored") == ignored + 1, timeout=VISIBILITY_S + 30)
+        p.wait_for(lambda: revoked() == before + 1 and inflight.current(task_id) is None)
+        assert runs(log) == []  # the tool did not run
+    finally:
+        sender.close()
+        client.close()
+
+
 def test_a_step_delivered_again_after_its_call_moved_on_is_ignored(pipeline: Pipeline, tmp_path: Path) -> None:
     """The same, for a step whose call is still in flight: attempt 0 timed out and handed the call
     on to attempt 1, then its message comes back. Running it would run the tool again and start a
