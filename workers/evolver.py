@@ -200,7 +200,10 @@ class Evolver:
         parent = registry.get(job.parent_key)
         original = registry.original(job.namespace)
         if parent is None or original is None:
-            return self._finish(job, started, [], [f"{job.parent_key} is not registered"], None)
+            # QA live F10: "is not registered" read as if the tool had gone, while its workers served it
+            return self._finish(job, started, [], [f"{job.parent_key} is not in the tools directory as the evolver "
+                                                   "reads it now (its manifest or its module refused, or gone: "
+                                                   "`fittest tools --refused`)"], None)
         root = evolved_dir(self.settings)
         version = next_version(parent.version, [m.version for m in registry.versions(job.namespace)])
         while version_dir(root, job.namespace, version).exists():  # a folder a failed load left behind

@@ -921,3 +921,14 @@ def test_a_mutation_that_failed_a_wrong_test_case_is_tried_again_once_the_test_c
     manifest.write_text(yaml.safe_dump(doc))  # fixed
     fixed = evolve(rt, slow_call(8))
     assert (fixed.status, fixed.mutation) == ("evolved", "timeout_s 0.3s → 1.2s"), fixed.candidates
+
+
+def test_an_evolution_of_a_tool_whose_module_does_not_parse_now_says_so(rt: Runtime) -> None:
+    """QA live F10: its no_fix said "mean@1.0.0 is not registered", as if the tool had gone, while
+    the workers served it as last loaded (its module saved half-edited)."""
+    job = build_job(rt, "manual", namespace="mean")
+    (rt.settings.tools_dir / "mean" / "tool.py").write_text("def run(value:\n")
+    report = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None).run(job)
+    assert report.status == "no_fix" and report.notes == [
+        "mean@1.0.0 is not in the tools directory as the evolver reads it now (its manifest or its module refused, "
+        "or gone: `fittest tools --refused`)"], report
