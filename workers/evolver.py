@@ -201,9 +201,8 @@ class Evolver:
         original = registry.original(job.namespace)
         if parent is None or original is None:
             # QA live F10: "is not registered" read as if the tool had gone, while its workers served it
-            return self._finish(job, started, [], [f"{job.parent_key} is not in the tools directory as the evolver "
-                                                   "reads it now (its manifest or its module refused, or gone: "
-                                                   "`fittest tools --refused`)"], None)
+            return self._finish(job, started, [], [], None, why=f"{job.parent_key} is not in the tools directory as the "
+                                "evolver reads it now (its manifest or its module refused, or gone: `fittest tools --refused`)")
         root = evolved_dir(self.settings)
         version = next_version(parent.version, [m.version for m in registry.versions(job.namespace)])
         while version_dir(root, job.namespace, version).exists():  # a folder a failed load left behind
@@ -212,7 +211,7 @@ class Evolver:
             ctx = MutationContext(parent=read_parent(parent), evidence=job.evidence, version=version, trigger=job.trigger,
                                   deadline=started + self.settings.evolution_budget_s)
         except (OSError, FolderTooLarge) as exc:
-            return self._finish(job, started, [], [f"cannot read {parent.key}'s files: {exc}"], None)
+            return self._finish(job, started, [], [], None, why=f"cannot read {parent.key}'s files: {exc}")
 
         notes = list(self.load_errors) + self._held_back(job) + self._unanswered(job)
         reports: list[CandidateReport] = []
@@ -389,7 +388,9 @@ class Evolver:
 
     # ----------------------------------------------------------------------------- reporting
     def _finish(self, job: EvolutionJob, started: float, reports: list[CandidateReport], notes: list[str],
-                installed: ToolManifest | None, promoted: bool = True) -> EvolutionReport:
+                installed: ToolManifest | None, promoted: bool = True, why: str | None = None) -> EvolutionReport:
+        """The evolution's record published and its report; `why`: what stopped it before any mutator
+        was asked, said as its message (QA recheck: "no mutator could propose" was said instead)."""
         root = evolved_dir(self.settings).resolve()
         self.publish(
             EvolutionRecord(
@@ -407,13 +408,14 @@ class Evolver:
                                 candidates=reports, notes=notes,
                                 message=f"{installed.key} ({winner.mutation}) passed verification and "
                                         + ("is on trial" if promoted else "is a fallback: " + notes[-1]))
-        return self._no_fix(job, started, reports, notes)
+        return self._no_fix(job, started, reports, notes, why)
 
-    def _no_fix(self, job: EvolutionJob, started: float, reports: list[CandidateReport], notes: list[str]) -> EvolutionReport:
+    def _no_fix(self, job: EvolutionJob, started: float, reports: list[CandidateReport], notes: list[str],
+                why: str | None = None) -> EvolutionReport:
         """An evolution that installed nothing: its report, and its changelog line, logged unless
         the namespace's last line says the same (the same version failing the same way again)."""
         tried = sum(r.outcome == "failed" for r in reports)
-        message = (
+        message = why or (
             f"no verified version of {job.parent_key}: {tried} candidate(s) failed verification, "
             f"{sum(r.outcome == 'skipped' for r in reports)} skipped as failed before"
             if reports

@@ -929,6 +929,6 @@ def test_an_evolution_of_a_tool_whose_module_does_not_parse_now_says_so(rt: Runt
     job = build_job(rt, "manual", namespace="mean")
     (rt.settings.tools_dir / "mean" / "tool.py").write_text("def run(value:\n")
     report = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None).run(job)
-    assert report.status == "no_fix" and report.notes == [
+    assert report.status == "no_fix" and report.message == (
         "mean@1.0.0 is not in the tools directory as the evolver reads it now (its manifest or its module refused, "
-        "or gone: `fittest tools --refused`)"], report
+        "or gone: `fittest tools --refused`)"), report
