@@ -775,6 +775,14 @@ def test_every_command_tells_an_answer_it_cannot_read_from_a_refusal(
     assert f"error: the workers' answer does not read as {model} (" in said, said
 
 
+def test_health_refuses_a_timeout_it_could_not_wait() -> None:
+    """QA recheck 47 F2: `health --timeout inf` reported a healthy stack unhealthy (OverflowError), and
+    1e9 ended in a traceback: it waits its whole timeout for the workers' answers."""
+    for value in ("inf", "1e9"):
+        result = run_cli("health", "--timeout", value)
+        assert result.exit_code == 2 and "Invalid value for '--timeout'" in result.output, result.output
+
+
 def test_an_older_result_shows_no_made_up_weights_version_nor_a_parent_it_does_not_name() -> None:
     """QA: a result without `weights_version` said "SPARC weights v0"; an evolution without its
     parent read ": no verified version"."""
