@@ -28,7 +28,7 @@ from workers.metrics import UNACKED_KEY, reader_for
 from workers.rescue import resend
 from workers.redis_connection import redis_client
 from workers.state.inflight import HandedOnStep, InflightCalls
-from workers.state.run_marks import RunMark, RunMarks
+from workers.state.run_marks import RunMark, RunMarks, message_key
 from workers.tasks.execution import CRASH_AFTER_DEATHS
 
 pytestmark = pytest.mark.slow
@@ -240,7 +240,8 @@ def test_an_attempt_whose_whole_worker_died_running_it_twice_is_a_crash_and_the_
                 inflight.died(aid, "signal 9 (SIGKILL)", 5.0)
             # taken by a worker that marked its run and died: what its message and mark look like
             give_back_unacknowledged(p, sender.send_task("fittest.execute", args=[plan, 0], queue=PARKED, task_id=task_id),
-                                     before=lambda tag: marks.running(task_id, tag, RunMark(attempt_id=aid, holder="executor@gone (pid 7)")))
+                                     before=lambda tag: marks.running(message_key(task_id, tag), RunMark(
+                                         attempt_id=aid, holder="executor@gone (pid 7)", worker=f"executor@gone:{6 + deaths_before}")))
             result = sender.AsyncResult(task_id).get(timeout=VISIBILITY_S + 60)
             assert inflight.deaths(aid).count == deaths_before + 1
             if runs_after:  # one death is not the tool's doing for sure: it runs again
@@ -253,6 +254,20 @@ def test_an_attempt_whose_whole_worker_died_running_it_twice_is_a_crash_and_the_
             assert len(runs(log)) == runs_after
             log.unlink(missing_ok=True)
             p.wait_for(lambda: not client.keys(f"{p.settings.key_prefix}inflight:running:{task_id}:*"))  # its own run's mark, cleared
+        # A death beside another run is no one's for sure (QA recheck 47: a nap that ran beside a
+        # worker-killing tool twice was recorded as a crash): counted for neither.
+        plan = nap_then_brittle("a nap whose worker died as it ran beside another tool", log)
+        aid, task_id = f"{plan['request']['call_id']}:0", f"call-{uuid.uuid4().hex}"
+        inflight.died(aid, "signal 9 (SIGKILL)", 5.0)
+        beside = RunMark(attempt_id="other-call:0", holder="executor@gone (pid 8)", worker="executor@gone:9")
+        marks.running(message_key("other-call", "other-tag"), beside)
+        give_back_unacknowledged(p, sender.send_task("fittest.execute", args=[plan, 0], queue=PARKED, task_id=task_id),
+                                 before=lambda tag: marks.running(message_key(task_id, tag), RunMark(
+                                     attempt_id=aid, holder="executor@gone (pid 7)", worker="executor@gone:9")))
+        result = sender.AsyncResult(task_id).get(timeout=VISIBILITY_S + 60)
+        assert result["status"] == "success" and result["tool"] == "nap", result  # ran again, not a crash
+        assert inflight.deaths(aid).count == 1 and len(runs(log)) == 1
+        assert marks.running_in("executor@gone:9") >= {message_key("other-call", "other-tag")}  # the dead worker's runs, as it died
     finally:
         sender.close()
         client.close()

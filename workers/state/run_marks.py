@@ -1,20 +1,26 @@
-"""Which attempt a worker's pool process is running a tool for, so that the death of the whole
-worker mid-run is counted against that attempt.
+"""Which attempts a worker's pool processes are running tools for, so that the death of the whole
+worker mid-run is counted against the attempt that caused it, and against no other.
 
 Why this exists: the death of a pool process is counted by the worker's main process
 (workers/tasks/execution.py `ExecuteRequest`), but a tool that kills the main process itself (or
 an OOM kill of it) leaves no process of the worker to count anything. Its message is given back
 (the worker lease, workers/worker_lease.py) and the next executor ran the tool again, and died
 again, for ever (QA live F3). So a pool process marks the message it runs a tool for before the
-tool starts, and the main process clears the mark when the pool hands back the step's end, however
-it ended. A mark still there when the message is delivered again was left by a worker that died
-while the tool ran: the attempt's next run counts that death first (inflight.py `died`), and two
-deaths make it a crash, as two deaths of its pool process do.
+tool starts, and the main process clears the mark when done with the message, however its step
+ended. A mark still there when the message is delivered again was left by a worker that died
+while the tool ran.
 
-Keys, under the key prefix: `inflight:running:<task id>:<delivery tag>` (the attempt id and the
-worker that ran it, as JSON; MARK_TTL_S). Keyed by the message, not the call: the next step of the
-call (its next attempt, a message of its own) may be running before the main process clears the
-mark of the step that handed it on.
+Whose doing the death was is clear only when that tool ran alone in the worker: a tool running
+beside it may have killed it (QA recheck 47: a nap that ran beside a worker-killing tool twice was
+recorded as a crash, twice its death). So a death is counted only for an attempt that ran alone;
+the attempts that ran together run one after the other when they come back (`first_of`), in their
+messages' order, so that the next death, if any, has one attempt to count against.
+
+Keys, under the key prefix: `inflight:running:<task id>:<delivery tag>` (the attempt id, the pool
+process and the worker that ran it, as JSON) and `inflight:running-in:<worker>` (a set: the
+messages its pool processes run tools for now), each kept MARK_TTL_S. Keyed by the message, not the
+call: the next step of the call (its next attempt, a message of its own) may be running before the
+main process clears the mark of the step that handed it on.
 """
 
 from __future__ import annotations
@@ -33,10 +39,16 @@ MARK_TTL_S = 24 * 3600
 
 class RunMark(BaseModel):
     attempt_id: str
-    holder: str  # the worker's node name and the pool process's pid
+    holder: str  # the worker's node name and the pool process's pid, for people
+    worker: str  # the worker's node name and its main process's pid: whose running set holds the message
 
 
-class RunMarks(BufferedWrites[set[str]]):
+def message_key(task_id: str, tag: str) -> str:
+    """A delivered message: its task id and the broker's tag, the same at each redelivery."""
+    return f"{task_id}:{tag}"
+
+
+class RunMarks(BufferedWrites[set[tuple[str, str]]]):
     """Set synchronously by the pool process before a tool runs (it may kill the worker before a
     buffer is flushed); cleared in the main process's buffer, off the consumer's round trips."""
 
@@ -46,30 +58,62 @@ class RunMarks(BufferedWrites[set[str]]):
         self.prefix = prefix
         super().__init__(client, flush_interval_s)
 
-    def _new_buffer(self) -> set[str]:
+    def _new_buffer(self) -> set[tuple[str, str]]:
         return set()
 
-    def _write(self, pipe: Pipeline, buffer: set[str]) -> None:
-        if buffer:
-            pipe.delete(*buffer)
+    def _write(self, pipe: Pipeline, buffer: set[tuple[str, str]]) -> None:
+        for message, worker in buffer:
+            pipe.delete(self._mark_key(message))
+            pipe.srem(self._set_key(worker), message)
 
-    def running(self, task_id: str, tag: str, mark: RunMark) -> None:
-        """Mark the message (`task_id`, delivery `tag`) as running `mark.attempt_id`'s tool."""
-        self.client.set(self._key(task_id, tag), mark.model_dump_json(), ex=MARK_TTL_S)
+    def running(self, message: str, mark: RunMark) -> None:
+        """Mark `message` as running `mark.attempt_id`'s tool in `mark.worker`."""
+        with self.client.pipeline() as pipe:
+            pipe.set(self._mark_key(message), mark.model_dump_json(), ex=MARK_TTL_S)
+            pipe.sadd(self._set_key(mark.worker), message)
+            pipe.expire(self._set_key(mark.worker), MARK_TTL_S)
+            pipe.execute()
 
-    def ended(self, task_id: str, tag: str) -> None:
-        """The pool handed back the message's end: whatever its tool did, the worker outlived it."""
-        with self._buffer() as keys:
-            keys.add(self._key(task_id, tag))
+    def ended(self, message: str, worker: str) -> None:
+        """The worker is done with `message`: whatever its tool did, the worker outlived it."""
+        with self._buffer() as ended:
+            ended.add((message, worker))
 
-    def left_behind(self, task_id: str, tag: str) -> RunMark | None:
-        """The mark of a run of this message whose end its worker never saw, taken away (one death
-        is counted once); None when every run of it ended in a worker that lived on."""
+    def left_behind(self, message: str) -> tuple[RunMark, set[str]] | None:
+        """The mark of a run of `message` whose end its worker never saw, taken away (one death is
+        counted once), and the other messages that worker was running tools for as it died (its
+        running set, which nothing changes after its death, is left as it was: each of those
+        messages reads the same when it comes back); None when every run of it ended in a worker
+        that lived on."""
         with self.client.pipeline() as pipe:  # MULTI: GETDEL, for a Redis before 6.2 too
-            pipe.get(self._key(task_id, tag))
-            pipe.delete(self._key(task_id, tag))
+            pipe.get(self._mark_key(message))
+            pipe.delete(self._mark_key(message))
             raw, _ = pipe.execute()
-        return None if raw is None else RunMark.model_validate_json(raw)
+        if raw is None:
+            return None
+        mark = RunMark.model_validate_json(raw)
+        return mark, self.running_in(mark.worker) - {message}
 
-    def _key(self, task_id: str, tag: str) -> str:
-        return f"{self.prefix}inflight:running:{task_id}:{tag}"
+    def counted(self, message: str, worker: str) -> None:
+        """The death of the pool process that ran `message` is counted by its worker, which lives on:
+        the mark goes at once, before the message comes back and reads it."""
+        with self.client.pipeline() as pipe:
+            pipe.delete(self._mark_key(message))
+            pipe.srem(self._set_key(worker), message)
+            pipe.execute()
+
+    def running_in(self, worker: str) -> set[str]:
+        """The messages `worker`'s pool processes run tools for now."""
+        return {m.decode() if isinstance(m, bytes) else str(m) for m in self.client.smembers(self._set_key(worker))}
+
+    def _mark_key(self, message: str) -> str:
+        return f"{self.prefix}inflight:running:{message}"
+
+    def _set_key(self, worker: str) -> str:
+        return f"{self.prefix}inflight:running-in:{worker}"
+
+
+def first_of(message: str, beside: set[str]) -> str:
+    """Of messages whose tools ran together in a worker that died, the one that runs first when
+    they come back; the others wait for it (workers/tasks/execution.py `_wait_for_turn`)."""
+    return min(beside | {message})

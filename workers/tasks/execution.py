@@ -44,7 +44,7 @@ from workers.runners import RunLimits, RunOutcome, run_tool
 from workers.runtime import runtime
 from workers.selector import attempt_timeout
 from workers.state.inflight import AttemptDeaths
-from workers.state.run_marks import RunMark
+from workers.state.run_marks import RunMark, first_of, message_key
 from workers.tasks.common import no_candidates
 
 log = logging.getLogger("fittest.attempt")
@@ -53,6 +53,9 @@ log = logging.getLogger("fittest.attempt")
 # doing for sure (an operator or the OOM killer may kill a pool process; the step must then just
 # run again, as the chaos bench expects); the same attempt killing its process twice is.
 CRASH_AFTER_DEATHS = 2
+# How an attempt that ran beside others in a worker that died waits for the first of them to run
+# (`_wait_for_turn`): for it to show among this worker's runs, then while it runs, looked at this often.
+TURN_APPEAR_S, TURN_WAIT_MAX_S, TURN_POLL_S = 3.0, 300.0, 0.2
 
 
 def attempt_id(plan: CallPlan, index: int) -> str:
@@ -281,7 +284,7 @@ class ExecuteRequest(Request):
         """The worker is done with this message: its tool's run, if it ran one, did not take the
         worker with it (workers/state/run_marks.py)."""
         try:
-            runtime().run_marks.ended(self.id, str(self.message.delivery_tag))
+            runtime().run_marks.ended(message_key(self.id, str(self.message.delivery_tag)), f"{self.hostname}:{os.getpid()}")
         except Exception as error:  # never in the way of the step's end: the mark expires
             log.warning("call %s: its run's mark not cleared: %s: %s", self.id, type(error).__name__, error)
 
@@ -294,7 +297,7 @@ class ExecuteRequest(Request):
             plan, index = CallPlan.model_validate(args["plan_data"]), int(args["index"])
             aid = attempt_id(plan, index)
             deaths = runtime().inflight.died(aid, how, max(ran_ms, 0.0))
-            runtime().run_marks.left_behind(self.id, str(self.message.delivery_tag))  # counted here, not again
+            runtime().run_marks.counted(message_key(self.id, str(self.message.delivery_tag)), f"{self.hostname}:{os.getpid()}")
         except Exception as error:  # Redis away, a foreign message: it runs again, as before
             log.warning("call %s: its pool process died (%s), not counted: %s: %s", self.id, how,
                         type(error).__name__, error)
@@ -307,20 +310,42 @@ class ExecuteRequest(Request):
                            "worker": self.hostname, "task_name": self.task_name})
 
 
-def _delivery_tag(task: Task) -> str | None:
-    """The broker's tag of the message this step came in (the same at each redelivery of it)."""
+def _message(task: Task) -> str | None:
+    """The message this step came in, by its task id and the broker's tag (the same at each
+    redelivery of it); None for a step that did not come as a message."""
     tag = (getattr(task.request, "properties", None) or {}).get("delivery_tag")
-    return None if tag is None else str(tag)
+    return None if tag is None or not task.request.id else message_key(task.request.id, str(tag))
+
+
+def _this_worker(task: Task) -> str:
+    """This worker, as its main process names itself in `ExecuteRequest._run_ended`: its node name and pid."""
+    return f"{task.request.hostname}:{_pool_parent if _pool_parent is not None else os.getpid()}"
 
 
 def _mark_run(task: Task) -> Callable[[str], None] | None:
     """What marks this step's message as running an attempt's tool, in this worker's pool process
     (workers/state/run_marks.py); None for a step that did not come as a message."""
-    tag = _delivery_tag(task)
-    if tag is None or not task.request.id:
+    message = _message(task)
+    if message is None:
         return None
-    holder = f"{task.request.hostname or 'a worker'} (pid {os.getpid()})"
-    return lambda aid: runtime().run_marks.running(task.request.id, tag, RunMark(attempt_id=aid, holder=holder))
+    holder, worker = f"{task.request.hostname or 'a worker'} (pid {os.getpid()})", _this_worker(task)
+    return lambda aid: runtime().run_marks.running(message, RunMark(attempt_id=aid, holder=holder, worker=worker))
+
+
+def _wait_for_turn(task: Task, message: str, beside: set[str]) -> None:
+    """Of the attempts that ran together in a worker that died, all but the first wait, in this
+    worker, until the first has run (or this worker has died with it, leaving this one's run
+    unmarked): the next death has one attempt to count against. A first that another worker took
+    does not show here within TURN_APPEAR_S; nothing is waited for then."""
+    first = first_of(message, beside)
+    if first == message:
+        return
+    marks, worker = runtime().run_marks, _this_worker(task)
+    appear_by, done_by = time.monotonic() + TURN_APPEAR_S, time.monotonic() + TURN_WAIT_MAX_S
+    while first not in marks.running_in(worker) and time.monotonic() < appear_by:
+        time.sleep(TURN_POLL_S)
+    while first in marks.running_in(worker) and time.monotonic() < done_by:
+        time.sleep(TURN_POLL_S)
 
 
 def _deadly(task: Task, plan: CallPlan, index: int) -> AttemptDeaths | None:
@@ -329,15 +354,23 @@ def _deadly(task: Task, plan: CallPlan, index: int) -> AttemptDeaths | None:
     can follow a death, so a first delivery reads nothing."""
     if delivered_again(task) is None:
         return None
-    rt, tag = runtime(), _delivery_tag(task)
-    if tag is not None and (mark := rt.run_marks.left_behind(task.request.id, tag)) is not None:
+    rt, message = runtime(), _message(task)
+    if message is not None and (left := rt.run_marks.left_behind(message)) is not None:
         # Its whole worker died while the tool ran (QA live F3: a tool that kills the executor's main
         # process had it killed again at every redelivery, for ever, and the call never ended).
-        count = rt.inflight.died(mark.attempt_id, f"its worker {mark.holder} died while running it", 0.0)
-        log.warning("call %s: the worker running attempt %s (%s) died, %d time(s)", task.request.id, mark.attempt_id,
-                    mark.holder, count, extra={"event": "attempt_worker_died", "task_id": task.request.id,
-                                               "attempt_id": mark.attempt_id, "holder": mark.holder, "deaths": count,
-                                               "call_id": plan.request.call_id})
+        mark, beside = left
+        if not beside:
+            count = rt.inflight.died(mark.attempt_id, f"its worker {mark.holder} died while running it", 0.0)
+            log.warning("call %s: the worker running attempt %s (%s) died, %d time(s)", task.request.id, mark.attempt_id,
+                        mark.holder, count, extra={"event": "attempt_worker_died", "task_id": task.request.id,
+                                                   "attempt_id": mark.attempt_id, "holder": mark.holder, "deaths": count,
+                                                   "call_id": plan.request.call_id})
+        else:  # whose doing it was is not known: counted for none, and the runs that were together take turns
+            log.warning("call %s: the worker running attempt %s (%s) died beside %d other run(s): not counted",
+                        task.request.id, mark.attempt_id, mark.holder, len(beside),
+                        extra={"event": "attempt_worker_died_beside", "task_id": task.request.id,
+                               "attempt_id": mark.attempt_id, "beside": len(beside), "call_id": plan.request.call_id})
+            _wait_for_turn(task, message, beside)
     deaths = rt.inflight.deaths(attempt_id(plan, index))
     return deaths if deaths.count >= CRASH_AFTER_DEATHS else None
 
