@@ -23,6 +23,7 @@ from workers.cli import calls
 from tests.conftest import run_cli
 from tests.fakes_evolution import InMemoryEvolutionState
 from workers.cli.common import console, err_console, parse_json_option
+from workers.client import CallSender
 
 CALL_ID = "ddfacd9d-2de5-4c92-8b47-37fd8c2c0fa1"
 
@@ -773,6 +774,29 @@ def test_every_command_tells_an_answer_it_cannot_read_from_a_refusal(
     code, said = run(*command)
     assert code == 3 and '"status": "paused"' in said, said
     assert f"error: the workers' answer does not read as {model} (" in said, said
+
+
+def test_an_error_a_task_raised_in_its_worker_is_told_in_one_line(
+        stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """QA recheck 47: a task that raised in its worker (or that workers of another release lack)
+    ended `explain`, `recommend` and `evolve` with the worker's traceback."""
+    from celery import Celery
+
+    from workers.cli import main, operator_error
+    from workers.cli.common import WorkerFailed
+
+    app = Celery("t", backend="cache+memory://")
+    app.backend.mark_as_failure("explain-1", KeyError("fittest.explain"))
+    monkeypatch.setattr("workers.client.CallSender.ask_within",
+                        lambda self, task, timeout, **k: CallSender.wait(app.AsyncResult("explain-1"), 1))
+    with pytest.raises(WorkerFailed) as raised:
+        run_cli("explain", "sort numbers", reraise=True)
+    assert operator_error(raised.value) == ("the workers' fittest.explain ended with an error, not an answer: KeyError: "
+                                            "'fittest.explain' (are this client and the workers the same release?)")
+    monkeypatch.setattr("sys.argv", ["fittest", "explain", "sort numbers"])
+    with pytest.raises(SystemExit) as ended:
+        main()
+    assert ended.value.code == 1 and "Traceback" not in capsys.readouterr().err
 
 
 def test_health_refuses_a_timeout_it_could_not_wait() -> None:

@@ -58,13 +58,13 @@ def operator_error(exc: BaseException) -> str | None:
     from celery.exceptions import TimeoutError as CeleryTimeout
     from redis.exceptions import AuthenticationError
 
-    from workers.cli.common import RedisRefused
+    from workers.cli.common import RedisRefused, WorkerFailed
     from workers.client import refusal
     from workers.embedder import EmbedderUnavailable
     from workers.settings import get_settings, redact_url, settings_problem
     from workers.stack import StackError
 
-    if isinstance(exc, (EmbedderUnavailable, StackError)):
+    if isinstance(exc, (EmbedderUnavailable, StackError, WorkerFailed)):
         return str(exc)
     if (problem := settings_problem(exc)) is not None:
         return f"the settings are refused: {problem}"

@@ -9,7 +9,9 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
@@ -137,6 +139,40 @@ def fail(message: str, code: int = 1) -> NoReturn:
     log, a message folded at the console's 140 columns read as several (QA recheck N5)."""
     err_console.print(f"[red]error:[/red] {literal(message)}", soft_wrap=True)
     raise typer.Exit(code)
+
+
+class WorkerFailed(Exception):
+    """A task the workers ran ended with an error of theirs, not an answer (a bug, or workers of a
+    release without the task): one line, not its traceback (QA recheck 47)."""
+
+    def __init__(self, task: str, error: BaseException) -> None:
+        super().__init__(f"the workers' fittest.{task} ended with an error, not an answer: {type(error).__name__}: "
+                         f"{str(error).strip()[:300]} (are this client and the workers the same release?)")
+
+
+@contextmanager
+def worker_errors_told(task: str) -> Iterator[None]:
+    """Turn what a task raised in its worker into WorkerFailed; a timeout, a Redis away and this
+    process's own errors pass as they are."""
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    from workers.cli import redis_unavailable
+    from workers.client import NotDone
+
+    try:
+        yield
+    except (CeleryTimeout, NotDone, typer.Exit):
+        raise
+    except Exception as exc:
+        if redis_unavailable(exc) is not None or not _raised_by_a_worker(exc):
+            raise
+        raise WorkerFailed(task, exc) from exc
+
+
+def _raised_by_a_worker(exc: BaseException) -> bool:
+    """Whether Celery re-raised `exc` from a task's stored failure (its traceback came from the worker)."""
+    return getattr(exc, "__traceback__", None) is not None and any(
+        "celery/result.py" in frame.filename for frame in traceback.extract_tb(exc.__traceback__))
 
 
 def read_answer(model: type[Answer], answer: Any) -> Answer:

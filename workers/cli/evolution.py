@@ -14,7 +14,8 @@ from evolution.descriptions import VariantStatus
 from evolution.models import ChangelogEntry
 from selection.models import Promotion
 from selection.ports import BreakerState
-from workers.cli.common import REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, read_answer, shortened, when
+from workers.cli.common import (REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, read_answer,
+                                shortened, when, worker_errors_told)
 
 if TYPE_CHECKING:
     from evolution.models import EvolutionReport
@@ -262,7 +263,8 @@ def evolve(
     if version is not None and version not in versions:
         fail(f"{name} has no version {version!r} (it has {', '.join(versions)})", REFUSED)
     client = CallSender()
-    answer = client.wait(client.send("prepare_evolution", namespace=name, version=version, reason=reason), timeout)
+    with worker_errors_told("prepare_evolution"):
+        answer = client.wait(client.send("prepare_evolution", namespace=name, version=version, reason=reason), timeout)
     report = read_answer(EvolutionReport, answer)
     if json_out:
         print_json(answer)

@@ -28,6 +28,7 @@ from workers.cli.common import (
     needs_redis,
     print_json,
     read_answer,
+    worker_errors_told,
     warn_if_namespace_unranked,
     tool_argument,
     when,
@@ -74,7 +75,8 @@ def _ask_or_none(task: str, queue: str, timeout: float, **kwargs: Any) -> dict[s
     if timeout > WAIT_NOTICE_S:
         notice.start()
     try:
-        return CallSender().ask_within(task, timeout, queue=queue, **kwargs)
+        with worker_errors_told(task):
+            return CallSender().ask_within(task, timeout, queue=queue, **kwargs)
     except CeleryTimeout:
         return None
     finally:
