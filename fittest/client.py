@@ -107,10 +107,9 @@ class FittestClient(CallSender):
             try:
                 answer = self.wait_for_call(pending, timeout)
             except TaskRevokedError:
-                meta = self.past_revoke(pending.id, max(deadline - time.monotonic(), 0.0))
-                if meta is None or meta.get("status") != "SUCCESS":
+                if (stored := self.past_revoke(pending.id, max(deadline - time.monotonic(), 0.0))) is None:
                     raise
-                answer = meta["result"]
+                answer = stored
         return read_call(pending.id, answer)
 
     def run(self, scenario: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **options: Any) -> CallResult:

@@ -328,27 +328,27 @@ class CallSender:
             raise
 
     def past_revoke(self, call_id: str, timeout: float) -> dict[str, Any] | None:
-        """What a call the backend marks revoked ends with. Celery's revoke without terminate marks
-        the id REVOKED at once but stops only the steps not started yet: a step a worker runs goes
-        on, and stores its result over the mark when it ends (QA live F2: `fittest result` said
-        "revoked, it has no result", and the call then succeeded, its tool's effects done). While
-        the call is in flight this waits, up to `timeout`, for its stored meta (`status`, `result`)
-        once something replaced the mark; None once the call left flight without (it ended
-        revoked); CeleryTimeout while a step still runs."""
+        """The result of a call the backend marks revoked, if it has one after all. Celery's revoke
+        without terminate marks the id REVOKED at once but stops only the steps not started yet: a
+        step a worker runs goes on, and stores its result over the mark when it ends (QA live F2:
+        `fittest result` said "revoked, it has no result", and the call then succeeded, its tool's
+        effects done). While the call is in flight this waits, up to `timeout`, for what replaces
+        the mark: the result it stored, or None for anything else, as for a call that left flight
+        without replacing it (it ended revoked). CeleryTimeout while a step still runs."""
         deadline = time.monotonic() + timeout
         left_flight: float | None = None
         while True:
             meta = self.celery.backend.get_task_meta(call_id)
             if meta.get("status") != "REVOKED":
-                return meta
+                return dict(meta["result"]) if meta.get("status") == "SUCCESS" else None
             if self.in_flight(call_id):
+                if time.monotonic() >= deadline:
+                    raise CeleryTimeout(f"call {call_id} is revoked and a worker still runs its step")
                 left_flight = None
             elif left_flight is None:
                 left_flight = time.monotonic()
             elif time.monotonic() - left_flight >= REVOKED_SETTLE_S:  # its step ended, and stored nothing over the mark
                 return None
-            if time.monotonic() >= deadline:
-                raise CeleryTimeout(f"call {call_id} is revoked and a worker still runs its step")
             time.sleep(REVOKED_POLL_S)
 
     def check_known(self, call_id: str) -> None:

@@ -140,3 +140,24 @@ def test_a_wait_for_ever_sends_a_message_that_never_expires(monkeypatch) -> None
     for timeout in (math.inf, 1e12, 30.0):
         assert sender.ask_within("record_feedback", timeout, queue="feedback") == {"status": "recorded"}
     assert [k["expires"] for k in sent] == [None, None, 30.0]
+
+
+def test_a_call_revoked_for_good_is_told_revoked_however_little_of_the_wait_is_left(monkeypatch) -> None:
+    """Review: with the wait's time used up, a call revoked long ago (no step in flight) was said to be
+    revoked "while a worker ran its step", which goes on; only a call still in flight is."""
+    import pytest
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    from workers.settings import Settings
+
+    sender = CallSender(Settings(redis_url="redis://127.0.0.1:1/0"))
+    sender.celery.conf.result_backend = "cache+memory://"
+    sender.celery.backend.mark_as_revoked("call-6")
+    monkeypatch.setattr("workers.client.REVOKED_SETTLE_S", 0.0)
+    monkeypatch.setattr(CallSender, "in_flight", lambda self, call_id: False)
+    assert sender.past_revoke("call-6", 0.0) is None
+    monkeypatch.setattr(CallSender, "in_flight", lambda self, call_id: True)
+    with pytest.raises(CeleryTimeout, match="a worker still runs its step"):
+        sender.past_revoke("call-6", 0.0)
+    sender.celery.backend.store_result("call-6", {"status": "success"}, "SUCCESS")  # what the running step stored
+    assert sender.past_revoke("call-6", 0.0) == {"status": "success"}

@@ -190,16 +190,14 @@ def _past_revoke(client: CallSender, call_id: str, deadline: float, revoked: tup
     from celery.exceptions import TimeoutError as CeleryTimeout
 
     try:
-        meta = client.past_revoke(call_id, max(deadline - time.monotonic(), 0.0))
+        stored = client.past_revoke(call_id, max(deadline - time.monotonic(), 0.0))
     except CeleryTimeout:
         no_result(f"call {call_id} was revoked while a worker ran its step: a revoke without terminate stops only "
                   f"the steps not started yet, so it goes on; `fittest result {call_id}` shows what it ends with "
                   "(`celery control terminate SIGTERM ID` stops it)")
-    if meta is None:
-        no_result(*revoked)
-    if meta.get("status") != "SUCCESS":
+    if stored is None:  # revoked for good, or an error stored over the mark
         no_result(*(ended_without_result(client, call_id) or revoked))
-    return dict(meta["result"])
+    return stored
 
 
 def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, json_out: bool, unfinished: str,

@@ -170,9 +170,12 @@ def worker_errors_told(task: str) -> Iterator[None]:
 
 
 def _raised_by_a_worker(exc: BaseException) -> bool:
-    """Whether Celery re-raised `exc` from a task's stored failure (its traceback came from the worker)."""
-    return getattr(exc, "__traceback__", None) is not None and any(
-        "celery/result.py" in frame.filename for frame in traceback.extract_tb(exc.__traceback__))
+    """Whether Celery re-raised `exc` from a task's stored failure: it comes out of `AsyncResult`'s
+    `maybe_throw` (celery/result.py), where nothing of this process's own raises but a Redis away."""
+    import celery.result
+
+    return exc.__traceback__ is not None and any(
+        frame.filename == celery.result.__file__ for frame in traceback.extract_tb(exc.__traceback__))
 
 
 def read_answer(model: type[Answer], answer: Any) -> Answer:

@@ -43,6 +43,12 @@ class RunMark(BaseModel):
     worker: str  # the worker's node name and its main process's pid: whose running set holds the message
 
 
+def worker_key(node: str | None, pid: int) -> str:
+    """A worker as its running set is keyed: its node name and its main process's pid (a restarted
+    worker, with the node name of the one that died, has a set of its own)."""
+    return f"{node}:{pid}"
+
+
 def message_key(task_id: str, tag: str) -> str:
     """A delivered message: its task id and the broker's tag, the same at each redelivery."""
     return f"{task_id}:{tag}"

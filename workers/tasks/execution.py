@@ -44,7 +44,7 @@ from workers.runners import RunLimits, RunOutcome, run_tool
 from workers.runtime import runtime
 from workers.selector import attempt_timeout
 from workers.state.inflight import AttemptDeaths
-from workers.state.run_marks import RunMark, first_of, message_key
+from workers.state.run_marks import RunMark, first_of, message_key, worker_key
 from workers.tasks.common import no_candidates
 
 log = logging.getLogger("fittest.attempt")
@@ -284,7 +284,7 @@ class ExecuteRequest(Request):
         """The worker is done with this message: its tool's run, if it ran one, did not take the
         worker with it (workers/state/run_marks.py)."""
         try:
-            runtime().run_marks.ended(message_key(self.id, str(self.message.delivery_tag)), f"{self.hostname}:{os.getpid()}")
+            runtime().run_marks.ended(message_key(self.id, str(self.message.delivery_tag)), worker_key(self.hostname, os.getpid()))
         except Exception as error:  # never in the way of the step's end: the mark expires
             log.warning("call %s: its run's mark not cleared: %s: %s", self.id, type(error).__name__, error)
 
@@ -297,7 +297,7 @@ class ExecuteRequest(Request):
             plan, index = CallPlan.model_validate(args["plan_data"]), int(args["index"])
             aid = attempt_id(plan, index)
             deaths = runtime().inflight.died(aid, how, max(ran_ms, 0.0))
-            runtime().run_marks.counted(message_key(self.id, str(self.message.delivery_tag)), f"{self.hostname}:{os.getpid()}")
+            runtime().run_marks.counted(message_key(self.id, str(self.message.delivery_tag)), worker_key(self.hostname, os.getpid()))
         except Exception as error:  # Redis away, a foreign message: it runs again, as before
             log.warning("call %s: its pool process died (%s), not counted: %s: %s", self.id, how,
                         type(error).__name__, error)
@@ -318,8 +318,8 @@ def _message(task: Task) -> str | None:
 
 
 def _this_worker(task: Task) -> str:
-    """This worker, as its main process names itself in `ExecuteRequest._run_ended`: its node name and pid."""
-    return f"{task.request.hostname}:{_pool_parent if _pool_parent is not None else os.getpid()}"
+    """This worker, as its main process names itself in `ExecuteRequest._run_ended`."""
+    return worker_key(task.request.hostname, _pool_parent if _pool_parent is not None else os.getpid())
 
 
 def _mark_run(task: Task) -> Callable[[str], None] | None:
