@@ -206,14 +206,18 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
 
 
 # A role that ends while `up` runs is started again after RESTART_BACKOFF_S, doubled for each of
-# its restarts in the last RESTART_WINDOW_S, up to RESTART_BACKOFF_MAX_S. An end past
-# RESTART_LIMIT restarts in that window stops the stack: a role that cannot run (bad settings, a
-# missing binary) is told of within a minute or so (1+2+4+8+16 s of waits, and its failed starts). A beat waits out a Redis
-# restart of up to a minute (workers/app.py), so one restart covers it; the workers ride it out.
+# its failed starts in the last RESTART_WINDOW_S, up to RESTART_BACKOFF_MAX_S. A failed start is an
+# end within STARTED_AFTER_S of the role's start; an end past RESTART_LIMIT of them in that window
+# stops the stack: a role that cannot run (bad settings, a missing binary) is told of within a
+# minute or so (1+2+4+8+16 s of waits, and its failed starts). A role that ran longer had started,
+# and is restarted however often it is ended (a tool that kills its executor, the OOM killer: QA
+# recheck 47 saw three calls of such a tool stop the stack), as supervisord's `startsecs` does. A
+# beat waits out a Redis restart of up to a minute (workers/app.py); the workers ride it out.
 RESTART_LIMIT = 5
 RESTART_WINDOW_S = 300.0
 RESTART_BACKOFF_S = 1.0
 RESTART_BACKOFF_MAX_S = 30.0
+STARTED_AFTER_S = 30.0
 
 
 def ended_by(rc: int, data_dir: Path | None = None) -> str:
@@ -237,18 +241,20 @@ def ended_by(rc: int, data_dir: Path | None = None) -> str:
 class Supervisor(Manager):
     """honcho's Manager, which stopped every role as soon as one ended (a worker killed by the OOM
     killer, a beat that lost Redis), restarting the role instead: one line per restart, and the
-    whole stack stopped, with one line saying why, once a role ends too often (RESTART_LIMIT).
-    SIGINT, SIGTERM and `terminate()` stop every role as honcho does, none restarted."""
+    whole stack stopped, with one line saying why, once a role fails to start too often
+    (RESTART_LIMIT). SIGINT, SIGTERM and `terminate()` stop every role as honcho does, none restarted."""
 
     def __init__(self, printer: Printer, limit: int = RESTART_LIMIT, window_s: float = RESTART_WINDOW_S,
                  backoff_s: float = RESTART_BACKOFF_S, backoff_max_s: float = RESTART_BACKOFF_MAX_S,
-                 clock: Callable[[], float] = time.monotonic, data_dir: Path | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, data_dir: Path | None = None,
+                 started_after_s: float = STARTED_AFTER_S) -> None:
         super().__init__(printer=printer)
         self.data_dir = data_dir  # whose free space a role ended by SIGBUS is told with
-        self.limit, self.window_s = limit, window_s
+        self.limit, self.window_s, self.started_after_s = limit, window_s, started_after_s
         self.backoff_s, self.backoff_max_s = backoff_s, backoff_max_s
         self._now = clock
-        self._ends: dict[str, deque[float]] = {}  # role -> when it ended, within the window
+        self._ends: dict[str, deque[float]] = {}  # role -> when it failed to start, within the window
+        self._started: dict[str, float] = {}  # role -> when it last started
         self._due: dict[str, float] = {}  # role -> when it is started again
         self.tick: Callable[[], None] | None = None  # called every 0.1 s while the stack runs (`up`'s own Redis)
 
@@ -293,6 +299,7 @@ class Supervisor(Manager):
         role = self._processes[msg.name]
         if msg.type == "start":
             role["pid"] = msg.data["pid"]
+            self._started[msg.name] = self._now()
             self._system_print(f"{msg.name} started (pid={msg.data['pid']})\n")
             if self._terminating:  # restarted as the stack began to stop: it stops too
                 self._procmgr.terminate(msg.data["pid"])
@@ -307,22 +314,27 @@ class Supervisor(Manager):
 
     def _ended(self, name: str, rc: int) -> None:
         """A role ended while the stack runs: start it again after its backoff, or, when it has
-        ended more than `limit` times within the window, stop the stack."""
+        failed to start more than `limit` times within the window, stop the stack."""
         now = self._now()
+        ran_s = now - self._started.get(name, now)  # a role whose start was not seen: a failed start
         ends = self._ends.setdefault(name, deque())
-        ends.append(now)
-        while ends[0] < now - self.window_s:
+        failed_start = ran_s < self.started_after_s
+        if failed_start:
+            ends.append(now)
+        while ends and ends[0] < now - self.window_s:
             ends.popleft()
+        how = f"rc={rc}{ended_by(rc, self.data_dir)}"
         if len(ends) > self.limit:
-            self._system_print(f"{name} stopped (rc={rc}{ended_by(rc, self.data_dir)}), {len(ends)} times in {self.window_s:g} s: "
-                               "giving up, stopping every role\n")
+            self._system_print(f"{name} stopped ({how}) within {self.started_after_s:g} s of its start, {len(ends)} times "
+                               f"in {self.window_s:g} s: giving up, stopping every role\n")
             self.returncode = rc if rc > 0 else 1
             self.terminate()
             return
-        delay = min(self.backoff_max_s, self.backoff_s * 2 ** (len(ends) - 1))
+        delay = min(self.backoff_max_s, self.backoff_s * 2 ** max(len(ends) - 1, 0))
         self._due[name] = now + delay
-        self._system_print(f"{name} stopped (rc={rc}{ended_by(rc, self.data_dir)}): restarting it in {delay:g} s "
-                           f"(restart {len(ends)} of {self.limit} allowed in {self.window_s:g} s)\n")
+        counted = (f"restart {len(ends)} of {self.limit} allowed in {self.window_s:g} s" if failed_start
+                   else f"it ran {ran_s:.0f} s: not counted among the {self.limit} failed starts allowed")
+        self._system_print(f"{name} stopped ({how}): restarting it in {delay:g} s ({counted})\n")
 
     def _restart(self, name: str) -> None:
         """A new relay for the role, as honcho's _start makes them; starting it also reaps the

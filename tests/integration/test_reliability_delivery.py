@@ -29,7 +29,7 @@ from workers.rescue import resend
 from workers.redis_connection import redis_client
 from workers.state.inflight import HandedOnStep, InflightCalls
 from workers.state.run_marks import RunMark, RunMarks, message_key
-from workers.tasks.execution import CRASH_AFTER_DEATHS
+from workers.tasks.execution import CRASH_AFTER_DEATHS, PROBE_CRASH_AFTER_DEATHS
 
 pytestmark = pytest.mark.slow
 
@@ -164,6 +164,18 @@ def nap_then_brittle(scenario: str, log: Path, **input: object) -> dict[str, Any
     return CallPlan(request=request, candidates=candidates).model_dump(mode="json")
 
 
+def breaker_opened_then_closed(p: Pipeline, key: str) -> None:
+    """A version whose tool killed the process running it has its breaker opened at once, whatever
+    the threshold (each call of it would cost a process again); closed here for the tests after."""
+    _, breakers = p.state().stats_and_breakers([key])
+    assert breakers[key] == "open", breakers
+    client = redis_client(p.settings)
+    try:
+        client.delete(f"{p.settings.key_prefix}breaker:{key}")
+    finally:
+        client.close()
+
+
 def foreign_sender(p: Pipeline) -> Celery:
     sender = Celery("foreign", broker=p.settings.redis_url, backend=p.settings.redis_url)
     sender.conf.update(task_serializer="json", accept_content=["json"], result_accept_content=["json"])
@@ -193,20 +205,25 @@ def test_a_tool_that_kills_its_process_fails_as_a_crash_and_the_call_falls_back(
     assert len(runs(log)) == CRASH_AFTER_DEATHS  # each run killed its process; the tool was not run again
     assert_one_delivery(p, NAP, before[NAP].successes, before[NAP].failures + 1, round(before[NAP].quality - 0.10, 4))
     assert p.state().stats([BRITTLE])[BRITTLE].successes == before[BRITTLE].successes + 1
+    breaker_opened_then_closed(p, NAP)
     # the executor still serves
     assert p.client.wait(nap_call(p, tmp_path / "after.log", 0), 30)["status"] == "success"
 
 
+@pytest.mark.parametrize("probe", [False, True])
 def test_a_step_the_sweep_sends_again_after_its_process_died_too_often_is_not_run(
-        pipeline: Pipeline, tmp_path: Path) -> None:
+        pipeline: Pipeline, tmp_path: Path, probe: bool) -> None:
     """The rescue sweep's copy of a step (`fittest_resent`) reads the deaths of its attempt as a
-    redelivery does: after CRASH_AFTER_DEATHS it is a crash, and the tool does not run."""
+    redelivery does: after CRASH_AFTER_DEATHS it is a crash, and the tool does not run. A breaker's
+    probe (a version that failed again and again, tried once more) is a crash after one death."""
     p, log = pipeline, tmp_path / "runs.log"
-    plan = nap_then_brittle("a nap whose process died twice before the sweep sent it", log)
+    plan = nap_then_brittle(f"a nap whose process died before the sweep sent it (probe: {probe})", log)
+    if probe:
+        plan["probe"] = NAP
     client = redis_client(p.settings)
     try:
         inflight = InflightCalls(client, p.settings.key_prefix)
-        for _ in range(CRASH_AFTER_DEATHS):
+        for _ in range(PROBE_CRASH_AFTER_DEATHS if probe else CRASH_AFTER_DEATHS):
             inflight.died(f"{plan['request']['call_id']}:0", "signal 9 (SIGKILL)", 5.0)
     finally:
         client.close()
@@ -219,7 +236,9 @@ def test_a_step_the_sweep_sends_again_after_its_process_died_too_often_is_not_ru
         sender.close()
     assert result["status"] == "success" and result["tool"] == "brittle", result
     assert result["attempts"][0]["error_class"] == "crash" and "SIGKILL" in result["attempts"][0]["error_message"]
+    assert ("died once" if probe else f"died {CRASH_AFTER_DEATHS} times") in result["attempts"][0]["error_message"]
     assert runs(log) == []
+    breaker_opened_then_closed(p, NAP)
 
 
 def test_an_attempt_whose_whole_worker_died_running_it_twice_is_a_crash_and_the_call_falls_back(
@@ -251,6 +270,7 @@ def test_an_attempt_whose_whole_worker_died_running_it_twice_is_a_crash_and_the_
                 first = result["attempts"][0]
                 assert first["error_class"] == "crash" and "its worker executor@gone (pid 7) died while running it" in \
                     first["error_message"], first
+                breaker_opened_then_closed(p, NAP)
             assert len(runs(log)) == runs_after
             log.unlink(missing_ok=True)
             p.wait_for(lambda: not client.keys(f"{p.settings.key_prefix}inflight:running:{task_id}:*"))  # its own run's mark, cleared

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -127,7 +128,7 @@ def test_a_role_that_keeps_ending_stops_the_stack(tmp_path: Path) -> None:
     assert run["returncode"] == 3
     assert (tmp_path / "runs").read_text().count("run") == 3  # started, restarted twice
     assert out.count("restarting it") == 2
-    assert "broken stopped (rc=3), 3 times in 300 s: giving up, stopping every role" in out
+    assert "broken stopped (rc=3) within 30 s of its start, 3 times in 300 s: giving up, stopping every role" in out
     assert "sending SIGTERM to steady" in out
 
 
@@ -147,6 +148,33 @@ def test_only_the_ends_within_the_window_count_and_set_the_backoff() -> None:
         now[0] = t
         manager._ended("role", 1)
     assert manager._terminating and manager.returncode == 1  # three ends in 60 s: given up
+
+
+def test_a_role_that_had_started_is_restarted_however_often_it_is_ended() -> None:
+    """QA recheck 47: a tool that kills its executor cost two restarts a call, and three calls
+    within 5 minutes stopped the stack. Only an end within `started_after_s` of the role's start is
+    a failed start that counts toward the limit (supervisord's `startsecs`)."""
+    now, out = [0.0], io.StringIO()
+    manager = Supervisor(printer=Printer(out), limit=2, window_s=300.0, backoff_s=1.0, started_after_s=30.0,
+                         clock=lambda: now[0])
+    manager._processes["executor"] = {}
+
+    def start(at: float) -> None:
+        now[0] = at
+        manager._handle(SimpleNamespace(type="start", name="executor", data={"pid": 7}))
+
+    for t in range(0, 600, 60):  # ten ends, each after a minute of running: none counted
+        start(float(t))
+        now[0] = t + 59.0
+        manager._ended("executor", -9)
+        assert manager._due.pop("executor") == t + 60.0 and not manager._terminating
+    assert "executor stopped (rc=-9, SIGKILL): restarting it in 1 s (it ran 59 s: not counted among the 2 " \
+           "failed starts allowed)" in out.getvalue()
+    for at in (600.0, 610.0, 620.0):  # then three that end within 30 s of their start: given up
+        start(at)
+        now[0] = at + 5.0
+        manager._ended("executor", -9)
+    assert manager._terminating and "within 30 s of its start, 3 times in 300 s: giving up" in out.getvalue()
 
 
 def test_a_role_ended_by_sigbus_is_told_with_the_free_space_of_the_data_dir(tmp_path: Path) -> None:

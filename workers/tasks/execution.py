@@ -51,8 +51,10 @@ log = logging.getLogger("fittest.attempt")
 
 # An attempt whose pool process died this often is not run again. One death is not the tool's
 # doing for sure (an operator or the OOM killer may kill a pool process; the step must then just
-# run again, as the chaos bench expects); the same attempt killing its process twice is.
+# run again, as the chaos bench expects); the same attempt killing its process twice is. A breaker's
+# probe is one run that asks whether a version that failed again and again is back: one death answers.
 CRASH_AFTER_DEATHS = 2
+PROBE_CRASH_AFTER_DEATHS = 1
 # How an attempt that ran beside others in a worker that died waits for the first of them to run
 # (`_wait_for_turn`): for it to show among this worker's runs, then while it runs, looked at this often.
 TURN_APPEAR_S, TURN_WAIT_MAX_S, TURN_POLL_S = 3.0, 300.0, 0.2
@@ -130,17 +132,23 @@ def _end_if_orphaned(aid: str) -> None:
 
 def crashed_attempt(plan: CallPlan, index: int, deaths: AttemptDeaths) -> ToolExecutionResult:
     """The attempt whose tool killed the process running it `deaths.count` times, recorded as a
-    crash without running it again (its run time: that of the last run, cut short)."""
+    crash without running it again (its run time: that of the last run, cut short). Its breaker
+    opens at once: each further call of it would cost a worker process, or a whole worker, again
+    (QA recheck 47: three calls of a tool that killed its executor's main process, each costing two
+    restarts, stopped a `fittest up` stack while its breaker waited for five failures)."""
+    times = "once" if deaths.count == 1 else f"{deaths.count} times"
     outcome = RunOutcome.fail(
         FailureClass.crash,
-        f"the worker process running this attempt died {deaths.count} times (last: {deaths.reason}); "
+        f"the worker process running this attempt died {times} (last: {deaths.reason}); "
         "not run again (a signal or os._exit in the tool?)",
     ).model_copy(update={"elapsed_ms": deaths.ms})
-    return record_attempt(plan, index, outcome, deaths=deaths.count)
+    return record_attempt(plan, index, outcome, opens_breaker=True, deaths=deaths.count)
 
 
-def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: Any) -> ToolExecutionResult:
-    """The attempt's result, with its run time and breaker outcome recorded (once per attempt id)."""
+def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, *, opens_breaker: bool = False,
+                   **metadata: Any) -> ToolExecutionResult:
+    """The attempt's result, with its run time and breaker outcome recorded (once per attempt id);
+    with `opens_breaker`, its failure opens the breaker whatever FITTEST_BREAKER_THRESHOLD says."""
     rt = runtime()
     settings = rt.settings
     candidate = plan.candidates[index]
@@ -170,8 +178,9 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, **metadata: 
     )
     # The caller's fault is not the tool's; a redelivered attempt feeds the breaker once.
     feeds_breaker = outcome.error_class is not FailureClass.bad_input
+    threshold = 1 if opens_breaker else settings.breaker_threshold
     breaker = rt.state.record_run(candidate.key, outcome.elapsed_ms, outcome.success if feeds_breaker else None,
-                                  settings.breaker_threshold, settings.breaker_cooldown_s, attempt_id=result.attempt_id)
+                                  threshold, settings.breaker_cooldown_s, attempt_id=result.attempt_id)
     if not feeds_breaker:  # a probe that said nothing of the tool: the next call probes it (QA X: held back a cool-down)
         rt.state.release_lock(probe_lock(candidate.key), plan.request.call_id)
     if breaker is not None:  # "recovered": the memory worker forgives the outage (workers/outage.py)
@@ -372,7 +381,8 @@ def _deadly(task: Task, plan: CallPlan, index: int) -> AttemptDeaths | None:
                                "attempt_id": mark.attempt_id, "beside": len(beside), "call_id": plan.request.call_id})
             _wait_for_turn(task, message, beside)
     deaths = rt.inflight.deaths(attempt_id(plan, index))
-    return deaths if deaths.count >= CRASH_AFTER_DEATHS else None
+    too_many = PROBE_CRASH_AFTER_DEATHS if plan.is_probe(plan.candidates[index].key) else CRASH_AFTER_DEATHS
+    return deaths if deaths.count >= too_many else None
 
 
 @app.task(bind=True, base=CallStep, name="fittest.execute", Request=ExecuteRequest)
