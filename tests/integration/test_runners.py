@@ -208,6 +208,22 @@ def test_a_module_file_saved_half_edited_leaves_the_version_served_as_it_was(tmp
     assert run_tool(fresh, {}, timeout_s=5, limits=LIMITS).output == {"version": 2, "mended": True}
 
 
+def test_a_module_file_gone_leaves_the_version_served_as_it_was(tmp_path: Path) -> None:
+    """QA recheck 47: `fittest health` said a version whose module file was removed stays served,
+    while every call of it failed as an outage. A process that loaded it runs it as last loaded; one
+    that never did cannot, an outage until the file is back."""
+    tool = make_tool(tmp_path / "t", "py_gone", {"kind": "python", "entrypoint": "gone:run"},
+                     {"gone.py": "def run(input):\n    return {'version': 1}\n"})
+    assert run_tool(tool, {}, timeout_s=5, limits=LIMITS).output == {"version": 1}
+    (tmp_path / "t" / "gone.py").unlink()
+    assert run_tool(tool, {}, timeout_s=5, limits=LIMITS).output == {"version": 1}  # as it was
+    fresh = tool.model_copy(update={"name": "py_gone_fresh"})
+    assert_failure(run_tool(fresh, {}, timeout_s=5, limits=LIMITS), FailureClass.unavailable, "not found")
+    (tmp_path / "t" / "gone.py").write_text("def run(input):\n    return {'version': 2, 'back': True}\n")
+    assert run_tool(tool, {}, timeout_s=5, limits=LIMITS).output == {"version": 2, "back": True}
+    assert run_tool(fresh, {}, timeout_s=5, limits=LIMITS).output == {"version": 2, "back": True}
+
+
 def test_python_tool_gets_its_own_copy_of_the_input(py_tool) -> None:
     data = {"items": ["a"]}
     outcome = run_tool(py_tool("mutate"), data, timeout_s=5, limits=LIMITS)

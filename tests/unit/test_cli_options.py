@@ -776,6 +776,21 @@ def test_every_command_tells_an_answer_it_cannot_read_from_a_refusal(
     assert f"error: the workers' answer does not read as {model} (" in said, said
 
 
+def test_an_answer_to_a_call_sent_that_reads_as_no_calls_is_unreadable_not_another_tasks(
+        stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA recheck 47: the answer to a call `fittest call` had just sent, without call_id and status,
+    was told as "not a call's id" (exit 1); what `fittest result` is given may be another task's
+    id, but a call sent here is a call."""
+    from types import SimpleNamespace
+
+    answer = {"outcome": "done", "tool": 7}
+    monkeypatch.setattr("workers.client.CallSender.send", lambda self, *a, **k: SimpleNamespace(id="call-1"))
+    monkeypatch.setattr("workers.client.CallSender.wait", lambda *a, **k: answer)
+    code, said = run("call", "sort numbers", "--timeout", "1")
+    assert code == 3 and '"outcome": "done"' in said, said
+    assert "error: call call-1: the workers' answer does not read as a call's (no call_id and status)" in said, said
+
+
 def test_an_error_a_task_raised_in_its_worker_is_told_in_one_line(
         stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """QA recheck 47: a task that raised in its worker (or that workers of another release lack)

@@ -74,7 +74,7 @@ def call(
     stays = f"the call stays queued, and `fittest result {pending.id}` shows it once a worker has run it"
     show_when_done(client, pending, timeout, json_out,
                    f"is a selection worker running (`fittest health`)? {stays}", early=lambda: no_selection_worker(client, pending.id, stays),
-                   namespace=payload["namespace"])
+                   namespace=payload["namespace"], sent_as_call=True)
 
 
 @app.command()
@@ -201,10 +201,13 @@ def _past_revoke(client: CallSender, call_id: str, deadline: float, revoked: tup
 
 
 def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, json_out: bool, unfinished: str,
-                   early: Callable[[], str | None] | None = None, namespace: str | None = None) -> None:
+                   early: Callable[[], str | None] | None = None, namespace: str | None = None,
+                   sent_as_call: bool = False) -> None:
     """Wait for a call's result and print it, exiting with the call's exit code; `unfinished` says
     what a timeout means to the user. `early`, asked once when no result came within FIRST_LOOK_S,
-    says why none can come (the command then ends at once), or None to wait on."""
+    says why none can come (the command then ends at once), or None to wait on. `sent_as_call`: the
+    id is of a call this command sent, so an answer that reads as no call's is one of workers of
+    another release, not another task's (QA recheck 47: "not a call's id", exit 1)."""
     from celery.exceptions import TimeoutError as CeleryTimeout
 
     from workers.client import FIRST_LOOK_S, NotACall, UnreadableAnswer, read_call
@@ -250,6 +253,10 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
     try:
         result = read_call(pending.id, outcome)
     except NotACall as exc:  # QA: a judgement's id, which Flower lists, was said to be of another release
+        if sent_as_call:
+            print_json(outcome)
+            fail(f"call {pending.id}: the workers' answer does not read as a call's (no call_id and status): "
+                 "are this client and the workers the same release?", UNREADABLE)
         no_result(str(exc), "not_a_call")
     except UnreadableAnswer as exc:  # printed as it came, and told from a call that did not succeed
         print_json(outcome)

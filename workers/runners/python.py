@@ -9,7 +9,7 @@ every worker process, as an executable tool's does (QA M: pool processes that ha
 before an edit went on running the old code, so one version gave two outputs). Only the file the
 entrypoint names is watched; a module it imports stays as first imported until the worker restarts.
 A file that does not parse or lacks the function (saved half-edited or empty, which the registry
-refuses too) leaves the module as last loaded running; a process that never loaded it fails the
+refuses too), or that is gone, leaves the module as last loaded running; a process that never loaded it fails the
 attempt as `unavailable`, an outage the breaker's probe ends once the file serves again, not a crash
 of the tool's code.
 
@@ -165,6 +165,11 @@ def load_function(manifest: ToolManifest) -> ToolFunction:
         stamp = _file_stamp(path)
         module, loaded = _modules.get(cache_key, (None, None))
         if module is None or stamp != loaded:
+            if path is not None and stamp is None and loaded is not None:
+                # Loaded from its file, which is gone (a deploy that removes and copies again): the
+                # watch refuses it and says the version stays served (QA recheck 47: every call of
+                # it failed as an outage meanwhile), so it runs as last loaded, as a half-edited one.
+                return _as_last_loaded(manifest, cache_key, loaded, f"its module file {path} is gone", module_name, func_name)
             if path is not None and stamp is not None:
                 # Read before it runs, as the registry reads it: a file saved half-edited, empty or
                 # with NUL bytes (QA ops M1, QA recheck N1) leaves the version as last loaded, and is
