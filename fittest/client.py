@@ -98,8 +98,8 @@ class FittestClient(CallSender):
         LookupError too) for the id of another task (a judgement, an explain); UnreadableAnswer (a
         ValueError) for an answer this release cannot read (workers of another release: it holds
         the answer as stored), and celery's TaskRevokedError for a call an operator revoked before
-        it ended (a revoke without terminate does not stop a step a worker runs: the call's result
-        is then waited for, within `timeout`)."""
+        it ended (a revoke without terminate does not stop a step a worker runs: the call's result,
+        or the error its task raised, is then waited for, within `timeout`)."""
         if isinstance(pending, str):
             pending = self.celery.AsyncResult(pending)
         deadline = time.monotonic() + timeout
@@ -107,9 +107,10 @@ class FittestClient(CallSender):
             try:
                 answer = self.wait_for_call(pending, timeout)
             except TaskRevokedError:
-                if (stored := self.past_revoke(pending.id, max(deadline - time.monotonic(), 0.0))) is None:
-                    raise
-                answer = stored
+                stored = self.past_revoke(pending.id, max(deadline - time.monotonic(), 0.0))
+                # None: it ended revoked, or with an error its running step stored over the mark. Read
+                # again, each raises as a call that ends so does (review 48: both were TaskRevokedError).
+                answer = stored if stored is not None else self.wait(self.celery.AsyncResult(pending.id), 1.0)
         return read_call(pending.id, answer)
 
     def run(self, scenario: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **options: Any) -> CallResult:

@@ -428,6 +428,8 @@ class AttemptSummary(BaseModel):
     took_a_refused_input: bool = Field(False, description="It succeeded on an input a tool that does the job refused, "
                                                           "and has done no such job itself: check its output. Its "
                                                           "success is set aside")
+    isolated: bool = Field(False, description="Its python tool ran in a process of its own: a worker process running "
+                                              "an earlier delivery of this attempt died")
 
 
 class CallEvolution(BaseModel):
@@ -503,6 +505,7 @@ class CallResult(BaseModel):
                     probe=plan.is_probe(a.key),
                     callers_mistake=a.callers_mistake,
                     took_a_refused_input=a.took_a_refused_input,
+                    isolated=bool(a.metadata.get("isolated")),
                 )
                 for a in plan.attempts
             ],

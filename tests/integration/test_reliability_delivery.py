@@ -110,6 +110,7 @@ def test_killed_pool_process_attempt_is_taken_over(pipeline: Pipeline, tmp_path:
     assert result["status"] == "success", result
     first, second = runs(log)
     assert first == victim and second != victim and result["output"]["pid"] == second
+    assert result["attempts"][0]["isolated"]  # run again in a process of its own: a death there is its own
     assert_one_delivery(p, NAP, before.successes + 1, before.failures, before.quality)
 
 
@@ -186,8 +187,9 @@ def foreign_sender(p: Pipeline) -> Celery:
 def test_a_tool_that_kills_its_process_fails_as_a_crash_and_the_call_falls_back(
         pipeline: Pipeline, tmp_path: Path, die: str) -> None:
     """A python tool runs in the pool process; one that ends it (os._exit, a segfault) used to make
-    the broker give its attempt back for ever, each delivery killing another pool process. Now its
-    second death is its last: the attempt is a crash, recorded once, and the next candidate answers."""
+    the broker give its attempt back for ever, each delivery killing another pool process. Now the
+    attempt runs again in a process of its own, whose end is the tool's crash, recorded once; its
+    breaker opens, and the next candidate answers."""
     p, log = pipeline, tmp_path / "runs.log"
     plan = nap_then_brittle(f"a nap that kills its process ({die})", log, die=die)
     p.settled()
@@ -199,10 +201,11 @@ def test_a_tool_that_kills_its_process_fails_as_a_crash_and_the_call_falls_back(
         sender.close()
     assert result["status"] == "success" and result["tool"] == "brittle", result
     first, second = result["attempts"]
-    assert first["error_class"] == "crash" and f"died {CRASH_AFTER_DEATHS} times" in first["error_message"], first
-    assert ("exitcode 3" if die == "exit" else "SIGSEGV") in first["error_message"], first
+    assert first["error_class"] == "crash" and first["isolated"], first
+    assert ("exit status 3" if die == "exit" else "killed by SIGSEGV") in first["error_message"], first
+    assert "run in a process of its own, as a worker process running this attempt had died" in first["error_message"]
     assert second["outcome"] == "success" and second["tool"] == "brittle"
-    assert len(runs(log)) == CRASH_AFTER_DEATHS  # each run killed its process; the tool was not run again
+    assert len(runs(log)) == 2  # in the pool process, which it killed, then in its own
     assert_one_delivery(p, NAP, before[NAP].successes, before[NAP].failures + 1, round(before[NAP].quality - 0.10, 4))
     assert p.state().stats([BRITTLE])[BRITTLE].successes == before[BRITTLE].successes + 1
     breaker_opened_then_closed(p, NAP)
@@ -263,8 +266,9 @@ def test_an_attempt_whose_whole_worker_died_running_it_twice_is_a_crash_and_the_
                                          attempt_id=aid, holder="executor@gone (pid 7)", worker=f"executor@gone:{6 + deaths_before}")))
             result = sender.AsyncResult(task_id).get(timeout=VISIBILITY_S + 60)
             assert inflight.deaths(aid).count == deaths_before + 1
-            if runs_after:  # one death is not the tool's doing for sure: it runs again
+            if runs_after:  # one death is not the tool's doing for sure: it runs again, isolated
                 assert result["status"] == "success" and result["tool"] == "nap", result
+                assert result["attempts"][0]["isolated"], result
             else:
                 assert result["status"] == "success" and result["tool"] == "brittle", result
                 first = result["attempts"][0]
@@ -275,7 +279,9 @@ def test_an_attempt_whose_whole_worker_died_running_it_twice_is_a_crash_and_the_
             log.unlink(missing_ok=True)
             p.wait_for(lambda: not client.keys(f"{p.settings.key_prefix}inflight:running:{task_id}:*"))  # its own run's mark, cleared
         # A death beside another run is no one's for sure (QA recheck 47: a nap that ran beside a
-        # worker-killing tool twice was recorded as a crash): counted for neither.
+        # worker-killing tool twice was recorded as a crash): counted for neither, and each runs
+        # isolated, where a tool that kills its parent kills its pool process, whose death is its own
+        # (review 48: runs taking turns left a killer beside new calls, its deaths never counted).
         plan = nap_then_brittle("a nap whose worker died as it ran beside another tool", log)
         aid, task_id = f"{plan['request']['call_id']}:0", f"call-{uuid.uuid4().hex}"
         inflight.died(aid, "signal 9 (SIGKILL)", 5.0)
@@ -286,11 +292,42 @@ def test_an_attempt_whose_whole_worker_died_running_it_twice_is_a_crash_and_the_
                                      attempt_id=aid, holder="executor@gone (pid 7)", worker="executor@gone:9")))
         result = sender.AsyncResult(task_id).get(timeout=VISIBILITY_S + 60)
         assert result["status"] == "success" and result["tool"] == "nap", result  # ran again, not a crash
+        assert result["attempts"][0]["isolated"], result
         assert inflight.deaths(aid).count == 1 and len(runs(log)) == 1
         assert marks.running_in("executor@gone:9") >= {message_key("other-call", "other-tag")}  # the dead worker's runs, as it died
     finally:
         sender.close()
         client.close()
+
+
+def test_a_tool_that_kills_its_worker_beside_another_call_is_a_crash_and_the_other_call_succeeds(
+        pipeline: Pipeline, tmp_path: Path) -> None:
+    """Review 48: a tool that kills its executor's main process while another call's tool runs in the
+    other pool process: the death is no one's for sure, so each comes back to run isolated, where
+    the killer kills only its pool process, a death counted against it alone. It ends a crash, its
+    breaker open, and the call beside it succeeds (before, runs took turns, the killer ran beside
+    new calls, and its deaths were never counted)."""
+    p, killer_log, nap_log = pipeline, tmp_path / "killer.log", tmp_path / "nap.log"
+    p.settled()
+    beside = nap_call(p, nap_log, 4000)
+    wait_runs(p, nap_log, 1)
+    sender = foreign_sender(p)
+    try:
+        plan = nap_then_brittle("a nap that kills its worker beside another call", killer_log, die="parent", ms=300)
+        killer = sender.send_task("fittest.execute", args=[plan, 0], queue="execution")
+        assert p.stack.procs["executor"].wait(timeout=30) == -signal.SIGKILL
+        restart_executor(p)
+        result = killer.get(timeout=VISIBILITY_S + 90)
+    finally:
+        sender.close()
+    assert result["status"] == "success" and result["tool"] == "brittle", result
+    first = result["attempts"][0]
+    assert first["error_class"] == "crash" and f"died {CRASH_AFTER_DEATHS} times" in first["error_message"], first
+    assert len(runs(killer_log)) == 1 + CRASH_AFTER_DEATHS  # in the pool process, then twice isolated, killing its pool process
+    other = p.client.wait(beside, 60)
+    assert other["status"] == "success" and other["attempts"][0]["isolated"], other
+    assert len(runs(nap_log)) == 2
+    breaker_opened_then_closed(p, NAP)
 
 
 PARKED = "parked"  # a queue no worker reads

@@ -728,6 +728,16 @@ def test_a_call_table_says_does_such_jobs_only_of_the_first_refusal_set_aside() 
                for line in out.get().splitlines())  # QA final: it read just "success"
 
 
+def test_a_call_table_marks_an_attempt_run_isolated_after_a_death(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An attempt whose worker process died comes back to run its python tool in a process of its
+    own: its row says so, or the slower run and its sandbox's limits would be unexplained."""
+    monkeypatch.setattr(console, "_width", 200)
+    attempts = [{"tool": "nap", "version": "1.0.0", "outcome": "success", "isolated": True}]
+    with console.capture() as out:
+        show_answer({"call_id": "c", "status": "success", "tool": "nap", "version": "1.0.0", "attempts": attempts})
+    assert any("nap@1.0.0" in line and "(isolated: a process running it died)" in line for line in out.get().splitlines())
+
+
 def test_the_tools_list_keeps_its_numbers_readable_beside_long_marks(monkeypatch: pytest.MonkeyPatch) -> None:
     """QA recheck N4: a version marked new and on trial squeezed quality, standing and successes to
     "…" in a 140-column terminal; the marks and notes wrap under their cells instead."""

@@ -161,3 +161,28 @@ def test_a_call_revoked_for_good_is_told_revoked_however_little_of_the_wait_is_l
         sender.past_revoke("call-6", 0.0)
     sender.celery.backend.store_result("call-6", {"status": "success"}, "SUCCESS")  # what the running step stored
     assert sender.past_revoke("call-6", 0.0) == {"status": "success"}
+
+
+def test_a_revoked_call_whose_running_step_stored_an_error_raises_that_error(monkeypatch) -> None:
+    """Review 48: the client raised TaskRevokedError for a revoked call whose running step then
+    stored an error over the mark, where `fittest result` tells that error."""
+    import pytest
+    from celery.exceptions import TaskRevokedError
+
+    from fittest.client import FittestClient
+    from workers.settings import Settings
+
+    client = FittestClient(settings=Settings(redis_url="redis://127.0.0.1:1/0"))
+    client.celery.conf.result_backend = "cache+memory://"
+
+    def revoked(self, pending, timeout):
+        raise TaskRevokedError(pending.id)
+
+    monkeypatch.setattr(CallSender, "wait_for_call", revoked)
+    monkeypatch.setattr(CallSender, "past_revoke", lambda self, call_id, timeout: None)
+    client.celery.backend.mark_as_revoked("call-7")
+    with pytest.raises(TaskRevokedError):
+        client.result("call-7", timeout=1)
+    client.celery.backend.mark_as_failure("call-7", KeyError("fittest.resilient_tool_call"))
+    with pytest.raises(KeyError, match="fittest.resilient_tool_call"):
+        client.result("call-7", timeout=1)

@@ -284,12 +284,13 @@ def _attempt_row(table: Table, number: str, a: AttemptSummary, first_refusal: bo
     from selection.manifest import tool_key
 
     err = f"{a.error_class.value if a.error_class else ''} {a.error_message or ''}".strip()
-    probe = " [dim](breaker probe: no attempt used)[/dim]" if a.probe else ""
+    marks = " [dim](breaker probe: no attempt used)[/dim]" if a.probe else ""
+    marks += " [dim](isolated: a process running it died)[/dim]" if a.isolated else ""
     mistake = ("" if not a.callers_mistake else " [yellow](taken for the caller's mistake: check the input)[/yellow]"
                if first_refusal else " [dim](the same input, set aside)[/dim]")
     if a.took_a_refused_input:  # QA final: the success set aside read just "success"
         mistake = " [yellow](set aside: it has done no such job; check its output)[/yellow]"
-    table.add_row(number, literal(tool_key(a.tool, a.version)) + probe,
+    table.add_row(number, literal(tool_key(a.tool, a.version)) + marks,
                   "[green]success[/green]" if a.outcome == "success" else "[red]failure[/red]",
                   literal(abridged(err)) + mistake, f"{a.execution_time_ms:.0f}")
 

@@ -194,11 +194,12 @@ class InflightCalls(BufferedWrites[_Pending]):
         """Look at the call again `due_in_s` from now (only while it is still in flight)."""
         self.client.zadd(self.due_key, {task_id: time.time() + due_in_s}, xx=True)
 
-    def died(self, attempt_id: str, reason: str, ms: float) -> int:
+    def died(self, attempt_id: str, reason: str, ms: float, once: str | None = None) -> int:
         """Count a death of the process that was running `attempt_id` (`reason`: how it died, after
         `ms` of running); returns how many are counted. Written at once, not buffered: the broker
-        gives the step back right after, and its next delivery reads the count."""
-        token = f"{self.prefix}once:died:{new_token()}"
+        gives the step back right after, and its next delivery reads the count. `once` names the
+        death, which is then counted once however often it is told (a run's mark read again)."""
+        token = f"{self.prefix}once:died:{once or new_token()}"
         return int(self._died(keys=[self._died_key(attempt_id), token], args=[reason, round(ms, 1), DIED_TTL_S, ONCE_TTL_S]))
 
     def deaths(self, attempt_id: str) -> AttemptDeaths:

@@ -12,9 +12,14 @@ while the tool ran.
 
 Whose doing the death was is clear only when that tool ran alone in the worker: a tool running
 beside it may have killed it (QA recheck 47: a nap that ran beside a worker-killing tool twice was
-recorded as a crash, twice its death). So a death is counted only for an attempt that ran alone;
-the attempts that ran together run one after the other when they come back (`first_of`), in their
-messages' order, so that the next death, if any, has one attempt to count against.
+recorded as a crash, twice its death). So a death is counted only for an attempt that ran alone.
+Every attempt whose worker died while it ran, alone or not, runs its python tool isolated when it
+comes back (workers/tasks/execution.py): in a process of its own, a tool that kills its parent or
+its process group kills that process, or the pool process, whose death the worker counts against
+it alone (review 48: taking turns left the killer beside new calls, its deaths never counted).
+
+A mark holds its run's token: the death it tells is counted once (the count's token is the run's)
+however often a delivery that read it is given back before the mark goes (Redis away meanwhile).
 
 Keys, under the key prefix: `inflight:running:<task id>:<delivery tag>` (the attempt id, the pool
 process and the worker that ran it, as JSON) and `inflight:running-in:<worker>` (a set: the
@@ -26,10 +31,11 @@ main process clears the mark of the step that handed it on.
 from __future__ import annotations
 
 import redis
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from redis.client import Pipeline
 
 from workers.buffered import BufferedWrites
+from workers.state.once import new_token
 
 FLUSH_INTERVAL_S = 0.1
 # How long a mark waits for a redelivery: past the visibility timeout after which the broker gives
@@ -41,6 +47,7 @@ class RunMark(BaseModel):
     attempt_id: str
     holder: str  # the worker's node name and the pool process's pid, for people
     worker: str  # the worker's node name and its main process's pid: whose running set holds the message
+    run: str = Field(default_factory=new_token)  # this run's: its death is counted once
 
 
 def worker_key(node: str | None, pid: int) -> str:
@@ -56,7 +63,9 @@ def message_key(task_id: str, tag: str) -> str:
 
 class RunMarks(BufferedWrites[set[tuple[str, str]]]):
     """Set synchronously by the pool process before a tool runs (it may kill the worker before a
-    buffer is flushed); cleared in the main process's buffer, off the consumer's round trips."""
+    buffer is flushed); cleared in the main process's buffer, off the consumer's round trips, once
+    the message is done with, or at once when it goes back to its queue (`cleared`): a clear
+    buffered then could land after its redelivery's mark (review 48)."""
 
     name = "run-marks"
 
@@ -86,23 +95,25 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
             ended.add((message, worker))
 
     def left_behind(self, message: str) -> tuple[RunMark, set[str]] | None:
-        """The mark of a run of `message` whose end its worker never saw, taken away (one death is
-        counted once), and the other messages that worker was running tools for as it died (its
-        running set, which nothing changes after its death, is left as it was: each of those
-        messages reads the same when it comes back); None when every run of it ended in a worker
-        that lived on."""
-        with self.client.pipeline() as pipe:  # MULTI: GETDEL, for a Redis before 6.2 too
-            pipe.get(self._mark_key(message))
-            pipe.delete(self._mark_key(message))
-            raw, _ = pipe.execute()
+        """The mark of a run of `message` whose end its worker never saw, and the other messages that
+        worker was running tools for as it died (its running set, which nothing changes after its
+        death, is left as it was: each of those messages reads the same when it comes back); None
+        when every run of it ended in a worker that lived on. The mark stays until `cleared`, once
+        its death is counted (by its run's token: once, however often this is read)."""
+        raw = self.client.get(self._mark_key(message))
         if raw is None:
             return None
         mark = RunMark.model_validate_json(raw)
         return mark, self.running_in(mark.worker) - {message}
 
-    def counted(self, message: str, worker: str) -> None:
-        """The death of the pool process that ran `message` is counted by its worker, which lives on:
-        the mark goes at once, before the message comes back and reads it."""
+    def counted(self, message: str) -> None:
+        """The death the mark of `message` told is counted: the mark goes, and its dead worker's
+        running set stays as it died, read by the other messages it holds when they come back."""
+        self.client.delete(self._mark_key(message))
+
+    def cleared(self, message: str, worker: str) -> None:
+        """The mark of `message` goes at once: its death is counted, or the message goes back to its
+        queue, and its next delivery must not read it."""
         with self.client.pipeline() as pipe:
             pipe.delete(self._mark_key(message))
             pipe.srem(self._set_key(worker), message)
@@ -118,8 +129,3 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
     def _set_key(self, worker: str) -> str:
         return f"{self.prefix}inflight:running-in:{worker}"
 
-
-def first_of(message: str, beside: set[str]) -> str:
-    """Of messages whose tools ran together in a worker that died, the one that runs first when
-    they come back; the others wait for it (workers/tasks/execution.py `_wait_for_turn`)."""
-    return min(beside | {message})

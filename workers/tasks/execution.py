@@ -11,7 +11,10 @@ ever. So the worker counts each death of the pool process running an attempt (`E
 in the worker's main process), and an attempt delivered again after CRASH_AFTER_DEATHS of them is
 not run: it is recorded as failed with the class `crash`, and the call goes on as after any
 failed attempt. A tool that kills the worker's main process leaves no process to count its death:
-the mark of its run, left behind (workers/state/run_marks.py), counts it at the next delivery.
+the mark of its run, left behind (workers/state/run_marks.py), counts it at the next delivery. An
+attempt whose process died, or whose worker died while it ran, runs its python tool in a process
+of its own when it comes back, so that a tool killing its parent or its process group takes only
+that process, or the pool process, whose death is then its own.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import re
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from billiard.einfo import ExceptionWithTraceback
 from billiard.exceptions import WorkerLostError
@@ -44,7 +47,7 @@ from workers.runners import RunLimits, RunOutcome, run_tool
 from workers.runtime import runtime
 from workers.selector import attempt_timeout
 from workers.state.inflight import AttemptDeaths
-from workers.state.run_marks import RunMark, first_of, message_key, worker_key
+from workers.state.run_marks import RunMark, message_key, worker_key
 from workers.tasks.common import no_candidates
 
 log = logging.getLogger("fittest.attempt")
@@ -55,9 +58,6 @@ log = logging.getLogger("fittest.attempt")
 # probe is one run that asks whether a version that failed again and again is back: one death answers.
 CRASH_AFTER_DEATHS = 2
 PROBE_CRASH_AFTER_DEATHS = 1
-# How an attempt that ran beside others in a worker that died waits for the first of them to run
-# (`_wait_for_turn`): for it to show among this worker's runs, then while it runs, looked at this often.
-TURN_APPEAR_S, TURN_WAIT_MAX_S, TURN_POLL_S = 3.0, 300.0, 0.2
 
 
 def attempt_id(plan: CallPlan, index: int) -> str:
@@ -89,8 +89,10 @@ def original_of(manifest: ToolManifest, registry: ToolRegistry, tools_dir: Path)
     return original
 
 
-def run_attempt(plan: CallPlan, index: int, mark: Callable[[str], None] | None = None) -> ToolExecutionResult:
-    """Run the candidate's tool; `mark` (`_mark_run`) is given its attempt id first."""
+def run_attempt(plan: CallPlan, index: int, mark: Callable[[str], None] | None = None,
+                isolated: bool = False) -> ToolExecutionResult:
+    """Run the candidate's tool; `mark` (`_mark_run`) is given its attempt id first. `isolated`: a
+    python tool runs in a process of its own (an attempt whose worker process died while it ran)."""
     rt = runtime()
     settings = rt.settings
     candidate = plan.candidates[index]
@@ -104,10 +106,18 @@ def run_attempt(plan: CallPlan, index: int, mark: Callable[[str], None] | None =
         mark(aid)
     try:
         outcome = run_tool(manifest, plan.request.input, timeout_s=timeout_s, limits=RunLimits.from_settings(settings),
-                           original=original_of(manifest, rt.registry, settings.tools_dir))
+                           original=original_of(manifest, rt.registry, settings.tools_dir), isolated=isolated)
     finally:
         _end_if_orphaned(aid)
-    return record_attempt(plan, index, outcome, timeout_s=round(timeout_s, 3))
+    if not (isolated and manifest.implementation.kind == "python"):
+        return record_attempt(plan, index, outcome, timeout_s=round(timeout_s, 3))
+    # A crash where nothing else ran, after a process running it died: the tool's doing, the process's
+    # death too. Its breaker opens, as when its deaths are too many (`crashed_attempt`).
+    crashed = outcome.error_class is FailureClass.crash
+    if crashed:
+        outcome.error_message = (f"{outcome.error_message} (run in a process of its own, as a worker process running "
+                                 "this attempt had died)")
+    return record_attempt(plan, index, outcome, opens_breaker=crashed, timeout_s=round(timeout_s, 3), isolated=True)
 
 
 _pool_parent: int | None = None  # the worker's main process, in a pool process of a prefork worker
@@ -282,18 +292,21 @@ class ExecuteRequest(Request):
     # However a step ends, its message is acknowledged or rejected by the main process (Celery's
     # request class for the pool overrides `on_success` without calling this one's).
     def acknowledge(self) -> None:
-        self._run_ended()
+        self._run_ended(at_once=False)
         super().acknowledge()
 
     def reject(self, requeue: bool = False) -> None:
-        self._run_ended()
+        self._run_ended(at_once=requeue)  # back to its queue: its next delivery must not read the mark
         super().reject(requeue)
 
-    def _run_ended(self) -> None:
+    def _run_ended(self, at_once: bool) -> None:
         """The worker is done with this message: its tool's run, if it ran one, did not take the
         worker with it (workers/state/run_marks.py)."""
+        marks = runtime().run_marks
         try:
-            runtime().run_marks.ended(message_key(self.id, str(self.message.delivery_tag)), worker_key(self.hostname, os.getpid()))
+            # as the pool process's mark names them (`_mark_run`)
+            keys = message_key(self.id, str(self.message.delivery_tag)), worker_key(self.hostname, os.getpid())
+            (marks.cleared if at_once else marks.ended)(*keys)
         except Exception as error:  # never in the way of the step's end: the mark expires
             log.warning("call %s: its run's mark not cleared: %s: %s", self.id, type(error).__name__, error)
 
@@ -305,8 +318,7 @@ class ExecuteRequest(Request):
             args = dict(zip(("plan_data", "index"), self.args)) | dict(self.kwargs)
             plan, index = CallPlan.model_validate(args["plan_data"]), int(args["index"])
             aid = attempt_id(plan, index)
-            deaths = runtime().inflight.died(aid, how, max(ran_ms, 0.0))
-            runtime().run_marks.counted(message_key(self.id, str(self.message.delivery_tag)), worker_key(self.hostname, os.getpid()))
+            deaths = runtime().inflight.died(aid, how, max(ran_ms, 0.0))  # its mark goes as the message goes back
         except Exception as error:  # Redis away, a foreign message: it runs again, as before
             log.warning("call %s: its pool process died (%s), not counted: %s: %s", self.id, how,
                         type(error).__name__, error)
@@ -341,48 +353,51 @@ def _mark_run(task: Task) -> Callable[[str], None] | None:
     return lambda aid: runtime().run_marks.running(message, RunMark(attempt_id=aid, holder=holder, worker=worker))
 
 
-def _wait_for_turn(task: Task, message: str, beside: set[str]) -> None:
-    """Of the attempts that ran together in a worker that died, all but the first wait, in this
-    worker, until the first has run (or this worker has died with it, leaving this one's run
-    unmarked): the next death has one attempt to count against. A first that another worker took
-    does not show here within TURN_APPEAR_S; nothing is waited for then."""
-    first = first_of(message, beside)
-    if first == message:
-        return
-    marks, worker = runtime().run_marks, _this_worker(task)
-    appear_by, done_by = time.monotonic() + TURN_APPEAR_S, time.monotonic() + TURN_WAIT_MAX_S
-    while first not in marks.running_in(worker) and time.monotonic() < appear_by:
-        time.sleep(TURN_POLL_S)
-    while first in marks.running_in(worker) and time.monotonic() < done_by:
-        time.sleep(TURN_POLL_S)
+class Returned(NamedTuple):
+    """What an attempt delivered again brings from its earlier deliveries."""
+
+    deaths: AttemptDeaths  # of the processes that ran it, counted against it
+    worker_died: bool  # a whole worker died while it ran, beside other runs or alone
+
+    @property
+    def suspect(self) -> bool:
+        """Whether a process running it died: its python tool runs isolated now, where its deaths
+        are its own to count (workers/state/run_marks.py)."""
+        return self.deaths.count > 0 or self.worker_died
 
 
-def _deadly(task: Task, plan: CallPlan, index: int) -> AttemptDeaths | None:
-    """The deaths of this attempt's process when they are too many to run it again, else None.
-    Only a delivery that comes again (given back by the broker, or sent again by the rescue sweep)
-    can follow a death, so a first delivery reads nothing."""
+def _returned(task: Task, plan: CallPlan, index: int) -> Returned | None:
+    """What this attempt's earlier deliveries left, a death of its whole worker counted now (when it
+    ran alone in it); None on a first delivery, which no death can precede. Only a delivery that
+    comes again (given back by the broker, or sent again by the rescue sweep) can follow a death."""
     if delivered_again(task) is None:
         return None
     rt, message = runtime(), _message(task)
-    if message is not None and (left := rt.run_marks.left_behind(message)) is not None:
+    left = None if message is None else rt.run_marks.left_behind(message)
+    if message is not None and left is not None:
         # Its whole worker died while the tool ran (QA live F3: a tool that kills the executor's main
         # process had it killed again at every redelivery, for ever, and the call never ended).
         mark, beside = left
         if not beside:
-            count = rt.inflight.died(mark.attempt_id, f"its worker {mark.holder} died while running it", 0.0)
+            count = rt.inflight.died(mark.attempt_id, f"its worker {mark.holder} died while running it", 0.0,
+                                     once=f"run:{mark.run}")
             log.warning("call %s: the worker running attempt %s (%s) died, %d time(s)", task.request.id, mark.attempt_id,
                         mark.holder, count, extra={"event": "attempt_worker_died", "task_id": task.request.id,
                                                    "attempt_id": mark.attempt_id, "holder": mark.holder, "deaths": count,
                                                    "call_id": plan.request.call_id})
-        else:  # whose doing it was is not known: counted for none, and the runs that were together take turns
+        else:  # whose doing it was is not known: counted for none; each of them runs isolated now
             log.warning("call %s: the worker running attempt %s (%s) died beside %d other run(s): not counted",
                         task.request.id, mark.attempt_id, mark.holder, len(beside),
                         extra={"event": "attempt_worker_died_beside", "task_id": task.request.id,
                                "attempt_id": mark.attempt_id, "beside": len(beside), "call_id": plan.request.call_id})
-            _wait_for_turn(task, message, beside)
-    deaths = rt.inflight.deaths(attempt_id(plan, index))
+        rt.run_marks.counted(message)  # after the count: a delivery given back before this reads it again, counting nothing more
+    return Returned(rt.inflight.deaths(attempt_id(plan, index)), worker_died=left is not None)
+
+
+def _too_many(plan: CallPlan, index: int, deaths: AttemptDeaths) -> bool:
+    """Whether the attempt's deaths are too many to run it again (a crash then)."""
     too_many = PROBE_CRASH_AFTER_DEATHS if plan.is_probe(plan.candidates[index].key) else CRASH_AFTER_DEATHS
-    return deaths if deaths.count >= too_many else None
+    return deaths.count >= too_many
 
 
 @app.task(bind=True, base=CallStep, name="fittest.execute", Request=ExecuteRequest)
@@ -397,8 +412,11 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
     if turn is None:
         return after_last_attempt(self, plan)
     index = turn
-    deaths = _deadly(self, plan, index)
-    result = run_attempt(plan, index, _mark_run(self)) if deaths is None else crashed_attempt(plan, index, deaths)
+    returned = _returned(self, plan, index)
+    if returned is not None and _too_many(plan, index, returned.deaths):
+        result = crashed_attempt(plan, index, returned.deaths)
+    else:
+        result = run_attempt(plan, index, _mark_run(self), isolated=returned is not None and returned.suspect)
     plan.attempts.append(result)
     if result.success:
         result.unconfirmed = serves_unconfirmed(plan, plan.candidates[index], result)

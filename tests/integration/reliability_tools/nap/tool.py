@@ -1,10 +1,12 @@
 """A tool that takes its time: it logs each run to `input["log"]` (one line: pid), sleeps
 `input["ms"]`, then returns, or raises when `input["fail"]` is set. Tests kill workers while it
 sleeps and count its runs from the log. With `input["die"]` it kills its own process instead of
-returning: "exit" (os._exit(3)) or "segfault" (reads address 0)."""
+returning: "exit" (os._exit(3)), "segfault" (reads address 0) or "parent" (SIGKILL to the process
+that started it: in a pool process, the executor's main process)."""
 
 import ctypes
 import os
+import signal
 import time
 
 
@@ -18,6 +20,9 @@ def run(payload):
         os._exit(3)
     if payload.get("die") == "segfault":
         ctypes.string_at(0)
+    if payload.get("die") == "parent":
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(5)  # killed with it, or orphaned
     if payload.get("fail"):
         raise RuntimeError("nap was told to fail")
     return {"n": payload.get("n"), "pid": os.getpid()}
