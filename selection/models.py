@@ -164,11 +164,28 @@ class FieldError(BaseModel):
     type: str = ""  # pydantic's error type, or ours: too_large, another_job
 
 
+# The rules of the patterns a payload's fields match, in words (QA 48: "String should match pattern
+# '^[a-z][a-z0-9_]{0,63}$'" told a user of `--namespace 'Bad Name'` a regular expression).
+PATTERN_WORDS = {
+    NAME_PATTERN: "a tool's name: lowercase letters, digits and _, starting with a letter, at most 64",
+    CALL_ID_PATTERN: "letters, digits and _ . : - only, 1 to 128 of them",
+}
+
+
 def field_errors(exc: ValidationError) -> list[FieldError]:
     """A validation error as the fields it names and what is wrong with each, in words: pydantic's
-    "Value error, " before a validator's own message is dropped."""
-    return [FieldError(field=".".join(str(p) for p in e["loc"]) or "(payload)", message=e["msg"].removeprefix("Value error, "),
-                       type=e["type"]) for e in exc.errors(include_url=False, include_input=False)]
+    "Value error, " before a validator's own message is dropped, and a pattern's rule said."""
+    return [FieldError(field=".".join(str(p) for p in e["loc"]) or "(payload)", message=_in_words(e), type=e["type"])
+            for e in exc.errors(include_url=False, include_input=False)]
+
+
+def _in_words(error: Any) -> str:
+    ctx = error.get("ctx") or {}
+    if error["type"] == "string_pattern_mismatch" and (words := PATTERN_WORDS.get(str(ctx.get("pattern")))):
+        return f"should be {words}"
+    if error["type"] == "string_too_short" and ctx.get("min_length") == 1:
+        return "is empty"
+    return str(error["msg"]).removeprefix("Value error, ")
 
 
 def joined_errors(errors: list[FieldError]) -> str:
@@ -429,7 +446,8 @@ class AttemptSummary(BaseModel):
                                                           "and has done no such job itself: check its output. Its "
                                                           "success is set aside")
     isolated: bool = Field(False, description="Its python tool ran in a process of its own: a worker process running "
-                                              "an earlier delivery of this attempt died")
+                                              "an earlier delivery of this attempt died, or it probed a version that "
+                                              "killed the processes running it")
 
 
 class CallEvolution(BaseModel):

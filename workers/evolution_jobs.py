@@ -82,8 +82,9 @@ def call_failures(plan: CallPlan, served: str | None) -> tuple[str, str | None, 
     """
     failed = plan.failed_attempts
     namespace = plan.request.namespace or (failed[0].tool if failed else None)
-    if (not plan.request.namespace and plan.held_back and failed
-            and (all(a.error_class is FailureClass.bad_input for a in failed) or not targeted(plan, failed[0]))):
+    if not plan.request.namespace and plan.held_back and failed and (
+            not targeted(plan, failed[0]) or (all(a.error_class is FailureClass.bad_input for a in failed)
+                                              and _held_back_match(plan) >= _match(plan, failed[0].key))):
         namespace = split_key(plan.held_back[0])[0]
     if namespace is None:
         raise EvolutionUnavailable(f"call {plan.request.call_id} has no failed attempt to learn from")
@@ -97,6 +98,19 @@ def call_failures(plan: CallPlan, served: str | None) -> tuple[str, str | None, 
         for a in mine
     ]
     return namespace, parent, runs
+
+
+def _match(plan: CallPlan, key: str) -> float:
+    """How well candidate `key` matched the call's scenario (0 for a version not ranked)."""
+    return next((c.breakdown.similarity for c in plan.candidates if c.key == key), 0.0)
+
+
+def _held_back_match(plan: CallPlan) -> float:
+    """How well the first version held back by its breaker matched the call: a refusal by a tool
+    that matched better is no sign the job was the held-back one's (QA 48: a hashing call whose
+    hashing tool, 0.77 similar, refused its input evolved a string reverser, 0.41, held back)."""
+    return max(_match(plan, plan.held_back[0]), plan.held_back_match if plan.held_back[0] not in
+               {c.key for c in plan.candidates} else 0.0)
 
 
 def _remembered_failures(rt: Runtime, key: str) -> tuple[list[FailedRun], int]:

@@ -75,7 +75,7 @@ class FeedbackRequest(BaseModel):
 
     tool: str = Field(min_length=1, max_length=64)
     sentiment: Sentiment
-    version: str | None = None  # default: the version of it `call_id` ran, else the one serving most of its calls
+    version: str | None = None  # default: the version of it `call_id` ran, else the one it serves
     # Default: `call_id`'s scenario, else the tool in general (empty says so too).
     scenario: Annotated[str | None, NOT_BLANK] = Field(None, max_length=4000)
     reason: str = Field("", max_length=500)

@@ -327,13 +327,13 @@ class Supervisor(Manager):
         if len(ends) > self.limit:
             self._system_print(f"{name} stopped ({how}) within {self.started_after_s:g} s of its start, {len(ends)} times "
                                f"in {self.window_s:g} s: giving up, stopping every role\n")
-            self.returncode = rc if rc > 0 else 1
+            self.returncode = rc if rc > 0 else 128 - rc if rc < 0 else 1  # a signal's end, as a shell tells it
             self.terminate()
             return
         delay = min(self.backoff_max_s, self.backoff_s * 2 ** max(len(ends) - 1, 0))
         self._due[name] = now + delay
-        counted = (f"restart {len(ends)} of {self.limit} allowed in {self.window_s:g} s" if failed_start
-                   else f"it ran {ran_s:.0f} s: not counted among the {self.limit} failed starts allowed")
+        counted = (f"it ran {ran_s:.0f} s: failed start {len(ends)} of {self.limit} allowed in {self.window_s:g} s"
+                   if failed_start else f"it ran {ran_s:.0f} s: not a failed start")
         self._system_print(f"{name} stopped ({how}): restarting it in {delay:g} s ({counted})\n")
 
     def _restart(self, name: str) -> None:

@@ -203,7 +203,7 @@ def test_a_tool_that_kills_its_process_fails_as_a_crash_and_the_call_falls_back(
     first, second = result["attempts"]
     assert first["error_class"] == "crash" and first["isolated"], first
     assert ("exit status 3" if die == "exit" else "killed by SIGSEGV") in first["error_message"], first
-    assert "run in a process of its own, as a worker process running this attempt had died" in first["error_message"]
+    assert "(run in a process of its own: a worker process running this attempt had died)" in first["error_message"]
     assert second["outcome"] == "success" and second["tool"] == "brittle"
     assert len(runs(log)) == 2  # in the pool process, which it killed, then in its own
     assert_one_delivery(p, NAP, before[NAP].successes, before[NAP].failures + 1, round(before[NAP].quality - 0.10, 4))
@@ -309,6 +309,7 @@ def test_a_tool_that_kills_its_worker_beside_another_call_is_a_crash_and_the_oth
     new calls, and its deaths were never counted)."""
     p, killer_log, nap_log = pipeline, tmp_path / "killer.log", tmp_path / "nap.log"
     p.settled()
+    before = p.state().stats([NAP])[NAP]
     beside = nap_call(p, nap_log, 4000)
     wait_runs(p, nap_log, 1)
     sender = foreign_sender(p)
@@ -327,7 +328,42 @@ def test_a_tool_that_kills_its_worker_beside_another_call_is_a_crash_and_the_oth
     other = p.client.wait(beside, 60)
     assert other["status"] == "success" and other["attempts"][0]["isolated"], other
     assert len(runs(nap_log)) == 2
-    breaker_opened_then_closed(p, NAP)
+    # The killer returns at once: the pool process that ran it, its parent killed a moment before,
+    # recorded nothing (QA 48: its success stood for the attempt, and its breaker never opened).
+    assert_one_delivery(p, NAP, before.successes + 1, before.failures + 1, round(before.quality - 0.10, 4))
+    # (its breaker opened, and the other call's success of the same version may have closed it since)
+    client = redis_client(p.settings)
+    try:
+        assert RunMarks(client, p.settings.key_prefix).killer(NAP)  # its probes run isolated
+        client.delete(f"{p.settings.key_prefix}breaker:{NAP}", f"{p.settings.key_prefix}inflight:killer:{NAP}")
+    finally:
+        client.close()
+
+
+def test_the_probe_of_a_version_that_killed_its_processes_runs_isolated(pipeline: Pipeline, tmp_path: Path) -> None:
+    """QA 48: each breaker probe of a tool that kills its executor cost an executor restart, and
+    under a short worker lease `fittest up` gave up. A version whose attempt ended a crash by its
+    deaths has its probes run in a process of their own, where it kills only that process."""
+    p, log = pipeline, tmp_path / "runs.log"
+    client = redis_client(p.settings)
+    try:
+        RunMarks(client, p.settings.key_prefix).note_killer(NAP)
+        plan = nap_then_brittle("a nap that kills its process, probed", log, die="exit")
+        plan["probe"] = NAP
+        sender = foreign_sender(p)
+        try:
+            result = sender.send_task("fittest.execute", args=[plan, 0], queue="execution").get(timeout=60)
+        finally:
+            sender.close()
+        assert result["status"] == "success" and result["tool"] == "brittle", result
+        first = result["attempts"][0]
+        assert first["isolated"] and first["probe"] and first["error_class"] == "crash", first
+        assert "exit status 3 (run in a process of its own: its breaker's probe, of a version that killed" in first["error_message"]
+        assert len(runs(log)) == 1 and InflightCalls(client, p.settings.key_prefix).deaths(f"{plan['request']['call_id']}:0").count == 0
+        breaker_opened_then_closed(p, NAP)
+    finally:
+        client.delete(f"{p.settings.key_prefix}inflight:killer:{NAP}")
+        client.close()
 
 
 PARKED = "parked"  # a queue no worker reads

@@ -34,6 +34,19 @@ def test_fallbacks_that_refused_the_input_leave_the_evolution_to_the_tool_held_b
     assert call_failures(named, None)[0] == "convert_units"
 
 
+def test_a_refusal_by_the_best_match_does_not_leave_the_evolution_to_a_worse_match_held_back() -> None:
+    """QA 48: a hashing call whose hashing tool (0.77 similar) refused its input evolved a string
+    reverser (0.41), held back by its breaker; without the reverser held back it evolved the hasher."""
+    plan = CallPlan(request=CallRequest(scenario="hash this text with sha256"), held_back=["reverse_text@1.0.0"],
+                    held_back_match=0.41, candidates=[matching("hash_text", 0.77), matching("reverse_text", 0.41)],
+                    attempts=[attempt("hash_text", FailureClass.bad_input)])
+    assert call_failures(plan, None)[0] == "hash_text"
+    # held back when the call was planned (not among its candidates): its match is the plan's
+    planned = plan.model_copy(update={"candidates": plan.candidates[:1]})
+    assert call_failures(planned, None)[0] == "hash_text"
+    assert call_failures(planned.model_copy(update={"held_back_match": 0.9}), None)[0] == "reverse_text"
+
+
 def test_a_fallback_that_ran_in_place_of_a_better_match_held_back_leaves_the_evolution_to_that_one() -> None:
     """Whatever the fallbacks' failures: a tool that matched the job worse than the one held back
     was not the call's (selection/call_endings.py `targeted`; QA new user: the sorting tool was evolved

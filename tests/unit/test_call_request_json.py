@@ -53,3 +53,16 @@ def test_any_mapping_is_checked_as_a_dict_is() -> None:
 def test_json_values_pass_tuples_as_lists_included() -> None:
     request = CallRequest(scenario="sort these numbers", input={"numbers": [3, (1, 2), {"k": None}], "big": 10 ** 100})
     assert request.input["big"] == 10 ** 100
+
+
+@pytest.mark.parametrize(("fields", "said"), [
+    ({"namespace": "Bad Name"}, "namespace: should be a tool's name: lowercase letters, digits and _, starting with a letter"),
+    ({"call_id": ""}, "call_id: should be letters, digits and _ . : - only, 1 to 128 of them"),
+    ({"scenario": ""}, "scenario: is empty"),
+])
+def test_a_refused_field_says_its_rule_in_words(fields: dict[str, Any], said: str) -> None:
+    """QA 48: refusals quoted pydantic's regular expression ("String should match pattern ...")."""
+    with pytest.raises(ValidationError) as refused:
+        CallRequest.model_validate({"scenario": "sort these numbers", **fields})
+    (error,) = field_errors(refused.value)
+    assert f"{error.field}: {error.message}".startswith(said), error

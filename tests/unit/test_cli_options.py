@@ -271,9 +271,9 @@ def test_feedback_add_says_which_version_a_name_alone_judged(stores: ToolRegistr
     recorded = {"status": "recorded", "feedback": {"tool": "fast_sort", "version": "1.0.0", "value": -1.0, "scenario": "sort numbers"}, "score_now": -25.0}
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: recorded)
     out = run("feedback", "add", "fast_sort", "negative")[1]
-    assert "for fast_sort@1.0.0; " in out and "(fast_sort alone: fast_sort@1.0.0, the version serving most of its calls)" in out
+    assert "for fast_sort@1.0.0; " in out and "(fast_sort alone: fast_sort@1.0.0, the version it serves)" in out
     assert "the version serving most" not in run("feedback", "add", "fast_sort@1.0.0", "negative")[1]
-    assert ("the version serving most of its calls; during a trial, the version it is tried against: NAME@VERSION "
+    assert ("the version it serves; during a trial, the version it is tried against: NAME@VERSION "
             "judges the one on trial") in help_of("feedback", "add", param="tool")
 
 
@@ -735,7 +735,7 @@ def test_a_call_table_marks_an_attempt_run_isolated_after_a_death(monkeypatch: p
     attempts = [{"tool": "nap", "version": "1.0.0", "outcome": "success", "isolated": True}]
     with console.capture() as out:
         show_answer({"call_id": "c", "status": "success", "tool": "nap", "version": "1.0.0", "attempts": attempts})
-    assert any("nap@1.0.0" in line and "(isolated: a process running it died)" in line for line in out.get().splitlines())
+    assert any("nap@1.0.0" in line and "(isolated: a process running it died before)" in line for line in out.get().splitlines())
 
 
 def test_the_tools_list_keeps_its_numbers_readable_beside_long_marks(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -285,7 +285,7 @@ def _attempt_row(table: Table, number: str, a: AttemptSummary, first_refusal: bo
 
     err = f"{a.error_class.value if a.error_class else ''} {a.error_message or ''}".strip()
     marks = " [dim](breaker probe: no attempt used)[/dim]" if a.probe else ""
-    marks += " [dim](isolated: a process running it died)[/dim]" if a.isolated else ""
+    marks += " [dim](isolated: a process running it died before)[/dim]" if a.isolated else ""
     mistake = ("" if not a.callers_mistake else " [yellow](taken for the caller's mistake: check the input)[/yellow]"
                if first_refusal else " [dim](the same input, set aside)[/dim]")
     if a.took_a_refused_input:  # QA final: the success set aside read just "success"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import enum
+import math
 import threading
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -114,7 +115,7 @@ def explain(
     served in another order); source, why it is a candidate (semantic: its description matches,
     or, with a sim under FITTEST_MIN_SIMILARITY, it succeeded on jobs that match; the namespace's
     original or promoted version, the version asked for); sim, the best cosine of the scenario
-    to the tool's description and examples; quality, its score in Redis (1.00 new, down on
+    to the tool's description and examples (rounded down, as --min-similarity compares it); quality, its score in Redis (1.00 new, down on
     failures); feedback, its feedback points for this scenario (-50..50); SPARC, the context
     match (0..1, neutral 0.5). The policy is the memory worker's FITTEST_POLICY, named in the
     title (this command's own environment does not choose it). A line per tool then says how the policy weighed it (its
@@ -161,7 +162,8 @@ def _show_explained(scenario: str, explained: ExplainResult) -> None:
     for i, r in enumerate(ranking, 1):
         b = r.breakdown
         table.add_row(str(i), literal(r.key), f"{r.score:.3g}", f"{r.probability:.2f}", literal(b.source),
-                      f"{b.similarity:.2f}", f"{b.quality:.2f}", f"{round(b.feedback) or 0:+d}", f"{b.sparc:.2f}")
+                      # rounded down: a 0.7996 shown 0.80 was left out by --min-similarity 0.8 (QA 48)
+                      f"{math.floor(b.similarity * 100) / 100:.2f}", f"{b.quality:.2f}", f"{round(b.feedback) or 0:+d}", f"{b.sparc:.2f}")
     console.print(table)
     for i, r in enumerate(ranking, 1):
         sparc = ", ".join(f"{k} {v:.2f}" for k, v in r.breakdown.sparc_components.items())
@@ -183,7 +185,7 @@ def _show_explained(scenario: str, explained: ExplainResult) -> None:
 @feedback_app.command("add")
 @needs_redis
 def feedback_add(
-    tool: Annotated[str, typer.Argument(help="NAME or NAME@VERSION (NAME: the version serving most of its calls; during a trial, the version it is tried against: NAME@VERSION judges the one on trial).")],
+    tool: Annotated[str, typer.Argument(help="NAME or NAME@VERSION (NAME: the version it serves; during a trial, the version it is tried against: NAME@VERSION judges the one on trial).")],
     sentiment: Annotated[Sentiment, typer.Argument(help="positive or negative.")],
     scenario: Annotated[str | None, typer.Option(help='The job it was (or was not) good for; default: the --call\'s scenario, else the tool in general (as "" says). One of spaces only is refused.')] = None,
     reason: Annotated[str, typer.Option(help="Why, in a few words.")] = "",
@@ -250,7 +252,7 @@ def feedback_add(
                           f"{on_trial} successes of the version on trial, {parent} of the version it is tried against: "
                           f"{trial.status.replace('_', ' ')}")
         if not (version or call):  # which version a name alone stood for (QA F8: during a trial it was not plain)
-            console.print(f"({literal(name)} alone: {key}, the version serving most of its calls)")
+            console.print(f"({literal(name)} alone: {key}, the version it serves)")
 
 
 @feedback_app.command("show")

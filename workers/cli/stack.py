@@ -26,12 +26,15 @@ def up(
     redis-server with the append-only file on is started on that URL's port, under
     FITTEST_DATA_DIR. A port in use ends `up` before anything starts, with one line naming it.
 
-    A role that ends by itself is started again after 1 s, doubled for each of its restarts in
-    the last 5 minutes (up to 30 s); its sixth end within 5 minutes stops the stack. Ctrl-C,
-    SIGTERM or SIGKILL of `up` stops every role and the Redis it started.
+    A role that ends by itself is started again. An end within 30 s of its start is a failed
+    start: the restart waits 1 s, doubled for each failed start in the last 5 minutes (up to
+    30 s), and the sixth failed start within 5 minutes stops the stack. A role that ran longer
+    is restarted after 1 s however often it ends. Ctrl-C, SIGTERM or SIGKILL of `up` stops every
+    role and the Redis it started.
 
-    Exit code: the role's when a role ended the stack; 1 when the stack could not start (a port
-    in use); 2 for a role the Procfile does not have."""
+    Exit code: the role's when a role ended the stack (128 + the signal for a role a signal
+    ended, as a shell says); 1 when the stack could not start (a port in use); 2 for a role the
+    Procfile does not have."""
     from workers.procfile import UnknownRole, run_procfile
 
     try:

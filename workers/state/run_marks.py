@@ -23,7 +23,8 @@ however often a delivery that read it is given back before the mark goes (Redis 
 
 Keys, under the key prefix: `inflight:running:<task id>:<delivery tag>` (the attempt id, the pool
 process and the worker that ran it, as JSON) and `inflight:running-in:<worker>` (a set: the
-messages its pool processes run tools for now), each kept MARK_TTL_S. Keyed by the message, not the
+messages its pool processes run tools for now), each kept MARK_TTL_S; `inflight:killer:<tool
+version>`, kept KILLER_TTL_S, for a version whose attempt ended a crash by its deaths. Keyed by the message, not the
 call: the next step of the call (its next attempt, a message of its own) may be running before the
 main process clears the mark of the step that handed it on.
 """
@@ -41,6 +42,7 @@ FLUSH_INTERVAL_S = 0.1
 # How long a mark waits for a redelivery: past the visibility timeout after which the broker gives
 # back a dead worker's message (the lease gives it back within a minute), as an attempt's deaths are.
 MARK_TTL_S = 24 * 3600
+KILLER_TTL_S = 24 * 3600  # how long a version that killed its processes has its probes run isolated
 
 
 class RunMark(BaseModel):
@@ -119,12 +121,25 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
             pipe.srem(self._set_key(worker), message)
             pipe.execute()
 
+    def note_killer(self, key: str) -> None:
+        """Tool version `key` killed the processes running it: its breaker's probes run it isolated,
+        where it takes a pool process, not a worker, with it (QA 48: each probe of a tool that kills
+        its executor cost a restart of the executor, and `fittest up` gave up on it)."""
+        self.client.set(self._killer_key(key), 1, ex=KILLER_TTL_S)
+
+    def killer(self, key: str) -> bool:
+        """Whether tool version `key` killed the processes running it within KILLER_TTL_S."""
+        return bool(self.client.exists(self._killer_key(key)))
+
     def running_in(self, worker: str) -> set[str]:
         """The messages `worker`'s pool processes run tools for now."""
         return {m.decode() if isinstance(m, bytes) else str(m) for m in self.client.smembers(self._set_key(worker))}
 
     def _mark_key(self, message: str) -> str:
         return f"{self.prefix}inflight:running:{message}"
+
+    def _killer_key(self, key: str) -> str:
+        return f"{self.prefix}inflight:killer:{key}"
 
     def _set_key(self, worker: str) -> str:
         return f"{self.prefix}inflight:running-in:{worker}"

@@ -42,6 +42,7 @@ from selection.ports import StateStore
 from selection.registry import ToolRegistry
 from selection.serving import does_such_jobs
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
+from workers.dying import is_dying
 from workers.rescue import CallStep, delivered_again, hand_on, send_recorded
 from workers.runners import RunLimits, RunOutcome, run_tool
 from workers.runtime import runtime
@@ -90,9 +91,9 @@ def original_of(manifest: ToolManifest, registry: ToolRegistry, tools_dir: Path)
 
 
 def run_attempt(plan: CallPlan, index: int, mark: Callable[[str], None] | None = None,
-                isolated: bool = False) -> ToolExecutionResult:
-    """Run the candidate's tool; `mark` (`_mark_run`) is given its attempt id first. `isolated`: a
-    python tool runs in a process of its own (an attempt whose worker process died while it ran)."""
+                isolated: str | None = None) -> ToolExecutionResult:
+    """Run the candidate's tool; `mark` (`_mark_run`) is given its attempt id first. With `isolated`
+    (why: `_isolated`), a python tool runs in a process of its own."""
     rt = runtime()
     settings = rt.settings
     candidate = plan.candidates[index]
@@ -106,17 +107,16 @@ def run_attempt(plan: CallPlan, index: int, mark: Callable[[str], None] | None =
         mark(aid)
     try:
         outcome = run_tool(manifest, plan.request.input, timeout_s=timeout_s, limits=RunLimits.from_settings(settings),
-                           original=original_of(manifest, rt.registry, settings.tools_dir), isolated=isolated)
+                           original=original_of(manifest, rt.registry, settings.tools_dir), isolated=isolated is not None)
     finally:
         _end_if_orphaned(aid)
-    if not (isolated and manifest.implementation.kind == "python"):
+    if isolated is None or manifest.implementation.kind != "python":
         return record_attempt(plan, index, outcome, timeout_s=round(timeout_s, 3))
     # A crash where nothing else ran, after a process running it died: the tool's doing, the process's
     # death too. Its breaker opens, as when its deaths are too many (`crashed_attempt`).
     crashed = outcome.error_class is FailureClass.crash
     if crashed:
-        outcome.error_message = (f"{outcome.error_message} (run in a process of its own, as a worker process running "
-                                 "this attempt had died)")
+        outcome.error_message = f"{outcome.error_message} (run in a process of its own: {isolated})"
     return record_attempt(plan, index, outcome, opens_breaker=crashed, timeout_s=round(timeout_s, 3), isolated=True)
 
 
@@ -133,8 +133,9 @@ def _end_if_orphaned(aid: str) -> None:
     """End this pool process, recording nothing, when its worker's main process died while the tool
     ran (a tool that kills it, QA live F3): the worker's message is given back, and its next
     delivery counts the death (workers/state/run_marks.py). Recorded by this orphan, the attempt's
-    outcome (applied once per attempt id) would stand for the attempt in place of its crash."""
-    if _pool_parent is not None and os.getppid() != _pool_parent:
+    outcome (applied once per attempt id) would stand for the attempt in place of its crash. A
+    parent killed a moment ago is still this process's parent: its death is read from /proc."""
+    if _pool_parent is not None and (os.getppid() != _pool_parent or is_dying(_pool_parent)):
         log.warning("attempt %s: the worker running it died while its tool ran; this pool process ends", aid,
                     extra={"event": "attempt_orphaned", "attempt_id": aid})
         os._exit(70)
@@ -189,6 +190,8 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, *, opens_bre
     # The caller's fault is not the tool's; a redelivered attempt feeds the breaker once.
     feeds_breaker = outcome.error_class is not FailureClass.bad_input
     threshold = 1 if opens_breaker else settings.breaker_threshold
+    if opens_breaker:
+        rt.run_marks.note_killer(candidate.key)
     breaker = rt.state.record_run(candidate.key, outcome.elapsed_ms, outcome.success if feeds_breaker else None,
                                   threshold, settings.breaker_cooldown_s, attempt_id=result.attempt_id)
     if not feeds_breaker:  # a probe that said nothing of the tool: the next call probes it (QA X: held back a cool-down)
@@ -340,7 +343,12 @@ def _message(task: Task) -> str | None:
 
 def _this_worker(task: Task) -> str:
     """This worker, as its main process names itself in `ExecuteRequest._run_ended`."""
-    return worker_key(task.request.hostname, _pool_parent if _pool_parent is not None else os.getpid())
+    return worker_key(task.request.hostname, _main_pid())
+
+
+def _main_pid() -> int:
+    """The pid of this worker's main process (this one, outside a prefork pool)."""
+    return _pool_parent if _pool_parent is not None else os.getpid()
 
 
 def _mark_run(task: Task) -> Callable[[str], None] | None:
@@ -349,7 +357,8 @@ def _mark_run(task: Task) -> Callable[[str], None] | None:
     message = _message(task)
     if message is None:
         return None
-    holder, worker = f"{task.request.hostname or 'a worker'} (pid {os.getpid()})", _this_worker(task)
+    holder = f"{task.request.hostname or 'a worker'} (pid {_main_pid()}, its pool process {os.getpid()})"
+    worker = _this_worker(task)
     return lambda aid: runtime().run_marks.running(message, RunMark(attempt_id=aid, holder=holder, worker=worker))
 
 
@@ -394,6 +403,18 @@ def _returned(task: Task, plan: CallPlan, index: int) -> Returned | None:
     return Returned(rt.inflight.deaths(attempt_id(plan, index)), worker_died=left is not None)
 
 
+def _isolated(plan: CallPlan, index: int, returned: Returned | None) -> str | None:
+    """Why this attempt runs its python tool in a process of its own, if it does: a process running
+    it died, or it is the breaker's probe of a version that killed the processes running it."""
+    if returned is not None and returned.suspect:
+        return "a worker process running this attempt had died"
+    candidate = plan.candidates[index]
+    if plan.is_probe(candidate.key) and candidate.manifest.implementation.kind == "python" \
+            and runtime().run_marks.killer(candidate.key):
+        return "its breaker's probe, of a version that killed the processes running it"
+    return None
+
+
 def _too_many(plan: CallPlan, index: int, deaths: AttemptDeaths) -> bool:
     """Whether the attempt's deaths are too many to run it again (a crash then)."""
     too_many = PROBE_CRASH_AFTER_DEATHS if plan.is_probe(plan.candidates[index].key) else CRASH_AFTER_DEATHS
@@ -416,7 +437,7 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
     if returned is not None and _too_many(plan, index, returned.deaths):
         result = crashed_attempt(plan, index, returned.deaths)
     else:
-        result = run_attempt(plan, index, _mark_run(self), isolated=returned is not None and returned.suspect)
+        result = run_attempt(plan, index, _mark_run(self), isolated=_isolated(plan, index, returned))
     plan.attempts.append(result)
     if result.success:
         result.unconfirmed = serves_unconfirmed(plan, plan.candidates[index], result)
