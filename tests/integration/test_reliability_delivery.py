@@ -22,7 +22,8 @@ import redis
 from celery import Celery
 
 from selection.manifest import load_manifest
-from selection.models import CallPlan, CallRequest, Candidate
+from selection.models import CallPlan, CallRequest, Candidate, Severity
+from selection.quality import apply_failure_bp, bp_to_quality, quality_to_bp
 from tests.integration.conftest import Pipeline, pipeline_running
 from workers.metrics import UNACKED_KEY, reader_for
 from workers.rescue import resend
@@ -177,6 +178,18 @@ def breaker_opened_then_closed(p: Pipeline, key: str) -> None:
         client.close()
 
 
+def executed(p: Pipeline, plan: dict[str, Any]) -> dict[str, Any]:
+    """The result of a `nap_then_brittle` plan's execute step, sent as a foreign client would:
+    `nap` failed, and `brittle` answered."""
+    sender = foreign_sender(p)
+    try:
+        result = sender.send_task("fittest.execute", args=[plan, 0], queue="execution").get(timeout=60)
+    finally:
+        sender.close()
+    assert result["status"] == "success" and result["tool"] == "brittle", result
+    return result
+
+
 def foreign_sender(p: Pipeline) -> Celery:
     sender = Celery("foreign", broker=p.settings.redis_url, backend=p.settings.redis_url)
     sender.conf.update(task_serializer="json", accept_content=["json"], result_accept_content=["json"])
@@ -194,12 +207,7 @@ def test_a_tool_that_kills_its_process_fails_as_a_crash_and_the_call_falls_back(
     plan = nap_then_brittle(f"a nap that kills its process ({die})", log, die=die)
     p.settled()
     before = p.state().stats([NAP, BRITTLE])
-    sender = foreign_sender(p)
-    try:
-        result = sender.send_task("fittest.execute", args=[plan, 0], queue="execution").get(timeout=60)
-    finally:
-        sender.close()
-    assert result["status"] == "success" and result["tool"] == "brittle", result
+    result = executed(p, plan)
     first, second = result["attempts"]
     assert first["error_class"] == "crash" and first["isolated"], first
     assert ("exit status 3" if die == "exit" else "killed by SIGSEGV") in first["error_message"], first
@@ -330,7 +338,8 @@ def test_a_tool_that_kills_its_worker_beside_another_call_is_a_crash_and_the_oth
     assert len(runs(nap_log)) == 2
     # The killer returns at once: the pool process that ran it, its parent killed a moment before,
     # recorded nothing (QA 48: its success stood for the attempt, and its breaker never opened).
-    assert_one_delivery(p, NAP, before.successes + 1, before.failures + 1, round(before.quality - 0.10, 4))
+    crashed_bp, _ = apply_failure_bp(quality_to_bp(before.quality), before.failures, Severity.high)
+    assert_one_delivery(p, NAP, before.successes + 1, before.failures + 1, bp_to_quality(crashed_bp))
     # (its breaker opened, and the other call's success of the same version may have closed it since)
     client = redis_client(p.settings)
     try:
@@ -350,13 +359,7 @@ def test_the_probe_of_a_version_that_killed_its_processes_runs_isolated(pipeline
         RunMarks(client, p.settings.key_prefix).note_killer(NAP)
         plan = nap_then_brittle("a nap that kills its process, probed", log, die="exit")
         plan["probe"] = NAP
-        sender = foreign_sender(p)
-        try:
-            result = sender.send_task("fittest.execute", args=[plan, 0], queue="execution").get(timeout=60)
-        finally:
-            sender.close()
-        assert result["status"] == "success" and result["tool"] == "brittle", result
-        first = result["attempts"][0]
+        first = executed(p, plan)["attempts"][0]
         assert first["isolated"] and first["probe"] and first["error_class"] == "crash", first
         assert "exit status 3 (run in a process of its own: its breaker's probe, of a version that killed" in first["error_message"]
         assert len(runs(log)) == 1 and InflightCalls(client, p.settings.key_prefix).deaths(f"{plan['request']['call_id']}:0").count == 0
