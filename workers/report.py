@@ -261,7 +261,7 @@ def render(data: ReportData, top: int = 8) -> str:
         ("calls", f"{calls}"),
         ("succeeded", share(ok, calls)),
         ("attempts per call", f"{attempts / len(ran):.2f}" if ran else "–"),
-        ("tool versions", f"{len(set(data.stats) | set(data.attempts))}"),
+        ("tool versions run", f"{len(set(data.stats) | set(data.attempts))}"),
         ("versions evolved", f"{evolutions}"),
         ("rollbacks", f"{rollbacks}"),
         ("queued", f"{sum(data.queues.values())}"),
