@@ -179,7 +179,7 @@ class LearnedPolicy:
                 + (f", word match {e.lexical:.2f}" if e.lexical else "")
                 + f") x quality {e.quality:.2f}"
                 + (f" ({standing(e):.2f} with its {e.successes} successes)" if e.successes and e.quality < 1 else "")
-                + ("" if t.classifier is None else f"; classifier p {t.classifier:.2f}")
+                + ("" if t.classifier is None else f"; classifier p {_classifier_p(t.classifier)}")
                 + (f"; feedback {e.feedback_points:+.0f}" if abs(e.feedback_points) >= 0.5 else "")
                 + f"; SPARC {e.sparc:.2f}: {e.sparc_rationale or 'neutral'}"
             ),
@@ -231,3 +231,10 @@ class LearnedPolicy:
             if r <= 0:
                 return i, chances
         return len(weights) - 1, chances
+
+
+def _classifier_p(p: float) -> str:
+    """The classifier's probability as the rationale says it: one at the floor it is counted at is
+    at most that (QA 48: six tools at 0.05 beside 0.90 and 0.09 summed to 1.29)."""
+    floor = math.exp(CLASSIFIER_LOG_FLOOR)
+    return f"at most {floor:.2f} (its floor)" if p <= floor * (1 + 1e-9) else f"{p:.2f}"

@@ -109,6 +109,10 @@ def test_the_tool_classifier_decides_what_the_neighbours_leave_open() -> None:
     first = get_policy("learned").rank(evidence, random.Random(0))[0]
     assert first.key == "b@1.0.0"
     assert first.breakdown.extra["classifier_p"] > 0.9 and "classifier p 0.98" in first.breakdown.rationale
+    # One the classifier all but rules out is counted at its floor, and says so (QA 48: the p values summed to 1.29).
+    doubted = get_policy("learned").rank(evidence + [ev("c", 0.5, classifier_score=-8.0)], random.Random(0))
+    (c,) = [r for r in doubted if r.key == "c@1.0.0"]
+    assert "classifier p at most 0.05 (its floor)" in c.breakdown.rationale, c.breakdown.rationale
     # Without a fitted classifier there is no such term.
     plain = get_policy("learned").rank([ev("a", 0.5)], random.Random(0))[0]
     assert "classifier_p" not in plain.breakdown.extra and "classifier" not in plain.breakdown.rationale
