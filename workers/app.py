@@ -14,6 +14,7 @@ from celery.signals import beat_init, worker_ready
 from kombu import Queue
 
 from workers.events import use_batch_keeping_dispatcher
+from workers.logging import WORKER_READY
 from workers.logging import install as install_logging
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.settings import Settings, get_settings, misspelled_variables
@@ -147,6 +148,14 @@ def make_app(settings: Settings | None = None) -> Celery:
 
 install_logging()
 app = make_app()
+
+
+@worker_ready.connect
+def say_ready(sender: Any = None, **_: Any) -> None:
+    """One line once the worker consumes its queues: `fittest up` counts an end of the role after it
+    as a worker that had started, not a failed start (workers/procfile.py)."""
+    logging.getLogger("fittest.worker").info("%s ready", getattr(sender, "hostname", "worker"),
+                                             extra={"event": WORKER_READY})
 
 
 @worker_ready.connect

@@ -20,6 +20,14 @@ from pythonjsonlogger.core import RESERVED_ATTRS, merge_record_extra
 from pythonjsonlogger.json import JsonFormatter as LibraryJsonFormatter
 
 EVENT_LOGGER = "fittest"
+# The event a worker logs once it consumes its queues: `fittest up` (workers/procfile.py) reads it
+# in the role's output, and an end after it is no failed start, however soon it comes.
+WORKER_READY = "worker_ready"
+
+
+def says_ready(line: str) -> bool:
+    """Whether a line of a role's output is its `WORKER_READY` event, as JSON or as text."""
+    return f'"event": "{WORKER_READY}"' in line or f"event={WORKER_READY}" in line
 
 # What our lines call the record's own attributes (python-json-logger's names are LogRecord's).
 _FIELD_NAMES = {"levelname": "level", "name": "logger", "exc_info": "exc", "stack_info": "stack"}

@@ -29,6 +29,7 @@ from honcho.manager import KILL_WAIT, SIGNALS, Manager
 from honcho.printer import Printer
 from honcho.process import Process as HonchoProcess
 
+from workers.logging import says_ready
 from workers.settings import Settings, redact_url
 from workers.stack import PROCFILE, ROOT, Stack, StackError, die_with_parent
 
@@ -207,7 +208,9 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
 
 # A role that ends while `up` runs is started again after RESTART_BACKOFF_S, doubled for each of
 # its failed starts in the last RESTART_WINDOW_S, up to RESTART_BACKOFF_MAX_S. A failed start is an
-# end within STARTED_AFTER_S of the role's start; an end past RESTART_LIMIT of them in that window
+# end within STARTED_AFTER_S of the role's start, before a worker role said it consumes its queues
+# (workers/logging.py `WORKER_READY`: QA 48 saw an executor that took a message and was killed
+# 11 s after its restart counted); an end past RESTART_LIMIT of them in that window
 # stops the stack: a role that cannot run (bad settings, a missing binary) is told of within a
 # minute or so (1+2+4+8+16 s of waits, and its failed starts). A role that ran longer had started,
 # and is restarted however often it is ended (a tool that kills its executor, the OOM killer: QA
@@ -255,6 +258,7 @@ class Supervisor(Manager):
         self._now = clock
         self._ends: dict[str, deque[float]] = {}  # role -> when it failed to start, within the window
         self._started: dict[str, float] = {}  # role -> when it last started
+        self._ready: set[str] = set()  # the roles that said they consume their queues since they last started
         self._due: dict[str, float] = {}  # role -> when it is started again
         self.tick: Callable[[], None] | None = None  # called every 0.1 s while the stack runs (`up`'s own Redis)
 
@@ -294,12 +298,17 @@ class Supervisor(Manager):
 
     def _handle(self, msg: Any) -> None:
         if msg.type == "line":
+            if msg.name not in self._ready:
+                text = msg.data.decode("utf-8", "replace") if isinstance(msg.data, bytes) else msg.data
+                if says_ready(text):
+                    self._ready.add(msg.name)
             self._printer.write(msg)
             return
         role = self._processes[msg.name]
         if msg.type == "start":
             role["pid"] = msg.data["pid"]
             self._started[msg.name] = self._now()
+            self._ready.discard(msg.name)
             self._system_print(f"{msg.name} started (pid={msg.data['pid']})\n")
             if self._terminating:  # restarted as the stack began to stop: it stops too
                 self._procmgr.terminate(msg.data["pid"])
@@ -318,7 +327,8 @@ class Supervisor(Manager):
         now = self._now()
         ran_s = now - self._started.get(name, now)  # a role whose start was not seen: a failed start
         ends = self._ends.setdefault(name, deque())
-        failed_start = ran_s < self.started_after_s
+        ready = name in self._ready  # a worker that consumed its queues had started, however soon it ended
+        failed_start = not ready and ran_s < self.started_after_s
         if failed_start:
             ends.append(now)
         while ends and ends[0] < now - self.window_s:
@@ -333,7 +343,7 @@ class Supervisor(Manager):
         delay = min(self.backoff_max_s, self.backoff_s * 2 ** max(len(ends) - 1, 0))
         self._due[name] = now + delay
         counted = (f"it ran {ran_s:.0f} s: failed start {len(ends)} of {self.limit} allowed in {self.window_s:g} s"
-                   if failed_start else f"it ran {ran_s:.0f} s: not a failed start")
+                   if failed_start else f"it ran {ran_s:.0f} s{', ready' if ready else ''}: not a failed start")
         self._system_print(f"{name} stopped ({how}): restarting it in {delay:g} s ({counted})\n")
 
     def _restart(self, name: str) -> None:

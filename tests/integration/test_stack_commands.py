@@ -191,6 +191,7 @@ def test_up_restarts_a_role_that_died_and_keeps_the_others(model_path: Path, tmp
         up.send_signal(signal.SIGTERM)
         output, _ = up.communicate(timeout=60)
         assert "executor stopped (rc=" in output and "restarting it in 1 s (" in output, output
+        assert "ready: not a failed start)" in output, output  # it had said it consumes its queues
         assert f"executor started (pid={executor})" in output, output  # the pid it printed is the one to kill
         assert output.count("restarting it") == 1, output
         # The roles start together: each relay is a fork of `up`, and one that waited 15 s on a broker

@@ -3,6 +3,7 @@ role that keeps ending stops the stack with one line saying so."""
 
 from __future__ import annotations
 
+import datetime
 import io
 import multiprocessing as mp
 import signal
@@ -175,6 +176,32 @@ def test_a_role_that_had_started_is_restarted_however_often_it_is_ended() -> Non
         manager._ended("executor", -9)
     assert manager._terminating and "within 30 s of its start, 3 times in 300 s: giving up" in out.getvalue()
     assert manager.returncode == 128 + 9  # a signal's end, as a shell tells it
+
+
+def test_a_worker_that_said_it_is_ready_had_started_however_soon_it_ends() -> None:
+    """QA 48: under a 10 s worker lease, an executor restarted and killed again 11 s later by a tool
+    that kills its worker counted as a failed start, and the stack stopped. A worker role logs its
+    `worker_ready` event once it consumes its queues; an end after it is no failed start."""
+    now, out = [0.0], io.StringIO()
+    manager = Supervisor(printer=Printer(out), limit=1, started_after_s=30.0, clock=lambda: now[0])
+    manager._processes["executor"] = {}
+    for t in (0.0, 20.0, 40.0):
+        now[0] = t
+        manager._handle(SimpleNamespace(type="start", name="executor", data={"pid": 7}))
+        manager._handle(SimpleNamespace(type="line", name="executor", data=b'{"message": "x", "event": "other"}',
+                                        time=datetime.datetime.now(), colour=None))
+        manager._handle(SimpleNamespace(type="line", name="executor", time=datetime.datetime.now(), colour=None,
+                                        data=b'{"message": "executor@vm ready", "event": "worker_ready"}'))
+        now[0] = t + 11.0
+        manager._ended("executor", -9)
+    assert not manager._terminating, out.getvalue()
+    assert "(it ran 11 s, ready: not a failed start)" in out.getvalue()
+    for t in (60.0, 70.0):  # restarted, ended before it said so: failed starts, the second past the limit
+        now[0] = t
+        manager._handle(SimpleNamespace(type="start", name="executor", data={"pid": 7}))
+        now[0] = t + 5.0
+        manager._ended("executor", -9)
+    assert manager._terminating
 
 
 def test_a_role_ended_by_sigbus_is_told_with_the_free_space_of_the_data_dir(tmp_path: Path) -> None:
