@@ -26,10 +26,10 @@ def up(
     redis-server with the append-only file on is started on that URL's port, under
     FITTEST_DATA_DIR. A port in use ends `up` before anything starts, with one line naming it.
 
-    A role that ends by itself is started again. An end within 30 s of its start is a failed
-    start: the restart waits 1 s, doubled for each failed start in the last 5 minutes (up to
-    30 s), and the sixth failed start within 5 minutes stops the stack. A role that ran longer
-    is restarted after 1 s however often it ends. Ctrl-C, SIGTERM or SIGKILL of `up` stops every
+    A role that ends by itself is started again. An end within 30 s of its start, before a
+    worker role said it was ready, is a failed start: the restart waits 1 s, doubled for each
+    failed start in the last 5 minutes (up to 30 s), and the sixth failed start within 5 minutes
+    stops the stack. A role that had started is restarted after 1 s however often it ends. Ctrl-C, SIGTERM or SIGKILL of `up` stops every
     role and the Redis it started.
 
     Exit code: the role's when a role ended the stack (128 + the signal for a role a signal
