@@ -364,16 +364,17 @@ class CallSender:
                 return
         finally:
             CallSender.release(stored)
-        if not self._queued(call_id):
+        if not self.queued(call_id):
             raise UnknownCall(call_id)
 
-    def _queued(self, call_id: str) -> bool:
-        """Whether a message of this call waits in the selection queue, where a call starts; a
-        queue too long to read (workers/state/inflight.py QUEUE_READ_LIMIT) may hold it."""
-        from workers.app import PRIORITY_STEPS, QUEUES
+    def queued(self, call_id: str, task: str = "fittest.resilient_tool_call") -> bool:
+        """Whether a message of this call waits in the queue of `task` (the selection queue, where a
+        call starts); a queue too long to read (workers/state/inflight.py QUEUE_READ_LIMIT) may hold it."""
+        from workers.app import PRIORITY_STEPS, TASK_ROUTES
         from workers.metrics import queue_key
 
-        found = self._inflight.waiting([queue_key(QUEUES[0], p) for p in PRIORITY_STEPS], [call_id])
+        queue = TASK_ROUTES.get(task, {}).get("queue", "selection")
+        found = self._inflight.waiting([queue_key(queue, p) for p in PRIORITY_STEPS], [call_id])
         return found is None or call_id in found
 
     def in_flight(self, call_id: str) -> bool:

@@ -340,7 +340,8 @@ class Supervisor(Manager):
             self.returncode = rc if rc > 0 else 128 - rc if rc < 0 else 1  # a signal's end, as a shell tells it
             self.terminate()
             return
-        delay = min(self.backoff_max_s, self.backoff_s * 2 ** max(len(ends) - 1, 0))
+        # a role that had started comes back at once (QA 48 recheck: 16 s, the failed starts' backoff)
+        delay = min(self.backoff_max_s, self.backoff_s * 2 ** (len(ends) - 1)) if failed_start else self.backoff_s
         self._due[name] = now + delay
         counted = (f"it ran {ran_s:.0f} s: failed start {len(ends)} of {self.limit} allowed in {self.window_s:g} s"
                    if failed_start else f"it ran {ran_s:.0f} s{', ready' if ready else ''}: not a failed start")

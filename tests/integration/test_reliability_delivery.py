@@ -178,12 +178,18 @@ def breaker_opened_then_closed(p: Pipeline, key: str) -> None:
         client.close()
 
 
-def executed(p: Pipeline, plan: dict[str, Any]) -> dict[str, Any]:
-    """The result of a `nap_then_brittle` plan's execute step, sent as a foreign client would:
+def executed(p: Pipeline, plan: dict[str, Any], resent: bool = False) -> dict[str, Any]:
+    """The result of a `nap_then_brittle` plan's execute step, sent as a foreign client would (with
+    `resent`, as the rescue sweep sends a step again, a delivery that reads its attempt's deaths):
     `nap` failed, and `brittle` answered."""
     sender = foreign_sender(p)
     try:
-        result = sender.send_task("fittest.execute", args=[plan, 0], queue="execution").get(timeout=60)
+        if resent:
+            task_id = f"call-{uuid.uuid4().hex}"
+            resend(sender, HandedOnStep(task_id=task_id, task="fittest.execute", args=[plan, 0]))
+            result = sender.AsyncResult(task_id).get(timeout=60)
+        else:
+            result = sender.send_task("fittest.execute", args=[plan, 0], queue="execution").get(timeout=60)
     finally:
         sender.close()
     assert result["status"] == "success" and result["tool"] == "brittle", result
@@ -238,17 +244,29 @@ def test_a_step_the_sweep_sends_again_after_its_process_died_too_often_is_not_ru
             inflight.died(f"{plan['request']['call_id']}:0", "signal 9 (SIGKILL)", 5.0)
     finally:
         client.close()
-    sender = foreign_sender(p)
-    task_id = f"call-{uuid.uuid4().hex}"
-    try:
-        resend(sender, HandedOnStep(task_id=task_id, task="fittest.execute", args=[plan, 0]))
-        result = sender.AsyncResult(task_id).get(timeout=60)
-    finally:
-        sender.close()
-    assert result["status"] == "success" and result["tool"] == "brittle", result
+    result = executed(p, plan, resent=True)
     assert result["attempts"][0]["error_class"] == "crash" and "SIGKILL" in result["attempts"][0]["error_message"]
     assert ("died once" if probe else f"died {CRASH_AFTER_DEATHS} times") in result["attempts"][0]["error_message"]
     assert runs(log) == []
+    breaker_opened_then_closed(p, NAP)
+
+
+def test_an_attempt_that_died_then_had_its_breaker_opened_by_another_call_is_its_crash_not_passed_over(
+        pipeline: Pipeline, tmp_path: Path) -> None:
+    """QA 48 recheck: a call's killer, its processes dead in this call, then had its breaker opened by
+    another call of it, and the call listed it among the versions not tried (no attempt, no failure)."""
+    p, log = pipeline, tmp_path / "runs.log"
+    plan = nap_then_brittle("a nap whose process died, its breaker opened since", log)
+    client = redis_client(p.settings)
+    try:
+        InflightCalls(client, p.settings.key_prefix).died(f"{plan['request']['call_id']}:0", "signal 9 (SIGKILL)", 5.0)
+    finally:
+        client.close()
+    p.state().record_run(NAP, 1.0, False, 1, 600.0)  # opened by another call's crash
+    result = executed(p, plan, resent=True)
+    first = result["attempts"][0]
+    assert (first["tool"], first["error_class"]) == ("nap", "crash") and "died once" in first["error_message"], first
+    assert NAP not in result["held_back"] and runs(log) == []
     breaker_opened_then_closed(p, NAP)
 
 
@@ -332,6 +350,7 @@ def test_a_tool_that_kills_its_worker_beside_another_call_is_a_crash_and_the_oth
     assert result["status"] == "success" and result["tool"] == "brittle", result
     first = result["attempts"][0]
     assert first["error_class"] == "crash" and f"died {CRASH_AFTER_DEATHS} times" in first["error_message"], first
+    assert first["isolated"], first  # its last run was (QA 48 recheck: marked only when its own process ended)
     assert len(runs(killer_log)) == 1 + CRASH_AFTER_DEATHS  # in the pool process, then twice isolated, killing its pool process
     other = p.client.wait(beside, 60)
     assert other["status"] == "success" and other["attempts"][0]["isolated"], other

@@ -9,7 +9,7 @@ import redis
 from tests.conftest import RedisServer
 from workers.cli.calls import _still_running
 from workers.client import CallSender
-from workers.metrics import UNACKED_KEY
+from workers.metrics import UNACKED_KEY, queue_key
 from workers.settings import Settings
 from workers.state.inflight import HandedOnStep
 
@@ -18,10 +18,19 @@ def test_a_step_no_worker_took_is_said_to_wait_in_its_queue_not_to_run(private_r
     """QA resilience: "it is running a tool (fittest.execute)" with no executor alive, the step queued."""
     sender = CallSender(Settings(redis_url=private_redis.url, key_prefix="w:"))
     sender._inflight.handed_on(HandedOnStep(task_id="c1", task="fittest.execute", args=[{}, 0]), due_in_s=60.0)
+    # QA 48 recheck: a step a worker took as it died (a tool killed it) was said to wait in its queue
+    assert _still_running(sender, "c1") == (
+        "it is neither in its queue nor held by a worker: one that died took it before it was recorded, and the "
+        "rescue sweep sends it again once it is overdue (FITTEST_VISIBILITY_TIMEOUT_S after it was handed on) "
+        "(fittest.execute) and goes on; `fittest result c1` shows it when it ends")
+    message = {"headers": {"id": "c1", "task": "fittest.execute"}}
+    client = redis.Redis.from_url(private_redis.url)
+    client.lpush(queue_key("execution", 0), json.dumps(message))  # as kombu queues a message
     assert _still_running(sender, "c1") == (
         "it is waiting in its queue: no worker has taken it yet (`fittest health` says whether one runs) "
         "(fittest.execute) and goes on; `fittest result c1` shows it when it ends")
-    held = [{"headers": {"id": "c1", "task": "fittest.execute"}}, "execution", "execution"]
+    client.delete(queue_key("execution", 0))
+    held = [message, "execution", "execution"]
     redis.Redis.from_url(private_redis.url).hset(UNACKED_KEY, "tag-1", json.dumps(held))  # as kombu holds a delivered message
     assert _still_running(sender, "c1") == ("it is running a tool (fittest.execute) and goes on; "
                                             "`fittest result c1` shows it when it ends")

@@ -735,7 +735,7 @@ def test_a_call_table_marks_an_attempt_run_isolated_after_a_death(monkeypatch: p
     attempts = [{"tool": "nap", "version": "1.0.0", "outcome": "success", "isolated": True}]
     with console.capture() as out:
         show_answer({"call_id": "c", "status": "success", "tool": "nap", "version": "1.0.0", "attempts": attempts})
-    assert any("nap@1.0.0" in line and "(isolated: a process running it died before)" in line for line in out.get().splitlines())
+    assert any("nap@1.0.0" in line and "(run isolated)" in line for line in out.get().splitlines())
 
 
 def test_the_tools_list_keeps_its_numbers_readable_beside_long_marks(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -196,6 +196,17 @@ def test_a_worker_that_said_it_is_ready_had_started_however_soon_it_ends() -> No
         manager._ended("executor", -9)
     assert not manager._terminating, out.getvalue()
     assert "(it ran 11 s, ready: not a failed start)" in out.getvalue()
+    now[0] = 50.0  # after a failed start, one that had started still comes back after 1 s (QA 48 recheck: 16 s)
+    manager._handle(SimpleNamespace(type="start", name="executor", data={"pid": 7}))
+    now[0] = 52.0
+    manager._ended("executor", -9)
+    manager._handle(SimpleNamespace(type="start", name="executor", data={"pid": 7}))
+    manager._handle(SimpleNamespace(type="line", name="executor", time=datetime.datetime.now(), colour=None,
+                                    data=b'{"message": "executor@vm ready", "event": "worker_ready"}'))
+    now[0] = 55.0
+    manager._ended("executor", -9)
+    assert manager._due["executor"] == 56.0 and not manager._terminating
+    manager._ends["executor"].clear()
     for t in (60.0, 70.0):  # restarted, ended before it said so: failed starts, the second past the limit
         now[0] = t
         manager._handle(SimpleNamespace(type="start", name="executor", data={"pid": 7}))

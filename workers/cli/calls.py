@@ -159,7 +159,13 @@ def _still_running(client: CallSender, call_id: str) -> str | None:
     if step is None:
         return None
     doing = STEP_DOING.get(step, step)
-    if not held and not doing.startswith("waiting"):
+    if not held and not client.queued(call_id, step):
+        # QA 48 recheck: a step taken by an executor that a tool killed at that instant was said to wait
+        # in its queue for the 16 min before the sweep sent it again
+        doing = ("neither in its queue nor held by a worker: one that died took it before it was recorded, "
+                 "and the rescue sweep sends it again once it is overdue (FITTEST_VISIBILITY_TIMEOUT_S after "
+                 "it was handed on)")
+    elif not held and not doing.startswith("waiting"):
         doing = "waiting in its queue: no worker has taken it yet (`fittest health` says whether one runs)"
     return f"it is {doing} ({step}) and goes on; `fittest result {call_id}` shows it when it ends"
 
@@ -285,7 +291,7 @@ def _attempt_row(table: Table, number: str, a: AttemptSummary, first_refusal: bo
 
     err = f"{a.error_class.value if a.error_class else ''} {a.error_message or ''}".strip()
     marks = " [dim](breaker probe: no attempt used)[/dim]" if a.probe else ""
-    marks += " [dim](isolated: a process running it died before)[/dim]" if a.isolated else ""
+    marks += " [dim](run isolated)[/dim]" if a.isolated else ""
     mistake = ("" if not a.callers_mistake else " [yellow](taken for the caller's mistake: check the input)[/yellow]"
                if first_refusal else " [dim](the same input, set aside)[/dim]")
     if a.took_a_refused_input:  # QA final: the success set aside read just "success"

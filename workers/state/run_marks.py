@@ -96,6 +96,11 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
         with self._buffer() as ended:
             ended.add((message, worker))
 
+    def attempt_of(self, message: str) -> str | None:
+        """The attempt whose tool `message`'s last run marked (None: none ran, or its mark is gone)."""
+        raw = self.client.get(self._mark_key(message))
+        return None if raw is None else RunMark.model_validate_json(raw).attempt_id
+
     def left_behind(self, message: str) -> tuple[RunMark, set[str]] | None:
         """The mark of a run of `message` whose end its worker never saw, and the other messages that
         worker was running tools for as it died (its running set, which nothing changes after its

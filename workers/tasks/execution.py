@@ -141,7 +141,7 @@ def _end_if_orphaned(aid: str) -> None:
         os._exit(70)
 
 
-def crashed_attempt(plan: CallPlan, index: int, deaths: AttemptDeaths) -> ToolExecutionResult:
+def crashed_attempt(plan: CallPlan, index: int, deaths: AttemptDeaths, ran_isolated: bool = False) -> ToolExecutionResult:
     """The attempt whose tool killed the process running it `deaths.count` times, recorded as a
     crash without running it again (its run time: that of the last run, cut short). Its breaker
     opens at once: each further call of it would cost a worker process, or a whole worker, again
@@ -153,7 +153,8 @@ def crashed_attempt(plan: CallPlan, index: int, deaths: AttemptDeaths) -> ToolEx
         f"the worker process running this attempt died {times} (last: {deaths.reason}); "
         "not run again (a signal or os._exit in the tool?)",
     ).model_copy(update={"elapsed_ms": deaths.ms})
-    return record_attempt(plan, index, outcome, opens_breaker=True, deaths=deaths.count)
+    isolation = {"isolated": True} if ran_isolated else {}
+    return record_attempt(plan, index, outcome, opens_breaker=True, deaths=deaths.count, **isolation)
 
 
 def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, *, opens_breaker: bool = False,
@@ -320,7 +321,12 @@ class ExecuteRequest(Request):
         try:
             args = dict(zip(("plan_data", "index"), self.args)) | dict(self.kwargs)
             plan, index = CallPlan.model_validate(args["plan_data"]), int(args["index"])
-            aid = attempt_id(plan, index)
+            # The attempt that ran, as its pool process marked it: not the message's own when that one's
+            # breaker had opened and the next candidate ran in its place (its deaths were then counted
+            # against the one passed over, and the killer ran again at every delivery).
+            message = message_key(self.id, str(self.message.delivery_tag))
+            aid = runtime().run_marks.attempt_of(message) or attempt_id(plan, index)
+            index = next((i for i in range(len(plan.candidates)) if attempt_id(plan, i) == aid), index)
             deaths = runtime().inflight.died(aid, how, max(ran_ms, 0.0))  # its mark goes as the message goes back
         except Exception as error:  # Redis away, a foreign message: it runs again, as before
             log.warning("call %s: its pool process died (%s), not counted: %s: %s", self.id, how,
@@ -415,6 +421,22 @@ def _isolated(plan: CallPlan, index: int, returned: Returned | None) -> str | No
     return None
 
 
+def _died_then_passed_over(task: Task, plan: CallPlan, index: int, turn: int | None) -> ToolExecutionResult | None:
+    """The crash of this message's own attempt when it ran in this call, killed the processes running
+    it, and is passed over now (its breaker opened meanwhile, by another call of it): the call had
+    listed it among the versions not tried, with no attempt and no failure counted (QA 48 recheck)."""
+    if turn == index or index >= len(plan.candidates) or delivered_again(task) is None:
+        return None
+    deaths = runtime().inflight.deaths(attempt_id(plan, index))
+    if deaths.count == 0:
+        return None
+    key = plan.candidates[index].key
+    for skipped in (plan.held_back, plan.passed_over, plan.code_missing):
+        if key in skipped:
+            skipped.remove(key)
+    return crashed_attempt(plan, index, deaths)
+
+
 def _too_many(plan: CallPlan, index: int, deaths: AttemptDeaths) -> bool:
     """Whether the attempt's deaths are too many to run it again (a crash then)."""
     too_many = PROBE_CRASH_AFTER_DEATHS if plan.is_probe(plan.candidates[index].key) else CRASH_AFTER_DEATHS
@@ -430,14 +452,19 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
     # process running it too often (recorded as a crash instead, once per attempt id too).
     plan.attempts = [a for a in plan.attempts if a.metadata.get("attempt", -1) < index]
     turn = next_to_run(plan, index, runtime().state, runtime().settings.breaker_cooldown_s, code_gone(plan))
-    if turn is None:
+    if (died := _died_then_passed_over(self, plan, index, turn)) is not None:
+        result = died
+    elif turn is None:
         return after_last_attempt(self, plan)
-    index = turn
-    returned = _returned(self, plan, index)
-    if returned is not None and _too_many(plan, index, returned.deaths):
-        result = crashed_attempt(plan, index, returned.deaths)
     else:
-        result = run_attempt(plan, index, _mark_run(self), isolated=_isolated(plan, index, returned))
+        index = turn
+        returned = _returned(self, plan, index)
+        if returned is not None and _too_many(plan, index, returned.deaths):
+            # its last run was isolated when a death came before it, or as a killer's probe
+            ran_isolated = returned.deaths.count > 1 or _isolated(plan, index, None) is not None
+            result = crashed_attempt(plan, index, returned.deaths, ran_isolated)
+        else:
+            result = run_attempt(plan, index, _mark_run(self), isolated=_isolated(plan, index, returned))
     plan.attempts.append(result)
     if result.success:
         result.unconfirmed = serves_unconfirmed(plan, plan.candidates[index], result)
