@@ -212,8 +212,8 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
 # (workers/logging.py `WORKER_READY`: QA 48 saw an executor that took a message and was killed
 # 11 s after its restart counted); an end past RESTART_LIMIT of them in that window
 # stops the stack: a role that cannot run (bad settings, a missing binary) is told of within a
-# minute or so (1+2+4+8+16 s of waits, and its failed starts). A role that ran longer had started,
-# and is restarted however often it is ended (a tool that kills its executor, the OOM killer: QA
+# minute or so (1+2+4+8+16 s of waits, and its failed starts). A role that ran longer, or said it
+# was ready, had started, and is restarted after RESTART_BACKOFF_S however often it is ended (a tool that kills its executor, the OOM killer: QA
 # recheck 47 saw three calls of such a tool stop the stack), as supervisord's `startsecs` does. A
 # beat waits out a Redis restart of up to a minute (workers/app.py); the workers ride it out.
 RESTART_LIMIT = 5

@@ -105,7 +105,7 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
         """The mark of a run of `message` whose end its worker never saw, and the other messages that
         worker was running tools for as it died (its running set, which nothing changes after its
         death, is left as it was: each of those messages reads the same when it comes back); None
-        when every run of it ended in a worker that lived on. The mark stays until `cleared`, once
+        when every run of it ended in a worker that lived on. The mark stays until `counted`, once
         its death is counted (by its run's token: once, however often this is read)."""
         raw = self.client.get(self._mark_key(message))
         if raw is None:
@@ -119,8 +119,8 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
         self.client.delete(self._mark_key(message))
 
     def cleared(self, message: str, worker: str) -> None:
-        """The mark of `message` goes at once: its death is counted, or the message goes back to its
-        queue, and its next delivery must not read it."""
+        """The mark of `message` goes at once, and its entry in `worker`'s running set: the message
+        goes back to its queue from a worker that lives on, and its next delivery must not read it."""
         with self.client.pipeline() as pipe:
             pipe.delete(self._mark_key(message))
             pipe.srem(self._set_key(worker), message)
