@@ -510,6 +510,9 @@ def test_the_tools_list_marks_a_tool_new_to_the_running_system_while_its_trial_r
     with console.capture() as out:
         console.print(tools_table(rows))
     assert any("new_sort@1.0.0 (new tool: tried first on a share of its calls)" in line for line in out.get().splitlines())
+    state.record_run("new_sort@1.0.0", 1.0, False, 1, 60.0)  # its breaker open: not tried at all meanwhile (QA 48 recheck)
+    assert [r.newcomer for r in tool_rows(manifests, state, trial_runs=2)] == [False, False]
+    state.record_run("new_sort@1.0.0", 1.0, True, 1, 60.0)
     state.record_successes([("new_sort@1.0.0", "a1"), ("new_sort@1.0.0", "a2")])
     assert [r.newcomer for r in tool_rows(manifests, state, trial_runs=2)] == [False, False]  # its runs are done
     # The evolved version its promotion puts on trial is marked as such, and only it (QA: nothing was).

@@ -152,7 +152,8 @@ def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int)
             successes=stats[m.key].successes, failures=stats[m.key].failures,
             refused_inputs=stats[m.key].refused_inputs, refused_in_a_row=stats[m.key].refused_in_a_row,
             breaker=breakers[m.key], deprecated=m.deprecated,
-            newcomer=(not m.deprecated and m.name in newcomers
+            # not while its breaker holds it back (QA 48 recheck: a crashed killer read "tried first")
+            newcomer=(not m.deprecated and m.name in newcomers and breakers[m.key] == "closed"
                       and stats[m.key].successes + stats[m.key].failures < trial_runs),
             on_trial=(p := promotions.get(m.name)) is not None and p.status == "on_trial" and p.evolved_version == m.version,
             rolled_back=m.key in withdrawn,
