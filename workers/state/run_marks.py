@@ -80,8 +80,11 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
 
     def _write(self, pipe: Pipeline, buffer: set[tuple[str, str]]) -> None:
         for message, worker in buffer:
-            pipe.delete(self._mark_key(message))
-            pipe.srem(self._set_key(worker), message)
+            self._clear(pipe, message, worker)
+
+    def _clear(self, pipe: Pipeline, message: str, worker: str) -> None:
+        pipe.delete(self._mark_key(message))
+        pipe.srem(self._set_key(worker), message)
 
     def running(self, message: str, mark: RunMark) -> None:
         """Mark `message` as running `mark.attempt_id`'s tool in `mark.worker`."""
@@ -98,8 +101,8 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
 
     def attempt_of(self, message: str) -> str | None:
         """The attempt whose tool `message`'s last run marked (None: none ran, or its mark is gone)."""
-        raw = self.client.get(self._mark_key(message))
-        return None if raw is None else RunMark.model_validate_json(raw).attempt_id
+        mark = self._mark(message)
+        return None if mark is None else mark.attempt_id
 
     def left_behind(self, message: str) -> tuple[RunMark, set[str]] | None:
         """The mark of a run of `message` whose end its worker never saw, and the other messages that
@@ -107,11 +110,8 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
         death, is left as it was: each of those messages reads the same when it comes back); None
         when every run of it ended in a worker that lived on. The mark stays until `counted`, once
         its death is counted (by its run's token: once, however often this is read)."""
-        raw = self.client.get(self._mark_key(message))
-        if raw is None:
-            return None
-        mark = RunMark.model_validate_json(raw)
-        return mark, self.running_in(mark.worker) - {message}
+        mark = self._mark(message)
+        return None if mark is None else (mark, self.running_in(mark.worker) - {message})
 
     def counted(self, message: str) -> None:
         """The death the mark of `message` told is counted: the mark goes, and its dead worker's
@@ -122,8 +122,7 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
         """The mark of `message` goes at once, and its entry in `worker`'s running set: the message
         goes back to its queue from a worker that lives on, and its next delivery must not read it."""
         with self.client.pipeline() as pipe:
-            pipe.delete(self._mark_key(message))
-            pipe.srem(self._set_key(worker), message)
+            self._clear(pipe, message, worker)
             pipe.execute()
 
     def note_killer(self, key: str) -> None:
@@ -139,6 +138,10 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
     def running_in(self, worker: str) -> set[str]:
         """The messages `worker`'s pool processes run tools for now."""
         return {m.decode() if isinstance(m, bytes) else str(m) for m in self.client.smembers(self._set_key(worker))}
+
+    def _mark(self, message: str) -> RunMark | None:
+        raw = self.client.get(self._mark_key(message))
+        return None if raw is None else RunMark.model_validate_json(raw)
 
     def _mark_key(self, message: str) -> str:
         return f"{self.prefix}inflight:running:{message}"
