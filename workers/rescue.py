@@ -78,8 +78,7 @@ class CallStep(Task):
                             extra={"event": "passed_step_ignored", "task_id": self.request.id, "task": self.name,
                                    "by": again, "reason": passed})
                 if passed == CALL_ENDED:  # a copy the sweep recorded as it sent it, after the call ended (QA resilience)
-                    _count_if_revoked(self)
-                    runtime().inflight.finished(self.request.id)
+                    _end_passed_call(self)
                 raise Ignore()
         try:
             result = super().__call__(*args, **kwargs)
@@ -124,13 +123,17 @@ def _revoked_call_ends(sender: Task | None = None, request: Any = None, expired:
              extra={"event": "call_revoked", "task_id": task_id, "task": sender.name, "expired": expired})
 
 
-def _count_if_revoked(task: Task) -> None:
-    """A step given back after its call was revoked, to a worker that never heard of the revoke (it
-    started since: the one that held the step died, QA live F8), ends the call here, not in
-    `_revoked_call_ends`: counted as revoked, once, while the call is still recorded in flight."""
+def _end_passed_call(task: Task) -> None:
+    """End in flight the call of a step it has passed. A step given back after its call was revoked,
+    to a worker that never heard of the revoke (it started since: the one that held the step died,
+    QA live F8), ends the call here, not in `_revoked_call_ends`: counted as revoked by the one
+    delivery that finds the call still in flight, so copies delivered together count it once."""
     rt = runtime()
-    if rt.inflight.current(task.request.id) is not None and task.app.AsyncResult(task.request.id).state == "REVOKED":
-        rt.metrics.count(CALLS, status="revoked")
+    if task.app.AsyncResult(task.request.id).state == "REVOKED":
+        if rt.inflight.end_now(task.request.id):
+            rt.metrics.count(CALLS, status="revoked")
+    else:
+        rt.inflight.finished(task.request.id)
 
 
 def redis_answers_again(client: Redis, within_s: float) -> None:

@@ -372,10 +372,12 @@ class Selector:
         best: dict[str, float] = {}
         for hit in hits:
             named = request.namespace is not None and split_key(hit.payload["tool"])[0] == request.namespace
-            if hit.score < (self.settings.min_similarity if named else floor):
+            if hit.score < floor and not named:
                 continue  # a fallback that has nothing to do with the job is no fallback
+            # The named tool's versions are candidates whatever their match; kept, their cosine is
+            # what `explain` shows and what scores them (below the floor it was taken for 0).
             key = hit.payload["tool"]
-            best[key] = max(best.get(key, -1.0), hit.score)
+            best[key] = max(best.get(key, 0.0), hit.score)
         return best
 
     def _failure_similarities(self, keys: list[str], vector: list[float]) -> tuple[dict[str, list[float]], dict[str, list[float]]]:

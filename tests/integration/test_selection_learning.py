@@ -1219,3 +1219,17 @@ def test_a_named_namespace_is_first_however_low_the_policy_ranks_it(rt, monkeypa
     rt.selector.cache.clear()
     plan = rt.selector.plan(CallRequest(scenario=scenario, namespace=last, max_attempts=1))
     assert [c.manifest.name for c in plan.candidates][:1] == [last]
+
+
+def test_a_named_tool_that_matches_the_job_poorly_is_ranked_with_its_own_similarity(rt) -> None:
+    """`explain -n NAME` of a job the tool matches poorly showed the named tool's similarity as 0.00,
+    as if its description were not compared at all: below the floor a named version's cosine was
+    dropped, and 0 stood in for it."""
+    scenario = "write the exchange rate of yen to dollars in a report"
+    plan = rt.selector.plan(CallRequest(scenario=scenario, namespace="doc_writer"))
+    named = next(c for c in plan.candidates if c.manifest.name == "doc_writer")
+    vector = rt.embedder.embed([scenario])[0]
+    cosine = max(h.score for h in rt.memory.search(TOOLS_COLLECTION, vector, limit=10,
+                                                   filter=VectorFilter(must=[Match(key="name", any_of=["doc_writer"])])))
+    assert 0.0 < cosine < rt.settings.min_similarity  # the case: a match under the floor
+    assert named.breakdown.similarity == pytest.approx(cosine, abs=1e-3), named.breakdown

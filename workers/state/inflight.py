@@ -168,6 +168,13 @@ class InflightCalls(BufferedWrites[_Pending]):
         with self._buffer() as pending:
             pending[task_id] = None
 
+    def end_now(self, task_id: str) -> bool:
+        """End the call at once, not buffered; True for the one process that found it still in flight,
+        so that what is counted at a call's end is counted once by copies of its step delivered
+        together."""
+        keys = [self.steps_key, self.due_key, f"{self.prefix}{self.space}:ended:{task_id}", self.hops_key]
+        return bool(self._end(keys=keys, args=[task_id, ENDED_TTL_S]))
+
     def overdue(self, now: float | None = None, limit: int = 100) -> list[HandedOnStep]:
         """The steps due before `now`, most overdue first (an id without a step is dropped)."""
         ids = [as_text(i) for i in self.client.zrangebyscore(self.due_key, "-inf", now or time.time(), start=0, num=limit)]
