@@ -220,6 +220,9 @@ def test_a_tool_that_kills_its_process_fails_as_a_crash_and_the_call_falls_back(
     assert "(run in a process of its own: a worker process running this attempt had died)" in first["error_message"]
     assert second["outcome"] == "success" and second["tool"] == "brittle"
     assert len(runs(log)) == 2  # in the pool process, which it killed, then in its own
+    # The executor's log names the tool that took its pool process down.
+    said = (p.stack.log_dir / "executor.log").read_text()
+    assert f"the pool process running attempt {plan['request']['call_id']}:0 ({NAP}) died" in said
     assert_one_delivery(p, NAP, before[NAP].successes, before[NAP].failures + 1, round(before[NAP].quality - 0.10, 4))
     assert p.state().stats([BRITTLE])[BRITTLE].successes == before[BRITTLE].successes + 1
     breaker_opened_then_closed(p, NAP)
@@ -355,6 +358,9 @@ def test_a_tool_that_kills_its_worker_beside_another_call_is_a_crash_and_the_oth
     other = p.client.wait(beside, 60)
     assert other["status"] == "success" and other["attempts"][0]["isolated"], other
     assert len(runs(nap_log)) == 2
+    # The restarted executor's log names the tool whose run its predecessor died in.
+    said = (p.stack.log_dir / "executor.log").read_text()
+    assert f"the worker running attempt {plan['request']['call_id']}:0 ({NAP}) died beside 1 other run(s)" in said
     # The killer returns at once: the pool process that ran it, its parent killed a moment before,
     # recorded nothing (QA 48: its success stood for the attempt, and its breaker never opened).
     crashed_bp, _ = apply_failure_bp(quality_to_bp(before.quality), before.failures, Severity.high)

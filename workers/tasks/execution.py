@@ -326,18 +326,25 @@ class ExecuteRequest(Request):
             # against the one passed over, and the killer ran again at every delivery).
             message = message_key(self.id, str(self.message.delivery_tag))
             aid = runtime().run_marks.attempt_of(message) or attempt_id(plan, index)
-            index = next((i for i in range(len(plan.candidates)) if attempt_id(plan, i) == aid), index)
             deaths = runtime().inflight.died(aid, how, max(ran_ms, 0.0))  # its mark goes as the message goes back
         except Exception as error:  # Redis away, a foreign message: it runs again, as before
             log.warning("call %s: its pool process died (%s), not counted: %s: %s", self.id, how,
                         type(error).__name__, error)
             return
-        log.warning("call %s: the pool process running attempt %s died (%s), %d time(s)", self.id, aid, how, deaths,
+        tool = _tool_of(plan, aid)
+        log.warning("call %s: the pool process running attempt %s (%s) died (%s), %d time(s)", self.id, aid, tool, how,
+                    deaths,
                     extra={"event": "attempt_process_died", "task_id": self.id, "attempt_id": aid, "reason": how,
                            "deaths": deaths, "call_id": plan.request.call_id,  # QA ops: followed by call_id like the rest
-                           "tool": plan.candidates[index].key if index < len(plan.candidates) else None,
+                           "tool": tool,
                            # logged by the worker's main process, outside the task: named here (QA recheck)
                            "worker": self.hostname, "task_name": self.task_name})
+
+
+def _tool_of(plan: CallPlan, aid: str) -> str | None:
+    """The version that an attempt of this call ran, named in the lines that say its process died:
+    the operator reading why an executor restarted learns which tool took it down."""
+    return next((c.key for i, c in enumerate(plan.candidates) if attempt_id(plan, i) == aid), None)
 
 
 def _message(task: Task) -> str | None:
@@ -396,15 +403,18 @@ def _returned(task: Task, plan: CallPlan, index: int) -> Returned | None:
         if not beside:
             count = rt.inflight.died(mark.attempt_id, f"its worker {mark.holder} died while running it", 0.0,
                                      once=f"run:{mark.run}")
-            log.warning("call %s: the worker running attempt %s (%s) died, %d time(s)", task.request.id, mark.attempt_id,
-                        mark.holder, count, extra={"event": "attempt_worker_died", "task_id": task.request.id,
-                                                   "attempt_id": mark.attempt_id, "holder": mark.holder, "deaths": count,
-                                                   "call_id": plan.request.call_id})
+            tool = _tool_of(plan, mark.attempt_id)
+            log.warning("call %s: the worker running attempt %s (%s) died, %d time(s): %s", task.request.id,
+                        mark.attempt_id, tool, count, mark.holder,
+                        extra={"event": "attempt_worker_died", "task_id": task.request.id, "attempt_id": mark.attempt_id,
+                               "tool": tool, "holder": mark.holder, "deaths": count, "call_id": plan.request.call_id})
         else:  # whose doing it was is not known: counted for none; each of them runs isolated now
-            log.warning("call %s: the worker running attempt %s (%s) died beside %d other run(s): not counted",
-                        task.request.id, mark.attempt_id, mark.holder, len(beside),
+            tool = _tool_of(plan, mark.attempt_id)
+            log.warning("call %s: the worker running attempt %s (%s) died beside %d other run(s), not counted: %s",
+                        task.request.id, mark.attempt_id, tool, len(beside), mark.holder,
                         extra={"event": "attempt_worker_died_beside", "task_id": task.request.id,
-                               "attempt_id": mark.attempt_id, "beside": len(beside), "call_id": plan.request.call_id})
+                               "attempt_id": mark.attempt_id, "tool": tool, "beside": len(beside),
+                               "holder": mark.holder, "call_id": plan.request.call_id})
         rt.run_marks.counted(message)  # after the count: a delivery given back before this reads it again, counting nothing more
     return Returned(rt.inflight.deaths(attempt_id(plan, index)), worker_died=left is not None)
 
