@@ -64,8 +64,20 @@ def test_a_command_no_worker_answers_says_so_and_a_tool_that_does_not_exist_is_r
     assert fittest("evolve", "nosuch")[:2] == (2, "error: no tool named 'nosuch'")  # refused: the caller's to mend
     code, said, _ = fittest("evolve", "sort_numbers", "--version", "9.9.9")
     assert code == 2 and "sort_numbers has no version '9.9.9' (it has 1.0.0)" in said
-    code, said, _ = fittest("evolve", "sort_numbers", "--timeout", "1")
-    assert code == 1 and "no answer from the workers within the command's --timeout" in said
+    code, said, _ = fittest("evolve", "sort_numbers", "--timeout", "4")
+    # QA 49: it said "are they running?", and its request, left in the queue, was done once a worker
+    # started, so that the retry the message asked for evolved twice: it now expires unapplied.
+    assert code == 1, said
+    assert ("no worker took the evolution of sort_numbers within 4 s: is the selection worker running (`fittest up`)? "
+            "Nothing was evolved: send it again once one runs") in said, said
+    assert "waiting for a worker of the selection queue to answer (up to 4 s" in said, said
+    client = redis.Redis.from_url(private_redis.url)
+    try:
+        left = [json.loads(m) for m in client.lrange("selection", 0, -1)]
+    finally:
+        client.close()
+    assert [m["headers"]["task"] for m in left] == ["fittest.prepare_evolution"]
+    assert left[0]["headers"]["expires"] is not None  # a worker that takes it later drops it
 
 
 def test_a_tool_whose_manifest_does_not_load_now_is_not_said_to_be_gone(model_path: Path, private_redis: RedisServer,

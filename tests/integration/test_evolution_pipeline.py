@@ -197,3 +197,22 @@ def test_a_crash_no_mutator_answers_ends_the_call_without_an_evolution_and_is_lo
 
     ledger = EvolutionState(redis.Redis.from_url(evo.settings.redis_url), evo.settings.key_prefix)
     assert [e.event for e in ledger.changelog("tally_votes")] == ["no_fix"]
+
+
+def test_an_evolution_by_hand_that_runs_past_the_timeout_is_waited_for_not_said_undone(
+        evo: Pipeline, cli: Callable[..., tuple[int, str]]) -> None:
+    """QA 49: `fittest evolve --timeout` shorter than the evolution said "are they running?" while it
+    went on. A request a worker took is waited for (up to 30 s more); only one that no worker took
+    in time, which then expires undone, is told as not done (tests/integration/test_cli_errors.py).
+    Last in the module: the failure it is given adds a candidate to check_pattern's evolutions."""
+    from selection.models import FailureClass, FailureMark
+
+    mark = FailureMark(attempt_id="by-hand:0", call_id="by-hand", tool="check_pattern", version="1.0.0",
+                       scenario="check whether the string is all a's with the pattern", error_class=FailureClass.bad_input,
+                       error_message="KeyError: 'text'", input={"string": "aaa"})
+    evo.client.celery.send_task("fittest.mark_failure", args=[mark.model_dump(mode="json")], queue="feedback")
+    evo.settled()
+    code, said = cli("evolve", "check_pattern", "--timeout", "1")
+    assert code == 1 and "evolution of check_pattern@1.0.0: no_fix in " in said, said
+    assert float(said.split("no_fix in ")[1].split("s")[0]) > 1.0, said  # it ran past the command's --timeout
+    assert "input coercion: rename string→text" in said, said

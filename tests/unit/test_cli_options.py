@@ -784,9 +784,35 @@ def test_every_command_tells_an_answer_it_cannot_read_from_a_refusal(
     monkeypatch.setattr(learning, "_ask_or_none", lambda *a, **k: answer)
     monkeypatch.setattr("workers.client.CallSender.send", lambda self, *a, **k: None)
     monkeypatch.setattr("workers.client.CallSender.wait", lambda *a, **k: answer)
+    monkeypatch.setattr("workers.client.CallSender.ask_within", lambda *a, **k: answer)
     code, said = run(*command)
     assert code == 3 and '"status": "paused"' in said, said
     assert f"error: the workers' answer does not read as {model} (" in said, said
+
+
+@pytest.mark.parametrize("taken", [False, True])
+def test_evolve_tells_a_request_no_worker_took_from_an_evolution_that_goes_on(
+        taken: bool, stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA 49: both said "no answer from the workers ...: are they running?". One no worker took
+    within --timeout expires undone, and may be sent again; one a worker took goes on, and sent
+    again would evolve twice."""
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    from workers.client import NotDone
+
+    def ask_within(self: object, task: str, timeout: float, **kwargs: object) -> dict[str, object]:
+        assert (task, kwargs["queue"], kwargs["namespace"]) == ("prepare_evolution", "selection", "fast_sort")
+        raise CeleryTimeout("still running") if taken else NotDone(task, timeout)
+
+    monkeypatch.setattr("workers.client.CallSender.ask_within", ask_within)
+    code, said = run("evolve", "fast_sort", "--timeout", "2")
+    assert code == 1, said
+    if taken:
+        assert ("the evolution of fast_sort goes on in the workers past the 2 s waited for its report: "
+                "`fittest show fast_sort` shows the version it makes, and its changelog the outcome") in said, said
+    else:
+        assert ("no worker took the evolution of fast_sort within 2 s: is the selection worker running (`fittest up`)? "
+                "Nothing was evolved: send it again once one runs") in said, said
 
 
 def test_an_answer_to_a_call_sent_that_reads_as_no_calls_is_unreadable_not_another_tasks(

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -148,6 +149,25 @@ class WorkerFailed(Exception):
     def __init__(self, task: str, error: BaseException) -> None:
         super().__init__(f"the workers' fittest.{task} ended with an error, not an answer: {type(error).__name__}: "
                          f"{str(error).strip()[:300]} (are this client and the workers the same release?)")
+
+
+WAIT_NOTICE_S = 3.0  # how long the workers' answer is waited for before the command says it waits
+
+
+@contextmanager
+def waiting_told(queue: str, timeout: float) -> Iterator[None]:
+    """Say, once WAIT_NOTICE_S has passed without the workers' answer, that the command waits for
+    it (QA: with no worker running, a command said nothing for its whole timeout)."""
+    notice = threading.Timer(WAIT_NOTICE_S, lambda: err_console.print(
+        f"waiting for a worker of the {queue} queue to answer (up to {timeout:g} s; `fittest health` checks them)…",
+        highlight=False))
+    notice.daemon = True
+    if timeout > WAIT_NOTICE_S:
+        notice.start()
+    try:
+        yield
+    finally:
+        notice.cancel()
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from evolution.models import ChangelogEntry
 from selection.models import Promotion
 from selection.ports import BreakerState
 from workers.cli.common import (REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, read_answer,
-                                shortened, when, worker_errors_told)
+                                shortened, waiting_told, when, worker_errors_told)
 
 if TYPE_CHECKING:
     from evolution.models import EvolutionReport
@@ -254,17 +254,28 @@ def evolve(
 
     The workers gather its remembered failures and successes, ask the mutators, verify every
     candidate (static checks, test cases, replay) and put the first verified one on trial."""
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
     from evolution.models import EvolutionReport
-    from workers.client import CallSender
+    from workers.client import CallSender, NotDone
     from workers.settings import get_settings
     from workers.tool_catalog import load_registry
 
     versions = [m.version for m in versions_of(load_registry(get_settings()), name)]
     if version is not None and version not in versions:
         fail(f"{name} has no version {version!r} (it has {', '.join(versions)})", REFUSED)
-    client = CallSender()
-    with worker_errors_told("prepare_evolution"):
-        answer = client.wait(client.send("prepare_evolution", namespace=name, version=version, reason=reason), timeout)
+    # Sent to be taken within --timeout or never (QA 49: with no worker, it ran once one started,
+    # after the command had said to send it again, and a retry evolved twice).
+    try:
+        with worker_errors_told("prepare_evolution"), waiting_told("selection", timeout):
+            answer = CallSender().ask_within("prepare_evolution", timeout, queue="selection",
+                                             namespace=name, version=version, reason=reason)
+    except NotDone:
+        fail(f"no worker took the evolution of {name} within {timeout:g} s: is the selection worker running "
+             "(`fittest up`)? Nothing was evolved: send it again once one runs")
+    except CeleryTimeout:  # a worker took it, and it goes on (QA 49: told "are they running?")
+        fail(f"the evolution of {name} goes on in the workers past the {timeout:g} s waited for its report: "
+             f"`fittest show {name}` shows the version it makes, and its changelog the outcome")
     report = read_answer(EvolutionReport, answer)
     if json_out:
         print_json(answer)

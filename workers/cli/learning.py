@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime
 import enum
 import math
-import threading
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -32,6 +31,7 @@ from workers.cli.common import (
     worker_errors_told,
     warn_if_namespace_unranked,
     tool_argument,
+    waiting_told,
     when,
 )
 
@@ -40,8 +40,6 @@ if TYPE_CHECKING:
 
 app = typer.Typer()
 feedback_app = typer.Typer(no_args_is_help=True)
-
-WAIT_NOTICE_S = 3.0  # how long the workers' answer is waited for before the command says it waits
 
 TimeoutOpt = Annotated[float, typer.Option(min=0.1, help="Seconds to wait for the workers' answer.")]
 
@@ -68,20 +66,11 @@ def _ask_or_none(task: str, queue: str, timeout: float, **kwargs: Any) -> dict[s
 
     from workers.client import CallSender
 
-    # QA: with no worker running, the command said nothing for its whole timeout (30 s by default)
-    notice = threading.Timer(WAIT_NOTICE_S, lambda: err_console.print(
-        f"waiting for a worker of the {queue} queue to answer (up to {timeout:g} s; `fittest health` checks them)…",
-        highlight=False))
-    notice.daemon = True
-    if timeout > WAIT_NOTICE_S:
-        notice.start()
     try:
-        with worker_errors_told(task):
+        with worker_errors_told(task), waiting_told(queue, timeout):
             return CallSender().ask_within(task, timeout, queue=queue, **kwargs)
     except CeleryTimeout:
         return None
-    finally:
-        notice.cancel()
 
 
 def _refuse_if_invalid(answer: dict[str, Any]) -> None:
