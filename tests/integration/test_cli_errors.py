@@ -321,3 +321,9 @@ def test_a_call_without_a_result_says_so_as_json_on_stdout_with_json(model_path:
     assert done.returncode == 1, done.stdout + done.stderr
     said = json.loads(done.stdout)
     assert said["status"] == "pending" and said["call_id"] in done.stderr and "no worker takes the selection queue" in said["message"]
+    # A call nobody sent is "unknown", which a script reading `status` does not poll (QA 49: "pending").
+    done = subprocess.run([str(FITTEST), "result", "never-sent-call", "--json"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = json.loads(done.stdout)
+    assert said["status"] == "unknown" and "no call with this id is queued or running" in said["message"], said

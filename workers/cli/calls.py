@@ -95,7 +95,7 @@ def result(
     client = CallSender()
     show_when_done(client, client.celery.AsyncResult(call_id), timeout, json_out,
                    "it is queued or running, or no call with this id was sent in the last day",
-                   early=lambda: unknown_call(client, call_id))
+                   early=lambda: unknown_call(client, call_id), early_status="unknown")
 
 
 # How often, and how long each time, the workers are asked whether one takes the selection queue
@@ -208,10 +208,11 @@ def _past_revoke(client: CallSender, call_id: str, deadline: float, revoked: tup
 
 def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, json_out: bool, unfinished: str,
                    early: Callable[[], str | None] | None = None, namespace: str | None = None,
-                   sent_as_call: bool = False) -> None:
+                   sent_as_call: bool = False, early_status: str = "pending") -> None:
     """Wait for a call's result and print it, exiting with the call's exit code; `unfinished` says
     what a timeout means to the user. `early`, asked once when no result came within FIRST_LOOK_S,
-    says why none can come (the command then ends at once), or None to wait on. `sent_as_call`: the
+    says why none can come (the command then ends at once, with `--json` as `early_status`: "unknown"
+    for a call nobody sent, which a script must not poll for ever, QA 49), or None to wait on. `sent_as_call`: the
     id is of a call this command sent, so an answer that reads as no call's is one of workers of
     another release, not another task's (QA recheck 47: "not a call's id", exit 1)."""
     from celery.exceptions import TimeoutError as CeleryTimeout
@@ -233,7 +234,7 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
             except CeleryTimeout:
                 if (why := early()) is not None:
                     client.release(pending)
-                    no_result(f"no result for call {pending.id}: {why}")
+                    no_result(f"no result for call {pending.id}: {why}", early_status)
                 outcome = client.wait(pending, max(deadline - time.monotonic(), 0.1))
             else:
                 client.release(pending)
