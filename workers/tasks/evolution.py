@@ -99,9 +99,9 @@ def prepare_evolution(self: Task, plan_data: dict[str, Any] | None = None, **ask
         if plan is not None:
             job = build_job(runtime(), "call", plan=plan)
         else:
-            # Begun: `fittest evolve` (CallSender.ask_within) tells it from a request that no worker
-            # took within its --timeout, which expires and is never done (the task tracks no start).
-            self.update_state(state="STARTED")
+            if self.request.id:  # begun: `fittest evolve` (CallSender.ask_within) tells it from a request
+                # that no worker took within its --timeout, which expires, never done (no start is tracked)
+                self.update_state(state="STARTED")
             request = EvolveRequest.model_validate(asked)
             job = build_job(runtime(), "manual", namespace=request.namespace, version=request.version, reason=request.reason)
     except Exception as exc:  # a call must end with a result even when memory fails here
