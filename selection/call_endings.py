@@ -101,8 +101,8 @@ def targeted(plan: CallPlan, result: ToolExecutionResult) -> bool:
     the tool is worse at its own (QA new user: with the Fibonacci tool held back, the sorting tool
     ran first; its refusals of {"n": 10} demoted it, then evolved it to take them; QA recheck: with
     no translation tool, the word counter, 0.34 similar, was evolved to take "sentence")."""
-    if plan.request.namespace:
-        return plan.request.namespace == result.tool
+    if plan.namespace:
+        return plan.namespace == result.tool
     if not plan.attempts or plan.attempts[0].attempt_id != result.attempt_id:
         return False
     at = next((i for i, c in enumerate(plan.candidates) if c.key == result.key), None)
@@ -124,7 +124,7 @@ def no_tool_meant_for_it(plan: CallPlan) -> str | None:
     closer candidate the call did not reach (its `max_attempts` spent first) is named as such, and
     is what to try, not a new tool."""
     failed = plan.failed_attempts
-    if plan.request.namespace or plan.held_back or not failed or targeted(plan, failed[0]):
+    if plan.namespace or plan.held_back or not failed or targeted(plan, failed[0]):
         return None
     tried = {a.key for a in plan.attempts}
     best = max((c for c in plan.candidates if c.key in tried), key=lambda c: c.breakdown.similarity, default=None)

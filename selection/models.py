@@ -405,6 +405,14 @@ class CallPlan(BaseModel):
     # naming a namespace, or a version ranked after others): no attempt either (QA README M1: such
     # a probe used up the call's one attempt, and its attempt did not say it was a probe).
     probed: list[str] = Field(default_factory=list)
+    # The namespace the call named is no tool's: it was ranked by its scenario alone, and it ends as
+    # a call that named none (QA 49: its failures evolved "no tool named 'nosuchns'").
+    named_unknown: bool = False
+
+    @property
+    def namespace(self) -> str | None:
+        """The namespace the call named, when a tool has it."""
+        return None if self.named_unknown else self.request.namespace
 
     def is_probe(self, key: str) -> bool:
         """Whether `key` runs in this call as its breaker's probe, which costs the call no attempt."""

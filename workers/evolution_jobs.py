@@ -81,8 +81,8 @@ def call_failures(plan: CallPlan, served: str | None) -> tuple[str, str | None, 
     failures come from memory.
     """
     failed = plan.failed_attempts
-    namespace = plan.request.namespace or (failed[0].tool if failed else None)
-    if not plan.request.namespace and plan.held_back and failed and (
+    namespace = plan.namespace or (failed[0].tool if failed else None)
+    if not plan.namespace and plan.held_back and failed and (
             not targeted(plan, failed[0]) or (all(a.error_class is FailureClass.bad_input for a in failed)
                                               and _held_back_match(plan) >= _match(plan, failed[0].key))):
         namespace = split_key(plan.held_back[0])[0]
@@ -190,7 +190,7 @@ def build_job(
         return head_version(promotions[ns])
 
     if plan is not None:
-        served = served_in(plan.request.namespace) if plan.request.namespace else None
+        served = served_in(plan.namespace) if plan.namespace else None
         namespace, version, failures = call_failures(plan, served)
         scenario = plan.request.scenario
         exclude_call = plan.request.call_id

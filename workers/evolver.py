@@ -322,7 +322,7 @@ class Evolver:
         while nothing else is logged for the namespace."""
         if not self.settings.evolution_enabled:
             return None
-        named = plan.request.namespace
+        named = plan.namespace
         named_promotion = self.state.promotion(named) if named else None
         try:
             namespace, version, failures = call_failures(plan, head_version(named_promotion))

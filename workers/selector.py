@@ -183,6 +183,7 @@ class Selector:
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)
             c.does_the_job, c.matches_best, c.refuses_everything = c.key in doers, c.key in best, c.key in refusing
+        named_unknown = bool(request.namespace and not request.version and self.rt.registry.original(request.namespace) is None)
         return CallPlan(
             request=request,
             candidates=ranked[:keep],
@@ -193,12 +194,13 @@ class Selector:
             degraded=degraded,
             held_back=self._local.held_back,
             held_back_match=self._local.held_back_match,
-            notes=self._notes(request, ranked, self._local.held_back),
+            notes=self._notes(request, ranked, self._local.held_back, named_unknown),
+            named_unknown=named_unknown,
             probe=probe if ranked and ranked[0].key == probe else None,
             evidence_age_s=None if self._local.cached_at is None else round(time.monotonic() - self._local.cached_at, 1),
         )
 
-    def _notes(self, request: CallRequest, ranked: list[Candidate], held_back: list[str]) -> list[str]:
+    def _notes(self, request: CallRequest, ranked: list[Candidate], held_back: list[str], named_unknown: bool) -> list[str]:
         """What the caller should know of this call that did not stop it. A namespace no tool has
         is a typo more often than not, and a scenario call goes on without it (QA: a service that
         sent namespace "vat_prize" was served by vat_price with nothing said); so is a context key
@@ -208,7 +210,7 @@ class Selector:
         deprecated (QA integration M5: the CLI alone warned, of "no tool named" a tool that exists)."""
         notes = []
         versions = self.rt.registry.versions(request.namespace) if request.namespace and not request.version else []
-        if request.namespace and not request.version and self.rt.registry.original(request.namespace) is None:
+        if named_unknown:
             notes.append(f"no tool named '{request.namespace}': the call was ranked by its scenario alone")
         elif versions and all(m.deprecated for m in versions):
             named = " or ".join(f"{m.key}" for m in versions[-3:])

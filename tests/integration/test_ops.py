@@ -304,6 +304,12 @@ def test_a_call_to_a_namespace_nobody_ranked_says_it_was_ranked_by_its_scenario(
     told = json.loads(sent_json.stdout)
     assert told["notes"] == ["no tool named 'csv_lenint': the call was ranked by its scenario alone"]
     assert told["status"] == "success" and told["tool"].startswith("csv_")
+    # One whose candidates all fail ends as a call that named no tool (QA 49: its evolution said
+    # "evolution could not be prepared: no tool named 'nosuchns'").
+    failed = cli("call", "split this tab separated table into records", "--namespace", "nosuchns", "--input", '{"word": "abc"}',
+                 "--max-attempts", "2")
+    assert failed.exit_code == 1, failed.output
+    assert "no tool tried matches this job clearly" in words(failed.output) and "could not be prepared" not in failed.output
     right = cli("call", "parse this csv text into rows", "--namespace", "csv_lenient", "--input", '{"text": "a,b\\n1,2\\n"}')
     assert right.exit_code == 0 and "warning" not in right.output
     # A version that does not exist, of a tool that does (QA: "no tool matches", and the typo warning),

@@ -79,6 +79,11 @@ def test_a_call_whose_job_no_tool_tried_is_meant_for_evolves_nothing_and_says_wh
     assert no_tool_meant_for_it(doer) is None
     assert no_tool_meant_for_it(plan.model_copy(update={"request": CallRequest(scenario="x", namespace="word_stats")})) is None
     assert no_tool_meant_for_it(plan.model_copy(update={"held_back": ["translate@1.0.0"]})) is None
+    # A namespace no tool has is as if none were named (QA 49: "evolution could not be prepared: no
+    # tool named 'nosuchns'"), and so is the evolution of a call whose first tool was meant for it.
+    unknown = plan.model_copy(update={"request": CallRequest(scenario="x", namespace="nosuchns"), "named_unknown": True})
+    assert no_tool_meant_for_it(unknown) == no_tool_meant_for_it(plan)
+    assert call_failures(unknown.model_copy(update={"candidates": clear.candidates}), None)[0] == "word_stats"
 
 
 
