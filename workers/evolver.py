@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from evolution.models import (
+    KEPT_INPUT_BYTES,
     CandidateReport,
     CandidateVersion,
     ChangelogEntry,
@@ -213,7 +214,7 @@ class Evolver:
         except (OSError, FolderTooLarge) as exc:
             return self._finish(job, started, [], [], None, why=f"cannot read {parent.key}'s files: {exc}")
 
-        notes = list(self.load_errors) + self._held_back(job) + self._unanswered(job)
+        notes = list(self.load_errors) + self._held_back(job) + self._unanswered(job) + self._unkept(job)
         reports: list[CandidateReport] = []
 
         @functools.cache
@@ -290,6 +291,17 @@ class Evolver:
         remembered = len(job.evidence.failures)
         return [f"{job.parent_key} did not run in this call (held back by its circuit breaker): evolved from "
                 f"{remembered} remembered failure{'s' if remembered != 1 else ''} of its own"]
+
+    @staticmethod
+    def _unkept(job: EvolutionJob) -> list[str]:
+        """A note of the failures remembered without their input, which no mutator is given: a
+        no_fix after a timeout on a large input said only "no mutator could propose" (QA 49)."""
+        n = job.evidence.unkept_failures
+        if not n:
+            return []
+        return [f"{n} failure{'s' if n != 1 else ''} of {job.parent_key} had {'an input' if n == 1 else 'inputs'} too "
+                f"large to keep (over {KEPT_INPUT_BYTES // 1024} KB): no mutator is given {'it' if n == 1 else 'them'}, "
+                "as no replay could check a fix"]
 
     def _unanswered(self, job: EvolutionJob) -> list[str]:
         """A note per failure class of the call that no loaded mutator answers (crash, bad output:

@@ -839,6 +839,9 @@ def test_a_tool_that_failed_on_an_input_too_large_to_keep_is_not_re_described_by
     report = Evolver(rt.settings, rt.state, rt.evolution, lambda record: None, mutators=mutators).run(job)
     assert "describe" not in [c.mutator for c in report.candidates], report
     assert "describe: a description cannot make a failing input succeed" in report.notes, report.notes
+    # ...and says why nothing else was tried (QA 49: only "no mutator could propose").
+    assert ("1 failure of mean@1.0.0 had an input too large to keep (over 16 KB): no mutator is given it, as no replay "
+            "could check a fix") in report.notes, report.notes
 
 
 def test_a_rollback_serves_what_served_before_when_a_lower_manifest_version_came_meanwhile(rt: Runtime, monkeypatch) -> None:
