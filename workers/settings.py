@@ -41,7 +41,7 @@ class Settings(BaseSettings):
     redis_tls_key: Path | None = Field(None, description="Private key of FITTEST_REDIS_TLS_CERT")
     qdrant_url: str | None = Field(None, description="Qdrant server URL; unset: Qdrant Edge embedded under the data directory")
     qdrant_api_key: SecretStr | None = Field(None, description="API key for the Qdrant server")
-    key_prefix: str = Field("fittest:", description="Prefix of every Redis key fittest's state writes; not of Celery's queues and results: two stacks need two Redis databases")
+    key_prefix: str = Field("fittest:", description="Prefix of every Redis key fittest's state writes; not of Celery's queues and results: two stacks need two Redis databases (`fittest up` refuses a database whose workers serve another prefix)")
     collection_prefix: str = Field("fittest_", description="Prefix of every Qdrant collection")
     memory_retry_s: float = Field(10.0, gt=0, description="After the vector store failed to open, seconds before the next try (calls are served degraded meanwhile)")
 

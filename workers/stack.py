@@ -235,6 +235,20 @@ class Stack:
             pools.reset()
         return sorted(host for reply in replies for host in reply)
 
+    def prefixes_served_instead(self) -> list[str]:
+        """The key prefixes other stacks' memory workers have served on this Redis database, when
+        none has served this stack's (workers/state/stacks.py): workers that answer then are theirs."""
+        from workers.state.stacks import other_stacks
+
+        client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0,
+                                      **self.settings.redis_tls(self.redis_url))
+        try:
+            return other_stacks(client, self.settings.key_prefix) or []
+        except (redis.RedisError, OSError):
+            return []
+        finally:
+            client.close()
+
     def wait_for_workers(self, names: Iterable[str], timeout: float = 60.0) -> None:
         """Block until every named worker answers a ping (so no test races a starting worker)."""
         from workers.app import make_app

@@ -243,3 +243,22 @@ def test_up_refuses_a_flower_port_in_use_in_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in done.stdout + done.stderr
     assert f"port {port} of Flower is in use: set FITTEST_FLOWER_PORT" in done.stdout + done.stderr
     assert not (tmp_path / "data" / "redis").exists()  # refused before anything started
+
+
+def test_up_refuses_to_join_a_redis_database_another_stacks_workers_serve(model_path: Path, private_redis: RedisServer,
+                                                                         tmp_path: Path) -> None:
+    """QA 49: `up` under another FITTEST_KEY_PREFIX warned, then its workers took the other stack's
+    calls and recorded them under their own prefix, where the other stack never looked."""
+    from tests.integration.conftest import pipeline_running
+
+    with pipeline_running(tmp_path / "theirs", private_redis.url, model_path, EXAMPLE_TOOLS, roles=("memory",)) as theirs:
+        env = {**os.environ, "FITTEST_REDIS_URL": private_redis.url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+               "FITTEST_DATA_DIR": str(tmp_path / "mine"), "FITTEST_TOOLS_DIR": str(EXAMPLE_TOOLS), "FITTEST_KEY_PREFIX": "mine:"}
+        env.pop("FITTEST_RESULT_BACKEND", None)
+        done = subprocess.run([str(FITTEST), "up", *[f"--without={r}" for r in ("flower", "metrics", "toolserver")]],
+                              env=env, capture_output=True, text=True, timeout=120)
+        said = " ".join((done.stdout + done.stderr).split())
+        assert done.returncode == 1 and "Traceback" not in said, said
+        assert ("workers already take this Redis database's calls (memory@" in said
+                and f"none has served FITTEST_KEY_PREFIX mine: here, and one has served {theirs.settings.key_prefix}" in said), said
+        assert " started" not in said, said  # no role of it ran
