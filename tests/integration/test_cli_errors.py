@@ -165,6 +165,11 @@ def test_a_tools_dir_that_is_not_there_is_named_with_the_path_it_was_read_as(
     rows = json.loads(done.stdout)
     assert [(r["name"], r["version"], r["quality"], r["failures"]) for r in rows] == [("slugify", "1.0.0", 0.9, 1)], rows
     assert "its manifest is not read" in rows[0]["kind"]
+    # ...and `show` of it says why it finds no manifest (QA 49: a bare "no tool named").
+    done = subprocess.run([str(FITTEST), "show", "slugify"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 2 and (f"no tool named 'slugify'; FITTEST_TOOLS_DIR ({tmp_path / 'mytools'}) is not there: if "
+                                     "the tool is in it, the workers keep it registered") in said, said
     state.clear()
 
 

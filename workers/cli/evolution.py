@@ -94,9 +94,16 @@ def no_tool_named(registry: ToolRegistry, name: str) -> NoReturn:
     """Fail naming a tool no manifest here declares; when some did not load, it may be in one of
     them, and the workers go on serving it as they last read it (QA new user: "no tool named" of a
     tool whose manifest was half-edited, served in the same minute)."""
+    from workers.settings import get_settings
+
     unread = [str(e) for e in registry.refused()]  # the file, the field and why
+    tools_dir = get_settings().tools_dir
+    gone = "" if tools_dir.is_dir() else (  # QA 49: `tools` listed it, `show` said there was none
+        f"; FITTEST_TOOLS_DIR ({tools_dir.resolve()}) is not there: if the tool is in it, the workers keep it "
+        "registered, with its counters, and do not run it until the directory is back")
     fail(f"no tool named {name!r}" + (f"; these manifests do not load: {', '.join(unread)}: if it is in one of them, "
-                                      "the workers serve it as they last read it, until it loads" if unread else ""), REFUSED)
+                                      "the workers serve it as they last read it, until it loads" if unread else "") + gone,
+         REFUSED)
 
 
 def versions_of(registry: ToolRegistry, namespace: str) -> list[ToolManifest]:

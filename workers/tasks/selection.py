@@ -23,6 +23,7 @@ from workers.promotions import note_newcomers, trial_new_manifests, unseen_versi
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
 from workers.tasks.common import another_job_under, ended_early, invalid_result, no_candidates, oversized, result_call_id
+from workers.tasks.execution import code_gone
 from workers.tool_watch import ToolsDirWatch, watch_in_background
 
 
@@ -206,6 +207,9 @@ def explain(**kwargs: Any) -> dict[str, Any]:
     if (too_large := oversized(request, runtime().settings.input_limit_bytes)) is not None:
         return too_large  # refused as the call would be (QA: explain ranked what a call refused)
     plan: CallPlan = runtime().selector.plan(request)
+    # With the note a call gets of the versions whose code is not there to run (QA 49: explain ranked
+    # first a tool of a tools directory moved away, and said nothing of it).
+    code_gone(plan)
     # Its status is the one a call would end with when nothing is ranked (QA AC: "success").
     result = (CallResult.from_plan(plan, "success", message="ranking only; nothing was run") if plan.candidates
               else no_candidates_result(plan, runtime().registry, runtime().settings.tools_dir))
