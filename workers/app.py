@@ -13,6 +13,7 @@ from celery import Celery
 from celery.signals import beat_init, worker_ready
 from kombu import Queue
 
+from workers import group_stop  # noqa: F401 - a SIGTERM to a worker's group stops it warm (its signal handlers)
 from workers.events import use_batch_keeping_dispatcher
 from workers.logging import WORKER_READY
 from workers.logging import install as install_logging

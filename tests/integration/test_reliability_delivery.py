@@ -374,6 +374,32 @@ def test_a_tool_that_kills_its_worker_beside_another_call_is_a_crash_and_the_oth
         client.close()
 
 
+def test_a_tool_that_sends_sigterm_to_its_executors_group_stops_it_warm_and_the_call_beside_it_succeeds(
+        pipeline: Pipeline, tmp_path: Path) -> None:
+    """QA 49: a tool that SIGTERMs its executor's process group killed the pool processes as well as
+    starting the executor's warm shutdown; the call running beside it, and its own, ended a `crash`
+    after two such deaths, and an innocent tool's breaker opened. The pool processes outlive a
+    SIGTERM that came to the whole group: the warm shutdown lets both tasks finish."""
+    p, nap_log, term_log = pipeline, tmp_path / "nap.log", tmp_path / "term.log"
+    p.settled()
+    before = p.state().stats([NAP])[NAP]
+    beside = nap_call(p, nap_log, 4000)
+    wait_runs(p, nap_log, 1)
+    term = nap_call(p, term_log, 300, die="group")
+    assert p.stack.procs["executor"].wait(timeout=60) == 0  # stopped warm, once its tasks were done
+    restart_executor(p)
+    for sent, log in ((beside, nap_log), (term, term_log)):
+        result = p.client.wait(sent, 60)
+        assert result["status"] == "success" and not result["attempts"][0]["isolated"], result
+        assert len(runs(log)) == 1  # ran once, to its end
+    p.settled()
+    after = p.state().stats([NAP])[NAP]
+    assert (after.successes, after.failures) == (before.successes + 2, before.failures)
+    assert p.state().stats_and_breakers([NAP])[1][NAP] == "closed"
+    said = (p.stack.log_dir / "executor.log").read_text()
+    assert "SIGTERM came to the whole worker, which stops warm: its task goes on" in said
+
+
 def test_the_probe_of_a_version_that_killed_its_processes_runs_isolated(pipeline: Pipeline, tmp_path: Path) -> None:
     """QA 48: each breaker probe of a tool that kills its executor cost an executor restart, and
     under a short worker lease `fittest up` gave up. A version whose attempt ended a crash by its

@@ -8,6 +8,7 @@ then succeeded, its effect done: a user who sent the job again had it done twice
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,3 +91,22 @@ def test_the_client_waits_for_a_call_revoked_while_its_tool_runs_and_is_told_a_r
     said = cli_runner(monkeypatch, p.env)("result", "revoked-before-1", "--timeout", "10")
     assert said.exit_code == 1 and "was revoked (from Flower or `celery control revoke`): it has no result" in " ".join(said.output.split())
     assert "never" not in ledger(p)
+
+
+def test_a_call_terminated_with_sigterm_while_its_tool_runs_stops_it(ledger_pipeline: Pipeline) -> None:
+    """`celery control terminate SIGTERM ID` (README) still stops the tool: the pool processes outlive
+    only a SIGTERM that came to the whole worker, which starts its warm shutdown (workers/group_stop.py)."""
+    p = ledger_pipeline
+    started = Path(p.settings.tools_dir) / "ledger_append" / "started-terminated"
+    p.client.send("resilient_tool_call", scenario=SCENARIO, input={"seconds": 8, "tag": "terminated"}, call_id="terminated-1")
+    p.wait_for(started.exists, timeout=60)
+    control = make_app(p.settings)
+    try:
+        control.control.revoke("terminated-1", terminate=True, signal="SIGTERM")
+        p.wait_for(lambda: control.AsyncResult("terminated-1").state == "REVOKED", timeout=10)
+    finally:
+        control.close()
+    after = p.client.wait(p.client.send("resilient_tool_call", scenario=SCENARIO, input={"seconds": 0, "tag": "after"}), 60)
+    assert after["status"] == "success", after
+    time.sleep(max(0.0, started.stat().st_mtime + 9 - time.time()))  # past the 8 s it would have slept
+    assert "terminated" not in ledger(p) and "after" in ledger(p)  # stopped: its line never written

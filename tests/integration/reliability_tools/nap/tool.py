@@ -2,7 +2,8 @@
 `input["ms"]`, then returns, or raises when `input["fail"]` is set. Tests kill workers while it
 sleeps and count its runs from the log. With `input["die"]` it kills its own process instead of
 returning: "exit" (os._exit(3)), "segfault" (reads address 0) or "parent" (SIGKILL to the process
-that started it: in a pool process, the executor's main process)."""
+that started it: in a pool process, the executor's main process); "group" sends SIGTERM to that
+process's group (the executor's, its pool processes included), and then returns."""
 
 import ctypes
 import os
@@ -22,6 +23,8 @@ def run(payload):
         ctypes.string_at(0)
     if payload.get("die") == "parent":  # and returns at once, as if nothing happened
         os.kill(os.getppid(), signal.SIGKILL)
+    if payload.get("die") == "group":
+        os.killpg(os.getpgid(os.getppid()), signal.SIGTERM)
     if payload.get("fail"):
         raise RuntimeError("nap was told to fail")
     return {"n": payload.get("n"), "pid": os.getpid()}

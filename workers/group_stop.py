@@ -1,0 +1,119 @@
+"""A SIGTERM sent to a worker's whole process group stops the worker warm, its pool included.
+
+Why: a prefork worker's pool processes share its process group, so a SIGTERM to the group (a tool
+that signals its parent's group, systemd's control-group stop, `kill -TERM -PGID`) reached each of
+them as well as the main process. The main process began its warm shutdown, which lets the running
+tasks finish, but the pool processes died under them, each counted as a death of the attempt it
+ran: after two, an innocent tool running beside the signaller was recorded a `crash` with its
+breaker opened (QA 49: a ledger tool, 1.00 -> 0.90, beside a tool that SIGTERMs its executor's group).
+
+Which signal is which is told by the main process: it notes here, in memory shared with the pool
+processes it forks, that a shutdown began, and how (celery's `worker_shutting_down`). A pool
+process given SIGTERM waits up to GROUP_WAIT_S for that note: a warm shutdown means the signal
+came to the whole group, and the pool process carries on with its task, which the warm shutdown
+waits for; anything else (`celery control terminate`, a hard time limit, the cold shutdown's
+terminate, a kill of the pool process alone, a SIGTERM with no task running) ends it as SIGTERM
+always did, a moment later.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+from celery.signals import task_postrun, task_prerun, worker_process_init, worker_shutting_down
+
+log = logging.getLogger(__name__)
+
+GROUP_WAIT_S = 0.5  # how long a pool process given SIGTERM waits for its main process's note
+RUNNING, WARM, COLD = 0, 1, 2
+
+# One byte, mapped before the pool processes are forked and shared with each of them.
+_shutdown = mmap.mmap(-1, 1)
+
+
+def shutdown_began() -> int:
+    """RUNNING, or how this worker's main process is shutting down (WARM, COLD)."""
+    return _shutdown[0]
+
+
+def note_shutdown(how: str) -> None:
+    """In the main process: a shutdown began, "Warm" or "Cold" (as celery names them)."""
+    _shutdown[0] = COLD if how == "Cold" else WARM
+
+
+@worker_shutting_down.connect
+def _noted(how: str = "Warm", **_: Any) -> None:
+    note_shutdown(how)
+
+
+_in_pool = False  # set in each pool process as it starts
+_task_running = False  # in a pool process: between a task's start and its end
+_not_the_groups = threading.Event()  # a SIGTERM found not to be the group's: the next one is handed on
+_default: Any = signal.SIG_DFL  # the pool process's own SIGTERM handler (billiard's, which exits)
+
+
+def _sigterm_in_pool(signum: int, frame: Any) -> None:
+    """Not the pool process's end while its task runs, until its main process has had the time to
+    tell a SIGTERM to the whole group (a warm shutdown); its own handler's, a moment later, else."""
+    if not _task_running or _not_the_groups.is_set():
+        _hand_on(signum, frame)
+    elif shutdown_began() == WARM:
+        _outlived()
+    else:  # decided in a thread: waiting in the handler held up the main thread, where the task runs
+        threading.Thread(target=_decide, args=(signum,), name="fittest-sigterm", daemon=True).start()
+
+
+def _decide(signum: int) -> None:
+    deadline = time.monotonic() + GROUP_WAIT_S
+    while shutdown_began() == RUNNING and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if shutdown_began() == WARM:
+        _outlived()
+        return
+    _not_the_groups.set()  # sent again, to be handled as it was, in the main thread
+    os.kill(os.getpid(), signum)
+
+
+def _outlived() -> None:
+    log.warning("pool process %d: SIGTERM came to the whole worker, which stops warm: its task goes on", os.getpid(),
+                extra={"event": "group_sigterm_outlived", "pid": os.getpid()})
+
+
+def _hand_on(signum: int, frame: Any) -> None:
+    """The SIGTERM handled by the pool process's own handler (billiard's exits), as without this one."""
+    if callable(_default):
+        _default(signum, frame)
+    elif _default is not signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+@worker_process_init.connect
+def _note_pool_process(**_: Any) -> None:
+    global _in_pool
+    _in_pool = True
+
+
+@task_prerun.connect
+def _outlive_group_sigterm(**_: Any) -> None:
+    """Installed as a pool process runs its first task: billiard sets its own handler after
+    `worker_process_init`, which this one hands the signal on to when it is not the group's."""
+    global _default, _task_running
+    _task_running = True
+    if _in_pool and (current := signal.getsignal(signal.SIGTERM)) is not _sigterm_in_pool:
+        _default = current
+        signal.signal(signal.SIGTERM, _sigterm_in_pool)
+
+
+@task_postrun.connect
+def _task_ended(**_: Any) -> None:
+    """Past its task, a pool process ends on SIGTERM again: the warm shutdown's own, which hurries
+    one that is leaving, among them."""
+    global _task_running
+    _task_running = False
