@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from selection.manifest import tool_key
+from selection.manifest import split_key, tool_key
 from selection.models import Candidate, CallPlan, CallResult, FailureClass, ToolExecutionResult
 from selection.registry import ToolRegistry
 from selection.serving import CLEAR_MATCH, REFUSED_IN_A_ROW, RELIABLE_RUNS
@@ -159,9 +159,18 @@ def served_by_whom_note(plan: CallPlan, served: Candidate, result: ToolExecution
     vowel counter, 0.22 similar, "served" a string reversal after the reversing tool crashed,
     without a word, and was first for it from then on; QA recheck: the note came once, as a
     fallback, and never as the first choice it then was)."""
-    named = plan.request.namespace
-    if named and served.manifest.name != named and any(a.tool == named and not a.success for a in plan.attempts):
-        return f"the call named {named}, which failed; {served.key}, another tool, served it: check its output"
+    named = plan.namespace
+    if named and served.manifest.name != named:
+        if any(a.tool == named and not a.success for a in plan.attempts):
+            return f"the call named {named}, which failed; {served.key}, another tool, served it: check its output"
+        # Passed over as the call ran (its breaker opened since the call was planned, or another call
+        # probes it): the plan's note, made before, could not say so (QA 49: a weather job named its
+        # tool and got a beehive sensor's output, 0.26 similar, with no note).
+        held = [key for key in plan.held_back if split_key(key)[0] == named]
+        if held and not any("held back by its circuit breaker: the call was ranked by its scenario alone" in note
+                            for note in plan.notes):
+            return (f"the call named {named}, held back by its circuit breaker ({', '.join(held)}); {served.key}, "
+                    "another tool, served it: check its output")
     if named or not result.unconfirmed:
         return None  # (a name no tool has is noted apart: the call was ranked by its scenario alone)
     how = "as the first choice" if plan.attempts[:1] == [result] else "as a fallback"

@@ -560,6 +560,13 @@ def test_a_tool_that_matches_the_job_weakly_and_never_did_it_or_another_than_the
     # A call that named a tool: said when another served it, not when it did.
     assert note(call(ran("reverse_text", False), ran("vowel_count", True), namespace="reverse_text"), counter) == (
         "the call named reverse_text, which failed; vowel_count@1.0.0, another tool, served it: check its output")
+    # ...and when it was passed over as the call ran, held back by its breaker (QA 49: no note at all).
+    passed = call(ran("vowel_count", True), namespace="reverse_text")
+    passed.held_back.append("reverse_text@1.0.0")
+    assert note(passed, counter) == ("the call named reverse_text, held back by its circuit breaker (reverse_text@1.0.0); "
+                                     "vowel_count@1.0.0, another tool, served it: check its output")
+    passed.notes.append("reverse_text@1.0.0 held back by its circuit breaker: the call was ranked by its scenario alone")
+    assert note(passed, counter) is None  # said when the call was planned
     typo = call(ran("reverse_text", False), ran("vowel_count", True), namespace="reverse_txt")
     assert note(typo, counter) is None  # no such tool ran: its own note says so
     assert note(call(ran("reverse_text", False), ran("vowel_count", True), namespace="vowel_count"), counter) is None
