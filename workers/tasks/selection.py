@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from selection.call_endings import no_candidates_result
 from selection.manifest import ToolManifest, split_key
-from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, FieldError, field_errors
+from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, FieldError, field_errors, size_errors
 from workers.app import app
 from workers.feedback_store import apply_stored_judgements
 from workers.payloads import CallToolPayload, ExplainResult
@@ -105,6 +105,14 @@ def _payload(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ..
     return {**dict(zip(names, args)), **kwargs}
 
 
+def _given_twice(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...]) -> list[FieldError]:
+    """The fields given both as a positional argument and as a keyword: Python refuses such a call,
+    and the keyword's value won without a word (QA 49: `args=[1], kwargs={"scenario": ...}`)."""
+    return [FieldError(field=name, type="given_twice",
+                       message=f"given both as positional argument {i + 1} and as a keyword: give it once")
+            for i, name in enumerate(names[:len(args)]) if name in kwargs]
+
+
 def start_call(task: Task, request: CallRequest, evolution: CallEvolution | None = None) -> Any:
     """Rank the candidates and replace this task with the first attempt (or end the call)."""
     from workers.tasks.execution import execute
@@ -143,14 +151,15 @@ def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
     # fittest's own retry after an evolution re-sends the call as its request, not as it was sent.
     if evolution_report is None and (taken := another_job_under("resilient_tool_call", payload, self.request.id)) is not None:
         return taken
+    twice = _given_twice(args, kwargs, CALL_ARGS)
     try:
         request = CallRequest.model_validate(payload)
     except ValidationError as exc:
-        return ended_early(invalid_result(exc, result_call_id(payload, self.request.id)))
+        return ended_early(invalid_result(twice + field_errors(exc), result_call_id(payload, self.request.id)))
     if not kwargs.get("call_id") and self.request.id:
         request = request.model_copy(update={"call_id": self.request.id})
-    if (too_large := oversized(request, runtime().settings.input_limit_bytes)) is not None:
-        return ended_early(too_large)
+    if errors := twice + size_errors(request, runtime().settings.input_limit_bytes):
+        return ended_early(invalid_result(errors, request.call_id))
     try:
         evolution = None if evolution_report is None else CallEvolution.model_validate(evolution_report)
     except ValidationError as exc:  # named as the payload's field it is, like the request's own
@@ -166,6 +175,7 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
     payload = _payload(args, kwargs, TOOL_ARGS)
     if (taken := another_job_under("call_tool", payload, self.request.id)) is not None:
         return taken
+    twice = _given_twice(args, kwargs, TOOL_ARGS)
     try:  # as fittest's client checks it before sending; the rest is checked as a call's
         tool = CallToolPayload.model_validate(payload)
     except ValidationError as exc:
@@ -173,7 +183,7 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
         # (QA ops L1: `{"tool": …}` was told only that `name` is required)
         unknown = [FieldError(field=key, message="Extra inputs are not permitted", type="extra_forbidden")
                    for key in payload if key not in CallToolPayload.model_fields and key not in CallRequest.model_fields]
-        return ended_early(invalid_result(field_errors(exc) + unknown, result_call_id(payload, self.request.id)))
+        return ended_early(invalid_result(twice + field_errors(exc) + unknown, result_call_id(payload, self.request.id)))
     name = tool.name
     payload.pop("name", None)
     payload.pop("namespace", None)
@@ -185,9 +195,9 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
             {**payload, "namespace": name, "scenario": scenario, "call_id": payload.get("call_id") or self.request.id}
         )
     except ValidationError as exc:
-        return ended_early(invalid_result(exc, result_call_id(payload, self.request.id)))
-    if (too_large := oversized(request, runtime().settings.input_limit_bytes)) is not None:
-        return ended_early(too_large)
+        return ended_early(invalid_result(twice + field_errors(exc), result_call_id(payload, self.request.id)))
+    if errors := twice + size_errors(request, runtime().settings.input_limit_bytes):
+        return ended_early(invalid_result(errors, request.call_id))
     if original is None:
         return ended_early(CallResult(
             call_id=request.call_id, status="no_candidates", scenario=request.scenario, message=f"no tool named '{name}'",
