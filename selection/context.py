@@ -224,8 +224,22 @@ def check_context(context: Mapping[str, Any]) -> None:
         explicit_context(context)
     except ValidationError as exc:
         errors += [_named(err, context) for err in exc.errors(include_url=False)]
+    files = context.get("files")
+    if files is not None and not _files_readable(files):  # QA 49: `files: 7` was read as no file, unsaid
+        errors.append(f"context.files: a list of paths, or paths mapped to their contents (strings), not {_shown(files)}")
     if errors:
         raise ValueError("; ".join(errors))
+
+
+def _files_readable(files: Any) -> bool:
+    if isinstance(files, Mapping):
+        return all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
+    return isinstance(files, (list, tuple)) and all(isinstance(f, str) for f in files)
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _named(err: Any, context: Mapping[str, Any]) -> str:
@@ -246,7 +260,7 @@ def _files(context: Mapping[str, Any]) -> dict[str, str]:
         return {str(k): v if isinstance(v, str) else "" for k, v in files.items()}
     if isinstance(files, (list, tuple)):
         return {str(f): "" for f in files if isinstance(f, str)}
-    return {}
+    return {}  # (a call's are checked: `check_context`)
 
 
 def _words(text: str) -> str:

@@ -190,3 +190,17 @@ def test_a_context_key_or_language_close_to_one_selection_reads_is_named_as_a_li
         "context language 'javscript' is not one selection knows: did you mean 'javascript'?"]
     # A real language nothing detects is no typo, however close to one detected (QA integration L1).
     assert context_typos({"languages": ["fsharp", "zsh", "scss", "purescript"]}) == []
+
+
+@pytest.mark.parametrize("files", [7, "a.py", ["a.py", 3], {"a.py": 1}])
+def test_files_the_analyser_cannot_read_are_refused_naming_them(files: object) -> None:
+    """QA 49: `context.files: 7` was read as no file at all, without a word, where a bad `languages`
+    is refused."""
+    from pydantic import ValidationError
+
+    from selection.models import CallRequest
+
+    with pytest.raises(ValidationError, match=r"context.files: a list of paths, or paths mapped to their contents"):
+        CallRequest(scenario="review this", context={"files": files})
+    CallRequest(scenario="review this", context={"files": {"a.py": "x = 1"}})
+    CallRequest(scenario="review this", context={"files": ["a.py"]})
