@@ -124,6 +124,9 @@ def sets_a_timer(input):
     signal.setitimer(signal.ITIMER_REAL, 300.0)  # as signal.alarm(300): SIGALRM ends the process then
     return {"set": True}
 
+def returns_surrogate(input):
+    return {"x": "\\ud800"}
+
 def returns_deep(input):
     value = {}
     for _ in range(input.get("depth", 100_000)):
@@ -245,6 +248,8 @@ def test_python_tool_gets_its_own_copy_of_the_input(py_tool) -> None:
         ("returns_nan", FailureClass.bad_output, "not JSON-serialisable"),
         # QA resilience: "crash: the python runner could not run ...: RecursionError"
         ("returns_deep", FailureClass.bad_output, "output is nested too deeply to encode as JSON"),
+        # QA 49: "crash: the python runner could not run ...: UnicodeEncodeError"
+        ("returns_surrogate", FailureClass.bad_output, "output is not UTF-8 text: 'utf-8' codec can't encode character"),
     ],
 )
 def test_python_failures_are_classified(py_tool, function: str, error_class: FailureClass, fragment: str) -> None:

@@ -124,7 +124,10 @@ def judge_output(value: Any, limit_bytes: int) -> RunOutcome:
         return RunOutcome.fail(FailureClass.bad_output, f"output is not JSON-serialisable: {exc}")
     except RecursionError:  # the tool ran and returned; what it returned is unusable (QA resilience: "crash")
         return RunOutcome.fail(FailureClass.bad_output, "output is nested too deeply to encode as JSON")
-    size = len(text.encode("utf-8"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:  # a lone surrogate (QA 49: a crash blamed on the runner)
+        return RunOutcome.fail(FailureClass.bad_output, f"output is not UTF-8 text: {exc}")
     if size > limit_bytes:
         return RunOutcome.fail(FailureClass.bad_output, f"output of {size} bytes exceeds the limit of {limit_bytes} bytes")
     output = json.loads(text)
