@@ -1030,3 +1030,22 @@ def test_the_time_a_worker_is_stopped_is_not_a_tools_timeout(tmp_path: Path) -> 
     overran = stopped_while_running(lambda: run_tool(as_exe, {"started": str(started), "naps": 300}, timeout_s=1.5,
                                                      limits=LIMITS), started, stop_for_s=3.0)
     assert_failure(overran, FailureClass.timeout, "no result within 1.5s")
+
+
+def test_the_working_directories_of_runs_whose_process_died_are_removed(tmp_path: Path) -> None:
+    """QA 49: a worker process killed mid-run never removed its run's working directory; the next
+    worker process to start removes those of dead processes, and no live process's."""
+    import subprocess
+    import sys
+
+    from workers.runners.executable import WORKDIR_PREFIX, remove_left_behind
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead = tmp_path / f"{WORKDIR_PREFIX}{gone.stdout.strip()}-abc123"
+    live = tmp_path / f"{WORKDIR_PREFIX}{os.getpid()}-def456"
+    for workdir in (dead, live):
+        (workdir / "sub").mkdir(parents=True)
+        (workdir / "sub" / "left.txt").write_text("x")
+    assert remove_left_behind(tmp_path) == [dead]
+    assert not dead.exists() and (live / "sub" / "left.txt").exists()

@@ -8,7 +8,9 @@ one literal argument. An unknown placeholder is refused (bad_input), never repla
 
 Isolation, and why each part is there:
 - a fresh temporary working directory, also HOME and TMPDIR: the tool sees no other run's files
-  and leaves nothing behind;
+  and leaves nothing behind; one whose worker process was killed mid-run, which could not remove
+  it, is removed by the next worker process that starts (`remove_left_behind`: its name holds
+  the pid of the process that made it);
 - an environment reduced to an allow-list: the worker's secrets (`FITTEST_*`, broker URLs, API
   keys) are never passed to tools;
 - a new session and process group: the whole tree the tool starts can be killed as one;
@@ -47,6 +49,7 @@ import os
 import re
 import resource
 import selectors
+import shutil
 import signal
 import string
 import subprocess
@@ -54,6 +57,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from selection.manifest import ExecutableImplementation, ToolManifest
@@ -296,6 +300,32 @@ def _classify_exit(returncode: int, ex: _Exchange, limits: RunLimits, input: dic
     return RunOutcome.fail(FailureClass.crash, with_stderr(f"exit status {returncode}", stderr))
 
 
+WORKDIR_PREFIX = "fittest-run-"  # then the pid of the process that made it, then tempfile's own part
+
+
+def remove_left_behind(tmp: Path | None = None) -> list[Path]:
+    """Remove the working directories of runs whose process is gone (killed mid-run, its
+    `TemporaryDirectory` never cleaned up: QA 49 found them in /tmp after killed workers); the
+    ones removed. Another stack's, of a live process, are left alone."""
+    removed = []
+    for workdir in (tmp or Path(tempfile.gettempdir())).glob(f"{WORKDIR_PREFIX}*-*"):
+        pid = workdir.name.removeprefix(WORKDIR_PREFIX).partition("-")[0]
+        if pid.isdigit() and not _alive(int(pid)) and workdir.is_dir():
+            shutil.rmtree(workdir, ignore_errors=True)
+            removed.append(workdir)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
 def run_executable(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float, limits: RunLimits) -> RunOutcome:
     """Run an executable tool; every failure is an outcome, never an exception."""
     try:
@@ -304,7 +334,7 @@ def run_executable(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: 
         return RunOutcome.fail(FailureClass.bad_input, str(exc))
     data = encode_input(input)
     deadline = Deadline(timeout_s)
-    with tempfile.TemporaryDirectory(prefix="fittest-run-", ignore_cleanup_errors=True) as workdir, Run() as run:
+    with tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-", ignore_cleanup_errors=True) as workdir, Run() as run:
         try:
             proc = run.start(
                 lambda: subprocess.Popen(

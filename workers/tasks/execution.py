@@ -45,6 +45,7 @@ from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
 from workers.dying import is_dying
 from workers.rescue import CallStep, delivered_again, hand_on, send_recorded
 from workers.runners import RunLimits, RunOutcome, run_tool
+from workers.runners.executable import remove_left_behind
 from workers.runtime import runtime
 from workers.selector import attempt_timeout
 from workers.state.inflight import AttemptDeaths
@@ -127,6 +128,8 @@ _pool_parent: int | None = None  # the worker's main process, in a pool process 
 def _note_pool_parent(**_: Any) -> None:
     global _pool_parent
     _pool_parent = os.getppid()
+    # A pool process starts after one died, or its worker did: what their runs left goes.
+    remove_left_behind()
 
 
 def _end_if_orphaned(aid: str) -> None:
