@@ -112,7 +112,7 @@ def _revoked_call_ends(sender: Task | None = None, request: Any = None, expired:
     Left in flight, it was counted by `fittest_calls_in_flight` until the rescue sweep found it
     overdue, the visibility timeout and more later (QA ops L5)."""
     task_id = getattr(request, "id", None)
-    if not isinstance(sender, CallStep) or not task_id:
+    if not isinstance(sender, CallStep) or not task_id or _asked_by_hand(sender, request):
         return
     rt = runtime()
     # Buffered, as every end of a call is: no Redis round trip in the consumer's thread (review)
@@ -121,6 +121,13 @@ def _revoked_call_ends(sender: Task | None = None, request: Any = None, expired:
     log.info("call %s: its step %s was %s; the call ends without a result", task_id, sender.name,
              "expired" if expired else "revoked",
              extra={"event": "call_revoked", "task_id": task_id, "task": sender.name, "expired": expired})
+
+
+def _asked_by_hand(task: Task, request: Any) -> bool:
+    """An evolution asked for by `fittest evolve`, which is no call: its request expires at the
+    command's --timeout when no worker took it, and is no call that expired."""
+    return (task.name == "fittest.prepare_evolution" and not getattr(request, "args", None)
+            and "plan_data" not in (getattr(request, "kwargs", None) or {}))
 
 
 def _end_passed_call(task: Task) -> None:

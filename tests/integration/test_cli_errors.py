@@ -114,6 +114,9 @@ def test_a_judgement_no_worker_took_in_time_is_never_recorded_so_it_can_be_sent_
         assert code == 1 and "no worker answered" in said and "Nothing was done: send it again" in said, said
         # ...and, from 3 s on, that it waits (QA: it said nothing for its whole timeout)
         assert "waiting for a worker of the feedback queue to answer (up to 4 s; `fittest health` checks them)" in said, said
+        # So does an evolution asked for by hand, which is no call that expired once a worker drops it.
+        code, said, _ = fittest("evolve", "sort_numbers", "--timeout", "2")
+        assert code == 1 and "Nothing was evolved" in said, said
         workers.stack.start_roles(["memory"])
         workers.stack.wait_for_workers(["memory"])
         code, said, _ = fittest(*judge, "--timeout", "60")  # sent again, once a worker runs
@@ -124,6 +127,16 @@ def test_a_judgement_no_worker_took_in_time_is_never_recorded_so_it_can_be_sent_
         assert shown.returncode == 0, shown.stderr
         reasons = [e["reason"] for e in json.loads(shown.stdout)["entries"]]
         assert reasons.count("sent twice") == 1, reasons
+        from workers.metrics import reader_for
+        from workers.state.evolution import EvolutionState
+
+        client = redis.Redis.from_url(private_redis.url)
+        try:
+            assert EvolutionState(client, workers.settings.key_prefix).changelog("sort_numbers") == []  # never evolved
+        finally:
+            client.close()
+        calls = reader_for(workers.settings).counters().get("calls", [])
+        assert not [n for labels, n in calls if labels.get("status") in ("expired", "revoked")], calls
 
 
 def without_workers(model_path: Path, redis_url: str, tmp_path: Path,
