@@ -152,6 +152,11 @@ def serves_unconfirmed(plan: CallPlan, served: Candidate, result: ToolExecutionR
             and served.manifest.name != plan.request.namespace and served.breakdown.similarity < CLEAR_MATCH)
 
 
+# How the note ends that a call gets when the tool it named was held back by its breaker as the call
+# was planned (workers/selector.py `_notes`).
+HELD_BACK_WHEN_PLANNED = "held back by its circuit breaker: the call was ranked by its scenario alone"
+
+
 def served_by_whom_note(plan: CallPlan, served: Candidate, result: ToolExecutionResult) -> str | None:
     """What the caller should know of the tool that served the call, if it is not plainly the one
     asked for: another tool than the namespace the call named, or one whose success is unconfirmed
@@ -167,8 +172,7 @@ def served_by_whom_note(plan: CallPlan, served: Candidate, result: ToolExecution
         # probes it): the plan's note, made before, could not say so (QA 49: a weather job named its
         # tool and got a beehive sensor's output, 0.26 similar, with no note).
         held = [key for key in plan.held_back if split_key(key)[0] == named]
-        if held and not any("held back by its circuit breaker: the call was ranked by its scenario alone" in note
-                            for note in plan.notes):
+        if held and not any(note.endswith(HELD_BACK_WHEN_PLANNED) for note in plan.notes):
             return (f"the call named {named}, held back by its circuit breaker ({', '.join(held)}); {served.key}, "
                     "another tool, served it: check its output")
     if named or not result.unconfirmed:

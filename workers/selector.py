@@ -21,6 +21,7 @@ from evolution.served_version import (in_share, offered_side, served_chance, ser
                                       withdrawn_versions)
 from selection.cache import TTLCache, VersionedValue
 from selection.classifier import ToolClassifier
+from selection.call_endings import HELD_BACK_WHEN_PLANNED
 from selection.context import ContextFeatures, analyse, context_typos
 from selection.crowded import CROWDED_SIMILARITY, with_the_crowded_out, with_the_doers_crowded_out
 from selection.evidence import CandidateEvidence
@@ -218,7 +219,7 @@ class Selector:
                          f"one, {named}, runs it): the call was ranked by its scenario alone")
         held = [key for key in held_back if split_key(key)[0] == request.namespace]
         if held and ranked and not any(c.manifest.name == request.namespace for c in ranked):
-            notes.append(f"{', '.join(held)} held back by its circuit breaker: the call was ranked by its scenario alone")
+            notes.append(f"{', '.join(held)} {HELD_BACK_WHEN_PLANNED}")
         return notes + context_typos(request.context)
 
     def _evidence(self, request: CallRequest, features: dict[str, Any], degraded: list[str]) -> list[CandidateEvidence]:
