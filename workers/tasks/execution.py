@@ -403,16 +403,15 @@ def _returned(task: Task, plan: CallPlan, index: int) -> Returned | None:
         # Its whole worker died while the tool ran (QA live F3: a tool that kills the executor's main
         # process had it killed again at every redelivery, for ever, and the call never ended).
         mark, beside = left
+        tool = _tool_of(plan, mark.attempt_id)
         if not beside:
             count = rt.inflight.died(mark.attempt_id, f"its worker {mark.holder} died while running it", 0.0,
                                      once=f"run:{mark.run}")
-            tool = _tool_of(plan, mark.attempt_id)
             log.warning("call %s: the worker running attempt %s (%s) died, %d time(s): %s", task.request.id,
                         mark.attempt_id, tool, count, mark.holder,
                         extra={"event": "attempt_worker_died", "task_id": task.request.id, "attempt_id": mark.attempt_id,
                                "tool": tool, "holder": mark.holder, "deaths": count, "call_id": plan.request.call_id})
         else:  # whose doing it was is not known: counted for none; each of them runs isolated now
-            tool = _tool_of(plan, mark.attempt_id)
             log.warning("call %s: the worker running attempt %s (%s) died beside %d other run(s), not counted: %s",
                         task.request.id, mark.attempt_id, tool, len(beside), mark.holder,
                         extra={"event": "attempt_worker_died_beside", "task_id": task.request.id,
