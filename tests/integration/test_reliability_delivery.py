@@ -400,6 +400,36 @@ def test_a_tool_that_sends_sigterm_to_its_executors_group_stops_it_warm_and_the_
     assert "SIGTERM came to the whole worker, which stops warm: its task goes on" in said
 
 
+def test_a_worker_killed_as_it_stops_charges_no_death_to_the_tool_it_ran(pipeline: Pipeline, tmp_path: Path) -> None:
+    """QA 49 recheck R1: `fittest up` stops a role with SIGTERM to its group, then SIGKILL 5 s later;
+    a tool still running then (its pool process outlives the group's SIGTERM) had its worker's death
+    counted against it, as if it had killed the worker. The stop's kill is nobody's doing: the
+    attempt runs again, in its pool, as the first time."""
+    p, log = pipeline, tmp_path / "runs.log"
+    p.settled()
+    before = p.state().stats([NAP])[NAP]
+    sent = nap_call(p, log, 6500)  # within its timeout, and running 5 s after the stop began
+    wait_runs(p, log, 1)
+    executor = p.stack.procs["executor"]
+    os.killpg(executor.pid, signal.SIGTERM)  # as honcho stops a role
+    time.sleep(5)
+    os.killpg(executor.pid, signal.SIGKILL)  # as honcho does to one still running 5 s later
+    assert executor.wait(timeout=30) == -signal.SIGKILL
+    restart_executor(p)
+    result = p.client.wait(sent, VISIBILITY_S + 90)
+    assert result["status"] == "success" and not result["attempts"][0]["isolated"], result
+    assert len(runs(log)) == 2  # killed, then run again, in full
+    client = redis_client(p.settings)
+    try:
+        assert InflightCalls(client, p.settings.key_prefix).deaths(f"{result['call_id']}:0").count == 0
+    finally:
+        client.close()
+    p.settled()
+    after = p.state().stats([NAP])[NAP]
+    assert (after.successes, after.failures) == (before.successes + 1, before.failures)
+    assert "ran in a worker killed as it stopped: not counted" in (p.stack.log_dir / "executor.log").read_text()
+
+
 def test_the_probe_of_a_version_that_killed_its_processes_runs_isolated(pipeline: Pipeline, tmp_path: Path) -> None:
     """QA 48: each breaker probe of a tool that kills its executor cost an executor restart, and
     under a short worker lease `fittest up` gave up. A version whose attempt ended a crash by its

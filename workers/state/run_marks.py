@@ -23,7 +23,8 @@ however often a delivery that read it is given back before the mark goes (Redis 
 
 Keys, under the key prefix: `inflight:running:<task id>:<delivery tag>` (the attempt id, the pool
 process and the worker that ran it, as JSON) and `inflight:running-in:<worker>` (a set: the
-messages its pool processes run tools for now), each kept MARK_TTL_S; `inflight:killer:<tool
+messages its pool processes run tools for now), each kept MARK_TTL_S, as is `inflight:stopping:<worker>`
+(its shutdown began: a run a kill then ends is not its tool's doing); `inflight:killer:<tool
 version>`, kept KILLER_TTL_S, for a version whose attempt ended a crash by its deaths. Keyed by the message, not the
 call: the next step of the call (its next attempt, a message of its own) may be running before the
 main process clears the mark of the step that handed it on.
@@ -125,6 +126,15 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
             self._clear(pipe, message, worker)
             pipe.execute()
 
+    def stopping(self, worker: str) -> None:
+        """`worker` is being stopped (its warm shutdown began): a run of it that a kill ends then
+        (`fittest up` kills a worker still stopping after 5 s) is the stop's doing, not its tool's."""
+        self.client.set(self._stopping_key(worker), 1, ex=MARK_TTL_S)
+
+    def was_stopping(self, worker: str) -> bool:
+        """Whether `worker` was being stopped when it ended (`stopping`)."""
+        return bool(self.client.exists(self._stopping_key(worker)))
+
     def note_killer(self, key: str) -> None:
         """Tool version `key` killed the processes running it: its breaker's probes run it isolated,
         where it takes a pool process, not a worker, with it (QA 48: each probe of a tool that kills
@@ -148,6 +158,9 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
 
     def _killer_key(self, key: str) -> str:
         return f"{self.prefix}inflight:killer:{key}"
+
+    def _stopping_key(self, worker: str) -> str:
+        return f"{self.prefix}inflight:stopping:{worker}"
 
     def _set_key(self, worker: str) -> str:
         return f"{self.prefix}inflight:running-in:{worker}"

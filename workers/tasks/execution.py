@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Any, NamedTuple
 from billiard.einfo import ExceptionWithTraceback
 from billiard.exceptions import WorkerLostError
 from celery import Task
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_shutting_down
 from celery.worker.request import Request
 
 from selection.call_endings import (folders_gone_message, input_refused_message, no_tool_meant_for_it, refused_for_its_namespace,
@@ -43,6 +44,7 @@ from selection.registry import ToolRegistry
 from selection.serving import does_such_jobs
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
 from workers.dying import is_dying
+from workers.group_stop import shutdown_began
 from workers.rescue import CallStep, delivered_again, hand_on, send_recorded
 from workers.runners import RunLimits, RunOutcome, run_tool
 from workers.runners.executable import remove_left_behind
@@ -122,6 +124,21 @@ def run_attempt(plan: CallPlan, index: int, mark: Callable[[str], None] | None =
 
 
 _pool_parent: int | None = None  # the worker's main process, in a pool process of a prefork worker
+
+
+@worker_shutting_down.connect
+def _note_stopping(sender: Any = None, **_: Any) -> None:
+    """Tell Redis this worker is being stopped, from a thread: the signal handler this runs in may
+    have interrupted a Redis call of the main thread, whose connection it must not share."""
+    worker = worker_key(str(sender), os.getpid())
+    threading.Thread(target=_write_stopping, args=(worker,), name="fittest-stopping", daemon=True).start()
+
+
+def _write_stopping(worker: str) -> None:
+    try:
+        runtime().run_marks.stopping(worker)
+    except Exception as error:  # Redis away: a kill that ends the stop counts as a death, as before
+        log.warning("worker %s: its stop not noted: %s: %s", worker, type(error).__name__, error)
 
 
 @worker_process_init.connect
@@ -320,6 +337,10 @@ class ExecuteRequest(Request):
     def _count_death(self, exc: WorkerLostError) -> None:
         # billiard says "Worker exited prematurely: signal 11 (SIGSEGV) Job: 7."; the middle is the news.
         how = re.sub(r"^Worker exited prematurely: |\s*Job: \d+\.?$", "", str(exc)) or type(exc).__name__
+        if shutdown_began():  # its worker is being stopped (a cold shutdown ends its pool): not the tool's doing
+            log.info("call %s: its pool process ended (%s) as its worker stopped: not counted", self.id, how,
+                     extra={"event": "attempt_process_stopped", "task_id": self.id, "reason": how})
+            return
         ran_ms = (time.time() - self.time_start) * 1000 if self.time_start else 0.0
         try:
             args = dict(zip(("plan_data", "index"), self.args)) | dict(self.kwargs)
@@ -399,7 +420,15 @@ def _returned(task: Task, plan: CallPlan, index: int) -> Returned | None:
         return None
     rt, message = runtime(), _message(task)
     left = None if message is None else rt.run_marks.left_behind(message)
-    if message is not None and left is not None:
+    if message is not None and left is not None and rt.run_marks.was_stopping(left[0].worker):
+        # Killed while it was being stopped (`fittest up` kills a worker that still runs a tool 5 s
+        # after its stop): the stop's doing, not the tool's (QA 49 recheck R1).
+        log.info("call %s: attempt %s (%s) ran in a worker killed as it stopped: not counted", task.request.id,
+                 left[0].attempt_id, _tool_of(plan, left[0].attempt_id),
+                 extra={"event": "attempt_worker_stopped", "task_id": task.request.id, "attempt_id": left[0].attempt_id})
+        rt.run_marks.counted(message)
+        left = None
+    elif message is not None and left is not None:
         # Its whole worker died while the tool ran (QA live F3: a tool that kills the executor's main
         # process had it killed again at every redelivery, for ever, and the call never ended).
         mark, beside = left
