@@ -128,6 +128,9 @@ def make_app(settings: Settings | None = None) -> Celery:
         timezone="UTC",
         redbeat_redis_url=settings.redis_url,
         redbeat_key_prefix=f"{settings.key_prefix}redbeat:",
+        # Which stack's state the workers keep, as they answer `inspect conf` (a name celery does not
+        # mask as a secret): `fittest up` refuses to start a stack beside another's on one database.
+        fittest_stack_prefix=settings.key_prefix,
         # The beat runs workers.beat.Scheduler (Procfile), which restores what a Redis restart lost.
         beat_max_loop_interval=BEAT_MAX_INTERVAL_S,
         redbeat_lock_timeout=BEAT_LOCK_TIMEOUT_S,

@@ -185,14 +185,14 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
                 print(f"fittest up: its port was taken: other shells need FITTEST_REDIS_URL={redact_url(url)}",
                       file=out, flush=True)
         if others := stack.workers_answering():  # more workers of one stack, or another stack's
-            if prefixes := stack.prefixes_served_instead():
+            if theirs := sorted({prefix for prefix in others.values() if prefix not in (None, settings.key_prefix)}):
                 # QA 49: warned, its workers took the other stack's calls at once, and recorded them
                 # under this stack's prefix, where the other stack's never looked.
                 raise StackError(
-                    f"workers already take this Redis database's calls ({', '.join(others)}), of another stack: none has "
-                    f"served FITTEST_KEY_PREFIX {settings.key_prefix} here, and one has served {', '.join(prefixes)}. Each "
-                    "stack's workers would run the other's calls: give this stack its own database "
-                    "(FITTEST_REDIS_URL=redis://HOST:PORT/N), or the other stack's prefix to join it")
+                    f"workers already take this Redis database's calls ({', '.join(others)}), of another stack: they "
+                    f"serve FITTEST_KEY_PREFIX {', '.join(theirs)}, not {settings.key_prefix}. Each stack's workers would "
+                    "run the other's calls: give this stack its own database (FITTEST_REDIS_URL=redis://HOST:PORT/N), or "
+                    "the other stack's prefix to join it")
             print(f"fittest up: workers already take this Redis database's calls ({', '.join(others)}); if they are another "
                   "stack's (another FITTEST_KEY_PREFIX), each will run the other's calls: give each stack its own database "
                   "(FITTEST_REDIS_URL=redis://HOST:PORT/N)", file=out, flush=True)

@@ -212,42 +212,29 @@ class Stack:
         for role in roles:
             self.start(role, worker_roles()[role].command)
 
-    def workers_answering(self, timeout: float = 1.0) -> list[str]:
-        """The workers that answer a ping on this stack's broker (their node names): before this
-        stack starts its own, another stack's. FITTEST_KEY_PREFIX keeps fittest's keys apart, not
-        Celery's queues and results, so two stacks on one Redis database take each other's calls
-        (QA new user: `fittest demo` beside `fittest up` had its calls run by up's workers)."""
+    def workers_answering(self, timeout: float = 1.0) -> dict[str, str | None]:
+        """The workers that answer on this stack's broker (their node names), each with the key
+        prefix of the stack it serves (None: a worker that does not say, of an older release):
+        before this stack starts its own, another stack's. FITTEST_KEY_PREFIX keeps fittest's keys
+        apart, not Celery's queues and results, so two stacks on one Redis database take each
+        other's calls (QA new user: `fittest demo` beside `fittest up` had its calls run by up's workers)."""
         from workers.app import make_app
 
         from kombu import pools
 
         app = make_app(self.settings.model_copy(update={"redis_url": self.redis_url, "result_backend": None}))
         try:
-            replies = app.control.ping(timeout=timeout) or []
+            replies = app.control.inspect(timeout=timeout).conf(with_defaults=False) or {}
         except (redis.RedisError, OSError, OperationalError):
-            return []
+            return {}
         finally:
             app.close()
-            # The ping's connections sit in kombu's global pools, which close themselves again in
+            # The inspect's connections sit in kombu's global pools, which close themselves again in
             # every process forked after (an after-fork hook): each role's relay, a fork of `up`,
             # waited there for a reply on the broker's socket, 15 s (its timeout), before it started
             # its role (QA ops: a killed role "restarting it in 1 s" came back 14-17 s later).
             pools.reset()
-        return sorted(host for reply in replies for host in reply)
-
-    def prefixes_served_instead(self) -> list[str]:
-        """The key prefixes other stacks' memory workers have served on this Redis database, when
-        none has served this stack's (workers/state/stacks.py): workers that answer then are theirs."""
-        from workers.state.stacks import other_stacks
-
-        client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0,
-                                      **self.settings.redis_tls(self.redis_url))
-        try:
-            return other_stacks(client, self.settings.key_prefix) or []
-        except (redis.RedisError, OSError):
-            return []
-        finally:
-            client.close()
+        return {host: (conf or {}).get("fittest_stack_prefix") for host, conf in sorted(replies.items())}
 
     def wait_for_workers(self, names: Iterable[str], timeout: float = 60.0) -> None:
         """Block until every named worker answers a ping (so no test races a starting worker)."""

@@ -260,5 +260,15 @@ def test_up_refuses_to_join_a_redis_database_another_stacks_workers_serve(model_
         said = " ".join((done.stdout + done.stderr).split())
         assert done.returncode == 1 and "Traceback" not in said, said
         assert ("workers already take this Redis database's calls (memory@" in said
-                and f"none has served FITTEST_KEY_PREFIX mine: here, and one has served {theirs.settings.key_prefix}" in said), said
+                and f"they serve FITTEST_KEY_PREFIX {theirs.settings.key_prefix}, not mine:" in said), said
+        # ...also when this stack's prefix has served this database before (QA 49 recheck N1: the
+        # check read a key left by a memory worker of it, not what the running workers serve).
+        client = redis.Redis.from_url(private_redis.url)
+        try:
+            client.sadd("mine:namespaces", "word_stats")
+        finally:
+            client.close()
+        again = subprocess.run([str(FITTEST), "up", *[f"--without={r}" for r in ("flower", "metrics", "toolserver")]],
+                               env=env, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 1 and "they serve FITTEST_KEY_PREFIX" in again.stdout + again.stderr, again
         assert " started" not in said, said  # no role of it ran
