@@ -165,22 +165,22 @@ def served_by_whom_note(plan: CallPlan, served: Candidate, result: ToolExecution
     without a word, and was first for it from then on; QA recheck: the note came once, as a
     fallback, and never as the first choice it then was)."""
     named = plan.namespace
+    check = (f"matching it {served.breakdown.similarity:.2f}: check its output (`fittest feedback add "
+             f"{served.manifest.name} positive|negative --call {plan.request.call_id}` says whether it does)")
     if named and served.manifest.name != named:
         if any(a.tool == named and not a.success for a in plan.attempts):
-            return f"the call named {named}, which failed; {served.key}, another tool, served it: check its output"
+            return f"the call named {named}, which failed; {served.key}, another tool, served it, {check}"
         # Passed over as the call ran (its breaker opened since the call was planned, or another call
         # probes it): the plan's note, made before, could not say so (QA 49: a weather job named its
         # tool and got a beehive sensor's output, 0.26 similar, with no note).
         held = [key for key in plan.held_back if split_key(key)[0] == named]
         if held and not any(note.endswith(HELD_BACK_WHEN_PLANNED) for note in plan.notes):
             return (f"the call named {named}, held back by its circuit breaker ({', '.join(held)}); {served.key}, "
-                    "another tool, served it: check its output")
+                    f"another tool, served it, {check}")
     if named or not result.unconfirmed:
         return None  # (a name no tool has is noted apart: the call was ranked by its scenario alone)
     how = "as the first choice" if plan.attempts[:1] == [result] else "as a fallback"
-    return (f"{served.key} served this call {how}, matching it {served.breakdown.similarity:.2f}, with no record of doing "
-            f"such jobs: check its output (`fittest feedback add {served.manifest.name} positive|negative --call "
-            f"{plan.request.call_id}` says whether it does)")
+    return f"{served.key} served this call {how}, with no record of doing such jobs, {check}"
 
 
 def refused_for_its_namespace(plan: CallPlan) -> str | None:

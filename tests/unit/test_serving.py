@@ -549,22 +549,25 @@ def test_a_tool_that_matches_the_job_weakly_and_never_did_it_or_another_than_the
     reverser, counter = matching("reverse_text", 0.8), matching("vowel_count", 0.22)
     fell_back = call(ran("reverse_text", False), ran("vowel_count", True))
     assert note(fell_back, counter) == (
-        "vowel_count@1.0.0 served this call as a fallback, matching it 0.22, with no record of doing such jobs: check its "
+        "vowel_count@1.0.0 served this call as a fallback, with no record of doing such jobs, matching it 0.22: check its "
         "output (`fittest feedback add vowel_count positive|negative --call c` says whether it does)")
     assert fell_back.attempts[-1].unconfirmed  # and its execution record says so
-    assert "served this call as the first choice, matching it 0.22" in (note(call(ran("vowel_count", True)), counter) or "")
+    assert "served this call as the first choice, with no record of doing such jobs, matching it 0.22" in (
+        note(call(ran("vowel_count", True)), counter) or "")
     # Nothing to say of one that does such jobs, or matches them clearly: its success is confirmed.
     for served in (matching("vowel_count", 0.22, does=True), matching("reverse_words", 0.55)):
         plan = call(ran("reverse_text", False), ran(served.manifest.name, True))
         assert note(plan, served) is None and not plan.attempts[-1].unconfirmed
     # A call that named a tool: said when another served it, not when it did.
     assert note(call(ran("reverse_text", False), ran("vowel_count", True), namespace="reverse_text"), counter) == (
-        "the call named reverse_text, which failed; vowel_count@1.0.0, another tool, served it: check its output")
+        "the call named reverse_text, which failed; vowel_count@1.0.0, another tool, served it, matching it 0.22: check "
+        "its output (`fittest feedback add vowel_count positive|negative --call c` says whether it does)")
     # ...and when it was passed over as the call ran, held back by its breaker (QA 49: no note at all).
     passed = call(ran("vowel_count", True), namespace="reverse_text")
     passed.held_back.append("reverse_text@1.0.0")
     assert note(passed, counter) == ("the call named reverse_text, held back by its circuit breaker (reverse_text@1.0.0); "
-                                     "vowel_count@1.0.0, another tool, served it: check its output")
+                                     "vowel_count@1.0.0, another tool, served it, matching it 0.22: check its output "
+                                     "(`fittest feedback add vowel_count positive|negative --call c` says whether it does)")
     passed.notes.append("reverse_text@1.0.0 held back by its circuit breaker: the call was ranked by its scenario alone")
     assert note(passed, counter) is None  # said when the call was planned
     typo = call(ran("reverse_text", False), ran("vowel_count", True), namespace="reverse_txt")
