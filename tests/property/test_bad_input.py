@@ -110,6 +110,9 @@ def bad_calls(draw: st.DrawFn) -> tuple[list[Any], dict[str, Any], set[str]]:
                 again = draw(st.sampled_from(CALL_ARGS[:n]))
                 kwargs[again] = args[CALL_ARGS.index(again)]
                 expected.add(again)
+            elif n == len(CALL_ARGS) and draw(st.integers(0, 1)) == 0:  # more than a call takes; the rest still read
+                args.append(draw(st.integers()))
+                expected.add("__too_many_positional_arguments__")
             return args, kwargs, expected
         kwargs.update(zip(CALL_ARGS, args))  # a field was left out: back to keywords
     return [], kwargs, expected
@@ -184,3 +187,13 @@ def test_scenario_over_the_limit_is_refused_naming_it(pipeline: Pipeline) -> Non
 
 def p_call(p: Pipeline, call: dict[str, Any], input: dict[str, Any]) -> dict[str, Any]:
     return p.client.wait(p.client.send("resilient_tool_call", input=input, **call), 60)
+
+
+def test_too_many_positional_arguments_are_named_and_those_taken_are_read(pipeline: Pipeline) -> None:
+    """QA 49 recheck N5: with one positional argument too many, the call was told "scenario: Field
+    required", of a scenario it had given."""
+    sent = pipeline.client.celery.send_task("fittest.resilient_tool_call", queue="selection",
+                                            args=["parse csv text into rows", {"text": "a"}, [], None, 2, {}, 99])
+    result = collect([sent], timeout=60)[0]
+    assert result["status"] == "invalid", result
+    assert [e["field"] for e in result["errors"]] == ["__too_many_positional_arguments__"], result

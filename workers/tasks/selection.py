@@ -100,9 +100,10 @@ TOOL_ARGS = ("name", "input", "version", "use_evolved")
 
 
 def _payload(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
-    if len(args) > len(names):
-        return {**kwargs, "__too_many_positional_arguments__": list(args[len(names) :])}
-    return {**dict(zip(names, args)), **kwargs}
+    payload = {**dict(zip(names, args)), **kwargs}
+    if len(args) > len(names):  # refused, naming them; the ones it takes are read (QA 49: "scenario: Field required")
+        payload["__too_many_positional_arguments__"] = list(args[len(names) :])
+    return payload
 
 
 def _given_twice(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...]) -> list[FieldError]:
