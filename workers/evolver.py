@@ -380,14 +380,14 @@ class Evolver:
             staged = write_version(stage_dir, candidate.manifest, candidate.files)
         except Exception as exc:  # a candidate whose manifest or files cannot even be written
             reason = f"static: cannot write the candidate: {type(exc).__name__}: {exc}"
-            self.ledger.log(entry.model_copy(update={"event": "failed", "reason": reason}))
+            self.ledger.log(entry.model_copy(update={"event": "failed", "reason": reason, "time": time.time()}))
             return report.model_copy(update={"outcome": "failed", "reason": reason}), None
         evidence = replayed() if candidate.changes_behaviour else job.evidence  # same code: nothing to compare
         stages = verify(staged, evidence, self.sandbox, self.verify_config, changes_behaviour=candidate.changes_behaviour)
         failed = next((s for s in stages if not s.passed), None)
         if failed is not None:
             reason = f"{failed.stage}: {failed.problems[0] if failed.problems else 'failed'}"
-            self.ledger.log(entry.model_copy(update={"event": "failed", "reason": reason, "stages": stages}))
+            self.ledger.log(entry.model_copy(update={"event": "failed", "reason": reason, "stages": stages, "time": time.time()}))
             return report.model_copy(update={"outcome": "failed", "reason": reason, "stages": stages,
                                              "failed_tests": tests if failed.stage == "tests" else ""}), None
         final = version_dir(root, job.namespace, candidate.manifest.version)
@@ -395,7 +395,8 @@ class Evolver:
         os.replace(stage_dir, final)
         installed = load_manifest(final / MANIFEST_FILE)
         self.ledger.log(entry.model_copy(update={"event": "verified", "version": installed.version,
-                                                 "reason": "passed static, tests and replay", "stages": stages}))
+                                                 "reason": "passed static, tests and replay", "stages": stages,
+                                                 "time": time.time()}))  # when its verdict came (QA 49 recheck N6)
         return report.model_copy(update={"outcome": "verified", "stages": stages}), installed
 
     # ----------------------------------------------------------------------------- reporting

@@ -395,6 +395,7 @@ def test_a_mutation_that_failed_on_an_input_is_skipped_until_the_version_succeed
     def lagging_call(n: int) -> CallPlan:
         return failed_call("lagging", {"n": n, "backend": str(slow)}, FailureClass.timeout, "no result within 0.3s")
 
+    began = time.time()
     hangs = evolve(rt, lagging_call(20))  # 2 s: more than even the longer timeout
     assert [(c.mutation, c.outcome) for c in hangs.candidates] == [("timeout_s 0.3s → 1.2s", "failed")]
     assert hangs.candidates[0].reason.startswith('replay: failing input {"n": 20, ') and "still fails: timeout" in hangs.candidates[0].reason
@@ -415,6 +416,8 @@ def test_a_mutation_that_failed_on_an_input_is_skipped_until_the_version_succeed
                      ("verified", "1.1.0", "1.0.0"), ("promoted", "1.1.0", "1.0.0")], lines
     # the skip's line leaves out the similarity, which moves with each call's failure (QA evolution M1)
     assert rt.evolution.changelog("lagging")[2].reason.startswith('failed before for a similar reason: replay: failing input {"n": 20, ')
+    # a verdict's line is dated when it came: after the replay's 1.2 s timeout (QA 49 recheck N6: when it began)
+    assert rt.evolution.changelog("lagging")[0].time >= began + 1.2
 
 
 LEDGER = """import time
