@@ -138,7 +138,9 @@ def test_a_revoked_call_leaves_the_calls_in_flight_at_once_and_is_counted_as_rev
     finally:
         control.close()
     pipeline.client.send("resilient_tool_call", scenario="sort these numbers", input={"numbers": [2, 1]}, call_id=call_id)
-    assert pipeline.client.in_flight(call_id)  # sent: recorded as in flight
+    # Recorded as in flight as it is sent, unless the worker took it and ended it first (a revoked
+    # call's end keeps a later first record out: under load the clean-clone run saw that order).
+    # Either way it leaves flight at once, not after the sweep's visibility timeout.
     pipeline.wait_for(lambda: not pipeline.client.in_flight(call_id), timeout=30)
     pipeline.wait_for(lambda: metric('fittest_calls_total{status="revoked"}') == before + 1, timeout=30)
 

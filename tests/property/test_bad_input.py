@@ -82,7 +82,8 @@ def bad_calls(draw: st.DrawFn) -> tuple[list[Any], dict[str, Any], set[str]]:
     """(args, kwargs, fields that must be named in the result)."""
     kwargs = dict(VALID)
     expected: set[str] = set()
-    if draw(st.integers(0, 9)) == 0:  # an input over FITTEST_INPUT_LIMIT_BYTES, alone: size is checked after the rest
+    oversized = draw(st.integers(0, 9)) == 0
+    if oversized:  # an input over FITTEST_INPUT_LIMIT_BYTES, alone: size is checked after the rest
         kwargs["input"] = {"text": draw(st.text(min_size=1, max_size=3)) * (INPUT_LIMIT + 1)}
         expected.add("input")
     else:
@@ -110,7 +111,7 @@ def bad_calls(draw: st.DrawFn) -> tuple[list[Any], dict[str, Any], set[str]]:
                 again = draw(st.sampled_from(CALL_ARGS[:n]))
                 kwargs[again] = args[CALL_ARGS.index(again)]
                 expected.add(again)
-            elif n == len(CALL_ARGS) and draw(st.integers(0, 1)) == 0:  # more than a call takes; the rest still read
+            elif n == len(CALL_ARGS) and not oversized and draw(st.integers(0, 1)) == 0:  # more than a call takes
                 args.append(draw(st.integers()))
                 expected.add("__too_many_positional_arguments__")
             return args, kwargs, expected
