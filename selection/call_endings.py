@@ -174,9 +174,10 @@ def served_by_whom_note(plan: CallPlan, served: Candidate, result: ToolExecution
         # probes it): the plan's note, made before, could not say so (QA 49: a weather job named its
         # tool and got a beehive sensor's output, 0.26 similar, with no note).
         held = [key for key in plan.held_back if split_key(key)[0] == named]
-        if held and not any(note.endswith(HELD_BACK_WHEN_PLANNED) for note in plan.notes):
-            return (f"the call named {named}, held back by its circuit breaker ({', '.join(held)}); {served.key}, "
-                    f"another tool, served it, {check}")
+        if held:  # which the plan's note said already, when it was held back as the call was planned
+            said = "" if any(note.endswith(HELD_BACK_WHEN_PLANNED) for note in plan.notes) else (
+                f"the call named {named}, held back by its circuit breaker ({', '.join(held)}); ")
+            return f"{said}{served.key}, another tool, served it, {check}"
     if named or not result.unconfirmed:
         return None  # (a name no tool has is noted apart: the call was ranked by its scenario alone)
     how = "as the first choice" if plan.attempts[:1] == [result] else "as a fallback"

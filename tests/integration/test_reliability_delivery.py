@@ -430,6 +430,35 @@ def test_a_worker_killed_as_it_stops_charges_no_death_to_the_tool_it_ran(pipelin
     assert "ran in a worker killed as it stopped: not counted" in (p.stack.log_dir / "executor.log").read_text()
 
 
+def test_a_tool_that_stops_its_worker_and_then_kills_it_ends_a_crash(pipeline: Pipeline, tmp_path: Path) -> None:
+    """QA 49 recheck 2: a tool that SIGTERMs its executor's group (its worker begins to stop) and
+    then kills the worker was never charged a death, each kill taken for a stop's: it killed the
+    executor every 10 s, for ever. A stop's kill is let go once per attempt."""
+    p, log = pipeline, tmp_path / "runs.log"
+    plan = nap_then_brittle("a nap that stops its worker, then kills it", log, die="group, then parent", ms=200)
+    sender = foreign_sender(p)
+    try:
+        pending = sender.send_task("fittest.execute", args=[plan, 0], queue="execution")
+        deadline = time.monotonic() + 4 * VISIBILITY_S + 120
+        while not pending.ready():
+            assert time.monotonic() < deadline, f"still running after {len(runs(log))} runs"
+            if p.stack.procs["executor"].poll() is not None:
+                restart_executor(p)  # as `fittest up` does
+            time.sleep(0.5)
+        result = pending.get(timeout=10)
+    finally:
+        sender.close()
+    first = result["attempts"][0]
+    assert first["error_class"] == "crash" and result["tool"] == "brittle", result
+    assert len(runs(log)) <= 1 + 1 + CRASH_AFTER_DEATHS, runs(log)  # the stop let go once, then its deaths
+    breaker_opened_then_closed(p, NAP)
+    client = redis_client(p.settings)
+    try:
+        client.delete(f"{p.settings.key_prefix}inflight:killer:{NAP}")
+    finally:
+        client.close()
+
+
 def test_the_probe_of_a_version_that_killed_its_processes_runs_isolated(pipeline: Pipeline, tmp_path: Path) -> None:
     """QA 48: each breaker probe of a tool that kills its executor cost an executor restart, and
     under a short worker lease `fittest up` gave up. A version whose attempt ended a crash by its

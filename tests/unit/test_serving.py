@@ -569,7 +569,9 @@ def test_a_tool_that_matches_the_job_weakly_and_never_did_it_or_another_than_the
                                      "vowel_count@1.0.0, another tool, served it, matching it 0.22: check its output "
                                      "(`fittest feedback add vowel_count positive|negative --call c` says whether it does)")
     passed.notes.append("reverse_text@1.0.0 held back by its circuit breaker: the call was ranked by its scenario alone")
-    assert note(passed, counter) is None  # said when the call was planned
+    assert note(passed, counter) == (  # held back as the call was planned, which the plan's note said (QA 49 recheck 2)
+        "vowel_count@1.0.0, another tool, served it, matching it 0.22: check its output "
+        "(`fittest feedback add vowel_count positive|negative --call c` says whether it does)")
     typo = call(ran("reverse_text", False), ran("vowel_count", True), namespace="reverse_txt")
     assert note(typo, counter) is None  # no such tool ran: its own note says so
     assert note(call(ran("reverse_text", False), ran("vowel_count", True), namespace="vowel_count"), counter) is None

@@ -24,7 +24,8 @@ however often a delivery that read it is given back before the mark goes (Redis 
 Keys, under the key prefix: `inflight:running:<task id>:<delivery tag>` (the attempt id, the pool
 process and the worker that ran it, as JSON) and `inflight:running-in:<worker>` (a set: the
 messages its pool processes run tools for now), each kept MARK_TTL_S, as is `inflight:stopping:<worker>`
-(its shutdown began: a run a kill then ends is not its tool's doing); `inflight:killer:<tool
+(its shutdown began: a run a kill then ends is not its tool's doing) and `inflight:stopped:<attempt
+id>` (the one run of that attempt a stop was let end uncounted); `inflight:killer:<tool
 version>`, kept KILLER_TTL_S, for a version whose attempt ended a crash by its deaths. Keyed by the message, not the
 call: the next step of the call (its next attempt, a message of its own) may be running before the
 main process clears the mark of the step that handed it on.
@@ -135,6 +136,12 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
         """Whether `worker` was being stopped when it ended (`stopping`)."""
         return bool(self.client.exists(self._stopping_key(worker)))
 
+    def first_stop(self, attempt_id: str) -> bool:
+        """Whether this is the first run of `attempt_id` that a stop of its worker ended: that one is
+        the stop's doing; a second is counted as the deaths of any run are (a tool that stops its
+        own worker would otherwise be run again, and stop it again, for ever)."""
+        return bool(self.client.set(self._stopped_key(attempt_id), 1, nx=True, ex=MARK_TTL_S))
+
     def note_killer(self, key: str) -> None:
         """Tool version `key` killed the processes running it: its breaker's probes run it isolated,
         where it takes a pool process, not a worker, with it (QA 48: each probe of a tool that kills
@@ -158,6 +165,9 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
 
     def _killer_key(self, key: str) -> str:
         return f"{self.prefix}inflight:killer:{key}"
+
+    def _stopped_key(self, attempt_id: str) -> str:
+        return f"{self.prefix}inflight:stopped:{attempt_id}"
 
     def _stopping_key(self, worker: str) -> str:
         return f"{self.prefix}inflight:stopping:{worker}"

@@ -337,10 +337,6 @@ class ExecuteRequest(Request):
     def _count_death(self, exc: WorkerLostError) -> None:
         # billiard says "Worker exited prematurely: signal 11 (SIGSEGV) Job: 7."; the middle is the news.
         how = re.sub(r"^Worker exited prematurely: |\s*Job: \d+\.?$", "", str(exc)) or type(exc).__name__
-        if shutdown_began():  # its worker is being stopped (a cold shutdown ends its pool): not the tool's doing
-            log.info("call %s: its pool process ended (%s) as its worker stopped: not counted", self.id, how,
-                     extra={"event": "attempt_process_stopped", "task_id": self.id, "reason": how})
-            return
         ran_ms = (time.time() - self.time_start) * 1000 if self.time_start else 0.0
         try:
             args = dict(zip(("plan_data", "index"), self.args)) | dict(self.kwargs)
@@ -350,6 +346,11 @@ class ExecuteRequest(Request):
             # against the one passed over, and the killer ran again at every delivery).
             message = message_key(self.id, str(self.message.delivery_tag))
             aid = runtime().run_marks.attempt_of(message) or attempt_id(plan, index)
+            if shutdown_began() and runtime().run_marks.first_stop(aid):
+                # its worker is being stopped (a cold shutdown ends its pool): the stop's doing, once
+                log.info("call %s: its pool process ended (%s) as its worker stopped: not counted", self.id, how,
+                         extra={"event": "attempt_process_stopped", "task_id": self.id, "attempt_id": aid, "reason": how})
+                return
             deaths = runtime().inflight.died(aid, how, max(ran_ms, 0.0))  # its mark goes as the message goes back
         except Exception as error:  # Redis away, a foreign message: it runs again, as before
             log.warning("call %s: its pool process died (%s), not counted: %s: %s", self.id, how,
@@ -420,9 +421,12 @@ def _returned(task: Task, plan: CallPlan, index: int) -> Returned | None:
         return None
     rt, message = runtime(), _message(task)
     left = None if message is None else rt.run_marks.left_behind(message)
-    if message is not None and left is not None and rt.run_marks.was_stopping(left[0].worker):
+    if (message is not None and left is not None and rt.run_marks.was_stopping(left[0].worker)
+            and rt.run_marks.first_stop(left[0].attempt_id)):
         # Killed while it was being stopped (`fittest up` kills a worker that still runs a tool 5 s
-        # after its stop): the stop's doing, not the tool's (QA 49 recheck R1).
+        # after its stop): the stop's doing, not the tool's (QA 49 recheck R1). Once per attempt: a
+        # tool that SIGTERMs its worker's group, stopping it, and then kills it, is the killer the
+        # next time (QA 49 recheck 2: else it killed the executor every 10 s, never counted).
         log.info("call %s: attempt %s (%s) ran in a worker killed as it stopped: not counted", task.request.id,
                  left[0].attempt_id, _tool_of(plan, left[0].attempt_id),
                  extra={"event": "attempt_worker_stopped", "task_id": task.request.id, "attempt_id": left[0].attempt_id})
