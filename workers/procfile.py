@@ -193,9 +193,13 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
                     f"serve FITTEST_KEY_PREFIX {', '.join(theirs)}, not {settings.key_prefix}. Each stack's workers would "
                     "run the other's calls: give this stack its own database (FITTEST_REDIS_URL=redis://HOST:PORT/N), or "
                     "the other stack's prefix to join it")
-            print(f"fittest up: workers already take this Redis database's calls ({', '.join(others)}); if they are another "
-                  "stack's (another FITTEST_KEY_PREFIX), each will run the other's calls: give each stack its own database "
-                  "(FITTEST_REDIS_URL=redis://HOST:PORT/N)", file=out, flush=True)
+            if all(prefix == settings.key_prefix for prefix in others.values()):  # more workers of this stack
+                print(f"fittest up: workers of this stack (FITTEST_KEY_PREFIX {settings.key_prefix}) already take this "
+                      f"Redis database's calls ({', '.join(others)}): these join them", file=out, flush=True)
+            else:  # workers of a release that does not say which stack they serve
+                print(f"fittest up: workers already take this Redis database's calls ({', '.join(others)}); if they are "
+                      "another stack's (another FITTEST_KEY_PREFIX), each will run the other's calls: give each stack its "
+                      "own database (FITTEST_REDIS_URL=redis://HOST:PORT/N)", file=out, flush=True)
         if "flower" in roles and settings.flower_password is None:
             print(f"fittest up: Flower at http://127.0.0.1:{settings.flower_port}, for this machine only: set "
                   "FITTEST_FLOWER_PASSWORD to serve it on every interface, behind its basic auth", file=out, flush=True)

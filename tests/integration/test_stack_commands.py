@@ -272,3 +272,19 @@ def test_up_refuses_to_join_a_redis_database_another_stacks_workers_serve(model_
                                env=env, capture_output=True, text=True, timeout=120)
         assert again.returncode == 1 and "they serve FITTEST_KEY_PREFIX" in again.stdout + again.stderr, again
         assert " started" not in said, said  # no role of it ran
+        # The same prefix is more workers of that stack (scale-out): they join it, and say so.
+        joining = subprocess.Popen([str(FITTEST), "up", *[f"--without={r}" for r in ("flower", "metrics", "toolserver", "beat",
+                                                                                       "evolver", "executor")]],
+                                   env={**env, "FITTEST_KEY_PREFIX": theirs.settings.key_prefix}, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            lines = []
+            for line in joining.stdout or []:
+                lines.append(line)
+                if "these join them" in line or len(lines) > 50:
+                    break
+            assert any(f"workers of this stack (FITTEST_KEY_PREFIX {theirs.settings.key_prefix}) already take this Redis "
+                       "database's calls (memory@" in line and "these join them" in line for line in lines), lines
+        finally:
+            os.killpg(joining.pid, signal.SIGTERM)
+            joining.wait(timeout=60)
