@@ -421,23 +421,21 @@ def _returned(task: Task, plan: CallPlan, index: int) -> Returned | None:
         return None
     rt, message = runtime(), _message(task)
     left = None if message is None else rt.run_marks.left_behind(message)
-    if (message is not None and left is not None and rt.run_marks.was_stopping(left[0].worker)
-            and rt.run_marks.first_stop(left[0].attempt_id)):
-        # Killed while it was being stopped (`fittest up` kills a worker that still runs a tool 5 s
-        # after its stop): the stop's doing, not the tool's (QA 49 recheck R1). Once per attempt: a
-        # tool that SIGTERMs its worker's group, stopping it, and then kills it, is the killer the
-        # next time (QA 49 recheck 2: else it killed the executor every 10 s, never counted).
-        log.info("call %s: attempt %s (%s) ran in a worker killed as it stopped: not counted", task.request.id,
-                 left[0].attempt_id, _tool_of(plan, left[0].attempt_id),
-                 extra={"event": "attempt_worker_stopped", "task_id": task.request.id, "attempt_id": left[0].attempt_id})
-        rt.run_marks.counted(message)
-        left = None
-    elif message is not None and left is not None:
-        # Its whole worker died while the tool ran (QA live F3: a tool that kills the executor's main
-        # process had it killed again at every redelivery, for ever, and the call never ended).
+    if message is not None and left is not None:
         mark, beside = left
         tool = _tool_of(plan, mark.attempt_id)
-        if not beside:
+        if rt.run_marks.was_stopping(mark.worker) and rt.run_marks.first_stop(mark.attempt_id):
+            # Killed while it was being stopped (`fittest up` kills a worker that still runs a tool 5 s
+            # after its stop): the stop's doing, not the tool's (QA 49 recheck R1). Once per attempt:
+            # a tool that SIGTERMs its worker's group, stopping it, and then kills it, is the killer
+            # the next time (QA 49 recheck 2: else it killed the executor every 10 s, never counted).
+            log.info("call %s: attempt %s (%s) ran in a worker killed as it stopped: not counted", task.request.id,
+                     mark.attempt_id, tool,
+                     extra={"event": "attempt_worker_stopped", "task_id": task.request.id, "attempt_id": mark.attempt_id})
+            left = None
+        elif not beside:
+            # Its whole worker died while the tool ran (QA live F3: a tool that kills the executor's
+            # main process had it killed again at every redelivery, for ever, and the call never ended).
             count = rt.inflight.died(mark.attempt_id, f"its worker {mark.holder} died while running it", 0.0,
                                      once=f"run:{mark.run}")
             log.warning("call %s: the worker running attempt %s (%s) died, %d time(s): %s", task.request.id,

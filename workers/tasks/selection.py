@@ -99,19 +99,19 @@ CALL_ARGS = ("scenario", "input", "tags", "namespace", "max_attempts", "context"
 TOOL_ARGS = ("name", "input", "version", "use_evolved")
 
 
-def _payload(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
-    payload = {**dict(zip(names, args)), **kwargs}
-    if len(args) > len(names):  # refused, naming them; the ones it takes are read (QA 49: "scenario: Field required")
-        payload["__too_many_positional_arguments__"] = list(args[len(names) :])
-    return payload
-
-
-def _given_twice(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...]) -> list[FieldError]:
-    """The fields given both as a positional argument and as a keyword: Python refuses such a call,
-    and the keyword's value won without a word (QA 49: `args=[1], kwargs={"scenario": ...}`)."""
-    return [FieldError(field=name, type="given_twice",
-                       message=f"given both as positional argument {i + 1} and as a keyword: give it once")
-            for i, name in enumerate(names[:len(args)]) if name in kwargs]
+def _payload(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...]) -> tuple[dict[str, Any], list[FieldError]]:
+    """The fields of a payload sent with positional arguments (`names`, in order) and keywords, and
+    the arguments refused as Python refuses them: more than it takes, or one given both ways (QA 49:
+    the keyword's value won without a word, and too many positional arguments were told as
+    "scenario: Field required", of a scenario given)."""
+    errors = [FieldError(field=name, type="given_twice",
+                         message=f"given both as positional argument {i + 1} and as a keyword: give it once")
+              for i, name in enumerate(names[:len(args)]) if name in kwargs]
+    if len(args) > len(names):
+        errors.append(FieldError(field="args", type="too_many_positional_arguments",
+                                 message=f"{len(args)} positional arguments; it takes at most {len(names)} "
+                                         f"({', '.join(names)})"))
+    return {**dict(zip(names, args)), **kwargs}, errors
 
 
 def start_call(task: Task, request: CallRequest, evolution: CallEvolution | None = None) -> Any:
@@ -148,18 +148,17 @@ def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
 
     `evolution_report` is passed by fittest itself when it retries a call after evolving."""
     evolution_report = kwargs.pop("evolution_report", None)
-    payload = _payload(args, kwargs, CALL_ARGS)
+    payload, refused = _payload(args, kwargs, CALL_ARGS)
     # fittest's own retry after an evolution re-sends the call as its request, not as it was sent.
     if evolution_report is None and (taken := another_job_under("resilient_tool_call", payload, self.request.id)) is not None:
         return taken
-    twice = _given_twice(args, kwargs, CALL_ARGS)
     try:
         request = CallRequest.model_validate(payload)
     except ValidationError as exc:
-        return ended_early(invalid_result(twice + field_errors(exc), result_call_id(payload, self.request.id)))
+        return ended_early(invalid_result(refused + field_errors(exc), result_call_id(payload, self.request.id)))
     if not kwargs.get("call_id") and self.request.id:
         request = request.model_copy(update={"call_id": self.request.id})
-    if errors := twice + size_errors(request, runtime().settings.input_limit_bytes):
+    if errors := refused + size_errors(request, runtime().settings.input_limit_bytes):
         return ended_early(invalid_result(errors, request.call_id))
     try:
         evolution = None if evolution_report is None else CallEvolution.model_validate(evolution_report)
@@ -173,10 +172,9 @@ def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
 @app.task(bind=True, base=CallStep, name="fittest.call_tool")
 def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
     """Call a namespace by name: its promoted version, or the original, or an explicit version."""
-    payload = _payload(args, kwargs, TOOL_ARGS)
+    payload, refused = _payload(args, kwargs, TOOL_ARGS)
     if (taken := another_job_under("call_tool", payload, self.request.id)) is not None:
         return taken
-    twice = _given_twice(args, kwargs, TOOL_ARGS)
     try:  # as fittest's client checks it before sending; the rest is checked as a call's
         tool = CallToolPayload.model_validate(payload)
     except ValidationError as exc:
@@ -184,7 +182,7 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
         # (QA ops L1: `{"tool": …}` was told only that `name` is required)
         unknown = [FieldError(field=key, message="Extra inputs are not permitted", type="extra_forbidden")
                    for key in payload if key not in CallToolPayload.model_fields and key not in CallRequest.model_fields]
-        return ended_early(invalid_result(twice + field_errors(exc) + unknown, result_call_id(payload, self.request.id)))
+        return ended_early(invalid_result(refused + field_errors(exc) + unknown, result_call_id(payload, self.request.id)))
     name = tool.name
     payload.pop("name", None)
     payload.pop("namespace", None)
@@ -196,8 +194,8 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
             {**payload, "namespace": name, "scenario": scenario, "call_id": payload.get("call_id") or self.request.id}
         )
     except ValidationError as exc:
-        return ended_early(invalid_result(twice + field_errors(exc), result_call_id(payload, self.request.id)))
-    if errors := twice + size_errors(request, runtime().settings.input_limit_bytes):
+        return ended_early(invalid_result(refused + field_errors(exc), result_call_id(payload, self.request.id)))
+    if errors := refused + size_errors(request, runtime().settings.input_limit_bytes):
         return ended_early(invalid_result(errors, request.call_id))
     if original is None:
         return ended_early(CallResult(
