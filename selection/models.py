@@ -487,7 +487,7 @@ class CallResult(BaseModel):
 
     call_id: str
     status: CallStatus
-    scenario: str = ""  # what the call was for ("" when its payload was refused)
+    scenario: str = ""  # what the call was for ("" when a refused payload gave none a call could run)
     output: Any = None
     tool: str | None = None
     version: str | None = None

@@ -176,6 +176,7 @@ def test_input_at_the_limit_runs_one_byte_more_is_refused_with_the_limit_named(p
     (error,) = refused["errors"]
     assert error["field"] == "input" and f"the limit is {INPUT_LIMIT:,}" in error["message"]
     assert "FITTEST_INPUT_LIMIT_BYTES" in error["message"]
+    assert refused["scenario"] == call["scenario"]
 
 
 def test_scenario_over_the_limit_is_refused_naming_it(pipeline: Pipeline) -> None:
@@ -183,6 +184,7 @@ def test_scenario_over_the_limit_is_refused_naming_it(pipeline: Pipeline) -> Non
     assert refused["status"] == "invalid"
     assert [e["field"] for e in refused["errors"]] == ["scenario"]
     assert str(MAX_SCENARIO_CHARS) in refused["errors"][0]["message"]
+    assert refused["scenario"] == "", "a scenario no call could run is not echoed back"
 
 
 def p_call(p: Pipeline, call: dict[str, Any], input: dict[str, Any]) -> dict[str, Any]:
@@ -198,3 +200,4 @@ def test_too_many_positional_arguments_are_named_and_those_taken_are_read(pipeli
     assert result["status"] == "invalid", result
     assert [(e["field"], e["message"]) for e in result["errors"]] == [
         ("args", "7 positional arguments; it takes at most 6 (scenario, input, tags, namespace, max_attempts, context)")], result
+    assert result["scenario"] == "parse csv text into rows", "the refusal says which call it was"

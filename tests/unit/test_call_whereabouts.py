@@ -81,13 +81,14 @@ def test_a_revoked_call_a_raised_task_and_another_tasks_id_each_end_with_one_lin
     sender = CallSender(Settings(redis_url=private_redis.url, key_prefix="w:"))
     backend = sender.celery.backend
     backend.mark_as_revoked("revoked-1")
+    backend.mark_as_revoked("expired-1", reason="expired")  # as a worker marks what it took too late
     backend.mark_as_failure("raised-1", RuntimeError("boom"))
     backend.store_result("judgement-1", {"status": "recorded", "errors": []}, "SUCCESS")
     backend.store_result("explain-1", {"call_id": "made-by-explain", "status": "success", "message": "ranking only; nothing was run",
                                        "context": {}, "cache_ttl_s": 30.0}, "SUCCESS")  # QA recheck N1: read as a success
     backend.store_result("later-1", {"call_id": "later-1", "status": "paused"}, "SUCCESS")  # a later release's
     ended = {}
-    for task_id in ("revoked-1", "raised-1", "judgement-1", "explain-1", "later-1"):
+    for task_id in ("revoked-1", "expired-1", "raised-1", "judgement-1", "explain-1", "later-1"):
         with pytest.raises(typer.Exit) as stop:
             show_when_done(sender, sender.celery.AsyncResult(task_id), 5.0, True, "unfinished")
         ended[task_id] = (stop.value.exit_code, capsys.readouterr().out)
@@ -95,16 +96,18 @@ def test_a_revoked_call_a_raised_task_and_another_tasks_id_each_end_with_one_lin
     lines = said.getvalue().splitlines()
     assert lines == [
         "error: call revoked-1 was revoked (from Flower or `celery control revoke`): it has no result",
+        "error: task expired-1 expired before a worker took it (its sender waited no longer): nothing ran, and it has no result",
         "error: call raised-1 ended with an error in its worker, not with a result: RuntimeError: boom",
         "error: judgement-1 is not a call's id: what is stored under it is another task's answer (a judgement, an explain, a retrain…)",
         "error: explain-1 is not a call's id: what is stored under it is another task's answer (a judgement, an explain, a retrain…)",
         "error: call later-1: the workers' answer does not read as CallResult (1 field(s): status: Input should be 'success', "
         "'failed', 'invalid' or 'no_candidates'): are this client and the workers the same release?",
     ]
-    assert [code for code, _ in ended.values()] == [1, 1, 1, 1, 3]  # 3: told from a call that did not succeed
+    assert [code for code, _ in ended.values()] == [1, 1, 1, 1, 1, 3]  # 3: told from a call that did not succeed
     assert json.loads(ended["later-1"][1]) == {"call_id": "later-1", "status": "paused"}  # as it came
     assert json.loads(ended["revoked-1"][1]) == {"call_id": "revoked-1", "status": "revoked", "message": lines[0][len("error: "):]}
     assert json.loads(ended["raised-1"][1])["status"] == "error"
+    assert json.loads(ended["expired-1"][1])["status"] == "expired"
     assert [json.loads(ended[i][1])["status"] for i in ("judgement-1", "explain-1")] == ["not_a_call"] * 2
 
 

@@ -179,6 +179,11 @@ def ended_without_result(client: CallSender, call_id: str) -> tuple[str, str] | 
         meta = client.celery.backend.get_task_meta(call_id)
     except Exception:  # Redis away, an envelope that does not read: the error at hand says more
         return None
+    if meta.get("status") == "REVOKED" and str(meta.get("result")) == "expired":
+        # a request sent to be taken within its sender's wait, as `fittest evolve` sends one (QA 49:
+        # told "revoked from Flower" of an evolution no worker took in time)
+        return (f"task {call_id} expired before a worker took it (its sender waited no longer): nothing ran, "
+                "and it has no result", "expired")
     if meta.get("status") == "REVOKED":
         return f"call {call_id} was revoked (from Flower or `celery control revoke`): it has no result", "revoked"
     if meta.get("status") == "FAILURE":

@@ -13,7 +13,7 @@ from celery_batches import SimpleRequest
 from pydantic import BaseModel, ValidationError
 
 from selection.call_endings import no_candidates_result
-from selection.models import (CALL_ID_PATTERN, CallPlan, CallRequest, CallResult, FieldError, field_errors,
+from selection.models import (CALL_ID_PATTERN, MAX_SCENARIO_CHARS, CallPlan, CallRequest, CallResult, FieldError, field_errors,
                               invalid_payload_message, size_errors)
 from workers.runtime import runtime
 
@@ -40,17 +40,24 @@ def batch_payloads(requests: Sequence[SimpleRequest], model: type[M], task: str)
     return out
 
 
-def invalid_result(exc: ValidationError | list[FieldError], call_id: str = "") -> dict[str, Any]:
+def invalid_result(exc: ValidationError | list[FieldError], call_id: str = "", scenario: str = "") -> dict[str, Any]:
     """A bad payload ends the call with a result naming every bad field; the worker stays up."""
     errors = exc if isinstance(exc, list) else field_errors(exc)
-    return CallResult(call_id=call_id or "invalid", status="invalid", errors=errors,
+    return CallResult(call_id=call_id or "invalid", status="invalid", scenario=scenario, errors=errors,
                       message=invalid_payload_message(errors)).model_dump(mode="json")
+
+
+def given_scenario(payload: dict[str, Any]) -> str:
+    """The scenario a refused payload gave, when a call could have run it, so that the refusal says
+    which call it was (QA 49: a refused call's result said `"scenario": ""` of a scenario given)."""
+    scenario = payload.get("scenario")
+    return scenario if isinstance(scenario, str) and scenario.strip() and len(scenario) <= MAX_SCENARIO_CHARS else ""
 
 
 def oversized(request: CallRequest, limit_bytes: int) -> dict[str, Any] | None:
     """The invalid result of a call whose input or context is too large, or None when both fit."""
     errors = size_errors(request, limit_bytes)
-    return invalid_result(errors, request.call_id) if errors else None
+    return invalid_result(errors, request.call_id, request.scenario) if errors else None
 
 
 def result_call_id(payload: dict[str, Any], task_id: str | None) -> str:
@@ -79,7 +86,7 @@ def another_job_under(task: str, payload: dict[str, Any], task_id: str | None) -
     log.warning("call %s: another job under this call_id, sent within 24 h: not run", call_id,
                 extra={"event": "call_id_taken", "call_id": call_id, "task": task})
     return ended_early(invalid_result([FieldError(field="call_id", type="another_job", message=another_job_message(call_id))],
-                                      call_id))
+                                      call_id, given_scenario(payload)))
 
 
 def ended_early(result: dict[str, Any], started_at: float | None = None) -> dict[str, Any]:

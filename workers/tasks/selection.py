@@ -22,7 +22,8 @@ from workers.payloads import CallToolPayload, ExplainResult
 from workers.promotions import note_newcomers, trial_new_manifests, unseen_versions
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
-from workers.tasks.common import another_job_under, ended_early, invalid_result, no_candidates, oversized, result_call_id
+from workers.tasks.common import (another_job_under, ended_early, given_scenario, invalid_result, no_candidates, oversized,
+                                   result_call_id)
 from workers.tasks.execution import code_gone
 from workers.tool_watch import ToolsDirWatch, watch_in_background
 
@@ -155,17 +156,18 @@ def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
     try:
         request = CallRequest.model_validate(payload)
     except ValidationError as exc:
-        return ended_early(invalid_result(refused + field_errors(exc), result_call_id(payload, self.request.id)))
+        return ended_early(invalid_result(refused + field_errors(exc), result_call_id(payload, self.request.id),
+                                          given_scenario(payload)))
     if not kwargs.get("call_id") and self.request.id:
         request = request.model_copy(update={"call_id": self.request.id})
     if errors := refused + size_errors(request, runtime().settings.input_limit_bytes):
-        return ended_early(invalid_result(errors, request.call_id))
+        return ended_early(invalid_result(errors, request.call_id, request.scenario))
     try:
         evolution = None if evolution_report is None else CallEvolution.model_validate(evolution_report)
     except ValidationError as exc:  # named as the payload's field it is, like the request's own
         errors = [e.model_copy(update={"field": "evolution_report" + ("" if e.field == "(payload)" else "." + e.field)})
                   for e in field_errors(exc)]
-        return ended_early(invalid_result(errors, request.call_id))
+        return ended_early(invalid_result(errors, request.call_id, request.scenario))
     return start_call(self, request, evolution)
 
 
@@ -182,7 +184,8 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
         # (QA ops L1: `{"tool": …}` was told only that `name` is required)
         unknown = [FieldError(field=key, message="Extra inputs are not permitted", type="extra_forbidden")
                    for key in payload if key not in CallToolPayload.model_fields and key not in CallRequest.model_fields]
-        return ended_early(invalid_result(refused + field_errors(exc) + unknown, result_call_id(payload, self.request.id)))
+        return ended_early(invalid_result(refused + field_errors(exc) + unknown, result_call_id(payload, self.request.id),
+                                          given_scenario(payload)))
     name = tool.name
     payload.pop("name", None)
     payload.pop("namespace", None)
@@ -194,9 +197,10 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
             {**payload, "namespace": name, "scenario": scenario, "call_id": payload.get("call_id") or self.request.id}
         )
     except ValidationError as exc:
-        return ended_early(invalid_result(refused + field_errors(exc), result_call_id(payload, self.request.id)))
+        return ended_early(invalid_result(refused + field_errors(exc), result_call_id(payload, self.request.id),
+                                          given_scenario({"scenario": scenario})))
     if errors := refused + size_errors(request, runtime().settings.input_limit_bytes):
-        return ended_early(invalid_result(errors, request.call_id))
+        return ended_early(invalid_result(errors, request.call_id, request.scenario))
     if original is None:
         return ended_early(CallResult(
             call_id=request.call_id, status="no_candidates", scenario=request.scenario, message=f"no tool named '{name}'",
@@ -212,7 +216,7 @@ def explain(**kwargs: Any) -> dict[str, Any]:
     try:
         request = CallRequest.model_validate(kwargs)
     except ValidationError as exc:
-        return invalid_result(exc)
+        return invalid_result(exc, scenario=given_scenario(kwargs))
     if (too_large := oversized(request, runtime().settings.input_limit_bytes)) is not None:
         return too_large  # refused as the call would be (QA: explain ranked what a call refused)
     plan: CallPlan = runtime().selector.plan(request)
