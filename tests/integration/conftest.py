@@ -51,10 +51,18 @@ class Pipeline:
 
     def settled(self, timeout: float = 30.0) -> None:
         """Wait until the broker is idle: every message taken and acknowledged, so the bookkeeping
-        of the calls made so far (outcomes and learning are batched) has been applied."""
+        of the calls made so far (outcomes and learning are batched) has been applied. Idle at
+        three looks in a row: kombu pops a message before it records it as unacknowledged, and a
+        look in between saw an outcome nowhere (a restart then found its tool never run)."""
         from workers.metrics import reader_for
 
-        self.wait_for(reader_for(self.settings).broker_idle, timeout=timeout)
+        idle, looks = reader_for(self.settings).broker_idle, []
+
+        def steadily_idle() -> bool:
+            looks.append(idle())
+            return looks[-3:] == [True] * 3
+
+        self.wait_for(steadily_idle, timeout=timeout)
 
     def close(self) -> None:
         """Stop the workers. The client goes first, with the results it still tracks, while Redis
