@@ -346,6 +346,19 @@ class BestMatchAgain(NamedTuple):
     key: str
     does_the_job: bool  # it did such jobs since (RELIABLE_RUNS confirmed successes): first on every call
     after_outage: bool = True  # it fell behind by outages; else it never did, and the first does no such job
+    evolved: bool = False  # a version evolved from one that failed here, with no failure of its own: first on every call it serves
+
+
+def evolved_from(version: CandidateEvidence, versions: list[CandidateEvidence]) -> set[str]:
+    """The keys of the versions (among `versions`, one namespace's) that `version` was evolved
+    from, its parent and theirs."""
+    by_version = {e.manifest.version: e for e in versions}
+    ancestors: set[str] = set()
+    parent = version.manifest.parent_version
+    while parent is not None and (e := by_version.get(parent)) is not None and e.key not in ancestors:
+        ancestors.add(e.key)
+        parent = e.manifest.parent_version
+    return ancestors
 
 
 def best_match_again(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence],
@@ -379,7 +392,15 @@ def best_match_again(request: CallRequest, ranked: list[Candidate], evidence: li
     of a first candidate with no confirmed success on it (QA recheck N11: two new character counters,
     0.71 like the job, did it 4 times on their newcomer's share, and a text reverser 0.37 like it
     kept 75 % of the calls by its 9 unconfirmed successes, answering with a reversed string). Not
-    for a call that names a namespace or a version, nor for the retry after an evolution."""
+    for a call that names a namespace or a version, nor for the retry after an evolution.
+
+    The failures of the versions that the one served was evolved from (`evolved_from`) are not
+    its own: it was made, and verified on them, to fix them. While it has none of its own here it
+    goes first on every call it serves (a trial's share of them, or all once promoted), as long as
+    the first candidate does no such job or its tool fell behind by outages (QA 50: a text reverser
+    timed out 4 times, a word counter took the job, and its evolved version, which did it 4 times
+    out of 4 on its trial's share, was never tried again: its parent's 4 timeouts matched its 4
+    successes, and its trial, one success short, never ended)."""
     if not ranked or request.namespace or request.version or request.after_evolution:
         return None
     by_key = {e.key: e for e in evidence}
@@ -396,11 +417,17 @@ def best_match_again(request: CallRequest, ranked: list[Candidate], evidence: li
         served = [e for e in versions if e.key not in half_open and not judged_wrong_here(e)]
         if not served or not any(e.key in best for e in versions):
             continue
-        outages = sum(s >= SAME_JOB for e in versions for s in e.outage_similarities)
-        failures = sum(s >= SAME_JOB for e in versions for s in e.failure_similarities)
+        fixed = evolved_from(served[0], versions)
+        own = [e for e in versions if e.key not in fixed]
+        fell_over = any(s >= SAME_JOB for e in versions for s in e.outage_similarities)  # its tool's, any version
+        outages = sum(s >= SAME_JOB for e in own for s in e.outage_similarities)
+        failures = sum(s >= SAME_JOB for e in own for s in e.failure_similarities)
         doing = sum(s >= SAME_JOB for e in versions for s in e.doing_similarities)
-        if doing >= RELIABLE_RUNS and failures < doing and (outages or not first_does):
-            return BestMatchAgain(served[0].key, True, after_outage=bool(outages))
+        evolved = not failures and any(s >= SAME_JOB for e in versions if e.key in fixed for s in e.failure_similarities)
+        if doing >= RELIABLE_RUNS and failures < doing and (fell_over or not first_does):
+            return BestMatchAgain(served[0].key, True, after_outage=bool(outages), evolved=evolved)
+        if evolved and (fell_over or not first_does):
+            return BestMatchAgain(served[0].key, False, after_outage=False, evolved=True)
         if outages and outages == failures < OUTAGES_RETRIED:
             return BestMatchAgain(served[0].key, False)
     return None
@@ -433,9 +460,15 @@ def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list
     again = best_match_again(request, ranked, evidence, best, half_open)
     if again is None:
         return ranked
-    why = ("again: the job's clear best match, whose failures here were outages, timeouts or crashes, in place of a "
+    why = ("the job's clear best match, in a version evolved from one that failed here, in place of a tool that "
+           "matches the job less" if again.evolved else
+           "again: the job's clear best match, whose failures here were outages, timeouts or crashes, in place of a "
            "tool that matches the job less" if again.after_outage else
            "the job's clear best match, which does it here, in place of a tool with no confirmed success on it")
-    if again.does_the_job or drawn(f"best_match_again:{ranked[0].key}"):
-        return tried_first(ranked, again.key, 1.0 if again.does_the_job else share, why, "best_match_again")
+    # of the calls that serve its version: a trial's share of them, as `served_first` noted
+    chosen = next((c for c in ranked if c.key == again.key), None)
+    serves = chosen.breakdown.extra.get("trial_share", 1.0) if chosen is not None and chosen.breakdown is not None else 1.0
+    every = again.does_the_job or again.evolved
+    if every or drawn(f"best_match_again:{ranked[0].key}"):
+        return tried_first(ranked, again.key, (1.0 if every else share) * serves, why, "best_match_again")
     return passed_over(ranked, again.key, share)

@@ -1026,6 +1026,55 @@ def test_the_clear_best_match_is_tried_first_again_after_one_outage_handed_its_j
     assert {(c.manifest.name, c.probability) for c in firsts} == {("currency_rates", 1.0)}, firsts
 
 
+def test_an_evolved_version_on_trial_gets_back_the_job_its_parent_lost_by_timeouts(rt) -> None:
+    """QA 50: a text reverser timed out 4 times, a word counter took "reverse this string", and the
+    reverser's evolved 1.1.0, which did the job 4 times out of 4 on its trial's share, was never
+    tried again (its parent's timeouts matched its successes), so its trial never ended."""
+    from evolution.served_version import in_share
+    from selection.models import Promotion
+    from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
+
+    scenario = "the current exchange rate between two world currencies"
+    plan = rt.selector.plan(CallRequest(scenario=scenario, call_id="lost0"))
+    weak = next(c for c in plan.candidates if c.breakdown.similarity < 0.5)
+    for i in range(4):
+        apply_failure(rt, FailureMark(attempt_id=f"lost{i}:0", call_id=f"lost{i}", tool="currency_rates", version="1.0.0",
+                                      scenario=scenario, error_class=FailureClass.timeout))
+        succeeded(rt, weak.manifest.name, scenario, f"lost{i}")
+    evolved = ToolManifest(name="currency_rates", version="1.1.0", parent_version="1.0.0", description=TOOLS["currency_rates"],
+                           implementation={"kind": "http", "url": "http://127.0.0.1:9/x"})
+    rt.selector.index.ensure_tool(evolved)
+    rt.state.promote(Promotion(namespace="currency_rates", evolved_version="1.1.0", original_version="1.0.0",
+                               parent_version="1.0.0", status="on_trial"))
+    for i in range(4):
+        attempt = ToolExecutionResult(attempt_id=f"trial{i}:0", call_id=f"trial{i}", tool="currency_rates", version="1.1.0",
+                                      success=True)
+        outcome = OutcomeRecord(call_id=f"trial{i}", scenario=scenario, attempts=[attempt])
+        apply_outcome(rt, outcome)
+        store_executions(rt, execution_records(outcome))
+    rt.selector.cache.clear()
+    share = rt.settings.trial_share
+    firsts = {f"next{i}": rt.selector.plan(CallRequest(scenario=scenario, call_id=f"next{i}")).candidates[0] for i in range(40)}
+    # The calls whose trial's draw serves 1.1.0 try it first, logged with the trial's share; the
+    # others serve its parent, whose 4 timeouts are past the retries of a best match that fell over:
+    # the policy's order stands on them.
+    drawn = {call_id for call_id in firsts if in_share(call_id, "currency_rates", share)}
+    assert drawn and len(drawn) < len(firsts)
+    assert {firsts[c].key for c in drawn} == {"currency_rates@1.1.0"}, firsts
+    # (the policy places the namespace first on some of them itself)
+    moved = [firsts[c] for c in drawn if firsts[c].breakdown.extra.get("best_match_again") == 1.0]
+    assert moved and all(c.probability == share for c in moved), moved
+    assert all("in a version evolved from one that failed here" in c.breakdown.rationale for c in moved)
+    others = [firsts[c] for c in firsts if c not in drawn]
+    assert not any(c.key == "currency_rates@1.1.0" or c.breakdown.extra.get("best_match_again") for c in others)
+    # Promoted (its trial's 5th success), it serves every call, and goes first on each.
+    rt.state.promote(Promotion(namespace="currency_rates", evolved_version="1.1.0", original_version="1.0.0",
+                               parent_version="1.0.0", status="active"))
+    firsts = {f"then{i}": rt.selector.plan(CallRequest(scenario=scenario, call_id=f"then{i}")).candidates[0] for i in range(20)}
+    assert {c.key for c in firsts.values()} == {"currency_rates@1.1.0"}, firsts
+    assert all(c.probability == 1.0 for c in firsts.values() if c.breakdown.extra.get("best_match_again")), firsts
+
+
 def test_a_call_asks_for_tools_that_match_its_job_at_least_so_much(rt) -> None:
     """QA ops L4: a fallback that matched the job weakly answered it, status success; a caller had no
     way to want no answer rather than such a tool's."""

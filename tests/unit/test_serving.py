@@ -422,6 +422,51 @@ def test_the_best_match_again_goes_first_on_its_share_then_on_every_call_and_is_
     assert keys(always)[0] == "reverse_text@1.0.0" and always[0].probability == 1.0
 
 
+def evolved(name: str, version: str, parent: str) -> Candidate:
+    c = candidate(name, version)
+    return c.model_copy(update={"manifest": c.manifest.model_copy(update={"parent_version": parent})})
+
+
+def test_an_evolved_version_is_not_charged_its_parents_failures_and_goes_first_on_the_calls_it_serves() -> None:
+    """QA 50: reverse_text timed out 4 times and a word counter (0.12 similar) took "reverse this
+    string"; its evolved 1.1.0 did the job 4 times out of 4 on its trial's share, then was never
+    tried again: the parent's 4 timeouts matched its 4 successes, and the trial, one success short
+    of its 5, never ended."""
+    call = CallRequest(scenario="reverse this string")
+    new = evolved("reverse_text", "1.1.0", "1.0.0")
+    taker = CandidateEvidence(manifest=candidate("word_stats").manifest, similarity=0.12, success_similarities=[1.0] * 9)
+    parent = fell_over("reverse_text", 1.0, [1.0] * 4)
+    fixed = CandidateEvidence(manifest=new.manifest, similarity=1.0, doing_similarities=[1.0] * 4)
+    best = best_matches([taker, parent, fixed])
+    # The call whose trial's draw serves 1.1.0: its namespace is placed with 1.1.0 first.
+    served = [candidate("word_stats"), new, candidate("reverse_text")]
+    assert again(call, served, [taker, fixed, parent], best) == ("reverse_text@1.1.0", True)
+    # Before any success of its own too, on every call it serves (its trial's share limits them).
+    fresh = fixed.model_copy(update={"doing_similarities": []})
+    chosen = best_match_again(call, served, [taker, fresh, parent], best)
+    assert chosen is not None and (chosen.key, chosen.evolved) == ("reverse_text@1.1.0", True)
+    # The calls that serve the parent count its timeouts, as before: past OUTAGES_RETRIED, the policy's order.
+    parents = [candidate("word_stats"), candidate("reverse_text"), new]
+    assert again(call, parents, [taker, parent, fixed], best) is None
+    # A failure of its own here ends the exemption, and its parent's failures of a kind that does not
+    # say it was down (a wrong answer) keep it out where the first candidate does the job by its record.
+    failed = fixed.model_copy(update={"failure_similarities": [1.0] * 4})
+    assert again(call, served, [taker, failed, parent], best) is None
+    wrong = CandidateEvidence(manifest=parent.manifest, similarity=1.0, failure_similarities=[1.0] * 4)
+    doer = taker.model_copy(update={"doing_similarities": [1.0] * 3})
+    assert again(call, served, [doer, fresh, wrong], best) is None
+    assert again(call, served, [taker, fresh, wrong], best) == ("reverse_text@1.1.0", False)
+
+    # Tried first on every call it serves, logged with its trial's share.
+    ranked = placed_by_the_policy("word_stats", "reverse_text", "reverse_text")
+    ranked[1] = evolved("reverse_text", "1.1.0", "1.0.0").model_copy(update={
+        "probability": 0.9, "breakdown": ScoreBreakdown(rationale="policy", extra={"trial_share": 0.25})})
+    tried = explored_first(call, ranked, [taker, fresh, parent], 0.25, lambda salt: False, newcomer=None, passed=None,
+                           probe=None, best=best)
+    assert keys(tried)[0] == "reverse_text@1.1.0" and tried[0].probability == 0.25
+    assert "in a version evolved from one that failed here" in tried[0].breakdown.rationale
+
+
 def test_a_call_naming_a_namespace_does_not_hand_an_input_its_versions_refused_to_the_other_tools() -> None:
     """QA AD: `run_tool("fast_sort", {"numbers": "x"})` went on to four other tools, three of them
     text tools, each demoted for a job it was never meant for."""
