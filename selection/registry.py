@@ -43,7 +43,7 @@ def _semver_key(manifest: ToolManifest) -> semver.Version:
     return semver.Version.parse(manifest.version)
 
 
-def _sorted(manifests: Iterable[ToolManifest]) -> list[ToolManifest]:
+def in_listing_order(manifests: Iterable[ToolManifest]) -> list[ToolManifest]:
     """Name, then semantic version: the order every listing of the registry uses."""
     return sorted(manifests, key=lambda m: (m.name, _semver_key(m)))
 
@@ -311,7 +311,7 @@ class ToolRegistry:
         return len(self._tools)
 
     def all(self) -> list[ToolManifest]:
-        return _sorted(list(self._tools.values()))  # copied at once: the tools watch changes it meanwhile
+        return in_listing_order(list(self._tools.values()))  # copied at once: the tools watch changes it meanwhile
 
     def namespaces(self) -> list[str]:
         return sorted(self._by_name)
@@ -319,7 +319,7 @@ class ToolRegistry:
     def versions(self, name: str) -> list[ToolManifest]:
         """Every version of a namespace, lowest semantic version first."""
         keys = tuple(self._by_name.get(name, ()))  # copied at once: a version may be added meanwhile (tool_watch)
-        return _sorted(m for k in keys if (m := self._tools.get(k)) is not None)  # or removed
+        return in_listing_order(m for k in keys if (m := self._tools.get(k)) is not None)  # or removed
 
     def orphans(self, leaving: Iterable[str] = (), coming: Iterable[ToolManifest] = ()) -> list[str]:
         """The evolved versions no namespace original stands behind, once the versions `leaving`

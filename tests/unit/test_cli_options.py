@@ -535,6 +535,35 @@ def test_the_tools_list_marks_a_tool_new_to_the_running_system_while_its_trial_r
     assert any("fast_sort@1.1.0 (rolled back: not served)" in line for line in out.get().splitlines())
 
 
+def test_a_new_tool_is_marked_at_the_version_it_serves_until_its_versions_together_ran_the_trials_runs() -> None:
+    """QA 50: both versions of a new tool read "new tool: tried first on a share of its calls" after
+    the tool had run 9 times, and the one its promotion no longer served too; selection counts a
+    newcomer's runs over its versions and tries the version it serves."""
+    from selection.models import Promotion
+    from tests.fakes_state import InMemoryStateStore
+    from workers.cli.tools import tool_rows
+
+    manifests = [ToolManifest(name="new_sort", description="sort", implementation=HTTP),
+                 ToolManifest(name="new_sort", version="1.1.0", parent_version="1.0.0", description="sort", implementation=HTTP)]
+    state = InMemoryStateStore()
+    state.note_namespaces(["fast_sort"], now=1.0)
+    state.note_namespaces(["fast_sort", "new_sort"], now=2.0)
+
+    def marked() -> list[str]:
+        return [r.version for r in tool_rows(manifests[::-1], state, trial_runs=3) if r.newcomer]
+
+    assert marked() == ["1.0.0"]  # the original, which it serves
+    state.promote(Promotion(namespace="new_sort", evolved_version="1.1.0", original_version="1.0.0", parent_version="1.0.0"))
+    assert marked() == ["1.1.0", "1.0.0"]  # on trial: each side serves its share first
+    state.promote(Promotion(namespace="new_sort", evolved_version="1.1.0", original_version="1.0.0", parent_version="1.0.0",
+                            status="active"))
+    assert marked() == ["1.1.0"]
+    state.record_successes([("new_sort@1.0.0", "a1"), ("new_sort@1.1.0", "a2")])
+    assert marked() == ["1.1.0"]
+    state.record_successes([("new_sort@1.0.0", "a3")])
+    assert marked() == []  # 3 runs of the tool, over its versions
+
+
 def test_a_deprecated_version_of_a_new_tool_is_not_marked_on_trial() -> None:
     """QA U: `deprecated: true` took reverse_text out of the rankings, and `fittest tools` still
     printed it "(deprecated) (new: on trial)"."""

@@ -9,12 +9,13 @@ import typer
 from pydantic import BaseModel
 from rich.table import Table
 
-from evolution.served_version import withdrawn_versions
+from evolution.served_version import fallback_version, head_version, withdrawn_versions
 from selection.context import language_typos
 from selection.manifest import ToolManifest, split_key, tool_key
 from selection.policies.learned import standing
+from selection.models import Promotion
 from selection.ports import Breakers, BreakerState, Newcomers, Promotions, StateStore
-from selection.registry import DIRECTORY
+from selection.registry import DIRECTORY, in_listing_order
 from selection.serving import REFUSED_IN_A_ROW
 from workers.cli.common import (REFUSED, JsonOpt, check_redis, console, err_console, fail, literal, print_json,
                                  warn_of_other_stacks)
@@ -138,13 +139,38 @@ class ToolRow(BaseModel):
         return tool_key(self.name, self.version)
 
 
+def served_first(manifests: list[ToolManifest], promotions: dict[str, Promotion | None]) -> set[str]:
+    """The versions their namespace serves first on some of its calls: what its promotion stands
+    for (`head_version`), during a trial the version it is tried against as well, else its original
+    (the lowest version with no parent, or the one its promotion was made against)."""
+    versions: dict[str, set[str]] = {}
+    originals: dict[str, str] = {}
+    for m in in_listing_order(manifests):  # lowest version first
+        versions.setdefault(m.name, set()).add(m.version)
+        if m.parent_version is None:
+            originals.setdefault(m.name, m.version)
+    served = set()
+    for name, given in versions.items():
+        p = promotions.get(name)
+        original = p.original_version if p is not None and p.original_version in given else originals.get(name)
+        sides = [head_version(p)] + ([fallback_version(p)] if p is not None and p.status == "on_trial" else [])
+        served |= {tool_key(name, version) for v in sides if (version := v or original) is not None}
+    return served
+
+
 def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int) -> list[ToolRow]:
-    """Each version with its state; a newcomer until it has run `trial_runs` times."""
+    """Each version with its state; a newcomer as selection tries one (selection/serving.py
+    `newcomer_to_try`): the version its namespace serves, until the namespace has run `trial_runs`
+    times (QA 50: every version of a new tool was marked, after its calls had run it 9 times)."""
     stats, breakers = state.stats_and_breakers([m.key for m in manifests])
     newcomers = state.newcomers()
     promotions = state.promotions(sorted({m.name for m in manifests}))
     withdrawn = {tool_key(name, v) for name, current in promotions.items() if current is not None
                  for v in withdrawn_versions(state.promotion_history(name), current)}
+    served = served_first(manifests, promotions)
+    runs: dict[str, int] = {}
+    for m in manifests:
+        runs[m.name] = runs.get(m.name, 0) + stats[m.key].successes + stats[m.key].failures
     return [
         ToolRow(
             name=m.name, version=m.version, description=m.description, tags=m.tags, kind=m.implementation.kind,
@@ -154,7 +180,7 @@ def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int)
             breaker=breakers[m.key], deprecated=m.deprecated,
             # not while its breaker holds it back (QA 48 recheck: a crashed killer read "tried first")
             newcomer=(not m.deprecated and m.name in newcomers and breakers[m.key] == "closed"
-                      and stats[m.key].successes + stats[m.key].failures < trial_runs),
+                      and m.key in served and runs[m.name] < trial_runs),
             on_trial=(p := promotions.get(m.name)) is not None and p.status == "on_trial" and p.evolved_version == m.version,
             rolled_back=m.key in withdrawn,
         )
