@@ -56,7 +56,7 @@ TASK_KEYWORDS: dict[str, tuple[str, ...]] = {
     "documentation": ("document", "documentation", "docs", "readme", "docstring", "docstrings", "comment",
                       "comments", "explain"),
     "deployment": ("deploy", "deployment", "release", "docker", "kubernetes", "helm", "terraform", "ci",
-                   "pipeline", "production"),
+                   "pipeline", "production", "dockerfile", "docker-compose", "jenkinsfile", "procfile", "k8s"),
     "analysis": ("analyse", "analyze", "analysis", "review", "audit", "profile", "measure", "statistics",
                  "count", "summarise", "summarize", "inspect", "compare"),
     "modification": ("change", "modify", "update", "convert", "extend", "adapt", "migrate", "replace",
@@ -109,6 +109,13 @@ DESIGN_FILE = re.compile(r"(^|/)(architecture|design|adr)[^/]*|\.(puml|plantuml|
                          re.IGNORECASE)
 SPEC_FILE = re.compile(r"(^|/)(spec|specification|requirements|user[_-]?stories)[^/]*\.(md|txt|rst)$", re.IGNORECASE)
 FENCE = re.compile(r"```([A-Za-z0-9_+#-]+)")
+# Tests said to fail or pass, with a few words between ("the tests are failing", "fix the failing
+# unit tests", "the test suite still fails"; QA 50: only "failing tests" and "tests fail" counted).
+_BETWEEN = r"(?: (?:are|is|were|was|still|now|all|the|unit|integration|e2e|suite|keep|have|has|had|been|our|my))*"
+FAILING_TESTS = re.compile(rf" (?:failing|broken|red){_BETWEEN} tests? | tests?{_BETWEEN} "
+                           r"(?:fail|fails|failed|failing|failures?|broke|broken|red) ")
+PASSING_TESTS = re.compile(rf" (?:passing|green){_BETWEEN} tests? | tests?{_BETWEEN} (?:pass|passes|passed|passing|green) "
+                           r"| all green ")
 
 # Complexity: log10 of the lines given (10k lines -> 1.0) and nesting depth (8 levels -> 1.0).
 LINES_FOR_FULL = 10_000
@@ -263,6 +270,29 @@ def _files(context: Mapping[str, Any]) -> dict[str, str]:
     return {}  # (a call's are checked: `check_context`)
 
 
+def named_files(scenario: str) -> list[str]:
+    """The files a scenario names ("refactor parser.py", "write a Dockerfile", "fix
+    tests/test_csv.py"), read as the paths of `context.files` are (QA 50: only those counted). A
+    token is one when it has a source extension as files are written (lower case, after a name of
+    two characters or more: not "D.C"), or when it is a deployment, test or specification file's
+    path; a bare word only as a deployment file's name (Dockerfile, Jenkinsfile, Procfile)."""
+    found = []
+    for token in re.findall(r"[\w.+/-]+", scenario):
+        token = token.strip("./-+")
+        path = PurePosixPath(token) if token else None
+        if path is None or not path.name:
+            continue
+        if "." not in token and "/" not in token:
+            if DEPLOY_FILE.search(token):
+                found.append(token)
+            continue
+        suffix = path.suffix
+        source = suffix[1:].islower() and suffix in EXTENSIONS and len(path.stem) >= 2
+        if source or any(pattern.search(token) for pattern in (DEPLOY_FILE, TEST_FILE, SPEC_FILE)):
+            found.append(token)
+    return found
+
+
 def _words(text: str) -> str:
     """Lower-cased text with single spaces, padded, so whole-word phrases match with ' kw '."""
     return " " + " ".join(re.findall(r"[a-z0-9#+\-]+", text.lower())) + " "
@@ -304,9 +334,9 @@ def detect_task_type(words: str) -> TaskType:
 
 
 def detect_testing(words: str, paths: list[str]) -> Testing:
-    if any(f" {kw} " in words for kw in ("failing test", "failing tests", "tests fail", "test fails", "red tests")):
+    if FAILING_TESTS.search(words):
         return "failing"
-    if any(f" {kw} " in words for kw in ("tests pass", "passing tests", "all green", "green tests")):
+    if PASSING_TESTS.search(words):
         return "passing"
     return "present" if any(TEST_FILE.search(p) for p in paths) else "none"
 
@@ -360,6 +390,11 @@ def analyse(scenario: str, context: Mapping[str, Any] | None = None, input: Mapp
     explicit = explicit_context(context)
     files = _files(context)
     paths = [p.replace("\\", "/") for p in files]
+    named = named_files(scenario)
+    # A source file named in the scenario gives its language, but not that code exists ("an app
+    # with Node.js"); a deployment or test file named gives the phase as one given does.
+    at_phase = paths + [n for n in named if DEPLOY_FILE.search(n) or TEST_FILE.search(n)]
+    paths += named
     words = _words(scenario)
     source: dict[str, Literal["explicit", "detected", "default"]] = {}
 
@@ -372,7 +407,7 @@ def analyse(scenario: str, context: Mapping[str, Any] | None = None, input: Mapp
         return value
 
     return ContextFeatures(
-        phase=pick("phase", explicit.phase, lambda: detect_phase(words, paths), None),
+        phase=pick("phase", explicit.phase, lambda: detect_phase(words, at_phase), None),
         languages=pick("languages", explicit.languages, lambda: detect_languages(scenario, words, paths), []),
         complexity=pick("complexity", explicit.complexity, lambda: detect_complexity(files, input or {}), 0.0),
         task_type=pick("task_type", explicit.task_type, lambda: detect_task_type(words), "general"),

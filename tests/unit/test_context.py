@@ -129,6 +129,26 @@ def test_testing_status() -> None:
     assert analyse("all tests pass now").testing == "passing"
     assert analyse("look", {"files": ["tests/test_a.py"]}).testing == "present"
     assert analyse("look").testing == "none"
+    # QA 50: said with words between, they were not read.
+    for said in ("the tests are failing after the upgrade", "fix the failing unit tests in the csv parser",
+                 "the test suite still fails", "our integration tests failed"):
+        assert analyse(said).testing == "failing", said
+    assert analyse("the unit tests passed again").testing == "passing"
+    assert analyse("write tests for failing cases").testing == "none"
+
+
+def test_files_named_in_the_scenario_count_as_files_given() -> None:
+    """QA 50: "parser.py" gave no python, "a Dockerfile" neither the completion phase nor deployment."""
+    assert analyse("refactor parser.py into smaller functions").languages == ["python"]
+    docker = analyse("write a Dockerfile for this csv service")
+    assert (docker.phase, docker.task_type) == ("completion", "deployment")
+    test_file = analyse("look at tests/test_csv.py")
+    assert (test_file.phase, test_file.languages, test_file.testing) == ("refinement", ["python"], "present")
+    # A source file gives its language, not that code exists; what only looks like a file is none.
+    node = analyse("build an app with Node.js")
+    assert (node.phase, node.languages) == (None, ["javascript"])
+    assert analyse("the weather in Washington D.C. tomorrow, e.g. rain").languages == []
+    assert analyse("write an address parser").phase is None
 
 
 def test_bad_explicit_value_is_refused_naming_the_key() -> None:
