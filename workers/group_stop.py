@@ -8,12 +8,14 @@ ran: after two, an innocent tool running beside the signaller was recorded a `cr
 breaker opened (QA 49: a ledger tool, 1.00 -> 0.90, beside a tool that SIGTERMs its executor's group).
 
 Which signal is which is told by the main process: it notes here, in memory shared with the pool
-processes it forks, that a shutdown began, and how (celery's `worker_shutting_down`). A pool
-process given SIGTERM waits up to GROUP_WAIT_S for that note: a warm shutdown means the signal
-came to the whole group, and the pool process carries on with its task, which the warm shutdown
-waits for; anything else (`celery control terminate`, a hard time limit, the cold shutdown's
-terminate, a kill of the pool process alone, a SIGTERM with no task running) ends it as SIGTERM
-always did, a moment later.
+processes it forks, that a shutdown began, how (celery's `worker_shutting_down`) and when. A pool
+process given SIGTERM waits up to GROUP_WAIT_S for that note: a warm shutdown noted within
+GROUP_WAIT_S of the signal means the signal came to the whole group, and the pool process carries
+on with its task, which the warm shutdown waits for; anything else (`celery control terminate`, the
+cold shutdown's terminate, which comes after the warm one's note when a second Ctrl-C or a SIGQUIT
+escalates it, a kill of the pool process alone, a SIGTERM with no task running) ends it as SIGTERM
+always did, a moment later. A hard time limit's SIGTERM is followed by billiard's SIGKILL 0.1 s
+later, which ends the pool process first, so its `finally` blocks do not run.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import logging
 import mmap
 import os
 import signal
+import struct
 import threading
 import time
 from typing import Any
@@ -33,18 +36,34 @@ log = logging.getLogger(__name__)
 GROUP_WAIT_S = 0.5  # how long a pool process given SIGTERM waits for its main process's note
 RUNNING, WARM, COLD = 0, 1, 2
 
-# One byte, mapped before the pool processes are forked and shared with each of them.
-_shutdown = mmap.mmap(-1, 1)
+# How the main process is shutting down, and since when (CLOCK_MONOTONIC, which every process of
+# the host reads alike), mapped before the pool processes are forked and shared with each of them.
+_NOTE = struct.Struct("=Bd")
+_shutdown = mmap.mmap(-1, _NOTE.size)
 
 
 def shutdown_began() -> int:
-    """RUNNING, or how this worker's main process is shutting down (WARM, COLD)."""
-    return _shutdown[0]
+    """RUNNING, or how this worker's main process is shutting down (WARM, COLD): what a pool
+    process reads to tell a SIGTERM its whole group was given from one meant for it."""
+    return _NOTE.unpack(_shutdown[:_NOTE.size])[0]
+
+
+def group_sigterm(at: float) -> bool:
+    """Whether a SIGTERM given to a pool process at `at` (time.monotonic) came to its whole group:
+    the main process noted its warm shutdown within GROUP_WAIT_S of it. A later SIGTERM is a
+    terminate meant for the task (a second Ctrl-C, SIGQUIT, `celery control terminate`)."""
+    how, noted_at = _NOTE.unpack(_shutdown[:_NOTE.size])
+    return how == WARM and abs(at - noted_at) <= GROUP_WAIT_S
 
 
 def note_shutdown(how: str) -> None:
-    """In the main process: a shutdown began, "Warm" or "Cold" (as celery names them)."""
-    _shutdown[0] = COLD if how == "Cold" else WARM
+    """In the main process: a shutdown began, "Warm" or "Cold" (as celery names them). Written
+    once, the first: a cold one after a warm one need not be told apart, as its terminate comes
+    after the warm one's window."""
+    if shutdown_began() == RUNNING:
+        note = _NOTE.pack(COLD if how == "Cold" else WARM, time.monotonic())
+        _shutdown[1:_NOTE.size] = note[1:]  # its time before its state, which a pool process reads first
+        _shutdown[0] = note[0]
 
 
 @worker_shutting_down.connect
@@ -61,19 +80,18 @@ _default: Any = signal.SIG_DFL  # the pool process's own SIGTERM handler (billia
 def _sigterm_in_pool(signum: int, frame: Any) -> None:
     """Not the pool process's end while its task runs, until its main process has had the time to
     tell a SIGTERM to the whole group (a warm shutdown); its own handler's, a moment later, else."""
-    if not _task_running or _not_the_groups.is_set():
+    at = time.monotonic()
+    if not _task_running or _not_the_groups.is_set() or shutdown_began() != RUNNING and not group_sigterm(at):
         _hand_on(signum, frame)
-    elif shutdown_began() == WARM:
-        _outlived()
-    else:  # decided in a thread: waiting in the handler held up the main thread, where the task runs
-        threading.Thread(target=_decide, args=(signum,), name="fittest-sigterm", daemon=True).start()
+    else:  # decided in a thread: waiting (and logging) in the handler held up the main thread, where the task runs
+        threading.Thread(target=_decide, args=(signum, at), name="fittest-sigterm", daemon=True).start()
 
 
-def _decide(signum: int) -> None:
-    deadline = time.monotonic() + GROUP_WAIT_S
+def _decide(signum: int, at: float) -> None:
+    deadline = at + GROUP_WAIT_S
     while shutdown_began() == RUNNING and time.monotonic() < deadline:
         time.sleep(0.01)
-    if shutdown_began() == WARM:
+    if group_sigterm(at):
         _outlived()
         return
     _not_the_groups.set()  # sent again, to be handled as it was, in the main thread

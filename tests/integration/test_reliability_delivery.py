@@ -400,6 +400,32 @@ def test_a_tool_that_sends_sigterm_to_its_executors_group_stops_it_warm_and_the_
     assert "SIGTERM came to the whole worker, which stops warm: its task goes on" in said
 
 
+def test_a_cold_shutdown_after_a_group_sigterm_stops_the_task_that_outlived_it(pipeline: Pipeline, tmp_path: Path) -> None:
+    """Review 50: once a warm shutdown was noted, a pool process outlived every later SIGTERM, the
+    cold shutdown's terminate among them (a second Ctrl-C, or SIGQUIT after SIGTERM): the task ran
+    on to its end. Only a SIGTERM within moments of the warm shutdown's note is the group's."""
+    p, log = pipeline, tmp_path / "runs.log"
+    p.settled()
+    logged = len((p.stack.log_dir / "executor.log").read_text())
+    sent = nap_call(p, log, 7000)
+    wait_runs(p, log, 1)
+    executor = p.stack.procs["executor"]
+    os.killpg(executor.pid, signal.SIGTERM)  # to the whole group: the pool process outlives it
+    time.sleep(1.5)
+    assert executor.poll() is None  # stopping warm: its task goes on
+    os.kill(executor.pid, signal.SIGQUIT)  # the cold shutdown: its terminate stops the task
+    try:
+        executor.wait(timeout=4)  # the nap had over 4 s to go
+    finally:
+        executor.wait(timeout=30)
+        restart_executor(p)
+    said = (p.stack.log_dir / "executor.log").read_text()[logged:]
+    assert said.count("SIGTERM came to the whole worker, which stops warm: its task goes on") == 1
+    result = p.client.wait(sent, VISIBILITY_S + 90)
+    assert result["status"] == "success", result
+    assert len(runs(log)) == 2  # stopped, then run again, in full
+
+
 def test_a_worker_killed_as_it_stops_charges_no_death_to_the_tool_it_ran(pipeline: Pipeline, tmp_path: Path) -> None:
     """QA 49 recheck R1: `fittest up` stops a role with SIGTERM to its group, then SIGKILL 5 s later;
     a tool still running then (its pool process outlives the group's SIGTERM) had its worker's death
