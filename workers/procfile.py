@@ -193,6 +193,14 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
                     f"serve FITTEST_KEY_PREFIX {', '.join(theirs)}, not {settings.key_prefix}. Each stack's workers would "
                     "run the other's calls: give this stack its own database (FITTEST_REDIS_URL=redis://HOST:PORT/N), or "
                     "the other stack's prefix to join it")
+            owner = next((node for node in others if node.startswith("memory@")), None)
+            if owner is not None and "memory" in roles and settings.qdrant_url is None and others[owner] == settings.key_prefix:
+                # Review 50: a second memory worker kept a store of its own, and the stack's feedback,
+                # failures and learning were split between the two by which took each message.
+                raise StackError(
+                    f"a memory worker of this stack ({owner}) already runs, and the vector memory is embedded in its "
+                    "data directory: another would keep a store of its own. Start more workers without it "
+                    "(`fittest up --without memory`), or give the stack a Qdrant server (FITTEST_QDRANT_URL) for several")
             if all(prefix == settings.key_prefix for prefix in others.values()):  # more workers of this stack
                 print(f"fittest up: workers of this stack (FITTEST_KEY_PREFIX {settings.key_prefix}) already take this "
                       f"Redis database's calls ({', '.join(others)}): these join them", file=out, flush=True)

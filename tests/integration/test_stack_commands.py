@@ -271,11 +271,18 @@ def test_up_refuses_to_join_a_redis_database_another_stacks_workers_serve(model_
         again = subprocess.run([str(FITTEST), "up", *[f"--without={r}" for r in ("flower", "metrics", "toolserver")]],
                                env=env, capture_output=True, text=True, timeout=120)
         assert again.returncode == 1 and "they serve FITTEST_KEY_PREFIX" in again.stdout + again.stderr, again
-        assert " started" not in said, said  # no role of it ran
-        # The same prefix is more workers of that stack (scale-out): they join it, and say so.
+        assert " started" not in again.stdout + again.stderr, again  # no role of it ran
+        # The same prefix is more workers of that stack (scale-out): they join it, and say so; but not
+        # a second memory worker, whose embedded vector memory would be a second store (review 50).
+        same = {**env, "FITTEST_KEY_PREFIX": theirs.settings.key_prefix}
+        second = subprocess.run([str(FITTEST), "up", *[f"--without={r}" for r in ("flower", "metrics", "toolserver")]],
+                                env=same, capture_output=True, text=True, timeout=120)
+        told = " ".join((second.stdout + second.stderr).split())
+        assert second.returncode == 1 and "a memory worker of this stack (memory@" in told, told
+        assert "`fittest up --without memory`" in told and " started" not in told, told
         joining = subprocess.Popen([str(FITTEST), "up", *[f"--without={r}" for r in ("flower", "metrics", "toolserver", "beat",
-                                                                                       "evolver", "executor")]],
-                                   env={**env, "FITTEST_KEY_PREFIX": theirs.settings.key_prefix}, stdout=subprocess.PIPE,
+                                                                                       "evolver", "memory")]],
+                                   env=same, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
             lines = []
