@@ -101,10 +101,9 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
         with self._buffer() as ended:
             ended.add((message, worker))
 
-    def attempt_of(self, message: str) -> str | None:
-        """The attempt whose tool `message`'s last run marked (None: none ran, or its mark is gone)."""
-        mark = self._mark(message)
-        return None if mark is None else mark.attempt_id
+    def last_run(self, message: str) -> RunMark | None:
+        """The mark of `message`'s last run (None: none ran, or its mark is gone)."""
+        return self._mark(message)
 
     def left_behind(self, message: str) -> tuple[RunMark, set[str]] | None:
         """The mark of a run of `message` whose end its worker never saw, and the other messages that
@@ -136,11 +135,17 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
         """Whether `worker` was being stopped when it ended (`stopping`)."""
         return bool(self.client.exists(self._stopping_key(worker)))
 
-    def first_stop(self, attempt_id: str) -> bool:
-        """Whether this is the first run of `attempt_id` that a stop of its worker ended: that one is
+    def first_stop(self, attempt_id: str, run: str) -> bool:
+        """Whether `run` is the first run of `attempt_id` that a stop of its worker ended: that one is
         the stop's doing; a second is counted as the deaths of any run are (a tool that stops its
-        own worker would otherwise be run again, and stop it again, for ever)."""
-        return bool(self.client.set(self._stopped_key(attempt_id), 1, nx=True, ex=MARK_TTL_S))
+        own worker would otherwise be run again, and stop it again, for ever). The same run read
+        again (a delivery given back before its mark was counted, a copy of the step) is still the
+        first (review 50: it was charged as the tool's death)."""
+        key = self._stopped_key(attempt_id)
+        if self.client.set(key, run, nx=True, ex=MARK_TTL_S):
+            return True
+        first = self.client.get(key)
+        return (first.decode() if isinstance(first, bytes) else first) == run
 
     def note_killer(self, key: str) -> None:
         """Tool version `key` killed the processes running it: its breaker's probes run it isolated,

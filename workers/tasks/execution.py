@@ -345,8 +345,9 @@ class ExecuteRequest(Request):
             # breaker had opened and the next candidate ran in its place (its deaths were then counted
             # against the one passed over, and the killer ran again at every delivery).
             message = message_key(self.id, str(self.message.delivery_tag))
-            aid = runtime().run_marks.attempt_of(message) or attempt_id(plan, index)
-            if shutdown_began() and runtime().run_marks.first_stop(aid):
+            mark = runtime().run_marks.last_run(message)
+            aid = mark.attempt_id if mark is not None else attempt_id(plan, index)
+            if shutdown_began() and runtime().run_marks.first_stop(aid, mark.run if mark is not None else message):
                 # its worker is being stopped (a cold shutdown ends its pool): the stop's doing, once
                 log.info("call %s: its pool process ended (%s) as its worker stopped: not counted", self.id, how,
                          extra={"event": "attempt_process_stopped", "task_id": self.id, "attempt_id": aid, "reason": how})
@@ -424,7 +425,7 @@ def _returned(task: Task, plan: CallPlan, index: int) -> Returned | None:
     if message is not None and left is not None:
         mark, beside = left
         tool = _tool_of(plan, mark.attempt_id)
-        if rt.run_marks.was_stopping(mark.worker) and rt.run_marks.first_stop(mark.attempt_id):
+        if rt.run_marks.was_stopping(mark.worker) and rt.run_marks.first_stop(mark.attempt_id, mark.run):
             # Killed while it was being stopped (`fittest up` kills a worker that still runs a tool 5 s
             # after its stop): the stop's doing, not the tool's (QA 49 recheck R1). Once per attempt:
             # a tool that SIGTERMs its worker's group, stopping it, and then kills it, is the killer
