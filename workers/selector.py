@@ -143,12 +143,16 @@ class Selector:
         self._local.half_open = set()
         self._local.cached_at = None  # when the oldest cached search this plan read was made
         degraded: list[str] = []
+        named_unknown = bool(request.namespace and not request.version and self.rt.registry.original(request.namespace) is None)
+        # A namespace no tool has names none: the call is ranked by its scenario alone, by every rule
+        # a call that names none is (review 50: no newcomer, probe or best match again was tried first).
+        ruled = request.model_copy(update={"namespace": None}) if named_unknown else request
         try:
-            evidence = self._evidence(request, features, degraded)
-            served = self._served(request, evidence)
-            newcomer = newcomer_to_try(request, evidence, self.newcomers(), self.settings.trial_successes,
+            evidence = self._evidence(ruled, features, degraded)
+            served = self._served(ruled, evidence)
+            newcomer = newcomer_to_try(ruled, evidence, self.newcomers(), self.settings.trial_successes,
                                        self._local.held_back_match, served)
-            probe = breaker_probe(request, evidence, self._local.half_open, served)
+            probe = breaker_probe(ruled, evidence, self._local.half_open, served)
         finally:
             self._local.versions = None
         share = self.settings.trial_share
@@ -161,7 +165,7 @@ class Selector:
         # first (QA resilience: one ranked 9th after a failure was cut, and the call said no tool of
         # that name was ranked), and a newcomer on trial goes first: they need the whole ranking.
         several = len({e.manifest.name for e in evidence}) < len(evidence)
-        whole = request.after_evolution or several or newcomer is not None or bool(request.namespace)
+        whole = request.after_evolution or several or newcomer is not None or bool(ruled.namespace)
         against = {e.key for e in evidence if declared_against(e.manifest, context)}
         # Tried after the others that do such jobs, not after tools that do other jobs: those go
         # with them, in the policy's order (QA integration M1: for a call stating rust, two linters
@@ -173,9 +177,9 @@ class Selector:
             if c.key in against and c.breakdown is not None:
                 c.breakdown.rationale += (f"; ranked with the tools that do other jobs, after those that do such jobs: it declares "
                                           f"none of the languages the call states ({', '.join(context.languages)})")
-        ranked = evolved_first(request, served_first(request, ranked, served), served)
+        ranked = evolved_first(ruled, served_first(ruled, ranked, served), served)
         best = best_matches(evidence, self._local.held_back_match)
-        ranked = explored_first(request, ranked, evidence, share, lambda salt: in_share(request.call_id, salt, share),
+        ranked = explored_first(ruled, ranked, evidence, share, lambda salt: in_share(request.call_id, salt, share),
                                 newcomer=newcomer.key if newcomer else None, passed=passed, probe=probe,
                                 half_open=self._local.half_open, best=best)
         timeouts = {e.key: e.timeout_s for e in evidence}
@@ -184,7 +188,6 @@ class Selector:
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)
             c.does_the_job, c.matches_best, c.refuses_everything = c.key in doers, c.key in best, c.key in refusing
-        named_unknown = bool(request.namespace and not request.version and self.rt.registry.original(request.namespace) is None)
         return CallPlan(
             request=request,
             candidates=ranked[:keep],

@@ -167,6 +167,9 @@ def test_a_tool_whose_breaker_opened_is_probed_first_once_its_cool_down_is_over(
     assert first.breakdown is not None and first.breakdown.extra["breaker_probe"] == 1.0
     # The stock tool's breaker is half-open too, but it never did this job: it keeps its place.
     assert other in [c.key for c in probe.candidates[1:]]  # ranked, and not moved first
+    # A call naming a tool nobody has is ranked as one naming none, the probe first (review 50).
+    typo = rt.selector.plan(CallRequest(scenario=scenario, namespace="currency_ratez"))
+    assert typo.named_unknown and typo.candidates[0].key == key, [c.key for c in typo.candidates]
 
     rt.state.record_run(key, 10.0, True, threshold=5, cooldown_s=1.0)  # the probe's success closes the breaker
     after = rt.selector.plan(CallRequest(scenario=scenario))
