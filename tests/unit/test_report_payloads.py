@@ -112,3 +112,31 @@ def test_an_evolution_asked_for_by_hand_without_a_namespace_is_answered_naming_i
                         ({}, "namespace: Field required")):
         answer = prepare_evolution.run(**asked)
         assert answer["status"] == "no_fix" and says in answer["message"], answer
+
+
+def test_a_request_begun_after_its_message_expired_is_dropped_and_marked_so() -> None:
+    """Review 50: a `fittest evolve` (or a judgement) that waited in a busy thread pool past its
+    message's expiry ran after its sender had said nothing was done, and a second one, sent as told,
+    did it twice."""
+    import datetime as dt
+    from types import SimpleNamespace
+
+    import pytest
+    from celery.exceptions import Ignore
+
+    from workers.tasks.common import drop_if_expired
+
+    marked: list[tuple[str, str]] = []
+    backend = SimpleNamespace(mark_as_revoked=lambda task_id, reason, request: marked.append((task_id, reason)))
+    now = dt.datetime.now(dt.timezone.utc)
+
+    def task(expires: object) -> SimpleNamespace:
+        return SimpleNamespace(name="fittest.prepare_evolution", backend=backend,
+                               request=SimpleNamespace(id="t-1", expires=expires))
+
+    drop_if_expired(task(None))  # sent to be done whenever
+    drop_if_expired(task((now + dt.timedelta(seconds=30)).isoformat()))  # in time
+    assert marked == []
+    with pytest.raises(Ignore):
+        drop_if_expired(task((now - dt.timedelta(seconds=1)).isoformat()))
+    assert marked == [("t-1", "expired")]  # `fittest result` tells it "expired"

@@ -7,8 +7,11 @@ import logging
 import re
 import time
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
+from celery import Task
+from celery.exceptions import Ignore
 from celery_batches import SimpleRequest
 from pydantic import BaseModel, ValidationError
 
@@ -87,6 +90,24 @@ def another_job_under(task: str, payload: dict[str, Any], task_id: str | None) -
                 extra={"event": "call_id_taken", "call_id": call_id, "task": task})
     return ended_early(invalid_result([FieldError(field="call_id", type="another_job", message=another_job_message(call_id))],
                                       call_id, given_scenario(payload)))
+
+
+def drop_if_expired(task: Task) -> None:
+    """End a run of a request sent to be done within its sender's wait (`CallSender.ask_within`)
+    that began past its message's expiry, as celery ends one it takes too late: marked revoked
+    ("expired"), and nothing done. Celery checks the expiry as a worker takes the message and as it
+    hands it to its pool; a thread pool whose threads were all busy ran it later still, after its
+    sender had said that nothing was done (review 50: a second `fittest evolve`, sent as told,
+    evolved twice)."""
+    expires = task.request.expires
+    if not expires:
+        return
+    when = expires if isinstance(expires, datetime) else datetime.fromisoformat(str(expires))
+    if datetime.now(timezone.utc) > (when if when.tzinfo else when.replace(tzinfo=timezone.utc)):
+        log.warning("%s %s began after its message expired: dropped, not done", task.name, task.request.id,
+                    extra={"event": "expired_dropped", "task": task.name, "task_id": task.request.id})
+        task.backend.mark_as_revoked(task.request.id, reason="expired", request=task.request)
+        raise Ignore()
 
 
 def ended_early(result: dict[str, Any], started_at: float | None = None) -> dict[str, Any]:

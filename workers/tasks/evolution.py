@@ -31,6 +31,7 @@ from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
 from workers.settings import get_settings
 from workers.tasks.execution import finish, send_outcome
+from workers.tasks.common import drop_if_expired
 
 log = logging.getLogger("fittest.evolution")
 
@@ -99,6 +100,7 @@ def prepare_evolution(self: Task, plan_data: dict[str, Any] | None = None, **ask
         if plan is not None:
             job = build_job(runtime(), "call", plan=plan)
         else:
+            drop_if_expired(self)
             if self.request.id:  # begun: `fittest evolve` (CallSender.ask_within) tells it from a request
                 # that no worker took within its --timeout, which expires, never done (no start is tracked)
                 self.update_state(state="STARTED")

@@ -20,7 +20,7 @@ from workers.feedback_store import (UnknownVersion, feedback_report, feedback_sc
                                     record_tool_feedback)
 from workers.runtime import Runtime, runtime
 from workers.tasks.batches import Batches
-from workers.tasks.common import batch_payloads
+from workers.tasks.common import batch_payloads, drop_if_expired
 from workers.trials import judge_trial
 
 OUTCOME_FLUSH_EVERY = 16
@@ -79,6 +79,7 @@ CALL_LOOKUP_INTERVAL_S = 0.5
 @app.task(bind=True, name="fittest.record_feedback", track_started=True)  # CallSender.ask_within waits for a started one
 def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
     """Store a person's positive or negative feedback on the exact version of a tool."""
+    drop_if_expired(self)
     try:
         req = FeedbackRequest.model_validate(kwargs)
     except ValidationError as exc:
