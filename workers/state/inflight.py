@@ -143,9 +143,13 @@ class InflightCalls(BufferedWrites[_Pending]):
     def _new_buffer(self) -> _Pending:
         return {}
 
+    def _keys(self, task_id: str) -> list[str]:
+        """The KEYS of the hand-on and end scripts (lua/inflight_hand_on.lua, lua/inflight_end.lua)."""
+        return [self.steps_key, self.due_key, f"{self.prefix}{self.space}:ended:{task_id}", self.hops_key]
+
     def _write(self, pipe: Pipeline, buffer: _Pending) -> None:
         for task_id, pending in buffer.items():
-            keys = [self.steps_key, self.due_key, f"{self.prefix}{self.space}:ended:{task_id}", self.hops_key]
+            keys = self._keys(task_id)
             if pending is None:
                 self._end(keys=keys, args=[task_id, ENDED_TTL_S], client=pipe)
             else:
@@ -172,8 +176,7 @@ class InflightCalls(BufferedWrites[_Pending]):
         """End the call at once, not buffered; True for the one process that found it still in flight,
         so that what is counted at a call's end is counted once by copies of its step delivered
         together."""
-        keys = [self.steps_key, self.due_key, f"{self.prefix}{self.space}:ended:{task_id}", self.hops_key]
-        return bool(self._end(keys=keys, args=[task_id, ENDED_TTL_S]))
+        return bool(self._end(keys=self._keys(task_id), args=[task_id, ENDED_TTL_S]))
 
     def overdue(self, now: float | None = None, limit: int = 100) -> list[HandedOnStep]:
         """The steps due before `now`, most overdue first (an id without a step is dropped)."""

@@ -57,9 +57,10 @@ def given_scenario(payload: dict[str, Any]) -> str:
     return scenario if isinstance(scenario, str) and scenario.strip() and len(scenario) <= MAX_SCENARIO_CHARS else ""
 
 
-def oversized(request: CallRequest, limit_bytes: int) -> dict[str, Any] | None:
-    """The invalid result of a call whose input or context is too large, or None when both fit."""
-    errors = size_errors(request, limit_bytes)
+def refusal(request: CallRequest, limit_bytes: int, refused: Sequence[FieldError] = ()) -> dict[str, Any] | None:
+    """The invalid result of a call whose arguments were `refused` (as Python refuses them), or whose
+    input or context is too large; None when neither."""
+    errors = [*refused, *size_errors(request, limit_bytes)]
     return invalid_result(errors, request.call_id, request.scenario) if errors else None
 
 

@@ -15,14 +15,14 @@ from pydantic import ValidationError
 
 from selection.call_endings import no_candidates_result
 from selection.manifest import ToolManifest, split_key
-from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, FieldError, field_errors, size_errors
+from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, FieldError, field_errors
 from workers.app import app
 from workers.feedback_store import apply_stored_judgements
 from workers.payloads import CallToolPayload, ExplainResult
 from workers.promotions import note_newcomers, trial_new_manifests, unseen_versions
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
-from workers.tasks.common import (another_job_under, ended_early, given_scenario, invalid_result, no_candidates, oversized,
+from workers.tasks.common import (another_job_under, ended_early, given_scenario, invalid_result, no_candidates, refusal,
                                    result_call_id)
 from workers.tasks.execution import code_gone
 from workers.tool_watch import ToolsDirWatch, watch_in_background
@@ -160,8 +160,8 @@ def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
                                           given_scenario(payload)))
     if not kwargs.get("call_id") and self.request.id:
         request = request.model_copy(update={"call_id": self.request.id})
-    if errors := refused + size_errors(request, runtime().settings.input_limit_bytes):
-        return ended_early(invalid_result(errors, request.call_id, request.scenario))
+    if (refused_call := refusal(request, runtime().settings.input_limit_bytes, refused)) is not None:
+        return ended_early(refused_call)
     try:
         evolution = None if evolution_report is None else CallEvolution.model_validate(evolution_report)
     except ValidationError as exc:  # named as the payload's field it is, like the request's own
@@ -199,8 +199,8 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
     except ValidationError as exc:
         return ended_early(invalid_result(refused + field_errors(exc), result_call_id(payload, self.request.id),
                                           given_scenario({"scenario": scenario})))
-    if errors := refused + size_errors(request, runtime().settings.input_limit_bytes):
-        return ended_early(invalid_result(errors, request.call_id, request.scenario))
+    if (refused_call := refusal(request, runtime().settings.input_limit_bytes, refused)) is not None:
+        return ended_early(refused_call)
     if original is None:
         return ended_early(CallResult(
             call_id=request.call_id, status="no_candidates", scenario=request.scenario, message=f"no tool named '{name}'",
@@ -217,7 +217,7 @@ def explain(**kwargs: Any) -> dict[str, Any]:
         request = CallRequest.model_validate(kwargs)
     except ValidationError as exc:
         return invalid_result(exc, scenario=given_scenario(kwargs))
-    if (too_large := oversized(request, runtime().settings.input_limit_bytes)) is not None:
+    if (too_large := refusal(request, runtime().settings.input_limit_bytes)) is not None:
         return too_large  # refused as the call would be (QA: explain ranked what a call refused)
     plan: CallPlan = runtime().selector.plan(request)
     # With the note a call gets of the versions whose code is not there to run (QA 49: explain ranked
