@@ -10,7 +10,7 @@ breaker opened (QA 49: a ledger tool, 1.00 -> 0.90, beside a tool that SIGTERMs 
 Which signal is which is told by the main process: it notes here, in memory shared with the pool
 processes it forks, that a shutdown began, how (celery's `worker_shutting_down`) and when. A pool
 process given SIGTERM waits up to GROUP_WAIT_S for that note: a warm shutdown noted within
-GROUP_WAIT_S of the signal means the signal came to the whole group, and the pool process carries
+GROUP_WINDOW_S of the signal means the signal came to the whole group, and the pool process carries
 on with its task, which the warm shutdown waits for; anything else (`celery control terminate`, the
 cold shutdown's terminate, which comes after the warm one's note when a second Ctrl-C or a SIGQUIT
 escalates it, a kill of the pool process alone, a SIGTERM with no task running) ends it as SIGTERM
@@ -34,6 +34,10 @@ from celery.signals import task_postrun, task_prerun, worker_process_init, worke
 log = logging.getLogger(__name__)
 
 GROUP_WAIT_S = 0.5  # how long a pool process given SIGTERM waits for its main process's note
+# How far apart a group's SIGTERM reaches the main process and a pool process, as their Python
+# handlers run (one busy in a C call runs its own later); a terminate meant for the task comes later,
+# as a person escalates the stop or controls it.
+GROUP_WINDOW_S = 1.0
 RUNNING, WARM, COLD = 0, 1, 2
 
 # How the main process is shutting down, and since when (CLOCK_MONOTONIC, which every process of
@@ -50,10 +54,10 @@ def shutdown_began() -> int:
 
 def group_sigterm(at: float) -> bool:
     """Whether a SIGTERM given to a pool process at `at` (time.monotonic) came to its whole group:
-    the main process noted its warm shutdown within GROUP_WAIT_S of it. A later SIGTERM is a
+    the main process noted its warm shutdown within GROUP_WINDOW_S of it. A later SIGTERM is a
     terminate meant for the task (a second Ctrl-C, SIGQUIT, `celery control terminate`)."""
     how, noted_at = _NOTE.unpack(_shutdown[:_NOTE.size])
-    return how == WARM and abs(at - noted_at) <= GROUP_WAIT_S
+    return how == WARM and abs(at - noted_at) <= GROUP_WINDOW_S
 
 
 def note_shutdown(how: str) -> None:
