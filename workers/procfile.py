@@ -184,7 +184,11 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
             if url != settings.redis_url:
                 print(f"fittest up: its port was taken: other shells need FITTEST_REDIS_URL={redact_url(url)}",
                       file=out, flush=True)
+        node_suffix = ""  # after the host in the workers' node names
         if others := stack.workers_answering():  # more workers of one stack, or another stack's
+            # Named apart from those already running (QA 50: both stacks' executors were executor@vm, and
+            # Flower, `celery inspect` and `fittest health` saw one of each name).
+            node_suffix = f"-{os.getpid()}"
             if theirs := sorted({prefix for prefix in others.values() if prefix not in (None, settings.key_prefix)}):
                 # QA 49: warned, its workers took the other stack's calls at once, and recorded them
                 # under this stack's prefix, where the other stack's never looked.
@@ -216,7 +220,8 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
         # The Procfile's Flower line reads its port from FITTEST_FLOWER_PORT.
         flower = {**env, "FITTEST_FLOWER_PORT": str(settings.flower_port), **flower_env(settings)}
         for name in roles:
-            manager.add_process(name, procfile.processes[name], env=flower if name == "flower" else env, cwd=str(ROOT))
+            command = procfile.processes[name].replace("@%h ", f"@%h{node_suffix} ")
+            manager.add_process(name, command, env=flower if name == "flower" else env, cwd=str(ROOT))
         signal.signal(signal.SIGHUP, hang_up)
         manager.loop()
     finally:

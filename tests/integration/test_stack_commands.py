@@ -292,6 +292,10 @@ def test_up_refuses_to_join_a_redis_database_another_stacks_workers_serve(model_
                     break
             assert any(f"workers of this stack (FITTEST_KEY_PREFIX {theirs.settings.key_prefix}) already take this Redis "
                        "database's calls (memory@" in line and "these join them" in line for line in lines), lines
+            # ...under node names of their own (QA 50: two executor@HOST, which inspect and Flower saw as one).
+            theirs.wait_for(lambda: any(n.startswith("executor@") for n in theirs.stack.workers_answering()), timeout=90)
+            executors = [n for n in theirs.stack.workers_answering() if n.startswith("executor@")]
+            assert len(executors) == 1 and executors[0].endswith(f"-{joining.pid}"), executors
         finally:
             os.killpg(joining.pid, signal.SIGTERM)
             joining.wait(timeout=60)
