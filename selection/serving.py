@@ -12,7 +12,7 @@ store holds (`ServedVersions`, the newcomers, the half-open breakers), which the
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -59,6 +59,9 @@ class ServedVersions:
     promoted: set[str] = field(default_factory=set)
     rolled_back: set[str] = field(default_factory=set)
     chance: dict[str, float] = field(default_factory=dict)
+    # Of each version promoted (on trial or active), the version its promotion put it in place of: an
+    # evolved version's parent, or what a manifest's new version is tried against (it has no parent).
+    replaced: dict[str, str] = field(default_factory=dict)
 
 
 def served_first(request: CallRequest, ranked: list[Candidate], served: ServedVersions) -> list[Candidate]:
@@ -349,20 +352,24 @@ class BestMatchAgain(NamedTuple):
     evolved: bool = False  # a version evolved from one that failed here, with no failure of its own: first on every call it serves
 
 
-def evolved_from(version: CandidateEvidence, versions: list[CandidateEvidence]) -> set[str]:
-    """The keys of the versions (among `versions`, one namespace's) that `version` was evolved
-    from, its parent and theirs."""
+def evolved_from(version: CandidateEvidence, versions: list[CandidateEvidence], replaced: Mapping[str, str]) -> set[str]:
+    """The keys of the versions (among `versions`, one namespace's) that `version` was made to
+    replace: its parent and theirs, or the version its promotion put it in place of (`replaced`:
+    QA 50c, a fixed version given as a manifest's new version has no parent)."""
     by_version = {e.manifest.version: e for e in versions}
     ancestors: set[str] = set()
-    parent = version.manifest.parent_version
-    while parent is not None and (e := by_version.get(parent)) is not None and e.key not in ancestors:
-        ancestors.add(e.key)
-        parent = e.manifest.parent_version
+    current: CandidateEvidence | None = version
+    while current is not None and (parent := current.manifest.parent_version or replaced.get(current.key)) is not None:
+        current = by_version.get(parent)
+        if current is None or current.key in ancestors or current.key == version.key:
+            break
+        ancestors.add(current.key)
     return ancestors
 
 
 def best_match_again(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence],
-                     best: Collection[str], half_open: Collection[str] = ()) -> BestMatchAgain | None:
+                     best: Collection[str], half_open: Collection[str] = (),
+                     replaced: Mapping[str, str] | None = None) -> BestMatchAgain | None:
     """The job's clear best match to try first again in place of the first candidate, if any.
 
     One failure of the tool that clearly matches a job, at a cold start, pushes it behind a tool
@@ -394,9 +401,9 @@ def best_match_again(request: CallRequest, ranked: list[Candidate], evidence: li
     kept 75 % of the calls by its 9 unconfirmed successes, answering with a reversed string). Not
     for a call that names a namespace or a version, nor for the retry after an evolution.
 
-    The failures of the versions that the one served was evolved from (`evolved_from`) are not
+    The failures of the versions that the one served was made to replace (`evolved_from`) are not
     its own: it was made, and verified on them, to fix them. While it has none of its own here it
-    goes first on every call it serves (a trial's share of them, or all once promoted), as long as
+    goes first on every call whose draw serves it (a trial's share of them, or all once promoted), as long as
     the first candidate does no such job or its tool fell behind by outages (QA 50: a text reverser
     timed out 4 times, a word counter took the job, and its evolved version, which did it 4 times
     out of 4 on its trial's share, was never tried again: its parent's 4 timeouts matched its 4
@@ -417,7 +424,9 @@ def best_match_again(request: CallRequest, ranked: list[Candidate], evidence: li
         served = [e for e in versions if e.key not in half_open and not judged_wrong_here(e)]
         if not served or not any(e.key in best for e in versions):
             continue
-        fixed = evolved_from(served[0], versions)
+        # Not of a version the draw did not serve (its parent, judged wrong here, passed over: QA 50c
+        # saw a trial's version first on every call, logged 1.00 on the share its parent was served).
+        fixed = evolved_from(served[0], versions, replaced or {}) if served[0] is versions[0] else set()
         own = [e for e in versions if e.key not in fixed]
         fell_over = any(s >= SAME_JOB for e in versions for s in e.outage_similarities)  # its tool's, any version
         outages = sum(s >= SAME_JOB for e in own for s in e.outage_similarities)
@@ -435,14 +444,16 @@ def best_match_again(request: CallRequest, ranked: list[Candidate], evidence: li
 
 def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence], share: float,
                    drawn: Callable[[str], bool], *, newcomer: str | None, passed: str | None,
-                   probe: str | None, half_open: Collection[str] = (), best: Collection[str] = ()) -> list[Candidate]:
+                   probe: str | None, half_open: Collection[str] = (), best: Collection[str] = (),
+                   replaced: Mapping[str, str] | None = None) -> list[Candidate]:
     """`ranked` with what this call tries before the policy's first choice, to learn what the
     policy's evidence cannot tell: a newcomer its share drew (`newcomer`; `passed`: one it did
     not), else a half-open breaker's probe (`breaker_probe`), else on `share` of the calls a
     second opinion in place of a version people judge wrong here (`second_opinion`; `half_open`:
     the versions whose breaker is half-open), else the job's clear best match again after an
     outage or a crash (`best_match_again`; `best`: the clear best matches, `best_matches`), on
-    `share` of the calls or, once it does the job, on all. Each is logged with the probability of its place.
+    `share` of the calls or, once it does the job, on all (`replaced`: `ServedVersions.replaced`).
+    Each is logged with the probability of its place.
     `drawn(salt)`: whether this call falls in the share of calls for `salt` (evolution/served_version.py
     `in_share`, the same draw for the same call)."""
     if newcomer is not None:
@@ -457,7 +468,7 @@ def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list
             return tried_first(ranked, other, share, "in place of a tool whose outputs people judged wrong on such jobs",
                                "second_opinion")
         return passed_over(ranked, other, share)
-    again = best_match_again(request, ranked, evidence, best, half_open)
+    again = best_match_again(request, ranked, evidence, best, half_open, replaced)
     if again is None:
         return ranked
     why = ("the job's clear best match, in a version evolved from one that failed here, in place of a tool that "

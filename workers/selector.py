@@ -181,7 +181,7 @@ class Selector:
         best = best_matches(evidence, self._local.held_back_match)
         ranked = explored_first(ruled, ranked, evidence, share, lambda salt: in_share(request.call_id, salt, share),
                                 newcomer=newcomer.key if newcomer else None, passed=passed, probe=probe,
-                                half_open=self._local.half_open, best=best)
+                                half_open=self._local.half_open, best=best, replaced=served.replaced)
         timeouts = {e.key: e.timeout_s for e in evidence}
         doers = {e.key for e in evidence if does_the_job(e)}
         refusing = {e.key for e in evidence if refuses_everything(e)}
@@ -618,6 +618,8 @@ class Selector:
         for p in promotions.values():
             if p is not None and p.status != "rolled_back":
                 found.promoted.add(tool_key(p.namespace, p.evolved_version))
+                if p.parent_version is not None and p.parent_version != p.evolved_version:
+                    found.replaced[tool_key(p.namespace, p.evolved_version)] = p.parent_version
         for name, withdrawn in self.withdrawn(promotions).items():
             found.rolled_back |= {tool_key(name, v) for v in withdrawn}
         # Only a namespace with several versions among the candidates, or the one called, has an order to keep.

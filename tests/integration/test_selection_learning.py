@@ -1029,10 +1029,12 @@ def test_the_clear_best_match_is_tried_first_again_after_one_outage_handed_its_j
     assert {(c.manifest.name, c.probability) for c in firsts} == {("currency_rates", 1.0)}, firsts
 
 
-def test_an_evolved_version_on_trial_gets_back_the_job_its_parent_lost_by_timeouts(rt) -> None:
+@pytest.mark.parametrize("parent", ["1.0.0", None])
+def test_an_evolved_version_on_trial_gets_back_the_job_its_parent_lost_by_timeouts(rt, parent: str | None) -> None:
     """QA 50: a text reverser timed out 4 times, a word counter took "reverse this string", and the
     reverser's evolved 1.1.0, which did the job 4 times out of 4 on its trial's share, was never
-    tried again (its parent's timeouts matched its successes), so its trial never ended."""
+    tried again (its parent's timeouts matched its successes), so its trial never ended. QA 50c: so
+    too a fixed 1.1.0 given as a manifest's new version (no parent), on trial against 1.0.0."""
     from evolution.served_version import in_share
     from selection.models import Promotion
     from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
@@ -1044,7 +1046,7 @@ def test_an_evolved_version_on_trial_gets_back_the_job_its_parent_lost_by_timeou
         apply_failure(rt, FailureMark(attempt_id=f"lost{i}:0", call_id=f"lost{i}", tool="currency_rates", version="1.0.0",
                                       scenario=scenario, error_class=FailureClass.timeout))
         succeeded(rt, weak.manifest.name, scenario, f"lost{i}")
-    evolved = ToolManifest(name="currency_rates", version="1.1.0", parent_version="1.0.0", description=TOOLS["currency_rates"],
+    evolved = ToolManifest(name="currency_rates", version="1.1.0", parent_version=parent, description=TOOLS["currency_rates"],
                            implementation={"kind": "http", "url": "http://127.0.0.1:9/x"})
     rt.selector.index.ensure_tool(evolved)
     rt.state.promote(Promotion(namespace="currency_rates", evolved_version="1.1.0", original_version="1.0.0",

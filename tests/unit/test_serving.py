@@ -457,6 +457,19 @@ def test_an_evolved_version_is_not_charged_its_parents_failures_and_goes_first_o
     assert again(call, served, [doer, fresh, wrong], best) is None
     assert again(call, served, [taker, fresh, wrong], best) == ("reverse_text@1.1.0", False)
 
+    # QA 50c: a fixed version given as a manifest's new version (no parent) is what its promotion put
+    # in place of the served one.
+    given = CandidateEvidence(manifest=candidate("reverse_text", "1.1.0").manifest, similarity=1.0)
+    plain = [candidate("word_stats"), candidate("reverse_text", "1.1.0"), candidate("reverse_text")]
+    assert again(call, plain, [taker, given, parent], best) is None
+    chosen = best_match_again(call, plain, [taker, given, parent], best, replaced={"reverse_text@1.1.0": "1.0.0"})
+    assert chosen is not None and (chosen.key, chosen.evolved) == ("reverse_text@1.1.0", True)
+    # Not on the calls whose draw serves the parent, though people judge the parent wrong here (its
+    # trial's share holds).
+    wrong_parent = parent.model_copy(update={"judged_outputs": [JudgedOutput(similarity=1.0, wrong=True, timestamp=t)
+                                                                for t in (1.0, 2.0)]})
+    assert again(call, parents, [taker, wrong_parent, fresh], best) is None
+
     # Tried first on every call it serves, logged with its trial's share.
     ranked = placed_by_the_policy("word_stats", "reverse_text", "reverse_text")
     ranked[1] = evolved("reverse_text", "1.1.0", "1.0.0").model_copy(update={
