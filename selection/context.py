@@ -115,7 +115,9 @@ _BETWEEN = r"(?: (?:are|is|were|was|still|now|all|the|unit|integration|e2e|suite
 FAILING_TESTS = re.compile(rf" (?:failing|broken|red){_BETWEEN} tests? | tests?{_BETWEEN} "
                            r"(?:fail|fails|failed|failing|failures?|broke|broken|red) ")
 PASSING_TESTS = re.compile(rf" (?:passing|green){_BETWEEN} tests? | tests?{_BETWEEN} (?:pass|passes|passed|passing|green) "
-                           r"| all green ")
+                           rf"| all green | tests?{_BETWEEN} (?:no longer|not|never) (?:fail|failing|red) ")
+# Said of a test file named in the scenario ("test_parser.py keeps failing").
+FAILS = re.compile(r" (?:fail|fails|failed|failing|broken|broke) ")
 
 # Complexity: log10 of the lines given (10k lines -> 1.0) and nesting depth (8 levels -> 1.0).
 LINES_FOR_FULL = 10_000
@@ -334,11 +336,13 @@ def detect_task_type(words: str) -> TaskType:
 
 
 def detect_testing(words: str, paths: list[str]) -> Testing:
+    if PASSING_TESTS.search(words):  # first: "the tests are no longer failing"
+        return "passing"
     if FAILING_TESTS.search(words):
         return "failing"
-    if PASSING_TESTS.search(words):
-        return "passing"
-    return "present" if any(TEST_FILE.search(p) for p in paths) else "none"
+    if any(TEST_FILE.search(p) for p in paths):
+        return "failing" if FAILS.search(words) else "present"
+    return "none"
 
 
 def nesting_depth(text: str) -> int:

@@ -134,6 +134,8 @@ def test_testing_status() -> None:
                  "the test suite still fails", "our integration tests failed"):
         assert analyse(said).testing == "failing", said
     assert analyse("the unit tests passed again").testing == "passing"
+    assert analyse("the tests are no longer failing after the upgrade").testing == "passing"  # QA 50c
+    assert analyse("test_parser.py keeps failing").testing == "failing"  # said of a test file named
     assert analyse("write tests for failing cases").testing == "none"
 
 
