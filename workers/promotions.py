@@ -68,11 +68,21 @@ def promote_on_trial(
     # its trial, with no changelog entry, and no rollback could undo it (QA evolution F4).
     interrupted = (_kept(before, RESTORES_KEPT) if before is not None and before.status == "on_trial"
                    and before.evolved_version == parent.version else None)
+    # Evolved by hand from a version its namespace does not serve (an older one, one rolled back):
+    # tried against the version served, which a rollback serves again. Tried against its parent, it
+    # put that version back on the trial's other 75 % of the calls and the served one out of them
+    # (QA 50d: a broken original back in place of the active 1.1.0; a rolled-back 1.2.0 made active
+    # by the rollback of its child).
+    against = parent.version
+    if trigger == "manual" and interrupted is None:
+        served = (fallback_version(before) if before is not None and before.status == "on_trial"
+                  else head_version(before)) or original_version
+        against = served
     promotion = Promotion(
         namespace=new.name,
         evolved_version=new.version,
         original_version=original_version,
-        parent_version=parent.version,
+        parent_version=against,
         reason=reason[:500],
         mutation=mutation[:500],
         status="on_trial",
@@ -83,7 +93,9 @@ def promote_on_trial(
     ledger.log(
         ChangelogEntry(
             namespace=new.name, event="promoted", version=new.version, parent=parent.version, mutation=mutation,
-            reason=f"on trial with quality {quality:.2f} inherited from {parent.key}", job_id=job_id, trigger=trigger,
+            reason=f"on trial with quality {quality:.2f} inherited from {parent.key}"
+                   + (f", against {tool_key(new.name, against)}, which its namespace serves" if against != parent.version else ""),
+            job_id=job_id, trigger=trigger,
             elapsed_s=elapsed_s,
         )
     )

@@ -618,7 +618,9 @@ class Selector:
         for p in promotions.values():
             if p is not None and p.status != "rolled_back":
                 found.promoted.add(tool_key(p.namespace, p.evolved_version))
-                if p.parent_version is not None and p.parent_version != p.evolved_version:
+                # what an evolution or a manifest's new version was made to replace; not an operator's
+                # choice of a version, an older one maybe (QA 50d: 1.0.0 promoted by hand was excused 1.1.0's failures)
+                if p.parent_version is not None and p.parent_version != p.evolved_version and p.by != "operator":
                     found.replaced[tool_key(p.namespace, p.evolved_version)] = p.parent_version
         for name, withdrawn in self.withdrawn(promotions).items():
             found.rolled_back |= {tool_key(name, v) for v in withdrawn}

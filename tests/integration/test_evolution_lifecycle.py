@@ -896,6 +896,30 @@ def test_a_version_evolved_from_one_on_trial_that_rolls_back_lets_the_interrupte
     assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) is None
 
 
+def test_a_version_evolved_by_hand_from_one_not_served_is_tried_against_the_one_served(rt: Runtime) -> None:
+    """QA 50d: `fittest evolve NAME --version 1.0.0`, with 1.1.0 active, put the broken 1.0.0 back on
+    the trial's other 75 % of the calls and 1.1.0 out of them, and a rollback then served 1.0.0."""
+    from selection.models import Promotion
+    from workers.promotions import promote_on_trial
+
+    original = rt.registry.get("slowish@1.0.0")
+    assert original is not None
+    active = Promotion(namespace="slowish", evolved_version="1.1.0", original_version="1.0.0", parent_version="1.0.0",
+                       status="active")
+    rt.state.promote(active)
+    child = original.model_copy(update={"version": "1.2.0", "parent_version": "1.0.0"})
+    made = promote_on_trial(rt.state, rt.evolution, child, original, "1.0.0", before=active, reason="by hand",
+                            mutation="timeout_s 0.3s → 1.2s", job_id="j", trigger="manual")
+    assert made is not None and (made.evolved_version, made.parent_version) == ("1.2.0", "1.1.0")
+    served = {served_version(made, f"call-{i}", after_evolution=False, share=0.25) for i in range(40)}
+    assert served == {"1.2.0", "1.1.0"}  # never the original it was evolved from
+    entry = rt.evolution.changelog("slowish")[-1]
+    assert entry.parent == "1.0.0" and "against slowish@1.1.0, which its namespace serves" in entry.reason
+    back = rollback(rt.state, rt.evolution, "slowish")
+    assert back.evolved_version == "1.2.0"
+    assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) == "1.1.0"
+
+
 def test_a_tool_that_times_out_on_its_own_test_case_is_not_told_to_check_its_expect(rt: Runtime) -> None:
     """QA onboarding L2: a tool that hangs was told "fails its own test cases too (...: expected an
     output, the tool failed; timeout ...): ... check their expect in its manifest": the expect was
