@@ -36,3 +36,13 @@ def test_every_command_documents_itself_in_whole_paragraphs(path: tuple[str, ...
     for paragraph in paragraphs:
         plain = paragraph.replace("`", "")  # inline code is shown without its backticks
         assert plain in shown, f"fittest {' '.join(path)} --help breaks the paragraph {plain[:60]!r}…"
+
+
+@pytest.mark.parametrize("command", [["call", "sort these"], ["result", "abc"], ["evolve", "x"], ["explain", "sort these"],
+                                     ["recommend"], ["health"], ["feedback", "show", "x"], ["weights"]])
+def test_a_timeout_that_is_not_a_number_is_refused_in_one_line(command: list[str]) -> None:
+    """QA 50d: `--timeout nan` passed the range check and ended in a traceback, exit code 1."""
+    done = CliRunner().invoke(app, [*command, "--timeout", "nan"], env={"COLUMNS": "200"})
+    assert done.exit_code == 2, done.output
+    assert "Invalid value for '--timeout': not a number (NaN): give seconds" in done.output
+    assert "Traceback" not in done.output

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.table import Table
 
-from workers.cli.common import (
+from workers.cli.common import (seconds, 
     CONTEXT_HELP,
     REFUSED,
     UNREADABLE,
@@ -51,7 +51,7 @@ def call(
     max_attempts: Annotated[int, typer.Option(min=1, max=20, help="Candidates tried before evolution.")] = 5,
     context: Annotated[str | None, typer.Option(help=CONTEXT_HELP)] = None,
     min_similarity: MinSimilarityOpt = None,
-    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for the result.")] = 120.0,
+    timeout: Annotated[float, typer.Option(min=0.1, callback=seconds, help="Seconds to wait for the result.")] = 120.0,
     json_out: JsonOpt = False,
 ) -> None:
     """Send one fittest.resilient_tool_call to the workers and print its result.
@@ -81,7 +81,7 @@ def call(
 @needs_redis
 def result(
     call_id: Annotated[str, typer.Argument(help="The call's id: the task id of its fittest.resilient_tool_call or fittest.call_tool (the id `fittest call` prints; the call_id its caller chose, for a call sent by fittest's client).")],
-    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for it when it has not finished yet.")] = 10.0,
+    timeout: Annotated[float, typer.Option(min=0.1, callback=seconds, help="Seconds to wait for it when it has not finished yet.")] = 10.0,
     json_out: JsonOpt = False,
 ) -> None:
     """The result of a call sent earlier, waiting for it if it has not finished; results are kept

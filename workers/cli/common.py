@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import math
 import os
 import re
 import signal
@@ -60,6 +61,13 @@ REDIS_PROBE_TIMEOUT_S = 2.0
 REDIS_PROBE_RETRIES = 3  # a Redis that is starting up is waited for
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
+
+
+def seconds(value: float) -> float:
+    """A `--timeout`'s check beside its range, which a NaN passes (QA 50d: a traceback, exit code 1)."""
+    if math.isnan(value):
+        raise typer.BadParameter("not a number (NaN): give seconds")
+    return value
 MinSimilarityOpt = Annotated[float | None, typer.Option(min=0.0, max=1.0, help=(
     "Try only the tools whose description (or a past success of theirs that says they do such jobs) is at least "
     "this similar to the scenario "

@@ -14,7 +14,7 @@ from evolution.descriptions import VariantStatus
 from evolution.models import ChangelogEntry
 from selection.models import Promotion
 from selection.ports import BreakerState
-from workers.cli.common import (REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, read_answer,
+from workers.cli.common import (seconds, REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, read_answer,
                                 shortened, waiting_told, when, worker_errors_told)
 
 if TYPE_CHECKING:
@@ -254,7 +254,7 @@ def evolve(
     name: Annotated[str, typer.Argument(help="The namespace to evolve.")],
     version: Annotated[Optional[str], typer.Option(help="The version to evolve from (default: the one served).")] = None,
     reason: Annotated[str, typer.Option(help="Why, for the changelog.")] = "evolved by hand",
-    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for the evolution's report.")] = 600.0,
+    timeout: Annotated[float, typer.Option(min=0.1, callback=seconds, help="Seconds to wait for the evolution's report.")] = 600.0,
     json_out: JsonOpt = False,
 ) -> None:
     """Evolve a tool now and print the evolution's report (exit code 0 when a version was made).

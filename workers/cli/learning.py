@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from selection.feedback import TrendPeriod
-from workers.cli.common import (
+from workers.cli.common import (seconds, 
     CONTEXT_HELP,
     REFUSED,
     JsonOpt,
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 app = typer.Typer()
 feedback_app = typer.Typer(no_args_is_help=True)
 
-TimeoutOpt = Annotated[float, typer.Option(min=0.1, help="Seconds to wait for the workers' answer.")]
+TimeoutOpt = Annotated[float, typer.Option(min=0.1, callback=seconds, help="Seconds to wait for the workers' answer.")]
 
 
 class Sentiment(str, enum.Enum):
@@ -333,7 +333,7 @@ def weights(
     history: Annotated[int, typer.Option(min=0, help="Earlier versions listed, besides the current one.")] = 10,
     retrain: Annotated[bool, typer.Option("--retrain", help="Retrain them first, now, from the recent records, as the "
                                           "beat does every FITTEST_RETRAIN_INTERVAL_S (one retrain at a time).")] = False,
-    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for the memory worker's retrain (--retrain).")] = 60.0,
+    timeout: Annotated[float, typer.Option(min=0.1, callback=seconds, help="Seconds to wait for the memory worker's retrain (--retrain).")] = 60.0,
     json_out: JsonOpt = False,
 ) -> None:
     """The SPARC weights selection uses now, their evidence, and their history (newest first).
@@ -396,7 +396,7 @@ def weights(
 def recommend(
     min_runs: Annotated[int, typer.Option(min=1, help="Attempts a version needs in a context to be judged there.")] = 5,
     max_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Success rate below which it is listed.")] = 0.5,
-    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for the memory worker, which applies people's judgements; without its answer the window is read from Redis as the calls ran.")] = 5.0,
+    timeout: Annotated[float, typer.Option(min=0.1, callback=seconds, help="Seconds to wait for the memory worker, which applies people's judgements; without its answer the window is read from Redis as the calls ran.")] = 5.0,
     json_out: JsonOpt = False,
 ) -> None:
     """Tool versions with low success in some context (task type, phase, language, testing status,

@@ -12,7 +12,7 @@ import typer
 from pydantic import BaseModel
 from rich.table import Table
 
-from workers.cli.common import REFUSED, JsonOpt, console, fail, literal, needs_redis, print_json
+from workers.cli.common import REFUSED, seconds, JsonOpt, console, fail, literal, needs_redis, print_json
 from workers.settings import OTHER_VARIABLES, Settings, get_settings, redact_url
 
 app = typer.Typer()
@@ -28,7 +28,7 @@ def health(
     worker: Annotated[list[str] | None, typer.Option("--worker", "-w", help="Roles that must be running: a worker role (memory, executor, evolver) or a node name (executor@host), or beat (checked by the lock it holds; its check runs only when it is named, or by default). Repeatable; default: every role and the beat.")] = None,
     # Bounded: the probe waits its whole timeout for every worker's answer, and `inf` or 1e9 ended in an
     # OverflowError (QA recheck 47 F2)
-    timeout: Annotated[float, typer.Option(min=0.1, max=HEALTH_TIMEOUT_MAX_S, help="Seconds to wait for Redis, the store and the workers' answers (it waits that long for the workers').")] = 2.0,
+    timeout: Annotated[float, typer.Option(min=0.1, callback=seconds, max=HEALTH_TIMEOUT_MAX_S, help="Seconds to wait for Redis, the store and the workers' answers (it waits that long for the workers').")] = 2.0,
     json_out: JsonOpt = False,
 ) -> None:
     """Check Redis, the vector store, the embedding model, the tools directory, the workers and the beat.
