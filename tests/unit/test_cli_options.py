@@ -819,15 +819,19 @@ def test_every_command_tells_an_answer_it_cannot_read_from_a_refusal(
     assert f"error: the workers' answer does not read as {model} (" in said, said
 
 
-@pytest.mark.parametrize("taken", [False, True])
+@pytest.mark.parametrize("taken, evolver", [(False, True), (True, True), (True, False)])
 def test_evolve_tells_a_request_no_worker_took_from_an_evolution_that_goes_on(
-        taken: bool, stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+        taken: bool, evolver: bool, stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
     """QA 49: both said "no answer from the workers ...: are they running?". One no worker took
     within --timeout expires undone, and may be sent again; one a worker took goes on, and sent
-    again would evolve twice."""
+    again would evolve twice; QA 50d: unless no evolver runs, when it waits in its queue."""
     from celery.exceptions import TimeoutError as CeleryTimeout
 
     from workers.client import NotDone
+    from workers.health import WorkerHealth
+
+    answers = {"evolver@h": WorkerHealth(queues=["evolution"])} if evolver else {}
+    monkeypatch.setattr("workers.health.ask_workers", lambda *a, **k: {"memory@h": WorkerHealth(queues=["selection"]), **answers})
 
     def ask_within(self: object, task: str, timeout: float, **kwargs: object) -> dict[str, object]:
         assert (task, kwargs["queue"], kwargs["namespace"]) == ("prepare_evolution", "selection", "fast_sort")
@@ -836,7 +840,10 @@ def test_evolve_tells_a_request_no_worker_took_from_an_evolution_that_goes_on(
     monkeypatch.setattr("workers.client.CallSender.ask_within", ask_within)
     code, said = run("evolve", "fast_sort", "--timeout", "2")
     assert code == 1, said
-    if taken:
+    if taken and not evolver:
+        assert ("the evolution of fast_sort waits in the evolution queue: no evolver runs (`fittest up` starts one, "
+                "`fittest health` checks them); it runs once one does") in " ".join(said.split()), said
+    elif taken:
         assert ("the evolution of fast_sort goes on in the workers past the 2 s waited for its report: "
                 "`fittest show fast_sort` shows the version it makes, and its changelog the outcome") in said, said
     else:

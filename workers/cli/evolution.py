@@ -281,6 +281,16 @@ def evolve(
         fail(f"no worker took the evolution of {name} within {timeout:g} s: is the selection worker running "
              "(`fittest up`)? Nothing was evolved: send it again once one runs")
     except CeleryTimeout:  # a worker took it, and it goes on (QA 49: told "are they running?")
+        from workers.health import ask_workers
+
+        try:
+            evolvers = [node for node, answer in ask_workers(get_settings(), timeout=1.5).items() if "evolution" in answer.queues]
+        except Exception:  # Redis away meanwhile: what can be said without the workers' answer
+            evolvers = ["(not asked)"]
+        if not evolvers:
+            # QA 50d: told it went on, of a job that waited in the evolution queue for an evolver
+            fail(f"the evolution of {name} waits in the evolution queue: no evolver runs (`fittest up` starts one, "
+                 f"`fittest health` checks them); it runs once one does, and `fittest show {name}` then shows what it makes")
         fail(f"the evolution of {name} goes on in the workers past the {timeout:g} s waited for its report: "
              f"`fittest show {name}` shows the version it makes, and its changelog the outcome")
     report = read_answer(EvolutionReport, answer)
