@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any, Literal
+from urllib.parse import urlparse
 
 import httpx
 from honcho.manager import KILL_WAIT, SIGNALS, Manager
@@ -181,7 +182,7 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
             print(f"fittest up: no Redis answered at {redact_url(settings.redis_url)}; started one at {redact_url(url)} "
                   f"(append-only file in {(settings.data_dir / 'redis').resolve()}), stopped with the stack",
                   file=out, flush=True)
-            if url != settings.redis_url:
+            if urlparse(url).port != (urlparse(settings.redis_url).port or 6379):  # not "localhost" against 127.0.0.1 (QA 50e)
                 print(f"fittest up: its port was taken: other shells need FITTEST_REDIS_URL={redact_url(url)}",
                       file=out, flush=True)
         node_suffix = ""  # after the host in the workers' node names

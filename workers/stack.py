@@ -43,6 +43,19 @@ def redis_answers(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = N
         return False
 
 
+def redis_refusal(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = None) -> str | None:
+    """Why a Redis that answers on `url`'s port refuses it (a password, a database out of range),
+    or None: it answers, or nothing does. `fittest up` took a refusal for no Redis, and started a
+    Redis of its own on another port (QA 50e), where every other command said what was wrong."""
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout, **(tls or {})).ping()
+    except (redis.AuthenticationError, redis.ResponseError) as exc:
+        return str(exc)
+    except (redis.RedisError, OSError, ValueError):
+        return None
+    return None
+
+
 def find_redis_server() -> str:
     """redis-server from PATH, or from a pip-installed `redis-server` package's binary."""
     found = shutil.which("redis-server")
@@ -166,6 +179,9 @@ class Stack:
         holds gets a free one instead (the URL changes; `fittest up` prints the one in use)."""
         if redis_answers(self.redis_url, tls=self.settings.redis_tls(self.redis_url)):
             return self.redis_url
+        if (refused := redis_refusal(self.redis_url, tls=self.settings.redis_tls(self.redis_url))) is not None:
+            raise StackError(f"Redis at FITTEST_REDIS_URL ({redact_url(self.redis_url)}) refuses the connection ({refused}): "
+                             "mend its password or database")
         wanted = urlparse(self.redis_url)
         if "FITTEST_REDIS_URL" in os.environ and wanted.hostname not in ("127.0.0.1", "localhost"):
             raise StackError(f"Redis at FITTEST_REDIS_URL ({redact_url(self.redis_url)}) does not answer")

@@ -47,3 +47,17 @@ def test_a_port_something_else_holds_gets_a_free_one(monkeypatch: pytest.MonkeyP
 def test_a_redis_that_answers_is_used_as_it_is(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, redis_url: str) -> None:
     with stack(monkeypatch, tmp_path, redis_url) as s:
         assert s.ensure_redis() == redis_url and "redis" not in s.procs
+
+
+def test_a_redis_that_refuses_the_url_is_told_not_replaced(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                            redis_url: str) -> None:
+    """QA 50e: a database out of range (or a wrong password) was taken for no Redis, and a private
+    one was started on another port, where every other command said Redis refused the connection."""
+    from workers.stack import StackError
+
+    refused = redis_url.rpartition("/")[0] + "/99"
+    with stack(monkeypatch, tmp_path, refused) as s:
+        with pytest.raises(StackError) as told:
+            s.ensure_redis()
+        assert "refuses the connection (DB index is out of range): mend its password or database" in str(told.value)
+        assert "redis" not in s.procs
