@@ -335,9 +335,10 @@ def health(settings: Settings, checks: list[str], workers: list[str], timeout: f
             server, worker = check_qdrant_server(settings, timeout), _from_memory_worker("store", answers)
             results.append(worker if server.status == "ok" and worker is not None and worker.status == "fail" else server)
         else:
+            # QA 50e: "no memory worker answered for it" of workers never asked, Redis away
             results.append(_from_memory_worker("store", answers) or Check(
                 name="store", status="fail",
-                detail=f"embedded store under {settings.data_dir / 'qdrant'}: no memory worker answered for it "
+                detail=f"embedded store under {settings.data_dir / 'qdrant'}: {not_asked or 'no memory worker answered for it'} "
                 "(only the process that owns it can open it)"))
     if "model" in checks:
         results.append(_from_memory_worker("model", answers) or check_model_files(settings))

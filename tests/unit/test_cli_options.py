@@ -711,7 +711,7 @@ def test_the_tools_list_counts_refused_inputs_apart_from_failures(monkeypatch: p
     rows = tool_rows([ToolManifest(name="hash_text", description="hash text", implementation=HTTP)], state, trial_runs=5)
     with console.capture() as out:
         console.print(tools_table(rows))
-    assert "(the last 5 in a row: counted as failures now)" in " ".join(out.get().split())
+    assert "(the last 5 in a row: no longer taken for callers' mistakes)" in " ".join(out.get().split())
 
 
 def test_the_tools_list_shows_the_standing_selection_ranks_by_beside_the_quality() -> None:

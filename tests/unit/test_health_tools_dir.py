@@ -77,3 +77,11 @@ def test_a_workers_answer_it_cannot_read_fails_the_check_it_stands_for(monkeypat
     store, model = report.checks
     assert store.status == "fail" and store.detail.endswith("(checked by memory@b)") and "not understood" in store.detail
     assert model.status == "fail" and "(checked by memory@b)" in model.detail
+
+
+def test_the_store_check_says_its_memory_worker_was_not_asked_when_redis_is_away(tmp_path: Path) -> None:
+    """QA 50e: "no memory worker answered for it", of workers never asked: Redis did not answer."""
+    settings = Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", data_dir=tmp_path / "data")
+    (check,) = health(settings, ["store"], ["memory"], timeout=0.2).checks
+    assert (check.name, check.status) == ("store", "fail")
+    assert "not asked: cannot reach Redis" in check.detail and "no memory worker answered" not in check.detail

@@ -231,7 +231,8 @@ def tools_table(rows: list[ToolRow], title: str = "tools") -> Table:
         shown = {"open": "[red]open[/red]", "half_open": "[yellow]half-open[/yellow]"}.get(r.breaker, "[dim]closed[/dim]")
         refused = f" [dim](+{r.refused_inputs} refused inputs)[/dim]" if r.refused_inputs else ""
         if r.refused_in_a_row >= REFUSED_IN_A_ROW:  # QA final: nothing said the rule had tripped
-            refused += f" [yellow](the last {r.refused_in_a_row} in a row: counted as failures now)[/yellow]"
+            # (not "counted as failures now": a fallback's refusals of another tool's job stay refused inputs, QA 50e)
+            refused += f" [yellow](the last {r.refused_in_a_row} in a row: no longer taken for callers' mistakes)[/yellow]"
         table.add_row(key, literal(r.kind), f"[{color}]{q:.2f}[/{color}]", f"{r.standing:.2f}",
                       str(r.successes), f"{r.failures}{refused}", shown, literal(", ".join(r.tags)))
     return table
