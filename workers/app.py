@@ -7,6 +7,7 @@ agree on broker, backend and routes.
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 from celery import Celery
@@ -152,6 +153,15 @@ def make_app(settings: Settings | None = None) -> Celery:
 
 install_logging()
 app = make_app()
+
+
+@worker_ready.connect
+def _quiet_reconnect_warning(**_: Any) -> None:
+    """Celery warns at every broker reconnect that `worker_cancel_long_running_tasks_on_connection_loss`
+    will default to True in Celery 6; it is set to False on purpose, and the warning, many lines in
+    each worker's log, said nothing (QA 50e). Installed once the worker's logging set every celery
+    warning to "always"."""
+    warnings.filterwarnings("ignore", message=r"\s*In Celery 5.1 we introduced an optional breaking change")
 
 
 @worker_ready.connect
