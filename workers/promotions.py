@@ -75,9 +75,8 @@ def promote_on_trial(
     # by the rollback of its child).
     against = parent.version
     if trigger == "manual" and interrupted is None:
-        served = (fallback_version(before) if before is not None and before.status == "on_trial"
-                  else head_version(before)) or original_version
-        against = served
+        against = (fallback_version(before) if before is not None and before.status == "on_trial"
+                   else head_version(before)) or original_version
     promotion = Promotion(
         namespace=new.name,
         evolved_version=new.version,

@@ -12,8 +12,8 @@ from rich.table import Table
 from evolution.served_version import fallback_version, head_version, withdrawn_versions
 from selection.context import language_typos
 from selection.manifest import ToolManifest, split_key, tool_key
-from selection.policies.learned import standing
 from selection.models import Promotion
+from selection.policies.learned import standing
 from selection.ports import Breakers, BreakerState, Newcomers, Promotions, StateStore
 from selection.registry import DIRECTORY, in_listing_order
 from selection.serving import REFUSED_IN_A_ROW
