@@ -396,8 +396,8 @@ def analyse(scenario: str, context: Mapping[str, Any] | None = None, input: Mapp
     paths = [p.replace("\\", "/") for p in files]
     named = named_files(scenario)
     # A source file named in the scenario gives its language, but not that code exists ("an app
-    # with Node.js"); a deployment or test file named gives the phase as one given does.
-    at_phase = paths + [n for n in named if DEPLOY_FILE.search(n) or TEST_FILE.search(n)]
+    # with Node.js"); a deployment, test or specification file named gives the phase as one given does.
+    at_phase = paths + [n for n in named if any(pattern.search(n) for pattern in (DEPLOY_FILE, TEST_FILE, SPEC_FILE))]
     paths += named
     words = _words(scenario)
     source: dict[str, Literal["explicit", "detected", "default"]] = {}

@@ -151,6 +151,7 @@ def test_files_named_in_the_scenario_count_as_files_given() -> None:
     assert (node.phase, node.languages) == (None, ["javascript"])
     assert analyse("the weather in Washington D.C. tomorrow, e.g. rain").languages == []
     assert analyse("write an address parser").phase is None
+    assert analyse("fill in userstories.md for the csv service").phase == "specification"
 
 
 def test_bad_explicit_value_is_refused_naming_the_key() -> None:
