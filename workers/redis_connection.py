@@ -51,7 +51,10 @@ def redis_client(settings: Settings, **overrides: Any) -> Redis:
 
 def probe_client(settings: Settings, timeout: float, retries: int = 0) -> Redis:
     """A client for checks that report a Redis that does not answer (`fittest health`, the CLI's
-    check before a command): it fails within about `timeout` per try, retried `retries` times 0.1,
-    0.2, 0.4 s apart, instead of the ~30 s that ride out a restart."""
+    check before a command): it fails within about `timeout`, a refused connection (a Redis starting
+    up) retried `retries` times 0.1, 0.2, 0.4 s apart, instead of the ~30 s that ride out a restart.
+    A timeout is not retried: a Redis that holds the connection without answering (stalled, or
+    swapping) made each try wait `timeout` again (QA 50e: 10 s before `fittest tools` said so)."""
     return redis_client(settings, socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=0,
-                        retry=Retry(ExponentialBackoff(cap=0.4, base=0.1), retries))
+                        retry=Retry(ExponentialBackoff(cap=0.4, base=0.1), retries, supported_errors=(RedisConnectionError,)),
+                        retry_on_error=[RedisConnectionError])
