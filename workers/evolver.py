@@ -17,6 +17,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -380,23 +381,22 @@ class Evolver:
             staged = write_version(stage_dir, candidate.manifest, candidate.files)
         except Exception as exc:  # a candidate whose manifest or files cannot even be written
             reason = f"static: cannot write the candidate: {type(exc).__name__}: {exc}"
-            self.ledger.log(entry.model_copy(update={"event": "failed", "reason": reason, "time": time.time()}))
+            self.ledger.log(_dated(entry, event="failed", reason=reason))
             return report.model_copy(update={"outcome": "failed", "reason": reason}), None
         evidence = replayed() if candidate.changes_behaviour else job.evidence  # same code: nothing to compare
         stages = verify(staged, evidence, self.sandbox, self.verify_config, changes_behaviour=candidate.changes_behaviour)
         failed = next((s for s in stages if not s.passed), None)
         if failed is not None:
             reason = f"{failed.stage}: {failed.problems[0] if failed.problems else 'failed'}"
-            self.ledger.log(entry.model_copy(update={"event": "failed", "reason": reason, "stages": stages, "time": time.time()}))
+            self.ledger.log(_dated(entry, event="failed", reason=reason, stages=stages))
             return report.model_copy(update={"outcome": "failed", "reason": reason, "stages": stages,
                                              "failed_tests": tests if failed.stage == "tests" else ""}), None
         final = version_dir(root, job.namespace, candidate.manifest.version)
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(stage_dir, final)
         installed = load_manifest(final / MANIFEST_FILE)
-        self.ledger.log(entry.model_copy(update={"event": "verified", "version": installed.version,
-                                                 "reason": "passed static, tests and replay", "stages": stages,
-                                                 "time": time.time()}))  # when its verdict came (QA 49 recheck N6)
+        self.ledger.log(_dated(entry, event="verified", version=installed.version,
+                               reason="passed static, tests and replay", stages=stages))
         return report.model_copy(update={"outcome": "verified", "stages": stages}), installed
 
     # ----------------------------------------------------------------------------- reporting
@@ -447,3 +447,9 @@ class Evolver:
             "parent": job.parent_key, "version": report.version, "elapsed_s": report.elapsed_s,
             "call_id": job.plan.request.call_id if job.plan is not None else None})  # QA recheck: followed by call_id
         return report
+
+
+def _dated(entry: ChangelogEntry, **verdict: Any) -> ChangelogEntry:
+    """A candidate's changelog entry with its verdict, dated when the verdict came, not when its
+    verification began (QA 49 recheck N6)."""
+    return entry.model_copy(update={**verdict, "time": time.time()})

@@ -35,25 +35,23 @@ class StackError(RuntimeError):
     pass
 
 
-def redis_answers(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = None) -> bool:
-    """Whether Redis at `url` answers PING; `tls`: redis-py's TLS arguments (Settings.redis_tls)."""
-    try:
-        return bool(redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout, **(tls or {})).ping())
-    except (redis.RedisError, OSError, ValueError):
-        return False
-
-
 def redis_refusal(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = None) -> str | None:
-    """Why a Redis that answers on `url`'s port refuses it (a password, a database out of range),
-    or None: it answers, or nothing does. `fittest up` took a refusal for no Redis, and started a
-    Redis of its own on another port (QA 50e), where every other command said what was wrong."""
+    """Why Redis at `url` does not serve it: "" when nothing answers there, what a Redis that answers
+    refuses (a password, a database out of range) otherwise; None when it answers PING. `fittest up`
+    took a refusal for no Redis, and started a Redis of its own on another port (QA 50e), where
+    every other command said what was wrong. `tls`: redis-py's TLS arguments (Settings.redis_tls)."""
     try:
         redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout, **(tls or {})).ping()
     except (redis.AuthenticationError, redis.ResponseError) as exc:
-        return str(exc)
+        return str(exc) or type(exc).__name__
     except (redis.RedisError, OSError, ValueError):
-        return None
+        return ""
     return None
+
+
+def redis_answers(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = None) -> bool:
+    """Whether Redis at `url` answers PING."""
+    return redis_refusal(url, timeout, tls) is None
 
 
 def find_redis_server() -> str:
@@ -177,9 +175,10 @@ class Stack:
         machine, a private redis-server started on that URL's port, with its password and database,
         so that commands run elsewhere with the same settings reach it. A port something else
         holds gets a free one instead (the URL changes; `fittest up` prints the one in use)."""
-        if redis_answers(self.redis_url, tls=self.settings.redis_tls(self.redis_url)):
+        refused = redis_refusal(self.redis_url, tls=self.settings.redis_tls(self.redis_url))
+        if refused is None:
             return self.redis_url
-        if (refused := redis_refusal(self.redis_url, tls=self.settings.redis_tls(self.redis_url))) is not None:
+        if refused:
             raise StackError(f"Redis at FITTEST_REDIS_URL ({redact_url(self.redis_url)}) refuses the connection ({refused}): "
                              "mend its password or database")
         wanted = urlparse(self.redis_url)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.table import Table
 
-from workers.cli.common import (seconds, 
+from workers.cli.common import (
     CONTEXT_HELP,
     REFUSED,
     UNREADABLE,
@@ -24,6 +24,7 @@ from workers.cli.common import (seconds,
     names_what_no_tool_has,
     needs_redis,
     print_json,
+    seconds,
     warn_if_namespace_unranked,
 )
 

@@ -68,6 +68,8 @@ def seconds(value: float) -> float:
     if math.isnan(value):
         raise typer.BadParameter("not a number (NaN): give seconds")
     return value
+
+
 MinSimilarityOpt = Annotated[float | None, typer.Option(min=0.0, max=1.0, help=(
     "Try only the tools whose description (or a past success of theirs that says they do such jobs) is at least "
     "this similar to the scenario "

@@ -14,8 +14,8 @@ from evolution.descriptions import VariantStatus
 from evolution.models import ChangelogEntry
 from selection.models import Promotion
 from selection.ports import BreakerState
-from workers.cli.common import (seconds, REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, read_answer,
-                                shortened, waiting_told, when, worker_errors_told)
+from workers.cli.common import (REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, read_answer,
+                                seconds, shortened, waiting_told, when, worker_errors_told)
 
 if TYPE_CHECKING:
     from evolution.models import EvolutionReport
@@ -284,10 +284,10 @@ def evolve(
         from workers.health import ask_workers
 
         try:
-            evolvers = [node for node, answer in ask_workers(get_settings(), timeout=1.5).items() if "evolution" in answer.queues]
+            no_evolver = not any("evolution" in answer.queues for answer in ask_workers(get_settings(), timeout=1.5).values())
         except Exception:  # Redis away meanwhile: what can be said without the workers' answer
-            evolvers = ["(not asked)"]
-        if not evolvers:
+            no_evolver = False
+        if no_evolver:
             # QA 50d: told it went on, of a job that waited in the evolution queue for an evolver
             fail(f"the evolution of {name} waits in the evolution queue: no evolver runs (`fittest up` starts one, "
                  f"`fittest health` checks them); it runs once one does, and `fittest show {name}` then shows what it makes")

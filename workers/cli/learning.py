@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from selection.feedback import TrendPeriod
-from workers.cli.common import (seconds, 
+from workers.cli.common import (
     CONTEXT_HELP,
     REFUSED,
     JsonOpt,
@@ -28,6 +28,7 @@ from workers.cli.common import (seconds,
     needs_redis,
     print_json,
     read_answer,
+    seconds,
     worker_errors_told,
     warn_if_namespace_unranked,
     tool_argument,

@@ -12,7 +12,7 @@ import typer
 from pydantic import BaseModel
 from rich.table import Table
 
-from workers.cli.common import REFUSED, seconds, JsonOpt, console, fail, literal, needs_redis, print_json
+from workers.cli.common import REFUSED, JsonOpt, console, fail, literal, needs_redis, print_json, seconds
 from workers.settings import OTHER_VARIABLES, Settings, get_settings, redact_url
 
 app = typer.Typer()

@@ -38,6 +38,7 @@ from pydantic import BaseModel, Field
 from redis.client import Pipeline
 
 from workers.buffered import BufferedWrites
+from workers.state.base import as_text
 from workers.state.once import new_token
 
 FLUSH_INTERVAL_S = 0.1
@@ -144,8 +145,7 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
         key = self._stopped_key(attempt_id)
         if self.client.set(key, run, nx=True, ex=MARK_TTL_S):
             return True
-        first = self.client.get(key)
-        return (first.decode() if isinstance(first, bytes) else first) == run
+        return as_text(self.client.get(key) or b"") == run
 
     def note_killer(self, key: str) -> None:
         """Tool version `key` killed the processes running it: its breaker's probes run it isolated,

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from celery import Task
 from celery.exceptions import Ignore
+from celery.utils.time import maybe_iso8601, maybe_make_aware
 from celery_batches import SimpleRequest
 from pydantic import BaseModel, ValidationError
 
@@ -100,11 +101,8 @@ def drop_if_expired(task: Task) -> None:
     hands it to its pool; a thread pool whose threads were all busy ran it later still, after its
     sender had said that nothing was done (review 50: a second `fittest evolve`, sent as told,
     evolved twice)."""
-    expires = task.request.expires
-    if not expires:
-        return
-    when = expires if isinstance(expires, datetime) else datetime.fromisoformat(str(expires))
-    if datetime.now(timezone.utc) > (when if when.tzinfo else when.replace(tzinfo=timezone.utc)):
+    expires = maybe_iso8601(task.request.expires)  # as celery's Request reads it
+    if expires is not None and datetime.now(timezone.utc) > maybe_make_aware(expires):
         log.warning("%s %s began after its message expired: dropped, not done", task.name, task.request.id,
                     extra={"event": "expired_dropped", "task": task.name, "task_id": task.request.id})
         task.backend.mark_as_revoked(task.request.id, reason="expired", request=task.request)
