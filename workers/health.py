@@ -9,6 +9,7 @@ queue adds a live check of its store and model to the answer. A Qdrant server is
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +34,10 @@ CONTROL_COMMAND = "fittest_health"
 MEMORY_QUEUE = "selection"  # the worker consuming it owns the embedder and the embedded store
 ROLES = ("memory", "executor", "evolver")
 BEAT = "beat"  # a role, but no Celery worker: it answers by the lock it holds (`check_beat`)
+# Procfile roles that are no Celery worker but serve HTTP on this host: each is asked at its own
+# health page (QA 50e L6: `-w flower` said "unknown role", and nothing checked Flower or the metrics
+# endpoint a Prometheus scrapes). Only when named: `fittest up --without flower` is a whole stack.
+SERVED = ("flower", "metrics", "toolserver")
 PROBE_TEXT = "fittest health check"
 # Free space below which the embedded store is about to fail: its memory-mapped files grow by a chunk
 # of ~32 MB per collection at a time, and a rebuild after a crash takes them again (QA Q: an empty
@@ -174,6 +179,38 @@ def check_redis(settings: Settings, timeout: float) -> Check:
     return _timed("redis", probe)
 
 
+def _served_at(settings: Settings, role: str) -> tuple[str, str, str]:
+    """Where a served role answers on this host: its URL, what the page must hold, and the setting
+    that names its port. An address of every interface is asked on the loopback."""
+    from workers.procfile import example_service_port
+
+    def host(address: str) -> str:
+        return "127.0.0.1" if address in ("", "0.0.0.0", "::") else address
+
+    if role == "flower":
+        return (f"http://{host(os.environ.get('FLOWER_ADDRESS', ''))}:{settings.flower_port}/healthcheck", "OK",
+                "FITTEST_FLOWER_PORT")
+    if role == "metrics":
+        return f"http://{host(settings.metrics_addr)}:{settings.metrics_port}/metrics", "fittest_", "FITTEST_METRICS_PORT"
+    return f"http://127.0.0.1:{example_service_port()}/health", "", "FITTEST_EXAMPLE_HTTP_PORT"
+
+
+def check_served(settings: Settings, role: str, timeout: float) -> Check:
+    """Whether a served role (Flower, the metrics endpoint, the example tool service) answers its page."""
+    url, holds, port_setting = _served_at(settings, role)
+
+    def probe() -> tuple[Status, str]:
+        try:
+            response = httpx.get(url, timeout=timeout)
+        except httpx.HTTPError as exc:
+            return "fail", f"nothing answers {url} ({type(exc).__name__}: {exc}): start the {role} role, or set {port_setting}"
+        if response.status_code != 200 or holds not in response.text:
+            return "fail", f"{url} answered {response.status_code} without {holds!r}: is it {role} on {port_setting}?"
+        return "ok", f"{url} answers"
+
+    return _timed(role, probe)
+
+
 def _memory(client: Redis, prefix: str) -> tuple[Status, str]:
     """Whether Redis takes writes: past its maxmemory under `noeviction` it answers PING but refuses
     writes, and each worker ends on the first it meets ("Unrecoverable error: OutOfMemoryError";
@@ -262,7 +299,7 @@ def check_workers(answers: dict[str, WorkerHealth], wanted: list[str], asked_onl
     if missing:
         asked = f"; asked only {', '.join(asked_only)}" if asked_only else ""
         unknown = [w for w in missing if "@" not in w and w not in ROLES]  # QA ops: a typo read as a role down
-        roles = f"; {', '.join(unknown)}: not a role (the roles: {', '.join((*ROLES, BEAT))})" if unknown else ""
+        roles = f"; {', '.join(unknown)}: not a role (the roles: {', '.join((*ROLES, BEAT, *SERVED))})" if unknown else ""
         return Check(name="workers", status="fail",
                      detail=f"no answer from {', '.join(missing)} (answered: {nodes}{asked}){roles}")
     return Check(name="workers", status="ok", detail=f"answered: {nodes}")
@@ -301,9 +338,10 @@ def check_model_files(settings: Settings) -> Check:
 
 
 def health(settings: Settings, checks: list[str], workers: list[str], timeout: float) -> HealthReport:
-    """Run the named checks (redis, workers, store, model, tools); healthy when none failed (a warning
-    passes)."""
+    """Run the named checks (redis, workers, store, model, tools, beat, and the served roles); healthy
+    when none failed (a warning passes)."""
     results: list[Check] = []
+    workers = [w for w in workers if w not in SERVED]
     redis_check = check_redis(settings, timeout)
     if "redis" in checks:
         results.append(redis_check)
@@ -347,4 +385,5 @@ def health(settings: Settings, checks: list[str], workers: list[str], timeout: f
     if BEAT in checks:
         results.append(check_beat(settings, timeout) if redis_check.status == "ok"
                        else Check(name=BEAT, status="fail", detail=f"not asked: {redis_check.detail}"))
+    results.extend(check_served(settings, role, timeout) for role in SERVED if role in checks)
     return HealthReport(healthy=all(c.status != "fail" for c in results), checks=results, workers=answers)

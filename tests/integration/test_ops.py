@@ -47,7 +47,7 @@ def test_health_fails_for_a_missing_worker_and_when_redis_is_down(cli) -> None:
     assert "no answer from executor@nohost" in words(missing.output)
     # A role that does not exist is refused (exit 2), not a worker down (QA ops L9: exit 1, which a probe reads as one).
     typo = cli("health", "--json", "--check", "workers", "--worker", "nosuchrole", "--timeout", "2")
-    assert typo.exit_code == 2 and "unknown role nosuchrole (the roles: memory, executor, evolver, beat;" in words(typo.output)
+    assert typo.exit_code == 2 and "unknown role nosuchrole (the roles: memory, executor, evolver, beat, flower, metrics, toolserver;" in words(typo.output)
     for node in ("exector@vm", "evolver@", "beat@vm"):  # QA recheck N9: the role of a node name, or its host, mistyped
         assert cli("health", "--check", "workers", "--worker", node, "--timeout", "2").exit_code == 2, node
     # A probe of the executor alone does not fail the memory worker's store and model (QA ops: it did).
@@ -63,6 +63,29 @@ def test_health_fails_for_a_missing_worker_and_when_redis_is_down(cli) -> None:
     checks = {c["name"]: c for c in json.loads(down.output)["checks"]}
     assert checks["redis"]["status"] == "fail" and "FITTEST_REDIS_URL" in checks["redis"]["detail"]
     assert checks["workers"]["status"] == "fail"
+
+
+def test_health_asks_the_served_roles_at_their_pages_when_named(pipeline, cli) -> None:
+    # QA 50e L6: `-w flower` and `-w metrics` said "unknown role", and nothing checked either.
+    from workers.metrics import serve
+
+    server, _ = serve(pipeline.settings, free_port(), "127.0.0.1")
+    try:
+        up = cli("health", "--json", "-w", "metrics", "--timeout", "5", FITTEST_METRICS_PORT=str(server.server_port))
+        assert up.exit_code == 0, up.output
+        metrics = next(c for c in json.loads(up.output)["checks"] if c["name"] == "metrics")
+        assert metrics["status"] == "ok" and f":{server.server_port}/metrics answers" in metrics["detail"], metrics
+    finally:
+        server.shutdown()
+    port = free_port()
+    down = cli("health", "--json", "-w", "flower", "--timeout", "2", FITTEST_FLOWER_PORT=str(port))
+    assert down.exit_code == 1, down.output
+    flower = next(c for c in json.loads(down.output)["checks"] if c["name"] == "flower")
+    assert flower["status"] == "fail" and f"nothing answers http://127.0.0.1:{port}/healthcheck" in flower["detail"], flower
+    assert "start the flower role, or set FITTEST_FLOWER_PORT" in flower["detail"]
+    # Not named, they are not asked: a stack run without Flower is whole.
+    whole = cli("health", "--json", "-w", "memory", "--timeout", "5", FITTEST_FLOWER_PORT=str(port))
+    assert {c["name"] for c in json.loads(whole.output)["checks"]}.isdisjoint({"flower", "metrics", "toolserver"})
 
 
 def test_a_call_shows_in_metrics_and_in_the_json_attempt_log(pipeline, cli) -> None:

@@ -17,7 +17,7 @@ from workers.settings import OTHER_VARIABLES, Settings, get_settings, redact_url
 
 app = typer.Typer()
 
-CHECKS = ("redis", "workers", "store", "model", "tools", "beat")
+CHECKS = ("redis", "workers", "store", "model", "tools", "beat", "flower", "metrics", "toolserver")
 HEALTH_TIMEOUT_MAX_S = 3600.0
 
 
@@ -25,7 +25,7 @@ HEALTH_TIMEOUT_MAX_S = 3600.0
 @app.command()
 def health(
     check: Annotated[list[str] | None, typer.Option("--check", "-c", help=f"Only these checks (repeatable): {', '.join(CHECKS)}.")] = None,
-    worker: Annotated[list[str] | None, typer.Option("--worker", "-w", help="Roles that must be running: a worker role (memory, executor, evolver) or a node name (executor@host), or beat (checked by the lock it holds; its check runs only when it is named, or by default). Repeatable; default: every role and the beat.")] = None,
+    worker: Annotated[list[str] | None, typer.Option("--worker", "-w", help="Roles that must be running: a worker role (memory, executor, evolver) or a node name (executor@host); beat (checked by the lock it holds); flower, metrics or toolserver (each asked at its page on this host: /healthcheck, /metrics, /health). Repeatable; default: the worker roles and the beat.")] = None,
     # Bounded: the probe waits its whole timeout for every worker's answer, and `inf` or 1e9 ended in an
     # OverflowError (QA recheck 47 F2)
     timeout: Annotated[float, typer.Option(min=0.1, callback=seconds, max=HEALTH_TIMEOUT_MAX_S, help="Seconds to wait for Redis, the store and the workers' answers (it waits that long for the workers').")] = 2.0,
@@ -37,19 +37,20 @@ def health(
     names something to fix and passes): use it as a liveness or readiness probe
     (docker compose healthcheck, Kubernetes exec probe). The embedded store and the model are
     checked live by the memory worker that owns them; a Qdrant server is asked directly."""
-    from workers.health import BEAT, ROLES
+    from workers.health import BEAT, ROLES, SERVED
     from workers.health import health as run_health
 
     roles = list(worker or (*ROLES, BEAT))
-    checks = check or [c for c in CHECKS if c != BEAT or BEAT in roles]
+    checks = check or [c for c in CHECKS if c not in (BEAT, *SERVED) or c in roles]
     unknown = sorted(set(checks) - set(CHECKS))
     if unknown:
         fail(f"unknown check {', '.join(unknown)} (known: {', '.join(CHECKS)})", REFUSED)
     # A role, or a node name ROLE@HOST of one (QA ops L9, QA recheck N9: a typo exited 1, unhealthy,
     # which a probe reads as a worker down).
     # (the beat is no Celery node: it answers by its lock, never as beat@HOST)
-    if not_roles := sorted({r for r in roles if (r.partition("@")[0] not in ROLES and r != BEAT) or r.endswith("@")}):
-        fail(f"unknown role {', '.join(not_roles)} (the roles: {', '.join((*ROLES, BEAT))}; or a node name, "
+    if not_roles := sorted({r for r in roles if (r.partition("@")[0] not in ROLES and r not in (BEAT, *SERVED))
+                            or r.endswith("@")}):
+        fail(f"unknown role {', '.join(not_roles)} (the roles: {', '.join((*ROLES, BEAT, *SERVED))}; or a node name, "
              "ROLE@HOST)", REFUSED)
     report = run_health(get_settings(), checks, roles, timeout)
     if json_out:
