@@ -129,8 +129,14 @@ def offered_side(promotion: Promotion | None, version: str | None, chance: float
     tool on those calls). `original`: the version a trial without a parent is tried against."""
     if promotion is None or promotion.status != "on_trial" or version in offered:
         return version, chance
-    other = promotion.evolved_version if version != promotion.evolved_version else (fallback_version(promotion) or original)
+    other = trial_other_side(promotion, version, original)
     return (other, 1.0) if other is not None and other in offered else (version, chance)
+
+
+def trial_other_side(promotion: Promotion, version: str | None, original: str | None) -> str | None:
+    """Of a trial, the version its draw gives the calls it does not give `version`: the version on
+    trial, or the one it is tried against (its parent, else `original`)."""
+    return promotion.evolved_version if version != promotion.evolved_version else (fallback_version(promotion) or original)
 
 
 def kept_served(versions: Sequence[ToolManifest], current: Promotion | None,

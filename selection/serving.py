@@ -11,9 +11,11 @@ store holds (`ServedVersions`, the newcomers, the half-open breakers), which the
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from itertools import product
 from typing import NamedTuple
 
 from selection.evidence import CandidateEvidence
@@ -62,6 +64,8 @@ class ServedVersions:
     # Of each version promoted (on trial or active), the version its promotion put it in place of: an
     # evolved version's parent, or what a manifest's new version is tried against (it has no parent).
     replaced: dict[str, str] = field(default_factory=dict)
+    # Of a namespace in `chance`, the version its trial's draw serves first on the other calls.
+    other_side: dict[str, str] = field(default_factory=dict)
 
 
 def served_first(request: CallRequest, ranked: list[Candidate], served: ServedVersions) -> list[Candidate]:
@@ -169,18 +173,19 @@ def tried_first(ranked: list[Candidate], key: str, probability: float, why: str 
     return [chosen, *(c for c in ranked if c is not chosen)]
 
 
-def passed_over(ranked: list[Candidate], key: str, share: float) -> list[Candidate]:
+def passed_over(ranked: list[Candidate], key: str, share: float, kept: float | None = None) -> list[Candidate]:
     """`ranked` of a call on which `key` (a newcomer, a second opinion) could have been tried first
     but its share did not draw it: the candidate the policy placed first got there only on the
-    other 1 - share of such calls, and its logged probability says so (QA K: the incumbent logged
-    1.0 where it went first on 75% of the calls); `key` itself, placed first by the policy, went
-    first on the share too."""
+    other 1 - share of such calls (`kept`, when the share of calls that keep it first is not that),
+    and its logged probability says so (QA K: the incumbent logged 1.0 where it went first on 75% of
+    the calls); `key` itself, placed first by the policy, went first on the share too."""
     if ranked:
         first = ranked[0]
         p = first.probability
-        first.probability = round(share + (1.0 - share) * p if first.key == key else (1.0 - share) * p, 6)
+        kept = 1.0 - share if kept is None else kept
+        first.probability = round(share + (1.0 - share) * p if first.key == key else kept * p, 6)
         if first.key != key and first.breakdown is not None:  # QA recheck L-A: explain showed 0.75 with no word why
-            first.breakdown.rationale += f"; first on the other {1 - share:.0%} of such calls: the rest try {key} first"
+            first.breakdown.rationale += f"; first on {'the other ' if kept == 1.0 - share else ''}{kept:.0%} of such calls: the rest try {key} first"
     return ranked
 
 
@@ -442,18 +447,52 @@ def best_match_again(request: CallRequest, ranked: list[Candidate], evidence: li
     return None
 
 
+def on_side(ranked: list[Candidate], name: str, version: str) -> list[Candidate]:
+    """`ranked` as a call on which a trial's draw serves `version` of namespace `name` first: its
+    versions swap places, the other namespaces keep theirs."""
+    places = [c for c in ranked if c.manifest.name == name]
+    swapped = iter(sorted(places, key=lambda c: c.manifest.version != version))
+    return [next(swapped) if c.manifest.name == name else c for c in ranked]
+
+
+def kept_first_over_sides(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence], share: float,
+                          best: Collection[str], half_open: Collection[str], served: ServedVersions) -> tuple[float, str | None]:
+    """The share of such calls, over each side of the trials' draws, on which `best_match_again`
+    leaves the first candidate first, and the version it tries first on the others. This call's
+    side alone does not tell it (QA 50d F3: a tool passed over logged 0.75 where it went first on
+    0.5625 of the calls, the trial's version going first on every call its draw served; the
+    logged first places added up to 1.19)."""
+    name = ranked[0].manifest.name
+    trials = [(n, served.chance[n], other) for n, other in served.other_side.items()
+              if n != name and served.chance.get(n, 1.0) < 1.0 and any(c.manifest.name == n for c in ranked)]
+    kept, instead = 0.0, None
+    if not trials:  # one side: what this call's draw decided
+        again = best_match_again(request, ranked, evidence, best, half_open, served.replaced)
+        return (1.0, None) if again is None else (round(1.0 - share, 6), again.key)
+    for sides in product(*(((None, chance), (other, 1.0 - chance)) for n, chance, other in trials)):
+        side = ranked
+        for (n, _, _), (version, _) in zip(trials, sides):
+            side = on_side(side, n, version) if version is not None else side
+        weight = math.prod(w for _, w in sides)
+        again = best_match_again(request, side, evidence, best, half_open, served.replaced)
+        tried = 0.0 if again is None else 1.0 if again.does_the_job or again.evolved else share
+        kept += weight * (1.0 - tried)
+        instead = instead or (again.key if again is not None else None)
+    return round(kept, 6), instead
+
+
 def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence], share: float,
                    drawn: Callable[[str], bool], *, newcomer: str | None, passed: str | None,
                    probe: str | None, half_open: Collection[str] = (), best: Collection[str] = (),
-                   replaced: Mapping[str, str] | None = None) -> list[Candidate]:
+                   served: ServedVersions | None = None) -> list[Candidate]:
     """`ranked` with what this call tries before the policy's first choice, to learn what the
     policy's evidence cannot tell: a newcomer its share drew (`newcomer`; `passed`: one it did
     not), else a half-open breaker's probe (`breaker_probe`), else on `share` of the calls a
     second opinion in place of a version people judge wrong here (`second_opinion`; `half_open`:
     the versions whose breaker is half-open), else the job's clear best match again after an
     outage or a crash (`best_match_again`; `best`: the clear best matches, `best_matches`), on
-    `share` of the calls or, once it does the job, on all (`replaced`: `ServedVersions.replaced`).
-    Each is logged with the probability of its place.
+    `share` of the calls or, once it does the job, on all (`served`: what promotions decide for the
+    call). Each is logged with the probability of its place, over both sides of a trial's draw.
     `drawn(salt)`: whether this call falls in the share of calls for `salt` (evolution/served_version.py
     `in_share`, the same draw for the same call)."""
     if newcomer is not None:
@@ -468,9 +507,13 @@ def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list
             return tried_first(ranked, other, share, "in place of a tool whose outputs people judged wrong on such jobs",
                                "second_opinion")
         return passed_over(ranked, other, share)
-    again = best_match_again(request, ranked, evidence, best, half_open, replaced)
+    served = served or ServedVersions()
+    again = best_match_again(request, ranked, evidence, best, half_open, served.replaced)
     if again is None:
-        return ranked
+        if not served.other_side:
+            return ranked
+        kept, instead = kept_first_over_sides(request, ranked, evidence, share, best, half_open, served)
+        return passed_over(ranked, instead, share, kept) if instead is not None else ranked
     why = ("the job's clear best match, in a version evolved from one that failed here, in place of a tool that "
            "matches the job less" if again.evolved else
            "again: the job's clear best match, whose failures here were outages, timeouts or crashes, in place of a "
@@ -482,4 +525,5 @@ def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list
     every = again.does_the_job or again.evolved
     if every or drawn(f"best_match_again:{ranked[0].key}"):
         return tried_first(ranked, again.key, (1.0 if every else share) * serves, why, "best_match_again")
-    return passed_over(ranked, again.key, share)
+    return passed_over(ranked, again.key, share, kept_first_over_sides(request, ranked, evidence, share, best, half_open,
+                                                                       served)[0])

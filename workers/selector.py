@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from evolution.descriptions import MANIFEST_VARIANT
 from evolution.served_version import (in_share, offered_side, served_chance, served_original, served_version,
-                                      withdrawn_versions)
+                                      trial_other_side, withdrawn_versions)
 from selection.cache import TTLCache, VersionedValue
 from selection.classifier import ToolClassifier
 from selection.call_endings import HELD_BACK_WHEN_PLANNED
@@ -181,7 +181,7 @@ class Selector:
         best = best_matches(evidence, self._local.held_back_match)
         ranked = explored_first(ruled, ranked, evidence, share, lambda salt: in_share(request.call_id, salt, share),
                                 newcomer=newcomer.key if newcomer else None, passed=passed, probe=probe,
-                                half_open=self._local.half_open, best=best, replaced=served.replaced)
+                                half_open=self._local.half_open, best=best, served=served)
         timeouts = {e.key: e.timeout_s for e in evidence}
         doers = {e.key for e in evidence if does_the_job(e)}
         refusing = {e.key for e in evidence if refuses_everything(e)}
@@ -632,4 +632,8 @@ class Selector:
             chance = served_chance(promotion, version, request.after_evolution, self.settings.trial_share)
             offered = {e.manifest.version for e in evidence if e.manifest.name == name}
             found.by_namespace[name], found.chance[name] = offered_side(promotion, version or original, chance, original, offered)
+            if promotion is not None and found.chance[name] < 1.0:
+                other = trial_other_side(promotion, found.by_namespace[name], original)
+                if other is not None and other in offered:
+                    found.other_side[name] = other
         return found

@@ -480,6 +480,45 @@ def test_an_evolved_version_is_not_charged_its_parents_failures_and_goes_first_o
     assert "in a version evolved from one that failed here" in tried[0].breakdown.rationale
 
 
+def test_the_first_places_logged_on_each_side_of_a_trials_draw_add_up_to_one() -> None:
+    """QA 50d F3: with reverse_text's 1.1.0 on trial, the calls its draw served tried 1.1.0 first on
+    every one (an evolved version), those that served 1.0.0 tried it first again after its timeout
+    on the share, and the word counter passed over logged 0.75 where it went first on 0.5625 of the
+    calls: the first places logged added up to 1.19."""
+    call = CallRequest(scenario="reverse this string")
+    taker = CandidateEvidence(manifest=candidate("word_stats").manifest, similarity=0.12, success_similarities=[1.0] * 9)
+    parent = fell_over("reverse_text", 1.0, [1.0])
+    fresh = CandidateEvidence(manifest=evolved("reverse_text", "1.1.0", "1.0.0").manifest, similarity=1.0)
+    found, best = [taker, parent, fresh], best_matches([taker, parent, fresh])
+
+    def side(version: str, chance: float, other: str, drawn: bool) -> list[Candidate]:
+        versions = {"1.0.0": candidate("reverse_text"), "1.1.0": evolved("reverse_text", "1.1.0", "1.0.0")}
+        ranked = [candidate("word_stats"), versions[version], versions[other]]
+        ranked[0].probability, ranked[0].breakdown = 1.0, ScoreBreakdown(rationale="policy")
+        ranked[1].probability, ranked[1].breakdown = chance, ScoreBreakdown(rationale="policy", extra={"trial_share": chance})
+        served = ServedVersions(by_namespace={"reverse_text": version}, chance={"reverse_text": chance},
+                                other_side={"reverse_text": other})
+        return explored_first(call, ranked, found, 0.25, lambda salt: drawn, newcomer=None, passed=None, probe=None,
+                              best=best, served=served)
+
+    new_side = side("1.1.0", 0.25, "1.0.0", drawn=False)
+    passed, tried = side("1.0.0", 0.75, "1.1.0", drawn=False), side("1.0.0", 0.75, "1.1.0", drawn=True)
+    assert [keys(r)[0] for r in (new_side, passed, tried)] == ["reverse_text@1.1.0", "word_stats@1.0.0", "reverse_text@1.0.0"]
+    # 1.1.0 on its 25 %; 1.0.0 on the share of the other 75 %; the word counter on the rest of them.
+    assert (new_side[0].probability, tried[0].probability, passed[0].probability) == (0.25, 0.1875, 0.5625)
+    assert "first on 56% of such calls: the rest try reverse_text@1.0.0 first" in passed[0].breakdown.rationale
+    # Where the draw serving 1.1.0 tries it first on the share alone (a timeout of its own), the
+    # calls that serve 1.0.0 log the share's rest, as before.
+    failed = fresh.model_copy(update={"failure_similarities": [1.0], "outage_similarities": [1.0]})
+    ranked = [candidate("word_stats"), candidate("reverse_text"), evolved("reverse_text", "1.1.0", "1.0.0")]
+    ranked[0].probability = 1.0
+    alone = explored_first(call, ranked, [taker, parent, failed], 0.25, lambda salt: False, newcomer=None, passed=None,
+                           probe=None, best=best, served=ServedVersions(by_namespace={"reverse_text": "1.0.0"},
+                                                                        chance={"reverse_text": 0.75},
+                                                                        other_side={"reverse_text": "1.1.0"}))
+    assert keys(alone)[0] == "word_stats@1.0.0" and alone[0].probability == 0.75
+
+
 def test_a_call_naming_a_namespace_does_not_hand_an_input_its_versions_refused_to_the_other_tools() -> None:
     """QA AD: `run_tool("fast_sort", {"numbers": "x"})` went on to four other tools, three of them
     text tools, each demoted for a job it was never meant for."""
