@@ -277,12 +277,13 @@ class EvolutionReport(BaseModel):
 
 ChangelogEvent = Literal[
     "verified", "failed", "skipped", "promoted", "activated", "rolled_back", "no_fix", "locked",
-    "description_promoted", "description_retired",
+    "description_promoted", "description_retired", "removed",
 ]
 
 
 class ChangelogEntry(BaseModel):
-    """One line of a namespace's history: a candidate's verdict, a promotion, a rollback."""
+    """One line of a namespace's history: a candidate's verdict, a promotion, a rollback, a version
+    no longer served (`removed`: its manifest gone from the tools directory, or naming another version)."""
 
     namespace: str
     event: ChangelogEvent

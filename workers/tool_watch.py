@@ -45,7 +45,7 @@ class ToolsDirWatch:
     `revise` (its `revise_tools`: replaces changed versions and drops removed ones)."""
 
     def __init__(self, tools_dir: Path, registry: ToolRegistry, add: Callable[[Found], list[ToolManifest]],
-                 revise: Callable[[list[tuple[ToolManifest, Path]], list[str]], None]) -> None:
+                 revise: Callable[[list[tuple[ToolManifest, Path]], dict[str, str]], None]) -> None:
         self.tools_dir = tools_dir
         self.registry = registry
         self.add = add
@@ -126,7 +126,7 @@ class ToolsDirWatch:
         failed: Exception | None = None
         if revised or dropped:
             try:
-                self.revise(list(revised.values()), list(dropped))
+                self.revise(list(revised.values()), dropped)
             except Exception as exc:  # replaced and dropped, but not indexed: handed to `add` at the next look
                 retry, failed = dict(revised), exc
             self._report(revised, dropped)

@@ -10,9 +10,10 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
-from tests.conftest import EXAMPLE_TOOLS
+from tests.conftest import EXAMPLE_TOOLS, cli_runner
 from tests.integration.conftest import pipeline_running, start_pipeline
 
 SLUG_CALL: dict[str, Any] = {"scenario": "make a URL slug from the article title", "input": {"title": "Héllo, Wörld!"}, "max_attempts": 2}
@@ -36,7 +37,7 @@ def add_slugify_version(tools: Path, version: str, folder: str | None = None) ->
 
 
 def test_manifests_added_changed_and_removed_while_the_workers_run_are_served_as_they_now_read(
-    tmp_path: Path, redis_url: str, model_path: Path
+    tmp_path: Path, redis_url: str, model_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tools = tmp_path / "tools"
     shutil.copytree(EXAMPLE_TOOLS / "word_stats", tools / "word_stats")
@@ -75,6 +76,17 @@ def test_manifests_added_changed_and_removed_while_the_workers_run_are_served_as
 
         p.wait_for(reported, timeout=30)
         assert ("tool_added", "slugify@1.0.0") in {(e.get("event"), e.get("tool")) for e in events(log)}
+        # Its history stays readable, its removal in it (QA 50d F10: `show` said there was no such tool).
+        cli = cli_runner(monkeypatch, p.env)
+        shown = cli("show", "slugify", "--json")
+        assert shown.exit_code == 0, shown.output
+        lineage = json.loads(shown.output)
+        assert lineage["versions"] == []
+        assert [(e["event"], e["version"], e["reason"]) for e in lineage["changelog"]] == [
+            ("removed", "1.0.0", f"{slugify} is gone")]
+        text = cli("show", "slugify")
+        assert text.exit_code == 0 and "slugify: no version served now" in text.output and "removed" in text.output
+        assert cli("show", "nosuch").exit_code == 2  # a name that never had a version is refused as before
 
 
 def test_a_new_version_given_by_a_manifest_goes_on_trial_and_is_served_once_it_proves_itself(

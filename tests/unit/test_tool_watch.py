@@ -34,10 +34,10 @@ def adding_to(registry: ToolRegistry, added: list[tuple[str, Path | None]]) -> C
     return add
 
 
-def revising(registry: ToolRegistry) -> Callable[[list[tuple[ToolManifest, Path]], list[str]], None]:
+def revising(registry: ToolRegistry) -> Callable[[list[tuple[ToolManifest, Path]], dict[str, str]], None]:
     """What the selector's revise_tools does to the registry, minus the indexing."""
 
-    def revise(changed: list[tuple[ToolManifest, Path]], removed: list[str]) -> None:
+    def revise(changed: list[tuple[ToolManifest, Path]], removed: dict[str, str]) -> None:
         for manifest, source in changed:
             registry.replace(manifest, source)
         for key in removed:
@@ -295,7 +295,7 @@ def test_a_changed_version_whose_indexing_failed_is_handed_in_again_at_the_next_
     handed: list[list[str]] = []
     revise = watch.revise
 
-    def failing(changed: list[tuple[ToolManifest, Path]], removed: list[str]) -> None:
+    def failing(changed: list[tuple[ToolManifest, Path]], removed: dict[str, str]) -> None:
         revise(changed, removed)  # as the selector's: the registry changes first, then the indexing fails
         raise ConnectionError("vector memory down")
 

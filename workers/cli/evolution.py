@@ -122,6 +122,8 @@ def lineage(namespace: str) -> Lineage:
     from workers.settings import get_settings
 
     registry, state, ledger = _stores()
+    if not registry.versions(namespace) and (gone := ledger.changelog(namespace)):
+        return Lineage(namespace=namespace, promotion=state.promotion(namespace), versions=[], changelog=gone)
     versions = versions_of(registry, namespace)
     promotion = state.promotion(namespace)
     history = state.promotion_history(namespace)
@@ -183,6 +185,10 @@ def show(
     if json_out:
         print_json(data.model_dump(mode="json"))
         return
+    if not data.versions:  # its history, of a tool nothing of which is served now
+        console.print(f"[bold]{literal(name)}[/bold]: no version served now; its changelog says what became of them")
+        print_changelog(name, data.changelog, events)
+        return
     from workers.settings import get_settings
 
     share = get_settings().trial_share
@@ -236,7 +242,12 @@ def show(
                      f"{literal(shortened(v.text, 70))}[/dim]")
         nodes[row.version] = node
     console.print(tree)
-    entries = data.changelog[-events:] if events else []
+    print_changelog(name, data.changelog, events)
+
+
+def print_changelog(name: str, changelog: list[ChangelogEntry], events: int) -> None:
+    """The newest `events` entries of a namespace's changelog, newest last."""
+    entries = changelog[-events:] if events else []
     if entries:
         table = Table(title=f"changelog of {literal(name)}")
         for col in ("time", "event", "version", "by", "mutation", "reason"):

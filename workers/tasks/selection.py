@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,11 +67,12 @@ def warm_up(sender: Any = None, **_: Any) -> None:
             log.warning("could not apply the judgements stored before this release", exc_info=True)
         settings = runtime().settings
 
-        def revise(changed: list[tuple[ToolManifest, Path]], removed: list[str]) -> None:
-            runtime().selector.index.revise_tools(changed, removed)
+        def revise(changed: list[tuple[ToolManifest, Path]], removed: dict[str, str]) -> None:
+            runtime().selector.index.revise_tools(changed, list(removed))
             if removed:  # a removed version's trial or promotion ends (workers/promotions.py)
                 try:
                     served_anew(split_key(key)[0] for key in removed)
+                    log_removals(removed)
                 except Exception:  # Redis away: the next start looks again
                     log.warning("could not end the promotions of the versions no longer served", exc_info=True)
 
@@ -82,6 +83,17 @@ def warm_up(sender: Any = None, **_: Any) -> None:
                                 then=lambda keys: served_anew((split_key(key)[0] for key in keys), arrived=keys))
 
     threading.Thread(target=warm, name="fittest-warm-up", daemon=True).start()
+
+
+def log_removals(removed: Mapping[str, str]) -> None:
+    """A changelog line per version the tools watch no longer serves, with why: its history stays
+    readable in `fittest show` once nothing of it is served (QA 50d F10: the removal was in no
+    changelog, and `show` said there was no such tool)."""
+    from evolution.models import ChangelogEntry
+
+    for key, why in removed.items():
+        name, version = split_key(key)
+        runtime().evolution.log(ChangelogEntry(namespace=name, event="removed", version=version, reason=why))
 
 
 def served_anew(namespaces: Iterable[str], arrived: Collection[str] = ()) -> None:
