@@ -309,7 +309,10 @@ class CallSender:
             if again.state in ("PENDING", "RETRY", "REVOKED"):  # not running, and never will: it has expired
                 CallSender.release(again)
                 raise NotDone(task, timeout) from exc
-            return self.wait(again, STARTED_GRACE_S)
+            try:
+                return self.wait(again, STARTED_GRACE_S)
+            except TaskRevokedError as revoked:  # marked started, then dropped as begun too late (review 51 L7)
+                raise NotDone(task, timeout) from revoked
 
     def wait_for_call(self, pending: AsyncResult, timeout: float) -> dict[str, Any]:
         """`wait` for a call's result, raising UnknownCall when none can come: no call of its id is

@@ -140,3 +140,25 @@ def test_a_request_begun_after_its_message_expired_is_dropped_and_marked_so() ->
     with pytest.raises(Ignore):
         drop_if_expired(task((now - dt.timedelta(seconds=1)).isoformat()))
     assert marked == [("t-1", "expired")]  # `fittest result` tells it "expired"
+
+
+def test_an_evolution_asked_for_by_hand_that_began_past_its_expiry_is_dropped_not_answered(monkeypatch) -> None:
+    """Review 51 M1: the task's catch-all took the drop for a failure, logged its traceback and
+    answered a no_fix report over the "expired" mark."""
+    import datetime as dt
+
+    import pytest
+    from celery.exceptions import Ignore
+
+    from workers.tasks.evolution import prepare_evolution
+
+    marked: list[str] = []
+    monkeypatch.setattr(prepare_evolution.backend, "mark_as_revoked", lambda task_id, reason, request: marked.append(reason))
+    past = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=5)).isoformat()
+    prepare_evolution.push_request(id="late-evolve", expires=past)
+    try:
+        with pytest.raises(Ignore):
+            prepare_evolution.run(namespace="sort_numbers", reason="by hand")
+    finally:
+        prepare_evolution.pop_request()
+    assert marked == ["expired"]

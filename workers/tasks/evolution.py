@@ -96,11 +96,12 @@ def prepare_evolution(self: Task, plan_data: dict[str, Any] | None = None, **ask
     plan = CallPlan.model_validate(plan_data) if plan_data is not None else None
     namespace = str(asked.get("namespace") or "")  # as given, for the report of a refusal
     version = asked.get("version") if isinstance(asked.get("version"), str) else None
+    if plan is None:  # before the catch-all below, which took its Ignore for a failure (review 51 M1)
+        drop_if_expired(self)
     try:
         if plan is not None:
             job = build_job(runtime(), "call", plan=plan)
         else:
-            drop_if_expired(self)
             if self.request.id:  # begun: `fittest evolve` (CallSender.ask_within) tells it from a request
                 # that no worker took within its --timeout, which expires, never done (no start is tracked)
                 self.update_state(state="STARTED")

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from celery import Task
 from celery_batches import SimpleRequest
 from pydantic import ValidationError
 
@@ -39,7 +40,7 @@ from workers.renewed_lock import renewed
 from workers.rescue import effects_ended, send_recorded
 from workers.runtime import Runtime, runtime
 from workers.tasks.batches import Batches
-from workers.tasks.common import batch_payloads
+from workers.tasks.common import batch_payloads, drop_if_expired
 from workers.tool_classifier import refit, stored_classifier
 
 log = logging.getLogger("fittest.learning")
@@ -106,10 +107,14 @@ def retrain_now(rt: Runtime) -> RetrainResult:
                          evidence=evidence)
 
 
-@app.task(name="fittest.retrain_weights")
-def retrain_weights() -> dict[str, Any]:
+# track_started: CallSender.ask_within (`fittest weights --retrain`) waits for a started one
+@app.task(bind=True, name="fittest.retrain_weights", track_started=True)
+def retrain_weights(self: Task) -> dict[str, Any]:
     """Measure how strongly each SPARC component predicts success and store normalised weights, with
-    the tool classifier refitted on the successes since."""
+    the tool classifier refitted on the successes since. Dropped when begun past its message's
+    expiry: `fittest weights --retrain` has said nothing was done (review 51 L6: a late one stored
+    a weights version after that)."""
+    drop_if_expired(self)
     return retrain_now(runtime()).model_dump(mode="json")
 
 
