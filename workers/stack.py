@@ -43,7 +43,11 @@ def redis_refusal(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = N
     try:
         redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout, **(tls or {})).ping()
     except (redis.AuthenticationError, redis.ResponseError) as exc:
-        return str(exc) or type(exc).__name__
+        said = str(exc) or type(exc).__name__
+        # redis-py's handshake words a missing or wrong password as HELLO's rules (review 51)
+        if isinstance(exc, redis.AuthenticationError) or any(w in said for w in ("NOAUTH", "WRONGPASS", "HELLO", "AUTH")):
+            return f"it needs a password, or another one: {said}"
+        return said
     except (redis.RedisError, OSError, ValueError):
         return ""
     return None
@@ -164,6 +168,8 @@ class Stack:
 
     def __post_init__(self) -> None:
         self.env = {**os.environ, **absolute_paths(self.settings), **self.env}
+        # a URL someone chose (the environment, a settings file), not the default one
+        self.chosen_url = "FITTEST_REDIS_URL" in self.env or "redis_url" in self.settings.model_fields_set
         self.env.setdefault("FITTEST_REDIS_URL", self.settings.redis_url)
 
     @property
@@ -178,11 +184,13 @@ class Stack:
         refused = redis_refusal(self.redis_url, tls=self.settings.redis_tls(self.redis_url))
         if refused is None:
             return self.redis_url
-        if refused:
+        # Someone else's Redis on the default URL is not ours to mend: one of our own starts beside it
+        # (review 51: `fittest up` and `demo` refused, naming a FITTEST_REDIS_URL nobody had set).
+        if refused and self.chosen_url:
             raise StackError(f"Redis at FITTEST_REDIS_URL ({redact_url(self.redis_url)}) refuses the connection ({refused}): "
                              "mend its password or database")
         wanted = urlparse(self.redis_url)
-        if "FITTEST_REDIS_URL" in os.environ and wanted.hostname not in ("127.0.0.1", "localhost"):
+        if self.chosen_url and wanted.hostname not in ("127.0.0.1", "localhost"):
             raise StackError(f"Redis at FITTEST_REDIS_URL ({redact_url(self.redis_url)}) does not answer")
         password = unquote(wanted.password) if wanted.password else None
         try:

@@ -61,3 +61,24 @@ def test_a_redis_that_refuses_the_url_is_told_not_replaced(monkeypatch: pytest.M
             s.ensure_redis()
         assert "refuses the connection (DB index is out of range): mend its password or database" in str(told.value)
         assert "redis" not in s.procs
+
+
+def test_someone_elses_redis_with_a_password_on_the_default_url_gets_one_of_ours_beside_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, private_redis) -> None:
+    """Review 51: with FITTEST_REDIS_URL unset, a Redis that wants a password on the default port
+    stopped `fittest up` and `demo`, naming a setting nobody had set; they had started one of their
+    own beside it before. A URL someone chose is still told, not replaced (above)."""
+    port = int(private_redis.url.rpartition(":")[2].partition("/")[0])
+    redis.Redis.from_url(private_redis.url).config_set("requirepass", "not-yours")
+    monkeypatch.delenv("FITTEST_REDIS_URL", raising=False)
+    with Stack(Settings(data_dir=tmp_path / "data")) as s:
+        s.env["FITTEST_REDIS_URL"] = default = f"redis://127.0.0.1:{port}/0"  # as if it were the default
+        used = s.ensure_redis()
+        assert used != default and "redis" in s.procs and redis.Redis.from_url(used).ping()
+    chosen = f"redis://127.0.0.1:{port}/0"
+    with stack(monkeypatch, tmp_path, chosen) as s:
+        from workers.stack import StackError
+
+        with pytest.raises(StackError) as told:
+            s.ensure_redis()
+        assert "refuses the connection (it needs a password, or another one:" in str(told.value)
