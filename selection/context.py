@@ -107,17 +107,23 @@ DEPLOY_FILE = re.compile(
 )
 DESIGN_FILE = re.compile(r"(^|/)(architecture|design|adr)[^/]*|\.(puml|plantuml|drawio|mmd)$|openapi[^/]*\.(ya?ml|json)$",
                          re.IGNORECASE)
-SPEC_FILE = re.compile(r"(^|/)(spec|specification|requirements|user[_-]?stories)[^/]*\.(md|txt|rst)$", re.IGNORECASE)
+# (requirements.txt is Python's dependency list, not a specification: review 51)
+SPEC_FILE = re.compile(r"(^|/)((spec|specification|user[_-]?stories)[^/]*\.(md|txt|rst)|requirements[^/]*\.(md|rst))$",
+                       re.IGNORECASE)
 FENCE = re.compile(r"```([A-Za-z0-9_+#-]+)")
 # Tests said to fail or pass, with a few words between ("the tests are failing", "fix the failing
 # unit tests", "the test suite still fails"; QA 50: only "failing tests" and "tests fail" counted).
-_BETWEEN = r"(?: (?:are|is|were|was|still|now|all|the|unit|integration|e2e|suite|keep|have|has|had|been|our|my))*"
+_LINKS = "are|is|were|was|still|now|all|the|unit|integration|e2e|suite|keep|keeps|have|has|had|been|our|my"
+_BETWEEN = rf"(?: (?:{_LINKS}))*"
 FAILING_TESTS = re.compile(rf" (?:failing|broken|red){_BETWEEN} tests? | tests?{_BETWEEN} "
                            r"(?:fail|fails|failed|failing|failures?|broke|broken|red) ")
 PASSING_TESTS = re.compile(rf" (?:passing|green){_BETWEEN} tests? | tests?{_BETWEEN} (?:pass|passes|passed|passing|green) "
-                           rf"| all green | tests?{_BETWEEN} (?:no longer|not|never) (?:fail|failing|red) ")
-# Said of a test file named in the scenario ("test_parser.py keeps failing").
-FAILS = re.compile(r" (?:fail|fails|failed|failing|broken|broke) ")
+                           r"| all green ")
+# Read before either: "the tests are no longer failing" passes, and "make the failing tests pass"
+# fails, where the goal's "pass" came first (review 51).
+NO_LONGER_FAILING = re.compile(rf" tests?{_BETWEEN} (?:no longer|not|never) (?:fail|failing|red) ")
+# Said of a test file named in the scenario, a few words after it ("test_parser.py keeps failing").
+FAILS_AFTER = rf"(?:\W+(?:{_LINKS}))*\W+(?:fail|fails|failed|failing|broken|broke)\b"
 
 # Complexity: log10 of the lines given (10k lines -> 1.0) and nesting depth (8 levels -> 1.0).
 LINES_FOR_FULL = 10_000
@@ -280,7 +286,8 @@ def named_files(scenario: str) -> list[str]:
     path; a bare word only as a deployment file's name (Dockerfile, Jenkinsfile, Procfile)."""
     found = []
     for token in re.findall(r"[\w.+/-]+", scenario):
-        token = token.strip("./-+")
+        # a sentence's full stop is no part of a name, a dotfile's leading dot is (review 51: .gitlab-ci.yml)
+        token = token.rstrip("./-+").lstrip("-+").removeprefix("./")
         path = PurePosixPath(token) if token else None
         if path is None or not path.name:
             continue
@@ -335,14 +342,18 @@ def detect_task_type(words: str) -> TaskType:
     return best if counts[best] else "general"  # type: ignore[return-value]
 
 
-def detect_testing(words: str, paths: list[str]) -> Testing:
-    if PASSING_TESTS.search(words):  # first: "the tests are no longer failing"
+def detect_testing(scenario: str, words: str, paths: list[str], named: list[str]) -> Testing:
+    """`paths`: every file given or named; `named`: those the scenario names, whose failure it may say."""
+    if NO_LONGER_FAILING.search(words):
         return "passing"
     if FAILING_TESTS.search(words):
         return "failing"
-    if any(TEST_FILE.search(p) for p in paths):
-        return "failing" if FAILS.search(words) else "present"
-    return "none"
+    if PASSING_TESTS.search(words):
+        return "passing"
+    text = scenario.lower()
+    if any(TEST_FILE.search(n) and re.search(re.escape(n.lower()) + FAILS_AFTER, text) for n in named):
+        return "failing"
+    return "present" if any(TEST_FILE.search(p) for p in paths) else "none"
 
 
 def nesting_depth(text: str) -> int:
@@ -415,6 +426,6 @@ def analyse(scenario: str, context: Mapping[str, Any] | None = None, input: Mapp
         languages=pick("languages", explicit.languages, lambda: detect_languages(scenario, words, paths), []),
         complexity=pick("complexity", explicit.complexity, lambda: detect_complexity(files, input or {}), 0.0),
         task_type=pick("task_type", explicit.task_type, lambda: detect_task_type(words), "general"),
-        testing=pick("testing", explicit.testing, lambda: detect_testing(words, paths), "none"),
+        testing=pick("testing", explicit.testing, lambda: detect_testing(scenario, words, paths, named), "none"),
         source=source,
     )

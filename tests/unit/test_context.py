@@ -137,6 +137,13 @@ def test_testing_status() -> None:
     assert analyse("the tests are no longer failing after the upgrade").testing == "passing"  # QA 50c
     assert analyse("test_parser.py keeps failing").testing == "failing"  # said of a test file named
     assert analyse("write tests for failing cases").testing == "none"
+    # Review 51: a goal's "pass" after failing tests, a test that keeps failing, and the failure of
+    # something else beside a test file.
+    for said in ("make the failing tests pass", "fix the failing tests so all tests pass", "the flaky test keeps failing"):
+        assert analyse(said).testing == "failing", said
+    assert analyse("add tests to tests/test_api.py for the failing login endpoint").testing == "present"
+    assert analyse("fix the failing deploy script", {"files": ["tests/test_a.py"]}).testing == "present"
+    assert analyse("tests/test_api.py is failing since the merge").testing == "failing"
 
 
 def test_files_named_in_the_scenario_count_as_files_given() -> None:
