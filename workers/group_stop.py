@@ -9,12 +9,16 @@ breaker opened (QA 49: a ledger tool, 1.00 -> 0.90, beside a tool that SIGTERMs 
 
 Which signal is which is told by the main process: it notes here, in memory shared with the pool
 processes it forks, that a shutdown began, how (celery's `worker_shutting_down`) and when. A pool
-process given SIGTERM waits up to GROUP_WAIT_S for that note: a warm shutdown noted within
-GROUP_WINDOW_S of the signal means the signal came to the whole group, and the pool process carries
-on with its task, which the warm shutdown waits for; anything else (`celery control terminate`, the
-cold shutdown's terminate, which comes after the warm one's note when a second Ctrl-C or a SIGQUIT
-escalates it, a kill of the pool process alone, a SIGTERM with no task running) ends it as SIGTERM
-always did, a moment later. A hard time limit's SIGTERM is followed by billiard's SIGKILL 0.1 s
+process given SIGTERM waits up to GROUP_WAIT_S for that note: a warm shutdown begun by SIGTERM and
+noted within GROUP_WINDOW_S of the signal means the signal came to the whole group, and the pool
+process carries on with its task, which the warm shutdown waits for, until a cold shutdown is
+noted after it. Anything else (`celery control terminate`, a kill of the pool process alone, the
+cold shutdown's terminate after a warm shutdown begun by Ctrl-C, whose group signal is SIGINT, a
+SIGTERM with no task running) ends it as SIGTERM always did, a moment later. Celery says a cold
+shutdown began only after it has cancelled the running tasks, so the worker's consumer
+(`ColdNotingConsumer`) notes it before it cancels them (review 51: a SIGQUIT 0.3 s after the
+group's SIGTERM, within its window, had the task run on to its end), and a task outlived as the
+group's ends once it is noted. A hard time limit's SIGTERM is followed by billiard's SIGKILL 0.1 s
 later, which ends the pool process first, so its `finally` blocks do not run.
 """
 
@@ -30,6 +34,7 @@ import time
 from typing import Any
 
 from celery.signals import task_postrun, task_prerun, worker_process_init, worker_shutting_down
+from celery.worker.consumer import Consumer
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +44,7 @@ GROUP_WAIT_S = 0.5  # how long a pool process given SIGTERM waits for its main p
 # as a person escalates the stop or controls it.
 GROUP_WINDOW_S = 1.0
 RUNNING, WARM, COLD = 0, 1, 2
+WARM_BY_CTRL_C = 3  # a warm shutdown whose group signal, if any, was SIGINT: no SIGTERM after it is the group's
 
 # How the main process is shutting down, and since when (CLOCK_MONOTONIC, which every process of
 # the host reads alike), mapped before the pool processes are forked and shared with each of them.
@@ -56,23 +62,36 @@ def group_sigterm(at: float) -> bool:
     """Whether a SIGTERM given to a pool process at `at` (time.monotonic) came to its whole group:
     the main process noted its warm shutdown within GROUP_WINDOW_S of it. A later SIGTERM is a
     terminate meant for the task (a second Ctrl-C, SIGQUIT, `celery control terminate`)."""
-    how, noted_at = _NOTE.unpack(_shutdown[:_NOTE.size])
-    return how == WARM and abs(at - noted_at) <= GROUP_WINDOW_S
+    if _shutdown[0] != WARM:  # the state first: its time is written before it
+        return False
+    (noted_at,) = struct.unpack_from("=d", _shutdown, 1)
+    return abs(at - noted_at) <= GROUP_WINDOW_S
 
 
-def note_shutdown(how: str) -> None:
-    """In the main process: a shutdown began, "Warm" or "Cold" (as celery names them). Written
-    once, the first: a cold one after a warm one need not be told apart, as its terminate comes
-    after the warm one's window."""
-    if shutdown_began() == RUNNING:
-        note = _NOTE.pack(COLD if how == "Cold" else WARM, time.monotonic())
+def note_shutdown(how: str, sig: str = "SIGTERM") -> None:
+    """In the main process: a shutdown began, "Warm" or "Cold" (as celery names them), by `sig`. The
+    first is written, and a cold one after it: a task outlived as the group's SIGTERM ends then."""
+    began = shutdown_began()
+    if began == RUNNING or (how == "Cold" and began != COLD):
+        state = COLD if how == "Cold" else WARM if sig == "SIGTERM" else WARM_BY_CTRL_C
+        note = _NOTE.pack(state, time.monotonic())
         _shutdown[1:_NOTE.size] = note[1:]  # its time before its state, which a pool process reads first
         _shutdown[0] = note[0]
 
 
 @worker_shutting_down.connect
-def _noted(how: str = "Warm", **_: Any) -> None:
-    note_shutdown(how)
+def _noted(how: str = "Warm", sig: str = "SIGTERM", **_: Any) -> None:
+    note_shutdown(how, sig)
+
+
+class ColdNotingConsumer(Consumer):
+    """celery's consumer, which notes a cold shutdown before it terminates the running tasks: a
+    pool process given that terminate within GROUP_WINDOW_S of a group's SIGTERM took it for the
+    group's, and its task ran on (celery's `worker_shutting_down` comes after the terminate)."""
+
+    def cancel_active_requests(self) -> None:
+        note_shutdown("Cold")
+        super().cancel_active_requests()
 
 
 _in_pool = False  # set in each pool process as it starts
@@ -97,7 +116,10 @@ def _decide(signum: int, at: float) -> None:
         time.sleep(0.01)
     if group_sigterm(at):
         _outlived()
-        return
+        while _task_running and shutdown_began() != COLD:  # until a cold shutdown's note ends the task
+            time.sleep(0.05)
+        if not _task_running:
+            return
     _not_the_groups.set()  # sent again, to be handled as it was, in the main thread
     os.kill(os.getpid(), signum)
 
