@@ -61,8 +61,8 @@ class ServedVersions:
     promoted: set[str] = field(default_factory=set)
     rolled_back: set[str] = field(default_factory=set)
     chance: dict[str, float] = field(default_factory=dict)
-    # Of each version promoted (on trial or active), the version its promotion put it in place of: an
-    # evolved version's parent, or what a manifest's new version is tried against (it has no parent).
+    # Of each version promoted (on trial or active), the version its promotion put it in place of:
+    # the version it is tried against (an evolved version's lineage is its manifest's parent_version).
     replaced: dict[str, str] = field(default_factory=dict)
     # Of a namespace in `chance`, the version its trial's draw serves first on the other calls.
     other_side: dict[str, str] = field(default_factory=dict)

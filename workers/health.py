@@ -327,14 +327,16 @@ def _from_memory_worker(name: Literal["store", "model", "tools"], answers: dict[
     return Check(name=name, status=check.status, detail=f"{check.detail} (checked by {node})", ms=round(check.ms, 2))
 
 
-def check_model_files(settings: Settings) -> Check:
+def check_model_files(settings: Settings, not_asked: str = "") -> Check:
+    """The model's files as this host sees them, where no memory worker said (`not_asked`: why none was asked)."""
     path = settings.embedding_model_path
+    unanswered = not_asked or "no memory worker answered"
     if path is None:
-        return Check(name="model", status="skip", detail="no memory worker answered; FITTEST_EMBEDDING_MODEL_PATH unset")
+        return Check(name="model", status="skip", detail=f"{unanswered}; FITTEST_EMBEDDING_MODEL_PATH unset")
     missing = [f for f in ("model.onnx", "tokenizer.json", "config.json") if not (path / f).is_file()]
     if missing:
         return Check(name="model", status="fail", detail=f"{path} lacks {', '.join(missing)} (FITTEST_EMBEDDING_MODEL_PATH)")
-    return Check(name="model", status="ok", detail=f"files present in {path}; not loaded (no memory worker answered)")
+    return Check(name="model", status="ok", detail=f"files present in {path}; not loaded ({unanswered})")
 
 
 def health(settings: Settings, checks: list[str], workers: list[str], timeout: float) -> HealthReport:
@@ -379,7 +381,7 @@ def health(settings: Settings, checks: list[str], workers: list[str], timeout: f
                 detail=f"embedded store under {settings.data_dir / 'qdrant'}: {not_asked or 'no memory worker answered for it'} "
                 "(only the process that owns it can open it)"))
     if "model" in checks:
-        results.append(_from_memory_worker("model", answers) or check_model_files(settings))
+        results.append(_from_memory_worker("model", answers) or check_model_files(settings, not_asked))
     if "tools" in checks:  # where no memory worker says, as this host sees the directory
         results.append(_from_memory_worker("tools", answers) or tools_dir_check(settings))
     if BEAT in checks:

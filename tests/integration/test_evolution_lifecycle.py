@@ -915,6 +915,9 @@ def test_a_version_evolved_by_hand_from_one_not_served_is_tried_against_the_one_
     assert served == {"1.2.0", "1.1.0"}  # never the original it was evolved from
     entry = rt.evolution.changelog("slowish")[-1]
     assert entry.parent == "1.0.0" and "against slowish@1.1.0, which its namespace serves" in entry.reason
+    # `fittest tools` names what it is tried against (review 51: "on trial against its parent")
+    trial = [(r.on_trial, r.trial_against) for r in tool_rows([original, child], rt.state, 5) if r.version == "1.2.0"]
+    assert trial == [(True, "1.1.0")]
     back = rollback(rt.state, rt.evolution, "slowish")
     assert back.evolved_version == "1.2.0"
     assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) == "1.1.0"

@@ -524,7 +524,7 @@ def test_the_tools_list_marks_a_tool_new_to_the_running_system_while_its_trial_r
     assert [(r.version, r.on_trial) for r in rows if r.name == "fast_sort"] == [("1.0.0", False), ("1.1.0", True)]
     with console.capture() as out:
         console.print(tools_table(rows))
-    assert any("fast_sort@1.1.0 (on trial against its parent)" in line for line in out.get().splitlines())
+    assert any("fast_sort@1.1.0 (on trial against 1.0.0)" in line for line in out.get().splitlines())
     # A version rolled back is marked as not served (QA README L6: it was listed like any other).
     state.promote(Promotion(namespace="fast_sort", evolved_version="1.1.0", original_version="1.0.0", status="rolled_back"))
     rows = tool_rows([*manifests, evolved], state, trial_runs=2)

@@ -79,9 +79,11 @@ def test_a_workers_answer_it_cannot_read_fails_the_check_it_stands_for(monkeypat
     assert model.status == "fail" and "(checked by memory@b)" in model.detail
 
 
-def test_the_store_check_says_its_memory_worker_was_not_asked_when_redis_is_away(tmp_path: Path) -> None:
-    """QA 50e: "no memory worker answered for it", of workers never asked: Redis did not answer."""
+def test_the_store_and_model_checks_say_their_memory_worker_was_not_asked_when_redis_is_away(tmp_path: Path) -> None:
+    """QA 50e: "no memory worker answered for it", of workers never asked: Redis did not answer (the
+    model's check too: review 51)."""
     settings = Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", data_dir=tmp_path / "data")
-    (check,) = health(settings, ["store"], ["memory"], timeout=0.2).checks
-    assert (check.name, check.status) == ("store", "fail")
-    assert "not asked: cannot reach Redis" in check.detail and "no memory worker answered" not in check.detail
+    store, model = health(settings, ["store", "model"], ["memory"], timeout=0.2).checks
+    assert (store.name, store.status, model.name) == ("store", "fail", "model")
+    for check in (store, model):
+        assert "not asked: cannot reach Redis" in check.detail and "no memory worker answered" not in check.detail, check

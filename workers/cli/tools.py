@@ -130,6 +130,9 @@ class ToolRow(BaseModel):
     # The evolved version its namespace's promotion puts on trial (QA: "(new: on trial)" marked a
     # new tool's original, and nothing marked the version really on trial).
     on_trial: bool = False
+    # The version it is tried against: its parent, or what the namespace served when it went on
+    # trial (review 51: "on trial against its parent" of a manual evolution tried against another).
+    trial_against: str | None = None
     # Taken out of the calls by its namespace's promotions (evolution/served_version.py
     # `withdrawn_versions`, as selection reads them; QA README L6: listed like any served version).
     rolled_back: bool = False
@@ -139,7 +142,7 @@ class ToolRow(BaseModel):
         return tool_key(self.name, self.version)
 
 
-def served_first(manifests: list[ToolManifest], promotions: dict[str, Promotion | None]) -> set[str]:
+def versions_served(manifests: list[ToolManifest], promotions: dict[str, Promotion | None]) -> set[str]:
     """The versions their namespace serves first on some of its calls: what its promotion stands
     for (`head_version`), during a trial the version it is tried against as well, else its original
     (the lowest version with no parent, or the one its promotion was made against)."""
@@ -167,7 +170,7 @@ def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int)
     promotions = state.promotions(sorted({m.name for m in manifests}))
     withdrawn = {tool_key(name, v) for name, current in promotions.items() if current is not None
                  for v in withdrawn_versions(state.promotion_history(name), current)}
-    served = served_first(manifests, promotions)
+    served = versions_served(manifests, promotions)
     runs: dict[str, int] = {}
     for m in manifests:
         runs[m.name] = runs.get(m.name, 0) + stats[m.key].successes + stats[m.key].failures
@@ -181,7 +184,8 @@ def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int)
             # not while its breaker holds it back (QA 48 recheck: a crashed killer read "tried first")
             newcomer=(not m.deprecated and m.name in newcomers and breakers[m.key] == "closed"
                       and m.key in served and runs[m.name] < trial_runs),
-            on_trial=(p := promotions.get(m.name)) is not None and p.status == "on_trial" and p.evolved_version == m.version,
+            on_trial=(trial := (p := promotions.get(m.name)) is not None and p.status == "on_trial" and p.evolved_version == m.version),
+            trial_against=(fallback_version(p) or p.original_version) if trial and p is not None else None,
             rolled_back=m.key in withdrawn,
         )
         for m in manifests
@@ -226,7 +230,7 @@ def tools_table(rows: list[ToolRow], title: str = "tools") -> Table:
         color = "green" if q >= 0.9 else "yellow" if q >= 0.7 else "red"
         key = (literal(r.key) + (" [dim](deprecated)[/dim]" if r.deprecated else "")
                + (" [cyan](new tool: tried first on a share of its calls)[/cyan]" if r.newcomer else "")
-               + (" [cyan](on trial against its parent)[/cyan]" if r.on_trial else "")
+               + (f" [cyan](on trial against {literal(r.trial_against or 'the original')})[/cyan]" if r.on_trial else "")
                + (" [dim](rolled back: not served)[/dim]" if r.rolled_back else ""))
         shown = {"open": "[red]open[/red]", "half_open": "[yellow]half-open[/yellow]"}.get(r.breaker, "[dim]closed[/dim]")
         refused = f" [dim](+{r.refused_inputs} refused inputs)[/dim]" if r.refused_inputs else ""
