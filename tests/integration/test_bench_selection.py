@@ -106,7 +106,8 @@ def test_each_stream_embeds_its_queries_itself(monkeypatch: pytest.MonkeyPatch, 
 
 def test_a_bench_stopped_by_sigterm_removes_its_private_state(redis_url: str, model_path: Path, tmp_path: Path) -> None:
     """QA: `timeout 15 fittest bench selection ...` left thousands of the bench's keys in Redis and its
-    store under /tmp (Ctrl-C removed them; SIGTERM skipped the clean-up)."""
+    store under /tmp (Ctrl-C removed them; SIGTERM skipped the clean-up). QA 51b: Ctrl-C pressed
+    again while the state was removed cut the removal short."""
     if not (DATA / "tools.json").exists():
         pytest.skip(f"the MetaTool data is not at {DATA}")
     client = redis.Redis.from_url(redis_url)
@@ -123,9 +124,15 @@ def test_a_bench_stopped_by_sigterm_removes_its_private_state(redis_url: str, mo
         time.sleep(1.0)
         assert bench.poll() is None, bench.stderr.read() if bench.stderr else ""
         bench.send_signal(signal.SIGTERM)
-        assert bench.wait(timeout=60) == 128 + signal.SIGTERM
+        for _ in range(5):
+            time.sleep(0.05)
+            bench.send_signal(signal.SIGINT)
+        # (Python runs a SIGINT pending beside the SIGTERM first: either ends it)
+        assert bench.wait(timeout=60) in (128 + signal.SIGTERM, 128 + signal.SIGINT)
         assert bench.stderr is not None
-        assert "stopped by SIGTERM: the bench's private state is removed, and its numbers are not written" in bench.stderr.read()
+        said = bench.stderr.read()
+        assert "the bench's private state is removed, and its numbers are not written" in said, said
+        assert "Traceback" not in said and "Exception ignored" not in said, said
     finally:
         bench.kill()
     assert set(client.scan_iter("bench*")) == before

@@ -47,12 +47,17 @@ def test_the_columns_are_found_whatever_their_case_spaces_and_order(tmp_path: Pa
 
 @pytest.mark.parametrize(("text", "message"), [
     ("Question,Answer\nhi,ResearchHelper\n", "expected the columns Query,Tool"),
-    ("Query,Tool\nFind papers,ResearchHelper\n,ResearchHelper\n", "row 3: empty Query or Tool"),
-    ("Query,Tool\nFind papers,WeatherTool\n", "row 2: tool 'WeatherTool' is not in the tools file"),
+    ("Query,Tool\nFind papers,ResearchHelper\n,ResearchHelper\n", "line 3: empty Query or Tool"),
+    ("Query,Tool\nFind papers,WeatherTool\n", "line 2: tool 'WeatherTool' is not in the tools file"),
     ("Query,Tool\n", "no queries"),
     ("Query,Tool,query\nFind papers,ResearchHelper,\n", "expected the columns Query,Tool \\(once each\\)"),
-    ("Query,Tool\nFind papers\n", "row 2: empty Query or Tool"),
-    ('Query,Tool\n"unterminated,foo\nFind papers,ResearchHelper\n', "row 2: a quoted field is not closed"),
+    ("Query,Tool\nFind papers\n", "line 2: empty Query or Tool"),
+    ('Query,Tool\n"unterminated,foo\nFind papers,ResearchHelper\n', "line 3: a quoted field is not closed"),
+    # QA 51b: the line an editor shows, past a query that spans lines; a quote left open that took
+    # in another row's comma
+    ('Query,Tool\n"find\npapers",ResearchHelper\nbook,NoSuchTool\n', "line 4: tool 'NoSuchTool'"),
+    ('Query,Tool\n"unclosed query,ResearchHelper\n"next query, at time",ResearchHelper\n',
+     "tool .* is not in the tools file; a quoted field of it spans lines: is a quote not closed\\?"),
 ])
 def test_a_bad_queries_file_is_refused_naming_the_row_and_problem(tmp_path: Path, text: str, message: str) -> None:
     path = write(tmp_path / "q.csv", text)
@@ -157,3 +162,22 @@ def test_the_private_redis_directory_is_removed_when_no_redis_server_starts(
     assert not list(tmp_path.glob("fittest-bench-redis-*"))
     # It says why it starts one (QA J: a mistyped FITTEST_REDIS_URL went unnoticed), without the password.
     assert said == ["redis://:**@127.0.0.1:1/0 does not answer: the bench runs its own redis-server"]
+
+
+@pytest.mark.parametrize("bench", ["selection", "supervised"])
+def test_a_json_path_that_is_an_input_of_the_bench_is_refused(tmp_path: Path, bench: str) -> None:
+    """QA 51b: `--json` naming the queries file overwrote it with the numbers."""
+    tools = write(tmp_path / "tools.json", json.dumps(TOOLS))
+    queries = write(tmp_path / "q.csv", "Query,Tool\nFind papers on bees,ResearchHelper\n")
+    for given in (queries, tools):
+        result = CliRunner().invoke(app, ["bench", bench, "--tools", str(tools), "--queries", str(queries), "--json", str(given)],
+                                    env={"COLUMNS": "400"})
+        assert result.exit_code == 2 and "is an input of the bench: give another file" in result.output, result.output
+    assert queries.read_text().startswith("Query,Tool")
+
+
+def test_a_stream_of_fewer_than_two_queries_is_refused() -> None:
+    """QA 51b: `--limit 1` left the first half empty, and its top-1 was reported as 0.000."""
+    result = CliRunner().invoke(app, ["bench", "selection", "--tools", "t.json", "--queries", "q.csv", "--limit", "1"],
+                                env={"COLUMNS": "400"})
+    assert result.exit_code == 2 and "1 is not in the range x>=2" in result.output, result.output

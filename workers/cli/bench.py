@@ -20,10 +20,16 @@ app = typer.Typer(no_args_is_help=True)
 def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
     from workers.cli.common import err_console
 
+    # The removal the exit unwinds into is not cut short by the next Ctrl-C (QA 51b: Ctrl-C pressed
+    # four times left 2,459 keys, or the store's directory, behind, with tracebacks). Ignored, not
+    # handled: Python gives a handler of its own back to the default as it exits.
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, signal.SIG_IGN)
     # QA AC N9: Ctrl-C printed an empty line and nothing more.
     err_console.print(f"stopped by {signal.Signals(signum).name}: the bench's private state is removed, "
                       "and its numbers are not written", highlight=False)
     raise SystemExit(128 + signum)
+
 
 
 @app.callback()
@@ -51,17 +57,30 @@ def _writable_json(path: Path | None) -> Path | None:
     return path
 
 
+def not_an_input(path: Path | None, *inputs: Path) -> None:
+    """Refuse a --json path that is one of the bench's inputs, which its numbers would overwrite (QA 51b)."""
+    from workers.cli.common import REFUSED, fail
+
+    if path is not None and path.resolve() in {p.resolve() for p in inputs}:
+        fail(f"--json {path} is an input of the bench: give another file", REFUSED)
+
+
 JsonPath = Annotated[Path | None, typer.Option("--json", help="Write the numbers to this JSON file.",
                                                callback=_writable_json)]
 
 
 def finish(result: BenchResult, path: Path | None) -> None:
     """The line saying where the numbers were measured, and the JSON with them."""
-    from workers.cli.common import console, literal
+    from workers.cli.common import console, fail, literal
 
     console.print(f"[dim]{literal(result.host.line())}[/dim]")
     if path is not None:
-        path.write_text(result.model_dump_json(indent=2) + "\n")
+        numbers = result.model_dump_json(indent=2) + "\n"
+        try:
+            path.write_text(numbers)
+        except OSError as exc:  # a disk filled during the run: the numbers are printed, not lost (QA 51b)
+            print(numbers, end="")
+            fail(f"cannot write {path} ({exc.strerror or exc}): the numbers are printed above")
 
 
 # --------------------------------------------------------------------------------------- throughput
@@ -176,7 +195,7 @@ def scale(
 def selection(
     tools: Annotated[Path, typer.Option(help="Tools as a JSON object {name: description} (MetaTool's tools.json).")],
     queries: Annotated[Path, typer.Option(help="CSV with the columns Query,Tool (MetaTool's queries).")],
-    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N queries of the shuffled stream.")] = None,
+    limit: Annotated[int | None, typer.Option(min=2, help="Only the first N queries of the shuffled stream (2 at least: a stream has two halves).")] = None,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the stream order (and of the policy's draws).")] = 0,
     policy: Annotated[str, typer.Option(help=f"Policy under test: {' or '.join(policy_names())} (the `seed` policy always runs as the baseline).")] = "learned",
     retrain_every: Annotated[int, typer.Option(min=1, help="Queries between two retrains of the weights and the tool classifier (the beat's place in the stream).")] = 500,
@@ -190,9 +209,10 @@ def selection(
     not answer) and streams the queries in a seeded order through the workers' selection and
     outcome-recording code: an attempt succeeds iff the tool's name is the row's Tool, up to 5
     attempts per query, each query learning from every earlier one (and the weights and tool
-    classifier retrained every --retrain-every queries, as the beat would). Three streams: the policy,
-    the policy with learning off (zero-shot), and `seed`; a fourth with --reveal-missed. Needs the
-    embedding model (FITTEST_EMBEDDING_MODEL_PATH)."""
+    classifier retrained every --retrain-every queries, as the beat would). Three streams in one
+    order: the policy, the policy with learning off (zero-shot), and `seed` (two with --policy seed,
+    which is its own baseline); one more with --reveal-missed. Needs the embedding model
+    (FITTEST_EMBEDDING_MODEL_PATH)."""
     from rich import box
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
     from rich.table import Table
@@ -211,6 +231,7 @@ def selection(
             if done % 50 == 0 or done == total:
                 bar.update(tasks[stream], completed=done)
 
+        not_an_input(json_path, tools, queries)
         try:
             result = run_selection_bench(get_settings(), tools, queries, limit, seed, policy, progress, retrain_every,
                                          reveal_missed, notice=lambda text: err_console.print(literal(text)))
@@ -272,6 +293,7 @@ def supervised(
     from workers.cli.common import REFUSED, console, fail
     from workers.settings import get_settings
 
+    not_an_input(json_path, tools, queries)
     try:
         result = run_supervised_bench(get_settings(), tools, queries, folds, seed, epochs)
     except BenchInputError as exc:
