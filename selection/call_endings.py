@@ -44,16 +44,16 @@ def _why_it_counts(c: Candidate | None) -> str:
 
 def refused_by_a_doer(plan: CallPlan) -> bool:
     """Whether the call's input was refused as the caller's mistake by a version that does such jobs
-    by its record: the one refusal no evolution is for (QA ops: 73 of 73 such calls evolved the
+    by its record (by any of the call's attempts): the one refusal no evolution is for (QA ops: 73 of 73 such calls evolved the
     tool that does the job, each a no_fix). A refusal by the job's clear best match that has not
     done such jobs yet is the caller's mistake too (it demotes nothing, and no tool that takes
     anything is tried with the input), but the version may be the one that is wrong: the call
     still evolves it (input coercion and defaults)."""
-    refusal = refused_input(plan)
-    if refusal is None or not refusal.callers_mistake:
-        return False
-    refused_by = refuser(plan)
-    return refused_by is None or refused_by.does_the_job
+    by_key = {c.key: c for c in plan.candidates}
+    # any such refusal of the call: a version on trial refused first, then the version it is tried
+    # against, which does the job, refused the same input (QA 51c: the call evolved the one on trial)
+    return any((refused_by := by_key.get(a.key)) is None or refused_by.does_the_job
+               for a in plan.attempts if a.callers_mistake)
 
 
 def _refused(plan: CallPlan, refusal: ToolExecutionResult) -> str:

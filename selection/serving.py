@@ -272,6 +272,14 @@ def does_the_job(e: CandidateEvidence) -> bool:
     return sum(s >= SAME_JOB for s in e.doing_similarities) >= RELIABLE_RUNS
 
 
+def does_the_named_job(e: CandidateEvidence, namespace: str | None) -> bool:
+    """`does_the_job`, or for a version of the namespace a call names, RELIABLE_RUNS successes of
+    any job: the caller chose the tool, so the job is the tool's, whatever the scenario's words. A
+    `call_tool` without a scenario is ranked by the tool's description, which the jobs the tool did
+    match less than SAME_JOB (QA 51c: one caller's typo evolved a version with 46 successes)."""
+    return does_the_job(e) or (e.manifest.name == namespace and e.successes >= RELIABLE_RUNS)
+
+
 def refuses_everything(e: CandidateEvidence) -> bool:
     """Whether this version refused REFUSED_IN_A_ROW inputs since its last success: it may be
     broken (a KeyError of its own on every input) rather than every caller wrong, so its refusals

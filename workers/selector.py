@@ -45,7 +45,7 @@ from selection.ports import (
     VectorHit,
 )
 from selection.serving import (OUTAGE_CLASSES, ServedVersions, best_matches, breaker_probe, does_such_jobs_here,
-                               does_the_job, evolved_first, explored_first, newcomer_to_try, refuses_everything,
+                               does_the_named_job, evolved_first, explored_first, newcomer_to_try, refuses_everything,
                                served_first)
 from selection.sparc import declared_against, declared_for, sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
@@ -183,7 +183,7 @@ class Selector:
                                 newcomer=newcomer.key if newcomer else None, passed=passed, probe=probe,
                                 half_open=self._local.half_open, best=best, served=served)
         timeouts = {e.key: e.timeout_s for e in evidence}
-        doers = {e.key for e in evidence if does_the_job(e)}
+        doers = {e.key for e in evidence if does_the_named_job(e, ruled.namespace)}
         refusing = {e.key for e in evidence if refuses_everything(e)}
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)

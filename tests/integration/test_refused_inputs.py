@@ -37,3 +37,13 @@ def test_a_first_call_with_a_bad_input_does_not_hand_the_job_to_a_tool_that_take
         p.settled()
         right = p.call(scenario="compute the sha256 hash of this text", input={"text": "hi", "algorithm": "sha256"})
         assert right["status"] == "success" and right["tool"] == "hash_text", right
+        # Called by name without a scenario, by the tool's description, which its jobs match less
+        # than the same job: a tool with its successes refusing a caller's typo is not evolved (QA 51c:
+        # one typo evolved a version with 46 successes).
+        for algorithm in ("md5", "sha1"):
+            assert p.call(scenario="compute the sha256 hash of this text",
+                          input={"text": "hi", "algorithm": algorithm})["status"] == "success"
+        p.settled()
+        typo = p.client.wait(p.client.send("call_tool", name="hash_text", input={"txt": "hi", "algorithm": "md5"}), 120)
+        assert typo["status"] == "failed" and typo["evolution"] is None, typo
+        assert typo["message"].endswith("it does such jobs (3 or more like this one succeeded): check the input"), typo["message"]

@@ -565,6 +565,31 @@ def test_a_namespace_refusal_names_the_version_that_does_such_jobs_not_the_one_t
                                            "check the input")
 
 
+def test_a_refusal_by_a_version_that_does_the_job_after_one_on_trial_evolves_nothing() -> None:
+    """QA 51c: 1.2.0 on trial (one success) refused a caller's wrong key, then 1.0.0, which had done
+    the job 46 times, refused the same input: the call evolved 1.2.0 into 1.3.0."""
+    plan = CallPlan(request=CallRequest(scenario="make this text upper case", namespace="upper"),
+                    candidates=[candidate("upper", "1.2.0"), candidate("upper")])
+    plan.candidates[0].matches_best, plan.candidates[1].does_the_job = True, True
+    plan.attempts = [ToolExecutionResult(attempt_id=f"c:{i}", call_id="c", tool="upper", version=version, success=False,
+                                         error_class=FailureClass.bad_input, callers_mistake=True, metadata={"attempt": i})
+                     for i, version in enumerate(("1.2.0", "1.0.0"))]
+    assert refused_by_a_doer(plan)
+    assert not refused_by_a_doer(plan.model_copy(update={"attempts": plan.attempts[:1]}))  # the one on trial alone
+
+
+def test_a_version_of_the_tool_a_call_names_does_its_job_by_its_successes_anywhere() -> None:
+    """QA 51c: a `call_tool` without a scenario is ranked by the tool's description, which none of
+    its 46 successes matched as the same job: a caller's typo was no caller's mistake, and evolved it."""
+    from selection.serving import does_the_named_job
+
+    worked = CandidateEvidence(manifest=candidate("upper").manifest, similarity=0.6, successes=46,
+                               doing_similarities=[0.7] * 46)
+    assert not does_the_job(worked) and does_the_named_job(worked, "upper")
+    assert not does_the_named_job(worked, "other") and not does_the_named_job(worked, None)
+    assert not does_the_named_job(worked.model_copy(update={"successes": 2}), "upper")
+
+
 def test_a_version_does_a_job_after_three_successes_at_it_and_only_its_refusal_then_is_the_callers_mistake() -> None:
     def doer(*similarities: float) -> bool:
         return does_the_job(CandidateEvidence(manifest=candidate("hash_text").manifest, success_similarities=list(similarities),
