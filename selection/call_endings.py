@@ -170,6 +170,8 @@ def served_by_whom_note(plan: CallPlan, served: Candidate, result: ToolExecution
     if named and served.manifest.name != named:
         if any(a.tool == named and not a.success for a in plan.attempts):
             return f"the call named {named}, which failed; {served.key}, another tool, served it, {check}"
+        if any(split_key(key)[0] == named for key in plan.code_missing):  # QA 51c: a plain success, no word
+            return f"the call named {named}, whose tool folder is gone; {served.key}, another tool, served it, {check}"
         # Passed over as the call ran (its breaker opened since the call was planned, or another call
         # probes it): the plan's note, made before, could not say so (QA 49: a weather job named its
         # tool and got a beehive sensor's output, 0.26 similar, with no note).

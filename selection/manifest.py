@@ -35,10 +35,11 @@ TaskType = Literal[
 class ManifestError(ValueError):
     """A manifest that cannot be used; the message names the file, the field and the reason."""
 
-    def __init__(self, path: str | Path, field: str, reason: str) -> None:
+    def __init__(self, path: str | Path, field: str, reason: str, fields: list[str] | None = None) -> None:
         self.path = str(path)
         self.field = field
         self.reason = reason
+        self.fields = fields or [field]  # every field at fault, the first being `field`
         super().__init__(f"{self.path}: field '{field}': {reason}")
 
 
@@ -264,13 +265,14 @@ def tool_reference(text: str) -> tuple[str, str | None]:
     return name, version or None
 
 
-def _field_and_reason(exc: ValidationError) -> tuple[str, str]:
-    """The first bad field, and what is wrong with it and with each other bad field: an author
-    mends them all at once rather than one per load (pydantic's "Value error, " left out)."""
+def _field_and_reason(exc: ValidationError) -> tuple[str, str, list[str]]:
+    """The first bad field, what is wrong with it and with each other bad field, and every bad
+    field: an author mends them all at once rather than one per load (pydantic's "Value error, "
+    left out), and a CI check reads them all (QA 51c: only the first was a field)."""
     errors = [(".".join(str(p) for p in e["loc"]) or "(manifest)", e["msg"].removeprefix("Value error, "))
               for e in exc.errors(include_url=False)]
     (field, reason), others = errors[0], errors[1:]
-    return field, reason + "".join(f"; field '{where}': {why}" for where, why in others)
+    return field, reason + "".join(f"; field '{where}': {why}" for where, why in others), list(dict.fromkeys(w for w, _ in errors))
 
 
 def parse_manifest(data: Any, path: str | Path, tool_dir: str | Path | None = None) -> ToolManifest:
@@ -282,8 +284,8 @@ def parse_manifest(data: Any, path: str | Path, tool_dir: str | Path | None = No
     try:
         return ToolManifest.model_validate(data)
     except ValidationError as exc:
-        field, reason = _field_and_reason(exc)
-        raise ManifestError(path, field, reason) from exc
+        field, reason, fields = _field_and_reason(exc)
+        raise ManifestError(path, field, reason, fields) from exc
 
 
 def load_manifest(path: str | Path) -> ToolManifest:

@@ -167,7 +167,7 @@ class ToolsDirWatch:
         file that holds its version may go); each reason is reported once. `note` (the version that
         stays served meanwhile) is kept with the reason, for `fittest health` to say too."""
         if note:
-            why = ManifestError(why.path, why.field, why.reason + note)
+            why = ManifestError(why.path, why.field, why.reason + note, why.fields)
         previous = self._refused.get(str(path))
         if previous is None or str(previous) != str(why):
             log.warning("tool manifest refused: %s", why,

@@ -92,11 +92,15 @@ def test_a_tool_whose_manifest_does_not_load_now_is_not_said_to_be_gone(model_pa
     text = manifest.read_text()
     assert "implementation:\n  kind: python\n  entrypoint: slug:run\n" in text
     manifest.write_text(text.replace("implementation:\n  kind: python\n  entrypoint: slug:run\n", ""))  # half-edited
+    other = tools / "word_stats" / "tool.yaml"
+    other.write_text(other.read_text() + "timeout_s: -1\n")  # another tool's, broken too
     fittest = without_workers(model_path, private_redis.url, tmp_path, tools)
     code, said, _ = fittest("show", "slugify")
     assert code == 2 and f"no tool named 'slugify'; these manifests do not load: {manifest}: field 'implementation'" in said, said
     assert "the workers serve it as they last read it" in said
-    assert fittest("show", "nosuch")[0] == 2
+    assert str(other) not in said  # QA 51c: every broken manifest of the folder was named
+    code, said, _ = fittest("show", "nosuch")
+    assert code == 2 and "these manifests do not load" not in said, said
 
 
 def test_a_judgement_no_worker_took_in_time_is_never_recorded_so_it_can_be_sent_again(
@@ -198,7 +202,7 @@ def test_refused_manifests_are_listed_as_json_apart_from_the_versions_whose_list
     shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
     (tools / "bad_version").mkdir()
     (tools / "bad_version" / "tool.yaml").write_text(
-        (EXAMPLE_TOOLS / "slugify" / "tool.yaml").read_text().replace("version: 1.0.0", "version: v1.0"))
+        (EXAMPLE_TOOLS / "slugify" / "tool.yaml").read_text().replace("version: 1.0.0", "version: v1.0") + "timeout_s: -1\n")
     env = {**os.environ, "FITTEST_REDIS_URL": private_redis.url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
            "FITTEST_TOOLS_DIR": str(tools), "FITTEST_DATA_DIR": str(tmp_path / "data"), "FITTEST_KEY_PREFIX": "refused:"}
     env.pop("FITTEST_RESULT_BACKEND", None)
@@ -208,8 +212,11 @@ def test_refused_manifests_are_listed_as_json_apart_from_the_versions_whose_list
     assert "`fittest tools --refused --json` lists them" in " ".join(listed.stderr.split())
     refused = run("--refused", "--json")
     assert refused.returncode == 1, refused.stderr  # a CI check fails on it without parsing anything
+    # every field at fault is one (QA 51c: the second was only in the reason's words)
     assert json.loads(refused.stdout) == [{"path": str(tools / "bad_version" / "tool.yaml"), "field": "version",
-                                           "reason": "'v1.0' is not a semantic version (MAJOR.MINOR.PATCH)"}]
+                                           "reason": "'v1.0' is not a semantic version (MAJOR.MINOR.PATCH); field "
+                                                     "'timeout_s': Input should be greater than 0",
+                                           "fields": ["version", "timeout_s"]}]
     # a CI check of the manifests needs no Redis
     env["FITTEST_REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
     offline = run("--refused", "--json")

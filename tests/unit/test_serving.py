@@ -694,6 +694,12 @@ def test_a_tool_that_matches_the_job_weakly_and_never_did_it_or_another_than_the
     assert note(passed, counter) == (  # held back as the call was planned, which the plan's note said (QA 49 recheck 2)
         "vowel_count@1.0.0, another tool, served it, matching it 0.22: check its output "
         "(`fittest feedback add vowel_count positive|negative --call c` says whether it does)")
+    # ...and when its tool folder was gone (QA 51c: upper-cased text for a character count, with no note).
+    gone = call(ran("vowel_count", True), namespace="reverse_text")
+    gone.code_missing.append("reverse_text@1.0.0")
+    assert note(gone, counter) == ("the call named reverse_text, whose tool folder is gone; vowel_count@1.0.0, another "
+                                   "tool, served it, matching it 0.22: check its output (`fittest feedback add "
+                                   "vowel_count positive|negative --call c` says whether it does)")
     typo = call(ran("reverse_text", False), ran("vowel_count", True), namespace="reverse_txt")
     assert note(typo, counter) is None  # no such tool ran: its own note says so
     assert note(call(ran("reverse_text", False), ran("vowel_count", True), namespace="vowel_count"), counter) is None

@@ -94,9 +94,20 @@ def no_tool_named(registry: ToolRegistry, name: str) -> NoReturn:
     """Fail naming a tool no manifest here declares; when some did not load, it may be in one of
     them, and the workers go on serving it as they last read it (QA new user: "no tool named" of a
     tool whose manifest was half-edited, served in the same minute)."""
+    import re
+    from pathlib import Path
+
     from workers.settings import get_settings
 
-    unread = [str(e) for e in registry.refused()]  # the file, the field and why
+    def may_hold(path: str) -> bool:  # its folder is named so, or a `name:` line of it names it
+        try:
+            text = Path(path).read_text(errors="replace")
+        except OSError:
+            text = ""
+        return name in Path(path).parts or re.search(rf"^name:\s*['\"]?{re.escape(name)}['\"]?\s*$", text, re.M) is not None
+
+    # the file, the field and why; only those that may hold it (QA 51c: every broken manifest of the folder was named)
+    unread = [str(e) for e in registry.refused() if may_hold(e.path)]
     tools_dir = get_settings().tools_dir
     gone = "" if tools_dir.is_dir() else (  # QA 49: `tools` listed it, `show` said there was none
         f"; FITTEST_TOOLS_DIR ({tools_dir.resolve()}) is not there: if the tool is in it, the workers keep it "

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional, Protocol
 
 import typer
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from rich.table import Table
 
 from evolution.served_version import fallback_version, head_version, withdrawn_versions
@@ -29,6 +29,7 @@ class RefusedManifest(BaseModel):
     path: str
     field: str  # the manifest's field at fault, or "(file)", "(yaml)", "(manifest)" for the file as a whole
     reason: str
+    fields: list[str] = Field(default_factory=list)  # every field at fault, `field` first (QA 51c)
 
 
 @app.command()
@@ -76,7 +77,7 @@ def tools(
                               f"{literal(repr(meant))}? (a call stating {literal(meant)} scores it as a tool of another "
                               "language)")
     if refused:  # a list of their own, so that `--json`'s list of versions keeps its shape (QA onboarding M3)
-        listed = [RefusedManifest(path=e.path, field=e.field, reason=e.reason) for e in skipped]
+        listed = [RefusedManifest(path=e.path, field=e.field, reason=e.reason, fields=e.fields) for e in skipped]
         if json_out:
             print_json([m.model_dump() for m in listed])
         else:
