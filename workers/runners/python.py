@@ -272,7 +272,7 @@ def _outcome(thread: threading.Thread, box: dict[str, Any], timeout_s: float, li
     if thread.is_alive():
         how = ("the call's thread was stopped" if stop_thread(thread) else
                "the call's thread did not stop: it is blocked outside Python, or it catches ToolStopped (a bare except); "
-               "abandoned, it runs on in the worker until it returns")
+               "abandoned, it runs on in the worker until it returns or the executor restarts")
         return RunOutcome.fail(FailureClass.timeout, f"no result within {timeout_s:.3g}s ({how})")
     if "load_error" in box:
         return RunOutcome.fail(box["load_error"].error_class, str(box["load_error"]))
