@@ -198,8 +198,10 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
                     f"serve FITTEST_KEY_PREFIX {', '.join(theirs)}, not {settings.key_prefix}. Each stack's workers would "
                     "run the other's calls: give this stack its own database (FITTEST_REDIS_URL=redis://HOST:PORT/N), or "
                     "the other stack's prefix to join it")
-            owner = next((node for node in others if node.startswith("memory@")), None)
-            if owner is not None and "memory" in roles and settings.qdrant_url is None and others[owner] == settings.key_prefix:
+            # (any of them: one of an older release, which says no prefix, may sort first: review 51)
+            owner = next((node for node, prefix in sorted(others.items())
+                          if node.startswith("memory@") and prefix == settings.key_prefix), None)
+            if owner is not None and "memory" in roles and settings.qdrant_url is None:
                 # Review 50: a second memory worker kept a store of its own, and the stack's feedback,
                 # failures and learning were split between the two by which took each message.
                 raise StackError(
@@ -221,7 +223,7 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
         # The Procfile's Flower line reads its port from FITTEST_FLOWER_PORT.
         flower = {**env, "FITTEST_FLOWER_PORT": str(settings.flower_port), **flower_env(settings)}
         for name in roles:
-            command = procfile.processes[name].replace("@%h ", f"@%h{node_suffix} ")
+            command = re.sub(r"(-n \S+@%h)(?=\s|$)", rf"\g<1>{node_suffix}", procfile.processes[name])  # a node name at the line's end too
             manager.add_process(name, command, env=flower if name == "flower" else env, cwd=str(ROOT))
         signal.signal(signal.SIGHUP, hang_up)
         manager.loop()
