@@ -63,7 +63,7 @@ def test_a_query_of_an_unknown_tool_is_named(cli, tmp_path: Path) -> None:
     queries.write_text("Query,Tool\nbook me a flight,TripTool\nwhat is the weather,NoSuchTool\n")
     result = cli("--queries", str(queries))
     assert result.exit_code != 0
-    assert "row 3" in result.output and "NoSuchTool" in result.output
+    assert "line 3" in result.output and "NoSuchTool" in result.output
 
 
 def test_fewer_queries_than_folds_is_refused(cli, tmp_path: Path) -> None:
