@@ -76,6 +76,13 @@ def bad_value(input):
 def missing_key(input):
     return input["nope"]
 
+def chatty(input):
+    import sys
+    for i in range(20000):
+        print("P" * 98, i)
+    print("on stderr", file=sys.stderr)
+    return {"ok": True}
+
 def crash(input):
     raise RuntimeError("internal bug")
 
@@ -225,6 +232,26 @@ def test_a_module_file_gone_leaves_the_version_served_as_it_was(tmp_path: Path) 
     (tmp_path / "t" / "gone.py").write_text("def run(input):\n    return {'version': 2, 'back': True}\n")
     assert run_tool(tool, {}, timeout_s=5, limits=LIMITS).output == {"version": 2, "back": True}
     assert run_tool(fresh, {}, timeout_s=5, limits=LIMITS).output == {"version": 2, "back": True}
+
+
+def test_what_a_python_tool_prints_is_logged_once_capped_and_naming_it(py_tool, caplog, capsys) -> None:
+    """QA 51c: 20,000 print() lines became 20,000 WARNING records of the executor's log (5 MB), none
+    naming the tool or the call. The process's own writes pass on unchanged."""
+    import logging
+    import sys
+
+    from workers.runners.tool_prints import PRINT_KEPT_CHARS
+
+    with caplog.at_level(logging.INFO, logger="fittest.runners"):
+        outcome = run_tool(py_tool("chatty"), {}, timeout_s=30, limits=LIMITS)
+        print("the worker's own line")
+        sys.stderr.write("the worker's own error\n")
+    assert outcome.success, outcome
+    (record,) = [r for r in caplog.records if getattr(r, "event", None) == "tool_printed"]
+    assert record.tool == "py_chatty@1.0.0" and record.chars == sum(len(f"{'P' * 98} {i}\n") for i in range(20000)) + len("on stderr\n")
+    assert record.getMessage().startswith(f"py_chatty@1.0.0 printed {record.chars} characters (the first {PRINT_KEPT_CHARS} shown): PPP")
+    out, err = capsys.readouterr()
+    assert out == "the worker's own line\n" and err == "the worker's own error\n"  # nothing of the tool's
 
 
 def test_python_tool_gets_its_own_copy_of_the_input(py_tool) -> None:

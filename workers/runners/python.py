@@ -50,6 +50,7 @@ from selection.models import FailureClass
 from selection.registry import function_missing, python_module_file
 from workers.runners.base import Deadline, RunLimits, RunOutcome, judge_output
 from workers.runners.python_host import classify, describe
+from workers.runners.tool_prints import Printed, kept_apart
 
 log = logging.getLogger("fittest.runners")
 
@@ -247,10 +248,12 @@ def run_python(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: floa
     Loading happens in the timed thread too: module code that hangs at import is a timeout.
     """
     box: dict[str, Any] = {}
+    printed = Printed()
 
     def call() -> None:
         try:
-            box["value"] = load_function(manifest)(input)
+            with kept_apart(printed):  # not a WARNING line per print in the worker's log (QA 51c)
+                box["value"] = load_function(manifest)(input)
         except ToolLoadError as exc:
             box["load_error"] = exc
         except BaseException as exc:  # a tool's SystemExit must not end the thread unreported
@@ -262,6 +265,10 @@ def run_python(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: floa
     while thread.is_alive() and (remaining := deadline.remaining()) > 0:
         thread.join(min(JOIN_SLICE_S, remaining))  # in slices, so that a stop of this process is seen (`Deadline`)
     cancel_timers(manifest)
+    if printed.chars:
+        more = f" (the first {len(printed.head)} shown)" if printed.chars > len(printed.head) else ""
+        log.info("%s printed %d characters%s: %s", manifest.key, printed.chars, more, printed.head.rstrip(),
+                 extra={"event": "tool_printed", "tool": manifest.key, "chars": printed.chars})
     outcome = _outcome(thread, box, timeout_s, limits)
     outcome.stalled_s = deadline.settle()
     return outcome
