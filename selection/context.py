@@ -111,6 +111,8 @@ DESIGN_FILE = re.compile(r"(^|/)(architecture|design|adr)[^/]*|\.(puml|plantuml|
 SPEC_FILE = re.compile(r"(^|/)((spec|specification|user[_-]?stories)[^/]*\.(md|txt|rst)|requirements[^/]*\.(md|rst))$",
                        re.IGNORECASE)
 FENCE = re.compile(r"```([A-Za-z0-9_+#-]+)")
+# A file's name in a scenario, with its extension: its words are no keywords of what the work is.
+FILE_NAME = re.compile(r"[\w./+-]*\w\.[A-Za-z][A-Za-z0-9]{0,4}\b")
 # Tests said to fail or pass, with a few words between ("the tests are failing", "fix the failing
 # unit tests", "the test suite still fails"; QA 50: only "failing tests" and "tests fail" counted).
 _LINKS = "are|is|were|was|still|now|all|the|unit|integration|e2e|suite|keep|keeps|have|has|had|been|our|my"
@@ -422,7 +424,8 @@ def analyse(scenario: str, context: Mapping[str, Any] | None = None, input: Mapp
         return value
 
     return ContextFeatures(
-        phase=pick("phase", explicit.phase, lambda: detect_phase(words, at_phase), None),
+        # (the phase's keywords not from a file's name: "pin numpy in requirements.txt" is no specification, QA 51d)
+        phase=pick("phase", explicit.phase, lambda: detect_phase(_words(FILE_NAME.sub(" ", scenario)), at_phase), None),
         languages=pick("languages", explicit.languages, lambda: detect_languages(scenario, words, paths), []),
         complexity=pick("complexity", explicit.complexity, lambda: detect_complexity(files, input or {}), 0.0),
         task_type=pick("task_type", explicit.task_type, lambda: detect_task_type(words), "general"),

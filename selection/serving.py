@@ -272,12 +272,15 @@ def does_the_job(e: CandidateEvidence) -> bool:
     return sum(s >= SAME_JOB for s in e.doing_similarities) >= RELIABLE_RUNS
 
 
-def does_the_named_job(e: CandidateEvidence, namespace: str | None) -> bool:
-    """`does_the_job`, or for a version of the namespace a call names, RELIABLE_RUNS successes of
-    any job: the caller chose the tool, so the job is the tool's, whatever the scenario's words. A
-    `call_tool` without a scenario is ranked by the tool's description, which the jobs the tool did
-    match less than SAME_JOB (QA 51c: one caller's typo evolved a version with 46 successes)."""
-    return does_the_job(e) or (e.manifest.name == namespace and e.successes >= RELIABLE_RUNS)
+def does_the_named_job(e: CandidateEvidence, namespace: str | None, best: Collection[str] = ()) -> bool:
+    """`does_the_job`, or RELIABLE_RUNS successes of any job for a version of the namespace a call
+    names, or for the job's clear best match (`best`): the caller chose the tool, or its description
+    is plainly the job, so the job is the tool's, whatever the words its successes were recorded
+    under. A `call_tool` without a scenario is recorded under the tool's description, which the
+    jobs it did, and the calls by scenario after them, match less than SAME_JOB (QA 51c: one
+    caller's typo evolved a version with 46 successes; QA 51d: so did a typo in a call by scenario
+    of a tool whose 25 successes were all calls by name)."""
+    return does_the_job(e) or ((e.manifest.name == namespace or e.key in best) and e.successes >= RELIABLE_RUNS)
 
 
 def refuses_everything(e: CandidateEvidence) -> bool:

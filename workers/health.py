@@ -184,15 +184,15 @@ def _served_at(settings: Settings, role: str) -> tuple[str, str, str]:
     that names its port. An address of every interface is asked on the loopback."""
     from workers.procfile import example_service_port
 
-    def host(address: str) -> str:
-        return "127.0.0.1" if address in ("", "0.0.0.0", "::") else address
+    def host(address: str) -> str:  # (an IPv6 address in brackets, as a URL has it: QA 51d)
+        return "127.0.0.1" if address in ("", "0.0.0.0", "::") else f"[{address}]" if ":" in address else address
 
     if role == "flower":
         return (f"http://{host(os.environ.get('FLOWER_ADDRESS', ''))}:{settings.flower_port}/healthcheck", "OK",
                 "FITTEST_FLOWER_PORT")
     if role == "metrics":
         return f"http://{host(settings.metrics_addr)}:{settings.metrics_port}/metrics", "fittest_", "FITTEST_METRICS_PORT"
-    return f"http://127.0.0.1:{example_service_port()}/health", "", "FITTEST_EXAMPLE_HTTP_PORT"
+    return f"http://127.0.0.1:{example_service_port()}/health", '"status": "ok"', "FITTEST_EXAMPLE_HTTP_PORT"
 
 
 def check_served(settings: Settings, role: str, timeout: float) -> Check:

@@ -183,7 +183,7 @@ class Selector:
                                 newcomer=newcomer.key if newcomer else None, passed=passed, probe=probe,
                                 half_open=self._local.half_open, best=best, served=served)
         timeouts = {e.key: e.timeout_s for e in evidence}
-        doers = {e.key for e in evidence if does_the_named_job(e, ruled.namespace)}
+        doers = {e.key for e in evidence if does_the_named_job(e, ruled.namespace, best)}
         refusing = {e.key for e in evidence if refuses_everything(e)}
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)

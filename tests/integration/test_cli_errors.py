@@ -99,8 +99,9 @@ def test_a_tool_whose_manifest_does_not_load_now_is_not_said_to_be_gone(model_pa
     assert code == 2 and f"no tool named 'slugify'; these manifests do not load: {manifest}: field 'implementation'" in said, said
     assert "the workers serve it as they last read it" in said
     assert str(other) not in said  # QA 51c: every broken manifest of the folder was named
-    code, said, _ = fittest("show", "nosuch")
-    assert code == 2 and "these manifests do not load" not in said, said
+    for name in ("nosuch", tools.name, tmp_path.name):  # nor by a folder above the tools directory (QA 51d)
+        code, said, _ = fittest("show", name)
+        assert code == 2 and "these manifests do not load" not in said, said
 
 
 def test_a_judgement_no_worker_took_in_time_is_never_recorded_so_it_can_be_sent_again(

@@ -144,6 +144,9 @@ def test_testing_status() -> None:
     assert analyse("add tests to tests/test_api.py for the failing login endpoint").testing == "present"
     assert analyse("fix the failing deploy script", {"files": ["tests/test_a.py"]}).testing == "present"
     assert analyse("tests/test_api.py is failing since the merge").testing == "failing"
+    # A file's name is no keyword of the phase (QA 51d: Python's dependency list read as a specification).
+    assert analyse("update requirements.txt to pin numpy").phase is None
+    assert analyse("write the requirements.md for billing").phase == "specification"
 
 
 def test_files_named_in_the_scenario_count_as_files_given() -> None:

@@ -588,6 +588,9 @@ def test_a_version_of_the_tool_a_call_names_does_its_job_by_its_successes_anywhe
     assert not does_the_job(worked) and does_the_named_job(worked, "upper")
     assert not does_the_named_job(worked, "other") and not does_the_named_job(worked, None)
     assert not does_the_named_job(worked.model_copy(update={"successes": 2}), "upper")
+    # QA 51d: nor is the job's clear best match, whose successes were all calls by name, to a call by scenario
+    assert does_the_named_job(worked, None, best={worked.key})
+    assert not does_the_named_job(worked.model_copy(update={"successes": 2}), None, best={worked.key})
 
 
 def test_a_version_does_a_job_after_three_successes_at_it_and_only_its_refusal_then_is_the_callers_mistake() -> None:

@@ -99,16 +99,21 @@ def no_tool_named(registry: ToolRegistry, name: str) -> NoReturn:
 
     from workers.settings import get_settings
 
-    def may_hold(path: str) -> bool:  # its folder is named so, or a `name:` line of it names it
+    tools_dir = get_settings().tools_dir
+
+    def may_hold(path: str) -> bool:  # a folder in the tools directory is named so, or a `name:` line of it names it
         try:
             text = Path(path).read_text(errors="replace")
         except OSError:
             text = ""
-        return name in Path(path).parts or re.search(rf"^name:\s*['\"]?{re.escape(name)}['\"]?\s*$", text, re.M) is not None
+        try:
+            within = Path(path).resolve().relative_to(tools_dir.resolve()).parts  # not the folders above it (QA 51d)
+        except ValueError:
+            within = ()
+        return name in within or re.search(rf"^name:\s*['\"]?{re.escape(name)}['\"]?\s*$", text, re.M) is not None
 
     # the file, the field and why; only those that may hold it (QA 51c: every broken manifest of the folder was named)
     unread = [str(e) for e in registry.refused() if may_hold(e.path)]
-    tools_dir = get_settings().tools_dir
     gone = "" if tools_dir.is_dir() else (  # QA 49: `tools` listed it, `show` said there was none
         f"; FITTEST_TOOLS_DIR ({tools_dir.resolve()}) is not there: if the tool is in it, the workers keep it "
         "registered, with its counters, and do not run it until the directory is back")
