@@ -87,6 +87,10 @@ def test_manifests_added_changed_and_removed_while_the_workers_run_are_served_as
         text = cli("show", "slugify")
         assert text.exit_code == 0 and "slugify: no version served now" in text.output and "removed" in text.output
         assert cli("show", "nosuch").exit_code == 2  # a name that never had a version is refused as before
+        named = p.client.wait(p.client.send("call_tool", name="slugify", input={"title": "x"}), 60)
+        assert named["no_candidates_reason"] == "no_such_tool", named
+        assert named["message"].startswith("no tool named 'slugify': slugify@1.0.0 was removed from the tools directory ")
+        assert named["message"].endswith(f"({slugify} is gone); `fittest show slugify` shows its history"), named["message"]
 
 
 def test_a_new_version_given_by_a_manifest_goes_on_trial_and_is_served_once_it_proves_itself(
