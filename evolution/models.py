@@ -277,13 +277,14 @@ class EvolutionReport(BaseModel):
 
 ChangelogEvent = Literal[
     "verified", "failed", "skipped", "promoted", "activated", "rolled_back", "no_fix", "locked",
-    "description_promoted", "description_retired", "removed",
+    "description_promoted", "description_retired", "removed", "added",
 ]
 
 
 class ChangelogEntry(BaseModel):
     """One line of a namespace's history: a candidate's verdict, a promotion, a rollback, a version
-    no longer served (`removed`: its manifest gone from the tools directory, or naming another version)."""
+    no longer served (`removed`: its manifest gone from the tools directory, or naming another
+    version), or one the tools directory gave while the workers ran (`added`)."""
 
     namespace: str
     event: ChangelogEvent

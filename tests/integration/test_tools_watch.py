@@ -83,7 +83,7 @@ def test_manifests_added_changed_and_removed_while_the_workers_run_are_served_as
         lineage = json.loads(shown.output)
         assert lineage["versions"] == []
         assert [(e["event"], e["version"], e["reason"]) for e in lineage["changelog"]] == [
-            ("removed", "1.0.0", f"{slugify} is gone")]
+            ("added", "1.0.0", f"served from {slugify}"), ("removed", "1.0.0", f"{slugify} is gone")]
         text = cli("show", "slugify")
         assert text.exit_code == 0 and "slugify: no version served now" in text.output and "removed" in text.output
         assert cli("show", "nosuch").exit_code == 2  # a name that never had a version is refused as before

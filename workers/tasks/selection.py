@@ -80,8 +80,11 @@ def warm_up(sender: Any = None, **_: Any) -> None:
         if settings.tools_rescan_s > 0:  # a selector that failed to build is built again by the first look
             watch = ToolsDirWatch(settings.tools_dir, runtime().registry, lambda found: runtime().selector.index.ensure_tools(found),
                                   revise)
-            watch_in_background(watch, settings.tools_rescan_s,
-                                then=lambda keys: served_anew((split_key(key)[0] for key in keys), arrived=keys))
+            def arrived(keys: list[str]) -> None:
+                log_arrivals(keys)
+                served_anew((split_key(key)[0] for key in keys), arrived=keys)
+
+            watch_in_background(watch, settings.tools_rescan_s, then=arrived)
 
     threading.Thread(target=warm, name="fittest-warm-up", daemon=True).start()
 
@@ -108,6 +111,17 @@ def log_removals(removed: Mapping[str, str]) -> None:
     for key, why in removed.items():
         name, version = split_key(key)
         runtime().evolution.log(ChangelogEntry(namespace=name, event="removed", version=version, reason=why))
+
+
+def log_arrivals(keys: Iterable[str]) -> None:
+    """A changelog line per version the tools watch newly serves, from where: a tool put back after
+    its removal has the two lines (QA 51d: `show` listed `removed` twice, with nothing between)."""
+    from evolution.models import ChangelogEntry
+
+    for key in keys:
+        name, version = split_key(key)
+        runtime().evolution.log(ChangelogEntry(namespace=name, event="added", version=version,
+                                               reason=f"served from {runtime().registry.source(key)}"))
 
 
 def served_anew(namespaces: Iterable[str], arrived: Collection[str] = ()) -> None:
