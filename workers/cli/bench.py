@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import enum
 import os
 import signal
@@ -21,15 +22,31 @@ def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
     from workers.cli.common import err_console
 
     # The removal the exit unwinds into is not cut short by the next Ctrl-C (QA 51b: Ctrl-C pressed
-    # four times left 2,459 keys, or the store's directory, behind, with tracebacks). Ignored, not
-    # handled: Python gives a handler of its own back to the default as it exits.
+    # four times left 2,459 keys, or the store's directory, behind, with tracebacks). Handled by
+    # nothing until the removal is done, then ignored: Python gives its own handlers back to the
+    # default as it exits (a signal then killed the process), and one already pending when SIG_IGN
+    # is set raises OSError at once (where the removal ran).
     for stop in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(stop, signal.SIG_IGN)
+        signal.signal(stop, _while_removing)
+    atexit.register(_ignored_to_the_end)
     # QA AC N9: Ctrl-C printed an empty line and nothing more.
     err_console.print(f"stopped by {signal.Signals(signum).name}: the bench's private state is removed, "
                       "and its numbers are not written", highlight=False)
     raise SystemExit(128 + signum)
 
+
+def _while_removing(signum: int, frame: FrameType | None) -> None:
+    """A stop signal sent again while the bench removes its private state: nothing."""
+
+
+def _ignored_to_the_end() -> None:
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        for _ in range(2):
+            try:
+                signal.signal(stop, signal.SIG_IGN)
+                break
+            except OSError:  # one was pending as the handler changed ("ignored due to race condition")
+                continue
 
 
 @app.callback()
