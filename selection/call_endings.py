@@ -35,24 +35,30 @@ def refuser(plan: CallPlan) -> Candidate | None:
     return None if refusal is None else next((c for c in plan.candidates if c.key == refusal.key), None)
 
 
-def _why_it_counts(c: Candidate | None) -> str:
-    """Why a version's refusal says the input is wrong: it does such jobs, or it is their clear best match."""
+def _why_it_counts(c: Candidate | None, namespace: str | None = None) -> str:
+    """Why a version's refusal says the input is wrong: it does such jobs, or it is their clear best
+    match, or the tool the call names, with its successes."""
     if c is None or c.does_the_job:
         return f"does such jobs ({RELIABLE_RUNS} or more like this one succeeded)"
+    if c.proven:  # not "like this one": they were recorded under other words (review 51)
+        why = "the call names it" if c.manifest.name == namespace else f"it matches such jobs best ({c.breakdown.similarity:.2f})"
+        return f"has succeeded {RELIABLE_RUNS} times or more, and {why}"
     return f"matches such jobs best ({c.breakdown.similarity:.2f})"
 
 
 def refused_by_a_doer(plan: CallPlan) -> bool:
     """Whether the call's input was refused as the caller's mistake by a version that does such jobs
-    by its record (by any of the call's attempts): the one refusal no evolution is for (QA ops: 73 of 73 such calls evolved the
+    by its record, or whose record anywhere stands for the job (`Candidate.proven`), in any of the
+    call's attempts: the one refusal no evolution is for (QA ops: 73 of 73 such calls evolved the
     tool that does the job, each a no_fix). A refusal by the job's clear best match that has not
-    done such jobs yet is the caller's mistake too (it demotes nothing, and no tool that takes
-    anything is tried with the input), but the version may be the one that is wrong: the call
-    still evolves it (input coercion and defaults)."""
+    done such jobs yet, nor succeeded RELIABLE_RUNS times at anything, is the caller's mistake too
+    (it demotes nothing, and no tool that takes anything is tried with the input), but the version
+    may be the one that is wrong: the call still evolves it (input coercion and defaults). Five
+    refusals in a row (`refuses_everything`) make a version's refusals count, and evolve it, again."""
     by_key = {c.key: c for c in plan.candidates}
     # any such refusal of the call: a version on trial refused first, then the version it is tried
     # against, which does the job, refused the same input (QA 51c: the call evolved the one on trial)
-    return any((refused_by := by_key.get(a.key)) is None or refused_by.does_the_job
+    return any((refused_by := by_key.get(a.key)) is None or refused_by.does_the_job or refused_by.proven
                for a in plan.attempts if a.callers_mistake)
 
 
@@ -60,7 +66,8 @@ def _refused(plan: CallPlan, refusal: ToolExecutionResult) -> str:
     """The refusal as the caller reads it: by whom, why its refusal counts (it does such jobs, or
     it is their clear best match), and whose mistake it is taken for."""
     refused_by = refuser(plan)
-    which = "which does such jobs" if refused_by is None or refused_by.does_the_job else f"which {_why_it_counts(refused_by)}"
+    which = ("which does such jobs" if refused_by is None or refused_by.does_the_job
+             else f"which {_why_it_counts(refused_by, plan.request.namespace)}")
     said = f"{refusal.key}, {which}, refused the input ({refusal.error_message or 'bad_input'})"
     if refusal.callers_mistake:
         return said
@@ -206,7 +213,7 @@ def refused_for_its_namespace(plan: CallPlan) -> str | None:
     refusal = refused_input(plan)  # the first refusal by a version that does such jobs, or matches them best
     why = ""
     if refusal is not None and refusal.callers_mistake:
-        why = f"; {'it' if refusal is last else refusal.key} {_why_it_counts(refuser(plan))}: check the input"
+        why = f"; {'it' if refusal is last else refusal.key} {_why_it_counts(refuser(plan), namespace)}: check the input"
     return (f"{tool_key(namespace, last.version)} refused the input (bad_input): the tools outside {namespace} were not "
             f"tried with it{why}")
 

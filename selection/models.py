@@ -312,19 +312,23 @@ class Candidate(BaseModel):
     # It refused REFUSED_IN_A_ROW inputs since its last success (selection/serving.py
     # `refuses_everything`): it may be broken, and its refusals count again.
     refuses_everything: bool = False
+    # Its record anywhere stands for the job (selection/serving.py `proven`): a refusal of it that is
+    # the caller's mistake evolves nothing, as one by a version that does the job.
+    proven: bool = False
 
     def callers_mistake(self, error_class: FailureClass | None) -> bool:
         """Whether its attempt failing with `error_class` is the caller's mistake: it refused the
         input (bad_input) of a job it does, or whose clear best match it is, and does not refuse
         every input of late. (The clear best match that has not done such jobs yet may be wrong
-        itself: the call still evolves it, selection/call_endings.py `refused_by_a_doer`.)"""
+        itself: the call still evolves it, unless it is `proven`, selection/call_endings.py
+        `refused_by_a_doer`.)"""
         return self.refused_its_job(error_class) and not self.refuses_everything
 
     def refused_its_job(self, error_class: FailureClass | None) -> bool:
         """Whether its attempt failing with `error_class` refused the input of a job it does, or
-        whose clear best match it is: the input is suspect, whoever is wrong, and goes on only to
-        tools that do such jobs too."""
-        return error_class is FailureClass.bad_input and (self.does_the_job or self.matches_best)
+        whose clear best match it is, or that the call named it for with its record (`proven`): the
+        input is suspect, whoever is wrong, and goes on only to tools that do such jobs too."""
+        return error_class is FailureClass.bad_input and (self.does_the_job or self.matches_best or self.proven)
 
 
 class ToolExecutionResult(BaseModel):

@@ -239,8 +239,9 @@ def best_matches(evidence: list[CandidateEvidence], held_back_match: float = 0.0
     before they have done such jobs (`Candidate.callers_mistake`): the input goes on only to the
     versions that do such jobs, or clearly match them, and the refusal demotes nothing. Unlike a
     refusal by a version that does the job, a success of another on the input counts, and a call
-    that ends with it evolves the version (input coercion and defaults): it may be the one that is
-    wrong (selection/call_endings.py `refused_by_a_doer`). QA refused-input: counted against it,
+    that ends with it evolves the version (input coercion and defaults), unless it has succeeded
+    RELIABLE_RUNS times at anything (`proven`): it may be the one that is wrong
+    (selection/call_endings.py `refused_by_a_doer`). QA refused-input: counted against it,
     six such refusals in a row left the word counter first for the right inputs too.
 
     QA recheck F5: on a fresh stack, a hashing call without its `algorithm` was refused by
@@ -272,15 +273,17 @@ def does_the_job(e: CandidateEvidence) -> bool:
     return sum(s >= SAME_JOB for s in e.doing_similarities) >= RELIABLE_RUNS
 
 
-def does_the_named_job(e: CandidateEvidence, namespace: str | None, best: Collection[str] = ()) -> bool:
-    """`does_the_job`, or RELIABLE_RUNS successes of any job for a version of the namespace a call
-    names, or for the job's clear best match (`best`): the caller chose the tool, or its description
-    is plainly the job, so the job is the tool's, whatever the words its successes were recorded
-    under. A `call_tool` without a scenario is recorded under the tool's description, which the
-    jobs it did, and the calls by scenario after them, match less than SAME_JOB (QA 51c: one
+def proven(e: CandidateEvidence, namespace: str | None, best: Collection[str] = ()) -> bool:
+    """Whether a version's record anywhere stands for the job: RELIABLE_RUNS successes of a version
+    of the namespace the call names, or of the job's clear best match (`best`). The caller chose
+    the tool, or its description is plainly the job, whatever words its successes were recorded
+    under: a `call_tool` without a scenario is recorded under the tool's description, which the jobs
+    it did, and the calls by scenario after them, match less than SAME_JOB. Its refusal that is the
+    caller's mistake evolves nothing (selection/call_endings.py `refused_by_a_doer`; QA 51c: one
     caller's typo evolved a version with 46 successes; QA 51d: so did a typo in a call by scenario
-    of a tool whose 25 successes were all calls by name)."""
-    return does_the_job(e) or ((e.manifest.name == namespace or e.key in best) and e.successes >= RELIABLE_RUNS)
+    of a tool whose 25 successes were all calls by name). Nothing else reads it: a success of
+    another tool on an input it refused still counts (review 51), as evidence of the job."""
+    return (e.manifest.name == namespace or e.key in best) and e.successes >= RELIABLE_RUNS
 
 
 def refuses_everything(e: CandidateEvidence) -> bool:

@@ -45,7 +45,7 @@ from selection.ports import (
     VectorHit,
 )
 from selection.serving import (OUTAGE_CLASSES, ServedVersions, best_matches, breaker_probe, does_such_jobs_here,
-                               does_the_named_job, evolved_first, explored_first, newcomer_to_try, refuses_everything,
+                               does_the_job, evolved_first, explored_first, newcomer_to_try, proven, refuses_everything,
                                served_first)
 from selection.sparc import declared_against, declared_for, sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
@@ -183,11 +183,13 @@ class Selector:
                                 newcomer=newcomer.key if newcomer else None, passed=passed, probe=probe,
                                 half_open=self._local.half_open, best=best, served=served)
         timeouts = {e.key: e.timeout_s for e in evidence}
-        doers = {e.key for e in evidence if does_the_named_job(e, ruled.namespace, best)}
+        doers = {e.key for e in evidence if does_the_job(e)}
+        tried_and_true = {e.key for e in evidence if proven(e, ruled.namespace, best)}
         refusing = {e.key for e in evidence if refuses_everything(e)}
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)
             c.does_the_job, c.matches_best, c.refuses_everything = c.key in doers, c.key in best, c.key in refusing
+            c.proven = c.key in tried_and_true
         return CallPlan(
             request=request,
             candidates=ranked[:keep],

@@ -46,4 +46,4 @@ def test_a_first_call_with_a_bad_input_does_not_hand_the_job_to_a_tool_that_take
         p.settled()
         typo = p.client.wait(p.client.send("call_tool", name="hash_text", input={"txt": "hi", "algorithm": "md5"}), 120)
         assert typo["status"] == "failed" and typo["evolution"] is None, typo
-        assert typo["message"].endswith("it does such jobs (3 or more like this one succeeded): check the input"), typo["message"]
+        assert typo["message"].endswith("it has succeeded 3 times or more, and the call names it: check the input"), typo["message"]

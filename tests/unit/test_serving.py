@@ -578,19 +578,28 @@ def test_a_refusal_by_a_version_that_does_the_job_after_one_on_trial_evolves_not
     assert not refused_by_a_doer(plan.model_copy(update={"attempts": plan.attempts[:1]}))  # the one on trial alone
 
 
-def test_a_version_of_the_tool_a_call_names_does_its_job_by_its_successes_anywhere() -> None:
+def test_a_version_of_the_tool_a_call_names_is_proven_by_its_successes_anywhere() -> None:
     """QA 51c: a `call_tool` without a scenario is ranked by the tool's description, which none of
-    its 46 successes matched as the same job: a caller's typo was no caller's mistake, and evolved it."""
-    from selection.serving import does_the_named_job
+    its 46 successes matched as the same job: a caller's typo evolved it."""
+    from selection.serving import proven
 
     worked = CandidateEvidence(manifest=candidate("upper").manifest, similarity=0.6, successes=46,
                                doing_similarities=[0.7] * 46)
-    assert not does_the_job(worked) and does_the_named_job(worked, "upper")
-    assert not does_the_named_job(worked, "other") and not does_the_named_job(worked, None)
-    assert not does_the_named_job(worked.model_copy(update={"successes": 2}), "upper")
-    # QA 51d: nor is the job's clear best match, whose successes were all calls by name, to a call by scenario
-    assert does_the_named_job(worked, None, best={worked.key})
-    assert not does_the_named_job(worked.model_copy(update={"successes": 2}), None, best={worked.key})
+    assert not does_the_job(worked) and proven(worked, "upper")
+    assert not proven(worked, "other") and not proven(worked, None)
+    assert not proven(worked.model_copy(update={"successes": 2}), "upper")
+    # QA 51d: so is the job's clear best match, whose successes were all calls by name, to a call by scenario
+    assert proven(worked, None, best={worked.key})
+    assert not proven(worked.model_copy(update={"successes": 2}), None, best={worked.key})
+    # Its refusal evolves nothing, and says why it counts; another tool's success on the input
+    # still counts (review 51: it was set aside as taking a refused input).
+    plan = CallPlan(request=CallRequest(scenario="upper case this", namespace="upper"), candidates=[candidate("upper")])
+    plan.candidates[0].matches_best, plan.candidates[0].proven = True, True
+    plan.attempts = [ToolExecutionResult(attempt_id="c:0", call_id="c", tool="upper", version="1.0.0", success=False,
+                                         error_class=FailureClass.bad_input, callers_mistake=True, metadata={"attempt": 0})]
+    assert refused_by_a_doer(plan) and not plan.candidates[0].does_the_job
+    assert input_refused_message(plan) == ("upper@1.0.0, which has succeeded 3 times or more, and the call names it, "
+                                           "refused the input (bad_input): check the input")
 
 
 def test_a_version_does_a_job_after_three_successes_at_it_and_only_its_refusal_then_is_the_callers_mistake() -> None:
