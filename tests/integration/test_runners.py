@@ -83,6 +83,17 @@ def chatty(input):
     print("on stderr", file=sys.stderr)
     return {"ok": True}
 
+def stubborn_printer(input):
+    import time
+    until = time.monotonic() + 1.5
+    while time.monotonic() < until:  # catches ToolStopped: abandoned at its timeout, it prints on
+        try:
+            time.sleep(0.05)
+            print("still here")
+        except BaseException:
+            pass
+    return {}
+
 def crash(input):
     raise RuntimeError("internal bug")
 
@@ -242,8 +253,12 @@ def test_what_a_python_tool_prints_is_logged_once_capped_and_naming_it(py_tool, 
 
     from workers.runners.tool_prints import PRINT_KEPT_CHARS
 
+    encoding, isatty = sys.stdout.encoding, sys.stdout.isatty()
     with caplog.at_level(logging.INFO, logger="fittest.runners"):
         outcome = run_tool(py_tool("chatty"), {}, timeout_s=30, limits=LIMITS)
+    # the process's streams keep what they say of themselves (review 51: TextIOBase's None and False)
+    assert (sys.stdout.encoding, sys.stdout.isatty()) == (encoding, isatty)
+    with caplog.at_level(logging.INFO, logger="fittest.runners"):
         print("the worker's own line")
         sys.stderr.write("the worker's own error\n")
     assert outcome.success, outcome
@@ -252,6 +267,18 @@ def test_what_a_python_tool_prints_is_logged_once_capped_and_naming_it(py_tool, 
     assert record.getMessage().startswith(f"py_chatty@1.0.0 printed {record.chars} characters (the first {PRINT_KEPT_CHARS} shown): PPP")
     out, err = capsys.readouterr()
     assert out == "the worker's own line\n" and err == "the worker's own error\n"  # nothing of the tool's
+
+
+def test_what_a_python_tool_abandoned_at_its_timeout_prints_after_its_run_passes_on(py_tool, capsys) -> None:
+    """Review 51: kept apart for good, a runaway thread's output vanished, where before it was the
+    log's one sign of it."""
+    import time
+
+    outcome = run_tool(py_tool("stubborn_printer"), {}, timeout_s=0.3, limits=LIMITS)
+    assert outcome.error_class == FailureClass.timeout, outcome
+    capsys.readouterr()
+    time.sleep(1.6)  # the thread prints on until it returns
+    assert "still here" in capsys.readouterr().out
 
 
 def test_python_tool_gets_its_own_copy_of_the_input(py_tool) -> None:

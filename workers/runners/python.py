@@ -265,11 +265,12 @@ def run_python(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: floa
     while thread.is_alive() and (remaining := deadline.remaining()) > 0:
         thread.join(min(JOIN_SLICE_S, remaining))  # in slices, so that a stop of this process is seen (`Deadline`)
     cancel_timers(manifest)
+    outcome = _outcome(thread, box, timeout_s, limits)
+    printed.ended = True  # what a thread left running writes from now on passes on
     if printed.chars:
         more = f" (the first {len(printed.head)} shown)" if printed.chars > len(printed.head) else ""
         log.info("%s printed %d characters%s: %s", manifest.key, printed.chars, more, printed.head.rstrip(),
                  extra={"event": "tool_printed", "tool": manifest.key, "chars": printed.chars})
-    outcome = _outcome(thread, box, timeout_s, limits)
     outcome.stalled_s = deadline.settle()
     return outcome
 

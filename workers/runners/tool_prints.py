@@ -11,10 +11,9 @@ unchanged. Threads the tool starts write to the process's output, as before.
 
 from __future__ import annotations
 
-import io
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
@@ -22,11 +21,13 @@ PRINT_KEPT_CHARS = 2000
 
 
 class Printed:
-    """What one tool thread wrote: its first PRINT_KEPT_CHARS, and how much in all."""
+    """What one tool thread wrote: its first PRINT_KEPT_CHARS, and how much in all. Once its run has
+    ended (`ended`), what the thread still writes (one abandoned at its timeout) passes on, as before."""
 
     def __init__(self) -> None:
         self.head = ""
         self.chars = 0
+        self.ended = False
 
     def add(self, text: str) -> None:
         if len(self.head) < PRINT_KEPT_CHARS:
@@ -34,24 +35,29 @@ class Printed:
         self.chars += len(text)
 
 
-class ByThread(io.TextIOBase):
-    """A stream that takes the writes of the registered threads apart and hands the others on."""
+class ByThread:
+    """A stream that keeps the writes of a tool's thread apart and hands on the others. Not an
+    io.TextIOBase: its `encoding`, `fileno`, `isatty` would shadow the wrapped stream's (review 51)."""
 
     def __init__(self, passed_on: TextIO) -> None:
         self.passed_on = passed_on
-        self.threads: dict[int, Printed] = {}
+        self.local = threading.local()  # the thread's Printed, gone with the thread
 
     def write(self, text: str) -> int:
-        printed = self.threads.get(threading.get_ident())
-        if printed is None:
+        printed: Printed | None = getattr(self.local, "printed", None)
+        if printed is None or printed.ended:
             return self.passed_on.write(text)
         printed.add(text)
         return len(text)
 
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
     def flush(self) -> None:
         self.passed_on.flush()
 
-    def __getattr__(self, name: str) -> Any:  # encoding, isatty, fileno: the stream's own
+    def __getattr__(self, name: str) -> Any:  # encoding, errors, isatty, fileno, buffer: the stream's own
         return getattr(self.passed_on, name)
 
 
@@ -70,12 +76,10 @@ def _streams() -> tuple[ByThread, ByThread]:
 
 @contextmanager
 def kept_apart(printed: Printed) -> Iterator[None]:
-    """In a tool's thread: what it writes to stdout and stderr goes to `printed` until it ends."""
+    """In a tool's thread: what it writes to stdout and stderr goes to `printed` until its run ends."""
     out, err = _streams()
-    me = threading.get_ident()
-    out.threads[me] = err.threads[me] = printed
+    out.local.printed = err.local.printed = printed
     try:
         yield
     finally:
-        out.threads.pop(me, None)
-        err.threads.pop(me, None)
+        out.local.printed = err.local.printed = None
