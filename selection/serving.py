@@ -19,6 +19,7 @@ from itertools import product
 from typing import NamedTuple
 
 from selection.evidence import CandidateEvidence
+from selection.manifest import split_key
 from selection.models import Candidate, CallRequest, FailureClass
 
 # A newcomer is tried when its description matches the job within this much cosine of the best
@@ -469,30 +470,31 @@ def on_side(ranked: list[Candidate], name: str, version: str) -> list[Candidate]
     return [next(swapped) if c.manifest.name == name else c for c in ranked]
 
 
-def kept_first_over_sides(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence], share: float,
-                          best: Collection[str], half_open: Collection[str], served: ServedVersions) -> tuple[float, str | None]:
-    """The share of such calls, over each side of the trials' draws, on which `best_match_again`
-    leaves the first candidate first, and the version it tries first on the others. This call's
-    side alone does not tell it (QA 50d F3: a tool passed over logged 0.75 where it went first on
-    0.5625 of the calls, the trial's version going first on every call its draw served; the
-    logged first places added up to 1.19)."""
+def firsts_over_sides(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence], share: float,
+                      best: Collection[str], half_open: Collection[str], served: ServedVersions) -> dict[str | None, float]:
+    """Of the calls like this one, over each side of the trials' draws, the share on which
+    `best_match_again` tries each version first, and (None) the share on which the first candidate
+    stays first. This call's side alone does not tell it (QA 50d F3: a tool passed over logged 0.75
+    where it went first on 0.5625 of the calls, the trial's version going first on every call its
+    draw served; the logged first places added up to 1.19). The trial draw and the share's draw
+    are apart (each salted by its own name), so their weights multiply."""
     name = ranked[0].manifest.name
+    # only the trials of a namespace the job clearly matches: `best_match_again` looks at no other
+    matched = {split_key(key)[0] for key in best}
     trials = [(n, served.chance[n], other) for n, other in served.other_side.items()
-              if n != name and served.chance.get(n, 1.0) < 1.0 and any(c.manifest.name == n for c in ranked)]
-    kept, instead = 0.0, None
-    if not trials:  # one side: what this call's draw decided
-        again = best_match_again(request, ranked, evidence, best, half_open, served.replaced)
-        return (1.0, None) if again is None else (round(1.0 - share, 6), again.key)
-    for sides in product(*(((None, chance), (other, 1.0 - chance)) for n, chance, other in trials)):
+              if n != name and n in matched and served.chance.get(n, 1.0) < 1.0 and any(c.manifest.name == n for c in ranked)]
+    firsts: dict[str | None, float] = defaultdict(float)
+    for sides in product(*(((None, chance), (other, 1.0 - chance)) for _, chance, other in trials)):
         side = ranked
         for (n, _, _), (version, _) in zip(trials, sides):
             side = on_side(side, n, version) if version is not None else side
         weight = math.prod(w for _, w in sides)
         again = best_match_again(request, side, evidence, best, half_open, served.replaced)
         tried = 0.0 if again is None else 1.0 if again.does_the_job or again.evolved else share
-        kept += weight * (1.0 - tried)
-        instead = instead or (again.key if again is not None else None)
-    return round(kept, 6), instead
+        if again is not None:
+            firsts[again.key] += weight * tried
+        firsts[None] += weight * (1.0 - tried)
+    return {key: round(value, 6) for key, value in firsts.items()}
 
 
 def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence], share: float,
@@ -523,21 +525,26 @@ def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list
         return passed_over(ranked, other, share)
     served = served or ServedVersions()
     again = best_match_again(request, ranked, evidence, best, half_open, served.replaced)
+    # over both sides of a trial's draw, when one is drawn (a dictionary lookup otherwise)
+    firsts = firsts_over_sides(request, ranked, evidence, share, best, half_open, served) if served.other_side else None
     if again is None:
-        if not served.other_side:
+        if firsts is None:
             return ranked
-        kept, instead = kept_first_over_sides(request, ranked, evidence, share, best, half_open, served)
-        return passed_over(ranked, instead, share, kept) if instead is not None else ranked
+        kept = firsts.pop(None, 1.0)
+        instead = max(firsts, key=lambda key: firsts.get(key, 0.0), default=None)
+        return passed_over(ranked, instead, share, kept) if instead is not None and kept < 1.0 else ranked
     why = ("the job's clear best match, in a version evolved from one that failed here, in place of a tool that "
            "matches the job less" if again.evolved else
            "again: the job's clear best match, whose failures here were outages, timeouts or crashes, in place of a "
            "tool that matches the job less" if again.after_outage else
            "the job's clear best match, which does it here, in place of a tool with no confirmed success on it")
-    # of the calls that serve its version: a trial's share of them, as `served_first` noted
-    chosen = next((c for c in ranked if c.key == again.key), None)
-    serves = chosen.breakdown.extra.get("trial_share", 1.0) if chosen is not None and chosen.breakdown is not None else 1.0
     every = again.does_the_job or again.evolved
     if every or drawn(f"best_match_again:{ranked[0].key}"):
-        return tried_first(ranked, again.key, (1.0 if every else share) * serves, why, "best_match_again")
-    return passed_over(ranked, again.key, share, kept_first_over_sides(request, ranked, evidence, share, best, half_open,
-                                                                       served)[0])
+        if firsts is not None:
+            probability = firsts.get(again.key, 0.0)
+        else:  # of the calls that serve its version: a trial's share of them, as `served_first` noted
+            chosen = next((c for c in ranked if c.key == again.key), None)
+            serves = chosen.breakdown.extra.get("trial_share", 1.0) if chosen is not None and chosen.breakdown is not None else 1.0
+            probability = (1.0 if every else share) * serves
+        return tried_first(ranked, again.key, probability, why, "best_match_again")
+    return passed_over(ranked, again.key, share, None if firsts is None else firsts.get(None, 0.0))

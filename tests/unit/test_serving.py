@@ -3,6 +3,7 @@ call's attempts say once run (selection/call_endings.py), without any service.""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -517,6 +518,57 @@ def test_the_first_places_logged_on_each_side_of_a_trials_draw_add_up_to_one() -
                                                                         chance={"reverse_text": 0.75},
                                                                         other_side={"reverse_text": "1.1.0"}))
     assert keys(alone)[0] == "word_stats@1.0.0" and alone[0].probability == 0.75
+
+
+def first_places_over_every_draw(call: CallRequest, found: list[CandidateEvidence],
+                                 trials: dict[str, tuple[Candidate, Candidate]]) -> tuple[dict[str, float], dict[str, set[float]]]:
+    """Every side of every trial (its new version on 25 %) and the share's draw (25 %): the share of
+    calls each first place gets, and the probabilities logged for it."""
+    from collections import defaultdict
+    from itertools import product
+
+    best = best_matches(found)
+    truth: dict[str, float] = defaultdict(float)
+    logged: dict[str, set[float]] = defaultdict(set)
+    for sides in product(*([(True, 0.25), (False, 0.75)] for _ in trials)):
+        for drawn, drawn_weight in ((True, 0.25), (False, 0.75)):
+            ranked, served = [candidate("word_stats")], ServedVersions()
+            ranked[0].probability, ranked[0].breakdown = 1.0, ScoreBreakdown(rationale="policy")
+            for (name, (new, old)), (on_new, chance) in zip(trials.items(), sides):
+                first, other = (new, old) if on_new else (old, new)
+                placed = [first.model_copy(deep=True), other.model_copy(deep=True)]
+                placed[0].probability, placed[0].breakdown = chance, ScoreBreakdown(rationale="policy",
+                                                                                   extra={"trial_share": chance})
+                ranked += placed
+                served.by_namespace[name], served.chance[name] = first.manifest.version, chance
+                served.other_side[name] = other.manifest.version
+            out = explored_first(call, ranked, found, 0.25, lambda salt, d=drawn: d, newcomer=None, passed=None,
+                                 probe=None, best=best, served=served)
+            truth[out[0].key] += drawn_weight * math.prod(w for _, w in sides)
+            logged[out[0].key].add(out[0].probability)
+    return dict(truth), dict(logged)
+
+
+def test_each_first_place_logs_the_share_of_calls_it_gets_over_the_draws_of_several_trials() -> None:
+    """Review 51: the logged first places were right for one trial whose parent's side tried it again;
+    not where only the other side's draw tries another tool first, nor with two trials at once."""
+    call = CallRequest(scenario="reverse this string")
+    taker = CandidateEvidence(manifest=candidate("word_stats").manifest, similarity=0.12, success_similarities=[1.0] * 9)
+    fresh = CandidateEvidence(manifest=evolved("reverse_text", "1.1.0", "1.0.0").manifest, similarity=1.0)
+    past_retries = fell_over("reverse_text", 1.0, [1.0] * 3)  # its side: no best match again
+    reverse = {"reverse_text": (evolved("reverse_text", "1.1.0", "1.0.0"), candidate("reverse_text"))}
+    truth, logged = first_places_over_every_draw(call, [taker, past_retries, fresh], reverse)
+    assert truth == {"reverse_text@1.1.0": 0.25, "word_stats@1.0.0": 0.75}
+    assert logged == {key: {share} for key, share in truth.items()}
+    # ...and a second trial, of another clear match (its parent fell over once: tried again on the share)
+    flip_fresh = CandidateEvidence(manifest=evolved("flip_text", "1.1.0", "1.0.0").manifest, similarity=0.95)
+    flip_parent = CandidateEvidence(manifest=candidate("flip_text").manifest, similarity=0.95,
+                                    outage_similarities=[1.0], failure_similarities=[1.0])
+    both = {**reverse, "flip_text": (evolved("flip_text", "1.1.0", "1.0.0"), candidate("flip_text"))}
+    truth, logged = first_places_over_every_draw(call, [taker, past_retries, fresh, flip_parent, flip_fresh], both)
+    assert truth == {"reverse_text@1.1.0": 0.25, "flip_text@1.1.0": 0.1875, "flip_text@1.0.0": 0.140625,
+                     "word_stats@1.0.0": 0.421875}
+    assert logged == {key: {share} for key, share in truth.items()}
 
 
 def test_a_call_naming_a_namespace_does_not_hand_an_input_its_versions_refused_to_the_other_tools() -> None:
