@@ -542,8 +542,11 @@ def first_places_over_every_draw(call: CallRequest, found: list[CandidateEvidenc
                 ranked += placed
                 served.by_namespace[name], served.chance[name] = first.manifest.version, chance
                 served.other_side[name] = other.manifest.version
-            out = explored_first(call, ranked, found, 0.25, lambda salt, d=drawn: d, newcomer=None, passed=None,
-                                 probe=None, best=best, served=served)
+            def draw(salt: str, d: bool = drawn) -> bool:
+                return d
+
+            out = explored_first(call, ranked, found, 0.25, draw, newcomer=None, passed=None, probe=None, best=best,
+                                 served=served)
             truth[out[0].key] += drawn_weight * math.prod(w for _, w in sides)
             logged[out[0].key].add(out[0].probability)
     return dict(truth), dict(logged)
