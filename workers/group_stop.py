@@ -9,12 +9,11 @@ breaker opened (QA 49: a ledger tool, 1.00 -> 0.90, beside a tool that SIGTERMs 
 
 Which signal is which is told by the main process: it notes here, in memory shared with the pool
 processes it forks, that a shutdown began, how (celery's `worker_shutting_down`) and when. A pool
-process given SIGTERM waits up to GROUP_WAIT_S for that note: a warm shutdown begun by SIGTERM and
-noted within GROUP_WINDOW_S of the signal means the signal came to the whole group, and the pool
-process carries on with its task, which the warm shutdown waits for, until a cold shutdown is
-noted after it. Anything else (`celery control terminate`, a kill of the pool process alone, the
-cold shutdown's terminate after a warm shutdown begun by Ctrl-C, whose group signal is SIGINT, a
-SIGTERM with no task running) ends it as SIGTERM always did, a moment later. Celery says a cold
+process given SIGTERM waits up to GROUP_WAIT_S for that note: a warm shutdown noted within
+GROUP_WINDOW_S of the signal means the signal came to the whole group, and the pool process
+carries on with its task, which the warm shutdown waits for, until a cold shutdown is noted after
+it. Anything else (`celery control terminate`, a kill of the pool process alone, the cold
+shutdown's terminate, a SIGTERM with no task running) ends it as SIGTERM always did, a moment later. Celery says a cold
 shutdown began only after it has cancelled the running tasks, so the worker's consumer
 (`ColdNotingConsumer`) notes it before it cancels them (review 51: a SIGQUIT 0.3 s after the
 group's SIGTERM, within its window, had the task run on to its end), and a task outlived as the
@@ -44,7 +43,6 @@ GROUP_WAIT_S = 0.5  # how long a pool process given SIGTERM waits for its main p
 # as a person escalates the stop or controls it.
 GROUP_WINDOW_S = 1.0
 RUNNING, WARM, COLD = 0, 1, 2
-WARM_BY_CTRL_C = 3  # a warm shutdown whose group signal, if any, was SIGINT: no SIGTERM after it is the group's
 
 # How the main process is shutting down, and since when (CLOCK_MONOTONIC, which every process of
 # the host reads alike), mapped before the pool processes are forked and shared with each of them.
@@ -68,20 +66,19 @@ def group_sigterm(at: float) -> bool:
     return abs(at - noted_at) <= GROUP_WINDOW_S
 
 
-def note_shutdown(how: str, sig: str = "SIGTERM") -> None:
-    """In the main process: a shutdown began, "Warm" or "Cold" (as celery names them), by `sig`. The
-    first is written, and a cold one after it: a task outlived as the group's SIGTERM ends then."""
+def note_shutdown(how: str) -> None:
+    """In the main process: a shutdown began, "Warm" or "Cold" (as celery names them). The first is
+    written, and a cold one after it: a task outlived as the group's SIGTERM ends then."""
     began = shutdown_began()
     if began == RUNNING or (how == "Cold" and began != COLD):
-        state = COLD if how == "Cold" else WARM if sig == "SIGTERM" else WARM_BY_CTRL_C
-        note = _NOTE.pack(state, time.monotonic())
+        note = _NOTE.pack(COLD if how == "Cold" else WARM, time.monotonic())
         _shutdown[1:_NOTE.size] = note[1:]  # its time before its state, which a pool process reads first
         _shutdown[0] = note[0]
 
 
 @worker_shutting_down.connect
-def _noted(how: str = "Warm", sig: str = "SIGTERM", **_: Any) -> None:
-    note_shutdown(how, sig)
+def _noted(how: str = "Warm", **_: Any) -> None:
+    note_shutdown(how)
 
 
 class ColdNotingConsumer(Consumer):
