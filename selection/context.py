@@ -102,7 +102,7 @@ NAMED_LANGUAGES: tuple[str, ...] = ("python", "typescript", "javascript", "golan
 TEST_FILE = re.compile(r"(^|/)(tests?/|test_[^/]*$|[^/]*_test\.[a-z]+$|[^/]*\.(spec|test)\.[a-z]+$|conftest\.py$)")
 DEPLOY_FILE = re.compile(
     r"(^|/)(dockerfile|docker-compose[^/]*\.ya?ml|procfile|\.github/workflows/|\.gitlab-ci\.ya?ml|jenkinsfile|"
-    r"k8s/|kubernetes/|helm/|charts/|[^/]*\.tf$|serverless\.ya?ml|fly\.toml|app\.ya?ml)",
+    r"k8s/|kubernetes/|helm/|charts/|[^/]*\.tf$|serverless\.ya?ml|fly\.toml|app\.ya?ml|deploy[^/]*\.sh$)",
     re.IGNORECASE,
 )
 DESIGN_FILE = re.compile(r"(^|/)(architecture|design|adr)[^/]*|\.(puml|plantuml|drawio|mmd)$|openapi[^/]*\.(ya?ml|json)$",
@@ -350,11 +350,11 @@ def detect_testing(scenario: str, words: str, paths: list[str], named: list[str]
         return "passing"
     if FAILING_TESTS.search(words):
         return "failing"
-    if PASSING_TESTS.search(words):
-        return "passing"
-    text = scenario.lower()
+    text = scenario.lower()  # a named test file said to fail, before a general "pass" (review 51)
     if any(TEST_FILE.search(n) and re.search(re.escape(n.lower()) + FAILS_AFTER, text) for n in named):
         return "failing"
+    if PASSING_TESTS.search(words):
+        return "passing"
     return "present" if any(TEST_FILE.search(p) for p in paths) else "none"
 
 

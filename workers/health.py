@@ -185,26 +185,37 @@ def _served_at(settings: Settings, role: str) -> tuple[str, str, str]:
     from workers.procfile import example_service_port
 
     def host(address: str) -> str:  # (an IPv6 address in brackets, as a URL has it: QA 51d)
-        return "127.0.0.1" if address in ("", "0.0.0.0", "::") else f"[{address}]" if ":" in address else address
+        bare = address.strip("[]")
+        return "127.0.0.1" if bare in ("", "0.0.0.0", "::") else f"[{bare}]" if ":" in bare else bare
 
     if role == "flower":
         return (f"http://{host(os.environ.get('FLOWER_ADDRESS', ''))}:{settings.flower_port}/healthcheck", "OK",
                 "FITTEST_FLOWER_PORT")
     if role == "metrics":
         return f"http://{host(settings.metrics_addr)}:{settings.metrics_port}/metrics", "fittest_", "FITTEST_METRICS_PORT"
-    return f"http://127.0.0.1:{example_service_port()}/health", '"status": "ok"', "FITTEST_EXAMPLE_HTTP_PORT"
+    return f"http://127.0.0.1:{example_service_port()}/health", "ok", "FITTEST_EXAMPLE_HTTP_PORT"
+
+
+def _says(response: httpx.Response, holds: str) -> bool:
+    """Whether a served role's page says what it should: the example service's JSON status, else text it holds."""
+    if response.headers.get("content-type", "").startswith("application/json"):
+        try:
+            return response.json().get("status") == holds
+        except (ValueError, AttributeError):
+            return False
+    return holds in response.text
 
 
 def check_served(settings: Settings, role: str, timeout: float) -> Check:
     """Whether a served role (Flower, the metrics endpoint, the example tool service) answers its page."""
-    url, holds, port_setting = _served_at(settings, role)
 
     def probe() -> tuple[Status, str]:
+        url, holds, port_setting = _served_at(settings, role)  # a port setting that is no port fails the check
         try:
             response = httpx.get(url, timeout=timeout)
         except httpx.HTTPError as exc:
             return "fail", f"nothing answers {url} ({type(exc).__name__}: {exc}): start the {role} role, or set {port_setting}"
-        if response.status_code != 200 or holds not in response.text:
+        if response.status_code != 200 or not _says(response, holds):
             return "fail", f"{url} answered {response.status_code} without {holds!r}: is it {role} on {port_setting}?"
         return "ok", f"{url} answers"
 

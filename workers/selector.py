@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from evolution.descriptions import MANIFEST_VARIANT
+from evolution.models import removal_told
 from evolution.served_version import (in_share, offered_side, served_chance, served_original, served_version,
                                       trial_other_side, withdrawn_versions)
 from selection.cache import TTLCache, VersionedValue
@@ -206,6 +207,16 @@ class Selector:
             evidence_age_s=None if self._local.cached_at is None else round(time.monotonic() - self._local.cached_at, 1),
         )
 
+    def removal(self, name: str | None) -> str:
+        """When a tool none of whose versions is served was removed, and why, as its changelog says
+        ("" when it says nothing of it, or Redis does not answer: the call goes on without it)."""
+        if not name:
+            return ""
+        try:
+            return removal_told(self.rt.evolution.changelog(name), name)
+        except Exception:  # noqa: BLE001 - a note, not worth failing a call for
+            return ""
+
     def _notes(self, request: CallRequest, ranked: list[Candidate], held_back: list[str], named_unknown: bool) -> list[str]:
         """What the caller should know of this call that did not stop it. A namespace no tool has
         is a typo more often than not, and a scenario call goes on without it (QA: a service that
@@ -217,7 +228,9 @@ class Selector:
         notes = []
         versions = self.rt.registry.versions(request.namespace) if request.namespace and not request.version else []
         if named_unknown:
-            notes.append(f"no tool named '{request.namespace}': the call was ranked by its scenario alone")
+            told = self.removal(request.namespace)
+            notes.append(f"no tool named '{request.namespace}'{f' ({told})' if told else ''}: the call was ranked by its "
+                         "scenario alone")
         elif versions and all(m.deprecated for m in versions):
             named = " or ".join(f"{m.key}" for m in versions[-3:])
             notes.append(f"every version of '{request.namespace}' is deprecated, so none is offered (a call naming "

@@ -91,6 +91,9 @@ def test_manifests_added_changed_and_removed_while_the_workers_run_are_served_as
         assert named["no_candidates_reason"] == "no_such_tool", named
         assert named["message"].startswith("no tool named 'slugify': slugify@1.0.0 was removed from the tools directory ")
         assert named["message"].endswith(f"({slugify} is gone); `fittest show slugify` shows its history"), named["message"]
+        by_namespace = p.call(**SLUG_CALL, namespace="slugify")  # a call by scenario that names it (review 51)
+        assert any(note.startswith("no tool named 'slugify' (slugify@1.0.0 was removed from the tools directory ")
+                   for note in by_namespace["notes"]), by_namespace["notes"]
 
 
 def test_a_new_version_given_by_a_manifest_goes_on_trial_and_is_served_once_it_proves_itself(

@@ -52,7 +52,7 @@ def test_the_columns_are_found_whatever_their_case_spaces_and_order(tmp_path: Pa
     ("Query,Tool\n", "no queries"),
     ("Query,Tool,query\nFind papers,ResearchHelper,\n", "expected the columns Query,Tool \\(once each\\)"),
     ("Query,Tool\nFind papers\n", "line 2: empty Query or Tool"),
-    ('Query,Tool\n"unterminated,foo\nFind papers,ResearchHelper\n', "line 3: a quoted field is not closed"),
+    ('Query,Tool\n"unterminated,foo\nFind papers,ResearchHelper\n', "lines 2-3: a quoted field is not closed"),
     # QA 51b: the line an editor shows, past a query that spans lines; a quote left open that took
     # in another row's comma
     ('Query,Tool\n"find\npapers",ResearchHelper\nbook,NoSuchTool\n', "line 4: tool 'NoSuchTool'"),

@@ -144,8 +144,12 @@ def test_testing_status() -> None:
     assert analyse("add tests to tests/test_api.py for the failing login endpoint").testing == "present"
     assert analyse("fix the failing deploy script", {"files": ["tests/test_a.py"]}).testing == "present"
     assert analyse("tests/test_api.py is failing since the merge").testing == "failing"
-    # A file's name is no keyword of the phase (QA 51d: Python's dependency list read as a specification).
+    # A file's name is no keyword of the phase (QA 51d: Python's dependency list read as a specification),
+    # and a deployment script named is a deployment file (review 51).
     assert analyse("update requirements.txt to pin numpy").phase is None
+    assert analyse("deploy.sh: design a rollout").phase == "completion"
+    # A named test file said to fail, before a general "pass" (review 51).
+    assert analyse("the test suite passes but tests/test_a.py fails").testing == "failing"
     assert analyse("write the requirements.md for billing").phase == "specification"
 
 

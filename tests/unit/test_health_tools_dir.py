@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from tests.conftest import free_port
@@ -87,3 +88,42 @@ def test_the_store_and_model_checks_say_their_memory_worker_was_not_asked_when_r
     assert (store.name, store.status, model.name) == ("store", "fail", "model")
     for check in (store, model):
         assert "not asked: cannot reach Redis" in check.detail and "no memory worker answered" not in check.detail, check
+
+
+def test_the_toolserver_check_reads_the_services_status(monkeypatch, tmp_path: Path) -> None:
+    """Review 51: it passed any page that answered 200, and a port that is no port ended the command
+    instead of failing the check."""
+    import subprocess
+    import sys
+    import time
+
+    from workers.health import check_served
+    from workers.procfile import ROOT
+
+    def serving(*command: str, cwd: Path = ROOT) -> subprocess.Popen:
+        port = free_port()
+        monkeypatch.setenv("FITTEST_EXAMPLE_HTTP_PORT", str(port))
+        proc = subprocess.Popen([sys.executable, *command, *([str(port)] if "http.server" in command else [])], cwd=cwd,
+                                env={**os.environ, "FITTEST_EXAMPLE_HTTP_PORT": str(port)},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while check_served(Settings(data_dir=tmp_path), "toolserver", 1.0).detail.startswith("nothing answers") \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return proc
+
+    service = serving("examples/tools/http_server.py")  # the example service itself
+    try:
+        assert check_served(Settings(data_dir=tmp_path), "toolserver", 2.0).status == "ok"
+    finally:
+        service.terminate()
+    (tmp_path / "health").write_text('{"status": "starting"}')
+    other = serving("-m", "http.server", "--bind", "127.0.0.1", cwd=tmp_path)  # something else on its port
+    try:
+        down = check_served(Settings(data_dir=tmp_path), "toolserver", 2.0)
+        assert down.status == "fail" and "answered 200 without 'ok'" in down.detail, down
+    finally:
+        other.terminate()
+    monkeypatch.setenv("FITTEST_EXAMPLE_HTTP_PORT", "abc")
+    bad = check_served(Settings(data_dir=tmp_path), "toolserver", 2.0)
+    assert bad.status == "fail" and "FITTEST_EXAMPLE_HTTP_PORT" in bad.detail, bad

@@ -153,23 +153,28 @@ def load_queries(path: Path, known: set[str]) -> list[tuple[str, str]]:
                     found_text = ",".join(header) if header else "nothing: the file is empty"  # QA AC: "found None"
                     raise BenchInputError(f"{path}: expected the columns Query,Tool (once each), found {found_text}")
             q_at, t_at = found.index("query"), found.index("tool")
+            started = reader.line_num + 1
             rows = []
             for row in reader:
-                line = reader.line_num  # the line it ends on, as an editor counts (QA 51b: records were counted)
+                # the lines it spans, as an editor counts them (QA 51b: records were counted; review 51:
+                # a quote left open was named at the line its record ended on)
+                first, last = started, reader.line_num
+                started = last + 1
+                where = f"line {first}" if first == last else f"lines {first}-{last}"
                 if not row:  # a blank line, as csv.DictReader skipped it
                     continue
                 raw_tool = row[t_at] if t_at < len(row) else ""
                 query = (row[q_at] if q_at < len(row) else "").strip()
                 tool = raw_tool.strip().lower()
                 if not tool and "\n" in "".join(row):  # QA selection F10: read as an empty Tool
-                    raise BenchInputError(f"{path}, line {line}: a quoted field is not closed: its quote took in the "
+                    raise BenchInputError(f"{path}, {where}: a quoted field is not closed: its quote took in the "
                                           "lines after it")
                 if not query or not tool:
-                    raise BenchInputError(f"{path}, line {line}: empty Query or Tool")
+                    raise BenchInputError(f"{path}, {where}: empty Query or Tool")
                 if tool not in known:
                     # a quote left open took in the next line: its Tool is a piece of another row (QA 51b)
                     open_quote = "; a quoted field of it spans lines: is a quote not closed?" if "\n" in "".join(row) else ""
-                    raise BenchInputError(f"{path}, line {line}: tool {raw_tool!r} is not in the tools file{open_quote}")
+                    raise BenchInputError(f"{path}, {where}: tool {raw_tool!r} is not in the tools file{open_quote}")
                 rows.append((query[:4000], tool))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise BenchInputError(f"{path}: cannot read the queries CSV: {exc}") from exc

@@ -138,8 +138,12 @@ def lineage(namespace: str) -> Lineage:
     from workers.settings import get_settings
 
     registry, state, ledger = _stores()
+    # Of a tool the workers stopped serving: its history. Not of one this shell cannot read (its tools
+    # directory elsewhere, a manifest half-edited), which the workers may serve still (review 51).
     if not registry.versions(namespace) and (gone := ledger.changelog(namespace)):
-        return Lineage(namespace=namespace, promotion=state.promotion(namespace), versions=[], changelog=gone)
+        last = next((e.event for e in reversed(gone) if e.event in ("added", "removed")), None)
+        if last == "removed":
+            return Lineage(namespace=namespace, promotion=state.promotion(namespace), versions=[], changelog=gone)
     versions = versions_of(registry, namespace)
     promotion = state.promotion(namespace)
     history = state.promotion_history(namespace)

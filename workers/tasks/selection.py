@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -81,25 +80,12 @@ def warm_up(sender: Any = None, **_: Any) -> None:
             watch = ToolsDirWatch(settings.tools_dir, runtime().registry, lambda found: runtime().selector.index.ensure_tools(found),
                                   revise)
             def arrived(keys: list[str]) -> None:
+                served_anew((split_key(key)[0] for key in keys), arrived=keys)  # the trial first, then the history
                 log_arrivals(keys)
-                served_anew((split_key(key)[0] for key in keys), arrived=keys)
 
             watch_in_background(watch, settings.tools_rescan_s, then=arrived)
 
     threading.Thread(target=warm, name="fittest-warm-up", daemon=True).start()
-
-
-def removed_since(name: str) -> str:
-    """What a call naming a tool no longer served should know: when its last version was removed,
-    and where its history is (QA 51d: "no tool named" of a tool the changelog says was removed)."""
-    try:
-        last = next((e for e in reversed(runtime().evolution.changelog(name)) if e.event == "removed"), None)
-    except Exception:  # Redis away: the refusal stands without it
-        return ""
-    if last is None:
-        return ""
-    return (f": {name}@{last.version} was removed from the tools directory {time.time() - last.time:.0f} s ago "
-            f"({last.reason}); `fittest show {name}` shows its history")
 
 
 def log_removals(removed: Mapping[str, str]) -> None:
@@ -243,8 +229,9 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
         return ended_early(refused_call)
     if original is None:
         return ended_early(CallResult(
-            call_id=request.call_id, status="no_candidates", scenario=request.scenario, message=f"no tool named '{name}'"
-            + removed_since(name), no_candidates_reason="no_such_tool",
+            call_id=request.call_id, status="no_candidates", scenario=request.scenario,
+            message=f"no tool named '{name}'" + (f": {told}" if (told := runtime().selector.removal(name)) else ""),
+            no_candidates_reason="no_such_tool",
         ).model_dump(mode="json"))
     return start_call(self, request)
 
