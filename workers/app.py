@@ -123,7 +123,7 @@ def make_app(settings: Settings | None = None) -> Celery:
         # (it cannot kill a job) and delay every call in flight by a visibility timeout.
         worker_cancel_long_running_tasks_on_connection_loss=False,
         # celery's consumer, noting a cold shutdown before it terminates the running tasks (workers/group_stop.py)
-        worker_consumer="workers.group_stop:ColdNotingConsumer",
+        worker_consumer="workers.consumer:ColdNotingConsumer",
         result_expires=RESULT_TTL_S,  # how long a call id names its call (workers/state/call_ids.py)
         worker_send_task_events=True,
         task_send_sent_event=False,

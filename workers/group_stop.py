@@ -13,11 +13,11 @@ process given SIGTERM waits up to GROUP_WAIT_S for that note: a warm shutdown no
 GROUP_WINDOW_S of the signal means the signal came to the whole group, and the pool process
 carries on with its task, which the warm shutdown waits for, until a cold shutdown is noted after
 it. Anything else (`celery control terminate`, a kill of the pool process alone, the cold
-shutdown's terminate, a SIGTERM with no task running) ends it as SIGTERM always did, a moment later. Celery says a cold
-shutdown began only after it has cancelled the running tasks, so the worker's consumer
-(`ColdNotingConsumer`) notes it before it cancels them (review 51: a SIGQUIT 0.3 s after the
-group's SIGTERM, within its window, had the task run on to its end), and a task outlived as the
-group's ends once it is noted. A hard time limit's SIGTERM is followed by billiard's SIGKILL 0.1 s
+shutdown's terminate, a SIGTERM with no task running) ends it as SIGTERM always did, a moment
+later. Celery says a cold shutdown began only after it has cancelled the running tasks, so the
+worker's consumer (workers/consumer.py `ColdNotingConsumer`) notes it before it cancels them
+(review 51: a SIGQUIT 0.3 s after the group's SIGTERM, within its window, had the task run on to
+its end), and a task outlived as the group's ends once it is noted. A hard time limit's SIGTERM is followed by billiard's SIGKILL 0.1 s
 later, which ends the pool process first, so its `finally` blocks do not run.
 """
 
@@ -33,7 +33,6 @@ import time
 from typing import Any
 
 from celery.signals import task_postrun, task_prerun, worker_process_init, worker_shutting_down
-from celery.worker.consumer import Consumer
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +79,6 @@ def note_shutdown(how: str) -> None:
 def _noted(how: str = "Warm", **_: Any) -> None:
     note_shutdown(how)
 
-
-class ColdNotingConsumer(Consumer):
-    """celery's consumer, which notes a cold shutdown before it terminates the running tasks: a
-    pool process given that terminate within GROUP_WINDOW_S of a group's SIGTERM took it for the
-    group's, and its task ran on (celery's `worker_shutting_down` comes after the terminate)."""
-
-    def cancel_active_requests(self) -> None:
-        note_shutdown("Cold")
-        super().cancel_active_requests()
 
 
 _in_pool = False  # set in each pool process as it starts
