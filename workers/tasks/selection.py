@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from celery import Task
 from celery.concurrency.prefork import TaskPool as PreforkPool
@@ -72,42 +72,33 @@ def warm_up(sender: Any = None, **_: Any) -> None:
             if removed:  # a removed version's trial or promotion ends (workers/promotions.py)
                 try:
                     served_anew(split_key(key)[0] for key in removed)
-                    log_removals(removed)
+                    log_watched("removed", removed)
                 except Exception:  # Redis away: the next start looks again
                     log.warning("could not end the promotions of the versions no longer served", exc_info=True)
 
         if settings.tools_rescan_s > 0:  # a selector that failed to build is built again by the first look
             watch = ToolsDirWatch(settings.tools_dir, runtime().registry, lambda found: runtime().selector.index.ensure_tools(found),
                                   revise)
+
             def arrived(keys: list[str]) -> None:
                 served_anew((split_key(key)[0] for key in keys), arrived=keys)  # the trial first, then the history
-                log_arrivals(keys)
+                log_watched("added", {key: f"served from {runtime().registry.source(key)}" for key in keys})
 
             watch_in_background(watch, settings.tools_rescan_s, then=arrived)
 
     threading.Thread(target=warm, name="fittest-warm-up", daemon=True).start()
 
 
-def log_removals(removed: Mapping[str, str]) -> None:
-    """A changelog line per version the tools watch no longer serves, with why: its history stays
-    readable in `fittest show` once nothing of it is served (QA 50d F10: the removal was in no
-    changelog, and `show` said there was no such tool)."""
+def log_watched(event: Literal["added", "removed"], reasons: Mapping[str, str]) -> None:
+    """A changelog line per version (key -> why) the tools watch began or stopped serving: a tool's
+    history stays readable in `fittest show` once nothing of it is served (QA 50d F10: the removal
+    was in no changelog, and `show` said there was no such tool), and one put back after its
+    removal has both lines (QA 51d: `removed` twice, with nothing between)."""
     from evolution.models import ChangelogEntry
 
-    for key, why in removed.items():
+    for key, why in reasons.items():
         name, version = split_key(key)
-        runtime().evolution.log(ChangelogEntry(namespace=name, event="removed", version=version, reason=why))
-
-
-def log_arrivals(keys: Iterable[str]) -> None:
-    """A changelog line per version the tools watch newly serves, from where: a tool put back after
-    its removal has the two lines (QA 51d: `show` listed `removed` twice, with nothing between)."""
-    from evolution.models import ChangelogEntry
-
-    for key in keys:
-        name, version = split_key(key)
-        runtime().evolution.log(ChangelogEntry(namespace=name, event="added", version=version,
-                                               reason=f"served from {runtime().registry.source(key)}"))
+        runtime().evolution.log(ChangelogEntry(namespace=name, event=event, version=version, reason=why))
 
 
 def served_anew(namespaces: Iterable[str], arrived: Collection[str] = ()) -> None:
