@@ -38,8 +38,9 @@ VARIANT_TEXT_LIMIT = 4000
 class Changelog(Protocol):
     """A namespace's history, oldest first: each candidate's verdict, promotions, rollbacks."""
 
-    def log(self, entry: ChangelogEntry) -> None:
-        """Append `entry` (the newest CHANGELOG_LIMIT are kept)."""
+    def log(self, entry: ChangelogEntry, once: str | None = None) -> None:
+        """Append `entry` (the newest CHANGELOG_LIMIT are kept). `once`: a name of the change it
+        tells, under which another process that saw the same change appends nothing (for a while)."""
         ...
 
     def log_unless_repeated(self, entry: ChangelogEntry) -> bool:

@@ -43,7 +43,9 @@ class InMemoryEvolutionState:
 
     # Changelog --------------------------------------------------------------------------------
 
-    def log(self, entry: ChangelogEntry) -> None:
+    def log(self, entry: ChangelogEntry, once: str | None = None) -> None:
+        if once is not None and not self._once("changelog", once):
+            return
         entries = self._changelog[entry.namespace]
         entries.append(entry)
         del entries[:-CHANGELOG_LIMIT]

@@ -50,6 +50,20 @@ def entry(event: str = "no_fix", reason: str = "no mutator proposed a fix", name
 
 
 # ----------------------------------------------------------------------------------- changelog
+def test_a_change_told_by_several_processes_is_logged_once(ledger: EvolutionLedger) -> None:
+    """Review 51: each memory worker's tools watch logged the same `added` and `removed` lines."""
+    from workers.tasks.selection import log_watched
+
+    came, gone = {KEY: "served from tools/sort/tool.yaml"}, {KEY: "tools/sort/tool.yaml is gone"}
+    for change in (("added", came), ("added", came), ("removed", gone), ("removed", gone),  # two workers saw each
+                   ("added", came), ("removed", gone), ("removed", gone)):  # put back, then gone again
+        log_watched(ledger, *change)
+    assert [e.event for e in ledger.changelog(NS)] == ["added", "removed", "added", "removed"]
+    ledger.log(entry("verified", version="1.1.0"), once="t")
+    ledger.log(entry("verified", version="1.1.0"), once="t")
+    assert [e.event for e in ledger.changelog(NS)][-1:] == ["verified"] and len(ledger.changelog(NS)) == 5
+
+
 def test_the_changelog_keeps_entries_oldest_first_per_namespace(ledger: EvolutionLedger) -> None:
     ledger.log(entry("verified", version="1.1.0"))
     ledger.log(entry("promoted", version="1.1.0"))

@@ -62,13 +62,13 @@ class EvolutionState(PrefixedStore):
 
     # Changelog --------------------------------------------------------------------------------
 
-    def log(self, entry: ChangelogEntry) -> None:
+    def log(self, entry: ChangelogEntry, once: str | None = None) -> None:
         name = self._k("changelog", entry.namespace)
         entries = self.client.pipeline(transaction=True)
         entries.rpush(name, entry.model_dump_json())
         entries.ltrim(name, -CHANGELOG_LIMIT, -1)
-        # logged once, even if sent again
-        apply_once(self.scripts["apply_once"], entries, self._k("once", "changelog", new_token()))
+        # logged once, even if sent again, or told by another process too (`once`)
+        apply_once(self.scripts["apply_once"], entries, self._k("once", "changelog", once or new_token()))
 
     def log_unless_repeated(self, entry: ChangelogEntry) -> bool:
         """Log `entry` unless it repeats what the namespace's latest outcomes say while nothing else

@@ -13,6 +13,7 @@ from celery.concurrency.prefork import TaskPool as PreforkPool
 from celery.signals import worker_ready
 from pydantic import ValidationError
 
+from evolution.ports import EvolutionLedger
 from selection.call_endings import no_candidates_result
 from selection.manifest import ToolManifest, split_key
 from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, FieldError, field_errors
@@ -72,7 +73,7 @@ def warm_up(sender: Any = None, **_: Any) -> None:
             if removed:  # a removed version's trial or promotion ends (workers/promotions.py)
                 try:
                     served_anew(split_key(key)[0] for key in removed)
-                    log_watched("removed", removed)
+                    log_watched(runtime().evolution, "removed", removed)
                 except Exception:  # Redis away: the next start looks again
                     log.warning("could not end the promotions of the versions no longer served", exc_info=True)
 
@@ -82,14 +83,14 @@ def warm_up(sender: Any = None, **_: Any) -> None:
 
             def arrived(keys: list[str]) -> None:
                 served_anew((split_key(key)[0] for key in keys), arrived=keys)  # the trial first, then the history
-                log_watched("added", {key: f"served from {runtime().registry.source(key)}" for key in keys})
+                log_watched(runtime().evolution, "added", {key: f"served from {runtime().registry.source(key)}" for key in keys})
 
             watch_in_background(watch, settings.tools_rescan_s, then=arrived)
 
     threading.Thread(target=warm, name="fittest-warm-up", daemon=True).start()
 
 
-def log_watched(event: Literal["added", "removed"], reasons: Mapping[str, str]) -> None:
+def log_watched(ledger: EvolutionLedger, event: Literal["added", "removed"], reasons: Mapping[str, str]) -> None:
     """A changelog line per version (key -> why) the tools watch began or stopped serving: a tool's
     history stays readable in `fittest show` once nothing of it is served (QA 50d F10: the removal
     was in no changelog, and `show` said there was no such tool), and one put back after its
@@ -98,7 +99,13 @@ def log_watched(event: Literal["added", "removed"], reasons: Mapping[str, str]) 
 
     for key, why in reasons.items():
         name, version = split_key(key)
-        runtime().evolution.log(ChangelogEntry(namespace=name, event=event, version=version, reason=why))
+        # Each memory worker's watch sees the change (several beside a Qdrant server): logged once,
+        # under its place among the version's comings and goings, which the first's line leaves as
+        # it was (an addition follows as many removals as came before it, and the other way round).
+        before = sum(e.event == ("removed" if event == "added" else "added") and e.version == version
+                     for e in ledger.changelog(name))
+        ledger.log(ChangelogEntry(namespace=name, event=event, version=version, reason=why),
+                   once=f"watched:{name}:{version}:{event}:{before}")
 
 
 def served_anew(namespaces: Iterable[str], arrived: Collection[str] = ()) -> None:
