@@ -301,13 +301,19 @@ class ChangelogEntry(BaseModel):
     time: float = Field(default_factory=time.time)
 
 
+def last_removal(changelog: list[ChangelogEntry]) -> ChangelogEntry | None:
+    """The removal from the tools directory the changelog ends with, of the namespace's comings and
+    goings: None when a version came back since, or none was removed."""
+    last = next((e for e in reversed(changelog) if e.event in ("added", "removed")), None)
+    return last if last is not None and last.event == "removed" else None
+
+
 def removal_told(changelog: list[ChangelogEntry], name: str, now: float | None = None) -> str:
     """What a call naming a tool none of whose versions is served should know, from its changelog:
     when its last version was removed from the tools directory and why, and where its history is
-    ("" when the changelog says no removal, or a version came back since). QA 51d: "no tool named"
-    of a tool the changelog says was removed."""
-    last = next((e for e in reversed(changelog) if e.event in ("added", "removed")), None)
-    if last is None or last.event != "removed":
+    ("" when `last_removal` is None). QA 51d: "no tool named" of a tool the changelog says was removed."""
+    last = last_removal(changelog)
+    if last is None:
         return ""
     seconds = max(0.0, (time.time() if now is None else now) - last.time)
     ago = next(f"{seconds / size:.0f} {unit}" for size, unit in ((86400, "d"), (3600, "h"), (60, "min"), (1, "s"))

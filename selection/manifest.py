@@ -265,7 +265,7 @@ def tool_reference(text: str) -> tuple[str, str | None]:
     return name, version or None
 
 
-def _field_and_reason(exc: ValidationError) -> tuple[str, str, list[str]]:
+def _faults(exc: ValidationError) -> tuple[str, str, list[str]]:
     """The first bad field, what is wrong with it and with each other bad field, and every bad
     field: an author mends them all at once rather than one per load (pydantic's "Value error, "
     left out), and a CI check reads them all (QA 51c: only the first was a field)."""
@@ -284,7 +284,7 @@ def parse_manifest(data: Any, path: str | Path, tool_dir: str | Path | None = No
     try:
         return ToolManifest.model_validate(data)
     except ValidationError as exc:
-        field, reason, fields = _field_and_reason(exc)
+        field, reason, fields = _faults(exc)
         raise ManifestError(path, field, reason, fields) from exc
 
 

@@ -482,7 +482,7 @@ def firsts_over_sides(request: CallRequest, ranked: list[Candidate], evidence: l
     # only the trials of a namespace the job clearly matches: `best_match_again` looks at no other
     matched = {split_key(key)[0] for key in best}
     trials = [(n, served.chance[n], other) for n, other in served.other_side.items()
-              if n != name and n in matched and served.chance.get(n, 1.0) < 1.0 and any(c.manifest.name == n for c in ranked)]
+              if n != name and n in matched and any(c.manifest.name == n for c in ranked)]
     firsts: dict[str | None, float] = defaultdict(float)
     for sides in product(*(((None, chance), (other, 1.0 - chance)) for _, chance, other in trials)):
         side = ranked
@@ -531,7 +531,7 @@ def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list
         if firsts is None:
             return ranked
         kept = firsts.pop(None, 1.0)
-        instead = max(firsts, key=lambda key: firsts.get(key, 0.0), default=None)
+        instead = max(firsts, key=firsts.__getitem__, default=None)
         return passed_over(ranked, instead, share, kept) if instead is not None and kept < 1.0 else ranked
     why = ("the job's clear best match, in a version evolved from one that failed here, in place of a tool that "
            "matches the job less" if again.evolved else

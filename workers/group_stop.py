@@ -17,8 +17,9 @@ shutdown's terminate, a SIGTERM with no task running) ends it as SIGTERM always 
 later. Celery says a cold shutdown began only after it has cancelled the running tasks, so the
 worker's consumer (workers/consumer.py `ColdNotingConsumer`) notes it before it cancels them
 (review 51: a SIGQUIT 0.3 s after the group's SIGTERM, within its window, had the task run on to
-its end), and a task outlived as the group's ends once it is noted. A hard time limit's SIGTERM is followed by billiard's SIGKILL 0.1 s
-later, which ends the pool process first, so its `finally` blocks do not run.
+its end), and a task outlived as the group's ends once it is noted. A hard time limit's SIGTERM
+is followed by billiard's SIGKILL 0.1 s later, which ends the pool process first, so its `finally`
+blocks do not run.
 """
 
 from __future__ import annotations
@@ -78,7 +79,6 @@ def note_shutdown(how: str) -> None:
 @worker_shutting_down.connect
 def _noted(how: str = "Warm", **_: Any) -> None:
     note_shutdown(how)
-
 
 
 _in_pool = False  # set in each pool process as it starts

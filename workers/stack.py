@@ -45,7 +45,7 @@ def redis_refusal(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = N
     except (redis.AuthenticationError, redis.ResponseError) as exc:
         said = str(exc) or type(exc).__name__
         # redis-py's handshake words a missing or wrong password as HELLO's rules (review 51)
-        if isinstance(exc, redis.AuthenticationError) or any(w in said for w in ("NOAUTH", "WRONGPASS", "HELLO", "AUTH")):
+        if isinstance(exc, redis.AuthenticationError) or any(w in said for w in ("AUTH", "WRONGPASS", "HELLO")):
             return f"it needs a password, or another one: {said}"
         return said
     except (redis.RedisError, OSError, ValueError):

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from evolution.descriptions import VariantStatus
-from evolution.models import ChangelogEntry
+from evolution.models import ChangelogEntry, last_removal
 from selection.models import Promotion
 from selection.ports import BreakerState
 from workers.cli.common import (REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, read_answer,
@@ -140,10 +140,8 @@ def lineage(namespace: str) -> Lineage:
     registry, state, ledger = _stores()
     # Of a tool the workers stopped serving: its history. Not of one this shell cannot read (its tools
     # directory elsewhere, a manifest half-edited), which the workers may serve still (review 51).
-    if not registry.versions(namespace) and (gone := ledger.changelog(namespace)):
-        last = next((e.event for e in reversed(gone) if e.event in ("added", "removed")), None)
-        if last == "removed":
-            return Lineage(namespace=namespace, promotion=state.promotion(namespace), versions=[], changelog=gone)
+    if not registry.versions(namespace) and last_removal(gone := ledger.changelog(namespace)) is not None:
+        return Lineage(namespace=namespace, promotion=state.promotion(namespace), versions=[], changelog=gone)
     versions = versions_of(registry, namespace)
     promotion = state.promotion(namespace)
     history = state.promotion_history(namespace)

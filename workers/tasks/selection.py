@@ -13,6 +13,7 @@ from celery.concurrency.prefork import TaskPool as PreforkPool
 from celery.signals import worker_ready
 from pydantic import ValidationError
 
+from evolution.models import ChangelogEntry
 from evolution.ports import EvolutionLedger
 from selection.call_endings import no_candidates_result
 from selection.manifest import ToolManifest, split_key
@@ -95,8 +96,6 @@ def log_watched(ledger: EvolutionLedger, event: Literal["added", "removed"], rea
     history stays readable in `fittest show` once nothing of it is served (QA 50d F10: the removal
     was in no changelog, and `show` said there was no such tool), and one put back after its
     removal has both lines (QA 51d: `removed` twice, with nothing between)."""
-    from evolution.models import ChangelogEntry
-
     for key, why in reasons.items():
         name, version = split_key(key)
         # Each memory worker's watch sees the change (several beside a Qdrant server): logged once,
