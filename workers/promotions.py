@@ -17,7 +17,7 @@ from evolution.ports import Changelog
 from evolution.served_version import (fallback_version, head_version, kept_served, manifest_to_trial,
                                       promoted_by_hand, served_before)
 from evolution.trial import Verdict
-from selection.manifest import ToolManifest, tool_key
+from selection.manifest import ToolManifest, split_key, tool_key
 from selection.models import Promotion
 from selection.ports import Newcomers, Promotions, StateStore
 from selection.registry import ToolRegistry
@@ -162,8 +162,32 @@ def unseen_versions(state: StateStore, registry: ToolRegistry, namespaces: Itera
     return unseen
 
 
+def activate_trials_left_alone(state: Promotions, ledger: Changelog, removed: Collection[str]) -> list[Promotion]:
+    """Activate each trial whose other side, the version it is tried against, is among `removed`
+    (the keys the tools watch just stopped serving): the version on trial is the one version of
+    the trial left, and serves every call already (evolution/served_version.py `offered_side`).
+    Left on trial, `fittest tools` and `show` went on saying it served 25 % of the calls, and its
+    verdict would have compared it against the removed version's rate (QA 51d N4)."""
+    gone: dict[str, set[str]] = {}
+    for key in removed:
+        namespace, version = split_key(key)
+        gone.setdefault(namespace, set()).add(version)
+    concluded = []
+    for namespace, current in (state.promotions(list(gone)) if gone else {}).items():
+        if current is None or current.status != "on_trial":
+            continue
+        against = current.parent_version or current.original_version
+        if against not in gone[namespace] or against == current.evolved_version:
+            continue
+        reason = (f"{tool_key(namespace, against)}, the version it was tried against, left the tools directory: "
+                  f"{tool_key(namespace, current.evolved_version)} serves every call")
+        if conclude_trial(state, ledger, current, "activate", reason):
+            concluded.append(current)
+    return concluded
+
+
 def trial_new_manifests(state: Promotions, ledger: Changelog, registry: ToolRegistry,
-                        namespaces: Iterable[str], arrived: Collection[str] = ()) -> list[Promotion]:
+                        namespaces: Iterable[str], arrived: Collection[str] = (), removed: Collection[str] = ()) -> list[Promotion]:
     """Serve on trial each version that a namespace's manifest newly gives it (evolution/served_version.py
     `manifest_to_trial`), against the version the namespace served until then: it takes
     FITTEST_TRIAL_SHARE of the namespace's calls, and is served in its place once it has K
@@ -171,9 +195,12 @@ def trial_new_manifests(state: Promotions, ledger: Changelog, registry: ToolRegi
     fallback (QA: a fixed 2.0.0 dropped into the tools directory ran 11 times in 298 calls of its
     job, as a fallback of the broken 1.0.0, which went on being served first). A version that
     `arrived` (the keys the tools watch just served) older than the newest stays a fallback, and
-    the newest, which the namespace served, is recorded as served (`kept_served`)."""
+    the newest, which the namespace served, is recorded as served (`kept_served`). A trial that
+    lost a side to the versions `removed` (the keys the tools watch just stopped serving) ends
+    first, as does a removed manifest version's promotion."""
     namespaces = sorted(set(namespaces))
     retire_removed_manifest_versions(state, ledger, registry, namespaces)  # a trial no call can decide blocks the next
+    activate_trials_left_alone(state, ledger, removed)
     started = []
     for namespace in namespaces:
         versions = registry.versions(namespace)

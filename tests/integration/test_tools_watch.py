@@ -129,8 +129,8 @@ def test_a_new_version_given_by_a_manifest_goes_on_trial_and_is_served_once_it_p
         assert ("manifest_trial", "slugify@2.0.0") in {(e.get("event"), e.get("tool")) for e in events(log)}
 
 
-def test_a_call_naming_a_tool_whose_version_against_the_trial_is_deprecated_is_served_by_the_trial_version(
-    tmp_path: Path, redis_url: str, model_path: Path
+def test_a_call_naming_a_tool_whose_version_against_the_trial_is_deprecated_is_served_by_the_trial_version_and_its_removal_ends_the_trial(
+    tmp_path: Path, redis_url: str, model_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """QA onboarding H2: with 1.0.0 deprecated during 2.0.0's trial, the trial still gave 1.0.0, no
     longer offered, 75 % of the calls, and on those a call naming the tool started with another
@@ -139,7 +139,7 @@ def test_a_call_naming_a_tool_whose_version_against_the_trial_is_deprecated_is_s
     for name in ("slugify", "word_stats"):
         shutil.copytree(EXAMPLE_TOOLS / name, tools / name)
     with pipeline_running(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"),
-                          FITTEST_TOOLS_RESCAN_S="0.3", FITTEST_TRIAL_SHARE="0.25") as p:
+                          FITTEST_TOOLS_RESCAN_S="0.3", FITTEST_TRIAL_SHARE="0.25", FITTEST_TRIAL_SUCCESSES="50") as p:
         add_slugify_version(tools, "2.0.0")
         state = p.state()
         p.wait_for(lambda: state.promotion("slugify") is not None, timeout=30)
@@ -154,6 +154,15 @@ def test_a_call_naming_a_tool_whose_version_against_the_trial_is_deprecated_is_s
         p.wait_for(deprecated_gone, timeout=30)
         firsts = [p.call(**called, call_id=f"named-{i}")["attempts"][0] for i in range(8)]
         assert [(a["tool"], a["version"]) for a in firsts] == [("slugify", "2.0.0")] * 8
+        # QA 51d N4: with 1.0.0 removed, the trial has one side left; it ends, and 2.0.0 serves every call.
+        shutil.rmtree(tools / "slugify")
+        p.wait_for(lambda: (promotion := state.promotion("slugify")) is not None and promotion.status == "active", timeout=30)
+        shown = cli_runner(monkeypatch, p.env)("show", "slugify", "--json")
+        assert shown.exit_code == 0, shown.output
+        lineage = json.loads(shown.output)
+        assert [(e["event"], e["version"]) for e in lineage["changelog"]][-2:] == [("removed", "1.0.0"), ("activated", "2.0.0")]
+        assert lineage["changelog"][-1]["reason"].startswith("slugify@1.0.0, the version it was tried against, left the tools directory")
+        assert [(v["version"], v["status"], v["served"]) for v in lineage["versions"]] == [("2.0.0", "active", True)]
 
 
 def test_an_older_version_dropped_in_stays_a_fallback_and_the_newest_stays_served(

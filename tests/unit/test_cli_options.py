@@ -408,6 +408,22 @@ def test_show_calls_a_version_promoted_before_another_superseded(stores: ToolReg
     assert code == 0 and "1.0.0 active ◀ served" in out and "1.1.0 superseded" in out
 
 
+def test_show_calls_the_version_a_trial_is_tried_against_so_when_it_is_not_the_parent(stores: ToolRegistry,
+                                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA 51d N2: 1.2.0, evolved by hand from 1.0.0 while 1.1.0 was active, is tried against 1.1.0,
+    which `show` called the "trial's parent"."""
+    from selection.models import Promotion
+
+    stores.add(ToolManifest(name="fast_sort", version="1.2.0", parent_version="1.0.0", description="Sorts numbers.", implementation=HTTP))
+    active = Promotion(namespace="fast_sort", evolved_version="1.1.0", original_version="1.0.0", status="active")
+    trial = Promotion(namespace="fast_sort", evolved_version="1.2.0", original_version="1.0.0", parent_version="1.1.0", status="on_trial")
+    registry, state, ledger = evolution._stores()
+    monkeypatch.setattr(evolution, "_stores", lambda: (registry, SimpleNamespace(
+        promotion=lambda ns: trial, promotion_history=lambda ns: [active, trial], stats_and_breakers=state.stats_and_breakers), ledger))
+    code, out = run("show", "fast_sort", "--events", "0")
+    assert code == 0 and "1.1.0 tried against ◀ served on the other 75%" in out and "1.2.0 on_trial ◀ served on 25%" in out
+
+
 def test_explain_shows_a_small_negative_feedback_as_0(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
     breakdown = {"source": "semantic", "similarity": 0.5, "quality": 1.0, "feedback": -0.3, "sparc": 0.5, "rationale": "r"}
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: {"call_id": "c", "status": "success", "degraded": [], "ranking": [

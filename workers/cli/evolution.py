@@ -27,10 +27,10 @@ if TYPE_CHECKING:
 app = typer.Typer()
 
 # What `lineage` says of each version, as `show --help` explains them.
-VersionStatus = Literal["original", "new manifest version", "on_trial", "active", "trial's parent", "rolled_back",
+VersionStatus = Literal["original", "new manifest version", "on_trial", "active", "tried against", "rolled_back",
                         "not promoted", "superseded"]
 STATUS_COLOR: dict[VersionStatus, str] = {
-    "original": "cyan", "new manifest version": "cyan", "on_trial": "yellow", "active": "green", "trial's parent": "green",
+    "original": "cyan", "new manifest version": "cyan", "on_trial": "yellow", "active": "green", "tried against": "green",
     "rolled_back": "red", "not promoted": "dim", "superseded": "dim"}
 
 
@@ -166,7 +166,9 @@ def lineage(namespace: str) -> Lineage:
         elif status in ("active", "on_trial") and m.version != head:
             on_trial_against = promotion is not None and promotion.status == "on_trial" and m.version == promotion.parent_version
             # another version was promoted since; or, while that one is on trial, it serves the other calls
-            status = "trial's parent" if on_trial_against else "superseded"
+            # (not always the parent of the version on trial: a version evolved by hand from an older
+            # one is tried against the one served, QA 51d N2)
+            status = "tried against" if on_trial_against else "superseded"
         rows.append(LineageVersion(
             version=m.version, parent=m.parent_version, status=status,
             served=m.version == head and not m.deprecated,  # selection skips a deprecated version
@@ -196,7 +198,8 @@ def show(
     Statuses: original (the registry's, every version's fallback); new manifest version (another
     version a manifest gives, not on trial: waiting for its turn or for `fittest promote`, or a lower
     version kept as a fallback); on_trial (an evolved or given version served a share of the calls);
-    active (promoted and served); trial's parent (serves the calls the version on trial does not);
+    active (promoted and served); tried against (what the version on trial is tried against, its
+    parent or the version served before: it serves the calls the version on trial does not);
     rolled_back; not promoted (evolved, never promoted); superseded (another version was promoted
     since)."""
     data = lineage(name)

@@ -71,10 +71,10 @@ def warm_up(sender: Any = None, **_: Any) -> None:
 
         def revise(changed: list[tuple[ToolManifest, Path]], removed: dict[str, str]) -> None:
             runtime().selector.index.revise_tools(changed, list(removed))
-            if removed:  # a removed version's trial or promotion ends (workers/promotions.py)
+            if removed:  # its removal logged, then a removed version's trial or promotion ends (workers/promotions.py)
                 try:
-                    served_anew(split_key(key)[0] for key in removed)
                     log_watched(runtime().evolution, "removed", removed)
+                    served_anew((split_key(key)[0] for key in removed), removed=removed)
                 except Exception:  # Redis away: the next start looks again
                     log.warning("could not end the promotions of the versions no longer served", exc_info=True)
 
@@ -107,14 +107,15 @@ def log_watched(ledger: EvolutionLedger, event: Literal["added", "removed"], rea
                    once=f"watched:{name}:{version}:{event}:{before}")
 
 
-def served_anew(namespaces: Iterable[str], arrived: Collection[str] = ()) -> None:
+def served_anew(namespaces: Iterable[str], arrived: Collection[str] = (), removed: Collection[str] = ()) -> None:
     """What a version newly served starts: a trial of a manifest's new version against what its
     namespace served, and for a tool new to the running system, its newcomer's trial. Called for
     the namespaces of removed versions too: a removed manifest version's promotion ends first.
     `arrived`: the keys the tools watch just served; at the start, the versions that never ran
-    beside one that did (workers/promotions.py `unseen_versions`)."""
+    beside one that did (workers/promotions.py `unseen_versions`); `removed`: the keys it just
+    stopped serving."""
     rt = runtime()
-    trial_new_manifests(rt.state, rt.evolution, rt.registry, namespaces, arrived)
+    trial_new_manifests(rt.state, rt.evolution, rt.registry, namespaces, arrived, removed)
     note_newcomers(rt.state, rt.registry)
 
 
