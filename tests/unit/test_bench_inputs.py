@@ -26,6 +26,17 @@ def test_tools_become_snake_case_namespaces_named_back_in_lower_case(tmp_path: P
     assert names == {"research_helper": "researchhelper", "pdf_url_tool": "pdf&urltool"}
 
 
+def test_tools_named_in_other_scripts_are_namespaces_of_their_own(tmp_path: Path) -> None:
+    """QA 51b L5: 天气Tool and 股票Tool were both `tool`, and the file was refused."""
+    tools = {"天气Tool": "Tells the weather.", "股票Tool": "Quotes stock prices.", "CaféFinder": "Finds cafés."}
+    manifests, names = load_tools(write(tmp_path / "tools.json", json.dumps(tools, ensure_ascii=False)))
+    assert len({m.name for m in manifests}) == 3 and manifests[2].name == "cafe_finder"
+    assert all(m.name.startswith("tool_") for m in manifests[:2])
+    assert sorted(names.values()) == sorted(name.lower() for name in tools)
+    path = write(tmp_path / "q.csv", "Query,Tool\n明天天气怎么样,天气tool\n")
+    assert load_queries(path, set(names.values())) == [("明天天气怎么样", "天气tool")]
+
+
 def test_queries_match_tool_names_whatever_their_case_and_a_byte_order_mark_is_no_column_name(tmp_path: Path) -> None:
     """Spreadsheet programs start a UTF-8 CSV with a byte-order mark; MetaTool's file has CRLF lines."""
     path = write(tmp_path / "q.csv", "Query,Tool\r\nFind papers on bees,researchhelper\r\n\"Read this PDF, please\",PDF&URLTool\r\n",

@@ -27,12 +27,14 @@ the embedding precision that ran (FITTEST_EMBEDDING_INT8).
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import random
 import re
 import shutil
 import tempfile
 import time
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
@@ -99,9 +101,15 @@ class SelectionBenchResult(BenchResult):
 
 def namespace_of(name: str) -> str:
     """A benchmark tool name as a fittest namespace, its words in snake case as fittest's own tool
-    names are written (`PDF&URLTool` -> `pdf_url_tool`, `ResearchHelper` -> `research_helper`)."""
-    slug = "_".join(w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", name))
+    names are written (`PDF&URLTool` -> `pdf_url_tool`, `ResearchHelper` -> `research_helper`).
+    Accents are dropped (`Ünïcode` -> `unicode`); a name with letters or digits a namespace cannot
+    spell otherwise (天气Tool) ends in a hash of the name: its Latin words alone made 天气Tool and
+    股票Tool one namespace, and the file was refused (QA 51b L5)."""
+    folded = "".join(c for c in unicodedata.normalize("NFKD", name) if not unicodedata.combining(c))
+    slug = "_".join(w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", folded))
     slug = slug if slug[:1].isalpha() else f"t_{slug}"
+    if any(c.isalnum() and not c.isascii() for c in folded):
+        return f"{slug.rstrip('_')[:55]}_{hashlib.sha1(name.strip().encode()).hexdigest()[:8]}"
     return slug[:64]  # a namespace has at most 64 characters (two names cut alike are refused by load_tools)
 
 
