@@ -104,6 +104,22 @@ def test_each_stream_embeds_its_queries_itself(monkeypatch: pytest.MonkeyPatch, 
         get_settings.cache_clear()
 
 
+def streaming_bench(client: redis.Redis, redis_url: str, model_path: Path, tmp_path: Path, stderr: int) -> subprocess.Popen:
+    """`fittest bench selection` on 3,000 queries in a process of its own, its temporary files under
+    `tmp_path`, once its stream has begun (its keys are in Redis)."""
+    before = set(client.scan_iter("bench*"))
+    env = {**os.environ, "FITTEST_REDIS_URL": redis_url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
+           "TMPDIR": str(tmp_path)}
+    bench = subprocess.Popen([str(Path(sys.executable).parent / "fittest"), "bench", "selection", "--tools",
+                              str(DATA / "tools.json"), "--queries", str(DATA / "queries_dev.csv"), "--limit", "3000"],
+                             env=env, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+    deadline = time.monotonic() + 120
+    while set(client.scan_iter("bench*")) == before and time.monotonic() < deadline and bench.poll() is None:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    return bench
+
+
 def test_a_bench_stopped_by_sigterm_removes_its_private_state(redis_url: str, model_path: Path, tmp_path: Path) -> None:
     """QA: `timeout 15 fittest bench selection ...` left thousands of the bench's keys in Redis and its
     store under /tmp (Ctrl-C removed them; SIGTERM skipped the clean-up). QA 51b: Ctrl-C pressed
@@ -112,16 +128,8 @@ def test_a_bench_stopped_by_sigterm_removes_its_private_state(redis_url: str, mo
         pytest.skip(f"the MetaTool data is not at {DATA}")
     client = redis.Redis.from_url(redis_url)
     before = set(client.scan_iter("bench*"))
-    env = {**os.environ, "FITTEST_REDIS_URL": redis_url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
-           "TMPDIR": str(tmp_path)}
-    bench = subprocess.Popen([str(Path(sys.executable).parent / "fittest"), "bench", "selection", "--tools",
-                              str(DATA / "tools.json"), "--queries", str(DATA / "queries_dev.csv"), "--limit", "3000"],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    bench = streaming_bench(client, redis_url, model_path, tmp_path, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 120
-        while set(client.scan_iter("bench*")) == before and time.monotonic() < deadline:  # the stream has begun
-            time.sleep(0.2)
-        time.sleep(1.0)
         assert bench.poll() is None, bench.stderr.read() if bench.stderr else ""
         bench.send_signal(signal.SIGTERM)
         for _ in range(40):  # through the removal, and the exit after it
@@ -139,6 +147,31 @@ def test_a_bench_stopped_by_sigterm_removes_its_private_state(redis_url: str, mo
         bench.kill()
     assert set(client.scan_iter("bench*")) == before
     assert not list(tmp_path.glob("fittest-bench-*"))
+
+
+def test_what_a_killed_bench_left_is_removed_by_the_next_one(bench: Callable[..., Result], redis_url: str, model_path: Path,
+                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA 51b L10: a bench killed outright (SIGKILL) left its keys in Redis and its store under /tmp
+    for good; the next bench removes them, and leaves a running bench's alone."""
+    import tempfile
+
+    client = redis.Redis.from_url(redis_url)
+    before = set(client.scan_iter("bench*"))
+    killed = streaming_bench(client, redis_url, model_path, tmp_path, stderr=subprocess.DEVNULL)
+    killed.kill()
+    killed.wait(timeout=30)
+    left = {k.decode().split(":")[0] for k in set(client.scan_iter("bench*")) - before}
+    assert len(left) == 1 and list(tmp_path.glob("fittest-bench-*"))
+    running = "bench0123456789:"  # a bench that runs beside: its alive key says so
+    client.set(f"{running}bench:alive", "another-host 1234", ex=60)
+    client.set(f"{running}stats", 1)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    result = bench("--limit", "2")
+    assert result.exit_code == 0, result.output
+    assert f"removed what benches killed before their clean-up left: the keys under {left.pop()}:" in result.output
+    assert set(client.scan_iter("bench*")) - before == {f"{running}bench:alive".encode(), f"{running}stats".encode()}
+    assert not list(tmp_path.glob("fittest-bench-*"))
+    client.delete(f"{running}bench:alive", f"{running}stats")
 
 
 def run_interrupted_stream(monkeypatch: pytest.MonkeyPatch, redis_url: str, model_path: Path, tmp_path: Path) -> None:

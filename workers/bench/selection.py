@@ -44,6 +44,7 @@ from selection.manifest import ToolManifest
 from selection.models import CallRequest, FailureClass, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.percentile import percentile
 from workers.bench.host import BenchResult
+from workers.bench.leftovers import RENEW_S, mark_alive, mark_owner, sweep
 from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
 from workers.settings import Settings
 
@@ -213,8 +214,11 @@ def run_stream(base: Settings, redis_url: str, manifests: list[ToolManifest], na
 
     started = time.perf_counter()
     data_dir = Path(tempfile.mkdtemp(prefix="fittest-bench-"))
+    mark_owner(data_dir)
     rt = Runtime(_private_settings(base, redis_url, data_dir, policy))
     try:
+        mark_alive(rt.redis, rt.settings.key_prefix)
+        marked = time.monotonic()
         # The embedder and its cache are the process's: a stream after another would read the
         # vectors of the queries they share from it, and time selections without their embedding
         # (QA: with --limit under the cache's size, the zero-shot stream's p50 3.1 ms against 7.9 alone).
@@ -235,6 +239,9 @@ def run_stream(base: Settings, redis_url: str, manifests: list[ToolManifest], na
             if query in seen:  # a query the file repeats is timed with its embedding too (QA 51b: p50 2.8 ms)
                 open_embedder(base).clear_cache()
             seen.add(query)
+            if time.monotonic() - marked > RENEW_S:
+                mark_alive(rt.redis, rt.settings.key_prefix)
+                marked = time.monotonic()
             if learning and i and i % retrain_every == 0:
                 t0 = time.perf_counter()
                 retrains += retrain_now(rt).changed
@@ -312,6 +319,7 @@ def run_selection_bench(base: Settings, tools: Path, queries: Path, limit: int |
                         retrain_every: int = RETRAIN_EVERY, reveal_missed: bool = False,
                         notice: Callable[[str], None] | None = None) -> SelectionBenchResult:
     from selection.policies import policy_names
+    from workers.redis_connection import redis_client
     from workers.settings import redact_url
     from workers.stack import redis_refusal, start_private_redis
 
@@ -332,7 +340,15 @@ def run_selection_bench(base: Settings, tools: Path, queries: Path, limit: int |
                 why = f"refuses the connection ({refused})" if refused else "does not answer"
                 notice(f"{redact_url(redis_url)} {why}: the bench runs its own redis-server")
             redis_dir = Path(tempfile.mkdtemp(prefix="fittest-bench-redis-"))
+            mark_owner(redis_dir)
             proc, redis_url = start_private_redis(redis_dir)
+        client = redis_client(base.model_copy(update={"redis_url": redis_url}))
+        try:
+            swept = sweep(client)
+        finally:
+            client.close()
+        if notice is not None and swept.told():
+            notice(swept.told())
         streams = [
             run_stream(base, redis_url, manifests, names, rows, policy, True, seed, f"{policy}", progress,
                        retrain_every),
