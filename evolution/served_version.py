@@ -13,11 +13,14 @@ are no worse. One that arrives older than what the namespace serves stays a fall
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Sequence
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 
 from selection.manifest import ToolManifest, tool_key
-from selection.models import Promotion
+from selection.evidence import CandidateEvidence
+from selection.models import CallRequest, Promotion
 from selection.registry import ToolRegistry
+from selection.serving import ServedVersions
 
 
 def in_share(call_id: str, salt: str, share: float) -> bool:
@@ -137,6 +140,41 @@ def trial_other_side(promotion: Promotion, version: str | None, original: str | 
     """Of a trial, the version its draw gives the calls it does not give `version`: the version on
     trial, or the one it is tried against (its parent, else `original`)."""
     return promotion.evolved_version if version != promotion.evolved_version else (fallback_version(promotion) or original)
+
+
+def served_versions(request: CallRequest, evidence: Sequence[CandidateEvidence], promotions: Mapping[str, Promotion | None],
+                    withdrawn: Mapping[str, Collection[str]], registry: ToolRegistry, share: float) -> ServedVersions:
+    """What the promotions of a call's candidates decide for it (selection/serving.py
+    `served_first` applies it): the version each namespace among the candidates serves this call,
+    the promoted one (or its trial's share of the calls, or after a rollback the version it fell
+    back to), else the original; and the versions rolled back (`withdrawn`, by namespace). Nothing
+    for a call that asked for one version."""
+    found = ServedVersions()
+    if request.version:
+        return found
+    for p in promotions.values():
+        if p is not None and p.status != "rolled_back":
+            found.promoted.add(tool_key(p.namespace, p.evolved_version))
+            # what an evolution or a manifest's new version was made to replace; not an operator's
+            # choice of a version, an older one maybe (QA 50d: 1.0.0 promoted by hand was excused 1.1.0's failures)
+            if p.parent_version is not None and p.parent_version != p.evolved_version and p.by != "operator":
+                found.replaced[tool_key(p.namespace, p.evolved_version)] = p.parent_version
+    for name, versions in withdrawn.items():
+        found.rolled_back |= {tool_key(name, v) for v in versions}
+    # Only a namespace with several versions among the candidates, or the one called, has an order to keep.
+    candidates = Counter(e.manifest.name for e in evidence)
+    for name in [n for n, count in candidates.items() if count > 1 or n == request.namespace]:
+        promotion = promotions.get(name)
+        version = served_version(promotion, request.call_id, request.after_evolution, share)
+        original = served_original(promotion, registry, name)
+        chance = served_chance(promotion, version, request.after_evolution, share)
+        offered = {e.manifest.version for e in evidence if e.manifest.name == name}
+        found.by_namespace[name], found.chance[name] = offered_side(promotion, version or original, chance, original, offered)
+        if promotion is not None and found.chance[name] < 1.0:
+            other = trial_other_side(promotion, found.by_namespace[name], original)
+            if other is not None and other in offered:
+                found.other_side[name] = other
+    return found
 
 
 def kept_served(versions: Sequence[ToolManifest], current: Promotion | None,

@@ -20,7 +20,7 @@ from pathlib import Path
 from selection.manifest import split_key, tool_key
 from selection.models import Candidate, CallPlan, CallResult, FailureClass, ToolExecutionResult
 from selection.registry import ToolRegistry
-from selection.serving import CLEAR_MATCH, REFUSED_IN_A_ROW, RELIABLE_RUNS
+from selection.job_record import CLEAR_MATCH, REFUSED_IN_A_ROW, RELIABLE_RUNS
 
 
 def refused_input(plan: CallPlan) -> ToolExecutionResult | None:

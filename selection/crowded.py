@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 
 from selection.ports import VectorHit
-from selection.serving import RELIABLE_RUNS, SAME_JOB
+from selection.job_record import RELIABLE_RUNS, SAME_JOB
 
 # A search whose every hit is this similar is full of repeats of this very scenario (a service that
 # sends the same words on every call): its tools' older records fill it and leave out the rest. At
@@ -39,7 +39,7 @@ def with_the_doers_crowded_out(hits: list[VectorHit], limit: int, keys: Iterable
     """`hits` of a search that `limit` cut, and, when its last place is still the same job
     (SAME_JOB similar), the successes at least that similar of the versions in `keys` that have
     fewer than RELIABLE_RUNS of them there: searched again among those versions alone. Whether a
-    version does the job (selection/serving.py `does_the_job`) is read from these hits, and a
+    version does the job (selection/job_record.py `does_the_job`) is read from these hits, and a
     tool's many nearer successes would hide another's three, whose refusal of a bad input then
     counted against it as its own failure."""
     if len(hits) < limit or hits[limit - 1].score < SAME_JOB:

@@ -303,16 +303,19 @@ class Candidate(BaseModel):
     # The attempt's hard timeout (selection/timeouts.py), from the version's recent run times as
     # they stood at selection; None: the executor works it out itself.
     timeout_s: float | None = None
-    # It did jobs like this one (selection/serving.py `does_the_job`): its refusal of the input
+    # It did jobs like this one (selection/job_record.py `does_the_job`): its refusal of the input
     # makes the input suspect. Decided at selection; False in a plan from before it was.
     does_the_job: bool = False
+    # A version of its namespace did such a job once (`namespace_did_the_job`): it may still be
+    # tried with a suspect input, and is charged for its crash (`does_such_jobs`).
+    namespace_did_the_job: bool = False
     # Its description is the job's clear best match (selection/serving.py `best_matches`): its
     # refusal of the input makes the input suspect too, before it has done such jobs.
     matches_best: bool = False
-    # It refused REFUSED_IN_A_ROW inputs since its last success (selection/serving.py
+    # It refused REFUSED_IN_A_ROW inputs since its last success (selection/job_record.py
     # `refuses_everything`): it may be broken, and its refusals count again.
     refuses_everything: bool = False
-    # Its record anywhere stands for the job (selection/serving.py `proven`): a refusal of it that is
+    # Its record anywhere stands for the job (selection/job_record.py `proven`): a refusal of it that is
     # the caller's mistake evolves nothing, as one by a version that does the job.
     proven: bool = False
 
@@ -389,7 +392,7 @@ class CallPlan(BaseModel):
     # meant for one of them is not the job of a fallback that ran first in its place.
     held_back_match: float = 0.0
     # Versions not tried with an input that a tool doing the job refused as the caller's mistake
-    # (selection/serving.py `does_such_jobs`): like those held back, they use up no attempt.
+    # (selection/job_record.py `does_such_jobs`): like those held back, they use up no attempt.
     passed_over: list[str] = Field(default_factory=list)
     # Versions not run because their code is not there: in FITTEST_TOOLS_DIR while it is away, or in a
     # tool folder that is gone (workers/tasks/execution.py `code_gone`): they use up no attempt either,
@@ -568,7 +571,7 @@ class Promotion(BaseModel):
     by: Literal["fittest", "operator"] = "fittest"  # operator: `fittest promote` or `rollback`
     # what a by-hand promotion replaced, which its rollback restores: the trial it interrupted (a trial
     # is decided only while its promotion is on trial: QA U saw one serve every call, never decided,
-    # after a rollback), or an earlier by-hand promotion (workers/promotions.py `replaced_promotion`);
+    # after a rollback), or an earlier by-hand promotion (evolution/promotions.py `replaced_promotion`);
     # for a version evolved from the version on trial, that trial, which goes on if it rolls back
     resumes: Promotion | None = None
 
@@ -598,7 +601,7 @@ class FailureMark(BaseModel):
     # The call was meant for this tool: it asked for its namespace, or (by scenario) tried it first.
     # False for a fallback on another tool's job, whose input evolution must not try to "fix".
     targeted: bool = True
-    # The version does such jobs, by its record or clearly by its description (selection/serving.py
+    # The version does such jobs, by its record or clearly by its description (selection/job_record.py
     # `does_such_jobs`): a fallback that does is charged for its crash; one that does not is not.
     does_such_jobs: bool = True
     callers_mistake: bool = False  # the attempt's (`ToolExecutionResult.callers_mistake`): counted, not demoted

@@ -181,7 +181,7 @@ def recommendation_report(records: list[ExecutionRecord], min_runs: int, max_rat
     the versions registered, whose SPARC metadata the advice to narrow it reads, and with
     `registered_only` (they are all the registry has: evolved versions too) the only versions
     advised on, less the deprecated ones. The records set aside as a caller's mistake (a refused
-    input of a job its tool does: selection/serving.py `does_the_job`) are no evidence of what a
+    input of a job its tool does: selection/job_record.py `does_the_job`) are no evidence of what a
     version does (QA AF)."""
     manifests = list(manifests)
     kept = [r for r in records if not r.forgiven]

@@ -36,6 +36,7 @@ from evolution.models import (
 from evolution.call_route import route_call
 from evolution.ports import Changelog
 from evolution.mutation import MutationContext, Mutator, MutatorConfig, ParentTool, load_mutators, order_for
+from evolution.promotions import promote_on_trial
 from evolution.served_version import fallback_version, head_version, served_original
 from evolution.verification import Sandbox, VerifyConfig, reproduce_successes, run_test_cases, verify
 from evolution.versioning import MANIFEST_FILE, next_version, version_dir
@@ -44,7 +45,6 @@ from selection.models import CallPlan, Promotion
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
 from workers.evolution_jobs import EvolutionUnavailable, call_failures
-from workers.promotions import promote_on_trial
 from workers.renewed_lock import renewed
 from workers.runners import RunLimits
 from workers.sandbox import SubprocessSandbox

@@ -282,7 +282,7 @@ class FeedbackReport(BaseModel):
     total: int  # entries in force
     replaced: int = 0  # outcome entries a judgement of their call took the place of (not listed, not in the trend)
     forgiven: int = 0  # negative outcome entries of an outage the tool recovered from, or of a refused input of a
-    # job it does (selection/serving.py `does_the_job`): not listed, not in the trend
+    # job it does (selection/job_record.py `does_the_job`): not listed, not in the trend
     trend: list[TrendPoint]  # oldest first, one per period with entries
     per: TrendPeriod = "day"  # the trend's period; absent from a worker of an earlier release
     # `replaced` and `forgiven` per version (QA ops: `feedback show NAME@VERSION` gave the tool's as

@@ -25,7 +25,7 @@ import numpy as np
 
 from selection.models import FailureClass
 from selection.ports import EXECUTIONS, FAILURES, FEEDBACK, FORGIVEN, Match, Range, VectorFilter, VectorPoint
-from selection.serving import RELIABLE_RUNS, SAME_JOB
+from selection.job_record import RELIABLE_RUNS, SAME_JOB
 from workers.degraded import is_store_failure
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def outage_start(rt: Runtime, key: str, vector: list[float], before: float, call
     to that one all succeeded. None: it never did the job, or it failed between its successes (a
     flaky tool, whose breaker a run of failures opens and the next success closes, has no outage
     to forgive: QA AB saw all 8 failures of a tool failing two runs in three forgiven)."""
-    runs = rt.memory.scroll(  # a refused input that was the caller's mistake is no run of the job (serving.py does_the_job)
+    runs = rt.memory.scroll(  # a refused input that was the caller's mistake is no run of the job (job_record.py does_the_job)
         EXECUTIONS, filter=VectorFilter(must=[Match(key="tool", any_of=[key])], must_not=[FORGIVEN],
                                         ranges=[Range(key="timestamp", lt=before)]),
         limit=RUNS_SCAN, descending_by="timestamp")

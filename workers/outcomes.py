@@ -49,7 +49,7 @@ def apply_failure(rt: Runtime, mark: FailureMark, vector: list[float] | None = N
                     "input": bounded_input(mark.input),  # replayed when evolution verifies a fix
                     "targeted": mark.targeted,
                     "complexity": float(mark.features.get("complexity") or 0.0),  # of its input (workers/outage.py)
-                    **({"forgiven": True} if mark.callers_mistake else {}),  # the caller's input, not the tool (serving.py does_the_job)
+                    **({"forgiven": True} if mark.callers_mistake else {}),  # the caller's input, not the tool (job_record.py does_the_job)
                 },
             )
         ],

@@ -25,10 +25,10 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from pydantic import BaseModel
 
+from evolution.promotions import MANIFEST_MUTATION
 from selection.models import Promotion
 from selection.ports import ToolStats
 from workers.metrics import AttemptPoint, CallPoint, MetricsReader, evolution_events
-from workers.promotions import MANIFEST_MUTATION
 
 PALETTE = plt.get_cmap("tab10")
 OK_COLOR, FAIL_COLOR, APART_COLOR = "#2e9d4a", "#d1495b", "#9a9a9a"

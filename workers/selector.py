@@ -12,14 +12,13 @@ import marshal
 import random
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from evolution.descriptions import MANIFEST_VARIANT
 from evolution.models import removal_told
-from evolution.served_version import (in_share, offered_side, served_chance, served_original, served_version,
-                                      trial_other_side, withdrawn_versions)
+from evolution.served_version import in_share, served_original, served_version, served_versions, withdrawn_versions
 from selection.cache import TTLCache, VersionedValue
 from selection.classifier import ToolClassifier
 from selection.call_endings import HELD_BACK_WHEN_PLANNED
@@ -27,6 +26,7 @@ from selection.context import ContextFeatures, analyse, context_typos
 from selection.crowded import CROWDED_SIMILARITY, with_the_crowded_out, with_the_doers_crowded_out
 from selection.evidence import CandidateEvidence
 from selection.feedback import MIN_SIMILARITY, judged_outputs, points_by_tool, similarity_weight
+from selection.job_record import does_such_jobs_here, does_the_job, namespace_did_the_job, proven, refuses_everything
 from selection.lexical import LexicalIndex, version_text
 from selection.manifest import ToolManifest, split_key, tool_key
 from selection.models import CallPlan, CallRequest, Candidate, Promotion, Source
@@ -45,9 +45,8 @@ from selection.ports import (
     VectorFilter,
     VectorHit,
 )
-from selection.serving import (OUTAGE_CLASSES, ServedVersions, best_matches, breaker_probe, does_such_jobs_here,
-                               does_the_job, evolved_first, explored_first, newcomer_to_try, proven, refuses_everything,
-                               served_first)
+from selection.serving import (OUTAGE_CLASSES, ServedVersions, best_matches, breaker_probe, evolved_first, explored_first,
+                               newcomer_to_try, served_first)
 from selection.sparc import declared_against, declared_for, sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
 from workers.degraded import is_store_failure, registry_similarities
@@ -185,12 +184,13 @@ class Selector:
                                 half_open=self._local.half_open, best=best, served=served)
         timeouts = {e.key: e.timeout_s for e in evidence}
         doers = {e.key for e in evidence if does_the_job(e)}
+        namespace_doers = {e.key for e in evidence if namespace_did_the_job(e)}
         tried_and_true = {e.key for e in evidence if proven(e, ruled.namespace, best)}
         refusing = {e.key for e in evidence if refuses_everything(e)}
         for c in ranked:
             c.timeout_s = timeouts.get(c.key)
             c.does_the_job, c.matches_best, c.refuses_everything = c.key in doers, c.key in best, c.key in refusing
-            c.proven = c.key in tried_and_true
+            c.namespace_did_the_job, c.proven = c.key in namespace_doers, c.key in tried_and_true
         return CallPlan(
             request=request,
             candidates=ranked[:keep],
@@ -622,33 +622,11 @@ class Selector:
 
     # ----------------------------------------------------------------- evolved versions
     def _served(self, request: CallRequest, evidence: list[CandidateEvidence]) -> ServedVersions:
-        """The version each namespace among the candidates serves this call: the promoted one (or
-        its trial's share of the calls, or after a rollback the version it fell back to), else the
-        original; and the versions rolled back. Nothing for a call that asked for one version."""
+        """The versions promotions serve this call (evolution/served_version.py `served_versions`),
+        from the candidates' promotions as this selector has them read."""
         if request.version:
             return ServedVersions()
-        candidates = Counter(e.manifest.name for e in evidence)
-        promotions = self.promotions(list(candidates)) if request.use_evolved else {}
-        found = ServedVersions()
-        for p in promotions.values():
-            if p is not None and p.status != "rolled_back":
-                found.promoted.add(tool_key(p.namespace, p.evolved_version))
-                # what an evolution or a manifest's new version was made to replace; not an operator's
-                # choice of a version, an older one maybe (QA 50d: 1.0.0 promoted by hand was excused 1.1.0's failures)
-                if p.parent_version is not None and p.parent_version != p.evolved_version and p.by != "operator":
-                    found.replaced[tool_key(p.namespace, p.evolved_version)] = p.parent_version
-        for name, withdrawn in self.withdrawn(promotions).items():
-            found.rolled_back |= {tool_key(name, v) for v in withdrawn}
-        # Only a namespace with several versions among the candidates, or the one called, has an order to keep.
-        for name in [n for n, count in candidates.items() if count > 1 or n == request.namespace]:
-            promotion = promotions.get(name)
-            version = served_version(promotion, request.call_id, request.after_evolution, self.settings.trial_share)
-            original = served_original(promotion, self.rt.registry, name)
-            chance = served_chance(promotion, version, request.after_evolution, self.settings.trial_share)
-            offered = {e.manifest.version for e in evidence if e.manifest.name == name}
-            found.by_namespace[name], found.chance[name] = offered_side(promotion, version or original, chance, original, offered)
-            if promotion is not None and found.chance[name] < 1.0:
-                other = trial_other_side(promotion, found.by_namespace[name], original)
-                if other is not None and other in offered:
-                    found.other_side[name] = other
-        return found
+        names = list(dict.fromkeys(e.manifest.name for e in evidence))
+        promotions = self.promotions(names) if request.use_evolved else {}
+        return served_versions(request, evidence, promotions, self.withdrawn(promotions), self.rt.registry,
+                               self.settings.trial_share)

@@ -15,7 +15,7 @@ A manifest that cannot be read is reported and its file's version stays served a
 read, so a file saved half-edited does not take a tool offline. Outcomes, feedback and quality stay
 keyed to the version: an edit that changes what a version does is better given a new version,
 which the memory worker then puts on trial against the version its tool serves
-(workers/promotions.py `trial_new_manifests`).
+(evolution/promotions.py `trial_new_manifests`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Trials of a promoted version: counting the calls a version on trial and its parent serve, and
 concluding the trial when the counts decide it (evolution/trial.py holds the rules, `decide`;
-workers/promotions.py what activating or rolling back writes).
+evolution/promotions.py what activating or rolling back writes).
 
 Run by the memory worker, after each call's outcome (`account_trials`, from
 `apply_evolution_outcomes`) and after a person's judgement of an output (`judge_trial`, from
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+from evolution.promotions import conclude_trial, trial_new_manifests
 from evolution.trial import JudgedTrial, TrialCounts, TrialRules, decide, parent_rate
 from selection.manifest import split_key, tool_key
 from selection.models import OutcomeRecord, Promotion, Sentiment
 from workers.feedback_store import judgements_known
-from workers.promotions import conclude_trial, trial_new_manifests
 
 if TYPE_CHECKING:
     from workers.runtime import Runtime

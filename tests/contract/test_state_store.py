@@ -131,7 +131,7 @@ def test_a_refusal_of_another_tools_job_moves_the_state_version_the_caller_s_mis
 
 def test_a_success_ends_a_versions_run_of_refused_inputs(store):
     """A version that refuses every input may be broken: selection counts its refusals since its
-    last success (selection/serving.py `does_the_job`)."""
+    last success (selection/job_record.py `does_the_job`)."""
     for _ in range(3):
         store.mark_failure(KEY, aid(), Severity.low, FailureCount.refused_input)
     store.mark_failure(KEY, aid(), Severity.low)  # a failure of its own neither ends the run nor adds to it

@@ -15,6 +15,7 @@ from evolution.models import ChangelogEntry, EvolutionJob, EvolutionRecord, Evol
 from evolution.mutation import Mutator, load_mutators
 from evolution.mutators.code import CodeMutator
 from evolution.verification import StageRun
+from evolution.promotions import AlreadyPromoted, PromotionError, promote_by_hand, rollback, trial_new_manifests
 from evolution.served_version import (fallback_version, head_version, served_version, withdrawn_version,
                                       withdrawn_versions)
 from evolution.trial import JudgedTrial, TrialCounts
@@ -26,7 +27,6 @@ from workers.evolution_jobs import apply_evolution_record, build_job, maybe_evol
 from workers.feedback_store import JudgedCall, judged_as, record_tool_feedback
 from workers.evolver import Evolver, mutator_config
 from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
-from workers.promotions import AlreadyPromoted, PromotionError, promote_by_hand, rollback, trial_new_manifests
 from workers.runners import RunOutcome
 from workers.runtime import Runtime
 from workers.settings import Settings
@@ -668,7 +668,7 @@ def test_rolling_back_a_version_promoted_by_hand_during_a_trial_puts_the_trial_b
     `fittest rollback hash_text`: 2.0.0 then served all of 12 calls, where a trial serves a share,
     and its trial was never decided (5 successes of 5 needed), as only a promotion on trial is."""
     from workers.metrics import evolution_events
-    from workers.promotions import conclude_trial
+    from evolution.promotions import conclude_trial
 
     given_by_a_manifest(rt, "2.0.0")
     (trial,) = trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"])
@@ -850,7 +850,7 @@ def test_a_tool_that_failed_on_an_input_too_large_to_keep_is_not_re_described_by
 def test_a_rollback_serves_what_served_before_when_a_lower_manifest_version_came_meanwhile(rt: Runtime, monkeypatch) -> None:
     """QA evolution F11: 2.0.0 won its trial against 1.0.0; 0.9.0 was dropped in later, and `fittest
     rollback` said "1.0.0 is served again" while every call was served by 0.9.0, which had never run."""
-    from workers.promotions import conclude_trial
+    from evolution.promotions import conclude_trial
 
     given_by_a_manifest(rt, "2.0.0")
     (trial,) = trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"])
@@ -874,7 +874,7 @@ def test_a_version_evolved_from_one_on_trial_that_rolls_back_lets_the_interrupte
     """QA evolution F4: 1.1.0 on trial was evolved into 1.2.0, which rolled back: 1.1.0 was then
     served on every call as "active", without having won its trial, without a changelog entry,
     and `fittest rollback` could not undo it."""
-    from workers.promotions import conclude_trial, promote_on_trial
+    from evolution.promotions import conclude_trial, promote_on_trial
 
     on_trial(rt, parent_successes=3, parent_failures=0)
     given_by_a_manifest(rt, "1.1.0")
@@ -900,7 +900,7 @@ def test_a_version_evolved_by_hand_from_one_not_served_is_tried_against_the_one_
     """QA 50d: `fittest evolve NAME --version 1.0.0`, with 1.1.0 active, put the broken 1.0.0 back on
     the trial's other 75 % of the calls and 1.1.0 out of them, and a rollback then served 1.0.0."""
     from selection.models import Promotion
-    from workers.promotions import promote_on_trial
+    from evolution.promotions import promote_on_trial
 
     original = rt.registry.get("slowish@1.0.0")
     assert original is not None

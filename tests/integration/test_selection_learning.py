@@ -267,7 +267,7 @@ def test_refused_inputs_of_a_job_its_tool_does_neither_count_against_it_nor_go_t
     input (bad_input), a lowercasing tool 0.37 similar took it without an error, and every later
     call of the job, with the right input, went to the lowercasing tool. QA AE: after one such call
     the job stayed, after four it went; and the refusals took hash_text's quality to 0.43."""
-    from selection.serving import does_such_jobs
+    from selection.job_record import does_such_jobs
     from workers.outcomes import apply_failure, apply_outcome, execution_records, store_executions
 
     def call(call_id: str, scenario: str, attempts: list[tuple[str, bool]]) -> CallPlan:

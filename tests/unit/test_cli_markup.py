@@ -336,9 +336,9 @@ def test_rollback_and_promote_name_the_versions_as_written(monkeypatch: pytest.M
     promotion = Promotion(namespace="fast[/x]", evolved_version="[/v2]", original_version="1.0.0", parent_version="[/v1]")
     manifests: dict[str, Any] = {}
     monkeypatch.setattr(evolution, "_stores", lambda: (SimpleNamespace(versions=lambda name: [name], get=manifests.get), None, None))
-    monkeypatch.setattr("workers.promotions.rollback", lambda *a: promotion)
-    monkeypatch.setattr("workers.promotions.promote_by_hand", lambda *a: promotion)
-    monkeypatch.setattr("workers.promotions.trial_new_manifests", lambda *a: [])
+    monkeypatch.setattr("evolution.promotions.rollback", lambda *a: promotion)
+    monkeypatch.setattr("evolution.promotions.promote_by_hand", lambda *a: promotion)
+    monkeypatch.setattr("evolution.promotions.trial_new_manifests", lambda *a: [])
     assert_shown(invoke(["rollback", "fast[/x]"]), "fast[/x]@[/v2] rolled back; fast[/x]@[/v1] is served again")
     assert_shown(invoke(["promote", "fast[/x]", "[/v2]"]), "fast[/x]@[/v2] is served (active)")
     # QA recheck N3: the version served again is deprecated by its manifest, so nothing of the tool is.

@@ -14,14 +14,16 @@ from evolution.mutation import MutatorConfig, load_mutators, order_for
 from evolution.mutators.code import extract_code
 from evolution.mutators.coercion import Schema, infer_rules
 from evolution.served_version import (head_version, in_share, kept_served, majority_version, manifest_to_trial,
-                                      meant_version, offered_side, served_before, served_version)
+                                      meant_version, offered_side, served_before, served_version, served_versions)
 from evolution.trial import TrialCounts, TrialRules, decide
 from evolution.verification import StageRun, VerifyConfig, verify
 from evolution.versioning import next_version, version_dir, version_stem
 from selection.manifest import TestCase, ToolManifest
-from selection.models import FailureClass, Promotion
+from selection.evidence import CandidateEvidence
+from selection.models import CallRequest, FailureClass, Promotion
 from selection.registry import ToolRegistry
 from selection.ports import VectorHit
+from selection.serving import ServedVersions
 from workers.evolution_jobs import failed_mutations
 from workers.runners import RunOutcome
 
@@ -262,6 +264,27 @@ def test_a_trials_side_selection_does_not_offer_leaves_every_call_to_the_other_s
     active = trial.model_copy(update={"status": "active"})
     assert offered_side(active, "1.1.0", 1.0, "1.0.0", {"1.0.0"}) == ("1.1.0", 1.0)  # no trial: the policy's order decides
     assert offered_side(None, "1.0.0", 1.0, "1.0.0", set()) == ("1.0.0", 1.0)
+
+
+def test_a_calls_served_versions_draw_each_trial_and_leave_out_what_was_rolled_back() -> None:
+    """What the selector hands `served_first`, from the promotions of the call's candidates."""
+    registry = ToolRegistry()
+    for version, parent in (("1.0.0", None), ("1.1.0", "1.0.0"), ("1.2.0", "1.1.0")):
+        registry.add(tool(version=version, parent_version=parent))
+    evidence = [CandidateEvidence(manifest=m, similarity=0.8) for m in registry.versions("t")]
+    trial = Promotion(namespace="t", evolved_version="1.2.0", original_version="1.0.0", parent_version="1.1.0")
+    drawn = [served_versions(CallRequest(scenario="s", call_id=f"c{i}"), evidence, {"t": trial}, {"t": {"0.9.0"}},
+                             registry, 0.25) for i in range(400)]
+    on_trial = [d for d in drawn if d.by_namespace["t"] == "1.2.0"]
+    assert 0.18 < len(on_trial) / len(drawn) < 0.32 and {d.by_namespace["t"] for d in drawn} == {"1.1.0", "1.2.0"}
+    assert {d.chance["t"] for d in on_trial} == {0.25} and {d.other_side["t"] for d in on_trial} == {"1.1.0"}
+    assert all(d.promoted == {"t@1.2.0"} and d.replaced == {"t@1.2.0": "1.1.0"} and d.rolled_back == {"t@0.9.0"} for d in drawn)
+    retried = served_versions(CallRequest(scenario="s", call_id="c0", after_evolution=True), evidence, {"t": trial}, {}, registry, 0.25)
+    assert (retried.by_namespace["t"], retried.chance["t"], retried.other_side) == ("1.2.0", 1.0, {})
+    one = served_versions(CallRequest(scenario="s", version="1.0.0", namespace="t"), evidence, {"t": trial}, {}, registry, 0.25)
+    assert one == ServedVersions()  # a call that asked for one version: nothing to decide
+    alone = served_versions(CallRequest(scenario="s"), evidence[:1], {"t": trial}, {}, registry, 0.25)
+    assert alone.by_namespace == {}  # one version of it among the candidates: no order to keep
 
 
 def test_a_tool_named_without_a_version_means_the_version_serving_most_calls() -> None:

@@ -62,7 +62,7 @@ def test_report_of_a_busy_history_embeds_every_plot(redis_client, prefix, tmp_pa
 def test_the_report_counts_versions_evolved_not_a_manifests_and_only_within_its_hours(redis_client, prefix, tmp_path) -> None:
     """QA ops: "evolutions 2" where every evolution had found no fix and two manifests had been given
     new versions, and the same with --hours set to a minute after them."""
-    from workers.promotions import MANIFEST_MUTATION
+    from evolution.promotions import MANIFEST_MUTATION
 
     state = RedisStateStore(redis_client, prefix)
     start = time.time() - 600

@@ -20,21 +20,19 @@ from selection.call_endings import (
     serves_unconfirmed,
     took_a_refused_input_note,
 )
+from selection.job_record import does_such_jobs, does_the_job, proven, refuses_everything
 from selection.serving import (
     best_match_again,
     best_matches,
     ServedVersions,
     breaker_probe,
-    does_the_job,
     evolved_first,
     explored_first,
     newcomer_to_try,
     passed_over,
     probed_first,
-    refuses_everything,
     second_opinion,
     served_first,
-    does_such_jobs,
     tried_first,
 )
 from tests.candidates import candidate, matching
@@ -636,7 +634,6 @@ def test_a_refusal_by_a_version_that_does_the_job_after_one_on_trial_evolves_not
 def test_a_version_of_the_tool_a_call_names_is_proven_by_its_successes_anywhere() -> None:
     """QA 51c: a `call_tool` without a scenario is ranked by the tool's description, which none of
     its 46 successes matched as the same job: a caller's typo evolved it."""
-    from selection.serving import proven
 
     worked = CandidateEvidence(manifest=candidate("upper").manifest, similarity=0.6, successes=46,
                                doing_similarities=[0.7] * 46)
@@ -694,6 +691,8 @@ def test_after_a_refusal_by_mistake_only_the_tools_that_do_such_jobs_are_tried_a
     assert does_such_jobs(matching("hasher", 0.31, does=True))  # did such jobs, whatever its words
     assert not does_such_jobs(matching("lower_text", 0.37))
     assert does_such_jobs(matching("lower_text", 0.0), namespace="lower_text")  # a version of the tool asked for
+    # A version whose sibling did the job, as ranking counts it (review 52b: ranking did, execution did not)
+    assert does_such_jobs(matching("hasher", 0.31).model_copy(update={"namespace_did_the_job": True}))
     plan = CallPlan(request=CallRequest(scenario="sha256 of this text"), candidates=[matching("hash_text", 0.7, does=True)],
                     attempts=[attempt("hash_text", False, mistake=True)], passed_over=["lower_text@1.0.0"])
     assert refused_input(plan) is plan.attempts[0]

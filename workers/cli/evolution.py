@@ -378,8 +378,8 @@ def rollback(
     rollback rolls that version back. A manifest's new version that waited while a promote held
     goes on trial."""
     from evolution.served_version import fallback_version
-    from workers.promotions import PromotionChanged, PromotionError, trial_new_manifests
-    from workers.promotions import rollback as do_rollback
+    from evolution.promotions import PromotionChanged, PromotionError, trial_new_manifests
+    from evolution.promotions import rollback as do_rollback
 
     registry, state, ledger = _stores()
     versions_of(registry, name)  # a name nobody serves is refused as such, not as "nothing promoted"
@@ -421,7 +421,7 @@ def promote(
     json_out: JsonOpt = False,
 ) -> None:
     """Serve a version of a tool (active, no trial), whatever is served now."""
-    from workers.promotions import AlreadyPromoted, PromotionError, promote_by_hand
+    from evolution.promotions import AlreadyPromoted, PromotionError, promote_by_hand
 
     registry, state, ledger = _stores()
     try:

@@ -16,7 +16,7 @@ from selection.models import Promotion
 from selection.policies.learned import standing
 from selection.ports import Breakers, BreakerState, Newcomers, Promotions, StateStore
 from selection.registry import DIRECTORY, in_listing_order
-from selection.serving import REFUSED_IN_A_ROW
+from selection.job_record import REFUSED_IN_A_ROW
 from workers.cli.common import (REFUSED, JsonOpt, check_redis, console, err_console, fail, literal, print_json,
                                  warn_of_other_stacks)
 

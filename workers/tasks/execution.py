@@ -41,7 +41,7 @@ from selection.manifest import ToolManifest
 from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, FailureClass, FailureCount, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
-from selection.serving import does_such_jobs
+from selection.job_record import does_such_jobs
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
 from workers.dying import is_dying
 from workers.group_stop import shutdown_began
@@ -569,7 +569,7 @@ def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float
     """The index of the first candidate from `index` on that may run now, each one held back by its
     breaker added to `plan.held_back`; None when none is left to try. After a tool that does the
     job refused the input as the caller's mistake, only the tools that do such jobs too are tried
-    with it (selection/serving.py `does_such_jobs`): the others go to `plan.passed_over`, and
+    with it (selection/job_record.py `does_such_jobs`): the others go to `plan.passed_over`, and
     those that `cannot_run` (`code_gone`) to `plan.code_missing`.
 
     Selection leaves out the versions whose breaker is open, but the calls planned before it opened

@@ -15,13 +15,13 @@ from pydantic import ValidationError
 
 from evolution.models import ChangelogEntry
 from evolution.ports import EvolutionLedger
+from evolution.promotions import note_newcomers, trial_new_manifests, unseen_versions
 from selection.call_endings import no_candidates_result
 from selection.manifest import ToolManifest, split_key
 from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, FieldError, field_errors
 from workers.app import app
 from workers.feedback_store import apply_stored_judgements
 from workers.payloads import CallToolPayload, ExplainResult
-from workers.promotions import note_newcomers, trial_new_manifests, unseen_versions
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
 from workers.tasks.common import (another_job_under, ended_early, given_scenario, invalid_result, no_candidates, refusal,
@@ -41,7 +41,7 @@ def warm_up(sender: Any = None, **_: Any) -> None:
     It runs beside the worker, so calls that arrive meanwhile wait for it as the first call did
     before, and `fittest health` counts the tools' vectors before any call. Then it watches the
     tools directory for manifests added, changed or removed (workers/tool_watch.py), and puts a
-    version that a manifest newly gives its tool on trial (workers/promotions.py
+    version that a manifest newly gives its tool on trial (evolution/promotions.py
     `trial_new_manifests`), and a tool new to the system on its newcomer's trial (`note_newcomers`),
     at the start for what came while no worker watched."""
     app_ = getattr(sender, "app", None)
@@ -71,7 +71,7 @@ def warm_up(sender: Any = None, **_: Any) -> None:
 
         def revise(changed: list[tuple[ToolManifest, Path]], removed: dict[str, str]) -> None:
             runtime().selector.index.revise_tools(changed, list(removed))
-            if removed:  # its removal logged, then a removed version's trial or promotion ends (workers/promotions.py)
+            if removed:  # its removal logged, then a removed version's trial or promotion ends (evolution/promotions.py)
                 try:
                     log_watched(runtime().evolution, "removed", removed)
                     served_anew((split_key(key)[0] for key in removed), removed=removed)
@@ -112,7 +112,7 @@ def served_anew(namespaces: Iterable[str], arrived: Collection[str] = (), remove
     namespace served, and for a tool new to the running system, its newcomer's trial. Called for
     the namespaces of removed versions too: a removed manifest version's promotion ends first.
     `arrived`: the keys the tools watch just served; at the start, the versions that never ran
-    beside one that did (workers/promotions.py `unseen_versions`); `removed`: the keys it just
+    beside one that did (evolution/promotions.py `unseen_versions`); `removed`: the keys it just
     stopped serving."""
     rt = runtime()
     trial_new_manifests(rt.state, rt.evolution, rt.registry, namespaces, arrived, removed)

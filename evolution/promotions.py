@@ -1,8 +1,11 @@
 """Changing which version of a namespace is served: on trial, activated, rolled back, by hand.
 
-Every change is one atomic Redis operation (`promote`, or `promote_if` when it must not overwrite
-a change made meanwhile) and one changelog entry. The evolution worker promotes on trial, the
-feedback worker concludes trials, and the CLI rolls back or promotes by hand, all through here.
+Every change is one atomic operation of the state store (`promote`, or `promote_if` when it must
+not overwrite a change made meanwhile) and one changelog entry. The evolution worker promotes on
+trial, the memory worker concludes trials (workers/trials.py) and ends those of removed versions,
+and the CLI rolls back or promotes by hand, all through here. Written against the ports
+(selection/ports.py `Promotions`, evolution/ports.py `Changelog`), so the rules run on the
+in-memory stores of the unit tests as on Redis.
 """
 
 from __future__ import annotations
