@@ -1,4 +1,4 @@
-"""What selection and evolution need from storage, as small Protocols.
+"""What selection needs from storage, as small Protocols (evolution's are in evolution/ports.py).
 
 `workers/` implements them against Redis, Qdrant and fastembed; unit tests may use in-memory
 implementations, and each port has one contract suite that runs against every real adapter.
@@ -148,12 +148,12 @@ class ToolStats(BaseModel):
     successes: int = 0
     failures: int = 0
     # Refusals of an input by this version, counted apart (FailureCount): the caller's mistake
-    # (selection/serving.py `does_the_job`), or, as a fallback, the input of another tool's job.
+    # (selection/job_record.py `does_the_job`), or, as a fallback, the input of another tool's job.
     # They lower no quality, nor raise what later failures cost (QA ops: ten of them made a tool's
     # next crash cost 0.20, not 0.10).
     refused_inputs: int = 0
     # Of the caller's mistakes, those since its last success: a version that refuses every input
-    # may be broken rather than its callers all wrong (selection/serving.py `refuses_everything`).
+    # may be broken rather than its callers all wrong (selection/job_record.py `refuses_everything`).
     refused_in_a_row: int = 0
     # Recent run durations, summarised for the attempt's adaptive timeout (selection/timeouts.py):
     # how many are kept, and their 95th percentile by nearest rank (None without runs).
@@ -234,15 +234,6 @@ class RetrainNote(BaseModel):
 
     at: float  # when it ran (s since the epoch)
     evidence: RetrainEvidence = Field(default_factory=RetrainEvidence)
-
-
-class WeightsShown(BaseModel):
-    """`fittest weights --json`: the weights in force, earlier versions newest first, and the latest
-    retrain that stored nothing since them (None: none did)."""
-
-    current: SelectionWeights
-    history: list[SelectionWeights]
-    last_retrain: RetrainNote | None
 
 
 # A circuit breaker's state: "half_open" once an open breaker's cool-down has passed (it may be tried

@@ -52,6 +52,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fittest.metrics")
 
+# The keys of the table above, after the prefix: written by MetricsRecorder, read by MetricsReader.
+COUNTERS_KEY = "metrics:counters"
+ATTEMPT_SERIES = "series:attempts:"  # + the tool version's key
+CALL_SERIES_KEY = "series:calls"
+
 FLUSH_INTERVAL_S = 0.5
 UNACKED_KEY = "unacked"  # kombu's Redis transport: delivery tag -> [message, exchange, routing key]
 ATTEMPT_SERIES_LIMIT = 2000
@@ -139,7 +144,7 @@ class MetricsRecorder(BufferedWrites[_Buffer]):
 
     def __init__(self, client: Redis, prefix: str, flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
         self.prefix = prefix
-        self.counters_key = f"{prefix}metrics:counters"
+        self.counters_key = f"{prefix}{COUNTERS_KEY}"
         self._apply_once = load_scripts(client, "apply_once")["apply_once"]
         super().__init__(client, flush_interval_s)
 
@@ -179,7 +184,7 @@ class MetricsRecorder(BufferedWrites[_Buffer]):
         with self._buffer() as buffer:
             buffer.counts[_field(ATTEMPTS, {"tool": result.tool, "version": result.version, "error_class": error_class,
                                             "outcome": "success" if result.success else "failure"})] += 1
-            _point(buffer, f"{self.prefix}series:attempts:{result.key}", point, ATTEMPT_SERIES_LIMIT)
+            _point(buffer, f"{self.prefix}{ATTEMPT_SERIES}{result.key}", point, ATTEMPT_SERIES_LIMIT)
 
     def call(self, status: str, attempts: int, elapsed_ms: float, tool: str | None) -> None:
         point = CallPoint(t=time.time(), status=status, attempts=attempts, ms=round(elapsed_ms, 3), tool=tool)
@@ -188,7 +193,7 @@ class MetricsRecorder(BufferedWrites[_Buffer]):
             buffer.counts[_field(CALLS, {"status": status})] += 1
             buffer.counts[_field(CALL_SECONDS, {"le": "+Inf" if bucket is None else str(bucket)})] += 1
             buffer.counts[_field(CALL_MS_SUM, {})] += round(elapsed_ms)
-            _point(buffer, f"{self.prefix}series:calls", point, CALL_SERIES_LIMIT)
+            _point(buffer, f"{self.prefix}{CALL_SERIES_KEY}", point, CALL_SERIES_LIMIT)
 
     def evolution_run(self, namespace: str, trigger: str, status: str) -> None:
         self.count(EVOLUTION_RUNS, namespace=namespace, trigger=trigger, outcome=status)
@@ -217,7 +222,7 @@ class MetricsReader:
 
     def counters(self) -> dict[str, list[tuple[dict[str, str], int]]]:
         out: dict[str, list[tuple[dict[str, str], int]]] = defaultdict(list)
-        for field, value in self.client.hgetall(f"{self.prefix}metrics:counters").items():
+        for field, value in self.client.hgetall(f"{self.prefix}{COUNTERS_KEY}").items():
             name, labels = json.loads(field)
             out[name].append((labels, int(value)))
         return out
@@ -249,14 +254,14 @@ class MetricsReader:
         return self.unacked() == 0 and not any(self.queue_lengths().values())
 
     def attempt_keys(self) -> list[str]:
-        return sorted(k.removeprefix("series:attempts:") for k in self._scan("series:attempts:*"))
+        return sorted(k.removeprefix(ATTEMPT_SERIES) for k in self._scan(f"{ATTEMPT_SERIES}*"))
 
     def attempts(self, key: str) -> list[AttemptPoint]:
-        raws = self.client.lrange(f"{self.prefix}series:attempts:{key}", 0, -1)
+        raws = self.client.lrange(f"{self.prefix}{ATTEMPT_SERIES}{key}", 0, -1)
         return [AttemptPoint.model_validate_json(r) for r in raws]
 
     def calls(self) -> list[CallPoint]:
-        return [CallPoint.model_validate_json(r) for r in self.client.lrange(f"{self.prefix}series:calls", 0, -1)]
+        return [CallPoint.model_validate_json(r) for r in self.client.lrange(f"{self.prefix}{CALL_SERIES_KEY}", 0, -1)]
 
 
 def evolution_events(history: list[Promotion]) -> tuple[list[Promotion], list[Promotion]]:

@@ -13,7 +13,7 @@ from evolution.trial import JudgedTrial
 from selection.feedback import FeedbackRecord, TrendPeriod
 from selection.models import (CALL_ID_PATTERN, NOT_BLANK, CallRequest, CallResult, FieldError, Sentiment,
                               field_errors, invalid_payload_message)
-from selection.ports import RetrainEvidence
+from selection.ports import RetrainEvidence, RetrainNote, SelectionWeights
 
 
 def _name_or_namespace(schema: dict[str, Any]) -> None:
@@ -235,3 +235,12 @@ def payload_schemas() -> dict[str, dict[str, Any]]:
         "invalid_reply": InvalidReply.model_json_schema(),
         "result": CallResult.model_json_schema(),
     }
+
+
+class WeightsShown(BaseModel):
+    """`fittest weights --json`: the weights in force, earlier versions newest first, and the latest
+    retrain that stored nothing since them (None: none did)."""
+
+    current: SelectionWeights
+    history: list[SelectionWeights]
+    last_retrain: RetrainNote | None

@@ -76,14 +76,16 @@ class PendingWrites:
         return int(self.client.llen(self.key))
 
     def keep(self, writes: Sequence[PendingWrite]) -> None:
+        """Add `writes` at the end, the oldest dropped past MAX_PENDING, in one MULTI: trimmed in a
+        second round trip by the length read in the first, two writers over the limit at once
+        dropped more than it asked (review 52b)."""
         if not writes:
             return
         pipe = self.client.pipeline(transaction=True)
         pipe.rpush(self.key, *[w.model_dump_json() for w in writes])
-        pipe.llen(self.key)
-        _, length = pipe.execute()
+        pipe.ltrim(self.key, -MAX_PENDING, -1)
+        length, _ = pipe.execute()
         if length > MAX_PENDING:
-            self.client.ltrim(self.key, length - MAX_PENDING, -1)
             log.error("pending vector writes over the limit: dropped the %d oldest", length - MAX_PENDING,
                       extra={"event": "pending_dropped", "dropped": length - MAX_PENDING})
 

@@ -343,7 +343,7 @@ def weights(
     refitted on. Below: each component's correlation with success beside the noise of that many
     records (a component steers only above it), and why the last retrain left the weights as they were."""
     from selection.sparc import COMPONENTS
-    from selection.ports import WeightsShown
+    from workers.payloads import WeightsShown
     from workers.payloads import RetrainResult
     from workers.settings import get_settings
     from workers.state import open_state_store

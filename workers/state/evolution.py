@@ -72,7 +72,7 @@ class EvolutionState(PrefixedStore):
 
     def log_unless_repeated(self, entry: ChangelogEntry) -> bool:
         """Log `entry` unless it repeats what the namespace's latest outcomes say while nothing else
-        happened: an entry with the same event, version, parent, mutation and reason among the
+        happened: an entry with the same event, version, parent, mutator, mutation and reason among the
         latest entries whose events are all REPEATING; True when logged. For outcomes that repeat
         while nothing changes: 15 identical no_fix lines in 7 minutes told nothing the first did
         not (QA onboarding M2), and a mutation skipped as failed before added a `skipped` and a

@@ -9,7 +9,7 @@ are not carry a token made once per batch, which the script that applies them se
 first, so every copy after the first finds it and changes nothing. Plain commands (a run's
 duration, the metrics' counters and series, a changelog entry) are queued on a pipeline as usual
 and sent through lua/apply_once.lua; the scripts that write such state themselves take the token
-as a key of their own (attempt_died.lua, promote.lua, set_weights.lua).
+as a key of their own (attempt_died.lua, promote.lua, set_weights.lua, changelog_unless_repeated.lua).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 -- record_success: count one successful attempt of a tool version, at most once per attempt id.
--- KEYS[1] tool hash {quality_bp, successes, failures, refused_inputs, refused_in_a_row}; KEYS[2]
+-- KEYS[1] tool hash {quality_bp, successes, failures, refused_inputs, refused_in_a_row, judged_wrong}; KEYS[2]
 --         idempotency key of this attempt's outcome (a success or a failure, once: mark_failure.lua).
 -- ARGV[1] idempotency TTL (s).
 -- Atomically: SET NX the idempotency key and, only when it was set, HINCRBY successes 1 and end
