@@ -425,6 +425,13 @@ class CallPlan(BaseModel):
         """Whether `key` runs in this call as its breaker's probe, which costs the call no attempt."""
         return key == self.probe or key in self.probed
 
+    def attempt_id(self, index: int) -> str:
+        """The id of the attempt of candidate `index`: stable across redeliveries of the same
+        attempt, so its effects apply once; the retry of a call after its evolution numbers its
+        attempts apart (`e0`, `e1`, ...)."""
+        round_ = "e" if self.request.after_evolution else ""
+        return f"{self.request.call_id}:{round_}{index}"
+
     @property
     def failed_attempts(self) -> list[ToolExecutionResult]:
         """The attempts that ran and failed (a success has no error class), in the order tried."""

@@ -33,7 +33,9 @@ import threading
 import time
 from typing import Any
 
-from celery.signals import task_postrun, task_prerun, worker_process_init, worker_shutting_down
+from celery.signals import task_postrun, task_prerun, worker_shutting_down
+
+from workers.pool_process import pool_parent
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +83,6 @@ def _noted(how: str = "Warm", **_: Any) -> None:
     note_shutdown(how)
 
 
-_in_pool = False  # set in each pool process as it starts
 _task_running = False  # in a pool process: between a task's start and its end
 _not_the_groups = threading.Event()  # a SIGTERM found not to be the group's: the next one is handed on
 _default: Any = signal.SIG_DFL  # the pool process's own SIGTERM handler (billiard's, which exits)
@@ -125,19 +126,13 @@ def _hand_on(signum: int, frame: Any) -> None:
         os.kill(os.getpid(), signum)
 
 
-@worker_process_init.connect
-def _note_pool_process(**_: Any) -> None:
-    global _in_pool
-    _in_pool = True
-
-
 @task_prerun.connect
 def _outlive_group_sigterm(**_: Any) -> None:
     """Installed as a pool process runs its first task: billiard sets its own handler after
     `worker_process_init`, which this one hands the signal on to when it is not the group's."""
     global _default, _task_running
     _task_running = True
-    if _in_pool and (current := signal.getsignal(signal.SIGTERM)) is not _sigterm_in_pool:
+    if pool_parent() is not None and (current := signal.getsignal(signal.SIGTERM)) is not _sigterm_in_pool:
         _default = current
         signal.signal(signal.SIGTERM, _sigterm_in_pool)
 

@@ -30,7 +30,7 @@ from workers.rescue import resend
 from workers.redis_connection import redis_client
 from workers.state.inflight import HandedOnStep, InflightCalls
 from workers.state.run_marks import RunMark, RunMarks, message_key
-from workers.tasks.execution import CRASH_AFTER_DEATHS, PROBE_CRASH_AFTER_DEATHS
+from workers.attempt_deaths import CRASH_AFTER_DEATHS, PROBE_CRASH_AFTER_DEATHS
 
 pytestmark = pytest.mark.slow
 

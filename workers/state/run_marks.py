@@ -2,7 +2,7 @@
 worker mid-run is counted against the attempt that caused it, and against no other.
 
 Why this exists: the death of a pool process is counted by the worker's main process
-(workers/tasks/execution.py `ExecuteRequest`), but a tool that kills the main process itself (or
+(workers/attempt_deaths.py `ExecuteRequest`), but a tool that kills the main process itself (or
 an OOM kill of it) leaves no process of the worker to count anything. Its message is given back
 (the worker lease, workers/worker_lease.py) and the next executor ran the tool again, and died
 again, for ever (QA live F3). So a pool process marks the message it runs a tool for before the
@@ -14,7 +14,7 @@ Whose doing the death was is clear only when that tool ran alone in the worker: 
 beside it may have killed it (QA recheck 47: a nap that ran beside a worker-killing tool twice was
 recorded as a crash, twice its death). So a death is counted only for an attempt that ran alone.
 Every attempt whose worker died while it ran, alone or not, runs its python tool isolated when it
-comes back (workers/tasks/execution.py): in a process of its own, a tool that kills its parent or
+comes back (workers/attempt_deaths.py `isolation_reason`): in a process of its own, a tool that kills its parent or
 its process group kills that process, or the pool process, whose death the worker counts against
 it alone (review 48: taking turns left the killer beside new calls, its deaths never counted).
 

@@ -2,74 +2,40 @@
 
 A call never waits on a subtask: success returns the result, a failure reports itself to the
 feedback queue (high priority) and replaces this task with the next attempt, or with evolution,
-or ends the call with every attempt listed.
-
-A python tool runs inside the pool process (workers/runners/python.py), so a tool that kills its
-process (a segfault, `os._exit`) takes the attempt's message with it: the broker gives it back
-(task_reject_on_worker_lost) and the next delivery would run the tool again, and die again, for
-ever. So the worker counts each death of the pool process running an attempt (`ExecuteRequest`,
-in the worker's main process), and an attempt delivered again after CRASH_AFTER_DEATHS of them is
-not run: it is recorded as failed with the class `crash`, and the call goes on as after any
-failed attempt. A tool that kills the worker's main process leaves no process to count its death:
-the mark of its run, left behind (workers/state/run_marks.py), counts it at the next delivery. An
-attempt whose process died, or whose worker died while it ran, runs its python tool in a process
-of its own when it comes back, so that a tool killing its parent or its process group takes only
-that process, or the pool process, whose death is then its own.
+or ends the call with every attempt listed. An attempt whose tool killed the processes running it
+too often is recorded as a crash without running it again (workers/attempt_deaths.py counts the
+deaths, and says which attempts run their python tool in a process of their own).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import re
-import threading
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from billiard.einfo import ExceptionWithTraceback
-from billiard.exceptions import WorkerLostError
 from celery import Task
-from celery.signals import worker_process_init, worker_shutting_down
-from celery.worker.request import Request
 
 from selection.call_endings import (folders_gone_message, input_refused_message, no_tool_meant_for_it, refused_for_its_namespace,
                                     refused_by_a_doer, refused_input, refuser, served_by_whom_note, serves_unconfirmed, targeted, tools_dir_gone_message,
                                     took_a_refused_input_note)
+from selection.job_record import does_such_jobs
 from selection.manifest import ToolManifest
 from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, FailureClass, FailureCount, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
-from selection.job_record import does_such_jobs
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
-from workers.dying import is_dying
-from workers.group_stop import shutdown_began
+from workers.attempt_deaths import (ExecuteRequest, earlier_deliveries, end_if_orphaned, isolation_reason, mark_run,
+                                    too_many_deaths)
 from workers.rescue import CallStep, delivered_again, hand_on, send_recorded
 from workers.runners import RunLimits, RunOutcome, run_tool
-from workers.runners.executable import remove_left_behind
 from workers.runtime import runtime
 from workers.selector import attempt_timeout
 from workers.state.inflight import AttemptDeaths
-from workers.state.run_marks import RunMark, message_key, worker_key
 from workers.tasks.common import no_candidates
 
 log = logging.getLogger("fittest.attempt")
-
-# An attempt whose pool process died this often is not run again. One death is not the tool's
-# doing for sure (an operator or the OOM killer may kill a pool process; the step must then just
-# run again, as the chaos bench expects); the same attempt killing its process twice is. A breaker's
-# probe is one run that asks whether a version that failed again and again is back: one death answers.
-CRASH_AFTER_DEATHS = 2
-PROBE_CRASH_AFTER_DEATHS = 1
-
-
-def attempt_id(plan: CallPlan, index: int) -> str:
-    """Stable across redeliveries of the same attempt, so its effects apply once; the retry of a
-    call after its evolution numbers its attempts apart (`e0`, `e1`, ...)."""
-    round_ = "e" if plan.request.after_evolution else ""
-    return f"{plan.request.call_id}:{round_}{index}"
-
 
 _added_originals: dict[str, ToolManifest] = {}
 _looked_for: dict[str, float] = {}  # namespace -> when the tools directory was last read for it in vain
@@ -95,8 +61,8 @@ def original_of(manifest: ToolManifest, registry: ToolRegistry, tools_dir: Path)
 
 def run_attempt(plan: CallPlan, index: int, mark: Callable[[str], None] | None = None,
                 isolated: str | None = None) -> ToolExecutionResult:
-    """Run the candidate's tool; `mark` (`_mark_run`) is given its attempt id first. With `isolated`
-    (why: `_isolated`), a python tool runs in a process of its own."""
+    """Run the candidate's tool; `mark` (workers/attempt_deaths.py `mark_run`) is given its attempt
+    id first. With `isolated` (why: `isolation_reason`), a python tool runs in a process of its own."""
     rt = runtime()
     settings = rt.settings
     candidate = plan.candidates[index]
@@ -105,14 +71,14 @@ def run_attempt(plan: CallPlan, index: int, mark: Callable[[str], None] | None =
     if timeout_s is None:  # a degraded plan, or one queued by a worker from before the timeout travelled in it
         stats, _ = rt.state.stats_and_breakers([candidate.key])
         timeout_s = attempt_timeout(settings, rt.registry, manifest, stats[candidate.key])
-    aid = attempt_id(plan, index)
+    aid = plan.attempt_id(index)
     if mark is not None:
         mark(aid)
     try:
         outcome = run_tool(manifest, plan.request.input, timeout_s=timeout_s, limits=RunLimits.from_settings(settings),
                            original=original_of(manifest, rt.registry, settings.tools_dir), isolated=isolated is not None)
     finally:
-        _end_if_orphaned(aid)
+        end_if_orphaned(aid)
     if isolated is None or manifest.implementation.kind != "python":
         return record_attempt(plan, index, outcome, timeout_s=round(timeout_s, 3))
     # A crash where nothing else ran, after a process running it died: the tool's doing, the process's
@@ -121,44 +87,6 @@ def run_attempt(plan: CallPlan, index: int, mark: Callable[[str], None] | None =
     if crashed:
         outcome.error_message = f"{outcome.error_message} (run in a process of its own: {isolated})"
     return record_attempt(plan, index, outcome, opens_breaker=crashed, timeout_s=round(timeout_s, 3), isolated=True)
-
-
-_pool_parent: int | None = None  # the worker's main process, in a pool process of a prefork worker
-
-
-@worker_shutting_down.connect
-def _note_stopping(sender: Any = None, **_: Any) -> None:
-    """Tell Redis this worker is being stopped, from a thread: the signal handler this runs in may
-    have interrupted a Redis call of the main thread, whose connection it must not share."""
-    worker = worker_key(str(sender), os.getpid())
-    threading.Thread(target=_write_stopping, args=(worker,), name="fittest-stopping", daemon=True).start()
-
-
-def _write_stopping(worker: str) -> None:
-    try:
-        runtime().run_marks.stopping(worker)
-    except Exception as error:  # Redis away: a kill that ends the stop counts as a death, as before
-        log.warning("worker %s: its stop not noted: %s: %s", worker, type(error).__name__, error)
-
-
-@worker_process_init.connect
-def _note_pool_parent(**_: Any) -> None:
-    global _pool_parent
-    _pool_parent = os.getppid()
-    # A pool process starts after one died, or its worker did: what their runs left goes.
-    remove_left_behind()
-
-
-def _end_if_orphaned(aid: str) -> None:
-    """End this pool process, recording nothing, when its worker's main process died while the tool
-    ran (a tool that kills it, QA live F3): the worker's message is given back, and its next
-    delivery counts the death (workers/state/run_marks.py). Recorded by this orphan, the attempt's
-    outcome (applied once per attempt id) would stand for the attempt in place of its crash. A
-    parent killed a moment ago is still this process's parent: its death is read from /proc."""
-    if _pool_parent is not None and (os.getppid() != _pool_parent or is_dying(_pool_parent)):
-        log.warning("attempt %s: the worker running it died while its tool ran; this pool process ends", aid,
-                    extra={"event": "attempt_orphaned", "attempt_id": aid})
-        os._exit(70)
 
 
 def crashed_attempt(plan: CallPlan, index: int, deaths: AttemptDeaths, ran_isolated: bool = False) -> ToolExecutionResult:
@@ -191,7 +119,7 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, *, opens_bre
     # succeeds after its parent refused it, and that success counts among its own).
     refused_by = refuser(plan)
     result = ToolExecutionResult(
-        attempt_id=attempt_id(plan, index),
+        attempt_id=plan.attempt_id(index),
         call_id=plan.request.call_id,
         tool=manifest.name,
         version=manifest.version,
@@ -300,178 +228,13 @@ def attempts_before_evolution(plan: CallPlan) -> list[AttemptSummary]:
     return list(plan.evolution_report.failed_attempts)
 
 
-class ExecuteRequest(Request):
-    """An execute step as the worker's main process holds it: when the pool process running it
-    dies (WorkerLostError; Celery then gives the message back to the broker), the death is counted
-    for its attempt before the message goes back, so that its next delivery reads it."""
-
-    def on_failure(self, exc_info: Any, send_failed_event: bool = True, return_ok: bool = False) -> Any:
-        exc = exc_info.exception
-        if isinstance(exc, ExceptionWithTraceback):  # how billiard hands over the pool's errors
-            exc = exc.exc
-        if isinstance(exc, WorkerLostError):
-            self._count_death(exc)
-        return super().on_failure(exc_info, send_failed_event=send_failed_event, return_ok=return_ok)
-
-    # However a step ends, its message is acknowledged or rejected by the main process (Celery's
-    # request class for the pool overrides `on_success` without calling this one's).
-    def acknowledge(self) -> None:
-        self._run_ended(at_once=False)
-        super().acknowledge()
-
-    def reject(self, requeue: bool = False) -> None:
-        self._run_ended(at_once=requeue)  # back to its queue: its next delivery must not read the mark
-        super().reject(requeue)
-
-    def _run_ended(self, at_once: bool) -> None:
-        """The worker is done with this message: its tool's run, if it ran one, did not take the
-        worker with it (workers/state/run_marks.py)."""
-        marks = runtime().run_marks
-        try:
-            # as the pool process's mark names them (`_mark_run`)
-            keys = message_key(self.id, str(self.message.delivery_tag)), worker_key(self.hostname, os.getpid())
-            (marks.cleared if at_once else marks.ended)(*keys)
-        except Exception as error:  # never in the way of the step's end: the mark expires
-            log.warning("call %s: its run's mark not cleared: %s: %s", self.id, type(error).__name__, error)
-
-    def _count_death(self, exc: WorkerLostError) -> None:
-        # billiard says "Worker exited prematurely: signal 11 (SIGSEGV) Job: 7."; the middle is the news.
-        how = re.sub(r"^Worker exited prematurely: |\s*Job: \d+\.?$", "", str(exc)) or type(exc).__name__
-        ran_ms = (time.time() - self.time_start) * 1000 if self.time_start else 0.0
-        try:
-            args = dict(zip(("plan_data", "index"), self.args)) | dict(self.kwargs)
-            plan, index = CallPlan.model_validate(args["plan_data"]), int(args["index"])
-            # The attempt that ran, as its pool process marked it: not the message's own when that one's
-            # breaker had opened and the next candidate ran in its place (its deaths were then counted
-            # against the one passed over, and the killer ran again at every delivery).
-            message = message_key(self.id, str(self.message.delivery_tag))
-            mark = runtime().run_marks.last_run(message)
-            aid = mark.attempt_id if mark is not None else attempt_id(plan, index)
-            if shutdown_began() and runtime().run_marks.first_stop(aid, mark.run if mark is not None else message):
-                # its worker is being stopped (a cold shutdown ends its pool): the stop's doing, once
-                log.info("call %s: its pool process ended (%s) as its worker stopped: not counted", self.id, how,
-                         extra={"event": "attempt_process_stopped", "task_id": self.id, "attempt_id": aid, "reason": how})
-                return
-            deaths = runtime().inflight.died(aid, how, max(ran_ms, 0.0))  # its mark goes as the message goes back
-        except Exception as error:  # Redis away, a foreign message: it runs again, as before
-            log.warning("call %s: its pool process died (%s), not counted: %s: %s", self.id, how,
-                        type(error).__name__, error)
-            return
-        tool = _tool_of(plan, aid)
-        log.warning("call %s: the pool process running attempt %s (%s) died (%s), %d time(s)", self.id, aid, tool, how,
-                    deaths,
-                    extra={"event": "attempt_process_died", "task_id": self.id, "attempt_id": aid, "reason": how,
-                           "deaths": deaths, "call_id": plan.request.call_id,  # QA ops: followed by call_id like the rest
-                           "tool": tool,
-                           # logged by the worker's main process, outside the task: named here (QA recheck)
-                           "worker": self.hostname, "task_name": self.task_name})
-
-
-def _tool_of(plan: CallPlan, aid: str) -> str | None:
-    """The version that an attempt of this call ran, named in the lines that say its process died:
-    the operator reading why an executor restarted learns which tool took it down."""
-    return next((c.key for i, c in enumerate(plan.candidates) if attempt_id(plan, i) == aid), None)
-
-
-def _message(task: Task) -> str | None:
-    """The message this step came in, by its task id and the broker's tag (the same at each
-    redelivery of it); None for a step that did not come as a message."""
-    tag = (getattr(task.request, "properties", None) or {}).get("delivery_tag")
-    return None if tag is None or not task.request.id else message_key(task.request.id, str(tag))
-
-
-def _this_worker(task: Task) -> str:
-    """This worker, as its main process names itself in `ExecuteRequest._run_ended`."""
-    return worker_key(task.request.hostname, _main_pid())
-
-
-def _main_pid() -> int:
-    """The pid of this worker's main process (this one, outside a prefork pool)."""
-    return _pool_parent if _pool_parent is not None else os.getpid()
-
-
-def _mark_run(task: Task) -> Callable[[str], None] | None:
-    """What marks this step's message as running an attempt's tool, in this worker's pool process
-    (workers/state/run_marks.py); None for a step that did not come as a message."""
-    message = _message(task)
-    if message is None:
-        return None
-    holder = f"{task.request.hostname or 'a worker'} (pid {_main_pid()}, its pool process {os.getpid()})"
-    worker = _this_worker(task)
-    return lambda aid: runtime().run_marks.running(message, RunMark(attempt_id=aid, holder=holder, worker=worker))
-
-
-class Returned(NamedTuple):
-    """What an attempt delivered again brings from its earlier deliveries."""
-
-    deaths: AttemptDeaths  # of the processes that ran it, counted against it
-    worker_died: bool  # a whole worker died while it ran, beside other runs or alone
-
-    @property
-    def suspect(self) -> bool:
-        """Whether a process running it died: its python tool runs isolated now, where its deaths
-        are its own to count (workers/state/run_marks.py)."""
-        return self.deaths.count > 0 or self.worker_died
-
-
-def _returned(task: Task, plan: CallPlan, index: int) -> Returned | None:
-    """What this attempt's earlier deliveries left, a death of its whole worker counted now (when it
-    ran alone in it); None on a first delivery, which no death can precede. Only a delivery that
-    comes again (given back by the broker, or sent again by the rescue sweep) can follow a death."""
-    if delivered_again(task) is None:
-        return None
-    rt, message = runtime(), _message(task)
-    left = None if message is None else rt.run_marks.left_behind(message)
-    if message is not None and left is not None:
-        mark, beside = left
-        tool = _tool_of(plan, mark.attempt_id)
-        if rt.run_marks.was_stopping(mark.worker) and rt.run_marks.first_stop(mark.attempt_id, mark.run):
-            # Killed while it was being stopped (`fittest up` kills a worker that still runs a tool 5 s
-            # after its stop): the stop's doing, not the tool's (QA 49 recheck R1). Once per attempt:
-            # a tool that SIGTERMs its worker's group, stopping it, and then kills it, is the killer
-            # the next time (QA 49 recheck 2: else it killed the executor every 10 s, never counted).
-            log.info("call %s: attempt %s (%s) ran in a worker killed as it stopped: not counted", task.request.id,
-                     mark.attempt_id, tool,
-                     extra={"event": "attempt_worker_stopped", "task_id": task.request.id, "attempt_id": mark.attempt_id})
-            left = None
-        elif not beside:
-            # Its whole worker died while the tool ran (QA live F3: a tool that kills the executor's
-            # main process had it killed again at every redelivery, for ever, and the call never ended).
-            count = rt.inflight.died(mark.attempt_id, f"its worker {mark.holder} died while running it", 0.0,
-                                     once=f"run:{mark.run}")
-            log.warning("call %s: the worker running attempt %s (%s) died, %d time(s): %s", task.request.id,
-                        mark.attempt_id, tool, count, mark.holder,
-                        extra={"event": "attempt_worker_died", "task_id": task.request.id, "attempt_id": mark.attempt_id,
-                               "tool": tool, "holder": mark.holder, "deaths": count, "call_id": plan.request.call_id})
-        else:  # whose doing it was is not known: counted for none; each of them runs isolated now
-            log.warning("call %s: the worker running attempt %s (%s) died beside %d other run(s), not counted: %s",
-                        task.request.id, mark.attempt_id, tool, len(beside), mark.holder,
-                        extra={"event": "attempt_worker_died_beside", "task_id": task.request.id,
-                               "attempt_id": mark.attempt_id, "tool": tool, "beside": len(beside),
-                               "holder": mark.holder, "call_id": plan.request.call_id})
-        rt.run_marks.counted(message)  # after the count: a delivery given back before this reads it again, counting nothing more
-    return Returned(rt.inflight.deaths(attempt_id(plan, index)), worker_died=left is not None)
-
-
-def _isolated(plan: CallPlan, index: int, returned: Returned | None) -> str | None:
-    """Why this attempt runs its python tool in a process of its own, if it does: a process running
-    it died, or it is the breaker's probe of a version that killed the processes running it."""
-    if returned is not None and returned.suspect:
-        return "a worker process running this attempt had died"
-    candidate = plan.candidates[index]
-    if plan.is_probe(candidate.key) and candidate.manifest.implementation.kind == "python" \
-            and runtime().run_marks.killer(candidate.key):
-        return "its breaker's probe, of a version that killed the processes running it"
-    return None
-
-
 def _died_then_passed_over(task: Task, plan: CallPlan, index: int, turn: int | None) -> ToolExecutionResult | None:
     """The crash of this message's own attempt when it ran in this call, killed the processes running
     it, and is passed over now (its breaker opened meanwhile, by another call of it): the call had
     listed it among the versions not tried, with no attempt and no failure counted (QA 48 recheck)."""
     if turn == index or index >= len(plan.candidates) or delivered_again(task) is None:
         return None
-    deaths = runtime().inflight.deaths(attempt_id(plan, index))
+    deaths = runtime().inflight.deaths(plan.attempt_id(index))
     if deaths.count == 0:
         return None
     key = plan.candidates[index].key
@@ -479,12 +242,6 @@ def _died_then_passed_over(task: Task, plan: CallPlan, index: int, turn: int | N
         if key in skipped:
             skipped.remove(key)
     return crashed_attempt(plan, index, deaths)
-
-
-def _too_many(plan: CallPlan, index: int, deaths: AttemptDeaths) -> bool:
-    """Whether the attempt's deaths are too many to run it again (a crash then)."""
-    too_many = PROBE_CRASH_AFTER_DEATHS if plan.is_probe(plan.candidates[index].key) else CRASH_AFTER_DEATHS
-    return deaths.count >= too_many
 
 
 @app.task(bind=True, base=CallStep, name="fittest.execute", Request=ExecuteRequest)
@@ -502,13 +259,13 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
         return after_last_attempt(self, plan)
     else:
         index = turn
-        returned = _returned(self, plan, index)
-        if returned is not None and _too_many(plan, index, returned.deaths):
+        returned = earlier_deliveries(self, plan, index)
+        if returned is not None and too_many_deaths(plan, index, returned.deaths):
             # its last run was isolated when a death came before it, or as a killer's probe
-            ran_isolated = returned.deaths.count > 1 or _isolated(plan, index, None) is not None
+            ran_isolated = returned.deaths.count > 1 or isolation_reason(plan, index, None) is not None
             result = crashed_attempt(plan, index, returned.deaths, ran_isolated)
         else:
-            result = run_attempt(plan, index, _mark_run(self), isolated=_isolated(plan, index, returned))
+            result = run_attempt(plan, index, mark_run(self), isolated=isolation_reason(plan, index, returned))
     plan.attempts.append(result)
     if result.success:
         result.unconfirmed = serves_unconfirmed(plan, plan.candidates[index], result)
