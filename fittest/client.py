@@ -28,7 +28,7 @@ from celery.exceptions import TaskRevokedError
 from selection.manifest import tool_reference
 from selection.models import CallRequest, CallResult, Sentiment, joined_errors, size_errors
 from workers.client import (CallSender, CallTimeout, FittestUnavailable, NotACall, NotDone, PendingCall, UnknownCall,
-                            UnreadableAnswer, reaching, read_call, timed_out_as)
+                            UnreadableAnswer, checked_timeout, reaching, read_call, timed_out_as)
 from workers.payloads import CallToolPayload, FeedbackReply, FeedbackRequest, RecordedFeedback, payload_schemas
 from workers.settings import Settings, get_settings
 
@@ -89,7 +89,7 @@ class FittestClient(CallSender):
         if errors:
             raise ValueError(joined_errors(errors))
 
-    def result(self, pending: PendingCall | str, timeout: float = 120.0) -> CallResult:
+    def result(self, pending: PendingCall | str, timeout: float | None = 120.0) -> CallResult:
         """The result of a call sent (`submit`'s AsyncResult, or its call id); CallTimeout when none
         came within `timeout` (a timeout of 0 or less: unless it is there already), and
         FittestUnavailable when Redis cannot be reached (either way the call itself goes on);
@@ -100,6 +100,7 @@ class FittestClient(CallSender):
         the answer as stored), and celery's TaskRevokedError for a call an operator revoked before
         it ended (a revoke without terminate does not stop a step a worker runs: the call's result,
         or the error its task raised, is then waited for, within `timeout`)."""
+        timeout = checked_timeout(timeout)
         if isinstance(pending, str):
             pending = self.celery.AsyncResult(pending)
         deadline = time.monotonic() + timeout
@@ -113,12 +114,17 @@ class FittestClient(CallSender):
                 answer = stored if stored is not None else self.wait(self.celery.AsyncResult(pending.id), 1.0)
         return read_call(pending.id, answer)
 
-    def run(self, scenario: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **options: Any) -> CallResult:
-        """Call the fittest tool for `scenario` and wait for the result."""
+    def run(self, scenario: str, input: dict[str, Any] | None = None, timeout: float | None = 120.0,
+            **options: Any) -> CallResult:
+        """Call the fittest tool for `scenario` and wait for the result (`timeout` None: for ever);
+        a bad `timeout` is refused before the call is sent."""
+        timeout = checked_timeout(timeout)
         return self.result(self.submit(scenario, input, **options), timeout)
 
-    def run_tool(self, name: str, input: dict[str, Any] | None = None, timeout: float = 120.0, **options: Any) -> CallResult:
+    def run_tool(self, name: str, input: dict[str, Any] | None = None, timeout: float | None = 120.0,
+                 **options: Any) -> CallResult:
         """Call namespace `name` (other tools are fallbacks: `submit_tool`) and wait for the result."""
+        timeout = checked_timeout(timeout)
         return self.result(self.submit_tool(name, input, **options), timeout)
 
     def record_feedback(self, tool: str, sentiment: Sentiment, *, version: str | None = None,

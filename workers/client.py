@@ -26,6 +26,7 @@ from celery.backends.asynchronous import E_RETRY_LIMIT_EXCEEDED
 from celery.exceptions import TaskRevokedError
 from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
+from celery.states import READY_STATES
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 from redis import Redis
@@ -201,11 +202,24 @@ def read_call(call_id: str, answer: Any) -> CallResult:
         raise UnreadableAnswer(call_id, answer, exc) from None
 
 
-def _check_timeout(timeout: float) -> None:
-    """A NaN timeout compares false with every time, and a wait on it never ended (QA recheck F1);
-    infinity waits for ever, as asked, and 0 or less asks once."""
+def has_result(celery: Celery, task_id: str) -> bool:
+    """Whether the result backend holds the result of the call with this task id (its steps share
+    the call's task id, and only its last step stores a result); without one nothing tells."""
+    return celery.conf.result_backend is not None and celery.AsyncResult(task_id).state in READY_STATES
+
+
+def checked_timeout(timeout: float | None) -> float:
+    """A wait's `timeout` in seconds, None waiting for ever as infinity does, and 0 or less asking
+    once. A NaN timeout compares false with every time, and a wait on it never ended (QA recheck
+    F1); a string or None reached the arithmetic only after the call was sent (QA 52a M1: the
+    tool ran, and the caller, told TypeError, had no call id to wait on)."""
+    if timeout is None:
+        return math.inf
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(f"timeout: give seconds as a number (or None to wait for ever), not {timeout!r}")
     if math.isnan(timeout):
         raise ValueError("timeout: not a number (NaN); give seconds")
+    return float(timeout)
 
 
 @contextmanager
@@ -277,8 +291,11 @@ class CallSender:
         `call_id` given to another job later is refused (QA onboarding H1: a made id was never
         claimed, and a second job sent under it was handed the first job's result)."""
         task_id = (kwargs.get("call_id") or str(uuid.uuid4())) if task in CALL_TASKS else None
-        if task_id is not None and not self._call_ids().claim(task_id, job_digest(task, kwargs)):
+        claim = self._call_ids().claim(task_id, job_digest(task, kwargs)) if task_id is not None else "new"
+        if claim == "another" and task_id is not None:
             raise ValueError(f"call_id: {another_job_message(task_id)}")
+        if claim == "again" and task_id is not None and has_result(self.celery, task_id):
+            return self.celery.AsyncResult(task_id)  # the same job, ended: its result answers it, nothing is sent
         result = self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue, task_id=task_id)
         if task in CALL_TASKS:
             step = HandedOnStep(task_id=result.id, task=f"fittest.{task}", kwargs=kwargs, queue=queue)
@@ -294,7 +311,7 @@ class CallSender:
         once a worker started, and the retry its message asked for counted it twice). A task that a
         worker began in time (the task tracks itself as STARTED) is waited for still, up to
         STARTED_GRACE_S more. Raises NotDone when it was not done."""
-        _check_timeout(timeout)
+        timeout = checked_timeout(timeout)
         expires = timeout if timeout < NEVER_EXPIRES_S else None
         pending = self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue, expires=expires)
         try:
@@ -317,7 +334,7 @@ class CallSender:
     def wait_for_call(self, pending: AsyncResult, timeout: float) -> dict[str, Any]:
         """`wait` for a call's result, raising UnknownCall when none can come: no call of its id is
         in flight nor has a result, asked after FIRST_LOOK_S without one, and at the timeout."""
-        _check_timeout(timeout)
+        timeout = checked_timeout(timeout)
         deadline = time.monotonic() + timeout
         first = min(timeout, FIRST_LOOK_S)
         try:
@@ -404,7 +421,7 @@ class CallSender:
             # follow the call again (QA I: a second `result()` after a TimeoutError raised
             # AttributeError: 'NoneType' object has no attribute 'add_pending_result').
             result.backend = result.app.backend
-        _check_timeout(timeout)
+        timeout = checked_timeout(timeout)
         deadline = time.monotonic() + timeout
         try:
             while True:

@@ -38,13 +38,13 @@ from celery import Celery, Task, bootsteps
 from celery.canvas import Signature
 from celery.exceptions import Ignore, Reject, Retry
 from celery.signals import task_revoked
-from celery.states import READY_STATES
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_fixed
 
 from workers.app import PRIORITY_HIGH, PRIORITY_STEPS, QUEUES, TASK_ROUTES, app
+from workers.client import has_result
 from workers.metrics import CALLS, REDELIVERED_STEPS, RESENT_STEPS, UNACKED_KEY, queue_key
 from workers.runtime import Runtime, runtime
 from workers.state.inflight import EFFECTS, HandedOnStep, InflightCalls, step_due_in_s
@@ -160,12 +160,6 @@ def delivered_again(task: Task) -> str | None:
     return None
 
 
-def _has_result(celery: Celery, task_id: str) -> bool:
-    """Whether the result backend holds the result of the call with this task id (its steps share
-    the call's task id, and only its last step stores a result); without one nothing tells."""
-    return celery.conf.result_backend is not None and celery.AsyncResult(task_id).state in READY_STATES
-
-
 def _passed(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None:
     """Why this delivery of a step of its call is one the call has passed, or None when it is not.
 
@@ -177,7 +171,7 @@ def _passed(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None:
     process that took it next, was lost when that process was killed, by the tool it ran (QA
     recheck N1: the step was ignored as "moved on", and the call waited for the sweep to send
     the step before it, 14.5 min later)."""
-    if _has_result(task.app, task.request.id):
+    if has_result(task.app, task.request.id):
         return CALL_ENDED
     rt = runtime()
     current = rt.inflight.current(task.request.id)
@@ -308,7 +302,7 @@ def _resend_lost(celery: Celery, rt: Runtime, inflight: InflightCalls) -> list[s
     resent = []
     for step in overdue:
         queued = waiting[_queue_of(step)]
-        if _has_result(celery, step.task_id):
+        if has_result(celery, step.task_id):
             inflight.finished(step.task_id)  # ended without clearing (a worker died right after)
         elif step.task_id in held:
             inflight.postpone(step.task_id, due_in_s(rt))  # the broker gives it back if its worker died

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from typing import Any
 
 import pytest
 
@@ -266,6 +268,39 @@ def test_a_call_id_names_one_job_for_the_client_and_for_send_task(pipeline, cli)
         taken = client.celery.send_task("fittest.resilient_tool_call", queue="selection", kwargs={
             **echo, "input": {"text": "b"}, "call_id": made.id})
         assert taken.get(timeout=60)["errors"][0]["field"] == "call_id"
+
+
+def test_a_call_sent_again_under_its_id_is_answered_by_its_result_without_running_again(pipeline) -> None:
+    """QA 52a M2: the same job sent again under its `call_id`, after its result or while it ran,
+    ran its tools again each time (four lines from a ledger tool for four senders), where each
+    caller was handed the first result. QA 52a L1: with an option written out at its default, it
+    was refused as another job."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fittest.client import FittestClient
+
+    from workers.metrics import FLUSH_INTERVAL_S, reader_for
+
+    job: dict[str, Any] = {"scenario": "rows of the resent export, batch 7", "input": {"text": "k,v\n7,8\n"},
+                           "namespace": "csv_lenient"}
+    reader = reader_for(pipeline.settings)
+
+    def runs() -> int:
+        """The tool's runs, as the executors' metrics saw them (its counters count an attempt id once)."""
+        pipeline.settled()
+        time.sleep(2 * FLUSH_INTERVAL_S)  # the executors' buffered metrics
+        return len(reader.attempts("csv_lenient@1.0.0"))
+
+    with FittestClient(pipeline.settings.redis_url, settings=pipeline.settings) as client:
+        before = runs()
+        first = client.run(**job, call_id="resent-call-7")
+        assert first.status == "success" and runs() == before + 1
+        again = client.run(**job, call_id="resent-call-7", max_attempts=5)  # the default, written out
+        assert again == first and runs() == before + 1
+        with ThreadPoolExecutor(4) as pool:  # four senders at once
+            answers = list(pool.map(lambda _: client.run(**job, call_id="resent-call-8"), range(4)))
+        assert {a.status for a in answers} == {"success"} and len({a.model_dump_json() for a in answers}) == 1
+        assert runs() == before + 2
 
 
 def test_feedback_naming_a_call_tool_or_version_that_does_not_exist_is_refused(pipeline) -> None:

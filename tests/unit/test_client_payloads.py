@@ -119,3 +119,25 @@ def test_a_call_tool_with_another_namespace_than_its_name_is_refused(sent: list[
         assert sent[0][1]["name"] == "reverse_text"
     finally:
         client.close()
+
+
+@pytest.mark.parametrize(("timeout", "error", "message"), [
+    ("5", TypeError, "timeout: give seconds as a number"), (float("nan"), ValueError, "timeout: not a number"),
+    (True, TypeError, "timeout: give seconds as a number"),
+])
+@pytest.mark.parametrize("run", ["run", "run_tool"])
+def test_a_bad_timeout_is_refused_before_the_call_is_sent(sent: list[tuple[str, dict[str, Any]]], run: str, timeout: Any,
+                                                          error: type[Exception], message: str) -> None:
+    """QA 52a M1: `run(..., timeout="5")` sent the call, its tool ran, and then the caller was
+    told TypeError, with no call id to wait on; `timeout=None` waits for ever."""
+    client = FittestClient("redis://127.0.0.1:1/0")
+    try:
+        with pytest.raises(error, match=message):
+            getattr(client, run)("csv_lenient", input={}, timeout=timeout)
+        assert sent == []
+        with pytest.raises(Recorded):  # None is a timeout: the call goes out
+            getattr(client, run)("csv_lenient", input={}, timeout=None)
+        assert len(sent) == 1
+    finally:
+        client.close()
+

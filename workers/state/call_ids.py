@@ -5,26 +5,45 @@ attempts is applied once per attempt id (`call_id:index`). So a second job sent 
 was handed the first job's result, and what its attempts taught was dropped as applied already
 (QA AC B5). The client records a digest of each job it sends under an id of the caller's choosing,
 for as long as the result is kept, and refuses another job under that id; the same job sent again
-(a retry after a send that seemed to fail) goes through, as it always did. The call's first step
+(a retry after a send that seemed to fail) goes through. The call's first step
 claims its id too (workers/tasks/common.py `another_job_under`), for the services that send the task
 without the client, and ends a second job as invalid rather than run it with its effects dropped.
+The same job sent again while its call runs, or after it ended, is not run again: its result,
+stored under the id, answers it (`first_start`; the client sends nothing when it is there).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import redis
+from pydantic import BaseModel
 
-from selection.models import canonical_digest
+from selection.models import CallRequest, canonical_digest
+from workers.payloads import CallToolPayload
 from workers.state.base import as_text
 
 RESULT_TTL_S = 24 * 3600  # Celery's result_expires (workers/app.py): how long an id names its call
+# What a claim of an id found: the id was free, it names this job already (sent again), or another.
+Claim = Literal["new", "again", "another"]
+
+
+def _defaults(*models: type[BaseModel]) -> dict[str, Any]:
+    """The default of each optional field of these models (the first model's, for a name in several)."""
+    found: dict[str, Any] = {}
+    for model in reversed(models):
+        found.update({name: f.get_default(call_default_factory=True) for name, f in model.model_fields.items()
+                      if not f.is_required()})
+    return found
 
 
 def job_digest(task: str, kwargs: dict[str, Any]) -> str:
-    """What a call asks for, whatever its id: the task and its arguments, as sent."""
-    job = {"task": task, **{k: v for k, v in kwargs.items() if k != "call_id"}}
+    """What a call asks for, whatever its id: the task and its arguments as sent, an option given
+    its default value counted as left out (QA 52a L1: the same job with `max_attempts=5` written
+    out, the default, was refused under its id as another job)."""
+    defaults = _defaults(CallToolPayload, CallRequest) if task == "call_tool" else _defaults(CallRequest)
+    job = {"task": task, **{k: v for k, v in kwargs.items()
+                            if k != "call_id" and not (k in defaults and v == defaults[k])}}
     return canonical_digest(job)
 
 
@@ -39,10 +58,16 @@ class CallIds:
         self.client = client
         self.prefix = prefix
 
-    def claim(self, call_id: str, digest: str) -> bool:
-        """Record that `call_id` names the job of `digest`; False when it names another job already."""
+    def claim(self, call_id: str, digest: str) -> Claim:
+        """Record that `call_id` names the job of `digest`, unless it names another job already."""
         key = f"{self.prefix}call_job:{call_id}"
         if self.client.set(key, digest, nx=True, ex=RESULT_TTL_S):
-            return True
+            return "new"
         named = self.client.get(key)
-        return named is None or as_text(named) == digest
+        return "new" if named is None else "again" if as_text(named) == digest else "another"
+
+    def first_start(self, call_id: str) -> bool:
+        """Whether this is the first start of the call `call_id` (its first step's, once per id for as
+        long as its result is kept): a second one is the same call sent again, which its result
+        answers (workers/tasks/common.py `joins_its_call`)."""
+        return bool(self.client.set(f"{self.prefix}call_started:{call_id}", "1", nx=True, ex=RESULT_TTL_S))

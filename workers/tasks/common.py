@@ -86,12 +86,41 @@ def another_job_under(task: str, payload: dict[str, Any], task_id: str | None) -
     from workers.state.call_ids import CallIds, another_job_message, job_digest
 
     rt = runtime()
-    if CallIds(rt.redis, rt.settings.key_prefix).claim(call_id, job_digest(task, payload)):
+    if CallIds(rt.redis, rt.settings.key_prefix).claim(call_id, job_digest(task, payload)) != "another":
         return None
     log.warning("call %s: another job under this call_id, sent within 24 h: not run", call_id,
                 extra={"event": "call_id_taken", "call_id": call_id, "task": task})
     return ended_early(invalid_result([FieldError(field="call_id", type="another_job", message=another_job_message(call_id))],
                                       call_id, given_scenario(payload)))
+
+
+def joins_its_call(task: Task, payload: dict[str, Any]) -> bool:
+    """Whether this first step of a call is the same call sent again under its id (the same job:
+    `another_job_under` let it through) while the call runs or after it ended: it is not run, and
+    the call's result, stored under the id, answers it. Before, each copy ran the call again, its
+    tools with it (QA 52a M2: four threads sending one call to a tool with side effects wrote four
+    lines, each caller handed the first result; the counters showed one run). Only a step whose
+    task id is its call id, as fittest's client sends it: a copy under another task id would wait
+    for a result nothing stores. A redelivery and the sweep's copy (`delivered_again`), and
+    fittest's own retry after an evolution (a later hop), run as before."""
+    from workers.client import has_result
+    from workers.rescue import delivered_again
+    from workers.state.call_ids import CallIds
+
+    call_id = result_call_id(payload, task.request.id)
+    if (not task.request.id or task.request.id != call_id or delivered_again(task) is not None
+            or task.request.replaced_task_nesting):
+        return False
+    rt = runtime()
+    if CallIds(rt.redis, rt.settings.key_prefix).first_start(call_id):
+        return False
+    ended = has_result(task.app, call_id)
+    if ended:  # what the copy's sender recorded in flight goes with it
+        rt.inflight.finished(call_id)
+    log.info("call %s: sent again %s; not run again, its result answers the copy", call_id,
+             "after it ended" if ended else "while it runs",
+             extra={"event": "call_sent_again", "call_id": call_id, "task": task.name, "ended": ended})
+    return True
 
 
 def drop_if_expired(task: Task) -> None:
