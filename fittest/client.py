@@ -20,19 +20,16 @@ if the worker that took it off its queue is killed before recording it as taken)
 from __future__ import annotations
 
 import gc
-import time
 from typing import Any, Self
-
-from celery.exceptions import TaskRevokedError
 
 from selection.manifest import tool_reference
 from selection.models import CallRequest, CallResult, Sentiment, joined_errors, size_errors
-from workers.client import (CallSender, CallTimeout, FittestUnavailable, NotACall, NotDone, PendingCall, UnknownCall,
+from workers.client import (CallRevoked, CallSender, CallTimeout, FittestUnavailable, NotACall, NotDone, PendingCall, UnknownCall,
                             UnreadableAnswer, checked_timeout, reaching, read_call, timed_out_as)
 from workers.payloads import CallToolPayload, FeedbackReply, FeedbackRequest, RecordedFeedback, payload_schemas
 from workers.settings import Settings, get_settings
 
-__all__ = ["CallRequest", "CallResult", "CallTimeout", "CallToolPayload", "FeedbackReply", "FeedbackRequest", "FittestClient",
+__all__ = ["CallRequest", "CallResult", "CallRevoked", "CallTimeout", "CallToolPayload", "FeedbackReply", "FeedbackRequest", "FittestClient",
            "FittestUnavailable", "NotACall", "NotDone", "RecordedFeedback", "UnknownCall", "UnreadableAnswer", "payload_schemas"]
 
 
@@ -48,11 +45,12 @@ class FittestClient(CallSender):
         key prefix must be the workers' (FITTEST_KEY_PREFIX): the client records each call's first
         step in flight, and looks a call up, under it (QA integration M2: a client left at the
         default told `UnknownCall` of a call that was running, and its in-flight record went unread)."""
-        settings = settings or get_settings()
-        if redis_url is not None:
-            settings = settings.model_copy(update={"redis_url": redis_url, "result_backend": result_backend})
+        settings = (settings or get_settings()).model_copy()
+        given = {"redis_url": redis_url, "result_backend": result_backend} if redis_url is not None else {}
         if key_prefix is not None:
-            settings = settings.model_copy(update={"key_prefix": key_prefix})
+            given["key_prefix"] = key_prefix
+        for name, value in given.items():  # checked as a setting is (QA 52a L8: "127.0.0.1:6521" failed only when used)
+            Settings.__pydantic_validator__.validate_assignment(settings, name, value)
         super().__init__(settings)
 
     def submit(self, scenario: str, input: dict[str, Any] | None = None, **options: Any) -> PendingCall:
@@ -65,7 +63,8 @@ class FittestClient(CallSender):
             return self.send("resilient_tool_call", **request.model_dump(mode="json", exclude_unset=True))
 
     def submit_tool(self, name: str, input: dict[str, Any] | None = None, **options: Any) -> PendingCall:
-        """Enqueue a call of namespace `name`: its promoted version, or the original, first; when
+        """Enqueue a call of namespace `name` (NAME@VERSION: that version; checked here, as the
+        other options are): its promoted version, or the original, first; when
         every version of it fails, the tools its scenario (default: its description) matches are
         tried as fallbacks, so check `result.tool` before reading the output's shape; not when
         they refused the input (bad_input): the call then ends, failed."""
@@ -97,21 +96,14 @@ class FittestClient(CallSender):
         running and no result of one is kept (results are kept for a day), NotACall (a
         LookupError too) for the id of another task (a judgement, an explain); UnreadableAnswer (a
         ValueError) for an answer this release cannot read (workers of another release: it holds
-        the answer as stored), and celery's TaskRevokedError for a call an operator revoked before
+        the answer as stored), and CallRevoked (celery's TaskRevokedError) for a call revoked before
         it ended (a revoke without terminate does not stop a step a worker runs: the call's result,
         or the error its task raised, is then waited for, within `timeout`)."""
         timeout = checked_timeout(timeout)
         if isinstance(pending, str):
             pending = self.celery.AsyncResult(pending)
-        deadline = time.monotonic() + timeout
         with reaching(self.settings.backend_url, f"waiting for call {pending.id}"), timed_out_as(pending.id, timeout):
-            try:
-                answer = self.wait_for_call(pending, timeout)
-            except TaskRevokedError:
-                stored = self.past_revoke(pending.id, max(deadline - time.monotonic(), 0.0))
-                # None: it ended revoked, or with an error its running step stored over the mark. Read
-                # again, each raises as a call that ends so does (review 48: both were TaskRevokedError).
-                answer = stored if stored is not None else self.wait(self.celery.AsyncResult(pending.id), 1.0)
+            answer = self.wait_past_revoke(pending, timeout)
         return read_call(pending.id, answer)
 
     def run(self, scenario: str, input: dict[str, Any] | None = None, timeout: float | None = 120.0,
@@ -126,6 +118,13 @@ class FittestClient(CallSender):
         """Call namespace `name` (other tools are fallbacks: `submit_tool`) and wait for the result."""
         timeout = checked_timeout(timeout)
         return self.result(self.submit_tool(name, input, **options), timeout)
+
+    def cancel(self, call: PendingCall | str, *, terminate: bool = False) -> None:
+        """Revoke a call (`submit`'s AsyncResult, or its call id): a step of it no worker has
+        started is not run, and the call ends without a result (`result` raises CallRevoked). A
+        step a worker runs goes on, and its result stands, unless `terminate`, which ends the
+        process running it (QA 52a L4: there was no way but celery's own `revoke`)."""
+        self.celery.control.revoke(call if isinstance(call, str) else call.id, terminate=terminate)
 
     def record_feedback(self, tool: str, sentiment: Sentiment, *, version: str | None = None,
                         scenario: str | None = None, reason: str = "", quality: float = 1.0,

@@ -214,8 +214,9 @@ def refused_for_its_namespace(plan: CallPlan) -> str | None:
     why = ""
     if refusal is not None and refusal.callers_mistake:
         why = f"; {'it' if refusal is last else refusal.key} {_why_it_counts(refuser(plan), namespace)}: check the input"
-    return (f"{tool_key(namespace, last.version)} refused the input (bad_input): the tools outside {namespace} were not "
-            f"tried with it{why}")
+    # with the tool's own words, as a call by scenario gives them (QA 52a L3: "(bad_input)" alone)
+    return (f"{tool_key(namespace, last.version)} refused the input ({last.error_message or 'bad_input'}): the tools "
+            f"outside {namespace} were not tried with it{why}")
 
 
 TAGS_SHOWN = 20  # of the tags there are, named in the message of a call that asked for one no tool has

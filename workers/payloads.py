@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from evolution.trial import JudgedTrial
 from selection.feedback import FeedbackRecord, TrendPeriod
+from selection.manifest import NAME_PATTERN, check_semver, tool_reference
 from selection.models import (CALL_ID_PATTERN, NOT_BLANK, CallRequest, CallResult, FieldError, Sentiment,
                               field_errors, invalid_payload_message)
 from selection.ports import RetrainEvidence, RetrainNote, SelectionWeights
@@ -41,7 +42,7 @@ class CallToolPayload(BaseModel):
 
     model_config = ConfigDict(json_schema_extra=_name_or_namespace)
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, pattern=NAME_PATTERN)  # or NAME@VERSION
     input: dict[str, Any] = {}
     version: str | None = None
     use_evolved: bool = True
@@ -52,10 +53,24 @@ class CallToolPayload(BaseModel):
     @classmethod
     def _namespace_names_it(cls, data: Any) -> Any:
         """QA ops L1: the schema said `namespace` is `name`, and a payload naming the tool by
-        `namespace` alone was refused for lacking `name`."""
+        `namespace` alone was refused for lacking `name`. A name NAME@VERSION names that version,
+        as `record_feedback`'s tool does (QA 52a L2: it was sent, and refused by the worker naming
+        `namespace`, a field the caller never gave)."""
         if isinstance(data, dict) and "name" not in data and isinstance(data.get("namespace"), str):
-            return {**data, "name": data["namespace"]}
+            data = {**data, "name": data["namespace"]}
+        if isinstance(data, dict) and isinstance(data.get("name"), str) and "@" in data["name"]:
+            name, version = tool_reference(data["name"])
+            given = data.get("version")
+            if given is not None and given != version:
+                raise ValueError(f"name {data['name']!r} names version {version}, and version {given!r} another: give one")
+            data = {**data, "name": name, "version": version,
+                    **({"namespace": name} if data.get("namespace") == data["name"] else {})}
         return data
+
+    @field_validator("version")
+    @classmethod
+    def _semver(cls, v: str | None) -> str | None:
+        return check_semver(v)
 
     @field_validator("namespace")
     @classmethod

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -53,6 +54,14 @@ from workers.worker_lease import WorkerLease, give_back_silent, lease_for
 log = logging.getLogger("fittest.rescue")
 
 SWEEP_INTERVAL_S = 5.0
+# A call's step that is nowhere, neither waiting in its queue nor held by a worker, this long after
+# it was recorded was lost: a worker took it off its queue and died before recording it as held
+# (kombu's Redis transport has no reliable pop), a window of milliseconds that a busy worker's
+# threads widen (QA 52a M3: each SIGKILL of a memory worker serving 30 calls lost one, sent again
+# only at its due time, the visibility timeout and more later). It is made due one confirmation
+# later, when the sweep looks again, and sent again then if it is still nowhere.
+NOWHERE_AFTER_S = 30.0
+NOWHERE_CONFIRM_S = 2 * SWEEP_INTERVAL_S
 # The message header (a task request attribute on the worker) that marks a step the sweep sent.
 RESENT_HEADER = "fittest_resent"
 CALL_ENDED = "its call has ended"
@@ -289,7 +298,29 @@ def sweep(celery: Celery, rt: Runtime, judge_silent: bool = False) -> list[str]:
         give_back_silent(celery, rt.holders, lease_s)
     if not rt.state.acquire_lock("rescue", uuid.uuid4().hex, SWEEP_INTERVAL_S * 0.8):
         return []  # another worker swept within this interval
-    return _resend_lost(celery, rt, rt.inflight) + _resend_lost(celery, rt, rt.effects)
+    resent = _resend_lost(celery, rt, rt.inflight) + _resend_lost(celery, rt, rt.effects)
+    _look_early(celery, rt)
+    return resent
+
+
+def _look_early(celery: Celery, rt: Runtime) -> None:
+    """Make due soon (NOWHERE_CONFIRM_S) the steps of calls recorded NOWHERE_AFTER_S ago or more,
+    not due yet, that are nowhere: neither waiting in their queue nor held by a worker, their call
+    not ended. The next sweep that finds one overdue and still nowhere sends it again. Not the
+    messages of effects: a batch holds those as long as it fills (workers/tasks/learning.py)."""
+    now = time.time()
+    steps = rt.inflight.due_between(now, now + due_in_s(rt) - NOWHERE_AFTER_S)
+    if not steps:
+        return
+    held, waiting = held_task_ids(rt.redis), _waiting(rt, steps)
+    for step in steps:
+        queued = waiting[_queue_of(step)]
+        if queued is None or step.task_id in queued or step.task_id in held or has_result(celery, step.task_id):
+            continue  # a backlog too long to read, waiting, held, or ended (the overdue pass clears it)
+        rt.inflight.postpone(step.task_id, NOWHERE_CONFIRM_S)
+        log.info("call %s: its step %s is nowhere %.0f s or more after it was recorded; sent again in %.0f s if it is "
+                 "still nowhere then", step.task_id, step.task, NOWHERE_AFTER_S, NOWHERE_CONFIRM_S,
+                 extra={"event": "step_nowhere", "task_id": step.task_id, "task": step.task})
 
 
 def _resend_lost(celery: Celery, rt: Runtime, inflight: InflightCalls) -> list[str]:

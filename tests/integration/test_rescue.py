@@ -128,6 +128,39 @@ def test_a_call_the_client_sent_is_sent_again_when_the_worker_that_took_it_was_k
     assert json.loads(base64.b64decode(message["body"]))[:2] == [[], kwargs]  # the call as it was sent
 
 
+def test_a_step_nowhere_long_after_it_was_recorded_is_sent_again_long_before_its_due_time(private) -> None:
+    """QA 52a M3: each SIGKILL of a busy memory worker lost one call's first message (taken off its
+    queue, not yet recorded as held), and the call waited for its due time, the visibility timeout
+    and more: ~16 min. Nowhere NOWHERE_AFTER_S after it was recorded, it is looked at again one
+    confirmation later, and sent again then; a step waiting in its queue, or held, is left alone."""
+    from workers.client import CallSender
+    from workers.rescue import NOWHERE_AFTER_S, NOWHERE_CONFIRM_S, due_in_s
+
+    celery, rt, client = private
+    sender = CallSender(rt.settings)
+    lost_call, waiting = (sender.send("resilient_tool_call", scenario=f"sort these numbers {i}", input={"numbers": [2, 1]})
+                          for i in range(2))
+    sender.close()
+    held = lost(rt)
+    client.hset("unacked", "tag1", json.dumps([{"headers": {"id": held.task_id}, "body": ""}, "", "execution"]))
+    for key in client.keys("selection*"):  # taken off the queue by a worker killed at once
+        for raw in client.lrange(key, 0, -1):
+            if json.loads(raw)["headers"]["id"] == lost_call.id:
+                client.lrem(key, 1, raw)
+    assert list(queued(client, "selection")) == [waiting.id]
+    long_ago = time.time() + due_in_s(rt) - NOWHERE_AFTER_S - 1  # recorded NOWHERE_AFTER_S ago, and more
+    client.zadd("rescue:inflight:due", {lost_call.id: long_ago, waiting.id: long_ago, held.task_id: long_ago})
+
+    assert sweep(celery, rt) == []  # looked at early: not sent yet
+    soon = {i: client.zscore("rescue:inflight:due", i) - time.time() for i in (lost_call.id, waiting.id, held.task_id)}
+    assert 0 < soon[lost_call.id] <= NOWHERE_CONFIRM_S
+    assert soon[waiting.id] > 60 and soon[held.task_id] > 60  # waiting in its queue, or held: as they were
+    rt.inflight.postpone(lost_call.id, -1.0)  # the confirmation's time has passed
+    client.delete(*client.keys("rescue:lock:*"))
+    assert sweep(celery, rt) == [lost_call.id]
+    assert sorted(marked_resent(client, "selection").items()) == sorted({lost_call.id: True, waiting.id: False}.items())
+
+
 def test_the_clients_record_of_a_call_never_replaces_a_later_step_or_brings_back_an_ended_call(private) -> None:
     """The client and the worker that hands the call on flush their writes on their own clocks."""
     _, rt, _ = private

@@ -73,6 +73,8 @@ def test_the_client_waits_for_a_call_revoked_while_its_tool_runs_and_is_told_a_r
         ledger_pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> None:
     from celery.exceptions import TaskRevokedError
 
+    from fittest.client import CallRevoked
+
     p = ledger_pipeline
     revoke_while_it_runs(p, "revoked-running-client-1", "client")
     result = p.client.result("revoked-running-client-1", timeout=60)
@@ -80,16 +82,17 @@ def test_the_client_waits_for_a_call_revoked_while_its_tool_runs_and_is_told_a_r
     # A call revoked before any worker took it ends without a result, told at once as revoked.
     control = make_app(p.settings)
     try:
-        control.control.revoke("revoked-before-1")
+        p.client.cancel("revoked-before-1")  # the client's own revoke (QA 52a L4)
         p.wait_for(lambda: "revoked-before-1" in {i for ids in (control.control.inspect(timeout=1).revoked() or {}).values()
                                                   for i in ids}, timeout=30)
     finally:
         control.close()
     p.client.send("resilient_tool_call", scenario=SCENARIO, input={"seconds": 0, "tag": "never"}, call_id="revoked-before-1")
-    with pytest.raises(TaskRevokedError):
+    with pytest.raises(TaskRevokedError, match="call revoked-before-1 was revoked before it ended") as raised:  # QA 52a L4
         p.client.result("revoked-before-1", timeout=30)
+    assert isinstance(raised.value, CallRevoked) and raised.value.call_id == "revoked-before-1"
     said = cli_runner(monkeypatch, p.env)("result", "revoked-before-1", "--timeout", "10")
-    assert said.exit_code == 1 and "was revoked (from Flower or `celery control revoke`): it has no result" in " ".join(said.output.split())
+    assert said.exit_code == 1 and "was revoked (by its sender, from Flower or with `celery control revoke`): it has no result" in " ".join(said.output.split())
     assert "never" not in ledger(p)
 
 

@@ -95,7 +95,7 @@ def test_a_revoked_call_a_raised_task_and_another_tasks_id_each_end_with_one_lin
     sender.celery.close()
     lines = said.getvalue().splitlines()
     assert lines == [
-        "error: call revoked-1 was revoked (from Flower or `celery control revoke`): it has no result",
+        "error: call revoked-1 was revoked (by its sender, from Flower or with `celery control revoke`): it has no result",
         "error: task expired-1 expired before a worker took it (its sender waited no longer): nothing ran, and it has no result",
         "error: call raised-1 ended with an error in its worker, not with a result: RuntimeError: boom",
         "error: judgement-1 is not a call's id: what is stored under it is another task's answer (a judgement, an explain, a retrain…)",

@@ -141,3 +141,34 @@ def test_a_bad_timeout_is_refused_before_the_call_is_sent(sent: list[tuple[str, 
     finally:
         client.close()
 
+
+@pytest.mark.parametrize(("name", "options", "field"), [
+    ("No Such", {}, "name"), ("slugify", {"version": "latest"}, "version"), ("slugify@", {}, "names no version"),
+    ("slugify@1.0.0", {"version": "2.0.0"}, "names version 1.0.0, and version '2.0.0' another"),
+])
+def test_run_tool_refuses_a_bad_name_or_version_before_sending(sent: list[tuple[str, dict[str, Any]]], name: str,
+                                                               options: dict[str, Any], field: str) -> None:
+    """QA 52a L2: these were sent, and came back invalid naming `namespace`, a field the caller never gave."""
+    client = FittestClient("redis://127.0.0.1:1/0")
+    try:
+        with pytest.raises(ValidationError, match=field):
+            client.submit_tool(name, input={}, **options)
+        assert sent == []
+        with pytest.raises(Recorded):  # NAME@VERSION names that version, as record_feedback's tool does
+            client.submit_tool("slugify@1.0.0", input={})
+        assert [(task, kwargs["name"], kwargs["version"]) for task, kwargs in sent] == [("call_tool", "slugify", "1.0.0")]
+    finally:
+        client.close()
+
+
+def test_a_url_that_is_no_redis_url_or_a_database_redis_lacks_is_named_as_such() -> None:
+    """QA 52a L8: "127.0.0.1:6521" was taken, and failed at the first call with redis-py's words; a
+    database number Redis lacks was told as a Redis that cannot be reached."""
+    from redis.exceptions import ResponseError
+
+    from workers.client import refusal
+
+    with pytest.raises(ValidationError, match="'127.0.0.1:6521' is not a Redis URL"):
+        FittestClient("127.0.0.1:6521")
+    assert "no database of the number the URL ends with" in (refusal(ResponseError("DB index is out of range")) or "")
+

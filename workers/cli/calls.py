@@ -186,7 +186,7 @@ def ended_without_result(client: CallSender, call_id: str) -> tuple[str, str] | 
         return (f"task {call_id} expired before a worker took it (its sender waited no longer): nothing ran, "
                 "and it has no result", "expired")
     if meta.get("status") == "REVOKED":
-        return f"call {call_id} was revoked (from Flower or `celery control revoke`): it has no result", "revoked"
+        return f"call {call_id} was revoked (by its sender, from Flower or with `celery control revoke`): it has no result", "revoked"
     if meta.get("status") == "FAILURE":
         error = meta.get("result")
         return (f"call {call_id} ended with an error in its worker, not with a result: "

@@ -180,7 +180,11 @@ class InflightCalls(BufferedWrites[_Pending]):
 
     def overdue(self, now: float | None = None, limit: int = 100) -> list[HandedOnStep]:
         """The steps due before `now`, most overdue first (an id without a step is dropped)."""
-        ids = [as_text(i) for i in self.client.zrangebyscore(self.due_key, "-inf", now or time.time(), start=0, num=limit)]
+        return self.due_between("-inf", now or time.time(), limit)
+
+    def due_between(self, start: float | str, end: float, limit: int = 100) -> list[HandedOnStep]:
+        """The steps due from `start` to `end` (Unix seconds), soonest first (an id without a step is dropped)."""
+        ids = [as_text(i) for i in self.client.zrangebyscore(self.due_key, start, end, start=0, num=limit)]
         if not ids:
             return []
         raws = self.client.hmget(self.steps_key, ids)

@@ -219,6 +219,8 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
     payload.pop("name", None)
     payload.pop("namespace", None)
     payload.pop("scenario", None)
+    if tool.version is not None:  # NAME@VERSION names it too
+        payload["version"] = tool.version
     original = runtime().registry.original(name)
     scenario = tool.scenario or (original.description.strip() if original else f"call {name}")
     try:
