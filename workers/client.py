@@ -305,7 +305,7 @@ class CallSender:
         `call_id` given to another job later is refused (QA onboarding H1: a made id was never
         claimed, and a second job sent under it was handed the first job's result)."""
         task_id = (kwargs.get("call_id") or str(uuid.uuid4())) if task in CALL_TASKS else None
-        claim = self._call_ids().claim(task_id, job_digest(task, kwargs)) if task_id is not None else "new"
+        claim = self._call_ids().claim(task_id, job_digest(task, kwargs))[0] if task_id is not None else "new"
         if claim == "another" and task_id is not None:
             raise ValueError(f"call_id: {another_job_message(task_id)}")
         if claim == "again" and task_id is not None and has_result(self.celery, task_id):

@@ -6,10 +6,10 @@ was handed the first job's result, and what its attempts taught was dropped as a
 (QA AC B5). The client records a digest of each job it sends under an id of the caller's choosing,
 for as long as the result is kept, and refuses another job under that id; the same job sent again
 (a retry after a send that seemed to fail) goes through. The call's first step
-claims its id too (workers/tasks/common.py `another_job_under`), for the services that send the task
+claims its id too (workers/tasks/common.py `claim_call_id`), for the services that send the task
 without the client, and ends a second job as invalid rather than run it with its effects dropped.
 The same job sent again while its call runs, or after it ended, is not run again: its result,
-stored under the id, answers it (`first_start`; the client sends nothing when it is there).
+stored under the id, answers it (`claim`'s start; the client sends nothing when it is there).
 """
 
 from __future__ import annotations
@@ -58,16 +58,17 @@ class CallIds:
         self.client = client
         self.prefix = prefix
 
-    def claim(self, call_id: str, digest: str) -> Claim:
-        """Record that `call_id` names the job of `digest`, unless it names another job already."""
+    def claim(self, call_id: str, digest: str, start: bool = False) -> tuple[Claim, bool]:
+        """Record that `call_id` names the job of `digest`, unless it names another job already;
+        with `start`, also whether this is the first start of the call (its first step's, once
+        per id for as long as its result is kept): a second one is the same call sent again, which
+        its result answers (workers/tasks/common.py `claim_call_id`). One round trip."""
         key = f"{self.prefix}call_job:{call_id}"
-        if self.client.set(key, digest, nx=True, ex=RESULT_TTL_S):
-            return "new"
-        named = self.client.get(key)
-        return "new" if named is None else "again" if as_text(named) == digest else "another"
-
-    def first_start(self, call_id: str) -> bool:
-        """Whether this is the first start of the call `call_id` (its first step's, once per id for as
-        long as its result is kept): a second one is the same call sent again, which its result
-        answers (workers/tasks/common.py `joins_its_call`)."""
-        return bool(self.client.set(f"{self.prefix}call_started:{call_id}", "1", nx=True, ex=RESULT_TTL_S))
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(key, digest, nx=True, ex=RESULT_TTL_S)
+        pipe.get(key)
+        if start:
+            pipe.set(f"{self.prefix}call_started:{call_id}", "1", nx=True, ex=RESULT_TTL_S)
+        new, named, *started = pipe.execute()
+        claim: Claim = "new" if new or named is None else "again" if as_text(named) == digest else "another"
+        return claim, bool(started and started[0])

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from celery import Task
-from celery.exceptions import Ignore
 from celery.concurrency.prefork import TaskPool as PreforkPool
 from celery.signals import worker_ready
 from pydantic import ValidationError
@@ -25,8 +24,8 @@ from workers.feedback_store import apply_stored_judgements
 from workers.payloads import CallToolPayload, ExplainResult
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
-from workers.tasks.common import (another_job_under, ended_early, given_scenario, invalid_result, joins_its_call, no_candidates,
-                                   refusal, result_call_id)
+from workers.tasks.common import (claim_call_id, ended_early, given_scenario, invalid_result, no_candidates, refusal,
+                                   result_call_id)
 from workers.tasks.execution import code_gone
 from workers.tool_watch import ToolsDirWatch, watch_in_background
 
@@ -176,10 +175,8 @@ def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
     evolution_report = kwargs.pop("evolution_report", None)
     payload, refused = _payload(args, kwargs, CALL_ARGS)
     # fittest's own retry after an evolution re-sends the call as its request, not as it was sent.
-    if evolution_report is None and (taken := another_job_under("resilient_tool_call", payload, self.request.id)) is not None:
+    if evolution_report is None and (taken := claim_call_id(self, "resilient_tool_call", payload)) is not None:
         return taken
-    if evolution_report is None and joins_its_call(self, payload):
-        raise Ignore()
     try:
         request = CallRequest.model_validate(payload)
     except ValidationError as exc:
@@ -202,10 +199,8 @@ def resilient_tool_call(self: Task, *args: Any, **kwargs: Any) -> Any:
 def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
     """Call a namespace by name: its promoted version, or the original, or an explicit version."""
     payload, refused = _payload(args, kwargs, TOOL_ARGS)
-    if (taken := another_job_under("call_tool", payload, self.request.id)) is not None:
+    if (taken := claim_call_id(self, "call_tool", payload)) is not None:
         return taken
-    if joins_its_call(self, payload):
-        raise Ignore()
     try:  # as fittest's client checks it before sending; the rest is checked as a call's
         tool = CallToolPayload.model_validate(payload)
     except ValidationError as exc:
