@@ -59,6 +59,7 @@ CALL_SERIES_KEY = "series:calls"
 
 FLUSH_INTERVAL_S = 0.5
 UNACKED_KEY = "unacked"  # kombu's Redis transport: delivery tag -> [message, exchange, routing key]
+UNACKED_INDEX_KEY = "unacked_index"  # kombu's Redis transport: delivery tag -> when it was delivered (the worker's clock)
 ATTEMPT_SERIES_LIMIT = 2000
 CALL_SERIES_LIMIT = 10_000
 POINTS_PER_PUSH = 1000  # a series' points go in pushes of at most this many (workers/state/once.py MAX_ARGS)

@@ -49,7 +49,7 @@ from workers.client import has_result
 from workers.metrics import CALLS, REDELIVERED_STEPS, RESENT_STEPS, UNACKED_KEY, queue_key
 from workers.runtime import Runtime, runtime
 from workers.state.inflight import EFFECTS, HandedOnStep, InflightCalls, step_due_in_s
-from workers.worker_lease import WorkerLease, give_back_silent, lease_for
+from workers.worker_lease import WorkerLease, give_back_silent, give_back_unclaimed, lease_for
 
 log = logging.getLogger("fittest.rescue")
 
@@ -296,6 +296,7 @@ def sweep(celery: Celery, rt: Runtime, judge_silent: bool = False) -> list[str]:
             and rt.state.acquire_lock("give_back", uuid.uuid4().hex, SWEEP_INTERVAL_S * 0.8)):
         rt.holders.flush()  # this process's own claims first
         give_back_silent(celery, rt.holders, lease_s)
+        give_back_unclaimed(celery, rt.holders, lease_s)
     if not rt.state.acquire_lock("rescue", uuid.uuid4().hex, SWEEP_INTERVAL_S * 0.8):
         return []  # another worker swept within this interval
     resent = _resend_lost(celery, rt, rt.inflight) + _resend_lost(celery, rt, rt.effects)

@@ -23,6 +23,7 @@ run again elsewhere, at least once as a redelivery does, each attempt's effects 
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import threading
@@ -34,7 +35,8 @@ from celery import Celery
 from celery.signals import task_received
 from redis.exceptions import RedisError
 
-from workers.metrics import UNACKED_KEY
+from workers.metrics import UNACKED_INDEX_KEY, UNACKED_KEY
+from workers.state.base import as_text
 from workers.state.holders import MessageHolders
 
 log = logging.getLogger("fittest.rescue")
@@ -140,6 +142,41 @@ def _claim(request: Any = None, **_: Any) -> None:
     tag = getattr(getattr(request, "message", None), "delivery_tag", None)
     if _lease is not None and tag is not None:
         _lease.holders.claim(_lease.holder, str(tag))
+
+
+def give_back_unclaimed(celery: Celery, holders: MessageHolders, lease_s: float) -> int:
+    """Give back to their queues the messages of fittest's tasks delivered more than `lease_s` ago
+    that no worker claims; returns how many. A live worker claims a message as it receives it and
+    names it in every beat, so one nobody claims a lease later was taken by a worker that died
+    before its claim reached Redis: only the visibility timeout gave it back (QA 52c: killed under
+    load, a memory worker left one call of 30 waiting ~16 min). The delivery time is the delivering
+    worker's clock (kombu's `unacked_index`): hosts whose clocks differ by a lease or more would give
+    back a message a live worker runs, which then runs again, its effects applied once. Another
+    program's tasks on the same broker are left alone: their workers claim nothing here."""
+    client = holders.client
+    old = [as_text(t) for t in client.zrangebyscore(UNACKED_INDEX_KEY, "-inf", time.time() - lease_s)]
+    if not old:
+        return 0
+    tags = holders.unclaimed([tag for tag, raw in zip(old, client.hmget(UNACKED_KEY, old))
+                              if raw is not None and _is_fittest_task(raw)])
+    if not tags:
+        return 0
+    with celery.connection_for_write() as connection:
+        qos = connection.default_channel.qos
+        for tag in tags:
+            qos.restore_by_tag(tag)
+    log.warning("%d message(s) taken by a worker that died before claiming them given back to their queues", len(tags),
+                extra={"event": "unclaimed_given_back", "messages": len(tags)})
+    return len(tags)
+
+
+def _is_fittest_task(raw: bytes | str) -> bool:
+    """Whether a kombu `unacked` entry ([message, exchange, routing key]) carries a fittest task."""
+    try:
+        task = json.loads(raw)[0]["headers"]["task"]
+    except (ValueError, LookupError, TypeError):
+        return False
+    return isinstance(task, str) and task.startswith("fittest.")
 
 
 def give_back_silent(celery: Celery, holders: MessageHolders, lease_s: float) -> int:

@@ -27,6 +27,7 @@ from tests.integration.conftest import Pipeline, runtime_in_use
 from workers.app import make_app
 from workers.metrics import reader_for
 from workers.rescue import RESENT_HEADER, sweep
+from workers.state.base import as_text
 from workers.settings import Settings
 from workers.state.inflight import DIED_TTL_S, AttemptDeaths, HandedOnStep
 
@@ -159,6 +160,31 @@ def test_a_step_nowhere_long_after_it_was_recorded_is_sent_again_long_before_its
     client.delete(*client.keys("rescue:lock:*"))
     assert sweep(celery, rt) == [lost_call.id]
     assert sorted(marked_resent(client, "selection").items()) == sorted({lost_call.id: True, waiting.id: False}.items())
+
+
+def test_a_message_taken_by_a_worker_that_died_before_claiming_it_is_given_back_a_lease_later(private) -> None:
+    """QA 52c: a memory worker killed under load had taken a message (kombu recorded it as
+    unacknowledged) and died before its claim reached Redis: no silent worker held it, and it came
+    back only at the visibility timeout, ~16 min. Given back a lease after its delivery when no
+    worker claims it; one a live worker claims, a recent one and another program's are left alone."""
+    from workers.worker_lease import give_back_unclaimed
+
+    celery, rt, client = private
+    ids = {}
+    for name in ("lost", "claimed", "recent"):
+        ids[name] = celery.send_task("fittest.resilient_tool_call", kwargs={"scenario": name}, queue="selection").id
+    celery.send_task("billing.charge", kwargs={}, queue="selection", task_id="foreign")
+    for key in client.keys("selection*"):  # each taken off its queue by a worker, as kombu records it
+        while (raw := client.rpop(key)) is not None:
+            message = json.loads(raw)
+            tag = message["headers"]["id"]
+            client.hset("unacked", tag, json.dumps([message, "", "selection"]))
+            client.zadd("unacked_index", {tag: time.time() - (1 if tag == ids["recent"] else 100)})
+    rt.holders.beat("live@h:1:a", [ids["claimed"]])
+    assert give_back_unclaimed(celery, rt.holders, lease_s=30.0) == 1
+    assert list(queued(client, "selection")) == [ids["lost"]]
+    assert {as_text(t) for t in client.hkeys("unacked")} == {ids["claimed"], ids["recent"], "foreign"}
+    assert give_back_unclaimed(celery, rt.holders, lease_s=30.0) == 0  # once
 
 
 def test_the_clients_record_of_a_call_never_replaces_a_later_step_or_brings_back_an_ended_call(private) -> None:
