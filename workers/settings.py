@@ -117,8 +117,11 @@ class Settings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _redis_scheme(cls, v: str) -> str:
-        if urlsplit(v).scheme not in REDIS_SCHEMES:
+        parts = urlsplit(v)
+        if parts.scheme not in REDIS_SCHEMES:
             raise ValueError(f"{redact_url(v)!r} is not a Redis URL: it must start with redis://, rediss:// or unix://")
+        if parts.scheme != "unix" and not (db := parts.path.strip("/")).isdigit() and db:  # QA 52c: a bare int() error at first use
+            raise ValueError(f"{redact_url(v)!r} names database {db!r}: a Redis database is a number (/0 is the first)")
         return v
 
     @field_validator("policy")

@@ -121,6 +121,9 @@ def test_flower_password_goes_to_its_environment_only() -> None:
 def test_a_redis_url_without_a_redis_scheme_is_refused_by_name() -> None:
     with pytest.raises(ValidationError, match="'localhost:6379' is not a Redis URL"):
         Settings(redis_url="localhost:6379")
+    with pytest.raises(ValidationError, match="names database 'abc': a Redis database is a number"):  # QA 52c
+        Settings(redis_url="redis://127.0.0.1:6379/abc")
+    assert Settings(redis_url="redis://127.0.0.1:6379").redis_url == "redis://127.0.0.1:6379"
     with pytest.raises(ValidationError) as refused:
         Settings(redis_url="http://:s3cret@h:1/0")
     (error,) = refused.value.errors(include_input=False)
