@@ -198,10 +198,6 @@ def probed_first(ranked: list[Candidate], key: str) -> list[Candidate]:
                        flag="breaker_probe")
 
 
-
-
-
-
 def best_matches(evidence: list[CandidateEvidence], held_back_match: float = 0.0) -> set[str]:
     """The versions whose description is the job's clear best match: at least CLEAR_MATCH, and
     within NEWCOMER_MARGIN of the best match of the versions that matched (`held_back_match`: of
@@ -220,18 +216,6 @@ def best_matches(evidence: list[CandidateEvidence], held_back_match: float = 0.0
     the right input, went to word_stats."""
     best = max([held_back_match, *(e.similarity for e in evidence)])
     return {e.key for e in evidence if e.similarity >= max(CLEAR_MATCH, best - NEWCOMER_MARGIN)}
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def second_opinion(request: CallRequest, ranked: list[Candidate], evidence: list[CandidateEvidence],

@@ -244,7 +244,6 @@ def isolation_reason(plan: CallPlan, index: int, returned: Returned | None) -> s
     return None
 
 
-
 def too_many_deaths(plan: CallPlan, index: int, deaths: AttemptDeaths) -> bool:
     """Whether the attempt's deaths are too many to run it again (a crash then)."""
     too_many = PROBE_CRASH_AFTER_DEATHS if plan.is_probe(plan.candidates[index].key) else CRASH_AFTER_DEATHS

@@ -143,7 +143,6 @@ class PendingWrites:
         return writes
 
 
-
 def _write(memory: VectorMemory, embed: Callable[[list[str]], list[list[float]]], writes: list[PendingWrite]) -> None:
     texts = [w.text for w in writes if not w.vector_b64]
     vectors = iter(embed(texts) if texts else [])

@@ -27,11 +27,12 @@ nothing for it.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -299,12 +300,13 @@ def sweep(celery: Celery, rt: Runtime, judge_silent: bool = False) -> list[str]:
         give_back_unclaimed(celery, rt.holders, lease_s)
     if not rt.state.acquire_lock("rescue", uuid.uuid4().hex, SWEEP_INTERVAL_S * 0.8):
         return []  # another worker swept within this interval
-    resent = _resend_lost(celery, rt, rt.inflight) + _resend_lost(celery, rt, rt.effects)
-    _look_early(celery, rt)
+    held = functools.cache(lambda: held_task_ids(rt.redis))  # read once a sweep, and only if a step needs it
+    resent = _resend_lost(celery, rt, rt.inflight, held) + _resend_lost(celery, rt, rt.effects, held)
+    _look_early(celery, rt, held)
     return resent
 
 
-def _look_early(celery: Celery, rt: Runtime) -> None:
+def _look_early(celery: Celery, rt: Runtime, held_ids: Callable[[], set[str]]) -> None:
     """Make due soon (NOWHERE_CONFIRM_S) the steps of calls recorded NOWHERE_AFTER_S ago or more,
     not due yet, that are nowhere: neither waiting in their queue nor held by a worker, their call
     not ended. The next sweep that finds one overdue and still nowhere sends it again. Not the
@@ -313,7 +315,7 @@ def _look_early(celery: Celery, rt: Runtime) -> None:
     steps = rt.inflight.due_between(now, now + due_in_s(rt) - NOWHERE_AFTER_S)
     if not steps:
         return
-    held, waiting = held_task_ids(rt.redis), _waiting(rt, steps)
+    held, waiting = held_ids(), _waiting(rt, steps)
     for step in steps:
         queued = waiting[_queue_of(step)]
         if queued is None or step.task_id in queued or step.task_id in held or has_result(celery, step.task_id):
@@ -324,13 +326,14 @@ def _look_early(celery: Celery, rt: Runtime) -> None:
                  extra={"event": "step_nowhere", "task_id": step.task_id, "task": step.task})
 
 
-def _resend_lost(celery: Celery, rt: Runtime, inflight: InflightCalls) -> list[str]:
-    """Send again the overdue messages recorded in `inflight` that are nowhere else."""
+def _resend_lost(celery: Celery, rt: Runtime, inflight: InflightCalls, held_ids: Callable[[], set[str]]) -> list[str]:
+    """Send again the overdue messages recorded in `inflight` that are nowhere else (`held_ids`: the
+    task ids workers hold, `held_task_ids` read once for the sweep)."""
     inflight.flush()  # this process's own hand-ons and ends first
     overdue = inflight.overdue()
     if not overdue:
         return []
-    held, waiting = held_task_ids(rt.redis), _waiting(rt, overdue)
+    held, waiting = held_ids(), _waiting(rt, overdue)
     resent = []
     for step in overdue:
         queued = waiting[_queue_of(step)]

@@ -541,8 +541,6 @@ def give_back_unacknowledged(p: Pipeline, sent: Any, before: Callable[[str], Non
         client.close()
 
 
-
-
 @pytest.mark.parametrize("by", ["broker", "sweep"])
 def test_a_step_delivered_again_after_its_call_ended_is_ignored(pipeline: Pipeline, tmp_path: Path, by: str) -> None:
     """A call's last step comes again after the call returned its result, under the call's task id:

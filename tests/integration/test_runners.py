@@ -630,7 +630,6 @@ def test_non_zero_exit(exe_dir: Path, code: str, error_class: FailureClass, frag
     assert_failure(outcome, error_class, fragment, "stderr: something broke")
 
 
-
 def test_a_long_stderr_keeps_its_last_line(exe_dir: Path) -> None:
     """The tools' README: print why you fail last on stderr. A message cut to travel keeps it."""
     outcome = run_tool(exe(exe_dir, "{tool_dir}/chatty.py"), {}, timeout_s=10, limits=LIMITS)

@@ -771,7 +771,6 @@ def test_a_tool_that_matches_the_job_weakly_and_never_did_it_or_another_than_the
     assert note(call(ran("reverse_text", False), ran("vowel_count", True), namespace="vowel_count"), counter) is None
 
 
-
 def test_the_clear_best_match_of_a_job_is_told_before_it_has_done_any() -> None:
     """QA recheck F5: hash_text (0.75, no record yet) refusing a hashing input without its
     `algorithm` counted against it, and word_stats (0.23), which took the input, had the job from

@@ -31,7 +31,7 @@ ALIVE_KEY = "bench:alive"
 ALIVE_TTL_S = 120  # renewed every RENEW_S: a bench stopped longer than this (SIGSTOP) counts as dead
 RENEW_S = 30.0
 OWNER_FILE = "bench.pid"
-DIR_PATTERNS = ("fittest-bench-*",)  # its store's directory and its private redis-server's (fittest-bench-redis-*)
+DIR_PATTERN = "fittest-bench-*"  # its store's directory, and its private redis-server's (fittest-bench-redis-*)
 
 
 class Leftovers(BaseModel):
@@ -70,11 +70,10 @@ def sweep(client: Redis, tmp: Path | None = None) -> Leftovers:
         RedisStateStore(client, prefix).clear()  # as the bench's own clean-up does
         found.prefixes.append(prefix)
     root = tmp or Path(tempfile.gettempdir())
-    for pattern in DIR_PATTERNS:
-        for directory in sorted(root.glob(pattern)):
-            if directory.is_dir() and _directory_owner_gone(directory):
-                shutil.rmtree(directory, ignore_errors=True)
-                found.directories.append(directory.name)
+    for directory in sorted(root.glob(DIR_PATTERN)):
+        if directory.is_dir() and _directory_owner_gone(directory):
+            shutil.rmtree(directory, ignore_errors=True)
+            found.directories.append(directory.name)
     return found
 
 

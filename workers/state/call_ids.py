@@ -14,6 +14,7 @@ stored under the id, answers it (`claim`'s start; the client sends nothing when 
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 import redis
@@ -28,8 +29,10 @@ RESULT_TTL_S = 24 * 3600  # Celery's result_expires (workers/app.py): how long a
 Claim = Literal["new", "again", "another"]
 
 
+@functools.cache
 def _defaults(*models: type[BaseModel]) -> dict[str, Any]:
-    """The default of each optional field of these models (the first model's, for a name in several)."""
+    """The default of each optional field of these models (the first model's, for a name in several);
+    read once, as every call's digest asks it. Compared with, never changed."""
     found: dict[str, Any] = {}
     for model in reversed(models):
         found.update({name: f.get_default(call_default_factory=True) for name, f in model.model_fields.items()
