@@ -122,6 +122,28 @@ def _collect(settings: Settings, client: CallSender, handles: list[Any], deadlin
     return results
 
 
+def _whereabouts(settings: Settings, call_id: str, phase: str, log_dir: Path) -> str:
+    """What is known of a call with no result: its record in flight and the worker log lines that
+    name it. A lost call is rare and depends on timing (CI lost one on a loaded host), so the run
+    that lost it is the one chance to tell where it went."""
+    import redis
+
+    from workers.state.inflight import InflightCalls
+
+    client = redis.Redis.from_url(settings.redis_url)
+    try:
+        record: object = InflightCalls(client, settings.key_prefix).current(call_id)
+    except Exception as exc:
+        record = f"unreadable: {type(exc).__name__}: {exc}"
+    finally:
+        client.close()
+    lines = [f"lost in {phase}: call {call_id}; in flight: {record!r}"]
+    for log in sorted(log_dir.glob("*.log")):
+        named = [line for line in log.read_text(errors="replace").splitlines() if call_id in line]
+        lines += [f"  {log.stem}: {line.strip()[:300]}" for line in named[-12:]]
+    return "\n".join(lines)
+
+
 def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Callable[[str], None] = lambda _: None) -> ChaosResult:
     from workers.memory.edge import EdgeVectorMemory
     from workers.stack import Stack, start_private_redis, worker_roles
@@ -221,6 +243,9 @@ def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Calla
 
             progress(f"collecting {len(sent)} results")
             results = _collect(bench, client, [handle for _, handle in sent], time.monotonic() + VISIBILITY_S + 120, progress)
+            for (phase, handle), result in zip(sent, results):
+                if result is None:
+                    progress(_whereabouts(bench, handle.id, phase, Path(tmp) / "logs"))
             phase_of = [phase for phase, _ in sent]
             sent.clear()
             state = open_state_store(bench)
