@@ -301,6 +301,12 @@ class ChangelogEntry(BaseModel):
     time: float = Field(default_factory=time.time)
 
 
+def made_by(changelog: list[ChangelogEntry], version: str) -> ChangelogEntry | None:
+    """The verdict that made `version` of the namespace: its last `verified` line (None for a
+    version no evolution made, such as one of the tools directory)."""
+    return next((e for e in reversed(changelog) if e.event == "verified" and e.version == version), None)
+
+
 def last_removal(changelog: list[ChangelogEntry]) -> ChangelogEntry | None:
     """The removal from the tools directory the changelog ends with, of the namespace's comings and
     goings: None when a version came back since, or none was removed."""

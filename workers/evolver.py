@@ -31,6 +31,7 @@ from evolution.models import (
     EvolutionRecord,
     EvolutionReport,
     EvolutionStatus,
+    made_by,
     tests_digest,
 )
 from evolution.call_route import route_call
@@ -377,6 +378,11 @@ class Evolver:
             self.ledger.log_unless_repeated(entry.model_copy(update={"reason": f"failed before for a similar reason: {earlier.reason}"}))
             shown = f"failed before for a similar reason ({earlier.similarity:.2f}): {earlier.reason}"
             return report.model_copy(update={"reason": shown}), None
+        twin = self._served_twin(job, candidate)
+        if twin is not None:
+            reason = f"{twin}, which {job.namespace} serves, is this mutation of {job.parent_key} already"
+            self.ledger.log_unless_repeated(entry.model_copy(update={"reason": reason}))
+            return report.model_copy(update={"reason": reason}), None
         try:
             staged = write_version(stage_dir, candidate.manifest, candidate.files)
         except Exception as exc:  # a candidate whose manifest or files cannot even be written
@@ -398,6 +404,19 @@ class Evolver:
         self.ledger.log(_dated(entry, event="verified", version=installed.version,
                                reason="passed static, tests and replay", stages=stages))
         return report.model_copy(update={"outcome": "verified", "stages": stages}), installed
+
+    def _served_twin(self, job: EvolutionJob, candidate: CandidateVersion) -> str | None:
+        """The version the namespace serves that the same mutation of the same parent made, if it
+        does: verified and put on trial against it, the candidate would be tried against itself (QA
+        52c N5: `fittest evolve NAME --version 1.0.0`, with 1.1.0 active, made 1.2.0 of the same
+        longer timeout, and the trial compared two identical versions)."""
+        served = head_version(self.state.promotion(job.namespace))
+        if served is None:
+            return None
+        made = made_by(self.ledger.changelog(job.namespace), served)
+        if made is None or (made.parent, made.mutator, made.mutation) != (job.parent_version, candidate.mutator, candidate.mutation):
+            return None
+        return tool_key(job.namespace, served)
 
     # ----------------------------------------------------------------------------- reporting
     def _finish(self, job: EvolutionJob, started: float, reports: list[CandidateReport], notes: list[str],

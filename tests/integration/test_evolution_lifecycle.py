@@ -956,6 +956,28 @@ def test_a_mutation_that_failed_a_wrong_test_case_is_tried_again_once_the_test_c
     assert (fixed.status, fixed.mutation) == ("evolved", "timeout_s 0.3s → 1.2s"), fixed.candidates
 
 
+def test_an_evolution_by_hand_does_not_make_again_the_version_its_namespace_serves(rt: Runtime) -> None:
+    """QA 52c N5: `fittest evolve slowish --version 1.0.0`, with 1.1.0 (1.0.0's longer timeout)
+    served, made 1.2.0 of the same longer timeout, and put it on trial against its twin."""
+    first = evolve(rt, slow_call(4))
+    assert (first.status, first.version, first.mutation) == ("evolved", "1.1.0", "timeout_s 0.3s → 1.2s")
+    mark = FailureMark(attempt_id="m0", call_id="m0", tool="slowish", version="1.0.0", scenario="count slowly",
+                       error_class=FailureClass.timeout, error_message="no result within 0.3s", input={"n": 4})
+    apply_failure(rt, mark)
+    records: list[EvolutionRecord] = []
+    by_hand = Evolver(rt.settings, rt.state, rt.evolution, records.append).run(
+        build_job(rt, "manual", namespace="slowish", version="1.0.0"))
+    assert by_hand.status == "no_fix" and [c.outcome for c in by_hand.candidates] == ["skipped"], by_hand
+    assert by_hand.candidates[0].reason == ("slowish@1.1.0, which slowish serves, is this mutation of slowish@1.0.0 "
+                                            "already"), by_hand.candidates[0]
+    served = rt.state.promotion("slowish")
+    assert rt.registry.get("slowish@1.2.0") is None and served is not None and served.evolved_version == "1.1.0"
+    # evolved from the version it serves, the same mutator makes a new version (a longer timeout still)
+    from_served = Evolver(rt.settings, rt.state, rt.evolution, records.append).run(
+        build_job(rt, "manual", namespace="slowish", version="1.1.0"))
+    assert "skipped" not in [c.outcome for c in from_served.candidates], from_served
+
+
 def test_an_evolution_of_a_tool_whose_module_does_not_parse_now_says_so(rt: Runtime) -> None:
     """QA live F10: its no_fix said "mean@1.0.0 is not registered", as if the tool had gone, while
     the workers served it as last loaded (its module saved half-edited)."""
