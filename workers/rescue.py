@@ -310,9 +310,14 @@ def _look_early(celery: Celery, rt: Runtime, held_ids: Callable[[], set[str]]) -
     """Make due soon (NOWHERE_CONFIRM_S) the steps of calls recorded NOWHERE_AFTER_S ago or more,
     not due yet, that are nowhere: neither waiting in their queue nor held by a worker, their call
     not ended. The next sweep that finds one overdue and still nowhere sends it again. Not the
-    messages of effects: a batch holds those as long as it fills (workers/tasks/learning.py)."""
+    messages of effects: a batch holds those as long as it fills (workers/tasks/learning.py).
+
+    A step due within NOWHERE_CONFIRM_S is left to the overdue pass: one this look made due soon
+    was made due soon again by each sweep, five seconds apart, and never came due (CI: a step
+    lost as the chaos bench killed its executor was "sent again in 10 s" for minutes, and never
+    sent; before this look it was sent at its due time)."""
     now = time.time()
-    steps = rt.inflight.due_between(now, now + due_in_s(rt) - NOWHERE_AFTER_S)
+    steps = rt.inflight.due_between(f"({now + NOWHERE_CONFIRM_S}", now + due_in_s(rt) - NOWHERE_AFTER_S)
     if not steps:
         return
     held, waiting = held_ids(), _waiting(rt, steps)
