@@ -29,6 +29,10 @@ from workers.settings import Settings, redact_url
 
 ROOT = Path(__file__).resolve().parent.parent
 PROCFILE = ROOT / "Procfile"
+# kombu's Redis transport keeps each exchange's bindings in a set under this key: a worker's
+# remote-control mailbox is bound to the `celery.pidbox` fanout while it runs.
+PIDBOX_BINDINGS = "_kombu.binding.celery.pidbox"
+PATIENT_ASK_S = 5.0
 
 
 class StackError(RuntimeError):
@@ -235,12 +239,17 @@ class Stack:
         for role in roles:
             self.start(role, worker_roles()[role].command)
 
-    def workers_answering(self, timeout: float = 1.0) -> dict[str, str | None]:
+    def workers_answering(self, timeout: float = 1.0, patient_timeout: float = PATIENT_ASK_S) -> dict[str, str | None]:
         """The workers that answer on this stack's broker (their node names), each with the key
         prefix of the stack it serves (None: a worker that does not say, of an older release):
         before this stack starts its own, another stack's. FITTEST_KEY_PREFIX keeps fittest's keys
         apart, not Celery's queues and results, so two stacks on one Redis database take each
-        other's calls (QA new user: `fittest demo` beside `fittest up` had its calls run by up's workers)."""
+        other's calls (QA new user: `fittest demo` beside `fittest up` had its calls run by up's workers).
+
+        Asked for `timeout`; when none answers and the broker has workers' mailboxes bound (a
+        worker binds its own as it starts and unbinds it as it stops), asked again, for
+        `patient_timeout`: a busy host's worker may answer later than a second (CI: `up` took
+        another stack's database, whose memory worker ran, for its own)."""
         from workers.app import make_app
 
         from kombu import pools
@@ -248,6 +257,8 @@ class Stack:
         app = make_app(self.settings.model_copy(update={"redis_url": self.redis_url, "result_backend": None}))
         try:
             replies = app.control.inspect(timeout=timeout).conf(with_defaults=False) or {}
+            if not replies and self._mailboxes_bound():
+                replies = app.control.inspect(timeout=patient_timeout).conf(with_defaults=False) or {}
         except (redis.RedisError, OSError, OperationalError):
             return {}
         finally:
@@ -258,6 +269,15 @@ class Stack:
             # its role (QA ops: a killed role "restarting it in 1 s" came back 14-17 s later).
             pools.reset()
         return {host: (conf or {}).get("fittest_stack_prefix") for host, conf in sorted(replies.items())}
+
+    def _mailboxes_bound(self) -> bool:
+        """Whether kombu's Redis transport has a worker's remote-control mailbox bound on this
+        database (the members of its fanout exchange's binding set, `celery.pidbox`)."""
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            return bool(client.scard(PIDBOX_BINDINGS))
+        finally:
+            client.close()
 
     def wait_for_workers(self, names: Iterable[str], timeout: float = 60.0) -> None:
         """Block until every named worker answers a ping (so no test races a starting worker)."""

@@ -245,6 +245,27 @@ def test_up_refuses_a_flower_port_in_use_in_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "data" / "redis").exists()  # refused before anything started
 
 
+def test_the_check_for_other_workers_waits_longer_only_when_a_worker_has_its_mailbox_bound(private_redis: RedisServer) -> None:
+    """CI: on a busy host another stack's memory worker answered `up`'s question later than the
+    one second it was given, and `up` took that stack's database for its own. A worker binds its
+    mailbox as it starts: while one is bound, the question is asked again, for longer."""
+    from workers.settings import Settings
+    from workers.stack import PIDBOX_BINDINGS, Stack
+
+    stack = Stack(Settings(redis_url=private_redis.url))
+    started = time.monotonic()
+    assert stack.workers_answering(timeout=1.0, patient_timeout=30.0) == {}
+    assert time.monotonic() - started < 30.0  # nothing bound: only the one second's question
+    client = redis.Redis.from_url(private_redis.url)
+    try:
+        client.sadd(PIDBOX_BINDINGS, "\x06\x16\x06\x16memory@gone.celery.pidbox")  # bound, and answering nothing
+        started = time.monotonic()
+        assert stack.workers_answering(timeout=1.0, patient_timeout=4.0) == {}
+        assert time.monotonic() - started >= 5.0  # asked again, for longer
+    finally:
+        client.close()
+
+
 def test_up_refuses_to_join_a_redis_database_another_stacks_workers_serve(model_path: Path, private_redis: RedisServer,
                                                                          tmp_path: Path) -> None:
     """QA 49: `up` under another FITTEST_KEY_PREFIX warned, then its workers took the other stack's
