@@ -409,9 +409,11 @@ class Evolver:
         """The version the namespace serves that the same mutation of the same parent made, if it
         does: verified and put on trial against it, the candidate would be tried against itself (QA
         52c N5: `fittest evolve NAME --version 1.0.0`, with 1.1.0 active, made 1.2.0 of the same
-        longer timeout, and the trial compared two identical versions)."""
+        longer timeout, and the trial compared two identical versions). Only of a mutation its
+        text names whole: the changelog keeps the text, not the code mutator's digest of its files,
+        and two rewrites the model describes alike may differ."""
         served = head_version(self.state.promotion(job.namespace))
-        if served is None:
+        if served is None or candidate.identity != candidate.mutation:
             return None
         made = made_by(self.ledger.changelog(job.namespace), served)
         if made is None or (made.parent, made.mutator, made.mutation) != (job.parent_version, candidate.mutator, candidate.mutation):

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import pytest
 import yaml
 
-from evolution.models import ChangelogEntry, EvolutionJob, EvolutionRecord, EvolutionReport, Evidence, FailedRun, StageResult
+from evolution.models import CandidateVersion, ChangelogEntry, EvolutionJob, EvolutionRecord, EvolutionReport, Evidence, FailedRun, StageResult
 from evolution.mutation import Mutator, load_mutators
 from evolution.mutators.code import CodeMutator
 from evolution.verification import StageRun
@@ -972,6 +972,14 @@ def test_an_evolution_by_hand_does_not_make_again_the_version_its_namespace_serv
                                             "already"), by_hand.candidates[0]
     served = rt.state.promotion("slowish")
     assert rt.registry.get("slowish@1.2.0") is None and served is not None and served.evolved_version == "1.1.0"
+    # a rewrite whose prose repeats the served version's is no twin for that: its files may differ
+    evolver = Evolver(rt.settings, rt.state, rt.evolution, records.append)
+    job = build_job(rt, "manual", namespace="slowish", version="1.0.0")
+    original = rt.registry.get("slowish@1.0.0")
+    assert original is not None
+    alike = CandidateVersion(mutator="timeout", mutation="timeout_s 0.3s → 1.2s", manifest=original, files={})
+    assert evolver._served_twin(job, alike) == "slowish@1.1.0"
+    assert evolver._served_twin(job, alike.model_copy(update={"identity": "files 0f3a"})) is None
     # evolved from the version it serves, the same mutator makes a new version (a longer timeout still)
     from_served = Evolver(rt.settings, rt.state, rt.evolution, records.append).run(
         build_job(rt, "manual", namespace="slowish", version="1.1.0"))
