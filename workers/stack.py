@@ -246,10 +246,11 @@ class Stack:
         apart, not Celery's queues and results, so two stacks on one Redis database take each
         other's calls (QA new user: `fittest demo` beside `fittest up` had its calls run by up's workers).
 
-        Asked for `timeout`; when none answers and the broker has workers' mailboxes bound (a
+        Asked for `timeout`; when fewer answer than the broker has workers' mailboxes bound (a
         worker binds its own as it starts and unbinds it as it stops), asked again, for
         `patient_timeout`: a busy host's worker may answer later than a second (CI: `up` took
-        another stack's database, whose memory worker ran, for its own)."""
+        another stack's database, whose memory worker ran, for its own). A worker killed outright
+        leaves its mailbox bound, and each later question waits the longer time."""
         from workers.app import make_app
 
         from kombu import pools
@@ -257,7 +258,7 @@ class Stack:
         app = make_app(self.settings.model_copy(update={"redis_url": self.redis_url, "result_backend": None}))
         try:
             replies = app.control.inspect(timeout=timeout).conf(with_defaults=False) or {}
-            if not replies and self._mailboxes_bound():
+            if len(replies) < self._mailboxes_bound():
                 replies = app.control.inspect(timeout=patient_timeout).conf(with_defaults=False) or {}
         except (redis.RedisError, OSError, OperationalError):
             return {}
@@ -270,12 +271,12 @@ class Stack:
             pools.reset()
         return {host: (conf or {}).get("fittest_stack_prefix") for host, conf in sorted(replies.items())}
 
-    def _mailboxes_bound(self) -> bool:
-        """Whether kombu's Redis transport has a worker's remote-control mailbox bound on this
-        database (the members of its fanout exchange's binding set, `celery.pidbox`)."""
+    def _mailboxes_bound(self) -> int:
+        """How many workers' remote-control mailboxes kombu's Redis transport has bound on this
+        database (the members of its fanout exchange's binding set, `celery.pidbox`: one a node)."""
         client = redis.Redis.from_url(self.redis_url)
         try:
-            return bool(client.scard(PIDBOX_BINDINGS))
+            return int(client.scard(PIDBOX_BINDINGS))
         finally:
             client.close()
 

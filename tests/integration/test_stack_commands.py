@@ -271,6 +271,7 @@ def test_up_refuses_to_join_a_redis_database_another_stacks_workers_serve(model_
     """QA 49: `up` under another FITTEST_KEY_PREFIX warned, then its workers took the other stack's
     calls and recorded them under their own prefix, where the other stack never looked."""
     from tests.integration.conftest import pipeline_running
+    from workers.stack import PIDBOX_BINDINGS
 
     with pipeline_running(tmp_path / "theirs", private_redis.url, model_path, EXAMPLE_TOOLS, roles=("memory",)) as theirs:
         env = {**os.environ, "FITTEST_REDIS_URL": private_redis.url, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path),
@@ -287,6 +288,13 @@ def test_up_refuses_to_join_a_redis_database_another_stacks_workers_serve(model_
         client = redis.Redis.from_url(private_redis.url)
         try:
             client.sadd("mine:namespaces", "word_stats")
+            # fewer answers than mailboxes bound (one worker answering, one late): asked again, for longer
+            late = "\x06\x16\x06\x16executor@late.celery.pidbox"
+            client.sadd(PIDBOX_BINDINGS, late)
+            started = time.monotonic()
+            assert [n.split("@")[0] for n in theirs.stack.workers_answering(timeout=1.0, patient_timeout=4.0)] == ["memory"]
+            assert time.monotonic() - started >= 5.0
+            client.srem(PIDBOX_BINDINGS, late)
         finally:
             client.close()
         again = subprocess.run([str(FITTEST), "up", *[f"--without={r}" for r in ("flower", "metrics", "toolserver")]],
