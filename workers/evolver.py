@@ -448,11 +448,15 @@ class Evolver:
                 why: str | None = None) -> EvolutionReport:
         """An evolution that installed nothing: its report, and its changelog line, logged unless
         the namespace's last line says the same (the same version failing the same way again)."""
-        tried = sum(r.outcome == "failed" for r in reports)
+        skipped = [r for r in reports if r.outcome == "skipped"]
+        repeated = sum(r.reason.startswith("failed before") for r in skipped)
+        # a skip for another reason (the served version's twin) says its own (QA 53a: "skipped as failed before")
+        others = [r.reason for r in skipped if not r.reason.startswith("failed before")]
+        counts = [f"{sum(r.outcome == 'failed' for r in reports)} candidate(s) failed verification"]
+        counts += [f"{repeated} skipped as failed before"] if repeated or not others else []
+        counts += [f"1 skipped: {reason}" for reason in others]
         message = why or (
-            f"no verified version of {job.parent_key}: {tried} candidate(s) failed verification, "
-            f"{sum(r.outcome == 'skipped' for r in reports)} skipped as failed before"
-            if reports
+            f"no verified version of {job.parent_key}: {', '.join(counts)}" if reports
             else f"no mutator could propose a version of {job.parent_key}"
         )
         self.ledger.log_unless_repeated(ChangelogEntry(

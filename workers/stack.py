@@ -247,10 +247,13 @@ class Stack:
         other's calls (QA new user: `fittest demo` beside `fittest up` had its calls run by up's workers).
 
         Asked for `timeout`; when fewer answer than the broker has workers' mailboxes bound (a
-        worker binds its own as it starts and unbinds it as it stops), asked again, for
-        `patient_timeout`: a busy host's worker may answer later than a second (CI: `up` took
-        another stack's database, whose memory worker ran, for its own). A worker killed outright
-        leaves its mailbox bound, and each later question waits the longer time."""
+        worker binds its own as it starts and unbinds it as it stops), asked again, a second at a
+        time, for up to `patient_timeout` or until as many answer: a busy host's worker may answer
+        later than a second (CI: `up` took another stack's database, whose memory worker ran, for
+        its own), and one starting again after a crash hears only the questions asked once it
+        listens (QA 53a: one longer question missed a stack whose workers had all been killed and
+        were restarting). A worker killed outright leaves its mailbox bound, and each later
+        question waits the longer time."""
         from workers.app import make_app
 
         from kombu import pools
@@ -258,8 +261,9 @@ class Stack:
         app = make_app(self.settings.model_copy(update={"redis_url": self.redis_url, "result_backend": None}))
         try:
             replies = app.control.inspect(timeout=timeout).conf(with_defaults=False) or {}
-            if len(replies) < self._mailboxes_bound():
-                replies = app.control.inspect(timeout=patient_timeout).conf(with_defaults=False) or {}
+            patient_until = time.monotonic() + patient_timeout
+            while len(replies) < self._mailboxes_bound() and time.monotonic() < patient_until:
+                replies |= app.control.inspect(timeout=min(1.0, patient_until - time.monotonic())).conf(with_defaults=False) or {}
         except (redis.RedisError, OSError, OperationalError):
             return {}
         finally:

@@ -970,6 +970,9 @@ def test_an_evolution_by_hand_does_not_make_again_the_version_its_namespace_serv
     assert by_hand.status == "no_fix" and [c.outcome for c in by_hand.candidates] == ["skipped"], by_hand
     assert by_hand.candidates[0].reason == ("slowish@1.1.0, which slowish serves, is this mutation of slowish@1.0.0 "
                                             "already"), by_hand.candidates[0]
+    # ...and the headline says that, not "skipped as failed before" (QA 53a)
+    assert by_hand.message.endswith("0 candidate(s) failed verification, 1 skipped: " + by_hand.candidates[0].reason), \
+        by_hand.message
     served = rt.state.promotion("slowish")
     assert rt.registry.get("slowish@1.2.0") is None and served is not None and served.evolved_version == "1.1.0"
     # a rewrite whose prose repeats the served version's is no twin for that: its files may differ
