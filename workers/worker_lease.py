@@ -161,13 +161,19 @@ def give_back_unclaimed(celery: Celery, holders: MessageHolders, lease_s: float)
                               if raw is not None and _is_fittest_task(raw)])
     if not tags:
         return 0
+    _restore(celery, tags)
+    log.warning("%d message(s) taken by a worker that died before claiming them given back to their queues", len(tags),
+                extra={"event": "unclaimed_given_back", "messages": len(tags)})
+    return len(tags)
+
+
+def _restore(celery: Celery, tags: list[str]) -> None:
+    """Put these unacknowledged messages back on their queues with kombu's own `restore_by_tag`,
+    which moves each only while it is still in the `unacked` hash, in a transaction."""
     with celery.connection_for_write() as connection:
         qos = connection.default_channel.qos
         for tag in tags:
             qos.restore_by_tag(tag)
-    log.warning("%d message(s) taken by a worker that died before claiming them given back to their queues", len(tags),
-                extra={"event": "unclaimed_given_back", "messages": len(tags)})
-    return len(tags)
 
 
 def _is_fittest_task(raw: bytes | str) -> bool:
@@ -193,10 +199,7 @@ def give_back_silent(celery: Celery, holders: MessageHolders, lease_s: float) ->
         tags = holders.unclaimed(tags)
         if not tags:
             continue
-        with celery.connection_for_write() as connection:
-            qos = connection.default_channel.qos
-            for tag in tags:
-                qos.restore_by_tag(tag)
+        _restore(celery, tags)
         given += len(tags)
         held = ("the message it held is given back to its queue" if len(tags) == 1
                 else f"the {len(tags)} messages it held are given back to their queues")
