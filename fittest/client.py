@@ -19,7 +19,6 @@ if the worker that took it off its queue is killed before recording it as taken)
 
 from __future__ import annotations
 
-import gc
 from typing import Any, Self
 
 from selection.manifest import tool_reference
@@ -155,11 +154,6 @@ class FittestClient(CallSender):
             said = joined_errors(answer.errors) or f"not recorded ({answer.status})"
             raise FittestUnavailable(said) if answer.status == "unavailable" else ValueError(said)
         return RecordedFeedback(**{name: getattr(answer, name) for name in RecordedFeedback.model_fields})
-
-    def close(self) -> None:
-        """Release the broker and backend connections (results of subtasks unsubscribe first)."""
-        gc.collect()
-        super().close()
 
     def __enter__(self) -> Self:
         return self

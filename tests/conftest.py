@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import textwrap
@@ -111,6 +112,27 @@ class RedisServer:
     """A redis-server one test owns: its URL, and its process for a test that stops or stalls it."""
     proc: subprocess.Popen
     url: str
+
+
+class RestartableRedis:
+    """A redis-server on a port of its own, with the append-only file on, that a test restarts on its data."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir, self.port = workdir, free_port()
+        self.proc, self.url = start_redis(workdir, self.port, appendonly=True)
+
+    def restart(self) -> None:
+        """SIGTERM (Redis writes its append-only file and exits), then a new server on the same data."""
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=20)
+        self.proc, _ = start_redis(self.workdir, self.port, appendonly=True)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from celery import Celery
-from celery.backends.asynchronous import E_RETRY_LIMIT_EXCEEDED
 from celery.exceptions import TaskRevokedError
 from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
@@ -30,11 +29,12 @@ from celery.states import READY_STATES
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 from redis import Redis
-from redis.exceptions import BusyLoadingError, OutOfMemoryError, RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 
 from selection.models import CallResult
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.redis_connection import redis_client
+from workers.result_backend import waiting_backend_url
 from workers.settings import Settings, get_settings, redact_url
 from workers.state.call_ids import CallIds, another_job_message, job_digest
 from workers.state.inflight import HandedOnStep, InflightCalls, step_due_in_s
@@ -58,26 +58,12 @@ REVOKED_POLL_S, REVOKED_SETTLE_S = 0.5, 1.0
 # A wait longer than this (infinity: "for ever") sends a message that never expires: celery's expiry
 # date overflowed past year 9999 with a traceback (review: `--timeout inf`, `1e12`).
 NEVER_EXPIRES_S = 365 * 24 * 3600.0
-# How often a wait for a result asks again while a restarted Redis loads its data.
-LOADING_RETRY_S = 0.2
 # How long a wait for a call's result goes before it asks whether one can come at all: a call the
 # workers take at once has its result by then, and one nobody sent is told in seconds, not after
 # the whole timeout.
 FIRST_LOOK_S = 3.0
 # The least timeout handed to Celery's get(), which reads 0 as "no timeout".
 MIN_GET_TIMEOUT_S = 0.001
-
-
-def detach(result: AsyncResult) -> None:
-    """Cut a fetched result, and the results of the hops it carries (one per `Task.replace`), off
-    their backend. Otherwise each one, when garbage-collected, unsubscribes through the backend,
-    which retries for many seconds if Redis has gone away by then; a process that fetched many
-    calls would hang on its way out."""
-    children = (result._cache or {}).get("children") or []  # what get() fetched, without asking again
-    result.backend = None
-    for child in children:
-        if isinstance(child, AsyncResult):
-            detach(child)
 
 
 _IN_FLIGHT: dict[tuple[str, str], InflightCalls] = {}
@@ -257,12 +243,6 @@ def reaching(url: str, doing: str) -> Iterator[None]:
             raise
         why = refusal(exc) or "cannot be reached"
         raise FittestUnavailable(f"{doing}: Redis at {redact_url(url)} {why} ({type(exc).__name__}: {exc})") from exc
-    except RuntimeError as exc:  # Celery's Redis result backend, once its reconnection retries ran out
-        if str(exc).strip() != E_RETRY_LIMIT_EXCEEDED.strip():
-            raise
-        # Not Celery's text: three lines written for the operator of a Celery app (QA AD).
-        raise FittestUnavailable(f"{doing}: the result backend at {redact_url(url)} cannot be reached "
-                                 "(its reconnection retries ran out)") from exc
 
 
 class CallSender:
@@ -274,8 +254,8 @@ class CallSender:
     def __init__(self, settings: Settings | None = None) -> None:
         settings = settings or get_settings()
         self.settings = settings
-        self.celery = Celery("fittest-client", broker=settings.redis_url, backend=settings.backend_url,
-                             amqp=ReconnectSafeAMQP)
+        self.celery = Celery("fittest-client", broker=settings.redis_url,
+                             backend=waiting_backend_url(settings.backend_url), amqp=ReconnectSafeAMQP)
         # A call sent while Redis restarts waits for it, as the workers' own messages do.
         self.celery.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json",
                                 task_publish_retry_policy=PUBLISH_RETRY_POLICY,
@@ -338,7 +318,6 @@ class CallSender:
             time.sleep(STARTED_SETTLE_S)
             again = self.celery.AsyncResult(pending.id)
             if again.state in ("PENDING", "RETRY", "REVOKED"):  # not running, and never will: it has expired
-                CallSender.release(again)
                 raise NotDone(task, timeout) from exc
             try:
                 return self.wait(again, STARTED_GRACE_S)
@@ -410,12 +389,8 @@ class CallSender:
         told it is unknown might send it again (QA recheck F6)."""
         if self.in_flight(call_id):
             return
-        stored = self.celery.AsyncResult(call_id)
-        try:
-            if stored.state != "PENDING":  # what Celery answers for an id it knows nothing of
-                return
-        finally:
-            CallSender.release(stored)
+        if self.celery.AsyncResult(call_id).state != "PENDING":  # what Celery answers for an id it knows nothing of
+            return
         if not self.queued(call_id):
             raise UnknownCall(call_id)
 
@@ -442,46 +417,15 @@ class CallSender:
 
     @staticmethod
     def wait(result: AsyncResult, timeout: float = 120.0) -> dict[str, Any]:
-        """The call's final result, wherever the work went (every hop keeps the task id).
-
-        A result already stored is read at once (`ready()` reads it and keeps it): left to `get()`,
-        the Redis backend's result consumer took a second more for each result that arrived while
-        it waited for another (QA: a slow call and four fast ones sent together, each fast one
-        done in 0.1 s, came back at 0.3, 1.3, 2.3 and 3.3 s)."""
-        if result._cache is None and result.backend is None:
-            # Released by an earlier wait that timed out or met Redis away, before any result came:
-            # follow the call again (QA I: a second `result()` after a TimeoutError raised
-            # AttributeError: 'NoneType' object has no attribute 'add_pending_result').
-            result.backend = result.app.backend
+        """The call's final result, wherever the work went (every hop keeps the task id). On Redis
+        the wait is workers/result_backend.py's: it reads the result, and listens for it on a
+        connection of its own, riding out a Redis that restarts or loads its data."""
         timeout = checked_timeout(timeout)
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                try:
-                    if result._cache is None and result.backend is not None:  # not fetched (and detached) already
-                        if not result.ready() and time.monotonic() >= deadline:
-                            # Celery reads a timeout of 0 as none: a timeout of 0 or less, or one that ran
-                            # out in the round trip, waited for ever (QA integrator 1).
-                            raise CeleryTimeout("The operation timed out.")
-                    return result.get(timeout=max(deadline - time.monotonic(), MIN_GET_TIMEOUT_S))
-                except BusyLoadingError:
-                    # A restarted Redis answers while it loads its data, refusing reads for that time
-                    # (seconds): the call goes on, so its result is waited for (a test saw the wait end
-                    # with this error right after a restart).
-                    if time.monotonic() + LOADING_RETRY_S >= deadline:
-                        raise
-                    time.sleep(LOADING_RETRY_S)
-        finally:
-            CallSender.release(result)
-
-    @staticmethod
-    def release(result: AsyncResult) -> None:
-        """Stop tracking a sent call, whether or not it was waited for: unsubscribe now, while the
-        broker is surely up, not in AsyncResult.__del__ later (which retries for many seconds per
-        result once Redis has gone away)."""
-        if result.backend is not None:
-            result.backend.remove_pending_result(result)
-        detach(result)
+        if timeout <= 0 and not result.ready():
+            # Celery reads a timeout of 0 as none: a timeout of 0 or less waited for ever (QA
+            # integrator 1); it reads once.
+            raise CeleryTimeout("The operation timed out.")
+        return result.get(timeout=max(timeout, MIN_GET_TIMEOUT_S))
 
     def close(self) -> None:
         """Write the calls sent but not yet recorded as in flight, and release the broker and

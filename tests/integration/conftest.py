@@ -3,7 +3,6 @@ under a temporary data directory, real fastembed with the shipped model."""
 
 from __future__ import annotations
 
-import gc
 import time
 import uuid
 from contextlib import contextmanager
@@ -65,11 +64,8 @@ class Pipeline:
         self.wait_for(steadily_idle, timeout=timeout)
 
     def close(self) -> None:
-        """Stop the workers. The client goes first, with the results it still tracks, while Redis
-        answers their unsubscribe: collected later, each one retries against a stopped Redis."""
-        self.client.celery.close()
-        del self.client
-        gc.collect()
+        """Stop the workers, and close the client."""
+        self.client.close()
         self.stack.stop_all()
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float = 20.0) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,7 +29,7 @@ from celery.exceptions import TimeoutError as ResultTimeout
 from selection.models import Promotion, Severity
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
 from tests.broker import queued_messages
-from tests.conftest import free_port, start_redis
+from tests.conftest import RestartableRedis, start_redis
 from tests.integration.conftest import Pipeline, pipeline_running
 from workers.app import QUEUES
 from workers.metrics import UNACKED_KEY
@@ -41,25 +40,6 @@ pytestmark = pytest.mark.slow
 
 TOOLS = Path(__file__).parent / "reliability_tools"
 NAP = "nap@1.0.0"
-
-
-class RestartableRedis:
-    def __init__(self, workdir: Path) -> None:
-        self.workdir, self.port = workdir, free_port()
-        self.proc, self.url = start_redis(workdir, self.port, appendonly=True)
-
-    def restart(self) -> None:
-        """SIGTERM (Redis writes its append-only file and exits), then a new server on the same data."""
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=20)
-        self.proc, _ = start_redis(self.workdir, self.port, appendonly=True)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 @pytest.fixture(scope="module")
@@ -130,21 +110,13 @@ def test_redis_restarts_during_a_stream_lose_no_call_and_no_state(pipeline: Pipe
     p.state().promote(promotion)
 
     sent: list[tuple[int, Any]] = []
-    try:
-        for round_ in range(2):
-            sent += send_naps(p, len(sent), 16)
-            p.wait_for(lambda: p.state().stats([NAP])[NAP].successes + p.state().stats([NAP])[NAP].failures >= len(sent) - 12,
-                       timeout=60)  # calls are in flight: some done, the rest queued or running
-            redis_server.restart()
-            sent += send_naps(p, len(sent), 8)  # sent after the restart: the workers must consume again
-        results = results_of(p, sent, timeout=150)
-    finally:
-        # Every sent call released, waited for or not: after a failure here, its results would
-        # otherwise each retry against the stopped Redis for many seconds in a later test's
-        # garbage collection (the one CI run where this test failed took ~13 minutes longer than
-        # usual, which would explain it).
-        for _, r in sent:
-            p.client.release(r)
+    for round_ in range(2):
+        sent += send_naps(p, len(sent), 16)
+        p.wait_for(lambda: p.state().stats([NAP])[NAP].successes + p.state().stats([NAP])[NAP].failures >= len(sent) - 12,
+                   timeout=60)  # calls are in flight: some done, the rest queued or running
+        redis_server.restart()
+        sent += send_naps(p, len(sent), 8)  # sent after the restart: the workers must consume again
+    results = results_of(p, sent, timeout=150)
     statuses = {i: r["status"] for i, r in results.items()}
     assert statuses == {i: "failed" if i % 4 == 0 else "success" for i, _ in sent}, statuses
     failed = [r for r in results.values() if r["status"] == "failed"]
@@ -204,15 +176,12 @@ def test_a_call_whose_attempt_outlives_the_state_clients_retries_is_answered_onc
     before = p.state().stats([NAP])[NAP].successes
     sent = p.client.send("resilient_tool_call", scenario="take a nap", namespace="nap", version="1.0.0", max_attempts=1,
                          input={"ms": 3000, "n": -2, "log": str(log)})
-    try:
-        p.wait_for(log.exists, timeout=30)  # the attempt runs
-        redis_server.proc.send_signal(signal.SIGTERM)
-        redis_server.proc.wait(timeout=20)
-        time.sleep(40)  # longer than the state client's retries
-        redis_server.proc, _ = start_redis(redis_server.workdir, redis_server.port, appendonly=True)
-        result = p.client.wait(sent, 120)
-    finally:
-        p.client.release(sent)
+    p.wait_for(log.exists, timeout=30)  # the attempt runs
+    redis_server.proc.send_signal(signal.SIGTERM)
+    redis_server.proc.wait(timeout=20)
+    time.sleep(40)  # longer than the state client's retries
+    redis_server.proc, _ = start_redis(redis_server.workdir, redis_server.port, appendonly=True)
+    result = p.client.wait(sent, 120)
     assert (result["status"], result["output"]["n"]) == ("success", -2), result
     assert len(log.read_text().split()) == 2  # run again once Redis answered: at least once, as a redelivery
     p.wait_for(lambda: p.state().stats([NAP])[NAP].successes == before + 1, timeout=60)  # counted once

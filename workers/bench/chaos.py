@@ -26,7 +26,6 @@ once; `effects_missing` effects not counted at all. All three should be 0.
 
 from __future__ import annotations
 
-import gc
 import signal
 import tempfile
 import time
@@ -261,9 +260,7 @@ def run_chaos(settings: Settings, calls: int, nap_ms: int = 150, progress: Calla
                 time.sleep(0.5)
             time.sleep(2.0)  # a late second application would show now
             stats = state.stats([TOOL])[TOOL]
-            client.celery.close()
-            del client  # with it the results it still tracks, while Redis answers their unsubscribe
-            gc.collect()
+            client.close()
             stack.stop("memory", signal.SIGTERM, timeout=60)  # it owns the store; the audit opens it next
             stack.stop("executor", signal.SIGTERM, timeout=60)
         audit = EdgeVectorMemory(data / "qdrant", "chaos_")

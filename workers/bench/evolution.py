@@ -25,7 +25,6 @@ evolution of the run counts, including those a falling quality started off the c
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import shutil
@@ -262,7 +261,6 @@ def _run(suite: Suite, client: CallSender, state: StateStore, ledger: Changelog,
         if not tool.fixable:
             outcome.reported = outcome.evolution_status == "no_fix" and bool(outcome.message) and outcome.fixed == 0 \
                 and all(n <= 1 for n in outcome.evolutions_per_call_after)
-    gc.collect()  # results of replaced tasks let go of their subscriptions while Redis still answers
     return outcomes
 
 

@@ -21,7 +21,6 @@ for the last partial `record_outcome` and `learn` batches (celery-batches flushe
 
 from __future__ import annotations
 
-import gc
 import tempfile
 import threading
 import time
@@ -171,8 +170,6 @@ def run_throughput(
                 progress(f"round {r}/{rounds}: {n} baseline calls, then {n} pipeline calls")
                 drive(send_baseline, baseline_ok, n, clients, baseline, idle)
                 drive(send_pipeline, pipeline_ok, n, clients, pipeline, idle)
-            # Results of the calls' subtasks are collected while Redis still answers their unsubscribe.
-            gc.collect()
             for c in clients:
                 c.celery.close()
     return ThroughputResult(

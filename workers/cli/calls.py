@@ -239,11 +239,8 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
                 outcome = pending.get(timeout=FIRST_LOOK_S)
             except CeleryTimeout:
                 if (why := early()) is not None:
-                    client.release(pending)
                     no_result(f"no result for call {pending.id}: {why}", early_status)
                 outcome = client.wait(pending, max(deadline - time.monotonic(), 0.1))
-            else:
-                client.release(pending)
         else:
             outcome = client.wait(pending, timeout)
     except CeleryTimeout:
@@ -256,7 +253,6 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
             # does not answer", and the call, which succeeded, could not be looked up)
             no_result(f"waiting for call {pending.id}: Redis does not answer ({cause}); the call goes on, and "
                       f"`fittest result {pending.id}` shows it once Redis answers")
-        client.release(pending)
         ended = ended_without_result(client, pending.id)
         if ended is None:
             raise
