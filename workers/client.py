@@ -365,14 +365,19 @@ class CallSender:
         `fittest result` said "revoked, it has no result", and the call then succeeded, its tool's
         effects done). While the call is in flight this waits, up to `timeout`, for what replaces
         the mark: the result it stored, or None for anything else, as for a call that left flight
-        without replacing it (it ended revoked). CeleryTimeout while a step still runs."""
+        without replacing it (it ended revoked). A step whose message still waits in its queue
+        will not run (workers/rescue.py: whichever worker takes it drops it), so a call at such a
+        step is None at once (QA 52c N3: it waited out the whole timeout when no worker consumed
+        the queue). CeleryTimeout while a step still runs."""
         deadline = time.monotonic() + timeout
         left_flight: float | None = None
         while True:
             meta = self.celery.backend.get_task_meta(call_id)
             if meta.get("status") != "REVOKED":
                 return dict(meta["result"]) if meta.get("status") == "SUCCESS" else None
-            if self.in_flight(call_id):
+            if (step := self.current_step(call_id)) is not None:
+                if self.waits_in_queue(call_id, step.task, step.queue):
+                    return None
                 if time.monotonic() >= deadline:
                     raise CeleryTimeout(f"call {call_id} is revoked and a worker still runs its step")
                 left_flight = None
@@ -395,14 +400,19 @@ class CallSender:
             raise UnknownCall(call_id)
 
     def queued(self, call_id: str, task: str = "fittest.resilient_tool_call") -> bool:
-        """Whether a message of this call waits in the queue of `task` (the selection queue, where a
-        call starts); a queue too long to read (workers/state/inflight.py QUEUE_READ_LIMIT) may hold it."""
+        """Whether a message of this call may wait in the queue of `task` (the selection queue, where
+        a call starts): a queue too long to read (workers/state/inflight.py QUEUE_READ_LIMIT) may."""
+        return self.waits_in_queue(call_id, task) is not False
+
+    def waits_in_queue(self, call_id: str, task: str, queue: str | None = None) -> bool | None:
+        """Whether a message of this call waits in `queue` (by default the queue `task` is routed
+        to); None when that queue is too long to read."""
         from workers.app import PRIORITY_STEPS, TASK_ROUTES
         from workers.metrics import queue_key
 
-        queue = TASK_ROUTES.get(task, {}).get("queue", "selection")
+        queue = queue or TASK_ROUTES.get(task, {}).get("queue", "selection")
         found = self._inflight.waiting([queue_key(queue, p) for p in PRIORITY_STEPS], [call_id])
-        return found is None or call_id in found
+        return None if found is None else call_id in found
 
     def in_flight(self, call_id: str) -> bool:
         """Whether a call with this id is queued or running: sent by a client, or taken by a worker."""
@@ -411,9 +421,13 @@ class CallSender:
     def step_of(self, call_id: str) -> str | None:
         """The task of the step a call in flight was last handed on to (`fittest.execute`,
         `fittest.evolve`...), or None when it is not in flight."""
-        self._inflight.flush()  # this process's own sends count
-        step = self._inflight.current(call_id)
+        step = self.current_step(call_id)
         return None if step is None else step.task
+
+    def current_step(self, call_id: str) -> HandedOnStep | None:
+        """The step a call in flight was last handed on to, or None when it is not in flight."""
+        self._inflight.flush()  # this process's own sends count
+        return self._inflight.current(call_id)
 
     @staticmethod
     def wait(result: AsyncResult, timeout: float = 120.0) -> dict[str, Any]:

@@ -91,6 +91,14 @@ class CallStep(Task):
                     _end_passed_call(self)
                 raise Ignore()
         try:
+            if not again and self.request.id and _revoked(self):
+                # Revoked before this worker started: a worker keeps the revokes it heard in memory
+                # only (they run without mingle), and ran the step (QA 52c N3). One read of the
+                # result backend per first delivery.
+                log.warning("call %s: %s is not run, its call was revoked", self.request.id, self.name,
+                            extra={"event": "revoked_step_dropped", "task_id": self.request.id, "task": self.name})
+                _end_revoked_call(self)
+                raise Ignore()
             result = super().__call__(*args, **kwargs)
         except (Ignore, Reject, Retry):
             raise  # handed on (Task.replace raises Ignore), or given back: still in flight
@@ -143,14 +151,24 @@ def _asked_by_hand(task: Task, request: Any) -> bool:
 def _end_passed_call(task: Task) -> None:
     """End in flight the call of a step it has passed. A step given back after its call was revoked,
     to a worker that never heard of the revoke (it started since: the one that held the step died,
-    QA live F8), ends the call here, not in `_revoked_call_ends`: counted as revoked by the one
-    delivery that finds the call still in flight, so copies delivered together count it once."""
-    rt = runtime()
-    if task.app.AsyncResult(task.request.id).state == "REVOKED":
-        if rt.inflight.end_now(task.request.id):
-            rt.metrics.count(CALLS, status="revoked")
+    QA live F8), ends the call here, not in `_revoked_call_ends`."""
+    if _revoked(task):
+        _end_revoked_call(task)
     else:
-        rt.inflight.finished(task.request.id)
+        runtime().inflight.finished(task.request.id)
+
+
+def _revoked(task: Task) -> bool:
+    """Whether the result backend marks the step's call revoked."""
+    return bool(task.app.AsyncResult(task.request.id).state == "REVOKED")
+
+
+def _end_revoked_call(task: Task) -> None:
+    """End a revoked call in flight, counted as revoked by the one delivery that finds it still in
+    flight, so copies delivered together count it once."""
+    rt = runtime()
+    if rt.inflight.end_now(task.request.id):
+        rt.metrics.count(CALLS, status="revoked")
 
 
 def redis_answers_again(client: Redis, within_s: float) -> None:

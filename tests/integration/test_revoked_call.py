@@ -56,7 +56,8 @@ def revoke_while_it_runs(p: Pipeline, call_id: str, tag: str) -> None:
 
 
 def ledger(p: Pipeline) -> list[str]:
-    return (Path(p.settings.tools_dir) / "ledger_append" / "ledger").read_text().split()
+    written = Path(p.settings.tools_dir) / "ledger_append" / "ledger"
+    return written.read_text().split() if written.exists() else []
 
 
 def test_fittest_result_of_a_call_revoked_while_its_tool_runs_waits_for_its_result(
@@ -113,3 +114,30 @@ def test_a_call_terminated_with_sigterm_while_its_tool_runs_stops_it(ledger_pipe
     assert after["status"] == "success", after
     time.sleep(max(0.0, started.stat().st_mtime + 9 - time.time()))  # past the 8 s it would have slept
     assert "terminated" not in ledger(p) and "after" in ledger(p)  # stopped: its line never written
+
+
+def test_a_call_cancelled_while_its_step_waits_for_a_worker_is_told_revoked_at_once_and_never_runs(
+        ledger_pipeline: Pipeline) -> None:
+    """QA 52c N3: a call cancelled while its step waited in a queue no worker consumed had `result()`
+    wait out its whole timeout, "in flight" taken for "running". And a worker started after the
+    revoke never heard it (workers keep revokes in memory, and start without mingle), so it ran the
+    step when it came."""
+    from fittest.client import CallRevoked
+
+    p = ledger_pipeline
+    p.stack.stop("executor")
+    try:
+        p.client.send("resilient_tool_call", scenario=SCENARIO, input={"seconds": 0, "tag": "queued"}, call_id="revoked-queued-1")
+        p.wait_for(lambda: p.client.step_of("revoked-queued-1") == "fittest.execute", timeout=60)  # waits in the execution queue
+        p.client.cancel("revoked-queued-1")
+        started = time.monotonic()
+        with pytest.raises(CallRevoked):
+            p.client.result("revoked-queued-1", timeout=120)
+        assert time.monotonic() - started < 60  # told, not its 120 s waited out
+    finally:
+        p.stack.start_roles(["executor"])
+        p.stack.wait_for_workers(["executor"])
+    p.wait_for(lambda: not p.client.in_flight("revoked-queued-1"), timeout=60)  # the new executor took the step, and dropped it
+    assert "queued" not in ledger(p)
+    after = p.client.wait(p.client.send("resilient_tool_call", scenario=SCENARIO, input={"seconds": 0, "tag": "after-queued"}), 60)
+    assert after["status"] == "success" and "after-queued" in ledger(p)

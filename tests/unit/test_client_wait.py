@@ -104,21 +104,36 @@ def test_a_wait_for_ever_sends_a_message_that_never_expires(monkeypatch) -> None
 
 def test_a_call_revoked_for_good_is_told_revoked_however_little_of_the_wait_is_left(monkeypatch) -> None:
     """Review: with the wait's time used up, a call revoked long ago (no step in flight) was said to be
-    revoked "while a worker ran its step", which goes on; only a call still in flight is."""
+    revoked "while a worker ran its step", which goes on; only a call whose step a worker holds is.
+    QA 52c N3: one whose step waits in its queue, which no worker consumed, waited out the whole
+    timeout; it will not run, and is told revoked at once."""
     import pytest
     from celery.exceptions import TimeoutError as CeleryTimeout
 
     from workers.settings import Settings
+    from workers.state.inflight import HandedOnStep
 
     sender = CallSender(Settings(redis_url="redis://127.0.0.1:1/0"))
     sender.celery.conf.result_backend = "cache+memory://"
     sender.celery.backend.mark_as_revoked("call-6")
+    step = HandedOnStep(task_id="call-6", task="fittest.execute")
     monkeypatch.setattr("workers.client.REVOKED_SETTLE_S", 0.0)
-    monkeypatch.setattr(CallSender, "in_flight", lambda self, call_id: False)
+    monkeypatch.setattr(CallSender, "current_step", lambda self, call_id: None)
     assert sender.past_revoke("call-6", 0.0) is None
-    monkeypatch.setattr(CallSender, "in_flight", lambda self, call_id: True)
-    with pytest.raises(CeleryTimeout, match="a worker still runs its step"):
-        sender.past_revoke("call-6", 0.0)
+    monkeypatch.setattr(CallSender, "current_step", lambda self, call_id: step)
+    asked: list[tuple[str, str | None]] = []
+
+    def waiting(self: CallSender, call_id: str, task: str, queue: str | None = None) -> bool:
+        asked.append((task, queue))
+        return True
+
+    monkeypatch.setattr(CallSender, "waits_in_queue", waiting)
+    assert sender.past_revoke("call-6", 60.0) is None  # at once: its step waits in its queue
+    assert asked == [("fittest.execute", None)]
+    for unknown in (False, None):  # taken by a worker, or a queue too long to read
+        monkeypatch.setattr(CallSender, "waits_in_queue", lambda self, call_id, task, queue=None, said=unknown: said)
+        with pytest.raises(CeleryTimeout, match="a worker still runs its step"):
+            sender.past_revoke("call-6", 0.0)
     sender.celery.backend.store_result("call-6", {"status": "success"}, "SUCCESS")  # what the running step stored
     assert sender.past_revoke("call-6", 0.0) == {"status": "success"}
 
