@@ -101,7 +101,7 @@ class FittestClient(CallSender):
         timeout = checked_timeout(timeout)
         if isinstance(pending, str):
             pending = self.celery.AsyncResult(pending)
-        with reaching(self.settings.backend_url, f"waiting for call {pending.id}"), timed_out_as(pending.id, timeout):
+        with reaching(self.settings.backend_url, f"waiting for call {pending.id}"), timed_out_as(pending.id, timeout, lambda: self.whereabouts(pending.id)):
             answer = self.wait_past_revoke(pending, timeout)
         return read_call(pending.id, answer)
 

@@ -17,7 +17,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -117,12 +117,15 @@ class CallTimeout(CeleryTimeout, TimeoutError):
     """No result came within the `timeout` of `run` or `result`; the call goes on, and
     `result(call_id)` (or `fittest result ID`) gets it later. Both celery's TimeoutError, which
     the client raised before, and the builtin TimeoutError catch it (QA new user: `except
-    TimeoutError` did not, and the message named no call to ask for later)."""
+    TimeoutError` did not, and the message named no call to ask for later). `where` says where the
+    call was at the timeout, when that could be read (QA 52a L6: nothing told a step waiting for a
+    worker that does not run from a slow tool)."""
 
-    def __init__(self, call_id: str, timeout: float) -> None:
-        super().__init__(f"no result for call {call_id} within {max(timeout, 0.0):g} s: it goes on; "
+    def __init__(self, call_id: str, timeout: float, where: str | None = None) -> None:
+        at = f"{where}; " if where else ""
+        super().__init__(f"no result for call {call_id} within {max(timeout, 0.0):g} s: {at}it goes on, and "
                          f"result({call_id!r}) or `fittest result {call_id}` gets it later")
-        self.call_id = call_id
+        self.call_id, self.where = call_id, where
 
 
 class CallRevoked(TaskRevokedError):
@@ -134,6 +137,15 @@ class CallRevoked(TaskRevokedError):
         super().__init__(f"call {call_id} was {how or 'revoked'} before it ended: it has no result")
         self.call_id = call_id
 
+
+# What a call is doing at each step, as `whereabouts` says it of a step a worker holds.
+STEP_DOING = {
+    "fittest.resilient_tool_call": "waiting for a selection worker",
+    "fittest.call_tool": "waiting for a selection worker",
+    "fittest.execute": "running a tool",
+    "fittest.prepare_evolution": "preparing an evolution (every candidate failed)",
+    "fittest.evolve": "evolving a new version (every candidate failed; up to FITTEST_EVOLUTION_BUDGET_S)",
+}
 
 # Why no result can come for a call id: what `UnknownCall` and `fittest result` say.
 UNKNOWN_CALL = ("no call with this id is queued or running, and none finished in the last day (a call's result "
@@ -223,14 +235,15 @@ def checked_timeout(timeout: float | None) -> float:
 
 
 @contextmanager
-def timed_out_as(call_id: str, timeout: float) -> Iterator[None]:
-    """Turn celery's TimeoutError of a wait for call `call_id` into a CallTimeout that names it."""
+def timed_out_as(call_id: str, timeout: float, where: Callable[[], str | None] = lambda: None) -> Iterator[None]:
+    """Turn celery's TimeoutError of a wait for call `call_id` into a CallTimeout that names it, and
+    says `where()` it is."""
     try:
         yield
     except CeleryTimeout as exc:
         if isinstance(exc, CallTimeout):
             raise
-        raise CallTimeout(call_id, timeout) from exc
+        raise CallTimeout(call_id, timeout, where()) from exc
 
 
 @contextmanager
@@ -413,6 +426,31 @@ class CallSender:
         queue = queue or TASK_ROUTES.get(task, {}).get("queue", "selection")
         found = self._inflight.waiting([queue_key(queue, p) for p in PRIORITY_STEPS], [call_id])
         return None if found is None else call_id in found
+
+    def whereabouts(self, call_id: str) -> str | None:
+        """Where a call that has not ended is, as the rest of a sentence: its step held by a worker,
+        or waiting in its queue for one; None when it is not in flight, or Redis cannot tell (QA
+        resilience: "it is running a tool" was said with no executor alive, the step queued)."""
+        from workers.metrics import held_task_ids
+
+        try:
+            step = self.current_step(call_id)
+            held = step is not None and call_id in held_task_ids(self.redis)
+            queued = step is not None and not held and self.waits_in_queue(call_id, step.task, step.queue) is not False
+        except Exception:  # noqa: BLE001 - Redis away, say: what is told never hides the timeout it explains
+            return None
+        if step is None:
+            return None
+        doing = STEP_DOING.get(step.task, step.task)
+        if not held and not queued:
+            # QA 48 recheck: a step taken by an executor that a tool killed at that instant was said to wait
+            # in its queue for the 16 min before the sweep sent it again
+            doing = ("neither in its queue nor held by a worker: one that died took it before it was recorded, "
+                     "and the rescue sweep sends it again once it is overdue (FITTEST_VISIBILITY_TIMEOUT_S after "
+                     "it was handed on)")
+        elif not held and not doing.startswith("waiting"):
+            doing = "waiting in its queue: no worker has taken it yet (`fittest health` says whether one runs)"
+        return f"it is {doing} ({step.task})"
 
     def in_flight(self, call_id: str) -> bool:
         """Whether a call with this id is queued or running: sent by a client, or taken by a worker."""

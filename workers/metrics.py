@@ -92,6 +92,22 @@ _HELP = {
 }
 
 
+def held_task_ids(client: Redis) -> set[str]:
+    """The call task ids of the messages workers hold (reserved, running, or waiting for the
+    visibility timeout after their worker died). Read once a sweep: decoding kombu's whole
+    `unacked` hash for each overdue step took a sweep of 200 steps beside 2,000 held messages
+    2.9 s (QA P), near its lock's 4 s."""
+    held = set()
+    for raw in client.hvals(UNACKED_KEY):
+        try:
+            message = json.loads(raw)[0]
+        except (ValueError, IndexError, TypeError):
+            continue
+        if isinstance(message, dict) and isinstance(task_id := message.get("headers", {}).get("id"), str):
+            held.add(task_id)
+    return held
+
+
 def queue_key(queue: str, priority: int, sep: str = ":") -> str:
     """The list kombu's Redis transport keeps a queue's messages of one priority step in (`sep`:
     the transport's option of that name, workers/app.py)."""

@@ -28,7 +28,6 @@ nothing for it.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import time
 import uuid
@@ -47,7 +46,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_
 
 from workers.app import PRIORITY_HIGH, PRIORITY_STEPS, QUEUES, TASK_ROUTES, app
 from workers.client import has_result
-from workers.metrics import CALLS, REDELIVERED_STEPS, RESENT_STEPS, UNACKED_KEY, queue_key
+from workers.metrics import CALLS, REDELIVERED_STEPS, RESENT_STEPS, held_task_ids, queue_key
 from workers.runtime import Runtime, runtime
 from workers.state.inflight import EFFECTS, HandedOnStep, InflightCalls, step_due_in_s
 from workers.worker_lease import WorkerLease, give_back_silent, give_back_unclaimed, lease_for
@@ -284,22 +283,6 @@ def _waiting(rt: Runtime, steps: list[HandedOnStep]) -> dict[str, set[str] | Non
         by_queue.setdefault(_queue_of(step), []).append(step.task_id)
     return {queue: rt.inflight.waiting([queue_key(queue, p) for p in PRIORITY_STEPS], ids)
             for queue, ids in by_queue.items()}
-
-
-def held_task_ids(client: Redis) -> set[str]:
-    """The call task ids of the messages workers hold (reserved, running, or waiting for the
-    visibility timeout after their worker died). Read once a sweep: decoding kombu's whole
-    `unacked` hash for each overdue step took a sweep of 200 steps beside 2,000 held messages
-    2.9 s (QA P), near its lock's 4 s."""
-    held = set()
-    for raw in client.hvals(UNACKED_KEY):
-        try:
-            message = json.loads(raw)[0]
-        except (ValueError, IndexError, TypeError):
-            continue
-        if isinstance(message, dict) and isinstance(task_id := message.get("headers", {}).get("id"), str):
-            held.add(task_id)
-    return held
 
 
 def sweep(celery: Celery, rt: Runtime, judge_silent: bool = False) -> list[str]:

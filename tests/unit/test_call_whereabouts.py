@@ -131,3 +131,23 @@ def test_the_client_raises_unreadable_answer_holding_an_answer_of_another_releas
     assert str(judged.value) == ("judgement-1 is not a call's id: what is stored under it is another task's answer "
                                  "(a judgement, an explain, a retrain…)")  # QA recheck N2: "another release"
     assert str(unread.value).startswith("call later-1: the workers' answer does not read as CallResult (1 field(s): status: ")
+
+
+def test_the_clients_timeout_says_where_the_call_is(private_redis: RedisServer) -> None:
+    """QA 52a L6: the client's CallTimeout said only that the call goes on, and a call waiting for a
+    worker that does not run read as one whose tool is slow."""
+    import pytest
+
+    from fittest.client import CallTimeout, FittestClient
+
+    client = FittestClient(private_redis.url)
+    try:
+        pending = client.submit("sort these numbers", {"numbers": [2, 1]})  # no worker: it stays queued
+        with pytest.raises(CallTimeout) as raised:
+            client.result(pending, timeout=0.5)
+        assert raised.value.where == "it is waiting for a selection worker (fittest.resilient_tool_call)"
+        assert str(raised.value) == (f"no result for call {pending.id} within 0.5 s: it is waiting for a selection "
+                                     f"worker (fittest.resilient_tool_call); it goes on, and result('{pending.id}') "
+                                     f"or `fittest result {pending.id}` gets it later")
+    finally:
+        client.close()

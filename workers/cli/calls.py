@@ -137,38 +137,10 @@ def unknown_call(client: CallSender, call_id: str) -> str | None:
 # The steps a call is at until a selection worker takes it.
 SELECTION_STEPS = ("fittest.resilient_tool_call", "fittest.call_tool")
 # What a call in flight is doing at its step, for a user who stopped waiting for it.
-STEP_DOING = {
-    "fittest.resilient_tool_call": "waiting for a selection worker",
-    "fittest.call_tool": "waiting for a selection worker",
-    "fittest.execute": "running a tool",
-    "fittest.prepare_evolution": "preparing an evolution (every candidate failed)",
-    "fittest.evolve": "evolving a new version (every candidate failed; up to FITTEST_EVOLUTION_BUDGET_S)",
-}
-
-
 def _still_running(client: CallSender, call_id: str) -> str | None:
-    """Where a call that has not finished is, or None when that is not known: its step held by a
-    worker, or waiting in its queue for one (QA resilience: "it is running a tool" was said with no
-    executor alive, the step queued)."""
-    from workers.rescue import held_task_ids
-
-    try:
-        step = client.step_of(call_id)
-        held = step is not None and call_id in held_task_ids(client.redis)
-    except Exception:  # Redis away: the generic message says what can be said
-        return None
-    if step is None:
-        return None
-    doing = STEP_DOING.get(step, step)
-    if not held and not client.queued(call_id, step):
-        # QA 48 recheck: a step taken by an executor that a tool killed at that instant was said to wait
-        # in its queue for the 16 min before the sweep sent it again
-        doing = ("neither in its queue nor held by a worker: one that died took it before it was recorded, "
-                 "and the rescue sweep sends it again once it is overdue (FITTEST_VISIBILITY_TIMEOUT_S after "
-                 "it was handed on)")
-    elif not held and not doing.startswith("waiting"):
-        doing = "waiting in its queue: no worker has taken it yet (`fittest health` says whether one runs)"
-    return f"it is {doing} ({step}) and goes on; `fittest result {call_id}` shows it when it ends"
+    """Where a call that has not finished is (`CallSender.whereabouts`), and how to see its end."""
+    where = client.whereabouts(call_id)
+    return None if where is None else f"{where} and goes on; `fittest result {call_id}` shows it when it ends"
 
 
 def ended_without_result(client: CallSender, call_id: str) -> tuple[str, str] | None:
