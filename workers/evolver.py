@@ -380,7 +380,7 @@ class Evolver:
             return report.model_copy(update={"reason": shown}), None
         twin = self._served_twin(job, candidate)
         if twin is not None:
-            reason = f"{twin}, which {job.namespace} serves, is this mutation of {job.parent_key} already"
+            reason = f"{twin}, is this mutation of {job.parent_key} already"
             self.ledger.log_unless_repeated(entry.model_copy(update={"reason": reason}))
             return report.model_copy(update={"reason": reason}), None
         try:
@@ -406,19 +406,23 @@ class Evolver:
         return report.model_copy(update={"outcome": "verified", "stages": stages}), installed
 
     def _served_twin(self, job: EvolutionJob, candidate: CandidateVersion) -> str | None:
-        """The version the namespace serves that the same mutation of the same parent made, if it
-        does: verified and put on trial against it, the candidate would be tried against itself (QA
-        52c N5: `fittest evolve NAME --version 1.0.0`, with 1.1.0 active, made 1.2.0 of the same
-        longer timeout, and the trial compared two identical versions). Only of a mutation its
-        text names whole: the changelog keeps the text, not the code mutator's digest of its files,
-        and two rewrites the model describes alike may differ."""
-        served = head_version(self.state.promotion(job.namespace))
-        if served is None or candidate.identity != candidate.mutation:
+        """The version the namespace serves, or has on trial, that the same mutation of the same
+        parent made, if it does, as a reason names it: verified and put on trial against it, the
+        candidate would be tried against itself (QA 52c N5: `fittest evolve NAME --version 1.0.0`,
+        with 1.1.0 active, made 1.2.0 of the same longer timeout, and the trial compared two
+        identical versions). Only of a mutation its text names whole: the changelog keeps the text,
+        not the code mutator's digest of its files, and two rewrites the model describes alike may
+        differ."""
+        promotion = self.state.promotion(job.namespace)
+        served = head_version(promotion)
+        if promotion is None or served is None or candidate.identity != candidate.mutation:
             return None
         made = made_by(self.ledger.changelog(job.namespace), served)
         if made is None or (made.parent, made.mutator, made.mutation) != (job.parent_version, candidate.mutator, candidate.mutation):
             return None
-        return tool_key(job.namespace, served)
+        twin = tool_key(job.namespace, served)
+        # QA 53a: "which NAME serves" was said of a version on trial too
+        return f"{twin}, on trial in {job.namespace}" if promotion.status == "on_trial" else f"{twin}, which {job.namespace} serves"
 
     # ----------------------------------------------------------------------------- reporting
     def _finish(self, job: EvolutionJob, started: float, reports: list[CandidateReport], notes: list[str],

@@ -32,7 +32,7 @@ from honcho.process import Process as HonchoProcess
 
 from workers.logging import says_ready
 from workers.settings import Settings, redact_url
-from workers.stack import PROCFILE, ROOT, Stack, StackError, die_with_parent
+from workers.stack import PATIENT_ASK_S, PROCFILE, ROOT, Stack, StackError, die_with_parent
 
 
 def flower_env(settings: Settings) -> dict[str, str]:
@@ -186,7 +186,12 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
                 print(f"fittest up: its port was taken: other shells need FITTEST_REDIS_URL={redact_url(url)}",
                       file=out, flush=True)
         node_suffix = ""  # after the host in the workers' node names
-        if others := stack.workers_answering():  # more workers of one stack, or another stack's
+        def waiting(answered: int, bound: int) -> None:
+            print(f"fittest up: {answered} of the {bound} workers with a mailbox on this Redis database answered; asking "
+                  f"again for up to {PATIENT_ASK_S:g} s (a busy or restarting worker answers late, one killed outright never) …",
+                  file=out, flush=True)
+
+        if others := stack.workers_answering(waiting=waiting):  # more workers of one stack, or another stack's
             # Named apart from those already running (QA 50: both stacks' executors were executor@vm, and
             # Flower, `celery inspect` and `fittest health` saw one of each name).
             node_suffix = f"-{os.getpid()}"
@@ -195,9 +200,9 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
                 # under this stack's prefix, where the other stack's never looked.
                 raise StackError(
                     f"workers already take this Redis database's calls ({', '.join(others)}), of another stack: they "
-                    f"serve FITTEST_KEY_PREFIX {', '.join(theirs)}, not {settings.key_prefix}. Each stack's workers would "
-                    "run the other's calls: give this stack its own database (FITTEST_REDIS_URL=redis://HOST:PORT/N), or "
-                    "the other stack's prefix to join it")
+                    f"serve FITTEST_KEY_PREFIX {', '.join(theirs)}, not {settings.key_prefix}.\n"
+                    "  Each stack's workers would run the other's calls. Give this stack its own database "
+                    f"(FITTEST_REDIS_URL=redis://HOST:PORT/N), or join the other stack (FITTEST_KEY_PREFIX={theirs[0]}).")
             # (any of them: one of an older release, which says no prefix, may sort first: review 51)
             owner = next((node for node, prefix in sorted(others.items())
                           if node.startswith("memory@") and prefix == settings.key_prefix), None)

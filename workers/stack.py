@@ -239,7 +239,8 @@ class Stack:
         for role in roles:
             self.start(role, worker_roles()[role].command)
 
-    def workers_answering(self, timeout: float = 1.0, patient_timeout: float = PATIENT_ASK_S) -> dict[str, str | None]:
+    def workers_answering(self, timeout: float = 1.0, patient_timeout: float = PATIENT_ASK_S,
+                          waiting: Callable[[int, int], None] = lambda answered, bound: None) -> dict[str, str | None]:
         """The workers that answer on this stack's broker (their node names), each with the key
         prefix of the stack it serves (None: a worker that does not say, of an older release):
         before this stack starts its own, another stack's. FITTEST_KEY_PREFIX keeps fittest's keys
@@ -253,7 +254,7 @@ class Stack:
         its own), and one starting again after a crash hears only the questions asked once it
         listens (QA 53a: one longer question missed a stack whose workers had all been killed and
         were restarting). A worker killed outright leaves its mailbox bound, and each later
-        question waits the longer time."""
+        question waits the longer time. `waiting(answered, bound)` is told when it begins."""
         from workers.app import make_app
 
         from kombu import pools
@@ -262,6 +263,8 @@ class Stack:
         try:
             replies = app.control.inspect(timeout=timeout).conf(with_defaults=False) or {}
             patient_until = time.monotonic() + patient_timeout
+            if len(replies) < (bound := self._mailboxes_bound()) and patient_timeout > 0:
+                waiting(len(replies), bound)  # what the command says while it waits (QA 53a: nothing)
             while len(replies) < self._mailboxes_bound() and time.monotonic() < patient_until:
                 replies |= app.control.inspect(timeout=min(1.0, patient_until - time.monotonic())).conf(with_defaults=False) or {}
         except (redis.RedisError, OSError, OperationalError):

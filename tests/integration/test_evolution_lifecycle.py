@@ -968,7 +968,9 @@ def test_an_evolution_by_hand_does_not_make_again_the_version_its_namespace_serv
     by_hand = Evolver(rt.settings, rt.state, rt.evolution, records.append).run(
         build_job(rt, "manual", namespace="slowish", version="1.0.0"))
     assert by_hand.status == "no_fix" and [c.outcome for c in by_hand.candidates] == ["skipped"], by_hand
-    assert by_hand.candidates[0].reason == ("slowish@1.1.0, which slowish serves, is this mutation of slowish@1.0.0 "
+    served = rt.state.promotion("slowish")
+    assert served is not None and served.status == "on_trial"  # a new version shares the traffic first
+    assert by_hand.candidates[0].reason == ("slowish@1.1.0, on trial in slowish, is this mutation of slowish@1.0.0 "
                                             "already"), by_hand.candidates[0]
     # ...and the headline says that, not "skipped as failed before" (QA 53a)
     assert by_hand.message.endswith("0 candidate(s) failed verification, 1 skipped: " + by_hand.candidates[0].reason), \
@@ -981,7 +983,9 @@ def test_an_evolution_by_hand_does_not_make_again_the_version_its_namespace_serv
     original = rt.registry.get("slowish@1.0.0")
     assert original is not None
     alike = CandidateVersion(mutator="timeout", mutation="timeout_s 0.3s → 1.2s", manifest=original, files={})
-    assert evolver._served_twin(job, alike) == "slowish@1.1.0"
+    assert evolver._served_twin(job, alike) == "slowish@1.1.0, on trial in slowish"
+    rt.state.promote(served.model_copy(update={"status": "active"}))  # it proved itself
+    assert evolver._served_twin(job, alike) == "slowish@1.1.0, which slowish serves"
     assert evolver._served_twin(job, alike.model_copy(update={"identity": "files 0f3a"})) is None
     # evolved from the version it serves, the same mutator makes a new version (a longer timeout still)
     from_served = Evolver(rt.settings, rt.state, rt.evolution, records.append).run(

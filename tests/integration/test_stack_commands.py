@@ -283,6 +283,10 @@ def test_up_refuses_to_join_a_redis_database_another_stacks_workers_serve(model_
         assert done.returncode == 1 and "Traceback" not in said, said
         assert ("workers already take this Redis database's calls (memory@" in said
                 and f"they serve FITTEST_KEY_PREFIX {theirs.settings.key_prefix}, not mine:" in said), said
+        # the fact, then what to do, on a line of its own (QA 53a: one sentence over three lines)
+        assert (f"\n  Each stack's workers would run the other's calls. Give this stack its own database "
+                f"(FITTEST_REDIS_URL=redis://HOST:PORT/N), or join the other stack (FITTEST_KEY_PREFIX="
+                f"{theirs.settings.key_prefix})." in done.stdout + done.stderr), done
         # ...also when this stack's prefix has served this database before (QA 49 recheck N1: the
         # check read a key left by a memory worker of it, not what the running workers serve).
         client = redis.Redis.from_url(private_redis.url)
@@ -291,8 +295,10 @@ def test_up_refuses_to_join_a_redis_database_another_stacks_workers_serve(model_
             # fewer answers than mailboxes bound (one worker answering, one late): asked again, for longer
             late = "\x06\x16\x06\x16executor@late.celery.pidbox"
             client.sadd(PIDBOX_BINDINGS, late)
-            started = time.monotonic()
-            assert [n.split("@")[0] for n in theirs.stack.workers_answering(timeout=1.0, patient_timeout=8.0)] == ["memory"]
+            started, told = time.monotonic(), []
+            answering = theirs.stack.workers_answering(timeout=1.0, patient_timeout=8.0, waiting=lambda *seen: told.append(seen))
+            assert [n.split("@")[0] for n in answering] == ["memory"]
+            assert told == [(1, 2)]  # said once, as the longer wait begins (QA 53a: `up` said nothing)
             assert time.monotonic() - started >= 9.0
             client.srem(PIDBOX_BINDINGS, late)
         finally:

@@ -369,6 +369,22 @@ def test_evolution_report_prints_candidates_and_notes_as_written() -> None:
                  *[f"test failed: {text}" for text in TRICKY], *[f"note {text}" for text in TRICKY])
 
 
+def test_the_evolution_table_shows_a_skip_reason_whole() -> None:
+    """QA 53a: the reason column cut a twin skip's reason at 80 characters (`--json` had it whole)."""
+    from evolution.models import EvolutionReport
+
+    reason = ("normalize_addresses@1.1.0, which normalize_addresses serves, is this mutation of "
+              "normalize_addresses@1.0.0 already")
+    report = EvolutionReport.model_validate({
+        "job_id": "j", "namespace": "normalize_addresses", "trigger": "manual", "parent": "normalize_addresses@1.0.0",
+        "status": "no_fix", "elapsed_s": 1.0, "message": "no candidate passed",
+        "candidates": [{"mutator": "timeout", "mutation": "timeout_s 0.3s → 1.2s", "outcome": "skipped", "stages": [],
+                        "reason": reason}]})
+    out = printed(lambda: evolution.show_report(report))
+    cells = " ".join(out.replace("│", " ").split())
+    assert "…" not in out and all(word in cells for word in reason.split()), out
+
+
 # --------------------------------------------------------------------------------------- ops
 def test_health_report_and_settings_print_details_paths_and_values_as_written(monkeypatch: pytest.MonkeyPatch,
                                                                               redis_answers: None, tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ def main() -> None:
     from workers.settings import misspelled_variables
 
     for warning in misspelled_variables():  # QA ops: silently ignored, where FITTEST_CONFIG refuses the same typo
-        err_console.print(f"[yellow]warning:[/yellow] {literal(warning)}", highlight=False)
+        err_console.print(f"[yellow]warning:[/yellow] {literal(warning)}", highlight=False, soft_wrap=True)
     stdout = sys.stdout
     try:
         app()
@@ -48,7 +48,9 @@ def main() -> None:
         message = operator_error(exc)
         if message is None:
             raise
-        err_console.print(f"[red]error:[/red] {literal(message)}", highlight=False)
+        # unfolded, as `fail` prints: written to a file, a message folded at 140 columns read as
+        # several (QA 53a: `up`'s refusal of another stack's database)
+        err_console.print(f"[red]error:[/red] {literal(message)}", highlight=False, soft_wrap=True)
         sys.exit(1)
 
 

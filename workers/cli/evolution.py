@@ -344,7 +344,7 @@ def show_report(report: EvolutionReport) -> None:
         for c in report.candidates:
             stages = " ".join(f"{s.stage}{'✓' if s.passed else '✗'}" for s in c.stages)
             table.add_row(literal(c.mutator), literal(shortened(c.mutation, 60)), literal(c.outcome), literal(stages),
-                          literal(shortened(c.reason or "", 80)))
+                          literal(abridged(c.reason or "", 150, 150)))  # whole up to 300 (QA 53a: the twin's cut)
         console.print(table)
     for note in report.notes:
         console.print(f"  [dim]{literal(note)}[/dim]")
