@@ -13,6 +13,8 @@ import multiprocessing
 import os
 import queue
 import random
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -24,7 +26,7 @@ import pytest
 from celery import Celery
 from redis.exceptions import BusyLoadingError
 
-from tests.conftest import RestartableRedis
+from tests.conftest import ROOT, RedisServer, RestartableRedis
 from workers.client import CallSender
 from workers.result_backend import SubscribingRedisBackend
 from workers.settings import Settings
@@ -186,3 +188,33 @@ def test_a_client_made_before_a_fork_gets_its_results_in_the_child(redis_url: st
             child.join(timeout=10)
         sender.close()
         store.close()
+
+
+DROPPED_HANDLES = """
+import sys
+from fittest.client import FittestClient
+client = FittestClient(sys.argv[1])
+handles = [client.submit("sort these numbers", {"numbers": [2, 1]}) for _ in range(5)]  # no worker: queued
+try:
+    client.result(handles[0], timeout=0.3)
+except TimeoutError:
+    pass
+print("stop redis", flush=True)
+sys.stdin.readline()  # the test stops Redis
+del handles
+print("dropped", flush=True)
+"""
+
+
+def test_handles_dropped_after_redis_stopped_cost_nothing(private_redis: RedisServer) -> None:
+    """QA 52a L9: a service that dropped its call handles once Redis had gone hung ~20 s in each
+    handle's unsubscribe, and printed celery's "Retry limit exceeded ... must be restarted"
+    traceback; no handle subscribes now."""
+    service = subprocess.Popen([sys.executable, "-c", DROPPED_HANDLES, private_redis.url], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert service.stdout is not None and service.stdout.readline() == "stop redis\n"
+    private_redis.proc.terminate()
+    private_redis.proc.wait(timeout=10)
+    out, err = service.communicate("\n", timeout=60)
+    assert (service.returncode, out) == (0, "dropped\n"), (out, err)
+    assert "Traceback" not in err and "Retry limit" not in err, err
