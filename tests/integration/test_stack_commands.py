@@ -295,10 +295,10 @@ def test_up_refuses_to_join_a_redis_database_another_stacks_workers_serve(model_
             # fewer answers than mailboxes bound (one worker answering, one late): asked again, for longer
             late = "\x06\x16\x06\x16executor@late.celery.pidbox"
             client.sadd(PIDBOX_BINDINGS, late)
-            started, told = time.monotonic(), []
-            answering = theirs.stack.workers_answering(timeout=1.0, patient_timeout=8.0, waiting=lambda *seen: told.append(seen))
+            started, waits = time.monotonic(), []
+            answering = theirs.stack.workers_answering(timeout=1.0, patient_timeout=8.0, waiting=lambda *seen: waits.append(seen))
             assert [n.split("@")[0] for n in answering] == ["memory"]
-            assert told == [(1, 2)]  # said once, as the longer wait begins (QA 53a: `up` said nothing)
+            assert waits == [(1, 2)]  # said once, as the longer wait begins (QA 53a: `up` said nothing)
             assert time.monotonic() - started >= 9.0
             client.srem(PIDBOX_BINDINGS, late)
         finally:
