@@ -100,6 +100,10 @@ class SubscribingRedisBackend(RedisBackend):
     """celery's Redis result backend, each wait reading the result and listening for it on a
     connection of its own (this module's docstring says why); storing and reading are celery's."""
 
+    # A ResultSet is joined one result after the other, each wait its own: celery's native join
+    # drains the result consumer that this backend does without.
+    supports_native_join = False
+
     def on_task_call(self, producer: Any, task_id: str) -> None:
         """Nothing is subscribed when a task is sent: its wait listens for it, if it is waited for."""
 
