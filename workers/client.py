@@ -62,6 +62,12 @@ NEVER_EXPIRES_S = 365 * 24 * 3600.0
 # workers take at once has its result by then, and one nobody sent is told in seconds, not after
 # the whole timeout.
 FIRST_LOOK_S = 3.0
+# How often a wait asks again after that: a Redis restarted without its data has lost the call, its
+# message and its record, and the wait waited out its whole timeout (QA 54: 24 of 30, 150 s each).
+KNOWN_LOOK_S = 10.0
+# How long a look that found the call nowhere waits before it looks again to be sure: a worker
+# takes a step off its queue a moment before it records the step as in flight.
+UNKNOWN_CONFIRM_S = 0.5
 # The least timeout handed to Celery's get(), which reads 0 as "no timeout".
 MIN_GET_TIMEOUT_S = 0.001
 
@@ -339,19 +345,18 @@ class CallSender:
 
     def wait_for_call(self, pending: AsyncResult, timeout: float) -> dict[str, Any]:
         """`wait` for a call's result, raising UnknownCall when none can come: no call of its id is
-        in flight nor has a result, asked after FIRST_LOOK_S without one, and at the timeout."""
-        timeout = checked_timeout(timeout)
-        deadline = time.monotonic() + timeout
-        first = min(timeout, FIRST_LOOK_S)
-        try:
-            return self.wait(pending, first)
-        except CeleryTimeout:
-            self.check_known(pending.id)
-        try:
-            return self.wait(pending, deadline - time.monotonic())
-        except CeleryTimeout:
-            self.check_known(pending.id)
-            raise
+        in flight nor has a result, asked after FIRST_LOOK_S without one, then every KNOWN_LOOK_S,
+        and at the timeout."""
+        deadline = time.monotonic() + checked_timeout(timeout)
+        look = FIRST_LOOK_S
+        while True:
+            try:
+                return self.wait(pending, min(look, deadline - time.monotonic()))
+            except CeleryTimeout:
+                self.check_known(pending.id)
+                if time.monotonic() >= deadline:
+                    raise
+            look = KNOWN_LOOK_S
 
     def wait_past_revoke(self, pending: AsyncResult, timeout: float) -> dict[str, Any]:
         """`wait_for_call`, and for a call marked revoked, what replaces the mark within `timeout`
@@ -404,13 +409,18 @@ class CallSender:
         """UnknownCall unless a call of this id is in flight, its result is stored (it may have come
         just after the wait gave up), or its message waits in the selection queue: one a foreign
         `send_task` sent is known to the calls in flight only once a worker took it, and a caller
-        told it is unknown might send it again (QA recheck F6)."""
-        if self.in_flight(call_id):
+        told it is unknown might send it again (QA recheck F6). Found nowhere, it is looked for again
+        UNKNOWN_CONFIRM_S later before it is said unknown."""
+        if self._known(call_id):
             return
-        if self.celery.AsyncResult(call_id).state != "PENDING":  # what Celery answers for an id it knows nothing of
-            return
-        if not self.queued(call_id):
+        time.sleep(UNKNOWN_CONFIRM_S)
+        if not self._known(call_id):
             raise UnknownCall(call_id)
+
+    def _known(self, call_id: str) -> bool:
+        return (self.in_flight(call_id)
+                or self.celery.AsyncResult(call_id).state != "PENDING"  # what Celery answers for an id it knows nothing of
+                or self.queued(call_id))
 
     def queued(self, call_id: str, task: str = "fittest.resilient_tool_call") -> bool:
         """Whether a message of this call may wait in the queue of `task` (the selection queue, where

@@ -151,3 +151,27 @@ def test_the_clients_timeout_says_where_the_call_is(private_redis: RedisServer) 
                                      f"or `fittest result {pending.id}` gets it later")
     finally:
         client.close()
+
+
+def test_a_call_that_redis_lost_is_told_unknown_at_the_next_look_not_at_the_timeout(private_redis: RedisServer) -> None:
+    """QA 54: Redis restarted without its data took the call's message and record with it, and 24
+    of 30 `result()` calls waited out their 150 s timeout before they said UnknownCall."""
+    import threading
+    import time
+
+    import pytest
+
+    from fittest.client import FittestClient, UnknownCall
+
+    client = FittestClient(private_redis.url)
+    lose = threading.Timer(5.0, lambda: redis.Redis.from_url(private_redis.url).flushall())  # after the first look
+    try:
+        pending = client.submit("sort these numbers", {"numbers": [2, 1]})  # no worker: it stays queued
+        lose.start()
+        started = time.monotonic()
+        with pytest.raises(UnknownCall, match=f"no result for call {pending.id}: no call with this id is queued"):
+            client.result(pending, timeout=120)
+        assert 5.0 <= time.monotonic() - started < 60  # at a look after the loss (one each 10 s), not at 120 s
+    finally:
+        lose.cancel()
+        client.close()
