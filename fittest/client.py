@@ -122,8 +122,14 @@ class FittestClient(CallSender):
         """Revoke a call (`submit`'s AsyncResult, or its call id): a step of it no worker has
         started is not run, and the call ends without a result (`result` raises CallRevoked). A
         step a worker runs goes on, and its result stands, unless `terminate`, which ends the
-        process running it (QA 52a L4: there was no way but celery's own `revoke`)."""
-        self.celery.control.revoke(call if isinstance(call, str) else call.id, terminate=terminate)
+        process running it (QA 52a L4: there was no way but celery's own `revoke`). The call is
+        marked revoked in the result backend here, as each worker that hears the revoke marks it:
+        a worker started later reads the mark before it runs a step, also when none ran to hear it
+        (a result already stored stays: celery does not mark a call that succeeded)."""
+        call_id = call if isinstance(call, str) else call.id
+        with reaching(self.settings.backend_url, f"cancelling call {call_id}"):
+            self.celery.backend.mark_as_revoked(call_id, reason="revoked")
+            self.celery.control.revoke(call_id, terminate=terminate)
 
     def record_feedback(self, tool: str, sentiment: Sentiment, *, version: str | None = None,
                         scenario: str | None = None, reason: str = "", quality: float = 1.0,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import cli_runner, write_tool
+from tests.conftest import RedisServer, cli_runner, write_tool
 from tests.integration.conftest import Pipeline, pipeline_running
 from workers.app import make_app
 
@@ -141,3 +141,29 @@ def test_a_call_cancelled_while_its_step_waits_for_a_worker_is_told_revoked_at_o
     assert "queued" not in ledger(p)
     after = p.client.wait(p.client.send("resilient_tool_call", scenario=SCENARIO, input={"seconds": 0, "tag": "after-queued"}), 60)
     assert after["status"] == "success" and "after-queued" in ledger(p)
+
+
+def test_a_call_cancelled_while_no_worker_runs_is_told_revoked_and_a_result_stored_stays(private_redis: RedisServer) -> None:
+    """A revoke is a broadcast: the workers that hear it mark the call revoked in the result backend.
+    With none running, nothing marked it, `result()` waited out its timeout, and the first worker to
+    start would have run the call. `cancel` marks it itself now; a call that ended keeps its result."""
+    from celery import Celery
+
+    from fittest.client import CallRevoked, FittestClient
+
+    client = FittestClient(private_redis.url)
+    store = Celery("worker-side", backend=private_redis.url)
+    try:
+        pending = client.submit("sort these numbers", {"numbers": [2, 1]})  # no worker: it stays queued
+        client.cancel(pending)
+        started = time.monotonic()
+        with pytest.raises(CallRevoked):
+            client.result(pending, timeout=60)
+        assert time.monotonic() - started < 30  # told, not its 60 s waited out
+        ended = client.submit("sort these numbers", {"numbers": [3, 1]})
+        store.backend.store_result(ended.id, {"call_id": ended.id, "status": "success"}, "SUCCESS")  # as its worker stores it
+        client.cancel(ended)
+        assert client.celery.backend.get_task_meta(ended.id, cache=False)["status"] == "SUCCESS"
+    finally:
+        client.close()
+        store.close()
