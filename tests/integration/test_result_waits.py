@@ -218,3 +218,35 @@ def test_handles_dropped_after_redis_stopped_cost_nothing(private_redis: RedisSe
     out, err = service.communicate("\n", timeout=60)
     assert (service.returncode, out) == (0, "dropped\n"), (out, err)
     assert "Traceback" not in err and "Retry limit" not in err, err
+
+
+def test_a_wait_rides_out_a_short_redis_restart_that_falls_on_its_look(restartable_redis: RestartableRedis) -> None:
+    """QA 54b: a wait asks whether its call can still end 3 s after it began, then every 10 s. A 3 s
+    Redis restart over that look raised FittestUnavailable for 219 of 240 waits, though the calls
+    went on and one result was already stored."""
+    from tests.conftest import start_redis
+
+    sender = CallSender(Settings(redis_url=restartable_redis.url))
+    store = worker_side(restartable_redis.url)
+    got: list[Any] = []
+    try:
+        pending = sender.send("resilient_tool_call", scenario="sort these numbers", input={})  # no worker: it stays queued
+        def wait() -> None:
+            try:
+                got.append(sender.wait_for_call(pending, 30))
+            except Exception as exc:  # noqa: BLE001 - what the test reports
+                got.append(exc)
+
+        waiting = threading.Thread(target=wait, daemon=True)
+        waiting.start()
+        time.sleep(1.5)
+        restartable_redis.proc.terminate()
+        restartable_redis.proc.wait(timeout=20)
+        time.sleep(3.5)  # down over the wait's first look, at 3 s
+        restartable_redis.proc, _ = start_redis(restartable_redis.workdir, restartable_redis.port, appendonly=True)
+        store.backend.store_result(pending.id, {"call_id": pending.id, "status": "success"}, "SUCCESS")
+        waiting.join(timeout=30)
+        assert got == [{"call_id": pending.id, "status": "success"}], got
+    finally:
+        sender.close()
+        store.close()
