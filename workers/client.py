@@ -29,14 +29,12 @@ from celery.states import READY_STATES
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 from redis import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError, RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from selection.models import CallResult
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.redis_connection import redis_client
-from workers.result_backend import UNLISTENED_POLL_S, UNREACHABLE_GIVE_UP_S, waiting_backend_url
+from workers.result_backend import REDIS_AWAY, Outage, waiting_backend_url
 from workers.settings import Settings, get_settings, redact_url
 from workers.state.call_ids import CallIds, another_job_message, job_digest
 from workers.state.inflight import HandedOnStep, InflightCalls, step_due_in_s
@@ -352,7 +350,7 @@ class CallSender:
         those looks, up to UNREACHABLE_GIVE_UP_S (QA 54b: a 3 s restart raised FittestUnavailable
         for 219 of 240 waits, at the look it fell on)."""
         deadline = time.monotonic() + checked_timeout(timeout)
-        look, unreachable_since = FIRST_LOOK_S, None
+        look, outage = FIRST_LOOK_S, Outage(deadline)
         while True:
             try:
                 try:
@@ -361,13 +359,11 @@ class CallSender:
                     self.check_known(pending.id)
                     if time.monotonic() >= deadline:
                         raise
-                look, unreachable_since = KNOWN_LOOK_S, None
-            except (RedisConnectionError, RedisTimeoutError):  # BusyLoadingError is a ConnectionError
-                now = time.monotonic()
-                unreachable_since = now if unreachable_since is None else unreachable_since
-                if now - unreachable_since >= UNREACHABLE_GIVE_UP_S or now + UNLISTENED_POLL_S >= deadline:
+                look = KNOWN_LOOK_S
+                outage.over()
+            except REDIS_AWAY:
+                if not outage.ride_out():
                     raise
-                time.sleep(UNLISTENED_POLL_S)
 
     def wait_past_revoke(self, pending: AsyncResult, timeout: float) -> dict[str, Any]:
         """`wait_for_call`, and for a call marked revoked, what replaces the mark within `timeout`

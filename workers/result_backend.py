@@ -40,6 +40,33 @@ UNREACHABLE_GIVE_UP_S = 20.0
 REDIS_SCHEMES = ("redis", "rediss")
 
 
+# What a read meets when Redis does not answer, restarts or loads its data (BusyLoadingError is a
+# ConnectionError); redis-py raises these for its sockets' errors too.
+REDIS_AWAY = (RedisConnectionError, RedisTimeoutError)
+
+
+class Outage:
+    """How long a wait has met a Redis that does not answer, and whether it waits for it longer:
+    up to UNREACHABLE_GIVE_UP_S in all, and not past the wait's deadline."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.since: float | None = None
+
+    def ride_out(self) -> bool:
+        """Note one more failed read; True after a short sleep when the wait should read again,
+        False when it gives up (the caller raises what it met)."""
+        now = time.monotonic()
+        since = self.since = now if self.since is None else self.since
+        if now - since >= UNREACHABLE_GIVE_UP_S or now + UNLISTENED_POLL_S >= self.deadline:
+            return False
+        time.sleep(UNLISTENED_POLL_S)
+        return True
+
+    def over(self) -> None:
+        self.since = None
+
+
 def waiting_backend_url(url: str) -> str:
     """The result backend URL a client app is given: a Redis one names this module's backend (celery
     reads `CLASS+URL` as the class to build with the URL), any other is left to celery."""
@@ -140,17 +167,14 @@ class SubscribingRedisBackend(RedisBackend):
     def _stored(self, result: AsyncResult, deadline: float) -> bool:
         """Whether the result is stored (and then held by the handle), reading it again while Redis
         cannot be reached or is loading its data, up to UNREACHABLE_GIVE_UP_S or the deadline."""
-        unreachable_since: float | None = None
+        outage = Outage(deadline)
         while True:
             try:
                 meta = self.get_task_meta(result.id)
                 break
-            except (RedisConnectionError, RedisTimeoutError, OSError):  # BusyLoadingError is a ConnectionError
-                now = time.monotonic()
-                unreachable_since = unreachable_since if unreachable_since is not None else now
-                if now - unreachable_since >= UNREACHABLE_GIVE_UP_S or now + UNLISTENED_POLL_S >= deadline:
+            except REDIS_AWAY:
+                if not outage.ride_out():
                     raise
-                time.sleep(UNLISTENED_POLL_S)
         if meta.get("status") not in READY_STATES:
             return False
         result._maybe_set_cache(meta)
