@@ -343,12 +343,15 @@ class CallSender:
             except TaskRevokedError as revoked:  # marked started, then dropped as begun too late (review 51 L7)
                 raise NotDone(task, timeout) from revoked
 
-    def wait_for_call(self, pending: AsyncResult, timeout: float) -> dict[str, Any]:
+    def wait_for_call(self, pending: AsyncResult, timeout: float,
+                      first_look: Callable[[], None] | None = None) -> dict[str, Any]:
         """`wait` for a call's result, raising UnknownCall when none can come: no call of its id is
         in flight nor has a result, asked after FIRST_LOOK_S without one, then every KNOWN_LOOK_S,
         and at the timeout. A Redis that does not answer, or loads its data, is waited for across
         those looks, up to UNREACHABLE_GIVE_UP_S (QA 54b: a 3 s restart raised FittestUnavailable
-        for 219 of 240 waits, at the look it fell on)."""
+        for 219 of 240 waits, at the look it fell on). `first_look` is asked once, at the first
+        look before the deadline that finds the call known, and may raise why no result can come
+        (the CLI's "no worker takes the selection queue")."""
         deadline = time.monotonic() + checked_timeout(timeout)
         look, outage = FIRST_LOOK_S, Outage(deadline)
         while True:
@@ -359,6 +362,9 @@ class CallSender:
                     self.check_known(pending.id)
                     if time.monotonic() >= deadline:
                         raise
+                    if first_look is not None:
+                        first_look()
+                        first_look = None
                 look = KNOWN_LOOK_S
                 outage.over()
             except REDIS_AWAY:

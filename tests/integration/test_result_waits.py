@@ -9,6 +9,7 @@ stored by a Celery app as a worker's are, no worker running: what is tested is t
 from __future__ import annotations
 
 import gc
+import json
 import multiprocessing
 import os
 import queue
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from celery import Celery
 from redis.exceptions import BusyLoadingError
 
@@ -250,3 +252,76 @@ def test_a_wait_rides_out_a_short_redis_restart_that_falls_on_its_look(restartab
     finally:
         sender.close()
         store.close()
+
+
+FITTEST = Path(sys.executable).parent / "fittest"
+
+
+def _fittest_result(url: str, call_id: str, timeout_s: float) -> subprocess.Popen[str]:
+    """`fittest result CALL_ID --json`, as an operator's shell runs it, once its wait listens for the
+    call's result (so that what the test does to Redis falls within the wait, not its start-up)."""
+    env = {**os.environ, "FITTEST_REDIS_URL": url}
+    env.pop("FITTEST_RESULT_BACKEND", None)
+    proc = subprocess.Popen([str(FITTEST), "result", call_id, "--timeout", str(timeout_s), "--json"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    channel = SubscribingRedisBackend(app=Celery(), url=url).get_key_for_task(call_id)
+    watch = redis.Redis.from_url(url)
+    started = time.monotonic()
+    while not dict(watch.pubsub_numsub(channel)).get(channel) and proc.poll() is None:
+        assert time.monotonic() - started < 30, "fittest result never began to wait"
+        time.sleep(0.05)
+    watch.close()
+    return proc
+
+
+def _stop(proc: subprocess.Popen[str] | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_fittest_result_rides_out_a_redis_restart_over_its_first_look(restartable_redis: RestartableRedis) -> None:
+    """The CLI's wait asked celery for the result for its first 3 s, and a Redis restart over them
+    ended the command with "Redis does not answer", though the call went on; it now waits as the
+    client's `wait_for_call` does."""
+    from tests.conftest import start_redis
+
+    sender = CallSender(Settings(redis_url=restartable_redis.url))
+    store = worker_side(restartable_redis.url)
+    waiting: subprocess.Popen[str] | None = None
+    try:
+        pending = sender.send("resilient_tool_call", scenario="sort these numbers", input={})  # no worker: it stays queued
+        waiting = _fittest_result(restartable_redis.url, pending.id, 60)
+        time.sleep(0.5)
+        restartable_redis.proc.terminate()
+        restartable_redis.proc.wait(timeout=20)
+        time.sleep(4.0)  # down over the wait's first look, at 3 s
+        restartable_redis.proc, _ = start_redis(restartable_redis.workdir, restartable_redis.port, appendonly=True)
+        store.backend.store_result(pending.id, {"call_id": pending.id, "status": "success", "output": {"n": 1}}, "SUCCESS")
+        out, err = waiting.communicate(timeout=60)
+        assert waiting.returncode == 0, err
+        assert json.loads(out)["output"] == {"n": 1}
+    finally:
+        _stop(waiting)
+        sender.close()
+        store.close()
+
+
+def test_fittest_result_of_a_call_redis_lost_says_so_at_its_next_look(restartable_redis: RestartableRedis) -> None:
+    """QA 54 for the CLI: a call lost with Redis's data (a restart without it) was waited for to the
+    command's timeout after its first look at 3 s; now the look every 10 s finds it gone."""
+    sender = CallSender(Settings(redis_url=restartable_redis.url))
+    waiting: subprocess.Popen[str] | None = None
+    try:
+        pending = sender.send("resilient_tool_call", scenario="sort these numbers", input={})  # no worker: it stays queued
+        waiting = _fittest_result(restartable_redis.url, pending.id, 120)
+        time.sleep(5.0)  # past the first look, which finds it queued
+        redis.Redis.from_url(restartable_redis.url).flushall()
+        started = time.monotonic()
+        out, err = waiting.communicate(timeout=60)
+        assert waiting.returncode == 1, err
+        assert json.loads(out)["status"] == "unknown"
+        assert time.monotonic() - started < 20  # the next look, not the 120 s timeout
+    finally:
+        _stop(waiting)
+        sender.close()

@@ -95,8 +95,7 @@ def result(
         fail(f"{call_id!r} is not a call id (letters, digits and _.:- only, at most 128)", REFUSED)
     client = CallSender()
     show_when_done(client, client.celery.AsyncResult(call_id), timeout, json_out,
-                   "it is queued or running, or no call with this id was sent in the last day",
-                   early=lambda: unknown_call(client, call_id), early_status="unknown")
+                   "it is queued or running, or no call with this id was sent in the last day")
 
 
 # How often, and how long each time, the workers are asked whether one takes the selection queue
@@ -121,17 +120,6 @@ def no_selection_worker(client: CallSender, call_id: str, stays: str) -> str | N
         if client.step_of(call_id) not in (None, *SELECTION_STEPS):
             return None
     return f"no worker takes the selection queue (`fittest up` starts them, `fittest health` checks them); {stays}"
-
-
-def unknown_call(client: CallSender, call_id: str) -> str | None:
-    """Why no result can come for `call_id` (no such call is queued or running), or None."""
-    from workers.client import UNKNOWN_CALL, UnknownCall
-
-    try:
-        client.check_known(call_id)
-    except UnknownCall:
-        return UNKNOWN_CALL
-    return None
 
 
 # The steps a call is at until a selection worker takes it.
@@ -186,16 +174,17 @@ def _past_revoke(client: CallSender, call_id: str, deadline: float, revoked: tup
 
 def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, json_out: bool, unfinished: str,
                    early: Callable[[], str | None] | None = None, namespace: str | None = None,
-                   sent_as_call: bool = False, early_status: str = "pending") -> None:
+                   sent_as_call: bool = False) -> None:
     """Wait for a call's result and print it, exiting with the call's exit code; `unfinished` says
-    what a timeout means to the user. `early`, asked once when no result came within FIRST_LOOK_S,
-    says why none can come (the command then ends at once, with `--json` as `early_status`: "unknown"
-    for a call nobody sent, which a script must not poll for ever, QA 49), or None to wait on. `sent_as_call`: the
-    id is of a call this command sent, so an answer that reads as no call's is one of workers of
-    another release, not another task's (QA recheck 47: "not a call's id", exit 1)."""
+    what a timeout means to the user. A call found nowhere at one of the wait's looks
+    (`CallSender.wait_for_call`) ends the command at once, with `--json` as status "unknown", which
+    a script must not poll for ever (QA 49). `early`, asked once at the first look, says why no
+    result can come although the call is known, or None to wait on. `sent_as_call`: the id is of a
+    call this command sent, so an answer that reads as no call's is one of workers of another
+    release, not another task's (QA recheck 47: "not a call's id", exit 1)."""
     from celery.exceptions import TimeoutError as CeleryTimeout
 
-    from workers.client import FIRST_LOOK_S, NotACall, UnreadableAnswer, read_call
+    from workers.client import NotACall, UnknownCall, UnreadableAnswer, read_call
 
     def no_result(message: str, status: str = "pending") -> NoReturn:
         """The end of a wait without a result; with --json, as JSON on stdout too, so that a script
@@ -204,17 +193,17 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
             print_json({"call_id": pending.id, "status": status, "message": message})
         fail(message, DID_NOT_SUCCEED)
 
+    def first_look() -> None:
+        if early is not None and (why := early()) is not None:
+            no_result(f"no result for call {pending.id}: {why}")
+
     deadline = time.monotonic() + timeout
     try:
-        if early is not None and timeout > FIRST_LOOK_S:
-            try:
-                outcome = pending.get(timeout=FIRST_LOOK_S)
-            except CeleryTimeout:
-                if (why := early()) is not None:
-                    no_result(f"no result for call {pending.id}: {why}", early_status)
-                outcome = client.wait(pending, max(deadline - time.monotonic(), 0.1))
-        else:
-            outcome = client.wait(pending, timeout)
+        outcome = client.wait_for_call(pending, timeout, first_look)
+    except typer.Exit:
+        raise
+    except UnknownCall as exc:
+        no_result(str(exc), "unknown")
     except CeleryTimeout:
         no_result(f"no result for call {pending.id} within {timeout:g} s: {_still_running(client, pending.id) or unfinished}")
     except Exception as exc:
