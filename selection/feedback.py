@@ -25,7 +25,7 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
-from selection.manifest import split_key, tool_key
+from selection.manifest import VersionKeyed, split_key
 from selection.models import Sentiment
 from selection.ports import VectorHit
 
@@ -162,7 +162,7 @@ def judged_outputs(hits: Iterable[VectorHit]) -> dict[str, list[JudgedOutput]]:
     return dict(found)
 
 
-class FeedbackRecord(BaseModel):
+class FeedbackRecord(VersionKeyed, BaseModel):
     """One judgement of an exact tool version in a scenario, as stored (FEEDBACK) with its vector.
 
     `value` is in [-1, 1]: a person's positive/negative with a quality, or an outcome's rule."""
@@ -179,10 +179,6 @@ class FeedbackRecord(BaseModel):
     replaced: bool = False  # an outcome a person's judgement of its call took the place of (`replaced`)
     general: bool = False  # a judgement of the tool in general: `scenario` is its description, for the vector
     forgiven: bool = False  # an outcome's that says nothing of the tool: an outage, or a caller's bad input
-
-    @property
-    def key(self) -> str:
-        return tool_key(self.tool, self.version)
 
     @classmethod
     def manual(cls, tool: str, version: str, scenario: str, sentiment: Sentiment,

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from selection.manifest import tool_key
+from selection.manifest import VersionKeyed
 from selection.ports import RetrainEvidence, SelectionWeights
 from selection.sparc import COMPONENTS, normalised
 
@@ -30,7 +30,7 @@ MIN_RECORDS = 10
 JUDGED_WRONG = "judged_wrong"  # the error class of a run whose output a person judged wrong
 
 
-class ExecutionRecord(BaseModel):
+class ExecutionRecord(VersionKeyed, BaseModel):
     """One attempt as the learner keeps it: the context features, the chosen tool version and the
     SPARC components it was chosen with, the outcome and when. Stored with its scenario's vector
     (EXECUTIONS) and in the recent window the weights are learned from."""
@@ -57,10 +57,6 @@ class ExecutionRecord(BaseModel):
     # A success on a call that named the tool's namespace: the caller chose it, however weakly it
     # matches, so a call's own similarity floor is not passed by it (QA live F4).
     named: bool = False
-
-    @property
-    def key(self) -> str:
-        return tool_key(self.tool, self.version)
 
 
 class _Moments(BaseModel):

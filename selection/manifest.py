@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import string
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import semver
@@ -242,6 +242,19 @@ def check_semver(version: str | None) -> str | None:
 
 def tool_key(name: str, version: str) -> str:
     return f"{name}@{version}"
+
+
+class VersionKeyed:
+    """A record of one tool version's doing (an attempt, a failure, a judgement, an execution),
+    named by its `tool` and `version` fields; `key` is that version's identity, as a manifest's."""
+
+    if TYPE_CHECKING:
+        tool: str
+        version: str
+
+    @property
+    def key(self) -> str:
+        return tool_key(self.tool, self.version)
 
 
 def entrypoint_file(entrypoint: str) -> str:

@@ -20,7 +20,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, SerializerFu
                       field_validator, model_serializer)
 
 from selection.context import check_context
-from selection.manifest import NAME_PATTERN, ToolManifest, check_semver, split_key, tool_key
+from selection.manifest import NAME_PATTERN, ToolManifest, VersionKeyed, check_semver, split_key
 
 MAX_SCENARIO_CHARS = 4000
 CALL_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
@@ -334,7 +334,7 @@ class Candidate(BaseModel):
         return error_class is FailureClass.bad_input and (self.does_the_job or self.matches_best or self.proven)
 
 
-class ToolExecutionResult(BaseModel):
+class ToolExecutionResult(VersionKeyed, BaseModel):
     """One attempt's outcome; every attempt yields exactly one."""
 
     attempt_id: str
@@ -365,10 +365,6 @@ class ToolExecutionResult(BaseModel):
     # is set aside (QA recheck: a tool that takes any input, 0.50 similar, took seven such inputs
     # of a title-case job, and served the correct calls after them with lower-cased text).
     took_a_refused_input: bool = False
-
-    @property
-    def key(self) -> str:
-        return tool_key(self.tool, self.version)
 
 
 class CallPlan(BaseModel):
@@ -591,7 +587,7 @@ class FailureCount(str, Enum):
     not_its_job = "not_its_job"  # a fallback's refusal of (or crash on) another tool's job: refused_inputs += 1
 
 
-class FailureMark(BaseModel):
+class FailureMark(VersionKeyed, BaseModel):
     """Payload of `fittest.mark_failure`: one failed attempt to apply once."""
 
     attempt_id: str
@@ -612,10 +608,6 @@ class FailureMark(BaseModel):
     # `does_such_jobs`): a fallback that does is charged for its crash; one that does not is not.
     does_such_jobs: bool = True
     callers_mistake: bool = False  # the attempt's (`ToolExecutionResult.callers_mistake`): counted, not demoted
-
-    @property
-    def key(self) -> str:
-        return tool_key(self.tool, self.version)
 
     def effective_severity(self) -> Severity:
         return self.severity or SEVERITY_BY_CLASS[self.error_class]
