@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, ValidationInfo,
-                      field_validator, model_serializer)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, StrictBool, StrictFloat,
+                      StrictInt, ValidationError, ValidationInfo, field_validator, model_serializer)
 
 from selection.context import check_context
 from selection.manifest import NAME_PATTERN, ToolManifest, VersionKeyed, check_semver, split_key
@@ -82,8 +82,10 @@ class CallRequest(BaseModel):
     tags: list[str] = Field(default_factory=list, max_length=32)
     namespace: str | None = Field(None, pattern=NAME_PATTERN)  # a name no tool can have finds nothing: refused
     version: str | None = None
-    use_evolved: bool = True
-    max_attempts: int = Field(5, ge=1, le=20)
+    # The numbers and flags are strict, as `fittest schema` publishes them: pydantic's lax mode took
+    # `max_attempts: true` for one attempt and `use_evolved: "no"` for false without a word (QA 55b M4).
+    use_evolved: StrictBool = True
+    max_attempts: StrictInt = Field(5, ge=1, le=20)
     context: dict[str, Any] = Field(
         default_factory=dict,
         description="What selection reads besides the scenario: phase, languages (or language), complexity (0..1), "
@@ -93,7 +95,7 @@ class CallRequest(BaseModel):
                                description="Tool versions not to try, as NAME@VERSION")
     # QA ops L4: a fallback that matches the job weakly answers it with status success; a script that
     # would rather have no answer than such a tool's had no say but tags and a namespace.
-    min_similarity: float | None = Field(
+    min_similarity: StrictFloat | None = Field(
         None, ge=0.0, le=1.0,
         description="Try only the tools whose description (or a past success of theirs that says they do such jobs, not "
                     "a weak match's unconfirmed one) is at least this similar to the scenario (cosine, 0..1; "
@@ -101,7 +103,7 @@ class CallRequest(BaseModel):
                     "tried whatever their match. A job no tool matches so clearly ends no_candidates rather than served "
                     "by a weak match")
     call_id: str = Field(default_factory=new_id, pattern=CALL_ID_PATTERN)
-    after_evolution: bool = Field(False, description="Set by fittest on a call's retry after its evolution, which "
+    after_evolution: StrictBool = Field(False, description="Set by fittest on a call's retry after its evolution, which "
                                                       "evolves nothing again; a caller that sets it turns evolution off for its call")
 
     @model_serializer(mode="wrap")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from evolution.trial import JudgedTrial
 from selection.feedback import FeedbackRecord, TrendPeriod
@@ -45,7 +46,7 @@ class CallToolPayload(BaseModel):
     name: str = Field(min_length=1, pattern=NAME_PATTERN)  # or NAME@VERSION
     input: dict[str, Any] = {}
     version: str | None = None
-    use_evolved: bool = True
+    use_evolved: StrictBool = True
     scenario: str | None = None  # what the call is for; default the tool's description
     namespace: str | None = None  # `name` again, if given: another name is refused
 
@@ -94,7 +95,7 @@ class FeedbackRequest(BaseModel):
     # Default: `call_id`'s scenario, else the tool in general (empty says so too).
     scenario: Annotated[str | None, NOT_BLANK] = Field(None, max_length=4000)
     reason: str = Field("", max_length=500)
-    quality: float = Field(1.0, ge=0.0, le=1.0)
+    quality: StrictFloat = Field(1.0, ge=0.0, le=1.0)
     # The call whose output this judges: the judgement takes the place of the feedback that call's
     # outcome gave the version automatically (a success that a person found wrong is not a success).
     # The call must be known (its result stored, or its outcome recorded) and have run the tool.
@@ -160,7 +161,7 @@ class FeedbackReportRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tool: str = Field(min_length=1, max_length=64)  # the tool's name: all its versions
-    limit: int = Field(50, ge=1)  # entries listed, newest first
+    limit: StrictInt = Field(50, ge=1)  # entries listed, newest first
     # the trend's period (a worker of an earlier release refuses the key: sent only when not "day")
     per: TrendPeriod = "day"
 
@@ -171,8 +172,8 @@ class RecommendRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    min_runs: int = Field(5, ge=1)  # attempts a version needs in a context to be judged there
-    max_rate: float = Field(0.5, ge=0.0, le=1.0)  # success rate below which it is listed
+    min_runs: StrictInt = Field(5, ge=1)  # attempts a version needs in a context to be judged there
+    max_rate: StrictFloat = Field(0.5, ge=0.0, le=1.0)  # success rate below which it is listed
 
 
 class EvolveRequest(BaseModel):

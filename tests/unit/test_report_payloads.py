@@ -162,3 +162,46 @@ def test_an_evolution_asked_for_by_hand_that_began_past_its_expiry_is_dropped_no
     finally:
         prepare_evolution.pop_request()
     assert marked == ["expired"]
+
+
+# What a foreign service may send by name, with the model the workers read it with.
+def _requests() -> dict[str, Any]:
+    from selection.models import CallRequest
+    from workers.payloads import CallToolPayload, EvolveRequest, FeedbackReportRequest, FeedbackRequest, RecommendRequest
+
+    return {"resilient_tool_call": CallRequest, "call_tool": CallToolPayload, "record_feedback": FeedbackRequest,
+            "explain": CallRequest, "feedback_report": FeedbackReportRequest, "recommend": RecommendRequest,
+            "prepare_evolution": EvolveRequest}
+
+
+# A value of each JSON type the schema may name, and of the types that are no number or flag there.
+WRONG_TYPES: dict[str, list[Any]] = {"integer": ["3", True, 2.0], "number": ["0.5", True], "boolean": ["no", "false", 1, 0]}
+
+
+def test_the_workers_refuse_every_number_and_flag_the_schema_refuses() -> None:
+    """QA 55b M4: `fittest schema` types `max_attempts` an integer, but the workers took "3", and
+    `true` for one attempt; `use_evolved: "no"` for false; a judgement's `quality: "0.5"`. A service
+    that checks its payloads against the schema and the workers now refuse the same ones, each
+    naming the field."""
+    from pydantic import ValidationError
+
+    from selection.models import CallRequest
+
+    schemas = payload_schemas()
+    checked = []
+    for task, model in _requests().items():
+        base = {"resilient_tool_call": {"scenario": "sort"}, "explain": {"scenario": "sort"}, "call_tool": {"name": "sort"},
+                "record_feedback": {"tool": "sort", "sentiment": "positive"}, "feedback_report": {"tool": "sort"},
+                "recommend": {}, "prepare_evolution": {"namespace": "sort"}}[task]
+        model.model_validate(base)
+        for field, spec in schemas[task]["properties"].items():
+            types = {spec.get("type")} | {alt.get("type") for alt in spec.get("anyOf", [])}
+            for kind in types & set(WRONG_TYPES):
+                # call_tool reads a call's fields as a call's payload, once the tool is named
+                reader, given = (model, base) if field in model.model_fields else (CallRequest, {"scenario": "sort"})
+                for value in WRONG_TYPES[kind]:
+                    with pytest.raises(ValidationError, match=field):
+                        reader.model_validate({**given, field: value})
+                checked.append(f"{task}.{field}")
+    assert {"resilient_tool_call.max_attempts", "resilient_tool_call.use_evolved", "resilient_tool_call.min_similarity",
+            "call_tool.use_evolved", "call_tool.max_attempts", "record_feedback.quality", "feedback_report.limit", "recommend.max_rate"} <= set(checked)
