@@ -23,13 +23,14 @@ from typing import Any, Self
 
 from selection.manifest import tool_reference
 from selection.models import CallRequest, CallResult, Sentiment, joined_errors, size_errors
-from workers.client import (CallRevoked, CallSender, CallTimeout, FittestUnavailable, NotACall, NotDone, PendingCall, UnknownCall,
-                            UnreadableAnswer, checked_timeout, reaching, read_call, timed_out_as)
+from workers.client import (CallRevoked, CallSender, CallTimeout, FittestUnavailable, MisroutedCall, NotACall, NotDone, PendingCall,
+                            UnknownCall, UnreadableAnswer, checked_timeout, reaching, read_call, timed_out_as)
 from workers.payloads import CallToolPayload, FeedbackReply, FeedbackRequest, RecordedFeedback, payload_schemas
 from workers.settings import Settings, get_settings
 
 __all__ = ["CallRequest", "CallResult", "CallRevoked", "CallTimeout", "CallToolPayload", "FeedbackReply", "FeedbackRequest", "FittestClient",
-           "FittestUnavailable", "NotACall", "NotDone", "RecordedFeedback", "UnknownCall", "UnreadableAnswer", "payload_schemas"]
+           "FittestUnavailable", "MisroutedCall", "NotACall", "NotDone", "RecordedFeedback", "UnknownCall", "UnreadableAnswer",
+           "payload_schemas"]
 
 
 class FittestClient(CallSender):

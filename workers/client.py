@@ -32,6 +32,7 @@ from redis import Redis
 from redis.exceptions import OutOfMemoryError, RedisError
 
 from selection.models import CallResult
+from workers.default_queue import DEFAULT_QUEUE
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.redis_connection import redis_client
 from workers.result_backend import REDIS_AWAY, Outage, waiting_backend_url
@@ -166,6 +167,17 @@ class UnknownCall(LookupError):
 
     def __init__(self, call_id: str) -> None:
         super().__init__(f"no result for call {call_id}: {UNKNOWN_CALL}")
+        self.call_id = call_id
+
+
+class MisroutedCall(UnknownCall):
+    """The call's message waits in Celery's default queue, which no fittest worker reads: a
+    `send_task` that named no queue (workers/default_queue.py). It would never end."""
+
+    def __init__(self, call_id: str) -> None:
+        LookupError.__init__(self, f"no result for call {call_id}: its message waits in Celery's default queue "
+                                   f"'{DEFAULT_QUEUE}', which no fittest worker reads; send it again with "
+                                   "send_task(..., queue='selection')")
         self.call_id = call_id
 
 
@@ -423,11 +435,14 @@ class CallSender:
         just after the wait gave up), or its message waits in the selection queue: one a foreign
         `send_task` sent is known to the calls in flight only once a worker took it, and a caller
         told it is unknown might send it again (QA recheck F6). Found nowhere, it is looked for again
-        UNKNOWN_CONFIRM_S later before it is said unknown."""
+        UNKNOWN_CONFIRM_S later before it is said unknown; MisroutedCall when it waits in Celery's
+        default queue instead."""
         if self._known(call_id):
             return
         time.sleep(UNKNOWN_CONFIRM_S)
         if not self._known(call_id):
+            if self.waits_in_queue(call_id, "fittest.resilient_tool_call", DEFAULT_QUEUE):
+                raise MisroutedCall(call_id)
             raise UnknownCall(call_id)
 
     def _known(self, call_id: str) -> bool:

@@ -162,6 +162,7 @@ def _timed(name: str, fn: Callable[[], tuple[Status, str]]) -> Check:
 
 
 def check_redis(settings: Settings, timeout: float) -> Check:
+    from workers.default_queue import misrouted_note
     from workers.redis_connection import probe_client
 
     def probe() -> tuple[Status, str]:
@@ -170,6 +171,8 @@ def check_redis(settings: Settings, timeout: float) -> Check:
             client.ping()
             version = f"redis {client.info('server').get('redis_version', '?')}"
             status, memory = _memory(client, settings.key_prefix)
+            if (misrouted := misrouted_note(client)) and status == "ok":
+                status, memory = "warn", "; ".join(filter(None, [memory, misrouted]))
             return status, f"{version}; {memory}" if memory else version
         except RedisError as exc:
             return "fail", f"cannot reach Redis (FITTEST_REDIS_URL): {exc}"

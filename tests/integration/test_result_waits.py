@@ -325,3 +325,33 @@ def test_fittest_result_of_a_call_redis_lost_says_so_at_its_next_look(restartabl
     finally:
         _stop(waiting)
         sender.close()
+
+
+def test_a_call_sent_without_a_queue_is_told_where_it_waits(private_redis: RedisServer) -> None:
+    """QA 55b M3: `send_task("fittest.resilient_tool_call", kwargs=…)` without `queue="selection"`
+    puts the call in Celery's default queue, which no fittest worker reads. It waited for ever, and
+    `fittest result` said no call of its id was queued; `fittest health` said all was well."""
+    from fittest.client import FittestClient, MisroutedCall
+
+    foreign = Celery(broker=private_redis.url, backend=private_redis.url)  # a service without fittest, no queue named
+    client = FittestClient(private_redis.url)
+    waiting: subprocess.Popen[str] | None = None
+    try:
+        sent = foreign.send_task("fittest.resilient_tool_call", kwargs={"scenario": "reverse this string", "input": {"text": "a"}})
+        with pytest.raises(MisroutedCall, match="waits in Celery's default queue 'celery'.*queue='selection'"):
+            client.result(sent.id, timeout=30)
+        waiting = _fittest_result(private_redis.url, sent.id, 30)
+        out, err = waiting.communicate(timeout=60)
+        assert waiting.returncode == 1, err
+        assert json.loads(out)["status"] == "unknown" and "queue='selection'" in json.loads(out)["message"]
+        env = {**os.environ, "FITTEST_REDIS_URL": private_redis.url}
+        health = subprocess.run([str(FITTEST), "health", "--check", "redis", "--json"], env=env, capture_output=True,
+                                text=True, timeout=60)
+        assert health.returncode == 0, health.stderr  # a warning: the stack itself serves
+        redis_check = json.loads(health.stdout)["checks"][0]
+        assert redis_check["status"] == "warn"
+        assert "1 fittest.resilient_tool_call message(s) wait in Celery's default queue 'celery'" in redis_check["detail"]
+    finally:
+        _stop(waiting)
+        client.close()
+        foreign.close()
