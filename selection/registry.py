@@ -15,9 +15,10 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib.util
+import os
 import string
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import semver
@@ -32,6 +33,35 @@ from selection.manifest import (
 )
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
+
+
+def manifest_entries(root: Path) -> Iterator[os.DirEntry[str]]:
+    """Every manifest file below `root`, in no set order, as a restart and the tools watch both read
+    them. A symbolic link to a folder is followed, as a team deploying a tool's folder as a link
+    means it (QA 55b L1: such a tool was left out without a word); each real folder is read once,
+    so a link back up is no loop. A link that leads nowhere, named as a manifest, is yielded too, to
+    be refused by name (QA N). A folder removed while it is read is skipped; another OSError (EMFILE)
+    is raised: read as empty, the directory would stop serving every tool (QA Q)."""
+    seen: set[tuple[int, int]] = set()
+    pending = [str(root)]
+    while pending:
+        folder = pending.pop()
+        try:
+            real = os.stat(folder)
+            entries = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if (real.st_dev, real.st_ino) in seen:
+            continue
+        seen.add((real.st_dev, real.st_ino))
+        for entry in entries:
+            try:
+                if entry.name.endswith(MANIFEST_SUFFIXES) and (entry.is_symlink() or entry.is_file()):
+                    yield entry
+                elif entry.is_dir():
+                    pending.append(entry.path)
+            except OSError:
+                continue
 DIRECTORY = "(directory)"  # the `field` of the error that says a tools directory is not there: no manifest's
 # The `field` of the error that says an evolved version is not served because the tool it evolved
 # from left the tools directory: what a removal is meant to do, and nothing a manifest can mend.
@@ -240,8 +270,7 @@ class ToolRegistry:
             if not root.is_dir():
                 registry.errors.append(ManifestError(root, DIRECTORY, "not a directory"))
                 continue
-            # A symbolic link that leads nowhere (broken, or to itself) is read too, to be refused by name (QA N)
-            files = sorted(p for p in root.rglob("*") if p.suffix in MANIFEST_SUFFIXES and (p.is_file() or p.is_symlink()))
+            files = sorted(Path(entry.path) for entry in manifest_entries(root))
             for path in files:
                 try:
                     registry.add(load_manifest(path), source=path)

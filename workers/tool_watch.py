@@ -21,13 +21,12 @@ which the memory worker then puts on trial against the version its tool serves
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from selection.manifest import ManifestError, ToolManifest, load_manifest
-from selection.registry import MANIFEST_SUFFIXES, ToolRegistry, check_paths, python_module_file
+from selection.registry import ToolRegistry, check_paths, manifest_entries, python_module_file
 
 log = logging.getLogger("fittest.tools")
 
@@ -192,30 +191,19 @@ class ToolsDirWatch:
             log.info("no longer serving %s: %s", key, why, extra={"event": "tool_removed", "tool": key})
 
     def _signatures(self) -> dict[str, Signature]:
-        """Every manifest file below the directory, as the registry reads them (symbolic links to
-        directories are not followed): 0.17 s at 10,000 tools, 0.2 ms for the 7 example tools."""
+        """Every manifest file below the directory, as the registry reads them (`manifest_entries`):
+        0.17 s at 10,000 tools, 0.2 ms for the 7 example tools."""
         found: dict[str, Signature] = {}
         modules = self._modules_by_source()
-        pending = [str(self.tools_dir)]
-        while pending:
+        for entry in manifest_entries(self.tools_dir):
             try:
-                entries = list(os.scandir(pending.pop()))
-            except (FileNotFoundError, NotADirectoryError):  # a folder removed while we looked
-                continue
-            # Any other OSError (EMFILE: the worker out of file descriptors) ends the look: read as an
-            # empty directory, it stopped serving every tool (QA Q: all calls no_candidates).
-            for entry in entries:
+                stat = entry.stat()
+            except OSError:  # a link that leads nowhere: refused by name, as a restart does (QA N)
                 try:
-                    if entry.is_dir(follow_symlinks=False):
-                        pending.append(entry.path)
-                    elif entry.name.endswith(MANIFEST_SUFFIXES) and (entry.is_file() or entry.is_symlink()):
-                        try:
-                            stat = entry.stat()
-                        except OSError:  # a link that leads nowhere: refused by name, as a restart does (QA N)
-                            stat = entry.stat(follow_symlinks=False)
-                        found[entry.path] = (stat.st_mtime_ns, stat.st_size, *_stats(modules.get(entry.path, ())))
-                except OSError:
+                    stat = entry.stat(follow_symlinks=False)
+                except OSError:  # removed while we looked
                     continue
+            found[entry.path] = (stat.st_mtime_ns, stat.st_size, *_stats(modules.get(entry.path, ())))
         return found
 
     def _modules_by_source(self) -> dict[str, list[Path]]:

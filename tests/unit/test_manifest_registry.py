@@ -375,3 +375,19 @@ def test_a_manifest_that_is_a_broken_or_looping_symlink_is_refused_by_name(tmp_p
     reasons = {Path(e.path).parent.name: (e.field, e.reason) for e in registry.errors}
     assert reasons == {"dangling": ("(file)", "No such file or directory"),
                        "selfloop": ("(file)", "Too many levels of symbolic links")}
+
+
+def test_a_tool_folder_linked_into_the_tools_directory_is_served_and_a_link_back_up_is_no_loop(tmp_path: Path) -> None:
+    """QA 55b L1: a team deploys a tool's folder as a symbolic link; it was left out without a word
+    (Python 3.11's rglob does not follow links to folders)."""
+    write_tool(tmp_path / "releases", "v7", python_tool("linked"))
+    write_tool(tmp_path / "tools", "plain", python_tool("plain"))
+    os.symlink(tmp_path / "releases" / "v7", tmp_path / "tools" / "linked")
+    os.symlink(tmp_path / "tools", tmp_path / "tools" / "plain" / "up")  # a loop, read once
+
+    registry = ToolRegistry.load([tmp_path / "tools"])
+
+    assert registry.errors == []
+    assert sorted(registry.namespaces()) == ["linked", "plain"]
+    assert registry.source("linked@1.0.0") == str(tmp_path / "tools" / "linked" / "tool.yaml")
+    assert registry.get("linked@1.0.0") is not None

@@ -398,8 +398,6 @@ def test_a_directory_that_cannot_be_listed_ends_the_look_and_takes_no_tool_offli
     import errno
     import os
 
-    import workers.tool_watch as tool_watch
-
     tools = tmp_path / "tools"
     for tool in ("word_stats", "slugify"):
         shutil.copytree(EXAMPLE_TOOLS / tool, tools / tool)
@@ -410,11 +408,11 @@ def test_a_directory_that_cannot_be_listed_ends_the_look_and_takes_no_tool_offli
     def scandir(path: str) -> object:
         raise OSError(errno.EMFILE, "Too many open files", path)
 
-    monkeypatch.setattr(tool_watch.os, "scandir", scandir)
+    monkeypatch.setattr(os, "scandir", scandir)
     with pytest.raises(OSError, match="Too many open files"):
         watch.poll()
     assert served(registry) == before
-    monkeypatch.setattr(tool_watch.os, "scandir", real)  # descriptors again: nothing had changed
+    monkeypatch.setattr(os, "scandir", real)  # descriptors again: nothing had changed
     assert watch.poll() == [] and served(registry) == before
 
 
@@ -455,3 +453,12 @@ def test_the_registry_names_the_manifests_refused_as_the_directory_reads_now(tmp
     manifest.write_text(good)  # fixed
     watch.poll()
     assert registry.refused() == []
+
+
+def test_a_tool_folder_linked_in_while_the_workers_run_is_served(tmp_path: Path) -> None:
+    """QA 55b L1: the watch, as a restart, follows a symbolic link to a tool's folder."""
+    registry, added, watch = watched(tmp_path / "tools")
+    shutil.copytree(EXAMPLE_TOOLS / "word_stats", tmp_path / "release" / "word_stats")
+    (tmp_path / "tools" / "word_stats").symlink_to(tmp_path / "release" / "word_stats")
+    assert watch.poll() == ["word_stats@1.0.0"]
+    assert served(registry) == {"word_stats@1.0.0": str(tmp_path / "tools" / "word_stats" / "tool.yaml")}
