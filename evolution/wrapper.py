@@ -37,6 +37,11 @@ from selection.manifest import (
 )
 
 PARENT_DIR = "parent"
+# The variable an evolved version of an http tool reads its parent's URL and headers from, as the
+# parent's manifest reads now: its files hold the URL it evolved with, for the reader, and no headers
+# (QA 55b M2: a bearer token was written under FITTEST_DATA_DIR, and a manifest edited in place, a
+# moved service or a rotated token, never reached the evolved version).
+PARENT_HTTP_ENV = "FITTEST_PARENT_HTTP"
 WRAPPER_DOC = "Evolved version "  # how a generated module's docstring begins (_HEADER): how it is told apart
 
 
@@ -98,8 +103,8 @@ def wrap(
         body = _CACHE + _EXECUTABLE
         new_impl: dict[str, Any] = {"kind": "executable", "argv": ["{python}", "{tool_dir}/" + module_file]}
     elif isinstance(impl, HttpImplementation):
-        parent_ref = {"kind": "http", "url": impl.url, "headers": impl.headers, "timeout_s": manifest.timeout_s}
-        body = _HTTP + _CACHE + _RUN
+        parent_ref = {"kind": "http", "url": impl.url, "timeout_s": manifest.timeout_s}
+        body = Template(_HTTP).substitute(env=PARENT_HTTP_ENV) + _CACHE + _RUN
         new_impl = {"kind": "python", "entrypoint": f"{stem}:run"}
     else:
         assert isinstance(impl, PythonImplementation)
@@ -288,13 +293,25 @@ def _call_parent(value: dict[str, Any]) -> Any:
 
 _HTTP = '''
 
+def _parent_http() -> tuple[str, dict[str, str]]:
+    """The parent's URL and headers as its manifest reads now, which fittest hands this run in
+    $env; without it (a run by hand), the URL it evolved with, and no headers."""
+    import os
+
+    given = os.environ.get("$env")
+    if not given:
+        return PARENT["url"], PARENT.get("headers", {})
+    settings = json.loads(given)
+    return settings["url"], settings["headers"]
+
+
 def _call_parent(value: dict[str, Any]) -> Any:
     """POST to the parent's URL; map its answer to the exceptions fittest classifies."""
     import httpx
 
-    url = PARENT["url"]
+    url, headers = _parent_http()
     try:
-        response = httpx.post(url, json=value, headers=PARENT["headers"], timeout=PARENT["timeout_s"])
+        response = httpx.post(url, json=value, headers=headers, timeout=PARENT["timeout_s"])
     except httpx.TimeoutException as exc:
         raise TimeoutError(f"no response from {url}: {exc}") from exc
     except httpx.HTTPError as exc:

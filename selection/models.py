@@ -20,7 +20,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, SerializerFu
                       StrictInt, ValidationError, ValidationInfo, field_validator, model_serializer)
 
 from selection.context import check_context
-from selection.manifest import NAME_PATTERN, ToolManifest, VersionKeyed, check_semver, split_key
+from selection.manifest import NAME_PATTERN, HttpImplementation, ToolManifest, VersionKeyed, check_semver, split_key
 
 MAX_SCENARIO_CHARS = 4000
 CALL_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
@@ -320,6 +320,9 @@ class Candidate(BaseModel):
     # Its record anywhere stands for the job (selection/job_record.py `proven`): a refusal of it that is
     # the caller's mistake evolves nothing, as one by a version that does the job.
     proven: bool = False
+    # An evolved version of an http tool: the URL and headers it calls with, its chain's http manifest's
+    # as selection's registry reads it (`ToolRegistry.http_root`); its files hold no headers.
+    parent_http: HttpImplementation | None = None
 
     def callers_mistake(self, error_class: FailureClass | None) -> bool:
         """Whether its attempt failing with `error_class` is the caller's mistake: it refused the

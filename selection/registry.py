@@ -25,23 +25,33 @@ import semver
 
 from selection.manifest import (
     ExecutableImplementation,
+    HttpImplementation,
     ManifestError,
     PythonImplementation,
     ToolManifest,
     load_manifest,
     entrypoint_file,
+    tool_key,
 )
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
+DIRECTORY = "(directory)"  # the `field` of the error that says a tools directory is not there: no manifest's
+# The `field` of the error that says an evolved version is not served because the tool it evolved
+# from left the tools directory: what a removal is meant to do, and nothing a manifest can mend.
+ORPHANED = "(tool removed)"
+TOOL_DIR_PLACEHOLDER = "tool_dir"
 
 
 def manifest_entries(root: Path) -> Iterator[os.DirEntry[str]]:
     """Every manifest file below `root`, in no set order, as a restart and the tools watch both read
-    them. A symbolic link to a folder is followed, as a team deploying a tool's folder as a link
-    means it (QA 55b L1: such a tool was left out without a word); each real folder is read once,
-    so a link back up is no loop. A link that leads nowhere, named as a manifest, is yielded too, to
-    be refused by name (QA N). A folder removed while it is read is skipped; another OSError (EMFILE)
-    is raised: read as empty, the directory would stop serving every tool (QA Q)."""
+    them. A symbolic link to a folder is followed where tool folders sit, as a team deploying a
+    tool's folder as a link means it (QA 55b L1: such a tool was left out without a word), but not
+    inside a tool's own folder (one holding a manifest), whose links are its code's business and
+    may lead anywhere (an evolved version's link out of its folder read the whole tree above it
+    again); each real folder is read once, so a link back up is no loop. A link that leads nowhere,
+    named as a manifest, is yielded too, to be refused by name (QA N). A folder removed while it is
+    read is skipped; another OSError (EMFILE) is raised: read as empty, the directory would stop
+    serving every tool (QA Q)."""
     seen: set[tuple[int, int]] = set()
     pending = [str(root)]
     while pending:
@@ -54,19 +64,19 @@ def manifest_entries(root: Path) -> Iterator[os.DirEntry[str]]:
         if (real.st_dev, real.st_ino) in seen:
             continue
         seen.add((real.st_dev, real.st_ino))
+        manifests, folders, links = [], [], []
         for entry in entries:
             try:
                 if entry.name.endswith(MANIFEST_SUFFIXES) and (entry.is_symlink() or entry.is_file()):
-                    yield entry
-                elif entry.is_dir():
-                    pending.append(entry.path)
+                    manifests.append(entry)
+                elif entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+                elif entry.is_symlink() and entry.is_dir():
+                    links.append(entry.path)
             except OSError:
                 continue
-DIRECTORY = "(directory)"  # the `field` of the error that says a tools directory is not there: no manifest's
-# The `field` of the error that says an evolved version is not served because the tool it evolved
-# from left the tools directory: what a removal is meant to do, and nothing a manifest can mend.
-ORPHANED = "(tool removed)"
-TOOL_DIR_PLACEHOLDER = "tool_dir"
+        yield from manifests
+        pending += folders if manifests else folders + links
 
 
 def _semver_key(manifest: ToolManifest) -> semver.Version:
@@ -332,6 +342,23 @@ class ToolRegistry:
 
     def get(self, key: str) -> ToolManifest | None:
         return self._tools.get(key)
+
+    def http_root(self, manifest: ToolManifest) -> HttpImplementation | None:
+        """The URL and headers an evolved version of an http tool calls with: those of the manifest
+        its evolution chain starts at, as this registry reads it now. An http tool has no code to
+        copy: its evolved versions ran with the URL and the headers (a bearer token) it had when
+        they evolved, written into their files, and a manifest edited in place (a moved service, a
+        rotated token) never reached them (QA 55b M2). None: not evolved, a chain this registry
+        cannot follow, or one that starts at another kind of tool."""
+        seen: set[str] = set()
+        while manifest.parent_version is not None and manifest.key not in seen:
+            seen.add(manifest.key)
+            parent = self._tools.get(tool_key(manifest.name, manifest.parent_version))
+            if parent is None:
+                return None
+            manifest = parent
+        implementation = manifest.implementation
+        return implementation if manifest.parent_version is None and isinstance(implementation, HttpImplementation) else None
 
     def __contains__(self, key: object) -> bool:
         return key in self._tools

@@ -12,10 +12,12 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import textwrap
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -255,3 +257,38 @@ def cli_runner(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> Callable
             get_settings.cache_clear()
 
     return run
+
+
+# An upstream on loopback, in a process of its own (the sandbox forks with preexec_fn, which a server
+# thread in this process could deadlock); ANSWER is the status and JSON it answers a request's `body`.
+SERVER = """
+import itertools, json
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+count = itertools.count(1)
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        status, answer = ANSWER
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def log_message(self, *args):
+        pass
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+@contextmanager
+def upstream(answer: str) -> Iterator[str]:
+    """The base URL of a SERVER answering `answer`."""
+    proc = subprocess.Popen([sys.executable, "-c", SERVER.replace("ANSWER", answer)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        yield f"http://127.0.0.1:{int(proc.stdout.readline())}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -41,7 +41,7 @@ from evolution.promotions import promote_on_trial
 from evolution.served_version import fallback_version, head_version, served_original
 from evolution.verification import Sandbox, VerifyConfig, reproduce_successes, run_test_cases, verify
 from evolution.versioning import MANIFEST_FILE, next_version, version_dir
-from selection.manifest import ToolManifest, load_manifest, tool_key
+from selection.manifest import HttpImplementation, ToolManifest, load_manifest, tool_key
 from selection.models import CallPlan, Promotion
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
@@ -121,7 +121,8 @@ class Evolver:
         if mutators is None:
             mutators, self.load_errors = load_mutators(mutator_config(settings))
         self.mutators = mutators
-        self.sandbox = sandbox or SubprocessSandbox(RunLimits.from_settings(settings))
+        self._evolving_with: ToolRegistry | None = None  # the registry the evolution at hand reads (`_evolve`)
+        self.sandbox = sandbox or SubprocessSandbox(RunLimits.from_settings(settings), self._http_root)
         self.verify_config = VerifyConfig(
             static_timeout_s=settings.verify_static_timeout_s,
             stage_timeout_s=settings.verify_stage_timeout_s,
@@ -198,8 +199,13 @@ class Evolver:
         return f"{key} serves the calls not pinned"
 
     # ----------------------------------------------------------------------------- evolving
+    def _http_root(self, manifest: ToolManifest) -> HttpImplementation | None:
+        """A candidate's (or its parent's) http settings, as the evolution at hand reads its tools."""
+        return self._evolving_with.http_root(manifest) if self._evolving_with is not None else None
+
     def _evolve(self, job: EvolutionJob, started: float, registry: ToolRegistry) -> EvolutionReport:
         before = self.state.promotion(job.namespace)  # what it serves as the evolution starts; a change meanwhile wins
+        self._evolving_with = registry
         parent = registry.get(job.parent_key)
         original = registry.original(job.namespace)
         if parent is None or original is None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -28,7 +29,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from evolution.models import StageResult
 from evolution.verification import StageRun
-from selection.manifest import ManifestError, PythonImplementation, ToolManifest, parse_manifest
+from selection.manifest import HttpImplementation, ManifestError, PythonImplementation, ToolManifest, parse_manifest
 from selection.models import FailureClass
 from selection.registry import check_paths
 from workers.runners import RunLimits, RunOutcome, run_tool
@@ -62,6 +63,7 @@ class RunRequest(BaseModel):
     inputs: list[dict[str, Any]]
     limits: RunLimits
     budget_s: float = Field(ge=0)
+    parent_http: HttpImplementation | None = None  # an evolved http tool's parent settings (`ToolRegistry.http_root`)
 
 
 SandboxRequest = Annotated[StaticRequest | RunRequest, Field(discriminator="mode")]
@@ -79,8 +81,10 @@ class RunAnswer(BaseModel):
 class SubprocessSandbox:
     """Runs verification stages as subprocesses with the runner's limits."""
 
-    def __init__(self, limits: RunLimits) -> None:
+    def __init__(self, limits: RunLimits,
+                 http_root: Callable[[ToolManifest], HttpImplementation | None] = lambda manifest: None) -> None:
         self.limits = limits
+        self.http_root = http_root  # where a candidate wrapping an http tool gets its parent's URL and headers
 
     def _launch(self, request: StaticRequest | RunRequest, timeout_s: float) -> tuple[RunOutcome, float]:
         started = time.perf_counter()
@@ -103,7 +107,8 @@ class SubprocessSandbox:
 
     def run(self, manifest: ToolManifest, inputs: list[dict[str, Any]], timeout_s: float) -> StageRun:
         request = RunRequest(manifest=_manifest_doc(manifest), tool_dir=_tool_dir(manifest), inputs=inputs,
-                             limits=self.limits, budget_s=max(0.0, timeout_s - START_ALLOWANCE_S))
+                             limits=self.limits, budget_s=max(0.0, timeout_s - START_ALLOWANCE_S),
+                             parent_http=self.http_root(manifest))
         outcome, ms = self._launch(request, timeout_s)
         if not outcome.success:
             return StageRun(died=self._died(outcome, timeout_s), elapsed_ms=ms)
@@ -157,7 +162,8 @@ def _runs(request: RunRequest) -> list[RunOutcome]:
         if left < LAST_RUN_MIN_S:
             outcomes.append(RunOutcome.fail(FailureClass.timeout, "not run: the stage's time ran out"))
         else:
-            outcomes.append(run_tool(manifest, value, timeout_s=min(manifest.timeout_s, left), limits=request.limits))
+            outcomes.append(run_tool(manifest, value, timeout_s=min(manifest.timeout_s, left), limits=request.limits,
+                                     parent_http=request.parent_http))
     return outcomes
 
 

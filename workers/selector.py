@@ -191,6 +191,7 @@ class Selector:
             c.timeout_s = timeouts.get(c.key)
             c.does_the_job, c.matches_best, c.refuses_everything = c.key in doers, c.key in best, c.key in refusing
             c.namespace_did_the_job, c.proven = c.key in namespace_doers, c.key in tried_and_true
+            c.parent_http = self.rt.registry.http_root(c.manifest)
         return CallPlan(
             request=request,
             candidates=ranked[:keep],

@@ -21,7 +21,7 @@ from evolution.served_version import (fallback_version, head_version, served_ver
 from evolution.trial import JudgedTrial, TrialCounts
 from selection.manifest import split_key
 from selection.models import CallPlan, CallRequest, FailureClass, FailureMark, OutcomeRecord, Promotion, Severity, ToolExecutionResult
-from tests.conftest import write_tool
+from tests.conftest import upstream, write_tool
 from workers.cli.tools import tool_rows
 from workers.evolution_jobs import apply_evolution_record, build_job, maybe_evolve_for_quality
 from workers.feedback_store import JudgedCall, judged_as, record_tool_feedback
@@ -1002,3 +1002,41 @@ def test_an_evolution_of_a_tool_whose_module_does_not_parse_now_says_so(rt: Runt
     assert report.status == "no_fix" and report.message == (
         "mean@1.0.0 is not in the tools directory as the evolver reads it now (its manifest or its module refused, "
         "or gone: `fittest tools --refused`)"), report
+
+
+# An upstream that refuses a request without a token, and says where it was asked and with what token.
+ECHO = ('200 if self.headers.get("Authorization") else 401, '
+        '{"path": self.path, "auth": self.headers.get("Authorization"), "x": body["x"]}')
+
+
+def test_an_evolved_http_tool_is_verified_and_planned_with_its_manifest_as_it_now_reads(
+        settings_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA 55b M2 through the evolver and selection: the retry wrapper of an http tool that needs a
+    bearer token passes its test case in the real sandbox (handed the token, which its files do not
+    hold), and the plan the executor runs hands it the URL and token the manifest gives after an
+    edit in place (before: the old URL with the revoked token)."""
+    from selection.manifest import load_manifest
+    from workers.runners import RunLimits, run_tool
+
+    with upstream(ECHO) as base:
+        tools = tmp_path / "tools"
+        write_tool(tools, "authed", None, description="echo x through the gateway", timeout_s=10,
+                   implementation={"kind": "http", "url": f"{base}/old", "headers": {"Authorization": "Bearer TOKEN-OLD"}},
+                   test_cases=[{"input": {"x": 2}, "expect_keys": ["path", "auth", "x"]}])
+        monkeypatch.setenv("FITTEST_TOOLS_DIR", str(tools))
+        rt = Runtime(Settings())
+        try:
+            report = evolve(rt, failed_call("authed", {"x": 1}, FailureClass.unavailable, "HTTP 503"))
+            assert (report.status, report.version) == ("evolved", "1.1.0"), report.message
+            evolved_files = (rt.settings.data_dir / "evolved" / "authed_v1_1_0").rglob("*")
+            assert not [p for p in evolved_files if p.is_file() and b"TOKEN-OLD" in p.read_bytes()]
+            manifest_file = tools / "authed" / "tool.yaml"
+            manifest_file.write_text(manifest_file.read_text().replace("/old", "/new").replace("TOKEN-OLD", "TOKEN-NEW"))
+            rt.registry.replace(load_manifest(manifest_file), manifest_file)  # what the tools watch does
+            plan = rt.selector.plan(CallRequest(scenario="use authed", namespace="authed", call_id="after-the-edit"))
+            (evolved,) = [c for c in plan.candidates if c.key == "authed@1.1.0"]
+            ran = run_tool(evolved.manifest, {"x": 3}, timeout_s=20, limits=RunLimits(), parent_http=evolved.parent_http)
+            assert ran.output == {"path": "/new", "auth": "Bearer TOKEN-NEW", "x": 3}, ran.error_message
+        finally:
+            rt.state.clear()
+            rt.close()

@@ -27,7 +27,7 @@ from evolution.mutators.timeout import TimeoutMutator
 from evolution.verification import VerifyConfig, reproduce_successes, verify
 from selection.manifest import ToolManifest
 from selection.models import FailureClass
-from tests.conftest import write_tool
+from tests.conftest import upstream, write_tool
 from workers.evolver import read_parent, write_version
 from workers.llm import code_mutator
 from workers.runners import RunLimits
@@ -212,38 +212,11 @@ def test_retry_mutator_retries_an_executable_that_exits_unavailable(tmp_path: Pa
     assert passed(stages) and stages[-1].checked == 1
 
 
-FLAKY_SERVER = """
-import itertools, json, sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-count = itertools.count(1)
-class Handler(BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        status, answer = (503, {"error": "busy"}) if next(count) % 2 else (200, {"double": body["x"] * 2})
-        data = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-    def log_message(self, *args):
-        pass
-server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-print(server.server_address[1], flush=True)
-server.serve_forever()
-"""
-
-
 @pytest.fixture
 def flaky_http() -> Iterator[str]:
-    """An upstream that answers 503 to every other request, in a process of its own (the sandbox
-    forks with preexec_fn, which a server thread in this process could deadlock)."""
-    proc = subprocess.Popen([sys.executable, "-c", FLAKY_SERVER], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        yield f"http://127.0.0.1:{int(proc.stdout.readline())}/double"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    """An upstream that answers 503 to every other request."""
+    with upstream('(503, {"error": "busy"}) if next(count) % 2 else (200, {"double": body["x"] * 2})') as base:
+        yield f"{base}/double"
 
 
 def test_retry_mutator_wraps_an_http_tool(tmp_path: Path, flaky_http: str) -> None:
@@ -255,6 +228,41 @@ def test_retry_mutator_wraps_an_http_tool(tmp_path: Path, flaky_http: str) -> No
     proposal = propose(RetryMutator(MutatorConfig()), parent, evidence)
     assert proposal.candidates[0].manifest.implementation.kind == "python"
     assert all_passed(verified(proposal, evidence, tmp_path))
+
+
+def test_an_evolved_http_tool_calls_its_parent_as_the_manifest_reads_now_and_keeps_no_header(tmp_path: Path) -> None:
+    """QA 55b M2: an evolved version of an http tool held the URL and the bearer token its manifest had
+    when it evolved, in plain text under FITTEST_DATA_DIR, and went on calling the old URL with the
+    revoked token after the manifest was edited in place. It is now handed its parent's settings as
+    the registry reads them (`ToolRegistry.http_root`), by the executor (`Candidate.parent_http`) and
+    by the verification sandbox alike."""
+    from selection.manifest import load_manifest
+    from selection.registry import ToolRegistry
+    from workers.runners import run_tool
+
+    echo = '200, {"path": self.path, "auth": self.headers.get("Authorization"), "x": body["x"]}'
+    with upstream(echo) as base:
+        parent = write_tool(tmp_path / "tools", "authed", None, description="echo x through the gateway", timeout_s=10,
+                            implementation={"kind": "http", "url": f"{base}/old", "headers": {"Authorization": "Bearer TOKEN-OLD"}})
+        proposal = propose(RetryMutator(MutatorConfig()), parent,
+                           Evidence(failures=[failing(FailureClass.unavailable, "HTTP 503", x=1)]))
+        (candidate,) = proposal.candidates
+        evolved = write_version(tmp_path / "data" / "authed_v1_1_0", candidate.manifest, candidate.files)
+        written = [p for p in (tmp_path / "data").rglob("*") if p.is_file() and b"TOKEN-OLD" in p.read_bytes()]
+        assert written == []
+        registry = ToolRegistry()
+        registry.add(parent, source=tmp_path / "tools" / "authed" / "tool.yaml")
+        registry.add(evolved)
+        assert registry.http_root(evolved) == parent.implementation
+        # The manifest edited in place: the service moved, the token rotated.
+        manifest_file = tmp_path / "tools" / "authed" / "tool.yaml"
+        manifest_file.write_text(manifest_file.read_text().replace("/old", "/new").replace("TOKEN-OLD", "TOKEN-NEW"))
+        registry.replace(load_manifest(manifest_file), manifest_file)
+        now = {"path": "/new", "auth": "Bearer TOKEN-NEW"}
+        ran = run_tool(evolved, {"x": 3}, timeout_s=20, limits=RunLimits(), parent_http=registry.http_root(evolved))
+        assert ran.success and ran.output == {**now, "x": 3}, ran.error_message
+        staged = SubprocessSandbox(RunLimits(), registry.http_root).run(evolved, [{"x": 4}], 60)
+        assert staged.died is None and staged.results[0].output == {**now, "x": 4}
 
 
 # ------------------------------------------------------------------------------------ coercion

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from selection.manifest import PythonImplementation, ToolManifest
+from selection.manifest import HttpImplementation, PythonImplementation, ToolManifest
 from selection.models import FailureClass
 from workers.runners.base import RunLimits, RunOutcome, encode_input
 from workers.runners.executable import run_executable
@@ -32,14 +33,16 @@ __all__ = ["RUNNERS", "RunLimits", "RunOutcome", "run_tool"]
 
 
 def run_tool(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float, limits: RunLimits,
-             original: ToolManifest | None = None, isolated: bool = False) -> RunOutcome:
+             original: ToolManifest | None = None, isolated: bool = False,
+             parent_http: HttpImplementation | None = None) -> RunOutcome:
     """Run `manifest`'s implementation on `input`.
 
     The tool gets its own copy of the input (a python tool that mutates it cannot change what
     the call replays to the next candidate); an input that is not JSON is bad_input before any
     tool runs. An evolved python version runs in a limited subprocess (workers/runners/isolated.py),
     unless it runs the code of `original`, its namespace's original, unchanged; so does any python
-    tool with `isolated` (an attempt whose worker process died while it ran).
+    tool with `isolated` (an attempt whose worker process died while it ran). `parent_http`: an
+    evolved http tool's parent settings (`Candidate.parent_http`), which only such a subprocess reads.
     """
     started = time.perf_counter()
     try:
@@ -48,7 +51,7 @@ def run_tool(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float,
         outcome = RunOutcome.fail(FailureClass.bad_input, f"input is not JSON-serialisable: {exc}")
     else:
         in_subprocess = is_isolated(manifest, original) or (isolated and isinstance(manifest.implementation, PythonImplementation))
-        runner = run_python_isolated if in_subprocess else RUNNERS[manifest.implementation.kind]
+        runner = partial(run_python_isolated, parent_http=parent_http) if in_subprocess else RUNNERS[manifest.implementation.kind]
         try:
             outcome = runner(manifest, own_input, timeout_s=timeout_s, limits=limits)
         except Exception as exc:  # a runner's own slip on what a manifest says: the attempt fails, the call falls back

@@ -56,6 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -326,8 +327,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def run_executable(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float, limits: RunLimits) -> RunOutcome:
-    """Run an executable tool; every failure is an outcome, never an exception."""
+def run_executable(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float, limits: RunLimits,
+                   env: Mapping[str, str] | None = None) -> RunOutcome:
+    """Run an executable tool; every failure is an outcome, never an exception. `env`: variables
+    fittest gives this run beside the allow-list (an evolved http tool's parent settings)."""
     try:
         argv = build_argv(manifest, input)
     except ArgvError as exc:
@@ -343,7 +346,7 @@ def run_executable(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: 
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     cwd=workdir,
-                    env=tool_env(workdir),
+                    env={**tool_env(workdir), **(env or {})},
                     start_new_session=True,
                     preexec_fn=_limiter(limits),
                     close_fds=True,

@@ -17,7 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from selection.manifest import ExecutableImplementation, PythonImplementation, ToolManifest
+from evolution.wrapper import PARENT_HTTP_ENV
+from selection.manifest import ExecutableImplementation, HttpImplementation, PythonImplementation, ToolManifest
 from workers.runners.base import RunLimits, RunOutcome
 from workers.runners.executable import run_executable
 from workers.tool_files import runs_code_of
@@ -38,11 +39,15 @@ def _literal(text: str) -> str:
     return text.replace("{", "{{").replace("}", "}}")
 
 
-def run_python_isolated(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float, limits: RunLimits) -> RunOutcome:
-    """Run a python tool's function in a sandboxed subprocess; every failure is an outcome."""
+def run_python_isolated(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float, limits: RunLimits,
+                        parent_http: HttpImplementation | None = None) -> RunOutcome:
+    """Run a python tool's function in a sandboxed subprocess; every failure is an outcome.
+    `parent_http`: the URL and headers an evolved version of an http tool calls its parent with
+    (`ToolRegistry.http_root`), handed to it in PARENT_HTTP_ENV, not written into its files."""
     impl = manifest.implementation
     assert isinstance(impl, PythonImplementation)
     module, _, function = impl.entrypoint.partition(":")
     argv = ["{python}", "-I", _literal(str(HOST)), "{tool_dir}" if manifest.tool_dir else "", module, function]
     host = manifest.model_copy(update={"implementation": ExecutableImplementation(kind="executable", argv=argv)})
-    return run_executable(host, input, timeout_s=timeout_s, limits=limits)
+    env = {PARENT_HTTP_ENV: parent_http.model_dump_json(include={"url", "headers"})} if parent_http else None
+    return run_executable(host, input, timeout_s=timeout_s, limits=limits, env=env)

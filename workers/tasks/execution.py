@@ -76,7 +76,8 @@ def run_attempt(plan: CallPlan, index: int, mark: Callable[[str], None] | None =
         mark(aid)
     try:
         outcome = run_tool(manifest, plan.request.input, timeout_s=timeout_s, limits=RunLimits.from_settings(settings),
-                           original=original_of(manifest, rt.registry, settings.tools_dir), isolated=isolated is not None)
+                           original=original_of(manifest, rt.registry, settings.tools_dir), isolated=isolated is not None,
+                           parent_http=candidate.parent_http)
     finally:
         end_if_orphaned(aid)
     if isolated is None or manifest.implementation.kind != "python":
