@@ -310,8 +310,9 @@ def sweep(celery: Celery, rt: Runtime, judge_silent: bool = False) -> list[str]:
 def _look_early(celery: Celery, rt: Runtime, held_ids: Callable[[], set[str]]) -> None:
     """Make due soon (NOWHERE_CONFIRM_S) the steps of calls recorded NOWHERE_AFTER_S ago or more,
     not due yet, that are nowhere: neither waiting in their queue nor held by a worker, their call
-    not ended. The next sweep that finds one overdue and still nowhere sends it again. Not the
-    messages of effects: a batch holds those as long as it fills (workers/tasks/learning.py).
+    not ended; forget those whose call ended. The next sweep that finds one overdue and still nowhere
+    sends it again. Not the messages of effects: a batch holds those as long as it fills
+    (workers/tasks/learning.py).
 
     A step due within NOWHERE_CONFIRM_S is left to the overdue pass: one this look made due soon
     was made due soon again by each sweep, five seconds apart, and never came due (CI: a step
@@ -323,13 +324,19 @@ def _look_early(celery: Celery, rt: Runtime, held_ids: Callable[[], set[str]]) -
         return
     held, waiting = held_ids(), _waiting(rt, steps)
     for step in steps:
+        if has_result(celery, step.task_id):
+            # Ended, its record not cleared: its worker died right after it stored the result. Cleared
+            # now, not at its due time (QA 55b L2: the calls in flight counted two such calls for 16 min).
+            rt.inflight.finished(step.task_id)
+            continue
         queued = waiting[_queue_of(step)]
-        if queued is None or step.task_id in queued or step.task_id in held or has_result(celery, step.task_id):
-            continue  # a backlog too long to read, waiting, held, or ended (the overdue pass clears it)
+        if queued is None or step.task_id in queued or step.task_id in held:
+            continue  # a backlog too long to read, waiting, or held
         rt.inflight.postpone(step.task_id, NOWHERE_CONFIRM_S)
         log.info("call %s: its step %s is nowhere %.0f s or more after it was recorded; sent again in %.0f s if it is "
                  "still nowhere then", step.task_id, step.task, NOWHERE_AFTER_S, NOWHERE_CONFIRM_S,
                  extra={"event": "step_nowhere", "task_id": step.task_id, "task": step.task})
+    rt.inflight.flush()
 
 
 def _resend_lost(celery: Celery, rt: Runtime, inflight: InflightCalls, held_ids: Callable[[], set[str]]) -> list[str]:

@@ -454,3 +454,21 @@ def test_an_outcome_and_its_learner_records_lost_on_their_way_are_sent_again_and
     assert [r.call_id for r in rt.learning.recent()] == ["c2"]  # learned once
     rt.effects.flush()
     assert (rt.effects.count(), rt.inflight.count()) == (0, 0)
+
+
+def test_a_call_that_ended_without_clearing_its_record_leaves_the_calls_in_flight_a_sweep_after_it_is_looked_at(private) -> None:
+    """QA 55b L2: an executor killed as its pool processes stored two calls' results left their
+    records, and `fittest_calls_in_flight` counted them until their due time, 16.5 min later."""
+    from workers.rescue import NOWHERE_AFTER_S, due_in_s
+
+    celery, rt, client = private
+    ended, running = lost(rt), lost(rt)
+    client.hset("unacked", "tag1", json.dumps([{"headers": {"id": running.task_id}, "body": ""}, "", "execution"]))
+    celery.backend.store_result(ended.task_id, {"status": "success"}, "SUCCESS")
+    long_ago = time.time() + due_in_s(rt) - NOWHERE_AFTER_S - 1  # recorded NOWHERE_AFTER_S ago, due much later
+    client.zadd("rescue:inflight:due", {ended.task_id: long_ago, running.task_id: long_ago})
+    assert reader_for(rt.settings, client).calls_in_flight() == (2, 0)
+
+    assert sweep(celery, rt) == []
+    assert reader_for(rt.settings, client).calls_in_flight() == (1, 0)
+    assert rt.inflight.current(ended.task_id) is None and rt.inflight.current(running.task_id) == running
