@@ -28,6 +28,11 @@ from selection.models import Candidate, CallRequest, FailureClass
 # match among the tools that matched, a tool that does the job about as well as its words say, and
 # matches it clearly (selection/job_record.py CLEAR_MATCH).
 NEWCOMER_MARGIN = 0.1
+# A second opinion that has not done such jobs is asked only where its description is about the job
+# at all: QA Y's thermometer tool, which a temperature job needed, matched it 0.41; QA 55a's word
+# counter, 0.17 for a hashing job, answered it with word counts, exit 0, until those "successes"
+# made it the job's first choice for every call.
+SECOND_OPINION_MATCH = 0.3
 
 
 @dataclass
@@ -230,8 +235,9 @@ def second_opinion(request: CallRequest, ranked: list[Candidate], evidence: list
     tried first on a share of the calls, and its outcomes, and people's judgements of them, then
     decide: the best placed of those that did such jobs before, else the one whose description
     matches the job best (the policy's order of tools with no outcomes on the job is not about the
-    job: QA X and QA Y saw a currency tool placed second for a temperature job; no floor: the
-    thermometer tool QA Y needed matched 0.41, and one that fails the job is not asked again),
+    job: QA X and QA Y saw a currency tool placed second for a temperature job), if it matches it
+    SECOND_OPINION_MATCH at least (one that fails the job is not asked again, but one that runs
+    without an error on any input would "succeed" at it),
     each namespace by the version it serves (QA ops: a fallback version of sort_numbers, tied with
     the served one, was asked), but not one that
     failed them and never did one (QA X: it refused the job 3 times before the tool that could do
@@ -250,7 +256,8 @@ def second_opinion(request: CallRequest, ranked: list[Candidate], evidence: list
             placed.setdefault(e.manifest.name, e)
     others = [e for e in placed.values() if e.manifest.name != first.manifest.name
               and e.key not in half_open and not failed_the_job(e) and not judged_wrong_here(e)]
-    chosen = next((e for e in others if namespace_did_the_job(e)), None) or max(others, key=lambda e: e.similarity, default=None)
+    matching = [e for e in others if e.similarity >= SECOND_OPINION_MATCH]
+    chosen = next((e for e in others if namespace_did_the_job(e)), None) or max(matching, key=lambda e: e.similarity, default=None)
     return None if chosen is None else chosen.key
 
 

@@ -441,7 +441,9 @@ def test_peoples_judgements_count_however_many_outcomes_a_job_sent_again_and_aga
     -29.6, while further negative ones no longer moved it. QA Y: the same past ~64 judgements."""
     scenario, key = "how many yen do I get for 200 dollars today", "currency_rates@1.0.0"
     vector = rt.embedder.embed_one(scenario)
-    monkeypatch.setattr(rt.selector.settings, "min_similarity", -1.0)  # every tool a candidate: a second opinion to give
+    # A second tool for the job, to be asked a second opinion once people judge the first one wrong
+    rt.selector.index.ensure_tool(ToolManifest(name="money_convert", description="Converts an amount of money from one currency to another at today's exchange rate.",
+                                               implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
 
     def served(call_id: str, judged: Literal["positive", "negative"] | None = None) -> float:
         """One call the currency tool serves, judged if `judged`; its feedback score after it."""

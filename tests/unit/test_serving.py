@@ -256,6 +256,12 @@ def test_a_tool_people_judged_wrong_on_such_jobs_gets_a_second_opinion_tried_in_
     # policy placed a currency tool, 0.38 similar, before a thermometer tool 0.41 similar).
     assert second_opinion(call, ranked, [found[0], judged("money_convert", [], similarity=0.38),
                                          judged("fx", [], similarity=0.41)]) == "fx@1.0.0"
+    # ...if its words are about the job at all (QA 55a: a word counter, 0.17 for a hashing job, ran
+    # without an error on every input, and its "successes" made it the job's first choice).
+    assert second_opinion(call, ranked, [found[0], judged("money_convert", [], similarity=0.17),
+                                         judged("fx", [], similarity=0.12)]) is None
+    assert second_opinion(call, ranked, [found[0], judged("money_convert", [], similarity=0.17),
+                                         judged("fx", [], similarity=0.12, successes=[0.9])]) == "fx@1.0.0"
     # One that failed such jobs but did them too, and was judged right the last time, may be asked
     # again (QA Y: a tool fixed and judged right again never was).
     fixed = judged("money_convert", [1.0, 1.0, 1.0], [1.0], right_last=True, successes=[1.0], failures=[1.0, 1.0, 1.0])
