@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -167,3 +168,34 @@ def test_a_call_cancelled_while_no_worker_runs_is_told_revoked_and_a_result_stor
     finally:
         client.close()
         store.close()
+
+
+def test_calls_cancelled_as_soon_as_they_are_sent_are_counted_revoked_and_leave_flight(ledger_pipeline: Pipeline) -> None:
+    """QA 55a L1: of 411 calls a client cancelled right after sending them, 251 were counted in
+    `fittest_calls_total{status="revoked"}`: the worker that dropped the step ended the call only
+    where it found the client's record of it in flight, which the client wrote a moment later, and
+    which then stayed in flight until its due time."""
+    from fittest.client import CallRevoked
+    from workers.metrics import reader_for
+
+    p = ledger_pipeline
+    reader = reader_for(p.settings)
+
+    def revoked_count() -> int:
+        return sum(value for labels, value in reader.counters()["calls"] if labels.get("status") == "revoked")
+
+    before = revoked_count()
+    sent: list[Any] = []
+    for i in range(10):
+        pending = p.client.submit(SCENARIO, {"seconds": 0, "tag": f"cancelled-{i}"})
+        p.client.cancel(pending)
+        sent.append(pending)
+    revoked = 0
+    for pending in sent:
+        try:
+            p.client.result(pending, timeout=60)
+        except CallRevoked:
+            revoked += 1
+    assert revoked >= 5  # most were cancelled before a worker began them
+    p.wait_for(lambda: not any(p.client.in_flight(pending.id) for pending in sent), timeout=30)
+    p.wait_for(lambda: revoked_count() - before == revoked, timeout=30)
