@@ -350,6 +350,8 @@ class ToolRegistry:
         they evolved, written into their files, and a manifest edited in place (a moved service, a
         rotated token) never reached them (QA 55b M2). None: not evolved, a chain this registry
         cannot follow, or one that starts at another kind of tool."""
+        if manifest.parent_version is None:
+            return None
         seen: set[str] = set()
         while manifest.parent_version is not None and manifest.key not in seen:
             seen.add(manifest.key)

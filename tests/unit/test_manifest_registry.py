@@ -391,3 +391,25 @@ def test_a_tool_folder_linked_into_the_tools_directory_is_served_and_a_link_back
     assert sorted(registry.namespaces()) == ["linked", "plain"]
     assert registry.source("linked@1.0.0") == str(tmp_path / "tools" / "linked" / "tool.yaml")
     assert registry.get("linked@1.0.0") is not None
+
+
+def test_the_http_settings_of_an_evolved_version_are_its_chains_http_manifests_as_the_registry_reads_it() -> None:
+    """QA 55b M2: what an evolved version of an http tool calls its parent with (`http_root`)."""
+    from selection.manifest import HttpImplementation, ToolManifest
+
+    http = {"kind": "http", "url": "http://127.0.0.1:9/a", "headers": {"Authorization": "Bearer t"}}
+    wrapper = {"kind": "python", "entrypoint": "w:run"}
+    registry = ToolRegistry()
+    original = ToolManifest(name="gate", description="d", implementation=http)
+    registry.add(original)
+    v11 = ToolManifest(name="gate", version="1.1.0", description="d", implementation=wrapper, parent_version="1.0.0")
+    v12 = ToolManifest(name="gate", version="1.2.0", description="d", implementation=wrapper, parent_version="1.1.0")
+    registry.add(v11)
+    assert registry.http_root(v12) == registry.http_root(v11) == HttpImplementation(**http)
+    assert registry.http_root(original) is None  # not evolved: it runs its own settings
+    orphan = ToolManifest(name="gate", version="2.1.0", description="d", implementation=wrapper, parent_version="2.0.0")
+    assert registry.http_root(orphan) is None  # a chain this registry cannot follow
+    python = ToolManifest(name="py", description="d", implementation={"kind": "python", "entrypoint": "t:run"})
+    registry.add(python)
+    child = ToolManifest(name="py", version="1.1.0", description="d", implementation=wrapper, parent_version="1.0.0")
+    assert registry.http_root(child) is None  # a chain that starts at a python tool
