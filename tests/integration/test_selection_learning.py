@@ -1289,3 +1289,17 @@ def test_a_named_tool_that_matches_the_job_poorly_is_ranked_with_its_own_similar
                                                    filter=VectorFilter(must=[Match(key="name", any_of=["doc_writer"])])))
     assert 0.0 < cosine < rt.settings.min_similarity  # the case: a match under the floor
     assert named.breakdown.similarity == pytest.approx(cosine, abs=1e-3), named.breakdown
+
+
+def test_a_feedback_report_of_a_name_no_tool_has_is_refused_and_of_a_tool_nobody_judged_is_empty(rt, monkeypatch) -> None:
+    """QA 55b L7: `fittest.feedback_report` answered an empty report for a name no tool has, where
+    `fittest feedback show` says there is no such tool: a service could not tell the two apart."""
+    from workers.tasks import feedback
+    from workers.tasks.feedback import feedback_report_task
+
+    monkeypatch.setattr(feedback, "runtime", lambda: rt)
+    reply = feedback_report_task.run(tool="nope_tool")
+    assert reply["status"] == "invalid" and reply["message"] == "no tool named 'nope_tool'"
+    assert [(e["field"], e["type"]) for e in reply["errors"]] == [("tool", "no_such_tool")]
+    report = feedback_report_task.run(tool="weather_now")
+    assert (report["tool"], report["total"], report["entries"]) == ("weather_now", 0, [])

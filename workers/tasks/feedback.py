@@ -9,7 +9,7 @@ from celery_batches import SimpleRequest
 from evolution.models import EvolutionJob, EvolutionRecord
 from pydantic import ValidationError
 
-from selection.models import CallRequest, Candidate, FailureMark, OutcomeRecord, field_errors
+from selection.models import CallRequest, Candidate, FailureMark, FieldError, OutcomeRecord, field_errors
 from workers.app import app
 from workers.payloads import FeedbackReply, FeedbackReportRequest, FeedbackRequest, InvalidReply
 from workers.evolution_jobs import apply_evolution_record, maybe_evolve_for_quality
@@ -163,7 +163,14 @@ def feedback_report_task(**kwargs: Any) -> dict[str, Any]:
         req = FeedbackReportRequest.model_validate(kwargs)
     except ValidationError as exc:
         return InvalidReply.of(exc).model_dump(mode="json")
-    return feedback_report(runtime(), req.tool, req.limit, req.per).model_dump(mode="json")
+    report = feedback_report(runtime(), req.tool, req.limit, req.per)
+    if report.total == 0 and not runtime().registry.versions(req.tool):
+        # QA 55b L7: an empty report, where `fittest feedback show` says there is no such tool: a
+        # service could not tell a tool nobody judged from a name no tool has (a removed tool's
+        # entries are still shown).
+        error = FieldError(field="tool", message=f"no tool named {req.tool!r}", type="no_such_tool")
+        return InvalidReply(errors=[error], message=error.message).model_dump(mode="json")
+    return report.model_dump(mode="json")
 
 
 @app.task(name="fittest.record_evolution", ignore_result=True)  # fire and forget: nobody waits on it
