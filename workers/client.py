@@ -165,8 +165,8 @@ class UnknownCall(LookupError):
     for a day): a result that can never come, which a wait would have waited for to its timeout,
     and then said "it goes on" (QA integrator 2)."""
 
-    def __init__(self, call_id: str) -> None:
-        super().__init__(f"no result for call {call_id}: {UNKNOWN_CALL}")
+    def __init__(self, call_id: str, why: str = UNKNOWN_CALL) -> None:
+        super().__init__(f"no result for call {call_id}: {why}")
         self.call_id = call_id
 
 
@@ -175,10 +175,8 @@ class MisroutedCall(UnknownCall):
     `send_task` that named no queue (workers/default_queue.py). It would never end."""
 
     def __init__(self, call_id: str) -> None:
-        LookupError.__init__(self, f"no result for call {call_id}: its message waits in Celery's default queue "
-                                   f"'{DEFAULT_QUEUE}', which no fittest worker reads; send it again with "
-                                   "send_task(..., queue='selection')")
-        self.call_id = call_id
+        super().__init__(call_id, f"its message waits in Celery's default queue '{DEFAULT_QUEUE}', which no fittest "
+                                  "worker reads; send it again with send_task(..., queue='selection')")
 
 
 def another_tasks_answer(answer: Any) -> bool:

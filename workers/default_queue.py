@@ -19,29 +19,28 @@ DEFAULT_QUEUE = "celery"
 READ_LIMIT = 100
 
 
-def fittest_messages(client: Redis, limit: int = READ_LIMIT) -> list[tuple[str, str]]:
-    """(task, id) of the fittest tasks among the first `limit` messages waiting in the default queue
+def fittest_tasks(client: Redis, limit: int = READ_LIMIT) -> list[str]:
+    """The task names of the fittest messages among the first `limit` waiting in the default queue
     (kombu's Redis transport keeps a queue's messages of priority 0 in a list of its name)."""
     found = []
     for raw in client.lrange(DEFAULT_QUEUE, 0, limit - 1):
         try:
-            headers = json.loads(raw).get("headers") or {}
+            task = str((json.loads(raw).get("headers") or {}).get("task") or "")
         except (ValueError, AttributeError):  # a message not of Celery's protocol: another app's
             continue
-        task = str(headers.get("task") or "")
         if task.startswith("fittest."):
-            found.append((task, str(headers.get("id") or "")))
+            found.append(task)
     return found
 
 
 def misrouted_note(client: Redis) -> str:
     """What `fittest health` says of fittest tasks waiting in the default queue, or "" of none."""
     try:
-        found = fittest_messages(client)
+        found = fittest_tasks(client)
     except RedisError:
         return ""
     if not found:
         return ""
-    tasks = ", ".join(sorted({task for task, _ in found}))
+    tasks = ", ".join(sorted(set(found)))
     return (f"{len(found)} {tasks} message(s) wait in Celery's default queue '{DEFAULT_QUEUE}', which no fittest "
             "worker reads: send_task without queue= sent them (send calls with queue='selection')")
