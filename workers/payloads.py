@@ -22,10 +22,13 @@ def _name_or_namespace(schema: dict[str, Any]) -> None:
     """The schema a service reads says `name` or `namespace`, either one, is required (QA recheck N3:
     it required `name`, where the workers take `namespace` alone), and lists the fields of a call's
     payload it takes too, and no other (QA live F9: a service typing its payload from it could not
-    type `call_id`, `tags`, `context`, `max_attempts` or `min_similarity`, and read other keys as fine)."""
+    type `call_id`, `tags`, `context`, `max_attempts` or `min_similarity`, and read other keys as fine),
+    and that `name` may be NAME@VERSION."""
     required = [r for r in schema.pop("required", []) if r != "name"]
     if required:
         schema["required"] = required
+    # NAME@VERSION names that version, as the workers read it (QA 55b L6: the schema refused it)
+    schema["properties"]["name"]["pattern"] = NAME_PATTERN.removesuffix("$") + r"(@[0-9A-Za-z.+-]+)?$"
     schema["anyOf"] = [{"required": ["name"]}, {"required": ["namespace"]}]
     call = CallRequest.model_json_schema()
     schema["properties"] = {**schema["properties"],

@@ -86,6 +86,12 @@ def test_the_call_tool_schema_takes_its_name_or_its_namespace() -> None:
     assert {"call_id", "tags", "context", "max_attempts", "min_similarity"} <= set(schema["properties"])
     assert schema["additionalProperties"] is False
     assert list(schema["properties"])[:6] == ["name", "input", "version", "use_evolved", "scenario", "namespace"]
+    # NAME@VERSION, as the workers take it (QA 55b L6: the schema's pattern refused it)
+    import re
+
+    pattern = schema["properties"]["name"]["pattern"]
+    assert [bool(re.search(pattern, n)) for n in ("slugify", "slugify@1.2.0", "Slugify", "slugify@")] == [True, True, False, False]
+    assert CallToolPayload.model_validate({"name": "slugify@1.2.0"}).version == "1.2.0"
 
 
 def test_schema_publishes_every_answer_of_a_task_sent_by_name() -> None:
