@@ -39,6 +39,16 @@ def _name_or_namespace(schema: dict[str, Any]) -> None:
     schema["additionalProperties"] = False
 
 
+def _version_named(data: dict[str, Any], field: str) -> dict[str, Any]:
+    """`data` with its `field` given as NAME@VERSION read as NAME, and VERSION as its `version`; a
+    `version` given besides that names another is refused."""
+    name, version = tool_reference(data[field])
+    given = data.get("version")
+    if given is not None and given != version:
+        raise ValueError(f"{field} {data[field]!r} names version {version}, and version {given!r} another: give one")
+    return {**data, field: name, "version": version}
+
+
 class CallToolPayload(BaseModel):
     """Keyword arguments of `fittest.call_tool`. The other fields of `resilient_tool_call`'s payload
     (call_id, tags, context, max_attempts, min_similarity) are accepted too and mean the same (its
@@ -63,12 +73,8 @@ class CallToolPayload(BaseModel):
         if isinstance(data, dict) and "name" not in data and isinstance(data.get("namespace"), str):
             data = {**data, "name": data["namespace"]}
         if isinstance(data, dict) and isinstance(data.get("name"), str) and "@" in data["name"]:
-            name, version = tool_reference(data["name"])
-            given = data.get("version")
-            if given is not None and given != version:
-                raise ValueError(f"name {data['name']!r} names version {version}, and version {given!r} another: give one")
-            data = {**data, "name": name, "version": version,
-                    **({"namespace": name} if data.get("namespace") == data["name"] else {})}
+            split = _version_named(data, "name")
+            data = {**split, **({"namespace": split["name"]} if data.get("namespace") == data["name"] else {})}
         return data
 
     @field_validator("version")
@@ -103,6 +109,15 @@ class FeedbackRequest(BaseModel):
     # outcome gave the version automatically (a success that a person found wrong is not a success).
     # The call must be known (its result stored, or its outcome recorded) and have run the tool.
     call_id: str | None = Field(None, pattern=CALL_ID_PATTERN)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tool_at_version(cls, data: Any) -> Any:
+        """NAME@VERSION names that version, as the client and the CLI take it (QA 55b L6: the task
+        answered "no tool named 'count_vowels@1.0.0'")."""
+        if isinstance(data, dict) and isinstance(data.get("tool"), str) and "@" in data["tool"]:
+            return _version_named(data, "tool")
+        return data
 
     @field_validator("quality", mode="before")
     @classmethod

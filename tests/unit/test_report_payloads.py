@@ -211,3 +211,16 @@ def test_the_workers_refuse_every_number_and_flag_the_schema_refuses() -> None:
                 checked.append(f"{task}.{field}")
     assert {"resilient_tool_call.max_attempts", "resilient_tool_call.use_evolved", "resilient_tool_call.min_similarity",
             "call_tool.use_evolved", "call_tool.max_attempts", "record_feedback.quality", "feedback_report.limit", "recommend.max_rate"} <= set(checked)
+
+
+def test_a_judgement_names_a_version_as_tool_at_version_as_the_client_and_the_cli_do() -> None:
+    """QA 55b L6: `fittest.record_feedback` sent by name answered "no tool named 'count_vowels@1.0.0'",
+    where the client and `fittest feedback add` take NAME@VERSION."""
+    from pydantic import ValidationError
+
+    from workers.payloads import FeedbackRequest
+
+    judged = FeedbackRequest.model_validate({"tool": "count_vowels@1.0.0", "sentiment": "negative"})
+    assert (judged.tool, judged.version) == ("count_vowels", "1.0.0")
+    with pytest.raises(ValidationError, match="names version 1.0.0, and version '2.0.0' another"):
+        FeedbackRequest.model_validate({"tool": "count_vowels@1.0.0", "version": "2.0.0", "sentiment": "negative"})
