@@ -102,6 +102,11 @@ def test_a_tool_whose_manifest_does_not_load_now_is_not_said_to_be_gone(model_pa
     for name in ("nosuch", tools.name, tmp_path.name):  # nor by a folder above the tools directory (QA 51d)
         code, said, _ = fittest("show", name)
         assert code == 2 and "these manifests do not load" not in said, said
+    # NAME@VERSION, as `feedback show` takes it (QA 55b L6: "no tool named 'sort_numbers@1.0.0'")
+    code, said, _ = fittest("show", "sort_numbers@1.0.0", "--json")
+    assert code == 0, said
+    code, said, _ = fittest("show", "sort_numbers@9.9.9")
+    assert code == 2 and "sort_numbers has no version '9.9.9' (it has 1.0.0)" in said, said
 
 
 def test_a_judgement_no_worker_took_in_time_is_never_recorded_so_it_can_be_sent_again(

@@ -15,7 +15,7 @@ from evolution.models import ChangelogEntry, last_removal
 from selection.models import Promotion
 from selection.ports import BreakerState
 from workers.cli.common import (REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, read_answer,
-                                seconds, shortened, waiting_told, when, worker_errors_told)
+                                seconds, shortened, tool_argument, waiting_told, when, worker_errors_told)
 
 if TYPE_CHECKING:
     from evolution.models import EvolutionReport
@@ -185,7 +185,7 @@ def lineage(namespace: str) -> Lineage:
 @app.command()
 @needs_redis
 def show(
-    name: Annotated[str, typer.Argument(help="The namespace (tool name).")],
+    name: Annotated[str, typer.Argument(help="The namespace (tool name); NAME@VERSION shows that version's tool, once it is one of its versions.")],
     events: Annotated[int, typer.Option(min=0, help="Changelog entries to print (newest last); 0: none.")] = 15,
     json_out: JsonOpt = False,
 ) -> None:
@@ -202,7 +202,10 @@ def show(
     parent or the version served before: it serves the calls the version on trial does not);
     rolled_back; not promoted (evolved, never promoted); superseded (another version was promoted
     since)."""
+    name, version = tool_argument(name)  # QA 55b L6: NAME@VERSION, as `feedback show` and `call -n` take it
     data = lineage(name)
+    if version is not None and version not in (known := [v.version for v in data.versions]):
+        fail(f"{name} has no version {version!r}" + (f" (it has {', '.join(known)})" if known else ""), REFUSED)
     if json_out:
         print_json(data.model_dump(mode="json"))
         return
