@@ -43,9 +43,14 @@ def version_dir(evolved_root: Path, name: str, version: str) -> Path:
 def evolved_manifest(parent: ToolManifest, version: str, **changes: object) -> ToolManifest:
     """The parent's manifest as a new version: same capability, new number, parent recorded.
 
-    The tool directory is cleared (the version gets its own folder) and so is `deprecated`.
+    The tool directory is cleared (the version gets its own folder) and so is `deprecated`. An http
+    tool's headers are not copied (a bearer token would be written under the data directory): the
+    version calls with its parent's URL and headers as the parent's manifest reads at each run
+    (`ToolRegistry.http_root`, handed to the runner; QA 55b M2).
     """
     data = parent.model_dump()
     data.update(version=version, parent_version=parent.version, tool_dir=None, evolved_file=None, deprecated=False)
+    if data["implementation"]["kind"] == "http":
+        data["implementation"] = {**data["implementation"], "headers": {}}
     data.update(changes)
     return ToolManifest.model_validate(data)

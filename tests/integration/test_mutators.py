@@ -248,19 +248,27 @@ def test_an_evolved_http_tool_calls_its_parent_as_the_manifest_reads_now_and_kee
                            Evidence(failures=[failing(FailureClass.unavailable, "HTTP 503", x=1)]))
         (candidate,) = proposal.candidates
         evolved = write_version(tmp_path / "data" / "authed_v1_1_0", candidate.manifest, candidate.files)
+        # ...and a version that stays an http tool (a longer timeout): its manifest keeps no header either
+        (longer,) = propose(TimeoutMutator(MutatorConfig()), parent,
+                            Evidence(failures=[failing(FailureClass.timeout, "no result within 10s", x=1)])).candidates
+        patient = write_version(tmp_path / "data" / "authed_v1_2_0",
+                                longer.manifest.model_copy(update={"version": "1.2.0"}), longer.files)
+        assert patient.implementation.kind == "http"
         written = [p for p in (tmp_path / "data").rglob("*") if p.is_file() and b"TOKEN-OLD" in p.read_bytes()]
         assert written == []
         registry = ToolRegistry()
         registry.add(parent, source=tmp_path / "tools" / "authed" / "tool.yaml")
         registry.add(evolved)
-        assert registry.http_root(evolved) == parent.implementation
+        registry.add(patient)
+        assert registry.http_root(evolved) == registry.http_root(patient) == parent.implementation
         # The manifest edited in place: the service moved, the token rotated.
         manifest_file = tmp_path / "tools" / "authed" / "tool.yaml"
         manifest_file.write_text(manifest_file.read_text().replace("/old", "/new").replace("TOKEN-OLD", "TOKEN-NEW"))
         registry.replace(load_manifest(manifest_file), manifest_file)
         now = {"path": "/new", "auth": "Bearer TOKEN-NEW"}
-        ran = run_tool(evolved, {"x": 3}, timeout_s=20, limits=RunLimits(), parent_http=registry.http_root(evolved))
-        assert ran.success and ran.output == {**now, "x": 3}, ran.error_message
+        for version in (evolved, patient):
+            ran = run_tool(version, {"x": 3}, timeout_s=20, limits=RunLimits(), parent_http=registry.http_root(version))
+            assert ran.success and ran.output == {**now, "x": 3}, (version.key, ran.error_message)
         staged = SubprocessSandbox(RunLimits(), registry.http_root).run(evolved, [{"x": 4}], 60)
         assert staged.died is None and staged.results[0].output == {**now, "x": 4}
 

@@ -41,8 +41,9 @@ def run_tool(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float,
     the call replays to the next candidate); an input that is not JSON is bad_input before any
     tool runs. An evolved python version runs in a limited subprocess (workers/runners/isolated.py),
     unless it runs the code of `original`, its namespace's original, unchanged; so does any python
-    tool with `isolated` (an attempt whose worker process died while it ran). `parent_http`: an
-    evolved http tool's parent settings (`Candidate.parent_http`), which only such a subprocess reads.
+    tool with `isolated` (an attempt whose worker process died while it ran). `parent_http`: the
+    URL and headers a version evolved from an http tool calls with (`Candidate.parent_http`): an
+    evolved http version's own, or what its generated wrapper reads in its subprocess.
     """
     started = time.perf_counter()
     try:
@@ -50,6 +51,8 @@ def run_tool(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float,
     except (TypeError, ValueError) as exc:
         outcome = RunOutcome.fail(FailureClass.bad_input, f"input is not JSON-serialisable: {exc}")
     else:
+        if parent_http is not None and isinstance(manifest.implementation, HttpImplementation):
+            manifest = manifest.model_copy(update={"implementation": parent_http})
         in_subprocess = is_isolated(manifest, original) or (isolated and isinstance(manifest.implementation, PythonImplementation))
         runner = partial(run_python_isolated, parent_http=parent_http) if in_subprocess else RUNNERS[manifest.implementation.kind]
         try:
