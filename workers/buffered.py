@@ -84,7 +84,6 @@ class BufferedWrites(Generic[B]):
             if self._flusher is None:
                 self._flusher = threading.Thread(target=self._run, name=f"fittest-{self.name}", daemon=True)
                 self._flusher.start()
-                atexit.register(self._flush_at_exit)
                 _started.add(self)
         if urgent:
             self._wake.set()
@@ -127,14 +126,6 @@ class BufferedWrites(Generic[B]):
                 raise
             self._sent(batch)
 
-    def _flush_at_exit(self) -> None:
-        """The last flush, in one line when Redis does not answer: a process that handled
-        FittestUnavailable and exits printed a 30-line traceback (QA AE)."""
-        try:
-            self.flush()
-        except RedisError as exc:
-            log.warning("%s not flushed at exit (Redis did not take it): %s", self.name, exc)
-
     def _next_batch(self) -> tuple[B, str] | None:
         with self._lock:
             if self._pid != os.getpid():
@@ -155,25 +146,41 @@ class BufferedWrites(Generic[B]):
 END_FLUSH_S = 30.0  # how long a process's end waits for its buffers: a client's ride-out of a Redis restart
 
 
-@worker_process_shutdown.connect
-def flush_all(**_: Any) -> None:
-    """Send what every buffer of this process holds: a pool process ends with os._exit, which
-    atexit never sees. The buffers are sent side by side, so a Redis that is down holds the end
-    for one client's ride-out of a restart, not one per buffer (3 buffers took 90 s one by one)."""
+def flush_side_by_side(buffers: list[BufferedWrites], within_s: float, when: str) -> None:
+    """Send what each of `buffers` holds, each on a thread of its own, waiting at most `within_s`
+    for them all; a buffer Redis did not take keeps its writes, for its flusher to send when Redis
+    answers, and is named in one line (`when`: "as the process ends"), not a traceback (QA AE: a
+    client that handled FittestUnavailable and exited printed 30 lines)."""
     def flush(buffered: BufferedWrites) -> None:
         try:
             buffered.flush()
         except RedisError as exc:
-            log.warning("%s not flushed as the process ends: %s", buffered.name, exc)
+            log.warning("%s not flushed %s: %s", buffered.name, when, exc)
 
-    senders = [threading.Thread(target=flush, args=(b,), name=f"fittest-end-{b.name}", daemon=True)
-               for b in list(_started)]
-    for sender in senders:
-        sender.start()
-    deadline = time.monotonic() + END_FLUSH_S
+    senders = [threading.Thread(target=flush, args=(b,), name=f"fittest-end-{b.name}", daemon=True) for b in buffers]
+    try:
+        for sender in senders:
+            sender.start()
+    except RuntimeError:  # no new thread at the interpreter's shutdown (Python 3.12+): one by one, then
+        for buffered in buffers:
+            flush(buffered)
+        return
+    deadline = time.monotonic() + within_s
     for sender in senders:
         sender.join(max(0.0, deadline - time.monotonic()))
     for sender in senders:
         if sender.is_alive():
-            log.warning("%s not flushed as the process ends: Redis did not answer in %.0f s",
-                        sender.name.removeprefix("fittest-end-"), END_FLUSH_S)
+            log.warning("%s not flushed %s: Redis did not answer in %.0f s", sender.name.removeprefix("fittest-end-"),
+                        when, within_s)
+
+
+@worker_process_shutdown.connect
+def flush_all(**_: Any) -> None:
+    """Send what every buffer of this process holds, as the process ends: at exit, and in a pool
+    process, which ends with os._exit that atexit never sees. The buffers are sent side by side, so
+    a Redis that is down holds the end for one client's ride-out of a restart, not one per buffer
+    (3 buffers took 90 s one by one, in a pool process and at a client's exit)."""
+    flush_side_by_side(list(_started), END_FLUSH_S, "as the process ends")
+
+
+atexit.register(flush_all)

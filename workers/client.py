@@ -33,6 +33,7 @@ from redis.exceptions import OutOfMemoryError, RedisError
 
 from selection.models import CallResult
 from workers.default_queue import DEFAULT_QUEUE
+from workers.buffered import flush_side_by_side
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.redis_connection import redis_client
 from workers.result_backend import REDIS_AWAY, Outage, waiting_backend_url
@@ -71,6 +72,9 @@ KNOWN_LOOK_S = 10.0
 UNKNOWN_CONFIRM_S = 0.5
 # The least timeout handed to Celery's get(), which reads 0 as "no timeout".
 MIN_GET_TIMEOUT_S = 0.001
+# How long `close` waits for the calls sent to be recorded as in flight: a Redis that answers
+# takes them in milliseconds; one that does not has them sent by the buffer's flusher later.
+CLOSE_FLUSH_S = 5.0
 
 
 _IN_FLIGHT: dict[tuple[str, str], InflightCalls] = {}
@@ -516,10 +520,10 @@ class CallSender:
         return result.get(timeout=max(timeout, MIN_GET_TIMEOUT_S))
 
     def close(self) -> None:
-        """Write the calls sent but not yet recorded as in flight, and release the broker and
-        backend connections."""
-        try:
-            self._inflight.flush()
-        except RedisError as exc:  # Redis away: those calls are covered as foreign ones are
-            log.warning("calls sent but not recorded as in flight: %s", exc)
+        """Write the calls sent but not yet recorded as in flight, waiting CLOSE_FLUSH_S at most,
+        and release the broker and backend connections. A Redis that does not answer keeps them
+        in this process's buffer, sent when it answers or as the process ends (END_FLUSH_S): a
+        `with FittestClient(...)` whose wait raised FittestUnavailable held the exception ~30 s
+        more on its way out, riding out the restart again here."""
+        flush_side_by_side([self._inflight], CLOSE_FLUSH_S, "as the client closes")
         self.celery.close()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import weakref
+from pathlib import Path
 
 import pytest
 import redis
@@ -106,11 +110,31 @@ def test_a_process_ends_waiting_for_its_buffers_side_by_side_not_one_by_one(monk
     assert said == ["marks not flushed as the process ends: Redis does not answer"] * 3, said
 
 
-def test_the_last_flush_at_exit_says_in_one_line_that_redis_did_not_take_it(caplog: pytest.LogCaptureFixture, run_prefix: str) -> None:
+def test_the_last_flush_at_exit_says_in_one_line_that_redis_did_not_take_it(monkeypatch: pytest.MonkeyPatch,
+                                                                          caplog: pytest.LogCaptureFixture, run_prefix: str) -> None:
     """QA AE: a client that handled FittestUnavailable and exited printed a 30-line traceback from
     the atexit flush."""
+    from workers import buffered
+
+    monkeypatch.setattr(buffered, "_started", weakref.WeakSet())  # this test's buffer only
     marks = Marks(redis.Redis(port=1, socket_connect_timeout=0.1, retry=Retry(NoBackoff(), 0)), run_prefix)
+    marks.flush_interval_s = 3600  # the process's end sends it, not its flusher
     marks.add("kept")
     with caplog.at_level("WARNING", logger="fittest.buffered"):
-        marks._flush_at_exit()  # what atexit runs: no exception out of it
-    assert any(r.getMessage().startswith("marks not flushed at exit (Redis did not take it): ") for r in caplog.records)
+        buffered.flush_all()  # what atexit runs: no exception out of it
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("marks not flushed")]
+    assert len(said) == 1 and said[0].startswith("marks not flushed as the process ends: Error "), said
+
+
+def test_what_a_process_buffered_in_its_last_interval_is_sent_as_it_exits(redis_client: redis.Redis, redis_url: str,
+                                                                           run_prefix: str) -> None:
+    """A client process that exits before its flusher's next interval sends its writes at exit."""
+    code = textwrap.dedent(f"""
+        import redis
+        from tests.integration.test_buffered_writes import Marks
+        marks = Marks(redis.Redis.from_url({redis_url!r}), {run_prefix!r})
+        marks.flush_interval_s = 3600
+        marks.add("sent at exit")
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60, cwd=Path(__file__).parents[2])
+    assert redis_client.exists(f"{run_prefix}sent at exit")

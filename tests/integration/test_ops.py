@@ -97,13 +97,15 @@ def test_a_call_shows_in_metrics_and_in_the_json_attempt_log(pipeline, cli) -> N
         result = client.run("parse this csv text into rows", input={"text": "a,b\n1,2\n"}, namespace="csv_lenient")
     assert isinstance(result, CallResult) and result.status == "success" and result.tool == "csv_lenient"
 
+    # Each worker flushes its own counters: the memory worker's selection may land after the
+    # executor's attempt (it did once, in CI), so both are waited for.
     def counted() -> bool:
         text = cli("metrics", "--once").output
-        return 'fittest_attempts_total{error_class="",outcome="success",tool="csv_lenient",version="1.0.0"}' in text
+        return ('fittest_attempts_total{error_class="",outcome="success",tool="csv_lenient",version="1.0.0"}' in text
+                and 'fittest_selections_total{outcome="ranked",policy=' in text)
 
     pipeline.wait_for(counted)
     text = cli("metrics", "--once").output
-    assert 'fittest_selections_total{outcome="ranked",policy=' in text
     assert 'fittest_queue_length{priority="0",queue="execution"}' in text
 
     log = (pipeline.stack.log_dir / "executor.log").read_text()

@@ -24,7 +24,10 @@ from celery import Celery
 from selection.manifest import load_manifest
 from selection.models import CallPlan, CallRequest, Candidate, Severity
 from selection.quality import apply_failure_bp, bp_to_quality, quality_to_bp
-from tests.integration.conftest import Pipeline, pipeline_running
+from tests.integration.conftest import Pipeline
+from tests.integration.delivery import (BRITTLE, NAP, TOOLS, VISIBILITY_S, assert_one_delivery, breaker_opened_then_closed,
+                                        foreign_sender, nap_call, nap_pipeline, nap_then_brittle, restart_executor,
+                                        runs, wait_runs)
 from workers.metrics import UNACKED_KEY, reader_for
 from workers.rescue import resend
 from workers.redis_connection import redis_client
@@ -34,21 +37,11 @@ from workers.attempt_deaths import CRASH_AFTER_DEATHS, PROBE_CRASH_AFTER_DEATHS
 
 pytestmark = pytest.mark.slow
 
-TOOLS = Path(__file__).parent / "reliability_tools"
-NAP = "nap@1.0.0"
-BRITTLE = "brittle@1.0.0"
-VISIBILITY_S = 12  # > FITTEST_MAX_TIMEOUT_S: how long a crashed worker's message stays with it
-
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_path: Path) -> Iterator[Pipeline]:
     try:
-        with pipeline_running(
-            tmp_path_factory.mktemp("delivery"), redis_url, model_path, TOOLS, roles=("memory", "executor"),
-            FITTEST_EVOLUTION_ENABLED="false", FITTEST_MIN_TIMEOUT_S="8", FITTEST_MAX_TIMEOUT_S="8",
-            FITTEST_VISIBILITY_TIMEOUT_S=str(VISIBILITY_S),
-        ) as p:  # a first call loads the model and the store, so no test below waits on that
-            assert p.call(scenario="take a nap", namespace="nap", input={}, timeout=180)["status"] == "success"
+        with nap_pipeline(tmp_path_factory.mktemp("delivery"), redis_url, model_path) as p:
             yield p
     finally:
         client = redis.Redis.from_url(redis_url)  # what sending to PARKED declared (no worker reads it)
@@ -56,39 +49,11 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, model_pat
         client.close()
 
 
-def runs(log: Path) -> list[int]:
-    """The pids of every run of `nap` that logged to `log` (one line each, written before it sleeps)."""
-    return [int(line) for line in log.read_text().split()] if log.exists() else []
-
-
-def wait_runs(p: Pipeline, log: Path, n: int, timeout: float = 90) -> list[int]:
-    p.wait_for(lambda: len(runs(log)) >= n, timeout=timeout)
-    return runs(log)
-
-
-def assert_one_delivery(p: Pipeline, key: str, successes: int, failures: int, quality: float) -> None:
-    """Counters settle (the feedback queue has caught up) at exactly these values and stay there."""
-    p.wait_for(lambda: (lambda s: (s.successes, s.failures) == (successes, failures))(p.state().stats([key])[key]), timeout=60)
-    p.settled()  # every message taken and acknowledged: a second application, a redelivery's too, has landed
-    stats = p.state().stats([key])[key]
-    assert (stats.successes, stats.failures, round(stats.quality, 4)) == (successes, failures, quality)
-
-
 def redeliveries(p: Pipeline, outcome: str, by: str = "broker") -> int:
     """Attempts the broker gave back (or the rescue sweep sent again) that ran again or were
     ignored (`fittest metrics`)."""
     rows = reader_for(p.settings).counters().get("redelivered_steps", [])
     return sum(n for labels, n in rows if labels == {"task": "fittest.execute", "by": by, "outcome": outcome})
-
-
-def restart_executor(p: Pipeline) -> None:
-    p.stack.start_roles(["executor"])
-    p.stack.wait_for_workers(["executor"])
-
-
-def nap_call(p: Pipeline, log: Path, ms: int, **extra: object):
-    return p.client.send("resilient_tool_call", scenario="take a nap and report the process id", namespace="nap",
-                         version="1.0.0", max_attempts=1, input={"ms": ms, "log": str(log), **extra})
 
 
 def test_killed_pool_process_attempt_is_taken_over(pipeline: Pipeline, tmp_path: Path) -> None:
@@ -157,27 +122,6 @@ def test_an_attempt_delivered_twice_applies_its_effects_once(pipeline: Pipeline,
     assert ranked["ranking"][0]["breakdown"]["similar_failures"] == 1  # one failure record, not two
 
 
-def nap_then_brittle(scenario: str, log: Path, **input: object) -> dict[str, Any]:
-    """A plan whose first candidate is `nap` (told what to do by `input`) and whose second,
-    `brittle`, answers any input without "fail"."""
-    request = CallRequest(scenario=scenario, namespace="nap", max_attempts=2, input={"log": str(log), **input})
-    candidates = [Candidate(key=NAP, manifest=load_manifest(TOOLS / "nap" / "tool.yaml"), score=1.0),
-                  Candidate(key=BRITTLE, manifest=load_manifest(TOOLS / "brittle" / "tool.yaml"), score=0.9)]
-    return CallPlan(request=request, candidates=candidates).model_dump(mode="json")
-
-
-def breaker_opened_then_closed(p: Pipeline, key: str) -> None:
-    """A version whose tool killed the process running it has its breaker opened at once, whatever
-    the threshold (each call of it would cost a process again); closed here for the tests after."""
-    _, breakers = p.state().stats_and_breakers([key])
-    assert breakers[key] == "open", breakers
-    client = redis_client(p.settings)
-    try:
-        client.delete(f"{p.settings.key_prefix}breaker:{key}")
-    finally:
-        client.close()
-
-
 def executed(p: Pipeline, plan: dict[str, Any], resent: bool = False) -> dict[str, Any]:
     """The result of a `nap_then_brittle` plan's execute step, sent as a foreign client would (with
     `resent`, as the rescue sweep sends a step again, a delivery that reads its attempt's deaths):
@@ -194,12 +138,6 @@ def executed(p: Pipeline, plan: dict[str, Any], resent: bool = False) -> dict[st
         sender.close()
     assert result["status"] == "success" and result["tool"] == "brittle", result
     return result
-
-
-def foreign_sender(p: Pipeline) -> Celery:
-    sender = Celery("foreign", broker=p.settings.redis_url, backend=p.settings.redis_url)
-    sender.conf.update(task_serializer="json", accept_content=["json"], result_accept_content=["json"])
-    return sender
 
 
 @pytest.mark.parametrize("die", ["exit", "segfault"])
@@ -370,130 +308,6 @@ def test_a_tool_that_kills_its_worker_beside_another_call_is_a_crash_and_the_oth
     try:
         assert RunMarks(client, p.settings.key_prefix).killer(NAP)  # its probes run isolated
         client.delete(f"{p.settings.key_prefix}breaker:{NAP}", f"{p.settings.key_prefix}inflight:killer:{NAP}")
-    finally:
-        client.close()
-
-
-def test_a_tool_that_sends_sigterm_to_its_executors_group_stops_it_warm_and_the_call_beside_it_succeeds(
-        pipeline: Pipeline, tmp_path: Path) -> None:
-    """QA 49: a tool that SIGTERMs its executor's process group killed the pool processes as well as
-    starting the executor's warm shutdown; the call running beside it, and its own, ended a `crash`
-    after two such deaths, and an innocent tool's breaker opened. The pool processes outlive a
-    SIGTERM that came to the whole group: the warm shutdown lets both tasks finish."""
-    p, nap_log, term_log = pipeline, tmp_path / "nap.log", tmp_path / "term.log"
-    p.settled()
-    before = p.state().stats([NAP])[NAP]
-    beside = nap_call(p, nap_log, 4000)
-    wait_runs(p, nap_log, 1)
-    term = nap_call(p, term_log, 300, die="group")
-    assert p.stack.procs["executor"].wait(timeout=60) == 0  # stopped warm, once its tasks were done
-    restart_executor(p)
-    for sent, log in ((beside, nap_log), (term, term_log)):
-        result = p.client.wait(sent, 60)
-        assert result["status"] == "success" and not result["attempts"][0]["isolated"], result
-        assert len(runs(log)) == 1  # ran once, to its end
-    p.settled()
-    after = p.state().stats([NAP])[NAP]
-    assert (after.successes, after.failures) == (before.successes + 2, before.failures)
-    assert p.state().stats_and_breakers([NAP])[1][NAP] == "closed"
-    said = (p.stack.log_dir / "executor.log").read_text()
-    assert "SIGTERM came to the whole worker, which stops warm: its task goes on" in said
-
-
-@pytest.mark.parametrize(("first", "after_s", "then"), [
-    # within GROUP_WINDOW_S (review 51: the task ran on to its end; past it, review 50's case, the
-    # same note ends it)
-    ("group SIGTERM", 0.3, signal.SIGQUIT),
-    ("Ctrl-C", 0.3, signal.SIGINT),  # a second Ctrl-C at once, as people force a stop (review 51)
-])
-def test_a_cold_shutdown_after_a_warm_one_stops_the_task_that_outlived_it(
-        pipeline: Pipeline, tmp_path: Path, first: str, after_s: float, then: signal.Signals) -> None:
-    """Review 50: once a warm shutdown was noted, a pool process outlived every later SIGTERM, the
-    cold shutdown's terminate among them (a second Ctrl-C, or SIGQUIT after SIGTERM): the task ran
-    on to its end. Only a SIGTERM within moments of a warm shutdown begun by SIGTERM is the
-    group's, and only until a cold shutdown is noted."""
-    p, log = pipeline, tmp_path / "runs.log"
-    p.settled()
-    logged = len((p.stack.log_dir / "executor.log").read_text())
-    sent = nap_call(p, log, 7000)
-    wait_runs(p, log, 1)
-    executor = p.stack.procs["executor"]
-    if first == "Ctrl-C":
-        os.killpg(executor.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the group: the pool ignores it
-    else:
-        os.killpg(executor.pid, signal.SIGTERM)  # to the whole group: the pool process outlives it
-    time.sleep(after_s)
-    assert executor.poll() is None  # stopping warm: its task goes on
-    os.kill(executor.pid, then)  # the cold shutdown: its terminate stops the task
-    try:
-        executor.wait(timeout=3.5)  # the nap had over 4 s to go
-    finally:
-        executor.wait(timeout=30)
-        restart_executor(p)
-    said = (p.stack.log_dir / "executor.log").read_text()[logged:]
-    outlived = said.count("SIGTERM came to the whole worker, which stops warm: its task goes on")
-    # (the cold shutdown is noted before its terminate: ColdNotingConsumer)
-    assert outlived == (0 if first == "Ctrl-C" else 1), said
-    result = p.client.wait(sent, VISIBILITY_S + 90)
-    assert result["status"] == "success", result
-    assert len(runs(log)) == 2  # stopped, then run again, in full
-
-
-def test_a_worker_killed_as_it_stops_charges_no_death_to_the_tool_it_ran(pipeline: Pipeline, tmp_path: Path) -> None:
-    """QA 49 recheck R1: `fittest up` stops a role with SIGTERM to its group, then SIGKILL 5 s later;
-    a tool still running then (its pool process outlives the group's SIGTERM) had its worker's death
-    counted against it, as if it had killed the worker. The stop's kill is nobody's doing: the
-    attempt runs again, in its pool, as the first time."""
-    p, log = pipeline, tmp_path / "runs.log"
-    p.settled()
-    before = p.state().stats([NAP])[NAP]
-    sent = nap_call(p, log, 6500)  # within its timeout, and running 5 s after the stop began
-    wait_runs(p, log, 1)
-    executor = p.stack.procs["executor"]
-    os.killpg(executor.pid, signal.SIGTERM)  # as honcho stops a role
-    time.sleep(5)
-    os.killpg(executor.pid, signal.SIGKILL)  # as honcho does to one still running 5 s later
-    assert executor.wait(timeout=30) == -signal.SIGKILL
-    restart_executor(p)
-    result = p.client.wait(sent, VISIBILITY_S + 90)
-    assert result["status"] == "success" and not result["attempts"][0]["isolated"], result
-    assert len(runs(log)) == 2  # killed, then run again, in full
-    client = redis_client(p.settings)
-    try:
-        assert InflightCalls(client, p.settings.key_prefix).deaths(f"{result['call_id']}:0").count == 0
-    finally:
-        client.close()
-    p.settled()
-    after = p.state().stats([NAP])[NAP]
-    assert (after.successes, after.failures) == (before.successes + 1, before.failures)
-    assert "ran in a worker killed as it stopped: not counted" in (p.stack.log_dir / "executor.log").read_text()
-
-
-def test_a_tool_that_stops_its_worker_and_then_kills_it_ends_a_crash(pipeline: Pipeline, tmp_path: Path) -> None:
-    """QA 49 recheck 2: a tool that SIGTERMs its executor's group (its worker begins to stop) and
-    then kills the worker was never charged a death, each kill taken for a stop's: it killed the
-    executor every 10 s, for ever. A stop's kill is let go once per attempt."""
-    p, log = pipeline, tmp_path / "runs.log"
-    plan = nap_then_brittle("a nap that stops its worker, then kills it", log, die="group, then parent", ms=200)
-    sender = foreign_sender(p)
-    try:
-        pending = sender.send_task("fittest.execute", args=[plan, 0], queue="execution")
-        deadline = time.monotonic() + 4 * VISIBILITY_S + 120
-        while not pending.ready():
-            assert time.monotonic() < deadline, f"still running after {len(runs(log))} runs"
-            if p.stack.procs["executor"].poll() is not None:
-                restart_executor(p)  # as `fittest up` does
-            time.sleep(0.5)
-        result = pending.get(timeout=10)
-    finally:
-        sender.close()
-    first = result["attempts"][0]
-    assert first["error_class"] == "crash" and result["tool"] == "brittle", result
-    assert len(runs(log)) <= 1 + 1 + CRASH_AFTER_DEATHS, runs(log)  # the stop let go once, then its deaths
-    breaker_opened_then_closed(p, NAP)
-    client = redis_client(p.settings)
-    try:
-        client.delete(f"{p.settings.key_prefix}inflight:killer:{NAP}")
     finally:
         client.close()
 
@@ -670,23 +484,3 @@ def test_a_step_delivered_again_whose_hand_on_record_was_lost_runs(pipeline: Pip
     assert result["status"] == "success" and [a["version"] for a in result["attempts"]] == ["1.0.0"], result
     p.wait_for(lambda: redeliveries(p, "ran") == ran + 1, timeout=10)  # the metrics are buffered
     assert redeliveries(p, "ignored") == ignored and len(runs(log)) == 1
-
-
-def test_sigterm_lets_running_attempts_finish_and_returns_the_rest(pipeline: Pipeline, tmp_path: Path) -> None:
-    p, log = pipeline, tmp_path / "runs.log"
-    p.settled()  # the bookkeeping of earlier calls is applied before the counters are read
-    before = p.state().stats([NAP])[NAP]
-    sent = [nap_call(p, log, 3000, n=i) for i in range(4)]
-    wait_runs(p, log, 2)  # both pool processes busy; two calls wait in the queue
-    proc = p.stack.procs["executor"]
-    started = time.monotonic()
-    p.stack.stop("executor", signal.SIGTERM, timeout=30)
-    stopped_in = time.monotonic() - started
-    assert proc.returncode == 0  # a warm shutdown, not the kill after the timeout
-    assert stopped_in < 3 + 8  # the running naps' rest, well within their 8 s hard timeout
-    assert len(runs(log)) == 2  # nothing else was started
-    restart_executor(p)
-    results = [p.client.wait(s, 60) for s in sent]
-    assert [r["status"] for r in results] == ["success"] * 4
-    assert len(runs(log)) == 4  # each call ran exactly once
-    assert_one_delivery(p, NAP, before.successes + 4, before.failures, before.quality)
