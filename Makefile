@@ -10,7 +10,7 @@ ifneq ($(wildcard $(MODEL_DIR)/model.onnx),)
 export FITTEST_EMBEDDING_MODEL_PATH ?= $(MODEL_DIR)
 endif
 
-.PHONY: install demo test typecheck test-fast up clean bench-selection bench-supervised bench-evolution
+.PHONY: install demo test typecheck test-fast test-durations up clean bench-selection bench-supervised bench-evolution
 
 # pip compiles the installed modules one at a time (24 of the install's 48 s here); compileall
 # does it in a process per core (14 s). The bytecode is kept for shells that set
@@ -51,6 +51,10 @@ test: $(STAMP) typecheck
 # The type hints are checked, as the code's reader relies on them (pyproject.toml's [tool.mypy]).
 typecheck: $(STAMP)
 	$(BIN)/python -m mypy
+
+# Each test file's seconds, into tests/durations.json: the longest files are handed out first.
+test-durations: $(STAMP)
+	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --store-durations
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" -q -x

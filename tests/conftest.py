@@ -7,6 +7,8 @@ own key and collection prefix and removes only those.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
 import signal
@@ -35,12 +37,49 @@ SHARED_MODEL = ROOT.parent / "shared" / "models" / "all-MiniLM-L6-v2-onnx"
 EXAMPLE_TOOLS = ROOT / "examples" / "tools"
 
 
+# Each test file's seconds (setup, call and teardown of its tests, in one process), as `make
+# test-durations` last measured them: what orders the files of a run.
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--store-durations", action="store_true",
+                     help=f"write the seconds of each test file run to {DURATIONS.name}, which orders the files of later runs")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("store_durations") and not hasattr(config, "workerinput"):  # pytest-xdist's controller
+        config.pluginmanager.register(FileDurations(), "file-durations")
+
+
+class FileDurations:
+    """Adds up the seconds of each file's tests as their reports come in, and writes them at the end."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        path = report.nodeid.partition("::")[0]
+        self.seconds[path] = self.seconds.get(path, 0.0) + report.duration
+
+    def pytest_sessionfinish(self) -> None:
+        """The files this session ran replace their entries; those of files still there that it did
+        not run stay (a run of a few files keeps the others' seconds)."""
+        known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+        merged = {**known, **{p: round(s, 1) for p, s in self.seconds.items()}}
+        DURATIONS.write_text(json.dumps({p: merged[p] for p in sorted(merged) if (ROOT / p).exists()}, indent=1) + "\n")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow chaos and bench smoke tests go last, so a quick failure shows early. `make test`
-    runs both in one session with `--no-loadscope-reorder`, so pytest-xdist hands the files out in
-    this order and a slow file starts as soon as a process is free, not after the slowest fast file
-    of another process has ended."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
+    """The slow chaos and bench smoke tests go last, so a quick failure shows early; within each
+    group the longest files go first (DURATIONS; a file it does not know yet, first of all), so no
+    long file is handed out last to end the session alone (the 176 s delivery file ended it ~90 s
+    after the other processes). `make test` runs both groups in one session with
+    `--no-loadscope-reorder`, so pytest-xdist hands the files out in this order, each to the next
+    process that is almost free."""
+    seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is not None,
+                                 -seconds.get(item.nodeid.partition("::")[0], math.inf)))
 
 
 def free_port() -> int:
