@@ -32,8 +32,8 @@ from redis import Redis
 from redis.exceptions import OutOfMemoryError, RedisError
 
 from selection.models import CallResult
-from workers.default_queue import DEFAULT_QUEUE
 from workers.buffered import flush_side_by_side
+from workers.default_queue import DEFAULT_QUEUE
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.redis_connection import redis_client
 from workers.result_backend import REDIS_AWAY, Outage, waiting_backend_url
