@@ -60,13 +60,17 @@ class EvolutionUnavailable(ValueError):
 
 
 def pattern_text(failures: list[FailedRun], fallback: str) -> str:
-    """The failure in words, as embedded for the evolution pattern (class and message)."""
+    """The failure in words, as embedded for the evolution pattern: the most frequent class and its
+    most frequent message, ties broken by name, not by the failures' order. Taken first-come, the
+    same failures in another order made another pattern, too unlike the one a mutation failed for
+    to skip it again (QA 55b L4: a failed mutation was made again 8 s after one was skipped)."""
     if not failures:
         return fallback
     classes = Counter(f.error_class for f in failures)
-    top = classes.most_common(1)[0][0]
-    message = next(f.error_message for f in failures if f.error_class is top)
-    return f"{top.value}: {message[:400]}"
+    top = min(classes, key=lambda c: (-classes[c], c.value))
+    messages = Counter(f.error_message[:400] for f in failures if f.error_class is top)
+    message = min(messages, key=lambda m: (-messages[m], m))
+    return f"{top.value}: {message}"
 
 
 def call_failures(plan: CallPlan, served: str | None) -> tuple[str, str | None, list[FailedRun]]:

@@ -4,6 +4,7 @@ description variants."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from selection.models import CallRequest, FailureClass, Promotion
 from selection.registry import ToolRegistry
 from selection.ports import VectorHit
 from selection.serving import ServedVersions
-from workers.evolution_jobs import failed_mutations
+from workers.evolution_jobs import failed_mutations, pattern_text
 from workers.runners import RunOutcome
 
 
@@ -149,6 +150,19 @@ def test_a_mutation_that_failed_for_a_reason_of_its_own_predicts_any_similar_fai
     assert failing_on(MANY, earlier=[own]).failed_before("timeout", LONGER, 0.95) is None  # not similar enough
     assert failing_on(MANY, earlier=[own]).failed_before("timeout", "timeout_s 1s → 8s", 0.85) is None
     assert failing_on(MANY, earlier=[own]).failed_before("code", LONGER, 0.85) is None
+
+
+def test_the_failure_pattern_of_the_same_failures_is_the_same_in_any_order() -> None:
+    """QA 55b L4: the pattern was the first failure's message; the same failures in another order
+    made a pattern unlike the one a mutation failed for, and it was made again."""
+    failures = [FailedRun(version="1.0.0", input={"n": i}, error_class=c, error_message=m) for i, (c, m) in enumerate([
+        (FailureClass.bad_input, "KeyError: 'numbers'"), (FailureClass.timeout, "no result within 2s"),
+        (FailureClass.bad_input, "TypeError: bad operand"), (FailureClass.bad_input, "KeyError: 'numbers'"),
+        (FailureClass.timeout, "no result within 2s")])]
+    patterns = {pattern_text(order, "") for order in itertools.permutations(failures)}
+    assert patterns == {"bad_input: KeyError: 'numbers'"}  # the most frequent class, and its most frequent message
+    tied = [failures[1], failures[2]]  # one of each class: the tie goes by the class's name
+    assert pattern_text(tied, "") == pattern_text(tied[::-1], "") == "bad_input: TypeError: bad operand"
 
 
 class ScriptedSandbox:
