@@ -162,6 +162,11 @@ def _check_paths(manifest: ToolManifest, source: str | Path) -> None:
                     raise ManifestError(source, field, f"'{arg}' leads outside the tool directory {root}")
                 if not target.exists():
                     raise ManifestError(source, field, f"'{arg}': {target} does not exist")
+                if i == 0 and target.is_file() and not os.access(target, os.X_OK):
+                    # Every call failed "Permission denied" until an evolution's copy of the file,
+                    # made executable, ran (QA 55b L3: the changelog credited the retry mutator).
+                    raise ManifestError(source, field, f"'{arg}': {target} is the program to run and is not executable "
+                                                       f"(chmod +x it, or name its interpreter first: [\"{{python}}\", \"{arg}\"])")
 
     if manifest.evolved_file is not None:
         target = root / manifest.evolved_file  # an absolute evolved_file replaces root here

@@ -151,6 +151,19 @@ def test_executable_paths_must_stay_in_the_tool_directory(tmp_path: Path, argv: 
     assert error.field == "implementation.argv.1" and reason in error.reason
 
 
+def test_a_program_in_the_tool_directory_that_is_not_executable_is_refused(tmp_path: Path) -> None:
+    """QA 55b L3: every call failed "Permission denied" until an evolution copied the script
+    executable, and the changelog credited the retry mutator."""
+    path = write_tool(tmp_path, "t", executable_tool(["{tool_dir}/run.sh", "{tool_dir}/data.txt"]),
+                      {"run.sh": "#!/bin/sh\ncat\n", "data.txt": ""})
+
+    refused = ToolRegistry.load([tmp_path])
+    (error,) = refused.errors
+    assert error.field == "implementation.argv.0" and "is not executable (chmod +x it" in error.reason, error
+    (path.parent / "run.sh").chmod(0o755)  # its arguments need not be executable: only the program
+    assert ToolRegistry.load([tmp_path]).namespaces() == ["exe"]
+
+
 def test_paths_inside_the_tool_directory_are_accepted(tmp_path: Path) -> None:
     argv = ["/usr/bin/env", "{python}", "{tool_dir}/run.py", "--lib={tool_dir}/lib", "{tool_dir}/lib/link.py", "{tool_dir}"]
     path = write_tool(tmp_path, "t", executable_tool(argv), {"run.py": "", "lib/helper.py": ""})
