@@ -159,7 +159,7 @@ def test_the_failure_pattern_of_the_same_failures_is_the_same_in_any_order() -> 
         (FailureClass.bad_input, "KeyError: 'numbers'"), (FailureClass.timeout, "no result within 2s"),
         (FailureClass.bad_input, "TypeError: bad operand"), (FailureClass.bad_input, "KeyError: 'numbers'"),
         (FailureClass.timeout, "no result within 2s")])]
-    patterns = {pattern_text(order, "") for order in itertools.permutations(failures)}
+    patterns = {pattern_text(list(order), "") for order in itertools.permutations(failures)}
     assert patterns == {"bad_input: KeyError: 'numbers'"}  # the most frequent class, and its most frequent message
     tied = [failures[1], failures[2]]  # one of each class: the tie goes by the class's name
     assert pattern_text(tied, "") == pattern_text(tied[::-1], "") == "bad_input: TypeError: bad operand"
