@@ -421,8 +421,9 @@ def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list
     other = second_opinion(request, ranked, evidence, half_open)
     if other is not None:
         if drawn(f"second_opinion:{ranked[0].key}"):
-            return tried_first(ranked, other, share, "in place of a tool whose outputs people judged wrong on such jobs",
-                               "second_opinion")
+            # of the calls that serve its version (QA 56a M1: each side of a trial was logged 0.25)
+            return tried_first(ranked, other, share * _serves(ranked, other),
+                               "in place of a tool whose outputs people judged wrong on such jobs", "second_opinion")
         return passed_over(ranked, other, share)
     served = served or ServedVersions()
     again = best_match_again(request, ranked, evidence, best, half_open, served.replaced)
@@ -443,9 +444,14 @@ def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list
     if every or drawn(f"best_match_again:{ranked[0].key}"):
         if firsts is not None:
             probability = firsts.get(again.key, 0.0)
-        else:  # of the calls that serve its version: a trial's share of them, as `served_first` noted
-            chosen = next((c for c in ranked if c.key == again.key), None)
-            serves = chosen.breakdown.extra.get("trial_share", 1.0) if chosen is not None and chosen.breakdown is not None else 1.0
-            probability = (1.0 if every else share) * serves
+        else:
+            probability = (1.0 if every else share) * _serves(ranked, again.key)
         return tried_first(ranked, again.key, probability, why, "best_match_again")
     return passed_over(ranked, again.key, share, None if firsts is None else firsts.get(None, 0.0))
+
+
+def _serves(ranked: list[Candidate], key: str) -> float:
+    """The share of calls that serve `key`'s version first in its namespace: a trial's share of
+    them, as `served_first` noted, for either side of the trial; 1 without one."""
+    chosen = next((c for c in ranked if c.key == key), None)
+    return chosen.breakdown.extra.get("trial_share", 1.0) if chosen is not None and chosen.breakdown is not None else 1.0

@@ -299,6 +299,13 @@ def test_the_second_opinion_goes_first_on_its_share_of_the_calls_and_is_logged_s
     probed = explored_first(call, ranked(), found, 0.25, lambda salt: True, newcomer=None, passed=None,
                             probe="currency_rates@1.0.0")
     assert keys(probed)[0] == "currency_rates@1.0.0" and probed[0].probability == 1.0
+    # A second opinion whose version a trial serves first on 25% of the calls goes first on 25% of
+    # those (QA 56a M1: each side of the trial was logged 0.25, where they went first 6% and 19%).
+    for chance in (0.25, 0.75):
+        on_trial = ranked()
+        on_trial[1].breakdown = ScoreBreakdown(rationale="policy", extra={"trial_share": chance})
+        tried = explored_first(call, on_trial, found, 0.25, lambda salt: True, newcomer=None, passed=None, probe=None)
+        assert keys(tried)[0] == "money_convert@1.0.0" and tried[0].probability == 0.25 * chance
 
 
 def fell_over(name: str, similarity: float, outages: list[float], failures: list[float] | None = None,
