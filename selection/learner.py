@@ -57,6 +57,9 @@ class ExecutionRecord(VersionKeyed, BaseModel):
     # A success on a call that named the tool's namespace: the caller chose it, however weakly it
     # matches, so a call's own similarity floor is not passed by it (QA live F4).
     named: bool = False
+    # A fallback's refusal of another tool's job (OutcomeRecord.not_its_job): a refused input in its
+    # version's stats, and no failure of it in `fittest recommend`.
+    not_its_job: bool = False
 
 
 class _Moments(BaseModel):

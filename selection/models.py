@@ -653,6 +653,9 @@ class OutcomeRecord(BaseModel):
     # replayed already, so its outcome is no trial traffic (workers/trials.py `account_trials`).
     after_evolution: bool = Field(False, description="Set by fittest on a call's retry after its evolution, which "
                                                       "evolves nothing again; a caller that sets it turns evolution off for its call")
+    # The attempts whose failure counts as a fallback's refusal of another tool's job
+    # (`FailureMark.counts_as`): among their versions' refused inputs, not their failures.
+    not_its_job: list[str] = Field(default_factory=list)
 
     def set_aside(self) -> set[str]:
         """The attempt ids whose outcome says nothing of their tool: the refusals that were the

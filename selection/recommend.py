@@ -164,8 +164,9 @@ class RecommendationReport(BaseModel):
 
     records: int  # the recent attempts read (the learner's window), those set aside left out
     judged_wrong: int | None  # of them, outputs a person judged wrong (None: judgements not applied)
-    # Left out: the records set aside as a caller's mistake, refusals and successes on them (QA ops:
-    # `weights` counted 836 records of the window and `recommend` 725, with nothing to say why).
+    # Left out: the records set aside as a caller's mistake, refusals and successes on them, and a
+    # fallback's refusals of other tools' jobs (QA ops: `weights` counted 836 records of the window
+    # and `recommend` 725, with nothing to say why).
     set_aside: int = 0
     # Versions of the window no longer served (a manifest removed, or its version changed in place;
     # deprecated): left out, as there is nothing to evolve or retire (QA integration L5).
@@ -182,9 +183,11 @@ def recommendation_report(records: list[ExecutionRecord], min_runs: int, max_rat
     `registered_only` (they are all the registry has: evolved versions too) the only versions
     advised on, less the deprecated ones. The records set aside as a caller's mistake (a refused
     input of a job its tool does: selection/job_record.py `does_the_job`) are no evidence of what a
-    version does (QA AF)."""
+    version does (QA AF); nor are a fallback's refusals of another tool's job, which `fittest tools`
+    counts among its refused inputs, not its failures (QA 56a M2: title_case, refusing a capital
+    city job it was tried on, was listed as failing it with bad_input)."""
     manifests = list(manifests)
-    kept = [r for r in records if not r.forgiven]
+    kept = [r for r in records if not r.forgiven and not r.not_its_job]
     judged = sum(r.error_class == JUDGED_WRONG for r in kept) if judgements_applied else None
     found = recommendations(kept, min_runs, max_rate, {m.key: m.sparc for m in manifests})
     served = {m.key for m in manifests if not m.deprecated}

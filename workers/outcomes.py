@@ -138,6 +138,7 @@ def execution_records(record: OutcomeRecord) -> list[ExecutionRecord]:
             forgiven=a.attempt_id in set_aside,
             unconfirmed=a.unconfirmed,
             named=a.success and record.namespace == a.tool,
+            not_its_job=a.attempt_id in record.not_its_job,
         )
         for a in record.attempts
     ]

@@ -342,15 +342,17 @@ def test_a_job_whose_tool_is_held_back_wears_down_no_fallback_that_refuses_its_i
     """QA new user: with the Fibonacci tool's breaker open, ~20 calls of its job each went to the
     other tools, which refused {"n": 30}: word_stats fell from 1.00 to 0.21, and sort_numbers, the
     first to run, was evolved to take that input (and then served the job with a wrong answer)."""
-    from workers.outcomes import apply_failure
     from selection.call_endings import targeted
+    from selection.recommend import recommendation_report
+    from workers.outcomes import apply_failure, execution_records, store_executions
+    from workers.tasks.execution import outcome_record
 
     monkeypatch.setattr(rt.selector.settings, "min_similarity", -1.0)  # every tool a fallback, as a small catalog's are
     rt.selector.index.ensure_tool(ToolManifest(name="fibonacci", description="Computes the n-th Fibonacci number.",
                                                implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}))
     for _ in range(5):
         rt.state.record_run("fibonacci@1.0.0", 10.0, False, threshold=5, cooldown_s=600)  # it crashed: held back
-    scenario, tried = "the 10th fibonacci number", set()
+    scenario, tried, set_aside = "the 10th fibonacci number", set(), 0
     for i in range(6):
         plan = rt.selector.plan(CallRequest(scenario=scenario, input={"n": 10}, call_id=f"fib{i}"))
         assert plan.held_back == ["fibonacci@1.0.0"] and plan.held_back_match > 0.5
@@ -364,8 +366,14 @@ def test_a_job_whose_tool_is_held_back_wears_down_no_fallback_that_refuses_its_i
                                targeted=targeted(plan, ran))
             assert not mark.targeted  # not a job meant for it: no evolution of it starts from this
             apply_failure(rt, mark)
+        records = execution_records(outcome_record(plan))
+        set_aside += len(records)
+        store_executions(rt, records)
     stats = rt.state.stats(sorted(tried))
     assert stats and all(s.quality == 1.0 and s.failures == 0 and s.refused_inputs > 0 for s in stats.values()), stats
+    # `fittest recommend` leaves them out as `tools` counts them apart (QA 56a M2: "bad_input" failures there).
+    report = recommendation_report(rt.learning.recent(), min_runs=1, max_rate=0.99, judgements_applied=False)
+    assert report.set_aside == set_aside and not [r for r in report.recommendations if r.tool in tried], report
     # Remembered near the job, though, where they rank the tools that refused it down.
     plan = rt.selector.plan(CallRequest(scenario=scenario, input={"n": 10}, call_id="next"))
     assert {c.key for c in plan.candidates if c.breakdown.similar_failures > 0} == tried

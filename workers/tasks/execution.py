@@ -185,8 +185,15 @@ def log_attempt(result: ToolExecutionResult, policy: str, probability: float, br
 def send_outcome(plan: CallPlan) -> None:
     from workers.tasks.feedback import record_outcome
 
+    send_recorded(record_outcome, [outcome_record(plan).model_dump(mode="json")], priority=PRIORITY_LOW)  # resent if lost
+
+
+def outcome_record(plan: CallPlan) -> OutcomeRecord:
+    """The finished call's record, with the failures its failure marks count apart as another tool's job."""
     record = OutcomeRecord.from_plan(plan)
-    send_recorded(record_outcome, [record.model_dump(mode="json")], priority=PRIORITY_LOW)  # resent if lost
+    record.not_its_job = [a.attempt_id for a in plan.attempts
+                          if not a.success and failure_mark(plan, a).counts_as() is FailureCount.not_its_job]
+    return record
 
 
 def send_failure(plan: CallPlan, result: ToolExecutionResult) -> None:
