@@ -12,6 +12,7 @@ from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 from selection.models import FailureCount, Promotion, Sentiment, Severity
+from selection.quality import quality_to_bp
 
 # Collections of the vector memory (each adapter prefixes them, e.g. `fittest_tools`).
 TOOLS = "tools"
@@ -167,6 +168,13 @@ class FailureApplied(BaseModel):
     failures: int
     quality_before: float | None = None  # the quality this failure took off from (None: not known)
 
+    @property
+    def cost_bp(self) -> int:
+        """The quality this failure took off, in basis points (0 when it was applied before)."""
+        if not self.applied or self.quality_before is None:
+            return 0
+        return quality_to_bp(self.quality_before) - quality_to_bp(self.quality)
+
     def fell_below(self, threshold: float) -> bool:
         """Whether this failure took the quality from at least `threshold` to under it."""
         return self.applied and self.quality < threshold and (self.quality_before is None or self.quality_before >= threshold)
@@ -279,6 +287,13 @@ class QualityScores(Protocol):
         refusal of another tool's job, is counted in `refused_inputs` only (not in `failures`, from
         whose count the penalty of later failures grows), and the caller's mistake in
         `refused_in_a_row` too (`refuses_everything`)."""
+        ...
+
+    def forgive_failures(self, key: str, failures: Sequence[tuple[str, int]]) -> int:
+        """Give back what failures of `key` cost (attempt id, the quality bp it took off when it was
+        counted: `FailureApplied`), each once per attempt id: its quality rises by that cost, at
+        most full, and `failures` falls by one, so later failures cost the extra of the count
+        without it; the number given back now. A recovered outage's (workers/outage.py)."""
         ...
 
     def record_successes(self, attempts: Sequence[tuple[str, str]]) -> list[bool]:

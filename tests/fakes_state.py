@@ -120,6 +120,18 @@ class InMemoryStateStore:
             return FailureApplied(applied=applied, quality=bp_to_quality(t.quality_bp), failures=t.failures,
                                   quality_before=bp_to_quality(before))
 
+    def forgive_failures(self, key: str, failures: Sequence[tuple[str, int]]) -> int:
+        given = 0
+        with self._lock:
+            t = self._s.tools.setdefault(key, _Tool())
+            for attempt_id, cost in failures:
+                if t.failures - t.judged_wrong > 0 and self._claim(f"forgiven:failure:{attempt_id}"):
+                    t.quality_bp, t.failures = min(FULL_QUALITY_BP, t.quality_bp + int(cost)), t.failures - 1
+                    given += 1
+            if given:
+                self._s.state_version += 1
+        return given
+
     def record_successes(self, attempts: Sequence[tuple[str, str]]) -> list[bool]:
         counted = []
         with self._lock:

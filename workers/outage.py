@@ -6,7 +6,12 @@ in the meantime said that it was down, not that it is unfit for them; counted on
 tool that took the job over first for good (QA X: 20 of 20 calls after the fix). So a recovery
 sets them aside, for the job it recovered on: the version's failure records and the negative
 feedback their calls' outcomes gave it since its last success on that job (at least SAME_JOB
-similar) are flagged `forgiven`, which selection's searches and the feedback scores leave out.
+similar) are flagged `forgiven`, which selection's searches and the feedback scores leave out,
+and what those failures cost its quality is given back, with their count (QA 56a M3: kept at the
+0.21 an outage took it to, from 0.77, the version earned no feedback for its successes after). A
+failure counted apart (a refused input) cost nothing and counts in no `failures`; one whose record
+does not say what it cost (written by an earlier release, or by a redelivery) is forgiven without
+a give-back.
 They stay in the store for history (`fittest feedback show` counts them apart). Only an outage is
 forgiven: a version that did the job reliably (its RELIABLE_RUNS runs of it before the failures
 all succeeded), then failed it until it recovered. One that never did the job, or that failed
@@ -87,8 +92,8 @@ def forgive_outage(rt: Runtime, key: str, vector: list[float], recovered_at: flo
                    complexity: float | None = None) -> int:
     """Set aside what `key`'s failures on this job (its scenario `vector`) since its last success
     on it taught selection, now that its run of `call_id` at `recovered_at`, on an input of
-    `complexity`, closed its breaker (`answered_by`); the number of records flagged. What the
-    vector memory cannot do now is left undone, and logged."""
+    `complexity`, closed its breaker (`answered_by`), and give back what those failures cost; the
+    number of records flagged. What the vector memory cannot do now is left undone, and logged."""
     try:
         since = outage_start(rt, key, vector, recovered_at, call_id)
         if since is None:
@@ -102,9 +107,13 @@ def forgive_outage(rt: Runtime, key: str, vector: list[float], recovered_at: flo
         failures = [p for p in failures if answered_by(p, complexity)]
         feedback = [p for p in rt.memory.scroll(FEEDBACK, filter=negative, limit=OUTAGE_SCAN)
                     if p.payload.get("call_id") not in kept]
+        failures, feedback = _on_the_job(failures, vector), _on_the_job(feedback, vector)
+        # Given back before they are flagged, each once: flagged first, a failure to give back
+        # would have left them forgiven here and charged in the quality for good.
+        given = rt.state.forgive_failures(key, [(p.id, int(p.payload["cost_bp"])) for p in failures if "cost_bp" in p.payload])
         forgiven = 0
         for collection, points in ((FAILURES, failures), (FEEDBACK, feedback)):
-            flagged = [p.model_copy(update={"payload": {**p.payload, "forgiven": True}}) for p in _on_the_job(points, vector)]
+            flagged = [p.model_copy(update={"payload": {**p.payload, "forgiven": True}}) for p in points]
             if flagged:
                 rt.memory.upsert(collection, flagged)
                 forgiven += len(flagged)
@@ -116,6 +125,8 @@ def forgive_outage(rt: Runtime, key: str, vector: list[float], recovered_at: flo
         return 0
     if forgiven:
         rt.state.note_memory_change()
-        log.info("%s recovered: %d records of its outage forgiven", key, forgiven,
-                 extra={"event": "outage_forgiven", "tool": key, "call_id": call_id, "records": forgiven})
+        log.info("%s recovered: %d records of its outage forgiven, the quality %d of its failures cost given back", key,
+                 forgiven, given, extra={"event": "outage_forgiven", "tool": key, "call_id": call_id, "records": forgiven,
+                                         "given_back": given})
     return forgiven
+

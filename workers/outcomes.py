@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from evolution.models import bounded_input
 from selection.feedback import FeedbackRecord, outcome_value
 from selection.learner import ExecutionRecord
-from selection.models import FailureMark, OutcomeRecord
+from selection.models import FailureCount, FailureMark, OutcomeRecord
 from selection.ports import EXECUTIONS, FAILURES, FailureApplied, VectorPoint
 from workers.feedback_store import as_judged, judgements_known, write_feedback
 from workers.evolution_jobs import apply_evolution_outcomes
@@ -48,6 +48,9 @@ def apply_failure(rt: Runtime, mark: FailureMark, vector: list[float] | None = N
                     "timestamp": mark.timestamp,
                     "input": bounded_input(mark.input),  # replayed when evolution verifies a fix
                     "targeted": mark.targeted,
+                    # what it cost the quality, given back if an outage's (outage.py): of a failure counted
+                    # as one (not a refused input), known to its first delivery only
+                    **({"cost_bp": applied.cost_bp} if applied.applied and mark.counts_as() is FailureCount.failure else {}),
                     "complexity": float(mark.features.get("complexity") or 0.0),  # of its input (workers/outage.py)
                     **({"forgiven": True} if mark.callers_mistake else {}),  # the caller's input, not the tool (job_record.py does_the_job)
                 },

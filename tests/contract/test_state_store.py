@@ -104,6 +104,26 @@ def test_extra_penalty_past_5_and_past_10_failures(store):
     assert store.stats([KEY])[KEY].failures == 12
 
 
+def test_forgiven_failures_give_back_what_they_cost_once(store):
+    """QA 56a M3: a recovered outage's failures were flagged forgiven, and the version stayed at the
+    quality they took it to (0.77 -> 0.21), where its successes give no feedback at all."""
+    early = [store.mark_failure(KEY, aid(), Severity.high) for _ in range(6)]
+    assert early[-1].quality == 0.35  # the 6th cost the extra 0.05
+    outage = [(a, store.mark_failure(KEY, a, Severity.high)) for a in [aid() for _ in range(4)]]
+    assert [applied.quality for _, applied in outage] == [0.2, 0.05, 0.0, 0.0]  # the floor: the last cost nothing
+    costs = [(a, applied.cost_bp) for a, applied in outage]
+    assert [cost for _, cost in costs] == [1500, 1500, 500, 0]
+    before = store.versions().state
+    assert store.forgive_failures(KEY, costs) == 4
+    stats = store.stats([KEY])[KEY]
+    assert (stats.quality, stats.failures) == (0.35, 6)  # as before the outage
+    assert store.versions().state > before  # selection's cached searches see the new quality
+    assert store.forgive_failures(KEY, costs[:1]) == 0  # sent again: nothing
+    assert store.stats([KEY])[KEY] == stats
+    # Its next failure costs what a 7th costs: the forgiven ones no longer raise the extra.
+    assert store.mark_failure(KEY, aid(), Severity.high).quality == 0.2
+
+
 @pytest.mark.parametrize("counted", [FailureCount.refused_input, FailureCount.not_its_job])
 def test_a_failure_counted_without_demotion_leaves_the_quality_and_the_cost_of_later_failures(store, counted):
     """QA AE: refused inputs that were the callers' mistakes took a tool from 1.00 to 0.43; QA ops:

@@ -195,8 +195,10 @@ def test_a_tool_that_recovers_from_an_outage_gets_back_the_job_it_did_most(rt) -
 
     for i in range(40):  # the currency tool serves this job...
         run_call(rt, scenario, "currency_rates", f"before{i}")
+    served = rt.state.stats([key])[key]
     for i in range(30):  # ...then is down, and the other one takes the job over
         run_call(rt, scenario, "money_convert", f"after{i}")
+    assert rt.state.stats([key])[key].failures > served.failures
     assert firsts("down").count("money_convert") >= 16  # (a near-tie drawn now and then)
     assert build_job(rt, "manual", namespace="currency_rates").evidence.failures  # what an evolution would fix
     for _ in range(5):  # its failures opened its breaker
@@ -214,6 +216,9 @@ def test_a_tool_that_recovers_from_an_outage_gets_back_the_job_it_did_most(rt) -
     currency = next(c for c in plan.candidates if c.key == key)
     assert currency.breakdown is not None and currency.breakdown.extra["failures_nearby"] == 0
     assert feedback_report(rt, "currency_rates").forgiven > 0  # kept, and counted apart
+    # What its failures cost is given back (QA 56a M3: kept at 0.21, its successes after gave no feedback).
+    recovered = rt.state.stats([key])[key]
+    assert (recovered.quality, recovered.failures) == (served.quality, served.failures), (served, recovered)
     # Nor are they inputs for an evolution to fix: the tool works on them again.
     assert build_job(rt, "manual", namespace="currency_rates").evidence.failures == []
     # A version that never did the job has nothing forgiven: its failures there may be its own.

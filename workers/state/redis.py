@@ -14,6 +14,7 @@ caller-supplied part, so no two kinds of key can collide:
                                     (absent field: default)
     P applied:outcome:{aid}  string idempotency key of an attempt's outcome: mark_failure or record_successes
                                     (record_success.lua), whichever comes first (TTL, 7 days)
+    P forgiven:failure:{aid} string a failure of a recovered outage gives its cost back once (forgive_failures.lua, TTL)
     P judged:{key}           hash   call id -> the judgement of its output last applied to the counters
                                     (judge_count.lua)
     P once:breaker:{aid}     string an attempt feeds its breaker once; what that returned (breaker_record.lua, TTL)
@@ -60,8 +61,8 @@ from workers.state.pipelined import execute_scripts
 from workers.state.base import IDEMPOTENCY_TTL_S, PrefixedStore, as_text, load_scripts
 from workers.state.once import ONCE_TTL_S, new_token, once_call
 
-_SCRIPTS = ("apply_once", "breaker_record", "judge_count", "mark_failure", "note_namespaces", "promote", "promote_if",
-            "reclaim_lock", "record_success", "release_lock", "set_weights", "stats_and_breakers")
+_SCRIPTS = ("apply_once", "breaker_record", "forgive_failures", "judge_count", "mark_failure", "note_namespaces", "promote",
+            "promote_if", "reclaim_lock", "record_success", "release_lock", "set_weights", "stats_and_breakers")
 
 # The fields of a tool version's hash that ToolStats holds, in the order stats_and_breakers.lua returns them.
 STATS_FIELDS = ("quality_bp", "successes", "failures", "refused_inputs", "refused_in_a_row")
@@ -211,6 +212,14 @@ class RedisStateStore(PrefixedStore):
         )
         return FailureApplied(applied=bool(applied), quality=bp_to_quality(int(q)), failures=int(f),
                               quality_before=bp_to_quality(int(before)))
+
+    def forgive_failures(self, key: str, failures: Sequence[tuple[str, int]]) -> int:
+        if not failures:
+            return 0
+        return int(self.scripts["forgive_failures"](
+            keys=[self._k("tool", key), self._state_key, *(self._k("forgiven", "failure", aid) for aid, _ in failures)],
+            args=[IDEMPOTENCY_TTL_S, FULL_QUALITY_BP, *(int(cost) for _, cost in failures)],
+        ))
 
     def record_successes(self, attempts: Sequence[tuple[str, str]]) -> list[bool]:
         if not attempts:
