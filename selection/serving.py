@@ -120,8 +120,10 @@ def newcomer_to_try(request: CallRequest, evidence: list[CandidateEvidence], new
     for another job came within the margin and was tried first on 7 of 20 calls it refused). Of a
     newcomer with several versions, the one its namespace serves (`served`), and its runs count
     over them all (QA N: wc2's older 0.5.0, a fallback with few runs, was tried first after the
-    served 1.0.0 had run its trial's runs). Not for a call to a namespace or a version, nor for the
-    retry after an evolution, which name what they want."""
+    served 1.0.0 had run its trial's runs). Nor one whose outputs on such jobs people judge wrong
+    (`judged_wrong_here`: QA 56a L2, judged wrong 4 times of 4, it was still tried first until its
+    runs were used up). Not for a call to a namespace or a version, nor for the retry after an
+    evolution, which name what they want."""
     if not newcomers or request.namespace or request.version or request.after_evolution:
         return None
     semantic = [e for e in evidence if e.source == "semantic"]
@@ -134,7 +136,7 @@ def newcomer_to_try(request: CallRequest, evidence: list[CandidateEvidence], new
     serves = served.by_namespace if served is not None else {}
     fresh = [e for e in semantic if e.manifest.name in newcomers and ran[e.manifest.name] < runs
              and serves.get(e.manifest.name, e.manifest.version) == e.manifest.version
-             and e.similarity >= max(best - NEWCOMER_MARGIN, CLEAR_MATCH)]
+             and e.similarity >= max(best - NEWCOMER_MARGIN, CLEAR_MATCH) and not judged_wrong_here(e)]
     return max(fresh, key=lambda e: (e.similarity, e.key), default=None)
 
 

@@ -122,6 +122,12 @@ def test_a_newcomer_that_matches_the_job_about_as_well_as_the_best_is_tried() ->
     held = [evidence("universal_convert", 0.62, runs=300), evidence("json2yaml", 0.67)]
     assert newcomer_to_try(call, held, {"json2yaml"}, runs=5) is not None
     assert newcomer_to_try(call, held, {"json2yaml"}, runs=5, best_match=0.9) is None
+    # QA 56a L2: nor one whose outputs on such jobs people judge wrong, before its runs are used up.
+    wrong = JudgedOutput(0.95, 10.0, True)
+    shouting = [found[0], evidence("toml2json", 0.58).model_copy(update={"judged_outputs": [wrong, wrong]})]
+    assert newcomer_to_try(call, shouting, {"toml2json"}, runs=5) is None
+    assert newcomer_to_try(call, [found[0], shouting[1].model_copy(update={"judged_outputs": [wrong]})], {"toml2json"},
+                           runs=5) is not None  # one judgement may be a slip
 
 
 def test_of_a_newcomer_with_several_versions_the_served_one_is_tried_until_the_tool_has_run_its_runs() -> None:
