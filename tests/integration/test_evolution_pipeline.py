@@ -156,6 +156,15 @@ def test_rollback_and_promote_by_hand(evo: Pipeline, evolved: tuple[str, dict[st
     assert (promotion.evolved_version, promotion.status) == ("1.1.0", "active")
     result = evo.call(scenario="say hello", input={"username": "Alan"}, namespace="greet_user", timeout=120)
     assert (result["status"], result["version"]) == ("success", "1.1.0")
+    # The original promoted by hand over it, then rolled back: 1.1.0 is served again, and the
+    # original stays its fallback, as every version's (QA 56a L1: "1.0.0 rolled back").
+    assert cli("promote", "greet_user", "1.0.0")[0] == 0
+    code, out = cli("rollback", "greet_user")
+    said = " ".join(out.split())
+    assert code == 0 and ("greet_user@1.0.0's promotion by hand undone; greet_user@1.1.0 is served again, and "
+                          "greet_user@1.0.0, the original, stays its fallback") in said, said
+    promotion = evo.state().promotion("greet_user")
+    assert (promotion.evolved_version, promotion.status) == ("1.1.0", "active")
 
 
 def test_a_failed_call_pinned_to_a_version_the_namespace_no_longer_serves_is_not_retried_with_it(

@@ -404,6 +404,10 @@ def rollback(
             # the trial's other side, which goes on serving the rest: undone, not rolled back (QA evolution L4)
             console.print(f"{gone}'s promotion by hand undone; {literal(name)}@{literal(back)} is on trial again "
                           f"against it{_unless_deprecated(registry, name, back)}")
+        elif promotion.evolved_version == promotion.original_version:
+            # the original is the fallback of every version: not taken out of the calls (QA 56a L1)
+            console.print(f"{gone}'s promotion by hand undone; {literal(name)}@{literal(back)} is {again}, and "
+                          f"{gone}, the original, stays its fallback{_unless_deprecated(registry, name, back)}")
         else:
             console.print(f"{gone} rolled back; {literal(name)}@{literal(back)} is {again}{_unless_deprecated(registry, name, back)}")
     elif promotion.evolved_version == promotion.original_version and promotion.parent_version is None:
