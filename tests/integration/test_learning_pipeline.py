@@ -123,6 +123,12 @@ def test_cli_explains_takes_feedback_shows_weights_and_recommends(learning: Pipe
     assert report["total"] >= 1 and report["trend"][-1]["count"] >= 1
     text = cli("feedback", "add", "csv_lenient", "negative", "--scenario", "parse csv text into rows", "--quality", "0")
     assert text.exit_code == 0 and "a call of that scenario now tries csv_" in text.output, text.output
+    # A list cut by --limit says so in its title (QA 56a L4: "48 entries", and 20 rows).
+    for tool in ("csv_lenient", "csv_lenient@1.0.0"):
+        cut = cli("feedback", "show", tool, "--limit", "1")
+        assert cut.exit_code == 0 and "the newest 1 shown (--limit)" in " ".join(cut.output.split()), cut.output
+    whole = cli("feedback", "show", "csv_lenient", "--limit", "1000")
+    assert whole.exit_code == 0 and "--limit" not in whole.output, whole.output
 
     unknown = cli("feedback", "add", "no_such_tool", "negative")
     assert unknown.exit_code == 2 and "no tool named 'no_such_tool'" in unknown.output  # refused, as a call's input

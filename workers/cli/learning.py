@@ -292,6 +292,8 @@ def feedback_show(
         # QA AF: of the tool that took a refused input, what is left out are successes
         shown += (f"; {entries(n)} left out, of an outage the tool recovered from or of a call whose input "
                   "a tool that does the job refused (the caller's mistake)")
+    if len(report.entries) == limit and (len(mine) if version else report.total) > limit:  # QA 56a L4: 20 of 48, unsaid
+        shown += f"; the newest {limit} shown (--limit)"
     keys = [tool_key(name, v) for v in ([version] if version else known)]
     quality = {key: stats.quality for key, stats in open_state_store(get_settings()).stats(keys).items()}
     if json_out:  # with each version's quality: under POSITIVE_QUALITY its successes give no entry (QA final)
