@@ -292,6 +292,13 @@ def test_weights_say_why_the_last_retrain_left_them_as_they_were(monkeypatch: py
             "only a component above it steers)") in out
     assert "weights left as they were: no component correlates positively with success beyond the noise of 33 records (0.35)" in out
     assert "4 records set aside as a caller's mistake (refused inputs, and successes on them) left out" in out
+    assert "refitted" not in out
+    # QA 56a L5: a new version each retrain, each "left as they were": its classifier was refitted.
+    refitted = current.model_copy(update={"classifier": "softmax over 12 tools"})
+    monkeypatch.setattr("workers.state.open_state_store", lambda settings: SimpleNamespace(
+        weights=lambda: refitted, weights_history=lambda n: [refitted, current.model_copy(update={"version": 2})],
+        last_retrain=lambda: None))
+    assert "beyond the noise of 33 records (0.35) (v3 stored the classifier it refitted)" in " ".join(run("weights")[1].split())
 
 
 def test_weights_list_as_many_earlier_versions_as_asked_and_the_latest_retrain_that_stored_nothing(

@@ -390,7 +390,11 @@ def weights(
     if unchanged:
         aside = f", {note.evidence.set_aside} set aside" if note is not None and note.evidence.set_aside else ""
         ran = f"last retrain ({when(note.at)}, {note.evidence.records} records{aside}): " if note is not None else ""
-        console.print(f"{ran}weights left as they were: {literal(unchanged)}")
+        # QA 56a L5: v1 to v16 in 20 minutes, each "left as they were": a refitted classifier is a new version
+        before = next((w for w in state.weights_history(2) if w.version != current.version), None)
+        refit = (f" (v{current.version} stored the classifier it refitted)"
+                 if note is None and before is not None and before.weights == current.weights and current.classifier else "")
+        console.print(f"{ran}weights left as they were: {literal(unchanged)}{refit}")
 
 
 # --------------------------------------------------------------------------------------- recommend
