@@ -141,6 +141,13 @@ def recommendations(records: Iterable[ExecutionRecord], min_runs: int = 5, max_r
             advice = (f"{share} refused its input{where} (bad_input): check the scenarios it failed on; jobs of other "
                       "tools that its description or examples match (tried as a fallback), or callers' mistakes, "
                       "are not fixed by evolving or retiring it")
+        elif errors.get(JUDGED_WRONG, 0) * 2 >= sum(errors.values()):
+            # QA 56a M2: title_case, right on its own job, was judged wrong on one a team wanted in
+            # capitals, and told "fails in general: evolve it or retire it"; the evolution that
+            # followed learned that job as its own.
+            where = "" if context == "any" else f" where {context}"
+            advice = (f"people judge its outputs wrong{where} (mostly {top_error}): on jobs another tool should do, "
+                      "judge that tool's outputs right or have callers name it; on its own jobs, evolve it")
         elif context == "any":
             advice = f"fails in general (mostly {top_error}): evolve it or retire it"
         elif elsewhere is not None and elsewhere >= max_rate and other_n >= min_runs:

@@ -29,6 +29,16 @@ def test_a_version_that_mostly_crashes_is_still_told_to_evolve_or_retire() -> No
     assert found.advice.startswith("fails in general (mostly crash): evolve it or retire it")
 
 
+def test_a_version_whose_outputs_are_mostly_judged_wrong_is_not_told_it_fails_in_general() -> None:
+    """QA 56a M2: title_case, right on its own job, judged wrong on a job the team wanted in capitals,
+    was told "fails in general (mostly judged_wrong): evolve it or retire it"."""
+    records = [record(i, True, None, "capitalize every word of this title") for i in range(11)]
+    records += [record(11 + i, False, JUDGED_WRONG, "capitalize this text") for i in range(16)]
+    (found,) = recommendations(records, max_rate=0.8)
+    assert found.advice.startswith("people judge its outputs wrong (mostly judged_wrong): on jobs another tool should do")
+    assert found.failed_scenarios == ["capitalize this text"]
+
+
 def test_the_report_counts_the_outputs_people_judged_wrong_only_when_their_judgements_were_applied() -> None:
     records = [record(i, True, None, "convert 3 miles") for i in range(2)]
     records += [record(2 + i, False, JUDGED_WRONG, "convert 3 miles") for i in range(5)]
