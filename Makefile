@@ -39,11 +39,13 @@ up: $(STAMP)
 # meet. Much of a test's time is spent waiting on worker processes, so three processes on two
 # cores beat two (the fast tests: 7 min 31 s against 6 min 21 s); four gained nothing then (8 min 19 s),
 # but on a later 2-core AMD EPYC host four took 8 min 48 s where three took 9 min 41 s (the same tests,
-# one run each), and `make test` with three passed 10 minutes there.
+# one run each), and `make test` with three passed 10 minutes there. Session 56, on a 2-core Intel
+# Xeon, after the longest files went first: four took pytest 9 min 11 s, five 7 min 16 s (the same
+# clone, one after the other); the tests wait on purpose (outages, stops, leases) more than they compute.
 # The machine sets PYTHONDONTWRITEBYTECODE; the tests start hundreds of Python processes (workers,
 # CLI runs), so here the compiled modules are kept: each pytest process collected in 6.9 s instead
 # of 10.6 s.
-TEST_PROCESSES ?= 4
+TEST_PROCESSES ?= 5
 unexport PYTHONDONTWRITEBYTECODE
 test: $(STAMP) typecheck
 	$(BIN)/python -m pytest -q -rs -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --durations=15
