@@ -125,8 +125,7 @@ def forgive_outage(rt: Runtime, key: str, vector: list[float], recovered_at: flo
         return 0
     if forgiven:
         rt.state.note_memory_change()
-        log.info("%s recovered: %d records of its outage forgiven, the quality %d of its failures cost given back", key,
-                 forgiven, given, extra={"event": "outage_forgiven", "tool": key, "call_id": call_id, "records": forgiven,
-                                         "given_back": given})
+        log.info("%s recovered: %d records of its outage forgiven, and what %d of its failures cost the quality given back",
+                 key, forgiven, given, extra={"event": "outage_forgiven", "tool": key, "call_id": call_id, "records": forgiven,
+                                              "given_back": given})
     return forgiven
-
