@@ -97,7 +97,7 @@ def test_manifests_added_changed_and_removed_while_the_workers_run_are_served_as
 
 
 def test_a_new_version_given_by_a_manifest_goes_on_trial_and_is_served_once_it_proves_itself(
-    tmp_path: Path, redis_url: str, model_path: Path
+    tmp_path: Path, redis_url: str, model_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """QA: a fixed 2.0.0 dropped into the tools directory ran only as a fallback of the broken
     1.0.0, which went on being served first. It competes on outcomes, as the README says: on trial
@@ -127,6 +127,11 @@ def test_a_new_version_given_by_a_manifest_goes_on_trial_and_is_served_once_it_p
         assert [p.call(**SLUG_CALL)["version"] for _ in range(3)] == ["2.0.0"] * 3
         log = tmp_path / "logs" / "memory.log"
         assert ("manifest_trial", "slugify@2.0.0") in {(e.get("event"), e.get("tool")) for e in events(log)}
+        shown = cli_runner(monkeypatch, p.env)("show", "slugify", "--json")
+        assert shown.exit_code == 0, shown.output
+        # in the order it happened: the version came, went on trial, and was served
+        assert [e["event"] for e in json.loads(shown.output)["changelog"] if e["version"] == "2.0.0"] == [
+            "added", "promoted", "activated"]
 
 
 def test_a_call_naming_a_tool_whose_version_against_the_trial_is_deprecated_is_served_by_the_trial_version_and_its_removal_ends_the_trial(

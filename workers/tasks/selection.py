@@ -83,8 +83,13 @@ def warm_up(sender: Any = None, **_: Any) -> None:
                                   revise)
 
             def arrived(keys: list[str]) -> None:
-                served_anew((split_key(key)[0] for key in keys), arrived=keys)  # the trial first, then the history
-                log_watched(runtime().evolution, "added", {key: f"served from {runtime().registry.source(key)}" for key in keys})
+                # The history first, as it happened (`show` listed a new manifest version's trial
+                # above its arrival); a line Redis did not take does not keep the trial from starting.
+                try:
+                    log_watched(runtime().evolution, "added", {key: f"served from {runtime().registry.source(key)}" for key in keys})
+                except Exception:
+                    log.warning("could not log the versions the tools watch began serving", exc_info=True)
+                served_anew((split_key(key)[0] for key in keys), arrived=keys)
 
             watch_in_background(watch, settings.tools_rescan_s, then=arrived)
 
