@@ -50,7 +50,9 @@ class ExecutionRecord(VersionKeyed, BaseModel):
     timestamp: float = Field(default_factory=time.time)
     # Set aside as the caller's mistake (selection/models.py `OutcomeRecord.set_aside`): a refusal of
     # an input by a tool that does the job, or a success on it by a version that has done no such
-    # job. No evidence of what the tool does: the weights and `fittest recommend` leave it out.
+    # job; or, as the window is read, a failure of an outage its version recovered from
+    # (workers/outage.py). No evidence of what the tool does: the weights and `fittest recommend`
+    # leave it out.
     forgiven: bool = False
     # A success that says nothing of whether the version does such jobs (ToolExecutionResult.unconfirmed).
     unconfirmed: bool = False

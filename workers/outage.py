@@ -24,10 +24,12 @@ timeouts of a sort on 30,000 numbers, which its manifest says run past its timeo
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from selection.learner import ExecutionRecord
 from selection.models import FailureClass
 from selection.ports import EXECUTIONS, FAILURES, FEEDBACK, FORGIVEN, Match, Range, VectorFilter, VectorPoint
 from selection.job_record import RELIABLE_RUNS, SAME_JOB
@@ -45,6 +47,9 @@ RUNS_SCAN = 256  # the version's newest runs looked through for the start of its
 # answers.
 BIGGER_INPUT = 0.1
 OUTAGE_SCAN = 1000  # records of one outage looked at, per collection
+# How much earlier than its execution record a failure record may be stamped (the failure message
+# is sent as the attempt fails, the outcome's records when the call ends).
+WRITE_LAG_S = 600.0
 
 
 def cosines(points: list[VectorPoint], vector: list[float]) -> list[float]:
@@ -129,3 +134,23 @@ def forgive_outage(rt: Runtime, key: str, vector: list[float], recovered_at: flo
                  key, forgiven, given, extra={"event": "outage_forgiven", "tool": key, "call_id": call_id, "records": forgiven,
                                               "given_back": given})
     return forgiven
+
+
+def outages_forgiven(rt: Runtime, records: Sequence[ExecutionRecord]) -> set[tuple[str, str]]:
+    """(tool version, call) of each failed run among `records` (the learner's window, which Redis
+    keeps as the calls ran) whose failure record a recovery forgave since: one read of the few
+    forgiven records (the `forgiven` index) of the versions that failed there. None when the store
+    cannot be read: the runs are then counted as they ran."""
+    failed = [r for r in records if not r.success]
+    if not failed:
+        return set()
+    window = VectorFilter(must=[FORGIVEN, Match(key="tool", any_of=sorted({r.key for r in failed}))],
+                          ranges=[Range(key="timestamp", gte=min(r.timestamp for r in failed) - WRITE_LAG_S)])
+    try:
+        points = rt.memory.scroll(FAILURES, filter=window, limit=len(failed) * 2)
+    except Exception as exc:
+        if not is_store_failure(exc):
+            raise
+        return set()
+    return {(str(p.payload.get("tool")), str(p.payload.get("call_id"))) for p in points}
+

@@ -34,6 +34,7 @@ from selection.recommend import recommendation_report
 from workers.app import PRIORITY_LOW, app
 from workers.degraded import is_store_failure
 from workers.feedback_store import as_people_judged, judgements_known
+from workers.outage import outages_forgiven
 from workers.outcomes import store_executions
 from workers.payloads import InvalidReply, RecommendRequest, RetrainResult
 from workers.renewed_lock import renewed
@@ -79,8 +80,7 @@ def retrain_now(rt: Runtime) -> RetrainResult:
         return RetrainResult(changed=False, reason="another retrain is running")
     with renewed(rt.state, "retrain", owner, RETRAIN_LOCK_S):
         current = rt.state.weights()
-        recent = rt.learning.recent()
-        new, evidence = retrain(as_people_judged(recent, judgements_known(rt, [r.call_id for r in recent])), current)
+        new, evidence = retrain(window_as_known(rt), current)
         classifier = None
         if rt.settings.tool_classifier:
             try:
@@ -118,6 +118,18 @@ def retrain_weights(self: Task) -> dict[str, Any]:
     return retrain_now(runtime()).model_dump(mode="json")
 
 
+def window_as_known(rt: Runtime) -> list[ExecutionRecord]:
+    """The learner's window as the vector memory knows its runs now: an output a person judged wrong
+    is a failure (`as_people_judged`), and a failure a recovery forgave is set aside (QA 56a M3:
+    `fittest recommend` went on counting an outage's failures against the version that recovered,
+    as the weights did)."""
+    recent = rt.learning.recent()
+    judged = as_people_judged(recent, judgements_known(rt, [r.call_id for r in recent]))
+    forgiven = outages_forgiven(rt, judged)
+    return [r.model_copy(update={"forgiven": True}) if not r.success and (r.key, r.call_id) in forgiven else r
+            for r in judged]
+
+
 @app.task(name="fittest.recommend")
 def recommend(**kwargs: Any) -> dict[str, Any]:
     """Tool versions with low success in some context (`fittest recommend`), over the learner's
@@ -129,9 +141,7 @@ def recommend(**kwargs: Any) -> dict[str, Any]:
     except ValidationError as exc:
         return InvalidReply.of(exc).model_dump(mode="json")
     rt = runtime()
-    recent = rt.learning.recent()
-    judged = as_people_judged(recent, judgements_known(rt, [r.call_id for r in recent]))
-    return recommendation_report(judged, req.min_runs, req.max_rate, judgements_applied=True,
+    return recommendation_report(window_as_known(rt), req.min_runs, req.max_rate, judgements_applied=True,
                                  manifests=rt.registry.all(), registered_only=True).model_dump(mode="json")
 
 
