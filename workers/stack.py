@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -226,12 +227,15 @@ class Stack:
             self._redis_retry_at = time.monotonic() + REDIS_RETRY_S
 
     def start(self, name: str, command: list[str]) -> subprocess.Popen:
-        out: int | IO[bytes] = subprocess.DEVNULL
+        log: AbstractContextManager[int | IO[bytes]] = nullcontext(subprocess.DEVNULL)
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
-        proc = subprocess.Popen(command, env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=die_with_parent)
+            log = open(self.log_dir / f"{name}.log", "ab")
+        # The child writes to its own copy of the log file; ours is closed once it started (review
+        # 57b F1: each restart of a role, as the chaos bench does, left one more open).
+        with log as out:
+            proc = subprocess.Popen(command, env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True, preexec_fn=die_with_parent)
         self.procs[name] = proc
         return proc
 

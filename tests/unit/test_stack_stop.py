@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from tests.process_groups import gone, live_members
@@ -96,3 +98,17 @@ def test_a_role_reaped_long_ago_is_not_killed_by_group(tmp_path: Path) -> None:
     finally:
         for pid in child:
             os.kill(pid, 9)
+
+
+def test_starting_a_role_writes_its_log_and_leaves_no_handle_of_it_open(tmp_path: Path) -> None:
+    """Review 57b F1: each start left its log file to the garbage collector, unclosed (a
+    ResourceWarning), and the chaos bench restarts roles on one stack again and again."""
+    stack = Stack(Settings(data_dir=tmp_path), log_dir=tmp_path / "logs")
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        for said in ("first", "second"):  # started again, as after a crash
+            stack.start("memory", [sys.executable, "-c", f"print({said!r})"])
+            assert stack.procs["memory"].wait(timeout=10) == 0
+        gc.collect()
+    assert not [w for w in warned if issubclass(w.category, ResourceWarning)], [str(w.message) for w in warned]
+    assert (tmp_path / "logs" / "memory.log").read_text().split() == ["first", "second"]  # appended across restarts
