@@ -144,6 +144,10 @@ class Embedder(Protocol):
     def embed_one(self, text: str) -> list[float]: ...
 
 
+# The newest run durations a tool version keeps, for its adaptive timeout's p95.
+DURATIONS_KEPT = 50
+
+
 class ToolStats(BaseModel):
     quality: float = 1.0
     successes: int = 0
@@ -156,8 +160,9 @@ class ToolStats(BaseModel):
     # Of the caller's mistakes, those since its last success: a version that refuses every input
     # may be broken rather than its callers all wrong (selection/job_record.py `refuses_everything`).
     refused_in_a_row: int = 0
-    # Recent run durations, summarised for the attempt's adaptive timeout (selection/timeouts.py):
-    # how many are kept, and their 95th percentile by nearest rank (None without runs).
+    # Recent run durations (the DURATIONS_KEPT newest), summarised for the attempt's adaptive
+    # timeout (selection/timeouts.py): how many are kept, and their 95th percentile by nearest rank
+    # (None without runs).
     recent_runs: int = 0
     recent_p95_ms: float | None = None
 
@@ -414,9 +419,9 @@ class Breakers(Protocol):
         ...
 
     def record_run(self, key: str, ms: float, success: bool | None, threshold: int, cooldown_s: float,
-                   keep: int = 50, attempt_id: str | None = None) -> BreakerOutcome | None:
-        """After one run, in one round trip: append its duration, keeping the `keep` most recent,
-        and feed its outcome to the breaker unless `success` is None (an outcome that says nothing
+                   attempt_id: str | None = None) -> BreakerOutcome | None:
+        """After one run, in one round trip: append its duration, keeping the DURATIONS_KEPT most
+        recent, and feed its outcome to the breaker unless `success` is None (an outcome that says nothing
         about the tool): `threshold` consecutive failures open the breaker for `cooldown_s` (a
         failure once it is half open re-opens it); a success closes it. With `attempt_id` the
         breaker is fed at most once per attempt, and a repeated attempt returns what the first

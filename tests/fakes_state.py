@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from selection.models import FailureCount, Promotion, Severity
-from selection.ports import (BreakerOutcome, BreakerState, FailureApplied, RetrainNote, SelectionWeights, StateVersions,
+from selection.ports import (DURATIONS_KEPT, BreakerOutcome, BreakerState, FailureApplied, RetrainNote, SelectionWeights, StateVersions,
                              ToolStats)
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality, quality_to_bp
 from selection.percentile import percentile
@@ -292,11 +292,9 @@ class InMemoryStateStore:
         return stats, breakers
 
     def record_run(self, key: str, ms: float, success: bool | None, threshold: int, cooldown_s: float,
-                   keep: int = 50, attempt_id: str | None = None) -> BreakerOutcome | None:
+                   attempt_id: str | None = None) -> BreakerOutcome | None:
         if not math.isfinite(ms) or ms < 0:
             raise ValueError(f"duration must be a finite number >= 0, got {ms!r}")
-        if keep < 1:
-            raise ValueError("keep must be at least 1")
         if success is not None and threshold < 1:
             raise ValueError("threshold must be at least 1")
         if success is not None and (not math.isfinite(cooldown_s) or cooldown_s < 0):
@@ -304,7 +302,7 @@ class InMemoryStateStore:
         with self._lock:
             values = self._s.durations.setdefault(key, [])
             values.append(float(ms))
-            del values[: max(0, len(values) - keep)]
+            del values[: max(0, len(values) - DURATIONS_KEPT)]
             if success is None:
                 return None
             if attempt_id is not None and not self._claim(f"once:breaker:{attempt_id}"):

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from selection.models import FailureCount, Promotion, Severity
-from selection.ports import SelectionWeights, StateStore, ToolStats
+from selection.ports import DURATIONS_KEPT, SelectionWeights, StateStore, ToolStats
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality
 from selection.percentile import percentile
 from tests.fakes_state import InMemoryStateStore
@@ -519,8 +519,6 @@ def test_a_run_with_bad_arguments_is_refused_and_changes_nothing(store):
     for bad in (float("nan"), -1.0):
         with pytest.raises(ValueError, match="duration"):
             store.record_run(KEY, bad, False, threshold=1, cooldown_s=1)
-    with pytest.raises(ValueError, match="keep"):
-        store.record_run(KEY, 1.0, None, threshold=1, cooldown_s=1, keep=0)
     assert recent(store, KEY) == (0, None)
     assert breakers(store, [KEY]) == {KEY: "closed"}
     # an outcome that says nothing about the tool does not feed the breaker, so its settings are not asked for
@@ -532,12 +530,12 @@ def test_a_run_with_bad_arguments_is_refused_and_changes_nothing(store):
 
 def test_the_most_recent_durations_are_kept(store):
     for ms in [10.0, 20.5, 30.25, 40.0, 50.125, 60.0, 12.345]:
-        store.record_run(KEY, ms, None, threshold=1, cooldown_s=0, keep=5)
-    assert recent(store, KEY) == (5, 60.0)  # the oldest two went; kept, they would give 50.125
+        store.record_run(KEY, ms, None, threshold=1, cooldown_s=0)
+    assert recent(store, KEY) == (7, 60.0)
     assert recent(store, "never@1.0.0") == (0, None)
-    for ms in [100.0] * 10 + [1.5] * 60:
+    for ms in [100.0] * 10 + [1.5] * (DURATIONS_KEPT + 10):
         store.record_run("many@1.0.0", ms, None, threshold=1, cooldown_s=0)
-    assert recent(store, "many@1.0.0") == (50, 1.5)
+    assert recent(store, "many@1.0.0") == (DURATIONS_KEPT, 1.5)  # the oldest went; kept, they would give 100.0
 
 
 # Locks ----------------------------------------------------------------------------------------
@@ -659,8 +657,8 @@ def test_record_run_appends_the_duration_and_feeds_the_breaker(store):
     assert breakers(store, [KEY]) == {KEY: "closed"}
     assert store.record_run(KEY, 3.0, False, threshold=2, cooldown_s=60) == "open"
     assert recent(store, KEY) == (3, 12.5)
-    assert store.record_run(KEY, 1.0, True, threshold=2, cooldown_s=60, keep=2) == "recovered"  # it had opened
-    assert recent(store, KEY) == (2, 3.0)  # 12.5 and 7.0 went
+    assert store.record_run(KEY, 1.0, True, threshold=2, cooldown_s=60) == "recovered"  # it had opened
+    assert recent(store, KEY) == (4, 12.5)
 
 
 def test_selection_reads_the_recent_run_summary_the_timeout_is_made_of(store):

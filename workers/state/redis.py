@@ -54,7 +54,7 @@ import redis
 from redis.client import Pipeline
 
 from selection.models import FailureCount, Promotion, Sentiment, Severity
-from selection.ports import (BreakerOutcome, BreakerState, FailureApplied, RetrainNote, SelectionWeights, StateVersions,
+from selection.ports import (DURATIONS_KEPT, BreakerOutcome, BreakerState, FailureApplied, RetrainNote, SelectionWeights, StateVersions,
                              ToolStats)
 from selection.quality import FULL_QUALITY_BP, SEVERITY_PENALTY_BP, bp_to_quality, failure_penalty_bp, quality_to_bp
 from workers.state.pipelined import execute_scripts
@@ -353,18 +353,17 @@ class RedisStateStore(PrefixedStore):
     # Circuit breakers -------------------------------------------------------------------------
 
     def _breaker_call(self, key: str, success: bool, threshold: int, cooldown_s: float,
-                      attempt_id: str | None = None) -> tuple[list[str], list[Any]]:
-        """The KEYS and ARGV of breaker_record.lua; with `attempt_id`, it counts once per attempt."""
+                      attempt_id: str | None) -> tuple[list[str], list[Any]]:
+        """The KEYS and ARGV of breaker_record.lua: it counts once per attempt, or, without one, once
+        per call of this method, which a pipeline re-sent after NOSCRIPT sends again (review 57b F2:
+        the outcome was fed to the breaker twice)."""
         if threshold < 1:
             raise ValueError("threshold must be at least 1")
         if not math.isfinite(cooldown_s) or cooldown_s < 0:
             raise ValueError("cooldown_s must be a finite number >= 0")
         keys = [self._k("breaker", key), self._state_key]
-        args: list[Any] = ["1" if success else "0", int(threshold), round(cooldown_s * 1000)]
-        if attempt_id is not None:
-            keys.append(self._k("once", "breaker", attempt_id))
-            args.append(IDEMPOTENCY_TTL_S)
-        return keys, args
+        once = self._k("once", "breaker", attempt_id if attempt_id is not None else new_token())
+        return keys + [once], ["1" if success else "0", int(threshold), round(cooldown_s * 1000), IDEMPOTENCY_TTL_S]
 
     @staticmethod
     def _breakers_at(now_ms: int, keys: list[str], opens: list[Any]) -> dict[str, BreakerState]:
@@ -378,20 +377,18 @@ class RedisStateStore(PrefixedStore):
 
     # Durations --------------------------------------------------------------------------------
 
-    def _queue_duration(self, pipe: Pipeline, key: str, ms: float, keep: int) -> None:
+    def _queue_duration(self, pipe: Pipeline, key: str, ms: float) -> None:
         if not math.isfinite(ms) or ms < 0:
             raise ValueError(f"duration must be a finite number >= 0, got {ms!r}")
-        if keep < 1:
-            raise ValueError("keep must be at least 1")
         name = self._k("durations", key)
         pipe.rpush(name, repr(float(ms)))
-        pipe.ltrim(name, -keep, -1)
+        pipe.ltrim(name, -DURATIONS_KEPT, -1)
 
     def record_run(self, key: str, ms: float, success: bool | None, threshold: int, cooldown_s: float,
-                   keep: int = 50, attempt_id: str | None = None) -> BreakerOutcome | None:
+                   attempt_id: str | None = None) -> BreakerOutcome | None:
         breaker = None if success is None else self._breaker_call(key, success, threshold, cooldown_s, attempt_id)
         timed = self.client.pipeline(transaction=True)  # records the duration's commands, never executed
-        self._queue_duration(timed, key, ms, keep)
+        self._queue_duration(timed, key, ms)
         duration = once_call(timed, self._k("once", "run", new_token()))  # timed once, even if sent again
 
         def queue(pipe: Pipeline) -> None:

@@ -1,32 +1,29 @@
 -- breaker_record: feed one outcome of a tool version into its circuit breaker.
 -- KEYS[1] breaker hash {fails: consecutive failures, open_until: ms since epoch};
--- KEYS[2] state version counter; KEYS[3] (optional) the attempt's idempotency key.
+-- KEYS[2] state version counter; KEYS[3] the idempotency key: the attempt's, or one token of
+-- the caller's when it names no attempt (a pipeline re-sent after NOSCRIPT then feeds it once).
 -- ARGV[1] '1' success | '0' failure; ARGV[2] threshold (consecutive failures that open it);
--- ARGV[3] cool-down in ms; ARGV[4] (with KEYS[3]) seconds the idempotency key is kept.
+-- ARGV[3] cool-down in ms; ARGV[4] seconds the idempotency key is kept.
 -- Time is the Redis server's clock (TIME), shared by every worker.
--- With KEYS[3]: an attempt delivered twice feeds the breaker once. The key holds what its first
--- delivery returned, and a copy gets that again with nothing changed: a probe run again after its
--- worker died before the memory worker heard of it still says 'recovered'. (A key written before
--- it held the outcome holds '1'; its copy gets 'skipped'.)
+-- An attempt delivered twice feeds the breaker once. KEYS[3] holds what its first delivery
+-- returned, and a copy gets that again with nothing changed: a probe run again after its worker
+-- died before the memory worker heard of it still says 'recovered'. (A key written before it held
+-- the outcome holds '1'; its copy gets 'skipped'.)
 -- Atomically: a success deletes the breaker (closed). A failure increments `fails`; at or past the
 -- threshold it (re)opens the breaker until now + cool-down, unless it is open and still cooling
 -- down (late failures do not extend it). Opening and closing an open breaker INCR the state version.
 -- Returns 'closed' or 'open' (the state after this outcome), 'recovered' for a success that closed
 -- a breaker that had opened (its probe, or a run begun before it opened).
 
-if KEYS[3] then
-  local first = redis.call('GET', KEYS[3])
-  if first == '1' then
-    return 'skipped'
-  elseif first then
-    return first
-  end
+local first = redis.call('GET', KEYS[3])
+if first == '1' then
+  return 'skipped'
+elseif first then
+  return first
 end
 
 local function fed(state)
-  if KEYS[3] then
-    redis.call('SET', KEYS[3], state, 'EX', tonumber(ARGV[4]))
-  end
+  redis.call('SET', KEYS[3], state, 'EX', tonumber(ARGV[4]))
   return state
 end
 
