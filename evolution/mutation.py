@@ -82,7 +82,6 @@ class Mutator(Protocol):
     handles: frozenset[FailureClass]
     cost: int  # among mutators for the same class, cheaper ones are asked first
 
-
     def propose(self, ctx: MutationContext) -> Proposal: ...
 
 

@@ -264,7 +264,10 @@ def conclude_trial(state: Promotions, ledger: Changelog, current: Promotion, ver
     return True
 
 
-def rollback(state: Promotions, ledger: Changelog, namespace: str, reason: str = "rolled back by hand") -> Promotion:
+ROLLED_BACK_BY_HAND = "rolled back by hand"
+
+
+def rollback(state: Promotions, ledger: Changelog, namespace: str) -> Promotion:
     """Stop serving the promoted version; its parent is served again, or, for a version promoted by
     hand, what that promotion replaced is restored (`Promotion.resumes`: a trial it interrupted, or
     an earlier by-hand promotion). Returns the promotion rolled back."""
@@ -281,12 +284,13 @@ def rollback(state: Promotions, ledger: Changelog, namespace: str, reason: str =
         served = head_version(current) or current.original_version  # None: the original
         raise PromotionError(f"{tool_key(namespace, current.evolved_version)} is rolled back already; {tool_key(namespace, served)} is served "
                              f"(to serve another version: fittest promote {namespace} VERSION)")
-    new = current.model_copy(update={"status": "rolled_back", "reason": reason, "promoted_at": time.time(), "by": "operator"})
+    new = current.model_copy(update={"status": "rolled_back", "reason": ROLLED_BACK_BY_HAND, "promoted_at": time.time(),
+                                     "by": "operator"})
     if not state.promote_if(new, current.evolved_version, [current.status]):
         raise PromotionChanged(f"the promotion of {namespace} changed meanwhile; look again with `fittest show {namespace}`")
     ledger.log(
         ChangelogEntry(namespace=namespace, event="rolled_back", version=current.evolved_version,
-                       parent=current.parent_version, reason=reason, by="operator")
+                       parent=current.parent_version, reason=ROLLED_BACK_BY_HAND, by="operator")
     )
     placed = "promoted by hand in its place" if promoted_by_hand(current) else "evolved from it"
     _restore(state, ledger, new, f"{tool_key(namespace, current.evolved_version)}, {placed}, was rolled back", by="operator")

@@ -22,7 +22,6 @@ V = TypeVar("V")
 
 class TTLCache(Generic[V]):
     def __init__(self, ttl_s: float, maxsize: int = 1024, clock: Callable[[], float] = time.monotonic) -> None:
-        self.ttl_s = ttl_s
         self._items: cachetools.TTLCache[Hashable, V] | None = (
             cachetools.TTLCache(maxsize, ttl_s, timer=clock) if ttl_s > 0 and maxsize > 0 else None)
         self._lock = threading.Lock()

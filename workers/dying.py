@@ -1,4 +1,5 @@
-"""Whether a process is dying, as Linux tells it in /proc, before its children can see it gone.
+"""Whether a process lives, or is dying, as Linux tells it in /proc, before its children can see
+it gone.
 
 Why: a python tool that sends SIGKILL to its executor's main process and returns at once had its
 pool process record the tool's success before that process saw its parent gone (`os.getppid()`
@@ -10,10 +11,23 @@ exiting, then a zombie, then no process: each of these counts as dying.
 
 from __future__ import annotations
 
+import os
 import signal
 
 PF_EXITING = 0x4  # include/linux/sched.h: the process is in do_exit
 SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process `pid` exists: one of another user's too (a signal to it is refused), so
+    that what it owns is not taken for left over."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def is_dying(pid: int) -> bool:

@@ -19,8 +19,8 @@ from selection.learner import JUDGED_WRONG, ExecutionRecord
 from selection.manifest import split_key, tool_key
 from selection.models import Sentiment
 from selection.ports import EXECUTIONS, FEEDBACK, StateVersioning, VectorFilter, VectorMemory, VectorPoint
-from workers.degraded import is_store_failure
 from workers.pending import upsert_or_keep
+from workers.store_failures import is_store_failure
 
 if TYPE_CHECKING:
     from workers.runtime import Runtime

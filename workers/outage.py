@@ -33,7 +33,7 @@ from selection.learner import ExecutionRecord
 from selection.models import FailureClass
 from selection.ports import EXECUTIONS, FAILURES, FEEDBACK, FORGIVEN, Match, Range, VectorFilter, VectorPoint
 from selection.job_record import RELIABLE_RUNS, SAME_JOB
-from workers.degraded import is_store_failure
+from workers.store_failures import is_store_failure
 
 if TYPE_CHECKING:
     from workers.runtime import Runtime

@@ -30,9 +30,9 @@ from pydantic import BaseModel, ValidationError
 from redis import Redis
 
 from selection.ports import VectorMemory, VectorPoint
-from workers.degraded import is_store_failure
 from workers.memory.common import check_vector
 from workers.state.redis import RedisStateStore
+from workers.store_failures import is_store_failure
 
 if TYPE_CHECKING:
     from workers.runtime import Runtime

@@ -176,7 +176,7 @@ class Runtime:
         return memory
 
     def _sync_tools_after_outage(self) -> None:
-        from workers.degraded import is_store_failure
+        from workers.store_failures import is_store_failure
 
         try:
             synced = self.selector.index.sync()
@@ -210,7 +210,7 @@ class Runtime:
     def selector(self) -> Selector:
         from redis.exceptions import RedisError
 
-        from workers.degraded import is_store_failure
+        from workers.store_failures import is_store_failure
         from workers.selector import Selector
 
         selector = Selector(self)

@@ -49,8 +49,9 @@ from selection.serving import (OUTAGE_CLASSES, ServedVersions, best_matches, bre
                                newcomer_to_try, served_first)
 from selection.sparc import declared_against, declared_for, sparc_score
 from selection.timeouts import earned_floor, timeout_from_p95
-from workers.degraded import is_store_failure, registry_similarities
+from workers.degraded import registry_similarities
 from workers.outage import cosines
+from workers.store_failures import is_store_failure
 from workers.tool_classifier import stored_classifier
 from workers.tool_index import ToolIndex
 from workers.variants import VariantBook, variant_point_id

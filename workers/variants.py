@@ -27,7 +27,7 @@ from evolution.models import ChangelogEntry
 from selection.manifest import split_key
 from selection.models import CallRequest, OutcomeRecord
 from selection.ports import TOOLS, VectorHit
-from workers.degraded import is_store_failure
+from workers.store_failures import is_store_failure
 from workers.tool_catalog import tool_point
 
 if TYPE_CHECKING:

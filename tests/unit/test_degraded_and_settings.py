@@ -15,10 +15,11 @@ from selection.models import CallRequest
 from selection.registry import ToolRegistry
 from tests.conftest import EXAMPLE_TOOLS
 from selection.lexical import LexicalIndex, version_text, words
-from workers.degraded import is_store_failure, registry_similarities
+from workers.degraded import registry_similarities
 from workers.memory import VectorMemoryUnavailable
 from workers.procfile import flower_env
 from workers.settings import Settings, redact_url
+from workers.store_failures import is_store_failure
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from redis import Redis
 
+from workers.dying import pid_alive
 from workers.state.redis import RedisStateStore
 
 PREFIX = re.compile(r"^(bench[0-9a-f]{10}:)")  # workers/bench/selection.py `_private_settings`
@@ -94,7 +95,7 @@ def _owner_gone(alive: bytes | str | None) -> bool:
         return True
     text = alive.decode(errors="replace") if isinstance(alive, bytes) else alive
     host, _, pid = text.rpartition(" ")
-    return host == socket.gethostname() and pid.isdigit() and _process_gone(int(pid))
+    return host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid))
 
 
 def _directory_owner_gone(directory: Path) -> bool:
@@ -104,14 +105,4 @@ def _directory_owner_gone(directory: Path) -> bool:
         pid = int((directory / OWNER_FILE).read_text().strip())
     except (OSError, ValueError):
         return False
-    return _process_gone(pid)
-
-
-def _process_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # another user's process: alive
-        return False
-    return False
+    return not pid_alive(pid)

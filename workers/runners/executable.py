@@ -63,6 +63,7 @@ from typing import Any
 
 from selection.manifest import ExecutableImplementation, ToolManifest
 from selection.models import FailureClass
+from workers.dying import pid_alive
 from workers.prctl import PR_SET_PDEATHSIG, prctl_call
 from workers.runners.base import Deadline, RunLimits, RunOutcome, encode_input, judge_json_bytes, with_stderr
 from workers.runners.reaper import Run
@@ -311,20 +312,10 @@ def remove_left_behind(tmp: Path | None = None) -> list[Path]:
     removed = []
     for workdir in (tmp or Path(tempfile.gettempdir())).glob(f"{WORKDIR_PREFIX}*-*"):
         pid = workdir.name.removeprefix(WORKDIR_PREFIX).partition("-")[0]
-        if pid.isdigit() and not _alive(int(pid)) and workdir.is_dir():
+        if pid.isdigit() and not pid_alive(int(pid)) and workdir.is_dir():
             shutil.rmtree(workdir, ignore_errors=True)
             removed.append(workdir)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    return True
 
 
 def run_executable(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float, limits: RunLimits,

@@ -31,12 +31,12 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-def once_call(queued: Pipeline, token_key: str, ttl_s: int = ONCE_TTL_S) -> tuple[list[str], list[object]]:
+def once_call(queued: Pipeline, token_key: str) -> tuple[list[str], list[object]]:
     """The KEYS and ARGV of lua/apply_once.lua that run the commands queued on `queued` (a pipeline
     never executed: it only records them) once for `token_key`. Each command must take its key as
     its first argument; scripts cannot be nested this way."""
     keys: list[str] = [token_key]
-    args: list[object] = [ttl_s]
+    args: list[object] = [ONCE_TTL_S]
     for command, _options in queued.command_stack:
         name, key, *rest = command
         if str(name).upper() in ("EVAL", "EVALSHA", "MULTI", "EXEC"):

@@ -15,10 +15,10 @@ from workers.payloads import FeedbackReply, FeedbackReportRequest, FeedbackReque
 from workers.evolution_jobs import apply_evolution_record, maybe_evolve_for_quality
 from workers.outcomes import apply_failure, apply_outcomes, execution_records
 from workers.rescue import effects_ended
-from workers.degraded import is_store_failure
 from workers.feedback_store import (UnknownVersion, feedback_report, feedback_score, judged_as, judged_call,
                                     record_tool_feedback)
 from workers.runtime import Runtime, runtime
+from workers.store_failures import is_store_failure
 from workers.tasks.batches import Batches
 from workers.tasks.common import batch_payloads, drop_if_expired
 from workers.trials import judge_trial

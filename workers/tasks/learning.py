@@ -32,7 +32,6 @@ from selection.learner import ExecutionRecord, retrain
 from selection.ports import ClassifierFit, RetrainNote
 from selection.recommend import recommendation_report
 from workers.app import PRIORITY_LOW, app
-from workers.degraded import is_store_failure
 from workers.feedback_store import as_people_judged, judgements_known
 from workers.outage import outages_forgiven
 from workers.outcomes import store_executions
@@ -40,6 +39,7 @@ from workers.payloads import InvalidReply, RecommendRequest, RetrainResult
 from workers.renewed_lock import renewed
 from workers.rescue import effects_ended, send_recorded
 from workers.runtime import Runtime, runtime
+from workers.store_failures import is_store_failure
 from workers.tasks.batches import Batches
 from workers.tasks.common import batch_payloads, drop_if_expired
 from workers.tool_classifier import refit, stored_classifier

@@ -8,8 +8,9 @@
 -- one; ARGV[4] how long the token is kept (s).
 -- Atomically: SET NX of the token (a copy sent again after a timeout, which a stalled server ran
 -- too, finds it, changes nothing and returns the current weights); then INCR the version, splice
--- it into the JSON as its first field, SET it as current, LPUSH it onto the history, LTRIM the history to ARGV[2] entries, SET the classifier when one is
--- given, INCR the state version. A reader never sees new weights naming a classifier not yet stored.
+-- it into the JSON as its first field, SET it as current, LPUSH it onto the history, LTRIM the
+-- history to ARGV[2] entries, SET the classifier when one is given, INCR the state version. A
+-- reader never sees new weights naming a classifier not yet stored.
 -- Returns the stored JSON (with its version).
 
 if not redis.call('SET', KEYS[6], 1, 'NX', 'EX', tonumber(ARGV[4])) then
