@@ -9,7 +9,7 @@ from typing import Any
 from celery_batches import SimpleRequest
 
 from selection.learner import ExecutionRecord
-from workers.tasks.common import batch_payloads
+from workers.tasks.refusals import batch_payloads
 
 
 def request(i: int, *args: Any, **kwargs: Any) -> SimpleRequest:

@@ -10,7 +10,7 @@ import pytest
 
 from selection.models import CallResult
 from workers.payloads import ExplainResult, InvalidReply, payload_schemas
-from workers.tasks.common import invalid_result
+from workers.tasks.refusals import invalid_result
 
 
 def no_runtime() -> Any:
@@ -130,7 +130,7 @@ def test_a_request_begun_after_its_message_expired_is_dropped_and_marked_so() ->
     import pytest
     from celery.exceptions import Ignore
 
-    from workers.tasks.common import drop_if_expired
+    from workers.tasks.expiry import drop_if_expired
 
     marked: list[tuple[str, str]] = []
     backend = SimpleNamespace(mark_as_revoked=lambda task_id, reason, request: marked.append((task_id, reason)))

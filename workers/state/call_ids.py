@@ -6,7 +6,7 @@ was handed the first job's result, and what its attempts taught was dropped as a
 (QA AC B5). The client records a digest of each job it sends under an id of the caller's choosing,
 for as long as the result is kept, and refuses another job under that id; the same job sent again
 (a retry after a send that seemed to fail) goes through. The call's first step
-claims its id too (workers/tasks/common.py `claim_call_id`), for the services that send the task
+claims its id too (workers/tasks/call_id_claims.py `claim_call_id`), for the services that send the task
 without the client, and ends a second job as invalid rather than run it with its effects dropped.
 The same job sent again while its call runs, or after it ended, is not run again: its result,
 stored under the id, answers it (`claim`'s start; the client sends nothing when it is there).
@@ -65,7 +65,7 @@ class CallIds:
         """Record that `call_id` names the job of `digest`, unless it names another job already;
         with `start`, also whether this is the first start of the call (its first step's, once
         per id for as long as its result is kept): a second one is the same call sent again, which
-        its result answers (workers/tasks/common.py `claim_call_id`). One round trip."""
+        its result answers (workers/tasks/call_id_claims.py `claim_call_id`). One round trip."""
         key = f"{self.prefix}call_job:{call_id}"
         pipe = self.client.pipeline(transaction=False)
         pipe.set(key, digest, nx=True, ex=RESULT_TTL_S)

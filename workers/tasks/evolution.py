@@ -30,7 +30,7 @@ from workers.payloads import EvolveRequest
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
 from workers.settings import get_settings
-from workers.tasks.common import drop_if_expired
+from workers.tasks.expiry import drop_if_expired
 from workers.tasks.execution import finish, send_outcome
 
 log = logging.getLogger("fittest.evolution")

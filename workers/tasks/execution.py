@@ -33,7 +33,7 @@ from workers.runners import RunLimits, RunOutcome, run_tool
 from workers.runtime import runtime
 from workers.selector import attempt_timeout
 from workers.state.inflight import AttemptDeaths
-from workers.tasks.common import no_candidates
+from workers.tasks.early_endings import no_candidates
 
 log = logging.getLogger("fittest.attempt")
 

@@ -20,7 +20,8 @@ from workers.feedback_store import (UnknownVersion, feedback_report, feedback_sc
 from workers.runtime import Runtime, runtime
 from workers.store_failures import is_store_failure
 from workers.tasks.batches import Batches
-from workers.tasks.common import batch_payloads, drop_if_expired
+from workers.tasks.expiry import drop_if_expired
+from workers.tasks.refusals import batch_payloads
 from workers.trials import judge_trial
 
 OUTCOME_FLUSH_EVERY = 16

@@ -41,7 +41,8 @@ from workers.rescue import effects_ended, send_recorded
 from workers.runtime import Runtime, runtime
 from workers.store_failures import is_store_failure
 from workers.tasks.batches import Batches
-from workers.tasks.common import batch_payloads, drop_if_expired
+from workers.tasks.expiry import drop_if_expired
+from workers.tasks.refusals import batch_payloads
 from workers.tool_classifier import refit, stored_classifier
 
 log = logging.getLogger("fittest.learning")

@@ -24,9 +24,10 @@ from workers.feedback_store import apply_stored_judgements
 from workers.payloads import CallToolPayload, ExplainResult
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
-from workers.tasks.common import (claim_call_id, ended_early, given_scenario, invalid_result, no_candidates, refusal,
-                                   result_call_id)
+from workers.tasks.call_id_claims import claim_call_id
+from workers.tasks.early_endings import ended_early, no_candidates
 from workers.tasks.execution import code_gone
+from workers.tasks.refusals import given_scenario, invalid_result, refusal, result_call_id
 from workers.tool_watch import ToolsDirWatch, watch_in_background
 
 

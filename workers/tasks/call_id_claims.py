@@ -1,0 +1,59 @@
+"""A call's id claimed by its first step: one job per id, and a call sent again is not run again."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Task
+from celery.exceptions import Ignore
+
+from selection.models import FieldError
+from workers.runtime import runtime
+from workers.tasks.early_endings import ended_early
+from workers.tasks.refusals import CALL_ID, given_scenario, invalid_result, result_call_id
+
+log = logging.getLogger("fittest.tasks")
+
+
+def claim_call_id(task: Task, name: str, payload: dict[str, Any]) -> dict[str, Any] | None:
+    """Claim the call id of this first step of a call `name` (workers/state/call_ids.py), in one
+    round trip, and tell what the claim found:
+
+    - another job under the id, sent within the results' 24 h: its invalid result. Run under that
+      id, its attempts' effects would be dropped as applied already (QA onboarding H1: a result's
+      call id, given to a second job, ran that job with the first one's effects). A call sent
+      without a `call_id` is known by its task id, which it claims too.
+    - the same call sent again under its id, while it runs or after it ended: Ignore is raised, and
+      the call's result, stored under the id, answers the copy. Before, each copy ran the call
+      again, its tools with it (QA 52a M2: four threads sending one call to a tool with side
+      effects wrote four lines, each caller handed the first result; the counters showed one run).
+      Only of a step whose task id is its call id, as fittest's client sends it (a copy under
+      another task id would wait for a result nothing stores), and delivered for the first time:
+      a redelivery and the sweep's copy (`delivered_again`) run, as fittest's own retry after an
+      evolution (a later hop, not claimed) does.
+    - None: run it."""
+    from workers.client import has_result
+    from workers.rescue import delivered_again
+    from workers.state.call_ids import CallIds, another_job_message, job_digest
+
+    call_id = result_call_id(payload, task.request.id)
+    if not CALL_ID.fullmatch(call_id):
+        return None
+    rt = runtime()
+    start = task.request.id == call_id and delivered_again(task) is None and not task.request.replaced_task_nesting
+    claim, first = CallIds(rt.redis, rt.settings.key_prefix).claim(call_id, job_digest(name, payload), start=start)
+    if claim == "another":
+        log.warning("call %s: another job under this call_id, sent within 24 h: not run", call_id,
+                    extra={"event": "call_id_taken", "call_id": call_id, "task": name})
+        return ended_early(invalid_result([FieldError(field="call_id", type="another_job", message=another_job_message(call_id))],
+                                          call_id, given_scenario(payload)))
+    if start and not first:
+        ended = has_result(task.app, call_id)
+        if ended:  # what the copy's sender recorded in flight goes with it
+            rt.inflight.finished(call_id)
+        log.info("call %s: sent again %s; not run again, its result answers the copy", call_id,
+                 "after it ended" if ended else "while it runs",
+                 extra={"event": "call_sent_again", "call_id": call_id, "task": task.name, "ended": ended})
+        raise Ignore()
+    return None
