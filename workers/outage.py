@@ -139,8 +139,8 @@ def forgive_outage(rt: Runtime, key: str, vector: list[float], recovered_at: flo
 def outages_forgiven(rt: Runtime, records: Sequence[ExecutionRecord]) -> set[tuple[str, str]]:
     """(tool version, call) of each failed run among `records` (the learner's window, which Redis
     keeps as the calls ran) whose failure record a recovery forgave since: one read of the few
-    forgiven records (the `forgiven` index) of the versions that failed there. None when the store
-    cannot be read: the runs are then counted as they ran."""
+    forgiven records (the `forgiven` index) of the versions that failed there. None of them when
+    the store cannot be read: the runs are then counted as they ran."""
     failed = [r for r in records if not r.success]
     if not failed:
         return set()
@@ -153,4 +153,3 @@ def outages_forgiven(rt: Runtime, records: Sequence[ExecutionRecord]) -> set[tup
             raise
         return set()
     return {(str(p.payload.get("tool")), str(p.payload.get("call_id"))) for p in points}
-

@@ -210,8 +210,8 @@ class Runtime:
     def selector(self) -> Selector:
         from redis.exceptions import RedisError
 
-        from workers.store_failures import is_store_failure
         from workers.selector import Selector
+        from workers.store_failures import is_store_failure
 
         selector = Selector(self)
         try:
@@ -248,4 +248,3 @@ def runtime() -> Runtime:
         if _runtime is None:
             _runtime = Runtime(get_settings())
         return _runtime
-

@@ -201,4 +201,3 @@ def test_the_demo_will_not_run_beside_another_stacks_workers_on_one_database(pip
     assert done.returncode == 1, done.stdout + done.stderr
     assert "workers already take the calls of this Redis database" in done.stdout and "/1" in done.stdout, done.stdout
     assert "sending 2 calls" not in done.stdout
-

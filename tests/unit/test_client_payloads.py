@@ -171,4 +171,3 @@ def test_a_url_that_is_no_redis_url_or_a_database_redis_lacks_is_named_as_such()
     with pytest.raises(ValidationError, match="'127.0.0.1:6521' is not a Redis URL"):
         FittestClient("127.0.0.1:6521")
     assert "no database of the number the URL ends with" in (refusal(ResponseError("DB index is out of range")) or "")
-

@@ -415,4 +415,3 @@ def test_a_testing_variant_is_judged_against_the_incumbent_of_its_own_environmen
                 variant("2", "testing", 10, 7, environment="production", at=2)]
     # 0.70 beats production's incumbent (the general description, 0.50), not staging's (0.95).
     assert judge(variants, min_trials=10) == {"2": "active"}
-

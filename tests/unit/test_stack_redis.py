@@ -82,4 +82,3 @@ def test_someone_elses_redis_with_a_password_on_the_default_url_gets_one_of_ours
         with pytest.raises(StackError) as told:
             s.ensure_redis()
         assert "refuses the connection (it needs a password, or another one:" in str(told.value)
-

@@ -94,4 +94,3 @@ def run_supervised_bench(base: Settings, tools: Path, queries: Path, folds: int 
         supervised=ranking_scores(scores, targets), fit_s=round(fit_s, 1),
         elapsed_s=round(time.perf_counter() - started, 1),
     )
-

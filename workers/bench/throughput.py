@@ -186,4 +186,3 @@ def run_throughput(
         baseline_p99_ms=round(percentile(baseline.latencies_ms, 0.99), 2),
         pipeline_failed=pipeline.failed,
     )
-

@@ -397,4 +397,3 @@ def chaos(
     finish(result, json_path)
     if bad:
         raise typer.Exit(1)
-

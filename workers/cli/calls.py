@@ -336,5 +336,3 @@ def show_call(result: CallResult) -> None:
         console.print(f"  not tried, their circuit breaker was open: {literal(', '.join(result.held_back))}")
     if status == "success":
         console.print_json(data=result.output)
-
-

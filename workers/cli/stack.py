@@ -56,5 +56,3 @@ def demo(
     from workers.demo import run_demo
 
     raise typer.Exit(run_demo(get_settings(), calls=calls, fresh=fresh, console=console))
-
-

@@ -257,5 +257,3 @@ def schema(
         print_json(schemas[task])
     else:
         print_json(schemas)
-
-

@@ -179,4 +179,3 @@ class RunMarks(BufferedWrites[set[tuple[str, str]]]):
 
     def _set_key(self, worker: str) -> str:
         return f"{self.prefix}inflight:running-in:{worker}"
-
