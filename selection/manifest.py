@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import semver
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 HEADER_NAME_CHARS = frozenset(string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~")
@@ -35,11 +35,15 @@ TaskType = Literal[
 class ManifestError(ValueError):
     """A manifest that cannot be used; the message names the file, the field and the reason."""
 
-    def __init__(self, path: str | Path, field: str, reason: str, fields: list[str] | None = None) -> None:
+    def __init__(self, path: str | Path, field: str, reason: str, fields: list[str] | None = None,
+                 implementation: ToolManifest | None = None) -> None:
         self.path = str(path)
         self.field = field
         self.reason = reason
         self.fields = fields or [field]  # every field at fault, the first being `field`
+        # A manifest refused for other fields whose implementation is valid: that implementation,
+        # in a manifest built unchecked, for the checks of its files (selection/registry.py).
+        self.implementation = implementation
         super().__init__(f"{self.path}: field '{field}': {reason}")
 
 
@@ -136,6 +140,7 @@ Implementation = Annotated[
     PythonImplementation | ExecutableImplementation | HttpImplementation,
     Field(discriminator="kind"),
 ]
+_IMPLEMENTATION: TypeAdapter[Implementation] = TypeAdapter(Implementation)
 
 
 class TestCase(BaseModel):
@@ -298,7 +303,20 @@ def parse_manifest(data: Any, path: str | Path, tool_dir: str | Path | None = No
         return ToolManifest.model_validate(data)
     except ValidationError as exc:
         field, reason, fields = _faults(exc)
-        raise ManifestError(path, field, reason, fields) from exc
+        raise ManifestError(path, field, reason, fields, _valid_implementation(data, fields)) from exc
+
+
+def _valid_implementation(data: Any, faults: list[str]) -> ToolManifest | None:
+    """The implementation of a refused manifest document, when it is valid, in a manifest built
+    unchecked; None when it is at fault too."""
+    if not isinstance(data, dict) or any(f.partition(".")[0] in ("implementation", "(manifest)") for f in faults):
+        return None
+    try:
+        implementation = _IMPLEMENTATION.validate_python(data.get("implementation"))
+    except ValidationError:
+        return None
+    return ToolManifest.model_construct(name=str(data.get("name", "")), description=str(data.get("description", "")),
+                                        implementation=implementation, tool_dir=data.get("tool_dir"), evolved_file=None)
 
 
 def load_manifest(path: str | Path) -> ToolManifest:

@@ -174,6 +174,20 @@ def _check_paths(manifest: ToolManifest, source: str | Path) -> None:
             raise ManifestError(source, "evolved_file", f"{manifest.evolved_file} leads outside the tool directory {root}")
 
 
+def with_file_problems(refused: ManifestError) -> ManifestError:
+    """A manifest refused for some fields, with what `check_paths` finds wrong with the files its
+    valid implementation names: an author mends both at once (QA 55b L9: a manifest with a schema
+    error was refused for it alone, and once mended, refused again for its missing program)."""
+    if refused.implementation is None:
+        return refused
+    try:
+        check_paths(refused.implementation, refused.path)
+    except ManifestError as files:
+        return ManifestError(refused.path, refused.field, f"{refused.reason}; field '{files.field}': {files.reason}",
+                             [*refused.fields, files.field])
+    return refused
+
+
 def _module_nowhere(impl: PythonImplementation, root: Path) -> str | None:
     """Why an entrypoint's module, not a file of the tool's folder, cannot be imported either (a
     typo: QA integration M3, `uppercase:run` beside upper.py passed the onboarding check, and each
@@ -290,7 +304,7 @@ class ToolRegistry:
                 try:
                     registry.add(load_manifest(path), source=path)
                 except ManifestError as exc:
-                    registry.errors.append(exc)
+                    registry.errors.append(with_file_problems(exc))
         return registry
 
     def refused(self) -> list[ManifestError]:

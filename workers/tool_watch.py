@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from selection.manifest import ManifestError, ToolManifest, load_manifest
-from selection.registry import ToolRegistry, check_paths, manifest_entries, python_module_file
+from selection.registry import ToolRegistry, check_paths, manifest_entries, python_module_file, with_file_problems
 
 log = logging.getLogger("fittest.tools")
 
@@ -94,7 +94,8 @@ class ToolsDirWatch:
                 check_paths(manifest, path)
             except Exception as exc:  # a ManifestError; anything else the loader did not foresee too (QA M:
                 # raised out of the look, it cost the files after it in that look: they counted as seen, never served)
-                why = exc if isinstance(exc, ManifestError) else ManifestError(path, "(file)", f"cannot be read: {type(exc).__name__}: {exc}")
+                why = (with_file_problems(exc) if isinstance(exc, ManifestError)
+                       else ManifestError(path, "(file)", f"cannot be read: {type(exc).__name__}: {exc}"))
                 kept = ", ".join(self.registry.defined_by(path))
                 self._refuse(path, why, f" ({kept} stays served as it was read before)" if kept else "")
                 continue

@@ -218,11 +218,14 @@ def test_refused_manifests_are_listed_as_json_apart_from_the_versions_whose_list
     assert "`fittest tools --refused --json` lists them" in " ".join(listed.stderr.split())
     refused = run("--refused", "--json")
     assert refused.returncode == 1, refused.stderr  # a CI check fails on it without parsing anything
-    # every field at fault is one (QA 51c: the second was only in the reason's words)
+    # every field at fault is one (QA 51c: the second was only in the reason's words), the files its
+    # implementation names too (QA 55b L9: its folder has no slug.py, which only a second load said)
     assert json.loads(refused.stdout) == [{"path": str(tools / "bad_version" / "tool.yaml"), "field": "version",
                                            "reason": "'v1.0' is not a semantic version (MAJOR.MINOR.PATCH); field "
-                                                     "'timeout_s': Input should be greater than 0",
-                                           "fields": ["version", "timeout_s"]}]
+                                                     "'timeout_s': Input should be greater than 0; field "
+                                                     "'implementation.entrypoint': module 'slug' is neither slug.py in "
+                                                     "the tool's folder nor a module Python can import",
+                                           "fields": ["version", "timeout_s", "implementation.entrypoint"]}]
     # a CI check of the manifests needs no Redis
     env["FITTEST_REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
     offline = run("--refused", "--json")

@@ -426,3 +426,18 @@ def test_the_http_settings_of_an_evolved_version_are_its_chains_http_manifests_a
     registry.add(python)
     child = ToolManifest(name="py", version="1.1.0", description="d", implementation=wrapper, parent_version="1.0.0")
     assert registry.http_root(child) is None  # a chain that starts at a python tool
+
+
+def test_a_manifest_refused_for_a_field_is_refused_for_its_missing_program_too(tmp_path: Path) -> None:
+    """QA 55b L9: `fittest tools --refused` named the schema error alone; once it was mended, the
+    manifest was refused again for the program it names, which is not there."""
+    manifest = {**executable_tool(["{tool_dir}/run.sh"]), "timeout_s": -1}
+    write_tool(tmp_path, "t", manifest)
+
+    (error,) = ToolRegistry.load([tmp_path]).errors
+    assert error.fields == ["timeout_s", "implementation.argv.0"], error
+    assert "greater than 0" in error.reason and "run.sh does not exist" in error.reason, error
+    # An implementation at fault itself is named once, with no guess at its files.
+    write_tool(tmp_path, "t", {**manifest, "implementation": {"kind": "executable", "argv": []}})
+    (error,) = ToolRegistry.load([tmp_path]).errors
+    assert error.fields == ["implementation.executable.argv", "timeout_s"] and "does not exist" not in error.reason, error
