@@ -484,3 +484,24 @@ def test_a_step_delivered_again_whose_hand_on_record_was_lost_runs(pipeline: Pip
     assert result["status"] == "success" and [a["version"] for a in result["attempts"]] == ["1.0.0"], result
     p.wait_for(lambda: redeliveries(p, "ran") == ran + 1, timeout=10)  # the metrics are buffered
     assert redeliveries(p, "ignored") == ignored and len(runs(log)) == 1
+
+
+def test_another_job_sent_under_a_running_calls_task_id_leaves_that_call_its_result(pipeline: Pipeline, tmp_path: Path) -> None:
+    """QA 57c H6: a service's send_task(task_id=) of a running call's id, with another job, stored
+    the refusal under that id: the running call's caller was told that her payload was invalid,
+    and her tool's output, which ran, was never stored over it."""
+    p, log, other = pipeline, tmp_path / "runs.log", tmp_path / "other.log"
+    sent = nap_call(p, log, 3000)
+    wait_runs(p, log, 1)  # running
+    sender = foreign_sender(p)
+    try:
+        sender.send_task("fittest.resilient_tool_call", queue="selection", task_id=sent.id, kwargs={
+            "scenario": "take a nap and report the process id", "namespace": "nap", "version": "1.0.0",
+            "max_attempts": 1, "input": {"ms": 0, "log": str(other)}})
+        result = p.client.wait(sent, 60)
+        assert result["status"] == "success" and result["output"]["pid"] == runs(log)[0], result
+        p.settled()
+        assert runs(other) == []  # the other job did not run
+        assert sender.AsyncResult(sent.id).get(timeout=10) == result  # and its sender reads the running call's
+    finally:
+        sender.close()

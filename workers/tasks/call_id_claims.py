@@ -23,7 +23,8 @@ def claim_call_id(task: Task, name: str, payload: dict[str, Any]) -> dict[str, A
     - another job under the id, sent within the results' 24 h: its invalid result. Run under that
       id, its attempts' effects would be dropped as applied already (QA onboarding H1: a result's
       call id, given to a second job, ran that job with the first one's effects). A call sent
-      without a `call_id` is known by its task id, which it claims too.
+      without a `call_id` is known by its task id, which it claims too. One sent under the id as
+      its task id is not run either, and Ignore is raised: its result's key is the other job's.
     - the same call sent again under its id, while it runs or after it ended: Ignore is raised, and
       the call's result, stored under the id, answers the copy. Before, each copy ran the call
       again, its tools with it (QA 52a M2: four threads sending one call to a tool with side
@@ -46,8 +47,14 @@ def claim_call_id(task: Task, name: str, payload: dict[str, Any]) -> dict[str, A
     if claim == "another":
         log.warning("call %s: another job under this call_id, sent within 24 h: not run", call_id,
                     extra={"event": "call_id_taken", "call_id": call_id, "task": name})
-        return ended_early(invalid_result([FieldError(field="call_id", type="another_job", message=another_job_message(call_id))],
-                                          call_id, given_scenario(payload)))
+        refused = ended_early(invalid_result([FieldError(field="call_id", type="another_job", message=another_job_message(call_id))],
+                                             call_id, given_scenario(payload)))
+        if task.request.id == call_id:
+            # Its result's key is the other job's: stored there, the refusal answered that job's
+            # caller, whose call was running, and its own result was never stored over it (QA 57c
+            # H6: send_task(task_id=) of a running call's id). The sender reads that job's result.
+            raise Ignore()
+        return refused
     if start and not first:
         ended = has_result(task.app, call_id)
         if ended:  # what the copy's sender recorded in flight goes with it
