@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -441,3 +442,25 @@ def test_a_manifest_refused_for_a_field_is_refused_for_its_missing_program_too(t
     write_tool(tmp_path, "t", {**manifest, "implementation": {"kind": "executable", "argv": []}})
     (error,) = ToolRegistry.load([tmp_path]).errors
     assert error.fields == ["implementation.executable.argv", "timeout_s"] and "does not exist" not in error.reason, error
+
+
+def test_a_manifest_whose_aliases_expand_to_millions_of_values_is_refused_at_once(tmp_path: Path) -> None:
+    """QA 57c H5: 500 bytes of aliases of aliases in `test_cases` loaded, and every plan that ranked
+    the tool wrote its ten million values out."""
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, "
+               f"*a{i - 1}, *a{i - 1}]" for i in range(1, 7)]
+    folder = tmp_path / "bomb"
+    folder.mkdir()
+    (folder / "tool.yaml").write_text("\n".join([
+        "name: bomb", "description: adds two numbers", "implementation: {kind: http, url: 'http://127.0.0.1:9/x'}",
+        "test_cases:", "  - input:", *(f"      {line}" for line in levels)]) + "\n")
+    started = time.monotonic()
+    (error,) = ToolRegistry.load([tmp_path]).errors
+    assert time.monotonic() - started < 5
+    assert error.field == "(yaml)" and "more than 100,000 values once its aliases are expanded" in error.reason, error
+    # Aliases that stay small are a manifest's own business.
+    (folder / "tool.yaml").write_text("\n".join([
+        "name: bomb", "description: adds two numbers", "implementation: {kind: http, url: 'http://127.0.0.1:9/x'}",
+        "test_cases:", "  - input: &two {a: 1, b: 1}", "    expect: 2", "  - input: *two", "    expect_keys: []"]) + "\n")
+    assert ToolRegistry.load([tmp_path]).namespaces() == ["bomb"]
