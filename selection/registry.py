@@ -17,6 +17,7 @@ import difflib
 import importlib.util
 import os
 import string
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -148,8 +149,9 @@ def _check_paths(manifest: ToolManifest, source: str | Path) -> None:
         if isinstance(impl, PythonImplementation) and module_file.is_file():
             if (missing := function_missing(module_file, impl.entrypoint.partition(":")[2])) is not None:
                 raise ManifestError(source, "implementation.entrypoint", missing)
-    elif module_file is not None and isinstance(impl, PythonImplementation) and (nowhere := _module_nowhere(impl, root)):
-        raise ManifestError(source, "implementation.entrypoint", nowhere)
+    elif module_file is not None and isinstance(impl, PythonImplementation):
+        if (nowhere := _module_nowhere(impl, root) or _not_a_tools_module(impl)) is not None:
+            raise ManifestError(source, "implementation.entrypoint", nowhere)
 
     if isinstance(impl, ExecutableImplementation):
         for i, arg in enumerate(impl.argv):  # each one parses: the manifest checked it
@@ -186,6 +188,26 @@ def with_file_problems(refused: ManifestError) -> ManifestError:
         return ManifestError(refused.path, refused.field, f"{refused.reason}; field '{files.field}': {files.reason}",
                              [*refused.fields, files.field])
     return refused
+
+
+# The packages of fittest itself: a function of theirs is the workers' own code, no tool's.
+OWN_PACKAGES = frozenset({"workers", "selection", "evolution", "fittest"})
+
+
+def _not_a_tools_module(impl: PythonImplementation) -> str | None:
+    """Why an importable module, not a file of the tool's folder, is no tool's: Python's own
+    library or fittest's packages, whose functions would run the caller's input as their arguments
+    inside the executor (QA 57c L1: `subprocess:check_output` ran a shell command its input's keys
+    spelled; `os:system` and `workers.sandbox:main` loaded too). None for a package installed for
+    a tool."""
+    module = impl.entrypoint.partition(":")[0]
+    top = module.partition(".")[0]
+    if top in OWN_PACKAGES:
+        return f"module '{module}' is fittest's own code, not a tool: name a function of the tool's folder or of a package installed for it"
+    if top in sys.stdlib_module_names:
+        return (f"module '{module}' is of Python's standard library, not a tool: name a function of the tool's folder "
+                "or of a package installed for it")
+    return None
 
 
 def _module_nowhere(impl: PythonImplementation, root: Path) -> str | None:

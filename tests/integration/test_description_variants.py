@@ -25,7 +25,7 @@ SCENARIO = "write the year 1666 in roman numerals"
 def rt(settings_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     for name, description in TOOLS.items():
         write_tool(tmp_path / "tools", name, None, description=description,
-                   implementation={"kind": "python", "entrypoint": "json:dumps"})
+                   implementation={"kind": "python", "entrypoint": "yaml:safe_dump"})
     monkeypatch.setenv("FITTEST_TOOLS_DIR", str(tmp_path / "tools"))
     monkeypatch.setenv("FITTEST_VARIANT_MIN_TRIALS", "3")
     monkeypatch.setenv("FITTEST_SELECTION_CACHE_TTL_S", "0")  # a new variant is matched within one TTL

@@ -228,7 +228,10 @@ def test_an_entrypoint_module_neither_in_the_folder_nor_importable_is_refused_at
     call failed as an outage (unavailable), which evolution then tried to retry."""
     write_tool(tmp_path, "t", python_tool("upper_text", implementation={"kind": "python", "entrypoint": "uppercase:run"}),
                {"upper.py": "def run(value):\n    return value\n"})
-    write_tool(tmp_path, "lib", python_tool("dumps", implementation={"kind": "python", "entrypoint": "json:dumps"}))
+    write_tool(tmp_path, "lib", python_tool("dumps", implementation={"kind": "python", "entrypoint": "yaml:safe_dump"}))
+    # QA 57c L1: Python's own modules and fittest's are no tool's, whatever their function does.
+    for folder, entrypoint in (("std", "subprocess:check_output"), ("own", "workers.sandbox:main")):
+        write_tool(tmp_path, folder, python_tool(f"{folder}_tool", implementation={"kind": "python", "entrypoint": entrypoint}))
     write_tool(tmp_path, "pkg", python_tool("packaged", implementation={"kind": "python", "entrypoint": "helpers.text:run"}),
                {"helpers/__init__.py": "", "helpers/text.py": "def run(value):\n    return value\n"})
 
@@ -248,6 +251,10 @@ def test_an_entrypoint_module_neither_in_the_folder_nor_importable_is_refused_at
               "(did you mean shoutpkg.__init__:run?)",
         "dt": "module 'lib.shuot' is neither lib/shuot.py in the tool's folder nor a module Python can import "
               "(did you mean lib.shout:run?)",
+        "std": "module 'subprocess' is of Python's standard library, not a tool: name a function of the tool's folder "
+               "or of a package installed for it",
+        "own": "module 'workers.sandbox' is fittest's own code, not a tool: name a function of the tool's folder or of "
+               "a package installed for it",
     }
     assert registry.namespaces() == ["dumps", "packaged"]  # an importable module, a module file of the folder
 
