@@ -29,7 +29,7 @@ from celery.states import READY_STATES
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 from redis import Redis
-from redis.exceptions import OutOfMemoryError, RedisError
+from redis.exceptions import InvalidResponse, OutOfMemoryError, RedisError
 
 from selection.models import CallResult
 from workers.buffered import flush_side_by_side
@@ -104,6 +104,8 @@ def refusal(exc: BaseException) -> str | None:
         return "answers, but has no database of the number the URL ends with (`/0` is the first)"
     if "NOAUTH" in text or "WRONGPASS" in text or "invalid password" in text:
         return "answers, but refuses the password the URL gives (or gives none)"
+    if isinstance(exc, InvalidResponse):
+        return "is not what answers there: a server of another protocol answers at that host and port"
     return None
 
 

@@ -96,12 +96,13 @@ def redis_unavailable(exc: BaseException) -> BaseException | None:
     own, kombu's for the broker, or what Celery's result backend raises after its reconnects."""
     from kombu.exceptions import OperationalError
     from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import OutOfMemoryError
+    from redis.exceptions import InvalidResponse, OutOfMemoryError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, (RedisConnectionError, RedisTimeoutError, OperationalError, OutOfMemoryError)):
+        # InvalidResponse: what answers there is no Redis (QA 57a M1: a traceback of an HTTP port's "<")
+        if isinstance(seen, (RedisConnectionError, RedisTimeoutError, OperationalError, OutOfMemoryError, InvalidResponse)):
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
