@@ -128,11 +128,12 @@ def test_call_outcome_shows_the_tools_words_as_written() -> None:
               "attempts": [{"tool": "slug[/x]", "version": "[/v]", "outcome": "success", "execution_time_ms": 1.0}],
               "ranking": [{"key": key, "probability": p, "score": p, "breakdown": {}}
                           for key, p in (("slug[/x]@[/v]", 0.874), ("[red]b@1[/red]", 0.1), ("c@1", 0.02), ("d@1", 0.006))],
-              "policy": "learned", "weights_version": 12}
+              "policy": "learned", "weights_version": 12, "degraded": TRICKY}
     # QA learning F9: the call showed what ran, not how selection ranked the others, nor which weights it read.
+    # QA 57a M2: nor that it was ranked without the vector memory, which only --json said.
     assert_shown(printed(lambda: calls.show_call(CallResult.model_validate(served))), "call c2: success by slug[/x]@[/v]", "│ slug[/x]@[/v]",
                  '"slug": "[/.]"', "ranked by the learned policy (SPARC weights v12): slug[/x]@[/v] (p=0.87), "
-                 "[red]b@1[/red] (p=0.10), c@1 (p=0.02), and 1 more")
+                 "[red]b@1[/red] (p=0.10), c@1 (p=0.02), and 1 more", *[f"degraded: {text}" for text in TRICKY])
 
 
 # --------------------------------------------------------------------------------------- tools

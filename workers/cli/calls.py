@@ -334,5 +334,7 @@ def show_call(result: CallResult) -> None:
         console.print(f"  {literal(ranked)}")
     if result.held_back and status != "no_candidates":  # that status's message names them already
         console.print(f"  not tried, their circuit breaker was open: {literal(', '.join(result.held_back))}")
+    for note in result.degraded:  # as `explain` says it (QA 57a M2: only --json told a call ranked without its memory)
+        console.print(f"  [yellow]degraded:[/yellow] {literal(note)}")
     if status == "success":
         console.print_json(data=result.output)
