@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import ssl
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -28,6 +29,16 @@ VISIBILITY_MARGIN_S = 120
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 # An evolution's hard time limit past its budget: the last candidate's three stages may run past it.
 EVOLUTION_OVERRUN_S = 600
+
+
+COLLECTION_PREFIX = re.compile(r"^[A-Za-z0-9_.-]*$")
+
+
+def check_collection_prefix(prefix: str) -> str:
+    """The prefix becomes part of collection names and, in the embedded store, of directory names."""
+    if not COLLECTION_PREFIX.match(prefix):
+        raise ValueError(f"collection prefix {prefix!r} may use only letters, digits, '_', '.' and '-'")
+    return prefix
 
 
 class Settings(BaseSettings):
@@ -123,6 +134,13 @@ class Settings(BaseSettings):
         if parts.scheme != "unix" and not (db := parts.path.strip("/")).isdigit() and db:  # QA 52c: a bare int() error at first use
             raise ValueError(f"{redact_url(v)!r} names database {db!r}: a Redis database is a number (/0 is the first)")
         return v
+
+    @field_validator("collection_prefix")
+    @classmethod
+    def _collection_prefix(cls, v: str) -> str:
+        """Refused as the settings are read, not by the memory worker's store with every call then
+        served degraded (QA 57a M4)."""
+        return check_collection_prefix(v)
 
     @field_validator("policy")
     @classmethod

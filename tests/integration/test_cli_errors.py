@@ -296,6 +296,9 @@ def test_settings_the_commands_refuse_are_named_in_one_line(model_path: Path, tm
          "'FITTEST_POLICY' (write it as policy)"),
         ({"FITTEST_MAX_CANDIDATES": "abc"}, "FITTEST_MAX_CANDIDATES: Input should be a valid integer"),
         ({"FITTEST_REDIS_URL": "localhost:6379"}, "FITTEST_REDIS_URL: 'localhost:6379' is not a Redis URL"),
+        # QA 57a M4: refused by the memory worker's store only, and every call then served degraded
+        ({"FITTEST_COLLECTION_PREFIX": "../../evil/"},
+         "FITTEST_COLLECTION_PREFIX: collection prefix '../../evil/' may use only letters, digits, '_', '.' and '-'"),
         ({"FITTEST_CONFIG": str(tmp_path / "none.toml")}, f"FITTEST_CONFIG names {tmp_path / 'none.toml'}, which is not a file"),
         ({"FITTEST_CONFIG": str(tmp_path / "bad.toml")}, f"FITTEST_CONFIG {tmp_path / 'bad.toml'} is not valid TOML"),
         ({"FITTEST_CONFIG": str(tmp_path / "masked.toml"), "FITTEST_METRICS_PORT": "9900"},

@@ -16,7 +16,6 @@ from workers.memory.common import (
     VectorMemoryUnavailable,
     batched,
     check_order_field,
-    check_prefix,
     check_vector,
     collection_name,
     indexed_fields,
@@ -29,6 +28,7 @@ from workers.memory.common import (
     to_point,
     translate_filter,
 )
+from workers.settings import check_collection_prefix
 
 # Points per request: 256 x 384 floats as JSON stays far below the server's 32 MB request limit.
 UPSERT_BATCH = 256
@@ -72,7 +72,7 @@ class ClientVectorMemory:
         dim: int = 384,
         client: QdrantClient | None = None,
     ) -> None:
-        self.prefix = check_prefix(prefix)
+        self.prefix = check_collection_prefix(prefix)
         self.dim = dim
         self._owns_client = client is None
         self._client = client if client is not None else _connect(url, path, api_key)

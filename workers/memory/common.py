@@ -5,7 +5,6 @@ translation of a port `VectorFilter` into either engine's filter objects."""
 from __future__ import annotations
 
 import math
-import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, Literal, Protocol, TypeVar, overload
@@ -30,7 +29,6 @@ ID_KEY = "_id"
 # Fixed forever: every stored point's UUID is derived from it, so changing it orphans all data.
 _ID_NAMESPACE = uuid.UUID("5f0c6f3e-8f4b-4a59-9d53-3c1f6a1e2b7d")
 
-_PREFIX = re.compile(r"^[A-Za-z0-9_.-]*$")
 
 C = TypeVar("C")  # an engine's condition type
 F = TypeVar("F", covariant=True)  # an engine's filter type
@@ -48,13 +46,6 @@ class PointLike(Protocol):
 
     @property
     def payload(self) -> dict[str, Any] | None: ...
-
-
-def check_prefix(prefix: str) -> str:
-    """The prefix becomes part of collection names and, embedded, of directory names."""
-    if not _PREFIX.match(prefix):
-        raise ValueError(f"collection prefix {prefix!r} may use only letters, digits, '_', '.' and '-'")
-    return prefix
 
 
 def collection_name(prefix: str, collection: str) -> str:

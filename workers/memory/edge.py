@@ -55,7 +55,6 @@ from workers.memory.common import (
     VectorMemoryUnavailable,
     batched,
     check_order_field,
-    check_prefix,
     check_vector,
     collection_name,
     indexed_fields,
@@ -68,6 +67,7 @@ from workers.memory.common import (
     to_point,
     translate_filter,
 )
+from workers.settings import check_collection_prefix
 
 INDEX_EVERY = 10_000  # points written since the last optimize() that trigger the next one
 MAX_SEGMENT_POINTS = 20_000  # segments stop growing here: bounds the stall of any one optimize()
@@ -114,7 +114,7 @@ class EdgeVectorMemory:
 
     def __init__(self, path: Path, prefix: str, dim: int = 384) -> None:
         self.path = Path(path)
-        self.prefix = check_prefix(prefix)
+        self.prefix = check_collection_prefix(prefix)
         self.dim = dim
         self._lock = threading.Lock()
         self._shards: dict[str, _Shard] = {}
