@@ -122,8 +122,11 @@ def hold_data_dir(settings: Settings, roles: Iterable[str]) -> IO[str] | None:
     if settings.qdrant_url or "memory" not in roles:
         return None
     data_dir = settings.data_dir.resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    lock = (data_dir / "up.lock").open("a+", encoding="utf-8")
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        lock = (data_dir / "up.lock").open("a+", encoding="utf-8")
+    except OSError as exc:  # QA 57a M8: a traceback of NotADirectoryError
+        raise StackError(f"FITTEST_DATA_DIR ({data_dir}) cannot hold the stack's data: {exc.strerror or exc}") from None
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -396,3 +396,14 @@ def test_a_call_without_a_result_says_so_as_json_on_stdout_with_json(model_path:
     assert done.returncode == 1, done.stdout + done.stderr
     said = json.loads(done.stdout)
     assert said["status"] == "unknown" and "no call with this id is queued or running" in said["message"], said
+
+
+def test_a_data_dir_that_cannot_be_made_is_named_by_up_and_demo(model_path: Path) -> None:
+    """QA 57a M8: NotADirectoryError's traceback, of FITTEST_DATA_DIR=/dev/null/data."""
+    env = {**os.environ, "FITTEST_EMBEDDING_MODEL_PATH": str(model_path), "FITTEST_DATA_DIR": "/dev/null/data",
+           "FITTEST_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    for command, where in ((["up", "--without", "toolserver"], "/dev/null/data"), (["demo", "--calls", "1"], "/dev/null/data/demo")):
+        done = subprocess.run([str(FITTEST), *command], env=env, capture_output=True, text=True, timeout=120)
+        said = " ".join(done.stderr.split())
+        assert done.returncode == 1 and "Traceback" not in done.stderr, (command, done.stderr)
+        assert f"error: FITTEST_DATA_DIR ({where}) cannot hold the stack's data: Not a directory" in said, (command, said)
