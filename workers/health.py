@@ -9,6 +9,7 @@ queue adds a live check of its store and model to the answer. A Qdrant server is
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -342,15 +343,33 @@ def _from_memory_worker(name: Literal["store", "model", "tools"], answers: dict[
     return Check(name=name, status=check.status, detail=f"{check.detail} (checked by {node})", ms=round(check.ms, 2))
 
 
+def model_files_problem(settings: Settings) -> str | None:
+    """What is wrong with the model's files as this host sees them, read without loading the model:
+    a file missing, or vectors of another size than FITTEST_EMBEDDING_DIM (config.json's
+    hidden_size); None when nothing is seen wrong, or FITTEST_EMBEDDING_MODEL_PATH is unset."""
+    path = settings.embedding_model_path
+    if path is None:
+        return None
+    missing = [f for f in ("model.onnx", "tokenizer.json", "config.json") if not (path / f).is_file()]
+    if missing:
+        return f"{path} lacks {', '.join(missing)} (FITTEST_EMBEDDING_MODEL_PATH)"
+    try:
+        size = json.loads((path / "config.json").read_text(encoding="utf-8")).get("hidden_size")
+    except (OSError, ValueError, AttributeError):
+        return None  # the model's loading tells what is wrong with it
+    if isinstance(size, int) and size != settings.embedding_dim:
+        return f"the model in {path} makes {size}-dimensional vectors but FITTEST_EMBEDDING_DIM is {settings.embedding_dim}"
+    return None
+
+
 def check_model_files(settings: Settings, not_asked: str = "") -> Check:
     """The model's files as this host sees them, where no memory worker said (`not_asked`: why none was asked)."""
     path = settings.embedding_model_path
     unanswered = not_asked or "no memory worker answered"
     if path is None:
         return Check(name="model", status="skip", detail=f"{unanswered}; FITTEST_EMBEDDING_MODEL_PATH unset")
-    missing = [f for f in ("model.onnx", "tokenizer.json", "config.json") if not (path / f).is_file()]
-    if missing:
-        return Check(name="model", status="fail", detail=f"{path} lacks {', '.join(missing)} (FITTEST_EMBEDDING_MODEL_PATH)")
+    if (problem := model_files_problem(settings)) is not None:
+        return Check(name="model", status="fail", detail=problem)
     return Check(name="model", status="ok", detail=f"files present in {path}; not loaded ({unanswered})")
 
 

@@ -30,6 +30,7 @@ from honcho.manager import KILL_WAIT, SIGNALS, Manager
 from honcho.printer import Printer
 from honcho.process import Process as HonchoProcess
 
+from workers.health import model_files_problem
 from workers.logging import says_ready
 from workers.settings import Settings, redact_url
 from workers.stack import PATIENT_ASK_S, PROCFILE, ROOT, Stack, StackError, die_with_parent
@@ -166,6 +167,9 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
     if not settings.tools_dir.is_dir():
         print(f"fittest up: FITTEST_TOOLS_DIR ({settings.tools_dir.resolve()}) is not a directory: no tool will be "
               "served until it is (a relative path is read from the directory you run fittest in)", file=out, flush=True)
+    if "memory" in roles and (problem := model_files_problem(settings)) is not None:  # QA 57a M3: told by health only
+        print(f"fittest up: {problem}: every call will be served degraded (ranked without similarity, feedback or "
+              "failure memory) until it is mended and the memory worker restarted", file=out, flush=True)
     url = stack.ensure_redis()
     manager = Supervisor(printer=Printer(out), data_dir=settings.data_dir.resolve())
     manager._process_ctor = RoleRelay  # honcho's own hook for the class that runs each role

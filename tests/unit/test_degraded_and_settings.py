@@ -189,3 +189,25 @@ def test_health_fails_the_store_when_its_disk_is_nearly_full(tmp_path: Path, mon
     monkeypatch.setattr(shutil, "disk_usage", lambda _: usage._replace(free=100 * 2**20))
     status, detail = disk_room(tmp_path)
     assert status == "fail" and detail.startswith(f"only 100 MB free in FITTEST_DATA_DIR ({tmp_path})") and "SIGBUS" in detail
+
+
+def test_the_model_files_are_checked_without_loading_the_model(tmp_path: Path, model_path: Path) -> None:
+    """QA 57a M3: `fittest up` started with a model directory that was not there, or one making vectors
+    of another size than FITTEST_EMBEDDING_DIM, without a word; every call was then served degraded."""
+    import shutil
+
+    from workers.health import check_model_files, model_files_problem
+
+    assert model_files_problem(Settings(embedding_model_path=model_path)) is None
+    assert model_files_problem(Settings(embedding_model_path=None)) is None  # fastembed's own download: its loading tells
+    assert model_files_problem(Settings(embedding_model_path=tmp_path / "none")) == \
+        f"{tmp_path / 'none'} lacks model.onnx, tokenizer.json, config.json (FITTEST_EMBEDDING_MODEL_PATH)"
+    assert model_files_problem(Settings(embedding_model_path=model_path, embedding_dim=100)) == \
+        f"the model in {model_path} makes 384-dimensional vectors but FITTEST_EMBEDDING_DIM is 100"
+    copy = tmp_path / "model"
+    shutil.copytree(model_path, copy, ignore=shutil.ignore_patterns("model.onnx"))
+    (copy / "model.onnx").touch()
+    (copy / "config.json").write_text("not json")  # what only loading it can tell
+    assert model_files_problem(Settings(embedding_model_path=copy)) is None
+    check = check_model_files(Settings(embedding_model_path=model_path, embedding_dim=100))
+    assert check.status == "fail" and "FITTEST_EMBEDDING_DIM is 100" in check.detail
