@@ -914,6 +914,22 @@ def test_http_failures_are_classified(http_base: str, path: str, error_class: Fa
     assert_failure(run_tool(http_tool(http_base + path), {}, timeout_s=5, limits=LIMITS), error_class, fragment)
 
 
+def test_an_http_tool_may_not_call_the_stacks_own_services(http_base: str) -> None:
+    """QA 57c H4: a manifest whose URL was Flower's API on 127.0.0.1 shut the evolver down."""
+    from workers.runners.base import own_ports
+    from workers.settings import Settings
+
+    port = int(http_base.rsplit(":", 1)[1])
+    settings = Settings(flower_port=port, redis_url="redis://localhost:6390/2", qdrant_url="http://10.0.0.5:6333")
+    assert own_ports(settings) == {port: "Flower (FITTEST_FLOWER_PORT)", 9808: "the metrics endpoint (FITTEST_METRICS_PORT)",
+                                   6390: "Redis (FITTEST_REDIS_URL)"}  # a Qdrant on another host is no port of this one
+    limits = RunLimits.from_settings(settings)
+    for url in (f"{http_base}/echo", f"http://localhost:{port}/echo", "http://localhost:6390/"):
+        assert_failure(run_tool(http_tool(url), {"q": 1}, timeout_s=5, limits=limits), FailureClass.crash,
+                       "refused:", "which serves fittest itself: an http tool may not call it")
+    assert run_tool(http_tool(f"{http_base}/echo"), {"q": 1}, timeout_s=5, limits=LIMITS).success  # another stack's port
+
+
 def test_http_response_cap(http_base: str) -> None:
     outcome = run_tool(http_tool(f"{http_base}/big"), {}, timeout_s=5, limits=RunLimits(output_limit_bytes=10_000))
     assert_failure(outcome, FailureClass.bad_output, "exceeds the limit")

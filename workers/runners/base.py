@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field
 
@@ -64,6 +65,9 @@ class RunLimits(BaseModel):
     max_processes: int = Field(64, ge=1)
     max_file_mb: int = Field(64, ge=0)
     max_open_files: int = Field(256, ge=16)
+    # The ports of this host that serve fittest itself (port -> what), which an http tool may not
+    # call: from a manifest, Flower's API shut a worker down (QA 57c H4).
+    own_ports: dict[int, str] = Field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RunLimits:
@@ -72,7 +76,29 @@ class RunLimits(BaseModel):
             output_limit_bytes=settings.output_limit_bytes,
             memory_mb=settings.tool_memory_mb,
             cpu_s=settings.tool_cpu_s,
+            own_ports=own_ports(settings),
         )
+
+
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::"})
+
+
+def is_local(host: str | None) -> bool:
+    return host is not None and (host.lower() in LOCAL_HOSTS or host.startswith("127."))
+
+
+def own_ports(settings: Settings) -> dict[int, str]:
+    """The ports of this host that fittest's own services listen on, as the settings give them."""
+    ports = {settings.flower_port: "Flower (FITTEST_FLOWER_PORT)", settings.metrics_port: "the metrics endpoint (FITTEST_METRICS_PORT)"}
+    for url, what in ((settings.redis_url, "Redis (FITTEST_REDIS_URL)"), (settings.result_backend, "Redis (FITTEST_RESULT_BACKEND)"),
+                      (settings.qdrant_url, "Qdrant (FITTEST_QDRANT_URL)")):
+        parts = urlsplit(url or "")
+        if is_local(parts.hostname):
+            ports[parts.port or DEFAULT_PORTS.get(parts.scheme, 0)] = what
+    return ports
+
+
+DEFAULT_PORTS = {"redis": 6379, "rediss": 6379, "http": 80, "https": 443}
 
 
 class RunOutcome(BaseModel):

@@ -16,12 +16,13 @@ from __future__ import annotations
 import threading
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
 from selection.manifest import HttpImplementation, ToolManifest
 from selection.models import FailureClass
-from workers.runners.base import RunLimits, RunOutcome, encode_input, judge_json_bytes, preview
+from workers.runners.base import DEFAULT_PORTS, RunLimits, RunOutcome, encode_input, is_local, judge_json_bytes, preview
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -57,6 +58,10 @@ def run_http(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float,
     cap = limits.output_limit_bytes
     timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S))
     headers = {"Content-Type": "application/json", "Accept": "application/json", **impl.headers}
+    target = urlsplit(impl.url)
+    if is_local(target.hostname) and (what := limits.own_ports.get(target.port or DEFAULT_PORTS[target.scheme])):
+        return RunOutcome.fail(FailureClass.crash, f"refused: {impl.url} is {what} on this host, which serves fittest "
+                                                   "itself: an http tool may not call it")
     try:
         with _shared_client().stream("POST", impl.url, content=encode_input(input), headers=headers, timeout=timeout) as resp:
             declared = resp.headers.get("content-length")
