@@ -12,7 +12,8 @@ Isolation, and why each part is there:
   it, is removed by the next worker process that starts (`remove_left_behind`: its name holds
   the pid of the process that made it);
 - an environment reduced to an allow-list: the worker's secrets (`FITTEST_*`, broker URLs, API
-  keys) are never passed to tools;
+  keys) are never passed to tools (one running as the worker's user may still read them from the
+  worker's /proc/<pid>/environ: QA 57c H1, the README's "What tools and callers can do");
 - a new session and process group: the whole tree the tool starts can be killed as one;
 - resource limits set in the child before exec (`preexec_fn`): CPU seconds, address space, file
   size, open files, and processes. `preexec_fn` is documented as unsafe with threads because
