@@ -142,6 +142,9 @@ def no_tool_meant_for_it(plan: CallPlan) -> str | None:
     said = f"no tool tried matches this job clearly{closest} or has done it, so none was evolved for it"
     if closer is None:
         return f"{said}: add a tool for it, or name one (`--namespace`) to have it evolved"
+    if closer.key in plan.code_missing:  # neither more attempts nor its name would run it (QA 57a M5)
+        return (f"{said}; {closer.key}, which matches it {closer.breakdown.similarity:.2f}, was not run: its code is "
+                "not there (the call's notes say where it was)")
     made, limit = len(plan.attempts), plan.request.max_attempts
     why = (f"the call stopped at its max_attempts ({limit})" if made >= limit
            else f"the call stopped after {made} attempt{'s' if made != 1 else ''}")

@@ -104,3 +104,10 @@ def test_a_call_that_stopped_before_the_closest_candidate_names_the_closest_trie
     assert no_tool_meant_for_it(worse) == (
         "no tool tried matches this job clearly (the closest, word_stats@1.0.0, matches it 0.25) or has done it, so "
         "none was evolved for it: add a tool for it, or name one (`--namespace`) to have it evolved")
+    # QA 57a M5: one whose code is not there (its folder gone) is not what more attempts would run.
+    gone = plan.model_copy(update={"request": CallRequest(scenario="deduplicate this list", max_attempts=10),
+                                   "code_missing": ["unique_items@1.0.0"]})
+    assert no_tool_meant_for_it(gone) == (
+        "no tool tried matches this job clearly (the closest, word_stats@1.0.0, matches it 0.25) or has done it, so "
+        "none was evolved for it; unique_items@1.0.0, which matches it 1.00, was not run: its code is not there (the "
+        "call's notes say where it was)")
