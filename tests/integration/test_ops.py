@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+import redis
 
 from tests.conftest import RedisServer, cli_runner, free_port
 from workers.app import make_app
@@ -137,6 +138,11 @@ def test_calls_that_end_before_any_attempt_are_counted_by_their_status(pipeline,
 def test_a_shell_whose_key_prefix_no_worker_serves_is_told_so_where_one_is_served(pipeline, cli) -> None:
     """QA ops L8: with another FITTEST_KEY_PREFIX than the workers', `tools` read every tool as
     untouched without a word, and `health` said to start the beat, which ran."""
+    from workers.state.redis import SERVED_MARK
+
+    marks = redis.Redis.from_url(pipeline.settings.redis_url)
+    pipeline.wait_for(lambda: marks.exists(pipeline.settings.key_prefix + SERVED_MARK))  # the memory worker marks it as it starts
+    marks.close()
     listed = cli("tools", FITTEST_KEY_PREFIX="not_the_workers:")
     said = words(listed.output)
     assert listed.exit_code == 0 and "warning: no memory worker has served FITTEST_KEY_PREFIX not_the_workers: on this " \
@@ -145,6 +151,11 @@ def test_a_shell_whose_key_prefix_no_worker_serves_is_told_so_where_one_is_serve
     detail = json.loads(beat.output)["checks"][0]["detail"]
     assert beat.exit_code == 1 and "is this shell's prefix the workers'?" in detail and "start the beat" not in detail, detail
     assert "no memory worker has served" not in cli("tools").output  # the workers' own prefix
+    # QA 57a M6: so are the other commands that show what is stored under the prefix
+    for command in (["show", "csv_lenient"], ["weights"], ["feedback", "show", "csv_lenient"], ["metrics", "--once"]):
+        shown = cli(*command, FITTEST_KEY_PREFIX="not_the_workers:")
+        assert "is this shell's prefix the workers'?" in words(shown.output), (command, shown.output)
+        assert "no memory worker has served" not in cli(*command).output, command
     assert "start the beat role" in json.loads(cli("health", "--json", "--check", "beat", "-w", "beat").output)["checks"][0]["detail"]
 
 

@@ -379,3 +379,20 @@ def needs_redis(command: Command) -> Command:
         return command(*args, **kwargs)
 
     return checked  # type: ignore[return-value]  # functools.wraps keeps the signature Typer reads
+
+
+def reads_state(command: Command) -> Command:
+    """`needs_redis`, and the warning of a shell whose FITTEST_KEY_PREFIX no stack serves while
+    another is (`warn_of_other_stacks`), for a command that shows what is stored under the prefix
+    (QA 57a M6: show, weights, feedback show, report and metrics showed an empty system, without a
+    word, where `tools` and `health` warned)."""
+
+    @functools.wraps(command)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        from workers.settings import get_settings
+
+        check_redis()
+        warn_of_other_stacks(get_settings())
+        return command(*args, **kwargs)
+
+    return checked  # type: ignore[return-value]  # functools.wraps keeps the signature Typer reads

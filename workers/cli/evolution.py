@@ -14,7 +14,7 @@ from evolution.descriptions import VariantStatus
 from evolution.models import ChangelogEntry, last_removal
 from selection.models import Promotion
 from selection.ports import BreakerState
-from workers.cli.common import (REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, read_answer,
+from workers.cli.common import (REFUSED, JsonOpt, abridged, console, fail, literal, needs_redis, print_json, read_answer, reads_state,
                                 seconds, shortened, tool_argument, waiting_told, when, worker_errors_told)
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ def lineage(namespace: str) -> Lineage:
 
 
 @app.command()
-@needs_redis
+@reads_state
 def show(
     name: Annotated[str, typer.Argument(help="The namespace (tool name); NAME@VERSION shows that version's tool, once it is one of its versions.")],
     events: Annotated[int, typer.Option(min=0, help="Changelog entries to print (newest last); 0: none.")] = 15,

@@ -26,6 +26,7 @@ from workers.cli.common import (
     literal,
     names_what_no_tool_has,
     needs_redis,
+    reads_state,
     print_json,
     read_answer,
     seconds,
@@ -246,7 +247,7 @@ def feedback_add(
 
 
 @feedback_app.command("show")
-@needs_redis
+@reads_state
 def feedback_show(
     tool: Annotated[str, typer.Argument(help="NAME (all its versions) or NAME@VERSION (that version's entries).")],
     limit: Annotated[int, typer.Option(min=1, help="Entries listed, newest first.")] = 20,
@@ -331,7 +332,7 @@ def entries(n: int) -> str:
 
 # --------------------------------------------------------------------------------------- weights
 @app.command()
-@needs_redis
+@reads_state
 def weights(
     history: Annotated[int, typer.Option(min=0, help="Earlier versions listed, besides the current one.")] = 10,
     retrain: Annotated[bool, typer.Option("--retrain", help="Retrain them first, now, from the recent records, as the "

@@ -12,7 +12,7 @@ import typer
 from pydantic import BaseModel
 from rich.table import Table
 
-from workers.cli.common import REFUSED, JsonOpt, console, fail, literal, needs_redis, print_json, seconds
+from workers.cli.common import REFUSED, JsonOpt, console, fail, literal, print_json, reads_state, seconds, warn_of_other_stacks
 from workers.settings import OTHER_VARIABLES, Settings, get_settings, redact_url
 
 app = typer.Typer()
@@ -82,6 +82,7 @@ def metrics(
 
     settings = get_settings()
     if once:
+        warn_of_other_stacks(settings)  # its counters would read zero (QA 57a M6)
         typer.echo(exposition(settings).decode(), nl=False)
         return
     addr = addr or settings.metrics_addr
@@ -101,7 +102,7 @@ def metrics(
 
 # --------------------------------------------------------------------------------------- report
 @app.command()
-@needs_redis
+@reads_state
 def report(
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write index.html into.")] = Path("fittest-report"),
     hours: Annotated[float | None, typer.Option(help="Only the last HOURS of attempts and calls (more than 0).")] = None,
