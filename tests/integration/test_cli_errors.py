@@ -102,7 +102,9 @@ def test_a_command_no_worker_answers_says_so_and_a_tool_that_does_not_exist_is_r
     assert code == 1, said
     assert ("no worker took the evolution of sort_numbers within 4 s: is the selection worker running (`fittest up`)? "
             "Nothing was evolved: send it again once one runs") in said, said
-    assert "waiting for a worker of the selection queue to answer (up to 4 s" in said, said
+    # QA 57a M7: and that no worker takes that queue now, where it waited its 600 s without a word
+    assert ("no worker takes the selection queue now (`fittest up` starts them); waiting for a worker of the "
+            "selection queue to answer (up to 4 s") in said, said
     client = redis.Redis.from_url(private_redis.url)
     try:
         left = [json.loads(m) for m in client.lrange("selection", 0, -1)]
@@ -155,7 +157,8 @@ def test_a_judgement_no_worker_took_in_time_is_never_recorded_so_it_can_be_sent_
         code, said, _ = fittest(*judge, "--timeout", "4")
         assert code == 1 and "no worker answered" in said and "Nothing was done: send it again" in said, said
         # ...and, from 3 s on, that it waits (QA: it said nothing for its whole timeout)
-        assert "waiting for a worker of the feedback queue to answer (up to 4 s; `fittest health` checks them)" in said, said
+        assert "no worker takes the feedback queue now (`fittest up` starts them); waiting for a worker of the feedback " \
+            "queue to answer (up to 4 s; `fittest health` checks them)" in said, said
         # So does an evolution asked for by hand, which is no call that expired once a worker drops it.
         code, said, _ = fittest("evolve", "sort_numbers", "--timeout", "2")
         assert code == 1 and "Nothing was evolved" in said, said
@@ -349,6 +352,8 @@ def test_a_call_no_worker_can_take_and_a_result_nobody_sent_are_told_in_seconds(
     code, said, took = fittest("result", call_id, "--timeout", "8")  # queued: waited for, up to --timeout
     assert code == 1 and took > 8, (said, took)  # where the call is, rather than "is a selection worker running?"
     assert "within 8 s: it is waiting for a selection worker (fittest.resilient_tool_call) and goes on" in said, said
+    # QA 57a M7: and that no worker takes that queue now
+    assert "no worker takes the selection queue now (`fittest up` starts them)" in said, said
     code, said, took = fittest("result", "no-such-call", "--timeout", "100")
     assert code == 1 and took < 60 and "no call with this id is queued or running" in said, (said, took)
 

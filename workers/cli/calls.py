@@ -12,6 +12,8 @@ from rich.table import Table
 
 from workers.cli.common import (
     CONTEXT_HELP,
+    NO_WORKER_NOW,
+    PING_TIMEOUT_S,
     REFUSED,
     UNREADABLE,
     JsonOpt,
@@ -24,6 +26,7 @@ from workers.cli.common import (
     names_what_no_tool_has,
     needs_redis,
     print_json,
+    queue_taken,
     seconds,
     warn_if_namespace_unranked,
 )
@@ -98,9 +101,9 @@ def result(
                    "it is queued or running, or no call with this id was sent in the last day")
 
 
-# How often, and how long each time, the workers are asked whether one takes the selection queue
+# How often the workers are asked (PING_TIMEOUT_S each time) whether one takes the selection queue
 # before a call's wait ends for want of one: after a Redis restart they reconnect after 2 s, then 4 s.
-SELECTION_PINGS, PING_TIMEOUT_S = 3, 1.5
+SELECTION_PINGS = 3
 
 
 def no_selection_worker(client: CallSender, call_id: str, stays: str) -> str | None:
@@ -127,8 +130,15 @@ SELECTION_STEPS = ("fittest.resilient_tool_call", "fittest.call_tool")
 # What a call in flight is doing at its step, for a user who stopped waiting for it.
 def _still_running(client: CallSender, call_id: str) -> str | None:
     """Where a call that has not finished is (`CallSender.whereabouts`), and how to see its end."""
+    from workers.health import MEMORY_QUEUE
+
     where = client.whereabouts(call_id)
-    return None if where is None else f"{where} and goes on; `fittest result {call_id}` shows it when it ends"
+    if where is None:
+        return None
+    said = f"{where} and goes on; `fittest result {call_id}` shows it when it ends"
+    if client.step_of(call_id) in (None, *SELECTION_STEPS) and not queue_taken(MEMORY_QUEUE):  # QA 57a M7
+        said += f"; {NO_WORKER_NOW.format(queue=MEMORY_QUEUE)}"
+    return said
 
 
 def ended_without_result(client: CallSender, call_id: str) -> tuple[str, str] | None:

@@ -11,6 +11,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -162,22 +163,53 @@ class WorkerFailed(Exception):
 
 
 WAIT_NOTICE_S = 3.0  # how long the workers' answer is waited for before the command says it waits
+PING_TIMEOUT_S = 1.5  # how long the workers are given to say which queues they take, each time they are asked
+
+
+def queue_taken(queue: str) -> bool:
+    """Whether a worker takes `queue` now, as the workers answer within PING_TIMEOUT_S (a Redis
+    away, which the command's wait tells of itself, counts as yes)."""
+    from workers.health import ask_workers
+    from workers.settings import get_settings
+
+    try:
+        return any(queue in answer.queues for answer in ask_workers(get_settings(), timeout=PING_TIMEOUT_S).values())
+    except Exception:
+        return True
+
+
+NO_WORKER_NOW = "no worker takes the {queue} queue now (`fittest up` starts them)"
 
 
 @contextmanager
 def waiting_told(queue: str, timeout: float) -> Iterator[None]:
     """Say, once WAIT_NOTICE_S has passed without the workers' answer, that the command waits for
-    it (QA: with no worker running, a command said nothing for its whole timeout)."""
-    notice = threading.Timer(WAIT_NOTICE_S, lambda: err_console.print(
-        f"waiting for a worker of the {queue} queue to answer (up to {timeout:g} s; `fittest health` checks them)…",
-        highlight=False))
-    notice.daemon = True
+    it (QA: with no worker running, a command said nothing for its whole timeout), and whether any
+    worker takes that queue now (QA 57a M7: `evolve` waited its 600 s with none running, where a
+    call is told so within seconds). It waits on all the same: a worker that starts within the
+    timeout takes the request, which expires unapplied after it."""
+
+    answered = threading.Event()
+
+    def tell() -> None:
+        """Ask the workers first (each is given PING_TIMEOUT_S), so that the notice comes at
+        WAIT_NOTICE_S with what they said."""
+        started = time.monotonic()
+        if answered.wait(WAIT_NOTICE_S - PING_TIMEOUT_S):
+            return
+        taken = queue_taken(queue)
+        if answered.wait(max(0.0, WAIT_NOTICE_S - (time.monotonic() - started))):
+            return
+        none = "" if taken else f"{NO_WORKER_NOW.format(queue=queue)}; "
+        err_console.print(f"{none}waiting for a worker of the {queue} queue to answer (up to {timeout:g} s; "
+                          "`fittest health` checks them)…", highlight=False)
+
     if timeout > WAIT_NOTICE_S:
-        notice.start()
+        threading.Thread(target=tell, name="fittest-waiting-notice", daemon=True).start()
     try:
         yield
     finally:
-        notice.cancel()
+        answered.set()
 
 
 @contextmanager
