@@ -135,6 +135,28 @@ class Settings(BaseSettings):
             raise ValueError(f"{redact_url(v)!r} names database {db!r}: a Redis database is a number (/0 is the first)")
         return v
 
+    @field_validator("result_backend")
+    @classmethod
+    def _known_backend(cls, v: str | None) -> str | None:
+        """A backend Celery has, refused as the settings are read (QA 57a L2: `foo://` and `http://`
+        ended the first call in a traceback of Celery's)."""
+        if v is None:
+            return v
+        from celery.app.backends import by_url
+
+        try:
+            by_url(v)
+        except Exception as exc:  # ImproperlyConfigured, or the import of a module the scheme names
+            raise ValueError(f"{redact_url(v)!r} is no result backend Celery can use: {exc}") from None
+        return v
+
+    @field_validator("qdrant_url")
+    @classmethod
+    def _qdrant_scheme(cls, v: str | None) -> str | None:
+        if v is not None and (urlsplit(v).scheme not in ("http", "https") or not urlsplit(v).hostname):
+            raise ValueError(f"{redact_url(v)!r} is not a Qdrant server's URL: it must be http(s)://HOST:PORT")
+        return v
+
     @field_validator("collection_prefix")
     @classmethod
     def _collection_prefix(cls, v: str) -> str:

@@ -299,6 +299,10 @@ def test_settings_the_commands_refuse_are_named_in_one_line(model_path: Path, tm
          "'FITTEST_POLICY' (write it as policy)"),
         ({"FITTEST_MAX_CANDIDATES": "abc"}, "FITTEST_MAX_CANDIDATES: Input should be a valid integer"),
         ({"FITTEST_REDIS_URL": "localhost:6379"}, "FITTEST_REDIS_URL: 'localhost:6379' is not a Redis URL"),
+        # QA 57a L2: a traceback of Celery's at the first call, an error naming no setting
+        ({"FITTEST_RESULT_BACKEND": "http://127.0.0.1:8765/"},
+         "FITTEST_RESULT_BACKEND: 'http://127.0.0.1:8765/' is no result backend Celery can use: Unknown result backend: 'http'"),
+        ({"FITTEST_QDRANT_URL": "notaurl"}, "FITTEST_QDRANT_URL: 'notaurl' is not a Qdrant server's URL"),
         # QA 57a M4: refused by the memory worker's store only, and every call then served degraded
         ({"FITTEST_COLLECTION_PREFIX": "../../evil/"},
          "FITTEST_COLLECTION_PREFIX: collection prefix '../../evil/' may use only letters, digits, '_', '.' and '-'"),
