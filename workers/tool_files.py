@@ -55,6 +55,10 @@ def runs_code_of(manifest: ToolManifest, original: ToolManifest) -> bool:
     if manifest.implementation != original.implementation:
         return False
     key = (manifest.key, manifest.tool_dir, original.key, original.tool_dir)
+    if any(m.tool_dir is not None and not Path(m.tool_dir).is_dir() for m in (manifest, original)):
+        # Not compared, nor the answer kept: a folder away now (the tools directory moved) read as
+        # no files, and the version ran in a process of its own for the executor's life (QA 57a L3).
+        return False
     if key not in _same_code:
         try:
             _same_code[key] = version_files(manifest) == version_files(original)
