@@ -165,6 +165,10 @@ UNKNOWN_CALL = ("no call with this id is queued or running, and none finished in
                 "is kept under its task id, which is its call_id only when the sender made it so: "
                 "send_task(..., task_id=call_id))")
 
+# Why no result can be found under a call id a job was sent with in the last day.
+UNDER_ANOTHER_TASK_ID = ("a call was sent with this call_id in the last day, under another task id, which its result is "
+                         "kept under (send_task(..., task_id=call_id) keeps them one): that task id finds it")
+
 
 class UnknownCall(LookupError):
     """No call with this id is queued or running, and no result of one is kept (results are kept
@@ -447,6 +451,8 @@ class CallSender:
         if not self._known(call_id):
             if self.waits_in_queue(call_id, "fittest.resilient_tool_call", DEFAULT_QUEUE):
                 raise MisroutedCall(call_id)
+            if self._call_ids().named(call_id):  # QA 57a L10: "none finished in the last day" of one that had
+                raise UnknownCall(call_id, UNDER_ANOTHER_TASK_ID)
             raise UnknownCall(call_id)
 
     def _known(self, call_id: str) -> bool:

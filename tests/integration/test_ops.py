@@ -281,6 +281,14 @@ def test_a_call_id_names_one_job_for_the_client_and_for_send_task(pipeline, cli)
         taken = client.celery.send_task("fittest.resilient_tool_call", queue="selection", kwargs={
             **echo, "input": {"text": "b"}, "call_id": made.id})
         assert taken.get(timeout=60)["errors"][0]["field"] == "call_id"
+        # A call_id sent without task_id=call_id names its call, whose result is under its task id:
+        # `fittest result` says so (QA 57a L10: "none finished in the last day").
+        chosen = client.celery.send_task("fittest.resilient_tool_call", queue="selection", kwargs={
+            **echo, "input": {"text": "c"}, "call_id": "foreign-chosen-9"})
+        assert chosen.get(timeout=60)["call_id"] == "foreign-chosen-9"
+        looked = cli("result", "foreign-chosen-9", "--timeout", "30")
+        assert looked.exit_code == 1 and "a call was sent with this call_id in the last day, under another task id" \
+            in words(looked.output), looked.output
 
 
 def test_a_call_sent_again_under_its_id_is_answered_by_its_result_without_running_again(pipeline) -> None:

@@ -61,6 +61,10 @@ class CallIds:
         self.client = client
         self.prefix = prefix
 
+    def named(self, call_id: str) -> bool:
+        """Whether a job was sent under `call_id` within RESULT_TTL_S (its task id may be another)."""
+        return bool(self.client.exists(f"{self.prefix}call_job:{call_id}"))
+
     def claim(self, call_id: str, digest: str, start: bool = False) -> tuple[Claim, bool]:
         """Record that `call_id` names the job of `digest`, unless it names another job already;
         with `start`, also whether this is the first start of the call (its first step's, once
