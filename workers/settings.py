@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import pwd
 import re
 import ssl
 import tomllib
@@ -29,6 +30,15 @@ VISIBILITY_MARGIN_S = 120
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 # An evolution's hard time limit past its budget: the last candidate's three stages may run past it.
 EVOLUTION_OVERRUN_S = 600
+
+
+def user_ids(user: str) -> tuple[int, int]:
+    """The uid and primary gid of a user named by name or uid; ValueError for one this host lacks."""
+    try:
+        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except (KeyError, OverflowError):
+        raise ValueError(f"no user {user!r} on this host") from None
+    return entry.pw_uid, entry.pw_gid
 
 
 COLLECTION_PREFIX = re.compile(r"^[A-Za-z0-9_.-]*$")
@@ -84,6 +94,7 @@ class Settings(BaseSettings):
     # Bounded above: a limit past what setrlimit takes (~8.8e12 MB) failed every tool's start as its crash (review)
     tool_memory_mb: int = Field(1024, ge=64, le=1_048_576, description="Address-space limit of a tool subprocess")
     tool_cpu_s: int = Field(60, ge=1, le=86_400, description="CPU-seconds limit of a tool subprocess")
+    tool_user: str | None = Field(None, description="User (name or uid) that tool subprocesses run as: executables, evolved python versions and the verification sandbox; then they cannot read the worker's environment in /proc nor write what that user cannot. Needs the workers to run as root, and this user to read the tools, the data directory's evolved versions and the Python interpreter. Unset: they run as the worker's user")
     breaker_threshold: int = Field(5, ge=1, description="Consecutive failures of a tool version that open its circuit breaker (shared by all workers)")
     breaker_cooldown_s: float = Field(60.0, gt=0, description="How long an open breaker keeps its tool version out of selection; then one probe call may try it")
     visibility_timeout_s: float | None = Field(None, gt=0, description="Seconds before the broker gives an unacknowledged call step to another worker (a crashed worker's work); default the longest step (FITTEST_MAX_TIMEOUT_S, or an evolution: FITTEST_EVOLUTION_BUDGET_S + 600) + 120; must exceed FITTEST_MAX_TIMEOUT_S")
@@ -155,6 +166,13 @@ class Settings(BaseSettings):
     def _qdrant_scheme(cls, v: str | None) -> str | None:
         if v is not None and (urlsplit(v).scheme not in ("http", "https") or not urlsplit(v).hostname):
             raise ValueError(f"{redact_url(v)!r} is not a Qdrant server's URL: it must be http(s)://HOST:PORT")
+        return v
+
+    @field_validator("tool_user")
+    @classmethod
+    def _known_user(cls, v: str | None) -> str | None:
+        if v is not None:
+            user_ids(v)  # a user this host has
         return v
 
     @field_validator("collection_prefix")

@@ -1118,3 +1118,41 @@ def test_the_working_directories_of_runs_whose_process_died_are_removed(tmp_path
         (workdir / "sub" / "left.txt").write_text("x")
     assert remove_left_behind(tmp_path) == [dead]
     assert not dead.exists() and (live / "sub" / "left.txt").exists()
+
+
+SNOOP = """#!/bin/sh
+# what a hostile tool tries (QA 57c H1, H2): its worker's environment, and its own tool folder
+if cat "/proc/$PPID/environ" > /dev/null 2>&1; then environ=true; else environ=false; fi
+if touch "$(dirname "$0")/planted" 2> /dev/null; then planted=true; else planted=false; fi
+if touch "$HOME/scratch" 2> /dev/null; then scratch=true; else scratch=false; fi
+echo "{\\"uid\\": $(id -u), \\"read_worker_environ\\": $environ, \\"wrote_tool_folder\\": $planted, \\"wrote_workdir\\": $scratch}"
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting a tool as another user needs root")
+def test_a_tool_run_as_the_tool_user_cannot_read_the_workers_environment_nor_write_its_folder() -> None:
+    """QA 57c H1, H2: a tool running as the worker's user read the Redis password from its worker's
+    /proc/PID/environ, and rewrote another tool's code. FITTEST_TOOL_USER runs it as another user."""
+    import pwd
+
+    from workers.settings import Settings
+
+    nobody = pwd.getpwnam("nobody")
+    root = Path(tempfile.mkdtemp(prefix="fittest-tool-user-", dir="/tmp"))  # pytest's own tmp is root's alone
+    try:
+        root.chmod(0o755)
+        tool = make_tool(root / "snoop", "snoop", {"kind": "executable", "argv": ["{tool_dir}/snoop.sh"]}, {"snoop.sh": SNOOP})
+        (root / "snoop").chmod(0o755)
+        (root / "snoop" / "snoop.sh").chmod(0o755)
+        limits = RunLimits.from_settings(Settings(tool_user="nobody"))
+        assert limits.run_as == (nobody.pw_uid, nobody.pw_gid)
+        confined = run_tool(tool, {}, timeout_s=10, limits=limits)
+        assert confined.success, confined
+        assert confined.output == {"uid": nobody.pw_uid, "read_worker_environ": False, "wrote_tool_folder": False,
+                                   "wrote_workdir": True}
+        as_worker = run_tool(tool, {}, timeout_s=10, limits=LIMITS)  # what it can do as the worker's user
+        assert as_worker.output == {"uid": 0, "read_worker_environ": True, "wrote_tool_folder": True, "wrote_workdir": True}
+        with pytest.raises(ValueError, match="no user 'no-such-user' on this host"):
+            Settings(tool_user="no-such-user")
+    finally:
+        shutil.rmtree(root)

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field
 
 from selection.models import FailureClass
-from workers.settings import Settings
+from workers.settings import Settings, user_ids
 
 MAX_MESSAGE_CHARS = 2000  # error messages travel in task payloads and failure records
 STDERR_TAIL_BYTES = 2048
@@ -68,6 +68,8 @@ class RunLimits(BaseModel):
     # The ports of this host that serve fittest itself (port -> what), which an http tool may not
     # call: from a manifest, Flower's API shut a worker down (QA 57c H4).
     own_ports: dict[int, str] = Field(default_factory=dict)
+    # The (uid, gid) a tool's process runs as (FITTEST_TOOL_USER); None: the worker's own.
+    run_as: tuple[int, int] | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RunLimits:
@@ -77,6 +79,7 @@ class RunLimits(BaseModel):
             memory_mb=settings.tool_memory_mb,
             cpu_s=settings.tool_cpu_s,
             own_ports=own_ports(settings),
+            run_as=user_ids(settings.tool_user) if settings.tool_user is not None else None,
         )
 
 

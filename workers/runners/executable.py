@@ -138,7 +138,7 @@ def _rlimits(limits: RunLimits) -> list[tuple[int, int]]:
         (resource.RLIMIT_FSIZE, limits.max_file_mb * mb),
         (resource.RLIMIT_NOFILE, limits.max_open_files),
     ]
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 or (limits.run_as is not None and limits.run_as[0] != 0):  # counted for the tool's user
         wanted.append((resource.RLIMIT_NPROC, limits.max_processes))
     capped = []
     for res, value in wanted:
@@ -319,6 +319,24 @@ def remove_left_behind(tmp: Path | None = None) -> list[Path]:
     return removed
 
 
+class CannotSwitchUser(RuntimeError):
+    pass
+
+
+def _as_user(limits: RunLimits) -> dict[str, Any]:
+    """Popen's arguments that start the tool as FITTEST_TOOL_USER (`limits.run_as`): none without
+    one, or in a process that runs as that user already (the verification sandbox's, whose
+    candidates it runs); CannotSwitchUser in any other process that is not root. The credentials
+    change before `preexec_fn` runs, so its limits and its death signal hold for the tool."""
+    if limits.run_as is None or os.geteuid() == limits.run_as[0]:
+        return {}
+    if os.geteuid() != 0:
+        raise CannotSwitchUser(f"FITTEST_TOOL_USER (uid {limits.run_as[0]}) is set, and this worker does not run as root, "
+                               "which alone may start a process as another user")
+    uid, gid = limits.run_as
+    return {"user": uid, "group": gid, "extra_groups": []}
+
+
 def run_executable(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float, limits: RunLimits,
                    env: Mapping[str, str] | None = None) -> RunOutcome:
     """Run an executable tool; every failure is an outcome, never an exception. `env`: variables
@@ -329,7 +347,13 @@ def run_executable(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: 
         return RunOutcome.fail(FailureClass.bad_input, str(exc))
     data = encode_input(input)
     deadline = Deadline(timeout_s)
+    try:
+        as_user = _as_user(limits)
+    except CannotSwitchUser as exc:
+        return RunOutcome.fail(FailureClass.unavailable, str(exc))
     with tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-", ignore_cleanup_errors=True) as workdir, Run() as run:
+        if as_user:
+            os.chown(workdir, as_user["user"], as_user["group"])  # its home and temp: the one place it writes
         try:
             proc = run.start(
                 lambda: subprocess.Popen(
@@ -342,6 +366,7 @@ def run_executable(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: 
                     start_new_session=True,
                     preexec_fn=_limiter(limits),
                     close_fds=True,
+                    **as_user,
                 )
             )
         except OSError as exc:  # program missing, not executable, or limits refused
