@@ -266,4 +266,6 @@ def no_candidates_result(plan: CallPlan, registry: ToolRegistry, tools_dir: Path
             shown = ", ".join(tags[:TAGS_SHOWN]) + (f", … ({len(tags)} in all)" if len(tags) > TAGS_SHOWN else "")
             result.message = f"no tool has the tag {', '.join(map(repr, unknown))} (the tags: {shown or 'none'})"
             result.no_candidates_reason = "no_such_tag"
+    if result.no_candidates_reason == "no_match" and not tools_dir.is_dir():  # QA 57a L4: `up` run from elsewhere
+        result.message += f": FITTEST_TOOLS_DIR ({tools_dir}) is not a directory, so no tool of it is served"
     return result

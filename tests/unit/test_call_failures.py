@@ -111,3 +111,18 @@ def test_a_call_that_stopped_before_the_closest_candidate_names_the_closest_trie
         "no tool tried matches this job clearly (the closest, word_stats@1.0.0, matches it 0.25) or has done it, so "
         "none was evolved for it; unique_items@1.0.0, which matches it 1.00, was not run: its code is not there (the "
         "call's notes say where it was)")
+
+
+def test_a_call_nothing_matches_names_a_tools_directory_that_is_not_there(tmp_path) -> None:
+    """QA 57a L4: a stack started from another directory answered every call "no tool matches",
+    without a word of the tools directory it could not find."""
+    from selection.call_endings import no_candidates_result
+    from selection.registry import ToolRegistry
+
+    plan = CallPlan(request=CallRequest(scenario="sort these numbers ascending"), candidates=[])
+    missing = tmp_path / "examples" / "tools"
+    said = no_candidates_result(plan, ToolRegistry(), missing)
+    assert (said.no_candidates_reason, said.message) == (
+        "no_match", f"no tool matches this scenario, namespace and tags: FITTEST_TOOLS_DIR ({missing}) is not a directory, "
+                    "so no tool of it is served")
+    assert no_candidates_result(plan, ToolRegistry(), tmp_path).message == "no tool matches this scenario, namespace and tags"
