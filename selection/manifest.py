@@ -324,8 +324,13 @@ def load_manifest(path: str | Path) -> ToolManifest:
     path = Path(path)
     try:
         raw = path.read_bytes()
+        if len(raw) > MAX_MANIFEST_BYTES:  # every plan that ranks the version carries its manifest
+            raise ManifestError(path, "(file)", f"is {len(raw):,} bytes; a manifest is at most {MAX_MANIFEST_BYTES:,}: keep "
+                                                "large data in the tool's folder")
         text = raw.decode("utf-8")
         data = yaml.safe_load(text)
+    except ManifestError:
+        raise
     except yaml.YAMLError as exc:
         raise ManifestError(path, "(yaml)", _yaml_problem(exc)) from exc
     except OSError as exc:
@@ -349,6 +354,7 @@ def load_manifest(path: str | Path) -> ToolManifest:
 # to millions of values wherever it is written out: every plan carries its candidates' manifests
 # (QA 57c H5: ~180 MB through Redis, and 8 s, for each call that ranked such a tool).
 MAX_MANIFEST_VALUES = 100_000
+MAX_MANIFEST_BYTES = 1_000_000
 
 
 def _values_beyond(data: Any, budget: int) -> bool:

@@ -471,3 +471,8 @@ def test_a_manifest_whose_aliases_expand_to_millions_of_values_is_refused_at_onc
         "name: bomb", "description: adds two numbers", "implementation: {kind: http, url: 'http://127.0.0.1:9/x'}",
         "test_cases:", "  - input: &two {a: 1, b: 1}", "    expect: 2", "  - input: *two", "    expect_keys: []"]) + "\n")
     assert ToolRegistry.load([tmp_path]).namespaces() == ["bomb"]
+    # Nor is a file past a megabyte, aliases or not.
+    (folder / "tool.yaml").write_text("name: bomb\ndescription: adds two numbers\nimplementation: {kind: http, url: "
+                                      "'http://127.0.0.1:9/x'}\nexamples: [" + ", ".join(["add these two numbers"] * 50_000) + "]\n")
+    (error,) = ToolRegistry.load([tmp_path]).errors
+    assert error.field == "(file)" and "a manifest is at most 1,000,000" in error.reason, error
