@@ -57,7 +57,8 @@ def own_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def redis_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check every Redis command makes first passes without a Redis."""
-    monkeypatch.setattr("workers.redis_connection.probe_client", lambda *a, **k: SimpleNamespace(ping=lambda: True, close=lambda: None))
+    monkeypatch.setattr("workers.redis_connection.probe_client", lambda *a, **k: SimpleNamespace(
+        ping=lambda: True, close=lambda: None, exists=lambda key: 1))  # a stack is served under the prefix
 
 
 def plain(output: str) -> str:

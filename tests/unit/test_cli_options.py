@@ -83,7 +83,8 @@ def stores(monkeypatch: pytest.MonkeyPatch) -> ToolRegistry:
     registry.add(ToolManifest(name="fast_sort", description="Sorts numbers.", implementation=HTTP))
     registry.add(ToolManifest(name="fast_sort", version="1.1.0", description="Sorts numbers.", implementation=HTTP))
     registry.add(ToolManifest(name="old_sort", description="Sorts numbers slowly.", implementation=HTTP, deprecated=True))
-    monkeypatch.setattr("workers.redis_connection.probe_client", lambda *a, **k: SimpleNamespace(ping=lambda: True, close=lambda: None))
+    monkeypatch.setattr("workers.redis_connection.probe_client", lambda *a, **k: SimpleNamespace(
+        ping=lambda: True, close=lambda: None, exists=lambda key: 1))  # a stack is served under the prefix
     monkeypatch.setattr("workers.tool_catalog.load_registry", lambda settings: registry)
     state = SimpleNamespace(promotion=lambda ns: None, promotion_history=lambda ns: [],
                             stats=lambda keys: {k: ToolStats() for k in keys},
