@@ -32,6 +32,14 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 EVOLUTION_OVERRUN_S = 600
 
 
+def _check_port(url: str) -> None:
+    """Refuse a URL whose port is no number from 0 to 65535, as urllib reads it at first use."""
+    try:
+        urlsplit(url).port
+    except ValueError:
+        raise ValueError(f"{redact_url(url)!r} has a port that is not a number from 0 to 65535") from None
+
+
 def user_ids(user: str) -> tuple[int, int]:
     """The uid and primary gid of a user named by name or uid; ValueError for one this host lacks."""
     try:
@@ -144,6 +152,7 @@ class Settings(BaseSettings):
             raise ValueError(f"{redact_url(v)!r} is not a Redis URL: it must start with redis://, rediss:// or unix://")
         if parts.scheme != "unix" and not (db := parts.path.strip("/")).isdigit() and db:  # QA 52c: a bare int() error at first use
             raise ValueError(f"{redact_url(v)!r} names database {db!r}: a Redis database is a number (/0 is the first)")
+        _check_port(v)
         return v
 
     @field_validator("result_backend")
@@ -155,6 +164,7 @@ class Settings(BaseSettings):
             return v
         from celery.app.backends import by_url
 
+        _check_port(v)  # QA 57d: `redis://host:notaport` passed, and the first call raised urllib's ValueError
         try:
             by_url(v)
         except Exception as exc:  # ImproperlyConfigured, or the import of a module the scheme names
@@ -166,6 +176,8 @@ class Settings(BaseSettings):
     def _qdrant_scheme(cls, v: str | None) -> str | None:
         if v is not None and (urlsplit(v).scheme not in ("http", "https") or not urlsplit(v).hostname):
             raise ValueError(f"{redact_url(v)!r} is not a Qdrant server's URL: it must be http(s)://HOST:PORT")
+        if v is not None:
+            _check_port(v)
         return v
 
     @field_validator("tool_user")
