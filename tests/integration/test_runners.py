@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -924,9 +925,19 @@ def test_an_http_tool_may_not_call_the_stacks_own_services(http_base: str) -> No
     assert own_ports(settings) == {port: "Flower (FITTEST_FLOWER_PORT)", 9808: "the metrics endpoint (FITTEST_METRICS_PORT)",
                                    6390: "Redis (FITTEST_REDIS_URL)"}  # a Qdrant on another host is no port of this one
     limits = RunLimits.from_settings(settings)
-    for url in (f"{http_base}/echo", f"http://localhost:{port}/echo", "http://localhost:6390/"):
-        assert_failure(run_tool(http_tool(url), {"q": 1}, timeout_s=5, limits=limits), FailureClass.crash,
-                       "refused:", "which serves fittest itself: an http tool may not call it")
+    # QA 57d H1: the host spelled otherwise reached Flower all the same (this host's name, `0`, the
+    # decimal and IPv4-mapped forms of 127.0.0.1, the host's own address)
+    spellings = ["127.0.0.1", "localhost", "0", "2130706433", "[::ffff:127.0.0.1]"]
+    try:  # this host's name, and an address of its own that is not loopback, where its name resolves
+        named = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
+        spellings += [socket.gethostname(), *{a for *_, (a, *_) in named if not a.startswith("127.")}]
+    except socket.gaierror:
+        pass
+    for host in spellings:
+        assert_failure(run_tool(http_tool(f"http://{host}:{port}/echo"), {"q": 1}, timeout_s=5, limits=limits),
+                       FailureClass.crash, "refused:", "which serves fittest itself: an http tool may not call it")
+    assert_failure(run_tool(http_tool("http://localhost:6390/"), {"q": 1}, timeout_s=5, limits=limits), FailureClass.crash,
+                   "is Redis (FITTEST_REDIS_URL) on this host")
     assert run_tool(http_tool(f"{http_base}/echo"), {"q": 1}, timeout_s=5, limits=LIMITS).success  # another stack's port
 
 

@@ -6,7 +6,9 @@ class depends on what it did, not on how it happens to be implemented.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import socket
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -83,11 +85,31 @@ class RunLimits(BaseModel):
         )
 
 
-LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::"})
-
-
-def is_local(host: str | None) -> bool:
-    return host is not None and (host.lower() in LOCAL_HOSTS or host.startswith("127."))
+def is_this_host(host: str | None) -> bool:
+    """Whether `host` names this machine, however it is spelled: it resolves (DNS, /etc/hosts, the
+    numeric forms `0`, `2130706433`, `::ffff:127.0.0.1`) to a loopback or unspecified address, or to
+    one this machine can bind (its own interfaces'). QA 57d reached Flower as `vm`, `0` and the
+    host's own IP where only the literal loopback names were refused. A host that does not resolve
+    is no one's."""
+    if not host:
+        return False
+    try:
+        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError):
+        return False
+    for *_, sockaddr in found:
+        address = ipaddress.ip_address(str(sockaddr[0]).partition("%")[0])
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        if address.is_loopback or address.is_unspecified:
+            return True
+        try:  # only an address of this machine's own can be bound
+            with socket.socket(socket.AF_INET if address.version == 4 else socket.AF_INET6, socket.SOCK_DGRAM) as probe:
+                probe.bind((str(address), 0))
+            return True
+        except OSError:
+            continue
+    return False
 
 
 def own_ports(settings: Settings) -> dict[int, str]:
@@ -96,7 +118,7 @@ def own_ports(settings: Settings) -> dict[int, str]:
     for url, what in ((settings.redis_url, "Redis (FITTEST_REDIS_URL)"), (settings.result_backend, "Redis (FITTEST_RESULT_BACKEND)"),
                       (settings.qdrant_url, "Qdrant (FITTEST_QDRANT_URL)")):
         parts = urlsplit(url or "")
-        if is_local(parts.hostname):
+        if parts.hostname is not None and is_this_host(parts.hostname):
             ports[parts.port or DEFAULT_PORTS.get(parts.scheme, 0)] = what
     return ports
 

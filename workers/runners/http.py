@@ -22,7 +22,7 @@ import httpx
 
 from selection.manifest import HttpImplementation, ToolManifest
 from selection.models import FailureClass
-from workers.runners.base import DEFAULT_PORTS, RunLimits, RunOutcome, encode_input, is_local, judge_json_bytes, preview
+from workers.runners.base import DEFAULT_PORTS, RunLimits, RunOutcome, encode_input, is_this_host, judge_json_bytes, preview
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -59,7 +59,7 @@ def run_http(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float,
     timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S))
     headers = {"Content-Type": "application/json", "Accept": "application/json", **impl.headers}
     target = urlsplit(impl.url)
-    if is_local(target.hostname) and (what := limits.own_ports.get(target.port or DEFAULT_PORTS[target.scheme])):
+    if (what := limits.own_ports.get(target.port or DEFAULT_PORTS[target.scheme])) and is_this_host(target.hostname):
         return RunOutcome.fail(FailureClass.crash, f"refused: {impl.url} is {what} on this host, which serves fittest "
                                                    "itself: an http tool may not call it")
     try:
