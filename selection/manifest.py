@@ -343,32 +343,39 @@ def load_manifest(path: str | Path) -> ToolManifest:
         raise ManifestError(path, "(yaml)", "nested too deeply to read") from exc
     except Exception as exc:  # what PyYAML's constructors raise besides YAMLError: `2026-13-45` is a ValueError
         raise ManifestError(path, "(yaml)", f"cannot be read: {type(exc).__name__}: {exc}") from exc
-    if _values_beyond(data, MAX_MANIFEST_VALUES):
-        raise ManifestError(path, "(yaml)", f"holds more than {MAX_MANIFEST_VALUES:,} values once its aliases are "
-                                            "expanded: write them out, or keep large data in the tool's folder")
+    if (too_large := _expanded_too_large(data)) is not None:
+        raise ManifestError(path, "(yaml)", f"holds more than {too_large} once its aliases are expanded: write them "
+                                            "out, or keep large data in the tool's folder")
     return parse_manifest(data, path, tool_dir=path.parent.resolve())
 
 
-# The values (scalars, lists, mappings) a manifest may hold with its YAML aliases expanded. PyYAML
-# reads an alias as a reference, so a 500-byte file of aliases of aliases loads at once, and grows
-# to millions of values wherever it is written out: every plan carries its candidates' manifests
-# (QA 57c H5: ~180 MB through Redis, and 8 s, for each call that ranked such a tool).
+# What a manifest may hold with its YAML aliases expanded: values (scalars, lists, mappings) and
+# characters of text. PyYAML reads an alias as a reference, so a 500-byte file of aliases of
+# aliases loads at once, and grows to millions of values wherever it is written out: every plan
+# carries its candidates' manifests (QA 57c H5: ~180 MB through Redis, and 8 s, for each call that
+# ranked such a tool; QA 57d M2: one long text aliased 200 times, 80 MB in 408 KB).
 MAX_MANIFEST_VALUES = 100_000
+MAX_MANIFEST_CHARS = 2_000_000
 MAX_MANIFEST_BYTES = 1_000_000
 
 
-def _values_beyond(data: Any, budget: int) -> bool:
-    """Whether `data` holds more than `budget` values, counting each reference again; it stops
-    counting there, so a document of exponential size costs no more than the budget."""
-    stack, seen = [data], 0
+def _expanded_too_large(data: Any) -> str | None:
+    """What `data` holds more of than a manifest may, counting each reference again ("100,000
+    values", "2,000,000 characters of text"); None when it fits. It stops counting there, so a
+    document of exponential size costs no more than the budget."""
+    stack, values, chars = [data], 0, 0
     while stack:
         value = stack.pop()
-        seen += 1
-        if seen > budget:
-            return True
-        if isinstance(value, dict):
+        values += 1
+        if isinstance(value, str):
+            chars += len(value)
+        elif isinstance(value, dict):
             stack.extend(value.keys())
             stack.extend(value.values())
         elif isinstance(value, list):
             stack.extend(value)
-    return False
+        if values > MAX_MANIFEST_VALUES:
+            return f"{MAX_MANIFEST_VALUES:,} values"
+        if chars > MAX_MANIFEST_CHARS:
+            return f"{MAX_MANIFEST_CHARS:,} characters of text"
+    return None

@@ -930,7 +930,7 @@ def test_an_http_tool_may_not_call_the_stacks_own_services(http_base: str) -> No
     spellings = ["127.0.0.1", "localhost", "0", "2130706433", "[::ffff:127.0.0.1]"]
     try:  # this host's name, and an address of its own that is not loopback, where its name resolves
         named = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
-        spellings += [socket.gethostname(), *{a for *_, (a, *_) in named if not a.startswith("127.")}]
+        spellings += [socket.gethostname(), *{str(info[4][0]) for info in named if not str(info[4][0]).startswith("127.")}]
     except socket.gaierror:
         pass
     for host in spellings:

@@ -471,6 +471,13 @@ def test_a_manifest_whose_aliases_expand_to_millions_of_values_is_refused_at_onc
         "name: bomb", "description: adds two numbers", "implementation: {kind: http, url: 'http://127.0.0.1:9/x'}",
         "test_cases:", "  - input: &two {a: 1, b: 1}", "    expect: 2", "  - input: *two", "    expect_keys: []"]) + "\n")
     assert ToolRegistry.load([tmp_path]).namespaces() == ["bomb"]
+    # Nor is one long text aliased a few hundred times (QA 57d M2: 80 MB in 408 KB).
+    text = "x" * 400_000
+    (folder / "tool.yaml").write_text("\n".join([
+        "name: bomb", "description: adds two numbers", "implementation: {kind: http, url: 'http://127.0.0.1:9/x'}",
+        "test_cases:", f"  - input: {{text: &t {text}, again: [{', '.join(['*t'] * 200)}]}}"]) + "\n")
+    (error,) = ToolRegistry.load([tmp_path]).errors
+    assert "more than 2,000,000 characters of text once its aliases are expanded" in error.reason, error
     # Nor is a file past a megabyte, aliases or not.
     (folder / "tool.yaml").write_text("name: bomb\ndescription: adds two numbers\nimplementation: {kind: http, url: "
                                       "'http://127.0.0.1:9/x'}\nexamples: [" + ", ".join(["add these two numbers"] * 50_000) + "]\n")
