@@ -167,6 +167,14 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
     if not settings.tools_dir.is_dir():
         print(f"fittest up: FITTEST_TOOLS_DIR ({settings.tools_dir.resolve()}) is not a directory: no tool will be "
               "served until it is (a relative path is read from the directory you run fittest in)", file=out, flush=True)
+    if settings.tool_user is not None and {"executor", "evolver"} & set(roles):
+        from workers.runners import RunLimits
+        from workers.runners.executable import python_refused
+
+        if (refused := python_refused(RunLimits.from_settings(settings))) is not None:
+            print(f"fittest up: FITTEST_TOOL_USER ({settings.tool_user}) cannot run this Python with fittest's packages "
+                  f"({refused}): every {{python}} tool, evolved python version and verification will fail until it can",
+                  file=out, flush=True)
     if "memory" in roles and (problem := model_files_problem(settings)) is not None:  # QA 57a M3: told by health only
         print(f"fittest up: {problem}: every call will be served degraded (ranked without similarity, feedback or "
               "failure memory) until it is mended and the memory worker restarted", file=out, flush=True)

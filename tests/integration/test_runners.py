@@ -1167,3 +1167,23 @@ def test_a_tool_run_as_the_tool_user_cannot_read_the_workers_environment_nor_wri
             Settings(tool_user="no-such-user")
     finally:
         shutil.rmtree(root)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting a tool as another user needs root")
+def test_whether_the_tool_user_can_run_fittests_python_is_found_before_any_tool_needs_it() -> None:
+    """QA 57d M1: with the interpreter where the tool user cannot read it (here, under /root), every
+    {python} tool, evolved python version and verification failed as its tool's fault, unannounced;
+    `fittest up` now says so before it starts the roles."""
+    import pwd
+
+    from workers.runners.executable import python_refused
+
+    nobody = pwd.getpwnam("nobody")
+    assert python_refused(LIMITS) is None  # no tool user: nothing to ask
+    try:  # what the tool user can do, asked of the system directly
+        runs = subprocess.run([sys.executable, "-c", "import workers.sandbox"], user=nobody.pw_uid, group=nobody.pw_gid,
+                              extra_groups=[], cwd="/", capture_output=True, timeout=60).returncode == 0
+    except PermissionError:
+        runs = False
+    refused = python_refused(RunLimits(run_as=(nobody.pw_uid, nobody.pw_gid)))
+    assert (refused is None) == runs, refused

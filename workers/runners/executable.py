@@ -337,6 +337,21 @@ def _as_user(limits: RunLimits) -> dict[str, Any]:
     return {"user": uid, "group": gid, "extra_groups": []}
 
 
+PYTHON_PROBE = ToolManifest(name="fittest_python_probe", description="whether the tool user can run fittest's Python",
+                            implementation={"kind": "executable", "argv": ["{python}", "-c", "import workers.sandbox; print(dict())"]})
+
+
+def python_refused(limits: RunLimits) -> str | None:
+    """Why a tool subprocess cannot run this Python with fittest's packages, as FITTEST_TOOL_USER
+    (`limits.run_as`) would run it; None when it can, or no such user is set. The `{python}`
+    tools, the evolved python versions and the verification sandbox all need it (QA 57d M1: with
+    the interpreter under /root, every one failed as its tool's own fault, and nothing said why)."""
+    if limits.run_as is None:
+        return None
+    ran = run_executable(PYTHON_PROBE, {}, timeout_s=60, limits=limits)
+    return None if ran.success else ran.error_message or "it failed"
+
+
 def run_executable(manifest: ToolManifest, input: dict[str, Any], *, timeout_s: float, limits: RunLimits,
                    env: Mapping[str, str] | None = None) -> RunOutcome:
     """Run an executable tool; every failure is an outcome, never an exception. `env`: variables
