@@ -330,6 +330,12 @@ def entries(n: int) -> str:
     return f"{n} entr{'y' if n == 1 else 'ies'}"
 
 
+# What the weights and `recommend` leave out of the learner's window (selection/learner.py
+# `ExecutionRecord.forgiven`), said alike (QA 57d L8: forgiven outages were called callers' mistakes);
+# `recommend` leaves out a fallback's refusals of another tool's job too (`not_its_job`).
+SET_ASIDE = "a caller's mistake, or a failure of an outage its version recovered from"
+
+
 # --------------------------------------------------------------------------------------- weights
 @app.command()
 @reads_state
@@ -383,8 +389,7 @@ def weights(
                   if evidence.noise is not None else "")  # weights of an earlier release stored none
         console.print(f"correlation of each component with success: {literal(corr)}{literal(beyond)}")
     if evidence.set_aside:  # as recommend says it (QA ops: the two counted the window differently)
-        console.print(f"{evidence.set_aside} records set aside as a caller's mistake (refused inputs, and successes "
-                      "on them) left out")
+        console.print(f"{evidence.set_aside} records set aside ({SET_ASIDE}) left out")
     # QA F9: only --json said why the last retrain left the weights as they were; QA AC: nor did
     # anything when that retrain stored nothing (a classifier refitted is stored with the weights)
     unchanged = (note.evidence if note is not None else evidence).unchanged
@@ -426,12 +431,13 @@ def recommend(
         report = recommendation_report(recent, min_runs, max_rate, judgements_applied=False,
                                        manifests=load_registry(settings).all())
         err_console.print(f"[yellow]no memory worker answered within {timeout:g} s: the recent attempts are counted "
-                          "as they ran, without the judgements people made of their outputs[/yellow]", highlight=False)
+                          "as they ran, without the judgements people made of their outputs, and with the failures "
+                          "of outages a recovery forgave[/yellow]", highlight=False)
     found = report.recommendations
     if json_out:
         print_json(report.model_dump(mode="json"))
         return
-    aside = (f"; {report.set_aside} set aside as a caller's mistake (refused inputs, and successes on them) left out"
+    aside = (f"; {report.set_aside} set aside ({SET_ASIDE}, or a refusal of another tool's job) left out"
              if report.set_aside else "")
     if report.not_served:
         aside += f"; {', '.join(report.not_served)} no longer served (removed or deprecated), left out"
