@@ -41,6 +41,10 @@ def misrouted_note(client: Redis) -> str:
         return ""
     if not found:
         return ""
+    from workers.app import TASK_ROUTES
+
     tasks = ", ".join(sorted(set(found)))
+    # each task's own queue (QA 57d L1: `queue='selection'` was advised of fittest.record_feedback too)
+    queues = ", ".join(f"{task} with queue={TASK_ROUTES.get(task, {}).get('queue', 'selection')!r}" for task in sorted(set(found)))
     return (f"{len(found)} {tasks} message(s) wait in Celery's default queue '{DEFAULT_QUEUE}', which no fittest "
-            "worker reads: send_task without queue= sent them (send calls with queue='selection')")
+            f"worker reads: send_task without queue= sent them (send {queues})")

@@ -351,6 +351,13 @@ def test_a_call_sent_without_a_queue_is_told_where_it_waits(private_redis: Redis
         redis_check = json.loads(health.stdout)["checks"][0]
         assert redis_check["status"] == "warn"
         assert "1 fittest.resilient_tool_call message(s) wait in Celery's default queue 'celery'" in redis_check["detail"]
+        # each told its own queue (QA 57d L1: `queue='selection'` of every task)
+        foreign.send_task("fittest.record_feedback", kwargs={"tool": "x", "sentiment": "positive", "scenario": "s"})
+        health = subprocess.run([str(FITTEST), "health", "--check", "redis", "--json"], env=env, capture_output=True,
+                                text=True, timeout=60)
+        detail = json.loads(health.stdout)["checks"][0]["detail"]
+        assert ("send fittest.record_feedback with queue='feedback', fittest.resilient_tool_call with queue='selection'"
+                in detail), detail
     finally:
         _stop(waiting)
         client.close()
