@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import redis
 
 from tests.conftest import EXAMPLE_TOOLS, RedisServer, free_port
@@ -57,25 +58,26 @@ def test_a_redis_that_refuses_the_password_or_the_database_is_named_as_such(
     assert tools(f"redis://:sesame@127.0.0.1:{port}/0")[0] == 0
 
 
-def test_a_url_where_another_kind_of_server_answers_is_named_as_such(model_path: Path) -> None:
+@pytest.mark.parametrize("greeting", [b"<html>not redis</html>\r\n", b"+OK POP3 ready\r\n"])
+def test_a_url_where_another_kind_of_server_answers_is_named_as_such(model_path: Path, greeting: bytes) -> None:
     """QA 57a M1: a FITTEST_REDIS_URL naming an HTTP service's port ended every command with redis-py's
-    InvalidResponse traceback."""
+    InvalidResponse traceback; QA 57d L2: a server greeting with "+OK" ended it with an AttributeError."""
     import socket
     import threading
 
     server = socket.create_server(("127.0.0.1", 0))
 
-    def answer_http() -> None:
+    def answer() -> None:
         while True:
             try:
                 conn, _ = server.accept()
             except OSError:  # closed: the test is over
                 return
             with conn:
+                conn.sendall(greeting)
                 conn.recv(1024)
-                conn.sendall(b"<html>not redis</html>\r\n")
 
-    threading.Thread(target=answer_http, daemon=True).start()
+    threading.Thread(target=answer, daemon=True).start()
     env = {**os.environ, "FITTEST_REDIS_URL": f"redis://127.0.0.1:{server.getsockname()[1]}/0",
            "FITTEST_EMBEDDING_MODEL_PATH": str(model_path)}
     env.pop("FITTEST_RESULT_BACKEND", None)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import InvalidResponse, ResponseError
 from rich.console import Console
 from rich.markup import escape
 
@@ -380,6 +380,10 @@ def check_redis() -> None:
         client.ping()
     except ResponseError as exc:  # raised by the connection's own set-up (SELECT, CLIENT SETNAME)
         raise RedisRefused(str(exc)) from exc
+    except (AttributeError, TypeError, ValueError) as exc:
+        # redis-py's own reading of a greeting it did not expect (QA 57d L2: a POP3 server's "+OK" read
+        # as a simple string, then treated as HELLO's map): no Redis answers there
+        raise InvalidResponse(f"the server's answer is not Redis's ({type(exc).__name__}: {exc})") from exc
     finally:
         client.close()
 

@@ -12,7 +12,7 @@ import typer
 from pydantic import BaseModel
 from rich.table import Table
 
-from workers.cli.common import REFUSED, JsonOpt, console, fail, literal, print_json, reads_state, seconds, warn_of_other_stacks
+from workers.cli.common import REFUSED, JsonOpt, check_redis, console, fail, literal, print_json, reads_state, seconds, warn_of_other_stacks
 from workers.settings import OTHER_VARIABLES, Settings, get_settings, redact_url
 
 app = typer.Typer()
@@ -82,6 +82,7 @@ def metrics(
 
     settings = get_settings()
     if once:
+        check_redis()
         warn_of_other_stacks(settings)  # its counters would read zero (QA 57a M6)
         typer.echo(exposition(settings).decode(), nl=False)
         return
