@@ -155,6 +155,13 @@ class Settings(BaseSettings):
         _check_port(v)
         return v
 
+    @field_validator("result_backend", "qdrant_url", "tool_user", "llm_url", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, v: Any) -> Any:
+        """`FITTEST_X=` leaves an optional setting unset, as an unset variable does (QA 57d L5: an empty
+        result backend was unset, an empty Qdrant URL or tool user refused)."""
+        return None if isinstance(v, str) and not v.strip() else v
+
     @field_validator("result_backend")
     @classmethod
     def _known_backend(cls, v: str | None) -> str | None:

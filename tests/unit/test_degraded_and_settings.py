@@ -211,3 +211,12 @@ def test_the_model_files_are_checked_without_loading_the_model(tmp_path: Path, m
     assert model_files_problem(Settings(embedding_model_path=copy)) is None
     check = check_model_files(Settings(embedding_model_path=model_path, embedding_dim=100))
     assert check.status == "fail" and "FITTEST_EMBEDDING_DIM is 100" in check.detail
+
+
+def test_an_empty_optional_setting_is_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA 57d L5: `FITTEST_RESULT_BACKEND=` was taken as unset, `FITTEST_QDRANT_URL=` and
+    `FITTEST_TOOL_USER=` refused."""
+    for name in ("FITTEST_RESULT_BACKEND", "FITTEST_QDRANT_URL", "FITTEST_TOOL_USER", "FITTEST_LLM_URL"):
+        monkeypatch.setenv(name, " ")
+    settings = Settings()
+    assert (settings.result_backend, settings.qdrant_url, settings.tool_user, settings.llm_url) == (None, None, None, None)
