@@ -182,3 +182,5 @@ def warn_of_misspelled_variables(**_: Any) -> None:
     was a text line)."""
     for warning in misspelled_variables():
         logging.getLogger("fittest.settings").warning(warning, extra={"event": "setting_misspelled"})
+    if (risk := get_settings().short_visibility()) is not None:  # as `fittest up` says it (QA 57a L9)
+        logging.getLogger("fittest.settings").warning(risk, extra={"event": "visibility_short"})

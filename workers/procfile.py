@@ -175,6 +175,8 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
             print(f"fittest up: FITTEST_TOOL_USER ({settings.tool_user}) cannot run this Python with fittest's packages "
                   f"({refused}): every {{python}} tool, evolved python version and verification will fail until it can",
                   file=out, flush=True)
+    if "evolver" in roles and (risk := settings.short_visibility()) is not None:
+        print(f"fittest up: {risk}", file=out, flush=True)
     if "memory" in roles and (problem := model_files_problem(settings)) is not None:  # QA 57a M3: told by health only
         print(f"fittest up: {problem}: every call will be served degraded (ranked without similarity, feedback or "
               "failure memory) until it is mended and the memory worker restarted", file=out, flush=True)

@@ -238,6 +238,17 @@ class Settings(BaseSettings):
             )
         return self
 
+    def short_visibility(self) -> str | None:
+        """What a FITTEST_VISIBILITY_TIMEOUT_S at or below an evolution's hard stop risks, or None: the
+        broker may hand a running evolution's message to a second evolver (QA 57a L9: accepted
+        without a word). Not refused: a stack without evolution, or whose evolutions end sooner,
+        may want it shorter."""
+        if self.visibility_timeout_s is None or not self.evolution_enabled or self.visibility_timeout_s > self.evolution_time_limit_s:
+            return None
+        return (f"FITTEST_VISIBILITY_TIMEOUT_S ({self.visibility_timeout_s:g}) is not above an evolution's hard stop "
+                f"(FITTEST_EVOLUTION_BUDGET_S + {EVOLUTION_OVERRUN_S} = {self.evolution_time_limit_s:g} s): the broker may "
+                "hand a running evolution to a second evolver")
+
     @property
     def evolution_time_limit_s(self) -> float:
         """The hard stop of one evolution task (its lock and the broker's visibility outlast it)."""

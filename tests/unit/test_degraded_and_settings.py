@@ -220,3 +220,13 @@ def test_an_empty_optional_setting_is_unset(monkeypatch: pytest.MonkeyPatch) -> 
         monkeypatch.setenv(name, " ")
     settings = Settings()
     assert (settings.result_backend, settings.qdrant_url, settings.tool_user, settings.llm_url) == (None, None, None, None)
+
+
+def test_a_visibility_timeout_an_evolution_outlasts_is_said_to_risk_a_second_evolver() -> None:
+    """QA 57a L9: FITTEST_VISIBILITY_TIMEOUT_S=121 was accepted without a word, where an evolution
+    may run FITTEST_EVOLUTION_BUDGET_S + 600 s."""
+    risk = Settings(visibility_timeout_s=121).short_visibility()
+    assert risk is not None and "FITTEST_VISIBILITY_TIMEOUT_S (121) is not above an evolution's hard stop" in risk
+    assert Settings(visibility_timeout_s=121, evolution_enabled=False).short_visibility() is None
+    assert Settings().short_visibility() is None  # the default covers the longest step
+    assert Settings(visibility_timeout_s=Settings().evolution_time_limit_s + 1).short_visibility() is None
