@@ -41,6 +41,7 @@ from selection.models import CallPlan, FailureClass, FailureMark, OutcomeRecord,
 from selection.ports import EVOLUTIONS, FAILURES, FORGIVEN, FailureApplied, Match, VectorFilter, VectorHit, VectorPoint
 from workers.feedback_store import judgements_known
 from workers.pending import upsert_or_keep
+from workers.sandbox import SANDBOX_NOT_STARTED
 from workers.tool_catalog import evolved_dir
 from workers.trials import account_trials, traffic_namespace
 from workers.variants import credit_variants
@@ -158,6 +159,8 @@ def failed_mutations(hits: Sequence[VectorHit], history: Sequence[Promotion]) ->
     for hit in hits:
         payload = hit.payload
         reason, failed_on = payload.get("reason", ""), payload.get("failed_on", [])
+        if SANDBOX_NOT_STARTED in reason:  # never tried (QA 57d M4: skipped as failed once the tool user could run Python)
+            continue
         if payload.get("outcome") == "verified":
             promotion = last_word.get(payload.get("version") or "")
             if promotion is None or promotion.status != "rolled_back":

@@ -40,6 +40,9 @@ SANDBOX = ToolManifest(
     implementation={"kind": "executable", "argv": ["{python}", "-m", "workers.sandbox"]},
     timeout_s=600,
 )
+# How a stage whose subprocess could not even start says so (FITTEST_TOOL_USER unable to run the
+# interpreter, a Python gone): the candidate was never tried, so its failure is no mutation's.
+SANDBOX_NOT_STARTED = "the verification sandbox did not start"
 ANSWER_LIMIT_BYTES = 64_000_000
 START_ALLOWANCE_S = 3.0  # of a stage's time, for this subprocess to start and answer
 LAST_RUN_MIN_S = 0.2  # less time than this left for a run: it is not started
@@ -96,6 +99,8 @@ class SubprocessSandbox:
     def _died(outcome: RunOutcome, timeout_s: float) -> str:
         if outcome.error_class is FailureClass.timeout:
             return f"the stage did not finish within {timeout_s:.3g}s; its process group was killed"
+        if outcome.error_class is FailureClass.unavailable:  # it could not start: nothing of the candidate ran
+            return f"{SANDBOX_NOT_STARTED}: {outcome.error_message}"
         return f"the stage's subprocess failed: {outcome.error_class.value if outcome.error_class else 'error'}: {outcome.error_message}"
 
     def static(self, manifest: ToolManifest, timeout_s: float) -> StageResult:

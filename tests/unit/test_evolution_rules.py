@@ -211,6 +211,9 @@ def test_failed_mutations_are_those_that_failed_verification_and_those_rolled_ba
         hit(0.95, "verified", "rolled back", identity="rolled back", version="1.1.0"),
         hit(0.93, "verified", "on trial", identity="on trial", version="1.3.0"),
         hit(0.91, "verified", "promoted again", identity="promoted again", version="1.2.0"),
+        # QA 57d M4: a stage whose sandbox could not start tried nothing of the candidate
+        hit(0.90, "failed", "never tried", identity="never tried",
+            reason="static: the verification sandbox did not start: cannot start '/usr/bin/python3': Permission denied"),
     ]
     history = [promotion("1.1.0", "on_trial"), promotion("1.1.0", "rolled_back", "rolled back by hand"),
                promotion("1.2.0", "rolled_back", "1/5 successes"), promotion("1.2.0", "active"), promotion("1.3.0", "on_trial")]
@@ -415,3 +418,15 @@ def test_a_testing_variant_is_judged_against_the_incumbent_of_its_own_environmen
                 variant("2", "testing", 10, 7, environment="production", at=2)]
     # 0.70 beats production's incumbent (the general description, 0.50), not staging's (0.95).
     assert judge(variants, min_trials=10) == {"2": "active"}
+
+
+def test_a_stage_whose_sandbox_could_not_start_says_so_apart_from_a_candidates_failure() -> None:
+    """QA 57d M4: "the stage's subprocess failed: unavailable: cannot start ..." was kept as the
+    candidate's failure, and the mutation skipped once the tool user could run Python."""
+    from workers.runners import RunOutcome
+    from workers.sandbox import SANDBOX_NOT_STARTED, SubprocessSandbox
+
+    said = SubprocessSandbox._died(RunOutcome.fail(FailureClass.unavailable, "cannot start 'python': Permission denied"), 20)
+    assert said == f"{SANDBOX_NOT_STARTED}: cannot start 'python': Permission denied"
+    crashed = SubprocessSandbox._died(RunOutcome.fail(FailureClass.crash, "exit status 1"), 20)
+    assert SANDBOX_NOT_STARTED not in crashed  # a candidate that took its sandbox down is its own failure
