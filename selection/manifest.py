@@ -319,6 +319,16 @@ def _valid_implementation(data: Any, faults: list[str]) -> ToolManifest | None:
                                         implementation=implementation, tool_dir=data.get("tool_dir"), evolved_file=None)
 
 
+# What a manifest may hold with its YAML aliases expanded: values (scalars, lists, mappings) and
+# characters of text. PyYAML reads an alias as a reference, so a 500-byte file of aliases of
+# aliases loads at once, and grows to millions of values wherever it is written out: every plan
+# carries its candidates' manifests (QA 57c H5: ~180 MB through Redis, and 8 s, for each call that
+# ranked such a tool; QA 57d M2: one long text aliased 200 times, 80 MB in 408 KB).
+MAX_MANIFEST_VALUES = 100_000
+MAX_MANIFEST_CHARS = 2_000_000
+MAX_MANIFEST_BYTES = 1_000_000
+
+
 def load_manifest(path: str | Path) -> ToolManifest:
     """Read and validate a YAML manifest file."""
     path = Path(path)
@@ -347,16 +357,6 @@ def load_manifest(path: str | Path) -> ToolManifest:
         raise ManifestError(path, "(yaml)", f"holds more than {too_large} once its aliases are expanded: write them "
                                             "out, or keep large data in the tool's folder")
     return parse_manifest(data, path, tool_dir=path.parent.resolve())
-
-
-# What a manifest may hold with its YAML aliases expanded: values (scalars, lists, mappings) and
-# characters of text. PyYAML reads an alias as a reference, so a 500-byte file of aliases of
-# aliases loads at once, and grows to millions of values wherever it is written out: every plan
-# carries its candidates' manifests (QA 57c H5: ~180 MB through Redis, and 8 s, for each call that
-# ranked such a tool; QA 57d M2: one long text aliased 200 times, 80 MB in 408 KB).
-MAX_MANIFEST_VALUES = 100_000
-MAX_MANIFEST_CHARS = 2_000_000
-MAX_MANIFEST_BYTES = 1_000_000
 
 
 def _expanded_too_large(data: Any) -> str | None:

@@ -424,11 +424,10 @@ def reads_state(command: Command) -> Command:
     word, where `tools` and `health` warned)."""
 
     @functools.wraps(command)
-    def checked(*args: Any, **kwargs: Any) -> Any:
+    def warned(*args: Any, **kwargs: Any) -> Any:
         from workers.settings import get_settings
 
-        check_redis()
         warn_of_other_stacks(get_settings())
         return command(*args, **kwargs)
 
-    return checked  # type: ignore[return-value]  # functools.wraps keeps the signature Typer reads
+    return needs_redis(warned)  # type: ignore[return-value]  # functools.wraps keeps the signature Typer reads

@@ -6,6 +6,7 @@ class depends on what it did, not on how it happens to be implemented.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import socket
@@ -114,13 +115,21 @@ def is_this_host(host: str | None) -> bool:
 
 def own_ports(settings: Settings) -> dict[int, str]:
     """The ports of this host that fittest's own services listen on, as the settings give them."""
-    ports = {settings.flower_port: "Flower (FITTEST_FLOWER_PORT)", settings.metrics_port: "the metrics endpoint (FITTEST_METRICS_PORT)"}
-    for url, what in ((settings.redis_url, "Redis (FITTEST_REDIS_URL)"), (settings.result_backend, "Redis (FITTEST_RESULT_BACKEND)"),
-                      (settings.qdrant_url, "Qdrant (FITTEST_QDRANT_URL)")):
+    return dict(_own_ports(settings.flower_port, settings.metrics_port, settings.redis_url, settings.result_backend,
+                           settings.qdrant_url))
+
+
+@functools.lru_cache(maxsize=8)
+def _own_ports(flower: int, metrics: int, redis_url: str, backend: str | None, qdrant: str | None) -> tuple[tuple[int, str], ...]:
+    """`own_ports`, resolved once per process for the same settings: the limits are built for every
+    attempt, and a service's host name may need a DNS lookup."""
+    ports = {flower: "Flower (FITTEST_FLOWER_PORT)", metrics: "the metrics endpoint (FITTEST_METRICS_PORT)"}
+    for url, what in ((redis_url, "Redis (FITTEST_REDIS_URL)"), (backend, "Redis (FITTEST_RESULT_BACKEND)"),
+                      (qdrant, "Qdrant (FITTEST_QDRANT_URL)")):
         parts = urlsplit(url or "")
         if parts.hostname is not None and is_this_host(parts.hostname):
             ports[parts.port or DEFAULT_PORTS.get(parts.scheme, 0)] = what
-    return ports
+    return tuple(ports.items())
 
 
 DEFAULT_PORTS = {"redis": 6379, "rediss": 6379, "http": 80, "https": 443}
