@@ -88,6 +88,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextmanager
+def other_protocol_server(greeting: bytes) -> Iterator[int]:
+    """A server of another protocol than Redis's on a free port (yielded), which answers each
+    connection with `greeting`: where an operator's FITTEST_REDIS_URL may point by mistake."""
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:  # closed: the test is over
+                return
+            with conn:
+                conn.sendall(greeting)
+                conn.recv(1024)
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+
+
 def whoami_tool(tools_dir: Path) -> ToolManifest:
     """A python tool that answers with the pid of the process running it, in `tools_dir`/whoami:
     which process ran a version is what the tests of in-process and isolated runs compare."""

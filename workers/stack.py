@@ -40,11 +40,15 @@ class StackError(RuntimeError):
     pass
 
 
+NOT_REDIS = "a server of another protocol answers at that host and port"
+
+
 def redis_refusal(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = None) -> str | None:
     """Why Redis at `url` does not serve it: "" when nothing answers there, what a Redis that answers
     refuses (a password, a database out of range) otherwise; None when it answers PING. `fittest up`
     took a refusal for no Redis, and started a Redis of its own on another port (QA 50e), where
-    every other command said what was wrong. `tls`: redis-py's TLS arguments (Settings.redis_tls)."""
+    every other command said what was wrong; a server of another protocol there (an HTTP port) is a
+refusal too (QA 57d L4). `tls`: redis-py's TLS arguments (Settings.redis_tls)."""
     try:
         redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout, **(tls or {})).ping()
     except (redis.AuthenticationError, redis.ResponseError) as exc:
@@ -53,8 +57,12 @@ def redis_refusal(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = N
         if isinstance(exc, redis.AuthenticationError) or any(w in said for w in ("AUTH", "WRONGPASS", "HELLO")):
             return f"it needs a password, or another one: {said}"
         return said
+    except redis.exceptions.InvalidResponse:
+        return NOT_REDIS
     except (redis.RedisError, OSError, ValueError):
         return ""
+    except (AttributeError, TypeError):  # redis-py's reading of a greeting it did not expect (POP3's "+OK")
+        return NOT_REDIS
     return None
 
 
@@ -191,6 +199,9 @@ class Stack:
             return self.redis_url
         # Someone else's Redis on the default URL is not ours to mend: one of our own starts beside it
         # (review 51: `fittest up` and `demo` refused, naming a FITTEST_REDIS_URL nobody had set).
+        if refused == NOT_REDIS and self.chosen_url:
+            raise StackError(f"Redis is not what answers at FITTEST_REDIS_URL ({redact_url(self.redis_url)}): "
+                             f"{NOT_REDIS}; point it at a Redis, or at a free port for one of fittest's own")
         if refused and self.chosen_url:
             raise StackError(f"Redis at FITTEST_REDIS_URL ({redact_url(self.redis_url)}) refuses the connection ({refused}): "
                              "mend its password or database")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import EXAMPLE_TOOLS, RedisServer, free_port
+from tests.conftest import EXAMPLE_TOOLS, RedisServer, free_port, other_protocol_server
 
 FITTEST = Path(sys.executable).parent / "fittest"
 
@@ -62,33 +62,15 @@ def test_a_redis_that_refuses_the_password_or_the_database_is_named_as_such(
 def test_a_url_where_another_kind_of_server_answers_is_named_as_such(model_path: Path, greeting: bytes) -> None:
     """QA 57a M1: a FITTEST_REDIS_URL naming an HTTP service's port ended every command with redis-py's
     InvalidResponse traceback; QA 57d L2: a server greeting with "+OK" ended it with an AttributeError."""
-    import socket
-    import threading
-
-    server = socket.create_server(("127.0.0.1", 0))
-
-    def answer() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:  # closed: the test is over
-                return
-            with conn:
-                conn.sendall(greeting)
-                conn.recv(1024)
-
-    threading.Thread(target=answer, daemon=True).start()
-    env = {**os.environ, "FITTEST_REDIS_URL": f"redis://127.0.0.1:{server.getsockname()[1]}/0",
-           "FITTEST_EMBEDDING_MODEL_PATH": str(model_path)}
-    env.pop("FITTEST_RESULT_BACKEND", None)
-    try:
+    with other_protocol_server(greeting) as port:
+        env = {**os.environ, "FITTEST_REDIS_URL": f"redis://127.0.0.1:{port}/0",
+               "FITTEST_EMBEDDING_MODEL_PATH": str(model_path)}
+        env.pop("FITTEST_RESULT_BACKEND", None)
         for command in (["tools"], ["result", "abc"], ["metrics", "--once"]):
             done = subprocess.run([str(FITTEST), *command], env=env, capture_output=True, text=True, timeout=60)
             said = " ".join(done.stderr.split())
             assert done.returncode == 1 and "Traceback" not in done.stderr, (command, done.stderr)
             assert "error: Redis is not what answers there: a server of another protocol answers" in said, (command, said)
-    finally:
-        server.close()
 
 
 def test_a_command_no_worker_answers_says_so_and_a_tool_that_does_not_exist_is_refused_first(

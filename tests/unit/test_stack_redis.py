@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import free_port
+from tests.conftest import free_port, other_protocol_server
 from workers.settings import Settings
 from workers.stack import Stack
 
@@ -82,3 +82,19 @@ def test_someone_elses_redis_with_a_password_on_the_default_url_gets_one_of_ours
         with pytest.raises(StackError) as told:
             s.ensure_redis()
         assert "refuses the connection (it needs a password, or another one:" in str(told.value)
+
+
+@pytest.mark.parametrize("greeting", [b"HTTP/1.0 400 Bad Request\r\n\r\n", b"+OK POP3 ready\r\n"])
+def test_a_url_where_another_kind_of_server_answers_is_told_not_replaced(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, greeting: bytes) -> None:
+    """QA 57d L4: `fittest up` pointed at an HTTP service's port took it for no Redis, and started one
+    of its own on another port, where the workers served and the other shells' commands, with the
+    same settings, said Redis was not what answered."""
+    from workers.stack import StackError
+
+    with other_protocol_server(greeting) as port, stack(monkeypatch, tmp_path, f"redis://127.0.0.1:{port}/0") as s:
+        with pytest.raises(StackError) as told:
+            s.ensure_redis()
+        assert "Redis is not what answers at FITTEST_REDIS_URL" in str(told.value)
+        assert "a server of another protocol answers at that host and port" in str(told.value)
+        assert "redis" not in s.procs
