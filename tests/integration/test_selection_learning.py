@@ -556,6 +556,7 @@ def test_cache_serves_repeats_until_the_state_changes_and_new_weights_apply(rt, 
                                                    "history": 1.0}))
     plan = rt.selector.plan(request)
     assert len(searches) == 3 * cold
+    assert "weather_now@1.0.0" in [c.key for c in plan.candidates]
     for c in plan.candidates:  # all weight on history: the SPARC score is the history component
         assert c.breakdown.sparc == pytest.approx(c.breakdown.sparc_components["history"], abs=1e-3)
 

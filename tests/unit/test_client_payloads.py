@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import redis
 from pydantic import ValidationError
 
 from fittest.client import FittestClient
+from tests.conftest import RedisServer
 
 
 class Recorded(Exception):
@@ -95,15 +97,18 @@ def test_record_feedback_takes_name_at_version_as_the_cli_does(monkeypatch: pyte
     assert [(a["tool"], a["version"]) for a in asked] == [("word_stats", "1.0.0")] * 2
 
 
-def test_the_client_keys_its_records_under_the_workers_prefix_when_given_one() -> None:
+def test_the_client_keys_its_records_under_the_workers_prefix_when_given_one(private_redis: RedisServer) -> None:
     """QA integration M2: a client left at the default prefix told `UnknownCall` of a running call of
     a stack with its own FITTEST_KEY_PREFIX; the prefix is where it records and looks calls up."""
-    client = FittestClient("redis://127.0.0.1:1/0", key_prefix="team:")
+    client = FittestClient(private_redis.url, key_prefix="team:")
     try:
-        assert (client.settings.key_prefix, client.settings.redis_url) == ("team:", "redis://127.0.0.1:1/0")
-        assert client._inflight.prefix == "team:"  # where the first step of each call is recorded
+        pending = client.submit("convert 3 km to miles", {"value": 3})
     finally:
-        client.close()
+        client.close()  # flushes the record of the call sent
+    keys = {k.decode() for k in redis.Redis.from_url(private_redis.url).keys("*")}
+    state = {k for k in keys if ":" in k and not k.startswith("_kombu")}  # not Celery's queue and bindings
+    assert f"team:call_job:{pending.id}" in state and "team:inflight:steps" in state
+    assert all(k.startswith("team:") for k in state), state
 
 
 def test_a_call_tool_with_another_namespace_than_its_name_is_refused(sent: list[tuple[str, dict[str, Any]]]) -> None:

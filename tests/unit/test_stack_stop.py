@@ -91,10 +91,13 @@ def test_a_role_reaped_long_ago_is_not_killed_by_group(tmp_path: Path) -> None:
     crashed = _role(CRASHING)
     crashed.wait(timeout=10)  # reaped: its id is free for the kernel to give away
     child = live_members(crashed.pid)
+    assert child, "the crashed role left no child in its group"
     stack = Stack(Settings(data_dir=tmp_path), procs={"executor": crashed})
     try:
         stack.stop_all(timeout=2.0)
-        assert live_members(crashed.pid) == child  # left alone
+        # left alone: a SIGKILL lands a moment after kill() returns (QA 58a: read at once, a group
+        # killed by mistake still looked alive in 11 of 25 runs)
+        assert not gone(crashed.pid, within_s=0.5) and live_members(crashed.pid) == child
     finally:
         for pid in child:
             os.kill(pid, 9)
