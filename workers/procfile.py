@@ -56,13 +56,19 @@ def port_taken(port: int, addr: str = "0.0.0.0") -> bool:
     """Whether a server could not listen on `addr`:`port` now (as Flower's and the metrics'
     servers bind it, with SO_REUSEADDR): checked before `up` starts them, since a role that cannot
     bind its port fails again at every restart."""
+    return bind_refusal(port, addr) is not None
+
+
+def bind_refusal(port: int, addr: str = "0.0.0.0") -> OSError | None:
+    """Why a server could not listen on `addr`:`port` now (a port in use, an address not of this
+    host, a name that does not resolve); None when it could."""
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((addr, port))
-        except OSError:
-            return True
-    return False
+        except OSError as exc:  # socket.gaierror too
+            return exc
+    return None
 
 
 EXAMPLE_SERVICE_PORT = 8765  # the port examples/tools/convert_units/tool.yaml names
@@ -107,6 +113,12 @@ def check_ports(settings: Settings, roles: Iterable[str]) -> None:
             what, port, variable = ports[role]
             raise StackError(f"port {port} of {what} is in use: set {variable} to a free port, "
                              f"or leave the role out with --without {role}")
+    # QA 58c M2: an address not of this host passed, and the metrics role's six failed starts then
+    # stopped every role, the workers serving calls with them.
+    if "metrics" in roles and (refused := bind_refusal(settings.metrics_port, settings.metrics_addr)) is not None:
+        raise StackError(f"the metrics endpoint cannot listen on {settings.metrics_addr}:{settings.metrics_port} "
+                         f"({refused.strerror or refused}): FITTEST_METRICS_ADDR must be an address of this host "
+                         "(0.0.0.0: every interface), or leave the role out with --without metrics")
     if "toolserver" in roles and example_service() == "other":
         raise StackError(f"port {example_service_port()} of the example HTTP tool (FITTEST_EXAMPLE_HTTP_PORT; the "
                          f"example convert_units manifest names {EXAMPLE_SERVICE_PORT}) is in use by something else: stop it, set "

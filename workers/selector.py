@@ -97,7 +97,7 @@ class Selector:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.settings = rt.settings
-        self.policy = get_policy(self.settings.policy)
+        self.policy = get_policy(self.settings.policy, self.settings.failure_similarity)
         self.rng = random.Random()
         self.variants = VariantBook(rt)
         self.index = ToolIndex(rt, on_change=self._index_changed)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -59,8 +59,12 @@ def check_collection_prefix(prefix: str) -> str:
     return prefix
 
 
+MIN_RESCAN_S = 0.1  # the tools watch's shortest period (FITTEST_TOOLS_RESCAN_S), other than 0
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FITTEST_", extra="ignore", allow_inf_nan=False)  # inf and nan refused as read
+    # inf and nan refused as read; `FITTEST_X=` is no value, so a file's or the default applies
+    model_config = SettingsConfigDict(env_prefix="FITTEST_", extra="ignore", allow_inf_nan=False, env_ignore_empty=True)
 
     # Services
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Broker, state store, and result backend unless FITTEST_RESULT_BACKEND is set")
@@ -77,7 +81,7 @@ class Settings(BaseSettings):
     # Files
     data_dir: Path = Field(Path(".fittest"), description="Embedded vector store, evolved tool files, private Redis data")
     tools_dir: Path = Field(Path("examples/tools"), description="Directory of tool manifests (*.yaml), searched recursively")
-    tools_rescan_s: float = Field(10.0, ge=0, description="How often the memory worker looks for manifests added, changed or removed under FITTEST_TOOLS_DIR and serves what they now say, without a restart (0: only at start)")
+    tools_rescan_s: float = Field(10.0, ge=0, description="How often the memory worker looks for manifests added, changed or removed under FITTEST_TOOLS_DIR and serves what they now say, without a restart (0: only at start; else at least 0.1)")
 
     # Embeddings
     embedding_model: str = Field("sentence-transformers/all-MiniLM-L6-v2", description="fastembed model name")
@@ -89,10 +93,10 @@ class Settings(BaseSettings):
 
     # Selection
     policy: str = Field("learned", description="Selection policy: learned (ranks by what outcomes taught; explores near-ties) or seed (the design's formulas)")
-    max_candidates: int = Field(8, ge=1, le=50, description="Candidates a plan keeps (at least the call's max_attempts)")
+    max_candidates: int = Field(8, ge=1, le=50, description="Candidates a plan keeps (at least the call's max_attempts, 5 by default)")
     min_similarity: float = Field(0.2, ge=-1, le=1, description="Semantic matches less similar than this are not candidates, nor are the tools of past successes less similar than this to the call")
     failure_similarity: float = Field(0.7, ge=-1, le=1, description="A past failure this similar to the scenario demotes a candidate")
-    selection_cache_ttl_s: float = Field(30.0, ge=0, description="Selection cache TTL; also how soon new weights are used")
+    selection_cache_ttl_s: float = Field(30.0, ge=0, description="Selection cache TTL: how long rankings may reuse the vector-memory searches made for the same scenario and context; any change of quality, promotions or weights starts them afresh, so new weights apply to the next call")
 
     # Execution
     output_limit_bytes: int = Field(1_000_000, ge=1024, description="Largest tool output accepted")
@@ -155,12 +159,17 @@ class Settings(BaseSettings):
         _check_port(v)
         return v
 
-    @field_validator("result_backend", "qdrant_url", "tool_user", "llm_url", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _empty_is_unset(cls, v: Any) -> Any:
-        """`FITTEST_X=` leaves an optional setting unset, as an unset variable does (QA 57d L5: an empty
-        result backend was unset, an empty Qdrant URL or tool user refused)."""
-        return None if isinstance(v, str) and not v.strip() else v
+    def _blank_is_unset(cls, data: Any) -> Any:
+        """A blank value (`FITTEST_X=`, `x = ""` in FITTEST_CONFIG, spaces) leaves a setting as an unset
+        one does: its default. QA 57d L5 made it so for four optional URLs and the tool user; QA 58c
+        found the rest read it as they pleased: an empty FITTEST_FLOWER_PASSWORD served Flower on
+        every interface with no password, an empty path meant the current directory, an empty
+        FITTEST_VISIBILITY_TIMEOUT_S was refused."""
+        if not isinstance(data, dict):
+            return data
+        return {k: v for k, v in data.items() if not (isinstance(v, str) and not v.strip())}
 
     @field_validator("result_backend")
     @classmethod
@@ -178,11 +187,14 @@ class Settings(BaseSettings):
             raise ValueError(f"{redact_url(v)!r} is no result backend Celery can use: {exc}") from None
         return v
 
-    @field_validator("qdrant_url")
+    @field_validator("qdrant_url", "llm_url")
     @classmethod
-    def _qdrant_scheme(cls, v: str | None) -> str | None:
+    def _http_url(cls, v: str | None, info: ValidationInfo) -> str | None:
+        """Refused as the settings are read (QA 58c L7: `notaurl` for the code mutator's endpoint was
+        accepted, to fail in the first evolution's changelog)."""
+        server = {"qdrant_url": "a Qdrant server's URL", "llm_url": "an OpenAI-compatible endpoint's URL"}[str(info.field_name)]
         if v is not None and (urlsplit(v).scheme not in ("http", "https") or not urlsplit(v).hostname):
-            raise ValueError(f"{redact_url(v)!r} is not a Qdrant server's URL: it must be http(s)://HOST:PORT")
+            raise ValueError(f"{redact_url(v)!r} is not {server}: it must be http(s)://HOST:PORT/…")
         if v is not None:
             _check_port(v)
         return v
@@ -192,6 +204,14 @@ class Settings(BaseSettings):
     def _known_user(cls, v: str | None) -> str | None:
         if v is not None:
             user_ids(v)  # a user this host has
+        return v
+
+    @field_validator("tools_rescan_s")
+    @classmethod
+    def _rescan_floor(cls, v: float) -> float:
+        """QA 58c L1: 0.001 kept an idle memory worker at a fifth of a core, reading the directory."""
+        if 0 < v < MIN_RESCAN_S:
+            raise ValueError(f"{v:g} s is too often to read the tools directory: 0 (only at start) or at least {MIN_RESCAN_S:g}")
         return v
 
     @field_validator("collection_prefix")

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("fittest.classifier")
 
 NO_NEW_SUCCESS = "no success since the last refit"
+# QA 58c L4: `fittest weights` and the log named the revision stored before, as if it were in use
+CLASSIFIER_OFF = "off (FITTEST_TOOL_CLASSIFIER=false): neither refitted nor used by selection"
 
 
 def description_vectors(rt: Runtime, namespaces: list[str]) -> dict[str, list[float]]:

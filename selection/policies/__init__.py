@@ -32,15 +32,21 @@ class Policy(Protocol):
         ...
 
 
-_POLICIES: dict[str, Callable[[], Policy]] = {"seed": SeedPolicy, "learned": LearnedPolicy}
+_POLICIES: dict[str, Callable[[float], Policy]] = {
+    "seed": SeedPolicy,
+    # Counts every failure the store found at least FITTEST_FAILURE_SIMILARITY similar, as evidence.
+    "learned": lambda failure_similarity: LearnedPolicy(),
+}
 
 
-def get_policy(name: str) -> Policy:
+def get_policy(name: str, failure_similarity: float = 0.7) -> Policy:
+    """`failure_similarity`: how similar a past failure's scenario must be to count against a
+    version (FITTEST_FAILURE_SIMILARITY; QA 58c: the seed policy kept its own 0.7 below it)."""
     try:
         factory = _POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown selection policy '{name}' (known: {', '.join(sorted(_POLICIES))})") from None
-    return factory()
+    return factory(failure_similarity)
 
 
 def policy_names() -> list[str]:

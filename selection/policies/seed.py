@@ -2,6 +2,7 @@
 
 score = base (promoted 1.0, original 0.9, semantic 0.8 x similarity) x quality
         x 0.7 per past failure of that version whose scenario is > 0.7 similar
+          (FITTEST_FAILURE_SIMILARITY, 0.7 by default)
         x (1 + feedback points / 100)   (points within ±50: at most ±50%)
         x (0.5 + SPARC score)           (neutral 0.5: x1; from x0.5 to x1.5)
 """

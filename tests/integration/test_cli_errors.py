@@ -287,6 +287,8 @@ def test_settings_the_commands_refuse_are_named_in_one_line(model_path: Path, tm
         ({"FITTEST_RESULT_BACKEND": "http://127.0.0.1:8765/"},
          "FITTEST_RESULT_BACKEND: 'http://127.0.0.1:8765/' is no result backend Celery can use: Unknown result backend: 'http'"),
         ({"FITTEST_QDRANT_URL": "notaurl"}, "FITTEST_QDRANT_URL: 'notaurl' is not a Qdrant server's URL"),
+        ({"FITTEST_LLM_URL": "ftp://x"}, "FITTEST_LLM_URL: 'ftp://x' is not an OpenAI-compatible endpoint's URL"),  # QA 58c L7
+        ({"FITTEST_TOOLS_RESCAN_S": "0.001"}, "FITTEST_TOOLS_RESCAN_S: 0.001 s is too often"),  # QA 58c L1
         ({"FITTEST_RESULT_BACKEND": "redis://127.0.0.1:notaport/0"},  # QA 57d: urllib's ValueError at the first call
          "FITTEST_RESULT_BACKEND: 'redis://127.0.0.1:notaport/0' has a port that is not a number from 0 to 65535"),
         # QA 57a M4: refused by the memory worker's store only, and every call then served degraded

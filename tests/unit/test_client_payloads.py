@@ -105,7 +105,7 @@ def test_the_client_keys_its_records_under_the_workers_prefix_when_given_one(pri
         pending = client.submit("convert 3 km to miles", {"value": 3})
     finally:
         client.close()  # flushes the record of the call sent
-    keys = {k.decode() for k in redis.Redis.from_url(private_redis.url).keys("*")}
+    keys: set[str] = {k.decode() for k in redis.Redis.from_url(private_redis.url).keys("*")}  # type: ignore[union-attr]
     state = {k for k in keys if ":" in k and not k.startswith("_kombu")}  # not Celery's queue and bindings
     assert f"team:call_job:{pending.id}" in state and "team:inflight:steps" in state
     assert all(k.startswith("team:") for k in state), state

@@ -213,13 +213,29 @@ def test_the_model_files_are_checked_without_loading_the_model(tmp_path: Path, m
     assert check.status == "fail" and "FITTEST_EMBEDDING_DIM is 100" in check.detail
 
 
-def test_an_empty_optional_setting_is_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_blank_setting_is_unset(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """QA 57d L5: `FITTEST_RESULT_BACKEND=` was taken as unset, `FITTEST_QDRANT_URL=` and
-    `FITTEST_TOOL_USER=` refused."""
-    for name in ("FITTEST_RESULT_BACKEND", "FITTEST_QDRANT_URL", "FITTEST_TOOL_USER", "FITTEST_LLM_URL"):
-        monkeypatch.setenv(name, " ")
+    `FITTEST_TOOL_USER=` refused. QA 58c: an empty FITTEST_FLOWER_PASSWORD served Flower on every
+    interface with an empty password, an empty path was the current directory, an empty
+    FITTEST_VISIBILITY_TIMEOUT_S was refused."""
+    from workers.procfile import flower_env
+
+    blank = {"RESULT_BACKEND": " ", "QDRANT_URL": " ", "TOOL_USER": " ", "LLM_URL": "", "FLOWER_PASSWORD": "",
+             "DATA_DIR": "", "EMBEDDING_MODEL_PATH": "", "VISIBILITY_TIMEOUT_S": "", "KEY_PREFIX": "",
+             "QDRANT_API_KEY": "", "FLOWER_USER": "  ", "METRICS_ADDR": ""}
+    for name, value in blank.items():
+        monkeypatch.setenv(f"FITTEST_{name}", value)
     settings = Settings()
-    assert (settings.result_backend, settings.qdrant_url, settings.tool_user, settings.llm_url) == (None, None, None, None)
+    for name in blank:
+        field = name.lower()
+        assert getattr(settings, field) == Settings.model_fields[field].default, name
+    assert flower_env(settings)["FLOWER_ADDRESS"] == "127.0.0.1" and "FLOWER_BASIC_AUTH" not in flower_env(settings)
+    # In FITTEST_CONFIG too; and a blank variable leaves the file's value, as an unset one does
+    config = tmp_path / "fittest.toml"
+    config.write_text('flower_password = ""\ndata_dir = "from-the-file"\n')
+    monkeypatch.setenv("FITTEST_CONFIG", str(config))
+    settings = Settings()
+    assert settings.flower_password is None and settings.data_dir == Path("from-the-file")
 
 
 def test_a_visibility_timeout_an_evolution_outlasts_is_said_to_risk_a_second_evolver() -> None:
@@ -230,3 +246,17 @@ def test_a_visibility_timeout_an_evolution_outlasts_is_said_to_risk_a_second_evo
     assert Settings(visibility_timeout_s=121, evolution_enabled=False).short_visibility() is None
     assert Settings().short_visibility() is None  # the default covers the longest step
     assert Settings(visibility_timeout_s=Settings().evolution_time_limit_s + 1).short_visibility() is None
+
+
+@pytest.mark.parametrize(("value", "refused"), [("0.001", True), ("0.09", True), ("0", False), ("0.1", False), ("10", False)])
+def test_a_tools_rescan_more_often_than_a_tenth_of_a_second_is_refused(monkeypatch: pytest.MonkeyPatch, value: str,
+                                                                       refused: bool) -> None:
+    """QA 58c L1: FITTEST_TOOLS_RESCAN_S=0.001 kept an idle memory worker at a fifth of a core."""
+    from pydantic import ValidationError
+
+    monkeypatch.setenv("FITTEST_TOOLS_RESCAN_S", value)
+    if not refused:
+        assert Settings().tools_rescan_s == float(value)
+        return
+    with pytest.raises(ValidationError, match="too often to read the tools directory: 0 \\(only at start\\) or at least 0.1"):
+        Settings()

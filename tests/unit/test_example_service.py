@@ -64,6 +64,15 @@ def test_up_refuses_an_example_port_held_by_something_else_in_one_line(monkeypat
     check_ports(Settings(), ["memory", "executor"])  # without the role, the port is nobody's business
 
 
+@pytest.mark.parametrize("addr", ["192.0.2.1", "notanaddress"])
+def test_up_refuses_a_metrics_address_not_of_this_host_before_it_starts(addr: str) -> None:
+    """QA 58c M2: it passed, and the metrics role's six failed starts stopped every role."""
+    with pytest.raises(StackError, match=f"cannot listen on {addr}:.*FITTEST_METRICS_ADDR must be an address of this host"):
+        check_ports(Settings(metrics_addr=addr, metrics_port=free_port(), flower_port=free_port()), ["memory", "metrics"])
+    check_ports(Settings(metrics_addr=addr), ["memory", "executor"])  # without the role, its address is nobody's business
+    check_ports(Settings(metrics_addr="127.0.0.1", metrics_port=free_port(), flower_port=free_port()), ["metrics"])
+
+
 def test_the_example_port_up_checks_is_the_one_the_toolserver_serves(monkeypatch: pytest.MonkeyPatch) -> None:
     """QA: `up` checked 8765 even with FITTEST_EXAMPLE_HTTP_PORT set, the port the role then served."""
     with serving(Stranger) as port:

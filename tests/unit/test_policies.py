@@ -150,6 +150,16 @@ def test_seed_formulas() -> None:
     assert policy.score(ev("a", 0.5, source="original"))[0] == pytest.approx(0.9)
 
 
+def test_the_seed_policy_counts_failures_as_similar_as_the_setting_says() -> None:
+    """QA 58c: FITTEST_FAILURE_SIMILARITY=0.3 demoted nothing under the seed policy, which kept its own 0.7."""
+    failed_nearby = ev("a", 0.5, failure_similarities=[0.5])
+    default, lower = get_policy("seed"), get_policy("seed", failure_similarity=0.3)
+    assert isinstance(default, SeedPolicy) and isinstance(lower, SeedPolicy)
+    assert default.score(failed_nearby)[1].similar_failures == 0  # the default, 0.7
+    score, breakdown = lower.score(failed_nearby)
+    assert breakdown.similar_failures == 1 and score == pytest.approx(0.8 * 0.5 * 0.7)
+
+
 def test_learned_a_version_failing_at_one_job_keeps_its_standing_for_the_jobs_it_serves() -> None:
     """QA: a formatter with 10 successes (python) and 9 failures (rust) reached quality 0.00, and for
     a javascript job with no history nearby ranked below a sorting tool 0.12 similar. Its successes

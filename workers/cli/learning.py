@@ -356,13 +356,15 @@ def weights(
     from workers.payloads import RetrainResult
     from workers.settings import get_settings
     from workers.state import open_state_store
+    from workers.tool_classifier import CLASSIFIER_OFF
 
     if retrain:  # QA ops: the weights read "never learned" for the beat's first interval, with 500 records stored
         done = read_answer(RetrainResult, _ask("retrain_weights", "learning", timeout))
         said = (f"retrained: weights v{done.version} stored" if done.changed
                 else f"retrained: nothing new stored ({done.reason or ('see last_retrain' if json_out else 'see below')})")
         (err_console if json_out else console).print(said, highlight=False)
-    state = open_state_store(get_settings())
+    settings = get_settings()
+    state = open_state_store(settings)
     current = state.weights()
     # QA AC: the history holds the current version too, so `--history N` listed N - 1 earlier ones
     past = [w for w in state.weights_history(history + 1) if w.version != current.version][:history] if history else []
@@ -380,8 +382,11 @@ def weights(
         table.add_row(f"v{w.version}", when(w.updated_at) if w.updated_at else "-",
                       *[f"{w.weights.get(c, 0.0):.2f}" for c in COMPONENTS], str(ev.records) if ev.records else "-",
                       f"{ev.success_rate:.2f}" if ev.success_rate is not None else "-",
-                      literal(w.classifier or "-"), str(fit.successes) if fit is not None and fit.successes is not None else "-")
+                      "off" if w is current and not settings.tool_classifier else literal(w.classifier or "-"),
+                      str(fit.successes) if fit is not None and fit.successes is not None else "-")
     console.print(table)
+    if not settings.tool_classifier:
+        console.print(f"tool classifier: {CLASSIFIER_OFF}")
     evidence = current.evidence
     if evidence.correlations:
         corr = ", ".join(f"{c} {r:+.2f}" for c, r in evidence.correlations.items())

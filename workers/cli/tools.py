@@ -50,7 +50,11 @@ def tools(
     standing (quality + (1 - quality) x successes / (successes + failures + 1)), and by its
     successes and failures on jobs like the call's: `fittest explain` shows both. Refused inputs
     that were the caller's mistake, or of another tool's job the version was a fallback for, are
-    counted apart, and lower nothing."""
+    counted apart, and lower nothing.
+
+    The versions are the tools directory's as it reads now: the workers serve a manifest added or
+    changed since from their next look at it (every FITTEST_TOOLS_RESCAN_S; with 0, from their next
+    start), and `fittest health` counts the versions they serve."""
     from workers.settings import get_settings
     from workers.tool_catalog import load_registry
 

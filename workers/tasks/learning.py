@@ -43,7 +43,7 @@ from workers.store_failures import is_store_failure
 from workers.tasks.batches import Batches
 from workers.tasks.expiry import drop_if_expired
 from workers.tasks.refusals import batch_payloads
-from workers.tool_classifier import refit, stored_classifier
+from workers.tool_classifier import CLASSIFIER_OFF, refit, stored_classifier
 
 log = logging.getLogger("fittest.learning")
 
@@ -90,6 +90,8 @@ def retrain_now(rt: Runtime) -> RetrainResult:
                 if not is_store_failure(exc):
                     raise
                 evidence.classifier = ClassifierFit(unchanged=f"vector memory unavailable: {type(exc).__name__}: {exc}")
+        else:  # the revision stored before stays, for a stack that turns it on again; selection does not read it
+            evidence.classifier = ClassifierFit(unchanged=CLASSIFIER_OFF)
         if new is None and classifier is None:  # kept for `fittest weights`, which says why (QA AC)
             rt.state.note_retrain(RetrainNote(at=time.time(), evidence=evidence))
             return RetrainResult(changed=False, version=current.version, weights=current.weights,
@@ -101,7 +103,8 @@ def retrain_now(rt: Runtime) -> RetrainResult:
             }),
             classifier=classifier.to_text() if classifier is not None else None,
         )
-    log.info("selection weights v%d: %s, classifier %s", stored.version, stored.weights, stored.classifier or "none",
+    log.info("selection weights v%d: %s, classifier %s", stored.version, stored.weights,
+             (stored.classifier or "none") if rt.settings.tool_classifier else CLASSIFIER_OFF,
              extra={"event": "weights", "version": stored.version, "weights": stored.weights,
                     "classifier": stored.classifier})
     return RetrainResult(changed=True, version=stored.version, weights=stored.weights, classifier=stored.classifier,
