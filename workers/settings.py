@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     policy: str = Field("learned", description="Selection policy: learned (ranks by what outcomes taught; explores near-ties) or seed (the design's formulas)")
     max_candidates: int = Field(8, ge=1, le=50, description="Candidates a plan keeps (at least the call's max_attempts, 5 by default)")
     min_similarity: float = Field(0.2, ge=-1, le=1, description="Semantic matches less similar than this are not candidates, nor are the tools of past successes less similar than this to the call")
-    failure_similarity: float = Field(0.7, ge=-1, le=1, description="A past failure this similar to the scenario demotes a candidate")
+    failure_similarity: float = Field(0.7, ge=-1, le=1, description="A past failure more similar than this to the scenario demotes a candidate")
     selection_cache_ttl_s: float = Field(30.0, ge=0, description="Selection cache TTL: how long rankings may reuse the vector-memory searches made for the same scenario and context; any change of quality, promotions or weights starts them afresh, so new weights apply to the next call")
 
     # Execution

@@ -241,3 +241,16 @@ def test_files_the_analyser_cannot_read_are_refused_naming_them(files: object) -
         CallRequest(scenario="review this", context={"files": files})
     CallRequest(scenario="review this", context={"files": {"a.py": "x = 1"}})
     CallRequest(scenario="review this", context={"files": ["a.py"]})
+
+
+# QA 58b: behaviours a single mutation changed while every unit test passed
+def test_complexity_is_the_mean_of_size_and_nesting_each_full_at_10k_lines_and_8_levels() -> None:
+    """Mutants C4 (mean -> max), C5 (LINES_FOR_FULL 10_000 -> 1_000) and C6 (NESTING_FOR_FULL 8 -> 4)
+    survived: the unit test checks only that complexity grows."""
+    from selection.context import complexity_of
+
+    assert complexity_of(10_000, 0) == 0.5
+    assert complexity_of(0, 8) == 0.5
+    assert complexity_of(10_000, 8) == 1.0
+    assert complexity_of(0, 4) == 0.25
+    assert complexity_of(99, 0) == pytest.approx(0.25, abs=1e-3)  # 100 lines: half way on the log scale

@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from evolution.descriptions import DescriptionVariant, judge, served
 from evolution.models import Evidence, FailedMutation, FailedRun, PastFailure, StageResult, SuccessfulRun, input_key
-from evolution.mutation import MutatorConfig, load_mutators, order_for
+from evolution.mutation import Mutator, MutatorConfig, load_mutators, order_for
 from evolution.mutators.code import extract_code
 from evolution.mutators.coercion import Schema, infer_rules
 from evolution.served_version import (head_version, in_share, kept_served, majority_version, manifest_to_trial,
                                       meant_version, offered_side, served_before, served_version, served_versions)
-from evolution.trial import TrialCounts, TrialRules, decide
-from evolution.verification import StageRun, VerifyConfig, verify
+from evolution.trial import TrialCounts, TrialRules, decide, parent_rate
+from evolution.verification import StageRun, VerifyConfig, reproduce_successes, verify
 from evolution.versioning import next_version, version_dir, version_stem
 from selection.manifest import TestCase, ToolManifest
 from selection.evidence import CandidateEvidence
@@ -430,3 +431,148 @@ def test_a_stage_whose_sandbox_could_not_start_says_so_apart_from_a_candidates_f
     assert said == f"{SANDBOX_NOT_STARTED}: cannot start 'python': Permission denied"
     crashed = SubprocessSandbox._died(RunOutcome.fail(FailureClass.crash, "exit status 1"), 20)
     assert SANDBOX_NOT_STARTED not in crashed  # a candidate that took its sandbox down is its own failure
+
+
+# QA 58b: behaviours a single mutation changed while every unit test passed
+@pytest.mark.parametrize(
+    ("successes", "failures", "parent", "verdict"),
+    [
+        (4, 1, 0.5, "continue"),    # T5: K runs are not K successes
+        (3, 2, 0.75, "rollback"),   # T2: 0.60 is more than 0.1 under 0.75
+        (2, 3, 0.5, "continue"),    # T6: 0.40 is not *more* than 0.1 under 0.5
+        (14, 2, 0.9, "continue"),   # T3: 16 runs at 0.875 < 0.9 is no rollback before 4K = 20
+        (16, 4, 0.9, "rollback"),   # ...and is at 4K runs
+    ],
+)
+def test_trial_verdicts_at_their_boundaries(successes: int, failures: int, parent: float, verdict: str) -> None:
+    assert decide(TrialCounts(evolved_successes=successes, evolved_failures=failures), parent, RULES) == verdict
+
+
+def test_the_parents_rate_in_the_trial_counts_from_min_parent_runs() -> None:
+    """Mutant T4 (`>= min_parent_runs` -> `>`) survived."""
+    rules = TrialRules(successes=5, min_parent_runs=3)
+    assert parent_rate(TrialCounts(parent_successes=3), 0, 10, rules) == 1.0  # 3 runs in the trial: its rate
+    assert parent_rate(TrialCounts(parent_successes=2), 0, 10, rules) == 0.0  # 2: its history's
+
+
+class RecordingSandbox:
+    """Passes static checks; returns the given results and records each run's inputs."""
+
+    def __init__(self, results: list[RunOutcome]) -> None:
+        self.results = results
+        self.runs: list[list[dict]] = []
+
+    def static(self, manifest: ToolManifest, timeout_s: float) -> StageResult:
+        return StageResult(stage="static", passed=True, checked=1)
+
+    def run(self, manifest: ToolManifest, inputs: list[dict], timeout_s: float) -> StageRun:
+        self.runs.append(inputs)
+        return StageRun(results=self.results)
+
+
+A, B = {"values": [3, 1]}, {"values": [2]}
+
+
+REFUSED = RunOutcome.fail(FailureClass.bad_input, "KeyError: 'numbers'")
+
+
+def test_a_tool_with_side_effects_is_not_replayed() -> None:
+    """Mutant V6 (`if manifest.side_effects:` -> `if False:`) survived. README: replay is not for a
+    tool whose manifest says side_effects: true (QA Q: a ledger got real calls' events twice more)."""
+    sandbox = RecordingSandbox([RunOutcome.ok(1), RunOutcome.ok(1)])
+    evidence = Evidence(failures=[FailedRun(version="1.0.0", input=A, error_class=FailureClass.timeout)],
+                        successes=[SuccessfulRun(scenario="s", input=B, shape="number")])
+    stages = verify(tool(side_effects=True), evidence, sandbox, VerifyConfig())
+    assert sandbox.runs == [] and stages[-1].stage == "replay" and stages[-1].checked == 0 and stages[-1].passed
+
+
+def test_an_input_refused_as_bad_before_still_refused_fails_the_replay() -> None:
+    """Mutant V4 (the `not in refused_before` condition dropped) survived. README: a failing input
+    must now succeed, or, *if it failed for another reason*, may be refused as bad input."""
+    evidence = Evidence(failures=[FailedRun(version="1.0.0", input=A, error_class=FailureClass.bad_input)],
+                        successes=[SuccessfulRun(scenario="s", input=B, shape="number")])
+    replay = verify(tool(), evidence, RecordingSandbox([REFUSED, RunOutcome.ok(1)]), VerifyConfig())[-1]
+    assert not replay.passed and "still fails" in replay.problems[0]
+
+
+def test_a_timeout_now_refused_as_bad_input_passes_only_while_the_candidate_serves_other_inputs() -> None:
+    """Mutants V11 (`worked = worked or any(...)` -> `worked = worked`) and V12 (`if worked and ...`
+    dropped) survived. README: ... may be refused as bad input by a candidate that serves others."""
+    timed_out = FailedRun(version="1.0.0", input=A, error_class=FailureClass.timeout)
+    serves = Evidence(failures=[timed_out], successes=[SuccessfulRun(scenario="s", input=B, shape="number")])
+    replay = verify(tool(), serves, RecordingSandbox([REFUSED, RunOutcome.ok(1)]), VerifyConfig())[-1]
+    assert replay.passed and "no longer fails as it did" in replay.problems[0]
+    alone = Evidence(failures=[timed_out])  # it serves nothing: the refusal is no fix
+    replay = verify(tool(), alone, RecordingSandbox([REFUSED]), VerifyConfig())[-1]
+    assert not replay.passed and "still fails" in replay.problems[0]
+
+
+def test_a_success_the_parent_answers_otherwise_when_run_again_is_not_reproducible() -> None:
+    """Mutant V10 (`r.success and r.output == s.output` -> `r.success`) survived: a tool whose answers
+    vary (a quote, a clock) would hold every candidate to one old answer."""
+    kept = SuccessfulRun.of("s", B, {"rate": 1.1})
+    evidence = Evidence(successes=[kept])
+    same = reproduce_successes(tool(), evidence, RecordingSandbox([RunOutcome.ok({"rate": 1.1})]), VerifyConfig())
+    other = reproduce_successes(tool(), evidence, RecordingSandbox([RunOutcome.ok({"rate": 1.2})]), VerifyConfig())
+    assert same.successes[0].reproducible and not other.successes[0].reproducible
+
+
+def test_a_stage_timeout_is_each_runs_timeout_and_a_half_after_start_up_capped() -> None:
+    """Mutants V1 (PER_RUN_SLACK 1.5 -> 1.0) and V2 (`min(cap, ...)` -> `max`) survived. README:
+    FITTEST_VERIFY_STAGE_TIMEOUT_S is the hard timeout of each stage that runs the candidate."""
+    from evolution.verification import stage_timeout
+
+    assert stage_timeout(tool(timeout_s=2.0), 4, 120.0) == pytest.approx(10.0 + 4 * 2.0 * 1.5)
+    assert stage_timeout(tool(timeout_s=60.0), 5, 120.0) == 120.0
+
+
+def test_the_replay_runs_each_failing_input_once_and_n_successes() -> None:
+    """Mutants V3 (replay_successes + 1) and V8 (no de-duplication) survived. README:
+    FITTEST_VERIFY_REPLAY_SUCCESSES recent successful inputs of the parent are replayed (N)."""
+    sandbox = RecordingSandbox([RunOutcome.ok(1)] * 4)
+    evidence = Evidence(failures=[FailedRun(version="1.0.0", input=A, error_class=FailureClass.timeout)] * 2,
+                        successes=[SuccessfulRun(scenario="s", input={"values": [i]}, shape="number") for i in range(5)])
+    verify(tool(), evidence, sandbox, VerifyConfig(replay_successes=3))
+    assert sandbox.runs == [[A, {"values": [0]}, {"values": [1]}, {"values": [2]}]]
+
+
+def test_the_cascade_stops_at_failed_test_cases() -> None:
+    """Mutant V9 (`if not tests.passed:` -> `if False:`) survived: nothing is replayed for a candidate
+    that fails its own test cases."""
+    sandbox = RecordingSandbox([RunOutcome.ok(2)])
+    evidence = Evidence(failures=[FailedRun(version="1.0.0", input=A, error_class=FailureClass.timeout)])
+    stages = verify(tool(test_cases=[{"input": B, "expect": 1}]), evidence, sandbox, VerifyConfig())
+    assert [s.stage for s in stages] == ["static", "tests"] and not stages[-1].passed
+    assert sandbox.runs == [[B]]
+
+
+class Fake:
+    def __init__(self, name: str, handles: set[FailureClass], cost: int) -> None:
+        self.name, self.handles, self.cost = name, frozenset(handles), cost
+
+    def propose(self, ctx: Any) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+
+def test_mutators_for_the_most_frequent_class_come_first_cheaper_first_and_current_failures_count_double() -> None:
+    """Mutants M2 (cost order reversed), M4 (`min(rank...)` -> `max`) and M5 (current failures count 1,
+    not 2) survived."""
+    t, u = FailureClass.timeout, FailureClass.unavailable
+    mutators: list[Mutator] = [Fake("dear_timeout", {t}, 5), Fake("cheap_timeout", {t}, 1), Fake("both", {t, u}, 3), Fake("retry", {u}, 1)]
+    # one current timeout (counts 2) against one similar past unavailable (counts 1): timeout first
+    evidence = Evidence(failures=[FailedRun(version="1.0.0", input={}, error_class=t)],
+                        similar_failures=[PastFailure(version="1.0.0", scenario="s", error_class=u)])
+    assert [m.name for m in order_for(mutators, evidence)] == ["cheap_timeout", "both", "dear_timeout", "retry"]
+    # one current timeout against two past unavailable: 2 against 2, and the current failure's class
+    # (counted first) goes first; against three, unavailable goes first
+    past = [PastFailure(version="1.0.0", scenario="s", error_class=u)]
+    assert [m.name for m in order_for(mutators, evidence.model_copy(update={"similar_failures": past * 2}))][0] == "cheap_timeout"
+    assert [m.name for m in order_for(mutators, evidence.model_copy(update={"similar_failures": past * 3}))][0] == "retry"
+
+
+def test_a_plugin_switched_off_is_no_load_error() -> None:
+    """Mutant M6 (`if mutator is None: continue` dropped) survived: the code mutator without a URL
+    was reported as a plugin that 'did not return a mutator'."""
+    from evolution.mutation import MutatorConfig, load_mutators
+
+    assert load_mutators(MutatorConfig())[1] == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from selection.feedback import (
@@ -195,3 +197,44 @@ def test_a_judgement_of_an_attempt_that_only_failed_is_refused() -> None:
     assert refused is not None and refused.set_aside == ["vat_price@1.0.0"]
     with pytest.raises(ValueError, match=r"\(its failure was set aside, as the caller's input's \(or an outage's\), not the tool's"):
         record_tool_feedback(cast(Any, None), "vat_price", None, None, "negative", call=refused)
+
+
+# QA 58b: behaviours a single mutation changed while every unit test passed
+def test_an_entry_stamped_in_the_future_counts_as_a_fresh_one_not_more() -> None:
+    """Mutant F4 (feedback.py `decay(max(0, age))` -> `decay(age)`) survived: a worker whose clock
+    runs ahead would store judgements that weigh more than fresh ones, up to outweighing the cap's prior."""
+    fresh = feedback_points([FeedbackEntry(1.0, 1.0, NOW)], 14 * DAY, now=NOW)
+    ahead = feedback_points([FeedbackEntry(1.0, 1.0, NOW + 28 * DAY)], 14 * DAY, now=NOW)
+    assert ahead == pytest.approx(fresh) == pytest.approx(25.0)
+
+
+def test_a_success_of_a_version_of_quality_exactly_0_7_is_a_strong_positive() -> None:
+    """Mutant F8 (`quality >= 0.7` -> `>`) survived. README: +1 while its quality is 0.7 or more,
+    +0.5 from 0.5."""
+    assert outcome_value(True, 0.7) == 1.0
+    assert outcome_value(True, 0.5) == 0.5
+    assert outcome_value(True, 0.4999) is None
+
+
+def hit(score: float, **payload: Any) -> VectorHit:
+    return VectorHit(id=str(payload.get("call_id", "x")) + str(payload.get("source")), score=score,
+                     payload={"tool": "t@1.0.0", "timestamp": NOW, **payload})
+
+
+def test_a_judgement_of_quality_0_of_a_call_leaves_that_calls_outcome_counting() -> None:
+    """Mutant F10 (judged_calls without `and payload_value(p)`) survived. README: a judgement of
+    quality 0 counts for nothing: of a call, ... the output counts as it ran."""
+    outcome = hit(1.0, value=1.0, source="outcome", call_id="c1")
+    nothing = hit(1.0, value=0.0, source="manual", call_id="c1")
+    alone = points_by_tool([outcome], 14 * DAY, now=NOW)["t@1.0.0"]
+    assert alone > 0
+    assert points_by_tool([outcome, nothing], 14 * DAY, now=NOW)["t@1.0.0"] == pytest.approx(alone)
+
+
+def test_a_forgiven_outcome_counts_for_nothing() -> None:
+    """Mutant F14 (points_by_tool without `or forgiven(h.payload)`) survived: a failure in an outage
+    its tool recovered from (workers/outage.py) went on costing it feedback points."""
+    forgiven = hit(1.0, value=-1.0, source="outcome", call_id="c1", forgiven=True)
+    success = hit(1.0, value=1.0, source="outcome", call_id="c2")
+    assert "t@1.0.0" not in points_by_tool([forgiven], 14 * DAY, now=NOW)
+    assert points_by_tool([forgiven, success], 14 * DAY, now=NOW) == points_by_tool([success], 14 * DAY, now=NOW)

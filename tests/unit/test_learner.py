@@ -161,3 +161,22 @@ def test_evidence_stored_by_an_earlier_release_still_reads() -> None:
     assert weights.evidence.records == 40 and weights.evidence.noise is None and weights.evidence.set_aside == 0
     assert weights.evidence.classifier is not None and weights.evidence.classifier.seen is not None
     assert weights.evidence.classifier.seen.successes == 12
+
+
+# QA 58b: behaviours a single mutation changed while every unit test passed
+def predictive(n: int) -> list[ExecutionRecord]:
+    """Records whose phase component tells success from failure perfectly (correlation 1)."""
+    return [ExecutionRecord(attempt_id=f"a{i}", call_id=f"c{i}", tool="t", version="1.0.0", scenario="s",
+                            components={c: 0.5 for c in COMPONENTS} | {"phase": 1.0 if i % 2 else 0.0},
+                            success=bool(i % 2)) for i in range(n)]
+
+
+def test_ten_records_may_move_the_weights_and_nine_may_not() -> None:
+    """Mutants N1 (MIN_RECORDS 10 -> 5) and N2 (`n < MIN_RECORDS` -> `<=`) survived: the existing test
+    reads MIN_RECORDS from the module and tries MIN_RECORDS - 1 only. README/DESIGN: fewer than 10
+    records leave the weights unchanged."""
+    assert MIN_RECORDS == 10
+    nine, evidence = retrain(predictive(9), SelectionWeights())
+    assert nine is None and evidence.unchanged == "9 records, fewer than 10"
+    ten, _ = retrain(predictive(10), SelectionWeights())
+    assert ten is not None and ten.weights["phase"] == 1.0

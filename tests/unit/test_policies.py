@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -182,3 +183,74 @@ def test_the_keys_placed_last_come_after_the_others_each_group_in_the_policys_or
     assert all(0 < c.probability <= 1 for c in ranked)
     kept = get_policy(policy).rank(evidence, random.Random(0), limit=2, last={"a@1.0.0"})
     assert [c.key for c in kept] == ["d@1.0.0", "b@1.0.0"]
+
+
+# QA 58b: behaviours a single mutation changed while every unit test passed
+def learned_score(e: CandidateEvidence) -> float:
+    (c,) = get_policy("learned").rank([e], random.Random(0))
+    return c.score
+
+
+def test_learned_feedback_points_scale_the_score_by_at_most_half_and_in_their_direction() -> None:
+    """Mutant L3 (learned.py `1 + feedback/100` -> `1 - feedback/100`) survived: no unit test gives
+    the default policy any feedback. README: feedback scales a ranking score by ±50 % at most."""
+    plain = learned_score(ev("a", 0.5))
+    assert learned_score(ev("a", 0.5, feedback_points=50.0)) == pytest.approx(plain * 1.5, rel=1e-4)
+    assert learned_score(ev("a", 0.5, feedback_points=-50.0)) == pytest.approx(plain * 0.5, rel=1e-4)
+    # and it tips a close ranking: judged wrong, the closer description goes second
+    assert [c.key for c in get_policy("learned").rank(
+        [ev("a", 0.50, feedback_points=-50.0), ev("b", 0.49)], random.Random(0))][0] == "b@1.0.0"
+
+
+def test_learned_sparc_scales_the_score_from_half_to_one_and_a_half() -> None:
+    """Mutant L4 (learned.py `0.5 + sparc` -> `1.5 - sparc`) survived."""
+    plain = learned_score(ev("a", 0.5))  # sparc 0.5: neutral
+    assert learned_score(ev("a", 0.5, sparc=1.0)) == pytest.approx(plain * 1.5, rel=1e-4)
+    assert learned_score(ev("a", 0.5, sparc=0.0)) == pytest.approx(plain * 0.5, rel=1e-4)
+    assert [c.key for c in get_policy("learned").rank(
+        [ev("a", 0.50, sparc=0.1), ev("b", 0.49, sparc=0.9)], random.Random(0))][0] == "b@1.0.0"
+
+
+def test_a_failure_exactly_at_the_failure_similarity_does_not_demote() -> None:
+    """Mutant E2 (evidence.py `s > threshold` -> `>=`) survived. The seed design: x0.7 per failure
+    whose scenario is *more than* 0.7 similar (README: FITTEST_FAILURE_SIMILARITY)."""
+    policy = SeedPolicy()
+    assert policy.score(ev("a", 0.5, failure_similarities=[0.7]))[1].similar_failures == 0
+    assert policy.score(ev("a", 0.5, failure_similarities=[0.7001]))[1].similar_failures == 1
+
+
+def test_a_candidate_a_few_percent_behind_keeps_a_small_chance_of_going_first() -> None:
+    """Mutant L7 (CUTOFF 30 -> 1) survived: exploration of near ties (learned.py docstring: candidates
+    within a few percent are tried in either order) was cut to candidates within 2 %."""
+    first = get_policy("learned").rank([ev("a", 0.60), ev("b", 0.59)], random.Random(0))[0]
+    assert first.key == "a@1.0.0" and 0.95 < first.probability < 0.999
+
+
+def test_a_2_percent_better_candidate_is_about_e_times_as_likely_to_go_first() -> None:
+    """Mutant L14 (TEMPERATURE 0.02 -> 0.2) survived: the near-tie test passes at any temperature.
+    learned.py: a 2% better candidate is ~2.7x as likely to go first."""
+    import math
+
+    first = get_policy("learned").rank([ev("a", 0.5), ev("b", 0.5, feedback_points=2.0)], random.Random(0))[0]
+    p_b = first.probability if first.key == "b@1.0.0" else 1 - first.probability  # b's chance of the first place
+    odds = math.exp(math.log(1.02) / 0.02)  # ~2.7
+    assert p_b == pytest.approx(odds / (1 + odds), abs=0.01)
+
+
+def test_the_classifiers_doubt_costs_at_most_e_to_the_minus_0_9() -> None:
+    """Mutant L15 (CLASSIFIER_WEIGHT 0.3 -> 0.6) survived. learned.py: its doubt costs at most e^(-3c) (0.41)."""
+    import math
+
+    def score_of_a(**fields: Any) -> float:
+        ranked = get_policy("learned").rank([ev("a", 0.5, **fields), ev("b", 0.5, classifier_score=20.0 if fields else None)],
+                                            random.Random(0))
+        return next(c.score for c in ranked if c.key == "a@1.0.0")
+
+    assert score_of_a(classifier_score=0.0) / score_of_a() == pytest.approx(math.exp(-0.9), rel=1e-3)
+
+
+def test_the_served_version_and_a_promoted_one_have_base_1() -> None:
+    """Mutant E5 (promoted/version base 1.0 -> 0.95) survived: the seed test checks `original` only."""
+    policy = SeedPolicy()
+    assert policy.score(ev("a", 0.5, source="promoted"))[0] == pytest.approx(1.0)
+    assert policy.score(ev("a", 0.5, source="version"))[0] == pytest.approx(1.0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from evolution.promotions import (AlreadyPromoted, PromotionError, activate_trials_left_alone, conclude_trial,
-                                  promote_by_hand, rollback, trial_new_manifests)
+                                  promote_by_hand, promote_on_trial, rollback, trial_new_manifests)
 from evolution.served_version import head_version, served_version
 from selection.manifest import ToolManifest
 from selection.models import Promotion
@@ -18,10 +18,11 @@ from tests.fakes_state import InMemoryStateStore
 HTTP = {"kind": "http", "url": "http://127.0.0.1:9/run"}
 
 
-def registry_of(*versions: str) -> ToolRegistry:
+def registry_of(*versions: str, deprecated: tuple[str, ...] = ()) -> ToolRegistry:
     registry = ToolRegistry()
     for version in versions:
-        registry.add(ToolManifest(name="word_stats", version=version, description="Counts words.", implementation=HTTP))
+        registry.add(ToolManifest(name="word_stats", version=version, description="Counts words.", implementation=HTTP,
+                                  deprecated=version in deprecated))
     return registry
 
 
@@ -81,3 +82,97 @@ def test_a_rollback_by_hand_undoes_a_promotion_by_hand_one_at_a_time() -> None:
     assert served_version(state.promotion("word_stats"), "any-call", after_evolution=False, share=0.25) is None
     with pytest.raises(PromotionError, match="rolled back already"):
         rollback(state, ledger, "word_stats")
+
+
+# QA 58b: behaviours a single mutation changed while every unit test passed
+def manifest(version: str, parent: str | None = None) -> ToolManifest:
+    return ToolManifest(name="word_stats", version=version, parent_version=parent, description="Counts words.",
+                        implementation=HTTP)
+
+
+def served(state: InMemoryStateStore) -> str | None:
+    return served_version(state.promotion("word_stats"), "any-call", after_evolution=False, share=0.25)
+
+
+def test_rollbacks_by_hand_undo_three_promotions_by_hand_one_at_a_time() -> None:
+    """Mutant R1 (RESTORES_KEPT 8 -> 1) survived: the unit test promotes twice only."""
+    state, ledger = InMemoryStateStore(), InMemoryEvolutionState()
+    registry = registry_of("1.0.0", "1.1.0", "1.2.0", "1.3.0")
+    for version in ("1.1.0", "1.2.0", "1.3.0"):
+        promote_by_hand(state, ledger, registry, "word_stats", version)
+    seen = []
+    for _ in range(3):
+        rollback(state, ledger, "word_stats")
+        seen.append(served(state))
+    assert seen == ["1.2.0", "1.1.0", None]
+
+
+def test_a_deprecated_version_cannot_be_promoted_by_hand() -> None:
+    """Mutant R9 (`if manifest.deprecated:` -> `if False:`) survived."""
+    state, ledger = InMemoryStateStore(), InMemoryEvolutionState()
+    with pytest.raises(PromotionError, match="deprecated"):
+        promote_by_hand(state, ledger, registry_of("1.0.0", "1.1.0", deprecated=("1.1.0",)), "word_stats", "1.1.0")
+    assert state.promotion("word_stats") is None
+
+
+def test_an_evolved_version_starts_on_trial_with_its_parents_quality() -> None:
+    """Mutant R2 (`set_quality(new.key, quality)` -> 1.0) survived."""
+    state, ledger = InMemoryStateStore(), InMemoryEvolutionState()
+    state.set_quality("word_stats@1.0.0", 0.4)
+    promote_on_trial(state, ledger, manifest("1.1.0", "1.0.0"), manifest("1.0.0"), "1.0.0", before=None,
+                     reason="r", mutation="m", job_id="j", trigger="failure")
+    assert state.stats(["word_stats@1.1.0"])["word_stats@1.1.0"].quality == pytest.approx(0.4)
+
+
+def test_a_trial_interrupted_by_an_evolution_of_its_version_goes_on_after_that_ones_rollback() -> None:
+    """Mutants R3 (no `_restore` after a verdict's rollback), R5 and R11 survived. README: evolved from the
+    version on trial, it interrupts that trial, which goes on after such a rollback."""
+    state, ledger = InMemoryStateStore(), InMemoryEvolutionState()
+    (trial,) = trial_new_manifests(state, ledger, registry_of("1.0.0", "1.1.0"), ["word_stats"])
+    child = promote_on_trial(state, ledger, manifest("1.2.0", "1.1.0"), manifest("1.1.0"), "1.0.0", before=trial,
+                             reason="r", mutation="m", job_id="j", trigger="manual")
+    assert child is not None and child.resumes is not None and child.parent_version == "1.1.0"  # R5
+    assert conclude_trial(state, ledger, child, "rollback", "worse than 1.1.0")
+    back = state.promotion("word_stats")
+    assert back is not None and (back.evolved_version, back.status) == ("1.1.0", "on_trial")  # R3
+    # evolved from a version that is not the one on trial: nothing is interrupted (R11)
+    state2, ledger2 = InMemoryStateStore(), InMemoryEvolutionState()
+    (trial2,) = trial_new_manifests(state2, ledger2, registry_of("1.0.0", "1.1.0"), ["word_stats"])
+    other = promote_on_trial(state2, ledger2, manifest("1.2.0", "1.0.0"), manifest("1.0.0"), "1.0.0", before=trial2,
+                             reason="r", mutation="m", job_id="j", trigger="failure")
+    assert other is not None and other.resumes is None
+
+
+def test_rolling_back_a_by_hand_promotion_serves_the_one_it_replaced_without_the_rolled_back_as_fallback() -> None:
+    """Mutant R4 (_restore keeps `parent_version`) survived. promotions.py: `promote 1.0.0` during
+    1.1.0's trial, `promote 1.1.0`, `rollback`: 1.1.0 went on running as 1.0.0's fallback (QA learning F1)."""
+    state, ledger = InMemoryStateStore(), InMemoryEvolutionState()
+    registry = registry_of("1.0.0", "1.1.0")
+    trial_new_manifests(state, ledger, registry, ["word_stats"])
+    promote_by_hand(state, ledger, registry, "word_stats", "1.0.0")
+    promote_by_hand(state, ledger, registry, "word_stats", "1.1.0")
+    rollback(state, ledger, "word_stats")
+    back = state.promotion("word_stats")
+    assert back is not None and back.evolved_version == "1.0.0" and back.parent_version is None
+
+
+def test_versions_of_a_namespace_none_of_which_ran_are_not_unseen() -> None:
+    """Mutant R8 (`if ran:` -> `if True:`) survived: at a start with no history every manual version
+    of a namespace would be taken for one that came while no worker watched."""
+    from evolution.promotions import unseen_versions
+
+    state = InMemoryStateStore()
+    assert unseen_versions(state, registry_of("1.0.0", "1.1.0"), ["word_stats"]) == set()
+
+
+def test_a_manifest_versions_promotion_rolled_back_already_is_not_retired_again() -> None:
+    """Mutant R12 (retire skips no rolled-back promotion) survived: each tools-watch pass logged
+    another rollback of a version long gone."""
+    from evolution.promotions import retire_removed_manifest_versions
+
+    state, ledger = InMemoryStateStore(), InMemoryEvolutionState()
+    (trial,) = trial_new_manifests(state, ledger, registry_of("1.0.0", "1.1.0"), ["word_stats"])
+    assert conclude_trial(state, ledger, trial, "rollback", "worse")
+    logged = len(ledger.changelog("word_stats"))
+    assert retire_removed_manifest_versions(state, ledger, registry_of("1.0.0"), ["word_stats"]) == []
+    assert len(ledger.changelog("word_stats")) == logged

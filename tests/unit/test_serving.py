@@ -799,3 +799,18 @@ def test_the_clear_best_match_of_a_job_is_told_before_it_has_done_any() -> None:
     assert best_matches(evidence_) == {"hash_text@1.0.0", "sha_tool@1.0.0"}
     assert best_matches(evidence_, held_back_match=0.9) == set()  # the job's best match is held back
     assert best_matches([evidence("word_stats", 0.45)]) == set()  # best, but no clear match
+
+
+# QA 58b: behaviours a single mutation changed while every unit test passed
+def test_a_second_opinion_with_no_such_jobs_done_needs_a_match_of_0_3() -> None:
+    """Mutant SV2 (SECOND_OPINION_MATCH 0.3 -> 0.2) survived: the test tries 0.17 and 0.38 only."""
+    def cand(name: str, similarity: float, wrong: int = 0) -> CandidateEvidence:
+        return evidence(name, similarity).model_copy(
+            update={"judged_outputs": [JudgedOutput(1.0, 10.0 + i, True) for i in range(wrong)]})
+
+    found = [cand("first", 0.6, wrong=2), cand("other", 0.25)]
+    ranked = [Candidate(key=e.key, manifest=e.manifest, score=1.0) for e in found]
+    call = CallRequest(scenario="s")
+    assert second_opinion(call, ranked, found) is None
+    found[1] = cand("other", 0.3)
+    assert second_opinion(call, ranked, found) == "other@1.0.0"

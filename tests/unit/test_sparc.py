@@ -6,7 +6,9 @@ import pytest
 
 from selection.context import ContextFeatures, analyse
 from selection.manifest import ToolManifest
-from selection.sparc import COMPONENTS, NEUTRAL, declared_against, language_component, sparc_score
+from selection.sparc import COMPONENTS, NEUTRAL, declared_against, language_component, sparc_score, task_component
+
+HTTP = {"kind": "http", "url": "http://127.0.0.1:9/run"}
 
 EQUAL = {c: 0.2 for c in COMPONENTS}
 
@@ -134,3 +136,20 @@ def test_only_a_language_the_call_states_sets_apart_a_tool_that_declares_none_of
     detected = analyse("review this code for bugs", {"files": ["app/main.js"]})
     assert detected.languages == ["javascript"] and not declared_against(python_only, detected)  # only scales
     assert not declared_against(python_only, analyse("review this code for bugs", {"language": "klingon"}))
+
+
+# QA 58b: behaviours a single mutation changed while every unit test passed
+def test_an_unknown_language_beside_a_known_one_is_left_out_of_the_share() -> None:
+    """Mutant P2 (`len(shared) / len(known)` -> `/ len(wanted)`) survived. sparc.py: a name neither the
+    analyser nor the tool knows is left out of the share."""
+    meta = ToolManifest(name="t", description="d", implementation=HTTP, sparc={"languages": ["python"]}).sparc
+    value, _ = language_component(meta, ContextFeatures(languages=["python", "klingon"]))
+    assert value == 1.0
+
+
+def test_a_general_purpose_tool_scores_neutral_on_a_task_type_it_does_not_list() -> None:
+    """Mutant P6 (general-purpose -> 0.0) survived."""
+    meta = ToolManifest(name="t", description="d", implementation=HTTP, sparc={"task_types": ["general"]}).sparc
+    assert task_component(meta, ContextFeatures(task_type="bug_fix"))[0] == 0.5
+    other = ToolManifest(name="t", description="d", implementation=HTTP, sparc={"task_types": ["documentation"]}).sparc
+    assert task_component(other, ContextFeatures(task_type="bug_fix"))[0] == 0.0
