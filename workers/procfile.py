@@ -61,13 +61,16 @@ def port_taken(port: int, addr: str = "0.0.0.0") -> bool:
 
 def bind_refusal(port: int, addr: str = "0.0.0.0") -> OSError | None:
     """Why a server could not listen on `addr`:`port` now (a port in use, an address not of this
-    host, a name that does not resolve); None when it could."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((addr, port))
-        except OSError as exc:  # socket.gaierror too
-            return exc
+    host, a name that does not resolve); None when it could. An IPv6 address is bound as such (QA
+    58d N3: `::1` was refused, which `fittest metrics` serves on)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(address)
+    except OSError as exc:  # socket.gaierror too
+        return exc
     return None
 
 
@@ -79,7 +82,7 @@ def example_service_port() -> int:
     examples/tools/http_server.py reads it (for a tools directory whose manifest names another).
     One that is no port is refused in one line, as a FITTEST_ setting is (QA U: `abc` and `99999`
     ended `fittest up` with a ValueError's and an OverflowError's traceback)."""
-    raw = os.environ.get("FITTEST_EXAMPLE_HTTP_PORT") or str(EXAMPLE_SERVICE_PORT)
+    raw = os.environ.get("FITTEST_EXAMPLE_HTTP_PORT", "").strip() or str(EXAMPLE_SERVICE_PORT)
     try:
         port = int(raw)
     except ValueError:

@@ -304,7 +304,7 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        toml_path = os.environ.get("FITTEST_CONFIG")
+        toml_path = config_file()
         if toml_path:
             if not Path(toml_path).is_file():  # the TOML source would quietly read nothing
                 raise SettingsFileError(f"FITTEST_CONFIG names {Path(toml_path).resolve()}, which is not a file")
@@ -397,6 +397,11 @@ def misspelled_variables(environ: Mapping[str, str] | None = None) -> list[str]:
     return said
 
 
+def config_file() -> str:
+    """FITTEST_CONFIG's path; "" when it is unset or blank (QA 58d L1: spaces were a file's name)."""
+    return os.environ.get("FITTEST_CONFIG", "").strip()
+
+
 def settings_problem(exc: BaseException) -> str | None:
     """One line naming each setting that is wrong and why, when `exc` is the settings refusing
     their values (or their file); None for any other error."""
@@ -405,7 +410,7 @@ def settings_problem(exc: BaseException) -> str | None:
     if isinstance(exc, ValidationError) and exc.title == Settings.__name__:
         # A rule across settings names them by their variables; with a file, either may come from it
         # (QA recheck F4: a file's max_timeout_s below the default minimum was told as the variables').
-        config = os.environ.get("FITTEST_CONFIG")
+        config = config_file()
         across = f" (as the environment, FITTEST_CONFIG {Path(config).resolve()} and the defaults give them)" if config else ""
         return "; ".join(f"{_setting_name(e['loc'])}{e['msg'].removeprefix('Value error, ')}{'' if e['loc'] else across}"
                          for e in exc.errors(include_url=False, include_input=False))
@@ -418,7 +423,7 @@ def _setting_name(loc: tuple[int | str, ...]) -> str:
     if not loc:
         return ""
     field = str(loc[0])
-    return (f"FITTEST_{field.upper()} ({field} in FITTEST_CONFIG): " if os.environ.get("FITTEST_CONFIG")
+    return (f"FITTEST_{field.upper()} ({field} in FITTEST_CONFIG): " if config_file()
             else f"FITTEST_{field.upper()}: ")
 
 

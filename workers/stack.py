@@ -26,7 +26,7 @@ import redis
 from kombu.exceptions import OperationalError
 
 from workers.prctl import PR_SET_PDEATHSIG, prctl
-from workers.settings import Settings, redact_url
+from workers.settings import Settings, config_file, redact_url
 
 ROOT = Path(__file__).resolve().parent.parent
 PROCFILE = ROOT / "Procfile"
@@ -59,11 +59,29 @@ refusal too (QA 57d L4). `tls`: redis-py's TLS arguments (Settings.redis_tls).""
         return said
     except redis.exceptions.InvalidResponse:
         return NOT_REDIS
+    except redis.ConnectionError as exc:
+        if "max number of clients" in str(exc):
+            return str(exc)
+        # A server that takes the connection and closes it (PostgreSQL, an MQTT broker) is no Redis
+        # either (QA 58d N2); one that refuses it is nothing at all.
+        return NOT_REDIS if _something_listens(url, timeout) else ""
     except (redis.RedisError, OSError, ValueError):
         return ""
     except (AttributeError, TypeError):  # redis-py's reading of a greeting it did not expect (POP3's "+OK")
         return NOT_REDIS
     return None
+
+
+def _something_listens(url: str, timeout: float) -> bool:
+    """Whether a TCP connection to the URL's host and port is taken (not for a unix socket's URL)."""
+    parts = urlparse(url)
+    if parts.scheme == "unix":
+        return False
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379), timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def redis_answers(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = None) -> bool:
@@ -161,7 +179,7 @@ def absolute_paths(settings: Settings) -> dict[str, str]:
     CLI commands run beside them."""
     env = {f"FITTEST_{name.upper()}": str(value.resolve())
            for name in Settings.model_fields if isinstance(value := getattr(settings, name), Path)}
-    if config := os.environ.get("FITTEST_CONFIG"):
+    if config := config_file():
         env["FITTEST_CONFIG"] = str(Path(config).resolve())
     return env
 
@@ -181,7 +199,10 @@ class Stack:
 
     def __post_init__(self) -> None:
         self.env = {**os.environ, **absolute_paths(self.settings), **self.env}
-        # a URL someone chose (the environment, a settings file), not the default one
+        # a URL someone chose (the environment, a settings file), not the default one; a blank
+        # variable is none, as the settings read it (QA 58d N1: `up` looked for a Redis at "")
+        if not self.env.get("FITTEST_REDIS_URL", "").strip():
+            self.env.pop("FITTEST_REDIS_URL", None)
         self.chosen_url = "FITTEST_REDIS_URL" in self.env or "redis_url" in self.settings.model_fields_set
         self.env.setdefault("FITTEST_REDIS_URL", self.settings.redis_url)
 

@@ -53,7 +53,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main() -> None:
-    port = int(os.environ.get("FITTEST_BROKEN_HTTP_PORT", DEFAULT_PORT))
+    port = int(os.environ.get("FITTEST_BROKEN_HTTP_PORT", "").strip() or DEFAULT_PORT)  # blank: the default, as `up` reads it
     ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
 
 

@@ -98,7 +98,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main() -> None:
-    port = int(os.environ.get("FITTEST_EXAMPLE_HTTP_PORT", DEFAULT_PORT))
+    port = int(os.environ.get("FITTEST_EXAMPLE_HTTP_PORT", "").strip() or DEFAULT_PORT)  # blank: the default, as `up` reads it
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     print(f"convert_units example service on http://127.0.0.1:{port}/convert", flush=True)
     try:

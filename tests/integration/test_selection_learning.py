@@ -681,7 +681,7 @@ def test_retrain_needs_ten_records_and_stores_a_new_version(rt) -> None:
     assert [w.version for w in rt.state.weights_history()] == [1]
 
 
-def test_retrain_refits_the_tool_classifier_and_selection_ranks_by_it(rt) -> None:
+def test_retrain_refits_the_tool_classifier_and_selection_ranks_by_it(rt, monkeypatch) -> None:
     """Successes teach the classifier which tool serves a kind of job (here, against the descriptions:
     conversions served by stock_quotes); the retrain stores it with the weights, and the next plan's
     breakdown carries its probabilities."""
@@ -727,6 +727,12 @@ def test_retrain_refits_the_tool_classifier_and_selection_ranks_by_it(rt) -> Non
     assert retrain_now(rt).changed is True
     assert "fx_desk" in ToolClassifier.from_text(rt.state.classifier()).names
     assert classifier_p(rt.selector.plan(desk))["fx_desk"] > scored_by_description
+    # Turned off (QA 58c L4): the retrain says so, and selection ranks without it; its revision stays stored.
+    from workers.tool_classifier import CLASSIFIER_OFF
+
+    monkeypatch.setattr(rt.settings, "tool_classifier", False)
+    assert fit_of(retrain_now(rt)).unchanged == CLASSIFIER_OFF and rt.state.classifier()
+    assert all(p is None for p in classifier_p(rt.selector.plan(desk)).values())
 
 
 def test_the_tool_that_served_most_calls_is_not_the_classifiers_choice_for_the_others_jobs(rt) -> None:

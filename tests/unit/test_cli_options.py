@@ -303,22 +303,21 @@ def test_weights_say_why_the_last_retrain_left_them_as_they_were(monkeypatch: py
     assert "beyond the noise of 33 records (0.35) (v3 stored the classifier it refitted)" in " ".join(run("weights")[1].split())
 
 
-def test_weights_say_the_classifier_is_off_when_the_setting_turns_it_off(monkeypatch: pytest.MonkeyPatch,
-                                                                        stores: ToolRegistry) -> None:
-    """QA 58c L4: with FITTEST_TOOL_CLASSIFIER=false the table named the revision stored before, as in use."""
-    from selection.ports import SelectionWeights
-    from workers.settings import get_settings
+def test_weights_say_the_classifier_is_off_when_the_workers_latest_retrain_found_it_off(
+        monkeypatch: pytest.MonkeyPatch, stores: ToolRegistry) -> None:
+    """QA 58c L4: with FITTEST_TOOL_CLASSIFIER=false the table named the revision stored before, as in
+    use; QA 58d N4: the workers' setting decides, as their retrain found it, not the shell's."""
+    from selection.ports import RetrainNote, SelectionWeights
+    from workers.tool_classifier import CLASSIFIER_OFF
 
-    current = SelectionWeights(version=7, classifier="a410b5760216", evidence={"records": 20})
+    current = SelectionWeights(version=7, classifier="a410b5760216", evidence={"records": 20}, updated_at=time.time())
+    note: list[RetrainNote | None] = [None]
     monkeypatch.setattr("workers.state.open_state_store", lambda settings: SimpleNamespace(
-        weights=lambda: current, weights_history=lambda n: [], last_retrain=lambda: None))
+        weights=lambda: current, weights_history=lambda n: [], last_retrain=lambda: note[0]))
+    monkeypatch.setenv("FITTEST_TOOL_CLASSIFIER", "false")  # this shell's setting: not the workers'
     assert "a410b5760216" in run("weights")[1] and "tool classifier: off" not in run("weights")[1]
-    monkeypatch.setenv("FITTEST_TOOL_CLASSIFIER", "false")
-    get_settings.cache_clear()
-    try:
-        out = " ".join(run("weights")[1].split())
-    finally:
-        get_settings.cache_clear()
+    note[0] = RetrainNote(at=time.time() + 1, evidence={"records": 20, "classifier": {"unchanged": CLASSIFIER_OFF}})
+    out = " ".join(run("weights")[1].split())
     assert "a410b5760216" not in out
     assert "tool classifier: off (FITTEST_TOOL_CLASSIFIER=false): neither refitted nor used by selection" in out
 

@@ -84,7 +84,8 @@ def test_someone_elses_redis_with_a_password_on_the_default_url_gets_one_of_ours
         assert "refuses the connection (it needs a password, or another one:" in str(told.value)
 
 
-@pytest.mark.parametrize("greeting", [b"HTTP/1.0 400 Bad Request\r\n\r\n", b"+OK POP3 ready\r\n"])
+@pytest.mark.parametrize("greeting", [b"HTTP/1.0 400 Bad Request\r\n\r\n", b"+OK POP3 ready\r\n",
+                                      b""])  # QA 58d N2: one that closes the connection (PostgreSQL, an MQTT broker)
 def test_a_url_where_another_kind_of_server_answers_is_told_not_replaced(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, greeting: bytes) -> None:
     """QA 57d L4: `fittest up` pointed at an HTTP service's port took it for no Redis, and started one
@@ -98,3 +99,11 @@ def test_a_url_where_another_kind_of_server_answers_is_told_not_replaced(
         assert "Redis is not what answers at FITTEST_REDIS_URL" in str(told.value)
         assert "a server of another protocol answers at that host and port" in str(told.value)
         assert "redis" not in s.procs
+
+
+def test_a_blank_redis_url_is_the_default_one(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """QA 58d N1: `FITTEST_REDIS_URL= fittest up` looked for a Redis at "" and refused to start,
+    where every other command read the default URL."""
+    monkeypatch.setenv("FITTEST_REDIS_URL", " ")
+    with Stack(Settings(data_dir=tmp_path / "data")) as s:
+        assert s.redis_url == Settings.model_fields["redis_url"].default and not s.chosen_url

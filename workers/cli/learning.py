@@ -349,7 +349,8 @@ def weights(
     """The SPARC weights selection uses now, their evidence, and their history (newest first).
 
     Each version shows the tool classifier stored with it: its revision and the successes it was
-    refitted on. Below: each component's correlation with success beside the noise of that many
+    refitted on; "off" when the workers' latest retrain found FITTEST_TOOL_CLASSIFIER false (the
+    revision stays stored, for when it is turned on again). Below: each component's correlation with success beside the noise of that many
     records (a component steers only above it), and why the last retrain left the weights as they were."""
     from selection.sparc import COMPONENTS
     from workers.payloads import WeightsShown
@@ -363,14 +364,16 @@ def weights(
         said = (f"retrained: weights v{done.version} stored" if done.changed
                 else f"retrained: nothing new stored ({done.reason or ('see last_retrain' if json_out else 'see below')})")
         (err_console if json_out else console).print(said, highlight=False)
-    settings = get_settings()
-    state = open_state_store(settings)
+    state = open_state_store(get_settings())
     current = state.weights()
     # QA AC: the history holds the current version too, so `--history N` listed N - 1 earlier ones
     past = [w for w in state.weights_history(history + 1) if w.version != current.version][:history] if history else []
     note = state.last_retrain()
     if note is not None and note.at <= current.updated_at:  # a later retrain stored these weights
         note = None
+    # The workers' setting, as their latest retrain found it, not this shell's (QA 58d N4)
+    latest_fit = (note.evidence if note is not None else current.evidence).classifier
+    classifier_off = latest_fit is not None and latest_fit.unchanged == CLASSIFIER_OFF
     if json_out:
         print_json(WeightsShown(current=current, history=past, last_retrain=note).model_dump(mode="json"))
         return
@@ -382,10 +385,10 @@ def weights(
         table.add_row(f"v{w.version}", when(w.updated_at) if w.updated_at else "-",
                       *[f"{w.weights.get(c, 0.0):.2f}" for c in COMPONENTS], str(ev.records) if ev.records else "-",
                       f"{ev.success_rate:.2f}" if ev.success_rate is not None else "-",
-                      "off" if w is current and not settings.tool_classifier else literal(w.classifier or "-"),
+                      "off" if w is current and classifier_off else literal(w.classifier or "-"),
                       str(fit.successes) if fit is not None and fit.successes is not None else "-")
     console.print(table)
-    if not settings.tool_classifier:
+    if classifier_off:
         console.print(f"tool classifier: {CLASSIFIER_OFF}")
     evidence = current.evidence
     if evidence.correlations:

@@ -106,7 +106,7 @@ def retrain_now(rt: Runtime) -> RetrainResult:
     log.info("selection weights v%d: %s, classifier %s", stored.version, stored.weights,
              (stored.classifier or "none") if rt.settings.tool_classifier else CLASSIFIER_OFF,
              extra={"event": "weights", "version": stored.version, "weights": stored.weights,
-                    "classifier": stored.classifier})
+                    "classifier": stored.classifier if rt.settings.tool_classifier else None})
     return RetrainResult(changed=True, version=stored.version, weights=stored.weights, classifier=stored.classifier,
                          evidence=evidence)
 
