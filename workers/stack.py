@@ -48,7 +48,7 @@ def redis_refusal(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = N
     refuses (a password, a database out of range) otherwise; None when it answers PING. `fittest up`
     took a refusal for no Redis, and started a Redis of its own on another port (QA 50e), where
     every other command said what was wrong; a server of another protocol there (an HTTP port) is a
-refusal too (QA 57d L4). `tls`: redis-py's TLS arguments (Settings.redis_tls)."""
+    refusal too (QA 57d L4). `tls`: redis-py's TLS arguments (Settings.redis_tls)."""
     try:
         redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout, **(tls or {})).ping()
     except (redis.AuthenticationError, redis.ResponseError) as exc:
@@ -60,7 +60,7 @@ refusal too (QA 57d L4). `tls`: redis-py's TLS arguments (Settings.redis_tls).""
     except redis.exceptions.InvalidResponse:
         return NOT_REDIS
     except redis.ConnectionError as exc:
-        if "max number of clients" in str(exc):
+        if "max number of clients" in str(exc) or url.startswith("rediss://"):  # a Redis's refusal, a TLS handshake's
             return str(exc)
         # A server that takes the connection and closes it (PostgreSQL, an MQTT broker) is no Redis
         # either (QA 58d N2); one that refuses it is nothing at all.

@@ -350,8 +350,9 @@ def weights(
 
     Each version shows the tool classifier stored with it: its revision and the successes it was
     refitted on; "off" when the workers' latest retrain found FITTEST_TOOL_CLASSIFIER false (the
-    revision stays stored, for when it is turned on again). Below: each component's correlation with success beside the noise of that many
-    records (a component steers only above it), and why the last retrain left the weights as they were."""
+    revision stays stored, for when it is turned on again). Below: each component's correlation
+    with success beside the noise of that many records (a component steers only above it), and why
+    the last retrain left the weights as they were."""
     from selection.sparc import COMPONENTS
     from workers.payloads import WeightsShown
     from workers.payloads import RetrainResult
