@@ -35,7 +35,7 @@ from selection.models import CallResult
 from workers.buffered import flush_side_by_side
 from workers.default_queue import DEFAULT_QUEUE
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
-from workers.redis_connection import redis_client
+from workers.redis_connection import NOT_REDIS, redis_client
 from workers.result_backend import REDIS_AWAY, Outage, waiting_backend_url
 from workers.settings import Settings, get_settings, redact_url
 from workers.state.call_ids import CallIds, another_job_message, job_digest
@@ -105,7 +105,7 @@ def refusal(exc: BaseException) -> str | None:
     if "NOAUTH" in text or "WRONGPASS" in text or "invalid password" in text:
         return "answers, but refuses the password the URL gives (or gives none)"
     if isinstance(exc, InvalidResponse):
-        return "is not what answers there: a server of another protocol answers at that host and port"
+        return f"is not what answers there: {NOT_REDIS}"
     return None
 
 

@@ -18,12 +18,15 @@ from redis.retry import Retry
 
 from workers.settings import Settings
 
-__all__ = ["CONNECT_TIMEOUT_S", "HEALTH_CHECK_INTERVAL_S", "RETRIES", "SOCKET_TIMEOUT_S", "probe_client", "redis_client"]
+__all__ = ["CONNECT_TIMEOUT_S", "HEALTH_CHECK_INTERVAL_S", "NOT_REDIS", "RETRIES", "SOCKET_TIMEOUT_S", "probe_client",
+           "redis_client"]
 
 SOCKET_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 5.0
 HEALTH_CHECK_INTERVAL_S = 30
 RETRIES = 20  # ~30 s of backoff: a Redis restart is ridden out, not turned into failed calls
+# What a Redis URL reaches when what answers there is no Redis, as every command and `fittest up` say it
+NOT_REDIS = "a server of another protocol answers at that host and port"
 
 
 def redis_client(settings: Settings, **overrides: Any) -> Redis:

@@ -26,6 +26,7 @@ import redis
 from kombu.exceptions import OperationalError
 
 from workers.prctl import PR_SET_PDEATHSIG, prctl
+from workers.redis_connection import NOT_REDIS
 from workers.settings import Settings, config_file, redact_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,9 +39,6 @@ PATIENT_ASK_S = 5.0
 
 class StackError(RuntimeError):
     pass
-
-
-NOT_REDIS = "a server of another protocol answers at that host and port"
 
 
 def redis_refusal(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = None) -> str | None:
