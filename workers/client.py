@@ -35,7 +35,7 @@ from selection.models import CallResult
 from workers.buffered import flush_side_by_side
 from workers.default_queue import DEFAULT_QUEUE
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
-from workers.redis_connection import NOT_REDIS, redis_client
+from workers.redis_connection import NOT_REDIS, redis_client, redis_refusal
 from workers.result_backend import REDIS_AWAY, Outage, waiting_backend_url
 from workers.settings import Settings, get_settings, redact_url
 from workers.state.call_ids import CallIds, another_job_message, job_digest
@@ -91,10 +91,12 @@ def _calls_in_flight(settings: Settings) -> InflightCalls:
         return _IN_FLIGHT[key]
 
 
-def refusal(exc: BaseException) -> str | None:
+def refusal(exc: BaseException, url: str | None = None) -> str | None:
     """What a failure to use Redis is when Redis did answer, as the rest of a sentence about it; None
     for a Redis that cannot be reached. A Redis past its maxmemory and a process out of file
-    descriptors both read "Redis cannot be reached" (QA Q), and the mends differ."""
+    descriptors both read "Redis cannot be reached" (QA Q), and the mends differ. With the `url`
+    that failed, a lost connection is asked again there, as `fittest up` asks: a server that takes
+    the connection and closes it (PostgreSQL) is no Redis either, not one that is away."""
     text = str(exc)
     if isinstance(exc, OutOfMemoryError) or "maxmemory" in text:
         return "refuses writes (past its maxmemory): raise its maxmemory, under maxmemory-policy noeviction, or free memory"
@@ -104,7 +106,7 @@ def refusal(exc: BaseException) -> str | None:
         return "answers, but has no database of the number the URL ends with (`/0` is the first)"
     if "NOAUTH" in text or "WRONGPASS" in text or "invalid password" in text:
         return "answers, but refuses the password the URL gives (or gives none)"
-    if isinstance(exc, InvalidResponse):
+    if isinstance(exc, InvalidResponse) or (url is not None and redis_refusal(url) == NOT_REDIS):
         return f"is not what answers there: {NOT_REDIS}"
     return None
 
@@ -280,7 +282,7 @@ def reaching(url: str, doing: str) -> Iterator[None]:
     except (RedisError, OperationalError, ConnectionError) as exc:
         if isinstance(exc, FittestUnavailable):
             raise
-        why = refusal(exc) or "cannot be reached"
+        why = refusal(exc, url) or "cannot be reached"
         raise FittestUnavailable(f"{doing}: Redis at {redact_url(url)} {why} ({type(exc).__name__}: {exc})") from exc
 
 

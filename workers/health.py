@@ -163,19 +163,25 @@ def _timed(name: str, fn: Callable[[], tuple[Status, str]]) -> Check:
 
 
 def check_redis(settings: Settings, timeout: float) -> Check:
+    from workers.client import refusal
     from workers.default_queue import misrouted_note
-    from workers.redis_connection import probe_client
+    from workers.redis_connection import NOT_REDIS, probe_client
 
     def probe() -> tuple[Status, str]:
         client = probe_client(settings, timeout)
         try:
-            client.ping()
-            version = f"redis {client.info('server').get('redis_version', '?')}"
+            try:
+                client.ping()
+                version = f"redis {client.info('server').get('redis_version', '?')}"
+            except (AttributeError, TypeError) as exc:  # redis-py's reading of a greeting it did not expect ("+OK")
+                return "fail", f"Redis at FITTEST_REDIS_URL is not what answers there: {NOT_REDIS} ({type(exc).__name__}: {exc})"
             status, memory = _memory(client, settings.key_prefix)
             if (misrouted := misrouted_note(client)) and status != "fail":
                 status, memory = "warn", "; ".join(filter(None, [memory, misrouted]))
             return status, f"{version}; {memory}" if memory else version
         except RedisError as exc:
+            if (why := refusal(exc, settings.redis_url)) is not None:  # it answered: say what it is
+                return "fail", f"Redis at FITTEST_REDIS_URL {why} ({exc})"
             return "fail", f"cannot reach Redis (FITTEST_REDIS_URL): {exc}"
         finally:
             client.close()

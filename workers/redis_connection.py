@@ -8,18 +8,21 @@ learner's window (`import fittest.client` loaded both while this lived in worker
 
 from __future__ import annotations
 
+import socket
 from typing import Any
+from urllib.parse import urlparse
 
 from redis import Redis
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import AuthenticationError, BusyLoadingError, InvalidResponse, RedisError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from workers.settings import Settings
 
-__all__ = ["CONNECT_TIMEOUT_S", "HEALTH_CHECK_INTERVAL_S", "NOT_REDIS", "RETRIES", "SOCKET_TIMEOUT_S", "probe_client",
-           "redis_client"]
+__all__ = ["CONNECT_TIMEOUT_S", "HEALTH_CHECK_INTERVAL_S", "LOADING", "NOT_REDIS", "RETRIES", "SOCKET_TIMEOUT_S",
+           "probe_client", "redis_client", "redis_refusal"]
 
 SOCKET_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 5.0
@@ -27,6 +30,8 @@ HEALTH_CHECK_INTERVAL_S = 30
 RETRIES = 20  # ~30 s of backoff: a Redis restart is ridden out, not turned into failed calls
 # What a Redis URL reaches when what answers there is no Redis, as every command and `fittest up` say it
 NOT_REDIS = "a server of another protocol answers at that host and port"
+# What `redis_refusal` says of a Redis that answers, but is still reading its data set back
+LOADING = "it is loading its data set into memory"
 
 
 def redis_client(settings: Settings, **overrides: Any) -> Redis:
@@ -61,3 +66,46 @@ def probe_client(settings: Settings, timeout: float, retries: int = 0) -> Redis:
     return redis_client(settings, socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=0,
                         retry=Retry(ExponentialBackoff(cap=0.4, base=0.1), retries, supported_errors=(RedisConnectionError,)),
                         retry_on_error=[RedisConnectionError])
+
+
+def redis_refusal(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = None) -> str | None:
+    """Why Redis at `url` does not serve it: "" when nothing answers there, what a Redis that answers
+    refuses (a password, a database out of range) otherwise; None when it answers PING. `fittest up`
+    took a refusal for no Redis, and started a Redis of its own on another port (QA 50e), where
+    every other command said what was wrong; a server of another protocol there (an HTTP port) is a
+    refusal too (QA 57d L4). `tls`: redis-py's TLS arguments (Settings.redis_tls)."""
+    try:
+        Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout, **(tls or {})).ping()
+    except (AuthenticationError, ResponseError) as exc:
+        said = str(exc) or type(exc).__name__
+        # redis-py's handshake words a missing or wrong password as HELLO's rules (review 51)
+        if isinstance(exc, AuthenticationError) or any(w in said for w in ("AUTH", "WRONGPASS", "HELLO")):
+            return f"it needs a password, or another one: {said}"
+        return said
+    except InvalidResponse:
+        return NOT_REDIS
+    except BusyLoadingError:  # a Redis, restarted, reading its data back: it is no other server
+        return LOADING
+    except RedisConnectionError as exc:
+        if "max number of clients" in str(exc) or url.startswith("rediss://"):  # a Redis's refusal, a TLS handshake's
+            return str(exc)
+        # A server that takes the connection and closes it (PostgreSQL, an MQTT broker) is no Redis
+        # either (QA 58d N2); one that refuses it is nothing at all.
+        return NOT_REDIS if _something_listens(url, timeout) else ""
+    except (RedisError, OSError, ValueError):
+        return ""
+    except (AttributeError, TypeError):  # redis-py's reading of a greeting it did not expect (POP3's "+OK")
+        return NOT_REDIS
+    return None
+
+
+def _something_listens(url: str, timeout: float) -> bool:
+    """Whether a TCP connection to the URL's host and port is taken (not for a unix socket's URL)."""
+    parts = urlparse(url)
+    if parts.scheme == "unix":
+        return False
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379), timeout):
+            return True
+    except (OSError, ValueError):
+        return False

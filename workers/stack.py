@@ -26,7 +26,7 @@ import redis
 from kombu.exceptions import OperationalError
 
 from workers.prctl import PR_SET_PDEATHSIG, prctl
-from workers.redis_connection import NOT_REDIS
+from workers.redis_connection import LOADING, NOT_REDIS, redis_refusal
 from workers.settings import Settings, config_file, redact_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,51 +35,11 @@ PROCFILE = ROOT / "Procfile"
 # remote-control mailbox is bound to the `celery.pidbox` fanout while it runs.
 PIDBOX_BINDINGS = "_kombu.binding.celery.pidbox"
 PATIENT_ASK_S = 5.0
+LOADING_WAIT_S = 60.0  # how long `up` waits for a Redis that is reading its data set back
 
 
 class StackError(RuntimeError):
     pass
-
-
-def redis_refusal(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = None) -> str | None:
-    """Why Redis at `url` does not serve it: "" when nothing answers there, what a Redis that answers
-    refuses (a password, a database out of range) otherwise; None when it answers PING. `fittest up`
-    took a refusal for no Redis, and started a Redis of its own on another port (QA 50e), where
-    every other command said what was wrong; a server of another protocol there (an HTTP port) is a
-    refusal too (QA 57d L4). `tls`: redis-py's TLS arguments (Settings.redis_tls)."""
-    try:
-        redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout, **(tls or {})).ping()
-    except (redis.AuthenticationError, redis.ResponseError) as exc:
-        said = str(exc) or type(exc).__name__
-        # redis-py's handshake words a missing or wrong password as HELLO's rules (review 51)
-        if isinstance(exc, redis.AuthenticationError) or any(w in said for w in ("AUTH", "WRONGPASS", "HELLO")):
-            return f"it needs a password, or another one: {said}"
-        return said
-    except redis.exceptions.InvalidResponse:
-        return NOT_REDIS
-    except redis.ConnectionError as exc:
-        if "max number of clients" in str(exc) or url.startswith("rediss://"):  # a Redis's refusal, a TLS handshake's
-            return str(exc)
-        # A server that takes the connection and closes it (PostgreSQL, an MQTT broker) is no Redis
-        # either (QA 58d N2); one that refuses it is nothing at all.
-        return NOT_REDIS if _something_listens(url, timeout) else ""
-    except (redis.RedisError, OSError, ValueError):
-        return ""
-    except (AttributeError, TypeError):  # redis-py's reading of a greeting it did not expect (POP3's "+OK")
-        return NOT_REDIS
-    return None
-
-
-def _something_listens(url: str, timeout: float) -> bool:
-    """Whether a TCP connection to the URL's host and port is taken (not for a unix socket's URL)."""
-    parts = urlparse(url)
-    if parts.scheme == "unix":
-        return False
-    try:
-        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379), timeout):
-            return True
-    except (OSError, ValueError):
-        return False
 
 
 def redis_answers(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = None) -> bool:
@@ -214,8 +174,15 @@ class Stack:
         so that commands run elsewhere with the same settings reach it. A port something else
         holds gets a free one instead (the URL changes; `fittest up` prints the one in use)."""
         refused = redis_refusal(self.redis_url, tls=self.settings.redis_tls(self.redis_url))
+        waited_until = time.monotonic() + LOADING_WAIT_S
+        while refused == LOADING and time.monotonic() < waited_until:  # a Redis restarted a moment ago
+            time.sleep(0.5)
+            refused = redis_refusal(self.redis_url, tls=self.settings.redis_tls(self.redis_url))
         if refused is None:
             return self.redis_url
+        if refused == LOADING:
+            raise StackError(f"Redis at FITTEST_REDIS_URL ({redact_url(self.redis_url)}) was still loading its data set "
+                             f"into memory after {LOADING_WAIT_S:g} s: start again once it answers")
         # Someone else's Redis on the default URL is not ours to mend: one of our own starts beside it
         # (review 51: `fittest up` and `demo` refused, naming a FITTEST_REDIS_URL nobody had set).
         if refused == NOT_REDIS and self.chosen_url:

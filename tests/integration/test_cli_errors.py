@@ -58,10 +58,12 @@ def test_a_redis_that_refuses_the_password_or_the_database_is_named_as_such(
     assert tools(f"redis://:sesame@127.0.0.1:{port}/0")[0] == 0
 
 
-@pytest.mark.parametrize("greeting", [b"<html>not redis</html>\r\n", b"+OK POP3 ready\r\n"])
+@pytest.mark.parametrize("greeting", [b"<html>not redis</html>\r\n", b"+OK POP3 ready\r\n",
+                                      b""])  # one that takes the connection and closes it, as PostgreSQL does
 def test_a_url_where_another_kind_of_server_answers_is_named_as_such(model_path: Path, greeting: bytes) -> None:
     """QA 57a M1: a FITTEST_REDIS_URL naming an HTTP service's port ended every command with redis-py's
-    InvalidResponse traceback; QA 57d L2: a server greeting with "+OK" ended it with an AttributeError."""
+    InvalidResponse traceback; QA 57d L2: a server greeting with "+OK" ended it with an AttributeError;
+    one that closes the connection was said not to answer, where `fittest up` told it apart (stop 58)."""
     with other_protocol_server(greeting) as port:
         env = {**os.environ, "FITTEST_REDIS_URL": f"redis://127.0.0.1:{port}/0",
                "FITTEST_EMBEDDING_MODEL_PATH": str(model_path)}
@@ -71,6 +73,12 @@ def test_a_url_where_another_kind_of_server_answers_is_named_as_such(model_path:
             said = " ".join(done.stderr.split())
             assert done.returncode == 1 and "Traceback" not in done.stderr, (command, done.stderr)
             assert "error: Redis is not what answers there: a server of another protocol answers" in said, (command, said)
+        done = subprocess.run([str(FITTEST), "health", "--check", "redis", "--json"], env=env, capture_output=True,
+                              text=True, timeout=60)
+        redis_check = next(check for check in json.loads(done.stdout)["checks"] if check["name"] == "redis")
+        assert done.returncode == 1 and redis_check["status"] == "fail", done.stdout
+        assert redis_check["detail"].startswith("Redis at FITTEST_REDIS_URL is not what answers there: a server of another "
+                                                "protocol answers at that host and port ("), redis_check
 
 
 def test_a_command_no_worker_answers_says_so_and_a_tool_that_does_not_exist_is_refused_first(

@@ -107,3 +107,27 @@ def test_a_blank_redis_url_is_the_default_one(monkeypatch: pytest.MonkeyPatch, t
     monkeypatch.setenv("FITTEST_REDIS_URL", " ")
     with Stack(Settings(data_dir=tmp_path / "data")) as s:
         assert s.redis_url == Settings.model_fields["redis_url"].default and not s.chosen_url
+
+
+def test_a_redis_loading_its_data_is_waited_for_and_told_as_loading(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A Redis restarted a moment ago answers LOADING until its data set is read back: `up` took it
+    for a server of another protocol, and refused it (or, at the default URL, started a Redis of its
+    own beside it). It waits for it, and says so when it does not end."""
+    from workers.redis_connection import LOADING, redis_refusal
+    from workers.stack import StackError
+
+    loading = b"-LOADING Redis is loading the dataset in memory\r\n"
+    with other_protocol_server(loading) as port:
+        url = f"redis://127.0.0.1:{port}/0"
+        assert redis_refusal(url) == LOADING
+        monkeypatch.setattr("workers.stack.LOADING_WAIT_S", 1.0)
+        with stack(monkeypatch, tmp_path, url) as s, pytest.raises(StackError) as told:
+            s.ensure_redis()
+        assert "was still loading its data set into memory after 1 s" in str(told.value)
+        assert "redis" not in s.procs
+
+    answers = [LOADING, LOADING, None]
+    monkeypatch.setattr("workers.stack.redis_refusal", lambda url, tls=None: answers.pop(0))
+    with stack(monkeypatch, tmp_path, "redis://127.0.0.1:6399/0") as s:
+        assert s.ensure_redis() == "redis://127.0.0.1:6399/0"  # the Redis that answered, once loaded
+        assert answers == [] and "redis" not in s.procs

@@ -319,9 +319,9 @@ def run_selection_bench(base: Settings, tools: Path, queries: Path, limit: int |
                         retrain_every: int = RETRAIN_EVERY, reveal_missed: bool = False,
                         notice: Callable[[str], None] | None = None) -> SelectionBenchResult:
     from selection.policies import policy_names
-    from workers.redis_connection import redis_client
+    from workers.redis_connection import redis_client, redis_refusal
     from workers.settings import redact_url
-    from workers.stack import redis_refusal, start_private_redis
+    from workers.stack import start_private_redis
 
     if policy not in policy_names():
         raise BenchInputError(f"unknown policy {policy!r} (known: {', '.join(policy_names())})")

@@ -85,7 +85,7 @@ def operator_error(exc: BaseException) -> str | None:
                 "in the URL: redis://user:password@host:port/db.")
     if isinstance(cause, RedisRefused):
         return f"Redis refuses the connection ({cause}); {where}. Does Redis have that database (16 unless configured), and may the URL's user use it?"
-    if (why := refusal(cause)) is not None:
+    if (why := refusal(cause, settings.redis_url)) is not None:
         return f"Redis {why} ({cause}); {where}. `fittest health` checks every part."
     return (f"Redis does not answer ({cause}); {where}. Is it running? `fittest up` starts one, and "
             "`fittest health` checks every part.")
