@@ -28,6 +28,7 @@ from selection.registry import ToolRegistry
 
 log = logging.getLogger("fittest.evolution")
 
+BY_HAND_TRIES = 5  # reads of the promotion a by-hand change is made from, when others change it meanwhile
 STATUSES = ("on_trial", "active", "rolled_back")  # a promotion's every status: for a change of version only
 
 
@@ -361,23 +362,32 @@ def promote_by_hand(state: Promotions, ledger: Changelog, registry: ToolRegistry
         raise PromotionError(f"{namespace} has no version {version} (known: {known})")
     if manifest.deprecated:
         raise PromotionError(f"{manifest.key} is deprecated")
-    current = state.promotion(namespace)
-    if promoted_by_hand(current) and current is not None and current.evolved_version == version:
-        raise AlreadyPromoted(f"{manifest.key} is served already (promoted by hand): nothing changed")
-    replaced = head_version(current)  # None: the original
-    if replaced == version and current is not None:  # promoted again: what it replaced the first time
-        replaced = current.parent_version if current.parent_version != version else None
-    promotion = Promotion(
-        namespace=namespace,
-        evolved_version=version,
-        original_version=original.version,
-        parent_version=replaced,
-        reason=f"promoted by hand in place of {tool_key(namespace, replaced or original.version)}",
-        status="active",
-        by="operator",
-        resumes=replaced_promotion(current, version),
-    )
-    state.promote(promotion)
+    for _ in range(BY_HAND_TRIES):
+        current = state.promotion(namespace)
+        if promoted_by_hand(current) and current is not None and current.evolved_version == version:
+            raise AlreadyPromoted(f"{manifest.key} is served already (promoted by hand): nothing changed")
+        replaced = head_version(current)  # None: the original
+        if replaced == version and current is not None:  # promoted again: what it replaced the first time
+            replaced = current.parent_version if current.parent_version != version else None
+        promotion = Promotion(
+            namespace=namespace,
+            evolved_version=version,
+            original_version=original.version,
+            parent_version=replaced,
+            reason=f"promoted by hand in place of {tool_key(namespace, replaced or original.version)}",
+            status="active",
+            by="operator",
+            resumes=replaced_promotion(current, version),
+        )
+        # Only over the promotion it was made from (QA 59b F1): written over a trial's verdict that
+        # landed meanwhile, its `resumes` put the trial the verdict had rolled back on trial again
+        # at the next `fittest rollback`.
+        if state.promote_if(promotion, current.evolved_version if current else None,
+                            [current.status] if current else STATUSES):
+            break
+    else:
+        raise PromotionChanged(f"the promotion of {namespace} kept changing while {manifest.key} was promoted; nothing "
+                               f"was changed: look again with `fittest show {namespace}`")
     ledger.log(ChangelogEntry(namespace=namespace, event="activated", version=version, parent=manifest.parent_version,
                               reason=promotion.reason, by="operator"))
     return promotion

@@ -13,11 +13,12 @@ from evolution.models import bounded_input
 from selection.feedback import FeedbackRecord, outcome_value
 from selection.learner import ExecutionRecord
 from selection.models import FailureCount, FailureMark, OutcomeRecord
-from selection.ports import EXECUTIONS, FAILURES, FailureApplied, VectorPoint
+from selection.ports import EXECUTIONS, FAILURES, FailureApplied, Match, Range, VectorFilter, VectorPoint
 from workers.feedback_store import as_judged, judgements_known, write_feedback
 from workers.evolution_jobs import apply_evolution_outcomes
 from workers.outage import forgive_outage
 from workers.pending import upsert_or_keep
+from workers.store_failures import is_store_failure
 
 if TYPE_CHECKING:
     from workers.runtime import Runtime
@@ -26,9 +27,15 @@ if TYPE_CHECKING:
 def apply_failure(rt: Runtime, mark: FailureMark, vector: list[float] | None = None) -> FailureApplied:
     """Demote the version that failed and remember the failure as a vector.
 
-    The vector's id is the attempt id, so a redelivery rewrites the same point, never a second one.
+    The vector's id is the attempt id, so a redelivery never writes a second point. Nor does it
+    write the first one again when it is there (QA 59b F2): its payload, rebuilt from the mark,
+    lacked what the first delivery knew (what the failure cost) and what came since (an outage's
+    forgiveness), so the failure counted again near its job, and its cost was never given back.
+    A delivery that was stopped before it wrote the point writes it.
     """
     applied = rt.state.mark_failure(mark.key, mark.attempt_id, mark.effective_severity(), mark.counts_as())
+    if not applied.applied and _failure_stored(rt, mark):
+        return applied
     upsert_or_keep(  # kept in Redis and written later when the vector memory is unavailable
         rt,
         FAILURES,
@@ -59,6 +66,19 @@ def apply_failure(rt: Runtime, mark: FailureMark, vector: list[float] | None = N
         texts=[mark.scenario],
     )
     return applied
+
+
+def _failure_stored(rt: Runtime, mark: FailureMark) -> bool:
+    """Whether the vector memory holds the point of `mark`'s failure; False when it cannot be read
+    (the write then goes on to be kept for later, as a first delivery's would)."""
+    written_then = VectorFilter(must=[Match(key="tool", any_of=[mark.key])],
+                                ranges=[Range(key="timestamp", gte=mark.timestamp, lt=mark.timestamp + 1e-3)])
+    try:
+        return any(p.id == mark.attempt_id for p in rt.memory.scroll(FAILURES, filter=written_then, limit=100))
+    except Exception as exc:
+        if not is_store_failure(exc):
+            raise
+        return False
 
 
 def apply_outcome(rt: Runtime, record: OutcomeRecord, vector: list[float] | None = None) -> None:

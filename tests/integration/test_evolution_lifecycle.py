@@ -15,7 +15,8 @@ from evolution.models import CandidateVersion, ChangelogEntry, EvolutionJob, Evo
 from evolution.mutation import Mutator, load_mutators
 from evolution.mutators.code import CodeMutator
 from evolution.verification import StageRun
-from evolution.promotions import AlreadyPromoted, PromotionError, promote_by_hand, rollback, trial_new_manifests
+from evolution.promotions import (AlreadyPromoted, PromotionChanged, PromotionError, conclude_trial, promote_by_hand,
+                                 rollback, trial_new_manifests)
 from evolution.served_version import (fallback_version, head_version, served_version, withdrawn_version,
                                       withdrawn_versions)
 from evolution.trial import JudgedTrial, TrialCounts
@@ -236,6 +237,50 @@ def test_rolling_back_a_version_promoted_by_hand_serves_what_it_replaced(rt: Run
     promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "1.2.0")
     rollback(rt.state, rt.evolution, "slowish")
     assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) is None
+
+
+def test_a_promote_by_hand_over_a_trial_whose_verdict_lands_meanwhile_does_not_revive_that_trial(rt: Runtime) -> None:
+    """QA 59b F1: `fittest promote` read the promotion (1.1.0 on trial) and wrote its own without a
+    compare, after the trial's verdict had rolled 1.1.0 back; its `resumes` was that trial, so the
+    next `fittest rollback` put the loser on trial again (23 of 300 rounds of a two-process race)."""
+    trial = Promotion(namespace="slowish", evolved_version="1.1.0", original_version="1.0.0", parent_version="1.0.0",
+                      status="on_trial")
+    rt.state.promote(trial)
+    given_by_a_manifest(rt, "1.2.0")
+    reads = []
+
+    class VerdictAfterTheRead:
+        """The store, with the trial's verdict landing right after the promote's first read."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(rt.state, name)
+
+        def promotion(self, namespace: str) -> Promotion | None:
+            read = rt.state.promotion(namespace)
+            reads.append(read)
+            if len(reads) == 1:
+                assert conclude_trial(rt.state, rt.evolution, trial, "rollback", "0/5 successes on trial")
+            return read
+
+    promote_by_hand(VerdictAfterTheRead(), rt.evolution, rt.registry, "slowish", "1.2.0")
+    assert len(reads) == 2 and reads[1] is not None and reads[1].status == "rolled_back"  # made again from the verdict
+    rollback(rt.state, rt.evolution, "slowish")
+    served = rt.state.promotion("slowish")
+    assert served is not None and served.evolved_version == "1.2.0" and served.status == "rolled_back", served
+    assert served_version(served, "any-call", after_evolution=False, share=1.0) is None  # the original, no trial
+    assert [p.evolved_version for p in rt.state.promotion_history("slowish") if p.status == "on_trial"] == ["1.1.0"]
+
+    class EverChanging(VerdictAfterTheRead):
+        def promotion(self, namespace: str) -> Promotion | None:
+            read = rt.state.promotion(namespace)  # and a trial's verdict, or a new trial, right after each read
+            status = "active" if read is not None and read.status == "on_trial" else "on_trial"
+            rt.state.promote(Promotion(namespace="slowish", evolved_version="1.1.0", original_version="1.0.0",
+                                       parent_version="1.0.0", status=status))
+            return read
+
+    with pytest.raises(PromotionChanged, match="kept changing while slowish@1.0.0 was promoted; nothing was changed"):
+        promote_by_hand(EverChanging(), rt.evolution, rt.registry, "slowish", "1.0.0")
+    assert rt.state.promotion("slowish").evolved_version == "1.1.0"  # type: ignore[union-attr]
 
 
 def test_rolling_back_the_original_promoted_by_hand_serves_the_version_it_replaced(rt: Runtime) -> None:

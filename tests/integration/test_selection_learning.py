@@ -243,6 +243,42 @@ def test_a_tool_that_recovers_from_an_outage_gets_back_the_job_it_did_most(rt) -
     assert forgive_outage(rt, "stock_quotes@1.0.0", vector, time.time(), "flaky-probe") == 0
 
 
+def test_a_failure_mark_delivered_again_keeps_its_cost_and_its_forgiveness(rt) -> None:
+    """QA 59b F2: a mark delivered again (its worker killed before the ack) rewrote its failure's
+    point from the mark: after the outage's recovery it was no longer forgiven, and counted again near
+    the job; before it, its cost was lost, so the recovery left the quality 0.1 short for good."""
+    from selection.learner import ExecutionRecord
+    from workers.outage import forgive_outage, outages_forgiven
+    from workers.outcomes import apply_failure, store_executions
+
+    scenario, key = "convert 200 US dollars to Japanese yen at today's exchange rate", "currency_rates@1.0.0"
+    vector, now = rt.embedder.embed_one(scenario), time.time()
+    store_executions(rt, [ExecutionRecord(attempt_id=f"ok{i}:0", call_id=f"ok{i}", tool="currency_rates", version="1.0.0",
+                                          scenario=scenario, success=True, timestamp=now - 100 + i) for i in range(3)])
+    marks = [FailureMark(attempt_id=f"down{i}:0", call_id=f"down{i}", tool="currency_rates", version="1.0.0",
+                         scenario=scenario, error_class=FailureClass.crash, error_message="503", timestamp=now - 50 + i)
+             for i in range(3)]
+    before = rt.state.stats([key])[key].quality
+    assert [apply_failure(rt, mark, vector).applied for mark in marks] == [True, True, True]
+    assert not apply_failure(rt, marks[2].model_copy(), vector).applied  # delivered again during the outage
+    assert forgive_outage(rt, key, vector, now, "probe") == 3
+    assert not apply_failure(rt, marks[0].model_copy(), vector).applied  # and once more after the recovery
+
+    points = rt.memory.scroll(FAILURES, filter=VectorFilter(must=[Match(key="tool", any_of=[key])]), limit=10)
+    assert sorted((p.id, p.payload.get("forgiven"), p.payload.get("cost_bp") is not None) for p in points) == [
+        ("down0:0", True, True), ("down1:0", True, True), ("down2:0", True, True)]
+    assert rt.state.stats([key])[key].quality == before  # every failure's cost given back
+    window = [ExecutionRecord(attempt_id=m.attempt_id, call_id=m.call_id, tool="currency_rates", version="1.0.0",
+                              scenario=scenario, success=False, timestamp=m.timestamp) for m in marks]
+    assert sorted(call for _, call in outages_forgiven(rt, window)) == ["down0", "down1", "down2"]
+
+    stopped = FailureMark(attempt_id="cut:0", call_id="cut", tool="currency_rates", version="1.0.0", scenario=scenario,
+                          error_class=FailureClass.crash, timestamp=now - 10)
+    rt.state.mark_failure(key, "cut:0", stopped.effective_severity(), stopped.counts_as())  # stopped before its point
+    assert not apply_failure(rt, stopped, vector).applied
+    assert [p.id for p in rt.memory.scroll(FAILURES, filter=VectorFilter.where(call_id="cut"), limit=5)] == ["cut:0"]
+
+
 def test_a_recovery_on_a_small_input_does_not_forgive_timeouts_on_large_ones(rt) -> None:
     """QA ops: a sort timed out on 30,000 numbers five times, which its manifest says it does; one
     probe on 3 numbers "recovered" it, and the five timeouts and their negative feedback stopped

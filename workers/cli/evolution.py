@@ -428,11 +428,13 @@ def promote(
     json_out: JsonOpt = False,
 ) -> None:
     """Serve a version of a tool (active, no trial), whatever is served now."""
-    from evolution.promotions import AlreadyPromoted, PromotionError, promote_by_hand
+    from evolution.promotions import AlreadyPromoted, PromotionChanged, PromotionError, promote_by_hand
 
     registry, state, ledger = _stores()
     try:
         promotion = promote_by_hand(state, ledger, registry, name, version)
+    except PromotionChanged as exc:
+        fail(str(exc))
     except AlreadyPromoted as exc:
         if json_out:
             current = state.promotion(name)
