@@ -302,3 +302,34 @@ def test_a_fallbacks_crash_on_another_tools_job_demotes_nothing_but_a_crash_on_i
     assert mark(FailureClass.crash, targeted=True) is FailureCount.failure  # on its own job: its fault
     assert mark(FailureClass.crash, targeted=False, does_such_jobs=True) is FailureCount.failure  # a fallback doing such jobs
     assert mark(FailureClass.timeout, targeted=False) is FailureCount.failure  # slow whatever the input
+
+
+def test_a_probe_that_outlasts_the_cool_down_stays_the_only_one_until_its_outcome_is_recorded(monkeypatch) -> None:
+    """QA 59b F3: the probe's lock lasted one cool-down (60 s) where its attempt may run 120 s, so a
+    hanging tool got a new probe every cool-down while the earlier ones still hung (three at once)."""
+    from types import SimpleNamespace
+
+    from workers.runners import RunOutcome
+    from workers.settings import Settings
+    from workers.tasks import execution
+
+    now = [1000.0]
+    state = InMemoryStateStore(clock=lambda: now[0])
+    open_breaker(state, "a@1.0.0")
+    now[0] += 61  # half-open
+    probing = plan_of("a", "b")
+    probing.candidates[0].timeout_s = 200.0
+    assert next_to_run(probing, 0, state, 60, max_timeout_s=300) == 0 and probing.probed == ["a@1.0.0"]
+    now[0] += 90  # a cool-down and a half into its 200 s attempt
+    other = plan_of("a", "b")
+    other.candidates[0].timeout_s = 200.0
+    assert next_to_run(other, 0, state, 60, max_timeout_s=300) == 1 and other.held_back == ["a@1.0.0"]
+
+    monkeypatch.setattr(execution, "runtime", lambda: SimpleNamespace(
+        settings=Settings(breaker_threshold=3, breaker_cooldown_s=60), state=state,
+        metrics=SimpleNamespace(attempt=lambda *a, **k: None)))
+    execution.record_attempt(probing, 0, RunOutcome.fail(FailureClass.timeout, "no result within 200s"))
+    assert state.stats_and_breakers(["a@1.0.0"])[1]["a@1.0.0"] == "open"
+    now[0] += 61  # its next cool-down is over: the lock its outcome released holds nothing back
+    later = plan_of("a", "b")
+    assert next_to_run(later, 0, state, 60, max_timeout_s=300) == 0 and later.probed == ["a@1.0.0"]

@@ -22,7 +22,7 @@ from selection.call_endings import (folders_gone_message, input_refused_message,
                                     took_a_refused_input_note)
 from selection.job_record import does_such_jobs
 from selection.manifest import ToolManifest
-from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, FailureClass, FailureCount, FailureMark, OutcomeRecord, ToolExecutionResult
+from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, Candidate, FailureClass, FailureCount, FailureMark, OutcomeRecord, ToolExecutionResult
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
@@ -144,7 +144,9 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, *, opens_bre
         rt.run_marks.note_killer(candidate.key)
     breaker = rt.state.record_run(candidate.key, outcome.elapsed_ms, outcome.success if feeds_breaker else None,
                                   threshold, settings.breaker_cooldown_s, attempt_id=result.attempt_id)
-    if not feeds_breaker:  # a probe that said nothing of the tool: the next call probes it (QA X: held back a cool-down)
+    # A probe whose outcome the breaker has now (closed or open again), or that said nothing of the
+    # tool, lets the next cool-down's probe through (QA X: one was held back a cool-down).
+    if not feeds_breaker or plan.is_probe(candidate.key):
         rt.state.release_lock(probe_lock(candidate.key), plan.request.call_id)
     if breaker is not None:  # "recovered": the memory worker forgives the outage (workers/outage.py)
         result.metadata["breaker"] = breaker
@@ -260,7 +262,8 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
     # unless its call has ended meanwhile (CallStep ignores it then), or its tool killed the
     # process running it too often (recorded as a crash instead, once per attempt id too).
     plan.attempts = [a for a in plan.attempts if a.metadata.get("attempt", -1) < index]
-    turn = next_to_run(plan, index, runtime().state, runtime().settings.breaker_cooldown_s, code_gone(plan))
+    settings = runtime().settings
+    turn = next_to_run(plan, index, runtime().state, settings.breaker_cooldown_s, code_gone(plan), settings.max_timeout_s)
     if (died := _died_then_passed_over(self, plan, index, turn)) is not None:
         result = died
     elif turn is None:
@@ -291,6 +294,18 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
 def probe_lock(key: str) -> str:
     """The lock a call holds while it probes `key`'s half-open breaker (one probe at a time)."""
     return f"probe:{key}"
+
+
+PROBE_MARGIN_S = 30.0  # past an attempt's timeout: its tool's kill, and its outcome's record
+
+
+def probe_hold_s(candidate: Candidate, cooldown_s: float, max_timeout_s: float | None) -> float:
+    """How long a probe's lock lasts unless its outcome releases it (`record_attempt`): its
+    attempt's longest run, when that is longer than the cool-down. Held one cool-down, a hanging
+    tool (the usual reason a breaker opens on timeouts) got a new probe every cool-down while the
+    earlier ones still hung, each holding an executor (QA 59b F3: three at once)."""
+    timeout_s = candidate.timeout_s or max_timeout_s
+    return cooldown_s if timeout_s is None else max(cooldown_s, timeout_s + PROBE_MARGIN_S)
 
 
 def last_index(plan: CallPlan) -> int:
@@ -330,7 +345,7 @@ def code_gone(plan: CallPlan) -> set[str]:
 
 
 def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float,
-                cannot_run: Collection[str] = ()) -> int | None:
+                cannot_run: Collection[str] = (), max_timeout_s: float | None = None) -> int | None:
     """The index of the first candidate from `index` on that may run now, each one held back by its
     breaker added to `plan.held_back`; None when none is left to try. After a tool that does the
     job refused the input as the caller's mistake, only the tools that do such jobs too are tried
@@ -341,8 +356,9 @@ def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float
     (a burst of calls to a failing tool, ranked together) would each still run it: reading the
     breakers again at each turn is one read of the store, and stops the burst once the threshold is
     reached. A half-open breaker (its cool-down over) lets one call through, the probe whose
-    outcome closes or re-opens it: the call that comes to run it takes the probe (a lock for one
-    cool-down, which a redelivery of the same call takes again), and the others pass it over."""
+    outcome closes or re-opens it: the call that comes to run it takes the probe (a lock, which a
+    redelivery of the same call takes again, held while the attempt may run: `probe_hold_s`), and
+    the others pass it over."""
     if index > last_index(plan):
         return None
     _, breakers = state.stats_and_breakers([c.key for c in plan.candidates[index:]])
@@ -358,7 +374,8 @@ def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float
         breaker = breakers.get(key, "closed")
         if breaker == "closed":
             return index
-        if breaker == "half_open" and state.acquire_lock(probe_lock(key), plan.request.call_id, cooldown_s, reclaim=True):
+        hold_s = probe_hold_s(plan.candidates[index], cooldown_s, max_timeout_s)
+        if breaker == "half_open" and state.acquire_lock(probe_lock(key), plan.request.call_id, hold_s, reclaim=True):
             if not plan.is_probe(key):
                 plan.probed.append(key)
             return index
