@@ -345,6 +345,10 @@ def test_the_deaths_of_an_attempts_process_are_counted_and_expire(private) -> No
     assert rt.inflight.deaths("c1:0") == AttemptDeaths(count=2, reason="signal 11 (SIGSEGV)", ms=7.0)
     assert rt.inflight.deaths("c1:1") == AttemptDeaths()  # per attempt
     assert 0 < client.ttl("rescue:inflight:died:c1:0") <= DIED_TTL_S
+    # A death told by its run's mark is counted once for as long as the mark may be read again (24 h)
+    assert rt.inflight.died("c1:0", "its worker w1 died while running it", 0.0, once="run:m1") == 3
+    assert rt.inflight.died("c1:0", "its worker w1 died while running it", 0.0, once="run:m1") == 3
+    assert client.ttl("rescue:once:died:run:m1") > DIED_TTL_S - 60
 
 
 def sent_to(celery, monkeypatch, task, queue: str) -> None:

@@ -69,9 +69,11 @@ class CallIds:
         """Record that `call_id` names the job of `digest`, unless it names another job already;
         with `start`, also whether this is the first start of the call (its first step's, once
         per id for as long as its result is kept): a second one is the same call sent again, which
-        its result answers (workers/tasks/call_id_claims.py `claim_call_id`). One round trip."""
+        its result answers (workers/tasks/call_id_claims.py `claim_call_id`). One round trip, and
+        one transaction: another job's claim between this one's commands could take the first
+        start, and then neither job ran (QA 59b S7)."""
         key = f"{self.prefix}call_job:{call_id}"
-        pipe = self.client.pipeline(transaction=False)
+        pipe = self.client.pipeline(transaction=True)
         pipe.set(key, digest, nx=True, ex=RESULT_TTL_S)
         pipe.get(key)
         if start:

@@ -212,9 +212,12 @@ class InflightCalls(BufferedWrites[_Pending]):
         """Count a death of the process that was running `attempt_id` (`reason`: how it died, after
         `ms` of running); returns how many are counted. Written at once, not buffered: the broker
         gives the step back right after, and its next delivery reads the count. `once` names the
-        death, which is then counted once however often it is told (a run's mark read again)."""
+        death, which is then counted once however often it is told (a run's mark read again, as
+        long as the mark is kept: QA 59b S2, a token of 300 s let a mark read again later count its
+        death twice)."""
         token = f"{self.prefix}once:died:{once or new_token()}"
-        return int(self._died(keys=[self._died_key(attempt_id), token], args=[reason, round(ms, 1), DIED_TTL_S, ONCE_TTL_S]))
+        token_ttl_s = DIED_TTL_S if once else ONCE_TTL_S
+        return int(self._died(keys=[self._died_key(attempt_id), token], args=[reason, round(ms, 1), DIED_TTL_S, token_ttl_s]))
 
     def deaths(self, attempt_id: str) -> AttemptDeaths:
         """The deaths counted for `attempt_id` (none: 0)."""
