@@ -399,6 +399,12 @@ class CallPlan(BaseModel):
 CallStatus = Literal["success", "failed", "invalid", "no_candidates"]
 
 
+def call_of_attempt(attempt_id: str) -> str:
+    """The call id of an attempt id (`CallPlan.attempt_id`): what a judgement of the call's output
+    is filed under, which its attempts' counts read."""
+    return attempt_id.rpartition(":")[0]
+
+
 class AttemptSummary(BaseModel):
     tool: str
     version: str

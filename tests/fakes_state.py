@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from selection.models import FailureCount, Promotion, Severity
+from selection.models import FailureCount, Promotion, Severity, call_of_attempt
 from selection.ports import (DURATIONS_KEPT, BreakerOutcome, BreakerState, FailureApplied, RetrainNote, SelectionWeights, StateVersions,
                              ToolStats)
 from selection.quality import FULL_QUALITY_BP, apply_failure_bp, bp_to_quality, quality_to_bp
@@ -33,6 +33,7 @@ class _Tool:
     refused_inputs: int = 0
     refused_in_a_row: int = 0
     judged_wrong: int = 0
+    judged_early: int = 0  # of those, judged before their success was counted (judge_count.lua)
 
 
 @dataclass
@@ -139,7 +140,11 @@ class InMemoryStateStore:
                 counted.append(self._claim(f"applied:outcome:{attempt_id}"))
                 if counted[-1]:
                     t = self._s.tools.setdefault(key, _Tool())
-                    t.successes, t.refused_in_a_row = t.successes + 1, 0
+                    t.refused_in_a_row = 0
+                    if self._s.judged.get((key, call_of_attempt(attempt_id))) == "negative" and t.judged_early > 0:
+                        t.judged_early -= 1  # its judgement counted the failure, with no success to move then
+                    else:
+                        t.successes += 1
         return counted
 
     def judge_output(self, key: str, call_id: str, sentiment: Literal["positive", "negative"]) -> bool:
@@ -152,10 +157,16 @@ class InMemoryStateStore:
                 return False
             tool = self._s.tools.setdefault(key, _Tool())
             if sentiment == "negative":
+                if tool.successes == 0:
+                    tool.judged_early += 1  # before its success was counted (record_successes)
                 tool.successes, tool.failures = max(0, tool.successes - 1), tool.failures + 1
                 tool.judged_wrong += 1
             else:
-                tool.successes, tool.failures = tool.successes + 1, max(0, tool.failures - 1)
+                if tool.judged_early > 0:
+                    tool.judged_early -= 1
+                else:
+                    tool.successes += 1
+                tool.failures = max(0, tool.failures - 1)
                 tool.judged_wrong = max(0, tool.judged_wrong - 1)
             return True
 

@@ -234,6 +234,28 @@ def test_an_output_judged_wrong_counts_as_a_failure_once_and_judged_right_again_
     assert store.stats([KEY])[KEY].quality == 1.0  # quality is the failures' severity: unchanged
 
 
+def test_a_judgement_that_comes_before_its_calls_success_is_counted_counts_that_call_once(store):
+    """QA 59b F4: a person's judgement, found by the call's stored result, can be applied before the
+    batched outcome counts the call's success. A version with no success yet counted the call as a
+    success and a failure, and, judged right again, as two successes."""
+    judged = "judged-early"
+    assert store.judge_output(KEY, judged, "negative")
+    store.record_successes([(KEY, f"{judged}:0")])
+    assert (store.stats([KEY])[KEY].successes, store.stats([KEY])[KEY].failures) == (0, 1)
+    assert store.judge_output(KEY, judged, "positive")
+    assert (store.stats([KEY])[KEY].successes, store.stats([KEY])[KEY].failures) == (1, 0)
+
+    other, other_key = "judged-then-right", "summarize_text@1.0.0"  # judged wrong, then right, then counted
+    assert store.judge_output(other_key, other, "negative")
+    assert store.judge_output(other_key, other, "positive")
+    store.record_successes([(other_key, f"{other}:1")])
+    assert (store.stats([other_key])[other_key].successes, store.stats([other_key])[other_key].failures) == (1, 0)
+    store.record_successes([(other_key, aid()), (other_key, aid())])  # a version with successes: moved at once
+    assert store.judge_output(other_key, "later", "negative")
+    store.record_successes([(other_key, "later:0")])
+    assert (store.stats([other_key])[other_key].successes, store.stats([other_key])[other_key].failures) == (3, 1)
+
+
 def test_outputs_judged_wrong_leave_the_cost_of_later_failures_as_it_was(store):
     """QA ops: one output judged wrong made a version's 5th timeout its 6th failure, which cost the
     extra 0.05 of a sixth; after the same 5 timeouts it stood at 0.70 where its fallback, not judged,

@@ -10,7 +10,8 @@ Key layout (P = the store's prefix, e.g. `fittest:`); the fixed type word comes 
 caller-supplied part, so no two kinds of key can collide:
 
     P tool:{key}             hash   quality_bp, successes, failures, refused_inputs, refused_in_a_row,
-                                    judged_wrong (of the failures, outputs a person judged wrong)
+                                    judged_wrong (of the failures, outputs a person judged wrong),
+                                    judged_early (of those, judged before their success was counted)
                                     (absent field: default)
     P applied:outcome:{aid}  string idempotency key of an attempt's outcome: mark_failure or record_successes
                                     (record_success.lua), whichever comes first (TTL, 7 days)
@@ -53,7 +54,7 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 
-from selection.models import FailureCount, Promotion, Sentiment, Severity
+from selection.models import FailureCount, Promotion, Sentiment, Severity, call_of_attempt
 from selection.ports import (DURATIONS_KEPT, BreakerOutcome, BreakerState, FailureApplied, RetrainNote, SelectionWeights, StateVersions,
                              ToolStats)
 from selection.quality import FULL_QUALITY_BP, SEVERITY_PENALTY_BP, bp_to_quality, failure_penalty_bp, quality_to_bp
@@ -227,8 +228,8 @@ class RedisStateStore(PrefixedStore):
         def queue(pipe: Pipeline) -> None:
             for key, attempt_id in attempts:
                 self.scripts["record_success"](
-                    keys=[self._k("tool", key), self._k("applied", "outcome", attempt_id)],
-                    args=[IDEMPOTENCY_TTL_S],
+                    keys=[self._k("tool", key), self._k("applied", "outcome", attempt_id), self._k("judged", key)],
+                    args=[IDEMPOTENCY_TTL_S, call_of_attempt(attempt_id)],
                     client=pipe,
                 )
 
@@ -236,7 +237,8 @@ class RedisStateStore(PrefixedStore):
 
     def judge_output(self, key: str, call_id: str, sentiment: Sentiment) -> bool:
         changed, _ = self.scripts["judge_count"](keys=[self._k("tool", key), self._k("judged", key)],
-                                                 args=[call_id, sentiment, "successes", "failures", "0", "judged_wrong"])
+                                                 args=[call_id, sentiment, "successes", "failures", "0", "judged_wrong",
+                                                       "judged_early"])
         return bool(changed)
 
     # Promotions -------------------------------------------------------------------------------

@@ -7,7 +7,11 @@
 -- the counts noted (a trial counts only its namespace's traffic; one whose outcome comes later is
 -- counted as judged then), '0': any (every success is in a version's counters); ARGV[6] (optional)
 -- a field that tallies the outputs judged wrong among the failure field's count, so that what
--- reads that count as failures that ran (mark_failure.lua's extra penalty) can leave them out.
+-- reads that count as failures that ran (mark_failure.lua's extra penalty) can leave them out;
+-- ARGV[7] (optional) a field that counts the outputs judged wrong when there was no success to
+-- move (a judgement that came before its call's success was counted): record_success.lua then
+-- counts that success as nothing, and a judgement of right again pays it back instead of adding a
+-- success, so that one call never counts as a success and a failure, nor as two successes.
 -- Atomically: compare with how the output counts and store this judgement; an output that counts
 -- as a success and is now judged wrong moves one count from the success field to the failure
 -- field, and one judged right again moves it back (never below 0), so a judgement sent twice, or
@@ -23,10 +27,17 @@ if (before or ARGV[5] ~= '1') and before ~= ARGV[2] then
     if ARGV[2] ~= 'negative' then
       from, to = ARGV[4], ARGV[3]
     end
+    local early = ARGV[7] and (tonumber(redis.call('HGET', KEYS[1], ARGV[7])) or 0) or 0
     if (tonumber(redis.call('HGET', KEYS[1], from)) or 0) > 0 then
       redis.call('HINCRBY', KEYS[1], from, -1)
+    elseif ARGV[7] and ARGV[2] == 'negative' then
+      redis.call('HINCRBY', KEYS[1], ARGV[7], 1)
     end
-    redis.call('HINCRBY', KEYS[1], to, 1)
+    if ARGV[7] and ARGV[2] ~= 'negative' and early > 0 then
+      redis.call('HINCRBY', KEYS[1], ARGV[7], -1)
+    else
+      redis.call('HINCRBY', KEYS[1], to, 1)
+    end
     if ARGV[6] then
       if ARGV[2] == 'negative' then
         redis.call('HINCRBY', KEYS[1], ARGV[6], 1)
