@@ -67,7 +67,9 @@ RETRAIN_ENTRY = "retrain-weights"  # the beat's schedule entry of fittest.retrai
 
 def make_app(settings: Settings | None = None) -> Celery:
     settings = settings or get_settings()
-    app = Celery("fittest", include=["workers.tasks", "workers.health"], amqp=ReconnectSafeAMQP)
+    # Every task's message sent to another queue is handed on to its own (workers/routing.py)
+    app = Celery("fittest", include=["workers.tasks", "workers.health"], amqp=ReconnectSafeAMQP,
+                 task_cls="workers.routing:RoutedTask")
     use_batch_keeping_dispatcher(app)  # Flower sees every task event of the thread pool (celery#10434)
     app.conf.update(
         broker_url=settings.redis_url,

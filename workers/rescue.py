@@ -45,6 +45,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_fixed
 
 from workers.app import PRIORITY_HIGH, PRIORITY_STEPS, QUEUES, TASK_ROUTES, app
+from workers.routing import RoutedTask
 from workers.client import has_result
 from workers.metrics import CALLS, REDELIVERED_STEPS, RESENT_STEPS, held_task_ids, queue_key
 from workers.runtime import Runtime, runtime
@@ -73,7 +74,7 @@ def due_in_s(rt: Runtime) -> float:
     return step_due_in_s(rt.settings.visibility_timeout)
 
 
-class CallStep(Task):
+class CallStep(RoutedTask):
     """The base of every task that is one step of a call (selection, attempt, evolution)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

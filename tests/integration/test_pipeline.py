@@ -201,3 +201,23 @@ def test_the_demo_will_not_run_beside_another_stacks_workers_on_one_database(pip
     assert done.returncode == 1, done.stdout + done.stderr
     assert "workers already take the calls of this Redis database" in done.stdout and "/1" in done.stdout, done.stdout
     assert "sending 2 calls" not in done.stdout
+
+
+@pytest.mark.parametrize("queue", ["execution", "evolution"])
+def test_a_call_sent_to_another_workers_queue_is_handed_on_to_selection(pipeline, tmp_path, queue):
+    """QA 59a H1: `send_task("fittest.resilient_tool_call", queue="execution")` ran the call's
+    selection in the executor, which served it degraded (no vector store there), loaded the model
+    into its pool processes, and left the memory worker's embedded store damaged by its try to open
+    it. The call is now handed on to its own queue, where the memory worker ranks it as any call."""
+    sent = pipeline.client.send("resilient_tool_call", queue=queue, scenario="parse this csv text into rows",
+                                input={"text": "a,b\n1,2\n"}, namespace="csv_strict")
+    result = pipeline.client.wait(sent, 60)
+    assert result["status"] == "success" and result["tool"] == "csv_strict", result
+    assert not result.get("degraded"), result["degraded"]
+    logs = pipeline.stack.log_dir
+    assert logs is not None
+    worker_log = (logs / ("executor.log" if queue == "execution" else "evolver.log")).read_text()
+    handed = [json.loads(line) for line in worker_log.splitlines()
+              if '"misrouted_handed_on"' in line and sent.id in line]
+    assert [(h["queue"], h["to"]) for h in handed] == [(queue, "selection")], handed
+    assert "vector memory unavailable" not in worker_log and "Qdrant Edge shard" not in worker_log

@@ -349,6 +349,7 @@ def give_back_unacknowledged(p: Pipeline, sent: Any, before: Callable[[str], Non
         tag = message["properties"]["delivery_tag"]
         if before is not None:
             before(tag)
+        message["properties"]["delivery_info"]["routing_key"] = "execution"  # as sent to execution (workers/routing.py)
         client.hset(UNACKED_KEY, tag, json.dumps([message, "", "execution"]))  # Celery sends to the anon exchange
         client.zadd(f"{UNACKED_KEY}_index", {tag: time.time() - VISIBILITY_S - 1})
     finally:

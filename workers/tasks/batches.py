@@ -35,6 +35,8 @@ from celery.worker.consumer import Consumer
 from kombu.exceptions import OperationalError
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
+from workers.routing import handing_on
+
 log = logging.getLogger("fittest.tasks")
 
 # Longer than a Redis restart with its append-only file loading (a few seconds here); a batch that
@@ -67,4 +69,5 @@ class Batches(celery_batches.Batches):
             self._tref = None
         if not (self._buffer.empty() and self._pending.empty()):
             self._tref = consumer.timer.call_repeatedly(self.flush_interval, self._do_flush)
-        return handler
+        # a batch's message sent to another queue is handed on, not buffered and flushed by the worker of that queue
+        return handing_on(task, app, handler)
