@@ -442,7 +442,8 @@ class CallSender:
 
     def check_known(self, call_id: str) -> None:
         """UnknownCall unless a call of this id is in flight, its result is stored (it may have come
-        just after the wait gave up), or its message waits in the selection queue: one a foreign
+        just after the wait gave up), its message waits in the selection queue, or a worker holds
+        it (a call sent with a countdown waits there): one a foreign
         `send_task` sent is known to the calls in flight only once a worker took it, and a caller
         told it is unknown might send it again (QA recheck F6). Found nowhere, it is looked for again
         UNKNOWN_CONFIRM_S later before it is said unknown; MisroutedCall when it waits in Celery's
@@ -458,9 +459,13 @@ class CallSender:
             raise UnknownCall(call_id)
 
     def _known(self, call_id: str) -> bool:
+        from workers.metrics import held_task_ids
+
         return (self.in_flight(call_id)
                 or self.celery.AsyncResult(call_id).state != "PENDING"  # what Celery answers for an id it knows nothing of
-                or self.queued(call_id))
+                or self.queued(call_id)
+                # held by a worker before it starts: a call sent with a countdown or an eta waits there (QA 59a M1)
+                or call_id in held_task_ids(self.redis))
 
     def queued(self, call_id: str, task: str = "fittest.resilient_tool_call") -> bool:
         """Whether a message of this call may wait in the queue of `task` (the selection queue, where

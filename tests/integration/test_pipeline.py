@@ -221,3 +221,22 @@ def test_a_call_sent_to_another_workers_queue_is_handed_on_to_selection(pipeline
               if '"misrouted_handed_on"' in line and sent.id in line]
     assert [(h["queue"], h["to"]) for h in handed] == [(queue, "selection")], handed
     assert "vector memory unavailable" not in worker_log and "Qdrant Edge shard" not in worker_log
+
+
+def test_a_call_sent_with_a_countdown_is_not_said_unknown_while_a_worker_holds_it(pipeline):
+    """QA 59a M1: a call a service sent with Celery's `countdown` waits in the worker that took it
+    until its time, neither in flight nor queued: `result()` raised UnknownCall after 3.5 s, and a
+    caller told so may send the job again, which then runs twice."""
+    from fittest.client import CallTimeout
+    from tests.integration.delivery import foreign_sender
+
+    sender = foreign_sender(pipeline)
+    try:
+        sent = sender.send_task("fittest.resilient_tool_call", queue="selection", countdown=10,
+                                kwargs={"scenario": "parse this csv text into rows", "input": {"text": "a\n1\n"},
+                                        "namespace": "csv_lenient"})
+        with pytest.raises(CallTimeout):  # not UnknownCall: it waits for its time
+            pipeline.client.result(sent.id, timeout=5)
+        assert pipeline.client.result(sent.id, timeout=60).status == "success"
+    finally:
+        sender.close()
