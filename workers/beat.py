@@ -10,14 +10,18 @@ their schedule, or one of them, is gone, and takes a lost lock again when no oth
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from celery.utils.log import get_logger
 from redbeat import RedBeatScheduler
 from redbeat.schedulers import get_redis
-from redis.exceptions import LockNotOwnedError
+from redis.exceptions import LockNotOwnedError, OutOfMemoryError, ReadOnlyError
 
 logger = get_logger("celery.beat")
+
+REFUSED_RETRY_S = 1.0  # how often a beat whose Redis refuses writes tries one again
+REFUSED_SAY_EVERY_S = 60.0
 
 
 class Scheduler(RedBeatScheduler):
@@ -31,9 +35,34 @@ class Scheduler(RedBeatScheduler):
         # connections and ended beat (QA: six Redis restarts of 12 s within 3 minutes ended beat
         # six times, and `fittest up` then stopped the whole stack).
         get_redis(self.app).ping()
+        self._wait_for_writes()
         self._keep_schedule()
         self._keep_lock()
         return float(super().tick(*args, **kwargs))
+
+    def _wait_for_writes(self) -> None:
+        """Wait while Redis refuses writes (past its maxmemory under `noeviction`; a replica made
+        read-only): the tick's first write ended beat, each restart of it ended again within
+        seconds, and `fittest up`, counting them as failed starts, stopped the whole stack within a
+        minute, the workers that rode the outage out with it (QA 59d H1). Said once, then every
+        minute; the tick goes on once a write is taken."""
+        client, probe = get_redis(self.app), f"{self.app.redbeat_conf.key_prefix}write-probe"
+        since: float | None = None
+        said = 0.0
+        while True:
+            try:
+                client.set(probe, 1, px=1000)
+            except (OutOfMemoryError, ReadOnlyError) as exc:
+                now = time.monotonic()
+                if now - said >= REFUSED_SAY_EVERY_S:
+                    logger.warning("beat: Redis refuses writes (%s); waiting for it to take them", exc)
+                    said = now
+                since = since or now
+                time.sleep(REFUSED_RETRY_S)
+                continue
+            if since is not None:
+                logger.warning("beat: Redis takes writes again, after %.0f s", time.monotonic() - since)
+            return
 
     def _keep_lock(self) -> None:
         """Take the lock again when it is gone (Redis restarted empty, or it expired while Redis

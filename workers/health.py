@@ -175,7 +175,7 @@ def check_redis(settings: Settings, timeout: float) -> Check:
                 version = f"redis {client.info('server').get('redis_version', '?')}"
             except (AttributeError, TypeError) as exc:  # redis-py's reading of a greeting it did not expect ("+OK")
                 return "fail", f"Redis at FITTEST_REDIS_URL is not what answers there: {NOT_REDIS} ({type(exc).__name__}: {exc})"
-            status, memory = _memory(client, settings.key_prefix)
+            status, memory = redis_memory(client, settings.key_prefix)
             if (misrouted := misrouted_note(client)) and status != "fail":
                 status, memory = "warn", "; ".join(filter(None, [memory, misrouted]))
             return status, f"{version}; {memory}" if memory else version
@@ -232,10 +232,11 @@ def check_served(settings: Settings, role: str, timeout: float) -> Check:
     return _timed(role, probe)
 
 
-def _memory(client: Redis, prefix: str) -> tuple[Status, str]:
+def redis_memory(client: Redis, prefix: str) -> tuple[Status, str]:
     """Whether Redis takes writes: past its maxmemory under `noeviction` it answers PING but refuses
     writes, and each worker ends on the first it meets ("Unrecoverable error: OutOfMemoryError";
-    QA Q: `fittest up` gave up on the stack within a minute). Tried with a write of a few bytes,
+    QA Q: `fittest up` gave up on the stack within a minute; `up` refuses to start on it). Tried
+    with a write of a few bytes,
     which a Redis near its limit may still take while it refuses a larger message."""
     info = client.info("memory")
     used, limit = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))

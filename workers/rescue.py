@@ -41,6 +41,8 @@ from celery.exceptions import Ignore, Reject, Retry
 from celery.signals import task_revoked
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
+from redis.exceptions import ReadOnlyError as RedisReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_fixed
 
@@ -112,6 +114,16 @@ class CallStep(RoutedTask):
                         self.name, exc, extra={"event": "step_given_back", "task_id": self.request.id, "task": self.name})
             redis_answers_again(runtime().redis, REDIS_AWAY_WAIT_S)
             raise Reject(exc, requeue=True) from exc
+        except (RedisOutOfMemoryError, RedisReadOnlyError) as exc:
+            # Redis refuses writes (past its maxmemory; a replica, read-only, after a failover): the
+            # same, once it takes one. Raised, the error was stored as the call's result, or, that
+            # write refused too, no result at all, and the call taken for ended (QA 59d H2: 6 of 40
+            # calls, their tools run, their ids answered with "Redis does not answer" for a day).
+            log.warning("call %s: %s: Redis refuses writes (%s); given back to its queue once it takes them",
+                        self.request.id, self.name, exc,
+                        extra={"event": "step_given_back", "task_id": self.request.id, "task": self.name})
+            redis_takes_writes_again(runtime().redis, runtime().settings.key_prefix, REDIS_AWAY_WAIT_S)
+            raise Reject(exc, requeue=True) from exc
         except Exception:
             if self.request.id:  # its error is the call's result: nothing to watch any more (QA resilience)
                 runtime().inflight.finished(self.request.id)
@@ -176,6 +188,16 @@ def redis_answers_again(client: Redis, within_s: float) -> None:
     client's own retries: the step is given back either way)."""
     Retrying(retry=retry_if_exception_type((RedisConnectionError, RedisTimeoutError)), stop=stop_before_delay(within_s),
              wait=wait_fixed(1.0), retry_error_callback=lambda _: None)(client.ping)
+
+
+def redis_takes_writes_again(client: Redis, prefix: str, within_s: float) -> None:
+    """Wait until Redis takes a write (a key of a second, `prefix`write-probe), or about `within_s`
+    has passed: the step is given back either way."""
+    def probe() -> None:
+        client.set(f"{prefix}write-probe", 1, px=1000)
+
+    Retrying(retry=retry_if_exception_type((RedisConnectionError, RedisTimeoutError, RedisOutOfMemoryError, RedisReadOnlyError)),
+             stop=stop_before_delay(within_s), wait=wait_fixed(1.0), retry_error_callback=lambda _: None)(probe)
 
 
 def delivered_again(task: Task) -> str | None:

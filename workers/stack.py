@@ -168,6 +168,23 @@ class Stack:
     def redis_url(self) -> str:
         return self.env["FITTEST_REDIS_URL"]
 
+    def _refuse_if_full(self) -> None:
+        """A Redis that answers but refuses writes (past its maxmemory) is said at once, as `fittest
+        health` says it: every role started on it ended on its first write, and `up` gave up on the
+        stack a minute later with no word of Redis (QA 59d H1)."""
+        from workers.health import redis_memory
+
+        client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=2.0, socket_timeout=2.0,
+                                      **self.settings.redis_tls(self.redis_url))
+        try:
+            status, detail = redis_memory(client, self.settings.key_prefix)
+        except redis.RedisError:  # what it refuses besides is for the workers, and `fittest health`, to tell
+            return
+        finally:
+            client.close()
+        if status == "fail":
+            raise StackError(f"{detail} (FITTEST_REDIS_URL {redact_url(self.redis_url)}): nothing was started")
+
     def ensure_redis(self) -> str:
         """The Redis URL the stack uses: FITTEST_REDIS_URL when it answers; else, for a URL on this
         machine, a private redis-server started on that URL's port, with its password and database,
@@ -179,6 +196,7 @@ class Stack:
             time.sleep(0.5)
             refused = redis_refusal(self.redis_url, tls=self.settings.redis_tls(self.redis_url))
         if refused is None:
+            self._refuse_if_full()
             return self.redis_url
         if refused == LOADING:
             raise StackError(f"Redis at FITTEST_REDIS_URL ({redact_url(self.redis_url)}) was still loading its data set "

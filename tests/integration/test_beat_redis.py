@@ -141,6 +141,30 @@ def test_a_tick_during_a_redis_restart_waits_for_redis(tmp_path: Path) -> None:
                 p.wait(timeout=10)
 
 
+def test_a_tick_while_redis_refuses_writes_waits_for_it(private_redis: RedisServer) -> None:
+    """QA 59d H1: a Redis past its maxmemory (noeviction) ended the beat at its tick's first write,
+    every restart of it again within seconds, and `fittest up`, counting failed starts, stopped the
+    whole stack within a minute. The tick waits until Redis takes writes, and the beat goes on."""
+    import threading
+
+    app = make_app(Settings(redis_url=private_redis.url, retrain_interval_s=0.5))
+    client = redis.Redis.from_url(private_redis.url)
+    beat = started_beat(app)
+    try:
+        beat.tick()
+        client.config_set("maxmemory", max(int(client.info("memory")["used_memory"]) - 100_000, 1))
+        room = threading.Timer(3.0, lambda: redis.Redis.from_url(private_redis.url).config_set("maxmemory", 0))
+        room.start()
+        started = time.monotonic()
+        assert beat.tick() <= BEAT_MAX_INTERVAL_S  # raised OutOfMemoryError before: beat ended
+        assert time.monotonic() - started >= 2.5  # it waited for Redis to take writes
+        assert beat.lock.owned()
+        assert retrains_once_due(beat, client, 0.5) >= 1  # and goes on sending
+    finally:
+        client.config_set("maxmemory", 0)
+        beat.close()
+
+
 def test_health_says_whether_a_beat_holds_its_lock_and_when_it_last_sent_the_retrain(private_redis: RedisServer) -> None:
     """QA ops: a beat stopped for 60 s, its lock gone, and `fittest health` said healthy: without it
     nothing retrains the weights or prunes the history."""

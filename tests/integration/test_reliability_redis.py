@@ -185,3 +185,24 @@ def test_a_call_whose_attempt_outlives_the_state_clients_retries_is_answered_onc
     assert (result["status"], result["output"]["n"]) == ("success", -2), result
     assert len(log.read_text().split()) == 2  # run again once Redis answered: at least once, as a redelivery
     p.wait_for(lambda: p.state().stats([NAP])[NAP].successes == before + 1, timeout=60)  # counted once
+
+
+def test_calls_in_flight_while_redis_refuses_writes_are_answered_once_it_takes_them(pipeline: Pipeline) -> None:
+    """QA 59d H2: Redis past its maxmemory (noeviction) for 20 s while 40 calls ran: 4 were answered
+    with the OutOfMemoryError a step raised, which read "Redis does not answer ... the call goes on"
+    for a day, and 2 with nothing at all, their tools run. A step that meets the refusal goes back
+    to its queue once Redis takes writes, as one that lost Redis does."""
+    client = redis.Redis.from_url(pipeline.settings.redis_url)
+    before = pipeline.state().stats([NAP])[NAP].successes
+    sent = [(i, pipeline.client.send("resilient_tool_call", scenario="take a nap", namespace="nap", version="1.0.0",
+                                     max_attempts=1, input={"ms": 300, "n": i})) for i in range(16)]
+    try:
+        time.sleep(1.0)  # some run, some wait in their queues
+        client.config_set("maxmemory", max(int(client.info("memory")["used_memory"]) - 200_000, 1))
+        time.sleep(8.0)
+    finally:
+        client.config_set("maxmemory", 0)
+    results = results_of(pipeline, sent, timeout=180)
+    assert {i: r["status"] for i, r in results.items() if r["status"] != "success"} == {}
+    assert sorted(r["output"]["n"] for r in results.values()) == list(range(16))
+    pipeline.wait_for(lambda: pipeline.state().stats([NAP])[NAP].successes == before + 16, timeout=60)  # each once

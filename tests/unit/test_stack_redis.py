@@ -131,3 +131,22 @@ def test_a_redis_loading_its_data_is_waited_for_and_told_as_loading(monkeypatch:
     with stack(monkeypatch, tmp_path, "redis://127.0.0.1:6399/0") as s:
         assert s.ensure_redis() == "redis://127.0.0.1:6399/0"  # the Redis that answered, once loaded
         assert answers == [] and "redis" not in s.procs
+
+
+def test_a_redis_that_refuses_writes_is_said_before_anything_starts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                     private_redis) -> None:
+    """QA 59d H1: `fittest up` on a Redis past its maxmemory started every role, each ended on its
+    first write, and `up` gave up a minute later, its last line naming the beat, not Redis."""
+    from workers.stack import StackError
+
+    client = redis.Redis.from_url(private_redis.url)
+    client.config_set("maxmemory", max(int(client.info("memory")["used_memory"]) - 100_000, 1))
+    try:
+        with stack(monkeypatch, tmp_path, private_redis.url) as s, pytest.raises(StackError) as told:
+            s.ensure_redis()
+        assert str(told.value).startswith("Redis refuses writes: ") and "raise its maxmemory or free memory" in str(told.value)
+        assert "nothing was started" in str(told.value) and "redis" not in s.procs
+    finally:
+        client.config_set("maxmemory", 0)
+    with stack(monkeypatch, tmp_path, private_redis.url) as s:
+        assert s.ensure_redis() == private_redis.url  # with room again
