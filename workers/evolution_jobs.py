@@ -144,6 +144,12 @@ def _remembered_failures(rt: Runtime, key: str) -> tuple[list[FailedRun], int]:
     return [r for r in runs if r.error_class is top][:PAST_FAILURES], unkept
 
 
+# What an evolution says of a candidate the machine could not write (a full or read-only
+# FITTEST_DATA_DIR): it was never tried, so it is no failed mutation (QA 59d M1: skipped as failed
+# before, for good, once the disk had room again).
+CANDIDATE_NOT_WRITTEN = "the candidate could not be written under FITTEST_DATA_DIR"
+
+
 def failed_mutations(hits: Sequence[VectorHit], history: Sequence[Promotion]) -> list[FailedMutation]:
     """The mutations among evolution patterns (`hits`) that failed for that failure.
 
@@ -159,7 +165,7 @@ def failed_mutations(hits: Sequence[VectorHit], history: Sequence[Promotion]) ->
     for hit in hits:
         payload = hit.payload
         reason, failed_on = payload.get("reason", ""), payload.get("failed_on", [])
-        if SANDBOX_NOT_STARTED in reason:  # never tried (QA 57d M4: skipped as failed once the tool user could run Python)
+        if SANDBOX_NOT_STARTED in reason or CANDIDATE_NOT_WRITTEN in reason:  # never tried (QA 57d M4, QA 59d M1)
             continue
         if payload.get("outcome") == "verified":
             promotion = last_word.get(payload.get("version") or "")

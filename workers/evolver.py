@@ -10,6 +10,7 @@ needs from memory is in the job, and what memory should learn leaves as an `Evol
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
@@ -45,7 +46,7 @@ from selection.manifest import HttpImplementation, ToolManifest, load_manifest, 
 from selection.models import CallPlan, Promotion
 from selection.ports import StateStore
 from selection.registry import ToolRegistry
-from workers.evolution_jobs import EvolutionUnavailable, call_failures
+from workers.evolution_jobs import CANDIDATE_NOT_WRITTEN, EvolutionUnavailable, call_failures
 from workers.renewed_lock import renewed
 from workers.runners import RunLimits
 from workers.sandbox import SubprocessSandbox
@@ -74,6 +75,8 @@ def read_parent(manifest: ToolManifest) -> ParentTool:
 
 # A file that starts so is run directly by the kernel (a script with its interpreter line, an ELF program).
 RUNNABLE_MAGIC = (b"#!", b"\x7fELF")
+# Errors of the machine, not of a candidate, as one is written: a full or read-only data directory
+MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EIO})
 
 
 def write_version(folder: Path, manifest: ToolManifest, files: dict[str, bytes]) -> ToolManifest:
@@ -391,8 +394,9 @@ class Evolver:
             return report.model_copy(update={"reason": reason}), None
         try:
             staged = write_version(stage_dir, candidate.manifest, candidate.files)
-        except Exception as exc:  # a candidate whose manifest or files cannot even be written
-            reason = f"static: cannot write the candidate: {type(exc).__name__}: {exc}"
+        except Exception as exc:  # a candidate whose manifest or files cannot even be written, or a full disk
+            machines = isinstance(exc, OSError) and exc.errno in MACHINE_ERRNOS
+            reason = f"{CANDIDATE_NOT_WRITTEN if machines else 'static: cannot write the candidate'}: {type(exc).__name__}: {exc}"
             self.ledger.log(_dated(entry, event="failed", reason=reason))
             return report.model_copy(update={"outcome": "failed", "reason": reason}), None
         evidence = replayed() if candidate.changes_behaviour else job.evidence  # same code: nothing to compare

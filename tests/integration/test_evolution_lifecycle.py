@@ -421,6 +421,29 @@ def evolve(rt: Runtime, plan: CallPlan, mutators: list[Mutator] | None = None) -
     return report
 
 
+def test_a_candidate_the_full_disk_kept_from_being_written_is_tried_again_once_it_has_room(
+        rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA 59d M1: with FITTEST_DATA_DIR full, the one mutation that fixes a slow tool was recorded as
+    failed ("static: cannot write the candidate: ... No space left on device"), and skipped as failed
+    before by every later evolution, the disk long mended. The machine's failure is no mutation's."""
+    import errno
+
+    from workers import evolver
+
+    written = evolver.write_version
+
+    def disk_full(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(evolver, "write_version", disk_full)
+    first = evolve(rt, slow_call(3))
+    assert [c.outcome for c in first.candidates] == ["failed"], first.candidates
+    assert first.candidates[0].reason.startswith("the candidate could not be written under FITTEST_DATA_DIR: OSError: ")
+    monkeypatch.setattr(evolver, "write_version", written)  # room again
+    again = evolve(rt, slow_call(3))
+    assert again.status == "evolved" and [c.outcome for c in again.candidates] == ["verified"], again.candidates
+
+
 LAGGING = """import os, time
 def run(value):
     if os.path.exists(value["backend"]):  # its backend is slow while this file is there
