@@ -232,6 +232,24 @@ NO_TYPOS = KNOWN_LANGUAGES | UNDETECTED_LANGUAGES  # language names that are nev
 TYPO_TARGETS = sorted(KNOWN_LANGUAGES | set(LANGUAGE_ALIASES))  # what a typo is taken to mean
 
 
+def context_json_schema() -> dict[str, Any]:
+    """What `fittest schema` publishes of a call's `context`: the keys selection reads, each with
+    the values it takes, beside the caller's own keys (QA 59a M2: a payload the schema passed, its
+    phase misspelled or its complexity a string, was refused by the workers)."""
+    read = {name: prop for name, prop in ExplicitContext.model_json_schema()["properties"].items()}
+    strings = {"type": "array", "items": {"type": "string"}}
+    return {
+        "properties": {
+            **read,
+            "language": {"anyOf": [{"type": "string"}, strings], "description": "one of `languages` (give one of the two)"},
+            "files": {"anyOf": [strings, {"type": "object", "additionalProperties": {"type": "string"}}],
+                      "description": "paths, or paths mapped to their contents"},
+            "environment": {"type": "string", "description": "the environment a description variant is served for"},
+        },
+        "additionalProperties": True,
+    }
+
+
 def check_context(context: Mapping[str, Any]) -> None:
     """Raise ValueError naming every bad recognised key (for CallRequest validation)."""
     errors = []

@@ -17,12 +17,16 @@ from typing import Annotated, Any, Literal
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, StrictBool, StrictFloat,
                       StrictInt, ValidationError, ValidationInfo, field_validator, model_serializer)
 
-from selection.context import check_context
+from selection.context import check_context, context_json_schema
 from selection.json_values import check_json_value
 from selection.manifest import NAME_PATTERN, HttpImplementation, ToolManifest, VersionKeyed, check_semver, split_key
 
 MAX_SCENARIO_CHARS = 4000
 CALL_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+# A semantic version, as semver.org gives its expression (what `fittest schema` publishes; the
+# workers check versions with the semver package)
+SEMVER = (r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)"
+          r"(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?")
 
 
 class FailureClass(str, Enum):
@@ -76,11 +80,17 @@ class CallRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    scenario: Annotated[str, NOT_BLANK] = Field(min_length=1, max_length=MAX_SCENARIO_CHARS)
-    input: dict[str, Any] = Field(default_factory=dict)
+    # The schema says what the workers check besides the types (QA 59a M2): a foreign service
+    # builds its payload from `fittest schema` alone.
+    scenario: Annotated[str, NOT_BLANK] = Field(min_length=1, max_length=MAX_SCENARIO_CHARS,
+                                                json_schema_extra={"pattern": r"\S"})
+    input: dict[str, Any] = Field(default_factory=dict, description=(
+        "The tool's input: JSON values only (no NaN), nested at most 32 levels, at most FITTEST_INPUT_LIMIT_BYTES "
+        "(1,000,000 by default) as JSON, as is `context`"))
     tags: list[str] = Field(default_factory=list, max_length=32)
     namespace: str | None = Field(None, pattern=NAME_PATTERN)  # a name no tool can have finds nothing: refused
-    version: str | None = None
+    version: str | None = Field(None, description="A version of `namespace` (MAJOR.MINOR.PATCH)",
+                                json_schema_extra={"anyOf": [{"type": "string", "pattern": f"^{SEMVER}$"}, {"type": "null"}]})
     # The numbers and flags are strict, as `fittest schema` publishes them: pydantic's lax mode took
     # `max_attempts: true` for one attempt and `use_evolved: "no"` for false without a word (QA 55b M4).
     use_evolved: StrictBool = True
@@ -89,9 +99,10 @@ class CallRequest(BaseModel):
         default_factory=dict,
         description="What selection reads besides the scenario: phase, languages (or language), complexity (0..1), "
                     "task_type, testing, files (paths, or paths to contents), environment (of a description "
-                    "variant); other keys are the caller's own, but one close to a key it reads is named in the result's notes as a likely typo")
-    exclude: list[str] = Field(default_factory=list, max_length=256,
-                               description="Tool versions not to try, as NAME@VERSION")
+                    "variant); other keys are the caller's own, but one close to a key it reads is named in the result's notes as a likely typo",
+        json_schema_extra=context_json_schema())
+    exclude: list[str] = Field(default_factory=list, max_length=256, description="Tool versions not to try, as NAME@VERSION",
+                               json_schema_extra={"items": {"type": "string", "pattern": f"{NAME_PATTERN[:-1]}@{SEMVER}$"}})
     # QA ops L4: a fallback that matches the job weakly answers it with status success; a script that
     # would rather have no answer than such a tool's had no say but tags and a namespace.
     min_similarity: StrictFloat | None = Field(

@@ -50,7 +50,7 @@ def _version_named(data: dict[str, Any], field: str) -> dict[str, Any]:
 
 
 class CallToolPayload(BaseModel):
-    """Keyword arguments of `fittest.call_tool`. The other fields of `resilient_tool_call`'s payload
+    """Keyword arguments of `fittest.call_tool` (queue `selection`). The other fields of `resilient_tool_call`'s payload
     (call_id, tags, context, max_attempts, min_similarity) are accepted too and mean the same (its
     schema lists them); `namespace` is `name` (either one names the tool)."""
 
@@ -252,12 +252,18 @@ def payload_schemas() -> dict[str, dict[str, Any]]:
     from selection.recommend import RecommendationReport
     from workers.feedback_store import FeedbackReport
 
+    def sent(model: type[BaseModel], task: str) -> dict[str, Any]:
+        """A call's payload schema, its queue said as the other tasks' docstrings say theirs (QA 59a L2)."""
+        schema = model.model_json_schema()
+        schema["description"] = f"Keyword arguments of `fittest.{task}` (queue `selection`). {schema.get('description', '')}".strip()
+        return schema
+
     return {
-        "resilient_tool_call": CallRequest.model_json_schema(),
+        "resilient_tool_call": sent(CallRequest, "resilient_tool_call"),
         "call_tool": CallToolPayload.model_json_schema(),
         "record_feedback": FeedbackRequest.model_json_schema(),
         "record_feedback_reply": FeedbackReply.model_json_schema(),
-        "explain": CallRequest.model_json_schema(),
+        "explain": sent(CallRequest, "explain"),
         "explain_reply": ExplainResult.model_json_schema(),
         "feedback_report": FeedbackReportRequest.model_json_schema(),
         "feedback_report_reply": FeedbackReport.model_json_schema(),

@@ -494,6 +494,9 @@ def test_the_schema_of_a_task_nobody_serves_is_refused_as_a_bad_argument() -> No
     assert code == 2 and "error: unknown schema 'bogus' (known: resilient_tool_call, call_tool, record_feedback, record_feedback_reply, explain, explain_reply, feedback_report, feedback_report_reply, recommend, recommend_reply, prepare_evolution, prepare_evolution_reply, retrain_weights_reply, invalid_reply, result)" in out
     code, out = run("schema", "record_feedback")
     assert code == 0 and '"call_id"' in out  # a judgement may name the call it judges
+    # QA 59a L2: NAME_reply, as the README and --help name answers, of a call is its result
+    assert [json.loads(run("schema", name)[1])["title"] for name in ("resilient_tool_call_reply", "call_tool_reply")] == [
+        "CallResult", "CallResult"]
 
 
 def test_a_call_served_past_a_held_back_version_names_it() -> None:

@@ -224,3 +224,40 @@ def test_a_judgement_names_a_version_as_tool_at_version_as_the_client_and_the_cl
     assert (judged.tool, judged.version) == ("count_vowels", "1.0.0")
     with pytest.raises(ValidationError, match="names version 1.0.0, and version '2.0.0' another"):
         FeedbackRequest.model_validate({"tool": "count_vowels@1.0.0", "version": "2.0.0", "sentiment": "negative"})
+
+
+def test_the_call_schema_says_what_the_workers_check_of_context_versions_and_exclude() -> None:
+    """QA 59a M2: payloads the published schema passed were refused by the workers: a phase
+    misspelled, a complexity given as text or past 1, a version or an excluded key that is no
+    semantic version, a blank scenario. The schema now carries each rule the workers apply."""
+    import re
+
+    from pydantic import ValidationError
+
+    from selection.models import CallRequest
+
+    call = payload_schemas()["resilient_tool_call"]["properties"]
+    context = call["context"]["properties"]
+    assert call["context"]["additionalProperties"] is True  # the caller's own keys pass
+    for key in ("phase", "task_type", "testing"):
+        (allowed,) = [alt["enum"] for alt in context[key]["anyOf"] if "enum" in alt]
+        for value in allowed:
+            CallRequest.model_validate({"scenario": "s", "context": {key: value}})
+        with pytest.raises(ValidationError, match=f"context.{key}"):
+            CallRequest.model_validate({"scenario": "s", "context": {key: allowed[0] + "x"}})
+    (number,) = [alt for alt in context["complexity"]["anyOf"] if alt.get("type") == "number"]
+    assert (number["minimum"], number["maximum"]) == (0.0, 1.0)
+    assert {"languages", "language", "files", "environment"} <= set(context)
+
+    version = next(alt["pattern"] for alt in call["version"]["anyOf"] if "pattern" in alt)
+    excluded = call["exclude"]["items"]["pattern"]
+    for text in ("1.2.0", "1.2.0-rc.1+b5", "1.2", "v1.2.0", "!!"):
+        schema_takes = re.search(version, text) is not None
+        try:
+            CallRequest.model_validate({"scenario": "s", "namespace": "sort", "version": text})
+            workers_take = True
+        except ValidationError:
+            workers_take = False
+        assert schema_takes == workers_take, text
+        assert (re.search(excluded, f"sort@{text}") is not None) == schema_takes, text
+    assert re.search(call["scenario"]["pattern"], "   ") is None  # a blank scenario, which the workers refuse

@@ -247,6 +247,9 @@ def tools_table(rows: list[ToolRow], title: str = "tools") -> Table:
     return table
 
 
+CALL_REPLIES = ("resilient_tool_call_reply", "call_tool_reply")
+
+
 @app.command()
 def schema(
     task: Annotated[Optional[str], typer.Argument(help="A task's name (its payload, e.g. resilient_tool_call), its name with _reply (its answer), result (a call's) or invalid_reply (a refused report's); all, by name, when omitted.")] = None,
@@ -255,6 +258,8 @@ def schema(
     from workers.payloads import payload_schemas
 
     schemas = payload_schemas()
+    if task in CALL_REPLIES:  # a call's answer is its result, whichever task started it (QA 59a L2)
+        task = "result"
     if task:
         if task not in schemas:
             fail(f"unknown schema '{task}' (known: {', '.join(schemas)})", REFUSED)
