@@ -30,3 +30,22 @@ def test_the_cpu_extensions_are_those_the_kernel_reports() -> None:
     first = Path("/proc/cpuinfo").read_text().split("\n\n", 1)[0]
     flags = next(line.split(":", 1)[1].split() for line in first.splitlines() if line.startswith("flags"))
     assert HostInfo.here().simd == [f for f in SIMD_FLAGS if f in flags]
+
+
+def test_a_bench_says_which_code_and_which_settings_its_numbers_come_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA 59c L1: two runs with another FITTEST_MIN_SIMILARITY and the classifier off were told
+    apart by nothing in their JSON, nor runs of two commits."""
+    import subprocess
+
+    from workers.bench.host import BenchResult
+
+    monkeypatch.setenv("FITTEST_MIN_SIMILARITY", "0.4")
+    monkeypatch.setenv("FITTEST_REDIS_URL", "redis://:sesame@127.0.0.1:6379/0")
+    monkeypatch.setenv("FITTEST_LLM_API_KEY", "sk-secret")
+    result = BenchResult()
+    assert result.settings["FITTEST_MIN_SIMILARITY"] == "0.4"
+    assert result.settings["FITTEST_REDIS_URL"] == "redis://:**@127.0.0.1:6379/0" and result.settings["FITTEST_LLM_API_KEY"] == "**"
+    root = Path(__file__).resolve().parents[2]
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:  # a git checkout, as CI's clean clone is
+        assert result.code is not None and result.code.removesuffix("-dirty") == head.stdout.strip()

@@ -96,7 +96,9 @@ def test_a_queries_file_that_is_not_utf8_text_is_refused(tmp_path: Path) -> None
     ('{"ResearchHelper": ""}', "tool 'ResearchHelper' has no description"),
     ('{"ResearchHelper": 1}', "tool 'ResearchHelper': its description must be a string, not 1"),  # QA AC
     ('{"ResearchHelper": "a", "  ": "b"}', "a tool has a blank name"),  # QA AC: no query could name it
-    ('{"ResearchHelper": "a", "Research_Helper": "b"}', "map to the same namespace 'research_helper'"),
+    ('{"ResearchHelper": "a", "Research_Helper": "b"}',  # each as the file spells it (QA 59c L3)
+     "tools 'ResearchHelper' and 'Research_Helper' map to the same namespace 'research_helper'"),
+    ('{"A": "x", "a": "y"}', "tools 'A' and 'a' differ only in case"),  # QA 59c L3: "tools 'a' and 'a'"
     ('{"ResearchHelper": ', "cannot read the tools JSON"),
     ('{"ResearchHelper": "a", "researchhelper": "b"}', "tools 'ResearchHelper' and 'researchhelper' differ only in case"),
 ])

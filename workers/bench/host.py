@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -69,7 +70,36 @@ class HostInfo(BaseModel):
                 f"load {' '.join(map(str, self.load_average))}")
 
 
+def _code() -> str | None:
+    """The commit of the checkout the bench ran from, "-dirty" after it when files differ from it;
+    None outside a git checkout."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{commit}-dirty" if changed else commit
+
+
+SECRET_WORDS = ("PASSWORD", "API_KEY", "TLS_KEY")
+
+
+def _settings() -> dict[str, str]:
+    """The FITTEST_ variables the bench ran with, secrets left out and URLs' passwords masked: a run
+    with another FITTEST_MIN_SIMILARITY or the classifier off looked like any other (QA 59c L1)."""
+    from workers.settings import redact_url
+
+    return {name: "**" if any(word in name for word in SECRET_WORDS) else redact_url(value) if "://" in value else value
+            for name, value in sorted(os.environ.items()) if name.startswith("FITTEST_")}
+
+
 class BenchResult(BaseModel):
-    """What every bench's JSON carries besides its own numbers: the host they were measured on."""
+    """What every bench's JSON carries besides its own numbers: the host they were measured on, the
+    code (its commit) and the FITTEST_ variables they ran with."""
 
     host: HostInfo = Field(default_factory=HostInfo.here)
+    code: str | None = Field(default_factory=_code)
+    settings: dict[str, str] = Field(default_factory=_settings)

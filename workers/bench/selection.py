@@ -132,12 +132,12 @@ def load_tools(path: Path) -> tuple[list[ToolManifest], dict[str, str]]:
             raise BenchInputError(f"{path}: tool {name!r}: its description must be a string, not {description!r}")
         if not description.strip():
             raise BenchInputError(f"{path}: tool {name!r} has no description")
-        ns = namespace_of(name)
-        if ns in names:
-            raise BenchInputError(f"{path}: tools {names[ns]!r} and {name!r} map to the same namespace {ns!r}")
         same = spelled.setdefault(name.strip().lower(), name)
         if same != name:  # a query's Tool is matched whatever its case: it would name both (QA J)
             raise BenchInputError(f"{path}: tools {same!r} and {name!r} differ only in case")
+        ns = namespace_of(name)
+        if ns in names:  # as the file spells them (QA 59c L3: "tools 'a' and 'a'" of A and a)
+            raise BenchInputError(f"{path}: tools {spelled[names[ns]]!r} and {name!r} map to the same namespace {ns!r}")
         names[ns] = name.strip().lower()  # as a query's Tool is read
         try:
             manifests.append(ToolManifest(name=ns, description=description.strip()[:4000],
