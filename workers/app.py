@@ -69,7 +69,7 @@ def make_app(settings: Settings | None = None) -> Celery:
     settings = settings or get_settings()
     # Every task's message sent to another queue is handed on to its own (workers/routing.py)
     app = Celery("fittest", include=["workers.tasks", "workers.health"], amqp=ReconnectSafeAMQP,
-                 task_cls="workers.routing:RoutedTask")
+                 task_cls="workers.routing:RoutedTask", log="workers.logging:FittestLogging")
     use_batch_keeping_dispatcher(app)  # Flower sees every task event of the thread pool (celery#10434)
     app.conf.update(
         broker_url=settings.redis_url,

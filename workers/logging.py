@@ -14,7 +14,12 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import sys
 from typing import Any
+
+from celery.app.log import Logging
+from celery.utils.log import LoggingProxy
+from kombu.utils.encoding import safe_str
 
 from pythonjsonlogger.core import RESERVED_ATTRS, merge_record_extra
 from pythonjsonlogger.json import JsonFormatter as LibraryJsonFormatter
@@ -117,3 +122,42 @@ def install() -> None:
 
     after_setup_logger.connect(_after_setup, weak=False, dispatch_uid="fittest.logging.root")
     after_setup_task_logger.connect(_after_setup, weak=False, dispatch_uid="fittest.logging.task")
+
+
+class LineLoggingProxy(LoggingProxy):
+    """Celery's proxy of a process's stdout and stderr, a record per line written: Celery's own logs
+    each `write`, and Python 3.11 writes a traceback in pieces, its carets one at a time, so one
+    traceback of the beat ended in 2,251 JSON lines, many a lone "^" (QA 59d L1)."""
+
+    def __init__(self, logger: logging.Logger, loglevel: int | str | None = None) -> None:
+        super().__init__(logger, loglevel)
+        self._partial = ""
+
+    def write(self, data: Any) -> int:
+        lines = (self._partial + safe_str(data)).split("\n")
+        self._partial = lines.pop()
+        for line in lines:
+            super().write(line)
+        return len(data)
+
+    def flush(self) -> None:
+        if self._partial:
+            partial, self._partial = self._partial, ""
+            super().write(partial)
+
+    def close(self) -> None:
+        self.flush()
+        super().close()
+
+
+class FittestLogging(Logging):
+    """Celery's logging setup (`app.log`), stdout and stderr redirected a line at a time."""
+
+    def redirect_stdouts_to_logger(self, logger: logging.Logger, loglevel: int | str | None = None,
+                                   stdout: bool = True, stderr: bool = True) -> LineLoggingProxy:
+        proxy = LineLoggingProxy(logger, loglevel)
+        if stdout:
+            sys.stdout = proxy
+        if stderr:
+            sys.stderr = proxy
+        return proxy

@@ -137,3 +137,30 @@ def test_every_line_names_the_host_and_process_that_wrote_it() -> None:
 
     doc = emit(logging.getLogger("fittest.attempt.test"), event="attempt")
     assert doc["host"] == socket.gethostname() and doc["pid"] == os.getpid()
+
+
+def test_a_traceback_written_to_a_redirected_stderr_is_logged_a_line_at_a_time() -> None:
+    """QA 59d L1: the beat's stderr, redirected to a logger by Celery, logged each `write`, and
+    Python writes a traceback in pieces: one traceback made 2,251 JSON lines, many a lone "^"."""
+    import traceback
+
+    from workers.logging import LineLoggingProxy
+
+    records: list[str] = []
+
+    class Kept(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record.getMessage())
+
+    logger = logging.getLogger("test.redirected")
+    logger.addHandler(Kept())
+    logger.propagate = False
+    proxy = LineLoggingProxy(logger, logging.WARNING)
+    try:
+        raise KeyError("missing")
+    except KeyError as exc:
+        written = "".join(traceback.format_exception(exc))
+        traceback.print_exception(exc, file=proxy)
+    proxy.write("a last line without its newline")
+    proxy.close()
+    assert records == [*written.rstrip("\n").split("\n"), "a last line without its newline"]
