@@ -22,7 +22,7 @@ from selection.models import CallResult
 from workers.cli import calls
 from tests.conftest import run_cli
 from tests.fakes_evolution import InMemoryEvolutionState
-from workers.cli.common import console, err_console, parse_json_option
+from workers.cli.common import call_payload, console, err_console, parse_json_option
 from workers.client import CallSender
 
 CALL_ID = "ddfacd9d-2de5-4c92-8b47-37fd8c2c0fa1"
@@ -39,7 +39,7 @@ def exit_code_of(answer: dict[str, Any]) -> int:
 
 def refused(text: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     with err_console.capture() as err, pytest.raises(typer.Exit) as stop:
-        parse_json_option(text, "--input")
+        call_payload("sort numbers", text, None, None, None, 5, None)
     return stop.value.exit_code, " ".join(err.get().split())
 
 
@@ -643,6 +643,19 @@ def test_call_and_explain_refuse_a_bad_payload_alike_before_sending(stores: Tool
         assert code == 2 and "names no version" in out
     code, out = run("call", "sort numbers", "--timeout", "-1")
     assert code == 2 and "--timeout" in out
+
+
+def test_a_refused_payload_is_printed_as_the_workers_invalid_result_with_json(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch,
+                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """QA 59a L7: `fittest call --json` (for scripts) printed nothing on stdout when it refused the
+    payload, where the workers' refusal of the same payload is a JSON `invalid` result."""
+    never_sent(monkeypatch)
+    for command in ("call", "explain"):
+        for args, field in ((["--input", "[1]"], "input"), (["--context", '{"phase": "lunch"}'], "context")):
+            result = run_cli(command, "sort numbers", *args, "--json")
+            assert result.exit_code == 2, result.output
+            printed = json.loads(result.stdout)
+            assert printed["status"] == "invalid" and [e["field"] for e in printed["errors"]] == [field], printed
 
 
 def test_an_input_over_the_limit_is_refused_before_it_is_sent_and_after_alike(stores: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -72,7 +72,7 @@ def call(
     later place may read p=1.00: `fittest explain` gives every component)."""
     from workers.client import CallSender
 
-    payload = call_payload(scenario, input, namespace, tag, context, max_attempts, min_similarity)
+    payload = call_payload(scenario, input, namespace, tag, context, max_attempts, min_similarity, json_out)
     client = CallSender()
     pending = client.send("resilient_tool_call", **payload)
     stays = f"the call stays queued, and `fittest result {pending.id}` shows it once a worker has run it"

@@ -257,12 +257,17 @@ def read_answer(model: type[Answer], answer: Any) -> Answer:
 
 def parse_json_option(text: str | None, option: str) -> dict[str, Any]:
     """A JSON-object option: the text itself, `@PATH` for a file's content, or `-` for standard
-    input (an input of a megabyte does not fit in a command line). Refused with exit code 2, as
+    input (an input of a megabyte does not fit in a command line). RefusedPayload otherwise, as
     the workers would refuse the payload."""
+    def refused(message: str) -> NoReturn:
+        from selection.models import FieldError
+
+        raise RefusedPayload(message, [FieldError(field=option.removeprefix("--"), message=message, type="json")])
+
     if text is None:
         return {}
     if not text.strip():  # QA AA: `--input "$PAYLOAD"` with the variable unset ran the call on {}
-        fail(f"{option} is empty: give a JSON object ('{{}}' for none), @FILE or - for standard input", REFUSED)
+        refused(f"{option} is empty: give a JSON object ('{{}}' for none), @FILE or - for standard input")
     source = "it"
     if text == "-":
         text, source = sys.stdin.read(), "standard input"
@@ -271,38 +276,53 @@ def parse_json_option(text: str | None, option: str) -> dict[str, Any]:
         try:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            fail(f"{option} {path}: cannot read it ({exc})", REFUSED)
+            refused(f"{option} {path}: cannot read it ({exc})")
         source = path
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        fail(f"{option}: {source} is not valid JSON ({exc})", REFUSED)
+        refused(f"{option}: {source} is not valid JSON ({exc})")
     if not isinstance(value, dict):
-        fail(f"{option}: {source} must be a JSON object, not {type(value).__name__ if value is not None else 'null'}", REFUSED)
+        refused(f"{option}: {source} must be a JSON object, not {type(value).__name__ if value is not None else 'null'}")
     return value
 
 
+class RefusedPayload(Exception):
+    """A call's payload refused before it is sent: the message the command ends with, and the
+    fields as the workers' `invalid` result names them."""
+
+    def __init__(self, message: str, errors: list[Any]) -> None:
+        super().__init__(message)
+        self.message, self.errors = message, errors
+
+
 def call_payload(scenario: str, input: str | None, namespace: str | None, tags: list[str] | None, context: str | None,
-                 max_attempts: int, min_similarity: float | None) -> dict[str, Any]:
+                 max_attempts: int, min_similarity: float | None, json_out: bool = False) -> dict[str, Any]:
     """A call's payload from the options `call` and `explain` share (`--namespace NAME@VERSION`,
     `--input`/`--context` as JSON, @PATH or -), checked as the workers would check it: a bad one ends
-    the command with exit code 2, naming every bad field. Keys the caller left unset are left out:
-    a worker of an earlier release refuses `min_similarity`, and older ones `version`."""
-    namespace, version = namespace_and_version(namespace)
-    payload: dict[str, Any] = {"scenario": scenario, "input": parse_json_option(input, "--input"), "namespace": namespace,
-                               "tags": tags or [], "context": parse_json_option(context, "--context"),
-                               "max_attempts": max_attempts}
-    if version is not None:
-        payload["version"] = version
-    if min_similarity is not None:
-        payload["min_similarity"] = min_similarity
-    check_call_payload(payload)
+    the command with exit code 2, naming every bad field, and, with `json_out`, printed as the
+    workers' `invalid` result is (QA 59a L7: `--json` printed nothing). Keys the caller left unset
+    are left out: a worker of an earlier release refuses `min_similarity`, and older ones `version`."""
+    try:
+        namespace, version = namespace_and_version(namespace)
+        payload: dict[str, Any] = {"scenario": scenario, "input": parse_json_option(input, "--input"), "namespace": namespace,
+                                   "tags": tags or [], "context": parse_json_option(context, "--context"),
+                                   "max_attempts": max_attempts}
+        if version is not None:
+            payload["version"] = version
+        if min_similarity is not None:
+            payload["min_similarity"] = min_similarity
+        check_call_payload(payload)
+    except RefusedPayload as exc:
+        if json_out:
+            print_json({"status": "invalid", "errors": [e.model_dump() for e in exc.errors], "message": exc.message})
+        fail(exc.message, REFUSED)
     return payload
 
 
 def check_call_payload(payload: dict[str, Any]) -> None:
-    """Check a call's payload as the workers would, before it is sent (or ranked): a bad one ends the
-    command with exit code 2, naming every bad field, whichever command it came to."""
+    """Check a call's payload as the workers would, before it is sent (or ranked): RefusedPayload
+    naming every bad field, whichever command it came to."""
     from pydantic import ValidationError
 
     from selection.models import CallRequest, field_errors, joined_errors, size_errors
@@ -313,7 +333,7 @@ def check_call_payload(payload: dict[str, Any]) -> None:
     except ValidationError as exc:
         errors = field_errors(exc)
     if errors:
-        fail(joined_errors(errors), REFUSED)
+        raise RefusedPayload(joined_errors(errors), errors)
 
 
 def tool_argument(text: str, option: str = "") -> tuple[str, str | None]:

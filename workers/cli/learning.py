@@ -113,7 +113,7 @@ def explain(
     "semantic N" is the match its prior starts from: 0.8 x sim; a namespace's own version
     starts from 1.00, its original from 0.90).
     """
-    payload = call_payload(scenario, input, namespace, tag, context, max_attempts, min_similarity)  # refused as `call` refuses it
+    payload = call_payload(scenario, input, namespace, tag, context, max_attempts, min_similarity, json_out)  # refused as `call` refuses it
     from workers.payloads import ExplainResult
 
     answer = _ask("explain", "selection", timeout, **payload)
