@@ -22,14 +22,15 @@ from __future__ import annotations
 from typing import Any, Self
 
 from selection.manifest import tool_reference
-from selection.models import CallRequest, CallResult, Sentiment, joined_errors, size_errors
+from selection.models import CallRequest, CallResult, FieldError, Sentiment, joined_errors, size_errors
 from workers.client import (CallRevoked, CallSender, CallTimeout, FittestUnavailable, MisroutedCall, NotACall, NotDone, PendingCall,
-                            UnknownCall, UnreadableAnswer, checked_timeout, reaching, read_call, timed_out_as)
+                            Refused, UnknownCall, UnreadableAnswer, checked_timeout, reaching, read_call, timed_out_as)
 from workers.payloads import CallToolPayload, FeedbackReply, FeedbackRequest, RecordedFeedback, payload_schemas
 from workers.settings import Settings, get_settings
 
 __all__ = ["CallRequest", "CallResult", "CallRevoked", "CallTimeout", "CallToolPayload", "FeedbackReply", "FeedbackRequest", "FittestClient",
-           "FittestUnavailable", "MisroutedCall", "NotACall", "NotDone", "RecordedFeedback", "UnknownCall", "UnreadableAnswer",
+           "FittestUnavailable", "MisroutedCall", "NotACall", "NotDone", "RecordedFeedback", "Refused", "UnknownCall",
+           "UnreadableAnswer",
            "payload_schemas"]
 
 
@@ -147,7 +148,7 @@ class FittestClient(CallSender):
         weighs it for similar scenarios, decayed with age, within ±50 points. Returns the feedback
         worker's answer (its `feedback` as stored, `score_now`: the version's feedback score for
         the judgement's scenario, and `first_now`: the version a call of that scenario most likely tries first now);
-        raises ValueError for a payload or a tool the workers refuse, FittestUnavailable when a
+        raises Refused (a ValueError, its `errors` typed) for a payload or a tool the workers refuse, FittestUnavailable when a
         store they need to check it is down (sent again later, it is recorded), and NotDone (a
         TimeoutError, builtin and celery's) when no worker took it within `timeout`: it is then not
         recorded, ever (its message expires), and may be sent again."""
@@ -163,8 +164,9 @@ class FittestClient(CallSender):
             answer = FeedbackReply.model_validate(
                 self.ask_within("record_feedback", timeout, queue="feedback", **request.model_dump(mode="json")))
         if answer.status != "recorded" or answer.feedback is None:
-            said = joined_errors(answer.errors) or f"not recorded ({answer.status})"
-            raise FittestUnavailable(said) if answer.status == "unavailable" else ValueError(said)
+            if answer.status == "unavailable":
+                raise FittestUnavailable(joined_errors(answer.errors) or "not recorded (unavailable)")
+            raise Refused(answer.errors or [FieldError(field="(payload)", message=f"not recorded ({answer.status})")])
         return RecordedFeedback(**{name: getattr(answer, name) for name in RecordedFeedback.model_fields})
 
     def __enter__(self) -> Self:

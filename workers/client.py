@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from redis import Redis
 from redis.exceptions import InvalidResponse, OutOfMemoryError, RedisError
 
-from selection.models import CallResult
+from selection.models import CallResult, FieldError, joined_errors
 from workers.buffered import flush_side_by_side
 from workers.default_queue import DEFAULT_QUEUE
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
@@ -219,6 +219,17 @@ def unreadable_message(model: str, error: ValidationError) -> str:
             "are this client and the workers the same release?")
 
 
+class Refused(ValueError):
+    """What the workers refuse of a request, as they name it: `errors`, each a field, why and a
+    `type` a program branches on (another_job, no_such_tool, no_such_version, no_such_call,
+    not_in_call...). A ValueError, as a bad payload's is (QA 59a L1: a bare ValueError, its fields
+    in its message alone)."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        super().__init__(joined_errors(errors))
+        self.errors = errors
+
+
 class UnreadableAnswer(ValueError):
     """The workers' answer to a call does not read as this release's CallResult: workers of another
     release (a status, failure class or reason this one does not know). `answer` is what they
@@ -328,7 +339,7 @@ class CallSender:
         task_id = (kwargs.get("call_id") or str(uuid.uuid4())) if task in CALL_TASKS else None
         claim = self._call_ids().claim(task_id, job_digest(task, kwargs))[0] if task_id is not None else "new"
         if claim == "another" and task_id is not None:
-            raise ValueError(f"call_id: {another_job_message(task_id)}")
+            raise Refused([FieldError(field="call_id", message=another_job_message(task_id), type="another_job")])
         if claim == "again" and task_id is not None and has_result(self.celery, task_id):
             return self.celery.AsyncResult(task_id)  # the same job, ended: its result answers it, nothing is sent
         result = self.celery.send_task(f"fittest.{task}", kwargs=kwargs, queue=queue, task_id=task_id)

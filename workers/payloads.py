@@ -161,8 +161,10 @@ class FeedbackReply(JudgementEffects):
     feedback: FeedbackRecord | None = None
 
     @classmethod
-    def refused(cls, field: str, message: str, status: Literal["invalid", "unavailable"] = "invalid") -> FeedbackReply:
-        return cls(status=status, errors=[FieldError(field=field, message=message)])
+    def refused(cls, field: str, message: str, type: str, status: Literal["invalid", "unavailable"] = "invalid") -> FeedbackReply:
+        """`type` as a program branches on it (QA 59a L1: it was blank): no_such_tool, no_such_version,
+        no_such_call, not_in_call, unavailable."""
+        return cls(status=status, errors=[FieldError(field=field, message=message, type=type)])
 
 
 class RecordedFeedback(JudgementEffects):

@@ -274,11 +274,12 @@ def effects_ended(rt: Runtime, requests: Sequence[Any]) -> Iterator[None]:
     request and celery-batches' SimpleRequest have) once they ran, also when they raised: a message
     whose effect can never apply would otherwise come back at every sweep past its due time (a
     batch meeting an unavailable Redis is run again first, workers/tasks/batches.py). Not when
-    Redis stayed away past the state client's retries: such an effect can apply later, and its
-    record has the sweep send it again once overdue (QA resilience: a 45 s outage)."""
+    Redis stayed away past the state client's retries, or refused writes: such an effect can apply
+    later, and its record has the sweep send it again once overdue (QA resilience: a 45 s outage;
+    QA 59d H2: a Redis past its maxmemory)."""
     try:
         yield
-    except (RedisConnectionError, RedisTimeoutError):
+    except (RedisConnectionError, RedisTimeoutError, RedisOutOfMemoryError, RedisReadOnlyError):
         raise
     except BaseException:
         _forget(rt, requests)

@@ -240,7 +240,20 @@ class Selector:
         held = [key for key in held_back if split_key(key)[0] == request.namespace]
         if held and ranked and not any(c.manifest.name == request.namespace for c in ranked):
             notes.append(f"{', '.join(held)} {HELD_BACK_WHEN_PLANNED}")
-        return notes + context_typos(request.context)
+        return notes + self._exclude_typos(request.exclude) + context_typos(request.context)
+
+    def _exclude_typos(self, exclude: list[str]) -> list[str]:
+        """A version `exclude` names that no tool has excludes nothing: said, as a namespace no tool
+        has is (QA 59a L4: `sort_numbers@7.0.0` passed with no word, and sort_numbers ran)."""
+        notes = []
+        for key in exclude:
+            if self.rt.registry.get(key) is not None:
+                continue
+            name = split_key(key)[0]
+            has = ", ".join(m.version for m in self.rt.registry.versions(name))
+            notes.append(f"exclude names {key}, which no tool is, so it excludes nothing"
+                         + (f" ({name} has {has})" if has else f" (no tool named '{name}')"))
+        return notes
 
     def _evidence(self, request: CallRequest, features: dict[str, Any], degraded: list[str]) -> list[CandidateEvidence]:
         """What the stores know; when the embedder or the vector memory fails, what the registry and

@@ -190,6 +190,9 @@ def test_explain_refuses_an_input_a_call_would_refuse(pipeline) -> None:
     called = pipeline.call(scenario="count the words", input=big)
     assert ranked["status"] == called["status"] == "invalid" and ranked["errors"] == called["errors"], ranked
     assert ranked["errors"][0]["field"] == "input" and ranked["ranking"] == []
+    sent = pipeline.client.send("explain", scenario="count the words", max_attempts="3")  # refused by its type
+    refused = pipeline.client.wait(sent, 30)
+    assert refused["status"] == "invalid" and refused["call_id"] == sent.id, refused  # QA 59a L1: it read "invalid"
 
 
 def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline, cli) -> None:
@@ -273,8 +276,9 @@ def test_a_call_id_names_one_job_for_the_client_and_for_send_task(pipeline, cli)
         # So is the id a call was given without one, which its result carries (QA onboarding H1: the
         # client handed a second job sent under it the first job's result, and the worker ran it).
         given = client.run(scenario, input={"text": "a,b\n1,2\n"}, namespace="csv_lenient")
-        with pytest.raises(ValueError, match=f"call_id: '{given.call_id}' names another job"):
+        with pytest.raises(ValueError, match=f"call_id: '{given.call_id}' names another job") as taken_id:
             client.submit(scenario, input={"text": "p,q\n5,6\n"}, namespace="csv_lenient", call_id=given.call_id)
+        assert [(e.field, e.type) for e in taken_id.value.errors] == [("call_id", "another_job")]  # type: ignore[attr-defined]
         echo = {"scenario": "show the argv a program gets", "namespace": "echo_args"}  # far from the other tests' calls
         made = client.celery.send_task("fittest.resilient_tool_call", queue="selection", kwargs={**echo, "input": {"text": "a"}})
         assert made.get(timeout=60)["status"] == "success"  # sent without the client: its task id is claimed by the worker
@@ -328,19 +332,23 @@ def test_feedback_naming_a_call_tool_or_version_that_does_not_exist_is_refused(p
     """QA: feedback of a call that does not exist, or did not run the tool, was recorded."""
     from pydantic import ValidationError
 
-    from fittest.client import FittestClient
+    from fittest.client import FittestClient, Refused
 
     with FittestClient(pipeline.settings.redis_url, settings=pipeline.settings) as client:
         result = client.run("rows of the weekly export, batch 7", input={"text": "a,b\n1,2\n"}, namespace="csv_lenient")
         assert result.tool == "csv_lenient"
-        with pytest.raises(ValueError, match="no call 0123456789abcdef is known"):
+        # QA 59a L1: each refusal typed, as a program branches on it, not its words
+        with pytest.raises(Refused, match="no call 0123456789abcdef is known") as refused:
             client.record_feedback(result.tool, "negative", call_id="0123456789abcdef")
-        with pytest.raises(ValueError, match=f"call {result.call_id} ran {result.tool}@{result.version}, not slugify"):
+        assert [(e.field, e.type) for e in refused.value.errors] == [("call_id", "no_such_call")]
+        with pytest.raises(Refused, match=f"call {result.call_id} ran {result.tool}@{result.version}, not slugify") as refused:
             client.record_feedback("slugify", "negative", call_id=result.call_id)
+        assert [(e.field, e.type) for e in refused.value.errors] == [("call_id", "not_in_call")]
         with pytest.raises(ValidationError, match="sentiment"):
             client.record_feedback(result.tool, "meh")  # type: ignore[arg-type]  # refused before it is sent
-        with pytest.raises(ValueError, match="no tool named 'nosuch'"):
+        with pytest.raises(Refused, match="no tool named 'nosuch'") as refused:
             client.record_feedback("nosuch", "positive")
+        assert refused.value.errors[0].type == "no_such_tool"
         # QA integrator 10: the version is what is wrong, not the tool.
         with pytest.raises(ValueError, match=rf"^version: {result.tool} has no version '9.9.9' \(it has "):
             client.record_feedback(result.tool, "positive", version="9.9.9")

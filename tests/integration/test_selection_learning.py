@@ -1365,3 +1365,15 @@ def test_a_feedback_report_of_a_name_no_tool_has_is_refused_and_of_a_tool_nobody
     assert [(e["field"], e["type"]) for e in reply["errors"]] == [("tool", "no_such_tool")]
     report = feedback_report_task.run(tool="weather_now")
     assert (report["tool"], report["total"], report["entries"]) == ("weather_now", 0, [])
+
+
+def test_an_exclude_that_names_no_tool_version_is_noted(rt) -> None:
+    """QA 59a L4: `exclude: ["sort_numbers@7.0.0"]`, a version no tool has, passed with no word, and
+    sort_numbers ran, where a namespace no tool has is noted as a likely typo."""
+    plan = rt.selector.plan(CallRequest(scenario="how many yen do I get for 200 dollars today",
+                                        exclude=["currency_rates@7.0.0", "nosuch@1.0.0", "weather_now@1.0.0"]))
+    assert [n for n in plan.notes if n.startswith("exclude names")] == [
+        "exclude names currency_rates@7.0.0, which no tool is, so it excludes nothing (currency_rates has 1.0.0)",
+        "exclude names nosuch@1.0.0, which no tool is, so it excludes nothing (no tool named 'nosuch')",
+    ]
+    assert "weather_now@1.0.0" not in [c.key for c in plan.candidates]  # a real one is excluded, unsaid

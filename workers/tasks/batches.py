@@ -42,9 +42,12 @@ log = logging.getLogger("fittest.tasks")
 # Longer than a Redis restart with its append-only file loading (a few seconds here); a batch that
 # still fails after it raises, and celery-batches acknowledges its messages as it does any failure.
 UNAVAILABLE_RETRY_S = 120.0
-# Redis refusing or dropping a connection (BusyLoadingError, while it loads its data, is one), and
-# kombu's error for a publish that failed after the transport's own retries.
-UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, OperationalError)
+# Redis refusing or dropping a connection (BusyLoadingError, while it loads its data, is one), or
+# refusing writes (past its maxmemory; a read-only replica), and kombu's error for a publish that
+# failed after the transport's own retries. A batch that raised one of these was acknowledged with
+# its outcomes unapplied (QA 59d H2's test: calls answered, their successes never counted).
+UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError,
+               OperationalError)
 
 
 class Batches(celery_batches.Batches):

@@ -96,22 +96,22 @@ def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
             # not a refusal of what was given: the caller may send it again (`feedback add` exits 1, not 2)
             return FeedbackReply.refused("call_id", (
                 f"call {req.call_id}'s result is not stored, and the vector memory that keeps its outcome is "
-                "unavailable now: try again later"), status="unavailable").model_dump(mode="json")
+                "unavailable now: try again later"), "unavailable", status="unavailable").model_dump(mode="json")
         if call is None and self.request.retries < CALL_LOOKUPS - 1:
             raise self.retry(countdown=CALL_LOOKUP_INTERVAL_S, max_retries=CALL_LOOKUPS - 1)
         if call is None:
             return FeedbackReply.refused("call_id", (
                 f"no call {req.call_id} is known: no result is stored under that id (results are kept 24 h) and no "
-                "outcome of it was recorded; to judge the tool without a call, give a scenario instead")).model_dump(mode="json")
+                "outcome of it was recorded; to judge the tool without a call, give a scenario instead"), "no_such_call").model_dump(mode="json")
     try:
         record = record_tool_feedback(rt, req.tool, req.version, req.scenario, req.sentiment, req.reason, req.quality,
                                       call=call)
     except UnknownVersion as exc:
-        return FeedbackReply.refused("version", str(exc)).model_dump(mode="json")
+        return FeedbackReply.refused("version", str(exc), "no_such_version").model_dump(mode="json")
     except LookupError as exc:
-        return FeedbackReply.refused("tool", str(exc)).model_dump(mode="json")
+        return FeedbackReply.refused("tool", str(exc), "no_such_tool").model_dump(mode="json")
     except ValueError as exc:  # a version the call did not run
-        return FeedbackReply.refused("call_id", str(exc)).model_dump(mode="json")
+        return FeedbackReply.refused("call_id", str(exc), "not_in_call").model_dump(mode="json")
     # The trial of a version on trial counts an output judged wrong as a failure (of it, or of its parent).
     trial = judge_trial(rt, record.key, call.call_id, judged_as(record)) if call is not None else None
     first: Candidate | None = None

@@ -242,14 +242,15 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
     return start_call(self, request)
 
 
-@app.task(name="fittest.explain")
-def explain(**kwargs: Any) -> dict[str, Any]:
+@app.task(bind=True, name="fittest.explain")
+def explain(self: Task, **kwargs: Any) -> dict[str, Any]:
     """The ranking a call would get, with every component, without running anything: an
-    ExplainResult (workers/payloads.py), or a refused call's result."""
+    ExplainResult (workers/payloads.py), or a refused call's result, under the id it was sent with
+    (QA 59a L1: its `call_id` read "invalid")."""
     try:
         request = CallRequest.model_validate(kwargs)
     except ValidationError as exc:
-        return invalid_result(exc, scenario=given_scenario(kwargs))
+        return invalid_result(exc, result_call_id(kwargs, self.request.id), given_scenario(kwargs))
     if (too_large := refusal(request, runtime().settings.input_limit_bytes)) is not None:
         return too_large  # refused as the call would be (QA: explain ranked what a call refused)
     plan: CallPlan = runtime().selector.plan(request)
