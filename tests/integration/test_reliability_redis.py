@@ -206,9 +206,13 @@ def test_calls_in_flight_while_redis_refuses_writes_are_answered_once_it_takes_t
     results = results_of(pipeline, sent, timeout=180)
     assert {i: r["status"] for i, r in results.items() if r["status"] != "success"} == {}
     assert sorted(r["output"]["n"] for r in results.values()) == list(range(16))
-    counted = []
+    counted: list[int] = []
+
+    def all_counted() -> bool:
+        counted.append(pipeline.state().stats([NAP])[NAP].successes - before)
+        return counted[-1] >= 16
+
     try:
-        pipeline.wait_for(lambda: counted.append(pipeline.state().stats([NAP])[NAP].successes - before) or counted[-1] >= 16,
-                          timeout=90)
+        pipeline.wait_for(all_counted, timeout=90)
     finally:
         assert counted and counted[-1] == 16, f"successes counted: {counted[-5:]} of 16\n{worker_warnings(pipeline)}"
