@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal
 from urllib.parse import urlparse
@@ -129,6 +129,17 @@ def check_ports(settings: Settings, roles: Iterable[str]) -> None:
                          "--without toolserver")
 
 
+def root_tools_risk(settings: Settings, roles: Sequence[str]) -> str | None:
+    """What running tools as root risks, or None: the kernel ignores RLIMIT_NPROC for root, so a tool
+    could fork until the machine has no process id left, and it can read the workers' environment
+    (QA 59d M2: 600 processes of a tool capped at 64, and nothing said so)."""
+    if os.geteuid() != 0 or settings.tool_user is not None or not {"executor", "evolver"} & set(roles):
+        return None
+    return ("the workers run as root and FITTEST_TOOL_USER is unset: tools run as root, with no cap on their "
+            "processes (the kernel ignores RLIMIT_NPROC for root) and the workers' environment readable; set "
+            "FITTEST_TOOL_USER to a user of their own (README: What tools and callers can do)")
+
+
 def hold_data_dir(settings: Settings, roles: Iterable[str]) -> IO[str] | None:
     """Take the data directory for this stack's memory worker (an exclusive lock on its `up.lock`,
     held while the returned file stays open): the embedded vector store is opened by one process
@@ -190,6 +201,8 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
             print(f"fittest up: FITTEST_TOOL_USER ({settings.tool_user}) cannot run this Python with fittest's packages "
                   f"({refused}): every {{python}} tool, evolved python version and verification will fail until it can",
                   file=out, flush=True)
+    if (risk := root_tools_risk(settings, roles)) is not None:
+        print(f"fittest up: {risk}", file=out, flush=True)
     if "evolver" in roles and (risk := settings.short_visibility()) is not None:
         print(f"fittest up: {risk}", file=out, flush=True)
     if "memory" in roles and (problem := model_files_problem(settings)) is not None:  # QA 57a M3: told by health only

@@ -227,3 +227,18 @@ def test_a_role_ended_by_sigbus_is_told_with_the_free_space_of_the_data_dir(tmp_
     assert "memory stopped (rc=135, SIGBUS: a memory-mapped file could not be written; " in lines[0]
     assert f"MB free in FITTEST_DATA_DIR ({tmp_path})): restarting it in 1 s" in lines[0]
     assert "memory stopped (rc=1): restarting it in 2 s" in lines[1]
+
+
+def test_up_says_tools_run_as_root_without_a_process_cap_unless_a_tool_user_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA 59d M2: with the workers run as root (the default on this host), a tool capped at 64
+    processes started 600, and nothing told the operator: the kernel ignores RLIMIT_NPROC for root."""
+    from workers.procfile import root_tools_risk
+    from workers.settings import Settings
+
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    said = root_tools_risk(Settings(), ["memory", "executor"])
+    assert said is not None and "no cap on their processes" in said and "FITTEST_TOOL_USER" in said
+    assert root_tools_risk(Settings(tool_user="nobody"), ["memory", "executor"]) is None
+    assert root_tools_risk(Settings(), ["memory", "beat"]) is None  # no role runs a tool
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    assert root_tools_risk(Settings(), ["executor"]) is None
