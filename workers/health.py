@@ -134,6 +134,15 @@ def tools_dir_check(settings: Settings, served: int | None = None, refused: Sequ
     return Check(name="tools", status=status, detail=detail, ms=(time.perf_counter() - started) * 1000)
 
 
+def _room_here(data_dir: Path) -> str:
+    """"; " and what this host sees of the data directory's room when it is short, else ""."""
+    try:
+        status, detail = disk_room(data_dir)
+    except OSError:  # not on this host, or not made yet
+        return ""
+    return f"; {detail}" if status == "fail" else ""
+
+
 def disk_room(data_dir: Path, floor_mb: float = DISK_FLOOR_MB) -> tuple[Status, str]:
     """The free space of the embedded store's filesystem, failed below `floor_mb`."""
     free = shutil.disk_usage(data_dir).free / 2**20
@@ -418,11 +427,12 @@ def health(settings: Settings, checks: list[str], workers: list[str], timeout: f
             server, worker = check_qdrant_server(settings, timeout), _from_memory_worker("store", answers)
             results.append(worker if server.status == "ok" and worker is not None and worker.status == "fail" else server)
         else:
-            # QA 50e: "no memory worker answered for it" of workers never asked, Redis away
+            # QA 50e: "no memory worker answered for it" of workers never asked, Redis away; with the
+            # room this host sees there, which a memory worker dying of a full disk cannot say (QA 59d L3)
             results.append(_from_memory_worker("store", answers) or Check(
                 name="store", status="fail",
                 detail=f"embedded store under {settings.data_dir / 'qdrant'}: {not_asked or 'no memory worker answered for it'} "
-                "(only the process that owns it can open it)"))
+                f"(only the process that owns it can open it){_room_here(settings.data_dir)}"))
     if "model" in checks:
         results.append(_from_memory_worker("model", answers) or check_model_files(settings, not_asked))
     if "tools" in checks:  # where no memory worker says, as this host sees the directory

@@ -404,3 +404,28 @@ def test_open_vector_memory_names_an_unreachable_server(run_prefix: str) -> None
     settings = Settings(qdrant_url=f"http://127.0.0.1:{free_port()}", collection_prefix=run_prefix)
     with pytest.raises(VectorMemoryUnavailable, match="FITTEST_QDRANT_URL"):
         open_vector_memory(settings, dim=DIM)
+
+
+def test_a_store_another_memory_holds_is_refused_with_the_ownership_hint_and_a_bad_one_without(tmp_path: Path,
+                                                                                                  run_prefix: str) -> None:
+    """QA 59d L3: a full disk's refusal read "one process owns the store ... set FITTEST_QDRANT_URL",
+    which only a store held by another process is about."""
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", (  # another process owns the store, as a memory worker does
+        "import sys, time; from workers.memory.edge import EdgeVectorMemory; "
+        f"m = EdgeVectorMemory({str(tmp_path / 'held')!r}, {run_prefix!r}, dim={DIM}); m.count('tools'); "
+        "print('held', flush=True); time.sleep(60)")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(VectorMemoryUnavailable, match="one process owns the store under FITTEST_DATA_DIR"):
+            EdgeVectorMemory(tmp_path / "held", run_prefix, dim=DIM).count("tools")
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / f"{run_prefix}tools").write_text("not a shard")  # a file where the shard's folder goes
+    with pytest.raises(VectorMemoryUnavailable) as told:
+        EdgeVectorMemory(tmp_path / "bad", run_prefix, dim=DIM).count("tools")
+    assert "cannot open the Qdrant Edge shard" in str(told.value) and "one process owns" not in str(told.value)

@@ -127,3 +127,24 @@ def test_the_toolserver_check_reads_the_services_status(monkeypatch, tmp_path: P
     monkeypatch.setenv("FITTEST_EXAMPLE_HTTP_PORT", "abc")
     bad = check_served(Settings(data_dir=tmp_path), "toolserver", 2.0)
     assert bad.status == "fail" and "FITTEST_EXAMPLE_HTTP_PORT" in bad.detail, bad
+
+
+def test_the_store_check_without_a_memory_worker_says_the_data_directory_is_full(monkeypatch, tmp_path: Path) -> None:
+    """QA 59d L3: a memory worker dying of SIGBUS on a full disk answered nothing, and health said
+    "no answer from memory" alone, though the room it lacked is what this host can see."""
+    import shutil
+    from collections import namedtuple
+
+    import workers.health
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(workers.health, "ask_workers", lambda *a, **k: {})
+    monkeypatch.setattr(workers.health, "check_redis", lambda *a: workers.health.Check(name="redis", status="ok"))
+    (tmp_path / "data").mkdir()
+    settings = Settings(data_dir=tmp_path / "data")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(2**30, 2**30 - 3 * 2**20, 3 * 2**20))
+    (store,) = health(settings, ["store"], ["memory"], 1.0).checks
+    assert store.status == "fail" and "no memory worker answered" in store.detail and "only 3 MB free in FITTEST_DATA_DIR" in store.detail
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(2**30, 0, 2**30))
+    (store,) = health(settings, ["store"], ["memory"], 1.0).checks
+    assert "MB free" not in store.detail  # room enough: not the matter

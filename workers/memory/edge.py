@@ -223,10 +223,13 @@ class EdgeVectorMemory:
             else:
                 engine = EdgeShard.create(str(directory), config)
         except Exception as exc:
+            # The ownership hint only where another process may hold the store: a full disk is
+            # no ownership matter (QA 59d L3)
+            held = "WouldBlock" in str(exc) or "lock" in str(exc).lower()
             raise VectorMemoryUnavailable(
-                f"cannot open the Qdrant Edge shard {directory} ({self.dim}-dim vectors): {exc}. "
-                "With Qdrant embedded one process owns the store under FITTEST_DATA_DIR; "
-                "to share vectors between processes set FITTEST_QDRANT_URL to a Qdrant server."
+                f"cannot open the Qdrant Edge shard {directory} ({self.dim}-dim vectors): {exc}."
+                + (" With Qdrant embedded one process owns the store under FITTEST_DATA_DIR; "
+                   "to share vectors between processes set FITTEST_QDRANT_URL to a Qdrant server." if held else "")
             ) from exc
         indexed = engine.info().payload_schema
         for field, kind in indexed_fields(collection):
