@@ -102,7 +102,7 @@ class CallRequest(BaseModel):
                     "variant); other keys are the caller's own, but one close to a key it reads is named in the result's notes as a likely typo",
         json_schema_extra=context_json_schema())
     exclude: list[str] = Field(default_factory=list, max_length=256, description="Tool versions not to try, as NAME@VERSION",
-                               json_schema_extra={"items": {"type": "string", "pattern": f"{NAME_PATTERN[:-1]}@{SEMVER}$"}})
+                               json_schema_extra={"items": {"type": "string", "pattern": "^[^@]+@.+$"}})  # as the workers take it
     # QA ops L4: a fallback that matches the job weakly answers it with status success; a script that
     # would rather have no answer than such a tool's had no say but tags and a namespace.
     min_similarity: StrictFloat | None = Field(

@@ -33,7 +33,6 @@ class _Tool:
     refused_inputs: int = 0
     refused_in_a_row: int = 0
     judged_wrong: int = 0
-    judged_early: int = 0  # of those, judged before their success was counted (judge_count.lua)
 
 
 @dataclass
@@ -63,6 +62,7 @@ class _State:
     durations: dict[str, list[float]] = field(default_factory=dict)
     locks: dict[str, tuple[str, float]] = field(default_factory=dict)  # name -> (owner, expiry)
     judged: dict[tuple[str, str], str] = field(default_factory=dict)  # (key, call) -> judgement applied
+    judged_early: set[tuple[str, str]] = field(default_factory=set)  # (key, call) judged wrong before its success was counted
     judgements: int = 0
 
 
@@ -141,8 +141,8 @@ class InMemoryStateStore:
                 if counted[-1]:
                     t = self._s.tools.setdefault(key, _Tool())
                     t.refused_in_a_row = 0
-                    if self._s.judged.get((key, call_of_attempt(attempt_id))) == "negative" and t.judged_early > 0:
-                        t.judged_early -= 1  # its judgement counted the failure, with no success to move then
+                    if (key, call_of_attempt(attempt_id)) in self._s.judged_early:
+                        self._s.judged_early.discard((key, call_of_attempt(attempt_id)))  # its judgement counted it
                     else:
                         t.successes += 1
         return counted
@@ -158,12 +158,12 @@ class InMemoryStateStore:
             tool = self._s.tools.setdefault(key, _Tool())
             if sentiment == "negative":
                 if tool.successes == 0:
-                    tool.judged_early += 1  # before its success was counted (record_successes)
+                    self._s.judged_early.add((key, call_id))  # before its success was counted (record_successes)
                 tool.successes, tool.failures = max(0, tool.successes - 1), tool.failures + 1
                 tool.judged_wrong += 1
             else:
-                if tool.judged_early > 0:
-                    tool.judged_early -= 1
+                if (key, call_id) in self._s.judged_early:
+                    self._s.judged_early.discard((key, call_id))  # its success is still to come
                 else:
                     tool.successes += 1
                 tool.failures = max(0, tool.failures - 1)

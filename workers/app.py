@@ -23,6 +23,9 @@ from workers.settings import Settings, get_settings, misspelled_variables
 from workers.state.call_ids import RESULT_TTL_S
 
 QUEUES = ("selection", "execution", "feedback", "evolution", "learning")
+# The worker consuming it owns the embedder and the embedded store (the Procfile's memory role):
+# what health asks of them, and the one worker that may open the store (workers/routing.py)
+MEMORY_QUEUE = "selection"
 
 TASK_ROUTES: dict[str, dict[str, str]] = {
     "fittest.resilient_tool_call": {"queue": "selection"},

@@ -16,7 +16,9 @@ from typing import Any
 from celery.utils.log import get_logger
 from redbeat import RedBeatScheduler
 from redbeat.schedulers import get_redis
-from redis.exceptions import LockNotOwnedError, OutOfMemoryError, ReadOnlyError
+from redis.exceptions import LockNotOwnedError
+
+from workers.redis_connection import write_refusal
 
 logger = get_logger("celery.beat")
 
@@ -50,9 +52,7 @@ class Scheduler(RedBeatScheduler):
         since: float | None = None
         said = 0.0
         while True:
-            try:
-                client.set(probe, 1, px=1000)
-            except (OutOfMemoryError, ReadOnlyError) as exc:
+            if (exc := write_refusal(client, probe)) is not None:
                 now = time.monotonic()
                 if now - said >= REFUSED_SAY_EVERY_S:
                     logger.warning("beat: Redis refuses writes (%s); waiting for it to take them", exc)

@@ -35,7 +35,7 @@ from selection.models import CallResult, FieldError, joined_errors
 from workers.buffered import flush_side_by_side
 from workers.default_queue import DEFAULT_QUEUE
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
-from workers.redis_connection import NOT_REDIS, redis_client, redis_refusal
+from workers.redis_connection import CLOSES, NOT_REDIS, redis_client, redis_refusal
 from workers.result_backend import REDIS_AWAY, Outage, waiting_backend_url
 from workers.settings import Settings, get_settings, redact_url
 from workers.state.call_ids import CallIds, another_job_message, job_digest
@@ -91,7 +91,7 @@ def _calls_in_flight(settings: Settings) -> InflightCalls:
         return _IN_FLIGHT[key]
 
 
-def refusal(exc: BaseException, url: str | None = None) -> str | None:
+def refusal(exc: BaseException, url: str | None = None, tls: dict[str, Any] | None = None) -> str | None:
     """What a failure to use Redis is when Redis did answer, as the rest of a sentence about it; None
     for a Redis that cannot be reached. A Redis past its maxmemory and a process out of file
     descriptors both read "Redis cannot be reached" (QA Q), and the mends differ. With the `url`
@@ -106,8 +106,10 @@ def refusal(exc: BaseException, url: str | None = None) -> str | None:
         return "answers, but has no database of the number the URL ends with (`/0` is the first)"
     if "NOAUTH" in text or "WRONGPASS" in text or "invalid password" in text:
         return "answers, but refuses the password the URL gives (or gives none)"
-    if isinstance(exc, InvalidResponse) or (url is not None and redis_refusal(url) == NOT_REDIS):
+    if isinstance(exc, InvalidResponse):
         return f"is not what answers there: {NOT_REDIS}"
+    if url is not None and (said := redis_refusal(url, tls=tls)) in (NOT_REDIS, CLOSES):
+        return f"is not what answers there: {NOT_REDIS}" if said == NOT_REDIS else f"does not answer: {CLOSES}"
     return None
 
 

@@ -25,6 +25,8 @@ from redis import Redis
 from redis.exceptions import OutOfMemoryError, RedisError
 
 from selection.manifest import ManifestError
+from workers.app import MEMORY_QUEUE
+from workers.redis_connection import write_refusal
 from workers.settings import Settings
 from workers.state.stacks import other_stacks
 
@@ -32,7 +34,6 @@ from workers.state.stacks import other_stacks
 # its detail: restarting a process cannot fix a refused manifest, and the other tools serve meanwhile.
 Status = Literal["ok", "warn", "fail", "skip"]
 CONTROL_COMMAND = "fittest_health"
-MEMORY_QUEUE = "selection"  # the worker consuming it owns the embedder and the embedded store
 ROLES = ("memory", "executor", "evolver")
 BEAT = "beat"  # a role, but no Celery worker: it answers by the lock it holds (`check_beat`)
 # Procfile roles that are no Celery worker but serve HTTP on this host: each is asked at its own
@@ -189,7 +190,7 @@ def check_redis(settings: Settings, timeout: float) -> Check:
                 status, memory = "warn", "; ".join(filter(None, [memory, misrouted]))
             return status, f"{version}; {memory}" if memory else version
         except RedisError as exc:
-            if (why := refusal(exc, settings.redis_url)) is not None:  # it answered: say what it is
+            if (why := refusal(exc, settings.redis_url, settings.redis_tls())) is not None:  # it answered: say what it is
                 return "fail", f"Redis at FITTEST_REDIS_URL {why} ({exc})"
             return "fail", f"cannot reach Redis (FITTEST_REDIS_URL): {exc}"
         finally:
@@ -251,10 +252,10 @@ def redis_memory(client: Redis, prefix: str) -> tuple[Status, str]:
     used, limit = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
     policy = str(info.get("maxmemory_policy", "noeviction"))
     usage = f"{used / 2**20:.1f} of its maxmemory {limit / 2**20:.1f} MB used (maxmemory-policy {policy})" if limit else ""
-    try:
-        client.set(f"{prefix}health:write", 1, px=1000)
-    except OutOfMemoryError:
+    if isinstance(refused := write_refusal(client, f"{prefix}health:write"), OutOfMemoryError):
         return "fail", f"Redis refuses writes: {usage}; raise its maxmemory or free memory"
+    if refused is not None:
+        return "fail", f"Redis refuses writes ({refused}): point FITTEST_REDIS_URL at the primary, not a read-only replica"
     if limit and policy != "noeviction":  # a warning, as the README says (QA 57a L1: it was "ok")
         return "warn", (f"{usage}: past it Redis evicts keys fittest keeps (results, idempotency keys, the beat's "
                         "schedule); set maxmemory-policy noeviction")

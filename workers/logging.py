@@ -15,6 +15,7 @@ import json
 import logging
 import socket
 import sys
+import threading
 from typing import Any
 
 from celery.app.log import Logging
@@ -132,17 +133,20 @@ class LineLoggingProxy(LoggingProxy):
     def __init__(self, logger: logging.Logger, loglevel: int | str | None = None) -> None:
         super().__init__(logger, loglevel)
         self._partial = ""
+        self._partial_lock = threading.Lock()  # threads of one process write at once (QA 59f F8)
 
     def write(self, data: Any) -> int:
-        lines = (self._partial + safe_str(data)).split("\n")
-        self._partial = lines.pop()
+        with self._partial_lock:
+            lines = (self._partial + safe_str(data)).split("\n")
+            self._partial = lines.pop()
         for line in lines:
             super().write(line)
         return len(data)
 
     def flush(self) -> None:
-        if self._partial:
+        with self._partial_lock:
             partial, self._partial = self._partial, ""
+        if partial:
             super().write(partial)
 
     def close(self) -> None:

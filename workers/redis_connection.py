@@ -14,15 +14,16 @@ from urllib.parse import urlparse
 
 from redis import Redis
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import AuthenticationError, BusyLoadingError, InvalidResponse, RedisError, ResponseError
+from redis.exceptions import (AuthenticationError, BusyLoadingError, InvalidResponse, OutOfMemoryError, ReadOnlyError,
+                              RedisError, ResponseError)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from workers.settings import Settings
 
-__all__ = ["CONNECT_TIMEOUT_S", "HEALTH_CHECK_INTERVAL_S", "LOADING", "NOT_REDIS", "RETRIES", "SOCKET_TIMEOUT_S",
-           "probe_client", "redis_client", "redis_refusal"]
+__all__ = ["CLOSES", "CONNECT_TIMEOUT_S", "HEALTH_CHECK_INTERVAL_S", "LOADING", "NOT_REDIS", "RETRIES", "SOCKET_TIMEOUT_S",
+           "WRITE_REFUSALS", "probe_client", "redis_client", "redis_refusal", "write_refusal"]
 
 SOCKET_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 5.0
@@ -30,6 +31,10 @@ HEALTH_CHECK_INTERVAL_S = 30
 RETRIES = 20  # ~30 s of backoff: a Redis restart is ridden out, not turned into failed calls
 # What a Redis URL reaches when what answers there is no Redis, as every command and `fittest up` say it
 NOT_REDIS = "a server of another protocol answers at that host and port"
+# What `redis_refusal` says of a server that takes the connection and closes it at once: PostgreSQL
+# does, and so does a proxy (docker-proxy, kubectl port-forward, haproxy) whose Redis is away
+CLOSES = ("what answers at that host and port closes the connection at once: a server of another protocol "
+          "(PostgreSQL), or a proxy whose Redis is away")
 # What `redis_refusal` says of a Redis that answers, but is still reading its data set back
 LOADING = "it is loading its data set into memory"
 
@@ -90,8 +95,9 @@ def redis_refusal(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = N
         if "max number of clients" in str(exc) or url.startswith("rediss://"):  # a Redis's refusal, a TLS handshake's
             return str(exc)
         # A server that takes the connection and closes it (PostgreSQL, an MQTT broker) is no Redis
-        # either (QA 58d N2); one that refuses it is nothing at all.
-        return NOT_REDIS if _something_listens(url, timeout) else ""
+        # either (QA 58d N2), unless it is a proxy whose Redis is away (QA 59f F4); one that refuses
+        # it is nothing at all.
+        return CLOSES if _something_listens(url, timeout) else ""
     except (RedisError, OSError, ValueError):
         return ""
     except (AttributeError, TypeError):  # redis-py's reading of a greeting it did not expect (POP3's "+OK")
@@ -109,3 +115,18 @@ def _something_listens(url: str, timeout: float) -> bool:
             return True
     except (OSError, ValueError):
         return False
+
+
+# What a Redis that answers but takes no write raises: past its maxmemory under `noeviction`, or a
+# replica (read-only) after a failover
+WRITE_REFUSALS = (OutOfMemoryError, ReadOnlyError)
+
+
+def write_refusal(client: Redis, key: str) -> RedisError | None:
+    """Why Redis refuses writes (WRITE_REFUSALS), tried with `key` kept a second; None when it takes
+    the write. The one probe the beat, a call's step and health ask (QA 59f F11: three copies)."""
+    try:
+        client.set(key, 1, px=1000)
+    except WRITE_REFUSALS as exc:
+        return exc
+    return None

@@ -41,15 +41,14 @@ from celery.exceptions import Ignore, Reject, Retry
 from celery.signals import task_revoked
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
-from redis.exceptions import ReadOnlyError as RedisReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_fixed
+from tenacity import Retrying, retry_if_exception_type, retry_if_result, stop_before_delay, wait_fixed
 
 from workers.app import PRIORITY_HIGH, PRIORITY_STEPS, QUEUES, TASK_ROUTES, app
-from workers.routing import RoutedTask
+from workers.routing import REDELIVERED_HEADER, RoutedTask
 from workers.client import has_result
 from workers.metrics import CALLS, REDELIVERED_STEPS, RESENT_STEPS, held_task_ids, queue_key
+from workers.redis_connection import WRITE_REFUSALS, write_refusal
 from workers.runtime import Runtime, runtime
 from workers.state.inflight import EFFECTS, HandedOnStep, InflightCalls, step_due_in_s
 from workers.worker_lease import WorkerLease, give_back_silent, give_back_unclaimed, lease_for
@@ -114,7 +113,7 @@ class CallStep(RoutedTask):
                         self.name, exc, extra={"event": "step_given_back", "task_id": self.request.id, "task": self.name})
             redis_answers_again(runtime().redis, REDIS_AWAY_WAIT_S)
             raise Reject(exc, requeue=True) from exc
-        except (RedisOutOfMemoryError, RedisReadOnlyError) as exc:
+        except WRITE_REFUSALS as exc:
             # Redis refuses writes (past its maxmemory; a replica, read-only, after a failover): the
             # same, once it takes one. Raised, the error was stored as the call's result, or, that
             # write refused too, no result at all, and the call taken for ended (QA 59d H2: 6 of 40
@@ -193,17 +192,15 @@ def redis_answers_again(client: Redis, within_s: float) -> None:
 def redis_takes_writes_again(client: Redis, prefix: str, within_s: float) -> None:
     """Wait until Redis takes a write (a key of a second, `prefix`write-probe), or about `within_s`
     has passed: the step is given back either way."""
-    def probe() -> None:
-        client.set(f"{prefix}write-probe", 1, px=1000)
-
-    Retrying(retry=retry_if_exception_type((RedisConnectionError, RedisTimeoutError, RedisOutOfMemoryError, RedisReadOnlyError)),
-             stop=stop_before_delay(within_s), wait=wait_fixed(1.0), retry_error_callback=lambda _: None)(probe)
+    Retrying(retry=retry_if_exception_type((RedisConnectionError, RedisTimeoutError)) | retry_if_result(lambda r: r is not None),
+             stop=stop_before_delay(within_s), wait=wait_fixed(1.0),
+             retry_error_callback=lambda _: None)(write_refusal, client, f"{prefix}write-probe")
 
 
 def delivered_again(task: Task) -> str | None:
     """Who delivered this step again: "broker" (a message given back), "sweep" (sent again), or None
     for a first delivery."""
-    if (task.request.delivery_info or {}).get("redelivered", False):
+    if (task.request.delivery_info or {}).get("redelivered", False) or getattr(task.request, REDELIVERED_HEADER, False):
         return "broker"
     if getattr(task.request, RESENT_HEADER, False):
         return "sweep"
@@ -279,7 +276,7 @@ def effects_ended(rt: Runtime, requests: Sequence[Any]) -> Iterator[None]:
     QA 59d H2: a Redis past its maxmemory)."""
     try:
         yield
-    except (RedisConnectionError, RedisTimeoutError, RedisOutOfMemoryError, RedisReadOnlyError):
+    except (RedisConnectionError, RedisTimeoutError, *WRITE_REFUSALS):
         raise
     except BaseException:
         _forget(rt, requests)

@@ -19,13 +19,14 @@ from typing import Any
 from celery import Celery, Task
 from celery.signals import worker_init
 
-from workers.app import TASK_ROUTES
+from workers.app import MEMORY_QUEUE, TASK_ROUTES
 from workers.publishing import PUBLISH_RETRY_POLICY
 
 log = logging.getLogger("fittest.routing")
 
-# The queues of the memory-side worker, which owns the embedder and the embedded vector store
-MEMORY_QUEUES = frozenset({"selection", "feedback", "learning"})
+# The header of a message handed on that had come back from the broker (kombu's `redelivered`),
+# which the copy in its own queue would not say otherwise (rescue.py `delivered_again`)
+REDELIVERED_HEADER = "fittest_redelivered"
 _served: frozenset[str] | None = None  # the queues this worker process consumes; None: no worker
 
 
@@ -37,9 +38,9 @@ def _note_served_queues(sender: Any = None, **_: Any) -> None:
 
 
 def may_open_store() -> bool:
-    """Whether this process may open the embedded vector store: any process but a worker that
-    serves none of the memory worker's queues (an executor, an evolver)."""
-    return _served is None or bool(_served & MEMORY_QUEUES)
+    """Whether this process may open the embedded vector store: any process but a worker that does
+    not serve MEMORY_QUEUE (an executor, an evolver), as one process owns the store."""
+    return _served is None or MEMORY_QUEUE in _served
 
 
 def served_queues() -> frozenset[str] | None:
@@ -84,11 +85,18 @@ def handing_on(task: Task, app: Celery, handle: Callable[..., Any]) -> Callable[
 
 def hand_on(app: Celery, message: Any, queue: str) -> None:
     """Publish `message` again, unchanged, to `queue` (through the default exchange, which every
-    worker knows: a worker knows only the bindings of the queues it consumes)."""
+    worker knows: a worker knows only the bindings of the queues it consumes). Its body as kombu
+    read it, decompressed, is compressed again as it came (QA 59f F1: sent with its `compression`
+    header and a plain body, it could not be decoded, and was dropped); one the broker had given
+    back says so in REDELIVERED_HEADER (QA 59f F6)."""
     properties = message.properties or {}
+    headers = dict(message.headers or {})
+    compression = headers.pop("compression", None)
+    if (message.delivery_info or {}).get("redelivered"):
+        headers[REDELIVERED_HEADER] = True
     with app.producer_or_acquire() as producer:
         producer.publish(
-            message.body, exchange="", routing_key=queue, headers=message.headers,
+            message.body, exchange="", routing_key=queue, headers=headers, compression=compression,
             content_type=message.content_type, content_encoding=message.content_encoding,
             priority=properties.get("priority", (message.delivery_info or {}).get("priority")),
             correlation_id=properties.get("correlation_id"), reply_to=properties.get("reply_to"),

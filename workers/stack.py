@@ -26,7 +26,7 @@ import redis
 from kombu.exceptions import OperationalError
 
 from workers.prctl import PR_SET_PDEATHSIG, prctl
-from workers.redis_connection import LOADING, NOT_REDIS, redis_refusal
+from workers.redis_connection import CLOSES, LOADING, NOT_REDIS, redis_refusal
 from workers.settings import Settings, config_file, redact_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,9 +203,10 @@ class Stack:
                              f"into memory after {LOADING_WAIT_S:g} s: start again once it answers")
         # Someone else's Redis on the default URL is not ours to mend: one of our own starts beside it
         # (review 51: `fittest up` and `demo` refused, naming a FITTEST_REDIS_URL nobody had set).
-        if refused == NOT_REDIS and self.chosen_url:
-            raise StackError(f"Redis is not what answers at FITTEST_REDIS_URL ({redact_url(self.redis_url)}): "
-                             f"{NOT_REDIS}; point it at a Redis, or at a free port for one of fittest's own")
+        if refused in (NOT_REDIS, CLOSES) and self.chosen_url:
+            said = "is not what answers" if refused == NOT_REDIS else "does not answer"
+            raise StackError(f"Redis {said} at FITTEST_REDIS_URL ({redact_url(self.redis_url)}): "
+                             f"{refused}; point it at a Redis, or at a free port for one of fittest's own")
         if refused and self.chosen_url:
             raise StackError(f"Redis at FITTEST_REDIS_URL ({redact_url(self.redis_url)}) refuses the connection ({refused}): "
                              "mend its password or database")

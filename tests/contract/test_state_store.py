@@ -255,6 +255,14 @@ def test_a_judgement_that_comes_before_its_calls_success_is_counted_counts_that_
     store.record_successes([(other_key, "later:0")])
     assert (store.stats([other_key])[other_key].successes, store.stats([other_key])[other_key].failures) == (3, 1)
 
+    # QA 59f F2: a call judged wrong early whose success never comes (set aside) holds nothing back of
+    # another call's: judged wrong and then right again, that one counts as the success it is
+    third = "summarize_rows@1.0.0"
+    assert store.judge_output(third, "never-counted", "negative")
+    store.record_successes([(third, "other-call:0")])
+    assert store.judge_output(third, "other-call", "negative") and store.judge_output(third, "other-call", "positive")
+    assert (store.stats([third])[third].successes, store.stats([third])[third].failures) == (1, 1)
+
 
 def test_outputs_judged_wrong_leave_the_cost_of_later_failures_as_it_was(store):
     """QA ops: one output judged wrong made a version's 5th timeout its 6th failure, which cost the

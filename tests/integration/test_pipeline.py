@@ -240,3 +240,19 @@ def test_a_call_sent_with_a_countdown_is_not_said_unknown_while_a_worker_holds_i
         assert pipeline.client.result(sent.id, timeout=60).status == "success"
     finally:
         sender.close()
+
+
+def test_a_compressed_call_sent_to_another_queue_is_handed_on_whole(pipeline):
+    """QA 59f F1: a service sending large inputs compressed (`compression="zlib"`) and to the wrong
+    queue had its call handed on with its header saying zlib and its body plain: the selection
+    worker could not decode it, and dropped it."""
+    from tests.integration.delivery import foreign_sender
+
+    sender = foreign_sender(pipeline)
+    try:
+        sent = sender.send_task("fittest.resilient_tool_call", queue="execution", compression="zlib",
+                                kwargs={"scenario": "parse this csv text into rows", "input": {"text": "a,b\n1,2\n"},
+                                        "namespace": "csv_strict"})
+        assert sent.get(timeout=60)["status"] == "success"
+    finally:
+        sender.close()

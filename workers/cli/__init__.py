@@ -85,7 +85,9 @@ def operator_error(exc: BaseException) -> str | None:
                 "in the URL: redis://user:password@host:port/db.")
     if isinstance(cause, RedisRefused):
         return f"Redis refuses the connection ({cause}); {where}. Does Redis have that database (16 unless configured), and may the URL's user use it?"
-    if (why := refusal(cause, settings.redis_url)) is not None:
+    # asked at each URL the command uses (the result backend's may be another: QA 59f F4)
+    urls = dict.fromkeys(u for u in (settings.redis_url, settings.backend_url) if u.startswith(("redis://", "rediss://")))
+    if (why := next((w for u in urls if (w := refusal(cause, u, settings.redis_tls(u))) is not None), None)) is not None:
         return f"Redis {why} ({cause}); {where}. `fittest health` checks every part."
     return (f"Redis does not answer ({cause}); {where}. Is it running? `fittest up` starts one, and "
             "`fittest health` checks every part.")

@@ -10,14 +10,15 @@ Key layout (P = the store's prefix, e.g. `fittest:`); the fixed type word comes 
 caller-supplied part, so no two kinds of key can collide:
 
     P tool:{key}             hash   quality_bp, successes, failures, refused_inputs, refused_in_a_row,
-                                    judged_wrong (of the failures, outputs a person judged wrong),
-                                    judged_early (of those, judged before their success was counted)
+                                    judged_wrong (of the failures, outputs a person judged wrong)
                                     (absent field: default)
     P applied:outcome:{aid}  string idempotency key of an attempt's outcome: mark_failure or record_successes
                                     (record_success.lua), whichever comes first (TTL, 7 days)
     P forgiven:failure:{aid} string a failure of a recovered outage gives its cost back once (forgive_failures.lua, TTL)
     P judged:{key}           hash   call id -> the judgement of its output last applied to the counters
                                     (judge_count.lua)
+    P judged_early:{key}     hash   call id -> 1: judged wrong before its success was counted, which then
+                                    counts nothing (judge_count.lua, record_success.lua; TTL, 7 days)
     P once:breaker:{aid}     string an attempt feeds its breaker once; what that returned (breaker_record.lua, TTL)
     P once:{what}:{token}    string a change not keyed by an attempt (a run's duration, a promotion, new
                                     weights) applies once, however often it is sent (once.py, TTL)
@@ -228,7 +229,7 @@ class RedisStateStore(PrefixedStore):
         def queue(pipe: Pipeline) -> None:
             for key, attempt_id in attempts:
                 self.scripts["record_success"](
-                    keys=[self._k("tool", key), self._k("applied", "outcome", attempt_id), self._k("judged", key)],
+                    keys=[self._k("tool", key), self._k("applied", "outcome", attempt_id), self._k("judged_early", key)],
                     args=[IDEMPOTENCY_TTL_S, call_of_attempt(attempt_id)],
                     client=pipe,
                 )
@@ -236,9 +237,9 @@ class RedisStateStore(PrefixedStore):
         return [bool(counted) for counted in execute_scripts(self.client, queue)]
 
     def judge_output(self, key: str, call_id: str, sentiment: Sentiment) -> bool:
-        changed, _ = self.scripts["judge_count"](keys=[self._k("tool", key), self._k("judged", key)],
+        changed, _ = self.scripts["judge_count"](keys=[self._k("tool", key), self._k("judged", key), self._k("judged_early", key)],
                                                  args=[call_id, sentiment, "successes", "failures", "0", "judged_wrong",
-                                                       "judged_early"])
+                                                       IDEMPOTENCY_TTL_S])
         return bool(changed)
 
     # Promotions -------------------------------------------------------------------------------

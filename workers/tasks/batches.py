@@ -35,6 +35,7 @@ from celery.worker.consumer import Consumer
 from kombu.exceptions import OperationalError
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
+from workers.redis_connection import WRITE_REFUSALS
 from workers.routing import handing_on
 
 log = logging.getLogger("fittest.tasks")
@@ -46,8 +47,7 @@ UNAVAILABLE_RETRY_S = 120.0
 # refusing writes (past its maxmemory; a read-only replica), and kombu's error for a publish that
 # failed after the transport's own retries. A batch that raised one of these was acknowledged with
 # its outcomes unapplied (QA 59d H2's test: calls answered, their successes never counted).
-UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError,
-               OperationalError)
+UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, *WRITE_REFUSALS, OperationalError)
 
 
 class Batches(celery_batches.Batches):
