@@ -29,7 +29,7 @@ from celery.states import READY_STATES
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 from redis import Redis
-from redis.exceptions import InvalidResponse, OutOfMemoryError, RedisError
+from redis.exceptions import BusyLoadingError, InvalidResponse, OutOfMemoryError, RedisError
 
 from selection.models import CallResult, FieldError, joined_errors
 from workers.buffered import flush_side_by_side
@@ -102,6 +102,8 @@ def refusal(exc: BaseException, url: str | None = None, tls: dict[str, Any] | No
         return "refuses writes (past its maxmemory): raise its maxmemory, under maxmemory-policy noeviction, or free memory"
     if getattr(exc, "errno", None) == errno.EMFILE or "Too many open files" in text:
         return "cannot be opened: this process is out of file descriptors (raise `ulimit -n`)"
+    if isinstance(exc, BusyLoadingError):  # QA 59e: told "does not answer... `fittest up` starts one"
+        return "answers, but is still loading its data set into memory: try again once it has"
     if "DB index is out of range" in text:  # QA 52a L8: told "cannot be reached", of a Redis that answered
         return "answers, but has no database of the number the URL ends with (`/0` is the first)"
     if "NOAUTH" in text or "WRONGPASS" in text or "invalid password" in text:

@@ -466,7 +466,11 @@ class Evolver:
         repeated = sum(r.reason.startswith("failed before") for r in skipped)
         # a skip for another reason (the served version's twin) says its own (QA 53a: "skipped as failed before")
         others = [r.reason for r in skipped if not r.reason.startswith("failed before")]
-        counts = [f"{sum(r.outcome == 'failed' for r in reports)} candidate(s) failed verification"]
+        unwritten = sum(r.outcome == "failed" and r.reason.startswith(CANDIDATE_NOT_WRITTEN) for r in reports)
+        counts = [f"{sum(r.outcome == 'failed' for r in reports) - unwritten} candidate(s) failed verification"]
+        # the machine's, not the candidates' (QA 59e: "failed verification" of one the disk kept out)
+        counts += [f"{unwritten} not written: {next(r.reason for r in reports if r.reason.startswith(CANDIDATE_NOT_WRITTEN))}"
+                   ] if unwritten else []
         counts += [f"{repeated} skipped as failed before"] if repeated or not others else []
         counts += [f"1 skipped: {reason}" for reason in others]
         message = why or (

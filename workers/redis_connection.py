@@ -22,7 +22,7 @@ from redis.retry import Retry
 
 from workers.settings import Settings
 
-__all__ = ["CLOSES", "CONNECT_TIMEOUT_S", "HEALTH_CHECK_INTERVAL_S", "LOADING", "NOT_REDIS", "RETRIES", "SOCKET_TIMEOUT_S",
+__all__ = ["CLOSES", "CONNECT_TIMEOUT_S", "HEALTH_CHECK_INTERVAL_S", "LOADING", "NOT_REDIS", "SLOW", "RETRIES", "SOCKET_TIMEOUT_S",
            "WRITE_REFUSALS", "probe_client", "redis_client", "redis_refusal", "write_refusal"]
 
 SOCKET_TIMEOUT_S = 5.0
@@ -37,6 +37,8 @@ CLOSES = ("what answers at that host and port closes the connection at once: a s
           "(PostgreSQL), or a proxy whose Redis is away")
 # What `redis_refusal` says of a Redis that answers, but is still reading its data set back
 LOADING = "it is loading its data set into memory"
+# ...and of what takes the connection but answers no PING in time (a Redis busy or slow to start)
+SLOW = "it takes the connection but answers no PING in time"
 
 
 def redis_client(settings: Settings, **overrides: Any) -> Redis:
@@ -98,6 +100,10 @@ def redis_refusal(url: str, timeout: float = 1.0, tls: dict[str, Any] | None = N
         # either (QA 58d N2), unless it is a proxy whose Redis is away (QA 59f F4); one that refuses
         # it is nothing at all.
         return CLOSES if _something_listens(url, timeout) else ""
+    except RedisTimeoutError:
+        # Taken, and no answer in time: a Redis too busy or slow to answer now, not nothing there
+        # (QA 59e: `up` started a Redis of its own beside one that was loading slowly)
+        return SLOW if _something_listens(url, timeout) else ""
     except (RedisError, OSError, ValueError):
         return ""
     except (AttributeError, TypeError):  # redis-py's reading of a greeting it did not expect (POP3's "+OK")

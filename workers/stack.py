@@ -26,7 +26,7 @@ import redis
 from kombu.exceptions import OperationalError
 
 from workers.prctl import PR_SET_PDEATHSIG, prctl
-from workers.redis_connection import CLOSES, LOADING, NOT_REDIS, redis_refusal
+from workers.redis_connection import CLOSES, LOADING, NOT_REDIS, SLOW, redis_refusal
 from workers.settings import Settings, config_file, redact_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,15 +192,16 @@ class Stack:
         holds gets a free one instead (the URL changes; `fittest up` prints the one in use)."""
         refused = redis_refusal(self.redis_url, tls=self.settings.redis_tls(self.redis_url))
         waited_until = time.monotonic() + LOADING_WAIT_S
-        while refused == LOADING and time.monotonic() < waited_until:  # a Redis restarted a moment ago
+        while refused in (LOADING, SLOW) and time.monotonic() < waited_until:  # a Redis restarted a moment ago
             time.sleep(0.5)
             refused = redis_refusal(self.redis_url, tls=self.settings.redis_tls(self.redis_url))
         if refused is None:
             self._refuse_if_full()
             return self.redis_url
-        if refused == LOADING:
-            raise StackError(f"Redis at FITTEST_REDIS_URL ({redact_url(self.redis_url)}) was still loading its data set "
-                             f"into memory after {LOADING_WAIT_S:g} s: start again once it answers")
+        if refused in (LOADING, SLOW):
+            doing = "was still loading its data set into memory" if refused == LOADING else "still answered no PING"
+            raise StackError(f"Redis at FITTEST_REDIS_URL ({redact_url(self.redis_url)}) {doing} after {LOADING_WAIT_S:g} s: "
+                             "start again once it answers")
         # Someone else's Redis on the default URL is not ours to mend: one of our own starts beside it
         # (review 51: `fittest up` and `demo` refused, naming a FITTEST_REDIS_URL nobody had set).
         if refused in (NOT_REDIS, CLOSES) and self.chosen_url:

@@ -63,11 +63,14 @@ def said_of(greeting: bytes) -> str:
     Redis is away (QA 59f F4), and is not called another protocol outright."""
     if not greeting:
         return "error: Redis does not answer: what answers at that host and port closes the connection at once"
+    if greeting.startswith(b"-LOADING"):  # QA 59e: "Is it running? `fittest up` starts one"
+        return "error: Redis answers, but is still loading its data set into memory: try again once it has"
     return "error: Redis is not what answers there: a server of another protocol answers at that host and port"
 
 
 @pytest.mark.parametrize("greeting", [b"<html>not redis</html>\r\n", b"+OK POP3 ready\r\n",
-                                      b""])  # one that takes the connection and closes it, as PostgreSQL does
+                                      b"",  # one that takes the connection and closes it, as PostgreSQL does
+                                      b"-LOADING Redis is loading the dataset in memory\r\n"])
 def test_a_url_where_another_kind_of_server_answers_is_named_as_such(model_path: Path, greeting: bytes) -> None:
     """QA 57a M1: a FITTEST_REDIS_URL naming an HTTP service's port ended every command with redis-py's
     InvalidResponse traceback; QA 57d L2: a server greeting with "+OK" ended it with an AttributeError;

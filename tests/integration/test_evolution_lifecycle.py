@@ -439,6 +439,7 @@ def test_a_candidate_the_full_disk_kept_from_being_written_is_tried_again_once_i
     first = evolve(rt, slow_call(3))
     assert [c.outcome for c in first.candidates] == ["failed"], first.candidates
     assert first.candidates[0].reason.startswith("the candidate could not be written under FITTEST_DATA_DIR: OSError: ")
+    assert "0 candidate(s) failed verification, 1 not written: the candidate could not be written" in first.message, first.message
     monkeypatch.setattr(evolver, "write_version", written)  # room again
     again = evolve(rt, slow_call(3))
     assert again.status == "evolved" and [c.outcome for c in again.candidates] == ["verified"], again.candidates

@@ -130,6 +130,15 @@ def test_a_redis_loading_its_data_is_waited_for_and_told_as_loading(monkeypatch:
         assert "was still loading its data set into memory after 1 s" in str(told.value)
         assert "redis" not in s.procs
 
+    silent = socket.create_server(("127.0.0.1", 0))  # takes connections, answers nothing (QA 59e: a slow Redis)
+    try:
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        with stack(monkeypatch, tmp_path, url) as s, pytest.raises(StackError) as told:
+            s.ensure_redis()  # nothing answering was the verdict, and a Redis of its own started beside it
+        assert "still answered no PING after 1 s" in str(told.value) and "redis" not in s.procs
+    finally:
+        silent.close()
+
     answers = [LOADING, LOADING, None]
     monkeypatch.setattr("workers.stack.redis_refusal", lambda url, tls=None: answers.pop(0))
     with stack(monkeypatch, tmp_path, "redis://127.0.0.1:6399/0") as s:
