@@ -7,7 +7,8 @@ degraded, loaded the embedding model into each pool process, and its try to open
 store, which the memory worker owns, left that store's index files damaged (QA 59a H1: every tool
 indexed after it failed its first write). A message that comes to a queue other than its task's
 is now handed on, as it is, to its task's queue, and taken off the one it came to; and a worker
-that serves none of the memory worker's queues never opens the embedded store (`may_open_store`).
+that does not serve MEMORY_QUEUE (the memory worker's `selection`) never opens the embedded store
+(`may_open_store`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def may_open_store() -> bool:
 
 
 def served_queues() -> frozenset[str] | None:
+    """The queues this worker process consumes, for a refusal to name them; None outside a worker."""
     return _served
 
 
