@@ -236,11 +236,10 @@ def context_json_schema() -> dict[str, Any]:
     """What `fittest schema` publishes of a call's `context`: the keys selection reads, each with
     the values it takes, beside the caller's own keys (QA 59a M2: a payload the schema passed, its
     phase misspelled or its complexity a string, was refused by the workers)."""
-    read = {name: prop for name, prop in ExplicitContext.model_json_schema()["properties"].items()}
     strings = {"type": "array", "items": {"type": "string"}}
     return {
         "properties": {
-            **read,
+            **ExplicitContext.model_json_schema()["properties"],
             "language": {"anyOf": [{"type": "string"}, strings], "description": "one of `languages` (give one of the two)"},
             "files": {"anyOf": [strings, {"type": "object", "additionalProperties": {"type": "string"}}],
                       "description": "paths, or paths mapped to their contents"},

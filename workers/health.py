@@ -22,7 +22,7 @@ from celery.worker.control import inspect_command
 from kombu.exceptions import OperationalError
 from pydantic import BaseModel, Field, ValidationError
 from redis import Redis
-from redis.exceptions import OutOfMemoryError, RedisError
+from redis.exceptions import InvalidResponse, OutOfMemoryError, RedisError
 
 from selection.manifest import ManifestError
 from workers.app import MEMORY_QUEUE
@@ -175,7 +175,7 @@ def _timed(name: str, fn: Callable[[], tuple[Status, str]]) -> Check:
 def check_redis(settings: Settings, timeout: float) -> Check:
     from workers.client import refusal
     from workers.default_queue import misrouted_note
-    from workers.redis_connection import NOT_REDIS, probe_client
+    from workers.redis_connection import probe_client
 
     def probe() -> tuple[Status, str]:
         client = probe_client(settings, timeout)
@@ -184,7 +184,7 @@ def check_redis(settings: Settings, timeout: float) -> Check:
                 client.ping()
                 version = f"redis {client.info('server').get('redis_version', '?')}"
             except (AttributeError, TypeError) as exc:  # redis-py's reading of a greeting it did not expect ("+OK")
-                return "fail", f"Redis at FITTEST_REDIS_URL is not what answers there: {NOT_REDIS} ({type(exc).__name__}: {exc})"
+                raise InvalidResponse(f"{type(exc).__name__}: {exc}") from exc  # told below, as any other server's
             status, memory = redis_memory(client, settings.key_prefix)
             if (misrouted := misrouted_note(client)) and status != "fail":
                 status, memory = "warn", "; ".join(filter(None, [memory, misrouted]))

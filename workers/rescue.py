@@ -103,24 +103,17 @@ class CallStep(RoutedTask):
             result = super().__call__(*args, **kwargs)
         except (Ignore, Reject, Retry):
             raise  # handed on (Task.replace raises Ignore), or given back: still in flight
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            # Redis stayed away past the state client's retries. Raised, Celery would store the error
-            # as the call's result, and the call would be over, its outcome lost, and taken for ended
-            # by the sweep (QA resilience: a 45 s outage answered two calls with ConnectionError). The
-            # step goes back to its queue once Redis answers, and runs again (its attempt id keeps
-            # its effects applied once); if it cannot be put back, the sweep sends it once overdue.
-            log.warning("call %s: %s lost Redis (%s); given back to its queue once Redis answers", self.request.id,
-                        self.name, exc, extra={"event": "step_given_back", "task_id": self.request.id, "task": self.name})
-            redis_answers_again(runtime().redis, REDIS_AWAY_WAIT_S)
-            raise Reject(exc, requeue=True) from exc
-        except WRITE_REFUSALS as exc:
-            # Redis refuses writes (past its maxmemory; a replica, read-only, after a failover): the
-            # same, once it takes one. Raised, the error was stored as the call's result, or, that
-            # write refused too, no result at all, and the call taken for ended (QA 59d H2: 6 of 40
-            # calls, their tools run, their ids answered with "Redis does not answer" for a day).
-            log.warning("call %s: %s: Redis refuses writes (%s); given back to its queue once it takes them",
-                        self.request.id, self.name, exc,
-                        extra={"event": "step_given_back", "task_id": self.request.id, "task": self.name})
+        except (RedisConnectionError, RedisTimeoutError, *WRITE_REFUSALS) as exc:
+            # Redis stayed away past the state client's retries, or refused writes (past its
+            # maxmemory; a read-only replica after a failover). Raised, Celery would store the error
+            # as the call's result, or, that write refused too, none at all, and the call would be
+            # over, its outcome lost, and taken for ended by the sweep (QA resilience: a 45 s outage
+            # answered two calls with ConnectionError; QA 59d H2: 6 of 40 calls past maxmemory).
+            # The step goes back to its queue once Redis takes a write, and runs again (its attempt
+            # id keeps its effects applied once); if it cannot be put back, the sweep sends it once overdue.
+            what = "Redis refuses writes" if isinstance(exc, WRITE_REFUSALS) else "lost Redis"
+            log.warning("call %s: %s: %s (%s); given back to its queue once Redis takes a write", self.request.id,
+                        self.name, what, exc, extra={"event": "step_given_back", "task_id": self.request.id, "task": self.name})
             redis_takes_writes_again(runtime().redis, runtime().settings.key_prefix, REDIS_AWAY_WAIT_S)
             raise Reject(exc, requeue=True) from exc
         except Exception:
@@ -182,16 +175,10 @@ def _end_revoked_call(task: Task) -> None:
         rt.metrics.count(CALLS, status="revoked")
 
 
-def redis_answers_again(client: Redis, within_s: float) -> None:
-    """Wait until Redis answers a ping, or about `within_s` has passed (a ping itself may take the
-    client's own retries: the step is given back either way)."""
-    Retrying(retry=retry_if_exception_type((RedisConnectionError, RedisTimeoutError)), stop=stop_before_delay(within_s),
-             wait=wait_fixed(1.0), retry_error_callback=lambda _: None)(client.ping)
-
-
 def redis_takes_writes_again(client: Redis, prefix: str, within_s: float) -> None:
-    """Wait until Redis takes a write (a key of a second, `prefix`write-probe), or about `within_s`
-    has passed: the step is given back either way."""
+    """Wait until Redis answers and takes a write (a key of a second, `prefix`write-probe), or about
+    `within_s` has passed (a try itself may take the client's own retries): the step is given back
+    either way."""
     Retrying(retry=retry_if_exception_type((RedisConnectionError, RedisTimeoutError)) | retry_if_result(lambda r: r is not None),
              stop=stop_before_delay(within_s), wait=wait_fixed(1.0),
              retry_error_callback=lambda _: None)(write_refusal, client, f"{prefix}write-probe")

@@ -156,6 +156,7 @@ class Runtime:
         if self._memory_ready:
             return self._memory  # type: ignore[return-value]
         from workers.memory import VectorMemoryUnavailable, open_vector_memory
+        from workers.app import MEMORY_QUEUE
         from workers.routing import may_open_store, served_queues
 
         with self._lock:  # reentrant: the sync below uses the memory from this thread
@@ -166,7 +167,7 @@ class Runtime:
             try:
                 if self.settings.qdrant_url is None and not may_open_store():
                     raise VectorMemoryUnavailable(f"this worker serves {', '.join(sorted(served_queues() or ()))}: the embedded "
-                                                  "vector store is the memory worker's, which serves selection, feedback and learning")
+                                                  f"vector store is the memory worker's, which serves {MEMORY_QUEUE}")
                 memory = open_vector_memory(self.settings)
             except Exception as exc:
                 self._memory_error = str(exc) or type(exc).__name__

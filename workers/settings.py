@@ -437,6 +437,16 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}**@{host}"))
 
 
+def shown_value(value: Any) -> str:
+    """A setting's value as `fittest settings` and a bench's JSON show it: a secret hidden, a URL's
+    password masked, a flag as the environment spells it; "" when unset."""
+    if value is None:
+        return ""
+    if isinstance(value, SecretStr):
+        return "***"
+    return str(value).lower() if isinstance(value, bool) else redact_url(str(value))
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()

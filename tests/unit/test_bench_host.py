@@ -44,7 +44,8 @@ def test_a_bench_says_which_code_and_which_settings_its_numbers_come_from(monkey
     monkeypatch.setenv("FITTEST_LLM_API_KEY", "sk-secret")
     result = BenchResult()
     assert result.settings["FITTEST_MIN_SIMILARITY"] == "0.4"
-    assert result.settings["FITTEST_REDIS_URL"] == "redis://:**@127.0.0.1:6379/0" and result.settings["FITTEST_LLM_API_KEY"] == "**"
+    assert result.settings["FITTEST_REDIS_URL"] == "redis://:**@127.0.0.1:6379/0" and result.settings["FITTEST_LLM_API_KEY"] == "***"
+    assert "FITTEST_MAX_CANDIDATES" not in result.settings  # at its default
     root = Path(__file__).resolve().parents[2]
     head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
     if head.returncode == 0:  # a git checkout, as CI's clean clone is

@@ -84,16 +84,15 @@ def _code() -> str | None:
     return f"{commit}-dirty" if changed else commit
 
 
-SECRET_WORDS = ("PASSWORD", "API_KEY", "TLS_KEY")
-
-
 def _settings() -> dict[str, str]:
-    """The FITTEST_ variables the bench ran with, secrets left out and URLs' passwords masked: a run
-    with another FITTEST_MIN_SIMILARITY or the classifier off looked like any other (QA 59c L1)."""
-    from workers.settings import redact_url
+    """The settings the bench ran with that differ from their defaults, as `fittest settings` shows
+    them (secrets hidden): a run with another FITTEST_MIN_SIMILARITY or the classifier off looked like
+    any other (QA 59c L1)."""
+    from workers.settings import Settings, shown_value
 
-    return {name: "**" if any(word in name for word in SECRET_WORDS) else redact_url(value) if "://" in value else value
-            for name, value in sorted(os.environ.items()) if name.startswith("FITTEST_")}
+    settings = Settings()
+    return {f"FITTEST_{name.upper()}": shown_value(value) for name, field in Settings.model_fields.items()
+            if (value := getattr(settings, name)) != field.default}
 
 
 class BenchResult(BaseModel):

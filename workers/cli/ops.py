@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from rich.table import Table
 
 from workers.cli.common import REFUSED, JsonOpt, check_redis, console, fail, literal, print_json, reads_state, seconds, warn_of_other_stacks
-from workers.settings import OTHER_VARIABLES, Settings, get_settings, redact_url
+from workers.settings import OTHER_VARIABLES, Settings, get_settings, shown_value
 
 app = typer.Typer()
 
@@ -172,8 +172,7 @@ def show_settings(
     rows = settings_rows()
     for row in rows:
         value = current.get(row.variable.removeprefix("FITTEST_").lower(), os.environ.get(row.variable))
-        row.value = ("" if value is None else "***" if "SecretStr" in type(value).__name__
-                     else str(value).lower() if isinstance(value, bool) else redact_url(str(value)))  # as its default reads
+        row.value = shown_value(value)  # as its default reads
     if markdown:
         lines = ["| variable | default | meaning |", "|---|---|---|"]
         lines += [f"| `{r.variable}` | {('`' + r.default + '`') if r.default else '(unset)'} | {r.meaning} |" for r in rows]
