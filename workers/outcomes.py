@@ -13,10 +13,10 @@ from evolution.models import bounded_input
 from selection.feedback import FeedbackRecord, outcome_value
 from selection.learner import ExecutionRecord
 from selection.models import FailureCount, FailureMark, OutcomeRecord
-from selection.ports import EXECUTIONS, FAILURES, FailureApplied, Match, Range, VectorFilter, VectorPoint
+from selection.ports import EXECUTIONS, FAILURES, FEEDBACK, FORGIVEN, FailureApplied, Match, Range, VectorFilter, VectorPoint
 from workers.feedback_store import as_judged, judgements_known, write_feedback
 from workers.evolution_jobs import apply_evolution_outcomes
-from workers.outage import forgive_outage
+from workers.outage import OUTAGE_SCAN, forgive_outage
 from workers.pending import upsert_or_keep
 from workers.store_failures import is_store_failure
 
@@ -114,7 +114,11 @@ def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord], vectors: Seque
     # A judgement that came before its call's outcome was applied found no entry to flag (it waits
     # OUTCOME_WAIT_S for the call's records): the entry knows it as it is written.
     judged = judgements_known(rt, [r.call_id for r in records]) if feedback else {}
+    # A redelivered outcome rewrites its entries: one an outage's recovery flagged since its first
+    # delivery stays flagged, or the outage counted against its version again (QA 59b S4).
+    forgiven_since = _forgiven_already(rt, [r.call_id for r in records]) if feedback else set()
     feedback = [f.model_copy(update={"replaced": True}) if (f.key, f.call_id) in judged else f for f in feedback]
+    feedback = [f.model_copy(update={"forgiven": True}) if f.id in forgiven_since else f for f in feedback]
     write_feedback(rt, feedback, feedback_vectors if vectors is not None else None)
     for i, record in enumerate(records):  # a version whose breaker this call's run closed: its outage is forgiven
         for a in record.attempts:
@@ -122,6 +126,20 @@ def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord], vectors: Seque
                 vector = vectors[i] if vectors is not None else rt.embedder.embed_one(record.scenario)
                 forgive_outage(rt, a.key, vector, a.timestamp, record.call_id,  # logs what it forgave
                                record.features.get("complexity"))
+
+
+def _forgiven_already(rt: Runtime, call_ids: Sequence[str]) -> set[str]:
+    """The ids of the outcome entries of `call_ids` stored with `forgiven` set: one read of the few
+    forgiven entries (the `forgiven` index). None when the store cannot be read: the write is then
+    kept for later, as it would be anyway."""
+    flagged = VectorFilter(must=[FORGIVEN, Match(key="source", any_of=["outcome"]),
+                                 Match(key="call_id", any_of=sorted(set(call_ids)))])
+    try:
+        return {p.id for p in rt.memory.scroll(FEEDBACK, filter=flagged, limit=OUTAGE_SCAN)}
+    except Exception as exc:
+        if not is_store_failure(exc):
+            raise
+        return set()
 
 
 def outcome_feedback(record: OutcomeRecord, quality: Mapping[str, float]) -> list[FeedbackRecord]:

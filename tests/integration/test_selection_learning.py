@@ -308,6 +308,14 @@ def test_a_recovery_on_a_small_input_does_not_forgive_timeouts_on_large_ones(rt)
                 if p.payload["call_id"] in failed}
     assert negative == forgiven
 
+    # QA 59b S4: an outcome delivered again after the recovery (its worker killed before the ack)
+    # rewrote its entry unflagged, and the outage counted against the version again.
+    small = ToolExecutionResult(attempt_id="small:0", call_id="small", tool="currency_rates", version="1.0.0",
+                                success=False, error_class=FailureClass.timeout)
+    apply_outcome(rt, OutcomeRecord(call_id="small", scenario=scenario, attempts=[small], features={"complexity": 0.15}))
+    again = [p.payload.get("forgiven") for p in rt.memory.scroll(FEEDBACK, filter=VectorFilter.where(call_id="small"), limit=5)]
+    assert again == [True]
+
 
 def test_refused_inputs_of_a_job_its_tool_does_neither_count_against_it_nor_go_to_a_tool_that_does_not_do_it(rt) -> None:
     """QA AD: a caller left a key out of a job hash_text had served 10 times; hash_text refused the
