@@ -6,8 +6,10 @@ one pass, constant memory), so it can learn from a stream of execution records o
 A component's weight is its correlation with success, normalised to sum 1, counted only above
 the noise of n records (2/sqrt(n), twice the standard error of the correlation of unrelated
 variables, which about 95 % of chance correlations stay under): a
-component that does not vary, or varies against success, or too little to tell from chance, stops
-steering selection; one that tracks success steers it in proportion. With fewer than MIN_RECORDS
+component that varies against success, or too little to tell from chance, stops steering
+selection; one that tracks success steers it in proportion; one that does not vary at all in the
+window (no call stated or showed it) keeps a small weight (QUIET_WEIGHT), and the others share
+the rest. With fewer than MIN_RECORDS
 records, or when no component correlates positively beyond that noise, the weights are left as
 they were (QA U: 34 records put every weight on complexity for a correlation of +0.04, where the
 noise of 34 records is 0.34).
@@ -20,13 +22,14 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, FiniteFloat
 
 from selection.manifest import VersionKeyed
 from selection.ports import RetrainEvidence, SelectionWeights
 from selection.sparc import COMPONENTS, normalised
 
 MIN_RECORDS = 10
+QUIET_WEIGHT = 0.05  # the weight of a component the window never varied (`WeightLearner.quiet`)
 JUDGED_WRONG = "judged_wrong"  # the error class of a run whose output a person judged wrong
 
 
@@ -41,7 +44,9 @@ class ExecutionRecord(VersionKeyed, BaseModel):
     version: str
     scenario: str
     features: dict[str, Any] = Field(default_factory=dict)
-    components: dict[str, float] = Field(default_factory=dict)
+    # Finite (QA 60b F4): one infinite value took its component out of the whole window's weights,
+    # and a stored record that holds one is skipped as unreadable when the window is read.
+    components: dict[str, FiniteFloat] = Field(default_factory=dict)
     success: bool
     error_class: str | None = None
     probability: float = 1.0
@@ -121,7 +126,17 @@ class WeightLearner:
         telling = self.telling()
         if self.n < MIN_RECORDS or sum(telling.values()) <= 0:
             return dict(self._initial)
-        return {c: round(v, 4) for c, v in normalised(telling).items()}
+        quiet = self.quiet()
+        learned = normalised({c: v for c, v in telling.items() if c not in quiet})
+        rest = 1.0 - QUIET_WEIGHT * len(quiet)
+        return {c: round(QUIET_WEIGHT if c in quiet else learned[c] * rest, 4) for c in COMPONENTS}
+
+    def quiet(self) -> set[str]:
+        """The components that did not vary over the records. The window says nothing of them, and
+        weighted 0 they stopped counting where they do vary (QA 60b F3: with no call stating a
+        context, four of five components were constant, and a tool's declared complexity range
+        stopped keeping it from jobs outside it): each keeps QUIET_WEIGHT."""
+        return {c for c, m in self._moments.items() if m.m2_x <= 1e-12}
 
     def predict_one(self, x: Mapping[str, float]) -> float:
         """The weighted SPARC score of components `x` (missing ones neutral) under the weights
@@ -135,9 +150,13 @@ class WeightLearner:
 
 def _known(x: Mapping[str, float]) -> None:
     """A component the learner does not know is a misspelling (`langauge`), which would otherwise
-    be learned or scored as that component's absence, neutral, without a word."""
+    be learned or scored as that component's absence, neutral, without a word; one not finite
+    (NaN, inf) would turn its correlation to NaN for the whole window (QA 60b F4)."""
     if unknown := sorted(set(x) - set(COMPONENTS)):
         raise ValueError(f"unknown SPARC component(s) {', '.join(map(repr, unknown))} (known: {', '.join(COMPONENTS)})")
+    if not_finite := sorted(c for c, v in x.items() if not math.isfinite(float(v))):
+        raise ValueError(f"SPARC component(s) {', '.join(map(repr, not_finite))} not a finite number: "
+                         f"{', '.join(repr(x[c]) for c in not_finite)}")
 
 
 def _against_advice(learner: WeightLearner) -> list[str]:

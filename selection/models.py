@@ -68,7 +68,7 @@ def _not_blank(v: str | None) -> str | None:
     """A scenario of spaces names no job, and is refused as one (QA F7: `--scenario "   "` was
     stored as a judgement's job); an empty one is left to the field (refused, or meaning none)."""
     if v and not v.strip():
-        raise ValueError("scenario is blank")
+        raise ValueError("it is blank (spaces only): say what you need done")
     return v
 
 

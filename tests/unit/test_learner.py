@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from selection.learner import MIN_RECORDS, ExecutionRecord, WeightLearner, retrain
+from selection.learner import MIN_RECORDS, QUIET_WEIGHT, ExecutionRecord, WeightLearner, retrain
 from selection.ports import SelectionWeights
 from selection.sparc import COMPONENTS
 
@@ -81,7 +81,8 @@ def test_a_correlation_within_the_noise_of_few_records_changes_no_weight() -> No
         out = []
         for i in range(34):
             success = i % 2 == 0
-            components = {c: 0.5 for c in COMPONENTS} | {"complexity": (i * 5 % 34) / 34 + (complexity_tracks if success else 0.0)}
+            components = ({c: 0.4 + 0.2 * (i // 2 % 2) for c in COMPONENTS}  # varying, and telling nothing
+                          | {"complexity": (i * 5 % 34) / 34 + (complexity_tracks if success else 0.0)})
             out.append(ExecutionRecord(attempt_id=f"a{i}", call_id=f"c{i}", tool="t", version="1.0.0", scenario="s",
                                        components=components, success=success))
         return out
@@ -133,6 +134,45 @@ def test_a_misspelled_component_is_refused_by_name_not_learned_as_neutral() -> N
         learner.predict_one({"langauge": 0.9})
 
 
+def test_a_component_the_window_never_varied_keeps_a_small_weight_and_the_others_share_the_rest() -> None:
+    """QA 60b F3: no call stated a context, so phase, language, complexity and task type were 0.5 in
+    every record; each was weighted 0, history 1, and a tool's declared complexity range stopped
+    keeping it from jobs outside it. The window says nothing of a component that never varied."""
+    rng = random.Random(3)
+    window = []
+    for i in range(200):
+        history, language = rng.random(), rng.random()
+        window.append(ExecutionRecord(attempt_id=f"a{i}", call_id=f"c{i}", tool="t", version="1.0.0", scenario="s",
+                                      components={"phase": 0.5, "complexity": 0.5, "task_type": 0.5, "language": language,
+                                                  "history": history},
+                                      success=history > 0.5))
+    new, evidence = retrain(window, SelectionWeights())
+    assert new is not None and evidence.correlations["complexity"] == 0.0
+    assert {c: new.weights[c] for c in ("phase", "complexity", "task_type")} == {"phase": QUIET_WEIGHT, "complexity": QUIET_WEIGHT,
+                                                                                "task_type": QUIET_WEIGHT}
+    assert (new.weights["language"], new.weights["history"]) == (0.0, 0.85)  # varied: told nothing, and told all
+    learner = WeightLearner()
+    for r in window:
+        learner.learn_one(r.components, r.success)
+    assert learner.quiet() == {"phase", "complexity", "task_type"}
+
+
+def test_a_component_that_is_not_a_finite_number_is_refused_not_learned() -> None:
+    """QA 60b F4: one history of inf among 40 records where history predicts success made its
+    correlation NaN, and the weights went to phase for a chance correlation."""
+    from pydantic import ValidationError
+
+    learner = WeightLearner()
+    with pytest.raises(ValueError, match="'history' not a finite number: inf"):
+        learner.learn_one({"phase": 0.5, "history": float("inf")}, True)
+    assert learner.n == 0
+    with pytest.raises(ValueError, match="'phase' not a finite number: nan"):
+        learner.predict_one({"phase": float("nan")})
+    with pytest.raises(ValidationError, match="components.history"):  # a stored one is skipped as unreadable
+        ExecutionRecord.model_validate_json('{"attempt_id": "a:0", "call_id": "a", "tool": "t", "version": "1.0.0", '
+                                            '"scenario": "s", "success": true, "components": {"history": Infinity}}')
+
+
 def test_beat_schedule_runs_retrain_weights_on_the_learning_queue() -> None:
     from workers.app import make_app
     from workers.settings import Settings
@@ -167,7 +207,7 @@ def test_evidence_stored_by_an_earlier_release_still_reads() -> None:
 def predictive(n: int) -> list[ExecutionRecord]:
     """Records whose phase component tells success from failure perfectly (correlation 1)."""
     return [ExecutionRecord(attempt_id=f"a{i}", call_id=f"c{i}", tool="t", version="1.0.0", scenario="s",
-                            components={c: 0.5 for c in COMPONENTS} | {"phase": 1.0 if i % 2 else 0.0},
+                            components={c: 0.4 + 0.2 * (i // 2 % 2) for c in COMPONENTS} | {"phase": 1.0 if i % 2 else 0.0},
                             success=bool(i % 2)) for i in range(n)]
 
 

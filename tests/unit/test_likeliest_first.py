@@ -27,9 +27,14 @@ def plans(*firsts: tuple[str, float], degraded: list[str] | None = None) -> Any:
 
 
 def test_the_first_place_most_calls_give_is_named_whatever_one_draw_gave() -> None:
-    from workers.tasks.feedback import likeliest_first
+    from workers.tasks.feedback import drawn_plans, likeliest_first, ranked_in
 
     # a second opinion goes first on 25 % of the calls; the incumbent on the rest
-    first = likeliest_first(plans(("fast_sort@1.0.0", 0.25), ("sort_numbers@1.0.0", 0.75)), "sort these numbers")
-    assert first is not None and (first.key, first.probability) == ("sort_numbers@1.0.0", 0.75)
-    assert likeliest_first(plans(("a@1.0.0", 0.5), degraded=["memory"]), "x") is None
+    drawn = drawn_plans(plans(("fast_sort@1.0.0", 0.25), ("sort_numbers@1.0.0", 0.75)), "sort these numbers")
+    assert drawn is not None
+    first = likeliest_first(drawn)
+    assert (first.key, first.probability) == ("sort_numbers@1.0.0", 0.75)
+    ranked = ranked_in(drawn, "fast_sort@1.0.0")
+    assert ranked is not None and ranked.probability == 0.25
+    assert ranked_in(drawn, "other@1.0.0") is None
+    assert drawn_plans(plans(("a@1.0.0", 0.5), degraded=["memory"]), "x") is None

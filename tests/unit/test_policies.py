@@ -60,6 +60,24 @@ def test_failures_nearby_are_evidence_against_it() -> None:
                  ev("b", 0.45, namespace_success_similarities=[0.9])])[0] == "b@1.0.0"
 
 
+def test_of_two_tools_that_both_do_a_job_the_one_that_fails_less_goes_first_however_much_more_the_other_served() -> None:
+    """QA 60b F2: an incumbent failing 15 % kept a newcomer that never failed as its fallback for
+    good, on the strength of serving most of the job (its successes nearby); the newcomer's
+    successes came only where the incumbent failed. Saturated, what many successes say is "does the
+    job", and the rates decide between tools that do it."""
+    from selection.policies.learned import LearnedPolicy
+
+    incumbent = ev("fmt_x", 0.6, namespace_success_similarities=[0.95] * 27, failure_similarities=[0.95] * 10)
+    newcomer = ev("fmt_y", 0.6, namespace_success_similarities=[0.95] * 12)
+    assert rank([incumbent, newcomer]) == ["fmt_y@1.0.0", "fmt_x@1.0.0"]
+    unsaturated = LearnedPolicy(saturation=1e9)  # as it ranked before
+    assert [c.key for c in unsaturated.rank([incumbent, newcomer], random.Random(0))] == ["fmt_x@1.0.0", "fmt_y@1.0.0"]
+    # One that never did the job is no match for one that did, even one that fails now and then.
+    assert rank([incumbent, ev("fmt_z", 0.65)])[0] == "fmt_x@1.0.0"
+    with pytest.raises(ValueError, match=r"^saturation must be > 0, got 0$"):
+        LearnedPolicy(saturation=0)
+
+
 def test_an_evolved_version_inherits_successes_not_failures() -> None:
     """Where the parent failed, the new version is the one tried first."""
     parent = ev("lookup", 0.6, "1.0.0", namespace_success_similarities=[0.8], failure_similarities=[0.92, 0.9])

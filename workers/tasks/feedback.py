@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from celery import Task
@@ -9,7 +10,7 @@ from celery_batches import SimpleRequest
 from evolution.models import EvolutionJob, EvolutionRecord
 from pydantic import ValidationError
 
-from selection.models import CallRequest, Candidate, FailureMark, FieldError, OutcomeRecord, field_errors
+from selection.models import CallPlan, CallRequest, Candidate, FailureMark, FieldError, OutcomeRecord, field_errors
 from workers.app import app
 from workers.payloads import FeedbackReply, FeedbackReportRequest, FeedbackRequest, InvalidReply
 from workers.evolution_jobs import apply_evolution_record, maybe_evolve_for_quality
@@ -116,10 +117,14 @@ def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
     trial = judge_trial(rt, record.key, call.call_id, judged_as(record)) if call is not None else None
     first: Candidate | None = None
     try:
+        plans = None if record.general else drawn_plans(rt, record.scenario)
+        first = likeliest_first(plans) if plans else None
+        # The score its ranking uses, where a plan ranked it: its own nearest feedback alone gave
+        # -25.4 where the ranking, among the other candidates' feedback, used -28.3 (QA 60b F6).
+        ranked = ranked_in(plans, record.key) if plans else None
+        points = ranked.breakdown.feedback if ranked else feedback_score(rt, record.tool, record.version, record.scenario)
         # + 0.0: a score a hair below zero rounds to -0.0, which read as a negative score (QA L)
-        score: float | None = round(feedback_score(rt, record.tool, record.version, record.scenario), 2) + 0.0
-        if not record.general:
-            first = likeliest_first(rt, record.scenario)
+        score: float | None = round(points, 2) + 0.0
     except Exception as exc:
         if not is_store_failure(exc):
             raise
@@ -133,21 +138,34 @@ def record_feedback(self: Task, **kwargs: Any) -> dict[str, Any]:
 FIRST_DRAWS = 16
 
 
-def likeliest_first(rt: Runtime, scenario: str) -> Candidate | None:
-    """The candidate a call of `scenario` most likely tries first now, with the probability of that
-    first place. One plan is one draw: the policy explores near-ties, and a second opinion or a
-    newcomer goes first on a share of the calls, so one draw named a version tried first on 25 %%
-    of such calls while the other came first on 12 of the next 20 (QA integrator 9). Each draw
-    logs the exact probability of the first place it gave; the likeliest seen in FIRST_DRAWS draws
-    is the answer (one of 50 % or more is missed with a chance of 1 in 65,000). None when the plan
-    was made without the vector memory, whose evidence the ranking lacks."""
-    firsts: dict[str, Candidate] = {}
+def drawn_plans(rt: Runtime, scenario: str) -> list[CallPlan] | None:
+    """FIRST_DRAWS plans of a call of `scenario` as it would be made now; None when one was made
+    without the vector memory, whose evidence the ranking lacks, or ranked nothing."""
+    plans = []
     for _ in range(FIRST_DRAWS):
         plan = rt.selector.plan(CallRequest(scenario=scenario))
         if not plan.candidates or plan.degraded:
             return None
+        plans.append(plan)
+    return plans
+
+
+def likeliest_first(plans: Sequence[CallPlan]) -> Candidate:
+    """The candidate a call most likely tries first, with the probability of that first place. One
+    plan is one draw: the policy explores near-ties, and a second opinion or a newcomer goes first
+    on a share of the calls, so one draw named a version tried first on 25 %% of such calls while
+    the other came first on 12 of the next 20 (QA integrator 9). Each draw logs the exact
+    probability of the first place it gave; the likeliest seen in FIRST_DRAWS draws is the answer
+    (one of 50 %% or more is missed with a chance of 1 in 65,000)."""
+    firsts: dict[str, Candidate] = {}
+    for plan in plans:
         firsts.setdefault(plan.candidates[0].key, plan.candidates[0])
     return max(firsts.values(), key=lambda c: c.probability)
+
+
+def ranked_in(plans: Sequence[CallPlan], key: str) -> Candidate | None:
+    """Version `key` as one of `plans` ranked it, or None when none kept it among its candidates."""
+    return next((c for plan in plans for c in plan.candidates if c.key == key), None)
 
 
 def _stored_result(call_id: str) -> dict[str, Any] | None:
