@@ -38,7 +38,7 @@ from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
 from workers.redis_connection import CLOSES, NOT_REDIS, redis_client, redis_refusal
 from workers.result_backend import REDIS_AWAY, Outage, waiting_backend_url
 from workers.settings import Settings, get_settings, redact_url
-from workers.state.call_ids import CallIds, another_job_message, job_digest
+from workers.state.call_ids import CallIds, another_job_message, earlier_job_digest, job_digest
 from workers.state.inflight import HandedOnStep, InflightCalls, step_due_in_s
 
 log = logging.getLogger("fittest.client")
@@ -341,7 +341,8 @@ class CallSender:
         `call_id` given to another job later is refused (QA onboarding H1: a made id was never
         claimed, and a second job sent under it was handed the first job's result)."""
         task_id = (kwargs.get("call_id") or str(uuid.uuid4())) if task in CALL_TASKS else None
-        claim = self._call_ids().claim(task_id, job_digest(task, kwargs))[0] if task_id is not None else "new"
+        claim = (self._call_ids().claim(task_id, job_digest(task, kwargs), also=(earlier_job_digest(task, kwargs),))[0]
+                 if task_id is not None else "new")
         if claim == "another" and task_id is not None:
             raise Refused([FieldError(field="call_id", message=another_job_message(task_id), type="another_job")])
         if claim == "again" and task_id is not None and has_result(self.celery, task_id):

@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,7 +24,10 @@ from pydantic import BaseModel, Field, ValidationError
 from redis import Redis
 from redis.exceptions import InvalidResponse, OutOfMemoryError, RedisError
 
-from selection.manifest import ManifestError
+from evolution.served_version import head_version
+from selection.manifest import ManifestError, tool_key
+from selection.models import Promotion
+from selection.registry import ToolRegistry
 from workers.app import MEMORY_QUEUE
 from workers.redis_connection import write_refusal
 from workers.settings import Settings
@@ -110,10 +113,20 @@ def _local_services() -> dict[str, Check]:
 
     registry = rt.registry
     return {"store": _timed("", store), "model": _timed("", model),
-            "tools": tools_dir_check(rt.settings, len(registry.all()), registry.refused()).model_copy(update={"name": ""})}
+            "tools": tools_dir_check(rt.settings, len(registry.all()), registry.refused(),
+                                     promoted_missing(rt.state.promotions(registry.namespaces()), registry)).model_copy(update={"name": ""})}
 
 
-def tools_dir_check(settings: Settings, served: int | None = None, refused: Sequence[ManifestError] = ()) -> Check:
+def promoted_missing(promotions: Mapping[str, Promotion | None], registry: ToolRegistry) -> list[str]:
+    """The versions promotions serve (`head_version`) that no manifest gives: a Redis restored
+    without its FITTEST_DATA_DIR, whose evolved/ held them. Their namespaces are served by an
+    older version untold, and `show` called the lost one deprecated (QA 60c F3)."""
+    return sorted(tool_key(ns, v) for ns, p in promotions.items()
+                  if (v := head_version(p)) is not None and tool_key(ns, v) not in registry)
+
+
+def tools_dir_check(settings: Settings, served: int | None = None, refused: Sequence[ManifestError] = (),
+                    missing: Sequence[str] = ()) -> Check:
     """Whether FITTEST_TOOLS_DIR is there to serve from (`served`: the versions the memory worker
     serves, when it says). Gone, its versions stay registered as last read but are not run
     (workers/tasks/execution.py `code_gone`), and a restart would serve nothing from it (QA resilience: moved away, health said healthy).
@@ -121,7 +134,8 @@ def tools_dir_check(settings: Settings, served: int | None = None, refused: Sequ
     `refused()`, kept current by the tools watch), each named with its reason in a warning: a team that
     checks its onboarding with `fittest health` saw "ok" while 3 of its 12 manifests were dropped
     (QA onboarding M3). A warning, not a failure: the other tools serve, and a probe that failed
-    would have the stack restarted, which reads the same files."""
+    would have the stack restarted, which reads the same files. `missing`: promoted versions no
+    manifest gives (`promoted_missing`), a warning too."""
     started = time.perf_counter()
     serving = "" if served is None else f"{served} tool versions served; "
     ok = settings.tools_dir.is_dir()
@@ -131,7 +145,11 @@ def tools_dir_check(settings: Settings, served: int | None = None, refused: Sequ
     if manifests := list(refused):
         detail += (f"; {len(manifests)} manifest{'s' if len(manifests) != 1 else ''} refused "
                    f"(`fittest tools --refused` lists them): " + "; ".join(str(e) for e in manifests))
-    status: Status = "fail" if not ok else "warn" if manifests else "ok"
+    if missing:
+        detail += (f"; promotions serve {', '.join(missing)}, which no manifest gives (FITTEST_DATA_DIR/evolved lost, "
+                   "or Redis restored without it?): an older version serves in their place. Restore the directory, or "
+                   "`fittest rollback` each")
+    status: Status = "fail" if not ok else "warn" if manifests or missing else "ok"
     return Check(name="tools", status=status, detail=detail, ms=(time.perf_counter() - started) * 1000)
 
 

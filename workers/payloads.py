@@ -5,10 +5,10 @@ and `fittest schema` prints."""
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, TypeAdapter, ValidationError, ValidationInfo,
+                      field_validator, model_validator)
 
 from evolution.trial import JudgedTrial
 from selection.feedback import FeedbackRecord, TrendPeriod
@@ -247,6 +247,26 @@ class RetrainResult(BaseModel):
     evidence: RetrainEvidence = Field(default_factory=RetrainEvidence)
 
 
+class CallWithoutResult(BaseModel):
+    """What `fittest call --json` and `fittest result --json` print of a call that gave them no
+    result (exit code 1): still pending when the wait ended (or was stopped), unknown, revoked,
+    ended by an error in its worker, not a call's id, or a request that expired untaken. A script
+    reads the id where it reads a result's (QA 60d M2: no schema said these statuses)."""
+
+    call_id: str
+    status: Literal["pending", "unknown", "revoked", "error", "not_a_call", "expired"]
+    message: str
+
+
+def call_output_schema() -> dict[str, Any]:
+    """The schema of what `fittest call --json` and `fittest result --json` print: the call's result,
+    a call without one, or a payload refused before it was sent (`invalid`, exit code 2)."""
+    schema = TypeAdapter(Union[CallResult, CallWithoutResult, InvalidReply]).json_schema()
+    schema["description"] = ("What `fittest call --json` and `fittest result --json` print: the call's result (exit code 0 "
+                             "or 1), a call that gave none (exit code 1), or a payload refused before it was sent (exit code 2).")
+    return schema
+
+
 def payload_schemas() -> dict[str, dict[str, Any]]:
     """Each task a foreign service may send by name, and each answer, by the name `fittest schema`
     takes: a task's payload under its name, its answer under NAME_reply."""
@@ -276,6 +296,7 @@ def payload_schemas() -> dict[str, dict[str, Any]]:
         "retrain_weights_reply": RetrainResult.model_json_schema(),
         "invalid_reply": InvalidReply.model_json_schema(),
         "result": CallResult.model_json_schema(),
+        "call_output": call_output_schema(),
     }
 
 

@@ -265,6 +265,20 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
                 print(f"fittest up: workers already take this Redis database's calls ({', '.join(others)}); if they are "
                       "another stack's (another FITTEST_KEY_PREFIX), each will run the other's calls: give each stack its "
                       "own database (FITTEST_REDIS_URL=redis://HOST:PORT/N)", file=out, flush=True)
+        elif theirs := stack.others_served_here():
+            print(f"fittest up: this Redis database served another stack before (FITTEST_KEY_PREFIX {', '.join(theirs)}), "
+                  f"never this one's ({settings.key_prefix}); none of its workers answers now. Its calls still queued "
+                  "here will run on this stack's tools, and when it starts again each stack will run the other's "
+                  "calls: give each stack its own database (FITTEST_REDIS_URL=redis://HOST:PORT/N)", file=out, flush=True)
+        if "redis" not in stack.procs and (other_up := stack.redis_of_another_up()) is not None:
+            print(f"fittest up: the Redis at {redact_url(url)} was started by the `fittest up` of FITTEST_DATA_DIR {other_up}, "
+                  "and keeps its data there: it stops when that stack stops, and this stack's calls with it. Give "
+                  "stacks that share a Redis one of its own (redis-server, or a service)", file=out, flush=True)
+        if "redis" not in stack.procs and (kept := stack.own_redis_data_unused()) is not None:
+            print(f"fittest up: {kept} holds the data of a Redis an earlier `fittest up` started, but another Redis answers "
+                  f"at {redact_url(url)}, and its state is the one served (QA 60c F6: a restored data directory's "
+                  "promotions and quality went unserved, untold). To serve the state kept there, stop that Redis or "
+                  "point FITTEST_REDIS_URL at a port nothing answers on", file=out, flush=True)
         if "flower" in roles and settings.flower_password is None:
             print(f"fittest up: Flower at http://127.0.0.1:{settings.flower_port}, for this machine only: set "
                   "FITTEST_FLOWER_PASSWORD to serve it on every interface, behind its basic auth", file=out, flush=True)

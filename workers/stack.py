@@ -300,6 +300,52 @@ class Stack:
             pools.reset()
         return {host: (conf or {}).get("fittest_stack_prefix") for host, conf in sorted(replies.items())}
 
+    def others_served_here(self) -> list[str]:
+        """The key prefixes of other stacks that were served on this Redis database, when this
+        stack's never was: with their workers stopped, `workers_answering` finds nothing, and this
+        stack's workers would run the calls waiting for theirs (QA 60a F1)."""
+        from workers.state.stacks import other_stacks
+
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            return other_stacks(client, self.settings.key_prefix) or []
+        except redis.RedisError:
+            return []
+        finally:
+            client.close()
+
+    def _redis_dir(self) -> Path | None:
+        """The working directory of the Redis at this stack's URL (None: CONFIG refused)."""
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            return Path(str(client.config_get("dir").get("dir", ""))).resolve()
+        except redis.RedisError:
+            return None
+        finally:
+            client.close()
+
+    def redis_of_another_up(self) -> Path | None:
+        """The data directory of the `fittest up` that started the Redis this stack uses, when it is
+        another's: that Redis stops when that stack stops, and this one's calls with it (QA 60a F2).
+        Known by the directory such a Redis keeps its append-only file in (DATA_DIR/redis, beside
+        that stack's up.lock); None when it is this stack's, not one `up` started, or its CONFIG
+        cannot be read."""
+        workdir = self._redis_dir()
+        if workdir is None or workdir.name != "redis" or not (workdir.parent / "up.lock").exists():
+            return None
+        return None if workdir.parent == self.settings.data_dir.resolve() else workdir.parent
+
+    def own_redis_data_unused(self) -> Path | None:
+        """This stack's DATA_DIR/redis when it holds the append-only file of a Redis an earlier `up`
+        started here, and another Redis answers at the URL: a restored data directory's whole state
+        is in that file, and `up` started none, as one answered (QA 60c F6). None otherwise, or when
+        the answering Redis's directory cannot be read."""
+        kept = (self.settings.data_dir / "redis").resolve()
+        if not any(kept.glob("appendonly*")):
+            return None
+        workdir = self._redis_dir()
+        return None if workdir is None or workdir == kept else kept
+
     def _mailboxes_bound(self) -> int:
         """How many workers' remote-control mailboxes kombu's Redis transport has bound on this
         database (the members of its fanout exchange's binding set, `celery.pidbox`: one a node)."""

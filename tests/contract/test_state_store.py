@@ -797,3 +797,25 @@ def test_a_change_of_the_vector_memory_moves_the_state_version_on(store):
     store.note_memory_change()
     after = store.versions()
     assert after.state != before.state and (after.promotions, after.weights) == (before.promotions, before.weights)
+
+
+def test_a_redis_restarted_from_an_older_snapshot_starts_a_new_epoch(tmp_path) -> None:
+    """QA 60c F1: a Redis restarted from a snapshot seconds old kept the epoch key and put the
+    counters back; once they counted up to a number read before, the selector's cache served the
+    promotions it had read then (a promotion made after the restart went unserved on 3 calls of 4)."""
+    from tests.conftest import RestartableRedis
+    from workers.state.redis import RUN_ID_READ_S
+
+    server = RestartableRedis(tmp_path)
+    client = redis.Redis.from_url(server.url)
+    try:
+        store = RedisStateStore(client, "restarted:")
+        before = store.versions()
+        assert store.versions().epoch == before.epoch  # the same server: the same epoch
+        server.restart()  # from its append-only file: the epoch key and the counters as they were
+        time.sleep(RUN_ID_READ_S)
+        after = store.versions()
+        assert (after.state, after.promotions) == (before.state, before.promotions) and after.epoch != before.epoch
+    finally:
+        client.close()
+        server.stop()

@@ -428,7 +428,7 @@ def test_a_call_to_a_namespace_nobody_ranked_says_it_was_ranked_by_its_scenario(
 
 def test_the_call_command_refuses_a_bad_payload_before_sending(cli) -> None:
     blank = cli("call", "   ", "--timeout", "1")
-    assert blank.exit_code == 2 and "error: scenario: scenario is blank" in blank.output
+    assert blank.exit_code == 2 and "error: scenario: it is blank (spaces only): say what you need done" in blank.output
     attempts = cli("call", "sort numbers", "--max-attempts", "0", "--timeout", "1")
     assert attempts.exit_code == 2 and "--max-attempts" in words(attempts.output)
 

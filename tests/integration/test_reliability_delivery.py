@@ -506,3 +506,34 @@ def test_another_job_sent_under_a_running_calls_task_id_leaves_that_call_its_res
         assert sender.AsyncResult(sent.id).get(timeout=10) == result  # and its sender reads the running call's
     finally:
         sender.close()
+
+
+def test_a_job_refused_under_its_own_task_id_leaves_no_record_the_sweep_would_send_again(pipeline: Pipeline, tmp_path: Path) -> None:
+    """QA 60c F2: a call an older client sent, refused as another job under its id (the client had
+    claimed the id with its own digest of the job), was neither run nor answered, and what its
+    client recorded in flight had the rescue sweep send it again every 45 s for as long as the
+    record lived."""
+    from workers.state.call_ids import CallIds
+    from workers.state.inflight import HandedOnStep, step_due_in_s
+
+    p, log = pipeline, tmp_path / "runs.log"
+    call_id = f"older-client-{uuid.uuid4().hex[:8]}"
+    kwargs = {"scenario": "take a nap and report the process id", "namespace": "nap", "version": "1.0.0",
+              "max_attempts": 1, "input": {"ms": 0, "log": str(log)}}
+    client = redis_client(p.settings)
+    try:
+        assert CallIds(client, p.settings.key_prefix).claim(call_id, "a digest no release of ours computes")[0] == "new"
+    finally:
+        client.close()
+    # sent as a client sends a call (recorded in flight), past the client's own check of the id
+    p.client._inflight.sent(HandedOnStep(task_id=call_id, task="fittest.resilient_tool_call", kwargs=kwargs, queue="selection"),
+                            step_due_in_s(p.settings.visibility_timeout))
+    assert p.client.current_step(call_id) is not None
+    sender = foreign_sender(p)
+    try:
+        sender.send_task("fittest.resilient_tool_call", queue="selection", task_id=call_id, kwargs=kwargs)
+        p.wait_for(lambda: p.client.current_step(call_id) is None, timeout=30)
+        p.settled()
+        assert runs(log) == []  # not run
+    finally:
+        sender.close()

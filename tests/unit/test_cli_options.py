@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
+import signal
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -64,6 +67,40 @@ def test_a_bad_json_option_is_refused_with_the_exit_code_of_a_refused_payload(te
     assert code == 2 and says in message
 
 
+def test_json_nested_past_what_the_parser_can_read_is_refused_not_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    """QA 60d M1: ~1,000 levels gave a RecursionError's traceback and exit code 1."""
+    code, message = refused("[" * 5000 + "]" * 5000, capsys)
+    assert code == 2 and "--input: it nests too deeply" in message
+
+
+def test_a_call_id_of_ones_own_goes_in_the_payload_and_a_bad_one_is_refused() -> None:
+    assert call_payload("sort numbers", None, None, None, None, 5, None, call_id="job-17")["call_id"] == "job-17"
+    with err_console.capture() as err, pytest.raises(typer.Exit) as stop:
+        call_payload("sort numbers", None, None, None, None, 5, None, call_id="job 17")
+    assert stop.value.exit_code == 2 and "call_id" in err.get()
+
+
+@pytest.mark.parametrize(("stopped_by", "code"), [(None, 130), (signal.SIGTERM, 143)])
+def test_a_call_whose_wait_is_stopped_says_its_id_and_that_it_stays_queued(
+        stopped_by: signal.Signals | None, code: int, capsys: pytest.CaptureFixture[str]) -> None:
+    """QA 60d M3: Ctrl-C or SIGTERM while `fittest call` waited printed nothing of the call it had
+    sent, which ran once a worker started."""
+    from workers.cli.common import told_when_stopped
+
+    before = signal.getsignal(signal.SIGTERM)
+    with err_console.capture() as err, pytest.raises(typer.Exit) as stop:
+        with told_when_stopped(CALL_ID, f"stopped waiting: `fittest result {CALL_ID}` shows it", json_out=True):
+            if stopped_by is None:
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), stopped_by)
+            time.sleep(5)  # the signal's handler ends the wait before this does
+    assert stop.value.exit_code == code
+    assert json.loads(capsys.readouterr().out) == {"call_id": CALL_ID, "status": "pending",
+                                                   "message": f"stopped waiting: `fittest result {CALL_ID}` shows it"}
+    assert f"fittest result {CALL_ID}" in err.get()
+    assert signal.getsignal(signal.SIGTERM) == before  # the command's own handling ends with the wait
+
+
 def test_the_call_id_is_shown_whole_on_a_line_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(console, "width", 40)  # narrower than the id and its status
     with console.capture() as out:
@@ -117,6 +154,20 @@ def test_show_says_a_deprecated_version_is_not_served_and_events_0_shows_no_chan
     code, out = run("show", "fast_sort")
     assert code == 0 and "1.0.0 original ◀ served" in out and "it failed" in out
     assert run("show", "fast_sort", "--events", "-1")[0] == 2  # refused by the option's range
+
+
+def test_show_says_a_promoted_version_no_manifest_gives_is_missing_not_deprecated(stores: ToolRegistry,
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA 60c F3: Redis restored without FITTEST_DATA_DIR; `show` called the lost version deprecated."""
+    from selection.models import Promotion
+
+    lost = Promotion(namespace="fast_sort", evolved_version="1.2.0", original_version="1.0.0", parent_version="1.1.0",
+                     reason="verified", status="active")
+    state = evolution._stores()[1]
+    monkeypatch.setattr(state, "promotion", lambda ns: lost if ns == "fast_sort" else None)
+    code, out = run("show", "fast_sort", "--events", "0")
+    assert code == 0 and "the version its promotion serves, 1.2.0, is given by no manifest" in out, out
+    assert "deprecated" not in out
 
 
 def test_feedback_show_names_a_tool_or_version_nobody_serves_and_keeps_one_versions_entries(
@@ -192,8 +243,8 @@ def test_feedback_add_refuses_a_blank_scenario_as_explain_does_and_takes_an_empt
     asked: list[dict[str, Any]] = []
     recorded = {"status": "recorded", "feedback": {"tool": "fast_sort", "version": "1.0.0", "value": -1.0, "scenario": "sort numbers"}, "score_now": -25.0}
     monkeypatch.setattr(learning, "_ask", answering(asked, recorded))
-    assert run("explain", "   ") == (2, "error: scenario: scenario is blank")
-    assert run("feedback", "add", "fast_sort", "negative", "--scenario", "   ") == (2, "error: scenario: scenario is blank")
+    assert run("explain", "   ") == (2, "error: scenario: it is blank (spaces only): say what you need done")
+    assert run("feedback", "add", "fast_sort", "negative", "--scenario", "   ") == (2, "error: scenario: it is blank (spaces only): say what you need done")
     # QA AA: a blank tag (an unset variable) was dropped, and the call asked for no tag
     assert run("explain", "sort these", "--tag", "") == (2, "error: tags: a tag is blank: leave it out to ask for none")
     assert not asked  # refused before asking the workers
@@ -373,6 +424,26 @@ def test_weights_retrain_on_demand_and_say_what_the_retrain_did(monkeypatch: pyt
     assert "retrained: nothing new stored (another retrain is running)" in run("weights", "--retrain")[1]
 
 
+@pytest.mark.parametrize(("command", "says"), [
+    (["promote", "fast_sort@1.1.0", "1.1.0"], "the version goes in its second argument: NAME VERSION"),
+    (["evolve", "fast_sort@1.1.0"], "the version goes in --version VERSION"),
+    (["describe", "fast_sort@1.1.0", "Sorts numbers fast."], "the version goes in --version VERSION"),
+    (["rollback", "fast_sort@1.1.0"], "this command takes no version: it acts on the version served"),
+])
+def test_a_name_with_its_version_where_a_command_takes_the_name_alone_says_where_the_version_goes(
+        stores: ToolRegistry, command: list[str], says: str) -> None:
+    """QA 60d L1: `call`, `show` and `feedback` take NAME@VERSION; these said "no tool named
+    'fast_sort@1.1.0'"."""
+    code, out = run(*command)
+    said = " ".join(out.replace("│", " ").split())  # unboxed
+    assert code == 2 and "'fast_sort@1.1.0': give the tool's name alone (fast_sort)" in said and says in said
+
+
+def test_version_names_the_release_and_its_commit() -> None:
+    code, out = run("--version")
+    assert code == 0 and re.fullmatch(r"fittest \d+\.\d+\.\d+( \(commit [0-9a-f]{12}(-dirty)?\))?", out), out
+
+
 def test_rollback_of_a_tool_nobody_serves_says_so(stores: ToolRegistry) -> None:
     assert run("rollback", "nosuch") == (2, "error: no tool named 'nosuch'")
 
@@ -491,12 +562,26 @@ def test_a_call_retried_after_its_evolution_shows_the_round_that_failed_and_the_
 
 def test_the_schema_of_a_task_nobody_serves_is_refused_as_a_bad_argument() -> None:
     code, out = run("schema", "bogus")
-    assert code == 2 and "error: unknown schema 'bogus' (known: resilient_tool_call, call_tool, record_feedback, record_feedback_reply, explain, explain_reply, feedback_report, feedback_report_reply, recommend, recommend_reply, prepare_evolution, prepare_evolution_reply, retrain_weights_reply, invalid_reply, result)" in out
+    assert code == 2 and "error: unknown schema 'bogus' (known: resilient_tool_call, call_tool, record_feedback, record_feedback_reply, explain, explain_reply, feedback_report, feedback_report_reply, recommend, recommend_reply, prepare_evolution, prepare_evolution_reply, retrain_weights_reply, invalid_reply, result, call_output)" in out
     code, out = run("schema", "record_feedback")
     assert code == 0 and '"call_id"' in out  # a judgement may name the call it judges
     # QA 59a L2: NAME_reply, as the README and --help name answers, of a call is its result
     assert [json.loads(run("schema", name)[1])["title"] for name in ("resilient_tool_call_reply", "call_tool_reply")] == [
         "CallResult", "CallResult"]
+
+
+def test_the_schema_of_what_call_and_result_print_names_every_status_they_print() -> None:
+    """QA 60d M2: `pending`, `unknown`, `revoked`... were in no schema a script could check against."""
+    schema = json.loads(run_cli("schema", "call_output").output)
+
+    def statuses(node: Any) -> set[str]:
+        if isinstance(node, dict):
+            found = set(node.get("enum", [])) | ({node["const"]} if "const" in node else set()) if "status" == node.get("title", "").lower() else set()
+            return found.union(*(statuses(v) for v in node.values()))
+        return set().union(*(statuses(v) for v in node)) if isinstance(node, list) else set()
+
+    assert statuses(schema) == {"success", "failed", "invalid", "no_candidates", "pending", "unknown", "revoked", "error",
+                                "not_a_call", "expired"}
 
 
 def test_a_call_served_past_a_held_back_version_names_it() -> None:

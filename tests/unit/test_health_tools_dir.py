@@ -148,3 +148,28 @@ def test_the_store_check_without_a_memory_worker_says_the_data_directory_is_full
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(2**30, 0, 2**30))
     (store,) = health(settings, ["store"], ["memory"], 1.0).checks
     assert "MB free" not in store.detail  # room enough: not the matter
+
+
+def test_a_promoted_version_no_manifest_gives_is_named_in_a_warning(tmp_path: Path) -> None:
+    """QA 60c F3: Redis restored without its FITTEST_DATA_DIR; the promoted evolved version's files
+    were gone, an older version served untold, and health was green."""
+    from selection.manifest import ToolManifest
+    from selection.models import Promotion
+    from selection.registry import ToolRegistry
+    from workers.health import promoted_missing, tools_dir_check
+
+    registry = ToolRegistry()
+    http = {"kind": "http", "url": "http://127.0.0.1:9/x"}
+    for name, version in (("slugify", "1.0.0"), ("hash_text", "1.0.0"), ("hash_text", "1.1.0")):
+        registry.add(ToolManifest(name=name, version=version, description=name, implementation=http))
+    promotions = {
+        "slugify": Promotion(namespace="slugify", evolved_version="1.1.0", original_version="1.0.0", parent_version="1.0.0",
+                             reason="verified", status="active"),
+        "hash_text": Promotion(namespace="hash_text", evolved_version="1.1.0", original_version="1.0.0",
+                               parent_version="1.0.0", reason="verified", status="on_trial"),
+        "word_stats": None,
+    }
+    assert promoted_missing(promotions, registry) == ["slugify@1.1.0"]
+    (tmp_path / "tools").mkdir()
+    check = tools_dir_check(Settings(tools_dir=tmp_path / "tools"), 3, missing=promoted_missing(promotions, registry))
+    assert check.status == "warn" and "promotions serve slugify@1.1.0, which no manifest gives" in check.detail

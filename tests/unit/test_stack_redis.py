@@ -162,3 +162,37 @@ def test_a_redis_that_refuses_writes_is_said_before_anything_starts(monkeypatch:
         client.config_set("maxmemory", 0)
     with stack(monkeypatch, tmp_path, private_redis.url) as s:
         assert s.ensure_redis() == private_redis.url  # with room again
+
+
+def test_up_learns_of_another_stack_served_on_its_database_and_of_a_redis_another_up_started(tmp_path: Path) -> None:
+    """QA 60a F1: with another stack's workers stopped, `up` on its database found no worker and
+    said nothing, and its workers ran the other stack's queued calls on their tools. F2: a second
+    stack on the Redis the first `up` started lost it when the first stopped, untold."""
+    from tests.conftest import start_redis
+
+    theirs = tmp_path / "theirs"
+    proc, url = start_redis(theirs / "redis")  # where the `up` of data dir `theirs` keeps its Redis
+    try:
+        mine = Stack(Settings(redis_url=url, key_prefix="mine:", data_dir=tmp_path / "mine"))
+        client = redis.Redis.from_url(url)
+        assert mine.others_served_here() == []
+        client.sadd("theirs:namespaces", "word_stats")  # what their memory worker marks as it starts
+        assert mine.others_served_here() == ["theirs:"]
+        client.sadd("mine:namespaces", "word_stats")  # served here before: the stack itself, starting again
+        assert mine.others_served_here() == []
+        client.close()
+
+        assert mine.redis_of_another_up() is None  # no stack holds that directory
+        (theirs / "up.lock").touch()
+        assert mine.redis_of_another_up() == theirs
+        assert Stack(Settings(redis_url=url, data_dir=theirs)).redis_of_another_up() is None  # its own
+
+        # QA 60c F6: a restored data directory holding its own Redis's data, where another Redis answers
+        assert mine.own_redis_data_unused() is None
+        (tmp_path / "mine" / "redis" / "appendonlydir").mkdir(parents=True)
+        assert mine.own_redis_data_unused() == (tmp_path / "mine" / "redis").resolve()
+        (theirs / "redis" / "appendonlydir").mkdir()
+        assert Stack(Settings(redis_url=url, data_dir=theirs)).own_redis_data_unused() is None  # the one answering
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

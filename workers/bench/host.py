@@ -70,7 +70,7 @@ class HostInfo(BaseModel):
                 f"load {' '.join(map(str, self.load_average))}")
 
 
-def _code() -> str | None:
+def checkout_commit() -> str | None:
     """The commit of the checkout the bench ran from, "-dirty" after it when files differ from it;
     None outside a git checkout."""
     root = Path(__file__).resolve().parents[2]
@@ -100,5 +100,5 @@ class BenchResult(BaseModel):
     code (its commit) and the FITTEST_ variables they ran with."""
 
     host: HostInfo = Field(default_factory=HostInfo.here)
-    code: str | None = Field(default_factory=_code)
+    code: str | None = Field(default_factory=checkout_commit)
     settings: dict[str, str] = Field(default_factory=_settings)

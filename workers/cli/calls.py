@@ -18,6 +18,7 @@ from workers.cli.common import (
     UNREADABLE,
     JsonOpt,
     MinSimilarityOpt,
+    RefusedPayload,
     abridged,
     call_payload,
     console,
@@ -27,7 +28,9 @@ from workers.cli.common import (
     needs_redis,
     print_json,
     queue_taken,
+    refuse_payload,
     seconds,
+    told_when_stopped,
     warn_if_namespace_unranked,
 )
 
@@ -56,6 +59,9 @@ def call(
     context: Annotated[str | None, typer.Option(help=CONTEXT_HELP)] = None,
     min_similarity: MinSimilarityOpt = None,
     timeout: Annotated[float, typer.Option(min=0.1, callback=seconds, help="Seconds to wait for the result.")] = 120.0,
+    call_id: Annotated[str | None, typer.Option("--call-id", help=(
+        "The call's id, chosen by you (letters, digits and _.:- only, at most 128): the same call sent again under it "
+        "runs once, and its result answers both; another job under a used id is refused (exit 2)."))] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Send one fittest.resilient_tool_call to the workers and print its result.
@@ -65,20 +71,28 @@ def call(
     ID` shows it once a worker has run it); 2 for a payload the workers would refuse (or did:
     a limit of theirs may differ from this machine's settings), or a version or tag no tool has;
     3 when this CLI cannot read the workers' answer (workers of another release: the answer is
-    printed as it came); 141 when what reads its output went away (`| head`).
+    printed as it came); 141 when what reads its output went away (`| head`); 130 and 143 when
+    Ctrl-C or SIGTERM stopped the wait (the call stays queued: its id is printed).
 
     The table shows each attempt; the line under it, the head of the ranking, each version with
     the probability with which the policy put it in its place given the places before it (so a
     later place may read p=1.00: `fittest explain` gives every component)."""
     from workers.client import CallSender
 
-    payload = call_payload(scenario, input, namespace, tag, context, max_attempts, min_similarity, json_out)
+    from workers.client import Refused
+
+    payload = call_payload(scenario, input, namespace, tag, context, max_attempts, min_similarity, json_out, call_id)
     client = CallSender()
-    pending = client.send("resilient_tool_call", **payload)
+    try:
+        pending = client.send("resilient_tool_call", **payload)
+    except Refused as exc:  # its --call-id names another job
+        refuse_payload(RefusedPayload(str(exc), exc.errors), json_out)
     stays = f"the call stays queued, and `fittest result {pending.id}` shows it once a worker has run it"
-    show_when_done(client, pending, timeout, json_out,
-                   f"is a selection worker running (`fittest health`)? {stays}", early=lambda: no_selection_worker(client, pending.id, stays),
-                   namespace=payload["namespace"], sent_as_call=True)
+    # QA 60d M3: stopped while it waited, the command printed nothing of a call that was sent and runs
+    with told_when_stopped(pending.id, f"stopped waiting: {stays}", json_out):
+        show_when_done(client, pending, timeout, json_out,
+                       f"is a selection worker running (`fittest health`)? {stays}", early=lambda: no_selection_worker(client, pending.id, stays),
+                       namespace=payload["namespace"], sent_as_call=True)
 
 
 @app.command()
@@ -95,7 +109,7 @@ def result(
     from workers.client import CallSender
 
     if not re.fullmatch(CALL_ID_PATTERN, call_id):
-        fail(f"{call_id!r} is not a call id (letters, digits and _.:- only, at most 128)", REFUSED)
+        fail(f"{abridged(call_id)!r} is not a call id (letters, digits and _.:- only, at most 128)", REFUSED)
     client = CallSender()
     show_when_done(client, client.celery.AsyncResult(call_id), timeout, json_out,
                    "it is queued or running, or no call with this id was sent in the last day")
@@ -199,8 +213,10 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
     def no_result(message: str, status: str = "pending") -> NoReturn:
         """The end of a wait without a result; with --json, as JSON on stdout too, so that a script
         reads the call's id where it reads a result (QA ops: stdout was empty, the id on stderr only)."""
+        from workers.payloads import CallWithoutResult
+
         if json_out:
-            print_json({"call_id": pending.id, "status": status, "message": message})
+            print_json(CallWithoutResult.model_validate({"call_id": pending.id, "status": status, "message": message}).model_dump())
         fail(message, DID_NOT_SUCCEED)
 
     def first_look() -> None:

@@ -282,6 +282,8 @@ def parse_json_option(text: str | None, option: str) -> dict[str, Any]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         refused(f"{option}: {source} is not valid JSON ({exc})")
+    except RecursionError:  # QA 60d M1: a traceback, at ~1,000 levels
+        refused(f"{option}: {source} nests too deeply for JSON this command reads (under {sys.getrecursionlimit() - 100} levels)")
     if not isinstance(value, dict):
         refused(f"{option}: {source} must be a JSON object, not {type(value).__name__ if value is not None else 'null'}")
     return value
@@ -297,13 +299,19 @@ class RefusedPayload(Exception):
 
 
 def call_payload(scenario: str, input: str | None, namespace: str | None, tags: list[str] | None, context: str | None,
-                 max_attempts: int, min_similarity: float | None, json_out: bool = False) -> dict[str, Any]:
+                 max_attempts: int, min_similarity: float | None, json_out: bool = False,
+                 call_id: str | None = None) -> dict[str, Any]:
     """A call's payload from the options `call` and `explain` share (`--namespace NAME@VERSION`,
     `--input`/`--context` as JSON, @PATH or -), checked as the workers would check it: a bad one ends
     the command with exit code 2, naming every bad field, and, with `json_out`, printed as the
     workers' `invalid` result is (QA 59a L7: `--json` printed nothing). Keys the caller left unset
     are left out: a worker of an earlier release refuses `min_similarity`, and older ones `version`."""
     try:
+        from selection.models import FieldError
+
+        if input == "-" and context == "-":  # QA 60d L6: --context read what --input had left, and said "not valid JSON"
+            raise RefusedPayload("--input and --context both read standard input: give one of them as text or @FILE",
+                                 [FieldError(field="context", message="standard input is read for --input", type="json")])
         namespace, version = namespace_and_version(namespace)
         payload: dict[str, Any] = {"scenario": scenario, "input": parse_json_option(input, "--input"), "namespace": namespace,
                                    "tags": tags or [], "context": parse_json_option(context, "--context"),
@@ -312,12 +320,44 @@ def call_payload(scenario: str, input: str | None, namespace: str | None, tags: 
             payload["version"] = version
         if min_similarity is not None:
             payload["min_similarity"] = min_similarity
+        if call_id is not None:
+            payload["call_id"] = call_id
         check_call_payload(payload)
     except RefusedPayload as exc:
-        if json_out:
-            print_json({"status": "invalid", "errors": [e.model_dump() for e in exc.errors], "message": exc.message})
-        fail(exc.message, REFUSED)
+        refuse_payload(exc, json_out)
     return payload
+
+
+def refuse_payload(exc: RefusedPayload, json_out: bool) -> NoReturn:
+    """End the command for a payload refused before anything ran (exit code 2); with `json_out`,
+    printed as the workers' `invalid` result is."""
+    if json_out:
+        print_json({"status": "invalid", "errors": [e.model_dump() for e in exc.errors], "message": exc.message})
+    fail(exc.message, REFUSED)
+
+
+@contextmanager
+def told_when_stopped(call_id: str, message: str, json_out: bool) -> Iterator[None]:
+    """Say `message` (and, with `json_out`, the call as pending on stdout) when Ctrl-C or SIGTERM
+    stops the command, and end it with 130 or 143 as those signals would: the call was sent and
+    runs all the same, so its id must be said."""
+    stopped_by: list[int] = []
+
+    def on_term(signum: int, frame: Any) -> None:
+        stopped_by.append(signum)
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    except KeyboardInterrupt:
+        from workers.payloads import CallWithoutResult
+
+        if json_out:
+            print_json(CallWithoutResult(call_id=call_id, status="pending", message=message).model_dump())
+        fail(message, 128 + (stopped_by[0] if stopped_by else signal.SIGINT))
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def check_call_payload(payload: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@ came to be, and the by-hand controls over which one is served."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Literal, NoReturn, Optional
 
 import typer
@@ -202,6 +203,8 @@ def show(
     parent or the version served before: it serves the calls the version on trial does not);
     rolled_back; not promoted (evolved, never promoted); superseded (another version was promoted
     since)."""
+    from evolution.served_version import head_version
+
     name, version = tool_argument(name)  # QA 55b L6: NAME@VERSION, as `feedback show` and `call -n` take it
     data = lineage(name)
     if version is not None and version not in (known := [v.version for v in data.versions]):
@@ -229,6 +232,10 @@ def show(
     # A rolled-back version runs only when a call names it (QA recheck N7: it was marked offered).
     offered = [row.version for row in data.versions if not row.deprecated and row.status != "rolled_back"]
     in_its_place = set(offered) if trial is None and not any(row.served for row in data.versions) else set()
+    promoted = head_version(promotion)
+    # QA 60c F3: a promoted version whose files were lost (Redis restored without FITTEST_DATA_DIR) was called deprecated
+    why_not_served = ("the version it would serve is deprecated" if promoted is None or promoted in [r.version for r in data.versions]
+                      else f"the version its promotion serves, {promoted}, is given by no manifest: FITTEST_DATA_DIR/evolved lost?")
     # Only the newest version a manifest gives goes on trial, whatever became of it (QA ops L6: each
     # older one said it waited too; QA recheck N6: with the newest rolled back, the next said so).
     # (the rows are lowest first, as `manifest_to_trial` reads the versions: deprecated or not)
@@ -243,8 +250,8 @@ def show(
         elif trial and row.version == against and not alone:
             served = f" [bold]◀ served on the other {1 - share:.0%}[/bold]"
         elif row.version in in_its_place:
-            served = (" [bold]◀ served[/bold] (the version it would serve is deprecated)" if len(offered) == 1 else
-                      " [bold]◀ offered[/bold] (the version it would serve is deprecated: the policy ranks those left)")
+            served = (f" [bold]◀ served[/bold] ({why_not_served})" if len(offered) == 1 else
+                      f" [bold]◀ offered[/bold] ({why_not_served}: the policy ranks those left)")
         if row.deprecated:
             served += " [dim]deprecated: not offered by selection[/dim]"
         elif row.status == "new manifest version" and pinned and row.version == newest_given:  # QA V: nothing said why it was never tried
@@ -283,10 +290,24 @@ def print_changelog(name: str, changelog: list[ChangelogEntry], events: int) -> 
         console.print(table)
 
 
+def namespace_alone(version_goes: str | None) -> Callable[[str], str]:
+    """The check of a command's namespace argument: NAME@VERSION, which `call`, `show` and
+    `feedback` take, was told "no tool named 'sort_numbers@1.0.0'" here (QA 60d L1); the refusal
+    says where this command takes the version (`version_goes`; None: it takes none)."""
+    def check(name: str) -> str:
+        namespace, at, version = name.partition("@")
+        if at and namespace and version:
+            where = (f"the version goes in {version_goes}" if version_goes is not None
+                     else "this command takes no version: it acts on the version served")
+            raise typer.BadParameter(f"{name!r}: give the tool's name alone ({namespace}); {where}")
+        return name
+    return check
+
+
 @app.command()
 @needs_redis
 def evolve(
-    name: Annotated[str, typer.Argument(help="The namespace to evolve.")],
+    name: Annotated[str, typer.Argument(help="The namespace to evolve.", callback=namespace_alone("--version VERSION"))],
     version: Annotated[Optional[str], typer.Option(help="The version to evolve from (default: the one served).")] = None,
     reason: Annotated[str, typer.Option(help="Why, for the changelog.")] = "evolved by hand",
     timeout: Annotated[float, typer.Option(min=0.1, callback=seconds, help="Seconds to wait for the evolution's report.")] = 600.0,
@@ -370,7 +391,7 @@ def _unless_deprecated(registry: ToolRegistry, name: str, version: str) -> str:
 @app.command()
 @needs_redis
 def rollback(
-    name: Annotated[str, typer.Argument(help="The namespace.")],
+    name: Annotated[str, typer.Argument(help="The namespace.", callback=namespace_alone(None))],
     json_out: JsonOpt = False,
 ) -> None:
     """Roll back the promoted version of a tool: what it replaced is served again.
@@ -423,7 +444,7 @@ def rollback(
 @app.command()
 @needs_redis
 def promote(
-    name: Annotated[str, typer.Argument(help="The namespace.")],
+    name: Annotated[str, typer.Argument(help="The namespace.", callback=namespace_alone("its second argument: NAME VERSION"))],
     version: Annotated[str, typer.Argument(help="The version to serve.")],
     json_out: JsonOpt = False,
 ) -> None:
@@ -453,7 +474,7 @@ def promote(
 @app.command()
 @needs_redis
 def describe(
-    name: Annotated[str, typer.Argument(help="The namespace.")],
+    name: Annotated[str, typer.Argument(help="The namespace.", callback=namespace_alone("--version VERSION"))],
     text: Annotated[str, typer.Argument(help="The new description to try.")],
     version: Annotated[Optional[str], typer.Option(help="The version it describes (default: the one serving most calls; "
                                                        "during a trial, the version it is tried against).")] = None,

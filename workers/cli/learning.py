@@ -340,7 +340,7 @@ SET_ASIDE = "a caller's mistake, or a failure of an outage its version recovered
 @app.command()
 @reads_state
 def weights(
-    history: Annotated[int, typer.Option(min=0, help="Earlier versions listed, besides the current one.")] = 10,
+    history: Annotated[int, typer.Option(min=0, max=10_000, help="Earlier versions listed, besides the current one (the newest 100 are kept).")] = 10,
     retrain: Annotated[bool, typer.Option("--retrain", help="Retrain them first, now, from the recent records, as the "
                                           "beat does every FITTEST_RETRAIN_INTERVAL_S (one retrain at a time).")] = False,
     timeout: Annotated[float, typer.Option(min=0.1, callback=seconds, help="Seconds to wait for the memory worker's retrain (--retrain).")] = 60.0,

@@ -252,7 +252,7 @@ CALL_REPLIES = ("resilient_tool_call_reply", "call_tool_reply")
 
 @app.command()
 def schema(
-    task: Annotated[Optional[str], typer.Argument(help="A task's name (its payload, e.g. resilient_tool_call), its name with _reply (its answer), result (a call's) or invalid_reply (a refused report's); all, by name, when omitted.")] = None,
+    task: Annotated[Optional[str], typer.Argument(help="A task's name (its payload, e.g. resilient_tool_call), its name with _reply (its answer), result (a call's), call_output (what `call --json` and `result --json` print) or invalid_reply (a refused report's); all, by name, when omitted.")] = None,
 ) -> None:
     """Print the JSON schema of the task payloads (what a foreign service needs to send_task) and of their answers."""
     from workers.payloads import payload_schemas

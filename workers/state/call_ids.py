@@ -50,6 +50,15 @@ def job_digest(task: str, kwargs: dict[str, Any]) -> str:
     return canonical_digest(job)
 
 
+def earlier_job_digest(task: str, kwargs: dict[str, Any]) -> str:
+    """The digest the releases before QA 52a L1's computed (the arguments as sent, options given
+    their defaults counted): their clients' claims, and the calls they sent at an upgrade, are read
+    as the jobs they are, not as another job under the id, which no worker ran or answered (QA 60c
+    F2). Workers are upgraded before clients: a claim of this release's digest is another job to an
+    earlier worker."""
+    return canonical_digest({"task": task, **{k: v for k, v in kwargs.items() if k != "call_id"}})
+
+
 def another_job_message(call_id: str) -> str:
     """What a caller is told of a job sent under an id that names another job."""
     return (f"{call_id!r} names another job sent within the last {RESULT_TTL_S // 3600} h (its result is kept "
@@ -65,8 +74,9 @@ class CallIds:
         """Whether a job was sent under `call_id` within RESULT_TTL_S (its task id may be another)."""
         return bool(self.client.exists(f"{self.prefix}call_job:{call_id}"))
 
-    def claim(self, call_id: str, digest: str, start: bool = False) -> tuple[Claim, bool]:
-        """Record that `call_id` names the job of `digest`, unless it names another job already;
+    def claim(self, call_id: str, digest: str, start: bool = False, also: tuple[str, ...] = ()) -> tuple[Claim, bool]:
+        """Record that `call_id` names the job of `digest`, unless it names another job already
+        (a claim of one of `also`, the job's digest as an earlier release computed it, is this job's);
         with `start`, also whether this is the first start of the call (its first step's, once
         per id for as long as its result is kept): a second one is the same call sent again, which
         its result answers (workers/tasks/call_id_claims.py `claim_call_id`). One round trip, and
@@ -79,5 +89,5 @@ class CallIds:
         if start:
             pipe.set(f"{self.prefix}call_started:{call_id}", "1", nx=True, ex=RESULT_TTL_S)
         new, named, *started = pipe.execute()
-        claim: Claim = "new" if new or named is None else "again" if as_text(named) == digest else "another"
+        claim: Claim = "new" if new or named is None else "again" if as_text(named) in (digest, *also) else "another"
         return claim, bool(started and started[0])

@@ -36,14 +36,15 @@ def claim_call_id(task: Task, name: str, payload: dict[str, Any]) -> dict[str, A
     - None: run it."""
     from workers.client import has_result
     from workers.rescue import delivered_again
-    from workers.state.call_ids import CallIds, another_job_message, job_digest
+    from workers.state.call_ids import CallIds, another_job_message, earlier_job_digest, job_digest
 
     call_id = result_call_id(payload, task.request.id)
     if not CALL_ID.fullmatch(call_id):
         return None
     rt = runtime()
     start = task.request.id == call_id and delivered_again(task) is None and not task.request.replaced_task_nesting
-    claim, first = CallIds(rt.redis, rt.settings.key_prefix).claim(call_id, job_digest(name, payload), start=start)
+    claim, first = CallIds(rt.redis, rt.settings.key_prefix).claim(call_id, job_digest(name, payload), start=start,
+                                                                   also=(earlier_job_digest(name, payload),))
     if claim == "another":
         log.warning("call %s: another job under this call_id, sent within 24 h: not run", call_id,
                     extra={"event": "call_id_taken", "call_id": call_id, "task": name})
@@ -53,6 +54,11 @@ def claim_call_id(task: Task, name: str, payload: dict[str, Any]) -> dict[str, A
             # Its result's key is the other job's: stored there, the refusal answered that job's
             # caller, whose call was running, and its own result was never stored over it (QA 57c
             # H6: send_task(task_id=) of a running call's id). The sender reads that job's result.
+            # What its sender recorded in flight goes with it, or the rescue sweep sent it again
+            # every 45 s for as long as the record lived (QA 60c F2).
+            if (step := rt.inflight.current(call_id)) is not None and step.task == task.name and \
+                    job_digest(name, step.kwargs) == job_digest(name, payload):
+                rt.inflight.finished(call_id)
             raise Ignore()
         return refused
     if start and not first:
