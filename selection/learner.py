@@ -5,13 +5,12 @@ running means, variances and covariance with the outcome (Welford's updates, num
 one pass, constant memory), so it can learn from a stream of execution records of any length.
 A component's weight is its correlation with success, normalised to sum 1, counted only above
 the noise of n records (2/sqrt(n), twice the standard error of the correlation of unrelated
-variables, which about 95 % of chance correlations stay under): a
-component that varies against success, or too little to tell from chance, stops steering
-selection; one that tracks success steers it in proportion; one that does not vary at all in the
-window (no call stated or showed it) keeps a small weight (QUIET_WEIGHT), and the others share
-the rest. With fewer than MIN_RECORDS
-records, or when no component correlates positively beyond that noise, the weights are left as
-they were (QA U: 34 records put every weight on complexity for a correlation of +0.04, where the
+variables, which about 95 % of chance correlations stay under). One that tracks success steers
+selection in proportion; one that varies against success beyond the noise is weighted 0; one the
+window tells nothing of (it did not vary, as when no call states a context, or too little to tell
+from chance) keeps a small weight (FLOOR_WEIGHT), and the telling ones share the rest. With fewer
+than MIN_RECORDS records, or when no component correlates positively beyond that noise, the
+weights are left as they were (QA U: 34 records put every weight on complexity for a correlation of +0.04, where the
 noise of 34 records is 0.34).
 """
 
@@ -29,7 +28,7 @@ from selection.ports import RetrainEvidence, SelectionWeights
 from selection.sparc import COMPONENTS, normalised
 
 MIN_RECORDS = 10
-QUIET_WEIGHT = 0.05  # the weight of a component the window never varied (`WeightLearner.quiet`)
+FLOOR_WEIGHT = 0.05  # the weight of a component the window tells nothing of (`WeightLearner.untold`)
 JUDGED_WRONG = "judged_wrong"  # the error class of a run whose output a person judged wrong
 
 
@@ -126,17 +125,20 @@ class WeightLearner:
         telling = self.telling()
         if self.n < MIN_RECORDS or sum(telling.values()) <= 0:
             return dict(self._initial)
-        quiet = self.quiet()
-        learned = normalised({c: v for c, v in telling.items() if c not in quiet})
-        rest = 1.0 - QUIET_WEIGHT * len(quiet)
-        return {c: round(QUIET_WEIGHT if c in quiet else learned[c] * rest, 4) for c in COMPONENTS}
+        untold = self.untold()
+        learned = normalised({c: v for c, v in telling.items() if c not in untold})
+        rest = 1.0 - FLOOR_WEIGHT * len(untold)
+        return {c: round(FLOOR_WEIGHT if c in untold else learned[c] * rest, 4) for c in COMPONENTS}
 
-    def quiet(self) -> set[str]:
-        """The components that did not vary over the records. The window says nothing of them, and
-        weighted 0 they stopped counting where they do vary (QA 60b F3: with no call stating a
-        context, four of five components were constant, and a tool's declared complexity range
-        stopped keeping it from jobs outside it): each keeps QUIET_WEIGHT."""
-        return {c for c, m in self._moments.items() if m.m2_x <= 1e-12}
+    def untold(self) -> set[str]:
+        """The components the records tell nothing of: ones that did not vary, or whose correlation
+        with success is within the noise either way. Weighted 0, they stopped counting where they
+        do tell (QA 60b F3: with no call stating a context, four of five components were constant,
+        and a tool's declared complexity range stopped keeping it from jobs outside it; review 60f:
+        one call stating a complexity took it to 0 again): each keeps FLOOR_WEIGHT. Only one that
+        correlates with failure beyond the noise is weighted 0."""
+        noise = self.noise()
+        return {c for c, r in self.correlations().items() if -noise <= r <= noise}
 
     def predict_one(self, x: Mapping[str, float]) -> float:
         """The weighted SPARC score of components `x` (missing ones neutral) under the weights

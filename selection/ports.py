@@ -25,7 +25,7 @@ COLLECTIONS = (TOOLS, FEEDBACK, FAILURES, EVOLUTIONS, EXECUTIONS)
 # Payload fields that filters (and ordered scrolls) use; every adapter indexes them.
 INDEXED_FIELDS: dict[str, tuple[str, ...]] = {
     TOOLS: ("tool", "name", "tags", "deprecated"),
-    FEEDBACK: ("tool", "name", "positive", "source", "replaced", "forgiven", "timestamp"),
+    FEEDBACK: ("tool", "name", "positive", "source", "replaced", "forgiven", "timestamp", "call_id"),
     FAILURES: ("tool", "name", "error_class", "tags", "forgiven", "timestamp"),
     EVOLUTIONS: ("name", "outcome"),
     EXECUTIONS: ("tool", "name", "success", "forgiven", "timestamp"),

@@ -114,7 +114,16 @@ def _local_services() -> dict[str, Check]:
     registry = rt.registry
     return {"store": _timed("", store), "model": _timed("", model),
             "tools": tools_dir_check(rt.settings, len(registry.all()), registry.refused(),
-                                     promoted_missing(rt.state.promotions(registry.namespaces()), registry)).model_copy(update={"name": ""})}
+                                     _promoted_missing_now(rt.state, registry)).model_copy(update={"name": ""})}
+
+
+def _promoted_missing_now(state: Any, registry: ToolRegistry) -> list[str]:
+    """`promoted_missing` of the promotions as Redis has them, or none when Redis cannot say: the
+    store, model and tools answers do not wait on it (review 60f)."""
+    try:
+        return promoted_missing(state.promotions(registry.namespaces()), registry)
+    except RedisError:
+        return []
 
 
 def promoted_missing(promotions: Mapping[str, Promotion | None], registry: ToolRegistry) -> list[str]:

@@ -130,8 +130,8 @@ def apply_outcomes(rt: Runtime, records: Sequence[OutcomeRecord], vectors: Seque
 
 def _forgiven_already(rt: Runtime, call_ids: Sequence[str]) -> set[str]:
     """The ids of the outcome entries of `call_ids` stored with `forgiven` set: one read of the few
-    forgiven entries (the `forgiven` index). None when the store cannot be read: the write is then
-    kept for later, as it would be anyway."""
+    forgiven entries of these calls (the `forgiven` and `call_id` indexes). Empty when the store
+    cannot be read: the write is then kept for later, as it would be anyway."""
     flagged = VectorFilter(must=[FORGIVEN, Match(key="source", any_of=["outcome"]),
                                  Match(key="call_id", any_of=sorted(set(call_ids)))])
     try:

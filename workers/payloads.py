@@ -247,6 +247,9 @@ class RetrainResult(BaseModel):
     evidence: RetrainEvidence = Field(default_factory=RetrainEvidence)
 
 
+NoResult = Literal["pending", "unknown", "revoked", "error", "not_a_call", "expired"]
+
+
 class CallWithoutResult(BaseModel):
     """What `fittest call --json` and `fittest result --json` print of a call that gave them no
     result (exit code 1): still pending when the wait ended (or was stopped), unknown, revoked,
@@ -254,7 +257,7 @@ class CallWithoutResult(BaseModel):
     reads the id where it reads a result's (QA 60d M2: no schema said these statuses)."""
 
     call_id: str
-    status: Literal["pending", "unknown", "revoked", "error", "not_a_call", "expired"]
+    status: NoResult
     message: str
 
 
@@ -263,7 +266,8 @@ def call_output_schema() -> dict[str, Any]:
     a call without one, or a payload refused before it was sent (`invalid`, exit code 2)."""
     schema = TypeAdapter(Union[CallResult, CallWithoutResult, InvalidReply]).json_schema()
     schema["description"] = ("What `fittest call --json` and `fittest result --json` print: the call's result (exit code 0 "
-                             "or 1), a call that gave none (exit code 1), or a payload refused before it was sent (exit code 2).")
+                             "or 1), a call that gave none (exit code 1), or a payload refused before it was sent (exit code 2). "
+                             "An answer the CLI cannot read (workers of another release, exit code 3) is printed as it came.")
     return schema
 
 

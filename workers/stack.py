@@ -36,6 +36,7 @@ PROCFILE = ROOT / "Procfile"
 PIDBOX_BINDINGS = "_kombu.binding.celery.pidbox"
 PATIENT_ASK_S = 5.0
 LOADING_WAIT_S = 60.0  # how long `up` waits for a Redis that is reading its data set back
+PROBE_S = 2.0  # how long a check `up` makes of the Redis before it starts the roles may take
 
 
 class StackError(RuntimeError):
@@ -306,7 +307,7 @@ class Stack:
         stack's workers would run the calls waiting for theirs (QA 60a F1)."""
         from workers.state.stacks import other_stacks
 
-        client = redis.Redis.from_url(self.redis_url)
+        client = self._probe()
         try:
             return other_stacks(client, self.settings.key_prefix) or []
         except redis.RedisError:
@@ -314,15 +315,23 @@ class Stack:
         finally:
             client.close()
 
+    def _probe(self) -> redis.Redis:
+        """A client for the checks `up` makes before it starts the roles: with the URL's TLS
+        settings, and failing within PROBE_S rather than riding out a stalled Redis (review 60f)."""
+        from workers.redis_connection import probe_client
+
+        return probe_client(self.settings.model_copy(update={"redis_url": self.redis_url}), PROBE_S)
+
     def _redis_dir(self) -> Path | None:
-        """The working directory of the Redis at this stack's URL (None: CONFIG refused)."""
-        client = redis.Redis.from_url(self.redis_url)
+        """The working directory of the Redis at this stack's URL (None: CONFIG refused, or said none)."""
+        client = self._probe()
         try:
-            return Path(str(client.config_get("dir").get("dir", ""))).resolve()
+            said = str(client.config_get("dir").get("dir", ""))
         except redis.RedisError:
             return None
         finally:
             client.close()
+        return Path(said).resolve() if said else None
 
     def redis_of_another_up(self) -> Path | None:
         """The data directory of the `fittest up` that started the Redis this stack uses, when it is

@@ -35,9 +35,10 @@ Saturation: two tools that both do a job (each with many successes nearby) are t
 their rates, not by which served more of it. Unsaturated, the incumbent's successes kept a strictly
 better newcomer as its fallback for good (QA 60b F2, against an incumbent failing 15 %: first on
 1 of the last 100 of 300 calls; saturated, on 100), and a tool that turned bad kept its place on
-the strength of old successes (first on 88 of the next 150 calls; saturated, 55). Below K the mass is nearly unchanged, which is
-where the selection bench's rankings are: K = 5, 20 and none gave the same numbers to the digit on
-its 2,000-query slice (K = 1 took 0.3 points off top-1 of the 2nd half).
+the strength of old successes (first on 88 of the next 150 calls; saturated, 55). Masses keep
+their order, and the ratio of two is divided by (K + the larger) / (K + the smaller), little
+below K, where the selection bench's masses mostly are: K = 5, 20 and none gave the same numbers
+to the digit on its 2,000-query slice (K = 1 took 0.3 points off top-1 of the 2nd half).
 
 With no evidence a candidate keeps its prior; one success on a near-identical scenario outweighs
 the best description match; failures nearby push a version down until untried candidates come

@@ -707,7 +707,7 @@ def test_retrain_needs_ten_records_and_stores_a_new_version(rt) -> None:
         phase = 1.0 if i % 2 else 0.0
         return ExecutionRecord(attempt_id=f"a{i}", call_id=f"c{i}", tool="weather_now", version="1.0.0",
                                scenario=f"weather in city {i}", success=bool(i % 2),
-                               # language varies, telling nothing; the others never vary (QUIET_WEIGHT each)
+                               # language varies, telling nothing; the others never vary (FLOOR_WEIGHT each)
                                components={"phase": phase, "language": 0.4 + 0.2 * (i // 2 % 2), "complexity": 0.5,
                                            "task_type": 0.5, "history": 0.5})
 
@@ -721,7 +721,7 @@ def test_retrain_needs_ten_records_and_stores_a_new_version(rt) -> None:
     changed = retrain_now(rt)
     assert changed.changed is True
     weights = rt.state.weights()
-    assert weights.version == 1 and weights.weights == {"phase": 0.85, "language": 0.0, "complexity": 0.05, "task_type": 0.05,
+    assert weights.version == 1 and weights.weights == {"phase": 0.8, "language": 0.05, "complexity": 0.05, "task_type": 0.05,
                                                          "history": 0.05}
     assert weights.evidence.records == 12
     assert [w.version for w in rt.state.weights_history()] == [1]

@@ -341,7 +341,7 @@ def test_weights_say_why_the_last_retrain_left_them_as_they_were(monkeypatch: py
     code, out = run("weights")
     assert code == 0
     assert ("correlation of each component with success: phase +0.10, language +0.25 (noise of 33 records: 0.35; "
-            "only a component above it steers)") in out
+            "a component above it steers in proportion, one within it keeps 0.05, one below it none)") in out
     assert "weights left as they were: no component correlates positively with success beyond the noise of 33 records (0.35)" in out
     assert ("4 records set aside (a caller's mistake, or a failure of an outage its version recovered from) left "
             "out") in " ".join(out.split())

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from selection.learner import MIN_RECORDS, QUIET_WEIGHT, ExecutionRecord, WeightLearner, retrain
+from selection.learner import FLOOR_WEIGHT, MIN_RECORDS, ExecutionRecord, WeightLearner, retrain
 from selection.ports import SelectionWeights
 from selection.sparc import COMPONENTS
 
@@ -98,7 +98,7 @@ def test_a_correlation_within_the_noise_of_few_records_changes_no_weight() -> No
     assert against is None and str(evidence.unchanged).endswith(
         "; complexity correlates with failure beyond it: check the SPARC metadata of the tools that fail")
     strong, _ = retrain(window(0.6), SelectionWeights())  # complexity now tells the outcomes apart
-    assert strong is not None and strong.weights["complexity"] == 1.0
+    assert strong is not None and strong.weights["complexity"] == 1 - 4 * FLOOR_WEIGHT  # the others tell nothing
 
 
 def test_history_that_predicts_failure_is_not_blamed_on_the_tools_metadata() -> None:
@@ -134,27 +134,35 @@ def test_a_misspelled_component_is_refused_by_name_not_learned_as_neutral() -> N
         learner.predict_one({"langauge": 0.9})
 
 
-def test_a_component_the_window_never_varied_keeps_a_small_weight_and_the_others_share_the_rest() -> None:
+def test_a_component_the_window_tells_nothing_of_keeps_a_small_weight_and_the_telling_ones_share_the_rest() -> None:
     """QA 60b F3: no call stated a context, so phase, language, complexity and task type were 0.5 in
     every record; each was weighted 0, history 1, and a tool's declared complexity range stopped
-    keeping it from jobs outside it. The window says nothing of a component that never varied."""
-    rng = random.Random(3)
+    keeping it from jobs outside it. Review 60f: one call stating a complexity took it to 0 again.
+    A component the window tells nothing of, for or against success, keeps FLOOR_WEIGHT; one that
+    goes with failure beyond the noise, 0."""
+    rng = random.Random(4)
     window = []
     for i in range(200):
-        history, language = rng.random(), rng.random()
+        history, language, phase = rng.random(), rng.random(), rng.random()
+        success = history > 0.5
         window.append(ExecutionRecord(attempt_id=f"a{i}", call_id=f"c{i}", tool="t", version="1.0.0", scenario="s",
-                                      components={"phase": 0.5, "complexity": 0.5, "task_type": 0.5, "language": language,
-                                                  "history": history},
-                                      success=history > 0.5))
+                                      components={"phase": phase if success else phase / 2,  # lower on failures
+                                                  "complexity": 1.0 if i == 7 else 0.5,  # one call stated one
+                                                  "task_type": 0.5, "language": language, "history": history},
+                                      success=success))
     new, evidence = retrain(window, SelectionWeights())
-    assert new is not None and evidence.correlations["complexity"] == 0.0
-    assert {c: new.weights[c] for c in ("phase", "complexity", "task_type")} == {"phase": QUIET_WEIGHT, "complexity": QUIET_WEIGHT,
-                                                                                "task_type": QUIET_WEIGHT}
-    assert (new.weights["language"], new.weights["history"]) == (0.0, 0.85)  # varied: told nothing, and told all
+    assert new is not None and evidence.correlations["task_type"] == 0.0 and evidence.noise is not None
+    assert evidence.noise < evidence.correlations["phase"] < evidence.correlations["history"]  # both tell success
+    assert {c: new.weights[c] for c in ("complexity", "task_type", "language")} == dict.fromkeys(
+        ("complexity", "task_type", "language"), FLOOR_WEIGHT)
+    assert new.weights["phase"] + new.weights["history"] == pytest.approx(1 - 3 * FLOOR_WEIGHT)
     learner = WeightLearner()
     for r in window:
         learner.learn_one(r.components, r.success)
-    assert learner.quiet() == {"phase", "complexity", "task_type"}
+    assert learner.untold() == {"complexity", "task_type", "language"}
+    against = [r.model_copy(update={"components": {**r.components, "language": 0.0 if r.success else 1.0}}) for r in window]
+    weights, _ = retrain(against, SelectionWeights())
+    assert weights is not None and weights.weights["language"] == 0.0  # it goes with failure: no weight
 
 
 def test_a_component_that_is_not_a_finite_number_is_refused_not_learned() -> None:
@@ -219,4 +227,4 @@ def test_ten_records_may_move_the_weights_and_nine_may_not() -> None:
     nine, evidence = retrain(predictive(9), SelectionWeights())
     assert nine is None and evidence.unchanged == "9 records, fewer than 10"
     ten, _ = retrain(predictive(10), SelectionWeights())
-    assert ten is not None and ten.weights["phase"] == 1.0
+    assert ten is not None and ten.weights["phase"] == 1 - 4 * FLOOR_WEIGHT

@@ -176,7 +176,12 @@ def test_up_learns_of_another_stack_served_on_its_database_and_of_a_redis_anothe
         mine = Stack(Settings(redis_url=url, key_prefix="mine:", data_dir=tmp_path / "mine"))
         client = redis.Redis.from_url(url)
         assert mine.others_served_here() == []
+        client.sadd("k8s:namespaces", "default")  # another program's key that ends so
+        client.sadd("mine:demo:namespaces", "word_stats")  # this stack's demo, a state apart
+        client.set("mine:demo:state:epoch", "e1")
+        assert mine.others_served_here() == []  # review 60f: both were taken for stacks
         client.sadd("theirs:namespaces", "word_stats")  # what their memory worker marks as it starts
+        client.set("theirs:state:epoch", "e2")  # and their selection's state
         assert mine.others_served_here() == ["theirs:"]
         client.sadd("mine:namespaces", "word_stats")  # served here before: the stack itself, starting again
         assert mine.others_served_here() == []

@@ -32,6 +32,7 @@ from workers.cli.common import (
     seconds,
     told_when_stopped,
     warn_if_namespace_unranked,
+    warn_of_other_stacks,
 )
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from selection.models import AttemptSummary, CallResult
 
     from workers.client import CallSender
+    from workers.payloads import NoResult
 
 app = typer.Typer()
 
@@ -77,11 +79,13 @@ def call(
     The table shows each attempt; the line under it, the head of the ranking, each version with
     the probability with which the policy put it in its place given the places before it (so a
     later place may read p=1.00: `fittest explain` gives every component)."""
-    from workers.client import CallSender
-
-    from workers.client import Refused
+    from workers.client import CallSender, Refused
+    from workers.settings import get_settings
 
     payload = call_payload(scenario, input, namespace, tag, context, max_attempts, min_similarity, json_out, call_id)
+    # QA 60a F4: sent under a prefix no stack serves, the call was run by the database's workers and
+    # what this CLI recorded of it in flight stayed there, unread, for good
+    warn_of_other_stacks(get_settings(), "this call is recorded in flight under this one, where their workers do not look")
     client = CallSender()
     try:
         pending = client.send("resilient_tool_call", **payload)
@@ -155,7 +159,7 @@ def _still_running(client: CallSender, call_id: str) -> str | None:
     return said
 
 
-def ended_without_result(client: CallSender, call_id: str) -> tuple[str, str] | None:
+def ended_without_result(client: CallSender, call_id: str) -> tuple[str, NoResult] | None:
     """Why a call's task ended with no result, and the status a script reads for it: revoked (an
     operator's, from Flower or `celery control revoke`), or raised in its worker (a fittest task
     ends calls with a result, so this is a worker's bug, or a task another program stored under
@@ -178,7 +182,7 @@ def ended_without_result(client: CallSender, call_id: str) -> tuple[str, str] | 
     return None
 
 
-def _past_revoke(client: CallSender, call_id: str, deadline: float, revoked: tuple[str, str],
+def _past_revoke(client: CallSender, call_id: str, deadline: float, revoked: tuple[str, NoResult],
                  no_result: Callable[..., NoReturn]) -> dict[str, Any]:
     """The result of a call revoked while a worker ran its step, which a revoke without terminate
     does not stop (`CallSender.past_revoke`); the end of the command when it ended revoked
@@ -210,7 +214,7 @@ def show_when_done(client: CallSender, pending: AsyncResult, timeout: float, jso
 
     from workers.client import NotACall, UnknownCall, UnreadableAnswer, read_call
 
-    def no_result(message: str, status: str = "pending") -> NoReturn:
+    def no_result(message: str, status: NoResult = "pending") -> NoReturn:
         """The end of a wait without a result; with --json, as JSON on stdout too, so that a script
         reads the call's id where it reads a result (QA ops: stdout was empty, the id on stderr only)."""
         from workers.payloads import CallWithoutResult

@@ -448,9 +448,10 @@ def check_redis() -> None:
         client.close()
 
 
-def warn_of_other_stacks(settings: Settings) -> None:
+def warn_of_other_stacks(settings: Settings, meaning: str = "what is stored under this one is shown") -> None:
     """Warn when no stack is served under this shell's FITTEST_KEY_PREFIX but one is under another
-    on the same Redis (QA ops L8: every tool read as untouched, without a word)."""
+    on the same Redis (QA ops L8: every tool read as untouched, without a word); `meaning`: what
+    the prefix means to the command."""
     from workers.redis_connection import probe_client
     from workers.state.stacks import other_stacks
 
@@ -463,7 +464,7 @@ def warn_of_other_stacks(settings: Settings) -> None:
         err_console.print(f"[yellow]warning:[/yellow] no memory worker has served FITTEST_KEY_PREFIX "
                           f"{literal(settings.key_prefix)} on this Redis, and one has served "
                           f"{', '.join(literal(o) for o in others)}: is this shell's prefix the workers'? "
-                          "(what is stored under this one is shown)")
+                          f"({meaning})")
 
 
 def needs_redis(command: Command) -> Command:

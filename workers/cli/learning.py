@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 
 from selection.feedback import TrendPeriod
+from selection.learner import FLOOR_WEIGHT
 from workers.cli.common import (
     CONTEXT_HELP,
     REFUSED,
@@ -394,7 +395,8 @@ def weights(
     evidence = current.evidence
     if evidence.correlations:
         corr = ", ".join(f"{c} {r:+.2f}" for c, r in evidence.correlations.items())
-        beyond = (f" (noise of {evidence.records} records: {evidence.noise:.2f}; only a component above it steers)"
+        beyond = (f" (noise of {evidence.records} records: {evidence.noise:.2f}; a component above it steers in "
+                  f"proportion, one within it keeps {FLOOR_WEIGHT:g}, one below it none)"
                   if evidence.noise is not None else "")  # weights of an earlier release stored none
         console.print(f"correlation of each component with success: {literal(corr)}{literal(beyond)}")
     if evidence.set_aside:  # as recommend says it (QA ops: the two counted the window differently)

@@ -77,6 +77,7 @@ WEIGHTS_HISTORY_LIMIT = 100
 RUN_ID_READ_S = 1.0  # how long a read of the Redis server's run_id is taken for the server's (`_server_run`)
 _GLOB_SPECIALS = frozenset("\\*?[]")
 SCAN_COUNT = 1000  # keys a SCAN step looks at: few round trips, and no step holds Redis for long
+EPOCH_KEY = "state:epoch"  # under a prefix: the life of the store its counters count in (`versions`)
 SERVED_MARK = "namespaces"  # the key a memory worker writes under its prefix as it starts (note_newcomers)
 
 
@@ -142,7 +143,7 @@ class RedisStateStore(PrefixedStore):
 
     @property
     def _epoch_key(self) -> str:
-        return self._k("state", "epoch")
+        return self.prefix + EPOCH_KEY
 
     @property
     def _promotions_version_key(self) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import redis
 
-from workers.state.redis import SCAN_COUNT, SERVED_MARK
+from workers.state.redis import EPOCH_KEY, SCAN_COUNT, SERVED_MARK
 
 
 def other_stacks(client: redis.Redis, prefix: str, limit: int = 5) -> list[str] | None:
@@ -19,8 +19,12 @@ def other_stacks(client: redis.Redis, prefix: str, limit: int = 5) -> list[str] 
     found: list[str] = []
     for raw in client.scan_iter(match="*" + SERVED_MARK, count=SCAN_COUNT):
         name = raw.decode() if isinstance(raw, bytes) else str(raw)
-        if (other := name.removesuffix(SERVED_MARK)) != prefix and other not in found:
-            found.append(other)
-            if len(found) >= limit:
-                break
+        other = name.removesuffix(SERVED_MARK)
+        # Not this stack's own demo (PREFIX + "demo:", a state apart), nor another program's key that
+        # ends so (`k8s:namespaces`): a stack's selection also keeps its state's epoch (review 60f).
+        if other == prefix or other.startswith(prefix) or other in found or not client.exists(other + EPOCH_KEY):
+            continue
+        found.append(other)
+        if len(found) >= limit:
+            break
     return found
