@@ -276,9 +276,9 @@ def run_procfile(settings: Settings, without: set[str] | None = None) -> int:
                   "stacks that share a Redis one of its own (redis-server, or a service)", file=out, flush=True)
         if "redis" not in stack.procs and (kept := stack.own_redis_data_unused()) is not None:
             print(f"fittest up: {kept} holds the data of a Redis an earlier `fittest up` started, but another Redis answers "
-                  f"at {redact_url(url)}, and its state is the one served (QA 60c F6: a restored data directory's "
-                  "promotions and quality went unserved, untold). To serve the state kept there, stop that Redis or "
-                  "point FITTEST_REDIS_URL at a port nothing answers on", file=out, flush=True)
+                  f"at {redact_url(url)}, and its state is the one served. To serve the state kept there (a restored "
+                  "data directory's), stop that Redis or point FITTEST_REDIS_URL at a port nothing answers on",
+                  file=out, flush=True)  # QA 60c F6: its promotions and quality went unserved, untold
         if "flower" in roles and settings.flower_password is None:
             print(f"fittest up: Flower at http://127.0.0.1:{settings.flower_port}, for this machine only: set "
                   "FITTEST_FLOWER_PASSWORD to serve it on every interface, behind its basic auth", file=out, flush=True)
