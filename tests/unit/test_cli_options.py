@@ -444,6 +444,21 @@ def test_version_names_the_release_and_its_commit() -> None:
     assert code == 0 and re.fullmatch(r"fittest \d+\.\d+\.\d+( \(commit [0-9a-f]{12}(-dirty)?\))?", out), out
 
 
+def test_a_json_command_that_ends_with_an_error_prints_one_json_document(stores: ToolRegistry) -> None:
+    """QA 60d M2: with --json, `show`, `evolve`, `promote`, `rollback`, `describe` and `feedback show`
+    printed nothing on stdout when they failed, `call` and `explain` a document: a script could not
+    read every end the same way."""
+    for command in (["show", "nosuch", "--json"], ["rollback", "fast_sort", "--json"], ["promote", "fast_sort", "9.9.9", "--json"]):
+        result = run_cli(*command, reraise=True)
+        assert result.exit_code == 2, result.output
+        answer = json.loads(result.stdout)
+        assert answer["status"] == "error" and answer["exit_code"] == 2 and answer["message"] in " ".join(result.stderr.split())
+    shown = run_cli("show", "fast_sort", "--json", reraise=True)  # a document that succeeded is alone
+    assert shown.exit_code == 0 and "status" not in json.loads(shown.stdout)
+    refused = run_cli("rollback", "fast_sort", reraise=True)  # without --json, nothing on stdout
+    assert refused.exit_code == 2 and refused.stdout == ""
+
+
 def test_rollback_of_a_tool_nobody_serves_says_so(stores: ToolRegistry) -> None:
     assert run("rollback", "nosuch") == (2, "error: no tool named 'nosuch'")
 

@@ -44,6 +44,9 @@ def root(
                                                help="Print fittest's release and the commit it runs from, and exit.")] = False,
 ) -> None:
     """fittest: call a tool by what you need done; get the fittest tool that can do it."""
+    from workers.cli.common import JsonOutput
+
+    JsonOutput.reset()  # one command's, not the one run before it in this process
 
 
 for module in (calls, tools, stack, ops, evolution, learning):
@@ -60,7 +63,7 @@ def main() -> None:
 
     A reader that goes away (`fittest call ... | head`) ends it with the status SIGPIPE leaves
     (common.py `ReaderAwareConsole`), where click's own output breaks the pipe too."""
-    from workers.cli.common import BROKEN_PIPE, err_console, literal
+    from workers.cli.common import BROKEN_PIPE, err_console, literal, print_error_json
     from workers.settings import misspelled_variables
 
     for warning in misspelled_variables():  # QA ops: silently ignored, where FITTEST_CONFIG refuses the same typo
@@ -78,6 +81,7 @@ def main() -> None:
             raise
         # unfolded, as `fail` prints: written to a file, a message folded at 140 columns read as
         # several (QA 53a: `up`'s refusal of another stack's database)
+        print_error_json(message, 1)
         err_console.print(f"[red]error:[/red] {literal(message)}", highlight=False, soft_wrap=True)
         sys.exit(1)
 

@@ -61,7 +61,23 @@ Answer = TypeVar("Answer", bound="BaseModel")
 REDIS_PROBE_TIMEOUT_S = 2.0
 REDIS_PROBE_RETRIES = 3  # a Redis that is starting up is waited for
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
+class JsonOutput:
+    """Whether this command was asked for JSON, and whether it printed its document yet: a command
+    that ends with an error prints one then (`fail`), so that stdout holds one JSON document
+    whichever way a --json command ends (QA 60d M2: most printed nothing, a few a document)."""
+
+    asked = False
+    printed = False
+
+    @classmethod
+    def reset(cls, asked: bool = False) -> bool:
+        cls.asked, cls.printed = asked, False
+        return asked
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", callback=JsonOutput.reset, help=(
+    "Print machine-readable JSON instead of tables: one document on stdout, also when the command ends with an "
+    'error ({"status": "error", "exit_code": N, "message": ...}, the message on stderr too).'))]
 
 
 def seconds(value: float) -> float:
@@ -98,6 +114,13 @@ CONTEXT_HELP = _context_help()  # QA U: the phase names showed only in the error
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    JsonOutput.printed = True
+
+
+def print_error_json(message: str, code: int) -> None:
+    """An error's JSON document, for a --json command that has printed none (`JsonOutput`)."""
+    if JsonOutput.asked and not JsonOutput.printed:
+        print_json({"status": "error", "exit_code": code, "message": message})
 
 
 # C0 and C1 control characters, but newline and tab (ESC starts a terminal's escape sequences).
@@ -149,6 +172,7 @@ def fail(message: str, code: int = 1) -> NoReturn:
     """Print `message` (plain text, often quoting the user's input or a tool's words: it is printed
     literally) as an error and exit with `code`. On one line, however long: written to a pipe or a
     log, a message folded at the console's 140 columns read as several (QA recheck N5)."""
+    print_error_json(message, code)
     err_console.print(f"[red]error:[/red] {literal(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
