@@ -348,6 +348,10 @@ def test_metrics_on_a_port_in_use_says_so(model_path: Path, private_redis: Redis
                                capture_output=True, text=True, timeout=60)
     said = " ".join(elsewhere.stderr.split())
     assert elsewhere.returncode == 1 and "FITTEST_METRICS_ADDR chooses an address" in said and "PORT" not in said, said
+    # ...and given as --addr, it is a value refused: exit code 2 (QA 60d L6)
+    given = subprocess.run([str(FITTEST), "metrics", "--port", str(port), "--addr", "192.0.2.1"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert given.returncode == 2 and "--addr or FITTEST_METRICS_ADDR" in " ".join(given.stderr.split()), given.stderr
 
 
 def test_a_call_no_worker_can_take_and_a_result_nobody_sent_are_told_in_seconds(

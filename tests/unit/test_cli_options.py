@@ -61,6 +61,7 @@ def test_a_json_option_is_read_from_the_text_a_file_or_standard_input(tmp_path: 
     ("@/no/such/file.json", "--input /no/such/file.json: cannot read it"),
     ("", "--input is empty: give a JSON object ('{}' for none)"),  # QA AA: `--input "$UNSET"` ran on {}
     ("  ", "--input is empty"),
+    ('{"numbers": [1.5, 1e400]}', "--input: it holds the number 1e400, out of range (it reads as Infinity)"),  # QA 60d L6
 ])
 def test_a_bad_json_option_is_refused_with_the_exit_code_of_a_refused_payload(text: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, message = refused(text, capsys)

@@ -303,13 +303,28 @@ def parse_json_option(text: str | None, option: str) -> dict[str, Any]:
             refused(f"{option} {path}: cannot read it ({exc})")
         source = path
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         refused(f"{option}: {source} is not valid JSON ({exc})")
+    except OutOfRange as exc:
+        refused(f"{option}: {source} holds {exc}")
     except RecursionError:  # QA 60d M1: a traceback, at ~1,000 levels
         refused(f"{option}: {source} nests too deeply for JSON this command reads (under {sys.getrecursionlimit() - 100} levels)")
     if not isinstance(value, dict):
         refused(f"{option}: {source} must be a JSON object, not {type(value).__name__ if value is not None else 'null'}")
+    return value
+
+
+class OutOfRange(ValueError):
+    """A JSON number past a float's range."""
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number as a float, or OutOfRange naming it as written: read as Infinity, it was told as
+    "a non-finite number (NaN or Infinity)", which the caller had not written (QA 60d L6)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise OutOfRange(f"the number {abridged(text, 20, 10)}, out of range (it reads as Infinity)")
     return value
 
 

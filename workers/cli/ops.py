@@ -86,13 +86,17 @@ def metrics(
         warn_of_other_stacks(settings)  # its counters would read zero (QA 57a M6)
         typer.echo(exposition(settings).decode(), nl=False)
         return
-    addr = addr or settings.metrics_addr
+    given, addr = addr is not None, addr or settings.metrics_addr
     try:
         server, _ = serve(settings, port, addr)
     except OSError as exc:  # the port is taken (another `fittest metrics`), or the address is not ours (QA README L2)
-        hint = ("--port or FITTEST_METRICS_PORT chooses another port" if exc.errno == errno.EADDRINUSE
+        in_use = exc.errno == errno.EADDRINUSE
+        hint = ("--port or FITTEST_METRICS_PORT chooses another port" if in_use
                 else "--addr or FITTEST_METRICS_ADDR chooses an address of this host")
-        fail(f"cannot serve metrics on {addr}:{port or settings.metrics_port} ({exc.strerror or exc}); {hint}")
+        # a port in use is something outside the command, and so is a setting refused (1); an --addr
+        # that is not this host's is the value given, refused (2, QA 60d L6)
+        fail(f"cannot serve metrics on {addr}:{port or settings.metrics_port} ({exc.strerror or exc}); {hint}",
+             REFUSED if given and not in_use else 1)
     console.print(f"metrics on http://{literal(addr)}:{server.server_port}/metrics (Ctrl-C stops)")
     try:
         while True:
