@@ -261,12 +261,36 @@ class CallWithoutResult(BaseModel):
     message: str
 
 
+class CommandError(BaseModel):
+    """What a command run with --json prints when it ends with an error (`fail`): one JSON document
+    on stdout whichever way it ends (QA 60d M2), the message on stderr too."""
+
+    status: Literal["error"] = "error"
+    exit_code: int
+    message: str
+
+
+def every_field_present(schema: dict[str, Any]) -> dict[str, Any]:
+    """An answer's schema as the answer is sent: the workers and the CLI dump every field of their
+    models, defaults included, so each is required. Read as a payload's schema (fields with defaults
+    optional), `{}` passed as a refusal (QA 60e N5)."""
+    for node in [schema, *schema.get("$defs", {}).values()]:
+        if "properties" in node:
+            node["required"] = list(node["properties"])
+    return schema
+
+
+def answer_schema(model: type[BaseModel]) -> dict[str, Any]:
+    return every_field_present(model.model_json_schema(mode="serialization"))
+
+
 def call_output_schema() -> dict[str, Any]:
     """The schema of what `fittest call --json` and `fittest result --json` print: the call's result,
     a call without one, or a payload refused before it was sent (`invalid`, exit code 2)."""
-    schema = TypeAdapter(Union[CallResult, CallWithoutResult, InvalidReply]).json_schema()
+    schema = every_field_present(TypeAdapter(Union[CallResult, CallWithoutResult, InvalidReply, CommandError]).json_schema(mode="serialization"))
     schema["description"] = ("What `fittest call --json` and `fittest result --json` print: the call's result (exit code 0 "
-                             "or 1), a call that gave none (exit code 1), or a payload refused before it was sent (exit code 2). "
+                             "or 1), a call that gave none (exit code 1), a payload refused before it was sent (exit code 2), or the error "
+                             "that ended the command before it had one (`status` error, its `exit_code`). "
                              "An answer the CLI cannot read (workers of another release, exit code 3) is printed as it came.")
     return schema
 
@@ -288,18 +312,18 @@ def payload_schemas() -> dict[str, dict[str, Any]]:
         "resilient_tool_call": sent(CallRequest, "resilient_tool_call"),
         "call_tool": CallToolPayload.model_json_schema(),
         "record_feedback": FeedbackRequest.model_json_schema(),
-        "record_feedback_reply": FeedbackReply.model_json_schema(),
+        "record_feedback_reply": answer_schema(FeedbackReply),
         "explain": sent(CallRequest, "explain"),
-        "explain_reply": ExplainResult.model_json_schema(),
+        "explain_reply": answer_schema(ExplainResult),
         "feedback_report": FeedbackReportRequest.model_json_schema(),
-        "feedback_report_reply": FeedbackReport.model_json_schema(),
+        "feedback_report_reply": answer_schema(FeedbackReport),
         "recommend": RecommendRequest.model_json_schema(),
-        "recommend_reply": RecommendationReport.model_json_schema(),
+        "recommend_reply": answer_schema(RecommendationReport),
         "prepare_evolution": EvolveRequest.model_json_schema(),
-        "prepare_evolution_reply": EvolutionReport.model_json_schema(),
-        "retrain_weights_reply": RetrainResult.model_json_schema(),
-        "invalid_reply": InvalidReply.model_json_schema(),
-        "result": CallResult.model_json_schema(),
+        "prepare_evolution_reply": answer_schema(EvolutionReport),
+        "retrain_weights_reply": answer_schema(RetrainResult),
+        "invalid_reply": answer_schema(InvalidReply),
+        "result": answer_schema(CallResult),
         "call_output": call_output_schema(),
     }
 

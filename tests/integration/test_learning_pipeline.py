@@ -64,6 +64,11 @@ def test_calls_reach_the_learner_in_batches_and_weights_are_retrained(learning: 
     # weights, stored
     assert answer["changed"] and answer["weights"]["history"] == max(answer["weights"].values()), answer["evidence"]
     assert learning.state().weights().version == answer["version"] >= 1
+    # A retrain message with an argument (only the beat sends it, with none) is answered, naming it,
+    # and changes nothing (QA 59a: a TypeError from inside Celery).
+    odd = learning.client.wait(learning.client.send("retrain_weights", queue="learning", window=5), 30)
+    assert not odd["changed"] and "takes no arguments, got window" in odd["reason"], odd
+    assert learning.state().weights().version == answer["version"]
     # Each result names the weights that ranked it: the defaults before, the new ones at once after.
     assert {(r["policy"], r["weights_version"]) for r in results} == {("learned", 0)}
     after = call(scenario="parse csv text into rows, once more", input=CSV, namespace="csv_lenient")

@@ -8,11 +8,13 @@ import re
 import time
 from typing import Any
 
+import jsonschema
 import pytest
 import redis
 
 from tests.conftest import RedisServer, cli_runner, free_port
 from workers.app import make_app
+from workers.payloads import payload_schemas
 
 
 @pytest.fixture
@@ -392,6 +394,8 @@ def test_a_call_to_a_namespace_nobody_ranked_says_it_was_ranked_by_its_scenario(
     assert sent_json.exit_code == 0, sent_json.output
     told = json.loads(sent_json.stdout)
     assert told["notes"] == ["no tool named 'csv_lenint': the call was ranked by its scenario alone"]
+    # What a real worker answered passes the schema `fittest schema call_output` publishes (QA 60e N5).
+    jsonschema.validate(told, payload_schemas()["call_output"])
     assert told["status"] == "success" and told["tool"].startswith("csv_")
     # One whose candidates all fail ends as a call that named no tool (QA 49: its evolution said
     # "evolution could not be prepared: no tool named 'nosuchns'").

@@ -1090,3 +1090,25 @@ def test_an_error_is_one_line_however_long_when_written_to_a_pipe() -> None:
     with err_console.capture() as err, pytest.raises(typer.Exit):
         fail(message)
     assert err.get() == f"error: {message}\n"
+
+
+def test_ctrl_c_while_the_cli_imports_says_nothing_was_done(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """QA 60e N6: Ctrl-C in the second the CLI takes to import ended in a traceback from inside an
+    import; the console script says nothing was done, and ends as SIGINT would (130)."""
+    import builtins
+
+    from workers import console_script
+
+    real_import = builtins.__import__
+
+    def interrupted(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "workers.cli":
+            raise KeyboardInterrupt
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    with pytest.raises(SystemExit) as ended:
+        console_script.main()
+    assert ended.value.code == 130
+    assert capsys.readouterr().err == "stopped before the command started: nothing was done\n"

@@ -262,3 +262,26 @@ def test_the_call_schema_says_what_the_workers_check_of_context_versions_and_exc
         assert re.search(excluded, f"sort@{text}") is not None  # any version, which the workers note when no tool has it
     assert re.search(excluded, "sort") is None  # a bare name, which the workers refuse
     assert re.search(call["scenario"]["pattern"], "   ") is None  # a blank scenario, which the workers refuse
+
+
+def test_an_answer_schema_requires_every_field_an_answer_carries() -> None:
+    """QA 60e N5: `{}` passed the `call_output` schema (read as payloads are, every field with a
+    default optional). An answer carries them all; what the CLI prints of a call passes, and so does
+    the error that ended a --json command before it had one."""
+    import jsonschema
+
+    from workers.payloads import CallWithoutResult, CommandError, RetrainResult
+
+    schemas = payload_schemas()
+    printed = [CallResult(call_id="c1", status="success", output={"n": 1}).model_dump(mode="json"),
+               CallWithoutResult(call_id="c1", status="pending", message="still running").model_dump(mode="json"),
+               InvalidReply(message="invalid payload: scenario").model_dump(mode="json"),
+               CommandError(exit_code=1, message="cannot reach Redis").model_dump(mode="json")]
+    for doc in printed:
+        jsonschema.validate(doc, schemas["call_output"])
+    for wrong in ({}, {"status": "invalid"}, {"status": "error", "message": "no exit code"}, {"call_id": "c1"}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(wrong, schemas["call_output"])
+    jsonschema.validate(RetrainResult(changed=False, reason="r").model_dump(mode="json"), schemas["retrain_weights_reply"])
+    with pytest.raises(jsonschema.ValidationError, match="'changed' is a required property"):
+        jsonschema.validate({}, schemas["retrain_weights_reply"])

@@ -120,7 +120,9 @@ def print_json(data: Any) -> None:
 def print_error_json(message: str, code: int) -> None:
     """An error's JSON document, for a --json command that has printed none (`JsonOutput`)."""
     if JsonOutput.asked and not JsonOutput.printed:
-        print_json({"status": "error", "exit_code": code, "message": message})
+        from workers.payloads import CommandError
+
+        print_json(CommandError(exit_code=code, message=message).model_dump())
 
 
 # C0 and C1 control characters, but newline and tab (ESC starts a terminal's escape sequences).
@@ -380,23 +382,17 @@ def told_when_stopped(call_id: str, message: str, json_out: bool) -> Iterator[No
     """Say `message` (and, with `json_out`, the call as pending on stdout) when Ctrl-C or SIGTERM
     stops the command, and end it with 130 or 143 as those signals would: the call was sent and
     runs all the same, so its id must be said."""
-    stopped_by: list[int] = []
+    from workers.console_script import sigterm_as_interrupt, stopped_code
 
-    def on_term(signum: int, frame: Any) -> None:
-        stopped_by.append(signum)
-        raise KeyboardInterrupt
+    with sigterm_as_interrupt() as stopped_by:
+        try:
+            yield
+        except KeyboardInterrupt:
+            from workers.payloads import CallWithoutResult
 
-    before = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    except KeyboardInterrupt:
-        from workers.payloads import CallWithoutResult
-
-        if json_out:
-            print_json(CallWithoutResult(call_id=call_id, status="pending", message=message).model_dump())
-        fail(message, 128 + (stopped_by[0] if stopped_by else signal.SIGINT))
-    finally:
-        signal.signal(signal.SIGTERM, before)
+            if json_out:
+                print_json(CallWithoutResult(call_id=call_id, status="pending", message=message).model_dump())
+            fail(message, stopped_code(stopped_by))
 
 
 def check_call_payload(payload: dict[str, Any]) -> None:

@@ -113,11 +113,16 @@ def retrain_now(rt: Runtime) -> RetrainResult:
 
 # track_started: CallSender.ask_within (`fittest weights --retrain`) waits for a started one
 @app.task(bind=True, name="fittest.retrain_weights", track_started=True)
-def retrain_weights(self: Task) -> dict[str, Any]:
+def retrain_weights(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Measure how strongly each SPARC component predicts success and store normalised weights, with
     the tool classifier refitted on the successes since. Dropped when begun past its message's
     expiry: `fittest weights --retrain` has said nothing was done (review 51 L6: a late one stored
-    a weights version after that)."""
+    a weights version after that). It takes no arguments: a message with some is answered unchanged,
+    naming them, not with a TypeError from inside Celery (QA 59a)."""
+    if args or kwargs:
+        given = [repr(a) for a in args] + sorted(kwargs)
+        return RetrainResult(changed=False, reason=f"refused: retrain_weights takes no arguments, got {', '.join(given)}"
+                             ).model_dump(mode="json")
     drop_if_expired(self)
     return retrain_now(runtime()).model_dump(mode="json")
 
