@@ -356,3 +356,14 @@ def upstream(answer: str) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def as_published(doc: Any, name: str) -> Any:
+    """`doc`, after checking that it passes the schema `fittest schema NAME` publishes, as a script
+    that reads the command's --json would check it."""
+    import jsonschema
+
+    from workers.cli.tools import published_schemas
+
+    jsonschema.validate(doc, published_schemas()[name])
+    return doc

@@ -22,7 +22,7 @@ import pytest
 import redis
 from celery import Celery
 
-from tests.conftest import RedisTls, free_port, start_redis
+from tests.conftest import RedisTls, as_published, free_port, start_redis
 from tests.integration.conftest import TEST_TOOLS, Pipeline, pipeline_running
 from workers.procfile import flower_env
 from workers.stack import ROOT
@@ -122,6 +122,8 @@ def test_secrets_are_never_printed(pipeline: Pipeline, tmp_path: Path) -> None:
     fittest = str(Path(sys.executable).parent / "fittest")
     outputs = [subprocess.run([fittest, *c], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120) for c in commands]
     assert all(o.returncode in (0, 1) for o in outputs), [o.stderr[-2000:] for o in outputs]
+    for printed, name in zip(outputs, ("settings_output", "health_output", "tools_output"), strict=True):
+        as_published(json.loads(printed.stdout), name)  # QA 60d M2: each --json has its schema
     logs = [path.read_text() for path in (pipeline.stack.log_dir or tmp_path).glob("*.log")]
     haystack = "\n".join([json.dumps(results), *(o.stdout + o.stderr for o in outputs), *logs, repr(pipeline.settings)])
     assert len(haystack) > 10_000  # the logs and outputs really were read

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import EXAMPLE_TOOLS, RedisServer, free_port, other_protocol_server
+from tests.conftest import EXAMPLE_TOOLS, RedisServer, as_published, free_port, other_protocol_server
 
 FITTEST = Path(sys.executable).parent / "fittest"
 
@@ -256,6 +256,7 @@ def test_refused_manifests_are_listed_as_json_apart_from_the_versions_whose_list
     assert "`fittest tools --refused --json` lists them" in " ".join(listed.stderr.split())
     refused = run("--refused", "--json")
     assert refused.returncode == 1, refused.stderr  # a CI check fails on it without parsing anything
+    as_published(json.loads(refused.stdout), "tools_refused_output")
     # every field at fault is one (QA 51c: the second was only in the reason's words), the files its
     # implementation names too (QA 55b L9: its folder has no slug.py, which only a second load said)
     assert json.loads(refused.stdout) == [{"path": str(tools / "bad_version" / "tool.yaml"), "field": "version",

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from tests.conftest import cli_runner
+from tests.conftest import as_published, cli_runner
 from tests.integration.conftest import Pipeline, pipeline_running
 
 TOOLS = Path(__file__).parent / "evolution_tools"
@@ -116,7 +116,7 @@ def test_show_prints_the_lineage_with_quality_and_status(evolved: tuple[str, dic
                                                         cli: Callable[..., tuple[int, str]]) -> None:
     code, out = cli("show", "greet_user", "--json")
     assert code == 0, out
-    data = json.loads(out)
+    data = as_published(json.loads(out), "show_output")
     rows = {r["version"]: r for r in data["versions"]}
     assert rows["1.0.0"]["status"] == "original" and rows["1.0.0"]["parent"] is None
     assert rows["1.1.0"]["parent"] == "1.0.0" and rows["1.1.0"]["status"] == "on_trial"
@@ -150,10 +150,11 @@ def test_rollback_and_promote_by_hand(evo: Pipeline, evolved: tuple[str, dict[st
     assert code == 2 and "no promoted version to roll back (the original is served)" in " ".join(out.split()), out
     code, out = cli("promote", "greet_user", "9.9.9")
     assert code == 2 and "has no version 9.9.9" in out
-    code, out = cli("promote", "greet_user", "1.1.0")
+    code, out = cli("promote", "greet_user", "1.1.0", "--json")
     assert code == 0, out
+    shown = as_published(json.loads(out), "promote_output")
     promotion = evo.state().promotion("greet_user")
-    assert (promotion.evolved_version, promotion.status) == ("1.1.0", "active")
+    assert (promotion.evolved_version, promotion.status) == ("1.1.0", "active") == (shown["evolved_version"], shown["status"])
     result = evo.call(scenario="say hello", input={"username": "Alan"}, namespace="greet_user", timeout=120)
     assert (result["status"], result["version"]) == ("success", "1.1.0")
     # The original promoted by hand over it, then rolled back: 1.1.0 is served again, and the

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from tests.conftest import cli_runner
+from tests.conftest import as_published, cli_runner
 from tests.integration.conftest import TEST_TOOLS, Pipeline, pipeline_running
 
 CSV = {"text": "a,b\n1,2\n"}
@@ -154,7 +154,7 @@ def test_cli_explains_takes_feedback_shows_weights_and_recommends(learning: Pipe
 
     weights = cli("weights", "--json")
     assert weights.exit_code == 0, weights.output
-    assert set(json.loads(weights.output)["current"]["weights"]) == {"phase", "language", "complexity", "task_type",
+    assert set(as_published(json.loads(weights.output), "weights_output")["current"]["weights"]) == {"phase", "language", "complexity", "task_type",
                                                                      "history"}
 
     if len(recent(learning)) < 6:  # this test alone: give the moon tools a record to recommend on

@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 import redis
 
-from tests.conftest import RedisServer, cli_runner, free_port
+from tests.conftest import RedisServer, as_published, cli_runner, free_port
 from workers.app import make_app
 from workers.payloads import payload_schemas
 
@@ -32,7 +32,7 @@ def test_health_is_ok_with_every_role_up_and_checks_store_and_model_live(cli) ->
     # ...and the health of the roles it runs is what a probe of those asks.
     result = cli("health", "--json", "--timeout", "5", "-w", "memory", "-w", "executor", "-w", "evolver")
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = as_published(json.loads(result.output), "health_output")
     checks = {c["name"]: c for c in report["checks"]}
     assert {name: c["status"] for name, c in checks.items()} == {"redis": "ok", "workers": "ok", "store": "ok", "model": "ok",
                                                                   "tools": "ok"}
@@ -230,7 +230,7 @@ def test_a_service_judges_a_calls_output_and_the_next_ranking_weighs_it(pipeline
         assert again.feedback.scenario == scenario and again.feedback.version == result.version
         assert again.score_now == pytest.approx(judged.score_now, abs=0.01)  # it replaced that judgement
         assert again.feedback.id == judged.feedback.id  # QA: three judgements of one call added up
-    shown = json.loads(cli("feedback", "show", result.tool, "--json").output)
+    shown = as_published(json.loads(cli("feedback", "show", result.tool, "--json").output), "feedback_show_output")
     assert any(e["reason"] == "the rows came back as one" and e["value"] < 0 for e in shown["entries"])
     # The judged call's own success no longer counts, and is not listed as if it did (QA: the trend counted both).
     of_call = [e for e in shown["entries"] if e["call_id"] == result.call_id]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional, Protocol
+from typing import Annotated, Any, Optional, Protocol
 
 import typer
 from pydantic import BaseModel, Field
@@ -250,14 +250,60 @@ def tools_table(rows: list[ToolRow], title: str = "tools") -> Table:
 CALL_REPLIES = ("resilient_tool_call_reply", "call_tool_reply")
 
 
-@app.command()
-def schema(
-    task: Annotated[Optional[str], typer.Argument(help="A task's name (its payload, e.g. resilient_tool_call), its name with _reply (its answer), result (a call's), call_output (what `call --json` and `result --json` print) or invalid_reply (a refused report's); all, by name, when omitted.")] = None,
-) -> None:
-    """Print the JSON schema of the task payloads (what a foreign service needs to send_task) and of their answers."""
+def command_output_schemas() -> dict[str, dict[str, Any]]:
+    """What the commands print with --json that is no task's answer, by `COMMAND_output` (QA 60d M2:
+    a script reading `tools`, `show`, `health` or `settings` had no schema to check against). The
+    others print a task's answer: `explain` explain_reply, `feedback add` record_feedback_reply,
+    `recommend` recommend_reply, `evolve` prepare_evolution_reply, `weights --retrain` beside
+    weights_output on stderr."""
+    from pydantic import TypeAdapter
+
+    from workers.cli.evolution import Lineage
+    from workers.cli.ops import SettingRow
+    from workers.feedback_store import FeedbackShown
+    from workers.health import HealthReport
+    from workers.payloads import WeightsShown, every_field_present
+
+    def printed(kind: Any, what: str) -> dict[str, Any]:
+        schema = every_field_present(TypeAdapter(kind).json_schema(mode="serialization"))
+        schema["description"] = what
+        return schema
+
+    return {
+        "tools_output": printed(list[ToolRow], "`fittest tools --json`: each tool version, its manifest's summary and its state."),
+        "tools_refused_output": printed(list[RefusedManifest], "`fittest tools --refused --json`: each manifest refused, and why."),
+        "show_output": printed(Lineage, "`fittest show NAME --json`: the namespace's versions, promotion and changelog."),
+        "promote_output": printed(Optional[Promotion], "`fittest promote --json` and `fittest rollback --json`: the promotion "
+                                  "in force after it (null: none)."),
+        "health_output": printed(HealthReport, "`fittest health --json`: each check, and each worker's answer by node name "
+                                 "(exit code 0 healthy, 1 not)."),
+        "settings_output": printed(list[SettingRow], "`fittest settings --json`: each variable, its default, meaning and "
+                                   "current value (secrets hidden)."),
+        "weights_output": printed(WeightsShown, "`fittest weights --json`: the weights in force, their history and the "
+                                  "latest retrain that stored none."),
+        "feedback_show_output": printed(FeedbackShown, "`fittest feedback show TOOL --json`: the entries, their trend and "
+                                        "the version's quality."),
+    }
+
+
+def published_schemas() -> dict[str, dict[str, Any]]:
+    """Every schema `fittest schema` prints, by the name it takes."""
     from workers.payloads import payload_schemas
 
-    schemas = payload_schemas()
+    return payload_schemas() | command_output_schemas()
+
+
+@app.command()
+def schema(
+    task: Annotated[Optional[str], typer.Argument(help=(
+        "A task's name (its payload, e.g. resilient_tool_call), its name with _reply (its answer), result (a call's), "
+        "call_output (what `call --json` and `result --json` print), invalid_reply (a refused report's), or "
+        "COMMAND_output (what tools, tools_refused, show, promote, health, settings, weights and feedback_show print "
+        "with --json); all, by name, when omitted."))] = None,
+) -> None:
+    """Print the JSON schema of the task payloads (what a foreign service needs to send_task), of their
+    answers, and of what each command prints with --json (a script checks its input against them)."""
+    schemas = published_schemas()
     if task in CALL_REPLIES:  # a call's answer is its result, whichever task started it (QA 59a L2)
         task = "result"
     if task:
