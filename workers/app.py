@@ -19,6 +19,7 @@ from workers.events import use_batch_keeping_dispatcher
 from workers.logging import WORKER_READY
 from workers.logging import install as install_logging
 from workers.publishing import PUBLISH_RETRY_POLICY, ReconnectSafeAMQP
+from workers.redis_connection import without_credentials
 from workers.settings import Settings, get_settings, misspelled_variables
 from workers.state.call_ids import RESULT_TTL_S
 
@@ -74,6 +75,7 @@ def make_app(settings: Settings | None = None) -> Celery:
     app = Celery("fittest", include=["workers.tasks", "workers.health"], amqp=ReconnectSafeAMQP,
                  task_cls="workers.routing:RoutedTask", log="workers.logging:FittestLogging")
     use_batch_keeping_dispatcher(app)  # Flower sees every task event of the thread pool (celery#10434)
+    beat_url, beat_credentials = without_credentials(settings.redis_url)
     app.conf.update(
         broker_url=settings.redis_url,
         result_backend=settings.backend_url,
@@ -134,7 +136,8 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_send_sent_event=False,
         worker_hijack_root_logger=False,
         timezone="UTC",
-        redbeat_redis_url=settings.redis_url,
+        # Without the credentials, which go in the options: Celery masks a "password" there, not in this URL
+        redbeat_redis_url=beat_url,
         redbeat_key_prefix=f"{settings.key_prefix}redbeat:",
         # Which stack's state the workers keep, as they answer `inspect conf` (a name celery does not
         # mask as a secret): `fittest up` refuses to start a stack beside another's on one database.
@@ -143,7 +146,8 @@ def make_app(settings: Settings | None = None) -> Celery:
         beat_max_loop_interval=BEAT_MAX_INTERVAL_S,
         redbeat_lock_timeout=BEAT_LOCK_TIMEOUT_S,
         redbeat_redis_options={"retry_period": BEAT_REDIS_RETRY_S, "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
-                               "socket_connect_timeout": 5.0, "health_check_interval": BROKER_HEALTH_CHECK_S},
+                               "socket_connect_timeout": 5.0, "health_check_interval": BROKER_HEALTH_CHECK_S,
+                               **beat_credentials},
         beat_schedule={  # sent to the queue TASK_ROUTES names, as every other message
             RETRAIN_ENTRY: {
                 "task": "fittest.retrain_weights",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import socket
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import parse_qsl, unquote, urlencode, urlparse, urlsplit
 
 from redis import Redis
 from redis.backoff import ExponentialBackoff
@@ -62,6 +62,25 @@ def redis_client(settings: Settings, **overrides: Any) -> Redis:
     }
     options.update(overrides)
     return Redis.from_url(settings.redis_url, **options)
+
+
+CREDENTIALS = ("username", "password")
+
+
+def without_credentials(url: str) -> tuple[str, dict[str, str]]:
+    """`url` without its user and password (given in the netloc or as query parameters), and them as
+    redis-py's keyword arguments, which it takes where the URL names none. For a client configured
+    in a setting that Celery's `inspect conf` shows as it is, in Flower's worker pages: redbeat's
+    URL showed the Redis password there, where Celery masks the broker's (QA 61a-1)."""
+    parts = urlsplit(url)
+    credentials = {k: unquote(v) for k, v in (("username", parts.username), ("password", parts.password)) if v}
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    credentials |= {k: v for k, v in query if k in CREDENTIALS and v}
+    if not credentials:
+        return url, {}
+    host = parts.netloc.rpartition("@")[2]
+    kept = urlencode([(k, v) for k, v in query if k not in CREDENTIALS])
+    return f"{parts.scheme}://{host}{parts.path}{'?' + kept if kept else ''}", credentials
 
 
 def probe_client(settings: Settings, timeout: float, retries: int = 0) -> Redis:

@@ -131,6 +131,20 @@ def test_secrets_are_never_printed(pipeline: Pipeline, tmp_path: Path) -> None:
     assert leaked == []
 
 
+def test_no_worker_shows_the_redis_password_in_the_conf_flower_shows(pipeline: Pipeline) -> None:
+    """QA 61a-1: Flower's worker pages (`inspect conf`) showed redbeat's URL with the Redis password,
+    where Celery masks the broker's. The beat's client, made from that conf, still logs in."""
+    from redbeat.schedulers import get_redis
+
+    from workers.app import make_app
+
+    app = make_app(pipeline.settings)
+    confs = app.control.inspect(timeout=10).conf()
+    assert confs and all("redbeat_redis_url" in conf for conf in confs.values()), confs
+    assert PASSWORD not in json.dumps(confs)
+    assert get_redis(app).ping()
+
+
 def procfile_line(role: str) -> str:
     return next(line.partition(":")[2].strip() for line in (ROOT / "Procfile").read_text().splitlines()
                 if line.startswith(f"{role}:"))

@@ -201,3 +201,17 @@ def test_up_learns_of_another_stack_served_on_its_database_and_of_a_redis_anothe
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize(("url", "shown", "credentials"), [
+    ("redis://localhost:6379/0", "redis://localhost:6379/0", {}),
+    ("redis://:p%40ss@localhost:6391/0", "redis://localhost:6391/0", {"password": "p@ss"}),
+    ("rediss://user:pw@h:1/2?ssl_cert_reqs=none", "rediss://h:1/2?ssl_cert_reqs=none", {"username": "user", "password": "pw"}),
+    ("unix:///tmp/r.sock?password=x&db=2", "unix:///tmp/r.sock?db=2", {"password": "x"}),
+])
+def test_the_beat_url_celery_shows_holds_no_credentials(url: str, shown: str, credentials: dict[str, str]) -> None:
+    """QA 61a-1: redbeat's URL is shown as it is by `inspect conf` (Flower); its credentials go in
+    redbeat's options, whose "password" Celery masks, and redis-py takes them from there."""
+    from workers.redis_connection import without_credentials
+
+    assert without_credentials(url) == (shown, credentials)
