@@ -38,6 +38,7 @@ TASK_ROUTES: dict[str, dict[str, str]] = {
     "fittest.record_evolution": {"queue": "feedback"},
     "fittest.record_feedback": {"queue": "feedback"},
     "fittest.feedback_report": {"queue": "feedback"},
+    "fittest.forget": {"queue": "feedback"},
     "fittest.prepare_evolution": {"queue": "selection"},
     "fittest.evolve": {"queue": "evolution"},
     "fittest.learn": {"queue": "learning"},

@@ -196,6 +196,30 @@ class RecommendRequest(BaseModel):
     max_rate: StrictFloat = Field(0.5, ge=0.0, le=1.0)  # success rate below which it is listed
 
 
+class ForgetRequest(BaseModel):
+    """Keyword arguments of `fittest.forget` (queue `feedback`): remove every record of these calls
+    that holds what their callers sent (`fittest forget`, workers/forget.py). `again`: also once
+    more a minute later, for records that were still on their way (the second pass sends False)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    call_ids: list[Annotated[str, Field(pattern=CALL_ID_PATTERN)]] = Field(min_length=1, max_length=1000)
+    again: StrictBool = True
+
+
+class ForgetReport(BaseModel):
+    """What `fittest.forget` removed, per store: `feedback`, `executions`, `failures` (vector
+    points), `recent_successes`, `learning_window`, `pending_writes` (Redis list entries) and
+    `results` (call results). A call still running is left alone (`running`); `store_error` says
+    why the vector store's records are kept, for a pass that found it down."""
+
+    call_ids: list[str]
+    running: list[str] = Field(default_factory=list)
+    removed: dict[str, int] = Field(default_factory=dict)
+    store_error: str = ""
+    again_in_s: float | None = None  # when the second pass runs; None: none is sent
+
+
 class EvolveRequest(BaseModel):
     """Keyword arguments of `fittest.prepare_evolution` (queue `selection`) sent by hand, as
     `fittest evolve NAME` does: evolve a namespace's served version, or `version`, off the call
@@ -322,6 +346,8 @@ def payload_schemas() -> dict[str, dict[str, Any]]:
         "prepare_evolution": EvolveRequest.model_json_schema(),
         "prepare_evolution_reply": answer_schema(EvolutionReport),
         "retrain_weights_reply": answer_schema(RetrainResult),
+        "forget": ForgetRequest.model_json_schema(),
+        "forget_reply": answer_schema(ForgetReport),
         "invalid_reply": answer_schema(InvalidReply),
         "result": answer_schema(CallResult),
         "call_output": call_output_schema(),

@@ -114,7 +114,7 @@ class Settings(BaseSettings):
 
     # Evolution
     evolution_enabled: bool = Field(True, description="Evolve a new version when every candidate fails")
-    llm_url: str | None = Field(None, description="OpenAI-compatible endpoint for the code mutator (e.g. http://host:8000/v1); unset: off")
+    llm_url: str | None = Field(None, description="OpenAI-compatible endpoint for the code mutator (e.g. http://host:8000/v1), sent failing calls' inputs and error messages; unset: off")
     llm_model: str = Field("gpt-4o-mini", description="Model name sent to the code mutator's endpoint")
     llm_api_key: SecretStr | None = Field(None, description="Bearer key for FITTEST_LLM_URL (never printed; better set in the environment than in FITTEST_CONFIG)")
     llm_timeout_s: float = Field(60.0, gt=0, description="Time allowed for one reply of the code mutator's endpoint")

@@ -472,3 +472,58 @@ def recommend(
                       literal(", ".join(f"{k} {v}" for k, v in r.error_classes.items())), advice,
                       literal(" | ".join(s[:60] for s in r.failed_scenarios)))
     console.print(table)
+
+
+# --------------------------------------------------------------------------------------- forget
+FORGOTTEN_LABELS = {"feedback": "feedback entries (a person's judgements of them included)",
+                    "executions": "execution records", "failures": "failure records",
+                    "recent_successes": "recent successes kept for evolution's replay",
+                    "learning_window": "records of the learner's window", "pending_writes": "vector writes waiting for the store",
+                    "results": "call results"}
+
+
+@app.command()
+@needs_redis
+def forget(
+    call_ids: Annotated[list[str], typer.Argument(help="The ids of the calls (as `fittest call` prints them, or as their caller chose them).")],
+    timeout: TimeoutOpt = 30.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Remove every record of these calls that holds what their callers sent: their results, their
+    points in the vector store's history (feedback, a person's judgement of them included,
+    executions, failures), the recent successes kept for evolution's replay, the learner's window
+    and the vector writes waiting for the store; once now and once more a minute later, for records
+    that were still on their way. A call still running is left alone: forget it once it ended.
+
+    Kept, as they hold no call's text: the counts the calls added (quality, successes, breakers),
+    the weights and the tool classifier, and per-call markers. Not reached by a call's id: the
+    changelog's verification notes (`fittest show`) and the evolution patterns, which quote
+    failing inputs and tools' error messages (README, "What a call leaves behind")."""
+    from pydantic import ValidationError
+
+    from selection.models import field_errors, joined_errors
+    from workers.payloads import ForgetReport, ForgetRequest
+
+    try:  # refused here as the workers would refuse it, before asking them
+        request = ForgetRequest(call_ids=call_ids)
+    except ValidationError as exc:
+        fail(joined_errors(field_errors(exc)), REFUSED)
+    answer = _ask("forget", "feedback", timeout, **request.model_dump(mode="json"))
+    _refuse_if_invalid(answer)
+    report = read_answer(ForgetReport, answer)
+    if json_out:
+        print_json(report.model_dump(mode="json"))
+    else:
+        if report.call_ids:
+            said = "; ".join(f"{n} {FORGOTTEN_LABELS.get(kind, kind)}" for kind, n in report.removed.items())
+            console.print(f"forgot {len(report.call_ids)} call(s): removed {said}", highlight=False)
+            if report.again_in_s is not None:
+                console.print(f"[dim]they are forgotten once more in {report.again_in_s:g} s, for records that were "
+                              "still on their way[/dim]", highlight=False)
+        if report.running:
+            err_console.print(f"[yellow]still running, left alone:[/yellow] {literal(', '.join(report.running))}: forget "
+                              "them once they ended", highlight=False)
+    if report.store_error:
+        fail(f"{report.store_error}; send `fittest forget` again once it answers")
+    if report.running:
+        raise typer.Exit(1)

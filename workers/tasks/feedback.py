@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from selection.models import CallPlan, CallRequest, Candidate, FailureMark, FieldError, OutcomeRecord, field_errors
 from workers.app import app
-from workers.payloads import FeedbackReply, FeedbackReportRequest, FeedbackRequest, InvalidReply
+from workers.payloads import FeedbackReply, FeedbackReportRequest, FeedbackRequest, ForgetRequest, InvalidReply
 from workers.evolution_jobs import apply_evolution_record, maybe_evolve_for_quality
 from workers.outcomes import apply_failure, apply_outcomes, execution_records
 from workers.rescue import effects_ended
@@ -190,6 +190,31 @@ def feedback_report_task(**kwargs: Any) -> dict[str, Any]:
         error = FieldError(field="tool", message=f"no tool named {req.tool!r}", type="no_such_tool")
         return InvalidReply(errors=[error], message=error.message).model_dump(mode="json")
     return report.model_dump(mode="json")
+
+
+@app.task(bind=True, name="fittest.forget", track_started=True)  # CallSender.ask_within waits for a started one
+def forget(self: Task, **kwargs: Any) -> dict[str, Any]:
+    """Remove every record of the calls that holds what their callers sent (workers/forget.py), and
+    send the same once more FORGET_AGAIN_S later for records that were on their way; an
+    `InvalidReply` to a payload that is not a ForgetRequest."""
+    from workers.forget import FORGET_AGAIN_S, forget_calls
+
+    try:
+        req = ForgetRequest.model_validate(kwargs)
+    except ValidationError as exc:
+        return InvalidReply.of(exc).model_dump(mode="json")
+    report = forget_calls(runtime(), req.call_ids, _forget_result)
+    if req.again and report.call_ids:
+        self.apply_async(kwargs={"call_ids": report.call_ids, "again": False}, countdown=FORGET_AGAIN_S)
+        report.again_in_s = FORGET_AGAIN_S
+    return report.model_dump(mode="json")
+
+
+def _forget_result(call_id: str) -> bool:
+    """Delete the call's result from the backend; whether it held one."""
+    held = app.backend.get_task_meta(call_id, cache=False).get("status") != "PENDING"
+    app.backend.forget(call_id)
+    return held
 
 
 @app.task(name="fittest.record_evolution", ignore_result=True)  # fire and forget: nobody waits on it
