@@ -85,7 +85,7 @@ class HealthReport(BaseModel):
 # ------------------------------------------------------------------------------ worker side
 def _local_services() -> dict[str, Check]:
     """What this worker process can say about its store, its model and its tools (it owns them)."""
-    from selection.ports import TOOLS
+    from selection.ports import EVOLUTIONS, TOOLS
     from workers.pending import PendingWrites, write_refusal
     from workers.retention import HISTORY
     from workers.runtime import runtime
@@ -95,7 +95,8 @@ def _local_services() -> dict[str, Check]:
     def store() -> tuple[Status, str]:
         history = ", ".join(f"{rt.memory.count(c)} {c}" for c in HISTORY)
         detail = (f"{rt.memory.count(TOOLS)} tool vectors; history {history} "
-                  f"(the newest {rt.settings.history_max_points} of each kept, and every judgement)")
+                  f"(the newest {rt.settings.history_max_points} of each kept, and every judgement); "
+                  f"{rt.memory.count(EVOLUTIONS)} evolution patterns (all kept)")
         waiting = len(PendingWrites(rt.redis, rt.settings.key_prefix))
         if (refusal := write_refusal()) is not None:  # it reads, but takes no write (QA: its files deleted)
             return "fail", (f"refuses writes for {time.time() - refusal.since:.0f} s ({waiting} waiting in Redis, replayed "

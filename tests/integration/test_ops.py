@@ -40,7 +40,8 @@ def test_health_is_ok_with_every_role_up_and_checks_store_and_model_live(cli) ->
     assert "384-dim" in checks["model"]["detail"] and "checked by memory@" in checks["model"]["detail"]
     assert "int8 model" in checks["model"]["detail"]  # the memory worker runs the model's int8 copy by default
     assert "tool vectors" in checks["store"]["detail"]
-    assert re.search(r"history \d+ feedback, \d+ failures, \d+ executions \(the newest 100000 of each kept, and every judgement\)",
+    assert re.search(r"history \d+ feedback, \d+ failures, \d+ executions \(the newest 100000 of each kept, and every judgement\); "
+                     r"\d+ evolution patterns \(all kept\)",
                      checks["store"]["detail"]), checks["store"]["detail"]  # what retention keeps, in numbers
     roles = {node.partition("@")[0]: answer["queues"] for node, answer in report["workers"].items()}
     assert roles["executor"] == ["execution"] and "selection" in roles["memory"]
