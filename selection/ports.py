@@ -44,6 +44,12 @@ class Match(BaseModel):
     any_of: list[str | int | bool]
 
 
+# How far from a float it was given a store may read it back: Qdrant parses a payload's numbers
+# without round-trip exactness, so one may come back one unit in the last place off. A range that
+# is to hold one written time reaches this far to either side of it.
+STORED_TIME_SLACK_S = 1e-3
+
+
 class Range(BaseModel):
     """Numeric payload field `key` (one of FLOAT_FIELDS) is at least `gte` and below `lt`; None: open."""
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from qdrant_client import QdrantClient
 
-from selection.ports import EXECUTIONS, FAILURES, FEEDBACK, TOOLS, Embedder, Match, Range, VectorFilter, VectorMemory, VectorPoint
+from selection.ports import (EXECUTIONS, FAILURES, FEEDBACK, STORED_TIME_SLACK_S, TOOLS, Embedder, Match, Range, VectorFilter,
+                             VectorMemory, VectorPoint)
 from tests.conftest import free_port
 from tests.fakes_memory import InMemoryVectorMemory
 from workers.memory import VectorMemoryUnavailable, open_vector_memory
@@ -251,6 +252,19 @@ def test_a_range_counts_and_deletes_the_points_of_a_time_span(memory: VectorMemo
         memory.delete(collection, VectorFilter(ranges=[Range(key="timestamp", lt=1.7e9 + 4)],
                                                must_not=[Match(key="source", any_of=["manual"])]))
         assert sorted(p.id for p in memory.scroll(collection)) == [f"{collection}:{t}" for t in (2, 4, 5, 6, 7, 8, 9)]
+
+
+def test_a_time_is_read_back_within_the_slack_and_a_range_that_wide_finds_its_point(memory: VectorMemory) -> None:
+    """Qdrant does not read every float back exactly (Edge: 1796135821.4142401 as ...41424), so code
+    that looks for one written time (workers/outcomes.py `_failure_stored`) looks STORED_TIME_SLACK_S
+    to either side of it."""
+    times = [1796135821.4142401 + k * 0.0137 for k in range(50)]
+    memory.upsert(FAILURES, [pt(f"f{k}", unit(1.0, 0.0, 0.0, 0.0), timestamp=t) for k, t in enumerate(times)])
+    read = {p.id: p.payload["timestamp"] for p in memory.scroll(FAILURES)}
+    assert max(abs(read[f"f{k}"] - t) for k, t in enumerate(times)) < 1e-6
+    for k, t in enumerate(times):
+        near = VectorFilter(ranges=[Range(key="timestamp", gte=t - STORED_TIME_SLACK_S, lt=t + STORED_TIME_SLACK_S)])
+        assert f"f{k}" in {p.id for p in memory.scroll(FAILURES, filter=near)}
 
 
 def test_delete_by_filter(memory: VectorMemory) -> None:

@@ -279,6 +279,24 @@ def test_a_failure_mark_delivered_again_keeps_its_cost_and_its_forgiveness(rt) -
     assert [p.id for p in rt.memory.scroll(FAILURES, filter=VectorFilter.where(call_id="cut"), limit=5)] == ["cut:0"]
 
 
+def test_a_failure_mark_delivered_again_finds_its_point_when_the_store_rounded_its_time_down(rt) -> None:
+    """CI, stop 60: Qdrant Edge read this time back as 1796135821.41424, one unit in the last place
+    below it, so the redelivery's look for its point (from the mark's own time on) missed it and
+    rewrote it without its cost and its forgiveness."""
+    from workers.outcomes import apply_failure
+
+    mark = FailureMark(attempt_id="down:0", call_id="down", tool="currency_rates", version="1.0.0",
+                       scenario="convert 200 US dollars to yen", error_class=FailureClass.crash, timestamp=1796135821.4142401)
+    assert apply_failure(rt, mark).applied
+    [stored] = rt.memory.scroll(FAILURES, filter=VectorFilter.where(call_id="down"), limit=5)
+    assert stored.payload["timestamp"] != mark.timestamp  # what the store does, and this test is about
+    rt.memory.upsert(FAILURES, [stored.model_copy(update={"payload": {**stored.payload, "forgiven": True}})])
+
+    assert not apply_failure(rt, mark.model_copy()).applied
+    [kept] = rt.memory.scroll(FAILURES, filter=VectorFilter.where(call_id="down"), limit=5)
+    assert kept.payload.get("forgiven") is True and kept.payload.get("cost_bp") == stored.payload["cost_bp"]
+
+
 def test_a_recovery_on_a_small_input_does_not_forgive_timeouts_on_large_ones(rt) -> None:
     """QA ops: a sort timed out on 30,000 numbers five times, which its manifest says it does; one
     probe on 3 numbers "recovered" it, and the five timeouts and their negative feedback stopped
