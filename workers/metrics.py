@@ -343,13 +343,15 @@ class RedisCollector(Collector):
 
         quality = GaugeMetricFamily("fittest_tool_quality", "Quality score per tool version (0..1)",
                                     labels=["tool", "version"])
-        successes = CounterMetricFamily("fittest_tool_successes", "Successful attempts counted per tool version",
-                                        labels=["tool", "version"])
-        failures = CounterMetricFamily("fittest_tool_failures", "Failed attempts applied per tool version",
-                                       labels=["tool", "version"])
-        refused = CounterMetricFamily("fittest_tool_refused_inputs",
-                                      "Inputs refused as the caller's mistake or of another tool's job, per tool version (not among its failures)",
-                                      labels=["tool", "version"])
+        # Gauges, not counters: they are the standing `fittest tools` shows, which a judgement of a call
+        # (`fittest feedback add --call`) or an outage's recovery takes back, and a counter that goes
+        # down reads as a reset to rate() (QA 61c-1); fittest_attempts_total counts every attempt run.
+        successes = GaugeMetricFamily("fittest_tool_successes", "Successful attempts the version's standing counts now "
+                                      "(a judgement of a call may take one back)", labels=["tool", "version"])
+        failures = GaugeMetricFamily("fittest_tool_failures", "Failed attempts the version's standing counts now (a "
+                                     "judgement or an outage's recovery may take some back)", labels=["tool", "version"])
+        refused = GaugeMetricFamily("fittest_tool_refused_inputs", "Inputs refused as the caller's mistake or of another "
+                                    "tool's job, per tool version (not among its failures)", labels=["tool", "version"])
         breaker = GaugeMetricFamily("fittest_tool_breaker", "Circuit breaker of each tool version (1 for its state: "
                                     "closed, open, or half_open once its cool-down passed)", labels=["tool", "version", "state"])
         all_stats = r.state.all_stats()

@@ -65,8 +65,8 @@ def test_counts_from_two_processes_add_up_in_one_scrape(redis_client, redis_url,
     assert got[("fittest_selections_total", (("outcome", "no_candidates"), ("policy", "seed")))] == 1
     assert got[("fittest_calls_total", (("status", "success"),))] == 1
     assert got[("fittest_tool_quality", tool)] == pytest.approx(0.9)
-    assert got[("fittest_tool_failures_total", tool)] == 1
-    assert got[("fittest_tool_refused_inputs_total", tool)] == 1
+    assert got[("fittest_tool_failures", tool)] == 1
+    assert got[("fittest_tool_refused_inputs", tool)] == 1
     assert got[("fittest_evolutions_total", (("namespace", "slugify"),))] == 1
     assert got[("fittest_rollbacks_total", (("namespace", "slugify"),))] == 1
     assert got[("fittest_promotion", (("namespace", "slugify"), ("status", "rolled_back"), ("version", "1.1.0")))] == 1
@@ -235,3 +235,24 @@ def test_a_call_whose_evolution_is_known_without_the_evolver_counts_as_an_evolut
     recorder.flush()
     got = scrape(MetricsReader(redis_client, prefix))
     assert got[("fittest_evolution_runs_total", (("namespace", "mean"), ("outcome", "no_fix"), ("trigger", "call")))] == 1
+
+
+def test_a_versions_standing_is_a_gauge_as_a_recovery_takes_failures_back(redis_client, prefix) -> None:
+    """QA 61c-1: the standing's counts were exposed as counters, and an outage's recovery (or a
+    judgement) lowered them, which Prometheus's rate() reads as a counter reset."""
+    recorder = MetricsRecorder(redis_client, prefix)
+    recorder.attempt(attempt("slugify", False, FailureClass.crash), quality=1.0)
+    recorder.flush()
+    state = RedisStateStore(redis_client, prefix)
+    applied = state.mark_failure("slugify@1.0.0", "x1", Severity.high)
+    reader = MetricsReader(redis_client, prefix)
+    tool = (("tool", "slugify"), ("version", "1.0.0"))
+    assert scrape(reader)[("fittest_tool_failures", tool)] == 1
+    assert state.forgive_failures("slugify@1.0.0", [("x1", applied.cost_bp or 0)]) == 1
+    assert scrape(reader)[("fittest_tool_failures", tool)] == 0
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RedisCollector(reader))
+    kinds = {f.name: f.type for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    assert {kinds[n] for n in ("fittest_tool_successes", "fittest_tool_failures", "fittest_tool_refused_inputs")} == {"gauge"}
+    assert kinds["fittest_attempts"] == "counter"  # what counts every attempt run, and only goes up
