@@ -38,6 +38,13 @@ from workers.state.stacks import other_stacks
 Status = Literal["ok", "warn", "fail", "skip"]
 CONTROL_COMMAND = "fittest_health"
 ROLES = ("memory", "executor", "evolver")
+# The queues each worker role consumes (the Procfile's and docker-compose's -Q; a test holds them to
+# the Procfile). A role is up when its queues are: by its own node, or by any other (QA 61c-3: a
+# memory worker started without the feedback queue was "ok" while every judgement and every
+# outcome's feedback waited, and one executor consuming the evolution queue too was "no answer from
+# evolver").
+ROLE_QUEUES: dict[str, tuple[str, ...]] = {"memory": ("selection", "feedback", "learning"), "executor": ("execution",),
+                                            "evolver": ("evolution",)}
 BEAT = "beat"  # a role, but no Celery worker: it answers by the lock it holds (`check_beat`)
 # Procfile roles that are no Celery worker but serve HTTP on this host: each is asked at its own
 # health page (QA 50e L6: `-w flower` said "unknown role", and nothing checked Flower or the metrics
@@ -353,16 +360,27 @@ def _matches(node: str, wanted: str) -> bool:
 
 
 def check_workers(answers: dict[str, WorkerHealth], wanted: list[str], asked_only: list[str] | None = None) -> Check:
-    """`asked_only`: the nodes the health command went to, when not to every worker (QA U: asked of
-    executor@nohost alone, "answered: none" read as if no worker ran)."""
-    missing = [w for w in wanted if not any(_matches(node, w) for node in answers)]
-    nodes = ", ".join(sorted(answers)) or "none"
-    if missing:
+    """A node name (`executor@host`) is up when it answered; a role when every queue of it is
+    consumed by a node that answered. `asked_only`: the nodes the health command went to, when not
+    to every worker (QA U: asked of executor@nohost alone, "answered: none" read as if no worker ran)."""
+    consumed = {q for answer in answers.values() for q in answer.queues}
+    problems: list[str] = []
+    for w in wanted:
+        if "@" in w:
+            if w not in answers:
+                problems.append(f"no answer from {w}")
+        elif w not in ROLES:  # QA ops: a typo read as a role down
+            problems.append(f"{w}: not a role (the roles: {', '.join((*ROLES, BEAT, *SERVED))})")
+        elif unconsumed := [q for q in ROLE_QUEUES[w] if q not in consumed]:
+            named = [node for node in answers if _matches(node, w)]
+            problems.append(f"no worker consumes the {' and '.join(unconsumed)} queue{'s' if len(unconsumed) > 1 else ''} of "
+                            f"{w} ({', '.join(named)} answered without {'them' if len(unconsumed) > 1 else 'it'})" if named
+                            else f"no answer from {w} (no worker consumes its queue{'s' if len(unconsumed) > 1 else ''} "
+                            f"{', '.join(unconsumed)})")
+    nodes = ", ".join(f"{node} ({','.join(a.queues) or a.problem or 'no queue'})" for node, a in sorted(answers.items())) or "none"
+    if problems:
         asked = f"; asked only {', '.join(asked_only)}" if asked_only else ""
-        unknown = [w for w in missing if "@" not in w and w not in ROLES]  # QA ops: a typo read as a role down
-        roles = f"; {', '.join(unknown)}: not a role (the roles: {', '.join((*ROLES, BEAT, *SERVED))})" if unknown else ""
-        return Check(name="workers", status="fail",
-                     detail=f"no answer from {', '.join(missing)} (answered: {nodes}{asked}){roles}")
+        return Check(name="workers", status="fail", detail=f"{'; '.join(problems)} (answered: {nodes}{asked})")
     return Check(name="workers", status="ok", detail=f"answered: {nodes}")
 
 
