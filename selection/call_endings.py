@@ -29,6 +29,13 @@ def refused_input(plan: CallPlan) -> ToolExecutionResult | None:
     return next((a for a in plan.attempts if a.refused_its_job or a.callers_mistake), None)
 
 
+def why_it_failed(plan: CallPlan) -> str:
+    """What a failed call's metrics count it under: `input_refused` when a tool that does the job
+    refused its input (the caller has something to mend), `tools_failed` otherwise (the tools do).
+    Both end with status failed; an operator watching the failure rate needs them apart (QA 61c-5)."""
+    return "input_refused" if refused_input(plan) is not None or refused_for_its_namespace(plan) else "tools_failed"
+
+
 def refuser(plan: CallPlan) -> Candidate | None:
     """The candidate whose refusal made the call's input suspect (`refused_input`), if any."""
     refusal = refused_input(plan)

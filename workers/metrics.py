@@ -81,7 +81,8 @@ CALL_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 
 _HELP = {
     SELECTIONS: "Calls ranked by the selector, by policy and whether any candidate was found",
     ATTEMPTS: "Attempts run, by tool version, outcome and failure class",
-    CALLS: "Calls finished, by status",
+    CALLS: "Calls finished, by status and cause: failed by input_refused (a tool that does the job refused "
+           "the input: the caller's to mend) or tools_failed; no_candidates by its reason; error by the exception",
     REDELIVERED_STEPS: "Call steps delivered again, by the broker (a worker lost, an acknowledgement lost) or "
                        "the rescue sweep, by task and whether the step ran or was ignored because its call had "
                        "ended or moved on",
@@ -203,11 +204,16 @@ class MetricsRecorder(BufferedWrites[_Buffer]):
                                             "outcome": "success" if result.success else "failure"})] += 1
             _point(buffer, f"{self.prefix}{ATTEMPT_SERIES}{result.key}", point, ATTEMPT_SERIES_LIMIT)
 
-    def call(self, status: str, attempts: int, elapsed_ms: float, tool: str | None) -> None:
-        point = CallPoint(t=time.time(), status=status, attempts=attempts, ms=round(elapsed_ms, 3), tool=tool)
-        bucket = next((b for b in CALL_BUCKETS_S if elapsed_ms <= b * 1000), None)
+    def call(self, status: str, attempts: int | None, elapsed_ms: float | None, tool: str | None, cause: str = "") -> None:
+        """`cause`: what a status leaves open (workers/call_ends.py), "" where it says all. A call
+        whose attempts and duration are not known (a step raised) is counted, and neither timed nor
+        plotted."""
         with self._buffer() as buffer:
-            buffer.counts[_field(CALLS, {"status": status})] += 1
+            buffer.counts[_field(CALLS, {"status": status, "cause": cause})] += 1
+            if attempts is None or elapsed_ms is None:
+                return
+            point = CallPoint(t=time.time(), status=status, attempts=attempts, ms=round(elapsed_ms, 3), tool=tool)
+            bucket = next((b for b in CALL_BUCKETS_S if elapsed_ms <= b * 1000), None)
             buffer.counts[_field(CALL_SECONDS, {"le": "+Inf" if bucket is None else str(bucket)})] += 1
             buffer.counts[_field(CALL_MS_SUM, {})] += round(elapsed_ms)
             _point(buffer, f"{self.prefix}{CALL_SERIES_KEY}", point, CALL_SERIES_LIMIT)
@@ -225,9 +231,10 @@ class MetricsReader:
     (read through `state`, which knows its keys), the series and the broker's queue lengths."""
 
     def __init__(self, client: Redis, prefix: str, queues: Iterable[str] = (), priority_steps: Iterable[int] = (0,),
-                 sep: str = ":") -> None:
+                 sep: str = ":", beat_lock_key: str | None = None) -> None:
         self.client = client
         self.prefix = prefix
+        self.beat_lock_key = beat_lock_key
         self.state = RedisStateStore(client, prefix)
         self.queues = tuple(queues)
         self.priority_steps = tuple(priority_steps)
@@ -264,6 +271,11 @@ class MetricsReader:
         pipe.zcount(key, "-inf", now if now is not None else time.time())
         recorded, overdue = pipe.execute()
         return int(recorded), int(overdue)
+
+    def beat_up(self) -> bool:
+        """Whether a beat holds its lock (redbeat's, which it renews as it ticks and which expires
+        soon after its last tick): without one nothing retrains the weights or prunes the history."""
+        return self.beat_lock_key is not None and bool(self.client.exists(self.beat_lock_key))
 
     def broker_idle(self) -> bool:
         """No message waits in any queue and none is delivered but unacknowledged (acks are late,
@@ -337,8 +349,13 @@ class RedisCollector(Collector):
         for name, rows in sorted(counters.items()):
             labels = sorted({k for row_labels, _ in rows for k in row_labels})
             family = CounterMetricFamily(f"fittest_{name}", _HELP.get(name, name), labels=labels)
+            # Rows counted before a label was added (`cause` of the calls) read as that label's "", as do
+            # rows that never give it: one series each, summed, or the scrape would hold two alike.
+            summed: Counter[tuple[str, ...]] = Counter()
             for row_labels, value in rows:
-                family.add_metric([row_labels.get(k, "") for k in labels], value)
+                summed[tuple(row_labels.get(k, "") for k in labels)] += value
+            for values, value in summed.items():
+                family.add_metric(list(values), value)
             yield family
 
         quality = GaugeMetricFamily("fittest_tool_quality", "Quality score per tool version (0..1)",
@@ -386,6 +403,10 @@ class RedisCollector(Collector):
         yield queued
         yield GaugeMetricFamily("fittest_unacked_messages", "Messages delivered to workers and not yet acknowledged",
                                 value=r.unacked())
+        if r.beat_lock_key is not None:
+            # Flower's flower_worker_online says which workers are up; no Celery worker is the beat (QA 61c-4)
+            yield GaugeMetricFamily("fittest_beat_up", "Whether a beat holds its lock (1) or not (0): without one "
+                                    "nothing retrains the weights or prunes the history", value=int(r.beat_up()))
         recorded, overdue = r.calls_in_flight()
         yield GaugeMetricFamily("fittest_calls_in_flight",
                                 "Calls with a step handed on (or sent by fittest's client) and no result yet",
@@ -404,14 +425,21 @@ def reader_for(settings: Settings, client: Redis | None = None) -> MetricsReader
     from workers.app import QUEUES, make_app
     from workers.redis_connection import redis_client
 
-    options = make_app(settings).conf.broker_transport_options
-    return MetricsReader(
-        client if client is not None else redis_client(settings),
-        settings.key_prefix,
-        queues=QUEUES,
-        priority_steps=options.get("priority_steps", [0]),
-        sep=options.get("sep", ":"),
-    )
+    from redbeat.schedulers import ensure_conf
+
+    app = make_app(settings)
+    options = app.conf.broker_transport_options
+    try:
+        return MetricsReader(
+            client if client is not None else redis_client(settings),
+            settings.key_prefix,
+            queues=QUEUES,
+            priority_steps=options.get("priority_steps", [0]),
+            sep=options.get("sep", ":"),
+            beat_lock_key=ensure_conf(app).lock_key,
+        )
+    finally:
+        app.close()
 
 
 def scrape_registry(settings: Settings, report_redis_down: bool = False) -> CollectorRegistry:

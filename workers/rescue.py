@@ -46,6 +46,7 @@ from tenacity import Retrying, retry_if_exception_type, retry_if_result, stop_be
 
 from workers.app import PRIORITY_HIGH, PRIORITY_STEPS, QUEUES, TASK_ROUTES, app
 from workers.routing import REDELIVERED_HEADER, RoutedTask
+from workers.call_ends import call_ended
 from workers.client import has_result
 from workers.metrics import CALLS, REDELIVERED_STEPS, RESENT_STEPS, held_task_ids, queue_key
 from workers.redis_connection import WRITE_REFUSALS, write_refusal
@@ -116,9 +117,11 @@ class CallStep(RoutedTask):
                         self.name, what, exc, extra={"event": "step_given_back", "task_id": self.request.id, "task": self.name})
             redis_takes_writes_again(runtime().redis, runtime().settings.key_prefix, REDIS_AWAY_WAIT_S)
             raise Reject(exc, requeue=True) from exc
-        except Exception:
+        except Exception as exc:
             if self.request.id:  # its error is the call's result: nothing to watch any more (QA resilience)
                 runtime().inflight.finished(self.request.id)
+                if not _asked_by_hand(self, self.request):  # counted with the calls that ended (QA 61c-5)
+                    call_ended(self.request.id, "error", type(exc).__name__, None, None)
             raise
         # A step that returns has returned the call's result (success, failure, invalid payload...):
         # nothing to watch any more.

@@ -201,3 +201,27 @@ def test_health_says_whether_a_beat_holds_its_lock_and_when_it_last_sent_the_ret
         beat.close()  # releases its lock, as a beat that stops does
     gone = check_beat(settings, timeout=2)
     assert gone.status == "fail" and "last sent" in gone.detail, gone
+
+
+def test_the_metrics_say_whether_a_beat_holds_its_lock(private_redis: RedisServer) -> None:
+    """QA 61c-4: no metric said the beat was down, and Flower's flower_worker_online sees only the
+    Celery workers: a scrape reads the lock a running beat holds."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from workers.metrics import scrape_registry
+
+    settings = Settings(redis_url=private_redis.url)
+
+    def beat_up() -> float:
+        text = generate_latest(scrape_registry(settings)).decode()
+        return next(s.value for family in text_string_to_metric_families(text) for s in family.samples
+                    if s.name == "fittest_beat_up")
+
+    assert beat_up() == 0
+    beat = started_beat(make_app(settings))
+    try:
+        assert beat_up() == 1
+    finally:
+        beat.close()  # a beat stopped gives its lock back
+    assert beat_up() == 0

@@ -11,6 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import RedisServer, as_published, cli_runner, free_port
 from workers.app import make_app
@@ -126,16 +127,71 @@ def test_a_call_shows_in_metrics_and_in_the_json_attempt_log(pipeline, cli) -> N
     assert [r["candidates"][0] for r in ranked if r["call_id"] == result.call_id] == ["csv_lenient@1.0.0"], ranked[-3:]
 
 
+def calls_counted(cli, status: str, cause: str | None = None) -> float:
+    """`fittest_calls_total` of a status (and a cause), as `fittest metrics` serves it."""
+    text = cli("metrics", "--once").output
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == "fittest_calls_total" and s.labels["status"] == status
+               and (cause is None or s.labels.get("cause", "") == cause))
+
+
+def logged(pipeline, event: str) -> list[dict[str, Any]]:
+    """The JSON log lines of an event, from every worker's log."""
+    return [json.loads(line) for log in pipeline.stack.log_dir.glob("*.log") for line in log.read_text().splitlines()
+            if line.startswith("{") and f'"event": "{event}"' in line]
+
+
 def test_calls_that_end_before_any_attempt_are_counted_by_their_status(pipeline, cli) -> None:
     """A call refused for its payload, or with no tool to try, is a call made all the same."""
-    def calls(status: str) -> float:
-        line = next((x for x in cli("metrics", "--once").output.splitlines() if x.startswith(f'fittest_calls_total{{status="{status}"}}')), "")
-        return float(line.rpartition(" ")[2] or 0)
-
-    before = {status: calls(status) for status in ("invalid", "no_candidates")}
+    before = {status: calls_counted(cli, status) for status in ("invalid", "no_candidates")}
     assert pipeline.call(scenario="sort these numbers", input={}, max_attempts=0)["status"] == "invalid"
     assert pipeline.call(scenario="sort these numbers", input={}, tags=["no-tool-has-this-tag"])["status"] == "no_candidates"
-    pipeline.wait_for(lambda: all(calls(status) == before[status] + 1 for status in before))
+    pipeline.wait_for(lambda: all(calls_counted(cli, status) == before[status] + 1 for status in before))
+    assert calls_counted(cli, "no_candidates", "no_such_tag") >= 1  # its reason, as the result says it
+
+
+def test_a_failed_call_is_counted_by_whom_it_is_for_to_mend_and_every_end_is_logged(pipeline, cli) -> None:
+    """QA 61c-5: a refused input (the caller's to mend) and tools that failed (the tools') were both
+    `fittest_calls_total{status="failed"}`, a step that raised was counted nowhere, and no log line
+    said how a call ended."""
+    ends = [("failed", "tools_failed"), ("failed", "input_refused"), ("error", "ValidationError")]
+    before = {end: calls_counted(cli, *end) for end in ends}
+    broken = pipeline.call(scenario="lunar phase calculator for a date", input={"date": "2026-11-22"},
+                           namespace="moon_a", max_attempts=2)
+    assert broken["status"] == "failed", broken
+    for i in range(3):  # a job csv_strict does, so that a refusal of it is the caller's mistake
+        assert pipeline.call(scenario=f"make records of these comma separated lines (ops batch {i})",
+                             input={"text": "a,b\n1,2\n"}, namespace="csv_strict")["status"] == "success"
+    pipeline.settled()
+    refused = pipeline.call(scenario="make records of these comma separated lines (ops batch 9)", input={"rows": 3},
+                            namespace="csv_strict")
+    assert refused["status"] == "failed" and refused["attempts"][0]["callers_mistake"], refused
+    control = make_app(pipeline.settings)
+    try:  # a step whose plan is not one: it raises, and its error is the call's result
+        raised = control.send_task("fittest.execute", args=[{"not": "a plan"}, 0], task_id="ops-raised-step-1",
+                                   queue="execution")
+        raised.get(timeout=60, propagate=False)
+        assert raised.state == "FAILURE" and "ValidationError" in str(raised.result), raised.result
+    finally:
+        control.close()
+    pipeline.wait_for(lambda: all(calls_counted(cli, *end) == before[end] + 1 for end in ends))
+
+    pipeline.wait_for(lambda: {broken["call_id"], refused["call_id"], "ops-raised-step-1"}
+                      <= {e["call_id"] for e in logged(pipeline, "call_ended")})
+    ended = {e["call_id"]: e for e in logged(pipeline, "call_ended")}
+    assert (ended[broken["call_id"]]["status"], ended[broken["call_id"]]["cause"]) == ("failed", "tools_failed")
+    assert ended[broken["call_id"]]["level"] == "warning"
+    assert ended[broken["call_id"]]["attempts"] == len(broken["attempts"]) == 2
+    assert (ended[refused["call_id"]]["cause"], ended[refused["call_id"]]["level"]) == ("input_refused", "info")
+    assert (ended["ops-raised-step-1"]["status"], ended["ops-raised-step-1"]["cause"]) == ("error", "ValidationError")
+    assert ended["ops-raised-step-1"]["attempts"] is None  # the step knew none
+    # ...and a success says by which version, after how many attempts
+    ok = pipeline.call(scenario="make records of these comma separated lines (ops batch 10)",
+                       input={"text": "a,b\n1,2\n"}, namespace="csv_strict")
+    pipeline.wait_for(lambda: ok["call_id"] in {e["call_id"] for e in logged(pipeline, "call_ended")})
+    line = next(e for e in logged(pipeline, "call_ended") if e["call_id"] == ok["call_id"])
+    assert line["message"] == f"call {ok['call_id']} ended success by csv_strict@1.0.0 after 1 attempt in " \
+                              f"{line['elapsed_ms']:.0f} ms", line
 
 
 def test_a_shell_whose_key_prefix_no_worker_serves_is_told_so_where_one_is_served(pipeline, cli) -> None:
@@ -165,11 +221,7 @@ def test_a_shell_whose_key_prefix_no_worker_serves_is_told_so_where_one_is_serve
 def test_a_revoked_call_leaves_the_calls_in_flight_at_once_and_is_counted_as_revoked(pipeline, cli) -> None:
     """QA ops L5: a call revoked from Flower stayed in fittest_calls_in_flight until the rescue sweep
     found it overdue (the visibility timeout, ~16 min), and no status counted it."""
-    def metric(line_start: str) -> float:
-        line = next((x for x in cli("metrics", "--once").output.splitlines() if x.startswith(line_start)), "")
-        return float(line.rpartition(" ")[2] or 0)
-
-    before = metric('fittest_calls_total{status="revoked"}')
+    before = calls_counted(cli, "revoked")
     call_id = "revoked-from-flower-1"
     control = make_app(pipeline.settings)  # as Flower's: the workers' control channel
     try:
@@ -183,7 +235,7 @@ def test_a_revoked_call_leaves_the_calls_in_flight_at_once_and_is_counted_as_rev
     # call's end keeps a later first record out: under load the clean-clone run saw that order).
     # Either way it leaves flight at once, not after the sweep's visibility timeout.
     pipeline.wait_for(lambda: not pipeline.client.in_flight(call_id), timeout=30)
-    pipeline.wait_for(lambda: metric('fittest_calls_total{status="revoked"}') == before + 1, timeout=30)
+    pipeline.wait_for(lambda: calls_counted(cli, "revoked") == before + 1, timeout=30)
 
 
 def test_explain_refuses_an_input_a_call_would_refuse(pipeline) -> None:

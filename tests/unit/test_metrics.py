@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from selection.models import FailureClass, FailureCount, Promotion, Severity, ToolExecutionResult
 from tests.conftest import free_port
-from workers.metrics import MetricsReader, MetricsRecorder, RedisCollector
+from workers.metrics import COUNTERS_KEY, MetricsReader, MetricsRecorder, RedisCollector
 from workers.state.redis import RedisStateStore
 
 
@@ -24,10 +24,14 @@ def prefix(run_prefix: str) -> str:
     return f"{run_prefix}:"  # its keys go with run_prefix's
 
 
-def scrape(reader: MetricsReader) -> dict[tuple[str, tuple], float]:
+def registry_of(reader: MetricsReader) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RedisCollector(reader))
-    text = generate_latest(registry).decode()
+    return registry
+
+
+def scrape(reader: MetricsReader) -> dict[tuple[str, tuple], float]:
+    text = generate_latest(registry_of(reader)).decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
 
@@ -63,7 +67,7 @@ def test_counts_from_two_processes_add_up_in_one_scrape(redis_client, redis_url,
     assert got[("fittest_attempts_total", (("error_class", ""), ("outcome", "success"), *tool))] == 1
     assert got[("fittest_selections_total", (("outcome", "ranked"), ("policy", "seed")))] == 1
     assert got[("fittest_selections_total", (("outcome", "no_candidates"), ("policy", "seed")))] == 1
-    assert got[("fittest_calls_total", (("status", "success"),))] == 1
+    assert got[("fittest_calls_total", (("cause", ""), ("status", "success")))] == 1
     assert got[("fittest_tool_quality", tool)] == pytest.approx(0.9)
     assert got[("fittest_tool_failures", tool)] == 1
     assert got[("fittest_tool_refused_inputs", tool)] == 1
@@ -198,6 +202,31 @@ def test_the_durations_of_calls_are_a_histogram_of_cumulative_buckets(redis_clie
     assert got[("fittest_call_duration_seconds_sum", ())] == pytest.approx(402.77)
 
 
+def test_a_failed_call_is_counted_by_its_cause_and_one_that_raised_is_counted_untimed(redis_client, prefix) -> None:
+    """QA 61c-5: a refused input and tools that failed were one row; a step that raised, none."""
+    recorder = MetricsRecorder(redis_client, prefix)
+    recorder.call("failed", attempts=1, elapsed_ms=30.0, tool=None, cause="input_refused")
+    recorder.call("failed", attempts=3, elapsed_ms=90.0, tool=None, cause="tools_failed")
+    recorder.call("error", attempts=None, elapsed_ms=None, tool=None, cause="ValidationError")
+    recorder.flush()
+    got = scrape(MetricsReader(redis_client, prefix))
+    for status, cause in (("failed", "input_refused"), ("failed", "tools_failed"), ("error", "ValidationError")):
+        assert got[("fittest_calls_total", (("cause", cause), ("status", status)))] == 1
+    assert got[("fittest_call_duration_seconds_count", ())] == 2  # the error's duration is not known
+    assert [p.status for p in MetricsReader(redis_client, prefix).calls()] == ["failed", "failed"]
+
+
+def test_calls_counted_before_their_cause_was_a_label_are_one_series_with_those_counted_since(redis_client, prefix) -> None:
+    """An upgraded stack's hash holds `calls` rows without `cause`: read as cause "", summed with the new."""
+    redis_client.hincrby(f"{prefix}{COUNTERS_KEY}", '["calls",{"status":"success"}]', 5)
+    recorder = MetricsRecorder(redis_client, prefix)
+    recorder.call("success", attempts=1, elapsed_ms=30.0, tool="slugify")
+    recorder.flush()
+    text = generate_latest(registry_of(MetricsReader(redis_client, prefix))).decode()
+    assert [line for line in text.splitlines() if line.startswith("fittest_calls_total")] == \
+        ['fittest_calls_total{cause="",status="success"} 6.0']
+
+
 def test_a_scrape_of_a_redis_that_does_not_answer_says_so_in_one_gauge(caplog) -> None:
     """QA ops: the endpoint answered HTTP 500 and printed a 65-line traceback at every scrape."""
     from workers.metrics import scrape_registry
@@ -251,8 +280,6 @@ def test_a_versions_standing_is_a_gauge_as_a_recovery_takes_failures_back(redis_
     assert state.forgive_failures("slugify@1.0.0", [("x1", applied.cost_bp or 0)]) == 1
     assert scrape(reader)[("fittest_tool_failures", tool)] == 0
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(RedisCollector(reader))
-    kinds = {f.name: f.type for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    kinds = {f.name: f.type for f in text_string_to_metric_families(generate_latest(registry_of(reader)).decode())}
     assert {kinds[n] for n in ("fittest_tool_successes", "fittest_tool_failures", "fittest_tool_refused_inputs")} == {"gauge"}
     assert kinds["fittest_attempts"] == "counter"  # what counts every attempt run, and only goes up

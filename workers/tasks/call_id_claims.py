@@ -10,7 +10,7 @@ from celery.exceptions import Ignore
 
 from selection.models import FieldError
 from workers.runtime import runtime
-from workers.tasks.early_endings import ended_early
+from workers.call_ends import ended_early
 from workers.tasks.refusals import CALL_ID, given_scenario, invalid_result, result_call_id
 
 log = logging.getLogger("fittest.tasks")

@@ -19,7 +19,7 @@ from celery import Task
 
 from selection.call_endings import (folders_gone_message, input_refused_message, no_tool_meant_for_it, refused_for_its_namespace,
                                     refused_by_a_doer, refused_input, refuser, served_by_whom_note, serves_unconfirmed, targeted, tools_dir_gone_message,
-                                    took_a_refused_input_note)
+                                    took_a_refused_input_note, why_it_failed)
 from selection.job_record import does_such_jobs
 from selection.manifest import ToolManifest
 from selection.models import AttemptSummary, CallPlan, CallResult, CallStatus, Candidate, FailureClass, FailureCount, FailureMark, OutcomeRecord, ToolExecutionResult
@@ -33,7 +33,7 @@ from workers.runners import RunLimits, RunOutcome, run_tool
 from workers.runtime import runtime
 from workers.selector import attempt_timeout
 from workers.state.inflight import AttemptDeaths
-from workers.tasks.early_endings import no_candidates
+from workers.call_ends import call_ended, no_candidates
 
 log = logging.getLogger("fittest.attempt")
 
@@ -225,8 +225,8 @@ def failure_mark(plan: CallPlan, result: ToolExecutionResult) -> FailureMark:
 def finish(plan: CallPlan, status: CallStatus, message: str = "") -> dict[str, Any]:
     send_outcome(plan)
     result = CallResult.from_plan(plan, status, message=message)
-    runtime().metrics.call(result.status, len(attempts_before_evolution(plan)) + len(result.attempts),
-                           result.elapsed_ms, result.tool)
+    call_ended(result.call_id, result.status, why_it_failed(plan) if result.status == "failed" else "",
+               len(attempts_before_evolution(plan)) + len(result.attempts), result.elapsed_ms, result.tool, result.version)
     return result.model_dump(mode="json")
 
 

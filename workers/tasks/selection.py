@@ -25,7 +25,7 @@ from workers.payloads import CallToolPayload, ExplainResult
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
 from workers.tasks.call_id_claims import claim_call_id
-from workers.tasks.early_endings import ended_early, no_candidates
+from workers.call_ends import ended_early, no_candidates
 from workers.tasks.execution import code_gone
 from workers.tasks.refusals import given_scenario, invalid_result, refusal, result_call_id
 from workers.tool_watch import ToolsDirWatch, watch_in_background
