@@ -30,6 +30,7 @@ from celery import Task
 from celery.signals import worker_process_init, worker_shutting_down
 from celery.worker.request import Request
 
+from selection.manifest import split_key
 from selection.models import CallPlan
 from workers.dying import is_dying
 from workers.group_stop import shutdown_began
@@ -146,7 +147,7 @@ class ExecuteRequest(Request):
                     deaths,
                     extra={"event": "attempt_process_died", "task_id": self.id, "attempt_id": aid, "reason": how,
                            "deaths": deaths, "call_id": plan.request.call_id,  # QA ops: followed by call_id like the rest
-                           "tool": tool,
+                           **_tool_fields(tool),
                            # logged by the worker's main process, outside the task: named here (QA recheck)
                            "worker": self.hostname, "task_name": self.task_name})
 
@@ -155,6 +156,13 @@ def _tool_of(plan: CallPlan, aid: str) -> str | None:
     """The version that an attempt of this call ran, named in the lines that say its process died:
     the operator reading why an executor restarted learns which tool took it down."""
     return next((c.key for i, c in enumerate(plan.candidates) if plan.attempt_id(i) == aid), None)
+
+
+def _tool_fields(key: str | None) -> dict[str, str | None]:
+    """A version's key as the `attempt` lines log it, `tool` and `version` apart, so that one query
+    finds a tool's attempts and the deaths of the processes that ran it (QA 61c: "csv@1.0.0" here)."""
+    name, version = split_key(key) if key else (None, None)
+    return {"tool": name, "version": version}
 
 
 def _message(task: Task) -> str | None:
@@ -221,12 +229,12 @@ def earlier_deliveries(task: Task, plan: CallPlan, index: int) -> Returned | Non
             log.warning("call %s: the worker running attempt %s (%s) died, %d time(s): %s", task.request.id,
                         mark.attempt_id, tool, count, mark.holder,
                         extra={"event": "attempt_worker_died", "task_id": task.request.id, "attempt_id": mark.attempt_id,
-                               "tool": tool, "holder": mark.holder, "deaths": count, "call_id": plan.request.call_id})
+                               **_tool_fields(tool), "holder": mark.holder, "deaths": count, "call_id": plan.request.call_id})
         else:  # whose doing it was is not known: counted for none; each of them runs isolated now
             log.warning("call %s: the worker running attempt %s (%s) died beside %d other run(s), not counted: %s",
                         task.request.id, mark.attempt_id, tool, len(beside), mark.holder,
                         extra={"event": "attempt_worker_died_beside", "task_id": task.request.id,
-                               "attempt_id": mark.attempt_id, "tool": tool, "beside": len(beside),
+                               "attempt_id": mark.attempt_id, **_tool_fields(tool), "beside": len(beside),
                                "holder": mark.holder, "call_id": plan.request.call_id})
         rt.run_marks.counted(message)  # after the count: a delivery given back before this reads it again, counting nothing more
     return Returned(rt.inflight.deaths(plan.attempt_id(index)), worker_died=left is not None)

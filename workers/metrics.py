@@ -78,6 +78,12 @@ DEGRADED_SELECTIONS = "degraded_selections"
 CALL_SECONDS = "call_seconds"
 CALL_MS_SUM = "call_ms_sum"
 CALL_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# The attempts a call that ran a tool needed, alike: the bucket le="1" against the count is the share
+# served by the first candidate, the rest fell back (QA 61c: no metric said how often); sum / count
+# is the mean attempts the selection bench reports.
+CALL_ATTEMPTS = "call_attempts"
+CALL_ATTEMPTS_SUM = "call_attempts_sum"
+CALL_ATTEMPT_BUCKETS = (1, 2, 3, 5, 10)
 _HELP = {
     SELECTIONS: "Calls ranked by the selector, by policy and whether any candidate was found",
     ATTEMPTS: "Attempts run, by tool version, outcome and failure class",
@@ -216,6 +222,10 @@ class MetricsRecorder(BufferedWrites[_Buffer]):
             bucket = next((b for b in CALL_BUCKETS_S if elapsed_ms <= b * 1000), None)
             buffer.counts[_field(CALL_SECONDS, {"le": "+Inf" if bucket is None else str(bucket)})] += 1
             buffer.counts[_field(CALL_MS_SUM, {})] += round(elapsed_ms)
+            if attempts >= 1:
+                bucket_n = next((b for b in CALL_ATTEMPT_BUCKETS if attempts <= b), None)
+                buffer.counts[_field(CALL_ATTEMPTS, {"le": "+Inf" if bucket_n is None else str(bucket_n)})] += 1
+                buffer.counts[_field(CALL_ATTEMPTS_SUM, {})] += attempts
             _point(buffer, f"{self.prefix}{CALL_SERIES_KEY}", point, CALL_SERIES_LIMIT)
 
     def evolution_run(self, namespace: str, trigger: str, status: str) -> None:
@@ -305,16 +315,17 @@ def evolution_events(history: list[Promotion]) -> tuple[list[Promotion], list[Pr
     return evolutions, rollbacks
 
 
-def call_duration(counters: dict[str, list[tuple[dict[str, str], int]]]) -> HistogramMetricFamily:
-    """The calls' durations as Prometheus's cumulative buckets, from the counts per bucket."""
-    per_bucket = {labels.get("le", "+Inf"): n for labels, n in counters.pop(CALL_SECONDS, [])}
-    total_ms = sum(n for _, n in counters.pop(CALL_MS_SUM, []))
+def histogram(counters: dict[str, list[tuple[dict[str, str], int]]], counts: str, total: str,
+              bounds: Iterable[float], name: str, help_text: str, scale: float = 1.0) -> HistogramMetricFamily:
+    """One histogram as Prometheus's cumulative buckets, from the counts per bucket (`counts`, by
+    each bucket's upper bound `le`) and the sum (`total`, in 1/`scale` of the unit)."""
+    per_bucket = {labels.get("le", "+Inf"): n for labels, n in counters.pop(counts, [])}
+    sum_value = sum(n for _, n in counters.pop(total, [])) / scale
     buckets, running = [], 0
-    for le in [*(str(b) for b in CALL_BUCKETS_S), "+Inf"]:
+    for le in [*(str(b) for b in bounds), "+Inf"]:
         running += per_bucket.get(le, 0)
         buckets.append((le, running))
-    return HistogramMetricFamily("fittest_call_duration_seconds", "Finished calls by how long they took, from "
-                                 "their first step to their result", buckets=buckets, sum_value=total_ms / 1000)
+    return HistogramMetricFamily(name, help_text, buckets=buckets, sum_value=sum_value)
 
 
 class RedisCollector(Collector):
@@ -345,7 +356,11 @@ class RedisCollector(Collector):
     def _families(self) -> Iterator[Metric]:
         r = self.reader
         counters = r.counters()
-        yield call_duration(counters)
+        yield histogram(counters, CALL_SECONDS, CALL_MS_SUM, CALL_BUCKETS_S, "fittest_call_duration_seconds",
+                        "Finished calls by how long they took, from their first step to their result", scale=1000)
+        yield histogram(counters, CALL_ATTEMPTS, CALL_ATTEMPTS_SUM, CALL_ATTEMPT_BUCKETS, "fittest_call_attempts",
+                        "Finished calls that ran a tool, by the attempts they needed: le=\"1\" were served by "
+                        "their first candidate, the others fell back")
         for name, rows in sorted(counters.items()):
             labels = sorted({k for row_labels, _ in rows for k in row_labels})
             family = CounterMetricFamily(f"fittest_{name}", _HELP.get(name, name), labels=labels)

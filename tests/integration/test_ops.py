@@ -135,6 +135,13 @@ def calls_counted(cli, status: str, cause: str | None = None) -> float:
                and (cause is None or s.labels.get("cause", "") == cause))
 
 
+def fell_back(cli) -> float:
+    """Calls that needed more than one attempt, from `fittest_call_attempts` as `fittest metrics` serves it."""
+    samples = {(s.name, s.labels.get("le")): s.value for family in text_string_to_metric_families(cli("metrics", "--once").output)
+               for s in family.samples if s.name.startswith("fittest_call_attempts")}
+    return samples[("fittest_call_attempts_count", None)] - samples[("fittest_call_attempts_bucket", "1")]
+
+
 def logged(pipeline, event: str) -> list[dict[str, Any]]:
     """The JSON log lines of an event, from every worker's log."""
     return [json.loads(line) for log in pipeline.stack.log_dir.glob("*.log") for line in log.read_text().splitlines()
@@ -156,6 +163,7 @@ def test_a_failed_call_is_counted_by_whom_it_is_for_to_mend_and_every_end_is_log
     said how a call ended."""
     ends = [("failed", "tools_failed"), ("failed", "input_refused"), ("error", "ValidationError")]
     before = {end: calls_counted(cli, *end) for end in ends}
+    fell_back_before = fell_back(cli)
     broken = pipeline.call(scenario="lunar phase calculator for a date", input={"date": "2026-11-22"},
                            namespace="moon_a", max_attempts=2)
     assert broken["status"] == "failed", broken
@@ -175,6 +183,7 @@ def test_a_failed_call_is_counted_by_whom_it_is_for_to_mend_and_every_end_is_log
     finally:
         control.close()
     pipeline.wait_for(lambda: all(calls_counted(cli, *end) == before[end] + 1 for end in ends))
+    assert fell_back(cli) >= fell_back_before + 1  # the broken call's 2 attempts: it fell back
 
     pipeline.wait_for(lambda: {broken["call_id"], refused["call_id"], "ops-raised-step-1"}
                       <= {e["call_id"] for e in logged(pipeline, "call_ended")})
@@ -185,6 +194,8 @@ def test_a_failed_call_is_counted_by_whom_it_is_for_to_mend_and_every_end_is_log
     assert (ended[refused["call_id"]]["cause"], ended[refused["call_id"]]["level"]) == ("input_refused", "info")
     assert (ended["ops-raised-step-1"]["status"], ended["ops-raised-step-1"]["cause"]) == ("error", "ValidationError")
     assert ended["ops-raised-step-1"]["attempts"] is None  # the step knew none
+    # ...and the learning of its attempts names it (QA 61c: a learn line said only how many records)
+    pipeline.wait_for(lambda: broken["call_id"] in {c for e in logged(pipeline, "learn") for c in e.get("call_ids", [])})
     # ...and a success says by which version, after how many attempts
     ok = pipeline.call(scenario="make records of these comma separated lines (ops batch 10)",
                        input={"text": "a,b\n1,2\n"}, namespace="csv_strict")

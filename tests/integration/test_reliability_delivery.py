@@ -161,6 +161,9 @@ def test_a_tool_that_kills_its_process_fails_as_a_crash_and_the_call_falls_back(
     # The executor's log names the tool that took its pool process down.
     said = (p.stack.log_dir / "executor.log").read_text()
     assert f"the pool process running attempt {plan['request']['call_id']}:0 ({NAP}) died" in said
+    died = [json.loads(line) for line in said.splitlines() if '"event": "attempt_process_died"' in line]
+    mine = [e for e in died if e["call_id"] == plan["request"]["call_id"]]
+    assert mine and [(e["tool"], e["version"]) for e in mine] == [tuple(NAP.split("@"))] * len(mine), died  # as `attempt` lines
     assert_one_delivery(p, NAP, before[NAP].successes, before[NAP].failures + 1, round(before[NAP].quality - 0.10, 4))
     assert p.state().stats([BRITTLE])[BRITTLE].successes == before[BRITTLE].successes + 1
     breaker_opened_then_closed(p, NAP)

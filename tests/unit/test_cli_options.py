@@ -576,6 +576,34 @@ def test_a_call_retried_after_its_evolution_shows_the_round_that_failed_and_the_
     assert rows[attempt + 1].startswith("evolution no_fix")  # the attempt, then what its failure started (QA)
 
 
+def test_an_evolution_that_made_no_fix_says_why_under_the_table() -> None:
+    """QA 62a: "no mutator could propose a version" and "1 candidate(s) failed verification" were
+    all the table said; the mutators' notes and the stage each candidate failed at were in --json."""
+    failed = {"tool": "kg_convert", "version": "1.0.0", "outcome": "failure", "error_class": "bad_input",
+              "error_message": "TypeError", "execution_time_ms": 1.0}
+    stages = [{"stage": "static", "passed": True},
+              {"stage": "replay", "passed": False, "problems": ['successful input {"pounds": 150} now fails: timeout']}]
+    evolution = {"status": "no_fix", "parent": "kg_convert@1.0.0", "message": "1 candidate(s) failed verification",
+                 "failed_attempts": [failed], "notes": ["crash: no mutator answers this failure class"],
+                 "candidates": [{"mutator": "coerce", "mutation": "input coercion: pounds as int", "outcome": "failed",
+                                 "stages": stages},
+                                {"mutator": "retry", "mutation": "retry 3 times", "outcome": "skipped"},
+                                {"mutator": "coerce", "mutation": "input coercion: pounds as float", "outcome": "skipped",
+                                 "reason": "failed before for a similar reason (0.97): rolled back by hand"}]}
+    with console.capture() as out:
+        show_answer({"call_id": CALL_ID, "status": "failed", "attempts": [failed], "evolution": evolution})
+    lines = [line.strip() for line in out.get().splitlines()]
+    assert "evolution: crash: no mutator answers this failure class" in lines
+    assert ('evolution: input coercion: pounds as int failed replay: successful input {"pounds": 150} now fails: '
+            "timeout") in lines
+    assert ("evolution: input coercion: pounds as float skipped: failed before for a similar reason (0.97): "
+            "rolled back by hand") in lines
+    assert not any("retry 3 times" in line for line in lines)  # skipped, with no reason given
+    with console.capture() as out:  # an evolution that fixed it has nothing to explain
+        show_answer({"call_id": CALL_ID, "status": "failed", "attempts": [failed], "evolution": {**evolution, "status": "evolved"}})
+    assert "evolution:" not in out.get()
+
+
 def test_the_schema_of_a_task_nobody_serves_is_refused_as_a_bad_argument() -> None:
     code, out = run("schema", "bogus")
     assert code == 2 and "error: unknown schema 'bogus' (known: resilient_tool_call, call_tool, record_feedback, record_feedback_reply, explain, explain_reply, feedback_report, feedback_report_reply, recommend, recommend_reply, prepare_evolution, prepare_evolution_reply, retrain_weights_reply, forget, forget_reply, invalid_reply, result, call_output, tools_output, tools_refused_output, show_output, promote_output, health_output, settings_output, weights_output, feedback_show_output)" in out
@@ -673,11 +701,20 @@ def test_the_tools_list_marks_a_tool_new_to_the_running_system_while_its_trial_r
     with console.capture() as out:
         console.print(tools_table(rows))
     assert any("fast_sort@1.1.0 (on trial against 1.0.0)" in line for line in out.get().splitlines())
+    # ...and, its trial passed, as the version served (QA 62a: only `fittest show` said which one)
+    state.promote(Promotion(namespace="fast_sort", evolved_version="1.1.0", original_version="1.0.0", status="active"))
+    rows = tool_rows([*manifests, evolved], state, trial_runs=2)
+    assert [(r.version, r.on_trial, r.promoted) for r in rows if r.name == "fast_sort"] == [("1.0.0", False, False),
+                                                                                          ("1.1.0", False, True)]
+    with console.capture() as out:
+        console.print(tools_table(rows))
+    assert any("fast_sort@1.1.0 (promoted: served)" in line for line in out.get().splitlines())
     # A version rolled back is marked as not served (QA README L6: it was listed like any other).
     state.promote(Promotion(namespace="fast_sort", evolved_version="1.1.0", original_version="1.0.0", status="rolled_back"))
     rows = tool_rows([*manifests, evolved], state, trial_runs=2)
     assert [(r.version, r.on_trial, r.rolled_back) for r in rows if r.name == "fast_sort"] \
         == [("1.0.0", False, False), ("1.1.0", False, True)]
+    assert not any(r.promoted for r in rows)  # 1.0.0 is served again, unmarked as the original is
     with console.capture() as out:
         console.print(tools_table(rows))
     assert any("fast_sort@1.1.0 (rolled back: not served)" in line for line in out.get().splitlines())

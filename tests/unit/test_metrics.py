@@ -202,6 +202,26 @@ def test_the_durations_of_calls_are_a_histogram_of_cumulative_buckets(redis_clie
     assert got[("fittest_call_duration_seconds_sum", ())] == pytest.approx(402.77)
 
 
+def test_the_attempts_calls_needed_say_how_often_they_fell_back_and_the_mean(redis_client, prefix) -> None:
+    """QA 61c: no metric said how often a call's first candidate failed. A call that ran no tool
+    (no candidates: 0 attempts) or whose attempts are not known (a step raised) is not in it."""
+    recorder = MetricsRecorder(redis_client, prefix)
+    for status, attempts in (("success", 1), ("success", 1), ("success", 2), ("failed", 5), ("success", 12)):
+        recorder.call(status, attempts=attempts, elapsed_ms=10.0, tool="slugify")
+    recorder.call("no_candidates", attempts=0, elapsed_ms=1.0, tool=None, cause="no_match")
+    recorder.call("error", attempts=None, elapsed_ms=None, tool=None, cause="ValidationError")
+    recorder.flush()
+    got = scrape(MetricsReader(redis_client, prefix))
+
+    def bucket(le: str) -> float:
+        return got[("fittest_call_attempts_bucket", (("le", le),))]
+
+    assert [bucket(le) for le in ("1", "2", "3", "5", "10", "+Inf")] == [2, 3, 3, 4, 4, 5]
+    assert got[("fittest_call_attempts_count", ())] == 5
+    assert got[("fittest_call_attempts_sum", ())] == 21  # mean 4.2 attempts
+    assert 1 - bucket("1") / got[("fittest_call_attempts_count", ())] == pytest.approx(0.6)  # fell back
+
+
 def test_a_failed_call_is_counted_by_its_cause_and_one_that_raised_is_counted_untimed(redis_client, prefix) -> None:
     """QA 61c-5: a refused input and tools that failed were one row; a step that raised, none."""
     recorder = MetricsRecorder(redis_client, prefix)

@@ -38,7 +38,7 @@ from workers.cli.common import (
 if TYPE_CHECKING:
     from celery.result import AsyncResult
 
-    from selection.models import AttemptSummary, CallResult
+    from selection.models import AttemptSummary, CallEvolution, CallResult
 
     from workers.client import CallSender
     from workers.payloads import NoResult
@@ -310,6 +310,34 @@ def ranking_line(result: CallResult) -> str:
     return f"ranked{ranked_by(result)}: {head}{more}"
 
 
+def evolution_reasons(evolution: CallEvolution) -> list[str]:
+    """Why an evolution that made no fix could not: what each mutator said when it proposed
+    nothing, the stage each candidate failed at, and why one was skipped. QA 62a: the table said "no mutator could
+    propose a version", "1 candidate(s) failed verification", and the why was in --json and
+    `fittest show` alone."""
+    if evolution.status != "no_fix":
+        return []
+    from pydantic import TypeAdapter, ValidationError
+
+    from evolution.models import CandidateReport
+
+    extra = evolution.model_extra or {}
+    try:
+        candidates = TypeAdapter(list[CandidateReport]).validate_python(extra.get("candidates") or [])
+        notes = TypeAdapter(list[str]).validate_python(extra.get("notes") or [])
+    except ValidationError:  # a report of another release: its message is what there is to show
+        return []
+    reasons = list(notes)
+    for candidate in candidates:
+        if candidate.outcome == "skipped":  # e.g. "failed before ...: rolled back by hand" (QA 62a)
+            reasons += [f"{candidate.mutation} skipped: {candidate.reason}"] if candidate.reason else []
+        elif candidate.outcome == "failed":
+            stage = next((s for s in candidate.stages if not s.passed), None)
+            why = f"{stage.stage}: {stage.problems[0]}" if stage is not None and stage.problems else candidate.reason
+            reasons.append(f"{candidate.mutation} failed {why}" if why else f"{candidate.mutation} failed")
+    return reasons
+
+
 def ranked_by(result: CallResult, whose: str = "") -> str:
     """What ranked a call: " by the {whose}{policy} policy (SPARC weights vN)", or what of it the
     result names (a result stored before the weights version was kept names none: no "v0" is made
@@ -356,6 +384,8 @@ def show_call(result: CallResult) -> None:
         for i, a in enumerate(after, len(before) + 1):
             _attempt_row(table, str(i), a, a is refused)
         console.print(table)
+    for reason in evolution_reasons(evolution) if evolution is not None else []:
+        console.print(f"  evolution: {literal(abridged(reason))}")
     for e in result.errors:
         console.print(f"  [yellow]{literal(e.field)}[/yellow]: {literal(e.message)}")
     if result.message:

@@ -141,6 +141,9 @@ class ToolRow(BaseModel):
     # Taken out of the calls by its namespace's promotions (evolution/served_version.py
     # `withdrawn_versions`, as selection reads them; QA README L6: listed like any served version).
     rolled_back: bool = False
+    # The evolved or newer version its namespace's promotion serves in place of the original, its
+    # trial over (QA 62a: `fittest show` alone said which one was served).
+    promoted: bool = False
 
     @property
     def key(self) -> str:
@@ -192,6 +195,7 @@ def tool_rows(manifests: list[ToolManifest], state: ToolStates, trial_runs: int)
             on_trial=(trial := (p := promotions.get(m.name)) is not None and p.status == "on_trial" and p.evolved_version == m.version),
             trial_against=(fallback_version(p) or p.original_version) if trial and p is not None else None,
             rolled_back=m.key in withdrawn,
+            promoted=p is not None and p.status != "on_trial" and head_version(p) == m.version and m.key not in withdrawn,
         )
         for m in manifests
     ]
@@ -236,7 +240,8 @@ def tools_table(rows: list[ToolRow], title: str = "tools") -> Table:
         key = (literal(r.key) + (" [dim](deprecated)[/dim]" if r.deprecated else "")
                + (" [cyan](new tool: tried first on a share of its calls)[/cyan]" if r.newcomer else "")
                + (f" [cyan](on trial against {literal(r.trial_against or 'the original')})[/cyan]" if r.on_trial else "")
-               + (" [dim](rolled back: not served)[/dim]" if r.rolled_back else ""))
+               + (" [dim](rolled back: not served)[/dim]" if r.rolled_back else "")
+               + (" [green](promoted: served)[/green]" if r.promoted else ""))
         shown = {"open": "[red]open[/red]", "half_open": "[yellow]half-open[/yellow]"}.get(r.breaker, "[dim]closed[/dim]")
         refused = f" [dim](+{r.refused_inputs} refused inputs)[/dim]" if r.refused_inputs else ""
         if r.refused_in_a_row >= REFUSED_IN_A_ROW:  # QA final: nothing said the rule had tripped

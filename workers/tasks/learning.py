@@ -67,8 +67,10 @@ def learn(requests: list[SimpleRequest]) -> int:
     with effects_ended(rt, requests):
         records = batch_payloads(requests, ExecutionRecord, "fittest.learn")
         stored = store_executions(rt, records)
+    # Each call's records by its id, so that a call can be followed from its ranking to its learning (QA 61c).
     log.info("learned %d execution records (%d new)", len(records), stored,
-             extra={"event": "learn", "records": len(records), "new": stored})
+             extra={"event": "learn", "records": len(records), "new": stored,
+                    "call_ids": list(dict.fromkeys(r.call_id for r in records))})
     return stored
 
 
