@@ -34,6 +34,7 @@ from evolution.models import (
     SuccessfulRun,
     Trigger,
 )
+from evolution.promotions import ROLLED_BACK_BY_HAND
 from evolution.served_version import head_version, served_original
 from selection.call_endings import targeted
 from selection.manifest import ManifestError, load_manifest, split_key, tool_key
@@ -172,6 +173,8 @@ def failed_mutations(hits: Sequence[VectorHit], history: Sequence[Promotion]) ->
             if promotion is None or promotion.status != "rolled_back":
                 continue
             reason, failed_on = f"{payload.get('version')} rolled back: {promotion.reason}", []
+            if promotion.reason == ROLLED_BACK_BY_HAND:  # QA 62a: a healthy version, taken out by an operator
+                reason += f" (`fittest promote {promotion.namespace} {payload.get('version')}` serves it again)"
         found.append(FailedMutation(
             mutator=payload.get("mutator", ""), mutation=payload.get("mutation", ""),
             identity=payload.get("identity") or payload.get("mutation", ""),

@@ -221,7 +221,7 @@ def test_failed_mutations_are_those_that_failed_verification_and_those_rolled_ba
     assert [(m.identity, m.failed_on, m.reason, m.similarity) for m in failed_mutations(hits, history)] == [
         (LONGER, [], "replay: failing input still fails", 0.99),
         ("code:ab12", [input_key(EMPTY)], "replay: x", 0.97),
-        ("rolled back", [], "1.1.0 rolled back: rolled back by hand", 0.95),
+        ("rolled back", [], "1.1.0 rolled back: rolled back by hand (`fittest promote t 1.1.0` serves it again)", 0.95),
     ]
 
 
