@@ -219,17 +219,20 @@ class MetricsRecorder(BufferedWrites[_Buffer]):
             if attempts is None or elapsed_ms is None:
                 return
             point = CallPoint(t=time.time(), status=status, attempts=attempts, ms=round(elapsed_ms, 3), tool=tool)
-            bucket = next((b for b in CALL_BUCKETS_S if elapsed_ms <= b * 1000), None)
-            buffer.counts[_field(CALL_SECONDS, {"le": "+Inf" if bucket is None else str(bucket)})] += 1
+            buffer.counts[_field(CALL_SECONDS, {"le": _bucket(elapsed_ms / 1000, CALL_BUCKETS_S)})] += 1
             buffer.counts[_field(CALL_MS_SUM, {})] += round(elapsed_ms)
             if attempts >= 1:
-                bucket_n = next((b for b in CALL_ATTEMPT_BUCKETS if attempts <= b), None)
-                buffer.counts[_field(CALL_ATTEMPTS, {"le": "+Inf" if bucket_n is None else str(bucket_n)})] += 1
+                buffer.counts[_field(CALL_ATTEMPTS, {"le": _bucket(attempts, CALL_ATTEMPT_BUCKETS)})] += 1
                 buffer.counts[_field(CALL_ATTEMPTS_SUM, {})] += attempts
             _point(buffer, f"{self.prefix}{CALL_SERIES_KEY}", point, CALL_SERIES_LIMIT)
 
     def evolution_run(self, namespace: str, trigger: str, status: str) -> None:
         self.count(EVOLUTION_RUNS, namespace=namespace, trigger=trigger, outcome=status)
+
+
+def _bucket(value: float, bounds: Iterable[float]) -> str:
+    """The `le` of the first histogram bucket `value` fits in."""
+    return next((str(b) for b in bounds if value <= b), "+Inf")
 
 
 def _point(buffer: _Buffer, key: str, point: BaseModel, cap: int) -> None:

@@ -22,6 +22,7 @@ from threadpoolctl import threadpool_limits
 from selection.classifier import ToolClassifier
 from selection.learner import MIN_RECORDS
 from selection.ports import EXECUTIONS, SUCCESSES, TOOLS, ClassifierFit, SuccessesSeen
+from workers.heap import give_back
 
 if TYPE_CHECKING:
     from workers.runtime import Runtime
@@ -106,6 +107,16 @@ def refit(rt: Runtime, current: ToolClassifier | None,
     if current is not None and seen == last.seen:
         return None, ClassifierFit(successes=last.successes, namespaces=last.namespaces, newest=last.newest, seen=seen,
                                    unchanged=last.unchanged or NO_NEW_SUCCESS)
+    try:
+        return _refit_on_successes(rt, current, last, seen, started)
+    finally:
+        give_back()  # the successes it read as Python floats, freed, go back to the system (workers/heap.py)
+
+
+def _refit_on_successes(rt: Runtime, current: ToolClassifier | None, last: ClassifierFit, seen: SuccessesSeen,
+                        started: float) -> tuple[ToolClassifier | None, ClassifierFit]:
+    """`refit` past its look at what is stored: read the successes and fit them. A function of its
+    own so that what it read is freed when it returns, before `give_back`."""
     since = last.newest or 0.0
     points = rt.memory.scroll(EXECUTIONS, filter=SUCCESSES,
                               limit=rt.settings.classifier_max_records, descending_by="timestamp")

@@ -9,8 +9,8 @@ from celery import Task
 from celery.exceptions import Ignore
 
 from selection.models import FieldError
-from workers.runtime import runtime
 from workers.call_ends import ended_early
+from workers.runtime import runtime
 from workers.tasks.refusals import CALL_ID, given_scenario, invalid_result, result_call_id
 
 log = logging.getLogger("fittest.tasks")

@@ -28,12 +28,12 @@ from selection.registry import ToolRegistry
 from workers.app import PRIORITY_HIGH, PRIORITY_LOW, app
 from workers.attempt_deaths import (ExecuteRequest, earlier_deliveries, end_if_orphaned, isolation_reason, mark_run,
                                     too_many_deaths)
+from workers.call_ends import call_ended, no_candidates
 from workers.rescue import CallStep, delivered_again, hand_on, send_recorded
 from workers.runners import RunLimits, RunOutcome, run_tool
 from workers.runtime import runtime
 from workers.selector import attempt_timeout
 from workers.state.inflight import AttemptDeaths
-from workers.call_ends import call_ended, no_candidates
 
 log = logging.getLogger("fittest.attempt")
 

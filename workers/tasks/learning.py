@@ -33,7 +33,6 @@ from selection.ports import ClassifierFit, RetrainNote
 from selection.recommend import recommendation_report
 from workers.app import PRIORITY_LOW, app
 from workers.feedback_store import as_people_judged, judgements_known
-from workers.heap import give_back
 from workers.outage import outages_forgiven
 from workers.outcomes import store_executions
 from workers.payloads import InvalidReply, RecommendRequest, RetrainResult
@@ -93,8 +92,6 @@ def retrain_now(rt: Runtime) -> RetrainResult:
                 if not is_store_failure(exc):
                     raise
                 evidence.classifier = ClassifierFit(unchanged=f"vector memory unavailable: {type(exc).__name__}: {exc}")
-            finally:
-                give_back()  # the successes it read, freed, go back to the system (workers/heap.py)
         else:  # the revision stored before stays, for a stack that turns it on again; selection does not read it
             evidence.classifier = ClassifierFit(unchanged=CLASSIFIER_OFF)
         if new is None and classifier is None:  # kept for `fittest weights`, which says why (QA AC)

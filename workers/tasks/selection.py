@@ -20,12 +20,12 @@ from selection.call_endings import no_candidates_result
 from selection.manifest import ToolManifest, split_key
 from selection.models import CallEvolution, CallPlan, CallRequest, CallResult, FieldError, field_errors
 from workers.app import app
+from workers.call_ends import ended_early, no_candidates
 from workers.feedback_store import apply_stored_judgements
 from workers.payloads import CallToolPayload, ExplainResult
 from workers.rescue import CallStep, hand_on
 from workers.runtime import runtime
 from workers.tasks.call_id_claims import claim_call_id
-from workers.call_ends import ended_early, no_candidates
 from workers.tasks.execution import code_gone
 from workers.tasks.refusals import given_scenario, invalid_result, refusal, result_call_id
 from workers.tool_watch import ToolsDirWatch, watch_in_background
