@@ -207,3 +207,18 @@ def verify(
     results.append(StageResult(stage="replay", passed=not problems, checked=len(inputs), problems=problems + notes, elapsed_ms=run.elapsed_ms,
                                failed_inputs=[] if regressions else still_failing))
     return results
+
+
+def verified_reason(stages: list[StageResult]) -> str:
+    """What a candidate that passed every stage was checked on, as its changelog entry says it: a
+    stage that checked nothing says why (QA 63a: "passed static, tests and replay" of a tool with
+    side effects and no test cases, of which nothing had run)."""
+    said = []
+    for s in stages:
+        if s.stage == "static":
+            said.append("static")
+        elif s.checked:
+            said.append(f"{s.stage} ({s.checked} {'test case' if s.stage == 'tests' else 'input'}{'s' if s.checked != 1 else ''})")
+        else:
+            said.append(f"{s.stage}: {s.problems[0] if s.problems else 'nothing checked'}")
+    return "passed " + "; ".join(said)

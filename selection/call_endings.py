@@ -96,6 +96,32 @@ def input_refused_message(plan: CallPlan) -> str | None:
     return f"{_refused(plan, refusal)}{check}{tried}{passed}"
 
 
+# The failures of a run that may have done its job all the same: cut off (timeout), ended
+# without a clean refusal (crash: an exception, an exit status, a signal), or done and then
+# answered wrongly (bad_output). A refusal of the input and an unreachable upstream did nothing.
+EFFECT_UNKNOWN = frozenset({FailureClass.timeout, FailureClass.crash, FailureClass.bad_output})
+
+
+def effect_unknown(plan: CallPlan) -> ToolExecutionResult | None:
+    """The call's attempt of a version with side effects (`side_effects: true`) that failed in a way
+    that may have done its job all the same (EFFECT_UNKNOWN), if any. The call then runs no version
+    with side effects again: another one would do the job a second time, and so would an evolved
+    version of it (QA 63a: a payment tool, cut off by its adaptive timeout after its write, was
+    evolved and run again by the same call, which wrote the payment twice and answered success;
+    another call fell back to an audit ledger 0.42 similar, which wrote it there)."""
+    doers = {c.key for c in plan.candidates if c.manifest.side_effects}
+    return next((a for a in plan.attempts if not a.success and a.key in doers and a.error_class in EFFECT_UNKNOWN), None)
+
+
+def effect_unknown_note(attempt: ToolExecutionResult) -> str:
+    """What the caller should know once `effect_unknown` found the attempt."""
+    how = {FailureClass.timeout: "timed out", FailureClass.crash: "crashed",
+           FailureClass.bad_output: "answered with a bad output"}.get(attempt.error_class or FailureClass.crash, "failed")
+    return (f"{attempt.key} has side effects (side_effects: true) and {how}: it may have done its job all the same, "
+            "so this call runs no version with side effects again (nor an evolved one); check whether it did "
+            "before sending the job again")
+
+
 def took_a_refused_input_note(plan: CallPlan, result: ToolExecutionResult) -> str | None:
     """What the caller should know of a success on an input a tool doing the job refused, by a
     version that has not done such jobs (`ToolExecutionResult.took_a_refused_input`)."""
@@ -172,6 +198,14 @@ def serves_unconfirmed(plan: CallPlan, served: Candidate, result: ToolExecutionR
 # How the note ends that a call gets when the tool it named was held back by its breaker as the call
 # was planned (workers/selector.py `_notes`).
 HELD_BACK_WHEN_PLANNED = "held back by its circuit breaker: the call was ranked by its scenario alone"
+
+
+def named_held_back(plan: CallPlan) -> str:
+    """What a failed call's message adds when the namespace it named was not tried, held back by its
+    breaker: the attempts it lists were other tools' (QA 63a: "the one attempt failed; evolution: no
+    mutator could propose a version of crashy@1.0.0", where crashy had not run and a fallback had)."""
+    held = [key for key in plan.held_back if plan.namespace and split_key(key)[0] == plan.namespace]
+    return f" ({', '.join(held)}, which the call names, held back by its circuit breaker, not tried)" if held else ""
 
 
 def served_by_whom_note(plan: CallPlan, served: Candidate, result: ToolExecutionResult) -> str | None:

@@ -112,7 +112,10 @@ class CallRequest(BaseModel):
                     "FITTEST_MIN_SIMILARITY still applies when higher); the versions of a namespace the call names are "
                     "tried whatever their match. A job no tool matches so clearly ends no_candidates rather than served "
                     "by a weak match")
-    call_id: str = Field(default_factory=new_id, pattern=CALL_ID_PATTERN)
+    call_id: str = Field(default_factory=new_id, pattern=CALL_ID_PATTERN, description=(
+        "The call's id, chosen by the caller or made here: one job per id. A copy of the call sent under it is not run "
+        "again only when its task id is the call id too (`send_task(..., task_id=call_id)`, as fittest's client sends "
+        "it); a copy under another task id runs the tools again, its effects on fittest's counts applied once"))
     after_evolution: StrictBool = Field(False, description="Set by fittest on a call's retry after its evolution, which "
                                                       "evolves nothing again; a caller that sets it turns evolution off for its call")
 
@@ -357,6 +360,10 @@ class CallPlan(BaseModel):
     # and the call names them apart from those passed over after a refused input, whose wording does
     # not fit them.
     code_missing: list[str] = Field(default_factory=list)
+    # Versions with side effects not run after one with side effects failed in a way that may have
+    # done the job all the same (selection/call_endings.py `effect_unknown`): they would do it again.
+    # They use up no attempt either.
+    not_repeated: list[str] = Field(default_factory=list)
     # What the caller should know that did not stop the call (a namespace no tool has).
     notes: list[str] = Field(default_factory=list)
     # The age of the oldest search the ranking took from the selection cache (None: none): outcomes
@@ -449,7 +456,8 @@ class CallEvolution(BaseModel):
     parent: str = ""  # the key of the version evolved from
     version: str | None = None  # the version on trial, or, when reused, the version the call was retried with
     elapsed_s: float = 0.0
-    failed_attempts: list[AttemptSummary] = Field(default_factory=list)  # the round before the evolution
+    failed_attempts: list[AttemptSummary] = Field(default_factory=list, description=(
+        "The call's attempts before the evolution, which all failed; the result's `attempts` are those after it"))
     call_started_at: float | None = Field(None, gt=0, allow_inf_nan=False)  # the retry is timed from it
 
 
@@ -469,7 +477,9 @@ class CallResult(BaseModel):
     output: Any = None
     tool: str | None = None
     version: str | None = None
-    attempts: list[AttemptSummary] = Field(default_factory=list)  # of the last round: one before an evolution is in `evolution.failed_attempts`
+    attempts: list[AttemptSummary] = Field(default_factory=list, description=(
+        "The attempts of the call's last round, in the order tried: of a call retried after an evolution, those after "
+        "it; the round before it, which all failed, is `evolution.failed_attempts`"))
     ranking: list[RankedSummary] = Field(default_factory=list)
     errors: list[FieldError] = Field(default_factory=list)  # validation errors when invalid
     message: str = ""

@@ -41,13 +41,17 @@ def timeout_from_p95(p95_ms: float | None, runs: int, declared_s: float, min_s: 
     return max(min_s, min(chosen, max_s))
 
 
-def earned_floor(declared_s: float, parent_declared_s: float | None) -> float:
+def earned_floor(declared_s: float, parent_declared_s: float | None, side_effects: bool = False) -> float:
     """The timeout a version keeps however fast its recent runs were: its declared one when an
-    evolution raised it above its parent's (the timeout mutator's "longer timeout"), else none.
+    evolution raised it above its parent's (the timeout mutator's "longer timeout"), or when it has
+    side effects; else none.
 
-    Why: such a version exists because some inputs need that time. Its usual inputs may be fast,
-    and p95 x 1.2 of fast runs would cut the slow ones off again, undoing the evolution and
-    evolving the next version for the same failure (QA saw 1s -> 4s -> 16s, each cut to 0.5 s)."""
-    if parent_declared_s is not None and declared_s > parent_declared_s:
+    Why: a version of a longer timeout exists because some inputs need that time. Its usual inputs
+    may be fast, and p95 x 1.2 of fast runs would cut the slow ones off again, undoing the evolution
+    and evolving the next version for the same failure (QA saw 1s -> 4s -> 16s, each cut to 0.5 s).
+    A tool with side effects cut off mid-run may have done its job or half of it, and nothing may
+    run that job again (selection/call_endings.py `effect_unknown`): only its author's worst case
+    cuts it off (QA 63a: a payment tool declared 10 s, cut at 0.72 s after five 50 ms runs)."""
+    if side_effects or (parent_declared_s is not None and declared_s > parent_declared_s):
         return declared_s
     return 0.0

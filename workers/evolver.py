@@ -40,7 +40,7 @@ from evolution.ports import Changelog
 from evolution.mutation import MutationContext, Mutator, MutatorConfig, ParentTool, load_mutators, order_for
 from evolution.promotions import promote_on_trial
 from evolution.served_version import fallback_version, head_version, served_original
-from evolution.verification import Sandbox, VerifyConfig, reproduce_successes, run_test_cases, verify
+from evolution.verification import Sandbox, VerifyConfig, reproduce_successes, run_test_cases, verified_reason, verify
 from evolution.versioning import MANIFEST_FILE, next_version, version_dir
 from selection.manifest import HttpImplementation, ToolManifest, load_manifest, tool_key
 from selection.models import CallPlan, Promotion
@@ -412,7 +412,7 @@ class Evolver:
         os.replace(stage_dir, final)
         installed = load_manifest(final / MANIFEST_FILE)
         self.ledger.log(_dated(entry, event="verified", version=installed.version,
-                               reason="passed static, tests and replay", stages=stages))
+                               reason=verified_reason(stages), stages=stages))
         return report.model_copy(update={"outcome": "verified", "stages": stages}), installed
 
     def _served_twin(self, job: EvolutionJob, candidate: CandidateVersion) -> str | None:

@@ -88,7 +88,7 @@ def attempt_timeout(settings: Settings, registry: ToolRegistry, manifest: ToolMa
     the state store summarises them. Selection puts it in the plan; the executor works it out by
     the same rule for a plan without one (degraded, or queued by an older worker)."""
     parent = registry.get(tool_key(manifest.name, manifest.parent_version)) if manifest.parent_version else None
-    floor = earned_floor(manifest.timeout_s, parent.timeout_s if parent else None)
+    floor = earned_floor(manifest.timeout_s, parent.timeout_s if parent else None, manifest.side_effects)
     return round(timeout_from_p95(stats.recent_p95_ms, stats.recent_runs, manifest.timeout_s,
                                   settings.min_timeout_s, settings.max_timeout_s, floor_s=floor), 3)
 

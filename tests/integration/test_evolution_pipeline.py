@@ -226,3 +226,19 @@ def test_an_evolution_by_hand_that_runs_past_the_timeout_is_waited_for_not_said_
     assert code == 1 and "evolution of check_pattern@1.0.0: no_fix in " in said, said
     assert float(said.split("no_fix in ")[1].split("s")[0]) > 1.0, said  # it ran past the command's --timeout
     assert "input coercion: rename string→text" in said, said
+
+
+def test_a_tool_with_side_effects_cut_off_after_its_write_is_not_run_again_nor_is_another_such_tool(
+        evo: Pipeline, tmp_path: Path) -> None:
+    """QA 63a: a payment tool cut off by its timeout after it wrote was evolved and run again by the
+    same call (two payments, answered success); another call fell back to an audit ledger, which
+    wrote the payment there too. The call ends failed and says the job may be done."""
+    ledger = tmp_path / "payments.log"
+    result = evo.call(scenario="record this payment in the payments ledger", namespace="pay_ledger", min_similarity=0.4,
+                      input={"path": str(ledger), "key": "pay-1", "hold_s": 3}, timeout=120)
+    assert "audit_ledger@1.0.0" in [r["key"] for r in result["ranking"]], result  # a fallback it could have run
+    assert result["status"] == "failed" and result["evolution"] is None, result
+    assert [(a["tool"], a["error_class"]) for a in result["attempts"]] == [("pay_ledger", "timeout")]
+    assert "pay_ledger@1.0.0 has side effects (side_effects: true) and timed out: it may have done its job" in result["message"]
+    assert ledger.read_text().split() == ["pay-1"]
+    assert not Path(f"{ledger}.audit").exists()

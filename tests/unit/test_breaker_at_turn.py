@@ -4,8 +4,9 @@ tests/integration/test_reliability_sandbox.py)."""
 
 from __future__ import annotations
 
+from selection.call_endings import effect_unknown
 from selection.manifest import ToolManifest
-from selection.models import CallPlan, CallRequest, Candidate, FailureClass
+from selection.models import CallPlan, CallRequest, Candidate, FailureClass, ToolExecutionResult
 from tests.fakes_state import InMemoryStateStore
 from workers.tasks.execution import last_index, next_to_run
 
@@ -333,3 +334,42 @@ def test_a_probe_that_outlasts_the_cool_down_stays_the_only_one_until_its_outcom
     now[0] += 61  # its next cool-down is over: the lock its outcome released holds nothing back
     later = plan_of("a", "b")
     assert next_to_run(later, 0, state, 60, max_timeout_s=300) == 0 and later.probed == ["a@1.0.0"]
+
+
+def with_side_effects(plan: CallPlan, *names: str) -> CallPlan:
+    for c in plan.candidates:
+        if c.manifest.name in names:
+            c.manifest = c.manifest.model_copy(update={"side_effects": True})
+    return plan
+
+
+def failed(plan: CallPlan, index: int, error: FailureClass) -> None:
+    c = plan.candidates[index]
+    plan.attempts.append(ToolExecutionResult(attempt_id=plan.attempt_id(index), call_id=plan.request.call_id,
+                                             tool=c.manifest.name, version=c.manifest.version, success=False,
+                                             error_class=error, metadata={"attempt": index}))
+
+
+def test_after_a_tool_with_side_effects_may_have_done_the_job_no_other_such_tool_runs() -> None:
+    """QA 63a: a payment tool timed out after its write, and the call fell back to an audit ledger
+    (side effects too), which wrote the payment there. A tool without side effects may still serve it;
+    those passed over use up no attempt."""
+    state = InMemoryStateStore()
+    plan = with_side_effects(plan_of("pay", "audit", "echo", "notify", "sms", max_attempts=3), "pay", "audit", "notify", "sms")
+    failed(plan, 0, FailureClass.timeout)
+    assert effect_unknown(plan) is plan.attempts[0]
+    assert next_to_run(plan, 1, state, 60) == 2 and plan.not_repeated == ["audit@1.0.0"]
+    failed(plan, 2, FailureClass.crash)
+    assert next_to_run(plan, 3, state, 60) is None  # nothing left but tools with side effects
+    assert plan.not_repeated == ["audit@1.0.0", "notify@1.0.0", "sms@1.0.0"] and last_index(plan) == 4
+
+
+def test_a_refusal_or_an_unreachable_upstream_did_nothing_and_the_call_falls_back_as_usual() -> None:
+    for error in (FailureClass.bad_input, FailureClass.unavailable):
+        plan = with_side_effects(plan_of("pay", "audit"), "pay", "audit")
+        failed(plan, 0, error)
+        assert effect_unknown(plan) is None
+        assert next_to_run(plan, 1, InMemoryStateStore(), 60) == 1 and plan.not_repeated == []
+    pure = plan_of("pay", "audit")  # a tool without side effects that timed out: nothing to fear
+    failed(pure, 0, FailureClass.timeout)
+    assert effect_unknown(pure) is None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from selection.call_endings import no_tool_meant_for_it
+from selection.call_endings import named_held_back, no_tool_meant_for_it
 from selection.models import CallPlan, CallRequest, FailureClass, ToolExecutionResult
 from tests.candidates import matching
 from workers.evolution_jobs import call_failures
@@ -126,3 +126,11 @@ def test_a_call_nothing_matches_names_a_tools_directory_that_is_not_there(tmp_pa
         "no_match", f"no tool matches this scenario, namespace and tags: FITTEST_TOOLS_DIR ({missing}) is not a directory, "
                     "so no tool of it is served")
     assert no_candidates_result(plan, ToolRegistry(), tmp_path).message == "no tool matches this scenario, namespace and tags"
+
+
+def test_a_failed_calls_message_says_when_the_tool_it_named_was_held_back_and_not_tried() -> None:
+    """QA 63a: "the one attempt failed; evolution: ... crashy@1.0.0", where crashy had not run."""
+    plan = CallPlan(request=CallRequest(scenario="crash", namespace="crashy"), held_back=["crashy@1.0.0"],
+                    candidates=[matching("strict_invoice", 0.3)], attempts=[attempt("strict_invoice", FailureClass.bad_input)])
+    assert named_held_back(plan) == " (crashy@1.0.0, which the call names, held back by its circuit breaker, not tried)"
+    assert named_held_back(plan.model_copy(update={"request": CallRequest(scenario="crash")})) == ""  # none named

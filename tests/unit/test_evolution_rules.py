@@ -18,7 +18,7 @@ from evolution.mutators.coercion import Schema, infer_rules
 from evolution.served_version import (head_version, in_share, kept_served, majority_version, manifest_to_trial,
                                       meant_version, offered_side, served_before, served_version, served_versions)
 from evolution.trial import TrialCounts, TrialRules, decide, parent_rate
-from evolution.verification import StageRun, VerifyConfig, reproduce_successes, verify
+from evolution.verification import StageRun, VerifyConfig, reproduce_successes, verified_reason, verify
 from evolution.versioning import next_version, version_dir, version_stem
 from selection.manifest import TestCase, ToolManifest
 from selection.evidence import CandidateEvidence
@@ -576,3 +576,16 @@ def test_a_plugin_switched_off_is_no_load_error() -> None:
     from evolution.mutation import MutatorConfig, load_mutators
 
     assert load_mutators(MutatorConfig())[1] == []
+
+
+def test_a_verified_candidates_changelog_reason_says_what_each_stage_checked() -> None:
+    """QA 63a: "passed static, tests and replay" of a tool with side effects and no test cases: nothing
+    had run but its import."""
+    nothing = [StageResult(stage="static", passed=True, checked=1),
+               StageResult(stage="tests", passed=True, problems=["the tool has no test cases"]),
+               StageResult(stage="replay", passed=True, problems=["not replayed: the tool has side effects"])]
+    assert verified_reason(nothing) == ("passed static; tests: the tool has no test cases; "
+                                        "replay: not replayed: the tool has side effects")
+    checked = [StageResult(stage="static", passed=True, checked=1), StageResult(stage="tests", passed=True, checked=1),
+               StageResult(stage="replay", passed=True, checked=3)]
+    assert verified_reason(checked) == "passed static; tests (1 test case); replay (3 inputs)"

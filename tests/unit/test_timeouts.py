@@ -58,3 +58,13 @@ def test_a_timeout_an_evolution_raised_is_kept_however_fast_the_usual_runs_are()
     assert timeout_from_p95(3000.0, 8, 4.0, 0.5, 120.0, floor_s=4.0) == pytest.approx(4.0)  # slower runs still grow it
     assert timeout_from_p95(6000.0, 8, 4.0, 0.5, 120.0, floor_s=4.0) == pytest.approx(7.2)
     assert earned_floor(4.0, 4.0) == earned_floor(4.0, None) == 0.0  # same as its parent's, or an original: no floor
+
+
+def test_a_tool_with_side_effects_is_cut_off_only_past_its_declared_timeout() -> None:
+    """QA 63a: a payment tool declared 10 s, five 50 ms runs, then cut at 0.72 s after its write; the
+    call ran it again. Its recent runs may grow its timeout, never shrink it below the author's."""
+    floor = earned_floor(10.0, None, side_effects=True)
+    assert floor == 10.0
+    assert timeout_from_p95(50.0, 6, 10.0, 0.5, 120.0, floor_s=floor) == 10.0
+    assert timeout_from_p95(12_000.0, 6, 10.0, 0.5, 120.0, floor_s=floor) == pytest.approx(14.4)
+    assert timeout_from_p95(50.0, 6, 10.0, 0.5, 120.0, floor_s=earned_floor(10.0, None)) == 0.5  # without: cut to the bound

@@ -20,7 +20,7 @@ from celery import Task
 from pydantic import ValidationError
 
 from evolution.models import EvolutionJob, EvolutionRecord, EvolutionReport
-from selection.call_endings import input_refused_message, refused_for_its_namespace
+from selection.call_endings import input_refused_message, named_held_back, refused_for_its_namespace
 from selection.manifest import tool_key
 from selection.models import CallEvolution, CallPlan, CallResult, field_errors, joined_errors
 from workers.app import app
@@ -81,7 +81,7 @@ def end_without_evolution(plan: CallPlan) -> dict[str, Any] | None:
 def _end_call(plan: CallPlan, report: CallEvolution) -> dict[str, Any]:
     plan.evolved = True
     plan.evolution_report = report
-    tried = "the one attempt" if len(plan.attempts) == 1 else f"all {len(plan.attempts)} attempts"
+    tried = ("the one attempt" if len(plan.attempts) == 1 else f"all {len(plan.attempts)} attempts") + named_held_back(plan)
     # Why no other tool was tried: a namespace's refusal, or one of the input as suspect (QA: with
     # evolution on, "…which matches such jobs best, refused the input…; not tried with it…" was lost).
     refused = refused_for_its_namespace(plan) or input_refused_message(plan)
