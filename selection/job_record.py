@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from selection.evidence import CandidateEvidence
+from selection.feedback import JudgedOutput
 from selection.models import Candidate
 
 # A description that matches the job at least this well matches it clearly: a tool's own jobs
@@ -42,13 +43,27 @@ JUDGED_WRONG_MIN = 2
 JUDGED_RECENT = 5
 
 
+def _latest_judgements(e: CandidateEvidence) -> list[JudgedOutput]:
+    """People's latest JUDGED_RECENT judgements of the version's outputs on jobs like this one."""
+    return sorted((j for j in e.judged_outputs if j.similarity >= SAME_JOB), key=lambda j: j.timestamp)[-JUDGED_RECENT:]
+
+
 def judged_wrong_here(e: CandidateEvidence) -> bool:
     """Whether people judge this version's outputs on jobs like this one wrong: of their latest
     JUDGED_RECENT judgements there, at least JUDGED_WRONG_MIN, more than judged right, and the
     latest one (one who judged it right again after it was fixed has their say)."""
-    near = sorted((j for j in e.judged_outputs if j.similarity >= SAME_JOB), key=lambda j: j.timestamp)[-JUDGED_RECENT:]
+    near = _latest_judgements(e)
     wrong = sum(j.wrong for j in near)
     return wrong >= JUDGED_WRONG_MIN and wrong > len(near) - wrong and near[-1].wrong
+
+
+def judged_wrong_throughout(e: CandidateEvidence) -> bool:
+    """Whether people judged each of the version's latest JUDGED_RECENT outputs on jobs like this
+    one wrong: no slip and no mixed record, a verdict. Another tool is then tried first on every
+    such call, not on a share (QA 63b: ten outputs in a row judged wrong, and the version still went
+    first on three calls in four, each answering wrong)."""
+    near = _latest_judgements(e)
+    return len(near) >= JUDGED_RECENT and all(j.wrong for j in near)
 
 
 def namespace_did_the_job(e: CandidateEvidence) -> bool:

@@ -282,6 +282,33 @@ def test_a_tool_people_judged_wrong_on_such_jobs_gets_a_second_opinion_tried_in_
     assert second_opinion(CallRequest(scenario="x", namespace="currency_rates"), ranked, found) is None
 
 
+def taught(name: str, similarity: float, classifier_score: float) -> CandidateEvidence:
+    """A candidate that did no job like this one, with the tool classifier's score of its namespace."""
+    return judged(name, [], similarity=similarity).model_copy(update={"classifier_score": classifier_score})
+
+
+def test_the_second_opinion_is_the_tool_the_classifier_learned_such_jobs_are_for_before_the_best_worded() -> None:
+    """QA 63b: "tl;dr of this update please", a summary job: the tool judged wrong on it ten times in
+    a row stayed first; the second opinion went to a word counter, 0.40 similar in words, where the
+    summariser with 90 successes on summaries worded otherwise matched 0.06 and was never asked."""
+    call = CallRequest(scenario="tl;dr of this update please")
+    ranked = [candidate("digest"), candidate("count_words"), candidate("summarize")]
+    first = judged("digest", [1.0, 1.0])
+    # Learning raised the summariser well above its words' 0.6 (0.06 / BANDWIDTH), and took the counter below its 4.0.
+    assert second_opinion(call, ranked, [first, taught("count_words", 0.40, 2.5), taught("summarize", 0.06, 3.1)]) \
+        == "summarize@1.0.0"
+    # Its first choice only, and only where learning raised it: a score no higher than its words' is no lesson.
+    assert second_opinion(call, ranked, [first, taught("count_words", 0.40, 4.2), taught("summarize", 0.06, 3.1)]) \
+        == "count_words@1.0.0"
+    assert second_opinion(call, ranked, [first, taught("count_words", 0.40, 2.5), taught("summarize", 0.06, 0.6)]) \
+        == "count_words@1.0.0"
+    # A tool that did such jobs still goes first, and one that failed them is not asked.
+    did = judged("count_words", [], similarity=0.40, successes=[0.9])
+    assert second_opinion(call, ranked, [first, did, taught("summarize", 0.06, 3.1)]) == "count_words@1.0.0"
+    failed = taught("summarize", 0.06, 3.1).model_copy(update={"failure_similarities": [0.95]})
+    assert second_opinion(call, ranked, [first, taught("count_words", 0.40, 2.5), failed]) == "count_words@1.0.0"
+
+
 def placed_by_the_policy(*names: str) -> list[Candidate]:
     """Candidates as the policy placed them: each with probability 0.9 and its rationale."""
     placed = [candidate(name) for name in names]
@@ -312,6 +339,21 @@ def test_the_second_opinion_goes_first_on_its_share_of_the_calls_and_is_logged_s
         on_trial[1].breakdown = ScoreBreakdown(rationale="policy", extra={"trial_share": chance})
         tried = explored_first(call, on_trial, found, 0.25, lambda salt: True, newcomer=None, passed=None, probe=None)
         assert keys(tried)[0] == "money_convert@1.0.0" and tried[0].probability == 0.25 * chance
+
+
+
+def test_once_people_judged_its_latest_outputs_here_all_wrong_the_second_opinion_goes_first_on_every_call() -> None:
+    """QA 63b: ten outputs in a row judged wrong, and the version still went first on three calls in
+    four. Five of five latest is a verdict; four of five, or a right one among them, stays a share."""
+    call = CallRequest(scenario="how many yen for 200 dollars")
+    for wrong, right, every in (([1.0] * 5, [], True), ([1.0] * 10, [], True), ([1.0] * 4, [], False),
+                                ([1.0] * 4, [1.0], False)):
+        found = [judged("currency_rates", wrong, right), judged("money_convert", [])]  # a right one before the wrong
+        placed = explored_first(call, placed_by_the_policy("currency_rates", "money_convert"), found, 0.25,
+                                lambda salt: False, newcomer=None, passed=None, probe=None)
+        assert keys(placed)[0] == ("money_convert@1.0.0" if every else "currency_rates@1.0.0"), (wrong, right)
+        assert placed[0].probability == (1.0 if every else 0.675)
+        assert ("judged wrong" in placed[0].breakdown.rationale) is every
 
 
 def fell_over(name: str, similarity: float, outages: list[float], failures: list[float] | None = None,
