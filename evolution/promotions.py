@@ -105,17 +105,35 @@ def promote_on_trial(
     return promotion
 
 
-def note_newcomers(state: Newcomers, registry: ToolRegistry) -> list[str]:
+def note_newcomers(state: Newcomers, registry: ToolRegistry, arrived: Collection[str] = ()) -> list[str]:
     """Remember the namespaces the registry serves; those added to a store that knew others are
     newcomers, which selection tries first on a share of the calls they match until they have run
-    FITTEST_TRIAL_SUCCESSES times (selection/serving.py `newcomer_to_try`). Run as the memory
-    worker starts (a tool that came while no worker watched) and whenever the tools watch serves
-    a version."""
-    found = state.note_namespaces(registry.namespaces(), time.time())
-    for namespace in found:
-        log.info("%s is new to the running system: tried first on a share of the calls it matches", namespace,
+    FITTEST_TRIAL_SUCCESSES times (selection/serving.py `newcomer_to_try`), and so are those whose
+    original the tools watch just replaced (`renewed_originals`; `arrived`: the keys it just
+    served). Run as the memory worker starts (a tool that came while no worker watched) and
+    whenever the tools watch serves a version."""
+    now = time.time()
+    found = state.note_namespaces(registry.namespaces(), now)
+    renewed = renewed_originals(registry, arrived, found)
+    if renewed:
+        state.renew_newcomers(renewed, now)
+    for namespace in found + renewed:
+        what = "is new to the running system" if namespace in found else "serves a new original version"
+        log.info("%s %s: tried first on a share of the calls it matches", namespace, what,
                  extra={"event": "tool_newcomer", "namespace": namespace})
-    return found
+    return found + renewed
+
+
+def renewed_originals(registry: ToolRegistry, arrived: Collection[str], new: Collection[str]) -> list[str]:
+    """The namespaces, known before (not `new`), whose original is now a version that just arrived
+    (`arrived`): a manifest edited in place to a new version, served without a trial as the
+    namespace's original. It has no outcomes, where the tools that did its jobs meanwhile have
+    successes, so the policy never ranked it first (QA 63b: a list tidier that crashed on every call,
+    fixed as 1.0.1 in its manifest, 0.94 like the job, was tried first on 0 of the next 30 calls): it
+    is a newcomer again. (A namespace whose versions have run FITTEST_TRIAL_SUCCESSES times, as one
+    removed and put back, is not tried for it: `newcomer_to_try` counts their runs.)"""
+    return sorted({namespace for key in arrived if (namespace := split_key(key)[0]) not in new
+                   and (original := registry.original(namespace)) is not None and original.key == key})
 
 
 MANIFEST_MUTATION = "new manifest version"  # the mutation of a version a manifest gave, not an evolution

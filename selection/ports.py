@@ -359,6 +359,12 @@ class Newcomers(Protocol):
         newcomers from `now` (returned). The namespaces of a first catalog are not newcomers."""
         ...
 
+    def renew_newcomers(self, namespaces: Sequence[str], now: float) -> None:
+        """Make these namespaces, known already, newcomers again from `now`: their original was
+        replaced by another version, which has no outcomes yet (evolution/promotions.py
+        `renewed_originals`). Moves the promotions version, as a newcomer does."""
+        ...
+
     def newcomers(self) -> dict[str, float]:
         """Every newcomer namespace and when it came; a change moves the promotions version."""
         ...

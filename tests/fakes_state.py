@@ -202,6 +202,14 @@ class InMemoryStateStore:
             self._s.promotions_version += 1
             return new
 
+    def renew_newcomers(self, namespaces: Sequence[str], now: float) -> None:
+        with self._lock:
+            if not namespaces:
+                return
+            self._s.newcomers.update(dict.fromkeys(namespaces, now))
+            self._s.state_version += 1
+            self._s.promotions_version += 1
+
     def newcomers(self) -> dict[str, float]:
         with self._lock:
             return dict(self._s.newcomers)

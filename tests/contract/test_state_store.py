@@ -358,6 +358,18 @@ def test_the_first_catalog_has_no_newcomers_and_a_namespace_added_later_is_one(s
     assert store.note_namespaces([], now=400.0) == []
 
 
+
+def test_a_namespace_whose_original_was_replaced_is_a_newcomer_again(store):
+    store.note_namespaces(["slugify", "tidy_list"], now=100.0)
+    before = store.versions()
+    store.renew_newcomers(["tidy_list"], now=500.0)
+    assert store.newcomers() == {"tidy_list": 500.0}
+    after = store.versions()
+    assert after.promotions > before.promotions and after.state > before.state
+    store.renew_newcomers([], now=600.0)
+    assert store.versions() == after and store.newcomers() == {"tidy_list": 500.0}
+
+
 # Promotions -----------------------------------------------------------------------------------
 
 

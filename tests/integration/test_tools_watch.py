@@ -340,6 +340,15 @@ def test_a_tool_added_to_the_running_system_is_tried_first_on_its_share_of_the_c
         assert "new to the system" not in after["ranking"][0]["breakdown"]["rationale"]
         log = tmp_path / "logs" / "memory.log"
         assert ("tool_newcomer", "word_tally") in {(e.get("event"), e.get("namespace")) for e in events(log)}
+        # Its manifest edited in place to a new version (fixed, say): served as its original without a
+        # trial, with no outcomes of its own, it is a newcomer again (QA 63b: 0 of 30 calls tried it).
+        came = state.newcomers()["word_tally"]
+        manifest.write_text(manifest.read_text().replace("version: 1.0.0", "version: 1.0.1"))
+        p.wait_for(lambda: state.newcomers()["word_tally"] > came, timeout=30)
+        p.settled()
+        again = [p.call(**call, call_id=f"{i}-again") for i in ids if in_share(f"{i}-again", "newcomer:word_tally", 0.5)][:2]
+        assert [(r["tool"], r["version"]) for r in again] == [("word_tally", "1.0.1")] * 2, again
+        assert sum(e.get("event") == "tool_newcomer" and e.get("namespace") == "word_tally" for e in events(log)) == 2
 
 
 def test_a_tools_directory_moved_away_is_waited_for_not_blamed_on_its_tools(

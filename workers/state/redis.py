@@ -25,7 +25,8 @@ caller-supplied part, so no two kinds of key can collide:
     P promotion:{ns}         string current Promotion JSON
     P promotions:{ns}        list   Promotion JSON history, oldest first (capped)
     P namespaces             set    every namespace ever served (note_namespaces.lua)
-    P newcomers              hash   namespace -> when it came to the running system (s), for its trial
+    P newcomers              hash   namespace -> when it came to the running system (s), for its trial, or its
+                                    original was replaced by another version (renew_newcomers)
     P weights:current        string SelectionWeights JSON, with its version
     P weights:version        int    last weights version handed out
     P weights:history        list   SelectionWeights JSON, newest first (capped)
@@ -297,6 +298,16 @@ class RedisStateStore(PrefixedStore):
             args=[now, *names],
         )
         return [as_text(name) for name in found]
+
+    def renew_newcomers(self, namespaces: Sequence[str], now: float) -> None:
+        names = sorted(set(namespaces))
+        if not names:
+            return
+        pipe = self.client.pipeline(transaction=True)  # no read: MULTI makes the three writes one
+        pipe.hset(self._k("newcomers"), mapping=dict.fromkeys(names, now))
+        pipe.incr(self._promotions_version_key)
+        pipe.incr(self._state_key)
+        pipe.execute()
 
     def newcomers(self) -> dict[str, float]:
         return {as_text(name): float(since) for name, since in self.client.hgetall(self._k("newcomers")).items()}

@@ -122,7 +122,7 @@ def served_anew(namespaces: Iterable[str], arrived: Collection[str] = (), remove
     stopped serving."""
     rt = runtime()
     trial_new_manifests(rt.state, rt.evolution, rt.registry, namespaces, arrived, removed)
-    note_newcomers(rt.state, rt.registry)
+    note_newcomers(rt.state, rt.registry, arrived)
 
 
 # Positional arguments of fittest.resilient_tool_call, in order (send_task(args=[...]) works too).
