@@ -1149,3 +1149,17 @@ def test_ctrl_c_while_the_cli_imports_says_nothing_was_done(
         console_script.main()
     assert ended.value.code == 130
     assert capsys.readouterr().err == "stopped before the command started: nothing was done\n"
+
+
+def test_weights_history_says_what_each_version_changed(monkeypatch: pytest.MonkeyPatch, stores: ToolRegistry) -> None:
+    """QA 63b: v2 to v14 showed the same weights, and nothing said why their versions moved (each
+    retrain stored the tool classifier it refitted)."""
+    from selection.ports import SelectionWeights
+    from tests.fakes_state import InMemoryStateStore
+
+    state = InMemoryStateStore()
+    for history, revision in ((0.8, "rev-a"), (0.8, "rev-b"), (0.6, "rev-c")):
+        state.set_weights(SelectionWeights(weights={**SelectionWeights().weights, "history": history}, classifier=revision))
+    monkeypatch.setattr("workers.state.open_state_store", lambda settings: state)
+    assert "the same weights as the version before, with the tool classifier refitted: v2" in " ".join(run("weights")[1].split())
+    assert "refitted:" not in run("weights", "--history", "0")[1]  # v3 changed its weights; v2 is not listed

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from selection.feedback import TrendPeriod
 from selection.learner import FLOOR_WEIGHT
+from selection.ports import SelectionWeights
 from workers.cli.common import (
     CONTEXT_HELP,
     REFUSED,
@@ -338,6 +339,13 @@ SET_ASIDE = "a caller's mistake, or a failure of an outage its version recovered
 
 
 # --------------------------------------------------------------------------------------- weights
+def classifier_alone(w: SelectionWeights, before: SelectionWeights) -> bool:
+    """Whether a version of the weights stored a refitted tool classifier and nothing else: a retrain
+    that leaves the weights as they were stores a new version for its classifier (QA 63b: v2 to v14
+    showed the same weights, and nothing said why their versions moved)."""
+    return w.weights == before.weights and bool(w.classifier) and w.classifier != before.classifier
+
+
 @app.command()
 @reads_state
 def weights(
@@ -382,7 +390,8 @@ def weights(
     table = Table(title=f"SPARC weights v{current.version}" + ("" if current.version else " (defaults: never learned)"))
     for col in ("version", "updated", *COMPONENTS, "records", "success rate", "classifier", "successes"):
         table.add_column(col, justify="left" if col in ("version", "updated", "classifier") else "right")
-    for w in [current, *past]:
+    rows = [current, *past]
+    for w in rows:
         ev, fit = w.evidence, w.evidence.classifier
         table.add_row(f"v{w.version}", when(w.updated_at) if w.updated_at else "-",
                       *[f"{w.weights.get(c, 0.0):.2f}" for c in COMPONENTS], str(ev.records) if ev.records else "-",
@@ -390,6 +399,9 @@ def weights(
                       "off" if w is current and classifier_off else literal(w.classifier or "-"),
                       str(fit.successes) if fit is not None and fit.successes is not None else "-")
     console.print(table)
+    refits = [f"v{w.version}" for w, before in zip(rows, rows[1:]) if classifier_alone(w, before)]
+    if refits:
+        console.print(f"the same weights as the version before, with the tool classifier refitted: {', '.join(refits)}")
     if classifier_off:
         console.print(f"tool classifier: {CLASSIFIER_OFF}")
     evidence = current.evidence
