@@ -167,9 +167,9 @@ def verify(
         return results
 
     if manifest.side_effects:  # QA Q: a slow run of a tool that appends to a ledger wrote 5 real calls' events twice more
+        verified_by = "its test cases are what verified it, and its trial decides" if tests.checked else "its trial decides"
         results.append(StageResult(stage="replay", passed=True, checked=0, problems=[
-            "not replayed: the tool has side effects (side_effects: true), so no real call's input is run again; "
-            "its test cases are what verified it, and its trial decides"]))
+            f"not replayed: the tool has side effects (side_effects: true), so no real call's input is run again; {verified_by}"]))
         return results
     failing = _dedupe([f.input for f in evidence.failures]) if changes_behaviour else []
     refused_before = {input_key(f.input) for f in evidence.failures if f.error_class is FailureClass.bad_input}

@@ -104,21 +104,23 @@ EFFECT_UNKNOWN = frozenset({FailureClass.timeout, FailureClass.crash, FailureCla
 
 def effect_unknown(plan: CallPlan) -> ToolExecutionResult | None:
     """The call's attempt of a version with side effects (`side_effects: true`) that failed in a way
-    that may have done its job all the same (EFFECT_UNKNOWN), if any. The call then runs no version
-    with side effects again: another one would do the job a second time, and so would an evolved
-    version of it (QA 63a: a payment tool, cut off by its adaptive timeout after its write, was
-    evolved and run again by the same call, which wrote the payment twice and answered success;
-    another call fell back to an audit ledger 0.42 similar, which wrote it there)."""
+    that may have done its job all the same (EFFECT_UNKNOWN), if any: the call stops there. Another
+    tool with side effects would do the job a second time, and so would an evolved version of it
+    (QA 63a: a payment tool, cut off by its adaptive timeout after its write, was evolved and run
+    again by the same call, which wrote the payment twice and answered success; another call fell
+    back to an audit ledger 0.42 similar, which wrote it there); one without side effects cannot
+    do the job, and "succeeds" at it (QA 63e: a refund preview, 0.37 similar, answered 8 calls to
+    notify customers with success, and became their first choice)."""
     doers = {c.key for c in plan.candidates if c.manifest.side_effects}
     return next((a for a in plan.attempts if not a.success and a.key in doers and a.error_class in EFFECT_UNKNOWN), None)
 
 
-def effect_unknown_note(attempt: ToolExecutionResult) -> str:
-    """What the caller should know once `effect_unknown` found the attempt."""
+def effect_unknown_message(attempt: ToolExecutionResult) -> str:
+    """Why the call ended failed, once `effect_unknown` found the attempt."""
     how = {FailureClass.timeout: "timed out", FailureClass.crash: "crashed",
            FailureClass.bad_output: "answered with a bad output"}.get(attempt.error_class or FailureClass.crash, "failed")
     return (f"{attempt.key} has side effects (side_effects: true) and {how}: it may have done its job all the same, "
-            "so this call runs no version with side effects again (nor an evolved one); check whether it did "
+            "so the call tried nothing after it, neither another tool nor an evolved version; check whether it did "
             "before sending the job again")
 
 

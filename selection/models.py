@@ -360,10 +360,6 @@ class CallPlan(BaseModel):
     # and the call names them apart from those passed over after a refused input, whose wording does
     # not fit them.
     code_missing: list[str] = Field(default_factory=list)
-    # Versions with side effects not run after one with side effects failed in a way that may have
-    # done the job all the same (selection/call_endings.py `effect_unknown`): they would do it again.
-    # They use up no attempt either.
-    not_repeated: list[str] = Field(default_factory=list)
     # What the caller should know that did not stop the call (a namespace no tool has).
     notes: list[str] = Field(default_factory=list)
     # The age of the oldest search the ranking took from the selection cache (None: none): outcomes
@@ -471,7 +467,7 @@ class RankedSummary(BaseModel):
 class CallResult(BaseModel):
     """What the caller's AsyncResult resolves to, wherever the work went."""
 
-    call_id: str
+    call_id: str = Field(description="The call's id: the caller's `call_id`, or the one made for it (the task id of its first step)")
     status: CallStatus
     scenario: str = ""  # what the call was for ("" when a refused payload gave none a call could run)
     output: Any = None

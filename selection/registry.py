@@ -429,6 +429,11 @@ class ToolRegistry:
         rooted |= {m.name for m in self._tools.values() if m.parent_version is None and m.key not in gone}
         return sorted(key for key, m in list(self._tools.items()) if key not in gone and m.name not in rooted)
 
+    def has_side_effects(self, name: str) -> bool:
+        """Whether a version of the namespace says it changes something outside itself
+        (`side_effects: true`): a call that names it is served by its versions alone (workers/selector.py)."""
+        return any(m.side_effects for m in self.versions(name))
+
     def original(self, name: str) -> ToolManifest | None:
         """The namespace's first registered implementation: the lowest version with no parent."""
         return next((m for m in self.versions(name) if m.parent_version is None), None)

@@ -313,11 +313,16 @@ class Selector:
                 sources.setdefault(key, "semantic")
 
         wanted = set(request.tags)
+        # A call that names a tool with side effects wants that change made, by that tool: another
+        # one's fallback would make another change (QA 63e: calls naming a refund tool held back by
+        # its breaker were served by another team's refund ledger, which wrote them).
+        own = bool(request.namespace) and registry.has_side_effects(request.namespace or "")
         manifests = {  # a deprecated version is offered only to a call that names it by version (its manifest's promise)
             k: found
             for k in sources
             if k not in request.exclude and (found := registry.get(k)) is not None
             and (not found.deprecated or sources[k] == "version") and wanted <= set(found.tags)
+            and (not own or found.name == request.namespace)
         }
         if not manifests:
             return []

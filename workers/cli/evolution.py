@@ -365,11 +365,17 @@ def show_report(report: EvolutionReport) -> None:
         table = Table()
         for col in ("mutator", "mutation", "outcome", "stages", "reason"):
             table.add_column(col)
+        unchecked = False
         for c in report.candidates:
-            stages = " ".join(f"{s.stage}{'✓' if s.passed else '✗'}" for s in c.stages)
+            # QA 63e: "tests✓ replay✓" of a tool with side effects and no test cases, where nothing ran
+            marks = ["✗" if not s.passed else "✓" if s.checked or s.stage == "static" else "–" for s in c.stages]
+            unchecked = unchecked or "–" in marks
+            stages = " ".join(f"{s.stage}{mark}" for s, mark in zip(c.stages, marks))
             table.add_row(literal(c.mutator), literal(shortened(c.mutation, 60)), literal(c.outcome), literal(stages),
                           literal(abridged(c.reason or "", 150, 150)))  # whole up to 300 (QA 53a: the twin's cut)
         console.print(table)
+        if unchecked:
+            console.print("  –: a stage with nothing to check (no test cases; nothing to replay, or a tool with side effects)")
     for note in report.notes:
         console.print(f"  [dim]{literal(note)}[/dim]")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from celery import Task
 
-from selection.call_endings import (effect_unknown, effect_unknown_note, folders_gone_message, input_refused_message,
+from selection.call_endings import (effect_unknown, effect_unknown_message, folders_gone_message, input_refused_message,
                                     named_held_back, no_tool_meant_for_it, refused_for_its_namespace,
                                     refused_by_a_doer, refused_input, refuser, served_by_whom_note, serves_unconfirmed, targeted, tools_dir_gone_message,
                                     took_a_refused_input_note, why_it_failed)
@@ -287,9 +287,7 @@ def execute(self: Task, plan_data: dict[str, Any], index: int) -> Any:
         return finish(plan, "success")
 
     send_failure(plan, result)
-    if effect_unknown(plan) is result:
-        plan.notes.append(effect_unknown_note(result))
-    if index < last_index(plan) and refused_for_its_namespace(plan) is None:
+    if index < last_index(plan) and refused_for_its_namespace(plan) is None and effect_unknown(plan) is None:
         return hand_on(self, execute.si(plan.model_dump(mode="json"), index + 1))
     return after_last_attempt(self, plan)
 
@@ -319,7 +317,7 @@ def last_index(plan: CallPlan) -> int:
     run as its breaker's probe (`plan.is_probe`: placed first by selection, run or passed over, or
     taken where the call came to it): a call the next candidate would have served is served by it
     (QA X: with `max_attempts` 1, a probe that failed failed the call, and started an evolution)."""
-    held = {*plan.held_back, *plan.passed_over, *plan.code_missing, *plan.not_repeated}
+    held = {*plan.held_back, *plan.passed_over, *plan.code_missing}
     free = sum(1 for c in plan.candidates if c.key in held or plan.is_probe(c.key))
     return min(len(plan.candidates), plan.request.max_attempts + free) - 1
 
@@ -366,12 +364,10 @@ def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float
         return None
     _, breakers = state.stats_and_breakers([c.key for c in plan.candidates[index:]])
     refused = refused_input(plan) is not None
-    done_maybe = effect_unknown(plan) is not None
     while index <= last_index(plan):
         key = plan.candidates[index].key
-        again = done_maybe and plan.candidates[index].manifest.side_effects
-        skipped = plan.code_missing if key in cannot_run else plan.not_repeated if again else plan.passed_over
-        if key in cannot_run or again or (refused and not does_such_jobs(plan.candidates[index], plan.request.namespace)):
+        skipped = plan.code_missing if key in cannot_run else plan.passed_over
+        if key in cannot_run or (refused and not does_such_jobs(plan.candidates[index], plan.request.namespace)):
             if key not in skipped:  # a redelivered step passes it over again
                 skipped.append(key)
             index += 1
@@ -403,11 +399,8 @@ def after_last_attempt(task: Task, plan: CallPlan) -> Any:
     # a version that refuses every input of late may be broken, and is.
     evolves = settings.evolution_enabled and not plan.request.after_evolution and not plan.evolved
     nobodys = no_tool_meant_for_it(plan)
-    if (unknown := effect_unknown(plan)) is not None:  # an evolved version would do the job again
-        note = effect_unknown_note(unknown)
-        if note in plan.notes:  # said in the message
-            plan.notes.remove(note)
-        return finish(plan, "failed", message=f"every candidate failed ({attempts_made(plan)}){named_held_back(plan)}; {note}")
+    if (unknown := effect_unknown(plan)) is not None:  # another tool, or an evolved version, would do the job again
+        return finish(plan, "failed", message=f"{effect_unknown_message(unknown)} ({attempts_made(plan)}{named_held_back(plan)})")
     if evolves and not refused_by_a_doer(plan) and nobodys is None:
         from workers.tasks.evolution import end_without_evolution, prepare_evolution
 

@@ -1,0 +1,2 @@
+def run(value):
+    return {"preview": value["key"]}
