@@ -19,7 +19,6 @@ from itertools import product
 from typing import NamedTuple
 
 from selection.evidence import CandidateEvidence
-from selection.feedback import BANDWIDTH
 from selection.job_record import (CLEAR_MATCH, RELIABLE_RUNS, SAME_JOB, failed_the_job, judged_wrong_here,
                                   judged_wrong_throughout, namespace_did_the_job)
 from selection.manifest import split_key
@@ -236,10 +235,7 @@ def second_opinion(request: CallRequest, ranked: list[Candidate], evidence: list
     tool's outputs judged wrong, and it stayed first, where another tool did the job). When people
     judge the first candidate's outputs on this job wrong (`judged_wrong_here`), another tool is
     tried first on a share of the calls, and its outcomes, and people's judgements of them, then
-    decide: the best placed of those that did such jobs before, else the tool classifier's choice
-    among them where the successes it learned from raised it above its description's match
-    (`taught_for_it`: QA 63b, a summariser with 90 successes on summaries worded otherwise matched
-    "tl;dr of this update please" 0.06 in words, and was never asked), else the one whose description
+    decide: the best placed of those that did such jobs before, else the one whose description
     matches the job best (the policy's order of tools with no outcomes on the job is not about the
     job: QA X and QA Y saw a currency tool placed second for a temperature job), if it matches it
     SECOND_OPINION_MATCH at least (one that fails the job is not asked again, but one that runs
@@ -263,19 +259,8 @@ def second_opinion(request: CallRequest, ranked: list[Candidate], evidence: list
     others = [e for e in placed.values() if e.manifest.name != first.manifest.name
               and e.key not in half_open and not failed_the_job(e) and not judged_wrong_here(e)]
     matching = [e for e in others if e.similarity >= SECOND_OPINION_MATCH]
-    chosen = (next((e for e in others if namespace_did_the_job(e)), None) or taught_for_it(others)
-              or max(matching, key=lambda e: e.similarity, default=None))
+    chosen = next((e for e in others if namespace_did_the_job(e)), None) or max(matching, key=lambda e: e.similarity, default=None)
     return None if chosen is None else chosen.key
-
-
-def taught_for_it(evidence: list[CandidateEvidence]) -> CandidateEvidence | None:
-    """The tool classifier's first choice among `evidence`, when what it learned scores it higher
-    than its description's match alone did before any success (selection/classifier.py: a
-    namespace's column starts as its description's vector over the bandwidth): the successes of
-    its namespace, on jobs worded otherwise, say such jobs are its. None when it has no score, or
-    learning took its score down here."""
-    top = max((e for e in evidence if e.classifier_score is not None), key=lambda e: e.classifier_score or 0.0, default=None)
-    return top if top is not None and (top.classifier_score or 0.0) > top.similarity / BANDWIDTH else None
 
 
 def second_opinion_share(ranked: list[Candidate], evidence: list[CandidateEvidence], share: float) -> float:

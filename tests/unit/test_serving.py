@@ -282,33 +282,6 @@ def test_a_tool_people_judged_wrong_on_such_jobs_gets_a_second_opinion_tried_in_
     assert second_opinion(CallRequest(scenario="x", namespace="currency_rates"), ranked, found) is None
 
 
-def taught(name: str, similarity: float, classifier_score: float) -> CandidateEvidence:
-    """A candidate that did no job like this one, with the tool classifier's score of its namespace."""
-    return judged(name, [], similarity=similarity).model_copy(update={"classifier_score": classifier_score})
-
-
-def test_the_second_opinion_is_the_tool_the_classifier_learned_such_jobs_are_for_before_the_best_worded() -> None:
-    """QA 63b: "tl;dr of this update please", a summary job: the tool judged wrong on it ten times in
-    a row stayed first; the second opinion went to a word counter, 0.40 similar in words, where the
-    summariser with 90 successes on summaries worded otherwise matched 0.06 and was never asked."""
-    call = CallRequest(scenario="tl;dr of this update please")
-    ranked = [candidate("digest"), candidate("count_words"), candidate("summarize")]
-    first = judged("digest", [1.0, 1.0])
-    # Learning raised the summariser well above its words' 0.6 (0.06 / BANDWIDTH), and took the counter below its 4.0.
-    assert second_opinion(call, ranked, [first, taught("count_words", 0.40, 2.5), taught("summarize", 0.06, 3.1)]) \
-        == "summarize@1.0.0"
-    # Its first choice only, and only where learning raised it: a score no higher than its words' is no lesson.
-    assert second_opinion(call, ranked, [first, taught("count_words", 0.40, 4.2), taught("summarize", 0.06, 3.1)]) \
-        == "count_words@1.0.0"
-    assert second_opinion(call, ranked, [first, taught("count_words", 0.40, 2.5), taught("summarize", 0.06, 0.6)]) \
-        == "count_words@1.0.0"
-    # A tool that did such jobs still goes first, and one that failed them is not asked.
-    did = judged("count_words", [], similarity=0.40, successes=[0.9])
-    assert second_opinion(call, ranked, [first, did, taught("summarize", 0.06, 3.1)]) == "count_words@1.0.0"
-    failed = taught("summarize", 0.06, 3.1).model_copy(update={"failure_similarities": [0.95]})
-    assert second_opinion(call, ranked, [first, taught("count_words", 0.40, 2.5), failed]) == "count_words@1.0.0"
-
-
 def placed_by_the_policy(*names: str) -> list[Candidate]:
     """Candidates as the policy placed them: each with probability 0.9 and its rationale."""
     placed = [candidate(name) for name in names]
