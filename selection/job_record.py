@@ -94,6 +94,18 @@ def does_the_job(e: CandidateEvidence) -> bool:
     return sum(s >= SAME_JOB for s in e.doing_similarities) >= RELIABLE_RUNS
 
 
+def may_change_things_for_it(e: CandidateEvidence, namespace: str | None) -> bool:
+    """Whether a version may be tried on this job, as far as what it changes goes: one without side
+    effects may; one with side effects (`side_effects: true`) only where the call names its
+    namespace, or its description matches the job clearly (CLEAR_MATCH), or it does such jobs. A
+    fallback that changes something outside itself on a job it was not meant for makes a change
+    nobody asked for (QA 63f: a lookup of a customer's tier that crashed fell back to a shipment
+    notifier, 0.20 like the job, which sent a shipment notice; an email job, to it at 0.45, which
+    sent 20 notices and, "successful", became the email jobs' first choice)."""
+    return (not e.manifest.side_effects or e.manifest.name == namespace or e.similarity >= CLEAR_MATCH
+            or does_the_job(e))
+
+
 def proven(e: CandidateEvidence, namespace: str | None, best: Collection[str] = ()) -> bool:
     """Whether a version's record anywhere stands for the job: RELIABLE_RUNS successes of a version
     of the namespace the call names, or of the job's clear best match (`best`). The caller chose

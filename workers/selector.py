@@ -26,7 +26,8 @@ from selection.context import ContextFeatures, analyse, context_typos
 from selection.crowded import CROWDED_SIMILARITY, with_the_crowded_out, with_the_doers_crowded_out
 from selection.evidence import CandidateEvidence
 from selection.feedback import MIN_SIMILARITY, judged_outputs, points_by_tool, similarity_weight
-from selection.job_record import does_such_jobs_here, does_the_job, namespace_did_the_job, proven, refuses_everything
+from selection.job_record import (does_such_jobs_here, does_the_job, may_change_things_for_it, namespace_did_the_job, proven,
+                                  refuses_everything)
 from selection.lexical import LexicalIndex, version_text
 from selection.manifest import ToolManifest, split_key, tool_key
 from selection.models import CallPlan, CallRequest, Candidate, Promotion, Source
@@ -149,7 +150,7 @@ class Selector:
         # a call that names none is (review 50: no newcomer, probe or best match again was tried first).
         ruled = request.model_copy(update={"namespace": None}) if named_unknown else request
         try:
-            evidence = self._evidence(ruled, features, degraded)
+            evidence = [e for e in self._evidence(ruled, features, degraded) if may_change_things_for_it(e, ruled.namespace)]
             served = self._served(ruled, evidence)
             newcomer = newcomer_to_try(ruled, evidence, self.newcomers(), self.settings.trial_successes,
                                        self._local.held_back_match, served)

@@ -1405,3 +1405,20 @@ def test_an_exclude_that_names_no_tool_version_is_noted(rt) -> None:
         "exclude names nosuch@1.0.0, which no tool is, so it excludes nothing (no tool named 'nosuch')",
     ]
     assert "weather_now@1.0.0" not in [c.key for c in plan.candidates]  # a real one is excluded, unsaid
+
+
+def test_a_tool_with_side_effects_is_no_candidate_for_a_job_it_matches_weakly_unless_named(rt, monkeypatch) -> None:
+    """QA 63f: a lookup that crashed fell back to a shipment notifier 0.20 like it, which sent a
+    shipment notice; an email job, to it at 0.45, which sent 20. A tool that changes things outside
+    itself is tried only on jobs it clearly matches, does, or is named for."""
+    monkeypatch.setattr(rt.selector.settings, "min_similarity", -1.0)  # every tool a candidate, by its match alone
+    rt.selector.index.ensure_tools([(ToolManifest(name="ship_notify", description="Send a shipment notification for a "
+                                                  "parcel and log it to the dispatch outbox file.", side_effects=True,
+                                                  implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}), None)])
+    weak = "look up the current weather in Lyon"
+    assert "ship_notify" not in [c.manifest.name for c in rt.selector.plan(CallRequest(scenario=weak)).candidates]
+    assert "weather_now" in [c.manifest.name for c in rt.selector.plan(CallRequest(scenario=weak)).candidates]
+    named = rt.selector.plan(CallRequest(scenario=weak, namespace="ship_notify"))
+    assert [c.manifest.name for c in named.candidates] == ["ship_notify"]  # named: its versions alone (side effects)
+    clear = rt.selector.plan(CallRequest(scenario="notify the customer that the parcel has shipped"))
+    assert clear.candidates[0].manifest.name == "ship_notify", [(c.key, c.breakdown.similarity) for c in clear.candidates]
