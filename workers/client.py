@@ -172,8 +172,9 @@ UNKNOWN_CALL = ("no call with this id is queued or running, and none finished in
                 "send_task(..., task_id=call_id))")
 
 # Why no result can be found under a call id a job was sent with in the last day.
-UNDER_ANOTHER_TASK_ID = ("a call was sent with this call_id in the last day, under another task id, which its result is "
-                         "kept under (send_task(..., task_id=call_id) keeps them one): that task id finds it")
+UNDER_ANOTHER_TASK_ID = ("a call was sent with this call_id in the last day, and no result is kept under it: it is kept "
+                         "under the task id the call was sent with, when that was another (send_task(..., "
+                         "task_id=call_id) keeps them one), or `fittest forget` removed it")
 
 
 class UnknownCall(LookupError):

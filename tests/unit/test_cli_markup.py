@@ -353,6 +353,11 @@ def test_rollback_and_promote_name_the_versions_as_written(monkeypatch: pytest.M
     promotion = Promotion(namespace="fast[/x]", evolved_version="1.0.0", original_version="1.0.0", parent_version="1.1.0",
                           status="rolled_back", by="operator", resumes=trial)
     assert_shown(invoke(["rollback", "fast[/x]"]), "fast[/x]@1.0.0's promotion by hand undone; fast[/x]@1.1.0 is on trial again against it")
+    # QA 63g: the original promoted by hand over a version activated by its trial (no trial to resume)
+    promotion = Promotion(namespace="fast[/x]", evolved_version="1.0.0", original_version="1.0.0", parent_version="1.2.0",
+                          status="rolled_back", by="operator")
+    assert_shown(invoke(["rollback", "fast[/x]"]), "fast[/x]@1.0.0's promotion by hand undone; fast[/x]@1.2.0 is served "
+                 "again, and fast[/x]@1.0.0, the original, stays its fallback")
 
 
 def test_evolution_report_prints_candidates_and_notes_as_written() -> None:

@@ -440,6 +440,10 @@ def rollback(
     elif promotion.evolved_version == promotion.original_version and promotion.parent_version is None:
         console.print(f"{gone}'s promotion by hand undone; it is served, as the original"
                       f"{_unless_deprecated(registry, name, promotion.evolved_version)}")
+    elif promotion.evolved_version == promotion.original_version:  # QA 63g: the original's, over a version promoted since
+        back = promotion.parent_version or promotion.original_version
+        console.print(f"{gone}'s promotion by hand undone; {literal(name)}@{literal(back)} is served again, and {gone}, the "
+                      f"original, stays its fallback{_unless_deprecated(registry, name, back)}")
     else:
         back = promotion.parent_version or promotion.original_version
         console.print(f"{gone} rolled back; {literal(name)}@{literal(back)} is served again{_unless_deprecated(registry, name, back)}")

@@ -216,7 +216,7 @@ def unread_rows(state: StateStore, read: set[str]) -> list[ToolRow]:
 
 STANDING_NOTE = ("quality: the design's score, lowered by each failure; standing: the quality given back by the "
                  "version's share of successes, what the default policy ranks by (a tool that succeeds 2 times in 3 "
-                 "may show quality 0.00 and standing 0.66)")
+                 "may show quality 0.00 and standing 0.50: successes / (runs + 1) where its quality is 0)")
 
 
 def tools_table(rows: list[ToolRow], title: str = "tools") -> Table:
