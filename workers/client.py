@@ -507,12 +507,13 @@ class CallSender:
 
         try:
             step = self.current_step(call_id)
-            held = step is not None and call_id in held_task_ids(self.redis)
+            held = call_id in held_task_ids(self.redis)
             queued = step is not None and not held and self.waits_in_queue(call_id, step.task, step.queue) is not False
         except Exception:  # noqa: BLE001 - Redis away, say: what is told never hides the timeout it explains
             return None
-        if step is None:
-            return None
+        if step is None:  # a foreign `send_task`'s call is in flight once a worker starts it (QA 63g: said nothing)
+            return ("it is held by a worker that has not started it: sent with a countdown or an eta, it waits there for "
+                    "its time") if held else None
         doing = STEP_DOING.get(step.task, step.task)
         if not held and not queued:
             # QA 48 recheck: a step taken by an executor that a tool killed at that instant was said to wait

@@ -235,8 +235,10 @@ def test_a_call_sent_with_a_countdown_is_not_said_unknown_while_a_worker_holds_i
         sent = sender.send_task("fittest.resilient_tool_call", queue="selection", countdown=10,
                                 kwargs={"scenario": "parse this csv text into rows", "input": {"text": "a\n1\n"},
                                         "namespace": "csv_lenient"})
-        with pytest.raises(CallTimeout):  # not UnknownCall: it waits for its time
+        with pytest.raises(CallTimeout) as waited:  # not UnknownCall: it waits for its time
             pipeline.client.result(sent.id, timeout=5)
+        # ...and says where (QA 63g: `where` was None)
+        assert waited.value.where is not None and "sent with a countdown or an eta" in waited.value.where, waited.value
         assert pipeline.client.result(sent.id, timeout=60).status == "success"
     finally:
         sender.close()
