@@ -357,8 +357,8 @@ def test_a_call_id_names_one_job_for_the_client_and_for_send_task(pipeline, cli)
             **echo, "input": {"text": "c"}, "call_id": "foreign-chosen-9"})
         assert chosen.get(timeout=60)["call_id"] == "foreign-chosen-9"
         looked = cli("result", "foreign-chosen-9", "--timeout", "30")
-        assert looked.exit_code == 1 and "a call was sent with this call_id in the last day, under another task id" \
-            in words(looked.output), looked.output
+        assert looked.exit_code == 1 and ("a call was sent with this call_id in the last day, and no result is kept under "
+                                          "it: it is kept under the task id the call was sent with") in words(looked.output), looked.output
 
 
 def test_a_call_sent_again_under_its_id_is_answered_by_its_result_without_running_again(pipeline) -> None:
