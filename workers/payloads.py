@@ -280,7 +280,7 @@ class CallWithoutResult(BaseModel):
     ended by an error in its worker, not a call's id, or a request that expired untaken. A script
     reads the id where it reads a result's (QA 60d M2: no schema said these statuses)."""
 
-    call_id: str
+    call_id: str = Field(description="The call's id, as the command was given it or sent it: `fittest result ID` asks again")
     status: NoResult
     message: str
 
