@@ -115,6 +115,29 @@ def effect_unknown(plan: CallPlan) -> ToolExecutionResult | None:
     return next((a for a in plan.attempts if not a.success and a.key in doers and a.error_class in EFFECT_UNKNOWN), None)
 
 
+def failed_change(plan: CallPlan) -> ToolExecutionResult | None:
+    """The call's first failed attempt of a version with side effects, however it failed: after it the
+    call tries that tool's versions alone. Another tool would make another change (QA 63h: a refund
+    poster and a shipment notifier match an email job 0.58 and 0.63), and one without side effects
+    cannot make it, and "succeeds" (QA 63h: after one SMTP outage an email drafter, 0.85 like the
+    job, answered 8 of 8 later calls to send email, which it never sent, and became their first
+    choice). When its failure may have done the job (`effect_unknown`), the call tries nothing more."""
+    doers = {c.key for c in plan.candidates if c.manifest.side_effects}
+    return next((a for a in plan.attempts if not a.success and a.error_class is not None and a.key in doers), None)
+
+
+def kept_to_the_change(plan: CallPlan) -> str:
+    """What a failed call's message adds when `failed_change` kept other tools from running after it."""
+    changer = failed_change(plan)
+    if changer is None or effect_unknown(plan) is not None:
+        return ""
+    tried = {a.key for a in plan.attempts}
+    if not any(c.manifest.name != changer.tool and c.key not in tried for c in plan.candidates):
+        return ""
+    return (f"; no other tool was tried after {changer.key}, which has side effects (side_effects: true): another "
+            "would make another change, and one without side effects cannot make it")
+
+
 def effect_unknown_message(attempt: ToolExecutionResult) -> str:
     """Why the call ended failed, once `effect_unknown` found the attempt."""
     how = {FailureClass.timeout: "timed out", FailureClass.crash: "crashed",

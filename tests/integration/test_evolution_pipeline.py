@@ -249,3 +249,12 @@ def test_a_tool_with_side_effects_cut_off_after_its_write_ends_the_call_and_one_
                      input={**payment, "key": "pay-2", "hold_s": 0}, timeout=120)
     assert named["status"] == "success" and {r["key"].split("@")[0] for r in named["ranking"]} == {"pay_ledger"}, named
     assert ledger.read_text().split() == ["pay-1", "pay-2"]
+    # A refusal did nothing, but another tool would make another change, or (without side effects) none
+    # (QA 63h: an email drafter "sent" emails after an SMTP outage): only the tool's own versions are tried.
+    refused = evo.call(scenario="record this payment in the payments ledger", input={"path": str(ledger)}, timeout=120)
+    assert {"audit_ledger@1.0.0", "pay_preview@1.0.0"} <= {r["key"] for r in refused["ranking"]}, refused
+    tried = [a["tool"] for a in refused["attempts"]]  # in the order the outcomes so far ranked them
+    first = next(i for i, tool in enumerate(tried) if tool in ("pay_ledger", "audit_ledger"))
+    assert refused["status"] == "failed" and set(tried[first:]) == {tried[first]}, tried  # nothing but it after it
+    assert "no other tool was tried after" in refused["message"], refused["message"]
+    assert ledger.read_text().split() == ["pay-1", "pay-2"] and not Path(f"{ledger}.audit").exists()

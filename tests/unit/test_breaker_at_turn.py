@@ -4,7 +4,7 @@ tests/integration/test_reliability_sandbox.py)."""
 
 from __future__ import annotations
 
-from selection.call_endings import effect_unknown
+from selection.call_endings import effect_unknown, failed_change, kept_to_the_change
 from selection.manifest import ToolManifest
 from selection.models import CallPlan, CallRequest, Candidate, FailureClass, ToolExecutionResult
 from tests.fakes_state import InMemoryStateStore
@@ -362,9 +362,18 @@ def test_a_tool_with_side_effects_that_timed_out_crashed_or_answered_badly_may_h
     assert effect_unknown(pure) is None
 
 
-def test_a_refusal_or_an_unreachable_upstream_did_nothing_and_the_call_falls_back_as_usual() -> None:
+def test_after_a_refusal_of_a_tool_with_side_effects_only_its_own_versions_are_tried() -> None:
+    """QA 63h: after an SMTP outage, an email drafter (no side effects) "sent" the email, and a refund
+    poster matched the job too: a refusal or an unreachable upstream did nothing, but another tool
+    would make another change, and one without side effects cannot make it."""
     for error in (FailureClass.bad_input, FailureClass.unavailable):
-        plan = with_side_effects(plan_of("pay", "audit"), "pay", "audit")
+        plan = with_side_effects(plan_of("pay", "audit", "draft", "pay"), "pay", "audit")
+        plan.candidates[3] = plan.candidates[3].model_copy(update={
+            "key": "pay@1.1.0", "manifest": plan.candidates[3].manifest.model_copy(update={"version": "1.1.0"})})
         failed(plan, 0, error)
-        assert effect_unknown(plan) is None
-        assert next_to_run(plan, 1, InMemoryStateStore(), 60) == 1
+        assert effect_unknown(plan) is None and failed_change(plan) is plan.attempts[0]
+        assert next_to_run(plan, 1, InMemoryStateStore(), 60) == 3  # its other version, not audit nor draft
+        assert kept_to_the_change(plan).startswith("; no other tool was tried after pay@1.0.0, which has side effects")
+    pure = plan_of("pay", "audit")  # without side effects: falls back as ever
+    failed(pure, 0, FailureClass.bad_input)
+    assert failed_change(pure) is None and next_to_run(pure, 1, InMemoryStateStore(), 60) == 1

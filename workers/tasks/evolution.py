@@ -20,7 +20,7 @@ from celery import Task
 from pydantic import ValidationError
 
 from evolution.models import EvolutionJob, EvolutionRecord, EvolutionReport
-from selection.call_endings import input_refused_message, named_held_back, refused_for_its_namespace
+from selection.call_endings import input_refused_message, kept_to_the_change, named_held_back, refused_for_its_namespace
 from selection.manifest import tool_key
 from selection.models import CallEvolution, CallPlan, CallResult, field_errors, joined_errors
 from workers.app import app
@@ -85,7 +85,7 @@ def _end_call(plan: CallPlan, report: CallEvolution) -> dict[str, Any]:
     # Why no other tool was tried: a namespace's refusal, or one of the input as suspect (QA: with
     # evolution on, "…which matches such jobs best, refused the input…; not tried with it…" was lost).
     refused = refused_for_its_namespace(plan) or input_refused_message(plan)
-    return finish(plan, "failed", message=f"{refused or f'{tried} failed'}; evolution: {report.message}")
+    return finish(plan, "failed", message=f"{refused or f'{tried} failed{kept_to_the_change(plan)}'}; evolution: {report.message}")
 
 
 @app.task(bind=True, base=CallStep, name="fittest.prepare_evolution")

@@ -17,8 +17,8 @@ from typing import Any
 
 from celery import Task
 
-from selection.call_endings import (effect_unknown, effect_unknown_message, folders_gone_message, input_refused_message,
-                                    named_held_back, no_tool_meant_for_it, refused_for_its_namespace,
+from selection.call_endings import (effect_unknown, effect_unknown_message, failed_change, folders_gone_message, input_refused_message,
+                                    kept_to_the_change, named_held_back, no_tool_meant_for_it, refused_for_its_namespace,
                                     refused_by_a_doer, refused_input, refuser, served_by_whom_note, serves_unconfirmed, targeted, tools_dir_gone_message,
                                     took_a_refused_input_note, why_it_failed)
 from selection.job_record import does_such_jobs
@@ -364,8 +364,12 @@ def next_to_run(plan: CallPlan, index: int, state: StateStore, cooldown_s: float
         return None
     _, breakers = state.stats_and_breakers([c.key for c in plan.candidates[index:]])
     refused = refused_input(plan) is not None
+    changer = failed_change(plan)
     while index <= last_index(plan):
         key = plan.candidates[index].key
+        if changer is not None and plan.candidates[index].manifest.name != changer.tool:
+            index += 1  # another tool would make another change (`failed_change`)
+            continue
         skipped = plan.code_missing if key in cannot_run else plan.passed_over
         if key in cannot_run or (refused and not does_such_jobs(plan.candidates[index], plan.request.namespace)):
             if key not in skipped:  # a redelivered step passes it over again
@@ -406,7 +410,7 @@ def after_last_attempt(task: Task, plan: CallPlan) -> Any:
 
         ended = end_without_evolution(plan)  # no mutator answers its failures: no round trip for that
         return ended if ended is not None else hand_on(task, prepare_evolution.si(plan.model_dump(mode="json")))
-    failed = f"every candidate failed ({attempts_made(plan)}){named_held_back(plan)}"
+    failed = f"every candidate failed ({attempts_made(plan)}){named_held_back(plan)}{kept_to_the_change(plan)}"
     return finish(plan, "failed", message=refused_for_its_namespace(plan) or input_refused_message(plan)
                   or (f"{failed}; {nobodys}" if nobodys and evolves else failed))
 
