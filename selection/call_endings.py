@@ -111,8 +111,13 @@ def effect_unknown(plan: CallPlan) -> ToolExecutionResult | None:
     back to an audit ledger 0.42 similar, which wrote it there); one without side effects cannot
     do the job, and "succeeds" at it (QA 63e: a refund preview, 0.37 similar, answered 8 calls to
     notify customers with success, and became their first choice)."""
-    doers = {c.key for c in plan.candidates if c.manifest.side_effects}
-    return next((a for a in plan.attempts if not a.success and a.key in doers and a.error_class in EFFECT_UNKNOWN), None)
+    return next((a for a in _failed_changes(plan) if a.error_class in EFFECT_UNKNOWN), None)
+
+
+def _failed_changes(plan: CallPlan) -> list[ToolExecutionResult]:
+    """The call's failed attempts of versions with side effects, in the order tried."""
+    changers = {c.key for c in plan.candidates if c.manifest.side_effects}
+    return [a for a in plan.attempts if not a.success and a.error_class is not None and a.key in changers]
 
 
 def failed_change(plan: CallPlan) -> ToolExecutionResult | None:
@@ -122,8 +127,7 @@ def failed_change(plan: CallPlan) -> ToolExecutionResult | None:
     cannot make it, and "succeeds" (QA 63h: after one SMTP outage an email drafter, 0.85 like the
     job, answered 8 of 8 later calls to send email, which it never sent, and became their first
     choice). When its failure may have done the job (`effect_unknown`), the call tries nothing more."""
-    doers = {c.key for c in plan.candidates if c.manifest.side_effects}
-    return next((a for a in plan.attempts if not a.success and a.error_class is not None and a.key in doers), None)
+    return next(iter(_failed_changes(plan)), None)
 
 
 def kept_to_the_change(plan: CallPlan) -> str:

@@ -440,13 +440,13 @@ def rollback(
     elif promotion.evolved_version == promotion.original_version and promotion.parent_version is None:
         console.print(f"{gone}'s promotion by hand undone; it is served, as the original"
                       f"{_unless_deprecated(registry, name, promotion.evolved_version)}")
-    elif promotion.evolved_version == promotion.original_version:  # QA 63g: the original's, over a version promoted since
-        back = promotion.parent_version or promotion.original_version
-        console.print(f"{gone}'s promotion by hand undone; {literal(name)}@{literal(back)} is served again, and {gone}, the "
-                      f"original, stays its fallback{_unless_deprecated(registry, name, back)}")
     else:
         back = promotion.parent_version or promotion.original_version
-        console.print(f"{gone} rolled back; {literal(name)}@{literal(back)} is served again{_unless_deprecated(registry, name, back)}")
+        # QA 63g: the original promoted by hand over a version activated since is undone, and stays a fallback
+        undone = promotion.evolved_version == promotion.original_version
+        said = f"{gone}'s promotion by hand undone" if undone else f"{gone} rolled back"
+        kept = f", and {gone}, the original, stays its fallback" if undone else ""
+        console.print(f"{said}; {literal(name)}@{literal(back)} is served again{kept}{_unless_deprecated(registry, name, back)}")
     for trial in trials:
         console.print(f"{literal(name)}@{literal(trial.evolved_version)}, a new manifest version, is on trial")
 
