@@ -93,7 +93,9 @@ def input_refused_message(plan: CallPlan) -> str | None:
     passed = (f"; not tried with it, having done no such job and matching it less than {CLEAR_MATCH}: "
               f"{', '.join(plan.passed_over)} (a call that names one tries it)") if plan.passed_over else ""
     check = ": check the input" if refusal.callers_mistake else ""
-    return f"{_refused(plan, refusal)}{check}{tried}{passed}"
+    # CI of stop 63: a payment tool's refusal, tried first, kept the other candidates from running as
+    # a tool with side effects; the message said "check the input" and not why no other was tried.
+    return f"{_refused(plan, refusal)}{check}{tried}{passed}{kept_to_the_change(plan)}"
 
 
 # The failures of a run that may have done its job all the same: cut off (timeout), ended

@@ -4,7 +4,7 @@ tests/integration/test_reliability_sandbox.py)."""
 
 from __future__ import annotations
 
-from selection.call_endings import effect_unknown, failed_change, kept_to_the_change
+from selection.call_endings import effect_unknown, failed_change, input_refused_message, kept_to_the_change
 from selection.manifest import ToolManifest
 from selection.models import CallPlan, CallRequest, Candidate, FailureClass, ToolExecutionResult
 from tests.fakes_state import InMemoryStateStore
@@ -374,6 +374,14 @@ def test_after_a_refusal_of_a_tool_with_side_effects_only_its_own_versions_are_t
         assert effect_unknown(plan) is None and failed_change(plan) is plan.attempts[0]
         assert next_to_run(plan, 1, InMemoryStateStore(), 60) == 3  # its other version, not audit nor draft
         assert kept_to_the_change(plan).startswith("; no other tool was tried after pay@1.0.0, which has side effects")
+    # CI of stop 63: the tool tried first refused the input as the caller's mistake; the call's message
+    # said "check the input", and not that the side effects kept the other candidates from running.
+    refused = with_side_effects(plan_of("pay", "audit", "draft"), "pay", "audit")
+    failed(refused, 0, FailureClass.bad_input)
+    refused.attempts[0] = refused.attempts[0].model_copy(update={"callers_mistake": True})
+    said = input_refused_message(refused) or ""
+    assert said.startswith("pay@1.0.0, which ") and ": check the input" in said, said
+    assert said.endswith(kept_to_the_change(refused)) and "no other tool was tried after pay@1.0.0" in said, said
     pure = plan_of("pay", "audit")  # without side effects: falls back as ever
     failed(pure, 0, FailureClass.bad_input)
     assert failed_change(pure) is None and next_to_run(pure, 1, InMemoryStateStore(), 60) == 1
