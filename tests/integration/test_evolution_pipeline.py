@@ -61,8 +61,10 @@ def test_a_candidate_that_hangs_in_stage_2_is_killed_and_the_call_ends_with_a_re
     assert candidate["mutation"] == "input coercion: rename txt→text" and candidate["outcome"] == "failed"
     static, tests = candidate["stages"]
     assert static["passed"] and not tests["passed"]
-    assert tests["elapsed_ms"] < STAGE_TIMEOUT_S * 1000  # killed within the candidate's own 1 s
-    assert tests["problems"][0].startswith('test case 2 {"text": "aaaa')
+    # Killed by the candidate's own 1 s, case by case, not by the stage's timeout, whose death would be
+    # the stage's one problem. (Its elapsed_ms was asserted under STAGE_TIMEOUT_S: 6.2 s in a clean
+    # clone's run beside the chaos test, the sandbox's start and first case taking the rest.)
+    assert tests["problems"][0].startswith('test case 2 {"text": "aaaa') and tests["checked"] == 2
     assert "timeout: no result within 1s; process group killed" in tests["problems"][0]
     assert not (Path(evo.settings.data_dir) / "evolved" / "check_pattern_v1_1_0").exists()
 
