@@ -140,21 +140,30 @@ MANIFEST_MUTATION = "new manifest version"  # the mutation of a version a manife
 
 
 def retire_removed_manifest_versions(state: Promotions, ledger: Changelog, registry: ToolRegistry,
-                                     namespaces: Iterable[str]) -> list[Promotion]:
+                                     namespaces: Iterable[str], removed: Collection[str] = ()) -> list[Promotion]:
     """Roll back the promotion (on trial, or activated) of a version a manifest gave that is served
-    no more: its manifest left the tools directory, or now names another version. Selection serves
-    what the namespace served before it already; this makes the promotion say so. Otherwise a trial
-    of such a version was never decided (no call runs it), so no later version of the manifest went
-    on trial, and `fittest show`, `describe` and `evolve` named a version that no longer exists
-    (QA). One read of every promotion; evolved versions are left alone (a worker that has not
-    loaded one yet would not find it in its registry)."""
-    names = [ns for ns in dict.fromkeys(namespaces) if registry.original(ns) is not None]
+    no more: its manifest left the tools directory, or now names another version; and of an evolved
+    version among `removed` (the keys the tools watch just stopped serving, or a start found evolved
+    from a version no longer there). Selection serves what the namespace served before it already;
+    this makes the promotion say so. Otherwise a trial of such a version was never decided (no call
+    runs it), so no later version of the manifest went on trial, and `fittest show`, `describe` and
+    `evolve` named a version that no longer exists (QA; QA 64c: `fittest health` took an evolved one
+    for a lost evolved directory). One read of every promotion; other evolved versions are left
+    alone (a worker that has not loaded one yet would not find it in its registry)."""
+    # A namespace none of whose versions is served keeps its manifest versions' promotions (put back,
+    # they serve as before); an evolved version removed is looked at whatever the namespace has left
+    # now: the tools watch drops a manifest edited to another version before it serves the new one.
+    names = [ns for ns in dict.fromkeys(namespaces)
+             if registry.original(ns) is not None or any(split_key(key)[0] == ns for key in removed)]
     retired = []
     for namespace, current in state.promotions(names).items():
-        if (current is None or current.mutation != MANIFEST_MUTATION or current.status == "rolled_back"
-                or tool_key(namespace, current.evolved_version) in registry):
+        if current is None or current.status == "rolled_back" or (key := tool_key(namespace, current.evolved_version)) in registry:
             continue
-        reason = f"{tool_key(namespace, current.evolved_version)} is no longer served: its manifest left the tools directory"
+        evolved = current.mutation != MANIFEST_MUTATION
+        if (evolved and key not in removed) or (not evolved and registry.original(namespace) is None):
+            continue
+        reason = (f"{key} is no longer served: its manifest left the tools directory" if current.mutation == MANIFEST_MUTATION
+                  else f"{key} is no longer served: the version it evolved from left the tools directory")
         new = current.model_copy(update={"status": "rolled_back", "reason": reason, "promoted_at": time.time()})
         if not state.promote_if(new, current.evolved_version, [current.status]):
             continue  # changed meanwhile
@@ -221,7 +230,7 @@ def trial_new_manifests(state: Promotions, ledger: Changelog, registry: ToolRegi
     lost a side to the versions `removed` (the keys the tools watch just stopped serving) ends
     first, as does a removed manifest version's promotion."""
     namespaces = sorted(set(namespaces))
-    retire_removed_manifest_versions(state, ledger, registry, namespaces)  # a trial no call can decide blocks the next
+    retire_removed_manifest_versions(state, ledger, registry, namespaces, removed)  # a trial no call can decide blocks the next
     activate_trials_left_alone(state, ledger, removed)
     started = []
     for namespace in namespaces:

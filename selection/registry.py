@@ -19,7 +19,7 @@ import os
 import string
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import semver
@@ -310,6 +310,7 @@ class ToolRegistry:
         self._sources: dict[str, str] = {}
         self._by_name: dict[str, set[str]] = defaultdict(set)  # namespace -> its version keys
         self.errors: list[ManifestError] = []
+        self.orphaned: list[str] = []  # evolved versions read and not served: their chain starts at no version served
         self.revision = 0  # moves at every change, for what is built from the whole registry
 
     @classmethod
@@ -393,15 +394,9 @@ class ToolRegistry:
         cannot follow, or one that starts at another kind of tool."""
         if manifest.parent_version is None:
             return None
-        seen: set[str] = set()
-        while manifest.parent_version is not None and manifest.key not in seen:
-            seen.add(manifest.key)
-            parent = self._tools.get(tool_key(manifest.name, manifest.parent_version))
-            if parent is None:
-                return None
-            manifest = parent
-        implementation = manifest.implementation
-        return implementation if manifest.parent_version is None and isinstance(implementation, HttpImplementation) else None
+        root = self.root(manifest)
+        implementation = None if root is None else root.implementation
+        return implementation if isinstance(implementation, HttpImplementation) else None
 
     def __contains__(self, key: object) -> bool:
         return key in self._tools
@@ -421,13 +416,35 @@ class ToolRegistry:
         return in_listing_order(m for k in keys if (m := self._tools.get(k)) is not None)  # or removed
 
     def orphans(self, leaving: Iterable[str] = (), coming: Iterable[ToolManifest] = ()) -> list[str]:
-        """The evolved versions no namespace original stands behind, once the versions `leaving`
-        are gone and those `coming` are served: a tool removed from the tools directory takes its
-        evolved versions with it, as a user removing a tool expects (they run copies of its code)."""
+        """The evolved versions whose evolution chain no longer starts at a version the tools
+        directory serves, once the versions `leaving` are gone and those `coming` are served: a
+        tool's manifest version removed from the tools directory, or edited to name another version,
+        takes the versions evolved from it with it, as a user removing it expects (they run copies
+        of its code, or its URL), whatever other versions its namespace keeps (QA 64c: an evolved
+        version of a removed caps 1.0.0 went on serving 10 of 12 calls beside the caps 1.2.0 left;
+        one of an http tool edited to 1.0.1 stayed served first, calling the old URL)."""
         gone = set(leaving)
-        rooted = {m.name for m in coming if m.parent_version is None}
-        rooted |= {m.name for m in self._tools.values() if m.parent_version is None and m.key not in gone}
-        return sorted(key for key, m in list(self._tools.items()) if key not in gone and m.name not in rooted)
+        known = {key: m for key, m in list(self._tools.items()) if key not in gone}
+        known.update((m.key, m) for m in coming)
+        return sorted(key for key in known if key in self._tools and self._root(known[key], known) is None)
+
+    def root(self, manifest: ToolManifest) -> ToolManifest | None:
+        """The version the evolution chain of `manifest` starts at (itself when it is no evolved
+        version), or None when this registry cannot follow the chain to one."""
+        return self._root(manifest, self._tools)
+
+    @staticmethod
+    def _root(manifest: ToolManifest, known: Mapping[str, ToolManifest]) -> ToolManifest | None:
+        seen: set[str] = set()
+        while manifest.parent_version is not None:
+            if manifest.key in seen:
+                return None
+            seen.add(manifest.key)
+            parent = known.get(tool_key(manifest.name, manifest.parent_version))
+            if parent is None:
+                return None
+            manifest = parent
+        return manifest
 
     def has_side_effects(self, name: str) -> bool:
         """Whether a version of the namespace says it changes something outside itself

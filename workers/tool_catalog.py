@@ -30,8 +30,9 @@ def tool_point(point_id: str, text: str, manifest: ToolManifest, vector: list[fl
 
 
 def load_registry(settings: Settings) -> ToolRegistry:
-    """The tools directory and the evolved versions of its tools; an evolved version whose tool is
-    no longer in the tools directory is not served (and listed among the registry's errors)."""
+    """The tools directory and the evolved versions of its tools; an evolved version whose chain
+    does not start at a version the tools directory gives is not served (and listed among the
+    registry's errors)."""
     dirs = [settings.tools_dir]
     if evolved_dir(settings).is_dir():
         dirs.append(evolved_dir(settings))
@@ -39,5 +40,6 @@ def load_registry(settings: Settings) -> ToolRegistry:
     for key in registry.orphans():
         source = registry.source(key) or key
         registry.remove(key)
-        registry.errors.append(ManifestError(source, ORPHANED, f"{key} is an evolved version of a tool the tools directory no longer has; not served"))
+        registry.orphaned.append(key)
+        registry.errors.append(ManifestError(source, ORPHANED, f"{key} is an evolved version of a tool version the tools directory no longer has; not served"))
     return registry

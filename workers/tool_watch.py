@@ -8,7 +8,7 @@ and serves what a restart would read:
 - a manifest changed in place replaces the version it defines (texts whose words changed are
   embedded again; a new `deprecated` or new tags reach the searches at once);
 - the versions of a removed manifest (or one that now names another version) are no longer served,
-  nor, when it was the tool's original, the versions evolved from it;
+  nor the versions evolved from them;
 - of two files that define one version, the one a restart reads first is served (the tools
   directory in sorted order); the other is refused, and read again at every look until it wins.
 A manifest that cannot be read is reported and its file's version stays served as it was last
@@ -121,7 +121,10 @@ class ToolsDirWatch:
         self._note_refusals()
         coming = [m for m, _ in new.values()] + [m for m, _ in revised.values()]
         for key in self.registry.orphans(leaving=dropped, coming=coming):
-            dropped[key] = f"the tool it evolved from is no longer in {self.tools_dir}"
+            evolved = self.registry.get(key)
+            root = None if evolved is None else self.registry.root(evolved)
+            started = f"{root.key}, which it evolved from," if root is not None else "the version it evolved from"
+            dropped[key] = f"{started} is no longer in {self.tools_dir}"
         retry: dict[str, tuple[ToolManifest, Path | None]] = {}
         failed: Exception | None = None
         if revised or dropped:

@@ -373,3 +373,40 @@ def test_a_tools_directory_moved_away_is_waited_for_not_blamed_on_its_tools(
         (tmp_path / "tools.away").rename(tools)
         back = p.call(**SLUG_CALL)
         assert (back["status"], back["tool"], back["output"]) == ("success", "slugify", {"slug": "hello-world"})
+
+
+def test_a_manifest_edited_to_a_new_version_ends_the_promotion_of_a_version_evolved_from_the_old_one(
+    tmp_path: Path, redis_url: str, model_path: Path
+) -> None:
+    """QA 64c: an http tool's evolved retry version, active, stayed served first after its manifest was
+    edited to 1.0.1 for a moved service; it called the old URL until its breaker opened. The version
+    it evolved from is no longer served, nor is it, and its promotion says why."""
+    from evolution.versioning import evolved_manifest, version_dir
+    from selection.manifest import load_manifest
+    from selection.models import Promotion
+    from workers.evolver import read_parent, write_version
+
+    tools = tmp_path / "tools"
+    shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
+    manifest = tools / "slugify" / "tool.yaml"
+    original = load_manifest(manifest)
+    write_version(version_dir(tmp_path / "data" / "evolved", "slugify", "1.1.0"), evolved_manifest(original, "1.1.0"),
+                  dict(read_parent(original).files))
+    with pipeline_running(tmp_path, redis_url, model_path, tools, roles=("memory", "executor"), FITTEST_TOOLS_RESCAN_S="0.3") as p:
+        state = p.state()
+        state.promote(Promotion(namespace="slugify", evolved_version="1.1.0", original_version="1.0.0", parent_version="1.0.0",
+                                reason="evolved", mutation="input coercion: rename name→title", status="active"))
+        p.settled()
+        assert (p.call(**SLUG_CALL)["version"]) == "1.1.0"
+        manifest.write_text(manifest.read_text().replace("version: 1.0.0", "version: 1.0.1"))
+
+        def promotion() -> tuple[str, str] | None:
+            found = state.promotion("slugify")
+            return None if found is None else (found.evolved_version, found.status)
+
+        p.wait_for(lambda: promotion() == ("1.1.0", "rolled_back"), timeout=30)
+        ended = state.promotion("slugify")
+        assert ended is not None and "the version it evolved from left the tools directory" in ended.reason, ended
+        served = p.call(**SLUG_CALL)
+        assert (served["status"], served["version"]) == ("success", "1.0.1"), served
+        assert {r["key"] for r in served["ranking"]} & {"slugify@1.0.0", "slugify@1.1.0"} == set(), served["ranking"]

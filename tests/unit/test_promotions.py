@@ -176,3 +176,22 @@ def test_a_manifest_versions_promotion_rolled_back_already_is_not_retired_again(
     logged = len(ledger.changelog("word_stats"))
     assert retire_removed_manifest_versions(state, ledger, registry_of("1.0.0"), ["word_stats"]) == []
     assert len(ledger.changelog("word_stats")) == logged
+
+
+def test_an_evolved_versions_promotion_is_rolled_back_once_the_version_it_evolved_from_left() -> None:
+    """QA 64c: an evolved caps 1.1.0, active, stayed the served version after its parent's manifest
+    left the tools directory (beside another manifest version of caps), and `fittest health` took it
+    for a lost evolved directory. Dropped by the tools watch (or not served at a start), its
+    promotion ends; an evolved version the registry merely has not loaded yet is left alone."""
+    from evolution.promotions import retire_removed_manifest_versions
+
+    state, ledger = InMemoryStateStore(), InMemoryEvolutionState()
+    active = Promotion(namespace="word_stats", evolved_version="1.1.0", original_version="1.0.0", parent_version="1.0.0",
+                       reason="evolved", mutation="input coercion: rename content→text", status="active")
+    state.promote(active)
+    left = registry_of("1.2.0")  # 1.0.0 and the 1.1.0 evolved from it are no longer served
+    assert retire_removed_manifest_versions(state, ledger, left, ["word_stats"]) == []  # not known to be gone: kept
+    (retired,) = retire_removed_manifest_versions(state, ledger, left, ["word_stats"], removed=["word_stats@1.1.0"])
+    assert retired.status == "rolled_back" and "the version it evolved from left the tools directory" in retired.reason
+    assert head_version(state.promotion("word_stats")) is None  # the registry's original, 1.2.0, is served
+    assert [e.event for e in ledger.changelog("word_stats")] == ["rolled_back"]

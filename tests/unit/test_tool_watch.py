@@ -325,8 +325,9 @@ def evolve_in(registry: ToolRegistry, evolved: Path, name: str) -> str:
 
 def test_a_removed_tool_takes_its_evolved_versions_with_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Its evolved versions run copies of its code: removing the tool from the tools directory
-    stops serving them too, at once and after a restart. A tool whose manifest now names
-    another original version keeps them."""
+    stops serving them too, at once and after a restart; so does a manifest that now names another
+    version, and a removed manifest version whose namespace keeps another (QA 64c: an evolved
+    version of caps 1.0.0, removed, served 10 of 12 calls beside the caps 1.2.0 left)."""
     tools, evolved = tmp_path / "tools", tmp_path / "data" / "evolved"
     for tool in ("slugify", "word_stats"):
         shutil.copytree(EXAMPLE_TOOLS / tool, tools / tool)
@@ -339,14 +340,36 @@ def test_a_removed_tool_takes_its_evolved_versions_with_it(tmp_path: Path, caplo
     manifest.write_text(manifest.read_text().replace("version: 1.0.0", "version: 2.0.0"))
     caplog.set_level(logging.INFO, logger="fittest.tools")
     assert watch.poll() == ["word_stats@2.0.0"]
-    assert sorted(served(registry)) == ["word_stats@1.1.0", "word_stats@2.0.0"]
-    assert f"no longer serving slugify@1.1.0: the tool it evolved from is no longer in {tools}" in caplog.messages
+    assert sorted(served(registry)) == ["word_stats@2.0.0"]
+    assert f"no longer serving slugify@1.1.0: slugify@1.0.0, which it evolved from, is no longer in {tools}" in caplog.messages
+    assert f"no longer serving word_stats@1.1.0: word_stats@1.0.0, which it evolved from, is no longer in {tools}" in caplog.messages
 
     restarted = load_registry(Settings(tools_dir=tools, data_dir=tmp_path / "data"))
-    assert sorted(m.key for m in restarted.all()) == ["word_stats@1.1.0", "word_stats@2.0.0"]
+    assert sorted(m.key for m in restarted.all()) == ["word_stats@2.0.0"]
     assert [e.reason for e in restarted.errors] == [
-        "slugify@1.1.0 is an evolved version of a tool the tools directory no longer has; not served"]
+        "slugify@1.1.0 is an evolved version of a tool version the tools directory no longer has; not served",
+        "word_stats@1.1.0 is an evolved version of a tool version the tools directory no longer has; not served"]
     assert restarted.refused() == []  # nothing a manifest can mend (QA evolution M3)
+
+
+
+def test_a_removed_manifest_version_takes_its_evolved_versions_with_it_whatever_its_namespace_keeps(tmp_path: Path) -> None:
+    """QA 64c: caps 1.0.0 removed while a second manifest gave caps 1.2.0; the version evolved from
+    1.0.0 went on serving 10 of the next 12 calls. Another manifest of the namespace keeps it only
+    while the version it evolved from stays."""
+    tools, evolved = tmp_path / "tools", tmp_path / "data" / "evolved"
+    shutil.copytree(EXAMPLE_TOOLS / "slugify", tools / "slugify")
+    registry, _, watch = watched(tools)
+    assert evolve_in(registry, evolved, "slugify") == "slugify@1.1.0"
+    second = tools / "slugify_two" / "tool.yaml"
+    shutil.copytree(tools / "slugify", second.parent)
+    second.write_text(second.read_text().replace("version: 1.0.0", "version: 1.2.0"))
+    assert watch.poll() == ["slugify@1.2.0"] and sorted(served(registry)) == ["slugify@1.0.0", "slugify@1.1.0", "slugify@1.2.0"]
+    shutil.rmtree(tools / "slugify")
+    watch.poll()
+    assert sorted(served(registry)) == ["slugify@1.2.0"]
+    restarted = load_registry(Settings(tools_dir=tools, data_dir=tmp_path / "data"))
+    assert sorted(m.key for m in restarted.all()) == ["slugify@1.2.0"]
 
 
 def test_a_manifest_the_loader_fails_on_unforeseen_is_refused_and_the_others_of_that_look_are_served(

@@ -61,7 +61,8 @@ def warm_up(sender: Any = None, **_: Any) -> None:
         try:
             rt = runtime()
             namespaces = rt.registry.namespaces()
-            served_anew(namespaces, arrived=unseen_versions(rt.state, rt.registry, namespaces))
+            # an evolved version a start no longer serves (its tool version left while no worker watched) ends its promotion too
+            served_anew(namespaces, arrived=unseen_versions(rt.state, rt.registry, namespaces), removed=rt.registry.orphaned)
         except Exception:  # Redis away: the next version the watch serves looks again
             log.warning("could not look for new tools and manifest versions to put on trial", exc_info=True)
         try:  # judgements an earlier release stored did not flag or mark what they judged
