@@ -22,6 +22,7 @@ from selection.json_values import check_json_value
 from selection.manifest import NAME_PATTERN, HttpImplementation, ToolManifest, VersionKeyed, check_semver, split_key
 
 MAX_SCENARIO_CHARS = 4000
+MAX_TAG_CHARS = 200  # a tag, or a NAME@VERSION of `exclude` (a name is at most 64 characters)
 CALL_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 # A semantic version, as semver.org gives its expression (what `fittest schema` publishes; the
 # workers check versions with the semver package)
@@ -87,7 +88,11 @@ class CallRequest(BaseModel):
     input: dict[str, Any] = Field(default_factory=dict, description=(
         "The tool's input: JSON values only (no NaN), nested at most 32 levels, at most FITTEST_INPUT_LIMIT_BYTES "
         "(1,000,000 by default) as JSON, as is `context`"))
-    tags: list[str] = Field(default_factory=list, max_length=32)
+    # Each item bounded too: 32 tags of a megabyte each passed, and the `no_such_tag` message kept all
+    # 32 MB in the result backend for a day (QA 64a; exclude likewise, 51 MB, a plain call stalled 13 s).
+    # A bounded string is checked for text that is not Unicode too (a lone surrogate, which raised in
+    # the vector search's filter: the call ended with an error, not `invalid`).
+    tags: list[Annotated[str, Field(max_length=MAX_TAG_CHARS)]] = Field(default_factory=list, max_length=32)
     namespace: str | None = Field(None, pattern=NAME_PATTERN)  # a name no tool can have finds nothing: refused
     version: str | None = Field(None, description="A version of `namespace` (MAJOR.MINOR.PATCH)",
                                 json_schema_extra={"anyOf": [{"type": "string", "pattern": f"^{SEMVER}$"}, {"type": "null"}]})
@@ -101,8 +106,9 @@ class CallRequest(BaseModel):
                     "task_type, testing, files (paths, or paths to contents), environment (of a description "
                     "variant); other keys are the caller's own, but one close to a key it reads is named in the result's notes as a likely typo",
         json_schema_extra=context_json_schema())
-    exclude: list[str] = Field(default_factory=list, max_length=256, description="Tool versions not to try, as NAME@VERSION",
-                               json_schema_extra={"items": {"type": "string", "pattern": "^[^@]+@.+$"}})  # as the workers take it
+    exclude: list[Annotated[str, Field(max_length=MAX_TAG_CHARS)]] = Field(
+        default_factory=list, max_length=256, description="Tool versions not to try, as NAME@VERSION",
+        json_schema_extra={"items": {"type": "string", "pattern": "^[^@]+@.+$", "maxLength": MAX_TAG_CHARS}})  # as the workers take it
     # QA ops L4: a fallback that matches the job weakly answers it with status success; a script that
     # would rather have no answer than such a tool's had no say but tags and a namespace.
     min_similarity: StrictFloat | None = Field(

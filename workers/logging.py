@@ -25,6 +25,8 @@ from kombu.utils.encoding import safe_str
 from pythonjsonlogger.core import RESERVED_ATTRS, merge_record_extra
 from pythonjsonlogger.json import JsonFormatter as LibraryJsonFormatter
 
+from workers.terminal_controls import escaped_in_json
+
 EVENT_LOGGER = "fittest"
 # The event a worker logs once it consumes its queues: `fittest up` (workers/procfile.py) reads it
 # in the role's output, and an end after it is no failed start, however soon it comes.
@@ -67,6 +69,11 @@ class JsonFormatter(LibraryJsonFormatter):
 
     def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
         return {"time": log_data.pop("time"), **log_data}  # the time first, as a reader scans the lines
+
+    def jsonify_log_record(self, log_record: dict[str, Any]) -> str:
+        # JSON escapes the C0 controls only: a tool's U+009B (a terminal's 8-bit CSI) reached the
+        # operator's terminal raw through `fittest up` (QA 64a); written as JSON's escapes, it reads the same.
+        return escaped_in_json(super().jsonify_log_record(log_record))
 
 
 class TextWithFields(logging.Formatter):

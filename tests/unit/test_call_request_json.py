@@ -59,6 +59,12 @@ def test_json_values_pass_tuples_as_lists_included() -> None:
     ({"namespace": "Bad Name"}, "namespace: should be a tool's name: lowercase letters, digits and _, starting with a letter"),
     ({"call_id": ""}, "call_id: should be letters, digits and _ . : - only, 1 to 128 of them"),
     ({"scenario": ""}, "scenario: is empty"),
+    # QA 64a: 32 tags of a megabyte each were taken, and kept in the result for a day; a lone surrogate
+    # in a tag or an exclude raised in the vector search, not refused
+    ({"tags": ["t" * 1_000_000]}, "tags.0: String should have at most 200 characters"),
+    ({"exclude": [f"word_stats@{'9' * 200_000}.0.0"]}, "exclude.0: String should have at most 200 characters"),
+    ({"tags": ["\ud800"]}, "tags.0: Input should be a valid string, unable to parse raw data as a unicode string"),
+    ({"exclude": ["word_stats@1.0.0\ud800"]}, "exclude.0: Input should be a valid string, unable to parse raw data as a unicode"),
 ])
 def test_a_refused_field_says_its_rule_in_words(fields: dict[str, Any], said: str) -> None:
     """QA 48: refusals quoted pydantic's regular expression ("String should match pattern ...")."""

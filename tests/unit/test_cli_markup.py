@@ -137,6 +137,21 @@ def test_call_outcome_shows_the_tools_words_as_written() -> None:
                  "[red]b@1[/red] (p=0.10), c@1 (p=0.02), and 1 more", *[f"degraded: {text}" for text in TRICKY])
 
 
+def test_a_tools_output_and_its_words_reach_the_terminal_without_their_control_characters() -> None:
+    """QA 64a: U+009B (a terminal's 8-bit CSI) in a tool's output reached the terminal raw through
+    the call's JSON, and U+202E showed a scenario reversed wherever it was printed."""
+    hostile = "a\x9b31m b\u202eRTL\u202c c\x1b[2J d\u00e9"
+    served = {"call_id": "c3", "status": "success", "tool": "t", "version": "1.0.0", "output": {"text": hostile},
+              "attempts": [{"tool": "t", "version": "1.0.0", "outcome": "success", "execution_time_ms": 1.0}],
+              "message": hostile}
+    with console.capture() as out:
+        calls.show_call(CallResult.model_validate(served))
+    raw = out.get()
+    assert not any(ch in raw for ch in "\x9b\u202e\u202c"), repr(raw)
+    assert '"text": "a\\u009b31m b\\u202eRTL\\u202c c\\u001b[2J d\u00e9"' in plain(raw), plain(raw)  # JSON's escapes
+    assert "a\\x9b31m b\\u202eRTL\\u202c c\\x1b[2J d\u00e9" in plain(raw), plain(raw)  # the message, as literal() shows it
+
+
 # --------------------------------------------------------------------------------------- tools
 def test_tools_prints_manifest_errors_and_tools_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from selection.registry import ToolRegistry

@@ -62,6 +62,7 @@ def test_a_json_option_is_read_from_the_text_a_file_or_standard_input(tmp_path: 
     ("", "--input is empty: give a JSON object ('{}' for none)"),  # QA AA: `--input "$UNSET"` ran on {}
     ("  ", "--input is empty"),
     ('{"numbers": [1.5, 1e400]}', "--input: it holds the number 1e400, out of range (it reads as Infinity)"),  # QA 60d L6
+    ('{"n": ' + "1" * 5000 + "}", "--input: it holds what JSON this command reads cannot (Exceeds the limit"),  # QA 64a: a traceback
 ])
 def test_a_bad_json_option_is_refused_with_the_exit_code_of_a_refused_payload(text: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, message = refused(text, capsys)

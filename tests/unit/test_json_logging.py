@@ -164,3 +164,21 @@ def test_a_traceback_written_to_a_redirected_stderr_is_logged_a_line_at_a_time()
     proxy.write("a last line without its newline")
     proxy.close()
     assert records == [*written.rstrip("\n").split("\n"), "a last line without its newline"]
+
+
+def test_what_a_terminal_acts_on_is_written_as_jsons_escapes_and_reads_the_same() -> None:
+    """QA 64a: a tool's U+009B (8-bit CSI) and U+202E reached the terminal raw in the JSON lines
+    `fittest up` relays; JSON escapes C0 controls only."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("fittest.tool.test")
+    logger.addHandler(handler)
+    try:
+        logger.warning("printed a\x9b31m b\u202eRTL é", extra={"event": "tool_printed", "text": "\x9b\u2066"})
+    finally:
+        logger.removeHandler(handler)
+    line = stream.getvalue()
+    assert not any(ch in line for ch in "\x9b\u202e\u2066") and "é" in line, repr(line)
+    doc = json.loads(line)
+    assert (doc["message"], doc["text"]) == ("printed a\x9b31m b\u202eRTL é", "\x9b\u2066")

@@ -483,3 +483,18 @@ def test_a_manifest_whose_aliases_expand_to_millions_of_values_is_refused_at_onc
                                       "'http://127.0.0.1:9/x'}\nexamples: [" + ", ".join(["add these two numbers"] * 50_000) + "]\n")
     (error,) = ToolRegistry.load([tmp_path]).errors
     assert error.field == "(file)" and "a manifest is at most 1,000,000" in error.reason, error
+    assert error.reason.startswith(f"is {(folder / 'tool.yaml').stat().st_size:,} bytes"), error
+
+
+def test_a_manifest_that_is_no_regular_file_is_refused_unread(tmp_path: Path) -> None:
+    """QA 64a: a manifest linked to /dev/zero filled the memory worker at 270 MB/s; one linked to a
+    FIFO blocked the tools watch in its open, and no change was served until a restart."""
+    zero, fifo = tmp_path / "zero", tmp_path / "fifo"
+    zero.mkdir()
+    fifo.mkdir()
+    (zero / "tool.yaml").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "pipe")
+    (fifo / "tool.yaml").symlink_to(tmp_path / "pipe")
+    errors = ToolRegistry.load([tmp_path]).errors
+    assert sorted((Path(e.path).parent.name, e.field) for e in errors) == [("fifo", "(file)"), ("zero", "(file)")], errors
+    assert all("is not a regular file" in e.reason for e in errors), errors

@@ -27,6 +27,7 @@ from workers.cli.common import (
     names_what_no_tool_has,
     needs_redis,
     print_json,
+    print_output_json,
     queue_taken,
     refuse_payload,
     seconds,
@@ -397,4 +398,4 @@ def show_call(result: CallResult) -> None:
     for note in result.degraded:  # as `explain` says it (QA 57a M2: only --json told a call ranked without its memory)
         console.print(f"  [yellow]degraded:[/yellow] {literal(note)}")
     if status == "success":
-        console.print_json(data=result.output)
+        print_output_json(result.output)

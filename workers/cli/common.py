@@ -24,6 +24,8 @@ from redis.exceptions import InvalidResponse, ResponseError
 from rich.console import Console
 from rich.markup import escape
 
+from workers.terminal_controls import TERMINAL_CONTROLS, escaped_in_json
+
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
@@ -125,8 +127,21 @@ def print_error_json(message: str, code: int) -> None:
         print_json(CommandError(exit_code=code, message=message).model_dump())
 
 
-# C0 and C1 control characters, but newline and tab (ESC starts a terminal's escape sequences).
-CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0 control characters, but newline and tab (ESC starts a terminal's escape sequences), and those
+# a terminal acts on that JSON leaves as they are (workers/terminal_controls.py).
+CONTROL_CHARACTERS = re.compile(rf"[\x00-\x08\x0b-\x1f]|{TERMINAL_CONTROLS.pattern}")
+
+
+def print_output_json(data: Any) -> None:
+    """A tool's output as highlighted JSON, its control characters written as JSON's escapes
+    (`\\u009b`): JSON escapes C0 ones only, and a tool's U+009B reached the terminal (QA 64a)."""
+    from rich.highlighter import JSONHighlighter
+
+    text = json.dumps(data, indent=2, ensure_ascii=False, default=str)
+    # as Console.print_json renders it, which would read the escapes back into the characters
+    rendered = JSONHighlighter()(escaped_in_json(text))
+    rendered.no_wrap, rendered.overflow = True, None
+    console.print(rendered, soft_wrap=True)
 
 
 def literal(value: object) -> str:
@@ -312,6 +327,8 @@ def parse_json_option(text: str | None, option: str) -> dict[str, Any]:
         refused(f"{option}: {source} holds {exc}")
     except RecursionError:  # QA 60d M1: a traceback, at ~1,000 levels
         refused(f"{option}: {source} nests too deeply for JSON this command reads (under {sys.getrecursionlimit() - 100} levels)")
+    except ValueError as exc:  # QA 64a: an integer of over 4,300 digits, which Python refuses to read (a traceback)
+        refused(f"{option}: {source} holds what JSON this command reads cannot ({exc}): send a long number as text")
     if not isinstance(value, dict):
         refused(f"{option}: {source} must be a JSON object, not {type(value).__name__ if value is not None else 'null'}")
     return value
