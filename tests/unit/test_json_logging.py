@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
@@ -13,16 +14,21 @@ from celery.signals import after_setup_logger
 from workers.logging import EVENT_LOGGER, JsonFormatter, install
 
 
-def emit(logger: logging.Logger, **extra: object) -> dict:
+def formatted(logger: logging.Logger, log: Callable[[], object]) -> str:
+    """What `log` wrote through `logger` with the JSON formatter."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter())
     logger.addHandler(handler)
     try:
-        logger.info("attempt", extra=extra)
+        log()
     finally:
         logger.removeHandler(handler)
-    lines = stream.getvalue().splitlines()
+    return stream.getvalue()
+
+
+def emit(logger: logging.Logger, **extra: object) -> dict:
+    lines = formatted(logger, lambda: logger.info("attempt", extra=extra)).splitlines()
     assert len(lines) == 1
     return json.loads(lines[0])
 
@@ -67,19 +73,15 @@ def test_a_record_logged_in_a_task_names_it_and_in_a_batch_without_an_id_too() -
 
 
 def test_exceptions_and_unserialisable_values_still_give_valid_json() -> None:
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
     logger = logging.getLogger("fittest.test.exc")
-    logger.addHandler(handler)
-    try:
+
+    def failed() -> None:
         try:
             raise ValueError("bad \"quote\"\nand newline")
         except ValueError:
             logger.exception("failed", extra={"obj": object()})
-    finally:
-        logger.removeHandler(handler)
-    (line,) = stream.getvalue().splitlines()  # the traceback stays inside the one line
+
+    (line,) = formatted(logger, failed).splitlines()  # the traceback stays inside the one line
     doc = json.loads(line)
     assert doc["level"] == "error" and "ValueError: bad" in doc["exc"] and doc["obj"].startswith("<object")
 
@@ -169,16 +171,9 @@ def test_a_traceback_written_to_a_redirected_stderr_is_logged_a_line_at_a_time()
 def test_what_a_terminal_acts_on_is_written_as_jsons_escapes_and_reads_the_same() -> None:
     """QA 64a: a tool's U+009B (8-bit CSI) and U+202E reached the terminal raw in the JSON lines
     `fittest up` relays; JSON escapes C0 controls only."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
     logger = logging.getLogger("fittest.tool.test")
-    logger.addHandler(handler)
-    try:
-        logger.warning("printed a\x9b31m b\u202eRTL é", extra={"event": "tool_printed", "text": "\x9b\u2066"})
-    finally:
-        logger.removeHandler(handler)
-    line = stream.getvalue()
+    line = formatted(logger, lambda: logger.warning("printed a\x9b31m b\u202eRTL é",
+                                                    extra={"event": "tool_printed", "text": "\x9b\u2066"}))
     assert not any(ch in line for ch in "\x9b\u202e\u2066") and "é" in line, repr(line)
     doc = json.loads(line)
     assert (doc["message"], doc["text"]) == ("printed a\x9b31m b\u202eRTL é", "\x9b\u2066")
