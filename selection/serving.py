@@ -19,7 +19,7 @@ from itertools import product
 from typing import NamedTuple
 
 from selection.evidence import CandidateEvidence
-from selection.job_record import (CLEAR_MATCH, RELIABLE_RUNS, SAME_JOB, failed_the_job, judged_wrong_here,
+from selection.job_record import (CLEAR_MATCH, JUDGED_WRONG_MIN, RELIABLE_RUNS, SAME_JOB, failed_the_job, judged_wrong_here,
                                   judged_wrong_throughout, namespace_did_the_job)
 from selection.manifest import split_key
 from selection.models import Candidate, CallRequest, FailureClass
@@ -280,6 +280,12 @@ class BestMatchAgain(NamedTuple):
     does_the_job: bool  # it did such jobs since (RELIABLE_RUNS confirmed successes): first on every call
     after_outage: bool = True  # it fell behind by outages; else it never did, and the first does no such job
     evolved: bool = False  # a version evolved from one that failed here, with no failure of its own: first on every call it serves
+    judged: bool = False  # its failures here are outages and an output judged wrong once, and the first does no such job
+
+    @property
+    def every_call(self) -> bool:
+        """Whether it goes first on every call, not on a share of them."""
+        return self.does_the_job or self.evolved or self.judged
 
 
 def evolved_from(version: CandidateEvidence, versions: list[CandidateEvidence], replaced: Mapping[str, str]) -> set[str]:
@@ -369,6 +375,13 @@ def best_match_again(request: CallRequest, ranked: list[Candidate], evidence: li
             return BestMatchAgain(served[0].key, False, after_outage=False, evolved=True)
         if outages and outages == failures < OUTAGES_RETRIED:
             return BestMatchAgain(served[0].key, False)
+        # One output judged wrong is a failure here, and put a tool that matches the job far less, with
+        # no record, first on 17 of the next 22 calls, answering a word count with reversed words, each
+        # a success (QA 64c). The clear best match goes first again; judged wrong once more (any version
+        # of it), people have said so twice, and the second opinions decide (`judged_wrong_here`).
+        judged = sum(j.wrong and j.similarity >= SAME_JOB for e in own for j in e.judged_outputs)
+        if 0 < judged < JUDGED_WRONG_MIN and outages + judged == failures and not first_does:
+            return BestMatchAgain(served[0].key, False, after_outage=False, judged=True)
     return None
 
 
@@ -400,7 +413,7 @@ def firsts_over_sides(request: CallRequest, ranked: list[Candidate], evidence: l
             side = on_side(side, n, version) if version is not None else side
         weight = math.prod(w for _, w in sides)
         again = best_match_again(request, side, evidence, best, half_open, served.replaced)
-        tried = 0.0 if again is None else 1.0 if again.does_the_job or again.evolved else share
+        tried = 0.0 if again is None else 1.0 if again.every_call else share
         if again is not None:
             firsts[again.key] += weight * tried
         firsts[None] += weight * (1.0 - tried)
@@ -447,10 +460,12 @@ def explored_first(request: CallRequest, ranked: list[Candidate], evidence: list
         return passed_over(ranked, instead, share, kept) if instead is not None and kept < 1.0 else ranked
     why = ("the job's clear best match, in a version evolved from one that failed here, in place of a tool that "
            "matches the job less" if again.evolved else
+           "again: the job's clear best match, one of whose outputs here a person judged wrong, in place of a tool "
+           "that matches the job less and has not done it" if again.judged else
            "again: the job's clear best match, whose failures here were outages, timeouts or crashes, in place of a "
            "tool that matches the job less" if again.after_outage else
            "the job's clear best match, which does it here, in place of a tool with no confirmed success on it")
-    every = again.does_the_job or again.evolved
+    every = again.every_call
     if every or drawn(f"best_match_again:{ranked[0].key}"):
         if firsts is not None:
             probability = firsts.get(again.key, 0.0)

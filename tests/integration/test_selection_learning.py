@@ -1422,3 +1422,22 @@ def test_a_tool_with_side_effects_is_no_candidate_for_a_job_it_matches_weakly_un
     assert [c.manifest.name for c in named.candidates] == ["ship_notify"]  # named: its versions alone (side effects)
     clear = rt.selector.plan(CallRequest(scenario="notify the customer that the parcel has shipped"))
     assert clear.candidates[0].manifest.name == "ship_notify", [(c.key, c.breakdown.similarity) for c in clear.candidates]
+
+
+def test_one_output_judged_wrong_does_not_hand_the_job_to_a_tool_that_does_other_jobs(rt, monkeypatch) -> None:
+    """QA 64c: one output of a young word counter (1.00 like the job, one success) judged wrong, and a
+    word reverser 0.40 like it went first on 17 of the next 22 calls, answering with reversed words."""
+    monkeypatch.setattr(rt.selector.settings, "min_similarity", -1.0)  # the reverser a candidate, as in QA 64c
+    rt.selector.index.ensure_tools([(ToolManifest(name=name, description=text, implementation={"kind": "http", "url": "http://127.0.0.1:9/x"}), None)
+                                    for name, text in (("word_tally", "Count the words in a paragraph of text."),
+                                                       ("word_flip", "Reverse the order of the words in a sentence."))])
+    scenario = "how many words are in this paragraph"
+    assert serve_judged(rt, scenario, "tally-1", "word_tally", judged="negative") == "word_tally"
+    first = rt.selector.plan(CallRequest(scenario=scenario, call_id="look")).candidates[0]
+    assert first.manifest.name == "word_tally" and first.probability == 1.0, first
+    assert first.breakdown is not None and "one of whose outputs here a person judged wrong" in first.breakdown.rationale
+    firsts = []
+    for i in range(12):
+        rt.selector.cache.clear()
+        firsts.append(serve_judged(rt, scenario, f"after-{i}"))
+    assert firsts == ["word_tally"] * 12, firsts  # before: word_flip, 12 of 12

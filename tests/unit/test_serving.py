@@ -436,6 +436,32 @@ def test_the_best_match_again_counts_its_namespace_and_is_served_by_a_version_no
     assert again(call, ranked, [taker, judged, parent.model_copy(update={"doing_similarities": []})], best) is None
 
 
+def test_the_clear_best_match_judged_wrong_once_goes_first_again_in_place_of_a_weak_match_with_no_record() -> None:
+    """QA 64c: one output of a word counter (1.00 like the job, 1 success) judged wrong put a word
+    reverser 0.40 like it first on 17 of the next 22 calls, each answered with reversed words as a
+    success. One judgement lowers the tool; it does not hand its job to tools that do other jobs."""
+    call = CallRequest(scenario="how many words are in this paragraph")
+    ranked = placed_by_the_policy("word_reverse", "word_stats")
+    taker = CandidateEvidence(manifest=candidate("word_reverse").manifest, similarity=0.40, success_similarities=[0.95])
+    once = [JudgedOutput(similarity=1.0, wrong=True, timestamp=1.0)]
+    counter = CandidateEvidence(manifest=candidate("word_stats").manifest, similarity=1.0, judged_outputs=once,
+                                failure_similarities=[1.0])
+    best = best_matches([taker, counter])
+    chosen = best_match_again(call, ranked, [taker, counter], best)
+    assert chosen is not None and (chosen.key, chosen.every_call, chosen.judged) == ("word_stats@1.0.0", True, True)
+    tried = explored_first(call, ranked, [taker, counter], 0.25, lambda salt: False, newcomer=None, passed=None,
+                           probe=None, best=best)
+    assert keys(tried)[0] == "word_stats@1.0.0" and tried[0].probability == 1.0
+    assert "one of whose outputs here a person judged wrong" in tried[0].breakdown.rationale
+    # Judged wrong twice, people have spoken: the second opinions decide, not this rule; nor when it
+    # failed here otherwise too (a wrong answer the policy saw), nor in place of a tool that did the job.
+    twice = [*once, JudgedOutput(similarity=1.0, wrong=True, timestamp=2.0)]
+    assert again(call, ranked, [taker, counter.model_copy(update={"judged_outputs": twice, "failure_similarities": [1.0, 1.0]})],
+                 best) is None
+    assert again(call, ranked, [taker, counter.model_copy(update={"failure_similarities": [1.0, 0.97]})], best) is None
+    assert again(call, ranked, [taker.model_copy(update={"doing_similarities": [0.95]}), counter], best) is None
+
+
 def test_the_best_match_again_goes_first_on_its_share_then_on_every_call_and_is_logged_so() -> None:
     def ranked() -> list[Candidate]:
         return placed_by_the_policy("count_words", "reverse_text")
