@@ -209,6 +209,15 @@ class ToolManifest(BaseModel):
     tool_dir: str | None = None
     evolved_file: str | None = None
 
+    @field_validator("version", "parent_version", mode="before")
+    @classmethod
+    def _not_a_number(cls, v: Any) -> Any:
+        # QA 64c: `version: 1.0` and `version: 2` said "Input should be a valid string", no more.
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            raise ValueError(f"is the number {v} (YAML reads an unquoted {v} as one): a version is MAJOR.MINOR.PATCH, "
+                             "as in version: 1.0.0")
+        return v
+
     @field_validator("version", "parent_version")
     @classmethod
     def _semver(cls, v: str | None) -> str | None:

@@ -446,6 +446,13 @@ class ToolRegistry:
             manifest = parent
         return manifest
 
+    def did_you_mean(self, name: str) -> str:
+        """A hint naming the served tool whose name is close to `name` ("did you mean temp_convert?"),
+        or "": a typo of a tool's name otherwise reads as a tool nobody has (QA 64c: `--namespace
+        tmp_convert` was served by another team's slugify, `feedback add slugfy` named nothing)."""
+        close = difflib.get_close_matches(name, self.namespaces(), n=1, cutoff=0.8)
+        return f"did you mean {close[0]}?" if close else ""
+
     def has_side_effects(self, name: str) -> bool:
         """Whether a version of the namespace says it changes something outside itself
         (`side_effects: true`): a call that names it is served by its versions alone (workers/selector.py)."""

@@ -115,7 +115,8 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
     # is tried against (QA F8: `feedback add NAME` judged the version serving 25 % of the calls).
     version = version or meant_version(rt.state.promotion(tool), rt.registry, tool, rt.settings.trial_share)
     if version is None:
-        raise LookupError(f"no tool named '{tool}'")
+        hint = rt.registry.did_you_mean(tool)
+        raise LookupError(f"no tool named '{tool}'" + (f" ({hint})" if hint else ""))
     manifest = rt.registry.get(tool_key(tool, version))
     if manifest is None:  # with the versions it has, as `feedback show` and `explain` say it (QA selection F10)
         known = ", ".join(m.version for m in rt.registry.versions(tool))

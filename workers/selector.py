@@ -231,7 +231,7 @@ class Selector:
         notes = []
         versions = self.rt.registry.versions(request.namespace) if request.namespace and not request.version else []
         if named_unknown:
-            told = self.removal(request.namespace)
+            told = self.removal(request.namespace) or self.rt.registry.did_you_mean(request.namespace or "")
             notes.append(f"no tool named '{request.namespace}'{f' ({told})' if told else ''}: the call was ranked by its "
                          "scenario alone")
         elif versions and all(m.deprecated for m in versions):

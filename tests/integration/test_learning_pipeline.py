@@ -137,6 +137,8 @@ def test_cli_explains_takes_feedback_shows_weights_and_recommends(learning: Pipe
 
     unknown = cli("feedback", "add", "no_such_tool", "negative")
     assert unknown.exit_code == 2 and "no tool named 'no_such_tool'" in unknown.output  # refused, as a call's input
+    typo = cli("feedback", "add", "csv_lenent", "negative")  # QA 64c: a typo named nothing to mend it by
+    assert typo.exit_code == 2 and "no tool named 'csv_lenent' (did you mean csv_lenient?)" in typo.output, typo.output
     version = cli("feedback", "add", "csv_lenient@9.9.9", "negative", "--scenario", "parse csv text into rows")
     assert version.exit_code == 2 and "csv_lenient has no version '9.9.9' (it has 1.0.0" in version.output, version.output
 

@@ -451,13 +451,15 @@ def test_a_judgement_under_another_scenario_still_takes_the_place_of_the_calls_o
 
 def test_a_call_to_a_namespace_nobody_ranked_says_it_was_ranked_by_its_scenario(pipeline, cli) -> None:
     sent = cli("call", "parse this csv text into rows", "--namespace", "csv_lenint", "--input", '{"text": "a,b\\n1,2\\n"}')
-    assert "warning: no tool named 'csv_lenint': the call was ranked by its scenario alone" in words(sent.output)
+    # ...and names the tool it is close to (QA 64c: `--namespace tmp_convert` named no temp_convert)
+    assert ("warning: no tool named 'csv_lenint' (did you mean csv_lenient?): the call was ranked by its scenario "
+            "alone") in words(sent.output)
     # A service that sends the call is told as much in the result (QA: it saw nothing).
     sent_json = cli("call", "parse this csv text into rows", "--namespace", "csv_lenint", "--json",
                     "--input", '{"text": "a,b\\n1,2\\n"}')
     assert sent_json.exit_code == 0, sent_json.output
     told = json.loads(sent_json.stdout)
-    assert told["notes"] == ["no tool named 'csv_lenint': the call was ranked by its scenario alone"]
+    assert told["notes"] == ["no tool named 'csv_lenint' (did you mean csv_lenient?): the call was ranked by its scenario alone"]
     # What a real worker answered passes the schema `fittest schema call_output` publishes (QA 60e N5).
     jsonschema.validate(told, payload_schemas()["call_output"])
     assert told["status"] == "success" and told["tool"].startswith("csv_")

@@ -102,6 +102,10 @@ def test_every_bad_field_of_a_manifest_is_named_at_once(tmp_path: Path) -> None:
     assert error.field == "version" and "Value error" not in str(error)
     assert error.reason == ("'1.0' is not a semantic version (MAJOR.MINOR.PATCH); field 'tags': Input should be a valid list; "
                             "field 'timeout_s': Input should be a valid number, unable to parse string as a number")
+    # QA 64c: an unquoted version YAML reads as a number said "Input should be a valid string"
+    (tmp_path / "t" / "tool.yaml").write_text((tmp_path / "t" / "tool.yaml").read_text().replace("version: '1.0'", "version: 1.0"))
+    (error,) = ToolRegistry.load([tmp_path]).errors
+    assert error.reason.startswith("is the number 1.0 (YAML reads an unquoted 1.0 as one): a version is MAJOR.MINOR.PATCH"), error
 
 
 def test_missing_directory_is_an_error_not_a_crash(tmp_path: Path) -> None:
