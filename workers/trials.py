@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from evolution.promotions import conclude_trial, trial_new_manifests
 from evolution.trial import JudgedTrial, TrialCounts, TrialRules, decide, parent_rate
 from selection.manifest import split_key, tool_key
-from selection.models import OutcomeRecord, Promotion, Sentiment
+from selection.models import OutcomeRecord, Promotion, Sentiment, ToolExecutionResult
 from workers.feedback_store import judgements_known
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def account_trials(rt: Runtime, record: OutcomeRecord, promotions: dict[str, Pro
         sentiment = (judged or {}).get((attempt.key, record.call_id))
         counted, counts = rt.evolution.trial_record(attempt.tool, promotion.evolved_version, role, attempt.success,
                                                     attempt.attempt_id, record.call_id, sentiment)
-        if counted and _act_on_trial(rt, promotion, counts):
+        if counted and _act_on_trial(rt, promotion, counts, attempt if role == "evolved" and not attempt.success else None):
             promotions.update(rt.state.promotions([namespace]))
 
 
@@ -72,8 +72,10 @@ def trial_role(promotion: Promotion | None, version: str) -> Literal["evolved", 
     return "parent" if version == (promotion.parent_version or promotion.original_version) else None
 
 
-def _act_on_trial(rt: Runtime, promotion: Promotion, counts: TrialCounts) -> bool:
-    """Conclude the trial if its counts now decide it; whether it was concluded."""
+def _act_on_trial(rt: Runtime, promotion: Promotion, counts: TrialCounts, failed: ToolExecutionResult | None = None) -> bool:
+    """Conclude the trial if its counts now decide it; whether it was concluded. `failed`: the
+    version on trial's failure that was counted last, which a rollback's reason quotes (QA 64c: a
+    version that read a key no caller sends was rolled back on "0/5 successes", its KeyError unsaid)."""
     rules = TrialRules(successes=rt.settings.trial_successes)
     parent = tool_key(promotion.namespace, promotion.parent_version or promotion.original_version)
     history = rt.state.stats([parent])[parent]
@@ -81,6 +83,9 @@ def _act_on_trial(rt: Runtime, promotion: Promotion, counts: TrialCounts) -> boo
     verdict = decide(counts, rate, rules)
     runs = counts.evolved_successes + counts.evolved_failures
     reason = f"{counts.evolved_successes}/{runs} successes on trial against the parent's rate of {rate:.2f}"
+    if verdict == "rollback" and failed is not None and failed.error_class is not None:
+        said = f": {failed.error_message[:200]}" if failed.error_message else ""
+        reason += f"; its last failure: {failed.error_class.value}{said}"
     if not conclude_trial(rt.state, rt.evolution, promotion, verdict, reason):
         return False
     trial_new_manifests(rt.state, rt.evolution, rt.registry, [promotion.namespace])  # one that waited for this trial

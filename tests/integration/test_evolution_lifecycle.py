@@ -131,12 +131,15 @@ def test_a_worse_version_on_trial_is_rolled_back_and_the_parent_served_again(rt:
     on_trial(rt, parent_successes=9, parent_failures=1)
     results = [True, False, True, False, False]
     for i, ok in enumerate(results):
-        apply_outcome(rt, outcome(attempt("slowish@1.1.0", ok, f"w{i}")))
+        ran = attempt("slowish@1.1.0", ok, f"w{i}")
+        apply_outcome(rt, outcome(ran if ok else ran.model_copy(update={"error_message": f"KeyError: 'sentence' (w{i})"})))
     promotion = rt.state.promotion("slowish")
     assert promotion is not None and promotion.status == "rolled_back"
     assert served_version(promotion, "any-call", after_evolution=True, share=1.0) is None  # the original, the parent
     (entry,) = rt.evolution.changelog("slowish")
     assert entry.event == "rolled_back" and "2/5 successes" in entry.reason
+    # ...and why it failed, as its last failure says (QA 64c: a KeyError five times, unsaid)
+    assert entry.reason.endswith("; its last failure: crash: KeyError: 'sentence' (w4)"), entry.reason
 
 
 def test_outputs_people_judge_wrong_count_as_failures_of_the_version_on_trial(rt: Runtime) -> None:
