@@ -157,11 +157,12 @@ def test_a_judgement_no_worker_took_in_time_is_never_recorded_so_it_can_be_sent_
         workers.stack.stop("memory")
         fittest = without_workers(model_path, private_redis.url, tmp_path)
         judge = ("feedback", "add", "sort_numbers", "negative", "--scenario", "sort these numbers", "--reason", "sent twice")
-        code, said, _ = fittest(*judge, "--timeout", "4")
+        # 8 s: the notice comes at 3 s, after the workers were asked; at 4 s a loaded host's ask outlasted the wait
+        code, said, _ = fittest(*judge, "--timeout", "8")
         assert code == 1 and "no worker answered" in said and "Nothing was done: send it again" in said, said
         # ...and, from 3 s on, that it waits (QA: it said nothing for its whole timeout)
         assert "no worker takes the feedback queue now (`fittest up` starts them); waiting for a worker of the feedback " \
-            "queue to answer (up to 4 s; `fittest health` checks them)" in said, said
+            "queue to answer (up to 8 s; `fittest health` checks them)" in said, said
         # So does an evolution asked for by hand, which is no call that expired once a worker drops it.
         code, said, _ = fittest("evolve", "sort_numbers", "--timeout", "2")
         assert code == 1 and "Nothing was evolved" in said, said
