@@ -18,7 +18,7 @@ from typing import Literal
 from evolution.models import ChangelogEntry
 from evolution.ports import Changelog
 from evolution.served_version import (fallback_version, head_version, kept_served, manifest_to_trial,
-                                      promoted_by_hand, served_before)
+                                      promoted_by_hand, served_before, served_original)
 from evolution.trial import Verdict
 from selection.manifest import ToolManifest, split_key, tool_key
 from selection.models import Promotion
@@ -295,10 +295,13 @@ def conclude_trial(state: Promotions, ledger: Changelog, current: Promotion, ver
 ROLLED_BACK_BY_HAND = "rolled back by hand"
 
 
-def rollback(state: Promotions, ledger: Changelog, namespace: str) -> Promotion:
+def rollback(state: Promotions, ledger: Changelog, namespace: str, registry: ToolRegistry | None = None) -> Promotion:
     """Stop serving the promoted version; its parent is served again, or, for a version promoted by
     hand, what that promotion replaced is restored (`Promotion.resumes`: a trial it interrupted, or
-    an earlier by-hand promotion). Returns the promotion rolled back."""
+    an earlier by-hand promotion). Returns the promotion rolled back. With the `registry` the
+    workers serve from, one whose parent (or what it would restore) is served no more is refused:
+    an evolved version whose manifest version left the tools directory came back as the namespace's
+    served version, which no call could run (QA 64d: every caps call failed without a caps version)."""
     current = state.promotion(namespace)
     if current is None or (current.evolved_version == current.original_version and fallback_version(current) is None
                            and not promoted_by_hand(current)):
@@ -309,8 +312,15 @@ def rollback(state: Promotions, ledger: Changelog, namespace: str) -> Promotion:
         # while it held, and nothing could undo it).
         raise PromotionError(f"{namespace} has no promoted version to roll back (the original is served)")
     if current.status == "rolled_back":
-        served = head_version(current) or current.original_version  # None: the original
+        # None: the original, as the workers serve it (QA 64d: a gone original was named as served)
+        served = head_version(current) or (served_original(current, registry, namespace) if registry is not None else None) \
+            or current.original_version
         raise PromotionError(f"{tool_key(namespace, current.evolved_version)} is rolled back already; {tool_key(namespace, served)} is served "
+                             f"(to serve another version: fittest promote {namespace} VERSION)")
+    back = head_version(current.resumes) if current.resumes is not None else fallback_version(current)
+    if registry is not None and back is not None and tool_key(namespace, back) not in registry:
+        raise PromotionError(f"{tool_key(namespace, current.evolved_version)} replaced {tool_key(namespace, back)}, which is served "
+                             "no more (it, or the version it evolved from, left the tools directory): nothing to roll back to "
                              f"(to serve another version: fittest promote {namespace} VERSION)")
     new = current.model_copy(update={"status": "rolled_back", "reason": ROLLED_BACK_BY_HAND, "promoted_at": time.time(),
                                      "by": "operator"})

@@ -195,3 +195,24 @@ def test_an_evolved_versions_promotion_is_rolled_back_once_the_version_it_evolve
     assert retired.status == "rolled_back" and "the version it evolved from left the tools directory" in retired.reason
     assert head_version(state.promotion("word_stats")) is None  # the registry's original, 1.2.0, is served
     assert [e.event for e in ledger.changelog("word_stats")] == ["rolled_back"]
+
+
+def test_a_rollback_to_a_version_served_no_more_is_refused_and_what_is_served_is_named() -> None:
+    """QA 64d: caps 1.2.0 served after the caps 1.1.0 it was tried against left with its manifest
+    version; `fittest rollback caps` put 1.1.0 back as the served version, which no call could run,
+    every caps call failing, and a second rollback said 1.1.0 was served."""
+    state, ledger = InMemoryStateStore(), InMemoryEvolutionState()
+    state.promote(Promotion(namespace="word_stats", evolved_version="1.2.0", original_version="1.0.0", parent_version="1.1.0",
+                            reason="the version it was tried against left", mutation="new manifest version", status="active"))
+    left = registry_of("1.2.0")
+    with pytest.raises(PromotionError, match=r"word_stats@1.2.0 replaced word_stats@1.1.0, which is served no more .*: "
+                                             r"nothing to roll back to"):
+        rollback(state, ledger, "word_stats", left)
+    current = state.promotion("word_stats")
+    assert current is not None and current.status == "active" and ledger.changelog("word_stats") == []
+    # Without the registry (a caller that cannot tell), as before; and rolled back, the served original is named.
+    rollback(state, ledger, "word_stats")
+    state.promote(Promotion(namespace="word_stats", evolved_version="1.3.0", original_version="1.0.0",
+                            reason="evolved", mutation="input coercion", status="rolled_back"))
+    with pytest.raises(PromotionError, match=r"word_stats@1.3.0 is rolled back already; word_stats@1.2.0 is served"):
+        rollback(state, ledger, "word_stats", left)

@@ -414,7 +414,7 @@ def rollback(
     registry, state, ledger = _stores()
     versions_of(registry, name)  # a name nobody serves is refused as such, not as "nothing promoted"
     try:
-        promotion = do_rollback(state, ledger, name)
+        promotion = do_rollback(state, ledger, name, registry)
     except PromotionChanged as exc:
         fail(str(exc))
     except PromotionError as exc:  # nothing to roll back: what was asked cannot be done
