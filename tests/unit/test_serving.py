@@ -453,6 +453,15 @@ def test_the_clear_best_match_judged_wrong_once_goes_first_again_in_place_of_a_w
                            probe=None, best=best)
     assert keys(tried)[0] == "word_stats@1.0.0" and tried[0].probability == 1.0
     assert "one of whose outputs here a person judged wrong" in tried[0].breakdown.rationale
+    # A newcomer still, it goes first on its share, and on the other calls by this rule: logged over
+    # both (QA 64d: logged, and told, 0.25 where 6 of 6 calls tried it first).
+    new = explored_first(call, placed_by_the_policy("word_reverse", "word_stats"), [taker, counter], 0.25,
+                         lambda salt: True, newcomer="word_stats@1.0.0", passed=None, probe=None, best=best)
+    assert keys(new)[0] == "word_stats@1.0.0" and new[0].probability == 1.0, new[0]
+    alone = explored_first(call, placed_by_the_policy("word_reverse", "word_stats"), [taker, counter.model_copy(
+        update={"judged_outputs": [], "failure_similarities": []})], 0.25, lambda salt: True, newcomer="word_stats@1.0.0",
+        passed=None, probe=None, best=best)
+    assert keys(alone)[0] == "word_stats@1.0.0" and alone[0].probability == 0.25, alone[0]
     # Judged wrong twice, people have spoken: the second opinions decide, not this rule; nor when it
     # failed here otherwise too (a wrong answer the policy saw), nor in place of a tool that did the job.
     twice = [*once, JudgedOutput(similarity=1.0, wrong=True, timestamp=2.0)]
