@@ -68,7 +68,8 @@ def manifest_entries(root: Path) -> Iterator[os.DirEntry[str]]:
         manifests, folders, links = [], [], []
         for entry in entries:
             try:
-                if entry.name.endswith(MANIFEST_SUFFIXES) and (entry.is_symlink() or entry.is_file()):
+                # a FIFO or a device so named too: refused by name, not skipped unsaid (QA 64d)
+                if entry.name.endswith(MANIFEST_SUFFIXES) and not entry.is_dir(follow_symlinks=False):
                     manifests.append(entry)
                 elif entry.is_dir(follow_symlinks=False):
                     folders.append(entry.path)

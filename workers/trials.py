@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from evolution.promotions import conclude_trial, trial_new_manifests
+from evolution.promotions import MANIFEST_MUTATION, conclude_trial, trial_new_manifests
 from evolution.trial import JudgedTrial, TrialCounts, TrialRules, decide, parent_rate
 from selection.manifest import split_key, tool_key
 from selection.models import OutcomeRecord, Promotion, Sentiment, ToolExecutionResult
@@ -82,7 +82,11 @@ def _act_on_trial(rt: Runtime, promotion: Promotion, counts: TrialCounts, failed
     rate = parent_rate(counts, history.successes, history.failures, rules)
     verdict = decide(counts, rate, rules)
     runs = counts.evolved_successes + counts.evolved_failures
-    reason = f"{counts.evolved_successes}/{runs} successes on trial against the parent's rate of {rate:.2f}"
+    # a manifest's new version has no parent: the version it is tried against (QA 64d)
+    against = "the parent's" if promotion.mutation != MANIFEST_MUTATION else f"{parent}'s"
+    reason = f"{counts.evolved_successes}/{runs} successes on trial against {against} rate of {rate:.2f}"
+    if promotion.mutation == MANIFEST_MUTATION:
+        reason += " (the version it is tried against)"
     if verdict == "rollback" and failed is not None and failed.error_class is not None:
         said = f": {failed.error_message[:200]}" if failed.error_message else ""
         reason += f"; its last failure: {failed.error_class.value}{said}"

@@ -142,6 +142,19 @@ def test_a_worse_version_on_trial_is_rolled_back_and_the_parent_served_again(rt:
     assert entry.reason.endswith("; its last failure: crash: KeyError: 'sentence' (w4)"), entry.reason
 
 
+def test_a_manifest_versions_trial_names_the_version_it_is_tried_against_not_a_parent(rt: Runtime) -> None:
+    """QA 64d: "against the parent's rate" of a manifest's new version, which has no parent."""
+    on_trial(rt, parent_successes=9, parent_failures=1)
+    trial = rt.state.promotion("slowish")
+    assert trial is not None
+    rt.state.promote(trial.model_copy(update={"mutation": "new manifest version"}))
+    for i in range(5):
+        apply_outcome(rt, outcome(attempt("slowish@1.1.0", False, f"m{i}")))
+    (entry,) = rt.evolution.changelog("slowish")
+    assert entry.event == "rolled_back" and entry.reason.startswith(
+        "0/5 successes on trial against slowish@1.0.0's rate of 0.90 (the version it is tried against)"), entry.reason
+
+
 def test_outputs_people_judge_wrong_count_as_failures_of_the_version_on_trial(rt: Runtime) -> None:
     """An output of the version on trial that a person judges wrong (`feedback add ... --call`) is a
     failure in its trial, however often it is sent, and the trial decides on it: before, the trial

@@ -499,6 +499,9 @@ def test_a_manifest_that_is_no_regular_file_is_refused_unread(tmp_path: Path) ->
     (zero / "tool.yaml").symlink_to("/dev/zero")
     os.mkfifo(tmp_path / "pipe")
     (fifo / "tool.yaml").symlink_to(tmp_path / "pipe")
+    (tmp_path / "plain").mkdir()
+    os.mkfifo(tmp_path / "plain" / "tool.yaml")  # QA 64d: skipped, unsaid
     errors = ToolRegistry.load([tmp_path]).errors
-    assert sorted((Path(e.path).parent.name, e.field) for e in errors) == [("fifo", "(file)"), ("zero", "(file)")], errors
+    assert sorted((Path(e.path).parent.name, e.field) for e in errors) == [
+        ("fifo", "(file)"), ("plain", "(file)"), ("zero", "(file)")], errors
     assert all("is not a regular file" in e.reason for e in errors), errors
