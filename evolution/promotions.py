@@ -162,8 +162,7 @@ def retire_removed_manifest_versions(state: Promotions, ledger: Changelog, regis
         evolved = current.mutation != MANIFEST_MUTATION
         if (evolved and key not in removed) or (not evolved and registry.original(namespace) is None):
             continue
-        reason = (f"{key} is no longer served: its manifest left the tools directory" if current.mutation == MANIFEST_MUTATION
-                  else f"{key} is no longer served: the version it evolved from left the tools directory")
+        reason = f"{key} is no longer served: {'the version it evolved from' if evolved else 'its manifest'} left the tools directory"
         new = current.model_copy(update={"status": "rolled_back", "reason": reason, "promoted_at": time.time()})
         if not state.promote_if(new, current.evolved_version, [current.status]):
             continue  # changed meanwhile
