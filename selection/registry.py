@@ -245,11 +245,15 @@ def function_missing(module_file: Path, function: str) -> str | None:
     except OSError as exc:
         return f"{module_file.name} cannot be read: {exc}"
     names: set[str] = set()
+    defs: list[ast.FunctionDef | ast.AsyncFunctionDef] = []  # the module's own definitions of `function`
+    rebound = False
     pending: list[ast.stmt] = list(tree.body)
     while pending:  # the module's own statements, and those of its top-level if / try / with / for / match blocks
         node = pending.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
+            if not isinstance(node, ast.ClassDef) and node.name == function:
+                defs.append(node)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             if any(alias.name == "*" for alias in node.names):
                 return None
@@ -260,7 +264,9 @@ def function_missing(module_file: Path, function: str) -> str | None:
                     pending.append(child)
                 elif isinstance(child, (ast.ExceptHandler, ast.match_case)):
                     pending.extend(child.body)
-            names.update(name for target in _targets(node) for name in _bound(target))
+            bound = [name for target in _targets(node) for name in _bound(target)]
+            rebound = rebound or function in bound  # `run = wrapped(run)`: what is called is not the definition read
+            names.update(bound)
     for any_node in ast.walk(tree):  # names bound from anywhere: `global f` in a function, `(f := ...)`, `case f:`
         if isinstance(any_node, ast.Global):
             names.update(any_node.names)
@@ -271,10 +277,25 @@ def function_missing(module_file: Path, function: str) -> str | None:
         elif isinstance(any_node, ast.Name) and any_node.id in DYNAMIC_BINDING:
             return None
     if function in names or "__getattr__" in names:
-        return None
+        return _signature_unfit(defs[0]) if len(defs) == 1 and not defs[0].decorator_list and not rebound else None
     defined = sorted(n for n in names if not n.startswith("_"))
     return (f"{module_file.name} defines no '{function}'"
             + (f" (it defines {', '.join(defined[:8])}{', ...' if len(defined) > 8 else ''})" if defined else ""))
+
+
+def _signature_unfit(definition: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """Why a tool's function cannot take the one argument it is called with, the input (a dict), or
+    None. QA 64c: `def run(text, sep)` was accepted, and each call failed as a refusal of the input,
+    "the caller's mistake", pointing at the runner's own line."""
+    a = definition.args
+    positional = [*a.posonlyargs, *a.args]
+    required = len(positional) - len(a.defaults)
+    keywords = [k.arg for k, default in zip(a.kwonlyargs, a.kw_defaults) if default is None]
+    if (positional or a.vararg) and required <= 1 and not keywords:
+        return None
+    said = ", ".join([p.arg for p in positional] + ([f"*{a.vararg.arg}"] if a.vararg else []) + keywords)
+    return (f"{definition.name}({said}) cannot take what it is called with: one argument, the call's input (a dict), "
+            f"as in def {definition.name}(input)")
 
 
 def _targets(node: ast.stmt) -> list[ast.expr]:

@@ -505,3 +505,17 @@ def test_a_manifest_that_is_no_regular_file_is_refused_unread(tmp_path: Path) ->
     assert sorted((Path(e.path).parent.name, e.field) for e in errors) == [
         ("fifo", "(file)"), ("plain", "(file)"), ("zero", "(file)")], errors
     assert all("is not a regular file" in e.reason for e in errors), errors
+
+
+def test_a_python_function_that_cannot_take_the_input_is_refused_at_load(tmp_path: Path) -> None:
+    """QA 64c: `def run(text, sep)` was served, and each call failed as a refusal of its input, "the
+    caller's mistake", at the runner's own line. The function is called with one argument, the input."""
+    write_tool(tmp_path, "two", python_tool(name="two"), files={"tool.py": "def run(text, sep):\n    return text\n"})
+    write_tool(tmp_path, "fine", python_tool(name="fine"), files={"tool.py": "def run(payload, *, strict=False):\n    return payload\n"})
+    write_tool(tmp_path, "wrapped", python_tool(name="wrapped"),
+               files={"tool.py": "import functools\ndef run(a, b):\n    return a\nrun = functools.partial(run, b=1)\n"})
+    registry = ToolRegistry.load([tmp_path])
+    (error,) = registry.errors
+    assert error.field == "implementation.entrypoint" and error.reason.startswith(
+        "run(text, sep) cannot take what it is called with: one argument, the call's input (a dict)"), error
+    assert sorted(registry.namespaces()) == ["fine", "wrapped"]  # what reading cannot tell is let through
