@@ -132,6 +132,10 @@ def sandbox_pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str, m
         tmp_path_factory.mktemp("sandbox"), redis_url, model_path, TOOLS, roles=("memory", "executor"),
         FITTEST_EVOLUTION_ENABLED="false", FITTEST_TOOL_MEMORY_MB="256", FITTEST_OUTPUT_LIMIT_BYTES="10000",
         FITTEST_BREAKER_THRESHOLD="3", FITTEST_BREAKER_COOLDOWN_S="5", FITTEST_LLM_API_KEY=SECRET,
+        # brittle's runs of 0.3 and 0.4 s are not to time out: under the 0.5 s floor of the adaptive
+        # timeout one did in a clean clone's run (its other runs take milliseconds), and the burst
+        # test's breaker was left open for the next test
+        FITTEST_MIN_TIMEOUT_S="2",
     ) as p:
         yield p
 
@@ -233,7 +237,7 @@ def test_results_that_finished_while_the_client_waited_for_another_come_at_once(
     p = sandbox_pipeline
     call: dict[str, Any] = {"scenario": "a tool that crashes when told to fail", "namespace": "brittle", "version": "1.0.0",
                             "max_attempts": 1}
-    # 0.4 s: under the 0.5 s floor of the adaptive timeout, which the burst test's 0.3 s runs set here
+    # 0.4 s: under the floor of the adaptive timeout (the fixture's 2 s), which the burst test's 0.3 s runs set here
     slow = p.client.send("resilient_tool_call", input={"sleep": 0.4}, **call)
     fast = [p.client.send("resilient_tool_call", input={}, **call) for _ in range(4)]
     assert p.client.wait(slow, 60)["status"] == "success"
