@@ -111,8 +111,7 @@ class ToolIndex:
         if found.key != tool_key(namespace, version) or (
                 found.parent_version is not None and semver.Version.parse(found.parent_version) >= semver.Version.parse(version)):
             return None  # another version's file, or a chain that would not end (evolved versions grow)
-        if (found.parent_version is not None and tool_key(namespace, found.parent_version) not in self.rt.registry
-                and self.ensure_version(namespace, found.parent_version) is None):
+        if found.parent_version is not None and self.ensure_version(namespace, found.parent_version) is None:
             # Evolved from a version no longer served: not served either (selection/registry.py `orphans`;
             # QA 64c: a promotion of one kept loading it, beside the manifest version left in its namespace).
             return None

@@ -83,10 +83,9 @@ def _act_on_trial(rt: Runtime, promotion: Promotion, counts: TrialCounts, failed
     verdict = decide(counts, rate, rules)
     runs = counts.evolved_successes + counts.evolved_failures
     # a manifest's new version has no parent: the version it is tried against (QA 64d)
-    against = "the parent's" if promotion.mutation != MANIFEST_MUTATION else f"{parent}'s"
-    reason = f"{counts.evolved_successes}/{runs} successes on trial against {against} rate of {rate:.2f}"
-    if promotion.mutation == MANIFEST_MUTATION:
-        reason += " (the version it is tried against)"
+    against = (f"{parent}'s rate of {rate:.2f} (the version it is tried against)" if promotion.mutation == MANIFEST_MUTATION
+               else f"the parent's rate of {rate:.2f}")
+    reason = f"{counts.evolved_successes}/{runs} successes on trial against {against}"
     if verdict == "rollback" and failed is not None and failed.error_class is not None:
         said = f": {failed.error_message[:200]}" if failed.error_message else ""
         reason += f"; its last failure: {failed.error_class.value}{said}"
