@@ -363,17 +363,20 @@ RESTORES_KEPT = 8  # by-hand promotions that rollbacks undo one by one; older on
 
 def replaced_promotion(current: Promotion | None, version: str) -> Promotion | None:
     """What a by-hand promotion of `version` in place of `current` restores when it is rolled back,
-    so that each rollback undoes one promote: a trial of another version that it interrupts, or an
-    earlier by-hand promotion of another version (with what that one restores). None when the
-    rollback serves the parent anyway. A trial of `version` itself is decided by the promote: its
-    rollback rolls `version` back (QA V: the trial came back, with the very version the operator
-    rolled back on 25 % of the calls); promoted again, it restores what it first replaced."""
+    so that each rollback undoes one promote: a trial of another version that it interrupts, an
+    earlier by-hand promotion of another version (with what that one restores), or an evolved
+    version's promotion, which a second rollback then rolls back (QA 64c-4: with the promotion
+    forgotten, its version was served again but "rolled back already", and only `fittest promote
+    NAME ORIGINAL` could take it back). None when the rollback serves the original anyway. A trial
+    of `version` itself is decided by the promote: its rollback rolls `version` back (QA V: the
+    trial came back, with the very version the operator rolled back on 25 % of the calls); promoted
+    again, it restores what it first replaced."""
     if current is None:
         return None
     if current.evolved_version == version:  # promoted again, or the trial it decides
         return current.resumes if promoted_by_hand(current) else None
-    trial = current.status == "on_trial" and current.evolved_version != current.original_version
-    return _kept(current, RESTORES_KEPT) if trial or promoted_by_hand(current) else None
+    served = current.status in ("on_trial", "active") and current.evolved_version != current.original_version
+    return _kept(current, RESTORES_KEPT) if served or promoted_by_hand(current) else None
 
 
 def _kept(promotion: Promotion, depth: int) -> Promotion:
@@ -390,7 +393,8 @@ def promote_by_hand(state: Promotions, ledger: Changelog, registry: ToolRegistry
     manifest = registry.get(tool_key(namespace, version))
     original = registry.original(namespace)
     if original is None:
-        raise PromotionError(f"no tool named {namespace!r}")
+        hint = registry.did_you_mean(namespace)
+        raise PromotionError(f"no tool named {namespace!r}" + (f" ({hint})" if hint else ""))
     if manifest is None:
         known = ", ".join(m.version for m in registry.versions(namespace))
         if not version.strip():  # QA AA: "has no version  (known: ...)"

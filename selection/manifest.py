@@ -6,6 +6,7 @@ the reason, while the other manifests of the directory still load.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import string
@@ -162,6 +163,14 @@ class TestCase(BaseModel):
             raise ValueError("a case with expect_error: true has no output to check; drop expect and expect_keys")
         return self
 
+    def expectation(self) -> str:
+        """What the case asks of the tool's run, in words (`fittest test` shows it beside the outcome)."""
+        if self.expect_error:
+            return "an error"
+        wanted = [f"output {json.dumps(self.expect, ensure_ascii=False, default=str)}"] if self.expect is not None else []
+        wanted += [f"key(s) {', '.join(self.expect_keys)}"] if self.expect_keys else []
+        return ", ".join(wanted) or "an output"
+
     def check(self, success: bool, output: Any) -> str | None:
         """Whether a run of this input satisfies the case: None when it does, else why not.
 
@@ -208,15 +217,6 @@ class ToolManifest(BaseModel):
     # Where the manifest was loaded from; runners resolve {tool_dir} and python files against it.
     tool_dir: str | None = None
     evolved_file: str | None = None
-
-    @field_validator("version", "parent_version", mode="before")
-    @classmethod
-    def _not_a_number(cls, v: Any) -> Any:
-        # QA 64c: `version: 1.0` and `version: 2` said "Input should be a valid string", no more.
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            raise ValueError(f"is the number {v} (YAML reads an unquoted {v} as one): a version is MAJOR.MINOR.PATCH, "
-                             "as in version: 1.0.0")
-        return v
 
     @field_validator("version", "parent_version")
     @classmethod
@@ -346,7 +346,7 @@ def load_manifest(path: str | Path) -> ToolManifest:
     try:
         raw = _read_manifest_file(path, MAX_MANIFEST_BYTES)
         text = raw.decode("utf-8")
-        data = yaml.safe_load(text)
+        data = _read_yaml(text)
     except ManifestError:
         raise
     except yaml.YAMLError as exc:
@@ -365,6 +365,28 @@ def load_manifest(path: str | Path) -> ToolManifest:
         raise ManifestError(path, "(yaml)", f"holds more than {too_large} once its aliases are expanded: write them "
                                             "out, or keep large data in the tool's folder")
     return parse_manifest(data, path, tool_dir=path.parent.resolve())
+
+
+# Versions are text as written: YAML reads an unquoted `1.10` as the number 1.1, `0x1F` as 31,
+# `true` and `2026-01-01` as what they look like, and a refusal then quoted what YAML made of them
+# (QA 64c: "Input should be a valid string"; QA 64d: "the number 1.1" of a `version: 1.10`).
+VERSION_FIELDS = frozenset({"version", "parent_version"})
+NOT_TEXT_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("int", "float", "bool", "timestamp"))
+
+
+def _read_yaml(text: str) -> Any:
+    """The manifest's YAML document, its top-level version fields kept as written (VERSION_FIELDS)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if (isinstance(key, yaml.ScalarNode) and key.value in VERSION_FIELDS and isinstance(value, yaml.ScalarNode)
+                        and value.tag in NOT_TEXT_TAGS):
+                    value.tag = "tag:yaml.org,2002:str"
+        return loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
 
 
 def _read_manifest_file(path: Path, limit: int) -> bytes:

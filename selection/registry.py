@@ -472,8 +472,10 @@ class ToolRegistry:
         """A hint naming the served tool whose name is close to `name` ("did you mean temp_convert?"),
         or "": a typo of a tool's name otherwise reads as a tool nobody has (QA 64c: `--namespace
         tmp_convert` was served by another team's slugify, `feedback add slugfy` named nothing)."""
-        close = difflib.get_close_matches(name, self.namespaces(), n=1, cutoff=0.8)
-        return f"did you mean {close[0]}?" if close else ""
+        base, at, version = name.partition("@")
+        names = {n.casefold(): n for n in self.namespaces()}  # QA 64d: `SLUGIFY`, `slugfy@1.0.0` got no hint
+        close = difflib.get_close_matches(base.casefold(), list(names), n=1, cutoff=0.8)
+        return f"did you mean {names[close[0]]}{at}{version}?" if close and names[close[0]] != base else ""
 
     def has_side_effects(self, name: str) -> bool:
         """Whether a version of the namespace says it changes something outside itself

@@ -87,6 +87,7 @@ def served_first(request: CallRequest, ranked: list[Candidate], served: ServedVe
             c.breakdown.rationale += f"; its version served first on {chance:.0%} of the calls, by a trial's share"
             c.breakdown.extra["trial_share"] = round(chance, 6)
         drawn.add(name)
+    reordered = trial_sides_together(reordered, served)
     own = [c for c in reordered if c.manifest.name == request.namespace]
     if own:
         # A namespace call starts with its versions, in the order above (the one it serves first when
@@ -95,6 +96,22 @@ def served_first(request: CallRequest, ranked: list[Candidate], served: ServedVe
         own[0].probability = round(served.chance.get(own[0].manifest.name, 1.0), 6)  # first on every call the draw gives it
         reordered = [*own, *(c for c in reordered if c.manifest.name != request.namespace)]
     return reordered
+
+
+def trial_sides_together(ranked: list[Candidate], served: ServedVersions) -> list[Candidate]:
+    """During a trial the version the call is not served first goes right after the one it is: a
+    failure of either side falls back to the other, the same tool, before any other tool. In the
+    places the policy gave the namespace, a version on trial that failed fell back to a weak match
+    of another tool (QA 64d: caps, 0.35 like the job) before the version it is tried against (shout
+    1.0.0, 1.00), and that tool's "success" then counted for it."""
+    for name, other in served.other_side.items():
+        first = next((i for i, c in enumerate(ranked) if c.manifest.name == name), None)
+        side = next((c for c in ranked if c.manifest.name == name and c.manifest.version == other), None)
+        if first is None or side is None or ranked[first] is side:
+            continue
+        rest = [c for c in ranked if c is not side]
+        ranked = [*rest[:first + 1], side, *rest[first + 1:]]
+    return ranked
 
 
 def evolved_first(request: CallRequest, ranked: list[Candidate], served: ServedVersions) -> list[Candidate]:

@@ -309,7 +309,11 @@ def test_rolling_back_the_original_promoted_by_hand_serves_the_version_it_replac
     assert (back.evolved_version, back.parent_version) == ("1.0.0", "1.1.0")
     assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) == "1.1.0"
     assert withdrawn_version(back) is None  # the original stays the fallback behind it
-    with pytest.raises(PromotionError, match="rolled back already; slowish@1.1.0 is served"):
+    # The evolved version's promotion is served again, so a second rollback rolls it back (QA 64c-4).
+    again = rollback(rt.state, rt.evolution, "slowish")
+    assert (again.evolved_version, again.status) == ("1.1.0", "rolled_back")
+    assert served_version(rt.state.promotion("slowish"), "any-call", after_evolution=False, share=1.0) is None  # the original
+    with pytest.raises(PromotionError, match="rolled back already; slowish@1.0.0 is served"):
         rollback(rt.state, rt.evolution, "slowish")
     with pytest.raises(PromotionError, match=r"^the version to serve is blank \(known: 1.0.0\)$"):  # QA AA
         promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", " ")

@@ -405,6 +405,10 @@ def test_the_evolution_table_shows_a_skip_reason_whole() -> None:
     out = printed(lambda: evolution.show_report(report))
     cells = " ".join(out.replace("│", " ").split())
     assert "…" not in out and all(word in cells for word in reason.split()), out
+    # QA 64c-9: one past 300 characters is cut in the middle, and the table says where the rest is
+    report.candidates[0].reason = "a test failed: " + "x" * 400
+    out = printed(lambda: evolution.show_report(report))
+    assert "…" in out and "a long reason's middle is left out here; --json has it whole" in out, out
 
 
 # --------------------------------------------------------------------------------------- ops

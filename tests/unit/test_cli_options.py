@@ -607,7 +607,7 @@ def test_an_evolution_that_made_no_fix_says_why_under_the_table() -> None:
 
 def test_the_schema_of_a_task_nobody_serves_is_refused_as_a_bad_argument() -> None:
     code, out = run("schema", "bogus")
-    assert code == 2 and "error: unknown schema 'bogus' (known: resilient_tool_call, call_tool, record_feedback, record_feedback_reply, explain, explain_reply, feedback_report, feedback_report_reply, recommend, recommend_reply, prepare_evolution, prepare_evolution_reply, retrain_weights_reply, forget, forget_reply, invalid_reply, result, call_output, tools_output, tools_refused_output, show_output, promote_output, health_output, settings_output, weights_output, feedback_show_output)" in out
+    assert code == 2 and "error: unknown schema 'bogus' (known: resilient_tool_call, call_tool, record_feedback, record_feedback_reply, explain, explain_reply, feedback_report, feedback_report_reply, recommend, recommend_reply, prepare_evolution, prepare_evolution_reply, retrain_weights_reply, forget, forget_reply, invalid_reply, result, call_output, tools_output, tools_refused_output, show_output, promote_output, health_output, settings_output, weights_output, test_output, feedback_show_output)" in out
     code, out = run("schema", "record_feedback")
     assert code == 0 and '"call_id"' in out  # a judgement may name the call it judges
     # QA 59a L2: NAME_reply, as the README and --help name answers, of a call is its result

@@ -102,10 +102,17 @@ def test_every_bad_field_of_a_manifest_is_named_at_once(tmp_path: Path) -> None:
     assert error.field == "version" and "Value error" not in str(error)
     assert error.reason == ("'1.0' is not a semantic version (MAJOR.MINOR.PATCH); field 'tags': Input should be a valid list; "
                             "field 'timeout_s': Input should be a valid number, unable to parse string as a number")
-    # QA 64c: an unquoted version YAML reads as a number said "Input should be a valid string"
-    (tmp_path / "t" / "tool.yaml").write_text((tmp_path / "t" / "tool.yaml").read_text().replace("version: '1.0'", "version: 1.0"))
+
+
+@pytest.mark.parametrize("written", ["1.0", "1.10", "2", "0x1F", ".inf", "true", "2026-01-01", "1_000"])
+def test_an_unquoted_version_is_quoted_as_written(tmp_path: Path, written: str) -> None:
+    """QA 64c: an unquoted version YAML reads as a number said "Input should be a valid string";
+    QA 64d: `1.10` was quoted as the number 1.1, `0x1F` as 31, `.inf` as inf."""
+    write_tool(tmp_path, "t", python_tool())
+    manifest = tmp_path / "t" / "tool.yaml"
+    manifest.write_text(manifest.read_text().replace("version: 1.0.0", f"version: {written}"))
     (error,) = ToolRegistry.load([tmp_path]).errors
-    assert error.reason.startswith("is the number 1.0 (YAML reads an unquoted 1.0 as one): a version is MAJOR.MINOR.PATCH"), error
+    assert (error.field, error.reason) == ("version", f"'{written}' is not a semantic version (MAJOR.MINOR.PATCH)"), error
 
 
 def test_missing_directory_is_an_error_not_a_crash(tmp_path: Path) -> None:
@@ -519,3 +526,16 @@ def test_a_python_function_that_cannot_take_the_input_is_refused_at_load(tmp_pat
     assert error.field == "implementation.entrypoint" and error.reason.startswith(
         "run(text, sep) cannot take what it is called with: one argument, the call's input (a dict)"), error
     assert sorted(registry.namespaces()) == ["fine", "wrapped"]  # what reading cannot tell is let through
+
+
+@pytest.mark.parametrize(("typed", "hint"), [
+    ("csv_lenent", "did you mean csv_lenient?"),
+    ("CSV_LENIENT", "did you mean csv_lenient?"),  # QA 64d: a name in capitals got no hint
+    ("csv_lenent@1.0.0", "did you mean csv_lenient@1.0.0?"),  # nor NAME@VERSION
+    ("csv_lenient", ""),
+    ("shout", ""),
+])
+def test_a_name_close_to_a_tools_gets_a_hint(typed: str, hint: str) -> None:
+    registry = ToolRegistry()
+    registry.add(ToolManifest.model_validate({**python_tool("csv_lenient"), "implementation": {"kind": "http", "url": "http://x/run"}}))
+    assert registry.did_you_mean(typed) == hint

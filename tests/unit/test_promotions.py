@@ -216,3 +216,23 @@ def test_a_rollback_to_a_version_served_no_more_is_refused_and_what_is_served_is
                             reason="evolved", mutation="input coercion", status="rolled_back"))
     with pytest.raises(PromotionError, match=r"word_stats@1.3.0 is rolled back already; word_stats@1.2.0 is served"):
         rollback(state, ledger, "word_stats", left)
+
+
+def test_a_second_rollback_rolls_back_the_evolved_version_a_by_hand_promotion_had_replaced() -> None:
+    """QA 64c-4: with an evolved 1.0.1 served, `promote word_stats 1.2.0` then `rollback` served 1.0.1
+    again, and a second `rollback` said 1.2.0 was rolled back already: 1.0.1 could not be rolled back."""
+    state, ledger = InMemoryStateStore(), InMemoryEvolutionState()
+    registry = registry_of("1.0.0", "1.2.0")
+    registry.add(ToolManifest(name="word_stats", version="1.0.1", description="Counts words.", implementation=HTTP,
+                              parent_version="1.0.0"))
+    state.promote(Promotion(namespace="word_stats", evolved_version="1.0.1", original_version="1.0.0", parent_version="1.0.0",
+                            reason="won its trial", mutation="input coercion", status="active"))
+    promote_by_hand(state, ledger, registry, "word_stats", "1.2.0")
+    rollback(state, ledger, "word_stats", registry)
+    again = state.promotion("word_stats")
+    assert again is not None and (again.evolved_version, again.status) == ("1.0.1", "active")
+    rolled = rollback(state, ledger, "word_stats", registry)
+    assert (rolled.evolved_version, rolled.status) == ("1.0.1", "rolled_back")
+    assert head_version(state.promotion("word_stats")) is None  # the original, 1.0.0
+    with pytest.raises(PromotionError, match="rolled back already"):
+        rollback(state, ledger, "word_stats", registry)

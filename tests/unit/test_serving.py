@@ -94,6 +94,19 @@ def test_a_version_a_trials_share_drew_logs_that_share_in_its_probability() -> N
     assert [(c.key, c.probability) for c in active] == [("a@1.1.0", 0.97), ("b@1.0.0", 0.15), ("a@1.0.0", 0.05)]
 
 
+def test_a_trials_two_sides_fall_back_to_each_other_before_any_other_tool() -> None:
+    """QA 64d: a version on trial that failed fell back to a weak match of another tool, placed
+    between the namespace's two places, before the version it is tried against."""
+    ranked = [candidate("caps"), candidate("shout", "1.0.0"), candidate("words"), candidate("shout", "1.1.0")]
+    on_trial = ServedVersions(by_namespace={"shout": "1.1.0"}, chance={"shout": 0.25}, other_side={"shout": "1.0.0"})
+    assert keys(served_first(CallRequest(scenario="x"), ranked, on_trial)) == ["caps@1.0.0", "shout@1.1.0", "shout@1.0.0", "words@1.0.0"]
+    rest = ServedVersions(by_namespace={"shout": "1.0.0"}, chance={"shout": 0.75}, other_side={"shout": "1.1.0"})
+    assert keys(served_first(CallRequest(scenario="x"), ranked, rest)) == ["caps@1.0.0", "shout@1.0.0", "shout@1.1.0", "words@1.0.0"]
+    # Without a trial the namespace keeps the places the policy gave it.
+    active = ServedVersions(by_namespace={"shout": "1.1.0"})
+    assert keys(served_first(CallRequest(scenario="x"), ranked, active)) == ["caps@1.0.0", "shout@1.1.0", "words@1.0.0", "shout@1.0.0"]
+
+
 def test_a_call_retried_after_its_evolution_tries_the_promoted_version_first() -> None:
     served = ServedVersions(promoted={"c@1.0.0"})
     assert keys(evolved_first(CallRequest(scenario="x", after_evolution=True), RANKED, served))[0] == "c@1.0.0"

@@ -118,7 +118,8 @@ def no_tool_named(registry: ToolRegistry, name: str) -> NoReturn:
     gone = "" if tools_dir.is_dir() else (  # QA 49: `tools` listed it, `show` said there was none
         f"; FITTEST_TOOLS_DIR ({tools_dir.resolve()}) is not there: if the tool is in it, the workers keep it "
         "registered, with its counters, and do not run it until the directory is back")
-    fail(f"no tool named {name!r}" + (f"; these manifests do not load: {', '.join(unread)}: if it is in one of them, "
+    hint = registry.did_you_mean(name)
+    fail(f"no tool named {name!r}" + (f" ({hint})" if hint else "") + (f"; these manifests do not load: {', '.join(unread)}: if it is in one of them, "
                                       "the workers serve it as they last read it, until it loads" if unread else "") + gone,
          REFUSED)
 
@@ -276,6 +277,10 @@ def show(
     print_changelog(name, data.changelog, events)
 
 
+# Under a table whose long reasons `abridged` cut in the middle (QA 64c-9: a reason cut there, no word where the rest was).
+CUT_TOLD = "  [dim]… a long reason's middle is left out here; --json has it whole[/dim]"
+
+
 def print_changelog(name: str, changelog: list[ChangelogEntry], events: int) -> None:
     """The newest `events` entries of a namespace's changelog, newest last."""
     entries = changelog[-events:] if events else []
@@ -288,6 +293,8 @@ def print_changelog(name: str, changelog: list[ChangelogEntry], events: int) -> 
             table.add_row(when(e.time), literal(e.event), literal(version), literal(e.by),
                           literal(shortened(e.mutation or "", 60)), literal(abridged(e.reason or "", 150, 150)))
         console.print(table)
+        if any(len(e.reason or "") > 300 for e in entries):
+            console.print(CUT_TOLD)
 
 
 def namespace_alone(version_goes: str | None) -> Callable[[str], str]:
@@ -376,6 +383,8 @@ def show_report(report: EvolutionReport) -> None:
         console.print(table)
         if unchecked:
             console.print("  –: a stage with nothing to check (no test cases; nothing to replay, or a tool with side effects)")
+        if any(len(c.reason or "") > 300 for c in report.candidates):
+            console.print(CUT_TOLD)
     for note in report.notes:
         console.print(f"  [dim]{literal(note)}[/dim]")
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any, Optional, Protocol
 
 import typer
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 from rich.table import Table
 
 from evolution.served_version import fallback_version, head_version, withdrawn_versions
@@ -17,8 +18,8 @@ from selection.policies.learned import standing
 from selection.ports import Breakers, BreakerState, Newcomers, Promotions, StateStore
 from selection.registry import DIRECTORY, in_listing_order
 from selection.job_record import REFUSED_IN_A_ROW
-from workers.cli.common import (REFUSED, JsonOpt, check_redis, console, err_console, fail, literal, print_json,
-                                 warn_of_other_stacks)
+from workers.cli.common import (REFUSED, JsonOpt, abridged, check_redis, console, err_console, fail, literal, print_json,
+                                 shortened, warn_of_other_stacks)
 
 app = typer.Typer()
 
@@ -255,6 +256,105 @@ def tools_table(rows: list[ToolRow], title: str = "tools") -> Table:
 CALL_REPLIES = ("resilient_tool_call_reply", "call_tool_reply")
 
 
+# --------------------------------------------------------------------------------------- test
+class CaseRun(BaseModel):
+    """One test case of a manifest as `fittest test` ran it."""
+
+    case: int  # its place among the manifest's test_cases, from 1
+    input: dict[str, Any]
+    expects: str  # TestCase.expectation
+    passed: bool
+    why: str | None = None  # TestCase.check's answer when it did not pass
+    output: Any = None
+    error: str | None = None  # the run's failure class and message, when it failed
+
+
+class VersionCases(BaseModel):
+    """A version's test cases as `fittest test` ran them, in one sandbox subprocess."""
+
+    tool: str  # NAME@VERSION
+    manifest: str | None = None  # the file it was read from
+    cases: list[CaseRun] = Field(default_factory=list)
+    died: str | None = None  # why the stage's subprocess ended before it answered (every case then counts as failed)
+    elapsed_ms: float = 0.0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def passed(self) -> bool:
+        return self.died is None and all(c.passed for c in self.cases)
+
+
+def run_cases(manifest: ToolManifest, source: str | None, sandbox: Any) -> VersionCases:
+    """`manifest`'s test cases run as the evolution's tests stage runs them (evolution/verification.py)."""
+    from evolution.verification import VerifyConfig, stage_timeout
+
+    cases = manifest.test_cases
+    run = sandbox.run(manifest, [c.input for c in cases], stage_timeout(manifest, len(cases), VerifyConfig().stage_timeout_s))
+    found = VersionCases(tool=manifest.key, manifest=source, died=run.died, elapsed_ms=round(run.elapsed_ms, 1))
+    for i, (case, result) in enumerate(zip(cases, run.results), start=1):
+        why = case.check(result.success, result.output)
+        error = None if result.success else f"{result.error_class.value if result.error_class else 'error'}: {result.error_message}"
+        found.cases.append(CaseRun(case=i, input=case.input, expects=case.expectation(), passed=why is None, why=why,
+                                   output=result.output if result.success else None, error=error))
+    return found
+
+
+@app.command()
+def test(
+    tool: Annotated[str, typer.Argument(help="NAME (each of its versions) or NAME@VERSION.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Run a tool's test cases (its manifest's `test_cases`) and show each case's outcome; exit code
+    0 when every case passed, 1 when one did not, 2 when there is no such tool or no case to run.
+
+    The cases run as an evolution's tests stage runs them, in a subprocess with the workers' limits
+    (FITTEST_TOOL_MEMORY_MB, FITTEST_TOOL_CPU_S, FITTEST_OUTPUT_LIMIT_BYTES) and each case within the
+    tool's timeout_s: a case that fails here fails every candidate an evolution makes of the tool.
+    Reads the tools directory (and the evolved versions) alone: no worker and no Redis are needed.
+    A tool with `side_effects: true` does what its cases ask, as it does in an evolution."""
+    from workers.cli.common import tool_argument
+    from workers.cli.evolution import versions_of
+    from workers.runners.base import RunLimits
+    from workers.sandbox import SubprocessSandbox
+    from workers.settings import get_settings
+    from workers.tool_catalog import load_registry
+
+    name, version = tool_argument(tool)
+    settings = get_settings()
+    registry = load_registry(settings)
+    versions = versions_of(registry, name)
+    if version is not None:
+        versions = [m for m in versions if m.version == version]
+        if not versions:
+            fail(f"{name} has no version {version} (it has {', '.join(m.version for m in registry.versions(name))})", REFUSED)
+    tested = [m for m in versions if m.test_cases]
+    if not tested:
+        fail(f"{tool} has no test cases: a manifest lists them under test_cases (input, and expect, expect_keys or "
+             "expect_error)", REFUSED)
+    sandbox = SubprocessSandbox(RunLimits.from_settings(settings), registry.http_root)
+    runs = [run_cases(m, registry.source(m.key), sandbox) for m in tested]
+    if json_out:
+        print_json([r.model_dump(mode="json") for r in runs])
+    else:
+        for m in versions:
+            if not m.test_cases:
+                console.print(f"{literal(m.key)}: no test cases")
+        for r in runs:
+            table = Table(title=f"{literal(r.tool)}: {sum(c.passed for c in r.cases)} of {len(r.cases)} passed"
+                                f"{f' in {r.elapsed_ms / 1000:.1f} s' if not r.died else ''}")
+            for col in ("case", "input", "expects", "outcome"):
+                table.add_column(col)
+            for c in r.cases:
+                outcome = "[green]passed[/green]" if c.passed else f"[red]failed[/red]: {literal(c.why or '')}"
+                if c.error and not c.passed:
+                    outcome += f"\n[dim]{literal(abridged(c.error, 150, 150))}[/dim]"
+                table.add_row(str(c.case), literal(shortened(json.dumps(c.input, ensure_ascii=False), 60)), literal(c.expects), outcome)
+            console.print(table)
+            if r.died:
+                console.print(f"  [red]{literal(r.tool)}'s cases did not finish:[/red] {literal(r.died)}")
+    raise typer.Exit(0 if all(r.passed for r in runs) else 1)
+
+
 def command_output_schemas() -> dict[str, dict[str, Any]]:
     """What the commands print with --json that is no task's answer, by `COMMAND_output` (QA 60d M2:
     a script reading `tools`, `show`, `health` or `settings` had no schema to check against). The
@@ -286,6 +386,8 @@ def command_output_schemas() -> dict[str, dict[str, Any]]:
                                    "current value (secrets hidden)."),
         "weights_output": printed(WeightsShown, "`fittest weights --json`: the weights in force, their history and the "
                                   "latest retrain that stored none."),
+        "test_output": printed(list[VersionCases], "`fittest test TOOL --json`: each version's test cases and how each run "
+                               "went (exit code 0 every case passed, 1 one did not)."),
         "feedback_show_output": printed(FeedbackShown, "`fittest feedback show TOOL --json`: the entries, their trend and "
                                         "the version's quality."),
     }

@@ -237,7 +237,8 @@ def call_tool(self: Task, *args: Any, **kwargs: Any) -> Any:
     if original is None:
         return ended_early(CallResult(
             call_id=request.call_id, status="no_candidates", scenario=request.scenario,
-            message=f"no tool named '{name}'" + (f": {told}" if (told := runtime().selector.removal(name)) else ""),
+            message=f"no tool named '{name}'" + (f": {told}" if (told := runtime().selector.removal(name)
+                                                               or runtime().registry.did_you_mean(name)) else ""),
             no_candidates_reason="no_such_tool",
         ).model_dump(mode="json"))
     return start_call(self, request)
