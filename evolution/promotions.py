@@ -89,7 +89,7 @@ def promote_on_trial(
         reason=reason[:500],
         mutation=mutation[:500],
         status="on_trial",
-        resumes=interrupted,
+        resumes=interrupted or served_promotion(before),
     )
     if not state.promote_if(promotion, before.evolved_version if before else None, STATUSES):
         return None
@@ -257,7 +257,7 @@ def trial_new_manifests(state: Promotions, ledger: Changelog, registry: ToolRegi
         served = served_before(versions, current, arrived)
         promotion = Promotion(namespace=namespace, evolved_version=new.version, original_version=original.version,
                               parent_version=served, reason=f"a new version of its manifest, on trial against {served}",
-                              mutation=MANIFEST_MUTATION, status="on_trial")
+                              mutation=MANIFEST_MUTATION, status="on_trial", resumes=served_promotion(current))
         if not state.promote_if(promotion, current.evolved_version if current else None,
                                 [current.status] if current else STATUSES):
             continue  # changed meanwhile (an evolution, an operator): looked at again at the next change
@@ -377,6 +377,17 @@ def replaced_promotion(current: Promotion | None, version: str) -> Promotion | N
         return current.resumes if promoted_by_hand(current) else None
     served = current.status in ("on_trial", "active") and current.evolved_version != current.original_version
     return _kept(current, RESTORES_KEPT) if served or promoted_by_hand(current) else None
+
+
+def served_promotion(current: Promotion | None) -> Promotion | None:
+    """What a trial started over `current` restores when it is rolled back (by its verdict or by
+    hand): the promotion that serves a version other than the original, so that the next
+    `fittest rollback` rolls that one back in turn. Forgotten, the served version was "rolled back
+    already" and only `fittest promote NAME ORIGINAL` could take it back (QA 65a: 1.1.0 won its
+    trial, 1.2.0 went on trial against it; two rollbacks served 1.1.0, and a third was refused)."""
+    if current is None or current.status != "active" or current.evolved_version == current.original_version:
+        return None
+    return _kept(current, RESTORES_KEPT)
 
 
 def _kept(promotion: Promotion, depth: int) -> Promotion:

@@ -138,11 +138,11 @@ def run_test_cases(manifest: ToolManifest, sandbox: Sandbox, config: VerifyConfi
         return CasesRun(dead, False, dead.problems)
     problems, failed = [], []
     for i, (case, result) in enumerate(zip(cases, run.results)):
-        why = case.check(result.success, result.output)
+        why = case.check(result.success, result.output, result.error_class.value if result.error_class else None)
         if why is not None:
             detail = f"; {_error(result)}" if not result.success else ""
             problems.append(f"test case {i + 1} {json.dumps(case.input, default=str)[:120]}: {why}{detail}")
-            if not result.success and not case.expect_error:
+            if not result.success:  # no output: no `expect` is the cause
                 failed.append(problems[-1])
     return CasesRun(StageResult(stage="tests", passed=not problems, checked=len(cases), problems=problems,
                                     elapsed_ms=run.elapsed_ms), any(r.success for r in run.results), failed)

@@ -322,7 +322,9 @@ def no_candidates_result(plan: CallPlan, registry: ToolRegistry, tools_dir: Path
     if request.namespace and request.version and not plan.held_back:
         known = [m.version for m in registry.versions(request.namespace)]
         if not known:  # QA AB: "no tool matches", and exit code 1 where a version of a known tool gets 2
-            result.message = f"{request.namespace} has no version {request.version}: no tool is named {request.namespace!r}"
+            hint = registry.did_you_mean(f"{request.namespace}@{request.version}")
+            result.message = (f"{request.namespace} has no version {request.version}: no tool is named {request.namespace!r}"
+                              + (f" ({hint})" if hint else ""))
             result.no_candidates_reason = "no_such_version"
         elif request.version not in known:
             result.message = f"{request.namespace} has no version {request.version} (it has {', '.join(known)})"

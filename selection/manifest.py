@@ -167,21 +167,27 @@ class TestCase(BaseModel):
         """What the case asks of the tool's run, in words (`fittest test` shows it beside the outcome)."""
         if self.expect_error:
             return "an error"
-        wanted = [f"output {json.dumps(self.expect, ensure_ascii=False, default=str)}"] if self.expect is not None else []
+        wanted = [f"output {_short(self.expect)}"] if self.expect is not None else []
         wanted += [f"key(s) {', '.join(self.expect_keys)}"] if self.expect_keys else []
         return ", ".join(wanted) or "an output"
 
-    def check(self, success: bool, output: Any) -> str | None:
+    def check(self, success: bool, output: Any, failure: str | None = None) -> str | None:
         """Whether a run of this input satisfies the case: None when it does, else why not.
+        `failure`: the failed run's class (workers' FailureClass value), when known.
 
-        The one reading of a test case, shared by verification, the tests and the demo, so a
-        case cannot pass in one place and fail in another.
+        The one reading of a test case, shared by verification, `fittest test`, the tests and the
+        demo, so a case cannot pass in one place and fail in another. An error expected is one the
+        tool gives: a run cut off (timeout) or whose upstream did not answer (unavailable) says
+        nothing of the input, and does not pass (QA 65a: a hanging run and a service that was down
+        passed such cases). An output is compared as JSON: true is not 1 (QA 65a: both passed).
         """
         if self.expect_error:
-            return None if not success else f"expected an error, got output {_short(output)}"
+            if success:
+                return f"expected an error, got output {_short(output)}"
+            return f"expected an error of the tool's, the run failed as {failure}" if failure in NOT_THE_TOOLS_ERROR else None
         if not success:
             return "expected an output, the tool failed"
-        if self.expect is not None and output != self.expect:
+        if self.expect is not None and not same_json(output, self.expect):
             return f"expected {_short(self.expect)}, got {_short(output)}"
         missing = [k for k in self.expect_keys if not isinstance(output, dict) or k not in output]
         if missing:
@@ -189,8 +195,27 @@ class TestCase(BaseModel):
         return None
 
 
+# Failures of a run that say nothing of its input: it was cut off, or its upstream did not answer.
+NOT_THE_TOOLS_ERROR = frozenset({"timeout", "unavailable"})
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two JSON values are the same: Python's == takes true for 1 and false for 0; numbers
+    compare by value (1 is 1.0, as JSON has one kind of number)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    return type(a) is type(b) and a == b
+
+
 def _short(value: Any, limit: int = 200) -> str:
-    text = repr(value)
+    """`value` as JSON, as a manifest's author wrote it, cut at `limit` characters."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else text[:limit] + "…"
 
 
@@ -217,6 +242,13 @@ class ToolManifest(BaseModel):
     # Where the manifest was loaded from; runners resolve {tool_dir} and python files against it.
     tool_dir: str | None = None
     evolved_file: str | None = None
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _given(cls, v: Any) -> Any:
+        if v is None:  # QA 65a: `version:` or `version: null` said "Input should be a valid string"
+            raise ValueError("is empty: a version is MAJOR.MINOR.PATCH, as in version: 1.0.0")
+        return v
 
     @field_validator("version", "parent_version")
     @classmethod

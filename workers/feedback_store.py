@@ -120,7 +120,10 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
     manifest = rt.registry.get(tool_key(tool, version))
     if manifest is None:  # with the versions it has, as `feedback show` and `explain` say it (QA selection F10)
         known = ", ".join(m.version for m in rt.registry.versions(tool))
-        raise UnknownVersion(f"{tool} has no version {version!r} (it has {known})") if known else LookupError(f"no tool named '{tool}'")
+        if not known:
+            hint = rt.registry.did_you_mean(tool_key(tool, version))
+            raise LookupError(f"no tool named '{tool}'" + (f" ({hint})" if hint else ""))
+        raise UnknownVersion(f"{tool} has no version {version!r} (it has {known})")
     # In general: the description stands for the scenario (its vector), marked as such (QA AD: shown
     # as if a job had been worded so, its trailing newline a blank row).
     record = FeedbackRecord.manual(tool, version, scenario or manifest.description.strip(), sentiment, reason, quality,

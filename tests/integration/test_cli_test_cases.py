@@ -44,8 +44,9 @@ def test_each_case_is_run_and_a_wrong_expect_fails_the_command_naming_what_came(
     (run,) = as_published(json.loads(done.stdout), "test_output")
     assert run["tool"] == "shout@1.0.0" and run["passed"] is False and run["died"] is None
     assert [c["passed"] for c in run["cases"]] == [True, False, True, False]
-    assert run["cases"][1]["why"] == "expected {'upper': 'hi'}, got {'upper': 'HI'}"
+    assert run["cases"][1]["why"] == 'expected {"upper": "hi"}, got {"upper": "HI"}'
     assert run["cases"][3]["error"].startswith("timeout"), run["cases"][3]
+    assert run["cases"][2]["error"].startswith("crash: AttributeError"), run["cases"][2]  # the error that passed, named
 
     shown = fittest_test(tools, "shout")  # each version: the one without cases is said to have none
     assert shown.returncode == 1
@@ -64,3 +65,17 @@ def test_a_tool_or_version_not_there_or_without_cases_is_refused_by_name(tmp_pat
                        (["shout"], "shout has no test cases")]:
         done = fittest_test(tools, *args)
         assert done.returncode == 2 and said in " ".join(done.stderr.split()), (args, done.stderr)
+
+
+def test_a_case_that_kills_its_process_is_named_and_the_others_are_shown(tmp_path: Path) -> None:
+    """QA 65a: one case's `os._exit` left "0 of 0 passed" and an empty table."""
+    tools = tmp_path / "tools"
+    tool(tools, "1.0.0", [{"input": {"text": "a"}, "expect": {"upper": "A"}}, {"input": {"text": "die"}, "expect": {"upper": "DIE"}},
+                          {"input": {"text": "b"}, "expect": {"upper": "B"}}],
+         body="if data['text'] == 'die':\n        import os; os._exit(0)\n    return {'upper': data['text'].upper()}")
+    done = fittest_test(tools, "shout", "--json")
+    assert done.returncode == 1, done.stderr
+    (run,) = as_published(json.loads(done.stdout), "test_output")
+    assert [c["passed"] for c in run["cases"]] == [True, False, True], run
+    assert run["cases"][1]["why"].startswith("its run killed the process it ran in"), run["cases"][1]
+    assert "each case then ran alone" in run["died"]

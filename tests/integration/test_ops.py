@@ -479,6 +479,8 @@ def test_a_call_to_a_namespace_nobody_ranked_says_it_was_ranked_by_its_scenario(
     nobody = cli("explain", "parse this csv text into rows", "--namespace", "csv_nosuch@1.0.0")  # QA AB: exit code 0
     assert nobody.exit_code == 2 and "csv_nosuch has no version 1.0.0: no tool is named 'csv_nosuch'" in words(nobody.output)
     assert "ranking for" not in nobody.output  # no empty table before the refusal
+    typo = cli("explain", "parse this csv text into rows", "--namespace", "csv_lenent@1.0.0")  # QA 65a: no hint
+    assert typo.exit_code == 2 and "no tool is named 'csv_lenent' (did you mean csv_lenient@1.0.0?)" in words(typo.output)
     untagged = cli("explain", "parse this csv text into rows", "--tag", "nosuchtag", "--json")
     assert json.loads(untagged.stdout)["status"] == "no_candidates"  # as a call ends (QA AC)
     # A tag no tool has is named, and refused as a version no tool has is (QA new user: exit 1)

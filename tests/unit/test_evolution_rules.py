@@ -65,11 +65,23 @@ def test_version_folder_is_named_after_the_version_and_stays_inside(tmp_path: Pa
         (TestCase(input={}, expect_error=True), False, None, True),
         (TestCase(input={}, expect_error=True), True, {"a": 1}, False),
         (TestCase(input={}), True, "anything", True),
+        # QA 65a: compared as JSON, true is not 1 nor false 0
+        (TestCase(input={}, expect={"ok": 1, "z": False}), True, {"ok": True, "z": 0}, False),
+        (TestCase(input={}, expect={"ok": True, "n": [1, None]}), True, {"ok": True, "n": [1.0, None]}, True),
+        (TestCase(input={}, expect=["a"]), True, ["a", "b"], False),
     ],
 )
 def test_test_case_check(case: TestCase, success: bool, output: object, ok: bool) -> None:
     why = case.check(success, output)
     assert (why is None) == ok, why
+
+
+@pytest.mark.parametrize(("failure", "ok"), [("bad_input", True), ("crash", True), ("bad_output", True),
+                                             ("timeout", False), ("unavailable", False)])
+def test_an_expected_error_is_one_the_tool_gives(failure: str, ok: bool) -> None:
+    """QA 65a: a hanging run, and an http tool whose service was down, passed a case expecting an error."""
+    why = TestCase(input={}, expect_error=True).check(False, None, failure)
+    assert (why is None) == ok and (ok or why == f"expected an error of the tool's, the run failed as {failure}"), why
 
 
 # ------------------------------------------------------------------------------------ coercion

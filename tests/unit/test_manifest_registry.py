@@ -113,6 +113,9 @@ def test_an_unquoted_version_is_quoted_as_written(tmp_path: Path, written: str) 
     manifest.write_text(manifest.read_text().replace("version: 1.0.0", f"version: {written}"))
     (error,) = ToolRegistry.load([tmp_path]).errors
     assert (error.field, error.reason) == ("version", f"'{written}' is not a semantic version (MAJOR.MINOR.PATCH)"), error
+    manifest.write_text(manifest.read_text().replace(f"version: {written}", "version: null"))  # QA 65a
+    (error,) = ToolRegistry.load([tmp_path]).errors
+    assert (error.field, error.reason) == ("version", "is empty: a version is MAJOR.MINOR.PATCH, as in version: 1.0.0"), error
 
 
 def test_missing_directory_is_an_error_not_a_crash(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from evolution.promotions import (AlreadyPromoted, PromotionError, activate_trials_left_alone, conclude_trial,
                                   promote_by_hand, promote_on_trial, rollback, trial_new_manifests)
-from evolution.served_version import head_version, served_version
+from evolution.served_version import head_version, manifest_to_trial, served_version
 from selection.manifest import ToolManifest
 from selection.models import Promotion
 from selection.registry import ToolRegistry
@@ -236,3 +236,31 @@ def test_a_second_rollback_rolls_back_the_evolved_version_a_by_hand_promotion_ha
     assert head_version(state.promotion("word_stats")) is None  # the original, 1.0.0
     with pytest.raises(PromotionError, match="rolled back already"):
         rollback(state, ledger, "word_stats", registry)
+
+
+def test_rollbacks_step_back_past_a_trial_won_after_a_later_trial_is_rolled_back() -> None:
+    """QA 65a: 1.1.0 won its trial, 1.2.0 went on trial against it and was rolled back: 1.1.0 served,
+    and the next rollback said 1.2.0 was rolled back already, where the operator meant 1.1.0."""
+    state, ledger = InMemoryStateStore(), InMemoryEvolutionState()
+    (trial,) = trial_new_manifests(state, ledger, registry_of("1.0.0", "1.1.0"), ["word_stats"])
+    assert conclude_trial(state, ledger, trial, "activate", "5/5 successes")
+    registry = registry_of("1.0.0", "1.1.0", "1.2.0")
+    (later,) = trial_new_manifests(state, ledger, registry, ["word_stats"])
+    assert (later.evolved_version, later.parent_version) == ("1.2.0", "1.1.0")
+    rollback(state, ledger, "word_stats", registry)  # the trial of 1.2.0
+    again = state.promotion("word_stats")
+    assert again is not None and (again.evolved_version, again.status) == ("1.1.0", "active")
+    assert served_version(again, "any-call", after_evolution=False, share=0.25) == "1.1.0"
+    rollback(state, ledger, "word_stats", registry)  # 1.1.0's trial win
+    assert head_version(state.promotion("word_stats")) is None  # the original, 1.0.0
+    with pytest.raises(PromotionError, match="rolled back already"):
+        rollback(state, ledger, "word_stats", registry)
+    # A trial lost by its verdict serves the version it was tried against again, its promotion with it.
+    state, ledger = InMemoryStateStore(), InMemoryEvolutionState()
+    (trial,) = trial_new_manifests(state, ledger, registry_of("1.0.0", "1.1.0"), ["word_stats"])
+    conclude_trial(state, ledger, trial, "activate", "5/5 successes")
+    (later,) = trial_new_manifests(state, ledger, registry, ["word_stats"])
+    assert conclude_trial(state, ledger, later, "rollback", "0/5 successes")
+    again = state.promotion("word_stats")
+    assert again is not None and (again.evolved_version, again.status) == ("1.1.0", "active")
+    assert manifest_to_trial(registry.versions("word_stats"), again, state.promotion_history("word_stats")) is None  # 1.2.0 competed once

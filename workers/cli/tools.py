@@ -285,17 +285,36 @@ class VersionCases(BaseModel):
 
 
 def run_cases(manifest: ToolManifest, source: str | None, sandbox: Any) -> VersionCases:
-    """`manifest`'s test cases run as the evolution's tests stage runs them (evolution/verification.py)."""
-    from evolution.verification import VerifyConfig, stage_timeout
+    """`manifest`'s test cases run as the evolution's tests stage runs them (evolution/verification.py),
+    in one subprocess. When that subprocess dies (a case that kills its process: `os._exit`, a
+    signal), each case runs again in one of its own, so that the table shows which case killed
+    it and how the others did (QA 65a: "0 of 0 passed", an empty table); not a tool with side
+    effects, whose cases would do their changes again."""
+    from evolution.verification import StageRun, VerifyConfig, stage_timeout
 
     cases = manifest.test_cases
-    run = sandbox.run(manifest, [c.input for c in cases], stage_timeout(manifest, len(cases), VerifyConfig().stage_timeout_s))
+    cap = VerifyConfig().stage_timeout_s
+    run = sandbox.run(manifest, [c.input for c in cases], stage_timeout(manifest, len(cases), cap))
     found = VersionCases(tool=manifest.key, manifest=source, died=run.died, elapsed_ms=round(run.elapsed_ms, 1))
-    for i, (case, result) in enumerate(zip(cases, run.results), start=1):
-        why = case.check(result.success, result.output)
-        error = None if result.success else f"{result.error_class.value if result.error_class else 'error'}: {result.error_message}"
+    alone: list[StageRun] = []
+    if run.died is not None and len(cases) > 1 and not manifest.side_effects:
+        alone = [sandbox.run(manifest, [c.input], stage_timeout(manifest, 1, cap)) for c in cases]
+    for i, case in enumerate(cases, start=1):
+        if alone and alone[i - 1].died is not None:
+            found.cases.append(CaseRun(case=i, input=case.input, expects=case.expectation(), passed=False,
+                                       why=f"its run killed the process it ran in: {alone[i - 1].died}"))
+            continue
+        results = alone[i - 1].results if alone else run.results[i - 1:i]
+        if not results:
+            continue
+        result = results[0]
+        failure = result.error_class.value if result.error_class else None
+        why = case.check(result.success, result.output, failure)
+        error = None if result.success else f"{failure or 'error'}: {result.error_message}"
         found.cases.append(CaseRun(case=i, input=case.input, expects=case.expectation(), passed=why is None, why=why,
                                    output=result.output if result.success else None, error=error))
+    if alone:  # as an evolution's tests stage runs them, together, they fail
+        found.died = f"{run.died}; each case then ran alone, as the table shows"
     return found
 
 
@@ -331,6 +350,10 @@ def test(
     if not tested:
         fail(f"{tool} has no test cases: a manifest lists them under test_cases (input, and expect, expect_keys or "
              "expect_error)", REFUSED)
+    for m in tested:
+        if m.side_effects:  # QA 65a: it appended to its log with nothing said
+            err_console.print(f"[yellow]note:[/yellow] {literal(m.key)} has side effects (side_effects: true): its cases "
+                              "do what they ask, as they do in an evolution")
     sandbox = SubprocessSandbox(RunLimits.from_settings(settings), registry.http_root)
     runs = [run_cases(m, registry.source(m.key), sandbox) for m in tested]
     if json_out:
@@ -346,7 +369,7 @@ def test(
                 table.add_column(col)
             for c in r.cases:
                 outcome = "[green]passed[/green]" if c.passed else f"[red]failed[/red]: {literal(c.why or '')}"
-                if c.error and not c.passed:
+                if c.error:  # also of a case that expects an error: which one came (QA 65a)
                     outcome += f"\n[dim]{literal(abridged(c.error, 150, 150))}[/dim]"
                 table.add_row(str(c.case), literal(shortened(json.dumps(c.input, ensure_ascii=False), 60)), literal(c.expects), outcome)
             console.print(table)
