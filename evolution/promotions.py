@@ -292,6 +292,15 @@ def conclude_trial(state: Promotions, ledger: Changelog, current: Promotion, ver
 
 
 ROLLED_BACK_BY_HAND = "rolled back by hand"
+# The original's promotion by hand, rolled back: undone, as `fittest rollback` says, since the original
+# stays the fallback of every version (QA 65a: the changelog said "rolled back by hand").
+UNDONE_BY_HAND = "its promotion by hand undone: the original stays the fallback of every version"
+
+
+def undone_not_rolled_back(promotion: Promotion) -> bool:
+    """Whether a rolled-back promotion undid the original's promotion by hand, which takes no
+    version out of the calls (`fittest_rollbacks_total` does not count it)."""
+    return promotion.status == "rolled_back" and promotion.by == "operator" and promotion.evolved_version == promotion.original_version
 
 
 def rollback(state: Promotions, ledger: Changelog, namespace: str, registry: ToolRegistry | None = None) -> Promotion:
@@ -321,13 +330,13 @@ def rollback(state: Promotions, ledger: Changelog, namespace: str, registry: Too
         raise PromotionError(f"{tool_key(namespace, current.evolved_version)} replaced {tool_key(namespace, back)}, which is served "
                              "no more (it, or the version it evolved from, left the tools directory): nothing to roll back to "
                              f"(to serve another version: fittest promote {namespace} VERSION)")
-    new = current.model_copy(update={"status": "rolled_back", "reason": ROLLED_BACK_BY_HAND, "promoted_at": time.time(),
-                                     "by": "operator"})
+    why = UNDONE_BY_HAND if promoted_by_hand(current) and current.evolved_version == current.original_version else ROLLED_BACK_BY_HAND
+    new = current.model_copy(update={"status": "rolled_back", "reason": why, "promoted_at": time.time(), "by": "operator"})
     if not state.promote_if(new, current.evolved_version, [current.status]):
         raise PromotionChanged(f"the promotion of {namespace} changed meanwhile; look again with `fittest show {namespace}`")
     ledger.log(
         ChangelogEntry(namespace=namespace, event="rolled_back", version=current.evolved_version,
-                       parent=current.parent_version, reason=ROLLED_BACK_BY_HAND, by="operator")
+                       parent=current.parent_version, reason=why, by="operator")
     )
     placed = "promoted by hand in its place" if promoted_by_hand(current) else "evolved from it"
     _restore(state, ledger, new, f"{tool_key(namespace, current.evolved_version)}, {placed}, was rolled back", by="operator")

@@ -36,6 +36,7 @@ from pydantic import BaseModel
 from redis import Redis, RedisError
 from redis.client import Pipeline
 
+from evolution.promotions import undone_not_rolled_back
 from selection.manifest import split_key
 from selection.models import Promotion, ToolExecutionResult
 from workers.buffered import BufferedWrites
@@ -308,13 +309,14 @@ class MetricsReader:
 
 def evolution_events(history: list[Promotion]) -> tuple[list[Promotion], list[Promotion]]:
     """(evolutions, rollbacks) of one namespace: each new version put on trial (once: a trial that
-    a by-hand promotion interrupted goes on after its rollback), each rollback."""
+    a by-hand promotion interrupted goes on after its rollback), each rollback (not the original's
+    promotion by hand undone, which took no version out of the calls)."""
     first_trials: dict[str, Promotion] = {}
     for p in history:
         if p.status == "on_trial":
             first_trials.setdefault(p.evolved_version, p)
     evolutions = list(first_trials.values())
-    rollbacks = [p for p in history if p.status == "rolled_back"]
+    rollbacks = [p for p in history if p.status == "rolled_back" and not undone_not_rolled_back(p)]
     return evolutions, rollbacks
 
 

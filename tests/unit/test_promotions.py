@@ -264,3 +264,20 @@ def test_rollbacks_step_back_past_a_trial_won_after_a_later_trial_is_rolled_back
     again = state.promotion("word_stats")
     assert again is not None and (again.evolved_version, again.status) == ("1.1.0", "active")
     assert manifest_to_trial(registry.versions("word_stats"), again, state.promotion_history("word_stats")) is None  # 1.2.0 competed once
+
+
+def test_the_originals_promotion_by_hand_is_logged_undone_and_not_counted_as_a_rollback() -> None:
+    """QA 65a: `fittest rollback` said the original's promotion by hand was undone; the changelog said
+    "rolled back by hand", and fittest_rollbacks_total counted it."""
+    from workers.metrics import evolution_events
+
+    state, ledger = InMemoryStateStore(), InMemoryEvolutionState()
+    registry = registry_of("1.0.0", "1.1.0")
+    promote_by_hand(state, ledger, registry, "word_stats", "1.1.0")
+    promote_by_hand(state, ledger, registry, "word_stats", "1.0.0")
+    rollback(state, ledger, "word_stats", registry)  # undoes the original's promote: 1.1.0 served again
+    assert ledger.changelog("word_stats")[-2].reason == ("its promotion by hand undone: the original stays the fallback "
+                                                         "of every version")
+    rollback(state, ledger, "word_stats", registry)  # 1.1.0 rolled back
+    assert ledger.changelog("word_stats")[-1].reason == "rolled back by hand"
+    assert [p.evolved_version for p in evolution_events(state.promotion_history("word_stats"))[1]] == ["1.1.0"]
