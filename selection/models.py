@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 import uuid
 from collections.abc import Mapping
@@ -198,13 +199,17 @@ def field_errors(exc: ValidationError) -> list[FieldError]:
     """A validation error as the fields it names and what is wrong with each, in words: pydantic's
     "Value error, " before a validator's own message is dropped, and a pattern's rule said."""
     return [FieldError(field=".".join(str(p) for p in e["loc"]) or "(payload)", message=_in_words(e), type=e["type"])
-            for e in exc.errors(include_url=False, include_input=False)]
+            for e in exc.errors(include_url=False, include_input=True)]
 
 
 def _in_words(error: Any) -> str:
     ctx = error.get("ctx") or {}
     if error["type"] == "string_pattern_mismatch" and (words := PATTERN_WORDS.get(str(ctx.get("pattern")))):
-        return f"should be {words}"
+        given = error.get("input")
+        lower = given.lower() if isinstance(given, str) else ""
+        # QA 65a: `--namespace Slugify` was told the rule, and not the name it likely meant
+        meant = f" (did you mean {lower!r}?)" if ctx.get("pattern") == NAME_PATTERN and re.fullmatch(NAME_PATTERN, lower) else ""
+        return f"should be {words}{meant}"
     if error["type"] == "string_too_short" and ctx.get("min_length") == 1:
         return "is empty"
     return str(error["msg"]).removeprefix("Value error, ")

@@ -72,3 +72,15 @@ def test_a_refused_field_says_its_rule_in_words(fields: dict[str, Any], said: st
         CallRequest.model_validate({"scenario": "sort these numbers", **fields})
     (error,) = field_errors(refused.value)
     assert f"{error.field}: {error.message}".startswith(said), error
+
+
+@pytest.mark.parametrize(("namespace", "said"), [
+    ("Slugify", "should be a tool's name: lowercase letters, digits and _, starting with a letter, at most 64 "
+                "(did you mean 'slugify'?)"),  # QA 65a
+    ("Bad Name", "should be a tool's name: lowercase letters, digits and _, starting with a letter, at most 64"),
+])
+def test_a_namespace_in_capitals_is_told_its_lowercase_form(namespace: str, said: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        CallRequest(scenario="make a slug", namespace=namespace)
+    (error,) = field_errors(refused.value)
+    assert (error.field, error.message) == ("namespace", said)
