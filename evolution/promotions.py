@@ -76,9 +76,15 @@ def promote_on_trial(
     # tried against the version served, which a rollback serves again. Tried against its parent, it
     # put that version back on the trial's other 75 % of the calls and the served one out of them
     # (QA 50d: a broken original back in place of the active 1.1.0; a rolled-back 1.2.0 made active
-    # by the rollback of its child).
+    # by the rollback of its child). Evolved from the version on trial, it is tried against what that
+    # trial was against: tried against its parent, the version that was losing its trial served the
+    # other 75 % in place of the one it was tried against, and the child's win then replaced that one
+    # without a word (QA 65b: caps_text 2.0.0, 0/2 on its trial, evolved by hand into a 2.1.0 whose
+    # description alone changed; 1.0.0 served no call after, and 2.1.0 won against 2.0.0's rate).
     against = parent.version
-    if trigger == "manual" and interrupted is None:
+    if interrupted is not None:
+        against = (fallback_version(before) or original_version) if before is not None else against
+    elif trigger == "manual":
         against = (fallback_version(before) if before is not None and before.status == "on_trial"
                    else head_version(before)) or original_version
     promotion = Promotion(

@@ -82,9 +82,11 @@ def _act_on_trial(rt: Runtime, promotion: Promotion, counts: TrialCounts, failed
     rate = parent_rate(counts, history.successes, history.failures, rules)
     verdict = decide(counts, rate, rules)
     runs = counts.evolved_successes + counts.evolved_failures
-    # a manifest's new version has no parent: the version it is tried against (QA 64d)
-    against = (f"{parent}'s rate of {rate:.2f} (the version it is tried against)" if promotion.mutation == MANIFEST_MUTATION
-               else f"the parent's rate of {rate:.2f}")
+    # a manifest's new version has no parent, and one evolved from a version on trial is tried against
+    # what that trial was against (QA 64d, QA 65b): the version it is tried against, named
+    evolved = rt.registry.get(tool_key(promotion.namespace, promotion.evolved_version))
+    of_parent = promotion.mutation != MANIFEST_MUTATION and (evolved is None or evolved.parent_version == promotion.parent_version)
+    against = f"the parent's rate of {rate:.2f}" if of_parent else f"{parent}'s rate of {rate:.2f} (the version it is tried against)"
     reason = f"{counts.evolved_successes}/{runs} successes on trial against {against}"
     if verdict == "rollback" and failed is not None and failed.error_class is not None:
         said = f": {failed.error_message[:200]}" if failed.error_message else ""

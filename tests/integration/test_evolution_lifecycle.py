@@ -623,7 +623,9 @@ def test_a_call_that_held_back_the_served_version_evolves_it_instead_of_retrying
     assert (report.status, report.parent, report.version) == ("evolved", "slowish@1.1.0", "1.2.0"), report
     assert report.mutation == "timeout_s 1.2s → 4.8s"
     promotion = rt.state.promotion("slowish")
-    assert promotion is not None and (promotion.evolved_version, promotion.parent_version) == ("1.2.0", "1.1.0")
+    # It interrupts 1.1.0's trial, and is tried against what that trial was against (QA 65b)
+    assert promotion is not None and (promotion.evolved_version, promotion.parent_version) == ("1.2.0", "1.0.0")
+    assert promotion.resumes is not None and promotion.resumes.evolved_version == "1.1.0"
 
 
 def test_a_fallback_failure_that_takes_a_version_under_the_threshold_starts_no_evolution(rt: Runtime) -> None:

@@ -445,6 +445,12 @@ def test_show_says_why_a_new_manifest_version_waits_while_a_promote_holds(redis_
     versions = [("1.0.0", "active", True), ("1.1.0", "new manifest version", False)]
     assert_shown(show_lineage(monkeypatch, "word_stats", promotion, versions), "1.0.0  active ◀ served",
                  "1.1.0  new manifest version waits: `fittest promote` decides (`fittest rollback word_stats` lets it go on trial)")
+    # QA 65b: of a version other than the original promoted by hand, the rollback stops serving it, as said
+    promotion = {**promotion, "evolved_version": "1.0.1", "parent_version": "1.0.0"}
+    versions = [("1.0.0", "superseded", False), ("1.0.1", "active", True), ("1.1.0", "new manifest version", False)]
+    assert_shown(show_lineage(monkeypatch, "word_stats", promotion, versions),
+                 "1.1.0  new manifest version waits: `fittest promote` decides (`fittest rollback word_stats` lets it go on "
+                 "trial, and stops serving word_stats@1.0.1, promoted by hand)")
 
 
 def test_a_reader_that_goes_away_ends_a_command_as_sigpipe_does_not_as_a_failed_call() -> None:

@@ -131,7 +131,10 @@ def test_a_trial_interrupted_by_an_evolution_of_its_version_goes_on_after_that_o
     (trial,) = trial_new_manifests(state, ledger, registry_of("1.0.0", "1.1.0"), ["word_stats"])
     child = promote_on_trial(state, ledger, manifest("1.2.0", "1.1.0"), manifest("1.1.0"), "1.0.0", before=trial,
                              reason="r", mutation="m", job_id="j", trigger="manual")
-    assert child is not None and child.resumes is not None and child.parent_version == "1.1.0"  # R5
+    # R5; tried against what the interrupted trial was against, which serves the rest of the calls (QA 65b)
+    assert child is not None and child.resumes is not None and child.parent_version == "1.0.0"
+    drawn = [served_version(child, f"call-{i}", after_evolution=False, share=0.25) for i in range(40)]
+    assert "1.1.0" not in drawn and drawn.count(None) > 20  # None: the original
     assert conclude_trial(state, ledger, child, "rollback", "worse than 1.1.0")
     back = state.promotion("word_stats")
     assert back is not None and (back.evolved_version, back.status) == ("1.1.0", "on_trial")  # R3

@@ -256,7 +256,10 @@ def show(
         if row.deprecated:
             served += " [dim]deprecated: not offered by selection[/dim]"
         elif row.status == "new manifest version" and pinned and row.version == newest_given:  # QA V: nothing said why it was never tried
-            served += f" [dim]waits: `fittest promote` decides (`fittest rollback {literal(name)}` lets it go on trial)[/dim]"
+            # QA 65b: the hint's rollback also stopped serving the version promoted by hand, an evolved fix
+            held = promotion.evolved_version if promotion is not None and promotion.evolved_version != promotion.original_version else None
+            stops = f", and stops serving {literal(name)}@{literal(held)}, promoted by hand" if held else ""
+            served += f" [dim]waits: `fittest promote` decides (`fittest rollback {literal(name)}` lets it go on trial{stops})[/dim]"
         elif row.status == "new manifest version" and row.version != newest_given:
             served += (f" [dim]a fallback: only the newest manifest version goes on trial (`fittest promote {literal(name)} "
                        f"{literal(row.version)}` serves it)[/dim]")
