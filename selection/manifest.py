@@ -260,6 +260,11 @@ class ToolManifest(BaseModel):
     def _tags(cls, v: list[str]) -> list[str]:
         return sorted({t.strip().lower() for t in v if t.strip()})
 
+    def declares_refused(self, value: dict[str, Any]) -> bool:
+        """Whether a test case of this version says it must refuse `value` (`expect_error: true`, the
+        same JSON input): its refusal of such an input is the tool doing its job."""
+        return any(c.expect_error and same_json(c.input, value) for c in self.test_cases)
+
     @property
     def key(self) -> str:
         """`name@version`: the identity of a tool version everywhere (Redis, Qdrant, results)."""

@@ -334,8 +334,14 @@ class ToolExecutionResult(VersionKeyed, BaseModel):
     # that do such jobs too, or clearly match them, are tried with it after it.
     refused_its_job: bool = False
     # Such a refusal taken for the caller's mistake (`Candidate.callers_mistake`), or any refusal
-    # after one in the same call: counted apart, and set aside as evidence.
+    # after one in the same call, or a refusal of an input the version's test cases say it must
+    # refuse (`refused_as_declared`): counted apart, and set aside as evidence.
     callers_mistake: bool = False
+    # A refusal (bad_input) of an input a test case of the version expects an error on
+    # (`ToolManifest.declares_refused`): the tool doing its job, which no run of such refusals makes
+    # "maybe broken" (QA 65b: six `{"n": -5}` calls to prime_count, whose own test case expects an
+    # error there, counted in its trial, said it might be broken, and started an evolution).
+    refused_as_declared: bool = False
     # A success on an input that a tool doing the job by its record refused (`refused_its_job`), by
     # a version that has not done such jobs itself: its output may not be what was asked for, and its success
     # is set aside (QA recheck: a tool that takes any input, 0.50 similar, took seven such inputs
@@ -441,7 +447,8 @@ class AttemptSummary(BaseModel):
                                            "attempt of max_attempts, and its outcome closes the breaker or opens it again")
     callers_mistake: bool = Field(False, description="It refused the input (bad_input) of a job it does (3 or more "
                                                      "like it succeeded), or of one a tool that does it refused before it "
-                                                     "in the call: check the input. Counted apart; it lowers no quality")
+                                                     "in the call, or one a test case of its manifest expects an error on: "
+                                                     "check the input. Counted apart; it lowers no quality")
     took_a_refused_input: bool = Field(False, description="It succeeded on an input a tool that does the job refused, "
                                                           "and has done no such job itself: check its output. Its "
                                                           "success is set aside")
@@ -570,6 +577,7 @@ class FailureCount(str, Enum):
     failure = "failure"  # failures += 1, and its quality falls by its severity's penalty
     refused_input = "refused_input"  # the caller's mistake: refused_inputs and refused_in_a_row += 1
     not_its_job = "not_its_job"  # a fallback's refusal of (or crash on) another tool's job: refused_inputs += 1
+    declared_refusal = "declared_refusal"  # a refusal its test cases expect (`refused_as_declared`): refused_inputs += 1
 
 
 class FailureMark(VersionKeyed, BaseModel):
@@ -593,6 +601,7 @@ class FailureMark(VersionKeyed, BaseModel):
     # `does_such_jobs`): a fallback that does is charged for its crash; one that does not is not.
     does_such_jobs: bool = True
     callers_mistake: bool = False  # the attempt's (`ToolExecutionResult.callers_mistake`): counted, not demoted
+    refused_as_declared: bool = False  # the attempt's (`ToolExecutionResult.refused_as_declared`): not "in a row" either
 
     def effective_severity(self) -> Severity:
         return self.severity or SEVERITY_BY_CLASS[self.error_class]
@@ -608,6 +617,8 @@ class FailureMark(VersionKeyed, BaseModel):
         A fallback that does such jobs crashing on one is charged. Each is still remembered near its
         scenario, where the fallback's ranks it down for such jobs, and a crash still counts toward
         its circuit breaker."""
+        if self.refused_as_declared:
+            return FailureCount.declared_refusal
         if self.callers_mistake:
             return FailureCount.refused_input
         if not self.targeted and (self.error_class is FailureClass.bad_input
@@ -628,6 +639,9 @@ class OutcomeRecord(BaseModel):
     input: dict[str, Any] = Field(default_factory=dict)  # replayed when an evolved version is verified
     variants: dict[str, str] = Field(default_factory=dict)  # tool key -> description variant served
     namespace: str | None = None  # the namespace the call asked for (a trial counts that traffic)
+    # The version the call asked for: the caller chose it, no trial's draw did, so it is no trial
+    # traffic (QA 65b: 3 of a version's "5/5" trial successes were calls pinned to it).
+    version: str | None = None
     components: dict[str, dict[str, float]] = Field(default_factory=dict)  # tool key -> SPARC components ranked with
     # The retry of a call after its evolution: it runs the new version on the input its verification
     # replayed already, so its outcome is no trial traffic (workers/trials.py `account_trials`).
@@ -659,6 +673,7 @@ class OutcomeRecord(BaseModel):
             input=plan.request.input,
             variants=plan.variants,
             namespace=plan.request.namespace,
+            version=plan.request.version,
             components={c.key: c.breakdown.sparc_components for c in plan.candidates},
             after_evolution=plan.request.after_evolution,
         )

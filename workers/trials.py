@@ -40,10 +40,10 @@ def account_trials(rt: Runtime, record: OutcomeRecord, promotions: dict[str, Pro
     Not the retry of a call after its evolution: it runs the new version on the very input its
     verification replayed, so a trial could be won by the retries of the calls whose failure made
     the version, before any other call ran it (QA evolution: 3/3 successes on trial from the 4
-    concurrent calls that had failed).
+    concurrent calls that had failed). Nor a call that named a version: its caller chose it.
     """
     namespace = traffic_namespace(record)
-    if namespace is None or record.after_evolution:
+    if namespace is None or record.after_evolution or record.version:
         return
     judged: dict[tuple[str, str], Sentiment] | None = None
     set_aside = record.set_aside()  # a caller's bad input judges neither version (review: it was a parent failure)

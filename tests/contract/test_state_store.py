@@ -124,7 +124,7 @@ def test_forgiven_failures_give_back_what_they_cost_once(store):
     assert store.mark_failure(KEY, aid(), Severity.high).quality == 0.2
 
 
-@pytest.mark.parametrize("counted", [FailureCount.refused_input, FailureCount.not_its_job])
+@pytest.mark.parametrize("counted", [FailureCount.refused_input, FailureCount.not_its_job, FailureCount.declared_refusal])
 def test_a_failure_counted_without_demotion_leaves_the_quality_and_the_cost_of_later_failures(store, counted):
     """QA AE: refused inputs that were the callers' mistakes took a tool from 1.00 to 0.43; QA ops:
     counted among its failures, ten of them made its next crash cost 0.20, not 0.10. QA new user:
@@ -155,12 +155,14 @@ def test_a_success_ends_a_versions_run_of_refused_inputs(store):
     for _ in range(3):
         store.mark_failure(KEY, aid(), Severity.low, FailureCount.refused_input)
     store.mark_failure(KEY, aid(), Severity.low)  # a failure of its own neither ends the run nor adds to it
-    # nor does a refusal of another tool's job: that input was never its to take
+    # nor does a refusal of another tool's job: that input was never its to take; nor one its test
+    # cases expect, the tool doing its job (QA 65b)
     store.mark_failure(KEY, aid(), Severity.low, FailureCount.not_its_job)
+    store.mark_failure(KEY, aid(), Severity.low, FailureCount.declared_refusal)
     assert (store.stats([KEY])[KEY].refused_in_a_row, store.stats_and_breakers([KEY])[0][KEY].refused_in_a_row) == (3, 3)
     assert count_success(store, KEY, aid())
     store.mark_failure(KEY, aid(), Severity.low, FailureCount.refused_input)
-    assert (store.stats([KEY])[KEY].refused_in_a_row, store.stats([KEY])[KEY].refused_inputs) == (1, 5)
+    assert (store.stats([KEY])[KEY].refused_in_a_row, store.stats([KEY])[KEY].refused_inputs) == (1, 6)
 
 
 def test_a_failure_says_whether_it_took_the_quality_under_a_threshold(store):

@@ -303,6 +303,10 @@ def test_a_fallbacks_crash_on_another_tools_job_demotes_nothing_but_a_crash_on_i
     assert mark(FailureClass.crash, targeted=True) is FailureCount.failure  # on its own job: its fault
     assert mark(FailureClass.crash, targeted=False, does_such_jobs=True) is FailureCount.failure  # a fallback doing such jobs
     assert mark(FailureClass.timeout, targeted=False) is FailureCount.failure  # slow whatever the input
+    # a refusal its test cases expect (QA 65b): counted apart, and not as one more of a run of refusals
+    declared = FailureMark(attempt_id="c:1", call_id="c", tool="prime_count", version="1.0.0", scenario="count primes",
+                           error_class=FailureClass.bad_input, callers_mistake=True, refused_as_declared=True)
+    assert declared.counts_as() is FailureCount.declared_refusal
 
 
 def test_a_probe_that_outlasts_the_cool_down_stays_the_only_one_until_its_outcome_is_recorded(monkeypatch) -> None:

@@ -601,3 +601,15 @@ def test_a_verified_candidates_changelog_reason_says_what_each_stage_checked() -
     checked = [StageResult(stage="static", passed=True, checked=1), StageResult(stage="tests", passed=True, checked=1),
                StageResult(stage="replay", passed=True, checked=3)]
     assert verified_reason(checked) == "passed static; tests (1 test case); replay (3 inputs)"
+
+
+def test_a_version_declares_the_inputs_its_test_cases_expect_an_error_on() -> None:
+    """QA 65b: its refusals of such an input are the tool doing its job (workers/tasks/execution.py)."""
+    from selection.manifest import ToolManifest
+
+    manifest = ToolManifest(name="prime_count", version="1.0.0", description="Counts primes.",
+                            implementation={"kind": "http", "url": "http://127.0.0.1:9/run"},
+                            test_cases=[{"input": {"n": 100}, "expect": {"primes": 25}}, {"input": {"n": -5}, "expect_error": True}])
+    assert manifest.declares_refused({"n": -5}) and manifest.declares_refused({"n": -5.0})
+    assert not manifest.declares_refused({"n": 100}) and not manifest.declares_refused({"n": -6})
+    assert not manifest.declares_refused({"n": -5, "extra": 1})

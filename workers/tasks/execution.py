@@ -120,6 +120,7 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, *, opens_bre
     # that only matches them best may be the one that is wrong (a version evolved to take the input
     # succeeds after its parent refused it, and that success counts among its own).
     refused_by = refuser(plan)
+    declared = outcome.error_class is FailureClass.bad_input and manifest.declares_refused(plan.request.input)
     result = ToolExecutionResult(
         attempt_id=plan.attempt_id(index),
         call_id=plan.request.call_id,
@@ -134,8 +135,9 @@ def record_attempt(plan: CallPlan, index: int, outcome: RunOutcome, *, opens_bre
         metadata={"attempt": index, **metadata, "policy": plan.policy},
         refused_its_job=candidate.refused_its_job(outcome.error_class),
         # An input taken for the caller's mistake is the caller's mistake for every tool after it.
-        callers_mistake=candidate.callers_mistake(outcome.error_class)
+        callers_mistake=candidate.callers_mistake(outcome.error_class) or declared
         or (outcome.error_class is FailureClass.bad_input and refusal is not None and refusal.callers_mistake),
+        refused_as_declared=declared,
         took_a_refused_input=outcome.success and not candidate.does_the_job and refused_by is not None and refused_by.does_the_job,
     )
     # The caller's fault is not the tool's; a redelivered attempt feeds the breaker once.
@@ -220,6 +222,7 @@ def failure_mark(plan: CallPlan, result: ToolExecutionResult) -> FailureMark:
         targeted=targeted(plan, result),
         does_such_jobs=does_such_jobs(plan.candidates[result.metadata.get("attempt", 0)], plan.request.namespace),
         callers_mistake=result.callers_mistake,
+        refused_as_declared=result.refused_as_declared,
     )
 
 

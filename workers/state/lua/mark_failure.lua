@@ -3,15 +3,16 @@
 --         KEYS[2] idempotency key of this attempt's outcome (a success or a failure, once); KEYS[3] state version counter.
 -- ARGV[1] idempotency TTL (s); ARGV[2] quality bp of a version never scored (full quality);
 -- ARGV[3] base penalty bp of the severity; or "refused_input" for a refusal of an input that was
---         the caller's mistake, or "not_its_job" for a fallback's refusal of another tool's job
+--         the caller's mistake, "not_its_job" for a fallback's refusal of another tool's job, or
+--         "declared_refusal" for a refusal the version's test cases expect
 --         (selection/models.py FailureCount); ARGV[4..] pairs (from_failure_count, extra_bp), ascending.
 -- Atomically: SET NX the idempotency key (a second delivery changes nothing); then either
 -- failures += 1, quality -= base + the extra of the last pair whose from_failure_count <= the
 -- failures that ran (failures - judged_wrong: an output a person judged wrong is counted among the
 -- failures, by judge_count.lua, but leaves quality as it was, and so the extra too) (floor 0), INCR
 -- the state version; or, for the caller's mistake, refused_inputs += 1 and
--- refused_in_a_row += 1 (which a success ends: record_success.lua); or, for another tool's job,
--- refused_inputs += 1 and INCR the state version (its failure, remembered near the job, is new
+-- refused_in_a_row += 1 (which a success ends: record_success.lua); or, for another tool's job or a
+-- refusal its test cases expect, refused_inputs += 1 and INCR the state version (its failure, remembered near the job, is new
 -- evidence for selection's cached searches). Neither touches a count that the extra of later
 -- failures reads. The numbers come from selection/quality.py.
 -- Returns {applied 1|0, quality bp, failures, quality bp before} (current values when not applied).
@@ -32,7 +33,7 @@ if ARGV[3] == 'refused_input' then
   redis.call('HINCRBY', KEYS[1], 'refused_in_a_row', 1)
   return {1, q, f, q}
 end
-if ARGV[3] == 'not_its_job' then
+if ARGV[3] == 'not_its_job' or ARGV[3] == 'declared_refusal' then
   redis.call('HINCRBY', KEYS[1], 'refused_inputs', 1)
   redis.call('INCR', KEYS[3])
   return {1, q, f, q}
