@@ -344,8 +344,11 @@ def rollback(state: Promotions, ledger: Changelog, namespace: str, registry: Too
         ChangelogEntry(namespace=namespace, event="rolled_back", version=current.evolved_version,
                        parent=current.parent_version, reason=why, by="operator")
     )
-    placed = "promoted by hand in its place" if promoted_by_hand(current) else "evolved from it"
-    _restore(state, ledger, new, f"{tool_key(namespace, current.evolved_version)}, {placed}, was rolled back", by="operator")
+    # QA 65c: "evolved from it" of a manifest's new version, and "rolled back" of the original's undone promotion
+    placed = ("promoted by hand in its place" if promoted_by_hand(current) else "a new manifest version tried against it"
+              if current.mutation == MANIFEST_MUTATION else "evolved from it")
+    done = "undone" if why == UNDONE_BY_HAND else "rolled back"
+    _restore(state, ledger, new, f"{tool_key(namespace, current.evolved_version)}, {placed}, was {done}", by="operator")
     return new
 
 

@@ -251,6 +251,8 @@ def test_rollbacks_step_back_past_a_trial_won_after_a_later_trial_is_rolled_back
     (later,) = trial_new_manifests(state, ledger, registry, ["word_stats"])
     assert (later.evolved_version, later.parent_version) == ("1.2.0", "1.1.0")
     rollback(state, ledger, "word_stats", registry)  # the trial of 1.2.0
+    assert ledger.changelog("word_stats")[-1].reason == ("served again: word_stats@1.2.0, a new manifest version tried "
+                                                         "against it, was rolled back")  # QA 65c: "evolved from it"
     again = state.promotion("word_stats")
     assert again is not None and (again.evolved_version, again.status) == ("1.1.0", "active")
     assert served_version(again, "any-call", after_evolution=False, share=0.25) == "1.1.0"
@@ -281,6 +283,7 @@ def test_the_originals_promotion_by_hand_is_logged_undone_and_not_counted_as_a_r
     rollback(state, ledger, "word_stats", registry)  # undoes the original's promote: 1.1.0 served again
     assert ledger.changelog("word_stats")[-2].reason == ("its promotion by hand undone: the original stays the fallback "
                                                          "of every version")
+    assert ledger.changelog("word_stats")[-1].reason == "served again: word_stats@1.0.0, promoted by hand in its place, was undone"
     rollback(state, ledger, "word_stats", registry)  # 1.1.0 rolled back
     assert ledger.changelog("word_stats")[-1].reason == "rolled back by hand"
     assert [p.evolved_version for p in evolution_events(state.promotion_history("word_stats"))[1]] == ["1.1.0"]
