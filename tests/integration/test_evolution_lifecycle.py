@@ -1131,3 +1131,25 @@ def test_an_evolved_http_tool_is_verified_and_planned_with_its_manifest_as_it_no
         finally:
             rt.state.clear()
             rt.close()
+
+
+def test_a_trial_resumed_against_a_version_whose_promotion_by_hand_was_undone_shows_it_tried_against(rt: Runtime, monkeypatch) -> None:
+    """QA 65c-B: 2.0.0 won its trial, 3.0.0 went on trial against it; `promote 1.0.0; promote 2.0.0;
+    rollback; rollback` resumed that trial, 2.0.0 serving the other 75 %, and `show` called it rolled back."""
+    from evolution.promotions import conclude_trial
+    from workers.cli import evolution as cli
+
+    given_by_a_manifest(rt, "2.0.0")
+    (trial,) = trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"])
+    assert conclude_trial(rt.state, rt.evolution, trial, "activate", "5/5 successes on trial")
+    given_by_a_manifest(rt, "3.0.0")
+    (later,) = trial_new_manifests(rt.state, rt.evolution, rt.registry, ["slowish"])
+    promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "1.0.0")
+    promote_by_hand(rt.state, rt.evolution, rt.registry, "slowish", "2.0.0")
+    rollback(rt.state, rt.evolution, "slowish")
+    rollback(rt.state, rt.evolution, "slowish")
+    current = rt.state.promotion("slowish")
+    assert current is not None and (current.evolved_version, current.status, current.parent_version) == ("3.0.0", "on_trial", "2.0.0")
+    monkeypatch.setattr(cli, "_stores", lambda: (rt.registry, rt.state, rt.evolution))
+    shown = {r.version: r.status for r in cli.lineage("slowish").versions}
+    assert shown["2.0.0"] == "tried against" and shown["3.0.0"] == "on_trial", shown

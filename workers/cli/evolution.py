@@ -163,6 +163,10 @@ def lineage(namespace: str) -> Lineage:
             else "original" if m.version == base else "new manifest version")
         if status == "rolled_back" and m.version == base:
             status = "original"  # its by-hand promotion was rolled back: it stays every version's fallback
+        elif status == "rolled_back" and promotion is not None and promotion.status == "on_trial" and m.version == promotion.parent_version:
+            # its by-hand promotion rolled back, the trial it had interrupted resumed against it (QA 65c-B:
+            # "rolled_back ◀ served on the other 75%")
+            status = "tried against"
         elif promotion is not None and promotion.status == "rolled_back" and m.version == head and m.parent_version:
             status = "active"  # served again after its child was rolled back
         elif status in ("active", "on_trial") and m.version != head:
