@@ -39,6 +39,9 @@ class JudgedTrial(BaseModel):
     role: Literal["evolved", "parent"]  # what the judged version is in it
     status: str  # the promotion's status after the judgement: on_trial, active or rolled_back
     counts: TrialCounts
+    # The trial had been decided when the judgement came (its K-th run decides it within a second of
+    # that call): the judgement counts in the version's record, not in the verdict (QA 65c-A).
+    decided_before: bool = False
 
 
 class TrialRules(BaseModel):

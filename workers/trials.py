@@ -63,9 +63,10 @@ def account_trials(rt: Runtime, record: OutcomeRecord, promotions: dict[str, Pro
             promotions.update(rt.state.promotions([namespace]))
 
 
-def trial_role(promotion: Promotion | None, version: str) -> Literal["evolved", "parent"] | None:
-    """What `version` is in its namespace's trial, if one runs: the version on trial or its parent."""
-    if promotion is None or promotion.status != "on_trial":
+def trial_role(promotion: Promotion | None, version: str, decided: bool = False) -> Literal["evolved", "parent"] | None:
+    """What `version` is in its namespace's trial, if one runs (`decided`: in the trial its verdict
+    ended, if the promotion is one): the version on trial or its parent."""
+    if promotion is None or promotion.status != "on_trial" and not (decided and promotion.by == "fittest"):
         return None
     if version == promotion.evolved_version:
         return "evolved"
@@ -101,11 +102,17 @@ def judge_trial(rt: Runtime, key: str, call_id: str, sentiment: Sentiment) -> Ju
     """A person's judgement of the output `key` gave `call_id`, in the trial its namespace runs, if
     the trial counted that call: an output judged wrong is a failure of the version on trial (or of
     its parent), and the verdict is taken again (before, a version on trial whose outputs people
-    judged wrong counted them as successes, and could be activated on them). None: no trial runs
-    with this version in it."""
+    judged wrong counted them as successes, and could be activated on them). Of a call the trial
+    counted after its verdict ended it, the trial as it was decided, `decided_before` (QA 65c-A:
+    judged within a second of the deciding call, "activated 5/5" stood and nothing was said). None:
+    no trial counted the call."""
     namespace, version = split_key(key)
     promotion = rt.state.promotion(namespace)
     role = trial_role(promotion, version)
+    if promotion is not None and role is None and (role := trial_role(promotion, version, decided=True)) is not None:
+        changed, counts = rt.evolution.trial_judge(namespace, promotion.evolved_version, role, call_id, sentiment)
+        return (JudgedTrial(namespace=namespace, evolved_version=promotion.evolved_version, role=role, status=promotion.status,
+                            counts=counts, decided_before=True) if changed else None)
     if promotion is None or role is None:
         return None
     changed, counts = rt.evolution.trial_judge(namespace, promotion.evolved_version, role, call_id, sentiment)

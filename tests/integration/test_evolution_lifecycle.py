@@ -197,7 +197,11 @@ def test_outputs_people_judge_wrong_count_as_failures_of_the_version_on_trial(rt
     assert promotion is not None and promotion.status == "rolled_back"
     entry = rt.evolution.changelog("slowish")[-1]
     assert entry.event == "rolled_back" and "3/5 successes" in entry.reason
-    assert judge_trial(rt, "slowish@1.1.0", "j1", "negative") is None  # no trial runs any more
+    # QA 65c-A: a judgement after the verdict is told the trial was decided before it
+    late = judge_trial(rt, "slowish@1.1.0", "j1", "negative")
+    assert late is not None and late.decided_before and late.status == "rolled_back"
+    assert judge_trial(rt, "slowish@1.1.0", "j1", "negative") is None  # sent again: nothing changes
+    assert judge_trial(rt, "slowish@1.1.0", "nosuchcall", "negative") is None  # a call no trial counted
 
 
 def given_by_a_manifest(rt: Runtime, version: str) -> None:

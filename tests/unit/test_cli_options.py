@@ -227,6 +227,13 @@ def test_feedback_add_of_a_call_a_trial_counted_says_where_the_trial_stands(
                           "the version it is tried against: rolled back") in " ".join(out.split())
     monkeypatch.setattr(learning, "_ask", lambda *a, **k: recorded)  # no trial counted the call
     assert "trial" not in run("feedback", "add", "fast_sort", "negative", "--call", "c1")[1]
+    # QA 65c-A: judged after the verdict that the call's run decided
+    late = {**trial, "status": "active", "decided_before": True}
+    monkeypatch.setattr(learning, "_ask", lambda *a, **k: {**recorded, "trial": late})
+    code, out = run("feedback", "add", "fast_sort", "negative", "--call", "c1")
+    assert code == 0 and ("the trial of fast_sort@1.1.0 that counted this call had been decided (activated) before this "
+                          "judgement: it counts in the version's record, not in the verdict (`fittest rollback fast_sort` "
+                          "undoes the activation)") in " ".join(out.split()), out
 
 
 def answering(asked: list[dict[str, Any]], answer: dict[str, Any]) -> Any:

@@ -237,7 +237,13 @@ def feedback_add(
                              "below the next candidate (`fittest explain` shows what keeps it ahead: its successes on "
                              "such jobs, or its description's match); judging its calls' outputs (--call) counts them "
                              "as failures" if result.first_now == f.key and value < 0 and not call else ""))
-        if trial := result.trial:  # the call counted in a trial of the version, or of one tried against it
+        if (trial := result.trial) and trial.decided_before:  # QA 65c-A
+            verdict = "activated" if trial.status == "active" else trial.status.replace("_", " ")
+            console.print(f"the trial of {literal(trial.namespace)}@{literal(trial.evolved_version)} that counted this call "
+                          f"had been decided ({verdict}) before this judgement: it counts in the version's record, not in "
+                          f"the verdict" + (f" (`fittest rollback {literal(trial.namespace)}` undoes the activation)"
+                                            if trial.status == "active" else ""))
+        elif trial := result.trial:  # the call counted in a trial of the version, or of one tried against it
             c = trial.counts
             on_trial = f"{c.evolved_successes}/{c.evolved_successes + c.evolved_failures}"
             parent = f"{c.parent_successes}/{c.parent_successes + c.parent_failures}"
