@@ -393,8 +393,8 @@ def replaced_promotion(current: Promotion | None, version: str) -> Promotion | N
         return None
     if current.evolved_version == version:  # promoted again, or the trial it decides
         return current.resumes if promoted_by_hand(current) else None
-    served = current.status in ("on_trial", "active") and current.evolved_version != current.original_version
-    return _kept(current, RESTORES_KEPT) if served or promoted_by_hand(current) else None
+    trial = current.status == "on_trial" and current.evolved_version != current.original_version
+    return _kept(current, RESTORES_KEPT) if trial or promoted_by_hand(current) else served_promotion(current)
 
 
 def served_promotion(current: Promotion | None) -> Promotion | None:
@@ -422,8 +422,7 @@ def promote_by_hand(state: Promotions, ledger: Changelog, registry: ToolRegistry
     manifest = registry.get(tool_key(namespace, version))
     original = registry.original(namespace)
     if original is None:
-        hint = registry.did_you_mean(namespace)
-        raise PromotionError(f"no tool named {namespace!r}" + (f" ({hint})" if hint else ""))
+        raise PromotionError(registry.no_tool_named(namespace))
     if manifest is None:
         known = ", ".join(m.version for m in registry.versions(namespace))
         if not version.strip():  # QA AA: "has no version  (known: ...)"

@@ -477,6 +477,12 @@ class ToolRegistry:
         close = difflib.get_close_matches(base.casefold(), list(names), n=1, cutoff=0.8)
         return f"did you mean {names[close[0]]}{at}{version}?" if close and names[close[0]] != base else ""
 
+    def no_tool_named(self, name: str, meant: str | None = None) -> str:
+        """"no tool named 'NAME'", with `did_you_mean`'s hint of `meant` (NAME by default; NAME@VERSION
+        to suggest that version of the close name): the one wording of a name no tool has."""
+        hint = self.did_you_mean(meant or name)
+        return f"no tool named '{name}'" + (f" ({hint})" if hint else "")
+
     def has_side_effects(self, name: str) -> bool:
         """Whether a version of the namespace says it changes something outside itself
         (`side_effects: true`): a call that names it is served by its versions alone (workers/selector.py)."""

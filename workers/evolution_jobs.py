@@ -215,8 +215,7 @@ def build_job(
         raise EvolutionUnavailable("a namespace or a call is needed")
     original = rt.registry.original(namespace)
     if original is None:
-        hint = rt.registry.did_you_mean(namespace)
-        raise EvolutionUnavailable(f"no tool named {namespace!r}" + (f" ({hint})" if hint else ""))
+        raise EvolutionUnavailable(rt.registry.no_tool_named(namespace))
     parent_version = (version or served_in(namespace) or served_original(promotions[namespace], rt.registry, namespace)
                       or original.version)
     if rt.selector.index.ensure_version(namespace, parent_version) is None:

@@ -115,14 +115,12 @@ def record_tool_feedback(rt: Runtime, tool: str, version: str | None, scenario: 
     # is tried against (QA F8: `feedback add NAME` judged the version serving 25 % of the calls).
     version = version or meant_version(rt.state.promotion(tool), rt.registry, tool, rt.settings.trial_share)
     if version is None:
-        hint = rt.registry.did_you_mean(tool)
-        raise LookupError(f"no tool named '{tool}'" + (f" ({hint})" if hint else ""))
+        raise LookupError(rt.registry.no_tool_named(tool))
     manifest = rt.registry.get(tool_key(tool, version))
     if manifest is None:  # with the versions it has, as `feedback show` and `explain` say it (QA selection F10)
         known = ", ".join(m.version for m in rt.registry.versions(tool))
         if not known:
-            hint = rt.registry.did_you_mean(tool_key(tool, version))
-            raise LookupError(f"no tool named '{tool}'" + (f" ({hint})" if hint else ""))
+            raise LookupError(rt.registry.no_tool_named(tool, tool_key(tool, version)))
         raise UnknownVersion(f"{tool} has no version {version!r} (it has {known})")
     # In general: the description stands for the scenario (its vector), marked as such (QA AD: shown
     # as if a job had been worded so, its trailing newline a blank row).

@@ -118,8 +118,7 @@ def no_tool_named(registry: ToolRegistry, name: str) -> NoReturn:
     gone = "" if tools_dir.is_dir() else (  # QA 49: `tools` listed it, `show` said there was none
         f"; FITTEST_TOOLS_DIR ({tools_dir.resolve()}) is not there: if the tool is in it, the workers keep it "
         "registered, with its counters, and do not run it until the directory is back")
-    hint = registry.did_you_mean(name)
-    fail(f"no tool named {name!r}" + (f" ({hint})" if hint else "") + (f"; these manifests do not load: {', '.join(unread)}: if it is in one of them, "
+    fail(registry.no_tool_named(name) + (f"; these manifests do not load: {', '.join(unread)}: if it is in one of them, "
                                       "the workers serve it as they last read it, until it loads" if unread else "") + gone,
          REFUSED)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Optional, Protocol
 
 import typer
 from pydantic import BaseModel, Field, computed_field
@@ -20,6 +20,9 @@ from selection.registry import DIRECTORY, in_listing_order
 from selection.job_record import REFUSED_IN_A_ROW
 from workers.cli.common import (REFUSED, JsonOpt, abridged, check_redis, console, err_console, fail, literal, print_json,
                                  shortened, warn_of_other_stacks)
+
+if TYPE_CHECKING:
+    from evolution.verification import Sandbox
 
 app = typer.Typer()
 
@@ -284,7 +287,7 @@ class VersionCases(BaseModel):
         return self.died is None and all(c.passed for c in self.cases)
 
 
-def run_cases(manifest: ToolManifest, source: str | None, sandbox: Any) -> VersionCases:
+def run_cases(manifest: ToolManifest, source: str | None, sandbox: Sandbox) -> VersionCases:
     """`manifest`'s test cases run as the evolution's tests stage runs them (evolution/verification.py),
     in one subprocess. When that subprocess dies (a case that kills its process: `os._exit`, a
     signal), each case runs again in one of its own, so that the table shows which case killed

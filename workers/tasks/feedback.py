@@ -187,8 +187,7 @@ def feedback_report_task(**kwargs: Any) -> dict[str, Any]:
         # QA 55b L7: an empty report, where `fittest feedback show` says there is no such tool: a
         # service could not tell a tool nobody judged from a name no tool has (a removed tool's
         # entries are still shown).
-        hint = runtime().registry.did_you_mean(req.tool)
-        error = FieldError(field="tool", message=f"no tool named {req.tool!r}" + (f" ({hint})" if hint else ""), type="no_such_tool")
+        error = FieldError(field="tool", message=runtime().registry.no_tool_named(req.tool), type="no_such_tool")
         return InvalidReply(errors=[error], message=error.message).model_dump(mode="json")
     return report.model_dump(mode="json")
 
